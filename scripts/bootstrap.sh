@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Sets up .venv with Python >= 3.12 and every pinned dependency. Idempotent: a second run with
+# unchanged pins does nothing. Usage: scripts/bootstrap.sh   (PYTHON=/path/to/python3.12 to choose)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${RLJOB_VENV:-$ROOT/.venv}"
+
+is_py312() {  # true if $1 runs and is CPython >= 3.12
+  "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1
+}
+
+find_python() {
+  if [[ -n "${PYTHON:-}" ]]; then
+    if is_py312 "$PYTHON"; then echo "$PYTHON"; return 0; fi
+    echo "bootstrap: PYTHON=$PYTHON is not a Python >= 3.12 interpreter" >&2
+    return 1
+  fi
+  local candidate
+  for candidate in python3.12 python3.13 python3.14 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && is_py312 "$(command -v "$candidate")"; then
+      command -v "$candidate"; return 0
+    fi
+  done
+  local pyenv_root="${PYENV_ROOT:-}"
+  if [[ -z "$pyenv_root" ]] && command -v pyenv >/dev/null 2>&1; then pyenv_root="$(pyenv root)"; fi
+  [[ -z "$pyenv_root" ]] && pyenv_root="$HOME/.pyenv"
+  if [[ -d "$pyenv_root/versions" ]]; then
+    for candidate in $(ls -1 "$pyenv_root/versions" | sort -V -r); do
+      if [[ -x "$pyenv_root/versions/$candidate/bin/python3" ]] && is_py312 "$pyenv_root/versions/$candidate/bin/python3"; then
+        echo "$pyenv_root/versions/$candidate/bin/python3"; return 0
+      fi
+    done
+  fi
+  cat >&2 <<MSG
+bootstrap: no Python >= 3.12 found (MaxText needs it).
+  Looked at: \$PYTHON, python3.12/python3.13/python3.14/python3 on PATH, and pyenv versions under $pyenv_root.
+  Install one (e.g. 'pyenv install 3.12' or your OS package) or point PYTHON at it.
+MSG
+  return 1
+}
+
+PY="$(find_python)"
+if [[ -x "$VENV/bin/python" ]] && ! is_py312 "$VENV/bin/python"; then
+  echo "bootstrap: $VENV holds an older Python; recreating it" >&2
+  rm -rf "$VENV"
+fi
+if [[ ! -x "$VENV/bin/python" ]]; then
+  echo "bootstrap: creating $VENV with $PY ($("$PY" --version))"
+  "$PY" -m venv "$VENV"
+fi
+
+STAMP="$VENV/.rljob-installed"
+WANT="$(cat "$ROOT/constraints.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
+  exit 0
+fi
+echo "bootstrap: installing pinned dependencies (first run takes a few minutes)"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "uv==0.13.9"
+# uv does not read pip's config, so it never picks up machine-local torch caps; the pins decide.
+"$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" \
+  -c "$ROOT/constraints.txt" -e "$ROOT[trainer,dev]"
+echo "$WANT" > "$STAMP"
+echo "bootstrap: ready ($("$VENV/bin/python" --version) in $VENV)"

@@ -1,0 +1,67 @@
+"""What the control service may know about the trainer: spec, events, exit codes, run layout.
+
+This package imports only pydantic and the standard library, so the service image stays slim.
+"""
+
+from .events import (
+    EVENTS_FILE,
+    STAGE_ORDER,
+    ArtifactWritten,
+    EvalResult,
+    RunFinished,
+    RunStarted,
+    Stage,
+    StageFinished,
+    StageStarted,
+    TrainerEvent,
+    TrainStep,
+    dump_event,
+    parse_event,
+)
+from .exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, describe_exit_code
+from .layout import RunLayout, join_uri
+from .spec import (
+    JOB_ID_RE,
+    DatasetSpec,
+    ExportSpec,
+    GrpoSpec,
+    HardwareSpec,
+    JobSpec,
+    ModelDims,
+    ModelSpec,
+    RewardSpec,
+    default_job_id,
+    location_kind,
+)
+
+__all__ = [
+    "EVENTS_FILE",
+    "JOB_ID_RE",
+    "NON_RETRYABLE_EXIT_CODES",
+    "STAGE_ORDER",
+    "ArtifactWritten",
+    "DatasetSpec",
+    "EvalResult",
+    "ExitCode",
+    "ExportSpec",
+    "GrpoSpec",
+    "HardwareSpec",
+    "JobSpec",
+    "ModelDims",
+    "ModelSpec",
+    "RewardSpec",
+    "RunFinished",
+    "RunLayout",
+    "RunStarted",
+    "Stage",
+    "StageFinished",
+    "StageStarted",
+    "TrainStep",
+    "TrainerEvent",
+    "default_job_id",
+    "describe_exit_code",
+    "dump_event",
+    "join_uri",
+    "location_kind",
+    "parse_event",
+]

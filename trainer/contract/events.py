@@ -1,0 +1,105 @@
+"""Progress events: the one channel from a running trainer to whoever watches it.
+
+The trainer writes each event as one JSON line to stdout and appends it to `events.jsonl` in the
+run directory. `seq` increases by one per event within a run directory (also across restarts of
+the trainer, which continues the numbering from the file), so a consumer can drop duplicates and
+resume from the last `seq` it saw.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+EVENTS_FILE = "events.jsonl"
+EVENT_SCHEMA_VERSION = 1
+
+
+class Stage(enum.StrEnum):
+    CONVERT = "convert"
+    TRAIN = "train"
+    EXPORT = "export"
+
+
+STAGE_ORDER: tuple[Stage, ...] = (Stage.CONVERT, Stage.TRAIN, Stage.EXPORT)
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    v: int = EVENT_SCHEMA_VERSION
+    seq: int = Field(ge=0)
+    time: datetime
+    job_id: str
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    attempt: int = Field(ge=1, description="1 on the first start in this run directory, then 2, 3, ...")
+    run_uri: str
+
+
+class StageStarted(_Event):
+    type: Literal["stage_started"] = "stage_started"
+    stage: Stage
+
+
+class StageFinished(_Event):
+    type: Literal["stage_finished"] = "stage_finished"
+    stage: Stage
+    duration_s: float = Field(ge=0)
+    skipped: bool = Field(default=False, description="already complete from an earlier attempt or the cache")
+    reason: str | None = None
+
+
+class TrainStep(_Event):
+    type: Literal["train_step"] = "train_step"
+    step: int = Field(ge=0)
+    total_steps: int = Field(ge=1)
+    reward_mean: float | None = None
+    reward_std: float | None = None
+    kl: float | None = None
+    loss: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict, description="every scalar Tunix logged at this step")
+
+
+class EvalResult(_Event):
+    type: Literal["eval"] = "eval"
+    step: int = Field(ge=0)
+    accuracy: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class ArtifactWritten(_Event):
+    type: Literal["artifact"] = "artifact"
+    name: str
+    uri: str
+    size_bytes: int | None = None
+
+
+class RunFinished(_Event):
+    type: Literal["run_finished"] = "run_finished"
+    ok: bool
+    exit_code: int
+    message: str = ""
+    failed_stage: Stage | None = None
+
+
+TrainerEvent = Annotated[
+    Union[RunStarted, StageStarted, StageFinished, TrainStep, EvalResult, ArtifactWritten, RunFinished],
+    Field(discriminator="type"),
+]
+
+_EVENT_ADAPTER: TypeAdapter[TrainerEvent] = TypeAdapter(TrainerEvent)
+
+
+def parse_event(line: str | bytes) -> TrainerEvent:
+    """Parse one JSON line; raises pydantic.ValidationError on anything that is not an event."""
+    return _EVENT_ADAPTER.validate_json(line)
+
+
+def dump_event(event: TrainerEvent) -> str:
+    return event.model_dump_json(exclude_none=False)

@@ -1,0 +1,82 @@
+"""Where a job's files live, as URIs. Both the trainer and the service derive paths from here.
+
+    <output>/<job-id>/
+        spec.json                 the spec the job ran with
+        events.jsonl              progress events (see events.py)
+        logs/<stage>.log          each stage's MaxText output
+        stages/<stage>.done       completion markers, written last
+        data/                     the dataset materialised as parquet
+        maxtext/                  to_maxtext output: 0/items (unless served from the conversion cache)
+        rl/<job-id>/              train_rl run: checkpoints/actor/<N>/..., tensorboard/
+        hf/                       to_huggingface export
+        manifest.json             artifacts with sizes and checksums
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .events import EVENTS_FILE, Stage
+
+
+def join_uri(base: str, *parts: str) -> str:
+    out = base.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    output: str
+    job_id: str
+
+    @property
+    def root(self) -> str:
+        return join_uri(self.output, self.job_id)
+
+    def path(self, *parts: str) -> str:
+        return join_uri(self.root, *parts)
+
+    @property
+    def spec(self) -> str:
+        return self.path("spec.json")
+
+    @property
+    def events(self) -> str:
+        return self.path(EVENTS_FILE)
+
+    @property
+    def manifest(self) -> str:
+        return self.path("manifest.json")
+
+    def stage_log(self, stage: Stage) -> str:
+        return self.path("logs", f"{stage.value}.log")
+
+    def stage_marker(self, stage: Stage) -> str:
+        return self.path("stages", f"{stage.value}.done")
+
+    @property
+    def data_dir(self) -> str:
+        return self.path("data")
+
+    @property
+    def converted_dir(self) -> str:
+        return self.path("maxtext")
+
+    @property
+    def rl_base(self) -> str:
+        """train_rl's base_output_directory; its run_name is the job id."""
+        return self.path("rl")
+
+    @property
+    def rl_run(self) -> str:
+        return join_uri(self.rl_base, self.job_id)
+
+    @property
+    def actor_checkpoints(self) -> str:
+        return join_uri(self.rl_run, "checkpoints", "actor")
+
+    @property
+    def export_dir(self) -> str:
+        return self.path("hf")

@@ -1,0 +1,319 @@
+"""The RL job spec: one pydantic model shared by the trainer, the service, the CLI and the manifests.
+
+Every field that reaches a MaxText command line is validated here so a bad spec fails before any
+accelerator time is spent. Location strings are URIs: `gs://bucket/path`, an absolute local path
+(or `file://`), or, for models/tokenizers/datasets only, a Hugging Face Hub id `org/name`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+GCS_URI_RE = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?$")
+MAXTEXT_MODEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+REVISION_RE = re.compile(r"^[A-Za-z0-9._/-]{1,128}$")
+ACCELERATOR_RE = re.compile(r"^(cpu|v[0-9]+[a-z]*-[0-9]+)$")
+JOB_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def location_kind(uri: str) -> Literal["gcs", "local", "hub"]:
+    if uri.startswith("gs://"):
+        return "gcs"
+    if uri.startswith("/") or uri.startswith("file://"):
+        return "local"
+    return "hub"
+
+
+def _check_location(value: str, *, hub_allowed: bool) -> str:
+    if value.startswith("gs://"):
+        if not GCS_URI_RE.match(value):
+            raise ValueError(f"{value!r} is not a valid gs://bucket/path URI")
+        return value.rstrip("/") if value.count("/") > 2 else value
+    if value.startswith("file://"):
+        value = value[len("file://") :]
+    if value.startswith("/"):
+        return value.rstrip("/") or "/"
+    if hub_allowed and HUB_ID_RE.match(value):
+        return value
+    allowed = "a Hugging Face Hub id (org/name), " if hub_allowed else ""
+    raise ValueError(f"{value!r} must be {allowed}an absolute local path or a gs:// URI")
+
+
+class ModelDims(_Strict):
+    """MaxText-side model dimensions for a checkpoint smaller than the named MaxText model.
+
+    Passed as `override_model_config=true base_emb_dim=...`; the converter registers the checkpoint's
+    own HF config in place of MaxText's hard-coded table entry.
+    """
+
+    base_emb_dim: int = Field(gt=0)
+    base_num_query_heads: int = Field(gt=0)
+    base_num_kv_heads: int = Field(gt=0)
+    base_num_decoder_layers: int = Field(gt=0)
+    base_mlp_dim: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelDims:
+        if self.base_num_query_heads % self.base_num_kv_heads:
+            raise ValueError("base_num_query_heads must be a multiple of base_num_kv_heads")
+        return self
+
+
+class ModelSpec(_Strict):
+    name: str = Field(description="MaxText model name, e.g. llama3.1-8b")
+    source: str = Field(description="HF checkpoint: hub id, absolute local dir, or gs:// dir")
+    revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
+    tokenizer: str | None = Field(default=None, description="HF tokenizer: hub id or dir; default: source")
+    dims: ModelDims | None = None
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    scan_layers: bool = True
+    lazy_load_tensors: bool = Field(
+        default=True, description="to_maxtext --lazy_load_tensors; lazy needs no torch and writes the same checkpoint"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not MAXTEXT_MODEL_RE.match(v):
+            raise ValueError("must be a MaxText model name such as llama3.1-8b")
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        return _check_location(v, hub_allowed=True)
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, v: str | None) -> str | None:
+        return None if v is None else _check_location(v, hub_allowed=True)
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str | None) -> str | None:
+        if v is not None and not REVISION_RE.match(v):
+            raise ValueError("must be a branch, tag or commit hash")
+        return v
+
+    @model_validator(mode="after")
+    def _revision_needs_hub(self) -> ModelSpec:
+        if self.revision and location_kind(self.source) != "hub":
+            raise ValueError("revision applies only to a Hugging Face Hub source")
+        return self
+
+    @property
+    def tokenizer_location(self) -> str:
+        return self.tokenizer or self.source
+
+
+class DatasetSpec(_Strict):
+    """GSM8K-format data: rows with `question` and `answer` ending in `#### <number>`.
+
+    Either a hub dataset (`openai/gsm8k`, split names apply) or explicit files: parquet or JSON
+    lines, local or gs://. Files are materialised as parquet in the run directory because MaxText
+    reads local parquet via `hf_train_files`.
+    """
+
+    name: str = "openai/gsm8k"
+    subset: str = "main"
+    train_split: str = "train"
+    eval_split: str = "test"
+    train_files: list[str] = Field(default_factory=list)
+    eval_files: list[str] = Field(default_factory=list)
+
+    @field_validator("train_files", "eval_files")
+    @classmethod
+    def _files(cls, v: list[str]) -> list[str]:
+        out = []
+        for item in v:
+            loc = _check_location(item, hub_allowed=False)
+            if not re.search(r"\.(parquet|jsonl|json)$", loc):
+                raise ValueError(f"{item!r}: data files must end in .parquet, .jsonl or .json")
+            out.append(loc)
+        return out
+
+    @field_validator("name")
+    @classmethod
+    def _hub_name(cls, v: str) -> str:
+        if not HUB_ID_RE.match(v):
+            raise ValueError("must be a Hugging Face dataset id such as openai/gsm8k")
+        return v
+
+    @property
+    def uses_files(self) -> bool:
+        return bool(self.train_files)
+
+    @model_validator(mode="after")
+    def _eval_needs_train(self) -> DatasetSpec:
+        if self.eval_files and not self.train_files:
+            raise ValueError("eval_files need train_files too")
+        return self
+
+
+class RewardSpec(_Strict):
+    exact_answer: float = 1.0
+    white_space_format_match: float = 1.0
+    exact_format_match: float = 0.1
+    partial_format_match: float = 0.0
+    penalty_incorrect_format: float = 0.0
+    penalty_incorrect_answer: float = 0.0
+    functions_path: str | None = Field(
+        default=None, description="Python file with reward functions fn(prompts, completions, tmvp_config, **kw)"
+    )
+    functions: list[str] = Field(default_factory=list, description="names to import from functions_path")
+
+    @field_validator("functions_path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        loc = _check_location(v, hub_allowed=False)
+        if not loc.endswith(".py"):
+            raise ValueError("must name a .py file")
+        return loc
+
+    @field_validator("functions")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not name.isidentifier():
+                raise ValueError(f"{name!r} is not a Python identifier")
+        return v
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> RewardSpec:
+        if bool(self.functions_path) != bool(self.functions):
+            raise ValueError("functions_path and functions must be given together")
+        return self
+
+
+class GrpoSpec(_Strict):
+    """The GRPO/GSPO settings rl.yml exposes; defaults are the tutorial's."""
+
+    num_batches: int = Field(default=50, gt=0)
+    num_test_batches: int = Field(default=10, ge=0)
+    batch_size: int = Field(default=1, gt=0)
+    num_generations: int = Field(default=2, ge=2, description="G: completions per prompt; GRPO needs >= 2")
+    num_iterations: int = Field(default=1, gt=0)
+    beta: float = Field(default=0.08, ge=0)
+    epsilon: float = Field(default=0.2, gt=0, lt=1)
+    loss_algo: Literal["grpo", "gspo-token"] = "grpo"
+    learning_rate: float = Field(default=3e-6, gt=0, lt=1)
+    warmup_steps_fraction: float = Field(default=0.1, ge=0, le=1, description="fraction of the schedule spent warming up")
+    max_prefill_predict_length: int = Field(default=256, gt=0)
+    max_target_length: int = Field(default=1024, gt=0)
+    kv_cache_buffer: int = Field(default=256, gt=0)
+    temperature: float = Field(default=0.9, gt=0)
+    top_k: int = Field(default=50, gt=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    checkpoint_period: int = Field(default=50, gt=0)
+    eval_sampling_strategy: Literal["greedy", "standard", "liberal"] = "greedy"
+    num_eval_passes: int = Field(default=1, gt=0)
+    rewards: RewardSpec = Field(default_factory=RewardSpec)
+
+    @model_validator(mode="after")
+    def _lengths(self) -> GrpoSpec:
+        if self.max_target_length <= self.max_prefill_predict_length:
+            raise ValueError("max_target_length must exceed max_prefill_predict_length (room to generate)")
+        return self
+
+
+class HardwareSpec(_Strict):
+    accelerator: str = Field(default="v6e-8", description="TPU type such as v6e-8, or cpu")
+    chips_per_vm: int = Field(default=8, gt=0)
+    rollout_engine: Literal["vllm", "jax"] = "vllm"
+    rollout_data_parallelism: int = Field(default=1, description="-1 lets MaxText decide")
+    rollout_tensor_parallelism: int = Field(default=-1, description="-1 lets MaxText decide")
+
+    @field_validator("accelerator")
+    @classmethod
+    def _accel(cls, v: str) -> str:
+        if not ACCELERATOR_RE.match(v):
+            raise ValueError("must be a TPU type such as v6e-8 or the word cpu")
+        return v
+
+    @field_validator("rollout_data_parallelism", "rollout_tensor_parallelism")
+    @classmethod
+    def _parallel(cls, v: int) -> int:
+        if v == 0 or v < -1:
+            raise ValueError("must be a positive count or -1 (auto)")
+        return v
+
+    @model_validator(mode="after")
+    def _engine_fits(self) -> HardwareSpec:
+        if self.accelerator == "cpu" and self.rollout_engine == "vllm":
+            raise ValueError("the vllm rollout engine needs a TPU; use rollout_engine: jax on cpu")
+        return self
+
+
+class ExportSpec(_Strict):
+    enabled: bool = True
+    verify: bool = Field(default=True, description="load the export with transformers and check finite logits")
+    hub_repo: str | None = Field(default=None, description="optional HF Hub repo to upload to (token from HF_TOKEN)")
+    hub_private: bool = True
+
+    @field_validator("hub_repo")
+    @classmethod
+    def _repo(cls, v: str | None) -> str | None:
+        if v is not None and not HUB_ID_RE.match(v):
+            raise ValueError("must be a Hugging Face repo id org/name")
+        return v
+
+
+class JobSpec(_Strict):
+    """One RL post-training job: convert -> GRPO -> export."""
+
+    name: Annotated[str, Field(description="DNS-1123 label: lowercase letters, digits and '-'")]
+    team: str | None = Field(default=None, description="set by the service from the caller's token")
+    model: ModelSpec
+    dataset: DatasetSpec = Field(default_factory=DatasetSpec)
+    grpo: GrpoSpec = Field(default_factory=GrpoSpec)
+    hardware: HardwareSpec = Field(default_factory=HardwareSpec)
+    export: ExportSpec = Field(default_factory=ExportSpec)
+    output: str = Field(description="where runs go: gs://bucket/prefix or an absolute local dir")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not JOB_NAME_RE.match(v):
+            raise ValueError("must be a DNS-1123 label: at most 63 lowercase letters, digits or '-'")
+        return v
+
+    @field_validator("output")
+    @classmethod
+    def _output(cls, v: str) -> str:
+        return _check_location(v, hub_allowed=False)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not JOB_NAME_RE.match(key) or len(value) > 63 or not re.match(r"^[A-Za-z0-9._-]*$", value):
+                raise ValueError(f"label {key}={value!r} is not a valid Kubernetes label")
+        return v
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+def default_job_id(spec: JobSpec) -> str:
+    """A DNS-safe id derived from the spec, for `trainer run` without a service-assigned id."""
+    return "rl-" + spec.content_hash()[:12]
+
+
+JOB_ID_RE = re.compile(r"^rl-[a-z0-9]{12}$")

@@ -1,0 +1,92 @@
+"""Local-directory adapter: the embedded default and tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from .port import ObjectInfo, StorageError
+
+
+def _path(uri: str) -> Path:
+    if uri.startswith("file://"):
+        uri = uri[len("file://") :]
+    if not uri.startswith("/"):
+        raise StorageError(f"{uri!r} is not an absolute local path")
+    return Path(uri)
+
+
+class LocalDirStore:
+    def exists(self, uri: str) -> bool:
+        return _path(uri).exists()
+
+    def read_bytes(self, uri: str) -> bytes:
+        try:
+            return _path(uri).read_bytes()
+        except FileNotFoundError as e:
+            raise StorageError(f"{uri} does not exist") from e
+
+    def write_bytes(self, uri: str, data: bytes, *, if_absent: bool = False) -> bool:
+        path = _path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write to a sibling temp file and rename so readers never see half an object.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            if if_absent:
+                try:
+                    os.link(tmp, path)  # atomic create-if-absent
+                except FileExistsError:
+                    return False
+                return True
+            os.replace(tmp, path)
+            return True
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def delete(self, uri: str) -> None:
+        path = _path(uri)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+    def list(self, prefix_uri: str) -> list[ObjectInfo]:
+        root = _path(prefix_uri)
+        if root.is_file():
+            return [ObjectInfo(str(root), root.stat().st_size)]
+        if not root.is_dir():
+            return []
+        out = [ObjectInfo(str(p), p.stat().st_size) for p in root.rglob("*") if p.is_file()]
+        return sorted(out, key=lambda o: o.uri)
+
+    def upload_dir(self, local_dir: str, uri: str) -> list[ObjectInfo]:
+        dest = _path(uri)
+        if Path(local_dir).resolve() != dest.resolve():
+            shutil.copytree(local_dir, dest, dirs_exist_ok=True)
+        return self.list(uri)
+
+    def download_dir(self, uri: str, local_dir: str) -> list[str]:
+        src = _path(uri)
+        if not src.is_dir():
+            raise StorageError(f"{uri} is not a directory")
+        if src.resolve() != Path(local_dir).resolve():
+            shutil.copytree(src, local_dir, dirs_exist_ok=True)
+        return [str(p) for p in Path(local_dir).rglob("*") if p.is_file()]
+
+    def check_writable(self, uri: str) -> None:
+        path = _path(uri)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".rljob-probe-{uuid.uuid4().hex}"
+            probe.write_bytes(b"probe")
+            probe.unlink()
+        except OSError as e:
+            raise StorageError(
+                f"output location {uri} is not writable ({e.strerror}); choose a directory this user can write"
+            ) from e

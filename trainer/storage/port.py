@@ -1,0 +1,37 @@
+"""The artifact-store port shared by the local-directory and GCS adapters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class StorageError(Exception):
+    """A storage operation failed; the message names the URI and what to do about it."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    uri: str
+    size_bytes: int
+
+
+class ArtifactStore(Protocol):
+    def exists(self, uri: str) -> bool: ...
+
+    def read_bytes(self, uri: str) -> bytes: ...
+
+    def write_bytes(self, uri: str, data: bytes, *, if_absent: bool = False) -> bool:
+        """Write an object. With if_absent, return False (and write nothing) when it already exists."""
+
+    def delete(self, uri: str) -> None: ...
+
+    def list(self, prefix_uri: str) -> list[ObjectInfo]:
+        """Every object under prefix_uri (recursive), sorted by URI."""
+
+    def upload_dir(self, local_dir: str, uri: str) -> list[ObjectInfo]: ...
+
+    def download_dir(self, uri: str, local_dir: str) -> list[str]: ...
+
+    def check_writable(self, uri: str) -> None:
+        """Write and delete a probe object under uri; raise StorageError saying what is missing."""
