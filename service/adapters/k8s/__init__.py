@@ -1,0 +1,29 @@
+"""The Kubernetes backend: TPU Jobs (single-host) and JobSets (multi-host) on GKE.
+
+Entry points: `build_k8s_launcher(settings)` for the service, `render_manifests[_yaml]` for the CLI.
+Submodules import the kubernetes client; importing this package does not load a kubeconfig.
+"""
+
+from .accelerators import ACCELERATORS, TpuSlice, lookup_accelerator
+from .errors import (
+    ApiUnavailable,
+    K8sBackendError,
+    LaunchFailed,
+    ManifestError,
+    UnsupportedAccelerator,
+    WorkloadConflict,
+)
+from .settings import K8sSettings
+
+__all__ = [
+    "ACCELERATORS",
+    "ApiUnavailable",
+    "K8sBackendError",
+    "K8sSettings",
+    "LaunchFailed",
+    "ManifestError",
+    "TpuSlice",
+    "UnsupportedAccelerator",
+    "WorkloadConflict",
+    "lookup_accelerator",
+]

@@ -1,0 +1,281 @@
+"""A thin wrapper over the kubernetes client: retries, idempotent create, 404 -> None.
+
+APIs, sleep and clock are injected (tests pass the real client pointed at kmock and a fake sleep).
+Only transient errors are retried (429, 5xx, connection trouble), with bounded exponential
+backoff; anything else is a real answer and goes straight back to the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi, V1DeleteOptions
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from . import names
+from .errors import ApiUnavailable, K8sBackendError, WorkloadConflict
+from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+FOLLOW_READ_TIMEOUT_S = 6 * 3600.0
+MERGE_PATCH = "application/merge-patch+json"  # works for built-ins and CRDs alike
+KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOADS = "kueue.x-k8s.io", "v1beta1", "workloads"
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        # status 0: the client could not even get an HTTP answer (TLS or connection setup).
+        return exc.status in TRANSIENT_STATUS or exc.status == 0
+    return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
+
+
+def api_status(exc: BaseException) -> int | None:
+    return exc.status if isinstance(exc, ApiException) else None
+
+
+def _labels_of(obj: Any) -> dict[str, str]:
+    if isinstance(obj, dict):
+        return obj.get("metadata", {}).get("labels") or {}
+    return (obj.metadata.labels if obj.metadata else None) or {}
+
+
+class K8sClient:
+    def __init__(
+        self,
+        *,
+        core: CoreV1Api,
+        batch: BatchV1Api,
+        custom: CustomObjectsApi,
+        namespace: str,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        attempts: int = 5,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 10.0,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        self.core, self.batch, self.custom = core, batch, custom
+        self.namespace = namespace
+        self._sleep, self._clock = sleep, clock
+        self._attempts, self._backoff_s, self._backoff_max_s = attempts, backoff_s, backoff_max_s
+        self.request_timeout_s = request_timeout_s
+
+    # -- the retry loop -------------------------------------------------------------------------
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call `fn`, retrying transient failures; raise ApiUnavailable when the budget is spent."""
+        kwargs.setdefault("_request_timeout", self.request_timeout_s)
+        started = self._clock()
+        for attempt in range(1, self._attempts + 1):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - classified right below
+                if not is_transient(exc):
+                    raise
+                if attempt == self._attempts:
+                    raise ApiUnavailable(
+                        f"{what}: the Kubernetes API kept failing ({exc.__class__.__name__}"
+                        f"{f' {api_status(exc)}' if api_status(exc) else ''}) for "
+                        f"{self._clock() - started:.0f}s over {attempt} attempts; check the API server and the "
+                        "network between the service and the cluster"
+                    ) from exc
+                delay = min(self._backoff_max_s, self._backoff_s * 2 ** (attempt - 1))
+                retry_after = _retry_after_s(exc)
+                if retry_after is not None:
+                    delay = min(self._backoff_max_s, max(delay, retry_after))
+                log.warning("%s: transient %s (attempt %d), retrying in %.1fs", what, exc.__class__.__name__, attempt, delay)
+                self._sleep(delay)
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def read(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        """Like `call`, but a 404 means the object is gone: None."""
+        try:
+            return self.call(what, fn, *args, **kwargs)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, what: str, job_id: str, create: Callable[..., T], read: Callable[..., T | None]) -> tuple[T, bool]:
+        """Create idempotently; returns (object, created_now).
+
+        Names are deterministic from the job id, so a 409 means our own earlier create landed
+        (a retried create whose first response was lost, or a launch repeated after a restart):
+        read it back and treat it as success, unless it belongs to another job.
+        """
+        try:
+            return self.call(what, create), True
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        existing = self.read(f"{what} (read back after 409)", read)
+        if existing is None:
+            raise K8sBackendError(f"{what}: the API said it exists (409) but reading it back found nothing; retry")
+        owner = _labels_of(existing).get(names.LABEL_JOB_ID)
+        if owner != job_id:
+            raise WorkloadConflict(
+                f"{what}: an object with that name exists but belongs to job {owner!r}, not {job_id!r}; "
+                "delete it or pick another job id"
+            )
+        return existing, False
+
+    # -- typed helpers ----------------------------------------------------------------------------
+
+    def create_config_map(self, job_id: str, body: Any) -> tuple[Any, bool]:
+        name = body.metadata.name
+        return self.create(
+            f"create ConfigMap {self.namespace}/{name}",
+            job_id,
+            functools.partial(self.core.create_namespaced_config_map, self.namespace, body),
+            functools.partial(self.core.read_namespaced_config_map, name, self.namespace),
+        )
+
+    def create_job(self, job_id: str, body: Any) -> tuple[Any, bool]:
+        name = body.metadata.name
+        return self.create(
+            f"create Job {self.namespace}/{name}",
+            job_id,
+            functools.partial(self.batch.create_namespaced_job, self.namespace, body),
+            functools.partial(self.batch.read_namespaced_job, name, self.namespace),
+        )
+
+    def create_jobset(self, job_id: str, body: dict[str, Any]) -> tuple[Any, bool]:
+        name = body["metadata"]["name"]
+        return self.create(
+            f"create JobSet {self.namespace}/{name}",
+            job_id,
+            functools.partial(
+                self.custom.create_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, self.namespace,
+                JOBSET_PLURAL, body,
+            ),
+            functools.partial(
+                self.custom.get_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, self.namespace,
+                JOBSET_PLURAL, name,
+            ),
+        )
+
+    def get_job(self, name: str) -> Any | None:
+        return self.read(f"read Job {self.namespace}/{name}", self.batch.read_namespaced_job, name, self.namespace)
+
+    def get_jobset(self, name: str) -> dict[str, Any] | None:
+        return self.read(
+            f"read JobSet {self.namespace}/{name}",
+            self.custom.get_namespaced_custom_object,
+            JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name,
+        )
+
+    def list_pods(self, job_id: str) -> list[Any]:
+        result = self.call(
+            f"list pods of {job_id}", self.core.list_namespaced_pod, self.namespace, label_selector=names.job_selector(job_id)
+        )
+        # Filter again client-side: cheap, and correct even where a selector was not applied.
+        return [p for p in result.items if _labels_of(p).get(names.LABEL_JOB_ID) == job_id]
+
+    def list_events(self, object_names: set[str]) -> list[Any]:
+        """Events about the given objects (pods, the Job), oldest first."""
+        if not object_names:
+            return []
+        selector = f"involvedObject.name={next(iter(object_names))}" if len(object_names) == 1 else None
+        result = self.call("list events", self.core.list_namespaced_event, self.namespace, field_selector=selector)
+        events = [e for e in result.items if e.involved_object and e.involved_object.name in object_names]
+        return sorted(events, key=_event_time)
+
+    def kueue_workload_message(self, job_uid: str) -> str | None:
+        """Why Kueue has not admitted the Job (its Workload's QuotaReserved condition), if readable."""
+        try:
+            result = self.call(
+                "list Kueue workloads",
+                self.custom.list_namespaced_custom_object,
+                KUEUE_GROUP, KUEUE_VERSION, self.namespace, KUEUE_WORKLOADS,
+                label_selector=f"kueue.x-k8s.io/job-uid={job_uid}",
+            )
+        except (ApiException, K8sBackendError) as exc:
+            # No Kueue CRD or no RBAC for it: the generic "not admitted" message still stands.
+            log.debug("cannot read Kueue workloads: %s", exc)
+            return None
+        for item in result.get("items", []):
+            if (item.get("metadata", {}).get("labels") or {}).get("kueue.x-k8s.io/job-uid") != job_uid:
+                continue
+            for cond in item.get("status", {}).get("conditions") or []:
+                if cond.get("type") == "QuotaReserved" and cond.get("status") == "False" and cond.get("message"):
+                    return str(cond["message"])
+        return None
+
+    def delete(self, kind: str, name: str, *, propagation: str = "Foreground") -> bool:
+        """Delete with propagation so pods go too; False when it was already gone."""
+        body = V1DeleteOptions(propagation_policy=propagation)
+        what = f"delete {kind} {self.namespace}/{name}"
+        try:
+            if kind == "Job":
+                self.call(what, self.batch.delete_namespaced_job, name, self.namespace, body=body)
+            elif kind == "JobSet":
+                self.call(
+                    what, self.custom.delete_namespaced_custom_object,
+                    JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name, body=body,
+                )
+            elif kind == "ConfigMap":
+                self.call(what, self.core.delete_namespaced_config_map, name, self.namespace, body=body)
+            else:
+                raise ValueError(f"cannot delete kind {kind}")
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def patch_metadata(self, kind: str, name: str, metadata: dict[str, Any]) -> bool:
+        """Merge-patch labels/annotations; False when the object is gone."""
+        body = {"metadata": metadata}
+        what = f"patch {kind} {self.namespace}/{name}"
+        if kind == "Job":
+            fn, args = self.batch.patch_namespaced_job, (name, self.namespace, body)
+        elif kind == "JobSet":
+            fn = self.custom.patch_namespaced_custom_object
+            args = (JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name, body)
+        elif kind == "ConfigMap":
+            fn, args = self.core.patch_namespaced_config_map, (name, self.namespace, body)
+        else:
+            raise ValueError(f"cannot patch kind {kind}")
+        return self.read(what, fn, *args, _content_type=MERGE_PATCH) is not None
+
+    def pod_log_lines(self, pod: str, *, follow: bool, tail_lines: int | None) -> Iterator[str]:
+        """Lines of the trainer container's log; with follow, until the container ends."""
+        kwargs: dict[str, Any] = {"container": names.TRAINER_CONTAINER, "follow": follow, "_preload_content": False}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        if follow:
+            # A long read timeout while following: a quiet trainer (an XLA compile) is not an error,
+            # but a stream can still not hang forever on a dead connection.
+            kwargs["_request_timeout"] = (self.request_timeout_s, FOLLOW_READ_TIMEOUT_S)
+        resp = self.read(f"read log of pod {pod}", self.core.read_namespaced_pod_log, pod, self.namespace, **kwargs)
+        if resp is None:
+            return
+        try:
+            yield from iter_resp_lines(resp)
+        finally:
+            resp.release_conn()
+
+
+def _retry_after_s(exc: BaseException) -> float | None:
+    headers = getattr(exc, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _event_time(event: Any) -> float:
+    for stamp in (event.last_timestamp, event.event_time, event.first_timestamp, event.metadata.creation_timestamp):
+        if stamp is not None:
+            return stamp.timestamp()
+    return 0.0

@@ -1,0 +1,239 @@
+"""K8sJobLauncher: the JobLauncher port on GKE (a Job per single-host slice, a JobSet per multi-host).
+
+The launcher only creates, deletes, reads and labels workloads; the job service alone turns its
+observations into phase transitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from service.domain.launcher_port import LaunchResult, Observation, ObservationSink, ObservedState
+from trainer.contract import JobSpec
+
+from . import names, observe, pods
+from .client import K8sClient
+from .errors import K8sBackendError, LaunchFailed
+from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload
+from .settings import K8sSettings
+from .watcher import Reconciler, ResourceWatch
+
+log = logging.getLogger(__name__)
+BACKEND = "kubernetes"
+
+
+class K8sJobLauncher:
+    backend = BACKEND
+
+    def __init__(self, client: K8sClient, settings: K8sSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._client, self._settings, self._clock = client, settings, clock
+        self._kinds: dict[str, str] = {}  # job id -> "Job" | "JobSet", learned on launch or first read
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watches: list[ResourceWatch] = []
+        self._reconciler: Reconciler | None = None
+
+    # -- background watching -------------------------------------------------------------------
+
+    def start(self, sink: ObservationSink) -> None:
+        if self._threads:
+            raise RuntimeError("K8sJobLauncher.start called twice")
+        self._stop.clear()
+        self._reconciler = Reconciler(self.observe, sink, interval_s=self._settings.reconcile_interval_s,
+                                      stop=self._stop, clock=self._clock)
+        c, ns = self._client, self._settings.namespace
+        common = dict(on_job=self._reconciler.mark, stop=self._stop, watch_timeout_s=self._settings.watch_timeout_s,
+                      connect_timeout_s=min(10.0, self._settings.request_timeout_s))
+        self._watches = [
+            ResourceWatch("jobs", c.batch.list_namespaced_job, (ns,), **common),
+            ResourceWatch("pods", c.core.list_namespaced_pod, (ns,), **common),
+        ]
+        if self._settings.watch_jobsets:
+            self._watches.append(ResourceWatch(
+                "jobsets", c.custom.list_namespaced_custom_object, (JOBSET_GROUP, JOBSET_VERSION, ns, JOBSET_PLURAL),
+                **common,
+            ))
+        targets: list[tuple[str, Callable[[], None]]] = [("rljob-k8s-reconcile", self._reconciler.run)]
+        targets += [(f"rljob-k8s-watch-{w.kind}", w.run) for w in self._watches]
+        for name, target in targets:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        for w in self._watches:
+            w.interrupt()
+        if self._reconciler is not None:
+            self._reconciler.wake()
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("thread %s did not stop within %.0fs", thread.name, timeout_s)
+        self._threads.clear()
+        self._watches = []
+
+    @property
+    def watches(self) -> list[ResourceWatch]:
+        return list(self._watches)
+
+    # -- the port --------------------------------------------------------------------------------
+
+    def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
+        workload = build_workload(spec, job_id, self._settings)  # ManifestError: the spec's fault
+        ns = self._settings.namespace
+        try:
+            self._client.create_config_map(job_id, workload.config_map)
+            if workload.job is not None:
+                obj, _ = self._client.create_job(job_id, workload.job)
+                uid, api_version = obj.metadata.uid, "batch/v1"
+            else:
+                assert workload.jobset is not None
+                obj, _ = self._client.create_jobset(job_id, workload.jobset)
+                uid, api_version = (obj.get("metadata") or {}).get("uid"), f"{JOBSET_GROUP}/{JOBSET_VERSION}"
+        except K8sBackendError:
+            raise
+        except Exception as exc:
+            raise LaunchFailed(f"create {workload.kind} {ns}/{workload.name} for job {job_id}: {exc}") from exc
+        self._kinds[job_id] = workload.kind
+        if uid:
+            self._adopt_config_map(job_id, workload.kind, workload.name, api_version, uid)
+        if self._reconciler is not None:
+            self._reconciler.mark(job_id)
+        return LaunchResult(backend=BACKEND, object_name=f"{workload.kind.lower()}/{workload.name}")
+
+    def _adopt_config_map(self, job_id: str, kind: str, name: str, api_version: str, uid: str) -> None:
+        # The ConfigMap goes when its Job does (cancel, TTL): an ownerReference, best effort, because
+        # a leftover spec ConfigMap is harmless and cancel deletes it explicitly anyway.
+        owner = {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "blockOwnerDeletion": False}
+        try:
+            self._client.patch_metadata("ConfigMap", names.spec_configmap_name(job_id), {"ownerReferences": [owner]})
+        except Exception:  # noqa: BLE001
+            log.warning("could not set the owner of %s's spec ConfigMap; cancel still deletes it", job_id, exc_info=True)
+
+    def cancel(self, job_id: str) -> None:
+        name = names.workload_name(job_id)
+        kind = self._kind(job_id)
+        if kind == "JobSet":
+            self._client.delete("JobSet", name)
+        elif kind == "Job":
+            self._client.delete("Job", name)
+        self._client.delete("ConfigMap", names.spec_configmap_name(job_id), propagation="Background")
+        if self._reconciler is not None:
+            self._reconciler.mark(job_id)
+
+    def observe(self, job_id: str) -> Observation:
+        name = names.workload_name(job_id)
+        kind = self._kind(job_id)
+        if kind is None:
+            obs = observe.gone(job_id, f"job/{name}")
+        elif kind == "Job":
+            obs = self._observe_job(job_id, self._client.get_job(name))
+        else:
+            obs = self._observe_jobset(job_id, self._client.get_jobset(name))
+        if obs.state not in (ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE):
+            if self._reconciler is not None:
+                self._reconciler.remember(job_id)
+        return obs
+
+    def _observe_job(self, job_id: str, job: Any | None) -> Observation:
+        if job is None:
+            self._kinds.pop(job_id, None)
+            return observe.observe_job(job_id, None, [], [])
+        pod_list = self._client.list_pods(job_id)
+        events = self._events_for(pod_list)
+        kueue = None
+        if job.spec.suspend and (job.metadata.labels or {}).get(names.KUEUE_QUEUE_LABEL) and job.metadata.uid:
+            kueue = self._client.kueue_workload_message(job.metadata.uid)
+        return observe.observe_job(job_id, job, pod_list, events, kueue)
+
+    def _observe_jobset(self, job_id: str, jobset: dict[str, Any] | None) -> Observation:
+        if jobset is None:
+            self._kinds.pop(job_id, None)
+            return observe.observe_jobset(job_id, None, [], [])
+        pod_list = self._client.list_pods(job_id)
+        return observe.observe_jobset(job_id, jobset, pod_list, self._events_for(pod_list))
+
+    def _events_for(self, pod_list: list[Any]) -> list[Any]:
+        # Events only explain waiting pods; skip the extra call while everything is running.
+        waiting = {p.metadata.name for p in pod_list if p.status and p.status.phase == "Pending"}
+        return self._client.list_events(waiting) if waiting else []
+
+    def _kind(self, job_id: str) -> str | None:
+        """Job or JobSet, from memory or by looking (the service may have restarted since launch)."""
+        kind = self._kinds.get(job_id)
+        if kind is not None:
+            return kind
+        name = names.workload_name(job_id)
+        if self._client.get_job(name) is not None:
+            kind = "Job"
+        elif self._settings.watch_jobsets and len(name) <= names.MAX_JOBSET_NAME and self._client.get_jobset(name):
+            kind = "JobSet"
+        if kind is not None:
+            self._kinds[job_id] = kind
+        return kind
+
+    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str]:
+        pod_list = pods.newest_first(self._client.list_pods(job_id))
+        if not pod_list:
+            return
+        # The newest attempt is the one worth reading; multi-host: worker 0 (the first by name).
+        newest = pod_list[0]
+        yield from self._client.pod_log_lines(newest.metadata.name, follow=follow, tail_lines=tail_lines)
+
+    # -- mirroring the service's view into the cluster ---------------------------------------------
+
+    def mirror_status(self, job_id: str, phase: str, stage: str | None = None, step: int | None = None,
+                      total: int | None = None) -> bool:
+        """Patch phase (label), stage and progress (annotations) onto the Job/JobSet; False if gone.
+
+        So `kubectl get jobs -l app.kubernetes.io/managed-by=rljob -L rljob.dev/phase` tells the story.
+        """
+        kind = self._kind(job_id)
+        if kind is None:
+            return False
+        annotations: dict[str, str] = {}
+        if stage is not None:
+            annotations[names.ANNOTATION_STAGE] = stage
+        if step is not None and total:
+            annotations[names.ANNOTATION_PROGRESS] = f"{step}/{total}"
+        metadata: dict[str, Any] = {"labels": {names.LABEL_PHASE: names.label_value(phase)}}
+        if annotations:
+            metadata["annotations"] = annotations
+        return self._client.patch_metadata(kind, names.workload_name(job_id), metadata)
+
+
+def build_k8s_launcher(
+    settings: K8sSettings,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    configuration: k8s.Configuration | None = None,
+) -> K8sJobLauncher:
+    """Load in-cluster config or a kubeconfig (per settings) and wire the launcher.
+
+    `configuration` skips loading: tests pass one pointed at kmock.
+    """
+    if configuration is None:
+        configuration = k8s.Configuration()
+        if settings.in_cluster:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            k8s_config.load_kube_config(config_file=settings.kubeconfig, context=settings.context,
+                                        client_configuration=configuration)
+    api = k8s.ApiClient(configuration)
+    client = K8sClient(
+        core=k8s.CoreV1Api(api), batch=k8s.BatchV1Api(api), custom=k8s.CustomObjectsApi(api),
+        namespace=settings.namespace, sleep=sleep, clock=clock, attempts=settings.retry_attempts,
+        backoff_s=settings.retry_backoff_s, backoff_max_s=settings.retry_backoff_max_s,
+        request_timeout_s=settings.request_timeout_s,
+    )
+    return K8sJobLauncher(client, settings, clock=clock)

@@ -1,0 +1,238 @@
+"""Pure functions from (spec, job id, settings) to Kubernetes objects; no I/O, no YAML templates.
+
+Single-host slices become a batch/v1 Job; multi-host slices a JobSet (jobset.x-k8s.io/v1alpha2),
+returned as a dict because the kubernetes client has no model for that CRD. The spec travels in a
+ConfigMap the pod mounts read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import (
+    V1ConfigMap,
+    V1Job,
+    V1JobSpec,
+    V1ObjectMeta,
+    V1PodFailurePolicy,
+    V1PodFailurePolicyOnExitCodesRequirement,
+    V1PodFailurePolicyOnPodConditionsPattern,
+    V1PodFailurePolicyRule,
+)
+
+from trainer.contract import NON_RETRYABLE_EXIT_CODES, JobSpec
+
+from . import names
+from .accelerators import GKE_NODE_POOL_LABEL, TpuSlice, lookup_accelerator
+from .errors import ManifestError
+from .pod_template import trainer_pod_template
+from .settings import K8sSettings
+
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+SLICE_REPLICATED_JOB = "slice"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What `launch` creates, in creation order: the spec ConfigMap, then the Job or the JobSet."""
+
+    config_map: V1ConfigMap
+    job: V1Job | None
+    jobset: dict[str, Any] | None
+
+    @property
+    def kind(self) -> str:
+        return "Job" if self.job is not None else "JobSet"
+
+    @property
+    def name(self) -> str:
+        if self.job is not None:
+            return self.job.metadata.name
+        assert self.jobset is not None  # one of the two is always set by build_workload
+        return self.jobset["metadata"]["name"]
+
+
+def resolve_slice(spec: JobSpec) -> TpuSlice:
+    tpu = lookup_accelerator(spec.hardware.accelerator)
+    if spec.hardware.chips_per_vm != tpu.chips_per_vm:
+        raise ManifestError(
+            f"hardware.chips_per_vm={spec.hardware.chips_per_vm} does not match {tpu.name} on GKE "
+            f"({tpu.machine_type} has {tpu.chips_per_vm} chips per VM); set chips_per_vm: {tpu.chips_per_vm}"
+        )
+    return tpu
+
+
+def workload_labels(spec: JobSpec, job_id: str) -> dict[str, str]:
+    labels = dict(spec.labels)  # user labels first so rljob's own keys always win
+    labels.update(
+        {
+            names.LABEL_NAME: "rljob-trainer",
+            names.LABEL_INSTANCE: job_id,
+            names.LABEL_COMPONENT: "trainer",
+            names.LABEL_MANAGED_BY: names.MANAGED_BY,
+            names.LABEL_PART_OF: "rljob",
+            names.LABEL_JOB_ID: job_id,
+            names.LABEL_PHASE: names.INITIAL_PHASE,
+        }
+    )
+    team = names.label_value(spec.team) if spec.team else ""
+    if team:
+        labels[names.LABEL_TEAM] = team
+    return labels
+
+
+def workload_annotations(spec: JobSpec) -> dict[str, str]:
+    return {names.ANNOTATION_SPEC_HASH: spec.content_hash()}
+
+
+def pod_failure_policy() -> V1PodFailurePolicy:
+    return V1PodFailurePolicy(
+        rules=[
+            # Preemption, node maintenance, eviction: not the trainer's fault; the replacement pod
+            # resumes from the last checkpoint and the attempt does not count against backoffLimit.
+            V1PodFailurePolicyRule(
+                action="Ignore",
+                on_pod_conditions=[V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")],
+            ),
+            # The trainer's contract: these exit codes mean a retry cannot help (bad spec, storage
+            # permissions, deterministic stage failure), so fail at once instead of burning TPU time.
+            V1PodFailurePolicyRule(
+                action="FailJob",
+                on_exit_codes=V1PodFailurePolicyOnExitCodesRequirement(
+                    container_name=names.TRAINER_CONTAINER,
+                    operator="In",
+                    values=sorted(int(code) for code in NON_RETRYABLE_EXIT_CODES),
+                ),
+            ),
+        ]
+    )
+
+
+def build_spec_config_map(spec: JobSpec, job_id: str, settings: K8sSettings) -> V1ConfigMap:
+    return V1ConfigMap(
+        api_version="v1",
+        kind="ConfigMap",
+        metadata=V1ObjectMeta(
+            name=names.spec_configmap_name(job_id),
+            namespace=settings.namespace,
+            labels=workload_labels(spec, job_id),
+            annotations=workload_annotations(spec),
+        ),
+        # Pretty JSON: `kubectl get cm -o yaml` stays readable; the trainer parses either form.
+        data={names.SPEC_KEY: spec.model_dump_json(indent=2)},
+        immutable=True,  # the spec of a job never changes; also spares the kubelet a watch
+    )
+
+
+def _job_spec(spec: JobSpec, job_id: str, tpu: TpuSlice, settings: K8sSettings, labels: dict[str, str]) -> V1JobSpec:
+    template = trainer_pod_template(
+        spec, job_id, tpu, settings, labels=labels, annotations=workload_annotations(spec)
+    )
+    job_spec = V1JobSpec(
+        parallelism=tpu.vms_per_slice,
+        completions=tpu.vms_per_slice,
+        template=template,
+        pod_failure_policy=pod_failure_policy(),
+        # Never two trainers writing the same checkpoint directory: a replacement pod starts only
+        # after the previous one is fully gone (also the only value allowed with podFailurePolicy).
+        pod_replacement_policy="Failed",
+    )
+    if tpu.multi_host:
+        # One pod per VM with a stable index (TPU_WORKER_ID); any worker failing fails the slice and
+        # the JobSet restarts all workers together, which is what JAX multi-host needs.
+        job_spec.completion_mode = "Indexed"
+        job_spec.backoff_limit = 0
+        job_spec.active_deadline_seconds = settings.active_deadline_s
+    else:
+        job_spec.backoff_limit = settings.backoff_limit
+        job_spec.active_deadline_seconds = settings.active_deadline_s
+        job_spec.ttl_seconds_after_finished = settings.ttl_after_finished_s
+        if settings.kueue_queue:
+            job_spec.suspend = True  # Kueue unsuspends on admission; no pod starts before that
+    return job_spec
+
+
+def _top_level_labels(spec: JobSpec, job_id: str, settings: K8sSettings) -> dict[str, str]:
+    labels = workload_labels(spec, job_id)
+    if settings.kueue_queue:
+        labels[names.KUEUE_QUEUE_LABEL] = settings.kueue_queue
+    return labels
+
+
+def build_trainer_job(spec: JobSpec, job_id: str, settings: K8sSettings, tpu: TpuSlice | None = None) -> V1Job:
+    tpu = tpu or resolve_slice(spec)
+    if tpu.multi_host:
+        raise ManifestError(f"{tpu.name} spans {tpu.vms_per_slice} VMs: it needs a JobSet (build_trainer_jobset)")
+    return V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=V1ObjectMeta(
+            name=names.workload_name(job_id),
+            namespace=settings.namespace,
+            labels=_top_level_labels(spec, job_id, settings),
+            annotations=workload_annotations(spec),
+        ),
+        spec=_job_spec(spec, job_id, tpu, settings, workload_labels(spec, job_id)),
+    )
+
+
+def build_trainer_jobset(
+    spec: JobSpec, job_id: str, settings: K8sSettings, tpu: TpuSlice | None = None
+) -> dict[str, Any]:
+    # Imported here: render.py needs the serializer, and it depends on nothing else in this module.
+    from .render import to_plain
+
+    tpu = tpu or resolve_slice(spec)
+    if not tpu.multi_host:
+        raise ManifestError(f"{tpu.name} is a single VM: use a batch/v1 Job (build_trainer_job)")
+    labels = workload_labels(spec, job_id)
+    job_template = {
+        "metadata": {"labels": labels, "annotations": workload_annotations(spec)},
+        "spec": to_plain(_job_spec(spec, job_id, tpu, settings, labels)),
+    }
+    jobset_spec: dict[str, Any] = {
+        # Workers find each other through the JobSet's headless service by hostname.
+        "network": {"enableDNSHostnames": True},
+        "failurePolicy": {
+            # Restarts of the whole slice: each one resumes from the last checkpoint.
+            "maxRestarts": settings.backoff_limit,
+            "rules": [
+                {
+                    # A child Job failed by podFailurePolicy means a non-retryable exit, and a
+                    # deadline is a deadline: restarting either only burns TPU time.
+                    "name": "no-retry",
+                    "action": "FailJobSet",
+                    "onJobFailureReasons": ["PodFailurePolicy", "DeadlineExceeded"],
+                }
+            ],
+        },
+        "replicatedJobs": [{"name": SLICE_REPLICATED_JOB, "replicas": 1, "template": job_template}],
+        "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
+    }
+    if settings.kueue_queue:
+        jobset_spec["suspend"] = True
+    return {
+        "apiVersion": JOBSET_API_VERSION,
+        "kind": "JobSet",
+        "metadata": {
+            "name": names.workload_name(job_id, multi_host=True),
+            "namespace": settings.namespace,
+            "labels": _top_level_labels(spec, job_id, settings),
+            "annotations": {
+                **workload_annotations(spec),
+                # One slice per node pool, never two slices sharing one (ICI is per node pool).
+                names.JOBSET_EXCLUSIVE_ANNOTATION: GKE_NODE_POOL_LABEL,
+            },
+        },
+        "spec": jobset_spec,
+    }
+
+
+def build_workload(spec: JobSpec, job_id: str, settings: K8sSettings) -> Workload:
+    tpu = resolve_slice(spec)
+    config_map = build_spec_config_map(spec, job_id, settings)
+    if tpu.multi_host:
+        return Workload(config_map=config_map, job=None, jobset=build_trainer_jobset(spec, job_id, settings, tpu))
+    return Workload(config_map=config_map, job=build_trainer_job(spec, job_id, settings, tpu), jobset=None)

@@ -1,0 +1,120 @@
+"""The trainer's pod template: shared by the single-host Job and every replicated Job of a JobSet."""
+
+from __future__ import annotations
+
+from kubernetes.client import (
+    V1ConfigMapVolumeSource,
+    V1Container,
+    V1EmptyDirVolumeSource,
+    V1EnvVar,
+    V1EnvVarSource,
+    V1ObjectMeta,
+    V1PodSpec,
+    V1PodTemplateSpec,
+    V1ResourceRequirements,
+    V1SecretKeySelector,
+    V1Toleration,
+    V1Volume,
+    V1VolumeMount,
+)
+
+from trainer.contract import JobSpec
+
+from . import names
+from .accelerators import (
+    GKE_ACCELERATOR_LABEL,
+    GKE_NODE_POOL_LABEL,
+    GKE_TOPOLOGY_LABEL,
+    MACHINE_TYPE_LABEL,
+    TPU_RESOURCE,
+    TpuSlice,
+)
+from .errors import ManifestError
+from .settings import K8sSettings
+
+
+def node_selector(tpu: TpuSlice, settings: K8sSettings) -> dict[str, str]:
+    selector = {
+        GKE_ACCELERATOR_LABEL: tpu.gke_accelerator,
+        GKE_TOPOLOGY_LABEL: tpu.topology,
+        MACHINE_TYPE_LABEL: tpu.machine_type,
+    }
+    if settings.node_pool:
+        selector[GKE_NODE_POOL_LABEL] = settings.node_pool
+    return selector
+
+
+def trainer_command(job_id: str) -> list[str]:
+    # The spec travels in a ConfigMap, never in argv; secrets come only through env from a Secret.
+    return ["python", "-m", "trainer", "run", "--spec", f"{names.SPEC_MOUNT_DIR}/{names.SPEC_KEY}", "--job-id", job_id]
+
+
+def _env(job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
+    return [
+        V1EnvVar(name="RLJOB_JOB_ID", value=job_id),
+        # Progress events are JSON lines on stdout: unbuffered so `rljob logs` sees them at once.
+        V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
+        V1EnvVar(
+            name="HF_TOKEN",
+            value_from=V1EnvVarSource(
+                # optional: public checkpoints need no token; a gated one makes the trainer fail with
+                # its own message naming the Secret, which beats a pod stuck in CreateContainerConfigError.
+                secret_key_ref=V1SecretKeySelector(
+                    name=settings.hf_token_secret, key=settings.hf_token_secret_key, optional=True
+                )
+            ),
+        ),
+    ]
+
+
+def trainer_pod_template(
+    spec: JobSpec,
+    job_id: str,
+    tpu: TpuSlice,
+    settings: K8sSettings,
+    *,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+) -> V1PodTemplateSpec:
+    if not settings.image:
+        raise ManifestError("no trainer image configured: set RLJOB_K8S_IMAGE to the trainer image reference")
+    memory = settings.memory_request or tpu.memory_request
+    container = V1Container(
+        name=names.TRAINER_CONTAINER,
+        image=settings.image,
+        image_pull_policy=settings.image_pull_policy,
+        command=trainer_command(job_id),
+        env=_env(job_id, settings),
+        resources=V1ResourceRequirements(
+            requests={"cpu": settings.cpu_request or tpu.cpu_request, "memory": memory, TPU_RESOURCE: str(tpu.chips_per_vm)},
+            # Extended resources need limit == request; memory limit == request keeps OOM deterministic.
+            limits={"memory": memory, TPU_RESOURCE: str(tpu.chips_per_vm)},
+        ),
+        volume_mounts=[
+            V1VolumeMount(name="dshm", mount_path="/dev/shm"),
+            V1VolumeMount(name="spec", mount_path=names.SPEC_MOUNT_DIR, read_only=True),
+        ],
+        termination_message_policy="FallbackToLogsOnError",
+    )
+    pod = V1PodSpec(
+        restart_policy="Never",  # required by podFailurePolicy; retries are the Job's, not the kubelet's
+        service_account_name=settings.service_account,
+        termination_grace_period_seconds=settings.termination_grace_s,
+        node_selector=node_selector(tpu, settings),
+        tolerations=[V1Toleration(key=TPU_RESOURCE, operator="Exists", effect="NoSchedule")],
+        priority_class_name=settings.priority_class,
+        containers=[container],
+        volumes=[
+            V1Volume(
+                name="dshm",
+                empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=settings.shm_size or tpu.shm_size),
+            ),
+            V1Volume(name="spec", config_map=V1ConfigMapVolumeSource(name=names.spec_configmap_name(job_id))),
+        ],
+    )
+    if tpu.multi_host:
+        # GKE multi-host TPU slices talk over the host network (ICI setup, megascale); with host
+        # networking, ClusterFirstWithHostNet keeps cluster DNS (the JobSet headless service).
+        pod.host_network = True
+        pod.dns_policy = "ClusterFirstWithHostNet"
+    return V1PodTemplateSpec(metadata=V1ObjectMeta(labels=labels, annotations=annotations), spec=pod)

@@ -1,0 +1,80 @@
+"""K8sSettings: everything the Kubernetes backend reads from the environment (prefix RLJOB_K8S_).
+
+Built by the caller (`K8sSettings()` in the service factory, explicit values in tests) and passed in;
+nothing here is read at import time.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_MINOR = re.compile(r"^1\.\d{2}$")
+
+
+class K8sSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RLJOB_K8S_", extra="ignore", frozen=True)
+
+    # Where and what to run.
+    namespace: str = "rljob"
+    image: str = Field(default="", description="trainer image, e.g. REGION-docker.pkg.dev/PROJECT/rljob/trainer:TAG")
+    image_pull_policy: str = "IfNotPresent"
+    service_account: str = Field(
+        default="rljob-trainer",
+        description="Kubernetes service account bound to a Google service account (Workload Identity)",
+    )
+    hf_token_secret: str = "rljob-hf-token"
+    hf_token_secret_key: str = "token"
+    node_pool: str | None = Field(default=None, description="pin pods to this GKE node pool (cloud.google.com/gke-nodepool)")
+    kueue_queue: str | None = Field(default=None, description="Kueue LocalQueue; Jobs are created suspended for Kueue")
+    priority_class: str | None = None
+
+    # Which cluster.
+    in_cluster: bool = False
+    kubeconfig: str | None = None
+    context: str | None = None
+    gke_minor_version: str = Field(default="1.35", description="the schema version manifests are validated against")
+
+    # Workload lifetimes. Deadline: a runaway job cannot hold TPUs forever; TTL: long enough for the
+    # service to read the final state after a restart, then the cluster cleans up by itself.
+    active_deadline_s: int = Field(default=2 * 24 * 3600, gt=0)
+    ttl_after_finished_s: int = Field(default=3 * 24 * 3600, ge=0)
+    backoff_limit: int = Field(default=3, ge=0)
+    # SIGTERM -> SIGKILL: the trainer saves a checkpoint on SIGTERM (maintenance, cancel).
+    termination_grace_s: int = Field(default=300, ge=30)
+    cpu_request: str | None = Field(default=None, description="override the accelerator table's per-VM CPU request")
+    memory_request: str | None = Field(default=None, description="override the per-VM memory request (= limit)")
+    shm_size: str | None = Field(default=None, description="override the /dev/shm size")
+
+    # Talking to the API server.
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    retry_attempts: int = Field(default=5, ge=1)
+    retry_backoff_s: float = Field(default=0.5, gt=0)
+    retry_backoff_max_s: float = Field(default=10.0, gt=0)
+    watch_timeout_s: int = Field(default=300, gt=0, description="server-side end of each watch request")
+    reconcile_interval_s: float = Field(default=120.0, gt=0)
+    watch_jobsets: bool = Field(default=True, description="watch JobSets too (needs the JobSet CRD)")
+
+    @field_validator("namespace", "service_account", "hf_token_secret")
+    @classmethod
+    def _dns(cls, v: str) -> str:
+        if not _DNS_LABEL.match(v):
+            raise ValueError(f"{v!r} must be a DNS-1123 label")
+        return v
+
+    @field_validator("gke_minor_version")
+    @classmethod
+    def _minor(cls, v: str) -> str:
+        if not _MINOR.match(v):
+            raise ValueError("must look like 1.33")
+        return v
+
+    @field_validator("image_pull_policy")
+    @classmethod
+    def _pull(cls, v: str) -> str:
+        if v not in ("Always", "IfNotPresent", "Never"):
+            raise ValueError("must be Always, IfNotPresent or Never")
+        return v

@@ -1,0 +1,225 @@
+"""Watching, kopf-style: list, watch from the list's resourceVersion, re-list on 410 Gone; plus a
+slow periodic reconcile so a missed event can only delay an observation, never lose it.
+
+Watch events do not carry the whole story (a Job's status says nothing about an unschedulable pod),
+so they only mark a job dirty; one reconciler thread re-observes dirty jobs and pushes an
+Observation to the sink when it differs from the last one pushed. The sink is therefore called from
+a single thread, in order, and only on change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import urllib3
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+from service.domain.launcher_port import Observation, ObservationSink, ObservedState
+
+from . import names
+
+log = logging.getLogger(__name__)
+
+FINAL_STATES = frozenset({ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE})
+
+
+def _job_id_of(raw: Any) -> str | None:
+    if not isinstance(raw, dict):
+        return None
+    labels = (raw.get("metadata") or {}).get("labels") or {}
+    if labels.get(names.LABEL_MANAGED_BY) != names.MANAGED_BY:
+        return None  # a selector the server ignored, or someone else's object
+    return labels.get(names.LABEL_JOB_ID)
+
+
+def _list_result(result: Any) -> tuple[str | None, list[Any]]:
+    """(resourceVersion, raw items) from a typed list (V1JobList) or a custom-object dict."""
+    if isinstance(result, dict):
+        return (result.get("metadata") or {}).get("resourceVersion"), list(result.get("items") or [])
+    from .render import to_plain
+
+    return result.metadata.resource_version, [to_plain(item) for item in result.items]
+
+
+class ResourceWatch:
+    """List-then-watch loop for one resource kind; calls `on_job(job_id)` for every change it sees."""
+
+    def __init__(
+        self,
+        kind: str,
+        list_fn: Callable[..., Any],
+        list_args: tuple[Any, ...],
+        *,
+        on_job: Callable[[str], None],
+        stop: threading.Event,
+        watch_timeout_s: int,
+        connect_timeout_s: float,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+    ) -> None:
+        self.kind, self._list_fn, self._list_args = kind, list_fn, list_args
+        self._on_job, self._stop = on_job, stop
+        self._watch_timeout_s, self._connect_timeout_s = watch_timeout_s, connect_timeout_s
+        self._backoff_s, self._backoff_max_s = backoff_s, backoff_max_s
+        self._watch: watch.Watch | None = None
+        self.lists = 0  # how many times it (re-)listed; tests read it
+        self.gone_count = 0
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"label_selector": names.MANAGED_SELECTOR}
+
+    def relist(self) -> str | None:
+        result = self._list_fn(*self._list_args, **self._kwargs(), _request_timeout=self._connect_timeout_s * 2)
+        self.lists += 1
+        version, items = _list_result(result)
+        for raw in items:
+            job_id = _job_id_of(raw)
+            if job_id:
+                self._on_job(job_id)
+        return version
+
+    def watch_once(self, version: str | None) -> str | None:
+        """One watch request from `version`; returns the last resourceVersion seen. 410 propagates."""
+        self._watch = w = watch.Watch()
+        # timeout_seconds bounds the watch server-side (and stops the client's own silent retry);
+        # the read timeout bounds it client-side if the server never closes the stream.
+        kwargs = dict(self._kwargs(), timeout_seconds=self._watch_timeout_s,
+                      _request_timeout=(self._connect_timeout_s, self._watch_timeout_s * 1.5 + 1))
+        if version:
+            kwargs["resource_version"] = version
+        try:
+            for event in w.stream(self._list_fn, *self._list_args, **kwargs):
+                raw = event.get("raw_object")
+                if event.get("type") == "BOOKMARK":
+                    version = ((raw or {}).get("metadata") or {}).get("resourceVersion") or version
+                    continue
+                version = ((raw or {}).get("metadata") or {}).get("resourceVersion") or version
+                job_id = _job_id_of(raw)
+                if job_id:
+                    self._on_job(job_id)
+                if self._stop.is_set():
+                    break
+        except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError):
+            pass  # the stream went quiet or was cut: watch again from where we were
+        finally:
+            self._watch = None
+        return version
+
+    def run(self) -> None:
+        failures = 0
+        version: str | None = None
+        needs_list = True
+        while not self._stop.is_set():
+            try:
+                if needs_list:
+                    version = self.relist()
+                    needs_list = False
+                version = self.watch_once(version)
+                failures = 0
+            except ApiException as exc:
+                if exc.status == 410:
+                    # Our resourceVersion is older than the server keeps: state may have been missed,
+                    # so list again (which re-observes everything) and watch from the new version.
+                    self.gone_count += 1
+                    log.info("%s watch: 410 Gone, re-listing", self.kind)
+                    needs_list = True
+                    continue
+                failures += 1
+                needs_list = True
+                self._pause(exc, failures)
+            except Exception as exc:  # noqa: BLE001 - a watcher must survive anything and retry
+                failures += 1
+                needs_list = True
+                self._pause(exc, failures)
+
+    def _pause(self, exc: Exception, failures: int) -> None:
+        delay = min(self._backoff_max_s, self._backoff_s * 2 ** min(failures - 1, 10))
+        status = getattr(exc, "status", None)
+        if status == 404:
+            # The resource is not served (JobSet CRD not installed): check back slowly.
+            delay = self._backoff_max_s
+        log.warning("%s watch failed (%s); retrying in %.1fs", self.kind, exc.__class__.__name__, delay)
+        self._stop.wait(delay)
+
+    def interrupt(self) -> None:
+        w = self._watch
+        if w is not None:
+            w.stop()
+
+
+class Reconciler:
+    """Re-observes dirty jobs, and every known job each `interval_s`; pushes changes to the sink."""
+
+    def __init__(
+        self,
+        observe: Callable[[str], Observation],
+        sink: ObservationSink,
+        *,
+        interval_s: float,
+        stop: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._observe, self._sink = observe, sink
+        self._interval_s, self._stop, self._clock = interval_s, stop, clock
+        self._cond = threading.Condition()
+        self._dirty: dict[str, None] = {}  # insertion-ordered set
+        self._known: set[str] = set()
+        self._last: dict[str, tuple[Any, ...]] = {}
+
+    def mark(self, job_id: str) -> None:
+        with self._cond:
+            self._known.add(job_id)
+            self._dirty[job_id] = None
+            self._cond.notify()
+
+    def remember(self, job_id: str) -> None:
+        """Include a job in the periodic reconcile without observing it now."""
+        with self._cond:
+            self._known.add(job_id)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def run(self) -> None:
+        next_sweep = self._clock() + self._interval_s
+        while not self._stop.is_set():
+            with self._cond:
+                while not self._dirty and not self._stop.is_set():
+                    remaining = next_sweep - self._clock()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(timeout=min(remaining, 1.0))
+                if self._clock() >= next_sweep:
+                    for job_id in sorted(self._known):
+                        self._dirty[job_id] = None
+                    next_sweep = self._clock() + self._interval_s
+                batch = list(self._dirty)
+                self._dirty.clear()
+            for job_id in batch:
+                if self._stop.is_set():
+                    return
+                self.reconcile(job_id)
+
+    def reconcile(self, job_id: str) -> None:
+        try:
+            obs = self._observe(job_id)
+        except Exception:  # noqa: BLE001 - the next event or sweep retries it
+            log.exception("observing %s failed; the next sweep retries", job_id)
+            return
+        signature = (obs.state, obs.reason, obs.message, obs.exit_code)
+        if obs.state in FINAL_STATES:
+            with self._cond:
+                self._known.discard(job_id)  # nothing more to learn; a new event re-adds it
+        if self._last.get(job_id) == signature:
+            return
+        self._last[job_id] = signature
+        try:
+            self._sink(obs)
+        except Exception:  # noqa: BLE001 - a failing sink must not kill the watcher
+            log.exception("observation sink failed for %s", job_id)

@@ -1,0 +1,186 @@
+"""Rendered manifests: golden files, strict schema validation, and the facts that matter on GKE.
+
+Regenerate the goldens with RLJOB_UPDATE_GOLDEN=1 and review the diff like code.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from service.adapters.k8s import ACCELERATORS, ManifestError, UnsupportedAccelerator, lookup_accelerator
+from service.adapters.k8s.render import render_manifests, render_manifests_yaml
+from trainer.contract import NON_RETRYABLE_EXIT_CODES
+
+from .conftest import JOB_ID, make_settings, make_spec
+
+GOLDEN = Path(__file__).parent / "golden"
+GKE_MINOR = make_settings().gke_minor_version
+
+CASES = {
+    "v6e-8": dict(accelerator="v6e-8", chips_per_vm=8),
+    "v6e-16": dict(accelerator="v6e-16", chips_per_vm=4),
+    "v5p-8": dict(accelerator="v5p-8", chips_per_vm=4),
+}
+
+
+def _settings():
+    # The goldens show the optional parts too: Kueue, priority class, node pool.
+    return make_settings(kueue_queue="tpu-queue", priority_class="rljob-batch", node_pool="tpu-pool-1")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_manifests(case: str) -> None:
+    text = render_manifests_yaml(make_spec(**CASES[case], team="ml-research"), JOB_ID, _settings())
+    path = GOLDEN / f"{case}.yaml"
+    if os.environ.get("RLJOB_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"missing golden {path}; run with RLJOB_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{case} manifests changed; if intended, regenerate with RLJOB_UPDATE_GOLDEN=1"
+
+
+def validate_strict(doc: dict[str, Any]) -> None:
+    """kubernetes-validate --strict; JobSet is a CRD it has no schema for, so its embedded job
+    template is validated as a batch/v1 Job (the JobSet envelope is checked by test_jobset_shape)."""
+    if doc["kind"] == "JobSet":
+        for rjob in doc["spec"]["replicatedJobs"]:
+            template = rjob["template"]
+            as_job = {"apiVersion": "batch/v1", "kind": "Job",
+                      "metadata": {"name": f"{doc['metadata']['name']}-{rjob['name']}-0", **template["metadata"]},
+                      "spec": template["spec"]}
+            kubernetes_validate.validate(as_job, GKE_MINOR, strict=True)
+        return
+    kubernetes_validate.validate(doc, GKE_MINOR, strict=True)
+
+
+@pytest.mark.parametrize("accelerator", sorted(ACCELERATORS))
+@pytest.mark.parametrize("kueue", [False, True])
+def test_every_accelerator_renders_strictly_valid_manifests(accelerator: str, kueue: bool) -> None:
+    tpu = lookup_accelerator(accelerator)
+    settings = make_settings(kueue_queue="q" if kueue else None)
+    docs = render_manifests(make_spec(accelerator, tpu.chips_per_vm), JOB_ID, settings)
+    assert [d["kind"] for d in docs] == ["ConfigMap", "JobSet" if tpu.multi_host else "Job"]
+    for doc in docs:
+        validate_strict(doc)
+
+
+def test_strict_validation_catches_an_unknown_field() -> None:
+    # Guard the guard: the validator really is strict about what we would get wrong.
+    job = render_manifests(make_spec(), JOB_ID, make_settings())[1]
+    broken = copy.deepcopy(job)
+    broken["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_strict(broken)
+
+
+def _pod(doc: dict[str, Any]) -> dict[str, Any]:
+    if doc["kind"] == "JobSet":
+        return doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    return doc["spec"]["template"]["spec"]
+
+
+def test_single_host_job_has_what_gke_tpus_need() -> None:
+    cm, job = render_manifests(make_spec(), JOB_ID, make_settings())
+    spec, pod = job["spec"], _pod(job)
+    container = pod["containers"][0]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "2x4",
+        "node.kubernetes.io/instance-type": "ct6e-standard-8t",  # the single-host 8-chip VM
+    }
+    assert container["resources"]["limits"]["google.com/tpu"] == "8"
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory" and shm["emptyDir"]["sizeLimit"]
+    assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == "rljob-trainer"
+    assert pod["terminationGracePeriodSeconds"] >= 60
+    assert spec["activeDeadlineSeconds"] > 0 and spec["ttlSecondsAfterFinished"] > 0 and spec["backoffLimit"] >= 1
+    rules = spec["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[1]["action"] == "FailJob"
+    assert rules[1]["onExitCodes"]["values"] == sorted(NON_RETRYABLE_EXIT_CODES)
+    # The HF token only ever comes from a Secret, never in argv or a literal value.
+    hf = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
+    assert set(hf) == {"name", "valueFrom"} and "secretKeyRef" in hf["valueFrom"]
+    assert container["command"][-2:] == ["--job-id", JOB_ID] and "/etc/rljob/spec.json" in container["command"]
+    assert not pod.get("hostNetwork")
+    assert "suspend" not in spec  # no Kueue configured
+
+
+def test_labels_and_annotations() -> None:
+    spec = make_spec(team="ML Research!", labels={"cost-center": "rl"})
+    job = render_manifests(spec, JOB_ID, make_settings(kueue_queue="tpu-queue"))[1]
+    labels, annotations = job["metadata"]["labels"], job["metadata"]["annotations"]
+    assert labels["app.kubernetes.io/managed-by"] == "rljob"
+    assert labels["app.kubernetes.io/instance"] == labels["rljob.dev/job-id"] == JOB_ID
+    assert labels["rljob.dev/team"] == "ML-Research"  # coerced into a valid label value
+    assert labels["rljob.dev/phase"] == "launching" and labels["cost-center"] == "rl"
+    assert labels["kueue.x-k8s.io/queue-name"] == "tpu-queue" and job["spec"]["suspend"] is True
+    assert annotations["rljob.dev/spec-hash"] == spec.content_hash()
+    assert _pod(job) and job["spec"]["template"]["metadata"]["labels"]["rljob.dev/job-id"] == JOB_ID
+
+
+def test_jobset_shape() -> None:
+    jobset = render_manifests(make_spec("v6e-16", 4), JOB_ID, make_settings(kueue_queue="q"))[1]
+    assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert jobset["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"] == "cloud.google.com/gke-nodepool"
+    (rjob,) = jobset["spec"]["replicatedJobs"]
+    assert rjob["replicas"] == 1
+    job_spec = rjob["template"]["spec"]
+    assert job_spec["parallelism"] == job_spec["completions"] == 4 and job_spec["completionMode"] == "Indexed"
+    pod = _pod(jobset)
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "4x4"
+    assert pod["containers"][0]["resources"]["limits"]["google.com/tpu"] == "4"
+    assert jobset["spec"]["suspend"] is True and jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    assert jobset["spec"]["failurePolicy"]["rules"][0]["action"] == "FailJobSet"
+
+
+def test_render_yaml_round_trips_for_kubectl() -> None:
+    text = render_manifests_yaml(make_spec(), JOB_ID, make_settings())
+    assert [d["kind"] for d in yaml.safe_load_all(text)] == ["ConfigMap", "Job"]
+    assert render_manifests(make_spec(), None, make_settings())[1]["metadata"]["name"].startswith("rl-")
+
+
+@pytest.mark.parametrize(
+    ("spec_kwargs", "settings_kwargs", "error", "match"),
+    [
+        (dict(accelerator="v4-8", chips_per_vm=4), {}, UnsupportedAccelerator, "v6e-8"),
+        (dict(accelerator="v6e-16", chips_per_vm=8), {}, ManifestError, "chips_per_vm: 4"),
+        (dict(), dict(image=""), ManifestError, "RLJOB_K8S_IMAGE"),
+    ],
+)
+def test_refuses_what_cannot_run(spec_kwargs, settings_kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        render_manifests(make_spec(**spec_kwargs), JOB_ID, make_settings(**settings_kwargs))
+
+
+@pytest.mark.parametrize("job_id", ["Rl-UPPER", "rl-" + "x" * 61, "rl_underscore"])
+def test_names_are_dns_labels_and_length_checked(job_id: str) -> None:
+    with pytest.raises(ManifestError, match="DNS-1123"):
+        render_manifests(make_spec(), job_id, make_settings())
+
+
+def test_jobset_names_leave_room_for_pod_hostnames() -> None:
+    with pytest.raises(ManifestError, match="at most 40"):
+        render_manifests(make_spec("v6e-16", 4), "rl-" + "a" * 40, make_settings())
+
+
+def test_accelerator_table_is_consistent() -> None:
+    for name, tpu in ACCELERATORS.items():
+        generation, count = name.split("-")
+        chips = int(count) // 2 if generation == "v5p" else int(count)  # v5p counts TensorCores
+        assert tpu.chips == chips, name
+        dims = [int(d) for d in tpu.topology.split("x")]
+        product = 1
+        for d in dims:
+            product *= d
+        assert product == chips, name
+    assert {"v6e-1", "v6e-4", "v6e-8", "v6e-16", "v6e-32", "v6e-64", "v6e-128", "v6e-256", "v5p-8", "v5e-8"} <= set(ACCELERATORS)

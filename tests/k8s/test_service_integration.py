@@ -1,0 +1,121 @@
+"""The whole service (create_app, JobService, SQLite store) with the Kubernetes launcher on kmock.
+
+The app runs in FastAPI's TestClient on a worker thread; kmock serves on the test's event loop,
+and the test plays the Job controller from that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.adapters.store import SqlJobStore
+from service.app import create_app
+from service.config import Settings
+
+from .conftest import NS, make_spec
+
+pytestmark = pytest.mark.timeout(60)
+TOKEN = "k8s-integration-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class NoProgress:
+    """ProgressSource fake: the trainer's events file lives in a bucket these tests do not have."""
+
+    def read_new(self, record: Any) -> list[Any]:
+        return []
+
+    def forget(self, job_id: str) -> None:
+        pass
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(
+        _env_file=None, environment="dev", state_dir=tmp_path, bootstrap_token=TOKEN, bootstrap_team="ml",
+        progress_poll_interval_s=0.1, reconcile_interval_s=0.5,
+    )
+
+
+def _wait(check: Callable[[], Any], what: str, timeout_s: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _phase(client: TestClient, job_id: str) -> str:
+    return client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["phase"].lower()
+
+
+async def test_service_restarted_mid_job_reconciles_and_finishes_once(cluster, make_launcher, tmp_path):
+    loop = asyncio.get_running_loop()
+
+    def on_loop(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=10)
+
+    def first_life() -> str:
+        app = create_app(_settings(tmp_path), launcher=make_launcher(), progress=NoProgress())
+        with TestClient(app) as client:
+            _wait(lambda: client.get("/readyz").status_code == 200, "ready")
+            body = make_spec().model_dump(mode="json")
+            resp = client.post("/v1/jobs", json=body, headers=AUTH)
+            assert resp.status_code == 201, resp.text
+            job_id = resp.json()["id"]
+            _wait(lambda: cluster.job(job_id), "the Job in the cluster")
+            pod = on_loop(cluster.create_pod(job_id=job_id))
+            on_loop(cluster.run_pod(pod))
+            _wait(lambda: _phase(client, job_id) == "running", "phase running")
+            job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
+            assert (job["backend"], job["object_name"]) == ("kubernetes", f"job/{job_id}")
+        return job_id  # leaving the block stops the service (launcher watch included)
+
+    job_id = await asyncio.to_thread(first_life)
+
+    # While the service is down the trainer finishes and the Job completes.
+    await cluster.patch_job({"status": {"succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-30T01:00:00Z"}]}}, name=job_id)
+
+    def second_life() -> None:
+        app = create_app(_settings(tmp_path), launcher=make_launcher(), progress=NoProgress())
+        with TestClient(app) as client:
+            _wait(lambda: _phase(client, job_id) == "succeeded", "phase succeeded after restart")
+            time.sleep(1.2)  # two reconcile periods: nothing may move it again
+            assert _phase(client, job_id) == "succeeded"
+
+    await asyncio.to_thread(second_life)
+
+    job_posts = [r for r in cluster.server if r.method == "POST" and r.resource and r.resource.plural == "jobs"]
+    assert len(job_posts) == 1, "the restarted service must re-attach, not relaunch"
+    store = SqlJobStore(_settings(tmp_path).effective_database_url)
+    try:
+        phases = [e.data["phase"].lower() for e in store.events_after(0, job_id=job_id) if e.kind == "phase"]
+    finally:
+        store.close()
+    assert phases.count("succeeded") == 1 and phases[-1] == "succeeded"
+    assert "failed" not in phases
+
+
+async def test_cancel_through_the_api_deletes_the_job(cluster, make_launcher, tmp_path):
+    def scenario() -> None:
+        app = create_app(_settings(tmp_path), launcher=make_launcher(), progress=NoProgress())
+        with TestClient(app) as client:
+            _wait(lambda: client.get("/readyz").status_code == 200, "ready")
+            job_id = client.post("/v1/jobs", json=make_spec().model_dump(mode="json"), headers=AUTH).json()["id"]
+            _wait(lambda: cluster.job(job_id), "the Job in the cluster")
+            assert client.post(f"/v1/jobs/{job_id}/cancel", headers=AUTH).status_code == 200
+            _wait(lambda: _phase(client, job_id) == "cancelled", "phase cancelled")
+            assert cluster.job(job_id) is None
+            spec_cm = ("v1/configmaps", NS, f"{job_id}-spec")
+            assert spec_cm not in cluster.server.objects or cluster.server.objects[spec_cm].deleted
+
+    await asyncio.to_thread(scenario)
