@@ -51,7 +51,15 @@ fi
 
 STAMP="$VENV/.rljob-installed"
 WANT="$(cat "$ROOT/constraints.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+build_dashboard() {  # the dashboard's assets are built from dashboard/package-lock.json; skipped when unchanged
+  if command -v npm >/dev/null 2>&1; then
+    "$ROOT/scripts/build-dashboard.sh"
+  else
+    echo "bootstrap: npm not found; the dashboard at /ui/ stays unbuilt (the API works without it)" >&2
+  fi
+}
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
+  build_dashboard
   exit 0
 fi
 echo "bootstrap: installing pinned dependencies (first run takes a few minutes)"
@@ -60,4 +68,5 @@ echo "bootstrap: installing pinned dependencies (first run takes a few minutes)"
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" \
   -c "$ROOT/constraints.txt" -e "$ROOT[trainer,dev]"
 echo "$WANT" > "$STAMP"
+build_dashboard
 echo "bootstrap: ready ($("$VENV/bin/python" --version) in $VENV)"

@@ -7,6 +7,5 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 scripts/bootstrap.sh
-if [[ -x scripts/build-dashboard.sh ]]; then scripts/build-dashboard.sh; fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 exec .venv/bin/python scripts/demo.py "$@"

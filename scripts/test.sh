@@ -9,7 +9,6 @@ if [[ "${1:-}" == "--fast" ]]; then MARK=(-m "not slow"); shift; fi
 
 scripts/bootstrap.sh
 if [[ -x scripts/install-system-deps.sh ]]; then scripts/install-system-deps.sh; fi
-if [[ -x scripts/build-dashboard.sh ]]; then scripts/build-dashboard.sh; fi
 
 export PYTHONUNBUFFERED=1
 # Tests never reach a hub: models, tokenizers and data are built locally by the tests.

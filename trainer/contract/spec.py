@@ -304,6 +304,13 @@ class JobSpec(_Strict):
                 raise ValueError(f"label {key}={value!r} is not a valid Kubernetes label")
         return v
 
+    @model_validator(mode="after")
+    def _file_data_has_eval_files(self) -> JobSpec:
+        # MaxText would otherwise fetch the eval split of `dataset.name` from the hub.
+        if self.dataset.uses_files and self.grpo.num_test_batches > 0 and not self.dataset.eval_files:
+            raise ValueError("dataset.eval_files are required with train_files when grpo.num_test_batches > 0")
+        return self
+
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -17,6 +18,20 @@ def _path(uri: str) -> Path:
     if not uri.startswith("/"):
         raise StorageError(f"{uri!r} is not an absolute local path")
     return Path(uri)
+
+
+def file_md5(path: Path) -> str:
+    """"md5:<hex>" of a local file: the form GcsStore reports from object metadata, so they compare."""
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return "md5:" + h.hexdigest()
+
+
+def _info(path: Path) -> ObjectInfo:
+    st = path.stat()
+    return ObjectInfo(str(path), st.st_size, updated_s=st.st_mtime)
 
 
 class LocalDirStore:
@@ -59,11 +74,20 @@ class LocalDirStore:
     def list(self, prefix_uri: str) -> list[ObjectInfo]:
         root = _path(prefix_uri)
         if root.is_file():
-            return [ObjectInfo(str(root), root.stat().st_size)]
+            return [_info(root)]
         if not root.is_dir():
             return []
-        out = [ObjectInfo(str(p), p.stat().st_size) for p in root.rglob("*") if p.is_file()]
+        out = [_info(p) for p in root.rglob("*") if p.is_file()]
         return sorted(out, key=lambda o: o.uri)
+
+    def upload_file(self, local_path: str, uri: str) -> ObjectInfo:
+        dest = _path(uri)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if Path(local_path).resolve() != dest.resolve():
+            tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}")
+            shutil.copyfile(local_path, tmp)
+            os.replace(tmp, dest)  # readers never see a half-copied file
+        return _info(dest)
 
     def upload_dir(self, local_dir: str, uri: str) -> list[ObjectInfo]:
         dest = _path(uri)

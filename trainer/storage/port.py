@@ -14,6 +14,11 @@ class StorageError(Exception):
 class ObjectInfo:
     uri: str
     size_bytes: int
+    # "md5:<hex>" or "crc32c:<hex>" where the backend has one for free (GCS object metadata);
+    # None where computing it would mean reading the file (the local adapter's list()).
+    checksum: str | None = None
+    # Last modification, seconds since the epoch; pruning orphaned staging data needs an age.
+    updated_s: float | None = None
 
 
 class ArtifactStore(Protocol):
@@ -24,10 +29,14 @@ class ArtifactStore(Protocol):
     def write_bytes(self, uri: str, data: bytes, *, if_absent: bool = False) -> bool:
         """Write an object. With if_absent, return False (and write nothing) when it already exists."""
 
-    def delete(self, uri: str) -> None: ...
+    def delete(self, uri: str) -> None:
+        """Delete the object at uri and everything under uri/ (a missing one is not an error)."""
 
     def list(self, prefix_uri: str) -> list[ObjectInfo]:
         """Every object under prefix_uri (recursive), sorted by URI."""
+
+    def upload_file(self, local_path: str, uri: str) -> ObjectInfo:
+        """Copy one local file (a log, the events file) to uri, streamed rather than read into memory."""
 
     def upload_dir(self, local_dir: str, uri: str) -> list[ObjectInfo]: ...
 

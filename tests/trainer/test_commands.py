@@ -1,0 +1,97 @@
+"""Command builders and the subprocess seam: pure argument mapping, secret handling, log streaming."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from trainer.contract import JobSpec, RunLayout
+from trainer.runner import REDACTED, StageCommand, StageFailed, redact, run_stage_command
+from trainer.stages.convert import build_convert_command
+from trainer.stages.export import build_export_command
+from trainer.stages.train import build_train_command, total_train_steps
+
+
+def _spec(tiny_spec_dict, **grpo) -> JobSpec:
+    data = dict(tiny_spec_dict)
+    data["grpo"] = {**data["grpo"], **grpo}
+    return JobSpec.model_validate(data)
+
+
+def _args(command: StageCommand) -> dict[str, str]:
+    return dict(a.split("=", 1) for a in command.args if "=" in a and not a.startswith("--"))
+
+
+def test_every_grpo_field_reaches_train_rl(tiny_spec_dict):
+    spec = _spec(tiny_spec_dict, beta=0.03, epsilon=0.3, loss_algo="gspo-token", temperature=0.7, top_k=20, top_p=0.9,
+                 num_iterations=2, warmup_steps_fraction=0.2, num_eval_passes=3, eval_sampling_strategy="standard")
+    args = _args(build_train_command(spec, RunLayout("/out", "rl-x")))
+    assert args["rl.grpo_beta"] == "0.03" and args["rl.grpo_epsilon"] == "0.3"
+    assert args["rl.loss_algo"] == "gspo-token" and args["rl.num_iterations"] == "2"
+    assert args["decode_sampling_temperature"] == "0.7" and args["decode_sampling_top_k"] == "20"
+    assert args["decode_sampling_nucleus_p"] == "0.9" and args["warmup_steps_fraction"] == "0.2"
+    assert args["num_eval_passes"] == "3" and args["eval_sampling_strategy"] == "standard"
+    assert args["reward_functions"] == "completion_length_reward"
+    assert args["checkpoint_period"] == "1" and args["kv_cache_buffer"] == "8"
+    assert total_train_steps(spec) == 6
+
+
+def test_file_dataset_goes_as_parquet_and_hub_dataset_by_name(tiny_spec_dict):
+    spec = _spec(tiny_spec_dict)
+    files = _args(build_train_command(spec, RunLayout("/out", "rl-x"), local_data=("/w/train.parquet", "/w/eval.parquet")))
+    assert files["hf_train_files"] == "/w/train.parquet" and files["hf_eval_files"] == "/w/eval.parquet"
+    hub = JobSpec.model_validate({**tiny_spec_dict, "dataset": {"name": "openai/gsm8k"}})
+    args = _args(build_train_command(hub, RunLayout("/out", "rl-x")))
+    assert "hf_train_files" not in args and args["dataset_name"] == "openai/gsm8k" and args["train_split"] == "train"
+    assert "HF_HUB_OFFLINE" not in build_train_command(hub, RunLayout("/out", "rl-x")).env
+
+
+def test_vllm_engine_runs_train_rl_as_shipped(tiny_spec_dict):
+    data = {**tiny_spec_dict, "hardware": {"accelerator": "v6e-8", "rollout_engine": "vllm"}}
+    command = build_train_command(JobSpec.model_validate(data), RunLayout("/out", "rl-x"))
+    assert command.module == "maxtext.trainers.post_train.rl.train_rl"
+    assert not any(a.startswith("--rljob_") for a in command.args)
+
+
+def test_convert_and_export_use_the_dims_and_paths(tiny_spec_dict):
+    spec = _spec(tiny_spec_dict)
+    layout = RunLayout("/out", "rl-x")
+    convert = build_convert_command(spec, layout)
+    assert convert.module == "trainer.maxtext_entry.to_maxtext_entry"
+    assert f"--rljob_register_hf_config={spec.model.source}" == convert.args[0]
+    export = build_export_command(spec, layout, actor_step=7)
+    assert _args(export)["load_parameters_path"] == "/out/rl-x/rl/rl-x/checkpoints/actor/7/model_params"
+    assert "--override_model_architecture" in export.args
+    without_dims = JobSpec.model_validate({**tiny_spec_dict, "model": {**tiny_spec_dict["model"], "dims": None}})
+    assert build_convert_command(without_dims, layout).module == "maxtext.checkpoint_conversion.to_maxtext"
+
+
+def test_redact_hides_secret_values_and_token_args():
+    assert redact("token=abc123 and abc123", ["abc123"]) == f"token={REDACTED} and {REDACTED}"
+    assert redact("x hf_access_token=zzz y=1", []) == f"x hf_access_token={REDACTED} y=1"
+
+
+def test_runner_passes_secrets_by_env_only_and_redacts_the_log(tmp_path):
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "echo_token.py").write_text(
+        "import os, sys\nprint('argv', sys.argv[1:])\nprint('token is', os.environ['HF_TOKEN'])\n"
+    )
+    command = StageCommand(module="echo_token", args=("a=1",), env={"PYTHONPATH": str(module_dir)})
+    log = tmp_path / "logs" / "stage.log"
+    seen = []
+    run_stage_command(command, log, base_env={"HF_TOKEN": "hf_SECRET42", "PATH": "/usr/bin:/bin"}, on_line=seen.append)
+    text = log.read_text()
+    assert "hf_SECRET42" not in text and f"token is {REDACTED}" in text
+    assert "argv ['a=1']" in text and f"token is {REDACTED}" in seen
+
+
+def test_runner_raises_with_the_exit_code_and_output_tail(tmp_path):
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "fail_now.py").write_text("import sys\nprint('boom: ConnectionError')\nsys.exit(3)\n")
+    command = StageCommand(module="fail_now", args=(), env={"PYTHONPATH": str(module_dir)})
+    with pytest.raises(StageFailed) as info:
+        run_stage_command(command, tmp_path / "x.log", python=sys.executable)
+    assert info.value.returncode == 3 and "ConnectionError" in info.value.tail

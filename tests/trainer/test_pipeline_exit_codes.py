@@ -1,0 +1,135 @@
+"""Stage orchestration with a fake subprocess seam: skip logic, markers written last, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from trainer.contract import ExitCode, JobSpec, RunLayout, Stage, parse_event
+from trainer.pipeline import JobContext, classify_failure, run_pipeline
+from trainer.progress import EventReporter
+from trainer.runner import StageFailed, StageInterrupted
+from trainer.sources import DataError
+from trainer.storage import StorageError, store_for
+
+
+class FakeMaxText:
+    """Plays the three MaxText commands: writes the files each one would, or fails on request."""
+
+    def __init__(self, layout: RunLayout, fail: dict[str, BaseException] | None = None):
+        self.layout, self.fail, self.calls = layout, fail or {}, []
+
+    def __call__(self, command, log_path: Path, **kwargs):
+        self.calls.append(command.module)
+        for key, error in self.fail.items():
+            if key in command.module:
+                raise error
+        if "to_maxtext" in command.module:
+            # to_maxtext writes <base_output_directory>/0/items; with the conversion cache that is a
+            # private staging prefix of the cache entry, not the run directory.
+            out = next(a.split("=", 1)[1] for a in command.args if a.startswith("base_output_directory="))
+            (Path(out) / "0" / "items").mkdir(parents=True, exist_ok=True)
+            (Path(out) / "0" / "items" / "data").write_bytes(b"x")
+        elif "to_huggingface" in command.module:
+            Path(self.layout.export_dir).mkdir(parents=True, exist_ok=True)
+            (Path(self.layout.export_dir) / "model.safetensors").write_bytes(b"x")
+        elif "train_rl" in command.module:
+            params = Path(self.layout.actor_checkpoints) / "3" / "model_params"
+            params.mkdir(parents=True, exist_ok=True)
+            (params / "data").write_bytes(b"x")
+
+
+def _context(tmp_path, tiny_spec_dict, fake) -> JobContext:
+    data = {**tiny_spec_dict, "dataset": {"name": "openai/gsm8k"}}
+    spec = JobSpec.model_validate(data)
+    layout = fake.layout
+    reporter = EventReporter(store_for(layout.root), layout.events, layout.job_id, stdout=io.StringIO())
+    return JobContext(spec=spec, layout=layout, work_dir=Path(layout.root), reporter=reporter, run_command=fake)
+
+
+def _events(layout: RunLayout):
+    return [parse_event(line) for line in Path(layout.events).read_text().splitlines()]
+
+
+@pytest.fixture
+def layout(tmp_path) -> RunLayout:
+    layout = RunLayout(str(tmp_path / "runs"), "rl-test")
+    Path(layout.root).mkdir(parents=True)
+    return layout
+
+
+def test_success_writes_markers_and_a_rerun_skips_every_stage(tmp_path, tiny_spec_dict, layout):
+    fake = FakeMaxText(layout)
+    ctx = _context(tmp_path, tiny_spec_dict, fake)
+    no_verify = ctx.spec.model_copy(update={"export": ctx.spec.export.model_copy(update={"verify": False})})
+    ctx = JobContext(**{**ctx.__dict__, "spec": no_verify})  # the fake export has no weights to load
+    assert run_pipeline(ctx) == ExitCode.SUCCESS
+    for stage in Stage:
+        assert Path(layout.stage_marker(stage)).exists()
+    assert json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["actor_step"] == 3
+    fake.calls.clear()
+    assert run_pipeline(ctx) == ExitCode.SUCCESS
+    assert fake.calls == []
+    skipped = [e for e in _events(layout) if e.type == "stage_finished" and e.skipped]
+    assert [e.stage for e in skipped] == list(Stage)
+
+
+@pytest.mark.parametrize(
+    ("stage_module", "error", "code"),
+    [
+        ("to_maxtext", StageFailed("m", 1, Path("l"), "ValueError: bad shape"), ExitCode.NON_RETRYABLE),
+        ("to_maxtext", StageFailed("m", 1, Path("l"), "requests ConnectionError: reset"), ExitCode.RETRYABLE),
+        ("to_maxtext", StageFailed("m", 1, Path("l"), "huggingface_hub GatedRepoError 401"), ExitCode.STORAGE),
+        ("train_rl", StageFailed("m", -9, Path("l"), ""), ExitCode.RETRYABLE),
+        ("train_rl", StageFailed("m", 137, Path("l"), ""), ExitCode.RETRYABLE),
+        ("train_rl", StageInterrupted("SIGTERM"), ExitCode.RETRYABLE),
+        ("to_huggingface", StorageError("gs://b not writable"), ExitCode.STORAGE),
+    ],
+)
+def test_failures_map_to_the_exit_code_contract(tmp_path, tiny_spec_dict, layout, stage_module, error, code):
+    ctx = _context(tmp_path, tiny_spec_dict, FakeMaxText(layout, fail={stage_module: error}))
+    assert run_pipeline(ctx) == code
+    final = _events(layout)[-1]
+    assert final.type == "run_finished" and not final.ok and final.exit_code == code
+    failed = final.failed_stage
+    assert not Path(layout.stage_marker(failed)).exists()  # the marker only follows success
+
+
+def test_unexpected_errors_are_not_retried():
+    assert classify_failure(DataError("bad rows")) == ExitCode.NON_RETRYABLE
+    assert classify_failure(RuntimeError("bug")) == ExitCode.NON_RETRYABLE
+
+
+def test_unwritable_output_is_a_storage_failure(tmp_path, tiny_spec_dict, capsys):
+    from tests.trainer.conftest import write_spec
+    from trainer.cli import main
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    spec = write_spec(tmp_path / "s.yaml", {**tiny_spec_dict, "output": str(blocker / "runs")})
+    assert main(["run", "--spec", str(spec)]) == ExitCode.STORAGE
+    assert "not writable" in capsys.readouterr().err
+
+
+def test_a_second_job_on_the_same_model_skips_conversion_via_the_cache(tmp_path, tiny_spec_dict, layout):
+    first = FakeMaxText(layout)
+    ctx = _context(tmp_path, tiny_spec_dict, first)
+    no_verify = {"export": ctx.spec.export.model_copy(update={"verify": False})}
+    assert run_pipeline(JobContext(**{**ctx.__dict__, "spec": ctx.spec.model_copy(update=no_verify)})) == ExitCode.SUCCESS
+    assert any("to_maxtext" in m for m in first.calls)
+
+    other = RunLayout(layout.output, "rl-other")
+    Path(other.root).mkdir(parents=True)
+    second = FakeMaxText(other)
+    ctx2 = _context(tmp_path, tiny_spec_dict, second)
+    assert run_pipeline(JobContext(**{**ctx2.__dict__, "spec": ctx2.spec.model_copy(update=no_verify)})) == ExitCode.SUCCESS
+    assert not any("to_maxtext" in m for m in second.calls)
+    convert = [e for e in _events(other) if e.type == "stage_finished" and e.stage == Stage.CONVERT]
+    assert convert[0].skipped and "conversion cache" in convert[0].reason
+    checkpoint = json.loads(Path(other.stage_marker(Stage.CONVERT)).read_text())["outputs"]["checkpoint"]
+    assert checkpoint.startswith(f"{layout.output}/_cache/maxtext/") and Path(checkpoint, "data").exists()
+    manifest = json.loads(Path(other.manifest).read_text())
+    assert manifest["references"] == {"converted_checkpoint": checkpoint}

@@ -1,0 +1,95 @@
+"""Event reporter numbering, the TensorBoard reader on real tensorboardX files, step/eval mapping."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from tensorboardX import SummaryWriter
+
+from trainer.contract import RunStarted, Stage, parse_event
+from trainer.progress import EventReporter
+from trainer.storage import store_for
+from trainer.tensorboard_metrics import EventFileTailer, read_scalars
+from trainer.train_progress import TrainStepAssembler, eval_fields, train_step_fields
+
+
+def _reporter(tmp_path, out=None) -> EventReporter:
+    return EventReporter(store_for(str(tmp_path)), str(tmp_path / "events.jsonl"), "rl-abc", stdout=out or io.StringIO())
+
+
+def test_seq_continues_across_restarts_and_survives_a_torn_line(tmp_path):
+    first = _reporter(tmp_path)
+    first.run_started(1, str(tmp_path))
+    first.stage_started(Stage.CONVERT)
+    with open(tmp_path / "events.jsonl", "a") as f:
+        f.write('{"v":1,"seq":2,"ti')  # killed mid-write
+        f.write("\n")
+    stdout = io.StringIO()
+    second = _reporter(tmp_path, stdout)
+    assert second.previous_attempts() == 1
+    event = second.run_started(2, str(tmp_path))
+    assert event.seq == 2
+    assert json.loads(stdout.getvalue())["seq"] == 2  # the same line goes to stdout
+    lines = [line for line in (tmp_path / "events.jsonl").read_text().splitlines() if line.endswith("}")]
+    assert isinstance(parse_event(lines[-1]), RunStarted)
+
+
+def test_reader_parses_tensorboardx_scalars_and_resumes_from_its_offset(tmp_path):
+    writer = SummaryWriter(logdir=str(tmp_path))
+    writer.add_scalar("actor/train/loss", 0.5, 1)
+    writer.add_scalar("rewards/train/mean", 0.25, 0)
+    writer.close()  # tensorboardX writes from a background queue; close() drains it
+    tailer = EventFileTailer(store_for(str(tmp_path)), str(tmp_path))
+    first = {(s.tag, s.step): s.value for s in tailer.poll()}
+    assert first == {("actor/train/loss", 1): 0.5, ("rewards/train/mean", 0): 0.25}
+    later = SummaryWriter(logdir=str(tmp_path), filename_suffix=".second")  # a restarted trainer's new file
+    later.add_scalar("actor/train/loss", 0.125, 2)
+    later.close()
+    second = [(s.tag, s.step, s.value) for s in tailer.poll()]
+    assert second == [("actor/train/loss", 2, 0.125)]  # only what is new
+    assert read_scalars(tmp_path)["actor/train/loss"] == {1: 0.5, 2: 0.125}
+
+
+def test_reader_waits_for_a_record_that_is_not_complete(tmp_path):
+    writer = SummaryWriter(logdir=str(tmp_path / "src"))
+    writer.add_scalar("actor/train/kl", 0.75, 3)
+    writer.close()
+    data = next((tmp_path / "src").glob("events.out.tfevents.*")).read_bytes()
+    target = tmp_path / "dst" / "events.out.tfevents.1.host"
+    target.parent.mkdir()
+    target.write_bytes(data[:-3])
+    tailer = EventFileTailer(store_for(str(target.parent)), str(target.parent))
+    assert [s.tag for s in tailer.poll()] == []
+    target.write_bytes(data)
+    assert [(s.tag, s.value) for s in tailer.poll()] == [("actor/train/kl", 0.75)]
+
+
+def test_rollout_metrics_belong_to_the_next_training_step():
+    from trainer.tensorboard_metrics import Scalar
+
+    assembler = TrainStepAssembler(total_steps=3, already_reported={1})
+    assembler.add([
+        Scalar(0, "rewards/train/mean", 0.1, 0), Scalar(1, "actor/train/loss", 1.0, 0),
+        Scalar(1, "rewards/train/mean", 0.2, 0), Scalar(2, "actor/train/loss", 2.0, 0),
+        Scalar(2, "actor/train/kl", 0.3, 0), Scalar(0, "jax/checkpoint/x", 9.0, 0),
+        Scalar(2, "rewards/train/mean", 0.4, 0),  # step 3's rollout; its update is not logged yet
+    ])
+    ready = assembler.ready()
+    assert [step for step, _ in ready] == [2]  # 1 was reported by an earlier attempt, 3 is incomplete
+    fields = train_step_fields(2, 3, ready[0][1])
+    assert fields["reward_mean"] == 0.2 and fields["loss"] == 2.0 and fields["kl"] == 0.3
+    assert not any(k.startswith("jax/") for k in fields["metrics"])
+
+
+def test_eval_lines_become_eval_results():
+    line = ("W1130 train_rl.py:781] Post RL Training: corr=1, total=4, accuracy=25.0%, partial_accuracy=50.0%,"
+            " format_accuracy=75.0%, mean_reward=0.7402")
+    fields = eval_fields(line, start_step=0, total_steps=3)
+    assert fields["step"] == 3 and fields["accuracy"] == 0.25 and fields["metrics"]["mean_reward"] == 0.7402
+    pre = eval_fields("Pre RL Training: corr=0, total=2, accuracy=0.0%, partial_accuracy=0.0%, format_accuracy=0.0%",
+                      start_step=2, total_steps=3)
+    assert pre["step"] == 2
+    assert eval_fields("Intermediate Eval (step=10): corr=3, total=4, accuracy=75.0%, partial_accuracy=75.0%,"
+                       " format_accuracy=75.0%", start_step=0, total_steps=50)["step"] == 10
+    assert eval_fields("loss=0.1", start_step=0, total_steps=3) is None

@@ -1,0 +1,152 @@
+"""End to end on CPU with MaxText for real: one tiny model, one job that is killed during training and
+rerun, and a no-training round trip on that job's converted checkpoint. Shared to keep CI time small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.conftest import REPO, TINY_EXAMPLE
+from trainer.contract import RunLayout, Stage, parse_event
+
+pytestmark = pytest.mark.slow
+
+SECRET = "hf_slowtest_SECRET_never_logged"
+TINY_DIMS = ["override_model_config=true", "base_emb_dim=64", "base_num_query_heads=4", "base_num_kv_heads=2",
+             "base_num_decoder_layers=2", "base_mlp_dim=128", "head_dim=16"]
+
+
+def _env(tiny: Path, out: Path) -> dict[str, str]:
+    env = dict(os.environ, RLJOB_TINY_DIR=str(tiny), RLJOB_OUTPUT=str(out), HF_TOKEN=SECRET,
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONPATH=str(REPO))
+    return env
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny")
+    subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(out)], cwd=REPO, check=True,
+                   env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
+    return out
+
+
+@pytest.fixture(scope="session")
+def restarted_run(tiny_dir, tmp_path_factory) -> dict:
+    """`trainer run` killed (SIGKILL) once the first actor checkpoint exists, then run again to the end."""
+    out = tmp_path_factory.mktemp("runs")
+    env = _env(tiny_dir, out)
+    cmd = [sys.executable, "-m", "trainer", "run", "--spec", str(TINY_EXAMPLE), "--job-id", "rl-slowtest0001"]
+    layout = RunLayout(str(out), "rl-slowtest0001")
+    first_checkpoint = Path(layout.actor_checkpoints) / "1"
+    with open(out / "attempt1.out", "w") as stdout:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 480
+        while not first_checkpoint.is_dir() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        killed_at = time.time()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert first_checkpoint.is_dir(), (out / "attempt1.out").read_text()[-3000:]
+    second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    events = [parse_event(line) for line in Path(layout.events).read_text().splitlines() if line.endswith("}")]
+    return {"layout": layout, "events": events, "killed_at": killed_at, "tiny": tiny_dir, "stdout": second.stdout}
+
+
+def _attempt_events(events, attempt: int):
+    starts = [i for i, e in enumerate(events) if e.type == "run_started"]
+    begin = starts[attempt - 1]
+    end = starts[attempt] if attempt < len(starts) else len(events)
+    return events[begin:end]
+
+
+def test_end_to_end_export_loads_and_training_changed_the_weights(restarted_run):
+    from safetensors.torch import load_file
+
+    layout = restarted_run["layout"]
+    final = restarted_run["events"][-1]
+    assert final.type == "run_finished" and final.ok and final.exit_code == 0
+    steps = [e.step for e in restarted_run["events"] if e.type == "train_step"]
+    resumed = json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["resumed_from_step"]
+    # Steps up to the kill may be lost (Tunix buffers TensorBoard writes); every later step is reported once.
+    assert len(steps) == len(set(steps)) and set(range(resumed + 1, 4)) <= set(steps), steps
+    export_marker = json.loads(Path(layout.stage_marker(Stage.EXPORT)).read_text())
+    assert export_marker["outputs"]["verified"] is True
+    verify_line = [line for line in Path(layout.stage_log(Stage.EXPORT)).read_text().splitlines() if '"finite"' in line]
+    assert json.loads(verify_line[-1])["finite"] is True  # transformers loaded it and the logits are finite
+    before = load_file(str(restarted_run["tiny"] / "model" / "model.safetensors"))
+    after = load_file(str(Path(layout.export_dir) / "model.safetensors"))
+    assert sorted(before) == sorted(after)
+    changed = [k for k in before if not (before[k].float() == after[k].float()).all()]
+    assert "lm_head.weight" in changed and len(changed) >= len(before) // 2, changed
+
+
+def test_restart_skips_convert_and_continues_training_from_the_saved_step(restarted_run):
+    from trainer.tensorboard_metrics import parse_records, scalars_from_record
+
+    layout, events = restarted_run["layout"], restarted_run["events"]
+    second = _attempt_events(events, 2)
+    assert second[0].attempt == 2
+    convert = [e for e in second if e.type == "stage_finished" and e.stage == "convert"]
+    assert convert and convert[0].skipped
+    assert not any(e.type == "stage_started" and e.stage == "convert" for e in second)
+    resumed = json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["resumed_from_step"]
+    assert resumed >= 1
+    new_files = [p for p in Path(layout.rl_run, "tensorboard").glob("events.out.tfevents.*")
+                 if p.stat().st_ctime > restarted_run["killed_at"]]
+    actor_steps = set()
+    for path in new_files:
+        records, _ = parse_records(path.read_bytes())
+        actor_steps |= {s.step for r in records for s in scalars_from_record(r) if s.tag == "actor/train/loss"}
+    assert actor_steps and min(actor_steps) == resumed + 1, (resumed, actor_steps)
+    seqs = [e.seq for e in events]
+    assert seqs == list(range(len(seqs)))  # numbering continued across the kill
+
+
+def test_hf_token_never_reaches_events_or_logs(restarted_run):
+    layout = restarted_run["layout"]
+    for path in [Path(layout.events), *Path(layout.root, "logs").glob("*.log")]:
+        assert SECRET not in path.read_text(), path
+    assert SECRET not in restarted_run["stdout"]
+
+
+def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_run, tmp_path):
+    from safetensors.torch import load_file
+
+    from trainer.contract import JobSpec
+    from trainer.runner import StageCommand, run_stage_command
+    from trainer.stages.convert import converted_items_uri
+    from trainer.stages.export import build_export_command
+    from trainer.specfile import load_spec
+
+    layout, tiny = restarted_run["layout"], restarted_run["tiny"]
+    os.environ["RLJOB_TINY_DIR"], os.environ["RLJOB_OUTPUT"] = str(tiny), str(tmp_path)
+    spec: JobSpec = load_spec(TINY_EXAMPLE)
+    items = converted_items_uri(layout)
+    command = build_export_command(spec, layout, actor_step=0, local_tokenizer=str(tiny / "model"))
+    args = [f"load_parameters_path={items}" if a.startswith("load_parameters_path=") else
+            f"base_output_directory={tmp_path / 'hf'}" if a.startswith("base_output_directory=") else a
+            for a in command.args]
+    run_stage_command(StageCommand(command.module, tuple(args), command.env), tmp_path / "roundtrip.log")
+    original = load_file(str(tiny / "model" / "model.safetensors"))
+    exported = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert sorted(original) == sorted(exported)
+    for name, tensor in original.items():
+        assert (tensor.float() == exported[name].float()).all(), name
+
+    check = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("maxtext_forward_check.py")), str(tiny / "model"), items, *TINY_DIMS],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu"),
+        capture_output=True, text=True, timeout=300,
+    )
+    assert check.returncode == 0, check.stderr[-3000:]
+    result = json.loads(check.stdout.strip().splitlines()[-1])
+    assert result["max_abs_diff"] < 1e-4 * max(1.0, result["logit_scale"]), result

@@ -1,0 +1,81 @@
+"""Bad specs are rejected before anything runs: exit 65, every bad field named, nothing written."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.trainer.conftest import write_spec
+from trainer.cli import main
+from trainer.contract import ExitCode
+
+
+def _set(data: dict, dotted: str, value) -> dict:
+    out = copy.deepcopy(data)
+    node = out
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    return out
+
+
+BAD_FIELDS = [
+    ("name", "Not_A_Label", "name"),
+    ("model.name", "Llama 3", "model.name"),
+    ("model.source", "relative/dir/x", "model.source"),
+    ("model.revision", "main", "model"),  # a revision only applies to a hub source
+    ("model.dims.base_num_kv_heads", 3, "model.dims"),
+    ("grpo.num_generations", 1, "grpo.num_generations"),
+    ("grpo.max_target_length", 64, "grpo"),
+    ("grpo.epsilon", 1.5, "grpo.epsilon"),
+    ("grpo.loss_algo", "ppo", "grpo.loss_algo"),
+    ("grpo.rewards.functions", [], "grpo.rewards"),
+    ("hardware.rollout_engine", "vllm", "hardware"),
+    ("hardware.rollout_tensor_parallelism", 0, "hardware.rollout_tensor_parallelism"),
+    ("dataset.train_files", ["/data/train.csv"], "dataset.train_files"),
+    ("dataset.eval_files", [], "(spec)"),  # file data with num_test_batches > 0 needs eval files
+    ("output", "runs/here", "output"),
+    ("export.hub_repo", "not a repo", "export.hub_repo"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "named"), BAD_FIELDS, ids=[f for f, _, _ in BAD_FIELDS])
+def test_each_bad_field_is_rejected_and_named(tmp_path, tiny_spec_dict, capsys, field, value, named):
+    spec = write_spec(tmp_path / "spec.yaml", _set(tiny_spec_dict, field, value))
+    assert main(["run", "--spec", str(spec)]) == ExitCode.INVALID_SPEC
+    err = capsys.readouterr().err
+    assert f"  {named}" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_bad_field_is_reported_at_once(tmp_path, tiny_spec_dict, capsys):
+    data = _set(_set(_set(tiny_spec_dict, "grpo.num_generations", 1), "grpo.beta", -1), "name", "BAD")
+    spec = write_spec(tmp_path / "spec.yaml", data)
+    assert main(["plan", "--spec", str(spec)]) == ExitCode.INVALID_SPEC
+    err = capsys.readouterr().err
+    for named in ("grpo.num_generations", "grpo.beta", "name"):
+        assert f"  {named}:" in err
+    assert "3 problems" in err
+
+
+def test_missing_local_input_is_named_and_nothing_written(tmp_path, tiny_spec_dict, capsys):
+    spec = write_spec(tmp_path / "spec.yaml", _set(tiny_spec_dict, "model.source", str(tmp_path / "nope")))
+    assert main(["run", "--spec", str(spec)]) == ExitCode.INVALID_SPEC
+    assert "model.source:" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unset_spec_variable_is_an_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("RLJOB_TINY_DIR", raising=False)
+    from tests.trainer.conftest import TINY_EXAMPLE
+
+    assert main(["plan", "--spec", str(TINY_EXAMPLE)]) == ExitCode.INVALID_SPEC
+    assert "RLJOB_TINY_DIR is not set" in capsys.readouterr().err
+
+
+def test_unknown_field_is_rejected(tmp_path, tiny_spec_dict, capsys):
+    spec = write_spec(tmp_path / "spec.yaml", _set(tiny_spec_dict, "grpo.learning_rate_typo", 1))
+    assert main(["run", "--spec", str(spec)]) == ExitCode.INVALID_SPEC
+    assert "grpo.learning_rate_typo" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""rljob trainer: convert -> GRPO -> export with MaxText."""

@@ -1,0 +1,1 @@
+"""Checks that run as their own processes (torch, transformers) through runner.py."""

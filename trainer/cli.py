@@ -1,0 +1,115 @@
+"""`python -m trainer run|plan|make-tiny`: the trainer's command line (the entrypoint of every job pod)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from trainer.contract import ExitCode, JobSpec, RunLayout, default_job_id
+from trainer.conversion_cache_cli import add_cache_parser, cmd_cache
+from trainer.specfile import SpecError, load_spec
+
+JOB_ID_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (("run", "run the job's stages"), ("plan", "print each stage's command; run nothing")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--spec", required=True, help="job spec file (YAML or JSON)")
+        p.add_argument("--job-id", help="run directory name under spec.output (default: rl-<spec hash>)")
+        if name == "plan":
+            p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_cache_parser(sub)
+    tiny = sub.add_parser("make-tiny", help="build the offline tiny model, tokenizer and data for CPU runs")
+    tiny.add_argument("--out", required=True, help="directory to write model/, data/ and length_reward.py into")
+    return parser
+
+
+def _report_spec_problems(problems: list[tuple[str, str]]) -> int:
+    print(f"invalid job spec ({len(problems)} problem{'s' * (len(problems) != 1)}):", file=sys.stderr)
+    for field, reason in problems:
+        print(f"  {field}: {reason}", file=sys.stderr)
+    return int(ExitCode.INVALID_SPEC)
+
+
+def _load(args) -> tuple[JobSpec, str]:
+    spec = load_spec(args.spec)
+    job_id = args.job_id or default_job_id(spec)
+    if not JOB_ID_LABEL.match(job_id):
+        raise SpecError([("--job-id", "must be a DNS-1123 label: lowercase letters, digits and '-'")])
+    return spec, job_id
+
+
+def cmd_plan(args) -> int:
+    from trainer.pipeline import describe_plan
+    from trainer.runner import secret_values
+
+    spec, job_id = _load(args)
+    layout = RunLayout(spec.output, job_id)
+    secrets = secret_values(os.environ)
+    plan = [(stage.value, command.display(secrets)) for stage, command in describe_plan(spec, layout)]
+    if args.json:
+        print(json.dumps({"job_id": job_id, "run_uri": layout.root, "stages": [{"stage": s, "command": c} for s, c in plan]}, indent=2))
+    else:
+        print(f"# job {job_id} -> {layout.root}")
+        for stage, command in plan:
+            print(f"[{stage}] {command}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from trainer.pipeline import JobContext, default_run_command, local_work_dir, run_pipeline
+    from trainer.progress import EventReporter
+    from trainer.sources import missing_local_inputs
+    from trainer.conversion_cache import default_cache_root
+    from trainer.storage import StorageError, store_for
+    from trainer.storage.preflight import preflight
+
+    spec, job_id = _load(args)
+    missing = missing_local_inputs(spec)
+    if missing:
+        raise SpecError(missing)
+    layout = RunLayout(spec.output, job_id)
+    try:
+        store = store_for(layout.root)
+        # Before any accelerator time is spent: output and cache writable, gs:// inputs readable.
+        preflight(spec, layout, cache_root=default_cache_root(spec))
+        if store.exists(layout.spec):
+            recorded = JobSpec.model_validate_json(store.read_bytes(layout.spec))
+            if recorded.canonical_json() != spec.canonical_json():
+                raise SpecError([("--job-id", f"{layout.root} already holds a different spec; use a new job id")])
+        else:
+            store.write_bytes(layout.spec, spec.canonical_json().encode())
+        reporter = EventReporter(store, layout.events, job_id)
+    except StorageError as e:
+        print(f"storage problem: {e}", file=sys.stderr)
+        return int(ExitCode.STORAGE)
+    work_dir = local_work_dir(layout)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    reporter.run_started(reporter.previous_attempts() + 1, layout.root)
+    ctx = JobContext(spec=spec, layout=layout, work_dir=work_dir, reporter=reporter, run_command=default_run_command())
+    return int(run_pipeline(ctx))
+
+
+def cmd_make_tiny(args) -> int:
+    from trainer.tiny import make_tiny
+
+    paths = make_tiny(Path(args.out))
+    print(json.dumps(paths, indent=2))
+    print(f"export RLJOB_TINY_DIR={Path(args.out).resolve()}  # then: python -m trainer run --spec examples/tiny-cpu.yaml")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handlers = {"run": cmd_run, "plan": cmd_plan, "make-tiny": cmd_make_tiny, "cache": cmd_cache}
+    try:
+        return handlers[args.command](args)
+    except SpecError as e:
+        return _report_spec_problems(e.problems)

@@ -1,0 +1,155 @@
+"""The one subprocess seam: every MaxText stage runs as `python -m <module> args...` through here.
+
+Secrets travel only in the child's environment. They never appear in argv, and any echo of a
+command or line of output that might contain one passes through `redact` first.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Environment variables whose values are secrets: forwarded to the child, redacted everywhere else.
+SECRET_ENV_VARS: tuple[str, ...] = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+REDACTED = "<redacted>"
+# MaxText config keys that would carry a secret if anyone put one on a command line.
+SECRET_ARG_KEYS: tuple[str, ...] = ("hf_access_token",)
+
+
+@dataclass(frozen=True)
+class StageCommand:
+    """A MaxText module invocation: what `plan` prints and what `run` executes."""
+
+    module: str
+    args: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)  # non-secret additions to the child env
+
+    def argv(self, python: str = sys.executable) -> list[str]:
+        return [python, "-m", self.module, *self.args]
+
+    def display(self, secrets: Iterable[str] = ()) -> str:
+        env_part = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = shlex.join(["python", "-m", self.module, *self.args])
+        return redact(f"{env_part} {cmd}".strip(), secrets)
+
+
+def secret_values(environ: Mapping[str, str]) -> list[str]:
+    return [environ[name] for name in SECRET_ENV_VARS if environ.get(name)]
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for value in secrets:
+        if value:
+            text = text.replace(value, REDACTED)
+    for key in SECRET_ARG_KEYS:
+        marker = f"{key}="
+        if marker in text:
+            head, _, tail = text.partition(marker)
+            rest = tail.split(" ", 1)
+            text = head + marker + REDACTED + (" " + rest[1] if len(rest) > 1 else "")
+    return text
+
+
+class StageFailed(Exception):
+    def __init__(self, module: str, returncode: int, log_path: Path, tail: str):
+        self.module, self.returncode, self.log_path, self.tail = module, returncode, log_path, tail
+        super().__init__(f"{module} exited with {returncode}; see {log_path}")
+
+
+class StageInterrupted(Exception):
+    """The trainer was asked to stop (SIGTERM/SIGINT) while a stage ran; the child was stopped too."""
+
+
+def run_stage_command(
+    command: StageCommand,
+    log_path: Path,
+    *,
+    base_env: Mapping[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+    cwd: Path | None = None,
+    python: str = sys.executable,
+) -> None:
+    """Run the command, appending its redacted output to log_path; raise StageFailed on non-zero exit."""
+    env = dict(os.environ if base_env is None else base_env)
+    env.update(command.env)
+    secrets = secret_values(env)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    tail: list[str] = []
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {command.display(secrets)}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            command.argv(python),
+            env=env,
+            cwd=str(cwd) if cwd else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # so a stop signal reaches the whole MaxText process group
+            preexec_fn=_die_with_parent,
+        )
+        stop = _forward_stop_signals(proc)
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = redact(raw.rstrip("\n"), secrets)
+                log.write(line + "\n")
+                log.flush()
+                tail = (tail + [line])[-40:]
+                if on_line:
+                    on_line(line)
+            returncode = proc.wait()
+        finally:
+            stop.restore()
+    if stop.signalled:
+        raise StageInterrupted(f"stopped by signal {stop.signalled} during {command.module}")
+    if returncode != 0:
+        raise StageFailed(command.module, returncode, log_path, "\n".join(tail))
+
+
+def _die_with_parent() -> None:
+    """Linux: the stage gets SIGKILL when the trainer dies, even by SIGKILL (no orphaned MaxText)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class _StopForwarder:
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.signalled: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.signalled = signum
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def _forward_stop_signals(proc: subprocess.Popen) -> _StopForwarder:
+    forwarder = _StopForwarder(proc)
+    forwarder.install()
+    return forwarder

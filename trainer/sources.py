@@ -1,0 +1,99 @@
+"""Brings the job's inputs to where MaxText reads them: local copies of gs:// sources, parquet data.
+
+MaxText reads local parquet through `hf_train_files`; JSON lines, JSON and gs:// files are
+converted once into the run's work directory. Hub ids are left for MaxText to resolve itself.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from trainer.contract import JobSpec, location_kind
+from trainer.storage import StorageError, store_for
+
+REQUIRED_COLUMNS = ("question", "answer")
+
+
+class DataError(Exception):
+    """A dataset file exists but is not GSM8K-format data; the message names the file and the fix."""
+
+
+def local_path(uri: str) -> str:
+    return uri[len("file://") :] if uri.startswith("file://") else uri
+
+
+def stage_directory(uri: str, dest: Path) -> str:
+    """A local directory holding `uri`'s files: the path itself when local, else a downloaded copy."""
+    if location_kind(uri) == "local":
+        return local_path(uri)
+    if not (dest / ".complete").exists():
+        store_for(uri).download_dir(uri, str(dest))
+        (dest / ".complete").write_text(uri)
+    return str(dest)
+
+
+def _read_table(uri: str):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = store_for(uri).read_bytes(uri)
+    if uri.endswith(".parquet"):
+        return pq.read_table(io.BytesIO(data))
+    text = data.decode("utf-8")
+    if uri.endswith(".jsonl"):
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        loaded = json.loads(text)
+        rows = loaded if isinstance(loaded, list) else loaded.get("data", [])
+    return pa.Table.from_pylist(rows)
+
+
+def materialise_split(files: list[str], out_file: Path) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for uri in files:
+        try:
+            table = _read_table(uri)
+        except (ValueError, UnicodeDecodeError, pa.ArrowInvalid) as e:
+            raise DataError(f"{uri} is not readable as {uri.rsplit('.', 1)[-1]}: {e}") from e
+        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        if missing:
+            raise DataError(f"{uri} lacks column(s) {missing}; GSM8K-format rows need 'question' and 'answer'")
+        tables.append(table.select(list(REQUIRED_COLUMNS)).cast(pa.schema([(c, pa.string()) for c in REQUIRED_COLUMNS])))
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.concat_tables(tables), str(out_file))
+    return str(out_file)
+
+
+def materialise_dataset(spec: JobSpec, data_dir: Path) -> tuple[str, str | None] | None:
+    """(train parquet, eval parquet or None) under data_dir, or None for a hub dataset."""
+    if not spec.dataset.uses_files:
+        return None
+    train = materialise_split(spec.dataset.train_files, data_dir / "train.parquet")
+    evaluation = None
+    if spec.dataset.eval_files:
+        evaluation = materialise_split(spec.dataset.eval_files, data_dir / "eval.parquet")
+    return train, evaluation
+
+
+def missing_local_inputs(spec: JobSpec) -> list[tuple[str, str]]:
+    """(field path, reason) for every local input the spec names that does not exist."""
+    checks: list[tuple[str, str]] = [("model.source", spec.model.source)]
+    if spec.model.tokenizer:
+        checks.append(("model.tokenizer", spec.model.tokenizer))
+    checks += [(f"dataset.train_files.{i}", f) for i, f in enumerate(spec.dataset.train_files)]
+    checks += [(f"dataset.eval_files.{i}", f) for i, f in enumerate(spec.dataset.eval_files)]
+    if spec.grpo.rewards.functions_path:
+        checks.append(("grpo.rewards.functions_path", spec.grpo.rewards.functions_path))
+    problems = []
+    for field_path, uri in checks:
+        if location_kind(uri) == "local" and not Path(local_path(uri)).exists():
+            problems.append((field_path, f"{uri} does not exist"))
+    return problems
+
+
+__all__ = ["DataError", "StorageError", "materialise_dataset", "missing_local_inputs", "stage_directory"]

@@ -1,0 +1,1 @@
+"""One module per pipeline stage: a pure builder of MaxText's command line, and its runner."""

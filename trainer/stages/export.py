@@ -1,0 +1,45 @@
+"""Stage 3: latest actor checkpoint -> Hugging Face checkpoint with to_huggingface, then a load check."""
+
+from __future__ import annotations
+
+from trainer.contract import JobSpec, RunLayout, join_uri
+from trainer.runner import StageCommand
+
+from .common import model_dim_args, stage_env, tokenizer_needs_hub
+from .maxtext_paths import base_config
+
+TO_HUGGINGFACE_MODULE = "maxtext.checkpoint_conversion.to_huggingface"
+VERIFY_EXPORT_MODULE = "trainer.checks.verify_export"
+
+
+def actor_params_uri(layout: RunLayout, step: int) -> str:
+    """Where Tunix saves the actor's parameters for a step (train_rl's checkpoint layout)."""
+    return join_uri(layout.actor_checkpoints, str(step), "model_params")
+
+
+def build_export_command(
+    spec: JobSpec, layout: RunLayout, *, actor_step: int, local_tokenizer: str | None = None
+) -> StageCommand:
+    args = [
+        base_config(),
+        f"model_name={spec.model.name}",
+        f"load_parameters_path={actor_params_uri(layout, actor_step)}",
+        f"base_output_directory={layout.export_dir}",
+        f"scan_layers={str(spec.model.scan_layers).lower()}",
+        "use_multimodal=false",
+        "skip_jax_distributed_system=true",
+        f"weight_dtype={spec.model.dtype}",
+        *model_dim_args(spec),
+        # The tokenizer bundled with the export is the job's own, not MaxText's default hub id.
+        f"--hf_model_path={local_tokenizer or spec.model.tokenizer_location}",
+    ]
+    if spec.model.dims is not None:
+        # MaxText's table holds the full-size architecture; the checkpoint's dims are the truth.
+        args.append("--override_model_architecture")
+    env = stage_env(spec, needs_hub=tokenizer_needs_hub(spec, local_tokenizer))
+    env["JAX_PLATFORMS"] = "cpu"  # to_huggingface runs on the host
+    return StageCommand(module=TO_HUGGINGFACE_MODULE, args=tuple(args), env=env)
+
+
+def build_verify_command(export_dir: str) -> StageCommand:
+    return StageCommand(module=VERIFY_EXPORT_MODULE, args=(export_dir,), env={"HF_HUB_OFFLINE": "1"})

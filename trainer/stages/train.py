@@ -1,0 +1,120 @@
+"""Stage 2: GRPO with MaxText's train_rl; the command builder and the arguments it maps from the spec."""
+
+from __future__ import annotations
+
+from trainer.contract import JobSpec, RunLayout
+from trainer.runner import StageCommand
+
+from .common import hf_config_registration_args, model_dim_args, stage_env, tokenizer_needs_hub, uses_cpu
+from .convert import converted_items_uri
+from .maxtext_paths import rl_config
+
+TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"
+TRAIN_RL_JAX_ENTRY = "trainer.maxtext_entry.train_rl_jax_entry"
+
+
+def total_train_steps(spec: JobSpec) -> int:
+    """train_rl's `train_steps` (num_batches * num_iterations with train_fraction and num_epoch at 1).
+
+    0.2.5's optimizer stretches its warmup+cosine schedule over exactly this many steps, so the
+    schedule follows num_batches as long as learning_rate_schedule_steps is left unset (we never set it).
+    """
+    return spec.grpo.num_batches * spec.grpo.num_iterations
+
+
+def _bool(value: bool) -> str:
+    return str(value).lower()
+
+
+def grpo_args(spec: JobSpec, local_rewards: str | None = None) -> list[str]:
+    g = spec.grpo
+    r = g.rewards
+    args = [
+        f"num_batches={g.num_batches}",
+        f"num_test_batches={g.num_test_batches}",
+        f"batch_size={g.batch_size}",
+        f"rl.num_generations={g.num_generations}",
+        f"rl.num_iterations={g.num_iterations}",
+        f"rl.grpo_beta={g.beta}",
+        f"rl.grpo_epsilon={g.epsilon}",
+        f"rl.loss_algo={g.loss_algo}",
+        f"learning_rate={g.learning_rate}",
+        f"warmup_steps_fraction={g.warmup_steps_fraction}",
+        f"max_prefill_predict_length={g.max_prefill_predict_length}",
+        f"max_target_length={g.max_target_length}",
+        f"kv_cache_buffer={g.kv_cache_buffer}",
+        f"decode_sampling_temperature={g.temperature}",
+        f"decode_sampling_top_k={g.top_k}",
+        f"decode_sampling_nucleus_p={g.top_p}",
+        f"checkpoint_period={g.checkpoint_period}",
+        f"eval_sampling_strategy={g.eval_sampling_strategy}",
+        f"num_eval_passes={g.num_eval_passes}",
+        f"reward_exact_answer={r.exact_answer}",
+        f"reward_white_space_format_match={r.white_space_format_match}",
+        f"reward_exact_format_match={r.exact_format_match}",
+        f"reward_partial_format_match={r.partial_format_match}",
+        f"penalty_incorrect_format={r.penalty_incorrect_format}",
+        f"penalty_incorrect_answer={r.penalty_incorrect_answer}",
+    ]
+    if r.functions_path:
+        args += [f"reward_functions_path={local_rewards or r.functions_path}", f"reward_functions={','.join(r.functions)}"]
+    return args
+
+
+def dataset_args(spec: JobSpec, local_data: tuple[str, str | None] | None) -> list[str]:
+    """Hub dataset by name, or the run's materialised parquet files (train, eval)."""
+    d = spec.dataset
+    args = [f"dataset_name={d.name}", f"eval_dataset_name={d.name}", f"hf_subset={d.subset}"]
+    if local_data is None:
+        return args + [f"train_split={d.train_split}", f"eval_split={d.eval_split}"]
+    train_file, eval_file = local_data
+    args.append(f"hf_train_files={train_file}")
+    if eval_file:
+        args.append(f"hf_eval_files={eval_file}")
+    return args
+
+
+def hardware_args(spec: JobSpec) -> list[str]:
+    h = spec.hardware
+    args = [
+        f"chips_per_vm={h.chips_per_vm}",
+        f"rollout_data_parallelism={h.rollout_data_parallelism}",
+        f"rollout_tensor_parallelism={h.rollout_tensor_parallelism}",
+    ]
+    if uses_cpu(spec):
+        # rl.yml targets Pathways on TPU; a CPU host has neither Pathways nor a JAX cluster.
+        args += ["hardware=cpu", "use_pathways=false", "skip_jax_distributed_system=true"]
+    return args
+
+
+def build_train_command(
+    spec: JobSpec,
+    layout: RunLayout,
+    *,
+    local_data: tuple[str, str | None] | None = None,
+    local_tokenizer: str | None = None,
+    local_source: str | None = None,
+    local_rewards: str | None = None,
+    load_parameters_path: str | None = None,
+) -> StageCommand:
+    module = TRAIN_RL_JAX_ENTRY if spec.hardware.rollout_engine == "jax" else TRAIN_RL_MODULE
+    registration = hf_config_registration_args(spec, local_source) if module == TRAIN_RL_JAX_ENTRY else []
+    args = [
+        *registration,
+        rl_config(),
+        f"model_name={spec.model.name}",
+        f"tokenizer_path={local_tokenizer or spec.model.tokenizer_location}",
+        f"load_parameters_path={load_parameters_path or converted_items_uri(layout)}",
+        f"run_name={layout.job_id}",
+        f"base_output_directory={layout.rl_base}",
+        *hardware_args(spec),
+        *grpo_args(spec, local_rewards),
+        *dataset_args(spec, local_data),
+        f"weight_dtype={spec.model.dtype}",
+        f"scan_layers={_bool(spec.model.scan_layers)}",
+        *model_dim_args(spec),
+        # Tunix flushes TensorBoard scalars on this period; progress events are read from them.
+        "log_period=1",
+    ]
+    needs_hub = tokenizer_needs_hub(spec, local_tokenizer) or local_data is None
+    return StageCommand(module=module, args=tuple(args), env=stage_env(spec, needs_hub=needs_hub))

@@ -1,0 +1,127 @@
+"""Turns what train_rl writes into TrainStep and EvalResult events while it runs.
+
+Per-step metrics come from the TensorBoard scalars Tunix writes (structured). Tunix logs a step's
+rollout metrics (`rewards/train/*`, `completions/train/*`) at the step counter before the update
+and the actor's (`actor/train/*`) after it, so rollout step k belongs to training step k+1, the
+step number Tunix also names its checkpoint by.
+
+train_rl's pre-, intermediate and post-training evaluations are not written anywhere structured:
+MaxText logs them as one fixed-format line each, so for these (only) the line is parsed.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from trainer.progress import EventReporter
+from trainer.tensorboard_metrics import Scalar
+
+ROLLOUT_PREFIXES = ("rewards/", "completions/")
+ACTOR_PREFIX = "actor/"
+IGNORED_PREFIXES = ("jax/",)  # JAX/Orbax runtime counters, not training metrics
+
+EVAL_LINE = re.compile(
+    r"(?P<kind>Pre RL Training|Post RL Training|Intermediate Eval \(step=(?P<step>\d+)\)): "
+    r"corr=(?P<corr>\d+), total=(?P<total>\d+), accuracy=(?P<accuracy>[-\d.]+)%, "
+    r"partial_accuracy=(?P<partial>[-\d.]+)%, format_accuracy=(?P<format>[-\d.]+)%"
+    r"(?:, mean_reward=(?P<reward>[-\d.naif]+))?"
+)
+
+
+@dataclass
+class TrainStepAssembler:
+    """Collects scalars by training step and hands out each step once its actor update is logged."""
+
+    total_steps: int
+    already_reported: set[int] = field(default_factory=set)
+    _by_step: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+
+    def add(self, scalars: list[Scalar]) -> None:
+        for s in scalars:
+            if s.tag.startswith(IGNORED_PREFIXES):
+                continue
+            step = s.step + 1 if s.tag.startswith(ROLLOUT_PREFIXES) else s.step
+            self._by_step[step][s.tag] = s.value
+
+    def ready(self) -> list[tuple[int, dict[str, float]]]:
+        out = []
+        for step in sorted(self._by_step):
+            metrics = self._by_step[step]
+            if step < 1 or step in self.already_reported or "actor/train/loss" not in metrics:
+                continue
+            self.already_reported.add(step)
+            out.append((step, dict(metrics)))
+        return out
+
+
+def train_step_fields(step: int, total_steps: int, metrics: dict[str, float]) -> dict:
+    return {
+        "step": step,
+        "total_steps": max(total_steps, step),
+        "reward_mean": metrics.get("rewards/train/mean"),
+        # Tunix logs no reward std; a per-reward-function std would need the raw rewards.
+        "reward_std": metrics.get("rewards/train/std"),
+        "kl": metrics.get("actor/train/kl"),
+        "loss": metrics.get("actor/train/loss"),
+        "metrics": metrics,
+    }
+
+
+def eval_fields(line: str, *, start_step: int, total_steps: int) -> dict | None:
+    match = EVAL_LINE.search(line)
+    if not match:
+        return None
+    kind = match["kind"]
+    if kind.startswith("Pre"):
+        step = start_step
+    elif kind.startswith("Post"):
+        step = total_steps
+    else:
+        step = int(match["step"])
+    metrics = {
+        "correct": float(match["corr"]),
+        "total": float(match["total"]),
+        "partial_accuracy": float(match["partial"]) / 100,
+        "format_accuracy": float(match["format"]) / 100,
+    }
+    if match["reward"]:
+        try:
+            metrics["mean_reward"] = float(match["reward"])
+        except ValueError:
+            pass
+    return {"step": step, "accuracy": float(match["accuracy"]) / 100, "metrics": metrics}
+
+
+class TrainProgressWatcher:
+    """Polls the TensorBoard files in a thread while train_rl runs; `stop()` does a last full read."""
+
+    def __init__(self, tailer, reporter: EventReporter, assembler: TrainStepAssembler, *, poll_interval_s: float):
+        self._tailer, self._reporter, self._assembler = tailer, reporter, assembler
+        self._poll_interval_s = poll_interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tensorboard-tailer", daemon=True)
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _poll_once(self) -> None:
+        with self._lock:
+            self._assembler.add(self._tailer.poll())
+            for step, metrics in self._assembler.ready():
+                self._reporter.train_step(**train_step_fields(step, self._assembler.total_steps, metrics))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_interval_s):
+            try:
+                self._poll_once()
+            except Exception:  # noqa: BLE001 - progress must never kill training; the final read retries
+                continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._poll_once()
