@@ -1,0 +1,165 @@
+// The one place the dashboard talks HTTP to the rljob service. Every request carries the
+// team's API token as a bearer header; failures become an ApiError with a `kind` the views turn
+// into a message (unauthorized, unreachable, not_found, http).
+
+export class ApiError extends Error {
+  constructor(kind, message, status = 0) {
+    super(message);
+    this.kind = kind;
+    this.status = status;
+  }
+}
+
+const TOKEN_KEY = "rljob.token";
+
+// sessionStorage, not localStorage: the token dies with the tab, so a shared laptop does not keep
+// a team's credentials after the browser closes.
+export const tokenStore = {
+  get: () => sessionStorage.getItem(TOKEN_KEY),
+  set: (token) => sessionStorage.setItem(TOKEN_KEY, token),
+  clear: () => sessionStorage.removeItem(TOKEN_KEY),
+};
+
+async function errorFrom(response) {
+  let detail = "";
+  try {
+    const body = await response.json();
+    detail = typeof body.detail === "string" ? body.detail : body.message || JSON.stringify(body.detail ?? body);
+  } catch {
+    detail = response.statusText;
+  }
+  if (response.status === 401) return new ApiError("unauthorized", detail || "token not accepted", 401);
+  if (response.status === 404) return new ApiError("not_found", detail || "not found", 404);
+  return new ApiError("http", `${response.status}: ${detail}`, response.status);
+}
+
+export class Api {
+  constructor(token, { onUnauthorized } = {}) {
+    this.token = token;
+    this.onUnauthorized = onUnauthorized || (() => {});
+  }
+
+  headers(extra = {}) {
+    return { Authorization: `Bearer ${this.token}`, Accept: "application/json", ...extra };
+  }
+
+  async request(method, path, { params, body, signal } = {}) {
+    const url = new URL(path, window.location.origin);
+    for (const [k, v] of Object.entries(params || {})) {
+      if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, v);
+    }
+    let response;
+    try {
+      response = await fetch(url, {
+        method,
+        signal,
+        headers: this.headers(body ? { "Content-Type": "application/json" } : {}),
+        body: body ? JSON.stringify(body) : undefined,
+        cache: "no-store",
+      });
+    } catch (err) {
+      if (err.name === "AbortError") throw err;
+      throw new ApiError("unreachable", "cannot reach the rljob service");
+    }
+    if (!response.ok) {
+      const error = await errorFrom(response);
+      if (error.kind === "unauthorized") this.onUnauthorized(error);
+      throw error;
+    }
+    if (response.status === 204) return null;
+    const type = response.headers.get("content-type") || "";
+    return type.includes("json") ? response.json() : response.text();
+  }
+
+  get(path, params, signal) {
+    return this.request("GET", path, { params, signal });
+  }
+
+  post(path, body, signal) {
+    return this.request("POST", path, { body, signal });
+  }
+
+  /**
+   * Open a Server-Sent Events stream with fetch(), because EventSource cannot send an
+   * Authorization header. Resolves when the server ends the stream; calls onEvent per event.
+   */
+  async stream(path, { onEvent, onOpen, lastEventId, signal }) {
+    const headers = this.headers({ Accept: "text/event-stream" });
+    if (lastEventId) headers["Last-Event-ID"] = lastEventId;
+    let response;
+    try {
+      response = await fetch(new URL(path, window.location.origin), { headers, signal, cache: "no-store" });
+    } catch (err) {
+      if (err.name === "AbortError") throw err;
+      throw new ApiError("unreachable", "cannot reach the rljob service");
+    }
+    if (!response.ok) {
+      const error = await errorFrom(response);
+      if (error.kind === "unauthorized") this.onUnauthorized(error);
+      throw error;
+    }
+    if (!(response.headers.get("content-type") || "").includes("text/event-stream") || !response.body) {
+      throw new ApiError("http", "the service did not answer with an event stream");
+    }
+    if (onOpen) onOpen();
+    const parser = new SseParser(onEvent);
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        parser.feed(value);
+      }
+    } catch (err) {
+      if (err.name === "AbortError") throw err;
+      throw new ApiError("unreachable", "the event stream was interrupted");
+    }
+  }
+}
+
+/** The text/event-stream format (WHATWG HTML, "server-sent events"), fed in arbitrary chunks. */
+export class SseParser {
+  constructor(onEvent) {
+    this.onEvent = onEvent;
+    this.buffer = "";
+    this.reset();
+    this.lastEventId = "";
+  }
+
+  reset() {
+    this.data = [];
+    this.type = "";
+  }
+
+  feed(chunk) {
+    this.buffer += chunk;
+    const lines = this.buffer.split(/\r\n|\r|\n/);
+    this.buffer = lines.pop(); // keep the unterminated tail for the next chunk
+    for (const line of lines) this.line(line);
+  }
+
+  line(line) {
+    if (line === "") {
+      if (this.data.length) {
+        const raw = this.data.join("\n");
+        let data = raw;
+        try {
+          data = JSON.parse(raw);
+        } catch {
+          // not JSON: hand over the text as it is
+        }
+        this.onEvent({ type: this.type || "message", id: this.lastEventId, data });
+      }
+      this.reset();
+      return;
+    }
+    if (line.startsWith(":")) return; // keep-alive comment
+    const colon = line.indexOf(":");
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "data") this.data.push(value);
+    else if (field === "event") this.type = value;
+    else if (field === "id") this.lastEventId = value;
+  }
+}

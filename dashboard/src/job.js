@@ -1,0 +1,189 @@
+// The job page: spec, progress, stage timeline, live charts, log tail, artifacts, cancel.
+// Live through GET /v1/jobs/{id}/events (a snapshot, then every change, ending after the
+// terminal phase); each burst of events triggers one re-read of the job and its metrics.
+import { rewardChart, makeChart } from "./charts.js";
+import { focusHeading, h, replace } from "./dom.js";
+import { fmtPercent } from "./format.js";
+import { artifactsPanel, failureBox, progressPanel, summaryPanel } from "./jobparts.js";
+import { LiveFeed } from "./live.js";
+import { jobView, metricSeries } from "./model.js";
+import { isCancellable, isTerminal } from "./phases.js";
+import { describeError, errorBox, liveStatus, phaseBadge } from "./widgets.js";
+
+const LOG_TAIL_LINES = 200;
+const LOG_POLL_MS = 3000;
+const REFRESH_DEBOUNCE_MS = 300;
+
+export function jobPage(root, api, jobId) {
+  const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
+  let job = null;
+  let stopped = false;
+
+  const status = liveStatus();
+  const title = h("h1", {}, jobId);
+  const badgeSlot = h("span");
+  const cancelButton = h("button", { type: "button", class: "danger", hidden: true, onclick: () => confirmCancel() }, "Cancel job");
+  const noticeSlot = h("div");
+  const panels = h("div", { class: "grid" });
+  const charts = {
+    reward: rewardChart(),
+    kl: makeChart("KL divergence", [{ label: "KL", stroke: "#8a5a00" }]),
+    loss: makeChart("Loss", [{ label: "loss", stroke: "#b3261e" }]),
+    evalAcc: makeChart("Eval accuracy", [{ label: "accuracy", stroke: "#1b7f3b", points: true }], { format: fmtPercent, yRange: [0, 1] }),
+  };
+  const artifactsSlot = h("div");
+  const logs = h("pre", { class: "logs", tabindex: "0", "aria-label": "Log tail", "data-testid": "logs" }, "Loading logs…");
+  const dialog = cancelDialog(() => doCancel());
+
+  replace(
+    root,
+    h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← All jobs")),
+    h("div", { class: "job-head" }, title, badgeSlot, h("span", { class: "mono sub" }, jobId), h("span", { class: "spacer" }), status.el, cancelButton),
+    noticeSlot,
+    panels,
+    h("section", { "aria-label": "Training curves", class: "charts" }, Object.values(charts).map((c) => c.el)),
+    artifactsSlot,
+    h("section", { class: "panel", "aria-labelledby": "logs-h" }, h("h2", { id: "logs-h" }, `Log tail (last ${LOG_TAIL_LINES} lines)`), logs),
+    dialog.el,
+  );
+  focusHeading(root);
+
+  function render() {
+    if (!job) return;
+    title.textContent = job.name;
+    document.title = `${job.name} · rljob`;
+    replace(badgeSlot, phaseBadge(job.phase));
+    cancelButton.hidden = !isCancellable(job.phase);
+    replace(noticeSlot, failureBox(job), job.phase === "CANCELLING" ? h("div", { class: "alert info", role: "status" }, "Cancelling: waiting for the work to stop.") : null);
+    replace(panels, summaryPanel(job), progressPanel(job));
+    replace(artifactsSlot, artifactsPanel(job));
+  }
+
+  async function loadJob() {
+    job = jobView(await api.get(base));
+    render();
+  }
+
+  async function loadMetrics() {
+    const s = metricSeries(await api.get(`${base}/metrics`));
+    charts.reward.update(s.steps, [s.rewardMean, s.rewardUpper, s.rewardLower]);
+    charts.kl.update(s.steps, [s.kl]);
+    charts.loss.update(s.steps, [s.loss]);
+    charts.evalAcc.update(s.evalSteps, [s.evalAccuracy]);
+  }
+
+  async function loadLogs() {
+    let text;
+    try {
+      text = await api.get(`${base}/logs`, { tail_lines: LOG_TAIL_LINES });
+    } catch (err) {
+      if (err.kind === "not_found") text = "";
+      else throw err;
+    }
+    const body = typeof text === "string" ? text : (text.lines || []).join("\n");
+    // Follow the tail only if the reader has not scrolled up to read something.
+    const atBottom = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 8;
+    logs.textContent = body.trim() ? body : "No log output yet.";
+    if (atBottom) logs.scrollTop = logs.scrollHeight;
+  }
+
+  async function refresh() {
+    await loadJob();
+    await Promise.all([loadMetrics(), loadLogs()]);
+  }
+
+  let refreshTimer = null;
+  function scheduleRefresh() {
+    if (refreshTimer !== null || stopped) return;
+    refreshTimer = setTimeout(() => {
+      refreshTimer = null;
+      refresh().catch(showError);
+    }, REFRESH_DEBOUNCE_MS);
+  }
+
+  function showError(err) {
+    if (err.kind === "unauthorized" || stopped) return;
+    if (err.kind === "not_found") {
+      stop();
+      replace(root, h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← All jobs")),
+        errorBox("No such job", `There is no job ${jobId} visible to your team.`));
+      return;
+    }
+    replace(noticeSlot, errorBox(...describeError(err)));
+  }
+
+  function confirmCancel() {
+    dialog.open(job ? job.name : jobId);
+  }
+
+  async function doCancel() {
+    cancelButton.disabled = true;
+    try {
+      job = jobView(await api.post(`${base}/cancel`));
+      render();
+    } catch (err) {
+      showError(err);
+    } finally {
+      cancelButton.disabled = false;
+    }
+  }
+
+  const feed = new LiveFeed({
+    api,
+    path: `${base}/events`,
+    poll: refresh,
+    onStatus: (s) => {
+      status.set(s);
+      if (s === "live") scheduleRefresh(); // a resumed stream sends no snapshot; re-read once
+    },
+    finished: () => job !== null && isTerminal(job.phase),
+    onEvent: scheduleRefresh,
+  });
+  // Logs are not part of the event stream: poll the tail while the job can still write.
+  const logTimer = setInterval(() => {
+    if (job && !isTerminal(job.phase)) loadLogs().catch(() => {});
+  }, LOG_POLL_MS);
+  const ticker = setInterval(render, 5000); // running durations and ETAs
+
+  refresh().catch(showError).finally(() => {
+    if (!stopped) feed.start();
+  });
+
+  function stop() {
+    stopped = true;
+    feed.stop();
+    clearInterval(logTimer);
+    clearInterval(ticker);
+    if (refreshTimer !== null) clearTimeout(refreshTimer);
+  }
+  return () => {
+    stop();
+    Object.values(charts).forEach((c) => c.destroy());
+  };
+}
+
+/** A modal <dialog>: focus is trapped inside and Escape closes it, both for free. */
+function cancelDialog(onConfirm) {
+  const nameEl = h("strong");
+  const el = h(
+    "dialog",
+    { "aria-labelledby": "cancel-title" },
+    h("form", { method: "dialog" },
+      h("h2", { id: "cancel-title" }, "Cancel this job?"),
+      h("p", {}, "Job ", nameEl, " will be stopped. Work in progress since its last checkpoint is lost; this cannot be undone."),
+      h("div", { class: "actions" },
+        h("button", { value: "keep", autofocus: true }, "Keep running"),
+        h("button", { value: "cancel", class: "danger" }, "Cancel job"))),
+  );
+  el.addEventListener("close", () => {
+    if (el.returnValue === "cancel") onConfirm();
+  });
+  return {
+    el,
+    open(name) {
+      nameEl.textContent = name;
+      el.returnValue = "";
+      el.showModal();
+    },
+  };
+}

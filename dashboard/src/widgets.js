@@ -1,0 +1,58 @@
+// Pieces shared by the board and the job page.
+import { h } from "./dom.js";
+import { fmtDuration } from "./format.js";
+import { STATUS_TEXT } from "./live.js";
+
+export function phaseBadge(phase) {
+  const p = String(phase || "unknown");
+  return h("span", { class: `phase phase-${p.toLowerCase()}`, "data-phase": p }, p);
+}
+
+/** A native <progress> (screen readers announce it) with "step / total · ETA" under it. */
+export function progressCell(job, { terminal = false } = {}) {
+  const { step, totalSteps, etaS } = job;
+  if (!totalSteps) {
+    return h("div", { class: "progress" }, h("span", { class: "sub" }, job.stage ? `${job.stage}…` : "not started"));
+  }
+  const done = Math.min(step ?? 0, totalSteps);
+  const label = `${done} / ${totalSteps} steps`;
+  const eta = !terminal && etaS !== null && etaS !== undefined ? ` · ETA ${fmtDuration(etaS)}` : "";
+  return h(
+    "div",
+    { class: "progress" },
+    h("progress", { max: totalSteps, value: done, "aria-label": `Training progress: ${label}` }),
+    h("span", { class: "sub", "data-testid": "progress-text" }, label + eta),
+  );
+}
+
+/** A polite live region saying whether the view is live, polling or offline. */
+export function liveStatus() {
+  const el = h("p", { class: "live-status", role: "status", "aria-live": "polite", "data-status": "connecting" });
+  el.textContent = STATUS_TEXT.connecting;
+  return {
+    el,
+    set(status) {
+      if (el.dataset.status === status) return;
+      el.dataset.status = status;
+      el.textContent = STATUS_TEXT[status] || status;
+    },
+  };
+}
+
+export function errorBox(title, message, ...extra) {
+  return h("div", { class: "alert error", role: "alert" }, h("strong", {}, title), message ? h("p", {}, message) : null, ...extra);
+}
+
+/** The message to show for an ApiError of any kind. */
+export function describeError(err) {
+  switch (err && err.kind) {
+    case "unreachable":
+      return ["Cannot reach the rljob service", `Nothing answered at ${window.location.origin}. Is "rljob serve" running? Retrying automatically.`];
+    case "unauthorized":
+      return ["Your token was not accepted", "Sign in again with a valid API token."];
+    case "not_found":
+      return ["Not found", err.message];
+    default:
+      return ["The service returned an error", err ? err.message : "unknown error"];
+  }
+}

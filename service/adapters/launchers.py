@@ -1,0 +1,34 @@
+"""Chooses the job launcher once, from configuration. The only place that knows the adapters.
+
+The Kubernetes adapter is imported by name only when chosen, so the embedded default never loads
+the kubernetes client or a kubeconfig.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from service.config import Settings
+from service.domain.launcher_port import JobLauncher
+
+
+def build_launcher(settings: Settings) -> JobLauncher:
+    if settings.launcher == "local":
+        from service.adapters.local import LocalProcessLauncher
+
+        return LocalProcessLauncher(
+            Path(settings.state_dir) / "local-jobs",
+            settings.trainer_command,
+            max_concurrent=settings.max_concurrent_jobs,
+            poll_interval_s=settings.local_poll_interval_s,
+            cancel_grace_s=settings.cancel_grace_s,
+        )
+    if settings.launcher == "kubernetes":
+        try:
+            k8s_launcher = importlib.import_module("service.adapters.k8s.launcher")
+            k8s_settings = importlib.import_module("service.adapters.k8s.settings")
+        except ImportError as e:
+            raise RuntimeError(f"the kubernetes launcher is not available in this installation: {e}") from e
+        return k8s_launcher.build_k8s_launcher(k8s_settings.K8sSettings())
+    raise ValueError(f"unknown launcher {settings.launcher!r}; use 'local' or 'kubernetes'")

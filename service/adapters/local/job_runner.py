@@ -1,0 +1,58 @@
+"""Runs one trainer command and records its exit code in a file. Standard library only.
+
+The local launcher starts this as the leader of a new session/process group:
+
+    python job_runner.py --job-id ID --exit-file PATH -- trainer-command...
+
+Why a wrapper: after a service restart the trainer is no longer the service's child, so its exit
+status cannot be collected with wait(); the exit file carries it. A cancel signals the whole group;
+the runner then waits for the trainer to stop so the recorded code is the trainer's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def _write_atomic(path: str, payload: dict[str, object]) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="job_runner")
+    parser.add_argument("--job-id", required=True)
+    parser.add_argument("--exit-file", required=True)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no trainer command given after --")
+
+    # The group-wide SIGTERM also reaches the trainer; keep running until it has exited.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        child = subprocess.Popen(command)
+    except OSError as e:
+        print(f"job_runner: cannot start {command[0]!r}: {e}", file=sys.stderr, flush=True)
+        code = 127
+    else:
+        returncode = child.wait()
+        code = returncode if returncode >= 0 else 128 - returncode  # killed by signal N -> 128+N
+    _write_atomic(args.exit_file, {"job_id": args.job_id, "exit_code": code, "finished_at": time.time()})
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+"""LocalProcessLauncher: one `trainer run` child process per job on this machine.
+
+Per job, under <state_dir>/<job_id>/: spec.json (what the trainer runs), process.json (pid and
+start time, for re-attach after a service restart), exit.json (written by job_runner.py when the
+trainer exits) and output.log (stdout and stderr, appended across attempts).
+
+Each job runs in its own session, so its process group holds the runner, the trainer and anything
+they start; a cancel signals the group (SIGTERM, then SIGKILL after a grace period) and the job is
+reported stopped only when no process of the group is left. At most `max_concurrent` jobs run;
+the rest wait in a FIFO queue (reported as PENDING). The launcher only observes: it pushes
+Observations into the sink and the job service decides the phases.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.domain.errors import LaunchFailed
+from service.domain.launcher_port import LaunchResult, Observation, ObservationSink, ObservedState
+from trainer.contract import JobSpec
+
+from . import job_runner, procs
+
+log = logging.getLogger(__name__)
+
+RUNNER_PATH = str(Path(job_runner.__file__).resolve())
+RUNNER_MARKER = "job_runner.py"
+
+
+@dataclass
+class _Job:
+    job_id: str
+    dir: Path
+    state: str = "queued"  # queued -> running -> exited | removed (cancelled while queued)
+    popen: subprocess.Popen[bytes] | None = None  # None when re-attached after a restart
+    pid: int | None = None
+    exit_code: int | None = None
+    leader_exited: bool = False
+    kill_at: float | None = None  # monotonic time to escalate a cancel to SIGKILL
+    message: str = ""
+    spawn_error: str | None = None
+
+    @property
+    def object_name(self) -> str | None:
+        return f"pid:{self.pid}" if self.pid else None
+
+
+class LocalProcessLauncher:
+    backend = "local"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        trainer_command: Sequence[str],
+        *,
+        max_concurrent: int = 2,
+        poll_interval_s: float = 0.2,
+        cancel_grace_s: float = 10.0,
+        env: dict[str, str] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if max_concurrent < 1:
+            raise ValueError("max_concurrent must be at least 1")
+        self.state_dir = Path(state_dir)
+        self.trainer_command = list(trainer_command)
+        self.max_concurrent = max_concurrent
+        self.poll_interval_s = poll_interval_s
+        self.cancel_grace_s = cancel_grace_s
+        self._env = env
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._jobs: dict[str, _Job] = {}
+        self._queue: deque[str] = deque()
+        self._lock = threading.RLock()
+        self._sink: ObservationSink | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self, sink: ObservationSink) -> None:
+        self._sink = sink
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._monitor_loop, name="local-launcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching. Running trainers keep running; the next service start re-attaches them."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    # ---- the port ----------------------------------------------------------------------------
+
+    def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
+        out: list[Observation] = []
+        with self._lock:
+            job = self._jobs.get(job_id) or self._adopt(job_id)
+            if job is None or job.state in ("exited", "removed"):
+                job = self._enqueue(job_id, spec)
+            self._start_queued(out)
+            if job.spawn_error:
+                del self._jobs[job_id]
+                raise LaunchFailed(job.spawn_error)
+            result = LaunchResult(backend=self.backend, object_name=job.object_name or "queued")
+        self._emit(out)
+        return result
+
+    def cancel(self, job_id: str) -> None:
+        out: list[Observation] = []
+        with self._lock:
+            job = self._jobs.get(job_id) or self._adopt(job_id)
+            if job is None:
+                return
+            if job.state == "queued":
+                self._queue.remove(job_id)
+                job.state = "removed"
+                out.append(self._observation(job))
+            elif job.state == "running" and job.kill_at is None:
+                log.info("cancelling %s: SIGTERM to process group %s", job_id, job.pid)
+                procs.signal_group(job.pid, signal.SIGTERM)  # type: ignore[arg-type]
+                job.kill_at = self._monotonic() + self.cancel_grace_s
+        self._emit(out)
+
+    def observe(self, job_id: str) -> Observation:
+        with self._lock:
+            job = self._jobs.get(job_id) or self._adopt(job_id)
+            if job is None:
+                job = self._finished_while_away(job_id)
+            if job is None:
+                record = self._read_json(self._dir(job_id) / "process.json")
+                if record:  # it was started here, and is gone without an exit record
+                    message = (
+                        f"the trainer process (pid {record['pid']}) ended without recording an exit code "
+                        "(killed, or the machine restarted)"
+                    )
+                else:
+                    message = "no trainer process for this job on this machine"
+                return Observation(job_id, ObservedState.GONE, message=message)
+            return self._observation(job)
+
+    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str]:
+        path = self._dir(job_id) / "output.log"
+        deadline = self._monotonic() + 24 * 3600  # a follow never outlives a day, whatever the caller does
+        if not path.exists() and not follow:
+            return
+        while not path.exists():
+            if not self._is_active(job_id) or self._monotonic() > deadline:
+                return
+            self._sleep(self.poll_interval_s)
+        with path.open("r", errors="replace") as f:
+            lines = f.readlines()
+            if tail_lines is not None:
+                lines = lines[-tail_lines:] if tail_lines > 0 else []
+            yield from (line.rstrip("\n") for line in lines)
+            if not follow:
+                return
+            partial = ""
+            while self._monotonic() < deadline:
+                active = self._is_active(job_id)  # read the state before the file: no line is lost
+                chunk = f.readline()
+                if chunk:
+                    partial += chunk
+                    if partial.endswith("\n"):
+                        yield partial.rstrip("\n")
+                        partial = ""
+                    continue
+                if not active:  # stopped, and one more read found nothing: the log is complete
+                    if partial:
+                        yield partial
+                    return
+                self._sleep(self.poll_interval_s)
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _dir(self, job_id: str) -> Path:
+        return self.state_dir / job_id
+
+    def _is_active(self, job_id: str) -> bool:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return job is not None and job.state in ("queued", "running")
+
+    def _enqueue(self, job_id: str, spec: JobSpec) -> _Job:
+        job_dir = self._dir(job_id)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
+        for stale in ("exit.json", "process.json"):  # from an earlier attempt: must not describe this one
+            (job_dir / stale).unlink(missing_ok=True)
+        job = _Job(job_id=job_id, dir=job_dir)
+        self._jobs[job_id] = job
+        self._queue.append(job_id)
+        return job
+
+    def _running_count(self) -> int:
+        return sum(1 for j in self._jobs.values() if j.state == "running")
+
+    def _start_queued(self, out: list[Observation]) -> None:
+        while self._queue and self._running_count() < self.max_concurrent:
+            job = self._jobs[self._queue.popleft()]
+            self._spawn(job)
+            out.append(self._observation(job))
+        for position, job_id in enumerate(self._queue, start=1):
+            self._jobs[job_id].message = (
+                f"waiting for a free slot: {self._running_count()} of {self.max_concurrent} running, "
+                f"position {position} in the queue"
+            )
+
+    def _spawn(self, job: _Job) -> None:
+        command = [
+            sys.executable, RUNNER_PATH, "--job-id", job.job_id, "--exit-file", str(job.dir / "exit.json"), "--",
+            *self.trainer_command, "run", "--spec", str(job.dir / "spec.json"), "--job-id", job.job_id,
+        ]  # fmt: skip
+        env = dict(os.environ if self._env is None else self._env)
+        env["RLJOB_JOB_ID"] = job.job_id
+        with (job.dir / "output.log").open("ab") as logf:
+            logf.write(f"=== rljob: starting {' '.join(self.trainer_command)} at {time.ctime()} ===\n".encode())
+            logf.flush()
+            try:
+                popen = subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                    cwd=job.dir, env=env, start_new_session=True,
+                )  # fmt: skip
+            except OSError as e:
+                job.state, job.exit_code = "exited", 127
+                job.spawn_error = job.message = f"cannot start the runner {sys.executable}: {e}"
+                logf.write(f"rljob: {job.spawn_error}\n".encode())
+                return
+        job.popen, job.pid, job.state = popen, popen.pid, "running"
+        job.message = f"running as process group {popen.pid}"
+        record = {"pid": popen.pid, "ticks": procs.start_ticks(popen.pid), "job_id": job.job_id}
+        tmp = job.dir / "process.json.tmp"
+        tmp.write_text(json.dumps(record))
+        tmp.replace(job.dir / "process.json")
+
+    def _adopt(self, job_id: str) -> _Job | None:
+        """Re-attach to a runner started by an earlier service process, if it is really ours."""
+        record = self._read_json(self._dir(job_id) / "process.json")
+        if not record:
+            return None
+        pid, ticks = int(record["pid"]), record.get("ticks")
+        if not procs.is_our_process(pid, marker=RUNNER_MARKER, job_id=job_id, ticks=ticks):
+            return None
+        job = _Job(job_id=job_id, dir=self._dir(job_id), state="running", pid=pid)
+        job.message = f"re-attached to process group {pid}"
+        self._jobs[job_id] = job
+        log.info("re-attached %s to pid %s", job_id, pid)
+        return job
+
+    def _finished_while_away(self, job_id: str) -> _Job | None:
+        """The runner exited while no service watched it: its exit file says how."""
+        if not (self._dir(job_id) / "process.json").exists():
+            return None
+        exit_record = self._read_json(self._dir(job_id) / "exit.json")
+        if not exit_record:
+            return None
+        job = _Job(job_id=job_id, dir=self._dir(job_id), state="exited", exit_code=int(exit_record["exit_code"]))
+        self._jobs[job_id] = job
+        return job
+
+    @staticmethod
+    def _read_json(path: Path) -> dict[str, object] | None:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _observation(self, job: _Job) -> Observation:
+        name = job.object_name
+        if job.state == "queued":
+            return Observation(job.job_id, ObservedState.PENDING, message=job.message, reason="Queued")
+        if job.state == "running":
+            return Observation(job.job_id, ObservedState.RUNNING, message=job.message, object_name=name)
+        if job.state == "removed":
+            return Observation(job.job_id, ObservedState.GONE, message="removed from the queue before it started")
+        if job.exit_code is None:
+            return Observation(
+                job.job_id, ObservedState.GONE, object_name=name,
+                message="the trainer process ended without recording an exit code (killed, or the machine restarted)",
+            )  # fmt: skip
+        state = ObservedState.SUCCEEDED if job.exit_code == 0 else ObservedState.FAILED
+        return Observation(job.job_id, state, exit_code=job.exit_code, object_name=name, message=job.message)
+
+    def _monitor_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:  # the monitor must outlive any one bad job
+                log.exception("local launcher poll failed")
+            self._stop.wait(self.poll_interval_s)
+
+    def poll_once(self) -> None:
+        """Check every running job once: collect exits, escalate cancels, start queued jobs."""
+        out: list[Observation] = []
+        with self._lock:
+            for job in [j for j in self._jobs.values() if j.state == "running"]:
+                if self._check(job):
+                    out.append(self._observation(job))
+            self._start_queued(out)
+        self._emit(out)
+
+    def _check(self, job: _Job) -> bool:
+        """Advance one running job; True when it has fully stopped."""
+        if job.pid is None:
+            return False
+        if job.kill_at is not None and self._monotonic() >= job.kill_at:
+            procs.signal_group(job.pid, signal.SIGKILL)
+        if not job.leader_exited:
+            if job.popen is not None:
+                returncode = job.popen.poll()
+                if returncode is None:
+                    return False
+                job.exit_code = returncode if returncode >= 0 else 128 - returncode
+            elif procs.is_our_process(job.pid, marker=RUNNER_MARKER, job_id=job.job_id, ticks=None):
+                return False
+            recorded = self._read_json(job.dir / "exit.json")
+            if recorded:  # the trainer's own code, as the runner saw it
+                job.exit_code = int(recorded["exit_code"])
+            elif job.popen is None:
+                job.exit_code = None  # re-attached and no record: we cannot know how it ended
+            job.leader_exited = True
+        leftovers = procs.group_members(job.pid)
+        if leftovers:
+            # The runner is gone but something it started lives on: it must not outlive the job.
+            procs.signal_group(job.pid, signal.SIGKILL)
+            return False
+        job.state = "exited"
+        job.message = f"process group {job.pid} exited with code {job.exit_code}"
+        return True
+
+    def _emit(self, observations: list[Observation]) -> None:
+        if self._sink is None:
+            return
+        for obs in observations:
+            self._sink(obs)

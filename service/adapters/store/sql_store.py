@@ -1,0 +1,246 @@
+"""The JobStore on SQLAlchemy 2: SQLite (WAL, the embedded default) or PostgreSQL (production)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, exists, func, select, text, update
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.domain.errors import StoreUnavailable
+from service.domain.models import JobEvent, JobFilters, JobRecord, MetricPoint, TokenRecord
+from service.domain.phases import TERMINAL, JobPhase
+
+from .tables import JobEventRow, JobLabelRow, JobRow, MetricPointRow, TokenRow
+
+log = logging.getLogger(__name__)
+
+_RECORD_FIELDS = [
+    "id", "team", "name", "spec", "spec_hash", "idempotency_key", "message", "failure_reason", "exit_code",
+    "stage", "step", "total_steps", "latest_metrics", "stage_times", "artifacts", "run_finished", "backend",
+    "object_name", "attempt", "resumes", "last_trainer_seq", "last_event_seq", "created_at", "updated_at",
+    "started_at", "finished_at",
+]  # fmt: skip
+
+
+def _to_record(row: JobRow, labels: dict[str, str]) -> JobRecord:
+    values = {name: getattr(row, name) for name in _RECORD_FIELDS}
+    # JSON columns come back as the same objects SQLAlchemy tracks; copy so domain edits are explicit.
+    for name in ("spec", "latest_metrics", "stage_times", "artifacts"):
+        values[name] = _deep_copy(values[name]) or {}
+    return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def _apply_record(row: JobRow, record: JobRecord) -> None:
+    for name in _RECORD_FIELDS:
+        setattr(row, name, _deep_copy(getattr(record, name)))
+    row.phase = record.phase.value
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")  # readers (SSE streams) never block the writer
+    cur.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; WAL keeps it consistent
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def build_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+
+
+class _Tx:
+    def __init__(self, session: Session, for_update_supported: bool) -> None:
+        self.s = session
+        self._for_update = for_update_supported
+        self._rows: dict[str, JobRow] = {}
+
+    def _row(self, job_id: str, *, for_update: bool = False) -> JobRow | None:
+        stmt = select(JobRow).where(JobRow.id == job_id)
+        if for_update and self._for_update:
+            stmt = stmt.with_for_update()
+        row = self.s.scalars(stmt).one_or_none()
+        if row is not None:
+            self._rows[job_id] = row
+        return row
+
+    def _labels(self, pk: int) -> dict[str, str]:
+        rows = self.s.scalars(select(JobLabelRow).where(JobLabelRow.job_pk == pk)).all()
+        return {r.key: r.value for r in rows}
+
+    def get(self, job_id: str, *, for_update: bool = False) -> JobRecord | None:
+        row = self._row(job_id, for_update=for_update)
+        return None if row is None else _to_record(row, self._labels(row.pk))
+
+    def find_by_idempotency_key(self, team: str, key: str) -> JobRecord | None:
+        row = self.s.scalars(select(JobRow).where(JobRow.team == team, JobRow.idempotency_key == key)).one_or_none()
+        return None if row is None else _to_record(row, self._labels(row.pk))
+
+    def insert(self, record: JobRecord) -> None:
+        row = JobRow()
+        _apply_record(row, record)
+        self.s.add(row)
+        self.s.flush()
+        for key, value in record.labels.items():
+            self.s.add(JobLabelRow(job_pk=row.pk, key=key, value=value))
+        self._rows[record.id] = row
+
+    def update(self, record: JobRecord) -> None:
+        row = self._rows.get(record.id) or self._row(record.id)
+        if row is None:
+            raise KeyError(record.id)
+        _apply_record(row, record)
+
+    def append_event(self, record: JobRecord, kind: str, data: dict[str, Any], time: datetime) -> int:
+        row = JobEventRow(job_id=record.id, team=record.team, kind=kind, time=time, data=data)
+        self.s.add(row)
+        self.s.flush()
+        record.last_event_seq = row.seq
+        return row.seq
+
+    def add_metric_point(self, job_id: str, point: MetricPoint) -> None:
+        self.s.add(MetricPointRow(job_id=job_id, kind=point.kind, step=point.step, time=point.time, values=point.values))
+
+
+class SqlJobStore:
+    def __init__(self, url: str, *, engine: Engine | None = None) -> None:
+        self.url = url
+        self.engine = engine or build_engine(url)
+        self.dialect = self.engine.dialect.name
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def migrate(self) -> None:
+        from .migrate import upgrade_to_head
+
+        upgrade_to_head(self.engine)
+
+    def ping(self) -> None:
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except SQLAlchemyError as e:
+            raise StoreUnavailable(f"database {self.engine.url.render_as_string()} is unreachable: {e}") from e
+
+    @contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        with self._sessions() as session, session.begin():
+            yield _Tx(session, for_update_supported=self.dialect != "sqlite")
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with self._sessions() as session:
+            yield session
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self.transaction() as tx:
+            return tx.get(job_id)
+
+    def list_jobs(self, filters: JobFilters, *, before_pk: int | None, limit: int) -> list[tuple[int, JobRecord]]:
+        stmt = select(JobRow).order_by(JobRow.pk.desc()).limit(limit)
+        if before_pk is not None:
+            stmt = stmt.where(JobRow.pk < before_pk)
+        if filters.phase is not None:
+            stmt = stmt.where(JobRow.phase == filters.phase.value)
+        if filters.team is not None:
+            stmt = stmt.where(JobRow.team == filters.team)
+        if filters.name is not None:
+            stmt = stmt.where(JobRow.name == filters.name)
+        for key, value in filters.labels:
+            stmt = stmt.where(
+                exists().where(JobLabelRow.job_pk == JobRow.pk, JobLabelRow.key == key, JobLabelRow.value == value)
+            )
+        with self.transaction() as tx:
+            rows = tx.s.scalars(stmt).all()
+            return [(row.pk, _to_record(row, tx._labels(row.pk))) for row in rows]
+
+    def list_active(self) -> list[JobRecord]:
+        terminal = [p.value for p in TERMINAL]
+        with self.transaction() as tx:
+            rows = tx.s.scalars(select(JobRow).where(JobRow.phase.not_in(terminal)).order_by(JobRow.pk)).all()
+            return [_to_record(row, tx._labels(row.pk)) for row in rows]
+
+    def count_by_phase(self) -> dict[str, int]:
+        with self._read() as s:
+            return {phase: count for phase, count in s.execute(select(JobRow.phase, func.count()).group_by(JobRow.phase))}
+
+    def events_after(
+        self, after_seq: int, *, job_id: str | None = None, team: str | None = None, limit: int = 500
+    ) -> list[JobEvent]:
+        stmt = select(JobEventRow).where(JobEventRow.seq > after_seq).order_by(JobEventRow.seq).limit(limit)
+        if job_id is not None:
+            stmt = stmt.where(JobEventRow.job_id == job_id)
+        if team is not None:
+            stmt = stmt.where(JobEventRow.team == team)
+        with self._read() as s:
+            return [
+                JobEvent(seq=r.seq, job_id=r.job_id, team=r.team, kind=r.kind, time=r.time, data=r.data)
+                for r in s.scalars(stmt).all()
+            ]
+
+    def max_event_seq(self) -> int:
+        with self._read() as s:
+            return s.scalar(select(func.coalesce(func.max(JobEventRow.seq), 0))) or 0
+
+    def metric_points(self, job_id: str, *, limit: int) -> list[MetricPoint]:
+        stmt = select(MetricPointRow).where(MetricPointRow.job_id == job_id).order_by(MetricPointRow.id).limit(limit)
+        with self._read() as s:
+            return [MetricPoint(kind=r.kind, step=r.step, time=r.time, values=r.values) for r in s.scalars(stmt).all()]
+
+    def add_token(self, token: TokenRecord, token_hash: str) -> None:
+        with self.transaction() as tx:
+            tx.s.add(
+                TokenRow(
+                    id=token.id, token_hash=token_hash, team=token.team, name=token.name, admin=token.admin,
+                    created_at=token.created_at, revoked_at=None,
+                )
+            )
+
+    def token_by_hash(self, token_hash: str) -> TokenRecord | None:
+        with self._read() as s:
+            row = s.scalars(select(TokenRow).where(TokenRow.token_hash == token_hash)).one_or_none()
+            return None if row is None else _token(row)
+
+    def revoke_token(self, token_id: str, when: datetime) -> bool:
+        with self.transaction() as tx:
+            result = tx.s.execute(
+                update(TokenRow).where(TokenRow.id == token_id, TokenRow.revoked_at.is_(None)).values(revoked_at=when)
+            )
+            return bool(result.rowcount)
+
+    def list_tokens(self) -> list[TokenRecord]:
+        with self._read() as s:
+            return [_token(r) for r in s.scalars(select(TokenRow).order_by(TokenRow.created_at)).all()]
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _token(row: TokenRow) -> TokenRecord:
+    return TokenRecord(
+        id=row.id, team=row.team, name=row.name, admin=row.admin, created_at=row.created_at, revoked_at=row.revoked_at
+    )

@@ -1,0 +1,129 @@
+"""SQLAlchemy 2 table definitions. The schema itself is created only by Alembic migrations
+(migrations/versions); a test checks that these models and the migrations agree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC, returns aware UTC: SQLite has no time zones, PostgreSQL's timestamptz
+    would otherwise return the server's zone. One representation on both keeps ordering exact."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use an aware UTC datetime")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+# BIGINT on PostgreSQL, INTEGER (the rowid alias that autoincrements) on SQLite.
+BigIntPk = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    pk: Mapped[int] = mapped_column(BigIntPk, primary_key=True, autoincrement=True)  # list order and cursor
+    id: Mapped[str] = mapped_column(String(32), unique=True)
+    team: Mapped[str] = mapped_column(String(63))
+    name: Mapped[str] = mapped_column(String(63))
+    phase: Mapped[str] = mapped_column(String(16))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    message: Mapped[str] = mapped_column(Text, default="")
+    failure_reason: Mapped[str | None] = mapped_column(String(64))
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    stage: Mapped[str | None] = mapped_column(String(16))
+    step: Mapped[int | None] = mapped_column(Integer)
+    total_steps: Mapped[int | None] = mapped_column(Integer)
+    latest_metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    stage_times: Mapped[dict[str, Any]] = mapped_column(JSON)
+    artifacts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    run_finished: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    backend: Mapped[str | None] = mapped_column(String(16))
+    object_name: Mapped[str | None] = mapped_column(String(255))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    resumes: Mapped[int] = mapped_column(Integer, default=0)
+    last_trainer_seq: Mapped[int] = mapped_column(BigInteger, default=-1)
+    last_event_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    __table_args__ = (
+        # One job per (team, Idempotency-Key); NULL keys do not collide on either database.
+        Index("ix_jobs_team_idempotency_key", "team", "idempotency_key", unique=True),
+        Index("ix_jobs_team_pk", "team", "pk"),
+        Index("ix_jobs_phase", "phase"),
+    )
+
+
+class JobLabelRow(Base):
+    """Labels in their own table so `?label=k=v` filters the same way on SQLite and PostgreSQL."""
+
+    __tablename__ = "job_labels"
+
+    job_pk: Mapped[int] = mapped_column(BigIntPk, ForeignKey("jobs.pk", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[str] = mapped_column(String(63))
+
+    __table_args__ = (Index("ix_job_labels_key_value", "key", "value"),)
+
+
+class JobEventRow(Base):
+    """The per-job event log that SSE replays; `seq` is global, so one cursor serves all streams."""
+
+    __tablename__ = "job_events"
+
+    seq: Mapped[int] = mapped_column(BigIntPk, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(32))
+    team: Mapped[str] = mapped_column(String(63))
+    kind: Mapped[str] = mapped_column(String(32))
+    time: Mapped[datetime] = mapped_column(UtcDateTime)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    __table_args__ = (Index("ix_job_events_job_seq", "job_id", "seq"), Index("ix_job_events_team_seq", "team", "seq"))
+
+
+class MetricPointRow(Base):
+    __tablename__ = "job_metrics"
+
+    id: Mapped[int] = mapped_column(BigIntPk, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(8))
+    step: Mapped[int] = mapped_column(Integer)
+    time: Mapped[datetime] = mapped_column(UtcDateTime)
+    values: Mapped[dict[str, float]] = mapped_column(JSON)
+
+    __table_args__ = (Index("ix_job_metrics_job_id", "job_id", "id"),)
+
+
+class TokenRow(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    team: Mapped[str] = mapped_column(String(63))
+    name: Mapped[str] = mapped_column(String(255), default="")
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

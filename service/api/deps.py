@@ -1,0 +1,86 @@
+"""Request dependencies as Annotated aliases, so routes declare what they need and nothing more."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.config import Settings
+from service.domain.errors import JobNotFound, NotReady
+from service.domain.job_service import JobService
+from service.domain.models import Caller, JobRecord
+from service.domain.ports import Clock, JobStore
+from service.domain.tokens import TokenService
+from service.runtime import ChangeNotifier, Supervisor
+from trainer.contract import JOB_ID_RE
+
+from .metrics import ServiceMetrics
+
+
+@dataclass
+class Runtime:
+    """Everything the routes use, built once by the app's lifespan (app.py)."""
+
+    settings: Settings
+    store: JobStore
+    jobs: JobService
+    tokens: TokenService
+    notifier: ChangeNotifier
+    supervisor: Supervisor
+    metrics: ServiceMetrics
+    clock: Clock
+    owned: list[object] = field(default_factory=list)
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None:
+        raise NotReady()
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+_bearer = HTTPBearer(auto_error=False, description="an API token from `rljob token create` or `rljob serve`")
+
+
+def get_caller(
+    runtime: RuntimeDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Caller:
+    header = f"{credentials.scheme} {credentials.credentials}" if credentials else None
+    return runtime.tokens.authenticate(header)
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+def get_job_service(runtime: RuntimeDep) -> JobService:
+    return runtime.jobs
+
+
+JobServiceDep = Annotated[JobService, Depends(get_job_service)]
+
+
+def require_ready(runtime: RuntimeDep) -> None:
+    if not runtime.supervisor.ready.is_set():
+        raise NotReady()
+
+
+ReadyDep = Annotated[None, Depends(require_ready)]
+
+
+def get_visible_job(
+    job_id: Annotated[str, Path(max_length=64, description="rl- and 12 lowercase letters or digits")],
+    caller: CallerDep,
+    jobs: JobServiceDep,
+) -> JobRecord:
+    """The job, if the caller's team may see it; anything else (malformed id included) is 404."""
+    if not JOB_ID_RE.match(job_id):
+        raise JobNotFound(job_id)
+    return jobs.get(caller, job_id)
+
+
+VisibleJobDep = Annotated[JobRecord, Depends(get_visible_job)]

@@ -1,0 +1,78 @@
+"""Prometheus metrics: one registry per app (so tests can build many apps), a latency middleware
+labelled by route template (not raw path: ids would explode the label space), and a collector that
+counts jobs by phase from the store at scrape time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.domain.phases import JobPhase
+
+
+class _JobsByPhase(Collector):
+    def __init__(self, count_by_phase: Callable[[], dict[str, int]]) -> None:
+        self._count = count_by_phase
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily("rljob_jobs", "jobs in the store by phase", labels=["phase"])
+        try:
+            counts = self._count()
+        except Exception:  # a scrape during a database outage reports nothing rather than failing
+            counts = None
+        if counts is not None:
+            for phase in JobPhase:
+                gauge.add_metric([phase.value], counts.get(phase.value, 0))
+        yield gauge
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.submissions = Counter(
+            "rljob_job_submissions", "job submissions by outcome", ["outcome"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "rljob_api_request_duration_seconds", "API latency until the response starts",
+            ["method", "route", "status"], registry=self.registry,
+        )  # fmt: skip
+        self._phase_collector: _JobsByPhase | None = None
+
+    def watch_store(self, count_by_phase: Callable[[], dict[str, int]]) -> None:
+        if self._phase_collector is not None:
+            self.registry.unregister(self._phase_collector)
+        self._phase_collector = _JobsByPhase(count_by_phase)
+        self.registry.register(self._phase_collector)
+
+
+class LatencyMiddleware:
+    """Pure ASGI (no BaseHTTPMiddleware) so streaming responses are not buffered."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                route = scope.get("route")
+                path = getattr(route, "path", None) or "unmatched"
+                self.metrics.latency.labels(scope["method"], path, str(status["code"])).observe(
+                    time.perf_counter() - start
+                )
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)

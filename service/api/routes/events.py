@@ -1,0 +1,86 @@
+"""Server-Sent Events: a job's changes (/v1/jobs/{id}/events) and all of a team's (/v1/events).
+
+Every SSE `id` is the event-log seq, so a client that reconnects with `Last-Event-ID` gets exactly
+the events it missed. A job stream starts with a `snapshot` (the whole JobPublic, id = the job's
+latest seq) unless it is a resumption, and ends once the job is terminal and one more read of the
+log came back empty. Every stream ends after `max_duration_s` at the latest; clients reconnect.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query
+from fastapi.concurrency import run_in_threadpool
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from service.domain.models import JobEvent
+from service.domain.views import to_public
+
+from ..deps import CallerDep, RuntimeDep, VisibleJobDep
+
+router = APIRouter(tags=["events"])
+
+LastEventId = Annotated[int | None, Header(alias="Last-Event-ID", ge=0, description="resume after this seq")]
+MaxDuration = Annotated[float | None, Query(gt=0, le=86_400, description="end the stream after this many seconds")]
+BATCH = 500
+
+
+def _sse(event: JobEvent) -> ServerSentEvent:
+    return ServerSentEvent(event=event.kind, id=str(event.seq), data=event.model_dump(mode="json"))
+
+
+@router.get("/v1/jobs/{job_id}/events", response_class=EventSourceResponse)
+async def job_events(
+    record: VisibleJobDep, runtime: RuntimeDep, last_event_id: LastEventId = None, max_duration_s: MaxDuration = None
+) -> AsyncIterator[ServerSentEvent]:
+    """A snapshot, then every change of this job, ending after its terminal phase."""
+    settings, store = runtime.settings, runtime.store
+    deadline = time.monotonic() + min(max_duration_s or settings.sse_max_duration_s, settings.sse_max_duration_s)
+    if last_event_id is None:
+        current = await run_in_threadpool(store.get, record.id) or record
+        yield ServerSentEvent(
+            event="snapshot", id=str(current.last_event_seq), data=to_public(current, runtime.clock()).model_dump(mode="json")
+        )
+        after = current.last_event_seq
+    else:
+        after = last_event_id
+    while time.monotonic() < deadline:
+        seen_version = runtime.notifier.version
+        events = await run_in_threadpool(store.events_after, after, job_id=record.id, limit=BATCH)
+        for event in events:
+            yield _sse(event)
+            after = event.seq
+        if events:
+            continue
+        current = await run_in_threadpool(store.get, record.id)
+        if current is None or (current.phase.is_terminal() and current.last_event_seq <= after):
+            return  # terminal, everything sent, and this read was the one more empty read
+        await runtime.notifier.wait(seen_version, settings.sse_poll_interval_s)
+
+
+@router.get("/v1/events", response_class=EventSourceResponse)
+async def team_events(
+    caller: CallerDep,
+    runtime: RuntimeDep,
+    last_event_id: LastEventId = None,
+    max_duration_s: MaxDuration = None,
+    team: Annotated[str | None, Query(max_length=63, description="admins: one team's events; default all")] = None,
+) -> AsyncIterator[ServerSentEvent]:
+    """Every change of every job your team can see, from now (or after Last-Event-ID); for dashboards."""
+    settings, store = runtime.settings, runtime.store
+    deadline = time.monotonic() + min(max_duration_s or settings.sse_max_duration_s, settings.sse_max_duration_s)
+    scope = team if caller.admin else caller.team
+    after = last_event_id if last_event_id is not None else await run_in_threadpool(store.max_event_seq)
+    # The first event tells the client where "now" is, so it can resume even if nothing happens.
+    yield ServerSentEvent(event="hello", id=str(after), data={"team": scope, "after": after})
+    while time.monotonic() < deadline:
+        seen_version = runtime.notifier.version
+        events = await run_in_threadpool(store.events_after, after, team=scope, limit=BATCH)
+        for event in events:
+            yield _sse(event)
+            after = event.seq
+        if not events:
+            await runtime.notifier.wait(seen_version, min(settings.sse_poll_interval_s, max(0.0, deadline - time.monotonic())))

@@ -1,0 +1,134 @@
+"""/v1/jobs: submit, list, read, metrics, logs, cancel. Routes translate HTTP to JobService calls."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response, status
+from fastapi.responses import StreamingResponse
+
+from service.domain.errors import BadCursor, InvalidRequest
+from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic
+from service.domain.phases import JobPhase
+from service.domain.views import to_public
+
+from ..deps import CallerDep, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", max_length=255, pattern=r"^[\x21-\x7e]+$", description="retries with the same key return the same job"),
+]
+
+
+def encode_cursor(pk: int) -> str:
+    return base64.urlsafe_b64encode(f"v1:{pk}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        version, _, pk = raw.partition(":")
+        if version != "v1" or not pk.isdigit():
+            raise ValueError(raw)
+        return int(pk)
+    except (ValueError, binascii.Error, UnicodeDecodeError) as e:
+        raise BadCursor() from e
+
+
+def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
+    parsed = []
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidRequest(("query", "label"), f"{item!r}: a label filter is key=value")
+        parsed.append((key, value))
+    return tuple(parsed)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses={200: {"model": JobPublic}})
+def submit_job(
+    body: JobCreate, caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep, _: ReadyDep,
+    response: Response, idempotency_key: IdempotencyKey = None,
+) -> JobPublic:  # fmt: skip
+    """Submit a job spec. 201 with the new job; 200 with the existing one for a repeated Idempotency-Key."""
+    if body.team is not None and body.team != caller.team:
+        raise InvalidRequest(("body", "team"), f"team is set from your API token ({caller.team}); omit it")
+    try:
+        record, created = jobs.submit(caller, body, idempotency_key)
+    except Exception:
+        runtime.metrics.submissions.labels("error").inc()
+        raise
+    runtime.metrics.submissions.labels("created" if created else "replayed").inc()
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return to_public(record, runtime.clock())
+
+
+@router.get("", response_model=JobsPublic)
+def list_jobs(
+    caller: CallerDep,
+    runtime: RuntimeDep,
+    phase: JobPhase | None = None,
+    team: Annotated[str | None, Query(max_length=63, description="admins only; others always see their own team")] = None,
+    name: Annotated[str | None, Query(max_length=63)] = None,
+    label: Annotated[list[str], Query(max_length=20, description="key=value, repeatable (all must match)")] = [],  # noqa: B006 (FastAPI copies defaults)
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> JobsPublic:
+    """Jobs newest first, one page at a time; follow `next_cursor` for older ones."""
+    if not caller.admin:
+        if team is not None and team != caller.team:
+            return JobsPublic(data=[], count=0, next_cursor=None)  # other teams' jobs do not exist for you
+        team = caller.team
+    filters = JobFilters(phase=phase, team=team, name=name, labels=_parse_labels(label))
+    before = decode_cursor(cursor) if cursor else None
+    rows = runtime.store.list_jobs(filters, before_pk=before, limit=limit + 1)
+    page, more = rows[:limit], len(rows) > limit
+    now = runtime.clock()
+    return JobsPublic(
+        data=[to_public(record, now) for _, record in page],
+        count=len(page),
+        next_cursor=encode_cursor(page[-1][0]) if more else None,
+    )
+
+
+@router.get("/{job_id}", response_model=JobPublic)
+def get_job(record: VisibleJobDep, runtime: RuntimeDep) -> JobPublic:
+    return to_public(record, runtime.clock())
+
+
+@router.get("/{job_id}/metrics", response_model=MetricsPublic)
+def get_metrics(
+    record: VisibleJobDep, runtime: RuntimeDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000
+) -> MetricsPublic:
+    """Every train step's and eval's scalars, in the order the trainer reported them."""
+    return MetricsPublic(job_id=record.id, points=runtime.store.metric_points(record.id, limit=limit))
+
+
+@router.post("/{job_id}/cancel", response_model=JobPublic)
+def cancel_job(record: VisibleJobDep, caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep) -> JobPublic:
+    """Ask the job to stop: CANCELLING now, CANCELLED once the workload has really stopped."""
+    return to_public(jobs.cancel(caller, record.id), runtime.clock())
+
+
+@router.get("/{job_id}/logs", response_class=StreamingResponse, responses={200: {"content": {"text/plain": {}}}})
+async def get_logs(
+    record: VisibleJobDep,
+    jobs: JobServiceDep,
+    follow: bool = False,
+    tail_lines: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+) -> StreamingResponse:
+    """The trainer's output; with follow=true the response streams until the job has stopped."""
+    # A sync generator: Starlette runs it in the thread pool, so a follow holds one worker thread.
+    lines = jobs.launcher.logs(record.id, follow=follow, tail_lines=tail_lines)
+
+    def body() -> Iterator[bytes]:
+        for line in lines:
+            yield (line + "\n").encode()
+
+    return StreamingResponse(body(), media_type="text/plain; charset=utf-8")

@@ -1,0 +1,105 @@
+"""The app factory. Nothing is built at import time: `create_app(settings)` wires the store, the
+launcher (chosen once, adapters/launchers.py), the job service and the supervisor in its lifespan.
+
+Start-up order matters: migrate, ensure the bootstrap token, start the launcher's watcher, then
+re-attach every non-terminal job in the background. /readyz says false and submissions get 503
+until that recovery has finished, so no new job can race with an old one being resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+
+from service.adapters.events_file import EventsFileReader
+from service.adapters.launchers import build_launcher
+from service.adapters.store import SqlJobStore
+from service.config import Settings
+from service.domain.job_service import JobService
+from service.domain.launcher_port import JobLauncher
+from service.domain.ports import Clock, JobStore, ProgressSource, utc_now
+from service.domain.tokens import TokenService
+from service.runtime import ChangeNotifier, Supervisor
+
+from .api.deps import Runtime
+from .api.errors import install_error_handlers
+from .api.metrics import LatencyMiddleware, ServiceMetrics
+from .api.routes import events, health, jobs
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: JobStore | None = None,
+    launcher: JobLauncher | None = None,
+    progress: ProgressSource | None = None,
+    clock: Clock = utc_now,
+) -> FastAPI:
+    """Build the ASGI app. Tests pass their own store/launcher/progress fakes at the ports."""
+    metrics = ServiceMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        job_store = store or SqlJobStore(settings.effective_database_url)
+        await run_in_threadpool(job_store.migrate)
+        tokens = TokenService(job_store, clock)
+        if settings.bootstrap_token is not None:
+            await run_in_threadpool(
+                tokens.ensure, settings.bootstrap_token.get_secret_value(), settings.bootstrap_team,
+                admin=settings.bootstrap_admin,
+            )  # fmt: skip
+        job_launcher = launcher or build_launcher(settings)
+        notifier = ChangeNotifier()
+        job_service = JobService(
+            job_store, job_launcher, progress or EventsFileReader(),
+            clock=clock, notify=notifier.notify, max_resumes=settings.max_resumes,
+        )  # fmt: skip
+        supervisor = Supervisor(
+            job_service, job_launcher,
+            progress_poll_interval_s=settings.progress_poll_interval_s,
+            reconcile_interval_s=settings.reconcile_interval_s,
+        )  # fmt: skip
+        metrics.watch_store(job_store.count_by_phase)
+        app.state.runtime = Runtime(
+            settings=settings, store=job_store, jobs=job_service, tokens=tokens, notifier=notifier,
+            supervisor=supervisor, metrics=metrics, clock=clock,
+        )  # fmt: skip
+        supervisor.start()
+        try:
+            yield
+        finally:
+            supervisor.stop()
+            app.state.runtime = None
+            if store is None:
+                job_store.close()
+
+    app = FastAPI(
+        title="rljob control service",
+        version="1",
+        description="Submit and watch GRPO post-training jobs. Authenticate with `Authorization: Bearer <token>`.",
+        lifespan=lifespan,
+        max_body_size=settings.max_body_bytes,
+    )
+    app.state.metrics = metrics
+    app.state.runtime = None
+    install_error_handlers(app)
+    app.add_middleware(LatencyMiddleware, metrics=metrics)
+    app.include_router(health.router)
+    app.include_router(jobs.router)
+    app.include_router(events.router)
+    _mount_dashboard(app)
+    return app
+
+
+def _mount_dashboard(app: FastAPI) -> None:
+    try:
+        from service.dashboard import mount_dashboard
+    except ImportError:  # the dashboard is optional: the API works without it
+        return
+    mount_dashboard(app)

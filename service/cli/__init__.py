@@ -1,0 +1,1 @@
+"""The `rljob` command line (Typer + rich)."""

@@ -1,0 +1,182 @@
+"""The CLI's HTTP client: one place that turns transport and HTTP errors into clear messages."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import httpx
+import typer
+from rich.console import Console
+from rich.markup import escape
+import yaml
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+class CliError(Exception):
+    """A message for the user (no traceback) and the process exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_stderr = Console(stderr=True)
+
+
+def handles_errors(command: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Turn a CliError into its message on stderr and the exit code (typer.Exit works the same
+    under the real entry point and under CliRunner)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return command(*args, **kwargs)
+        except CliError as e:
+            _stderr.print(f"[red]error:[/] {escape(e.message)}", highlight=False)
+            raise typer.Exit(e.exit_code) from None
+
+    return wrapper
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    url: str
+    token: str | None
+    config_file: Path | None
+
+
+def config_candidates() -> list[Path]:
+    """Where a config file may be: the user's, then the one `rljob serve` writes by default."""
+    return [Path.home() / ".config" / "rljob" / "config.yaml", Path.home() / ".rljob" / "client.yaml"]
+
+
+def load_client_config(url: str | None, token: str | None, config: Path | None) -> ClientConfig:
+    """Flags win, then the environment (RLJOB_URL, RLJOB_TOKEN; Typer maps them onto the flags),
+    then the config file (--config, RLJOB_CONFIG, or the first existing candidate)."""
+    path = config or (Path(os.environ["RLJOB_CONFIG"]) if os.environ.get("RLJOB_CONFIG") else None)
+    if path is None:
+        path = next((p for p in config_candidates() if p.is_file()), None)
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise CliError(f"cannot read the config file {path}: {e}", 2) from e
+        if not isinstance(loaded, dict):
+            raise CliError(f"the config file {path} must be a mapping with url and token", 2)
+        data = loaded
+    return ClientConfig(url=(url or data.get("url") or DEFAULT_URL).rstrip("/"), token=token or data.get("token"), config_file=path)
+
+
+def _field_problems(detail: Any) -> str:
+    if not isinstance(detail, list):
+        return str(detail)
+    lines = []
+    for item in detail:
+        loc = [str(p) for p in item.get("loc", []) if p not in ("body", "query", "header", "path")]
+        lines.append(f"  {'.'.join(loc) or '(request)'}: {item.get('msg', '')}")
+    return "\n".join(lines)
+
+
+class ApiClient:
+    def __init__(self, config: ClientConfig, *, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+        self.config = config
+        headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        self._http = httpx.Client(base_url=config.url, headers=headers, timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _unreachable(self, e: Exception) -> CliError:
+        return CliError(
+            f"cannot reach the rljob service at {self.config.url} ({e.__class__.__name__}). "
+            "Is `rljob serve` running? Point the CLI elsewhere with --url or RLJOB_URL.",
+            3,
+        )
+
+    def check(self, response: httpx.Response) -> httpx.Response:
+        if response.is_success:
+            return response
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        code = response.status_code
+        if code == 401:
+            raise CliError(
+                f"the service rejected the token ({detail}). Set RLJOB_TOKEN or --token; `rljob serve` prints one.", 4
+            )
+        if code == 422:
+            raise CliError(f"the service rejected the request:\n{_field_problems(detail)}", 2)
+        if code == 413:
+            raise CliError("the request is too large for the service", 2)
+        raise CliError(f"{detail} (HTTP {code})", 1)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise self._unreachable(e) from e
+        self.check(response)
+        return response.json() if response.headers.get("content-type", "").startswith("application/json") else response.text
+
+    def stream_lines(self, path: str, params: dict[str, Any] | None = None) -> Iterator[str]:
+        try:
+            with self._http.stream("GET", path, params=params, timeout=httpx.Timeout(30.0, read=None)) as response:
+                if not response.is_success:
+                    response.read()
+                    self.check(response)
+                yield from response.iter_lines()
+        except httpx.TransportError as e:
+            raise self._unreachable(e) from e
+
+    def sse(self, path: str, *, last_event_id: int | None = None, retries: int = 5) -> Iterator[tuple[str, int | None, str]]:
+        """Yield (event, id, data) until the server ends the stream; reconnect with Last-Event-ID
+        after a dropped connection (at most `retries` times in a row)."""
+        failures = 0
+        while True:
+            headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+            try:
+                with self._http.stream("GET", path, headers=headers, timeout=httpx.Timeout(30.0, read=None)) as response:
+                    if not response.is_success:
+                        response.read()
+                        self.check(response)
+                    event, data, event_id = "message", [], None
+                    for line in response.iter_lines():
+                        if not line:
+                            if data:
+                                failures = 0
+                                if event_id is not None:
+                                    last_event_id = event_id
+                                yield event, event_id, "\n".join(data)
+                            event, data, event_id = "message", [], None
+                        elif line.startswith(":"):
+                            continue
+                        else:
+                            name, _, value = line.partition(":")
+                            value = value.removeprefix(" ")
+                            if name == "event":
+                                event = value
+                            elif name == "data":
+                                data.append(value)
+                            elif name == "id" and value.isdigit():
+                                event_id = int(value)
+                    return  # the server ended the stream on purpose
+            except httpx.TransportError as e:
+                failures += 1
+                if failures > retries:
+                    raise self._unreachable(e) from e
+                time.sleep(min(2.0 * failures, 10.0))

@@ -1,0 +1,65 @@
+"""Follows a job's event stream with a rich progress bar (step/total and reward)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .client import ApiClient
+
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+def follow_job(client: ApiClient, job_id: str, console: Console) -> dict[str, Any]:
+    """Stream until the job is terminal; returns the final job. Reconnects resume by event id."""
+    columns = (
+        TextColumn("[bold]{task.fields[phase]:<10}[/] {task.fields[stage]:<7}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]}"),
+        TimeElapsedColumn(),
+    )
+    last_id: int | None = None
+    phase = ""
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(job_id, total=None, phase="", stage="", reward="-")
+        while phase not in TERMINAL:
+            for event, event_id, raw in client.sse(f"/v1/jobs/{job_id}/events", last_event_id=last_id):
+                last_id = event_id if event_id is not None else last_id
+                data = json.loads(raw)
+                if event == "snapshot":
+                    phase = data["phase"]
+                    _update(progress, task, phase=phase, stage=data.get("stage"), step=data.get("step"),
+                            total=data.get("total_steps"), reward=(data.get("metrics") or {}).get("reward_mean"))
+                    continue
+                body = data.get("data", {})
+                if event == "phase":
+                    phase = body["phase"]
+                    progress.console.print(f"{job_id}: {phase} - {body.get('message', '')}")
+                    _update(progress, task, phase=phase)
+                elif event == "stage":
+                    _update(progress, task, stage=body.get("stage"))
+                    if body.get("status") == "finished":
+                        progress.console.print(f"{job_id}: stage {body['stage']} finished"
+                                               + (" (skipped: already done)" if body.get("skipped") else ""))
+                elif event == "progress":
+                    _update(progress, task, stage="train", step=body.get("step"), total=body.get("total_steps"),
+                            reward=(body.get("metrics") or {}).get("reward_mean"))
+                elif event == "artifact":
+                    progress.console.print(f"{job_id}: artifact {body.get('name')} -> {body.get('uri')}")
+    return client.request("GET", f"/v1/jobs/{job_id}")
+
+
+def _update(progress: Progress, task: Any, *, phase: str | None = None, stage: str | None = None,
+            step: int | None = None, total: int | None = None, reward: float | None = None) -> None:
+    fields: dict[str, Any] = {}
+    if phase:
+        fields["phase"] = phase
+    if stage:
+        fields["stage"] = stage
+    if reward is not None:
+        fields["reward"] = f"{reward:.3f}"
+    progress.update(task, completed=step if step is not None else None, total=total if total else None, **fields)

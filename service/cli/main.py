@@ -1,0 +1,207 @@
+"""`rljob`: submit, watch and cancel RL jobs; `serve` the embedded default; manage tokens.
+
+Every failure the user can cause (bad spec, unreachable service, rejected token) ends with a
+one-paragraph message and a non-zero exit code, never a traceback:
+0 ok, 1 the job or the service failed, 2 bad input, 3 service unreachable, 4 token rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .client import ApiClient, CliError, handles_errors, load_client_config
+from .follow import TERMINAL, follow_job
+from .specfile import SpecFileError, load_spec_file, read_spec_data
+
+app = typer.Typer(name="rljob", help="Run GRPO post-training jobs through the rljob control service.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+console = Console()
+err_console = Console(stderr=True)
+
+
+class _Ctx:
+    def __init__(self, url: str | None, token: str | None, config: Path | None) -> None:
+        self.url, self.token, self.config = url, token, config
+
+    def client(self) -> ApiClient:
+        return ApiClient(load_client_config(self.url, self.token, self.config))
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    url: Annotated[str | None, typer.Option(envvar="RLJOB_URL", help="service URL (default http://127.0.0.1:8765)")] = None,
+    token: Annotated[str | None, typer.Option(envvar="RLJOB_TOKEN", help="API token", show_default=False)] = None,
+    config: Annotated[Path | None, typer.Option(envvar="RLJOB_CONFIG", help="config file with url and token")] = None,
+) -> None:
+    ctx.obj = _Ctx(url, token, config)
+
+
+def _client(ctx: typer.Context) -> ApiClient:
+    return ctx.obj.client()
+
+
+def _spec_problems(e: SpecFileError, path: Path) -> CliError:
+    lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
+    return CliError(f"invalid job spec {path} ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):\n{lines}", 2)
+
+
+def _fmt_metric(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def print_job(job: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # paths and messages in full: users copy them
+    rows = [
+        ("id", job["id"]), ("name", job["name"]), ("team", job["team"]), ("phase", job["phase"]),
+        ("message", job["message"]), ("stage", job.get("stage") or "-"),
+        ("step", f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"),
+        ("eta", f"{job['eta_s']:.0f}s" if job.get("eta_s") is not None else "-"),
+        ("runs on", f"{job.get('backend') or '-'} {job.get('object_name') or ''}".strip()),
+        ("run dir", job["run_uri"]),
+    ]  # fmt: skip
+    metrics = job.get("metrics") or {}
+    rows.append(("metrics", "  ".join(f"{k}={_fmt_metric(v)}" for k, v in metrics.items())))
+    for stage, times in (job.get("stage_times") or {}).items():
+        rows.append((f"stage {stage}", f"{times.get('started_at') or '-'} -> {times.get('finished_at') or '...'}"))
+    for artifact in job.get("artifacts") or []:
+        rows.append((f"artifact {artifact['name']}", artifact["uri"]))
+    if job.get("failure"):
+        rows.append(("failure", f"[red]{job['failure'].get('reason')}[/]: {job['failure'].get('message')}"))
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", str(value))
+    console.print(table)
+
+
+@app.command()
+@handles_errors
+def submit(
+    ctx: typer.Context,
+    spec: Annotated[Path, typer.Argument(help="job spec file (YAML or JSON); ${VAR} expands from the environment")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="show progress until the job ends")] = False,
+    dry_run: Annotated[bool, typer.Option(help="validate and print the spec; submit nothing")] = False,
+    idempotency_key: Annotated[str | None, typer.Option(help="retries with the same key return the same job")] = None,
+) -> None:
+    """Submit a job spec; prints the job id (and with -f follows it to the end)."""
+    try:
+        job_spec = load_spec_file(spec)
+    except SpecFileError as e:
+        raise _spec_problems(e, spec) from e
+    if dry_run:
+        console.print_json(job_spec.model_dump_json())
+        console.print("[dim]dry run: nothing submitted[/]")
+        return
+    client = _client(ctx)
+    key = idempotency_key or uuid.uuid4().hex  # one key per invocation: a retried POST never makes two jobs
+    body = read_spec_data(spec)
+    job = client.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
+    console.print(f"submitted [bold]{job['id']}[/] ({job['name']}): {job['phase']}")
+    if follow:
+        _follow_to_end(client, job["id"])
+
+
+def _follow_to_end(client: ApiClient, job_id: str) -> None:
+    final = follow_job(client, job_id, console)
+    print_job(final)
+    if final["phase"] != "SUCCEEDED":
+        raise CliError(f"job {job_id} ended {final['phase']}", 1)
+
+
+@app.command("list")
+@handles_errors
+def list_jobs(
+    ctx: typer.Context,
+    phase: Annotated[str | None, typer.Option(help="QUEUED, RUNNING, SUCCEEDED, ...")] = None,
+    name: Annotated[str | None, typer.Option()] = None,
+    label: Annotated[list[str] | None, typer.Option(help="key=value (repeatable)")] = None,
+    team: Annotated[str | None, typer.Option(help="admins only")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List jobs, newest first."""
+    params: dict[str, Any] = {"limit": limit, "label": label or []}
+    params.update({k: v for k, v in (("phase", phase.upper() if phase else None), ("name", name), ("team", team)) if v})
+    page = _client(ctx).request("GET", "/v1/jobs", params=params)
+    if as_json:
+        console.print_json(json.dumps(page))
+        return
+    table = Table()
+    table.add_column("ID", no_wrap=True, min_width=15)  # ids are what users copy: never truncated
+    table.add_column("NAME", overflow="fold")
+    table.add_column("TEAM", overflow="fold")
+    table.add_column("PHASE", no_wrap=True, min_width=10)
+    for title in ("STAGE", "STEP", "REWARD", "CREATED"):
+        table.add_column(title, overflow="fold")
+    for job in page["data"]:
+        step = f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"
+        table.add_row(job["id"], job["name"], job["team"], job["phase"], job.get("stage") or "-", step,
+                      _fmt_metric(job["metrics"].get("reward_mean")), job["created_at"][5:16].replace("T", " "))
+    console.print(table)
+    if page.get("next_cursor"):
+        console.print("[dim]more jobs exist; use --limit or filters[/]")
+
+
+@app.command()
+@handles_errors
+def status(ctx: typer.Context, job_id: str, follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:
+    """Show one job: phase, stage, progress, metrics, artifacts, failure."""
+    client = _client(ctx)
+    job = client.request("GET", f"/v1/jobs/{job_id}")
+    if follow and job["phase"] not in TERMINAL:
+        _follow_to_end(client, job_id)
+        return
+    print_job(job)
+
+
+@app.command()
+@handles_errors
+def logs(
+    ctx: typer.Context,
+    job_id: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep streaming until the job stops")] = False,
+    tail: Annotated[int | None, typer.Option(min=0, help="only the last N lines")] = None,
+) -> None:
+    """Print the trainer's output."""
+    params: dict[str, Any] = {"follow": follow}
+    if tail is not None:
+        params["tail_lines"] = tail
+    for line in _client(ctx).stream_lines(f"/v1/jobs/{job_id}/logs", params=params):
+        typer.echo(line)
+
+
+@app.command()
+@handles_errors
+def cancel(ctx: typer.Context, job_id: str) -> None:
+    """Cancel a job: it shows CANCELLING until the workload has really stopped, then CANCELLED."""
+    job = _client(ctx).request("POST", f"/v1/jobs/{job_id}/cancel")
+    console.print(f"{job['id']}: {job['phase']} - {job['message']}")
+
+
+def _register_admin_commands() -> None:
+    from . import admin
+
+    admin.register(app, console)
+
+
+_register_admin_commands()
+
+
+def main() -> None:
+    try:
+        app()
+    except Exception as e:  # anything unexpected: one line, not a traceback (usage errors are click's)
+        err_console.print(f"[red]error:[/] unexpected {e.__class__.__name__}: {e}", highlight=False)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Service settings (env prefix RLJOB_), built by `load_settings()` and passed in; never a global.
+
+Outside `environment=dev` the settings refuse what is only safe on a laptop: SQLite (one file on
+one machine, no backups) and a bootstrap admin token. A bootstrap token shorter than 32 characters
+is refused everywhere, because it would be guessable.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIN_BOOTSTRAP_TOKEN_CHARS = 32
+
+
+def default_state_dir() -> Path:
+    return Path.home() / ".rljob"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RLJOB_", extra="ignore", frozen=True)
+
+    environment: Literal["dev", "prod"] = "dev"
+    state_dir: Path = Field(default_factory=default_state_dir, description="SQLite file, local job dirs, logs")
+    database_url: str = Field(default="", description="empty: SQLite at <state_dir>/rljob.db")
+    launcher: Literal["local", "kubernetes"] = "local"
+    trainer_command: list[str] = Field(
+        default_factory=lambda: [sys.executable, "-m", "trainer"],
+        description="how the local launcher runs the trainer; `run --spec F --job-id ID` is appended",
+    )
+    max_concurrent_jobs: int = Field(default=2, ge=1, le=64)
+    max_resumes: int = Field(default=3, ge=0, description="relaunches of a job whose workload was lost")
+    cancel_grace_s: float = Field(default=10.0, gt=0)
+    local_poll_interval_s: float = Field(default=0.2, gt=0)
+    progress_poll_interval_s: float = Field(default=0.5, gt=0)
+    reconcile_interval_s: float = Field(default=30.0, gt=0)
+    sse_poll_interval_s: float = Field(default=1.0, gt=0, description="longest wait between event-log reads")
+    sse_max_duration_s: float = Field(default=3600.0, gt=0, description="a stream ends after this; clients resume")
+    max_body_bytes: int = Field(default=256 * 1024, gt=0)
+    bootstrap_token: SecretStr | None = Field(default=None, description="ensure this token exists at start-up")
+    bootstrap_team: str = "local"
+    bootstrap_admin: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+
+    @field_validator("trainer_command")
+    @classmethod
+    def _command(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("must name at least the program to run")
+        return v
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_outside_dev(self) -> Settings:
+        token = self.bootstrap_token.get_secret_value() if self.bootstrap_token else None
+        if token is not None and len(token) < MIN_BOOTSTRAP_TOKEN_CHARS:
+            raise ValueError(f"RLJOB_BOOTSTRAP_TOKEN must have at least {MIN_BOOTSTRAP_TOKEN_CHARS} characters")
+        if self.environment == "dev":
+            return self
+        if not self.database_url.startswith(("postgresql", "postgres")):
+            raise ValueError(
+                "RLJOB_DATABASE_URL must point at PostgreSQL outside dev (SQLite is for the embedded default); "
+                "set RLJOB_ENVIRONMENT=dev to run locally"
+            )
+        if self.bootstrap_admin:
+            raise ValueError("RLJOB_BOOTSTRAP_ADMIN is for local use; create admin tokens with `rljob token create --admin`")
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{Path(self.state_dir).expanduser().resolve() / 'rljob.db'}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment (RLJOB_*), with explicit overrides (CLI flags, tests) on top."""
+    return Settings(**overrides)  # type: ignore[arg-type]

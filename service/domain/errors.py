@@ -1,0 +1,74 @@
+"""Domain exceptions. api/errors.py maps each to an HTTP status in one place; adapters wrap
+infrastructure errors in these with context (`raise LaunchFailed(...) from e`).
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base class: the message is safe to show to the caller and says what to do."""
+
+
+class JobNotFound(DomainError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id!r} visible to your team")
+        self.job_id = job_id
+
+
+class IllegalTransition(DomainError):
+    def __init__(self, current: str, target: str) -> None:
+        super().__init__(f"a job cannot move from {current} to {target}")
+        self.current = current
+        self.target = target
+
+
+class NotCancellable(DomainError):
+    def __init__(self, job_id: str, phase: str) -> None:
+        super().__init__(f"job {job_id} is already {phase}; there is nothing to cancel")
+        self.job_id = job_id
+        self.phase = phase
+
+
+class IdempotencyConflict(DomainError):
+    def __init__(self, key: str, job_id: str) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used for job {job_id} with a different spec; "
+            "use a new key for a different job"
+        )
+        self.key = key
+        self.job_id = job_id
+
+
+class InvalidRequest(DomainError):
+    """A request that is well-formed JSON but asks for something impossible (mapped to 422)."""
+
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+class BadCursor(DomainError):
+    def __init__(self) -> None:
+        super().__init__("the cursor is not one this service issued; start again without a cursor")
+
+
+class NotReady(DomainError):
+    def __init__(self) -> None:
+        super().__init__("the service is still re-attaching to running jobs; retry in a few seconds")
+
+
+class Unauthenticated(DomainError):
+    def __init__(self, message: str = "a valid bearer token is required (Authorization: Bearer <token>)") -> None:
+        super().__init__(message)
+
+
+class Forbidden(DomainError):
+    pass
+
+
+class LaunchFailed(DomainError):
+    """The backend refused or failed to create the workload."""
+
+
+class StoreUnavailable(DomainError):
+    pass

@@ -1,0 +1,344 @@
+"""JobService: the only writer of job state.
+
+Every change goes through `_mutate`, which takes the service's write lock, re-reads the record
+inside a store transaction (SELECT ... FOR UPDATE on PostgreSQL), applies the change through
+`transition()`, appends to the job's event log and commits. Re-reading first is what keeps a late
+observation or a duplicate progress event from undoing a terminal phase.
+
+The write lock also serialises event-log inserts within this process, so event seqs become visible
+in increasing order and an SSE reader that saw seq N can never later miss a seq below N.
+One service process owns a database (the local launcher's processes are on its machine anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import string
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from trainer.contract import ExitCode, JobSpec, describe_exit_code
+
+from .errors import IdempotencyConflict, JobNotFound, NotCancellable
+from .launcher_port import JobLauncher, Observation, ObservedState
+from .models import Caller, JobRecord
+from .phases import CANCELLABLE, JobPhase, transition
+from .ports import Clock, JobStore, JobTx, ProgressSource, utc_now
+from .progress import fold_events
+
+log = logging.getLogger(__name__)
+
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def new_job_id() -> str:
+    """`rl-` + 12 random lowercase letters/digits: DNS-safe, usable as a Kubernetes object name."""
+    return "rl-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
+
+
+class JobService:
+    def __init__(
+        self,
+        store: JobStore,
+        launcher: JobLauncher,
+        progress: ProgressSource,
+        *,
+        clock: Clock = utc_now,
+        notify: Callable[[], None] = lambda: None,
+        max_resumes: int = 3,
+        id_factory: Callable[[], str] = new_job_id,
+    ) -> None:
+        self.store = store
+        self.launcher = launcher
+        self.progress = progress
+        self.clock = clock
+        self._notify = notify
+        self.max_resumes = max_resumes
+        self._new_id = id_factory
+        self._lock = threading.RLock()
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get(self, caller: Caller, job_id: str) -> JobRecord:
+        record = self.store.get(job_id)
+        if record is None or not caller.can_see(record.team):
+            raise JobNotFound(job_id)  # another team's job looks exactly like a missing one
+        return record
+
+    # ---- commands from the API ---------------------------------------------------------------
+
+    def submit(self, caller: Caller, spec: JobSpec, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:
+        """Store a new job and hand it to the launcher. Returns (record, created)."""
+        spec = JobSpec.model_validate({**spec.model_dump(mode="json"), "team": caller.team})
+        spec_hash = spec.content_hash()
+        now = self.clock()
+        with self._lock, self.store.transaction() as tx:
+            if idempotency_key is not None:
+                existing = tx.find_by_idempotency_key(caller.team, idempotency_key)
+                if existing is not None:
+                    if existing.spec_hash != spec_hash:
+                        raise IdempotencyConflict(idempotency_key, existing.id)
+                    return existing, False
+            record = JobRecord(
+                id=self._new_id(),
+                team=caller.team,
+                name=spec.name,
+                labels=dict(spec.labels),
+                spec=spec.model_dump(mode="json"),
+                spec_hash=spec_hash,
+                idempotency_key=idempotency_key,
+                phase=JobPhase.QUEUED,
+                message="accepted; waiting to be handed to the launcher",
+                created_at=now,
+                updated_at=now,
+            )
+            tx.insert(record)
+            tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)
+        self._notify()
+        self.launch(record.id)
+        return self.store.get(record.id) or record, True
+
+    def cancel(self, caller: Caller, job_id: str) -> JobRecord:
+        record = self.get(caller, job_id)
+        if record.phase is JobPhase.CANCELLING:
+            return record  # idempotent: the first cancel is still being carried out
+        if record.phase not in CANCELLABLE:
+            raise NotCancellable(job_id, record.phase.value)
+
+        def request_cancel(rec: JobRecord, tx: JobTx) -> None:
+            if rec.phase is JobPhase.QUEUED:
+                self._set_phase(tx, rec, JobPhase.CANCELLED, "cancelled before it was launched")
+            elif rec.phase in CANCELLABLE:
+                self._set_phase(tx, rec, JobPhase.CANCELLING, "cancel requested; stopping the workload")
+
+        record = self._mutate(job_id, request_cancel)
+        if record.phase is JobPhase.CANCELLING:
+            self._cancel_workload(job_id)
+        return self.store.get(job_id) or record
+
+    # ---- launching ---------------------------------------------------------------------------
+
+    def launch(self, job_id: str) -> None:
+        """Hand a QUEUED (or resumed LAUNCHING) job to the launcher; idempotent per job id."""
+
+        def mark_launching(rec: JobRecord, tx: JobTx) -> None:
+            if rec.phase is JobPhase.QUEUED:
+                self._set_phase(tx, rec, JobPhase.LAUNCHING, f"handing the job to the {self.launcher.backend} launcher")
+
+        record = self._mutate(job_id, mark_launching)
+        if record.phase is not JobPhase.LAUNCHING:
+            return  # cancelled (or finished) meanwhile: launching now would start an orphan
+        try:
+            result = self.launcher.launch(job_id, record.job_spec)
+        except Exception as e:  # any adapter error ends the job with the reason, never a stuck LAUNCHING
+            log.warning("launch of %s failed: %s", job_id, e)
+
+            def mark_failed(rec: JobRecord, tx: JobTx) -> None:
+                if rec.phase in (JobPhase.QUEUED, JobPhase.LAUNCHING):
+                    rec.failure_reason = "LaunchFailed"
+                    self._set_phase(
+                        tx, rec, JobPhase.FAILED,
+                        f"the {self.launcher.backend} launcher could not start the job: {e}; "
+                        "fix the cause and submit the job again",
+                    )
+
+            self._mutate(job_id, mark_failed)
+            return
+
+        def record_launch(rec: JobRecord, tx: JobTx) -> None:
+            rec.backend = result.backend
+            if rec.object_name is None:  # a RUNNING observation may already have named the process
+                rec.object_name = result.object_name
+
+        record = self._mutate(job_id, record_launch)
+        if record.phase is JobPhase.CANCELLING:
+            self._cancel_workload(job_id)  # a cancel that raced with the launch call found nothing to stop
+
+    def _cancel_workload(self, job_id: str) -> None:
+        try:
+            self.launcher.cancel(job_id)
+        except Exception:  # the slow reconcile sends the cancel again
+            log.exception("cancel of %s failed; will retry on reconcile", job_id)
+
+    # ---- observations and progress (from launcher threads and the progress poller) ----------
+
+    def ingest_progress(self, job_id: str) -> None:
+        record = self.store.get(job_id)
+        if record is None or record.phase.is_terminal():
+            return
+        events = self.progress.read_new(record)
+        if not events:
+            return
+
+        def fold(rec: JobRecord, tx: JobTx) -> None:
+            if rec.phase.is_terminal():
+                return  # late events never touch a finished job
+            changes = fold_events(rec, events)
+            now = self.clock()
+            for point in changes.points:
+                tx.add_metric_point(rec.id, point)
+            for kind, data in changes.log:
+                tx.append_event(rec, kind, data, now)
+
+        self._mutate(job_id, fold)
+
+    def apply_observation(self, obs: Observation) -> None:
+        """Turn what the backend says into a transition; the only place observations become phases."""
+        if obs.state in (ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE):
+            # Drain the events file first so artifacts and the RunFinished message are in the record
+            # before the terminal phase is written (nothing may be folded in after it).
+            try:
+                self.ingest_progress(obs.job_id)
+            except Exception:
+                log.exception("reading progress of %s failed", obs.job_id)
+        relaunch = False
+
+        def apply(rec: JobRecord, tx: JobTx) -> None:
+            nonlocal relaunch
+            if rec.phase.is_terminal():
+                return
+            if obs.object_name and obs.object_name != rec.object_name:
+                rec.object_name = obs.object_name
+            state, phase = obs.state, rec.phase
+            if phase is JobPhase.CANCELLING:
+                if state in (ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE):
+                    self._set_phase(tx, rec, JobPhase.CANCELLED, "cancelled; the workload has stopped")
+                return
+            if phase is JobPhase.QUEUED:
+                return  # nothing was launched yet; launch() moves it on
+            if state is ObservedState.RUNNING and phase is JobPhase.LAUNCHING:
+                self._set_phase(tx, rec, JobPhase.RUNNING, obs.message or "running")
+            elif state in (ObservedState.PENDING, ObservedState.RESTARTING, ObservedState.RUNNING):
+                if obs.message and obs.message != rec.message:
+                    rec.message = obs.message
+                    tx.append_event(rec, "message", {"message": obs.message, "reason": obs.reason}, self.clock())
+            elif state is ObservedState.SUCCEEDED:
+                rec.exit_code = obs.exit_code if obs.exit_code is not None else 0
+                self._set_phase(tx, rec, JobPhase.SUCCEEDED, "finished successfully")
+            elif state is ObservedState.FAILED:
+                self._fail(tx, rec, obs)
+            elif state is ObservedState.GONE:
+                relaunch = self._resume_or_fail(tx, rec, obs)
+
+        self._mutate(obs.job_id, apply)
+        if relaunch:
+            self.launch(obs.job_id)
+        record = self.store.get(obs.job_id)
+        if record is not None and record.phase.is_terminal():
+            self.progress.forget(obs.job_id)
+
+    def _fail(self, tx: JobTx, rec: JobRecord, obs: Observation) -> None:
+        rec.exit_code = obs.exit_code
+        finished = rec.run_finished or {}
+        try:
+            rec.failure_reason = obs.reason or ExitCode(obs.exit_code).name  # type: ignore[arg-type]
+        except (ValueError, TypeError):
+            rec.failure_reason = obs.reason or (f"EXIT_{obs.exit_code}" if obs.exit_code is not None else "Failed")
+        parts = []
+        if not finished.get("ok", True) and finished.get("message"):
+            stage = finished.get("failed_stage") or "trainer"
+            parts.append(f"{stage} stage: {finished['message']}")
+        parts.append(describe_exit_code(obs.exit_code) if obs.exit_code is not None else (obs.message or "the workload failed"))
+        parts.append(f"logs: `rljob logs {rec.id}`")
+        self._set_phase(tx, rec, JobPhase.FAILED, "; ".join(parts))
+
+    def _resume_or_fail(self, tx: JobTx, rec: JobRecord, obs: Observation) -> bool:
+        """The backend has no workload for a LAUNCHING/RUNNING job: relaunch it or fail clearly.
+
+        The trainer's stages are restartable (completion markers in the run dir), so a rerun
+        continues rather than repeats. Resumes of a job that had started are bounded.
+        """
+        why = obs.message or "the workload disappeared"
+        if rec.phase is JobPhase.LAUNCHING:
+            # Never started (e.g. waiting in the local queue when the service stopped): launch again.
+            tx.append_event(rec, "message", {"message": f"relaunching: {why}"}, self.clock())
+            rec.message = f"relaunching: {why}"
+            return True
+        if rec.resumes >= self.max_resumes:
+            rec.failure_reason = "ResumeLimit"
+            self._set_phase(
+                tx, rec, JobPhase.FAILED,
+                f"{why}; resumed {rec.resumes} time(s) already, giving up. Check `rljob logs {rec.id}` and the "
+                "machine's health, then submit the job again (finished stages are reused)",
+            )
+            return False
+        rec.resumes += 1
+        rec.object_name = None
+        self._set_phase(tx, rec, JobPhase.LAUNCHING, f"resuming (attempt {rec.resumes + 1}): {why}")
+        return True
+
+    # ---- start-up and the slow reconcile -----------------------------------------------------
+
+    def recover(self) -> None:
+        """Re-attach to or resolve every non-terminal job; run before accepting submissions."""
+        for record in self.store.list_active():
+            try:
+                self._recover_one(record)
+            except Exception:  # one bad job must not keep the service from becoming ready
+                log.exception("recovering %s failed; the reconcile loop retries it", record.id)
+
+    def _recover_one(self, record: JobRecord) -> None:
+        if record.phase is JobPhase.QUEUED:
+            self.launch(record.id)
+            return
+        obs = self.launcher.observe(record.id)
+        alive = obs.state in (ObservedState.PENDING, ObservedState.RUNNING, ObservedState.RESTARTING)
+        if alive:
+            note = f"re-attached to {obs.object_name or 'the workload'} after a service restart"
+
+            def mark(rec: JobRecord, tx: JobTx) -> None:
+                if not rec.phase.is_terminal():
+                    rec.message = note
+                    tx.append_event(rec, "message", {"message": note}, self.clock())
+
+            self._mutate(record.id, mark)
+            if record.phase is JobPhase.CANCELLING:
+                self._cancel_workload(record.id)
+        self.apply_observation(obs)
+
+    def reconcile_once(self) -> None:
+        """Ask the backend about every launched job; catches observations a watcher missed."""
+        for record in self.store.list_active():
+            if record.phase is JobPhase.QUEUED:
+                continue
+            try:
+                self.ingest_progress(record.id)
+                obs = self.launcher.observe(record.id)
+                if record.phase is JobPhase.CANCELLING and obs.state in (ObservedState.RUNNING, ObservedState.PENDING):
+                    self._cancel_workload(record.id)
+                self.apply_observation(obs)
+            except Exception:
+                log.exception("reconciling %s failed", record.id)
+
+    # ---- the write path ----------------------------------------------------------------------
+
+    def _mutate(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord:
+        with self._lock:
+            with self.store.transaction() as tx:
+                record = tx.get(job_id, for_update=True)
+                if record is None:
+                    raise JobNotFound(job_id)
+                before = (record.phase, record.last_event_seq)
+                change(record, tx)
+                changed = (record.phase, record.last_event_seq) != before
+                record.updated_at = self.clock() if changed else record.updated_at
+                tx.update(record)
+        if changed:
+            self._notify()
+        return record
+
+    def _set_phase(self, tx: JobTx, rec: JobRecord, target: JobPhase, message: str) -> None:
+        previous = rec.phase
+        rec.phase = transition(previous, target)
+        rec.message = message
+        now = self.clock()
+        if target is JobPhase.RUNNING and rec.started_at is None:
+            rec.started_at = now
+        if target.is_terminal():
+            rec.finished_at = now
+        data: dict[str, Any] = {"phase": target.value, "previous": previous.value, "message": message}
+        if target is JobPhase.FAILED:
+            data.update(failure_reason=rec.failure_reason, exit_code=rec.exit_code)
+        tx.append_event(rec, "phase", data, now)

@@ -1,0 +1,173 @@
+"""The job record (what the store keeps) and the API schema family built from it.
+
+`JobRecord` is a plain dataclass the job service mutates inside one store transaction;
+`JobCreate` / `JobPublic` / `JobsPublic` are what the REST API accepts and returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainer.contract import JobSpec, Stage
+
+from .phases import JobPhase
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: resolved from the bearer token."""
+
+    team: str
+    token_id: str
+    admin: bool = False
+
+    def can_see(self, team: str) -> bool:
+        return self.admin or self.team == team
+
+
+@dataclass
+class JobRecord:
+    id: str
+    team: str
+    name: str
+    spec: dict[str, Any]
+    spec_hash: str
+    phase: JobPhase
+    created_at: datetime
+    updated_at: datetime
+    labels: dict[str, str] = field(default_factory=dict)
+    idempotency_key: str | None = None
+    message: str = ""
+    failure_reason: str | None = None  # machine-readable: exit code name, OOMKilled, ResumeLimit, ...
+    exit_code: int | None = None
+    stage: str | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    latest_metrics: dict[str, float] = field(default_factory=dict)
+    stage_times: dict[str, dict[str, Any]] = field(default_factory=dict)
+    artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    run_finished: dict[str, Any] | None = None  # the trainer's last RunFinished event, if any
+    backend: str | None = None
+    object_name: str | None = None
+    attempt: int = 0  # the trainer's RunStarted.attempt
+    resumes: int = 0  # relaunches after the workload was lost (bounded by settings.max_resumes)
+    last_trainer_seq: int = -1  # highest events.jsonl seq applied; lower ones are duplicates
+    last_event_seq: int = 0  # highest job_events.seq for this job (the snapshot's SSE id)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def job_spec(self) -> JobSpec:
+        return JobSpec.model_validate(self.spec)
+
+
+class JobCreate(JobSpec):
+    """The body of POST /v1/jobs: a job spec. `team` comes from the caller's token."""
+
+
+class StageTimes(BaseModel):
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_s: float | None = None
+    skipped: bool = False
+
+
+class Artifact(BaseModel):
+    name: str
+    uri: str
+    size_bytes: int | None = None
+
+
+class LatestMetrics(BaseModel):
+    reward_mean: float | None = None
+    reward_std: float | None = None
+    kl: float | None = None
+    loss: float | None = None
+    eval_accuracy: float | None = None
+
+
+class Failure(BaseModel):
+    reason: str | None = Field(description="machine-readable cause, e.g. EXIT_70, ResumeLimit")
+    message: str = Field(description="what happened and what to do next")
+    exit_code: int | None = None
+    failed_stage: str | None = None
+
+
+class JobPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    name: str
+    team: str
+    labels: dict[str, str]
+    phase: JobPhase
+    message: str
+    stage: Stage | None
+    step: int | None
+    total_steps: int | None
+    progress: float | None = Field(description="step / total_steps in the train stage")
+    eta_s: float | None = Field(description="seconds until training ends at the current rate")
+    metrics: LatestMetrics
+    stage_times: dict[Stage, StageTimes]
+    artifacts: list[Artifact]
+    failure: Failure | None
+    backend: str | None
+    object_name: str | None
+    attempt: int
+    run_uri: str
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    spec: dict[str, Any]
+
+
+class JobsPublic(BaseModel):
+    data: list[JobPublic]
+    count: int = Field(description="jobs in this page")
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null at the end")
+
+
+class JobEvent(BaseModel):
+    """One entry of a job's event log; SSE sends these with `id: seq`."""
+
+    seq: int
+    job_id: str
+    team: str
+    kind: str  # created, phase, stage, progress, eval, artifact, message
+    time: datetime
+    data: dict[str, Any]
+
+
+class MetricPoint(BaseModel):
+    kind: str  # train | eval
+    step: int
+    time: datetime
+    values: dict[str, float]
+
+
+class MetricsPublic(BaseModel):
+    job_id: str
+    points: list[MetricPoint]
+
+
+@dataclass(frozen=True)
+class JobFilters:
+    phase: JobPhase | None = None
+    team: str | None = None
+    name: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    id: str
+    team: str
+    name: str
+    admin: bool
+    created_at: datetime
+    revoked_at: datetime | None = None

@@ -1,0 +1,79 @@
+"""Job phases: one enum, one transition table, one `transition()` that refuses illegal moves.
+
+Stage (convert/train/export) and step counters are fields on the job, not phases: a phase says who
+is responsible for the job right now, a stage says what the trainer is doing inside RUNNING.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .errors import IllegalTransition
+
+
+class JobPhase(enum.StrEnum):
+    QUEUED = "QUEUED"  # stored by the service, not yet handed to a backend
+    LAUNCHING = "LAUNCHING"  # handed to the backend: waiting for a slot / node, or starting the process
+    RUNNING = "RUNNING"  # the backend reports the trainer running
+    CANCELLING = "CANCELLING"  # a cancel was requested; the workload has not been seen to stop yet
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+# Terminal: nothing can move a job out of these, so late or duplicate events are ignored.
+# SUCCEEDED, FAILED: the workload has exited and its exit was recorded.
+# CANCELLED: the workload was seen to stop (or never started) after a cancel.
+# CANCELLING is NOT terminal: the process may still be running and holding resources.
+TERMINAL: frozenset[JobPhase] = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED})
+
+# Cancellable: the phases in which a cancel request starts work.
+# QUEUED, LAUNCHING, RUNNING: something is or may soon be running.
+# CANCELLING is out: a second cancel is a no-op (the first one is still being carried out).
+# Terminal phases are out: there is nothing left to stop.
+CANCELLABLE: frozenset[JobPhase] = frozenset({JobPhase.QUEUED, JobPhase.LAUNCHING, JobPhase.RUNNING})
+
+# Every phase has an entry, terminal ones an empty set: tests check the table is exhaustive.
+ALLOWED_TRANSITIONS: dict[JobPhase, frozenset[JobPhase]] = {
+    JobPhase.QUEUED: frozenset(
+        {
+            JobPhase.LAUNCHING,
+            JobPhase.FAILED,  # the spec cannot be launched at all (e.g. unknown backend configuration)
+            JobPhase.CANCELLED,  # nothing was started, so there is nothing to wait for
+        }
+    ),
+    JobPhase.LAUNCHING: frozenset(
+        {
+            JobPhase.RUNNING,
+            JobPhase.SUCCEEDED,  # a short job can finish before a RUNNING observation is seen
+            JobPhase.FAILED,
+            JobPhase.CANCELLING,
+        }
+    ),
+    JobPhase.RUNNING: frozenset(
+        {
+            JobPhase.SUCCEEDED,
+            JobPhase.FAILED,
+            JobPhase.CANCELLING,
+            JobPhase.LAUNCHING,  # resumed: the process was lost (service or machine restart) and is relaunched
+        }
+    ),
+    JobPhase.CANCELLING: frozenset({JobPhase.CANCELLED}),
+    JobPhase.SUCCEEDED: frozenset(),
+    JobPhase.FAILED: frozenset(),
+    JobPhase.CANCELLED: frozenset(),
+}
+
+
+def can_transition(current: JobPhase, target: JobPhase) -> bool:
+    return target in ALLOWED_TRANSITIONS[current]
+
+
+def transition(current: JobPhase, target: JobPhase) -> JobPhase:
+    """Return `target` if the move is legal, else raise IllegalTransition."""
+    if not can_transition(current, target):
+        raise IllegalTransition(current.value, target.value)
+    return target

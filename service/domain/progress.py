@@ -1,0 +1,100 @@
+"""Folds the trainer's progress events into a job record: the one channel from trainer to service.
+
+The channel is the trainer's `events.jsonl` in the run directory (see trainer/contract/events.py):
+the service tails it by `seq`. An event with `seq <= record.last_trainer_seq` is a duplicate (a
+re-read after a restart, or a rerun of the trainer that continued the numbering) and is dropped.
+Progress never changes the phase: only the backend's view of the process does (job_service), so a
+RunFinished written by a pod that Kubernetes then retries cannot end the job early.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.contract import (
+    ArtifactWritten,
+    EvalResult,
+    RunFinished,
+    RunStarted,
+    StageFinished,
+    StageStarted,
+    TrainerEvent,
+    TrainStep,
+)
+
+from .models import JobRecord, MetricPoint
+
+# Metrics that JobPublic.metrics shows; everything else stays in the time series only.
+HEADLINE_METRICS = ("reward_mean", "reward_std", "kl", "loss")
+
+
+@dataclass
+class ProgressChanges:
+    """What applying a batch of events changed: event-log entries and metric points to store."""
+
+    log: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    points: list[MetricPoint] = field(default_factory=list)
+
+
+def fold_events(record: JobRecord, events: list[TrainerEvent]) -> ProgressChanges:
+    """Apply events in seq order to `record`; return what to append to the event log and metrics."""
+    changes = ProgressChanges()
+    for event in sorted(events, key=lambda e: e.seq):
+        if event.seq <= record.last_trainer_seq or event.job_id != record.id:
+            continue  # duplicate, or a file that belongs to another job: never applied twice
+        record.last_trainer_seq = event.seq
+        _fold_one(record, event, changes)
+    return changes
+
+
+def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) -> None:
+    when = event.time.isoformat()
+    if isinstance(event, RunStarted):
+        record.attempt = event.attempt
+        changes.log.append(("attempt", {"attempt": event.attempt, "run_uri": event.run_uri}))
+    elif isinstance(event, StageStarted):
+        record.stage = event.stage.value
+        times = record.stage_times.setdefault(event.stage.value, {})
+        times.update(started_at=when, finished_at=None, duration_s=None, skipped=False)
+        changes.log.append(("stage", {"stage": event.stage.value, "status": "started"}))
+    elif isinstance(event, StageFinished):
+        times = record.stage_times.setdefault(event.stage.value, {})
+        times.update(finished_at=when, duration_s=event.duration_s, skipped=event.skipped)
+        times.setdefault("started_at", when)
+        data: dict[str, Any] = {"stage": event.stage.value, "status": "finished", "skipped": event.skipped}
+        if event.reason:
+            data["reason"] = event.reason
+        changes.log.append(("stage", data))
+    elif isinstance(event, TrainStep):
+        record.stage = "train"
+        record.step = event.step
+        record.total_steps = event.total_steps
+        values = {**event.metrics}
+        for name in HEADLINE_METRICS:
+            value = getattr(event, name)
+            if value is not None:
+                values[name] = value
+                record.latest_metrics[name] = value
+        changes.points.append(MetricPoint(kind="train", step=event.step, time=event.time, values=values))
+        changes.log.append(
+            ("progress", {"step": event.step, "total_steps": event.total_steps, "metrics": dict(values)})
+        )
+    elif isinstance(event, EvalResult):
+        values = {**event.metrics}
+        if event.accuracy is not None:
+            values["accuracy"] = event.accuracy
+            record.latest_metrics["eval_accuracy"] = event.accuracy
+        changes.points.append(MetricPoint(kind="eval", step=event.step, time=event.time, values=values))
+        changes.log.append(("eval", {"step": event.step, "metrics": dict(values)}))
+    elif isinstance(event, ArtifactWritten):
+        record.artifacts[event.name] = {"name": event.name, "uri": event.uri, "size_bytes": event.size_bytes}
+        changes.log.append(("artifact", {"name": event.name, "uri": event.uri, "size_bytes": event.size_bytes}))
+    elif isinstance(event, RunFinished):
+        record.run_finished = {
+            "ok": event.ok,
+            "exit_code": event.exit_code,
+            "message": event.message,
+            "failed_stage": event.failed_stage.value if event.failed_stage else None,
+        }
+        changes.log.append(("run_finished", dict(record.run_finished)))

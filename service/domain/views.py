@@ -1,0 +1,65 @@
+"""Builds the public view of a job (JobPublic) from its record: progress, ETA, failure, artifacts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from trainer.contract import RunLayout, Stage
+
+from .models import Artifact, Failure, JobPublic, JobRecord, LatestMetrics, StageTimes
+from .phases import JobPhase
+
+
+def _eta_s(record: JobRecord, now: datetime) -> float | None:
+    """Seconds left in training at the rate seen since the train stage started."""
+    if record.phase is not JobPhase.RUNNING or not record.step or not record.total_steps:
+        return None
+    started = (record.stage_times.get(Stage.TRAIN.value) or {}).get("started_at")
+    if not started:
+        return None
+    elapsed_s = (now - datetime.fromisoformat(started)).total_seconds()
+    if elapsed_s <= 0:
+        return None
+    return max(0.0, elapsed_s / record.step * (record.total_steps - record.step))
+
+
+def to_public(record: JobRecord, now: datetime) -> JobPublic:
+    progress = None
+    if record.step is not None and record.total_steps:
+        progress = min(1.0, record.step / record.total_steps)
+    failure = None
+    if record.phase is JobPhase.FAILED:
+        finished = record.run_finished or {}
+        failure = Failure(
+            reason=record.failure_reason,
+            message=record.message,
+            exit_code=record.exit_code,
+            failed_stage=finished.get("failed_stage"),
+        )
+    stage_times = {Stage(name): StageTimes(**times) for name, times in record.stage_times.items() if name in Stage}
+    return JobPublic(
+        id=record.id,
+        name=record.name,
+        team=record.team,
+        labels=record.labels,
+        phase=record.phase,
+        message=record.message,
+        stage=Stage(record.stage) if record.stage in Stage else None,
+        step=record.step,
+        total_steps=record.total_steps,
+        progress=progress,
+        eta_s=_eta_s(record, now),
+        metrics=LatestMetrics(**record.latest_metrics),
+        stage_times=stage_times,
+        artifacts=[Artifact(**a) for a in record.artifacts.values()],
+        failure=failure,
+        backend=record.backend,
+        object_name=record.object_name,
+        attempt=record.attempt,
+        run_uri=RunLayout(record.spec["output"], record.id).root,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        spec=record.spec,
+    )

@@ -1,0 +1,144 @@
+"""The service's moving parts at run time: change notification for streams, and the supervisor that
+feeds launcher observations and trainer progress into the job service.
+
+Threads (all daemon, all stopped by `Supervisor.stop()`):
+- observations: drains the bounded queue the launcher pushes into and applies each observation;
+- recovery: re-attaches every non-terminal job, then marks the service ready;
+- poller: every progress_poll_interval_s folds new trainer events into active jobs, and every
+  reconcile_interval_s asks the launcher about every active job (catches missed observations).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from service.domain.job_service import JobService
+from service.domain.launcher_port import JobLauncher, Observation
+from service.domain.phases import JobPhase
+
+log = logging.getLogger(__name__)
+
+OBSERVATION_QUEUE_SIZE = 10_000
+
+
+class ChangeNotifier:
+    """Wakes SSE streams when the event log grows; a version counter means no wake-up is lost
+    between a stream's empty read and its wait."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._version = 0
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def notify(self) -> None:
+        with self._lock:
+            self._version += 1
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:
+                pass  # that stream's loop has closed
+
+    async def wait(self, seen_version: int, timeout_s: float) -> None:
+        """Return when the version moves past `seen_version`, or after timeout_s."""
+        event = asyncio.Event()
+        entry = (asyncio.get_running_loop(), event)
+        with self._lock:
+            if self._version != seen_version:
+                return
+            self._waiters.add(entry)
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._waiters.discard(entry)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        jobs: JobService,
+        launcher: JobLauncher,
+        *,
+        progress_poll_interval_s: float,
+        reconcile_interval_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.jobs = jobs
+        self.launcher = launcher
+        self.progress_poll_interval_s = progress_poll_interval_s
+        self.reconcile_interval_s = reconcile_interval_s
+        self._monotonic = monotonic
+        self._observations: queue.Queue[Observation] = queue.Queue(maxsize=OBSERVATION_QUEUE_SIZE)
+        self._stop = threading.Event()
+        self.ready = threading.Event()
+        self.recovery_error: str | None = None
+        self._threads: list[threading.Thread] = []
+
+    def sink(self, obs: Observation) -> None:
+        """Called from launcher threads; never blocks them."""
+        try:
+            self._observations.put_nowait(obs)
+        except queue.Full:
+            log.warning("observation queue full; dropping %s for %s (the reconcile loop catches up)", obs.state, obs.job_id)
+
+    def start(self) -> None:
+        self.launcher.start(self.sink)
+        for name, target in (("observations", self._consume), ("recovery", self._recover_then_poll)):
+            thread = threading.Thread(target=target, name=f"rljob-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.launcher.stop()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._threads.clear()
+
+    def _consume(self) -> None:
+        while not self._stop.is_set():
+            try:
+                obs = self._observations.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                self.jobs.apply_observation(obs)
+            except Exception:
+                log.exception("applying %s for %s failed", obs.state, obs.job_id)
+
+    def _recover_then_poll(self) -> None:
+        try:
+            self.jobs.recover()
+        except Exception as e:  # e.g. the database went away: stay not-ready, say why
+            log.exception("recovery failed")
+            self.recovery_error = str(e)
+            return
+        self.ready.set()
+        log.info("recovery finished; accepting submissions")
+        next_reconcile = self._monotonic() + self.reconcile_interval_s
+        while not self._stop.wait(self.progress_poll_interval_s):
+            self.poll_progress_once()
+            if self._monotonic() >= next_reconcile:
+                self.jobs.reconcile_once()
+                next_reconcile = self._monotonic() + self.reconcile_interval_s
+
+    def poll_progress_once(self) -> None:
+        for record in self.jobs.store.list_active():
+            if record.phase in (JobPhase.LAUNCHING, JobPhase.RUNNING, JobPhase.CANCELLING):
+                try:
+                    self.jobs.ingest_progress(record.id)
+                except Exception:
+                    log.exception("reading progress of %s failed", record.id)

@@ -1,0 +1,69 @@
+"""Headless Debian Chromium driven by Playwright, as docs/notes prescribe: the system binary via
+`executable_path` (Playwright never downloads a browser here) and a fresh profile per run."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",  # tests run as root in containers, where Chromium's sandbox cannot start
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",  # no update checks or field trials: loopback traffic only
+    "--disable-component-update",
+    "--disable-sync",
+]
+LAPTOP_VIEWPORT = {"width": 1366, "height": 768}  # the screen the dashboard is laid out for
+
+
+class PageProblems:
+    """JavaScript errors and CSP violations seen by a page; a test fails if any appear."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def watch(self, page) -> None:
+        page.on("pageerror", lambda exc: self.items.append(f"uncaught: {exc}"))
+
+        def on_console(msg) -> None:
+            text = msg.text
+            # Failed requests (401, refused connections, streams cut by a stopping server) are logged
+            # by Chromium itself; the tests check what the page shows for them instead.
+            if msg.type == "error" and not text.startswith("Failed to load resource"):
+                self.items.append(f"console error: {text}")
+
+        page.on("console", on_console)
+
+
+@contextmanager
+def launch_chromium() -> Iterator[object]:
+    """Yield a Playwright BrowserContext on the system Chromium with a throw-away profile.
+
+    Playwright insists on owning --user-data-dir, hence a persistent context on a fresh temp dir.
+    Each page still starts with its own sessionStorage, so each test signs in afresh.
+    """
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="rljob-chromium-")
+    try:
+        with sync_playwright() as pw:
+            context = pw.chromium.launch_persistent_context(
+                profile,
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=CHROMIUM_FLAGS,
+                viewport=LAPTOP_VIEWPORT,
+                timeout=60_000,
+            )
+            try:
+                yield context
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)

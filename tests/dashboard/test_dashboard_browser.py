@@ -1,0 +1,173 @@
+"""The team dashboard in headless Debian Chromium against the real service on loopback.
+
+Progress comes through the real channel: the test appends trainer events to the job's
+events.jsonl and the service tails it; the job's process is a real child of the local launcher
+(held_trainer.py), so a cancel from the page really stops a process group.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from .conftest import REPO
+from .live_service import TOKEN, LiveService
+
+pytestmark = pytest.mark.browser
+
+SCREENSHOTS = REPO / "test-artifacts" / "dashboard"
+LIVE_TIMEOUT_MS = 10_000  # events reach the page through a 0.1 s tail poll and the SSE stream
+
+
+def sign_in(page: Page, service: LiveService, token: str = TOKEN) -> None:
+    page.goto(f"{service.url}/")
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def tab_to(page: Page, target, max_presses: int = 15) -> None:
+    """Press Tab until `target` has focus, as a keyboard user would."""
+    for _ in range(max_presses):
+        page.keyboard.press("Tab")
+        if target.evaluate("el => el === document.activeElement"):
+            return
+    raise AssertionError(f"{target} not reachable with {max_presses} Tab presses")
+
+
+def shoot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def test_nothing_is_readable_without_a_valid_token(page: Page, live_service: LiveService) -> None:
+    assert httpx.get(f"{live_service.url}/v1/jobs").status_code == 401
+
+    page.goto(f"{live_service.url}/")
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.locator("table.jobs")).to_have_count(0)
+
+    sign_in(page, live_service, token="rlj_not-a-real-token-but-long-enough-000")
+    expect(page.get_by_role("alert")).to_contain_text("That token was not accepted")
+    expect(page.get_by_label("API token")).to_be_focused()
+
+    page.get_by_label("API token").fill(TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_test_id("empty-state")).to_contain_text("rljob submit")
+    shoot(page, "board-empty")
+
+
+def test_board_and_job_page_follow_a_running_job_until_it_is_cancelled(page: Page, live_service: LiveService) -> None:
+    sign_in(page, live_service)
+    expect(page.get_by_role("status")).to_have_text("Live", timeout=LIVE_TIMEOUT_MS)
+
+    # A job submitted elsewhere (the CLI) appears on the open board by itself.
+    job = live_service.submit("gsm8k-llama-grpo", total_steps=10)
+    row = page.locator(f'tr[data-job-id="{job["id"]}"]')
+    expect(row).to_be_visible(timeout=LIVE_TIMEOUT_MS)
+    expect(row).to_contain_text("llama3.1-8b")
+    expect(row).to_contain_text("alice")
+    live_service.wait_for_phase(job["id"], "RUNNING")
+    expect(row.locator(".phase")).to_have_text("RUNNING", timeout=LIVE_TIMEOUT_MS)
+
+    emit = live_service.emit
+    emit(job["id"], "run_started", attempt=1, run_uri=job["run_uri"])
+    emit(job["id"], "stage_started", stage="convert")
+    emit(job["id"], "stage_finished", stage="convert", duration_s=42.0)
+    emit(job["id"], "stage_started", stage="train")
+    for step in (1, 2, 3):
+        emit(job["id"], "train_step", step=step, total_steps=10, reward_mean=0.1 * step, reward_std=0.05, kl=0.01 * step, loss=1 / step)
+    expect(row.get_by_test_id("progress-text")).to_contain_text("3 / 10 steps", timeout=LIVE_TIMEOUT_MS)
+    expect(row.get_by_test_id("reward")).to_have_text("0.3")
+    expect(row.locator("progress")).to_have_attribute("value", "3")
+
+    # Keyboard: Tab reaches the job's name link in its row, the focus ring shows, Enter opens it.
+    link = row.get_by_role("link", name="gsm8k-llama-grpo")
+    tab_to(page, link)
+    assert link.evaluate("el => getComputedStyle(el).outlineStyle") == "solid"
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", level=1)).to_have_text("gsm8k-llama-grpo")
+    reward = page.locator('figure[data-chart^="Reward"]')
+    expect(reward).to_have_attribute("data-points", "3", timeout=LIVE_TIMEOUT_MS)
+    expect(page.locator('li[data-stage="convert"]')).to_have_attribute("data-state", "done")
+    expect(page.locator('li[data-stage="convert"]')).to_contain_text("42s")
+    expect(page.locator('li[data-stage="train"]')).to_have_attribute("data-state", "running")
+
+    # The charts and the progress bar advance as the job reports more steps.
+    for step in (4, 5, 6):
+        emit(job["id"], "train_step", step=step, total_steps=10, reward_mean=0.1 * step, reward_std=0.05, kl=0.01 * step, loss=1 / step)
+    emit(job["id"], "eval", step=5, accuracy=0.625)
+    emit(job["id"], "artifact", name="checkpoint-5", uri=f"{job['run_uri']}/rl/{job['id']}/checkpoints/actor/5", size_bytes=123456789)
+    expect(reward).to_have_attribute("data-points", "6", timeout=LIVE_TIMEOUT_MS)
+    expect(reward).to_contain_text("0.6 at step 6")
+    expect(page.locator('figure[data-chart="KL divergence"]')).to_have_attribute("data-last-step", "6")
+    expect(page.locator('figure[data-chart="Eval accuracy"]')).to_contain_text("62.5% at step 5")
+    expect(page.get_by_test_id("progress-text")).to_contain_text("6 / 10 steps")
+    expect(page.get_by_role("table").filter(has_text="checkpoint-5")).to_contain_text("/checkpoints/actor/5")
+    expect(page.get_by_test_id("logs")).to_contain_text("held_trainer: job", timeout=LIVE_TIMEOUT_MS)
+    shoot(page, "job-running")
+
+    # Cancel from the page: a confirmation first, then CANCELLING and CANCELLED as the process stops.
+    page.get_by_role("button", name="Cancel job").click()
+    dialog = page.get_by_role("dialog", name="Cancel this job?")
+    expect(dialog).to_be_visible()
+    dialog.get_by_role("button", name="Keep running").click()
+    expect(dialog).to_be_hidden()
+    assert live_service.job(job["id"])["phase"] == "RUNNING"
+
+    page.get_by_role("button", name="Cancel job").click()
+    dialog.get_by_role("button", name="Cancel job").click()
+    badge = page.locator(".job-head .phase")
+    expect(badge).to_have_text(re.compile("CANCELLING|CANCELLED"), timeout=LIVE_TIMEOUT_MS)
+    expect(badge).to_have_text("CANCELLED", timeout=20_000)
+    expect(page.get_by_role("button", name="Cancel job")).to_be_hidden()
+    assert live_service.job(job["id"])["phase"] == "CANCELLED"
+
+    page.get_by_role("link", name="← All jobs").click()
+    expect(row.locator(".phase")).to_have_text("CANCELLED")
+    shoot(page, "board")
+
+
+def test_a_failed_job_shows_why_and_the_phase_filter_finds_it(page: Page, live_service: LiveService) -> None:
+    ok = live_service.submit("still-running")
+    bad = live_service.submit("broken-reward-fn")
+    live_service.wait_for_phase(bad["id"], "RUNNING")
+    live_service.emit(bad["id"], "stage_started", stage="train")
+    live_service.emit(bad["id"], "train_step", step=1, total_steps=10, reward_mean=0.2, reward_std=0.1, kl=0.0, loss=0.9)
+    live_service.emit(bad["id"], "run_finished", ok=False, exit_code=70, message="reward function raised KeyError 'answer'", failed_stage="train")
+    live_service.finish_process(bad["id"], 70)
+    live_service.wait_for_phase(bad["id"], "FAILED")
+
+    sign_in(page, live_service)
+    page.get_by_label("Phase").select_option("FAILED")
+    expect(page.get_by_label("Phase")).to_be_focused()
+    expect(page.locator("tbody tr")).to_have_count(1)
+    expect(page.locator(f'tr[data-job-id="{bad["id"]}"]')).to_be_visible()
+    expect(page.locator(f'tr[data-job-id="{ok["id"]}"]')).to_have_count(0)
+
+    page.get_by_role("link", name="broken-reward-fn").click()
+    failure = page.get_by_test_id("failure")
+    expect(failure).to_contain_text("reward function raised KeyError")
+    expect(failure).to_contain_text("stage train")
+    expect(page.locator('li[data-stage="train"]')).to_have_attribute("data-state", "failed")
+    expect(page.get_by_role("button", name="Cancel job")).to_be_hidden()
+    shoot(page, "job-failed")
+
+
+def test_an_unreachable_service_is_reported_and_a_revoked_session_returns_to_sign_in(
+    page: Page, live_service: LiveService
+) -> None:
+    sign_in(page, live_service)
+    expect(page.get_by_role("status")).to_have_text("Live", timeout=LIVE_TIMEOUT_MS)
+    live_service.stop()
+    expect(page.get_by_role("status")).to_contain_text("Cannot reach the rljob service", timeout=20_000)
+    shoot(page, "board-offline")
+
+    # A token the service no longer accepts sends the viewer back to sign in, with the reason.
+    page.evaluate("sessionStorage.setItem('rljob.token', 'rlj_revoked-token-0000000000000000000000')")
+    live_service.start()
+    page.reload()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible(timeout=LIVE_TIMEOUT_MS)
+    expect(page.get_by_role("alert")).to_contain_text("not accepted")

@@ -1,0 +1,109 @@
+"""A stand-in for `python -m trainer`, run as a real child process by the local-launcher tests.
+
+`fake_trainer.py run --spec SPEC --job-id ID` writes events.jsonl the way the trainer does (seq
+continuing across reruns in the same run dir) and behaves as the spec's labels say:
+  fake-steps: N        train steps (default 3)
+  fake-exit: CODE      exit with CODE after failing the train stage (default 0: succeed)
+  fake-gate: "true"    after the first train step, wait until <run dir>/gate exists
+  fake-child: "true"   start a grandchild (`sleep`) and record its pid in <run dir>/child.pid
+  fake-ignore-term: "true"  ignore SIGTERM (so only SIGKILL stops it)
+Every start appends a line to <run dir>/starts, so tests can count executions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from trainer.contract import (
+    ArtifactWritten,
+    EvalResult,
+    ExitCode,
+    RunFinished,
+    RunLayout,
+    RunStarted,
+    Stage,
+    StageFinished,
+    StageStarted,
+    TrainStep,
+    dump_event,
+)
+
+
+class Events:
+    def __init__(self, path: Path, job_id: str) -> None:
+        self.path = path
+        self.job_id = job_id
+        self.seq = 0
+        if path.exists():
+            lines = [line for line in path.read_text().splitlines() if line.strip()]
+            self.seq = json.loads(lines[-1])["seq"] + 1 if lines else 0
+
+    def emit(self, cls: type, **fields: object) -> None:
+        event = cls(seq=self.seq, time=datetime.now(UTC), job_id=self.job_id, **fields)
+        with self.path.open("a") as f:
+            f.write(dump_event(event) + "\n")
+        self.seq += 1
+        print(f"event {event.type} seq={event.seq}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command")
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--job-id", required=True)
+    args = parser.parse_args()
+    spec = json.loads(Path(args.spec).read_text())
+    labels = spec.get("labels", {})
+    layout = RunLayout(spec["output"], args.job_id)
+    root = Path(layout.root)
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "starts").open("a") as f:
+        f.write(f"{os.getpid()}\n")
+    if labels.get("fake-ignore-term") == "true":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if labels.get("fake-child") == "true":
+        child = subprocess.Popen(["sleep", "300"])
+        (root / "child.pid").write_text(str(child.pid))
+
+    events = Events(Path(layout.events), args.job_id)
+    attempt = len((root / "starts").read_text().splitlines())
+    events.emit(RunStarted, attempt=attempt, run_uri=layout.root)
+    events.emit(StageStarted, stage=Stage.CONVERT)
+    events.emit(StageFinished, stage=Stage.CONVERT, duration_s=0.01, skipped=attempt > 1)
+    events.emit(StageStarted, stage=Stage.TRAIN)
+    steps = int(labels.get("fake-steps", "3"))
+    exit_code = int(labels.get("fake-exit", "0"))
+    for step in range(1, steps + 1):
+        events.emit(
+            TrainStep, step=step, total_steps=steps, reward_mean=0.1 * step, reward_std=0.05, kl=0.01 * step,
+            loss=1.0 / step, metrics={"learning_rate": 3e-6},
+        )  # fmt: skip
+        if step == 1 and labels.get("fake-gate") == "true":
+            print("waiting for the gate file", flush=True)
+            while not (root / "gate").exists():
+                time.sleep(0.02)
+    if exit_code:
+        print("fake failure in train", file=sys.stderr, flush=True)
+        events.emit(RunFinished, ok=False, exit_code=exit_code, message="fake failure in train", failed_stage=Stage.TRAIN)
+        return exit_code
+    events.emit(EvalResult, step=steps, accuracy=0.5, metrics={"pass_at_1": 0.5})
+    events.emit(StageFinished, stage=Stage.TRAIN, duration_s=0.05)
+    events.emit(StageStarted, stage=Stage.EXPORT)
+    (root / "hf").mkdir(exist_ok=True)
+    (root / "hf" / "model.safetensors").write_bytes(b"weights")
+    events.emit(ArtifactWritten, name="hf_model", uri=layout.export_dir, size_bytes=7)
+    events.emit(StageFinished, stage=Stage.EXPORT, duration_s=0.01)
+    events.emit(RunFinished, ok=True, exit_code=ExitCode.SUCCESS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

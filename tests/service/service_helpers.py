@@ -1,0 +1,67 @@
+"""Helpers shared by the service tests (imported by module name: tests/service has no __init__.py,
+because a package named `service` would shadow the real one)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from service.domain.phases import JobPhase, can_transition
+
+TOKEN_A = "a" * 8 + uuid.uuid4().hex + "-team-a"
+TOKEN_B = "b" * 8 + uuid.uuid4().hex + "-team-b"
+TOKEN_ADMIN = "c" * 8 + uuid.uuid4().hex + "-admin"
+
+
+def spec_body(tmp_path: Path, name: str = "job-one", **extra: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "name": name,
+        "model": {"name": "llama3.1-8b", "source": "/models/tiny"},
+        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+        "output": str(tmp_path / "runs"),
+    }
+    body.update(extra)
+    return body
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0, interval_s: float = 0.02) -> None:
+    """Poll real state (threads and child processes run in real time); bounded."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        time.sleep(interval_s)
+
+
+def wait_for_phase(read_phase: Callable[[], str | JobPhase], target: JobPhase, timeout_s: float = 20.0) -> list[JobPhase]:
+    """Wait until the phase is `target`, asserting every phase seen on the way is a legal move."""
+    seen = [JobPhase(read_phase())]
+    deadline = time.monotonic() + timeout_s
+    while seen[-1] is not target:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"phase is {seen[-1]} after {timeout_s}s, wanted {target}; saw {seen}")
+        if seen[-1].is_terminal():
+            raise AssertionError(f"job ended {seen[-1]}, wanted {target}; saw {seen}")
+        time.sleep(0.02)
+        phase = JobPhase(read_phase())
+        if phase is not seen[-1]:
+            # Polling can skip intermediate phases; it must never see a move backwards or sideways
+            # that no chain of legal transitions explains.
+            assert _reachable(seen[-1], phase), f"illegal phase change {seen[-1]} -> {phase} (saw {seen})"
+            seen.append(phase)
+    return seen
+
+
+def _reachable(start: JobPhase, target: JobPhase) -> bool:
+    frontier, visited = [start], {start}
+    while frontier:
+        current = frontier.pop()
+        for nxt in JobPhase:
+            if can_transition(current, nxt) and nxt not in visited:
+                if nxt is target:
+                    return True
+                visited.add(nxt)
+                frontier.append(nxt)
+    return False

@@ -1,0 +1,218 @@
+"""LocalProcessLauncher with real child processes running tests/service/fake_trainer.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from service_helpers import spec_body, wait_until
+
+from service.adapters.local import LocalProcessLauncher
+from service.adapters.local import procs
+from service.domain.launcher_port import Observation, ObservedState
+from trainer.contract import JobSpec, RunLayout
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.observations: list[Observation] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, obs: Observation) -> None:
+        with self._lock:
+            self.observations.append(obs)
+
+    def states(self, job_id: str) -> list[ObservedState]:
+        with self._lock:
+            return [o.state for o in self.observations if o.job_id == job_id]
+
+    def last(self, job_id: str) -> Observation | None:
+        with self._lock:
+            return next((o for o in reversed(self.observations) if o.job_id == job_id), None)
+
+
+@pytest.fixture
+def make_launcher(tmp_path: Path, fake_trainer_command: list[str]) -> Iterator[Callable[..., tuple[LocalProcessLauncher, Recorder]]]:
+    started: list[LocalProcessLauncher] = []
+
+    def make(**kw: object) -> tuple[LocalProcessLauncher, Recorder]:
+        options: dict[str, object] = {"max_concurrent": 2, "poll_interval_s": 0.05, "cancel_grace_s": 5.0}
+        options.update(kw)
+        launcher = LocalProcessLauncher(tmp_path / "jobs", fake_trainer_command, **options)  # type: ignore[arg-type]
+        recorder = Recorder()
+        launcher.start(recorder)
+        started.append(launcher)
+        return launcher, recorder
+
+    yield make
+    for launcher in started:
+        launcher.stop()
+    for process_file in (tmp_path / "jobs").glob("*/process.json"):  # never leave a trainer behind
+        procs.signal_group(json.loads(process_file.read_text())["pid"], signal.SIGKILL)
+
+
+def _spec(tmp_path: Path, **labels: str) -> JobSpec:
+    return JobSpec.model_validate(spec_body(tmp_path, labels=labels))
+
+
+def _root(tmp_path: Path, job_id: str) -> Path:
+    return Path(RunLayout(str(tmp_path / "runs"), job_id).root)
+
+
+def _open_gate(tmp_path: Path, job_id: str) -> None:
+    root = _root(tmp_path, job_id)
+    wait_until((root / "starts").exists)  # the trainer has started and made its run dir
+    (root / "gate").touch()
+
+
+def _alive(pid: int) -> bool:
+    fields = procs._stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
+def test_success_reports_running_then_succeeded(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    launcher, rec = make_launcher()
+    result = launcher.launch("rl-aaaaaaaaaaa1", _spec(tmp_path))
+    assert result.backend == "local" and result.object_name.startswith("pid:")
+    wait_until(lambda: ObservedState.SUCCEEDED in rec.states("rl-aaaaaaaaaaa1"))
+    assert rec.states("rl-aaaaaaaaaaa1") == [ObservedState.RUNNING, ObservedState.SUCCEEDED]
+    assert rec.last("rl-aaaaaaaaaaa1").exit_code == 0  # type: ignore[union-attr]
+    events = (_root(tmp_path, "rl-aaaaaaaaaaa1") / "events.jsonl").read_text().splitlines()
+    assert json.loads(events[-1])["type"] == "run_finished"
+    log = list(launcher.logs("rl-aaaaaaaaaaa1"))
+    assert any("run_finished" in line for line in log) and log[0].startswith("=== rljob: starting")
+    assert launcher.observe("rl-aaaaaaaaaaa1").state is ObservedState.SUCCEEDED
+
+
+def test_failure_reports_the_trainers_exit_code(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    launcher, rec = make_launcher()
+    launcher.launch("rl-aaaaaaaaaaa2", _spec(tmp_path, **{"fake-exit": "70"}))
+    wait_until(lambda: ObservedState.FAILED in rec.states("rl-aaaaaaaaaaa2"))
+    assert rec.last("rl-aaaaaaaaaaa2").exit_code == 70  # type: ignore[union-attr]
+    assert "fake failure in train" in "\n".join(launcher.logs("rl-aaaaaaaaaaa2", tail_lines=5))
+
+
+@pytest.mark.parametrize("ignore_term", [False, True], ids=["sigterm", "sigkill-after-grace"])
+def test_cancel_kills_the_whole_process_group(make_launcher, tmp_path: Path, ignore_term: bool) -> None:  # noqa: ANN001
+    launcher, rec = make_launcher(cancel_grace_s=0.3)
+    labels = {"fake-gate": "true", "fake-child": "true", **({"fake-ignore-term": "true"} if ignore_term else {})}
+    job_id = "rl-aaaaaaaaaaa3"
+    launcher.launch(job_id, _spec(tmp_path, **labels))
+    child_file = _root(tmp_path, job_id) / "child.pid"
+    wait_until(child_file.exists)
+    grandchild = int(child_file.read_text())
+    pgid = int(rec.last(job_id).object_name.split(":")[1])  # type: ignore[union-attr]
+    assert _alive(grandchild) and os.getpgid(grandchild) == pgid
+
+    launcher.cancel(job_id)
+    wait_until(lambda: rec.last(job_id).state is not ObservedState.RUNNING)  # type: ignore[union-attr]
+    final = rec.last(job_id)
+    assert final is not None and final.state is ObservedState.FAILED
+    assert not _alive(grandchild), "the trainer's own child must die with the job"
+    assert procs.group_members(pgid) == []
+    if ignore_term:
+        assert final.exit_code in (None, 137)
+
+
+def test_concurrency_limit_queues_jobs_fifo(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    launcher, rec = make_launcher(max_concurrent=1)
+    first, second = "rl-aaaaaaaaaaa4", "rl-aaaaaaaaaaa5"
+    launcher.launch(first, _spec(tmp_path, **{"fake-gate": "true"}))
+    result = launcher.launch(second, _spec(tmp_path))
+    assert result.object_name == "queued"
+    queued = launcher.observe(second)
+    assert queued.state is ObservedState.PENDING and "position 1" in queued.message
+    assert not _root(tmp_path, second).exists()  # really not started
+    _open_gate(tmp_path, first)
+    wait_until(lambda: ObservedState.SUCCEEDED in rec.states(second))
+    assert rec.states(first)[-1] is ObservedState.SUCCEEDED
+    assert rec.states(second) == [ObservedState.RUNNING, ObservedState.SUCCEEDED]
+
+
+def test_cancel_of_a_queued_job_removes_it(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    launcher, rec = make_launcher(max_concurrent=1)
+    launcher.launch("rl-aaaaaaaaaaa6", _spec(tmp_path, **{"fake-gate": "true"}))
+    launcher.launch("rl-aaaaaaaaaaa7", _spec(tmp_path))
+    launcher.cancel("rl-aaaaaaaaaaa7")
+    assert rec.states("rl-aaaaaaaaaaa7") == [ObservedState.GONE]
+    _open_gate(tmp_path, "rl-aaaaaaaaaaa6")
+    wait_until(lambda: ObservedState.SUCCEEDED in rec.states("rl-aaaaaaaaaaa6"))
+    assert not _root(tmp_path, "rl-aaaaaaaaaaa7").exists()
+
+
+def test_restart_reattaches_to_the_running_process_without_duplicating(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    job_id = "rl-aaaaaaaaaaa8"
+    old, old_rec = make_launcher()
+    old.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"}))
+    wait_until(lambda: (_root(tmp_path, job_id) / "starts").exists())
+    pid = int(old_rec.last(job_id).object_name.split(":")[1])  # type: ignore[union-attr]
+    old.stop()  # the service goes away; the trainer keeps running in its own session
+
+    new, new_rec = make_launcher()
+    seen = new.observe(job_id)
+    assert seen.state is ObservedState.RUNNING and seen.object_name == f"pid:{pid}"
+    assert new.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"})).object_name == f"pid:{pid}"
+    _open_gate(tmp_path, job_id)
+    wait_until(lambda: ObservedState.SUCCEEDED in new_rec.states(job_id))
+    assert new_rec.last(job_id).exit_code == 0  # type: ignore[union-attr]  # from exit.json: not our child
+    assert len((_root(tmp_path, job_id) / "starts").read_text().splitlines()) == 1
+
+
+def test_restart_after_the_process_died_reports_gone(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    job_id = "rl-aaaaaaaaaaa9"
+    old, old_rec = make_launcher()
+    old.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"}))
+    wait_until(lambda: (_root(tmp_path, job_id) / "starts").exists())
+    pid = int(old_rec.last(job_id).object_name.split(":")[1])  # type: ignore[union-attr]
+    old.stop()
+    procs.signal_group(pid, signal.SIGKILL)  # the machine "crashed": no exit record
+    wait_until(lambda: procs.group_members(pid) == [])
+
+    new, _ = make_launcher()
+    assert new.observe(job_id).state is ObservedState.GONE
+
+
+def test_a_reused_pid_is_not_mistaken_for_our_process(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    job_id = "rl-aaaaaaaaab10"
+    job_dir = tmp_path / "jobs" / job_id
+    job_dir.mkdir(parents=True)
+    me = os.getpid()  # alive, but not our runner: must not be adopted (or killed by a cancel)
+    (job_dir / "process.json").write_text(json.dumps({"pid": me, "ticks": procs.start_ticks(me), "job_id": job_id}))
+    launcher, _ = make_launcher()
+    assert launcher.observe(job_id).state is ObservedState.GONE
+    launcher.cancel(job_id)  # nothing of ours to stop; must not signal pid `me`
+    (job_dir / "process.json").unlink()
+
+
+def test_exit_while_no_service_watched_is_read_from_the_exit_file(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    job_id = "rl-aaaaaaaaab11"
+    old, _ = make_launcher()
+    old.launch(job_id, _spec(tmp_path, **{"fake-gate": "true", "fake-exit": "75"}))
+    wait_until(lambda: (_root(tmp_path, job_id) / "starts").exists())
+    old.stop()
+    _open_gate(tmp_path, job_id)
+    wait_until(lambda: (tmp_path / "jobs" / job_id / "exit.json").exists())
+    pid = json.loads((tmp_path / "jobs" / job_id / "process.json").read_text())["pid"]
+    wait_until(lambda: procs.group_members(pid) == [])
+    new, _ = make_launcher()
+    seen = new.observe(job_id)
+    assert (seen.state, seen.exit_code) == (ObservedState.FAILED, 75)
+
+
+def test_follow_logs_ends_when_the_process_stops(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    launcher, _ = make_launcher()
+    job_id = "rl-aaaaaaaaab12"
+    launcher.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"}))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(launcher.logs(job_id, follow=True)), daemon=True)
+    reader.start()
+    wait_until(lambda: any("waiting for the gate" in line for line in lines))
+    _open_gate(tmp_path, job_id)
+    reader.join(timeout=20)
+    assert not reader.is_alive()
+    assert "event run_finished seq=" in lines[-1]

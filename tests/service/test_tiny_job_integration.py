@@ -1,0 +1,60 @@
+"""The real trainer's tiny CPU job, submitted over HTTP to the service with the local launcher.
+
+Slow (MaxText on CPU, minutes): CI runs it with `-m slow`. It skips with the reason when the
+tiny example is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from service_helpers import TOKEN_A, wait_for_phase, wait_until
+
+from service.app import create_app
+from service.config import Settings
+from service.domain.phases import JobPhase
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"
+
+
+@pytest.mark.slow
+def test_tiny_job_runs_to_success_through_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not TINY_SPEC.exists():
+        pytest.skip(f"{TINY_SPEC} is not present (the trainer's tiny example)")
+    import subprocess
+
+    tiny = tmp_path / "tiny"
+    made = subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(tiny)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert made.returncode == 0, made.stderr[-3000:]
+    text = TINY_SPEC.read_text().replace("${RLJOB_TINY_DIR}", str(tiny)).replace("${RLJOB_OUTPUT}", str(tmp_path / "runs"))
+    body = yaml.safe_load(text)
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(var, "1")
+    settings = Settings(state_dir=tmp_path / "state", bootstrap_token=TOKEN_A, bootstrap_team="team-a",
+                        trainer_command=[sys.executable, "-m", "trainer"], progress_poll_interval_s=0.5)  # fmt: skip
+    auth = {"Authorization": f"Bearer {TOKEN_A}"}
+    with TestClient(create_app(settings)) as client:
+        wait_until(lambda: client.get("/readyz").status_code == 200)
+        job_id = client.post("/v1/jobs", json=body, headers=auth).json()["id"]
+
+        def phase() -> str:
+            return client.get(f"/v1/jobs/{job_id}", headers=auth).json()["phase"]
+
+        try:
+            wait_for_phase(phase, JobPhase.SUCCEEDED, timeout_s=float(os.environ.get("RLJOB_TINY_TIMEOUT_S", "1500")))
+        except AssertionError:
+            print(client.get(f"/v1/jobs/{job_id}/logs", params={"tail_lines": 80}, headers=auth).text)
+            raise
+        job = client.get(f"/v1/jobs/{job_id}", headers=auth).json()
+        assert job["step"] == job["total_steps"] == body["grpo"]["num_batches"]
+        assert job["metrics"]["reward_mean"] is not None and job["artifacts"]
+        assert {"convert", "train", "export"} <= set(job["stage_times"])
+        points = client.get(f"/v1/jobs/{job_id}/metrics", headers=auth).json()["points"]
+        assert [p["step"] for p in points if p["kind"] == "train"] == list(range(1, job["total_steps"] + 1))
