@@ -82,13 +82,7 @@ def materialise_dataset(spec: JobSpec, data_dir: Path) -> tuple[str, str | None]
 
 def missing_local_inputs(spec: JobSpec) -> list[tuple[str, str]]:
     """(field path, reason) for every local input the spec names that does not exist."""
-    checks: list[tuple[str, str]] = [("model.source", spec.model.source)]
-    if spec.model.tokenizer:
-        checks.append(("model.tokenizer", spec.model.tokenizer))
-    checks += [(f"dataset.train_files.{i}", f) for i, f in enumerate(spec.dataset.train_files)]
-    checks += [(f"dataset.eval_files.{i}", f) for i, f in enumerate(spec.dataset.eval_files)]
-    if spec.grpo.rewards.functions_path:
-        checks.append(("grpo.rewards.functions_path", spec.grpo.rewards.functions_path))
+    checks = spec.input_locations()
     problems = []
     for field_path, uri in checks:
         if location_kind(uri) == "local" and not Path(local_path(uri)).exists():

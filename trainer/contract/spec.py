@@ -311,6 +311,17 @@ class JobSpec(_Strict):
             raise ValueError("dataset.eval_files are required with train_files when grpo.num_test_batches > 0")
         return self
 
+    def input_locations(self) -> list[tuple[str, str]]:
+        """(field path, URI) of every input the job reads, for existence and permission checks."""
+        out: list[tuple[str, str]] = [("model.source", self.model.source)]
+        if self.model.tokenizer:
+            out.append(("model.tokenizer", self.model.tokenizer))
+        out += [(f"dataset.train_files.{i}", f) for i, f in enumerate(self.dataset.train_files)]
+        out += [(f"dataset.eval_files.{i}", f) for i, f in enumerate(self.dataset.eval_files)]
+        if self.grpo.rewards.functions_path:
+            out.append(("grpo.rewards.functions_path", self.grpo.rewards.functions_path))
+        return out
+
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 

@@ -13,14 +13,7 @@ from .registry import store_for
 
 def gcs_inputs(spec: JobSpec) -> list[tuple[str, str]]:
     """(field, uri) for every input the spec reads from gs://."""
-    candidates = [("model.source", spec.model.source)]
-    if spec.model.tokenizer:
-        candidates.append(("model.tokenizer", spec.model.tokenizer))
-    candidates += [(f"dataset.train_files.{i}", u) for i, u in enumerate(spec.dataset.train_files)]
-    candidates += [(f"dataset.eval_files.{i}", u) for i, u in enumerate(spec.dataset.eval_files)]
-    if spec.grpo.rewards.functions_path:
-        candidates.append(("grpo.rewards.functions_path", spec.grpo.rewards.functions_path))
-    return [(field, uri) for field, uri in candidates if location_kind(uri) == "gcs"]
+    return [(field, uri) for field, uri in spec.input_locations() if location_kind(uri) == "gcs"]
 
 
 def preflight(spec: JobSpec, layout: RunLayout, *, cache_root: str | None = None) -> None:
