@@ -16,7 +16,7 @@ find_python() {
     return 1
   fi
   local candidate
-  for candidate in python3.12 python3.13 python3.14 python3; do
+  for candidate in python3.12 python3 python3.13 python3.14; do
     if command -v "$candidate" >/dev/null 2>&1 && is_py312 "$(command -v "$candidate")"; then
       command -v "$candidate"; return 0
     fi
@@ -25,7 +25,9 @@ find_python() {
   if [[ -z "$pyenv_root" ]] && command -v pyenv >/dev/null 2>&1; then pyenv_root="$(pyenv root)"; fi
   [[ -z "$pyenv_root" ]] && pyenv_root="$HOME/.pyenv"
   if [[ -d "$pyenv_root/versions" ]]; then
-    for candidate in $(ls -1 "$pyenv_root/versions" | sort -V -r); do
+    # 3.12 first: MaxText's primary supported version and the one constraints.txt is tested with.
+    for candidate in $(ls -1 "$pyenv_root/versions" | sort -V -r | grep -E '^3\.12\.'; \
+                       ls -1 "$pyenv_root/versions" | sort -V -r | grep -vE '^3\.12\.'); do
       if [[ -x "$pyenv_root/versions/$candidate/bin/python3" ]] && is_py312 "$pyenv_root/versions/$candidate/bin/python3"; then
         echo "$pyenv_root/versions/$candidate/bin/python3"; return 0
       fi

@@ -17,11 +17,12 @@ from fastapi.concurrency import run_in_threadpool
 
 from service.adapters.events_file import EventsFileReader
 from service.adapters.launchers import build_launcher
+from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
 from service.config import Settings
 from service.domain.job_service import JobService
 from service.domain.launcher_port import JobLauncher
-from service.domain.ports import Clock, JobStore, ProgressSource, utc_now
+from service.domain.ports import Clock, JobStore, ProgressSource, RunFiles, utc_now
 from service.domain.tokens import TokenService
 from service.runtime import ChangeNotifier, Supervisor
 
@@ -39,6 +40,7 @@ def create_app(
     store: JobStore | None = None,
     launcher: JobLauncher | None = None,
     progress: ProgressSource | None = None,
+    run_files: RunFiles | None = None,
     clock: Clock = utc_now,
 ) -> FastAPI:
     """Build the ASGI app. Tests pass their own store/launcher/progress fakes at the ports."""
@@ -59,6 +61,8 @@ def create_app(
         job_service = JobService(
             job_store, job_launcher, progress or EventsFileReader(),
             clock=clock, notify=notifier.notify, max_resumes=settings.max_resumes,
+            run_files=run_files or StoreRunFiles(), mirror_every_steps=settings.status_mirror_every_steps,
+            mirror_interval_s=settings.status_mirror_interval_s,
         )  # fmt: skip
         supervisor = Supervisor(
             job_service, job_launcher,

@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     local_poll_interval_s: float = Field(default=0.2, gt=0)
     progress_poll_interval_s: float = Field(default=0.5, gt=0)
     reconcile_interval_s: float = Field(default=30.0, gt=0)
+    # Kubernetes labels/annotations: a phase or stage change goes at once, progress this often.
+    status_mirror_every_steps: int = Field(default=10, ge=1, description="mirror progress every N train steps")
+    status_mirror_interval_s: float = Field(default=30.0, gt=0, description="... or after this many seconds")
     sse_poll_interval_s: float = Field(default=1.0, gt=0, description="longest wait between event-log reads")
     sse_max_duration_s: float = Field(default=3600.0, gt=0, description="a stream ends after this; clients resume")
     max_body_bytes: int = Field(default=256 * 1024, gt=0)

@@ -95,6 +95,7 @@ class Supervisor:
             log.warning("observation queue full; dropping %s for %s (the reconcile loop catches up)", obs.state, obs.job_id)
 
     def start(self) -> None:
+        self.jobs.start()
         self.launcher.start(self.sink)
         for name, target in (("observations", self._consume), ("recovery", self._recover_then_poll)):
             thread = threading.Thread(target=target, name=f"rljob-{name}", daemon=True)
@@ -107,6 +108,7 @@ class Supervisor:
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads.clear()
+        self.jobs.stop()  # after the observation threads: nothing offers new statuses any more
 
     def _consume(self) -> None:
         while not self._stop.is_set():

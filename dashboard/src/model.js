@@ -13,7 +13,8 @@ export function jobView(raw) {
     id: raw.id,
     name: raw.name,
     team: raw.team,
-    // JobPublic has no submitter field yet; a token's name or a "submitter" label stands in.
+    // submitted_by is the submitting API token's name; jobs stored before the service recorded it
+    // have null there, so a "submitter" label still stands in for them.
     submitter: raw.submitted_by || raw.submitter || labels.submitter || null,
     model: (spec.model && spec.model.name) || null,
     modelSource: (spec.model && spec.model.source) || null,

@@ -16,6 +16,7 @@ from service.config import Settings, load_settings
 from service.domain.errors import InvalidRequest
 
 from .client import CliError, handles_errors
+from .manifests import render_k8s_manifests
 from .specfile import SpecFileError, load_spec_file
 
 token_app = typer.Typer(help="Create, revoke and list API tokens (talks to the database directly).", no_args_is_help=True)
@@ -85,6 +86,7 @@ def register(app: typer.Typer, console: Console) -> None:
         url = f"http://{settings.host}:{settings.port}"
         write_client_config(client_file, url, token)
         console.print(f"rljob service on [bold]{url}[/] (state in {Path(settings.state_dir).expanduser()})")
+        console.print(f"dashboard: [bold]{url}/ui/[/] (sign in with the token below)")
         console.print(f"local API token for team [bold]{settings.bootstrap_team}[/]: [bold]{token}[/]")
         console.print(f"  export RLJOB_URL={url} RLJOB_TOKEN={token}   (also written to {client_file})")
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
@@ -93,7 +95,7 @@ def register(app: typer.Typer, console: Console) -> None:
     @handles_errors
     def token_create(
         team: Annotated[str, typer.Option(help="the team whose jobs this token sees")],
-        name: Annotated[str, typer.Option(help="what the token is for")] = "",
+        name: Annotated[str, typer.Option(help="who or what uses it; jobs it submits show it as submitted_by")] = "",
         admin: Annotated[bool, typer.Option(help="may see every team's jobs")] = False,
         state_dir: StateDir = None,
         database_url: DatabaseUrl = None,
@@ -146,16 +148,7 @@ def register(app: typer.Typer, console: Console) -> None:
         except SpecFileError as e:
             lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
             raise CliError(f"invalid job spec {spec}:\n{lines}", 2) from e
-        try:
-            from service.adapters.k8s.errors import K8sBackendError
-            from service.adapters.k8s.render import render_manifests_yaml
-            from service.adapters.k8s.settings import K8sSettings
-        except ImportError as e:
-            raise CliError(f"the Kubernetes renderer is not available in this installation ({e})", 1) from e
-        try:
-            typer.echo(render_manifests_yaml(job_spec, job_id, K8sSettings()), nl=False)
-        except (K8sBackendError, ValueError) as e:  # the spec cannot run on Kubernetes as written
-            raise CliError(f"cannot render {spec} for Kubernetes: {e}", 2) from e
+        typer.echo(render_k8s_manifests(job_spec, job_id, str(spec)), nl=False)
 
     @app.command()
     @handles_errors

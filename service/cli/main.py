@@ -14,10 +14,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from trainer.contract import JobSpec
 
 from .client import ApiClient, CliError, handles_errors, load_client_config
 from .follow import TERMINAL, follow_job
+from .manifests import render_k8s_manifests
 from .specfile import SpecFileError, load_spec_file, read_spec_data
 
 app = typer.Typer(name="rljob", help="Run GRPO post-training jobs through the rljob control service.", no_args_is_help=True,
@@ -57,12 +61,24 @@ def _fmt_metric(value: Any) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def _artifact_text(artifact: dict[str, Any]) -> str:
+    details = []
+    if artifact.get("size_bytes") is not None:
+        details.append(f"{artifact['size_bytes']:,} bytes")
+    if (artifact.get("file_count") or 0) > 1:
+        details.append(f"{artifact['file_count']} files")
+    if artifact.get("checksum"):
+        details.append(artifact["checksum"])
+    return artifact["uri"] + (f" ({', '.join(details)})" if details else "")
+
+
 def print_job(job: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")  # paths and messages in full: users copy them
     rows = [
-        ("id", job["id"]), ("name", job["name"]), ("team", job["team"]), ("phase", job["phase"]),
+        ("id", job["id"]), ("name", job["name"]), ("team", job["team"]),
+        ("submitted by", job.get("submitted_by") or "-"), ("phase", job["phase"]),
         ("message", job["message"]), ("stage", job.get("stage") or "-"),
         ("step", f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"),
         ("eta", f"{job['eta_s']:.0f}s" if job.get("eta_s") is not None else "-"),
@@ -74,7 +90,7 @@ def print_job(job: dict[str, Any]) -> None:
     for stage, times in (job.get("stage_times") or {}).items():
         rows.append((f"stage {stage}", f"{times.get('started_at') or '-'} -> {times.get('finished_at') or '...'}"))
     for artifact in job.get("artifacts") or []:
-        rows.append((f"artifact {artifact['name']}", artifact["uri"]))
+        rows.append((f"artifact {artifact['name']}", _artifact_text(artifact)))
     if job.get("failure"):
         rows.append(("failure", f"[red]{job['failure'].get('reason')}[/]: {job['failure'].get('message')}"))
     for key, value in rows:
@@ -88,7 +104,7 @@ def submit(
     ctx: typer.Context,
     spec: Annotated[Path, typer.Argument(help="job spec file (YAML or JSON); ${VAR} expands from the environment")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show progress until the job ends")] = False,
-    dry_run: Annotated[bool, typer.Option(help="validate and print the spec; submit nothing")] = False,
+    dry_run: Annotated[bool, typer.Option(help="validate, print the Kubernetes manifests; submit nothing")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="retries with the same key return the same job")] = None,
 ) -> None:
     """Submit a job spec; prints the job id (and with -f follows it to the end)."""
@@ -97,8 +113,7 @@ def submit(
     except SpecFileError as e:
         raise _spec_problems(e, spec) from e
     if dry_run:
-        console.print_json(job_spec.model_dump_json())
-        console.print("[dim]dry run: nothing submitted[/]")
+        _dry_run(job_spec, spec)
         return
     client = _client(ctx)
     key = idempotency_key or uuid.uuid4().hex  # one key per invocation: a retried POST never makes two jobs
@@ -107,6 +122,22 @@ def submit(
     console.print(f"submitted [bold]{job['id']}[/] ({job['name']}): {job['phase']}")
     if follow:
         _follow_to_end(client, job["id"])
+
+
+def _dry_run(job_spec: JobSpec, path: Path) -> None:
+    """Manifests on stdout (ready for `kubectl apply -f -`), notes on stderr.
+
+    A spec that cannot be rendered for Kubernetes (a cpu job, no RLJOB_K8S_IMAGE) is still a valid
+    spec for the local launcher, so that is a note with the reason and the spec itself, not an error.
+    """
+    try:
+        manifests = render_k8s_manifests(job_spec, None, str(path))
+    except CliError as e:
+        console.print_json(job_spec.model_dump_json())
+        err_console.print(f"[yellow]Kubernetes manifests not shown:[/] {escape(e.message)}", highlight=False)
+    else:
+        typer.echo(manifests, nl=False)
+    err_console.print(f"[dim]dry run: {path} is a valid job spec; nothing submitted[/]", highlight=False)
 
 
 def _follow_to_end(client: ApiClient, job_id: str) -> None:

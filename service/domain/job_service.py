@@ -8,6 +8,9 @@ observation or a duplicate progress event from undoing a terminal phase.
 The write lock also serialises event-log inserts within this process, so event seqs become visible
 in increasing order and an SSE reader that saw seq N can never later miss a seq below N.
 One service process owns a database (the local launcher's processes are on its machine anyway).
+
+After a commit (outside the lock) a launcher that can mirror status (`StatusMirror`) is offered
+the new phase/stage/progress; status_mirror.py throttles and sends it from its own thread.
 """
 
 from __future__ import annotations
@@ -16,17 +19,19 @@ import logging
 import secrets
 import string
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from trainer.contract import ExitCode, JobSpec, describe_exit_code
 
 from .errors import IdempotencyConflict, JobNotFound, NotCancellable
-from .launcher_port import JobLauncher, Observation, ObservedState
+from .job_logs import job_log_lines
+from .launcher_port import JobLauncher, Observation, ObservedState, StatusMirror
 from .models import Caller, JobRecord
 from .phases import CANCELLABLE, JobPhase, transition
-from .ports import Clock, JobStore, JobTx, ProgressSource, utc_now
-from .progress import fold_events
+from .ports import Clock, JobStore, JobTx, ProgressSource, RunFiles, utc_now
+from .progress import fold_events, fold_manifest
+from .status_mirror import MirroredStatus, StatusMirrorWorker
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +54,33 @@ class JobService:
         notify: Callable[[], None] = lambda: None,
         max_resumes: int = 3,
         id_factory: Callable[[], str] = new_job_id,
+        run_files: RunFiles | None = None,
+        mirror_every_steps: int = 10,
+        mirror_interval_s: float = 30.0,
     ) -> None:
         self.store = store
         self.launcher = launcher
         self.progress = progress
+        self.run_files = run_files
+        # Decided once: only launchers with somewhere to write status (Kubernetes) get a mirror.
+        self.status_mirror = (
+            StatusMirrorWorker(launcher, every_steps=mirror_every_steps, interval_s=mirror_interval_s)
+            if isinstance(launcher, StatusMirror) else None
+        )  # fmt: skip
         self.clock = clock
         self._notify = notify
         self.max_resumes = max_resumes
         self._new_id = id_factory
         self._lock = threading.RLock()
+
+    def start(self) -> None:
+        """Start background helpers (the status mirror); the supervisor calls this at start-up."""
+        if self.status_mirror is not None:
+            self.status_mirror.start()
+
+    def stop(self) -> None:
+        if self.status_mirror is not None:
+            self.status_mirror.stop()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -66,6 +89,10 @@ class JobService:
         if record is None or not caller.can_see(record.team):
             raise JobNotFound(job_id)  # another team's job looks exactly like a missing one
         return record
+
+    def logs(self, record: JobRecord, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str]:
+        """The workload's log while the backend has it, else the stage logs in the run directory."""
+        return job_log_lines(self.launcher, self.run_files, record, follow=follow, tail_lines=tail_lines)
 
     # ---- commands from the API ---------------------------------------------------------------
 
@@ -86,6 +113,7 @@ class JobService:
                 team=caller.team,
                 name=spec.name,
                 labels=dict(spec.labels),
+                submitted_by=caller.submitter,
                 spec=spec.model_dump(mode="json"),
                 spec_hash=spec_hash,
                 idempotency_key=idempotency_key,
@@ -193,12 +221,17 @@ class JobService:
                 self.ingest_progress(obs.job_id)
             except Exception:
                 log.exception("reading progress of %s failed", obs.job_id)
+        manifest = self._read_manifest_if_ending(obs)
         relaunch = False
 
         def apply(rec: JobRecord, tx: JobTx) -> None:
             nonlocal relaunch
             if rec.phase.is_terminal():
                 return
+            if manifest is not None and self._ends_job(rec.phase, obs.state):
+                # Same transaction as the terminal phase and logged before it: SSE readers, who stop
+                # after the terminal phase, see the final artifacts first.
+                tx.append_event(rec, "artifacts", fold_manifest(rec, manifest), self.clock())
             if obs.object_name and obs.object_name != rec.object_name:
                 rec.object_name = obs.object_name
             state, phase = obs.state, rec.phase
@@ -228,6 +261,26 @@ class JobService:
         record = self.store.get(obs.job_id)
         if record is not None and record.phase.is_terminal():
             self.progress.forget(obs.job_id)
+
+    @staticmethod
+    def _ends_job(phase: JobPhase, state: ObservedState) -> bool:
+        """Whether this observation surely ends the job (GONE on a running job may mean a relaunch)."""
+        if phase is JobPhase.CANCELLING:
+            return state in (ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE)
+        return phase is not JobPhase.QUEUED and state in (ObservedState.SUCCEEDED, ObservedState.FAILED)
+
+    def _read_manifest_if_ending(self, obs: Observation) -> dict[str, Any] | None:
+        """Read the run's manifest (storage I/O: before the write lock, never under it)."""
+        if self.run_files is None:
+            return None
+        record = self.store.get(obs.job_id)
+        if record is None or record.phase.is_terminal() or not self._ends_job(record.phase, obs.state):
+            return None
+        try:
+            return self.run_files.read_manifest(record)
+        except Exception:  # artifacts are worth showing, not worth failing to record the job's end
+            log.exception("reading the manifest of %s failed", obs.job_id)
+            return None
 
     def _fail(self, tx: JobTx, rec: JobRecord, obs: Observation) -> None:
         rec.exit_code = obs.exit_code
@@ -327,6 +380,8 @@ class JobService:
                 tx.update(record)
         if changed:
             self._notify()
+            if self.status_mirror is not None and record.object_name is not None:
+                self.status_mirror.offer(record.id, MirroredStatus.of(record))  # committed: safe to show
         return record
 
     def _set_phase(self, tx: JobTx, rec: JobRecord, target: JobPhase, message: str) -> None:

@@ -69,3 +69,18 @@ class JobLauncher(Protocol):
 
     def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str]:
         """Yield log lines of the workload while the backend still has them."""
+
+
+@runtime_checkable
+class StatusMirror(Protocol):
+    """Optional launcher capability: copy the service's view of a job onto its workload.
+
+    The Kubernetes launcher has it (labels and annotations on the Job, so `kubectl` shows phase and
+    progress); the local launcher has nothing to label. The job service checks for it once, when it
+    is built, and mirrors from a background thread (status_mirror.py), never under its write lock.
+    """
+
+    def mirror_status(
+        self, job_id: str, phase: str, stage: str | None = None, step: int | None = None, total: int | None = None
+    ) -> bool:
+        """Write phase/stage/progress onto the workload; False when the workload is gone."""

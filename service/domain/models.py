@@ -24,6 +24,12 @@ class Caller:
     team: str
     token_id: str
     admin: bool = False
+    name: str = ""  # the token's name (who or what it was issued to), recorded as a job's submitter
+
+    @property
+    def submitter(self) -> str:
+        """Who submitted, for the job record: the token's name, else its id (never empty)."""
+        return self.name or self.token_id
 
     def can_see(self, team: str) -> bool:
         return self.admin or self.team == team
@@ -40,6 +46,7 @@ class JobRecord:
     created_at: datetime
     updated_at: datetime
     labels: dict[str, str] = field(default_factory=dict)
+    submitted_by: str | None = None  # the submitting token's name (None for jobs stored before 0002)
     idempotency_key: str | None = None
     message: str = ""
     failure_reason: str | None = None  # machine-readable: exit code name, OOMKilled, ResumeLimit, ...
@@ -78,8 +85,10 @@ class StageTimes(BaseModel):
 
 class Artifact(BaseModel):
     name: str
-    uri: str
-    size_bytes: int | None = None
+    uri: str = Field(description="gs:// URI or absolute local path; a directory for checkpoints and exports")
+    size_bytes: int | None = Field(default=None, description="total bytes (all files of a directory)")
+    file_count: int | None = Field(default=None, description="files under a directory artifact, from the manifest")
+    checksum: str | None = Field(default=None, description="md5:<hex> or crc32c:<hex>, for single-file artifacts")
 
 
 class LatestMetrics(BaseModel):
@@ -103,6 +112,7 @@ class JobPublic(BaseModel):
     id: str
     name: str
     team: str
+    submitted_by: str | None = Field(description="name of the API token that submitted the job")
     labels: dict[str, str]
     phase: JobPhase
     message: str

@@ -86,3 +86,18 @@ class ProgressSource(Protocol):
 
 class LogSource(Protocol):
     def __call__(self, job_id: str, *, follow: bool, tail_lines: int | None) -> Iterator[str]: ...
+
+
+class RunFiles(Protocol):
+    """What the trainer leaves in a job's run directory (RunLayout), read back by the service.
+
+    These outlive the workload: a Kubernetes pod is deleted with its Job after
+    ttlSecondsAfterFinished, a local job's state directory may be cleaned, but the run directory
+    (gs:// or local) is the job's permanent record.
+    """
+
+    def read_manifest(self, record: JobRecord) -> dict[str, Any] | None:
+        """manifest.json (trainer/storage/manifest.py), or None if absent or unreadable."""
+
+    def stage_log_lines(self, record: JobRecord) -> Iterator[str]:
+        """The published stage logs (logs/<stage>.log) in stage order, each after a header line."""

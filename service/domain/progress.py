@@ -5,6 +5,9 @@ the service tails it by `seq`. An event with `seq <= record.last_trainer_seq` is
 re-read after a restart, or a rerun of the trainer that continued the numbering) and is dropped.
 Progress never changes the phase: only the backend's view of the process does (job_service), so a
 RunFinished written by a pod that Kubernetes then retries cannot end the job early.
+
+The run's manifest.json (written by the trainer after its last event) is folded in once, with the
+terminal phase: it turns the artifacts the events announced into sizes, file counts and checksums.
 """
 
 from __future__ import annotations
@@ -98,3 +101,42 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
             "failed_stage": event.failed_stage.value if event.failed_stage else None,
         }
         changes.log.append(("run_finished", dict(record.run_finished)))
+
+
+# The whole run directory appears as one artifact, so a job page shows what the job stored in total.
+RUN_ARTIFACT = "run"
+
+
+def _norm(uri: str) -> str:
+    return uri.removeprefix("file://").rstrip("/")
+
+
+def fold_manifest(record: JobRecord, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Complete `record.artifacts` from the trainer's manifest; return the event-log entry's data.
+
+    The manifest lists files; the events name artifacts (often directories: a checkpoint, an
+    export). A named artifact gets its file's size and checksum, or its directory's total size and
+    file count. A directory has no single checksum, so none is invented for it.
+    """
+    files = [f for f in manifest.get("artifacts") or [] if isinstance(f, dict) and f.get("uri")]
+    by_uri = {_norm(f["uri"]): f for f in files}
+    for artifact in record.artifacts.values():
+        uri = _norm(artifact["uri"])
+        single = by_uri.get(uri)
+        if single is not None:
+            artifact.update(size_bytes=single.get("size_bytes"), file_count=1, checksum=single.get("checksum"))
+            continue
+        inside = [f for key, f in by_uri.items() if key.startswith(uri + "/")]
+        if inside:
+            artifact.update(size_bytes=sum(f.get("size_bytes") or 0 for f in inside), file_count=len(inside))
+    for name, uri in sorted((manifest.get("references") or {}).items()):
+        # Used by the run but owned by someone else (the conversion cache): shown, never sized here.
+        record.artifacts.setdefault(f"reference.{name}", {"name": f"reference.{name}", "uri": uri})
+    if manifest.get("run_uri"):
+        record.artifacts[RUN_ARTIFACT] = {
+            "name": RUN_ARTIFACT,
+            "uri": manifest["run_uri"],
+            "size_bytes": manifest.get("total_bytes"),
+            "file_count": manifest.get("file_count", len(files)),
+        }
+    return {"artifacts": list(record.artifacts.values())}

@@ -65,4 +65,4 @@ class TokenService:
         record = self.store.token_by_hash(hash_token(token.strip()))
         if record is None or record.revoked_at is not None:
             raise Unauthenticated("the token is unknown or revoked; ask an admin for a new one (rljob token create)")
-        return Caller(team=record.team, token_id=record.id, admin=record.admin)
+        return Caller(team=record.team, token_id=record.id, admin=record.admin, name=record.name)

@@ -41,6 +41,7 @@ def to_public(record: JobRecord, now: datetime) -> JobPublic:
         id=record.id,
         name=record.name,
         team=record.team,
+        submitted_by=record.submitted_by,
         labels=record.labels,
         phase=record.phase,
         message=record.message,

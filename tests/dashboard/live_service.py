@@ -16,13 +16,16 @@ from pathlib import Path
 import httpx
 import uvicorn
 
+from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import load_settings
+from service.domain.tokens import TokenService
 from trainer.contract import RunLayout, dump_event, parse_event
 
 HELD_TRAINER = Path(__file__).with_name("held_trainer.py")
 TEAM = "alpha"
 TOKEN = "rlj_dashboard-test-token-0123456789abcdef"
+SUBMITTER = "alice"
 START_TIMEOUT_S = 30.0
 
 
@@ -56,6 +59,7 @@ class LiveService:
             sse_poll_interval_s=0.5,
             cancel_grace_s=3.0,
         )
+        self._ensure_submitter_token(settings.effective_database_url)
         self.port = self.port or free_port()
         config = uvicorn.Config(
             create_app(settings), host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2
@@ -75,6 +79,17 @@ class LiveService:
                 raise RuntimeError("the service thread exited during start-up")
             time.sleep(0.1)
         raise TimeoutError(f"the service at {self.url} was not ready within {START_TIMEOUT_S}s")
+
+    @staticmethod
+    def _ensure_submitter_token(database_url: str) -> None:
+        """The test's token, named after its holder: the board's submitter column shows the job's
+        `submitted_by`, which is the submitting token's name. The service's bootstrap then finds it."""
+        store = SqlJobStore(database_url)
+        try:
+            store.migrate()
+            TokenService(store).ensure(TOKEN, TEAM, name=SUBMITTER)
+        finally:
+            store.close()
 
     def cancel_active(self, timeout_s: float = 20.0) -> None:
         """Cancel every unfinished job and wait for it: the launcher leaves workloads running when
@@ -103,7 +118,6 @@ class LiveService:
             "grpo": {"num_batches": total_steps},
             "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
             "output": str(self.runs_dir),
-            "labels": {"submitter": "alice"},
         }
         with self.api() as client:
             response = client.post("/v1/jobs", json=spec)

@@ -65,6 +65,7 @@ def test_board_and_job_page_follow_a_running_job_until_it_is_cancelled(page: Pag
 
     # A job submitted elsewhere (the CLI) appears on the open board by itself.
     job = live_service.submit("gsm8k-llama-grpo", total_steps=10)
+    assert job["submitted_by"] == "alice"  # the submitting token's name, not a label
     row = page.locator(f'tr[data-job-id="{job["id"]}"]')
     expect(row).to_be_visible(timeout=LIVE_TIMEOUT_MS)
     expect(row).to_contain_text("llama3.1-8b")

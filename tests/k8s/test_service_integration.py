@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,11 +20,30 @@ from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
 
+from service.adapters.k8s.launcher import K8sJobLauncher
+from trainer.contract import Stage, StageStarted, TrainStep
+
 from .conftest import NS, make_spec
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN = "k8s-integration-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class ListProgress:
+    """ProgressSource fake fed by the test, standing in for the events file in the bucket."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, list[Any]] = {}
+        self.read: dict[str, int] = {}
+
+    def read_new(self, record: Any) -> list[Any]:
+        events = list(self.events.get(record.id, []))
+        start, self.read[record.id] = self.read.get(record.id, 0), len(events)
+        return events[start:]
+
+    def forget(self, job_id: str) -> None:
+        pass
 
 
 class NoProgress:
@@ -119,3 +139,44 @@ async def test_cancel_through_the_api_deletes_the_job(cluster, make_launcher, tm
             assert spec_cm not in cluster.server.objects or cluster.server.objects[spec_cm].deleted
 
     await asyncio.to_thread(scenario)
+
+
+async def test_phase_stage_and_progress_are_mirrored_onto_the_job(cluster, make_launcher, tmp_path):
+    loop = asyncio.get_running_loop()
+    progress = ListProgress()
+
+    def on_loop(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=10)
+
+    def meta(job_id: str) -> dict[str, Any]:
+        return (cluster.job(job_id) or {}).get("metadata") or {}
+
+    def scenario() -> None:
+        launcher = make_launcher()
+        assert isinstance(launcher, K8sJobLauncher)  # the real adapter, not a fake with the capability
+        app = create_app(_settings(tmp_path), launcher=launcher, progress=progress)
+        with TestClient(app) as client:
+            _wait(lambda: client.get("/readyz").status_code == 200, "ready")
+            job_id = client.post("/v1/jobs", json=make_spec().model_dump(mode="json"), headers=AUTH).json()["id"]
+            _wait(lambda: cluster.job(job_id), "the Job in the cluster")
+            pod = on_loop(cluster.create_pod(job_id=job_id))
+            on_loop(cluster.run_pod(pod))
+            _wait(lambda: _phase(client, job_id) == "running", "phase running")
+            _wait(lambda: meta(job_id).get("labels", {}).get("rljob.dev/phase") == "running", "phase label running")
+
+            now = datetime.now(UTC)
+            progress.events[job_id] = [
+                StageStarted(seq=0, time=now, job_id=job_id, stage=Stage.TRAIN),
+                TrainStep(seq=1, time=now, job_id=job_id, step=7, total_steps=50, reward_mean=0.4),
+            ]
+            _wait(lambda: meta(job_id).get("annotations", {}).get("rljob.dev/progress") == "7/50",
+                  "progress annotation")
+            annotations = meta(job_id)["annotations"]
+            assert annotations["rljob.dev/stage"] == "train"
+            assert meta(job_id)["labels"]["rljob.dev/phase"] == "running"
+            assert annotations["rljob.dev/spec-hash"]  # merged into what the launcher created, not replaced
+            assert client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["step"] == 7
+
+    await asyncio.to_thread(scenario)
+    patches = [r for r in cluster.server if r.method == "PATCH" and r.resource and r.resource.plural == "jobs"]
+    assert 1 <= len(patches) <= 4, "mirroring is throttled to phase/stage changes, not one write per event"

@@ -3,6 +3,7 @@ fake trainer), plus its messages for bad input, an unreachable service and a rej
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -160,3 +161,73 @@ def test_render_and_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     rendered = CliRunner().invoke(cli, ["render", str(tpu), "--job-id", "rl-000000000001"], catch_exceptions=False)
     # The renderer belongs to the k8s adapter; either it renders or the CLI says it is missing.
     assert (rendered.exit_code == 0 and "rl-000000000001" in rendered.output) or "not available" in rendered.output
+
+
+TUTORIAL = Path(__file__).resolve().parents[2] / "examples" / "tutorial-llama31-8b-v6e8.yaml"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())  # rich wraps long messages at the terminal width
+
+
+def test_dry_run_prints_the_kubernetes_manifests_on_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLJOB_K8S_IMAGE", "registry.example/rljob/trainer:test")
+    result = CliRunner().invoke(cli, ["submit", str(TUTORIAL), "--dry-run"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.stdout))  # stdout alone is ready for `kubectl apply -f -`
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Job"]
+    container = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.example/rljob/trainer:test"
+    assert container["resources"]["limits"]["google.com/tpu"] == "8"
+    assert "nothing submitted" in _flat(result.stderr)
+
+
+def test_dry_run_without_an_image_says_why_and_still_validates(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RLJOB_K8S_IMAGE", raising=False)
+    result = CliRunner().invoke(cli, ["submit", str(TUTORIAL), "--dry-run"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["name"] == "tutorial-llama31-8b"  # the validated spec instead
+    note = _flat(result.stderr)
+    assert "Kubernetes manifests not shown" in note and "set RLJOB_K8S_IMAGE" in note and "nothing submitted" in note
+
+
+def test_render_the_tutorial_and_clean_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLJOB_K8S_IMAGE", "registry.example/rljob/trainer:test")
+    rendered = CliRunner().invoke(cli, ["render", str(TUTORIAL), "--job-id", "rl-000000000042"], catch_exceptions=False)
+    assert rendered.exit_code == 0, rendered.output
+    job = list(yaml.safe_load_all(rendered.stdout))[1]
+    assert job["metadata"]["name"] == "rl-000000000042"
+    assert job["spec"]["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x4"
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"name": "Bad Name", "hardware": {"accelerator": "v6e-8"}}))
+    on_cpu = tmp_path / "cpu.yaml"
+    on_cpu.write_text(yaml.safe_dump(spec_body(tmp_path)))
+    for args, expected in (
+        (["render", str(bad)], "name: "),
+        (["render", str(tmp_path / "missing.yaml")], "cannot read"),
+        (["render", str(on_cpu)], "has no Kubernetes mapping"),  # valid, but not for this backend
+        (["submit", str(bad), "--dry-run"], "output: Field required"),
+    ):
+        result = CliRunner().invoke(cli, args, catch_exceptions=False)
+        assert result.exit_code == 2 and expected in _flat(result.output), (args, result.output)
+        assert "Traceback" not in result.output
+
+    monkeypatch.setenv("RLJOB_K8S_NAMESPACE", "Not A Label")
+    bad_settings = CliRunner().invoke(cli, ["render", str(TUTORIAL)], catch_exceptions=False)
+    assert bad_settings.exit_code == 2 and "RLJOB_K8S_NAMESPACE" in bad_settings.output
+    assert "Traceback" not in bad_settings.output and "errors.pydantic.dev" not in bad_settings.output
+
+
+def test_serve_prints_the_dashboard_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    for key in ("RLJOB_BOOTSTRAP_TOKEN", "RLJOB_HOST", "RLJOB_PORT", "RLJOB_LAUNCHER", "RLJOB_DATABASE_URL"):
+        monkeypatch.delenv(key, raising=False)
+    served: list[tuple[str, int]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: served.append((host, port)))
+    result = CliRunner().invoke(cli, ["serve", "--state-dir", str(tmp_path / "state"), "--port", "8799"],
+                                catch_exceptions=False)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert served == [("127.0.0.1", 8799)]
+    assert "dashboard: http://127.0.0.1:8799/ui/" in _flat(result.output)

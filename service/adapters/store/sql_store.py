@@ -23,7 +23,7 @@ from .tables import JobEventRow, JobLabelRow, JobRow, MetricPointRow, TokenRow
 log = logging.getLogger(__name__)
 
 _RECORD_FIELDS = [
-    "id", "team", "name", "spec", "spec_hash", "idempotency_key", "message", "failure_reason", "exit_code",
+    "id", "team", "name", "submitted_by", "spec", "spec_hash", "idempotency_key", "message", "failure_reason", "exit_code",
     "stage", "step", "total_steps", "latest_metrics", "stage_times", "artifacts", "run_finished", "backend",
     "object_name", "attempt", "resumes", "last_trainer_seq", "last_event_seq", "created_at", "updated_at",
     "started_at", "finished_at",

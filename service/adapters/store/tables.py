@@ -44,6 +44,7 @@ class JobRow(Base):
     id: Mapped[str] = mapped_column(String(32), unique=True)
     team: Mapped[str] = mapped_column(String(63))
     name: Mapped[str] = mapped_column(String(63))
+    submitted_by: Mapped[str | None] = mapped_column(String(255))  # migration 0002
     phase: Mapped[str] = mapped_column(String(16))
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     spec_hash: Mapped[str] = mapped_column(String(64))

@@ -123,9 +123,13 @@ async def get_logs(
     follow: bool = False,
     tail_lines: Annotated[int | None, Query(ge=0, le=100_000)] = None,
 ) -> StreamingResponse:
-    """The trainer's output; with follow=true the response streams until the job has stopped."""
+    """The trainer's output; with follow=true the response streams until the job has stopped.
+
+    After the workload is gone (a pod removed after its TTL), the stage logs kept in the job's run
+    directory are served instead.
+    """
     # A sync generator: Starlette runs it in the thread pool, so a follow holds one worker thread.
-    lines = jobs.launcher.logs(record.id, follow=follow, tail_lines=tail_lines)
+    lines = jobs.logs(record, follow=follow, tail_lines=tail_lines)
 
     def body() -> Iterator[bytes]:
         for line in lines:

@@ -1,0 +1,34 @@
+"""Kubernetes manifests for the CLI (`rljob render`, `rljob submit --dry-run`): one helper, so both
+print the same objects the kubernetes launcher would create and fail with the same messages."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from trainer.contract import JobSpec
+
+from .client import CliError
+
+
+def render_k8s_manifests(job_spec: JobSpec, job_id: str | None, what: str) -> str:
+    """A multi-document YAML stream for `kubectl apply -f -`; CliError (exit 2) says why not.
+
+    Settings come from RLJOB_K8S_* (K8sSettings), exactly as the service's launcher reads them.
+    """
+    try:
+        from service.adapters.k8s.errors import K8sBackendError
+        from service.adapters.k8s.render import render_manifests_yaml
+        from service.adapters.k8s.settings import K8sSettings
+    except ImportError as e:
+        raise CliError(f"the Kubernetes renderer is not available in this installation ({e})", 1) from e
+    try:
+        settings = K8sSettings()
+    except ValidationError as e:
+        problems = "\n".join(
+            f"  RLJOB_K8S_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors()
+        )
+        raise CliError(f"invalid Kubernetes settings:\n{problems}", 2) from e
+    try:
+        return render_manifests_yaml(job_spec, job_id, settings)
+    except (K8sBackendError, ValueError) as e:  # the spec cannot run on Kubernetes as written
+        raise CliError(f"cannot render {what} for Kubernetes: {e}", 2) from e

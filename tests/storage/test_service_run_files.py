@@ -1,0 +1,49 @@
+"""The service's reader of run directories (service/adapters/run_files.py) on gs://, against
+fake-gcs-server: a finished job's manifest and stage logs, read after its pod is gone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from service.adapters.run_files import StoreRunFiles
+from service.domain.models import JobRecord
+from service.domain.phases import JobPhase
+from service.domain.progress import fold_manifest
+from trainer.contract import RunLayout, Stage
+from trainer.storage.manifest import write_manifest
+
+JOB_ID = "rl-0000000000gs"
+
+
+def _record(output: str) -> JobRecord:
+    now = datetime.now(UTC)
+    return JobRecord(id=JOB_ID, team="t", name="n", spec={"output": output}, spec_hash="", phase=JobPhase.RUNNING,
+                     created_at=now, updated_at=now)  # fmt: skip
+
+
+def test_manifest_and_stage_logs_are_read_from_gcs(gcs, bucket):
+    output = f"gs://{bucket}/rljob"
+    layout = RunLayout(output, JOB_ID)
+    gcs.write_bytes(f"{layout.export_dir}/model.safetensors", b"w" * 300)
+    gcs.write_bytes(layout.stage_log(Stage.TRAIN), b"step 1\nstep 2\n")
+    write_manifest(layout, store=gcs)
+    record = _record(output)
+    record.artifacts["export"] = {"name": "export", "uri": layout.export_dir, "size_bytes": None}
+
+    files = StoreRunFiles()
+    manifest = files.read_manifest(record)
+    assert manifest is not None and manifest["job_id"] == JOB_ID
+    fold_manifest(record, manifest)
+    assert record.artifacts["export"]["size_bytes"] == 300 and record.artifacts["export"]["file_count"] == 1
+    assert record.artifacts["run"]["uri"] == layout.root
+
+    assert list(files.stage_log_lines(record)) == [
+        f"==> train stage log ({layout.stage_log(Stage.TRAIN)}) <==", "step 1", "step 2",
+    ]  # fmt: skip
+
+
+def test_a_missing_run_directory_reads_as_nothing(gcs, bucket):
+    record = _record(f"gs://{bucket}/nothing-here")
+    files = StoreRunFiles()
+    assert files.read_manifest(record) is None
+    assert list(files.stage_log_lines(record)) == []
