@@ -118,19 +118,22 @@ def test_hf_token_never_reaches_events_or_logs(restarted_run):
     assert SECRET not in restarted_run["stdout"]
 
 
-def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_run, tmp_path):
+def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_run, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
     from trainer.contract import JobSpec
     from trainer.runner import StageCommand, run_stage_command
-    from trainer.stages.convert import converted_items_uri
+    from trainer.pipeline import converted_checkpoint
     from trainer.stages.export import build_export_command
     from trainer.specfile import load_spec
 
     layout, tiny = restarted_run["layout"], restarted_run["tiny"]
-    os.environ["RLJOB_TINY_DIR"], os.environ["RLJOB_OUTPUT"] = str(tiny), str(tmp_path)
+    monkeypatch.setenv("RLJOB_TINY_DIR", str(tiny))
+    monkeypatch.setenv("RLJOB_OUTPUT", str(tmp_path))
     spec: JobSpec = load_spec(TINY_EXAMPLE)
-    items = converted_items_uri(layout)
+    # The convert stage's marker says where the checkpoint is: the shared conversion cache.
+    items = converted_checkpoint(layout)
+    assert "/_cache/maxtext/" in items
     command = build_export_command(spec, layout, actor_step=0, local_tokenizer=str(tiny / "model"))
     args = [f"load_parameters_path={items}" if a.startswith("load_parameters_path=") else
             f"base_output_directory={tmp_path / 'hf'}" if a.startswith("base_output_directory=") else a
