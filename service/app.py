@@ -28,6 +28,7 @@ from service.runtime import ChangeNotifier, Supervisor
 
 from .api.deps import Runtime
 from .api.errors import install_error_handlers
+from .api.log_follow import LogFollowers
 from .api.metrics import LatencyMiddleware, ServiceMetrics
 from .api.routes import events, health, jobs
 
@@ -73,6 +74,7 @@ def create_app(
         app.state.runtime = Runtime(
             settings=settings, store=job_store, jobs=job_service, tokens=tokens, notifier=notifier,
             supervisor=supervisor, metrics=metrics, clock=clock,
+            log_followers=LogFollowers(settings.max_log_followers),
         )  # fmt: skip
         supervisor.start()
         try:

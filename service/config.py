@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     status_mirror_interval_s: float = Field(default=30.0, gt=0, description="... or after this many seconds")
     sse_poll_interval_s: float = Field(default=1.0, gt=0, description="longest wait between event-log reads")
     sse_max_duration_s: float = Field(default=3600.0, gt=0, description="a stream ends after this; clients resume")
+    max_log_followers: int = Field(default=32, ge=1, le=1000, description="concurrent logs?follow=true streams")
+    log_follow_poll_interval_s: float = Field(default=0.5, gt=0, description="pause of an idle log follow")
     max_body_bytes: int = Field(default=256 * 1024, gt=0)
     bootstrap_token: SecretStr | None = Field(default=None, description="ensure this token exists at start-up")
     bootstrap_team: str = "local"

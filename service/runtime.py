@@ -3,7 +3,7 @@ feeds launcher observations and trainer progress into the job service.
 
 Threads (all daemon, all stopped by `Supervisor.stop()`):
 - observations: drains the bounded queue the launcher pushes into and applies each observation;
-- recovery: re-attaches every non-terminal job, then marks the service ready;
+- recovery: re-attaches every non-terminal job (retried with backoff), then marks the service ready;
 - poller: every progress_poll_interval_s folds new trainer events into active jobs, and every
   reconcile_interval_s asks the launcher about every active job (catches missed observations).
 """
@@ -74,12 +74,16 @@ class Supervisor:
         *,
         progress_poll_interval_s: float,
         reconcile_interval_s: float,
+        recovery_retry_s: float = 1.0,
+        recovery_retry_max_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.jobs = jobs
         self.launcher = launcher
         self.progress_poll_interval_s = progress_poll_interval_s
         self.reconcile_interval_s = reconcile_interval_s
+        self.recovery_retry_s = recovery_retry_s  # doubled after each failed recovery, up to the max
+        self.recovery_retry_max_s = recovery_retry_max_s
         self._monotonic = monotonic
         self._observations: queue.Queue[Observation] = queue.Queue(maxsize=OBSERVATION_QUEUE_SIZE)
         self._stop = threading.Event()
@@ -122,20 +126,33 @@ class Supervisor:
                 log.exception("applying %s for %s failed", obs.state, obs.job_id)
 
     def _recover_then_poll(self) -> None:
-        try:
-            self.jobs.recover()
-        except Exception as e:  # e.g. the database went away: stay not-ready, say why
-            log.exception("recovery failed")
-            self.recovery_error = str(e)
-            return
+        delay_s = self.recovery_retry_s
+        while True:
+            try:
+                self.jobs.recover()
+                break
+            except Exception as e:  # e.g. the database went away: stay not-ready, say why, try again
+                log.exception("recovery failed; retrying in %.1fs", delay_s)
+                self.recovery_error = f"{e} (retrying)"
+            if self._stop.wait(delay_s):
+                return
+            delay_s = min(delay_s * 2, self.recovery_retry_max_s)
+        self.recovery_error = None
         self.ready.set()
         log.info("recovery finished; accepting submissions")
         next_reconcile = self._monotonic() + self.reconcile_interval_s
         while not self._stop.wait(self.progress_poll_interval_s):
-            self.poll_progress_once()
+            # One bad round (a database hiccup) must not end the loop for good: log it, go on.
+            try:
+                self.poll_progress_once()
+            except Exception:
+                log.exception("polling progress failed; trying again in %.1fs", self.progress_poll_interval_s)
             if self._monotonic() >= next_reconcile:
-                self.jobs.reconcile_once()
                 next_reconcile = self._monotonic() + self.reconcile_interval_s
+                try:
+                    self.jobs.reconcile_once()
+                except Exception:
+                    log.exception("reconcile failed; trying again in %.1fs", self.reconcile_interval_s)
 
     def poll_progress_once(self) -> None:
         for record in self.jobs.store.list_active():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,14 @@ def local_work_dir(layout: RunLayout) -> Path:
         return Path(layout.root.removeprefix("file://"))
     base = Path(os.environ.get("RLJOB_WORK_DIR", "/tmp/rljob-work"))
     return base / layout.job_id
+
+
+def remove_scratch(layout: RunLayout, work_dir: Path) -> None:
+    """A gs:// run's local work dir holds only copies (data, tokenizer, logs already published):
+    remove it when the run ends, or every run leaves gigabytes behind. A local run's work dir is
+    the run directory itself and is never touched."""
+    if location_kind(layout.root) != "local":
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def latest_actor_step(layout: RunLayout) -> int | None:
@@ -243,6 +252,13 @@ def write_marker(layout: RunLayout, stage: Stage, duration_s: float, outputs: di
 
 def run_pipeline(ctx: JobContext, *, clock: Callable[[], float] = time.monotonic) -> ExitCode:
     """Run every unfinished stage; returns the exit code (events already emitted)."""
+    try:
+        return _run_stages(ctx, clock)
+    finally:
+        remove_scratch(ctx.layout, ctx.work_dir)  # after run_finished and the manifest, however it ended
+
+
+def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
     store = store_for(ctx.layout.root)
     reporter = ctx.reporter
     current: Stage | None = None

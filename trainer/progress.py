@@ -6,6 +6,7 @@ that remembers the last seq it saw can resume without duplicates.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -32,6 +33,17 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _finite_only(fields: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no NaN or inf (they would be written as null): drop such metrics, and make such a
+    headline value (loss, kl, ...) None, which the event's schema allows."""
+    out = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in fields.items()}
+    if isinstance(out.get("metrics"), dict):
+        out["metrics"] = {
+            k: v for k, v in out["metrics"].items() if not (isinstance(v, float) and not math.isfinite(v))
+        }
+    return out
+
+
 class EventReporter:
     """Thread-safe: the TensorBoard tailer emits TrainStep events from its own thread."""
 
@@ -48,6 +60,7 @@ class EventReporter:
         self._stdout = stdout if stdout is not None else sys.stdout
         self._clock = clock
         self._lock = threading.Lock()
+        self._unsent: list[str] = []  # gs:// lines not yet written (a failed rewrite)
         self._existing = self._read_existing()
         self._next_seq = (self._existing[-1].seq + 1) if self._existing else 0
 
@@ -76,16 +89,19 @@ class EventReporter:
             event = event_cls(seq=self._next_seq, time=self._clock(), job_id=self._job_id, **fields)
             self._next_seq += 1
             line = dump_event(event)
-            self._append(line)
             self._stdout.write(line + "\n")
             self._stdout.flush()
+            self._append(line)
             return event
 
     def _append(self, line: str) -> None:
         if self._uri.startswith("gs://"):
-            # Object stores cannot append; rewrite the whole (small) file.
+            # Object stores cannot append; rewrite the whole (small) file. A line whose write failed
+            # (StorageError goes to the caller) stays pending and goes out with the next write.
+            self._unsent.append(line)
             old = self._store.read_bytes(self._uri) if self._store.exists(self._uri) else b""
-            self._store.write_bytes(self._uri, old + line.encode() + b"\n")
+            self._store.write_bytes(self._uri, old + "".join(f"{pending}\n" for pending in self._unsent).encode())
+            self._unsent.clear()
             return
         path = self._uri[len("file://") :] if self._uri.startswith("file://") else self._uri
         with open(path, "a", encoding="utf-8") as f:
@@ -102,10 +118,10 @@ class EventReporter:
         return self.emit(StageFinished, stage=stage, duration_s=duration_s, skipped=skipped, reason=reason)
 
     def train_step(self, **fields: Any) -> TrainerEvent:
-        return self.emit(TrainStep, **fields)
+        return self.emit(TrainStep, **_finite_only(fields))
 
     def eval_result(self, **fields: Any) -> TrainerEvent:
-        return self.emit(EvalResult, **fields)
+        return self.emit(EvalResult, **_finite_only(fields))
 
     def artifact(self, name: str, uri: str, size_bytes: int | None = None) -> TrainerEvent:
         return self.emit(ArtifactWritten, name=name, uri=uri, size_bytes=size_bytes)

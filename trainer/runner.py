@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 # Environment variables whose values are secrets: forwarded to the child, redacted everywhere else.
 SECRET_ENV_VARS: tuple[str, ...] = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -105,14 +106,36 @@ def run_stage_command(
                 log.flush()
                 tail = (tail + [line])[-40:]
                 if on_line:
-                    on_line(line)
+                    _call_on_line(on_line, line, log)
             returncode = proc.wait()
         finally:
+            if proc.poll() is None:  # we are leaving early (an error here): never leave the stage running
+                _kill_group(proc)
+                proc.wait()
             stop.restore()
     if stop.signalled:
         raise StageInterrupted(f"stopped by signal {stop.signalled} during {command.module}")
     if returncode != 0:
         raise StageFailed(command.module, returncode, log_path, "\n".join(tail))
+
+
+def _call_on_line(on_line: Callable[[str], None], line: str, log: TextIO) -> None:
+    """Progress parsing is a side channel: its failure (e.g. a transient storage error writing a
+    gs:// events file; the reporter sends the event with its next write) must not stop the stage."""
+    try:
+        on_line(line)
+    except Exception as e:  # noqa: BLE001
+        note = f"rljob: reading progress from this line failed, the stage goes on: {type(e).__name__}: {e}"
+        log.write(note + "\n")
+        log.flush()
+        print(note, file=sys.stderr)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _die_with_parent() -> None:

@@ -17,6 +17,7 @@ from service.domain.tokens import TokenService
 from service.runtime import ChangeNotifier, Supervisor
 from trainer.contract import JOB_ID_RE
 
+from .log_follow import LogFollowers
 from .metrics import ServiceMetrics
 
 
@@ -32,6 +33,7 @@ class Runtime:
     supervisor: Supervisor
     metrics: ServiceMetrics
     clock: Clock
+    log_followers: LogFollowers = field(default_factory=lambda: LogFollowers(32))
     owned: list[object] = field(default_factory=list)
 
 

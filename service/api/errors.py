@@ -30,6 +30,7 @@ _STATUS: dict[type[e.DomainError], int] = {
     e.Forbidden: 403,
     e.LaunchFailed: 502,
     e.StoreUnavailable: 503,
+    e.TooManyLogFollowers: 429,
 }
 
 
@@ -46,7 +47,7 @@ def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     headers = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if status == 503:
+    if status in (429, 503):
         headers["Retry-After"] = "2"
     return JSONResponse(status_code=status, content={"detail": str(exc)}, headers=headers)
 

@@ -57,6 +57,15 @@ class NotReady(DomainError):
         super().__init__("the service is still re-attaching to running jobs; retry in a few seconds")
 
 
+class TooManyLogFollowers(DomainError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"{limit} log streams are already being followed (the service's limit); retry later, "
+            "or read the log without follow=true"
+        )
+        self.limit = limit
+
+
 class Unauthenticated(DomainError):
     def __init__(self, message: str = "a valid bearer token is required (Authorization: Bearer <token>)") -> None:
         super().__init__(message)

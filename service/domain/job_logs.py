@@ -27,11 +27,12 @@ def job_log_lines(
     *,
     follow: bool,
     tail_lines: int | None,
-) -> Iterator[str]:
+) -> Iterator[str | None]:
+    """None (following only) means nothing new yet; see JobLauncher.logs."""
     produced = False
     try:
         for line in launcher.logs(record.id, follow=follow, tail_lines=tail_lines):
-            produced = True
+            produced = produced or line is not None
             yield line
     except Exception as e:  # noqa: BLE001 - an unreachable backend still leaves the stored logs
         if produced:

@@ -15,6 +15,7 @@ the new phase/stage/progress; status_mirror.py throttles and sends it from its o
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import string
@@ -22,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from trainer.contract import ExitCode, JobSpec, describe_exit_code
+from trainer.contract import ExitCode, JobSpec, TrainerEvent, describe_exit_code
 
 from .errors import IdempotencyConflict, JobNotFound, NotCancellable
 from .job_logs import job_log_lines
@@ -31,11 +32,13 @@ from .models import Caller, JobRecord
 from .phases import CANCELLABLE, JobPhase, transition
 from .ports import Clock, JobStore, JobTx, ProgressSource, RunFiles, utc_now
 from .progress import fold_events, fold_manifest
+from .recovery import RecoveryMixin
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 
 log = logging.getLogger(__name__)
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
+MAX_DRAIN_READS = 64  # x MAX_READ_BYTES of the events reader: a drain is bounded, the poller does the rest
 
 
 def new_job_id() -> str:
@@ -43,7 +46,7 @@ def new_job_id() -> str:
     return "rl-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
 
 
-class JobService:
+class JobService(RecoveryMixin):
     def __init__(
         self,
         store: JobStore,
@@ -57,6 +60,7 @@ class JobService:
         run_files: RunFiles | None = None,
         mirror_every_steps: int = 10,
         mirror_interval_s: float = 30.0,
+        queued_relaunch_after_s: float = 10.0,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -72,6 +76,8 @@ class JobService:
         self.max_resumes = max_resumes
         self._new_id = id_factory
         self._lock = threading.RLock()
+        self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
+        self.queued_relaunch_after_s = queued_relaunch_after_s
 
     def start(self) -> None:
         """Start background helpers (the status mirror); the supervisor calls this at start-up."""
@@ -90,7 +96,9 @@ class JobService:
             raise JobNotFound(job_id)  # another team's job looks exactly like a missing one
         return record
 
-    def logs(self, record: JobRecord, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str]:
+    def logs(
+        self, record: JobRecord, *, follow: bool = False, tail_lines: int | None = None
+    ) -> Iterator[str | None]:
         """The workload's log while the backend has it, else the stage logs in the run directory."""
         return job_log_lines(self.launcher, self.run_files, record, follow=follow, tail_lines=tail_lines)
 
@@ -192,25 +200,31 @@ class JobService:
 
     # ---- observations and progress (from launcher threads and the progress poller) ----------
 
-    def ingest_progress(self, job_id: str) -> None:
-        record = self.store.get(job_id)
-        if record is None or record.phase.is_terminal():
-            return
-        events = self.progress.read_new(record)
-        if not events:
-            return
+    def ingest_progress(self, job_id: str, *, until_caught_up: bool = False) -> None:
+        """Fold new trainer events into the job. A batch's read position is committed only after its
+        fold did: a failed fold is read again next time. `until_caught_up` keeps reading (bounded)
+        while the source has more, as before a terminal phase, after which nothing is folded in."""
+        for _ in range(MAX_DRAIN_READS if until_caught_up else 1):
+            record = self.store.get(job_id)
+            if record is None or record.phase.is_terminal():
+                return
+            batch = self.progress.read_new(record)
+            if batch.events:
+                self._mutate(job_id, functools.partial(self._fold, events=batch.events))
+            self.progress.commit(batch)
+            if not batch.more:
+                return
+        log.warning("job %s: events still unread after %d reads; the poller continues", job_id, MAX_DRAIN_READS)
 
-        def fold(rec: JobRecord, tx: JobTx) -> None:
-            if rec.phase.is_terminal():
-                return  # late events never touch a finished job
-            changes = fold_events(rec, events)
-            now = self.clock()
-            for point in changes.points:
-                tx.add_metric_point(rec.id, point)
-            for kind, data in changes.log:
-                tx.append_event(rec, kind, data, now)
-
-        self._mutate(job_id, fold)
+    def _fold(self, rec: JobRecord, tx: JobTx, *, events: list[TrainerEvent]) -> None:
+        if rec.phase.is_terminal():
+            return  # late events never touch a finished job
+        changes = fold_events(rec, events)
+        now = self.clock()
+        for point in changes.points:
+            tx.add_metric_point(rec.id, point)
+        for kind, data in changes.log:
+            tx.append_event(rec, kind, data, now)
 
     def apply_observation(self, obs: Observation) -> None:
         """Turn what the backend says into a transition; the only place observations become phases."""
@@ -218,7 +232,7 @@ class JobService:
             # Drain the events file first so artifacts and the RunFinished message are in the record
             # before the terminal phase is written (nothing may be folded in after it).
             try:
-                self.ingest_progress(obs.job_id)
+                self.ingest_progress(obs.job_id, until_caught_up=True)
             except Exception:
                 log.exception("reading progress of %s failed", obs.job_id)
         manifest = self._read_manifest_if_ending(obs)
@@ -226,7 +240,7 @@ class JobService:
 
         def apply(rec: JobRecord, tx: JobTx) -> None:
             nonlocal relaunch
-            if rec.phase.is_terminal():
+            if rec.phase.is_terminal() or self._is_stale(rec, obs):
                 return
             if manifest is not None and self._ends_job(rec.phase, obs.state):
                 # Same transaction as the terminal phase and logged before it: SSE readers, who stop
@@ -261,6 +275,18 @@ class JobService:
         record = self.store.get(obs.job_id)
         if record is not None and record.phase.is_terminal():
             self.progress.forget(obs.job_id)
+            self._replaced.pop(obs.job_id, None)
+
+    def _is_stale(self, rec: JobRecord, obs: Observation) -> bool:
+        """A GONE about a workload this job has since replaced (a relaunch) says nothing about the
+        current one; acting on it would spend a resume. (Kubernetes names repeat: never stale.)"""
+        stale = (
+            obs.state is ObservedState.GONE and obs.object_name is not None
+            and obs.object_name != rec.object_name and obs.object_name in self._replaced.get(rec.id, ())
+        )  # fmt: skip
+        if stale:
+            log.info("ignoring %s for %s: %s was replaced by a relaunch", obs.state, rec.id, obs.object_name)
+        return stale
 
     @staticmethod
     def _ends_job(phase: JobPhase, state: ObservedState) -> bool:
@@ -318,52 +344,11 @@ class JobService:
             )
             return False
         rec.resumes += 1
+        if rec.object_name is not None:
+            self._replaced.setdefault(rec.id, set()).add(rec.object_name)
         rec.object_name = None
         self._set_phase(tx, rec, JobPhase.LAUNCHING, f"resuming (attempt {rec.resumes + 1}): {why}")
         return True
-
-    # ---- start-up and the slow reconcile -----------------------------------------------------
-
-    def recover(self) -> None:
-        """Re-attach to or resolve every non-terminal job; run before accepting submissions."""
-        for record in self.store.list_active():
-            try:
-                self._recover_one(record)
-            except Exception:  # one bad job must not keep the service from becoming ready
-                log.exception("recovering %s failed; the reconcile loop retries it", record.id)
-
-    def _recover_one(self, record: JobRecord) -> None:
-        if record.phase is JobPhase.QUEUED:
-            self.launch(record.id)
-            return
-        obs = self.launcher.observe(record.id)
-        alive = obs.state in (ObservedState.PENDING, ObservedState.RUNNING, ObservedState.RESTARTING)
-        if alive:
-            note = f"re-attached to {obs.object_name or 'the workload'} after a service restart"
-
-            def mark(rec: JobRecord, tx: JobTx) -> None:
-                if not rec.phase.is_terminal():
-                    rec.message = note
-                    tx.append_event(rec, "message", {"message": note}, self.clock())
-
-            self._mutate(record.id, mark)
-            if record.phase is JobPhase.CANCELLING:
-                self._cancel_workload(record.id)
-        self.apply_observation(obs)
-
-    def reconcile_once(self) -> None:
-        """Ask the backend about every launched job; catches observations a watcher missed."""
-        for record in self.store.list_active():
-            if record.phase is JobPhase.QUEUED:
-                continue
-            try:
-                self.ingest_progress(record.id)
-                obs = self.launcher.observe(record.id)
-                if record.phase is JobPhase.CANCELLING and obs.state in (ObservedState.RUNNING, ObservedState.PENDING):
-                    self._cancel_workload(record.id)
-                self.apply_observation(obs)
-            except Exception:
-                log.exception("reconciling %s failed", record.id)
 
     # ---- the write path ----------------------------------------------------------------------
 

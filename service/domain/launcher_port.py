@@ -67,8 +67,12 @@ class JobLauncher(Protocol):
     def observe(self, job_id: str) -> Observation:
         """Read the workload's current state now (used at start-up and by the slow reconcile)."""
 
-    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str]:
-        """Yield log lines of the workload while the backend still has them."""
+    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str | None]:
+        """Yield log lines of the workload while the backend still has them.
+
+        Following, a launcher that can poll yields None when nothing new has arrived yet, rather
+        than waiting inside one step: the caller pauses, checks its client, and asks again.
+        """
 
 
 @runtime_checkable

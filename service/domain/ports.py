@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -76,10 +77,27 @@ class JobStore(Protocol):
     def close(self) -> None: ...
 
 
-class ProgressSource(Protocol):
-    """Reads a job's trainer events (the events file) from where the last call stopped."""
+@dataclass(frozen=True)
+class ProgressBatch:
+    """Events read past a job's committed position; `end` is where the next read starts once
+    they are folded (ProgressSource.commit). `more`: the read stopped at its size cap."""
 
-    def read_new(self, record: JobRecord) -> list[TrainerEvent]: ...
+    job_id: str
+    events: list[TrainerEvent] = field(default_factory=list)
+    end: int = 0
+    more: bool = False
+
+
+class ProgressSource(Protocol):
+    """Reads a job's trainer events (the events file) from the last committed position.
+
+    Reading does not move that position: the job service commits a batch only after folding it, so
+    a failed fold, or a reader racing with another, never loses events (folding drops repeats by seq).
+    """
+
+    def read_new(self, record: JobRecord) -> ProgressBatch: ...
+
+    def commit(self, batch: ProgressBatch) -> None: ...
 
     def forget(self, job_id: str) -> None: ...
 

@@ -12,6 +12,7 @@ terminal phase: it turns the artifacts the events announced into sizes, file cou
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,11 @@ def fold_events(record: JobRecord, events: list[TrainerEvent]) -> ProgressChange
     return changes
 
 
+def _finite(metrics: dict[str, float | None]) -> dict[str, float]:
+    """Old trainers wrote NaN/inf as null: such a value is not a point on a curve."""
+    return {name: value for name, value in metrics.items() if value is not None and math.isfinite(value)}
+
+
 def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) -> None:
     when = event.time.isoformat()
     if isinstance(event, RunStarted):
@@ -73,7 +79,7 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         record.stage = "train"
         record.step = event.step
         record.total_steps = event.total_steps
-        values = {**event.metrics}
+        values = _finite(event.metrics)
         for name in HEADLINE_METRICS:
             value = getattr(event, name)
             if value is not None:
@@ -84,7 +90,7 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
             ("progress", {"step": event.step, "total_steps": event.total_steps, "metrics": dict(values)})
         )
     elif isinstance(event, EvalResult):
-        values = {**event.metrics}
+        values = _finite(event.metrics)
         if event.accuracy is not None:
             values["accuracy"] = event.accuracy
             record.latest_metrics["eval_accuracy"] = event.accuracy

@@ -21,6 +21,7 @@ from service.app import create_app
 from service.config import Settings
 
 from service.adapters.k8s.launcher import K8sJobLauncher
+from service.domain.ports import ProgressBatch
 from trainer.contract import Stage, StageStarted, TrainStep
 
 from .conftest import NS, make_spec
@@ -37,10 +38,12 @@ class ListProgress:
         self.events: dict[str, list[Any]] = {}
         self.read: dict[str, int] = {}
 
-    def read_new(self, record: Any) -> list[Any]:
+    def read_new(self, record: Any) -> ProgressBatch:
         events = list(self.events.get(record.id, []))
-        start, self.read[record.id] = self.read.get(record.id, 0), len(events)
-        return events[start:]
+        return ProgressBatch(record.id, events[self.read.get(record.id, 0):], end=len(events))
+
+    def commit(self, batch: ProgressBatch) -> None:
+        self.read[batch.job_id] = max(self.read.get(batch.job_id, 0), batch.end)
 
     def forget(self, job_id: str) -> None:
         pass
@@ -49,8 +52,11 @@ class ListProgress:
 class NoProgress:
     """ProgressSource fake: the trainer's events file lives in a bucket these tests do not have."""
 
-    def read_new(self, record: Any) -> list[Any]:
-        return []
+    def read_new(self, record: Any) -> ProgressBatch:
+        return ProgressBatch(record.id)
+
+    def commit(self, batch: ProgressBatch) -> None:
+        pass
 
     def forget(self, job_id: str) -> None:
         pass

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from service.domain.errors import LaunchFailed
 from service.domain.launcher_port import LaunchResult, Observation, ObservationSink, ObservedState
 from service.domain.models import JobRecord
+from service.domain.ports import ProgressBatch
 from trainer.contract import JobSpec, TrainerEvent
 
 
@@ -24,6 +25,7 @@ class FakeLauncher:
         self.fail_launch: str | None = None
         self.sink: ObservationSink | None = None
         self.log_lines: dict[str, list[str]] = {}
+        self.log_open: set[str] = set()  # following these: None (nothing new) until discarded
         self._lock = threading.Lock()
 
     def start(self, sink: ObservationSink) -> None:
@@ -47,9 +49,11 @@ class FakeLauncher:
     def observe(self, job_id: str) -> Observation:
         return self.states.get(job_id) or Observation(job_id, ObservedState.GONE, message="fake: no such workload")
 
-    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str]:
+    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str | None]:
         lines = self.log_lines.get(job_id, [])
         yield from (lines[-tail_lines:] if tail_lines else lines)
+        while follow and job_id in self.log_open:
+            yield None
 
     def set(self, job_id: str, state: ObservedState, **kw: object) -> Observation:
         obs = Observation(job_id, state, **kw)  # type: ignore[arg-type]
@@ -63,8 +67,9 @@ class FakeLauncher:
 
 
 class FakeProgress:
-    """A ProgressSource whose 'file' is a list; read_new returns what was added since the last read,
-    and `replay_all` makes the next read return everything again (as after a service restart)."""
+    """A ProgressSource whose 'file' is a list; read_new returns what was added since the last
+    committed read, and `replay_all` makes the next read return everything again (as after a
+    service restart)."""
 
     def __init__(self) -> None:
         self.events: dict[str, list[TrainerEvent]] = {}
@@ -73,11 +78,13 @@ class FakeProgress:
     def add(self, event: TrainerEvent) -> None:
         self.events.setdefault(event.job_id, []).append(event)
 
-    def read_new(self, record: JobRecord) -> list[TrainerEvent]:
+    def read_new(self, record: JobRecord) -> ProgressBatch:
         events = self.events.get(record.id, [])
         start = self.offsets.get(record.id, 0)
-        self.offsets[record.id] = len(events)
-        return events[start:]
+        return ProgressBatch(record.id, events[start:], end=len(events))
+
+    def commit(self, batch: ProgressBatch) -> None:
+        self.offsets[batch.job_id] = max(self.offsets.get(batch.job_id, 0), batch.end)
 
     def forget(self, job_id: str) -> None:
         self.offsets.pop(job_id, None)

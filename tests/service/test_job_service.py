@@ -232,3 +232,14 @@ def test_job_that_finished_while_the_service_was_down(
     service.recover()
     record = store.get(job_id)
     assert record is not None and record.phase is JobPhase.SUCCEEDED and record.step == 4
+
+
+def test_metric_points_are_the_newest_in_order(
+    service: JobService, store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
+) -> None:
+    job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
+    service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
+    for seq in range(5):
+        fake_progress.add(_ev(TrainStep, job_id, seq, step=seq + 1, total_steps=5))
+    service.ingest_progress(job_id)
+    assert [p.step for p in store.metric_points(job_id, limit=3)] == [3, 4, 5]

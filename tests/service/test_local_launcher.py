@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import threading
+import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -209,10 +211,66 @@ def test_follow_logs_ends_when_the_process_stops(make_launcher, tmp_path: Path) 
     job_id = "rl-aaaaaaaaab12"
     launcher.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"}))
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(launcher.logs(job_id, follow=True)), daemon=True)
+    idle_steps: list[float] = []
+
+    def read() -> None:  # like the API: on None (nothing new yet) the caller pauses, then asks again
+        for line in launcher.logs(job_id, follow=True):
+            if line is None:
+                idle_steps.append(time.monotonic())
+                time.sleep(0.02)
+            else:
+                lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     wait_until(lambda: any("waiting for the gate" in line for line in lines))
+    seen = len(idle_steps)
+    wait_until(lambda: len(idle_steps) > seen + 3, timeout_s=5)  # an idle follow hands back control each poll
     _open_gate(tmp_path, job_id)
     reader.join(timeout=20)
     assert not reader.is_alive()
     assert "event run_finished seq=" in lines[-1]
+
+
+def test_a_log_tail_reads_the_file_without_holding_it_all(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    launcher, _ = make_launcher()
+    job_id = "rl-aaaaaaaaab13"
+    log_dir = tmp_path / "jobs" / job_id
+    log_dir.mkdir(parents=True)
+    with (log_dir / "output.log").open("w") as f:
+        for i in range(200_000):
+            f.write(f"step {i:08d} loss 0.123456789 a line of ordinary trainer output\n")  # ~13 MB
+    tracemalloc.start()
+    try:
+        tail = list(launcher.logs(job_id, tail_lines=3))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [line.split()[1] for line in tail] == ["00199997", "00199998", "00199999"]
+    assert peak < 2 * 1024 * 1024, f"peak {peak} bytes: the whole log was held in memory"
+
+
+def test_the_trainer_gets_no_service_secrets(tmp_path: Path) -> None:
+    import sys
+
+    dump_env = "import json, os; open('env.json', 'w').write(json.dumps(dict(os.environ)))"
+    service_env = {
+        **os.environ,
+        "RLJOB_DATABASE_URL": "postgresql://rljob:hunter2@db/rljob", "RLJOB_BOOTSTRAP_TOKEN": "tok-secret",
+        "RLJOB_WORK_DIR": str(tmp_path / "work"), "RLJOB_CONVERSION_CACHE": "gs://cache/x",
+        "HF_TOKEN": "hf_for_the_trainer",
+    }  # fmt: skip
+    command = [sys.executable, "-c", dump_env]
+    launcher = LocalProcessLauncher(tmp_path / "jobs", command, poll_interval_s=0.05, env=service_env)
+    recorder = Recorder()
+    launcher.start(recorder)
+    try:
+        job_id = "rl-aaaaaaaaab14"
+        launcher.launch(job_id, _spec(tmp_path))
+        wait_until(lambda: ObservedState.SUCCEEDED in recorder.states(job_id))
+    finally:
+        launcher.stop()
+    env = json.loads((tmp_path / "jobs" / job_id / "env.json").read_text())
+    assert "RLJOB_DATABASE_URL" not in env and "RLJOB_BOOTSTRAP_TOKEN" not in env
+    assert env["RLJOB_WORK_DIR"] == str(tmp_path / "work") and env["RLJOB_CONVERSION_CACHE"] == "gs://cache/x"
+    assert env["RLJOB_JOB_ID"] == job_id and env["HF_TOKEN"] == "hf_for_the_trainer"

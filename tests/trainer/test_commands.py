@@ -95,3 +95,44 @@ def test_runner_raises_with_the_exit_code_and_output_tail(tmp_path):
     with pytest.raises(StageFailed) as info:
         run_stage_command(command, tmp_path / "x.log", python=sys.executable)
     assert info.value.returncode == 3 and "ConnectionError" in info.value.tail
+
+
+def test_a_failing_progress_callback_does_not_stop_the_stage(tmp_path):
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "two_lines.py").write_text("print('first')\nprint('second')\n")
+    command = StageCommand(module="two_lines", args=(), env={"PYTHONPATH": str(module_dir)})
+    seen = []
+
+    def on_line(line: str) -> None:
+        seen.append(line)
+        if line == "first":
+            raise OSError("transient: rewriting gs://bucket/run/events.jsonl failed")
+
+    run_stage_command(command, tmp_path / "x.log", on_line=on_line)  # no StageFailed, no storage error
+    assert seen == ["first", "second"]
+    assert "reading progress from this line failed, the stage goes on" in (tmp_path / "x.log").read_text()
+
+
+def test_leaving_the_read_loop_early_stops_the_stage(tmp_path):
+    import os
+    import time
+
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "linger.py").write_text(
+        f"import os, time\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+        "print('hi', flush=True)\ntime.sleep(120)\n"
+    )
+    command = StageCommand(module="linger", args=(), env={"PYTHONPATH": str(module_dir)})
+
+    def on_line(line: str) -> None:
+        raise KeyboardInterrupt  # not an Exception: it leaves the loop
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_stage_command(command, tmp_path / "x.log", on_line=on_line)
+    assert time.monotonic() - started < 60
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):  # killed and reaped, not a zombie left running
+        os.kill(pid, 0)

@@ -133,3 +133,17 @@ def test_a_second_job_on_the_same_model_skips_conversion_via_the_cache(tmp_path,
     assert checkpoint.startswith(f"{layout.output}/_cache/maxtext/") and Path(checkpoint, "data").exists()
     manifest = json.loads(Path(other.manifest).read_text())
     assert manifest["references"] == {"converted_checkpoint": checkpoint}
+
+
+def test_a_gs_runs_scratch_dir_is_removed_and_a_local_run_dir_never(tmp_path, tiny_spec_dict, layout):
+    from trainer.pipeline import remove_scratch
+
+    scratch = tmp_path / "rljob-work" / "rl-test"
+    (scratch / "data").mkdir(parents=True)
+    (scratch / "data" / "train.parquet").write_bytes(b"x" * 100)
+    remove_scratch(RunLayout("gs://bucket/runs", "rl-test"), scratch)
+    assert not scratch.exists()
+
+    fake = FakeMaxText(layout, fail={"train_rl": StageFailed("train_rl", 1, Path("x.log"), "boom")})
+    assert run_pipeline(_context(tmp_path, tiny_spec_dict, fake)) is ExitCode.NON_RETRYABLE
+    assert Path(layout.root).is_dir() and Path(layout.events).exists()  # the local run dir is the work dir: kept

@@ -93,3 +93,56 @@ def test_eval_lines_become_eval_results():
     assert eval_fields("Intermediate Eval (step=10): corr=3, total=4, accuracy=75.0%, partial_accuracy=75.0%,"
                        " format_accuracy=75.0%", start_step=0, total_steps=50)["step"] == 10
     assert eval_fields("loss=0.1", start_step=0, total_steps=3) is None
+
+
+def test_non_finite_metrics_are_dropped_and_old_null_lines_still_parse(tmp_path):
+    import math
+
+    from trainer.contract import EvalResult, TrainStep
+
+    reporter = _reporter(tmp_path)
+    reporter.train_step(step=1, total_steps=2, loss=float("nan"), kl=0.1,
+                        metrics={"actor/train/loss": float("nan"), "grad_norm": float("inf"), "lr": 1e-5})
+    reporter.eval_result(step=1, accuracy=float("-inf"), metrics={"correct": 3.0, "mean_reward": float("nan")})
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    step, evaluation = parse_event(lines[0]), parse_event(lines[1])
+    assert isinstance(step, TrainStep) and step.metrics == {"lr": 1e-5} and step.loss is None and step.kl == 0.1
+    assert isinstance(evaluation, EvalResult) and evaluation.metrics == {"correct": 3.0} and evaluation.accuracy is None
+    # A line an older trainer wrote: NaN became null. The line parses; the value is absent downstream.
+    old = json.loads(lines[0])
+    old["metrics"] = {"actor/train/loss": None, "lr": 1e-5}
+    parsed = parse_event(json.dumps(old))
+    assert isinstance(parsed, TrainStep) and parsed.metrics["actor/train/loss"] is None
+    assert all(v is None or math.isfinite(v) for v in parsed.metrics.values())
+
+
+def test_a_failed_gs_events_write_is_sent_with_the_next_one(tmp_path):
+    class FlakyBucket:
+        def __init__(self) -> None:
+            self.data: bytes | None = None
+            self.fail_next_write = False
+
+        def exists(self, uri: str) -> bool:
+            return self.data is not None
+
+        def read_bytes(self, uri: str) -> bytes:
+            return self.data or b""
+
+        def write_bytes(self, uri: str, data: bytes) -> None:
+            if self.fail_next_write:
+                self.fail_next_write = False
+                raise OSError("503 from the bucket")
+            self.data = data
+
+    bucket = FlakyBucket()
+    uri = "gs://b/run/events.jsonl"
+    reporter = EventReporter(bucket, uri, "rl-abc", stdout=io.StringIO())  # type: ignore[arg-type]
+    reporter.run_started(1, "gs://b/run")
+    bucket.fail_next_write = True
+    try:
+        reporter.stage_started(Stage.CONVERT)
+    except OSError:
+        pass
+    reporter.stage_started(Stage.TRAIN)
+    seqs = [parse_event(line).seq for line in (bucket.data or b"").decode().splitlines()]
+    assert seqs == [0, 1, 2]

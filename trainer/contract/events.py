@@ -63,14 +63,16 @@ class TrainStep(_Event):
     reward_std: float | None = None
     kl: float | None = None
     loss: float | None = None
-    metrics: dict[str, float] = Field(default_factory=dict, description="every scalar Tunix logged at this step")
+    # Values are finite (the reporter drops NaN/inf); None is accepted because JSON has no NaN and
+    # older trainers wrote it as null: a reader must not lose the whole line over one value.
+    metrics: dict[str, float | None] = Field(default_factory=dict, description="every scalar Tunix logged at this step")
 
 
 class EvalResult(_Event):
     type: Literal["eval"] = "eval"
     step: int = Field(ge=0)
     accuracy: float | None = None
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, float | None] = Field(default_factory=dict)  # as TrainStep.metrics
 
 
 class ArtifactWritten(_Event):

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,20 @@ log = logging.getLogger(__name__)
 
 RUNNER_PATH = str(Path(job_runner.__file__).resolve())
 RUNNER_MARKER = "job_runner.py"
+
+
+# The RLJOB_* variables the trainer reads (grep trainer/ for RLJOB_). Every other RLJOB_* is the
+# service's own configuration (RLJOB_DATABASE_URL, RLJOB_BOOTSTRAP_TOKEN, ...) and stays out of the
+# child's environment.
+TRAINER_ENV_VARS = frozenset(
+    {"RLJOB_WORK_DIR", "RLJOB_CONVERSION_CACHE", "RLJOB_TINY_DIR", "RLJOB_GCS_RETRY_TIMEOUT_S"}
+)
+
+
+def trainer_env(base: Mapping[str, str], job_id: str) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if not k.startswith("RLJOB_") or k in TRAINER_ENV_VARS}
+    env["RLJOB_JOB_ID"] = job_id
+    return env
 
 
 @dataclass
@@ -69,7 +83,6 @@ class LocalProcessLauncher:
         cancel_grace_s: float = 10.0,
         env: dict[str, str] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
@@ -80,7 +93,6 @@ class LocalProcessLauncher:
         self.cancel_grace_s = cancel_grace_s
         self._env = env
         self._monotonic = monotonic
-        self._sleep = sleep
         self._jobs: dict[str, _Job] = {}
         self._queue: deque[str] = deque()
         self._lock = threading.RLock()
@@ -149,10 +161,13 @@ class LocalProcessLauncher:
                     )
                 else:
                     message = "no trainer process for this job on this machine"
-                return Observation(job_id, ObservedState.GONE, message=message)
+                name = f"pid:{record['pid']}" if record else None  # names the attempt: a relaunch replaces it
+                return Observation(job_id, ObservedState.GONE, message=message, object_name=name)
             return self._observation(job)
 
-    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str]:
+    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str | None]:
+        """output.log's lines. Following, each step returns at once: None when nothing is new yet
+        (the caller waits, so an idle follow never holds a thread), until the job has stopped."""
         path = self._dir(job_id) / "output.log"
         deadline = self._monotonic() + 24 * 3600  # a follow never outlives a day, whatever the caller does
         if not path.exists() and not follow:
@@ -160,12 +175,12 @@ class LocalProcessLauncher:
         while not path.exists():
             if not self._is_active(job_id) or self._monotonic() > deadline:
                 return
-            self._sleep(self.poll_interval_s)
+            yield None
         with path.open("r", errors="replace") as f:
-            lines = f.readlines()
-            if tail_lines is not None:
-                lines = lines[-tail_lines:] if tail_lines > 0 else []
-            yield from (line.rstrip("\n") for line in lines)
+            if tail_lines is None:
+                yield from (line.rstrip("\n") for line in iter(f.readline, ""))
+            else:  # bounded: never holds more than the tail in memory
+                yield from (line.rstrip("\n") for line in deque(f, maxlen=tail_lines))
             if not follow:
                 return
             partial = ""
@@ -182,7 +197,7 @@ class LocalProcessLauncher:
                     if partial:
                         yield partial
                     return
-                self._sleep(self.poll_interval_s)
+                yield None
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -224,8 +239,7 @@ class LocalProcessLauncher:
             sys.executable, RUNNER_PATH, "--job-id", job.job_id, "--exit-file", str(job.dir / "exit.json"), "--",
             *self.trainer_command, "run", "--spec", str(job.dir / "spec.json"), "--job-id", job.job_id,
         ]  # fmt: skip
-        env = dict(os.environ if self._env is None else self._env)
-        env["RLJOB_JOB_ID"] = job.job_id
+        env = trainer_env(os.environ if self._env is None else self._env, job.job_id)
         with (job.dir / "output.log").open("ab") as logf:
             logf.write(f"=== rljob: starting {' '.join(self.trainer_command)} at {time.ctime()} ===\n".encode())
             logf.flush()

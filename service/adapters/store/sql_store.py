@@ -207,9 +207,16 @@ class SqlJobStore:
             return s.scalar(select(func.coalesce(func.max(JobEventRow.seq), 0))) or 0
 
     def metric_points(self, job_id: str, *, limit: int) -> list[MetricPoint]:
-        stmt = select(MetricPointRow).where(MetricPointRow.job_id == job_id).order_by(MetricPointRow.id).limit(limit)
+        """The newest `limit` points, oldest first."""
+        newest = (
+            select(MetricPointRow)
+            .where(MetricPointRow.job_id == job_id)
+            .order_by(MetricPointRow.id.desc())
+            .limit(limit)
+        )
         with self._read() as s:
-            return [MetricPoint(kind=r.kind, step=r.step, time=r.time, values=r.values) for r in s.scalars(stmt).all()]
+            rows = list(reversed(s.scalars(newest).all()))
+            return [MetricPoint(kind=r.kind, step=r.step, time=r.time, values=r.values) for r in rows]
 
     def add_token(self, token: TokenRecord, token_hash: str) -> None:
         with self.transaction() as tx:

@@ -7,7 +7,7 @@ import binascii
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from service.domain.errors import BadCursor, InvalidRequest
@@ -16,8 +16,11 @@ from service.domain.phases import JobPhase
 from service.domain.views import to_public
 
 from ..deps import CallerDep, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
+from ..log_follow import follow_log
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+TEXT_PLAIN = "text/plain; charset=utf-8"
+MAX_CURSOR_PK = 2**63 - 1
 
 IdempotencyKey = Annotated[
     str | None,
@@ -35,9 +38,11 @@ def decode_cursor(cursor: str) -> int:
         version, _, pk = raw.partition(":")
         if version != "v1" or not pk.isdigit():
             raise ValueError(raw)
-        return int(pk)
     except (ValueError, binascii.Error, UnicodeDecodeError) as e:
         raise BadCursor() from e
+    if len(pk) > 19 or int(pk) > MAX_CURSOR_PK:  # the database's key is a signed 64-bit integer
+        raise InvalidRequest(("query", "cursor"), "cursor is out of range; start again without a cursor")
+    return int(pk)
 
 
 def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
@@ -106,7 +111,7 @@ def get_job(record: VisibleJobDep, runtime: RuntimeDep) -> JobPublic:
 def get_metrics(
     record: VisibleJobDep, runtime: RuntimeDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000
 ) -> MetricsPublic:
-    """Every train step's and eval's scalars, in the order the trainer reported them."""
+    """The newest `limit` train steps' and evals' scalars, in the order the trainer reported them."""
     return MetricsPublic(job_id=record.id, points=runtime.store.metric_points(record.id, limit=limit))
 
 
@@ -116,10 +121,15 @@ def cancel_job(record: VisibleJobDep, caller: CallerDep, jobs: JobServiceDep, ru
     return to_public(jobs.cancel(caller, record.id), runtime.clock())
 
 
-@router.get("/{job_id}/logs", response_class=StreamingResponse, responses={200: {"content": {"text/plain": {}}}})
+@router.get(
+    "/{job_id}/logs", response_class=StreamingResponse,
+    responses={200: {"content": {"text/plain": {}}}, 429: {"description": "too many log follows at once"}},
+)  # fmt: skip
 async def get_logs(
+    request: Request,
     record: VisibleJobDep,
     jobs: JobServiceDep,
+    runtime: RuntimeDep,
     follow: bool = False,
     tail_lines: Annotated[int | None, Query(ge=0, le=100_000)] = None,
 ) -> StreamingResponse:
@@ -128,11 +138,22 @@ async def get_logs(
     After the workload is gone (a pod removed after its TTL), the stage logs kept in the job's run
     directory are served instead.
     """
-    # A sync generator: Starlette runs it in the thread pool, so a follow holds one worker thread.
     lines = jobs.logs(record, follow=follow, tail_lines=tail_lines)
+    if follow:  # polled from the event loop, on the followers' own threads (api/log_follow.py)
 
-    def body() -> Iterator[bytes]:
+        def is_terminal() -> bool:
+            current = runtime.store.get(record.id)
+            return current is None or current.phase.is_terminal()
+
+        body = follow_log(
+            lines, runtime.log_followers, is_disconnected=request.is_disconnected, is_terminal=is_terminal,
+            poll_interval_s=runtime.settings.log_follow_poll_interval_s,
+        )  # fmt: skip
+        return StreamingResponse(body, media_type=TEXT_PLAIN)
+
+    def whole() -> Iterator[bytes]:  # finite: Starlette reads it in the thread pool, a short step each
         for line in lines:
-            yield (line + "\n").encode()
+            if line is not None:
+                yield (line + "\n").encode()
 
-    return StreamingResponse(body(), media_type="text/plain; charset=utf-8")
+    return StreamingResponse(whole(), media_type=TEXT_PLAIN)

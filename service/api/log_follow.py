@@ -1,0 +1,115 @@
+"""Following a job's log (GET /v1/jobs/{id}/logs?follow=true) without tying up the thread pool.
+
+The launcher's log iterator is synchronous. Each step runs in a worker thread on this module's own
+capacity limiter, never the shared one every sync route uses, and a step returns quickly: the
+local launcher yields None when nothing is new, and the stream then waits on the event loop, checks
+whether the client is still there and whether the job has ended, and asks again. The Kubernetes
+launcher's steps block in the pod-log read (bounded by its read timeout), on this limiter too.
+At most `max_followers` streams run at once; one more is refused with 429.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import anyio
+import anyio.to_thread
+
+from service.domain.errors import TooManyLogFollowers
+
+_END = object()
+TERMINAL_CHECK_INTERVAL_S = 2.0  # an idle follow re-reads the job's phase at most this often
+
+
+class FollowerSlot:
+    """One claimed place; release() is idempotent (the stream's end and a never-started body both call it)."""
+
+    def __init__(self, owner: LogFollowers) -> None:
+        self._owner: LogFollowers | None = owner
+
+    def release(self) -> None:
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            owner._release()
+
+
+class LogFollowers:
+    def __init__(self, max_followers: int) -> None:
+        self.max_followers = max_followers
+        self._active = 0
+        self._lock = threading.Lock()
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    def claim(self) -> FollowerSlot:
+        with self._lock:
+            if self._active >= self.max_followers:
+                raise TooManyLogFollowers(self.max_followers)
+            self._active += 1
+        return FollowerSlot(self)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._active -= 1
+
+    @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:  # made on first use, inside the event loop
+            self._limiter = anyio.CapacityLimiter(self.max_followers)
+        return self._limiter
+
+
+def follow_log(
+    lines: Iterator[str | None],
+    followers: LogFollowers,
+    *,
+    is_disconnected: Callable[[], Awaitable[bool]],
+    is_terminal: Callable[[], bool],
+    poll_interval_s: float,
+) -> AsyncIterator[bytes]:
+    """Claim a follower slot now (TooManyLogFollowers if none is free) and return the byte stream."""
+    slot = followers.claim()
+    body = _stream(lines, followers, slot, is_disconnected, is_terminal, poll_interval_s)
+    weakref.finalize(body, slot.release)  # a body that never started still gives its slot back
+    return body
+
+
+async def _stream(
+    lines: Iterator[str | None],
+    followers: LogFollowers,
+    slot: FollowerSlot,
+    is_disconnected: Callable[[], Awaitable[bool]],
+    is_terminal: Callable[[], bool],
+    poll_interval_s: float,
+) -> AsyncIterator[bytes]:
+    limiter = followers.limiter
+    ending = False  # the job is terminal: stop after one more read that finds nothing
+    next_terminal_check = 0.0
+    try:
+        while True:
+            line = await anyio.to_thread.run_sync(next, lines, _END, limiter=limiter)
+            if line is _END:
+                return
+            if line is not None:
+                yield (str(line) + "\n").encode()
+                continue
+            if ending or await is_disconnected():
+                return
+            if time.monotonic() >= next_terminal_check:
+                next_terminal_check = time.monotonic() + TERMINAL_CHECK_INTERVAL_S
+                ending = await anyio.to_thread.run_sync(is_terminal, limiter=limiter)
+                if ending:
+                    continue  # read once more at once
+            await anyio.sleep(poll_interval_s)
+    finally:
+        slot.release()
+        close = getattr(lines, "close", None)
+        if close is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(close, limiter=limiter)

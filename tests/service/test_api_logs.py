@@ -1,0 +1,90 @@
+"""GET /v1/jobs/{id}/logs?follow=true: an idle follow must not hold the shared thread pool, follows
+are capped (429), and a follow ends once the job is terminal."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio.to_thread
+import pytest
+from conftest import Api, add_test_tokens
+from service_fakes import FakeLauncher, FakeProgress
+from service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
+
+from fastapi.testclient import TestClient
+from service.adapters.store import SqlJobStore
+from service.app import create_app
+from service.config import Settings
+from service.domain.launcher_port import ObservedState
+from service.domain.phases import JobPhase
+
+
+@pytest.fixture
+def small_api(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress,
+              settings_factory: Callable[..., Settings]) -> Iterator[Api]:  # fmt: skip
+    """The app with room for 3 log follows and a shared thread pool of only 2 threads."""
+    add_test_tokens(store)
+    settings = settings_factory(max_log_followers=3, log_follow_poll_interval_s=0.05)
+    app = create_app(settings, store=store, launcher=fake_launcher, progress=fake_progress)
+    with TestClient(app) as client:
+        wait_until(lambda: client.get("/readyz").status_code == 200)
+
+        async def shrink_pool() -> None:
+            anyio.to_thread.current_default_thread_limiter().total_tokens = 2
+
+        client.portal.call(shrink_pool)  # type: ignore[union-attr]
+        yield Api(client, store, fake_launcher, fake_progress)
+
+
+def _follow(api: Api, job_id: str, into: list[str], statuses: list[int]) -> threading.Thread:
+    def read() -> None:
+        with api.client.stream("GET", f"/v1/jobs/{job_id}/logs", params={"follow": "true"},
+                               headers=api.as_(TOKEN_A)) as response:  # fmt: skip
+            statuses.append(response.status_code)
+            for line in response.iter_lines():
+                into.append(line)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_idle_follows_leave_the_pool_free_are_capped_and_end_with_the_job(small_api: Api, tmp_path: Path) -> None:
+    api = small_api
+    job_id = api.submit(spec_body(tmp_path))["id"]
+    api.launcher.log_lines[job_id] = ["compiling"]
+    api.launcher.log_open.add(job_id)  # the job prints nothing more: every follow sits idle
+    lines: list[list[str]] = [[], [], []]
+    statuses: list[int] = []
+    readers = [_follow(api, job_id, lines[i], statuses) for i in range(3)]
+    wait_until(lambda: all(lines[i] == ["compiling"] for i in range(3)), timeout_s=10)
+
+    # Three idle follows, a pool of two: sync routes still answer at once.
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=api.as_(TOKEN_A)).status_code == 200
+    refused = api.client.get(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}, headers=api.as_(TOKEN_A))
+    assert refused.status_code == 429 and "log streams are already being followed" in refused.json()["detail"]
+    assert refused.headers["Retry-After"] == "2"
+    assert api.client.get(f"/v1/jobs/{job_id}/logs", headers=api.as_(TOKEN_A)).text == "compiling\n"
+
+    # The job ends (the workload log never closes): every follow stops after one more empty read.
+    api.launcher.emit(job_id, ObservedState.RUNNING)
+    wait_for_phase(lambda: api.phase(job_id), JobPhase.RUNNING)
+    api.launcher.emit(job_id, ObservedState.SUCCEEDED, exit_code=0)
+    wait_for_phase(lambda: api.phase(job_id), JobPhase.SUCCEEDED)
+    for reader in readers:
+        reader.join(timeout=15)
+        assert not reader.is_alive()
+    assert statuses == [200, 200, 200]
+    followers = api.client.app.state.runtime.log_followers  # type: ignore[attr-defined]
+    wait_until(lambda: followers.active == 0, timeout_s=5)
+
+
+def test_a_huge_cursor_is_a_422_naming_the_parameter(api: Api) -> None:
+    from service.api.routes.jobs import encode_cursor
+
+    for pk in (2**63, 10**40):
+        response = api.client.get("/v1/jobs", params={"cursor": encode_cursor(pk)}, headers=api.as_(TOKEN_A))
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"][0]["loc"] == ["query", "cursor"]

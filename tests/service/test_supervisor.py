@@ -1,0 +1,61 @@
+"""Supervisor: recovery and the poll/reconcile loop survive database errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from service_fakes import FakeLauncher, FakeProgress
+from service_helpers import spec_body, wait_until
+
+from service.adapters.store import SqlJobStore
+from service.domain.job_service import JobService
+from service.domain.models import Caller
+from service.runtime import Supervisor
+from trainer.contract import JobSpec
+
+
+class Flaky:
+    """Wraps a store method: the first `failures` calls raise, later ones pass through."""
+
+    def __init__(self, real: Callable[..., object], failures: int) -> None:
+        self.real, self.failures, self.calls = real, failures, 0
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ConnectionError("database went away")
+        return self.real(*args, **kwargs)
+
+
+@pytest.fixture
+def supervisor(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress):  # noqa: ANN201
+    jobs = JobService(store, fake_launcher, fake_progress)
+    sup = Supervisor(jobs, fake_launcher, progress_poll_interval_s=0.01, reconcile_interval_s=0.01,
+                     recovery_retry_s=0.01, recovery_retry_max_s=0.02)  # fmt: skip
+    yield sup
+    sup.stop()
+
+
+def test_recovery_is_retried_until_the_database_answers(
+    supervisor: Supervisor, store: SqlJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flaky = Flaky(store.list_active, failures=3)
+    monkeypatch.setattr(store, "list_active", flaky)
+    supervisor.start()
+    wait_until(supervisor.ready.is_set, timeout_s=10)
+    assert flaky.calls >= 4 and supervisor.recovery_error is None
+
+
+def test_poll_and_reconcile_survive_errors(
+    supervisor: Supervisor, store: SqlJobStore, fake_launcher: FakeLauncher, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    supervisor.jobs.submit(Caller(team="team-a", token_id="t"), JobSpec.model_validate(spec_body(tmp_path)))
+    supervisor.start()
+    wait_until(supervisor.ready.is_set, timeout_s=10)
+    flaky_active = Flaky(store.list_active, failures=5)
+    monkeypatch.setattr(store, "list_active", flaky_active)  # both the poller and the reconcile use it
+    wait_until(lambda: flaky_active.calls > 15, timeout_s=10)  # still polling after the failures
+    assert supervisor._threads[1].is_alive()
