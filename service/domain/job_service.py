@@ -170,13 +170,14 @@ class JobService(RecoveryMixin):
             result = self.launcher.launch(job_id, record.job_spec)
         except Exception as e:  # any adapter error ends the job with the reason, never a stuck LAUNCHING
             log.warning("launch of %s failed: %s", job_id, e)
+            cause = str(e)  # bound here: the except block unbinds `e` when it ends
 
             def mark_failed(rec: JobRecord, tx: JobTx) -> None:
                 if rec.phase in (JobPhase.QUEUED, JobPhase.LAUNCHING):
                     rec.failure_reason = "LaunchFailed"
                     self._set_phase(
                         tx, rec, JobPhase.FAILED,
-                        f"the {self.launcher.backend} launcher could not start the job: {e}; "
+                        f"the {self.launcher.backend} launcher could not start the job: {cause}; "
                         "fix the cause and submit the job again",
                     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from service.domain.phases import JobPhase, can_transition
@@ -65,3 +66,19 @@ def _reachable(start: JobPhase, target: JobPhase) -> bool:
                 visited.add(nxt)
                 frontier.append(nxt)
     return False
+
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+class ManualClock:
+    """An injected clock the test moves by hand, so no test sleeps for real."""
+
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)

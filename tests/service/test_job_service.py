@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import spec_body
+from service_helpers import T0, ManualClock, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.errors import IdempotencyConflict, JobNotFound, NotCancellable
@@ -29,27 +29,16 @@ from trainer.contract import (
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
 TEAM_B = Caller(team="team-b", token_id="tok_b")
-T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def service(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: Clock) -> JobService:
+def service(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock) -> JobService:
     return JobService(store, fake_launcher, fake_progress, clock=clock, max_resumes=1)
 
 
@@ -76,7 +65,7 @@ def test_submit_stores_queued_then_hands_to_launcher(service: JobService, store:
 
 
 def test_progress_then_success_and_late_events_are_ignored(
-    service: JobService, store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: Clock, tmp_path: Path
+    service: JobService, store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
 ) -> None:
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING, object_name="pid:42"))

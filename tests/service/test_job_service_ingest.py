@@ -3,12 +3,12 @@ and a GONE about a replaced workload does not spend a resume."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import spec_body
+from service_helpers import T0, ManualClock, spec_body
 
 import service.domain.job_service as job_service_module
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
@@ -20,15 +20,7 @@ from service.domain.phases import JobPhase
 from trainer.contract import ArtifactWritten, JobSpec, RunFinished, RunLayout, TrainStep, dump_event
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
-T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def _spec(tmp_path: Path) -> JobSpec:
@@ -84,7 +76,7 @@ def test_reconcile_launches_a_job_stranded_in_queued(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    clock = Clock()
+    clock = ManualClock()
     service = JobService(store, fake_launcher, fake_progress, clock=clock, queued_relaunch_after_s=5)
     monkeypatch.setattr(service, "launch", lambda job_id: None)  # the hand-over after storing never happened
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id

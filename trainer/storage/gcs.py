@@ -222,18 +222,23 @@ class GcsStore:
             worker_type=transfer_manager.THREAD,
             max_workers=self._settings.max_workers,
         )
-        failures = [(blob.name, r) for (_, blob), r in zip(pairs, results) if isinstance(r, Exception)]
-        if failures:
-            first_name, first = failures[0]
-            raise StorageError(
-                f"upload of {local_dir} to {uri} failed for {len(failures)} of {len(pairs)} files; "
-                f"first: {self.uri(bucket_name, first_name)}: {first}"
-            ) from first
+        self._raise_for_failures(f"upload of {local_dir} to {uri}", bucket_name,
+                                 [blob.name for _, blob in pairs], results)
         return sorted(
             (ObjectInfo(self.uri(bucket_name, b.name), b.size or 0, _checksum(b),
                         b.updated.timestamp() if b.updated else None) for _, b in pairs),
             key=lambda o: o.uri,
         )
+
+    def _raise_for_failures(self, what: str, bucket_name: str, names: list[str], results: list) -> None:
+        """transfer_manager returns exceptions in place of results; turn any into one StorageError."""
+        failures = [(name, r) for name, r in zip(names, results) if isinstance(r, Exception)]
+        if failures:
+            first_name, first = failures[0]
+            raise StorageError(
+                f"{what} failed for {len(failures)} of {len(names)} objects; "
+                f"first: {self.uri(bucket_name, first_name)}: {first}"
+            ) from first
 
     def download_dir(self, uri: str, local_dir: str) -> list[str]:
         bucket_name, name = parse_gs_uri(uri)
@@ -259,13 +264,7 @@ class GcsStore:
             worker_type=transfer_manager.THREAD,
             max_workers=self._settings.max_workers,
         )
-        failures = [(b.name, r) for (b, _), r in zip(pairs, results) if isinstance(r, Exception)]
-        if failures:
-            first_name, first = failures[0]
-            raise StorageError(
-                f"download of {uri} failed for {len(failures)} of {len(pairs)} objects; "
-                f"first: {self.uri(bucket_name, first_name)}: {first}"
-            ) from first
+        self._raise_for_failures(f"download of {uri}", bucket_name, [b.name for b, _ in pairs], results)
         return [path for _, path in pairs]
 
     # --- preflight ------------------------------------------------------------------------
