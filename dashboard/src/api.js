@@ -43,20 +43,11 @@ export class Api {
     return { Authorization: `Bearer ${this.token}`, Accept: "application/json", ...extra };
   }
 
-  async request(method, path, { params, body, signal } = {}) {
-    const url = new URL(path, window.location.origin);
-    for (const [k, v] of Object.entries(params || {})) {
-      if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, v);
-    }
+  /** fetch() that turns network failures and non-2xx answers into ApiError (and 401 into a sign-out). */
+  async send(url, init) {
     let response;
     try {
-      response = await fetch(url, {
-        method,
-        signal,
-        headers: this.headers(body ? { "Content-Type": "application/json" } : {}),
-        body: body ? JSON.stringify(body) : undefined,
-        cache: "no-store",
-      });
+      response = await fetch(url, { ...init, cache: "no-store" });
     } catch (err) {
       if (err.name === "AbortError") throw err;
       throw new ApiError("unreachable", "cannot reach the rljob service");
@@ -66,6 +57,20 @@ export class Api {
       if (error.kind === "unauthorized") this.onUnauthorized(error);
       throw error;
     }
+    return response;
+  }
+
+  async request(method, path, { params, body, signal } = {}) {
+    const url = new URL(path, window.location.origin);
+    for (const [k, v] of Object.entries(params || {})) {
+      if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, v);
+    }
+    const response = await this.send(url, {
+      method,
+      signal,
+      headers: this.headers(body ? { "Content-Type": "application/json" } : {}),
+      body: body ? JSON.stringify(body) : undefined,
+    });
     if (response.status === 204) return null;
     const type = response.headers.get("content-type") || "";
     return type.includes("json") ? response.json() : response.text();
@@ -86,18 +91,7 @@ export class Api {
   async stream(path, { onEvent, onOpen, lastEventId, signal }) {
     const headers = this.headers({ Accept: "text/event-stream" });
     if (lastEventId) headers["Last-Event-ID"] = lastEventId;
-    let response;
-    try {
-      response = await fetch(new URL(path, window.location.origin), { headers, signal, cache: "no-store" });
-    } catch (err) {
-      if (err.name === "AbortError") throw err;
-      throw new ApiError("unreachable", "cannot reach the rljob service");
-    }
-    if (!response.ok) {
-      const error = await errorFrom(response);
-      if (error.kind === "unauthorized") this.onUnauthorized(error);
-      throw error;
-    }
+    const response = await this.send(new URL(path, window.location.origin), { headers, signal });
     if (!(response.headers.get("content-type") || "").includes("text/event-stream") || !response.body) {
       throw new ApiError("http", "the service did not answer with an event stream");
     }
