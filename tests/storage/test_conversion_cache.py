@@ -19,6 +19,7 @@ from trainer.conversion_cache import (
     source_fingerprint,
     storage_format,
 )
+from trainer.contract.hf_model import resolve_maxtext_model
 from trainer.conversion_cache_cli import main as cache_cli
 from trainer.storage import StorageError
 from trainer.storage.local import LocalDirStore
@@ -27,7 +28,7 @@ FILES_PER_CHECKPOINT = 6
 
 
 def key(dtype: str = "float32", source: str = "files:abc") -> CacheKey:
-    return CacheKey(source=source, model_name="llama3.1-8b", model_dims="", maxtext_version="0.2.5",
+    return CacheKey(source=source, model_name="llama3.1-8b", model_overrides="", maxtext_version="0.2.5",
                     dtype=dtype, scan_layers=True, storage_format="tensorstore")
 
 
@@ -214,11 +215,14 @@ def test_key_and_default_root_from_a_spec(tmp_path, monkeypatch):
                                             "base_num_decoder_layers": 2, "base_mlp_dim": 128, "head_dim": 16}},
                                    "output": "gs://bucket-x/runs", "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}})
     fmt = storage_format(use_ocdbt=False, use_zarr3=False)
-    k = cache_key_for(spec, fmt=fmt, maxtext_version="0.2.5")
+    model = resolve_maxtext_model("llama3.1-8b", spec.model.dims.model_dump(), None)
+    k = cache_key_for(spec, model, fmt=fmt, maxtext_version="0.2.5")
     assert (k.dtype, k.scan_layers, k.storage_format, k.maxtext_version) == ("float32", True, "tensorstore", "0.2.5")
-    assert json.loads(k.model_dims)["base_emb_dim"] == 64
-    assert cache_key_for(spec, fmt="ocdbt+zarr3", maxtext_version="0.2.5").name != k.name
-    assert cache_key_for(spec, fmt=fmt, maxtext_version="0.2.6").name != k.name
+    assert json.loads(k.model_overrides)["base_emb_dim"] == "64"
+    assert cache_key_for(spec, model, fmt="ocdbt+zarr3", maxtext_version="0.2.5").name != k.name
+    assert cache_key_for(spec, model, fmt=fmt, maxtext_version="0.2.6").name != k.name
+    other_rope = resolve_maxtext_model("llama3.1-8b", None, None)  # same files under other settings: another entry
+    assert cache_key_for(spec, other_rope, fmt=fmt, maxtext_version="0.2.5").name != k.name
     monkeypatch.delenv("RLJOB_CONVERSION_CACHE", raising=False)
     assert default_cache_root(spec) == "gs://bucket-x/runs/_cache/maxtext"
     assert default_cache_root(spec, "gs://shared/cache") == "gs://shared/cache"

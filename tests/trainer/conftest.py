@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +16,28 @@ TINY_EXAMPLE = REPO / "examples" / "tiny-cpu.yaml"
 TUTORIAL_EXAMPLE = REPO / "examples" / "tutorial-llama31-8b-v6e8.yaml"
 
 
+# The tiny model's config.json as transformers 5 writes it (trainer/tiny.py builds the real one).
+TINY_HF_CONFIG = {
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "head_dim": 16,
+    "vocab_size": 128256, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "hidden_act": "silu",
+    "rope_parameters": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                        "original_max_position_embeddings": 8192, "rope_theta": 500000.0, "rope_type": "llama3"},
+}  # fmt: skip
+
+
 def write_spec(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    """The tiny model, tokenizer and data, built once for every slow trainer test."""
+    out = tmp_path_factory.mktemp("tiny")
+    subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(out)], cwd=REPO, check=True,
+                   env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
+    return out
 
 
 @pytest.fixture
@@ -24,7 +46,7 @@ def tiny_spec_dict(tmp_path, monkeypatch) -> dict:
     tiny = tmp_path / "tiny"
     for rel in ("model/config.json", "data/train.jsonl", "data/test.parquet", "length_reward.py"):
         (tiny / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tiny / rel).write_text("{}")
+        (tiny / rel).write_text(json.dumps(TINY_HF_CONFIG) if rel.endswith("config.json") else "{}")
     monkeypatch.setenv("RLJOB_TINY_DIR", str(tiny))
     monkeypatch.setenv("RLJOB_OUTPUT", str(tmp_path / "runs"))
     text = os.path.expandvars(TINY_EXAMPLE.read_text())

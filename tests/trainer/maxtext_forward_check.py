@@ -1,8 +1,10 @@
 """Run as a subprocess by the round-trip test: MaxText's forward on a converted checkpoint vs HF's.
 
-`python maxtext_forward_check.py HF_DIR MAXTEXT_ITEMS DIM=VALUE...` prints one JSON line with the
-largest absolute logit difference (fp32 on both sides). A separate process because MaxText/JAX
-state must not leak into the pytest process.
+`python maxtext_forward_check.py HF_DIR MAXTEXT_ITEMS OVERRIDE...` prints one JSON line with the
+largest absolute logit difference (fp32 on both sides). For a tied model it also gives the difference
+after the HF side rounds the embedding to bf16 for the output projection, as MaxText 0.2.5 does
+(layers/embeddings.py:attend_on_embedding). A separate process because MaxText/JAX state must not
+leak into the pytest process.
 """
 
 import json
@@ -13,7 +15,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def main() -> None:
-    hf_dir, items, *dims = sys.argv[1:]
+    hf_dir, items, *overrides = sys.argv[1:]
     import jax.numpy as jnp
     import numpy as np
     import torch
@@ -46,7 +48,7 @@ def main() -> None:
             "max_prefill_predict_length=8",
             "run_name=forward-check",
             f"base_output_directory={os.environ.get('TMPDIR', '/tmp')}/forward-check",
-            *dims,
+            *overrides,
         ]
     )
     model, mesh = model_creation_utils.from_pretrained(config)
@@ -57,11 +59,19 @@ def main() -> None:
             decoder_positions=jnp.arange(length, dtype=jnp.int32)[None, :],
             decoder_segment_ids=jnp.ones_like(tokens),
         )
-    hf = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32)
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
     with torch.no_grad():
-        hf_logits = hf(torch.tensor([ids])).logits.numpy()
-    diff = float(np.max(np.abs(np.asarray(mt_logits, dtype=np.float32) - hf_logits)))
-    print(json.dumps({"max_abs_diff": diff, "logit_scale": float(np.max(np.abs(hf_logits))), "tokens": length}))
+        out = hf(torch.tensor([ids]), output_hidden_states=True)
+    hf_logits = out.logits.numpy()
+    mt = np.asarray(mt_logits, dtype=np.float32)
+    result = {"max_abs_diff": float(np.max(np.abs(mt - hf_logits))), "logit_scale": float(np.max(np.abs(hf_logits))),
+              "tokens": length}  # fmt: skip
+    if hf.config.tie_word_embeddings:
+        table = hf.model.embed_tokens.weight.to(torch.bfloat16).to(torch.float32)
+        with torch.no_grad():
+            rounded = (out.hidden_states[-1] @ table.T).numpy()
+        result["max_abs_diff_bf16_tied_table"] = float(np.max(np.abs(mt - rounded)))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -7,10 +7,14 @@ import sys
 import pytest
 
 from trainer.contract import JobSpec, RunLayout
+from trainer.contract.hf_model import MaxTextModel
 from trainer.runner import REDACTED, StageCommand, StageFailed, redact, run_stage_command
+from trainer.sources import resolve_model
 from trainer.stages.convert import build_convert_command
 from trainer.stages.export import build_export_command
 from trainer.stages.train import build_train_command, total_train_steps
+
+TABLE_8B = MaxTextModel(name="llama3.1-8b")  # a hub model MaxText's table describes as it is
 
 
 def _spec(tiny_spec_dict, **grpo) -> JobSpec:
@@ -26,7 +30,7 @@ def _args(command: StageCommand) -> dict[str, str]:
 def test_every_grpo_field_reaches_train_rl(tiny_spec_dict):
     spec = _spec(tiny_spec_dict, beta=0.03, epsilon=0.3, loss_algo="gspo-token", temperature=0.7, top_k=20, top_p=0.9,
                  num_iterations=2, warmup_steps_fraction=0.2, num_eval_passes=3, eval_sampling_strategy="standard")
-    args = _args(build_train_command(spec, RunLayout("/out", "rl-x")))
+    args = _args(build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec)))
     assert args["rl.grpo_beta"] == "0.03" and args["rl.grpo_epsilon"] == "0.3"
     assert args["rl.loss_algo"] == "gspo-token" and args["rl.num_iterations"] == "2"
     assert args["decode_sampling_temperature"] == "0.7" and args["decode_sampling_top_k"] == "20"
@@ -39,32 +43,34 @@ def test_every_grpo_field_reaches_train_rl(tiny_spec_dict):
 
 def test_file_dataset_goes_as_parquet_and_hub_dataset_by_name(tiny_spec_dict):
     spec = _spec(tiny_spec_dict)
-    files = _args(build_train_command(spec, RunLayout("/out", "rl-x"), local_data=("/w/train.parquet", "/w/eval.parquet")))
+    files = _args(build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec),
+                                      local_data=("/w/train.parquet", "/w/eval.parquet")))
     assert files["hf_train_files"] == "/w/train.parquet" and files["hf_eval_files"] == "/w/eval.parquet"
     hub = JobSpec.model_validate({**tiny_spec_dict, "dataset": {"name": "openai/gsm8k"}})
-    args = _args(build_train_command(hub, RunLayout("/out", "rl-x")))
+    args = _args(build_train_command(hub, RunLayout("/out", "rl-x"), TABLE_8B))
     assert "hf_train_files" not in args and args["dataset_name"] == "openai/gsm8k" and args["train_split"] == "train"
-    assert "HF_HUB_OFFLINE" not in build_train_command(hub, RunLayout("/out", "rl-x")).env
+    assert "HF_HUB_OFFLINE" not in build_train_command(hub, RunLayout("/out", "rl-x"), TABLE_8B).env
 
 
-def test_vllm_engine_runs_train_rl_as_shipped(tiny_spec_dict):
+def test_vllm_engine_runs_train_rl_unmodified_with_only_the_sample_recorder(tiny_spec_dict):
     data = {**tiny_spec_dict, "hardware": {"accelerator": "v6e-8", "rollout_engine": "vllm"}}
-    command = build_train_command(JobSpec.model_validate(data), RunLayout("/out", "rl-x"))
-    assert command.module == "maxtext.trainers.post_train.rl.train_rl"
-    assert not any(a.startswith("--rljob_") for a in command.args)
+    command = build_train_command(JobSpec.model_validate(data), RunLayout("/out", "rl-x"), TABLE_8B)
+    assert command.module == "trainer.maxtext_entry.train_rl_entry"  # no JAX rollout swapped in
+    assert [a for a in command.args if a.startswith("--rljob_")] == ["--rljob_samples_uri=/out/rl-x/samples"]
 
 
-def test_convert_and_export_use_the_dims_and_paths(tiny_spec_dict):
+def test_convert_and_export_use_the_derived_settings_and_paths(tiny_spec_dict):
     spec = _spec(tiny_spec_dict)
     layout = RunLayout("/out", "rl-x")
-    convert = build_convert_command(spec, layout)
+    model = resolve_model(spec)
+    convert = build_convert_command(spec, layout, model)
     assert convert.module == "trainer.maxtext_entry.to_maxtext_entry"
     assert f"--rljob_register_hf_config={spec.model.source}" == convert.args[0]
-    export = build_export_command(spec, layout, actor_step=7)
+    assert {"base_emb_dim": "64", "rope_use_scale": "true", "vocab_size": "128256"}.items() <= _args(convert).items()
+    export = build_export_command(spec, layout, model, actor_step=7)
+    assert export.module == "trainer.maxtext_entry.to_huggingface_entry"  # the exported config.json is the tiny one
     assert _args(export)["load_parameters_path"] == "/out/rl-x/rl/rl-x/checkpoints/actor/7/model_params"
-    assert "--override_model_architecture" in export.args
-    without_dims = JobSpec.model_validate({**tiny_spec_dict, "model": {**tiny_spec_dict["model"], "dims": None}})
-    assert build_convert_command(without_dims, layout).module == "maxtext.checkpoint_conversion.to_maxtext"
+    assert build_convert_command(spec, layout, TABLE_8B).module == "maxtext.checkpoint_conversion.to_maxtext"
 
 
 def test_redact_hides_secret_values_and_token_args():

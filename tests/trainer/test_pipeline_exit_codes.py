@@ -12,7 +12,7 @@ from trainer.contract import ExitCode, JobSpec, RunLayout, Stage, parse_event
 from trainer.pipeline import JobContext, classify_failure, run_pipeline
 from trainer.progress import EventReporter
 from trainer.runner import StageFailed, StageInterrupted
-from trainer.sources import DataError
+from trainer.sources import DataError, resolve_model
 from trainer.storage import StorageError, store_for
 
 
@@ -47,7 +47,8 @@ def _context(tmp_path, tiny_spec_dict, fake) -> JobContext:
     spec = JobSpec.model_validate(data)
     layout = fake.layout
     reporter = EventReporter(store_for(layout.root), layout.events, layout.job_id, stdout=io.StringIO())
-    return JobContext(spec=spec, layout=layout, work_dir=Path(layout.root), reporter=reporter, run_command=fake)
+    return JobContext(spec=spec, layout=layout, work_dir=Path(layout.root), reporter=reporter, run_command=fake,
+                      model=resolve_model(spec))
 
 
 def _events(layout: RunLayout):

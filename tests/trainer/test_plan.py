@@ -43,7 +43,8 @@ def test_tutorial_plan_has_the_tutorials_flags_for_all_three_stages(capsys, monk
     ):
         assert flag in convert.split(), flag
 
-    assert "python -m maxtext.trainers.post_train.rl.train_rl " in train
+    # train_rl runs unmodified under the shim that keeps completion samples (maxtext_entry/train_rl_entry.py).
+    assert "python -m trainer.maxtext_entry.train_rl_entry --rljob_samples_uri=" + f"{run}/samples " in train
     for flag in (
         "model_name=llama3.1-8b",
         "tokenizer_path=meta-llama/Llama-3.1-8B-Instruct",
@@ -60,7 +61,7 @@ def test_tutorial_plan_has_the_tutorials_flags_for_all_three_stages(capsys, monk
         "dataset_name=openai/gsm8k",
     ):
         assert flag in train.split(), flag
-    assert train.split()[3].endswith("configs/post_train/rl.yml")
+    assert train.split()[4].endswith("configs/post_train/rl.yml")
     # The schedule must follow num_batches: setting learning_rate_schedule_steps would decouple it.
     assert "learning_rate_schedule_steps" not in train
     assert "hardware=cpu" not in train.split() and "use_pathways=false" not in train.split()
@@ -88,7 +89,9 @@ def test_tiny_plan_uses_the_jax_engine_and_registers_the_tiny_config(capsys, mon
     plan = _plan(capsys, monkeypatch, TINY_EXAMPLE)
     train = next(i["command"] for i in plan["stages"] if i["stage"] == "train")
     assert "python -m trainer.maxtext_entry.train_rl_jax_entry --rljob_register_hf_config=" in train
-    for flag in ("hardware=cpu", "use_pathways=false", "override_model_config=true", "base_emb_dim=64", "head_dim=16"):
+    # No dims in the spec: the tiny checkpoint's config.json gives them.
+    for flag in ("hardware=cpu", "use_pathways=false", "override_model_config=true", "base_emb_dim=64", "head_dim=16",
+                 "rope_use_scale=true", "logits_via_embedding=false", "vocab_size=128256"):
         assert flag in train.split(), flag
     assert "HF_HUB_OFFLINE=1" in train  # local sources: nothing may reach a hub
     assert not (tmp_path / "runs").exists()

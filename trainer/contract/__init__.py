@@ -20,6 +20,7 @@ from .events import (
 )
 from .exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, describe_exit_code
 from .layout import RunLayout, join_uri
+from .samples import SIGNAL_METRIC, Sample, StepSamples, step_from_file_name
 from .spec import (
     JOB_ID_RE,
     DatasetSpec,
@@ -53,9 +54,12 @@ __all__ = [
     "RunFinished",
     "RunLayout",
     "RunStarted",
+    "SIGNAL_METRIC",
+    "Sample",
     "Stage",
     "StageFinished",
     "StageStarted",
+    "StepSamples",
     "TrainStep",
     "TrainerEvent",
     "default_job_id",
@@ -64,4 +68,5 @@ __all__ = [
     "join_uri",
     "location_kind",
     "parse_event",
+    "step_from_file_name",
 ]

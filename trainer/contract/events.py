@@ -66,6 +66,9 @@ class TrainStep(_Event):
     # Values are finite (the reporter drops NaN/inf); None is accepted because JSON has no NaN and
     # older trainers wrote it as null: a reader must not lose the whole line over one value.
     metrics: dict[str, float | None] = Field(default_factory=dict, description="every scalar Tunix logged at this step")
+    nonfinite: list[str] = Field(
+        default_factory=list, description="names of the values above that were NaN or infinite (and so left out)"
+    )
 
 
 class EvalResult(_Event):

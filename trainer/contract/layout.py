@@ -8,6 +8,7 @@
         data/                     the dataset materialised as parquet
         maxtext/                  to_maxtext output: 0/items (unless served from the conversion cache)
         rl/<job-id>/              train_rl run: checkpoints/actor/<N>/..., tensorboard/
+        samples/train-<N>.json    completions and their rewards per step (samples.py)
         hf/                       to_huggingface export
         manifest.json             artifacts with sizes and checksums
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .events import EVENTS_FILE, Stage
+from .samples import samples_file_name
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -76,6 +78,13 @@ class RunLayout:
     @property
     def actor_checkpoints(self) -> str:
         return join_uri(self.rl_run, "checkpoints", "actor")
+
+    @property
+    def samples_dir(self) -> str:
+        return self.path("samples")
+
+    def samples_file(self, step: int) -> str:
+        return join_uri(self.samples_dir, samples_file_name(step))
 
     @property
     def export_dir(self) -> str:

@@ -50,10 +50,8 @@ def _check_location(value: str, *, hub_allowed: bool) -> str:
 
 
 class ModelDims(_Strict):
-    """MaxText-side model dimensions for a checkpoint smaller than the named MaxText model.
-
-    Passed as `override_model_config=true base_emb_dim=...`; the converter registers the checkpoint's
-    own HF config in place of MaxText's hard-coded table entry.
+    """Explicit MaxText-side dimensions. Normally derived from the checkpoint's config.json (see
+    hf_model.py); given here they must agree with it, and they stand in for it when it cannot be read.
     """
 
     base_emb_dim: int = Field(gt=0)
@@ -71,7 +69,10 @@ class ModelDims(_Strict):
 
 
 class ModelSpec(_Strict):
-    name: str = Field(description="MaxText model name, e.g. llama3.1-8b")
+    name: str | None = Field(
+        default=None,
+        description="MaxText model name, e.g. llama3.1-8b; default: derived from the checkpoint's config.json",
+    )
     source: str = Field(description="HF checkpoint: hub id, absolute local dir, or gs:// dir")
     revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
     tokenizer: str | None = Field(default=None, description="HF tokenizer: hub id or dir; default: source")
@@ -84,8 +85,8 @@ class ModelSpec(_Strict):
 
     @field_validator("name")
     @classmethod
-    def _name(cls, v: str) -> str:
-        if not MAXTEXT_MODEL_RE.match(v):
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not MAXTEXT_MODEL_RE.match(v):
             raise ValueError("must be a MaxText model name such as llama3.1-8b")
         return v
 

@@ -7,22 +7,13 @@ narrower Llama) needs that entry to be its own config, or the shapes disagree.
 
 from __future__ import annotations
 
-REGISTER_FLAG = "--rljob_register_hf_config="
-REVISION_FLAG = "--rljob_hf_config_revision="
+from .shim_flags import REGISTER_FLAG, REVISION_FLAG, pop_flags
 
 
 def pop_registration_args(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
     """Split our shim-only flags from the MaxText argv (which must reach MaxText unmodified)."""
-    source = revision = None
-    rest = []
-    for arg in argv:
-        if arg.startswith(REGISTER_FLAG):
-            source = arg[len(REGISTER_FLAG) :]
-        elif arg.startswith(REVISION_FLAG):
-            revision = arg[len(REVISION_FLAG) :]
-        else:
-            rest.append(arg)
-    return source, revision, rest
+    found, rest = pop_flags(argv, REGISTER_FLAG, REVISION_FLAG)
+    return found.get(REGISTER_FLAG), found.get(REVISION_FLAG), rest
 
 
 def model_name_from_argv(argv: list[str]) -> str:
@@ -42,3 +33,20 @@ def register_hf_config(model_name: str, source: str, revision: str | None) -> No
     # The token, when needed for a gated hub repo, comes from the environment only.
     config = AutoConfig.from_pretrained(source, revision=revision, token=os.environ.get("HF_TOKEN") or None)
     HF_MODEL_CONFIGS[model_name] = config
+
+
+def register_from_argv(argv: list[str]) -> list[str]:
+    """Register the config our flags name (if any); return the argv meant for MaxText."""
+    source, revision, maxtext_argv = pop_registration_args(argv)
+    if source:
+        register_hf_config(model_name_from_argv(maxtext_argv), source, revision)
+    return maxtext_argv
+
+
+def run_as_main(module: str, maxtext_argv: list[str]) -> None:
+    """Run a MaxText CLI module unmodified: they parse flags and set up JAX under `__main__`."""
+    import runpy
+    import sys
+
+    sys.argv = [module, *maxtext_argv]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from trainer.contract import JobSpec, location_kind
-from trainer.maxtext_entry.hf_config_registry import REGISTER_FLAG, REVISION_FLAG
+from trainer.contract.hf_model import MaxTextModel
+from trainer.maxtext_entry.shim_flags import REGISTER_FLAG, REVISION_FLAG
 
 # Child environment for every stage: hub access only where a source really is on the hub.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -13,17 +14,9 @@ def uses_cpu(spec: JobSpec) -> bool:
     return spec.hardware.accelerator == "cpu"
 
 
-def model_dim_args(spec: JobSpec) -> list[str]:
-    """MaxText overrides for a checkpoint narrower than the named MaxText model."""
-    dims = spec.model.dims
-    if dims is None:
-        return []
-    return ["override_model_config=true", *(f"{k}={v}" for k, v in dims.model_dump().items())]
-
-
-def hf_config_registration_args(spec: JobSpec, local_source: str | None) -> list[str]:
+def hf_config_registration_args(spec: JobSpec, model: MaxTextModel, local_source: str | None) -> list[str]:
     """Shim-only flags: register the checkpoint's own HF config (consumed before MaxText sees argv)."""
-    if spec.model.dims is None:
+    if not model.register_hf_config:
         return []
     source = local_source or spec.model.source
     args = [f"{REGISTER_FLAG}{source}"]

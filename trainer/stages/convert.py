@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from trainer.contract import JobSpec, RunLayout, join_uri, location_kind
+from trainer.contract.hf_model import MaxTextModel
 from trainer.runner import StageCommand
 
-from .common import hf_config_registration_args, model_dim_args, stage_env
+from .common import hf_config_registration_args, stage_env
 from .maxtext_paths import base_config
 
 TO_MAXTEXT_MODULE = "maxtext.checkpoint_conversion.to_maxtext"
@@ -23,31 +24,36 @@ def converted_items_uri(layout: RunLayout) -> str:
 
 
 def build_convert_command(
-    spec: JobSpec, layout: RunLayout, *, local_source: str | None = None, output_dir: str | None = None
+    spec: JobSpec,
+    layout: RunLayout,
+    model: MaxTextModel,
+    *,
+    local_source: str | None = None,
+    output_dir: str | None = None,
 ) -> StageCommand:
     """The tutorial's to_maxtext call; `local_source` is where a gs:// source was downloaded to,
     `output_dir` a conversion-cache staging prefix (default: the run's maxtext/ directory)."""
-    model = spec.model
-    registration = hf_config_registration_args(spec, local_source)
+    source = spec.model
+    registration = hf_config_registration_args(spec, model, local_source)
     args = [
         *registration,
         base_config(),
         f"model_name={model.name}",
         f"base_output_directory={output_dir or layout.converted_dir}",
-        f"scan_layers={str(model.scan_layers).lower()}",
+        f"scan_layers={str(source.scan_layers).lower()}",
         "use_multimodal=false",
         # Conversion is host work in the tutorial too (to_maxtext forces the CPU platform itself).
         "hardware=cpu",
         "skip_jax_distributed_system=true",
         f"checkpoint_storage_use_ocdbt={str(USE_OCDBT).lower()}",
         f"checkpoint_storage_use_zarr3={str(USE_ZARR3).lower()}",
-        *model_dim_args(spec),
-        f"--lazy_load_tensors={str(model.lazy_load_tensors).lower()}",
-        f"--hf_model_path={local_source or model.source}",
-        f"--save_dtype={model.dtype}",
+        *model.args(),
+        f"--lazy_load_tensors={str(source.lazy_load_tensors).lower()}",
+        f"--hf_model_path={local_source or source.source}",
+        f"--save_dtype={source.dtype}",
     ]
-    if model.revision and local_source is None:
-        args.append(f"--revision={model.revision}")
+    if source.revision and local_source is None:
+        args.append(f"--revision={source.revision}")
     module = TO_MAXTEXT_ENTRY if registration else TO_MAXTEXT_MODULE
-    needs_hub = local_source is None and location_kind(model.source) == "hub"
+    needs_hub = local_source is None and location_kind(source.source) == "hub"
     return StageCommand(module=module, args=tuple(args), env=stage_env(spec, needs_hub=needs_hub))

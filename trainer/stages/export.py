@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from trainer.contract import JobSpec, RunLayout, join_uri
+from trainer.contract.hf_model import MaxTextModel
 from trainer.runner import StageCommand
 
-from .common import model_dim_args, stage_env, tokenizer_needs_hub
+from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub
 from .maxtext_paths import base_config
 
 TO_HUGGINGFACE_MODULE = "maxtext.checkpoint_conversion.to_huggingface"
+TO_HUGGINGFACE_ENTRY = "trainer.maxtext_entry.to_huggingface_entry"
 VERIFY_EXPORT_MODULE = "trainer.checks.verify_export"
 
 
@@ -18,27 +20,35 @@ def actor_params_uri(layout: RunLayout, step: int) -> str:
 
 
 def build_export_command(
-    spec: JobSpec, layout: RunLayout, *, actor_step: int, local_tokenizer: str | None = None
+    spec: JobSpec,
+    layout: RunLayout,
+    model: MaxTextModel,
+    *,
+    actor_step: int,
+    local_tokenizer: str | None = None,
+    local_source: str | None = None,
 ) -> StageCommand:
+    # The registered config is the checkpoint's own, so the export's config.json keeps its vocabulary,
+    # RoPE, tied embeddings and token ids instead of MaxText's table entry for the full-size model.
+    registration = hf_config_registration_args(spec, model, local_source)
     args = [
+        *registration,
         base_config(),
-        f"model_name={spec.model.name}",
+        f"model_name={model.name}",
         f"load_parameters_path={actor_params_uri(layout, actor_step)}",
         f"base_output_directory={layout.export_dir}",
         f"scan_layers={str(spec.model.scan_layers).lower()}",
         "use_multimodal=false",
         "skip_jax_distributed_system=true",
         f"weight_dtype={spec.model.dtype}",
-        *model_dim_args(spec),
+        *model.args(),
         # The tokenizer bundled with the export is the job's own, not MaxText's default hub id.
         f"--hf_model_path={local_tokenizer or spec.model.tokenizer_location}",
     ]
-    if spec.model.dims is not None:
-        # MaxText's table holds the full-size architecture; the checkpoint's dims are the truth.
-        args.append("--override_model_architecture")
     env = stage_env(spec, needs_hub=tokenizer_needs_hub(spec, local_tokenizer))
     env["JAX_PLATFORMS"] = "cpu"  # to_huggingface runs on the host
-    return StageCommand(module=TO_HUGGINGFACE_MODULE, args=tuple(args), env=env)
+    module = TO_HUGGINGFACE_ENTRY if registration else TO_HUGGINGFACE_MODULE
+    return StageCommand(module=module, args=tuple(args), env=env)
 
 
 def build_verify_command(export_dir: str) -> StageCommand:

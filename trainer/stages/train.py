@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from trainer.contract import JobSpec, RunLayout
+from trainer.contract.hf_model import MaxTextModel
 from trainer.runner import StageCommand
 
-from .common import hf_config_registration_args, model_dim_args, stage_env, tokenizer_needs_hub, uses_cpu
+from trainer.maxtext_entry.shim_flags import SAMPLES_FLAG
+
+from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub, uses_cpu
 from .convert import converted_items_uri
 from .maxtext_paths import rl_config
 
-TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"
-TRAIN_RL_JAX_ENTRY = "trainer.maxtext_entry.train_rl_jax_entry"
+TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"  # what both entries run, unmodified
+TRAIN_RL_ENTRY = "trainer.maxtext_entry.train_rl_entry"  # vllm rollout (TPU): train_rl as shipped
+TRAIN_RL_JAX_ENTRY = "trainer.maxtext_entry.train_rl_jax_entry"  # jax rollout (CPU)
 
 
 def total_train_steps(spec: JobSpec) -> int:
@@ -90,6 +94,7 @@ def hardware_args(spec: JobSpec) -> list[str]:
 def build_train_command(
     spec: JobSpec,
     layout: RunLayout,
+    model: MaxTextModel,
     *,
     local_data: tuple[str, str | None] | None = None,
     local_tokenizer: str | None = None,
@@ -97,12 +102,12 @@ def build_train_command(
     local_rewards: str | None = None,
     load_parameters_path: str | None = None,
 ) -> StageCommand:
-    module = TRAIN_RL_JAX_ENTRY if spec.hardware.rollout_engine == "jax" else TRAIN_RL_MODULE
-    registration = hf_config_registration_args(spec, local_source) if module == TRAIN_RL_JAX_ENTRY else []
+    module = TRAIN_RL_JAX_ENTRY if spec.hardware.rollout_engine == "jax" else TRAIN_RL_ENTRY
     args = [
-        *registration,
+        *hf_config_registration_args(spec, model, local_source),
+        f"{SAMPLES_FLAG}{layout.samples_dir}",
         rl_config(),
-        f"model_name={spec.model.name}",
+        f"model_name={model.name}",
         f"tokenizer_path={local_tokenizer or spec.model.tokenizer_location}",
         f"load_parameters_path={load_parameters_path or converted_items_uri(layout)}",
         f"run_name={layout.job_id}",
@@ -112,7 +117,7 @@ def build_train_command(
         *dataset_args(spec, local_data),
         f"weight_dtype={spec.model.dtype}",
         f"scan_layers={_bool(spec.model.scan_layers)}",
-        *model_dim_args(spec),
+        *model.args(),
         # Tunix flushes TensorBoard scalars on this period; progress events are read from them.
         "log_period=1",
     ]

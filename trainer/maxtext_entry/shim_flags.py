@@ -1,0 +1,20 @@
+"""Flags our entry shims take off argv before MaxText parses the rest (MaxText must see its own only)."""
+
+from __future__ import annotations
+
+REGISTER_FLAG = "--rljob_register_hf_config="  # the checkpoint whose config.json MaxText's table should hold
+REVISION_FLAG = "--rljob_hf_config_revision="  # its hub revision
+SAMPLES_FLAG = "--rljob_samples_uri="  # where train_rl's completion samples go (sample_recorder.py)
+
+
+def pop_flags(argv: list[str], *flags: str) -> tuple[dict[str, str], list[str]]:
+    """({flag: value} for the given flags, the remaining argv in order)."""
+    found: dict[str, str] = {}
+    rest = []
+    for arg in argv:
+        flag = next((f for f in flags if arg.startswith(f)), None)
+        if flag is None:
+            rest.append(arg)
+        else:
+            found[flag] = arg[len(flag) :]
+    return found, rest
