@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
+
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
 
 
@@ -41,6 +43,15 @@ class Settings(BaseSettings):
     # Kubernetes labels/annotations: a phase or stage change goes at once, progress this often.
     status_mirror_every_steps: int = Field(default=10, ge=1, description="mirror progress every N train steps")
     status_mirror_interval_s: float = Field(default=30.0, gt=0, description="... or after this many seconds")
+    # Learning health (service/domain/learning_health.py): when a job is diverging, without signal or stalled.
+    health_kl_max: float = Field(default=1.0, gt=0, description="KL to the reference above this is divergence")
+    health_no_signal_steps: int = Field(
+        default=3, ge=1, le=HEALTH_WINDOW_STEPS, description="consecutive steps with no prompt carrying signal -> no-signal"
+    )
+    health_stall_floor_s: float = Field(default=300.0, gt=0, description="never stalled sooner after the last step")
+    health_stall_step_intervals: float = Field(
+        default=5.0, gt=1, description="stalled after this many median step intervals without a step (and the floor)"
+    )
     sse_poll_interval_s: float = Field(default=1.0, gt=0, description="longest wait between event-log reads")
     sse_max_duration_s: float = Field(default=3600.0, gt=0, description="a stream ends after this; clients resume")
     max_log_followers: int = Field(default=32, ge=1, le=1000, description="concurrent logs?follow=true streams")
@@ -74,6 +85,15 @@ class Settings(BaseSettings):
         if self.bootstrap_admin:
             raise ValueError("RLJOB_BOOTSTRAP_ADMIN is for local use; create admin tokens with `rljob token create --admin`")
         return self
+
+    @property
+    def health_policy(self) -> HealthPolicy:
+        return HealthPolicy(
+            kl_max=self.health_kl_max,
+            no_signal_steps=self.health_no_signal_steps,
+            stall_floor_s=self.health_stall_floor_s,
+            stall_step_intervals=self.health_stall_step_intervals,
+        )
 
     @property
     def effective_database_url(self) -> str:

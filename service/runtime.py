@@ -4,7 +4,8 @@ feeds launcher observations and trainer progress into the job service.
 Threads (all daemon, all stopped by `Supervisor.stop()`):
 - observations: drains the bounded queue the launcher pushes into and applies each observation;
 - recovery: re-attaches every non-terminal job (retried with backoff), then marks the service ready;
-- poller: every progress_poll_interval_s folds new trainer events into active jobs, and every
+- poller: every progress_poll_interval_s folds new trainer events into active jobs and re-judges
+  running jobs' learning health (a job stalls without any event saying so), and every
   reconcile_interval_s asks the launcher about every active job (catches missed observations).
 """
 
@@ -159,5 +160,7 @@ class Supervisor:
             if record.phase in (JobPhase.LAUNCHING, JobPhase.RUNNING, JobPhase.CANCELLING):
                 try:
                     self.jobs.ingest_progress(record.id)
+                    if record.phase is JobPhase.RUNNING:
+                        self.jobs.refresh_health(record.id)  # "stalled" comes with time, not with an event
                 except Exception:
                     log.exception("reading progress of %s failed", record.id)

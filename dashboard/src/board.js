@@ -5,13 +5,13 @@ import { fmtAge, fmtNumber, fmtPercent, DASH } from "./format.js";
 import { LiveFeed } from "./live.js";
 import { jobView } from "./model.js";
 import { PHASES, isTerminal } from "./phases.js";
-import { describeError, errorBox, liveStatus, phaseBadge, progressCell } from "./widgets.js";
+import { describeError, errorBox, healthBadge, liveStatus, phaseBadge, progressCell } from "./widgets.js";
 
 const PAGE_SIZE = 100;
 // Changing the filter re-renders the board; keep keyboard focus on the filter, not the heading.
 let focusFilterOnRender = false;
 const COLUMNS = [
-  ["Name", ""], ["Submitter", "wide"], ["Model", ""], ["Accelerator", "wide"], ["Phase", ""], ["Stage", ""],
+  ["Name", ""], ["Submitter", "wide"], ["Model", ""], ["Accelerator", "wide"], ["Phase", ""], ["Health", ""], ["Stage", ""],
   ["Progress", ""], ["Reward", "num"], ["Eval acc.", "num"], ["Age", "num"],
 ];
 
@@ -185,6 +185,7 @@ function fillRow(tr, job, now) {
     h("td", {}, job.model || DASH),
     h("td", { class: "wide" }, job.accelerator || DASH),
     h("td", {}, phaseBadge(job.phase)),
+    h("td", { "data-testid": "health" }, healthBadge(job.health) || DASH),
     h("td", {}, job.stage || DASH),
     h("td", {}, progressCell(job, { terminal: isTerminal(job.phase) })),
     h("td", { class: "num", "data-testid": "reward" }, fmtNumber(job.rewardMean)),

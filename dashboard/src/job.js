@@ -1,14 +1,16 @@
-// The job page: spec, progress, stage timeline, live charts, log tail, artifacts, cancel.
-// Live through GET /v1/jobs/{id}/events (a snapshot, then every change, ending after the
-// terminal phase); each burst of events triggers one re-read of the job and its metrics.
+// The job page: spec, progress, learning health, stage timeline, live charts, completion samples,
+// log tail, artifacts, cancel. Live through GET /v1/jobs/{id}/events (a snapshot, then every change,
+// ending after the terminal phase); each burst of events triggers one re-read of the job and its
+// metrics, and of the samples when a new train step arrived.
 import { rewardChart, makeChart } from "./charts.js";
 import { focusHeading, h, replace } from "./dom.js";
 import { fmtPercent } from "./format.js";
-import { artifactsPanel, failureBox, progressPanel, summaryPanel } from "./jobparts.js";
+import { artifactsPanel, failureBox, healthNote, progressPanel, summaryPanel } from "./jobparts.js";
 import { LiveFeed } from "./live.js";
-import { jobView, metricSeries } from "./model.js";
+import { healthView, jobView, metricSeries } from "./model.js";
 import { isCancellable, isTerminal } from "./phases.js";
-import { describeError, errorBox, liveStatus, phaseBadge } from "./widgets.js";
+import { samplesPanel } from "./samples.js";
+import { describeError, errorBox, healthBadge, liveStatus, phaseBadge } from "./widgets.js";
 
 const LOG_TAIL_LINES = 200;
 const LOG_POLL_MS = 3000;
@@ -23,6 +25,7 @@ export function jobPage(root, api, jobId) {
   const title = h("h1", {}, jobId);
   const badgeSlot = h("span");
   const cancelButton = h("button", { type: "button", class: "danger", hidden: true, onclick: () => confirmCancel() }, "Cancel job");
+  const healthSlot = h("div");
   const noticeSlot = h("div");
   const panels = h("div", { class: "grid" });
   const charts = {
@@ -31,6 +34,8 @@ export function jobPage(root, api, jobId) {
     loss: makeChart("Loss", [{ label: "loss", stroke: "#b3261e" }]),
     evalAcc: makeChart("Eval accuracy", [{ label: "accuracy", stroke: "#1b7f3b", points: true }], { format: fmtPercent, yRange: [0, 1] }),
   };
+  const samples = samplesPanel(api, base);
+  let samplesDue = true; // re-read the samples with the next refresh (a new train step arrived)
   const artifactsSlot = h("div");
   const logs = h("pre", { class: "logs", tabindex: "0", "aria-label": "Log tail", "data-testid": "logs" }, "Loading logs…");
   const dialog = cancelDialog(() => doCancel());
@@ -39,9 +44,12 @@ export function jobPage(root, api, jobId) {
     root,
     h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← All jobs")),
     h("div", { class: "job-head" }, title, badgeSlot, h("span", { class: "mono sub" }, jobId), h("span", { class: "spacer" }), status.el, cancelButton),
+    healthSlot,
     noticeSlot,
     panels,
-    h("section", { "aria-label": "Training curves", class: "charts" }, Object.values(charts).map((c) => c.el)),
+    h("div", { class: "learning" },
+      h("section", { "aria-label": "Training curves", class: "charts" }, Object.values(charts).map((c) => c.el)),
+      samples.el),
     artifactsSlot,
     h("section", { class: "panel", "aria-labelledby": "logs-h" }, h("h2", { id: "logs-h" }, `Log tail (last ${LOG_TAIL_LINES} lines)`), logs),
     dialog.el,
@@ -52,7 +60,8 @@ export function jobPage(root, api, jobId) {
     if (!job) return;
     title.textContent = job.name;
     document.title = `${job.name} · rljob`;
-    replace(badgeSlot, phaseBadge(job.phase));
+    replace(badgeSlot, phaseBadge(job.phase), " ", healthBadge(job.health));
+    replace(healthSlot, healthNote(job.health));
     cancelButton.hidden = !isCancellable(job.phase);
     replace(noticeSlot, failureBox(job), job.phase === "CANCELLING" ? h("div", { class: "alert info", role: "status" }, "Cancelling: waiting for the work to stop.") : null);
     replace(panels, summaryPanel(job), progressPanel(job));
@@ -89,7 +98,22 @@ export function jobPage(root, api, jobId) {
 
   async function refresh() {
     await loadJob();
-    await Promise.all([loadMetrics(), loadLogs()]);
+    const reads = [loadMetrics(), loadLogs()];
+    if (samplesDue) {
+      samplesDue = false;
+      reads.push(samples.refresh());
+    }
+    await Promise.all(reads);
+  }
+
+  function onEvent(event) {
+    const change = (event.data && event.data.data) || {};
+    if (event.type === "health" && job) {
+      job.health = healthView(change); // shown at once; the re-read below confirms it
+      render();
+    }
+    if (event.type === "progress" || event.type === "snapshot") samplesDue = true;
+    scheduleRefresh();
   }
 
   let refreshTimer = null;
@@ -131,13 +155,19 @@ export function jobPage(root, api, jobId) {
   const feed = new LiveFeed({
     api,
     path: `${base}/events`,
-    poll: refresh,
+    poll: () => {
+      samplesDue = true; // no events while polling say whether a step arrived
+      return refresh();
+    },
     onStatus: (s) => {
       status.set(s);
-      if (s === "live") scheduleRefresh(); // a resumed stream sends no snapshot; re-read once
+      if (s === "live") {
+        samplesDue = true;
+        scheduleRefresh(); // a resumed stream sends no snapshot; re-read once
+      }
     },
     finished: () => job !== null && isTerminal(job.phase),
-    onEvent: scheduleRefresh,
+    onEvent,
   });
   // Logs are not part of the event stream: poll the tail while the job can still write.
   const logTimer = setInterval(() => {

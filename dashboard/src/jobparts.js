@@ -1,4 +1,4 @@
-// The job page's read-only panels: spec summary, progress, stage timeline, artifacts, failure.
+// The job page's read-only panels: spec summary, progress, stage timeline, artifacts, failure, health.
 import { h } from "./dom.js";
 import { DASH, fmtAge, fmtBytes, fmtDateTime, fmtDuration, fmtNumber, fmtPercent } from "./format.js";
 import { isTerminal } from "./phases.js";
@@ -106,5 +106,24 @@ export function failureBox(job) {
     h("strong", {}, "This job failed"),
     h("p", {}, f.message),
     where ? h("p", { class: "mono" }, where) : null,
+  );
+}
+
+const HEALTH_TITLE = {
+  learning: "Learning",
+  "no-signal": "Not learning: no signal",
+  stalled: "Stalled",
+  diverging: "Diverging",
+};
+
+/** The learning-health verdict with its message (what it rests on, what to do), under the job's title. */
+export function healthNote(health) {
+  if (!health) return null;
+  const calm = health.verdict === "learning";
+  return h(
+    "div",
+    { class: `health-note ${calm ? "calm" : "alert warn"}`, role: "status", "data-testid": "health", "data-verdict": health.verdict },
+    h("strong", {}, HEALTH_TITLE[health.verdict] || health.verdict),
+    h("span", { class: "message" }, health.message),
   );
 }

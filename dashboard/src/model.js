@@ -30,6 +30,7 @@ export function jobView(raw) {
     kl: num(metrics.kl),
     loss: num(metrics.loss),
     evalAccuracy: num(metrics.eval_accuracy),
+    health: healthView(raw.health),
     createdAt: raw.created_at,
     updatedAt: raw.updated_at,
     startedAt: raw.started_at,
@@ -43,6 +44,32 @@ export function jobView(raw) {
     runUri: raw.run_uri || null,
     labels,
     spec,
+  };
+}
+
+/** JobPublic.health (or a `health` event's data) -> {verdict, message, step, signalFraction}; null before the first step. */
+export function healthView(raw) {
+  if (!raw || !raw.verdict) return null;
+  return { verdict: String(raw.verdict), message: raw.message || "", step: num(raw.step), signalFraction: num(raw.signal_fraction) };
+}
+
+/** SamplesPublic -> what the samples panel shows; reward scores keep the trainer's order. */
+export function samplesView(raw) {
+  const s = (raw && raw.samples) || {};
+  return {
+    step: num(raw.step),
+    stepsAvailable: (raw.steps_available || []).filter((n) => Number.isInteger(n)),
+    groups: num(s.groups),
+    groupsWithSignal: num(s.groups_with_signal),
+    completions: num(s.completions),
+    samples: (s.samples || []).map((x) => ({
+      group: num(x.group),
+      prompt: String(x.prompt ?? ""),
+      completion: String(x.completion ?? ""),
+      rewards: Object.entries(x.rewards || {}).map(([name, value]) => ({ name, value: num(value) })),
+      total: num(x.total),
+      truncated: Boolean(x.truncated),
+    })),
   };
 }
 

@@ -8,6 +8,16 @@ export function phaseBadge(phase) {
   return h("span", { class: `phase phase-${p.toLowerCase()}`, "data-phase": p }, p);
 }
 
+// Learning-health verdicts (service/domain/learning_health.py) as people read them.
+export const HEALTH_TEXT = { learning: "learning", "no-signal": "no signal", stalled: "stalled", diverging: "diverging" };
+
+/** A pill for a job's learning-health verdict; its message is the tooltip. Null before the first step. */
+export function healthBadge(health) {
+  if (!health) return null;
+  const v = health.verdict;
+  return h("span", { class: `health health-${v}`, "data-verdict": v, title: health.message }, HEALTH_TEXT[v] || v);
+}
+
 /** A native <progress> (screen readers announce it) with "step / total · ETA" under it. */
 export function progressCell(job, { terminal = false } = {}) {
   const { step, totalSteps, etaS } = job;

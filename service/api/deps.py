@@ -11,9 +11,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from service.config import Settings
 from service.domain.errors import JobNotFound, NotReady
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobRecord
+from service.domain.models import Caller, JobPublic, JobRecord
 from service.domain.ports import Clock, JobStore
 from service.domain.tokens import TokenService
+from service.domain.views import to_public
 from service.runtime import ChangeNotifier, Supervisor
 from trainer.contract import JOB_ID_RE
 
@@ -35,6 +36,10 @@ class Runtime:
     clock: Clock
     log_followers: LogFollowers = field(default_factory=lambda: LogFollowers(32))
     owned: list[object] = field(default_factory=list)
+
+    def public(self, record: JobRecord) -> JobPublic:
+        """The job as the API shows it now, its health judged by the configured thresholds."""
+        return to_public(record, self.clock(), self.jobs.health_policy)
 
 
 def get_runtime(request: Request) -> Runtime:

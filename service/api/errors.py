@@ -31,6 +31,8 @@ _STATUS: dict[type[e.DomainError], int] = {
     e.LaunchFailed: 502,
     e.StoreUnavailable: 503,
     e.TooManyLogFollowers: 429,
+    e.SamplesNotFound: 404,
+    e.RunFilesUnavailable: 503,
 }
 
 

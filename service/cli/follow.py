@@ -48,6 +48,9 @@ def follow_job(client: ApiClient, job_id: str, console: Console) -> dict[str, An
                 elif event == "progress":
                     _update(progress, task, stage="train", step=body.get("step"), total=body.get("total_steps"),
                             reward=(body.get("metrics") or {}).get("reward_mean"))
+                elif event == "health":
+                    progress.console.print(f"{job_id}: health {body.get('verdict')} - {body.get('message', '')}",
+                                           markup=False, highlight=False)
                 elif event == "artifact":
                     progress.console.print(f"{job_id}: artifact {body.get('name')} -> {body.get('uri')}")
     return client.request("GET", f"/v1/jobs/{job_id}")

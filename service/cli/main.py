@@ -72,6 +72,16 @@ def _artifact_text(artifact: dict[str, Any]) -> str:
     return artifact["uri"] + (f" ({', '.join(details)})" if details else "")
 
 
+# Colours for the learning-health verdicts (service/domain/learning_health.py).
+_HEALTH_STYLE = {"learning": "green", "no-signal": "yellow", "stalled": "yellow", "diverging": "red"}
+
+
+def health_text(verdict: str | None) -> str:
+    if not verdict:
+        return "-"
+    return f"[{_HEALTH_STYLE.get(verdict, 'default')}]{escape(verdict)}[/]"
+
+
 def print_job(job: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(no_wrap=True)
@@ -87,6 +97,8 @@ def print_job(job: dict[str, Any]) -> None:
     ]  # fmt: skip
     metrics = job.get("metrics") or {}
     rows.append(("metrics", "  ".join(f"{k}={_fmt_metric(v)}" for k, v in metrics.items())))
+    health = job.get("health")
+    rows.append(("health", f"{health_text(health['verdict'])}: {escape(health['message'])}" if health else "-"))
     for stage, times in (job.get("stage_times") or {}).items():
         rows.append((f"stage {stage}", f"{times.get('started_at') or '-'} -> {times.get('finished_at') or '...'}"))
     for artifact in job.get("artifacts") or []:
@@ -170,11 +182,13 @@ def list_jobs(
     table.add_column("NAME", overflow="fold")
     table.add_column("TEAM", overflow="fold")
     table.add_column("PHASE", no_wrap=True, min_width=10)
+    table.add_column("HEALTH", no_wrap=True, min_width=9)
     for title in ("STAGE", "STEP", "REWARD", "CREATED"):
         table.add_column(title, overflow="fold")
     for job in page["data"]:
         step = f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"
-        table.add_row(job["id"], job["name"], job["team"], job["phase"], job.get("stage") or "-", step,
+        health = health_text((job.get("health") or {}).get("verdict"))
+        table.add_row(job["id"], job["name"], job["team"], job["phase"], health, job.get("stage") or "-", step,
                       _fmt_metric(job["metrics"].get("reward_mean")), job["created_at"][5:16].replace("T", " "))
     console.print(table)
     if page.get("next_cursor"):
@@ -184,7 +198,7 @@ def list_jobs(
 @app.command()
 @handles_errors
 def status(ctx: typer.Context, job_id: str, follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:
-    """Show one job: phase, stage, progress, metrics, artifacts, failure."""
+    """Show one job: phase, stage, progress, metrics, learning health, artifacts, failure."""
     client = _client(ctx)
     job = client.request("GET", f"/v1/jobs/{job_id}")
     if follow and job["phase"] not in TERMINAL:
@@ -218,9 +232,10 @@ def cancel(ctx: typer.Context, job_id: str) -> None:
 
 
 def _register_admin_commands() -> None:
-    from . import admin
+    from . import admin, samples
 
     admin.register(app, console)
+    samples.register(app, console)
 
 
 _register_admin_commands()

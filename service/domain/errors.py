@@ -66,6 +66,14 @@ class TooManyLogFollowers(DomainError):
         self.limit = limit
 
 
+class SamplesNotFound(DomainError):
+    """A job has no completion samples (yet, or for the step asked for), or they cannot be read."""
+
+
+class RunFilesUnavailable(DomainError):
+    """The job's run directory could not be read (storage unreachable or refusing): worth a retry."""
+
+
 class Unauthenticated(DomainError):
     def __init__(self, message: str = "a valid bearer token is required (Authorization: Bearer <token>)") -> None:
         super().__init__(message)

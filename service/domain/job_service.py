@@ -9,6 +9,9 @@ The write lock also serialises event-log inserts within this process, so event s
 in increasing order and an SSE reader that saw seq N can never later miss a seq below N.
 One service process owns a database (the local launcher's processes are on its machine anyway).
 
+Every write also re-judges the job's learning health and logs a `health` entry when the verdict
+changed (job_health.py), so SSE streams carry it.
+
 After a commit (outside the lock) a launcher that can mirror status (`StatusMirror`) is offered
 the new phase/stage/progress; status_mirror.py throttles and sends it from its own thread.
 """
@@ -26,9 +29,12 @@ from typing import Any
 from trainer.contract import ExitCode, JobSpec, TrainerEvent, describe_exit_code
 
 from .errors import IdempotencyConflict, JobNotFound, NotCancellable
+from .job_health import HealthMixin
 from .job_logs import job_log_lines
+from .job_samples import read_job_samples
 from .launcher_port import JobLauncher, Observation, ObservedState, StatusMirror
-from .models import Caller, JobRecord
+from .learning_health import HealthPolicy
+from .models import Caller, JobRecord, SamplesPublic
 from .phases import CANCELLABLE, JobPhase, transition
 from .ports import Clock, JobStore, JobTx, ProgressSource, RunFiles, utc_now
 from .progress import fold_events, fold_manifest
@@ -46,7 +52,7 @@ def new_job_id() -> str:
     return "rl-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
 
 
-class JobService(RecoveryMixin):
+class JobService(RecoveryMixin, HealthMixin):
     def __init__(
         self,
         store: JobStore,
@@ -61,6 +67,7 @@ class JobService(RecoveryMixin):
         mirror_every_steps: int = 10,
         mirror_interval_s: float = 30.0,
         queued_relaunch_after_s: float = 10.0,
+        health_policy: HealthPolicy = HealthPolicy(),
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -78,6 +85,7 @@ class JobService(RecoveryMixin):
         self._lock = threading.RLock()
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
         self.queued_relaunch_after_s = queued_relaunch_after_s
+        self.health_policy = health_policy
 
     def start(self) -> None:
         """Start background helpers (the status mirror); the supervisor calls this at start-up."""
@@ -101,6 +109,10 @@ class JobService(RecoveryMixin):
     ) -> Iterator[str | None]:
         """The workload's log while the backend has it, else the stage logs in the run directory."""
         return job_log_lines(self.launcher, self.run_files, record, follow=follow, tail_lines=tail_lines)
+
+    def samples(self, record: JobRecord, step: int | None = None) -> SamplesPublic:
+        """A train step's completions and rewards from the run directory (the newest without `step`)."""
+        return read_job_samples(self.run_files, record, step)
 
     # ---- commands from the API ---------------------------------------------------------------
 
@@ -361,6 +373,7 @@ class JobService(RecoveryMixin):
                     raise JobNotFound(job_id)
                 before = (record.phase, record.last_event_seq)
                 change(record, tx)
+                self._note_health(record, tx)
                 changed = (record.phase, record.last_event_seq) != before
                 record.updated_at = self.clock() if changed else record.updated_at
                 tx.update(record)

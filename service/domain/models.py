@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainer.contract import JobSpec, Stage
+from trainer.contract import JobSpec, Stage, StepSamples
 
+from .learning_health import LearningHealth
 from .phases import JobPhase
 
 
@@ -55,6 +56,10 @@ class JobRecord:
     step: int | None = None
     total_steps: int | None = None
     latest_metrics: dict[str, float] = field(default_factory=dict)
+    # The last HEALTH_WINDOW_STEPS train steps (learning_health.TrainStepSummary as JSON), oldest first:
+    # what the learning-health verdict is computed from. Stored, so the verdict survives a restart.
+    recent_train_steps: list[dict[str, Any]] = field(default_factory=list)
+    health_verdict: str | None = None  # the verdict last announced in the event log (a `health` entry)
     stage_times: dict[str, dict[str, Any]] = field(default_factory=dict)
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
     run_finished: dict[str, Any] | None = None  # the trainer's last RunFinished event, if any
@@ -122,6 +127,7 @@ class JobPublic(BaseModel):
     progress: float | None = Field(description="step / total_steps in the train stage")
     eta_s: float | None = Field(description="seconds until training ends at the current rate")
     metrics: LatestMetrics
+    health: LearningHealth | None = Field(description="whether training is learning; null before the first train step")
     stage_times: dict[Stage, StageTimes]
     artifacts: list[Artifact]
     failure: Failure | None
@@ -136,6 +142,15 @@ class JobPublic(BaseModel):
     spec: dict[str, Any]
 
 
+class SamplesPublic(BaseModel):
+    """GET /v1/jobs/{id}/samples: one train step's completions with what each reward function paid."""
+
+    job_id: str
+    step: int = Field(description="the step shown (the requested one, else the newest with samples)")
+    steps_available: list[int] = Field(description="steps that have samples, ascending (the newest few thousand)")
+    samples: StepSamples
+
+
 class JobsPublic(BaseModel):
     data: list[JobPublic]
     count: int = Field(description="jobs in this page")
@@ -148,7 +163,7 @@ class JobEvent(BaseModel):
     seq: int
     job_id: str
     team: str
-    kind: str  # created, phase, stage, progress, eval, artifact, message
+    kind: str  # phase, attempt, stage, progress, eval, artifact(s), message, run_finished, health
     time: datetime
     data: dict[str, Any]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from trainer.contract import TrainerEvent
+from trainer.contract import StepSamples, TrainerEvent
 
 from .models import JobEvent, JobFilters, JobRecord, MetricPoint, TokenRecord
 
@@ -119,3 +119,11 @@ class RunFiles(Protocol):
 
     def stage_log_lines(self, record: JobRecord) -> Iterator[str]:
         """The published stage logs (logs/<stage>.log) in stage order, each after a header line."""
+
+    def sample_steps(self, record: JobRecord) -> list[int]:
+        """Steps with a samples file (RunLayout.samples_file), ascending; raises RunFilesUnavailable
+        if the run directory cannot be listed."""
+
+    def read_samples(self, record: JobRecord, step: int) -> StepSamples | None:
+        """That step's samples; None if absent, over the size bound or not valid (logged why).
+        Raises RunFilesUnavailable if the storage cannot be read."""

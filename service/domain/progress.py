@@ -27,6 +27,7 @@ from trainer.contract import (
     TrainStep,
 )
 
+from .learning_health import TrainStepSummary, push_step
 from .models import JobRecord, MetricPoint
 
 # Metrics that JobPublic.metrics shows; everything else stays in the time series only.
@@ -85,6 +86,8 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
             if value is not None:
                 values[name] = value
                 record.latest_metrics[name] = value
+        # The learning-health window: job_service judges it after the fold and logs a verdict change.
+        record.recent_train_steps = push_step(record.recent_train_steps, TrainStepSummary.of_event(event))
         changes.points.append(MetricPoint(kind="train", step=event.step, time=event.time, values=values))
         changes.log.append(
             ("progress", {"step": event.step, "total_steps": event.total_steps, "metrics": dict(values)})

@@ -1,4 +1,4 @@
-"""Builds the public view of a job (JobPublic) from its record: progress, ETA, failure, artifacts."""
+"""Builds the public view of a job (JobPublic) from its record: progress, ETA, health, failure, artifacts."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from datetime import datetime
 
 from trainer.contract import RunLayout, Stage
 
+from .job_health import learning_health, train_started_at
+from .learning_health import HealthPolicy
 from .models import Artifact, Failure, JobPublic, JobRecord, LatestMetrics, StageTimes
 from .phases import JobPhase
 
@@ -14,16 +16,16 @@ def _eta_s(record: JobRecord, now: datetime) -> float | None:
     """Seconds left in training at the rate seen since the train stage started."""
     if record.phase is not JobPhase.RUNNING or not record.step or not record.total_steps:
         return None
-    started = (record.stage_times.get(Stage.TRAIN.value) or {}).get("started_at")
-    if not started:
+    started = train_started_at(record)
+    if started is None:
         return None
-    elapsed_s = (now - datetime.fromisoformat(started)).total_seconds()
+    elapsed_s = (now - started).total_seconds()
     if elapsed_s <= 0:
         return None
     return max(0.0, elapsed_s / record.step * (record.total_steps - record.step))
 
 
-def to_public(record: JobRecord, now: datetime) -> JobPublic:
+def to_public(record: JobRecord, now: datetime, health_policy: HealthPolicy = HealthPolicy()) -> JobPublic:
     progress = None
     if record.step is not None and record.total_steps:
         progress = min(1.0, record.step / record.total_steps)
@@ -51,6 +53,7 @@ def to_public(record: JobRecord, now: datetime) -> JobPublic:
         progress=progress,
         eta_s=_eta_s(record, now),
         metrics=LatestMetrics(**record.latest_metrics),
+        health=learning_health(record, now, health_policy),
         stage_times=stage_times,
         artifacts=[Artifact(**a) for a in record.artifacts.values()],
         failure=failure,

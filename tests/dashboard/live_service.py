@@ -20,7 +20,7 @@ from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import load_settings
 from service.domain.tokens import TokenService
-from trainer.contract import RunLayout, dump_event, parse_event
+from trainer.contract import RunLayout, Sample, StepSamples, dump_event, parse_event
 
 HELD_TRAINER = Path(__file__).with_name("held_trainer.py")
 TEAM = "alpha"
@@ -147,6 +147,18 @@ class LiveService:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             f.write(dump_event(event) + "\n")
+
+    def write_samples(
+        self, job_id: str, step: int, samples: list[dict], *, groups: int = 2, with_signal: int = 1
+    ) -> None:
+        """Write a step's samples file into the run directory, as the trainer does (trainer/contract/samples.py)."""
+        body = StepSamples(
+            step=step, time=datetime.now(UTC), num_generations=2, groups=groups, groups_with_signal=with_signal,
+            completions=2 * groups, samples=[Sample(**s) for s in samples],
+        )  # fmt: skip
+        path = Path(RunLayout(str(self.runs_dir), job_id).samples_file(step))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body.model_dump_json())
 
     def finish_process(self, job_id: str, exit_code: int) -> None:
         """Let the held trainer process exit with `exit_code` (see held_trainer.py)."""

@@ -13,6 +13,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from trainer.contract import SIGNAL_METRIC
+
 from .conftest import REPO
 from .live_service import TOKEN, LiveService
 
@@ -172,3 +174,74 @@ def test_an_unreachable_service_is_reported_and_a_revoked_session_returns_to_sig
     page.reload()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible(timeout=LIVE_TIMEOUT_MS)
     expect(page.get_by_role("alert")).to_contain_text("not accepted")
+
+
+def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: Page, live_service: LiveService) -> None:
+    job = live_service.submit("reward-debugging", total_steps=10)
+    job_id = job["id"]
+    live_service.wait_for_phase(job_id, "RUNNING")
+    emit = live_service.emit
+    emit(job_id, "stage_started", stage="train")
+    # Model output that looks like HTML must stay text on the page.
+    hostile = '<img src=x onerror="document.title=\'pwned\'"> so 2+2 = <answer>4</answer>'
+    live_service.write_samples(job_id, 1, [
+        {"group": 0, "prompt": "What is 2+2?", "completion": hostile,
+         "rewards": {"exact_answer": 1.0, "format_match": 0.5}, "total": 1.5},
+        {"group": 0, "prompt": "What is 2+2?", "completion": "five",
+         "rewards": {"exact_answer": 0.0, "format_match": None}, "total": 0.0},
+    ])  # fmt: skip
+    emit(job_id, "train_step", step=1, total_steps=10, reward_mean=0.75, reward_std=0.5, kl=0.01, loss=0.4,
+         metrics={SIGNAL_METRIC: 0.5})  # fmt: skip
+
+    sign_in(page, live_service)
+    page.goto(f"{live_service.url}/#/jobs/{job_id}")
+    expect(page.get_by_role("heading", level=1)).to_have_text("reward-debugging")
+    expect(page.locator(".job-head .health")).to_have_text("learning", timeout=LIVE_TIMEOUT_MS)
+    signal_text = "at step 1, 50% of prompts had completions with different rewards"
+    expect(page.get_by_test_id("health")).to_contain_text(signal_text)
+
+    samples = page.locator("section.samples-panel")
+    expect(samples).to_have_attribute("data-step", "1", timeout=LIVE_TIMEOUT_MS)
+    summary = samples.get_by_test_id("samples-summary")
+    expect(summary).to_contain_text("1 of 2 prompts had completions with different rewards")
+    first = samples.locator("article.sample").first
+    expect(first.get_by_test_id("completion")).to_have_text(hostile)  # as text: no <img> was made of it
+    expect(samples.locator("img")).to_have_count(0)
+    expect(first.locator('[data-reward="exact_answer"] dd')).to_have_text("1")
+    expect(first.locator('[data-reward="format_match"] dd')).to_have_text("0.5")
+    expect(first).to_contain_text("total reward 1.5")
+    expect(samples.locator("article.sample").nth(1).locator('[data-reward="format_match"] dd')).to_have_text("—")
+
+    # Three steps in which every completion of each prompt got the same reward: no signal, live.
+    for step in (2, 3, 4):
+        live_service.write_samples(job_id, step, [
+            {"group": 0, "prompt": "What is 2+2?", "completion": f"I cannot answer (step {step})",
+             "rewards": {"exact_answer": 0.0, "format_match": 0.0}, "total": 0.0},
+        ], with_signal=0)  # fmt: skip
+        emit(job_id, "train_step", step=step, total_steps=10, reward_mean=0.0, reward_std=0.0, kl=0.02, loss=0.3,
+             metrics={SIGNAL_METRIC: 0.0})  # fmt: skip
+    expect(page.locator(".job-head .health")).to_have_text("no signal", timeout=LIVE_TIMEOUT_MS)
+    note = page.get_by_test_id("health")
+    expect(note).to_have_attribute("data-verdict", "no-signal")
+    expect(note).to_contain_text("GRPO's advantages are zero")
+    expect(samples).to_have_attribute("data-step", "4", timeout=LIVE_TIMEOUT_MS)  # the newest step, followed live
+    expect(samples.get_by_test_id("completion")).to_have_text("I cannot answer (step 4)")
+    shoot(page, "job-no-signal-samples")
+
+    # Any step can be looked at; the panel stays on it.
+    page.get_by_label("Step", exact=True).select_option("1")
+    expect(samples).to_have_attribute("data-step", "1")
+    expect(first.get_by_test_id("completion")).to_have_text(hostile)
+
+    emit(job_id, "train_step", step=5, total_steps=10, reward_mean=0.0, reward_std=0.0, kl=0.02, loss=None,
+         nonfinite=["actor/train/loss", "loss"], metrics={SIGNAL_METRIC: 0.5})  # fmt: skip
+    expect(page.locator(".job-head .health")).to_have_text("diverging", timeout=LIVE_TIMEOUT_MS)
+    expect(note).to_contain_text("the loss is NaN or infinite at step 5")
+    expect(note).to_contain_text("grpo.learning_rate")
+    expect(samples).to_have_attribute("data-step", "1")
+    assert page.title() != "pwned"
+    shoot(page, "job-health-samples")
+
+    page.get_by_role("link", name="← All jobs").click()
+    expect(page.locator(f'tr[data-job-id="{job_id}"]').get_by_test_id("health")).to_have_text("diverging")
+    shoot(page, "board-health")

@@ -7,7 +7,9 @@ continuing across reruns in the same run dir) and behaves as the spec's labels s
   fake-gate: "true"    after the first train step, wait until <run dir>/gate exists
   fake-child: "true"   start a grandchild (`sleep`) and record its pid in <run dir>/child.pid
   fake-ignore-term: "true"  ignore SIGTERM (so only SIGKILL stops it)
-Every start appends a line to <run dir>/starts, so tests can count executions.
+Every start appends a line to <run dir>/starts, so tests can count executions. Like the trainer, each
+train step reports the signal fraction (half the prompts) and writes a samples file
+(<run dir>/samples/train-<step>.json) whose first completion is long and holds a terminal escape.
 """
 
 from __future__ import annotations
@@ -23,18 +25,38 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from trainer.contract import (
+    SIGNAL_METRIC,
     ArtifactWritten,
     EvalResult,
     ExitCode,
     RunFinished,
     RunLayout,
     RunStarted,
+    Sample,
     Stage,
     StageFinished,
     StageStarted,
+    StepSamples,
     TrainStep,
     dump_event,
 )
+
+LONG_COMPLETION = "<reasoning>" + "2 plus 2 is 4. " * 100 + "\x1b[31m</reasoning><answer>4</answer>"
+
+
+def write_samples(layout: RunLayout, step: int) -> None:
+    samples = StepSamples(
+        step=step, time=datetime.now(UTC), num_generations=2, groups=2, groups_with_signal=1, completions=4,
+        samples=[
+            Sample(group=0, prompt="What is 2+2?", completion=LONG_COMPLETION,
+                   rewards={"exact_answer": 1.0, "format_match": 0.5}, total=1.5),
+            Sample(group=0, prompt="What is 2+2?", completion=f"five (step {step})",
+                   rewards={"exact_answer": 0.0, "format_match": None}, total=0.0),
+        ],
+    )  # fmt: skip
+    path = Path(layout.samples_file(step))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(samples.model_dump_json())
 
 
 class Events:
@@ -82,9 +104,10 @@ def main() -> int:
     steps = int(labels.get("fake-steps", "3"))
     exit_code = int(labels.get("fake-exit", "0"))
     for step in range(1, steps + 1):
+        write_samples(layout, step)  # before the event, as the trainer does
         events.emit(
             TrainStep, step=step, total_steps=steps, reward_mean=0.1 * step, reward_std=0.05, kl=0.01 * step,
-            loss=1.0 / step, metrics={"learning_rate": 3e-6},
+            loss=1.0 / step, metrics={"learning_rate": 3e-6, SIGNAL_METRIC: 0.5},
         )  # fmt: skip
         if step == 1 and labels.get("fake-gate") == "true":
             print("waiting for the gate file", flush=True)

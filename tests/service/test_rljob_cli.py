@@ -231,3 +231,39 @@ def test_serve_prints_the_dashboard_url(tmp_path: Path, monkeypatch: pytest.Monk
     assert result.exit_code == 0, result.output
     assert served == [("127.0.0.1", 8799)]
     assert "dashboard: http://127.0.0.1:8799/ui/" in _flat(result.output)
+
+
+def test_health_in_status_and_list_and_the_samples_command(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
+    submitted = run_cli("submit", str(_write_spec(tmp_path, **{"fake-steps": "3"})), "--follow")
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.output.split("submitted ")[1].split()[0]
+    assert f"{job_id}: health learning - at step " in _flat(submitted.output)  # live, from the SSE stream
+
+    status = _flat(run_cli("status", job_id).output)
+    assert "health learning: at step 3, 50% of prompts had completions with different rewards" in status
+    listed = run_cli("list")
+    assert "HEALTH" in listed.output and "learning" in listed.output.split(job_id)[1].splitlines()[0]
+
+    latest = run_cli("samples", job_id)
+    assert latest.exit_code == 0, latest.output
+    text = _flat(latest.output)
+    assert f"{job_id} step 3: 1 of 2 prompts with signal" in text and "2 of 4 completions shown" in text
+    assert "steps with samples: 1-3" in text
+    assert "group 0 exact_answer=1 format_match=0.5 total=1.5" in text
+    assert "exact_answer=0 format_match=- total=0" in text and "five (step 3)" in text
+    assert text.count("<reasoning>2 plus 2 is 4.") == 1 and "characters left out; --json shows all" in text  # cut
+    assert "\ufffd[31m</reasoning><answer>4</answer>" in text  # the end (the answer) kept, its escape defused
+    assert "\x1b" not in latest.output
+
+    first = run_cli("samples", job_id, "--step", "1")
+    assert first.exit_code == 0 and "five (step 1)" in first.output
+    as_json = json.loads(run_cli("samples", job_id, "--json").output)
+    assert as_json["step"] == 3 and as_json["steps_available"] == [1, 2, 3]
+    assert as_json["samples"]["samples"][0]["completion"].endswith("\x1b[31m</reasoning><answer>4</answer>")  # whole
+
+    missing = run_cli("samples", job_id, "--step", "99")
+    assert missing.exit_code == 1 and "no samples for step 99; steps with samples: 1-3" in _flat(missing.output)
+    assert "Traceback" not in missing.output
+    unknown = run_cli("samples", "rl-000000000000")
+    assert unknown.exit_code == 1 and "no job" in unknown.output

@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 _RECORD_FIELDS = [
     "id", "team", "name", "submitted_by", "spec", "spec_hash", "idempotency_key", "message", "failure_reason", "exit_code",
-    "stage", "step", "total_steps", "latest_metrics", "stage_times", "artifacts", "run_finished", "backend",
+    "stage", "step", "total_steps", "latest_metrics", "recent_train_steps", "health_verdict", "stage_times",
+    "artifacts", "run_finished", "backend",
     "object_name", "attempt", "resumes", "last_trainer_seq", "last_event_seq", "created_at", "updated_at",
     "started_at", "finished_at",
 ]  # fmt: skip
@@ -35,6 +36,7 @@ def _to_record(row: JobRow, labels: dict[str, str]) -> JobRecord:
     # JSON columns come back as the same objects SQLAlchemy tracks; copy so domain edits are explicit.
     for name in ("spec", "latest_metrics", "stage_times", "artifacts"):
         values[name] = _deep_copy(values[name]) or {}
+    values["recent_train_steps"] = _deep_copy(values["recent_train_steps"]) or []  # NULL: stored before 0003
     return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
 
 

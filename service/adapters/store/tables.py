@@ -56,6 +56,8 @@ class JobRow(Base):
     step: Mapped[int | None] = mapped_column(Integer)
     total_steps: Mapped[int | None] = mapped_column(Integer)
     latest_metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    recent_train_steps: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # migration 0003
+    health_verdict: Mapped[str | None] = mapped_column(String(16))  # migration 0003
     stage_times: Mapped[dict[str, Any]] = mapped_column(JSON)
     artifacts: Mapped[dict[str, Any]] = mapped_column(JSON)
     run_finished: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -17,7 +17,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from service.domain.models import JobEvent
-from service.domain.views import to_public
 
 from ..deps import CallerDep, RuntimeDep, VisibleJobDep
 
@@ -42,7 +41,7 @@ async def job_events(
     if last_event_id is None:
         current = await run_in_threadpool(store.get, record.id) or record
         yield ServerSentEvent(
-            event="snapshot", id=str(current.last_event_seq), data=to_public(current, runtime.clock()).model_dump(mode="json")
+            event="snapshot", id=str(current.last_event_seq), data=runtime.public(current).model_dump(mode="json")
         )
         after = current.last_event_seq
     else:

@@ -1,4 +1,4 @@
-"""/v1/jobs: submit, list, read, metrics, logs, cancel. Routes translate HTTP to JobService calls."""
+"""/v1/jobs: submit, list, read, metrics, samples, logs, cancel. Routes translate HTTP to JobService calls."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from service.domain.errors import BadCursor, InvalidRequest
-from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic
+from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.phases import JobPhase
 from service.domain.views import to_public
 
@@ -71,7 +71,7 @@ def submit_job(
     runtime.metrics.submissions.labels("created" if created else "replayed").inc()
     if not created:
         response.status_code = status.HTTP_200_OK
-    return to_public(record, runtime.clock())
+    return runtime.public(record)
 
 
 @router.get("", response_model=JobsPublic)
@@ -96,7 +96,7 @@ def list_jobs(
     page, more = rows[:limit], len(rows) > limit
     now = runtime.clock()
     return JobsPublic(
-        data=[to_public(record, now) for _, record in page],
+        data=[to_public(record, now, runtime.jobs.health_policy) for _, record in page],
         count=len(page),
         next_cursor=encode_cursor(page[-1][0]) if more else None,
     )
@@ -104,7 +104,7 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=JobPublic)
 def get_job(record: VisibleJobDep, runtime: RuntimeDep) -> JobPublic:
-    return to_public(record, runtime.clock())
+    return runtime.public(record)
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic)
@@ -115,10 +115,28 @@ def get_metrics(
     return MetricsPublic(job_id=record.id, points=runtime.store.metric_points(record.id, limit=limit))
 
 
+@router.get(
+    "/{job_id}/samples", response_model=SamplesPublic,
+    responses={
+        404: {"description": "no such job visible to your team, no samples yet, none for that step, or unreadable"},
+        503: {"description": "the run directory's storage could not be read; retry"},
+    },
+)  # fmt: skip
+def get_samples(
+    record: VisibleJobDep,
+    jobs: JobServiceDep,
+    step: Annotated[int | None, Query(ge=1, le=10**9, description="a train step; default the newest with samples")] = None,
+) -> SamplesPublic:
+    """Completions the policy wrote at a train step and what each reward function paid for them.
+
+    `steps_available` lists the steps that have samples, so a client can offer the others."""
+    return jobs.samples(record, step)
+
+
 @router.post("/{job_id}/cancel", response_model=JobPublic)
 def cancel_job(record: VisibleJobDep, caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep) -> JobPublic:
     """Ask the job to stop: CANCELLING now, CANCELLED once the workload has really stopped."""
-    return to_public(jobs.cancel(caller, record.id), runtime.clock())
+    return runtime.public(jobs.cancel(caller, record.id))
 
 
 @router.get(

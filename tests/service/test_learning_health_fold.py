@@ -1,0 +1,184 @@
+"""Learning health through the job service: the window of train steps folded from events (bounded,
+stored, surviving a store reopen), exactly one `health` event-log entry per verdict change, and
+`stalled` coming and going with time through the poller. Real store; fakes at the ports."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from service_fakes import FakeLauncher, FakeProgress
+from service_helpers import T0, ManualClock, spec_body
+
+from service.adapters.store import SqlJobStore
+from service.domain.job_service import JobService
+from service.domain.launcher_port import ObservedState
+from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
+from service.domain.models import Caller
+from service.domain.phases import JobPhase
+from service.domain.views import to_public
+from service.runtime import Supervisor
+from trainer.contract import SIGNAL_METRIC, JobSpec, StageStarted, Stage, TrainStep
+
+TEAM_A = Caller(team="team-a", token_id="tok_a")
+POLICY = HealthPolicy(kl_max=1.0, no_signal_steps=3, stall_floor_s=300.0, stall_step_intervals=5.0)
+
+
+class Trainer:
+    """Feeds TrainStep events (10 s apart on the manual clock) into the fake progress source."""
+
+    def __init__(self, progress: FakeProgress, clock: ManualClock, job_id: str) -> None:
+        self.progress, self.clock, self.job_id = progress, clock, job_id
+        self.seq, self.step = 0, 0
+        self.progress.add(StageStarted(seq=self._next_seq(), time=clock(), job_id=job_id, stage=Stage.TRAIN))
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq - 1
+
+    def train_step(self, signal: float, **fields: object) -> None:
+        self.clock.advance(10)
+        self.step += 1
+        metrics = {SIGNAL_METRIC: signal}
+        fields = {"loss": 0.5, "kl": 0.01, **fields}
+        self.progress.add(TrainStep(seq=self._next_seq(), time=self.clock(), job_id=self.job_id, step=self.step,
+                                    total_steps=100, metrics=metrics, **fields))  # type: ignore[arg-type]  # fmt: skip
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+def _running_job(store: SqlJobStore, launcher: FakeLauncher, progress: FakeProgress, clock: ManualClock,
+                 tmp_path: Path) -> tuple[JobService, Trainer]:  # fmt: skip
+    service = JobService(store, launcher, progress, clock=clock, health_policy=POLICY)
+    job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
+    service.apply_observation(launcher.set(job_id, ObservedState.RUNNING))
+    return service, Trainer(progress, clock, job_id)
+
+
+def _health_entries(store: SqlJobStore, job_id: str) -> list[dict]:
+    return [e.data for e in store.events_after(0, job_id=job_id) if e.kind == "health"]
+
+
+def test_each_verdict_change_logs_exactly_one_health_entry(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
+) -> None:
+    service, trainer = _running_job(store, fake_launcher, fake_progress, clock, tmp_path)
+    job_id = trainer.job_id
+    service.ingest_progress(job_id)
+    assert _health_entries(store, job_id) == []  # nothing to judge before the first train step
+
+    def fold(*signals: float, **fields: object) -> list[tuple[str, int]]:
+        for signal in signals:
+            trainer.train_step(signal, **fields)
+            service.ingest_progress(job_id)  # one event per fold: a verdict per step
+        return [(e["verdict"], e["step"]) for e in _health_entries(store, job_id)]
+
+    assert fold(0.5, 0.5, 0.25) == [("learning", 1)]
+    assert fold(0.0, 0.0) == [("learning", 1)]  # two steps without signal: not yet
+    assert fold(0.0) == [("learning", 1), ("no-signal", 6)]
+    assert fold(0.0, 0.0) == [("learning", 1), ("no-signal", 6)]  # still no signal: nothing new
+    assert fold(0.5) == [("learning", 1), ("no-signal", 6), ("learning", 9)]
+    assert fold(0.5, nonfinite=["actor/train/loss", "loss"], loss=None)[-1] == ("diverging", 10)
+    last = _health_entries(store, job_id)[-1]
+    assert last["previous"] == "learning" and "grpo.learning_rate" in last["message"]
+    record = store.get(job_id)
+    assert record is not None and record.health_verdict == "diverging"
+    assert to_public(record, clock(), POLICY).health.verdict == "diverging"  # type: ignore[union-attr]
+    # The entry comes after the step's progress entry in the log, so a stream shows both in order.
+    kinds = [e.kind for e in store.events_after(0, job_id=job_id)]
+    assert kinds[-2:] == ["progress", "health"]
+
+
+def test_the_window_is_bounded_and_survives_a_store_reopen(
+    db_url: str, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
+) -> None:
+    store = SqlJobStore(db_url)
+    store.migrate()
+    service, trainer = _running_job(store, fake_launcher, fake_progress, clock, tmp_path)
+    for _ in range(HEALTH_WINDOW_STEPS + 7):
+        trainer.train_step(0.0)
+    service.ingest_progress(trainer.job_id)  # one batch of 27 steps
+    store.close()
+
+    reopened = SqlJobStore(db_url)  # as after a service restart
+    try:
+        record = reopened.get(trainer.job_id)
+        assert record is not None
+        assert [s["step"] for s in record.recent_train_steps] == list(range(8, HEALTH_WINDOW_STEPS + 8))
+        assert record.health_verdict == "no-signal"
+        health = to_public(record, clock(), POLICY).health
+        assert health is not None and health.verdict == "no-signal" and health.step == HEALTH_WINDOW_STEPS + 7
+        assert [e["verdict"] for e in _health_entries(reopened, trainer.job_id)] == ["no-signal"]
+    finally:
+        reopened.close()
+
+
+def test_stalled_comes_and_goes_with_time_through_the_poller(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
+) -> None:
+    service, trainer = _running_job(store, fake_launcher, fake_progress, clock, tmp_path)
+    poller = Supervisor(service, fake_launcher, progress_poll_interval_s=3600, reconcile_interval_s=3600)
+    for _ in range(3):
+        trainer.train_step(0.5)
+    poller.poll_progress_once()
+    verdicts = lambda: [e["verdict"] for e in _health_entries(store, trainer.job_id)]  # noqa: E731
+    assert verdicts() == ["learning"]
+
+    clock.advance(300)  # the floor (max(300 s, 5 x 10 s)) reached, not passed
+    poller.poll_progress_once()
+    assert verdicts() == ["learning"]
+    clock.advance(1)
+    poller.poll_progress_once()
+    poller.poll_progress_once()
+    assert verdicts() == ["learning", "stalled"]  # once, not once per poll
+    stalled = _health_entries(store, trainer.job_id)[-1]
+    assert "no train step for 5m 1s" in stalled["message"] and f"rljob logs {trainer.job_id}" in stalled["message"]
+
+    trainer.train_step(0.5)  # the trainer moves again
+    poller.poll_progress_once()
+    assert verdicts() == ["learning", "stalled", "learning"]
+
+    clock.advance(3600)
+    service.apply_observation(fake_launcher.set(trainer.job_id, ObservedState.SUCCEEDED, exit_code=0))
+    record = store.get(trainer.job_id)
+    assert record is not None and record.phase is JobPhase.SUCCEEDED
+    poller.poll_progress_once()
+    service.refresh_health(trainer.job_id)
+    assert verdicts() == ["learning", "stalled", "learning"]  # a finished job does not stall
+    assert to_public(record, clock(), POLICY).health.verdict == "learning"  # type: ignore[union-attr]
+
+
+def test_a_job_stored_before_migration_0003_reads_with_no_health_until_its_next_step(
+    db_url: str, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
+) -> None:
+    from alembic import command
+    from sqlalchemy import text
+
+    from service.adapters.store.migrate import alembic_config
+
+    store = SqlJobStore(db_url)
+    try:
+        command.upgrade(alembic_config(store.engine), "0002")
+        with store.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO jobs (id, team, name, phase, spec, spec_hash, message, latest_metrics, stage_times,"
+                " artifacts, attempt, resumes, last_trainer_seq, last_event_seq, created_at, updated_at)"
+                " VALUES ('rl-0000000old01', 'team-a', 'old', 'RUNNING', :spec, '', '', '{}', '{}', '{}', 1, 0, 4, 0,"
+                " :now, :now)"
+            ), {"spec": f'{{"output": "{tmp_path}"}}', "now": "2030-01-01 00:00:00.000000"})  # fmt: skip
+        store.migrate()  # 0002 -> head
+        old = store.get("rl-0000000old01")
+        assert old is not None and old.recent_train_steps == [] and old.health_verdict is None
+        assert to_public(old, clock(), POLICY).health is None
+
+        service = JobService(store, fake_launcher, fake_progress, clock=clock, health_policy=POLICY)
+        fake_progress.add(TrainStep(seq=5, time=clock(), job_id=old.id, step=3, total_steps=9,
+                                    metrics={SIGNAL_METRIC: 0.5}))  # fmt: skip
+        service.ingest_progress(old.id)
+        assert [e["verdict"] for e in _health_entries(store, old.id)] == ["learning"]
+    finally:
+        store.close()
