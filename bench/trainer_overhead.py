@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from trainer.contract import RunLayout  # noqa: E402
 from trainer.pipeline import describe_plan  # noqa: E402
+from trainer.sources import resolve_model  # noqa: E402
 from trainer.sources import materialise_dataset  # noqa: E402
 from trainer.specfile import load_spec  # noqa: E402
 
@@ -36,7 +37,7 @@ def run_bare(spec, out: Path) -> dict[str, float]:
     materialise_dataset(spec, Path(layout.root) / "data")  # what `plan` assumes is already there
     seconds: dict[str, float] = {}
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    for stage, command in describe_plan(spec, layout):
+    for stage, command in describe_plan(spec, layout, resolve_model(spec)):
         if command.module.startswith("trainer.checks"):
             continue  # the bare pipeline has no load check
         if stage.value == "export":

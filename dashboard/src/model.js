@@ -16,7 +16,9 @@ export function jobView(raw) {
     // submitted_by is the submitting API token's name; jobs stored before the service recorded it
     // have null there, so a "submitter" label still stands in for them.
     submitter: raw.submitted_by || raw.submitter || labels.submitter || null,
-    model: (spec.model && spec.model.name) || null,
+    // model.name is optional (MaxText settings come from the checkpoint's config.json): fall back to
+    // the checkpoint's own name, the last part of its location.
+    model: (spec.model && (spec.model.name || String(spec.model.source || "").split("/").filter(Boolean).pop())) || null,
     modelSource: (spec.model && spec.model.source) || null,
     accelerator: (spec.hardware && spec.hardware.accelerator) || null,
     phase: raw.phase,

@@ -79,3 +79,33 @@ def test_unknown_field_is_rejected(tmp_path, tiny_spec_dict, capsys):
     spec = write_spec(tmp_path / "spec.yaml", _set(tiny_spec_dict, "grpo.learning_rate_typo", 1))
     assert main(["run", "--spec", str(spec)]) == ExitCode.INVALID_SPEC
     assert "grpo.learning_rate_typo" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ('{"SYSTEM_PROMPT": "", "TEMPLATE": "{question} = {answer}"}', "TEMPLATE may use only {system_prompt}, {question}"),
+        ('{"TEMPLATE": "{question}"}', "SYSTEM_PROMPT must be a string"),
+        ("not json", "is not JSON"),
+    ],
+)
+def test_a_prompt_template_maxtext_cannot_fill_is_refused_before_any_stage(tmp_path, tiny_spec_dict, capsys,
+                                                                           content, reason):  # fmt: skip
+    template = tmp_path / "template.json"
+    template.write_text(content)
+    spec = write_spec(tmp_path / "spec.yaml", _set(tiny_spec_dict, "dataset.prompt_template", str(template)))
+    assert main(["run", "--spec", str(spec), "--job-id", "rl-template0001"]) == ExitCode.INVALID_SPEC
+    err = capsys.readouterr().err
+    assert "dataset.prompt_template:" in err and reason in err, err
+    assert not (tmp_path / "runs" / "rl-template0001" / "events.jsonl").exists()
+
+
+def test_a_prompt_template_reaches_train_rl(tiny_spec_dict, tmp_path):
+    from trainer.contract import JobSpec, RunLayout
+    from trainer.sources import resolve_model
+    from trainer.stages.train import build_train_command
+
+    template = tmp_path / "t.json"
+    spec = JobSpec.model_validate(_set(tiny_spec_dict, "dataset.prompt_template", str(template)))
+    command = build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec))
+    assert f"data_template_path={template}" in command.args
