@@ -81,7 +81,14 @@ def cmd_plan(args) -> int:
 def cmd_run(args) -> int:
     from trainer.pipeline import JobContext, default_run_command, local_work_dir, run_pipeline
     from trainer.progress import EventReporter
-    from trainer.sources import UnsupportedCheckpoint, checkpoint_problem, missing_local_inputs, resolve_model
+    from trainer.sources import (
+        DataError,
+        UnsupportedCheckpoint,
+        check_prompt_template,
+        checkpoint_problem,
+        missing_local_inputs,
+        resolve_model,
+    )
     from trainer.conversion_cache import default_cache_root
     from trainer.storage import StorageError, store_for
     from trainer.storage.preflight import preflight
@@ -99,6 +106,11 @@ def cmd_run(args) -> int:
             model = resolve_model(spec)  # a checkpoint MaxText cannot represent stops here, before any stage
         except UnsupportedCheckpoint as e:
             raise SpecError([checkpoint_problem(e)]) from e
+        if spec.dataset.prompt_template:
+            try:
+                check_prompt_template(spec.dataset.prompt_template)
+            except DataError as e:
+                raise SpecError([("dataset.prompt_template", str(e))]) from e
         if store.exists(layout.spec):
             recorded = JobSpec.model_validate_json(store.read_bytes(layout.spec))
             if recorded.canonical_json() != spec.canonical_json():

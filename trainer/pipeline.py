@@ -84,7 +84,7 @@ def latest_actor_step(layout: RunLayout) -> int | None:
 def _stage_inputs(ctx: JobContext) -> dict:
     """Local paths for inputs MaxText cannot read from gs:// itself."""
     spec, work = ctx.spec, ctx.work_dir
-    inputs: dict = {"local_source": None, "local_tokenizer": None, "local_rewards": None}
+    inputs: dict = {"local_source": None, "local_tokenizer": None, "local_rewards": None, "local_template": None}
     if location_kind(spec.model.source) == "gcs":
         inputs["local_source"] = stage_directory(spec.model.source, work / "inputs" / "hf-source")
     if location_kind(spec.model.tokenizer_location) == "gcs":
@@ -93,11 +93,19 @@ def _stage_inputs(ctx: JobContext) -> dict:
         inputs["local_tokenizer"] = spec.model.tokenizer_location
     rewards = spec.grpo.rewards.functions_path
     if rewards and location_kind(rewards) == "gcs":
-        target = work / "inputs" / Path(rewards).name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(store_for(rewards).read_bytes(rewards))
-        inputs["local_rewards"] = str(target)
+        inputs["local_rewards"] = _stage_file(rewards, work / "inputs" / "rewards")
+    template = spec.dataset.prompt_template
+    if template and location_kind(template) == "gcs":
+        inputs["local_template"] = _stage_file(template, work / "inputs" / "template")
     return inputs
+
+
+def _stage_file(uri: str, directory: Path) -> str:
+    """A local copy of one gs:// file, for MaxText arguments that name a local path."""
+    target = directory / Path(uri).name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(store_for(uri).read_bytes(uri))
+    return str(target)
 
 
 def conversion_cache(ctx: JobContext) -> tuple[ConversionCache, CacheKey] | None:
@@ -156,6 +164,7 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict:
         local_tokenizer=inputs["local_tokenizer"],
         local_source=inputs["local_source"],
         local_rewards=inputs["local_rewards"],
+        local_template=inputs["local_template"],
         load_parameters_path=converted_checkpoint(layout),
     )
     total = total_train_steps(spec)

@@ -83,6 +83,28 @@ def materialise_dataset(spec: JobSpec, data_dir: Path) -> tuple[str, str | None]
     return train, evaluation
 
 
+TEMPLATE_FIELDS = {"SYSTEM_PROMPT": ("reasoning_start_token", "reasoning_end_token", "solution_start_token",
+                                     "solution_end_token"), "TEMPLATE": ("system_prompt", "question")}  # fmt: skip
+
+
+def check_prompt_template(uri: str) -> None:
+    """A prompt template MaxText can use: both strings present, formatting only the fields MaxText
+    fills (utils_rl.format_maxtext_messages). Raises DataError naming the problem."""
+    try:
+        template = json.loads(store_for(uri).read_bytes(uri))
+    except ValueError as e:
+        raise DataError(f"{uri} is not JSON: {e}") from e
+    if not isinstance(template, dict):
+        raise DataError(f"{uri} must be a JSON object with SYSTEM_PROMPT and TEMPLATE")
+    for key, fields in TEMPLATE_FIELDS.items():
+        if not isinstance(template.get(key), str):
+            raise DataError(f"{uri}: {key} must be a string")
+        try:
+            template[key].format(**{name: "" for name in fields})
+        except (KeyError, IndexError, ValueError) as e:
+            raise DataError(f"{uri}: {key} may use only {{{'}, {'.join(fields)}}} (double other braces): {e!r}") from e
+
+
 def read_hf_config(spec: JobSpec, *, allow_hub: bool) -> dict | None:
     """The checkpoint's config.json, or None where it cannot be read (a hub id when `allow_hub` is
     False, or the hub unreachable: the convert stage then reports the real error)."""

@@ -54,11 +54,13 @@ def test_samples_files_are_named_by_step():
 def test_gsm8k_rows_are_real_eval_rows_and_disjoint_generated_train_rows(tmp_path):
     from trainer.cli import main
 
-    assert main(["make-data", "gsm8k", "--out", str(tmp_path / "a"), "--train-rows", "50"]) == 0
-    assert main(["make-data", "gsm8k", "--out", str(tmp_path / "b"), "--train-rows", "50"]) == 0
+    # The default 2,000 rows: reasoning-gym repeats a few questions with this seed, which must be replaced.
+    assert main(["make-data", "gsm8k", "--out", str(tmp_path / "a")]) == 0
+    assert main(["make-data", "gsm8k", "--out", str(tmp_path / "b")]) == 0
     evaluation = [json.loads(line) for line in (tmp_path / "a" / "eval.jsonl").read_text().splitlines()]
     train = [json.loads(line) for line in (tmp_path / "a" / "train.jsonl").read_text().splitlines()]
-    assert len(evaluation) == 100 and len(train) == 50
+    assert len(evaluation) == 100 and len(train) == 2000
+    assert len({r["question"] for r in train}) == 2000
     # GSM8K's own format: worked answer with <<calc>> annotations, last line '#### N'.
     assert all(set(r) == {"question", "answer"} and "\n#### " in r["answer"] for r in evaluation + train)
     assert sum("<<" in r["answer"] for r in evaluation) > 90

@@ -49,6 +49,13 @@ def _check_location(value: str, *, hub_allowed: bool) -> str:
     raise ValueError(f"{value!r} must be {allowed}an absolute local path or a gs:// URI")
 
 
+def _check_file(value: str, suffix: str) -> str:
+    loc = _check_location(value, hub_allowed=False)
+    if not loc.endswith(suffix):
+        raise ValueError(f"must name a {suffix} file")
+    return loc
+
+
 class ModelDims(_Strict):
     """Explicit MaxText-side dimensions. Normally derived from the checkpoint's config.json (see
     hf_model.py); given here they must agree with it, and they stand in for it when it cannot be read.
@@ -132,6 +139,16 @@ class DatasetSpec(_Strict):
     eval_split: str = "test"
     train_files: list[str] = Field(default_factory=list)
     eval_files: list[str] = Field(default_factory=list)
+    prompt_template: str | None = Field(
+        default=None,
+        description="JSON file with SYSTEM_PROMPT and TEMPLATE ({system_prompt}, {question}) in MaxText's data "
+        "template format; default: MaxText's GSM8K template (the tutorial's)",
+    )
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        return None if v is None else _check_file(v, ".json")
 
     @field_validator("train_files", "eval_files")
     @classmethod
@@ -177,12 +194,7 @@ class RewardSpec(_Strict):
     @field_validator("functions_path")
     @classmethod
     def _path(cls, v: str | None) -> str | None:
-        if v is None:
-            return None
-        loc = _check_location(v, hub_allowed=False)
-        if not loc.endswith(".py"):
-            raise ValueError("must name a .py file")
-        return loc
+        return None if v is None else _check_file(v, ".py")
 
     @field_validator("functions")
     @classmethod
@@ -319,6 +331,8 @@ class JobSpec(_Strict):
             out.append(("model.tokenizer", self.model.tokenizer))
         out += [(f"dataset.train_files.{i}", f) for i, f in enumerate(self.dataset.train_files)]
         out += [(f"dataset.eval_files.{i}", f) for i, f in enumerate(self.dataset.eval_files)]
+        if self.dataset.prompt_template:
+            out.append(("dataset.prompt_template", self.dataset.prompt_template))
         if self.grpo.rewards.functions_path:
             out.append(("grpo.rewards.functions_path", self.grpo.rewards.functions_path))
         return out

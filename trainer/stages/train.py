@@ -65,10 +65,12 @@ def grpo_args(spec: JobSpec, local_rewards: str | None = None) -> list[str]:
     return args
 
 
-def dataset_args(spec: JobSpec, local_data: tuple[str, str | None] | None) -> list[str]:
-    """Hub dataset by name, or the run's materialised parquet files (train, eval)."""
+def dataset_args(spec: JobSpec, local_data: tuple[str, str | None] | None, local_template: str | None = None) -> list[str]:
+    """Hub dataset by name, or the run's materialised parquet files (train, eval); the prompt template."""
     d = spec.dataset
     args = [f"dataset_name={d.name}", f"eval_dataset_name={d.name}", f"hf_subset={d.subset}"]
+    if d.prompt_template:
+        args.append(f"data_template_path={local_template or d.prompt_template}")
     if local_data is None:
         return args + [f"train_split={d.train_split}", f"eval_split={d.eval_split}"]
     train_file, eval_file = local_data
@@ -100,6 +102,7 @@ def build_train_command(
     local_tokenizer: str | None = None,
     local_source: str | None = None,
     local_rewards: str | None = None,
+    local_template: str | None = None,
     load_parameters_path: str | None = None,
 ) -> StageCommand:
     module = TRAIN_RL_JAX_ENTRY if spec.hardware.rollout_engine == "jax" else TRAIN_RL_ENTRY
@@ -114,7 +117,7 @@ def build_train_command(
         f"base_output_directory={layout.rl_base}",
         *hardware_args(spec),
         *grpo_args(spec, local_rewards),
-        *dataset_args(spec, local_data),
+        *dataset_args(spec, local_data, local_template),
         f"weight_dtype={spec.model.dtype}",
         f"scan_layers={_bool(spec.model.scan_layers)}",
         *model.args(),
