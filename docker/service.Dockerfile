@@ -50,5 +50,5 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
 
 # One worker: the service runs the launcher's watchers and reconciler in-process, which must be a single
 # writer per deployment. --timeout-graceful-shutdown stays below the pod's terminationGracePeriodSeconds.
-ENTRYPOINT ["uvicorn", "service.app:create_app", "--factory", "--host", "0.0.0.0", "--port", "8000", \
+ENTRYPOINT ["uvicorn", "service.app:create_app_from_env", "--factory", "--host", "0.0.0.0", "--port", "8000", \
             "--workers", "1", "--timeout-graceful-shutdown", "20", "--no-server-header"]

@@ -1,5 +1,7 @@
 """The app factory. Nothing is built at import time: `create_app(settings)` wires the store, the
 launcher (chosen once, adapters/launchers.py), the job service and the supervisor in its lifespan.
+`create_app_from_env()` is the same with settings read from RLJOB_* variables: the service image's
+`uvicorn ... --factory` entrypoint calls a factory with no arguments.
 
 Start-up order matters: migrate, ensure the bootstrap token, start the launcher's watcher, then
 re-attach every non-terminal job in the background. /readyz says false and submissions get 503
@@ -109,3 +111,9 @@ def _mount_dashboard(app: FastAPI) -> None:
     except ImportError:  # the dashboard is optional: the API works without it
         return
     mount_dashboard(app)
+
+
+def create_app_from_env() -> FastAPI:
+    """Zero-argument factory for `uvicorn service.app:create_app_from_env --factory` (docker/service.Dockerfile):
+    settings from the environment the Deployment gives (ConfigMap, Secret), validated as `rljob serve` does."""
+    return create_app(Settings())

@@ -113,7 +113,7 @@ def test_service_image_runs_as_the_uid_the_deployment_expects():
     assert str(dep["spec"]["template"]["spec"]["securityContext"]["runAsUser"]) == uid
     assert "-c constraints.txt ." in df, "service deps must be installed with the constraints file"
     assert "HEALTHCHECK" in df and "/healthz" in df
-    assert '"service.app:create_app", "--factory"' in df and '"--port", "8000"' in df
+    assert '"service.app:create_app_from_env", "--factory"' in df and '"--port", "8000"' in df
 
 
 def test_uv_version_matches_bootstrap():
