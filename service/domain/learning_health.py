@@ -191,6 +191,12 @@ def assess_learning(
         return verdict(
             Verdict.LEARNING, f"step {latest.step} has a finite loss and KL (the trainer reported no signal fraction)"
         )
+    if latest.signal_fraction == 0:
+        return verdict(
+            Verdict.LEARNING,
+            f"step {latest.step} had no prompt whose completions got different rewards (nothing to learn from at "
+            f"that step); {policy.no_signal_steps} such steps in a row make the verdict no-signal",
+        )
     return verdict(
         Verdict.LEARNING,
         f"at step {latest.step}, {latest.signal_fraction:.0%} of prompts had completions with different "

@@ -58,7 +58,8 @@ CASES = [
     # no-signal: the last N steps, each exactly 0
     Case("no signal at each of the last 3 steps", steps(0.5, 0.0, 0.0, 0.0), Verdict.NO_SIGNAL,
          says=["same reward", "advantages are zero", "grpo.num_generations", "grpo.temperature", "partial credit"]),
-    Case("fewer steps than N: not no-signal yet", steps(0.0, 0.0), Verdict.LEARNING),
+    Case("fewer steps than N: not no-signal yet", steps(0.0, 0.0), Verdict.LEARNING,
+         says=["step 2 had no prompt whose completions got different rewards", "3 such steps in a row"]),
     Case("signal came back at the last step", steps(0.0, 0.0, 0.0, 0.25), Verdict.LEARNING),
     Case("one of the last N had signal", steps(0.0, 0.125, 0.0, 0.0), Verdict.LEARNING),
     Case("an unknown fraction is not zero", steps(0.0, None, 0.0), Verdict.LEARNING),
