@@ -269,7 +269,10 @@ def run_pipeline(ctx: JobContext, *, clock: Callable[[], float] = time.monotonic
     try:
         return _run_stages(ctx, clock)
     finally:
-        remove_scratch(ctx.layout, ctx.work_dir)  # after run_finished and the manifest, however it ended
+        try:
+            ctx.reporter.close()  # stops the periodic flusher; run_finished already wrote every line
+        finally:
+            remove_scratch(ctx.layout, ctx.work_dir)  # after run_finished and the manifest, however it ended
 
 
 def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:

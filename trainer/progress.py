@@ -2,6 +2,12 @@
 
 `seq` continues across restarts: the reporter reads the existing events file first, so a watcher
 that remembers the last seq it saw can resume without duplicates.
+
+A local events file gets each line at once. An object store (gs://) gets lines in batches: at every
+stage boundary, artifact, evaluation and the end of the run at once, and train steps at most every
+`flush_interval_s` (GCS allows about one update per second per object). Each batch is appended at a
+cost that does not grow with the file (ArtifactStore.append_bytes), so a 3,000-step run no longer
+rewrites the whole file per event.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ from trainer.contract import (
     parse_event,
 )
 from trainer.storage import ArtifactStore
+
+DEFAULT_OBJECT_STORE_FLUSH_S = 5.0
+# Events that may wait for the next periodic flush; every other kind is written at once.
+BATCHED_EVENTS = (TrainStep,)
 
 
 def _now() -> datetime:
@@ -62,14 +72,23 @@ class EventReporter:
         *,
         stdout: TextIO | None = None,
         clock: Callable[[], datetime] = _now,
+        flush_interval_s: float | None = None,
     ):
         self._store, self._uri, self._job_id = store, events_uri, job_id
         self._stdout = stdout if stdout is not None else sys.stdout
         self._clock = clock
         self._lock = threading.Lock()
-        self._unsent: list[str] = []  # gs:// lines not yet written (a failed rewrite)
+        self._unsent: list[str] = []  # lines not yet in the events file (batched, or a failed write)
         self._existing = self._read_existing()
         self._next_seq = (self._existing[-1].seq + 1) if self._existing else 0
+        if flush_interval_s is None:
+            flush_interval_s = DEFAULT_OBJECT_STORE_FLUSH_S if events_uri.startswith("gs://") else 0.0
+        self._flush_interval_s = flush_interval_s
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        if flush_interval_s > 0:
+            self._flusher = threading.Thread(target=self._flush_periodically, name="events-flush", daemon=True)
+            self._flusher.start()
 
     def _read_existing(self) -> list[TrainerEvent]:
         if not self._store.exists(self._uri):
@@ -98,21 +117,36 @@ class EventReporter:
             line = dump_event(event)
             self._stdout.write(line + "\n")
             self._stdout.flush()
-            self._append(line)
+            self._unsent.append(line)
+            if self._flush_interval_s <= 0 or not isinstance(event, BATCHED_EVENTS):
+                self._flush_locked()  # a StorageError goes to the caller; the lines stay pending
             return event
 
-    def _append(self, line: str) -> None:
-        if self._uri.startswith("gs://"):
-            # Object stores cannot append; rewrite the whole (small) file. A line whose write failed
-            # (StorageError goes to the caller) stays pending and goes out with the next write.
-            self._unsent.append(line)
-            old = self._store.read_bytes(self._uri) if self._store.exists(self._uri) else b""
-            self._store.write_bytes(self._uri, old + "".join(f"{pending}\n" for pending in self._unsent).encode())
-            self._unsent.clear()
+    def flush(self) -> None:
+        """Write every pending line now."""
+        with self._lock:
+            self._flush_locked()
+
+    def close(self) -> None:
+        """Stop the periodic flusher and write what is pending (the pipeline calls this last)."""
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=30)
+        self.flush()
+
+    def _flush_locked(self) -> None:
+        if not self._unsent:
             return
-        path = self._uri[len("file://") :] if self._uri.startswith("file://") else self._uri
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        self._store.append_bytes(self._uri, "".join(f"{line}\n" for line in self._unsent).encode())
+        self._unsent.clear()
+
+    def _flush_periodically(self) -> None:
+        while not self._stop.wait(self._flush_interval_s):
+            try:
+                self.flush()
+            except Exception as e:  # noqa: BLE001 - the next flush retries; training must go on
+                print(f"rljob: writing progress events failed, retrying in {self._flush_interval_s:.0f}s: {e}",
+                      file=sys.stderr)
 
     # Convenience wrappers so callers name the event they mean.
     def run_started(self, attempt: int, run_uri: str) -> TrainerEvent:

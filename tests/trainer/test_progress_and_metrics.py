@@ -128,11 +128,11 @@ def test_a_failed_gs_events_write_is_sent_with_the_next_one(tmp_path):
         def read_bytes(self, uri: str) -> bytes:
             return self.data or b""
 
-        def write_bytes(self, uri: str, data: bytes) -> None:
+        def append_bytes(self, uri: str, data: bytes) -> None:
             if self.fail_next_write:
                 self.fail_next_write = False
                 raise OSError("503 from the bucket")
-            self.data = data
+            self.data = (self.data or b"") + data
 
     bucket = FlakyBucket()
     uri = "gs://b/run/events.jsonl"

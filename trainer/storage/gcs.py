@@ -160,6 +160,41 @@ class GcsStore:
         except gexc.NotFound:
             return False
 
+    def append_bytes(self, uri: str, data: bytes) -> None:
+        """GCS objects cannot grow, and rewriting one per append costs its whole size: the new bytes go
+        up as a small object that the server composes onto the end (constant cost), guarded by the
+        target's generation so a concurrent writer is detected, not overwritten."""
+        bucket_name, name = parse_gs_uri(uri)
+        bucket = self._client.bucket(bucket_name)
+        target = bucket.get_blob(name, retry=self._retry)
+        if target is None:
+            if not self.write_bytes(uri, data, if_absent=True):
+                raise StorageError(f"cannot append to {uri}: another writer created it at the same moment")
+            return
+        part = bucket.blob(f"{name}.append-{uuid.uuid4().hex}")
+        size_before = target.size or 0
+        try:
+            part.upload_from_string(data, retry=self._retry)
+            target.compose([target, part], if_generation_match=target.generation, retry=self._retry)
+        except gexc.PreconditionFailed as e:
+            # A retried compose whose first try succeeded (its response lost) finds the generation moved:
+            # that is this append, if the object grew by exactly these bytes.
+            if not self._ends_with(bucket, name, size_before, data):
+                raise StorageError(f"cannot append to {uri}: it changed under this writer (another writer?)") from e
+        except gexc.GoogleAPICallError as e:
+            raise self._wrap(e, "cannot append to", uri, "storage.objects.create") from e
+        finally:
+            try:
+                part.delete(retry=self._retry)
+            except gexc.GoogleAPICallError:
+                pass  # an orphaned part is harmless: readers read the target only
+
+    def _ends_with(self, bucket: storage.Bucket, name: str, size_before: int, data: bytes) -> bool:
+        now = bucket.get_blob(name, retry=self._retry)
+        if now is None or (now.size or 0) != size_before + len(data):
+            return False
+        return now.download_as_bytes(start=size_before, retry=self._retry) == data
+
     def upload_file(self, local_path: str, uri: str) -> ObjectInfo:
         """One local file to one object (logs, the events file); streamed and retried."""
         blob = self._blob(uri)

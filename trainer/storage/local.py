@@ -64,6 +64,12 @@ class LocalDirStore:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
+    def append_bytes(self, uri: str, data: bytes) -> None:
+        path = _path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab") as f:
+            f.write(data)
+
     def delete(self, uri: str) -> None:
         path = _path(uri)
         if path.is_dir():

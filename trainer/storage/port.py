@@ -29,6 +29,9 @@ class ArtifactStore(Protocol):
     def write_bytes(self, uri: str, data: bytes, *, if_absent: bool = False) -> bool:
         """Write an object. With if_absent, return False (and write nothing) when it already exists."""
 
+    def append_bytes(self, uri: str, data: bytes) -> None:
+        """Add data at the end of the object (created if absent) at a cost that does not grow with its size."""
+
     def delete(self, uri: str) -> None:
         """Delete the object at uri and everything under uri/ (a missing one is not an error)."""
 
