@@ -36,7 +36,9 @@ def answer_line_format(prompts, completions, tmvp_config, **kwargs):
 def answer_line_correct(prompts, completions, tmvp_config, answer=None, **kwargs):
     """1.0 when the `#### N` line holds the right number."""
     scores = []
-    for completion, acceptable in zip(completions, answer or [None] * len(completions)):
+    # MaxText's batches hold numpy arrays (one JSON string per completion), not lists.
+    answers = [None] * len(completions) if answer is None else list(answer)
+    for completion, acceptable in zip(completions, answers):
         golds = json.loads(acceptable) if acceptable else []
         guess = _final_answer(completion)
         scores.append(1.0 if guess is not None and any(_same_number(guess, g) for g in golds) else 0.0)
