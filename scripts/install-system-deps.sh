@@ -4,6 +4,8 @@
 #   - postgresql : the production store's tests (issue 3) start a throwaway server on loopback
 #   - chromium   : the dashboard's browser tests (Debian's build; no tool may download its own)
 #   - kubectl    : tests/deploy renders k8s/ with `kubectl kustomize` (kustomize >= 5 needed)
+#   - proot      : tests/podrun runs pods' containers as local processes with their volumes bound at
+#                  their mount paths (ptrace-based, no privileges or user namespaces needed)
 # Usage: scripts/install-system-deps.sh   (as root, or with sudo available)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,7 +14,7 @@ VENV="${RLJOB_VENV:-$ROOT/.venv}"
 SUDO=""
 if [[ "$(id -u)" != 0 ]]; then
   if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-    echo "install-system-deps: not root and no sudo; install postgresql and chromium yourself" >&2; exit 1
+    echo "install-system-deps: not root and no sudo; install postgresql, chromium and proot yourself" >&2; exit 1
   fi
 fi
 
@@ -20,6 +22,7 @@ missing=()
 # Debian's postgresql puts initdb/pg_ctl under /usr/lib/postgresql/<v>/bin, not on PATH.
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then missing+=(postgresql); fi
 if ! command -v chromium >/dev/null 2>&1; then missing+=(chromium); fi
+if ! command -v proot >/dev/null 2>&1; then missing+=(proot); fi
 if ((${#missing[@]})); then
   echo "install-system-deps: installing ${missing[*]}"
   $SUDO apt-get update -qq

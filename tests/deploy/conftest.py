@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from deploy_support import K8S, OVERLAYS, find_kubectl, render
+
+from tests.pg_server import postgres_url
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +22,10 @@ def kubectl() -> str:
 def rendered(kubectl: str) -> dict[str, list[dict]]:
     assert OVERLAYS, "k8s/overlays/ has no overlays"
     return {name: render(kubectl, K8S / "overlays" / name) for name in OVERLAYS}
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL for the gke overlay's service, which refuses SQLite outside dev."""
+    with postgres_url() as url:
+        yield url

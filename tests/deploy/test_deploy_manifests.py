@@ -10,6 +10,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 from deploy_support import GKE_MINOR, K8S, OVERLAYS, ROOT, one, render
+from env_scan import settings_env_names
 
 SCHEMAS = Path(__file__).parent / "schemas"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ResourceFlavor", "ClusterQueue"}
@@ -213,33 +214,11 @@ def test_trainer_pdb_selector_matches_launcher_labels(rendered):
     assert not missing, f"the launcher does not appear to set {missing} on trainer pods; align k8s/base/pdb-trainer.yaml"
 
 
-def _service_setting_env_names() -> set[str]:
-    """RLJOB_* names the service reads: every pydantic-settings class under service/ (env_prefix +
-    field name, upper-cased), found by AST so nothing is imported."""
-    import ast
-
-    names: set[str] = set()
-    for py in (ROOT / "service").rglob("*.py"):
-        for cls in (n for n in ast.walk(ast.parse(py.read_text())) if isinstance(n, ast.ClassDef)):
-            if not any(getattr(b, "id", getattr(b, "attr", None)) == "BaseSettings" for b in cls.bases):
-                continue
-            prefix = ""
-            for stmt in cls.body:
-                if isinstance(stmt, ast.Assign) and getattr(stmt.targets[0], "id", None) == "model_config":
-                    for kw in getattr(stmt.value, "keywords", []):
-                        if kw.arg == "env_prefix" and isinstance(kw.value, ast.Constant):
-                            prefix = kw.value.value
-            for stmt in cls.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    names.add((prefix + stmt.target.id).upper())
-    return names
-
-
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_rljob_setting_is_one_the_service_reads(rendered, overlay):
     """A misspelt or renamed setting is silently ignored by pydantic-settings (extra="ignore");
     catch it here instead of on the cluster."""
-    known = _service_setting_env_names()
+    known = set(settings_env_names(ROOT / "service"))
     if not known:
         pytest.skip("no pydantic-settings classes under service/ yet (issue 3)")
     objs = rendered[overlay]

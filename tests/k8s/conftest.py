@@ -53,6 +53,25 @@ def make_spec(accelerator: str = "v6e-8", chips_per_vm: int = 8, **extra: Any) -
     )
 
 
+def make_cpu_spec(**extra: Any) -> JobSpec:
+    """examples/tiny-cpu.yaml's hardware, with local paths under /data/rljob (a node directory)."""
+    return JobSpec.model_validate(
+        {
+            "name": "tiny-cpu",
+            "model": {"source": "/data/rljob/tiny/model", "dtype": "float32"},
+            "dataset": {"train_files": ["/data/rljob/tiny/data/train.jsonl"],
+                        "eval_files": ["/data/rljob/tiny/data/test.parquet"]},
+            "grpo": {"num_batches": 3, "num_test_batches": 1, "batch_size": 2, "num_generations": 2,
+                     "rewards": {"functions_path": "/data/rljob/tiny/length_reward.py",
+                                 "functions": ["completion_length_reward"]}},
+            "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax",
+                         "rollout_data_parallelism": 1, "rollout_tensor_parallelism": 1},
+            "output": "/data/rljob/runs",
+            **extra,
+        }
+    )
+
+
 def make_settings(**overrides: Any) -> K8sSettings:
     values: dict[str, Any] = {
         "namespace": NS,

@@ -18,7 +18,7 @@ from service.adapters.k8s import ACCELERATORS, ManifestError, UnsupportedAcceler
 from service.adapters.k8s.render import render_manifests, render_manifests_yaml
 from trainer.contract import NON_RETRYABLE_EXIT_CODES
 
-from .conftest import JOB_ID, make_settings, make_spec
+from .conftest import JOB_ID, make_cpu_spec, make_settings, make_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 GKE_MINOR = make_settings().gke_minor_version
@@ -30,14 +30,21 @@ CASES = {
 }
 
 
-def _settings():
-    # The goldens show the optional parts too: Kueue, priority class, node pool.
-    return make_settings(kueue_queue="tpu-queue", priority_class="rljob-batch", node_pool="tpu-pool-1")
+def _settings(**extra):
+    # The goldens show the optional parts too: Kueue, priority class, node pool (and, for cpu, a node directory).
+    return make_settings(kueue_queue="tpu-queue", priority_class="rljob-batch", node_pool="tpu-pool-1", **extra)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+def _golden_spec(case: str):
+    if case == "cpu":
+        return make_cpu_spec(team="ml-research")
+    return make_spec(**CASES[case], team="ml-research")
+
+
+@pytest.mark.parametrize("case", [*sorted(CASES), "cpu"])
 def test_golden_manifests(case: str) -> None:
-    text = render_manifests_yaml(make_spec(**CASES[case], team="ml-research"), JOB_ID, _settings())
+    extra = {"host_paths": ["/data/rljob"]} if case == "cpu" else {}
+    text = render_manifests_yaml(_golden_spec(case), JOB_ID, _settings(**extra))
     path = GOLDEN / f"{case}.yaml"
     if os.environ.get("RLJOB_UPDATE_GOLDEN") == "1":
         path.write_text(text)
@@ -68,6 +75,51 @@ def test_every_accelerator_renders_strictly_valid_manifests(accelerator: str, ku
     assert [d["kind"] for d in docs] == ["ConfigMap", "JobSet" if tpu.multi_host else "Job"]
     for doc in docs:
         validate_strict(doc)
+
+
+@pytest.mark.parametrize("kueue", [False, True])
+def test_cpu_job_renders_strictly_valid_manifests(kueue: bool) -> None:
+    docs = render_manifests(make_cpu_spec(), JOB_ID, make_settings(kueue_queue="q" if kueue else None,
+                                                                   host_paths=["/data/rljob"]))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Job"]
+    for doc in docs:
+        validate_strict(doc)
+
+
+def test_cpu_job_is_a_plain_job_sized_by_settings() -> None:
+    settings = make_settings(cpu_job_cpu="3", cpu_job_memory="12Gi", cpu_job_shm_size="2Gi", node_pool="tpu-pool",
+                             host_paths=["/data/rljob"])
+    job = render_manifests(make_cpu_spec(), JOB_ID, settings)[1]
+    pod = _pod(job)
+    (container,) = pod["containers"]
+    assert container["resources"] == {"requests": {"cpu": "3", "memory": "12Gi"}, "limits": {"cpu": "3", "memory": "12Gi"}}
+    assert "nodeSelector" not in pod and "tolerations" not in pod and "hostNetwork" not in pod
+    assert "google.com/tpu" not in str(job) and "gke-tpu" not in str(job)
+    assert next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
+    # The same failure semantics as a TPU job: 65/70/77 fail at once, disruptions do not count.
+    assert job["spec"]["podFailurePolicy"] == render_manifests(make_spec(), JOB_ID, make_settings())[1]["spec"]["podFailurePolicy"]
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (1, 1) and "completionMode" not in job["spec"]
+
+
+def test_local_paths_need_a_mounted_node_directory() -> None:
+    with pytest.raises(ManifestError, match=r"model.source=/data/rljob/tiny/model is a local path.*RLJOB_K8S_HOST_PATHS"):
+        render_manifests(make_cpu_spec(), JOB_ID, make_settings())
+    with pytest.raises(ManifestError, match=r"output=/data/rljob/runs is a local path.*mounted node directories: /data/rljob/tiny"):
+        render_manifests(make_cpu_spec(), JOB_ID, make_settings(host_paths=["/data/rljob/tiny"]))
+    pod = _pod(render_manifests(make_cpu_spec(), JOB_ID, make_settings(host_paths=["/data/rljob", "/srv"]))[1])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    assert volumes[mounts["/data/rljob"]]["hostPath"] == {"path": "/data/rljob", "type": "Directory"}
+    assert volumes[mounts["/srv"]]["hostPath"] == {"path": "/srv", "type": "Directory"}
+    # gs:// and Hub locations need nothing mounted.
+    assert render_manifests(make_spec(), JOB_ID, make_settings())[1]["kind"] == "Job"
+
+
+@pytest.mark.parametrize(("field", "value"), [("cpu_job_cpu", "two"), ("cpu_job_memory", "8 GB"),
+                                              ("host_paths", ["relative/dir"]), ("host_paths", ["/data/../etc"])])
+def test_settings_refuse_unusable_cpu_sizes_and_host_paths(field: str, value: object) -> None:
+    with pytest.raises(ValueError):
+        make_settings(**{field: value})
 
 
 def test_strict_validation_catches_an_unknown_field() -> None:

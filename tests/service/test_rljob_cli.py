@@ -154,6 +154,8 @@ def test_render_and_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     on_cpu = CliRunner().invoke(cli, ["render", str(spec)], catch_exceptions=False)
     assert on_cpu.exit_code in (1, 2) and "error:" in on_cpu.output  # a message, never a traceback
     monkeypatch.setenv("RLJOB_K8S_IMAGE", "registry.example/rljob/trainer:test")
+    # The spec's local paths reach a pod only through mounted node directories.
+    monkeypatch.setenv("RLJOB_K8S_HOST_PATHS", json.dumps(["/models", str(tmp_path)]))
     tpu = tmp_path / "tpu.yaml"
     body = yaml.safe_load(spec.read_text())
     body["hardware"] = {"accelerator": "v6e-8"}
@@ -206,7 +208,7 @@ def test_render_the_tutorial_and_clean_errors(tmp_path: Path, monkeypatch: pytes
     for args, expected in (
         (["render", str(bad)], "name: "),
         (["render", str(tmp_path / "missing.yaml")], "cannot read"),
-        (["render", str(on_cpu)], "has no Kubernetes mapping"),  # valid, but not for this backend
+        (["render", str(on_cpu)], "RLJOB_K8S_HOST_PATHS"),  # valid, but its local paths are not on the cluster
         (["submit", str(bad), "--dry-run"], "output: Field required"),
     ):
         result = CliRunner().invoke(cli, args, catch_exceptions=False)

@@ -6,6 +6,8 @@ single-host) and as two 4-chip VMs (ct6e-standard-4t, multi-host; xpk's default)
 and v5e-8 single-host, so the table pins the 8-chip machine type: a pod asking for 8 chips can
 never schedule on a 4-chip VM, and the machine-type selector makes that mismatch visible at once.
 v5p counts TensorCores in its name (2 per chip), so v5p-8 is 4 chips on one ct5p-hightpu-4t VM.
+
+`cpu` is not a TPU: it is one plain pod on any node, sized by settings (CpuHost, lookup_hardware).
 """
 
 from __future__ import annotations
@@ -80,6 +82,19 @@ _SLICES: tuple[TpuSlice, ...] = (
 )
 
 ACCELERATORS: dict[str, TpuSlice] = {s.name: s for s in _SLICES}
+CPU_ACCELERATOR = "cpu"
+
+
+@dataclass(frozen=True)
+class CpuHost:
+    """`hardware.accelerator: cpu`: a single pod with no TPU selector, toleration or google.com/tpu."""
+
+    name: str = CPU_ACCELERATOR
+    vms_per_slice: int = 1
+    multi_host: bool = False
+
+
+Hardware = TpuSlice | CpuHost
 
 
 def lookup_accelerator(name: str) -> TpuSlice:
@@ -88,6 +103,9 @@ def lookup_accelerator(name: str) -> TpuSlice:
     except KeyError:
         known = ", ".join(ACCELERATORS)
         raise UnsupportedAccelerator(
-            f"accelerator {name!r} has no Kubernetes mapping; use one of {known} "
-            "(or the local backend for cpu)"
+            f"accelerator {name!r} has no Kubernetes mapping; use one of {known}, or {CPU_ACCELERATOR}"
         ) from None
+
+
+def lookup_hardware(name: str) -> Hardware:
+    return CpuHost() if name == CPU_ACCELERATOR else lookup_accelerator(name)

@@ -1,8 +1,8 @@
 """Pure functions from (spec, job id, settings) to Kubernetes objects; no I/O, no YAML templates.
 
 Single-host slices become a batch/v1 Job; multi-host slices a JobSet (jobset.x-k8s.io/v1alpha2),
-returned as a dict because the kubernetes client has no model for that CRD. The spec travels in a
-ConfigMap the pod mounts read-only.
+returned as a dict because the kubernetes client has no model for that CRD; `hardware.accelerator: cpu`
+is a single-host Job too. The spec travels in a ConfigMap the pod mounts read-only.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from kubernetes.client import (
     V1PodFailurePolicyRule,
 )
 
-from trainer.contract import NON_RETRYABLE_EXIT_CODES, JobSpec
+from trainer.contract import NON_RETRYABLE_EXIT_CODES, JobSpec, location_kind
 
 from . import names
-from .accelerators import GKE_NODE_POOL_LABEL, TpuSlice, lookup_accelerator
+from .accelerators import GKE_NODE_POOL_LABEL, Hardware, TpuSlice, lookup_hardware
 from .errors import ManifestError
 from .pod_template import trainer_pod_template
 from .settings import K8sSettings
@@ -54,14 +54,37 @@ class Workload:
         return self.jobset["metadata"]["name"]
 
 
-def resolve_slice(spec: JobSpec) -> TpuSlice:
-    tpu = lookup_accelerator(spec.hardware.accelerator)
-    if spec.hardware.chips_per_vm != tpu.chips_per_vm:
+def resolve_hardware(spec: JobSpec) -> Hardware:
+    hw = lookup_hardware(spec.hardware.accelerator)
+    if isinstance(hw, TpuSlice) and spec.hardware.chips_per_vm != hw.chips_per_vm:
         raise ManifestError(
-            f"hardware.chips_per_vm={spec.hardware.chips_per_vm} does not match {tpu.name} on GKE "
-            f"({tpu.machine_type} has {tpu.chips_per_vm} chips per VM); set chips_per_vm: {tpu.chips_per_vm}"
+            f"hardware.chips_per_vm={spec.hardware.chips_per_vm} does not match {hw.name} on GKE "
+            f"({hw.machine_type} has {hw.chips_per_vm} chips per VM); set chips_per_vm: {hw.chips_per_vm}"
         )
-    return tpu
+    return hw
+
+
+def spec_local_paths(spec: JobSpec) -> list[tuple[str, str]]:
+    """(field, path) for every local path in the spec: what a pod can only see through a volume."""
+    rewards = spec.grpo.rewards
+    candidates = [("model.source", spec.model.source), ("model.tokenizer", spec.model.tokenizer),
+                  *(("dataset.train_files", f) for f in spec.dataset.train_files),
+                  *(("dataset.eval_files", f) for f in spec.dataset.eval_files),
+                  ("grpo.rewards.functions_path", rewards.functions_path), ("output", spec.output)]
+    return [(name, value.removeprefix("file://")) for name, value in candidates
+            if value and location_kind(value) == "local"]
+
+
+def check_local_paths(spec: JobSpec, settings: K8sSettings) -> None:
+    """A local path the pod cannot see would fail late (or, for `output`, lose the run): refuse it now."""
+    for name, path in spec_local_paths(spec):
+        if not any(path == root or path.startswith(root.rstrip("/") + "/") for root in settings.host_paths):
+            mounted = ", ".join(settings.host_paths) or "none"
+            raise ManifestError(
+                f"{name}={path} is a local path, which a pod on the cluster cannot see (mounted node directories: "
+                f"{mounted}); use gs:// or a Hugging Face Hub id, or, on a single-node dev cluster, mount the node "
+                "directory holding it with RLJOB_K8S_HOST_PATHS"
+            )
 
 
 def workload_labels(spec: JobSpec, job_id: str) -> dict[str, str]:
@@ -126,20 +149,20 @@ def build_spec_config_map(spec: JobSpec, job_id: str, settings: K8sSettings) -> 
     )
 
 
-def _job_spec(spec: JobSpec, job_id: str, tpu: TpuSlice, settings: K8sSettings, labels: dict[str, str]) -> V1JobSpec:
+def _job_spec(spec: JobSpec, job_id: str, hw: Hardware, settings: K8sSettings, labels: dict[str, str]) -> V1JobSpec:
     template = trainer_pod_template(
-        spec, job_id, tpu, settings, labels=labels, annotations=workload_annotations(spec)
+        spec, job_id, hw, settings, labels=labels, annotations=workload_annotations(spec)
     )
     job_spec = V1JobSpec(
-        parallelism=tpu.vms_per_slice,
-        completions=tpu.vms_per_slice,
+        parallelism=hw.vms_per_slice,
+        completions=hw.vms_per_slice,
         template=template,
         pod_failure_policy=pod_failure_policy(),
         # Never two trainers writing the same checkpoint directory: a replacement pod starts only
         # after the previous one is fully gone (also the only value allowed with podFailurePolicy).
         pod_replacement_policy="Failed",
     )
-    if tpu.multi_host:
+    if hw.multi_host:
         # One pod per VM with a stable index (TPU_WORKER_ID); any worker failing fails the slice and
         # the JobSet restarts all workers together, which is what JAX multi-host needs.
         job_spec.completion_mode = "Indexed"
@@ -161,10 +184,10 @@ def _top_level_labels(spec: JobSpec, job_id: str, settings: K8sSettings) -> dict
     return labels
 
 
-def build_trainer_job(spec: JobSpec, job_id: str, settings: K8sSettings, tpu: TpuSlice | None = None) -> V1Job:
-    tpu = tpu or resolve_slice(spec)
-    if tpu.multi_host:
-        raise ManifestError(f"{tpu.name} spans {tpu.vms_per_slice} VMs: it needs a JobSet (build_trainer_jobset)")
+def build_trainer_job(spec: JobSpec, job_id: str, settings: K8sSettings, hw: Hardware | None = None) -> V1Job:
+    hw = hw or resolve_hardware(spec)
+    if hw.multi_host:
+        raise ManifestError(f"{hw.name} spans {hw.vms_per_slice} VMs: it needs a JobSet (build_trainer_jobset)")
     return V1Job(
         api_version="batch/v1",
         kind="Job",
@@ -174,23 +197,23 @@ def build_trainer_job(spec: JobSpec, job_id: str, settings: K8sSettings, tpu: Tp
             labels=_top_level_labels(spec, job_id, settings),
             annotations=workload_annotations(spec),
         ),
-        spec=_job_spec(spec, job_id, tpu, settings, workload_labels(spec, job_id)),
+        spec=_job_spec(spec, job_id, hw, settings, workload_labels(spec, job_id)),
     )
 
 
 def build_trainer_jobset(
-    spec: JobSpec, job_id: str, settings: K8sSettings, tpu: TpuSlice | None = None
+    spec: JobSpec, job_id: str, settings: K8sSettings, hw: Hardware | None = None
 ) -> dict[str, Any]:
     # Imported here: render.py needs the serializer, and it depends on nothing else in this module.
     from .render import to_plain
 
-    tpu = tpu or resolve_slice(spec)
-    if not tpu.multi_host:
-        raise ManifestError(f"{tpu.name} is a single VM: use a batch/v1 Job (build_trainer_job)")
+    hw = hw or resolve_hardware(spec)
+    if not hw.multi_host:
+        raise ManifestError(f"{hw.name} is a single VM: use a batch/v1 Job (build_trainer_job)")
     labels = workload_labels(spec, job_id)
     job_template = {
         "metadata": {"labels": labels, "annotations": workload_annotations(spec)},
-        "spec": to_plain(_job_spec(spec, job_id, tpu, settings, labels)),
+        "spec": to_plain(_job_spec(spec, job_id, hw, settings, labels)),
     }
     jobset_spec: dict[str, Any] = {
         # Workers find each other through the JobSet's headless service by hostname.
@@ -231,8 +254,9 @@ def build_trainer_jobset(
 
 
 def build_workload(spec: JobSpec, job_id: str, settings: K8sSettings) -> Workload:
-    tpu = resolve_slice(spec)
+    hw = resolve_hardware(spec)
+    check_local_paths(spec, settings)
     config_map = build_spec_config_map(spec, job_id, settings)
-    if tpu.multi_host:
-        return Workload(config_map=config_map, job=None, jobset=build_trainer_jobset(spec, job_id, settings, tpu))
-    return Workload(config_map=config_map, job=build_trainer_job(spec, job_id, settings, tpu), jobset=None)
+    if hw.multi_host:
+        return Workload(config_map=config_map, job=None, jobset=build_trainer_jobset(spec, job_id, settings, hw))
+    return Workload(config_map=config_map, job=build_trainer_job(spec, job_id, settings, hw), jobset=None)

@@ -164,6 +164,39 @@ def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[
     )
 
 
+def fail_job_rule_match(job: Any, pod_list: list[Any]) -> str | None:
+    """The Job controller's FailJob verdict before it writes it: a failed attempt that matches a FailJob
+    podFailurePolicy rule (first matching rule decides, disruptions excluded) dooms the Job, so report it
+    failed now rather than "restarting" in the moment before the FailureTarget condition lands."""
+    rules = (job.spec.pod_failure_policy.rules or []) if job.spec and job.spec.pod_failure_policy else []
+    for pod in pods.newest_first(pod_list):
+        if not (pod.status and pod.status.phase == "Failed") or pods.disruption(pod) is not None:
+            continue
+        end = pods.ending(pod)
+        for index, rule in enumerate(rules):
+            if _rule_matches(rule, pod, end):
+                if rule.action != "FailJob":
+                    break
+                return (f"Container {names.TRAINER_CONTAINER} for pod {pod.metadata.namespace}/{pod.metadata.name} "
+                        f"failed with exit code {end.exit_code if end else '?'} matching FailJob rule at index {index}")
+    return None
+
+
+def _rule_matches(rule: Any, pod: Any, end: Ending | None) -> bool:
+    if rule.on_exit_codes is not None:
+        req = rule.on_exit_codes
+        if end is None or end.exit_code in (None, 0):
+            return False
+        if req.container_name not in (None, names.TRAINER_CONTAINER):
+            return False
+        return (end.exit_code in req.values) == (req.operator == "In")
+    for pattern in rule.on_pod_conditions or []:
+        cond = pods.condition(pod, pattern.type)
+        if cond is not None and cond.status == (pattern.status or "True"):
+            return True
+    return False
+
+
 def observe_job(job_id: str, job: Any | None, pod_list: list[Any], events: list[Any],
                 kueue_message: str | None = None) -> Observation:
     """A batch/v1 Job (single-host slice)."""
@@ -180,9 +213,11 @@ def observe_job(job_id: str, job: Any | None, pod_list: list[Any], events: list[
                            message=f"{object_name} completed", object_name=object_name)
     # FailureTarget comes first (pods still terminating), Failed after: the outcome is decided at either.
     failed = conds.get("Failed") or conds.get("FailureTarget")
+    if failed is None and (message := fail_job_rule_match(job, pod_list)) is not None:
+        failed = {"reason": "PodFailurePolicy", "message": message}
     if failed is not None:
         return _failure(job_id, object_name, failed, pod_list, backoff_limit=job.spec.backoff_limit,
-                        failed_count=status.failed, deadline_s=job.spec.active_deadline_seconds)
+                        failed_count=status.failed if status else None, deadline_s=job.spec.active_deadline_seconds)
     if job.spec.suspend:
         return _not_admitted(job_id, object_name, job.metadata.labels or {}, kueue_message)
     return _from_pods(job_id, object_name, pod_list, events, workers=job.spec.parallelism or 1)

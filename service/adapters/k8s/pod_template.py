@@ -1,9 +1,15 @@
-"""The trainer's pod template: shared by the single-host Job and every replicated Job of a JobSet."""
+"""The trainer's pod template: shared by the single-host Job and every replicated Job of a JobSet.
+
+A TPU pod is pinned to its slice's nodes (selectors, the TPU taint's toleration, google.com/tpu); a cpu
+pod asks only for CPU and memory (K8sSettings.cpu_job_*), so it schedules on any node. Both mount the
+node directories of K8sSettings.host_paths, so specs with local paths work on single-node dev clusters.
+"""
 
 from __future__ import annotations
 
 from kubernetes.client import (
     V1ConfigMapVolumeSource,
+    V1HostPathVolumeSource,
     V1Container,
     V1EmptyDirVolumeSource,
     V1EnvVar,
@@ -27,6 +33,7 @@ from .accelerators import (
     GKE_TOPOLOGY_LABEL,
     MACHINE_TYPE_LABEL,
     TPU_RESOURCE,
+    Hardware,
     TpuSlice,
 )
 from .errors import ManifestError
@@ -67,10 +74,32 @@ def _env(job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
     ]
 
 
+def _resources(hw: Hardware, settings: K8sSettings) -> V1ResourceRequirements:
+    if not isinstance(hw, TpuSlice):
+        cpu = {"cpu": settings.cpu_job_cpu, "memory": settings.cpu_job_memory}
+        return V1ResourceRequirements(requests=dict(cpu), limits=dict(cpu))
+    memory = settings.memory_request or hw.memory_request
+    return V1ResourceRequirements(
+        requests={"cpu": settings.cpu_request or hw.cpu_request, "memory": memory, TPU_RESOURCE: str(hw.chips_per_vm)},
+        # Extended resources need limit == request; memory limit == request keeps OOM deterministic.
+        limits={"memory": memory, TPU_RESOURCE: str(hw.chips_per_vm)},
+    )
+
+
+def host_path_volumes(settings: K8sSettings) -> list[tuple[V1Volume, V1VolumeMount]]:
+    """One hostPath volume per K8sSettings.host_paths entry, mounted at the same path."""
+    out = []
+    for i, path in enumerate(settings.host_paths):
+        name = f"host-{i}"
+        out.append((V1Volume(name=name, host_path=V1HostPathVolumeSource(path=path, type="Directory")),
+                    V1VolumeMount(name=name, mount_path=path)))
+    return out
+
+
 def trainer_pod_template(
     spec: JobSpec,
     job_id: str,
-    tpu: TpuSlice,
+    hw: Hardware,
     settings: K8sSettings,
     *,
     labels: dict[str, str],
@@ -78,21 +107,18 @@ def trainer_pod_template(
 ) -> V1PodTemplateSpec:
     if not settings.image:
         raise ManifestError("no trainer image configured: set RLJOB_K8S_IMAGE to the trainer image reference")
-    memory = settings.memory_request or tpu.memory_request
+    host = host_path_volumes(settings)
     container = V1Container(
         name=names.TRAINER_CONTAINER,
         image=settings.image,
         image_pull_policy=settings.image_pull_policy,
         command=trainer_command(job_id),
         env=_env(job_id, settings),
-        resources=V1ResourceRequirements(
-            requests={"cpu": settings.cpu_request or tpu.cpu_request, "memory": memory, TPU_RESOURCE: str(tpu.chips_per_vm)},
-            # Extended resources need limit == request; memory limit == request keeps OOM deterministic.
-            limits={"memory": memory, TPU_RESOURCE: str(tpu.chips_per_vm)},
-        ),
+        resources=_resources(hw, settings),
         volume_mounts=[
             V1VolumeMount(name="dshm", mount_path="/dev/shm"),
             V1VolumeMount(name="spec", mount_path=names.SPEC_MOUNT_DIR, read_only=True),
+            *(mount for _, mount in host),
         ],
         termination_message_policy="FallbackToLogsOnError",
     )
@@ -100,21 +126,26 @@ def trainer_pod_template(
         restart_policy="Never",  # required by podFailurePolicy; retries are the Job's, not the kubelet's
         service_account_name=settings.service_account,
         termination_grace_period_seconds=settings.termination_grace_s,
-        node_selector=node_selector(tpu, settings),
-        tolerations=[V1Toleration(key=TPU_RESOURCE, operator="Exists", effect="NoSchedule")],
+        node_selector=node_selector(hw, settings) if isinstance(hw, TpuSlice) else None,
+        tolerations=[V1Toleration(key=TPU_RESOURCE, operator="Exists", effect="NoSchedule")]
+        if isinstance(hw, TpuSlice) else None,
         priority_class_name=settings.priority_class,
         containers=[container],
         volumes=[
-            V1Volume(
-                name="dshm",
-                empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=settings.shm_size or tpu.shm_size),
-            ),
+            V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=_shm_size(hw, settings))),
             V1Volume(name="spec", config_map=V1ConfigMapVolumeSource(name=names.spec_configmap_name(job_id))),
+            *(volume for volume, _ in host),
         ],
     )
-    if tpu.multi_host:
+    if hw.multi_host:
         # GKE multi-host TPU slices talk over the host network (ICI setup, megascale); with host
         # networking, ClusterFirstWithHostNet keeps cluster DNS (the JobSet headless service).
         pod.host_network = True
         pod.dns_policy = "ClusterFirstWithHostNet"
     return V1PodTemplateSpec(metadata=V1ObjectMeta(labels=labels, annotations=annotations), spec=pod)
+
+
+def _shm_size(hw: Hardware, settings: K8sSettings) -> str:
+    if isinstance(hw, TpuSlice):
+        return settings.shm_size or hw.shm_size
+    return settings.cpu_job_shm_size

@@ -7,7 +7,9 @@ nothing here is read at import time.
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 
+from kubernetes.utils.quantity import parse_quantity
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -48,6 +50,15 @@ class K8sSettings(BaseSettings):
     cpu_request: str | None = Field(default=None, description="override the accelerator table's per-VM CPU request")
     memory_request: str | None = Field(default=None, description="override the per-VM memory request (= limit)")
     shm_size: str | None = Field(default=None, description="override the /dev/shm size")
+    # hardware.accelerator: cpu. requests == limits (Guaranteed QoS): the trainer is neither throttled
+    # below what it was scheduled for nor OOM-killed for memory it was promised.
+    cpu_job_cpu: str = Field(default="2", description="CPU request and limit of a cpu job's pod")
+    cpu_job_memory: str = Field(default="8Gi", description="memory request and limit of a cpu job's pod")
+    cpu_job_shm_size: str = Field(default="1Gi", description="/dev/shm of a cpu job's pod (counts against its memory)")
+    # Local paths in a spec (output, model, data) mean nothing to a pod unless the node's directory is
+    # mounted: each of these is mounted into trainer pods at the same path (hostPath). For single-node
+    # dev clusters (kind with extraMounts, minikube mount) where the service sees the same directory.
+    host_paths: list[str] = Field(default_factory=list, description="node directories mounted at the same path")
 
     # Talking to the API server.
     request_timeout_s: float = Field(default=30.0, gt=0)
@@ -64,6 +75,23 @@ class K8sSettings(BaseSettings):
         if not _DNS_LABEL.match(v):
             raise ValueError(f"{v!r} must be a DNS-1123 label")
         return v
+
+    @field_validator("cpu_job_cpu", "cpu_job_memory", "cpu_job_shm_size")
+    @classmethod
+    def _quantity(cls, v: str) -> str:
+        try:
+            parse_quantity(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not a Kubernetes quantity (e.g. 500m, 4, 16Gi)") from None
+        return v
+
+    @field_validator("host_paths")
+    @classmethod
+    def _absolute(cls, v: list[str]) -> list[str]:
+        for path in v:
+            if not PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
+                raise ValueError(f"{path!r} must be an absolute path without '..'")
+        return [str(PurePosixPath(p)) for p in v]
 
     @field_validator("gke_minor_version")
     @classmethod

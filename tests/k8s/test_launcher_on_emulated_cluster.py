@@ -1,0 +1,94 @@
+"""The launcher's view of workloads that the emulated controllers really run (tests/podrun), instead of
+statuses written by hand: the Job controller's conditions, the kubelet's pod statuses and events, the
+pod log endpoint. The trainer container runs a tiny fake command; the rest is the rendered manifest."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+
+import pytest
+
+from service.domain.launcher_port import ObservedState
+from tests.podrun.cluster import EmulatedCluster
+from tests.podrun.manifests import service_accounts, shared_dir, spec, workload
+
+from .conftest import JOB_ID
+
+pytestmark = pytest.mark.timeout(90)
+
+
+async def _start(cluster, tmp_path, command: list[str], **overrides) -> EmulatedCluster:
+    emu = EmulatedCluster(cluster.server, tmp_path / "node", install_defaults=False)
+    await emu.__aenter__()
+    for obj in [*service_accounts(), *workload(JOB_ID, command, **overrides)]:
+        await emu.create(obj)
+    return emu
+
+
+def _py(code: str, *args: str) -> list[str]:
+    return ["python", "-c", textwrap.dedent(code), *args]
+
+
+async def test_pending_running_succeeded_and_the_logs(cluster, make_launcher, recorder, tmp_path):
+    launcher = make_launcher()
+    launcher.start(recorder)
+    emu = await _start(cluster, tmp_path, _py("import time; print('step 1', flush=True); time.sleep(1.5); print('done')"))
+    try:
+        running = await recorder.wait_for(ObservedState.RUNNING)
+        assert running.object_name == f"job/{JOB_ID}" and JOB_ID in running.message
+        done = await recorder.wait_for(ObservedState.SUCCEEDED)
+        assert done.exit_code == 0
+        states = [o.state for o in recorder.seen]
+        assert set(states) <= {ObservedState.PENDING, ObservedState.RUNNING, ObservedState.SUCCEEDED}, states
+        lines = await asyncio.to_thread(lambda: list(launcher.logs(JOB_ID, follow=True)))
+        assert lines == ["step 1", "done"]
+    finally:
+        await asyncio.to_thread(launcher.stop)
+        await emu.__aexit__(None, None, None)
+
+
+async def test_a_non_retryable_exit_is_failed_with_its_exit_code(cluster, make_launcher, recorder, tmp_path):
+    launcher = make_launcher()
+    launcher.start(recorder)
+    emu = await _start(cluster, tmp_path, _py("import sys; print('bad spec', file=sys.stderr); sys.exit(65)"))
+    try:
+        failed = await recorder.wait_for(ObservedState.FAILED)
+        assert (failed.reason, failed.exit_code) == ("PodFailurePolicy", 65)
+        assert "not retried" in failed.message
+        assert ObservedState.RESTARTING not in [o.state for o in recorder.seen]
+    finally:
+        await asyncio.to_thread(launcher.stop)
+        await emu.__aexit__(None, None, None)
+
+
+SLOW_TO_STOP = """
+    import os, signal, sys, time
+    marker = os.path.join(sys.argv[1], 'started')
+    if os.path.exists(marker):
+        sys.exit(0)
+    open(marker, 'w').write('1')
+    def stop(*_):
+        time.sleep(1.5); sys.exit(143)  # a checkpoint being saved
+    signal.signal(signal.SIGTERM, stop)
+    time.sleep(60)
+"""
+
+
+async def test_an_eviction_is_restarting_not_failed(cluster, make_launcher, recorder, tmp_path):
+    shared = shared_dir(tmp_path)
+    launcher = make_launcher()
+    launcher.start(recorder)
+    emu = await _start(cluster, tmp_path, _py(SLOW_TO_STOP, str(shared)), host_paths=[str(shared)],
+                       job_spec=spec(output=str(shared / "runs")))
+    try:
+        running = await recorder.wait_for(ObservedState.RUNNING)
+        pod = running.message.split("(")[1].rstrip(")")
+        await emu.evict("rljob", pod, reason="TerminationByKubelet", message="Spot VM preempted")
+        restarting = await recorder.wait_for(ObservedState.RESTARTING)
+        assert restarting.reason == "TerminationByKubelet"
+        await recorder.wait_for(ObservedState.SUCCEEDED, timeout_s=30)
+        assert ObservedState.FAILED not in [o.state for o in recorder.seen]
+    finally:
+        await asyncio.to_thread(launcher.stop)
+        await emu.__aexit__(None, None, None)

@@ -1,0 +1,222 @@
+"""EmulatedCluster: kmock plus the controllers a real cluster runs, so that what the service creates runs.
+
+    async with EmulatedCluster(kmock, tmp_path) as cluster:   # kmock: the pytest fixture
+        ...  # create a Job through any client: its pods are created, scheduled and run as processes
+
+One event loop task reconciles, every `tick_s`: the JobSet controller (child Jobs), the Job controller
+(pods, counting, conditions, TTL), the garbage collector (objects whose controller owner is gone), and
+the node's scheduler and kubelet (kubelet.py). Decisions are the pure functions in job_controller.py and
+jobset_controller.py. Disruptions come from `evict()`: the DisruptionTarget condition and a graceful
+delete, as the Eviction API does (PodDisruptionBudgets are not consulted).
+With `tls=True`, pods reach the API over HTTPS with an automounted service-account token (api_tls.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import random
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kmock as kmock_lib
+
+from .api_tls import tls_front
+from .envvars import ApiAccess
+from .job_controller import TRACKING_FINALIZER, decide_job, is_finished, owned_by
+from .jobset_controller import decide_jobset
+from .kapi import KApi, now_iso, register_resources
+from .kubelet import Kubelet
+from .runner import PodRunner
+from .scheduling import Node
+
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes' generateName draws from
+
+
+def install_api_defaults(kmock: Any) -> None:
+    """What the API server stamps on create (uid, creationTimestamp); kmock stores bodies as sent."""
+
+    def stamp(request: Any) -> Any:
+        meta = request.data.get("metadata", {})
+        obj = kmock.objects[request.resource, request.namespace or meta.get("namespace"), meta["name"]]
+        if not obj.get("metadata", {}).get("uid"):
+            obj.patch({"metadata": {"uid": str(uuid.uuid4()), "creationTimestamp": meta.get("creationTimestamp") or now_iso()}})
+        return dict(obj.raw)
+
+    kmock[kmock_lib.action.CREATE] << 201 << stamp
+
+
+class EmulatedCluster:
+    def __init__(self, kmock: Any, work_dir: Path, *, node: Node | None = None, tls: bool = False,
+                 install_defaults: bool = True, tick_s: float = 0.05, pod_backoff_s: float = 0.2,
+                 restart_backoff_s: float = 0.5, retry_s: float = 0.5) -> None:
+        self.kmock, self.work_dir, self.node = kmock, work_dir, node or Node.local()
+        self.api = KApi(kmock)
+        self._tls, self._install_defaults = tls, install_defaults
+        self._tick_s, self._pod_backoff_s = tick_s, pod_backoff_s
+        self._restart_backoff_s, self._retry_s = restart_backoff_s, retry_s
+        self.kubelet: Kubelet | None = None
+        self.access: ApiAccess | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self.failure: BaseException | None = None
+
+    async def __aenter__(self) -> EmulatedCluster:
+        register_resources(self.kmock)
+        if self._install_defaults:
+            install_api_defaults(self.kmock)
+        if self._tls:
+            server = self.kmock.servers[0]
+            self.access = await self._stack.enter_async_context(tls_front(server.host, server.port))
+        self.kubelet = Kubelet(self.api, self.work_dir, self.node, access=self.access,
+                               restart_backoff_s=self._restart_backoff_s, retry_s=self._retry_s)
+        self.kmock[lambda req: req.subresource == "log"] << self.kubelet.serve_log
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        assert self._task is not None and self.kubelet is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        runners = list(self.kubelet.runners.values())
+        for runner in runners:
+            runner.terminate(grace_s=min(runner.grace_s, 5.0))
+        await asyncio.to_thread(lambda: [r.wait(10) for r in runners])
+        for runner in runners:
+            runner.cleanup()
+        await self._stack.aclose()
+        if self.failure is not None and exc[0] is None:
+            raise self.failure
+
+    # -- what tests call ------------------------------------------------------------------------------
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.api.create(obj)
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.api.get(kind, namespace, name)
+
+    def pods(self, namespace: str, **labels: str) -> list[dict[str, Any]]:
+        return [p for p in self.api.list("Pod", namespace)
+                if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())]
+
+    def runner(self, namespace: str, name: str) -> PodRunner | None:
+        assert self.kubelet is not None
+        return self.kubelet.runner(namespace, name)
+
+    async def evict(self, namespace: str, name: str, *, reason: str = "EvictionByEvictionAPI",
+                    message: str = "Eviction API: evicting", grace_s: float | None = None) -> None:
+        """Disrupt a pod: DisruptionTarget=True, then a graceful delete (SIGTERM, SIGKILL after the grace)."""
+        assert self.kubelet is not None
+        pod = self.get("Pod", namespace, name)
+        assert pod is not None, f"no pod {namespace}/{name}"
+        self.kubelet.set_condition(pod, {"type": "DisruptionTarget", "status": "True", "reason": reason,
+                                         "message": message, "lastTransitionTime": now_iso()})
+        if grace_s is not None:
+            self.kubelet.set_grace(pod, grace_s)
+        await self.kubelet.sync(self.api.list("Pod"))  # the condition lands before the deletion
+        await self.api.delete("Pod", namespace, name)
+
+    async def wait_for(self, check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.failure is not None:
+                raise self.failure
+            value = check()
+            if value:
+                return value
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+    # -- the reconcile loop ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self.kubelet is not None
+        try:
+            while True:
+                await self.reconcile_once()
+                errors = self.kubelet.errors()
+                if errors:
+                    raise errors[0]
+                self.kubelet.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.kubelet.wake.wait(), self._tick_s)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - surfaced by wait_for and on exit
+            self.failure = e
+
+    async def reconcile_once(self) -> None:
+        assert self.kubelet is not None
+        now = dt.datetime.now(dt.UTC)
+        for jobset in self.api.list("JobSet"):
+            await self._reconcile_jobset(jobset, now)
+        pods = self.api.list("Pod")
+        for job in self.api.list("Job"):
+            await self._reconcile_job(job, pods, now)
+        await self._collect_garbage()
+        await self.kubelet.sync(self.api.list("Pod"))
+
+    async def _reconcile_jobset(self, jobset: dict[str, Any], now: dt.datetime) -> None:
+        meta = jobset["metadata"]
+        children = [j for j in self.api.list("Job", meta["namespace"]) if owned_by(j, meta["uid"])]
+        d = decide_jobset(jobset, children, now=now)
+        for name in d.delete:
+            await self.api.delete("Job", meta["namespace"], name)
+        for name, suspend in d.suspend.items():
+            await self.api.patch("Job", meta["namespace"], name, {"spec": {"suspend": suspend}})
+        for job in d.create:
+            await self.api.create(job)
+        if d.status is not None:
+            await self.api.patch("JobSet", meta["namespace"], meta["name"], {"status": d.status})
+        if d.delete_jobset:
+            await self.api.delete("JobSet", meta["namespace"], meta["name"])
+
+    async def _reconcile_job(self, job: dict[str, Any], pods: list[dict[str, Any]], now: dt.datetime) -> None:
+        meta = job["metadata"]
+        ns = meta["namespace"]
+        d = decide_job(job, [p for p in pods if p["metadata"]["namespace"] == ns], now=now,
+                       new_suffix=lambda: "".join(random.choices(_SUFFIX_ALPHABET, k=5)),
+                       backoff_base_s=self._pod_backoff_s)
+        for name in d.delete:
+            await self.api.delete("Pod", ns, name)
+        for name in d.release:
+            await self.api.patch("Pod", ns, name, {"metadata": {"finalizers": []}})
+        for pod in d.create:
+            sa = pod["spec"].get("serviceAccountName") or "default"
+            if sa != "default" and self.api.get("ServiceAccount", ns, sa) is None:
+                await self.api.event(job, "Job", "FailedCreate", f'Error creating: pods "{meta["name"]}-" is forbidden: '
+                                     f'error looking up service account {ns}/{sa}: serviceaccount "{sa}" not found',
+                                     "Warning", component="job-controller")
+                d.status = None  # nothing was created: the next pass tries again
+                break
+            await self.api.create(pod)
+        for type_, reason, message in d.events:
+            await self.api.event(job, "Job", reason, message, type_, component="job-controller")
+        if d.status is not None:
+            await self.api.patch("Job", ns, meta["name"], {"status": d.status})
+        if d.delete_job:
+            await self.api.delete("Job", ns, meta["name"])
+
+    async def _collect_garbage(self) -> None:
+        """Owned objects whose controller is gone: child Jobs of a deleted JobSet, pods of a deleted Job."""
+        jobsets = {j["metadata"]["uid"] for j in self.api.list("JobSet")}
+        for job in self.api.list("Job"):
+            refs = [r for r in job["metadata"].get("ownerReferences") or [] if r.get("kind") == "JobSet"]
+            if refs and refs[0]["uid"] not in jobsets:
+                await self.api.delete("Job", job["metadata"]["namespace"], job["metadata"]["name"])
+        jobs = {j["metadata"]["uid"] for j in self.api.list("Job")}
+        for pod in self.api.list("Pod"):
+            refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"]
+            if not refs or refs[0]["uid"] in jobs:
+                continue
+            meta = pod["metadata"]
+            if not meta.get("deletionTimestamp"):
+                await self.api.delete("Pod", meta["namespace"], meta["name"])
+            elif TRACKING_FINALIZER in (meta.get("finalizers") or []) and is_finished(pod):
+                await self.api.patch("Pod", meta["namespace"], meta["name"], {"metadata": {"finalizers": []}})
