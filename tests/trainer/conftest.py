@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+CACHE_ENV = "RLJOB_CONVERSION_CACHE"
 TINY_EXAMPLE = REPO / "examples" / "tiny-cpu.yaml"
 TUTORIAL_EXAMPLE = REPO / "examples" / "tutorial-llama31-8b-v6e8.yaml"
 
@@ -38,6 +39,13 @@ def tiny_dir(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(out)], cwd=REPO, check=True,
                    env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
     return out
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory) -> dict[str, str]:
+    """Env for `trainer run`: one conversion cache for all slow trainer runs, so the tiny model is
+    converted once and every later run takes the cached checkpoint (the cache is tested for itself)."""
+    return {CACHE_ENV: str(tmp_path_factory.mktemp("shared") / "_cache" / "maxtext")}
 
 
 @pytest.fixture

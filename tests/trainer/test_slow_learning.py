@@ -29,7 +29,7 @@ STEPS = 5
 LEARNING_RATE = 0.003  # with this the target's rate saturates in about 5 steps on the tiny model
 
 
-def _run_arm(tiny: Path, out: Path, arm: str, reward_file: Path, function: str) -> dict:
+def _run_arm(tiny: Path, out: Path, arm: str, reward_file: Path, function: str, cache: dict[str, str]) -> dict:
     spec = yaml.safe_load(os.path.expandvars(TINY_EXAMPLE.read_text().replace("${RLJOB_TINY_DIR}", str(tiny))
                                              .replace("${RLJOB_OUTPUT}", str(out))))  # fmt: skip
     spec["name"] = f"control-{arm}"
@@ -45,7 +45,7 @@ def _run_arm(tiny: Path, out: Path, arm: str, reward_file: Path, function: str) 
     path.write_text(yaml.safe_dump(spec))
     job_id = f"rl-control{arm}0000"
     done = subprocess.run([sys.executable, "-m", "trainer", "run", "--spec", str(path), "--job-id", job_id],
-                          cwd=REPO, env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO)),
+                          cwd=REPO, env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), **cache),
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     layout = RunLayout(str(out), job_id)
@@ -55,7 +55,7 @@ def _run_arm(tiny: Path, out: Path, arm: str, reward_file: Path, function: str) 
 
 
 @pytest.fixture(scope="module")
-def control(tiny_dir, tmp_path_factory) -> dict:
+def control(tiny_dir, shared_cache, tmp_path_factory) -> dict:
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
@@ -69,8 +69,8 @@ def control(tiny_dir, tmp_path_factory) -> dict:
     (out / "target.py").write_text(lc.TARGET_REWARD_SOURCE.format(target=target))
     (out / "constant.py").write_text(lc.CONSTANT_REWARD_SOURCE)
     arms = {
-        "a": _run_arm(tiny_dir, out, "a", out / "target.py", "target_token_reward"),
-        "b": _run_arm(tiny_dir, out, "b", out / "constant.py", "constant_reward"),
+        "a": _run_arm(tiny_dir, out, "a", out / "target.py", "target_token_reward", shared_cache),
+        "b": _run_arm(tiny_dir, out, "b", out / "constant.py", "constant_reward", shared_cache),
     }
     prompts = lc.rollout_prompts(tokenizer, eval_q)
     rates = {"base": lc.target_rate(lc.sample_completions(model, prompts, per_prompt=8, seed=1), target)}

@@ -22,17 +22,17 @@ pytestmark = pytest.mark.slow
 SECRET = "hf_slowtest_SECRET_never_logged"
 
 
-def _env(tiny: Path, out: Path) -> dict[str, str]:
+def _env(tiny: Path, out: Path, cache: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ, RLJOB_TINY_DIR=str(tiny), RLJOB_OUTPUT=str(out), HF_TOKEN=SECRET,
-               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONPATH=str(REPO))
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONPATH=str(REPO), **cache)
     return env
 
 
 @pytest.fixture(scope="session")
-def restarted_run(tiny_dir, tmp_path_factory) -> dict:
+def restarted_run(tiny_dir, shared_cache, tmp_path_factory) -> dict:
     """`trainer run` killed (SIGKILL) once the first actor checkpoint exists, then run again to the end."""
     out = tmp_path_factory.mktemp("runs")
-    env = _env(tiny_dir, out)
+    env = _env(tiny_dir, out, shared_cache)
     cmd = [sys.executable, "-m", "trainer", "run", "--spec", str(TINY_EXAMPLE), "--job-id", "rl-slowtest0001"]
     layout = RunLayout(str(out), "rl-slowtest0001")
     first_checkpoint = Path(layout.actor_checkpoints) / "1"
