@@ -1,7 +1,8 @@
 """Server-Sent Events: a job's changes (/v1/jobs/{id}/events) and all of a team's (/v1/events).
 
 Every SSE `id` is the event-log seq, so a client that reconnects with `Last-Event-ID` gets exactly
-the events it missed. A job stream starts with a `snapshot` (the whole JobPublic, id = the job's
+the events it missed; a Last-Event-ID that is not a seq (negative, past 2^63-1, not a number) is
+refused with 422 before the stream starts, never mid-stream. A job stream starts with a `snapshot` (the whole JobPublic, id = the job's
 latest seq) unless it is a resumption, and ends once the job is terminal and one more read of the
 log came back empty. Every stream ends after `max_duration_s` at the latest; clients reconnect.
 """
@@ -22,7 +23,14 @@ from ..deps import CallerDep, RuntimeDep, VisibleJobDep
 
 router = APIRouter(tags=["events"])
 
-LastEventId = Annotated[int | None, Header(alias="Last-Event-ID", ge=0, description="resume after this seq")]
+MAX_EVENT_SEQ = 2**63 - 1  # event seqs are the store's signed 64-bit keys; a larger id cannot be one we sent
+LastEventId = Annotated[
+    int | None,
+    Header(
+        alias="Last-Event-ID", ge=0, le=MAX_EVENT_SEQ,
+        description="resume after this seq (an `id` this service sent); outside 0..2^63-1 it is refused with 422",
+    ),
+]  # fmt: skip
 MaxDuration = Annotated[float | None, Query(gt=0, le=86_400, description="end the stream after this many seconds")]
 BATCH = 500
 
