@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,15 +182,41 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict:
         if fields:
             reporter.eval_result(**fields)
 
+    log = ctx.work_dir / "logs" / "train.log"
     watcher.start()
     try:
-        ctx.run_command(command, ctx.work_dir / "logs" / "train.log", on_line=on_line)
+        ctx.run_command(command, log, on_line=on_line)
     finally:
-        watcher.stop()
+        metrics_warning = _final_metrics_read(watcher, log)
     final = latest_actor_step(layout)
     if final is None:
-        raise StageFailed(command.module, 0, ctx.work_dir / "logs" / "train.log", "no actor checkpoint was written")
-    return {"actor_step": final, "resumed_from_step": start_step, "checkpoint": f"{layout.actor_checkpoints}/{final}"}
+        raise StageFailed(command.module, 0, log, "no actor checkpoint was written")
+    outputs = {"actor_step": final, "resumed_from_step": start_step, "checkpoint": f"{layout.actor_checkpoints}/{final}"}
+    if metrics_warning:
+        outputs["warning"] = metrics_warning
+    return outputs
+
+
+def _final_metrics_read(watcher: TrainProgressWatcher, log: Path) -> str | None:
+    """Stop the TensorBoard watcher (its last read) without letting that read decide the stage.
+
+    Training has ended by now and its outcome is train_rl's exit and the checkpoint, not the metrics:
+    a storage error here would otherwise turn a finished stage into exit 77, or, raised in a `finally`,
+    replace the real failure of train_rl. It becomes a warning in the log and the stage's outputs.
+    """
+    try:
+        watcher.stop()
+    except Exception as e:  # noqa: BLE001 - any failure to read metrics; the stage keeps its own result
+        warning = (f"the final read of training metrics failed ({type(e).__name__}: {e}); progress may miss the "
+                   f"last steps, the checkpoint is unaffected")
+        print(f"rljob: warning: {warning}", file=sys.stderr)
+        try:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"rljob: warning: {warning}\n")
+        except OSError:
+            pass  # stderr has it
+        return warning
+    return None
 
 
 def run_export(ctx: JobContext) -> dict:
@@ -302,7 +329,7 @@ def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
                     uri = outputs[name]
                     reporter.artifact(f"{stage.value}.{name}", uri, _artifact_size(uri))
             write_marker(ctx.layout, stage, duration, outputs)  # last: the stage is done only now
-            reporter.stage_finished(stage, duration)
+            reporter.stage_finished(stage, duration, reason=outputs.get("warning"))
     except Exception as error:  # noqa: BLE001 - every failure becomes an exit code and a final event
         code = classify_failure(error)
         _publish_logs(ctx)

@@ -148,3 +148,50 @@ def test_a_gs_runs_scratch_dir_is_removed_and_a_local_run_dir_never(tmp_path, ti
     fake = FakeMaxText(layout, fail={"train_rl": StageFailed("train_rl", 1, Path("x.log"), "boom")})
     assert run_pipeline(_context(tmp_path, tiny_spec_dict, fake)) is ExitCode.NON_RETRYABLE
     assert Path(layout.root).is_dir() and Path(layout.events).exists()  # the local run dir is the work dir: kept
+
+
+@pytest.fixture
+def failing_tensorboard_listing(monkeypatch, layout):
+    """Every listing of the run's TensorBoard directory fails as an unreachable bucket would."""
+    from trainer.storage.local import LocalDirStore
+
+    tensorboard = f"{layout.rl_run}/tensorboard"
+    real_list = LocalDirStore.list
+    failed = []
+
+    def list_or_fail(self, uri):
+        if uri.startswith(tensorboard):
+            failed.append(uri)
+            raise StorageError(f"listing {uri}: 503 Service Unavailable")
+        return real_list(self, uri)
+
+    monkeypatch.setattr(LocalDirStore, "list", list_or_fail)
+    return failed
+
+
+def test_a_failed_final_metrics_read_leaves_a_finished_train_stage_finished(
+    tmp_path, tiny_spec_dict, layout, failing_tensorboard_listing, capsys
+):
+    fake = FakeMaxText(layout)
+    ctx = _context(tmp_path, tiny_spec_dict, fake)
+    no_verify = ctx.spec.model_copy(update={"export": ctx.spec.export.model_copy(update={"verify": False})})
+    assert run_pipeline(JobContext(**{**ctx.__dict__, "spec": no_verify})) == ExitCode.SUCCESS
+    assert failing_tensorboard_listing, "the final metrics read never happened"
+    outputs = json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]
+    assert outputs["actor_step"] == 3 and "final read of training metrics failed" in outputs["warning"]
+    train_done = [e for e in _events(layout) if e.type == "stage_finished" and e.stage == Stage.TRAIN]
+    assert len(train_done) == 1 and not train_done[0].skipped and "503" in train_done[0].reason
+    assert "rljob: warning: the final read of training metrics failed" in capsys.readouterr().err
+    assert _events(layout)[-1].ok
+
+
+def test_a_failed_final_metrics_read_does_not_hide_why_training_failed(
+    tmp_path, tiny_spec_dict, layout, failing_tensorboard_listing
+):
+    crash = StageFailed("train_rl", 1, Path("train.log"), "ValueError: bad shape")
+    ctx = _context(tmp_path, tiny_spec_dict, FakeMaxText(layout, fail={"train_rl": crash}))
+    assert run_pipeline(ctx) == ExitCode.NON_RETRYABLE  # not STORAGE from the metrics read
+    assert failing_tensorboard_listing
+    final = _events(layout)[-1]
+    assert final.exit_code == ExitCode.NON_RETRYABLE and final.failed_stage == Stage.TRAIN
+    assert "train_rl exited with 1" in final.message
