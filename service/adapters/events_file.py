@@ -7,6 +7,10 @@ the offset is applied after reading. The offset moves only when the job service 
 has folded. Only complete lines are consumed: a line the trainer is still writing is picked up on
 the next call. After a service restart the offsets are
 gone and the file is read from the start: the job service drops events by seq, so nothing repeats.
+
+A read takes at most `max_read_bytes`. A single line longer than that (a trainer bug: events are
+small JSON lines) would otherwise stop the offset for good; once its end is in the file it is
+stepped over, reported in the batch (the job's message says so), and reading goes on after it.
 """
 
 from __future__ import annotations
@@ -18,27 +22,31 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.domain.models import JobRecord
-from service.domain.ports import ProgressBatch
+from service.domain.ports import ProgressBatch, SkippedLine
 from trainer.contract import RunLayout, TrainerEvent, location_kind, parse_event
 from trainer.storage import StorageError, store_for
 
 log = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 4 * 1024 * 1024  # per call, so one huge file cannot stall the poller
+_SCAN_CHUNK_BYTES = 1024 * 1024  # looking for the end of an over-long line, this much at a time
 
 
 class EventsFileReader:
-    def __init__(self) -> None:
+    def __init__(self, max_read_bytes: int = MAX_READ_BYTES) -> None:
+        self.max_read_bytes = max_read_bytes
         self._offsets: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def read_new(self, record: JobRecord) -> ProgressBatch:
-        """Whole lines past the committed offset, at most MAX_READ_BYTES; the offset moves on commit()."""
+        """Whole lines past the committed offset, at most max_read_bytes; the offset moves on commit()."""
         uri = RunLayout(record.spec["output"], record.id).events
         with self._lock:
             offset = self._offsets.get(record.id, 0)
         data, more = self._read_from(uri, offset)
         end = data.rfind(b"\n") + 1  # only whole lines
+        if end == 0 and more:
+            return self._step_over_long_line(record.id, uri, offset)
         events: list[TrainerEvent] = []
         for line in data[:end].splitlines():
             if not line.strip():
@@ -59,24 +67,58 @@ class EventsFileReader:
         with self._lock:
             self._offsets.pop(job_id, None)
 
-    @staticmethod
-    def _read_from(uri: str, offset: int) -> tuple[bytes, bool]:
-        """(up to MAX_READ_BYTES from offset, whether the file goes on past them)."""
+    def _step_over_long_line(self, job_id: str, uri: str, offset: int) -> ProgressBatch:
+        """The line at `offset` is longer than one read: skip it once it is complete."""
+        line_end = self._line_end(uri, offset + self.max_read_bytes)
+        if line_end is None:  # still being written: look again on the next call
+            return ProgressBatch(job_id, [], end=offset, more=False)
+        skipped = SkippedLine(uri=uri, offset=offset, size_bytes=line_end - offset, limit_bytes=self.max_read_bytes)
+        log.warning(
+            "job %s: skipped an event line of %d bytes at byte %d of %s (over the %d-byte read limit)",
+            job_id, skipped.size_bytes, offset, uri, self.max_read_bytes,
+        )  # fmt: skip
+        return ProgressBatch(job_id, [], end=line_end, more=True, skipped=(skipped,))
+
+    def _read_from(self, uri: str, offset: int) -> tuple[bytes, bool]:
+        """(up to max_read_bytes from offset, whether the file goes on past them)."""
+        limit = self.max_read_bytes
         if location_kind(uri) == "local":
             path = Path(uri.removeprefix("file://"))
             try:
                 with path.open("rb") as f:
                     f.seek(offset)
-                    data = f.read(MAX_READ_BYTES + 1)
+                    data = f.read(limit + 1)
             except FileNotFoundError:
                 return b"", False  # the trainer has not written anything yet
-            return data[:MAX_READ_BYTES], len(data) > MAX_READ_BYTES
+            return data[:limit], len(data) > limit
+        data = self._read_object(uri)
+        return data[offset : offset + limit], len(data) > offset + limit
+
+    def _line_end(self, uri: str, start: int) -> int | None:
+        """The offset just past the first newline at or after `start`; None if there is none yet."""
+        if location_kind(uri) != "local":
+            newline = self._read_object(uri).find(b"\n", start)  # a second download, for a rare trainer bug
+            return None if newline < 0 else newline + 1
+        try:
+            with Path(uri.removeprefix("file://")).open("rb") as f:
+                f.seek(start)
+                position = start
+                while chunk := f.read(_SCAN_CHUNK_BYTES):
+                    newline = chunk.find(b"\n")
+                    if newline >= 0:
+                        return position + newline + 1
+                    position += len(chunk)
+        except FileNotFoundError:
+            pass
+        return None
+
+    @staticmethod
+    def _read_object(uri: str) -> bytes:
         try:
             store = store_for(uri)
             if not store.exists(uri):
-                return b"", False
-            data = store.read_bytes(uri)
+                return b""
+            return store.read_bytes(uri)
         except StorageError as e:
             log.warning("cannot read %s: %s", uri, e)
-            return b"", False
-        return data[offset : offset + MAX_READ_BYTES], len(data) > offset + MAX_READ_BYTES
+            return b""

@@ -23,7 +23,7 @@ import logging
 import secrets
 import string
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trainer.contract import ExitCode, JobSpec, TrainerEvent, describe_exit_code
@@ -36,8 +36,8 @@ from .launcher_port import JobLauncher, Observation, ObservedState, StatusMirror
 from .learning_health import HealthPolicy
 from .models import Caller, JobRecord, SamplesPublic
 from .phases import CANCELLABLE, JobPhase, transition
-from .ports import Clock, JobStore, JobTx, ProgressSource, RunFiles, utc_now
-from .progress import fold_events, fold_manifest
+from .ports import Clock, JobStore, JobTx, ProgressSource, RunFiles, SkippedLine, utc_now
+from .progress import fold_events, fold_manifest, note_skipped_lines
 from .recovery import RecoveryMixin
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 
@@ -222,17 +222,18 @@ class JobService(RecoveryMixin, HealthMixin):
             if record is None or record.phase.is_terminal():
                 return
             batch = self.progress.read_new(record)
-            if batch.events:
-                self._mutate(job_id, functools.partial(self._fold, events=batch.events))
+            if batch.events or batch.skipped:
+                self._mutate(job_id, functools.partial(self._fold, events=batch.events, skipped=batch.skipped))
             self.progress.commit(batch)
             if not batch.more:
                 return
         log.warning("job %s: events still unread after %d reads; the poller continues", job_id, MAX_DRAIN_READS)
 
-    def _fold(self, rec: JobRecord, tx: JobTx, *, events: list[TrainerEvent]) -> None:
+    def _fold(self, rec: JobRecord, tx: JobTx, *, events: list[TrainerEvent], skipped: Sequence[SkippedLine]) -> None:
         if rec.phase.is_terminal():
             return  # late events never touch a finished job
         changes = fold_events(rec, events)
+        changes.log.extend(note_skipped_lines(rec, skipped).log)
         now = self.clock()
         for point in changes.points:
             tx.add_metric_point(rec.id, point)

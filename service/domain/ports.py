@@ -78,14 +78,26 @@ class JobStore(Protocol):
 
 
 @dataclass(frozen=True)
+class SkippedLine:
+    """An events-file line longer than the reader takes at once: stepped over so progress goes on."""
+
+    uri: str
+    offset: int  # where the line starts in the file
+    size_bytes: int
+    limit_bytes: int
+
+
+@dataclass(frozen=True)
 class ProgressBatch:
     """Events read past a job's committed position; `end` is where the next read starts once
-    they are folded (ProgressSource.commit). `more`: the read stopped at its size cap."""
+    they are folded (ProgressSource.commit). `more`: the read stopped at its size cap.
+    `skipped`: over-long lines this read stepped over (the job's message says so)."""
 
     job_id: str
     events: list[TrainerEvent] = field(default_factory=list)
     end: int = 0
     more: bool = False
+    skipped: tuple[SkippedLine, ...] = ()
 
 
 class ProgressSource(Protocol):

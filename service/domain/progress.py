@@ -13,6 +13,7 @@ terminal phase: it turns the artifacts the events announced into sizes, file cou
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from trainer.contract import (
 
 from .learning_health import TrainStepSummary, push_step
 from .models import JobRecord, MetricPoint
+from .ports import SkippedLine
 
 # Metrics that JobPublic.metrics shows; everything else stays in the time series only.
 HEADLINE_METRICS = ("reward_mean", "reward_std", "kl", "loss")
@@ -50,6 +52,20 @@ def fold_events(record: JobRecord, events: list[TrainerEvent]) -> ProgressChange
             continue  # duplicate, or a file that belongs to another job: never applied twice
         record.last_trainer_seq = event.seq
         _fold_one(record, event, changes)
+    return changes
+
+
+def note_skipped_lines(record: JobRecord, skipped: Sequence[SkippedLine]) -> ProgressChanges:
+    """Say in the job's message that events were lost: its curves or artifacts may have a gap."""
+    changes = ProgressChanges()
+    for line in skipped:
+        message = (
+            f"skipped a {line.size_bytes}-byte line at byte {line.offset} of {line.uri}: longer than the "
+            f"service reads at once ({line.limit_bytes} bytes); progress continues after it, but that event "
+            "is missing. Trainer events are small JSON lines: report this trainer bug with the file."
+        )
+        record.message = message
+        changes.log.append(("message", {"message": message, "reason": "EventLineTooLong"}))
     return changes
 
 
