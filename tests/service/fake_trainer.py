@@ -10,6 +10,9 @@ continuing across reruns in the same run dir) and behaves as the spec's labels s
 Every start appends a line to <run dir>/starts, so tests can count executions. Like the trainer, each
 train step reports the signal fraction (half the prompts) and writes a samples file
 (<run dir>/samples/train-<step>.json) whose first completion is long and holds a terminal escape.
+Like the trainer, a rerun in the same run dir resumes: a stage whose completion marker an earlier
+attempt wrote is skipped ("completed by an earlier attempt"), and training goes on after the newest
+step under the actor checkpoint directory (one written per step, before the gate).
 """
 
 from __future__ import annotations
@@ -98,33 +101,61 @@ def main() -> int:
     events = Events(Path(layout.events), args.job_id)
     attempt = len((root / "starts").read_text().splitlines())
     events.emit(RunStarted, attempt=attempt, run_uri=layout.root)
-    events.emit(StageStarted, stage=Stage.CONVERT)
-    events.emit(StageFinished, stage=Stage.CONVERT, duration_s=0.01, skipped=attempt > 1)
+    if not skip_if_done(layout, events, Stage.CONVERT):
+        events.emit(StageStarted, stage=Stage.CONVERT)
+        finish(layout, events, Stage.CONVERT, duration_s=0.01)
+    if not skip_if_done(layout, events, Stage.TRAIN):
+        exit_code = train(layout, events, labels)
+        if exit_code:
+            return exit_code
+    if not skip_if_done(layout, events, Stage.EXPORT):
+        events.emit(StageStarted, stage=Stage.EXPORT)
+        (root / "hf").mkdir(exist_ok=True)
+        (root / "hf" / "model.safetensors").write_bytes(b"weights")
+        events.emit(ArtifactWritten, name="hf_model", uri=layout.export_dir, size_bytes=7)
+        finish(layout, events, Stage.EXPORT, duration_s=0.01)
+    events.emit(RunFinished, ok=True, exit_code=ExitCode.SUCCESS)
+    return 0
+
+
+def skip_if_done(layout: RunLayout, events: Events, stage: Stage) -> bool:
+    if not Path(layout.stage_marker(stage)).exists():
+        return False
+    events.emit(StageFinished, stage=stage, duration_s=0.0, skipped=True, reason="completed by an earlier attempt")
+    return True
+
+
+def finish(layout: RunLayout, events: Events, stage: Stage, *, duration_s: float) -> None:
+    marker = Path(layout.stage_marker(stage))
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"stage": stage.value, "duration_s": duration_s, "outputs": {}}))
+    events.emit(StageFinished, stage=stage, duration_s=duration_s)
+
+
+def train(layout: RunLayout, events: Events, labels: dict[str, str]) -> int:
+    """Steps after the newest checkpoint; returns the fake-exit code (0: the stage finished)."""
+    root, checkpoints = Path(layout.root), Path(layout.actor_checkpoints)
     events.emit(StageStarted, stage=Stage.TRAIN)
     steps = int(labels.get("fake-steps", "3"))
-    exit_code = int(labels.get("fake-exit", "0"))
-    for step in range(1, steps + 1):
+    resumed = max((int(p.name) for p in checkpoints.glob("*") if p.name.isdigit()), default=0)
+    for step in range(resumed + 1, steps + 1):
         write_samples(layout, step)  # before the event, as the trainer does
         events.emit(
             TrainStep, step=step, total_steps=steps, reward_mean=0.1 * step, reward_std=0.05, kl=0.01 * step,
             loss=1.0 / step, metrics={"learning_rate": 3e-6, SIGNAL_METRIC: 0.5},
         )  # fmt: skip
+        (checkpoints / str(step)).mkdir(parents=True, exist_ok=True)
         if step == 1 and labels.get("fake-gate") == "true":
             print("waiting for the gate file", flush=True)
             while not (root / "gate").exists():
                 time.sleep(0.02)
+    exit_code = int(labels.get("fake-exit", "0"))
     if exit_code:
         print("fake failure in train", file=sys.stderr, flush=True)
         events.emit(RunFinished, ok=False, exit_code=exit_code, message="fake failure in train", failed_stage=Stage.TRAIN)
         return exit_code
     events.emit(EvalResult, step=steps, accuracy=0.5, metrics={"pass_at_1": 0.5})
-    events.emit(StageFinished, stage=Stage.TRAIN, duration_s=0.05)
-    events.emit(StageStarted, stage=Stage.EXPORT)
-    (root / "hf").mkdir(exist_ok=True)
-    (root / "hf" / "model.safetensors").write_bytes(b"weights")
-    events.emit(ArtifactWritten, name="hf_model", uri=layout.export_dir, size_bytes=7)
-    events.emit(StageFinished, stage=Stage.EXPORT, duration_s=0.01)
-    events.emit(RunFinished, ok=True, exit_code=ExitCode.SUCCESS)
+    finish(layout, events, Stage.TRAIN, duration_s=0.05)
     return 0
 
 

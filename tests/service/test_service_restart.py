@@ -16,6 +16,7 @@ from service.adapters.local import procs
 from service.app import create_app
 from service.config import Settings
 from service.domain.phases import JobPhase
+from trainer.contract import parse_event
 
 AUTH = {"Authorization": f"Bearer {TOKEN_A}"}
 
@@ -55,6 +56,31 @@ def _phase_log(client: TestClient, job_id: str) -> list[str]:
     with client.stream("GET", f"/v1/jobs/{job_id}/events", headers={**AUTH, "Last-Event-ID": "0"}) as response:
         datas = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
     return [d["data"]["phase"] for d in datas if d["kind"] == "phase"]
+
+
+def _attempts(run_root: Path) -> list[list]:
+    """The run's events.jsonl split at each run_started: one list of events per trainer start."""
+    attempts: list[list] = []
+    for line in (run_root / "events.jsonl").read_text().splitlines():
+        event = parse_event(line)
+        if event.type == "run_started":
+            attempts.append([])
+        attempts[-1].append(event)
+    return attempts
+
+
+def test_restart_after_the_trainer_died_fails_clearly_when_resumes_are_used_up(settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
+    settings = _settings(settings_factory, max_resumes=0)
+    with running_service(settings) as client:
+        job_id = _submit_gated(client, tmp_path)
+        pid = _pid(client, job_id)
+    procs.signal_group(pid, signal.SIGKILL)
+    wait_until(lambda: procs.group_members(pid) == [])
+    with running_service(settings) as client:
+        job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
+        assert job["phase"] == "FAILED" and job["failure"]["reason"] == "ResumeLimit"
+        assert "without recording an exit code" in job["message"] and "submit the job again" in job["message"]
+    assert len((_run_root(tmp_path, job_id) / "starts").read_text().splitlines()) == 1
 
 
 def test_job_runs_to_success_with_progress_visible(settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
@@ -123,18 +149,15 @@ def test_restart_after_the_trainer_died_resumes_it_once(settings_factory, tmp_pa
         job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
         assert job["attempt"] == 2 and job["stage_times"]["convert"]["skipped"] is True
         assert _phase_log(client, job_id) == ["QUEUED", "LAUNCHING", "RUNNING", "LAUNCHING", "RUNNING", "SUCCEEDED"]
+        points = client.get(f"/v1/jobs/{job_id}/metrics", headers=AUTH).json()["points"]
+        assert [p["step"] for p in points if p["kind"] == "train"] == [1, 2]  # each step once, across attempts
     assert len((_run_root(tmp_path, job_id) / "starts").read_text().splitlines()) == 2
+    # The stand-in skips a stage only on its marker and trains on after its newest checkpoint, as the
+    # trainer does: so the relaunch ran in the first attempt's run directory and resumed from it.
+    first, second = _attempts(_run_root(tmp_path, job_id))
+    assert [e.step for e in first if e.type == "train_step"] == [1]
+    assert not any(e.type == "stage_started" and e.stage == "convert" for e in second)
+    convert = [e for e in second if e.type == "stage_finished" and e.stage == "convert"]
+    assert len(convert) == 1 and convert[0].skipped and convert[0].reason == "completed by an earlier attempt"
+    assert [e.step for e in second if e.type == "train_step"] == [2]
 
-
-def test_restart_after_the_trainer_died_fails_clearly_when_resumes_are_used_up(settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
-    settings = _settings(settings_factory, max_resumes=0)
-    with running_service(settings) as client:
-        job_id = _submit_gated(client, tmp_path)
-        pid = _pid(client, job_id)
-    procs.signal_group(pid, signal.SIGKILL)
-    wait_until(lambda: procs.group_members(pid) == [])
-    with running_service(settings) as client:
-        job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
-        assert job["phase"] == "FAILED" and job["failure"]["reason"] == "ResumeLimit"
-        assert "without recording an exit code" in job["message"] and "submit the job again" in job["message"]
-    assert len((_run_root(tmp_path, job_id) / "starts").read_text().splitlines()) == 1
