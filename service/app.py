@@ -26,6 +26,7 @@ from service.domain.job_service import JobService
 from service.domain.launcher_port import JobLauncher
 from service.domain.ports import Clock, JobStore, ProgressSource, RunFiles, utc_now
 from service.domain.tokens import TokenService
+from service.logging_config import configure_logging
 from service.runtime import ChangeNotifier, Supervisor
 
 from .api.deps import Runtime
@@ -115,5 +116,8 @@ def _mount_dashboard(app: FastAPI) -> None:
 
 def create_app_from_env() -> FastAPI:
     """Zero-argument factory for `uvicorn service.app:create_app_from_env --factory` (docker/service.Dockerfile):
-    settings from the environment the Deployment gives (ConfigMap, Secret), validated as `rljob serve` does."""
-    return create_app(Settings())
+    settings from the environment the Deployment gives (ConfigMap, Secret), validated as `rljob serve` does.
+    It configures the process's logging as `rljob serve` does: this is the container's entrypoint."""
+    settings = Settings()
+    configure_logging(secrets=[settings.bootstrap_token.get_secret_value()] if settings.bootstrap_token else [])
+    return create_app(settings)

@@ -76,6 +76,7 @@ def register(app: typer.Typer, console: Console) -> None:
 
         from service.app import create_app
         from service.domain.tokens import generate_token
+        from service.logging_config import configure_logging
 
         base = _settings(host=host, port=port, state_dir=state_dir, database_url=database_url, launcher=launcher,
                          max_concurrent_jobs=max_concurrent_jobs)
@@ -89,7 +90,9 @@ def register(app: typer.Typer, console: Console) -> None:
         console.print(f"dashboard: [bold]{url}/ui/[/] (sign in with the token below)")
         console.print(f"local API token for team [bold]{settings.bootstrap_team}[/]: [bold]{token}[/]")
         console.print(f"  export RLJOB_URL={url} RLJOB_TOKEN={token}   (also written to {client_file})")
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+        configure_logging(secrets=[token])  # before the app exists: its start-up (recovery) logs at INFO
+        # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", log_config=None)
 
     @token_app.command("create")
     @handles_errors
