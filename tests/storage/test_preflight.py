@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from trainer.storage.preflight import preflight
 
 from .conftest import FAST_RETRY, client_for
 from .fault_proxy import ForbiddingProxy
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_missing_bucket_names_the_bucket_and_the_fix(gcs: GcsStore):
@@ -114,3 +117,55 @@ def test_trainer_run_stops_before_any_stage_on_a_missing_bucket(emulator, tmp_pa
     assert code == 77
     assert "bucket rljob-missing-bucket does not exist" in captured.err
     assert "stage_started" not in captured.out
+
+
+# The tiny test model's config.json: a checkpoint the trainer accepts, so nothing but the preflight
+# stands between a run and its first stage.
+TINY_LLAMA_CONFIG = {
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "head_dim": 16,
+    "vocab_size": 128256, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "hidden_act": "silu",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("denied", "says"),
+    [
+        # A read-only bucket (a viewer role): not even the probe can be created.
+        ("storage.objects.create", "is not writable: permission storage.objects.create denied on bucket"),
+        # Create-only (a retention policy or objectCreator): Orbax would fail at its first cleanup, hours in.
+        ("storage.objects.delete", "is not fully writable: permission storage.objects.delete denied on bucket"),
+    ],
+)
+def test_trainer_run_on_a_bucket_it_cannot_write_exits_77_before_any_stage(emulator, bucket, gcs, tmp_path,
+                                                                          denied, says):
+    """`python -m trainer run` as the launcher starts it, its output bucket behind a proxy that answers
+    403 for one permission: exit 77 with the fix in stderr, and nothing run or written past the probe."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(TINY_LLAMA_CONFIG))
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps({
+        "name": "read-only-output", "model": {"source": str(model)}, "output": f"gs://{bucket}/runs",
+        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+    }))
+    work = tmp_path / "work"
+    deny = lambda permission, b: b == bucket and permission == denied  # noqa: E731
+    with ForbiddingProxy(emulator.port, deny) as proxy:
+        env = dict(os.environ, STORAGE_EMULATOR_HOST=proxy.url, TENSORSTORE_GCS_HTTP_URL=proxy.url,
+                   RLJOB_WORK_DIR=str(work), PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+        done = subprocess.run([sys.executable, "-m", "trainer", "run", "--spec", str(spec_file),
+                               "--job-id", "rl-readonlyrun1"], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=120)
+        denied_requests = list(proxy.denied_requests)
+    assert done.returncode == 77, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"storage problem: output location gs://{bucket}/runs/rl-readonlyrun1 {says} {bucket}" in done.stderr
+    assert "roles/storage.objectAdmin" in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""  # no progress event: the run never started, let alone a stage
+    assert not work.exists()  # nor was scratch space made for one
+    assert len(denied_requests) == 1, denied_requests  # the write probe, and no later write was tried
+    left = [o.uri for o in gcs.list(f"gs://{bucket}/")]
+    if denied == "storage.objects.create":
+        assert left == []  # no spec.json, events.jsonl or manifest: the bucket is as it was
+    else:
+        assert len(left) == 1 and "/.rljob-probe-" in left[0] and left[0] in done.stderr  # named for cleanup
