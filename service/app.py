@@ -29,6 +29,7 @@ from service.domain.tokens import TokenService
 from service.logging_config import configure_logging
 from service.runtime import ChangeNotifier, Supervisor
 
+from .api.body_limit import BodyLimitMiddleware
 from .api.deps import Runtime
 from .api.errors import install_error_handlers
 from .api.log_follow import LogFollowers
@@ -93,12 +94,12 @@ def create_app(
         version="1",
         description="Submit and watch GRPO post-training jobs. Authenticate with `Authorization: Bearer <token>`.",
         lifespan=lifespan,
-        max_body_size=settings.max_body_bytes,
     )
     app.state.metrics = metrics
     app.state.runtime = None
     install_error_handlers(app)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.include_router(health.router)
     app.include_router(jobs.router)
     app.include_router(events.router)

@@ -1,23 +1,81 @@
 """Maps domain exceptions to HTTP responses: the one place status codes for errors are chosen.
 
-Bodies are `{"detail": ...}` like FastAPI's own; validation errors list every bad field with its
-location and reason, without echoing the submitted value back (it may be huge or hostile).
-Unexpected errors become a 500 with a request id and no traceback; the traceback goes to the log.
+Bodies are `{"detail": ...}` like FastAPI's own (ErrorPublic); validation errors list every bad field
+with its location and reason (ValidationErrorPublic), without echoing the submitted value back (it
+may be huge or hostile). Unexpected errors become a 500 with a request id and no traceback; the
+traceback goes to the log. `error_responses()` declares in the OpenAPI schema the errors a route
+can really return, with these bodies and headers, so a generated client knows them.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 
 from service.domain import errors as e
 
 log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 2
+
+
+class ErrorPublic(BaseModel):
+    """Every error response but a validation error."""
+
+    detail: str = Field(description="what went wrong and what to do next")
+
+
+class FieldProblem(BaseModel):
+    loc: list[str | int] = Field(description="where: body/query/path/header, then the field's path")
+    msg: str = Field(description="why the value was refused")
+    type: str = Field(description="machine-readable kind, e.g. missing, string_pattern_mismatch")
+
+
+class ValidationErrorPublic(BaseModel):
+    """422: every bad field at once."""
+
+    detail: list[FieldProblem]
+
+
+_RETRY_AFTER = {
+    "Retry-After": {"description": "seconds to wait before retrying", "required": True, "schema": {"type": "integer"}}
+}
+_WWW_AUTHENTICATE = {"WWW-Authenticate": {"description": "Bearer", "required": True, "schema": {"type": "string"}}}
+_DEFAULT_REASONS: dict[int, str] = {
+    400: "the cursor is not one this service issued",
+    401: "no bearer token, a malformed one, or an unknown or revoked token",
+    404: "no such job visible to your team (another team's job looks the same)",
+    409: "the request conflicts with the job's state",
+    413: "the request body is over the service's size limit",
+    422: "a parameter, header or body field is invalid; every problem is listed",
+    429: "too many requests of this kind at once; retry after Retry-After",
+    503: "the service is re-attaching to running jobs after a start, or its database is unreachable; retry",
+}
+
+
+def error_responses(*codes: int, reasons: dict[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for the error statuses a route returns, each with the body it sends."""
+    reasons = {**_DEFAULT_REASONS, **(reasons or {})}
+    declared: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        # application/json even on a streaming route (logs, SSE): errors come before any stream starts.
+        model = ValidationErrorPublic if code == 422 else ErrorPublic
+        schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+        entry: dict[str, Any] = {"description": reasons[code], "content": {"application/json": {"schema": schema}}}
+        if code == 401:
+            entry["headers"] = _WWW_AUTHENTICATE
+        elif code in (429, 503):
+            entry["headers"] = _RETRY_AFTER
+        declared[code] = entry
+    return declared
+
 
 _STATUS: dict[type[e.DomainError], int] = {
     e.JobNotFound: 404,
@@ -50,7 +108,7 @@ def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     if status in (429, 503):
-        headers["Retry-After"] = "2"
+        headers["Retry-After"] = str(RETRY_AFTER_S)
     return JSONResponse(status_code=status, content={"detail": str(exc)}, headers=headers)
 
 
@@ -67,7 +125,25 @@ def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _with_error_schemas(build_openapi: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """The error bodies error_responses() refers to, added to the schema's components once."""
+
+    def openapi() -> dict[str, Any]:
+        document = build_openapi()  # FastAPI caches it: the additions below are made once
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        for model in (ErrorPublic, ValidationErrorPublic):
+            if model.__name__ not in schemas:
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(schema.pop("$defs", {}))
+                schemas[model.__name__] = schema
+        return document
+
+    return openapi
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    """Map errors to responses, and put the bodies they send into the OpenAPI schema."""
+    app.openapi = _with_error_schemas(app.openapi)  # type: ignore[method-assign]
     app.add_exception_handler(e.DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _request_validation_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -2,9 +2,10 @@
 
 Every SSE `id` is the event-log seq, so a client that reconnects with `Last-Event-ID` gets exactly
 the events it missed; a Last-Event-ID that is not a seq (negative, past 2^63-1, not a number) is
-refused with 422 before the stream starts, never mid-stream. A job stream starts with a `snapshot` (the whole JobPublic, id = the job's
-latest seq) unless it is a resumption, and ends once the job is terminal and one more read of the
-log came back empty. Every stream ends after `max_duration_s` at the latest; clients reconnect.
+refused with 422 before the stream starts, never mid-stream. A job stream starts with a `snapshot`
+(the whole JobPublic, id = the job's latest seq) unless it is a resumption, and ends once the job
+is terminal and one more read of the log came back empty. Every stream ends after `max_duration_s`
+at the latest; clients reconnect.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from service.domain.models import JobEvent
 
 from ..deps import CallerDep, RuntimeDep, VisibleJobDep
+from ..errors import error_responses
 
 router = APIRouter(tags=["events"])
 
@@ -39,7 +41,9 @@ def _sse(event: JobEvent) -> ServerSentEvent:
     return ServerSentEvent(event=event.kind, id=str(event.seq), data=event.model_dump(mode="json"))
 
 
-@router.get("/v1/jobs/{job_id}/events", response_class=EventSourceResponse)
+@router.get(
+    "/v1/jobs/{job_id}/events", response_class=EventSourceResponse, responses=error_responses(401, 404, 422, 503)
+)
 async def job_events(
     record: VisibleJobDep, runtime: RuntimeDep, last_event_id: LastEventId = None, max_duration_s: MaxDuration = None
 ) -> AsyncIterator[ServerSentEvent]:
@@ -68,7 +72,7 @@ async def job_events(
         await runtime.notifier.wait(seen_version, settings.sse_poll_interval_s)
 
 
-@router.get("/v1/events", response_class=EventSourceResponse)
+@router.get("/v1/events", response_class=EventSourceResponse, responses=error_responses(401, 422, 503))
 async def team_events(
     caller: CallerDep,
     runtime: RuntimeDep,

@@ -2,37 +2,55 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
 
 from service.domain.errors import StoreUnavailable
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+class Liveness(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    ready: bool
+    reason: str | None = Field(default=None, description="why not ready: starting, recovering jobs, database down")
+
+
+@router.get("/healthz", response_model=Liveness)
 def healthz() -> dict[str, str]:
     """The process is up and serving HTTP."""
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz", response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "not ready yet (or any more); `reason` says why"}},
+)  # fmt: skip
 async def readyz(request: Request) -> JSONResponse:
     """Ready: the store answers and every job from before the last restart has been re-attached."""
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is None:
-        return JSONResponse({"ready": False, "reason": "starting"}, status_code=503)
+        return _not_ready("starting")
     try:
         await run_in_threadpool(runtime.store.ping)
     except StoreUnavailable as e:
-        return JSONResponse({"ready": False, "reason": str(e)}, status_code=503)
+        return _not_ready(str(e))
     supervisor = runtime.supervisor
     if not supervisor.ready.is_set():
-        reason = f"recovery failed: {supervisor.recovery_error}" if supervisor.recovery_error else "recovering jobs"
-        return JSONResponse({"ready": False, "reason": reason}, status_code=503)
+        return _not_ready(f"recovery failed: {supervisor.recovery_error}" if supervisor.recovery_error else "recovering jobs")
     return JSONResponse({"ready": True})
+
+
+def _not_ready(reason: str) -> JSONResponse:
+    return JSONResponse(Readiness(ready=False, reason=reason).model_dump(), status_code=503)
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -16,6 +16,7 @@ from service.domain.phases import JobPhase
 from service.domain.views import to_public
 
 from ..deps import CallerDep, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
+from ..errors import error_responses
 from ..log_follow import follow_log
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -55,7 +56,17 @@ def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(parsed)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses={200: {"model": JobPublic}})
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=JobPublic,
+    responses={
+        200: {"model": JobPublic, "description": "the job this Idempotency-Key already created (same spec)"},
+        **error_responses(401, 409, 413, 422, 503, reasons={
+            409: "the Idempotency-Key was already used for a different spec",
+            503: "the service is re-attaching to running jobs after a start (no submissions until then), "
+            "or its database is unreachable; retry",
+        }),
+    },
+)  # fmt: skip
 def submit_job(
     body: JobCreate, caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep, _: ReadyDep,
     response: Response, idempotency_key: IdempotencyKey = None,
@@ -74,7 +85,7 @@ def submit_job(
     return runtime.public(record)
 
 
-@router.get("", response_model=JobsPublic)
+@router.get("", response_model=JobsPublic, responses=error_responses(400, 401, 422, 503))
 def list_jobs(
     caller: CallerDep,
     runtime: RuntimeDep,
@@ -102,12 +113,12 @@ def list_jobs(
     )
 
 
-@router.get("/{job_id}", response_model=JobPublic)
+@router.get("/{job_id}", response_model=JobPublic, responses=error_responses(401, 404, 422, 503))
 def get_job(record: VisibleJobDep, runtime: RuntimeDep) -> JobPublic:
     return runtime.public(record)
 
 
-@router.get("/{job_id}/metrics", response_model=MetricsPublic)
+@router.get("/{job_id}/metrics", response_model=MetricsPublic, responses=error_responses(401, 404, 422, 503))
 def get_metrics(
     record: VisibleJobDep, runtime: RuntimeDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000
 ) -> MetricsPublic:
@@ -117,10 +128,10 @@ def get_metrics(
 
 @router.get(
     "/{job_id}/samples", response_model=SamplesPublic,
-    responses={
-        404: {"description": "no such job visible to your team, no samples yet, none for that step, or unreadable"},
-        503: {"description": "the run directory's storage could not be read; retry"},
-    },
+    responses=error_responses(401, 404, 422, 503, reasons={
+        404: "no such job visible to your team, no samples yet, none for that step, or unreadable",
+        503: "the run directory's storage could not be read, or the service is starting; retry",
+    }),
 )  # fmt: skip
 def get_samples(
     record: VisibleJobDep,
@@ -133,7 +144,10 @@ def get_samples(
     return jobs.samples(record, step)
 
 
-@router.post("/{job_id}/cancel", response_model=JobPublic)
+@router.post(
+    "/{job_id}/cancel", response_model=JobPublic,
+    responses=error_responses(401, 404, 409, 422, 503, reasons={409: "the job has already ended: nothing to cancel"}),
+)  # fmt: skip
 def cancel_job(record: VisibleJobDep, caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep) -> JobPublic:
     """Ask the job to stop: CANCELLING now, CANCELLED once the workload has really stopped."""
     return runtime.public(jobs.cancel(caller, record.id))
@@ -141,7 +155,12 @@ def cancel_job(record: VisibleJobDep, caller: CallerDep, jobs: JobServiceDep, ru
 
 @router.get(
     "/{job_id}/logs", response_class=StreamingResponse,
-    responses={200: {"content": {"text/plain": {}}}, 429: {"description": "too many log follows at once"}},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "the log, one line per line"},
+        **error_responses(401, 404, 422, 429, 503, reasons={
+            429: "the service's limit of concurrent follow=true streams is reached; retry, or read without follow",
+        }),
+    },
 )  # fmt: skip
 async def get_logs(
     request: Request,
