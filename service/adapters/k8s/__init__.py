@@ -4,7 +4,7 @@ Entry points: `build_k8s_launcher(settings)` for the service, `render_manifests[
 Submodules import the kubernetes client; importing this package does not load a kubeconfig.
 """
 
-from .accelerators import ACCELERATORS, TpuSlice, lookup_accelerator
+from .accelerators import ACCELERATORS, GkeTpuSlice, lookup_accelerator
 from .errors import (
     ApiUnavailable,
     K8sBackendError,
@@ -18,11 +18,11 @@ from .settings import K8sSettings
 __all__ = [
     "ACCELERATORS",
     "ApiUnavailable",
+    "GkeTpuSlice",
     "K8sBackendError",
     "K8sSettings",
     "LaunchFailed",
     "ManifestError",
-    "TpuSlice",
     "UnsupportedAccelerator",
     "WorkloadConflict",
     "lookup_accelerator",

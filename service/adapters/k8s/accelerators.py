@@ -1,11 +1,11 @@
-"""TPU facts in one table: what a TPU type means to a GKE scheduler.
+"""What a TPU slice means to a GKE scheduler: node labels, machine types and pod sizes.
 
-Sources: the GKE "Plan TPUs" reference tables and xpk's `system_characteristics.py`. Where they
-differ we follow GKE: a 2x4 v6e (or v5e) slice exists both as one 8-chip VM (ct6e-standard-8t,
-single-host) and as two 4-chip VMs (ct6e-standard-4t, multi-host; xpk's default). rljob runs v6e-8
-and v5e-8 single-host, so the table pins the 8-chip machine type: a pod asking for 8 chips can
-never schedule on a 4-chip VM, and the machine-type selector makes that mismatch visible at once.
-v5p counts TensorCores in its name (2 per chip), so v5p-8 is 4 chips on one ct5p-hightpu-4t VM.
+The TPU facts themselves (topology, chips per VM, VMs per slice) have one home,
+trainer/contract/tpu.py, where every spec is checked against them at submit; this module adds only
+what GKE needs, keyed by generation and VM size. The machine type is pinned through the well-known
+`node.kubernetes.io/instance-type` label, so a pod asking for 8 chips can never land on a 4-chip VM
+of the same accelerator, and that mismatch is visible at once. Sources: the GKE "Plan TPUs" tables
+and xpk's `system_characteristics.py`.
 
 `cpu` is not a TPU: it is one plain pod on any node, sized by settings (CpuHost, lookup_hardware).
 """
@@ -13,6 +13,8 @@ v5p counts TensorCores in its name (2 per chip), so v5p-8 is 4 chips on one ct5p
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice
 
 from .errors import UnsupportedAccelerator
 
@@ -23,66 +25,90 @@ MACHINE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GKE_NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 TPU_RESOURCE = "google.com/tpu"
 
+# Value of cloud.google.com/gke-tpu-accelerator per TPU generation.
+GKE_ACCELERATORS = {"v6e": "tpu-v6e-slice", "v5p": "tpu-v5p-slice", "v5e": "tpu-v5-lite-podslice"}
+
 
 @dataclass(frozen=True)
-class TpuSlice:
-    name: str  # rljob's accelerator name, e.g. v6e-8
-    gke_accelerator: str  # value of cloud.google.com/gke-tpu-accelerator
-    topology: str  # value of cloud.google.com/gke-tpu-topology
-    machine_type: str  # GCE machine type of each VM in the slice
-    chips_per_vm: int  # google.com/tpu per pod (one pod per VM)
-    vms_per_slice: int
-    # What the trainer container asks for on each VM. Below the machine's allocatable so the
-    # kubelet, GKE's system pods and the TPU device plugin still fit; memory equals the limit so an
-    # out-of-memory kill is deterministic (OOMKilled) rather than a node-pressure eviction.
+class GkeMachine:
+    """A TPU VM shape and what the trainer container asks for on it. Requests stay below the
+    machine's allocatable so the kubelet, GKE's system pods and the TPU device plugin still fit;
+    memory equals the limit so an out-of-memory kill is deterministic (OOMKilled), not an eviction."""
+
+    machine_type: str
     cpu_request: str
     memory_request: str
     shm_size: str  # /dev/shm: JAX/vLLM host buffers; counts against the memory limit
 
+
+# (generation, chips per VM) -> machine.
+GKE_MACHINES: dict[tuple[str, int], GkeMachine] = {
+    ("v6e", 1): GkeMachine("ct6e-standard-1t", "40", "150Gi", "32Gi"),  # 44 vCPU, 176 GB
+    ("v6e", 4): GkeMachine("ct6e-standard-4t", "160", "640Gi", "128Gi"),  # 180 vCPU, 720 GB
+    ("v6e", 8): GkeMachine("ct6e-standard-8t", "160", "1280Gi", "256Gi"),  # 180 vCPU, 1440 GB; the tutorial's
+    ("v5p", 4): GkeMachine("ct5p-hightpu-4t", "180", "400Gi", "64Gi"),  # 208 vCPU, 448 GB
+    ("v5e", 8): GkeMachine("ct5lp-hightpu-8t", "200", "170Gi", "32Gi"),  # 224 vCPU, 192 GB
+}
+
+
+@dataclass(frozen=True)
+class GkeTpuSlice:
+    """A slice from the TPU table with the GKE facts needed to schedule it."""
+
+    tpu: TpuSlice
+    gke_accelerator: str  # value of cloud.google.com/gke-tpu-accelerator
+    machine: GkeMachine
+
+    # The TPU facts, read through from the table, and the machine's: what manifests ask of a slice.
+    @property
+    def name(self) -> str:
+        return self.tpu.name
+
+    @property
+    def topology(self) -> str:  # value of cloud.google.com/gke-tpu-topology
+        return self.tpu.topology
+
+    @property
+    def chips_per_vm(self) -> int:  # google.com/tpu per pod (one pod per VM)
+        return self.tpu.chips_per_vm
+
+    @property
+    def vms_per_slice(self) -> int:
+        return self.tpu.vms_per_slice
+
     @property
     def multi_host(self) -> bool:
-        return self.vms_per_slice > 1
+        return self.tpu.multi_host
 
     @property
     def chips(self) -> int:
-        return self.chips_per_vm * self.vms_per_slice
+        return self.tpu.chips
+
+    @property
+    def machine_type(self) -> str:
+        return self.machine.machine_type
+
+    @property
+    def cpu_request(self) -> str:
+        return self.machine.cpu_request
+
+    @property
+    def memory_request(self) -> str:
+        return self.machine.memory_request
+
+    @property
+    def shm_size(self) -> str:
+        return self.machine.shm_size
+
+def _on_gke(tpu: TpuSlice) -> GkeTpuSlice | None:
+    machine = GKE_MACHINES.get((tpu.generation, tpu.chips_per_vm))
+    accelerator = GKE_ACCELERATORS.get(tpu.generation)
+    return GkeTpuSlice(tpu, accelerator, machine) if machine and accelerator else None
 
 
-def _v6e(chips: int, topology: str) -> TpuSlice:
-    # v6e multi-host slices are built from 4-chip VMs (ct6e-standard-4t: 180 vCPU, 720 GB).
-    return TpuSlice(
-        name=f"v6e-{chips}",
-        gke_accelerator="tpu-v6e-slice",
-        topology=topology,
-        machine_type="ct6e-standard-4t",
-        chips_per_vm=4,
-        vms_per_slice=chips // 4,
-        cpu_request="160",
-        memory_request="640Gi",
-        shm_size="128Gi",
-    )
-
-
-_SLICES: tuple[TpuSlice, ...] = (
-    # ct6e-standard-1t: 44 vCPU, 176 GB.
-    TpuSlice("v6e-1", "tpu-v6e-slice", "1x1", "ct6e-standard-1t", 1, 1, "40", "150Gi", "32Gi"),
-    # ct6e-standard-4t: 180 vCPU, 720 GB (single host at 2x2).
-    TpuSlice("v6e-4", "tpu-v6e-slice", "2x2", "ct6e-standard-4t", 4, 1, "160", "640Gi", "128Gi"),
-    # ct6e-standard-8t: 180 vCPU, 1440 GB; the tutorial's machine.
-    TpuSlice("v6e-8", "tpu-v6e-slice", "2x4", "ct6e-standard-8t", 8, 1, "160", "1280Gi", "256Gi"),
-    _v6e(16, "4x4"),
-    _v6e(32, "4x8"),
-    _v6e(64, "8x8"),
-    _v6e(128, "8x16"),
-    _v6e(256, "16x16"),
-    # ct5p-hightpu-4t: 208 vCPU, 448 GB.
-    TpuSlice("v5p-8", "tpu-v5p-slice", "2x2x1", "ct5p-hightpu-4t", 4, 1, "180", "400Gi", "64Gi"),
-    # ct5lp-hightpu-8t: 224 vCPU, 192 GB.
-    TpuSlice("v5e-8", "tpu-v5-lite-podslice", "2x4", "ct5lp-hightpu-8t", 8, 1, "200", "170Gi", "32Gi"),
-)
-
-ACCELERATORS: dict[str, TpuSlice] = {s.name: s for s in _SLICES}
-CPU_ACCELERATOR = "cpu"
+ACCELERATORS: dict[str, GkeTpuSlice] = {
+    name: gke for name, tpu in TPU_SLICES.items() if (gke := _on_gke(tpu)) is not None
+}
 
 
 @dataclass(frozen=True)
@@ -94,10 +120,10 @@ class CpuHost:
     multi_host: bool = False
 
 
-Hardware = TpuSlice | CpuHost
+Hardware = GkeTpuSlice | CpuHost
 
 
-def lookup_accelerator(name: str) -> TpuSlice:
+def lookup_accelerator(name: str) -> GkeTpuSlice:
     try:
         return ACCELERATORS[name]
     except KeyError:

@@ -24,7 +24,7 @@ from kubernetes.client import (
 from trainer.contract import NON_RETRYABLE_EXIT_CODES, JobSpec, location_kind
 
 from . import names
-from .accelerators import GKE_NODE_POOL_LABEL, Hardware, TpuSlice, lookup_hardware
+from .accelerators import GKE_NODE_POOL_LABEL, GkeTpuSlice, Hardware, lookup_hardware
 from .errors import ManifestError
 from .pod_template import trainer_pod_template
 from .settings import K8sSettings
@@ -56,7 +56,7 @@ class Workload:
 
 def resolve_hardware(spec: JobSpec) -> Hardware:
     hw = lookup_hardware(spec.hardware.accelerator)
-    if isinstance(hw, TpuSlice) and spec.hardware.chips_per_vm != hw.chips_per_vm:
+    if isinstance(hw, GkeTpuSlice) and spec.hardware.chips_per_vm != hw.chips_per_vm:
         raise ManifestError(
             f"hardware.chips_per_vm={spec.hardware.chips_per_vm} does not match {hw.name} on GKE "
             f"({hw.machine_type} has {hw.chips_per_vm} chips per VM); set chips_per_vm: {hw.chips_per_vm}"

@@ -33,14 +33,14 @@ from .accelerators import (
     GKE_TOPOLOGY_LABEL,
     MACHINE_TYPE_LABEL,
     TPU_RESOURCE,
+    GkeTpuSlice,
     Hardware,
-    TpuSlice,
 )
 from .errors import ManifestError
 from .settings import K8sSettings
 
 
-def node_selector(tpu: TpuSlice, settings: K8sSettings) -> dict[str, str]:
+def node_selector(tpu: GkeTpuSlice, settings: K8sSettings) -> dict[str, str]:
     selector = {
         GKE_ACCELERATOR_LABEL: tpu.gke_accelerator,
         GKE_TOPOLOGY_LABEL: tpu.topology,
@@ -75,7 +75,7 @@ def _env(job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
 
 
 def _resources(hw: Hardware, settings: K8sSettings) -> V1ResourceRequirements:
-    if not isinstance(hw, TpuSlice):
+    if not isinstance(hw, GkeTpuSlice):
         cpu = {"cpu": settings.cpu_job_cpu, "memory": settings.cpu_job_memory}
         return V1ResourceRequirements(requests=dict(cpu), limits=dict(cpu))
     memory = settings.memory_request or hw.memory_request
@@ -126,9 +126,9 @@ def trainer_pod_template(
         restart_policy="Never",  # required by podFailurePolicy; retries are the Job's, not the kubelet's
         service_account_name=settings.service_account,
         termination_grace_period_seconds=settings.termination_grace_s,
-        node_selector=node_selector(hw, settings) if isinstance(hw, TpuSlice) else None,
+        node_selector=node_selector(hw, settings) if isinstance(hw, GkeTpuSlice) else None,
         tolerations=[V1Toleration(key=TPU_RESOURCE, operator="Exists", effect="NoSchedule")]
-        if isinstance(hw, TpuSlice) else None,
+        if isinstance(hw, GkeTpuSlice) else None,
         priority_class_name=settings.priority_class,
         containers=[container],
         volumes=[
@@ -146,6 +146,6 @@ def trainer_pod_template(
 
 
 def _shm_size(hw: Hardware, settings: K8sSettings) -> str:
-    if isinstance(hw, TpuSlice):
+    if isinstance(hw, GkeTpuSlice):
         return settings.shm_size or hw.shm_size
     return settings.cpu_job_shm_size
