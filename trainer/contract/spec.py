@@ -1,8 +1,10 @@
 """The RL job spec: one pydantic model shared by the trainer, the service, the CLI and the manifests.
 
 Every field that reaches a MaxText command line is validated here so a bad spec fails before any
-accelerator time is spent. Location strings are URIs: `gs://bucket/path`, an absolute local path
-(or `file://`), or, for models/tokenizers/datasets only, a Hugging Face Hub id `org/name`.
+accelerator time is spent: strings MaxText's config loader would reinterpret, numbers beyond what it
+can run (spec_values.py says why for each), and hardware the TPU table (tpu.py) does not have.
+Location strings are URIs: `gs://bucket/path`, an absolute local path (or `file://`), or, for
+models/tokenizers/datasets only, a Hugging Face Hub id `org/name`.
 """
 
 from __future__ import annotations
@@ -10,20 +12,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-GCS_URI_RE = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?$")
-MAXTEXT_MODEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-REVISION_RE = re.compile(r"^[A-Za-z0-9._/-]{1,128}$")
-ACCELERATOR_RE = re.compile(r"^(cpu|v[0-9]+[a-z]*-[0-9]+)$")
-JOB_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+from . import spec_values as limits
+from .spec_values import DisplayText, DnsLabel, HubId, Location, MaxTextName, PythonName, Revision
+from .spec_values import SplitName, SubsetName
+from .tpu import ACCELERATOR_NAMES, CPU_ACCELERATOR, MAX_CHIPS_PER_VM, TPU_SLICES, rollout_devices, tpu_slice
+from .tpu import rollout_share_problem, rollout_split_problem
+
+HUB_ID_RE = re.compile(limits.HUB_ID_PATTERN)
+GCS_URI_RE = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?")
+DNS_LABEL_RE = re.compile(limits.DNS_LABEL_PATTERN)
+LABEL_VALUE_RE = re.compile(limits.LABEL_VALUE_PATTERN)
+MAX_ROLLOUT_PARALLELISM = max(s.chips for s in TPU_SLICES.values())
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: NaN, Infinity (and 1e309, which JSON parsers read as infinity) are refused
+    # for every float field at once; MaxText cannot train with them and JSON cannot store them.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def location_kind(uri: str) -> Literal["gcs", "local", "hub"]:
@@ -36,14 +45,14 @@ def location_kind(uri: str) -> Literal["gcs", "local", "hub"]:
 
 def _check_location(value: str, *, hub_allowed: bool) -> str:
     if value.startswith("gs://"):
-        if not GCS_URI_RE.match(value):
+        if not GCS_URI_RE.fullmatch(value):
             raise ValueError(f"{value!r} is not a valid gs://bucket/path URI")
         return value.rstrip("/") if value.count("/") > 2 else value
     if value.startswith("file://"):
         value = value[len("file://") :]
     if value.startswith("/"):
         return value.rstrip("/") or "/"
-    if hub_allowed and HUB_ID_RE.match(value):
+    if hub_allowed and HUB_ID_RE.fullmatch(value):
         return value
     allowed = "a Hugging Face Hub id (org/name), " if hub_allowed else ""
     raise ValueError(f"{value!r} must be {allowed}an absolute local path or a gs:// URI")
@@ -61,12 +70,12 @@ class ModelDims(_Strict):
     hf_model.py); given here they must agree with it, and they stand in for it when it cannot be read.
     """
 
-    base_emb_dim: int = Field(gt=0)
-    base_num_query_heads: int = Field(gt=0)
-    base_num_kv_heads: int = Field(gt=0)
-    base_num_decoder_layers: int = Field(gt=0)
-    base_mlp_dim: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
+    base_emb_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
+    base_num_query_heads: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
+    base_num_kv_heads: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
+    base_num_decoder_layers: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
+    base_mlp_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
+    head_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelDims:
@@ -76,26 +85,19 @@ class ModelDims(_Strict):
 
 
 class ModelSpec(_Strict):
-    name: str | None = Field(
+    name: MaxTextName | None = Field(
         default=None,
         description="MaxText model name, e.g. llama3.1-8b; default: derived from the checkpoint's config.json",
     )
-    source: str = Field(description="HF checkpoint: hub id, absolute local dir, or gs:// dir")
-    revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
-    tokenizer: str | None = Field(default=None, description="HF tokenizer: hub id or dir; default: source")
+    source: Location = Field(description="HF checkpoint: hub id, absolute local dir, or gs:// dir")
+    revision: Revision | None = Field(default=None, description="hub revision (branch, tag or commit)")
+    tokenizer: Location | None = Field(default=None, description="HF tokenizer: hub id or dir; default: source")
     dims: ModelDims | None = None
     dtype: Literal["bfloat16", "float32"] = "bfloat16"
     scan_layers: bool = True
     lazy_load_tensors: bool = Field(
         default=True, description="to_maxtext --lazy_load_tensors; lazy needs no torch and writes the same checkpoint"
     )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str | None) -> str | None:
-        if v is not None and not MAXTEXT_MODEL_RE.match(v):
-            raise ValueError("must be a MaxText model name such as llama3.1-8b")
-        return v
 
     @field_validator("source")
     @classmethod
@@ -106,13 +108,6 @@ class ModelSpec(_Strict):
     @classmethod
     def _tokenizer(cls, v: str | None) -> str | None:
         return None if v is None else _check_location(v, hub_allowed=True)
-
-    @field_validator("revision")
-    @classmethod
-    def _revision(cls, v: str | None) -> str | None:
-        if v is not None and not REVISION_RE.match(v):
-            raise ValueError("must be a branch, tag or commit hash")
-        return v
 
     @model_validator(mode="after")
     def _revision_needs_hub(self) -> ModelSpec:
@@ -133,13 +128,13 @@ class DatasetSpec(_Strict):
     reads local parquet via `hf_train_files`.
     """
 
-    name: str = "openai/gsm8k"
-    subset: str = "main"
-    train_split: str = "train"
-    eval_split: str = "test"
-    train_files: list[str] = Field(default_factory=list)
-    eval_files: list[str] = Field(default_factory=list)
-    prompt_template: str | None = Field(
+    name: HubId = "openai/gsm8k"
+    subset: SubsetName = "main"
+    train_split: SplitName = "train"
+    eval_split: SplitName = "test"
+    train_files: list[Location] = Field(default_factory=list, max_length=limits.MAX_LIST_ITEMS)
+    eval_files: list[Location] = Field(default_factory=list, max_length=limits.MAX_LIST_ITEMS)
+    prompt_template: Location | None = Field(
         default=None,
         description="JSON file with SYSTEM_PROMPT and TEMPLATE ({system_prompt}, {question}) in MaxText's data "
         "template format; default: MaxText's GSM8K template (the tutorial's)",
@@ -156,17 +151,10 @@ class DatasetSpec(_Strict):
         out = []
         for item in v:
             loc = _check_location(item, hub_allowed=False)
-            if not re.search(r"\.(parquet|jsonl|json)$", loc):
+            if not re.search(r"\.(parquet|jsonl|json)\Z", loc):
                 raise ValueError(f"{item!r}: data files must end in .parquet, .jsonl or .json")
             out.append(loc)
         return out
-
-    @field_validator("name")
-    @classmethod
-    def _hub_name(cls, v: str) -> str:
-        if not HUB_ID_RE.match(v):
-            raise ValueError("must be a Hugging Face dataset id such as openai/gsm8k")
-        return v
 
     @property
     def uses_files(self) -> bool:
@@ -179,30 +167,29 @@ class DatasetSpec(_Strict):
         return self
 
 
+def _weight(default: float) -> float:
+    bound = limits.MAX_REWARD_WEIGHT
+    return Field(default=default, ge=-bound, le=bound)  # type: ignore[no-any-return]
+
+
 class RewardSpec(_Strict):
-    exact_answer: float = 1.0
-    white_space_format_match: float = 1.0
-    exact_format_match: float = 0.1
-    partial_format_match: float = 0.0
-    penalty_incorrect_format: float = 0.0
-    penalty_incorrect_answer: float = 0.0
-    functions_path: str | None = Field(
+    exact_answer: float = _weight(1.0)
+    white_space_format_match: float = _weight(1.0)
+    exact_format_match: float = _weight(0.1)
+    partial_format_match: float = _weight(0.0)
+    penalty_incorrect_format: float = _weight(0.0)
+    penalty_incorrect_answer: float = _weight(0.0)
+    functions_path: Location | None = Field(
         default=None, description="Python file with reward functions fn(prompts, completions, tmvp_config, **kw)"
     )
-    functions: list[str] = Field(default_factory=list, description="names to import from functions_path")
+    functions: list[PythonName] = Field(
+        default_factory=list, max_length=limits.MAX_LIST_ITEMS, description="names to import from functions_path"
+    )
 
     @field_validator("functions_path")
     @classmethod
     def _path(cls, v: str | None) -> str | None:
         return None if v is None else _check_file(v, ".py")
-
-    @field_validator("functions")
-    @classmethod
-    def _names(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if not name.isidentifier():
-                raise ValueError(f"{name!r} is not a Python identifier")
-        return v
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> RewardSpec:
@@ -212,60 +199,103 @@ class RewardSpec(_Strict):
 
 
 class GrpoSpec(_Strict):
-    """The GRPO/GSPO settings rl.yml exposes; defaults are the tutorial's."""
+    """The GRPO/GSPO settings rl.yml exposes; defaults are the tutorial's. Upper bounds: spec_values.py."""
 
-    num_batches: int = Field(default=50, gt=0)
-    num_test_batches: int = Field(default=10, ge=0)
-    batch_size: int = Field(default=1, gt=0)
-    num_generations: int = Field(default=2, ge=2, description="G: completions per prompt; GRPO needs >= 2")
-    num_iterations: int = Field(default=1, gt=0)
-    beta: float = Field(default=0.08, ge=0)
+    num_batches: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES)
+    num_test_batches: int = Field(default=10, ge=0, le=limits.MAX_NUM_TEST_BATCHES)
+    batch_size: int = Field(default=1, gt=0, le=limits.MAX_BATCH_SIZE)
+    num_generations: int = Field(
+        default=2, ge=2, le=limits.MAX_NUM_GENERATIONS, description="G: completions per prompt; GRPO needs >= 2"
+    )
+    num_iterations: int = Field(default=1, gt=0, le=limits.MAX_NUM_ITERATIONS)
+    beta: float = Field(default=0.08, ge=0, le=limits.MAX_BETA)
     epsilon: float = Field(default=0.2, gt=0, lt=1)
     loss_algo: Literal["grpo", "gspo-token"] = "grpo"
     learning_rate: float = Field(default=3e-6, gt=0, lt=1)
     warmup_steps_fraction: float = Field(default=0.1, ge=0, le=1, description="fraction of the schedule spent warming up")
-    max_prefill_predict_length: int = Field(default=256, gt=0)
-    max_target_length: int = Field(default=1024, gt=0)
-    kv_cache_buffer: int = Field(default=256, gt=0)
-    temperature: float = Field(default=0.9, gt=0)
-    top_k: int = Field(default=50, gt=0)
+    max_prefill_predict_length: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH)
+    max_target_length: int = Field(default=1024, gt=0, le=limits.MAX_SEQUENCE_LENGTH)
+    kv_cache_buffer: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH)
+    temperature: float = Field(default=0.9, gt=0, le=limits.MAX_TEMPERATURE)
+    top_k: int = Field(default=50, gt=0, le=limits.MAX_TOP_K)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    checkpoint_period: int = Field(default=50, gt=0)
+    # In train steps; no period beyond the longest run (num_batches * num_iterations) is ever reached.
+    checkpoint_period: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS)
     eval_sampling_strategy: Literal["greedy", "standard", "liberal"] = "greedy"
-    num_eval_passes: int = Field(default=1, gt=0)
+    num_eval_passes: int = Field(default=1, gt=0, le=limits.MAX_EVAL_PASSES)
     rewards: RewardSpec = Field(default_factory=RewardSpec)
 
     @model_validator(mode="after")
     def _lengths(self) -> GrpoSpec:
         if self.max_target_length <= self.max_prefill_predict_length:
             raise ValueError("max_target_length must exceed max_prefill_predict_length (room to generate)")
+        tokens = self.batch_size * self.num_generations * self.max_target_length
+        if tokens > limits.INT32_MAX:
+            raise ValueError(
+                f"batch_size * num_generations * max_target_length = {tokens} rollout tokens per step; MaxText "
+                f"indexes them with 32-bit integers (at most {limits.INT32_MAX}): lower one of them"
+            )
         return self
 
 
 class HardwareSpec(_Strict):
-    accelerator: str = Field(default="v6e-8", description="TPU type such as v6e-8, or cpu")
-    chips_per_vm: int = Field(default=8, gt=0)
+    """Checked against the TPU table (tpu.py) whatever launches the job; whether this host has the
+    accelerator is the local launcher's question, asked at submit."""
+
+    accelerator: str = Field(
+        default="v6e-8", description="a TPU slice such as v6e-8, or cpu",
+        json_schema_extra={"enum": list(ACCELERATOR_NAMES)},
+    )  # fmt: skip
+    # validate_default: a default must fit the accelerator too (v6e-16 with the default 8 chips per VM).
+    chips_per_vm: int = Field(
+        default=8, ge=1, le=MAX_CHIPS_PER_VM, validate_default=True,
+        description="TPU chips on each VM: the slice's own (v6e-8: 8, v6e-16: 4)",
+    )  # fmt: skip
     rollout_engine: Literal["vllm", "jax"] = "vllm"
-    rollout_data_parallelism: int = Field(default=1, description="-1 lets MaxText decide")
-    rollout_tensor_parallelism: int = Field(default=-1, description="-1 lets MaxText decide")
+    rollout_data_parallelism: int = Field(
+        default=1, ge=-1, le=MAX_ROLLOUT_PARALLELISM, validate_default=True,
+        description="rollout replicas; -1 lets MaxText derive it",
+    )  # fmt: skip
+    rollout_tensor_parallelism: int = Field(
+        default=-1, ge=-1, le=MAX_ROLLOUT_PARALLELISM, validate_default=True,
+        description="chips per rollout replica; -1 lets MaxText derive it",
+    )  # fmt: skip
 
     @field_validator("accelerator")
     @classmethod
     def _accel(cls, v: str) -> str:
-        if not ACCELERATOR_RE.match(v):
-            raise ValueError("must be a TPU type such as v6e-8 or the word cpu")
+        if v not in ACCELERATOR_NAMES:
+            raise ValueError(f"{v[:40]!r} is not an accelerator rljob knows; use one of {', '.join(ACCELERATOR_NAMES)}")
+        return v
+
+    @field_validator("chips_per_vm")
+    @classmethod
+    def _chips(cls, v: int, info: ValidationInfo) -> int:
+        tpu = tpu_slice(info.data.get("accelerator", CPU_ACCELERATOR))
+        if tpu is not None and v != tpu.chips_per_vm:
+            raise ValueError(f"{tpu.name}'s VMs have {tpu.chips_per_vm} chips each, not {v}; set chips_per_vm: "
+                             f"{tpu.chips_per_vm}")  # fmt: skip
         return v
 
     @field_validator("rollout_data_parallelism", "rollout_tensor_parallelism")
     @classmethod
-    def _parallel(cls, v: int) -> int:
-        if v == 0 or v < -1:
+    def _parallel(cls, v: int, info: ValidationInfo) -> int:
+        if v == 0:
             raise ValueError("must be a positive count or -1 (auto)")
+        if "accelerator" not in info.data:
+            return v  # the accelerator is already reported
+        devices = rollout_devices(info.data["accelerator"])
+        problem = rollout_share_problem(v, devices)
+        data = info.data.get("rollout_data_parallelism")  # validated first; absent when already reported
+        if problem is None and info.field_name == "rollout_tensor_parallelism" and data is not None:
+            problem = rollout_split_problem(data, v, devices)
+        if problem:
+            raise ValueError(f"{problem} ({info.data['accelerator']})")
         return v
 
     @model_validator(mode="after")
     def _engine_fits(self) -> HardwareSpec:
-        if self.accelerator == "cpu" and self.rollout_engine == "vllm":
+        if self.accelerator == CPU_ACCELERATOR and self.rollout_engine == "vllm":
             raise ValueError("the vllm rollout engine needs a TPU; use rollout_engine: jax on cpu")
         return self
 
@@ -273,36 +303,22 @@ class HardwareSpec(_Strict):
 class ExportSpec(_Strict):
     enabled: bool = True
     verify: bool = Field(default=True, description="load the export with transformers and check finite logits")
-    hub_repo: str | None = Field(default=None, description="optional HF Hub repo to upload to (token from HF_TOKEN)")
+    hub_repo: HubId | None = Field(default=None, description="optional HF Hub repo to upload to (token from HF_TOKEN)")
     hub_private: bool = True
-
-    @field_validator("hub_repo")
-    @classmethod
-    def _repo(cls, v: str | None) -> str | None:
-        if v is not None and not HUB_ID_RE.match(v):
-            raise ValueError("must be a Hugging Face repo id org/name")
-        return v
 
 
 class JobSpec(_Strict):
     """One RL post-training job: convert -> GRPO -> export."""
 
-    name: Annotated[str, Field(description="DNS-1123 label: lowercase letters, digits and '-'")]
-    team: str | None = Field(default=None, description="set by the service from the caller's token")
+    name: DnsLabel = Field(description="DNS-1123 label: lowercase letters, digits and '-'")
+    team: DisplayText | None = Field(default=None, description="set by the service from the caller's token")
     model: ModelSpec
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
     grpo: GrpoSpec = Field(default_factory=GrpoSpec)
     hardware: HardwareSpec = Field(default_factory=HardwareSpec)
     export: ExportSpec = Field(default_factory=ExportSpec)
-    output: str = Field(description="where runs go: gs://bucket/prefix or an absolute local dir")
-    labels: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not JOB_NAME_RE.match(v):
-            raise ValueError("must be a DNS-1123 label: at most 63 lowercase letters, digits or '-'")
-        return v
+    output: Location = Field(description="where runs go: gs://bucket/prefix or an absolute local dir")
+    labels: dict[str, str] = Field(default_factory=dict, max_length=limits.MAX_LABELS)
 
     @field_validator("output")
     @classmethod
@@ -313,7 +329,7 @@ class JobSpec(_Strict):
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
-            if not JOB_NAME_RE.match(key) or len(value) > 63 or not re.match(r"^[A-Za-z0-9._-]*$", value):
+            if not DNS_LABEL_RE.fullmatch(key) or not LABEL_VALUE_RE.fullmatch(value):
                 raise ValueError(f"label {key}={value!r} is not a valid Kubernetes label")
         return v
 
@@ -349,4 +365,4 @@ def default_job_id(spec: JobSpec) -> str:
     return "rl-" + spec.content_hash()[:12]
 
 
-JOB_ID_RE = re.compile(r"^rl-[a-z0-9]{12}$")
+JOB_ID_RE = re.compile(r"^rl-[a-z0-9]{12}\Z")  # \Z: `$` would also accept a trailing newline
