@@ -32,7 +32,7 @@ from .errors import IdempotencyConflict, JobNotFound, NotCancellable
 from .job_health import HealthMixin
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
-from .launcher_port import JobLauncher, Observation, ObservedState, StatusMirror
+from .launcher_port import JobLauncher, Observation, ObservedState, StatusMirror, SubmitCheck
 from .learning_health import HealthPolicy
 from .models import Caller, JobRecord, SamplesPublic
 from .phases import CANCELLABLE, JobPhase, transition
@@ -119,6 +119,8 @@ class JobService(RecoveryMixin, HealthMixin):
     def submit(self, caller: Caller, spec: JobSpec, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:
         """Store a new job and hand it to the launcher. Returns (record, created)."""
         spec = JobSpec.model_validate({**spec.model_dump(mode="json"), "team": caller.team})
+        if isinstance(self.launcher, SubmitCheck):
+            self.launcher.check_submittable(spec)  # InvalidRequest: nothing is stored
         spec_hash = spec.content_hash()
         now = self.clock()
         with self._lock, self.store.transaction() as tx:

@@ -88,3 +88,15 @@ class StatusMirror(Protocol):
         self, job_id: str, phase: str, stage: str | None = None, step: int | None = None, total: int | None = None
     ) -> bool:
         """Write phase/stage/progress onto the workload; False when the workload is gone."""
+
+
+@runtime_checkable
+class SubmitCheck(Protocol):
+    """Optional launcher capability: refuse at submit a valid spec this backend can never run.
+
+    The local launcher has it (a TPU job on a machine without that TPU); the job service asks before
+    storing anything, so such a job is a 422 naming the field, never a record that fails after launch.
+    """
+
+    def check_submittable(self, spec: JobSpec) -> None:
+        """Raise InvalidRequest (naming the field and what to do) if this backend cannot run `spec`."""

@@ -9,6 +9,9 @@ they start; a cancel signals the group (SIGTERM, then SIGKILL after a grace peri
 reported stopped only when no process of the group is left. At most `max_concurrent` jobs run;
 the rest wait in a FIFO queue (reported as PENDING). The launcher only observes: it pushes
 Observations into the sink and the job service decides the phases.
+
+A TPU job is refused at submit unless this machine is that TPU (host_tpu.py): the trainer runs
+here, so a v6e-8 job is right on a v6e-8 VM and would only fail after launch anywhere else.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.domain.errors import LaunchFailed
+from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.launcher_port import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
+from trainer.contract.tpu import tpu_slice
 
 from . import job_runner, procs
+from .host_tpu import HostTpu, host_accelerator_problem, probe_host_tpu
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +88,7 @@ class LocalProcessLauncher:
         cancel_grace_s: float = 10.0,
         env: dict[str, str] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        probe_tpu: Callable[[], HostTpu] = probe_host_tpu,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
@@ -93,6 +99,9 @@ class LocalProcessLauncher:
         self.cancel_grace_s = cancel_grace_s
         self._env = env
         self._monotonic = monotonic
+        self._probe_tpu = probe_tpu
+        self._host_tpu: HostTpu | None = None  # probed once, at the first TPU job: hardware does not change
+        self._probe_lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
         self._queue: deque[str] = deque()
         self._lock = threading.RLock()
@@ -117,7 +126,16 @@ class LocalProcessLauncher:
 
     # ---- the port ----------------------------------------------------------------------------
 
+    def check_submittable(self, spec: JobSpec) -> None:
+        """Refuse, before anything is stored, a job whose accelerator this machine does not have."""
+        problem = self._hardware_problem(spec)
+        if problem:
+            raise InvalidRequest(("body", "hardware", "accelerator"), problem)
+
     def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
+        problem = self._hardware_problem(spec)  # a job stored before this check, or on other hardware
+        if problem:
+            raise LaunchFailed(problem)
         out: list[Observation] = []
         with self._lock:
             job = self._jobs.get(job_id) or self._adopt(job_id)
@@ -200,6 +218,15 @@ class LocalProcessLauncher:
                 yield None
 
     # ---- internals ---------------------------------------------------------------------------
+
+    def _hardware_problem(self, spec: JobSpec) -> str | None:
+        if tpu_slice(spec.hardware.accelerator) is None:
+            return None  # cpu: any machine
+        with self._probe_lock:  # not the jobs lock: the probe may ask the metadata server (bounded, once)
+            if self._host_tpu is None:
+                self._host_tpu = self._probe_tpu()
+            host = self._host_tpu
+        return host_accelerator_problem(spec.hardware.accelerator, host)
 
     def _dir(self, job_id: str) -> Path:
         return self.state_dir / job_id
