@@ -34,6 +34,7 @@ from .api.deps import Runtime
 from .api.errors import install_error_handlers
 from .api.log_follow import LogFollowers
 from .api.metrics import LatencyMiddleware, ServiceMetrics
+from .api.openapi import install_openapi_refinements
 from .api.routes import events, health, jobs
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.runtime = None
     install_error_handlers(app)
+    install_openapi_refinements(app)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.include_router(health.router)

@@ -4,14 +4,14 @@ Bodies are `{"detail": ...}` like FastAPI's own (ErrorPublic); validation errors
 with its location and reason (ValidationErrorPublic), without echoing the submitted value back (it
 may be huge or hostile). Unexpected errors become a 500 with a request id and no traceback; the
 traceback goes to the log. `error_responses()` declares in the OpenAPI schema the errors a route
-can really return, with these bodies and headers, so a generated client knows them.
+can really return, with these bodies and headers, so a generated client knows them (api/openapi.py
+adds the bodies' schemas).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -125,25 +125,7 @@ def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def _with_error_schemas(build_openapi: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
-    """The error bodies error_responses() refers to, added to the schema's components once."""
-
-    def openapi() -> dict[str, Any]:
-        document = build_openapi()  # FastAPI caches it: the additions below are made once
-        schemas = document.setdefault("components", {}).setdefault("schemas", {})
-        for model in (ErrorPublic, ValidationErrorPublic):
-            if model.__name__ not in schemas:
-                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                schemas.update(schema.pop("$defs", {}))
-                schemas[model.__name__] = schema
-        return document
-
-    return openapi
-
-
 def install_error_handlers(app: FastAPI) -> None:
-    """Map errors to responses, and put the bodies they send into the OpenAPI schema."""
-    app.openapi = _with_error_schemas(app.openapi)  # type: ignore[method-assign]
     app.add_exception_handler(e.DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _request_validation_error)
     app.add_exception_handler(Exception, _unexpected)

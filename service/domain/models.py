@@ -77,8 +77,15 @@ class JobRecord:
         return JobSpec.model_validate(self.spec)
 
 
+def _team_is_read_only(schema: dict[str, Any]) -> None:
+    # The service sets it from the token (a different one is refused): a client should not send it.
+    schema["properties"]["team"]["readOnly"] = True
+
+
 class JobCreate(JobSpec):
     """The body of POST /v1/jobs: a job spec. `team` comes from the caller's token."""
+
+    model_config = ConfigDict(json_schema_extra=_team_is_read_only)
 
 
 class StageTimes(BaseModel):

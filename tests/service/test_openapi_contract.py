@@ -4,6 +4,7 @@ bounds, enums) appear in the request schema as the model states them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,21 @@ def test_the_job_specs_constraints_surface_in_the_openapi_schema(api: Api) -> No
         elif path.endswith(("[len]", ".<keys>")) and not rules:
             unbounded.append(path)
     assert not unbounded, f"no pattern or bound in the served schema for: {unbounded}"
+
+
+def test_no_parameter_is_declared_nullable(api: Api) -> None:
+    """HTTP cannot send a null parameter; a client told it may sends the text "null" and gets 422."""
+    document = api.client.get("/openapi.json").json()
+    nullable = [
+        f"{method.upper()} {path} {parameter['name']}"
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+        for parameter in operation.get("parameters", [])
+        if '"null"' in json.dumps(parameter["schema"])
+    ]
+    assert not nullable
+    events = document["paths"]["/v1/events"]["get"]["parameters"]
+    (last_event_id,) = [p["schema"] for p in events if p["name"] == "Last-Event-ID"]
+    assert (last_event_id["type"], last_event_id["minimum"], last_event_id["maximum"]) == ("integer", 0, 2**63 - 1)
+    response = api.client.get("/v1/events", headers=_auth(**{"Last-Event-ID": "null"}))
+    assert response.status_code == 422  # what the old schema invited

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
+from pydantic import StringConstraints
 
 from service.domain.errors import BadCursor, InvalidRequest
 from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
@@ -22,6 +23,8 @@ from ..log_follow import follow_log
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 TEXT_PLAIN = "text/plain; charset=utf-8"
 MAX_CURSOR_PK = 2**63 - 1
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"  # unpadded base64url; only cursors the service issued are accepted (else 400)
+LabelFilter = Annotated[str, StringConstraints(pattern=r"^[^=]+=.*$", max_length=127)]
 
 IdempotencyKey = Annotated[
     str | None,
@@ -47,13 +50,8 @@ def decode_cursor(cursor: str) -> int:
 
 
 def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
-    parsed = []
-    for item in labels:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidRequest(("query", "label"), f"{item!r}: a label filter is key=value")
-        parsed.append((key, value))
-    return tuple(parsed)
+    """key=value filters; LabelFilter's pattern has already refused anything else (422)."""
+    return tuple((key, value) for key, _, value in (item.partition("=") for item in labels))
 
 
 @router.post(
@@ -92,8 +90,8 @@ def list_jobs(
     phase: JobPhase | None = None,
     team: Annotated[str | None, Query(max_length=63, description="admins only; others always see their own team")] = None,
     name: Annotated[str | None, Query(max_length=63)] = None,
-    label: Annotated[list[str], Query(max_length=20, description="key=value, repeatable (all must match)")] = [],  # noqa: B006 (FastAPI copies defaults)
-    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    label: Annotated[list[LabelFilter], Query(max_length=20, description="key=value, repeatable (all must match)")] = [],  # noqa: B006 (FastAPI copies defaults)
+    cursor: Annotated[str | None, Query(max_length=64, pattern=CURSOR_PATTERN, description="next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobsPublic:
     """Jobs newest first, one page at a time; follow `next_cursor` for older ones."""
