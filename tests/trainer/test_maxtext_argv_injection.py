@@ -165,6 +165,10 @@ def test_every_accepted_value_reaches_maxtext_as_written(maxtext_loader, canary,
     data = _set(data, "dataset.subset", "a1.b_c-d")
     data = _set(data, "dataset.train_split", "train_v2.x")
     data = _set(data, "dataset.eval_split", "e1")
+    # Floats as Python writes them at the edges of their ranges (exponents, negatives, the limits).
+    grpo = {**data["grpo"], "learning_rate": 1.5e-07, "beta": 1e-10, "temperature": 100.0, "top_p": 0.999999}
+    rewards = {**grpo["rewards"], "exact_answer": -1000.0, "exact_format_match": 5e-324}
+    data = _set(data, "grpo", {**grpo, "rewards": rewards})
     spec = JobSpec.model_validate(data)
 
     for stage, command in _commands(spec).items():
