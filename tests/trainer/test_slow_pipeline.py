@@ -28,27 +28,59 @@ def _env(tiny: Path, out: Path, cache: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _stage_processes(job_id: str) -> list[int]:
+    """Pids of MaxText stage processes of this job (their argv carries run_name=<job id>)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if f"run_name={job_id}".encode() in cmdline.read_bytes().split(b"\0"):
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            continue  # exited while we looked
+    return pids
+
+
+def _events_now(layout: RunLayout) -> list:
+    path = Path(layout.events)
+    return [parse_event(line) for line in path.read_text().splitlines() if line.endswith("}")] if path.exists() else []
+
+
 @pytest.fixture(scope="session")
 def restarted_run(tiny_dir, shared_cache, tmp_path_factory) -> dict:
-    """`trainer run` killed (SIGKILL) once the first actor checkpoint exists, then run again to the end."""
+    """`trainer run` killed (SIGKILL) once train_rl saved its first actor checkpoint, then run again to the end.
+
+    What the kill found is recorded (the events so far, the newest complete checkpoint once the stage
+    process died with the trainer) so the tests can show it landed inside the train stage.
+    """
+    from trainer.pipeline import latest_actor_step
+
     out = tmp_path_factory.mktemp("runs")
     env = _env(tiny_dir, out, shared_cache)
     cmd = [sys.executable, "-m", "trainer", "run", "--spec", str(TINY_EXAMPLE), "--job-id", "rl-slowtest0001"]
     layout = RunLayout(str(out), "rl-slowtest0001")
-    first_checkpoint = Path(layout.actor_checkpoints) / "1"
     with open(out / "attempt1.out", "w") as stdout:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 480
-        while not first_checkpoint.is_dir() and proc.poll() is None and time.monotonic() < deadline:
+        while not latest_actor_step(layout) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
+        events_at_kill = _events_now(layout)
         killed_at = time.time()
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
-    assert first_checkpoint.is_dir(), (out / "attempt1.out").read_text()[-3000:]
+    attempt1 = (out / "attempt1.out").read_text()[-3000:]
+    # -9 only if the signal found the trainer alive: had it ended on its own, this is its exit code.
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, attempt1)
+    deadline = time.monotonic() + 30
+    while _stage_processes(layout.job_id) and time.monotonic() < deadline:  # PR_SET_PDEATHSIG is asynchronous
+        time.sleep(0.1)
+    assert not _stage_processes(layout.job_id), "train_rl outlived the killed trainer"
+    step_at_kill = latest_actor_step(layout)  # nothing writes checkpoints any more
+    train_marker_at_kill = Path(layout.stage_marker(Stage.TRAIN)).exists()
     second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    events = [parse_event(line) for line in Path(layout.events).read_text().splitlines() if line.endswith("}")]
-    return {"layout": layout, "events": events, "killed_at": killed_at, "tiny": tiny_dir, "stdout": second.stdout}
+    return {"layout": layout, "events": _events_now(layout), "killed_at": killed_at, "tiny": tiny_dir,
+            "stdout": second.stdout, "events_at_kill": events_at_kill, "step_at_kill": step_at_kill,
+            "train_marker_at_kill": train_marker_at_kill, "attempt1": attempt1}
 
 
 def _attempt_events(events, attempt: int):
@@ -87,13 +119,23 @@ def test_restart_skips_convert_and_continues_training_from_the_saved_step(restar
     from trainer.tensorboard_metrics import parse_records, scalars_from_record
 
     layout, events = restarted_run["layout"], restarted_run["events"]
+    # The kill landed inside the train stage: started, not finished, a checkpoint saved, steps left.
+    before_kill = restarted_run["events_at_kill"]
+    assert any(e.type == "stage_started" and e.stage == "train" for e in before_kill), restarted_run["attempt1"]
+    assert not any(e.type == "stage_finished" and e.stage == "train" for e in before_kill)
+    assert not restarted_run["train_marker_at_kill"]
+    assert _attempt_events(events, 1)[-1].type != "run_finished"  # the first attempt never got to say how it ended
+    step_at_kill = restarted_run["step_at_kill"]
+    assert step_at_kill is not None and 1 <= step_at_kill < 3, step_at_kill
+
     second = _attempt_events(events, 2)
     assert second[0].attempt == 2
     convert = [e for e in second if e.type == "stage_finished" and e.stage == "convert"]
     assert convert and convert[0].skipped
     assert not any(e.type == "stage_started" and e.stage == "convert" for e in second)
+    assert any(e.type == "stage_started" and e.stage == "train" for e in second)  # trained again, not skipped
     resumed = json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["resumed_from_step"]
-    assert resumed >= 1
+    assert resumed == step_at_kill  # from the checkpoint the killed attempt left, not from 0
     new_files = [p for p in Path(layout.rl_run, "tensorboard").glob("events.out.tfevents.*")
                  if p.stat().st_ctime > restarted_run["killed_at"]]
     actor_steps = set()
