@@ -234,7 +234,10 @@ def test_the_schema_states_the_rules():
     assert dataset["subset"]["pattern"] == limits.SUBSET_PATTERN
     assert dataset["train_split"]["pattern"] == limits.SPLIT_PATTERN
     assert dataset["train_files"]["items"]["pattern"] == limits.LOCATION_PATTERN
-    assert JobSpec.model_json_schema()["properties"]["output"]["pattern"] == limits.LOCATION_PATTERN
+    top = JobSpec.model_json_schema()["properties"]
+    assert top["output"]["pattern"] == limits.LOCATION_PATTERN
+    assert top["labels"]["propertyNames"]["pattern"] == limits.DNS_LABEL_PATTERN
+    assert top["labels"]["additionalProperties"]["pattern"] == limits.LABEL_VALUE_PATTERN
     assert grpo["batch_size"]["maximum"] == limits.MAX_BATCH_SIZE
     assert hardware["accelerator"]["enum"] == ["cpu", *TPU_SLICES]
     assert hardware["chips_per_vm"]["maximum"] == 8

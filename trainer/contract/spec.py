@@ -318,7 +318,14 @@ class JobSpec(_Strict):
     hardware: HardwareSpec = Field(default_factory=HardwareSpec)
     export: ExportSpec = Field(default_factory=ExportSpec)
     output: Location = Field(description="where runs go: gs://bucket/prefix or an absolute local dir")
-    labels: dict[str, str] = Field(default_factory=dict, max_length=limits.MAX_LABELS)
+    # Checked whole by _labels (so an error names `labels`); the schema states the same patterns.
+    labels: dict[str, str] = Field(
+        default_factory=dict, max_length=limits.MAX_LABELS,
+        json_schema_extra={
+            "propertyNames": {"pattern": limits.DNS_LABEL_PATTERN, "maxLength": 63},
+            "additionalProperties": {"type": "string", "pattern": limits.LABEL_VALUE_PATTERN, "maxLength": 63},
+        },
+    )  # fmt: skip
 
     @field_validator("output")
     @classmethod
