@@ -163,7 +163,8 @@ async def test_tiny_cpu_job_succeeds_with_artifacts_and_logs(cluster, make_launc
         assert job["backend"] == "kubernetes" and job["object_name"] == f"job/{job_id}"
         assert job["step"] == job["total_steps"] == body["grpo"]["num_batches"]
         assert {"convert", "train", "export"} <= set(job["stage_times"]) and job["metrics"]["reward_mean"] is not None
-        assert any(a["name"] == "hf_model" and a["uri"].startswith(str(node_dir)) for a in job["artifacts"]), job["artifacts"]
+        exported = {a["name"]: a["uri"] for a in job["artifacts"]}
+        assert exported.get("export.export", "").startswith(str(node_dir)), exported
         logs = client.get(f"/v1/jobs/{job_id}/logs", headers=AUTH).text  # the pod's log, through the pod log endpoint
         assert '"run_finished"' in logs and '"train_step"' in logs
         return job_id, job
