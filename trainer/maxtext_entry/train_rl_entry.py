@@ -1,11 +1,12 @@
 """`python -m trainer.maxtext_entry.train_rl_entry [--rljob_...] <train_rl args>`: MaxText's train_rl,
-unmodified, with the sample recorder installed (sample_recorder.py) and, on CPU, the rollout engine
-swapped for pure JAX (train_rl_jax_entry).
+unmodified, with the sample recorder installed (sample_recorder.py). train_rl_jax_entry calls `main` with a
+hook that swaps the rollout engine for pure JAX on CPU; this module does not know about it.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from .hf_config_registry import register_from_argv, run_as_main
 from .sample_recorder import install as install_sample_recorder
@@ -14,19 +15,17 @@ from .shim_flags import SAMPLES_FLAG, pop_flags
 TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"
 
 
-def main(argv: list[str], *, jax_rollout: bool) -> None:
+def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) -> None:
     # MaxText's reward helpers start a spawn pool; importing it first avoids a hang seen in 0.2.5.
     import multiprocessing.pool  # noqa: F401
 
     found, argv = pop_flags(argv, SAMPLES_FLAG)
     maxtext_argv = register_from_argv(argv)
-    if jax_rollout:
-        from .train_rl_jax_entry import install_jax_rollout
-
-        install_jax_rollout()
+    if before_train_rl is not None:
+        before_train_rl()
     install_sample_recorder(found.get(SAMPLES_FLAG))
     run_as_main(TRAIN_RL_MODULE, maxtext_argv)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:], jax_rollout=False)
+    main(sys.argv[1:])

@@ -38,4 +38,4 @@ def install_jax_rollout() -> None:
 if __name__ == "__main__":
     from .train_rl_entry import main
 
-    main(sys.argv[1:], jax_rollout=True)
+    main(sys.argv[1:], before_train_rl=install_jax_rollout)
