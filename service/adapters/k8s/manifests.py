@@ -27,6 +27,7 @@ from . import names
 from .accelerators import GKE_NODE_POOL_LABEL, GkeTpuSlice, Hardware, lookup_hardware
 from .errors import ManifestError
 from .pod_template import trainer_pod_template
+from .serialize import to_plain
 from .settings import K8sSettings
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -204,9 +205,6 @@ def build_trainer_job(spec: JobSpec, job_id: str, settings: K8sSettings, hw: Har
 def build_trainer_jobset(
     spec: JobSpec, job_id: str, settings: K8sSettings, hw: Hardware | None = None
 ) -> dict[str, Any]:
-    # Imported here: render.py needs the serializer, and it depends on nothing else in this module.
-    from .render import to_plain
-
     hw = hw or resolve_hardware(spec)
     if not hw.multi_host:
         raise ManifestError(f"{hw.name} is a single VM: use a batch/v1 Job (build_trainer_job)")

@@ -6,27 +6,15 @@ ConfigMap comes first so the pod never waits on a missing volume.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import yaml
-from kubernetes.client import ApiClient
 
 from trainer.contract import JobSpec, default_job_id
 
 from .manifests import build_workload
+from .serialize import to_plain
 from .settings import K8sSettings
-
-
-@functools.cache
-def _api_client() -> ApiClient:
-    # Only its serializer is used; a default ApiClient loads no kubeconfig and opens no connection.
-    return ApiClient()
-
-
-def to_plain(obj: Any) -> Any:
-    """A client model (or a dict holding models) as JSON-ready data with the API's camelCase keys."""
-    return _api_client().sanitize_for_serialization(obj)
 
 
 def render_manifests(spec: JobSpec, job_id: str | None, settings: K8sSettings) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from service.domain.launcher_port import Observation, ObservationSink, ObservedState
 
 from . import names
+from .serialize import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,6 @@ def _list_result(result: Any) -> tuple[str | None, list[Any]]:
     """(resourceVersion, raw items) from a typed list (V1JobList) or a custom-object dict."""
     if isinstance(result, dict):
         return (result.get("metadata") or {}).get("resourceVersion"), list(result.get("items") or [])
-    from .render import to_plain
-
     return result.metadata.resource_version, [to_plain(item) for item in result.items]
 
 

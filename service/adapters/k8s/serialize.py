@@ -1,0 +1,19 @@
+"""Client models as the plain, camelCase data the API server speaks (for JobSets, rendering and watch lists)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+
+@functools.cache
+def _api_client() -> ApiClient:
+    # Only its serializer is used; a default ApiClient loads no kubeconfig and opens no connection.
+    return ApiClient()
+
+
+def to_plain(obj: Any) -> Any:
+    """A client model (or a dict holding models) as JSON-ready data with the API's camelCase keys."""
+    return _api_client().sanitize_for_serialization(obj)
