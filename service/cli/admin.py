@@ -10,13 +10,13 @@ from typing import Annotated
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
 
 from service.config import Settings, load_settings
 from service.domain.errors import InvalidRequest
 
 from .client import CliError, handles_errors
 from .manifests import render_k8s_manifests
+from .output import console
 from .specfile import SpecFileError, load_spec_file
 
 token_app = typer.Typer(help="Create, revoke and list API tokens (talks to the database directly).", no_args_is_help=True)
@@ -60,106 +60,101 @@ def _existing_token(path: Path) -> str | None:
     return token if isinstance(token, str) and len(token) >= 32 else None
 
 
-def register(app: typer.Typer, console: Console) -> None:
-    @app.command()
-    @handles_errors
-    def serve(
-        host: Annotated[str | None, typer.Option(help="listen address (default 127.0.0.1)")] = None,
-        port: Annotated[int | None, typer.Option(help="port (default 8765)")] = None,
-        state_dir: StateDir = None,
-        database_url: DatabaseUrl = None,
-        launcher: Annotated[str | None, typer.Option(help="local or kubernetes")] = None,
-        max_concurrent_jobs: Annotated[int | None, typer.Option(help="local launcher: jobs at once")] = None,
-    ) -> None:
-        """Run the control service: SQLite, the local launcher and local artifacts unless configured."""
-        import uvicorn
+@handles_errors
+def serve(
+    host: Annotated[str | None, typer.Option(help="listen address (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default 8765)")] = None,
+    state_dir: StateDir = None,
+    database_url: DatabaseUrl = None,
+    launcher: Annotated[str | None, typer.Option(help="local or kubernetes")] = None,
+    max_concurrent_jobs: Annotated[int | None, typer.Option(help="local launcher: jobs at once")] = None,
+) -> None:
+    """Run the control service: SQLite, the local launcher and local artifacts unless configured."""
+    import uvicorn
 
-        from service.app import create_app
-        from service.domain.tokens import generate_token
-        from service.logging_config import configure_logging
+    from service.app import create_app
+    from service.domain.tokens import generate_token
+    from service.logging_config import configure_logging
 
-        base = _settings(host=host, port=port, state_dir=state_dir, database_url=database_url, launcher=launcher,
-                         max_concurrent_jobs=max_concurrent_jobs)
-        client_file = Path(base.state_dir).expanduser() / "client.yaml"
-        token = (base.bootstrap_token.get_secret_value() if base.bootstrap_token else None) or _existing_token(client_file)
-        token = token or generate_token()
-        settings = _settings(**{**base.model_dump(), "bootstrap_token": token})
-        url = f"http://{settings.host}:{settings.port}"
-        write_client_config(client_file, url, token)
-        console.print(f"rljob service on [bold]{url}[/] (state in {Path(settings.state_dir).expanduser()})")
-        console.print(f"dashboard: [bold]{url}/ui/[/] (sign in with the token below)")
-        console.print(f"local API token for team [bold]{settings.bootstrap_team}[/]: [bold]{token}[/]")
-        console.print(f"  export RLJOB_URL={url} RLJOB_TOKEN={token}   (also written to {client_file})")
-        configure_logging(secrets=[token])  # before the app exists: its start-up (recovery) logs at INFO
-        # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", log_config=None)
+    base = _settings(host=host, port=port, state_dir=state_dir, database_url=database_url, launcher=launcher,
+                     max_concurrent_jobs=max_concurrent_jobs)
+    client_file = Path(base.state_dir).expanduser() / "client.yaml"
+    token = (base.bootstrap_token.get_secret_value() if base.bootstrap_token else None) or _existing_token(client_file)
+    token = token or generate_token()
+    settings = _settings(**{**base.model_dump(), "bootstrap_token": token})
+    url = f"http://{settings.host}:{settings.port}"
+    write_client_config(client_file, url, token)
+    console.print(f"rljob service on [bold]{url}[/] (state in {Path(settings.state_dir).expanduser()})")
+    console.print(f"dashboard: [bold]{url}/ui/[/] (sign in with the token below)")
+    console.print(f"local API token for team [bold]{settings.bootstrap_team}[/]: [bold]{token}[/]")
+    console.print(f"  export RLJOB_URL={url} RLJOB_TOKEN={token}   (also written to {client_file})")
+    configure_logging(secrets=[token])  # before the app exists: its start-up (recovery) logs at INFO
+    # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", log_config=None)
 
-    @token_app.command("create")
-    @handles_errors
-    def token_create(
-        team: Annotated[str, typer.Option(help="the team whose jobs this token sees")],
-        name: Annotated[str, typer.Option(help="who or what uses it; jobs it submits show it as submitted_by")] = "",
-        admin: Annotated[bool, typer.Option(help="may see every team's jobs")] = False,
-        state_dir: StateDir = None,
-        database_url: DatabaseUrl = None,
-    ) -> None:
-        """Create a token; it is shown once and stored only as a hash."""
-        tokens, store = _token_service(state_dir, database_url)
-        try:
-            secret, record = tokens.create(team, name=name, admin=admin)
-        except InvalidRequest as e:
-            raise CliError(str(e), 2) from e
-        finally:
-            store.close()
-        console.print(f"token {record.id} for team {record.team}{' (admin)' if admin else ''}:")
-        typer.echo(secret)
+@token_app.command("create")
+@handles_errors
+def token_create(
+    team: Annotated[str, typer.Option(help="the team whose jobs this token sees")],
+    name: Annotated[str, typer.Option(help="who or what uses it; jobs it submits show it as submitted_by")] = "",
+    admin: Annotated[bool, typer.Option(help="may see every team's jobs")] = False,
+    state_dir: StateDir = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create a token; it is shown once and stored only as a hash."""
+    tokens, store = _token_service(state_dir, database_url)
+    try:
+        secret, record = tokens.create(team, name=name, admin=admin)
+    except InvalidRequest as e:
+        raise CliError(str(e), 2) from e
+    finally:
+        store.close()
+    console.print(f"token {record.id} for team {record.team}{' (admin)' if admin else ''}:")
+    typer.echo(secret)
 
-    @token_app.command("revoke")
-    @handles_errors
-    def token_revoke(token_id: str, state_dir: StateDir = None, database_url: DatabaseUrl = None) -> None:
-        """Revoke a token by its id (tok_...); requests with it get 401 from now on."""
-        tokens, store = _token_service(state_dir, database_url)
-        try:
-            if not tokens.revoke(token_id):
-                raise CliError(f"no active token {token_id}", 1)
-        finally:
-            store.close()
-        console.print(f"revoked {token_id}")
+@token_app.command("revoke")
+@handles_errors
+def token_revoke(token_id: str, state_dir: StateDir = None, database_url: DatabaseUrl = None) -> None:
+    """Revoke a token by its id (tok_...); requests with it get 401 from now on."""
+    tokens, store = _token_service(state_dir, database_url)
+    try:
+        if not tokens.revoke(token_id):
+            raise CliError(f"no active token {token_id}", 1)
+    finally:
+        store.close()
+    console.print(f"revoked {token_id}")
 
-    @token_app.command("list")
-    @handles_errors
-    def token_list(state_dir: StateDir = None, database_url: DatabaseUrl = None) -> None:
-        tokens, store = _token_service(state_dir, database_url)
-        try:
-            for record in tokens.list():
-                state = f"revoked {record.revoked_at:%Y-%m-%d}" if record.revoked_at else "active"
-                console.print(f"{record.id}  team={record.team}  admin={record.admin}  {state}  {record.name}")
-        finally:
-            store.close()
+@token_app.command("list")
+@handles_errors
+def token_list(state_dir: StateDir = None, database_url: DatabaseUrl = None) -> None:
+    tokens, store = _token_service(state_dir, database_url)
+    try:
+        for record in tokens.list():
+            state = f"revoked {record.revoked_at:%Y-%m-%d}" if record.revoked_at else "active"
+            console.print(f"{record.id}  team={record.team}  admin={record.admin}  {state}  {record.name}")
+    finally:
+        store.close()
 
-    app.add_typer(token_app, name="token")
 
-    @app.command()
-    @handles_errors
-    def render(
-        spec: Annotated[Path, typer.Argument(help="job spec file")],
-        job_id: Annotated[str | None, typer.Option(help="job id to name the objects (default: from the spec hash)")] = None,
-    ) -> None:
-        """Print the Kubernetes manifests the kubernetes launcher would create for this spec."""
-        try:
-            job_spec = load_spec_file(spec)
-        except SpecFileError as e:
-            lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
-            raise CliError(f"invalid job spec {spec}:\n{lines}", 2) from e
-        typer.echo(render_k8s_manifests(job_spec, job_id, str(spec)), nl=False)
+@handles_errors
+def render(
+    spec: Annotated[Path, typer.Argument(help="job spec file")],
+    job_id: Annotated[str | None, typer.Option(help="job id to name the objects (default: from the spec hash)")] = None,
+) -> None:
+    """Print the Kubernetes manifests the kubernetes launcher would create for this spec."""
+    try:
+        job_spec = load_spec_file(spec)
+    except SpecFileError as e:
+        lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
+        raise CliError(f"invalid job spec {spec}:\n{lines}", 2) from e
+    typer.echo(render_k8s_manifests(job_spec, job_id, str(spec)), nl=False)
 
-    @app.command()
-    @handles_errors
-    def demo(
-        spec: Annotated[Path, typer.Option(help="the job to run")] = Path("examples/tiny-cpu.yaml"),
-        work_dir: Annotated[Path, typer.Option(help="tiny model, runs and service state go here")] = Path("var/demo"),
-    ) -> None:
-        """Start the service, build the tiny model, run the tiny CPU job over REST to SUCCEEDED."""
-        from .demo import run_demo
+@handles_errors
+def demo(
+    spec: Annotated[Path, typer.Option(help="the job to run")] = Path("examples/tiny-cpu.yaml"),
+    work_dir: Annotated[Path, typer.Option(help="tiny model, runs and service state go here")] = Path("var/demo"),
+) -> None:
+    """Start the service, build the tiny model, run the tiny CPU job over REST to SUCCEEDED."""
+    from .demo import run_demo
 
-        raise typer.Exit(run_demo(spec, work_dir, console))
+    raise typer.Exit(run_demo(spec, work_dir, console))

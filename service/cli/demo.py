@@ -23,7 +23,7 @@ from service.domain.tokens import generate_token
 
 from .client import ApiClient, ClientConfig, CliError
 from .follow import follow_job
-from .main import print_job
+from .output import print_job
 from .specfile import SpecFileError, read_spec_data
 
 READY_TIMEOUT_S = 60.0

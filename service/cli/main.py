@@ -13,21 +13,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from trainer.contract import JobSpec
 
+from . import admin, samples
 from .client import ApiClient, CliError, handles_errors, load_client_config
 from .follow import TERMINAL, follow_job
 from .manifests import render_k8s_manifests
+from .output import console, err_console, fmt_metric, health_text, print_job
 from .specfile import SpecFileError, load_spec_file, read_spec_data
 
 app = typer.Typer(name="rljob", help="Run GRPO post-training jobs through the rljob control service.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
-console = Console()
-err_console = Console(stderr=True)
 
 
 class _Ctx:
@@ -55,59 +54,6 @@ def _client(ctx: typer.Context) -> ApiClient:
 def _spec_problems(e: SpecFileError, path: Path) -> CliError:
     lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
     return CliError(f"invalid job spec {path} ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):\n{lines}", 2)
-
-
-def _fmt_metric(value: Any) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
-def _artifact_text(artifact: dict[str, Any]) -> str:
-    details = []
-    if artifact.get("size_bytes") is not None:
-        details.append(f"{artifact['size_bytes']:,} bytes")
-    if (artifact.get("file_count") or 0) > 1:
-        details.append(f"{artifact['file_count']} files")
-    if artifact.get("checksum"):
-        details.append(artifact["checksum"])
-    return artifact["uri"] + (f" ({', '.join(details)})" if details else "")
-
-
-# Colours for the learning-health verdicts (service/domain/learning_health.py).
-_HEALTH_STYLE = {"learning": "green", "no-signal": "yellow", "stalled": "yellow", "diverging": "red"}
-
-
-def health_text(verdict: str | None) -> str:
-    if not verdict:
-        return "-"
-    return f"[{_HEALTH_STYLE.get(verdict, 'default')}]{escape(verdict)}[/]"
-
-
-def print_job(job: dict[str, Any]) -> None:
-    table = Table(show_header=False, box=None)
-    table.add_column(no_wrap=True)
-    table.add_column(overflow="fold")  # paths and messages in full: users copy them
-    rows = [
-        ("id", job["id"]), ("name", job["name"]), ("team", job["team"]),
-        ("submitted by", job.get("submitted_by") or "-"), ("phase", job["phase"]),
-        ("message", job["message"]), ("stage", job.get("stage") or "-"),
-        ("step", f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"),
-        ("eta", f"{job['eta_s']:.0f}s" if job.get("eta_s") is not None else "-"),
-        ("runs on", f"{job.get('backend') or '-'} {job.get('object_name') or ''}".strip()),
-        ("run dir", job["run_uri"]),
-    ]  # fmt: skip
-    metrics = job.get("metrics") or {}
-    rows.append(("metrics", "  ".join(f"{k}={_fmt_metric(v)}" for k, v in metrics.items())))
-    health = job.get("health")
-    rows.append(("health", f"{health_text(health['verdict'])}: {escape(health['message'])}" if health else "-"))
-    for stage, times in (job.get("stage_times") or {}).items():
-        rows.append((f"stage {stage}", f"{times.get('started_at') or '-'} -> {times.get('finished_at') or '...'}"))
-    for artifact in job.get("artifacts") or []:
-        rows.append((f"artifact {artifact['name']}", _artifact_text(artifact)))
-    if job.get("failure"):
-        rows.append(("failure", f"[red]{job['failure'].get('reason')}[/]: {job['failure'].get('message')}"))
-    for key, value in rows:
-        table.add_row(f"[bold]{key}[/]", str(value))
-    console.print(table)
 
 
 @app.command()
@@ -189,7 +135,7 @@ def list_jobs(
         step = f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"
         health = health_text((job.get("health") or {}).get("verdict"))
         table.add_row(job["id"], job["name"], job["team"], job["phase"], health, job.get("stage") or "-", step,
-                      _fmt_metric(job["metrics"].get("reward_mean")), job["created_at"][5:16].replace("T", " "))
+                      fmt_metric(job["metrics"].get("reward_mean")), job["created_at"][5:16].replace("T", " "))
     console.print(table)
     if page.get("next_cursor"):
         console.print("[dim]more jobs exist; use --limit or filters[/]")
@@ -231,14 +177,11 @@ def cancel(ctx: typer.Context, job_id: str) -> None:
     console.print(f"{job['id']}: {job['phase']} - {job['message']}")
 
 
-def _register_admin_commands() -> None:
-    from . import admin, samples
-
-    admin.register(app, console)
-    samples.register(app, console)
-
-
-_register_admin_commands()
+app.command()(admin.serve)
+app.add_typer(admin.token_app, name="token")
+app.command()(admin.render)
+app.command()(admin.demo)
+app.command()(samples.samples)
 
 
 def main() -> None:

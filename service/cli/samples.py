@@ -14,6 +14,7 @@ from rich.text import Text
 from service.domain.job_samples import step_ranges
 
 from .client import handles_errors
+from .output import console
 
 MAX_COMPLETION_CHARS = 600  # about a screen per sample; --json has the whole text
 
@@ -53,21 +54,19 @@ def print_samples(page: dict[str, Any], console: Console) -> None:
         console.print(Padding(Text(terminal_safe(sample["completion"])), (0, 0, 0, 2)))
 
 
-def register(app: typer.Typer, console: Console) -> None:
-    @app.command()
-    @handles_errors
-    def samples(
-        ctx: typer.Context,
-        job_id: str,
-        step: Annotated[
-            int | None, typer.Option(min=1, max=10**9, help="a train step (default: the newest with samples)")
-        ] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="the whole answer, texts uncut")] = False,
-    ) -> None:
-        """Show a train step's completions with each reward function's score."""
-        params = {"step": step} if step is not None else {}
-        page = ctx.obj.client().request("GET", f"/v1/jobs/{job_id}/samples", params=params)
-        if as_json:
-            typer.echo(json.dumps(page, indent=2))
-            return
-        print_samples(page, console)
+@handles_errors
+def samples(
+    ctx: typer.Context,
+    job_id: str,
+    step: Annotated[
+        int | None, typer.Option(min=1, max=10**9, help="a train step (default: the newest with samples)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the whole answer, texts uncut")] = False,
+) -> None:
+    """Show a train step's completions with each reward function's score."""
+    params = {"step": step} if step is not None else {}
+    page = ctx.obj.client().request("GET", f"/v1/jobs/{job_id}/samples", params=params)
+    if as_json:
+        typer.echo(json.dumps(page, indent=2))
+        return
+    print_samples(page, console)

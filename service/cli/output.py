@@ -1,0 +1,65 @@
+"""How the CLI prints: the two consoles and a job's status table, shared by every command module."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fmt_metric(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _artifact_text(artifact: dict[str, Any]) -> str:
+    details = []
+    if artifact.get("size_bytes") is not None:
+        details.append(f"{artifact['size_bytes']:,} bytes")
+    if (artifact.get("file_count") or 0) > 1:
+        details.append(f"{artifact['file_count']} files")
+    if artifact.get("checksum"):
+        details.append(artifact["checksum"])
+    return artifact["uri"] + (f" ({', '.join(details)})" if details else "")
+
+
+# Colours for the learning-health verdicts (service/domain/learning_health.py).
+_HEALTH_STYLE = {"learning": "green", "no-signal": "yellow", "stalled": "yellow", "diverging": "red"}
+
+
+def health_text(verdict: str | None) -> str:
+    if not verdict:
+        return "-"
+    return f"[{_HEALTH_STYLE.get(verdict, 'default')}]{escape(verdict)}[/]"
+
+
+def print_job(job: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # paths and messages in full: users copy them
+    rows = [
+        ("id", job["id"]), ("name", job["name"]), ("team", job["team"]),
+        ("submitted by", job.get("submitted_by") or "-"), ("phase", job["phase"]),
+        ("message", job["message"]), ("stage", job.get("stage") or "-"),
+        ("step", f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"),
+        ("eta", f"{job['eta_s']:.0f}s" if job.get("eta_s") is not None else "-"),
+        ("runs on", f"{job.get('backend') or '-'} {job.get('object_name') or ''}".strip()),
+        ("run dir", job["run_uri"]),
+    ]  # fmt: skip
+    metrics = job.get("metrics") or {}
+    rows.append(("metrics", "  ".join(f"{k}={fmt_metric(v)}" for k, v in metrics.items())))
+    health = job.get("health")
+    rows.append(("health", f"{health_text(health['verdict'])}: {escape(health['message'])}" if health else "-"))
+    for stage, times in (job.get("stage_times") or {}).items():
+        rows.append((f"stage {stage}", f"{times.get('started_at') or '-'} -> {times.get('finished_at') or '...'}"))
+    for artifact in job.get("artifacts") or []:
+        rows.append((f"artifact {artifact['name']}", _artifact_text(artifact)))
+    if job.get("failure"):
+        rows.append(("failure", f"[red]{job['failure'].get('reason')}[/]: {job['failure'].get('message')}"))
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", str(value))
+    console.print(table)

@@ -1,0 +1,155 @@
+"""The layering, held by a check rather than by prose (STYLE.md, "The shape").
+
+Read from the source with `ast`, so a rule breaks here the moment someone writes the import, whether or not
+a test happens to execute that line. Imports under `if TYPE_CHECKING:` count too: a type-only import is still a
+dependency a reader has to understand, and it is how cycles hide.
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("service", "trainer")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(path: Path) -> Iterator[tuple[str, int]]:
+    """Every module `path` imports (for `from x import y`, both x and x.y: y may be a submodule)."""
+    module = _module_name(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, path.name == "__init__.py", node)
+            yield target, node.lineno
+            for alias in node.names:
+                yield f"{target}.{alias.name}", node.lineno
+
+
+def source_files(*packages: str) -> list[Path]:
+    return sorted(p for pkg in packages for p in (ROOT / pkg).rglob("*.py"))
+
+
+def _under(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def violations(files: list[Path], forbidden: tuple[str, ...], allowed: tuple[str, ...] = ()) -> list[str]:
+    found = set()
+    for path in files:
+        for name, line in imports_of(path):
+            if _under(name, *forbidden) and not _under(name, *allowed):
+                found.add(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    return sorted(found)
+
+
+def test_the_domain_imports_no_framework_and_no_adapter():
+    files = source_files("service/domain")
+    assert files
+    assert violations(files, ("fastapi", "starlette", "sqlalchemy", "alembic", "kubernetes", "typer", "httpx",
+                              "service.adapters", "service.api", "service.cli", "service.app",
+                              "service.dashboard")) == []
+
+
+def test_the_service_takes_only_the_contract_and_storage_from_the_trainer():
+    assert violations(source_files("service"), ("trainer",), allowed=("trainer.contract", "trainer.storage")) == []
+
+
+def test_the_trainer_never_imports_the_service():
+    assert violations(source_files("trainer"), ("service",)) == []
+
+
+def test_the_contract_and_storage_pull_in_no_ml_framework():
+    # The service imports these two packages; JAX, MaxText or torch there would put them in the service image.
+    files = source_files("trainer/contract", "trainer/storage")
+    assert violations(files, ("jax", "jaxlib", "flax", "maxtext", "tunix", "torch", "transformers", "orbax",
+                              "vllm", "trainer.maxtext_entry", "trainer.stages", "trainer.pipeline")) == []
+
+
+def _graph() -> dict[str, set[str]]:
+    files = source_files(*PACKAGES)
+    ours = {_module_name(p) for p in files}
+    graph: dict[str, set[str]] = {m: set() for m in ours}
+    for path in files:
+        src = _module_name(path)
+        for name, _ in imports_of(path):
+            if name in ours and name != src and not src.startswith(name + "."):
+                graph[src].add(name)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles_between_our_modules():
+    # A package's __init__ re-exporting its submodules is not a cycle worth breaking; only module <-> module.
+    cycles = [c for c in import_cycles(_graph())
+              if not all(any(o.startswith(m + ".") for o in c) or any(m.startswith(o + ".") for o in c) for m in c)]
+    assert cycles == []
+
+
+@pytest.mark.parametrize("rule", ["domain", "trainer"])
+def test_the_checks_catch_a_forbidden_import(tmp_path, rule, monkeypatch):
+    # The contract must be able to fail: plant a forbidden import in a copy of the tree layout.
+    pkg = tmp_path / ("service/domain" if rule == "domain" else "trainer")
+    pkg.mkdir(parents=True)
+    (pkg / "bad.py").write_text("from fastapi import FastAPI\n" if rule == "domain" else "import service.app\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
+    forbidden = ("fastapi",) if rule == "domain" else ("service",)
+    assert violations(source_files(str(pkg.relative_to(tmp_path))), forbidden)
