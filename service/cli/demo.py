@@ -21,7 +21,7 @@ from rich.console import Console
 
 from service.domain.tokens import generate_token
 
-from .client import ApiClient, ClientConfig, CliError
+from .client import RljobClient, ClientConfig, CliError
 from .follow import follow_job
 from .output import print_job
 from .specfile import SpecFileError, read_spec_data
@@ -35,7 +35,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_ready(client: ApiClient, server: subprocess.Popen[bytes], log_path: Path) -> None:
+def _wait_ready(client: RljobClient, server: subprocess.Popen[bytes], log_path: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -86,7 +86,7 @@ def run_demo(spec_path: Path, work_dir: Path, console: Console) -> int:
              "--state-dir", str(state_dir)],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
-    client = ApiClient(ClientConfig(url=f"http://127.0.0.1:{port}", token=token, config_file=None))
+    client = RljobClient(ClientConfig(url=f"http://127.0.0.1:{port}", token=token, config_file=None))
     try:
         _wait_ready(client, server, log_path)
         console.print(f"service ready on http://127.0.0.1:{port} (log: {log_path})")

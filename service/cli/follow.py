@@ -8,12 +8,12 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .client import ApiClient
+from .client import RljobClient
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
-def follow_job(client: ApiClient, job_id: str, console: Console) -> dict[str, Any]:
+def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, Any]:
     """Stream until the job is terminal; returns the final job. Reconnects resume by event id."""
     columns = (
         TextColumn("[bold]{task.fields[phase]:<10}[/] {task.fields[stage]:<7}"),

@@ -19,7 +19,7 @@ from rich.table import Table
 from trainer.contract import JobSpec
 
 from . import admin, samples
-from .client import ApiClient, CliError, handles_errors, load_client_config
+from .client import RljobClient, CliError, handles_errors, load_client_config
 from .follow import TERMINAL, follow_job
 from .manifests import render_k8s_manifests
 from .output import console, err_console, fmt_metric, health_text, print_job
@@ -33,8 +33,8 @@ class _Ctx:
     def __init__(self, url: str | None, token: str | None, config: Path | None) -> None:
         self.url, self.token, self.config = url, token, config
 
-    def client(self) -> ApiClient:
-        return ApiClient(load_client_config(self.url, self.token, self.config))
+    def client(self) -> RljobClient:
+        return RljobClient(load_client_config(self.url, self.token, self.config))
 
 
 @app.callback()
@@ -47,7 +47,7 @@ def _global(
     ctx.obj = _Ctx(url, token, config)
 
 
-def _client(ctx: typer.Context) -> ApiClient:
+def _client(ctx: typer.Context) -> RljobClient:
     return ctx.obj.client()
 
 
@@ -98,7 +98,7 @@ def _dry_run(job_spec: JobSpec, path: Path) -> None:
     err_console.print(f"[dim]dry run: {path} is a valid job spec; nothing submitted[/]", highlight=False)
 
 
-def _follow_to_end(client: ApiClient, job_id: str) -> None:
+def _follow_to_end(client: RljobClient, job_id: str) -> None:
     final = follow_job(client, job_id, console)
     print_job(final)
     if final["phase"] != "SUCCEEDED":
