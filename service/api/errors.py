@@ -11,12 +11,15 @@ adds the bodies' schemas).
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, Field
 
 from service.domain import errors as e
@@ -125,7 +128,34 @@ def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's own answer, with two corrections. A body it could not decode (not UTF-8) is bad
+    input like any other: 422 naming the body, not a bare 400. A 405's Allow lists every method the
+    schema declares at that path: Starlette names only the first matching route's (GET /v1/jobs
+    answered `Allow: GET`)."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI's "error parsing the body"
+        problem = {"loc": ["body"], "msg": f"the body is not UTF-8 encoded JSON ({type(exc.__cause__).__name__})",
+                   "type": "json_invalid"}  # fmt: skip
+        return JSONResponse(status_code=422, content={"detail": [problem]})
+    allowed = _declared_methods(request) if exc.status_code == 405 else None
+    if allowed:
+        exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
+    return await http_exception_handler(request, exc)
+
+
+def _declared_methods(request: Request) -> list[str] | None:
+    """The methods /openapi.json declares for the request's path; None for a path it does not list."""
+    path = request.scope["path"]
+    for template, operations in request.app.openapi()["paths"].items():
+        pattern = "[^/]+".join(re.escape(part) for part in re.split(r"\{[^/}]+\}", template))
+        if re.fullmatch(pattern, path):
+            return sorted(method.upper() for method in operations)
+    return None
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(e.DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _request_validation_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -1,4 +1,4 @@
-"""Edges of the API that a generated or hostile client reaches: out-of-range SSE resume ids."""
+"""Edges of the API that a generated or hostile client reaches: out-of-range SSE resume ids; idle streams."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import Api
 from service_helpers import TOKEN_A, spec_body
+
+import service.api.routes.events as events_routes
 
 
 @pytest.mark.parametrize("last_event_id", [str(2**63), str(2**64 + 5), "9" * 40, "-1"])
@@ -31,3 +33,31 @@ def test_largest_last_event_id_resumes_with_nothing_missed(api: Api, tmp_path: P
     )
     assert response.status_code == 200
     assert response.text.startswith("event: hello") and job_id not in response.text
+
+
+def test_an_idle_stream_sends_keepalive_comments(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events_routes, "KEEPALIVE_S", 0.1)  # the fixture's poll interval is 0.2 s
+    response = api.client.get("/v1/events", params={"max_duration_s": 1}, headers=api.as_(TOKEN_A))
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["cache-control"] == "no-cache"
+    frames = response.text.split("\n\n")
+    assert frames[0].startswith("event: hello") and ": keepalive" in frames[1:]
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    ("DELETE", "/v1/jobs", "GET, POST"), ("PUT", "/v1/jobs/rl-aaaaaaaaaaaa", "GET"),
+    ("GET", "/v1/jobs/rl-aaaaaaaaaaaa/cancel", "POST"), ("POST", "/v1/events", "GET"),
+])  # fmt: skip
+def test_a_405_allows_every_method_the_schema_declares_at_that_path(api: Api, method: str, path: str, allow: str) -> None:
+    response = api.client.request(method, path, headers=api.as_(TOKEN_A))
+    assert response.status_code == 405 and response.headers["allow"] == allow
+    declared = api.client.get("/openapi.json").json()["paths"][path.replace("rl-aaaaaaaaaaaa", "{job_id}")]
+    assert ", ".join(sorted(m.upper() for m in declared)) == allow
+
+
+def test_a_body_that_is_not_utf8_is_a_422_naming_the_body(api: Api) -> None:
+    headers = {**api.as_(TOKEN_A), "Content-Type": "application/json"}
+    response = api.client.post("/v1/jobs", content=b'{"name": "\xff\xfe"}', headers=headers)
+    assert response.status_code == 422
+    (problem,) = response.json()["detail"]
+    assert problem["loc"] == ["body"] and "UTF-8" in problem["msg"]

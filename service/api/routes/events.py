@@ -16,12 +16,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
 from fastapi.concurrency import run_in_threadpool
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi.responses import StreamingResponse
 
 from service.domain.models import JobEvent
 
-from ..deps import CallerDep, RuntimeDep, VisibleJobDep
+from ..deps import CallerDep, Runtime, RuntimeDep, VisibleJobDep
 from ..errors import error_responses
+from ..sse import KEEPALIVE, KEEPALIVE_S, STREAM_RESPONSE, sse_event, sse_response
 
 router = APIRouter(tags=["events"])
 
@@ -37,61 +38,78 @@ MaxDuration = Annotated[float | None, Query(gt=0, le=86_400, description="end th
 BATCH = 500
 
 
-def _sse(event: JobEvent) -> ServerSentEvent:
-    return ServerSentEvent(event=event.kind, id=str(event.seq), data=event.model_dump(mode="json"))
+def _sse(event: JobEvent) -> bytes:
+    return sse_event(event.kind, event.seq, event.model_dump(mode="json"))
 
 
-@router.get(
-    "/v1/jobs/{job_id}/events", response_class=EventSourceResponse, responses=error_responses(401, 404, 422, 503)
-)
+def _deadline(runtime: Runtime, max_duration_s: float | None) -> float:
+    limit_s = runtime.settings.sse_max_duration_s
+    return time.monotonic() + min(max_duration_s or limit_s, limit_s)
+
+
+@router.get("/v1/jobs/{job_id}/events", responses={**STREAM_RESPONSE, **error_responses(401, 404, 422, 503)})
 async def job_events(
     record: VisibleJobDep, runtime: RuntimeDep, last_event_id: LastEventId = None, max_duration_s: MaxDuration = None
-) -> AsyncIterator[ServerSentEvent]:
+) -> StreamingResponse:
     """A snapshot, then every change of this job, ending after its terminal phase."""
-    settings, store = runtime.settings, runtime.store
-    deadline = time.monotonic() + min(max_duration_s or settings.sse_max_duration_s, settings.sse_max_duration_s)
-    if last_event_id is None:
-        current = await run_in_threadpool(store.get, record.id) or record
-        yield ServerSentEvent(
-            event="snapshot", id=str(current.last_event_seq), data=runtime.public(current).model_dump(mode="json")
-        )
-        after = current.last_event_seq
-    else:
-        after = last_event_id
-    while time.monotonic() < deadline:
-        seen_version = runtime.notifier.version
-        events = await run_in_threadpool(store.events_after, after, job_id=record.id, limit=BATCH)
-        for event in events:
-            yield _sse(event)
-            after = event.seq
-        if events:
-            continue
-        current = await run_in_threadpool(store.get, record.id)
-        if current is None or (current.phase.is_terminal() and current.last_event_seq <= after):
-            return  # terminal, everything sent, and this read was the one more empty read
-        await runtime.notifier.wait(seen_version, settings.sse_poll_interval_s)
+    settings, store, deadline = runtime.settings, runtime.store, _deadline(runtime, max_duration_s)
+
+    async def stream() -> AsyncIterator[bytes]:
+        if last_event_id is None:
+            current = await run_in_threadpool(store.get, record.id) or record
+            yield sse_event("snapshot", current.last_event_seq, runtime.public(current).model_dump(mode="json"))
+            after = current.last_event_seq
+        else:
+            after = last_event_id
+        last_sent = time.monotonic()
+        while time.monotonic() < deadline:
+            seen_version = runtime.notifier.version
+            events = await run_in_threadpool(store.events_after, after, job_id=record.id, limit=BATCH)
+            for event in events:
+                yield _sse(event)
+                after, last_sent = event.seq, time.monotonic()
+            if events:
+                continue
+            current = await run_in_threadpool(store.get, record.id)
+            if current is None or (current.phase.is_terminal() and current.last_event_seq <= after):
+                return  # terminal, everything sent, and this read was the one more empty read
+            await runtime.notifier.wait(seen_version, settings.sse_poll_interval_s)
+            if time.monotonic() - last_sent >= KEEPALIVE_S:
+                yield KEEPALIVE
+                last_sent = time.monotonic()
+
+    return sse_response(stream())
 
 
-@router.get("/v1/events", response_class=EventSourceResponse, responses=error_responses(401, 422, 503))
+@router.get("/v1/events", responses={**STREAM_RESPONSE, **error_responses(401, 422, 503)})
 async def team_events(
     caller: CallerDep,
     runtime: RuntimeDep,
     last_event_id: LastEventId = None,
     max_duration_s: MaxDuration = None,
     team: Annotated[str | None, Query(max_length=63, description="admins: one team's events; default all")] = None,
-) -> AsyncIterator[ServerSentEvent]:
+) -> StreamingResponse:
     """Every change of every job your team can see, from now (or after Last-Event-ID); for dashboards."""
-    settings, store = runtime.settings, runtime.store
-    deadline = time.monotonic() + min(max_duration_s or settings.sse_max_duration_s, settings.sse_max_duration_s)
+    settings, store, deadline = runtime.settings, runtime.store, _deadline(runtime, max_duration_s)
     scope = team if caller.admin else caller.team
-    after = last_event_id if last_event_id is not None else await run_in_threadpool(store.max_event_seq)
-    # The first event tells the client where "now" is, so it can resume even if nothing happens.
-    yield ServerSentEvent(event="hello", id=str(after), data={"team": scope, "after": after})
-    while time.monotonic() < deadline:
-        seen_version = runtime.notifier.version
-        events = await run_in_threadpool(store.events_after, after, team=scope, limit=BATCH)
-        for event in events:
-            yield _sse(event)
-            after = event.seq
-        if not events:
-            await runtime.notifier.wait(seen_version, min(settings.sse_poll_interval_s, max(0.0, deadline - time.monotonic())))
+
+    async def stream() -> AsyncIterator[bytes]:
+        after = last_event_id if last_event_id is not None else await run_in_threadpool(store.max_event_seq)
+        # The first event tells the client where "now" is, so it can resume even if nothing happens.
+        yield sse_event("hello", after, {"team": scope, "after": after})
+        last_sent = time.monotonic()
+        while time.monotonic() < deadline:
+            seen_version = runtime.notifier.version
+            events = await run_in_threadpool(store.events_after, after, team=scope, limit=BATCH)
+            for event in events:
+                yield _sse(event)
+                after, last_sent = event.seq, time.monotonic()
+            if events:
+                continue
+            wait_s = min(settings.sse_poll_interval_s, max(0.0, deadline - time.monotonic()))
+            await runtime.notifier.wait(seen_version, wait_s)
+            if time.monotonic() - last_sent >= KEEPALIVE_S:
+                yield KEEPALIVE
+                last_sent = time.monotonic()
+
+    return sse_response(stream())
