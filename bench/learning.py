@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from service.cli.client import RljobClient, ClientConfig  # noqa: E402
 from service.cli.demo import _stop, _wait_ready, free_port  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
-from trainer.specfile import load_spec  # noqa: E402
+from trainer.contract.spec_file import load_spec_file  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 EXAMPLE = REPO / "examples" / "smollm2-gsm8k-cpu.yaml"
@@ -110,7 +110,7 @@ def evaluate(model_dir: str, rows: list[dict], template: dict) -> dict:
 
 
 def arm_spec(arm: str, steps: int | None) -> dict:
-    spec = json.loads(load_spec(EXAMPLE).model_dump_json())
+    spec = json.loads(load_spec_file(EXAMPLE).model_dump_json())
     spec["name"] = f"smollm2-gsm8k-{arm}"
     if steps:
         spec["grpo"]["num_batches"] = steps

@@ -26,7 +26,7 @@ from trainer.contract import RunLayout  # noqa: E402
 from trainer.pipeline import describe_plan  # noqa: E402
 from trainer.sources import resolve_model  # noqa: E402
 from trainer.sources import materialise_dataset  # noqa: E402
-from trainer.specfile import load_spec  # noqa: E402
+from trainer.contract.spec_file import load_spec_file  # noqa: E402
 
 SPEC = REPO / "examples" / "tiny-cpu.yaml"
 
@@ -78,7 +78,7 @@ def main() -> int:
     os.environ.update(RLJOB_TINY_DIR=str(tiny), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     with tempfile.TemporaryDirectory(prefix="rljob-bench-") as scratch:
         os.environ["RLJOB_OUTPUT"] = str(Path(scratch) / "bare")
-        spec = load_spec(SPEC)
+        spec = load_spec_file(SPEC)
         bare_started = time.monotonic()
         bare = run_bare(spec, Path(scratch) / "bare")
         bare_total = time.monotonic() - bare_started

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trainer.contract import ExitCode, JobSpec, RunLayout, default_job_id
 from trainer.conversion_cache_cli import add_cache_parser, cmd_cache
-from trainer.specfile import SpecError, load_spec
+from trainer.contract.spec_file import SpecFileError, load_spec_file
 
 JOB_ID_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -47,10 +47,10 @@ def _report_spec_problems(problems: list[tuple[str, str]]) -> int:
 
 
 def _load(args) -> tuple[JobSpec, str]:
-    spec = load_spec(args.spec)
+    spec = load_spec_file(args.spec)
     job_id = args.job_id or default_job_id(spec)
     if not JOB_ID_LABEL.match(job_id):
-        raise SpecError([("--job-id", "must be a DNS-1123 label: lowercase letters, digits and '-'")])
+        raise SpecFileError([("--job-id", "must be a DNS-1123 label: lowercase letters, digits and '-'")])
     return spec, job_id
 
 
@@ -67,7 +67,7 @@ def cmd_plan(args) -> int:
         # A hub checkpoint's config is read at run time; offline, plan shows MaxText's table for model.name.
         model = resolve_model(spec, allow_hub=os.environ.get("HF_HUB_OFFLINE") != "1")
     except UnsupportedCheckpoint as e:
-        raise SpecError([checkpoint_problem(e)]) from e
+        raise SpecFileError([checkpoint_problem(e)]) from e
     plan = [(stage.value, command.display(secrets)) for stage, command in describe_plan(spec, layout, model)]
     if args.json:
         print(json.dumps({"job_id": job_id, "run_uri": layout.root, "stages": [{"stage": s, "command": c} for s, c in plan]}, indent=2))
@@ -96,7 +96,7 @@ def cmd_run(args) -> int:
     spec, job_id = _load(args)
     missing = missing_local_inputs(spec)
     if missing:
-        raise SpecError(missing)
+        raise SpecFileError(missing)
     layout = RunLayout(spec.output, job_id)
     try:
         store = store_for(layout.root)
@@ -105,16 +105,16 @@ def cmd_run(args) -> int:
         try:
             model = resolve_model(spec)  # a checkpoint MaxText cannot represent stops here, before any stage
         except UnsupportedCheckpoint as e:
-            raise SpecError([checkpoint_problem(e)]) from e
+            raise SpecFileError([checkpoint_problem(e)]) from e
         if spec.dataset.prompt_template:
             try:
                 check_prompt_template(spec.dataset.prompt_template)
             except DataError as e:
-                raise SpecError([("dataset.prompt_template", str(e))]) from e
+                raise SpecFileError([("dataset.prompt_template", str(e))]) from e
         if store.exists(layout.spec):
             recorded = JobSpec.model_validate_json(store.read_bytes(layout.spec))
             if recorded.canonical_json() != spec.canonical_json():
-                raise SpecError([("--job-id", f"{layout.root} already holds a different spec; use a new job id")])
+                raise SpecFileError([("--job-id", f"{layout.root} already holds a different spec; use a new job id")])
         else:
             store.write_bytes(layout.spec, spec.canonical_json().encode())
         reporter = EventReporter(store, layout.events, job_id)
@@ -172,5 +172,5 @@ def main(argv: list[str] | None = None) -> int:
                 "make-model": cmd_make_model, "make-data": cmd_make_data}
     try:
         return handlers[args.command](args)
-    except SpecError as e:
+    except SpecFileError as e:
         return _report_spec_problems(e.problems)

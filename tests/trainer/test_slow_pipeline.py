@@ -161,13 +161,13 @@ def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_r
     from trainer.pipeline import converted_checkpoint
     from trainer.runner import StageCommand, run_stage_command
     from trainer.sources import resolve_model
-    from trainer.specfile import load_spec
+    from trainer.contract.spec_file import load_spec_file
     from trainer.stages.export import build_export_command
 
     layout, tiny = restarted_run["layout"], restarted_run["tiny"]
     monkeypatch.setenv("RLJOB_TINY_DIR", str(tiny))
     monkeypatch.setenv("RLJOB_OUTPUT", str(tmp_path))
-    spec: JobSpec = load_spec(TINY_EXAMPLE)
+    spec: JobSpec = load_spec_file(TINY_EXAMPLE)
     # The convert stage's marker says where the checkpoint is: the shared conversion cache.
     items = converted_checkpoint(layout)
     assert "/_cache/maxtext/" in items

@@ -1,6 +1,7 @@
 """What the control service may know about the trainer: spec, events, exit codes, run layout.
 
-This package imports only pydantic and the standard library, so the service image stays slim.
+This package imports only pydantic, PyYAML (spec_file.py, the spec-file reader both command lines use)
+and the standard library, so the service image stays slim.
 """
 
 from .events import (
