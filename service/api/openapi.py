@@ -1,7 +1,8 @@
 """The OpenAPI document as clients need it: FastAPI's, with what it cannot know about this API.
 
-- The error bodies that `errors.error_responses()` refers to are added to the components (the
-  routes declare them by reference, so that a streaming route's errors stay application/json).
+- The error bodies that `errors.error_responses()` refers to, and the event payloads that
+  `sse.stream_response()` does, are added to the components: the routes declare them by reference
+  (a streaming route's errors stay application/json; an event's `data` is JSON in a string).
 - A parameter (query, header, path) is never null in HTTP: an optional one is simply left out.
   FastAPI writes `int | None` as "integer or null", and a client generated from that sends the
   text `null`, which is refused; the null branch is dropped from every parameter's schema.
@@ -15,13 +16,17 @@ from typing import Any
 from fastapi import FastAPI
 
 from .errors import ErrorPublic, ValidationErrorPublic
+from .sse import STREAM_MODELS
 
 
-def _add_error_schemas(document: dict[str, Any]) -> None:
+def _add_referenced_schemas(document: dict[str, Any]) -> None:
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    for model in (ErrorPublic, ValidationErrorPublic):
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(schema.pop("$defs", {}))
+    for model in (ErrorPublic, ValidationErrorPublic, *STREAM_MODELS):
+        if model.__name__ in schemas:  # a route's response model already: FastAPI wrote the same schema
+            continue
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode="serialization")
+        for name, definition in schema.pop("$defs", {}).items():
+            schemas.setdefault(name, definition)
         schemas[model.__name__] = schema
 
 
@@ -52,7 +57,7 @@ def install_openapi_refinements(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:  # built once, then served from FastAPI's cache
             document = build()
-            _add_error_schemas(document)
+            _add_referenced_schemas(document)
             _drop_null_parameters(document)
         return app.openapi_schema  # type: ignore[return-value]
 

@@ -14,16 +14,45 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+
+from service.domain.models import JobEvent, JobPublic
 
 KEEPALIVE_S = 15.0
 KEEPALIVE = b": keepalive\n\n"
 
-STREAM_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "an event stream: `event:` the kind, `id:` the seq (resume with Last-Event-ID), `data:` JSON",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    }
-}
+
+class StreamHello(BaseModel):
+    """The first event of /v1/events: where "now" is, so a client can resume from it."""
+
+    team: str | None = Field(description="the team whose jobs are streamed; null: every team (admins)")
+    after: int = Field(description="the stream sends events after this seq")
+
+
+# Models the stream documents refer to; api/openapi.py puts them into the schema's components.
+STREAM_MODELS: tuple[type[BaseModel], ...] = (JobEvent, JobPublic, StreamHello)
+
+
+def _event(kind: dict[str, Any], data_model: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["event", "id", "data"],
+        "properties": {
+            "event": kind,
+            "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the seq; send it back as Last-Event-ID"},
+            "data": {"type": "string", "contentMediaType": "application/json",
+                     "contentSchema": {"$ref": f"#/components/schemas/{data_model.__name__}"}},
+        },
+    }  # fmt: skip
+
+
+def stream_response(first_kind: str, first_model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """The 200 of an event route: OpenAPI 3.1 reads a text/event-stream `schema` as one event's.
+    The first event (`first_kind`) carries `first_model`; every later one a JobEvent."""
+    first, later = _event({"const": first_kind}, first_model), _event({"not": {"const": first_kind}}, JobEvent)
+    one_event = {"oneOf": [first, later]}
+    description = f"`{first_kind}` first, then the job events (`event:` their kind, `data:` a JobEvent)"
+    return {200: {"description": description, "content": {"text/event-stream": {"schema": one_event}}}}
 
 
 def sse_event(kind: str, event_id: int, data: dict[str, Any]) -> bytes:

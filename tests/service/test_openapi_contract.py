@@ -182,3 +182,36 @@ def test_no_parameter_is_declared_nullable(api: Api) -> None:
     assert (last_event_id["type"], last_event_id["minimum"], last_event_id["maximum"]) == ("integer", 0, 2**63 - 1)
     response = api.client.get("/v1/events", headers=_auth(**{"Last-Event-ID": "null"}))
     assert response.status_code == 422  # what the old schema invited
+
+
+def _sse_frames(text: str) -> list[dict[str, str]]:
+    frames = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if line and not line.startswith(":"))
+        if fields:
+            frames.append(fields)
+    return frames
+
+
+@pytest.mark.parametrize(("route", "resume_after", "first_kind"), [
+    ("/v1/jobs/{job_id}/events", None, "snapshot"), ("/v1/jobs/{job_id}/events", "0", "phase"),
+    ("/v1/events", "0", "hello"),
+])  # fmt: skip
+def test_every_streamed_event_matches_the_declared_event_schema(
+    api: Api, tmp_path: Path, route: str, resume_after: str | None, first_kind: str
+) -> None:
+    job_id = _ended_job(api, tmp_path)
+    headers = _auth(**{"Last-Event-ID": resume_after} if resume_after else {})
+    response = api.client.get(route.format(job_id=job_id), params={"max_duration_s": 0.5}, headers=headers)
+    document = api.client.get("/openapi.json").json()
+    declared = document["paths"][route]["get"]["responses"]["200"]["content"]
+    assert response.headers["content-type"].split(";")[0] in declared
+    one_event = declared["text/event-stream"]["schema"]
+    frames = _sse_frames(response.text)
+    assert frames[0]["event"] == first_kind and (len(frames) > 1 or first_kind == "snapshot")
+    for frame in frames:
+        assert not list(_validator(document, one_event).iter_errors(frame)), frame
+        (branch,) = [b for b in one_event["oneOf"] if not list(_validator(document, b).iter_errors(frame))]
+        payload_schema = branch["properties"]["data"]["contentSchema"]
+        errors = [e.message for e in _validator(document, payload_schema).iter_errors(json.loads(frame["data"]))]
+        assert not errors, (frame["event"], errors)

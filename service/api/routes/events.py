@@ -18,11 +18,11 @@ from fastapi import APIRouter, Header, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from service.domain.models import JobEvent
+from service.domain.models import JobEvent, JobPublic
 
 from ..deps import CallerDep, Runtime, RuntimeDep, VisibleJobDep
 from ..errors import error_responses
-from ..sse import KEEPALIVE, KEEPALIVE_S, STREAM_RESPONSE, sse_event, sse_response
+from ..sse import KEEPALIVE, KEEPALIVE_S, StreamHello, sse_event, sse_response, stream_response
 
 router = APIRouter(tags=["events"])
 
@@ -47,7 +47,10 @@ def _deadline(runtime: Runtime, max_duration_s: float | None) -> float:
     return time.monotonic() + min(max_duration_s or limit_s, limit_s)
 
 
-@router.get("/v1/jobs/{job_id}/events", responses={**STREAM_RESPONSE, **error_responses(401, 404, 422, 503)})
+@router.get(
+    "/v1/jobs/{job_id}/events", response_class=StreamingResponse,
+    responses={**stream_response("snapshot", JobPublic), **error_responses(401, 404, 422, 503)},
+)  # fmt: skip
 async def job_events(
     record: VisibleJobDep, runtime: RuntimeDep, last_event_id: LastEventId = None, max_duration_s: MaxDuration = None
 ) -> StreamingResponse:
@@ -81,7 +84,10 @@ async def job_events(
     return sse_response(stream())
 
 
-@router.get("/v1/events", responses={**STREAM_RESPONSE, **error_responses(401, 422, 503)})
+@router.get(
+    "/v1/events", response_class=StreamingResponse,
+    responses={**stream_response("hello", StreamHello), **error_responses(401, 422, 503)},
+)  # fmt: skip
 async def team_events(
     caller: CallerDep,
     runtime: RuntimeDep,
@@ -96,7 +102,7 @@ async def team_events(
     async def stream() -> AsyncIterator[bytes]:
         after = last_event_id if last_event_id is not None else await run_in_threadpool(store.max_event_seq)
         # The first event tells the client where "now" is, so it can resume even if nothing happens.
-        yield sse_event("hello", after, {"team": scope, "after": after})
+        yield sse_event("hello", after, StreamHello(team=scope, after=after).model_dump())
         last_sent = time.monotonic()
         while time.monotonic() < deadline:
             seen_version = runtime.notifier.version
