@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
 from trainer.contract import ExitCode, JobSpec, RunLayout, default_job_id
-from trainer.conversion_cache_cli import add_cache_parser, cmd_cache
+from trainer.contract.dns_label import is_dns_label
 from trainer.contract.spec_file import SpecFileError, load_spec_file
-
-JOB_ID_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+from trainer.conversion_cache_cli import add_cache_parser, cmd_cache
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,7 +47,7 @@ def _report_spec_problems(problems: list[tuple[str, str]]) -> int:
 def _load(args) -> tuple[JobSpec, str]:
     spec = load_spec_file(args.spec)
     job_id = args.job_id or default_job_id(spec)
-    if not JOB_ID_LABEL.match(job_id):
+    if not is_dns_label(job_id):
         raise SpecFileError([("--job-id", "must be a DNS-1123 label: lowercase letters, digits and '-'")])
     return spec, job_id
 

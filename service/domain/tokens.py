@@ -7,15 +7,15 @@ brute-force, and a hash lookup per request must be cheap.
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
+
+from trainer.contract.dns_label import is_dns_label
 
 from .errors import InvalidRequest, Unauthenticated
 from .models import Caller, TokenRecord
 from .ports import Clock, JobStore, utc_now
 
 TOKEN_PREFIX = "rlj_"
-TEAM_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MIN_TOKEN_CHARS = 32
 
 
@@ -34,7 +34,7 @@ class TokenService:
 
     def create(self, team: str, *, name: str = "", admin: bool = False, token: str | None = None) -> tuple[str, TokenRecord]:
         """Create a token for `team`; returns (the secret, shown only now, and its record)."""
-        if not TEAM_RE.match(team):
+        if not is_dns_label(team):
             raise InvalidRequest(("team",), "a team is a DNS label: lowercase letters, digits and '-'")
         secret = token or generate_token()
         if len(secret) < MIN_TOKEN_CHARS:

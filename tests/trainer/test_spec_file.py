@@ -26,7 +26,7 @@ def _problem_lines(output: str) -> list[str]:
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FILES))
-def test_both_command_lines_name_the_same_problems(tmp_path: Path, capsys, monkeypatch, case: str) -> None:  # noqa: ANN001
+def test_both_command_lines_name_the_same_problems(tmp_path: Path, capsys, monkeypatch, case: str) -> None:
     monkeypatch.delenv("RLJOB_TEST_SURELY_UNSET", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no rljob config from the real home
     name, text = BAD_FILES[case]

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from trainer.contract import GrpoSpec, JobSpec, RewardSpec
 from trainer.contract import spec_values as limits
+from trainer.contract.dns_label import DNS_LABEL_PATTERN
 from trainer.contract.tpu import TPU_SLICES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,7 +237,7 @@ def test_the_schema_states_the_rules():
     assert dataset["train_files"]["items"]["pattern"] == limits.LOCATION_PATTERN
     top = JobSpec.model_json_schema()["properties"]
     assert top["output"]["pattern"] == limits.LOCATION_PATTERN
-    assert top["labels"]["propertyNames"]["pattern"] == limits.DNS_LABEL_PATTERN
+    assert top["labels"]["propertyNames"]["pattern"] == DNS_LABEL_PATTERN
     assert top["labels"]["additionalProperties"]["pattern"] == limits.LABEL_VALUE_PATTERN
     assert grpo["batch_size"]["maximum"] == limits.MAX_BATCH_SIZE
     assert hardware["accelerator"]["enum"] == ["cpu", *TPU_SLICES]

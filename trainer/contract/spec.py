@@ -17,14 +17,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from . import spec_values as limits
-from .spec_values import DisplayText, DnsLabel, HubId, Location, MaxTextName, PythonName, Revision
+from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
+from .spec_values import DisplayText, HubId, Location, MaxTextName, PythonName, Revision
 from .spec_values import SplitName, SubsetName
 from .tpu import ACCELERATOR_NAMES, CPU_ACCELERATOR, MAX_CHIPS_PER_VM, TPU_SLICES, rollout_devices, tpu_slice
 from .tpu import rollout_share_problem, rollout_split_problem
 
 HUB_ID_RE = re.compile(limits.HUB_ID_PATTERN)
 GCS_URI_RE = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?")
-DNS_LABEL_RE = re.compile(limits.DNS_LABEL_PATTERN)
 LABEL_VALUE_RE = re.compile(limits.LABEL_VALUE_PATTERN)
 MAX_ROLLOUT_PARALLELISM = max(s.chips for s in TPU_SLICES.values())
 
@@ -322,7 +322,7 @@ class JobSpec(_Strict):
     labels: dict[str, str] = Field(
         default_factory=dict, max_length=limits.MAX_LABELS,
         json_schema_extra={
-            "propertyNames": {"pattern": limits.DNS_LABEL_PATTERN, "maxLength": 63},
+            "propertyNames": {"pattern": DNS_LABEL_PATTERN, "maxLength": DNS_LABEL_MAX_LENGTH},
             "additionalProperties": {"type": "string", "pattern": limits.LABEL_VALUE_PATTERN, "maxLength": 63},
         },
     )  # fmt: skip
@@ -336,7 +336,7 @@ class JobSpec(_Strict):
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
-            if not DNS_LABEL_RE.fullmatch(key) or not LABEL_VALUE_RE.fullmatch(value):
+            if not is_dns_label(key) or not LABEL_VALUE_RE.fullmatch(value):
                 raise ValueError(f"label {key}={value!r} is not a valid Kubernetes label")
         return v
 

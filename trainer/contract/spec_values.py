@@ -41,7 +41,6 @@ SUBSET_PATTERN = r"^[A-Za-z][A-Za-z0-9._-]{0,63}$"  # HF dataset configs: main, 
 SPLIT_PATTERN = r"^[A-Za-z][A-Za-z0-9_.]{0,63}$"  # HF split names are \w+(\.\w+)*
 PYTHON_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 HUB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"  # HF: 96 characters a part
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 LABEL_VALUE_PATTERN = r"^[A-Za-z0-9._-]{0,63}$"
 REVISION_PATTERN = r"^[A-Za-z0-9._/-]{1,128}$"
 DISPLAY_TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,63}$"  # free text shown to people: no control characters
@@ -127,6 +126,5 @@ SplitName = spec_text(
 )
 PythonName = spec_text(PYTHON_NAME_PATTERN, 128, "must be an ASCII Python identifier", special_words=True)
 HubId = spec_text(HUB_ID_PATTERN, 193, "must be a Hugging Face id such as org/name")
-DnsLabel = spec_text(DNS_LABEL_PATTERN, 63, "must be a DNS-1123 label: at most 63 lowercase letters, digits or '-'")
 Revision = spec_text(REVISION_PATTERN, 128, "must be a branch, tag or commit hash")
 DisplayText = spec_text(DISPLAY_TEXT_PATTERN, 63, "must be 1 to 63 characters without control characters")

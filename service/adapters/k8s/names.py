@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 
-from .errors import ManifestError
+from trainer.contract.dns_label import is_dns_label
 
-DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+from .errors import ManifestError
 
 # JobSet names end up inside pod hostnames: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>, which
 # must stay a 63-character DNS label; 40 leaves room for "-slice-0-255" and the Job's own suffixes.
@@ -42,7 +42,7 @@ SPEC_MOUNT_DIR = "/etc/rljob"
 
 
 def check_dns_label(value: str, *, what: str, max_len: int = 63) -> str:
-    if len(value) > max_len or not DNS_LABEL_RE.match(value):
+    if not is_dns_label(value, max_length=max_len):
         raise ManifestError(
             f"{what} {value!r} must be a DNS-1123 label of at most {max_len} characters "
             "(lowercase letters, digits, '-')"

@@ -13,7 +13,8 @@ from kubernetes.utils.quantity import parse_quantity
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+from trainer.contract.dns_label import DnsLabel
+
 _MINOR = re.compile(r"^1\.\d{2}$")
 
 
@@ -21,14 +22,14 @@ class K8sSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLJOB_K8S_", extra="ignore", frozen=True)
 
     # Where and what to run.
-    namespace: str = "rljob"
+    namespace: DnsLabel = "rljob"
     image: str = Field(default="", description="trainer image, e.g. REGION-docker.pkg.dev/PROJECT/rljob/trainer:TAG")
     image_pull_policy: str = "IfNotPresent"
-    service_account: str = Field(
+    service_account: DnsLabel = Field(
         default="rljob-trainer",
         description="Kubernetes service account bound to a Google service account (Workload Identity)",
     )
-    hf_token_secret: str = "rljob-hf-token"
+    hf_token_secret: DnsLabel = "rljob-hf-token"
     hf_token_secret_key: str = "token"
     node_pool: str | None = Field(default=None, description="pin pods to this GKE node pool (cloud.google.com/gke-nodepool)")
     kueue_queue: str | None = Field(default=None, description="Kueue LocalQueue; Jobs are created suspended for Kueue")
@@ -68,13 +69,6 @@ class K8sSettings(BaseSettings):
     watch_timeout_s: int = Field(default=300, gt=0, description="server-side end of each watch request")
     reconcile_interval_s: float = Field(default=120.0, gt=0)
     watch_jobsets: bool = Field(default=True, description="watch JobSets too (needs the JobSet CRD)")
-
-    @field_validator("namespace", "service_account", "hf_token_secret")
-    @classmethod
-    def _dns(cls, v: str) -> str:
-        if not _DNS_LABEL.match(v):
-            raise ValueError(f"{v!r} must be a DNS-1123 label")
-        return v
 
     @field_validator("cpu_job_cpu", "cpu_job_memory", "cpu_job_shm_size")
     @classmethod
