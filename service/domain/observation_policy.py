@@ -1,0 +1,138 @@
+"""What an observation does to a job: one pure decision per (phase, observed state), and the words
+stored with it.
+
+`decide()` is the whole policy; JobService.apply_observation re-reads the record under its write
+lock, asks `decide()` and carries the decision out. Nothing here reads a store or a clock, so the
+policy is tested as a table over every JobPhase x ObservedState (tests/service/test_observation_policy.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection
+
+from trainer.contract import ExitCode, describe_exit_code
+
+from .launcher_port import Observation, ObservedState
+from .phases import JobPhase
+
+# The backend says the workload is no longer running: its events file is drained before deciding.
+WORKLOAD_STOPPED: frozenset[ObservedState] = frozenset({ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE})
+
+
+class Decision(enum.StrEnum):
+    IGNORE = "ignore"  # the job has ended: nothing may change it
+    STALE = "stale"  # a GONE about a workload a relaunch replaced says nothing about the current one
+    WAIT = "wait"  # nothing to do yet (QUEUED: launch() moves it on; CANCELLING: still stopping)
+    NOTE = "note"  # the phase stands; a new message from the backend is shown
+    START = "start"  # LAUNCHING -> RUNNING
+    SUCCEED = "succeed"  # -> SUCCEEDED with the exit code (0 if none)
+    FAIL = "fail"  # -> FAILED, the reason from the backend or the exit code
+    FINISH_CANCEL = "finish_cancel"  # CANCELLING -> CANCELLED: the workload has stopped
+    RELAUNCH = "relaunch"  # LAUNCHING and GONE: it never started, launch it again (no resume spent)
+    RESUME = "resume"  # RUNNING and GONE: LAUNCHING again, one resume spent; stages already done are reused
+    GIVE_UP = "give_up"  # RUNNING and GONE with no resume left: FAILED (ResumeLimit)
+
+    @property
+    def target(self) -> JobPhase | None:
+        """The phase this decision writes; None keeps the phase."""
+        return _TARGETS.get(self)
+
+    @property
+    def relaunches(self) -> bool:
+        """The job service calls launch() again once the decision is committed."""
+        return self in (Decision.RELAUNCH, Decision.RESUME)
+
+    @property
+    def records_artifacts(self) -> bool:
+        """The workload exited and the job ends with it: the run's manifest is folded in first."""
+        return self in (Decision.SUCCEED, Decision.FAIL, Decision.FINISH_CANCEL)
+
+    @property
+    def adopts_workload_name(self) -> bool:
+        """The observation is about the job's current workload, so its name is the job's from now on."""
+        return self not in (Decision.IGNORE, Decision.STALE)
+
+
+_TARGETS: dict[Decision, JobPhase] = {
+    Decision.START: JobPhase.RUNNING,
+    Decision.SUCCEED: JobPhase.SUCCEEDED,
+    Decision.FAIL: JobPhase.FAILED,
+    Decision.FINISH_CANCEL: JobPhase.CANCELLED,
+    Decision.RESUME: JobPhase.LAUNCHING,
+    Decision.GIVE_UP: JobPhase.FAILED,
+}
+
+
+def names_a_replaced_workload(observed_name: str | None, current_name: str | None, replaced: Collection[str]) -> bool:
+    """Whether an observation is about a workload a relaunch of this job has replaced. Kubernetes
+    names repeat across relaunches, so there it never is; a local job's pid changes."""
+    return observed_name is not None and observed_name != current_name and observed_name in replaced
+
+
+def decide(
+    phase: JobPhase, state: ObservedState, *, about_replaced_workload: bool = False, resumes_left: bool = True
+) -> Decision:
+    """The decision for a job in `phase` when its backend reports `state`.
+
+    `about_replaced_workload`: the observation names a workload a relaunch replaced
+    (names_a_replaced_workload). `resumes_left`: the job has resumed fewer times than allowed.
+    """
+    if phase.is_terminal():
+        return Decision.IGNORE
+    if state is ObservedState.GONE and about_replaced_workload:
+        return Decision.STALE  # acting on it would spend a resume on a workload that is running
+    if phase is JobPhase.CANCELLING:
+        return Decision.FINISH_CANCEL if state in WORKLOAD_STOPPED else Decision.WAIT
+    if phase is JobPhase.QUEUED:
+        return Decision.WAIT  # nothing was launched yet
+    if phase not in (JobPhase.LAUNCHING, JobPhase.RUNNING):
+        raise ValueError(f"no observation policy for phase {phase}")  # a new phase needs its own rows
+    if state is ObservedState.RUNNING:
+        return Decision.START if phase is JobPhase.LAUNCHING else Decision.NOTE
+    if state in (ObservedState.PENDING, ObservedState.RESTARTING):
+        return Decision.NOTE
+    if state is ObservedState.SUCCEEDED:
+        return Decision.SUCCEED
+    if state is ObservedState.FAILED:
+        return Decision.FAIL
+    if state is ObservedState.GONE:
+        # The trainer's stages are restartable (completion markers in the run dir): a rerun continues.
+        if phase is JobPhase.LAUNCHING:
+            return Decision.RELAUNCH  # never started (e.g. waiting in the local queue when the service stopped)
+        return Decision.RESUME if resumes_left else Decision.GIVE_UP
+    raise ValueError(f"no observation policy for state {state}")
+
+
+def failure_reason(obs: Observation) -> str:
+    """Machine-readable: the backend's reason, else the trainer's exit code by name."""
+    if obs.reason:
+        return obs.reason
+    try:
+        return ExitCode(obs.exit_code).name  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        return f"EXIT_{obs.exit_code}" if obs.exit_code is not None else "Failed"
+
+
+def failure_message(job_id: str, run_finished: dict[str, object] | None, obs: Observation) -> str:
+    """For people: the failed stage's own message if the trainer sent one, what the exit code
+    means, and where the logs are."""
+    finished = run_finished or {}
+    parts = []
+    if not finished.get("ok", True) and finished.get("message"):
+        stage = finished.get("failed_stage") or "trainer"
+        parts.append(f"{stage} stage: {finished['message']}")
+    parts.append(describe_exit_code(obs.exit_code) if obs.exit_code is not None else (obs.message or "the workload failed"))
+    parts.append(f"logs: `rljob logs {job_id}`")
+    return "; ".join(parts)
+
+
+def lost_workload_reason(obs: Observation) -> str:
+    return obs.message or "the workload disappeared"
+
+
+def resume_limit_message(job_id: str, resumes: int, obs: Observation) -> str:
+    return (
+        f"{lost_workload_reason(obs)}; resumed {resumes} time(s) already, giving up. Check `rljob logs {job_id}` "
+        "and the machine's health, then submit the job again (finished stages are reused)"
+    )
