@@ -251,7 +251,9 @@ def main() -> int:
                 openapi = client.get("/openapi.json").json()
             config = work / "schemathesis.toml"
             config.write_text(CONFIG.format(job_ids=json.dumps(job_ids), acceptance=ACCEPTANCE))
-            setup_requests = sum(1 for line in (work / "service.log").read_text().splitlines() if '"uvicorn.access"' in line)
+            setup_requests = sum(
+                1 for line in (work / "service.log").read_text().splitlines() if '"uvicorn.access"' in line
+            )
             findings, rounds = Findings(), 0
             while rounds < args.max_rounds:
                 report = work / f"round-{rounds}.ndjson"
@@ -260,7 +262,10 @@ def main() -> int:
                 if report.exists():
                     findings.read(report)
                 served = service_log(work / "service.log", setup_requests)[1].total()
-                print(f"round {rounds}: {served} requests so far, {findings.interactions} recorded by schemathesis", flush=True)
+                print(
+                    f"round {rounds}: {served} requests so far, {findings.interactions} recorded by schemathesis",
+                    flush=True,
+                )
                 if served >= args.requests:
                     break
         finally:
@@ -304,9 +309,13 @@ def main() -> int:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"requests: {result['requests']} over {result['operations_exercised']}/{len(declared)} operations in {rounds} rounds "
           f"({result['duration_s']} s); statuses {result['status_counts']}")  # fmt: skip
-    print(f"5xx: {server_errors}; conformance findings: {len(findings.failures)}; service log errors: {len(log_errors)}")
+    print(
+        f"5xx: {server_errors}; conformance findings: {len(findings.failures)}; service log errors: {len(log_errors)}"
+    )
     for finding in result["conformance_findings"][:10]:
-        print(f"  {finding['check']} {finding['operation']} [{finding['status']}] x{finding['count']}: {finding['title']}")
+        print(
+            f"  {finding['check']} {finding['operation']} [{finding['status']}] x{finding['count']}: {finding['title']}"
+        )
     for line in log_errors[:5]:
         print(f"  log: {line[:300]}")
     refused = result["schema_valid_refused"]

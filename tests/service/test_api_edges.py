@@ -48,7 +48,9 @@ def test_an_idle_stream_sends_keepalive_comments(api: Api, monkeypatch: pytest.M
     ("DELETE", "/v1/jobs", "GET, POST"), ("PUT", "/v1/jobs/rl-aaaaaaaaaaaa", "GET"),
     ("GET", "/v1/jobs/rl-aaaaaaaaaaaa/cancel", "POST"), ("POST", "/v1/events", "GET"),
 ])  # fmt: skip
-def test_a_405_allows_every_method_the_schema_declares_at_that_path(api: Api, method: str, path: str, allow: str) -> None:
+def test_a_405_allows_every_method_the_schema_declares_at_that_path(
+    api: Api, method: str, path: str, allow: str
+) -> None:
     response = api.client.request(method, path, headers=api.as_(TOKEN_A))
     assert response.status_code == 405 and response.headers["allow"] == allow
     declared = api.client.get("/openapi.json").json()["paths"][path.replace("rl-aaaaaaaaaaaa", "{job_id}")]

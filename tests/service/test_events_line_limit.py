@@ -25,7 +25,7 @@ def _step(job_id: str, seq: int) -> str:
     return dump_event(event) + "\n"
 
 
-def _running_job(store: SqlJobStore, launcher: FakeLauncher, tmp_path: Path, reader: EventsFileReader):  # noqa: ANN202
+def _running_job(store: SqlJobStore, launcher: FakeLauncher, tmp_path: Path, reader: EventsFileReader):
     service = JobService(store, launcher, reader)
     job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
     service.apply_observation(launcher.set(job_id, ObservedState.RUNNING))

@@ -38,7 +38,9 @@ def _ended_job(api: Api, tmp_path: Path) -> str:
 
 def _idempotency_conflict(api: Api, tmp_path: Path) -> Any:
     api.submit(spec_body(tmp_path, name="first"), **{"Idempotency-Key": "k-1"})
-    return api.client.post("/v1/jobs", json=spec_body(tmp_path, name="second"), headers=_auth(**{"Idempotency-Key": "k-1"}))
+    return api.client.post(
+        "/v1/jobs", json=spec_body(tmp_path, name="second"), headers=_auth(**{"Idempotency-Key": "k-1"})
+    )
 
 
 def _all_log_followers_busy(api: Api, tmp_path: Path) -> Any:
@@ -69,22 +71,53 @@ CASES: list[tuple[str, str, Callable[[Api, Path], Any], int]] = [
     ("post", "/v1/jobs", lambda api, tmp: api.client.post("/v1/jobs", json=spec_body(tmp)), 401),
     ("post", "/v1/jobs", lambda api, tmp: api.client.post("/v1/jobs", json={"name": "x"}, headers=_auth()), 422),
     ("post", "/v1/jobs", lambda api, tmp: api.client.post("/v1/jobs", content=b"{" * 300_000, headers=_auth()), 413),
-    ("post", "/v1/jobs", lambda api, tmp: api.client.post(
-        "/v1/jobs", content=iter([b"{" * 200_000, b" " * 200_000]), headers=_auth()), 413),  # chunked, no length
+    (
+        "post",
+        "/v1/jobs",
+        lambda api, tmp: api.client.post("/v1/jobs", content=iter([b"{" * 200_000, b" " * 200_000]), headers=_auth()),
+        413,
+    ),  # chunked, no length
     ("post", "/v1/jobs", _idempotency_conflict, 409),
-    ("post", "/v1/jobs", _while_recovering(lambda api: api.client.post(
-        "/v1/jobs", json=spec_body(Path("/tmp")), headers=_auth())), 503),
+    (
+        "post",
+        "/v1/jobs",
+        _while_recovering(lambda api: api.client.post("/v1/jobs", json=spec_body(Path("/tmp")), headers=_auth())),
+        503,
+    ),
     ("get", "/v1/jobs", lambda api, tmp: api.client.get("/v1/jobs", params={"cursor": "bm9wZQ"}, headers=_auth()), 400),
     ("get", "/v1/jobs", lambda api, tmp: api.client.get("/v1/jobs", params={"limit": 0}, headers=_auth()), 422),
     ("get", "/v1/jobs/{job_id}", lambda api, tmp: api.client.get(f"/v1/jobs/{MISSING}", headers=_auth()), 404),
-    ("get", "/v1/jobs/{job_id}/metrics", lambda api, tmp: api.client.get(f"/v1/jobs/{MISSING}/metrics", headers=_auth()), 404),
-    ("get", "/v1/jobs/{job_id}/samples", lambda api, tmp: api.client.get(
-        f"/v1/jobs/{api.submit(spec_body(tmp))['id']}/samples", headers=_auth()), 404),
-    ("post", "/v1/jobs/{job_id}/cancel", lambda api, tmp: api.client.post(
-        f"/v1/jobs/{_ended_job(api, tmp)}/cancel", headers=_auth()), 409),
+    (
+        "get",
+        "/v1/jobs/{job_id}/metrics",
+        lambda api, tmp: api.client.get(f"/v1/jobs/{MISSING}/metrics", headers=_auth()),
+        404,
+    ),
+    (
+        "get",
+        "/v1/jobs/{job_id}/samples",
+        lambda api, tmp: api.client.get(f"/v1/jobs/{api.submit(spec_body(tmp))['id']}/samples", headers=_auth()),
+        404,
+    ),
+    (
+        "post",
+        "/v1/jobs/{job_id}/cancel",
+        lambda api, tmp: api.client.post(f"/v1/jobs/{_ended_job(api, tmp)}/cancel", headers=_auth()),
+        409,
+    ),
     ("get", "/v1/jobs/{job_id}/logs", _all_log_followers_busy, 429),
-    ("get", "/v1/jobs/{job_id}/logs", lambda api, tmp: api.client.get(f"/v1/jobs/{MISSING}/logs", headers=_auth()), 404),
-    ("get", "/v1/jobs/{job_id}/events", lambda api, tmp: api.client.get(f"/v1/jobs/{MISSING}/events", headers=_auth()), 404),
+    (
+        "get",
+        "/v1/jobs/{job_id}/logs",
+        lambda api, tmp: api.client.get(f"/v1/jobs/{MISSING}/logs", headers=_auth()),
+        404,
+    ),
+    (
+        "get",
+        "/v1/jobs/{job_id}/events",
+        lambda api, tmp: api.client.get(f"/v1/jobs/{MISSING}/events", headers=_auth()),
+        404,
+    ),
     ("get", "/v1/events", lambda api, tmp: api.client.get("/v1/events", headers=_auth(**{"Last-Event-ID": "-3"})), 422),
     ("get", "/v1/events", lambda api, tmp: api.client.get("/v1/events", headers={"Authorization": "Basic eDp5"}), 401),
     ("get", "/readyz", _while_recovering(lambda api: api.client.get("/readyz")), 503),
@@ -153,17 +186,19 @@ def test_the_job_specs_constraints_surface_in_the_openapi_schema(api: Api) -> No
     assert served == _constraints(model_document, {"$ref": "#/components/schemas/JobCreate"})
     # Every free value a client can send is bounded: a string by a pattern or enum, a number by a
     # range, a list or map by a size, so a client generated from the schema knows the rules.
-    unbounded = []
-    for path, rules in served.items():
-        kind = rules.get("type")
-        if kind == "string" and not ({"pattern", "enum", "const"} & set(rules)):
-            unbounded.append(path)
-        elif kind in ("integer", "number") and not ({"minimum", "exclusiveMinimum"} & set(rules)
-                                                     and {"maximum", "exclusiveMaximum"} & set(rules)):  # fmt: skip
-            unbounded.append(path)
-        elif path.endswith(("[len]", ".<keys>")) and not rules:
-            unbounded.append(path)
+    unbounded = [path for path, rules in served.items() if not _bounded(path, rules)]
     assert not unbounded, f"no pattern or bound in the served schema for: {unbounded}"
+
+
+def _bounded(path: str, rules: dict[str, Any]) -> bool:
+    keys = set(rules)
+    if rules.get("type") == "string":
+        return bool({"pattern", "enum", "const"} & keys)
+    if rules.get("type") in ("integer", "number"):
+        return bool({"minimum", "exclusiveMinimum"} & keys and {"maximum", "exclusiveMaximum"} & keys)
+    if path.endswith(("[len]", ".<keys>")):
+        return bool(rules)
+    return True
 
 
 def test_no_parameter_is_declared_nullable(api: Api) -> None:

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +50,7 @@ def _server(argv: list[str], env: dict[str, str], port: int, stderr_path: Path) 
         server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"})
     try:
+
         def ready() -> bool:
             assert server.poll() is None, stderr_path.read_text()[-3000:]
             try:
@@ -81,7 +81,16 @@ def _phase(client: httpx.Client, job_id: str) -> str:
 
 def test_rljob_serve_logs_recovery_and_reattach_as_json_lines(tmp_path: Path) -> None:
     port, stderr_path = _free_port(), tmp_path / "serve.stderr"
-    argv = [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port), "--state-dir", str(tmp_path / "state")]
+    argv = [
+        sys.executable,
+        "-m",
+        "service.cli.main",
+        "serve",
+        "--port",
+        str(port),
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
     env = _env(tmp_path / "state")
     with _server(argv, env, port, stderr_path) as client:
         body = spec_body(tmp_path, labels={"fake-gate": "true", "fake-steps": "2"})
@@ -96,7 +105,9 @@ def test_rljob_serve_logs_recovery_and_reattach_as_json_lines(tmp_path: Path) ->
     records = _json_lines(stderr_path)
     infos = [(r["logger"], r["message"]) for r in records if r["level"] == "INFO"]
     assert [m for lg, m in infos if lg == "service.runtime"].count("recovery finished; accepting submissions") == 2
-    assert any(lg == "service.adapters.local.launcher" and m.startswith(f"re-attached {job_id} to pid") for lg, m in infos)
+    assert any(
+        lg == "service.adapters.local.launcher" and m.startswith(f"re-attached {job_id} to pid") for lg, m in infos
+    )
     assert any(r["logger"] == "uvicorn.access" and r["path"] == f"/v1/jobs/{job_id}" for r in records)
     assert all(set(r) >= {"time", "level", "logger", "message"} for r in records)
     assert TOKEN not in stderr_path.read_text()
@@ -109,7 +120,9 @@ def test_the_images_factory_configures_logging_too(tmp_path: Path) -> None:
     with _server(argv, _env(tmp_path / "state"), port, stderr_path) as client:
         assert client.get("/v1/jobs").status_code == 200
     records = _json_lines(stderr_path)
-    assert ("service.runtime", "recovery finished; accepting submissions") in [(r["logger"], r["message"]) for r in records]
+    assert ("service.runtime", "recovery finished; accepting submissions") in [
+        (r["logger"], r["message"]) for r in records
+    ]
     assert any(r["logger"].startswith("uvicorn") and "startup complete" in str(r["message"]) for r in records)
     assert TOKEN not in stderr_path.read_text()
 

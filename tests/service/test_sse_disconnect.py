@@ -25,12 +25,16 @@ AUTH = {"Authorization": f"Bearer {TOKEN_A}"}
 
 
 @pytest.fixture
-def live_url(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path) -> Iterator[str]:
+def live_url(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
+) -> Iterator[str]:
     add_test_tokens(store)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = create_app(Settings(state_dir=tmp_path / "state"), store=store, launcher=fake_launcher, progress=fake_progress)
+    app = create_app(
+        Settings(state_dir=tmp_path / "state"), store=store, launcher=fake_launcher, progress=fake_progress
+    )
     # log_config=None: uvicorn's records reach the root logger, where caplog sees them.
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -49,7 +53,9 @@ def live_url(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: Fak
     thread.join(timeout=15)
 
 
-def test_leaving_a_stream_mid_backlog_logs_no_error(live_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_leaving_a_stream_mid_backlog_logs_no_error(
+    live_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING)
     with httpx.Client(base_url=live_url, headers=AUTH, timeout=30) as client:
         for i in range(80):

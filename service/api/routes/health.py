@@ -45,7 +45,9 @@ async def readyz(request: Request) -> JSONResponse:
         return _not_ready(str(e))
     supervisor = runtime.supervisor
     if not supervisor.ready.is_set():
-        return _not_ready(f"recovery failed: {supervisor.recovery_error}" if supervisor.recovery_error else "recovering jobs")
+        return _not_ready(
+            f"recovery failed: {supervisor.recovery_error}" if supervisor.recovery_error else "recovering jobs"
+        )
     return JSONResponse({"ready": True})
 
 
