@@ -3,9 +3,10 @@ database: whoever can reach it is an admin), `render` (Kubernetes manifests) and
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -13,16 +14,29 @@ from pydantic import ValidationError
 
 from service.config import Settings, load_settings
 from service.domain.errors import InvalidRequest
+from service.domain.models import TokenRecord
 
-from .client import CliError, handles_errors
+from .client import CliError, ExitCode, handles_errors
 from .manifests import render_k8s_manifests
-from .output import console
+from .output import OutputOption, console, emit
 from .specfile import SpecFileError, load_spec_file
 
 token_app = typer.Typer(help="Create, revoke and list API tokens (talks to the database directly).", no_args_is_help=True)
 
-StateDir = Annotated[Path | None, typer.Option(help="state directory (default ~/.rljob; env RLJOB_STATE_DIR)")]
-DatabaseUrl = Annotated[str | None, typer.Option(help="database URL (env RLJOB_DATABASE_URL; default SQLite in the state dir)")]
+
+def _env(setting: str) -> str:
+    """The variable Settings reads `setting` from, so a flag and its variable can never disagree."""
+    if setting not in Settings.model_fields:
+        raise ValueError(f"Settings has no field {setting!r}")
+    return f"{Settings.model_config['env_prefix']}{setting.upper()}"
+
+
+LauncherName = Settings.model_fields["launcher"].annotation  # Literal["local", "kubernetes"]
+
+StateDir = Annotated[Path | None, typer.Option(envvar=_env("state_dir"), help="state directory (default ~/.rljob)")]
+DatabaseUrl = Annotated[
+    str | None, typer.Option(envvar=_env("database_url"), help="database URL (default SQLite in the state dir)")
+]
 
 
 def _settings(**overrides: object) -> Settings:
@@ -30,10 +44,10 @@ def _settings(**overrides: object) -> Settings:
         return load_settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
         problems = "\n".join(f"  {'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}" for err in e.errors())
-        raise CliError(f"invalid settings:\n{problems}", 2) from e
+        raise CliError(f"invalid settings:\n{problems}", ExitCode.BAD_INPUT) from e
 
 
-def _token_service(state_dir: Path | None, database_url: str | None):  # noqa: ANN202 (keeps imports lazy)
+def _token_service(state_dir: Path | None, database_url: str | None):  # imports kept lazy: the store pulls in SQLAlchemy
     from service.adapters.store import SqlJobStore
     from service.domain.tokens import TokenService
 
@@ -62,12 +76,14 @@ def _existing_token(path: Path) -> str | None:
 
 @handles_errors
 def serve(
-    host: Annotated[str | None, typer.Option(help="listen address (default 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="port (default 8765)")] = None,
+    host: Annotated[str | None, typer.Option(envvar=_env("host"), help="listen address (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(envvar=_env("port"), help="port (default 8765)")] = None,
     state_dir: StateDir = None,
     database_url: DatabaseUrl = None,
-    launcher: Annotated[str | None, typer.Option(help="local or kubernetes")] = None,
-    max_concurrent_jobs: Annotated[int | None, typer.Option(help="local launcher: jobs at once")] = None,
+    launcher: Annotated[LauncherName | None, typer.Option(envvar=_env("launcher"), help="default local")] = None,
+    max_concurrent_jobs: Annotated[
+        int | None, typer.Option(envvar=_env("max_concurrent_jobs"), help="local launcher: jobs at once (default 2)")
+    ] = None,
 ) -> None:
     """Run the control service: SQLite, the local launcher and local artifacts unless configured."""
     import uvicorn
@@ -106,7 +122,7 @@ def token_create(
     try:
         secret, record = tokens.create(team, name=name, admin=admin)
     except InvalidRequest as e:
-        raise CliError(str(e), 2) from e
+        raise CliError(str(e), ExitCode.BAD_INPUT) from e
     finally:
         store.close()
     console.print(f"token {record.id} for team {record.team}{' (admin)' if admin else ''}:")
@@ -119,21 +135,31 @@ def token_revoke(token_id: str, state_dir: StateDir = None, database_url: Databa
     tokens, store = _token_service(state_dir, database_url)
     try:
         if not tokens.revoke(token_id):
-            raise CliError(f"no active token {token_id}", 1)
+            raise CliError(f"no active token {token_id}", ExitCode.FAILED)
     finally:
         store.close()
     console.print(f"revoked {token_id}")
 
 @token_app.command("list")
 @handles_errors
-def token_list(state_dir: StateDir = None, database_url: DatabaseUrl = None) -> None:
+def token_list(state_dir: StateDir = None, database_url: DatabaseUrl = None, output: OutputOption = None) -> None:
+    """List every token, revoked ones too (never the secret: only its hash is stored)."""
     tokens, store = _token_service(state_dir, database_url)
     try:
-        for record in tokens.list():
-            state = f"revoked {record.revoked_at:%Y-%m-%d}" if record.revoked_at else "active"
-            console.print(f"{record.id}  team={record.team}  admin={record.admin}  {state}  {record.name}")
+        records = tokens.list()
     finally:
         store.close()
+    if output:
+        emit([_token_object(r) for r in records], output, [r.id for r in records])
+        return
+    for record in records:
+        state = f"revoked {record.revoked_at:%Y-%m-%d}" if record.revoked_at else "active"
+        console.print(f"{record.id}  team={record.team}  admin={record.admin}  {state}  {record.name}")
+
+
+def _token_object(record: TokenRecord) -> dict[str, Any]:
+    """A TokenRecord as JSON-ready data, times in ISO 8601 as the API writes them."""
+    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in dataclasses.asdict(record).items()}
 
 
 @handles_errors
@@ -146,7 +172,7 @@ def render(
         job_spec = load_spec_file(spec)
     except SpecFileError as e:
         lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
-        raise CliError(f"invalid job spec {spec}:\n{lines}", 2) from e
+        raise CliError(f"invalid job spec {spec}:\n{lines}", ExitCode.BAD_INPUT) from e
     typer.echo(render_k8s_manifests(job_spec, job_id, str(spec)), nl=False)
 
 @handles_errors

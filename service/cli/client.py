@@ -2,46 +2,62 @@
 
 from __future__ import annotations
 
+import enum
+import functools
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import functools
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
-
 import httpx
 import typer
+import yaml
+from httpx_sse import SSEError, connect_sse
 from rich.console import Console
 from rich.markup import escape
-import yaml
 
 DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+class ExitCode(enum.IntEnum):
+    """What `rljob` exits with; `rljob --help` and the README list these (a test keeps them equal)."""
+
+    OK = 0
+    FAILED = 1
+    BAD_INPUT = 2  # the same as click's own usage errors, so every kind of bad input reads alike
+    UNREACHABLE = 3
+    TOKEN_REJECTED = 4
+
+
+EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "ok",
+    ExitCode.FAILED: "the job failed or was cancelled, or the service refused the request",
+    ExitCode.BAD_INPUT: "bad input: an invalid spec, option, setting or config file",
+    ExitCode.UNREACHABLE: "the service cannot be reached",
+    ExitCode.TOKEN_REJECTED: "the service rejected the API token",
+}
 
 
 class CliError(Exception):
     """A message for the user (no traceback) and the process exit code."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = ExitCode.FAILED) -> None:
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
 
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 _stderr = Console(stderr=True)
 
 
-def handles_errors(command: Callable[_P, _R]) -> Callable[_P, _R]:
+def handles_errors[**P, R](command: Callable[P, R]) -> Callable[P, R]:
     """Turn a CliError into its message on stderr and the exit code (typer.Exit works the same
     under the real entry point and under CliRunner)."""
 
     @functools.wraps(command)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
         except CliError as e:
@@ -74,11 +90,13 @@ def load_client_config(url: str | None, token: str | None, config: Path | None) 
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError) as e:
-            raise CliError(f"cannot read the config file {path}: {e}", 2) from e
+            raise CliError(f"cannot read the config file {path}: {e}", ExitCode.BAD_INPUT) from e
         if not isinstance(loaded, dict):
-            raise CliError(f"the config file {path} must be a mapping with url and token", 2)
+            raise CliError(f"the config file {path} must be a mapping with url and token", ExitCode.BAD_INPUT)
         data = loaded
-    return ClientConfig(url=(url or data.get("url") or DEFAULT_URL).rstrip("/"), token=token or data.get("token"), config_file=path)
+    return ClientConfig(
+        url=(url or data.get("url") or DEFAULT_URL).rstrip("/"), token=token or data.get("token"), config_file=path
+    )
 
 
 def _field_problems(detail: Any) -> str:
@@ -92,8 +110,16 @@ def _field_problems(detail: Any) -> str:
 
 
 class RljobClient:
-    def __init__(self, config: ClientConfig, *, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.config = config
+        self._sleep = sleep
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
         self._http = httpx.Client(base_url=config.url, headers=headers, timeout=timeout_s, transport=transport)
 
@@ -104,7 +130,7 @@ class RljobClient:
         return CliError(
             f"cannot reach the rljob service at {self.config.url} ({e.__class__.__name__}). "
             "Is `rljob serve` running? Point the CLI elsewhere with --url or RLJOB_URL.",
-            3,
+            ExitCode.UNREACHABLE,
         )
 
     def check(self, response: httpx.Response) -> httpx.Response:
@@ -117,13 +143,14 @@ class RljobClient:
         code = response.status_code
         if code == 401:
             raise CliError(
-                f"the service rejected the token ({detail}). Set RLJOB_TOKEN or --token; `rljob serve` prints one.", 4
+                f"the service rejected the token ({detail}). Set RLJOB_TOKEN or --token; `rljob serve` prints one.",
+                ExitCode.TOKEN_REJECTED,
             )
         if code == 422:
-            raise CliError(f"the service rejected the request:\n{_field_problems(detail)}", 2)
+            raise CliError(f"the service rejected the request:\n{_field_problems(detail)}", ExitCode.BAD_INPUT)
         if code == 413:
-            raise CliError("the request is too large for the service", 2)
-        raise CliError(f"{detail} (HTTP {code})", 1)
+            raise CliError("the request is too large for the service", ExitCode.BAD_INPUT)
+        raise CliError(f"{detail} (HTTP {code})", ExitCode.FAILED)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
@@ -131,7 +158,11 @@ class RljobClient:
         except httpx.TransportError as e:
             raise self._unreachable(e) from e
         self.check(response)
-        return response.json() if response.headers.get("content-type", "").startswith("application/json") else response.text
+        return (
+            response.json()
+            if response.headers.get("content-type", "").startswith("application/json")
+            else response.text
+        )
 
     def stream_lines(self, path: str, params: dict[str, Any] | None = None) -> Iterator[str]:
         try:
@@ -143,40 +174,33 @@ class RljobClient:
         except httpx.TransportError as e:
             raise self._unreachable(e) from e
 
-    def sse(self, path: str, *, last_event_id: int | None = None, retries: int = 5) -> Iterator[tuple[str, int | None, str]]:
+    def sse(
+        self, path: str, *, last_event_id: int | None = None, retries: int = 5
+    ) -> Iterator[tuple[str, int | None, str]]:
         """Yield (event, id, data) until the server ends the stream; reconnect with Last-Event-ID
-        after a dropped connection (at most `retries` times in a row)."""
+        after a dropped connection (at most `retries` times in a row). `id` is the stream's last
+        event id so far (SSE keeps it across events), None before the first."""
         failures = 0
         while True:
             headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
             try:
-                with self._http.stream("GET", path, headers=headers, timeout=httpx.Timeout(30.0, read=None)) as response:
-                    if not response.is_success:
-                        response.read()
-                        self.check(response)
-                    event, data, event_id = "message", [], None
-                    for line in response.iter_lines():
-                        if not line:
-                            if data:
-                                failures = 0
-                                if event_id is not None:
-                                    last_event_id = event_id
-                                yield event, event_id, "\n".join(data)
-                            event, data, event_id = "message", [], None
-                        elif line.startswith(":"):
-                            continue
-                        else:
-                            name, _, value = line.partition(":")
-                            value = value.removeprefix(" ")
-                            if name == "event":
-                                event = value
-                            elif name == "data":
-                                data.append(value)
-                            elif name == "id" and value.isdigit():
-                                event_id = int(value)
+                with connect_sse(self._http, "GET", path, headers=headers,
+                                 timeout=httpx.Timeout(30.0, read=None)) as source:  # fmt: skip
+                    if not source.response.is_success:
+                        source.response.read()
+                        self.check(source.response)
+                    for event in source.iter_sse():
+                        if event.id.isdigit():
+                            last_event_id = int(event.id)
+                        if not event.data:
+                            continue  # an id- or retry-only block: nothing to show
+                        failures = 0
+                        yield event.event, last_event_id, event.data
                     return  # the server ended the stream on purpose
+            except SSEError as e:
+                raise CliError(f"{self.config.url}{path} did not answer with an event stream ({e})") from e
             except httpx.TransportError as e:
                 failures += 1
                 if failures > retries:
                     raise self._unreachable(e) from e
-                time.sleep(min(2.0 * failures, 10.0))
+                self._sleep(min(2.0 * failures, 10.0))

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from service.domain.tokens import generate_token
 
-from .client import RljobClient, ClientConfig, CliError
+from .client import ClientConfig, CliError, RljobClient
 from .follow import follow_job
 from .output import print_job
 from .specfile import SpecFileError, read_spec_data

@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .client import RljobClient
+from service.domain.phases import TERMINAL
 
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+from .client import RljobClient
 
 
 def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, Any]:

@@ -1,13 +1,13 @@
 """`rljob`: submit, watch and cancel RL jobs; `serve` the embedded default; manage tokens.
 
 Every failure the user can cause (bad spec, unreachable service, rejected token) ends with a
-one-paragraph message and a non-zero exit code, never a traceback:
-0 ok, 1 the job or the service failed, 2 bad input, 3 service unreachable, 4 token rejected.
+one-paragraph message and a non-zero exit code (client.ExitCode, listed by `rljob --help`), never a
+traceback.
 """
 
 from __future__ import annotations
 
-import json
+import importlib.metadata
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,17 +16,21 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from service.domain.phases import TERMINAL, JobPhase
 from trainer.contract import JobSpec
 
 from . import admin, samples
-from .client import RljobClient, CliError, handles_errors, load_client_config
-from .follow import TERMINAL, follow_job
+from .client import EXIT_CODE_MEANINGS, CliError, ExitCode, RljobClient, handles_errors, load_client_config
+from .follow import follow_job
 from .manifests import render_k8s_manifests
-from .output import console, err_console, fmt_metric, health_text, print_job
+from .output import OutputFormat, OutputOption, console, emit, err_console, fmt_metric, health_text, print_job
 from .specfile import SpecFileError, load_spec_file, read_spec_data
 
+# Typer's help reflows paragraphs; "\b" on its own line keeps the lines below it as written.
+EXIT_CODES_HELP = "Exit codes:\n\b\n" + "\n".join(f"{code.value}  {text}" for code, text in EXIT_CODE_MEANINGS.items())
+
 app = typer.Typer(name="rljob", help="Run GRPO post-training jobs through the rljob control service.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False)
+                  epilog=EXIT_CODES_HELP, pretty_exceptions_enable=False, add_completion=False)  # fmt: skip
 
 
 class _Ctx:
@@ -37,12 +41,26 @@ class _Ctx:
         return RljobClient(load_client_config(self.url, self.token, self.config))
 
 
+def _print_version(wanted: bool) -> None:
+    if not wanted:
+        return
+    try:
+        version = importlib.metadata.version("rljob")
+    except importlib.metadata.PackageNotFoundError:
+        err_console.print("[red]error:[/] rljob is not installed as a package (scripts/bootstrap.sh installs it)")
+        raise typer.Exit(ExitCode.FAILED) from None
+    typer.echo(f"rljob {version}")
+    raise typer.Exit()
+
+
 @app.callback()
 def _global(
     ctx: typer.Context,
     url: Annotated[str | None, typer.Option(envvar="RLJOB_URL", help="service URL (default http://127.0.0.1:8765)")] = None,
     token: Annotated[str | None, typer.Option(envvar="RLJOB_TOKEN", help="API token", show_default=False)] = None,
     config: Annotated[Path | None, typer.Option(envvar="RLJOB_CONFIG", help="config file with url and token")] = None,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="print the installed rljob version and exit")] = False,
 ) -> None:
     ctx.obj = _Ctx(url, token, config)
 
@@ -53,7 +71,8 @@ def _client(ctx: typer.Context) -> RljobClient:
 
 def _spec_problems(e: SpecFileError, path: Path) -> CliError:
     lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
-    return CliError(f"invalid job spec {path} ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):\n{lines}", 2)
+    return CliError(f"invalid job spec {path} ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):\n{lines}",
+                    ExitCode.BAD_INPUT)  # fmt: skip
 
 
 @app.command()
@@ -64,8 +83,11 @@ def submit(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show progress until the job ends")] = False,
     dry_run: Annotated[bool, typer.Option(help="validate, print the Kubernetes manifests; submit nothing")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="retries with the same key return the same job")] = None,
+    output: OutputOption = None,
 ) -> None:
     """Submit a job spec; prints the job id (and with -f follows it to the end)."""
+    if dry_run and output is not None:
+        raise CliError("--dry-run prints Kubernetes manifests, not a job: leave out -o/--output", ExitCode.BAD_INPUT)
     try:
         job_spec = load_spec_file(spec)
     except SpecFileError as e:
@@ -77,9 +99,13 @@ def submit(
     key = idempotency_key or uuid.uuid4().hex  # one key per invocation: a retried POST never makes two jobs
     body = read_spec_data(spec)
     job = client.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
-    console.print(f"submitted [bold]{job['id']}[/] ({job['name']}): {job['phase']}")
     if follow:
-        _follow_to_end(client, job["id"])
+        (err_console if output else console).print(f"submitted [bold]{job['id']}[/] ({job['name']}): {job['phase']}")
+        _follow_to_end(client, job["id"], output)
+    elif output:
+        emit(job, output, [job["id"]])
+    else:
+        console.print(f"submitted [bold]{job['id']}[/] ({job['name']}): {job['phase']}")
 
 
 def _dry_run(job_spec: JobSpec, path: Path) -> None:
@@ -98,30 +124,40 @@ def _dry_run(job_spec: JobSpec, path: Path) -> None:
     err_console.print(f"[dim]dry run: {path} is a valid job spec; nothing submitted[/]", highlight=False)
 
 
-def _follow_to_end(client: RljobClient, job_id: str) -> None:
-    final = follow_job(client, job_id, console)
-    print_job(final)
-    if final["phase"] != "SUCCEEDED":
-        raise CliError(f"job {job_id} ended {final['phase']}", 1)
+def _follow_to_end(client: RljobClient, job_id: str, output: OutputFormat | None) -> None:
+    """Progress on the terminal; with -o it goes to stderr, so stdout holds only the final job."""
+    final = follow_job(client, job_id, err_console if output else console)
+    if output:
+        emit(final, output, [final["id"]])
+    else:
+        print_job(final)
+    if final["phase"] != JobPhase.SUCCEEDED:
+        raise CliError(f"job {job_id} ended {final['phase']}", ExitCode.FAILED)
+
+
+PhaseOption = Annotated[
+    JobPhase | None,
+    typer.Option(case_sensitive=False, metavar="PHASE", show_default=False, help=f"one of {', '.join(JobPhase)} (any case)"),
+]
 
 
 @app.command("list")
 @handles_errors
 def list_jobs(
     ctx: typer.Context,
-    phase: Annotated[str | None, typer.Option(help="QUEUED, RUNNING, SUCCEEDED, ...")] = None,
+    phase: PhaseOption = None,
     name: Annotated[str | None, typer.Option()] = None,
     label: Annotated[list[str] | None, typer.Option(help="key=value (repeatable)")] = None,
     team: Annotated[str | None, typer.Option(help="admins only")] = None,
     limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    output: OutputOption = None,
 ) -> None:
     """List jobs, newest first."""
     params: dict[str, Any] = {"limit": limit, "label": label or []}
-    params.update({k: v for k, v in (("phase", phase.upper() if phase else None), ("name", name), ("team", team)) if v})
+    params.update({k: v for k, v in (("phase", phase.value if phase else None), ("name", name), ("team", team)) if v})
     page = _client(ctx).request("GET", "/v1/jobs", params=params)
-    if as_json:
-        console.print_json(json.dumps(page))
+    if output:
+        emit(page, output, [job["id"] for job in page["data"]])
         return
     table = Table()
     table.add_column("ID", no_wrap=True, min_width=15)  # ids are what users copy: never truncated
@@ -143,14 +179,21 @@ def list_jobs(
 
 @app.command()
 @handles_errors
-def status(ctx: typer.Context, job_id: str, follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:
+def status(
+    ctx: typer.Context,
+    job_id: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="show progress until the job ends")] = False,
+    output: OutputOption = None,
+) -> None:
     """Show one job: phase, stage, progress, metrics, learning health, artifacts, failure."""
     client = _client(ctx)
     job = client.request("GET", f"/v1/jobs/{job_id}")
     if follow and job["phase"] not in TERMINAL:
-        _follow_to_end(client, job_id)
-        return
-    print_job(job)
+        _follow_to_end(client, job_id, output)
+    elif output:
+        emit(job, output, [job["id"]])
+    else:
+        print_job(job)
 
 
 @app.command()
@@ -171,10 +214,13 @@ def logs(
 
 @app.command()
 @handles_errors
-def cancel(ctx: typer.Context, job_id: str) -> None:
+def cancel(ctx: typer.Context, job_id: str, output: OutputOption = None) -> None:
     """Cancel a job: it shows CANCELLING until the workload has really stopped, then CANCELLED."""
     job = _client(ctx).request("POST", f"/v1/jobs/{job_id}/cancel")
-    console.print(f"{job['id']}: {job['phase']} - {job['message']}")
+    if output:
+        emit(job, output, [job["id"]])
+    else:
+        console.print(f"{job['id']}: {job['phase']} - {job['message']}")
 
 
 app.command()(admin.serve)
@@ -189,7 +235,7 @@ def main() -> None:
         app()
     except Exception as e:  # anything unexpected: one line, not a traceback (usage errors are click's)
         err_console.print(f"[red]error:[/] unexpected {e.__class__.__name__}: {e}", highlight=False)
-        raise SystemExit(1) from None
+        raise SystemExit(ExitCode.FAILED) from None
 
 
 if __name__ == "__main__":

@@ -1,15 +1,47 @@
-"""How the CLI prints: the two consoles and a job's status table, shared by every command module."""
+"""How the CLI prints: the two consoles, `-o json|yaml|name` and a job's status table, shared by
+every command module."""
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+import json
+from collections.abc import Iterable
+from typing import Annotated, Any
 
+import typer
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+class OutputFormat(enum.StrEnum):
+    """Machine-readable output; without `-o` a command prints its table for people."""
+
+    JSON = "json"  # the API's object(s), as the service returned them
+    YAML = "yaml"  # the same, as YAML
+    NAME = "name"  # one id per line, for `xargs` and shell loops
+
+
+OutputOption = Annotated[
+    OutputFormat | None,
+    typer.Option("--output", "-o", case_sensitive=False, show_default=False,
+                 help="json or yaml: the API's object(s); name: one id per line (default: a table)"),
+]  # fmt: skip
+
+
+def emit(obj: Any, output: OutputFormat, ids: Iterable[str]) -> None:
+    """Print `obj` (json, yaml) or `ids` (name) on stdout, plain: no colour, no wrapping."""
+    if output is OutputFormat.NAME:
+        for item_id in ids:
+            typer.echo(item_id)
+    elif output is OutputFormat.JSON:
+        typer.echo(json.dumps(obj, indent=2))
+    else:
+        typer.echo(yaml.safe_dump(obj, sort_keys=False, allow_unicode=True), nl=False)
 
 
 def fmt_metric(value: Any) -> str:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from service.app import create_app
 from service.cli.main import app as cli
+from service.domain.phases import JobPhase
 from service.config import Settings
 
 
@@ -269,3 +270,70 @@ def test_health_in_status_and_list_and_the_samples_command(run_cli, tmp_path: Pa
     assert "Traceback" not in missing.output
     unknown = run_cli("samples", "rl-000000000000")
     assert unknown.exit_code == 1 and "no job" in unknown.output
+
+
+def _api_get(url: str, path: str, **params: object) -> object:
+    import httpx
+
+    return httpx.get(f"{url}{path}", params=params, headers={"Authorization": f"Bearer {TOKEN_A}"}).json()
+
+
+STABLE_FIELDS = ("id", "name", "team", "phase", "spec", "labels", "created_at", "run_uri")
+
+
+def test_output_formats_print_the_apis_objects(run_cli, live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
+    spec = str(_write_spec(tmp_path, **{"fake-gate": "true"}))
+    created = run_cli("submit", spec, "-o", "json")
+    assert created.exit_code == 0, created.output
+    job = json.loads(created.stdout)  # stdout holds the JSON alone
+    job_id = job["id"]
+    assert job["phase"] in ("QUEUED", "LAUNCHING", "RUNNING") and job["spec"]["labels"] == {"fake-gate": "true"}
+    wait_until(lambda: (tmp_path / "runs" / job_id / "starts").exists())
+    wait_until(lambda: _api_get(live_url, f"/v1/jobs/{job_id}")["phase"] == "RUNNING")
+
+    as_api = _api_get(live_url, f"/v1/jobs/{job_id}")
+    as_json = json.loads(run_cli("status", job_id, "-o", "json").stdout)
+    as_yaml = yaml.safe_load(run_cli("status", job_id, "--output", "YAML").stdout)
+    assert set(as_json) == set(as_api) == set(as_yaml)
+    assert {k: as_json[k] for k in STABLE_FIELDS} == {k: as_api[k] for k in STABLE_FIELDS} == {k: as_yaml[k] for k in STABLE_FIELDS}
+    assert run_cli("status", job_id, "-o", "name").stdout == f"{job_id}\n"
+
+    monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs-2"))
+    second = run_cli("submit", str(_write_spec(tmp_path, **{"fake-steps": "1"})), "-o", "name")
+    assert second.exit_code == 0 and second.stdout.count("\n") == 1
+    second_id = second.stdout.strip()
+    wait_until(lambda: _api_get(live_url, f"/v1/jobs/{second_id}")["phase"] == "SUCCEEDED")
+    page = _api_get(live_url, "/v1/jobs")
+    assert run_cli("list", "-o", "name").stdout.splitlines() == [j["id"] for j in page["data"]] == [second_id, job_id]
+    running = json.loads(run_cli("list", "--phase", "running", "-o", "json").stdout)  # any case
+    assert [j["id"] for j in running["data"]] == [job_id] and set(running) == set(page)
+    assert yaml.safe_load(run_cli("list", "--phase", "RUNNING", "-o", "yaml").stdout)["data"][0]["id"] == job_id
+
+    cancelled = run_cli("cancel", job_id, "-o", "yaml")
+    assert cancelled.exit_code == 0 and yaml.safe_load(cancelled.stdout)["phase"] == "CANCELLING"
+
+
+def test_follow_with_an_output_format_keeps_progress_off_stdout(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
+    result = run_cli("submit", str(_write_spec(tmp_path, **{"fake-steps": "2"})), "--follow", "-o", "json")
+    assert result.exit_code == 0, result.output
+    final = json.loads(result.stdout)
+    assert final["phase"] == "SUCCEEDED" and final["step"] == 2
+    assert f"submitted {final['id']}" in result.stderr and "SUCCEEDED" in result.stderr
+    assert json.loads(run_cli("status", final["id"], "-f", "-o", "json").stdout)["id"] == final["id"]
+
+
+def test_bad_output_and_phase_choices_are_usage_errors(run_cli, live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
+    for args, says in (
+        (["list", "-o", "xml"], "'xml' is not one of"),
+        (["list", "--phase", "DONE"], "'DONE' is not one of"),
+        (["submit", str(_write_spec(tmp_path)), "--dry-run", "-o", "json"], "leave out -o"),
+    ):
+        result = run_cli(*args)
+        assert result.exit_code == 2 and says in _flat(result.output), (args, result.output)
+        assert "Traceback" not in result.output
+    choices = run_cli("list", "--phase", "DONE").output
+    assert all(f"'{phase.value.lower()}'" in choices for phase in JobPhase)  # the domain's phases, all of them
+    assert _api_get(live_url, "/v1/jobs")["data"] == []  # refused before anything reached the service
