@@ -35,7 +35,7 @@ from .api.errors import install_error_handlers
 from .api.log_follow import LogFollowers
 from .api.metrics import LatencyMiddleware, ServiceMetrics
 from .api.openapi import install_openapi_refinements
-from .api.routes import events, health, jobs
+from .api.routes import events, health, jobs, phases
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(jobs.router)
     app.include_router(events.router)
+    app.include_router(phases.router)
     _mount_dashboard(app)
     return app
 
