@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from trainer.contract import JobSpec, join_uri, location_kind
+from trainer.contract import JobSpec, join_uri, local_path, location_kind
 from trainer.contract.hf_model import MaxTextModel
 from trainer.storage import ArtifactStore, ObjectInfo, StorageError, store_for
 from trainer.storage.local import file_md5
@@ -82,7 +82,7 @@ def source_fingerprint(source: str, revision: str | None = None, *, store: Artif
     prefix = source.rstrip("/") + "/"
     entries: list[tuple[str, int, str]] = []
     if kind == "local":
-        root = Path(source.removeprefix("file://"))
+        root = Path(local_path(source))
         for p in sorted(root.rglob("*")):
             rel = p.relative_to(root).as_posix()
             if p.is_file() and not _is_hidden(rel):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, TrainStep, location_kind
+from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, TrainStep, local_path, location_kind
 from trainer.contract.hf_model import MaxTextModel
 from trainer.conversion_cache import CacheKey, ConversionCache, cache_key_for, default_cache_root, storage_format
 from trainer.progress import EventReporter
@@ -59,7 +59,7 @@ class JobContext:
 
 def local_work_dir(layout: RunLayout) -> Path:
     if location_kind(layout.root) == "local":
-        return Path(layout.root.removeprefix("file://"))
+        return Path(local_path(layout.root))
     base = Path(os.environ.get("RLJOB_WORK_DIR", "/tmp/rljob-work"))
     return base / layout.job_id
 

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from trainer.contract import JobSpec, join_uri, location_kind
+from trainer.contract import JobSpec, join_uri, local_path, location_kind
 from trainer.contract.hf_model import MaxTextModel, UnsupportedCheckpoint, resolve_maxtext_model
 from trainer.storage import StorageError, store_for
 
@@ -21,10 +21,6 @@ REQUIRED_COLUMNS = ("question", "answer")
 
 class DataError(Exception):
     """A dataset file exists but is not GSM8K-format data; the message names the file and the fix."""
-
-
-def local_path(uri: str) -> str:
-    return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 def stage_directory(uri: str, dest: Path) -> str:

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from service.domain.models import JobRecord
 from service.domain.ports import ProgressBatch, SkippedLine
-from trainer.contract import RunLayout, TrainerEvent, location_kind, parse_event
+from trainer.contract import RunLayout, TrainerEvent, local_path, location_kind, parse_event
 from trainer.storage import StorageError, store_for
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class EventsFileReader:
         """(up to max_read_bytes from offset, whether the file goes on past them)."""
         limit = self.max_read_bytes
         if location_kind(uri) == "local":
-            path = Path(uri.removeprefix("file://"))
+            path = Path(local_path(uri))
             try:
                 with path.open("rb") as f:
                     f.seek(offset)
@@ -100,7 +100,7 @@ class EventsFileReader:
             newline = self._read_object(uri).find(b"\n", start)  # a second download, for a rare trainer bug
             return None if newline < 0 else newline + 1
         try:
-            with Path(uri.removeprefix("file://")).open("rb") as f:
+            with Path(local_path(uri)).open("rb") as f:
                 f.seek(start)
                 position = start
                 while chunk := f.read(_SCAN_CHUNK_BYTES):

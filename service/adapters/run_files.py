@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from service.domain.errors import RunFilesUnavailable
 from service.domain.models import JobRecord
-from trainer.contract import STAGE_ORDER, RunLayout, StepSamples, location_kind, step_from_file_name
+from trainer.contract import STAGE_ORDER, RunLayout, StepSamples, local_path, location_kind, step_from_file_name
 from trainer.storage import StorageError, store_for
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ MAX_SAMPLES_BYTES = 4 * 1024 * 1024
 def _read_tail(uri: str, limit: int) -> tuple[bytes, bool] | None:
     """The last `limit` bytes of an object and whether it was cut, or None if it does not exist."""
     if location_kind(uri) == "local":
-        path = Path(uri.removeprefix("file://"))
+        path = Path(local_path(uri))
         try:
             with path.open("rb") as f:
                 size = f.seek(0, 2)

@@ -26,6 +26,7 @@ from trainer.contract import (
     StageStarted,
     TrainerEvent,
     TrainStep,
+    local_path,
 )
 
 from .learning_health import TrainStepSummary, push_step
@@ -133,7 +134,7 @@ RUN_ARTIFACT = "run"
 
 
 def _norm(uri: str) -> str:
-    return uri.removeprefix("file://").rstrip("/")
+    return local_path(uri).rstrip("/")
 
 
 def fold_manifest(record: JobRecord, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from .events import (
 )
 from .exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, describe_exit_code
 from .layout import RunLayout, join_uri
+from .locations import local_path, location_kind
 from .samples import SIGNAL_METRIC, Sample, StepSamples, step_from_file_name
 from .spec import (
     JOB_ID_RE,
@@ -33,7 +34,6 @@ from .spec import (
     ModelSpec,
     RewardSpec,
     default_job_id,
-    location_kind,
 )
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "describe_exit_code",
     "dump_event",
     "join_uri",
+    "local_path",
     "location_kind",
     "parse_event",
     "step_from_file_name",

@@ -3,8 +3,8 @@
 Every field that reaches a MaxText command line is validated here so a bad spec fails before any
 accelerator time is spent: strings MaxText's config loader would reinterpret, numbers beyond what it
 can run (spec_values.py says why for each), and hardware the TPU table (tpu.py) does not have.
-Location strings are URIs: `gs://bucket/path`, an absolute local path (or `file://`), or, for
-models/tokenizers/datasets only, a Hugging Face Hub id `org/name`.
+Location strings are URIs (locations.py): `gs://bucket/path`, an absolute local path (or `file://`),
+or, for models/tokenizers/datasets only, a Hugging Face Hub id `org/name`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from . import spec_values as limits
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
+from .locations import local_path, location_kind
 from .spec_values import DisplayText, HubId, Location, MaxTextName, PythonName, Revision
 from .spec_values import SplitName, SubsetName
 from .tpu import ACCELERATOR_NAMES, CPU_ACCELERATOR, MAX_CHIPS_PER_VM, TPU_SLICES, rollout_devices, tpu_slice
@@ -35,21 +36,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def location_kind(uri: str) -> Literal["gcs", "local", "hub"]:
-    if uri.startswith("gs://"):
-        return "gcs"
-    if uri.startswith("/") or uri.startswith("file://"):
-        return "local"
-    return "hub"
-
-
 def _check_location(value: str, *, hub_allowed: bool) -> str:
     if value.startswith("gs://"):
         if not GCS_URI_RE.fullmatch(value):
             raise ValueError(f"{value!r} is not a valid gs://bucket/path URI")
         return value.rstrip("/") if value.count("/") > 2 else value
-    if value.startswith("file://"):
-        value = value[len("file://") :]
+    value = local_path(value)
     if value.startswith("/"):
         return value.rstrip("/") or "/"
     if hub_allowed and HUB_ID_RE.fullmatch(value):

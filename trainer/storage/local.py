@@ -9,15 +9,16 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from trainer.contract.locations import local_path
+
 from .port import ObjectInfo, StorageError
 
 
 def _path(uri: str) -> Path:
-    if uri.startswith("file://"):
-        uri = uri[len("file://") :]
-    if not uri.startswith("/"):
-        raise StorageError(f"{uri!r} is not an absolute local path")
-    return Path(uri)
+    path = local_path(uri)
+    if not path.startswith("/"):
+        raise StorageError(f"{path!r} is not an absolute local path")
+    return Path(path)
 
 
 def file_md5(path: Path) -> str:

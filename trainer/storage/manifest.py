@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainer.contract import RunLayout
+from trainer.contract import RunLayout, local_path
 
 from .local import file_md5
 from .port import ArtifactStore
@@ -24,7 +24,7 @@ _SKIP_PREFIXES = (".rljob-probe-",)
 
 
 def _local_md5(uri: str) -> str:
-    return file_md5(Path(uri.removeprefix("file://")))
+    return file_md5(Path(local_path(uri)))
 
 
 def build_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+from trainer.contract.locations import location_kind
+
 from .local import LocalDirStore
 from .port import ArtifactStore, StorageError
 
@@ -14,10 +16,11 @@ def _local() -> LocalDirStore:
 
 
 def store_for(uri: str) -> ArtifactStore:
-    if uri.startswith("gs://"):
+    kind = location_kind(uri)
+    if kind == "gcs":
         from .gcs import gcs_store  # google-cloud-storage is imported only when a gs:// URI is used
 
         return gcs_store()
-    if uri.startswith("/") or uri.startswith("file://"):
+    if kind == "local":
         return _local()
     raise StorageError(f"{uri!r} is neither a gs:// URI nor an absolute local path")

@@ -21,7 +21,7 @@ from kubernetes.client import (
     V1PodFailurePolicyRule,
 )
 
-from trainer.contract import NON_RETRYABLE_EXIT_CODES, JobSpec, location_kind
+from trainer.contract import NON_RETRYABLE_EXIT_CODES, JobSpec, local_path, location_kind
 
 from . import names
 from .accelerators import GKE_NODE_POOL_LABEL, GkeTpuSlice, Hardware, lookup_hardware
@@ -72,7 +72,7 @@ def spec_local_paths(spec: JobSpec) -> list[tuple[str, str]]:
                   *(("dataset.train_files", f) for f in spec.dataset.train_files),
                   *(("dataset.eval_files", f) for f in spec.dataset.eval_files),
                   ("grpo.rewards.functions_path", rewards.functions_path), ("output", spec.output)]
-    return [(name, value.removeprefix("file://")) for name, value in candidates
+    return [(name, local_path(value)) for name, value in candidates
             if value and location_kind(value) == "local"]
 
 

@@ -1,0 +1,70 @@
+"""`file:///abs/path` means /abs/path to every reader of local run files, through one function
+(trainer/contract/locations.py: local_path), which is the only code that spells the scheme."""
+
+from __future__ import annotations
+
+import ast
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from service.adapters.events_file import EventsFileReader
+from service.adapters.run_files import StoreRunFiles
+from service.domain.models import JobRecord
+from service.domain.phases import JobPhase
+from service.domain.progress import fold_manifest
+from trainer.contract import RunLayout, RunStarted, Stage, dump_event, local_path, location_kind
+from trainer.storage import store_for
+from trainer.storage.local import LocalDirStore
+from trainer.storage.manifest import build_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+JOB_ID = "rl-0000000000fu"
+
+
+def _code_strings(path: Path) -> list[tuple[int, str]]:
+    """String constants in the code, not docstrings (which may say `file://` to people)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }  # fmt: skip
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]  # fmt: skip
+
+
+def test_only_the_locations_module_spells_the_file_scheme():
+    home = REPO / "trainer" / "contract" / "locations.py"
+    spelled = [f"{path.relative_to(REPO)}:{line}" for pkg in ("service", "trainer") for path in sorted((REPO / pkg).rglob("*.py"))
+               if path != home for line, text in _code_strings(path) if "file://" in text]  # fmt: skip
+    assert spelled == []
+
+
+def test_local_readers_take_file_uris(tmp_path: Path):
+    assert (local_path("file:///a/b"), local_path("/a/b"), local_path("gs://b/x")) == ("/a/b", "/a/b", "gs://b/x")
+    assert location_kind("file:///a") == "local" and isinstance(store_for("file:///a"), LocalDirStore)
+
+    output = f"file://{tmp_path}/runs"
+    layout = RunLayout(output, JOB_ID)
+    store = store_for(layout.root)
+    store.write_bytes(layout.path("hf", "model.safetensors"), b"w" * 300)
+    assert (tmp_path / "runs" / JOB_ID / "hf" / "model.safetensors").stat().st_size == 300
+    started = RunStarted(seq=0, time=datetime.now(UTC), job_id=JOB_ID, run_uri=layout.root, attempt=1)
+    store.write_bytes(layout.events, (dump_event(started) + "\n").encode())
+    store.write_bytes(layout.stage_log(Stage.TRAIN), b"step 1\n")
+    manifest = build_manifest(layout)
+    assert [a["checksum"].startswith("md5:") for a in manifest["artifacts"]] == [True] * 3
+    store.write_bytes(layout.manifest, json.dumps(manifest).encode())
+
+    now = datetime.now(UTC)
+    record = JobRecord(id=JOB_ID, team="t", name="n", spec={"output": output}, spec_hash="", phase=JobPhase.RUNNING,
+                       created_at=now, updated_at=now)  # fmt: skip
+    batch = EventsFileReader().read_new(record)
+    assert [type(e).__name__ for e in batch.events] == ["RunStarted"]
+    files = StoreRunFiles()
+    assert files.read_manifest(record) == manifest
+    assert "step 1" in list(files.stage_log_lines(record))
+    fold_manifest(record, manifest)
+    assert record.artifacts["run"]["uri"] == layout.root and record.artifacts["run"]["file_count"] == 3
