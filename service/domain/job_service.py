@@ -26,15 +26,25 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from trainer.contract import ExitCode, JobSpec, TrainerEvent, describe_exit_code
+from trainer.contract import JobSpec, TrainerEvent
 
 from .errors import IdempotencyConflict, JobNotFound, NotCancellable
 from .job_health import HealthMixin
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
-from .launcher_port import JobLauncher, Observation, ObservedState, StatusMirror, SubmitCheck
+from .launcher_port import JobLauncher, Observation, StatusMirror, SubmitCheck
 from .learning_health import HealthPolicy
 from .models import Caller, JobRecord, SamplesPublic
+from .observation_policy import (
+    WORKLOAD_STOPPED,
+    Decision,
+    decide,
+    failure_message,
+    failure_reason,
+    lost_workload_reason,
+    names_a_replaced_workload,
+    resume_limit_message,
+)
 from .phases import CANCELLABLE, JobPhase, transition
 from .ports import Clock, JobStore, JobTx, ProgressSource, RunFiles, SkippedLine, utc_now
 from .progress import fold_events, fold_manifest, note_skipped_lines
@@ -243,8 +253,9 @@ class JobService(RecoveryMixin, HealthMixin):
             tx.append_event(rec, kind, data, now)
 
     def apply_observation(self, obs: Observation) -> None:
-        """Turn what the backend says into a transition; the only place observations become phases."""
-        if obs.state in (ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE):
+        """Turn what the backend says into a transition; the only place observations become phases.
+        The policy is observation_policy.decide(); this carries its decision out."""
+        if obs.state in WORKLOAD_STOPPED:
             # Drain the events file first so artifacts and the RunFinished message are in the record
             # before the terminal phase is written (nothing may be folded in after it).
             try:
@@ -252,71 +263,32 @@ class JobService(RecoveryMixin, HealthMixin):
             except Exception:
                 log.exception("reading progress of %s failed", obs.job_id)
         manifest = self._read_manifest_if_ending(obs)
-        relaunch = False
+        decided = Decision.IGNORE
 
         def apply(rec: JobRecord, tx: JobTx) -> None:
-            nonlocal relaunch
-            if rec.phase.is_terminal() or self._is_stale(rec, obs):
-                return
-            if manifest is not None and self._ends_job(rec.phase, obs.state):
-                # Same transaction as the terminal phase and logged before it: SSE readers, who stop
-                # after the terminal phase, see the final artifacts first.
-                tx.append_event(rec, "artifacts", fold_manifest(rec, manifest), self.clock())
-            if obs.object_name and obs.object_name != rec.object_name:
-                rec.object_name = obs.object_name
-            state, phase = obs.state, rec.phase
-            if phase is JobPhase.CANCELLING:
-                if state in (ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE):
-                    self._set_phase(tx, rec, JobPhase.CANCELLED, "cancelled; the workload has stopped")
-                return
-            if phase is JobPhase.QUEUED:
-                return  # nothing was launched yet; launch() moves it on
-            if state is ObservedState.RUNNING and phase is JobPhase.LAUNCHING:
-                self._set_phase(tx, rec, JobPhase.RUNNING, obs.message or "running")
-            elif state in (ObservedState.PENDING, ObservedState.RESTARTING, ObservedState.RUNNING):
-                if obs.message and obs.message != rec.message:
-                    rec.message = obs.message
-                    tx.append_event(rec, "message", {"message": obs.message, "reason": obs.reason}, self.clock())
-            elif state is ObservedState.SUCCEEDED:
-                rec.exit_code = obs.exit_code if obs.exit_code is not None else 0
-                self._set_phase(tx, rec, JobPhase.SUCCEEDED, "finished successfully")
-            elif state is ObservedState.FAILED:
-                self._fail(tx, rec, obs)
-            elif state is ObservedState.GONE:
-                relaunch = self._resume_or_fail(tx, rec, obs)
+            nonlocal decided
+            decided = self._decide(rec, obs)
+            self._carry_out(decided, rec, tx, obs, manifest)
 
         self._mutate(obs.job_id, apply)
-        if relaunch:
+        if decided.relaunches:
             self.launch(obs.job_id)
         record = self.store.get(obs.job_id)
         if record is not None and record.phase.is_terminal():
             self.progress.forget(obs.job_id)
             self._replaced.pop(obs.job_id, None)
 
-    def _is_stale(self, rec: JobRecord, obs: Observation) -> bool:
-        """A GONE about a workload this job has since replaced (a relaunch) says nothing about the
-        current one; acting on it would spend a resume. (Kubernetes names repeat: never stale.)"""
-        stale = (
-            obs.state is ObservedState.GONE and obs.object_name is not None
-            and obs.object_name != rec.object_name and obs.object_name in self._replaced.get(rec.id, ())
-        )  # fmt: skip
-        if stale:
-            log.info("ignoring %s for %s: %s was replaced by a relaunch", obs.state, rec.id, obs.object_name)
-        return stale
-
-    @staticmethod
-    def _ends_job(phase: JobPhase, state: ObservedState) -> bool:
-        """Whether this observation surely ends the job (GONE on a running job may mean a relaunch)."""
-        if phase is JobPhase.CANCELLING:
-            return state in (ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE)
-        return phase is not JobPhase.QUEUED and state in (ObservedState.SUCCEEDED, ObservedState.FAILED)
+    def _decide(self, rec: JobRecord, obs: Observation) -> Decision:
+        replaced = names_a_replaced_workload(obs.object_name, rec.object_name, self._replaced.get(rec.id, ()))
+        resumes_left = rec.resumes < self.max_resumes
+        return decide(rec.phase, obs.state, about_replaced_workload=replaced, resumes_left=resumes_left)
 
     def _read_manifest_if_ending(self, obs: Observation) -> dict[str, Any] | None:
         """Read the run's manifest (storage I/O: before the write lock, never under it)."""
         if self.run_files is None:
             return None
         record = self.store.get(obs.job_id)
-        if record is None or record.phase.is_terminal() or not self._ends_job(record.phase, obs.state):
+        if record is None or not self._decide(record, obs).records_artifacts:
             return None
         try:
             return self.run_files.read_manifest(record)
@@ -324,47 +296,46 @@ class JobService(RecoveryMixin, HealthMixin):
             log.exception("reading the manifest of %s failed", obs.job_id)
             return None
 
-    def _fail(self, tx: JobTx, rec: JobRecord, obs: Observation) -> None:
-        rec.exit_code = obs.exit_code
-        finished = rec.run_finished or {}
-        try:
-            rec.failure_reason = obs.reason or ExitCode(obs.exit_code).name  # type: ignore[arg-type]
-        except (ValueError, TypeError):
-            rec.failure_reason = obs.reason or (f"EXIT_{obs.exit_code}" if obs.exit_code is not None else "Failed")
-        parts = []
-        if not finished.get("ok", True) and finished.get("message"):
-            stage = finished.get("failed_stage") or "trainer"
-            parts.append(f"{stage} stage: {finished['message']}")
-        parts.append(describe_exit_code(obs.exit_code) if obs.exit_code is not None else (obs.message or "the workload failed"))
-        parts.append(f"logs: `rljob logs {rec.id}`")
-        self._set_phase(tx, rec, JobPhase.FAILED, "; ".join(parts))
-
-    def _resume_or_fail(self, tx: JobTx, rec: JobRecord, obs: Observation) -> bool:
-        """The backend has no workload for a LAUNCHING/RUNNING job: relaunch it or fail clearly.
-
-        The trainer's stages are restartable (completion markers in the run dir), so a rerun
-        continues rather than repeats. Resumes of a job that had started are bounded.
-        """
-        why = obs.message or "the workload disappeared"
-        if rec.phase is JobPhase.LAUNCHING:
-            # Never started (e.g. waiting in the local queue when the service stopped): launch again.
-            tx.append_event(rec, "message", {"message": f"relaunching: {why}"}, self.clock())
-            rec.message = f"relaunching: {why}"
-            return True
-        if rec.resumes >= self.max_resumes:
+    def _carry_out(
+        self, decided: Decision, rec: JobRecord, tx: JobTx, obs: Observation, manifest: dict[str, Any] | None
+    ) -> None:
+        if decided is Decision.STALE:
+            log.info("ignoring %s for %s: %s was replaced by a relaunch", obs.state, rec.id, obs.object_name)
+        if not decided.adopts_workload_name:
+            return
+        if manifest is not None and decided.records_artifacts:
+            # Same transaction as the terminal phase and logged before it: SSE readers, who stop
+            # after the terminal phase, see the final artifacts first.
+            tx.append_event(rec, "artifacts", fold_manifest(rec, manifest), self.clock())
+        if obs.object_name and obs.object_name != rec.object_name:
+            rec.object_name = obs.object_name
+        if decided is Decision.NOTE and obs.message and obs.message != rec.message:
+            rec.message = obs.message
+            tx.append_event(rec, "message", {"message": obs.message, "reason": obs.reason}, self.clock())
+        elif decided is Decision.START:
+            self._set_phase(tx, rec, JobPhase.RUNNING, obs.message or "running")
+        elif decided is Decision.SUCCEED:
+            rec.exit_code = obs.exit_code if obs.exit_code is not None else 0
+            self._set_phase(tx, rec, JobPhase.SUCCEEDED, "finished successfully")
+        elif decided is Decision.FAIL:
+            rec.exit_code = obs.exit_code
+            rec.failure_reason = failure_reason(obs)
+            self._set_phase(tx, rec, JobPhase.FAILED, failure_message(rec.id, rec.run_finished, obs))
+        elif decided is Decision.FINISH_CANCEL:
+            self._set_phase(tx, rec, JobPhase.CANCELLED, "cancelled; the workload has stopped")
+        elif decided is Decision.RELAUNCH:
+            rec.message = f"relaunching: {lost_workload_reason(obs)}"
+            tx.append_event(rec, "message", {"message": rec.message}, self.clock())
+        elif decided is Decision.RESUME:
+            rec.resumes += 1
+            if rec.object_name is not None:
+                self._replaced.setdefault(rec.id, set()).add(rec.object_name)
+            rec.object_name = None
+            why = lost_workload_reason(obs)
+            self._set_phase(tx, rec, JobPhase.LAUNCHING, f"resuming (attempt {rec.resumes + 1}): {why}")
+        elif decided is Decision.GIVE_UP:
             rec.failure_reason = "ResumeLimit"
-            self._set_phase(
-                tx, rec, JobPhase.FAILED,
-                f"{why}; resumed {rec.resumes} time(s) already, giving up. Check `rljob logs {rec.id}` and the "
-                "machine's health, then submit the job again (finished stages are reused)",
-            )
-            return False
-        rec.resumes += 1
-        if rec.object_name is not None:
-            self._replaced.setdefault(rec.id, set()).add(rec.object_name)
-        rec.object_name = None
-        self._set_phase(tx, rec, JobPhase.LAUNCHING, f"resuming (attempt {rec.resumes + 1}): {why}")
-        return True
+            self._set_phase(tx, rec, JobPhase.FAILED, resume_limit_message(rec.id, rec.resumes, obs))
 
     # ---- the write path ----------------------------------------------------------------------
 

@@ -17,7 +17,9 @@ from .launcher_port import Observation, ObservedState
 from .phases import JobPhase
 
 # The backend says the workload is no longer running: its events file is drained before deciding.
-WORKLOAD_STOPPED: frozenset[ObservedState] = frozenset({ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE})
+WORKLOAD_STOPPED: frozenset[ObservedState] = frozenset(
+    {ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE}
+)
 
 
 class Decision(enum.StrEnum):
@@ -122,7 +124,10 @@ def failure_message(job_id: str, run_finished: dict[str, object] | None, obs: Ob
     if not finished.get("ok", True) and finished.get("message"):
         stage = finished.get("failed_stage") or "trainer"
         parts.append(f"{stage} stage: {finished['message']}")
-    parts.append(describe_exit_code(obs.exit_code) if obs.exit_code is not None else (obs.message or "the workload failed"))
+    if obs.exit_code is not None:
+        parts.append(describe_exit_code(obs.exit_code))
+    else:
+        parts.append(obs.message or "the workload failed")
     parts.append(f"logs: `rljob logs {job_id}`")
     return "; ".join(parts)
 
