@@ -4,6 +4,7 @@
 #   - postgresql : the production store's tests (issue 3) start a throwaway server on loopback
 #   - chromium   : the dashboard's browser tests (Debian's build; no tool may download its own)
 #   - kubectl    : tests/deploy renders k8s/ with `kubectl kustomize` (kustomize >= 5 needed)
+#   - nodejs, npm: the dashboard's build (scripts/build-dashboard.sh) and its unit tests (node --test)
 #   - proot      : tests/podrun runs pods' containers as local processes with their volumes bound at
 #                  their mount paths (ptrace-based, no privileges or user namespaces needed)
 # Usage: scripts/install-system-deps.sh   (as root, or with sudo available)
@@ -23,6 +24,7 @@ missing=()
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then missing+=(postgresql); fi
 if ! command -v chromium >/dev/null 2>&1; then missing+=(chromium); fi
 if ! command -v proot >/dev/null 2>&1; then missing+=(proot); fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
 if ((${#missing[@]})); then
   echo "install-system-deps: installing ${missing[*]}"
   $SUDO apt-get update -qq

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs the tests. `scripts/test.sh` runs all of them (CI does this);
-# `scripts/test.sh --fast` leaves out the ones marked slow (MaxText on CPU). Extra args go to pytest.
+# `scripts/test.sh --fast` leaves out the ones marked slow (MaxText on CPU). Extra args go to pytest;
+# the dashboard's node tests (tests/dashboard/unit) run every time.
 # Either way the run fails on any skip tests/allowed_skips.toml does not allow, and names it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,8 +20,18 @@ export RLJOB_SKIP_POLICY=strict
 # Tests never reach a hub: models, tokenizers and data are built locally by the tests.
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 set +e
+# The dashboard's pure modules (formatting, view model, SSE parser, phase facts) under node's own
+# test runner; run first and reported at the end, so one run shows every failure.
+if command -v node >/dev/null 2>&1; then
+  node --test tests/dashboard/unit/*.test.mjs
+  node_rc=$?
+else
+  echo "test.sh: node is missing (scripts/install-system-deps.sh installs it); the dashboard's unit tests cannot run" >&2
+  node_rc=1
+fi
 .venv/bin/python -m pytest "${MARK[@]}" "$@"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then echo "test.sh: pytest collected no tests" >&2; exit 1; fi
+if [[ $rc -eq 0 && $node_rc -ne 0 ]]; then echo "test.sh: the dashboard's node tests failed (see above)" >&2; exit 1; fi
 exit $rc

@@ -1,6 +1,7 @@
 // The one place the dashboard talks HTTP to the rljob service. Every request carries the
 // team's API token as a bearer header; failures become an ApiError with a `kind` the views turn
 // into a message (unauthorized, unreachable, not_found, http).
+import { SseParser } from "./sse.js";
 
 export class ApiError extends Error {
   constructor(kind, message, status = 0) {
@@ -108,52 +109,5 @@ export class Api {
       if (err.name === "AbortError") throw err;
       throw new ApiError("unreachable", "the event stream was interrupted");
     }
-  }
-}
-
-/** The text/event-stream format (WHATWG HTML, "server-sent events"), fed in arbitrary chunks. */
-export class SseParser {
-  constructor(onEvent) {
-    this.onEvent = onEvent;
-    this.buffer = "";
-    this.reset();
-    this.lastEventId = "";
-  }
-
-  reset() {
-    this.data = [];
-    this.type = "";
-  }
-
-  feed(chunk) {
-    this.buffer += chunk;
-    const lines = this.buffer.split(/\r\n|\r|\n/);
-    this.buffer = lines.pop(); // keep the unterminated tail for the next chunk
-    for (const line of lines) this.line(line);
-  }
-
-  line(line) {
-    if (line === "") {
-      if (this.data.length) {
-        const raw = this.data.join("\n");
-        let data = raw;
-        try {
-          data = JSON.parse(raw);
-        } catch {
-          // not JSON: hand over the text as it is
-        }
-        this.onEvent({ type: this.type || "message", id: this.lastEventId, data });
-      }
-      this.reset();
-      return;
-    }
-    if (line.startsWith(":")) return; // keep-alive comment
-    const colon = line.indexOf(":");
-    const field = colon === -1 ? line : line.slice(0, colon);
-    let value = colon === -1 ? "" : line.slice(colon + 1);
-    if (value.startsWith(" ")) value = value.slice(1);
-    if (field === "data") this.data.push(value);
-    else if (field === "event") this.type = value;
-    else if (field === "id") this.lastEventId = value;
   }
 }

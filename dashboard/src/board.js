@@ -4,7 +4,7 @@ import { focusHeading, h, replace } from "./dom.js";
 import { fmtAge, fmtNumber, fmtPercent, DASH } from "./format.js";
 import { LiveFeed } from "./live.js";
 import { jobView } from "./model.js";
-import { PHASES, isTerminal } from "./phases.js";
+import { isTerminal, phases } from "./phases.js";
 import { describeError, errorBox, healthBadge, liveStatus, phaseBadge, progressCell } from "./widgets.js";
 
 const PAGE_SIZE = 100;
@@ -35,7 +35,7 @@ export function boardView(root, api, params) {
     },
     h("option", { value: "" }, "All phases"),
     h("option", { value: "active" }, "Active (not finished)"),
-    PHASES.map((p) => h("option", { value: p }, p)),
+    phases().map((p) => h("option", { value: p }, p)),
   );
   select.value = filter;
   const errorSlot = h("div");

@@ -5,6 +5,7 @@ import { Api, tokenStore } from "./api.js";
 import { boardView } from "./board.js";
 import { focusHeading, h, replace } from "./dom.js";
 import { jobPage } from "./job.js";
+import { loadPhaseFacts } from "./phases.js";
 import { describeError, errorBox } from "./widgets.js";
 
 const main = document.getElementById("main");
@@ -96,15 +97,34 @@ function route() {
   }
   const api = apiForToken(token);
   const [path, query = ""] = hash.slice(1).split("?");
+  // Every signed-in view asks whether phases are terminal: learn them from the service first.
+  let left = false;
+  teardown = () => {
+    left = true;
+  };
+  loadPhaseFacts(api).then(
+    () => {
+      if (!left) teardown = signedInView(api, path, query);
+    },
+    (err) => {
+      if (!left) phaseFactsError(err);
+    },
+  );
+}
+
+function signedInView(api, path, query) {
   const jobMatch = path.match(/^\/jobs\/([^/]+)$/);
-  if (jobMatch) {
-    teardown = jobPage(main, api, decodeURIComponent(jobMatch[1]));
-  } else if (path === "/" || path === "") {
-    teardown = boardView(main, api, new URLSearchParams(query));
-  } else {
-    replace(main, h("h1", {}, "Page not found"), h("p", {}, h("a", { href: "#/" }, "Go to the jobs board")));
-    focusHeading(main);
-  }
+  if (jobMatch) return jobPage(main, api, decodeURIComponent(jobMatch[1]));
+  if (path === "/" || path === "") return boardView(main, api, new URLSearchParams(query));
+  replace(main, h("h1", {}, "Page not found"), h("p", {}, h("a", { href: "#/" }, "Go to the jobs board")));
+  focusHeading(main);
+  return () => {};
+}
+
+function phaseFactsError(err) {
+  const [title, message] = err.kind ? describeError(err) : ["The service's answer was not understood", err.message];
+  replace(main, h("h1", {}, "rljob dashboard"), errorBox(title, message, h("button", { type: "button", onclick: route }, "Try again")));
+  focusHeading(main);
 }
 
 // The skip link must not change the hash (that is the router's), so it moves focus itself.
