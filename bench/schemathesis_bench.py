@@ -31,7 +31,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -65,12 +64,6 @@ expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "41
 include-name = "GET /v1/jobs"
 checks.{acceptance}.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_service(work: Path, token: str, port: int) -> subprocess.Popen[bytes]:
@@ -236,6 +229,7 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from service.domain.tokens import generate_token
+    from service.free_port import free_port
 
     started = time.monotonic()
     examples = args.examples or max(5, min(400, args.requests // 25))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -12,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from service.free_port import free_port
 
 PG_BIN_DIRS = ["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"]
 
@@ -21,12 +22,6 @@ def _pg_tool(name: str) -> str | None:
         if os.path.exists(os.path.join(d, name)):
             return os.path.join(d, name)
     return shutil.which(name)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -41,7 +36,7 @@ def postgres_url() -> Iterator[str]:
     # Not under pytest's basetemp: concurrent pytest sessions prune old numbered dirs there.
     base = Path(tempfile.mkdtemp(prefix="rljob-test-pg-"))
     data = base / "data"
-    port = _free_port()
+    port = free_port()
     # initdb refuses to run as root: run the cluster as the postgres user then.
     prefix: list[str] = []
     if os.geteuid() == 0:

@@ -5,7 +5,6 @@ events to a job's events.jsonl, which the service tails (service/adapters/events
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import threading
 import time
@@ -19,6 +18,7 @@ import uvicorn
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import load_settings
+from service.free_port import free_port
 from service.domain.tokens import TokenService
 from trainer.contract import RunLayout, Sample, StepSamples, dump_event, parse_event
 
@@ -27,12 +27,6 @@ TEAM = "alpha"
 TOKEN = "rlj_dashboard-test-token-0123456789abcdef"
 SUBMITTER = "alice"
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

