@@ -26,23 +26,23 @@ def default_state_dir() -> Path:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLJOB_", extra="ignore", frozen=True)
 
-    environment: Literal["dev", "prod"] = "dev"
+    environment: Literal["dev", "prod"] = Field(default="dev", description="prod refuses SQLite and a bootstrap admin token")
     state_dir: Path = Field(default_factory=default_state_dir, description="SQLite file, local job dirs, logs")
-    database_url: str = Field(default="", description="empty: SQLite at <state_dir>/rljob.db")
-    launcher: Literal["local", "kubernetes"] = "local"
+    database_url: str = Field(default="", description="empty: SQLite, rljob.db in the state directory")
+    launcher: Literal["local", "kubernetes"] = Field(default="local", description="run jobs as local processes or Kubernetes Jobs")
     trainer_command: list[str] = Field(
         default_factory=lambda: [sys.executable, "-m", "trainer"],
         description="how the local launcher runs the trainer; `run --spec F --job-id ID` is appended",
     )
-    max_concurrent_jobs: int = Field(default=2, ge=1, le=64)
+    max_concurrent_jobs: int = Field(default=2, ge=1, le=64, description="local launcher: jobs running at once (the rest wait)")
     max_resumes: int = Field(default=3, ge=0, description="relaunches of a job whose workload was lost")
-    cancel_grace_s: float = Field(default=10.0, gt=0)
-    local_poll_interval_s: float = Field(default=0.2, gt=0)
-    progress_poll_interval_s: float = Field(default=0.5, gt=0)
-    reconcile_interval_s: float = Field(default=30.0, gt=0)
+    cancel_grace_s: float = Field(default=10.0, gt=0, description="local launcher: SIGTERM to SIGKILL on cancel")
+    local_poll_interval_s: float = Field(default=0.2, gt=0, description="local launcher: how often it checks its processes")
+    progress_poll_interval_s: float = Field(default=0.5, gt=0, description="how often active jobs' trainer events are read")
+    reconcile_interval_s: float = Field(default=30.0, gt=0, description="how often every active job is checked with its launcher")
     # Kubernetes labels/annotations: a phase or stage change goes at once, progress this often.
     status_mirror_every_steps: int = Field(default=10, ge=1, description="mirror progress every N train steps")
-    status_mirror_interval_s: float = Field(default=30.0, gt=0, description="... or after this many seconds")
+    status_mirror_interval_s: float = Field(default=30.0, gt=0, description="... or after this many seconds, whichever comes first")
     # Learning health (service/domain/learning_health.py): when a job is diverging, without signal or stalled.
     health_kl_max: float = Field(default=1.0, gt=0, description="KL to the reference above this is divergence")
     health_no_signal_steps: int = Field(
@@ -56,12 +56,12 @@ class Settings(BaseSettings):
     sse_max_duration_s: float = Field(default=3600.0, gt=0, description="a stream ends after this; clients resume")
     max_log_followers: int = Field(default=32, ge=1, le=1000, description="concurrent logs?follow=true streams")
     log_follow_poll_interval_s: float = Field(default=0.5, gt=0, description="pause of an idle log follow")
-    max_body_bytes: int = Field(default=256 * 1024, gt=0)
+    max_body_bytes: int = Field(default=256 * 1024, gt=0, description="larger request bodies get 413")
     bootstrap_token: SecretStr | None = Field(default=None, description="ensure this token exists at start-up")
-    bootstrap_team: str = "local"
-    bootstrap_admin: bool = False
-    host: str = "127.0.0.1"
-    port: int = Field(default=8765, ge=0, le=65535)
+    bootstrap_team: str = Field(default="local", description="the bootstrap token's team")
+    bootstrap_admin: bool = Field(default=False, description="the bootstrap token sees every team (dev only)")
+    host: str = Field(default="127.0.0.1", description="listen address of `rljob serve`")
+    port: int = Field(default=8765, ge=0, le=65535, description="listen port of `rljob serve`")
 
     @field_validator("trainer_command")
     @classmethod

@@ -22,32 +22,32 @@ class K8sSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLJOB_K8S_", extra="ignore", frozen=True)
 
     # Where and what to run.
-    namespace: DnsLabel = "rljob"
+    namespace: DnsLabel = Field(default="rljob", description="namespace of the trainer Jobs, ConfigMaps and pods")
     image: str = Field(default="", description="trainer image, e.g. REGION-docker.pkg.dev/PROJECT/rljob/trainer:TAG")
-    image_pull_policy: str = "IfNotPresent"
+    image_pull_policy: str = Field(default="IfNotPresent", description="Always, IfNotPresent or Never")
     service_account: DnsLabel = Field(
         default="rljob-trainer",
         description="Kubernetes service account bound to a Google service account (Workload Identity)",
     )
-    hf_token_secret: DnsLabel = "rljob-hf-token"
-    hf_token_secret_key: str = "token"
+    hf_token_secret: DnsLabel = Field(default="rljob-hf-token", description="Secret holding the Hugging Face token")
+    hf_token_secret_key: str = Field(default="token", description="key of the token in that Secret")
     node_pool: str | None = Field(default=None, description="pin pods to this GKE node pool (cloud.google.com/gke-nodepool)")
     kueue_queue: str | None = Field(default=None, description="Kueue LocalQueue; Jobs are created suspended for Kueue")
-    priority_class: str | None = None
+    priority_class: str | None = Field(default=None, description="PriorityClass of trainer pods")
 
     # Which cluster.
-    in_cluster: bool = False
-    kubeconfig: str | None = None
-    context: str | None = None
+    in_cluster: bool = Field(default=False, description="use the pod's service account (the service runs in the cluster)")
+    kubeconfig: str | None = Field(default=None, description="kubeconfig file (default: the usual lookup)")
+    context: str | None = Field(default=None, description="kubeconfig context (default: the current one)")
     gke_minor_version: str = Field(default="1.35", description="the schema version manifests are validated against")
 
     # Workload lifetimes. Deadline: a runaway job cannot hold TPUs forever; TTL: long enough for the
     # service to read the final state after a restart, then the cluster cleans up by itself.
-    active_deadline_s: int = Field(default=2 * 24 * 3600, gt=0)
-    ttl_after_finished_s: int = Field(default=3 * 24 * 3600, ge=0)
-    backoff_limit: int = Field(default=3, ge=0)
+    active_deadline_s: int = Field(default=2 * 24 * 3600, gt=0, description="a Job running longer is stopped")
+    ttl_after_finished_s: int = Field(default=3 * 24 * 3600, ge=0, description="a finished Job is deleted after this")
+    backoff_limit: int = Field(default=3, ge=0, description="pod retries of a Job, restarts of a JobSet (exit codes 65, 70, 77 fail at once)")
     # SIGTERM -> SIGKILL: the trainer saves a checkpoint on SIGTERM (maintenance, cancel).
-    termination_grace_s: int = Field(default=300, ge=30)
+    termination_grace_s: int = Field(default=300, ge=30, description="SIGTERM to SIGKILL for trainer pods")
     cpu_request: str | None = Field(default=None, description="override the accelerator table's per-VM CPU request")
     memory_request: str | None = Field(default=None, description="override the per-VM memory request (= limit)")
     shm_size: str | None = Field(default=None, description="override the /dev/shm size")
@@ -62,12 +62,12 @@ class K8sSettings(BaseSettings):
     host_paths: list[str] = Field(default_factory=list, description="node directories mounted at the same path")
 
     # Talking to the API server.
-    request_timeout_s: float = Field(default=30.0, gt=0)
-    retry_attempts: int = Field(default=5, ge=1)
-    retry_backoff_s: float = Field(default=0.5, gt=0)
-    retry_backoff_max_s: float = Field(default=10.0, gt=0)
+    request_timeout_s: float = Field(default=30.0, gt=0, description="timeout of each API server request")
+    retry_attempts: int = Field(default=5, ge=1, description="tries of a request that failed transiently")
+    retry_backoff_s: float = Field(default=0.5, gt=0, description="first wait between tries (doubles)")
+    retry_backoff_max_s: float = Field(default=10.0, gt=0, description="longest wait between tries")
     watch_timeout_s: int = Field(default=300, gt=0, description="server-side end of each watch request")
-    reconcile_interval_s: float = Field(default=120.0, gt=0)
+    reconcile_interval_s: float = Field(default=120.0, gt=0, description="how often every Job is re-listed (missed watch events)")
     watch_jobsets: bool = Field(default=True, description="watch JobSets too (needs the JobSet CRD)")
 
     @field_validator("cpu_job_cpu", "cpu_job_memory", "cpu_job_shm_size")

@@ -1,0 +1,82 @@
+"""The README's settings and exit-code tables agree with the code: the generated tables
+(service/cli/readme_tables.py) appear in it as generated, and every RLJOB_* variable the repository
+reads or sets is listed in its Settings section, which lists nothing that does not exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from service.adapters.k8s.settings import K8sSettings
+from service.cli.readme_tables import env_names, generated_tables, settings_table
+from service.config import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+SCANNED_DIRS = ("service", "trainer", "scripts", "tests", "k8s", "docker", "examples", "bench", ".ci", "dashboard/src")
+TEXT_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".toml", ".js", ".mjs", ".Dockerfile", ".json", ".ini", ".cfg", ""}
+# A variable name, not a prefix (RLJOB_K8S_{...}, RLJOB_HEALTH_*): it must not go on with _ or {.
+VARIABLE = re.compile(r"RLJOB_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_{])")
+# Names in the code that are not settings, with why.
+NOT_SETTINGS = {
+    "RLJOB_SERVICE_PORT": "what Kubernetes would inject for a Service named rljob; the Deployment turns service links off",
+    "RLJOB_ARGV_CANARY": "a test's marker value passed through MaxText's argv, never read as configuration",
+    "RLJOB_TEST_SURELY_UNSET": "a test's deliberately unset variable (a spec file naming it is refused)",
+}
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _names_in_code() -> dict[str, str]:
+    """Every RLJOB_* name in the repository's files -> one file that has it."""
+    found: dict[str, str] = {}
+    this_file = Path(__file__).resolve()
+    for top in SCANNED_DIRS:
+        for path in sorted((ROOT / top).rglob("*")):
+            if not path.is_file() or path.resolve() == this_file or path.suffix not in TEXT_SUFFIXES:
+                continue
+            if {"node_modules", "__pycache__", "static"} & set(path.parts):
+                continue
+            for name in VARIABLE.findall(path.read_text(errors="replace")):
+                found.setdefault(name, str(path.relative_to(ROOT)))
+    return found
+
+
+def test_the_generated_tables_are_in_the_readme_as_generated() -> None:
+    readme = README.read_text()
+    for name, table in generated_tables().items():
+        block = re.search(rf"<!-- {name} -->\n(.*?)\n<!-- /{name} -->", readme, re.DOTALL)
+        assert block, f"README.md has no <!-- {name} --> table"
+        assert block.group(1) == table, (
+            f"README.md's {name} table differs from the code; paste the output of "
+            "`.venv/bin/python -m service.cli.readme_tables`"
+        )
+
+
+def test_every_variable_in_the_code_is_in_the_readme_and_nothing_else_is() -> None:
+    listed = set(VARIABLE.findall(_section(README.read_text(), "## Settings")))
+    in_code = _names_in_code()
+    for model in (Settings, K8sSettings):  # their variable names are built, so the text scan cannot see them
+        in_code.update({name: model.__module__ for name in env_names(model)})
+    missing = {name: where for name, where in in_code.items() if name not in listed and name not in NOT_SETTINGS}
+    assert not missing, (
+        f"RLJOB_* variables the README's Settings section lacks (name: a file using it): {missing}; "
+        "list each there, or in NOT_SETTINGS here with why it is not a setting"
+    )
+    unknown = listed - set(in_code)
+    assert not unknown, f"the README's Settings section lists variables nothing reads or sets: {sorted(unknown)}"
+    assert not (listed & set(NOT_SETTINGS)), "a name kept out as not a setting is listed as one"
+
+
+def test_a_setting_without_a_description_is_refused() -> None:
+    class Bare(Settings):
+        undocumented_knob: int = 1
+
+    with pytest.raises(ValueError, match="undocumented_knob"):
+        settings_table(Bare)
