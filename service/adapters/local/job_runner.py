@@ -7,6 +7,10 @@ The local launcher starts this as the leader of a new session/process group:
 Why a wrapper: after a service restart the trainer is no longer the service's child, so its exit
 status cannot be collected with wait(); the exit file carries it. A cancel signals the whole group;
 the runner then waits for the trainer to stop so the recorded code is the trainer's own.
+
+The trainer starts only when the launcher, having recorded the runner's pid, writes START_LINE to the
+runner's stdin. A launcher killed before that closes the pipe: the runner exits without starting the
+trainer or writing an exit file, so the restarted service relaunches the job and it runs once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import signal
 import subprocess
 import sys
 import time
+
+START_LINE = b"start\n"
 
 
 def _write_atomic(path: str, payload: dict[str, object]) -> None:
@@ -42,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     # The group-wide SIGTERM also reaches the trainer; keep running until it has exited.
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
+    if sys.stdin.buffer.readline() != START_LINE:
+        print("job_runner: the launcher did not record this runner; not starting the trainer", file=sys.stderr, flush=True)
+        return 0
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
     except OSError as e:
         print(f"job_runner: cannot start {command[0]!r}: {e}", file=sys.stderr, flush=True)
         code = 127

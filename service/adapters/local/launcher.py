@@ -272,7 +272,7 @@ class LocalProcessLauncher:
             logf.flush()
             try:
                 popen = subprocess.Popen(
-                    command, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                    command, stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT,
                     cwd=job.dir, env=env, start_new_session=True,
                 )  # fmt: skip
             except OSError as e:
@@ -286,6 +286,13 @@ class LocalProcessLauncher:
         tmp = job.dir / "process.json.tmp"
         tmp.write_text(json.dumps(record))
         tmp.replace(job.dir / "process.json")
+        # Only a recorded runner may start the trainer: if this service dies before the line below, the
+        # runner reads EOF and exits, rather than run a trainer beside the one the next start relaunches.
+        try:
+            popen.stdin.write(job_runner.START_LINE)  # type: ignore[union-attr]
+            popen.stdin.close()  # type: ignore[union-attr]
+        except BrokenPipeError:
+            pass  # the runner is already gone: the monitor sees its exit
 
     def _adopt(self, job_id: str) -> _Job | None:
         """Re-attach to a runner started by an earlier service process, if it is really ours."""
