@@ -21,7 +21,7 @@ from rich.console import Console
 
 from service.domain.tokens import generate_token
 
-from .client import ClientConfig, CliError, RljobClient
+from .client import ClientConfig, CliError, ExitCode, RljobClient
 from .follow import follow_job
 from .output import print_job
 from .specfile import SpecFileError, read_spec_data
@@ -73,7 +73,7 @@ def run_demo(spec_path: Path, work_dir: Path, console: Console) -> int:
     try:
         body = read_spec_data(spec_path)
     except SpecFileError as e:
-        raise CliError(f"cannot use {spec_path}: {e}", 2) from e
+        raise CliError(f"cannot use {spec_path}: {e}", ExitCode.BAD_INPUT) from e
 
     console.rule("2. starting the control service (SQLite, local launcher, local storage)")
     port, token = free_port(), generate_token()

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from trainer.contract import JobSpec
 
-from .client import CliError
+from .client import CliError, ExitCode
 
 
 def render_k8s_manifests(job_spec: JobSpec, job_id: str | None, what: str) -> str:
@@ -20,15 +20,15 @@ def render_k8s_manifests(job_spec: JobSpec, job_id: str | None, what: str) -> st
         from service.adapters.k8s.render import render_manifests_yaml
         from service.adapters.k8s.settings import K8sSettings
     except ImportError as e:
-        raise CliError(f"the Kubernetes renderer is not available in this installation ({e})", 1) from e
+        raise CliError(f"the Kubernetes renderer is not available in this installation ({e})", ExitCode.FAILED) from e
     try:
         settings = K8sSettings()
     except ValidationError as e:
         problems = "\n".join(
             f"  RLJOB_K8S_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors()
         )
-        raise CliError(f"invalid Kubernetes settings:\n{problems}", 2) from e
+        raise CliError(f"invalid Kubernetes settings:\n{problems}", ExitCode.BAD_INPUT) from e
     try:
         return render_manifests_yaml(job_spec, job_id, settings)
     except (K8sBackendError, ValueError) as e:  # the spec cannot run on Kubernetes as written
-        raise CliError(f"cannot render {what} for Kubernetes: {e}", 2) from e
+        raise CliError(f"cannot render {what} for Kubernetes: {e}", ExitCode.BAD_INPUT) from e
