@@ -73,8 +73,7 @@ def _open_gate(tmp_path: Path, job_id: str) -> None:
 
 
 def _alive(pid: int) -> bool:
-    fields = procs._stat_fields(pid)
-    return bool(fields) and fields[0] != "Z"
+    return procs.is_alive(pid)
 
 
 def test_success_reports_running_then_succeeded(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
@@ -189,6 +188,29 @@ def test_a_reused_pid_is_not_mistaken_for_our_process(make_launcher, tmp_path: P
     assert launcher.observe(job_id).state is ObservedState.GONE
     launcher.cancel(job_id)  # nothing of ours to stop; must not signal pid `me`
     (job_dir / "process.json").unlink()
+
+
+def test_a_runner_that_started_at_another_time_is_not_adopted(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+    job_id = "rl-aaaaaaaaab12"
+    old, _ = make_launcher()
+    old.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"}))
+    wait_until(lambda: (_root(tmp_path, job_id) / "starts").exists())
+    old.stop()
+    record_file = tmp_path / "jobs" / job_id / "process.json"
+    record = json.loads(record_file.read_text())
+    # As if the recorded runner had died and its pid gone to a later process with the same cmdline.
+    record_file.write_text(json.dumps({**record, "ticks": record["ticks"] - 1}))
+    new, _ = make_launcher()
+    assert new.observe(job_id).state is ObservedState.GONE
+    new.cancel(job_id)
+    assert _alive(record["pid"]), "a process that is not ours was signalled"
+
+
+def test_start_ticks_are_what_earlier_versions_recorded() -> None:
+    # process.json from before psutil holds /proc/PID/stat's starttime: a service upgraded under a
+    # running job must still recognise its runner.
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+    assert procs.start_ticks(os.getpid()) == int(stat[stat.rfind(")") + 2 :].split()[19])
 
 
 def test_exit_while_no_service_watched_is_read_from_the_exit_file(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001

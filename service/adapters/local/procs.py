@@ -1,66 +1,69 @@
-"""Linux process helpers for the local launcher: identity checks via /proc and process-group kills.
+"""Process helpers for the local launcher: identity checks and process-group kills, through psutil.
 
-A pid alone is not an identity (pids are reused), so a process is ours only if its /proc cmdline
-names our runner and the job id AND its start time equals the one recorded when we started it.
-Without /proc (not Linux) nothing can be verified and re-attach is never attempted: resume instead.
+A pid alone is not an identity (pids are reused), so a process is ours only if its cmdline names our
+runner and the job id AND it started when the one we started did. Where psutil cannot read a
+process (gone, another user's), it is not ours: re-attach is never attempted, the job resumes instead.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
-PROC = Path("/proc")
+import psutil
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        raw = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # Field 2 (comm) is in parentheses and may contain spaces: split after the last ')'.
-    return raw[raw.rfind(")") + 2 :].split()
+def _start_ticks(process: psutil.Process) -> int:
+    # Since boot, not psutil's seconds since the epoch: psutil adds the boot time the kernel reports
+    # now, which moves when the wall clock is stepped, while a process's ticks never change.
+    since_boot_s = process.create_time() - psutil.boot_time()
+    return round(since_boot_s * os.sysconf("SC_CLK_TCK"))
 
 
 def start_ticks(pid: int) -> int | None:
-    """Start time of pid in clock ticks since boot (/proc/PID/stat field 22), None if gone."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
-
-
-def cmdline(pid: int) -> list[str]:
+    """When pid started, in clock ticks since boot (what process.json records, as it always has, so a
+    service upgraded under a running job still re-attaches); None if it is gone."""
     try:
-        raw = (PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+        return _start_ticks(psutil.Process(pid))
+    except psutil.Error:
+        return None
 
 
 def is_our_process(pid: int, *, marker: str, job_id: str, ticks: int | None) -> bool:
     """True if pid is alive, not a zombie, started at `ticks`, and its cmdline has marker and job_id."""
-    fields = _stat_fields(pid)
-    if not fields or fields[0] == "Z":
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if ticks is not None and _start_ticks(process) != ticks:
+            return False  # the pid was reused by another process
+        args = process.cmdline()
+    except psutil.Error:
         return False
-    if ticks is not None and int(fields[19]) != ticks:
-        return False  # the pid was reused by another process
-    args = cmdline(pid)
     return any(marker in a for a in args) and job_id in args
+
+
+def is_alive(pid: int) -> bool:
+    """pid exists and is not a zombie (an exited child nobody has reaped yet)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in process group pgid.
 
-    Scanning /proc instead of killpg(pgid, 0): a container's pid 1 may never reap orphaned
+    Listing processes instead of killpg(pgid, 0): a container's pid 1 may never reap orphaned
     grandchildren, and their zombies would keep the group "alive" forever.
     """
     members = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields and len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
+    for process in psutil.process_iter(["status"]):
+        try:
+            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
+                members.append(process.pid)
+        except ProcessLookupError:
+            continue  # exited between the listing and the question
     return members
 
 
