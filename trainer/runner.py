@@ -6,8 +6,10 @@ command or line of output that might contain one passes through `redact` first.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,7 +89,7 @@ def run_stage_command(
         log.write(f"$ {command.display(secrets)}\n")
         log.flush()
         proc = subprocess.Popen(
-            command.argv(python),
+            _dying_with_parent(command.argv(python)),
             env=env,
             cwd=str(cwd) if cwd else None,
             stdout=subprocess.PIPE,
@@ -95,7 +97,6 @@ def run_stage_command(
             text=True,
             errors="replace",
             start_new_session=True,  # so a stop signal reaches the whole MaxText process group
-            preexec_fn=_die_with_parent,
         )
         stop = _forward_stop_signals(proc)
         try:
@@ -138,14 +139,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _die_with_parent() -> None:
-    """Linux: the stage gets SIGKILL when the trainer dies, even by SIGKILL (no orphaned MaxText)."""
-    try:
-        import ctypes
+@functools.cache
+def _setpriv() -> str | None:
+    return shutil.which("setpriv")
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+
+def _dying_with_parent(argv: list[str]) -> list[str]:
+    """Linux: the stage gets SIGKILL when the trainer dies, even by SIGKILL (no orphaned MaxText).
+
+    util-linux's setpriv sets the parent-death signal and execs the stage, so the stage keeps its pid,
+    process group and command line. Not preexec_fn: Python documents it as unsafe in a process with
+    threads, and the trainer has them (the events flusher, the TensorBoard tailer). Without setpriv (not Linux),
+    the stage runs as it is and a SIGKILLed trainer can leave it behind.
+    """
+    setpriv = _setpriv()
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
 class _StopForwarder:
