@@ -20,8 +20,8 @@ from .ports import Clock, JobStore, JobTx
 
 
 def train_started_at(record: JobRecord) -> datetime | None:
-    started = (record.stage_times.get(Stage.TRAIN.value) or {}).get("started_at")
-    return as_utc(datetime.fromisoformat(started)) if started else None
+    times = record.stage_times.get(Stage.TRAIN.value)
+    return as_utc(times.started_at) if times and times.started_at else None
 
 
 def learning_health(record: JobRecord, now: datetime, policy: HealthPolicy) -> LearningHealth | None:

@@ -1,7 +1,9 @@
 """The job record (what the store keeps) and the API schema family built from it.
 
-`JobRecord` is a plain dataclass the job service mutates inside one store transaction;
-`JobCreate` / `JobPublic` / `JobsPublic` are what the REST API accepts and returns.
+`JobRecord` is a plain dataclass the job service mutates inside one store transaction; what it
+keeps of the trainer's events (stage times, artifacts, the run's outcome) are typed models, the
+first two the same ones the API returns. `JobCreate` / `JobPublic` / `JobsPublic` are what the REST
+API accepts and returns.
 """
 
 from __future__ import annotations
@@ -36,6 +38,33 @@ class Caller:
         return self.admin or self.team == team
 
 
+class StageTimes(BaseModel):
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_s: float | None = None
+    skipped: bool = False
+
+
+# Fields no source has given yet stay unset (not only None): the event log lists an artifact with what
+# was known, `model_dump(exclude_unset=True)`. (A comment, not a docstring: that would enter the OpenAPI schema.)
+class Artifact(BaseModel):
+    name: str
+    uri: str = Field(description="gs:// URI or absolute local path; a directory for checkpoints and exports")
+    size_bytes: int | None = Field(default=None, description="total bytes (all files of a directory)")
+    file_count: int | None = Field(default=None, description="files under a directory artifact, from the manifest")
+    checksum: str | None = Field(default=None, description="md5:<hex> or crc32c:<hex>, for single-file artifacts")
+
+
+class RunOutcome(BaseModel):
+    """The trainer's own account of how the run ended (its RunFinished event): a failure's message
+    quotes it, the failed stage names where."""
+
+    ok: bool
+    exit_code: int | None = None
+    message: str = ""
+    failed_stage: str | None = None
+
+
 @dataclass
 class JobRecord:
     id: str
@@ -60,9 +89,9 @@ class JobRecord:
     # what the learning-health verdict is computed from. Stored, so the verdict survives a restart.
     recent_train_steps: list[dict[str, Any]] = field(default_factory=list)
     health_verdict: str | None = None  # the verdict last announced in the event log (a `health` entry)
-    stage_times: dict[str, dict[str, Any]] = field(default_factory=dict)
-    artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    run_finished: dict[str, Any] | None = None  # the trainer's last RunFinished event, if any
+    stage_times: dict[str, StageTimes] = field(default_factory=dict)  # by Stage value
+    artifacts: dict[str, Artifact] = field(default_factory=dict)  # by name
+    run_finished: RunOutcome | None = None  # the trainer's last RunFinished event, if any
     backend: str | None = None
     object_name: str | None = None
     attempt: int = 0  # the trainer's RunStarted.attempt
@@ -86,21 +115,6 @@ class JobCreate(JobSpec):
     """The body of POST /v1/jobs: a job spec. `team` comes from the caller's token."""
 
     model_config = ConfigDict(json_schema_extra=_team_is_read_only)
-
-
-class StageTimes(BaseModel):
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    duration_s: float | None = None
-    skipped: bool = False
-
-
-class Artifact(BaseModel):
-    name: str
-    uri: str = Field(description="gs:// URI or absolute local path; a directory for checkpoints and exports")
-    size_bytes: int | None = Field(default=None, description="total bytes (all files of a directory)")
-    file_count: int | None = Field(default=None, description="files under a directory artifact, from the manifest")
-    checksum: str | None = Field(default=None, description="md5:<hex> or crc32c:<hex>, for single-file artifacts")
 
 
 class LatestMetrics(BaseModel):

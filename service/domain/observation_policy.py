@@ -14,6 +14,7 @@ from collections.abc import Collection
 from trainer.contract import ExitCode, describe_exit_code
 
 from .launcher_port import Observation, ObservedState
+from .models import RunOutcome
 from .phases import JobPhase
 
 # The backend says the workload is no longer running: its events file is drained before deciding.
@@ -116,14 +117,12 @@ def failure_reason(obs: Observation) -> str:
         return f"EXIT_{obs.exit_code}" if obs.exit_code is not None else "Failed"
 
 
-def failure_message(job_id: str, run_finished: dict[str, object] | None, obs: Observation) -> str:
+def failure_message(job_id: str, run_finished: RunOutcome | None, obs: Observation) -> str:
     """For people: the failed stage's own message if the trainer sent one, what the exit code
     means, and where the logs are."""
-    finished = run_finished or {}
     parts = []
-    if not finished.get("ok", True) and finished.get("message"):
-        stage = finished.get("failed_stage") or "trainer"
-        parts.append(f"{stage} stage: {finished['message']}")
+    if run_finished is not None and not run_finished.ok and run_finished.message:
+        parts.append(f"{run_finished.failed_stage or 'trainer'} stage: {run_finished.message}")
     if obs.exit_code is not None:
         parts.append(describe_exit_code(obs.exit_code))
     else:

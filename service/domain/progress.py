@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from trainer.contract import (
     ArtifactWritten,
     EvalResult,
@@ -30,7 +32,7 @@ from trainer.contract import (
 )
 
 from .learning_health import TrainStepSummary, push_step
-from .models import JobRecord, MetricPoint
+from .models import Artifact, JobRecord, MetricPoint, RunOutcome, StageTimes
 from .ports import SkippedLine
 
 # Metrics that JobPublic.metrics shows; everything else stays in the time series only.
@@ -76,19 +78,19 @@ def _finite(metrics: dict[str, float | None]) -> dict[str, float]:
 
 
 def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) -> None:
-    when = event.time.isoformat()
     if isinstance(event, RunStarted):
         record.attempt = event.attempt
         changes.log.append(("attempt", {"attempt": event.attempt, "run_uri": event.run_uri}))
     elif isinstance(event, StageStarted):
         record.stage = event.stage.value
-        times = record.stage_times.setdefault(event.stage.value, {})
-        times.update(started_at=when, finished_at=None, duration_s=None, skipped=False)
+        record.stage_times[event.stage.value] = StageTimes(started_at=event.time)
         changes.log.append(("stage", {"stage": event.stage.value, "status": "started"}))
     elif isinstance(event, StageFinished):
-        times = record.stage_times.setdefault(event.stage.value, {})
-        times.update(finished_at=when, duration_s=event.duration_s, skipped=event.skipped)
-        times.setdefault("started_at", when)
+        started = record.stage_times.get(event.stage.value)
+        record.stage_times[event.stage.value] = StageTimes(
+            started_at=started.started_at if started else event.time,  # a start this service never saw
+            finished_at=event.time, duration_s=event.duration_s, skipped=event.skipped,
+        )  # fmt: skip
         data: dict[str, Any] = {"stage": event.stage.value, "status": "finished", "skipped": event.skipped}
         if event.reason:
             data["reason"] = event.reason
@@ -117,20 +119,28 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         changes.points.append(MetricPoint(kind="eval", step=event.step, time=event.time, values=values))
         changes.log.append(("eval", {"step": event.step, "metrics": dict(values)}))
     elif isinstance(event, ArtifactWritten):
-        record.artifacts[event.name] = {"name": event.name, "uri": event.uri, "size_bytes": event.size_bytes}
-        changes.log.append(("artifact", {"name": event.name, "uri": event.uri, "size_bytes": event.size_bytes}))
+        artifact = Artifact(name=event.name, uri=event.uri, size_bytes=event.size_bytes)
+        record.artifacts[event.name] = artifact
+        changes.log.append(("artifact", artifact.model_dump(exclude_unset=True)))
     elif isinstance(event, RunFinished):
-        record.run_finished = {
-            "ok": event.ok,
-            "exit_code": event.exit_code,
-            "message": event.message,
-            "failed_stage": event.failed_stage.value if event.failed_stage else None,
-        }
-        changes.log.append(("run_finished", dict(record.run_finished)))
+        record.run_finished = RunOutcome(
+            ok=event.ok, exit_code=event.exit_code, message=event.message,
+            failed_stage=event.failed_stage.value if event.failed_stage else None,
+        )  # fmt: skip
+        changes.log.append(("run_finished", record.run_finished.model_dump()))
 
 
 # The whole run directory appears as one artifact, so a job page shows what the job stored in total.
 RUN_ARTIFACT = "run"
+
+
+def _manifest_artifact(fields: dict[str, Any]) -> Artifact | None:
+    """None for values of the wrong type: a manifest is read from storage, and one that is not the
+    trainer's must not stop the job from ending (it is folded in with the terminal phase)."""
+    try:
+        return Artifact.model_validate(fields)
+    except ValidationError:
+        return None
 
 
 def _norm(uri: str) -> str:
@@ -146,23 +156,25 @@ def fold_manifest(record: JobRecord, manifest: dict[str, Any]) -> dict[str, Any]
     """
     files = [f for f in manifest.get("artifacts") or [] if isinstance(f, dict) and f.get("uri")]
     by_uri = {_norm(f["uri"]): f for f in files}
-    for artifact in record.artifacts.values():
-        uri = _norm(artifact["uri"])
+    for name, artifact in list(record.artifacts.items()):
+        uri = _norm(artifact.uri)
         single = by_uri.get(uri)
         if single is not None:
-            artifact.update(size_bytes=single.get("size_bytes"), file_count=1, checksum=single.get("checksum"))
+            sized = {"size_bytes": single.get("size_bytes"), "file_count": 1, "checksum": single.get("checksum")}
+        elif inside := [f for key, f in by_uri.items() if key.startswith(uri + "/")]:
+            sized = {"size_bytes": sum(f.get("size_bytes") or 0 for f in inside), "file_count": len(inside)}
+        else:
             continue
-        inside = [f for key, f in by_uri.items() if key.startswith(uri + "/")]
-        if inside:
-            artifact.update(size_bytes=sum(f.get("size_bytes") or 0 for f in inside), file_count=len(inside))
+        record.artifacts[name] = _manifest_artifact(artifact.model_dump(exclude_unset=True) | sized) or artifact
     for name, uri in sorted((manifest.get("references") or {}).items()):
         # Used by the run but owned by someone else (the conversion cache): shown, never sized here.
-        record.artifacts.setdefault(f"reference.{name}", {"name": f"reference.{name}", "uri": uri})
-    if manifest.get("run_uri"):
-        record.artifacts[RUN_ARTIFACT] = {
-            "name": RUN_ARTIFACT,
-            "uri": manifest["run_uri"],
-            "size_bytes": manifest.get("total_bytes"),
-            "file_count": manifest.get("file_count", len(files)),
-        }
-    return {"artifacts": list(record.artifacts.values())}
+        reference = _manifest_artifact({"name": f"reference.{name}", "uri": uri})
+        if reference is not None:
+            record.artifacts.setdefault(reference.name, reference)
+    run = manifest.get("run_uri") and _manifest_artifact({
+        "name": RUN_ARTIFACT, "uri": manifest["run_uri"], "size_bytes": manifest.get("total_bytes"),
+        "file_count": manifest.get("file_count", len(files)),
+    })  # fmt: skip
+    if run:
+        record.artifacts[RUN_ARTIFACT] = run
+    return {"artifacts": [a.model_dump(exclude_unset=True) for a in record.artifacts.values()]}

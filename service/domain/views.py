@@ -8,7 +8,7 @@ from trainer.contract import RunLayout, Stage
 
 from .job_health import learning_health, train_started_at
 from .learning_health import HealthPolicy
-from .models import Artifact, Failure, JobPublic, JobRecord, LatestMetrics, StageTimes
+from .models import Failure, JobPublic, JobRecord, LatestMetrics
 from .phases import JobPhase
 
 
@@ -31,14 +31,13 @@ def to_public(record: JobRecord, now: datetime, health_policy: HealthPolicy = He
         progress = min(1.0, record.step / record.total_steps)
     failure = None
     if record.phase is JobPhase.FAILED:
-        finished = record.run_finished or {}
         failure = Failure(
             reason=record.failure_reason,
             message=record.message,
             exit_code=record.exit_code,
-            failed_stage=finished.get("failed_stage"),
+            failed_stage=record.run_finished.failed_stage if record.run_finished else None,
         )
-    stage_times = {Stage(name): StageTimes(**times) for name, times in record.stage_times.items() if name in Stage}
+    stage_times = {Stage(name): times for name, times in record.stage_times.items() if name in Stage}
     return JobPublic(
         id=record.id,
         name=record.name,
@@ -55,7 +54,7 @@ def to_public(record: JobRecord, now: datetime, health_policy: HealthPolicy = He
         metrics=LatestMetrics(**record.latest_metrics),
         health=learning_health(record, now, health_policy),
         stage_times=stage_times,
-        artifacts=[Artifact(**a) for a in record.artifacts.values()],
+        artifacts=list(record.artifacts.values()),
         failure=failure,
         backend=record.backend,
         object_name=record.object_name,

@@ -85,7 +85,7 @@ def test_progress_then_success_and_late_events_are_ignored(
     service.apply_observation(fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0))
     done = store.get(job_id)
     assert done is not None and done.phase is JobPhase.SUCCEEDED and done.finished_at == T0 + timedelta(seconds=10)
-    assert done.artifacts["hf_model"]["uri"] == "/x/hf"  # drained before the terminal phase
+    assert done.artifacts["hf_model"].uri == "/x/hf"  # drained before the terminal phase
 
     # Late and duplicate input never moves or changes a finished job.
     seq_before = done.last_event_seq

@@ -12,11 +12,11 @@ from conftest import Api
 from service_helpers import TOKEN_A, spec_body, wait_for_phase
 
 from service.domain.launcher_port import ObservedState
-from service.domain.models import JobRecord
+from service.domain.models import Artifact, JobRecord
 from service.domain.phases import JobPhase
 from service.domain.progress import fold_manifest
 from service.domain.tokens import TokenService
-from trainer.contract import ArtifactWritten, RunLayout, Stage
+from trainer.contract import ArtifactWritten, RunFinished, RunLayout, Stage
 from trainer.storage.local import file_md5
 from trainer.storage.manifest import write_manifest
 
@@ -78,10 +78,32 @@ def test_without_a_manifest_the_events_are_the_artifacts(api: Api, tmp_path: Pat
 def test_fold_manifest_leaves_unlisted_artifacts_alone() -> None:
     record = JobRecord(id="rl-000000000009", team="t", name="n", spec={}, spec_hash="", phase=JobPhase.RUNNING,
                        created_at=_now(), updated_at=_now(),
-                       artifacts={"ckpt": {"name": "ckpt", "uri": "gs://b/run/ckpt/", "size_bytes": 5}})  # fmt: skip
+                       artifacts={"ckpt": Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)})  # fmt: skip
     data = fold_manifest(record, {"job_id": record.id, "artifacts": [{"uri": "gs://b/run/other", "size_bytes": 1}]})
-    assert record.artifacts["ckpt"] == {"name": "ckpt", "uri": "gs://b/run/ckpt/", "size_bytes": 5}
-    assert data == {"artifacts": [record.artifacts["ckpt"]]}
+    assert record.artifacts["ckpt"] == Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)
+    assert data == {"artifacts": [{"name": "ckpt", "uri": "gs://b/run/ckpt/", "size_bytes": 5}]}
+
+
+def test_the_event_log_lists_what_the_trainer_said_and_the_manifest_added(api: Api, tmp_path: Path) -> None:
+    """The entries' JSON (what SSE clients read) names only what is known, through a store round trip."""
+    job_id = api.submit(spec_body(tmp_path))["id"]
+    layout = RunLayout(str(tmp_path / "runs"), job_id)
+    api.progress.add(ArtifactWritten(seq=0, time=_now(), job_id=job_id, name="export.export", uri=layout.export_dir))
+    api.progress.add(RunFinished(seq=1, time=_now(), job_id=job_id, ok=False, exit_code=70, message="out of memory",
+                                 failed_stage=Stage.EXPORT))  # fmt: skip
+    _write_run(layout)
+
+    job = _finish(api, job_id, ObservedState.FAILED, exit_code=70)
+    entries = {e.kind: e.data for e in api.store.events_after(0, job_id=job_id)}
+    assert entries["artifact"] == {"name": "export.export", "uri": layout.export_dir, "size_bytes": None}
+    assert entries["run_finished"] == {"ok": False, "exit_code": 70, "message": "out of memory", "failed_stage": "export"}
+    manifest = json.loads(Path(layout.manifest).read_text())
+    assert entries["artifacts"] == {"artifacts": [
+        {"name": "export.export", "uri": layout.export_dir, "size_bytes": 1002, "file_count": 2},
+        {"name": "reference.converted_checkpoint", "uri": "gs://cache/llama/abc"},
+        {"name": "run", "uri": layout.root, "size_bytes": manifest["total_bytes"], "file_count": manifest["file_count"]},
+    ]}  # fmt: skip
+    assert job["failure"]["failed_stage"] == "export" and job["message"].startswith("export stage: out of memory; ")
 
 
 def test_logs_fall_back_to_the_stage_logs_in_the_run_directory(api: Api, tmp_path: Path) -> None:

@@ -67,4 +67,4 @@ def test_local_readers_take_file_uris(tmp_path: Path):
     assert files.read_manifest(record) == manifest
     assert "step 1" in list(files.stage_log_lines(record))
     fold_manifest(record, manifest)
-    assert record.artifacts["run"]["uri"] == layout.root and record.artifacts["run"]["file_count"] == 3
+    assert record.artifacts["run"].uri == layout.root and record.artifacts["run"].file_count == 3

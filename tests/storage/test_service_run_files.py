@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from service.adapters.run_files import StoreRunFiles
-from service.domain.models import JobRecord
+from service.domain.models import Artifact, JobRecord
 from service.domain.phases import JobPhase
 from service.domain.progress import fold_manifest
 from trainer.contract import RunLayout, Stage
@@ -28,14 +28,14 @@ def test_manifest_and_stage_logs_are_read_from_gcs(gcs, bucket):
     gcs.write_bytes(layout.stage_log(Stage.TRAIN), b"step 1\nstep 2\n")
     write_manifest(layout, store=gcs)
     record = _record(output)
-    record.artifacts["export"] = {"name": "export", "uri": layout.export_dir, "size_bytes": None}
+    record.artifacts["export"] = Artifact(name="export", uri=layout.export_dir, size_bytes=None)
 
     files = StoreRunFiles()
     manifest = files.read_manifest(record)
     assert manifest is not None and manifest["job_id"] == JOB_ID
     fold_manifest(record, manifest)
-    assert record.artifacts["export"]["size_bytes"] == 300 and record.artifacts["export"]["file_count"] == 1
-    assert record.artifacts["run"]["uri"] == layout.root
+    assert record.artifacts["export"].size_bytes == 300 and record.artifacts["export"].file_count == 1
+    assert record.artifacts["run"].uri == layout.root
 
     assert list(files.stage_log_lines(record)) == [
         f"==> train stage log ({layout.stage_log(Stage.TRAIN)}) <==", "step 1", "step 2",

@@ -9,13 +9,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import create_engine, event, exists, func, select, text, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.domain.errors import StoreUnavailable
-from service.domain.models import JobEvent, JobFilters, JobRecord, MetricPoint, TokenRecord
+from service.domain.models import (
+    Artifact,
+    JobEvent,
+    JobFilters,
+    JobRecord,
+    MetricPoint,
+    RunOutcome,
+    StageTimes,
+    TokenRecord,
+)
 from service.domain.phases import TERMINAL, JobPhase
 
 from .tables import JobEventRow, JobLabelRow, JobRow, MetricPointRow, TokenRow
@@ -34,13 +44,20 @@ _RECORD_FIELDS = [
 def _to_record(row: JobRow, labels: dict[str, str]) -> JobRecord:
     values = {name: getattr(row, name) for name in _RECORD_FIELDS}
     # JSON columns come back as the same objects SQLAlchemy tracks; copy so domain edits are explicit.
-    for name in ("spec", "latest_metrics", "stage_times", "artifacts"):
+    for name in ("spec", "latest_metrics"):
         values[name] = _deep_copy(values[name]) or {}
     values["recent_train_steps"] = _deep_copy(values["recent_train_steps"]) or []  # NULL: stored before 0003
+    values["stage_times"] = {k: StageTimes.model_validate(v) for k, v in (row.stage_times or {}).items()}
+    values["artifacts"] = {k: Artifact.model_validate(v) for k, v in (row.artifacts or {}).items()}
+    values["run_finished"] = RunOutcome.model_validate(row.run_finished) if row.run_finished else None
     return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
 
 
 def _deep_copy(value: Any) -> Any:
+    """Plain JSON for a column, never an object the domain may still change. A model keeps only the
+    fields that were set, so it reads back the same (Artifact's event-log form depends on it)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_unset=True)
     if isinstance(value, dict):
         return {k: _deep_copy(v) for k, v in value.items()}
     if isinstance(value, list):
