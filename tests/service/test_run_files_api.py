@@ -84,6 +84,16 @@ def test_fold_manifest_leaves_unlisted_artifacts_alone() -> None:
     assert data == {"artifacts": [{"name": "ckpt", "uri": "gs://b/run/ckpt/", "size_bytes": 5}]}
 
 
+def test_a_manifest_of_the_wrong_shape_leaves_the_artifacts_as_they_were() -> None:
+    ckpt = Artifact(name="ckpt", uri="gs://b/run/ckpt", size_bytes=5)
+    record = JobRecord(id="rl-000000000010", team="t", name="n", spec={}, spec_hash="", phase=JobPhase.RUNNING,
+                       created_at=_now(), updated_at=_now(), artifacts={"ckpt": ckpt})  # fmt: skip
+    not_ours = {"artifacts": [{"uri": "gs://b/run/ckpt", "size_bytes": {"many": 1}, "checksum": 5}],
+                "references": {"cache": 7}, "run_uri": ["gs://b/run"]}  # fmt: skip
+    data = fold_manifest(record, not_ours)  # folded with the terminal phase: it must not raise
+    assert record.artifacts == {"ckpt": ckpt} and data == {"artifacts": [ckpt.model_dump(exclude_unset=True)]}
+
+
 def test_the_event_log_lists_what_the_trainer_said_and_the_manifest_added(api: Api, tmp_path: Path) -> None:
     """The entries' JSON (what SSE clients read) names only what is known, through a store round trip."""
     job_id = api.submit(spec_body(tmp_path))["id"]
