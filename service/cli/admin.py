@@ -15,11 +15,11 @@ from pydantic import ValidationError
 from service.config import Settings, load_settings
 from service.domain.errors import InvalidRequest
 from service.domain.models import TokenRecord
+from trainer.contract.spec_file import SpecFileError, load_spec_file
 
 from .client import CliError, ExitCode, handles_errors
 from .manifests import render_k8s_manifests
 from .output import OutputOption, console, emit
-from .specfile import SpecFileError, load_spec_file
 
 token_app = typer.Typer(help="Create, revoke and list API tokens (talks to the database directly).", no_args_is_help=True)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,19 +19,14 @@ from pathlib import Path
 from rich.console import Console
 
 from service.domain.tokens import generate_token
+from service.free_port import free_port
+from trainer.contract.spec_file import SpecFileError, read_spec_data
 
 from .client import ClientConfig, CliError, ExitCode, RljobClient
 from .follow import follow_job
 from .output import print_job
-from .specfile import SpecFileError, read_spec_data
 
 READY_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_ready(client: RljobClient, server: subprocess.Popen[bytes], log_path: Path) -> None:

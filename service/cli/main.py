@@ -18,13 +18,13 @@ from rich.table import Table
 
 from service.domain.phases import TERMINAL, JobPhase
 from trainer.contract import JobSpec
+from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
 
 from . import admin, samples
 from .client import EXIT_CODE_MEANINGS, CliError, ExitCode, RljobClient, handles_errors, load_client_config
 from .follow import follow_job
 from .manifests import render_k8s_manifests
 from .output import OutputFormat, OutputOption, console, emit, err_console, fmt_metric, health_text, print_job
-from .specfile import SpecFileError, load_spec_file, read_spec_data
 
 # Typer's help reflows paragraphs; "\b" on its own line keeps the lines below it as written.
 EXIT_CODES_HELP = "Exit codes:\n\b\n" + "\n".join(f"{code.value}  {text}" for code, text in EXIT_CODE_MEANINGS.items())
