@@ -65,7 +65,9 @@ def _checksum(blob: storage.Blob) -> str | None:
     return None
 
 
-def _server_message(error: gexc.GoogleAPICallError) -> str:
+# Every failure below is caught as GoogleAPIError: an API call's error (GoogleAPICallError), or the
+# RetryError raised once retrying an unreachable endpoint has used up its time.
+def _server_message(error: gexc.GoogleAPIError) -> str:
     return getattr(error, "message", None) or str(error)
 
 
@@ -117,7 +119,7 @@ class GcsStore:
             prefix = f"{name}/" if name else ""
             page = self._client.list_blobs(bucket, prefix=prefix, max_results=1, retry=self._retry)
             return any(True for _ in page)
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot check", uri, "storage.objects.list") from e
 
     def read_bytes(self, uri: str) -> bytes:
@@ -125,7 +127,7 @@ class GcsStore:
             return self._blob(uri).download_as_bytes(retry=self._retry)
         except gexc.NotFound as e:
             raise StorageError(f"{uri} does not exist") from e
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot read", uri, "storage.objects.get") from e
 
     def write_bytes(self, uri: str, data: bytes, *, if_absent: bool = False) -> bool:
@@ -133,7 +135,7 @@ class GcsStore:
         if not if_absent:
             try:
                 blob.upload_from_string(data, retry=self._retry)
-            except gexc.GoogleAPICallError as e:
+            except gexc.GoogleAPIError as e:
                 raise self._wrap(e, "cannot write", uri, "storage.objects.create") from e
             return True
         retried = threading.Event()
@@ -151,7 +153,7 @@ class GcsStore:
             # A create whose response was lost and then retried finds its own object: that is a
             # win, not a lost race. Only a retried call can be in that position.
             return retried.is_set() and self._same_content(uri, data)
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot write", uri, "storage.objects.create") from e
 
     def _same_content(self, uri: str, data: bytes) -> bool:
@@ -181,12 +183,12 @@ class GcsStore:
             # that is this append, if the object grew by exactly these bytes.
             if not self._ends_with(bucket, name, size_before, data):
                 raise StorageError(f"cannot append to {uri}: it changed under this writer (another writer?)") from e
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot append to", uri, "storage.objects.create") from e
         finally:
             try:
                 part.delete(retry=self._retry)
-            except gexc.GoogleAPICallError:
+            except gexc.GoogleAPIError:
                 pass  # an orphaned part is harmless: readers read the target only
 
     def _ends_with(self, bucket: storage.Bucket, name: str, size_before: int, data: bytes) -> bool:
@@ -200,7 +202,7 @@ class GcsStore:
         blob = self._blob(uri)
         try:
             blob.upload_from_filename(local_path, retry=self._retry)
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot upload to", uri, "storage.objects.create") from e
         return ObjectInfo(uri, blob.size or 0, _checksum(blob), blob.updated.timestamp() if blob.updated else None)
 
@@ -217,7 +219,7 @@ class GcsStore:
                     blob.delete(retry=self._retry)
                 except gexc.NotFound:
                     pass
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot delete", uri, "storage.objects.delete") from e
 
     def list(self, prefix_uri: str) -> list[ObjectInfo]:
@@ -230,7 +232,7 @@ class GcsStore:
                 blobs = [single] if single is not None else []
         except gexc.NotFound:
             return []  # no bucket, no objects: the same answer the local adapter gives
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot list", prefix_uri, "storage.objects.list") from e
         out = [
             ObjectInfo(self.uri(bucket, b.name), b.size or 0, _checksum(b), b.updated.timestamp() if b.updated else None)
@@ -281,7 +283,7 @@ class GcsStore:
         try:
             blobs = [b for b in self._client.list_blobs(bucket_name, prefix=prefix, retry=self._retry)
                      if not b.name.endswith("/")]
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot list", uri, "storage.objects.list") from e
         if not blobs:
             raise StorageError(f"{uri} holds no objects")
@@ -321,7 +323,7 @@ class GcsStore:
                 f"{bucket_name} ({_server_message(e)}); grant the job's service account "
                 f"roles/storage.objectAdmin: {GRANT_HINT.format(bucket=bucket_name)}"
             ) from e
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise StorageError(f"output location {uri}: the write probe failed: {e}") from e
         try:
             blob.delete(retry=self._retry)
@@ -336,7 +338,7 @@ class GcsStore:
                 f"roles/storage.objectAdmin, or remove the bucket's retention policy); the probe object "
                 f"{self.uri(bucket_name, probe_name)} was left behind"
             ) from e
-        except gexc.GoogleAPICallError as e:
+        except gexc.GoogleAPIError as e:
             raise StorageError(f"output location {uri}: deleting the write probe failed: {e}") from e
 
     def check_readable(self, uri: str) -> None:
