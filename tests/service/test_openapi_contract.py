@@ -250,3 +250,12 @@ def test_every_streamed_event_matches_the_declared_event_schema(
         payload_schema = branch["properties"]["data"]["contentSchema"]
         errors = [e.message for e in _validator(document, payload_schema).iter_errors(json.loads(frame["data"]))]
         assert not errors, (frame["event"], errors)
+
+
+def test_the_declared_submission_example_is_accepted(api: Api) -> None:
+    document = api.client.get("/openapi.json").json()
+    examples = document["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]["examples"]
+    assert examples
+    for example in examples.values():
+        response = api.client.post("/v1/jobs", json=example["value"], headers=_auth())
+        assert response.status_code == 201, response.text

@@ -7,7 +7,7 @@ import binascii
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, Body, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 from pydantic import StringConstraints
 
@@ -25,6 +25,18 @@ TEXT_PLAIN = "text/plain; charset=utf-8"
 MAX_CURSOR_PK = 2**63 - 1
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"  # unpadded base64url; only cursors the service issued are accepted (else 400)
 LabelFilter = Annotated[str, StringConstraints(pattern=r"^[^=]+=.*$", max_length=127)]
+# A spec either backend accepts (a test submits it): generated clients and API docs start from it.
+SUBMIT_EXAMPLES = {
+    "cpu": {
+        "summary": "SmolLM2-135M-Instruct on GSM8K, on CPU",
+        "value": {
+            "name": "smollm2-gsm8k", "model": {"source": "HuggingFaceTB/SmolLM2-135M-Instruct"},
+            "dataset": {"name": "openai/gsm8k"}, "grpo": {"num_batches": 20, "batch_size": 2},
+            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": "gs://my-bucket/rljob-runs",
+            "labels": {"experiment": "baseline"},
+        },
+    }
+}  # fmt: skip
 
 IdempotencyKey = Annotated[
     str | None,
@@ -66,7 +78,7 @@ def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
     },
 )  # fmt: skip
 def submit_job(
-    body: JobCreate, caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep, _: ReadyDep,
+    body: Annotated[JobCreate, Body(openapi_examples=SUBMIT_EXAMPLES)], caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep, _: ReadyDep,
     response: Response, idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:  # fmt: skip
     """Submit a job spec. 201 with the new job; 200 with the existing one for a repeated Idempotency-Key."""
