@@ -63,3 +63,20 @@ def test_a_body_that_is_not_utf8_is_a_422_naming_the_body(api: Api) -> None:
     assert response.status_code == 422
     (problem,) = response.json()["detail"]
     assert problem["loc"] == ["body"] and "UTF-8" in problem["msg"]
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "value"),
+    [("export", "hub_private", 0), ("export", "enabled", "true"), ("grpo", "num_batches", "20"), ("grpo", "beta", "0.1")],
+)
+def test_a_spec_value_of_another_json_type_is_a_422_not_converted(
+    api: Api, tmp_path: Path, section: str, field: str, value: object
+) -> None:
+    response = api.client.post("/v1/jobs", json=spec_body(tmp_path, **{section: {field: value}}), headers=api.as_(TOKEN_A))
+    assert response.status_code == 422, response.text
+    assert [p["loc"] for p in response.json()["detail"]] == [["body", section, field]]
+    assert api.client.get("/v1/jobs", headers=api.as_(TOKEN_A)).json()["count"] == 0  # nothing stored
+
+
+def test_an_integer_for_a_number_field_is_accepted(api: Api, tmp_path: Path) -> None:
+    api.submit(spec_body(tmp_path, grpo={"beta": 0, "learning_rate": 1e-6}))

@@ -7,9 +7,10 @@ import binascii
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import StringConstraints
+from pydantic import StringConstraints, ValidationError
 
 from service.domain.errors import BadCursor, InvalidRequest
 from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
@@ -66,8 +67,17 @@ def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple((key, value) for key, _, value in (item.partition("=") for item in labels))
 
 
+async def spec_types_as_declared(request: Request) -> None:
+    """The body's types as the schema states them: JSON `0` is not `false`, nor `"20"` 20. FastAPI
+    validates a body in pydantic's lax mode, which converts such values; this reads it again strictly."""
+    try:
+        JobCreate.model_validate_json(await request.body(), strict=True)
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from e
+
+
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, response_model=JobPublic,
+    "", status_code=status.HTTP_201_CREATED, response_model=JobPublic, dependencies=[Depends(spec_types_as_declared)],
     responses={
         200: {"model": JobPublic, "description": "the job this Idempotency-Key already created (same spec)"},
         **error_responses(401, 409, 413, 422, 503, reasons={
