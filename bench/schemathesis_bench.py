@@ -3,10 +3,11 @@
 The service runs as the image runs it (`uvicorn service.app:create_app_from_env --factory`) with
 SQLite and the local launcher in a temporary directory, and a bootstrap bearer token made here.
 Jobs that generated submissions create are launched for real, but the trainer command is `true`:
-the local launcher's runner starts, `true` exits 0 at once, no trainer runs. gs:// locations
-point at a closed loopback port (STORAGE_EMULATOR_HOST), so nothing leaves the machine. A few jobs
-are submitted first and offered to the generator as `job_id`s, so the per-job operations reach
-their logic instead of 404.
+the local launcher's runner starts, `true` exits 0 at once, no trainer runs. gs:// goes to
+fake-gcs-server on loopback (STORAGE_EMULATOR_HOST), with the buckets of the schema's examples
+created, so nothing leaves the machine. A few jobs are submitted first and offered to the generator
+as `job_id`s, and real input files as the spec's locations, so the per-job operations and valid
+submissions reach their logic instead of 404 and 422.
 
 Schemathesis runs in rounds (a new seed each) with every check until the service has answered
 `--requests` requests (counted from the service's own access log). Reported:
@@ -37,15 +38,19 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:  # imported in main(), once the repository is on sys.path
+    from tests.storage.gcs_emulator import GcsEmulator
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "schemathesis.json"
 BIN = Path(sys.executable).parent
 ACCEPTANCE = "positive_data_acceptance"
 SEED_JOBS = 6
+QUOTED, QUOTED_VALUE = r"'[^']*'", "'…'"
 
 # A cursor is opaque: a well-formed one the service did not issue is a 400, as declared.
 CONFIG = """
@@ -55,7 +60,7 @@ values = {job_ids}
 [parameters."path.job_id"]
 dictionary = "job_ids"
 probability = 0.6
-
+{locations}
 # Refusing a body over the size limit (413) is a rejection too.
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"]
@@ -66,13 +71,14 @@ checks.{acceptance}.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404
 """
 
 
-def start_service(work: Path, token: str, port: int) -> subprocess.Popen[bytes]:
+def start_service(work: Path, token: str, port: int, gcs: GcsEmulator) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
+    env.update(gcs.env())
     env.update(
         RLJOB_ENVIRONMENT="dev", RLJOB_LAUNCHER="local", RLJOB_STATE_DIR=str(work / "state"),
         RLJOB_BOOTSTRAP_TOKEN=token, RLJOB_BOOTSTRAP_TEAM="bench", RLJOB_TRAINER_COMMAND='["true"]',
         RLJOB_MAX_CONCURRENT_JOBS="8", RLJOB_SSE_MAX_DURATION_S="1", RLJOB_GCS_RETRY_TIMEOUT_S="1",
-        STORAGE_EMULATOR_HOST="http://127.0.0.1:9", PYTHONPATH=str(REPO),
+        PYTHONPATH=str(REPO),
     )  # fmt: skip
     argv = [str(BIN / "uvicorn"), "service.app:create_app_from_env", "--factory", "--host", "127.0.0.1",
             "--port", str(port), "--workers", "1", "--timeout-graceful-shutdown", "5"]  # fmt: skip
@@ -94,8 +100,41 @@ def wait_ready(client: httpx.Client, server: subprocess.Popen[bytes], work: Path
     raise SystemExit("the service did not become ready within 60 s")
 
 
-def seed_jobs(client: httpx.Client, work: Path) -> list[str]:
+def location_dictionaries(work: Path) -> str:
+    """Real inputs in the work dir, offered for the spec's locations half of the time: the schema's
+    location pattern admits relative strings the spec refuses, and without these hardly any generated
+    submission would be valid (so the 201 path, launches and live jobs would go untested)."""
     (work / "model").mkdir()
+    (work / "data").mkdir()
+    files = {"template": "data/template.json", "rewards": "data/rewards.py", "train": "data/train.jsonl",
+             "eval": "data/eval.jsonl"}  # fmt: skip
+    for relative in files.values():
+        (work / relative).write_text("")
+    bindings = {
+        "body.model.source": [str(work / "model")], "body.model.tokenizer": [str(work / "model")],
+        "body.output": [str(work / "runs")], "body.dataset.prompt_template": [str(work / files["template"])],
+        "body.grpo.rewards.functions_path": [str(work / files["rewards"])],
+        "body.dataset.train_files[*]": [str(work / files["train"])],
+        "body.dataset.eval_files[*]": [str(work / files["eval"])],
+        # The local launcher runs CPU jobs only (TPU types are refused here, as declared by 422).
+        "body.hardware.accelerator": ["cpu"], "body.hardware.rollout_data_parallelism": [-1, 1],
+        "body.hardware.rollout_tensor_parallelism": [-1, 1],
+    }  # fmt: skip
+    lines = []
+    for i, (key, values) in enumerate(bindings.items()):
+        lines += [f"\n[dictionaries.location_{i}]", f"values = {json.dumps(values)}",
+                  f'[parameters."{key}"]', f'dictionary = "location_{i}"', "probability = 0.5"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def create_example_buckets(gcs_url: str, openapi: dict[str, Any]) -> None:
+    """The buckets the schema's example submissions write to, so their jobs' run files can be read."""
+    buckets = set(re.findall(r'"gs://([a-z0-9][a-z0-9._-]+[a-z0-9])', json.dumps(openapi)))
+    for bucket in sorted(buckets):
+        httpx.post(f"{gcs_url}/storage/v1/b", params={"project": "bench"}, json={"name": bucket}).raise_for_status()
+
+
+def seed_jobs(client: httpx.Client, work: Path) -> list[str]:
     ids = []
     for i in range(SEED_JOBS):
         body = {"name": f"bench-seed-{i}", "model": {"name": "llama3.1-8b", "source": str(work / "model")},
@@ -131,7 +170,11 @@ def _refusal_reasons(response: dict[str, Any]) -> list[str]:
         return [f"HTTP {response.get('status_code')}"]
     if isinstance(problems, str):
         return [f"HTTP {response.get('status_code')}: {problems}"]
-    return [f"{'.'.join(map(str, p.get('loc', [])))}: {p.get('msg', '')[:120]}" for p in problems]
+    # The refused value itself is left out ('…'): the same rule then counts as one reason.
+    return [
+        f"{'.'.join(map(str, p.get('loc', [])))}: {re.sub(QUOTED, QUOTED_VALUE, p.get('msg', ''))[:160]}"
+        for p in problems
+    ]
 
 
 class Findings:
@@ -178,10 +221,9 @@ class Findings:
         entry["count"] += 1
 
 
-def service_log(path: Path, skip_requests: int) -> tuple[Counter[str], Counter[int], list[str]]:
-    """(requests per operation path, per status, ERROR lines) from the service's JSON log lines."""
-    paths: Counter[str] = Counter()
-    statuses: Counter[int] = Counter()
+def service_log(path: Path, skip_requests: int) -> tuple[Counter[tuple[str, int]], list[str]]:
+    """(requests as (method and path, status) counts, ERROR lines) from the service's JSON log lines."""
+    requests: Counter[tuple[str, int]] = Counter()
     errors: list[str] = []
     seen = 0
     for line in path.read_text(errors="replace").splitlines():
@@ -193,11 +235,10 @@ def service_log(path: Path, skip_requests: int) -> tuple[Counter[str], Counter[i
         if record.get("logger") == "uvicorn.access":
             seen += 1
             if seen > skip_requests:
-                paths[f"{record['method']} {str(record['path']).split('?')[0]}"] += 1
-                statuses[int(record["status"])] += 1
+                requests[(f"{record['method']} {str(record['path']).split('?')[0]}", int(record["status"]))] += 1
         elif record.get("level") in ("ERROR", "CRITICAL"):
             errors.append(f"{record.get('logger')}: {record.get('message')} {record.get('exception', '')[-600:]}")
-    return paths, statuses, errors
+    return requests, errors
 
 
 def operation_of(request: str, declared: dict[str, re.Pattern[str]]) -> str:
@@ -230,6 +271,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from service.domain.tokens import generate_token
     from service.free_port import free_port
+    from tests.storage.gcs_emulator import GcsEmulator
 
     started = time.monotonic()
     examples = args.examples or max(5, min(400, args.requests // 25))
@@ -237,14 +279,18 @@ def main() -> int:
         work = Path(tmp)
         token, port = generate_token(), free_port()
         url = f"http://127.0.0.1:{port}"
-        server = start_service(work, token, port)
+        gcs = GcsEmulator(work / "gcs")
+        gcs.start()
+        server = start_service(work, token, port, gcs)
         try:
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
                 wait_ready(client, server, work)
+                locations = location_dictionaries(work)
                 job_ids = seed_jobs(client, work)
                 openapi = client.get("/openapi.json").json()
+            create_example_buckets(gcs.url, openapi)
             config = work / "schemathesis.toml"
-            config.write_text(CONFIG.format(job_ids=json.dumps(job_ids), acceptance=ACCEPTANCE))
+            config.write_text(CONFIG.format(job_ids=json.dumps(job_ids), acceptance=ACCEPTANCE, locations=locations))
             setup_requests = sum(
                 1 for line in (work / "service.log").read_text().splitlines() if '"uvicorn.access"' in line
             )
@@ -255,7 +301,7 @@ def main() -> int:
                 rounds += 1
                 if report.exists():
                     findings.read(report)
-                served = service_log(work / "service.log", setup_requests)[1].total()
+                served = service_log(work / "service.log", setup_requests)[0].total()
                 print(
                     f"round {rounds}: {served} requests so far, {findings.interactions} recorded by schemathesis",
                     flush=True,
@@ -268,12 +314,18 @@ def main() -> int:
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 server.kill()
-        paths, statuses, log_errors = service_log(work / "service.log", setup_requests)
+            gcs.stop()
+        requests, log_errors = service_log(work / "service.log", setup_requests)
 
     declared = declared_operations(openapi)
     operations: Counter[str] = Counter()
-    for request, count in paths.items():
-        operations[operation_of(request, declared)] += count
+    statuses: Counter[int] = Counter()
+    jobs_created = 0
+    for (request, status), count in requests.items():
+        operation = operation_of(request, declared)
+        operations[operation] += count
+        statuses[status] += count
+        jobs_created += count if (operation, status) == ("POST /v1/jobs", 201) else 0
     server_errors = sum(count for status, count in statuses.items() if status >= 500)
     result = {
         "requests": statuses.total(),
@@ -283,6 +335,7 @@ def main() -> int:
         "operations_declared": len(declared),
         "operations_exercised": len(set(declared) & set(operations)),
         "status_counts": {str(k): v for k, v in sorted(statuses.items())},
+        "generated_jobs_created": jobs_created,
         "server_errors_5xx": server_errors,
         "conformance_findings": sorted(findings.failures.values(), key=lambda f: -f["count"]),
         "schema_valid_refused": {
@@ -295,7 +348,8 @@ def main() -> int:
         "phases": args.phases,
         "duration_s": round(time.monotonic() - started, 1),
         "setup": "uvicorn create_app_from_env, SQLite, local launcher with trainer command `true`, "
-                 f"{SEED_JOBS} seeded jobs offered as job_id (p=0.6), gs:// to a closed loopback port",
+                 f"{SEED_JOBS} seeded jobs offered as job_id (p=0.6), real input files offered for the spec's "
+                 "locations (p=0.5), gs:// on fake-gcs-server with the examples' buckets",
     }  # fmt: skip
     ok = server_errors == 0 and not findings.failures and not log_errors
     result["passed"] = ok
@@ -313,6 +367,7 @@ def main() -> int:
     for line in log_errors[:5]:
         print(f"  log: {line[:300]}")
     refused = result["schema_valid_refused"]
+    print(f"jobs created by generated submissions: {jobs_created} (launched by the local launcher: `true`)")
     print(f"schema-valid requests refused: {refused['count']} {refused['by_operation']}")
     for reason, count in list(refused["reasons"].items())[:8]:
         print(f"  x{count} {reason}")
