@@ -42,10 +42,10 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kill_loop_audit import NONCE_LABEL, PhaseWatcher, Submission, TrainerSampler, audit
-from kill_loop_backends import BACKENDS, Backend, live_trainers, open_backend
+from kill_loop_audit import NONCE_LABEL, PhaseWatcher, Submission, TrainerSampler, audit  # noqa: E402
+from kill_loop_backends import BACKENDS, Backend, live_trainers, open_backend  # noqa: E402
 
-from service.domain.phases import JobPhase
+from service.domain.phases import JobPhase  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "kill_loop.json"
 RLJOB = Path(sys.executable).parent / "rljob"

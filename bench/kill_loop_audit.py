@@ -200,7 +200,9 @@ def audit(backend: Backend, submissions: list[Submission], watcher: PhaseWatcher
         },
     }  # fmt: skip
     duplicated_submissions = {n for findings in duplicated.values() for n in findings}
-    expected = {job_id: s for s in submissions for job_id in s.acked_ids}
+    # Every stored job has its submission (by nonce), acknowledged or not: each must end as it was told to.
+    by_nonce_sub = {str(s.nonce): s for s in submissions}
+    expected = {j: by_nonce_sub[n] for j, n in nonce_of.items() if n in by_nonce_sub}
     wrong = sorted(
         f"{job_id}: {records[job_id].phase}, expected {s.expected} ({records[job_id].message[:160]})"
         for job_id, s in expected.items()
