@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.cli.client import RljobClient, ClientConfig  # noqa: E402
+from service.cli.client import ClientConfig, RljobClient  # noqa: E402
 from service.cli.demo import _stop, _wait_ready, free_port  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
 from trainer.contract.spec_file import load_spec_file  # noqa: E402

@@ -23,10 +23,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trainer.contract import RunLayout  # noqa: E402
-from trainer.pipeline import describe_plan  # noqa: E402
-from trainer.sources import resolve_model  # noqa: E402
-from trainer.sources import materialise_dataset  # noqa: E402
 from trainer.contract.spec_file import load_spec_file  # noqa: E402
+from trainer.pipeline import describe_plan  # noqa: E402
+from trainer.sources import (
+    materialise_dataset,
+    resolve_model,
+)
 
 SPEC = REPO / "examples" / "tiny-cpu.yaml"
 

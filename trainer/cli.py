@@ -55,7 +55,6 @@ def _load(args) -> tuple[JobSpec, str]:
 def cmd_plan(args) -> int:
     from trainer.pipeline import describe_plan
     from trainer.runner import secret_values
-
     from trainer.sources import UnsupportedCheckpoint, checkpoint_problem, resolve_model
 
     spec, job_id = _load(args)
@@ -77,6 +76,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from trainer.conversion_cache import default_cache_root
     from trainer.pipeline import JobContext, default_run_command, local_work_dir, run_pipeline
     from trainer.progress import EventReporter
     from trainer.sources import (
@@ -87,7 +87,6 @@ def cmd_run(args) -> int:
         missing_local_inputs,
         resolve_model,
     )
-    from trainer.conversion_cache import default_cache_root
     from trainer.storage import StorageError, store_for
     from trainer.storage.preflight import preflight
 

@@ -76,13 +76,12 @@ def llama3_special_tokens() -> dict[str, int]:
 
 def build_llama3_tokenizer(out_dir: Path) -> None:
     """Write a Llama-3.1 fast tokenizer (ids identical to Meta's) built from maxtext's tiktoken file."""
+    import maxtext
     import tiktoken
     from tiktoken.load import load_tiktoken_bpe
     from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
     from transformers.integrations.tiktoken import convert_tiktoken_to_fast
-
-    import maxtext
 
     ranks_file = Path(maxtext.__file__).parent / "assets" / "tokenizers" / "tokenizer_llama3.tiktoken"
     specials = llama3_special_tokens()

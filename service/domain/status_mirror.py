@@ -151,6 +151,6 @@ class StatusMirrorWorker:
                     return
             try:
                 wait_s = self.flush_once()
-            except Exception:  # noqa: BLE001 - the thread must outlive any one bad status
+            except Exception:
                 log.exception("status mirror pass failed")
                 wait_s = self.interval_s

@@ -18,8 +18,8 @@ import uvicorn
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import load_settings
-from service.free_port import free_port
 from service.domain.tokens import TokenService
+from service.free_port import free_port
 from trainer.contract import RunLayout, Sample, StepSamples, dump_event, parse_event
 
 HELD_TRAINER = Path(__file__).with_name("held_trainer.py")

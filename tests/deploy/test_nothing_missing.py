@@ -121,10 +121,10 @@ def test_the_trainer_command_the_launcher_renders_exists_and_parses():
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_probe_path_is_a_route_of_the_service(rendered, overlay, tmp_path):
+    from fastapi.testclient import TestClient
+
     from service.app import create_app
     from service.config import Settings
-
-    from fastapi.testclient import TestClient
 
     # Not started (no lifespan): a route that exists answers (200, or 503 while not ready), a missing one 404.
     client = TestClient(create_app(Settings(_env_file=None, environment="dev", state_dir=tmp_path)))

@@ -9,18 +9,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from pathlib import Path
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from service.adapters.k8s.launcher import K8sJobLauncher
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-
-from service.adapters.k8s.launcher import K8sJobLauncher
 from service.domain.ports import ProgressBatch
 from trainer.contract import Stage, StageStarted, TrainStep
 

@@ -15,9 +15,9 @@ import ipaddress
 import secrets
 import ssl
 import tempfile
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization

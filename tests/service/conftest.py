@@ -9,17 +9,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+from service_fakes import FakeLauncher, FakeProgress
+from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, wait_until
 from sqlalchemy import create_engine, text
 
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
 from service.domain.tokens import TokenService
-
-from fastapi.testclient import TestClient
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, wait_until
-
 from tests.pg_server import postgres_url
 
 FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"

@@ -13,7 +13,7 @@ from service.domain.phases import JobPhase
 from service.domain.tokens import TokenService
 
 
-def _locs(response) -> set[tuple[str, ...]]:  # noqa: ANN001
+def _locs(response) -> set[tuple[str, ...]]:
     assert response.status_code == 422, response.text
     return {tuple(str(p) for p in item["loc"]) for item in response.json()["detail"]}
 
@@ -56,7 +56,7 @@ def test_validation_errors_name_every_bad_field(api: Api, tmp_path: Path) -> Non
         (lambda b: b.pop("model"), ("body", "model")),
     ],
 )
-def test_bad_input_is_a_4xx_naming_the_field(api: Api, tmp_path: Path, mutate, loc) -> None:  # noqa: ANN001
+def test_bad_input_is_a_4xx_naming_the_field(api: Api, tmp_path: Path, mutate, loc) -> None:
     body = spec_body(tmp_path)
     mutate(body)
     assert loc in _locs(api.client.post("/v1/jobs", json=body, headers=api.as_(TOKEN_A)))

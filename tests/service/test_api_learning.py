@@ -17,7 +17,7 @@ from test_api_sse import read_sse
 from service.adapters import run_files
 from service.domain.launcher_port import ObservedState
 from service.domain.phases import JobPhase
-from trainer.contract import SIGNAL_METRIC, RunLayout, Sample, StageStarted, Stage, StepSamples, TrainStep
+from trainer.contract import SIGNAL_METRIC, RunLayout, Sample, Stage, StageStarted, StepSamples, TrainStep
 
 
 def write_samples(layout: RunLayout, step: int, completion: str = "", **overrides: object) -> StepSamples:
@@ -43,7 +43,7 @@ def _job(api: Api, tmp_path: Path) -> tuple[str, RunLayout]:
     return job_id, RunLayout(str(tmp_path / "runs"), job_id)
 
 
-def _samples(api: Api, job_id: str, token: str = TOKEN_A, **params: object):  # noqa: ANN202
+def _samples(api: Api, job_id: str, token: str = TOKEN_A, **params: object):
     return api.client.get(f"/v1/jobs/{job_id}/samples", params=params, headers=api.as_(token))
 
 
@@ -123,7 +123,7 @@ def test_health_is_in_the_job_and_its_changes_are_on_the_stream(api: Api, tmp_pa
     wait_for_phase(lambda: api.phase(job_id), JobPhase.RUNNING)
     assert api.client.get(f"/v1/jobs/{job_id}", headers=api.as_(TOKEN_A)).json()["health"] is None
 
-    def event(cls: type, seq: int, **fields: object):  # noqa: ANN202
+    def event(cls: type, seq: int, **fields: object):
         return cls(seq=seq, time=datetime.now(UTC), job_id=job_id, **fields)
 
     def drive() -> None:

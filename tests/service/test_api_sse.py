@@ -13,7 +13,7 @@ from service.domain.launcher_port import ObservedState
 from service.domain.phases import JobPhase
 
 
-def read_sse(api: Api, path: str, token: str = TOKEN_A, on_event=None, **headers: str) -> list[tuple[str, int, dict]]:  # noqa: ANN001
+def read_sse(api: Api, path: str, token: str = TOKEN_A, on_event=None, **headers: str) -> list[tuple[str, int, dict]]:
     """Read a stream to its end; `on_event(events_so_far)` runs after each event (to drive the job)."""
     events: list[tuple[str, int, dict]] = []
     with api.client.stream("GET", path, headers={**api.as_(token), **headers}) as response:
@@ -46,7 +46,7 @@ def test_live_stream_snapshot_then_changes_then_end(api: Api, tmp_path: Path) ->
     job_id = api.submit(spec_body(tmp_path))["id"]
     driver = threading.Thread(target=_finish, args=(api, job_id), daemon=True)
 
-    def drive(events: list) -> None:  # noqa: ANN001
+    def drive(events: list) -> None:
         if len(events) == 1:  # after the snapshot, while the stream is open
             driver.start()
 
@@ -93,7 +93,7 @@ def test_team_stream_shows_only_the_teams_jobs(api: Api, tmp_path: Path) -> None
 def test_team_stream_delivers_live_changes(api: Api, tmp_path: Path) -> None:
     driver = threading.Thread(target=api.submit, args=(spec_body(tmp_path),), daemon=True)
 
-    def drive(events: list) -> None:  # noqa: ANN001
+    def drive(events: list) -> None:
         if len(events) == 1:
             driver.start()
 

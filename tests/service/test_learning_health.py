@@ -119,7 +119,7 @@ def test_divergence_names_the_first_bad_step_for_the_checkpoints() -> None:
     assert health is not None and "before step 2" in health.message and "the run directory" in health.message
 
 
-def verdict_at(history: list[TrainStepSummary], now, policy: HealthPolicy = POLICY, **kwargs: object) -> Verdict | None:  # noqa: ANN001
+def verdict_at(history: list[TrainStepSummary], now, policy: HealthPolicy = POLICY, **kwargs: object) -> Verdict | None:
     health = assess_learning(history, phase=JobPhase.RUNNING, stage="train", now=now, policy=policy, **kwargs)  # type: ignore[arg-type]
     return None if health is None else health.verdict
 

@@ -4,7 +4,6 @@ stored, surviving a store reopen), exactly one `health` event-log entry per verd
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from service.domain.views import to_public
 from service.runtime import Supervisor
-from trainer.contract import SIGNAL_METRIC, JobSpec, StageStarted, Stage, TrainStep
+from trainer.contract import SIGNAL_METRIC, JobSpec, Stage, StageStarted, TrainStep
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
 POLICY = HealthPolicy(kl_max=1.0, no_signal_steps=3, stall_floor_s=300.0, stall_step_intervals=5.0)

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from service_helpers import spec_body, wait_until
 
-from service.adapters.local import LocalProcessLauncher
-from service.adapters.local import procs
+from service.adapters.local import LocalProcessLauncher, procs
 from service.domain.launcher_port import Observation, ObservedState
 from trainer.contract import JobSpec, RunLayout
 
@@ -76,7 +75,7 @@ def _alive(pid: int) -> bool:
     return procs.is_alive(pid)
 
 
-def test_success_reports_running_then_succeeded(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_success_reports_running_then_succeeded(make_launcher, tmp_path: Path) -> None:
     launcher, rec = make_launcher()
     result = launcher.launch("rl-aaaaaaaaaaa1", _spec(tmp_path))
     assert result.backend == "local" and result.object_name.startswith("pid:")
@@ -90,7 +89,7 @@ def test_success_reports_running_then_succeeded(make_launcher, tmp_path: Path) -
     assert launcher.observe("rl-aaaaaaaaaaa1").state is ObservedState.SUCCEEDED
 
 
-def test_failure_reports_the_trainers_exit_code(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_failure_reports_the_trainers_exit_code(make_launcher, tmp_path: Path) -> None:
     launcher, rec = make_launcher()
     launcher.launch("rl-aaaaaaaaaaa2", _spec(tmp_path, **{"fake-exit": "70"}))
     wait_until(lambda: ObservedState.FAILED in rec.states("rl-aaaaaaaaaaa2"))
@@ -99,7 +98,7 @@ def test_failure_reports_the_trainers_exit_code(make_launcher, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("ignore_term", [False, True], ids=["sigterm", "sigkill-after-grace"])
-def test_cancel_kills_the_whole_process_group(make_launcher, tmp_path: Path, ignore_term: bool) -> None:  # noqa: ANN001
+def test_cancel_kills_the_whole_process_group(make_launcher, tmp_path: Path, ignore_term: bool) -> None:
     launcher, rec = make_launcher(cancel_grace_s=0.3)
     labels = {"fake-gate": "true", "fake-child": "true", **({"fake-ignore-term": "true"} if ignore_term else {})}
     job_id = "rl-aaaaaaaaaaa3"
@@ -120,7 +119,7 @@ def test_cancel_kills_the_whole_process_group(make_launcher, tmp_path: Path, ign
         assert final.exit_code in (None, 137)
 
 
-def test_concurrency_limit_queues_jobs_fifo(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_concurrency_limit_queues_jobs_fifo(make_launcher, tmp_path: Path) -> None:
     launcher, rec = make_launcher(max_concurrent=1)
     first, second = "rl-aaaaaaaaaaa4", "rl-aaaaaaaaaaa5"
     launcher.launch(first, _spec(tmp_path, **{"fake-gate": "true"}))
@@ -135,7 +134,7 @@ def test_concurrency_limit_queues_jobs_fifo(make_launcher, tmp_path: Path) -> No
     assert rec.states(second) == [ObservedState.RUNNING, ObservedState.SUCCEEDED]
 
 
-def test_cancel_of_a_queued_job_removes_it(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_cancel_of_a_queued_job_removes_it(make_launcher, tmp_path: Path) -> None:
     launcher, rec = make_launcher(max_concurrent=1)
     launcher.launch("rl-aaaaaaaaaaa6", _spec(tmp_path, **{"fake-gate": "true"}))
     launcher.launch("rl-aaaaaaaaaaa7", _spec(tmp_path))
@@ -146,7 +145,7 @@ def test_cancel_of_a_queued_job_removes_it(make_launcher, tmp_path: Path) -> Non
     assert not _root(tmp_path, "rl-aaaaaaaaaaa7").exists()
 
 
-def test_restart_reattaches_to_the_running_process_without_duplicating(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_restart_reattaches_to_the_running_process_without_duplicating(make_launcher, tmp_path: Path) -> None:
     job_id = "rl-aaaaaaaaaaa8"
     old, old_rec = make_launcher()
     old.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"}))
@@ -164,7 +163,7 @@ def test_restart_reattaches_to_the_running_process_without_duplicating(make_laun
     assert len((_root(tmp_path, job_id) / "starts").read_text().splitlines()) == 1
 
 
-def test_restart_after_the_process_died_reports_gone(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_restart_after_the_process_died_reports_gone(make_launcher, tmp_path: Path) -> None:
     job_id = "rl-aaaaaaaaaaa9"
     old, old_rec = make_launcher()
     old.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"}))
@@ -178,7 +177,7 @@ def test_restart_after_the_process_died_reports_gone(make_launcher, tmp_path: Pa
     assert new.observe(job_id).state is ObservedState.GONE
 
 
-def test_a_reused_pid_is_not_mistaken_for_our_process(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_reused_pid_is_not_mistaken_for_our_process(make_launcher, tmp_path: Path) -> None:
     job_id = "rl-aaaaaaaaab10"
     job_dir = tmp_path / "jobs" / job_id
     job_dir.mkdir(parents=True)
@@ -190,7 +189,7 @@ def test_a_reused_pid_is_not_mistaken_for_our_process(make_launcher, tmp_path: P
     (job_dir / "process.json").unlink()
 
 
-def test_a_runner_that_started_at_another_time_is_not_adopted(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_runner_that_started_at_another_time_is_not_adopted(make_launcher, tmp_path: Path) -> None:
     job_id = "rl-aaaaaaaaab12"
     old, _ = make_launcher()
     old.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"}))
@@ -213,7 +212,7 @@ def test_start_ticks_are_what_earlier_versions_recorded() -> None:
     assert procs.start_ticks(os.getpid()) == int(stat[stat.rfind(")") + 2 :].split()[19])
 
 
-def test_exit_while_no_service_watched_is_read_from_the_exit_file(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_exit_while_no_service_watched_is_read_from_the_exit_file(make_launcher, tmp_path: Path) -> None:
     job_id = "rl-aaaaaaaaab11"
     old, _ = make_launcher()
     old.launch(job_id, _spec(tmp_path, **{"fake-gate": "true", "fake-exit": "75"}))
@@ -228,7 +227,7 @@ def test_exit_while_no_service_watched_is_read_from_the_exit_file(make_launcher,
     assert (seen.state, seen.exit_code) == (ObservedState.FAILED, 75)
 
 
-def test_follow_logs_ends_when_the_process_stops(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_follow_logs_ends_when_the_process_stops(make_launcher, tmp_path: Path) -> None:
     launcher, _ = make_launcher()
     job_id = "rl-aaaaaaaaab12"
     launcher.launch(job_id, _spec(tmp_path, **{"fake-gate": "true"}))
@@ -254,7 +253,7 @@ def test_follow_logs_ends_when_the_process_stops(make_launcher, tmp_path: Path) 
     assert "event run_finished seq=" in lines[-1]
 
 
-def test_a_log_tail_reads_the_file_without_holding_it_all(make_launcher, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_log_tail_reads_the_file_without_holding_it_all(make_launcher, tmp_path: Path) -> None:
     launcher, _ = make_launcher()
     job_id = "rl-aaaaaaaaab13"
     log_dir = tmp_path / "jobs" / job_id

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from service.app import create_app
 from service.cli.main import app as cli
-from service.domain.phases import JobPhase
 from service.config import Settings
+from service.domain.phases import JobPhase
 from service.free_port import free_port
 
 
@@ -37,7 +37,7 @@ def live_url(settings_factory: Callable[..., Settings]) -> Iterator[str]:
     thread.join(timeout=15)
 
 
-def _ready(httpx, url: str) -> bool:  # noqa: ANN001
+def _ready(httpx, url: str) -> bool:
     try:
         return httpx.get(f"{url}/readyz").status_code == 200
     except httpx.TransportError:
@@ -49,7 +49,7 @@ def run_cli(live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> C
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home
     monkeypatch.delenv("RLJOB_CONFIG", raising=False)
 
-    def run(*args: str, url: str = live_url, token: str = TOKEN_A):  # noqa: ANN202
+    def run(*args: str, url: str = live_url, token: str = TOKEN_A):
         return CliRunner().invoke(cli, ["--url", url, "--token", token, *args], catch_exceptions=False)
 
     return run
@@ -63,7 +63,7 @@ def _write_spec(tmp_path: Path, **labels: str) -> Path:
     return path
 
 
-def test_submit_follow_list_status_logs(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_submit_follow_list_status_logs(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
     result = run_cli("submit", str(_write_spec(tmp_path, **{"fake-steps": "3"})), "--follow")
     assert result.exit_code == 0, result.output
@@ -80,7 +80,7 @@ def test_submit_follow_list_status_logs(run_cli, tmp_path: Path, monkeypatch: py
     assert cancel.exit_code == 1 and "already SUCCEEDED" in cancel.output
 
 
-def test_cancel_and_follow_logs(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_cancel_and_follow_logs(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
     submitted = run_cli("submit", str(_write_spec(tmp_path, **{"fake-gate": "true"})))
     job_id = submitted.output.split("submitted ")[1].split()[0]
@@ -91,7 +91,7 @@ def test_cancel_and_follow_logs(run_cli, tmp_path: Path, monkeypatch: pytest.Mon
     wait_until(lambda: "CANCELLED" in run_cli("status", job_id).output)
 
 
-def test_bad_spec_lists_every_field(run_cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_bad_spec_lists_every_field(run_cli, tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({"name": "Bad Name", "model": {"name": "x"}, "grpo": {"beta": "high"}, "oops": 1}))
     result = run_cli("submit", str(path))
@@ -106,7 +106,7 @@ def test_bad_spec_lists_every_field(run_cli, tmp_path: Path) -> None:  # noqa: A
     assert result.exit_code == 2 and "RUNS_DIR is not set" in result.output
 
 
-def test_unreachable_service_and_rejected_token(run_cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_unreachable_service_and_rejected_token(run_cli, tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     result = run_cli("list", url=dead)
     assert result.exit_code == 3 and "cannot reach the rljob service" in result.output and "RLJOB_URL" in result.output
@@ -232,7 +232,7 @@ def test_serve_prints_the_dashboard_url(tmp_path: Path, monkeypatch: pytest.Monk
     assert "dashboard: http://127.0.0.1:8799/ui/" in _flat(result.output)
 
 
-def test_health_in_status_and_list_and_the_samples_command(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_health_in_status_and_list_and_the_samples_command(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
     submitted = run_cli("submit", str(_write_spec(tmp_path, **{"fake-steps": "3"})), "--follow")
     assert submitted.exit_code == 0, submitted.output
@@ -277,7 +277,7 @@ def _api_get(url: str, path: str, **params: object) -> object:
 STABLE_FIELDS = ("id", "name", "team", "phase", "spec", "labels", "created_at", "run_uri")
 
 
-def test_output_formats_print_the_apis_objects(run_cli, live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_output_formats_print_the_apis_objects(run_cli, live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
     spec = str(_write_spec(tmp_path, **{"fake-gate": "true"}))
     created = run_cli("submit", spec, "-o", "json")
@@ -310,7 +310,7 @@ def test_output_formats_print_the_apis_objects(run_cli, live_url: str, tmp_path:
     assert cancelled.exit_code == 0 and yaml.safe_load(cancelled.stdout)["phase"] == "CANCELLING"
 
 
-def test_follow_with_an_output_format_keeps_progress_off_stdout(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_follow_with_an_output_format_keeps_progress_off_stdout(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
     result = run_cli("submit", str(_write_spec(tmp_path, **{"fake-steps": "2"})), "--follow", "-o", "json")
     assert result.exit_code == 0, result.output
@@ -320,7 +320,7 @@ def test_follow_with_an_output_format_keeps_progress_off_stdout(run_cli, tmp_pat
     assert json.loads(run_cli("status", final["id"], "-f", "-o", "json").stdout)["id"] == final["id"]
 
 
-def test_bad_output_and_phase_choices_are_usage_errors(run_cli, live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_bad_output_and_phase_choices_are_usage_errors(run_cli, live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
     for args, says in (
         (["list", "-o", "xml"], "'xml' is not one of"),

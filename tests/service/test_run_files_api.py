@@ -145,7 +145,7 @@ def test_a_failing_launcher_log_read_still_serves_the_stored_logs(api: Api, tmp_
     Path(log_uri).parent.mkdir(parents=True)
     Path(log_uri).write_text("exported\n")
 
-    def broken(*args: object, **kwargs: object):  # noqa: ANN202
+    def broken(*args: object, **kwargs: object):
         raise ConnectionError("API server unreachable")
         yield  # a generator, like the real launchers' logs()
 

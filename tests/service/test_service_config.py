@@ -71,7 +71,7 @@ class BlockingLauncher(FakeLauncher):
         return super().observe(job_id)
 
 
-def test_not_ready_and_no_submissions_until_recovery_is_done(store: SqlJobStore, settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
+def test_not_ready_and_no_submissions_until_recovery_is_done(store: SqlJobStore, settings_factory, tmp_path: Path) -> None:
     TokenService(store).ensure(TOKEN_A, "team-a")
     launcher = BlockingLauncher()
     JobService(store, launcher, FakeProgress()).submit(Caller("team-a", "t"), JobSpec.model_validate(spec_body(tmp_path)))

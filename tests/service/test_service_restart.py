@@ -69,7 +69,7 @@ def _attempts(run_root: Path) -> list[list]:
     return attempts
 
 
-def test_restart_after_the_trainer_died_fails_clearly_when_resumes_are_used_up(settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
+def test_restart_after_the_trainer_died_fails_clearly_when_resumes_are_used_up(settings_factory, tmp_path: Path) -> None:
     settings = _settings(settings_factory, max_resumes=0)
     with running_service(settings) as client:
         job_id = _submit_gated(client, tmp_path)
@@ -83,7 +83,7 @@ def test_restart_after_the_trainer_died_fails_clearly_when_resumes_are_used_up(s
     assert len((_run_root(tmp_path, job_id) / "starts").read_text().splitlines()) == 1
 
 
-def test_job_runs_to_success_with_progress_visible(settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
+def test_job_runs_to_success_with_progress_visible(settings_factory, tmp_path: Path) -> None:
     with running_service(_settings(settings_factory)) as client:
         job_id = client.post("/v1/jobs", json=spec_body(tmp_path, labels={"fake-steps": "3"}), headers=AUTH).json()["id"]
         wait_for_phase(lambda: _phase(client, job_id), JobPhase.SUCCEEDED)
@@ -98,7 +98,7 @@ def test_job_runs_to_success_with_progress_visible(settings_factory, tmp_path: P
         assert "event run_finished" in client.get(f"/v1/jobs/{job_id}/logs", headers=AUTH).text
 
 
-def test_failed_trainer_gives_an_actionable_failure(settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
+def test_failed_trainer_gives_an_actionable_failure(settings_factory, tmp_path: Path) -> None:
     with running_service(_settings(settings_factory)) as client:
         body = spec_body(tmp_path, labels={"fake-exit": "65"})
         job_id = client.post("/v1/jobs", json=body, headers=AUTH).json()["id"]
@@ -108,7 +108,7 @@ def test_failed_trainer_gives_an_actionable_failure(settings_factory, tmp_path: 
         assert "fix the spec and submit a new job" in failure["message"] and failure["failed_stage"] == "train"
 
 
-def test_cancel_stops_the_process_group_then_reports_cancelled(settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
+def test_cancel_stops_the_process_group_then_reports_cancelled(settings_factory, tmp_path: Path) -> None:
     with running_service(_settings(settings_factory)) as client:
         job_id = _submit_gated(client, tmp_path)
         pid = _pid(client, job_id)
@@ -118,7 +118,7 @@ def test_cancel_stops_the_process_group_then_reports_cancelled(settings_factory,
         assert _phase_log(client, job_id)[-2:] == ["CANCELLING", "CANCELLED"]
 
 
-def test_restart_reattaches_and_the_job_finishes_exactly_once(settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
+def test_restart_reattaches_and_the_job_finishes_exactly_once(settings_factory, tmp_path: Path) -> None:
     settings = _settings(settings_factory)
     with running_service(settings) as client:
         job_id = _submit_gated(client, tmp_path)
@@ -135,7 +135,7 @@ def test_restart_reattaches_and_the_job_finishes_exactly_once(settings_factory, 
     assert len((_run_root(tmp_path, job_id) / "starts").read_text().splitlines()) == 1
 
 
-def test_restart_after_the_trainer_died_resumes_it_once(settings_factory, tmp_path: Path) -> None:  # noqa: ANN001
+def test_restart_after_the_trainer_died_resumes_it_once(settings_factory, tmp_path: Path) -> None:
     settings = _settings(settings_factory)
     with running_service(settings) as client:
         job_id = _submit_gated(client, tmp_path)

@@ -29,7 +29,7 @@ class RecordingMirror:
         self.fail = False
         self.present = True
 
-    def mirror_status(self, job_id, phase, stage=None, step=None, total=None) -> bool:  # noqa: ANN001
+    def mirror_status(self, job_id, phase, stage=None, step=None, total=None) -> bool:
         self.threads.append(threading.current_thread().name)
         if self.fail:
             raise RuntimeError("API server unavailable")
@@ -69,7 +69,7 @@ def worker(clock: Clock) -> tuple[StatusMirrorWorker, RecordingMirror]:
     return StatusMirrorWorker(mirror, every_steps=10, interval_s=30.0, monotonic=clock), mirror
 
 
-def test_phase_and_stage_changes_go_at_once_progress_is_throttled(worker, clock: Clock) -> None:  # noqa: ANN001
+def test_phase_and_stage_changes_go_at_once_progress_is_throttled(worker, clock: Clock) -> None:
     w, mirror = worker
     w.offer(JOB, _status(1))
     assert w.flush_once() is None and mirror.calls[-1] == (JOB, "running", "train", 1, 100)
@@ -85,7 +85,7 @@ def test_phase_and_stage_changes_go_at_once_progress_is_throttled(worker, clock:
     assert w.flush_once() is None and len(mirror.calls) == 3
 
 
-def test_held_back_progress_is_sent_once_its_interval_has_passed(worker, clock: Clock) -> None:  # noqa: ANN001
+def test_held_back_progress_is_sent_once_its_interval_has_passed(worker, clock: Clock) -> None:
     w, mirror = worker
     w.offer(JOB, _status(1))
     w.flush_once()
@@ -96,7 +96,7 @@ def test_held_back_progress_is_sent_once_its_interval_has_passed(worker, clock: 
     assert w.flush_once() is None and mirror.calls[-1][3] == 2
 
 
-def test_terminal_phase_is_sent_and_the_job_forgotten(worker, clock: Clock) -> None:  # noqa: ANN001
+def test_terminal_phase_is_sent_and_the_job_forgotten(worker, clock: Clock) -> None:
     w, mirror = worker
     w.offer(JOB, _status(3))
     w.flush_once()
@@ -106,7 +106,7 @@ def test_terminal_phase_is_sent_and_the_job_forgotten(worker, clock: Clock) -> N
     assert JOB not in w._sent  # bounded memory: finished jobs leave no state behind
 
 
-def test_a_failing_mirror_is_logged_and_retried_never_raised(worker, caplog) -> None:  # noqa: ANN001
+def test_a_failing_mirror_is_logged_and_retried_never_raised(worker, caplog) -> None:
     w, mirror = worker
     mirror.fail = True
     w.offer(JOB, _status(1))
@@ -133,12 +133,12 @@ def test_background_thread_sends_offers_and_stops(clock: Clock) -> None:
     assert set(mirror.threads) == {"rljob-status-mirror"}
 
 
-def _event(cls: type, seq: int, **fields: object):  # noqa: ANN202
+def _event(cls: type, seq: int, **fields: object):
     return cls(seq=seq, time=datetime.now(UTC), job_id=JOB, **fields)
 
 
 def test_job_service_mirrors_committed_changes_of_a_capable_launcher(store, fake_progress: FakeProgress,
-                                                                     tmp_path: Path) -> None:  # noqa: ANN001
+                                                                     tmp_path: Path) -> None:
     launcher = MirroringLauncher()
     assert isinstance(launcher, StatusMirror) and not isinstance(FakeLauncher(), StatusMirror)
     jobs = JobService(store, launcher, fake_progress, id_factory=lambda: JOB, mirror_every_steps=5)

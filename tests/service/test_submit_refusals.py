@@ -26,12 +26,12 @@ from trainer.contract import spec_values as limits
 V6E8 = {"accelerator": "v6e-8", "chips_per_vm": 8, "rollout_engine": "vllm"}
 
 
-def _post_raw(api: Api, text: str):  # noqa: ANN202
+def _post_raw(api: Api, text: str):
     headers = {**api.as_(TOKEN_A), "Content-Type": "application/json"}
     return api.client.post("/v1/jobs", content=text.encode(), headers=headers)
 
 
-def _refused_at(response, loc: tuple[str, ...]) -> str:  # noqa: ANN001
+def _refused_at(response, loc: tuple[str, ...]) -> str:
     assert response.status_code == 422, response.text
     found = {tuple(str(p) for p in item["loc"]): item["msg"] for item in response.json()["detail"]}
     assert loc in found, found
@@ -122,7 +122,7 @@ def local_api(store: SqlJobStore, tmp_path: Path, fake_trainer_command: list[str
         procs.signal_group(json.loads(process_file.read_text())["pid"], signal.SIGKILL)
 
 
-def test_a_tpu_job_is_refused_on_a_machine_without_that_tpu(local_api, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_tpu_job_is_refused_on_a_machine_without_that_tpu(local_api, tmp_path: Path) -> None:
     api, probe = local_api(HostTpu(chips=0, accelerator_type=None))
     response = api.client.post("/v1/jobs", json=spec_body(tmp_path, hardware=V6E8), headers=api.as_(TOKEN_A))
     message = _refused_at(response, ("body", "hardware", "accelerator"))
@@ -135,7 +135,7 @@ def test_a_tpu_job_is_refused_on_a_machine_without_that_tpu(local_api, tmp_path:
     assert probe.calls == 1  # probed once, and never for a cpu job
 
 
-def test_a_tpu_job_runs_on_a_machine_that_is_that_tpu(local_api, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_tpu_job_runs_on_a_machine_that_is_that_tpu(local_api, tmp_path: Path) -> None:
     api, probe = local_api(HostTpu(chips=8, accelerator_type="v6e-8", type_source="TPU_ACCELERATOR_TYPE"))
     response = api.client.post("/v1/jobs", json=spec_body(tmp_path, hardware=V6E8), headers=api.as_(TOKEN_A))
     assert response.status_code == 201, response.text

@@ -30,7 +30,7 @@ class Flaky:
 
 
 @pytest.fixture
-def supervisor(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress):  # noqa: ANN201
+def supervisor(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress):
     jobs = JobService(store, fake_launcher, fake_progress)
     sup = Supervisor(jobs, fake_launcher, progress_poll_interval_s=0.01, reconcile_interval_s=0.01,
                      recovery_retry_s=0.01, recovery_retry_max_s=0.02)  # fmt: skip

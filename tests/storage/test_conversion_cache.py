@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainer.contract import JobSpec
+from trainer.contract.hf_model import resolve_maxtext_model
 from trainer.conversion_cache import (
     CacheKey,
     ConversionCache,
@@ -19,7 +20,6 @@ from trainer.conversion_cache import (
     source_fingerprint,
     storage_format,
 )
-from trainer.contract.hf_model import resolve_maxtext_model
 from trainer.conversion_cache_cli import main as cache_cli
 from trainer.storage import StorageError
 from trainer.storage.local import LocalDirStore

@@ -17,10 +17,10 @@ def main() -> None:
     hf_dir, items, *overrides = sys.argv[1:]
     import jax.numpy as jnp
     import numpy as np
-    from transformers import AutoTokenizer
-
     from maxtext.configs import pyconfig
     from maxtext.utils import model_creation_utils
+    from transformers import AutoTokenizer
+
     from trainer.maxtext_entry.cached_llama import build_cached_llama
     from trainer.stages.maxtext_paths import base_config
 

@@ -19,10 +19,10 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from maxtext.configs import pyconfig
     from maxtext.utils import model_creation_utils
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from trainer.stages.maxtext_paths import base_config
 
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)

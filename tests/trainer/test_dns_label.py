@@ -23,11 +23,11 @@ REFUSED = ["A", "-a", "a-", "a_b", "a.b", "a\n", "é", "a" * 64]
 
 
 class _TokenStore:
-    def add_token(self, record, token_hash) -> None:  # noqa: ANN001
+    def add_token(self, record, token_hash) -> None:
         pass
 
 
-def _site_checks(tmp_path: Path, spec: dict, capsys) -> dict[str, Callable[[str], None]]:  # noqa: ANN001
+def _site_checks(tmp_path: Path, spec: dict, capsys) -> dict[str, Callable[[str], None]]:
     spec_file = write_spec(tmp_path / "spec.yaml", spec)
 
     def trainer_job_id(value: str) -> None:
@@ -51,7 +51,7 @@ SITES = ["job name", "label key", "team", "k8s namespace", "k8s service account"
 
 
 @pytest.mark.parametrize("site", SITES)
-def test_each_site_accepts_and_refuses_the_same_names(site: str, tmp_path: Path, tiny_spec_dict: dict, capsys) -> None:  # noqa: ANN001
+def test_each_site_accepts_and_refuses_the_same_names(site: str, tmp_path: Path, tiny_spec_dict: dict, capsys) -> None:
     check = _site_checks(tmp_path, tiny_spec_dict, capsys)[site]
     for value in ACCEPTED:
         check(value)

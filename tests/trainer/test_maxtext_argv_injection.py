@@ -19,7 +19,6 @@ import copy
 import enum
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest

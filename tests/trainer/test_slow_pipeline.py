@@ -158,10 +158,10 @@ def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_r
     from safetensors.torch import load_file
 
     from trainer.contract import JobSpec
+    from trainer.contract.spec_file import load_spec_file
     from trainer.pipeline import converted_checkpoint
     from trainer.runner import StageCommand, run_stage_command
     from trainer.sources import resolve_model
-    from trainer.contract.spec_file import load_spec_file
     from trainer.stages.export import build_export_command
 
     layout, tiny = restarted_run["layout"], restarted_run["tiny"]

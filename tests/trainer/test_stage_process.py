@@ -26,7 +26,7 @@ run_stage_command(StageCommand(module="linger", args=(), env={"PYTHONPATH": sys.
 """
 
 
-def _wait_for(condition, timeout_s: float = 30.0) -> bool:  # noqa: ANN001
+def _wait_for(condition, timeout_s: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -94,7 +94,7 @@ class RunFinished(_Event):
 
 
 TrainerEvent = Annotated[
-    Union[RunStarted, StageStarted, StageFinished, TrainStep, EvalResult, ArtifactWritten, RunFinished],
+    RunStarted | StageStarted | StageFinished | TrainStep | EvalResult | ArtifactWritten | RunFinished,
     Field(discriminator="type"),
 ]
 

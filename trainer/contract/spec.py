@@ -19,10 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from . import spec_values as limits
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
 from .locations import local_path, location_kind
-from .spec_values import DisplayText, HubId, Location, MaxTextName, PythonName, Revision
-from .spec_values import SplitName, SubsetName
-from .tpu import ACCELERATOR_NAMES, CPU_ACCELERATOR, MAX_CHIPS_PER_VM, TPU_SLICES, rollout_devices, tpu_slice
-from .tpu import rollout_share_problem, rollout_split_problem
+from .spec_values import DisplayText, HubId, Location, MaxTextName, PythonName, Revision, SplitName, SubsetName
+from .tpu import (
+    ACCELERATOR_NAMES,
+    CPU_ACCELERATOR,
+    MAX_CHIPS_PER_VM,
+    TPU_SLICES,
+    rollout_devices,
+    rollout_share_problem,
+    rollout_split_problem,
+    tpu_slice,
+)
 
 HUB_ID_RE = re.compile(limits.HUB_ID_PATTERN)
 GCS_URI_RE = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?")

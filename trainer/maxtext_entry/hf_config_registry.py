@@ -26,9 +26,8 @@ def model_name_from_argv(argv: list[str]) -> str:
 def register_hf_config(model_name: str, source: str, revision: str | None) -> None:
     import os
 
-    from transformers import AutoConfig
-
     from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
+    from transformers import AutoConfig
 
     # The token, when needed for a gated hub repo, comes from the environment only.
     config = AutoConfig.from_pretrained(source, revision=revision, token=os.environ.get("HF_TOKEN") or None)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from trainer.contract import JobSpec, RunLayout
 from trainer.contract.hf_model import MaxTextModel
-from trainer.runner import StageCommand
-
 from trainer.maxtext_entry.shim_flags import SAMPLES_FLAG
+from trainer.runner import StageCommand
 
 from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub, uses_cpu
 from .convert import converted_items_uri

@@ -78,7 +78,7 @@ class K8sClient:
         for attempt in range(1, self._attempts + 1):
             try:
                 return fn(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - classified right below
+            except Exception as exc:
                 if not is_transient(exc):
                     raise
                 if attempt == self._attempts:

@@ -116,7 +116,7 @@ class K8sJobLauncher:
         owner = {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "blockOwnerDeletion": False}
         try:
             self._client.patch_metadata("ConfigMap", names.spec_configmap_name(job_id), {"ownerReferences": [owner]})
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.warning("could not set the owner of %s's spec ConfigMap; cancel still deletes it", job_id, exc_info=True)
 
     def cancel(self, job_id: str) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from kubernetes.client import (
     V1ConfigMapVolumeSource,
-    V1HostPathVolumeSource,
     V1Container,
     V1EmptyDirVolumeSource,
     V1EnvVar,
     V1EnvVarSource,
+    V1HostPathVolumeSource,
     V1ObjectMeta,
     V1PodSpec,
     V1PodTemplateSpec,

@@ -208,7 +208,7 @@ class Reconciler:
     def reconcile(self, job_id: str) -> None:
         try:
             obs = self._observe(job_id)
-        except Exception:  # noqa: BLE001 - the next event or sweep retries it
+        except Exception:
             log.exception("observing %s failed; the next sweep retries", job_id)
             return
         signature = (obs.state, obs.reason, obs.message, obs.exit_code)
@@ -220,5 +220,5 @@ class Reconciler:
         self._last[job_id] = signature
         try:
             self._sink(obs)
-        except Exception:  # noqa: BLE001 - a failing sink must not kill the watcher
+        except Exception:
             log.exception("observation sink failed for %s", job_id)

@@ -38,7 +38,7 @@ class HostTpu:
 def read_gce_accelerator_type(timeout_s: float = METADATA_TIMEOUT_S) -> str | None:
     request = urllib.request.Request(GCE_ACCELERATOR_TYPE_URL, headers={"Metadata-Flavor": "Google"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (fixed http URL)
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.read(64).decode("ascii", "replace").strip() or None
     except (OSError, urllib.error.URLError, ValueError):
         return None
