@@ -80,3 +80,9 @@ def test_a_spec_value_of_another_json_type_is_a_422_not_converted(
 
 def test_an_integer_for_a_number_field_is_accepted(api: Api, tmp_path: Path) -> None:
     api.submit(spec_body(tmp_path, grpo={"beta": 0, "learning_rate": 1e-6}))
+
+
+def test_an_integral_number_is_an_integer_as_json_schema_counts_it(api: Api, tmp_path: Path) -> None:
+    api.submit(spec_body(tmp_path, grpo={"num_batches": 20.0, "batch_size": 2}))
+    response = api.client.post("/v1/jobs", json=spec_body(tmp_path, grpo={"num_batches": 20.5}), headers=api.as_(TOKEN_A))
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "grpo", "num_batches"]
