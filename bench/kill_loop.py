@@ -218,8 +218,13 @@ class KillLoop:
             sub.cancel_unanswered = True  # did it land? the audit accepts CANCELLED as well
             return
         self.count(f"cancel_http_{response.status_code}")
-        if response.status_code == 200:
+        if response.status_code != 200:
+            return
+        phase = JobPhase(response.json()["phase"])
+        if phase in (JobPhase.CANCELLING, JobPhase.CANCELLED):
             sub.cancel_acked, sub.expected = True, JobPhase.CANCELLED
+        else:  # it ended between the service's read and its write: 200, and the cancel did nothing
+            self.count(f"cancel_http_200_but_{phase.value.lower()}")
 
     def open_due_gates(self, *, all_now: bool = False) -> None:
         now = time.monotonic()
