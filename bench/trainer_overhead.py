@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from trainer.contract import RunLayout  # noqa: E402
 from trainer.contract.spec_file import load_spec_file  # noqa: E402
 from trainer.pipeline import describe_plan  # noqa: E402
-from trainer.sources import (
+from trainer.sources import (  # noqa: E402
     materialise_dataset,
     resolve_model,
 )

@@ -84,7 +84,7 @@ class StoreRunFiles:
             lines = data.decode(errors="replace").splitlines()
             if cut:
                 lines = lines[1:]  # the first line was cut mid-way
-            yield f"==> {stage.value} stage log ({uri}{', last %d MiB' % (MAX_LOG_BYTES >> 20) if cut else ''}) <=="
+            yield f"==> {stage.value} stage log ({uri}{f', last {MAX_LOG_BYTES >> 20} MiB' if cut else ''}) <=="
             yield from lines
 
     def sample_steps(self, record: JobRecord) -> list[int]:

@@ -24,7 +24,7 @@ class _JobsByPhase(Collector):
         gauge = GaugeMetricFamily("rljob_jobs", "jobs in the store by phase", labels=["phase"])
         try:
             counts = self._count()
-        except Exception:  # a scrape during a database outage reports nothing rather than failing
+        except Exception:  # noqa: BLE001 - a scrape during a database outage reports nothing rather than failing
             counts = None
         if counts is not None:
             for phase in JobPhase:

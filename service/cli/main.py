@@ -233,7 +233,7 @@ app.command()(samples.samples)
 def main() -> None:
     try:
         app()
-    except Exception as e:  # anything unexpected: one line, not a traceback (usage errors are click's)
+    except Exception as e:  # noqa: BLE001 - anything unexpected: one line, not a traceback (usage errors are click's)
         err_console.print(f"[red]error:[/] unexpected {e.__class__.__name__}: {e}", highlight=False)
         raise SystemExit(ExitCode.FAILED) from None
 

@@ -25,7 +25,10 @@ def _eta_s(record: JobRecord, now: datetime) -> float | None:
     return max(0.0, elapsed_s / record.step * (record.total_steps - record.step))
 
 
-def to_public(record: JobRecord, now: datetime, health_policy: HealthPolicy = HealthPolicy()) -> JobPublic:
+DEFAULT_HEALTH_POLICY = HealthPolicy()
+
+
+def to_public(record: JobRecord, now: datetime, health_policy: HealthPolicy = DEFAULT_HEALTH_POLICY) -> JobPublic:
     progress = None
     if record.step is not None and record.total_steps:
         progress = min(1.0, record.step / record.total_steps)

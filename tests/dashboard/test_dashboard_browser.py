@@ -139,7 +139,8 @@ def test_a_failed_job_shows_why_and_the_phase_filter_finds_it(page: Page, live_s
     live_service.wait_for_phase(bad["id"], "RUNNING")
     live_service.emit(bad["id"], "stage_started", stage="train")
     live_service.emit(bad["id"], "train_step", step=1, total_steps=10, reward_mean=0.2, reward_std=0.1, kl=0.0, loss=0.9)
-    live_service.emit(bad["id"], "run_finished", ok=False, exit_code=70, message="reward function raised KeyError 'answer'", failed_stage="train")
+    live_service.emit(bad["id"], "run_finished", ok=False, exit_code=70,
+                      message="reward function raised KeyError 'answer'", failed_stage="train")
     live_service.finish_process(bad["id"], 70)
     live_service.wait_for_phase(bad["id"], "FAILED")
 

@@ -53,7 +53,7 @@ def direct_env_reads(package_dir: Path) -> dict[str, str]:
         tree = ast.parse(py.read_text())
         consts = _module_strings(tree)
 
-        def name_of(node: ast.AST | None) -> str | None:
+        def name_of(node: ast.AST | None, consts: dict[str, str] = consts) -> str | None:
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 return node.value
             if isinstance(node, ast.Name):

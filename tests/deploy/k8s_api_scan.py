@@ -216,7 +216,7 @@ def scan_trees(trees: dict[Path, ast.Module], root: Path | None) -> ScanResult:
             for child in ast.iter_child_nodes(node):
                 parents[child] = node
 
-        def enclosing(node: ast.AST, kinds: tuple[type, ...]) -> ast.AST | None:
+        def enclosing(node: ast.AST, kinds: tuple[type, ...], parents: dict[ast.AST, ast.AST] = parents) -> ast.AST | None:
             node = parents.get(node)
             while node is not None and not isinstance(node, kinds):
                 node = parents.get(node)
@@ -261,7 +261,7 @@ def scan_trees(trees: dict[Path, ast.Module], root: Path | None) -> ScanResult:
             func = enclosing(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             uses.append((name, where, carrier, skip, called, watched, func, callee))
 
-    for name, where, carrier, skip, called, watched, func, callee in uses:
+    for name, where, carrier, skip, _called, watched, func, callee in uses:
         candidates = table[name]
         if len(candidates) > 1:
             chosen = [c for c in candidates if c.api_class in referenced_classes]

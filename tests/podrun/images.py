@@ -97,7 +97,7 @@ def _passwd_home(lines: list[str], user: str) -> str | None:
             words = shlex.split(cmd.replace("RUN ", "", 1)) if "useradd" in cmd else []
             if "useradd" not in words:
                 continue
-            opts = dict(zip(words, words[1:]))
+            opts = dict(zip(words, words[1:], strict=False))
             uid, login = opts.get("--uid") or opts.get("-u"), words[-1]
             if name in (uid, login):
                 return opts.get("--home-dir") or opts.get("-d") or f"/home/{login}"

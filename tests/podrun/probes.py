@@ -36,7 +36,8 @@ def parse_probes(container: dict[str, Any], ports: dict[int, int], named_ports: 
         if not spec:
             continue
         if "httpGet" not in spec:
-            raise NotEmulated(f"{kind}: only httpGet probes are emulated, not {sorted(k for k in spec if k.endswith(('Get', 'Socket', 'exec', 'grpc')))}")
+            others = sorted(k for k in spec if k.endswith(("Get", "Socket", "exec", "grpc")))
+            raise NotEmulated(f"{kind}: only httpGet probes are emulated, not {others}")
         get = spec["httpGet"]
         if get.get("scheme", "HTTP") != "HTTP":
             raise NotEmulated(f"{kind}: scheme {get['scheme']}")

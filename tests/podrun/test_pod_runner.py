@@ -139,7 +139,8 @@ def test_read_only_mounts_and_root_filesystem_refuse_writes(runs):
     runs.add("ConfigMap", "cfg", data={"level": "debug"})
     mounts = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "conf", "mountPath": "/etc/conf"}]
     volumes = [{"name": "tmp", "emptyDir": {}}, {"name": "conf", "configMap": {"name": "cfg"}}]
-    ok = runs.run(make_pod(python("import tempfile, sqlite3; f = tempfile.mkstemp(); sqlite3.connect('/tmp/x.db').execute('create table t(a)'); print('ok', f[1])",
+    ok = runs.run(make_pod(python("import tempfile, sqlite3; f = tempfile.mkstemp(); "
+                                  "sqlite3.connect('/tmp/x.db').execute('create table t(a)'); print('ok', f[1])",
                                   volumeMounts=mounts, securityContext={"readOnlyRootFilesystem": True}), volumes=volumes))
     assert log(ok).startswith("ok /tmp/"), log(ok)
     for target in ("/home/rljob/state.db", "/var/log/x", "/opt/venv/lib/new.py"):
@@ -200,7 +201,8 @@ def test_failing_readiness_keeps_the_pod_unready_but_running(runs):
 
 
 def test_failing_liveness_restarts_the_container(runs):
-    runner = runs.start(make_pod(server(livenessProbe=probe("/broken", initialDelaySeconds=1, failureThreshold=1)), restart_policy="Always"))
+    broken = probe("/broken", initialDelaySeconds=1, failureThreshold=1)
+    runner = runs.start(make_pod(server(livenessProbe=broken), restart_policy="Always"))
     wait_until(lambda: runner.status()["containerStatuses"][0]["restartCount"] >= 1, "a restart")
     cs = runner.status()["containerStatuses"][0]
     assert "terminated" in cs["lastState"]
@@ -228,7 +230,8 @@ def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(runs):
     wait_until(lambda: "up" in log(graceful), "started")
     graceful.terminate(grace_s=5)
     assert graceful.wait(10) and state(graceful)["terminated"]["exitCode"] == 7 and "SIGTERM" in log(graceful)
-    stubborn = runs.start(make_pod(python("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)")))
+    ignores_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    stubborn = runs.start(make_pod(python(ignores_term)))
     wait_until(lambda: "up" in log(stubborn), "started")
     stubborn.terminate(grace_s=0.5)
     assert stubborn.wait(10) and state(stubborn)["terminated"]["exitCode"] == 137

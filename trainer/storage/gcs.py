@@ -269,7 +269,7 @@ class GcsStore:
 
     def _raise_for_failures(self, what: str, bucket_name: str, names: list[str], results: list) -> None:
         """transfer_manager returns exceptions in place of results; turn any into one StorageError."""
-        failures = [(name, r) for name, r in zip(names, results) if isinstance(r, Exception)]
+        failures = [(name, r) for name, r in zip(names, results, strict=True) if isinstance(r, Exception)]
         if failures:
             first_name, first = failures[0]
             raise StorageError(

@@ -31,7 +31,10 @@ class Waiting:
 
 
 def newest_first(pods: list[Any]) -> list[Any]:
-    return sorted(pods, key=lambda p: (p.metadata.creation_timestamp is not None, p.metadata.creation_timestamp or 0, p.metadata.name), reverse=True)
+    def newest_first(p: Any) -> tuple[bool, Any, str]:
+        return p.metadata.creation_timestamp is not None, p.metadata.creation_timestamp or 0, p.metadata.name
+
+    return sorted(pods, key=newest_first, reverse=True)
 
 
 def trainer_status(pod: Any) -> Any | None:

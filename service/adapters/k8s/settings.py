@@ -45,7 +45,9 @@ class K8sSettings(BaseSettings):
     # service to read the final state after a restart, then the cluster cleans up by itself.
     active_deadline_s: int = Field(default=2 * 24 * 3600, gt=0, description="a Job running longer is stopped")
     ttl_after_finished_s: int = Field(default=3 * 24 * 3600, ge=0, description="a finished Job is deleted after this")
-    backoff_limit: int = Field(default=3, ge=0, description="pod retries of a Job, restarts of a JobSet (exit codes 65, 70, 77 fail at once)")
+    backoff_limit: int = Field(
+        default=3, ge=0, description="pod retries of a Job, restarts of a JobSet (exit codes 65, 70, 77 fail at once)"
+    )
     # SIGTERM -> SIGKILL: the trainer saves a checkpoint on SIGTERM (maintenance, cancel).
     termination_grace_s: int = Field(default=300, ge=30, description="SIGTERM to SIGKILL for trainer pods")
     cpu_request: str | None = Field(default=None, description="override the accelerator table's per-VM CPU request")

@@ -18,11 +18,10 @@ from fastapi import APIRouter, Header, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from service.api.deps import CallerDep, Runtime, RuntimeDep, VisibleJobDep
+from service.api.errors import error_responses
+from service.api.sse import KEEPALIVE, KEEPALIVE_S, StreamHello, sse_event, sse_response, stream_response
 from service.domain.models import JobEvent, JobPublic
-
-from ..deps import CallerDep, Runtime, RuntimeDep, VisibleJobDep
-from ..errors import error_responses
-from ..sse import KEEPALIVE, KEEPALIVE_S, StreamHello, sse_event, sse_response, stream_response
 
 router = APIRouter(tags=["events"])
 

@@ -13,14 +13,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import StringConstraints, ValidationError
 
+from service.api.deps import CallerDep, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
+from service.api.errors import error_responses
+from service.api.log_follow import follow_log
 from service.domain.errors import BadCursor, InvalidRequest
 from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.phases import JobPhase
 from service.domain.views import to_public
-
-from ..deps import CallerDep, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
-from ..errors import error_responses
-from ..log_follow import follow_log
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 TEXT_PLAIN = "text/plain; charset=utf-8"
@@ -104,8 +103,8 @@ def _integral_floats_as_ints(value: Any) -> Any:
     },
 )  # fmt: skip
 def submit_job(
-    body: Annotated[JobCreate, Body(openapi_examples=SUBMIT_EXAMPLES)], caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep, _: ReadyDep,
-    response: Response, idempotency_key: IdempotencyKey = None,
+    body: Annotated[JobCreate, Body(openapi_examples=SUBMIT_EXAMPLES)], caller: CallerDep, jobs: JobServiceDep,
+    runtime: RuntimeDep, _: ReadyDep, response: Response, idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:  # fmt: skip
     """Submit a job spec. 201 with the new job; 200 with the existing one for a repeated Idempotency-Key."""
     if body.team is not None and body.team != caller.team:
@@ -124,6 +123,7 @@ def submit_job(
 @router.get("", response_model=JobsPublic, responses=error_responses(400, 401, 422, 503))
 def list_jobs(
     caller: CallerDep,
+    jobs: JobServiceDep,
     runtime: RuntimeDep,
     phase: JobPhase | None = None,
     team: Annotated[str | None, Query(max_length=63, description="admins only; others always see their own team")] = None,
@@ -133,17 +133,12 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobsPublic:
     """Jobs newest first, one page at a time; follow `next_cursor` for older ones."""
-    if not caller.admin:
-        if team is not None and team != caller.team:
-            return JobsPublic(data=[], count=0, next_cursor=None)  # other teams' jobs do not exist for you
-        team = caller.team
     filters = JobFilters(phase=phase, team=team, name=name, labels=_parse_labels(label))
     before = decode_cursor(cursor) if cursor else None
-    rows = runtime.store.list_jobs(filters, before_pk=before, limit=limit + 1)
-    page, more = rows[:limit], len(rows) > limit
+    page, more = jobs.list_jobs(caller, filters, before_pk=before, limit=limit)
     now = runtime.clock()
     return JobsPublic(
-        data=[to_public(record, now, runtime.jobs.health_policy) for _, record in page],
+        data=[to_public(record, now, jobs.health_policy) for _, record in page],
         count=len(page),
         next_cursor=encode_cursor(page[-1][0]) if more else None,
     )
