@@ -21,6 +21,7 @@ from collections.abc import Callable
 from service.domain.job_service import JobService
 from service.domain.launcher_port import JobLauncher, Observation
 from service.domain.phases import JobPhase
+from service.domain.recovery import JobRecovery
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +76,14 @@ class Supervisor:
         *,
         progress_poll_interval_s: float,
         reconcile_interval_s: float,
+        recovery: JobRecovery | None = None,
         recovery_retry_s: float = 1.0,
         recovery_retry_max_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.jobs = jobs
         self.launcher = launcher
+        self.recovery = recovery or JobRecovery(jobs)
         self.progress_poll_interval_s = progress_poll_interval_s
         self.reconcile_interval_s = reconcile_interval_s
         self.recovery_retry_s = recovery_retry_s  # doubled after each failed recovery, up to the max
@@ -130,7 +133,7 @@ class Supervisor:
         delay_s = self.recovery_retry_s
         while True:
             try:
-                self.jobs.recover()
+                self.recovery.recover()
                 break
             except Exception as e:  # e.g. the database went away: stay not-ready, say why, try again
                 log.exception("recovery failed; retrying in %.1fs", delay_s)
@@ -151,7 +154,7 @@ class Supervisor:
             if self._monotonic() >= next_reconcile:
                 next_reconcile = self._monotonic() + self.reconcile_interval_s
                 try:
-                    self.jobs.reconcile_once()
+                    self.recovery.reconcile_once()
                 except Exception:
                     log.exception("reconcile failed; trying again in %.1fs", self.reconcile_interval_s)
 

@@ -1,4 +1,4 @@
-"""A job's learning health from its record, and the part of JobService that logs verdict changes.
+"""A job's learning health from its record, and the verdict changes JobService's write path logs.
 
 learning_health.py decides a verdict from train steps alone; this module feeds it a record (its
 window of steps, phase, stage, when training started, where its checkpoints are) and keeps the
@@ -8,15 +8,13 @@ from the one last logged, so SSE streams and `rljob status --follow`-style clien
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from trainer.contract import RunLayout, Stage
 
 from .learning_health import HealthPolicy, LearningHealth, as_utc, assess_learning, read_window
 from .models import JobRecord
-from .ports import Clock, JobStore, JobTx
+from .ports import JobTx
 
 
 def train_started_at(record: JobRecord) -> datetime | None:
@@ -39,35 +37,21 @@ def learning_health(record: JobRecord, now: datetime, policy: HealthPolicy) -> L
     )
 
 
-class HealthMixin:
-    """Mixed into JobService; uses its store, clock, policy and write path."""
+def health_verdict_changed(record: JobRecord, now: datetime, policy: HealthPolicy) -> bool:
+    """Whether the verdict at `now` differs from the one last logged: time alone can stall a job."""
+    health = learning_health(record, now, policy)
+    return (health.verdict.value if health else None) != record.health_verdict
 
-    if TYPE_CHECKING:
-        store: JobStore
-        clock: Clock
-        health_policy: HealthPolicy
 
-        def _mutate(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord: ...
-
-    def refresh_health(self, job_id: str) -> None:
-        """Re-judge a job's health now: a running job becomes (or stops being) stalled by time
-        passing, with no write to trigger it. The poller calls this; it writes only on a change."""
-        record = self.store.get(job_id)
-        if record is None or record.phase.is_terminal():
-            return
-        health = learning_health(record, self.clock(), self.health_policy)
-        if (health.verdict.value if health else None) != record.health_verdict:
-            self._mutate(job_id, lambda rec, tx: None)  # _mutate re-judges under the lock and logs it
-
-    def _note_health(self, rec: JobRecord, tx: JobTx) -> None:
-        """Called by _mutate after every change, inside its transaction."""
-        now = self.clock()
-        health = learning_health(rec, now, self.health_policy)
-        verdict = health.verdict.value if health else None
-        previous = rec.health_verdict
-        if verdict == previous:
-            return
-        rec.health_verdict = verdict
-        if health is not None:
-            data = {"verdict": verdict, "message": health.message, "step": health.step, "previous": previous}
-            tx.append_event(rec, "health", data, now)
+def log_health_change(record: JobRecord, tx: JobTx, now: datetime, policy: HealthPolicy) -> None:
+    """Re-judge `record` and, if the verdict changed, keep it and log a `health` entry through `tx`.
+    JobService's write path calls this after every change, inside its transaction."""
+    health = learning_health(record, now, policy)
+    verdict = health.verdict.value if health else None
+    previous = record.health_verdict
+    if verdict == previous:
+        return
+    record.health_verdict = verdict
+    if health is not None:
+        data = {"verdict": verdict, "message": health.message, "step": health.step, "previous": previous}
+        tx.append_event(record, "health", data, now)

@@ -29,7 +29,7 @@ from typing import Any
 from trainer.contract import JobSpec, TrainerEvent
 
 from .errors import IdempotencyConflict, JobNotFound, NotCancellable
-from .job_health import HealthMixin
+from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
 from .launcher_port import JobLauncher, Observation, StatusMirror, SubmitCheck
@@ -48,7 +48,6 @@ from .observation_policy import (
 from .phases import CANCELLABLE, JobPhase, transition
 from .ports import Clock, JobStore, JobTx, ProgressSource, RunFiles, SkippedLine, utc_now
 from .progress import fold_events, fold_manifest, note_skipped_lines
-from .recovery import RecoveryMixin
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,7 @@ def new_job_id() -> str:
     return "rl-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
 
 
-class JobService(RecoveryMixin, HealthMixin):
+class JobService:
     def __init__(
         self,
         store: JobStore,
@@ -76,7 +75,6 @@ class JobService(RecoveryMixin, HealthMixin):
         run_files: RunFiles | None = None,
         mirror_every_steps: int = 10,
         mirror_interval_s: float = 30.0,
-        queued_relaunch_after_s: float = 10.0,
         health_policy: HealthPolicy = HealthPolicy(),
     ) -> None:
         self.store = store
@@ -94,7 +92,6 @@ class JobService(RecoveryMixin, HealthMixin):
         self._new_id = id_factory
         self._lock = threading.RLock()
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
-        self.queued_relaunch_after_s = queued_relaunch_after_s
         self.health_policy = health_policy
 
     def start(self) -> None:
@@ -175,7 +172,7 @@ class JobService(RecoveryMixin, HealthMixin):
 
         record = self._mutate(job_id, request_cancel)
         if record.phase is JobPhase.CANCELLING:
-            self._cancel_workload(job_id)
+            self.stop_workload(job_id)
         return self.store.get(job_id) or record
 
     # ---- launching ---------------------------------------------------------------------------
@@ -215,13 +212,32 @@ class JobService(RecoveryMixin, HealthMixin):
 
         record = self._mutate(job_id, record_launch)
         if record.phase is JobPhase.CANCELLING:
-            self._cancel_workload(job_id)  # a cancel that raced with the launch call found nothing to stop
+            self.stop_workload(job_id)  # a cancel that raced with the launch call found nothing to stop
 
-    def _cancel_workload(self, job_id: str) -> None:
+    def stop_workload(self, job_id: str) -> None:
+        """Ask the launcher to stop the job's workload; a failure is logged, and the reconcile asks again."""
         try:
             self.launcher.cancel(job_id)
         except Exception:  # the slow reconcile sends the cancel again
             log.exception("cancel of %s failed; will retry on reconcile", job_id)
+
+    def post_message(self, job_id: str, message: str) -> None:
+        """Show `message` on a job that has not ended, and log it in the job's event log."""
+
+        def post(rec: JobRecord, tx: JobTx) -> None:
+            if not rec.phase.is_terminal():
+                rec.message = message
+                tx.append_event(rec, "message", {"message": message}, self.clock())
+
+        self._mutate(job_id, post)
+
+    def refresh_health(self, job_id: str) -> None:
+        """Re-judge a job's health now: a running job becomes (or stops being) stalled by time
+        passing, with no write to trigger it. The poller calls this; it writes only on a change."""
+        record = self.store.get(job_id)
+        if record is not None and not record.phase.is_terminal():
+            if health_verdict_changed(record, self.clock(), self.health_policy):
+                self._mutate(job_id, lambda rec, tx: None)  # the write path re-judges under the lock and logs it
 
     # ---- observations and progress (from launcher threads and the progress poller) ----------
 
@@ -347,7 +363,7 @@ class JobService(RecoveryMixin, HealthMixin):
                     raise JobNotFound(job_id)
                 before = (record.phase, record.last_event_seq)
                 change(record, tx)
-                self._note_health(record, tx)
+                log_health_change(record, tx, self.clock(), self.health_policy)
                 changed = (record.phase, record.last_event_seq) != before
                 record.updated_at = self.clock() if changed else record.updated_at
                 tx.update(record)

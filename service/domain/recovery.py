@@ -1,43 +1,38 @@
-"""Start-up recovery and the slow reconcile: the part of JobService that re-asks the backend.
+"""Start-up recovery and the slow reconcile: asking the backend again about every job that has not ended.
 
-`recover()` runs once before the service accepts submissions and re-attaches every non-terminal
-job; `reconcile_once()` runs every reconcile_interval_s and catches what the watchers missed: an
-observation dropped from a full queue, a cancel that did not reach the backend, or a QUEUED job
-whose hand-over to the launcher never happened (a database error between storing and launching).
+`JobRecovery.recover()` runs once before the service accepts submissions and re-attaches every
+non-terminal job; `reconcile_once()` runs on the supervisor's reconcile loop and catches what the
+watchers missed: an observation dropped from a full queue, a cancel that did not reach the backend,
+or a QUEUED job whose hand-over to the launcher never happened (a database error between storing
+and launching). It writes nothing itself: every change goes through JobService's public API.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
-from .launcher_port import JobLauncher, Observation, ObservedState
+from .job_service import JobService
+from .launcher_port import ObservedState
 from .models import JobRecord
 from .phases import JobPhase
-from .ports import Clock, JobStore, JobTx
 
 log = logging.getLogger(__name__)
 
+# At start-up: a workload in one of these states is still there, and the job is re-attached to it.
+ALIVE: frozenset[ObservedState] = frozenset({ObservedState.PENDING, ObservedState.RUNNING, ObservedState.RESTARTING})
+# On the slow reconcile: a CANCELLING job whose workload is seen in one of these gets the cancel again.
+STILL_TO_STOP: frozenset[ObservedState] = frozenset({ObservedState.PENDING, ObservedState.RUNNING})
 
-class RecoveryMixin:
-    """Mixed into JobService; uses its store, launcher, launch() and write path."""
 
-    if TYPE_CHECKING:
-        store: JobStore
-        launcher: JobLauncher
-        clock: Clock
-        queued_relaunch_after_s: float
-
-        def launch(self, job_id: str) -> None: ...
-        def apply_observation(self, obs: Observation) -> None: ...
-        def ingest_progress(self, job_id: str, *, until_caught_up: bool = False) -> None: ...
-        def _cancel_workload(self, job_id: str) -> None: ...
-        def _mutate(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord: ...
+class JobRecovery:
+    def __init__(self, jobs: JobService, *, queued_relaunch_after_s: float = 10.0) -> None:
+        self.jobs = jobs
+        # A QUEUED job younger than this may have its own launch call under way: not handed over again yet.
+        self.queued_relaunch_after_s = queued_relaunch_after_s
 
     def recover(self) -> None:
         """Re-attach to or resolve every non-terminal job; run before accepting submissions."""
-        for record in self.store.list_active():
+        for record in self.jobs.store.list_active():
             try:
                 self._recover_one(record)
             except Exception:  # one bad job must not keep the service from becoming ready
@@ -45,37 +40,29 @@ class RecoveryMixin:
 
     def _recover_one(self, record: JobRecord) -> None:
         if record.phase is JobPhase.QUEUED:
-            self.launch(record.id)
+            self.jobs.launch(record.id)
             return
-        obs = self.launcher.observe(record.id)
-        alive = obs.state in (ObservedState.PENDING, ObservedState.RUNNING, ObservedState.RESTARTING)
-        if alive:
-            note = f"re-attached to {obs.object_name or 'the workload'} after a service restart"
-
-            def mark(rec: JobRecord, tx: JobTx) -> None:
-                if not rec.phase.is_terminal():
-                    rec.message = note
-                    tx.append_event(rec, "message", {"message": note}, self.clock())
-
-            self._mutate(record.id, mark)
+        obs = self.jobs.launcher.observe(record.id)
+        if obs.state in ALIVE:
+            self.jobs.post_message(record.id, f"re-attached to {obs.object_name or 'the workload'} after a service restart")
             if record.phase is JobPhase.CANCELLING:
-                self._cancel_workload(record.id)
-        self.apply_observation(obs)
+                self.jobs.stop_workload(record.id)
+        self.jobs.apply_observation(obs)
 
     def reconcile_once(self) -> None:
         """Ask the backend about every launched job; hand over QUEUED jobs that were never launched."""
-        for record in self.store.list_active():
+        for record in self.jobs.store.list_active():
             try:
                 if record.phase is JobPhase.QUEUED:
-                    # Not just submitted (its own launch call may be under way): launch() is idempotent.
-                    if (self.clock() - record.updated_at).total_seconds() >= self.queued_relaunch_after_s:
+                    # launch() is idempotent, so a launch that was under way after all does no harm.
+                    if (self.jobs.clock() - record.updated_at).total_seconds() >= self.queued_relaunch_after_s:
                         log.info("launching %s: still QUEUED since %s", record.id, record.updated_at.isoformat())
-                        self.launch(record.id)
+                        self.jobs.launch(record.id)
                     continue
-                self.ingest_progress(record.id)
-                obs = self.launcher.observe(record.id)
-                if record.phase is JobPhase.CANCELLING and obs.state in (ObservedState.RUNNING, ObservedState.PENDING):
-                    self._cancel_workload(record.id)
-                self.apply_observation(obs)
+                self.jobs.ingest_progress(record.id)
+                obs = self.jobs.launcher.observe(record.id)
+                if record.phase is JobPhase.CANCELLING and obs.state in STILL_TO_STOP:
+                    self.jobs.stop_workload(record.id)
+                self.jobs.apply_observation(obs)
             except Exception:
                 log.exception("reconciling %s failed", record.id)

@@ -15,6 +15,7 @@ from service.domain.job_service import JobService
 from service.domain.launcher_port import ObservedState
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
+from service.domain.recovery import JobRecovery
 from service.domain.views import to_public
 from trainer.contract import (
     ArtifactWritten,
@@ -196,7 +197,7 @@ def test_recover_reattaches_resumes_or_fails(
         fake_launcher.states.pop(job_id)
     fake_launcher.launched.clear()
 
-    service.recover()
+    JobRecovery(service).recover()
 
     phases = {j: store.get(j).phase for j in (alive, lost, lost_twice, stopping, queued_in_backend)}  # type: ignore[union-attr]
     assert phases == {
@@ -218,7 +219,7 @@ def test_job_that_finished_while_the_service_was_down(
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
     fake_progress.add(_ev(TrainStep, job_id, 0, step=4, total_steps=4))
     fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0)
-    service.recover()
+    JobRecovery(service).recover()
     record = store.get(job_id)
     assert record is not None and record.phase is JobPhase.SUCCEEDED and record.step == 4
 

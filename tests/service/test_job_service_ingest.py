@@ -17,6 +17,7 @@ from service.domain.job_service import JobService
 from service.domain.launcher_port import ObservedState
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
+from service.domain.recovery import JobRecovery
 from trainer.contract import ArtifactWritten, JobSpec, RunFinished, RunLayout, TrainStep, dump_event
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
@@ -77,15 +78,16 @@ def test_reconcile_launches_a_job_stranded_in_queued(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     clock = ManualClock()
-    service = JobService(store, fake_launcher, fake_progress, clock=clock, queued_relaunch_after_s=5)
+    service = JobService(store, fake_launcher, fake_progress, clock=clock)
+    recovery = JobRecovery(service, queued_relaunch_after_s=5)
     monkeypatch.setattr(service, "launch", lambda job_id: None)  # the hand-over after storing never happened
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     monkeypatch.undo()
     assert store.get(job_id).phase is JobPhase.QUEUED  # type: ignore[union-attr]
-    service.reconcile_once()
+    recovery.reconcile_once()
     assert store.get(job_id).phase is JobPhase.QUEUED and fake_launcher.launched == []  # type: ignore[union-attr]
     clock.now += timedelta(seconds=6)
-    service.reconcile_once()
+    recovery.reconcile_once()
     assert store.get(job_id).phase is JobPhase.LAUNCHING  # type: ignore[union-attr]
     assert fake_launcher.launched == [job_id]
 
