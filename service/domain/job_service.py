@@ -18,6 +18,7 @@ the new phase/stage/progress; status_mirror.py throttles and sends it from its o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import secrets
@@ -34,7 +35,7 @@ from .job_logs import job_log_lines
 from .job_samples import read_job_samples
 from .launcher_port import JobLauncher, Observation, StatusMirror, SubmitCheck
 from .learning_health import HealthPolicy
-from .models import Caller, JobRecord, SamplesPublic
+from .models import Caller, JobFilters, JobRecord, SamplesPublic
 from .observation_policy import (
     WORKLOAD_STOPPED,
     Decision,
@@ -110,6 +111,19 @@ class JobService:
         if record is None or not caller.can_see(record.team):
             raise JobNotFound(job_id)  # another team's job looks exactly like a missing one
         return record
+
+    def list_jobs(
+        self, caller: Caller, filters: JobFilters, *, before_pk: int | None, limit: int
+    ) -> tuple[list[tuple[int, JobRecord]], bool]:
+        """A page of the jobs the caller may see, newest first, as (pk, record) pairs for a cursor,
+        and whether older ones follow. Only admins see other teams: for anyone else a filter on
+        another team finds nothing, exactly as if that team had no jobs."""
+        if not caller.admin:
+            if filters.team is not None and filters.team != caller.team:
+                return [], False
+            filters = dataclasses.replace(filters, team=caller.team)
+        rows = self.store.list_jobs(filters, before_pk=before_pk, limit=limit + 1)
+        return rows[:limit], len(rows) > limit
 
     def logs(
         self, record: JobRecord, *, follow: bool = False, tail_lines: int | None = None
