@@ -23,8 +23,7 @@ from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
 from service.config import Settings
 from service.domain.job_service import JobService
-from service.domain.launcher_port import JobLauncher
-from service.domain.ports import Clock, JobStore, ProgressSource, RunFiles, utc_now
+from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
 from service.domain.tokens import TokenService
 from service.logging_config import configure_logging
 from service.runtime import ChangeNotifier, Supervisor

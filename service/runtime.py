@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 
 from service.domain.job_service import JobService
-from service.domain.launcher_port import JobLauncher, Observation
 from service.domain.phases import JobPhase
+from service.domain.ports import JobLauncher, Observation
 from service.domain.recovery import JobRecovery
 
 log = logging.getLogger(__name__)

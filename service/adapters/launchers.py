@@ -10,7 +10,7 @@ import importlib
 from pathlib import Path
 
 from service.config import Settings
-from service.domain.launcher_port import JobLauncher
+from service.domain.ports import JobLauncher
 
 
 def build_launcher(settings: Settings) -> JobLauncher:

@@ -13,9 +13,8 @@ import logging
 from collections import deque
 from collections.abc import Iterator
 
-from .launcher_port import JobLauncher
 from .models import JobRecord
-from .ports import RunFiles
+from .ports import JobLauncher, RunFiles
 
 log = logging.getLogger(__name__)
 

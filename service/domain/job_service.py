@@ -33,7 +33,6 @@ from .errors import IdempotencyConflict, JobNotFound, NotCancellable
 from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
-from .launcher_port import JobLauncher, Observation, StatusMirror, SubmitCheck
 from .learning_health import HealthPolicy
 from .models import Caller, JobFilters, JobRecord, SamplesPublic
 from .observation_policy import (
@@ -47,7 +46,19 @@ from .observation_policy import (
     resume_limit_message,
 )
 from .phases import CANCELLABLE, JobPhase, transition
-from .ports import Clock, JobStore, JobTx, ProgressSource, RunFiles, SkippedLine, utc_now
+from .ports import (
+    Clock,
+    JobLauncher,
+    JobStore,
+    JobTx,
+    Observation,
+    ProgressSource,
+    RunFiles,
+    SkippedLine,
+    StatusMirror,
+    SubmitCheck,
+    utc_now,
+)
 from .progress import fold_events, fold_manifest, note_skipped_lines
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 

@@ -13,9 +13,9 @@ from collections.abc import Collection
 
 from trainer.contract import ExitCode, describe_exit_code
 
-from .launcher_port import Observation, ObservedState
 from .models import RunOutcome
 from .phases import JobPhase
+from .ports import Observation, ObservedState
 
 # The backend says the workload is no longer running: its events file is drained before deciding.
 WORKLOAD_STOPPED: frozenset[ObservedState] = frozenset(

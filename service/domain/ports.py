@@ -176,6 +176,9 @@ class JobStore(Protocol):
     def close(self) -> None: ...
 
 
+# ---- the trainer's progress and run files ---------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class SkippedLine:
     """An events-file line longer than the reader takes at once: stepped over so progress goes on."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 
 from .job_service import JobService
-from .launcher_port import ObservedState
 from .models import JobRecord
 from .phases import JobPhase
+from .ports import ObservedState
 
 log = logging.getLogger(__name__)
 

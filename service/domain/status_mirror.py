@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .launcher_port import StatusMirror
 from .models import JobRecord
+from .ports import StatusMirror
 
 log = logging.getLogger(__name__)
 

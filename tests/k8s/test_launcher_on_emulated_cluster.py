@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from service.domain.launcher_port import ObservedState
+from service.domain.ports import ObservedState
 from tests.podrun.cluster import EmulatedCluster
 from tests.podrun.manifests import service_accounts, shared_dir, spec, workload
 

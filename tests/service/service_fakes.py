@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from service.domain.errors import LaunchFailed
-from service.domain.launcher_port import LaunchResult, Observation, ObservationSink, ObservedState
 from service.domain.models import JobRecord
-from service.domain.ports import ProgressBatch
+from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState, ProgressBatch
 from trainer.contract import JobSpec, TrainerEvent
 
 

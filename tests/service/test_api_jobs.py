@@ -8,8 +8,8 @@ import pytest
 from conftest import Api
 from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, spec_body, wait_for_phase
 
-from service.domain.launcher_port import ObservedState
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 from service.domain.tokens import TokenService
 
 

@@ -15,8 +15,8 @@ from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, spec_body, wait_for_p
 from test_api_sse import read_sse
 
 from service.adapters import run_files
-from service.domain.launcher_port import ObservedState
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 from trainer.contract import SIGNAL_METRIC, RunLayout, Sample, Stage, StageStarted, StepSamples, TrainStep
 
 

@@ -17,8 +17,8 @@ from service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.launcher_port import ObservedState
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 from conftest import Api
 from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, spec_body, wait_for_phase
 
-from service.domain.launcher_port import ObservedState
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 
 
 def read_sse(api: Api, path: str, token: str = TOKEN_A, on_event=None, **headers: str) -> list[tuple[str, int, dict]]:

@@ -12,9 +12,9 @@ from service_helpers import T0, spec_body
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.launcher_port import ObservedState
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 from trainer.contract import JobSpec, RunLayout, TrainStep, dump_event
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")

@@ -12,9 +12,9 @@ from service_helpers import T0, ManualClock, spec_body
 from service.adapters.store import SqlJobStore
 from service.domain.errors import IdempotencyConflict, JobNotFound, NotCancellable
 from service.domain.job_service import JobService
-from service.domain.launcher_port import ObservedState
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 from service.domain.recovery import JobRecovery
 from service.domain.views import to_public
 from trainer.contract import (

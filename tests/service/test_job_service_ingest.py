@@ -14,9 +14,9 @@ import service.domain.job_service as job_service_module
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.launcher_port import ObservedState
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 from service.domain.recovery import JobRecovery
 from trainer.contract import ArtifactWritten, JobSpec, RunFinished, RunLayout, TrainStep, dump_event
 

@@ -12,10 +12,10 @@ from service_helpers import T0, ManualClock, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.launcher_port import ObservedState
 from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 from service.domain.views import to_public
 from service.runtime import Supervisor
 from trainer.contract import SIGNAL_METRIC, JobSpec, Stage, StageStarted, TrainStep

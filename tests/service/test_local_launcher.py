@@ -15,7 +15,7 @@ import pytest
 from service_helpers import spec_body, wait_until
 
 from service.adapters.local import LocalProcessLauncher, procs
-from service.domain.launcher_port import Observation, ObservedState
+from service.domain.ports import Observation, ObservedState
 from trainer.contract import JobSpec, RunLayout
 
 

@@ -18,10 +18,10 @@ from service_helpers import T0, ManualClock, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.launcher_port import Observation, ObservedState
 from service.domain.models import JobRecord
 from service.domain.observation_policy import Decision, decide, names_a_replaced_workload
 from service.domain.phases import JobPhase, can_transition
+from service.domain.ports import Observation, ObservedState
 from trainer.contract import JobSpec, describe_exit_code
 
 P, S, D = JobPhase, ObservedState, Decision

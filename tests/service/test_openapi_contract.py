@@ -14,9 +14,9 @@ from conftest import Api
 from jsonschema import Draft202012Validator
 from service_helpers import TOKEN_A, spec_body, wait_for_phase
 
-from service.domain.launcher_port import ObservedState
 from service.domain.models import JobCreate
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 
 MISSING = "rl-aaaaaaaaaaaa"
 CONSTRAINT_KEYS = ("pattern", "maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum",

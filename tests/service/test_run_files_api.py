@@ -11,9 +11,9 @@ from pathlib import Path
 from conftest import Api
 from service_helpers import TOKEN_A, spec_body, wait_for_phase
 
-from service.domain.launcher_port import ObservedState
 from service.domain.models import Artifact, JobRecord
 from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
 from service.domain.progress import fold_manifest
 from service.domain.tokens import TokenService
 from trainer.contract import ArtifactWritten, RunFinished, RunLayout, Stage

@@ -18,8 +18,8 @@ from service.adapters.store.tables import Base
 from service.app import create_app
 from service.config import Settings
 from service.domain.job_service import JobService
-from service.domain.launcher_port import Observation
 from service.domain.models import Caller
+from service.domain.ports import Observation
 from service.domain.tokens import TokenService
 from trainer.contract import JobSpec
 

@@ -14,8 +14,8 @@ from service_fakes import FakeLauncher, FakeProgress
 from service_helpers import spec_body, wait_until
 
 from service.domain.job_service import JobService
-from service.domain.launcher_port import ObservedState, StatusMirror
 from service.domain.models import Caller
+from service.domain.ports import ObservedState, StatusMirror
 from service.domain.status_mirror import MirroredStatus, StatusMirrorWorker
 from trainer.contract import JobSpec, Stage, StageStarted, TrainStep
 

@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from service.domain.launcher_port import LaunchResult, Observation, ObservationSink, ObservedState
+from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
 
 from . import names, observe, pods

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.domain.launcher_port import Observation, ObservedState
+from service.domain.ports import Observation, ObservedState
 from trainer.contract import describe_exit_code
 
 from . import names, pods

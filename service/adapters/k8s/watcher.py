@@ -19,7 +19,7 @@ import urllib3
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from service.domain.launcher_port import Observation, ObservationSink, ObservedState
+from service.domain.ports import Observation, ObservationSink, ObservedState
 
 from . import names
 from .serialize import to_plain

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.domain.errors import InvalidRequest, LaunchFailed
-from service.domain.launcher_port import LaunchResult, Observation, ObservationSink, ObservedState
+from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
 from trainer.contract.tpu import tpu_slice
 
