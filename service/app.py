@@ -21,12 +21,13 @@ from service.adapters.events_file import EventsFileReader
 from service.adapters.launchers import build_launcher
 from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
+from service.change_notifier import ChangeNotifier
 from service.config import Settings
 from service.domain.job_service import JobService
 from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
 from service.domain.tokens import TokenService
 from service.logging_config import configure_logging
-from service.runtime import ChangeNotifier, Supervisor
+from service.supervisor import Supervisor
 
 from .api.body_limit import BodyLimitMiddleware
 from .api.deps import Runtime

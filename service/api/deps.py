@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from service.change_notifier import ChangeNotifier
 from service.config import Settings
 from service.domain.errors import JobNotFound, NotReady
 from service.domain.job_service import JobService
@@ -15,7 +16,7 @@ from service.domain.models import Caller, JobPublic, JobRecord
 from service.domain.ports import Clock, JobStore
 from service.domain.tokens import TokenService
 from service.domain.views import to_public
-from service.runtime import ChangeNotifier, Supervisor
+from service.supervisor import Supervisor
 from trainer.contract import JOB_ID_RE
 
 from .log_follow import LogFollowers

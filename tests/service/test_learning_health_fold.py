@@ -17,7 +17,7 @@ from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.views import to_public
-from service.runtime import Supervisor
+from service.supervisor import Supervisor
 from trainer.contract import SIGNAL_METRIC, JobSpec, Stage, StageStarted, TrainStep
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")

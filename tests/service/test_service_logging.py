@@ -98,7 +98,7 @@ def test_rljob_serve_logs_recovery_and_reattach_as_json_lines(tmp_path: Path) ->
         wait_until(lambda: _phase(client, job_id) == "SUCCEEDED", timeout_s=30)
     records = _json_lines(stderr_path)
     infos = [(r["logger"], r["message"]) for r in records if r["level"] == "INFO"]
-    assert [m for lg, m in infos if lg == "service.runtime"].count("recovery finished; accepting submissions") == 2
+    assert [m for lg, m in infos if lg == "service.supervisor"].count("recovery finished; accepting submissions") == 2
     assert any(
         lg == "service.adapters.local.launcher" and m.startswith(f"re-attached {job_id} to pid") for lg, m in infos
     )
@@ -114,7 +114,7 @@ def test_the_images_factory_configures_logging_too(tmp_path: Path) -> None:
     with _server(argv, _env(tmp_path / "state"), port, stderr_path) as client:
         assert client.get("/v1/jobs").status_code == 200
     records = _json_lines(stderr_path)
-    assert ("service.runtime", "recovery finished; accepting submissions") in [
+    assert ("service.supervisor", "recovery finished; accepting submissions") in [
         (r["logger"], r["message"]) for r in records
     ]
     assert any(r["logger"].startswith("uvicorn") and "startup complete" in str(r["message"]) for r in records)

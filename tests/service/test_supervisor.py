@@ -12,7 +12,7 @@ from service_helpers import spec_body, wait_until
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
 from service.domain.models import Caller
-from service.runtime import Supervisor
+from service.supervisor import Supervisor
 from trainer.contract import JobSpec
 
 

@@ -1,5 +1,4 @@
-"""The service's moving parts at run time: change notification for streams, and the supervisor that
-feeds launcher observations and trainer progress into the job service.
+"""The supervisor: the threads that feed launcher observations and trainer progress into the job service.
 
 Threads (all daemon, all stopped by `Supervisor.stop()`):
 - observations: drains the bounded queue the launcher pushes into and applies each observation;
@@ -11,7 +10,6 @@ Threads (all daemon, all stopped by `Supervisor.stop()`):
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import queue
 import threading
@@ -26,46 +24,6 @@ from service.domain.recovery import JobRecovery
 log = logging.getLogger(__name__)
 
 OBSERVATION_QUEUE_SIZE = 10_000
-
-
-class ChangeNotifier:
-    """Wakes SSE streams when the event log grows; a version counter means no wake-up is lost
-    between a stream's empty read and its wait."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._version = 0
-        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    def notify(self) -> None:
-        with self._lock:
-            self._version += 1
-            waiters = list(self._waiters)
-        for loop, event in waiters:
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:
-                pass  # that stream's loop has closed
-
-    async def wait(self, seen_version: int, timeout_s: float) -> None:
-        """Return when the version moves past `seen_version`, or after timeout_s."""
-        event = asyncio.Event()
-        entry = (asyncio.get_running_loop(), event)
-        with self._lock:
-            if self._version != seen_version:
-                return
-            self._waiters.add(entry)
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            with self._lock:
-                self._waiters.discard(entry)
 
 
 class Supervisor:
