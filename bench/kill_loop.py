@@ -64,7 +64,7 @@ class ServiceProcess:
         self.env = {
             **base, **backend.env, "RLJOB_ENVIRONMENT": "dev", "RLJOB_STATE_DIR": str(work / "state"),
             "RLJOB_BOOTSTRAP_TOKEN": token, "RLJOB_BOOTSTRAP_TEAM": TEAM,
-            "RLJOB_PROGRESS_POLL_INTERVAL_S": "0.2", "RLJOB_RECONCILE_INTERVAL_S": "2",
+            "RLJOB_PROGRESS_POLL_INTERVAL_S": "0.2", "RLJOB_ACTIVE_JOBS_RECONCILE_INTERVAL_S": "2",
             "PYTHONUNBUFFERED": "1",
             # The code of the checkout this bench lives in, whatever the venv's editable install points at.
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH", "")) if p),

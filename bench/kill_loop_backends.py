@@ -205,7 +205,7 @@ def k8s_kmock(work: Path) -> Iterator[Backend]:
             "RLJOB_K8S_CPU_JOB_CPU": "50m", "RLJOB_K8S_CPU_JOB_MEMORY": "128Mi", "RLJOB_K8S_CPU_JOB_SHM_SIZE": "16Mi",
             "RLJOB_K8S_TERMINATION_GRACE_S": "30",
             "RLJOB_K8S_WATCH_TIMEOUT_S": "10",
-            "RLJOB_K8S_RECONCILE_INTERVAL_S": "2",
+            "RLJOB_K8S_WATCH_RESYNC_INTERVAL_S": "2",
             "RLJOB_K8S_RETRY_BACKOFF_S": "0.1", "RLJOB_K8S_RETRY_BACKOFF_MAX_S": "1",
             "RLJOB_K8S_REQUEST_TIMEOUT_S": "10",
         }  # fmt: skip

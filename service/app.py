@@ -73,7 +73,7 @@ def create_app(
         supervisor = Supervisor(
             job_service, job_launcher,
             progress_poll_interval_s=settings.progress_poll_interval_s,
-            reconcile_interval_s=settings.reconcile_interval_s,
+            active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
         )  # fmt: skip
         metrics.watch_store(job_store.count_by_phase)
         app.state.runtime = Runtime(

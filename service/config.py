@@ -39,7 +39,9 @@ class Settings(BaseSettings):
     cancel_grace_s: float = Field(default=10.0, gt=0, description="local launcher: SIGTERM to SIGKILL on cancel")
     local_poll_interval_s: float = Field(default=0.2, gt=0, description="local launcher: how often it checks its processes")
     progress_poll_interval_s: float = Field(default=0.5, gt=0, description="how often active jobs' trainer events are read")
-    reconcile_interval_s: float = Field(default=30.0, gt=0, description="how often every active job is checked with its launcher")
+    active_jobs_reconcile_interval_s: float = Field(
+        default=30.0, gt=0, description="how often the service asks the launcher about every job that has not ended"
+    )
     # Kubernetes labels/annotations: a phase or stage change goes at once, progress this often.
     status_mirror_every_steps: int = Field(default=10, ge=1, description="mirror progress every N train steps")
     status_mirror_interval_s: float = Field(default=30.0, gt=0, description="... or after this many seconds, whichever comes first")

@@ -5,7 +5,7 @@ Threads (all daemon, all stopped by `Supervisor.stop()`):
 - recovery: re-attaches every non-terminal job (retried with backoff), then marks the service ready;
 - poller: every progress_poll_interval_s folds new trainer events into active jobs and re-judges
   running jobs' learning health (a job stalls without any event saying so), and every
-  reconcile_interval_s asks the launcher about every active job (catches missed observations).
+  active_jobs_reconcile_interval_s asks the launcher about every active job (catches missed observations).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Supervisor:
         launcher: JobLauncher,
         *,
         progress_poll_interval_s: float,
-        reconcile_interval_s: float,
+        active_jobs_reconcile_interval_s: float,
         recovery: JobRecovery | None = None,
         recovery_retry_s: float = 1.0,
         recovery_retry_max_s: float = 30.0,
@@ -43,7 +43,7 @@ class Supervisor:
         self.launcher = launcher
         self.recovery = recovery or JobRecovery(jobs)
         self.progress_poll_interval_s = progress_poll_interval_s
-        self.reconcile_interval_s = reconcile_interval_s
+        self.active_jobs_reconcile_interval_s = active_jobs_reconcile_interval_s
         self.recovery_retry_s = recovery_retry_s  # doubled after each failed recovery, up to the max
         self.recovery_retry_max_s = recovery_retry_max_s
         self._monotonic = monotonic
@@ -102,7 +102,7 @@ class Supervisor:
         self.recovery_error = None
         self.ready.set()
         log.info("recovery finished; accepting submissions")
-        next_reconcile = self._monotonic() + self.reconcile_interval_s
+        next_reconcile = self._monotonic() + self.active_jobs_reconcile_interval_s
         while not self._stop.wait(self.progress_poll_interval_s):
             # One bad round (a database hiccup) must not end the loop for good: log it, go on.
             try:
@@ -110,11 +110,11 @@ class Supervisor:
             except Exception:
                 log.exception("polling progress failed; trying again in %.1fs", self.progress_poll_interval_s)
             if self._monotonic() >= next_reconcile:
-                next_reconcile = self._monotonic() + self.reconcile_interval_s
+                next_reconcile = self._monotonic() + self.active_jobs_reconcile_interval_s
                 try:
                     self.recovery.reconcile_once()
                 except Exception:
-                    log.exception("reconcile failed; trying again in %.1fs", self.reconcile_interval_s)
+                    log.exception("reconcile failed; trying again in %.1fs", self.active_jobs_reconcile_interval_s)
 
     def poll_progress_once(self) -> None:
         for record in self.jobs.store.list_active():

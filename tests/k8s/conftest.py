@@ -78,7 +78,7 @@ def make_settings(**overrides: Any) -> K8sSettings:
         "image": "us-docker.pkg.dev/example-project/rljob/trainer:0.1.0",
         "service_account": "rljob-trainer",
         "watch_timeout_s": 1,
-        "reconcile_interval_s": 0.3,
+        "watch_resync_interval_s": 0.3,
         "request_timeout_s": 5.0,
         "retry_backoff_s": 0.01,
         "retry_backoff_max_s": 0.05,

@@ -68,7 +68,7 @@ def tiny_spec(node_dir: Path, runs: str, model: Path | None = None) -> dict[str,
 
 def service_settings(tmp_path: Path) -> Settings:
     return Settings(_env_file=None, environment="dev", state_dir=tmp_path / "state", bootstrap_token=TOKEN,
-                    bootstrap_team="ml", progress_poll_interval_s=0.5, reconcile_interval_s=2.0)
+                    bootstrap_team="ml", progress_poll_interval_s=0.5, active_jobs_reconcile_interval_s=2.0)
 
 
 def launcher_settings(node_dir: Path) -> dict[str, Any]:

@@ -201,7 +201,7 @@ async def test_multi_host_launch_creates_a_jobset(cluster, make_launcher):
 
 async def test_watch_alone_delivers_observations(cluster, make_launcher, recorder, spec):
     # With the periodic reconcile out of reach, only the watches can tell the launcher anything.
-    launcher = make_launcher(reconcile_interval_s=600)
+    launcher = make_launcher(watch_resync_interval_s=600)
     launcher.start(recorder)
     try:
         await asyncio.to_thread(launcher.launch, JOB_ID, spec)

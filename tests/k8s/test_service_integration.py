@@ -64,7 +64,7 @@ class NoProgress:
 def _settings(tmp_path: Path) -> Settings:
     return Settings(
         _env_file=None, environment="dev", state_dir=tmp_path, bootstrap_token=TOKEN, bootstrap_team="ml",
-        progress_poll_interval_s=0.1, reconcile_interval_s=0.5,
+        progress_poll_interval_s=0.1, active_jobs_reconcile_interval_s=0.5,
     )
 
 

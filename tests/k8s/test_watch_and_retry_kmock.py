@@ -30,7 +30,7 @@ async def test_watch_410_gone_relists_and_recovers(cluster, make_launcher, recor
         first_job_watch << 410 << GONE_STATUS
     else:  # what an API server does mid-stream when the resourceVersion has been compacted away
         first_job_watch << ({"type": "ERROR", "object": GONE_STATUS},)
-    launcher = make_launcher(reconcile_interval_s=600)
+    launcher = make_launcher(watch_resync_interval_s=600)
     launcher.start(recorder)
     try:
         jobs_watch = next(w for w in launcher.watches if w.kind == "jobs")

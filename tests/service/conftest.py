@@ -71,7 +71,7 @@ def settings_factory(tmp_path: Path, fake_trainer_command: list[str]) -> Callabl
             local_poll_interval_s=0.05,
             progress_poll_interval_s=0.05,
             sse_poll_interval_s=0.2,
-            reconcile_interval_s=3600,
+            active_jobs_reconcile_interval_s=3600,
             cancel_grace_s=5,
         )
         values.update(overrides)

@@ -32,7 +32,7 @@ class Flaky:
 @pytest.fixture
 def supervisor(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress):
     jobs = JobService(store, fake_launcher, fake_progress)
-    sup = Supervisor(jobs, fake_launcher, progress_poll_interval_s=0.01, reconcile_interval_s=0.01,
+    sup = Supervisor(jobs, fake_launcher, progress_poll_interval_s=0.01, active_jobs_reconcile_interval_s=0.01,
                      recovery_retry_s=0.01, recovery_retry_max_s=0.02)  # fmt: skip
     yield sup
     sup.stop()

@@ -46,7 +46,7 @@ class K8sJobLauncher:
         if self._threads:
             raise RuntimeError("K8sJobLauncher.start called twice")
         self._stop.clear()
-        self._reconciler = Reconciler(self.observe, sink, interval_s=self._settings.reconcile_interval_s,
+        self._reconciler = Reconciler(self.observe, sink, interval_s=self._settings.watch_resync_interval_s,
                                       stop=self._stop, clock=self._clock)
         c, ns = self._client, self._settings.namespace
         common = dict(on_job=self._reconciler.mark, stop=self._stop, watch_timeout_s=self._settings.watch_timeout_s,

@@ -69,7 +69,9 @@ class K8sSettings(BaseSettings):
     retry_backoff_s: float = Field(default=0.5, gt=0, description="first wait between tries (doubles)")
     retry_backoff_max_s: float = Field(default=10.0, gt=0, description="longest wait between tries")
     watch_timeout_s: int = Field(default=300, gt=0, description="server-side end of each watch request")
-    reconcile_interval_s: float = Field(default=120.0, gt=0, description="how often every Job is re-listed (missed watch events)")
+    watch_resync_interval_s: float = Field(
+        default=120.0, gt=0, description="how often each unfinished Job is read again (a watch event may be missed)"
+    )
     watch_jobsets: bool = Field(default=True, description="watch JobSets too (needs the JobSet CRD)")
 
     @field_validator("cpu_job_cpu", "cpu_job_memory", "cpu_job_shm_size")

@@ -95,7 +95,7 @@ def build_engine(url: str) -> Engine:
 
 class _Tx:
     def __init__(self, session: Session, for_update_supported: bool) -> None:
-        self.s = session
+        self.session = session
         self._for_update = for_update_supported
         self._rows: dict[str, JobRow] = {}
 
@@ -103,13 +103,13 @@ class _Tx:
         stmt = select(JobRow).where(JobRow.id == job_id)
         if for_update and self._for_update:
             stmt = stmt.with_for_update()
-        row = self.s.scalars(stmt).one_or_none()
+        row = self.session.scalars(stmt).one_or_none()
         if row is not None:
             self._rows[job_id] = row
         return row
 
     def _labels(self, pk: int) -> dict[str, str]:
-        rows = self.s.scalars(select(JobLabelRow).where(JobLabelRow.job_pk == pk)).all()
+        rows = self.session.scalars(select(JobLabelRow).where(JobLabelRow.job_pk == pk)).all()
         return {r.key: r.value for r in rows}
 
     def get(self, job_id: str, *, for_update: bool = False) -> JobRecord | None:
@@ -117,16 +117,17 @@ class _Tx:
         return None if row is None else _to_record(row, self._labels(row.pk))
 
     def find_by_idempotency_key(self, team: str, key: str) -> JobRecord | None:
-        row = self.s.scalars(select(JobRow).where(JobRow.team == team, JobRow.idempotency_key == key)).one_or_none()
+        stmt = select(JobRow).where(JobRow.team == team, JobRow.idempotency_key == key)
+        row = self.session.scalars(stmt).one_or_none()
         return None if row is None else _to_record(row, self._labels(row.pk))
 
     def insert(self, record: JobRecord) -> None:
         row = JobRow()
         _apply_record(row, record)
-        self.s.add(row)
-        self.s.flush()
+        self.session.add(row)
+        self.session.flush()
         for key, value in record.labels.items():
-            self.s.add(JobLabelRow(job_pk=row.pk, key=key, value=value))
+            self.session.add(JobLabelRow(job_pk=row.pk, key=key, value=value))
         self._rows[record.id] = row
 
     def update(self, record: JobRecord) -> None:
@@ -137,13 +138,14 @@ class _Tx:
 
     def append_event(self, record: JobRecord, kind: str, data: dict[str, Any], time: datetime) -> int:
         row = JobEventRow(job_id=record.id, team=record.team, kind=kind, time=time, data=data)
-        self.s.add(row)
-        self.s.flush()
+        self.session.add(row)
+        self.session.flush()
         record.last_event_seq = row.seq
         return row.seq
 
     def add_metric_point(self, job_id: str, point: MetricPoint) -> None:
-        self.s.add(MetricPointRow(job_id=job_id, kind=point.kind, step=point.step, time=point.time, values=point.values))
+        row = MetricPointRow(job_id=job_id, kind=point.kind, step=point.step, time=point.time, values=point.values)
+        self.session.add(row)
 
 
 class SqlJobStore:
@@ -194,13 +196,14 @@ class SqlJobStore:
                 exists().where(JobLabelRow.job_pk == JobRow.pk, JobLabelRow.key == key, JobLabelRow.value == value)
             )
         with self.transaction() as tx:
-            rows = tx.s.scalars(stmt).all()
+            rows = tx.session.scalars(stmt).all()
             return [(row.pk, _to_record(row, tx._labels(row.pk))) for row in rows]
 
     def list_active(self) -> list[JobRecord]:
         terminal = [p.value for p in TERMINAL]
         with self.transaction() as tx:
-            rows = tx.s.scalars(select(JobRow).where(JobRow.phase.not_in(terminal)).order_by(JobRow.pk)).all()
+            active = select(JobRow).where(JobRow.phase.not_in(terminal)).order_by(JobRow.pk)
+            rows = tx.session.scalars(active).all()
             return [_to_record(row, tx._labels(row.pk)) for row in rows]
 
     def count_by_phase(self) -> dict[str, int]:
@@ -239,7 +242,7 @@ class SqlJobStore:
 
     def add_token(self, token: TokenRecord, token_hash: str) -> None:
         with self.transaction() as tx:
-            tx.s.add(
+            tx.session.add(
                 TokenRow(
                     id=token.id, token_hash=token_hash, team=token.team, name=token.name, admin=token.admin,
                     created_at=token.created_at, revoked_at=None,
@@ -253,7 +256,7 @@ class SqlJobStore:
 
     def revoke_token(self, token_id: str, when: datetime) -> bool:
         with self.transaction() as tx:
-            result = tx.s.execute(
+            result = tx.session.execute(
                 update(TokenRow).where(TokenRow.id == token_id, TokenRow.revoked_at.is_(None)).values(revoked_at=when)
             )
             return bool(result.rowcount)
