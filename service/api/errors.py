@@ -88,8 +88,6 @@ _STATUS: dict[type[e.DomainError], int] = {
     e.BadCursor: 400,
     e.NotReady: 503,
     e.Unauthenticated: 401,
-    e.Forbidden: 403,
-    e.LaunchFailed: 502,
     e.StoreUnavailable: 503,
     e.TooManyLogFollowers: 429,
     e.SamplesNotFound: 404,

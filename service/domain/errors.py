@@ -1,5 +1,5 @@
-"""Domain exceptions. api/errors.py maps each to an HTTP status in one place; adapters wrap
-infrastructure errors in these with context (`raise LaunchFailed(...) from e`).
+"""Domain exceptions. api/errors.py maps each that can reach a caller to an HTTP status in one place;
+adapters wrap infrastructure errors in these with context (`raise LaunchFailed(...) from e`).
 """
 
 from __future__ import annotations
@@ -79,12 +79,9 @@ class Unauthenticated(DomainError):
         super().__init__(message)
 
 
-class Forbidden(DomainError):
-    pass
-
-
 class LaunchFailed(DomainError):
-    """The backend refused or failed to create the workload."""
+    """The backend refused or failed to create the workload. Both launchers raise this one class; the
+    job service catches every launch error and fails the job with its message, so none reaches a caller."""
 
 
 class StoreUnavailable(DomainError):

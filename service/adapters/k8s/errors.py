@@ -1,10 +1,14 @@
-"""What the Kubernetes adapter raises. The job service maps these (they say what to do next).
+"""What the Kubernetes adapter raises. The job service records a failed launch's message on the job,
+so each says what to do next.
 
-Kept in the adapter because the domain must not depend on Kubernetes; each wraps the API error
-it came from (`raise LaunchFailed(...) from e`), so the cause is never lost.
+Kept in the adapter because the domain must not depend on Kubernetes, except LaunchFailed: that is the
+domain's own (service/domain/errors.py), shared with the local launcher. Each wraps the API error it
+came from (`raise LaunchFailed(...) from e`), so the cause is never lost.
 """
 
 from __future__ import annotations
+
+from service.domain.errors import LaunchFailed
 
 
 class K8sBackendError(Exception):
@@ -19,11 +23,7 @@ class UnsupportedAccelerator(ManifestError):
     """The spec asks for a TPU type the accelerator table does not know."""
 
 
-class LaunchFailed(K8sBackendError):
-    """Creating the workload failed after retries, or hit a non-transient API error."""
-
-
-class WorkloadConflict(LaunchFailed):
+class WorkloadConflict(LaunchFailed, K8sBackendError):
     """An object with the job's deterministic name exists but belongs to another job."""
 
 

@@ -15,12 +15,13 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from service.domain.errors import LaunchFailed
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
 
 from . import names, observe, pods
 from .client import K8sClient
-from .errors import K8sBackendError, LaunchFailed
+from .errors import K8sBackendError
 from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload
 from .settings import K8sSettings
 from .watcher import Reconciler, ResourceWatch
