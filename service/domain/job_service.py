@@ -1,19 +1,21 @@
 """JobService: the only writer of job state.
 
-Every change goes through `_mutate`, which takes the service's write lock, re-reads the record
-inside a store transaction (SELECT ... FOR UPDATE on PostgreSQL), applies the change through
-`transition()`, appends to the job's event log and commits. Re-reading first is what keeps a late
-observation or a duplicate progress event from undoing a terminal phase.
+A new job is inserted by `submit`; every later change goes through `_mutate`, which takes the
+service's write lock, re-reads the record inside a store transaction (SELECT ... FOR UPDATE on
+PostgreSQL), applies the change (phases through `transition()`), appends to the job's event log and
+commits. Re-reading first is what keeps a late observation or a duplicate progress event from
+undoing a terminal phase. What an observation does is decided by observation_policy.decide().
 
 The write lock also serialises event-log inserts within this process, so event seqs become visible
 in increasing order and an SSE reader that saw seq N can never later miss a seq below N.
 One service process owns a database (the local launcher's processes are on its machine anyway).
 
-Every write also re-judges the job's learning health and logs a `health` entry when the verdict
-changed (job_health.py), so SSE streams carry it.
+Every change through `_mutate` also re-judges the job's learning health and logs a `health` entry
+when the verdict changed (job_health.py), so SSE streams carry it.
 
-After a commit (outside the lock) a launcher that can mirror status (`StatusMirror`) is offered
-the new phase/stage/progress; status_mirror.py throttles and sends it from its own thread.
+After a commit that changed a job with a workload (outside the lock), a launcher that can mirror
+status (`StatusMirror`) is offered the new phase/stage/progress; status_mirror.py throttles and
+sends it from its own thread.
 """
 
 from __future__ import annotations
@@ -39,13 +41,9 @@ from .observation_policy import (
     WORKLOAD_STOPPED,
     Decision,
     decide,
-    failure_message,
-    failure_reason,
-    lost_workload_reason,
     names_a_replaced_workload,
-    resume_limit_message,
 )
-from .phases import CANCELLABLE, JobPhase, transition
+from .phases import CANCELLABLE, JobPhase
 from .ports import (
     Clock,
     JobLauncher,
@@ -59,12 +57,14 @@ from .ports import (
     SubmitCheck,
     utc_now,
 )
-from .progress import fold_events, fold_manifest, note_skipped_lines
+from .progress import fold_events, note_skipped_lines
+from .record_writes import write_decision, write_phase
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 
 log = logging.getLogger(__name__)
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
+DEFAULT_HEALTH_POLICY = HealthPolicy()
 MAX_DRAIN_READS = 64  # x MAX_READ_BYTES of the events reader: a drain is bounded, the poller does the rest
 
 
@@ -87,7 +87,7 @@ class JobService:
         run_files: RunFiles | None = None,
         mirror_every_steps: int = 10,
         mirror_interval_s: float = 30.0,
-        health_policy: HealthPolicy = HealthPolicy(),
+        health_policy: HealthPolicy = DEFAULT_HEALTH_POLICY,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -191,9 +191,9 @@ class JobService:
 
         def request_cancel(rec: JobRecord, tx: JobTx) -> None:
             if rec.phase is JobPhase.QUEUED:
-                self._set_phase(tx, rec, JobPhase.CANCELLED, "cancelled before it was launched")
+                write_phase(tx, rec, JobPhase.CANCELLED, "cancelled before it was launched", self.clock)
             elif rec.phase in CANCELLABLE:
-                self._set_phase(tx, rec, JobPhase.CANCELLING, "cancel requested; stopping the workload")
+                write_phase(tx, rec, JobPhase.CANCELLING, "cancel requested; stopping the workload", self.clock)
 
         record = self._mutate(job_id, request_cancel)
         if record.phase is JobPhase.CANCELLING:
@@ -207,25 +207,26 @@ class JobService:
 
         def mark_launching(rec: JobRecord, tx: JobTx) -> None:
             if rec.phase is JobPhase.QUEUED:
-                self._set_phase(tx, rec, JobPhase.LAUNCHING, f"handing the job to the {self.launcher.backend} launcher")
+                message = f"handing the job to the {self.launcher.backend} launcher"
+                write_phase(tx, rec, JobPhase.LAUNCHING, message, self.clock)
 
         record = self._mutate(job_id, mark_launching)
         if record.phase is not JobPhase.LAUNCHING:
             return  # cancelled (or finished) meanwhile: launching now would start an orphan
         try:
             result = self.launcher.launch(job_id, record.job_spec)
-        except Exception as e:  # any adapter error ends the job with the reason, never a stuck LAUNCHING
+        except Exception as e:  # noqa: BLE001 - any adapter error ends the job with the reason, never a stuck LAUNCHING
             log.warning("launch of %s failed: %s", job_id, e)
             cause = str(e)  # bound here: the except block unbinds `e` when it ends
 
             def mark_failed(rec: JobRecord, tx: JobTx) -> None:
-                if rec.phase in (JobPhase.QUEUED, JobPhase.LAUNCHING):
+                if rec.phase is JobPhase.LAUNCHING:  # not cancelled meanwhile
                     rec.failure_reason = "LaunchFailed"
-                    self._set_phase(
-                        tx, rec, JobPhase.FAILED,
+                    message = (
                         f"the {self.launcher.backend} launcher could not start the job: {cause}; "
-                        "fix the cause and submit the job again",
+                        "fix the cause and submit the job again"
                     )
+                    write_phase(tx, rec, JobPhase.FAILED, message, self.clock)
 
             self._mutate(job_id, mark_failed)
             return
@@ -309,7 +310,11 @@ class JobService:
         def apply(rec: JobRecord, tx: JobTx) -> None:
             nonlocal decided
             decided = self._decide(rec, obs)
-            self._carry_out(decided, rec, tx, obs, manifest)
+            if decided is Decision.STALE:
+                log.info("ignoring %s for %s: %s was replaced by a relaunch", obs.state, rec.id, obs.object_name)
+            replaced = write_decision(decided, rec, tx, obs, manifest, self.clock)
+            if replaced is not None:
+                self._replaced.setdefault(rec.id, set()).add(replaced)
 
         self._mutate(obs.job_id, apply)
         if decided.relaunches:
@@ -337,47 +342,6 @@ class JobService:
             log.exception("reading the manifest of %s failed", obs.job_id)
             return None
 
-    def _carry_out(
-        self, decided: Decision, rec: JobRecord, tx: JobTx, obs: Observation, manifest: dict[str, Any] | None
-    ) -> None:
-        if decided is Decision.STALE:
-            log.info("ignoring %s for %s: %s was replaced by a relaunch", obs.state, rec.id, obs.object_name)
-        if not decided.adopts_workload_name:
-            return
-        if manifest is not None and decided.records_artifacts:
-            # Same transaction as the terminal phase and logged before it: SSE readers, who stop
-            # after the terminal phase, see the final artifacts first.
-            tx.append_event(rec, "artifacts", fold_manifest(rec, manifest), self.clock())
-        if obs.object_name and obs.object_name != rec.object_name:
-            rec.object_name = obs.object_name
-        if decided is Decision.NOTE and obs.message and obs.message != rec.message:
-            rec.message = obs.message
-            tx.append_event(rec, "message", {"message": obs.message, "reason": obs.reason}, self.clock())
-        elif decided is Decision.START:
-            self._set_phase(tx, rec, JobPhase.RUNNING, obs.message or "running")
-        elif decided is Decision.SUCCEED:
-            rec.exit_code = obs.exit_code if obs.exit_code is not None else 0
-            self._set_phase(tx, rec, JobPhase.SUCCEEDED, "finished successfully")
-        elif decided is Decision.FAIL:
-            rec.exit_code = obs.exit_code
-            rec.failure_reason = failure_reason(obs)
-            self._set_phase(tx, rec, JobPhase.FAILED, failure_message(rec.id, rec.run_finished, obs))
-        elif decided is Decision.FINISH_CANCEL:
-            self._set_phase(tx, rec, JobPhase.CANCELLED, "cancelled; the workload has stopped")
-        elif decided is Decision.RELAUNCH:
-            rec.message = f"relaunching: {lost_workload_reason(obs)}"
-            tx.append_event(rec, "message", {"message": rec.message}, self.clock())
-        elif decided is Decision.RESUME:
-            rec.resumes += 1
-            if rec.object_name is not None:
-                self._replaced.setdefault(rec.id, set()).add(rec.object_name)
-            rec.object_name = None
-            why = lost_workload_reason(obs)
-            self._set_phase(tx, rec, JobPhase.LAUNCHING, f"resuming (attempt {rec.resumes + 1}): {why}")
-        elif decided is Decision.GIVE_UP:
-            rec.failure_reason = "ResumeLimit"
-            self._set_phase(tx, rec, JobPhase.FAILED, resume_limit_message(rec.id, rec.resumes, obs))
-
     # ---- the write path ----------------------------------------------------------------------
 
     def _mutate(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord:
@@ -397,17 +361,3 @@ class JobService:
             if self.status_mirror is not None and record.object_name is not None:
                 self.status_mirror.offer(record.id, MirroredStatus.of(record))  # committed: safe to show
         return record
-
-    def _set_phase(self, tx: JobTx, rec: JobRecord, target: JobPhase, message: str) -> None:
-        previous = rec.phase
-        rec.phase = transition(previous, target)
-        rec.message = message
-        now = self.clock()
-        if target is JobPhase.RUNNING and rec.started_at is None:
-            rec.started_at = now
-        if target.is_terminal():
-            rec.finished_at = now
-        data: dict[str, Any] = {"phase": target.value, "previous": previous.value, "message": message}
-        if target is JobPhase.FAILED:
-            data.update(failure_reason=rec.failure_reason, exit_code=rec.exit_code)
-        tx.append_event(rec, "phase", data, now)

@@ -38,10 +38,11 @@ CANCELLABLE: frozenset[JobPhase] = frozenset({JobPhase.QUEUED, JobPhase.LAUNCHIN
 
 # Every phase has an entry, terminal ones an empty set: tests check the table is exhaustive.
 ALLOWED_TRANSITIONS: dict[JobPhase, frozenset[JobPhase]] = {
+    # No QUEUED -> FAILED: launch() marks the job LAUNCHING before it calls the launcher, so a failed
+    # launch fails the job from LAUNCHING.
     JobPhase.QUEUED: frozenset(
         {
             JobPhase.LAUNCHING,
-            JobPhase.FAILED,  # the spec cannot be launched at all (e.g. unknown backend configuration)
             JobPhase.CANCELLED,  # nothing was started, so there is nothing to wait for
         }
     ),

@@ -7,7 +7,8 @@ Progress never changes the phase: only the backend's view of the process does (j
 RunFinished written by a pod that Kubernetes then retries cannot end the job early.
 
 The run's manifest.json (written by the trainer after its last event) is folded in once, with the
-terminal phase: it turns the artifacts the events announced into sizes, file counts and checksums.
+terminal phase the workload's exit brings (observation_policy.Decision.records_artifacts): it turns
+the artifacts the events announced into sizes, file counts and checksums.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ class JobRecovery:
             return
         obs = self.jobs.launcher.observe(record.id)
         if obs.state in ALIVE:
-            self.jobs.post_message(record.id, f"re-attached to {obs.object_name or 'the workload'} after a service restart")
+            workload = obs.object_name or "the workload"
+            self.jobs.post_message(record.id, f"re-attached to {workload} after a service restart")
             if record.phase is JobPhase.CANCELLING:
                 self.jobs.stop_workload(record.id)
         self.jobs.apply_observation(obs)

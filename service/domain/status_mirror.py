@@ -1,10 +1,10 @@
 """Mirrors each job's phase, stage and progress onto its workload (a launcher's `StatusMirror`).
 
-The job service offers every committed change; a background thread decides what is worth a write
-and sends it. Why a thread: the writes go to the Kubernetes API, which may be slow or retrying, and
-neither the job service's write lock nor the progress poller may wait on it. Why a throttle: a
-trainer reports every step, and patching a Job per step would load the API server for nothing a
-person reads. A change of phase or stage is always sent; progress at most every `every_steps`
+The job service offers every committed change of a job that has a workload; a background thread
+decides what is worth a write and sends it. Why a thread: the writes go to the Kubernetes API,
+which may be slow or retrying, and neither the job service's write lock nor the progress poller
+may wait on it. Why a throttle: a trainer reports every step, and patching a Job per step would
+load the API server for nothing a person reads. A change of phase or stage is always sent; progress at most every `every_steps`
 steps or `interval_s` seconds, and a held-back value is still sent once its interval has passed,
 so the annotation never stays stale after training goes quiet.
 

@@ -1,0 +1,73 @@
+"""What JobService writes onto a job record inside its store transaction: a phase change (through
+`transition()`, with its event and timestamps), and the effects of an observation's Decision.
+
+Only JobService's write path calls these, under its lock, on a record it has just re-read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .models import JobRecord
+from .observation_policy import Decision, failure_message, failure_reason, lost_workload_reason, resume_limit_message
+from .phases import JobPhase, transition
+from .ports import Clock, JobTx, Observation
+from .progress import fold_manifest
+
+
+def write_phase(tx: JobTx, rec: JobRecord, target: JobPhase, message: str, clock: Clock) -> None:
+    """Move `rec` to `target` (IllegalTransition if the table forbids it) and log the change."""
+    previous = rec.phase
+    rec.phase = transition(previous, target)
+    rec.message = message
+    now = clock()
+    if target is JobPhase.RUNNING and rec.started_at is None:
+        rec.started_at = now
+    if target.is_terminal():
+        rec.finished_at = now
+    data: dict[str, Any] = {"phase": target.value, "previous": previous.value, "message": message}
+    if target is JobPhase.FAILED:
+        data.update(failure_reason=rec.failure_reason, exit_code=rec.exit_code)
+    tx.append_event(rec, "phase", data, now)
+
+
+def write_decision(
+    decided: Decision, rec: JobRecord, tx: JobTx, obs: Observation, manifest: dict[str, Any] | None, clock: Clock
+) -> str | None:
+    """Carry `decided` out on `rec`. Returns the name of the workload a resume replaced, if any: the
+    caller remembers it, so a late GONE about it is known to be stale."""
+    if not decided.adopts_workload_name:
+        return None
+    if manifest is not None and decided.records_artifacts:
+        # Same transaction as the terminal phase and logged before it: SSE readers, who stop
+        # after the terminal phase, see the final artifacts first.
+        tx.append_event(rec, "artifacts", fold_manifest(rec, manifest), clock())
+    if obs.object_name and obs.object_name != rec.object_name:
+        rec.object_name = obs.object_name
+    replaced = None
+    if decided is Decision.NOTE and obs.message and obs.message != rec.message:
+        rec.message = obs.message
+        tx.append_event(rec, "message", {"message": obs.message, "reason": obs.reason}, clock())
+    elif decided is Decision.START:
+        write_phase(tx, rec, JobPhase.RUNNING, obs.message or "running", clock)
+    elif decided is Decision.SUCCEED:
+        rec.exit_code = obs.exit_code if obs.exit_code is not None else 0
+        write_phase(tx, rec, JobPhase.SUCCEEDED, "finished successfully", clock)
+    elif decided is Decision.FAIL:
+        rec.exit_code = obs.exit_code
+        rec.failure_reason = failure_reason(obs)
+        write_phase(tx, rec, JobPhase.FAILED, failure_message(rec.id, rec.run_finished, obs), clock)
+    elif decided is Decision.FINISH_CANCEL:
+        write_phase(tx, rec, JobPhase.CANCELLED, "cancelled; the workload has stopped", clock)
+    elif decided is Decision.RELAUNCH:
+        rec.message = f"relaunching: {lost_workload_reason(obs)}"
+        tx.append_event(rec, "message", {"message": rec.message}, clock())
+    elif decided is Decision.RESUME:
+        rec.resumes += 1
+        replaced, rec.object_name = rec.object_name, None
+        why = lost_workload_reason(obs)
+        write_phase(tx, rec, JobPhase.LAUNCHING, f"resuming (attempt {rec.resumes + 1}): {why}", clock)
+    elif decided is Decision.GIVE_UP:
+        rec.failure_reason = "ResumeLimit"
+        write_phase(tx, rec, JobPhase.FAILED, resume_limit_message(rec.id, rec.resumes, obs), clock)
+    return replaced
