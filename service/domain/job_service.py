@@ -194,6 +194,9 @@ class JobService:
                 write_phase(tx, rec, JobPhase.CANCELLED, "cancelled before it was launched", self.clock)
             elif rec.phase in CANCELLABLE:
                 write_phase(tx, rec, JobPhase.CANCELLING, "cancel requested; stopping the workload", self.clock)
+            elif rec.phase is not JobPhase.CANCELLING:
+                # It ended between the read above and this write: the answer must say so (409), not 200.
+                raise NotCancellable(job_id, rec.phase.value)
 
         record = self._mutate(job_id, request_cancel)
         if record.phase is JobPhase.CANCELLING:

@@ -51,11 +51,13 @@ def _phases(store: SqlJobStore, job_id: str) -> list[str]:
     return [e.data["phase"] for e in store.events_after(0, job_id=job_id) if e.kind == "phase"]
 
 
-def _ev(cls: type, job_id: str, seq: int, **fields: object):  # noqa: ANN202
+def _ev(cls: type, job_id: str, seq: int, **fields: object):
     return cls(seq=seq, time=T0 + timedelta(seconds=seq), job_id=job_id, **fields)
 
 
-def test_submit_stores_queued_then_hands_to_launcher(service: JobService, store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path) -> None:
+def test_submit_stores_queued_then_hands_to_launcher(
+    service: JobService, store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path
+) -> None:
     record, created = service.submit(TEAM_A, _spec(tmp_path))
     assert created and record.phase is JobPhase.LAUNCHING
     assert record.team == "team-a" and record.spec["team"] == "team-a"  # team comes from the caller
@@ -233,3 +235,25 @@ def test_metric_points_are_the_newest_in_order(
         fake_progress.add(_ev(TrainStep, job_id, seq, step=seq + 1, total_steps=5))
     service.ingest_progress(job_id)
     assert [p.step for p in store.metric_points(job_id, limit=3)] == [3, 4, 5]
+
+
+def test_a_cancel_racing_the_end_of_the_job_is_refused(
+    service: JobService, store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The job succeeds after cancel() read it as RUNNING and before its write: found by bench/kill_loop.py,
+    # where such a cancel was answered 200 with phase SUCCEEDED.
+    job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
+    service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
+    read = service.get
+
+    def read_then_job_ends(caller: Caller, jid: str) -> object:
+        record = read(caller, jid)
+        service.apply_observation(fake_launcher.set(jid, ObservedState.SUCCEEDED, exit_code=0))
+        return record
+
+    monkeypatch.setattr(service, "get", read_then_job_ends)
+    with pytest.raises(NotCancellable):
+        service.cancel(TEAM_A, job_id)
+    assert store.get(job_id).phase is JobPhase.SUCCEEDED  # type: ignore[union-attr]
+    assert fake_launcher.cancelled == []

@@ -28,7 +28,7 @@ def _spec(tmp_path: Path) -> JobSpec:
     return JobSpec.model_validate(spec_body(tmp_path))
 
 
-def _ev(cls: type, job_id: str, seq: int, **fields: object):  # noqa: ANN202
+def _ev(cls: type, job_id: str, seq: int, **fields: object):
     return cls(seq=seq, time=T0 + timedelta(seconds=seq), job_id=job_id, **fields)
 
 
@@ -42,7 +42,7 @@ def test_a_failing_fold_loses_no_events(
     fake_progress.add(_ev(TrainStep, job_id, 0, step=1, total_steps=2, loss=1.0))
     real_fold = job_service_module.fold_events
 
-    def broken_fold(record, events):  # noqa: ANN001, ANN202
+    def broken_fold(record, events):
         raise ConnectionError("database went away mid-fold")
 
     monkeypatch.setattr(job_service_module, "fold_events", broken_fold)
