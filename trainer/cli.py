@@ -44,7 +44,7 @@ def _report_spec_problems(problems: list[tuple[str, str]]) -> int:
     return int(ExitCode.INVALID_SPEC)
 
 
-def _load(args) -> tuple[JobSpec, str]:
+def _load(args: argparse.Namespace) -> tuple[JobSpec, str]:
     spec = load_spec_file(args.spec)
     job_id = args.job_id or default_job_id(spec)
     if not is_dns_label(job_id):
@@ -52,7 +52,7 @@ def _load(args) -> tuple[JobSpec, str]:
     return spec, job_id
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     from trainer.pipeline import describe_plan
     from trainer.runner import secret_values
     from trainer.sources import UnsupportedCheckpoint, checkpoint_problem, resolve_model
@@ -75,7 +75,7 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     from trainer.conversion_cache import default_cache_root
     from trainer.pipeline import JobContext, default_run_command, local_work_dir, run_pipeline
     from trainer.progress import EventReporter
@@ -126,7 +126,7 @@ def cmd_run(args) -> int:
     return int(run_pipeline(ctx))
 
 
-def cmd_make_tiny(args) -> int:
+def cmd_make_tiny(args: argparse.Namespace) -> int:
     from trainer.tiny import make_tiny
 
     paths = make_tiny(Path(args.out))
@@ -135,7 +135,7 @@ def cmd_make_tiny(args) -> int:
     return 0
 
 
-def cmd_make_model(args) -> int:
+def cmd_make_model(args: argparse.Namespace) -> int:
     from trainer.smollm2 import MODEL_BUILDERS, ModelSourceMissing
 
     try:
@@ -147,7 +147,7 @@ def cmd_make_model(args) -> int:
     return 0
 
 
-def cmd_make_data(args) -> int:
+def cmd_make_data(args: argparse.Namespace) -> int:
     from trainer.gsm8k_rows import DATA_BUILDERS, DEFAULT_SEED, DataSourceMissing
 
     if args.train_rows < 1:

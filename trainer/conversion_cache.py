@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from trainer.contract import JobSpec, join_uri, local_path, location_kind
 from trainer.contract.hf_model import MaxTextModel
@@ -149,7 +150,7 @@ class CacheEntry:
     created_s: float
     size_bytes: int
     file_count: int
-    key: dict
+    key: dict[str, Any]  # the CacheKey as written in the marker (JSON)
 
     @property
     def checkpoint_uri(self) -> str:

@@ -25,7 +25,7 @@ def parse_duration_s(text: str) -> float:
     return float(match.group(1)) * UNIT_S[match.group(2)]
 
 
-def add_cache_parser(sub) -> argparse.ArgumentParser:
+def add_cache_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="list or prune the conversion cache")
     actions = cache.add_subparsers(dest="cache_command", required=True)
     for name, help_text in (("list", "list complete entries, newest first"), ("prune", "remove entries")):
@@ -42,7 +42,7 @@ def add_cache_parser(sub) -> argparse.ArgumentParser:
     return cache
 
 
-def _human(size: int) -> str:
+def _human(size: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
@@ -50,7 +50,7 @@ def _human(size: int) -> str:
     return f"{size:.1f} TiB"
 
 
-def cmd_cache(args) -> int:
+def cmd_cache(args: argparse.Namespace) -> int:
     from trainer.contract import ExitCode
     from trainer.conversion_cache import ORPHAN_GRACE_S, ConversionCache
 

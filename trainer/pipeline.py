@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, TrainStep, local_path, location_kind
 from trainer.contract.hf_model import MaxTextModel
@@ -82,10 +83,12 @@ def latest_actor_step(layout: RunLayout) -> int | None:
     return max(steps) if steps else None
 
 
-def _stage_inputs(ctx: JobContext) -> dict:
+def _stage_inputs(ctx: JobContext) -> dict[str, Any]:
     """Local paths for inputs MaxText cannot read from gs:// itself."""
     spec, work = ctx.spec, ctx.work_dir
-    inputs: dict = {"local_source": None, "local_tokenizer": None, "local_rewards": None, "local_template": None}
+    inputs: dict[str, Any] = {
+        "local_source": None, "local_tokenizer": None, "local_rewards": None, "local_template": None
+    }
     if location_kind(spec.model.source) == "gcs":
         inputs["local_source"] = stage_directory(spec.model.source, work / "inputs" / "hf-source")
     if location_kind(spec.model.tokenizer_location) == "gcs":
@@ -118,14 +121,14 @@ def conversion_cache(ctx: JobContext) -> tuple[ConversionCache, CacheKey] | None
     return ConversionCache(root), cache_key_for(ctx.spec, ctx.model, fmt=fmt)
 
 
-def cached_conversion(ctx: JobContext) -> dict | None:
+def cached_conversion(ctx: JobContext) -> dict[str, Any] | None:
     """Convert-stage outputs served from the cache, or None on a miss."""
     found = conversion_cache(ctx)
     entry = found[0].lookup(found[1]) if found else None
     return None if entry is None else {"checkpoint": entry.checkpoint_uri, "cache_entry": entry.uri, "cache_hit": True}
 
 
-def run_convert(ctx: JobContext) -> dict:
+def run_convert(ctx: JobContext) -> dict[str, Any]:
     inputs = _stage_inputs(ctx)
     log = ctx.work_dir / "logs" / "convert.log"
     found = conversion_cache(ctx)
@@ -153,7 +156,7 @@ def converted_checkpoint(layout: RunLayout) -> str:
     return converted_items_uri(layout)
 
 
-def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict:
+def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any]:
     spec, layout, reporter = ctx.spec, ctx.layout, ctx.reporter
     inputs = _stage_inputs(ctx)
     local_data = materialise_dataset(spec, ctx.work_dir / "data")
@@ -219,7 +222,7 @@ def _final_metrics_read(watcher: TrainProgressWatcher, log: Path) -> str | None:
     return None
 
 
-def run_export(ctx: JobContext) -> dict:
+def run_export(ctx: JobContext) -> dict[str, Any]:
     spec, layout = ctx.spec, ctx.layout
     step = latest_actor_step(layout)
     if step is None:
@@ -228,7 +231,7 @@ def run_export(ctx: JobContext) -> dict:
     command = build_export_command(spec, layout, ctx.model, actor_step=step, local_tokenizer=inputs["local_tokenizer"],
                                    local_source=inputs["local_source"])
     ctx.run_command(command, ctx.work_dir / "logs" / "export.log")
-    outputs: dict = {"export": layout.export_dir, "actor_step": step}
+    outputs: dict[str, Any] = {"export": layout.export_dir, "actor_step": step}
     if spec.export.verify or spec.export.hub_repo:
         local_export = stage_directory(layout.export_dir, ctx.work_dir / "export-copy")
         if spec.export.verify:
@@ -254,7 +257,7 @@ def upload_to_hub(local_dir: str, repo_id: str, *, private: bool) -> str:
     return f"https://huggingface.co/{repo_id}"
 
 
-STAGE_RUNNERS: dict[Stage, Callable[[JobContext], dict]] = {
+STAGE_RUNNERS: dict[Stage, Callable[[JobContext], dict[str, Any]]] = {
     Stage.CONVERT: run_convert,
     Stage.TRAIN: run_train,
     Stage.EXPORT: run_export,
@@ -286,7 +289,7 @@ def classify_failure(error: BaseException) -> ExitCode:
     return ExitCode.NON_RETRYABLE
 
 
-def write_marker(layout: RunLayout, stage: Stage, duration_s: float, outputs: dict) -> None:
+def write_marker(layout: RunLayout, stage: Stage, duration_s: float, outputs: dict[str, Any]) -> None:
     body = {"stage": stage.value, "duration_s": round(duration_s, 3), "finished_at": time.time(), "outputs": outputs}
     store_for(layout.root).write_bytes(layout.stage_marker(stage), json.dumps(body, sort_keys=True).encode())
 

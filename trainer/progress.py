@@ -52,7 +52,7 @@ def _finite_only(fields: dict[str, Any], *, name_dropped: bool = False) -> dict[
     headline value (loss, kl, ...) None, which the event's schema allows. With `name_dropped`, the
     names of what was dropped go in `nonfinite`, so a diverging run stays visible."""
     dropped = sorted(k for k, v in fields.items() if _nonfinite(v))
-    out = {k: (None if _nonfinite(v) else v) for k, v in fields.items()}
+    out: dict[str, Any] = {k: (None if _nonfinite(v) else v) for k, v in fields.items()}
     if isinstance(out.get("metrics"), dict):
         dropped += sorted(k for k, v in out["metrics"].items() if _nonfinite(v))
         out["metrics"] = {k: v for k, v in out["metrics"].items() if not _nonfinite(v)}
@@ -110,7 +110,7 @@ class EventReporter:
     def previous_attempts(self) -> int:
         return sum(1 for e in self._existing if isinstance(e, RunStarted))
 
-    def emit(self, event_cls: type, **fields: Any) -> TrainerEvent:
+    def emit(self, event_cls: type[TrainerEvent], **fields: Any) -> TrainerEvent:
         with self._lock:
             event = event_cls(seq=self._next_seq, time=self._clock(), job_id=self._job_id, **fields)
             self._next_seq += 1
@@ -155,7 +155,9 @@ class EventReporter:
     def stage_started(self, stage: Stage) -> TrainerEvent:
         return self.emit(StageStarted, stage=stage)
 
-    def stage_finished(self, stage: Stage, duration_s: float, *, skipped: bool = False, reason: str | None = None):
+    def stage_finished(
+        self, stage: Stage, duration_s: float, *, skipped: bool = False, reason: str | None = None
+    ) -> TrainerEvent:
         return self.emit(StageFinished, stage=stage, duration_s=duration_s, skipped=skipped, reason=reason)
 
     def train_step(self, **fields: Any) -> TrainerEvent:
@@ -167,5 +169,7 @@ class EventReporter:
     def artifact(self, name: str, uri: str, size_bytes: int | None = None) -> TrainerEvent:
         return self.emit(ArtifactWritten, name=name, uri=uri, size_bytes=size_bytes)
 
-    def run_finished(self, ok: bool, exit_code: int, message: str = "", failed_stage: Stage | None = None):
+    def run_finished(
+        self, ok: bool, exit_code: int, message: str = "", failed_stage: Stage | None = None
+    ) -> TrainerEvent:
         return self.emit(RunFinished, ok=ok, exit_code=exit_code, message=message, failed_stage=failed_stage)

@@ -17,7 +17,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from types import FrameType
+from typing import Any, TextIO
 
 # Environment variables whose values are secrets: forwarded to the child, redacted everywhere else.
 SECRET_ENV_VARS: tuple[str, ...] = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -132,7 +133,7 @@ def _call_on_line(on_line: Callable[[str], None], line: str, log: TextIO) -> Non
         print(note, file=sys.stderr)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[str]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -156,11 +157,15 @@ def _dying_with_parent(argv: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
+# What signal.signal accepts and returns (signal.Handlers are ints).
+_SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
 class _StopForwarder:
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: subprocess.Popen[str]):
         self.proc = proc
         self.signalled: int | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, _SignalHandler] = {}
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -168,7 +173,7 @@ class _StopForwarder:
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._previous[signum] = signal.signal(signum, self._handle)
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.signalled = signum
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -180,7 +185,7 @@ class _StopForwarder:
             signal.signal(signum, handler)
 
 
-def _forward_stop_signals(proc: subprocess.Popen) -> _StopForwarder:
+def _forward_stop_signals(proc: subprocess.Popen[str]) -> _StopForwarder:
     forwarder = _StopForwarder(proc)
     forwarder.install()
     return forwarder

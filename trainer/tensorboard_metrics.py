@@ -11,6 +11,7 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tensorboardX.proto import event_pb2
 
@@ -30,7 +31,8 @@ class Scalar:
     wall_time: float
 
 
-def _scalar_value(value) -> float | None:
+def _scalar_value(value: Any) -> float | None:
+    """value: a tensorboardX Summary.Value protobuf message (the generated module has no types)."""
     if value.HasField("simple_value"):
         return float(value.simple_value)
     tensor = value.tensor if value.HasField("tensor") else None

@@ -15,9 +15,10 @@ import re
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainer.progress import EventReporter
-from trainer.tensorboard_metrics import Scalar
+from trainer.tensorboard_metrics import EventFileTailer, Scalar
 
 ROLLOUT_PREFIXES = ("rewards/", "completions/")
 ACTOR_PREFIX = "actor/"
@@ -57,7 +58,7 @@ class TrainStepAssembler:
         return out
 
 
-def train_step_fields(step: int, total_steps: int, metrics: dict[str, float]) -> dict:
+def train_step_fields(step: int, total_steps: int, metrics: dict[str, float]) -> dict[str, Any]:
     return {
         "step": step,
         "total_steps": max(total_steps, step),
@@ -70,7 +71,7 @@ def train_step_fields(step: int, total_steps: int, metrics: dict[str, float]) ->
     }
 
 
-def eval_fields(line: str, *, start_step: int, total_steps: int) -> dict | None:
+def eval_fields(line: str, *, start_step: int, total_steps: int) -> dict[str, Any] | None:
     match = EVAL_LINE.search(line)
     if not match:
         return None
@@ -98,7 +99,9 @@ def eval_fields(line: str, *, start_step: int, total_steps: int) -> dict | None:
 class TrainProgressWatcher:
     """Polls the TensorBoard files in a thread while train_rl runs; `stop()` does a last full read."""
 
-    def __init__(self, tailer, reporter: EventReporter, assembler: TrainStepAssembler, *, poll_interval_s: float):
+    def __init__(
+        self, tailer: EventFileTailer, reporter: EventReporter, assembler: TrainStepAssembler, *, poll_interval_s: float
+    ):
         self._tailer, self._reporter, self._assembler = tailer, reporter, assembler
         self._poll_interval_s = poll_interval_s
         self._stop = threading.Event()

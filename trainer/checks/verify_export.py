@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 
-def verify_export(export_dir: str) -> dict:
+def verify_export(export_dir: str) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

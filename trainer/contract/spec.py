@@ -168,7 +168,7 @@ class DatasetSpec(_Strict):
 
 def _weight(default: float) -> float:
     bound = limits.MAX_REWARD_WEIGHT
-    return Field(default=default, ge=-bound, le=bound)  # type: ignore[no-any-return]
+    return Field(default=default, ge=-bound, le=bound)
 
 
 class RewardSpec(_Strict):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
@@ -86,11 +86,14 @@ def _text_rule(pattern: str, rule: str, *, special_words: bool = False) -> Calla
     return check
 
 
-def spec_text(pattern: str, max_length: int, rule: str, *, special_words: bool = False, **field: object):
-    """A string field whose pattern is both enforced (with `rule` as the message) and in the schema."""
+def spec_text(pattern: str, max_length: int, rule: str, *, special_words: bool = False, **field: Any) -> Any:
+    """A string field whose pattern is both enforced (with `rule` as the message) and in the schema.
+
+    Returns an `Annotated` type built at run time (so `Any` to mypy); `field` goes to pydantic's `Field`.
+    """
     return Annotated[
         str,
-        Field(max_length=max_length, json_schema_extra={"pattern": pattern}, **field),  # type: ignore[arg-type]
+        Field(max_length=max_length, json_schema_extra={"pattern": pattern}, **field),
         AfterValidator(_text_rule(pattern, rule, special_words=special_words)),
     ]
 

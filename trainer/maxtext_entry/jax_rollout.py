@@ -22,7 +22,8 @@ from tunix.rl.rollout import base_rollout, vanilla_rollout
 from .cached_llama import build_cached_llama
 
 
-class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):
+# Tunix ships no types, so its VanillaRollout is Any to mypy; subclassing it is the point of this class.
+class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
     """Drop-in for MaxTextVllmRollout (same constructor) that samples with Tunix's JAX sampler."""
 
     def __init__(
@@ -49,11 +50,13 @@ class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):
             ),
         )
 
-    def generate(self, prompts, rollout_config, **kwargs):
+    def generate(
+        self, prompts: list[str], rollout_config: base_rollout.RolloutConfig, **kwargs: Any
+    ) -> base_rollout.RolloutOutput:
         with self._mesh:
             return super().generate(prompts, rollout_config, **kwargs)
 
-    def update_params(self, params, filter_types=None) -> None:
+    def update_params(self, params: Any, filter_types: Any = None) -> None:
         del filter_types
         model = self._sampler.transformer
         resharded = reshard.reshard_pytree(params, nnx.state(model, nnx.Param))

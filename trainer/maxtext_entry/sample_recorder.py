@@ -17,6 +17,7 @@ import math
 import sys
 import threading
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +85,10 @@ def install(samples_uri: str | None) -> None:
     compute_rewards = rl_learner.RLLearner._compute_rewards
     prepare_log_metrics = reward_manager.SequenceRewardManager._prepare_log_metrics
 
-    def _compute_rewards(self, prompts, completions, mode, step=None, **kwargs):
+    # Stand-ins for Tunix methods (Tunix ships no types): the arguments are Tunix's, passed through.
+    def _compute_rewards(
+        self: Any, prompts: Any, completions: Any, mode: Any, step: int | None = None, **kwargs: Any
+    ) -> Any:
         _context.current = {
             "train": "train" in str(mode).lower(),
             "step": int(self.rl_cluster.global_steps) + 1,
@@ -95,7 +99,7 @@ def install(samples_uri: str | None) -> None:
         finally:
             _context.current = None
 
-    def _prepare_log_metrics(self, prompts, completions, rewards):
+    def _prepare_log_metrics(self: Any, prompts: Any, completions: Any, rewards: Any) -> Any:
         metrics = prepare_log_metrics(self, prompts, completions, rewards)
         current = getattr(_context, "current", None)
         if current is None:

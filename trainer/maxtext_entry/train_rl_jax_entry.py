@@ -26,12 +26,13 @@ def install_jax_rollout() -> None:
     from .jax_rollout import JaxMaxTextRollout
 
     rollout_module = types.ModuleType(VLLM_ROLLOUT_MODULE)
-    rollout_module.MaxTextVllmRollout = JaxMaxTextRollout
+    # A module built at run time: mypy cannot know the attributes it is given.
+    rollout_module.MaxTextVllmRollout = JaxMaxTextRollout  # type: ignore[attr-defined]
     _install_module(VLLM_ROLLOUT_MODULE, rollout_module)
 
     adapter_module = types.ModuleType(VLLM_ADAPTER_MODULE)
     # train_rl calls adapter.register() to hook MaxText models into vLLM; there is no vLLM here.
-    adapter_module.register = lambda config=None: None
+    adapter_module.register = lambda config=None: None  # type: ignore[attr-defined]  # built at run time
     _install_module(VLLM_ADAPTER_MODULE, adapter_module)
 
 

@@ -7,11 +7,14 @@ and then uses anonymous credentials.
 from __future__ import annotations
 
 import base64
+import builtins
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
@@ -124,7 +127,7 @@ class GcsStore:
 
     def read_bytes(self, uri: str) -> bytes:
         try:
-            return self._blob(uri).download_as_bytes(retry=self._retry)
+            return cast(bytes, self._blob(uri).download_as_bytes(retry=self._retry))
         except gexc.NotFound as e:
             raise StorageError(f"{uri} does not exist") from e
         except gexc.GoogleAPIError as e:
@@ -158,7 +161,7 @@ class GcsStore:
 
     def _same_content(self, uri: str, data: bytes) -> bool:
         try:
-            return self._blob(uri).download_as_bytes(retry=self._retry) == data
+            return cast(bytes, self._blob(uri).download_as_bytes(retry=self._retry)) == data
         except gexc.NotFound:
             return False
 
@@ -195,7 +198,7 @@ class GcsStore:
         now = bucket.get_blob(name, retry=self._retry)
         if now is None or (now.size or 0) != size_before + len(data):
             return False
-        return now.download_as_bytes(start=size_before, retry=self._retry) == data
+        return cast(bytes, now.download_as_bytes(start=size_before, retry=self._retry)) == data
 
     def upload_file(self, local_path: str, uri: str) -> ObjectInfo:
         """One local file to one object (logs, the events file); streamed and retried."""
@@ -243,7 +246,7 @@ class GcsStore:
 
     # --- directories ----------------------------------------------------------------------
 
-    def upload_dir(self, local_dir: str, uri: str) -> list[ObjectInfo]:
+    def upload_dir(self, local_dir: str, uri: str) -> builtins.list[ObjectInfo]:
         bucket_name, name = parse_gs_uri(uri)
         bucket = self._client.bucket(bucket_name)
         root = Path(local_dir)
@@ -267,7 +270,9 @@ class GcsStore:
             key=lambda o: o.uri,
         )
 
-    def _raise_for_failures(self, what: str, bucket_name: str, names: list[str], results: list) -> None:
+    def _raise_for_failures(
+        self, what: str, bucket_name: str, names: builtins.list[str], results: builtins.list[object]
+    ) -> None:
         """transfer_manager returns exceptions in place of results; turn any into one StorageError."""
         failures = [(name, r) for name, r in zip(names, results, strict=True) if isinstance(r, Exception)]
         if failures:
@@ -277,7 +282,7 @@ class GcsStore:
                 f"first: {self.uri(bucket_name, first_name)}: {first}"
             ) from first
 
-    def download_dir(self, uri: str, local_dir: str) -> list[str]:
+    def download_dir(self, uri: str, local_dir: str) -> builtins.list[str]:
         bucket_name, name = parse_gs_uri(uri)
         prefix = f"{name}/" if name else ""
         try:
@@ -360,7 +365,7 @@ class GcsStore:
             raise StorageError(f"input {uri} does not exist (no object and no objects under it)")
 
 
-def _note_retry(predicate, flag: threading.Event):
+def _note_retry(predicate: Callable[[Exception], bool], flag: threading.Event) -> Callable[[Exception], bool]:
     def wrapped(exc: Exception) -> bool:
         decision = predicate(exc)
         if decision:

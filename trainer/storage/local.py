@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 import shutil
@@ -96,13 +97,13 @@ class LocalDirStore:
             os.replace(tmp, dest)  # readers never see a half-copied file
         return _info(dest)
 
-    def upload_dir(self, local_dir: str, uri: str) -> list[ObjectInfo]:
+    def upload_dir(self, local_dir: str, uri: str) -> builtins.list[ObjectInfo]:
         dest = _path(uri)
         if Path(local_dir).resolve() != dest.resolve():
             shutil.copytree(local_dir, dest, dirs_exist_ok=True)
         return self.list(uri)
 
-    def download_dir(self, uri: str, local_dir: str) -> list[str]:
+    def download_dir(self, uri: str, local_dir: str) -> builtins.list[str]:
         src = _path(uri)
         if not src.is_dir():
             raise StorageError(f"{uri} is not a directory")

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from trainer.contract import RunLayout, local_path
 
@@ -28,7 +29,8 @@ def _local_md5(uri: str) -> str:
 
 
 def build_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,
-                   references: Mapping[str, str] | None = None, clock=time.time) -> dict:
+                   references: Mapping[str, str] | None = None,
+                   clock: Callable[[], float] = time.time) -> dict[str, Any]:
     store = store or store_for(layout.root)
     base = layout.root.rstrip("/") + "/"
     artifacts = []
@@ -53,7 +55,7 @@ def build_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,
 
 
 def write_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,
-                   references: Mapping[str, str] | None = None) -> dict:
+                   references: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Build and write `<run>/manifest.json`; returns it. Call after the last artifact is written."""
     store = store or store_for(layout.root)
     manifest = build_manifest(layout, store=store, references=references)

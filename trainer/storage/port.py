@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,9 +42,9 @@ class ArtifactStore(Protocol):
     def upload_file(self, local_path: str, uri: str) -> ObjectInfo:
         """Copy one local file (a log, the events file) to uri, streamed rather than read into memory."""
 
-    def upload_dir(self, local_dir: str, uri: str) -> list[ObjectInfo]: ...
+    def upload_dir(self, local_dir: str, uri: str) -> builtins.list[ObjectInfo]: ...
 
-    def download_dir(self, uri: str, local_dir: str) -> list[str]: ...
+    def download_dir(self, uri: str, local_dir: str) -> builtins.list[str]: ...
 
     def check_writable(self, uri: str) -> None:
         """Write and delete a probe object under uri; raise StorageError saying what is missing."""
