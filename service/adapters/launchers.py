@@ -1,12 +1,11 @@
 """Chooses the job launcher once, from configuration. The only place that knows the adapters.
 
-The Kubernetes adapter is imported by name only when chosen, so the embedded default never loads
+The Kubernetes adapter is imported inside build_launcher, only when chosen, so the embedded default never loads
 the kubernetes client or a kubeconfig.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from service.config import Settings
@@ -26,9 +25,9 @@ def build_launcher(settings: Settings) -> JobLauncher:
         )
     if settings.launcher == "kubernetes":
         try:
-            k8s_launcher = importlib.import_module("service.adapters.k8s.launcher")
-            k8s_settings = importlib.import_module("service.adapters.k8s.settings")
+            from service.adapters.k8s.launcher import build_k8s_launcher
+            from service.adapters.k8s.settings import K8sSettings
         except ImportError as e:
             raise RuntimeError(f"the kubernetes launcher is not available in this installation: {e}") from e
-        return k8s_launcher.build_k8s_launcher(k8s_settings.K8sSettings())
+        return build_k8s_launcher(K8sSettings())
     raise ValueError(f"unknown launcher {settings.launcher!r}; use 'local' or 'kubernetes'")

@@ -11,10 +11,10 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import urllib3
-from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi, V1DeleteOptions
+from kubernetes.client import BatchV1Api, CoreV1Api, CoreV1Event, CustomObjectsApi, V1DeleteOptions
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -25,6 +25,8 @@ from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# Untyped in the kubernetes client: yields the decoded lines of a streamed (not preloaded) response.
+_iter_resp_lines = cast(Callable[[urllib3.BaseHTTPResponse], Iterator[str]], iter_resp_lines)
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 FOLLOW_READ_TIMEOUT_S = 6 * 3600.0
 MERGE_PATCH = "application/merge-patch+json"  # works for built-ins and CRDs alike
@@ -167,11 +169,13 @@ class K8sClient:
         return self.read(f"read Job {self.namespace}/{name}", self.batch.read_namespaced_job, name, self.namespace)
 
     def get_jobset(self, name: str) -> dict[str, Any] | None:
-        return self.read(
+        jobset = self.read(
             f"read JobSet {self.namespace}/{name}",
             self.custom.get_namespaced_custom_object,
             JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name,
         )
+        # Custom objects come back as untyped JSON (the client says `object`).
+        return cast("dict[str, Any] | None", jobset)
 
     def list_pods(self, job_id: str) -> list[Any]:
         result = self.call(
@@ -192,7 +196,7 @@ class K8sClient:
     def kueue_workload_message(self, job_uid: str) -> str | None:
         """Why Kueue has not admitted the Job (its Workload's QuotaReserved condition), if readable."""
         try:
-            result = self.call(
+            workloads = self.call(
                 "list Kueue workloads",
                 self.custom.list_namespaced_custom_object,
                 KUEUE_GROUP, KUEUE_VERSION, self.namespace, KUEUE_WORKLOADS,
@@ -202,6 +206,7 @@ class K8sClient:
             # No Kueue CRD or no RBAC for it: the generic "not admitted" message still stands.
             log.debug("cannot read Kueue workloads: %s", exc)
             return None
+        result = cast(dict[str, Any], workloads)  # a custom object list: untyped JSON
         for item in result.get("items", []):
             if (item.get("metadata", {}).get("labels") or {}).get("kueue.x-k8s.io/job-uid") != job_uid:
                 continue
@@ -236,16 +241,21 @@ class K8sClient:
         """Merge-patch labels/annotations; False when the object is gone."""
         body = {"metadata": metadata}
         what = f"patch {kind} {self.namespace}/{name}"
+        patched: object | None
         if kind == "Job":
-            fn, args = self.batch.patch_namespaced_job, (name, self.namespace, body)
+            patched = self.read(what, self.batch.patch_namespaced_job, name, self.namespace, body, _content_type=MERGE_PATCH)
         elif kind == "JobSet":
-            fn = self.custom.patch_namespaced_custom_object
-            args = (JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name, body)
+            patched = self.read(
+                what, self.custom.patch_namespaced_custom_object,
+                JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name, body, _content_type=MERGE_PATCH,
+            )
         elif kind == "ConfigMap":
-            fn, args = self.core.patch_namespaced_config_map, (name, self.namespace, body)
+            patched = self.read(
+                what, self.core.patch_namespaced_config_map, name, self.namespace, body, _content_type=MERGE_PATCH
+            )
         else:
             raise ValueError(f"cannot patch kind {kind}")
-        return self.read(what, fn, *args, _content_type=MERGE_PATCH) is not None
+        return patched is not None
 
     def pod_log_lines(self, pod: str, *, follow: bool, tail_lines: int | None) -> Iterator[str]:
         """Lines of the trainer container's log; with follow, until the container ends."""
@@ -256,11 +266,14 @@ class K8sClient:
             # A long read timeout while following: a quiet trainer (an XLA compile) is not an error,
             # but a stream can still not hang forever on a dead connection.
             kwargs["_request_timeout"] = (self.request_timeout_s, FOLLOW_READ_TIMEOUT_S)
-        resp = self.read(f"read log of pod {pod}", self.core.read_namespaced_pod_log, pod, self.namespace, **kwargs)
-        if resp is None:
+        log_read = self.read(f"read log of pod {pod}", self.core.read_namespaced_pod_log, pod, self.namespace, **kwargs)
+        if log_read is None:
             return
+        # The client declares `str`, true only when the body is preloaded; with _preload_content=False it
+        # returns the open urllib3 response.
+        resp = cast(urllib3.BaseHTTPResponse, log_read)
         try:
-            yield from iter_resp_lines(resp)
+            yield from _iter_resp_lines(resp)
         finally:
             resp.release_conn()
 
@@ -274,7 +287,7 @@ def _retry_after_s(exc: BaseException) -> float | None:
         return None
 
 
-def _event_time(event: Any) -> float:
+def _event_time(event: CoreV1Event) -> float:
     for stamp in (event.last_timestamp, event.event_time, event.first_timestamp, event.metadata.creation_timestamp):
         if stamp is not None:
             return stamp.timestamp()

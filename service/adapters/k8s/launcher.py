@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -24,10 +24,13 @@ from .client import K8sClient
 from .errors import K8sBackendError
 from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload
 from .settings import K8sSettings
-from .watcher import Reconciler, ResourceWatch
+from .watcher import Reconciler, ResourceWatch, WatchOptions
 
 log = logging.getLogger(__name__)
 BACKEND = "kubernetes"
+# kubernetes.config ships without annotations; both fill the given Configuration in place.
+_load_incluster_config = cast(Callable[..., None], k8s_config.load_incluster_config)
+_load_kube_config = cast(Callable[..., None], k8s_config.load_kube_config)
 
 
 class K8sJobLauncher:
@@ -50,8 +53,8 @@ class K8sJobLauncher:
         self._reconciler = Reconciler(self.observe, sink, interval_s=self._settings.watch_resync_interval_s,
                                       stop=self._stop, clock=self._clock)
         c, ns = self._client, self._settings.namespace
-        common = dict(on_job=self._reconciler.mark, stop=self._stop, watch_timeout_s=self._settings.watch_timeout_s,
-                      connect_timeout_s=min(10.0, self._settings.request_timeout_s))
+        common = WatchOptions(on_job=self._reconciler.mark, stop=self._stop, watch_timeout_s=self._settings.watch_timeout_s,
+                              connect_timeout_s=min(10.0, self._settings.request_timeout_s))
         self._watches = [
             ResourceWatch("jobs", c.batch.list_namespaced_job, (ns,), **common),
             ResourceWatch("pods", c.core.list_namespaced_pod, (ns,), **common),
@@ -226,10 +229,10 @@ def build_k8s_launcher(
     if configuration is None:
         configuration = k8s.Configuration()
         if settings.in_cluster:
-            k8s_config.load_incluster_config(client_configuration=configuration)
+            _load_incluster_config(client_configuration=configuration)
         else:
-            k8s_config.load_kube_config(config_file=settings.kubeconfig, context=settings.context,
-                                        client_configuration=configuration)
+            _load_kube_config(config_file=settings.kubeconfig, context=settings.context,
+                              client_configuration=configuration)
     api = k8s.ApiClient(configuration)
     client = K8sClient(
         core=k8s.CoreV1Api(api), batch=k8s.BatchV1Api(api), custom=k8s.CustomObjectsApi(api),

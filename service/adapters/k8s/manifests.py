@@ -50,9 +50,13 @@ class Workload:
     @property
     def name(self) -> str:
         if self.job is not None:
-            return self.job.metadata.name
+            job_name = self.job.metadata.name if self.job.metadata is not None else None
+            if job_name is None:
+                raise ManifestError("the Job was built without metadata.name")
+            return job_name
         assert self.jobset is not None  # one of the two is always set by build_workload
-        return self.jobset["metadata"]["name"]
+        jobset_name: str = self.jobset["metadata"]["name"]
+        return jobset_name
 
 
 def resolve_hardware(spec: JobSpec) -> Hardware:

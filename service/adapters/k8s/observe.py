@@ -6,13 +6,16 @@ on trouble, what to check next; `reason` is the short machine-readable cause.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.domain.ports import Observation, ObservedState
 from trainer.contract import describe_exit_code
 
 from . import names, pods
 from .pods import Ending
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1Pod, V1PodFailurePolicyRule
 
 
 def gone(job_id: str, object_name: str, *, reason: str = "NotFound", message: str | None = None) -> Observation:
@@ -33,7 +36,7 @@ def _true_conditions(conditions: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for cond in conditions or []:
         kind, status = (cond.get("type"), cond.get("status")) if isinstance(cond, dict) else (cond.type, cond.status)
-        if status == "True":
+        if status == "True" and kind is not None:  # every condition has a type; lookups are by name
             out[kind] = cond
     return out
 
@@ -182,7 +185,7 @@ def fail_job_rule_match(job: Any, pod_list: list[Any]) -> str | None:
     return None
 
 
-def _rule_matches(rule: Any, pod: Any, end: Ending | None) -> bool:
+def _rule_matches(rule: V1PodFailurePolicyRule, pod: V1Pod, end: Ending | None) -> bool:
     if rule.on_exit_codes is not None:
         req = rule.on_exit_codes
         if end is None or end.exit_code in (None, 0):

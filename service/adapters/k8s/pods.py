@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.contract import describe_exit_code
 
 from . import names
 from .accelerators import TPU_RESOURCE
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Event
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CONFIG_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
@@ -123,7 +126,7 @@ def waiting(pod: Any, events: list[Any]) -> Waiting | None:
     return None
 
 
-def _last_event_message(events: list[Any], pod: Any, reason: str) -> str | None:
+def _last_event_message(events: list[CoreV1Event], pod: Any, reason: str) -> str | None:
     for event in reversed(events):
         if event.reason == reason and event.involved_object and event.involved_object.name == pod.metadata.name:
             return event.message
@@ -151,5 +154,6 @@ def describe_ending(end: Ending, memory_limit: str | None) -> str:
 def memory_limit(pod: Any) -> str | None:
     for container in (pod.spec.containers or []) if pod.spec else []:
         if container.name == names.TRAINER_CONTAINER and container.resources and container.resources.limits:
-            return container.resources.limits.get("memory")
+            limit: str | None = container.resources.limits.get("memory")
+            return limit
     return None

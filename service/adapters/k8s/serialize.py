@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from kubernetes.client import ApiClient
 
@@ -16,4 +17,6 @@ def _api_client() -> ApiClient:
 
 def to_plain(obj: Any) -> Any:
     """A client model (or a dict holding models) as JSON-ready data with the API's camelCase keys."""
-    return _api_client().sanitize_for_serialization(obj)
+    # The serializer ships without annotations; it returns dicts, lists and scalars.
+    sanitize = cast(Callable[[object], Any], _api_client().sanitize_for_serialization)
+    return sanitize(obj)

@@ -7,7 +7,10 @@ nothing here is read at import time.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from decimal import Decimal
 from pathlib import PurePosixPath
+from typing import cast
 
 from kubernetes.utils.quantity import parse_quantity
 from pydantic import Field, field_validator
@@ -15,6 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trainer.contract.dns_label import DnsLabel
 
+# Untyped in the kubernetes client: "16Gi" -> Decimal, ValueError when it is not a quantity.
+_parse_quantity = cast(Callable[[str], Decimal], parse_quantity)
 _MINOR = re.compile(r"^1\.\d{2}$")
 
 
@@ -78,7 +83,7 @@ class K8sSettings(BaseSettings):
     @classmethod
     def _quantity(cls, v: str) -> str:
         try:
-            parse_quantity(v)
+            _parse_quantity(v)
         except ValueError:
             raise ValueError(f"{v!r} is not a Kubernetes quantity (e.g. 500m, 4, 16Gi)") from None
         return v

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypedDict, cast
 
 import urllib3
 from kubernetes import watch
@@ -27,6 +27,17 @@ from .serialize import to_plain
 log = logging.getLogger(__name__)
 
 FINAL_STATES = frozenset({ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE})
+
+
+class _EventStream(Protocol):
+    """What this module uses of kubernetes.watch.Watch, which ships without annotations."""
+
+    def stream(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]: ...
+
+    def stop(self) -> None: ...
+
+
+_new_watch = cast(Callable[[], _EventStream], watch.Watch)
 
 
 def _job_id_of(raw: Any) -> str | None:
@@ -43,6 +54,15 @@ def _list_result(result: Any) -> tuple[str | None, list[Any]]:
     if isinstance(result, dict):
         return (result.get("metadata") or {}).get("resourceVersion"), list(result.get("items") or [])
     return result.metadata.resource_version, [to_plain(item) for item in result.items]
+
+
+class WatchOptions(TypedDict):
+    """The keyword arguments every ResourceWatch of one launcher shares."""
+
+    on_job: Callable[[str], None]
+    stop: threading.Event
+    watch_timeout_s: int
+    connect_timeout_s: float
 
 
 class ResourceWatch:
@@ -65,7 +85,7 @@ class ResourceWatch:
         self._on_job, self._stop = on_job, stop
         self._watch_timeout_s, self._connect_timeout_s = watch_timeout_s, connect_timeout_s
         self._backoff_s, self._backoff_max_s = backoff_s, backoff_max_s
-        self._watch: watch.Watch | None = None
+        self._watch: _EventStream | None = None
         self.lists = 0  # how many times it (re-)listed; tests read it
         self.gone_count = 0
 
@@ -84,7 +104,7 @@ class ResourceWatch:
 
     def watch_once(self, version: str | None) -> str | None:
         """One watch request from `version`; returns the last resourceVersion seen. 410 propagates."""
-        self._watch = w = watch.Watch()
+        self._watch = w = _new_watch()
         # timeout_seconds bounds the watch server-side (and stops the client's own silent retry);
         # the read timeout bounds it client-side if the server never closes the stream.
         kwargs = dict(self._kwargs(), timeout_seconds=self._watch_timeout_s,

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
@@ -320,9 +321,11 @@ class LocalProcessLauncher:
         return job
 
     @staticmethod
-    def _read_json(path: Path) -> dict[str, object] | None:
+    def _read_json(path: Path) -> dict[str, Any] | None:
         try:
-            return json.loads(path.read_text())
+            # Written by this launcher and its runner: an object of JSON scalars.
+            record: dict[str, Any] | None = json.loads(path.read_text())
+            return record
         except (OSError, ValueError):
             return None
 

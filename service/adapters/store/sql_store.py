@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import create_engine, event, exists, func, select, text, update
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import CursorResult, Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -259,6 +259,9 @@ class SqlJobStore:
             result = tx.session.execute(
                 update(TokenRow).where(TokenRow.id == token_id, TokenRow.revoked_at.is_(None)).values(revoked_at=when)
             )
+            # SQLAlchemy types session.execute as the generic Result; an UPDATE's is a CursorResult.
+            if not isinstance(result, CursorResult):
+                raise TypeError(f"an UPDATE returned {type(result).__name__}, not a CursorResult")
             return bool(result.rowcount)
 
     def list_tokens(self) -> list[TokenRecord]:
