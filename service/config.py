@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
 
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
+LauncherName = Literal["local", "kubernetes"]
 
 
 def default_state_dir() -> Path:
@@ -29,7 +30,7 @@ class Settings(BaseSettings):
     environment: Literal["dev", "prod"] = Field(default="dev", description="prod refuses SQLite and a bootstrap admin token")
     state_dir: Path = Field(default_factory=default_state_dir, description="SQLite file, local job dirs, logs")
     database_url: str = Field(default="", description="empty: SQLite, rljob.db in the state directory")
-    launcher: Literal["local", "kubernetes"] = Field(default="local", description="run jobs as local processes or Kubernetes Jobs")
+    launcher: LauncherName = Field(default="local", description="run jobs as local processes or Kubernetes Jobs")
     trainer_command: list[str] = Field(
         default_factory=lambda: [sys.executable, "-m", "trainer"],
         description="how the local launcher runs the trainer; `run --spec F --job-id ID` is appended",

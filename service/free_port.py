@@ -17,4 +17,5 @@ LOOPBACK = "127.0.0.1"
 def free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) for an AF_INET socket
+        return port

@@ -44,7 +44,7 @@ class Runtime:
 
 
 def get_runtime(request: Request) -> Runtime:
-    runtime = getattr(request.app.state, "runtime", None)
+    runtime: Runtime | None = getattr(request.app.state, "runtime", None)
     if runtime is None:
         raise NotReady()
     return runtime

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel
 
 from .errors import ErrorPublic, ValidationErrorPublic
 from .sse import STREAM_MODELS
@@ -21,7 +22,8 @@ from .sse import STREAM_MODELS
 
 def _add_referenced_schemas(document: dict[str, Any]) -> None:
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    for model in (ErrorPublic, ValidationErrorPublic, *STREAM_MODELS):
+    models: tuple[type[BaseModel], ...] = (ErrorPublic, ValidationErrorPublic, *STREAM_MODELS)
+    for model in models:
         if model.__name__ in schemas:  # a route's response model already: FastAPI wrote the same schema
             continue
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode="serialization")

@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
 from pydantic import ValidationError
 
-from service.config import Settings, load_settings
+from service.config import LauncherName, Settings, load_settings
 from service.domain.errors import InvalidRequest
 from service.domain.models import TokenRecord
 from trainer.contract.spec_file import SpecFileError, load_spec_file
@@ -20,6 +20,10 @@ from trainer.contract.spec_file import SpecFileError, load_spec_file
 from .client import CliError, ExitCode, handles_errors
 from .manifests import render_k8s_manifests
 from .output import OutputOption, console, emit
+
+if TYPE_CHECKING:
+    from service.adapters.store import SqlJobStore
+    from service.domain.tokens import TokenService
 
 token_app = typer.Typer(help="Create, revoke and list API tokens (talks to the database directly).", no_args_is_help=True)
 
@@ -30,8 +34,6 @@ def _env(setting: str) -> str:
         raise ValueError(f"Settings has no field {setting!r}")
     return f"{Settings.model_config['env_prefix']}{setting.upper()}"
 
-
-LauncherName = Settings.model_fields["launcher"].annotation  # Literal["local", "kubernetes"]
 
 StateDir = Annotated[Path | None, typer.Option(envvar=_env("state_dir"), help="state directory (default ~/.rljob)")]
 DatabaseUrl = Annotated[
@@ -47,7 +49,9 @@ def _settings(**overrides: object) -> Settings:
         raise CliError(f"invalid settings:\n{problems}", ExitCode.BAD_INPUT) from e
 
 
-def _token_service(state_dir: Path | None, database_url: str | None):  # imports kept lazy: the store pulls in SQLAlchemy
+def _token_service(  # imports kept lazy: the store pulls in SQLAlchemy
+    state_dir: Path | None, database_url: str | None
+) -> tuple[TokenService, SqlJobStore]:
     from service.adapters.store import SqlJobStore
     from service.domain.tokens import TokenService
 

@@ -53,7 +53,8 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, 
                                            markup=False, highlight=False)
                 elif event == "artifact":
                     progress.console.print(f"{job_id}: artifact {body.get('name')} -> {body.get('uri')}")
-    return client.request("GET", f"/v1/jobs/{job_id}")
+    job: dict[str, Any] = client.request("GET", f"/v1/jobs/{job_id}")  # the JobPublic body
+    return job
 
 
 def _update(progress: Progress, task: Any, *, phase: str | None = None, stage: str | None = None,

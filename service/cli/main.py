@@ -66,7 +66,8 @@ def _global(
 
 
 def _client(ctx: typer.Context) -> RljobClient:
-    return ctx.obj.client()
+    obj: _Ctx = ctx.obj  # set by _global for every command
+    return obj.client()
 
 
 def _spec_problems(e: SpecFileError, path: Path) -> CliError:

@@ -56,7 +56,8 @@ def _artifact_text(artifact: dict[str, Any]) -> str:
         details.append(f"{artifact['file_count']} files")
     if artifact.get("checksum"):
         details.append(artifact["checksum"])
-    return artifact["uri"] + (f" ({', '.join(details)})" if details else "")
+    uri: str = artifact["uri"]
+    return uri + (f" ({', '.join(details)})" if details else "")
 
 
 # Colours for the learning-health verdicts (service/domain/learning_health.py).

@@ -72,8 +72,8 @@ async def job_events(
                 after, last_sent = event.seq, time.monotonic()
             if events:
                 continue
-            current = await run_in_threadpool(store.get, record.id)
-            if current is None or (current.phase.is_terminal() and current.last_event_seq <= after):
+            latest = await run_in_threadpool(store.get, record.id)
+            if latest is None or (latest.phase.is_terminal() and latest.last_event_seq <= after):
                 return  # terminal, everything sent, and this read was the one more empty read
             await runtime.notifier.wait(seen_version, settings.sse_poll_interval_s)
             if time.monotonic() - last_sent >= KEEPALIVE_S:
