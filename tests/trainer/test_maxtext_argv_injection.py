@@ -15,7 +15,6 @@ very characters it allows) reaches MaxText exactly as written. Importing MaxText
 
 from __future__ import annotations
 
-import copy
 import enum
 import json
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from tests.trainer.conftest import TINY_HF_CONFIG
+from tests.trainer.spec_edit import with_field
 from trainer.contract import JobSpec, RunLayout
 from trainer.contract.spec_values import LOCATION_PUNCTUATION
 from trainer.maxtext_entry.shim_flags import REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, pop_flags
@@ -101,15 +101,6 @@ def _bypassing_validation(spec: BaseModel, dotted: str, value: Any) -> Any:
     return spec.model_copy(update={head: new})
 
 
-def _set(data: dict, dotted: str, value: Any) -> dict:
-    out = copy.deepcopy(data)
-    node = out
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        node = node.setdefault(key, {})
-    node[leaf] = value
-    return out
-
 
 # (spec field, hostile value, the key=value argument it becomes, stage)
 HOSTILE = [
@@ -144,7 +135,7 @@ def test_without_validation_maxtext_would_interpret_the_value_and_the_spec_refus
         assert read == written.replace("${oc.env:" + CANARY_ENV + "}", canary)  # the environment, read
 
     with pytest.raises(ValidationError) as refused:
-        JobSpec.model_validate(_set(tiny_spec_dict, field, value))
+        JobSpec.model_validate(with_field(tiny_spec_dict, field, value))
     assert field in {".".join(str(p) for p in e["loc"]) for e in refused.value.errors()}
 
 
@@ -155,19 +146,19 @@ def test_every_accepted_value_reaches_maxtext_as_written(maxtext_loader, canary,
     model_dir = odd / "model"
     model_dir.mkdir(parents=True)
     (model_dir / "config.json").write_text(json.dumps(TINY_HF_CONFIG))
-    data = _set(tiny_spec_dict, "model.source", str(model_dir))
-    data = _set(data, "output", str(odd / "runs"))
-    data = _set(data, "dataset.prompt_template", str(odd / "template.json"))
-    data = _set(data, "grpo.rewards.functions_path", str(odd / "rewards.py"))
-    data = _set(data, "dataset.train_files", [])
-    data = _set(data, "dataset.eval_files", [])
-    data = _set(data, "dataset.subset", "a1.b_c-d")
-    data = _set(data, "dataset.train_split", "train_v2.x")
-    data = _set(data, "dataset.eval_split", "e1")
+    data = with_field(tiny_spec_dict, "model.source", str(model_dir))
+    data = with_field(data, "output", str(odd / "runs"))
+    data = with_field(data, "dataset.prompt_template", str(odd / "template.json"))
+    data = with_field(data, "grpo.rewards.functions_path", str(odd / "rewards.py"))
+    data = with_field(data, "dataset.train_files", [])
+    data = with_field(data, "dataset.eval_files", [])
+    data = with_field(data, "dataset.subset", "a1.b_c-d")
+    data = with_field(data, "dataset.train_split", "train_v2.x")
+    data = with_field(data, "dataset.eval_split", "e1")
     # Floats as Python writes them at the edges of their ranges (exponents, negatives, the limits).
     grpo = {**data["grpo"], "learning_rate": 1.5e-07, "beta": 1e-10, "temperature": 100.0, "top_p": 0.999999}
     rewards = {**grpo["rewards"], "exact_answer": -1000.0, "exact_format_match": 5e-324}
-    data = _set(data, "grpo", {**grpo, "rewards": rewards})
+    data = with_field(data, "grpo", {**grpo, "rewards": rewards})
     spec = JobSpec.model_validate(data)
 
     for stage, command in _commands(spec).items():

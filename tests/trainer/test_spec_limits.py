@@ -4,7 +4,6 @@ naming its field. (test_maxtext_argv_injection.py shows, with MaxText's own load
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from pathlib import Path
@@ -13,25 +12,13 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from tests.trainer.spec_edit import with_field
 from trainer.contract import GrpoSpec, JobSpec, RewardSpec
 from trainer.contract import spec_values as limits
 from trainer.contract.dns_label import DNS_LABEL_PATTERN
 from trainer.contract.tpu import TPU_SLICES
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _set(data: dict, dotted: str, value) -> dict:
-    out = copy.deepcopy(data)
-    node = out
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
-    if isinstance(node, list):
-        node[int(leaf)] = value
-    else:
-        node[leaf] = value
-    return out
 
 
 def _errors(data: dict) -> dict[str, str]:
@@ -88,21 +75,21 @@ HOSTILE_STRINGS = [
 
 @pytest.mark.parametrize(("field", "value"), HOSTILE_STRINGS, ids=[f"{f}={v!r}" for f, v in HOSTILE_STRINGS])
 def test_strings_maxtext_would_reinterpret_are_refused_naming_the_field(tiny_spec_dict, field, value):
-    message = _refused(_set(tiny_spec_dict, field, value), field)
+    message = _refused(with_field(tiny_spec_dict, field, value), field)
     if "$" in value:
         assert "resolve" in message, message  # says why, not only what
 
 
 def test_a_label_with_a_control_character_is_refused(tiny_spec_dict):
-    assert "not a valid Kubernetes label" in _refused(_set(tiny_spec_dict, "labels", {"team": "ml\n"}), "labels")
+    assert "not a valid Kubernetes label" in _refused(with_field(tiny_spec_dict, "labels", {"team": "ml\n"}), "labels")
 
 
 def test_what_real_jobs_use_is_accepted(tiny_spec_dict, tmp_path):
     odd_but_fine = tmp_path / "date=2024-01-01" / "a@b+c,d%20~e:f"
-    data = _set(tiny_spec_dict, "output", str(odd_but_fine))
-    data = _set(data, "dataset.subset", "socratic")
-    data = _set(data, "dataset.eval_split", "validation.v2")
-    spec = JobSpec.model_validate(_set(data, "labels", {"cost-center": "rl_team.1"}))
+    data = with_field(tiny_spec_dict, "output", str(odd_but_fine))
+    data = with_field(data, "dataset.subset", "socratic")
+    data = with_field(data, "dataset.eval_split", "validation.v2")
+    spec = JobSpec.model_validate(with_field(data, "labels", {"cost-center": "rl_team.1"}))
     assert spec.output == str(odd_but_fine)
 
 
@@ -114,7 +101,7 @@ FLOAT_FIELDS = [f"grpo.{n}" for n, f in GrpoSpec.model_fields.items() if f.annot
 @pytest.mark.parametrize("field", FLOAT_FIELDS)
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, float("1e309")], ids=["nan", "inf", "-inf", "1e309"])
 def test_non_finite_floats_are_refused(tiny_spec_dict, field, value):
-    assert _refused(_set(tiny_spec_dict, field, value), field)
+    assert _refused(with_field(tiny_spec_dict, field, value), field)
 
 
 def _number_fields(schema: dict, defs: dict, prefix: str = "") -> list[str]:
@@ -157,10 +144,10 @@ def test_every_number_has_an_upper_bound(tiny_spec_dict, field, limit):
     if field.startswith("model.dims"):
         dims = {k: 8 for k in ("base_emb_dim", "base_num_query_heads", "base_num_kv_heads",
                                "base_num_decoder_layers", "base_mlp_dim", "head_dim")}  # fmt: skip
-        tiny_spec_dict = _set(tiny_spec_dict, "model.dims", dims)
-    JobSpec.model_validate(_set(tiny_spec_dict, field, limit))
+        tiny_spec_dict = with_field(tiny_spec_dict, "model.dims", dims)
+    JobSpec.model_validate(with_field(tiny_spec_dict, field, limit))
     over = limit + (1 if isinstance(limit, int) else limit * 1e-6)
-    assert "less than or equal" in _refused(_set(tiny_spec_dict, field, over), field)
+    assert "less than or equal" in _refused(with_field(tiny_spec_dict, field, over), field)
 
 
 @pytest.mark.parametrize(
@@ -169,18 +156,18 @@ def test_every_number_has_an_upper_bound(tiny_spec_dict, field, limit):
      ("grpo.max_target_length", 2**63), ("grpo.rewards.penalty_incorrect_answer", -1e6)],
 )  # fmt: skip
 def test_the_probes_numbers_are_refused(tiny_spec_dict, field, value):
-    assert _refused(_set(tiny_spec_dict, field, value), field)
+    assert _refused(with_field(tiny_spec_dict, field, value), field)
 
 
 def test_rollout_tokens_per_step_must_fit_int32(tiny_spec_dict):
     grpo = {**tiny_spec_dict["grpo"], "batch_size": 4096, "num_generations": 1024, "max_target_length": 1024}
-    message = _refused(_set(tiny_spec_dict, "grpo", grpo), "grpo")
+    message = _refused(with_field(tiny_spec_dict, "grpo", grpo), "grpo")
     assert "32-bit" in message and str(4096 * 1024 * 1024) in message
-    JobSpec.model_validate(_set(tiny_spec_dict, "grpo", {**grpo, "batch_size": 2047}))
+    JobSpec.model_validate(with_field(tiny_spec_dict, "grpo", {**grpo, "batch_size": 2047}))
 
 
 def _hardware(tiny_spec_dict: dict, **hardware) -> dict:
-    return _set(tiny_spec_dict, "hardware", {"rollout_engine": "vllm", **hardware})
+    return with_field(tiny_spec_dict, "hardware", {"rollout_engine": "vllm", **hardware})
 
 
 @pytest.mark.parametrize(

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from tests.trainer.conftest import write_spec
+from tests.trainer.spec_edit import with_field
 from trainer.cli import main
 from trainer.contract import ExitCode
-
-
-def _set(data: dict, dotted: str, value) -> dict:
-    out = copy.deepcopy(data)
-    node = out
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        node = node.setdefault(key, {})
-    node[leaf] = value
-    return out
-
 
 BAD_FIELDS = [
     ("name", "Not_A_Label", "name"),
@@ -43,7 +31,7 @@ BAD_FIELDS = [
 
 @pytest.mark.parametrize(("field", "value", "named"), BAD_FIELDS, ids=[f for f, _, _ in BAD_FIELDS])
 def test_each_bad_field_is_rejected_and_named(tmp_path, tiny_spec_dict, capsys, field, value, named):
-    spec = write_spec(tmp_path / "spec.yaml", _set(tiny_spec_dict, field, value))
+    spec = write_spec(tmp_path / "spec.yaml", with_field(tiny_spec_dict, field, value))
     assert main(["run", "--spec", str(spec)]) == ExitCode.INVALID_SPEC
     err = capsys.readouterr().err
     assert f"  {named}" in err, err
@@ -51,7 +39,7 @@ def test_each_bad_field_is_rejected_and_named(tmp_path, tiny_spec_dict, capsys, 
 
 
 def test_every_bad_field_is_reported_at_once(tmp_path, tiny_spec_dict, capsys):
-    data = _set(_set(_set(tiny_spec_dict, "grpo.num_generations", 1), "grpo.beta", -1), "name", "BAD")
+    data = with_field(with_field(with_field(tiny_spec_dict, "grpo.num_generations", 1), "grpo.beta", -1), "name", "BAD")
     spec = write_spec(tmp_path / "spec.yaml", data)
     assert main(["plan", "--spec", str(spec)]) == ExitCode.INVALID_SPEC
     err = capsys.readouterr().err
@@ -61,7 +49,7 @@ def test_every_bad_field_is_reported_at_once(tmp_path, tiny_spec_dict, capsys):
 
 
 def test_missing_local_input_is_named_and_nothing_written(tmp_path, tiny_spec_dict, capsys):
-    spec = write_spec(tmp_path / "spec.yaml", _set(tiny_spec_dict, "model.source", str(tmp_path / "nope")))
+    spec = write_spec(tmp_path / "spec.yaml", with_field(tiny_spec_dict, "model.source", str(tmp_path / "nope")))
     assert main(["run", "--spec", str(spec)]) == ExitCode.INVALID_SPEC
     assert "model.source:" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
@@ -76,7 +64,7 @@ def test_unset_spec_variable_is_an_error(tmp_path, monkeypatch, capsys):
 
 
 def test_unknown_field_is_rejected(tmp_path, tiny_spec_dict, capsys):
-    spec = write_spec(tmp_path / "spec.yaml", _set(tiny_spec_dict, "grpo.learning_rate_typo", 1))
+    spec = write_spec(tmp_path / "spec.yaml", with_field(tiny_spec_dict, "grpo.learning_rate_typo", 1))
     assert main(["run", "--spec", str(spec)]) == ExitCode.INVALID_SPEC
     assert "grpo.learning_rate_typo" in capsys.readouterr().err
 
@@ -93,7 +81,7 @@ def test_a_prompt_template_maxtext_cannot_fill_is_refused_before_any_stage(tmp_p
                                                                            content, reason):  # fmt: skip
     template = tmp_path / "template.json"
     template.write_text(content)
-    spec = write_spec(tmp_path / "spec.yaml", _set(tiny_spec_dict, "dataset.prompt_template", str(template)))
+    spec = write_spec(tmp_path / "spec.yaml", with_field(tiny_spec_dict, "dataset.prompt_template", str(template)))
     assert main(["run", "--spec", str(spec), "--job-id", "rl-template0001"]) == ExitCode.INVALID_SPEC
     err = capsys.readouterr().err
     assert "dataset.prompt_template:" in err and reason in err, err
@@ -106,6 +94,6 @@ def test_a_prompt_template_reaches_train_rl(tiny_spec_dict, tmp_path):
     from trainer.stages.train import build_train_command
 
     template = tmp_path / "t.json"
-    spec = JobSpec.model_validate(_set(tiny_spec_dict, "dataset.prompt_template", str(template)))
+    spec = JobSpec.model_validate(with_field(tiny_spec_dict, "dataset.prompt_template", str(template)))
     command = build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec))
     assert f"data_template_path={template}" in command.args
