@@ -146,6 +146,14 @@ def image_binds(image: ImageConfig, env: dict[str, str], mounts: list[Mount], ro
     return binds
 
 
+def checkout_bind(binds: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
+    """The project checkout at its own path when a bind would hide it: the venv's editable install of rljob
+    points there (a clone under /tmp vanished behind the image's /tmp, and the service pod never started)."""
+    checkout = Path(__file__).resolve().parents[2]
+    hidden = any(checkout.is_relative_to(guest) and not checkout.is_relative_to(host) for host, guest in binds)
+    return [(checkout, str(checkout))] if hidden else []
+
+
 def sitecustomize_paths(image: ImageConfig, venv: Path) -> list[str]:
     """Where each venv path the container can start Python from looks for sitecustomize."""
     lib = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages/sitecustomize.py"
@@ -168,6 +176,7 @@ def plan_container(
     env = dict(env)
     env.setdefault("HOME", image.home)
     binds = image_binds(image, env, mounts, rootfs, venv) + [(m.host, m.guest) for m in mounts]
+    binds += checkout_bind(binds)
     argv = process_argv(container, image, env)
     argv, env = remap_ports(argv, env, ports)
     argv[0] = resolve_executable(argv[0], env.get("PATH", ""), binds)
