@@ -175,6 +175,7 @@ class JobService:
                 message="accepted; waiting to be handed to the launcher",
                 created_at=now,
                 updated_at=now,
+                phase_entered_at=now,
             )
             tx.insert(record)
             tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)
@@ -190,7 +191,7 @@ class JobService:
             raise NotCancellable(job_id, record.phase.value)
 
         def request_cancel(rec: JobRecord, tx: JobTx) -> None:
-            if rec.phase is JobPhase.QUEUED:
+            if rec.phase is JobPhase.QUEUED and not rec.handed_over:
                 write_phase(tx, rec, JobPhase.CANCELLED, "cancelled before it was launched", self.clock)
             elif rec.phase in CANCELLABLE:
                 write_phase(tx, rec, JobPhase.CANCELLING, "cancel requested; stopping the workload", self.clock)

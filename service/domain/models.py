@@ -65,6 +65,16 @@ class RunOutcome(BaseModel):
     failed_stage: str | None = None
 
 
+class QueueStatus(BaseModel):
+    """Where a QUEUED job waits for capacity: the backend's queue (a Kueue LocalQueue, the local
+    launcher's team queue), why it is not admitted, and its place in line when the backend says."""
+
+    name: str = Field(description="the queue: a Kueue LocalQueue, or `team/<team>` on the local launcher")
+    position: int | None = Field(default=None, description="1 = next to be admitted; null when the backend does not say")
+    reason: str = Field(description="machine-readable, e.g. InsufficientQuota, TeamJobLimit, Preempted")
+    message: str = Field(default="", description="the backend's own words")
+
+
 @dataclass
 class JobRecord:
     id: str
@@ -100,6 +110,18 @@ class JobRecord:
     last_event_seq: int = 0  # highest job_events.seq for this job (the snapshot's SSE id)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    queue: QueueStatus | None = None  # set while QUEUED behind a backend's queue, cleared on leaving QUEUED
+    # Seconds spent in each phase left so far (by JobPhase value), and when the current phase began:
+    # usage (chip-hours by phase) is computed from these, the current phase's share up to `now`.
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    phase_entered_at: datetime | None = None
+    fit_estimate: dict[str, Any] | None = None  # the submit-time memory estimate (trainer.contract fit check)
+
+    @property
+    def handed_over(self) -> bool:
+        """A launcher holds a workload for it (possibly still in the backend's queue): QUEUED then
+        means waiting in that queue, and a cancel has something to stop."""
+        return self.backend is not None
 
     @property
     def job_spec(self) -> JobSpec:
@@ -160,6 +182,7 @@ class JobPublic(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    queue: QueueStatus | None = Field(description="while QUEUED behind a backend's queue: which, why, and the place in line")
     spec: dict[str, Any]
 
 

@@ -26,9 +26,11 @@ WORKLOAD_STOPPED: frozenset[ObservedState] = frozenset(
 class Decision(enum.StrEnum):
     IGNORE = "ignore"  # the job has ended: nothing may change it
     STALE = "stale"  # a GONE about a workload a relaunch replaced says nothing about the current one
-    WAIT = "wait"  # nothing to do yet (QUEUED: launch() moves it on; CANCELLING: still stopping)
-    NOTE = "note"  # the phase stands; a new message from the backend is shown
-    START = "start"  # LAUNCHING -> RUNNING
+    WAIT = "wait"  # nothing to do yet (CANCELLING: still stopping)
+    NOTE = "note"  # the phase stands; a new message (and, QUEUED, the queue's reason and position) is shown
+    QUEUE = "queue"  # LAUNCHING/RUNNING -> QUEUED: the backend's queue holds it (not admitted, or preempted)
+    ADMIT = "admit"  # QUEUED -> LAUNCHING: the backend's queue admitted it
+    START = "start"  # LAUNCHING/QUEUED -> RUNNING
     SUCCEED = "succeed"  # -> SUCCEEDED with the exit code (0 if none)
     FAIL = "fail"  # -> FAILED, the reason from the backend or the exit code
     FINISH_CANCEL = "finish_cancel"  # CANCELLING -> CANCELLED: the workload has stopped
@@ -58,6 +60,8 @@ class Decision(enum.StrEnum):
 
 
 _TARGETS: dict[Decision, JobPhase] = {
+    Decision.QUEUE: JobPhase.QUEUED,
+    Decision.ADMIT: JobPhase.LAUNCHING,
     Decision.START: JobPhase.RUNNING,
     Decision.SUCCEED: JobPhase.SUCCEEDED,
     Decision.FAIL: JobPhase.FAILED,
@@ -87,22 +91,25 @@ def decide(
         return Decision.STALE  # acting on it would spend a resume on a workload that is running
     if phase is JobPhase.CANCELLING:
         return Decision.FINISH_CANCEL if state in WORKLOAD_STOPPED else Decision.WAIT
-    if phase is JobPhase.QUEUED:
-        return Decision.WAIT  # nothing was launched yet
-    if phase not in (JobPhase.LAUNCHING, JobPhase.RUNNING):
+    if phase not in (JobPhase.QUEUED, JobPhase.LAUNCHING, JobPhase.RUNNING):
         raise ValueError(f"no observation policy for phase {phase}")  # a new phase needs its own rows
+    # QUEUED here is a job the backend holds in its queue: a job never handed over is launched by
+    # JobRecovery, not by observations (there is no workload to observe).
+    if state is ObservedState.QUEUED:
+        return Decision.NOTE if phase is JobPhase.QUEUED else Decision.QUEUE
     if state is ObservedState.RUNNING:
-        return Decision.START if phase is JobPhase.LAUNCHING else Decision.NOTE
+        return Decision.NOTE if phase is JobPhase.RUNNING else Decision.START
     if state in (ObservedState.PENDING, ObservedState.RESTARTING):
-        return Decision.NOTE
+        return Decision.ADMIT if phase is JobPhase.QUEUED else Decision.NOTE
     if state is ObservedState.SUCCEEDED:
         return Decision.SUCCEED
     if state is ObservedState.FAILED:
         return Decision.FAIL
     if state is ObservedState.GONE:
         # The trainer's stages are restartable (completion markers in the run dir): a rerun continues.
-        if phase is JobPhase.LAUNCHING:
-            return Decision.RELAUNCH  # never started (e.g. waiting in the local queue when the service stopped)
+        if phase is not JobPhase.RUNNING:
+            # Never started: waiting in a queue (the backend's, or the local one when the service stopped).
+            return Decision.RELAUNCH
         return Decision.RESUME if resumes_left else Decision.GIVE_UP
     raise ValueError(f"no observation policy for state {state}")
 
@@ -129,6 +136,15 @@ def failure_message(job_id: str, run_finished: RunOutcome | None, obs: Observati
         parts.append(obs.message or "the workload failed")
     parts.append(f"logs: `rljob logs {job_id}`")
     return "; ".join(parts)
+
+
+def queued_message(phase: JobPhase, obs: Observation) -> str:
+    """For people: why the backend's queue holds the job; from RUNNING, that it will resume."""
+    queue = obs.queue.name if obs.queue else "the backend's queue"
+    why = obs.message or (obs.queue.reason if obs.queue else "waiting for capacity")
+    if phase is JobPhase.RUNNING:
+        return f"preempted, back in {queue}: {why}; it resumes from its last checkpoint when admitted again"
+    return f"waiting in {queue}: {why}"
 
 
 def lost_workload_reason(obs: Observation) -> str:

@@ -12,8 +12,8 @@ from .errors import IllegalTransition
 
 
 class JobPhase(enum.StrEnum):
-    QUEUED = "QUEUED"  # stored by the service, not yet handed to a backend
-    LAUNCHING = "LAUNCHING"  # handed to the backend: waiting for a slot / node, or starting the process
+    QUEUED = "QUEUED"  # waiting for capacity: not yet handed to a backend, or held by its queue (Kueue, team quota)
+    LAUNCHING = "LAUNCHING"  # admitted by the backend: waiting for a node, or starting the process
     RUNNING = "RUNNING"  # the backend reports the trainer running
     CANCELLING = "CANCELLING"  # a cancel was requested; the workload has not been seen to stop yet
     SUCCEEDED = "SUCCEEDED"
@@ -38,16 +38,23 @@ CANCELLABLE: frozenset[JobPhase] = frozenset({JobPhase.QUEUED, JobPhase.LAUNCHIN
 
 # Every phase has an entry, terminal ones an empty set: tests check the table is exhaustive.
 ALLOWED_TRANSITIONS: dict[JobPhase, frozenset[JobPhase]] = {
-    # No QUEUED -> FAILED: launch() marks the job LAUNCHING before it calls the launcher, so a failed
-    # launch fails the job from LAUNCHING.
+    # No QUEUED -> FAILED on a launch error: launch() marks the job LAUNCHING before it calls the
+    # launcher, so a failed launch fails the job from LAUNCHING. Once the backend holds the job in
+    # its queue (a suspended Job waiting for Kueue, the local launcher's team queue) the job is QUEUED
+    # again and the workload's own end can come from there.
     JobPhase.QUEUED: frozenset(
         {
-            JobPhase.LAUNCHING,
+            JobPhase.LAUNCHING,  # handed to the backend, or admitted by its queue
+            JobPhase.RUNNING,  # admitted and started between two observations
+            JobPhase.SUCCEEDED,  # ... and finished between two observations
+            JobPhase.FAILED,  # the queued workload failed (deleted, deactivated by its queue)
+            JobPhase.CANCELLING,  # a cancel of a workload the backend holds: it is deleted, then seen gone
             JobPhase.CANCELLED,  # nothing was started, so there is nothing to wait for
         }
     ),
     JobPhase.LAUNCHING: frozenset(
         {
+            JobPhase.QUEUED,  # the backend's queue holds it for capacity (quota, team limit)
             JobPhase.RUNNING,
             JobPhase.SUCCEEDED,  # a short job can finish before a RUNNING observation is seen
             JobPhase.FAILED,
@@ -60,6 +67,7 @@ ALLOWED_TRANSITIONS: dict[JobPhase, frozenset[JobPhase]] = {
             JobPhase.FAILED,
             JobPhase.CANCELLING,
             JobPhase.LAUNCHING,  # resumed: the process was lost (service or machine restart) and is relaunched
+            JobPhase.QUEUED,  # preempted or evicted by its queue: waits for capacity, then resumes from its checkpoint
         }
     ),
     JobPhase.CANCELLING: frozenset({JobPhase.CANCELLED}),

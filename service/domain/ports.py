@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from trainer.contract import JobSpec, StepSamples, TrainerEvent
 
-from .models import JobEvent, JobFilters, JobRecord, MetricPoint, TokenRecord
+from .models import JobEvent, JobFilters, JobRecord, MetricPoint, QueueStatus, TokenRecord
 
 Clock = Callable[[], datetime]
 
@@ -36,7 +36,8 @@ def utc_now() -> datetime:
 class ObservedState(enum.StrEnum):
     """What a backend says about a workload; deliberately smaller than the job phases."""
 
-    PENDING = "pending"  # accepted by the backend but not running yet (queued, unschedulable, pulling)
+    QUEUED = "queued"  # held by a queue for capacity (Kueue not admitted, a team quota); `queue` says where
+    PENDING = "pending"  # admitted but not running yet (unschedulable, pulling, starting)
     RUNNING = "running"
     RESTARTING = "restarting"  # an attempt ended by disruption; the backend retries it (not a failure)
     SUCCEEDED = "succeeded"
@@ -52,6 +53,7 @@ class Observation:
     reason: str | None = None  # for machines: FailedScheduling, OOMKilled, DeadlineExceeded, ...
     exit_code: int | None = None
     object_name: str | None = None  # the backend's name for the workload (Job name, pid)
+    queue: QueueStatus | None = None  # with QUEUED: which queue holds it, why, and its place in line
     observed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 

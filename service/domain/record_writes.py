@@ -9,7 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from .models import JobRecord
-from .observation_policy import Decision, failure_message, failure_reason, lost_workload_reason, resume_limit_message
+from .observation_policy import (
+    Decision,
+    failure_message,
+    failure_reason,
+    lost_workload_reason,
+    queued_message,
+    resume_limit_message,
+)
 from .phases import JobPhase, transition
 from .ports import Clock, JobTx, Observation
 from .progress import fold_manifest
@@ -21,6 +28,12 @@ def write_phase(tx: JobTx, rec: JobRecord, target: JobPhase, message: str, clock
     rec.phase = transition(previous, target)
     rec.message = message
     now = clock()
+    if rec.phase_entered_at is not None:  # None: stored before 0004; its earlier phases are not counted
+        spent = max(0.0, (now - rec.phase_entered_at).total_seconds())
+        rec.phase_seconds[previous.value] = round(rec.phase_seconds.get(previous.value, 0.0) + spent, 3)
+    rec.phase_entered_at = now
+    if target is not JobPhase.QUEUED:
+        rec.queue = None
     if target is JobPhase.RUNNING and rec.started_at is None:
         rec.started_at = now
     if target.is_terminal():
@@ -28,7 +41,18 @@ def write_phase(tx: JobTx, rec: JobRecord, target: JobPhase, message: str, clock
     data: dict[str, Any] = {"phase": target.value, "previous": previous.value, "message": message}
     if target is JobPhase.FAILED:
         data.update(failure_reason=rec.failure_reason, exit_code=rec.exit_code)
+    if target is JobPhase.QUEUED and rec.queue is not None:
+        data["queue"] = rec.queue.model_dump(mode="json")
     tx.append_event(rec, "phase", data, now)
+
+
+def write_queue(tx: JobTx, rec: JobRecord, obs: Observation, clock: Clock) -> None:
+    """A QUEUED job's place in its queue changed: keep it and log a `queue` event (SSE carries it)."""
+    if obs.queue is None or obs.queue == rec.queue:
+        return
+    rec.queue = obs.queue
+    rec.message = queued_message(rec.phase, obs)
+    tx.append_event(rec, "queue", obs.queue.model_dump(mode="json"), clock())
 
 
 def write_decision(
@@ -45,9 +69,17 @@ def write_decision(
     if obs.object_name and obs.object_name != rec.object_name:
         rec.object_name = obs.object_name
     replaced = None
-    if decided is Decision.NOTE and obs.message and obs.message != rec.message:
+    if decided is Decision.NOTE and rec.phase is JobPhase.QUEUED:
+        write_queue(tx, rec, obs, clock)
+    elif decided is Decision.NOTE and obs.message and obs.message != rec.message:
         rec.message = obs.message
         tx.append_event(rec, "message", {"message": obs.message, "reason": obs.reason}, clock())
+    elif decided is Decision.QUEUE:
+        message = queued_message(rec.phase, obs)
+        rec.queue = obs.queue
+        write_phase(tx, rec, JobPhase.QUEUED, message, clock)
+    elif decided is Decision.ADMIT:
+        write_phase(tx, rec, JobPhase.LAUNCHING, obs.message or "admitted; starting", clock)
     elif decided is Decision.START:
         write_phase(tx, rec, JobPhase.RUNNING, obs.message or "running", clock)
     elif decided is Decision.SUCCEED:

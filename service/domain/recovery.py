@@ -19,9 +19,11 @@ from .ports import ObservedState
 log = logging.getLogger(__name__)
 
 # At start-up: a workload in one of these states is still there, and the job is re-attached to it.
-ALIVE: frozenset[ObservedState] = frozenset({ObservedState.PENDING, ObservedState.RUNNING, ObservedState.RESTARTING})
+ALIVE: frozenset[ObservedState] = frozenset(
+    {ObservedState.QUEUED, ObservedState.PENDING, ObservedState.RUNNING, ObservedState.RESTARTING}
+)
 # On the slow reconcile: a CANCELLING job whose workload is seen in one of these gets the cancel again.
-STILL_TO_STOP: frozenset[ObservedState] = frozenset({ObservedState.PENDING, ObservedState.RUNNING})
+STILL_TO_STOP: frozenset[ObservedState] = frozenset({ObservedState.QUEUED, ObservedState.PENDING, ObservedState.RUNNING})
 
 
 class JobRecovery:
@@ -39,7 +41,7 @@ class JobRecovery:
                 log.exception("recovering %s failed; the reconcile loop retries it", record.id)
 
     def _recover_one(self, record: JobRecord) -> None:
-        if record.phase is JobPhase.QUEUED:
+        if record.phase is JobPhase.QUEUED and not record.handed_over:
             self.jobs.launch(record.id)
             return
         obs = self.jobs.launcher.observe(record.id)
@@ -51,10 +53,11 @@ class JobRecovery:
         self.jobs.apply_observation(obs)
 
     def reconcile_once(self) -> None:
-        """Ask the backend about every launched job; hand over QUEUED jobs that were never launched."""
+        """Ask the backend about every launched job (one QUEUED in the backend's queue too); hand over
+        QUEUED jobs that were never launched."""
         for record in self.jobs.store.list_active():
             try:
-                if record.phase is JobPhase.QUEUED:
+                if record.phase is JobPhase.QUEUED and not record.handed_over:
                     # launch() is idempotent, so a launch that was under way after all does no harm.
                     if (self.jobs.clock() - record.updated_at).total_seconds() >= self.queued_relaunch_after_s:
                         log.info("launching %s: still QUEUED since %s", record.id, record.updated_at.isoformat())

@@ -67,5 +67,6 @@ def to_public(record: JobRecord, now: datetime, health_policy: HealthPolicy = DE
         updated_at=record.updated_at,
         started_at=record.started_at,
         finished_at=record.finished_at,
+        queue=record.queue,
         spec=record.spec,
     )

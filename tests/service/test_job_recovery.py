@@ -12,7 +12,7 @@ from service_helpers import spec_body
 from service.adapters.store import SqlJobStore
 from service.domain import recovery as recovery_module
 from service.domain.job_service import JobService
-from service.domain.models import Caller
+from service.domain.models import Caller, QueueStatus
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.recovery import JobRecovery
@@ -44,7 +44,7 @@ def test_recovery_sends_the_cancel_again_to_a_cancelling_job_still_running(
 
 
 @pytest.mark.parametrize("state", list(ObservedState))
-def test_the_reconcile_sends_the_cancel_again_only_while_the_workload_is_seen_running_or_pending(
+def test_the_reconcile_sends_the_cancel_again_only_while_the_workload_is_seen_queued_pending_or_running(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path, state: ObservedState
 ) -> None:
     service = JobService(store, fake_launcher, fake_progress)
@@ -53,10 +53,52 @@ def test_the_reconcile_sends_the_cancel_again_only_while_the_workload_is_seen_ru
     JobRecovery(service).reconcile_once()
     # RESTARTING is left out today: the backend is itself replacing the attempt, and the next
     # reconcile (or the watcher's RUNNING) brings the cancel again.
-    resent = state in (ObservedState.PENDING, ObservedState.RUNNING)
+    # QUEUED: a suspended Job held by Kueue is still an object to delete.
+    resent = state in (ObservedState.QUEUED, ObservedState.PENDING, ObservedState.RUNNING)
     assert fake_launcher.cancelled == ([job_id] if resent else [])
     stopped = state in (ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE)
     assert store.get(job_id).phase is (JobPhase.CANCELLED if stopped else JobPhase.CANCELLING)  # type: ignore[union-attr]
+
+
+QUEUE = QueueStatus(name="team/team-a", position=1, reason="TeamJobLimit", message="team-a runs 2 of its 2 jobs")
+
+
+def test_a_job_held_in_the_backends_queue_is_observed_not_launched_again(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
+) -> None:
+    service = JobService(store, fake_launcher, fake_progress)
+    job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
+    service.apply_observation(fake_launcher.set(job_id, ObservedState.QUEUED, queue=QUEUE, object_name="fake/x"))
+    record = store.get(job_id)
+    assert record is not None and record.phase is JobPhase.QUEUED and record.handed_over and record.queue == QUEUE
+    moved = QueueStatus(name="team/team-a", position=1, reason="TeamChipLimit")
+    fake_launcher.set(job_id, ObservedState.QUEUED, queue=moved, object_name="fake/x")
+    # Old enough that a never-launched job would be handed over again: this one is asked about instead.
+    JobRecovery(service, queued_relaunch_after_s=0).reconcile_once()
+    JobRecovery(service).recover()
+    assert fake_launcher.launched == [job_id]  # the submit's launch only
+    record = store.get(job_id)
+    assert record is not None and record.phase is JobPhase.QUEUED and record.queue == moved
+    queue_events = [e.data for e in store.events_after(0, job_id=job_id) if e.kind == "queue"]
+    assert queue_events == [moved.model_dump(mode="json")]
+
+
+def test_cancel_of_a_queued_job_stops_the_workload_only_when_a_backend_holds_one(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
+) -> None:
+    service = JobService(store, fake_launcher, fake_progress)
+    held = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
+    service.apply_observation(fake_launcher.set(held, ObservedState.QUEUED, queue=QUEUE))
+    assert service.cancel(TEAM_A, held).phase is JobPhase.CANCELLING
+    assert fake_launcher.cancelled == [held]
+    service.apply_observation(fake_launcher.set(held, ObservedState.GONE))
+    assert store.get(held).phase is JobPhase.CANCELLED  # type: ignore[union-attr]
+
+    fake_launcher.cancelled.clear()
+    service.launch = lambda job_id: None  # type: ignore[method-assign]  # stored, never handed over
+    never = service.submit(TEAM_A, JobSpec.model_validate({**spec_body(tmp_path), "name": "never"}))[0].id
+    assert service.cancel(TEAM_A, never).phase is JobPhase.CANCELLED
+    assert fake_launcher.cancelled == []
 
 
 def test_a_message_is_never_posted_on_a_job_that_has_ended(

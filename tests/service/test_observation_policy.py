@@ -18,7 +18,7 @@ from service_helpers import T0, ManualClock, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.models import JobRecord
+from service.domain.models import JobRecord, QueueStatus
 from service.domain.observation_policy import Decision, decide, names_a_replaced_workload
 from service.domain.phases import JobPhase, can_transition
 from service.domain.ports import Observation, ObservedState
@@ -28,17 +28,17 @@ P, S, D = JobPhase, ObservedState, Decision
 
 # Columns: the five states whose decision depends on the phase alone, then GONE in its four contexts:
 # (about the job's current workload | about a workload a relaunch replaced) x (resumes left | none left).
-COLUMNS = (S.PENDING, S.RUNNING, S.RESTARTING, S.SUCCEEDED, S.FAILED)
+COLUMNS = (S.QUEUED, S.PENDING, S.RUNNING, S.RESTARTING, S.SUCCEEDED, S.FAILED)
 GONE_CONTEXTS = ((False, True), (False, False), (True, True), (True, False))  # (about_replaced, resumes_left)
 TABLE: dict[JobPhase, tuple[Decision, ...]] = {
-    #              PENDING  RUNNING  RESTARTING  SUCCEEDED         FAILED            | GONE: current    current, no resume  replaced  replaced, no resume
-    P.QUEUED:     (D.WAIT,  D.WAIT,  D.WAIT,     D.WAIT,           D.WAIT,             D.WAIT,          D.WAIT,             D.STALE,  D.STALE),
-    P.LAUNCHING:  (D.NOTE,  D.START, D.NOTE,     D.SUCCEED,        D.FAIL,             D.RELAUNCH,      D.RELAUNCH,         D.STALE,  D.STALE),
-    P.RUNNING:    (D.NOTE,  D.NOTE,  D.NOTE,     D.SUCCEED,        D.FAIL,             D.RESUME,        D.GIVE_UP,          D.STALE,  D.STALE),
-    P.CANCELLING: (D.WAIT,  D.WAIT,  D.WAIT,     D.FINISH_CANCEL,  D.FINISH_CANCEL,    D.FINISH_CANCEL, D.FINISH_CANCEL,    D.STALE,  D.STALE),
-    P.SUCCEEDED:  (D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE,         D.IGNORE,           D.IGNORE,        D.IGNORE,           D.IGNORE, D.IGNORE),
-    P.FAILED:     (D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE,         D.IGNORE,           D.IGNORE,        D.IGNORE,           D.IGNORE, D.IGNORE),
-    P.CANCELLED:  (D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE,         D.IGNORE,           D.IGNORE,        D.IGNORE,           D.IGNORE, D.IGNORE),
+    #              QUEUED    PENDING  RUNNING  RESTARTING  SUCCEEDED         FAILED            | GONE: current    current, no resume  replaced  replaced, no resume
+    P.QUEUED:     (D.NOTE,   D.ADMIT, D.START, D.ADMIT,    D.SUCCEED,        D.FAIL,             D.RELAUNCH,      D.RELAUNCH,         D.STALE,  D.STALE),
+    P.LAUNCHING:  (D.QUEUE,  D.NOTE,  D.START, D.NOTE,     D.SUCCEED,        D.FAIL,             D.RELAUNCH,      D.RELAUNCH,         D.STALE,  D.STALE),
+    P.RUNNING:    (D.QUEUE,  D.NOTE,  D.NOTE,  D.NOTE,     D.SUCCEED,        D.FAIL,             D.RESUME,        D.GIVE_UP,          D.STALE,  D.STALE),
+    P.CANCELLING: (D.WAIT,   D.WAIT,  D.WAIT,  D.WAIT,     D.FINISH_CANCEL,  D.FINISH_CANCEL,    D.FINISH_CANCEL, D.FINISH_CANCEL,    D.STALE,  D.STALE),
+    P.SUCCEEDED:  (D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE,         D.IGNORE,           D.IGNORE,        D.IGNORE,           D.IGNORE, D.IGNORE),
+    P.FAILED:     (D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE,         D.IGNORE,           D.IGNORE,        D.IGNORE,           D.IGNORE, D.IGNORE),
+    P.CANCELLED:  (D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE,         D.IGNORE,           D.IGNORE,        D.IGNORE,           D.IGNORE, D.IGNORE),
 }  # fmt: skip
 
 # What each decision means: (phase written or None, launch again, manifest folded in, workload name adopted).
@@ -47,6 +47,8 @@ MEANING: dict[Decision, tuple[JobPhase | None, bool, bool, bool]] = {
     D.STALE: (None, False, False, False),
     D.WAIT: (None, False, False, True),
     D.NOTE: (None, False, False, True),
+    D.QUEUE: (P.QUEUED, False, False, True),
+    D.ADMIT: (P.LAUNCHING, False, False, True),
     D.START: (P.RUNNING, False, False, True),
     D.SUCCEED: (P.SUCCEEDED, False, True, True),
     D.FAIL: (P.FAILED, False, True, True),
@@ -137,29 +139,42 @@ def test_the_job_service_carries_out_every_cell(
     service = JobService(shared_store, launcher, FakeProgress(), clock=ManualClock(), max_resumes=MAX_RESUMES)
     job_id = _stored_job(shared_store, tmp_path, phase, resumes=0 if resumes_left else MAX_RESUMES)
     exit_code = 70 if state is S.FAILED else None
+    queue = QueueStatus(name="team/team-a", position=2, reason="TeamJobLimit") if state is S.QUEUED else None
     # A name the job has never had: a new workload (a relaunch replaced nothing yet), not a stale one.
-    service.apply_observation(Observation(job_id, state, message=OBS_MESSAGE, exit_code=exit_code, object_name="w-2"))
+    service.apply_observation(
+        Observation(job_id, state, message=OBS_MESSAGE, exit_code=exit_code, object_name="w-2", queue=queue)
+    )
 
     decision = expected(phase, state, False, resumes_left)
     after = shared_store.get(job_id)
     assert after is not None
-    assert after.phase is (decision.target or phase)
+    # A relaunch from QUEUED goes through launch(), which hands the job over again: LAUNCHING.
+    relaunched_from_queue = decision is D.RELAUNCH and phase is P.QUEUED
+    target = P.LAUNCHING if relaunched_from_queue else decision.target
+    assert after.phase is (target or phase)
     assert launcher.launched == ([job_id] if decision.relaunches else [])
     assert after.resumes == (1 if decision is D.RESUME else 0 if resumes_left else MAX_RESUMES)
     phase_events = [e.data for e in shared_store.events_after(0, job_id=job_id) if e.kind == "phase"]
-    assert [(e["previous"], e["phase"]) for e in phase_events] == ([(phase, decision.target)] if decision.target else [])
+    assert [(e["previous"], e["phase"]) for e in phase_events] == ([(phase, target)] if target else [])
+    assert after.queue == (queue if after.phase is P.QUEUED else None)
     name = {D.IGNORE: "w-1", D.STALE: "w-1", D.RESUME: f"fake/{job_id}"}.get(decision, "w-2")  # a resume relaunched
     assert after.object_name == name
+    queued = "preempted, back in team/team-a: " if phase is P.RUNNING else "waiting in team/team-a: "
     message = {
         D.IGNORE: "before", D.STALE: "before", D.WAIT: "before", D.NOTE: OBS_MESSAGE, D.START: OBS_MESSAGE,
+        D.ADMIT: OBS_MESSAGE, D.QUEUE: queued + OBS_MESSAGE + (
+            "; it resumes from its last checkpoint when admitted again" if phase is P.RUNNING else ""
+        ),
         D.SUCCEED: "finished successfully", D.FINISH_CANCEL: "cancelled; the workload has stopped",
-        D.RELAUNCH: f"relaunching: {OBS_MESSAGE}", D.RESUME: f"resuming (attempt 2): {OBS_MESSAGE}",
+        D.RELAUNCH: "handing the job to the fake launcher" if relaunched_from_queue else f"relaunching: {OBS_MESSAGE}", D.RESUME: f"resuming (attempt 2): {OBS_MESSAGE}",
     }  # fmt: skip
     if decision is D.FAIL:
         assert after.failure_reason == "NON_RETRYABLE" and after.exit_code == 70
         assert after.message == f"{describe_exit_code(70)}; logs: `rljob logs {job_id}`"
     elif decision is D.GIVE_UP:
         assert after.failure_reason == "ResumeLimit" and "resumed 1 time(s) already, giving up" in after.message
+    elif decision is D.NOTE and phase is P.QUEUED:
+        assert after.failure_reason is None and after.message == message[D.QUEUE]  # the queue's words
     else:
         assert after.failure_reason is None and after.message == message[decision]
     if decision is D.SUCCEED:

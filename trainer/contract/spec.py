@@ -250,6 +250,12 @@ class HardwareSpec(_Strict):
         default=8, ge=1, le=MAX_CHIPS_PER_VM, validate_default=True,
         description="TPU chips on each VM: the slice's own (v6e-8: 8, v6e-16: 4)",
     )  # fmt: skip
+    capacity: Literal["on-demand", "spot", "flex-start", "reservation"] = Field(
+        default="on-demand",
+        description="how the TPU VMs are obtained on GKE: on-demand, spot (preemptible, 30 s notice), "
+        "flex-start (Dynamic Workload Scheduler, at most 7 days) or a reservation (name it in `reservation`)",
+    )
+    reservation: DnsLabel | None = Field(default=None, description="with capacity: reservation, the reservation's name")
     rollout_engine: Literal["vllm", "jax"] = "vllm"
     rollout_data_parallelism: int = Field(
         default=1, ge=-1, le=MAX_ROLLOUT_PARALLELISM, validate_default=True,
@@ -298,6 +304,14 @@ class HardwareSpec(_Strict):
             raise ValueError("the vllm rollout engine needs a TPU; use rollout_engine: jax on cpu")
         return self
 
+    @model_validator(mode="after")
+    def _reservation_named(self) -> HardwareSpec:
+        if self.capacity == "reservation" and self.reservation is None:
+            raise ValueError("capacity: reservation needs the reservation's name in hardware.reservation")
+        if self.capacity != "reservation" and self.reservation is not None:
+            raise ValueError(f"hardware.reservation is only read with capacity: reservation, not {self.capacity}")
+        return self
+
 
 class ExportSpec(_Strict):
     enabled: bool = True
@@ -317,6 +331,10 @@ class JobSpec(_Strict):
     hardware: HardwareSpec = Field(default_factory=HardwareSpec)
     export: ExportSpec = Field(default_factory=ExportSpec)
     output: Location = Field(description="where runs go: gs://bucket/prefix or an absolute local dir")
+    priority: Literal["low", "normal", "high"] = Field(
+        default="normal",
+        description="order among a team's queued jobs (and, on Kueue, the WorkloadPriorityClass): high first",
+    )
     # Checked whole by _labels (so an error names `labels`); the schema states the same patterns.
     labels: dict[str, str] = Field(
         default_factory=dict, max_length=limits.MAX_LABELS,

@@ -22,6 +22,7 @@ from service.domain.models import (
     JobFilters,
     JobRecord,
     MetricPoint,
+    QueueStatus,
     RunOutcome,
     StageTimes,
     TokenRecord,
@@ -37,7 +38,7 @@ _RECORD_FIELDS = [
     "stage", "step", "total_steps", "latest_metrics", "recent_train_steps", "health_verdict", "stage_times",
     "artifacts", "run_finished", "backend",
     "object_name", "attempt", "resumes", "last_trainer_seq", "last_event_seq", "created_at", "updated_at",
-    "started_at", "finished_at",
+    "started_at", "finished_at", "queue", "phase_seconds", "phase_entered_at", "fit_estimate",
 ]  # fmt: skip
 
 
@@ -50,6 +51,9 @@ def _to_record(row: JobRow, labels: dict[str, str]) -> JobRecord:
     values["stage_times"] = {k: StageTimes.model_validate(v) for k, v in (row.stage_times or {}).items()}
     values["artifacts"] = {k: Artifact.model_validate(v) for k, v in (row.artifacts or {}).items()}
     values["run_finished"] = RunOutcome.model_validate(row.run_finished) if row.run_finished else None
+    values["queue"] = QueueStatus.model_validate(row.queue) if row.queue else None
+    values["phase_seconds"] = _deep_copy(values["phase_seconds"]) or {}  # NULL: stored before 0004
+    values["fit_estimate"] = _deep_copy(values["fit_estimate"])
     return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
 
 

@@ -71,6 +71,10 @@ class JobRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    queue: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
+    phase_seconds: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
+    phase_entered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)  # migration 0004
+    fit_estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
 
     __table_args__ = (
         # One job per (team, Idempotency-Key); NULL keys do not collide on either database.
