@@ -31,7 +31,6 @@ import base64
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -271,6 +270,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from service.domain.tokens import generate_token
     from service.free_port import free_port
+    from service.process_stop import terminate_then_kill
     from tests.storage.gcs_emulator import GcsEmulator
 
     started = time.monotonic()
@@ -309,11 +309,7 @@ def main() -> int:
                 if served >= args.requests:
                     break
         finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            terminate_then_kill(server, grace_s=30)
             gcs.stop()
         requests, log_errors = service_log(work / "service.log", setup_requests)
 

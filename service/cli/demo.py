@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from rich.console import Console
 
 from service.domain.tokens import generate_token
 from service.free_port import free_port
+from service.process_stop import terminate_then_kill
 from trainer.contract.spec_file import SpecFileError, read_spec_data
 
 from .client import ClientConfig, CliError, ExitCode, RljobClient
@@ -40,16 +40,6 @@ def _wait_ready(client: RljobClient, server: subprocess.Popen[bytes], log_path: 
         except CliError:
             time.sleep(0.2)
     raise CliError(f"the service was not ready within {READY_TIMEOUT_S:.0f}s; see {log_path}")
-
-
-def _stop(server: subprocess.Popen[bytes]) -> None:
-    if server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 def run_demo(spec_path: Path, work_dir: Path, console: Console) -> int:
@@ -101,4 +91,4 @@ def run_demo(spec_path: Path, work_dir: Path, console: Console) -> int:
         return 0
     finally:
         client.close()
-        _stop(server)
+        terminate_then_kill(server, grace_s=15)

@@ -8,7 +8,6 @@ import io
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from service_helpers import spec_body, wait_until
 
 from service.free_port import free_port
 from service.logging_config import REDACTED, configure_logging
+from service.process_stop import terminate_then_kill
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"
@@ -56,12 +56,7 @@ def _server(argv: list[str], env: dict[str, str], port: int, stderr_path: Path) 
         yield client
     finally:
         client.close()
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        terminate_then_kill(server, grace_s=30)
 
 
 def _json_lines(path: Path) -> list[dict[str, object]]:
