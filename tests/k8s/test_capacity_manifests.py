@@ -14,6 +14,7 @@ import pytest
 
 from service.adapters.k8s.capacity import FLEX_START_MAX_RUN_S, SPOT_TERMINATION_GRACE_S
 from service.adapters.k8s.render import render_manifests, render_manifests_yaml
+from trainer.contract import JobSpec
 
 from .conftest import JOB_ID, make_cpu_spec, make_settings, make_spec
 from .test_manifests import validate_strict
@@ -27,19 +28,19 @@ def _hardware(capacity: str) -> dict[str, Any]:
     return {"capacity": capacity, "reservation": "tpu-res-1" if capacity == "reservation" else None}
 
 
-def _spec(accelerator: str, capacity: str, **extra: Any):
+def _spec(accelerator: str, capacity: str, **extra: Any) -> JobSpec:
     if accelerator == "cpu":
         base = make_cpu_spec(**extra)
     else:
         base = make_spec(accelerator, {"v6e-8": 8}.get(accelerator, 4), **extra)
     hardware = {**base.hardware.model_dump(), **_hardware(capacity)}
-    return type(base).model_validate({**base.model_dump(), "hardware": hardware})
+    return JobSpec.model_validate({**base.model_dump(), "hardware": hardware})
 
 
 def _pod(doc: dict[str, Any]) -> dict[str, Any]:
-    if doc["kind"] == "JobSet":
-        return doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    return doc["spec"]["template"]["spec"]
+    job = doc["spec"]["replicatedJobs"][0]["template"] if doc["kind"] == "JobSet" else doc
+    pod: dict[str, Any] = job["spec"]["template"]["spec"]
+    return pod
 
 
 def _env(pod: dict[str, Any]) -> dict[str, str]:

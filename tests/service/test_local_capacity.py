@@ -33,7 +33,7 @@ def local_api(store: SqlJobStore, tmp_path: Path, fake_trainer_command: list[str
     launcher = LocalProcessLauncher(tmp_path / "jobs", fake_trainer_command, poll_interval_s=0.05)
     with TestClient(create_app(settings_factory(), store=store, launcher=launcher, progress=FakeProgress())) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200)
-        yield Api(client, store, launcher, FakeProgress())  # type: ignore[arg-type]
+        yield Api(client, store, launcher, FakeProgress())
 
 
 @pytest.mark.parametrize("capacity", ["reservation", "flex-start"])
