@@ -7,7 +7,7 @@ The policy is off until a deployment configures it (RLJOB_TEAM_LOCATIONS or
 RLJOB_TEAM_LOCATION_TEMPLATE); once on, a team with no prefixes may use no location at all.
 
 Containment is decided on path segments, never on string prefixes, so gs://b/team-a2 is not under
-gs://b/team-a. `.` and `..` segments are refused outright: GCS keeps them literally, but path code in
+gs://b/team-a. Empty, `.` and `..` segments are refused outright: GCS keeps them literally, but path code in
 the trainer's libraries may normalise them into another team's prefix. A local path must be under a root
 both as written and with its symlinks resolved (a link inside a root pointing out of it is refused).
 Local checks are made on the service's machine at submit: a link changed after that is not seen, so
@@ -47,9 +47,10 @@ def parse_place(uri: str) -> Place:
     """Split a gs:// URI or an absolute local path; ValueError for anything else or a `.`/`..` segment."""
     kind = location_kind(uri)
     if kind == "gcs":
-        segments = [s for s in uri.removeprefix("gs://").split("/") if s]  # gs://b/x/ and gs://b/x are one place
-        if not segments:
-            raise ValueError(f"{uri!r} names no bucket")
+        segments = uri.removeprefix("gs://").rstrip("/").split("/")  # gs://b/x/ and gs://b/x are one place
+        # GCS keeps an empty segment: gs://b//team-a/x is object "/team-a/x", outside the prefix team-a/.
+        if "" in segments:
+            raise ValueError(f"{uri!r} has an empty segment ('//') or no bucket")
         parts = tuple(segments)
     elif kind == "local":
         path = PurePosixPath(local_path(uri))

@@ -38,6 +38,7 @@ TEAM_A_GCS = ("gs://runs/team-a/",)
         ("gs://runs/team-a/../team-b/x", False),  # GCS keeps '..', but path code may normalise it
         ("gs://runs/team-a/%2e%2e/team-b", False),
         ("gs://runs/team-a/./x", False),
+        ("gs://runs//team-a/x", False),  # object "/team-a/x": not in the team-a/ folder
         ("/data/team-a/x", False),  # a local path is not under a gs:// prefix
     ],
 )
