@@ -69,6 +69,7 @@ def create_app(
             clock=clock, notify=notifier.notify, max_resumes=settings.max_resumes,
             run_files=run_files or StoreRunFiles(), mirror_every_steps=settings.status_mirror_every_steps,
             mirror_interval_s=settings.status_mirror_interval_s, health_policy=settings.health_policy,
+            location_policy=settings.location_policy,
         )  # fmt: skip
         supervisor = Supervisor(
             job_service, job_launcher,

@@ -15,6 +15,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
+from service.domain.location_policy import TEAM_PLACEHOLDER, LocationPolicy, parse_place
+from trainer.contract.dns_label import is_dns_label
 
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
 LauncherName = Literal["local", "kubernetes"]
@@ -63,6 +65,16 @@ class Settings(BaseSettings):
     bootstrap_token: SecretStr | None = Field(default=None, description="ensure this token exists at start-up")
     bootstrap_team: str = Field(default="local", description="the bootstrap token's team")
     bootstrap_admin: bool = Field(default=False, description="the bootstrap token sees every team (dev only)")
+    # Team isolation (service/domain/location_policy.py): off while both are empty; once either is set,
+    # every location in a spec must lie under one of its team's prefixes.
+    team_locations: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description='team -> the gs:// prefixes and local directory roots its jobs may read and write, '
+        'e.g. {"team-a": ["gs://rljob-runs/team-a/", "/data/team-a"]}',
+    )
+    team_location_template: str = Field(
+        default="", description="the one prefix of a team not in RLJOB_TEAM_LOCATIONS, e.g. gs://rljob-runs/{team}/"
+    )
     host: str = Field(default="127.0.0.1", description="listen address of `rljob serve`")
     port: int = Field(default=8765, ge=0, le=65535, description="listen port of `rljob serve`")
 
@@ -71,6 +83,27 @@ class Settings(BaseSettings):
     def _command(cls, v: list[str]) -> list[str]:
         if not v:
             raise ValueError("must name at least the program to run")
+        return v
+
+    @field_validator("team_locations")
+    @classmethod
+    def _team_locations(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for team, prefixes in v.items():
+            if not is_dns_label(team):
+                raise ValueError(f"{team!r} is not a team name (a DNS label: lowercase letters, digits, '-')")
+            for prefix in prefixes:
+                parse_place(prefix)  # ValueError: not gs://bucket[/prefix] or an absolute path, or has '..'
+        return v
+
+    @field_validator("team_location_template")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        if not v:
+            return v
+        # Without the placeholder every team would share one prefix: no isolation at all.
+        if v.count(TEAM_PLACEHOLDER) != 1 or v.replace(TEAM_PLACEHOLDER, "").count("{"):
+            raise ValueError(f"must contain {TEAM_PLACEHOLDER} exactly once and no other braces")
+        parse_place(v.replace(TEAM_PLACEHOLDER, "team"))
         return v
 
     @model_validator(mode="after")
@@ -96,6 +129,13 @@ class Settings(BaseSettings):
             no_signal_steps=self.health_no_signal_steps,
             stall_floor_s=self.health_stall_floor_s,
             stall_step_intervals=self.health_stall_step_intervals,
+        )
+
+    @property
+    def location_policy(self) -> LocationPolicy:
+        return LocationPolicy(
+            team_prefixes={team: tuple(prefixes) for team, prefixes in self.team_locations.items()},
+            default_template=self.team_location_template,
         )
 
     @property

@@ -36,6 +36,7 @@ from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
 from .learning_health import HealthPolicy
+from .location_policy import UNRESTRICTED, LocationPolicy, check_spec_locations
 from .models import Caller, JobFilters, JobRecord, SamplesPublic
 from .observation_policy import (
     WORKLOAD_STOPPED,
@@ -88,6 +89,7 @@ class JobService:
         mirror_every_steps: int = 10,
         mirror_interval_s: float = 30.0,
         health_policy: HealthPolicy = DEFAULT_HEALTH_POLICY,
+        location_policy: LocationPolicy = UNRESTRICTED,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -105,6 +107,7 @@ class JobService:
         self._lock = threading.RLock()
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
         self.health_policy = health_policy
+        self.location_policy = location_policy
 
     def start(self) -> None:
         """Start background helpers (the status mirror); the supervisor calls this at start-up."""
@@ -151,6 +154,7 @@ class JobService:
     def submit(self, caller: Caller, spec: JobSpec, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:
         """Store a new job and hand it to the launcher. Returns (record, created)."""
         spec = JobSpec.model_validate({**spec.model_dump(mode="json"), "team": caller.team})
+        check_spec_locations(spec, caller.team, self.location_policy)  # InvalidRequest: nothing is stored
         if isinstance(self.launcher, SubmitCheck):
             self.launcher.check_submittable(spec)  # InvalidRequest: nothing is stored
         spec_hash = spec.content_hash()

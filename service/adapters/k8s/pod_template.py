@@ -3,6 +3,10 @@
 A TPU pod is pinned to its slice's nodes (selectors, the TPU taint's toleration, google.com/tpu); a cpu
 pod asks only for CPU and memory (K8sSettings.cpu_job_*), so it schedules on any node. Both mount the
 node directories of K8sSettings.host_paths, so specs with local paths work on single-node dev clusters.
+
+`hardware.capacity` adds its node labels and taints (capacity.py) on top, for TPU and cpu pods alike: a
+spot pod also gets a grace period that fits the preemption notice, a flex-start pod the time left
+before its VM goes (RLJOB_MAX_RUN_S). The pod runs as its team's service account (Workload Identity).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from .accelerators import (
     GkeTpuSlice,
     Hardware,
 )
+from .capacity import FLEX_START_MAX_RUN_S, capacity_scheduling
 from .errors import ManifestError
 from .settings import K8sSettings
 
@@ -56,8 +61,8 @@ def trainer_command(job_id: str) -> list[str]:
     return ["python", "-m", "trainer", "run", "--spec", f"{names.SPEC_MOUNT_DIR}/{names.SPEC_KEY}", "--job-id", job_id]
 
 
-def _env(job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
-    return [
+def _env(spec: JobSpec, job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
+    env = [
         V1EnvVar(name="RLJOB_JOB_ID", value=job_id),
         # Progress events are JSON lines on stdout: unbuffered so `rljob logs` sees them at once.
         V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
@@ -72,6 +77,28 @@ def _env(job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
             ),
         ),
     ]
+    if spec.hardware.capacity == "flex-start":
+        env.append(V1EnvVar(name="RLJOB_MAX_RUN_S", value=str(FLEX_START_MAX_RUN_S - settings.flex_start_margin_s)))
+    return env
+
+
+def _scheduling(spec: JobSpec, hw: Hardware, settings: K8sSettings) -> tuple[dict[str, str], list[V1Toleration]]:
+    """Node selector and tolerations: the TPU slice's (if any), then the capacity's."""
+    selector: dict[str, str] = {}
+    tolerations: list[V1Toleration] = []
+    if isinstance(hw, GkeTpuSlice):
+        selector.update(node_selector(hw, settings))
+        tolerations.append(V1Toleration(key=TPU_RESOURCE, operator="Exists", effect="NoSchedule"))
+    capacity = capacity_scheduling(spec.hardware.capacity, spec.hardware.reservation)
+    selector.update(capacity.node_selector)
+    tolerations += [V1Toleration(**t) for t in capacity.tolerations]
+    return selector, tolerations
+
+
+def _grace_s(spec: JobSpec, settings: K8sSettings) -> int:
+    if spec.hardware.capacity == "spot":
+        return min(settings.termination_grace_s, settings.spot_termination_grace_s)
+    return settings.termination_grace_s
 
 
 def _resources(hw: Hardware, settings: K8sSettings) -> V1ResourceRequirements:
@@ -113,7 +140,7 @@ def trainer_pod_template(
         image=settings.image,
         image_pull_policy=settings.image_pull_policy,
         command=trainer_command(job_id),
-        env=_env(job_id, settings),
+        env=_env(spec, job_id, settings),
         resources=_resources(hw, settings),
         volume_mounts=[
             V1VolumeMount(name="dshm", mount_path="/dev/shm"),
@@ -122,13 +149,13 @@ def trainer_pod_template(
         ],
         termination_message_policy="FallbackToLogsOnError",
     )
+    selector, tolerations = _scheduling(spec, hw, settings)
     pod = V1PodSpec(
         restart_policy="Never",  # required by podFailurePolicy; retries are the Job's, not the kubelet's
-        service_account_name=settings.service_account,
-        termination_grace_period_seconds=settings.termination_grace_s,
-        node_selector=node_selector(hw, settings) if isinstance(hw, GkeTpuSlice) else None,
-        tolerations=[V1Toleration(key=TPU_RESOURCE, operator="Exists", effect="NoSchedule")]
-        if isinstance(hw, GkeTpuSlice) else None,
+        service_account_name=settings.trainer_service_account(spec.team),
+        termination_grace_period_seconds=_grace_s(spec, settings),
+        node_selector=selector or None,
+        tolerations=tolerations or None,
         priority_class_name=settings.priority_class,
         containers=[container],
         volumes=[

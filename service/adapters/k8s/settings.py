@@ -16,7 +16,9 @@ from kubernetes.utils.quantity import parse_quantity
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from trainer.contract.dns_label import DnsLabel
+from trainer.contract.dns_label import DnsLabel, is_dns_label
+
+from .capacity import FLEX_START_MAX_RUN_S, SPOT_TERMINATION_GRACE_S
 
 # Untyped in the kubernetes client: "16Gi" -> Decimal, ValueError when it is not a quantity.
 _parse_quantity = cast(Callable[[str], Decimal], parse_quantity)
@@ -33,6 +35,13 @@ class K8sSettings(BaseSettings):
     service_account: DnsLabel = Field(
         default="rljob-trainer",
         description="Kubernetes service account bound to a Google service account (Workload Identity)",
+    )
+    # Team isolation: each team's trainer pods run as their own Kubernetes service account, bound through
+    # Workload Identity to a Google service account that can reach only that team's storage.
+    team_service_accounts: dict[str, DnsLabel] = Field(
+        default_factory=dict,
+        description='team -> Kubernetes service account of its trainer pods, e.g. {"team-a": "rljob-trainer-team-a"}; '
+        "a team not listed gets RLJOB_K8S_SERVICE_ACCOUNT",
     )
     hf_token_secret: DnsLabel = Field(default="rljob-hf-token", description="Secret holding the Hugging Face token")
     hf_token_secret_key: str = Field(default="token", description="key of the token in that Secret")
@@ -55,6 +64,17 @@ class K8sSettings(BaseSettings):
     )
     # SIGTERM -> SIGKILL: the trainer saves a checkpoint on SIGTERM (maintenance, cancel).
     termination_grace_s: int = Field(default=300, ge=30, description="SIGTERM to SIGKILL for trainer pods")
+    # hardware.capacity: spot. GKE gives a Spot VM's pods 15 s of the 30 s preemption notice by default
+    # (the rest is for system pods); a longer grace period only hides that from whoever reads the Job.
+    spot_termination_grace_s: int = Field(
+        default=15, ge=1, le=SPOT_TERMINATION_GRACE_S, description="SIGTERM to SIGKILL for trainer pods on Spot VMs"
+    )
+    # hardware.capacity: flex-start. The VM goes after 7 days; the trainer is told (RLJOB_MAX_RUN_S) to
+    # checkpoint and stop this long before, so the last checkpoint is written and uploaded in time.
+    flex_start_margin_s: int = Field(
+        default=3600, ge=0, le=FLEX_START_MAX_RUN_S // 2,
+        description="flex-start jobs: stop this long before the VM's 7-day limit (RLJOB_MAX_RUN_S in the pod)",
+    )  # fmt: skip
     cpu_request: str | None = Field(default=None, description="override the accelerator table's per-VM CPU request")
     memory_request: str | None = Field(default=None, description="override the per-VM memory request (= limit)")
     shm_size: str | None = Field(default=None, description="override the /dev/shm size")
@@ -95,6 +115,18 @@ class K8sSettings(BaseSettings):
             if not PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
                 raise ValueError(f"{path!r} must be an absolute path without '..'")
         return [str(PurePosixPath(p)) for p in v]
+
+    @field_validator("team_service_accounts")
+    @classmethod
+    def _teams(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [team for team in v if not is_dns_label(team)]
+        if bad:
+            raise ValueError(f"teams are DNS labels (lowercase letters, digits, '-'), not {', '.join(map(repr, bad))}")
+        return v
+
+    def trainer_service_account(self, team: str | None) -> str:
+        """The service account a team's trainer pods run as: its own, else the shared one."""
+        return self.team_service_accounts.get(team or "", self.service_account)
 
     @field_validator("gke_minor_version")
     @classmethod

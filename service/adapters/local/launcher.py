@@ -36,6 +36,7 @@ from trainer.contract import JobSpec
 from trainer.contract.tpu import tpu_slice
 
 from . import job_runner, procs
+from .capacity import local_capacity_problem
 from .host_tpu import HostTpu, host_accelerator_problem, probe_host_tpu
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,9 @@ class LocalProcessLauncher:
         problem = self._hardware_problem(spec)
         if problem:
             raise InvalidRequest(("body", "hardware", "accelerator"), problem)
+        problem = local_capacity_problem(spec)
+        if problem:
+            raise InvalidRequest(("body", "hardware", "capacity"), problem)
 
     def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
         problem = self._hardware_problem(spec)  # a job stored before this check, or on other hardware
