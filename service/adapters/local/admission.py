@@ -92,29 +92,38 @@ def admit(
         team_jobs[claim.team] = team_jobs.get(claim.team, 0) + 1
         team_chips[claim.team] = team_chips.get(claim.team, 0) + claim.chips
     host_jobs = len(running)
-    blocked: list[tuple[JobClaim, str, str]] = []  # (job, reason, message), in admission order
+    blocked: list[tuple[JobClaim, str]] = []  # (job, reason), in admission order
     started: list[str] = []
     for claim in admission_order(waiting):
         limits = quotas.of(claim.team)
         jobs, chips = team_jobs.get(claim.team, 0), team_chips.get(claim.team, 0)
         if limits.max_jobs is not None and jobs >= limits.max_jobs:
-            blocked.append((claim, TEAM_JOB_LIMIT, f"{claim.team} runs {jobs} of its {limits.max_jobs} concurrent jobs"))
+            blocked.append((claim, TEAM_JOB_LIMIT))
         elif limits.max_chips is not None and chips + claim.chips > limits.max_chips:
-            message = (
-                f"{claim.team} holds {chips} of its {limits.max_chips} TPU chips and this job needs {claim.chips}"
-            )
-            blocked.append((claim, TEAM_CHIP_LIMIT, message))
+            blocked.append((claim, TEAM_CHIP_LIMIT))
         elif host_jobs >= host_slots:
-            blocked.append((claim, HOST_SLOTS, f"this machine runs {host_jobs} of its {host_slots} concurrent jobs"))
+            blocked.append((claim, HOST_SLOTS))
         else:
             started.append(claim.job_id)
             team_jobs[claim.team] = jobs + 1
             team_chips[claim.team] = chips + claim.chips
             host_jobs += 1
+
+    def why(claim: JobClaim, reason: str) -> str:  # the counts once this round's jobs have started
+        limits, team = quotas.of(claim.team), claim.team
+        if reason == TEAM_JOB_LIMIT:
+            return f"{team} runs {team_jobs.get(team, 0)} of its {limits.max_jobs} concurrent jobs"
+        if reason == TEAM_CHIP_LIMIT:
+            held = team_chips.get(team, 0)
+            return f"{team} holds {held} of its {limits.max_chips} TPU chips and this job needs {claim.chips}"
+        return f"this machine runs {host_jobs} of its {host_slots} concurrent jobs"
+
     answers = [Admission(job_id, None) for job_id in started]
     positions: dict[str, int] = {}
-    for claim, reason, message in blocked:
+    for claim, reason in blocked:
         positions[claim.team] = positions.get(claim.team, 0) + 1
-        queue = QueueStatus(name=f"team/{claim.team}", position=positions[claim.team], reason=reason, message=message)
+        queue = QueueStatus(
+            name=f"team/{claim.team}", position=positions[claim.team], reason=reason, message=why(claim, reason)
+        )
         answers.append(Admission(claim.job_id, queue))
     return answers
