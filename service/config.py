@@ -55,7 +55,8 @@ class Settings(BaseSettings):
     )
     team_quotas: Annotated[dict[str, TeamQuota], NoDecode] = Field(
         default_factory=dict,
-        description='local launcher: per-team limits as JSON, e.g. {"team-a": {"max_jobs": 2, "max_chips": 8}}',
+        description='local launcher: per-team limits over the two above, as JSON: {"team-a": {"max_jobs": 2, "max_chips": 8}}; '
+        "a key left out takes the default",
     )
     max_resumes: int = Field(default=3, ge=0, description="relaunches of a job whose workload was lost")
     cancel_grace_s: float = Field(default=10.0, gt=0, description="local launcher: SIGTERM to SIGKILL on cancel")
