@@ -128,6 +128,9 @@ def test_a_job_waiting_in_its_teams_queue_stays_there_across_a_service_restart(s
         wait_for_phase(lambda: _job(client, older)["phase"], JobPhase.RUNNING)
         _open_gate(tmp_path, older)
         wait_for_phase(lambda: _job(client, older)["phase"], JobPhase.SUCCEEDED)
+        # Each change of its place in line was logged as a `queue` event, and the event stream carries it.
+        moves = [(e["data"]["position"], e["data"]["reason"]) for e in _phase_log(client, older) if e["kind"] == "queue"]
+        assert moves[:2] == [(2, "TeamJobLimit"), (1, "TeamJobLimit")]
     for job_id in (first, urgent, older):
         assert len((tmp_path / "runs" / job_id / "starts").read_text().splitlines()) == 1
 
