@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from typer.testing import CliRunner
 
 from service.adapters.launchers import team_quotas
 from service.adapters.local.admission import JobClaim, TeamLimits, TeamQuotas, admit, chips_of, never_fits
+from service.cli.client import ExitCode
+from service.cli.main import app as cli
 from service.config import Settings
 from service.domain.models import QueueStatus
 
@@ -122,3 +125,12 @@ def test_bad_team_quotas_are_refused_at_start_up_naming_the_setting(
         Settings()
     [error] = raised.value.errors()
     assert error["loc"] == where and says in error["msg"]
+
+
+def test_rljob_serve_with_bad_team_quotas_says_which_setting_and_why(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("RLJOB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("RLJOB_TEAM_QUOTAS", '{"team-a": {"max_jobs": "two"}}')
+    result = CliRunner().invoke(cli, ["serve"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "invalid settings" in result.output and "team_quotas.team-a.max_jobs" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "state").exists()  # nothing started

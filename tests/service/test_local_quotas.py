@@ -15,7 +15,7 @@ from service_helpers import spec_body, wait_until
 from service.adapters.local import LocalProcessLauncher, procs
 from service.adapters.local.admission import TeamLimits, TeamQuotas
 from service.adapters.local.host_tpu import HostTpu
-from service.domain.errors import InvalidRequest
+from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.models import QueueStatus
 from service.domain.ports import Observation, ObservedState
 from trainer.contract import JobSpec
@@ -153,6 +153,10 @@ def test_a_job_needing_more_chips_than_its_team_may_hold_is_refused_at_submit(ma
     assert refused.value.loc == ("body", "hardware", "accelerator")
     assert "needs 8 TPU chips and team team-a may hold at most 4" in str(refused.value)
     launcher.check_submittable(_spec(tmp_path, "team-b", accelerator="v6e-8"))  # no limit of its own
+    # Stored before the team's limit shrank: refused at launch with the same reason, nothing started.
+    with pytest.raises(LaunchFailed, match="may hold at most 4"):
+        launcher.launch("rl-toobig00001", _spec(tmp_path, "team-a", accelerator="v6e-8"))
+    assert not (tmp_path / "jobs" / "rl-toobig00001").exists()
 
 
 def test_cancel_of_a_waiting_job_moves_the_ones_behind_it_up(make_launcher, tmp_path: Path) -> None:
