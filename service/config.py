@@ -7,12 +7,13 @@ is refused everywhere, because it would be guessable.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
 from service.domain.location_policy import TEAM_PLACEHOLDER, LocationPolicy, parse_place
@@ -24,6 +25,16 @@ LauncherName = Literal["local", "kubernetes"]
 
 def default_state_dir() -> Path:
     return Path.home() / ".rljob"
+
+
+class TeamQuota(BaseModel):
+    """One team's own limits on the local launcher; a key left out (or null) takes RLJOB_TEAM_MAX_JOBS
+    or RLJOB_TEAM_MAX_CHIPS."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_jobs: int | None = Field(default=None, ge=1, description="jobs the team runs at once")
+    max_chips: int | None = Field(default=None, ge=0, description="TPU chips the team's running jobs hold at once")
 
 
 class Settings(BaseSettings):
@@ -38,6 +49,17 @@ class Settings(BaseSettings):
         description="how the local launcher runs the trainer; `run --spec F --job-id ID` is appended",
     )
     max_concurrent_jobs: int = Field(default=2, ge=1, le=64, description="local launcher: jobs running at once (the rest wait)")
+    team_max_jobs: int | None = Field(
+        default=None, ge=1, description="local launcher: jobs one team runs at once (unset: only the machine's limit)"
+    )
+    team_max_chips: int | None = Field(
+        default=None, ge=0, description="local launcher: TPU chips one team's running jobs hold (a cpu job holds none)"
+    )
+    team_quotas: Annotated[dict[str, TeamQuota], NoDecode] = Field(
+        default_factory=dict,
+        description='local launcher: per-team limits over the two above, as JSON: {"team-a": {"max_jobs": 2, "max_chips": 8}}; '
+        "a key left out takes the default",
+    )
     max_resumes: int = Field(default=3, ge=0, description="relaunches of a job whose workload was lost")
     cancel_grace_s: float = Field(default=10.0, gt=0, description="local launcher: SIGTERM to SIGKILL on cancel")
     local_poll_interval_s: float = Field(default=0.2, gt=0, description="local launcher: how often it checks its processes")
@@ -104,6 +126,20 @@ class Settings(BaseSettings):
         if v.count(TEAM_PLACEHOLDER) != 1 or v.replace(TEAM_PLACEHOLDER, "").count("{"):
             raise ValueError(f"must contain {TEAM_PLACEHOLDER} exactly once and no other braces")
         parse_place(v.replace(TEAM_PLACEHOLDER, "team"))
+        return v
+
+    @field_validator("team_quotas", mode="before")
+    @classmethod
+    def _team_quotas_json(cls, v: object) -> object:
+        if isinstance(v, str):  # from the environment: JSON, refused with a message rather than a traceback
+            try:
+                v = json.loads(v) if v.strip() else {}
+            except ValueError as e:
+                raise ValueError(f'is not JSON ({e}); write {{"team-a": {{"max_jobs": 2, "max_chips": 8}}}}') from None
+        if not isinstance(v, dict):
+            raise ValueError('must be a JSON object of team -> limits, e.g. {"team-a": {"max_jobs": 2}}')
+        if any(not isinstance(team, str) or not team.strip() for team in v):
+            raise ValueError("team names must not be empty")
         return v
 
     @model_validator(mode="after")

@@ -5,6 +5,7 @@ import { fmtAge, fmtNumber, fmtPercent, DASH } from "./format.js";
 import { LiveFeed } from "./live.js";
 import { jobView } from "./model.js";
 import { isTerminal, phases } from "./phases.js";
+import { queueSentence, queueShort } from "./queue.js";
 import { describeError, errorBox, healthBadge, liveStatus, phaseBadge, progressCell } from "./widgets.js";
 
 const PAGE_SIZE = 100;
@@ -184,7 +185,9 @@ function fillRow(tr, job, now) {
     h("td", { class: "wide" }, job.submitter || DASH),
     h("td", {}, job.model || DASH),
     h("td", { class: "wide" }, job.accelerator || DASH),
-    h("td", {}, phaseBadge(job.phase)),
+    h("td", {}, phaseBadge(job.phase), job.queue
+      ? h("span", { class: "sub", "data-testid": "queue", title: queueSentence(job.queue) }, queueShort(job.queue))
+      : null),
     h("td", { "data-testid": "health" }, healthBadge(job.health) || DASH),
     h("td", {}, job.stage || DASH),
     h("td", {}, progressCell(job, { terminal: isTerminal(job.phase) })),

@@ -9,6 +9,7 @@ import { artifactsPanel, failureBox, healthNote, progressPanel, summaryPanel } f
 import { LiveFeed } from "./live.js";
 import { healthView, jobView, metricSeries } from "./model.js";
 import { isCancellable, isTerminal } from "./phases.js";
+import { queueSentence } from "./queue.js";
 import { samplesPanel } from "./samples.js";
 import { describeError, errorBox, healthBadge, liveStatus, phaseBadge } from "./widgets.js";
 
@@ -63,7 +64,8 @@ export function jobPage(root, api, jobId) {
     replace(badgeSlot, phaseBadge(job.phase), " ", healthBadge(job.health));
     replace(healthSlot, healthNote(job.health));
     cancelButton.hidden = !isCancellable(job.phase);
-    replace(noticeSlot, failureBox(job), job.phase === "CANCELLING" ? h("div", { class: "alert info", role: "status" }, "Cancelling: waiting for the work to stop.") : null);
+    replace(noticeSlot, failureBox(job), job.phase === "CANCELLING" ? h("div", { class: "alert info", role: "status" }, "Cancelling: waiting for the work to stop.") : null,
+      queueNotice(job));
     replace(panels, summaryPanel(job), progressPanel(job));
     replace(artifactsSlot, artifactsPanel(job));
   }
@@ -216,4 +218,11 @@ function cancelDialog(onConfirm) {
       el.showModal();
     },
   };
+}
+
+/** While QUEUED behind a backend's queue: where the job waits, its place in line and why. */
+function queueNotice(job) {
+  if (job.phase !== "QUEUED" || !job.queue) return null;
+  return h("div", { class: "alert info", role: "status", "data-testid": "queue" },
+    queueSentence(job.queue), " ", h("span", { class: "mono" }, `(${job.queue.reason})`));
 }

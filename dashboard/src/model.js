@@ -1,6 +1,7 @@
 // Turns the service's JSON (service/domain/models.py: JobPublic, MetricsPublic) into what the
 // views show. Kept in one module so a change to the API shape is a change here only.
 import { STAGES } from "./phases.js";
+import { queueView } from "./queue.js";
 
 const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
 
@@ -22,6 +23,7 @@ export function jobView(raw) {
     modelSource: (spec.model && spec.model.source) || null,
     accelerator: (spec.hardware && spec.hardware.accelerator) || null,
     phase: raw.phase,
+    queue: queueView(raw.queue), // while QUEUED behind a backend's queue: where, why, the place in line
     message: raw.message || "",
     stage: raw.stage || null,
     step: num(raw.step),

@@ -8,8 +8,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from service.adapters.local.admission import TeamLimits, TeamQuotas
 from service.config import Settings
 from service.domain.ports import JobLauncher
+
+
+def team_quotas(settings: Settings) -> TeamQuotas:
+    """The local launcher's per-team limits: the defaults, and each team's own over them."""
+    default = TeamLimits(max_jobs=settings.team_max_jobs, max_chips=settings.team_max_chips)
+    teams = {
+        team: TeamLimits(
+            max_jobs=default.max_jobs if quota.max_jobs is None else quota.max_jobs,
+            max_chips=default.max_chips if quota.max_chips is None else quota.max_chips,
+        )
+        for team, quota in settings.team_quotas.items()
+    }
+    return TeamQuotas(default=default, teams=teams)
 
 
 def build_launcher(settings: Settings) -> JobLauncher:
@@ -22,6 +36,7 @@ def build_launcher(settings: Settings) -> JobLauncher:
             max_concurrent=settings.max_concurrent_jobs,
             poll_interval_s=settings.local_poll_interval_s,
             cancel_grace_s=settings.cancel_grace_s,
+            quotas=team_quotas(settings),
         )
     if settings.launcher == "kubernetes":
         try:

@@ -24,7 +24,17 @@ from . import admin, samples
 from .client import EXIT_CODE_MEANINGS, CliError, ExitCode, RljobClient, handles_errors, load_client_config
 from .follow import follow_job
 from .manifests import render_k8s_manifests
-from .output import OutputFormat, OutputOption, console, emit, err_console, fmt_metric, health_text, print_job
+from .output import (
+    OutputFormat,
+    OutputOption,
+    console,
+    emit,
+    err_console,
+    fmt_metric,
+    health_text,
+    print_job,
+    queue_text,
+)
 
 # Typer's help reflows paragraphs; "\b" on its own line keeps the lines below it as written.
 EXIT_CODES_HELP = "Exit codes:\n\b\n" + "\n".join(f"{code.value}  {text}" for code, text in EXIT_CODE_MEANINGS.items())
@@ -165,13 +175,15 @@ def list_jobs(
     table.add_column("NAME", overflow="fold")
     table.add_column("TEAM", overflow="fold")
     table.add_column("PHASE", no_wrap=True, min_width=10)
+    table.add_column("QUEUE", no_wrap=True)  # a QUEUED job's place and reason: `#2 TeamJobLimit`
     table.add_column("HEALTH", no_wrap=True, min_width=9)
     for title in ("STAGE", "STEP", "REWARD", "CREATED"):
         table.add_column(title, overflow="fold")
     for job in page["data"]:
         step = f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"
         health = health_text((job.get("health") or {}).get("verdict"))
-        table.add_row(job["id"], job["name"], job["team"], job["phase"], health, job.get("stage") or "-", step,
+        table.add_row(job["id"], job["name"], job["team"], job["phase"], escape(queue_text(job)), health,
+                      job.get("stage") or "-", step,
                       fmt_metric(job["metrics"].get("reward_mean")), job["created_at"][5:16].replace("T", " "))
     console.print(table)
     if page.get("next_cursor"):

@@ -70,6 +70,21 @@ def health_text(verdict: str | None) -> str:
     return f"[{_HEALTH_STYLE.get(verdict, 'default')}]{escape(verdict)}[/]"
 
 
+def queue_text(job: dict[str, Any]) -> str:
+    """A QUEUED job's place in its backend's queue for the list: `#2 TeamJobLimit`; `-` when none."""
+    queue = job.get("queue")
+    if not queue:
+        return "-"
+    place = f"#{queue['position']} " if queue.get("position") is not None else ""
+    return f"{place}{queue['reason']}"
+
+
+def _queue_line(queue: dict[str, Any]) -> str:
+    place = f"#{queue['position']} in " if queue.get("position") is not None else "in "
+    words = f" ({queue['message']})" if queue.get("message") else ""
+    return escape(f"{place}{queue['name']}: {queue['reason']}{words}")  # the backend's words: not markup
+
+
 def print_job(job: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(no_wrap=True)
@@ -77,6 +92,7 @@ def print_job(job: dict[str, Any]) -> None:
     rows = [
         ("id", job["id"]), ("name", job["name"]), ("team", job["team"]),
         ("submitted by", job.get("submitted_by") or "-"), ("phase", job["phase"]),
+        *([("queue", _queue_line(job["queue"]))] if job.get("queue") else []),
         ("message", job["message"]), ("stage", job.get("stage") or "-"),
         ("step", f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"),
         ("eta", f"{job['eta_s']:.0f}s" if job.get("eta_s") is not None else "-"),

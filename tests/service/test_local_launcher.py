@@ -119,19 +119,21 @@ def test_cancel_kills_the_whole_process_group(make_launcher, tmp_path: Path, ign
         assert final.exit_code in (None, 137)
 
 
-def test_concurrency_limit_queues_jobs_fifo(make_launcher, tmp_path: Path) -> None:
+def test_the_machines_job_limit_queues_jobs_in_submission_order(make_launcher, tmp_path: Path) -> None:
     launcher, rec = make_launcher(max_concurrent=1)
     first, second = "rl-aaaaaaaaaaa4", "rl-aaaaaaaaaaa5"
     launcher.launch(first, _spec(tmp_path, **{"fake-gate": "true"}))
     result = launcher.launch(second, _spec(tmp_path))
     assert result.object_name == "queued"
     queued = launcher.observe(second)
-    assert queued.state is ObservedState.PENDING and "position 1" in queued.message
+    assert queued.state is ObservedState.QUEUED and queued.queue is not None
+    assert (queued.queue.reason, queued.queue.position) == ("HostSlots", 1)
+    assert queued.queue.message == "this machine runs 1 of its 1 concurrent jobs"
     assert not _root(tmp_path, second).exists()  # really not started
     _open_gate(tmp_path, first)
     wait_until(lambda: ObservedState.SUCCEEDED in rec.states(second))
     assert rec.states(first)[-1] is ObservedState.SUCCEEDED
-    assert rec.states(second) == [ObservedState.RUNNING, ObservedState.SUCCEEDED]
+    assert rec.states(second) == [ObservedState.QUEUED, ObservedState.RUNNING, ObservedState.SUCCEEDED]
 
 
 def test_cancel_of_a_queued_job_removes_it(make_launcher, tmp_path: Path) -> None:
@@ -139,7 +141,7 @@ def test_cancel_of_a_queued_job_removes_it(make_launcher, tmp_path: Path) -> Non
     launcher.launch("rl-aaaaaaaaaaa6", _spec(tmp_path, **{"fake-gate": "true"}))
     launcher.launch("rl-aaaaaaaaaaa7", _spec(tmp_path))
     launcher.cancel("rl-aaaaaaaaaaa7")
-    assert rec.states("rl-aaaaaaaaaaa7") == [ObservedState.GONE]
+    assert rec.states("rl-aaaaaaaaaaa7") == [ObservedState.QUEUED, ObservedState.GONE]
     _open_gate(tmp_path, "rl-aaaaaaaaaaa6")
     wait_until(lambda: ObservedState.SUCCEEDED in rec.states("rl-aaaaaaaaaaa6"))
     assert not _root(tmp_path, "rl-aaaaaaaaaaa7").exists()

@@ -6,9 +6,10 @@ trainer exits) and output.log (stdout and stderr, appended across attempts).
 
 Each job runs in its own session, so its process group holds the runner, the trainer and anything
 they start; a cancel signals the group (SIGTERM, then SIGKILL after a grace period) and the job is
-reported stopped only when no process of the group is left. At most `max_concurrent` jobs run;
-the rest wait in a FIFO queue (reported as PENDING). The launcher only observes: it pushes
-Observations into the sink and the job service decides the phases.
+reported stopped only when no process of the group is left. At most `max_concurrent` jobs run, and
+each team within its quota (admission.py); the rest wait in their team's queue, reported as QUEUED
+with the reason and their place in line, and again whenever either changes. The launcher only
+observes: it pushes Observations into the sink and the job service decides the phases.
 
 A TPU job is refused at submit unless this machine is that TPU (host_tpu.py): the trainer runs
 here, so a v6e-8 job is right on a v6e-8 VM and would only fail after launch anywhere else.
@@ -24,20 +25,23 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from service.domain.errors import InvalidRequest, LaunchFailed
+from service.domain.models import QueueStatus
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
 from trainer.contract.tpu import tpu_slice
 
 from . import job_runner, procs
+from .admission import NO_TEAM, JobClaim, TeamQuotas, admit, chips_of, never_fits
 from .capacity import local_capacity_problem
+from .child_env import trainer_env
 from .host_tpu import HostTpu, host_accelerator_problem, probe_host_tpu
+from .output_log import output_lines
 
 log = logging.getLogger(__name__)
 
@@ -45,25 +49,13 @@ RUNNER_PATH = str(Path(job_runner.__file__).resolve())
 RUNNER_MARKER = "job_runner.py"
 
 
-# The RLJOB_* variables the trainer reads (grep trainer/ for RLJOB_). Every other RLJOB_* is the
-# service's own configuration (RLJOB_DATABASE_URL, RLJOB_BOOTSTRAP_TOKEN, ...) and stays out of the
-# child's environment.
-TRAINER_ENV_VARS = frozenset(
-    {"RLJOB_WORK_DIR", "RLJOB_CONVERSION_CACHE", "RLJOB_TINY_DIR", "RLJOB_GCS_RETRY_TIMEOUT_S"}
-)
-
-
-def trainer_env(base: Mapping[str, str], job_id: str) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if not k.startswith("RLJOB_") or k in TRAINER_ENV_VARS}
-    env["RLJOB_JOB_ID"] = job_id
-    return env
-
-
 @dataclass
 class _Job:
     job_id: str
     dir: Path
+    claim: JobClaim  # its team, chips, priority and submission order: what admission weighs
     state: str = "queued"  # queued -> running -> exited | removed (cancelled while queued)
+    queue: QueueStatus | None = None  # while queued: the place in line last reported
     popen: subprocess.Popen[bytes] | None = None  # None when re-attached after a restart
     pid: int | None = None
     exit_code: int | None = None
@@ -91,12 +83,14 @@ class LocalProcessLauncher:
         env: dict[str, str] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         probe_tpu: Callable[[], HostTpu] = probe_host_tpu,
+        quotas: TeamQuotas | None = None,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
         self.state_dir = Path(state_dir)
         self.trainer_command = list(trainer_command)
         self.max_concurrent = max_concurrent
+        self.quotas = quotas or TeamQuotas()
         self.poll_interval_s = poll_interval_s
         self.cancel_grace_s = cancel_grace_s
         self._env = env
@@ -105,7 +99,7 @@ class LocalProcessLauncher:
         self._host_tpu: HostTpu | None = None  # probed once, at the first TPU job: hardware does not change
         self._probe_lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
-        self._queue: deque[str] = deque()
+        self._next_seq = 0  # submission order of the jobs handed to this launcher
         self._lock = threading.RLock()
         self._sink: ObservationSink | None = None
         self._stop = threading.Event()
@@ -115,6 +109,7 @@ class LocalProcessLauncher:
 
     def start(self, sink: ObservationSink) -> None:
         self._sink = sink
+        self._adopt_all()
         self._stop.clear()
         self._thread = threading.Thread(target=self._monitor_loop, name="local-launcher", daemon=True)
         self._thread.start()
@@ -130,7 +125,7 @@ class LocalProcessLauncher:
 
     def check_submittable(self, spec: JobSpec) -> None:
         """Refuse, before anything is stored, a job whose accelerator this machine does not have."""
-        problem = self._hardware_problem(spec)
+        problem = self._hardware_problem(spec) or self._quota_problem(spec)
         if problem:
             raise InvalidRequest(("body", "hardware", "accelerator"), problem)
         problem = local_capacity_problem(spec)
@@ -138,7 +133,8 @@ class LocalProcessLauncher:
             raise InvalidRequest(("body", "hardware", "capacity"), problem)
 
     def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
-        problem = self._hardware_problem(spec)  # a job stored before this check, or on other hardware
+        # A job stored before these checks, on other hardware, or before the team's quota shrank.
+        problem = self._hardware_problem(spec) or self._quota_problem(spec)
         if problem:
             raise LaunchFailed(problem)
         out: list[Observation] = []
@@ -146,10 +142,12 @@ class LocalProcessLauncher:
             job = self._jobs.get(job_id) or self._adopt(job_id)
             if job is None or job.state in ("exited", "removed"):
                 job = self._enqueue(job_id, spec)
-            self._start_queued(out)
+            self._start_admitted(out)
             if job.spawn_error:
                 del self._jobs[job_id]
                 raise LaunchFailed(job.spawn_error)
+            if job.state == "queued" and not any(o.job_id == job_id for o in out):
+                out.append(self._observation(job))  # a repeated launch: the job service may not know it waits
             result = LaunchResult(backend=self.backend, object_name=job.object_name or "queued")
         self._emit(out)
         return result
@@ -161,9 +159,9 @@ class LocalProcessLauncher:
             if job is None:
                 return
             if job.state == "queued":
-                self._queue.remove(job_id)
                 job.state = "removed"
                 out.append(self._observation(job))
+                self._start_admitted(out)  # the jobs behind it move up
             elif job.state == "running" and job.kill_at is None:
                 log.info("cancelling %s: SIGTERM to process group %s", job_id, job.pid)
                 procs.signal_group(job.pid, signal.SIGTERM)  # type: ignore[arg-type]
@@ -189,38 +187,8 @@ class LocalProcessLauncher:
             return self._observation(job)
 
     def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str | None]:
-        """output.log's lines. Following, each step returns at once: None when nothing is new yet
-        (the caller waits, so an idle follow never holds a thread), until the job has stopped."""
         path = self._dir(job_id) / "output.log"
-        deadline = self._monotonic() + 24 * 3600  # a follow never outlives a day, whatever the caller does
-        if not path.exists() and not follow:
-            return
-        while not path.exists():
-            if not self._is_active(job_id) or self._monotonic() > deadline:
-                return
-            yield None
-        with path.open("r", errors="replace") as f:
-            if tail_lines is None:
-                yield from (line.rstrip("\n") for line in iter(f.readline, ""))
-            else:  # bounded: never holds more than the tail in memory
-                yield from (line.rstrip("\n") for line in deque(f, maxlen=tail_lines))
-            if not follow:
-                return
-            partial = ""
-            while self._monotonic() < deadline:
-                active = self._is_active(job_id)  # read the state before the file: no line is lost
-                chunk = f.readline()
-                if chunk:
-                    partial += chunk
-                    if partial.endswith("\n"):
-                        yield partial.rstrip("\n")
-                        partial = ""
-                    continue
-                if not active:  # stopped, and one more read found nothing: the log is complete
-                    if partial:
-                        yield partial
-                    return
-                yield None
+        return output_lines(path, lambda: self._is_active(job_id), self._monotonic, follow=follow, tail_lines=tail_lines)
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -232,6 +200,16 @@ class LocalProcessLauncher:
                 self._host_tpu = self._probe_tpu()
             host = self._host_tpu
         return host_accelerator_problem(spec.hardware.accelerator, host)
+
+    def _quota_problem(self, spec: JobSpec) -> str | None:
+        return never_fits(spec.team or NO_TEAM, chips_of(spec.hardware.accelerator), self.quotas)
+
+    def _claim(self, job_id: str, spec: JobSpec | None) -> JobClaim:
+        self._next_seq += 1
+        if spec is None:  # a runner whose spec.json cannot be read: it still takes a slot
+            return JobClaim(job_id, NO_TEAM, 0, seq=self._next_seq)
+        chips = chips_of(spec.hardware.accelerator)
+        return JobClaim(job_id, spec.team or NO_TEAM, chips, spec.priority, seq=self._next_seq)
 
     def _dir(self, job_id: str) -> Path:
         return self.state_dir / job_id
@@ -247,24 +225,22 @@ class LocalProcessLauncher:
         (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
         for stale in ("exit.json", "process.json"):  # from an earlier attempt: must not describe this one
             (job_dir / stale).unlink(missing_ok=True)
-        job = _Job(job_id=job_id, dir=job_dir)
+        job = _Job(job_id=job_id, dir=job_dir, claim=self._claim(job_id, spec))
         self._jobs[job_id] = job
-        self._queue.append(job_id)
         return job
 
-    def _running_count(self) -> int:
-        return sum(1 for j in self._jobs.values() if j.state == "running")
-
-    def _start_queued(self, out: list[Observation]) -> None:
-        while self._queue and self._running_count() < self.max_concurrent:
-            job = self._jobs[self._queue.popleft()]
-            self._spawn(job)
-            out.append(self._observation(job))
-        for position, job_id in enumerate(self._queue, start=1):
-            self._jobs[job_id].message = (
-                f"waiting for a free slot: {self._running_count()} of {self.max_concurrent} running, "
-                f"position {position} in the queue"
-            )
+    def _start_admitted(self, out: list[Observation]) -> None:
+        """Start what admission lets start; report each waiting job whose place or reason changed."""
+        waiting = [j.claim for j in self._jobs.values() if j.state == "queued"]
+        running = [j.claim for j in self._jobs.values() if j.state == "running"]
+        for answer in admit(waiting, running, self.quotas, self.max_concurrent):
+            job = self._jobs[answer.job_id]
+            if answer.queue is None:
+                self._spawn(job)
+                out.append(self._observation(job))
+            elif answer.queue != job.queue:
+                job.queue = answer.queue
+                out.append(self._observation(job))
 
     def _spawn(self, job: _Job) -> None:
         command = [
@@ -307,11 +283,27 @@ class LocalProcessLauncher:
         pid, ticks = int(record["pid"]), record.get("ticks")
         if not procs.is_our_process(pid, marker=RUNNER_MARKER, job_id=job_id, ticks=ticks):
             return None
-        job = _Job(job_id=job_id, dir=self._dir(job_id), state="running", pid=pid)
+        claim = self._claim(job_id, self._read_spec(job_id))
+        job = _Job(job_id=job_id, dir=self._dir(job_id), claim=claim, state="running", pid=pid)
         job.message = f"re-attached to process group {pid}"
         self._jobs[job_id] = job
         log.info("re-attached %s to pid %s", job_id, pid)
         return job
+
+    def _adopt_all(self) -> None:
+        """Re-attach every runner still alive from an earlier service process, before anything is
+        admitted: a job relaunched after a restart must see what already holds the team's quota."""
+        with self._lock:
+            for process_file in sorted(self.state_dir.glob("*/process.json")):
+                job_id = process_file.parent.name
+                if job_id not in self._jobs:
+                    self._adopt(job_id)
+
+    def _read_spec(self, job_id: str) -> JobSpec | None:
+        try:
+            return JobSpec.model_validate_json((self._dir(job_id) / "spec.json").read_text())
+        except (OSError, ValueError):
+            return None
 
     def _finished_while_away(self, job_id: str) -> _Job | None:
         """The runner exited while no service watched it: its exit file says how."""
@@ -320,7 +312,8 @@ class LocalProcessLauncher:
         exit_record = self._read_json(self._dir(job_id) / "exit.json")
         if not exit_record:
             return None
-        job = _Job(job_id=job_id, dir=self._dir(job_id), state="exited", exit_code=int(exit_record["exit_code"]))
+        code = int(exit_record["exit_code"])
+        job = _Job(job_id, self._dir(job_id), claim=JobClaim(job_id, NO_TEAM, 0), state="exited", exit_code=code)
         self._jobs[job_id] = job
         return job
 
@@ -336,7 +329,8 @@ class LocalProcessLauncher:
     def _observation(self, job: _Job) -> Observation:
         name = job.object_name
         if job.state == "queued":
-            return Observation(job.job_id, ObservedState.PENDING, message=job.message, reason="Queued")
+            queue = job.queue or QueueStatus(name=f"team/{job.claim.team}", reason="Admitting", message="being admitted")
+            return Observation(job.job_id, ObservedState.QUEUED, message=queue.message, reason=queue.reason, queue=queue)
         if job.state == "running":
             return Observation(job.job_id, ObservedState.RUNNING, message=job.message, object_name=name)
         if job.state == "removed":
@@ -364,7 +358,7 @@ class LocalProcessLauncher:
             for job in [j for j in self._jobs.values() if j.state == "running"]:
                 if self._check(job):
                     out.append(self._observation(job))
-            self._start_queued(out)
+            self._start_admitted(out)
         self._emit(out)
 
     def _check(self, job: _Job) -> bool:

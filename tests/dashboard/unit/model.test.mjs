@@ -44,6 +44,13 @@ test("a job: names, fallbacks and numbers", () => {
   assert.deepEqual(jobView({ id: "x", phase: "QUEUED" }).artifacts, []);
 });
 
+test("a queued job carries where it waits; a job in no queue has null", () => {
+  const raw = { ...JOB, phase: "QUEUED", queue: { name: "team/ml", position: 2, reason: "TeamJobLimit", message: "ml runs 2 of its 2 concurrent jobs" } };
+  assert.deepEqual(jobView(raw).queue, { name: "team/ml", position: 2, reason: "TeamJobLimit", message: "ml runs 2 of its 2 concurrent jobs" });
+  assert.equal(jobView(JOB).queue, null);
+  assert.equal(jobView({ ...JOB, queue: null }).queue, null);
+});
+
 test("the stage timeline: skipped, running, stopped, failed, pending", () => {
   const states = (raw) => jobView(raw).stages.map((s) => s.state);
   assert.deepEqual(states(JOB), ["skipped", "running", "pending"]);
