@@ -7,6 +7,7 @@ is refused everywhere, because it would be guessable.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Literal
@@ -15,9 +16,12 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
+from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, CapacityType
+from trainer.contract.tpu import TPU_SLICES
 
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
 LauncherName = Literal["local", "kubernetes"]
+TPU_FAMILIES = sorted({tpu.generation for tpu in TPU_SLICES.values()})
 
 
 def default_state_dir() -> Path:
@@ -63,6 +67,11 @@ class Settings(BaseSettings):
     bootstrap_token: SecretStr | None = Field(default=None, description="ensure this token exists at start-up")
     bootstrap_team: str = Field(default="local", description="the bootstrap token's team")
     bootstrap_admin: bool = Field(default=False, description="the bootstrap token sees every team (dev only)")
+    usage_prices_usd_per_chip_hour: dict[str, dict[CapacityType, float]] = Field(
+        default_factory=lambda: {family: dict(prices) for family, prices in DEFAULT_PRICES_USD_PER_CHIP_HOUR.items()},
+        description="USD per TPU chip-hour by family and capacity, for job cost (README: Usage and cost); "
+        "JSON, replaces the whole table; a missing price shows cost null",
+    )
     host: str = Field(default="127.0.0.1", description="listen address of `rljob serve`")
     port: int = Field(default=8765, ge=0, le=65535, description="listen port of `rljob serve`")
 
@@ -71,6 +80,17 @@ class Settings(BaseSettings):
     def _command(cls, v: list[str]) -> list[str]:
         if not v:
             raise ValueError("must name at least the program to run")
+        return v
+
+    @field_validator("usage_prices_usd_per_chip_hour")
+    @classmethod
+    def _prices(cls, v: dict[str, dict[CapacityType, float]]) -> dict[str, dict[CapacityType, float]]:
+        for family, prices in v.items():
+            if family not in TPU_FAMILIES:
+                raise ValueError(f"unknown TPU family {family!r}: price one of {', '.join(TPU_FAMILIES)}")
+            for capacity, price in prices.items():
+                if not math.isfinite(price) or price < 0:
+                    raise ValueError(f"{family} {capacity}: a price is a finite number >= 0, not {price}")
         return v
 
     @model_validator(mode="after")
