@@ -245,3 +245,21 @@ def test_counters_start_from_the_jobs_usage_when_the_service_starts(
         assert _counters(api).get(running, 0) == 0  # the first process counted that hour already
         clock.advance(60)
         assert _counters(api)[running] == 8 * 60
+
+
+def test_a_report_pages_through_the_jobs_and_says_when_it_holds_only_some(
+    timed_api: Api, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.api.routes import usage as usage_route
+
+    monkeypatch.setattr(usage_route, "PAGE_SIZE", 1)  # every job its own page
+    ids = []
+    for name in ("one", "two", "three"):
+        ids.append(_submit(timed_api, tmp_path, name, V6E))
+        clock.advance(60)
+    whole = _usage(timed_api)
+    assert [row["job_id"] for row in whole["jobs"]] == ids[::-1] and whole["truncated"] is False
+    monkeypatch.setattr(usage_route, "MAX_REPORT_JOBS", 2)
+    cut = _usage(timed_api)
+    assert [row["job_id"] for row in cut["jobs"]] == ids[:0:-1] and cut["truncated"] is True
+    assert cut["total"]["jobs"] == 2
