@@ -82,6 +82,9 @@ def test_usage_prints_the_teams_table_and_json(served: tuple[str, ManualClock, A
     assert report["total"]["billed_chip_hours"] == 12.0 and report["jobs"][0]["job_id"] == job_id
     assert _run(url, "-o", "name").stdout.split() == [job_id]
 
+    status = CliRunner().invoke(cli, ["--url", url, "--token", TOKEN_A, "status", job_id], catch_exceptions=False)
+    assert "12.00 billed chip-hours on 8 chip(s) (v6e-8 on-demand), $32.40" in " ".join(status.output.split())
+
     other_team = _run(url, "--team", "team-a", token=TOKEN_B)
     assert other_team.exit_code == 2 and "team" in other_team.output and "admins" in other_team.output
     bad_since = _run(url, "--since", "last week")
