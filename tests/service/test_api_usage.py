@@ -187,6 +187,19 @@ def test_the_terminal_phase_event_carries_the_final_usage(timed_api: Api, clock:
     assert phases[-1]["usage"]["billed_chip_hours"] == 2.0 and phases[-1]["usage"] == _job_usage(timed_api, job_id)
 
 
+def test_the_team_stream_carries_the_final_usage_too(timed_api: Api, clock: ManualClock, tmp_path: Path) -> None:
+    job_id = _submit(timed_api, tmp_path, "team-streamed", V6E)
+    _emit(timed_api, job_id, ObservedState.RUNNING, JobPhase.RUNNING)
+    clock.advance(450)
+    _emit(timed_api, job_id, ObservedState.FAILED, JobPhase.FAILED, exit_code=70)
+    headers = {**timed_api.as_(TOKEN_A), "Last-Event-ID": "0"}
+    with timed_api.client.stream("GET", "/v1/events", params={"max_duration_s": 0.5}, headers=headers) as stream:
+        body = "".join(stream.iter_text())
+    events = [json.loads(line[5:]) for line in body.splitlines() if line.startswith("data:")]
+    failed = [e["data"] for e in events if e.get("kind") == "phase" and e["data"]["phase"] == "FAILED"]
+    assert len(failed) == 1 and failed[0]["usage"]["billed_chip_hours"] == 1.0  # 8 chips x 7.5 min
+
+
 def _counters(api: Api) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     usage_families = ("rljob_chip_seconds", "rljob_job_seconds", "rljob_cost_usd")
     return {
