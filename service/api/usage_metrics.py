@@ -66,22 +66,24 @@ class UsageCounters(Collector):
                 families[2].add_metric(list(key), value)
         yield from families
 
-    def _changed_job_ids(self) -> set[str]:
-        """Jobs whose phase changed since the last scrape (a job that ended among them)."""
+    def _changed_job_ids(self) -> tuple[set[str], int]:
+        """Jobs whose phase changed since the last scrape (a job that ended among them), and the
+        seq read up to: kept only once they are counted, so a scrape that fails reads them again."""
         changed: set[str] = set()
+        after_seq = self._after_seq
         for _ in range(MAX_EVENT_BATCHES_PER_SCRAPE):
-            events = self._store.events_after(self._after_seq, limit=EVENT_BATCH)
+            events = self._store.events_after(after_seq, limit=EVENT_BATCH)
             for event in events:
-                self._after_seq = event.seq
+                after_seq = event.seq
                 if event.kind == "phase":
                     changed.add(event.job_id)
             if len(events) < EVENT_BATCH:
                 break
-        return changed
+        return changed, after_seq
 
     def _count_up(self) -> None:
         now = self._clock()
-        changed = self._changed_job_ids()
+        changed, after_seq = self._changed_job_ids()
         records = {record.id: record for record in self._store.list_active()}
         for job_id in (changed | self._counted.keys()) - records.keys():
             record = self._store.get(job_id)
@@ -89,6 +91,7 @@ class UsageCounters(Collector):
                 records[job_id] = record
         for record in records.values():
             self._add(record, phase_seconds(record, now))
+        self._after_seq = after_seq
 
     def _add(self, record: JobRecord, seconds: dict[str, float]) -> None:
         hardware = record.spec.get("hardware", {})

@@ -121,3 +121,39 @@ def test_the_price_table_setting_refuses_what_it_cannot_price(table: dict[str, o
     with pytest.raises(ValidationError, match="usage_prices_usd_per_chip_hour") as refused:
         Settings(usage_prices_usd_per_chip_hour=table)  # type: ignore[arg-type]
     assert problem in str(refused.value)
+
+
+class _FlakyStore:
+    """The real store, whose list_active fails when told to (a database outage during a scrape)."""
+
+    def __init__(self, store: object) -> None:
+        self._store, self.fail = store, False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    def list_active(self) -> list[JobRecord]:
+        if self.fail:
+            self.fail = False
+            raise OSError("database unreachable")
+        return self._store.list_active()  # type: ignore[attr-defined, no-any-return]
+
+
+def test_a_failed_scrape_loses_no_job_that_ended_meanwhile(store: object) -> None:
+    from service.api.usage_metrics import UsageCounters
+
+    flaky = _FlakyStore(store)
+    counters = UsageCounters(flaky, lambda: T0 + timedelta(hours=2), PRICES)  # type: ignore[arg-type]
+    ended = _record(phase=JobPhase.SUCCEEDED, seconds={"RUNNING": 3600.0}, entered_s=3600.0, finished_s=3600.0)
+    with store.transaction() as tx:  # type: ignore[attr-defined]
+        tx.insert(ended)
+        tx.append_event(ended, "phase", {"phase": "SUCCEEDED", "previous": "RUNNING"}, T0)
+
+    def running_chip_seconds() -> float:
+        chips = next(family for family in counters.collect() if family.name == "rljob_chip_seconds")
+        return sum(s.value for s in chips.samples if s.labels["phase"] == "RUNNING")
+
+    flaky.fail = True
+    assert running_chip_seconds() == 0  # the outage: nothing counted, nothing lost
+    assert running_chip_seconds() == 8 * 3600
+    assert running_chip_seconds() == 8 * 3600  # and counted once
