@@ -1,4 +1,5 @@
-"""Chip-hours and cost from a job record (service/domain/usage.py): pure, no store, no clock but T0."""
+"""Chip-hours and cost from a job record (service/domain/usage.py, pure), the price table setting, and the
+usage counters' bookkeeping against a real store."""
 
 from __future__ import annotations
 
