@@ -35,7 +35,7 @@ from .api.errors import install_error_handlers
 from .api.log_follow import LogFollowers
 from .api.metrics import LatencyMiddleware, ServiceMetrics
 from .api.openapi import install_openapi_refinements
-from .api.routes import events, health, jobs, phases
+from .api.routes import events, health, jobs, phases, usage
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ def create_app(
             active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
         )  # fmt: skip
         metrics.watch_store(job_store.count_by_phase)
+        await run_in_threadpool(metrics.watch_usage, job_store, clock, settings.usage_prices_usd_per_chip_hour)
         app.state.runtime = Runtime(
             settings=settings, store=job_store, jobs=job_service, tokens=tokens, notifier=notifier,
             supervisor=supervisor, metrics=metrics, clock=clock,
@@ -107,6 +108,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(events.router)
     app.include_router(phases.router)
+    app.include_router(usage.router)
     _mount_dashboard(app)
     return app
 

@@ -8,6 +8,7 @@ is refused everywhere, because it would be guessable.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -17,10 +18,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
 from service.domain.location_policy import TEAM_PLACEHOLDER, LocationPolicy, parse_place
+from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, CapacityType
 from trainer.contract.dns_label import is_dns_label
+from trainer.contract.tpu import TPU_SLICES
 
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
 LauncherName = Literal["local", "kubernetes"]
+TPU_FAMILIES = sorted({tpu.generation for tpu in TPU_SLICES.values()})
 
 
 def default_state_dir() -> Path:
@@ -97,6 +101,11 @@ class Settings(BaseSettings):
     team_location_template: str = Field(
         default="", description="the one prefix of a team not in RLJOB_TEAM_LOCATIONS, e.g. gs://rljob-runs/{team}/"
     )
+    usage_prices_usd_per_chip_hour: dict[str, dict[CapacityType, float]] = Field(
+        default_factory=lambda: {family: dict(prices) for family, prices in DEFAULT_PRICES_USD_PER_CHIP_HOUR.items()},
+        description="USD per TPU chip-hour by family and capacity, for job cost (README: Usage and cost); "
+        "JSON, replaces the whole table; a missing price shows cost null",
+    )
     host: str = Field(default="127.0.0.1", description="listen address of `rljob serve`")
     port: int = Field(default=8765, ge=0, le=65535, description="listen port of `rljob serve`")
 
@@ -140,6 +149,17 @@ class Settings(BaseSettings):
             raise ValueError('must be a JSON object of team -> limits, e.g. {"team-a": {"max_jobs": 2}}')
         if any(not isinstance(team, str) or not team.strip() for team in v):
             raise ValueError("team names must not be empty")
+        return v
+
+    @field_validator("usage_prices_usd_per_chip_hour")
+    @classmethod
+    def _prices(cls, v: dict[str, dict[CapacityType, float]]) -> dict[str, dict[CapacityType, float]]:
+        for family, prices in v.items():
+            if family not in TPU_FAMILIES:
+                raise ValueError(f"unknown TPU family {family!r}: price one of {', '.join(TPU_FAMILIES)}")
+            for capacity, price in prices.items():
+                if not math.isfinite(price) or price < 0:
+                    raise ValueError(f"{family} {capacity}: a price is a finite number >= 0, not {price}")
         return v
 
     @model_validator(mode="after")

@@ -57,6 +57,7 @@ export function boardView(root, api, params) {
       h("h1", {}, "Jobs"),
       h("label", { for: "phase-filter" }, "Phase "), select,
       h("span", { class: "spacer" }),
+      h("a", { href: "#/usage" }, "Team usage"),
       status.el),
     errorSlot,
     h("div", { class: "panel", style: false }, table, emptySlot),

@@ -1,4 +1,4 @@
-// Entry point: hash routes (#/login, #/, #/jobs/<id>) so the service serves one static page and
+// Entry point: hash routes (#/login, #/, #/jobs/<id>, #/usage) so the service serves one static page and
 // needs no server-side routing; the token lives in sessionStorage and goes out as a bearer header.
 import "./styles.css";
 import { Api, tokenStore } from "./api.js";
@@ -6,6 +6,7 @@ import { boardView } from "./board.js";
 import { focusHeading, h, replace } from "./dom.js";
 import { jobPage } from "./job.js";
 import { loadPhaseFacts } from "./phases.js";
+import { usagePage } from "./usagepage.js";
 import { describeError, errorBox } from "./widgets.js";
 
 const main = document.getElementById("main");
@@ -115,6 +116,7 @@ function route() {
 function signedInView(api, path, query) {
   const jobMatch = path.match(/^\/jobs\/([^/]+)$/);
   if (jobMatch) return jobPage(main, api, decodeURIComponent(jobMatch[1]));
+  if (path === "/usage") return usagePage(main, api, new URLSearchParams(query));
   if (path === "/" || path === "") return boardView(main, api, new URLSearchParams(query));
   replace(main, h("h1", {}, "Page not found"), h("p", {}, h("a", { href: "#/" }, "Go to the jobs board")));
   focusHeading(main);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
@@ -39,8 +40,11 @@ class Runtime:
     owned: list[object] = field(default_factory=list)
 
     def public(self, record: JobRecord) -> JobPublic:
-        """The job as the API shows it now, its health judged by the configured thresholds."""
-        return to_public(record, self.clock(), self.jobs.health_policy)
+        """The job as the API shows it now: health judged by the configured thresholds, cost by the price table."""
+        return self.public_at(record, self.clock())
+
+    def public_at(self, record: JobRecord, now: datetime) -> JobPublic:
+        return to_public(record, now, self.jobs.health_policy, self.settings.usage_prices_usd_per_chip_hour)
 
 
 def get_runtime(request: Request) -> Runtime:

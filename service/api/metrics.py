@@ -1,6 +1,6 @@
 """Prometheus metrics: one registry per app (so tests can build many apps), a latency middleware
-labelled by route template (not raw path: ids would explode the label space), and a collector that
-counts jobs by phase from the store at scrape time.
+labelled by route template (not raw path: ids would explode the label space), a collector that
+counts jobs by phase from the store at scrape time, and the usage counters (usage_metrics.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.domain.phases import JobPhase
+from service.domain.ports import Clock, JobStore
+from service.domain.usage import PriceTable
+
+from .usage_metrics import UsageCounters
 
 
 class _JobsByPhase(Collector):
@@ -43,12 +47,20 @@ class ServiceMetrics:
             ["method", "route", "status"], registry=self.registry,
         )  # fmt: skip
         self._phase_collector: _JobsByPhase | None = None
+        self._usage_collector: UsageCounters | None = None
 
     def watch_store(self, count_by_phase: Callable[[], dict[str, int]]) -> None:
         if self._phase_collector is not None:
             self.registry.unregister(self._phase_collector)
         self._phase_collector = _JobsByPhase(count_by_phase)
         self.registry.register(self._phase_collector)
+
+    def watch_usage(self, store: JobStore, clock: Clock, prices: PriceTable) -> None:
+        """Count chip-seconds from now on (reads the store: call it off the event loop)."""
+        if self._usage_collector is not None:
+            self.registry.unregister(self._usage_collector)
+        self._usage_collector = UsageCounters(store, clock, prices)
+        self.registry.register(self._usage_collector)
 
 
 class LatencyMiddleware:

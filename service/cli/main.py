@@ -20,7 +20,7 @@ from service.domain.phases import TERMINAL, JobPhase
 from trainer.contract import JobSpec
 from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
 
-from . import admin, samples
+from . import admin, samples, usage
 from .client import EXIT_CODE_MEANINGS, CliError, ExitCode, RljobClient, handles_errors, load_client_config
 from .follow import follow_job
 from .manifests import render_k8s_manifests
@@ -241,6 +241,7 @@ app.add_typer(admin.token_app, name="token")
 app.command()(admin.render)
 app.command()(admin.demo)
 app.command()(samples.samples)
+app.command()(usage.usage)
 
 
 def main() -> None:

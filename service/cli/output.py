@@ -85,6 +85,15 @@ def _queue_line(queue: dict[str, Any]) -> str:
     return escape(f"{place}{queue['name']}: {queue['reason']}{words}")  # the backend's words: not markup
 
 
+def usage_text(usage: dict[str, Any]) -> str:
+    """One line of a job's JobPublic.usage: what is charged, then the time that is not."""
+    phases = usage["phases"]
+    waited_h = (phases["QUEUED"]["seconds"] + phases["LAUNCHING"]["seconds"]) / 3600
+    cost = "no price" if usage["cost_usd"] is None else f"${usage['cost_usd']:,.2f}"
+    return (f"{usage['billed_chip_hours']:,.2f} billed chip-hours on {usage['chips']} chip(s) "
+            f"({usage['accelerator']} {usage['capacity']}), {cost}; waited {waited_h:,.2f} h (not charged)")  # fmt: skip
+
+
 def print_job(job: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(no_wrap=True)
@@ -103,6 +112,8 @@ def print_job(job: dict[str, Any]) -> None:
     rows.append(("metrics", "  ".join(f"{k}={fmt_metric(v)}" for k, v in metrics.items())))
     health = job.get("health")
     rows.append(("health", f"{health_text(health['verdict'])}: {escape(health['message'])}" if health else "-"))
+    if job.get("usage"):
+        rows.append(("usage", usage_text(job["usage"])))
     for stage, times in (job.get("stage_times") or {}).items():
         rows.append((f"stage {stage}", f"{times.get('started_at') or '-'} -> {times.get('finished_at') or '...'}"))
     for artifact in job.get("artifacts") or []:

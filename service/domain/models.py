@@ -18,6 +18,7 @@ from trainer.contract import JobSpec, Stage, StepSamples
 
 from .learning_health import LearningHealth
 from .phases import JobPhase
+from .usage_models import JobUsage
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ class JobPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     queue: QueueStatus | None = Field(description="while QUEUED behind a backend's queue: which, why, and the place in line")
+    usage: JobUsage = Field(description="chip-hours by phase and stage, and what the billed time cost at list price")
     spec: dict[str, Any]
 
 

@@ -10,6 +10,7 @@ from .job_health import learning_health, train_started_at
 from .learning_health import HealthPolicy
 from .models import Failure, JobPublic, JobRecord, LatestMetrics
 from .phases import JobPhase
+from .usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable, job_usage
 
 
 def _eta_s(record: JobRecord, now: datetime) -> float | None:
@@ -28,7 +29,12 @@ def _eta_s(record: JobRecord, now: datetime) -> float | None:
 DEFAULT_HEALTH_POLICY = HealthPolicy()
 
 
-def to_public(record: JobRecord, now: datetime, health_policy: HealthPolicy = DEFAULT_HEALTH_POLICY) -> JobPublic:
+def to_public(
+    record: JobRecord,
+    now: datetime,
+    health_policy: HealthPolicy = DEFAULT_HEALTH_POLICY,
+    prices: PriceTable = DEFAULT_PRICES_USD_PER_CHIP_HOUR,
+) -> JobPublic:
     progress = None
     if record.step is not None and record.total_steps:
         progress = min(1.0, record.step / record.total_steps)
@@ -68,5 +74,6 @@ def to_public(record: JobRecord, now: datetime, health_policy: HealthPolicy = DE
         started_at=record.started_at,
         finished_at=record.finished_at,
         queue=record.queue,
+        usage=job_usage(record, now, prices),
         spec=record.spec,
     )

@@ -246,3 +246,28 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
     page.get_by_role("link", name="← All jobs").click()
     expect(page.locator(f'tr[data-job-id="{job_id}"]').get_by_test_id("health")).to_have_text("diverging")
     shoot(page, "board-health")
+
+
+def test_team_usage_page_shows_the_teams_jobs_and_totals(page: Page, live_service: LiveService) -> None:
+    done = live_service.submit("usage-counted")
+    live_service.wait_for_phase(done["id"], "RUNNING")
+    live_service.finish_process(done["id"], 0)
+    live_service.wait_for_phase(done["id"], "SUCCEEDED")
+
+    sign_in(page, live_service)
+    page.get_by_role("link", name="Team usage").click()
+    expect(page.get_by_role("heading", name="Team usage")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"#/usage$"))
+    slices = page.get_by_role("table", name="Chip-hours by team and slice")
+    expect(slices.locator("tbody tr")).to_have_count(1)
+    expect(slices.locator("tbody tr")).to_contain_text("cpu on-demand")
+    expect(slices.locator("tfoot")).to_contain_text("$0.00")  # a cpu job holds no TPU chips
+    jobs = page.get_by_role("table", name="Jobs, newest first")
+    expect(jobs.get_by_role("link", name="usage-counted")).to_be_visible()
+    expect(jobs).to_contain_text("SUCCEEDED")
+    page.get_by_label("Jobs submitted in the").select_option("7")
+    expect(page).to_have_url(re.compile(r"#/usage\?days=7$"))
+    expect(page.get_by_role("table", name="Jobs, newest first").get_by_role("link", name="usage-counted")).to_be_visible()
+    shoot(page, "team-usage")
+    jobs.get_by_role("link", name="usage-counted").click()
+    expect(page).to_have_url(re.compile(rf"#/jobs/{done['id']}$"))

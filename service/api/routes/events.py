@@ -5,7 +5,8 @@ the events it missed; a Last-Event-ID that is not a seq (negative, past 2^63-1, 
 refused with 422 before the stream starts, never mid-stream. A job stream starts with a `snapshot`
 (the whole JobPublic, id = the job's latest seq) unless it is a resumption, and ends once the job
 is terminal and one more read of the log came back empty. Every stream ends after `max_duration_s`
-at the latest; clients reconnect.
+at the latest; clients reconnect. A terminal `phase` event carries the job's final `usage`
+(chip-hours and cost, as JobPublic.usage), added as it is sent: an ended job's usage never changes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from service.api.deps import CallerDep, Runtime, RuntimeDep, VisibleJobDep
 from service.api.errors import error_responses
 from service.api.sse import KEEPALIVE, KEEPALIVE_S, StreamHello, sse_event, sse_response, stream_response
 from service.domain.models import JobEvent, JobPublic
+from service.domain.phases import TERMINAL
+from service.domain.usage import job_usage
 
 router = APIRouter(tags=["events"])
 
@@ -39,6 +42,20 @@ BATCH = 500
 
 def _sse(event: JobEvent) -> bytes:
     return sse_event(event.kind, event.seq, event.model_dump(mode="json"))
+
+
+_TERMINAL_VALUES = frozenset(phase.value for phase in TERMINAL)
+
+
+async def _with_usage(runtime: Runtime, event: JobEvent) -> JobEvent:
+    """A terminal phase event with the job's final usage; any other event as it is."""
+    if event.kind != "phase" or event.data.get("phase") not in _TERMINAL_VALUES:
+        return event
+    record = await run_in_threadpool(runtime.store.get, event.job_id)
+    if record is None:
+        return event
+    usage = job_usage(record, runtime.clock(), runtime.settings.usage_prices_usd_per_chip_hour)
+    return event.model_copy(update={"data": {**event.data, "usage": usage.model_dump(mode="json")}})
 
 
 def _deadline(runtime: Runtime, max_duration_s: float | None) -> float:
@@ -68,7 +85,7 @@ async def job_events(
             seen_version = runtime.notifier.version
             events = await run_in_threadpool(store.events_after, after, job_id=record.id, limit=BATCH)
             for event in events:
-                yield _sse(event)
+                yield _sse(await _with_usage(runtime, event))
                 after, last_sent = event.seq, time.monotonic()
             if events:
                 continue
@@ -107,7 +124,7 @@ async def team_events(
             seen_version = runtime.notifier.version
             events = await run_in_threadpool(store.events_after, after, team=scope, limit=BATCH)
             for event in events:
-                yield _sse(event)
+                yield _sse(await _with_usage(runtime, event))
                 after, last_sent = event.seq, time.monotonic()
             if events:
                 continue

@@ -19,7 +19,6 @@ from service.api.log_follow import follow_log
 from service.domain.errors import BadCursor, InvalidRequest
 from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.phases import JobPhase
-from service.domain.views import to_public
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 TEXT_PLAIN = "text/plain; charset=utf-8"
@@ -138,7 +137,7 @@ def list_jobs(
     page, more = jobs.list_jobs(caller, filters, before_pk=before, limit=limit)
     now = runtime.clock()
     return JobsPublic(
-        data=[to_public(record, now, jobs.health_policy) for _, record in page],
+        data=[runtime.public_at(record, now) for _, record in page],
         count=len(page),
         next_cursor=encode_cursor(page[-1][0]) if more else None,
     )

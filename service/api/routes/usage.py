@@ -1,0 +1,75 @@
+"""/v1/usage: a team's chip-hours and cost (service/domain/usage.py computes them)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from service.api.deps import CallerDep, JobServiceDep, RuntimeDep
+from service.api.errors import error_responses
+from service.domain.errors import InvalidRequest
+from service.domain.job_service import JobService
+from service.domain.models import Caller, JobFilters, JobRecord
+from service.domain.usage import summarize_usage
+from service.domain.usage_models import UsagePublic
+
+router = APIRouter(prefix="/v1/usage", tags=["usage"])
+DEFAULT_WINDOW = timedelta(days=30)
+MAX_REPORT_JOBS = 2000  # one report's rows (about 3 s of work on a loaded laptop); beyond it says `truncated`
+PAGE_SIZE = 200
+
+
+def jobs_submitted_since(
+    jobs: JobService, caller: Caller, team: str | None, since: datetime
+) -> tuple[list[JobRecord], bool]:
+    """The jobs `caller` may see, of `team` (None: every team, for admins), submitted at or after
+    `since`, newest first; and whether more than MAX_REPORT_JOBS matched."""
+    found: list[JobRecord] = []
+    before: int | None = None
+    while True:
+        page, more = jobs.list_jobs(caller, JobFilters(team=team), before_pk=before, limit=PAGE_SIZE)
+        for _, record in page:
+            if record.created_at < since:  # newest first: every later one is older still
+                return found, False
+            if len(found) == MAX_REPORT_JOBS:
+                return found, True
+            found.append(record)
+        if not more or not page:
+            return found, False
+        before = page[-1][0]
+
+
+@router.get(
+    "", response_model=UsagePublic,
+    responses=error_responses(401, 422, 503, reasons={
+        422: "`since` is not an ISO 8601 date or time, or is in the future; or `team` names another team "
+        "and the token is not an admin's",
+    }),
+)  # fmt: skip
+def get_usage(
+    caller: CallerDep,
+    jobs: JobServiceDep,
+    runtime: RuntimeDep,
+    team: Annotated[str | None, Query(max_length=63, description="admins: one team (default every team); others: only their own")] = None,
+    since: Annotated[
+        datetime | None,
+        Query(description="ISO 8601 date or time (UTC unless it names a zone): jobs submitted since then; default 30 days ago"),
+    ] = None,
+) -> UsagePublic:
+    """Chip-hours by phase and cost of the jobs submitted since `since`: the total, totals by team,
+    accelerator and capacity, and one row per job. A job's usage counts whole, in the window it was
+    submitted in; a job still active counts up to now. Only running (and cancelling) time is charged."""
+    now = runtime.clock()
+    if team is not None and not caller.admin and team != caller.team:
+        raise InvalidRequest(
+            ("query", "team"), f"only admins read another team's usage; your token is team {caller.team}'s: omit team"
+        )
+    scope = team if caller.admin else caller.team
+    start = now - DEFAULT_WINDOW if since is None else since if since.tzinfo else since.replace(tzinfo=UTC)
+    if start > now:
+        raise InvalidRequest(("query", "since"), f"since is in the future (now is {now.isoformat()}): give an earlier time")
+    records, truncated = jobs_submitted_since(jobs, caller, scope, start)
+    total, groups, rows = summarize_usage(records, now, runtime.settings.usage_prices_usd_per_chip_hour)
+    return UsagePublic(team=scope, since=start, as_of=now, total=total, groups=groups, jobs=rows, truncated=truncated)

@@ -1,0 +1,83 @@
+"""`rljob usage [--team T] [--since D] [-o json|yaml|name]`: a team's chip-hours and cost (GET /v1/usage)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from .client import handles_errors
+from .output import OutputOption, console, emit
+
+
+def _hours(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def _slice(accelerator: str, capacity: str) -> str:
+    return f"{accelerator} {capacity}"
+
+
+def _sum_row(label: list[str], amounts: dict[str, Any]) -> list[str]:
+    waiting = amounts["chip_hours"]["QUEUED"] + amounts["chip_hours"]["LAUNCHING"]
+    return [*label, str(amounts["jobs"]), _hours(waiting), _hours(amounts["billed_chip_hours"]), _usd(amounts["cost_usd"])]
+
+
+def _table(title: str, left: tuple[str, ...], right: tuple[str, ...]) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)  # fits 80 columns
+    for name in left:
+        table.add_column(name, overflow="fold", min_width=15 if name == "ID" else None)  # ids are copied: whole
+    for name in right:
+        table.add_column(name, justify="right")
+    return table
+
+
+def print_usage(report: dict[str, Any]) -> None:
+    scope = f"team {report['team']}" if report["team"] else "every team"
+    console.print(f"[bold]usage of {escape(scope)}[/]: jobs submitted since {report['since']} (as of {report['as_of']})")
+    groups = _table("chip-hours by team and slice", ("TEAM", "SLICE"), ("JOBS", "WAITING", "BILLED", "COST"))
+    for group in report["groups"]:
+        groups.add_row(*_sum_row([group["team"], _slice(group["accelerator"], group["capacity"])], group))
+    groups.add_section()
+    groups.add_row(*_sum_row(["[bold]total[/]", ""], report["total"]))
+    console.print(groups)
+    jobs = _table("jobs (-o json: every phase and stage)", ("ID", "NAME", "PHASE", "SLICE"), ("RUN H", "BILLED", "COST"))
+    for row in report["jobs"]:
+        usage, phases = row["usage"], row["usage"]["phases"]
+        ran_s = phases["RUNNING"]["seconds"] + phases["CANCELLING"]["seconds"]
+        jobs.add_row(row["job_id"], row["name"], row["phase"], _slice(usage["accelerator"], usage["capacity"]),
+                     _hours(ran_s / 3600), _hours(usage["billed_chip_hours"]),
+                     _usd(usage["cost_usd"]))  # fmt: skip
+    console.print(jobs)
+    console.print("[dim]WAITING: queued and launching chip-hours, shown, not charged; BILLED: running and "
+                  "cancelling chip-hours; COST at the service's list prices (RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR)[/]")  # fmt: skip
+    if report["total"]["unpriced_chip_hours"]:
+        console.print(f"[yellow]{_hours(report['total']['unpriced_chip_hours'])} billed chip-hours have no price "
+                      "in the table and are not in the cost[/]")  # fmt: skip
+    if report["truncated"]:
+        console.print("[yellow]more jobs matched than one report holds: use a later --since[/]")
+
+
+@handles_errors
+def usage(
+    ctx: typer.Context,
+    team: Annotated[str | None, typer.Option(help="admins: one team (default every team); others see their own")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="ISO 8601 date or time, e.g. 2026-11-01 (UTC unless it names a zone); default 30 days ago")
+    ] = None,
+    output: OutputOption = None,
+) -> None:
+    """Chip-hours and cost of the jobs submitted since a date: totals and one row per job."""
+    params = {key: value for key, value in (("team", team), ("since", since)) if value}
+    report = ctx.obj.client().request("GET", "/v1/usage", params=params)
+    if output:
+        emit(report, output, [row["job_id"] for row in report["jobs"]])
+        return
+    print_usage(report)

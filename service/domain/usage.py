@@ -1,0 +1,173 @@
+"""Chip-hours and cost, computed from a job record: pure functions of the record, a time and a price table.
+
+A job holds its slice's chips (trainer/contract/tpu.py; a cpu job 0 chips) for the time it spends in
+each phase: `phase_seconds` keeps the phases it has left, and the phase it is in counts up to `now`
+(from `phase_entered_at`) until the job ends. Stage times (convert, train, export) come from the
+trainer's events and break the running time down.
+
+Only the time the workload holds its chips is charged: RUNNING, and CANCELLING (the workload runs
+until it is seen to stop). QUEUED time (waiting for capacity) and LAUNCHING time (admitted, the pod
+not yet running) are shown but not charged. Cost = billed chip-hours x the price of the slice's
+family (v6e, v5e, v5p) and capacity type (`hardware.capacity`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from trainer.contract import Stage
+from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
+
+from .models import JobRecord
+from .phases import JobPhase
+from .usage_models import JobUsage, JobUsageRow, UsageAmount, UsageGroup, UsageSum
+
+# USD per chip-hour by family and capacity. The docs (README, "Usage and cost") say where these come
+# from and when; RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR replaces the table.
+CapacityType = Literal["on-demand", "spot", "flex-start", "reservation"]  # HardwareSpec.capacity's values
+PriceTable = Mapping[str, Mapping[CapacityType, float]]
+DEFAULT_PRICES_USD_PER_CHIP_HOUR: dict[str, dict[CapacityType, float]] = {
+    "v6e": {"on-demand": 2.70, "spot": 1.08, "flex-start": 1.35, "reservation": 1.89},
+    "v5e": {"on-demand": 1.20, "spot": 0.48, "flex-start": 0.60, "reservation": 0.84},
+    "v5p": {"on-demand": 4.20, "spot": 1.68, "flex-start": 2.10, "reservation": 2.94},
+}
+
+# The phases a job can spend time in (terminal phases are never left, so they hold no time).
+USAGE_PHASES: tuple[JobPhase, ...] = (JobPhase.QUEUED, JobPhase.LAUNCHING, JobPhase.RUNNING, JobPhase.CANCELLING)
+# Charged: the workload holds its chips. QUEUED waits for capacity; LAUNCHING is admitted but not running.
+BILLED_PHASES: frozenset[JobPhase] = frozenset({JobPhase.RUNNING, JobPhase.CANCELLING})
+_DIGITS = 6  # a millionth of a chip-hour (3.6 ms of one chip): below any clock's meaning here
+
+
+def chips_of(accelerator: str) -> int:
+    """The slice's chips; 0 for cpu (and for a name no longer in the table)."""
+    tpu = tpu_slice(accelerator)
+    return tpu.chips if tpu else 0
+
+
+def family_of(accelerator: str) -> str:
+    tpu = tpu_slice(accelerator)
+    return tpu.generation if tpu else CPU_ACCELERATOR
+
+
+def usage_as_of(record: JobRecord, now: datetime) -> datetime:
+    """Usage stops counting when the job ends."""
+    if record.phase.is_terminal() and record.finished_at is not None:
+        return record.finished_at
+    return now
+
+
+def phase_seconds(record: JobRecord, now: datetime) -> dict[str, float]:
+    """Seconds in each usage phase, the current one up to `now` while the job has not ended."""
+    seconds = {phase.value: float(record.phase_seconds.get(phase.value, 0.0)) for phase in USAGE_PHASES}
+    if not record.phase.is_terminal() and record.phase_entered_at is not None:
+        seconds[record.phase.value] += max(0.0, (now - record.phase_entered_at).total_seconds())
+    return seconds
+
+
+def stage_seconds(record: JobRecord, now: datetime) -> dict[str, float]:
+    """Seconds in each trainer stage; a stage under way counts up to now (or to the job's end)."""
+    end = usage_as_of(record, now)
+    seconds: dict[str, float] = {}
+    for stage in Stage:
+        times = record.stage_times.get(stage.value)
+        if times is None or times.skipped:
+            seconds[stage.value] = 0.0
+        elif times.duration_s is not None:
+            seconds[stage.value] = times.duration_s
+        elif times.started_at is not None:
+            seconds[stage.value] = max(0.0, ((times.finished_at or end) - times.started_at).total_seconds())
+        else:
+            seconds[stage.value] = 0.0
+    return seconds
+
+
+def price_of(prices: PriceTable, family: str, capacity: str) -> float | None:
+    """USD per chip-hour; cpu costs nothing; None when the table has no price for it."""
+    if family == CPU_ACCELERATOR:
+        return 0.0
+    return next((price for name, price in prices.get(family, {}).items() if name == capacity), None)
+
+
+def _amount(seconds: float, chips: int) -> UsageAmount:
+    return UsageAmount(seconds=round(seconds, 3), chip_hours=round(chips * seconds / 3600, _DIGITS))
+
+
+def job_usage(record: JobRecord, now: datetime, prices: PriceTable) -> JobUsage:
+    hardware = record.spec.get("hardware", {})
+    accelerator = str(hardware.get("accelerator", CPU_ACCELERATOR))
+    capacity = str(hardware.get("capacity", "on-demand"))  # specs stored before capacity existed ran on-demand
+    chips, family = chips_of(accelerator), family_of(accelerator)
+    by_phase = phase_seconds(record, now)
+    billed_s = sum(by_phase[p.value] for p in BILLED_PHASES)
+    billed_chip_hours = chips * billed_s / 3600
+    price = price_of(prices, family, capacity)
+    return JobUsage(
+        accelerator=accelerator,
+        family=family,
+        capacity=capacity,
+        chips=chips,
+        phases={name: _amount(s, chips) for name, s in by_phase.items()},
+        stages={name: _amount(s, chips) for name, s in stage_seconds(record, now).items()},
+        billed_chip_hours=round(billed_chip_hours, _DIGITS),
+        price_usd_per_chip_hour=price,
+        cost_usd=None if price is None else round(billed_chip_hours * price, _DIGITS),
+        as_of=usage_as_of(record, now),
+    )
+
+
+@dataclass
+class _Tally:
+    """A running sum, unrounded until it is shown."""
+
+    jobs: int = 0
+    billed: float = 0.0
+    cost: float = 0.0
+    unpriced: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.by_phase = {phase.value: 0.0 for phase in USAGE_PHASES}
+
+    def add(self, usage: JobUsage) -> None:
+        self.jobs += 1
+        for name, amount in usage.phases.items():
+            self.by_phase[name] += amount.chip_hours
+        self.billed += usage.billed_chip_hours
+        if usage.cost_usd is None:
+            self.unpriced += usage.billed_chip_hours
+        else:
+            self.cost += usage.cost_usd
+
+    def as_sum(self) -> UsageSum:
+        return UsageSum(
+            jobs=self.jobs,
+            chip_hours={name: round(v, _DIGITS) for name, v in self.by_phase.items()},
+            billed_chip_hours=round(self.billed, _DIGITS),
+            cost_usd=round(self.cost, _DIGITS),
+            unpriced_chip_hours=round(self.unpriced, _DIGITS),
+        )
+
+
+def summarize_usage(
+    records: Iterable[JobRecord], now: datetime, prices: PriceTable
+) -> tuple[UsageSum, list[UsageGroup], list[JobUsageRow]]:
+    """The total, the totals by (team, accelerator, capacity), and one row per job (in the order given)."""
+    total = _Tally()
+    groups: dict[tuple[str, str, str], _Tally] = {}
+    rows = []
+    for record in records:
+        usage = job_usage(record, now, prices)
+        total.add(usage)
+        groups.setdefault((record.team, usage.accelerator, usage.capacity), _Tally()).add(usage)
+        rows.append(JobUsageRow(
+            job_id=record.id, name=record.name, team=record.team, phase=record.phase,
+            created_at=record.created_at, usage=usage,
+        ))  # fmt: skip
+    by_group = [
+        UsageGroup(team=team, accelerator=accelerator, capacity=capacity, **tally.as_sum().model_dump())
+        for (team, accelerator, capacity), tally in sorted(groups.items())
+    ]
+    return total.as_sum(), by_group, rows

@@ -1,0 +1,69 @@
+"""What the API shows of chip-hours and cost: a job's `usage` (JobPublic) and a team's usage report
+(GET /v1/usage). Computed by usage.py; kept apart from it so models.py can hold a JobUsage without
+importing the code that reads job records.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from .phases import JobPhase
+
+
+class UsageAmount(BaseModel):
+    seconds: float = Field(description="wall-clock seconds")
+    chip_hours: float = Field(description="the slice's chips x those seconds, in hours (0 for cpu jobs)")
+
+
+class JobUsage(BaseModel):
+    """A job's accelerator time: by phase (queued, launching, running, cancelling) and by stage."""
+
+    accelerator: str = Field(description="hardware.accelerator, e.g. v6e-8 or cpu")
+    family: str = Field(description="the price table's key: the TPU generation (v6e, v5e, v5p) or cpu")
+    capacity: str = Field(description="hardware.capacity: on-demand, spot, flex-start or reservation")
+    chips: int = Field(description="TPU chips of the slice; 0 for cpu jobs (their hours are still shown)")
+    phases: dict[str, UsageAmount] = Field(description="by phase; the current one counts up to `as_of`")
+    stages: dict[str, UsageAmount] = Field(description="by trainer stage (convert, train, export), within running")
+    billed_chip_hours: float = Field(description="running and cancelling chip-hours: the workload holds its chips")
+    price_usd_per_chip_hour: float | None = Field(description="from the price table; null: no price for this family/capacity")
+    cost_usd: float | None = Field(description="billed_chip_hours x price; queued and launching time is not charged")
+    as_of: datetime = Field(description="now for a job still active; when it ended for one that has")
+
+
+class UsageSum(BaseModel):
+    """Usage added up over jobs."""
+
+    jobs: int
+    chip_hours: dict[str, float] = Field(description="by phase")
+    billed_chip_hours: float
+    cost_usd: float = Field(description="the billed chip-hours that have a price, priced")
+    unpriced_chip_hours: float = Field(description="billed chip-hours with no price in the table (not in cost_usd)")
+
+
+class UsageGroup(UsageSum):
+    team: str
+    accelerator: str
+    capacity: str
+
+
+class JobUsageRow(BaseModel):
+    job_id: str
+    name: str
+    team: str
+    phase: JobPhase
+    created_at: datetime
+    usage: JobUsage
+
+
+class UsagePublic(BaseModel):
+    """GET /v1/usage: chip-hours and cost of the jobs submitted since `since`."""
+
+    team: str | None = Field(description="the team reported; null: every team (admins)")
+    since: datetime = Field(description="jobs submitted at or after this are counted, each whole")
+    as_of: datetime
+    total: UsageSum
+    groups: list[UsageGroup] = Field(description="totals by team, accelerator and capacity")
+    jobs: list[JobUsageRow] = Field(description="one row per job, newest first")
+    truncated: bool = Field(description="more jobs matched than one report holds: narrow `since`")
