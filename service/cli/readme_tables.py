@@ -42,6 +42,8 @@ def _values(prop: dict[str, Any]) -> str:
         text = " ".join(["integer" if p["type"] == "integer" else "number", ", ".join(b for b in bounds if b)]).strip()
     elif p.get("type") == "boolean":
         text = "`true` or `false`"
+    elif p.get("type") == "object":
+        text = f"JSON object of {p['additionalProperties']['type']}s"
     elif p.get("type") == "array":
         text = f"JSON list of {p['items']['type']}s"
     elif p.get("pattern") == DNS_LABEL_PATTERN:
@@ -62,6 +64,8 @@ def _default(field: FieldInfo) -> str:
         value = str(value).replace(str(Path.home()), "~", 1)
     if isinstance(value, list):
         value = json.dumps(["python" if v == sys.executable else v for v in value])
+    if isinstance(value, dict):
+        value = json.dumps(value)
     if isinstance(value, bool):
         value = str(value).lower()
     return f"`{value}`"

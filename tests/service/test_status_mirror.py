@@ -25,15 +25,18 @@ JOB = "rl-000000000001"
 class RecordingMirror:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str | None, int | None, int | None]] = []
+        self.queue_calls: list[tuple[str, int | None, str | None]] = []
         self.threads: list[str] = []
         self.fail = False
         self.present = True
 
-    def mirror_status(self, job_id, phase, stage=None, step=None, total=None) -> bool:
+    def mirror_status(self, job_id, phase, stage=None, step=None, total=None, *, queue_position=None,
+                      queue_reason=None) -> bool:
         self.threads.append(threading.current_thread().name)
         if self.fail:
             raise RuntimeError("API server unavailable")
         self.calls.append((job_id, phase, stage, step, total))
+        self.queue_calls.append((phase, queue_position, queue_reason))
         return self.present
 
 
