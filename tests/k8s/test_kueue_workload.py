@@ -15,7 +15,7 @@ from service.adapters.k8s.manifests import build_trainer_job, build_trainer_jobs
 from .conftest import JOB_ID, make_settings, make_spec
 
 QUOTA_MESSAGE = ("couldn't assign flavors to pod set main: insufficient unused quota for google.com/tpu in flavor "
-                 "tpu-v6e-on-demand, 8 more needed")
+                 "tpu-v6e-2x4-on-demand, 8 more needed")
 PREEMPTED_MESSAGE = ("Preempted to accommodate a workload (UID: 5b1c, JobUID: 9e2f) due to prioritization in the "
                      "ClusterQueue; preemptor path: /rljob-v6e; preemptee path: /rljob-v6e")
 
