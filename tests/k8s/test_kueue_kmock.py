@@ -40,16 +40,16 @@ class FakeKueue:
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
         self.pending: list[str] = []  # workload names, first = next to be admitted
-        self.visibility_forbidden = False
+        self.visibility_error: int | None = None  # 403: no RBAC for it; 503: its APIService is unavailable
         self.created: set[str] = set()
         cluster.server.resources[WORKLOADS] = {"namespaced": True, "verbs": ["list", "get", "create", "patch"]}
         cluster.server[lambda req: req.url.path.endswith("/pendingworkloads")] << self._pending_workloads
 
     def _pending_workloads(self, request: Any) -> Any:
-        if self.visibility_forbidden:
-            return kmock_lib.Response(status=403, payload={
-                "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
-                "message": 'localqueues.visibility.kueue.x-k8s.io "ml-tpu" is forbidden'})
+        if self.visibility_error is not None:
+            return kmock_lib.Response(status=self.visibility_error, payload={
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": self.visibility_error,
+                "message": f"visibility.kueue.x-k8s.io answered {self.visibility_error}"})
         lq = request.url.path.split("/")[-2]
         return {"kind": "PendingWorkloadsSummary", "apiVersion": "visibility.kueue.x-k8s.io/v1beta2", "metadata": {},
                 "items": [{"metadata": {"name": name, "namespace": NS}, "priority": 0, "localQueueName": lq,
@@ -107,9 +107,13 @@ async def test_a_job_waiting_for_quota_is_queued_with_kueues_reason_and_place(cl
     assert pending_reads[-1].url.path == (
         f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/ml-tpu/pendingworkloads")
 
-    kueue.visibility_forbidden = True  # no RBAC for the visibility API: the place is unknown, nothing else
-    obs = await asyncio.to_thread(launcher.observe, JOB_ID)
-    assert (obs.state, obs.queue.position, obs.queue.reason) == (ObservedState.QUEUED, None, "WaitingForQuota")
+    for error in (403, 503):  # no RBAC for the visibility API, or it is down: the place is unknown, nothing else
+        kueue.visibility_error = error
+        before = len([r for r in cluster.server if r.url.path.endswith("/pendingworkloads")])
+        obs = await asyncio.to_thread(launcher.observe, JOB_ID)
+        assert (obs.state, obs.queue.position, obs.queue.reason) == (ObservedState.QUEUED, None, "WaitingForQuota")
+        after = len([r for r in cluster.server if r.url.path.endswith("/pendingworkloads")])
+        assert after == before + 1, "one try: a best-effort read is not retried with backoff"
 
 
 async def test_a_new_place_in_line_is_pushed_by_the_watching_launcher(cluster, kueue, make_launcher, recorder):

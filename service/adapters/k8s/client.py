@@ -215,8 +215,10 @@ class K8sClient:
         """Kueue's visibility API for a LocalQueue (PendingWorkloadsSummary); None when not served or
         not allowed (the place in line is then unknown, nothing else changes)."""
         try:
-            return self.call(f"read pending workloads of LocalQueue {local_queue}", self._get_pending_workloads, local_queue)
-        except (ApiException, K8sBackendError, ValueError) as exc:
+            # One try, no retries: the place in line is a nicety, and an unavailable visibility server
+            # (503 from its APIService) must not hold up observing every queued job for a backoff.
+            return self._get_pending_workloads(local_queue, _request_timeout=self.request_timeout_s)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             log.debug("cannot read Kueue's pending workloads of %s: %s", local_queue, exc)
             return None
 
