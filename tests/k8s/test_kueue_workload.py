@@ -122,3 +122,11 @@ def test_position_in_local_queue_is_one_based():
     assert position_in(pending, "job-rl-0123456789ab-3f9a1") == 2
     assert position_in(pending, "job-rl-bbbbbbbbbbbb-22222") is None
     assert position_in({}, "job-rl-0123456789ab-3f9a1") is None
+
+
+def test_a_deactivated_workload_says_how_to_reactivate_it():
+    view = read_workload(workload({"type": "Evicted", "reason": "DeactivatedDueToRequeuingLimitExceeded",
+                                   "message": "The workload is deactivated due to exceeding the maximum number of re-queuing retries"}))
+    assert (view.admitted, view.evicted, view.reason) == (False, True, "DeactivatedDueToRequeuingLimitExceeded")
+    assert view.message.startswith("The workload is deactivated due to exceeding")
+    assert """kubectl patch workloads.kueue.x-k8s.io job-rl-0123456789ab-3f9a1 --type=merge -p '{"spec":{"active":true}}'""" in view.message

@@ -86,8 +86,14 @@ def read_workload(workload: dict[str, Any]) -> WorkloadView:
     if evicted is not None:
         # Evicted's reason says why (Preempted, PodsReadyTimeout, AdmissionCheck, ClusterQueueStopped);
         # Preempted, when also set, has the fuller message (which workload, which policy).
-        message = (_true(conds, "Preempted") or evicted).get("message") or ""
-        return WorkloadView(name, False, str(evicted.get("reason") or "Evicted"), str(message), evicted=True)
+        message = str((_true(conds, "Preempted") or evicted).get("message") or "")
+        reason = str(evicted.get("reason") or "Evicted")
+        if reason.startswith("Deactivated"):
+            # Not requeued: it waits until someone reactivates it (or cancels the job), so say how.
+            message = (f"{message}; Kueue will not admit it again until it is reactivated: kubectl patch "
+                       f"workloads.kueue.x-k8s.io {name} --type=merge -p '{{\"spec\":{{\"active\":true}}}}', "
+                       "or cancel the job")
+        return WorkloadView(name, False, reason, message, evicted=True)
     admitted = _true(conds, "Admitted")
     if admitted is not None:
         return WorkloadView(name, True, "Admitted", str(admitted.get("message") or ""))
