@@ -46,8 +46,6 @@ def _values(prop: dict[str, Any]) -> str:
         text = "JSON object"
     elif p.get("type") == "array":
         text = f"JSON list of {p['items']['type']}s"
-    elif p.get("type") == "object":
-        text = "JSON object"
     elif p.get("pattern") == DNS_LABEL_PATTERN:
         text = "DNS label"
     else:

@@ -103,9 +103,11 @@ class StatusMirror(Protocol):
     """
 
     def mirror_status(
-        self, job_id: str, phase: str, stage: str | None = None, step: int | None = None, total: int | None = None
+        self, job_id: str, phase: str, stage: str | None = None, step: int | None = None, total: int | None = None,
+        *, queue_position: int | None = None, queue_reason: str | None = None,
     ) -> bool:
-        """Write phase/stage/progress onto the workload; False when the workload is gone."""
+        """Write phase/stage/progress (and, while held by a queue, the place in line and why: both
+        None otherwise) onto the workload; False when the workload is gone."""
 
 
 @runtime_checkable

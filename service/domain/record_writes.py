@@ -50,8 +50,11 @@ def write_queue(tx: JobTx, rec: JobRecord, obs: Observation, clock: Clock) -> No
     """A QUEUED job's place in its queue changed: keep it and log a `queue` event (SSE carries it)."""
     if obs.queue is None or obs.queue == rec.queue:
         return
+    if rec.queue is None or obs.queue.reason != rec.queue.reason:
+        # Only a new reason rewrites the message: a preempted job that moves up its queue keeps
+        # saying that it was preempted and resumes from its checkpoint.
+        rec.message = queued_message(rec.phase, obs)
     rec.queue = obs.queue
-    rec.message = queued_message(rec.phase, obs)
     tx.append_event(rec, "queue", obs.queue.model_dump(mode="json"), clock())
 
 

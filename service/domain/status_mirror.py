@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .models import JobRecord
+from .phases import JobPhase
 from .ports import StatusMirror
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,14 @@ class MirroredStatus:
     step: int | None
     total: int | None
     terminal: bool = False
+    queue_position: int | None = None  # while QUEUED behind a backend's queue: place in line, if known
+    queue_reason: str | None = None  # ... and why (None: not held by a queue)
 
     @classmethod
     def of(cls, record: JobRecord) -> MirroredStatus:
+        queue = record.queue if record.phase is JobPhase.QUEUED else None
         return cls(record.phase.value.lower(), record.stage, record.step, record.total_steps,
-                   record.phase.is_terminal())
+                   record.phase.is_terminal(), queue.position if queue else None, queue.reason if queue else None)
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,11 @@ class StatusMirrorWorker:
         previous = sent.status
         if status == previous:
             return None
-        if (status.phase, status.stage, status.total) != (previous.phase, previous.stage, previous.total):
+        # A new place in line is news for whoever watches the queue: sent like a phase change (it
+        # moves only when a job ahead is admitted or leaves, not every step).
+        if (status.phase, status.stage, status.total, status.queue_position, status.queue_reason) != (
+            previous.phase, previous.stage, previous.total, previous.queue_position, previous.queue_reason
+        ):
             return 0.0
         steps = None if status.step is None or previous.step is None else abs(status.step - previous.step)
         if steps is not None and steps >= self.every_steps:
@@ -113,7 +121,8 @@ class StatusMirrorWorker:
 
     def _send(self, job_id: str, status: MirroredStatus, now_s: float) -> None:
         try:
-            present = self._mirror.mirror_status(job_id, status.phase, status.stage, status.step, status.total)
+            present = self._mirror.mirror_status(job_id, status.phase, status.stage, status.step, status.total,
+                                                 queue_position=status.queue_position, queue_reason=status.queue_reason)
         except Exception as e:  # noqa: BLE001 - a label is a convenience: never fail or stall a job over it
             log.warning("could not mirror %s's status (%s) onto its workload: %s", job_id, status.phase, e)
             return  # not recorded as sent: the next offer tries again

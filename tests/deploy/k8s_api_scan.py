@@ -10,9 +10,13 @@ passed to `Watch().stream(...)` or called with `watch=True`; when `stream` recei
 that watches whatever list function it is given), every list method referenced without being called
 counts as watched.
 
+A raw `ApiClient.call_api` (for an aggregated API no typed class covers, such as Kueue's visibility API)
+counts when the same function builds its request with `param_serialize(method=..., resource_path=...)`
+from string literals or constants: the rule is derived from that path as for a generated method.
+
 What it cannot see (reported as problems so the test fails instead of guessing): custom-object group or
 plural it cannot resolve, cluster-wide calls (`*_for_all_namespaces`, cluster-scoped kinds: a Role cannot
-grant them), the dynamic client and raw `call_api`.
+grant them), the dynamic client and a `call_api` whose request it cannot resolve.
 """
 
 from __future__ import annotations
@@ -187,6 +191,17 @@ def _positional_group_plural(func: ast.AST, consts: _Constants) -> tuple[str | N
     return None, None
 
 
+def _raw_request(func: ast.AST | None, consts: _Constants) -> ApiMethod | None:
+    """The (HTTP method, path) of the `param_serialize(...)` call in `func`, when both resolve."""
+    for node in ast.walk(func) if func is not None else ():
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "param_serialize":
+            kwargs = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+            method, path = consts.resolve(kwargs.get("method")), consts.resolve(kwargs.get("resource_path"))
+            if method and path and path.startswith("/api"):
+                return ApiMethod("ApiClient", "call_api", method, path)
+    return None
+
+
 def scan_package(package_dir: Path) -> ScanResult:
     trees = {p: ast.parse(p.read_text(), filename=str(p)) for p in sorted(package_dir.rglob("*.py"))}
     return scan_trees(trees, root=package_dir)
@@ -209,6 +224,7 @@ def scan_trees(trees: dict[Path, ast.Module], root: Path | None) -> ScanResult:
     # Names of the classes/functions that call Watch().stream(<a variable>, ...): a list method handed
     # to one of them (ResourceWatch("jobs", api.list_namespaced_job, ...)) is watched.
     stream_owners: set[str] = set()
+    raw_calls: list[tuple[str, ApiMethod]] = []
     for path, tree in trees.items():
         rel = str(path.relative_to(root)) if root else str(path)
         parents: dict[ast.AST, ast.AST] = {}
@@ -224,7 +240,14 @@ def scan_trees(trees: dict[Path, ast.Module], root: Path | None) -> ScanResult:
 
         for node in ast.walk(tree):
             where = f"{rel}:{getattr(node, 'lineno', '?')}"
-            if isinstance(node, ast.Attribute) and node.attr in ("call_api", "DynamicClient"):
+            if isinstance(node, ast.Attribute) and node.attr == "call_api":
+                raw = _raw_request(enclosing(node, (ast.FunctionDef, ast.AsyncFunctionDef)), consts)
+                if raw is None:
+                    result.problems.append(f"{where}: call_api without a resolvable param_serialize(method=, "
+                                           "resource_path=) in the same function; the scan cannot derive verbs")
+                else:
+                    raw_calls.append((where, raw))
+            if isinstance(node, ast.Attribute) and node.attr == "DynamicClient":
                 result.problems.append(f"{where}: {node.attr} bypasses the typed client; the scan cannot derive verbs")
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "stream":
                 first = node.args[0] if node.args else None
@@ -261,6 +284,13 @@ def scan_trees(trees: dict[Path, ast.Module], root: Path | None) -> ScanResult:
             func = enclosing(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             uses.append((name, where, carrier, skip, called, watched, func, callee))
 
+    for where, method in raw_calls:
+        group, resource, verb, namespaced = rbac_of(method)
+        if not namespaced or group is None or resource is None:
+            result.problems.append(f"{where}: call_api to {method.path}: not a namespaced resource a Role can grant")
+            continue
+        result.grants[(group, resource)].add(verb)
+        result.evidence.append(f"{where}: call_api {method.http_method} {method.path} -> {group or 'core'}/{resource} {verb}")
     for name, where, carrier, skip, _called, watched, func, callee in uses:
         candidates = table[name]
         if len(candidates) > 1:

@@ -121,3 +121,18 @@ def test_scanner_refuses_what_a_role_cannot_grant_or_it_cannot_see():
     text = "\n".join(scan.problems)
     assert "cluster-scoped" in text and "EventsV1Api" in text and "call_api" in text
     assert not scan.rules()
+
+
+def test_scanner_derives_a_raw_call_from_its_param_serialize():
+    """A call_api for an aggregated API (Kueue's visibility) counts through the path it was built from;
+    without a resolvable path it stays a problem."""
+    scan = scan_source(
+        "PATH = '/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads'\n"
+        "def pending(api, ns, lq):\n"
+        "    req = api.param_serialize(method='GET', resource_path=PATH, path_params={'namespace': ns, 'name': lq})\n"
+        "    return api.call_api(*req)\n"
+        "def unknown(api, path):\n"
+        "    return api.call_api(*api.param_serialize(method='GET', resource_path=path))\n"
+    )
+    assert scan.rules() == {("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get")}
+    assert len(scan.problems) == 1 and scan.problems[0].startswith("<sample>:6: call_api")

@@ -14,7 +14,8 @@ from service_fakes import FakeLauncher, FakeProgress
 from service_helpers import spec_body, wait_until
 
 from service.domain.job_service import JobService
-from service.domain.models import Caller
+from service.domain.models import Caller, QueueStatus
+from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState, StatusMirror
 from service.domain.status_mirror import MirroredStatus, StatusMirrorWorker
 from trainer.contract import JobSpec, Stage, StageStarted, TrainStep
@@ -25,15 +26,18 @@ JOB = "rl-000000000001"
 class RecordingMirror:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str | None, int | None, int | None]] = []
+        self.queue_calls: list[tuple[str, int | None, str | None]] = []
         self.threads: list[str] = []
         self.fail = False
         self.present = True
 
-    def mirror_status(self, job_id, phase, stage=None, step=None, total=None) -> bool:
+    def mirror_status(self, job_id, phase, stage=None, step=None, total=None, *, queue_position=None,
+                      queue_reason=None) -> bool:
         self.threads.append(threading.current_thread().name)
         if self.fail:
             raise RuntimeError("API server unavailable")
         self.calls.append((job_id, phase, stage, step, total))
+        self.queue_calls.append((phase, queue_position, queue_reason))
         return self.present
 
 
@@ -161,3 +165,28 @@ def test_job_service_mirrors_committed_changes_of_a_capable_launcher(store, fake
     launcher.fail = False
     jobs.status_mirror.flush_once()
     assert launcher.calls[-1] == (JOB, "succeeded", "train", 9, 20)
+
+
+def test_a_queued_jobs_place_and_reason_are_sent_at_once_and_cleared_when_it_leaves(worker) -> None:
+    w, mirror = worker
+    queued = lambda position: MirroredStatus("queued", None, None, None, queue_position=position,  # noqa: E731
+                                             queue_reason="WaitingForQuota")
+    w.offer(JOB, queued(3))
+    w.flush_once()
+    w.offer(JOB, queued(2))  # no step moved and no time passed: a new place in line still goes out
+    w.flush_once()
+    w.offer(JOB, MirroredStatus("launching", None, None, None))
+    w.flush_once()
+    assert mirror.queue_calls == [("queued", 3, "WaitingForQuota"), ("queued", 2, "WaitingForQuota"),
+                                  ("launching", None, None)]
+
+
+def test_mirrored_status_of_a_record_carries_its_queue_only_while_queued(store, tmp_path: Path) -> None:
+    jobs = JobService(store, FakeLauncher(), FakeProgress(), id_factory=lambda: JOB)
+    record, _ = jobs.submit(Caller("team-a", "tok_1"), JobSpec.model_validate(spec_body(tmp_path)))
+    record.queue = QueueStatus(name="ml-tpu", position=4, reason="WaitingForQuota")
+    record.phase = JobPhase.QUEUED
+    status = MirroredStatus.of(record)
+    assert (status.phase, status.queue_position, status.queue_reason) == ("queued", 4, "WaitingForQuota")
+    record.phase = JobPhase.LAUNCHING
+    assert (MirroredStatus.of(record).queue_position, MirroredStatus.of(record).queue_reason) == (None, None)

@@ -15,13 +15,14 @@ from typing import Any, cast
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from service.domain.errors import LaunchFailed
+from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
 
-from . import names, observe, pods
+from . import kueue, names, observe, pods
 from .client import K8sClient
 from .errors import K8sBackendError
+from .kueue import KueueRead
 from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload
 from .settings import K8sSettings
 from .watcher import Reconciler, ResourceWatch, WatchOptions
@@ -91,6 +92,13 @@ class K8sJobLauncher:
 
     # -- the port --------------------------------------------------------------------------------
 
+    def check_submittable(self, spec: JobSpec) -> None:
+        """SubmitCheck: a team with no LocalQueue (when team queues are configured) is refused at submit."""
+        try:
+            kueue.local_queue_for(spec.team, self._settings.kueue_team_queues, self._settings.kueue_queue)
+        except kueue.NoQueueForTeam as exc:
+            raise InvalidRequest(("team",), str(exc)) from None
+
     def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
         workload = build_workload(spec, job_id, self._settings)  # ManifestError: the spec's fault
         ns = self._settings.namespace
@@ -154,17 +162,35 @@ class K8sJobLauncher:
             return observe.observe_job(job_id, None, [], [])
         pod_list = self._client.list_pods(job_id)
         events = self._events_for(pod_list)
-        kueue = None
-        if job.spec.suspend and (job.metadata.labels or {}).get(names.KUEUE_QUEUE_LABEL) and job.metadata.uid:
-            kueue = self._client.kueue_workload_message(job.metadata.uid)
-        return observe.observe_job(job_id, job, pod_list, events, kueue)
+        held = self._read_kueue(job.metadata.labels or {}, job.metadata.uid) if job.spec.suspend else None
+        return observe.observe_job(job_id, job, pod_list, events, held)
 
     def _observe_jobset(self, job_id: str, jobset: dict[str, Any] | None) -> Observation:
         if jobset is None:
             self._kinds.pop(job_id, None)
             return observe.observe_jobset(job_id, None, [], [])
         pod_list = self._client.list_pods(job_id)
-        return observe.observe_jobset(job_id, jobset, pod_list, self._events_for(pod_list))
+        meta, spec = jobset.get("metadata") or {}, jobset.get("spec") or {}
+        held = self._read_kueue(meta.get("labels") or {}, meta.get("uid")) if spec.get("suspend") else None
+        return observe.observe_jobset(job_id, jobset, pod_list, self._events_for(pod_list), held)
+
+    def _read_kueue(self, labels: dict[str, str], uid: str | None) -> KueueRead | None:
+        """A suspended workload in a LocalQueue: its Workload and its place in line, as far as readable."""
+        queue = labels.get(names.KUEUE_QUEUE_LABEL)
+        if not queue or not uid:
+            return None
+        items = self._client.kueue_workloads(uid)
+        if items is None:
+            return KueueRead(readable=False)
+        workload = kueue.workload_of(items, uid)
+        if workload is None:
+            return KueueRead(readable=True)
+        view = kueue.read_workload(workload)
+        position = None
+        if not view.admitted:
+            pending = self._client.kueue_pending_workloads(queue)
+            position = kueue.position_in(pending, view.name) if pending is not None else None
+        return KueueRead(readable=True, workload=view, position=position)
 
     def _events_for(self, pod_list: list[Any]) -> list[Any]:
         # Events only explain waiting pods; skip the extra call while everything is running.
@@ -196,22 +222,28 @@ class K8sJobLauncher:
     # -- mirroring the service's view into the cluster ---------------------------------------------
 
     def mirror_status(self, job_id: str, phase: str, stage: str | None = None, step: int | None = None,
-                      total: int | None = None) -> bool:
-        """Patch phase (label), stage and progress (annotations) onto the Job/JobSet; False if gone.
+                      total: int | None = None, *, queue_position: int | None = None,
+                      queue_reason: str | None = None) -> bool:
+        """Patch phase (label), stage, progress and, while queued, the place in line and why
+        (annotations) onto the Job/JobSet; False if gone.
 
-        So `kubectl get jobs -l app.kubernetes.io/managed-by=rljob -L rljob.dev/phase` tells the story.
+        So `kubectl get jobs -l app.kubernetes.io/managed-by=rljob -L rljob.dev/phase` tells the story,
+        and `kubectl describe job` why a queued one waits.
         """
         kind = self._kind(job_id)
         if kind is None:
             return False
-        annotations: dict[str, str] = {}
+        annotations: dict[str, str | None] = {}
         if stage is not None:
             annotations[names.ANNOTATION_STAGE] = stage
         if step is not None and total:
             annotations[names.ANNOTATION_PROGRESS] = f"{step}/{total}"
-        metadata: dict[str, Any] = {"labels": {names.LABEL_PHASE: names.label_value(phase)}}
-        if annotations:
-            metadata["annotations"] = annotations
+        # A merge patch deletes a key set to null: a job that left the queue (or whose place is no
+        # longer known) keeps no stale place in line.
+        queued = queue_reason is not None
+        annotations[names.ANNOTATION_QUEUE_REASON] = queue_reason if queued else None
+        annotations[names.ANNOTATION_QUEUE_POSITION] = str(queue_position) if queued and queue_position else None
+        metadata: dict[str, Any] = {"labels": {names.LABEL_PHASE: names.label_value(phase)}, "annotations": annotations}
         return self._client.patch_metadata(kind, names.workload_name(job_id), metadata)
 
 

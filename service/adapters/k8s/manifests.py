@@ -26,6 +26,7 @@ from trainer.contract import NON_RETRYABLE_EXIT_CODES, JobSpec, local_path, loca
 from . import names
 from .accelerators import GKE_NODE_POOL_LABEL, GkeTpuSlice, Hardware, lookup_hardware
 from .errors import ManifestError
+from .kueue import NoQueueForTeam, local_queue_for, priority_class_name
 from .pod_template import trainer_pod_template
 from .serialize import to_plain
 from .settings import K8sSettings
@@ -154,6 +155,14 @@ def build_spec_config_map(spec: JobSpec, job_id: str, settings: K8sSettings) -> 
     )
 
 
+def kueue_queue_of(spec: JobSpec, settings: K8sSettings) -> str | None:
+    """The LocalQueue the job's team submits to; None: no Kueue (the Job starts unsuspended)."""
+    try:
+        return local_queue_for(spec.team, settings.kueue_team_queues, settings.kueue_queue)
+    except NoQueueForTeam as exc:
+        raise ManifestError(str(exc)) from None
+
+
 def _job_spec(spec: JobSpec, job_id: str, hw: Hardware, settings: K8sSettings, labels: dict[str, str]) -> V1JobSpec:
     template = trainer_pod_template(
         spec, job_id, hw, settings, labels=labels, annotations=workload_annotations(spec)
@@ -177,15 +186,19 @@ def _job_spec(spec: JobSpec, job_id: str, hw: Hardware, settings: K8sSettings, l
         job_spec.backoff_limit = settings.backoff_limit
         job_spec.active_deadline_seconds = settings.active_deadline_s
         job_spec.ttl_seconds_after_finished = settings.ttl_after_finished_s
-        if settings.kueue_queue:
+        if kueue_queue_of(spec, settings):
             job_spec.suspend = True  # Kueue unsuspends on admission; no pod starts before that
     return job_spec
 
 
 def _top_level_labels(spec: JobSpec, job_id: str, settings: K8sSettings) -> dict[str, str]:
     labels = workload_labels(spec, job_id)
-    if settings.kueue_queue:
-        labels[names.KUEUE_QUEUE_LABEL] = settings.kueue_queue
+    queue = kueue_queue_of(spec, settings)
+    if queue:
+        # Kueue reads both from the Job/JobSet itself; the class orders a team's jobs and lets a
+        # high one preempt a low one (k8s/kueue/priorityclasses.yaml).
+        labels[names.KUEUE_QUEUE_LABEL] = queue
+        labels[names.KUEUE_PRIORITY_CLASS_LABEL] = priority_class_name(spec.priority)
     return labels
 
 
@@ -236,7 +249,7 @@ def build_trainer_jobset(
         "replicatedJobs": [{"name": SLICE_REPLICATED_JOB, "replicas": 1, "template": job_template}],
         "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
     }
-    if settings.kueue_queue:
+    if kueue_queue_of(spec, settings):
         jobset_spec["suspend"] = True
     return {
         "apiVersion": JOBSET_API_VERSION,

@@ -29,6 +29,10 @@ ANNOTATION_STAGE = "rljob.dev/stage"
 ANNOTATION_PROGRESS = "rljob.dev/progress"
 ANNOTATION_SPEC_HASH = "rljob.dev/spec-hash"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+# While Kueue holds a job: its place in the LocalQueue and why (the status mirror writes them).
+ANNOTATION_QUEUE_POSITION = "rljob.dev/queue-position"
+ANNOTATION_QUEUE_REASON = "rljob.dev/queue-reason"
 JOBSET_EXCLUSIVE_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
 MANAGED_BY = "rljob"

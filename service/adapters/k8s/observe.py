@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from service.domain.models import QueueStatus
 from service.domain.ports import Observation, ObservedState
 from trainer.contract import describe_exit_code
 
 from . import names, pods
+from .kueue import KueueRead
 from .pods import Ending
 
 if TYPE_CHECKING:
@@ -85,20 +87,36 @@ def _failure(job_id: str, object_name: str, cond: Any, pod_list: list[Any], *, b
     )
 
 
-def _not_admitted(job_id: str, object_name: str, labels: dict[str, str], kueue_message: str | None) -> Observation:
+def _not_admitted(job_id: str, object_name: str, labels: dict[str, str], kueue: KueueRead | None) -> Observation:
+    """A suspended Job/JobSet: held by Kueue (QUEUED, with its LocalQueue, reason and place in line)
+    or, without a queue label, suspended by someone else."""
     queue = labels.get(names.KUEUE_QUEUE_LABEL)
-    if queue:
-        why = f": {kueue_message}" if kueue_message else ""
+    if not queue:
         return Observation(
-            job_id=job_id, state=ObservedState.PENDING, reason="KueueNotAdmitted", object_name=object_name,
-            message=(
-                f"waiting for Kueue to admit {object_name} from LocalQueue {queue}{why}; check the ClusterQueue's "
-                "google.com/tpu quota and flavors (kubectl get workloads,clusterqueues)"
-            ),
+            job_id=job_id, state=ObservedState.PENDING, reason="Suspended", object_name=object_name,
+            message=f"{object_name} is suspended (spec.suspend=true) and no queue admits it; resume or cancel it",
         )
+    view = kueue.workload if kueue is not None else None
+    if view is not None and view.admitted:
+        # Admitted a moment ago: Kueue is unsuspending it, which the next observation shows.
+        return Observation(job_id=job_id, state=ObservedState.PENDING, reason="Admitted", object_name=object_name,
+                           message=f"admitted by Kueue from LocalQueue {queue}; starting")
+    if view is not None:
+        reason, message = view.reason, view.message or f"Kueue has not admitted {object_name} ({view.reason})"
+    elif kueue is not None and kueue.readable:
+        reason, message = "NoWorkload", (
+            f"Kueue has not made a Workload for {object_name} yet; if this lasts, check that Kueue is running and "
+            f"that LocalQueue {queue} exists (kubectl get localqueues)"
+        )
+    else:
+        reason, message = "KueueNotAdmitted", (
+            f"Kueue has not admitted {object_name} (its Workload cannot be read: no Kueue CRDs or no RBAC for "
+            "workloads.kueue.x-k8s.io); check the ClusterQueue's google.com/tpu quota (kubectl get workloads,clusterqueues)"
+        )
+    position = kueue.position if kueue is not None else None
     return Observation(
-        job_id=job_id, state=ObservedState.PENDING, reason="Suspended", object_name=object_name,
-        message=f"{object_name} is suspended (spec.suspend=true) and no queue admits it; resume or cancel it",
+        job_id=job_id, state=ObservedState.QUEUED, reason=reason, object_name=object_name, message=message,
+        queue=QueueStatus(name=queue, position=position, reason=reason, message=message),
     )
 
 
@@ -201,7 +219,7 @@ def _rule_matches(rule: V1PodFailurePolicyRule, pod: V1Pod, end: Ending | None) 
 
 
 def observe_job(job_id: str, job: Any | None, pod_list: list[Any], events: list[Any],
-                kueue_message: str | None = None) -> Observation:
+                kueue: KueueRead | None = None) -> Observation:
     """A batch/v1 Job (single-host slice)."""
     object_name = f"job/{names.workload_name(job_id)}"
     if job is None:
@@ -222,12 +240,12 @@ def observe_job(job_id: str, job: Any | None, pod_list: list[Any], events: list[
         return _failure(job_id, object_name, failed, pod_list, backoff_limit=job.spec.backoff_limit,
                         failed_count=status.failed if status else None, deadline_s=job.spec.active_deadline_seconds)
     if job.spec.suspend:
-        return _not_admitted(job_id, object_name, job.metadata.labels or {}, kueue_message)
+        return _not_admitted(job_id, object_name, job.metadata.labels or {}, kueue)
     return _from_pods(job_id, object_name, pod_list, events, workers=job.spec.parallelism or 1)
 
 
 def observe_jobset(job_id: str, jobset: dict[str, Any] | None, pod_list: list[Any], events: list[Any],
-                   kueue_message: str | None = None) -> Observation:
+                   kueue: KueueRead | None = None) -> Observation:
     """A JobSet (multi-host slice): its conditions decide the end, the pods everything before."""
     object_name = f"jobset/{names.workload_name(job_id, multi_host=True)}"
     if jobset is None:
@@ -247,7 +265,7 @@ def observe_jobset(job_id: str, jobset: dict[str, Any] | None, pod_list: list[An
                         backoff_limit=(spec.get("failurePolicy") or {}).get("maxRestarts"),
                         failed_count=status.get("restarts"), deadline_s=template.get("activeDeadlineSeconds"))
     if spec.get("suspend") or "Suspended" in conds:
-        return _not_admitted(job_id, object_name, meta.get("labels") or {}, kueue_message)
+        return _not_admitted(job_id, object_name, meta.get("labels") or {}, kueue)
     template = (spec.get("replicatedJobs") or [{}])[0]
     workers = int(template.get("replicas", 1)) * int(template.get("template", {}).get("spec", {}).get("parallelism", 1))
     # Pods of earlier restarts are deleted by the JobSet controller; count only this generation's.

@@ -46,7 +46,14 @@ class K8sSettings(BaseSettings):
     hf_token_secret: DnsLabel = Field(default="rljob-hf-token", description="Secret holding the Hugging Face token")
     hf_token_secret_key: str = Field(default="token", description="key of the token in that Secret")
     node_pool: str | None = Field(default=None, description="pin pods to this GKE node pool (cloud.google.com/gke-nodepool)")
-    kueue_queue: str | None = Field(default=None, description="Kueue LocalQueue; Jobs are created suspended for Kueue")
+    kueue_queue: DnsLabel | None = Field(
+        default=None, description="Kueue LocalQueue of teams without their own; Jobs are created suspended for Kueue"
+    )
+    kueue_team_queues: dict[str, str] = Field(
+        default_factory=dict,
+        description='team -> its Kueue LocalQueue (`{"ml": "ml-tpu"}`); with entries, a team that has none and no '
+        "`RLJOB_K8S_KUEUE_QUEUE` is refused at submit",
+    )
     priority_class: str | None = Field(default=None, description="PriorityClass of trainer pods")
 
     # Which cluster.
@@ -106,6 +113,16 @@ class K8sSettings(BaseSettings):
             _parse_quantity(v)
         except ValueError:
             raise ValueError(f"{v!r} is not a Kubernetes quantity (e.g. 500m, 4, 16Gi)") from None
+        return v
+
+    @field_validator("kueue_team_queues")
+    @classmethod
+    def _team_queues(cls, v: dict[str, str]) -> dict[str, str]:
+        for team, queue in v.items():
+            if not is_dns_label(team) or not is_dns_label(queue):
+                raise ValueError(
+                    f"{team!r}: {queue!r}: teams and LocalQueue names are DNS labels (lowercase letters, digits, '-')"
+                )
         return v
 
     @field_validator("host_paths")

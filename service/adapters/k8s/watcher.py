@@ -231,7 +231,8 @@ class Reconciler:
         except Exception:
             log.exception("observing %s failed; the next sweep retries", job_id)
             return
-        signature = (obs.state, obs.reason, obs.message, obs.exit_code)
+        # The queue too: a queued job's place in line moves while its reason and message stay.
+        signature = (obs.state, obs.reason, obs.message, obs.exit_code, obs.queue)
         if obs.state in FINAL_STATES:
             with self._cond:
                 self._known.discard(job_id)  # nothing more to learn; a new event re-adds it
