@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from trainer.contract import RunLayout, Stage
+from trainer.contract.fit import FitEstimate
 
 from .job_health import learning_health, train_started_at
 from .learning_health import HealthPolicy
@@ -68,5 +69,6 @@ def to_public(record: JobRecord, now: datetime, health_policy: HealthPolicy = DE
         started_at=record.started_at,
         finished_at=record.finished_at,
         queue=record.queue,
+        fit_estimate=FitEstimate.model_validate(record.fit_estimate) if record.fit_estimate else None,
         spec=record.spec,
     )
