@@ -18,6 +18,7 @@ from rich.table import Table
 
 from service.domain.phases import TERMINAL, JobPhase
 from trainer.contract import JobSpec
+from trainer.contract.fit import estimate_job_fit
 from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
 
 from . import admin, samples, usage
@@ -92,7 +93,8 @@ def submit(
     ctx: typer.Context,
     spec: Annotated[Path, typer.Argument(help="job spec file (YAML or JSON); ${VAR} expands from the environment")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show progress until the job ends")] = False,
-    dry_run: Annotated[bool, typer.Option(help="validate, print the Kubernetes manifests; submit nothing")] = False,
+    dry_run: Annotated[bool, typer.Option(help="validate, print the memory estimate and the Kubernetes manifests; "
+                                                "submit nothing")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="retries with the same key return the same job")] = None,
     output: OutputOption = None,
 ) -> None:
@@ -110,6 +112,7 @@ def submit(
     key = idempotency_key or uuid.uuid4().hex  # one key per invocation: a retried POST never makes two jobs
     body = read_spec_data(spec)
     job = client.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
+    _warn_if_tight(job.get("fit_estimate"))
     if follow:
         (err_console if output else console).print(f"submitted [bold]{job['id']}[/] ({job['name']}): {job['phase']}")
         _follow_to_end(client, job["id"], output)
@@ -119,12 +122,27 @@ def submit(
         console.print(f"submitted [bold]{job['id']}[/] ({job['name']}): {job['phase']}")
 
 
-def _dry_run(job_spec: JobSpec, path: Path) -> None:
-    """Manifests on stdout (ready for `kubectl apply -f -`), notes on stderr.
+def _warn_if_tight(fit: dict[str, Any] | None) -> None:
+    if fit and fit.get("verdict") == "tight":
+        err_console.print(f"[yellow]warning: memory[/] {escape(fit['message'])}", highlight=False)
 
+
+def _dry_run(job_spec: JobSpec, path: Path) -> None:
+    """Manifests on stdout (ready for `kubectl apply -f -`), the memory estimate and notes on stderr.
+
+    A job the service would refuse for memory is refused here too (exit 2), with the same numbers.
     A spec that cannot be rendered for Kubernetes (a cpu job, no RLJOB_K8S_IMAGE) is still a valid
     spec for the local launcher, so that is a note with the reason and the spec itself, not an error.
     """
+    fit = estimate_job_fit(job_spec)
+    if fit is None:
+        err_console.print("[dim]memory: not estimated (the model's shape is unknown: set model.name or model.dims, "
+                          "or use a local checkpoint)[/]", highlight=False)  # fmt: skip
+    elif fit.verdict == "does-not-fit":
+        raise CliError(f"{path} would be refused: hardware.accelerator: {fit.message}", ExitCode.BAD_INPUT)
+    else:
+        style = "yellow" if fit.verdict == "tight" else "dim"
+        err_console.print(f"[{style}]memory ({fit.verdict}): {escape(fit.message)}[/]", highlight=False)
     try:
         manifests = render_k8s_manifests(job_spec, None, str(path))
     except CliError as e:

@@ -110,6 +110,8 @@ def print_job(job: dict[str, Any]) -> None:
     ]  # fmt: skip
     metrics = job.get("metrics") or {}
     rows.append(("metrics", "  ".join(f"{k}={fmt_metric(v)}" for k, v in metrics.items())))
+    fit = job.get("fit_estimate")
+    rows.append(("memory", f"{fit['verdict']}: {escape(fit['message'])}" if fit else "-"))
     health = job.get("health")
     rows.append(("health", f"{health_text(health['verdict'])}: {escape(health['message'])}" if health else "-"))
     if job.get("usage"):

@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trainer.contract import JobSpec, TrainerEvent
+from trainer.contract.fit import estimate_job_fit
 
-from .errors import IdempotencyConflict, JobNotFound, NotCancellable
+from .errors import IdempotencyConflict, InvalidRequest, JobNotFound, NotCancellable
 from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
@@ -152,9 +153,15 @@ class JobService:
     # ---- commands from the API ---------------------------------------------------------------
 
     def submit(self, caller: Caller, spec: JobSpec, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:
-        """Store a new job and hand it to the launcher. Returns (record, created)."""
+        """Store a new job and hand it to the launcher. Returns (record, created).
+
+        A job whose estimated memory per chip exceeds its accelerator's is refused here, before any
+        TPU is asked for (trainer/contract/fit.py); the estimate is stored with the job either way."""
         spec = JobSpec.model_validate({**spec.model_dump(mode="json"), "team": caller.team})
         check_spec_locations(spec, caller.team, self.location_policy)  # InvalidRequest: nothing is stored
+        fit = estimate_job_fit(spec)  # None: the model's shape is unknown here, so nothing is checked
+        if fit is not None and fit.verdict == "does-not-fit":
+            raise InvalidRequest(("body", "hardware", "accelerator"), fit.message)
         if isinstance(self.launcher, SubmitCheck):
             self.launcher.check_submittable(spec)  # InvalidRequest: nothing is stored
         spec_hash = spec.content_hash()
@@ -180,6 +187,7 @@ class JobService:
                 created_at=now,
                 updated_at=now,
                 phase_entered_at=now,
+                fit_estimate=fit.model_dump(mode="json") if fit else None,
             )
             tx.insert(record)
             tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer.contract import JobSpec, Stage, StepSamples
+from trainer.contract.fit import FitEstimate
 
 from .learning_health import LearningHealth
 from .phases import JobPhase
@@ -185,6 +186,10 @@ class JobPublic(BaseModel):
     finished_at: datetime | None
     queue: QueueStatus | None = Field(description="while QUEUED behind a backend's queue: which, why, and the place in line")
     usage: JobUsage = Field(description="chip-hours by phase and stage, and what the billed time cost at list price")
+    fit_estimate: FitEstimate | None = Field(
+        description="memory per chip estimated at submit, with the verdict against the accelerator's (a `tight` "
+        "one is a warning); null when the model's shape was unknown at submit, or for jobs from before the check"
+    )
     spec: dict[str, Any]
 
 

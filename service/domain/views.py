@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from trainer.contract import RunLayout, Stage
+from trainer.contract.fit import FitEstimate
 
 from .job_health import learning_health, train_started_at
 from .learning_health import HealthPolicy
@@ -75,5 +76,6 @@ def to_public(
         finished_at=record.finished_at,
         queue=record.queue,
         usage=job_usage(record, now, prices),
+        fit_estimate=FitEstimate.model_validate(record.fit_estimate) if record.fit_estimate else None,
         spec=record.spec,
     )

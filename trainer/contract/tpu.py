@@ -15,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CPU_ACCELERATOR = "cpu"
+GIB = 1024**3
+# High-bandwidth memory per chip by generation (Google Cloud TPU docs, "TPU versions"): what one chip's
+# share of a job's weights, optimizer state, activations and KV cache must fit in (fit.py).
+HBM_GIB_PER_CHIP: dict[str, int] = {"v6e": 32, "v5e": 16, "v5p": 95}
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,17 @@ class TpuSlice:
     @property
     def multi_host(self) -> bool:
         return self.vms_per_slice > 1
+
+    @property
+    def hbm_bytes_per_chip(self) -> int:
+        return HBM_GIB_PER_CHIP[self.generation] * GIB
+
+    @property
+    def trainer_devices(self) -> int:
+        """Devices the actor and reference models are sharded over (FSDP): every chip on one VM, where
+        training and rollout share them; on several VMs `trainer_devices_fraction` (0.5), the rest
+        being the rollout's (model_creation_utils.setup_configs_and_devices)."""
+        return self.chips // 2 if self.multi_host else self.chips
 
     @property
     def rollout_devices(self) -> int:

@@ -1,0 +1,108 @@
+"""The fit check at submit, through the real app and store (fakes only at the launcher): a job that
+cannot fit its accelerator's memory is a 422 naming hardware.accelerator with the numbers, and nothing
+is stored; one that fits is stored with its estimate, shown by GET /v1/jobs/{id}; one close to the
+limit is accepted with the warning. `rljob submit --dry-run` shows the same estimate without storing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import Api
+from service_helpers import TOKEN_A
+from typer.testing import CliRunner
+
+from service.cli.main import app as cli
+from service.cli.output import console, print_job
+from trainer.contract.tpu import GIB
+
+TUTORIAL = Path(__file__).resolve().parents[2] / "examples" / "tutorial-llama31-8b-v6e8.yaml"
+V6E1 = {"accelerator": "v6e-1", "chips_per_vm": 1, "rollout_engine": "vllm", "rollout_tensor_parallelism": -1}
+
+
+def _tutorial(tmp_path: Path, **changes: dict[str, Any]) -> dict[str, Any]:
+    """The tutorial's job (Llama 3.1 8B) with some sections changed, writing under tmp_path."""
+    body: dict[str, Any] = yaml.safe_load(TUTORIAL.read_text())
+    body["output"] = str(tmp_path / "runs")
+    for section, update in changes.items():
+        body[section] = {**body[section], **update}
+    return body
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())  # rich wraps long lines at the terminal width
+
+
+def test_llama31_8b_on_v6e_1_is_refused_with_the_numbers_and_nothing_stored(api: Api, tmp_path: Path) -> None:
+    response = api.client.post("/v1/jobs", json=_tutorial(tmp_path, hardware=V6E1), headers=api.as_(TOKEN_A))
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "hardware", "accelerator"]
+    message = problem["msg"]
+    assert message.startswith("needs ~") and "GiB per chip (params " in message
+    assert "optimizer" in message and "KV cache" in message and "v6e-1 has 32 GiB per chip" in message
+    assert api.launcher.launched == []
+    assert api.client.get("/v1/jobs", headers=api.as_(TOKEN_A)).json()["count"] == 0
+
+
+def test_llama31_8b_on_v6e_8_is_accepted_and_its_estimate_is_shown(api: Api, tmp_path: Path) -> None:
+    created = api.submit(_tutorial(tmp_path))
+    job = api.client.get(f"/v1/jobs/{created['id']}", headers=api.as_(TOKEN_A)).json()
+    fit = job["fit_estimate"]
+    assert fit == created["fit_estimate"]
+    assert fit["verdict"] == "fits" and fit["accelerator"] == "v6e-8" and fit["model_source"] == "maxtext llama3.1-8b"
+    assert fit["parameters"] == 8_030_261_248 and fit["capacity_bytes_per_chip"] == 32 * GIB
+    parts = fit["per_chip"]
+    assert set(parts) == {"params", "optimizer", "gradients", "reference", "activations", "rollout_weights", "kv_cache"}
+    assert sum(parts.values()) == fit["total_bytes_per_chip"] < 0.9 * 32 * GIB  # one VM: the parts add up
+    assert "% of v6e-8's 32 GiB per chip" in fit["message"]
+
+
+def test_a_job_close_to_the_limit_is_accepted_with_a_warning(api: Api, tmp_path: Path) -> None:
+    body = _tutorial(tmp_path, grpo={"batch_size": 2, "num_generations": 8},
+                     hardware={"accelerator": "v5e-8", "chips_per_vm": 8})  # fmt: skip
+    job = api.submit(body)
+    fit = api.client.get(f"/v1/jobs/{job['id']}", headers=api.as_(TOKEN_A)).json()["fit_estimate"]
+    assert fit["verdict"] == "tight" and 0.9 * 16 * GIB < fit["total_bytes_per_chip"] <= 16 * GIB
+    assert "close to the limit" in fit["message"]
+    assert api.launcher.launched == [job["id"]]
+
+
+def test_a_model_of_unknown_shape_is_accepted_without_an_estimate(api: Api, tmp_path: Path) -> None:
+    body = _tutorial(tmp_path, model={"name": "qwen3-8b", "source": "Qwen/Qwen3-8B", "tokenizer": None}, hardware=V6E1)
+    job = api.submit(body)
+    assert job["fit_estimate"] is None
+
+
+def test_a_cpu_job_carries_an_unchecked_estimate(api: Api, tmp_path: Path) -> None:
+    cpu = {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax", "rollout_tensor_parallelism": 1}
+    job = api.submit(_tutorial(tmp_path, hardware=cpu))
+    assert job["fit_estimate"]["verdict"] == "unchecked" and job["fit_estimate"]["capacity_bytes_per_chip"] is None
+
+
+def test_dry_run_prints_the_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RLJOB_K8S_IMAGE", raising=False)
+    result = CliRunner().invoke(cli, ["submit", str(TUTORIAL), "--dry-run"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    note = _flat(result.stderr)
+    assert "memory (fits): needs ~" in note and "of v6e-8's 32 GiB per chip" in note and "nothing submitted" in note
+
+
+def test_dry_run_refuses_what_the_service_would_refuse(tmp_path: Path) -> None:
+    spec = tmp_path / "v6e-1.yaml"
+    spec.write_text(yaml.safe_dump(_tutorial(tmp_path, hardware=V6E1)))
+    result = CliRunner().invoke(cli, ["submit", str(spec), "--dry-run"], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    message = _flat(result.output)
+    assert "would be refused: hardware.accelerator: needs ~" in message and "v6e-1 has 32 GiB per chip" in message
+    assert "Traceback" not in result.output
+
+
+def test_status_shows_the_estimate() -> None:
+    job = {"id": "rl-000000000001", "name": "n", "team": "t", "phase": "queued", "message": "m", "run_uri": "/r",
+           "fit_estimate": {"verdict": "tight", "message": "needs ~15.0 GiB per chip (params 1.9), 94% of v5e-8's"}}  # fmt: skip
+    with console.capture() as captured:
+        print_job(job)
+    assert "memory" in captured.get() and "tight: needs ~15.0 GiB per chip" in _flat(captured.get())
