@@ -80,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainer.conversion_cache import default_cache_root
     from trainer.pipeline import JobContext, default_run_command, local_work_dir, run_pipeline
     from trainer.progress import EventReporter
-    from trainer.run_stop import RunStopConfigError, StopRequest, stop_deadline
+    from trainer.run_stop import RunStopConfigError, StopRequest, stop_deadline_from_env
     from trainer.sources import (
         DataError,
         UnsupportedCheckpoint,
@@ -95,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started_at = time.monotonic()  # the deadline counts from here: a flex-start pod starts with its VM
     spec, job_id = _load(args)
     try:
-        deadline = stop_deadline(os.environ, started_at)
+        deadline = stop_deadline_from_env(started_at)
     except RunStopConfigError as e:
         raise SpecFileError([(e.field, e.reason)]) from e
     missing = missing_local_inputs(spec)

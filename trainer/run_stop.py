@@ -13,10 +13,11 @@ RLJOB_STOP_MARGIN_S how long before it to stop (a checkpoint of a large model to
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -36,8 +37,8 @@ class RunStopConfigError(ValueError):
         super().__init__(f"{field}: {reason}")
 
 
-def _seconds(environ: Mapping[str, str], name: str) -> float | None:
-    raw = environ.get(name, "").strip()
+def _seconds(name: str, raw: str | None) -> float | None:
+    raw = (raw or "").strip()
     if not raw:
         return None
     try:
@@ -49,11 +50,12 @@ def _seconds(environ: Mapping[str, str], name: str) -> float | None:
     return value
 
 
-def stop_deadline(environ: Mapping[str, str], started_at: float) -> float | None:
-    """The clock time (same clock as `started_at`) to stop at: start + max run - margin; None
-    without RLJOB_MAX_RUN_S. A margin that leaves no time to run is refused, not silently used."""
-    max_run_s = _seconds(environ, MAX_RUN_ENV)
-    margin_s = _seconds(environ, STOP_MARGIN_ENV)
+def stop_deadline(started_at: float, max_run: str | None, margin: str | None) -> float | None:
+    """The clock time (same clock as `started_at`) to stop at: start + max run - margin, from the
+    RLJOB_MAX_RUN_S and RLJOB_STOP_MARGIN_S values; None without a max run. A margin that leaves no
+    time to run is refused, not silently used."""
+    max_run_s = _seconds(MAX_RUN_ENV, max_run)
+    margin_s = _seconds(STOP_MARGIN_ENV, margin)
     if max_run_s is None:
         return None
     margin_s = DEFAULT_STOP_MARGIN_S if margin_s is None else margin_s
@@ -62,6 +64,10 @@ def stop_deadline(environ: Mapping[str, str], started_at: float) -> float | None
             STOP_MARGIN_ENV, f"{margin_s:g} s leaves no time to run within {MAX_RUN_ENV}={max_run_s:g} s"
         )
     return started_at + max_run_s - margin_s
+
+
+def stop_deadline_from_env(started_at: float) -> float | None:
+    return stop_deadline(started_at, os.environ.get(MAX_RUN_ENV), os.environ.get(STOP_MARGIN_ENV))
 
 
 class StopRequest:

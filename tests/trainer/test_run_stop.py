@@ -16,10 +16,15 @@ from trainer.cli import main
 from trainer.contract import ExitCode, JobSpec, RunLayout, parse_event
 from trainer.pipeline import JobContext, classify_failure, run_pipeline
 from trainer.progress import EventReporter
-from trainer.run_stop import DEFAULT_STOP_MARGIN_S, RunStopConfigError, StopRequest, stop_deadline
+from trainer.run_stop import DEFAULT_STOP_MARGIN_S, RunStopConfigError, StopRequest
+from trainer.run_stop import stop_deadline as _stop_deadline
 from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command
 from trainer.sources import resolve_model
 from trainer.storage import store_for
+
+
+def stop_deadline(environ: dict[str, str], started_at: float) -> float | None:
+    return _stop_deadline(started_at, environ.get("RLJOB_MAX_RUN_S"), environ.get("RLJOB_STOP_MARGIN_S"))
 
 
 def test_no_max_run_means_no_deadline():
