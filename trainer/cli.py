@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from trainer.contract import ExitCode, JobSpec, RunLayout, default_job_id
@@ -79,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainer.conversion_cache import default_cache_root
     from trainer.pipeline import JobContext, default_run_command, local_work_dir, run_pipeline
     from trainer.progress import EventReporter
+    from trainer.run_stop import RunStopConfigError, StopRequest, stop_deadline_from_env
     from trainer.sources import (
         DataError,
         UnsupportedCheckpoint,
@@ -90,7 +92,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainer.storage import StorageError, store_for
     from trainer.storage.preflight import preflight
 
+    started_at = time.monotonic()  # the deadline counts from here: a flex-start pod starts with its VM
     spec, job_id = _load(args)
+    try:
+        deadline = stop_deadline_from_env(started_at)
+    except RunStopConfigError as e:
+        raise SpecFileError([(e.field, e.reason)]) from e
     missing = missing_local_inputs(spec)
     if missing:
         raise SpecFileError(missing)
@@ -121,9 +128,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     work_dir = local_work_dir(layout)
     work_dir.mkdir(parents=True, exist_ok=True)
     reporter.run_started(reporter.previous_attempts() + 1, layout.root)
-    ctx = JobContext(spec=spec, layout=layout, work_dir=work_dir, reporter=reporter, run_command=default_run_command(),
-                     model=model)
-    return int(run_pipeline(ctx))
+    stop = StopRequest(deadline)
+    ctx = JobContext(spec=spec, layout=layout, work_dir=work_dir, reporter=reporter,
+                     run_command=default_run_command(stop), model=model, stop=stop)
+    with stop.installed():
+        return int(run_pipeline(ctx))
 
 
 def cmd_make_tiny(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ again, and train_rl itself resumes from the newest actor checkpoint in the same 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, T
 from trainer.contract.hf_model import MaxTextModel
 from trainer.conversion_cache import CacheKey, ConversionCache, cache_key_for, default_cache_root, storage_format
 from trainer.progress import EventReporter
+from trainer.run_stop import StopRequest
 from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command
 from trainer.sources import DataError, materialise_dataset, stage_directory
 from trainer.stages import convert as convert_stage
@@ -56,6 +58,7 @@ class JobContext:
     reporter: EventReporter
     run_command: RunCommand
     model: MaxTextModel  # resolved once from the checkpoint's config.json, before any stage
+    stop: StopRequest = field(default_factory=StopRequest)  # a stop signal or the deadline, read between stages
 
 
 def local_work_dir(layout: RunLayout) -> Path:
@@ -277,6 +280,8 @@ def classify_failure(error: BaseException) -> ExitCode:
     if isinstance(error, StageInterrupted):
         return ExitCode.RETRYABLE
     if isinstance(error, StageFailed):
+        if error.returncode == ExitCode.RETRYABLE:
+            return ExitCode.RETRYABLE  # the stage saved its state and stopped to be resumed (graceful_stop.py)
         if error.returncode < 0 or error.returncode > 128:
             return ExitCode.RETRYABLE  # killed by a signal: OOM killer, preemption, node drain
         if PERMISSION_FAILURE.search(error.tail):
@@ -318,6 +323,8 @@ def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
             if store.exists(ctx.layout.stage_marker(stage)):
                 reporter.stage_finished(stage, 0.0, skipped=True, reason="completed by an earlier attempt")
                 continue
+            if (why := ctx.stop.reason()) is not None:
+                raise StageInterrupted(f"stopped by {why} before the {stage.value} stage")
             started = clock()
             if stage is Stage.CONVERT and (cached := cached_conversion(ctx)) is not None:
                 write_marker(ctx.layout, stage, clock() - started, cached)
@@ -372,8 +379,8 @@ def _publish_logs(ctx: JobContext) -> None:
                 pass  # the events already say what happened; a missing log copy must not mask it
 
 
-def default_run_command() -> RunCommand:
-    return run_stage_command
+def default_run_command(stop: StopRequest | None = None) -> RunCommand:
+    return functools.partial(run_stage_command, stop=stop)  # stop: see run_stage_command
 
 
 def describe_plan(spec: JobSpec, layout: RunLayout, model: MaxTextModel) -> list[tuple[Stage, StageCommand]]:

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from trainer.run_stop import DEADLINE_REASON, StopRequest
+
 # Environment variables whose values are secrets: forwarded to the child, redacted everywhere else.
 SECRET_ENV_VARS: tuple[str, ...] = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 REDACTED = "<redacted>"
@@ -34,6 +36,10 @@ class StageCommand:
     module: str
     args: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)  # non-secret additions to the child env
+    # The stage saves its state on SIGTERM and exits by itself (train_rl: maxtext_entry/graceful_stop.py),
+    # so a stop signals its main process only: helpers it started (MaxText's math-verify worker pool)
+    # keep working until it has finished its step. Other stages get it on their whole process group.
+    graceful_stop: bool = False
 
     def argv(self, python: str = sys.executable) -> list[str]:
         return [python, "-m", self.module, *self.args]
@@ -79,8 +85,14 @@ def run_stage_command(
     on_line: Callable[[str], None] | None = None,
     cwd: Path | None = None,
     python: str = sys.executable,
+    stop: StopRequest | None = None,
 ) -> None:
-    """Run the command, appending its redacted output to log_path; raise StageFailed on non-zero exit."""
+    """Run the command, appending its redacted output to log_path; raise StageFailed on non-zero exit.
+
+    A stop signal to this process, or reaching `stop`'s deadline, sends the stage SIGTERM and raises
+    StageInterrupted once it has exited; a stop already requested starts nothing."""
+    if stop is not None and (why := stop.reason()) is not None:
+        raise StageInterrupted(f"stopped by {why} before {command.module} started")
     env = dict(os.environ if base_env is None else base_env)
     env.update(command.env)
     secrets = secret_values(env)
@@ -99,7 +111,14 @@ def run_stage_command(
             errors="replace",
             start_new_session=True,  # so a stop signal reaches the whole MaxText process group
         )
-        stop = _forward_stop_signals(proc)
+        forwarder = _forward_stop_signals(proc, whole_group=not command.graceful_stop, request=stop)
+        if stop is not None and stop.signum is not None:  # it came while the stage was starting
+            forwarder._handle(stop.signum, None)
+        deadline = None
+        if stop is not None and stop.deadline is not None:
+            deadline = threading.Timer(max(0.0, stop.deadline - stop.clock()), forwarder.deadline_reached)
+            deadline.daemon = True
+            deadline.start()
         try:
             assert proc.stdout is not None
             for raw in proc.stdout:
@@ -111,12 +130,14 @@ def run_stage_command(
                     _call_on_line(on_line, line, log)
             returncode = proc.wait()
         finally:
+            if deadline is not None:
+                deadline.cancel()
             if proc.poll() is None:  # we are leaving early (an error here): never leave the stage running
                 _kill_group(proc)
                 proc.wait()
-            stop.restore()
-    if stop.signalled:
-        raise StageInterrupted(f"stopped by signal {stop.signalled} during {command.module}")
+            forwarder.restore()
+    if forwarder.reason:
+        raise StageInterrupted(f"stopped by {forwarder.reason} during {command.module}")
     if returncode != 0:
         raise StageFailed(command.module, returncode, log_path, "\n".join(tail))
 
@@ -162,9 +183,11 @@ _SignalHandler = Callable[[int, FrameType | None], Any] | int | None
 
 
 class _StopForwarder:
-    def __init__(self, proc: subprocess.Popen[str]):
+    def __init__(self, proc: subprocess.Popen[str], *, whole_group: bool, request: StopRequest | None):
         self.proc = proc
-        self.signalled: int | None = None
+        self.whole_group = whole_group
+        self.request = request  # told of a signal too, so the stages after this one are not started
+        self.reason: str | None = None  # why the stage was asked to stop, once it was
         self._previous: dict[int, _SignalHandler] = {}
 
     def install(self) -> None:
@@ -174,9 +197,22 @@ class _StopForwarder:
             self._previous[signum] = signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.signalled = signum
+        self.reason = f"signal {signal.Signals(signum).name}"
+        if self.request is not None:
+            self.request.handle(signum, frame)
+        self._stop_stage()
+
+    def deadline_reached(self) -> None:
+        """Called from a timer thread: the same stop as a preemption notice."""
+        self.reason = DEADLINE_REASON
+        self._stop_stage()
+
+    def _stop_stage(self) -> None:
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            if self.whole_group:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            else:
+                self.proc.send_signal(signal.SIGTERM)  # a no-op once the stage has been reaped
         except ProcessLookupError:
             pass
 
@@ -185,7 +221,9 @@ class _StopForwarder:
             signal.signal(signum, handler)
 
 
-def _forward_stop_signals(proc: subprocess.Popen[str]) -> _StopForwarder:
-    forwarder = _StopForwarder(proc)
+def _forward_stop_signals(
+    proc: subprocess.Popen[str], *, whole_group: bool, request: StopRequest | None
+) -> _StopForwarder:
+    forwarder = _StopForwarder(proc, whole_group=whole_group, request=request)
     forwarder.install()
     return forwarder

@@ -1,5 +1,6 @@
 """`python -m trainer.maxtext_entry.train_rl_entry [--rljob_...] <train_rl args>`: MaxText's train_rl,
-unmodified, with the sample recorder installed (sample_recorder.py). train_rl_jax_entry calls `main` with a
+unmodified, with the sample recorder installed (sample_recorder.py) and a stop signal turned into a
+checkpoint between steps and exit 75 (graceful_stop.py). train_rl_jax_entry calls `main` with a
 hook that swaps the rollout engine for pure JAX on CPU; this module does not know about it.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from .graceful_stop import install as install_graceful_stop
 from .hf_config_registry import register_from_argv, run_as_main
 from .sample_recorder import install as install_sample_recorder
 from .shim_flags import SAMPLES_FLAG, pop_flags
@@ -24,6 +26,7 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
     if before_train_rl is not None:
         before_train_rl()
     install_sample_recorder(found.get(SAMPLES_FLAG))
+    install_graceful_stop()
     run_as_main(TRAIN_RL_MODULE, maxtext_argv)
 
 

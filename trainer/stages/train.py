@@ -124,4 +124,4 @@ def build_train_command(
         "log_period=1",
     ]
     needs_hub = tokenizer_needs_hub(spec, local_tokenizer) or local_data is None
-    return StageCommand(module=module, args=tuple(args), env=stage_env(spec, needs_hub=needs_hub))
+    return StageCommand(module=module, args=tuple(args), env=stage_env(spec, needs_hub=needs_hub), graceful_stop=True)

@@ -1,0 +1,97 @@
+"""A preemption notice during GRPO, for real on CPU: SIGTERM to `trainer run` once step k >= 2 is reported
+leaves a checkpoint at the step training had reached and exit 75; the rerun resumes from that checkpoint
+and finishes. checkpoint_period is beyond the run, so Orbax's only save of its own is its initial one
+(step 1): a checkpoint at k >= 2 comes from the stop alone (without the handler the newest is step 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.trainer.conftest import REPO, TINY_EXAMPLE
+from trainer.contract import ExitCode, RunLayout, Stage, parse_event
+
+pytestmark = pytest.mark.slow
+
+NUM_BATCHES = 6
+JOB_ID = "rl-sigterm00001"
+
+
+def _events(layout: RunLayout) -> list:
+    path = Path(layout.events)
+    return [parse_event(line) for line in path.read_text().splitlines() if line.endswith("}")] if path.exists() else []
+
+
+def _reported_steps(layout: RunLayout) -> list[int]:
+    return [e.step for e in _events(layout) if e.type == "train_step"]
+
+
+def _spec(tmp_path: Path, env: dict[str, str]) -> Path:
+    text = TINY_EXAMPLE.read_text()
+    for name in ("RLJOB_TINY_DIR", "RLJOB_OUTPUT"):
+        text = text.replace("${" + name + "}", env[name])
+    data = yaml.safe_load(text)
+    data["grpo"].update(num_batches=NUM_BATCHES, num_test_batches=0, checkpoint_period=1000)
+    data["export"] = {"enabled": False}  # the export is not what this test is about
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_sigterm_during_grpo_checkpoints_the_current_step_and_the_rerun_resumes_there(
+    tiny_dir, shared_cache, tmp_path
+):
+    from trainer.pipeline import latest_actor_step
+    from trainer.tensorboard_metrics import parse_records, scalars_from_record
+
+    out = tmp_path / "runs"
+    env = dict(os.environ, RLJOB_TINY_DIR=str(tiny_dir), RLJOB_OUTPUT=str(out), HF_HUB_OFFLINE="1",
+               HF_DATASETS_OFFLINE="1", PYTHONPATH=str(REPO), **shared_cache)  # fmt: skip
+    cmd = [sys.executable, "-m", "trainer", "run", "--spec", str(_spec(tmp_path, env)), "--job-id", JOB_ID]
+    layout = RunLayout(str(out), JOB_ID)
+    with open(tmp_path / "attempt1.out", "w") as stdout:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 480
+        while proc.poll() is None and time.monotonic() < deadline and max(_reported_steps(layout), default=0) < 2:
+            time.sleep(0.2)
+        k = max(_reported_steps(layout), default=0)
+        assert proc.poll() is None and k >= 2, (k, (tmp_path / "attempt1.out").read_text()[-3000:])
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=180)
+        stop_s = time.monotonic() - signalled
+    tensorboard = Path(layout.rl_run, "tensorboard")
+    first_attempt_files = set(tensorboard.glob("events.out.tfevents.*"))
+    train_log = Path(layout.stage_log(Stage.TRAIN)).read_text()
+    assert proc.returncode == ExitCode.RETRYABLE, (proc.returncode, train_log[-3000:])
+    assert stop_s < 30, f"{stop_s:.1f} s from SIGTERM to exit: a spot VM stops 30 s after its notice"
+    saved = latest_actor_step(layout)
+    # The step k reported before the signal is kept (and the one in progress, when it finished first).
+    assert saved is not None and k <= saved < NUM_BATCHES, (k, saved, train_log[-3000:])
+    assert "stop requested (SIGTERM)" in train_log
+    assert not Path(layout.stage_marker(Stage.TRAIN)).exists()
+    first_end = _events(layout)[-1]
+    assert first_end.type == "run_finished" and first_end.exit_code == ExitCode.RETRYABLE
+
+    second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    marker = json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]
+    assert marker["resumed_from_step"] == saved and marker["actor_step"] == NUM_BATCHES
+    assert f"training starts at step {saved}" in Path(layout.stage_log(Stage.TRAIN)).read_text()
+    # The rerun trained exactly the steps after the saved one: its first update is saved + 1.
+    actor_steps = set()
+    for path in set(tensorboard.glob("events.out.tfevents.*")) - first_attempt_files:
+        records, _ = parse_records(path.read_bytes())
+        actor_steps |= {s.step for r in records for s in scalars_from_record(r) if s.tag == "actor/train/loss"}
+    assert actor_steps and min(actor_steps) == saved + 1, (saved, actor_steps)
+    final = _events(layout)[-1]
+    assert final.type == "run_finished" and final.ok
