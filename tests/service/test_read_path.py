@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from service_fakes import FakeLauncher, FakeProgress
 from service_helpers import TOKEN_A, spec_body, wait_until
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from service.adapters.store import SqlJobStore
 from service.app import create_app
@@ -190,3 +190,21 @@ def test_a_page_of_jobs_loads_its_labels_in_one_query_whatever_its_size(
     assert [job["labels"]["index"] for job in page["data"]] == [str(i) for i in range(59, 59 - limit, -1)]
     assert listing.checkouts == 1
     assert len(listing.statements) == 2, listing.statements  # the page, then the labels of all its jobs
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+def test_a_read_on_a_connection_the_database_dropped_is_retried_once(store: SqlJobStore, db_url: str) -> None:
+    """No pre-ping round trip per checkout: a pooled connection the server closed (a restart, an idle
+    timeout) fails one attempt, and the read is made again on a new connection."""
+    [job_id] = store_jobs(store, 1)
+    assert store.get(job_id) is not None  # the pool now holds a connection
+    killer = SqlJobStore(db_url)
+    with killer.engine.connect() as conn:
+        ended = conn.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )).scalar()  # fmt: skip
+    killer.close()
+    assert ended and ended >= 1
+    record = store.get(job_id)
+    assert record is not None and record.labels["index"] == "0"

@@ -54,17 +54,23 @@ _RECORD_FIELDS = [
 
 def _to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     values = {name: getattr(row, name) for name in _RECORD_FIELDS}
-    # JSON columns come back as the same objects SQLAlchemy tracks; copy so domain edits are explicit.
+    # An ORM row's JSON columns are the objects SQLAlchemy tracks: copy them, so domain edits are
+    # explicit. A core row's were just decoded and belong to nobody (the copy was a third of a list).
+    own = _deep_copy if isinstance(row, JobRow) else _as_is
     for name in ("spec", "latest_metrics"):
-        values[name] = _deep_copy(values[name]) or {}
-    values["recent_train_steps"] = _deep_copy(values["recent_train_steps"]) or []  # NULL: stored before 0003
+        values[name] = own(values[name]) or {}
+    values["recent_train_steps"] = own(values["recent_train_steps"]) or []  # NULL: stored before 0003
     values["stage_times"] = {k: StageTimes.model_validate(v) for k, v in (row.stage_times or {}).items()}
     values["artifacts"] = {k: Artifact.model_validate(v) for k, v in (row.artifacts or {}).items()}
     values["run_finished"] = RunOutcome.model_validate(row.run_finished) if row.run_finished else None
     values["queue"] = QueueStatus.model_validate(row.queue) if row.queue else None
-    values["phase_seconds"] = _deep_copy(values["phase_seconds"]) or {}  # NULL: stored before 0004
-    values["fit_estimate"] = _deep_copy(values["fit_estimate"])
+    values["phase_seconds"] = own(values["phase_seconds"]) or {}  # NULL: stored before 0004
+    values["fit_estimate"] = own(values["fit_estimate"])
     return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _deep_copy(value: Any) -> Any:
