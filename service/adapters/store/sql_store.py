@@ -117,14 +117,16 @@ def build_engine(url: str) -> Engine:
     return create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_recycle=POOL_RECYCLE_S)
 
 
-_JOB_COLUMNS = list(JobRow.__table__.columns)
+# Reads use the tables, not the mapped classes: an ORM attribute in a statement brings the ORM's
+# compile step along even when only columns are selected.
+_JOBS, _LABELS, _TOKENS = JobRow.__table__, JobLabelRow.__table__, TokenRow.__table__
 
 
 def _labels_by_pk(conn: Connection | Session, pks: Sequence[int]) -> dict[int, dict[str, str]]:
     """The labels of all these jobs in one query (a page of 50 jobs is 2 queries, not 51)."""
     labels: dict[int, dict[str, str]] = {pk: {} for pk in pks}
     if pks:
-        stmt = select(JobLabelRow.job_pk, JobLabelRow.key, JobLabelRow.value).where(JobLabelRow.job_pk.in_(pks))
+        stmt = select(_LABELS.c.job_pk, _LABELS.c.key, _LABELS.c.value).where(_LABELS.c.job_pk.in_(pks))
         for job_pk, key, value in conn.execute(stmt):
             labels[job_pk][key] = value
     return labels
@@ -229,24 +231,24 @@ class SqlJobStore:
 
     def get(self, job_id: str) -> JobRecord | None:
         def read(conn: Connection) -> JobRecord | None:
-            row = conn.execute(select(*_JOB_COLUMNS).where(JobRow.id == job_id)).one_or_none()
+            row = conn.execute(select(_JOBS).where(_JOBS.c.id == job_id)).one_or_none()
             return None if row is None else _to_record(row, _labels_by_pk(conn, [row.pk])[row.pk])
 
         return self._read_rows(read)
 
     def list_jobs(self, filters: JobFilters, *, before_pk: int | None, limit: int) -> list[tuple[int, JobRecord]]:
-        stmt = select(*_JOB_COLUMNS).order_by(JobRow.pk.desc()).limit(limit)
+        stmt = select(_JOBS).order_by(_JOBS.c.pk.desc()).limit(limit)
         if before_pk is not None:
-            stmt = stmt.where(JobRow.pk < before_pk)
+            stmt = stmt.where(_JOBS.c.pk < before_pk)
         if filters.phase is not None:
-            stmt = stmt.where(JobRow.phase == filters.phase.value)
+            stmt = stmt.where(_JOBS.c.phase == filters.phase.value)
         if filters.team is not None:
-            stmt = stmt.where(JobRow.team == filters.team)
+            stmt = stmt.where(_JOBS.c.team == filters.team)
         if filters.name is not None:
-            stmt = stmt.where(JobRow.name == filters.name)
+            stmt = stmt.where(_JOBS.c.name == filters.name)
         for key, value in filters.labels:
             stmt = stmt.where(
-                exists().where(JobLabelRow.job_pk == JobRow.pk, JobLabelRow.key == key, JobLabelRow.value == value)
+                exists().where(_LABELS.c.job_pk == _JOBS.c.pk, _LABELS.c.key == key, _LABELS.c.value == value)
             )
 
         def read(conn: Connection) -> list[tuple[int, JobRecord]]:
@@ -258,7 +260,7 @@ class SqlJobStore:
 
     def list_active(self) -> list[JobRecord]:
         terminal = [p.value for p in TERMINAL]
-        active = select(*_JOB_COLUMNS).where(JobRow.phase.not_in(terminal)).order_by(JobRow.pk)
+        active = select(_JOBS).where(_JOBS.c.phase.not_in(terminal)).order_by(_JOBS.c.pk)
 
         def read(conn: Connection) -> list[JobRecord]:
             rows = conn.execute(active).all()
@@ -311,7 +313,7 @@ class SqlJobStore:
             )
 
     def token_by_hash(self, token_hash: str) -> TokenRecord | None:
-        stmt = select(*TokenRow.__table__.columns).where(TokenRow.token_hash == token_hash)
+        stmt = select(_TOKENS).where(_TOKENS.c.token_hash == token_hash)
         row = self._read_rows(lambda conn: conn.execute(stmt).one_or_none())
         return None if row is None else _token(row)
 
