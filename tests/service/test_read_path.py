@@ -4,12 +4,15 @@ a job read is one connection. Queries are counted on the engine, as the database
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fastapi.testclient import TestClient
 from service_fakes import FakeLauncher, FakeProgress
@@ -208,3 +211,28 @@ def test_a_read_on_a_connection_the_database_dropped_is_retried_once(store: SqlJ
     assert ended and ended >= 1
     record = store.get(job_id)
     assert record is not None and record.labels["index"] == "0"
+
+
+def test_the_pool_holds_a_connection_per_worker_thread_and_keeps_them(db_url: str) -> None:
+    """As many reads at once as the thread pool runs sync routes, each holding a connection, and a
+    second round opens no new connection (an overflow connection is opened and closed per checkout)."""
+    workers = anyio.run(_default_thread_limit)
+    store = SqlJobStore(db_url)
+    store.migrate()
+    [job_id] = store_jobs(store, 1)
+    all_checked_out = threading.Barrier(workers, timeout=10)
+    connects = []
+    event.listen(store.engine.pool, "checkout", lambda *args: all_checked_out.wait())
+    event.listen(store.engine.pool, "connect", lambda *args: connects.append(1))
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            for _ in range(2):
+                connects.clear()
+                assert all(record is not None for record in pool.map(lambda _: store.get(job_id), range(workers)))
+        assert connects == []  # the second round: every connection came back to the pool and was reused
+    finally:
+        store.close()
+
+
+async def _default_thread_limit() -> int:
+    return int(anyio.to_thread.current_default_thread_limiter().total_tokens)
