@@ -7,11 +7,13 @@ one at a time on this machine:
 - rljob: the real service (SQLite, or PostgreSQL with --db postgres) with 1,000 finished jobs stored,
   two labels each, and a bootstrap token.
 Each gets open-loop fixed request rates (bench/open_loop.py) on GET /v1/jobs/{id} (cycling over all
-jobs) and GET /v1/jobs?limit=50. Reported per rate: answered, timeouts, errors, p50/p90/p99/max
-latency from the scheduled send, and the server process's CPU ms per answered request (psutil, over
-the rate's window and its drain, idle work included); then rljob's ratios to the minimal app.
+jobs) and GET /v1/jobs?limit=50. Both run without uvicorn's access log unless --access-log (the image
+logs every request, as JSON in rljob's case: that is the logging's cost, not the read path's).
+Reported per rate: answered, timeouts, errors, p50/p90/p99/max latency from the scheduled send, and
+the server process's CPU ms per answered request (psutil, over the rate's window and its drain, idle
+work included); then rljob's ratios to the minimal app.
 
-    python bench/control_plane.py [--quick] [--db sqlite,postgres] [--duration-s 10] [--json PATH]
+    python bench/control_plane.py [--quick] [--db sqlite,postgres] [--duration-s 10] [--access-log] [--json PATH]
 
 --quick (1.5 s per rate, 2 s timeout, SQLite) takes about a minute. Numbers depend on the
 machine and what else runs on it; compare ratios taken in the same run.
@@ -111,7 +113,9 @@ def seed_store(database_url: str) -> None:
 
 def _uvicorn(app: str, port: int, env: dict[str, str], log: Path, app_dir: Path | None = None) -> subprocess.Popen[bytes]:
     argv = [str(BIN / "uvicorn"), app, "--factory", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--timeout-graceful-shutdown", "5", "--no-server-header", "--no-access-log"]  # fmt: skip
+            "--timeout-graceful-shutdown", "5", "--no-server-header"]  # fmt: skip
+    if env.get("BENCH_ACCESS_LOG") != "1":
+        argv.append("--no-access-log")
     if app_dir is not None:
         argv += ["--app-dir", str(app_dir)]
     with log.open("wb") as out:
@@ -233,6 +237,7 @@ def database_urls(kinds: list[str], work: Path, stack: ExitStack) -> dict[str, s
 def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"duration_s": args.duration_s, "timeout_s": args.timeout_s, "jobs": JOBS, "servers": {}}
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
+    base_env["BENCH_ACCESS_LOG"] = "1" if args.access_log else "0"
     with tempfile.TemporaryDirectory(prefix="rljob-bench-cp-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         jobs: list[dict[str, Any]] = []
@@ -288,6 +293,7 @@ def main() -> None:
     parser.add_argument("--db", default="sqlite", help="comma-separated: sqlite,postgres")
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--timeout-s", type=float, default=10.0)
+    parser.add_argument("--access-log", action="store_true", help="log every request in both servers (the image does)")
     parser.add_argument("--idle-s", type=float, default=3.0, help="how long idle CPU is measured")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
