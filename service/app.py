@@ -25,7 +25,7 @@ from service.change_notifier import ChangeNotifier
 from service.config import Settings
 from service.domain.job_service import JobService
 from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
-from service.domain.tokens import TokenService
+from service.domain.tokens import TokenCache, TokenService
 from service.logging_config import configure_logging
 from service.supervisor import Supervisor
 
@@ -56,7 +56,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         job_store = store or SqlJobStore(settings.effective_database_url)
         await run_in_threadpool(job_store.migrate)
-        tokens = TokenService(job_store, clock)
+        tokens = TokenService(job_store, clock, cache=TokenCache(settings.token_cache_size, settings.token_cache_ttl_s))
         if settings.bootstrap_token is not None:
             await run_in_threadpool(
                 tokens.ensure, settings.bootstrap_token.get_secret_value(), settings.bootstrap_team,

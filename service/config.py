@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     max_log_followers: int = Field(default=32, ge=1, le=1000, description="concurrent logs?follow=true streams")
     log_follow_poll_interval_s: float = Field(default=0.5, gt=0, description="pause of an idle log follow")
     max_body_bytes: int = Field(default=256 * 1024, gt=0, description="larger request bodies get 413")
+    token_cache_size: int = Field(default=1024, ge=0, le=1_000_000, description="API tokens remembered per process (0: none)")
+    token_cache_ttl_s: float = Field(
+        default=5.0, ge=0, le=300, description="how long a remembered token is trusted; a revocation elsewhere waits this"
+    )
     bootstrap_token: SecretStr | None = Field(default=None, description="ensure this token exists at start-up")
     bootstrap_team: str = Field(default="local", description="the bootstrap token's team")
     bootstrap_admin: bool = Field(default=False, description="the bootstrap token sees every team (dev only)")

@@ -1,4 +1,9 @@
-"""Request dependencies as Annotated aliases, so routes declare what they need and nothing more."""
+"""Request dependencies as Annotated aliases, so routes declare what they need and nothing more.
+
+Dependencies that do no I/O are `async def`: FastAPI runs a sync dependency on the thread pool, and
+those hops, not the work, were most of a status read's cost. A remembered token (TokenCache) is
+checked on the event loop; only a token read from the store and the job read itself take a thread.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.change_notifier import ChangeNotifier
@@ -47,7 +53,7 @@ class Runtime:
         return to_public(record, now, self.jobs.health_policy, self.settings.usage_prices_usd_per_chip_hour)
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime | None = getattr(request.app.state, "runtime", None)
     if runtime is None:
         raise NotReady()
@@ -59,24 +65,27 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 _bearer = HTTPBearer(auto_error=False, description="an API token from `rljob token create` or `rljob serve`")
 
 
-def get_caller(
+async def get_caller(
     runtime: RuntimeDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Caller:
     header = f"{credentials.scheme} {credentials.credentials}" if credentials else None
-    return runtime.tokens.authenticate(header)
+    caller = runtime.tokens.cached_caller(header)
+    if caller is None:
+        caller = await run_in_threadpool(runtime.tokens.authenticate, header)
+    return caller
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
 
 
-def get_job_service(runtime: RuntimeDep) -> JobService:
+async def get_job_service(runtime: RuntimeDep) -> JobService:
     return runtime.jobs
 
 
 JobServiceDep = Annotated[JobService, Depends(get_job_service)]
 
 
-def require_ready(runtime: RuntimeDep) -> None:
+async def require_ready(runtime: RuntimeDep) -> None:
     if not runtime.supervisor.ready.is_set():
         raise NotReady()
 
@@ -89,7 +98,8 @@ def get_visible_job(
     caller: CallerDep,
     jobs: JobServiceDep,
 ) -> JobRecord:
-    """The job, if the caller's team may see it; anything else (malformed id included) is 404."""
+    """The job, if the caller's team may see it; anything else (malformed id included) is 404.
+    Sync: the one thread-pool hop of a request that reads a job."""
     if not JOB_ID_RE.match(job_id):
         raise JobNotFound(job_id)
     return jobs.get(caller, job_id)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import create_engine, event, exists, func, select, text, update
-from sqlalchemy.engine import CursorResult, Engine, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import Connection, CursorResult, Engine, Row, make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.domain.errors import StoreUnavailable
@@ -32,6 +32,16 @@ from service.domain.phases import TERMINAL, JobPhase
 from .tables import JobEventRow, JobLabelRow, JobRow, MetricPointRow, TokenRow
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# One connection per worker thread of anyio's default limiter (the thread pool sync routes run on), so
+# a busy read path never opens and closes connections per checkout; the overflow serves the
+# supervisor's and the launcher's own threads.
+POOL_SIZE = 40
+POOL_OVERFLOW = 10
+# PostgreSQL: connections are replaced after this instead of pinged before every checkout (a round
+# trip per request); a connection that died anyway fails one read, which is retried once.
+POOL_RECYCLE_S = 300
 
 _RECORD_FIELDS = [
     "id", "team", "name", "submitted_by", "spec", "spec_hash", "idempotency_key", "message", "failure_reason", "exit_code",
@@ -42,19 +52,25 @@ _RECORD_FIELDS = [
 ]  # fmt: skip
 
 
-def _to_record(row: JobRow, labels: dict[str, str]) -> JobRecord:
+def _to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     values = {name: getattr(row, name) for name in _RECORD_FIELDS}
-    # JSON columns come back as the same objects SQLAlchemy tracks; copy so domain edits are explicit.
+    # An ORM row's JSON columns are the objects SQLAlchemy tracks: copy them, so domain edits are
+    # explicit. A core row's were just decoded and belong to nobody (the copy was a third of a list).
+    own = _deep_copy if isinstance(row, JobRow) else _as_is
     for name in ("spec", "latest_metrics"):
-        values[name] = _deep_copy(values[name]) or {}
-    values["recent_train_steps"] = _deep_copy(values["recent_train_steps"]) or []  # NULL: stored before 0003
+        values[name] = own(values[name]) or {}
+    values["recent_train_steps"] = own(values["recent_train_steps"]) or []  # NULL: stored before 0003
     values["stage_times"] = {k: StageTimes.model_validate(v) for k, v in (row.stage_times or {}).items()}
     values["artifacts"] = {k: Artifact.model_validate(v) for k, v in (row.artifacts or {}).items()}
     values["run_finished"] = RunOutcome.model_validate(row.run_finished) if row.run_finished else None
     values["queue"] = QueueStatus.model_validate(row.queue) if row.queue else None
-    values["phase_seconds"] = _deep_copy(values["phase_seconds"]) or {}  # NULL: stored before 0004
-    values["fit_estimate"] = _deep_copy(values["fit_estimate"])
+    values["phase_seconds"] = own(values["phase_seconds"]) or {}  # NULL: stored before 0004
+    values["fit_estimate"] = own(values["fit_estimate"])
     return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _deep_copy(value: Any) -> Any:
@@ -89,12 +105,31 @@ def build_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
+        if parsed.database and parsed.database != ":memory:":
+            pool: dict[str, Any] = {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
+        else:  # in memory: SQLAlchemy keeps one connection per thread, a pool size does not apply
+            pool = {}
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10}, **pool)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    return create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_recycle=POOL_RECYCLE_S)
+
+
+# Reads use the tables, not the mapped classes: an ORM attribute in a statement brings the ORM's
+# compile step along even when only columns are selected.
+_JOBS, _LABELS, _TOKENS = JobRow.__table__, JobLabelRow.__table__, TokenRow.__table__
+
+
+def _labels_by_pk(conn: Connection | Session, pks: Sequence[int]) -> dict[int, dict[str, str]]:
+    """The labels of all these jobs in one query (a page of 50 jobs is 2 queries, not 51)."""
+    labels: dict[int, dict[str, str]] = {pk: {} for pk in pks}
+    if pks:
+        stmt = select(_LABELS.c.job_pk, _LABELS.c.key, _LABELS.c.value).where(_LABELS.c.job_pk.in_(pks))
+        for job_pk, key, value in conn.execute(stmt):
+            labels[job_pk][key] = value
+    return labels
 
 
 class _Tx:
@@ -181,34 +216,58 @@ class SqlJobStore:
         with self._sessions() as session:
             yield session
 
+    def _read_rows(self, work: Callable[[Connection], T]) -> T:
+        """A read on a plain connection (no ORM objects: building them cost more than the query),
+        retried once on a connection the database had dropped (a restart, an idle timeout)."""
+        try:
+            with self.engine.connect() as conn:
+                return work(conn)
+        except DBAPIError as e:
+            if not e.connection_invalidated:
+                raise
+            log.warning("database connection was lost; reading again on a new one")
+        with self.engine.connect() as conn:
+            return work(conn)
+
     def get(self, job_id: str) -> JobRecord | None:
-        with self.transaction() as tx:
-            return tx.get(job_id)
+        def read(conn: Connection) -> JobRecord | None:
+            row = conn.execute(select(_JOBS).where(_JOBS.c.id == job_id)).one_or_none()
+            return None if row is None else _to_record(row, _labels_by_pk(conn, [row.pk])[row.pk])
+
+        return self._read_rows(read)
 
     def list_jobs(self, filters: JobFilters, *, before_pk: int | None, limit: int) -> list[tuple[int, JobRecord]]:
-        stmt = select(JobRow).order_by(JobRow.pk.desc()).limit(limit)
+        stmt = select(_JOBS).order_by(_JOBS.c.pk.desc()).limit(limit)
         if before_pk is not None:
-            stmt = stmt.where(JobRow.pk < before_pk)
+            stmt = stmt.where(_JOBS.c.pk < before_pk)
         if filters.phase is not None:
-            stmt = stmt.where(JobRow.phase == filters.phase.value)
+            stmt = stmt.where(_JOBS.c.phase == filters.phase.value)
         if filters.team is not None:
-            stmt = stmt.where(JobRow.team == filters.team)
+            stmt = stmt.where(_JOBS.c.team == filters.team)
         if filters.name is not None:
-            stmt = stmt.where(JobRow.name == filters.name)
+            stmt = stmt.where(_JOBS.c.name == filters.name)
         for key, value in filters.labels:
             stmt = stmt.where(
-                exists().where(JobLabelRow.job_pk == JobRow.pk, JobLabelRow.key == key, JobLabelRow.value == value)
+                exists().where(_LABELS.c.job_pk == _JOBS.c.pk, _LABELS.c.key == key, _LABELS.c.value == value)
             )
-        with self.transaction() as tx:
-            rows = tx.session.scalars(stmt).all()
-            return [(row.pk, _to_record(row, tx._labels(row.pk))) for row in rows]
+
+        def read(conn: Connection) -> list[tuple[int, JobRecord]]:
+            rows = conn.execute(stmt).all()
+            labels = _labels_by_pk(conn, [row.pk for row in rows])
+            return [(row.pk, _to_record(row, labels[row.pk])) for row in rows]
+
+        return self._read_rows(read)
 
     def list_active(self) -> list[JobRecord]:
         terminal = [p.value for p in TERMINAL]
-        with self.transaction() as tx:
-            active = select(JobRow).where(JobRow.phase.not_in(terminal)).order_by(JobRow.pk)
-            rows = tx.session.scalars(active).all()
-            return [_to_record(row, tx._labels(row.pk)) for row in rows]
+        active = select(_JOBS).where(_JOBS.c.phase.not_in(terminal)).order_by(_JOBS.c.pk)
+
+        def read(conn: Connection) -> list[JobRecord]:
+            rows = conn.execute(active).all()
+            labels = _labels_by_pk(conn, [row.pk for row in rows])
+            return [_to_record(row, labels[row.pk]) for row in rows]
+
+        return self._read_rows(read)
 
     def count_by_phase(self) -> dict[str, int]:
         with self._read() as s:
@@ -254,9 +313,9 @@ class SqlJobStore:
             )
 
     def token_by_hash(self, token_hash: str) -> TokenRecord | None:
-        with self._read() as s:
-            row = s.scalars(select(TokenRow).where(TokenRow.token_hash == token_hash)).one_or_none()
-            return None if row is None else _token(row)
+        stmt = select(_TOKENS).where(_TOKENS.c.token_hash == token_hash)
+        row = self._read_rows(lambda conn: conn.execute(stmt).one_or_none())
+        return None if row is None else _token(row)
 
     def revoke_token(self, token_id: str, when: datetime) -> bool:
         with self.transaction() as tx:
@@ -276,7 +335,7 @@ class SqlJobStore:
         self.engine.dispose()
 
 
-def _token(row: TokenRow) -> TokenRecord:
+def _token(row: TokenRow | Row[Any]) -> TokenRecord:
     return TokenRecord(
         id=row.id, team=row.team, name=row.name, admin=row.admin, created_at=row.created_at, revoked_at=row.revoked_at
     )

@@ -144,7 +144,8 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=error_responses(401, 404, 422, 503))
-def get_job(record: VisibleJobDep, runtime: RuntimeDep) -> JobPublic:
+async def get_job(record: VisibleJobDep, runtime: RuntimeDep) -> JobPublic:
+    # async: get_visible_job has read the job on the thread pool; showing it needs no second hop.
     return runtime.public(record)
 
 
