@@ -206,18 +206,21 @@ class EventFanout:
                     del self._subscribers[scope.key]
 
     async def _read_forever(self) -> None:
+        # A read never holds more than one queue's worth, so a burst of commits cannot end a stream that
+        # keeps up: it drains its queue while the next read runs in its thread.
+        batch = min(READ_BATCH, self.queue_size)
         while True:
             seen_version = self.notifier.version
             try:
                 events = await anyio.to_thread.run_sync(
-                    partial(self.store.events_after, self.head, limit=READ_BATCH), limiter=self._reader_limiter
+                    partial(self.store.events_after, self.head, limit=batch), limiter=self._reader_limiter
                 )
             except Exception:  # a database hiccup: the streams wait, the reader tries again
                 log.exception("reading new job events failed; trying again in %.1fs", self.poll_interval_s)
                 events = []
             self.reads += 1
             self.dispatch(events)
-            if len(events) < READ_BATCH:
+            if len(events) < batch:
                 await self.notifier.wait(seen_version, self.poll_interval_s)
 
     def dispatch(self, events: list[JobEvent]) -> None:
