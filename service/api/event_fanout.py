@@ -172,6 +172,14 @@ class EventFanout:
     async def start(self) -> None:
         self.head = await anyio.to_thread.run_sync(self.store.max_event_seq, limiter=self._reader_limiter)
         self._task = asyncio.create_task(self._read_forever(), name="rljob-event-fanout")
+        self._task.add_done_callback(self._reader_ended)
+
+    def _reader_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return  # stop()
+        # Streams would wait for events that never come: end them, so clients reconnect and see the error.
+        log.error("the event reader stopped: %r; ending every stream", task.exception())
+        self.end_streams()
 
     def end_streams(self) -> None:
         """End every open stream and refuse new ones (SIGTERM: uvicorn waits for open connections
@@ -183,11 +191,11 @@ class EventFanout:
 
     async def stop(self) -> None:
         self.end_streams()
-        if self._task is not None:
+        if self._task is not None and not self._task.done():  # a reader that died was logged when it did
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            self._task = None
+        self._task = None
 
     @contextlib.contextmanager
     def subscribe(self, scope: StreamScope) -> Iterator[Subscription]:

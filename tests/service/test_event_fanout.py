@@ -145,3 +145,24 @@ def test_resume_hands_over_from_replay_to_live_without_gap_or_duplicate(
         assert got == list(range(5, 15))
 
     asyncio.run(run())
+
+
+def test_streams_end_when_the_reader_dies_rather_than_wait_forever(caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> None:
+        log, notifier = EventLog(), ChangeNotifier()
+        fanout = await started(log, notifier)
+        with fanout.subscribe(StreamScope()) as sub:
+
+            def broken(events: list[JobEvent]) -> None:
+                if events:
+                    raise RuntimeError("a bug in the reader")
+
+            fanout.dispatch = broken  # type: ignore[method-assign]
+            log.append()
+            notifier.notify()
+            got: list[int] = []
+            assert await asyncio.wait_for(collect(sub, sub.head, got), 10) is StreamEnd.SHUTDOWN
+        await fanout.stop()
+
+    asyncio.run(run())
+    assert any("the event reader stopped" in r.getMessage() for r in caplog.records)
