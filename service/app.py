@@ -31,11 +31,15 @@ from service.supervisor import Supervisor
 
 from .api.body_limit import BodyLimitMiddleware
 from .api.deps import Runtime
+from .api.disconnect import CancelOnDisconnectMiddleware
 from .api.errors import install_error_handlers
+from .api.event_fanout import EventFanout
 from .api.log_follow import LogFollowers
 from .api.metrics import LatencyMiddleware, ServiceMetrics
 from .api.openapi import install_openapi_refinements
+from .api.overload import LoadSheddingMiddleware
 from .api.routes import events, health, jobs, phases, usage
+from .api.termination import on_termination_signal
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +87,18 @@ def create_app(
             supervisor=supervisor, metrics=metrics, clock=clock,
             log_followers=LogFollowers(settings.max_log_followers),
         )  # fmt: skip
+        fanout = EventFanout(
+            job_store, notifier, poll_interval_s=settings.sse_poll_interval_s, queue_size=settings.sse_queue_events
+        )
+        await fanout.start()
+        app.state.event_fanout = fanout
         supervisor.start()
         try:
-            yield
+            with on_termination_signal(fanout.end_streams):
+                yield
         finally:
+            await fanout.stop()
+            app.state.event_fanout = None
             supervisor.stop()
             app.state.runtime = None
             if store is None:
@@ -100,10 +112,17 @@ def create_app(
     )
     app.state.metrics = metrics
     app.state.runtime = None
+    app.state.event_fanout = None
     install_error_handlers(app)
     install_openapi_refinements(app)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(CancelOnDisconnectMiddleware)
+    # Outermost of ours: a request refused for load costs as little as possible.
+    app.add_middleware(
+        LoadSheddingMiddleware, max_requests=settings.max_requests_in_flight, max_streams=settings.max_event_streams,
+        retry_after_s=settings.overload_retry_after_s, registry=metrics.registry,
+    )  # fmt: skip
     app.include_router(health.router)
     app.include_router(jobs.router)
     app.include_router(events.router)

@@ -83,10 +83,24 @@ class Settings(BaseSettings):
     health_stall_step_intervals: float = Field(
         default=5.0, gt=1, description="stalled after this many median step intervals without a step (and the floor)"
     )
-    sse_poll_interval_s: float = Field(default=1.0, gt=0, description="longest wait between event-log reads")
+    sse_poll_interval_s: float = Field(
+        default=1.0, gt=0, description="longest wait between reads of new events (one reader per process; a commit wakes it)"
+    )
+    sse_queue_events: int = Field(
+        default=1000, ge=1, le=100_000,
+        description="events held for a stream that has not taken them yet; one more ends it with a `reconnect` event",
+    )  # fmt: skip
+    max_event_streams: int = Field(default=2000, ge=1, description="event streams open at once; one more gets 503 with Retry-After")
     sse_max_duration_s: float = Field(default=3600.0, gt=0, description="a stream ends after this; clients resume")
     max_log_followers: int = Field(default=32, ge=1, le=1000, description="concurrent logs?follow=true streams")
     log_follow_poll_interval_s: float = Field(default=0.5, gt=0, description="pause of an idle log follow")
+    max_requests_in_flight: int = Field(
+        default=64, ge=1, description="requests handled at once (probes, streams and log follows apart); one more gets 503"
+    )
+    overload_retry_after_s: int = Field(default=1, ge=1, le=3600, description="the Retry-After of those 503s")
+    shutdown_grace_s: float = Field(
+        default=20.0, gt=0, description="`rljob serve`: after SIGTERM, how long requests may finish before they are cancelled"
+    )
     max_body_bytes: int = Field(default=256 * 1024, gt=0, description="larger request bodies get 413")
     token_cache_size: int = Field(default=1024, ge=0, le=1_000_000, description="API tokens remembered per process (0: none)")
     token_cache_ttl_s: float = Field(

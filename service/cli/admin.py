@@ -110,7 +110,12 @@ def serve(
     console.print(f"  export RLJOB_URL={url} RLJOB_TOKEN={token}   (also written to {client_file})")
     configure_logging(secrets=[token])  # before the app exists: its start-up (recovery) logs at INFO
     # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", log_config=None)
+    # timeout_graceful_shutdown: after SIGTERM, requests still running past the grace are cancelled (the
+    # default waits for them forever); event streams end at once (api/termination.py).
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_level="info", log_config=None,
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+    )  # fmt: skip
 
 @token_app.command("create")
 @handles_errors

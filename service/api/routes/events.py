@@ -4,26 +4,32 @@ Every SSE `id` is the event-log seq, so a client that reconnects with `Last-Even
 the events it missed; a Last-Event-ID that is not a seq (negative, past 2^63-1, not a number) is
 refused with 422 before the stream starts, never mid-stream. A job stream starts with a `snapshot`
 (the whole JobPublic, id = the job's latest seq) unless it is a resumption, and ends once the job
-is terminal and one more read of the log came back empty. Every stream ends after `max_duration_s`
-at the latest; clients reconnect. A terminal `phase` event carries the job's final `usage`
-(chip-hours and cost, as JobPublic.usage), added as it is sent: an ended job's usage never changes.
+is terminal and one more read of the job found nothing unsent. Every stream ends after
+`max_duration_s` at the latest; clients reconnect. A terminal `phase` event carries the job's final
+`usage` (chip-hours and cost, as JobPublic.usage), added as it is sent: an ended job's usage never changes.
+
+Streams do not read the event log themselves while live: the process's one reader
+(api/event_fanout.py) pushes new events to them. A stream reads the store only to replay what a
+resuming client missed, and a job stream reads its job for the snapshot and once more at the end.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from service.api.deps import CallerDep, Runtime, RuntimeDep, VisibleJobDep
 from service.api.errors import error_responses
-from service.api.sse import KEEPALIVE, KEEPALIVE_S, StreamHello, sse_event, sse_response, stream_response
+from service.api.event_fanout import EventFanout, FannedEvent, StreamEnded, StreamScope, Subscription
+from service.api.sse import KEEPALIVE, KEEPALIVE_S, StreamHello, sse_event, sse_reconnect, sse_response, stream_response
+from service.domain.errors import NotReady
 from service.domain.models import JobEvent, JobPublic
-from service.domain.phases import TERMINAL
+from service.domain.phases import JobPhase
 from service.domain.usage import job_usage
 
 router = APIRouter(tags=["events"])
@@ -37,25 +43,6 @@ LastEventId = Annotated[
     ),
 ]  # fmt: skip
 MaxDuration = Annotated[float | None, Query(gt=0, le=86_400, description="end the stream after this many seconds")]
-BATCH = 500
-
-
-def _sse(event: JobEvent) -> bytes:
-    return sse_event(event.kind, event.seq, event.model_dump(mode="json"))
-
-
-_TERMINAL_VALUES = frozenset(phase.value for phase in TERMINAL)
-
-
-async def _with_usage(runtime: Runtime, event: JobEvent) -> JobEvent:
-    """A terminal phase event with the job's final usage; any other event as it is."""
-    if event.kind != "phase" or event.data.get("phase") not in _TERMINAL_VALUES:
-        return event
-    record = await run_in_threadpool(runtime.store.get, event.job_id)
-    if record is None:
-        return event
-    usage = job_usage(record, runtime.clock(), runtime.settings.usage_prices_usd_per_chip_hour)
-    return event.model_copy(update={"data": {**event.data, "usage": usage.model_dump(mode="json")}})
 
 
 def _deadline(runtime: Runtime, max_duration_s: float | None) -> float:
@@ -63,39 +50,95 @@ def _deadline(runtime: Runtime, max_duration_s: float | None) -> float:
     return time.monotonic() + min(max_duration_s or limit_s, limit_s)
 
 
+def get_fanout(request: Request) -> EventFanout:
+    fanout: EventFanout | None = getattr(request.app.state, "event_fanout", None)
+    if fanout is None:
+        raise NotReady()
+    return fanout
+
+
+FanoutDep = Annotated[EventFanout, Depends(get_fanout)]
+
+
+def _ends_job(event: JobEvent) -> bool:
+    return event.kind == "phase" and JobPhase(event.data.get("phase", JobPhase.RUNNING)).is_terminal()
+
+
+async def _frame(runtime: Runtime, item: FannedEvent) -> bytes:
+    """The event's shared frame; a job's terminal phase event re-encoded with the job's final usage
+    (once per job end per stream: the prices are settings, so usage is not in the stored event)."""
+    if not _ends_job(item.event):
+        return item.frame
+    record = await run_in_threadpool(runtime.store.get, item.event.job_id)
+    if record is None:
+        return item.frame
+    usage = job_usage(record, runtime.clock(), runtime.settings.usage_prices_usd_per_chip_hour)
+    event = item.event.model_copy(update={"data": {**item.event.data, "usage": usage.model_dump(mode="json")}})
+    return sse_event(event.kind, event.seq, event.model_dump(mode="json"))
+
+
+async def _live(
+    runtime: Runtime, sub: Subscription, after: int, deadline: float,
+    on_event: Callable[[JobEvent], Awaitable[bool]] | None = None,
+) -> AsyncIterator[bytes]:  # fmt: skip
+    """The subscription's events as SSE, keepalives while idle, and `reconnect` if the service ends it.
+    `on_event` runs after each event is sent; True ends the stream (a job's end)."""
+    last, last_sent = after, time.monotonic()
+    try:
+        async for item in sub.events(after, until=deadline, idle_s=KEEPALIVE_S):
+            if item is None:
+                if time.monotonic() - last_sent >= KEEPALIVE_S:
+                    yield KEEPALIVE
+                    last_sent = time.monotonic()
+                continue
+            yield await _frame(runtime, item)
+            last, last_sent = item.event.seq, time.monotonic()
+            if on_event is not None and await on_event(item.event):
+                return
+    except StreamEnded as e:
+        yield sse_reconnect(last, e.reason.value)
+
+
 @router.get(
     "/v1/jobs/{job_id}/events", response_class=StreamingResponse,
     responses={**stream_response("snapshot", JobPublic), **error_responses(401, 404, 422, 503)},
 )  # fmt: skip
 async def job_events(
-    record: VisibleJobDep, runtime: RuntimeDep, last_event_id: LastEventId = None, max_duration_s: MaxDuration = None
-) -> StreamingResponse:
+    record: VisibleJobDep, runtime: RuntimeDep, fanout: FanoutDep,
+    last_event_id: LastEventId = None, max_duration_s: MaxDuration = None,
+) -> StreamingResponse:  # fmt: skip
     """A snapshot, then every change of this job, ending after its terminal phase."""
-    settings, store, deadline = runtime.settings, runtime.store, _deadline(runtime, max_duration_s)
+    store, deadline = runtime.store, _deadline(runtime, max_duration_s)
 
     async def stream() -> AsyncIterator[bytes]:
-        if last_event_id is None:
+        with fanout.subscribe(StreamScope(job_id=record.id)) as sub:
             current = await run_in_threadpool(store.get, record.id) or record
-            yield sse_event("snapshot", current.last_event_seq, runtime.public(current).model_dump(mode="json"))
-            after = current.last_event_seq
-        else:
-            after = last_event_id
-        last_sent = time.monotonic()
-        while time.monotonic() < deadline:
-            seen_version = runtime.notifier.version
-            events = await run_in_threadpool(store.events_after, after, job_id=record.id, limit=BATCH)
-            for event in events:
-                yield _sse(await _with_usage(runtime, event))
-                after, last_sent = event.seq, time.monotonic()
-            if events:
-                continue
-            latest = await run_in_threadpool(store.get, record.id)
-            if latest is None or (latest.phase.is_terminal() and latest.last_event_seq <= after):
-                return  # terminal, everything sent, and this read was the one more empty read
-            await runtime.notifier.wait(seen_version, settings.sse_poll_interval_s)
-            if time.monotonic() - last_sent >= KEEPALIVE_S:
-                yield KEEPALIVE
-                last_sent = time.monotonic()
+            if last_event_id is None:
+                yield sse_event("snapshot", current.last_event_seq, runtime.public(current).model_dump(mode="json"))
+                # Read after subscribing, the snapshot holds every event of this job up to sub.head:
+                # there is nothing to replay, and the queue has the rest.
+                after = max(current.last_event_seq, sub.head)
+            else:
+                after = last_event_id
+            end_seq = current.last_event_seq if current.phase.is_terminal() else None
+
+            async def ended(event: JobEvent | None) -> bool:
+                nonlocal end_seq
+                if event is not None and _ends_job(event):
+                    end_seq = max(end_seq or 0, event.seq)
+                sent = event.seq if event is not None else after
+                if end_seq is None or sent < end_seq:
+                    return False
+                latest = await run_in_threadpool(store.get, record.id)  # the one more read
+                if latest is None or latest.last_event_seq <= sent:
+                    return True
+                end_seq = latest.last_event_seq
+                return False
+
+            if await ended(None):
+                return
+            async for chunk in _live(runtime, sub, after, deadline, ended):
+                yield chunk
 
     return sse_response(stream())
 
@@ -107,31 +150,21 @@ async def job_events(
 async def team_events(
     caller: CallerDep,
     runtime: RuntimeDep,
+    fanout: FanoutDep,
     last_event_id: LastEventId = None,
     max_duration_s: MaxDuration = None,
     team: Annotated[str | None, Query(max_length=63, description="admins: one team's events; default all")] = None,
 ) -> StreamingResponse:
     """Every change of every job your team can see, from now (or after Last-Event-ID); for dashboards."""
-    settings, store, deadline = runtime.settings, runtime.store, _deadline(runtime, max_duration_s)
+    deadline = _deadline(runtime, max_duration_s)
     scope = team if caller.admin else caller.team
 
     async def stream() -> AsyncIterator[bytes]:
-        after = last_event_id if last_event_id is not None else await run_in_threadpool(store.max_event_seq)
-        # The first event tells the client where "now" is, so it can resume even if nothing happens.
-        yield sse_event("hello", after, StreamHello(team=scope, after=after).model_dump())
-        last_sent = time.monotonic()
-        while time.monotonic() < deadline:
-            seen_version = runtime.notifier.version
-            events = await run_in_threadpool(store.events_after, after, team=scope, limit=BATCH)
-            for event in events:
-                yield _sse(await _with_usage(runtime, event))
-                after, last_sent = event.seq, time.monotonic()
-            if events:
-                continue
-            wait_s = min(settings.sse_poll_interval_s, max(0.0, deadline - time.monotonic()))
-            await runtime.notifier.wait(seen_version, wait_s)
-            if time.monotonic() - last_sent >= KEEPALIVE_S:
-                yield KEEPALIVE
-                last_sent = time.monotonic()
+        with fanout.subscribe(StreamScope(team=scope)) as sub:
+            after = last_event_id if last_event_id is not None else sub.head
+            # The first event tells the client where "now" is, so it can resume even if nothing happens.
+            yield sse_event("hello", after, StreamHello(team=scope, after=after).model_dump())
+            async for chunk in _live(runtime, sub, after, deadline):
+                yield chunk
 
     return sse_response(stream())

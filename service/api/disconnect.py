@@ -1,0 +1,103 @@
+"""Cancelling the work of a request whose client has gone before its answer started.
+
+uvicorn lets an app run to its end after the client disconnected; under overload those are exactly
+the requests whose clients timed out, and finishing them only delays the ones still wanted. This
+middleware watches the connection once the request body has been read (at once for a request without
+one) and cancels the request's task when the client leaves before the response has started. What is
+already running in a worker thread finishes (a thread cannot be interrupted), but a request still
+waiting for a thread, the database or a dependency stops there. After the response has started,
+nothing is cancelled: a streaming response watches for the disconnect itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+DISCONNECT: Message = {"type": "http.disconnect"}
+
+
+def _has_body(scope: Scope) -> bool:
+    headers = Headers(scope=scope)
+    return "transfer-encoding" in headers or headers.get("content-length", "0") not in ("", "0")
+
+
+class _ConnectionWatch:
+    """Stands between the app and uvicorn's `receive`, so that exactly one of them reads it at a time:
+    the app while the body is coming, the watch after it."""
+
+    def __init__(self, receive: Receive, *, body_expected: bool) -> None:
+        self._receive = receive
+        self._body_read = asyncio.Event()
+        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self.disconnected = False
+        if not body_expected:
+            self._body_read.set()
+
+    async def receive(self) -> Message:
+        if not self._body_read.is_set():
+            message = await self._receive()
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                self._body_read.set()
+            return message
+        if self._inbox.empty() and self.disconnected:
+            return DISCONNECT
+        return await self._inbox.get()
+
+    async def watch(self, on_disconnect: asyncio.Event) -> None:
+        await self._body_read.wait()
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                on_disconnect.set()
+                self._inbox.put_nowait(message)
+                return
+            self._inbox.put_nowait(message)  # a bodiless request's one http.request, kept for the app
+
+
+class CancelOnDisconnectMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.cancelled = 0  # requests cancelled because their client left (tests, metrics)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        task = asyncio.current_task()
+        if task is None:  # not under a running task (never under uvicorn): nothing to cancel
+            await self.app(scope, receive, send)
+            return
+        connection = _ConnectionWatch(receive, body_expected=_has_body(scope))
+        left, started, cancelling = asyncio.Event(), False, False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        async def cancel_when_left() -> None:
+            nonlocal cancelling
+            await left.wait()
+            if not started:
+                cancelling = True
+                task.cancel()
+
+        watcher = asyncio.create_task(connection.watch(left))
+        canceller = asyncio.create_task(cancel_when_left())
+        try:
+            await self.app(scope, connection.receive, tracking_send)
+        except asyncio.CancelledError:
+            if not cancelling or task.cancelling() > 1:
+                raise  # someone else's cancellation (a server shutting down): let it through
+            task.uncancel()
+            self.cancelled += 1  # the client left; there is nobody to answer
+        finally:
+            for helper in (watcher, canceller):
+                helper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await helper
