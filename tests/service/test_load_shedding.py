@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
+from live_server import served
 from service_helpers import wait_until
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,7 +20,6 @@ from starlette.routing import Route
 
 from service.api.disconnect import CancelOnDisconnectMiddleware
 from service.api.overload import LoadSheddingMiddleware
-from service.free_port import free_port
 
 
 class Gate:
@@ -84,24 +82,8 @@ def test_at_the_limit_a_request_gets_503_with_retry_after_and_the_service_recove
 @pytest.fixture
 def gated_server() -> Iterator[tuple[str, Gate]]:
     gate = Gate()
-    port = free_port()
-    config = uvicorn.Config(gated_app(gate, max_requests=100), host="127.0.0.1", port=port, log_config=None,
-                            log_level="warning")  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{url}/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_until(up, timeout_s=30)
-    yield url, gate
-    server.should_exit = True
-    thread.join(timeout=15)
+    with served(gated_app(gate, max_requests=100), probe="/healthz") as url:
+        yield url, gate
 
 
 def test_work_for_a_client_that_left_is_cancelled_quietly(

@@ -5,7 +5,6 @@ in line across a service restart, and `rljob list` / `rljob status` show where i
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi.testclient import TestClient
+from live_server import served
 from service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
 from typer.testing import CliRunner
 
@@ -23,7 +23,6 @@ from service.cli.main import app as cli
 from service.config import Settings
 from service.domain.phases import JobPhase
 from service.domain.tokens import TokenService
-from service.free_port import free_port
 
 A = {"Authorization": f"Bearer {TOKEN_A}"}
 B = {"Authorization": f"Bearer {TOKEN_B}"}
@@ -137,24 +136,8 @@ def test_a_job_waiting_in_its_teams_queue_stays_there_across_a_service_restart(s
 
 @contextmanager
 def live_url(settings: Settings) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        wait_until(ready, timeout_s=30)
+    with served(create_app(settings), log_config=uvicorn.config.LOGGING_CONFIG) as url:
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
 
 
 def test_rljob_list_and_status_show_the_queue(

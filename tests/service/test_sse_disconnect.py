@@ -5,21 +5,19 @@ not disconnect the way a socket does."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from conftest import add_test_tokens
+from live_server import served
 from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, spec_body, wait_until
+from service_helpers import TOKEN_A, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.free_port import free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN_A}"}
 
@@ -29,26 +27,11 @@ def live_url(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> Iterator[str]:
     add_test_tokens(store)
-    port = free_port()
     app = create_app(
         Settings(state_dir=tmp_path / "state"), store=store, launcher=fake_launcher, progress=fake_progress
     )
-    # log_config=None: uvicorn's records reach the root logger, where caplog sees them.
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_until(ready, timeout_s=30)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=15)
+    with served(app) as url:
+        yield url
 
 
 def test_leaving_a_stream_mid_backlog_logs_no_error(

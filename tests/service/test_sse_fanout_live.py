@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from functools import wraps
 from pathlib import Path
@@ -13,15 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from conftest import add_test_tokens
+from live_server import served
 from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, spec_body, wait_until
+from service_helpers import TOKEN_A, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.free_port import free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN_A}"}
 
@@ -43,25 +41,10 @@ class CountedReads:
 def live(store: SqlJobStore, tmp_path: Path) -> Iterator[tuple[str, CountedReads]]:
     add_test_tokens(store)
     reads = CountedReads(store)
-    port = free_port()
     settings = Settings(state_dir=tmp_path / "state", sse_poll_interval_s=1.0)
     app = create_app(settings, store=store, launcher=FakeLauncher(), progress=FakeProgress())
-    # log_config=None: uvicorn's records reach the root logger, where caplog sees them.
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_until(ready, timeout_s=30)
-    yield url, reads
-    server.should_exit = True
-    thread.join(timeout=15)
+    with served(app) as url:
+        yield url, reads
 
 
 async def _stream(client: httpx.AsyncClient, seen: list[int], opened: Callable[[], None], **headers: str) -> None:
