@@ -3,9 +3,11 @@ launcher (chosen once, adapters/launchers.py), the job service and the superviso
 `create_app_from_env()` is the same with settings read from RLJOB_* variables: the service image's
 `uvicorn ... --factory` entrypoint calls a factory with no arguments.
 
-Start-up order matters: migrate, ensure the bootstrap token, start the launcher's watcher, then
-re-attach every non-terminal job in the background. /readyz says false and submissions get 503
-until that recovery has finished, so no new job can race with an old one being resumed.
+Start-up order matters: migrate, ensure the bootstrap token, then take the lead if no other replica
+holds it (service/leadership.py): the leader starts the launcher's watcher and re-attaches every
+non-terminal job in the background; /readyz says false and submissions get 503 until that recovery has
+finished, so no new job can race with an old one being resumed. A replica that does not lead serves
+reads, streams and submissions (stored; the leader hands them over) and is ready at once.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from service.adapters.events_file import EventsFileReader
 from service.adapters.launchers import build_launcher
+from service.adapters.leader_locks import leader_lock_for
 from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
 from service.change_notifier import ChangeNotifier
@@ -26,6 +29,7 @@ from service.config import Settings
 from service.domain.job_service import JobService
 from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
 from service.domain.tokens import TokenCache, TokenService
+from service.leadership import Leadership
 from service.logging_config import configure_logging
 from service.supervisor import Supervisor
 
@@ -68,38 +72,43 @@ def create_app(
             )  # fmt: skip
         job_launcher = launcher or build_launcher(settings)
         notifier = ChangeNotifier()
+        lock = leader_lock_for(getattr(job_store, "url", None))
+        leadership = Leadership(
+            lock, on_elected=lambda: supervisor.start(), on_deposed=lambda: supervisor.stop(),
+            check_interval_s=settings.leader_check_interval_s,
+        )  # fmt: skip
         job_service = JobService(
             job_store, job_launcher, progress or EventsFileReader(),
             clock=clock, notify=notifier.notify, max_resumes=settings.max_resumes,
             run_files=run_files or StoreRunFiles(), mirror_every_steps=settings.status_mirror_every_steps,
             mirror_interval_s=settings.status_mirror_interval_s, health_policy=settings.health_policy,
-            location_policy=settings.location_policy,
+            location_policy=settings.location_policy, leads=lambda: leadership.leads,
         )  # fmt: skip
         supervisor = Supervisor(
             job_service, job_launcher,
             progress_poll_interval_s=settings.progress_poll_interval_s,
             active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
+            take_over_requests=lock.shared,
         )  # fmt: skip
         metrics.watch_store(job_store.count_by_phase)
         await run_in_threadpool(metrics.watch_usage, job_store, clock, settings.usage_prices_usd_per_chip_hour)
         app.state.runtime = Runtime(
             settings=settings, store=job_store, jobs=job_service, tokens=tokens, notifier=notifier,
-            supervisor=supervisor, metrics=metrics, clock=clock,
+            supervisor=supervisor, leadership=leadership, metrics=metrics, clock=clock,
             log_followers=LogFollowers(settings.max_log_followers),
         )  # fmt: skip
-        fanout = EventFanout(
-            job_store, notifier, poll_interval_s=settings.sse_poll_interval_s, queue_size=settings.sse_queue_events
-        )
+        fanout = EventFanout(job_store, notifier, poll_interval_s=settings.sse_poll_interval_s, queue_size=settings.sse_queue_events)
         await fanout.start()
         app.state.event_fanout = fanout
-        supervisor.start()
+        metrics.watch_leadership(lambda: leadership.leads)
+        await run_in_threadpool(leadership.start)
         try:
             with on_termination_signal(fanout.end_streams):
                 yield
         finally:
             await fanout.stop()
             app.state.event_fanout = None
-            supervisor.stop()
+            await run_in_threadpool(leadership.stop)
             app.state.runtime = None
             if store is None:
                 job_store.close()

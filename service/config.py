@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     cancel_grace_s: float = Field(default=10.0, gt=0, description="local launcher: SIGTERM to SIGKILL on cancel")
     local_poll_interval_s: float = Field(default=0.2, gt=0, description="local launcher: how often it checks its processes")
     progress_poll_interval_s: float = Field(default=0.5, gt=0, description="how often active jobs' trainer events are read")
+    leader_check_interval_s: float = Field(
+        default=2.0, gt=0,
+        description="PostgreSQL replicas: how often one that does not lead tries to, and the leader checks it still does",
+    )  # fmt: skip
     active_jobs_reconcile_interval_s: float = Field(
         default=30.0, gt=0, description="how often the service asks the launcher about every job that has not ended"
     )
@@ -113,7 +117,7 @@ class Settings(BaseSettings):
     # every location in a spec must lie under one of its team's prefixes.
     team_locations: dict[str, list[str]] = Field(
         default_factory=dict,
-        description='team -> the gs:// prefixes and local directory roots its jobs may read and write, '
+        description="team -> the gs:// prefixes and local directory roots its jobs may read and write, "
         'e.g. {"team-a": ["gs://rljob-runs/team-a/", "/data/team-a"]}',
     )
     team_location_template: str = Field(

@@ -4,8 +4,12 @@ Threads (all daemon, all stopped by `Supervisor.stop()`):
 - observations: drains the bounded queue the launcher pushes into and applies each observation;
 - recovery: re-attaches every non-terminal job (retried with backoff), then marks the service ready;
 - poller: every progress_poll_interval_s folds new trainer events into active jobs and re-judges
-  running jobs' learning health (a job stalls without any event saying so), and every
+  running jobs' learning health (a job stalls without any event saying so), carries out what other
+  replicas stored (`take_over_requests`: a job they accepted, a cancel they recorded), and every
   active_jobs_reconcile_interval_s asks the launcher about every active job (catches missed observations).
+
+Only the leading replica runs a supervisor (service/leadership.py); it is started again when this
+replica takes the lead again after losing it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class Supervisor:
         recovery_retry_s: float = 1.0,
         recovery_retry_max_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
+        take_over_requests: bool = False,
     ) -> None:
         self.jobs = jobs
         self.launcher = launcher
@@ -47,6 +52,7 @@ class Supervisor:
         self.recovery_retry_s = recovery_retry_s  # doubled after each failed recovery, up to the max
         self.recovery_retry_max_s = recovery_retry_max_s
         self._monotonic = monotonic
+        self.take_over_requests = take_over_requests  # True where other replicas store jobs and cancels
         self._observations: queue.Queue[Observation] = queue.Queue(maxsize=OBSERVATION_QUEUE_SIZE)
         self._stop = threading.Event()
         self.ready = threading.Event()
@@ -61,6 +67,9 @@ class Supervisor:
             log.warning("observation queue full; dropping %s for %s (the reconcile loop catches up)", obs.state, obs.job_id)
 
     def start(self) -> None:
+        self._stop.clear()
+        self.ready.clear()
+        self.recovery_error = None
         self.jobs.start()
         self.launcher.start(self.sink)
         for name, target in (("observations", self._consume), ("recovery", self._recover_then_poll)):
@@ -107,6 +116,8 @@ class Supervisor:
             # One bad round (a database hiccup) must not end the loop for good: log it, go on.
             try:
                 self.poll_progress_once()
+                if self.take_over_requests:
+                    self.recovery.take_over_requests()
             except Exception:
                 log.exception("polling progress failed; trying again in %.1fs", self.progress_poll_interval_s)
             if self._monotonic() >= next_reconcile:

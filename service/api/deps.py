@@ -23,6 +23,7 @@ from service.domain.models import Caller, JobPublic, JobRecord
 from service.domain.ports import Clock, JobStore
 from service.domain.tokens import TokenService
 from service.domain.views import to_public
+from service.leadership import Leadership
 from service.supervisor import Supervisor
 from trainer.contract import JOB_ID_RE
 
@@ -40,10 +41,19 @@ class Runtime:
     tokens: TokenService
     notifier: ChangeNotifier
     supervisor: Supervisor
+    leadership: Leadership
     metrics: ServiceMetrics
     clock: Clock
     log_followers: LogFollowers = field(default_factory=lambda: LogFollowers(32))
     owned: list[object] = field(default_factory=list)
+
+    def not_ready_reason(self) -> str | None:
+        """Why this replica cannot take submissions yet: only a leader still re-attaching jobs cannot
+        (a follower stores them and the leader hands them over)."""
+        if not self.leadership.leads or self.supervisor.ready.is_set():
+            return None
+        error = self.supervisor.recovery_error
+        return f"recovery failed: {error}" if error else "recovering jobs"
 
     def public(self, record: JobRecord) -> JobPublic:
         """The job as the API shows it now: health judged by the configured thresholds, cost by the price table."""
@@ -65,9 +75,7 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 _bearer = HTTPBearer(auto_error=False, description="an API token from `rljob token create` or `rljob serve`")
 
 
-async def get_caller(
-    runtime: RuntimeDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Caller:
+async def get_caller(runtime: RuntimeDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
     header = f"{credentials.scheme} {credentials.credentials}" if credentials else None
     caller = runtime.tokens.cached_caller(header)
     if caller is None:
@@ -86,7 +94,7 @@ JobServiceDep = Annotated[JobService, Depends(get_job_service)]
 
 
 async def require_ready(runtime: RuntimeDep) -> None:
-    if not runtime.supervisor.ready.is_set():
+    if runtime.not_ready_reason() is not None:
         raise NotReady()
 
 

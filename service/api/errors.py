@@ -47,9 +47,7 @@ class ValidationErrorPublic(BaseModel):
     detail: list[FieldProblem]
 
 
-_RETRY_AFTER = {
-    "Retry-After": {"description": "seconds to wait before retrying", "required": True, "schema": {"type": "integer"}}
-}
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "required": True, "schema": {"type": "integer"}}}
 _WWW_AUTHENTICATE = {"WWW-Authenticate": {"description": "Bearer", "required": True, "schema": {"type": "string"}}}
 _DEFAULT_REASONS: dict[int, str] = {
     400: "the cursor is not one this service issued",
@@ -101,9 +99,7 @@ def validation_detail(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, e.InvalidRequest):
-        return JSONResponse(
-            status_code=422, content={"detail": [{"loc": list(exc.loc), "msg": str(exc), "type": "value_error"}]}
-        )
+        return JSONResponse(status_code=422, content={"detail": [{"loc": list(exc.loc), "msg": str(exc), "type": "value_error"}]})
     status = next((code for cls, code in _STATUS.items() if isinstance(exc, cls)), 400)
     headers = {}
     if status == 401:
@@ -121,9 +117,7 @@ def _request_validation_error(request: Request, exc: Exception) -> JSONResponse:
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     request_id = uuid.uuid4().hex[:12]
     log.error("unhandled error (request %s) on %s %s", request_id, request.method, request.url.path, exc_info=exc)
-    return JSONResponse(
-        status_code=500, content={"detail": f"internal error; quote request id {request_id} when reporting it"}
-    )
+    return JSONResponse(status_code=500, content={"detail": f"internal error; quote request id {request_id} when reporting it"})
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -36,24 +36,40 @@ class _JobsByPhase(Collector):
         yield gauge
 
 
+class _Leader(Collector):
+    def __init__(self, leads: Callable[[], bool]) -> None:
+        self._leads = leads
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "rljob_leader", "1 on the replica that launches, watches and reconciles jobs, 0 on the others",
+            value=1 if self._leads() else 0,
+        )  # fmt: skip
+
+
 class ServiceMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.submissions = Counter(
-            "rljob_job_submissions", "job submissions by outcome", ["outcome"], registry=self.registry
-        )
+        self.submissions = Counter("rljob_job_submissions", "job submissions by outcome", ["outcome"], registry=self.registry)
         self.latency = Histogram(
             "rljob_api_request_duration_seconds", "API latency until the response starts",
             ["method", "route", "status"], registry=self.registry,
         )  # fmt: skip
         self._phase_collector: _JobsByPhase | None = None
         self._usage_collector: UsageCounters | None = None
+        self._leader_collector: _Leader | None = None
 
     def watch_store(self, count_by_phase: Callable[[], dict[str, int]]) -> None:
         if self._phase_collector is not None:
             self.registry.unregister(self._phase_collector)
         self._phase_collector = _JobsByPhase(count_by_phase)
         self.registry.register(self._phase_collector)
+
+    def watch_leadership(self, leads: Callable[[], bool]) -> None:
+        if self._leader_collector is not None:
+            self.registry.unregister(self._leader_collector)
+        self._leader_collector = _Leader(leads)
+        self.registry.register(self._leader_collector)
 
     def watch_usage(self, store: JobStore, clock: Clock, prices: PriceTable) -> None:
         """Count chip-seconds from now on (reads the store: call it off the event loop)."""
@@ -82,9 +98,7 @@ class LatencyMiddleware:
                 status["code"] = message["status"]
                 route = scope.get("route")
                 path = getattr(route, "path", None) or "unmatched"
-                self.metrics.latency.labels(scope["method"], path, str(status["code"])).observe(
-                    time.perf_counter() - start
-                )
+                self.metrics.latency.labels(scope["method"], path, str(status["code"])).observe(time.perf_counter() - start)
             await send(message)
 
         await self.app(scope, receive, send_wrapper)

@@ -63,13 +63,8 @@ class LoadSheddingMiddleware:
             return
         if pool.in_flight >= pool.limit:
             self.shed.labels(pool.name).inc()
-            detail = (
-                f"the service is at its limit of {pool.limit} {pool.name} at once; "
-                f"retry after {self.retry_after_s} s"
-            )
-            response = JSONResponse(
-                {"detail": detail}, status_code=503, headers={"Retry-After": str(self.retry_after_s)}
-            )
+            detail = f"the service is at its limit of {pool.limit} {pool.name} at once; retry after {self.retry_after_s} s"
+            response = JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": str(self.retry_after_s)})
             await response(scope, receive, send)
             return
         pool.in_flight += 1  # one event loop: no lock needed

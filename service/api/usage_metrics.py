@@ -112,4 +112,3 @@ class UsageCounters(Collector):
             self._counted.pop(record.id, None)
         else:
             self._counted[record.id] = seconds
-

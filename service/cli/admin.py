@@ -36,9 +36,7 @@ def _env(setting: str) -> str:
 
 
 StateDir = Annotated[Path | None, typer.Option(envvar=_env("state_dir"), help="state directory (default ~/.rljob)")]
-DatabaseUrl = Annotated[
-    str | None, typer.Option(envvar=_env("database_url"), help="database URL (default SQLite in the state dir)")
-]
+DatabaseUrl = Annotated[str | None, typer.Option(envvar=_env("database_url"), help="database URL (default SQLite in the state dir)")]
 
 
 def _settings(**overrides: object) -> Settings:
@@ -96,8 +94,9 @@ def serve(
     from service.domain.tokens import generate_token
     from service.logging_config import configure_logging
 
-    base = _settings(host=host, port=port, state_dir=state_dir, database_url=database_url, launcher=launcher,
-                     max_concurrent_jobs=max_concurrent_jobs)
+    base = _settings(
+        host=host, port=port, state_dir=state_dir, database_url=database_url, launcher=launcher, max_concurrent_jobs=max_concurrent_jobs
+    )
     client_file = Path(base.state_dir).expanduser() / "client.yaml"
     token = (base.bootstrap_token.get_secret_value() if base.bootstrap_token else None) or _existing_token(client_file)
     token = token or generate_token()
@@ -116,6 +115,7 @@ def serve(
         create_app(settings), host=settings.host, port=settings.port, log_level="info", log_config=None,
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
     )  # fmt: skip
+
 
 @token_app.command("create")
 @handles_errors
@@ -137,6 +137,7 @@ def token_create(
     console.print(f"token {record.id} for team {record.team}{' (admin)' if admin else ''}:")
     typer.echo(secret)
 
+
 @token_app.command("revoke")
 @handles_errors
 def token_revoke(token_id: str, state_dir: StateDir = None, database_url: DatabaseUrl = None) -> None:
@@ -148,6 +149,7 @@ def token_revoke(token_id: str, state_dir: StateDir = None, database_url: Databa
     finally:
         store.close()
     console.print(f"revoked {token_id}")
+
 
 @token_app.command("list")
 @handles_errors
@@ -183,6 +185,7 @@ def render(
         lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
         raise CliError(f"invalid job spec {spec}:\n{lines}", ExitCode.BAD_INPUT) from e
     typer.echo(render_k8s_manifests(job_spec, job_id, str(spec)), nl=False)
+
 
 @handles_errors
 def demo(

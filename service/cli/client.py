@@ -94,9 +94,7 @@ def load_client_config(url: str | None, token: str | None, config: Path | None) 
         if not isinstance(loaded, dict):
             raise CliError(f"the config file {path} must be a mapping with url and token", ExitCode.BAD_INPUT)
         data = loaded
-    return ClientConfig(
-        url=(url or data.get("url") or DEFAULT_URL).rstrip("/"), token=token or data.get("token"), config_file=path
-    )
+    return ClientConfig(url=(url or data.get("url") or DEFAULT_URL).rstrip("/"), token=token or data.get("token"), config_file=path)
 
 
 def _field_problems(detail: Any) -> str:
@@ -158,11 +156,7 @@ class RljobClient:
         except httpx.TransportError as e:
             raise self._unreachable(e) from e
         self.check(response)
-        return (
-            response.json()
-            if response.headers.get("content-type", "").startswith("application/json")
-            else response.text
-        )
+        return response.json() if response.headers.get("content-type", "").startswith("application/json") else response.text
 
     def stream_lines(self, path: str, params: dict[str, Any] | None = None) -> Iterator[str]:
         try:
@@ -174,9 +168,7 @@ class RljobClient:
         except httpx.TransportError as e:
             raise self._unreachable(e) from e
 
-    def sse(
-        self, path: str, *, last_event_id: int | None = None, retries: int = 5
-    ) -> Iterator[tuple[str, int | None, str]]:
+    def sse(self, path: str, *, last_event_id: int | None = None, retries: int = 5) -> Iterator[tuple[str, int | None, str]]:
         """Yield (event, id, data) until the server ends the stream; reconnect with Last-Event-ID
         after a dropped connection (at most `retries` times in a row). `id` is the stream's last
         event id so far (SSE keeps it across events), None before the first."""

@@ -32,8 +32,15 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, 
                 data = json.loads(raw)
                 if event == "snapshot":
                     phase = data["phase"]
-                    _update(progress, task, phase=phase, stage=data.get("stage"), step=data.get("step"),
-                            total=data.get("total_steps"), reward=(data.get("metrics") or {}).get("reward_mean"))
+                    _update(
+                        progress,
+                        task,
+                        phase=phase,
+                        stage=data.get("stage"),
+                        step=data.get("step"),
+                        total=data.get("total_steps"),
+                        reward=(data.get("metrics") or {}).get("reward_mean"),
+                    )
                     continue
                 body = data.get("data", {})
                 if event == "phase":
@@ -43,22 +50,38 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, 
                 elif event == "stage":
                     _update(progress, task, stage=body.get("stage"))
                     if body.get("status") == "finished":
-                        progress.console.print(f"{job_id}: stage {body['stage']} finished"
-                                               + (" (skipped: already done)" if body.get("skipped") else ""))
+                        progress.console.print(
+                            f"{job_id}: stage {body['stage']} finished" + (" (skipped: already done)" if body.get("skipped") else "")
+                        )
                 elif event == "progress":
-                    _update(progress, task, stage="train", step=body.get("step"), total=body.get("total_steps"),
-                            reward=(body.get("metrics") or {}).get("reward_mean"))
+                    _update(
+                        progress,
+                        task,
+                        stage="train",
+                        step=body.get("step"),
+                        total=body.get("total_steps"),
+                        reward=(body.get("metrics") or {}).get("reward_mean"),
+                    )
                 elif event == "health":
-                    progress.console.print(f"{job_id}: health {body.get('verdict')} - {body.get('message', '')}",
-                                           markup=False, highlight=False)
+                    progress.console.print(
+                        f"{job_id}: health {body.get('verdict')} - {body.get('message', '')}", markup=False, highlight=False
+                    )
                 elif event == "artifact":
                     progress.console.print(f"{job_id}: artifact {body.get('name')} -> {body.get('uri')}")
     job: dict[str, Any] = client.request("GET", f"/v1/jobs/{job_id}")  # the JobPublic body
     return job
 
 
-def _update(progress: Progress, task: Any, *, phase: str | None = None, stage: str | None = None,
-            step: int | None = None, total: int | None = None, reward: float | None = None) -> None:
+def _update(
+    progress: Progress,
+    task: Any,
+    *,
+    phase: str | None = None,
+    stage: str | None = None,
+    step: int | None = None,
+    total: int | None = None,
+    reward: float | None = None,
+) -> None:
     fields: dict[str, Any] = {}
     if phase:
         fields["phase"] = phase

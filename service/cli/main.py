@@ -70,8 +70,9 @@ def _global(
     url: Annotated[str | None, typer.Option(envvar="RLJOB_URL", help="service URL (default http://127.0.0.1:8765)")] = None,
     token: Annotated[str | None, typer.Option(envvar="RLJOB_TOKEN", help="API token", show_default=False)] = None,
     config: Annotated[Path | None, typer.Option(envvar="RLJOB_CONFIG", help="config file with url and token")] = None,
-    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
-                                          help="print the installed rljob version and exit")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_print_version, help="print the installed rljob version and exit")
+    ] = False,
 ) -> None:
     ctx.obj = _Ctx(url, token, config)
 
@@ -93,8 +94,7 @@ def submit(
     ctx: typer.Context,
     spec: Annotated[Path, typer.Argument(help="job spec file (YAML or JSON); ${VAR} expands from the environment")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show progress until the job ends")] = False,
-    dry_run: Annotated[bool, typer.Option(help="validate, print the memory estimate and the Kubernetes manifests; "
-                                                "submit nothing")] = False,
+    dry_run: Annotated[bool, typer.Option(help="validate, print the memory estimate and the Kubernetes manifests; submit nothing")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="retries with the same key return the same job")] = None,
     output: OutputOption = None,
 ) -> None:
@@ -200,9 +200,18 @@ def list_jobs(
     for job in page["data"]:
         step = f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"
         health = health_text((job.get("health") or {}).get("verdict"))
-        table.add_row(job["id"], job["name"], job["team"], job["phase"], escape(queue_text(job)), health,
-                      job.get("stage") or "-", step,
-                      fmt_metric(job["metrics"].get("reward_mean")), job["created_at"][5:16].replace("T", " "))
+        table.add_row(
+            job["id"],
+            job["name"],
+            job["team"],
+            job["phase"],
+            escape(queue_text(job)),
+            health,
+            job.get("stage") or "-",
+            step,
+            fmt_metric(job["metrics"].get("reward_mean")),
+            job["created_at"][5:16].replace("T", " "),
+        )
     console.print(table)
     if page.get("next_cursor"):
         console.print("[dim]more jobs exist; use --limit or filters[/]")

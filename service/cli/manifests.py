@@ -24,9 +24,7 @@ def render_k8s_manifests(job_spec: JobSpec, job_id: str | None, what: str) -> st
     try:
         settings = K8sSettings()
     except ValidationError as e:
-        problems = "\n".join(
-            f"  RLJOB_K8S_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors()
-        )
+        problems = "\n".join(f"  RLJOB_K8S_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
         raise CliError(f"invalid Kubernetes settings:\n{problems}", ExitCode.BAD_INPUT) from e
     try:
         return render_manifests_yaml(job_spec, job_id, settings)

@@ -58,9 +58,7 @@ def print_samples(page: dict[str, Any], console: Console) -> None:
 def samples(
     ctx: typer.Context,
     job_id: str,
-    step: Annotated[
-        int | None, typer.Option(min=1, max=10**9, help="a train step (default: the newest with samples)")
-    ] = None,
+    step: Annotated[int | None, typer.Option(min=1, max=10**9, help="a train step (default: the newest with samples)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="the whole answer, texts uncut")] = False,
 ) -> None:
     """Show a train step's completions with each reward function's score."""

@@ -32,8 +32,7 @@ class NotCancellable(DomainError):
 class IdempotencyConflict(DomainError):
     def __init__(self, key: str, job_id: str) -> None:
         super().__init__(
-            f"Idempotency-Key {key!r} was already used for job {job_id} with a different spec; "
-            "use a new key for a different job"
+            f"Idempotency-Key {key!r} was already used for job {job_id} with a different spec; use a new key for a different job"
         )
         self.key = key
         self.job_id = job_id
@@ -60,8 +59,7 @@ class NotReady(DomainError):
 class TooManyLogFollowers(DomainError):
     def __init__(self, limit: int) -> None:
         super().__init__(
-            f"{limit} log streams are already being followed (the service's limit); retry later, "
-            "or read the log without follow=true"
+            f"{limit} log streams are already being followed (the service's limit); retry later, or read the log without follow=true"
         )
         self.limit = limit
 

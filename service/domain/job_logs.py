@@ -37,8 +37,7 @@ def job_log_lines(
         if produced:
             log.warning("log stream of %s ended early: %s", record.id, e)
             return
-        log.warning("the %s launcher has no logs for %s (%s); reading the run directory",
-                    launcher.backend, record.id, e)
+        log.warning("the %s launcher has no logs for %s (%s); reading the run directory", launcher.backend, record.id, e)
     if produced or run_files is None:
         return
     lines = run_files.stage_log_lines(record)

@@ -33,16 +33,14 @@ def read_job_samples(run_files: RunFiles | None, record: JobRecord, step: int | 
     if step is None:
         if not steps:
             raise SamplesNotFound(
-                f"job {record.id} has no samples yet: the trainer writes a few completions with their rewards "
-                "at every train step"
+                f"job {record.id} has no samples yet: the trainer writes a few completions with their rewards at every train step"
             )
         step = steps[-1]
     samples = run_files.read_samples(record, step)
     if samples is None:
         if step in steps:
             raise SamplesNotFound(
-                f"the samples of job {record.id} at step {step} cannot be read (not valid, or too large); "
-                "the service log says why"
+                f"the samples of job {record.id} at step {step} cannot be read (not valid, or too large); the service log says why"
             )
         have = f"steps with samples: {step_ranges(steps[-MAX_STEPS_LISTED:])}" if steps else "it has none yet"
         raise SamplesNotFound(f"job {record.id} has no samples for step {step}; {have}")

@@ -91,6 +91,7 @@ class JobService:
         mirror_interval_s: float = 30.0,
         health_policy: HealthPolicy = DEFAULT_HEALTH_POLICY,
         location_policy: LocationPolicy = UNRESTRICTED,
+        leads: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -109,9 +110,16 @@ class JobService:
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
         self.health_policy = health_policy
         self.location_policy = location_policy
+        # Whether this replica leads (service/leadership.py): only the leader talks to the launcher;
+        # another replica stores the job or the cancel, and the leader's take-over carries it out.
+        self.leads = leads
+        self._launching: set[str] = set()  # launch() under way in this process
+        self._stop_requested: set[str] = set()  # cancels sent to the launcher by this process
 
     def start(self) -> None:
-        """Start background helpers (the status mirror); the supervisor calls this at start-up."""
+        """Start background helpers (the status mirror); the supervisor calls this at start-up (and
+        when this replica takes the lead again: cancels sent in an earlier term are sent again)."""
+        self._stop_requested.clear()
         if self.status_mirror is not None:
             self.status_mirror.start()
 
@@ -140,9 +148,7 @@ class JobService:
         rows = self.store.list_jobs(filters, before_pk=before_pk, limit=limit + 1)
         return rows[:limit], len(rows) > limit
 
-    def logs(
-        self, record: JobRecord, *, follow: bool = False, tail_lines: int | None = None
-    ) -> Iterator[str | None]:
+    def logs(self, record: JobRecord, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str | None]:
         """The workload's log while the backend has it, else the stage logs in the run directory."""
         return job_log_lines(self.launcher, self.run_files, record, follow=follow, tail_lines=tail_lines)
 
@@ -192,7 +198,8 @@ class JobService:
             tx.insert(record)
             tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)
         self._notify()
-        self.launch(record.id)
+        if self.leads():
+            self.launch(record.id)
         return self.store.get(record.id) or record, True
 
     def cancel(self, caller: Caller, job_id: str) -> JobRecord:
@@ -212,14 +219,27 @@ class JobService:
                 raise NotCancellable(job_id, rec.phase.value)
 
         record = self._mutate(job_id, request_cancel)
-        if record.phase is JobPhase.CANCELLING:
+        if record.phase is JobPhase.CANCELLING and self.leads():
             self.stop_workload(job_id)
         return self.store.get(job_id) or record
 
     # ---- launching ---------------------------------------------------------------------------
 
+    def is_launching(self, job_id: str) -> bool:
+        return job_id in self._launching
+
+    def stop_requested(self, job_id: str) -> bool:
+        return job_id in self._stop_requested
+
     def launch(self, job_id: str) -> None:
         """Hand a QUEUED (or resumed LAUNCHING) job to the launcher; idempotent per job id."""
+        self._launching.add(job_id)
+        try:
+            self._launch(job_id)
+        finally:
+            self._launching.discard(job_id)
+
+    def _launch(self, job_id: str) -> None:
 
         def mark_launching(rec: JobRecord, tx: JobTx) -> None:
             if rec.phase is JobPhase.QUEUED:
@@ -239,8 +259,7 @@ class JobService:
                 if rec.phase is JobPhase.LAUNCHING:  # not cancelled meanwhile
                     rec.failure_reason = "LaunchFailed"
                     message = (
-                        f"the {self.launcher.backend} launcher could not start the job: {cause}; "
-                        "fix the cause and submit the job again"
+                        f"the {self.launcher.backend} launcher could not start the job: {cause}; fix the cause and submit the job again"
                     )
                     write_phase(tx, rec, JobPhase.FAILED, message, self.clock)
 
@@ -258,6 +277,7 @@ class JobService:
 
     def stop_workload(self, job_id: str) -> None:
         """Ask the launcher to stop the job's workload; a failure is logged, and the reconcile asks again."""
+        self._stop_requested.add(job_id)
         try:
             self.launcher.cancel(job_id)
         except Exception:  # the slow reconcile sends the cancel again
@@ -339,6 +359,7 @@ class JobService:
         if record is not None and record.phase.is_terminal():
             self.progress.forget(obs.job_id)
             self._replaced.pop(obs.job_id, None)
+            self._stop_requested.discard(obs.job_id)
 
     def _decide(self, rec: JobRecord, obs: Observation) -> Decision:
         replaced = names_a_replaced_workload(obs.object_name, rec.object_name, self._replaced.get(rec.id, ()))

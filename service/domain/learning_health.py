@@ -146,7 +146,10 @@ def assess_learning(
 
     def verdict(v: Verdict, message: str) -> LearningHealth:
         return LearningHealth(
-            verdict=v, message=message, step=latest.step, signal_fraction=latest.signal_fraction,
+            verdict=v,
+            message=message,
+            step=latest.step,
+            signal_fraction=latest.signal_fraction,
             last_step_at=latest.time,
         )
 
@@ -188,9 +191,7 @@ def assess_learning(
         )
 
     if latest.signal_fraction is None:
-        return verdict(
-            Verdict.LEARNING, f"step {latest.step} has a finite loss and KL (the trainer reported no signal fraction)"
-        )
+        return verdict(Verdict.LEARNING, f"step {latest.step} has a finite loss and KL (the trainer reported no signal fraction)")
     if latest.signal_fraction == 0:
         return verdict(
             Verdict.LEARNING,

@@ -120,9 +120,7 @@ def _loc(field_path: str) -> tuple[str | int, ...]:
     return ("body", *(int(p) if p.isdigit() else p for p in field_path.split(".")))
 
 
-def check_spec_locations(
-    spec: JobSpec, team: str, policy: LocationPolicy, resolve: ResolvePath = os.path.realpath
-) -> None:
+def check_spec_locations(spec: JobSpec, team: str, policy: LocationPolicy, resolve: ResolvePath = os.path.realpath) -> None:
     """Raise InvalidRequest for the first location of `spec` outside `team`'s prefixes."""
     if not policy.enforced:
         return

@@ -18,9 +18,7 @@ from .phases import JobPhase
 from .ports import Observation, ObservedState
 
 # The backend says the workload is no longer running: its events file is drained before deciding.
-WORKLOAD_STOPPED: frozenset[ObservedState] = frozenset(
-    {ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE}
-)
+WORKLOAD_STOPPED: frozenset[ObservedState] = frozenset({ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE})
 
 
 class Decision(enum.StrEnum):
@@ -77,9 +75,7 @@ def names_a_replaced_workload(observed_name: str | None, current_name: str | Non
     return observed_name is not None and observed_name != current_name and observed_name in replaced
 
 
-def decide(
-    phase: JobPhase, state: ObservedState, *, about_replaced_workload: bool = False, resumes_left: bool = True
-) -> Decision:
+def decide(phase: JobPhase, state: ObservedState, *, about_replaced_workload: bool = False, resumes_left: bool = True) -> Decision:
     """The decision for a job in `phase` when its backend reports `state`.
 
     `about_replaced_workload`: the observation names a workload a relaunch replaced

@@ -103,8 +103,15 @@ class StatusMirror(Protocol):
     """
 
     def mirror_status(
-        self, job_id: str, phase: str, stage: str | None = None, step: int | None = None, total: int | None = None,
-        *, queue_position: int | None = None, queue_reason: str | None = None,
+        self,
+        job_id: str,
+        phase: str,
+        stage: str | None = None,
+        step: int | None = None,
+        total: int | None = None,
+        *,
+        queue_position: int | None = None,
+        queue_reason: str | None = None,
     ) -> bool:
         """Write phase/stage/progress (and, while held by a queue, the place in line and why: both
         None otherwise) onto the workload; False when the workload is gone."""
@@ -160,9 +167,7 @@ class JobStore(Protocol):
 
     def count_by_phase(self) -> dict[str, int]: ...
 
-    def events_after(
-        self, after_seq: int, *, job_id: str | None = None, team: str | None = None, limit: int = 500
-    ) -> list[JobEvent]: ...
+    def events_after(self, after_seq: int, *, job_id: str | None = None, team: str | None = None, limit: int = 500) -> list[JobEvent]: ...
 
     def max_event_seq(self) -> int: ...
 

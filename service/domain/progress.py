@@ -109,9 +109,7 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         # The learning-health window: job_service judges it after the fold and logs a verdict change.
         record.recent_train_steps = push_step(record.recent_train_steps, TrainStepSummary.of_event(event))
         changes.points.append(MetricPoint(kind="train", step=event.step, time=event.time, values=values))
-        changes.log.append(
-            ("progress", {"step": event.step, "total_steps": event.total_steps, "metrics": dict(values)})
-        )
+        changes.log.append(("progress", {"step": event.step, "total_steps": event.total_steps, "metrics": dict(values)}))
     elif isinstance(event, EvalResult):
         values = _finite(event.metrics)
         if event.accuracy is not None:

@@ -19,9 +19,7 @@ from .ports import ObservedState
 log = logging.getLogger(__name__)
 
 # At start-up: a workload in one of these states is still there, and the job is re-attached to it.
-ALIVE: frozenset[ObservedState] = frozenset(
-    {ObservedState.QUEUED, ObservedState.PENDING, ObservedState.RUNNING, ObservedState.RESTARTING}
-)
+ALIVE: frozenset[ObservedState] = frozenset({ObservedState.QUEUED, ObservedState.PENDING, ObservedState.RUNNING, ObservedState.RESTARTING})
 # On the slow reconcile: a CANCELLING job whose workload is seen in one of these gets the cancel again.
 STILL_TO_STOP: frozenset[ObservedState] = frozenset({ObservedState.QUEUED, ObservedState.PENDING, ObservedState.RUNNING})
 
@@ -47,10 +45,23 @@ class JobRecovery:
         obs = self.jobs.launcher.observe(record.id)
         if obs.state in ALIVE:
             workload = obs.object_name or "the workload"
-            self.jobs.post_message(record.id, f"re-attached to {workload} after a service restart")
+            self.jobs.post_message(record.id, f"re-attached to {workload} after a service restart or a change of leader")
             if record.phase is JobPhase.CANCELLING:
                 self.jobs.stop_workload(record.id)
         self.jobs.apply_observation(obs)
+
+    def take_over_requests(self) -> None:
+        """Carry out what another replica stored and could not do itself (it does not lead): hand over
+        the QUEUED jobs it accepted and stop the workloads of the jobs it recorded as cancelled."""
+        for record in self.jobs.store.list_active():
+            try:
+                if record.phase is JobPhase.QUEUED and not record.handed_over:
+                    if not self.jobs.is_launching(record.id):
+                        self.jobs.launch(record.id)
+                elif record.phase is JobPhase.CANCELLING and not self.jobs.stop_requested(record.id):
+                    self.jobs.stop_workload(record.id)
+            except Exception:
+                log.exception("taking over the request for %s failed", record.id)
 
     def reconcile_once(self) -> None:
         """Ask the backend about every launched job (one QUEUED in the backend's queue too); hand over

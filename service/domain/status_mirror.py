@@ -40,8 +40,15 @@ class MirroredStatus:
     @classmethod
     def of(cls, record: JobRecord) -> MirroredStatus:
         queue = record.queue if record.phase is JobPhase.QUEUED else None
-        return cls(record.phase.value.lower(), record.stage, record.step, record.total_steps,
-                   record.phase.is_terminal(), queue.position if queue else None, queue.reason if queue else None)
+        return cls(
+            record.phase.value.lower(),
+            record.stage,
+            record.step,
+            record.total_steps,
+            record.phase.is_terminal(),
+            queue.position if queue else None,
+            queue.reason if queue else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,11 @@ class StatusMirrorWorker:
         # A new place in line is news for whoever watches the queue: sent like a phase change (it
         # moves only when a job ahead is admitted or leaves, not every step).
         if (status.phase, status.stage, status.total, status.queue_position, status.queue_reason) != (
-            previous.phase, previous.stage, previous.total, previous.queue_position, previous.queue_reason
+            previous.phase,
+            previous.stage,
+            previous.total,
+            previous.queue_position,
+            previous.queue_reason,
         ):
             return 0.0
         steps = None if status.step is None or previous.step is None else abs(status.step - previous.step)
@@ -121,8 +132,15 @@ class StatusMirrorWorker:
 
     def _send(self, job_id: str, status: MirroredStatus, now_s: float) -> None:
         try:
-            present = self._mirror.mirror_status(job_id, status.phase, status.stage, status.step, status.total,
-                                                 queue_position=status.queue_position, queue_reason=status.queue_reason)
+            present = self._mirror.mirror_status(
+                job_id,
+                status.phase,
+                status.stage,
+                status.step,
+                status.total,
+                queue_position=status.queue_position,
+                queue_reason=status.queue_reason,
+            )
         except Exception as e:  # noqa: BLE001 - a label is a convenience: never fail or stall a job over it
             log.warning("could not mirror %s's status (%s) onto its workload: %s", job_id, status.phase, e)
             return  # not recorded as sent: the next offer tries again

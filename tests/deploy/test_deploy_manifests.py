@@ -13,8 +13,16 @@ from deploy_support import GKE_MINOR, K8S, OVERLAYS, ROOT, one, render
 from env_scan import settings_env_names
 
 SCHEMAS = Path(__file__).parent / "schemas"
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ResourceFlavor", "ClusterQueue", "AdmissionCheck",
-                  "ProvisioningRequestConfig", "WorkloadPriorityClass"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ResourceFlavor",
+    "ClusterQueue",
+    "AdmissionCheck",
+    "ProvisioningRequestConfig",
+    "WorkloadPriorityClass",
+}
 
 
 def _strictify(schema: object) -> object:
@@ -24,10 +32,8 @@ def _strictify(schema: object) -> object:
         out = {k: _strictify(v) for k, v in schema.items()}
         if isinstance(out.get("pattern"), str) and out["pattern"].startswith("^(?i)"):
             # Go's RE2 takes a flag group anywhere; Python's re only at the start (AdmissionCheck's kind).
-            out["pattern"] = "(?i)^" + out["pattern"][len("^(?i)"):]
-        if "properties" in out and "additionalProperties" not in out and not out.get(
-            "x-kubernetes-preserve-unknown-fields"
-        ):
+            out["pattern"] = "(?i)^" + out["pattern"][len("^(?i)") :]
+        if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
             out["additionalProperties"] = False
         return out
     if isinstance(schema, list):
@@ -114,8 +120,18 @@ def test_service_deployment_is_hardened_and_probed(rendered, overlay):
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert "emptyDir" in volumes[mounts["/tmp"]], "/tmp must be a writable emptyDir (read-only root)"
-    # Single writer: one replica, never two pods at once.
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    pdbs = [o for o in objs if o["kind"] == "PodDisruptionBudget" and o["metadata"]["name"] == "rljob-service"]
+    if "sqlite" in json.dumps(c.get("env", [])):
+        # SQLite lives in the pod: one replica, never two pods at once, and no budget to block drains.
+        assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate" and not pdbs
+    else:
+        # PostgreSQL: replicas with a leader lock; a rolling update and a drain keep one serving.
+        assert dep["spec"]["replicas"] >= 2 and dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+        (pdb,) = pdbs
+        assert (
+            pdb["spec"]["minAvailable"] == 1
+            and pdb["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+        )
     # The Service reaches this pod.
     svc = one(objs, "Service", "rljob-service")
     labels = dep["spec"]["template"]["metadata"]["labels"]
@@ -163,9 +179,7 @@ def test_gke_overlay_takes_project_values_from_project_env(kubectl, tmp_path):
 
     work = tmp_path / "k8s"
     shutil.copytree(K8S, work)
-    (work / "overlays/gke/project.env").write_text(
-        "TRAINER_GSA=t@p1.iam.gserviceaccount.com\nSERVICE_GSA=s@p1.iam.gserviceaccount.com\n"
-    )
+    (work / "overlays/gke/project.env").write_text("TRAINER_GSA=t@p1.iam.gserviceaccount.com\nSERVICE_GSA=s@p1.iam.gserviceaccount.com\n")
     objs = render(kubectl, work / "overlays/gke")
     ann = "iam.gke.io/gcp-service-account"
     assert one(objs, "ServiceAccount", "rljob-trainer")["metadata"]["annotations"][ann] == "t@p1.iam.gserviceaccount.com"
@@ -210,5 +224,4 @@ def test_every_rljob_setting_is_one_the_service_reads(rendered, overlay):
         keys |= {e["name"] for e in c.get("env", []) if e["name"].startswith("RLJOB_")}
     assert keys - known == set(), f"settings no service class reads: {sorted(keys - known)}"
     # The ones the deployment cannot work without.
-    assert {"RLJOB_LAUNCHER", "RLJOB_K8S_IN_CLUSTER", "RLJOB_K8S_NAMESPACE", "RLJOB_K8S_IMAGE",
-            "RLJOB_DATABASE_URL"} <= keys
+    assert {"RLJOB_LAUNCHER", "RLJOB_K8S_IN_CLUSTER", "RLJOB_K8S_NAMESPACE", "RLJOB_K8S_IMAGE", "RLJOB_DATABASE_URL"} <= keys

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,13 +36,9 @@ def postgres_server() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database per test on each backend."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'rljob.db'}"
-        return
-    server = request.getfixturevalue("postgres_server")
+@contextmanager
+def fresh_postgres_database(server: str) -> Iterator[str]:
+    """A new, empty database on the test server, dropped (connections and all) afterwards."""
     name = f"rljob_test_{uuid.uuid4().hex[:10]}"
     admin = create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -52,6 +49,23 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database per test on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'rljob.db'}"
+        return
+    with fresh_postgres_database(request.getfixturevalue("postgres_server")) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_db(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database (for what only PostgreSQL does: replicas)."""
+    with fresh_postgres_database(postgres_server) as url:
+        yield url
 
 
 @pytest.fixture

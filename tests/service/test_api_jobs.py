@@ -182,9 +182,10 @@ def test_job_detail_metrics_and_logs(api: Api, tmp_path: Path) -> None:
 
 def test_health_ready_and_prometheus_metrics(api: Api, tmp_path: Path) -> None:
     assert api.client.get("/healthz").json() == {"status": "ok"}
-    assert api.client.get("/readyz").json() == {"ready": True}
+    assert api.client.get("/readyz").json() == {"ready": True, "role": "leader"}
     api.submit(spec_body(tmp_path))
     text = api.client.get("/metrics").text
+    assert "rljob_leader 1.0" in text
     assert 'rljob_jobs{phase="LAUNCHING"} 1.0' in text
     assert 'rljob_job_submissions_total{outcome="created"} 1.0' in text
     assert 'rljob_api_request_duration_seconds_count{method="POST",route="/v1/jobs",status="201"} 1.0' in text

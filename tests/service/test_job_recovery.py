@@ -38,9 +38,9 @@ def test_recovery_sends_the_cancel_again_to_a_cancelling_job_still_running(
     record = store.get(job_id)
     assert fake_launcher.cancelled == [job_id]
     assert record is not None and record.phase is JobPhase.CANCELLING
-    assert record.message == "re-attached to pid:7 after a service restart"
+    assert record.message == "re-attached to pid:7 after a service restart or a change of leader"
     messages = [e.data for e in store.events_after(0, job_id=job_id) if e.kind == "message"]
-    assert messages[-1] == {"message": "re-attached to pid:7 after a service restart"}
+    assert messages[-1] == {"message": "re-attached to pid:7 after a service restart or a change of leader"}
 
 
 @pytest.mark.parametrize("state", list(ObservedState))

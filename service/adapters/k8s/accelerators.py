@@ -100,15 +100,14 @@ class GkeTpuSlice:
     def shm_size(self) -> str:
         return self.machine.shm_size
 
+
 def _on_gke(tpu: TpuSlice) -> GkeTpuSlice | None:
     machine = GKE_MACHINES.get((tpu.generation, tpu.chips_per_vm))
     accelerator = GKE_ACCELERATORS.get(tpu.generation)
     return GkeTpuSlice(tpu, accelerator, machine) if machine and accelerator else None
 
 
-ACCELERATORS: dict[str, GkeTpuSlice] = {
-    name: gke for name, tpu in TPU_SLICES.items() if (gke := _on_gke(tpu)) is not None
-}
+ACCELERATORS: dict[str, GkeTpuSlice] = {name: gke for name, tpu in TPU_SLICES.items() if (gke := _on_gke(tpu)) is not None}
 
 
 @dataclass(frozen=True)
@@ -128,9 +127,7 @@ def lookup_accelerator(name: str) -> GkeTpuSlice:
         return ACCELERATORS[name]
     except KeyError:
         known = ", ".join(ACCELERATORS)
-        raise UnsupportedAccelerator(
-            f"accelerator {name!r} has no Kubernetes mapping; use one of {known}, or {CPU_ACCELERATOR}"
-        ) from None
+        raise UnsupportedAccelerator(f"accelerator {name!r} has no Kubernetes mapping; use one of {known}, or {CPU_ACCELERATOR}") from None
 
 
 def lookup_hardware(name: str) -> Hardware:

@@ -31,9 +31,7 @@ _iter_resp_lines = cast(Callable[[urllib3.BaseHTTPResponse], Iterator[str]], ite
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 FOLLOW_READ_TIMEOUT_S = 6 * 3600.0
 MERGE_PATCH = "application/merge-patch+json"  # works for built-ins and CRDs alike
-VISIBILITY_PENDING_PATH = (
-    "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
-)
+VISIBILITY_PENDING_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -128,8 +126,7 @@ class K8sClient:
         owner = _labels_of(existing).get(names.LABEL_JOB_ID)
         if owner != job_id:
             raise WorkloadConflict(
-                f"{what}: an object with that name exists but belongs to job {owner!r}, not {job_id!r}; "
-                "delete it or pick another job id"
+                f"{what}: an object with that name exists but belongs to job {owner!r}, not {job_id!r}; delete it or pick another job id"
             )
         return existing, False
 
@@ -159,12 +156,20 @@ class K8sClient:
             f"create JobSet {self.namespace}/{name}",
             job_id,
             functools.partial(
-                self.custom.create_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, self.namespace,
-                JOBSET_PLURAL, body,
+                self.custom.create_namespaced_custom_object,
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                self.namespace,
+                JOBSET_PLURAL,
+                body,
             ),
             functools.partial(
-                self.custom.get_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, self.namespace,
-                JOBSET_PLURAL, name,
+                self.custom.get_namespaced_custom_object,
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                self.namespace,
+                JOBSET_PLURAL,
+                name,
             ),
         )
 
@@ -175,7 +180,11 @@ class K8sClient:
         jobset = self.read(
             f"read JobSet {self.namespace}/{name}",
             self.custom.get_namespaced_custom_object,
-            JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name,
+            JOBSET_GROUP,
+            JOBSET_VERSION,
+            self.namespace,
+            JOBSET_PLURAL,
+            name,
         )
         # Custom objects come back as untyped JSON (the client says `object`).
         return cast("dict[str, Any] | None", jobset)
@@ -202,7 +211,10 @@ class K8sClient:
             workloads = self.call(
                 "list Kueue workloads",
                 self.custom.list_namespaced_custom_object,
-                KUEUE_GROUP, KUEUE_VERSION, self.namespace, KUEUE_WORKLOADS,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                self.namespace,
+                KUEUE_WORKLOADS,
                 label_selector=f"{JOB_UID_LABEL}={job_uid}",
             )
         except (ApiException, K8sBackendError) as exc:
@@ -228,9 +240,11 @@ class K8sClient:
         # tests/deploy reads the path from param_serialize below).
         api = self.custom.api_client
         request = api.param_serialize(
-            method="GET", resource_path=VISIBILITY_PENDING_PATH,
+            method="GET",
+            resource_path=VISIBILITY_PENDING_PATH,
             path_params={"namespace": self.namespace, "name": local_queue},
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
         )
         response = api.call_api(*request, _request_timeout=kwargs.get("_request_timeout"))
         response.read()
@@ -248,8 +262,14 @@ class K8sClient:
                 self.call(what, self.batch.delete_namespaced_job, name, self.namespace, body=body)
             elif kind == "JobSet":
                 self.call(
-                    what, self.custom.delete_namespaced_custom_object,
-                    JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name, body=body,
+                    what,
+                    self.custom.delete_namespaced_custom_object,
+                    JOBSET_GROUP,
+                    JOBSET_VERSION,
+                    self.namespace,
+                    JOBSET_PLURAL,
+                    name,
+                    body=body,
                 )
             elif kind == "ConfigMap":
                 self.call(what, self.core.delete_namespaced_config_map, name, self.namespace, body=body)
@@ -270,13 +290,18 @@ class K8sClient:
             patched = self.read(what, self.batch.patch_namespaced_job, name, self.namespace, body, _content_type=MERGE_PATCH)
         elif kind == "JobSet":
             patched = self.read(
-                what, self.custom.patch_namespaced_custom_object,
-                JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name, body, _content_type=MERGE_PATCH,
+                what,
+                self.custom.patch_namespaced_custom_object,
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                self.namespace,
+                JOBSET_PLURAL,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
             )
         elif kind == "ConfigMap":
-            patched = self.read(
-                what, self.core.patch_namespaced_config_map, name, self.namespace, body, _content_type=MERGE_PATCH
-            )
+            patched = self.read(what, self.core.patch_namespaced_config_map, name, self.namespace, body, _content_type=MERGE_PATCH)
         else:
             raise ValueError(f"cannot patch kind {kind}")
         return patched is not None

@@ -90,9 +90,11 @@ def read_workload(workload: dict[str, Any]) -> WorkloadView:
         reason = str(evicted.get("reason") or "Evicted")
         if reason.startswith("Deactivated"):
             # Not requeued: it waits until someone reactivates it (or cancels the job), so say how.
-            message = (f"{message}; Kueue will not admit it again until it is reactivated: kubectl patch "
-                       f"workloads.kueue.x-k8s.io {name} --type=merge -p '{{\"spec\":{{\"active\":true}}}}', "
-                       "or cancel the job")
+            message = (
+                f"{message}; Kueue will not admit it again until it is reactivated: kubectl patch "
+                f'workloads.kueue.x-k8s.io {name} --type=merge -p \'{{"spec":{{"active":true}}}}\', '
+                "or cancel the job"
+            )
         return WorkloadView(name, False, reason, message, evicted=True)
     admitted = _true(conds, "Admitted")
     if admitted is not None:
@@ -100,8 +102,12 @@ def read_workload(workload: dict[str, Any]) -> WorkloadView:
     reserved = conds.get("QuotaReserved")
     if _true(conds, "QuotaReserved") is not None:
         # Quota is held but an admission check (flex-start's ProvisioningRequest) has not passed yet.
-        return WorkloadView(name, False, "UnsatisfiedAdmissionChecks", _check_messages(workload)
-                            or "quota reserved; waiting for the flavor's admission checks")
+        return WorkloadView(
+            name,
+            False,
+            "UnsatisfiedAdmissionChecks",
+            _check_messages(workload) or "quota reserved; waiting for the flavor's admission checks",
+        )
     if reserved is None:
         return WorkloadView(name, False, "PendingEvaluation", "Kueue has not evaluated the workload yet")
     return WorkloadView(name, False, str(reserved.get("reason") or "Pending"), str(reserved.get("message") or ""))
@@ -110,8 +116,7 @@ def read_workload(workload: dict[str, Any]) -> WorkloadView:
 def _check_messages(workload: dict[str, Any]) -> str:
     checks = (workload.get("status") or {}).get("admissionChecks") or []
     pending = [c for c in checks if c.get("state") != "Ready"]
-    return "; ".join(f"{c.get('name')}: {c.get('state')}{': ' + c['message'] if c.get('message') else ''}"
-                     for c in pending)
+    return "; ".join(f"{c.get('name')}: {c.get('state')}{': ' + c['message'] if c.get('message') else ''}" for c in pending)
 
 
 def workload_of(items: list[dict[str, Any]], job_uid: str) -> dict[str, Any] | None:
@@ -129,4 +134,3 @@ def position_in(pending: dict[str, Any], workload_name: str) -> int | None:
             position = item.get("positionInLocalQueue")
             return int(position) + 1 if isinstance(position, int) else None
     return None
-

@@ -51,20 +51,29 @@ class K8sJobLauncher:
         if self._threads:
             raise RuntimeError("K8sJobLauncher.start called twice")
         self._stop.clear()
-        self._reconciler = Reconciler(self.observe, sink, interval_s=self._settings.watch_resync_interval_s,
-                                      stop=self._stop, clock=self._clock)
+        self._reconciler = Reconciler(
+            self.observe, sink, interval_s=self._settings.watch_resync_interval_s, stop=self._stop, clock=self._clock
+        )
         c, ns = self._client, self._settings.namespace
-        common = WatchOptions(on_job=self._reconciler.mark, stop=self._stop, watch_timeout_s=self._settings.watch_timeout_s,
-                              connect_timeout_s=min(10.0, self._settings.request_timeout_s))
+        common = WatchOptions(
+            on_job=self._reconciler.mark,
+            stop=self._stop,
+            watch_timeout_s=self._settings.watch_timeout_s,
+            connect_timeout_s=min(10.0, self._settings.request_timeout_s),
+        )
         self._watches = [
             ResourceWatch("jobs", c.batch.list_namespaced_job, (ns,), **common),
             ResourceWatch("pods", c.core.list_namespaced_pod, (ns,), **common),
         ]
         if self._settings.watch_jobsets:
-            self._watches.append(ResourceWatch(
-                "jobsets", c.custom.list_namespaced_custom_object, (JOBSET_GROUP, JOBSET_VERSION, ns, JOBSET_PLURAL),
-                **common,
-            ))
+            self._watches.append(
+                ResourceWatch(
+                    "jobsets",
+                    c.custom.list_namespaced_custom_object,
+                    (JOBSET_GROUP, JOBSET_VERSION, ns, JOBSET_PLURAL),
+                    **common,
+                )
+            )
         targets: list[tuple[str, Callable[[], None]]] = [("rljob-k8s-reconcile", self._reconciler.run)]
         targets += [(f"rljob-k8s-watch-{w.kind}", w.run) for w in self._watches]
         for name, target in targets:
@@ -221,9 +230,17 @@ class K8sJobLauncher:
 
     # -- mirroring the service's view into the cluster ---------------------------------------------
 
-    def mirror_status(self, job_id: str, phase: str, stage: str | None = None, step: int | None = None,
-                      total: int | None = None, *, queue_position: int | None = None,
-                      queue_reason: str | None = None) -> bool:
+    def mirror_status(
+        self,
+        job_id: str,
+        phase: str,
+        stage: str | None = None,
+        step: int | None = None,
+        total: int | None = None,
+        *,
+        queue_position: int | None = None,
+        queue_reason: str | None = None,
+    ) -> bool:
         """Patch phase (label), stage, progress and, while queued, the place in line and why
         (annotations) onto the Job/JobSet; False if gone.
 
@@ -263,13 +280,18 @@ def build_k8s_launcher(
         if settings.in_cluster:
             _load_incluster_config(client_configuration=configuration)
         else:
-            _load_kube_config(config_file=settings.kubeconfig, context=settings.context,
-                              client_configuration=configuration)
+            _load_kube_config(config_file=settings.kubeconfig, context=settings.context, client_configuration=configuration)
     api = k8s.ApiClient(configuration)
     client = K8sClient(
-        core=k8s.CoreV1Api(api), batch=k8s.BatchV1Api(api), custom=k8s.CustomObjectsApi(api),
-        namespace=settings.namespace, sleep=sleep, clock=clock, attempts=settings.retry_attempts,
-        backoff_s=settings.retry_backoff_s, backoff_max_s=settings.retry_backoff_max_s,
+        core=k8s.CoreV1Api(api),
+        batch=k8s.BatchV1Api(api),
+        custom=k8s.CustomObjectsApi(api),
+        namespace=settings.namespace,
+        sleep=sleep,
+        clock=clock,
+        attempts=settings.retry_attempts,
+        backoff_s=settings.retry_backoff_s,
+        backoff_max_s=settings.retry_backoff_max_s,
         request_timeout_s=settings.request_timeout_s,
     )
     return K8sJobLauncher(client, settings, clock=clock)

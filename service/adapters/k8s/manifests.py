@@ -73,12 +73,15 @@ def resolve_hardware(spec: JobSpec) -> Hardware:
 def spec_local_paths(spec: JobSpec) -> list[tuple[str, str]]:
     """(field, path) for every local path in the spec: what a pod can only see through a volume."""
     rewards = spec.grpo.rewards
-    candidates = [("model.source", spec.model.source), ("model.tokenizer", spec.model.tokenizer),
-                  *(("dataset.train_files", f) for f in spec.dataset.train_files),
-                  *(("dataset.eval_files", f) for f in spec.dataset.eval_files),
-                  ("grpo.rewards.functions_path", rewards.functions_path), ("output", spec.output)]
-    return [(name, local_path(value)) for name, value in candidates
-            if value and location_kind(value) == "local"]
+    candidates = [
+        ("model.source", spec.model.source),
+        ("model.tokenizer", spec.model.tokenizer),
+        *(("dataset.train_files", f) for f in spec.dataset.train_files),
+        *(("dataset.eval_files", f) for f in spec.dataset.eval_files),
+        ("grpo.rewards.functions_path", rewards.functions_path),
+        ("output", spec.output),
+    ]
+    return [(name, local_path(value)) for name, value in candidates if value and location_kind(value) == "local"]
 
 
 def check_local_paths(spec: JobSpec, settings: K8sSettings) -> None:
@@ -164,9 +167,7 @@ def kueue_queue_of(spec: JobSpec, settings: K8sSettings) -> str | None:
 
 
 def _job_spec(spec: JobSpec, job_id: str, hw: Hardware, settings: K8sSettings, labels: dict[str, str]) -> V1JobSpec:
-    template = trainer_pod_template(
-        spec, job_id, hw, settings, labels=labels, annotations=workload_annotations(spec)
-    )
+    template = trainer_pod_template(spec, job_id, hw, settings, labels=labels, annotations=workload_annotations(spec))
     job_spec = V1JobSpec(
         parallelism=hw.vms_per_slice,
         completions=hw.vms_per_slice,
@@ -219,9 +220,7 @@ def build_trainer_job(spec: JobSpec, job_id: str, settings: K8sSettings, hw: Har
     )
 
 
-def build_trainer_jobset(
-    spec: JobSpec, job_id: str, settings: K8sSettings, hw: Hardware | None = None
-) -> dict[str, Any]:
+def build_trainer_jobset(spec: JobSpec, job_id: str, settings: K8sSettings, hw: Hardware | None = None) -> dict[str, Any]:
     hw = hw or resolve_hardware(spec)
     if not hw.multi_host:
         raise ManifestError(f"{hw.name} is a single VM: use a batch/v1 Job (build_trainer_job)")

@@ -47,10 +47,7 @@ SPEC_MOUNT_DIR = "/etc/rljob"
 
 def check_dns_label(value: str, *, what: str, max_len: int = 63) -> str:
     if not is_dns_label(value, max_length=max_len):
-        raise ManifestError(
-            f"{what} {value!r} must be a DNS-1123 label of at most {max_len} characters "
-            "(lowercase letters, digits, '-')"
-        )
+        raise ManifestError(f"{what} {value!r} must be a DNS-1123 label of at most {max_len} characters (lowercase letters, digits, '-')")
     return value
 
 

@@ -25,11 +25,7 @@ def gone(job_id: str, object_name: str, *, reason: str = "NotFound", message: st
         job_id=job_id,
         state=ObservedState.GONE,
         reason=reason,
-        message=message
-        or (
-            f"{object_name} does not exist: it was deleted (cancel, ttlSecondsAfterFinished or by hand) "
-            "or never created"
-        ),
+        message=message or (f"{object_name} does not exist: it was deleted (cancel, ttlSecondsAfterFinished or by hand) or never created"),
         object_name=object_name,
     )
 
@@ -56,8 +52,16 @@ def _last_ending(pod_list: list[Any]) -> tuple[Ending | None, Any | None]:
     return None, None
 
 
-def _failure(job_id: str, object_name: str, cond: Any, pod_list: list[Any], *, backoff_limit: int | None,
-             failed_count: int | None, deadline_s: int | None) -> Observation:
+def _failure(
+    job_id: str,
+    object_name: str,
+    cond: Any,
+    pod_list: list[Any],
+    *,
+    backoff_limit: int | None,
+    failed_count: int | None,
+    deadline_s: int | None,
+) -> Observation:
     cond_reason = _field(cond, "reason") or "Failed"
     cond_message = _field(cond, "message") or ""
     end, pod = _last_ending(pod_list)
@@ -75,15 +79,16 @@ def _failure(job_id: str, object_name: str, cond: Any, pod_list: list[Any], *, b
         detail = f"{describe_exit_code(exit_code)} (not retried: the exit code is non-retryable)"
     elif cond_reason == "BackoffLimitExceeded":
         attempts = f"{failed_count} attempts" if failed_count else "every attempt"
-        detail = (
-            f"the trainer failed {attempts} (backoffLimit {backoff_limit}); last attempt: "
-            f"{describe_exit_code(exit_code)}"
-        )
+        detail = f"the trainer failed {attempts} (backoffLimit {backoff_limit}); last attempt: {describe_exit_code(exit_code)}"
     else:
         detail = f"{cond_message or cond_reason}; last attempt: {describe_exit_code(exit_code)}"
     return Observation(
-        job_id=job_id, state=ObservedState.FAILED, reason=reason, exit_code=exit_code,
-        message=f"{object_name} failed: {detail}", object_name=object_name,
+        job_id=job_id,
+        state=ObservedState.FAILED,
+        reason=reason,
+        exit_code=exit_code,
+        message=f"{object_name} failed: {detail}",
+        object_name=object_name,
     )
 
 
@@ -93,35 +98,52 @@ def _not_admitted(job_id: str, object_name: str, labels: dict[str, str], kueue: 
     queue = labels.get(names.KUEUE_QUEUE_LABEL)
     if not queue:
         return Observation(
-            job_id=job_id, state=ObservedState.PENDING, reason="Suspended", object_name=object_name,
+            job_id=job_id,
+            state=ObservedState.PENDING,
+            reason="Suspended",
+            object_name=object_name,
             message=f"{object_name} is suspended (spec.suspend=true) and no queue admits it; resume or cancel it",
         )
     view = kueue.workload if kueue is not None else None
     if view is not None and view.admitted:
         # Admitted a moment ago: Kueue is unsuspending it, which the next observation shows.
-        return Observation(job_id=job_id, state=ObservedState.PENDING, reason="Admitted", object_name=object_name,
-                           message=f"admitted by Kueue from LocalQueue {queue}; starting")
+        return Observation(
+            job_id=job_id,
+            state=ObservedState.PENDING,
+            reason="Admitted",
+            object_name=object_name,
+            message=f"admitted by Kueue from LocalQueue {queue}; starting",
+        )
     if view is not None:
         reason, message = view.reason, view.message or f"Kueue has not admitted {object_name} ({view.reason})"
     elif kueue is not None and kueue.readable:
-        reason, message = "NoWorkload", (
-            f"Kueue has not made a Workload for {object_name} yet; if this lasts, check that Kueue is running and "
-            f"that LocalQueue {queue} exists (kubectl get localqueues)"
+        reason, message = (
+            "NoWorkload",
+            (
+                f"Kueue has not made a Workload for {object_name} yet; if this lasts, check that Kueue is running and "
+                f"that LocalQueue {queue} exists (kubectl get localqueues)"
+            ),
         )
     else:
-        reason, message = "KueueNotAdmitted", (
-            f"Kueue has not admitted {object_name} (its Workload cannot be read: no Kueue CRDs or no RBAC for "
-            "workloads.kueue.x-k8s.io); check the ClusterQueue's google.com/tpu quota (kubectl get workloads,clusterqueues)"
+        reason, message = (
+            "KueueNotAdmitted",
+            (
+                f"Kueue has not admitted {object_name} (its Workload cannot be read: no Kueue CRDs or no RBAC for "
+                "workloads.kueue.x-k8s.io); check the ClusterQueue's google.com/tpu quota (kubectl get workloads,clusterqueues)"
+            ),
         )
     position = kueue.position if kueue is not None else None
     return Observation(
-        job_id=job_id, state=ObservedState.QUEUED, reason=reason, object_name=object_name, message=message,
+        job_id=job_id,
+        state=ObservedState.QUEUED,
+        reason=reason,
+        object_name=object_name,
+        message=message,
         queue=QueueStatus(name=queue, position=position, reason=reason, message=message),
     )
 
 
-def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[Any], *, workers: int,
-               restarts: int = 0) -> Observation:
+def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[Any], *, workers: int, restarts: int = 0) -> Observation:
     """Neither finished nor suspended: decide from the attempts (pods)."""
     ordered = pods.newest_first(pod_list)
     current = [p for p in ordered if not pods.is_failed_attempt(p) and p.status and p.status.phase in ("Pending", "Running", "Succeeded")]
@@ -142,7 +164,10 @@ def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[
         else:
             why, cause = f"the slice restarted ({restarts} so far)", "Restarted"
         return Observation(
-            job_id=job_id, state=ObservedState.RESTARTING, reason=reason or cause, object_name=object_name,
+            job_id=job_id,
+            state=ObservedState.RESTARTING,
+            reason=reason or cause,
+            object_name=object_name,
             message=f"{why}; Kubernetes is starting a new attempt that resumes from the last checkpoint. {extra}".strip(),
         )
 
@@ -150,7 +175,10 @@ def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[
         if interrupted:
             return restarting("", None)
         return Observation(
-            job_id=job_id, state=ObservedState.PENDING, reason="Creating", object_name=object_name,
+            job_id=job_id,
+            state=ObservedState.PENDING,
+            reason="Creating",
+            object_name=object_name,
             message=f"{object_name} exists; waiting for its controller to create the trainer pod",
         )
     being_disrupted = [p for p in current if pods.disruption(p) is not None]
@@ -158,7 +186,10 @@ def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[
         d = pods.disruption(being_disrupted[0])
         assert d is not None
         return Observation(
-            job_id=job_id, state=ObservedState.RESTARTING, reason=d.reason, object_name=object_name,
+            job_id=job_id,
+            state=ObservedState.RESTARTING,
+            reason=d.reason,
+            object_name=object_name,
             message=f"the trainer pod is being disrupted ({d.reason}); it will be replaced and resume from the last checkpoint",
         )
     for pod in current:
@@ -168,19 +199,28 @@ def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[
                 if interrupted:
                     return restarting(f"The new attempt cannot start: {trouble.message}", trouble.reason)
                 return Observation(
-                    job_id=job_id, state=ObservedState.PENDING, reason=trouble.reason,
-                    message=trouble.message, object_name=object_name,
+                    job_id=job_id,
+                    state=ObservedState.PENDING,
+                    reason=trouble.reason,
+                    message=trouble.message,
+                    object_name=object_name,
                 )
     running = [p for p in current if p.status.phase in ("Running", "Succeeded")]
     if len(running) >= workers:
         return Observation(
-            job_id=job_id, state=ObservedState.RUNNING, reason="Running", object_name=object_name,
+            job_id=job_id,
+            state=ObservedState.RUNNING,
+            reason="Running",
+            object_name=object_name,
             message=f"the trainer is running ({running[0].metadata.name})",
         )
     if interrupted:
         return restarting("", None)
     return Observation(
-        job_id=job_id, state=ObservedState.PENDING, reason="Starting", object_name=object_name,
+        job_id=job_id,
+        state=ObservedState.PENDING,
+        reason="Starting",
+        object_name=object_name,
         message=f"the trainer pod is scheduled and starting ({len(running)}/{workers} workers running)",
     )
 
@@ -198,8 +238,10 @@ def fail_job_rule_match(job: Any, pod_list: list[Any]) -> str | None:
             if _rule_matches(rule, pod, end):
                 if rule.action != "FailJob":
                     break
-                return (f"Container {names.TRAINER_CONTAINER} for pod {pod.metadata.namespace}/{pod.metadata.name} "
-                        f"failed with exit code {end.exit_code if end else '?'} matching FailJob rule at index {index}")
+                return (
+                    f"Container {names.TRAINER_CONTAINER} for pod {pod.metadata.namespace}/{pod.metadata.name} "
+                    f"failed with exit code {end.exit_code if end else '?'} matching FailJob rule at index {index}"
+                )
     return None
 
 
@@ -218,52 +260,75 @@ def _rule_matches(rule: V1PodFailurePolicyRule, pod: V1Pod, end: Ending | None) 
     return False
 
 
-def observe_job(job_id: str, job: Any | None, pod_list: list[Any], events: list[Any],
-                kueue: KueueRead | None = None) -> Observation:
+def observe_job(job_id: str, job: Any | None, pod_list: list[Any], events: list[Any], kueue: KueueRead | None = None) -> Observation:
     """A batch/v1 Job (single-host slice)."""
     object_name = f"job/{names.workload_name(job_id)}"
     if job is None:
         return gone(job_id, object_name)
     if job.metadata.deletion_timestamp is not None:
-        return gone(job_id, object_name, reason="Deleting",
-                    message=f"{object_name} is being deleted; its pods are terminating")
+        return gone(job_id, object_name, reason="Deleting", message=f"{object_name} is being deleted; its pods are terminating")
     status = job.status
     conds = _true_conditions(status.conditions if status else None)
     if "Complete" in conds or "SuccessCriteriaMet" in conds:
-        return Observation(job_id=job_id, state=ObservedState.SUCCEEDED, reason="Complete", exit_code=0,
-                           message=f"{object_name} completed", object_name=object_name)
+        return Observation(
+            job_id=job_id,
+            state=ObservedState.SUCCEEDED,
+            reason="Complete",
+            exit_code=0,
+            message=f"{object_name} completed",
+            object_name=object_name,
+        )
     # FailureTarget comes first (pods still terminating), Failed after: the outcome is decided at either.
     failed = conds.get("Failed") or conds.get("FailureTarget")
     if failed is None and (message := fail_job_rule_match(job, pod_list)) is not None:
         failed = {"reason": "PodFailurePolicy", "message": message}
     if failed is not None:
-        return _failure(job_id, object_name, failed, pod_list, backoff_limit=job.spec.backoff_limit,
-                        failed_count=status.failed if status else None, deadline_s=job.spec.active_deadline_seconds)
+        return _failure(
+            job_id,
+            object_name,
+            failed,
+            pod_list,
+            backoff_limit=job.spec.backoff_limit,
+            failed_count=status.failed if status else None,
+            deadline_s=job.spec.active_deadline_seconds,
+        )
     if job.spec.suspend:
         return _not_admitted(job_id, object_name, job.metadata.labels or {}, kueue)
     return _from_pods(job_id, object_name, pod_list, events, workers=job.spec.parallelism or 1)
 
 
-def observe_jobset(job_id: str, jobset: dict[str, Any] | None, pod_list: list[Any], events: list[Any],
-                   kueue: KueueRead | None = None) -> Observation:
+def observe_jobset(
+    job_id: str, jobset: dict[str, Any] | None, pod_list: list[Any], events: list[Any], kueue: KueueRead | None = None
+) -> Observation:
     """A JobSet (multi-host slice): its conditions decide the end, the pods everything before."""
     object_name = f"jobset/{names.workload_name(job_id, multi_host=True)}"
     if jobset is None:
         return gone(job_id, object_name)
     meta, spec, status = jobset.get("metadata", {}), jobset.get("spec", {}), jobset.get("status") or {}
     if meta.get("deletionTimestamp"):
-        return gone(job_id, object_name, reason="Deleting",
-                    message=f"{object_name} is being deleted; its pods are terminating")
+        return gone(job_id, object_name, reason="Deleting", message=f"{object_name} is being deleted; its pods are terminating")
     conds = _true_conditions(status.get("conditions"))
     if "Completed" in conds or status.get("terminalState") == "Completed":
-        return Observation(job_id=job_id, state=ObservedState.SUCCEEDED, reason="Complete", exit_code=0,
-                           message=f"{object_name} completed", object_name=object_name)
+        return Observation(
+            job_id=job_id,
+            state=ObservedState.SUCCEEDED,
+            reason="Complete",
+            exit_code=0,
+            message=f"{object_name} completed",
+            object_name=object_name,
+        )
     if "Failed" in conds or status.get("terminalState") == "Failed":
         cond = conds.get("Failed") or {"reason": "Failed", "message": ""}
         template = (spec.get("replicatedJobs") or [{}])[0].get("template", {}).get("spec", {})
-        return _failure(job_id, object_name, cond, pod_list,
-                        backoff_limit=(spec.get("failurePolicy") or {}).get("maxRestarts"),
-                        failed_count=status.get("restarts"), deadline_s=template.get("activeDeadlineSeconds"))
+        return _failure(
+            job_id,
+            object_name,
+            cond,
+            pod_list,
+            backoff_limit=(spec.get("failurePolicy") or {}).get("maxRestarts"),
+            failed_count=status.get("restarts"),
+            deadline_s=template.get("activeDeadlineSeconds"),
+        )
     if spec.get("suspend") or "Suspended" in conds:
         return _not_admitted(job_id, object_name, meta.get("labels") or {}, kueue)
     template = (spec.get("replicatedJobs") or [{}])[0]

@@ -71,9 +71,7 @@ def _env(spec: JobSpec, job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
             value_from=V1EnvVarSource(
                 # optional: public checkpoints need no token; a gated one makes the trainer fail with
                 # its own message naming the Secret, which beats a pod stuck in CreateContainerConfigError.
-                secret_key_ref=V1SecretKeySelector(
-                    name=settings.hf_token_secret, key=settings.hf_token_secret_key, optional=True
-                )
+                secret_key_ref=V1SecretKeySelector(name=settings.hf_token_secret, key=settings.hf_token_secret_key, optional=True)
             ),
         ),
     ]
@@ -118,8 +116,9 @@ def host_path_volumes(settings: K8sSettings) -> list[tuple[V1Volume, V1VolumeMou
     out = []
     for i, path in enumerate(settings.host_paths):
         name = f"host-{i}"
-        out.append((V1Volume(name=name, host_path=V1HostPathVolumeSource(path=path, type="Directory")),
-                    V1VolumeMount(name=name, mount_path=path)))
+        out.append(
+            (V1Volume(name=name, host_path=V1HostPathVolumeSource(path=path, type="Directory")), V1VolumeMount(name=name, mount_path=path))
+        )
     return out
 
 

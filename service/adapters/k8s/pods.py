@@ -67,9 +67,7 @@ def ending(pod: Any) -> Ending | None:
     status = trainer_status(pod)
     if status is None:
         return None
-    terminated = (status.state.terminated if status.state else None) or (
-        status.last_state.terminated if status.last_state else None
-    )
+    terminated = (status.state.terminated if status.state else None) or (status.last_state.terminated if status.last_state else None)
     if terminated is None:
         return None
     return Ending(exit_code=terminated.exit_code, reason=terminated.reason, message=terminated.message or "")

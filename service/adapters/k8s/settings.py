@@ -120,9 +120,7 @@ class K8sSettings(BaseSettings):
     def _team_queues(cls, v: dict[str, str]) -> dict[str, str]:
         for team, queue in v.items():
             if not is_dns_label(team) or not is_dns_label(queue):
-                raise ValueError(
-                    f"{team!r}: {queue!r}: teams and LocalQueue names are DNS labels (lowercase letters, digits, '-')"
-                )
+                raise ValueError(f"{team!r}: {queue!r}: teams and LocalQueue names are DNS labels (lowercase letters, digits, '-')")
         return v
 
     @field_validator("host_paths")

@@ -107,8 +107,11 @@ class ResourceWatch:
         self._watch = w = _new_watch()
         # timeout_seconds bounds the watch server-side (and stops the client's own silent retry);
         # the read timeout bounds it client-side if the server never closes the stream.
-        kwargs = dict(self._kwargs(), timeout_seconds=self._watch_timeout_s,
-                      _request_timeout=(self._connect_timeout_s, self._watch_timeout_s * 1.5 + 1))
+        kwargs = dict(
+            self._kwargs(),
+            timeout_seconds=self._watch_timeout_s,
+            _request_timeout=(self._connect_timeout_s, self._watch_timeout_s * 1.5 + 1),
+        )
         if version:
             kwargs["resource_version"] = version
         try:

@@ -81,9 +81,7 @@ def admission_order(waiting: Sequence[JobClaim]) -> list[JobClaim]:
     return sorted(waiting, key=lambda c: (PRIORITY_ORDER.get(c.priority, PRIORITY_ORDER["normal"]), c.seq))
 
 
-def admit(
-    waiting: Sequence[JobClaim], running: Sequence[JobClaim], quotas: TeamQuotas, host_slots: int
-) -> list[Admission]:
+def admit(waiting: Sequence[JobClaim], running: Sequence[JobClaim], quotas: TeamQuotas, host_slots: int) -> list[Admission]:
     """For every waiting job: it starts now, or why it waits and where. Those that start come first,
     then those that wait, each in admission order."""
     team_jobs: dict[str, int] = {}
@@ -122,8 +120,6 @@ def admit(
     positions: dict[str, int] = {}
     for claim, reason in blocked:
         positions[claim.team] = positions.get(claim.team, 0) + 1
-        queue = QueueStatus(
-            name=f"team/{claim.team}", position=positions[claim.team], reason=reason, message=why(claim, reason)
-        )
+        queue = QueueStatus(name=f"team/{claim.team}", position=positions[claim.team], reason=reason, message=why(claim, reason))
         answers.append(Admission(claim.job_id, queue))
     return answers

@@ -87,8 +87,7 @@ def host_accelerator_problem(accelerator: str, host: HostTpu) -> str | None:
     tpu = tpu_slice(accelerator)
     if tpu is None:
         return f"{accelerator!r} is not a TPU slice rljob knows"
-    elsewhere = (f"submit {accelerator} jobs to an rljob service on a {accelerator} TPU VM, or to one using the "
-                 "Kubernetes launcher")
+    elsewhere = f"submit {accelerator} jobs to an rljob service on a {accelerator} TPU VM, or to one using the Kubernetes launcher"
     if tpu.multi_host:
         return (f"hardware.accelerator {accelerator} spans {tpu.vms_per_slice} VMs, and the local launcher runs the "
                 f"trainer as one process on this machine; {elsewhere}")  # fmt: skip

@@ -177,8 +177,7 @@ class LocalProcessLauncher:
                 record = self._read_json(self._dir(job_id) / "process.json")
                 if record:  # it was started here, and is gone without an exit record
                     message = (
-                        f"the trainer process (pid {record['pid']}) ended without recording an exit code "
-                        "(killed, or the machine restarted)"
+                        f"the trainer process (pid {record['pid']}) ended without recording an exit code (killed, or the machine restarted)"
                     )
                 else:
                     message = "no trainer process for this job on this machine"

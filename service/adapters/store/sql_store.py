@@ -132,10 +132,18 @@ def _labels_by_pk(conn: Connection | Session, pks: Sequence[int]) -> dict[int, d
     return labels
 
 
+# PostgreSQL: taken (for the rest of the transaction) before a transaction's first event insert.
+# Streams read the event log by seq and must never see seq n+1 before seq n commits; a sequence hands
+# out numbers at insert, not at commit, so with several replicas writing, the lock makes seq order
+# commit order. SQLite: its single write lock already does.
+EVENT_ORDER_LOCK_KEY = int.from_bytes(b"rljob-ev", "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
 class _Tx:
-    def __init__(self, session: Session, for_update_supported: bool) -> None:
+    def __init__(self, session: Session, for_update_supported: bool, *, order_events: bool = False) -> None:
         self.session = session
         self._for_update = for_update_supported
+        self._order_events = order_events  # not yet holding the event-order lock; see EVENT_ORDER_LOCK_KEY
         self._rows: dict[str, JobRow] = {}
 
     def _row(self, job_id: str, *, for_update: bool = False) -> JobRow | None:
@@ -176,6 +184,9 @@ class _Tx:
         _apply_record(row, record)
 
     def append_event(self, record: JobRecord, kind: str, data: dict[str, Any], time: datetime) -> int:
+        if self._order_events:
+            self.session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": EVENT_ORDER_LOCK_KEY})
+            self._order_events = False
         row = JobEventRow(job_id=record.id, team=record.team, kind=kind, time=time, data=data)
         self.session.add(row)
         self.session.flush()
@@ -209,7 +220,7 @@ class SqlJobStore:
     @contextmanager
     def transaction(self) -> Iterator[_Tx]:
         with self._sessions() as session, session.begin():
-            yield _Tx(session, for_update_supported=self.dialect != "sqlite")
+            yield _Tx(session, for_update_supported=self.dialect != "sqlite", order_events=self.dialect == "postgresql")
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
@@ -247,9 +258,7 @@ class SqlJobStore:
         if filters.name is not None:
             stmt = stmt.where(_JOBS.c.name == filters.name)
         for key, value in filters.labels:
-            stmt = stmt.where(
-                exists().where(_LABELS.c.job_pk == _JOBS.c.pk, _LABELS.c.key == key, _LABELS.c.value == value)
-            )
+            stmt = stmt.where(exists().where(_LABELS.c.job_pk == _JOBS.c.pk, _LABELS.c.key == key, _LABELS.c.value == value))
 
         def read(conn: Connection) -> list[tuple[int, JobRecord]]:
             rows = conn.execute(stmt).all()
@@ -273,19 +282,14 @@ class SqlJobStore:
         with self._read() as s:
             return {phase: count for phase, count in s.execute(select(JobRow.phase, func.count()).group_by(JobRow.phase))}
 
-    def events_after(
-        self, after_seq: int, *, job_id: str | None = None, team: str | None = None, limit: int = 500
-    ) -> list[JobEvent]:
+    def events_after(self, after_seq: int, *, job_id: str | None = None, team: str | None = None, limit: int = 500) -> list[JobEvent]:
         stmt = select(JobEventRow).where(JobEventRow.seq > after_seq).order_by(JobEventRow.seq).limit(limit)
         if job_id is not None:
             stmt = stmt.where(JobEventRow.job_id == job_id)
         if team is not None:
             stmt = stmt.where(JobEventRow.team == team)
         with self._read() as s:
-            return [
-                JobEvent(seq=r.seq, job_id=r.job_id, team=r.team, kind=r.kind, time=r.time, data=r.data)
-                for r in s.scalars(stmt).all()
-            ]
+            return [JobEvent(seq=r.seq, job_id=r.job_id, team=r.team, kind=r.kind, time=r.time, data=r.data) for r in s.scalars(stmt).all()]
 
     def max_event_seq(self) -> int:
         with self._read() as s:
@@ -293,12 +297,7 @@ class SqlJobStore:
 
     def metric_points(self, job_id: str, *, limit: int) -> list[MetricPoint]:
         """The newest `limit` points, oldest first."""
-        newest = (
-            select(MetricPointRow)
-            .where(MetricPointRow.job_id == job_id)
-            .order_by(MetricPointRow.id.desc())
-            .limit(limit)
-        )
+        newest = select(MetricPointRow).where(MetricPointRow.job_id == job_id).order_by(MetricPointRow.id.desc()).limit(limit)
         with self._read() as s:
             rows = list(reversed(s.scalars(newest).all()))
             return [MetricPoint(kind=r.kind, step=r.step, time=r.time, values=r.values) for r in rows]
@@ -307,8 +306,13 @@ class SqlJobStore:
         with self.transaction() as tx:
             tx.session.add(
                 TokenRow(
-                    id=token.id, token_hash=token_hash, team=token.team, name=token.name, admin=token.admin,
-                    created_at=token.created_at, revoked_at=None,
+                    id=token.id,
+                    token_hash=token_hash,
+                    team=token.team,
+                    name=token.name,
+                    admin=token.admin,
+                    created_at=token.created_at,
+                    revoked_at=None,
                 )
             )
 
@@ -336,6 +340,4 @@ class SqlJobStore:
 
 
 def _token(row: TokenRow | Row[Any]) -> TokenRecord:
-    return TokenRecord(
-        id=row.id, team=row.team, name=row.name, admin=row.admin, created_at=row.created_at, revoked_at=row.revoked_at
-    )
+    return TokenRecord(id=row.id, team=row.team, name=row.name, admin=row.admin, created_at=row.created_at, revoked_at=row.revoked_at)

@@ -22,6 +22,10 @@ class Liveness(BaseModel):
 class Readiness(BaseModel):
     ready: bool
     reason: str | None = Field(default=None, description="why not ready: starting, recovering jobs, database down")
+    role: Literal["leader", "follower"] | None = Field(
+        default=None,
+        description="leader: this replica launches, watches and reconciles jobs; follower: it serves the API only",
+    )
 
 
 @router.get("/healthz", response_model=Liveness)
@@ -35,7 +39,8 @@ def healthz() -> dict[str, str]:
     responses={503: {"model": Readiness, "description": "not ready yet (or any more); `reason` says why"}},
 )  # fmt: skip
 async def readyz(request: Request) -> JSONResponse:
-    """Ready: the store answers and every job from before the last restart has been re-attached."""
+    """Ready: the store answers and, on the leading replica, every job from before it took the lead has
+    been re-attached. `role` says which replica leads."""
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is None:
         return _not_ready("starting")
@@ -43,12 +48,10 @@ async def readyz(request: Request) -> JSONResponse:
         await run_in_threadpool(runtime.store.ping)
     except StoreUnavailable as e:
         return _not_ready(str(e))
-    supervisor = runtime.supervisor
-    if not supervisor.ready.is_set():
-        return _not_ready(
-            f"recovery failed: {supervisor.recovery_error}" if supervisor.recovery_error else "recovering jobs"
-        )
-    return JSONResponse({"ready": True})
+    reason = runtime.not_ready_reason()
+    if reason is not None:
+        return _not_ready(reason)
+    return JSONResponse({"ready": True, "role": runtime.leadership.role})
 
 
 def _not_ready(reason: str) -> JSONResponse:

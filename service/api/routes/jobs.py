@@ -150,9 +150,7 @@ async def get_job(record: VisibleJobDep, runtime: RuntimeDep) -> JobPublic:
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic, responses=error_responses(401, 404, 422, 503))
-def get_metrics(
-    record: VisibleJobDep, runtime: RuntimeDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000
-) -> MetricsPublic:
+def get_metrics(record: VisibleJobDep, runtime: RuntimeDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000) -> MetricsPublic:
     """The newest `limit` train steps' and evals' scalars, in the order the trainer reported them."""
     return MetricsPublic(job_id=record.id, points=runtime.store.metric_points(record.id, limit=limit))
 

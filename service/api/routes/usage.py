@@ -21,9 +21,7 @@ MAX_REPORT_JOBS = 2000  # one report's rows (about 3 s of work on a loaded lapto
 PAGE_SIZE = 200
 
 
-def jobs_submitted_since(
-    jobs: JobService, caller: Caller, team: str | None, since: datetime
-) -> tuple[list[JobRecord], bool]:
+def jobs_submitted_since(jobs: JobService, caller: Caller, team: str | None, since: datetime) -> tuple[list[JobRecord], bool]:
     """The jobs `caller` may see, of `team` (None: every team, for admins), submitted at or after
     `since`, newest first; and whether more than MAX_REPORT_JOBS matched."""
     found: list[JobRecord] = []
@@ -63,9 +61,7 @@ def get_usage(
     submitted in; a job still active counts up to now. Only running (and cancelling) time is charged."""
     now = runtime.clock()
     if team is not None and not caller.admin and team != caller.team:
-        raise InvalidRequest(
-            ("query", "team"), f"only admins read another team's usage; your token is team {caller.team}'s: omit team"
-        )
+        raise InvalidRequest(("query", "team"), f"only admins read another team's usage; your token is team {caller.team}'s: omit team")
     scope = team if caller.admin else caller.team
     start = now - DEFAULT_WINDOW if since is None else since if since.tzinfo else since.replace(tzinfo=UTC)
     if start > now:

@@ -10,27 +10,28 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-12-15 10:00:00.000000
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 # revision identifiers, used by Alembic.
-revision: str = '0003'
-down_revision: str | Sequence[str] | None = '0002'
+revision: str = "0003"
+down_revision: str | Sequence[str] | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
     """Upgrade schema."""
-    with op.batch_alter_table('jobs', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('recent_train_steps', sa.JSON(), nullable=True))
-        batch_op.add_column(sa.Column('health_verdict', sa.String(length=16), nullable=True))
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("recent_train_steps", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("health_verdict", sa.String(length=16), nullable=True))
 
 
 def downgrade() -> None:
     """Downgrade schema."""
-    with op.batch_alter_table('jobs', schema=None) as batch_op:
-        batch_op.drop_column('health_verdict')
-        batch_op.drop_column('recent_train_steps')
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.drop_column("health_verdict")
+        batch_op.drop_column("recent_train_steps")

@@ -1,0 +1,153 @@
+"""The leader locks and the leadership loop, on the real databases; and the event log's order when
+several replicas write to it at once."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from service_helpers import TOKEN_A
+from sqlalchemy import create_engine, text
+
+from service.adapters.leader_locks import (
+    LEADER_LOCK_KEY,
+    FileLock,
+    PostgresAdvisoryLock,
+    ProcessLock,
+    StateDirInUse,
+    leader_lock_for,
+)
+from service.adapters.store import SqlJobStore
+from service.app import create_app
+from service.config import Settings
+from service.domain.models import JobRecord
+from service.domain.phases import JobPhase
+from service.leadership import Leadership
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_the_lock_is_chosen_by_the_database() -> None:
+    assert isinstance(leader_lock_for("postgresql+psycopg://u@127.0.0.1:1/db"), PostgresAdvisoryLock)
+    assert isinstance(leader_lock_for("sqlite:////tmp/x/rljob.db"), FileLock)
+    assert isinstance(leader_lock_for("sqlite://"), ProcessLock)
+    assert isinstance(leader_lock_for(None), ProcessLock)
+
+
+@pytest.mark.postgres
+def test_one_advisory_lock_holder_at_a_time_and_the_next_takes_it_when_the_connection_dies(postgres_db: str) -> None:
+    first, second = PostgresAdvisoryLock(postgres_db), PostgresAdvisoryLock(postgres_db)
+    admin = create_engine(postgres_db, isolation_level="AUTOCOMMIT")
+    try:
+        assert first.try_acquire() and first.holds()
+        assert not second.try_acquire()
+        # What a dead leader looks like to the database: its session ends.
+        with admin.connect() as conn:
+            killed = conn.execute(
+                text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = :lo"),
+                {"lo": LEADER_LOCK_KEY & 0xFFFF_FFFF},
+            ).scalars().all()  # fmt: skip
+        assert killed == [True]
+        assert not first.holds()  # the old leader finds out at its next check
+        assert second.try_acquire() and second.holds()
+        assert not first.try_acquire()
+    finally:
+        first.release()
+        second.release()
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_leadership_moves_to_the_waiting_replica_and_each_term_starts_and_stops_once(postgres_db: str) -> None:
+    calls: list[str] = []
+    a = Leadership(PostgresAdvisoryLock(postgres_db), on_elected=lambda: calls.append("a+"),
+                   on_deposed=lambda: calls.append("a-"), check_interval_s=0.05)  # fmt: skip
+    b = Leadership(PostgresAdvisoryLock(postgres_db), on_elected=lambda: calls.append("b+"),
+                   on_deposed=lambda: calls.append("b-"), check_interval_s=0.05)  # fmt: skip
+    a.start()
+    b.start()
+    try:
+        assert (a.role, b.role) == ("leader", "follower")
+        a.stop()  # a rolling update: the old pod stops and lets go
+        deadline = threading.Event()
+        for _ in range(100):
+            if b.leads:
+                break
+            deadline.wait(0.05)
+        assert b.leads and calls == ["a+", "a-", "b+"]
+    finally:
+        b.stop()
+    assert calls == ["a+", "a-", "b+", "b-"]
+
+
+def test_a_failed_start_of_the_leaders_work_gives_the_lead_up(tmp_path: Path) -> None:
+    lock = FileLock(tmp_path / "rljob.db.serve-lock")
+    calls: list[str] = []
+
+    def boom() -> None:
+        calls.append("elected")
+        raise RuntimeError("launcher could not start")
+
+    leadership = Leadership(lock, on_elected=boom, on_deposed=lambda: calls.append("deposed"), check_interval_s=1)
+    leadership.start()
+    assert not leadership.leads and calls == ["elected", "deposed"] and not lock.holds()
+    leadership.stop()
+
+
+def test_a_second_service_on_the_same_sqlite_state_dir_refuses_to_start(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path / "state", bootstrap_token=TOKEN_A, bootstrap_team="team-a")
+    with TestClient(create_app(settings)) as first:
+        assert first.get("/readyz").json() == {"ready": True, "role": "leader"}
+        with pytest.raises(StateDirInUse, match="one process per state directory"), TestClient(create_app(settings)):
+            pass
+    with TestClient(create_app(settings)) as again:  # the first let go when it stopped
+        assert again.get("/readyz").json()["role"] == "leader"
+
+
+def _record(job_id: str) -> JobRecord:
+    return JobRecord(id=job_id, team="team-a", name="n", spec={}, spec_hash="x", phase=JobPhase.QUEUED,
+                     created_at=T0, updated_at=T0)  # fmt: skip
+
+
+@pytest.mark.postgres
+def test_event_seqs_commit_in_order_across_writers(postgres_db: str) -> None:
+    """A stream reads events by seq: it must never see seq n+1 while n may still commit, or it skips n.
+    The writer that took the next seq later waits for the earlier one's commit (the event-order lock)."""
+    one, two = SqlJobStore(postgres_db), SqlJobStore(postgres_db)
+    one.migrate()
+    try:
+        with one.transaction() as tx:
+            tx.insert(_record("rl-000000000001"))
+            tx.insert(_record("rl-000000000002"))
+        holding, second_done = threading.Event(), threading.Event()
+        release = threading.Event()
+
+        def slow_writer() -> None:
+            with one.transaction() as tx:
+                tx.append_event(_record("rl-000000000001"), "message", {"message": "first"}, T0)
+                holding.set()
+                release.wait(10)
+
+        def fast_writer() -> None:
+            with two.transaction() as tx:
+                tx.append_event(_record("rl-000000000002"), "message", {"message": "second"}, T0)
+            second_done.set()
+
+        slow = threading.Thread(target=slow_writer)
+        slow.start()
+        assert holding.wait(10)
+        fast = threading.Thread(target=fast_writer)
+        fast.start()
+        assert not second_done.wait(0.5)  # it waits for the first writer's commit
+        assert two.events_after(0) == []  # nothing a reader could skip past
+        release.set()
+        slow.join(10)
+        fast.join(10)
+        events = two.events_after(0)
+        assert [e.data["message"] for e in events] == ["first", "second"] and events[0].seq < events[1].seq
+    finally:
+        one.close()
+        two.close()
