@@ -395,6 +395,7 @@ class JobService:
                 tx.update(record)
         if changed:
             self._notify()
-            if self.status_mirror is not None and record.object_name is not None:
+            # The leader's mirror only: a follower's would hold statuses that are stale by the time it leads.
+            if self.status_mirror is not None and record.object_name is not None and self.leads():
                 self.status_mirror.offer(record.id, MirroredStatus.of(record))  # committed: safe to show
         return record
