@@ -3,6 +3,7 @@ several replicas write to it at once."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -151,3 +152,27 @@ def test_event_seqs_commit_in_order_across_writers(postgres_db: str) -> None:
     finally:
         one.close()
         two.close()
+
+
+@pytest.mark.postgres
+def test_a_leader_that_loses_its_lock_stops_leading_and_leads_again_when_it_can(
+    postgres_db: str, settings_factory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from service_helpers import spec_body, wait_for_phase, wait_until
+
+    caplog.set_level(logging.INFO, logger="service.leadership")
+    settings = settings_factory(database_url=postgres_db, bootstrap_token=TOKEN_A, bootstrap_team="team-a",
+                                leader_check_interval_s=0.05)  # fmt: skip
+    auth = {"Authorization": f"Bearer {TOKEN_A}"}
+    admin = create_engine(postgres_db, isolation_level="AUTOCOMMIT")
+    with TestClient(create_app(settings)) as client:
+        wait_until(lambda: client.get("/readyz").json().get("role") == "leader")
+        with admin.connect() as conn:  # the lock's connection dies (a database failover, a network cut)
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"))
+        wait_until(lambda: "this replica lost the leader lock" in caplog.text, timeout_s=10)
+        # Nobody else holds it: the same replica takes it again, re-attaches, and its new term works.
+        wait_until(lambda: client.get("/readyz").status_code == 200 and client.get("/readyz").json()["role"] == "leader")
+        job = client.post("/v1/jobs", json=spec_body(tmp_path, labels={"fake-steps": "1"}), headers=auth).json()["id"]
+        wait_for_phase(lambda: client.get(f"/v1/jobs/{job}", headers=auth).json()["phase"], JobPhase.SUCCEEDED)
+    admin.dispose()
+    assert caplog.text.count("this replica leads") == 2
