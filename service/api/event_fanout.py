@@ -10,8 +10,8 @@ the store with Last-Event-ID), so one slow client never delays the others.
 The hand-over from replay to live: `subscribe()` records `head`, the last seq the reader has offered.
 Every later event of the stream's scope reaches its queue; every event up to `head` is committed, so a
 replay from the store that reads until a short batch has covered it (events commit in seq order, across
-replicas too: on PostgreSQL an event insert holds a transaction lock until its commit, sql_store.py). The stream then takes from its queue, skipping what the replay
-already sent: no gap, no duplicate.
+replicas too: on PostgreSQL an event insert holds a transaction lock until its commit, sql_store.py).
+The stream then takes from its queue, skipping what the replay already sent: no gap, no duplicate.
 """
 
 from __future__ import annotations

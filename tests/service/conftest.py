@@ -3,6 +3,8 @@ ports, the real app behind TestClient, and wait helpers that check every phase t
 
 from __future__ import annotations
 
+import json
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -11,10 +13,12 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from observation_recorder import Recorder
 from service_fakes import FakeLauncher, FakeProgress
 from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, wait_until
 from sqlalchemy import create_engine, text
 
+from service.adapters.local import LocalProcessLauncher, procs
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
@@ -22,6 +26,7 @@ from service.domain.tokens import TokenService
 from tests.pg_server import postgres_url
 
 FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"
+MakeLocalLauncher = Callable[..., tuple[LocalProcessLauncher, Recorder]]
 
 
 @pytest.fixture
@@ -92,6 +97,27 @@ def settings_factory(tmp_path: Path, fake_trainer_command: list[str]) -> Callabl
         return Settings(**values)  # type: ignore[arg-type]
 
     return make
+
+
+@pytest.fixture
+def make_local_launcher(tmp_path: Path, fake_trainer_command: list[str]) -> Iterator[MakeLocalLauncher]:
+    """Real local launchers over the stand-in trainer, started with a Recorder as their sink; stopped,
+    and every trainer they left killed, at the end of the test."""
+    started: list[LocalProcessLauncher] = []
+
+    def make(**kw: object) -> tuple[LocalProcessLauncher, Recorder]:
+        options: dict[str, object] = {"max_concurrent": 2, "poll_interval_s": 0.05, "cancel_grace_s": 5.0, **kw}
+        launcher = LocalProcessLauncher(tmp_path / "jobs", fake_trainer_command, **options)  # type: ignore[arg-type]
+        recorder = Recorder()
+        launcher.start(recorder)
+        started.append(launcher)
+        return launcher, recorder
+
+    yield make
+    for launcher in started:
+        launcher.stop()
+    for process_file in (tmp_path / "jobs").glob("*/process.json"):  # never leave a trainer behind
+        procs.signal_group(json.loads(process_file.read_text())["pid"], signal.SIGKILL)
 
 
 @pytest.fixture

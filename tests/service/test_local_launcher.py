@@ -8,53 +8,21 @@ import signal
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import MakeLocalLauncher
+from observation_recorder import Recorder
 from service_helpers import spec_body, wait_until
 
 from service.adapters.local import LocalProcessLauncher, procs
-from service.domain.ports import Observation, ObservedState
+from service.domain.ports import ObservedState
 from trainer.contract import JobSpec, RunLayout
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.observations: list[Observation] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, obs: Observation) -> None:
-        with self._lock:
-            self.observations.append(obs)
-
-    def states(self, job_id: str) -> list[ObservedState]:
-        with self._lock:
-            return [o.state for o in self.observations if o.job_id == job_id]
-
-    def last(self, job_id: str) -> Observation | None:
-        with self._lock:
-            return next((o for o in reversed(self.observations) if o.job_id == job_id), None)
-
-
 @pytest.fixture
-def make_launcher(tmp_path: Path, fake_trainer_command: list[str]) -> Iterator[Callable[..., tuple[LocalProcessLauncher, Recorder]]]:
-    started: list[LocalProcessLauncher] = []
-
-    def make(**kw: object) -> tuple[LocalProcessLauncher, Recorder]:
-        options: dict[str, object] = {"max_concurrent": 2, "poll_interval_s": 0.05, "cancel_grace_s": 5.0}
-        options.update(kw)
-        launcher = LocalProcessLauncher(tmp_path / "jobs", fake_trainer_command, **options)  # type: ignore[arg-type]
-        recorder = Recorder()
-        launcher.start(recorder)
-        started.append(launcher)
-        return launcher, recorder
-
-    yield make
-    for launcher in started:
-        launcher.stop()
-    for process_file in (tmp_path / "jobs").glob("*/process.json"):  # never leave a trainer behind
-        procs.signal_group(json.loads(process_file.read_text())["pid"], signal.SIGKILL)
+def make_launcher(make_local_launcher: MakeLocalLauncher) -> MakeLocalLauncher:
+    return make_local_launcher
 
 
 def _spec(tmp_path: Path, **labels: str) -> JobSpec:

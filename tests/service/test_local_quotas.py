@@ -4,65 +4,31 @@ job ends."""
 
 from __future__ import annotations
 
-import json
-import signal
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import MakeLocalLauncher
+from observation_recorder import Recorder
 from service_helpers import spec_body, wait_until
 
-from service.adapters.local import LocalProcessLauncher, procs
+from service.adapters.local import LocalProcessLauncher
 from service.adapters.local.admission import TeamLimits, TeamQuotas
 from service.adapters.local.host_tpu import HostTpu
 from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.models import QueueStatus
-from service.domain.ports import Observation, ObservedState
+from service.domain.ports import ObservedState
 from trainer.contract import JobSpec
 from trainer.contract.tpu import tpu_slice
 
 V6E8_HOST = HostTpu(chips=8, accelerator_type="v6e-8", type_source="test")
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.observations: list[Observation] = []
-
-    def __call__(self, obs: Observation) -> None:
-        self.observations.append(obs)  # list.append is atomic: the monitor thread and the test both call
-
-    def of(self, job_id: str) -> list[Observation]:
-        return [o for o in list(self.observations) if o.job_id == job_id]
-
-    def states(self, job_id: str) -> list[ObservedState]:
-        return [o.state for o in self.of(job_id)]
-
-    def queues(self, job_id: str) -> list[tuple[int | None, str]]:
-        return [(o.queue.position, o.queue.reason) for o in self.of(job_id) if o.queue is not None]
-
-
-MakeLauncher = Callable[..., tuple[LocalProcessLauncher, Recorder]]
-
-
 @pytest.fixture
-def make_launcher(tmp_path: Path, fake_trainer_command: list[str]) -> Iterator[MakeLauncher]:
-    started: list[LocalProcessLauncher] = []
-
+def make_launcher(make_local_launcher: MakeLocalLauncher) -> MakeLocalLauncher:
     def make(quotas: TeamQuotas, max_concurrent: int = 8) -> tuple[LocalProcessLauncher, Recorder]:
-        launcher = LocalProcessLauncher(
-            tmp_path / "jobs", fake_trainer_command, max_concurrent=max_concurrent, poll_interval_s=0.05,
-            quotas=quotas, probe_tpu=lambda: V6E8_HOST,
-        )  # fmt: skip
-        recorder = Recorder()
-        launcher.start(recorder)
-        started.append(launcher)
-        return launcher, recorder
+        return make_local_launcher(max_concurrent=max_concurrent, quotas=quotas, probe_tpu=lambda: V6E8_HOST)
 
-    yield make
-    for launcher in started:
-        launcher.stop()
-    for process_file in (tmp_path / "jobs").glob("*/process.json"):  # never leave a trainer behind
-        procs.signal_group(json.loads(process_file.read_text())["pid"], signal.SIGKILL)
+    return make
 
 
 def _spec(tmp_path: Path, team: str, *, gated: bool = False, priority: str = "normal", accelerator: str = "cpu") -> JobSpec:
@@ -106,9 +72,7 @@ def test_a_team_over_its_job_limit_waits_in_line_while_another_team_starts(make_
         _open_gate(tmp_path, job_id)
 
 
-def test_a_high_priority_job_jumps_the_line_and_the_others_are_told_their_new_place(
-    make_launcher, tmp_path: Path
-) -> None:
+def test_a_high_priority_job_jumps_the_line_and_the_others_are_told_their_new_place(make_launcher, tmp_path: Path) -> None:
     launcher, rec = make_launcher(TeamQuotas(default=TeamLimits(max_jobs=1)))
     running, normal, low, high = "rl-priority0001", "rl-priority0002", "rl-priority0003", "rl-priority0004"
     launcher.launch(running, _spec(tmp_path, "team-a", gated=True))
