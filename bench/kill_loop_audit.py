@@ -24,7 +24,7 @@ from kill_loop_backends import Backend, live_trainers
 
 from service.adapters.store import SqlJobStore
 from service.domain.models import JobFilters, JobRecord
-from service.domain.phases import JobPhase, can_transition
+from service.domain.phases import JobPhase, can_reach, can_transition
 
 NONCE_LABEL = "kill-loop-nonce"
 
@@ -42,19 +42,6 @@ class Submission:
     cancel_acked: bool = False
     cancel_unanswered: bool = False  # a cancel whose answer a kill swallowed: it may or may not have landed
 
-
-def reachable(start: JobPhase, target: JobPhase) -> bool:
-    """Whether some chain of legal transitions leads from start to target (a poller can skip phases)."""
-    frontier, seen = [start], {start}
-    while frontier:
-        current = frontier.pop()
-        for nxt in JobPhase:
-            if can_transition(current, nxt) and nxt not in seen:
-                if nxt is target:
-                    return True
-                seen.add(nxt)
-                frontier.append(nxt)
-    return False
 
 
 class PhaseWatcher:
@@ -105,7 +92,7 @@ class PhaseWatcher:
             return
         if before.is_terminal():
             self.regressions.append(f"{job_id}: left terminal {before} for {phase}")
-        elif not reachable(before, phase):
+        elif not can_reach(before, phase):
             self.regressions.append(f"{job_id}: illegal {before} -> {phase}")
 
 

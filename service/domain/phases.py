@@ -81,6 +81,21 @@ def can_transition(current: JobPhase, target: JobPhase) -> bool:
     return target in ALLOWED_TRANSITIONS[current]
 
 
+def can_reach(start: JobPhase, target: JobPhase) -> bool:
+    """Whether some chain of legal transitions leads from start to target: what a client polling the
+    phase may see next (it can miss the phases in between, never go where no chain leads)."""
+    frontier, visited = [start], {start}
+    while frontier:
+        current = frontier.pop()
+        for nxt in ALLOWED_TRANSITIONS[current]:
+            if nxt is target:
+                return True
+            if nxt not in visited:
+                visited.add(nxt)
+                frontier.append(nxt)
+    return False
+
+
 def transition(current: JobPhase, target: JobPhase) -> JobPhase:
     """Return `target` if the move is legal, else raise IllegalTransition."""
     if not can_transition(current, target):

@@ -32,7 +32,7 @@ from fastapi.testclient import TestClient
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.phases import JobPhase, can_transition
+from service.domain.phases import JobPhase, can_reach
 from tests.podrun.cluster import EmulatedCluster
 from tests.podrun.manifests import service_accounts
 from trainer.contract import RunLayout, Stage, parse_event
@@ -85,7 +85,7 @@ def wait_for_phase(client: TestClient, job_id: str, target: JobPhase, timeout_s:
         job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
         phase = JobPhase(job["phase"])
         if seen and phase is not seen[-1]:
-            assert _reachable(seen[-1], phase), f"illegal phase change {seen[-1]} -> {phase} (saw {seen})"
+            assert can_reach(seen[-1], phase), f"illegal phase change {seen[-1]} -> {phase} (saw {seen})"
         if not seen or phase is not seen[-1]:
             seen.append(phase)
         if phase is target and (until is None or until(job)):
@@ -96,18 +96,6 @@ def wait_for_phase(client: TestClient, job_id: str, target: JobPhase, timeout_s:
         time.sleep(0.5)
     raise AssertionError(f"phase is {seen[-1] if seen else '?'} after {timeout_s}s, wanted {target}; saw {seen}")
 
-
-def _reachable(start: JobPhase, target: JobPhase) -> bool:
-    frontier, visited = [start], {start}
-    while frontier:
-        current = frontier.pop()
-        for nxt in JobPhase:
-            if can_transition(current, nxt) and nxt not in visited:
-                if nxt is target:
-                    return True
-                visited.add(nxt)
-                frontier.append(nxt)
-    return False
 
 
 def run_events(body: dict[str, Any], job_id: str) -> list[Any]:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from service.domain.phases import JobPhase, can_transition
+from service.domain.phases import JobPhase, can_reach
 
 TOKEN_A = "a" * 8 + uuid.uuid4().hex + "-team-a"
 TOKEN_B = "b" * 8 + uuid.uuid4().hex + "-team-b"
@@ -50,22 +50,10 @@ def wait_for_phase(read_phase: Callable[[], str | JobPhase], target: JobPhase, t
         if phase is not seen[-1]:
             # Polling can skip intermediate phases; it must never see a move backwards or sideways
             # that no chain of legal transitions explains.
-            assert _reachable(seen[-1], phase), f"illegal phase change {seen[-1]} -> {phase} (saw {seen})"
+            assert can_reach(seen[-1], phase), f"illegal phase change {seen[-1]} -> {phase} (saw {seen})"
             seen.append(phase)
     return seen
 
-
-def _reachable(start: JobPhase, target: JobPhase) -> bool:
-    frontier, visited = [start], {start}
-    while frontier:
-        current = frontier.pop()
-        for nxt in JobPhase:
-            if can_transition(current, nxt) and nxt not in visited:
-                if nxt is target:
-                    return True
-                visited.add(nxt)
-                frontier.append(nxt)
-    return False
 
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

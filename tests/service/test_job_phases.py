@@ -53,3 +53,12 @@ def test_cancellable_phases_can_start_a_cancel() -> None:
     for phase in CANCELLABLE:
         assert can_transition(phase, JobPhase.CANCELLING) or can_transition(phase, JobPhase.CANCELLED)
     assert not CANCELLABLE & TERMINAL
+
+
+def test_can_reach_follows_chains_of_legal_transitions_only() -> None:
+    from service.domain.phases import can_reach
+
+    assert can_reach(JobPhase.QUEUED, JobPhase.SUCCEEDED)  # through LAUNCHING and RUNNING
+    assert can_reach(JobPhase.RUNNING, JobPhase.QUEUED)  # preempted back into the queue
+    assert not can_reach(JobPhase.SUCCEEDED, JobPhase.RUNNING)  # nothing leaves a terminal phase
+    assert not can_reach(JobPhase.CANCELLING, JobPhase.RUNNING)
