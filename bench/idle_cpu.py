@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState  # noqa: E402
-from trainer.contract import JobSpec, RunLayout, RunStarted, StageStarted, TrainStep, dump_event  # noqa: E402
+from trainer.contract import JobSpec, RunLayout, RunStarted, StageStarted, TrainerEvent, TrainStep, dump_event  # noqa: E402
 from trainer.contract.events import Stage  # noqa: E402
 
 SLEEPING_TRAINER = [sys.executable, "-c", "import time; time.sleep(3600)"]
@@ -126,7 +126,7 @@ def write_events(output: Path, job_id: str) -> None:
     path = Path(layout.events)
     path.parent.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC)
-    events = [
+    events: list[TrainerEvent] = [
         RunStarted(seq=0, time=now, job_id=job_id, attempt=1, run_uri=str(path.parent)),
         StageStarted(seq=1, time=now, job_id=job_id, stage=Stage.TRAIN),
         TrainStep(seq=2, time=now, job_id=job_id, step=1, total_steps=1000, loss=0.5, kl=0.01,
