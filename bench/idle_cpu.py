@@ -2,7 +2,8 @@
 
 Each server is started the way the image starts the service (`uvicorn ... --factory --workers 1`,
 bench/control_plane.py's `running`), left alone until it settles, then its CPU is read over
-`--idle-s` seconds (psutil: user + system of the server process, so children are not counted):
+`--idle-s` seconds (psutil: user + system of the server process, so children are not counted; the
+default 30 s holds one of the service's slow reconciles, RLJOB_ACTIVE_JOBS_RECONCILE_INTERVAL_S):
 - minimal: control_plane.py's minimal app (the framework and a bearer check; the ceiling);
 - rljob, 0 jobs: the real service, local launcher, empty database;
 - rljob, 200 queued: the local launcher with room for one job, so one trainer (a process that only
@@ -12,7 +13,7 @@ bench/control_plane.py's `running`), left alone until it settles, then its CPU i
   train step has been folded in and which then stays unchanged (trainers that write nothing new).
 Each rljob row is also given as a ratio to the minimal app's CPU in the same run.
 
-    python bench/idle_cpu.py [--idle-s 10] [--jobs 200] [--json PATH]
+    python bench/idle_cpu.py [--idle-s 30] [--jobs 200] [--json PATH]
 
 Numbers depend on what else runs on the machine: compare rows of the same run.
 """
@@ -204,7 +205,7 @@ def print_report(rows: dict[str, float], idle_s: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--idle-s", type=float, default=10.0, help="how long each server's idle CPU is read")
+    parser.add_argument("--idle-s", type=float, default=30.0, help="how long each server's idle CPU is read (30 s: one reconcile)")
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()

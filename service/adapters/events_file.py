@@ -53,18 +53,25 @@ class EventsFileReader:
         self.remote_check_interval_s = remote_check_interval_s
         self._monotonic = monotonic
         self._offsets: dict[str, int] = {}
+        self._where: dict[str, tuple[str, str | None]] = {}  # job id -> (events URI, local path or None)
         self._next_remote_check: dict[str, float] = {}  # job id -> monotonic time its object may be asked again
         self._lock = threading.Lock()
 
     def pending(self, record: JobRecord) -> bool:
         """Whether the events file is longer than the committed offset (a partial last line counts:
         the read that finds it costs one small read)."""
-        uri = RunLayout(record.spec["output"], record.id).events
         with self._lock:
             offset = self._offsets.get(record.id, 0)
-        if location_kind(uri) == "local":
+            where = self._where.get(record.id)
+        if where is None:  # worked out once per job: asked every round, and a job's output never moves
+            uri = RunLayout(record.spec["output"], record.id).events
+            where = (uri, local_path(uri) if location_kind(uri) == "local" else None)
+            with self._lock:
+                self._where[record.id] = where
+        uri, path = where
+        if path is not None:
             try:
-                return os.stat(local_path(uri)).st_size > offset
+                return os.stat(path).st_size > offset
             except OSError:  # not written yet (or unreadable: read_new says why, when the file appears)
                 return False
         now = self._monotonic()
@@ -106,6 +113,7 @@ class EventsFileReader:
     def forget(self, job_id: str) -> None:
         with self._lock:
             self._offsets.pop(job_id, None)
+            self._where.pop(job_id, None)
             self._next_remote_check.pop(job_id, None)
 
     def _step_over_long_line(self, job_id: str, uri: str, offset: int) -> ProgressBatch:
