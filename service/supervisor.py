@@ -3,9 +3,10 @@
 Threads (all daemon, all stopped by `Supervisor.stop()`):
 - observations: drains the bounded queue the launcher pushes into and applies each observation;
 - recovery: re-attaches every non-terminal job (retried with backoff), then marks the service ready;
-- poller: every progress_poll_interval_s folds new trainer events into active jobs and re-judges
-  running jobs' learning health (a job stalls without any event saying so), carries out what other
-  replicas stored (`take_over_requests`: a job they accepted, a cancel they recorded), and every
+- poller: every progress_poll_interval_s folds new trainer events into active jobs whose events grew
+  and re-judges running jobs' learning health when time may have changed it (a job stalls without
+  any event saying so; progress_poller.py), carries out what other replicas stored
+  (`take_over_requests`: a job they accepted, a cancel they recorded), and every
   active_jobs_reconcile_interval_s asks the launcher about every active job (catches missed observations).
 
 Only the leading replica runs a supervisor (service/leadership.py); it is started again when this
@@ -21,8 +22,8 @@ import time
 from collections.abc import Callable
 
 from service.domain.job_service import JobService
-from service.domain.phases import JobPhase
 from service.domain.ports import JobLauncher, Observation
+from service.domain.progress_poller import ProgressPoller
 from service.domain.recovery import JobRecovery
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class Supervisor:
         self.jobs = jobs
         self.launcher = launcher
         self.recovery = recovery or JobRecovery(jobs)
+        self.progress_poller = ProgressPoller(jobs)
         self.progress_poll_interval_s = progress_poll_interval_s
         self.active_jobs_reconcile_interval_s = active_jobs_reconcile_interval_s
         self.recovery_retry_s = recovery_retry_s  # doubled after each failed recovery, up to the max
@@ -128,11 +130,6 @@ class Supervisor:
                     log.exception("reconcile failed; trying again in %.1fs", self.active_jobs_reconcile_interval_s)
 
     def poll_progress_once(self) -> None:
-        for record in self.jobs.store.list_active():
-            if record.phase in (JobPhase.LAUNCHING, JobPhase.RUNNING, JobPhase.CANCELLING):
-                try:
-                    self.jobs.ingest_progress(record.id)
-                    if record.phase is JobPhase.RUNNING:
-                        self.jobs.refresh_health(record.id)  # "stalled" comes with time, not with an event
-                except Exception:
-                    log.exception("reading progress of %s failed", record.id)
+        """Fold new trainer events into jobs whose events grew, and re-judge health when time may
+        have changed it; jobs where neither happened cost a dict lookup and a stat (progress_poller.py)."""
+        self.progress_poller.poll_once()

@@ -8,6 +8,11 @@ has folded. Only complete lines are consumed: a line the trainer is still writin
 the next call. After a service restart the offsets are
 gone and the file is read from the start: the job service drops events by seq, so nothing repeats.
 
+`pending()` tells the progress poller whether a read can find anything, without reading: for a
+local file its size from a stat against the committed offset; for an object, whose metadata is a
+request, the object's size, asked at most every `remote_check_interval_s` per job (the trainer
+batches train steps to an object store every few seconds anyway: trainer/progress.py).
+
 A read takes at most `max_read_bytes`. A single line longer than that (a trainer bug: events are
 small JSON lines) would otherwise stop the offset for good; once its end is in the file it is
 stepped over, reported in the batch (the job's message says so), and reading goes on after it.
@@ -16,7 +21,10 @@ stepped over, reported in the batch (the job's message says so), and reading goe
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -29,14 +37,53 @@ from trainer.storage import StorageError, store_for
 log = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 4 * 1024 * 1024  # per call, so one huge file cannot stall the poller
+REMOTE_CHECK_INTERVAL_S = 2.0  # per job: an object's size is a request, not a stat
 _SCAN_CHUNK_BYTES = 1024 * 1024  # looking for the end of an over-long line, this much at a time
 
 
 class EventsFileReader:
-    def __init__(self, max_read_bytes: int = MAX_READ_BYTES) -> None:
+    def __init__(
+        self,
+        max_read_bytes: int = MAX_READ_BYTES,
+        *,
+        remote_check_interval_s: float = REMOTE_CHECK_INTERVAL_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_read_bytes = max_read_bytes
+        self.remote_check_interval_s = remote_check_interval_s
+        self._monotonic = monotonic
         self._offsets: dict[str, int] = {}
+        self._where: dict[str, tuple[str, str | None]] = {}  # job id -> (events URI, local path or None)
+        self._next_remote_check: dict[str, float] = {}  # job id -> monotonic time its object may be asked again
         self._lock = threading.Lock()
+
+    def pending(self, record: JobRecord) -> bool:
+        """Whether the events file is longer than the committed offset (a partial last line counts:
+        the read that finds it costs one small read)."""
+        with self._lock:
+            offset = self._offsets.get(record.id, 0)
+            where = self._where.get(record.id)
+        if where is None:  # worked out once per job: asked every round, and a job's output never moves
+            uri = RunLayout(record.spec["output"], record.id).events
+            where = (uri, local_path(uri) if location_kind(uri) == "local" else None)
+            with self._lock:
+                self._where[record.id] = where
+        uri, path = where
+        if path is not None:
+            try:
+                return os.stat(path).st_size > offset
+            except OSError:  # not written yet (or unreadable: read_new says why, when the file appears)
+                return False
+        now = self._monotonic()
+        with self._lock:
+            if now < self._next_remote_check.get(record.id, now):
+                return False
+            self._next_remote_check[record.id] = now + self.remote_check_interval_s
+        try:
+            return any(info.size_bytes > offset for info in store_for(uri).list(uri))  # the object itself, if any
+        except StorageError as e:
+            log.warning("cannot look at %s: %s", uri, e)
+            return False
 
     def read_new(self, record: JobRecord) -> ProgressBatch:
         """Whole lines past the committed offset, at most max_read_bytes; the offset moves on commit()."""
@@ -66,6 +113,8 @@ class EventsFileReader:
     def forget(self, job_id: str) -> None:
         with self._lock:
             self._offsets.pop(job_id, None)
+            self._where.pop(job_id, None)
+            self._next_remote_check.pop(job_id, None)
 
     def _step_over_long_line(self, job_id: str, uri: str, offset: int) -> ProgressBatch:
         """The line at `offset` is longer than one read: skip it once it is complete."""

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from trainer.contract import RunLayout, Stage
 
-from .learning_health import HealthPolicy, LearningHealth, as_utc, assess_learning, read_window
+from .learning_health import HealthPolicy, LearningHealth, as_utc, assess_learning, read_window, stall_deadline
 from .models import JobRecord
 from .ports import JobTx
 
@@ -41,6 +41,15 @@ def health_verdict_changed(record: JobRecord, now: datetime, policy: HealthPolic
     """Whether the verdict at `now` differs from the one last logged: time alone can stall a job."""
     health = learning_health(record, now, policy)
     return (health.verdict.value if health else None) != record.health_verdict
+
+
+def health_changes_by_time_at(record: JobRecord, policy: HealthPolicy) -> datetime | None:
+    """When time alone can next change the job's verdict (once the clock passes it: the job stalls);
+    None when only a change to the record can. The progress poller re-judges a job then, not every round."""
+    return stall_deadline(
+        read_window(record.recent_train_steps), phase=record.phase, stage=record.stage, policy=policy,
+        train_started_at=train_started_at(record),
+    )  # fmt: skip
 
 
 def log_health_change(record: JobRecord, tx: JobTx, now: datetime, policy: HealthPolicy) -> None:

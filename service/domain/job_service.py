@@ -295,11 +295,16 @@ class JobService:
 
     def refresh_health(self, job_id: str) -> None:
         """Re-judge a job's health now: a running job becomes (or stops being) stalled by time
-        passing, with no write to trigger it. The poller calls this; it writes only on a change."""
+        passing, with no write to trigger it. Writes only on a change."""
         record = self.store.get(job_id)
-        if record is not None and not record.phase.is_terminal():
-            if health_verdict_changed(record, self.clock(), self.health_policy):
-                self._mutate(job_id, lambda rec, tx: None)  # the write path re-judges under the lock and logs it
+        if record is not None:
+            self.judge_health(record)
+
+    def judge_health(self, record: JobRecord) -> None:
+        """refresh_health for a record the caller has just read (the progress poller's): no read
+        unless the verdict changed, and then the write path re-reads and re-judges under the lock."""
+        if not record.phase.is_terminal() and health_verdict_changed(record, self.clock(), self.health_policy):
+            self._mutate(record.id, lambda rec, tx: None)
 
     # ---- observations and progress (from launcher threads and the progress poller) ----------
 

@@ -17,7 +17,7 @@ import enum
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -167,18 +167,16 @@ def assess_learning(
             f"reference model) and submit again; the checkpoints saved before step {first_bad} are in {where}",
         )
 
-    if phase is JobPhase.RUNNING and stage == TRAIN_STAGE:
-        since = max(latest.time, train_started_at) if train_started_at else latest.time
-        waited_s = (now - since).total_seconds()
+    deadline = stall_deadline(steps, phase=phase, stage=stage, policy=policy, train_started_at=train_started_at)
+    if deadline is not None and now > deadline:
+        waited_s = (now - _last_progress(latest, train_started_at)).total_seconds()
         interval_s = median_step_interval_s(steps)
-        limit_s = max(policy.stall_floor_s, policy.stall_step_intervals * (interval_s or 0.0))
-        if waited_s > limit_s:
-            pace = f"; steps came every {_duration(interval_s)} before" if interval_s else ""
-            return verdict(
-                Verdict.STALLED,
-                f"no train step for {_duration(waited_s)} (the last was step {latest.step}{pace}). "
-                f"The trainer may be hung or starved of accelerators: check `rljob logs {job_id}`",
-            )
+        pace = f"; steps came every {_duration(interval_s)} before" if interval_s else ""
+        return verdict(
+            Verdict.STALLED,
+            f"no train step for {_duration(waited_s)} (the last was step {latest.step}{pace}). "
+            f"The trainer may be hung or starved of accelerators: check `rljob logs {job_id}`",
+        )
 
     recent = steps[-policy.no_signal_steps :]
     if len(recent) >= policy.no_signal_steps and all(s.signal_fraction == 0 for s in recent):
@@ -203,6 +201,29 @@ def assess_learning(
         f"at step {latest.step}, {latest.signal_fraction:.0%} of prompts had completions with different "
         "rewards (a non-zero GRPO advantage)",
     )
+
+
+def stall_deadline(
+    steps: Sequence[TrainStepSummary],
+    *,
+    phase: JobPhase,
+    stage: str | None,
+    policy: HealthPolicy,
+    train_started_at: datetime | None = None,
+) -> datetime | None:
+    """The moment after which these steps are "stalled"; None when time cannot stall the job (no
+    step yet, or not training). Time changes a verdict only there, so a caller that re-judges a job
+    once the clock passes it, and again whenever the job's steps change, misses no verdict."""
+    if not steps or phase is not JobPhase.RUNNING or stage != TRAIN_STAGE:
+        return None
+    interval_s = median_step_interval_s(steps)
+    limit_s = max(policy.stall_floor_s, policy.stall_step_intervals * (interval_s or 0.0))
+    return _last_progress(steps[-1], train_started_at) + timedelta(seconds=limit_s)
+
+
+def _last_progress(latest: TrainStepSummary, train_started_at: datetime | None) -> datetime:
+    """What a stall is counted from: the last step, or a later (re)start of training."""
+    return max(latest.time, train_started_at) if train_started_at else latest.time
 
 
 def _divergence(step: TrainStepSummary, policy: HealthPolicy) -> str | None:

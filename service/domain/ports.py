@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from trainer.contract import JobSpec, StepSamples, TrainerEvent
 
 from .models import JobEvent, JobFilters, JobRecord, MetricPoint, QueueStatus, TokenRecord
+from .phases import JobPhase
 
 Clock = Callable[[], datetime]
 
@@ -165,6 +166,11 @@ class JobStore(Protocol):
     def list_active(self) -> list[JobRecord]:
         """Every job not in a terminal phase, oldest first."""
 
+    def job_versions(self, phases: Collection[JobPhase]) -> dict[str, tuple[JobPhase, int]]:
+        """Job id -> (phase, last event seq) of every job in `phases`, oldest first, without reading
+        the records: every change that matters to a watcher logs an event, so a pair that did not
+        move means a record that did not change (the progress poller re-reads only the others)."""
+
     def count_by_phase(self) -> dict[str, int]: ...
 
     def events_after(self, after_seq: int, *, job_id: str | None = None, team: str | None = None, limit: int = 500) -> list[JobEvent]: ...
@@ -217,6 +223,11 @@ class ProgressSource(Protocol):
     Reading does not move that position: the job service commits a batch only after folding it, so
     a failed fold, or a reader racing with another, never loses events (folding drops repeats by seq).
     """
+
+    def pending(self, record: JobRecord) -> bool:
+        """Whether read_new may find something past the committed position. Cheap (a stat, no read):
+        the poller asks it of every running job every round. False may be wrong for a while (an object
+        store is asked less often); True only costs a read that finds nothing."""
 
     def read_new(self, record: JobRecord) -> ProgressBatch: ...
 

@@ -29,6 +29,7 @@ class JobRecovery:
         self.jobs = jobs
         # A QUEUED job younger than this may have its own launch call under way: not handed over again yet.
         self.queued_relaunch_after_s = queued_relaunch_after_s
+        self._seen: dict[str, tuple[JobPhase, int]] = {}  # take_over_requests: the pairs already acted on
 
     def recover(self) -> None:
         """Re-attach to or resolve every non-terminal job; run before accepting submissions."""
@@ -52,16 +53,28 @@ class JobRecovery:
 
     def take_over_requests(self) -> None:
         """Carry out what another replica stored and could not do itself (it does not lead): hand over
-        the QUEUED jobs it accepted and stop the workloads of the jobs it recorded as cancelled."""
-        for record in self.jobs.store.list_active():
+        the QUEUED jobs it accepted and stop the workloads of the jobs it recorded as cancelled.
+
+        Every round reads the (phase, last event) pairs of QUEUED and CANCELLING jobs only, and a job's
+        record only when its pair moved: a queue of jobs the backend holds costs one narrow query."""
+        versions = self.jobs.store.job_versions((JobPhase.QUEUED, JobPhase.CANCELLING))
+        for job_id, version in versions.items():
+            if self._seen.get(job_id) == version:
+                continue
             try:
+                record = self.jobs.store.get(job_id)
+                if record is None:
+                    continue
                 if record.phase is JobPhase.QUEUED and not record.handed_over:
-                    if not self.jobs.is_launching(record.id):
-                        self.jobs.launch(record.id)
-                elif record.phase is JobPhase.CANCELLING and not self.jobs.stop_requested(record.id):
-                    self.jobs.stop_workload(record.id)
+                    if self.jobs.is_launching(job_id):
+                        continue  # this replica's own submission is being launched: look again next round
+                    self.jobs.launch(job_id)
+                elif record.phase is JobPhase.CANCELLING and not self.jobs.stop_requested(job_id):
+                    self.jobs.stop_workload(job_id)
+                self._seen[job_id] = version
             except Exception:
-                log.exception("taking over the request for %s failed", record.id)
+                log.exception("taking over the request for %s failed", job_id)
+        self._seen = {job_id: v for job_id, v in self._seen.items() if job_id in versions}
 
     def reconcile_once(self) -> None:
         """Ask the backend about every launched job (one QUEUED in the backend's queue too); hand over

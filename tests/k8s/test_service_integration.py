@@ -37,6 +37,9 @@ class ListProgress:
         self.events: dict[str, list[Any]] = {}
         self.read: dict[str, int] = {}
 
+    def pending(self, record: Any) -> bool:
+        return len(self.events.get(record.id, [])) > self.read.get(record.id, 0)
+
     def read_new(self, record: Any) -> ProgressBatch:
         events = list(self.events.get(record.id, []))
         return ProgressBatch(record.id, events[self.read.get(record.id, 0):], end=len(events))
@@ -50,6 +53,9 @@ class ListProgress:
 
 class NoProgress:
     """ProgressSource fake: the trainer's events file lives in a bucket these tests do not have."""
+
+    def pending(self, record: Any) -> bool:
+        return False
 
     def read_new(self, record: Any) -> ProgressBatch:
         return ProgressBatch(record.id)

@@ -77,6 +77,9 @@ class FakeProgress:
     def add(self, event: TrainerEvent) -> None:
         self.events.setdefault(event.job_id, []).append(event)
 
+    def pending(self, record: JobRecord) -> bool:
+        return len(self.events.get(record.id, [])) > self.offsets.get(record.id, 0)
+
     def read_new(self, record: JobRecord) -> ProgressBatch:
         events = self.events.get(record.id, [])
         start = self.offsets.get(record.id, 0)

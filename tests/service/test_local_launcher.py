@@ -115,6 +115,31 @@ def test_cancel_of_a_queued_job_removes_it(make_launcher, tmp_path: Path) -> Non
     assert not _root(tmp_path, "rl-aaaaaaaaaaa7").exists()
 
 
+def test_a_waiting_queue_is_weighed_again_only_when_a_job_ends(
+    make_launcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.adapters.local import launcher as launcher_module
+
+    weighed: list[int] = []
+    real_admit = launcher_module.admit
+    monkeypatch.setattr(launcher_module, "admit", lambda waiting, *a: weighed.append(len(waiting)) or real_admit(waiting, *a))
+    launcher, rec = make_launcher(max_concurrent=1)
+    first = "rl-aaaaaaaaaab1"
+    launcher.launch(first, _spec(tmp_path, **{"fake-gate": "true"}))
+    waiting = [f"rl-aaaaaaaaaac{i}" for i in range(5)]
+    for job_id in waiting:
+        launcher.launch(job_id, _spec(tmp_path))
+    rounds: list[None] = []
+    real_poll = launcher.poll_once
+    monkeypatch.setattr(launcher, "poll_once", lambda: rounds.append(None) or real_poll())
+    weighed.clear()
+    wait_until(lambda: len(rounds) >= 5)  # the monitor's rounds while the first job runs
+    assert weighed == []
+    _open_gate(tmp_path, first)
+    wait_until(lambda: ObservedState.RUNNING in rec.states(waiting[0]))
+    assert weighed[0] == len(waiting)  # the round that saw the first job end
+
+
 def test_restart_reattaches_to_the_running_process_without_duplicating(make_launcher, tmp_path: Path) -> None:
     job_id = "rl-aaaaaaaaaaa8"
     old, old_rec = make_launcher()

@@ -351,13 +351,15 @@ class LocalProcessLauncher:
             self._stop.wait(self.poll_interval_s)
 
     def poll_once(self) -> None:
-        """Check every running job once: collect exits, escalate cancels, start queued jobs."""
+        """Check every running job once: collect exits, escalate cancels, start queued jobs if one
+        ended (launch() and cancel() admit on their own, so a long queue costs nothing otherwise)."""
         out: list[Observation] = []
         with self._lock:
             for job in [j for j in self._jobs.values() if j.state == "running"]:
                 if self._check(job):
                     out.append(self._observation(job))
-            self._start_admitted(out)
+            if out:
+                self._start_admitted(out)
         self._emit(out)
 
     def _check(self, job: _Job) -> bool:
