@@ -24,14 +24,7 @@ from trainer.contract.hf_model import MaxTextModel
 from trainer.conversion_cache import CacheKey, ConversionCache, cache_key_for, default_cache_root, storage_format
 from trainer.progress import EventReporter
 from trainer.run_stop import StopRequest
-from trainer.runner import (
-    StageCommand,
-    StageFailed,
-    StageInterrupted,
-    StartedStage,
-    run_stage_command,
-    start_stage_command,
-)
+from trainer.runner import StageCommand, StageFailed, StageInterrupted, StartedStage, run_stage_command, start_stage_command
 from trainer.sources import DataError, local_copy_path, materialise_dataset, stage_directory
 from trainer.stages import convert as convert_stage
 from trainer.stages.convert import build_convert_command, converted_items_uri
@@ -405,7 +398,8 @@ def default_run_command(stop: StopRequest | None = None) -> RunCommand:
 
 
 def describe_plan(spec: JobSpec, layout: RunLayout, model: MaxTextModel) -> list[tuple[Stage, StageCommand]]:
-    """The exact command of each stage, as `run` would issue it on a fresh run directory."""
+    """The exact command of each stage, as `run` would issue it on a fresh run directory (the check
+    without --wait: `run` starts it that way alongside to_huggingface and tells it when to go)."""
     local_tokenizer = spec.model.tokenizer_location if location_kind(spec.model.tokenizer_location) == "local" else None
     work = local_work_dir(layout)
     local_data = None
