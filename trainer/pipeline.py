@@ -24,8 +24,8 @@ from trainer.contract.hf_model import MaxTextModel
 from trainer.conversion_cache import CacheKey, ConversionCache, cache_key_for, default_cache_root, storage_format
 from trainer.progress import EventReporter
 from trainer.run_stop import StopRequest
-from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command
-from trainer.sources import DataError, materialise_dataset, stage_directory
+from trainer.runner import StageCommand, StageFailed, StageInterrupted, StartedStage, run_stage_command, start_stage_command
+from trainer.sources import DataError, local_copy_path, materialise_dataset, stage_directory
 from trainer.stages import convert as convert_stage
 from trainer.stages.convert import build_convert_command, converted_items_uri
 from trainer.stages.export import build_export_command, build_verify_command
@@ -36,6 +36,7 @@ from trainer.tensorboard_metrics import EventFileTailer
 from trainer.train_progress import TrainProgressWatcher, TrainStepAssembler, eval_fields
 
 RunCommand = Callable[..., None]
+StartCommand = Callable[..., StartedStage]
 
 # Output of a failed stage that means "try again later", not "this job cannot work".
 TRANSIENT_FAILURE = re.compile(
@@ -59,6 +60,7 @@ class JobContext:
     run_command: RunCommand
     model: MaxTextModel  # resolved once from the checkpoint's config.json, before any stage
     stop: StopRequest = field(default_factory=StopRequest)  # a stop signal or the deadline, read between stages
+    start_command: StartCommand = start_stage_command  # a process followed later: the export check
 
 
 def local_work_dir(layout: RunLayout) -> Path:
@@ -227,24 +229,36 @@ def _final_metrics_read(watcher: TrainProgressWatcher, log: Path) -> str | None:
 
 def run_export(ctx: JobContext) -> dict[str, Any]:
     spec, layout = ctx.spec, ctx.layout
+    log = ctx.work_dir / "logs" / "export.log"
     step = latest_actor_step(layout)
     if step is None:
-        raise StageFailed("export", 0, ctx.work_dir / "logs" / "export.log", f"no actor checkpoint in {layout.actor_checkpoints}")
+        raise StageFailed("export", 0, log, f"no actor checkpoint in {layout.actor_checkpoints}")
     inputs = _stage_inputs(ctx)
     command = build_export_command(spec, layout, ctx.model, actor_step=step, local_tokenizer=inputs["local_tokenizer"],
                                    local_source=inputs["local_source"])
-    ctx.run_command(command, ctx.work_dir / "logs" / "export.log")
-    outputs: dict[str, Any] = {"export": layout.export_dir, "actor_step": step}
-    if spec.export.verify or spec.export.hub_repo:
-        local_export = stage_directory(layout.export_dir, ctx.work_dir / "export-copy")
-        if spec.export.verify:
-            try:
-                ctx.run_command(build_verify_command(local_export), ctx.work_dir / "logs" / "export.log")
-            except StageFailed as e:
-                raise VerificationFailed(f"the export in {layout.export_dir} failed the transformers check: {e.tail[-500:]}") from e
-            outputs["verified"] = True
-        if spec.export.hub_repo:
-            outputs["hub_repo"] = upload_to_hub(local_export, spec.export.hub_repo, private=spec.export.hub_private)
+    export_copy = ctx.work_dir / "export-copy"
+    # The check starts now and imports torch and transformers while to_huggingface runs (on the tiny
+    # spec those imports were most of the check's 13 s); it reads the export only once told to below.
+    check = None
+    if spec.export.verify:
+        verify = build_verify_command(local_copy_path(layout.export_dir, export_copy), wait_for_go=True)
+        check = ctx.start_command(verify, with_stdin=True)
+    try:
+        ctx.run_command(command, log)
+        outputs: dict[str, Any] = {"export": layout.export_dir, "actor_step": step}
+        if spec.export.verify or spec.export.hub_repo:
+            local_export = stage_directory(layout.export_dir, export_copy)
+            if check is not None:
+                try:
+                    check.follow(log, stop=ctx.stop, stdin_line="go")
+                except StageFailed as e:
+                    raise VerificationFailed(f"the export in {layout.export_dir} failed the transformers check: {e.tail[-500:]}") from e
+                outputs["verified"] = True
+            if spec.export.hub_repo:
+                outputs["hub_repo"] = upload_to_hub(local_export, spec.export.hub_repo, private=spec.export.hub_private)
+    finally:
+        if check is not None:
+            check.cancel()  # the export failed or was stopped before the check was told to go (no-op after it ran)
     return outputs
 
 
@@ -384,7 +398,8 @@ def default_run_command(stop: StopRequest | None = None) -> RunCommand:
 
 
 def describe_plan(spec: JobSpec, layout: RunLayout, model: MaxTextModel) -> list[tuple[Stage, StageCommand]]:
-    """The exact command of each stage, as `run` would issue it on a fresh run directory."""
+    """The exact command of each stage, as `run` would issue it on a fresh run directory (the check
+    without --wait: `run` starts it that way alongside to_huggingface and tells it when to go)."""
     local_tokenizer = spec.model.tokenizer_location if location_kind(spec.model.tokenizer_location) == "local" else None
     work = local_work_dir(layout)
     local_data = None

@@ -6,6 +6,7 @@ command or line of output that might contain one passes through `redact` first.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shlex
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from trainer.run_stop import DEADLINE_REASON, StopRequest
 
@@ -93,53 +94,107 @@ def run_stage_command(
     StageInterrupted once it has exited; a stop already requested starts nothing."""
     if stop is not None and (why := stop.reason()) is not None:
         raise StageInterrupted(f"stopped by {why} before {command.module} started")
+    start_stage_command(command, base_env=base_env, cwd=cwd, python=python).follow(log_path, on_line=on_line, stop=stop)
+
+
+def start_stage_command(
+    command: StageCommand,
+    *,
+    base_env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    python: str = sys.executable,
+    with_stdin: bool = False,
+) -> StartedStage:
+    """Start the command now and follow it later (StartedStage.follow). With `with_stdin`, the command
+    can do its slow set-up while something else runs and wait for a go line on its stdin."""
     env = dict(os.environ if base_env is None else base_env)
     env.update(command.env)
-    secrets = secret_values(env)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    tail: list[str] = []
-    with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"$ {command.display(secrets)}\n")
-        log.flush()
-        proc = subprocess.Popen(
-            _dying_with_parent(command.argv(python)),
-            env=env,
-            cwd=str(cwd) if cwd else None,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,  # so a stop signal reaches the whole MaxText process group
-        )
-        forwarder = _forward_stop_signals(proc, whole_group=not command.graceful_stop, request=stop)
-        if stop is not None and stop.signum is not None:  # it came while the stage was starting
-            forwarder._handle(stop.signum, None)
-        deadline = None
-        if stop is not None and stop.deadline is not None:
-            deadline = threading.Timer(max(0.0, stop.deadline - stop.clock()), forwarder.deadline_reached)
-            deadline.daemon = True
-            deadline.start()
-        try:
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                line = redact(raw.rstrip("\n"), secrets)
-                log.write(line + "\n")
-                log.flush()
-                tail = (tail + [line])[-40:]
-                if on_line:
-                    _call_on_line(on_line, line, log)
-            returncode = proc.wait()
-        finally:
-            if deadline is not None:
-                deadline.cancel()
-            if proc.poll() is None:  # we are leaving early (an error here): never leave the stage running
-                _kill_group(proc)
-                proc.wait()
-            forwarder.restore()
-    if forwarder.reason:
-        raise StageInterrupted(f"stopped by {forwarder.reason} during {command.module}")
-    if returncode != 0:
-        raise StageFailed(command.module, returncode, log_path, "\n".join(tail))
+    proc = subprocess.Popen(
+        _dying_with_parent(command.argv(python)),
+        env=env,
+        cwd=str(cwd) if cwd else None,
+        stdin=subprocess.PIPE if with_stdin else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,  # so a stop signal reaches the whole MaxText process group
+    )
+    return StartedStage(command, proc, secret_values(env))
+
+
+class StartedStage:
+    """A running stage process. Its output waits in the pipe until follow() reads it into the log."""
+
+    def __init__(self, command: StageCommand, proc: subprocess.Popen[str], secrets: list[str]):
+        self.command, self.proc, self.secrets = command, proc, secrets
+
+    def follow(
+        self,
+        log_path: Path,
+        *,
+        on_line: Callable[[str], None] | None = None,
+        stop: StopRequest | None = None,
+        stdin_line: str | None = None,
+    ) -> None:
+        """Send `stdin_line` (if any, then end its stdin), append the output to log_path until the
+        process exits, and raise as run_stage_command does."""
+        command, proc, secrets = self.command, self.proc, self.secrets
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        tail: list[str] = []
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"$ {command.display(secrets)}\n")
+            log.flush()
+            forwarder = _forward_stop_signals(proc, whole_group=not command.graceful_stop, request=stop)
+            if stop is not None and stop.signum is not None:  # it came while the stage was starting
+                forwarder._handle(stop.signum, None)
+            deadline = None
+            if stop is not None and stop.deadline is not None:
+                deadline = threading.Timer(max(0.0, stop.deadline - stop.clock()), forwarder.deadline_reached)
+                deadline.daemon = True
+                deadline.start()
+            try:
+                if proc.stdin is not None:
+                    _send_and_close(proc.stdin, stdin_line)
+                assert proc.stdout is not None
+                for raw in proc.stdout:
+                    line = redact(raw.rstrip("\n"), secrets)
+                    log.write(line + "\n")
+                    log.flush()
+                    tail = (tail + [line])[-40:]
+                    if on_line:
+                        _call_on_line(on_line, line, log)
+                returncode = proc.wait()
+            finally:
+                if deadline is not None:
+                    deadline.cancel()
+                if proc.poll() is None:  # we are leaving early (an error here): never leave the stage running
+                    self.cancel()
+                forwarder.restore()
+        if forwarder.reason:
+            raise StageInterrupted(f"stopped by {forwarder.reason} during {command.module}")
+        if returncode != 0:
+            raise StageFailed(command.module, returncode, log_path, "\n".join(tail))
+
+    def cancel(self) -> None:
+        """Kill the stage's process group and reap it, unless it has exited (then it only closes the pipes)."""
+        if self.proc.poll() is None:  # not once reaped: its pid, and so its group id, may be reused
+            _kill_group(self.proc)
+            self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):  # a line it never read: nothing is waiting for it now
+                    pipe.close()
+
+
+def _send_and_close(stdin: IO[str], line: str | None) -> None:
+    """A process that already exited (it failed in its set-up) cannot read: its exit code and output say why."""
+    try:
+        if line is not None:
+            stdin.write(line + "\n")
+        stdin.close()
+    except BrokenPipeError:
+        pass
 
 
 def _call_on_line(on_line: Callable[[str], None], line: str, log: TextIO) -> None:

@@ -27,10 +27,15 @@ class DataError(Exception):
     """A dataset file exists but is not GSM8K-format data; the message names the file and the fix."""
 
 
+def local_copy_path(uri: str, dest: Path) -> str:
+    """Where stage_directory(uri, dest) puts `uri`'s files, known before they exist."""
+    return local_path(uri) if location_kind(uri) == "local" else str(dest)
+
+
 def stage_directory(uri: str, dest: Path) -> str:
     """A local directory holding `uri`'s files: the path itself when local, else a downloaded copy."""
     if location_kind(uri) == "local":
-        return local_path(uri)
+        return local_copy_path(uri, dest)
     if not (dest / ".complete").exists():
         store_for(uri).download_dir(uri, str(dest))
         (dest / ".complete").write_text(uri)

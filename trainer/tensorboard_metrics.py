@@ -11,10 +11,8 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from tensorboardX.proto import event_pb2
-
+from trainer.event_proto import parse_event
 from trainer.storage import ArtifactStore, StorageError, store_for
 
 EVENT_FILE_MARKER = "events.out.tfevents."
@@ -31,21 +29,6 @@ class Scalar:
     wall_time: float
 
 
-def _scalar_value(value: Any) -> float | None:
-    """value: a tensorboardX Summary.Value protobuf message (the generated module has no types)."""
-    if value.HasField("simple_value"):
-        return float(value.simple_value)
-    tensor = value.tensor if value.HasField("tensor") else None
-    if tensor is not None:
-        if tensor.float_val:
-            return float(tensor.float_val[0])
-        if tensor.double_val:
-            return float(tensor.double_val[0])
-        if tensor.tensor_content and tensor.dtype == 1:  # DT_FLOAT
-            return float(struct.unpack("<f", tensor.tensor_content[:4])[0])
-    return None
-
-
 def parse_records(data: bytes) -> tuple[list[bytes], int]:
     """Split TFRecord bytes into payloads; returns them and the offset after the last complete one."""
     records, offset = [], 0
@@ -60,16 +43,9 @@ def parse_records(data: bytes) -> tuple[list[bytes], int]:
 
 
 def scalars_from_record(payload: bytes) -> list[Scalar]:
-    event = event_pb2.Event()
-    event.ParseFromString(payload)
-    if not event.HasField("summary"):
-        return []
-    out = []
-    for value in event.summary.value:
-        number = _scalar_value(value)
-        if number is not None:
-            out.append(Scalar(step=int(event.step), tag=value.tag, value=number, wall_time=event.wall_time))
-    return out
+    event = parse_event(payload)
+    return [Scalar(step=event.step, tag=v.tag, value=v.number, wall_time=event.wall_time)
+            for v in event.values if v.number is not None]  # fmt: skip
 
 
 @dataclass

@@ -8,7 +8,7 @@ import pytest
 
 from trainer.contract import JobSpec, RunLayout
 from trainer.contract.hf_model import MaxTextModel
-from trainer.runner import REDACTED, StageCommand, StageFailed, redact, run_stage_command
+from trainer.runner import REDACTED, StageCommand, StageFailed, redact, run_stage_command, start_stage_command
 from trainer.sources import resolve_model
 from trainer.stages.convert import build_convert_command
 from trainer.stages.export import build_export_command
@@ -142,3 +142,28 @@ def test_leaving_the_read_loop_early_stops_the_stage(tmp_path):
     pid = int((tmp_path / "pid").read_text())
     with pytest.raises(ProcessLookupError):  # killed and reaped, not a zombie left running
         os.kill(pid, 0)
+
+
+def test_a_started_stage_waits_for_its_go_line_and_its_output_follows_the_header(tmp_path):
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "await_go.py").write_text("import sys\nprint('ready', flush=True)\nprint('got', sys.stdin.readline().strip())\n")
+    started = start_stage_command(StageCommand("await_go", (), {"PYTHONPATH": str(module_dir)}), with_stdin=True)
+    log = tmp_path / "x.log"
+    started.follow(log, stdin_line="go")
+    lines = log.read_text().splitlines()
+    assert lines[0].endswith("python -m await_go") and lines[1:] == ["ready", "got go"]
+    assert started.proc.returncode == 0
+
+
+def test_cancel_kills_a_started_stage_that_is_never_followed(tmp_path):
+    import psutil
+
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "await_go.py").write_text("import sys\nsys.stdin.readline()\n")
+    started = start_stage_command(StageCommand("await_go", (), {"PYTHONPATH": str(module_dir)}), with_stdin=True)
+    assert psutil.Process(started.proc.pid).status() != psutil.STATUS_ZOMBIE  # waiting on its stdin
+    started.cancel()
+    assert started.proc.returncode == -9 and not psutil.pid_exists(started.proc.pid)
+    started.cancel()  # again, as run_export's `finally` does after a check that ran: nothing left to kill

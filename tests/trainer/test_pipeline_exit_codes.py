@@ -42,13 +42,33 @@ class FakeMaxText:
             (params / "data").write_bytes(b"x")
 
 
-def _context(tmp_path, tiny_spec_dict, fake) -> JobContext:
+class FakeCheck:
+    """Plays the export check the pipeline starts alongside to_huggingface: records when it was started,
+    told to go and cancelled, and fails on request as a broken export does."""
+
+    def __init__(self, maxtext: FakeMaxText, fail: bool = False):
+        self.maxtext, self.fail, self.log = maxtext, fail, []
+
+    def __call__(self, command, **kwargs):
+        self.log.append(("started", command.args, list(self.maxtext.calls)))
+        return self
+
+    def follow(self, log_path: Path, *, stdin_line=None, **kwargs):
+        self.log.append(("go", stdin_line, Path(self.maxtext.layout.export_dir, "model.safetensors").exists()))
+        if self.fail:
+            raise StageFailed("trainer.checks.verify_export", 1, log_path, "SafetensorError: incomplete metadata")
+
+    def cancel(self):
+        self.log.append(("cancelled",))
+
+
+def _context(tmp_path, tiny_spec_dict, fake, check: FakeCheck | None = None) -> JobContext:
     data = {**tiny_spec_dict, "dataset": {"name": "openai/gsm8k"}}
     spec = JobSpec.model_validate(data)
     layout = fake.layout
     reporter = EventReporter(store_for(layout.root), layout.events, layout.job_id, stdout=io.StringIO())
     return JobContext(spec=spec, layout=layout, work_dir=Path(layout.root), reporter=reporter, run_command=fake,
-                      model=resolve_model(spec))
+                      model=resolve_model(spec), start_command=check or FakeCheck(fake))
 
 
 def _events(layout: RunLayout):
@@ -97,6 +117,33 @@ def test_failures_map_to_the_exit_code_contract(tmp_path, tiny_spec_dict, layout
     assert final.type == "run_finished" and not final.ok and final.exit_code == code
     failed = final.failed_stage
     assert not Path(layout.stage_marker(failed)).exists()  # the marker only follows success
+
+
+def test_the_export_check_starts_before_to_huggingface_and_checks_the_finished_export(tmp_path, tiny_spec_dict, layout):
+    fake = FakeMaxText(layout)
+    check = FakeCheck(fake)
+    assert run_pipeline(_context(tmp_path, tiny_spec_dict, fake, check)) == ExitCode.SUCCESS
+    (_, args, calls_at_start), go, cancelled = check.log
+    assert args == ("--wait", layout.export_dir) and not any("to_huggingface" in m for m in calls_at_start)
+    assert go == ("go", "go", True)  # told to go only once the export was written
+    assert cancelled == ("cancelled",)  # a no-op for a check that ran; see StartedStage.cancel
+    assert json.loads(Path(layout.stage_marker(Stage.EXPORT)).read_text())["outputs"]["verified"] is True
+
+
+def test_a_failed_export_check_fails_the_job_for_good(tmp_path, tiny_spec_dict, layout):
+    fake = FakeMaxText(layout)
+    assert run_pipeline(_context(tmp_path, tiny_spec_dict, fake, FakeCheck(fake, fail=True))) == ExitCode.NON_RETRYABLE
+    final = _events(layout)[-1]
+    assert final.failed_stage == "export" and "failed the transformers check" in final.message
+    assert "SafetensorError" in final.message
+    assert not Path(layout.stage_marker(Stage.EXPORT)).exists()
+
+
+def test_a_failed_to_huggingface_cancels_the_check_without_telling_it_to_go(tmp_path, tiny_spec_dict, layout):
+    fake = FakeMaxText(layout, fail={"to_huggingface": StageFailed("m", 1, Path("l"), "ValueError: bad shape")})
+    check = FakeCheck(fake)
+    assert run_pipeline(_context(tmp_path, tiny_spec_dict, fake, check)) == ExitCode.NON_RETRYABLE
+    assert [entry[0] for entry in check.log] == ["started", "cancelled"]
 
 
 def test_unexpected_errors_are_not_retried():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 
+import pytest
 from tensorboardX import SummaryWriter
 
 from trainer.contract import RunStarted, Stage, parse_event
@@ -146,3 +148,33 @@ def test_a_failed_gs_events_write_is_sent_with_the_next_one(tmp_path):
     reporter.stage_started(Stage.TRAIN)
     seqs = [parse_event(line).seq for line in (bucket.data or b"").decode().splitlines()]
     assert seqs == [0, 1, 2]
+
+
+def test_our_event_decoder_reads_what_tensorboardx_protobuf_reads(tmp_path):
+    """trainer/event_proto.py against the generated protobuf classes on the value forms writers use:
+    simple_value, text, and tensors with packed floats, doubles or raw tensor_content."""
+    from tensorboardX.proto import event_pb2, summary_pb2, tensor_pb2
+
+    from trainer.event_proto import parse_event
+    from trainer.tensorboard_metrics import parse_records
+
+    writer = SummaryWriter(logdir=str(tmp_path))
+    writer.add_scalar("a/simple", 0.5, 1)
+    writer.add_text("a/text", "not a number", 4)
+    writer.close()
+    payloads = [p for f in sorted(tmp_path.glob("events.out.tfevents.*")) for p in parse_records(f.read_bytes())[0]]
+    tensors = {
+        "b/floats": tensor_pb2.TensorProto(dtype=1, float_val=[2.5, 9.0]),
+        "b/doubles": tensor_pb2.TensorProto(dtype=2, double_val=[-1.25]),
+        "b/content": tensor_pb2.TensorProto(dtype=1, tensor_content=struct.pack("<ff", 7.5, 1.0)),
+    }
+    values = [summary_pb2.Summary.Value(tag=tag, tensor=tensor) for tag, tensor in tensors.items()]
+    payloads.append(event_pb2.Event(wall_time=12.5, step=-3, summary=summary_pb2.Summary(value=values)).SerializeToString())
+    for payload in payloads:
+        ours, theirs = parse_event(payload), event_pb2.Event.FromString(payload)
+        assert (ours.wall_time, ours.step) == (theirs.wall_time, theirs.step)
+        assert [v.tag for v in ours.values] == [v.tag for v in theirs.summary.value]
+    numbers = {v.tag: v.number for p in payloads for v in parse_event(p).values}
+    assert numbers == {"a/simple": 0.5, "a/text/text_summary": None, "b/floats": 2.5, "b/doubles": -1.25, "b/content": 7.5}
+    with pytest.raises(ValueError):
+        parse_event(payloads[-1][:-3])  # a torn message is refused, never read as zeros

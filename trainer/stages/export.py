@@ -51,5 +51,8 @@ def build_export_command(
     return StageCommand(module=module, args=tuple(args), env=env)
 
 
-def build_verify_command(export_dir: str) -> StageCommand:
-    return StageCommand(module=VERIFY_EXPORT_MODULE, args=(export_dir,), env={"HF_HUB_OFFLINE": "1"})
+def build_verify_command(export_dir: str, *, wait_for_go: bool = False) -> StageCommand:
+    """The transformers load check; with wait_for_go it imports first and checks on a line on stdin
+    (the pipeline starts it alongside to_huggingface: trainer/checks/verify_export.py)."""
+    args = ("--wait", export_dir) if wait_for_go else (export_dir,)
+    return StageCommand(module=VERIFY_EXPORT_MODULE, args=args, env={"HF_HUB_OFFLINE": "1"})
