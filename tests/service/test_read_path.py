@@ -149,8 +149,8 @@ def client(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, settings_factory: Callable[..., Settings]
 ) -> Iterator[TestClient]:
     TokenService(store).ensure(TOKEN_A, "team-a")
-    # The progress poller stays quiet, so every query counted is the request's own.
-    settings = settings_factory(token_cache_ttl_s=300, progress_poll_interval_s=3600)
+    # The progress poller and the event fan-out's reader stay quiet, so every query counted is the request's own.
+    settings = settings_factory(token_cache_ttl_s=300, progress_poll_interval_s=3600, sse_poll_interval_s=3600)
     app = create_app(settings, store=store, launcher=fake_launcher, progress=fake_progress)
     with TestClient(app, headers={"Authorization": f"Bearer {TOKEN_A}"}) as test_client:
         wait_until(lambda: test_client.get("/readyz").status_code == 200)
