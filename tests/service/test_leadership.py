@@ -168,11 +168,15 @@ def test_a_leader_that_loses_its_lock_stops_leading_and_leads_again_when_it_can(
     with TestClient(create_app(settings)) as client:
         wait_until(lambda: client.get("/readyz").json().get("role") == "leader")
         with admin.connect() as conn:  # the lock's connection dies (a database failover, a network cut)
-            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"))
+            conn.execute(
+                text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = :lo"),
+                {"lo": LEADER_LOCK_KEY & 0xFFFF_FFFF},
+            )
         wait_until(lambda: "this replica lost the leader lock" in caplog.text, timeout_s=10)
         # Nobody else holds it: the same replica takes it again, re-attaches, and its new term works.
-        wait_until(lambda: client.get("/readyz").status_code == 200 and client.get("/readyz").json()["role"] == "leader")
+        wait_until(lambda: client.get("/readyz").json() == {"ready": True, "role": "leader"}, timeout_s=60)
         job = client.post("/v1/jobs", json=spec_body(tmp_path, labels={"fake-steps": "1"}), headers=auth).json()["id"]
-        wait_for_phase(lambda: client.get(f"/v1/jobs/{job}", headers=auth).json()["phase"], JobPhase.SUCCEEDED)
+        wait_for_phase(lambda: client.get(f"/v1/jobs/{job}", headers=auth).json()["phase"], JobPhase.SUCCEEDED,
+                       timeout_s=60)  # fmt: skip
     admin.dispose()
     assert caplog.text.count("this replica leads") == 2
