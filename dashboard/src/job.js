@@ -1,10 +1,12 @@
 // The job page: spec, progress, learning health, stage timeline, live charts, completion samples,
-// log tail, artifacts, cancel. Live through GET /v1/jobs/{id}/events (a snapshot, then every change,
-// ending after the terminal phase); each burst of events triggers one re-read of the job and its
-// metrics, and of the samples when a new train step arrived.
+// eval panel, log tail, artifacts, cancel. Live through GET /v1/jobs/{id}/events (a snapshot, then
+// every change, ending after the terminal phase); each burst of events triggers one re-read of the
+// job and its metrics, and of the samples when a new train step arrived. An `eval` event is such a
+// change too: the re-read job carries the evaluations whole (JobPublic.eval), so the panel is drawn
+// from that, never from the event's partial data.
 import { rewardChart, makeChart } from "./charts.js";
 import { focusHeading, h, replace } from "./dom.js";
-import { fmtPercent } from "./format.js";
+import { evalPanel } from "./evalpanel.js";
 import { artifactsPanel, failureBox, healthNote, progressPanel, summaryPanel } from "./jobparts.js";
 import { LiveFeed } from "./live.js";
 import { healthView, jobView, metricSeries } from "./model.js";
@@ -33,8 +35,8 @@ export function jobPage(root, api, jobId) {
     reward: rewardChart(),
     kl: makeChart("KL divergence", [{ label: "KL", stroke: "#8a5a00" }]),
     loss: makeChart("Loss", [{ label: "loss", stroke: "#b3261e" }]),
-    evalAcc: makeChart("Eval accuracy", [{ label: "accuracy", stroke: "#1b7f3b", points: true }], { format: fmtPercent, yRange: [0, 1] }),
   };
+  const evaluation = evalPanel();
   const samples = samplesPanel(api, base);
   let samplesDue = true; // re-read the samples with the next refresh (a new train step arrived)
   const artifactsSlot = h("div");
@@ -49,7 +51,7 @@ export function jobPage(root, api, jobId) {
     noticeSlot,
     panels,
     h("div", { class: "learning" },
-      h("section", { "aria-label": "Training curves", class: "charts" }, Object.values(charts).map((c) => c.el)),
+      h("section", { "aria-label": "Training curves", class: "charts" }, Object.values(charts).map((c) => c.el), evaluation.el),
       samples.el),
     artifactsSlot,
     h("section", { class: "panel", "aria-labelledby": "logs-h" }, h("h2", { id: "logs-h" }, `Log tail (last ${LOG_TAIL_LINES} lines)`), logs),
@@ -68,6 +70,7 @@ export function jobPage(root, api, jobId) {
       queueNotice(job));
     replace(panels, summaryPanel(job), progressPanel(job));
     replace(artifactsSlot, artifactsPanel(job));
+    evaluation.update(job.evaluation);
   }
 
   async function loadJob() {
@@ -80,7 +83,6 @@ export function jobPage(root, api, jobId) {
     charts.reward.update(s.steps, [s.rewardMean, s.rewardUpper, s.rewardLower]);
     charts.kl.update(s.steps, [s.kl]);
     charts.loss.update(s.steps, [s.loss]);
-    charts.evalAcc.update(s.evalSteps, [s.evalAccuracy]);
   }
 
   async function loadLogs() {

@@ -35,6 +35,7 @@ export function jobView(raw) {
     loss: num(metrics.loss),
     evalAccuracy: num(metrics.eval_accuracy),
     health: healthView(raw.health),
+    evaluation: evalView(raw.eval),
     createdAt: raw.created_at,
     updatedAt: raw.updated_at,
     startedAt: raw.started_at,
@@ -55,6 +56,48 @@ export function jobView(raw) {
 export function healthView(raw) {
   if (!raw || !raw.verdict) return null;
   return { verdict: String(raw.verdict), message: raw.message || "", step: num(raw.step), signalFraction: num(raw.signal_fraction) };
+}
+
+const interval = (v) => (Array.isArray(v) && v.length === 2 && num(v[0]) !== null && num(v[1]) !== null ? [v[0], v[1]] : null);
+
+/** One EvalPoint (an evaluation: before, step-N or after); null if it has no label to show it by. */
+function evalPoint(raw) {
+  if (!raw || typeof raw.label !== "string") return null;
+  return {
+    label: raw.label,
+    step: num(raw.step),
+    n: num(raw.n),
+    accuracy: num(raw.accuracy),
+    ci95: interval(raw.ci95),
+    formatAccuracy: num(raw.format_accuracy),
+    partialAccuracy: num(raw.partial_accuracy),
+    meanReward: num(raw.mean_reward),
+    samplesPerRow: num(raw.samples_per_row),
+    sampling: raw.sampling ? String(raw.sampling) : null,
+  };
+}
+
+/**
+ * JobPublic.eval -> {status, reason, points, before, after, difference}. Points keep the service's
+ * order (oldest first: before, step-N..., after). "available" with no usable point is shown as
+ * "none": the panel then says why instead of drawing an empty plot. Null when the service sent no
+ * `eval` at all (one older than issue 19).
+ */
+export function evalView(raw) {
+  if (!raw || typeof raw !== "object") return null;
+  const points = (raw.points || []).map(evalPoint).filter(Boolean);
+  const d = raw.difference;
+  const difference = d && num(d.difference) !== null
+    ? { of: String(d.of || ""), difference: d.difference, ci95: interval(d.ci95), n: num(d.n), improved: num(d.improved), regressed: num(d.regressed), method: d.method || null }
+    : null;
+  return {
+    status: raw.status === "available" && points.length ? "available" : "none",
+    reason: raw.reason ? String(raw.reason) : "",
+    points,
+    before: evalPoint(raw.before),
+    after: evalPoint(raw.after),
+    difference,
+  };
 }
 
 /** SamplesPublic -> what the samples panel shows; reward scores keep the trainer's order. */
@@ -92,21 +135,20 @@ function stageTimeline(raw) {
 }
 
 /**
- * MetricsPublic -> column arrays for the charts. Train points give reward mean/std, KL and loss;
- * eval points give accuracy. Points are sorted by step and a repeated step keeps the newest value
- * (a resumed run can report a step twice).
+ * MetricsPublic -> column arrays for the charts: reward mean/std, KL and loss from the train points.
+ * Eval points are left out: evaluations come whole, with their intervals, in JobPublic.eval
+ * (evalView). Points are sorted by step and a repeated step keeps the newest value (a resumed run
+ * can report a step twice).
  */
 export function metricSeries(raw) {
   const train = new Map();
-  const evals = new Map();
   for (const p of (raw && raw.points) || []) {
-    (p.kind === "eval" ? evals : train).set(p.step, p.values || {});
+    if (p.kind !== "eval") train.set(p.step, p.values || {});
   }
   const steps = [...train.keys()].sort((a, b) => a - b);
   const col = (key) => steps.map((s) => num(train.get(s)[key]));
   const mean = col("reward_mean");
   const std = col("reward_std");
-  const evalSteps = [...evals.keys()].sort((a, b) => a - b);
   return {
     steps,
     rewardMean: mean,
@@ -114,7 +156,5 @@ export function metricSeries(raw) {
     rewardLower: mean.map((m, i) => (m === null || std[i] === null ? m : m - std[i])),
     kl: col("kl"),
     loss: col("loss"),
-    evalSteps,
-    evalAccuracy: evalSteps.map((s) => num(evals.get(s).accuracy ?? evals.get(s).eval_accuracy)),
   };
 }

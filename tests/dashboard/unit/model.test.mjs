@@ -66,7 +66,7 @@ test("health before the first step is null", () => {
   assert.equal(healthView({ message: "no verdict" }), null);
 });
 
-test("metric series: sorted by step, a repeated step keeps the newest, eval apart", () => {
+test("metric series: sorted by step, a repeated step keeps the newest, eval points left to JobPublic.eval", () => {
   const series = metricSeries({
     points: [
       { step: 2, kind: "train", values: { reward_mean: 0.5, reward_std: 0.1, kl: 0.01 } },
@@ -82,8 +82,9 @@ test("metric series: sorted by step, a repeated step keeps the newest, eval apar
   assert.ok(Math.abs(series.rewardLower[1] - 0.4) < 1e-12);
   assert.deepEqual(series.kl, [null, null]);
   assert.deepEqual(series.loss, [3, null]);
-  assert.deepEqual(series.evalSteps, [1, 2]);
-  assert.deepEqual(series.evalAccuracy, [0.3, 0.4]);
+  assert.deepEqual(Object.keys(series).sort(), ["kl", "loss", "rewardLower", "rewardMean", "rewardUpper", "steps"]);
+  const onlyEval = metricSeries({ points: [{ step: 7, kind: "eval", values: { accuracy: 0.4 } }] });
+  assert.deepEqual(onlyEval.steps, []); // an eval point is not a train step with no reward
   assert.deepEqual(metricSeries(null).steps, []);
 });
 

@@ -1,0 +1,113 @@
+// The job page's eval panel, from JobPublic.eval (model.js's evalView): the headline (before → after
+// with 95% intervals and n), the paired change, and each evaluation's accuracy by step with its
+// interval drawn as an error bar. The plot is a small SVG, not uPlot: it has a handful of points,
+// and error bars are plain elements that tests and screen readers can find. When the job has no
+// evaluation the panel says why (the service's reason), not "No data yet".
+import { h, replace } from "./dom.js";
+import { DASH, fmtNumber, fmtPercent } from "./format.js";
+import { evalPlotLayout } from "./evalplot.js";
+import { differenceOf, differenceText, evalHeadline, methodText, pointText, pointWhen } from "./evaltext.js";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const CAP_HALF_WIDTH_PX = 5;
+const NO_EVAL_FIELD = "This service does not report evaluations (its jobs have no eval field).";
+
+/** An SVG element; attributes only (the page's CSP forbids inline style), text as text nodes. */
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, String(value));
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) el.append(typeof child === "string" ? document.createTextNode(child) : child);
+  }
+  return el;
+}
+
+export function evalPanel() {
+  const headline = h("p", { class: "eval-headline", "data-testid": "eval-headline" });
+  const change = h("p", { class: "eval-change", "data-testid": "eval-difference" });
+  const body = h("div", { class: "eval-body" });
+  const el = h(
+    "section",
+    { class: "chart panel eval-panel", "aria-labelledby": "eval-h", "data-status": "" },
+    h("h2", { id: "eval-h" }, "Eval accuracy"),
+    headline,
+    change,
+    body,
+  );
+
+  let shown; // the view last drawn, as JSON
+  return {
+    el,
+    /** @param {ReturnType<import("./model.js").evalView>} view */
+    update(view) {
+      // The job page re-renders every few seconds (running times); redrawing an unchanged panel
+      // would close the reader's open "Each evaluation" table.
+      const key = JSON.stringify(view);
+      if (key === shown) return;
+      shown = key;
+      el.dataset.status = view ? view.status : "unreported";
+      if (!view || view.status !== "available") {
+        headline.textContent = "";
+        change.textContent = "";
+        const reason = view ? view.reason || "No evaluation has run yet." : NO_EVAL_FIELD;
+        replace(body, h("p", { class: "no-data", "data-testid": "eval-reason" }, reason));
+        return;
+      }
+      const title = evalHeadline(view);
+      headline.textContent = title;
+      const diff = differenceText(view.difference);
+      replace(change, diff ? [h("span", { class: "sub-label" }, `Paired change (${differenceOf(view.difference)}): `), h("strong", {}, diff)] : null);
+      replace(body, plot(view, title), h("p", { class: "hint" }, methodText(view.difference)), pointsTable(view));
+    },
+  };
+}
+
+function plot(view, title) {
+  const g = evalPlotLayout(view.points);
+  const { area } = g;
+  const grid = g.yTicks.map((t) =>
+    svg("g", { class: "y-tick" },
+      svg("line", { x1: area.left, x2: area.right, y1: t.y, y2: t.y }),
+      svg("text", { x: area.left - 6, y: t.y + 4, "text-anchor": "end" }, t.text)));
+  const xAxis = g.xTicks.map((t) => svg("text", { class: "x-tick", x: t.x, y: area.bottom + 16, "text-anchor": "middle" }, String(t.step)));
+  const path = g.marks.map((m, i) => `${i ? "L" : "M"}${m.x.toFixed(1)},${m.y.toFixed(1)}`).join(" ");
+  const marks = g.marks.map((m) => {
+    const named = m.label === "before" || m.label === "after";
+    return svg("g", { class: "eval-point", "data-label": m.label, "data-step": m.step },
+      svg("title", {}, `${m.label}: ${pointText(m)} (step ${m.step})`),
+      m.ci95
+        ? [
+            svg("line", { class: "errbar", x1: m.x, x2: m.x, y1: m.yLow, y2: m.yHigh }),
+            svg("line", { class: "errbar-cap", x1: m.x - CAP_HALF_WIDTH_PX, x2: m.x + CAP_HALF_WIDTH_PX, y1: m.yLow, y2: m.yLow }),
+            svg("line", { class: "errbar-cap", x1: m.x - CAP_HALF_WIDTH_PX, x2: m.x + CAP_HALF_WIDTH_PX, y1: m.yHigh, y2: m.yHigh }),
+          ]
+        : null,
+      svg("circle", { cx: m.x, cy: m.y, r: 4 }),
+      named ? svg("text", { class: "point-label", x: m.x, y: m.yHigh - 7, "text-anchor": "middle" }, m.label) : null);
+  });
+  return svg("svg", { class: "eval-plot", viewBox: `0 0 ${g.width} ${g.height}`, role: "img", "aria-label": `Eval accuracy by step: ${title}` },
+    grid,
+    svg("text", { class: "axis-label", x: (area.left + area.right) / 2, y: g.height - 2, "text-anchor": "middle" }, "step"),
+    xAxis,
+    g.marks.length > 1 ? svg("path", { class: "eval-line", d: path }) : null,
+    marks);
+}
+
+/** Every evaluation with the numbers the plot leaves out (format, partial, reward, sampling). */
+function pointsTable(view) {
+  const rows = view.points.map((p) =>
+    h("tr", { "data-label": p.label },
+      h("th", { scope: "row" }, p.label === "before" || p.label === "after" ? p.label : pointWhen(p).replace("at ", "")),
+      h("td", { class: "num" }, pointText(p)),
+      h("td", { class: "num" }, p.n ?? DASH),
+      h("td", { class: "num" }, fmtPercent(p.formatAccuracy)),
+      h("td", { class: "num" }, fmtPercent(p.partialAccuracy)),
+      h("td", { class: "num" }, fmtNumber(p.meanReward)),
+      h("td", {}, [p.sampling, p.samplesPerRow !== null ? `${p.samplesPerRow}/row` : null].filter(Boolean).join(" · ") || DASH)));
+  const col = (text) => h("th", { scope: "col" }, text);
+  return h("details", { class: "eval-points" },
+    h("summary", {}, `Each evaluation (${view.points.length})`),
+    h("table", { class: "artifacts" },
+      h("thead", {}, h("tr", {}, col("When"), col("Accuracy [95%]"), col("n"), col("Format"), col("Partial"), col("Mean reward"), col("Sampling"))),
+      h("tbody", {}, rows)));
+}
