@@ -1,10 +1,12 @@
 """How the CLI prints: the two consoles, `-o json|yaml|name` and a job's status table, shared by
-every command module."""
+every command module. A job's evaluations are written as the dashboard writes them (whole percents,
+95% intervals in brackets; dashboard/src/evaltext.js), with ASCII dashes and arrows."""
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Iterable
 from typing import Annotated, Any
 
@@ -94,6 +96,60 @@ def usage_text(usage: dict[str, Any]) -> str:
             f"({usage['accelerator']} {usage['capacity']}), {cost}; waited {waited_h:,.2f} h (not charged)")  # fmt: skip
 
 
+def whole_percent(fraction: float) -> int:
+    """0.34 -> 34, half up like the dashboard's Math.round (Python's round() takes 12.5 to 12, Math.round to 13)."""
+    return math.floor(fraction * 100 + 0.5)
+
+
+def _signed(points: int, plus: str = "") -> str:
+    return f"-{-points}" if points < 0 else f"{plus}{points}"
+
+
+def eval_point_text(point: dict[str, Any]) -> str:
+    """An EvalPoint as `34% [29-39]`: whole percents, as precise as a few hundred rows allow."""
+    if point.get("accuracy") is None:
+        return "-"
+    ci = point.get("ci95")
+    return f"{whole_percent(point['accuracy'])}%" + (f" [{whole_percent(ci[0])}-{whole_percent(ci[1])}]" if ci else "")
+
+
+def _latest_eval(evaluation: dict[str, Any]) -> dict[str, Any] | None:
+    """What `before` is compared with: `after`, else the newest step-N evaluation (points are oldest first)."""
+    if evaluation.get("after"):
+        return dict(evaluation["after"])
+    steps = [p for p in evaluation.get("points") or [] if p.get("label") not in ("before", "after")]
+    return dict(steps[-1]) if steps else None
+
+
+def eval_text(job: dict[str, Any]) -> str:
+    """JobPublic.eval in one line: `34% [29-39] -> 51% [45-57], n=300`, or `- (why there is none)`."""
+    evaluation = job.get("eval")
+    if not evaluation:
+        return "-"  # a service older than JobPublic.eval
+    points = evaluation.get("points") or []
+    if evaluation.get("status") != "available" or not points:
+        return f"- ({evaluation.get('reason') or 'no evaluation'})"
+    before, later = evaluation.get("before"), _latest_eval(evaluation)
+    if before and later:
+        at = "" if later["label"] == "after" else f" at step {later['step']}"
+        n = f"n={before['n']}" if before["n"] == later["n"] else f"n={before['n']} -> {later['n']}"
+        return f"{eval_point_text(before)} -> {eval_point_text(later)}{at}, {n}"
+    only = later or before or points[-1]
+    when = {"before": "before training", "after": "after training"}.get(only["label"], f"at step {only['step']}")
+    return f"{eval_point_text(only)} {when}, n={only['n']}"
+
+
+def eval_difference_text(job: dict[str, Any]) -> str | None:
+    """The paired change: `+17 points [11, 23] (60 improved, 9 regressed), after - before over 300 rows`."""
+    diff = (job.get("eval") or {}).get("difference")
+    if not diff:
+        return None
+    low, high = (whole_percent(v) for v in diff["ci95"])
+    of = "after" if diff["of"] == "after" else str(diff["of"]).replace("-", " ")
+    return (f"{_signed(whole_percent(diff['difference']), '+')} points [{_signed(low)}, {_signed(high)}] "
+            f"({diff['improved']} improved, {diff['regressed']} regressed), {of} - before over {diff['n']} rows")  # fmt: skip
+
+
 def print_job(job: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(no_wrap=True)
@@ -114,6 +170,9 @@ def print_job(job: dict[str, Any]) -> None:
     rows.append(("memory", f"{fit['verdict']}: {escape(fit['message'])}" if fit else "-"))
     health = job.get("health")
     rows.append(("health", f"{health_text(health['verdict'])}: {escape(health['message'])}" if health else "-"))
+    rows.append(("eval", escape(eval_text(job))))  # the reason is the service's words: not markup
+    if (difference := eval_difference_text(job)) is not None:
+        rows.append(("eval change", difference))
     if job.get("usage"):
         rows.append(("usage", usage_text(job["usage"])))
     for stage, times in (job.get("stage_times") or {}).items():
