@@ -33,7 +33,7 @@ from trainer.stages.train import build_train_command, total_train_steps
 from trainer.storage import StorageError, store_for
 from trainer.storage.manifest import write_manifest
 from trainer.tensorboard_metrics import EventFileTailer
-from trainer.train_progress import TrainProgressWatcher, TrainStepAssembler, eval_fields
+from trainer.train_progress import EvalLineReader, TrainProgressWatcher, TrainStepAssembler
 
 RunCommand = Callable[..., None]
 StartCommand = Callable[..., StartedStage]
@@ -185,8 +185,10 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any
         EventFileTailer(store_for(tensorboard_uri), tensorboard_uri), reporter, assembler, poll_interval_s=poll_interval_s
     )
 
+    eval_lines = EvalLineReader(start_step=start_step, total_steps=total)
+
     def on_line(line: str) -> None:
-        fields = eval_fields(line, start_step=start_step, total_steps=total)
+        fields = eval_lines.fields(line)
         if fields:
             reporter.eval_result(**fields)
 

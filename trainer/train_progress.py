@@ -5,18 +5,22 @@ rollout metrics (`rewards/train/*`, `completions/train/*`) at the step counter b
 and the actor's (`actor/train/*`) after it, so rollout step k belongs to training step k+1, the
 step number Tunix also names its checkpoint by.
 
-train_rl's pre-, intermediate and post-training evaluations are not written anywhere structured:
-MaxText logs them as one fixed-format line each, so for these (only) the line is parsed.
+train_rl's pre-, intermediate and post-training evaluations are not written anywhere structured by
+MaxText: it logs one fixed-format line each. Our eval recorder (maxtext_entry/eval_recorder.py) keeps
+their rows and prints a `RLJOB_EVAL {summary}` line just before MaxText's; `EvalLineReader` reports
+that one, and parses MaxText's own line only when no summary came before it (a recorder failure).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.contract.evaluation import EVAL_LINE_PREFIX, EvalSummary
 from trainer.progress import EventReporter
 from trainer.tensorboard_metrics import EventFileTailer, Scalar
 
@@ -94,6 +98,49 @@ def eval_fields(line: str, *, start_step: int, total_steps: int) -> dict[str, An
         except ValueError:
             pass
     return {"step": step, "accuracy": float(match["accuracy"]) / 100, "metrics": metrics}
+
+
+def summary_from_line(line: str) -> EvalSummary | None:
+    """The EvalSummary a `RLJOB_EVAL {...}` line carries; None for any other line."""
+    start = line.find(EVAL_LINE_PREFIX)
+    if start < 0:
+        return None
+    try:
+        return EvalSummary.model_validate(json.loads(line[start + len(EVAL_LINE_PREFIX) :]))
+    except ValueError:
+        return None
+
+
+def summary_fields(summary: EvalSummary) -> dict[str, Any]:
+    n = summary.n
+    metrics = {"correct": summary.correct, "total": float(n)}
+    if n:
+        metrics |= {"partial_accuracy": summary.partial_correct / n, "format_accuracy": summary.format_correct / n}
+    if summary.mean_reward is not None:
+        metrics["mean_reward"] = summary.mean_reward
+    return {"step": summary.step, "accuracy": summary.correct / n if n else None, "metrics": metrics, "summary": summary}
+
+
+@dataclass
+class EvalLineReader:
+    """Eval event fields from train_rl's output lines, one event per evaluation."""
+
+    start_step: int
+    total_steps: int
+    _summary_seen: bool = False
+
+    def fields(self, line: str) -> dict[str, Any] | None:
+        summary = summary_from_line(line)
+        if summary is not None:
+            self._summary_seen = True
+            return summary_fields(summary)
+        fields = eval_fields(line, start_step=self.start_step, total_steps=self.total_steps)
+        if fields is None:
+            return None
+        if self._summary_seen:  # MaxText's line for the evaluation just reported
+            self._summary_seen = False
+            return None
+        return fields
 
 
 class TrainProgressWatcher:

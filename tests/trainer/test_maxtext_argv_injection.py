@@ -27,7 +27,7 @@ from tests.trainer.conftest import TINY_HF_CONFIG
 from tests.trainer.spec_edit import with_field
 from trainer.contract import JobSpec, RunLayout
 from trainer.contract.spec_values import LOCATION_PUNCTUATION
-from trainer.maxtext_entry.shim_flags import REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, pop_flags
+from trainer.maxtext_entry.shim_flags import EVAL_FLAG, REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, pop_flags
 from trainer.runner import StageCommand
 from trainer.sources import resolve_model
 from trainer.stages.convert import build_convert_command
@@ -47,7 +47,7 @@ def maxtext_loader() -> Iterator[Any]:
     from maxtext.configs import pyconfig, types  # slow: JAX and MaxText's whole config module
 
     def load(command: StageCommand) -> BaseModel:
-        _, args = pop_flags(list(command.args), REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG)
+        _, args = pop_flags(list(command.args), REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, EVAL_FLAG)
         config_args = [a for a in args if not a.startswith("--")]
         config_class = types.RLConfig if command.module.startswith("trainer.maxtext_entry.train_rl") else None
         extra = {"config_class": config_class} if config_class else {}

@@ -202,3 +202,33 @@ def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_r
     assert cached.returncode == 0, cached.stderr[-3000:]
     parity = json.loads(cached.stdout.strip().splitlines()[-1])
     assert parity["argmax_agree"] and parity["max_abs_diff"] < 1e-4 * max(1.0, parity["logit_scale"]), parity
+
+
+def test_every_evaluation_keeps_its_rows_as_maxtext_scored_them(restarted_run):
+    """The rows of each evaluation agree with MaxText's own totals for it (its log line), the events carry
+    the summary, and the change from `before` pairs the same prompts, also across the kill."""
+    import re
+
+    from trainer.contract.evaluation import AFTER, BEFORE, EvalRow, label_step
+
+    layout, events = restarted_run["layout"], restarted_run["events"]
+    train_log = Path(layout.root, "logs", "train.log").read_text()
+    post = re.findall(r"Post RL Training: corr=(\d+), total=(\d+)", train_log)
+    assert post, train_log[-2000:]
+    files = {p.stem: [EvalRow.model_validate_json(line) for line in p.read_text().splitlines()]
+             for p in Path(layout.eval_dir).glob("*.jsonl")}
+    # Attempt 1 evaluated the base model; attempt 2 resumed from a checkpoint, so its first evaluation is a step.
+    resumed = json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["resumed_from_step"]
+    assert set(files) == {BEFORE, f"step-{resumed}", AFTER}, sorted(files)
+    after = files[AFTER]
+    assert (sum(r.correct for r in after), len(after)) == (float(post[-1][0]), int(post[-1][1]))
+    assert [r.id for r in after] == [r.id for r in files[BEFORE]] and len(after) == 2  # batch_size 2 x 1 test batch
+    assert all(r.completions and r.rewards == {"completion_length_reward": [len(c) / 512.0 for c in r.completions]}
+               for r in after)
+    summaries = [e.summary for e in events if e.type == "eval"]
+    assert all(s is not None for s in summaries), summaries  # MaxText's own line was not reported a second time
+    by_label = {s.label: s for s in summaries}
+    assert by_label[AFTER].n == 2 and by_label[AFTER].rows_file == "after.jsonl"
+    assert by_label[AFTER].vs_before is not None and by_label[AFTER].vs_before.n == 2
+    assert label_step(f"step-{resumed}") == by_label[f"step-{resumed}"].step == resumed
+    assert by_label[BEFORE].vs_before is None and by_label[BEFORE].step == 0

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from .evaluation import EvalSummary
+
 EVENTS_FILE = "events.jsonl"
 EVENT_SCHEMA_VERSION = 1
 
@@ -76,6 +78,10 @@ class EvalResult(_Event):
     step: int = Field(ge=0)
     accuracy: float | None = None
     metrics: dict[str, float | None] = Field(default_factory=dict)  # as TrainStep.metrics
+    summary: EvalSummary | None = Field(
+        default=None, description="the evaluation's counts and paired change from `before` (from its row file); "
+        "None when only MaxText's log line was seen"
+    )
 
 
 class ArtifactWritten(_Event):

@@ -9,6 +9,7 @@
         maxtext/                  to_maxtext output: 0/items (unless served from the conversion cache)
         rl/<job-id>/              train_rl run: checkpoints/actor/<N>/..., tensorboard/
         samples/train-<N>.json    completions and their rewards per step (samples.py)
+        eval/<label>.jsonl        each evaluation's per-row outcomes: before, step-<N>, after (evaluation.py)
         hf/                       to_huggingface export
         manifest.json             artifacts with sizes and checksums
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .evaluation import EVAL_DIR, eval_file_name
 from .events import EVENTS_FILE, Stage
 from .samples import samples_file_name
 
@@ -85,6 +87,13 @@ class RunLayout:
 
     def samples_file(self, step: int) -> str:
         return join_uri(self.samples_dir, samples_file_name(step))
+
+    @property
+    def eval_dir(self) -> str:
+        return self.path(EVAL_DIR)
+
+    def eval_file(self, label: str) -> str:
+        return join_uri(self.eval_dir, eval_file_name(label))
 
     @property
     def export_dir(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 REGISTER_FLAG = "--rljob_register_hf_config="  # the checkpoint whose config.json MaxText's table should hold
 REVISION_FLAG = "--rljob_hf_config_revision="  # its hub revision
 SAMPLES_FLAG = "--rljob_samples_uri="  # where train_rl's completion samples go (sample_recorder.py)
+EVAL_FLAG = "--rljob_eval_uri="  # where each evaluation's per-row outcomes go (eval_recorder.py)
 
 
 def pop_flags(argv: list[str], *flags: str) -> tuple[dict[str, str], list[str]]:

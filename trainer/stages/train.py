@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainer.contract import JobSpec, RunLayout
 from trainer.contract.hf_model import MaxTextModel
-from trainer.maxtext_entry.shim_flags import SAMPLES_FLAG
+from trainer.maxtext_entry.shim_flags import EVAL_FLAG, SAMPLES_FLAG
 from trainer.runner import StageCommand
 
 from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub, uses_cpu
@@ -108,6 +108,7 @@ def build_train_command(
     args = [
         *hf_config_registration_args(spec, model, local_source),
         f"{SAMPLES_FLAG}{layout.samples_dir}",
+        f"{EVAL_FLAG}{layout.eval_dir}",
         rl_config(),
         f"model_name={model.name}",
         f"tokenizer_path={local_tokenizer or spec.model.tokenizer_location}",
