@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainer.contract import JobSpec, Stage, StepSamples
 from trainer.contract.fit import FitEstimate
 
+from .job_eval import JobEval
 from .learning_health import LearningHealth
 from .phases import JobPhase
 from .usage_models import JobUsage
@@ -118,6 +119,8 @@ class JobRecord:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     phase_entered_at: datetime | None = None
     fit_estimate: dict[str, Any] | None = None  # the submit-time memory estimate (trainer.contract fit check)
+    # One EvalSummary (trainer.contract.evaluation) per evaluation label, as JSON (job_eval.push_eval).
+    eval_points: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def handed_over(self) -> bool:
@@ -173,6 +176,7 @@ class JobPublic(BaseModel):
     eta_s: float | None = Field(description="seconds until training ends at the current rate")
     metrics: LatestMetrics
     health: LearningHealth | None = Field(description="whether training is learning; null before the first train step")
+    eval: JobEval = Field(description="the evaluations train_rl ran on the eval rows, with 95% intervals, or why there are none")
     stage_times: dict[Stage, StageTimes]
     artifacts: list[Artifact]
     failure: Failure | None

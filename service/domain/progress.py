@@ -32,6 +32,7 @@ from trainer.contract import (
     local_path,
 )
 
+from .job_eval import eval_event_data, push_eval
 from .learning_health import TrainStepSummary, push_step
 from .models import Artifact, JobRecord, MetricPoint, RunOutcome, StageTimes
 from .ports import SkippedLine
@@ -116,7 +117,11 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
             values["accuracy"] = event.accuracy
             record.latest_metrics["eval_accuracy"] = event.accuracy
         changes.points.append(MetricPoint(kind="eval", step=event.step, time=event.time, values=values))
-        changes.log.append(("eval", {"step": event.step, "metrics": dict(values)}))
+        logged: dict[str, Any] = {"step": event.step, "metrics": dict(values)}
+        if event.summary is not None:
+            record.eval_points = push_eval(record.eval_points, event.summary)
+            logged |= eval_event_data(event.summary)
+        changes.log.append(("eval", logged))
     elif isinstance(event, ArtifactWritten):
         artifact = Artifact(name=event.name, uri=event.uri, size_bytes=event.size_bytes)
         record.artifacts[event.name] = artifact

@@ -7,6 +7,7 @@ from datetime import datetime
 from trainer.contract import RunLayout, Stage
 from trainer.contract.fit import FitEstimate
 
+from .job_eval import job_eval
 from .job_health import learning_health, train_started_at
 from .learning_health import HealthPolicy
 from .models import Failure, JobPublic, JobRecord, LatestMetrics
@@ -63,6 +64,7 @@ def to_public(
         eta_s=_eta_s(record, now),
         metrics=LatestMetrics(**record.latest_metrics),
         health=learning_health(record, now, health_policy),
+        eval=job_eval(record.eval_points, spec=record.spec, phase=record.phase),
         stage_times=stage_times,
         artifacts=list(record.artifacts.values()),
         failure=failure,

@@ -58,3 +58,15 @@ def test_tiny_job_runs_to_success_through_the_api(tmp_path: Path, monkeypatch: p
         assert {"convert", "train", "export"} <= set(job["stage_times"])
         points = client.get(f"/v1/jobs/{job_id}/metrics", headers=auth).json()["points"]
         assert [p["step"] for p in points if p["kind"] == "train"] == list(range(1, job["total_steps"] + 1))
+        # train_rl evaluated the 2 eval rows (batch_size 2 x num_test_batches 1) before and after training;
+        # each point carries its Wilson interval, and the change is paired over the same 2 rows.
+        evaluation = job["eval"]
+        assert evaluation["status"] == "available", evaluation
+        for label in ("before", "after"):
+            point = evaluation[label]
+            assert point["n"] == 2 and point["label"] == label, point
+            low, high = point["ci95"]
+            assert 0 <= low <= point["accuracy"] <= high <= 1 and high - low > 0.3  # two rows say little
+        assert evaluation["difference"]["of"] == "after" and evaluation["difference"]["n"] == 2
+        # Three steps of a random model: signal, never a claim of improvement.
+        assert job["health"]["verdict"] not in ("improving", "learning"), job["health"]

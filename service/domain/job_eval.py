@@ -1,0 +1,125 @@
+"""A job's evaluations as the API shows them: each with its 95% interval, and the change from `before`.
+
+The trainer reports one EvalSummary per evaluation train_rl ran (trainer/contract/evaluation.py:
+`before`, `step-N`, `after`, with counts and, for all but `before`, the paired change over the same
+rows). The record keeps them (`JobRecord.eval_points`, JSON, one per label, at most
+MAX_EVAL_POINTS); this module turns them into `JobPublic.eval` and says why there is none.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from trainer.contract.evaluation import AFTER, BEFORE, EvalSummary, PairedDifference, label_step, wilson_interval
+
+from .phases import JobPhase
+
+MAX_EVAL_POINTS = 200  # an eval every step of a long run keeps its newest points; before and after always stay
+
+
+class EvalPoint(BaseModel):
+    label: str = Field(description="before, step-N or after")
+    step: int = Field(description="the policy's train step when it was evaluated (0: the base model)")
+    n: int = Field(description="eval rows scored")
+    accuracy: float | None = Field(description="correct / n (MaxText's scoring); null when n is 0")
+    ci95: tuple[float, float] = Field(description="95% Wilson interval of the accuracy")
+    format_accuracy: float | None
+    partial_accuracy: float | None
+    mean_reward: float | None = Field(description="mean total reward per completion, when reward functions ran")
+    samples_per_row: int
+    sampling: str = Field(description="MaxText's eval_sampling_strategy and eval_mode")
+
+
+class EvalDifference(PairedDifference):
+    of: str = Field(description="which evaluation is compared with `before`: after, else the newest step-N")
+
+
+class JobEval(BaseModel):
+    """JobPublic.eval: the job's evaluations on its eval rows, with their uncertainty."""
+
+    status: Literal["available", "none"]
+    reason: str | None = Field(description="why there is no evaluation (yet); null when there is one")
+    points: list[EvalPoint] = Field(description="oldest first: before, step-N..., after")
+    before: EvalPoint | None
+    after: EvalPoint | None
+    difference: EvalDifference | None = Field(
+        description="accuracy of `of` minus `before`, paired over the rows both scored, with its 95% interval"
+    )
+
+
+def push_eval(points: list[dict[str, Any]], summary: EvalSummary) -> list[dict[str, Any]]:
+    """The stored points with `summary` in (replacing its label: a resumed trainer may evaluate again)."""
+    kept = [p for p in points if isinstance(p, dict) and p.get("label") != summary.label]
+    kept.append(summary.model_dump(mode="json"))
+    kept.sort(key=_order)
+    while len(kept) > MAX_EVAL_POINTS:
+        kept.pop(next(i for i, p in enumerate(kept) if p.get("label") not in (BEFORE, AFTER)))
+    return kept
+
+
+def read_points(points: list[dict[str, Any]]) -> list[EvalSummary]:
+    """The stored points this code can read (one written by another version is skipped), oldest first."""
+    out = []
+    for p in points:
+        try:
+            out.append(EvalSummary.model_validate(p))
+        except ValidationError:
+            continue
+    return sorted(out, key=lambda s: _order(s.model_dump()))
+
+
+def _order(point: dict[str, Any]) -> tuple[int, int]:
+    label = str(point.get("label"))
+    if label == BEFORE:
+        return (0, 0)
+    if label == AFTER:
+        return (2, 0)
+    return (1, label_step(label) or 0)
+
+
+def latest_comparison(summaries: list[EvalSummary]) -> EvalSummary | None:
+    """The evaluation whose change from `before` says most: `after`, else the newest step-N that has one."""
+    compared = [s for s in summaries if s.vs_before is not None]
+    return compared[-1] if compared else None
+
+
+def public_point(summary: EvalSummary) -> EvalPoint:
+    n = summary.n
+    return EvalPoint(
+        label=summary.label, step=summary.step, n=n, accuracy=summary.correct / n if n else None,
+        ci95=wilson_interval(summary.correct, n), format_accuracy=summary.format_correct / n if n else None,
+        partial_accuracy=summary.partial_correct / n if n else None, mean_reward=summary.mean_reward,
+        samples_per_row=summary.samples_per_row, sampling=summary.sampling,
+    )  # fmt: skip
+
+
+def job_eval(points: list[dict[str, Any]], *, spec: dict[str, Any], phase: JobPhase) -> JobEval:
+    summaries = read_points(points)
+    if not summaries:
+        return JobEval(status="none", reason=_why_none(spec, phase), points=[], before=None, after=None, difference=None)
+    public = [public_point(s) for s in summaries]
+    by_label = {p.label: p for p in public}
+    compared = latest_comparison(summaries)
+    difference = None
+    if compared is not None and compared.vs_before is not None:
+        difference = EvalDifference(of=compared.label, **compared.vs_before.model_dump())
+    return JobEval(status="available", reason=None, points=public, before=by_label.get(BEFORE),
+                   after=by_label.get(AFTER), difference=difference)  # fmt: skip
+
+
+def _why_none(spec: dict[str, Any], phase: JobPhase) -> str:
+    grpo = spec.get("grpo") or {}
+    if not grpo.get("num_test_batches"):
+        return ("grpo.num_test_batches is 0, so train_rl runs no evaluation; set it above 0 (with dataset.eval_files "
+                "for file data) to evaluate the policy before and after training")
+    if phase.is_terminal():
+        return "the job ended before an evaluation finished (train_rl evaluates before its first step and after its last)"
+    return "no evaluation has finished yet: train_rl evaluates before its first train step and after its last"
+
+
+def eval_event_data(summary: EvalSummary) -> dict[str, Any]:
+    """What an `eval` entry of the job's event log (and SSE) carries besides step and metrics."""
+    return {"point": public_point(summary).model_dump(mode="json"),
+            "difference": summary.vs_before.model_dump(mode="json") if summary.vs_before else None}  # fmt: skip

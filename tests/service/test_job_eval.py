@@ -1,0 +1,147 @@
+"""A job's evaluations: the statistics (against scipy and by simulated coverage), the fold of EvalResult
+events into the record (stored, surviving a reopen, logged for SSE), and JobPublic.eval with its reasons."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from scipy import stats
+from service_fakes import FakeLauncher, FakeProgress
+from service_helpers import T0, ManualClock, spec_body
+
+from service.adapters.store import SqlJobStore
+from service.domain.job_eval import MAX_EVAL_POINTS, job_eval, push_eval
+from service.domain.job_service import JobService
+from service.domain.models import Caller
+from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
+from service.domain.views import to_public
+from trainer.contract import EvalResult, JobSpec
+from trainer.contract.evaluation import EvalSummary, paired_difference, wilson_interval
+
+TEAM_A = Caller(team="team-a", token_id="tok_a")
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 2), (1, 2), (0, 10), (5, 10), (34, 100), (151, 300), (300, 300)])
+def test_wilson_interval_matches_scipy(k: int, n: int) -> None:
+    expected = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    assert wilson_interval(k, n) == pytest.approx((expected.low, expected.high), abs=1e-9)
+
+
+@pytest.mark.parametrize(("both", "only_before", "only_after"), [(0.25, 0.05, 0.2), (0.3, 0.1, 0.1), (0.02, 0.03, 0.08)])
+def test_paired_interval_covers_the_true_difference_about_95_percent_of_the_time(
+    both: float, only_before: float, only_after: float
+) -> None:
+    """Paired 0/1 outcomes on 300 prompts drawn from a known joint distribution (true difference
+    only_after - only_before): Newcombe's interval should cover it in about 95% of 600 runs (the
+    binomial noise of 600 runs is about +-1.8 points)."""
+    rng = random.Random(20261201)
+    cells = [(1.0, 1.0), (1.0, 0.0), (0.0, 1.0), (0.0, 0.0)]
+    weights = [both, only_before, only_after, 1 - both - only_before - only_after]
+    truth, covered, runs = only_after - only_before, 0, 600
+    for _ in range(runs):
+        drawn = rng.choices(cells, weights=weights, k=300)
+        result = paired_difference({str(i): b for i, (b, _) in enumerate(drawn)}, {str(i): a for i, (_, a) in enumerate(drawn)})
+        assert result is not None and result.method == "newcombe-paired-wilson"
+        covered += result.ci95[0] <= truth <= result.ci95[1]
+    assert 0.92 <= covered / runs <= 0.985, covered / runs
+
+
+def test_paired_difference_counts_flips_and_uses_only_shared_rows() -> None:
+    before = {"a": 0.0, "b": 0.0, "c": 1.0, "d": 1.0, "only-before": 1.0}
+    after = {"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0, "only-after": 0.0}
+    result = paired_difference(before, after)
+    assert result is not None
+    assert (result.n, result.improved, result.regressed, result.difference) == (4, 1, 1, 0.0)
+    assert result.ci95[0] < 0 < result.ci95[1]
+    fractional = paired_difference({"a": 0.25, "b": 0.5, "c": 0.0}, {"a": 0.5, "b": 0.75, "c": 0.25})
+    assert fractional is not None and fractional.method == "paired-t" and fractional.difference == pytest.approx(0.25)
+    assert paired_difference({"a": 1.0}, {"b": 1.0}) is None
+
+
+def summary(label: str, step: int, correct: float, n: int = 300, vs: tuple[dict, dict] | None = None) -> EvalSummary:
+    return EvalSummary(
+        label=label, step=step, n=n, correct=correct, format_correct=n, partial_correct=correct, mean_reward=correct / n,
+        samples_per_row=1, sampling="greedy, pass", rows_file=f"{label}.jsonl",
+        vs_before=paired_difference(*vs) if vs else None,
+    )  # fmt: skip
+
+
+def rows(n: int, correct: int) -> dict[str, float]:
+    return {f"r{i}": float(i < correct) for i in range(n)}
+
+
+def test_job_eval_shows_intervals_and_the_paired_change_from_before(tmp_path: Path) -> None:
+    points: list[dict] = []
+    points = push_eval(points, summary("after", 30, 150, vs=(rows(300, 100), rows(300, 150))))
+    points = push_eval(points, summary("before", 0, 100))
+    points = push_eval(points, summary("step-10", 10, 120, vs=(rows(300, 100), rows(300, 120))))
+    shown = job_eval(points, spec=spec_body(tmp_path), phase=JobPhase.SUCCEEDED)
+    assert shown.status == "available" and shown.reason is None
+    assert [p.label for p in shown.points] == ["before", "step-10", "after"]  # by step, whatever the arrival order
+    assert shown.before is not None and shown.before.accuracy == pytest.approx(1 / 3)
+    assert shown.before.ci95 == pytest.approx(wilson_interval(100, 300))
+    assert shown.difference is not None and shown.difference.of == "after"
+    assert shown.difference.difference == pytest.approx(50 / 300) and shown.difference.ci95[0] > 0.1
+    # A resumed trainer evaluates a label again: the newer one replaces it.
+    again = push_eval(points, summary("step-10", 10, 90, vs=(rows(300, 100), rows(300, 90))))
+    assert [p["correct"] for p in again if p["label"] == "step-10"] == [90]
+
+
+def test_points_are_bounded_keeping_before_and_after() -> None:
+    points: list[dict] = [summary("before", 0, 1).model_dump(mode="json"), summary("after", 9999, 2).model_dump(mode="json")]
+    for step in range(1, MAX_EVAL_POINTS + 20):
+        points = push_eval(points, summary(f"step-{step}", step, 1))
+    labels = [p["label"] for p in points]
+    assert len(points) == MAX_EVAL_POINTS and labels[0] == "before" and labels[-1] == "after"
+    assert labels[1] == "step-22"  # 221 points: the 21 oldest steps went first
+
+
+@pytest.mark.parametrize(
+    ("tests", "phase", "says"),
+    [
+        (0, JobPhase.RUNNING, "grpo.num_test_batches is 0"),
+        (2, JobPhase.RUNNING, "no evaluation has finished yet"),
+        (2, JobPhase.FAILED, "the job ended before an evaluation finished"),
+    ],
+)
+def test_no_evaluation_says_why(tmp_path: Path, tests: int, phase: JobPhase, says: str) -> None:
+    shown = job_eval([], spec=spec_body(tmp_path, grpo={"num_test_batches": tests}), phase=phase)
+    assert shown.status == "none" and shown.points == [] and says in (shown.reason or "")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+def test_eval_events_are_folded_stored_and_logged(
+    db_url: str, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
+) -> None:
+    store = SqlJobStore(db_url)
+    store.migrate()
+    service = JobService(store, fake_launcher, fake_progress, clock=clock)
+    job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path, grpo={"num_test_batches": 2})))[0].id
+    service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
+    before, after = summary("before", 0, 100), summary("after", 3, 160, vs=(rows(300, 100), rows(300, 160)))
+    for seq, s in enumerate((before, after)):
+        fake_progress.add(EvalResult(seq=seq, time=clock(), job_id=job_id, step=s.step, accuracy=s.correct / s.n,
+                                     metrics={"correct": s.correct}, summary=s))  # fmt: skip
+    service.ingest_progress(job_id)
+    store.close()
+
+    reopened = SqlJobStore(db_url)  # as after a service restart
+    try:
+        record = reopened.get(job_id)
+        assert record is not None
+        shown = to_public(record, clock()).eval
+        assert shown.before is not None and shown.after is not None and shown.after.n == 300
+        assert shown.difference is not None and shown.difference.difference == pytest.approx(0.2)
+        logged = [e.data for e in reopened.events_after(0, job_id=job_id) if e.kind == "eval"]
+        assert [e["point"]["label"] for e in logged] == ["before", "after"]
+        assert logged[1]["point"]["ci95"] == pytest.approx(list(wilson_interval(160, 300)))
+        assert logged[1]["difference"]["n"] == 300 and logged[0]["difference"] is None
+    finally:
+        reopened.close()
