@@ -1,7 +1,10 @@
 """Rewards reach the loss: a controlled experiment on the tiny model, through the real trainer.
 
 Arm A pays for one target token in the completion; arm B pays the same constant for everything, so
-all its GRPO advantages are zero and only AdamW's weight decay moves its weights. Same seed, data,
+all its GRPO advantages are zero: nothing rewards any behaviour. B's weights still move: AdamW's
+decoupled weight decay shrinks them, and once the policy differs from the reference, the KL penalty
+(Tunix's `kl` estimator, beta 0.04) has a gradient that pulls it back, which Adam's per-parameter
+normalisation turns into steps of about the learning rate. Same seed, data,
 steps, learning rate and sampling. What is measured is behaviour, on completions sampled from each
 arm's exported Hugging Face model: how often the target appears. If rewards stopped reaching the
 loss (MaxText ignoring reward_functions_path, advantages lost, the rollout not seeing new weights),
@@ -83,15 +86,18 @@ def control(tiny_dir, shared_cache, tmp_path_factory) -> dict:
 def test_the_rewarded_token_becomes_common_only_where_it_was_rewarded(control):
     rates = control["rates"]
     # Measured (occurrences per 32-token completion, 64 completions on held-out prompts): base 0.28,
-    # A 10.7, B 0.0. The margin of 2 occurrences is many times the spread between base and B (the
-    # control moves only by weight decay), and a quarter of what A reached, so noise cannot pass it
-    # and a broken reward path (A == B) cannot either.
+    # A 10.7, B 0.0. The margin of 2 occurrences is a quarter of what A reached, so noise cannot pass
+    # it and a broken reward path (A == B) cannot either.
     assert rates["a"] > rates["b"] + 2.0 and rates["a"] > rates["base"] + 2.0, (control["target"], rates)
-    assert abs(rates["b"] - rates["base"]) < 1.0, rates  # no reward signal, no change in behaviour
+    # B is not "unchanged": its target rate fell 0.28 -> 0.0 (the weight decay and KL steps above move a
+    # random 2-layer model's rare tokens). What the control must show is that nothing common to both arms
+    # raises the target: B may not exceed base by more than 0.25 occurrences (16 in 64 completions).
+    assert rates["b"] <= rates["base"] + 0.25, rates
 
 
-def test_the_control_arms_weights_moved_by_weight_decay_alone(control):
-    """Why "weights changed" proves nothing: B's every advantage is zero, yet its weights moved."""
+def test_the_control_arms_weights_moved_without_any_advantage(control):
+    """Why "weights changed" proves nothing: B's every advantage is zero, yet its weights moved (weight
+    decay and the KL penalty's pull, see the module docstring)."""
     from safetensors.torch import load_file
 
     base = load_file(str(control["tiny"] / "model" / "model.safetensors"))
