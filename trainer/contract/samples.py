@@ -7,8 +7,9 @@ so a gs:// run directory needs no read-modify-write.
 
 The same reading also measures the step's learning signal: GRPO's advantage of a completion is its
 reward minus its group's mean, so a group (one prompt's `num_generations` completions) whose rewards
-are all equal contributes nothing to the update. `groups_with_signal / groups` is logged as the
-Tunix metric `rewards/signal_fraction` too, so it arrives with every TrainStep's metrics.
+are all equal contributes nothing to the update. `groups_with_signal / groups` is logged as a Tunix
+metric too, so it arrives with every TrainStep's metrics, and so are the step's completions and how
+many of them got a total reward above 0: the service tests whether that rate rises over the steps.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 SAMPLES_SCHEMA_VERSION = 1
-SIGNAL_METRIC = "rewards/train/signal_fraction"  # the TensorBoard tag TrainStep.metrics carries
+# The TensorBoard tags TrainStep.metrics carries them under (the trainer logs each with tunix_metric_name).
+SIGNAL_METRIC = "rewards/train/signal_fraction"
+REWARDED_METRIC = "rewards/train/rewarded_completions"  # completions whose total reward is > 0
+COMPLETIONS_METRIC = "rewards/train/completions"
 MAX_SAMPLES_PER_STEP = 8
 MAX_TEXT_CHARS = 4000
 
@@ -45,6 +49,13 @@ class StepSamples(BaseModel):
     groups_with_signal: int = Field(ge=0, description="prompts whose completions did not all get the same reward")
     completions: int = Field(ge=0, description="completions in the step's batch (samples keeps at most a few)")
     samples: list[Sample]
+
+
+def tunix_metric_name(tag: str) -> str:
+    """The name to give Tunix's metrics buffer for a metric to be logged under `tag`: Tunix splits a
+    name at its first '/' and logs it as `<prefix>/<mode>/<rest>` (rewards/x -> rewards/train/x)."""
+    prefix, _mode, rest = tag.split("/", 2)
+    return f"{prefix}/{rest}"
 
 
 def samples_file_name(step: int) -> str:

@@ -6,7 +6,8 @@ Two of Tunix's own methods are wrapped, nothing of MaxText:
   its checkpoint by) and GRPO's group size.
 - `SequenceRewardManager._prepare_log_metrics(prompts, completions, rewards)` receives exactly what
   the reward functions were handed and the matrix of their scores (one column per function). The
-  wrapper writes the sample file and adds `rewards/signal_fraction` to the metrics Tunix logs.
+  wrapper writes the sample file and adds the step's signal fraction, completions and rewarded
+  completions (`reward_metrics`) to the metrics Tunix logs.
 
 A failure here is printed and ignored: observing training must never stop it.
 """
@@ -16,13 +17,22 @@ from __future__ import annotations
 import math
 import sys
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
 from trainer.contract import Sample, StepSamples, join_uri
-from trainer.contract.samples import MAX_SAMPLES_PER_STEP, MAX_TEXT_CHARS, samples_file_name
+from trainer.contract.samples import (
+    COMPLETIONS_METRIC,
+    MAX_SAMPLES_PER_STEP,
+    MAX_TEXT_CHARS,
+    REWARDED_METRIC,
+    SIGNAL_METRIC,
+    samples_file_name,
+    tunix_metric_name,
+)
 
 _context = threading.local()  # set by the _compute_rewards wrapper for the nested _prepare_log_metrics
 
@@ -36,6 +46,21 @@ def signal_groups(rewards: np.ndarray, num_generations: int) -> tuple[int, int]:
     blocks = totals.reshape(-1, num_generations)
     spread = np.ptp(blocks, axis=1)
     return len(blocks), int(np.sum(spread > 1e-9))
+
+
+def reward_metrics(rewards: np.ndarray, num_generations: int) -> dict[str, tuple[np.ndarray, Callable[..., Any]]]:
+    """What to add to the metrics of one `_prepare_log_metrics` call, in Tunix's (values, aggregate)
+    form. Tunix buffers every call of a step (one per rollout micro-batch) and aggregates them when
+    the step ends, so counts are summed and the fraction averaged."""
+    totals = np.nansum(rewards, axis=1) if rewards.ndim == 2 else np.asarray(rewards)
+    metrics: dict[str, tuple[np.ndarray, Callable[..., Any]]] = {
+        tunix_metric_name(COMPLETIONS_METRIC): (np.asarray([len(totals)]), np.sum),
+        tunix_metric_name(REWARDED_METRIC): (np.asarray([int(np.sum(totals > 0))]), np.sum),
+    }
+    groups, with_signal = signal_groups(rewards, num_generations)
+    if groups:
+        metrics[tunix_metric_name(SIGNAL_METRIC)] = (np.asarray([with_signal / groups]), np.mean)
+    return metrics
 
 
 def _cut(text: str, *, keep_tail: bool) -> tuple[str, bool]:
@@ -78,7 +103,7 @@ class SampleRecorder:
 
 
 def install(samples_uri: str | None) -> None:
-    """Wrap Tunix's reward path; without a samples URI only the signal metric is added."""
+    """Wrap Tunix's reward path; without a samples URI only the metrics are added."""
     from tunix.rl import reward_manager, rl_learner
 
     recorder = SampleRecorder(samples_uri) if samples_uri else None
@@ -105,12 +130,11 @@ def install(samples_uri: str | None) -> None:
         if current is None:
             return metrics
         try:
+            scores = np.asarray(rewards, dtype=np.float64)
+            metrics.update(reward_metrics(scores, current["num_generations"]))
             names = [getattr(fn, "__name__", f"reward_{i}") for i, fn in enumerate(self.reward_fns)]
             samples = build_step_samples(current["step"], current["num_generations"], list(prompts),
-                                         list(completions), np.asarray(rewards, dtype=np.float64), names,
-                                         now=datetime.now(UTC))  # fmt: skip
-            if samples.groups:
-                metrics["rewards/signal_fraction"] = (np.asarray([samples.groups_with_signal / samples.groups]), np.mean)
+                                         list(completions), scores, names, now=datetime.now(UTC))  # fmt: skip
             if recorder is not None and current["train"]:
                 recorder.record(samples)
         except Exception as e:  # noqa: BLE001 - a sample that cannot be kept must not stop training
