@@ -1,10 +1,14 @@
-"""Whether a job is learning: one verdict from its recent train steps, decided by a pure function.
+"""Whether a job is learning: one verdict from its recent train steps (and its latest evaluation),
+decided by a pure function that claims only what the numbers show.
 
 GRPO learns from differences: a completion's advantage is its reward minus the mean reward of its
 group (the completions of one prompt). So a run can look healthy (steps advance, the loss is
 finite) and learn nothing, because every completion of each prompt got the same reward. It can
 also diverge (loss or KL not finite, or the policy far from the reference), or stop reporting
-steps altogether. The verdict says which, and its message says what to do about it.
+steps altogether. And a run with signal has not yet shown that it improves: that takes an
+evaluation against the base model whose paired 95% interval lies above 0, or, before there is one,
+a significant rise of the rewarded rate over the steps (reward_trend.py). The verdict says which,
+and its message says what it rests on and what to do about it.
 
 The job record keeps a bounded window of recent train steps (`TrainStepSummary`, stored as JSON)
 so the verdict survives a service restart. `assess_learning` is evaluated on every read
@@ -14,6 +18,7 @@ so the verdict survives a service restart. `assess_learning` is evaluated on eve
 from __future__ import annotations
 
 import enum
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,8 +28,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trainer.contract import SIGNAL_METRIC, TrainStep
+from trainer.contract.evaluation import BEFORE, EvalSummary, PairedDifference
+from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 
 from .phases import JobPhase
+from .reward_trend import StepCount, TrendTest, cochran_armitage
 
 HEALTH_WINDOW_STEPS = 20  # enough for a stable median step interval; small enough to store per job
 TRAIN_STAGE = "train"
@@ -34,7 +42,9 @@ _DIVERGENCE_NAMES = {"loss": "loss", "actor/train/loss": "loss", "kl": "KL", "ac
 
 
 class Verdict(enum.StrEnum):
-    LEARNING = "learning"
+    IMPROVING = "improving"  # evidence that the policy gets better: an eval comparison or the reward trend
+    FLAT = "flat"  # enough steps with signal, and no such evidence
+    SIGNAL = "signal"  # advantages are non-zero, but too early to tell
     NO_SIGNAL = "no-signal"
     STALLED = "stalled"
     DIVERGING = "diverging"
@@ -48,6 +58,15 @@ class HealthPolicy:
     no_signal_steps: int = 3  # this many consecutive steps without signal make "no-signal"
     stall_floor_s: float = 300.0  # never "stalled" sooner than this after the last step
     stall_step_intervals: float = 5.0  # ... nor sooner than this many median step intervals
+    # An eval comparison shows improvement only over this many paired rows: fewer give an interval
+    # too wide, and an approximation too rough, to rely on.
+    eval_min_pairs: int = 30
+    # The trend test (no eval comparison yet) needs this many steps with rewarded counts, and a
+    # one-sided p below trend_p_max: 1% rather than 5%, because it is re-run after every step.
+    trend_min_steps: int = 6
+    trend_p_max: float = 0.01
+    # Steps with signal (in the window) after which "no evidence of improvement" means flat, not early.
+    flat_signal_steps: int = 10
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,8 @@ class TrainStepSummary:
     loss: float | None = None
     kl: float | None = None
     nonfinite: tuple[str, ...] = ()
+    completions: int | None = None  # in the step's rollout (None: a trainer that did not count them)
+    rewarded_completions: int | None = None  # ... whose total reward was > 0
 
     @classmethod
     def of_event(cls, event: TrainStep) -> TrainStepSummary:
@@ -73,12 +94,15 @@ class TrainStepSummary:
             loss=first(event.loss, event.metrics.get("actor/train/loss")),
             kl=first(event.kl, event.metrics.get("actor/train/kl")),
             nonfinite=tuple(event.nonfinite),
+            completions=_count(event.metrics.get(COMPLETIONS_METRIC)),
+            rewarded_completions=_count(event.metrics.get(REWARDED_METRIC)),
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "step": self.step, "time": self.time.isoformat(), "signal_fraction": self.signal_fraction,
             "loss": self.loss, "kl": self.kl, "nonfinite": list(self.nonfinite),
+            "completions": self.completions, "rewarded_completions": self.rewarded_completions,
         }  # fmt: skip
 
     @classmethod
@@ -89,9 +113,18 @@ class TrainStepSummary:
                 step=int(data["step"]), time=as_utc(datetime.fromisoformat(data["time"])),
                 signal_fraction=data.get("signal_fraction"), loss=data.get("loss"), kl=data.get("kl"),
                 nonfinite=tuple(str(n) for n in data.get("nonfinite") or ()),
+                completions=_count(data.get("completions")),
+                rewarded_completions=_count(data.get("rewarded_completions")),
             )  # fmt: skip
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
+
+
+def _count(value: Any) -> int | None:
+    """A count from a metric (Tunix logs floats) or a stored entry; None if it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return round(value)
 
 
 def as_utc(when: datetime) -> datetime:
@@ -114,7 +147,14 @@ def read_window(window: list[dict[str, Any]]) -> list[TrainStepSummary]:
 class LearningHealth(BaseModel):
     """JobPublic.health: whether the job's training is learning, and what to do if not."""
 
-    verdict: Verdict = Field(description="learning | no-signal | stalled | diverging")
+    verdict: Verdict = Field(
+        description="improving: the latest evaluation's paired change from `before` has a 95% interval above 0 "
+        "(enough rows), or, before any evaluation, the rate of rewarded completions rises significantly "
+        "(Cochran-Armitage trend test) | flat: many steps with signal and no such evidence | signal: GRPO "
+        "advantages are non-zero but there is no evidence of improvement yet | no-signal: every completion of "
+        "each prompt got the same reward for several steps | stalled: no train step for too long | diverging: "
+        "loss or KL not finite, or KL too high"
+    )
     message: str = Field(description="what the verdict rests on and what to do next (a sentence without the verdict)")
     step: int = Field(description="the latest train step the verdict looked at")
     signal_fraction: float | None = Field(
@@ -133,12 +173,15 @@ def assess_learning(
     train_started_at: datetime | None = None,
     job_id: str = "JOB",
     checkpoints_uri: str | None = None,
+    evaluation: EvalSummary | None = None,
 ) -> LearningHealth | None:
-    """The verdict on `steps` (oldest first); None before the first train step.
+    """The verdict on `steps` (oldest first) and `evaluation` (the latest one compared with
+    `before`, if any); None before the first train step.
 
-    Precedence: diverging > stalled > no-signal > learning. Stalled is about time, so it applies
-    only while the trainer should be producing steps (RUNNING, train stage); otherwise, terminal
-    jobs included, the verdict rests on the steps alone.
+    Precedence: diverging > stalled > no-signal > improving > flat > signal. Stalled is about time,
+    so it applies only while the trainer should be producing steps (RUNNING, train stage);
+    otherwise, terminal jobs included, the verdict rests on the steps alone. Among the last three,
+    an evaluation comparison, once there is one, decides instead of the reward trend.
     """
     if not steps:
         return None
@@ -188,18 +231,109 @@ def assess_learning(
             "the model sometimes does (give partial credit)",
         )
 
-    if latest.signal_fraction is None:
-        return verdict(Verdict.LEARNING, f"step {latest.step} has a finite loss and KL (the trainer reported no signal fraction)")
-    if latest.signal_fraction == 0:
-        return verdict(
-            Verdict.LEARNING,
-            f"step {latest.step} had no prompt whose completions got different rewards (nothing to learn from at "
-            f"that step); {policy.no_signal_steps} such steps in a row make the verdict no-signal",
+    comparison = evaluation.vs_before if evaluation is not None else None
+    if evaluation is not None and comparison is not None:
+        return verdict(*_judge_by_eval(steps, evaluation, comparison, policy, job_id))
+    return verdict(*_judge_by_trend(steps, policy, job_id))
+
+
+def _judge_by_eval(
+    steps: Sequence[TrainStepSummary], evaluation: EvalSummary, d: PairedDifference, policy: HealthPolicy, job_id: str
+) -> tuple[Verdict, str]:
+    low, high = d.ci95
+    measured = (
+        f"the {evaluation.label} evaluation (step {evaluation.step}) against `{BEFORE}`: {d.difference:+.1%} correct "
+        f"over {d.n} paired rows, 95% CI [{low:+.1%}, {high:+.1%}] ({d.method}; {d.improved} rows improved, "
+        f"{d.regressed} regressed)"
+    )
+    with_signal = _signal_steps(steps)
+    signal_text = f"{with_signal} of the last {len(steps)} train steps had signal"
+    if low > 0 and d.n >= policy.eval_min_pairs:
+        return Verdict.IMPROVING, f"{measured}: the interval lies above 0, so the policy gets more eval rows right"
+    if low > 0:
+        shown = (f"the interval lies above 0, but over fewer than {policy.eval_min_pairs} paired rows, too few to "
+                 "rely on (raise grpo.num_test_batches for more eval rows)")  # fmt: skip
+    else:
+        shown = "the interval does not lie above 0"
+    if with_signal < policy.flat_signal_steps:
+        return Verdict.SIGNAL, (
+            f"{_signal_now(steps[-1], policy)}; {measured}: {shown}. Too early to call it flat: {signal_text}, "
+            f"and it takes {policy.flat_signal_steps}"
         )
-    return verdict(
-        Verdict.LEARNING,
+    if high < 0:
+        return Verdict.FLAT, (
+            f"the eval fell: {measured}: the interval lies wholly below 0, while {signal_text}. Check what the "
+            f"rewards pay for (`rljob samples {job_id}`) against what the eval scores, or lower grpo.learning_rate"
+        )
+    return Verdict.FLAT, (
+        f"no improvement shown: {measured}: {shown}, while {signal_text}. Check what the rewards pay for "
+        f"(`rljob samples {job_id}`); more steps or a higher grpo.learning_rate may help"
+    )
+
+
+def _judge_by_trend(steps: Sequence[TrainStepSummary], policy: HealthPolicy, job_id: str) -> tuple[Verdict, str]:
+    counts = [
+        StepCount(s.step, s.rewarded_completions, s.completions)
+        for s in steps
+        if s.completions is not None and s.rewarded_completions is not None
+    ]
+    trend = cochran_armitage(counts)
+    with_signal = _signal_steps(steps)
+    early = f"{_signal_now(steps[-1], policy)}; no evidence of improvement yet"
+    if trend is None:
+        return Verdict.SIGNAL, (
+            f"{early}: the trainer reported no rewarded-completion counts to test a trend on, and there is no "
+            f"evaluation against `{BEFORE}` (grpo.num_test_batches > 0 runs one)"
+        )
+    if trend.steps < policy.trend_min_steps:
+        return Verdict.SIGNAL, (
+            f"{early}: a trend test needs {policy.trend_min_steps} steps with rewarded counts, there "
+            f"{'is' if trend.steps == 1 else 'are'} {trend.steps}"
+        )
+    tested = _trend_text(trend, policy)
+    if trend.p_rise < policy.trend_p_max:
+        return Verdict.IMPROVING, (
+            f"the rate of rewarded completions rose: {tested}. No evaluation against `{BEFORE}` yet: one would "
+            "show whether held-out rows improve too, not only the reward"
+        )
+    if with_signal >= policy.flat_signal_steps:
+        return Verdict.FLAT, (
+            f"no significant rise in the rate of rewarded completions, though {with_signal} of the last "
+            f"{len(steps)} steps had signal: {tested}. Check what the rewards pay for (`rljob samples {job_id}`); "
+            "more steps or a higher grpo.learning_rate may help"
+        )
+    return Verdict.SIGNAL, (
+        f"{early}: {tested}; {with_signal} of the last {len(steps)} steps had signal, and "
+        f"{policy.flat_signal_steps} without a rise make the verdict flat"
+    )
+
+
+def _trend_text(trend: TrendTest, policy: HealthPolicy) -> str:
+    verdict = "below" if trend.p_rise < policy.trend_p_max else "not below"
+    return (
+        f"{trend.first_rate:.0%} of completions rewarded in the first half of steps {trend.first_step}-"
+        f"{trend.last_step}, {trend.last_rate:.0%} in the second ({trend.rewarded} of {trend.completions} over "
+        f"{trend.steps} steps); Cochran-Armitage trend test, one-sided p = {trend.p_rise:.2g}, {verdict} "
+        f"{policy.trend_p_max:g}"
+    )
+
+
+def _signal_steps(steps: Sequence[TrainStepSummary]) -> int:
+    return sum(1 for s in steps if s.signal_fraction is not None and s.signal_fraction > 0)
+
+
+def _signal_now(latest: TrainStepSummary, policy: HealthPolicy) -> str:
+    """What the latest step says about GRPO's advantages (the start of a `signal` message)."""
+    if latest.signal_fraction is None:
+        return f"step {latest.step} has a finite loss and KL (the trainer reported no signal fraction)"
+    if latest.signal_fraction == 0:
+        return (
+            f"step {latest.step} had no prompt whose completions got different rewards (nothing to learn from at "
+            f"that step; {policy.no_signal_steps} such steps in a row make the verdict no-signal)"
+        )
+    return (
         f"at step {latest.step}, {latest.signal_fraction:.0%} of prompts had completions with different "
-        "rewards (a non-zero GRPO advantage)",
+        "rewards (a non-zero GRPO advantage)"
     )
 
 

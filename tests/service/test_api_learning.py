@@ -138,7 +138,7 @@ def test_health_is_in_the_job_and_its_changes_are_on_the_stream(api: Api, tmp_pa
     events = read_sse(api, f"/v1/jobs/{job_id}/events", on_event=lambda seen: len(seen) == 1 and driver.start())
     driver.join(timeout=20)
     health = [(d["data"]["verdict"], d["data"]["step"]) for kind, _, d in events if kind == "health"]
-    assert health == [("learning", 1), ("diverging", 2)]
+    assert health == [("signal", 1), ("diverging", 2)]
     job = api.client.get(f"/v1/jobs/{job_id}", headers=api.as_(TOKEN_A)).json()
     assert job["phase"] == "FAILED" and job["health"]["verdict"] == "diverging"
     assert "the loss is NaN or infinite at step 2" in job["health"]["message"]

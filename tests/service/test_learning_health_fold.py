@@ -19,6 +19,7 @@ from service.domain.ports import ObservedState
 from service.domain.views import to_public
 from service.supervisor import Supervisor
 from trainer.contract import SIGNAL_METRIC, JobSpec, Stage, StageStarted, TrainStep
+from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
 POLICY = HealthPolicy(kl_max=1.0, no_signal_steps=3, stall_floor_s=300.0, stall_step_intervals=5.0)
@@ -36,10 +37,12 @@ class Trainer:
         self.seq += 1
         return self.seq - 1
 
-    def train_step(self, signal: float, **fields: object) -> None:
+    def train_step(self, signal: float, rewarded: int | None = None, **fields: object) -> None:
         self.clock.advance(10)
         self.step += 1
         metrics = {SIGNAL_METRIC: signal}
+        if rewarded is not None:  # of 16 completions, as the trainer's sample recorder counts them
+            metrics |= {COMPLETIONS_METRIC: 16.0, REWARDED_METRIC: float(rewarded)}
         fields = {"loss": 0.5, "kl": 0.01, **fields}
         self.progress.add(TrainStep(seq=self._next_seq(), time=self.clock(), job_id=self.job_id, step=self.step,
                                     total_steps=100, metrics=metrics, **fields))  # type: ignore[arg-type]  # fmt: skip
@@ -76,20 +79,37 @@ def test_each_verdict_change_logs_exactly_one_health_entry(
             service.ingest_progress(job_id)  # one event per fold: a verdict per step
         return [(e["verdict"], e["step"]) for e in _health_entries(store, job_id)]
 
-    assert fold(0.5, 0.5, 0.25) == [("learning", 1)]
-    assert fold(0.0, 0.0) == [("learning", 1)]  # two steps without signal: not yet
-    assert fold(0.0) == [("learning", 1), ("no-signal", 6)]
-    assert fold(0.0, 0.0) == [("learning", 1), ("no-signal", 6)]  # still no signal: nothing new
-    assert fold(0.5) == [("learning", 1), ("no-signal", 6), ("learning", 9)]
+    assert fold(0.5, 0.5, 0.25) == [("signal", 1)]
+    assert fold(0.0, 0.0) == [("signal", 1)]  # two steps without signal: not yet
+    assert fold(0.0) == [("signal", 1), ("no-signal", 6)]
+    assert fold(0.0, 0.0) == [("signal", 1), ("no-signal", 6)]  # still no signal: nothing new
+    assert fold(0.5) == [("signal", 1), ("no-signal", 6), ("signal", 9)]
     assert fold(0.5, nonfinite=["actor/train/loss", "loss"], loss=None)[-1] == ("diverging", 10)
     last = _health_entries(store, job_id)[-1]
-    assert last["previous"] == "learning" and "grpo.learning_rate" in last["message"]
+    assert last["previous"] == "signal" and "grpo.learning_rate" in last["message"]
     record = store.get(job_id)
     assert record is not None and record.health_verdict == "diverging"
     assert to_public(record, clock(), POLICY).health.verdict == "diverging"  # type: ignore[union-attr]
     # The entry comes after the step's progress entry in the log, so a stream shows both in order.
     kinds = [e.kind for e in store.events_after(0, job_id=job_id)]
     assert kinds[-2:] == ["progress", "health"]
+
+
+def test_a_rising_rewarded_rate_turns_signal_into_improving_and_a_level_one_into_flat(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
+) -> None:
+    """The counts travel from TrainStep metrics through the stored window to the trend test."""
+    service, trainer = _running_job(store, fake_launcher, fake_progress, clock, tmp_path)
+    for rewarded in (1, 2, 2, 4, 5, 6, 8, 9):
+        trainer.train_step(0.5, rewarded=rewarded)
+        service.ingest_progress(trainer.job_id)
+    entries = _health_entries(store, trainer.job_id)
+    assert [(e["verdict"], e["step"]) for e in entries] == [("signal", 1), ("improving", 6)]  # 6: the least to test
+    assert "Cochran-Armitage trend test" in entries[-1]["message"]
+    for _ in range(HEALTH_WINDOW_STEPS):  # the rate stays at 9 of 16: the window's rise passes out of it
+        trainer.train_step(0.5, rewarded=9)
+    service.ingest_progress(trainer.job_id)
+    assert [e["verdict"] for e in _health_entries(store, trainer.job_id)] == ["signal", "improving", "flat"]
 
 
 def test_the_window_is_bounded_and_survives_a_store_reopen(
@@ -125,21 +145,21 @@ def test_stalled_comes_and_goes_with_time_through_the_poller(
         trainer.train_step(0.5)
     poller.poll_progress_once()
     verdicts = lambda: [e["verdict"] for e in _health_entries(store, trainer.job_id)]  # noqa: E731
-    assert verdicts() == ["learning"]
+    assert verdicts() == ["signal"]
 
     clock.advance(300)  # the floor (max(300 s, 5 x 10 s)) reached, not passed
     poller.poll_progress_once()
-    assert verdicts() == ["learning"]
+    assert verdicts() == ["signal"]
     clock.advance(1)
     poller.poll_progress_once()
     poller.poll_progress_once()
-    assert verdicts() == ["learning", "stalled"]  # once, not once per poll
+    assert verdicts() == ["signal", "stalled"]  # once, not once per poll
     stalled = _health_entries(store, trainer.job_id)[-1]
     assert "no train step for 5m 1s" in stalled["message"] and f"rljob logs {trainer.job_id}" in stalled["message"]
 
     trainer.train_step(0.5)  # the trainer moves again
     poller.poll_progress_once()
-    assert verdicts() == ["learning", "stalled", "learning"]
+    assert verdicts() == ["signal", "stalled", "signal"]
 
     clock.advance(3600)
     service.apply_observation(fake_launcher.set(trainer.job_id, ObservedState.SUCCEEDED, exit_code=0))
@@ -147,8 +167,8 @@ def test_stalled_comes_and_goes_with_time_through_the_poller(
     assert record is not None and record.phase is JobPhase.SUCCEEDED
     poller.poll_progress_once()
     service.refresh_health(trainer.job_id)
-    assert verdicts() == ["learning", "stalled", "learning"]  # a finished job does not stall
-    assert to_public(record, clock(), POLICY).health.verdict == "learning"  # type: ignore[union-attr]
+    assert verdicts() == ["signal", "stalled", "signal"]  # a finished job does not stall
+    assert to_public(record, clock(), POLICY).health.verdict == "signal"  # type: ignore[union-attr]
 
 
 def test_a_job_stored_before_migration_0003_reads_with_no_health_until_its_next_step(
@@ -178,6 +198,6 @@ def test_a_job_stored_before_migration_0003_reads_with_no_health_until_its_next_
         fake_progress.add(TrainStep(seq=5, time=clock(), job_id=old.id, step=3, total_steps=9,
                                     metrics={SIGNAL_METRIC: 0.5}))  # fmt: skip
         service.ingest_progress(old.id)
-        assert [e["verdict"] for e in _health_entries(store, old.id)] == ["learning"]
+        assert [e["verdict"] for e in _health_entries(store, old.id)] == ["signal"]
     finally:
         store.close()

@@ -142,28 +142,28 @@ def test_stalled_comes_with_time_alone_and_is_judged_only_when_it_can_change(
     def verdicts() -> list[str]:
         return [e.data["verdict"] for e in store.events_after(0, job_id=job_id) if e.kind == "health"]
 
-    assert verdicts() == ["learning"]
+    assert verdicts() == ["signal"]
     judged = Calls(monkeypatch, service, "judge_health")
     clock.advance(299)  # the floor is 300 s after the step
     poller.poll_once()
     clock.advance(1)  # reached, not passed
     poller.poll_once()
-    assert judged.counts == Counter() and verdicts() == ["learning"]
+    assert judged.counts == Counter() and verdicts() == ["signal"]
 
     clock.advance(1)
     poller.poll_once()
-    assert verdicts() == ["learning", "stalled"]
+    assert verdicts() == ["signal", "stalled"]
     clock.advance(3600)
     for _ in range(3):
         poller.poll_once()
-    assert verdicts() == ["learning", "stalled"]  # once, not once per round
+    assert verdicts() == ["signal", "stalled"]  # once, not once per round
     # The round after the write re-judges the changed record; past the moment, nothing more can change.
     assert judged.counts == Counter({"judge_health": 2})
 
     _append(tmp_path, job_id, _step(job_id, 2, 2, clock))  # the trainer moves again
     poller.poll_once()
-    assert verdicts() == ["learning", "stalled", "learning"]
-    assert store.get(job_id).health_verdict == "learning"  # type: ignore[union-attr]
+    assert verdicts() == ["signal", "stalled", "signal"]
+    assert store.get(job_id).health_verdict == "signal"  # type: ignore[union-attr]
 
 
 def test_a_local_events_file_is_pending_exactly_while_it_holds_more_than_was_committed(

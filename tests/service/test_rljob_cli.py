@@ -237,12 +237,13 @@ def test_health_in_status_and_list_and_the_samples_command(run_cli, tmp_path: Pa
     submitted = run_cli("submit", str(_write_spec(tmp_path, **{"fake-steps": "3"})), "--follow")
     assert submitted.exit_code == 0, submitted.output
     job_id = submitted.output.split("submitted ")[1].split()[0]
-    assert f"{job_id}: health learning - at step " in _flat(submitted.output)  # live, from the SSE stream
+    assert f"{job_id}: health signal - at step " in _flat(submitted.output)  # live, from the SSE stream
 
     status = _flat(run_cli("status", job_id).output)
-    assert "health learning: at step 3, 50% of prompts had completions with different rewards" in status
+    assert "health signal: at step 3, 50% of prompts had completions with different rewards" in status
     listed = run_cli("list")
-    assert "HEALTH" in listed.output and "learning" in listed.output.split(job_id)[1].splitlines()[0]
+    row = listed.output.split(job_id)[1].splitlines()[0]
+    assert "HEALTH" in listed.output and "signal" in row and "no-signal" not in row
 
     latest = run_cli("samples", job_id)
     assert latest.exit_code == 0, latest.output
