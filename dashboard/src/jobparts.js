@@ -2,7 +2,7 @@
 import { h } from "./dom.js";
 import { DASH, fmtAge, fmtBytes, fmtDateTime, fmtDuration, fmtNumber, fmtPercent } from "./format.js";
 import { isTerminal } from "./phases.js";
-import { progressCell } from "./widgets.js";
+import { healthLook, progressCell } from "./widgets.js";
 
 function dl(pairs) {
   return h("dl", { class: "summary" }, pairs.filter(([, v]) => v !== undefined).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v ?? DASH)]));
@@ -109,21 +109,14 @@ export function failureBox(job) {
   );
 }
 
-const HEALTH_TITLE = {
-  learning: "Learning",
-  "no-signal": "Not learning: no signal",
-  stalled: "Stalled",
-  diverging: "Diverging",
-};
-
 /** The learning-health verdict with its message (what it rests on, what to do), under the job's title. */
 export function healthNote(health) {
   if (!health) return null;
-  const calm = health.verdict === "learning";
+  const look = healthLook(health.verdict);
   return h(
     "div",
-    { class: `health-note ${calm ? "calm" : "alert warn"}`, role: "status", "data-testid": "health", "data-verdict": health.verdict },
-    h("strong", {}, HEALTH_TITLE[health.verdict] || health.verdict),
+    { class: `health-note ${look.calm ? "calm" : "alert warn"}`, role: "status", "data-testid": "health", "data-verdict": health.verdict },
+    h("strong", {}, look.title),
     h("span", { class: "message" }, health.message),
   );
 }

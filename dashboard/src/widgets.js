@@ -8,14 +8,28 @@ export function phaseBadge(phase) {
   return h("span", { class: `phase phase-${p.toLowerCase()}`, "data-phase": p }, p);
 }
 
-// Learning-health verdicts (service/domain/learning_health.py) as people read them.
-export const HEALTH_TEXT = { learning: "learning", "no-signal": "no signal", stalled: "stalled", diverging: "diverging" };
+// Learning-health verdicts (service/domain/learning_health.py) as people read them: the badge's
+// text, the job page note's title, and whether that note is calm (something to read: the job is
+// training and the message says what is known) or an alert (something to act on).
+export const HEALTH = {
+  improving: { text: "improving", title: "Improving", calm: true },
+  flat: { text: "flat", title: "Flat: no improvement shown", calm: true },
+  signal: { text: "signal", title: "Learning signal, no improvement shown yet", calm: true },
+  "no-signal": { text: "no signal", title: "Not learning: no signal", calm: false },
+  stalled: { text: "stalled", title: "Stalled", calm: false },
+  diverging: { text: "diverging", title: "Diverging", calm: false },
+};
+
+/** How a verdict is shown; one this dashboard does not know (a newer service's) as itself, as an alert. */
+export function healthLook(verdict) {
+  return HEALTH[verdict] || { text: verdict, title: verdict, calm: false };
+}
 
 /** A pill for a job's learning-health verdict; its message is the tooltip. Null before the first step. */
 export function healthBadge(health) {
   if (!health) return null;
   const v = health.verdict;
-  return h("span", { class: `health health-${v}`, "data-verdict": v, title: health.message }, HEALTH_TEXT[v] || v);
+  return h("span", { class: `health health-${v}`, "data-verdict": v, title: health.message }, healthLook(v).text);
 }
 
 /** A native <progress> (screen readers announce it) with "step / total · ETA" under it. */

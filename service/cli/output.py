@@ -63,7 +63,10 @@ def _artifact_text(artifact: dict[str, Any]) -> str:
 
 
 # Colours for the learning-health verdicts (service/domain/learning_health.py).
-_HEALTH_STYLE = {"learning": "green", "no-signal": "yellow", "stalled": "yellow", "diverging": "red"}
+_HEALTH_STYLE = {
+    "improving": "green", "flat": "default", "signal": "cyan",  # evidence of learning, none, too early to tell
+    "no-signal": "yellow", "stalled": "yellow", "diverging": "red",
+}  # fmt: skip
 
 
 def health_text(verdict: str | None) -> str:

@@ -197,7 +197,7 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
     sign_in(page, live_service)
     page.goto(f"{live_service.url}/#/jobs/{job_id}")
     expect(page.get_by_role("heading", level=1)).to_have_text("reward-debugging")
-    expect(page.locator(".job-head .health")).to_have_text("learning", timeout=LIVE_TIMEOUT_MS)
+    expect(page.locator(".job-head .health")).to_have_text("signal", timeout=LIVE_TIMEOUT_MS)
     signal_text = "at step 1, 50% of prompts had completions with different rewards"
     expect(page.get_by_test_id("health")).to_contain_text(signal_text)
 

@@ -6,12 +6,15 @@ simulated flat ones, which must not read as improving more often than the test's
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from service_helpers import T0
 
+from service.cli.output import _HEALTH_STYLE
 from service.domain.learning_health import (
     HEALTH_WINDOW_STEPS,
     HealthPolicy,
@@ -296,3 +299,11 @@ def test_counts_come_from_the_event_and_old_entries_still_read() -> None:
     assert (old.step, old.signal_fraction, old.completions, old.rewarded_completions) == (4, 0.25, None, None)
     odd = TrainStepSummary.from_json({**stored_before_the_counts, "completions": "many", "rewarded_completions": -1})
     assert odd is not None and (odd.completions, odd.rewarded_completions) == (None, None)
+
+
+def test_the_cli_and_the_dashboard_know_every_verdict() -> None:
+    verdicts = {v.value for v in Verdict}
+    assert set(_HEALTH_STYLE) == verdicts
+    widgets = (Path(__file__).parents[2] / "dashboard" / "src" / "widgets.js").read_text()
+    table = widgets.split("export const HEALTH = {")[1].split("};")[0]
+    assert set(re.findall(r'^\s*"?([a-z-]+)"?: \{', table, re.MULTILINE)) == verdicts

@@ -18,7 +18,7 @@ const JOB = {
   total_steps: 10,
   eta_s: 70,
   metrics: { reward_mean: 0.25, kl: "0.1", loss: null },
-  health: { verdict: "learning", message: "ok", step: 3, signal_fraction: 0.5 },
+  health: { verdict: "signal", message: "ok", step: 3, signal_fraction: 0.5 },
   created_at: "2025-01-01T00:00:00Z",
   stage_times: {
     convert: { started_at: "t0", finished_at: "t1", duration_s: 12, skipped: true },
@@ -38,7 +38,7 @@ test("a job: names, fallbacks and numbers", () => {
   assert.equal(view.rewardMean, 0.25);
   assert.equal(view.kl, null); // a string is not a number the charts can use
   assert.equal(view.loss, null);
-  assert.deepEqual(view.health, { verdict: "learning", message: "ok", step: 3, signalFraction: 0.5 });
+  assert.deepEqual(view.health, { verdict: "signal", message: "ok", step: 3, signalFraction: 0.5 });
   assert.deepEqual(view.artifacts, [{ name: "hf_model", uri: "gs://b/hf", sizeBytes: 42 }]);
   assert.equal(view.attempt, 0);
   assert.deepEqual(jobView({ id: "x", phase: "QUEUED" }).artifacts, []);
