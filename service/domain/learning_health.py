@@ -52,7 +52,8 @@ class Verdict(enum.StrEnum):
 
 @dataclass(frozen=True)
 class HealthPolicy:
-    """The thresholds (service settings RLJOB_HEALTH_*; see config.py)."""
+    """The thresholds. The first four are service settings (RLJOB_HEALTH_*, config.py); the
+    improvement thresholds below them keep these defaults."""
 
     kl_max: float = 1.0  # KL to the reference policy above this is divergence
     no_signal_steps: int = 3  # this many consecutive steps without signal make "no-signal"
@@ -62,7 +63,9 @@ class HealthPolicy:
     # too wide, and an approximation too rough, to rely on.
     eval_min_pairs: int = 30
     # The trend test (no eval comparison yet) needs this many steps with rewarded counts, and a
-    # one-sided p below trend_p_max: 1% rather than 5%, because it is re-run after every step.
+    # one-sided p below trend_p_max. That level holds per look; the verdict is re-judged after every
+    # step, so a long run at a constant rate can still pass through `improving` at some step (about
+    # 1 run in 5 over 50 steps, simulated), which is why an eval comparison, once there, decides.
     trend_min_steps: int = 6
     trend_p_max: float = 0.01
     # Steps with signal (in the window) after which "no evidence of improvement" means flat, not early.
