@@ -1,15 +1,18 @@
 // The job page's eval panel, from JobPublic.eval (model.js's evalView): the headline (before → after
 // with 95% intervals and n), the paired change, and each evaluation's accuracy by step with its
 // interval drawn as an error bar. The plot is a small SVG, not uPlot: it has a handful of points,
-// and error bars are plain elements that tests and screen readers can find. When the job has no
-// evaluation the panel says why (the service's reason), not "No data yet".
+// and error bars are plain elements that tests and screen readers can find. It is drawn at the
+// panel's own pixel width (redrawn when that changes), so its text is page-sized text at any width
+// instead of a scaled picture. When the job has no evaluation the panel says why (the service's
+// reason), not "No data yet".
 import { h, replace } from "./dom.js";
 import { DASH, fmtNumber, fmtPercent } from "./format.js";
-import { evalPlotLayout } from "./evalplot.js";
+import { evalPlotLayout, PLOT_SIZE } from "./evalplot.js";
 import { differenceOf, differenceText, evalHeadline, methodText, pointText, pointWhen } from "./evaltext.js";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const CAP_HALF_WIDTH_PX = 5;
+const MIN_PLOT_WIDTH_PX = 280;
 const NO_EVAL_FIELD = "This service does not report evaluations (its jobs have no eval field).";
 
 /** An SVG element; attributes only (the page's CSP forbids inline style), text as text nodes. */
@@ -36,6 +39,17 @@ export function evalPanel() {
   );
 
   let shown; // the view last drawn, as JSON
+  let drawn = null; // {view, title, width, slot} of the plot on the page
+  const redraw = () => {
+    if (!drawn) return;
+    const width = plotWidth(drawn.slot);
+    if (width !== drawn.width) {
+      drawn.width = width;
+      replace(drawn.slot, plot(drawn.view, drawn.title, width));
+    }
+  };
+  const observer = new ResizeObserver(redraw);
+  observer.observe(el);
   return {
     el,
     /** @param {ReturnType<import("./model.js").evalView>} view */
@@ -50,6 +64,7 @@ export function evalPanel() {
         headline.textContent = "";
         change.textContent = "";
         const reason = view ? view.reason || "No evaluation has run yet." : NO_EVAL_FIELD;
+        drawn = null;
         replace(body, h("p", { class: "no-data", "data-testid": "eval-reason" }, reason));
         return;
       }
@@ -57,13 +72,23 @@ export function evalPanel() {
       headline.textContent = title;
       const diff = differenceText(view.difference);
       replace(change, diff ? [h("span", { class: "sub-label" }, `Paired change (${differenceOf(view.difference)}): `), h("strong", {}, diff)] : null);
-      replace(body, plot(view, title), h("p", { class: "hint" }, methodText(view.difference)), pointsTable(view));
+      const slot = h("div", { class: "eval-plot-slot" });
+      replace(body, slot, h("p", { class: "hint" }, methodText(view.difference)), pointsTable(view));
+      drawn = { view, title, width: null, slot };
+      redraw();
+    },
+    destroy() {
+      observer.disconnect();
     },
   };
 }
 
-function plot(view, title) {
-  const g = evalPlotLayout(view.points);
+function plotWidth(slot) {
+  return Math.max(MIN_PLOT_WIDTH_PX, Math.floor(slot.clientWidth || PLOT_SIZE.width));
+}
+
+function plot(view, title, width) {
+  const g = evalPlotLayout(view.points, { ...PLOT_SIZE, width });
   const { area } = g;
   const grid = g.yTicks.map((t) =>
     svg("g", { class: "y-tick" },
@@ -85,7 +110,7 @@ function plot(view, title) {
       svg("circle", { cx: m.x, cy: m.y, r: 4 }),
       named ? svg("text", { class: "point-label", x: m.x, y: m.yHigh - 7, "text-anchor": "middle" }, m.label) : null);
   });
-  return svg("svg", { class: "eval-plot", viewBox: `0 0 ${g.width} ${g.height}`, role: "img", "aria-label": `Eval accuracy by step: ${title}` },
+  return svg("svg", { class: "eval-plot", width: g.width, height: g.height, viewBox: `0 0 ${g.width} ${g.height}`, role: "img", "aria-label": `Eval accuracy by step: ${title}` },
     grid,
     svg("text", { class: "axis-label", x: (area.left + area.right) / 2, y: g.height - 2, "text-anchor": "middle" }, "step"),
     xAxis,

@@ -4,7 +4,7 @@
 // top rounded up to a tenth (a model at 3% is not drawn as a flat line on a 0-100% axis).
 import { wholePercent } from "./evaltext.js";
 
-export const PLOT_SIZE = { width: 420, height: 200, top: 22, right: 16, bottom: 30, left: 42 };
+export const PLOT_SIZE = { width: 420, height: 210, top: 24, right: 24, bottom: 34, left: 44 };
 const SAME_STEP_SPREAD_PX = 14; // points at one step (a step-N eval and `after`) sit side by side
 const MAX_X_TICKS = 6;
 

@@ -51,7 +51,7 @@ export function jobPage(root, api, jobId) {
     noticeSlot,
     panels,
     h("div", { class: "learning" },
-      h("section", { "aria-label": "Training curves", class: "charts" }, Object.values(charts).map((c) => c.el), evaluation.el),
+      h("section", { "aria-label": "Training curves", class: "charts" }, evaluation.el, Object.values(charts).map((c) => c.el)),
       samples.el),
     artifactsSlot,
     h("section", { class: "panel", "aria-labelledby": "logs-h" }, h("h2", { id: "logs-h" }, `Log tail (last ${LOG_TAIL_LINES} lines)`), logs),
@@ -193,6 +193,7 @@ export function jobPage(root, api, jobId) {
   return () => {
     stop();
     Object.values(charts).forEach((c) => c.destroy());
+    evaluation.destroy();
   };
 }
 

@@ -105,11 +105,11 @@ class LiveService:
     def api(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
 
-    def submit(self, name: str, *, total_steps: int = 10) -> dict:
+    def submit(self, name: str, *, total_steps: int = 10, **grpo: object) -> dict:
         spec = {
             "name": name,
             "model": {"name": "llama3.1-8b", "source": "meta-llama/Llama-3.1-8B-Instruct"},
-            "grpo": {"num_batches": total_steps},
+            "grpo": {"num_batches": total_steps, **grpo},
             "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
             "output": str(self.runs_dir),
         }

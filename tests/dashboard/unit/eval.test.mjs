@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { evalPlotLayout, PLOT_SIZE } from "../../../dashboard/src/evalplot.js";
-import { differenceOf, differenceText, evalHeadline, latestPoint, methodText, pointText } from "../../../dashboard/src/evaltext.js";
+import { differenceOf, differenceText, evalHeadline, latestPoint, methodText, pointText, wholePercent } from "../../../dashboard/src/evaltext.js";
 import { evalView, jobView } from "../../../dashboard/src/model.js";
 
 const point = (label, step, accuracy, ci95, n = 300) => ({
@@ -44,6 +44,7 @@ test("no eval: the reason is kept; 'available' with nothing drawable reads as no
 test("headline: before → after with whole-percent Wilson intervals and n", () => {
   assert.equal(evalHeadline(evalView(EVAL)), "34% [29–39] → 51% [45–57], n=300");
   assert.equal(pointText(evalView(EVAL).points[1]), "45% [39–51]"); // 0.394 and 0.506 round half up
+  assert.deepEqual([0.125, 0.625, 0.285].map(wholePercent), [13, 63, 28]); // as the CLI's whole_percent
 });
 
 test("headline: without `after` it compares with the newest step, and says which", () => {
