@@ -1,14 +1,36 @@
 """How `rljob status` writes a job's evaluations (service/cli/output.py), over JobPublic.eval bodies
 made here: before -> after (or the newest step) with 95% intervals and n, the paired change, or
-why there is none. The dashboard writes the same numbers (tests/dashboard/unit/eval.test.mjs)."""
+why there is none; then through the CLI against the real app on a port, whose job gets its
+evaluations as `eval` events. The dashboard writes the same numbers (tests/dashboard/unit/eval.test.mjs)."""
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import uvicorn
+from conftest import Api, add_test_tokens
+from fastapi.testclient import TestClient
+from service_fakes import FakeLauncher, FakeProgress
+from service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
+from typer.testing import CliRunner
 
+from service.adapters.store import SqlJobStore
+from service.app import create_app
+from service.cli.main import app as cli
 from service.cli.output import eval_difference_text, eval_text, print_job, whole_percent
+from service.config import Settings
+from service.domain.phases import JobPhase
+from service.domain.ports import ObservedState
+from service.free_port import free_port
+from trainer.contract import EvalResult
+from trainer.contract.evaluation import EvalSummary, paired_difference
 
 
 def _point(label: str, step: int, accuracy: float, ci95: tuple[float, float], n: int = 300) -> dict[str, Any]:
@@ -79,3 +101,72 @@ def test_the_status_table_has_the_eval_rows_and_keeps_the_reason_as_text(capsys:
     text = " ".join(capsys.readouterr().out.split())
     assert "eval - ([red]set grpo.num_test_batches[/red])" in text  # printed as written, not as rich markup
     assert "eval change" not in text
+
+
+@pytest.fixture
+def served(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress,
+    settings_factory: Callable[..., Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[str, Api]]:  # fmt: skip
+    """The app on a real port (the CLI speaks HTTP), and the same app behind TestClient to drive the job."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home
+    monkeypatch.delenv("RLJOB_CONFIG", raising=False)
+    add_test_tokens(store)
+    app = create_app(settings_factory(), store=store, launcher=fake_launcher, progress=fake_progress)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _ready(url), timeout_s=30)
+    try:
+        yield url, Api(TestClient(app), store, fake_launcher, fake_progress)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _rows(right: int, flips: tuple[int, int] = (0, 0)) -> dict[str, float]:
+    """300 outcomes: rows below `right` correct, then the first flips[0] of them wrong and the next
+    flips[1] rows above them right (regressed, improved)."""
+    regressed, improved = flips
+    return {f"r{i}": float(regressed <= i < right + improved) for i in range(300)}
+
+
+def _eval_event(job_id: str, seq: int, label: str, step: int, rows: dict[str, float]) -> EvalResult:
+    correct = sum(rows.values())
+    summary = EvalSummary(
+        label=label, step=step, n=len(rows), correct=correct, format_correct=correct, partial_correct=correct,
+        samples_per_row=1, sampling="greedy, pass", rows_file=f"{label}.jsonl",
+        vs_before=None if label == "before" else paired_difference(_rows(102), rows),
+    )  # fmt: skip
+    return EvalResult(seq=seq, time=datetime.now(UTC), job_id=job_id, step=step, accuracy=correct / 300, summary=summary)
+
+
+def test_rljob_status_prints_the_evaluations_the_service_folded_in(served: tuple[str, Api], tmp_path: Path) -> None:
+    url, api = served
+    job_id = api.client.post("/v1/jobs", json=spec_body(tmp_path), headers=api.as_(TOKEN_A)).json()["id"]
+    api.launcher.emit(job_id, ObservedState.RUNNING)
+    wait_for_phase(lambda: api.phase(job_id), JobPhase.RUNNING)
+
+    def status(*args: str) -> str:
+        result = CliRunner().invoke(cli, ["--url", url, "--token", TOKEN_A, "status", job_id, *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    assert "eval - (no evaluation has finished yet" in " ".join(status().split())
+
+    api.progress.add(_eval_event(job_id, 0, "before", 0, _rows(102)))
+    api.progress.add(_eval_event(job_id, 1, "after", 20, _rows(102, flips=(9, 60))))
+    wait_until(lambda: json.loads(status("-o", "json"))["eval"]["after"] is not None, timeout_s=15)
+    text = " ".join(status().split())
+    # 102/300 and 153/300 with their Wilson intervals; 60 rows up and 9 down, Newcombe's paired interval.
+    assert "eval 34% [29-40] -> 51% [45-57], n=300" in text
+    assert "eval change +17 points [12, 22] (60 improved, 9 regressed), after - before over 300 rows" in text
