@@ -1,7 +1,8 @@
 """A job's learning health from its record, and the verdict changes JobService's write path logs.
 
-learning_health.py decides a verdict from train steps alone; this module feeds it a record (its
-window of steps, phase, stage, when training started, where its checkpoints are) and keeps the
+learning_health.py decides a verdict from train steps and evaluations; this module feeds it a record
+(its window of steps, its latest evaluation compared with `before`, phase, stage, when training
+started, where its checkpoints are) and keeps the
 event log in step: a `health` entry (verdict, message, step, previous) whenever the verdict differs
 from the one last logged, so SSE streams and `rljob status --follow`-style clients see it change.
 """
@@ -12,6 +13,7 @@ from datetime import datetime
 
 from trainer.contract import RunLayout, Stage
 
+from .job_eval import latest_comparison, read_points
 from .learning_health import HealthPolicy, LearningHealth, as_utc, assess_learning, read_window, stall_deadline
 from .models import JobRecord
 from .ports import JobTx
@@ -34,6 +36,7 @@ def learning_health(record: JobRecord, now: datetime, policy: HealthPolicy) -> L
         train_started_at=train_started_at(record),
         job_id=record.id,
         checkpoints_uri=RunLayout(output, record.id).actor_checkpoints if output else None,
+        evaluation=latest_comparison(read_points(record.eval_points)),
     )
 
 

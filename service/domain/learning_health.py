@@ -63,11 +63,14 @@ class HealthPolicy:
     # too wide, and an approximation too rough, to rely on.
     eval_min_pairs: int = 30
     # The trend test (no eval comparison yet) needs this many steps with rewarded counts, and a
-    # one-sided p below trend_p_max. That level holds per look; the verdict is re-judged after every
-    # step, so a long run at a constant rate can still pass through `improving` at some step (about
-    # 1 run in 5 over 50 steps, simulated), which is why an eval comparison, once there, decides.
+    # one-sided p below trend_p_max at each of the last trend_looks looks (the window as it was at each
+    # of the last trend_looks steps). One look's level holds per look, but the verdict is re-judged
+    # after every step: with one look, about 1 run in 5 at a constant rate passed through `improving`
+    # at some step of 50 (simulated); three looks in a row bring that to about 1 in 20, while a rise
+    # from 10% to 50% rewarded is still found in 92-98% of runs. An eval comparison, once there, decides.
     trend_min_steps: int = 6
     trend_p_max: float = 0.01
+    trend_looks: int = 3
     # Steps with signal (in the window) after which "no evidence of improvement" means flat, not early.
     flat_signal_steps: int = 10
 
@@ -294,10 +297,10 @@ def _judge_by_trend(steps: Sequence[TrainStepSummary], policy: HealthPolicy, job
             f"{'is' if trend.steps == 1 else 'are'} {trend.steps}"
         )
     tested = _trend_text(trend, policy)
-    if trend.p_rise < policy.trend_p_max:
+    if _rise_at_each_look(counts, policy):
         return Verdict.IMPROVING, (
-            f"the rate of rewarded completions rose: {tested}. No evaluation against `{BEFORE}` yet: one would "
-            "show whether held-out rows improve too, not only the reward"
+            f"the rate of rewarded completions rose: {tested}, at each of the last {policy.trend_looks} steps. No "
+            f"evaluation against `{BEFORE}` yet: one would show whether held-out rows improve too, not only the reward"
         )
     if with_signal >= policy.flat_signal_steps:
         return Verdict.FLAT, (
@@ -309,6 +312,15 @@ def _judge_by_trend(steps: Sequence[TrainStepSummary], policy: HealthPolicy, job
         f"{early}: {tested}; {with_signal} of the last {len(steps)} steps had signal, and "
         f"{policy.flat_signal_steps} without a rise make the verdict flat"
     )
+
+
+def _rise_at_each_look(counts: list[StepCount], policy: HealthPolicy) -> bool:
+    """The trend test passes on the window as it stood at each of the last trend_looks steps."""
+    for dropped in range(max(1, policy.trend_looks)):
+        trend = cochran_armitage(counts[: len(counts) - dropped])
+        if trend is None or trend.steps < policy.trend_min_steps or not trend.p_rise < policy.trend_p_max:
+            return False
+    return True
 
 
 def _trend_text(trend: TrendTest, policy: HealthPolicy) -> str:

@@ -18,7 +18,7 @@ from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.views import to_public
-from trainer.contract import EvalResult, JobSpec
+from trainer.contract import SIGNAL_METRIC, EvalResult, JobSpec, TrainStep
 from trainer.contract.evaluation import EvalSummary, paired_difference, wilson_interval
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
@@ -126,9 +126,13 @@ def test_eval_events_are_folded_stored_and_logged(
     job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path, grpo={"num_test_batches": 2})))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
     before, after = summary("before", 0, 100), summary("after", 3, 160, vs=(rows(300, 100), rows(300, 160)))
-    for seq, s in enumerate((before, after)):
-        fake_progress.add(EvalResult(seq=seq, time=clock(), job_id=job_id, step=s.step, accuracy=s.correct / s.n,
-                                     metrics={"correct": s.correct}, summary=s))  # fmt: skip
+    fake_progress.add(EvalResult(seq=0, time=clock(), job_id=job_id, step=0, accuracy=1 / 3, summary=before))
+    for step in (1, 2, 3):
+        fake_progress.add(TrainStep(seq=step, time=clock(), job_id=job_id, step=step, total_steps=3, loss=0.1, kl=0.01,
+                                    metrics={SIGNAL_METRIC: 0.5}))  # fmt: skip
+    service.ingest_progress(job_id)
+    assert store.get(job_id).health_verdict == "signal"  # type: ignore[union-attr]  # 3 steps say nothing yet
+    fake_progress.add(EvalResult(seq=4, time=clock(), job_id=job_id, step=3, accuracy=160 / 300, summary=after))
     service.ingest_progress(job_id)
     store.close()
 
@@ -143,5 +147,10 @@ def test_eval_events_are_folded_stored_and_logged(
         assert [e["point"]["label"] for e in logged] == ["before", "after"]
         assert logged[1]["point"]["ci95"] == pytest.approx(list(wilson_interval(160, 300)))
         assert logged[1]["difference"]["n"] == 300 and logged[0]["difference"] is None
+        # The paired change over 300 rows lies above 0: the verdict rests on it, and says so.
+        health = to_public(record, clock()).health
+        assert health is not None and health.verdict == "improving" and "300 paired rows" in health.message
+        assert [e.data["verdict"] for e in reopened.events_after(0, job_id=job_id) if e.kind == "health"] == [
+            "signal", "improving"]
     finally:
         reopened.close()
