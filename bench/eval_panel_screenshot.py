@@ -144,6 +144,7 @@ def main() -> int:
             page.goto(f"{url}/")
             page.get_by_label("API token").fill(token)
             page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("button", name="Sign out").wait_for()  # the token is stored: routes now open
             page.goto(f"{url}/#/jobs/{job_id}")
             headline = page.get_by_test_id("eval-headline")
             headline.wait_for(timeout=WAIT_S * 1000)

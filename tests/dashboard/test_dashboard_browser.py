@@ -30,6 +30,15 @@ def sign_in(page: Page, service: LiveService, token: str = TOKEN) -> None:
     page.get_by_role("button", name="Sign in").click()
 
 
+def open_signed_in(page: Page, service: LiveService, route: str) -> None:
+    """Sign in, then go to `route` ("#/jobs/ID"). Going there before the sign-in's token check has
+    answered would race it: the router would find no token yet and show the sign-in form, and the
+    check, on success, then moves to the board."""
+    sign_in(page, service)
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    page.goto(f"{service.url}/{route}")
+
+
 def tab_to(page: Page, target, max_presses: int = 15) -> None:
     """Press Tab until `target` has focus, as a keyboard user would."""
     for _ in range(max_presses):
@@ -197,8 +206,7 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
     emit(job_id, "train_step", step=1, total_steps=10, reward_mean=0.75, reward_std=0.5, kl=0.01, loss=0.4,
          metrics={SIGNAL_METRIC: 0.5})  # fmt: skip
 
-    sign_in(page, live_service)
-    page.goto(f"{live_service.url}/#/jobs/{job_id}")
+    open_signed_in(page, live_service, f"#/jobs/{job_id}")
     expect(page.get_by_role("heading", level=1)).to_have_text("reward-debugging")
     expect(page.locator(".job-head .health")).to_have_text("signal", timeout=LIVE_TIMEOUT_MS)
     signal_text = "at step 1, 50% of prompts had completions with different rewards"

@@ -22,7 +22,7 @@ from .eval_story import (
     eval_summaries,
 )
 from .live_service import LiveService
-from .test_dashboard_browser import LIVE_TIMEOUT_MS, shoot, sign_in
+from .test_dashboard_browser import LIVE_TIMEOUT_MS, open_signed_in, shoot
 
 pytestmark = pytest.mark.browser
 
@@ -53,8 +53,7 @@ def test_the_eval_panel_follows_a_runs_evaluations_with_error_bars(page: Page, l
     job = live_service.submit("gsm8k-evaluated", total_steps=TOTAL_STEPS, num_test_batches=2)
     job_id = job["id"]
     live_service.wait_for_phase(job_id, "RUNNING")
-    sign_in(page, live_service)
-    page.goto(f"{live_service.url}/#/jobs/{job_id}")
+    open_signed_in(page, live_service, f"#/jobs/{job_id}")
     panel = page.locator("section.eval-panel")
     # Before train_rl's first evaluation: the service's reason, not an empty chart.
     expect(panel).to_have_attribute("data-status", "none", timeout=LIVE_TIMEOUT_MS)
@@ -114,8 +113,7 @@ def test_a_job_that_runs_no_evaluation_says_so(page: Page, live_service: LiveSer
     live_service.emit(job["id"], "eval", step=3, accuracy=0.25)
     folded = _wait_for(lambda: live_service.job(job["id"]), lambda j: j["metrics"].get("eval_accuracy") == 0.25)
     assert folded["eval"]["status"] == "none"
-    sign_in(page, live_service)
-    page.goto(f"{live_service.url}/#/jobs/{job['id']}")
+    open_signed_in(page, live_service, f"#/jobs/{job['id']}")
     panel = page.locator("section.eval-panel")
     expect(panel).to_have_attribute("data-status", "none", timeout=LIVE_TIMEOUT_MS)
     expect(panel.get_by_test_id("eval-reason")).to_contain_text("grpo.num_test_batches is 0")
