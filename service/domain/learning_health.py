@@ -63,11 +63,13 @@ class HealthPolicy:
     # too wide, and an approximation too rough, to rely on.
     eval_min_pairs: int = 30
     # The trend test (no eval comparison yet) needs this many steps with rewarded counts, and a
-    # one-sided p below trend_p_max at each of the last trend_looks looks (the window as it was at each
-    # of the last trend_looks steps). One look's level holds per look, but the verdict is re-judged
-    # after every step: with one look, about 1 run in 5 at a constant rate passed through `improving`
-    # at some step of 50 (simulated); three looks in a row bring that to about 1 in 20, while a rise
-    # from 10% to 50% rewarded is still found in 92-98% of runs. An eval comparison, once there, decides.
+    # one-sided p below trend_p_max at each of the last trend_looks looks (the window, then the window
+    # without its newest step, and so on). One look's level holds per look, but the verdict is re-judged
+    # after every step, so errors add up over a run. bench/verdict_error_rates.py measures it through
+    # this function (bench/results/verdict_error_rates.json): at a constant rate, one look read
+    # `improving` at some step of 50 in about 20% of runs, three looks in about 7-9% (17% of 100), while
+    # a 10% -> 50% rise over 30 steps is still found by step 30 in 98%. So the trend is a screen, and
+    # an eval comparison, once there, decides.
     trend_min_steps: int = 6
     trend_p_max: float = 0.01
     trend_looks: int = 3
