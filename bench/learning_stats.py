@@ -27,7 +27,7 @@ CONTROL_BAND = 0.03  # |control - base| below this, with its CI covering 0
 DECISION_RULE = {
     "trained_vs_base": f"trained - base >= +{TARGET_GAIN * 100:.0f} points (sampled accuracy) and its 95% CI's "
     f"lower bound > +{TARGET_GAIN_LOW * 100:.0f} points",
-    "control_vs_base": f"|control - base| < {CONTROL_BAND * 100:.0f} points and its 95% CI covers 0",
+    "control_vs_base": f"control - base within ±{CONTROL_BAND * 100:.0f} points (exclusive) and its 95% CI covers 0",
     "trained_vs_control": "trained - control: its 95% CI excludes 0",
 }
 

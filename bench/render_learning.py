@@ -1,0 +1,186 @@
+"""Render the README's learning-benchmark section and bench/results/learning.png from learning.json.
+
+Every figure in the section comes from bench/results/learning.json: accuracies and differences are
+recomputed from the per-row outcomes with bench/learning_stats.py (fixed bootstrap seed), so the
+section is a pure function of the file; tests/bench/test_learning_readme.py checks that the README
+holds exactly this rendering.
+
+    python bench/render_learning.py          # rewrite the README section and the plot
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench import learning_stats  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+RESULT_FILE = RESULTS / "learning.json"
+PLOT = RESULTS / "learning.png"
+README = REPO / "README.md"
+BEGIN, END = "<!-- learning-bench:begin -->", "<!-- learning-bench:end -->"
+MODELS = ("base", "trained", "control")
+DIFFERENCES = ("trained-base", "control-base", "trained-control")
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _pts(x: float) -> str:
+    return f"{x * 100:+.1f}"
+
+
+def _ci(d: dict, key: str = "difference") -> str:
+    return f"{_pts(d[key])} [{_pts(d['low'])}, {_pts(d['high'])}]"
+
+
+def _acc(d: dict) -> str:
+    return f"{_pct(d['mean'])} [{_pct(d['low'])}, {_pct(d['high'])}]"
+
+
+def _minutes(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds / 60:.0f} min"
+
+
+def _arm_line(name: str, arm: dict | None) -> tuple[str, str, str]:
+    if arm is None:
+        return "-", "-", "-"
+    train = arm["train"]
+    signal = sum(1 for p in train if (p.get("signal_fraction") or 0) > 0)
+    steps = f"{len(train)} of {arm['spec']['grpo']['num_batches']} ({_minutes(arm.get('train_seconds'))})"
+    return f"`{arm['job_id']}` ({arm['phase']})", steps, f"{signal} of {len(train)}"
+
+
+def _measured(criterion: str, summary: dict) -> str:
+    d = summary["differences"]
+    if criterion == "trained_vs_base":
+        s = d["trained-base"]["sampled"]
+        short = learning_stats.TARGET_GAIN - s["difference"]
+        tail = "" if short <= 0 else f"; {short * 100:.1f} points short of +{learning_stats.TARGET_GAIN * 100:.0f}"
+        return f"{_ci(s)} points{tail}"
+    if criterion == "control_vs_base":
+        return f"{_ci(d['control-base']['sampled'])} points"
+    return f"{_ci(d['trained-control']['sampled'])} points"
+
+
+def render_section(results: dict) -> str:
+    """The README section (between the markers) for one result file."""
+    rows = {name: results["models"][name]["rows"] for name in MODELS if name in results.get("models", {})}
+    summary = learning_stats.summarize(rows)
+    arms = results.get("arms", {})
+    spec = (arms.get("trained") or arms.get("control") or {}).get("spec", {})
+    grpo = spec.get("grpo", {})
+    ev = results["eval"]
+    lines = [
+        "- `bench/learning.py`: does GRPO through rljob teach a real small model? A controlled experiment on "
+        "SmolLM2-135M-Instruct (**dequantised Q4_1**, see above) with two-operand integer arithmetic (`make-data "
+        "arith`). Three models, same data, seed (MaxText's `data_shuffle_seed`), steps and learning rate: `base` "
+        "(not trained), `trained` (GRPO with examples/rewards/arith_correct.py: 1.0 iff the first integer of the "
+        "completion is the answer) and `control` (the same job with examples/rewards/arith_random_control.py: a "
+        "0/1 reward at the base model's pass@1, independent of correctness). Each arm is a job submitted over "
+        "REST to `rljob serve` and followed to its end; the jobs skip train_rl's own evaluation "
+        "(`num_test_batches: 0`) because the bench evaluates every model itself on the same "
+        f"{ev['rows']} held-out eval rows: one greedy completion and {ev['samples']} samples at the training "
+        f"temperature ({grpo.get('temperature')}, top-k {grpo.get('top_k')}) from fixed seeds, with the prompt "
+        "train_rl builds, scored by arith_correct. Sampled accuracy is the mean over the samples; intervals "
+        "are paired bootstrap 95% CIs over prompts "
+        f"({learning_stats.BOOTSTRAP_RESAMPLES} resamples, seed {learning_stats.BOOTSTRAP_SEED}). GRPO: "
+        f"{grpo.get('num_batches')} steps of {grpo.get('batch_size')} prompt x {grpo.get('num_generations')} "
+        f"completions, learning rate {grpo.get('learning_rate')}, beta {grpo.get('beta')}, on 2 CPU cores "
+        "(`bench/results/learning.json`):",
+        "",
+        "  | model | job | GRPO steps done (train stage) | steps with signal | sampled accuracy [95% CI] "
+        "| greedy accuracy [95% CI] |",
+        "  |---|---|---|---|---|---|",
+    ]
+    for name in MODELS:
+        if name not in summary["accuracy"]:
+            continue
+        job, steps, signal = _arm_line(name, arms.get(name)) if name != "base" else ("-", "-", "-")
+        acc = summary["accuracy"][name]
+        lines.append(f"  | `{name}` | {job} | {steps} | {signal} | {_acc(acc['sampled'])} | {_acc(acc['greedy'])} |")
+    lines += ["", "  | difference | sampled accuracy, points [95% CI] | greedy accuracy, points [95% CI] "
+              "| greedy McNemar (right only in first / only in second, exact p) |", "  |---|---|---|---|"]  # fmt: skip
+    for pair in DIFFERENCES:
+        if pair in summary["differences"]:
+            d = summary["differences"][pair]
+            m = d["mcnemar_greedy"]
+            lines.append(f"  | {pair.replace('-', ' - ')} | {_ci(d['sampled'])} | {_ci(d['greedy'])} "
+                         f"| {m['a_only']} / {m['b_only']}, p = {m['p']:.3g} |")  # fmt: skip
+    decision = summary.get("decision")
+    if decision:
+        lines += ["", "  Decision rule, written into bench/learning_stats.py before the run, and the verdict:", "",
+                  "  | criterion | measured (sampled accuracy) | verdict |", "  |---|---|---|"]  # fmt: skip
+        for criterion, verdict in decision.items():
+            lines.append(f"  | {verdict['rule']} | {_measured(criterion, summary)} "
+                         f"| {'met' if verdict['met'] else '**missed**'} |")  # fmt: skip
+        met = sum(v["met"] for v in decision.values())
+        lines += ["", f"  {met} of {len(decision)} criteria met."]
+    lines += ["", "  ![accuracy per model; reward and signal per step](bench/results/learning.png)"]
+    notes = results.get("notes")
+    if notes:
+        lines += [""] + [f"  {line}" if line else "" for line in notes]
+    return "\n".join(lines)
+
+
+def replace_section(readme: str, section: str) -> str:
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    return readme[:start] + "\n" + section + "\n" + readme[end:]
+
+
+def readme_section(readme: str) -> str:
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    return readme[start:end].strip("\n")
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {name: results["models"][name]["rows"] for name in MODELS if name in results.get("models", {})}
+    accuracy = learning_stats.summarize(rows)["accuracy"]
+    fig, (acc_ax, reward_ax, signal_ax) = plt.subplots(1, 3, figsize=(15, 4.2))
+    for offset, kind in ((-0.15, "greedy"), (0.15, "sampled")):
+        names = list(accuracy)
+        means = [accuracy[n][kind]["mean"] for n in names]
+        errors = [[m - accuracy[n][kind]["low"] for n, m in zip(names, means, strict=True)],
+                  [accuracy[n][kind]["high"] - m for n, m in zip(names, means, strict=True)]]  # fmt: skip
+        acc_ax.bar([i + offset for i in range(len(names))], means, width=0.3, yerr=errors, capsize=4, label=kind)
+        acc_ax.set_xticks(range(len(names)), names)
+    acc_ax.set(title=f"accuracy on {results['eval']['rows']} eval rows (95% CI)", ylabel="accuracy")
+    for arm, result in results.get("arms", {}).items():
+        steps = [p["step"] for p in result["train"]]
+        reward_ax.plot(steps, [p.get("reward_mean") for p in result["train"]], marker=".", label=arm)
+        signal_ax.plot(steps, [p.get("signal_fraction") for p in result["train"]], marker=".", label=arm)
+    reward_ax.set(title="mean reward per GRPO step (each arm's own reward)", xlabel="step", ylabel="reward")
+    signal_ax.set(title="prompts with non-zero advantage", xlabel="step", ylabel="signal fraction", ylim=(-0.05, 1.05))
+    for ax in (acc_ax, reward_ax, signal_ax):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("SmolLM2-135M-Instruct (dequantised Q4_1), GRPO on integer arithmetic through rljob, 2 CPU cores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def render_all(results: dict) -> None:
+    plot(results, PLOT)
+    README.write_text(replace_section(README.read_text(), render_section(results)))
+
+
+def main() -> int:
+    render_all(json.loads(RESULT_FILE.read_text()))
+    print(f"rendered {PLOT.relative_to(REPO)} and the README's learning-benchmark section")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
