@@ -69,6 +69,20 @@ def _measured(criterion: str, summary: dict) -> str:
     return f"{_ci(d['trained-control']['sampled'])} points"
 
 
+def _conclusion(decision: dict) -> str:
+    gain, control, versus = (decision[k]["met"] for k in ("trained_vs_base", "control_vs_base", "trained_vs_control"))
+    if gain and control and versus:
+        return ("GRPO on the correctness reward taught this model the task beyond what GRPO's updates alone (the "
+                "random-reward control) did.")  # fmt: skip
+    if gain and versus:
+        return ("the trained model beat both, but the control also moved away from base by more than the band, so "
+                "part of the change may come from GRPO's updates alone.")  # fmt: skip
+    if versus:
+        return ("the correctness reward did better than the control, but by less than the target set before the "
+                "run (see the first row).")  # fmt: skip
+    return "the run does not show learning from the correctness reward at the size set before the run."
+
+
 def render_section(results: dict) -> str:
     """The README section (between the markers) for one result file."""
     rows = {name: results["models"][name]["rows"] for name in MODELS if name in results.get("models", {})}
@@ -121,8 +135,17 @@ def render_section(results: dict) -> str:
             lines.append(f"  | {verdict['rule']} | {_measured(criterion, summary)} "
                          f"| {'met' if verdict['met'] else '**missed**'} |")  # fmt: skip
         met = sum(v["met"] for v in decision.values())
-        lines += ["", f"  {met} of {len(decision)} criteria met."]
-    lines += ["", "  ![accuracy per model; reward and signal per step](bench/results/learning.png)"]
+        lines += ["", f"  {met} of {len(decision)} criteria met: {_conclusion(decision)}"]
+    lines += ["", "  ![accuracy per model; reward and signal per step](bench/results/learning.png)", ""]
+    new_tokens = {m.get("new_tokens") for m in results["models"].values()}
+    lines.append(
+        "  How it ran: both jobs ran at once on the same 2-core machine, shared with other work, so the train-stage "
+        "times above are wall times under that load; the step count was fixed before the run from a measured step "
+        "time, and no eval row was used for any choice. A completion stops once its first number is settled "
+        f"(arith_correct reads only that), at most {', '.join(str(n) for n in sorted(new_tokens, key=str))} new "
+        "tokens, the jobs' own limit. Not measured: a GSM8K no-regression row (it did not fit this run's time); "
+        "this bench's earlier GSM8K runs are no longer reported."
+    )
     notes = results.get("notes")
     if notes:
         lines += [""] + [f"  {line}" if line else "" for line in notes]
