@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from service.domain.phases import TERMINAL
 
 from .client import RljobClient
+from .output import eval_event_text
 
 
 def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, Any]:
@@ -66,6 +67,8 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, 
                     progress.console.print(
                         f"{job_id}: health {body.get('verdict')} - {body.get('message', '')}", markup=False, highlight=False
                     )
+                elif event == "eval" and body.get("point"):
+                    progress.console.print(f"{job_id}: {eval_event_text(body)}", markup=False, highlight=False)
                 elif event == "artifact":
                     progress.console.print(f"{job_id}: artifact {body.get('name')} -> {body.get('uri')}")
     job: dict[str, Any] = client.request("GET", f"/v1/jobs/{job_id}")  # the JobPublic body

@@ -153,6 +153,17 @@ def eval_difference_text(job: dict[str, Any]) -> str | None:
             f"({diff['improved']} improved, {diff['regressed']} regressed), {of} - before over {diff['n']} rows")  # fmt: skip
 
 
+def eval_event_text(body: dict[str, Any]) -> str:
+    """An `eval` event of the job stream: `eval after (step 3): 51% [45-57], n=300; +17 points [11, 23] vs before`."""
+    point = body["point"]
+    text = f"eval {point['label']} (step {point['step']}): {eval_point_text(point)}, n={point['n']}"
+    diff = body.get("difference")
+    if diff:
+        low, high = (whole_percent(v) for v in diff["ci95"])
+        text += f"; {_signed(whole_percent(diff['difference']), '+')} points [{_signed(low)}, {_signed(high)}] vs before"
+    return text
+
+
 def print_job(job: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(no_wrap=True)

@@ -170,3 +170,20 @@ def test_rljob_status_prints_the_evaluations_the_service_folded_in(served: tuple
     # 102/300 and 153/300 with their Wilson intervals; 60 rows up and 9 down, Newcombe's paired interval.
     assert "eval 34% [29-40] -> 51% [45-57], n=300" in text
     assert "eval change +17 points [12, 22] (60 improved, 9 regressed), after - before over 300 rows" in text
+
+
+def test_follow_prints_each_eval_event_as_the_service_logs_it() -> None:
+    """The body is built by the service's own event-log code, so a change of its shape breaks this."""
+    from service.cli.output import eval_event_text
+    from service.domain.job_eval import eval_event_data
+    from trainer.contract.evaluation import EvalSummary, paired_difference
+
+    before = {f"r{i}": float(i < 100) for i in range(300)}
+    after = {f"r{i}": float(i < 160) for i in range(300)}
+    common = {"n": 300, "format_correct": 300, "partial_correct": 0, "samples_per_row": 1, "sampling": "greedy, pass"}
+    first = EvalSummary(label="before", step=0, correct=100, rows_file="before.jsonl", **common)  # type: ignore[arg-type]
+    last = EvalSummary(label="after", step=3, correct=160, rows_file="after.jsonl",  # type: ignore[arg-type]
+                       vs_before=paired_difference(before, after), **common)  # fmt: skip
+    assert eval_event_text({"step": 0, **eval_event_data(first)}) == "eval before (step 0): 33% [28-39], n=300"
+    assert eval_event_text({"step": 3, **eval_event_data(last)}) == (
+        "eval after (step 3): 53% [48-59], n=300; +20 points [16, 24] vs before")
