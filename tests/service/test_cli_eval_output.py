@@ -186,4 +186,4 @@ def test_follow_prints_each_eval_event_as_the_service_logs_it() -> None:
                        vs_before=paired_difference(before, after), **common)  # fmt: skip
     assert eval_event_text({"step": 0, **eval_event_data(first)}) == "eval before (step 0): 33% [28-39], n=300"
     assert eval_event_text({"step": 3, **eval_event_data(last)}) == (
-        "eval after (step 3): 53% [48-59], n=300; +20 points [16, 24] vs before")
+        "eval after (step 3): 53% [48-59], n=300; +20 points [15, 24] vs before")
