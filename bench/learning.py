@@ -159,15 +159,15 @@ def arm_result(client: RljobClient, job_id: str, spec: dict) -> dict:
     return result
 
 
-def prepare(work: Path, env: dict) -> tuple[Path, Path]:
+def prepare(work: Path, env: dict) -> tuple[Path, Path, dict]:
+    """The model (built once) and the data (rebuilt every run: fast, deterministic; its summary is kept)."""
     model_dir, data_dir = work / "smollm2", work / "arith"
     if not (model_dir / "model.safetensors").exists():
         subprocess.run([sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(model_dir)],
                        check=True, env=env, cwd=REPO)  # fmt: skip
-    if not (data_dir / "eval.jsonl").exists():
-        subprocess.run([sys.executable, "-m", "trainer", "make-data", "arith", "--out", str(data_dir)], check=True,
-                       env=env, cwd=REPO)  # fmt: skip
-    return model_dir, data_dir
+    made = subprocess.run([sys.executable, "-m", "trainer", "make-data", "arith", "--out", str(data_dir)], check=True,
+                          env=env, cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    return model_dir, data_dir, json.loads(made.stdout)
 
 
 def run_jobs(arms: list[str], steps: int | None, example: Path, state: Path, env: dict, save) -> None:
@@ -220,7 +220,7 @@ def main() -> int:
     for d in (work, state, RESULTS):
         d.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    model_dir, data_dir = prepare(work, env)
+    model_dir, data_dir, data_summary = prepare(work, env)
     os.environ.update(RLJOB_SMOLLM2_DIR=str(model_dir), RLJOB_ARITH_DIR=str(data_dir), RLJOB_OUTPUT=str(work / "runs"))
     rows = [json.loads(line) for line in (data_dir / "eval.jsonl").read_text().splitlines()][: args.eval_rows]
     path = Path(args.out)
@@ -232,7 +232,7 @@ def main() -> int:
         "decision_rule": learning_stats.DECISION_RULE,
         "seeds": {"data_shuffle_seed": "MaxText rl.yml's (42), the same in every arm", "eval": EVAL_SEED,
                   "bootstrap": learning_stats.BOOTSTRAP_SEED},
-        "data": {"dir": str(data_dir), "make_data": "python -m trainer make-data arith (its defaults)"},
+        "data": {"make_data": "python -m trainer make-data arith (its defaults)", **data_summary},
         "arms": {k: v for k, v in earlier.get("arms", {}).items() if k in ARM_REWARDS},
         "models": {k: v for k, v in earlier.get("models", {}).items() if k in MODELS},
     }

@@ -90,11 +90,13 @@ def render_section(results: dict) -> str:
     arms = results.get("arms", {})
     spec = (arms.get("trained") or arms.get("control") or {}).get("spec", {})
     grpo = spec.get("grpo", {})
-    ev = results["eval"]
+    ev, data = results["eval"], results.get("data", {})
     lines = [
         "- `bench/learning.py`: does GRPO through rljob teach a real small model? A controlled experiment on "
-        "SmolLM2-135M-Instruct (**dequantised Q4_1**, see above) with two-operand integer arithmetic (`make-data "
-        "arith`). Three models, same data, seed (MaxText's `data_shuffle_seed`), steps and learning rate: `base` "
+        "SmolLM2-135M-Instruct (**dequantised Q4_1**, see above) on integer arithmetic from `make-data arith` "
+        f"({data.get('operands')} operands of {data.get('digits')} digit(s), operators `{data.get('operators')}`, "
+        f"{data.get('train_rows')} train rows). Three models, same data, seed (MaxText's `data_shuffle_seed`), "
+        "steps and learning rate: `base` "
         "(not trained), `trained` (GRPO with examples/rewards/arith_correct.py: 1.0 iff the first integer of the "
         "completion is the answer) and `control` (the same job with examples/rewards/arith_random_control.py: a "
         "0/1 reward at the base model's pass@1, independent of correctness). Each arm is a job submitted over "
