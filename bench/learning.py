@@ -233,6 +233,8 @@ def main() -> int:
         "seeds": {"data_shuffle_seed": "MaxText rl.yml's (42), the same in every arm", "eval": EVAL_SEED,
                   "bootstrap": learning_stats.BOOTSTRAP_SEED},
         "data": {"make_data": "python -m trainer make-data arith (its defaults)", **data_summary},
+        "inputs": {str(f.relative_to(REPO)): hashlib.sha256(f.read_bytes()).hexdigest()[:16]
+                   for f in (Path(args.spec), *(r for r, _ in ARM_REWARDS.values())) if f.is_relative_to(REPO)},
         "arms": {k: v for k, v in earlier.get("arms", {}).items() if k in ARM_REWARDS},
         "models": {k: v for k, v in earlier.get("models", {}).items() if k in MODELS},
     }

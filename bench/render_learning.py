@@ -26,6 +26,7 @@ README = REPO / "README.md"
 BEGIN, END = "<!-- learning-bench:begin -->", "<!-- learning-bench:end -->"
 MODELS = ("base", "trained", "control")
 DIFFERENCES = ("trained-base", "control-base", "trained-control")
+PLANNED_EVAL_ROWS = 300
 
 
 def _pct(x: float) -> str:
@@ -142,12 +143,24 @@ def render_section(results: dict) -> str:
     new_tokens = {m.get("new_tokens") for m in results["models"].values()}
     lines.append(
         "  How it ran: both jobs ran at once on the same 2-core machine, shared with other work, so the train-stage "
-        "times above are wall times under that load; the step count was fixed before the run from a measured step "
-        "time, and no eval row was used for any choice. A completion stops once its first number is settled "
+        f"times above are wall times under that load. Steps: the example's {grpo.get('num_batches')} (one pass over "
+        f"the {data.get('train_rows')} train rows), fixed before the run; they fit the 40-minute budget per arm at "
+        "the step time of a 2-step trial with both jobs running. Nothing was tuned, on eval rows or otherwise. "
+        "A completion stops once its first number is settled "
         f"(arith_correct reads only that), at most {', '.join(str(n) for n in sorted(new_tokens, key=str))} new "
         "tokens, the jobs' own limit. Not measured: a GSM8K no-regression row (it did not fit this run's time); "
         "this bench's earlier GSM8K runs are no longer reported."
     )
+    if ev["rows"] < PLANNED_EVAL_ROWS and data.get("digits"):
+        digits, operands = int(data["digits"]), int(data["operands"])
+        space = (10 if digits == 1 else 9 * 10 ** (digits - 1)) ** operands
+        lines.append(
+            f"  The eval split has {ev['rows']} rows, not the {PLANNED_EVAL_ROWS} planned: at the difficulty "
+            f"bench/arith_difficulty.py chose ({operands} operands of {digits} digit(s), the base model's pass@1 in "
+            f"[0.2, 0.6] where GRPO gets a signal) there are only {space} distinct questions, which make-data shares "
+            f"out between train ({data['train_rows']}), dev ({data['dev_rows']}) and eval ({data['eval_rows']}) "
+            "without repeating an operand pair; the intervals are wide accordingly."
+        )
     notes = results.get("notes")
     if notes:
         lines += [""] + [f"  {line}" if line else "" for line in notes]
