@@ -42,6 +42,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -58,6 +59,7 @@ from service.cli.demo import _wait_ready  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
 from service.free_port import free_port  # noqa: E402
 from service.process_stop import terminate_then_kill  # noqa: E402
+from trainer.contract.evaluation import row_id  # noqa: E402
 from trainer.contract.spec_file import load_spec_file  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -70,6 +72,12 @@ EVAL_SAMPLES = 4
 EVAL_SEED = 20261201  # samples of the rows from offset b on: torch.Generator seeded EVAL_SEED + b
 EVAL_BATCH = 50
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+# The GSM8K no-regression row: greedy on make-data gsm8k's 100 real test rows.
+GSM8K_TEMPLATE = REPO / "examples" / "templates" / "gsm8k-question-only.json"
+GSM8K_NEW_TOKENS = 160
+GSM8K_BATCH = 25
+GSM8K_ANSWER_LINE = re.compile(r"^####\s*(-?[\d,]*\.?\d+)\s*$", re.MULTILINE)
+GSM8K_NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")
 
 
 def evaluate(model_dir: str, rows: list[dict], spec: dict) -> dict:
@@ -105,6 +113,51 @@ def evaluate(model_dir: str, rows: list[dict], spec: dict) -> dict:
         print(f"    {len(out_rows)}/{len(rows)} rows, {time.monotonic() - started:.0f}s", flush=True)
     return {"source": model_dir, "rows": out_rows, "examples": examples, "new_tokens": new_tokens,
             "eval_seconds": round(time.monotonic() - started, 1)}  # fmt: skip
+
+
+def gsm8k_correct(completion: str, answer: str) -> int:
+    """GSM8K's usual rule: the completion's `#### N` line, else its last number, equals the answer."""
+    found = GSM8K_ANSWER_LINE.findall(completion) or GSM8K_NUMBER.findall(completion)
+    try:
+        return int(bool(found) and float(found[-1].replace(",", "").rstrip(".")) == float(json.loads(answer)[0]))
+    except ValueError:
+        return 0
+
+
+def evaluate_gsm8k(model_dir: str, rows: list[dict]) -> dict:
+    """The no-regression row: greedy on GSM8K's 100 real test rows, question-only prompt, GSM8K_NEW_TOKENS."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    sampler = PrefixSampler(model, tokenizer)
+    processed = train_rl_rows(rows, tokenizer, GSM8K_TEMPLATE)
+    started, out_rows = time.monotonic(), []
+    for b in range(0, len(rows), GSM8K_BATCH):
+        chunk = processed[b : b + GSM8K_BATCH]
+        greedy = sampler.sample([r["prompts"] for r in chunk], generations=1, temperature=None, top_k=1,
+                                new_tokens=GSM8K_NEW_TOKENS, seed=EVAL_SEED, done=lambda _text: False)  # fmt: skip
+        out_rows += [{"id": row["id"], "greedy": gsm8k_correct(g[0], r["answer"])}
+                     for row, r, g in zip(rows[b : b + GSM8K_BATCH], chunk, greedy, strict=True)]  # fmt: skip
+        print(f"    gsm8k {len(out_rows)}/{len(rows)} rows, {time.monotonic() - started:.0f}s", flush=True)
+    return {"source": model_dir, "rows": out_rows, "new_tokens": GSM8K_NEW_TOKENS,
+            "eval_seconds": round(time.monotonic() - started, 1)}  # fmt: skip
+
+
+def run_gsm8k(work: Path, env: dict, sources: dict[str, str]) -> dict:
+    data_dir = work / "gsm8k"
+    if not (data_dir / "eval.jsonl").exists():
+        subprocess.run([sys.executable, "-m", "trainer", "make-data", "gsm8k", "--out", str(data_dir)], check=True,
+                       env=env, cwd=REPO, capture_output=True)  # fmt: skip
+    rows = [json.loads(line) for line in (data_dir / "eval.jsonl").read_text().splitlines()]
+    for r in rows:
+        r.setdefault("id", row_id(r["question"]))
+    results = {"rows": len(rows), "template": str(GSM8K_TEMPLATE.relative_to(REPO)), "models": {}}
+    for name, source in sources.items():
+        print(f"[gsm8k] evaluating {name}: {source}", flush=True)
+        results["models"][name] = evaluate_gsm8k(source, rows)
+    return results
 
 
 def arm_spec(arm: str, steps: int | None, example: Path = EXAMPLE) -> dict:
@@ -214,6 +267,7 @@ def main() -> int:
     parser.add_argument("--spec", default=str(EXAMPLE), help="the arms' spec before the bench's changes")
     parser.add_argument("--eval-rows", type=int, default=None, help="evaluate only the first N eval rows (smoke runs)")
     parser.add_argument("--out", default=str(RESULTS / "learning.json"))
+    parser.add_argument("--gsm8k", action="store_true", help="also the GSM8K-100 no-regression row (greedy)")
     args = parser.parse_args()
     work = Path(args.work).resolve()
     state = work / "service"
@@ -237,6 +291,7 @@ def main() -> int:
                    for f in (Path(args.spec), *(r for r, _ in ARM_REWARDS.values())) if f.is_relative_to(REPO)},
         "arms": {k: v for k, v in earlier.get("arms", {}).items() if k in ARM_REWARDS},
         "models": {k: v for k, v in earlier.get("models", {}).items() if k in MODELS},
+        **({"gsm8k": earlier["gsm8k"]} if "gsm8k" in earlier else {}),
     }
     arms = [a for a in args.arms.split(",") if a]
     models = [m for m in args.models.split(",") if m]
@@ -262,6 +317,10 @@ def main() -> int:
         run_jobs(arms, args.steps, Path(args.spec), state, env, save_arm)
     for name in models:
         evaluate_model(name)
+    if args.gsm8k:
+        sources = {name: results["models"][name]["source"] for name in MODELS if name in results["models"]}
+        results["gsm8k"] = run_gsm8k(work, env, sources)
+        save()
     results["summary"] = learning_stats.summarize({k: v["rows"] for k, v in results["models"].items()})
     path.write_text(json.dumps(results, indent=2) + "\n")
     print_verdict(results["summary"])

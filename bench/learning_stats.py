@@ -112,3 +112,15 @@ def summarize(models: dict[str, list[dict]]) -> dict:
     if len(differences) == len(wanted):
         summary["decision"] = decide(*(differences[f"{a}-{b}"] for a, b in wanted))
     return summary
+
+
+def summarize_greedy(models: dict[str, list[dict]], baseline: str = "base") -> dict:
+    """Greedy-only accuracy per model and each model's paired difference from `baseline` (a
+    no-regression check: rows need only `id` and `greedy`)."""
+    differences = {}
+    for name in (n for n in models if n != baseline):
+        pairs = paired(models[name], models[baseline])
+        a, b = [x["greedy"] for x, _ in pairs], [y["greedy"] for _, y in pairs]
+        differences[f"{name}-{baseline}"] = {"greedy": paired_bootstrap(a, b), "mcnemar_greedy": mcnemar_exact(a, b)}
+    return {"accuracy": {name: bootstrap_mean([r["greedy"] for r in rows]) for name, rows in models.items()},
+            "differences": differences}  # fmt: skip

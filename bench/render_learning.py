@@ -84,6 +84,29 @@ def _conclusion(decision: dict) -> str:
     return "the run does not show learning from the correctness reward at the size set before the run."
 
 
+def _gsm8k_lines(gsm8k: dict | None) -> list[str]:
+    """The no-regression row: greedy accuracy on GSM8K's real test rows, each model against base."""
+    if not gsm8k:
+        return []
+    rows = {name: gsm8k["models"][name]["rows"] for name in MODELS if name in gsm8k["models"]}
+    summary = learning_stats.summarize_greedy(rows)
+    lines = ["", f"  No regression elsewhere? Greedy accuracy on the {gsm8k['rows']} real GSM8K test rows of `make-data "
+             f"gsm8k` ({gsm8k['template']}, at most {_gsm8k_tokens(gsm8k)} new tokens, `#### N` line else last number):",
+             "", "  | model | GSM8K greedy accuracy [95% CI] | minus base, points [95% CI] | McNemar vs base (right only "
+             "in model / only in base, exact p) |", "  |---|---|---|---|"]  # fmt: skip
+    for name in rows:
+        diff = summary["differences"].get(f"{name}-base")
+        versus = "-" if diff is None else _ci(diff["greedy"])
+        mc = diff and diff["mcnemar_greedy"]
+        m = "-" if not mc else f"{mc['a_only']} / {mc['b_only']}, p = {mc['p']:.3g}"
+        lines.append(f"  | `{name}` | {_acc(summary['accuracy'][name])} | {versus} | {m} |")
+    return lines
+
+
+def _gsm8k_tokens(gsm8k: dict) -> str:
+    return ", ".join(sorted({str(m.get("new_tokens")) for m in gsm8k["models"].values()}))
+
+
 def render_section(results: dict) -> str:
     """The README section (between the markers) for one result file."""
     rows = {name: results["models"][name]["rows"] for name in MODELS if name in results.get("models", {})}
@@ -139,6 +162,7 @@ def render_section(results: dict) -> str:
                          f"| {'met' if verdict['met'] else '**missed**'} |")  # fmt: skip
         met = sum(v["met"] for v in decision.values())
         lines += ["", f"  {met} of {len(decision)} criteria met: {_conclusion(decision)}"]
+    lines += _gsm8k_lines(results.get("gsm8k"))
     lines += ["", "  ![accuracy per model; reward and signal per step](bench/results/learning.png)", ""]
     new_tokens = {m.get("new_tokens") for m in results["models"].values()}
     lines.append(
@@ -148,8 +172,8 @@ def render_section(results: dict) -> str:
         "the step time of a 2-step trial with both jobs running. Nothing was tuned, on eval rows or otherwise. "
         "A completion stops once its first number is settled "
         f"(arith_correct reads only that), at most {', '.join(str(n) for n in sorted(new_tokens, key=str))} new "
-        "tokens, the jobs' own limit. Not measured: a GSM8K no-regression row (it did not fit this run's time); "
-        "this bench's earlier GSM8K runs are no longer reported."
+        "tokens, the jobs' own limit. " + ("" if results.get("gsm8k") else "Not measured: a GSM8K no-regression "
+        "row (it did not fit this run's time). ") + "This bench's earlier GSM8K training runs are no longer reported."
     )
     if ev["rows"] < PLANNED_EVAL_ROWS and data.get("digits"):
         digits, operands = int(data["digits"]), int(data["operands"])

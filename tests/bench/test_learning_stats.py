@@ -98,3 +98,14 @@ def test_the_control_criterion_needs_a_small_difference_whose_interval_covers_ze
 def test_trained_vs_control_needs_an_interval_that_excludes_zero(versus, met) -> None:
     decision = ls.decide(_ci(0.2, 0.1, 0.3), _ci(0, -0.02, 0.02), _ci(*versus))
     assert decision["trained_vs_control"]["met"] is met
+
+
+def test_the_greedy_summary_pairs_each_model_with_the_baseline() -> None:
+    base = [{"id": f"q{i}", "greedy": int(i < 10)} for i in range(40)]
+    worse = [{"id": f"q{i}", "greedy": int(i < 4)} for i in range(40)]
+    summary = ls.summarize_greedy({"base": base, "trained": worse})
+    assert summary["accuracy"]["base"]["mean"] == pytest.approx(0.25)
+    drop = summary["differences"]["trained-base"]
+    assert drop["greedy"]["difference"] == pytest.approx(-0.15)
+    assert (drop["mcnemar_greedy"]["a_only"], drop["mcnemar_greedy"]["b_only"]) == (0, 6)
+    assert drop["greedy"]["high"] < 0
