@@ -160,12 +160,11 @@ def run_gsm8k(work: Path, env: dict, sources: dict[str, str]) -> dict:
     return results
 
 
-def arm_spec(arm: str, steps: int | None, example: Path = EXAMPLE) -> dict:
+def arm_spec(arm: str, grpo: dict, example: Path = EXAMPLE) -> dict:
+    """The example with the arm's reward, no in-job evaluation and the bench's grpo overrides (if any)."""
     spec = json.loads(load_spec_file(example).model_dump_json())
     spec["name"] = f"smollm2-arith-{arm}"
-    spec["grpo"]["num_test_batches"] = 0
-    if steps:
-        spec["grpo"]["num_batches"] = steps
+    spec["grpo"].update(num_test_batches=0, **grpo)
     path, name = ARM_REWARDS[arm]
     spec["grpo"]["rewards"] = {**spec["grpo"]["rewards"], "functions_path": str(path), "functions": [name]}
     return spec
@@ -185,12 +184,24 @@ def follow(client: RljobClient, job_id: str, poll_s: float = 20.0) -> dict:
         time.sleep(poll_s)
 
 
-def submit(arm: str, steps: int | None, example: Path, client: RljobClient, token: str) -> tuple[str, dict]:
-    spec = arm_spec(arm, steps, example)
+def submit(arm: str, grpo: dict, example: Path, client: RljobClient, token: str) -> tuple[str, dict]:
+    spec = arm_spec(arm, grpo, example)
     key = hashlib.sha256(f"{arm}{token}".encode()).hexdigest()[:16]
     job = client.request("POST", "/v1/jobs", json=spec, headers={"Idempotency-Key": f"bench-learning-{key}"})
     print(f"[{arm}] submitted {job['id']}", flush=True)
     return job["id"], spec
+
+
+def sample_stats(run_dir: Path) -> list[dict]:
+    """Per step, from the completions the trainer kept (<run>/samples/train-<step>.json): how many were
+    empty, their mean length and the first one (what the policy was writing)."""
+    stats = []
+    for path in sorted((run_dir / "samples").glob("train-*.json")):
+        kept = json.loads(path.read_text())
+        texts = [s["completion"] for s in kept["samples"]]
+        stats.append({"step": kept["step"], "empty_fraction": sum(not t.strip() for t in texts) / len(texts),
+                      "mean_chars": round(sum(map(len, texts)) / len(texts), 1), "first": texts[0][:60]})  # fmt: skip
+    return stats
 
 
 def arm_result(client: RljobClient, job_id: str, spec: dict) -> dict:
@@ -205,6 +216,7 @@ def arm_result(client: RljobClient, job_id: str, spec: dict) -> dict:
               "health": final.get("health"), "train": train, "stage_times": times,
               "train_seconds": (times.get("train") or {}).get("duration_s"),
               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
+    result["run_uri"] = final.get("run_uri")
     if final["phase"] == "SUCCEEDED":
         result["export"] = next(a["uri"] for a in final["artifacts"] if a["name"] == "export.export")
     else:
@@ -223,7 +235,7 @@ def prepare(work: Path, env: dict) -> tuple[Path, Path, dict]:
     return model_dir, data_dir, json.loads(made.stdout)
 
 
-def run_jobs(arms: list[str], steps: int | None, example: Path, state: Path, env: dict, save) -> None:
+def run_jobs(arms: list[str], grpo: dict, example: Path, state: Path, env: dict, save) -> None:
     """Submit every arm at once (the local launcher runs two at a time: both train under the same load),
     then follow each to its end, handing each result to `save(arm, result)`. Nothing else runs meanwhile:
     an evaluation beside two training jobs on 2 cores ran about 10x slower and slowed them."""
@@ -237,7 +249,7 @@ def run_jobs(arms: list[str], steps: int | None, example: Path, state: Path, env
     client = RljobClient(ClientConfig(url=f"http://127.0.0.1:{port}", token=token, config_file=None))
     try:
         _wait_ready(client, server, state / "service.log")
-        jobs = {arm: submit(arm, steps, example, client, token) for arm in arms}
+        jobs = {arm: submit(arm, grpo, example, client, token) for arm in arms}
         for arm, (job_id, spec) in jobs.items():
             save(arm, arm_result(client, job_id, spec))
     finally:
@@ -263,6 +275,7 @@ def main() -> int:
     parser.add_argument("--arms", default="trained,control", help="jobs to run (others are kept from the file)")
     parser.add_argument("--models", default="base,trained,control", help="models to evaluate (others are kept)")
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps per arm (default: the example's)")
+    parser.add_argument("--learning-rate", type=float, default=None, help="default: the example's")
     parser.add_argument("--work", default="/tmp/rljob-bench-learning")
     parser.add_argument("--spec", default=str(EXAMPLE), help="the arms' spec before the bench's changes")
     parser.add_argument("--eval-rows", type=int, default=None, help="evaluate only the first N eval rows (smoke runs)")
@@ -295,7 +308,8 @@ def main() -> int:
     }
     arms = [a for a in args.arms.split(",") if a]
     models = [m for m in args.models.split(",") if m]
-    eval_spec = arm_spec("trained", args.steps, Path(args.spec))  # the eval reads its template and sampling only
+    grpo = {k: v for k, v in (("num_batches", args.steps), ("learning_rate", args.learning_rate)) if v is not None}
+    eval_spec = arm_spec("trained", grpo, Path(args.spec))  # the eval reads its template and sampling only
 
     def save() -> None:
         path.write_text(json.dumps(results, indent=2) + "\n")
@@ -314,9 +328,13 @@ def main() -> int:
         save()
 
     if arms:
-        run_jobs(arms, args.steps, Path(args.spec), state, env, save_arm)
+        run_jobs(arms, grpo, Path(args.spec), state, env, save_arm)
     for name in models:
         evaluate_model(name)
+    for arm in results["arms"].values():  # also arms kept from an earlier run, while their run directory exists
+        run_dir = Path(arm.get("run_uri") or Path(arm.get("export", "/nonexistent")).parent)
+        if "samples" not in arm and (run_dir / "samples").is_dir():
+            arm["samples"] = sample_stats(run_dir)
     if args.gsm8k:
         sources = {name: results["models"][name]["source"] for name in MODELS if name in results["models"]}
         results["gsm8k"] = run_gsm8k(work, env, sources)

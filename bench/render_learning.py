@@ -84,6 +84,28 @@ def _conclusion(decision: dict) -> str:
     return "the run does not show learning from the correctness reward at the size set before the run."
 
 
+def _samples_line(arms: dict) -> list[str]:
+    """What each arm's policy wrote during training, from the completions the trainer kept per step."""
+    parts = []
+    for name, arm in arms.items():
+        stats = arm.get("samples")
+        if not stats:
+            continue
+        empty = [st["step"] for st in stats if st["empty_fraction"] == 1]
+        tail = [st["step"] for st in reversed(stats)]
+        run = 0
+        while run < len(tail) and tail[run] in empty:
+            run += 1
+        since = f", every step from {tail[run - 1]} on" if run > 1 else ""
+        parts.append(f"`{name}` had only empty completions at {len(empty)} of {len(stats)} steps{since} (mean length "
+                     f"{stats[0]['mean_chars']:.0f} characters at step {stats[0]['step']}, {stats[-1]['mean_chars']:.0f} "
+                     f"at step {stats[-1]['step']})")  # fmt: skip
+    if not parts:
+        return []
+    return ["", "  What the policies wrote during training (the completions each job kept, 8 per step): "
+            + "; ".join(parts) + "."]  # fmt: skip
+
+
 def _gsm8k_lines(gsm8k: dict | None) -> list[str]:
     """The no-regression row: greedy accuracy on GSM8K's real test rows, each model against base."""
     if not gsm8k:
@@ -162,6 +184,7 @@ def render_section(results: dict) -> str:
                          f"| {'met' if verdict['met'] else '**missed**'} |")  # fmt: skip
         met = sum(v["met"] for v in decision.values())
         lines += ["", f"  {met} of {len(decision)} criteria met: {_conclusion(decision)}"]
+    lines += _samples_line(arms)
     lines += _gsm8k_lines(results.get("gsm8k"))
     lines += ["", "  ![accuracy per model; reward and signal per step](bench/results/learning.png)", ""]
     new_tokens = {m.get("new_tokens") for m in results["models"].values()}
