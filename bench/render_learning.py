@@ -129,13 +129,56 @@ def _gsm8k_tokens(gsm8k: dict) -> str:
     return ", ".join(sorted({str(m.get("new_tokens")) for m in gsm8k["models"].values()}))
 
 
-def render_section(results: dict) -> str:
-    """The README section (between the markers) for one result file."""
+def _spec_of(results: dict) -> dict:
+    arms = results.get("arms", {})
+    return (arms.get("trained") or arms.get("control") or {}).get("spec", {})
+
+
+def _result_tables(results: dict) -> list[str]:
+    """Accuracy per model, the three differences, the decision and what the policies wrote."""
     rows = {name: results["models"][name]["rows"] for name in MODELS if name in results.get("models", {})}
     summary = learning_stats.summarize(rows)
     arms = results.get("arms", {})
-    spec = (arms.get("trained") or arms.get("control") or {}).get("spec", {})
-    grpo = spec.get("grpo", {})
+    lines = ["", "  | model | job | GRPO steps done (train stage) | steps with signal | sampled accuracy [95% CI] "
+             "| greedy accuracy [95% CI] |", "  |---|---|---|---|---|---|"]  # fmt: skip
+    for name in MODELS:
+        if name not in summary["accuracy"]:
+            continue
+        job, steps, signal = _arm_line(name, arms.get(name)) if name != "base" else ("-", "-", "-")
+        acc = summary["accuracy"][name]
+        lines.append(f"  | `{name}` | {job} | {steps} | {signal} | {_acc(acc['sampled'])} | {_acc(acc['greedy'])} |")
+    lines += ["", "  | difference | sampled accuracy, points [95% CI] | greedy accuracy, points [95% CI] "
+              "| greedy McNemar (right only in first / only in second, exact p) |", "  |---|---|---|---|"]  # fmt: skip
+    for pair in DIFFERENCES:
+        if pair in summary["differences"]:
+            d = summary["differences"][pair]
+            m = d["mcnemar_greedy"]
+            lines.append(f"  | {pair.replace('-', ' - ')} | {_ci(d['sampled'])} | {_ci(d['greedy'])} "
+                         f"| {m['a_only']} / {m['b_only']}, p = {m['p']:.3g} |")  # fmt: skip
+    decision = summary.get("decision")
+    if decision:
+        lines += ["", "  Decision rule, written into bench/learning_stats.py before the first run, and the verdict:", "",
+                  "  | criterion | measured (sampled accuracy) | verdict |", "  |---|---|---|"]  # fmt: skip
+        for criterion, verdict in decision.items():
+            lines.append(f"  | {verdict['rule']} | {_measured(criterion, summary)} "
+                         f"| {'met' if verdict['met'] else '**missed**'} |")  # fmt: skip
+        met = sum(v["met"] for v in decision.values())
+        lines += ["", f"  {met} of {len(decision)} criteria met: {_conclusion(decision)}"]
+    return lines + _samples_line(arms)
+
+
+def _followup_lines(name: str, results: dict, main: dict) -> list[str]:
+    """A run chosen after seeing the main one: what differs from it, then its tables."""
+    ours, theirs = _spec_of(results).get("grpo", {}), _spec_of(main).get("grpo", {})
+    changed = [f"{k} {ours[k]} instead of {theirs.get(k)}" for k in sorted(ours) if ours[k] != theirs.get(k)]
+    return ["", f"  **Follow-up run, chosen after seeing the run above** (so its verdict is exploratory, not the "
+            f"pre-registered test), `bench/results/{name}`: the same bench with {', '.join(changed) or 'no change'}; "
+            "everything else as above."] + _result_tables(results)  # fmt: skip
+
+
+def render_section(results: dict, followups: dict[str, dict] | None = None) -> str:
+    """The README section (between the markers) for the result file and any follow-up result files."""
+    grpo = _spec_of(results).get("grpo", {})
     ev, data = results["eval"], results.get("data", {})
     lines = [
         "- `bench/learning.py`: does GRPO through rljob teach a real small model? A controlled experiment on "
@@ -156,43 +199,18 @@ def render_section(results: dict) -> str:
         f"{grpo.get('num_batches')} steps of {grpo.get('batch_size')} prompt x {grpo.get('num_generations')} "
         f"completions, learning rate {grpo.get('learning_rate')}, beta {grpo.get('beta')}, on 2 CPU cores "
         "(`bench/results/learning.json`):",
-        "",
-        "  | model | job | GRPO steps done (train stage) | steps with signal | sampled accuracy [95% CI] "
-        "| greedy accuracy [95% CI] |",
-        "  |---|---|---|---|---|---|",
     ]
-    for name in MODELS:
-        if name not in summary["accuracy"]:
-            continue
-        job, steps, signal = _arm_line(name, arms.get(name)) if name != "base" else ("-", "-", "-")
-        acc = summary["accuracy"][name]
-        lines.append(f"  | `{name}` | {job} | {steps} | {signal} | {_acc(acc['sampled'])} | {_acc(acc['greedy'])} |")
-    lines += ["", "  | difference | sampled accuracy, points [95% CI] | greedy accuracy, points [95% CI] "
-              "| greedy McNemar (right only in first / only in second, exact p) |", "  |---|---|---|---|"]  # fmt: skip
-    for pair in DIFFERENCES:
-        if pair in summary["differences"]:
-            d = summary["differences"][pair]
-            m = d["mcnemar_greedy"]
-            lines.append(f"  | {pair.replace('-', ' - ')} | {_ci(d['sampled'])} | {_ci(d['greedy'])} "
-                         f"| {m['a_only']} / {m['b_only']}, p = {m['p']:.3g} |")  # fmt: skip
-    decision = summary.get("decision")
-    if decision:
-        lines += ["", "  Decision rule, written into bench/learning_stats.py before the run, and the verdict:", "",
-                  "  | criterion | measured (sampled accuracy) | verdict |", "  |---|---|---|"]  # fmt: skip
-        for criterion, verdict in decision.items():
-            lines.append(f"  | {verdict['rule']} | {_measured(criterion, summary)} "
-                         f"| {'met' if verdict['met'] else '**missed**'} |")  # fmt: skip
-        met = sum(v["met"] for v in decision.values())
-        lines += ["", f"  {met} of {len(decision)} criteria met: {_conclusion(decision)}"]
-    lines += _samples_line(arms)
+    lines += _result_tables(results)
     lines += _gsm8k_lines(results.get("gsm8k"))
+    for name, followup in (followups or {}).items():
+        lines += _followup_lines(name, followup, results)
     lines += ["", "  ![accuracy per model; reward and signal per step](bench/results/learning.png)", ""]
     new_tokens = {m.get("new_tokens") for m in results["models"].values()}
     lines.append(
         "  How it ran: both jobs ran at once on the same 2-core machine, shared with other work, so the train-stage "
         f"times above are wall times under that load. Steps: the example's {grpo.get('num_batches')} (one pass over "
         f"the {data.get('train_rows')} train rows), fixed before the run; they fit the 40-minute budget per arm at "
-        "the step time of a 2-step trial with both jobs running. Nothing was tuned, on eval rows or otherwise. "
+        "the step time of a 2-step trial with both jobs running. Nothing was tuned on eval rows. "
         "A completion stops once its first number is settled "
         f"(arith_correct reads only that), at most {', '.join(str(n) for n in sorted(new_tokens, key=str))} new "
         "tokens, the jobs' own limit. " + ("" if results.get("gsm8k") else "Not measured: a GSM8K no-regression "
@@ -201,17 +219,19 @@ def render_section(results: dict) -> str:
     if ev["rows"] < PLANNED_EVAL_ROWS and data.get("digits"):
         digits, operands = int(data["digits"]), int(data["operands"])
         space = (10 if digits == 1 else 9 * 10 ** (digits - 1)) ** operands
-        lines.append(
+        lines += ["", (
             f"  The eval split has {ev['rows']} rows, not the {PLANNED_EVAL_ROWS} planned: at the difficulty "
             f"bench/arith_difficulty.py chose ({operands} operands of {digits} digit(s), the base model's pass@1 in "
             f"[0.2, 0.6] where GRPO gets a signal) there are only {space} distinct questions, which make-data shares "
             f"out between train ({data['train_rows']}), dev ({data['dev_rows']}) and eval ({data['eval_rows']}) "
             "without repeating an operand pair; the intervals are wide accordingly."
-        )
-    notes = results.get("notes")
-    if notes:
-        lines += [""] + [f"  {line}" if line else "" for line in notes]
+        )]  # fmt: skip
     return "\n".join(lines)
+
+
+def followup_files() -> dict[str, dict]:
+    """bench/results/learning-*.json: runs chosen after seeing the main one, by file name."""
+    return {p.name: json.loads(p.read_text()) for p in sorted(RESULTS.glob("learning-*.json"))}
 
 
 def replace_section(readme: str, section: str) -> str:
@@ -258,7 +278,7 @@ def plot(results: dict, path: Path) -> None:
 
 def render_all(results: dict) -> None:
     plot(results, PLOT)
-    README.write_text(replace_section(README.read_text(), render_section(results)))
+    README.write_text(replace_section(README.read_text(), render_section(results, followup_files())))
 
 
 def main() -> int:
