@@ -53,6 +53,10 @@ class ArithKnobError(ValueError):
     """A difficulty knob or row count make-data cannot honour; the message says which and why."""
 
 
+class ArithFilesMissing(Exception):
+    """The template or reward files to copy are not where a checkout keeps them."""
+
+
 @dataclass(frozen=True)
 class Difficulty:
     digits: int = DEFAULT_DIGITS
@@ -159,14 +163,13 @@ def make_arith(
     operands: int = DEFAULT_OPERANDS,
     operators: str = DEFAULT_OPERATORS,
 ) -> dict[str, str]:
-    from trainer.gsm8k_rows import DataSourceMissing  # here: gsm8k_rows imports this module
     from trainer.tiny import write_rows
 
     difficulty = Difficulty(digits, operands, operators)
     splits = arith_splits({"train": train_rows, "dev": dev_rows, "eval": eval_rows}, seed=seed, difficulty=difficulty)
     missing = [name for name in JOB_FILES if not (EXAMPLES / name).is_file()]
     if missing:
-        raise DataSourceMissing(f"{', '.join(missing)} not found under {EXAMPLES}: run make-data arith from an rljob checkout")
+        raise ArithFilesMissing(f"{', '.join(missing)} not found under {EXAMPLES}: run make-data arith from an rljob checkout")
     out.mkdir(parents=True, exist_ok=True)
     for name in JOB_FILES:
         shutil.copyfile(EXAMPLES / name, out / Path(name).name)

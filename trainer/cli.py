@@ -166,7 +166,7 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 
 
 def cmd_make_data(args: argparse.Namespace) -> int:
-    from trainer.arith_rows import ArithKnobError
+    from trainer.arith_rows import ArithFilesMissing, ArithKnobError
     from trainer.gsm8k_rows import DATA_BUILDERS, DataSourceMissing
 
     knobs = {k: getattr(args, k) for k in ("train_rows", "seed", *ARITH_ONLY_KNOBS) if getattr(args, k) is not None}
@@ -182,7 +182,7 @@ def cmd_make_data(args: argparse.Namespace) -> int:
     except ArithKnobError as e:
         print(f"make-data: {e}", file=sys.stderr)
         return 2
-    except DataSourceMissing as e:
+    except (DataSourceMissing, ArithFilesMissing) as e:
         print(f"make-data: {e}", file=sys.stderr)
         return 1
     print(json.dumps(paths, indent=2))

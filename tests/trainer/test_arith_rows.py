@@ -135,6 +135,14 @@ def test_bad_knobs_are_refused_with_a_message_not_a_traceback(tmp_path, capsys, 
     assert not list(tmp_path.iterdir())
 
 
+def test_missing_job_files_are_named_outside_a_checkout(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(arith_rows, "EXAMPLES", tmp_path / "examples")
+    assert main(["make-data", "arith", "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "templates/arith-one-shot.json, rewards/arith_correct.py" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_arith_knobs_are_refused_for_gsm8k(tmp_path, capsys):
     assert main(["make-data", "gsm8k", "--out", str(tmp_path), "--digits", "3", "--eval-rows", "5"]) == 2
     assert "--eval-rows, --digits applies only to arith" in capsys.readouterr().err
