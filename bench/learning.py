@@ -308,6 +308,8 @@ def main() -> int:
     }
     arms = [a for a in args.arms.split(",") if a]
     models = [m for m in args.models.split(",") if m]
+    if not arms and not models:  # only adding to an earlier run: keep what it recorded of its inputs
+        results.update({k: earlier[k] for k in ("task", "eval", "seeds", "data", "inputs") if k in earlier})
     grpo = {k: v for k, v in (("num_batches", args.steps), ("learning_rate", args.learning_rate)) if v is not None}
     eval_spec = arm_spec("trained", grpo, Path(args.spec))  # the eval reads its template and sampling only
 

@@ -70,8 +70,21 @@ def _measured(criterion: str, summary: dict) -> str:
     return f"{_ci(d['trained-control']['sampled'])} points"
 
 
-def _conclusion(decision: dict) -> str:
+def _verdict(criterion: str, verdict: dict, summary: dict) -> str:
+    if not verdict["met"]:
+        return "**missed**"
+    if criterion == "trained_vs_control" and summary["differences"]["trained-control"]["sampled"]["high"] < 0:
+        return "met as written (the CI excludes 0), **but below 0: trained is worse than control**"
+    return "met"
+
+
+def _conclusion(decision: dict, summary: dict) -> str:
     gain, control, versus = (decision[k]["met"] for k in ("trained_vs_base", "control_vs_base", "trained_vs_control"))
+    d = summary["differences"]
+    if d["trained-control"]["sampled"]["high"] < 0:
+        worse = " and than base" if d["trained-base"]["sampled"]["high"] < 0 else ""
+        return (f"the correctness reward left the model worse than the random-reward control{worse}: the opposite "
+                "of learning (see what the policies wrote, below).")  # fmt: skip
     if gain and control and versus:
         return ("GRPO on the correctness reward taught this model the task beyond what GRPO's updates alone (the "
                 "random-reward control) did.")  # fmt: skip
@@ -160,10 +173,9 @@ def _result_tables(results: dict) -> list[str]:
         lines += ["", "  Decision rule, written into bench/learning_stats.py before the first run, and the verdict:", "",
                   "  | criterion | measured (sampled accuracy) | verdict |", "  |---|---|---|"]  # fmt: skip
         for criterion, verdict in decision.items():
-            lines.append(f"  | {verdict['rule']} | {_measured(criterion, summary)} "
-                         f"| {'met' if verdict['met'] else '**missed**'} |")  # fmt: skip
+            lines.append(f"  | {verdict['rule']} | {_measured(criterion, summary)} | {_verdict(criterion, verdict, summary)} |")
         met = sum(v["met"] for v in decision.values())
-        lines += ["", f"  {met} of {len(decision)} criteria met: {_conclusion(decision)}"]
+        lines += ["", f"  {met} of {len(decision)} criteria met as written: {_conclusion(decision, summary)}"]
     return lines + _samples_line(arms)
 
 
@@ -231,7 +243,8 @@ def render_section(results: dict, followups: dict[str, dict] | None = None) -> s
 
 def followup_files() -> dict[str, dict]:
     """bench/results/learning-*.json: runs chosen after seeing the main one, by file name."""
-    return {p.name: json.loads(p.read_text()) for p in sorted(RESULTS.glob("learning-*.json"))}
+    found = {p.name: json.loads(p.read_text()) for p in sorted(RESULTS.glob("learning-*.json"))}
+    return {name: results for name, results in found.items() if "summary" in results}  # finished runs only
 
 
 def replace_section(readme: str, section: str) -> str:
