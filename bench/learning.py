@@ -1,7 +1,7 @@
 """Does GRPO through rljob teach a real small model? A controlled experiment on SmolLM2-135M, on CPU.
 
-Task: two-operand integer arithmetic (`make-data arith`, train/dev/eval splits with disjoint operand
-pairs; the difficulty bench/arith_difficulty.py chose). Three models, same seed, data, steps and
+Task: integer arithmetic from `make-data arith` with its defaults (train/dev/eval splits with disjoint
+operand pairs, at the difficulty bench/arith_difficulty.py chose). Three models, same seed, data, steps and
 learning rate:
 
 - `base`: SmolLM2-135M-Instruct (dequantised Q4_1), not trained;
@@ -14,26 +14,32 @@ learning rate:
 Each trained arm is a job submitted over REST to `rljob serve` (the embedded default: SQLite, local
 launcher) and followed to its end; its spec is examples/smollm2-arith-cpu.yaml with only the rewards
 changed and `num_test_batches: 0` (this bench evaluates the exports itself, so the jobs spend their
-time training). The per-step reward and signal fraction come from GET /v1/jobs/{id}/metrics.
+time training). Both jobs run at once (the local launcher's two slots), under the same load. The
+per-step reward and signal fraction come from GET /v1/jobs/{id}/metrics; per-step statistics of the
+completions each job kept come from its run directory (<run>/samples).
 
-Evaluation, the same for all three models: every eval row (>= 300, never used for any choice), the
-prompt train_rl builds (the spec's template + the tokenizer's chat template), Hugging Face transformers
-on CPU, one greedy completion and EVAL_SAMPLES sampled at the training temperature/top-k/top-p from
-fixed seeds, scored by arith_correct itself. A row stops generating once its first number is complete
-(the score cannot change after that) or at the job's max new tokens.
+Evaluation, the same for all three models: every row of the eval split (never used for any choice;
+>= 300 were planned, make-data's default difficulty has room for 40), the prompt train_rl builds
+(MaxText's utils_rl.process_data with the spec's template), Hugging Face transformers on CPU, one
+greedy completion and EVAL_SAMPLES sampled at the training temperature and top-k from fixed seeds,
+scored by arith_correct itself. A completion stops once its first number is settled (the score cannot
+change after that) or at the job's max new tokens. `--gsm8k` adds a greedy no-regression row on the
+100 real GSM8K test rows.
 
 Decision rule, fixed before the run (bench/learning_stats.py: TARGET_GAIN, TARGET_GAIN_LOW,
 CONTROL_BAND), on sampled accuracy with paired bootstrap 95% CIs over prompts:
   1. trained - base >= +10 points, CI lower bound > +5 points;
   2. |control - base| < 3 points, CI covering 0;
-  3. trained - control: CI excludes 0.
+  3. trained - control: CI excludes 0 (as written, either sign; the README says which).
 Exact McNemar p-values on the greedy outcomes are reported beside them.
 
     python bench/learning.py [--arms trained,control] [--models base,trained,control] [--steps N]
+        [--learning-rate LR] [--gsm8k] [--out FILE]
 
-Arms and models not run this time keep their results from the earlier bench/results/learning.json, so
-a failed arm can be rerun alone. Writes bench/results/learning.json, then bench/render_learning.py
-renders learning.png and the README section from it.
+Arms and models not run this time keep their results from the earlier result file, so a failed arm
+can be rerun alone (`--arms "" --models ""` only adds to it). Writes bench/results/learning.json and
+renders learning.png and the README section from it (bench/render_learning.py); a run chosen after
+seeing that one goes to bench/results/learning-<what changed>.json and renders as a follow-up.
 """
 
 from __future__ import annotations
