@@ -52,11 +52,12 @@ def test_file_dataset_goes_as_parquet_and_hub_dataset_by_name(tiny_spec_dict):
     assert "HF_HUB_OFFLINE" not in build_train_command(hub, RunLayout("/out", "rl-x"), TABLE_8B).env
 
 
-def test_vllm_engine_runs_train_rl_unmodified_with_only_the_sample_recorder(tiny_spec_dict):
+def test_vllm_engine_runs_train_rl_unmodified_with_only_the_sample_and_eval_recorders(tiny_spec_dict):
     data = {**tiny_spec_dict, "hardware": {"accelerator": "v6e-8", "rollout_engine": "vllm"}}
     command = build_train_command(JobSpec.model_validate(data), RunLayout("/out", "rl-x"), TABLE_8B)
     assert command.module == "trainer.maxtext_entry.train_rl_entry"  # no JAX rollout swapped in
-    assert [a for a in command.args if a.startswith("--rljob_")] == ["--rljob_samples_uri=/out/rl-x/samples"]
+    assert [a for a in command.args if a.startswith("--rljob_")] == [
+        "--rljob_samples_uri=/out/rl-x/samples", "--rljob_eval_uri=/out/rl-x/eval"]
 
 
 def test_convert_and_export_use_the_derived_settings_and_paths(tiny_spec_dict):
