@@ -4,13 +4,21 @@ What is real: the service (`python -m service.cli.main serve`, SQLite and the lo
 dir), the job (submitted over REST, run as a process group by the local launcher), the channel (the
 job's events.jsonl, tailed and folded into JobPublic.eval by the service), the 95% intervals (the
 service's), the page (the built dashboard in headless Debian Chromium, signed in with a token).
-What is scripted: the trainer. The job's process is tests/dashboard/held_trainer.py, which trains
-nothing, and this script writes the events a run writes: stages, 20 train steps, and three
+What is scripted (the default): the trainer. The job's process is tests/dashboard/held_trainer.py,
+which trains nothing, and this script writes the events a run writes: stages, 20 train steps, and three
 evaluations whose per-row outcomes are made up (tests/dashboard/eval_story.py: 102 -> 135 -> 153 of
 300 right, with known flips; the paired change is the trainer's own `paired_difference`).
-A real tiny CPU run would show a random model's 0% -> 0%, which shows the panel less well.
+
+`--tiny` scripts nothing: it builds the tiny model offline (`python -m trainer make-tiny`), starts the
+service as scripts/demo.py does (its default trainer command, `python -m trainer`), submits
+examples/tiny-cpu.yaml (train_rl evaluates its 2 eval rows before and after 3 GRPO steps of a random
+model, minutes on CPU), follows it to SUCCEEDED, and screenshots its page into
+bench/results/eval-panel-tiny.png, with the job's `eval` and `health` from GET /v1/jobs/{id} in
+eval-panel-tiny.json next to it. A random model's 0% -> 0% on 2 rows, with wide intervals, is what it
+truthfully shows; the scripted mode shows the panel better.
 
     python bench/eval_panel_screenshot.py [--out bench/results/eval-panel.png]
+    python bench/eval_panel_screenshot.py --tiny [--out bench/results/eval-panel-tiny.png]
 
 Needs the built dashboard (scripts/build-dashboard.sh) and /usr/bin/chromium.
 """
@@ -25,15 +33,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import yaml
+from rich.console import Console
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from service.cli.client import ClientConfig, CliError, RljobClient  # noqa: E402
 from service.cli.demo import _wait_ready  # noqa: E402
+from service.cli.follow import follow_job  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
 from service.free_port import free_port  # noqa: E402
 from service.process_stop import terminate_then_kill  # noqa: E402
@@ -43,7 +58,10 @@ from tests.dashboard.held_trainer import __file__ as HELD_TRAINER  # noqa: E402
 from trainer.contract import SIGNAL_METRIC, RunLayout, dump_event, parse_event  # noqa: E402
 
 OUT = REPO / "bench" / "results" / "eval-panel.png"
+TINY_OUT = REPO / "bench" / "results" / "eval-panel-tiny.png"
+TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"
 WAIT_S = 60.0  # for the job to run, and for the page to show what the service folded in
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 class EventWriter:
@@ -91,77 +109,154 @@ def play_run(emit: EventWriter, run_uri: str) -> None:
     emit("run_finished", ok=True, exit_code=0)
 
 
-def stop_job(client: RljobClient, job_id: str) -> None:
+@dataclass
+class Service:
+    """A running `rljob serve` on a free loopback port, its client, and the job this script submitted."""
+
+    url: str
+    token: str
+    client: RljobClient
+    runs: Path  # the jobs' output directory
+    job_id: str | None = field(default=None)
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        submitted: dict[str, Any] = self.client.request("POST", "/v1/jobs", json=spec)
+        self.job_id = submitted["id"]
+        return submitted
+
+    def job(self) -> dict[str, Any]:
+        job: dict[str, Any] = self.client.request("GET", f"/v1/jobs/{self.job_id}")
+        return job
+
+
+def stop_job(service: Service) -> None:
     """Cancel the job if this script failed half-way: the local launcher leaves a workload running
-    when the service stops (to re-attach to it), and the held trainer would wait for minutes."""
+    when the service stops (to re-attach to it), and the trainer would run on for minutes."""
+    if service.job_id is None:
+        return
     try:
-        if client.request("GET", f"/v1/jobs/{job_id}")["phase"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        if service.job()["phase"] in TERMINAL:
             return
-        client.request("POST", f"/v1/jobs/{job_id}/cancel")
-        wait_for("CANCELLED", lambda: client.request("GET", f"/v1/jobs/{job_id}")["phase"] == "CANCELLED", timeout_s=30)
+        service.client.request("POST", f"/v1/jobs/{service.job_id}/cancel")
+        wait_for("CANCELLED", lambda: service.job()["phase"] == "CANCELLED", timeout_s=30)
     except (CliError, TimeoutError) as e:
-        print(f"could not stop {job_id}: {e}", file=sys.stderr)
+        print(f"could not stop {service.job_id}: {e}", file=sys.stderr)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    if not CHROMIUM.exists():
-        print(f"{CHROMIUM} is absent: apt-get install -y chromium", file=sys.stderr)
-        return 1
-    work = Path(tempfile.mkdtemp(prefix="rljob-eval-panel-"))
-    state, runs = work / "service", work / "runs"
-    state.mkdir()
+@contextmanager
+def serving(work: Path, settings: dict[str, str]) -> Iterator[Service]:
+    """`rljob serve` with SQLite and the local launcher in `work` (removed afterwards), plus `settings`."""
+    state = work / "service"
+    state.mkdir(parents=True)
     port, token = free_port(), generate_token()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}  # only this script's settings
     env |= {"RLJOB_BOOTSTRAP_TOKEN": token, "RLJOB_BOOTSTRAP_TEAM": "alpha", "RLJOB_ENVIRONMENT": "dev",
-            "RLJOB_LAUNCHER": "local", "RLJOB_TRAINER_COMMAND": json.dumps([sys.executable, HELD_TRAINER]),
-            "RLJOB_PROGRESS_POLL_INTERVAL_S": "0.2"}  # fmt: skip
+            "RLJOB_LAUNCHER": "local", **settings}  # fmt: skip
     log = (state / "service.log").open("ab")
     server = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port",
                                str(port), "--state-dir", str(state)], stdout=log, stderr=subprocess.STDOUT, env=env,
                               cwd=REPO)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    client = RljobClient(ClientConfig(url=url, token=token, config_file=None))
-    job_id = None
+    service = Service(url, token, RljobClient(ClientConfig(url=url, token=token, config_file=None)), work / "runs")
     try:
-        _wait_ready(client, server, state / "service.log")
-        spec = {"name": "gsm8k-llama-grpo", "output": str(runs),
-                "model": {"name": "llama3.1-8b", "source": "meta-llama/Llama-3.1-8B-Instruct"},
-                "grpo": {"num_batches": TOTAL_STEPS, "num_test_batches": 2},
-                "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}}  # fmt: skip
-        submitted = client.request("POST", "/v1/jobs", json=spec)
-        job_id = submitted["id"]
-        wait_for("RUNNING", lambda: client.request("GET", f"/v1/jobs/{job_id}")["phase"] == "RUNNING")
-        play_run(EventWriter(runs, job_id), submitted["run_uri"])
-        (runs / job_id / "exit_code").write_text("0")  # the held trainer exits 0: the job succeeds
-        job = wait_for("SUCCEEDED", lambda: (j := client.request("GET", f"/v1/jobs/{job_id}"))["phase"] == "SUCCEEDED" and j)
-        print(f"service: {job_id} {job['phase']}, eval {json.dumps(job['eval']['difference'])}")
-        with launch_chromium() as context:
-            page = context.new_page()  # type: ignore[attr-defined]
-            page.set_viewport_size({"width": 1366, "height": 900})
-            page.goto(f"{url}/")
-            page.get_by_label("API token").fill(token)
-            page.get_by_role("button", name="Sign in").click()
-            page.get_by_role("button", name="Sign out").wait_for()  # the token is stored: routes now open
-            page.goto(f"{url}/#/jobs/{job_id}")
-            headline = page.get_by_test_id("eval-headline")
-            headline.wait_for(timeout=WAIT_S * 1000)
-            wait_for("the headline", lambda: headline.text_content() == HEADLINE)
-            page.get_by_text("Each evaluation (3)").click()
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(args.out), full_page=True)
-            print(f"page: {headline.text_content()} | {page.get_by_test_id('eval-difference').text_content()}")
-        print(f"wrote {args.out}")
-        return 0
+        _wait_ready(service.client, server, state / "service.log")
+        yield service
     finally:
-        if job_id is not None:
-            stop_job(client, job_id)
-        client.close()
+        stop_job(service)
+        service.client.close()
         terminate_then_kill(server, grace_s=15)
         log.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def screenshot(service: Service, out: Path, headline_ready: Callable[[str], bool], evaluations: int) -> None:
+    """Sign in in Chromium, open the job's page, wait for the eval headline, open the table of
+    evaluations and screenshot the whole page into `out`."""
+    with launch_chromium() as context:
+        page = context.new_page()  # type: ignore[attr-defined]
+        page.set_viewport_size({"width": 1366, "height": 900})
+        page.goto(f"{service.url}/")
+        page.get_by_label("API token").fill(service.token)
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_role("button", name="Sign out").wait_for()  # the token is stored: routes now open
+        page.goto(f"{service.url}/#/jobs/{service.job_id}")
+        headline = page.get_by_test_id("eval-headline")
+        headline.wait_for(timeout=WAIT_S * 1000)
+        wait_for("the headline", lambda: headline_ready(headline.text_content() or ""))
+        page.get_by_text(f"Each evaluation ({evaluations})").click()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out), full_page=True)
+        print(f"page: {headline.text_content()} | {page.get_by_test_id('eval-difference').text_content()}")
+        health = page.get_by_test_id("health")
+        if health.count():
+            print(f"page health: {health.first.text_content()}")
+    print(f"wrote {out}")
+
+
+def scripted(out: Path) -> int:
+    """The held trainer, and this script writing a 20-step run's events (play_run)."""
+    work = Path(tempfile.mkdtemp(prefix="rljob-eval-panel-"))
+    settings = {"RLJOB_TRAINER_COMMAND": json.dumps([sys.executable, HELD_TRAINER]),
+                "RLJOB_PROGRESS_POLL_INTERVAL_S": "0.2"}  # fmt: skip
+    with serving(work, settings) as service:
+        spec = {"name": "gsm8k-llama-grpo", "output": str(service.runs),
+                "model": {"name": "llama3.1-8b", "source": "meta-llama/Llama-3.1-8B-Instruct"},
+                "grpo": {"num_batches": TOTAL_STEPS, "num_test_batches": 2},
+                "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}}  # fmt: skip
+        submitted = service.submit(spec)
+        wait_for("RUNNING", lambda: service.job()["phase"] == "RUNNING")
+        play_run(EventWriter(service.runs, submitted["id"]), submitted["run_uri"])
+        (service.runs / submitted["id"] / "exit_code").write_text("0")  # the held trainer exits 0: the job succeeds
+        job = wait_for("SUCCEEDED", lambda: (j := service.job())["phase"] == "SUCCEEDED" and j)
+        print(f"service: {job['id']} {job['phase']}, eval {json.dumps(job['eval']['difference'])}")
+        screenshot(service, out, lambda text: text == HEADLINE, evaluations=3)
+    return 0
+
+
+def tiny(out: Path) -> int:
+    """The real trainer's tiny CPU job (examples/tiny-cpu.yaml), as scripts/demo.py runs it."""
+    work = Path(tempfile.mkdtemp(prefix="rljob-eval-panel-tiny-"))
+    tiny_dir = work / "tiny"
+    made = subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(tiny_dir)], cwd=REPO, check=False)
+    if made.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"`python -m trainer make-tiny` failed with exit code {made.returncode}", file=sys.stderr)
+        return 1
+    offline = dict.fromkeys(("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"), "1")
+    with serving(work, offline) as service:  # the default trainer command: python -m trainer
+        text = TINY_SPEC.read_text().replace("${RLJOB_TINY_DIR}", str(tiny_dir)).replace("${RLJOB_OUTPUT}", str(service.runs))
+        submitted = service.submit(yaml.safe_load(text))
+        print(f"submitted {submitted['id']}; following it")
+        job = follow_job(service.client, submitted["id"], Console())
+        if job["phase"] != "SUCCEEDED":
+            print(service.client.request("GET", f"/v1/jobs/{job['id']}/logs", params={"tail_lines": 60}), file=sys.stderr)
+            print(f"the job ended {job['phase']}", file=sys.stderr)
+            return 1
+        record = {"job_id": job["id"], "spec": "examples/tiny-cpu.yaml", "phase": job["phase"], "step": job["step"],
+                  "total_steps": job["total_steps"], "eval": job["eval"], "health": job["health"]}  # fmt: skip
+        print(f"eval: {json.dumps(job['eval'], indent=2)}")
+        print(f"health: {job['health']['verdict']}: {job['health']['message']}")
+        record_path = out.with_suffix(".json")
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        record_path.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {record_path}")
+        screenshot(service, out, bool, evaluations=len(job["eval"]["points"]))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="run the real trainer's tiny CPU job (minutes) instead of a scripted one")
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"default: {OUT.relative_to(REPO)}, with --tiny {TINY_OUT.relative_to(REPO)}"
+    )
+    args = parser.parse_args()
+    if not CHROMIUM.exists():
+        print(f"{CHROMIUM} is absent: apt-get install -y chromium", file=sys.stderr)
+        return 1
+    if args.tiny:
+        return tiny(args.out or TINY_OUT)
+    return scripted(args.out or OUT)
 
 
 if __name__ == "__main__":
