@@ -24,6 +24,7 @@ NOT_SETTINGS = {
     "RLJOB_SERVICE_PORT": "what Kubernetes would inject for a Service named rljob; the Deployment turns service links off",
     "RLJOB_ARGV_CANARY": "a test's marker value passed through MaxText's argv, never read as configuration",
     "RLJOB_TEST_SURELY_UNSET": "a test's deliberately unset variable (a spec file naming it is refused)",
+    "RLJOB_EVAL": "the eval recorder's stdout line prefix (trainer/contract/evaluation.py), read by the pipeline, not a variable",
 }
 
 

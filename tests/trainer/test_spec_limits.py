@@ -235,7 +235,7 @@ def test_the_schema_states_the_rules():
 def test_every_example_still_validates(example, tmp_path, monkeypatch):
     from trainer.contract.spec_file import load_spec_file
 
-    for var in ("RLJOB_TINY_DIR", "RLJOB_OUTPUT", "RLJOB_SMOLLM2_DIR", "RLJOB_GSM8K_DIR"):
+    for var in ("RLJOB_TINY_DIR", "RLJOB_OUTPUT", "RLJOB_SMOLLM2_DIR", "RLJOB_GSM8K_DIR", "RLJOB_ARITH_DIR"):
         monkeypatch.setenv(var, str(tmp_path / var.lower()))
     assert set(yaml.safe_load(os.path.expandvars(example.read_text()))) >= {"name", "model", "output"}
     load_spec_file(example)
