@@ -6,17 +6,15 @@ evaluations as `eval` events. The dashboard writes the same numbers (tests/dashb
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import uvicorn
 from conftest import Api, add_test_tokens
 from fastapi.testclient import TestClient
+from live_server import served as serve_in_thread
 from service_fakes import FakeLauncher, FakeProgress
 from service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 from typer.testing import CliRunner
@@ -28,7 +26,6 @@ from service.cli.output import eval_difference_text, eval_text, print_job, whole
 from service.config import Settings
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
-from service.free_port import free_port
 from trainer.contract import EvalResult
 from trainer.contract.evaluation import EvalSummary, paired_difference
 
@@ -113,24 +110,8 @@ def served(
     monkeypatch.delenv("RLJOB_CONFIG", raising=False)
     add_test_tokens(store)
     app = create_app(settings_factory(), store=store, launcher=fake_launcher, progress=fake_progress)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _ready(url), timeout_s=30)
-    try:
+    with serve_in_thread(app) as url:
         yield url, Api(TestClient(app), store, fake_launcher, fake_progress)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz").status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def _rows(right: int, flips: tuple[int, int] = (0, 0)) -> dict[str, float]:
