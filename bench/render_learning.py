@@ -92,8 +92,10 @@ def _conclusion(decision: dict, summary: dict) -> str:
         return ("the trained model beat both, but the control also moved away from base by more than the band, so "
                 "part of the change may come from GRPO's updates alone.")  # fmt: skip
     if versus:
+        fell = d["control-base"]["sampled"]["high"] < 0
         return ("the correctness reward did better than the control, but by less than the target set before the "
-                "run (see the first row).")  # fmt: skip
+                "run (see the first row)" + ("; the control itself fell below base, so much of that gap is the "
+                "control's loss, not a gain over base." if fell else "."))  # fmt: skip
     return "the run does not show learning from the correctness reward at the size set before the run."
 
 
