@@ -218,7 +218,7 @@ def render_section(results: dict, followups: dict[str, dict] | None = None) -> s
     lines += _gsm8k_lines(results.get("gsm8k"))
     for name, followup in (followups or {}).items():
         lines += _followup_lines(name, followup, results)
-    lines += ["", "  ![accuracy per model; reward and signal per step](bench/results/learning.png)", ""]
+    lines += ["", "  ![first run: accuracy per model; reward and signal per step](bench/results/learning.png)", ""]
     new_tokens = {m.get("new_tokens") for m in results["models"].values()}
     lines.append(
         "  How it ran: both jobs ran at once on the same 2-core machine, shared with other work, so the train-stage "
