@@ -147,20 +147,23 @@ def eval_difference_text(job: dict[str, Any]) -> str | None:
     diff = (job.get("eval") or {}).get("difference")
     if not diff:
         return None
-    low, high = (whole_percent(v) for v in diff["ci95"])
     of = "after" if diff["of"] == "after" else str(diff["of"]).replace("-", " ")
-    return (f"{_signed(whole_percent(diff['difference']), '+')} points [{_signed(low)}, {_signed(high)}] "
-            f"({diff['improved']} improved, {diff['regressed']} regressed), {of} - before over {diff['n']} rows")  # fmt: skip
+    return (f"{_change_text(diff)} ({diff['improved']} improved, {diff['regressed']} regressed), "
+            f"{of} - before over {diff['n']} rows")  # fmt: skip
+
+
+def _change_text(diff: dict[str, Any]) -> str:
+    """A PairedDifference as `+17 points [11, 23]`."""
+    low, high = (whole_percent(v) for v in diff["ci95"])
+    return f"{_signed(whole_percent(diff['difference']), '+')} points [{_signed(low)}, {_signed(high)}]"
 
 
 def eval_event_text(body: dict[str, Any]) -> str:
     """An `eval` event of the job stream: `eval after (step 3): 51% [45-57], n=300; +17 points [11, 23] vs before`."""
     point = body["point"]
     text = f"eval {point['label']} (step {point['step']}): {eval_point_text(point)}, n={point['n']}"
-    diff = body.get("difference")
-    if diff:
-        low, high = (whole_percent(v) for v in diff["ci95"])
-        text += f"; {_signed(whole_percent(diff['difference']), '+')} points [{_signed(low)}, {_signed(high)}] vs before"
+    if body.get("difference"):
+        text += f"; {_change_text(body['difference'])} vs before"
     return text
 
 

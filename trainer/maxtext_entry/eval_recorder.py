@@ -18,8 +18,8 @@ A failure here is printed and ignored: observing evaluation must never stop trai
 
 from __future__ import annotations
 
+import math
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +47,6 @@ class EvalRecorder:
         self.rows: list[EvalRow] | None = None  # None: no evaluation running
         self.training = "not started"  # "running", "finished"
         self.before_outcomes: dict[str, float] | None = None
-        self._lock = threading.Lock()
 
     def label(self, global_step: int) -> str:
         if self.training == "finished":
@@ -119,7 +118,7 @@ def _finite_or_none(value: Any) -> float | None:
         number = float(value)
     except (TypeError, ValueError):
         return None
-    return number if number == number and abs(number) != float("inf") else None
+    return number if math.isfinite(number) else None
 
 
 def _reward_name(fn: Any, index: int) -> str:
