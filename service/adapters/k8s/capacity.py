@@ -1,13 +1,23 @@
-"""How a job's `hardware.capacity` reaches GKE: the node labels and taints GKE puts on each kind of
-TPU capacity, which a trainer pod selects and tolerates (and which the Kueue ResourceFlavors in
-k8s/kueue/ name, so Kueue puts each job in the flavor of its capacity).
+"""How a job's `hardware.capacity` reaches GKE: the node labels a trainer pod selects and the taints it
+tolerates for each kind of TPU capacity (the Kueue ResourceFlavors in k8s/kueue/ name the same labels).
 
-Sources (GKE documentation, 2026): Spot VMs label their nodes `cloud.google.com/gke-spot=true` and
-node pools created with `--spot` may carry the matching NoSchedule taint; flex-start with queued
-provisioning (Dynamic Workload Scheduler, `--flex-start --enable-queued-provisioning`) labels and
-taints its nodes `cloud.google.com/gke-queued=true`; a specific reservation is selected with
-`cloud.google.com/reservation-name` and `cloud.google.com/reservation-affinity=specific`.
-On-demand capacity has no label of its own: it is what a pod gets without these.
+Routing rests on one label of ours, `rljob.dev/capacity`, that the operator puts on every TPU node pool
+(`gcloud container node-pools create ... --node-labels=rljob.dev/capacity=spot`, docs/deploy-gke.md) and
+that every TPU pod and every ResourceFlavor carries with one value per capacity. Why one shared key:
+Kueue matches a pod against a flavor on label keys only. Up to v0.17.5 and v0.18.0-1 those are the keys of
+all flavors in the resource group; since kueue PR #12449 (v0.17.6+, v0.18.2+, v0.19.x) only that
+flavor's own keys (`pkg/scheduler/flavorassigner/flavorassigner.go`, `flavorSelector`). A flavor
+without a key the pod selects then matches every pod; with one key in every flavor, each capacity lands
+in its own flavor under both rules.
+
+GKE's own labels ride along where GKE sets them (docs, 2026): Spot VMs carry
+`cloud.google.com/gke-spot=true` (and a spot pool created with the matching NoSchedule taint keeps other
+pods off); a node of a specific reservation carries `cloud.google.com/reservation-name` (xpk selects only
+that, `src/xpk/core/capacity.py`; GKE documents `reservation-affinity=specific` as a label for Autopilot
+and compute classes, not for Standard pools, so it is not selected). Flex-start is GKE's plain flex-start
+node pool (`--flex-start`, no queued provisioning), as xpk does for TPUs since commit a3cfef70 ("FSQ only
+for GPUs") and GKE's "Run a small batch workload with TPUs and flex-start" guide for single- and
+multi-host slices: no ProvisioningRequest, so no admission check and no `gke-queued` label.
 """
 
 from __future__ import annotations
@@ -15,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+CAPACITY_LABEL = "rljob.dev/capacity"  # on every TPU node pool, in every ResourceFlavor, selected by every TPU pod
 SPOT_LABEL = "cloud.google.com/gke-spot"
-QUEUED_PROVISIONING_LABEL = "cloud.google.com/gke-queued"
 RESERVATION_NAME_LABEL = "cloud.google.com/reservation-name"
-RESERVATION_AFFINITY_LABEL = "cloud.google.com/reservation-affinity"
 
 # Spot VMs get 30 s between the preemption notice and the stop: the trainer's SIGTERM checkpoint
 # must fit, so a spot pod's grace period is capped at this.
@@ -39,16 +48,24 @@ def _taint_toleration(key: str) -> dict[str, Any]:
     return {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 
-def capacity_scheduling(capacity: str, reservation: str | None = None) -> CapacityScheduling:
-    """The node selector and tolerations of `capacity` (a HardwareSpec.capacity value)."""
-    if capacity == "on-demand":
+def capacity_scheduling(capacity: str, reservation: str | None = None, *, tpu: bool = True) -> CapacityScheduling:
+    """The node selector and tolerations of `capacity` (a HardwareSpec.capacity value).
+
+    A TPU pod always selects its capacity, on-demand included: that is what keeps it out of the other
+    flavors. A cpu pod on on-demand capacity selects nothing (any node; cpu jobs are never queued by Kueue).
+    """
+    if capacity not in ("on-demand", "spot", "flex-start", "reservation"):
+        raise ValueError(f"unknown capacity {capacity!r}")
+    if capacity == "reservation" and not reservation:
+        raise ValueError("capacity reservation needs a reservation name")
+    if capacity == "on-demand" and not tpu:
         return CapacityScheduling()
+    selector = {CAPACITY_LABEL: capacity}
+    tolerations: list[dict[str, Any]] = []
     if capacity == "spot":
-        return CapacityScheduling({SPOT_LABEL: "true"}, [_taint_toleration(SPOT_LABEL)])
-    if capacity == "flex-start":
-        return CapacityScheduling({QUEUED_PROVISIONING_LABEL: "true"}, [_taint_toleration(QUEUED_PROVISIONING_LABEL)])
+        selector[SPOT_LABEL] = "true"
+        tolerations.append(_taint_toleration(SPOT_LABEL))
     if capacity == "reservation":
-        if not reservation:
-            raise ValueError("capacity reservation needs a reservation name")
-        return CapacityScheduling({RESERVATION_NAME_LABEL: reservation, RESERVATION_AFFINITY_LABEL: "specific"})
-    raise ValueError(f"unknown capacity {capacity!r}")
+        assert reservation is not None
+        selector[RESERVATION_NAME_LABEL] = reservation
+    return CapacityScheduling(selector, tolerations)

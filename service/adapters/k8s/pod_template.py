@@ -87,7 +87,7 @@ def _scheduling(spec: JobSpec, hw: Hardware, settings: K8sSettings) -> tuple[dic
     if isinstance(hw, GkeTpuSlice):
         selector.update(node_selector(hw, settings))
         tolerations.append(V1Toleration(key=TPU_RESOURCE, operator="Exists", effect="NoSchedule"))
-    capacity = capacity_scheduling(spec.hardware.capacity, spec.hardware.reservation)
+    capacity = capacity_scheduling(spec.hardware.capacity, spec.hardware.reservation, tpu=isinstance(hw, GkeTpuSlice))
     selector.update(capacity.node_selector)
     tolerations += [V1Toleration(**t) for t in capacity.tolerations]
     return selector, tolerations
