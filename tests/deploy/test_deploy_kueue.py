@@ -1,6 +1,8 @@
-"""k8s/kueue/ in the gke-kueue overlay: the shared v6e pool's flavors agree with what the launcher selects,
-flex-start goes through its provisioning admission check, and the launcher's settings name queues and
-priority classes that exist. (Schema validation of these objects is in test_deploy_manifests.py.)"""
+"""k8s/kueue/ in the gke-kueue overlay: the shared v6e pool's flavors agree with what the launcher selects, one
+flavor per capacity on the one routing key, no admission check (plain flex-start pools), and the launcher's
+settings name queues and priority classes that exist. (Schema validation of these objects is in
+test_deploy_manifests.py; where a job of each capacity really lands under Kueue's rules is in
+tests/k8s/test_kueue_routing.py.)"""
 
 from __future__ import annotations
 
@@ -9,13 +11,14 @@ import typing
 
 from deploy_support import one
 
-from service.adapters.k8s.capacity import capacity_scheduling
+from service.adapters.k8s.capacity import CAPACITY_LABEL, capacity_scheduling
 from service.adapters.k8s.kueue import priority_class_name
 from trainer.contract.spec import HardwareSpec, JobSpec
 
 V6E_2X4 = {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": "2x4"}
 FLAVOR_OF_CAPACITY = {"on-demand": "tpu-v6e-2x4-on-demand", "spot": "tpu-v6e-2x4-spot",
-                      "flex-start": "tpu-v6e-2x4-flex-start"}
+                      "flex-start": "tpu-v6e-2x4-flex-start", "reservation": "tpu-v6e-2x4-reservation"}
+SHIPPED_RESERVATION = "rljob-v6e-8"  # the reservation flavor's example name
 
 
 def _kinds(objs: list[dict], kind: str) -> dict[str, dict]:
@@ -24,19 +27,21 @@ def _kinds(objs: list[dict], kind: str) -> dict[str, dict]:
 
 def test_each_capacity_flavor_selects_and_tolerates_what_the_launcher_does(rendered):
     """A flavor's nodeLabels are the v6e-8 slice's plus exactly capacity_scheduling(capacity).node_selector,
-    and its tolerations are that capacity's: Kueue and the trainer pod then agree on the nodes."""
+    and its tolerations are that capacity's: Kueue and the trainer pod then agree on the nodes. Every flavor
+    names the routing key with its own value, so no flavor can take another capacity's pod."""
     flavors = _kinds(rendered["gke-kueue"], "ResourceFlavor")
     assert set(flavors) == set(FLAVOR_OF_CAPACITY.values())
     capacities = typing.get_args(HardwareSpec.model_fields["capacity"].annotation)
-    assert set(FLAVOR_OF_CAPACITY) == set(capacities) - {"reservation"}, "a new capacity needs its flavor"
+    assert set(FLAVOR_OF_CAPACITY) == set(capacities), "a new capacity needs its flavor"
     for capacity, name in FLAVOR_OF_CAPACITY.items():
-        scheduling = capacity_scheduling(capacity)
+        scheduling = capacity_scheduling(capacity, SHIPPED_RESERVATION)
         spec = flavors[name]["spec"]
         assert spec["nodeLabels"] == {**V6E_2X4, **scheduling.node_selector}, name
         assert spec.get("tolerations", []) == scheduling.tolerations, name
+    assert len({f["spec"]["nodeLabels"][CAPACITY_LABEL] for f in flavors.values()}) == len(flavors)
 
 
-def test_cluster_queue_holds_tpu_quota_in_every_flavor_and_checks_only_flex_start(rendered):
+def test_cluster_queue_holds_tpu_quota_in_every_flavor_and_waits_on_no_admission_check(rendered):
     objs = rendered["gke-kueue"]
     cq = one(objs, "ClusterQueue")
     (group,) = cq["spec"]["resourceGroups"]
@@ -50,15 +55,10 @@ def test_cluster_queue_holds_tpu_quota_in_every_flavor_and_checks_only_flex_star
     assert cq["spec"]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": ns}
     assert cq["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
 
-    (check,) = cq["spec"]["admissionChecksStrategy"]["admissionChecks"]
-    assert check["onFlavors"] == [FLAVOR_OF_CAPACITY["flex-start"]]
-    admission = one(objs, "AdmissionCheck", check["name"])["spec"]
-    assert admission["controllerName"] == "kueue.x-k8s.io/provisioning-request"
-    params = admission["parameters"]
-    assert (params["apiGroup"], params["kind"]) == ("kueue.x-k8s.io", "ProvisioningRequestConfig")
-    config = one(objs, "ProvisioningRequestConfig", params["name"])["spec"]
-    assert config["provisioningClassName"] == "queued-provisioning.gke.io"
-    assert config["managedResources"] == ["google.com/tpu"]
+    # Plain flex-start pools: no ProvisioningRequest. A check on a cluster that does not serve ProvisioningRequest
+    # would never turn Active, and a ClusterQueue referencing an inactive check admits nothing at all.
+    assert "admissionChecks" not in cq["spec"] and "admissionChecksStrategy" not in cq["spec"]
+    assert not _kinds(objs, "AdmissionCheck") and not _kinds(objs, "ProvisioningRequestConfig")
 
 
 def test_every_queue_and_priority_class_the_launcher_names_exists(rendered):

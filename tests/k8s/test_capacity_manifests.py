@@ -93,13 +93,13 @@ def test_spot_grace_never_exceeds_the_general_one_and_settings_refuse_more_than_
         make_settings(spot_termination_grace_s=SPOT_TERMINATION_GRACE_S + 1)
 
 
-def test_flex_start_selects_queued_provisioning_and_tells_the_trainer_its_time() -> None:
+def test_flex_start_selects_its_pools_and_tells_the_trainer_its_time() -> None:
     jobset = render_manifests(_spec("v6e-16", "flex-start"), JOB_ID, make_settings(flex_start_margin_s=1800))[1]
     pod = _pod(jobset)
-    assert pod["nodeSelector"]["cloud.google.com/gke-queued"] == "true"
+    assert pod["nodeSelector"]["rljob.dev/capacity"] == "flex-start"
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "4x4"
-    assert {"key": "cloud.google.com/gke-queued", "operator": "Equal", "value": "true",
-            "effect": "NoSchedule"} in pod["tolerations"] and TPU_TOLERATION in pod["tolerations"]  # fmt: skip
+    # Plain flex-start pools (no queued provisioning): GKE's gke-queued label and taint are not there.
+    assert "cloud.google.com/gke-queued" not in pod["nodeSelector"] and pod["tolerations"] == [TPU_TOLERATION]
     assert _env(pod)["RLJOB_MAX_RUN_S"] == str(FLEX_START_MAX_RUN_S - 1800)
     assert pod["terminationGracePeriodSeconds"] == make_settings().termination_grace_s
 
@@ -107,14 +107,24 @@ def test_flex_start_selects_queued_provisioning_and_tells_the_trainer_its_time()
 def test_reservation_selects_the_named_reservation() -> None:
     pod = _pod(render_manifests(_spec("v6e-8", "reservation"), JOB_ID, make_settings())[1])
     assert pod["nodeSelector"]["cloud.google.com/reservation-name"] == "tpu-res-1"
-    assert pod["nodeSelector"]["cloud.google.com/reservation-affinity"] == "specific"
+    assert pod["nodeSelector"]["rljob.dev/capacity"] == "reservation"
+    # Documented for Autopilot and compute classes, not Standard pools; xpk selects only reservation-name.
+    assert "cloud.google.com/reservation-affinity" not in pod["nodeSelector"]
     assert pod["tolerations"] == [TPU_TOLERATION]
 
 
-def test_on_demand_adds_nothing_to_a_tpu_pod_or_a_cpu_pod() -> None:
+@pytest.mark.parametrize("capacity", CAPACITIES)
+def test_every_tpu_pod_selects_its_capacity_on_the_one_routing_key(capacity: str) -> None:
+    """On-demand included: a TPU pod without the key would match a labelless flavor, or any flavor lacking it."""
+    for accelerator in ("v6e-8", "v6e-16"):
+        pod = _pod(render_manifests(_spec(accelerator, capacity), JOB_ID, make_settings())[1])
+        assert pod["nodeSelector"]["rljob.dev/capacity"] == capacity, accelerator
+
+
+def test_on_demand_tpu_pods_select_on_demand_pools_and_cpu_pods_nothing() -> None:
     tpu = _pod(render_manifests(_spec("v6e-8", "on-demand"), JOB_ID, make_settings())[1])
     assert set(tpu["nodeSelector"]) == {"cloud.google.com/gke-tpu-accelerator", "cloud.google.com/gke-tpu-topology",
-                                        "node.kubernetes.io/instance-type"}  # fmt: skip
+                                        "node.kubernetes.io/instance-type", "rljob.dev/capacity"}  # fmt: skip
     assert tpu["tolerations"] == [TPU_TOLERATION]
     cpu = _pod(render_manifests(_spec("cpu", "on-demand"), JOB_ID, make_settings(host_paths=["/data/rljob"]))[1])
     assert "nodeSelector" not in cpu and "tolerations" not in cpu
@@ -122,9 +132,19 @@ def test_on_demand_adds_nothing_to_a_tpu_pod_or_a_cpu_pod() -> None:
 
 def test_a_cpu_job_on_spot_selects_spot_nodes_without_tpu_selectors() -> None:
     pod = _pod(render_manifests(_spec("cpu", "spot"), JOB_ID, make_settings(host_paths=["/data/rljob"]))[1])
-    assert pod["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
+    assert pod["nodeSelector"] == {"rljob.dev/capacity": "spot", "cloud.google.com/gke-spot": "true"}
     assert [t["key"] for t in pod["tolerations"]] == ["cloud.google.com/gke-spot"]
     assert "google.com/tpu" not in str(pod)
+
+
+def test_a_cpu_job_is_never_queued_by_kueue() -> None:
+    """Kueue's quota is TPU quota: admitted into a TPU flavor, a cpu pod would get its TPU node labels merged in."""
+    settings = make_settings(host_paths=["/data/rljob"], kueue_queue="rljob-v6e", kueue_team_queues={"ml": "team-ml"})
+    job = render_manifests(_spec("cpu", "on-demand", team="ml"), JOB_ID, settings)[1]
+    assert "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"]
+    assert not job["spec"].get("suspend")
+    tpu = render_manifests(_spec("v6e-8", "on-demand", team="ml"), JOB_ID, settings)[1]
+    assert tpu["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-ml" and tpu["spec"]["suspend"] is True
 
 
 @pytest.mark.parametrize("accelerator", ["v6e-8", "v6e-16"])

@@ -146,6 +146,7 @@ def test_single_host_job_has_what_gke_tpus_need() -> None:
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": "2x4",
         "node.kubernetes.io/instance-type": "ct6e-standard-8t",  # the single-host 8-chip VM
+        "rljob.dev/capacity": "on-demand",  # keeps it in the on-demand Kueue flavor (capacity.py)
     }
     assert container["resources"]["limits"]["google.com/tpu"] == "8"
     assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]

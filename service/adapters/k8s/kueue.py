@@ -2,7 +2,7 @@
 
 A trainer Job/JobSet is created suspended with the LocalQueue and WorkloadPriorityClass labels;
 Kueue makes a Workload for it, reserves quota in a flavor (ClusterQueue), runs the flavor's
-admission checks (flex-start: a ProvisioningRequest) and then unsuspends it. Evicted (preempted by
+admission checks, if a cluster adds any (rljob's k8s/kueue/ has none), and then unsuspends it. Evicted (preempted by
 a higher-priority job, a failed admission check, a stopped queue) it suspends the Job again and
 requeues the Workload. The visibility API says where a pending Workload stands in its LocalQueue.
 
@@ -101,7 +101,7 @@ def read_workload(workload: dict[str, Any]) -> WorkloadView:
         return WorkloadView(name, True, "Admitted", str(admitted.get("message") or ""))
     reserved = conds.get("QuotaReserved")
     if _true(conds, "QuotaReserved") is not None:
-        # Quota is held but an admission check (flex-start's ProvisioningRequest) has not passed yet.
+        # Quota is held but an admission check (one a cluster added, e.g. a ProvisioningRequest) has not passed yet.
         return WorkloadView(
             name,
             False,

@@ -159,7 +159,13 @@ def build_spec_config_map(spec: JobSpec, job_id: str, settings: K8sSettings) -> 
 
 
 def kueue_queue_of(spec: JobSpec, settings: K8sSettings) -> str | None:
-    """The LocalQueue the job's team submits to; None: no Kueue (the Job starts unsuspended)."""
+    """The LocalQueue the job's team submits to; None: no Kueue (the Job starts unsuspended).
+
+    A cpu job is never queued: Kueue's quota is TPU quota, and a cpu pod admitted into a TPU flavor
+    would get that flavor's TPU node labels merged in and no google.com/tpu toleration (unschedulable).
+    """
+    if not isinstance(resolve_hardware(spec), GkeTpuSlice):
+        return None
     try:
         return local_queue_for(spec.team, settings.kueue_team_queues, settings.kueue_queue)
     except NoQueueForTeam as exc:

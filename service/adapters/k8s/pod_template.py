@@ -4,9 +4,10 @@ A TPU pod is pinned to its slice's nodes (selectors, the TPU taint's toleration,
 pod asks only for CPU and memory (K8sSettings.cpu_job_*), so it schedules on any node. Both mount the
 node directories of K8sSettings.host_paths, so specs with local paths work on single-node dev clusters.
 
-`hardware.capacity` adds its node labels and taints (capacity.py) on top, for TPU and cpu pods alike: a
-spot pod also gets a grace period that fits the preemption notice, a flex-start pod the time left
-before its VM goes (RLJOB_MAX_RUN_S). The pod runs as its team's service account (Workload Identity).
+`hardware.capacity` adds its node labels and taints (capacity.py) on top: a TPU pod always selects its
+capacity's `rljob.dev/capacity` value (that keeps it in its own Kueue flavor), a cpu pod only when it
+asks for more than on-demand. A spot pod also gets a grace period that fits the preemption notice, a
+flex-start pod the time left before its VM goes (RLJOB_MAX_RUN_S). The pod runs as its team's service account (Workload Identity).
 """
 
 from __future__ import annotations
