@@ -81,6 +81,20 @@ def test_built_images_are_referenced_where_skaffold_rewrites_them(rendered):
         assert env["RLJOB_K8S_IMAGE"] == "rljob-trainer", overlay
 
 
+def test_cloud_build_project_is_set_explicitly():
+    """Without projectId skaffold guesses the Cloud Build project from the image name, which fails or picks
+    the wrong project for an Artifact Registry repository in another project. Every profile building on
+    Cloud Build names the project with the placeholder the guide tells the operator to replace (the same
+    one as k8s/overlays/gke/project.env), and all of them the same one."""
+    gcb = {p["name"]: p["build"]["googleCloudBuild"] for p in SK["profiles"] if "googleCloudBuild" in p.get("build", {})}
+    assert set(gcb) == {"gke", "gke-kueue"}
+    assert {g.get("projectId") for g in gcb.values()} == {"REPLACE_ME_PROJECT_ID"}
+    assert "REPLACE_ME_PROJECT_ID" in (ROOT / "k8s/overlays/gke/project.env").read_text()
+    doc = (ROOT / "docs" / "deploy-gke.md").read_text()
+    assert 'sed -i "s/REPLACE_ME_PROJECT_ID/${PROJECT_ID}/" k8s/overlays/gke/project.env skaffold.yaml' in doc
+    assert "projectId" in doc
+
+
 @pytest.mark.parametrize("profile", ["gke", "gke-kueue"])
 def test_gke_render_hook_refuses_unfilled_project_values(profile, tmp_path):
     import subprocess
