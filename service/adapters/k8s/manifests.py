@@ -245,7 +245,9 @@ def build_trainer_jobset(spec: JobSpec, job_id: str, settings: K8sSettings, hw: 
                 {
                     # A child Job failed by podFailurePolicy means a non-retryable exit, and a
                     # deadline is a deadline: restarting either only burns TPU time.
-                    "name": "no-retry",
+                    # The JobSet webhook allows ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$ only (no '-'):
+                    # jobset pkg/webhooks/jobset_webhook.go, ruleNameFmt, v0.7-v0.12.
+                    "name": "no_retry",
                     "action": "FailJobSet",
                     "onJobFailureReasons": ["PodFailurePolicy", "DeadlineExceeded"],
                 }
