@@ -9,6 +9,11 @@ the node's scheduler and kubelet (kubelet.py). Decisions are the pure functions 
 jobset_controller.py. Disruptions come from `evict()`: the DisruptionTarget condition and a graceful
 delete, as the Eviction API does (PodDisruptionBudgets are not consulted).
 With `tls=True`, pods reach the API over HTTPS with an automounted service-account token (api_tls.py).
+
+Several nodes: `EmulatedCluster(..., nodes=[Node.gke_tpu("tpu-spot-0", "spot"), Node.gke_cpu("cpu-0")])`
+gives each node its own kubelet and puts kube-scheduler's choice in front (scheduler.py); a pod's
+`spec.nodeName` says where it landed. Kueue: `kueue=KueueEmulator(rule=..., serves_provisioning_request=...)`
+runs Kueue's controllers first in every pass (kueue.py); `create()` takes Kueue kinds too.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from .job_controller import TRACKING_FINALIZER, decide_job, is_finished, owned_b
 from .jobset_controller import decide_jobset
 from .kapi import KApi, now_iso, register_resources
 from .kubelet import Kubelet
+from .kueue import KUEUE_KINDS, KueueEmulator
 from .runner import PodRunner
+from .scheduler import Scheduler
 from .scheduling import Node
 
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes' generateName draws from
@@ -51,15 +58,25 @@ def install_api_defaults(kmock: Any) -> None:
 
 
 class EmulatedCluster:
-    def __init__(self, kmock: Any, work_dir: Path, *, node: Node | None = None, tls: bool = False,
-                 install_defaults: bool = True, tick_s: float = 0.05, pod_backoff_s: float = 0.2,
-                 restart_backoff_s: float = 0.5, retry_s: float = 0.5) -> None:
-        self.kmock, self.work_dir, self.node = kmock, work_dir, node or Node.local()
+    def __init__(self, kmock: Any, work_dir: Path, *, node: Node | None = None, nodes: list[Node] | None = None,
+                 kueue: KueueEmulator | None = None, tls: bool = False, install_defaults: bool = True,
+                 tick_s: float = 0.05, pod_backoff_s: float = 0.2, restart_backoff_s: float = 0.5,
+                 retry_s: float = 0.5) -> None:
+        if node is not None and nodes is not None:
+            raise ValueError("pass node= (one node, the kubelet schedules) or nodes= (kube-scheduler in front), not both")
+        if nodes is not None and len({n.name for n in nodes}) != len(nodes):
+            raise ValueError("node names must be unique")
+        self.nodes = nodes or [node or Node.local()]
+        self.kmock, self.work_dir, self.node = kmock, work_dir, self.nodes[0]
+        self._multi_node = nodes is not None
+        self.kueue = kueue
         self.api = KApi(kmock)
         self._tls, self._install_defaults = tls, install_defaults
         self._tick_s, self._pod_backoff_s = tick_s, pod_backoff_s
         self._restart_backoff_s, self._retry_s = restart_backoff_s, retry_s
-        self.kubelet: Kubelet | None = None
+        self.kubelet: Kubelet | None = None  # the first node's (the only one's, by default)
+        self.kubelets: dict[str, Kubelet] = {}
+        self.scheduler: Scheduler | None = None
         self.access: ApiAccess | None = None
         self._task: asyncio.Task[None] | None = None
         self._stack = contextlib.AsyncExitStack()
@@ -72,9 +89,18 @@ class EmulatedCluster:
         if self._tls:
             server = self.kmock.servers[0]
             self.access = await self._stack.enter_async_context(tls_front(server.host, server.port))
-        self.kubelet = Kubelet(self.api, self.work_dir, self.node, access=self.access,
-                               restart_backoff_s=self._restart_backoff_s, retry_s=self._retry_s)
-        self.kmock[lambda req: req.subresource == "log"] << self.kubelet.serve_log
+        if self.kueue is not None:
+            self.kueue.register(self.kmock)
+        for node in self.nodes:
+            work_dir = self.work_dir if not self._multi_node else self.work_dir / node.name
+            self.kubelets[node.name] = Kubelet(self.api, work_dir, node, access=self.access,
+                                               restart_backoff_s=self._restart_backoff_s, retry_s=self._retry_s)
+        self.kubelet = self.kubelets[self.node.name]
+        for kubelet in self.kubelets.values():
+            kubelet.wake = self.kubelet.wake  # one loop wakes for any node's change
+        if self._multi_node:
+            self.scheduler = Scheduler(self.api, self.kubelets, self.nodes)
+        self.kmock[lambda req: req.subresource == "log"] << self._serve_log
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -83,7 +109,7 @@ class EmulatedCluster:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        runners = list(self.kubelet.runners.values())
+        runners = [r for kubelet in self.kubelets.values() for r in kubelet.runners.values()]
         for runner in runners:
             runner.terminate(grace_s=min(runner.grace_s, 5.0))
         await asyncio.to_thread(lambda: [r.wait(10) for r in runners])
@@ -96,30 +122,48 @@ class EmulatedCluster:
     # -- what tests call ------------------------------------------------------------------------------
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["kind"] in KUEUE_KINDS and obj["apiVersion"].startswith("kueue.x-k8s.io/"):
+            assert self.kueue is not None, "Kueue objects need EmulatedCluster(kueue=KueueEmulator(...))"
+            return await self.kueue.create(self.api, obj)
         return await self.api.create(obj)
 
-    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        if kind in KUEUE_KINDS and self.kueue is not None:
+            return self.kueue.get(kind, namespace, name)
+        assert namespace is not None
         return self.api.get(kind, namespace, name)
+
+    def node_of(self, namespace: str, pod_name: str) -> Node | None:
+        """The node the pod was bound to (None while it is unscheduled)."""
+        pod = self.api.get("Pod", namespace, pod_name)
+        bound = ((pod or {}).get("spec") or {}).get("nodeName")
+        return next((n for n in self.nodes if n.name == bound), None)
 
     def pods(self, namespace: str, **labels: str) -> list[dict[str, Any]]:
         return [p for p in self.api.list("Pod", namespace)
                 if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())]
 
     def runner(self, namespace: str, name: str) -> PodRunner | None:
-        assert self.kubelet is not None
-        return self.kubelet.runner(namespace, name)
+        return next((r for k in self.kubelets.values() for r in [k.runner(namespace, name)] if r is not None), None)
+
+    def _kubelet_of(self, namespace: str, name: str) -> Kubelet:
+        node = self.node_of(namespace, name)
+        return self.kubelets[node.name] if node is not None else self.kubelets[self.node.name]
+
+    def _serve_log(self, request: Any) -> Any:
+        return self._kubelet_of(request.namespace, request.name).serve_log(request)
 
     async def evict(self, namespace: str, name: str, *, reason: str = "EvictionByEvictionAPI",
                     message: str = "Eviction API: evicting", grace_s: float | None = None) -> None:
         """Disrupt a pod: DisruptionTarget=True, then a graceful delete (SIGTERM, SIGKILL after the grace)."""
-        assert self.kubelet is not None
         pod = self.get("Pod", namespace, name)
         assert pod is not None, f"no pod {namespace}/{name}"
-        self.kubelet.set_condition(pod, {"type": "DisruptionTarget", "status": "True", "reason": reason,
-                                         "message": message, "lastTransitionTime": now_iso()})
+        kubelet = self._kubelet_of(namespace, name)
+        kubelet.set_condition(pod, {"type": "DisruptionTarget", "status": "True", "reason": reason,
+                                    "message": message, "lastTransitionTime": now_iso()})
         if grace_s is not None:
-            self.kubelet.set_grace(pod, grace_s)
-        await self.kubelet.sync(self.api.list("Pod"))  # the condition lands before the deletion
+            kubelet.set_grace(pod, grace_s)
+        await kubelet.sync(self._pods_for_kubelets())  # the condition lands before the deletion
         await self.api.delete("Pod", namespace, name)
 
     async def wait_for(self, check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
@@ -140,7 +184,7 @@ class EmulatedCluster:
         try:
             while True:
                 await self.reconcile_once()
-                errors = self.kubelet.errors()
+                errors = [e for kubelet in self.kubelets.values() for e in kubelet.errors()]
                 if errors:
                     raise errors[0]
                 self.kubelet.wake.clear()
@@ -154,13 +198,24 @@ class EmulatedCluster:
     async def reconcile_once(self) -> None:
         assert self.kubelet is not None
         now = dt.datetime.now(dt.UTC)
+        if self.kueue is not None:
+            await self.kueue.reconcile(self.api, now)
         for jobset in self.api.list("JobSet"):
             await self._reconcile_jobset(jobset, now)
         pods = self.api.list("Pod")
         for job in self.api.list("Job"):
             await self._reconcile_job(job, pods, now)
         await self._collect_garbage()
-        await self.kubelet.sync(self.api.list("Pod"))
+        if self.scheduler is not None:
+            await self.scheduler.schedule(self.api.list("Pod"))
+        pods = self._pods_for_kubelets()
+        for kubelet in self.kubelets.values():
+            await kubelet.sync(pods)
+
+    def _pods_for_kubelets(self) -> list[dict[str, Any]]:
+        """With a scheduler in front, kubelets see bound pods only, so they never schedule one themselves."""
+        pods = self.api.list("Pod")
+        return [p for p in pods if p["spec"].get("nodeName")] if self.scheduler is not None else pods
 
     async def _reconcile_jobset(self, jobset: dict[str, Any], now: dt.datetime) -> None:
         meta = jobset["metadata"]
@@ -169,7 +224,10 @@ class EmulatedCluster:
         for name in d.delete:
             await self.api.delete("Job", meta["namespace"], name)
         for name, suspend in d.suspend.items():
-            await self.api.patch("Job", meta["namespace"], name, {"spec": {"suspend": suspend}})
+            body: dict[str, Any] = {"spec": {"suspend": suspend}}
+            if not suspend:
+                body["spec"]["template"] = _resumed_template(jobset, children, name)
+            await self.api.patch("Job", meta["namespace"], name, body)
         for job in d.create:
             await self.api.create(job)
         if d.status is not None:
@@ -220,3 +278,21 @@ class EmulatedCluster:
                 await self.api.delete("Pod", meta["namespace"], meta["name"])
             elif TRACKING_FINALIZER in (meta.get("finalizers") or []) and is_finished(pod):
                 await self.api.patch("Pod", meta["namespace"], meta["name"], {"metadata": {"finalizers": []}})
+
+
+def _resumed_template(jobset: dict[str, Any], children: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """jobset pkg/controllers/jobset_controller.go resumeJob: before a child Job is unsuspended, its pod template
+    takes the replicatedJob's labels, annotations and nodeSelector (merged) and tolerations (added), which is
+    how what Kueue writes into a suspended JobSet (node selectors of the admitted flavor) reaches the pods."""
+    child = next(j for j in children if j["metadata"]["name"] == name)
+    rjob_name = child["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"]
+    rjob = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == rjob_name)
+    source, template = rjob["template"]["spec"]["template"], child["spec"]["template"]
+    meta, spec = source.get("metadata") or {}, source.get("spec") or {}
+    tolerations = list(template["spec"].get("tolerations") or [])
+    tolerations += [t for t in spec.get("tolerations") or [] if t not in tolerations]
+    return {"metadata": {"labels": {**(template.get("metadata") or {}).get("labels", {}), **(meta.get("labels") or {})},
+                         "annotations": {**(template.get("metadata") or {}).get("annotations", {}),
+                                         **(meta.get("annotations") or {})}},
+            "spec": {"nodeSelector": {**(template["spec"].get("nodeSelector") or {}), **(spec.get("nodeSelector") or {})},
+                     "tolerations": tolerations}}

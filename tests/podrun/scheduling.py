@@ -1,4 +1,4 @@
-"""The one node of the emulated cluster, and the scheduler's fit check against it (pure).
+"""The nodes of the emulated cluster, and the scheduler's fit checks against them (pure).
 
 This machine is the node. By default it carries the labels every node has and its real CPU count and
 memory as allocatable, no taints and no accelerators, so a TPU pod stays Pending/Unschedulable, as it
@@ -7,6 +7,14 @@ pass a node that carries a TPU pool's labels, taint and google.com/tpu.
 Checked: nodeSelector, taints/tolerations (NoSchedule, NoExecute), resource requests (limits where a
 request is unset, as the API defaults them) against allocatable minus the pods already running.
 Not emulated: node affinity, pod (anti-)affinity, topology spread, priorities and preemption.
+
+Several nodes (EmulatedCluster(nodes=[...])): `node_reasons` runs kube-scheduler's default filters in
+their plugin order (TaintToleration, NodeAffinity, NodeResourcesFit; the first that fails is the node's
+status), `pick_node` takes the first feasible node in list order (kube-scheduler scores the feasible
+ones; there is no scoring here), and `fit_error` writes FitError.Error's message with the preemption
+PostFilter's (kubernetes pkg/scheduler/framework/types.go, pkg/scheduler/framework/preemption).
+`Node.gke_tpu` / `Node.gke_cpu` carry the labels, taints and allocatable GKE puts on such nodes. All
+nodes' pods still run as processes on this machine.
 """
 
 from __future__ import annotations
@@ -21,6 +29,12 @@ from kubernetes.utils.quantity import parse_quantity
 from .volumes import NotEmulated
 
 NODE_NAME = "podrun-node"
+# Our own node-pool label (service/adapters/k8s/capacity.py CAPACITY_LABEL): the operator sets it on each
+# TPU pool; spelled out here so the emulator states the cluster's facts instead of importing our code.
+CAPACITY_LABEL = "rljob.dev/capacity"
+AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
 
 
 def _memory_bytes() -> int:
@@ -46,6 +60,36 @@ class Node:
         }
         values.update(overrides)
         return cls(**values)
+
+
+    @classmethod
+    def gke_tpu(cls, name: str, capacity: str = "on-demand", *, pool: str | None = None, reservation: str | None = None,
+                topology: str = "2x4", machine_type: str = "ct6e-standard-8t", chips: int = 8) -> Node:
+        """A TPU v6e VM as GKE labels and taints it (GKE "Plan TPUs" / node pool docs; xpk capacity.py), plus the
+        capacity label the operator adds to each pool (docs/deploy-gke.md). Spot pools get GKE's spot label and the
+        spot taint the pool is created with; a specific reservation's nodes carry its name."""
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                  "cloud.google.com/gke-nodepool": pool or f"tpu-{capacity}", "node.kubernetes.io/instance-type": machine_type,
+                  "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": topology,
+                  CAPACITY_LABEL: capacity}
+        taints = [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]
+        if capacity == "spot":
+            labels["cloud.google.com/gke-spot"] = "true"
+            taints.append({"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"})
+        if capacity == "reservation":
+            assert reservation, "a reservation node needs the reservation's name"
+            labels["cloud.google.com/reservation-name"] = reservation
+        # ct6e-standard-8t: 180 vCPU, 1440 GB; allocatable is a little less (kubelet and system reserve).
+        return cls(name=name, labels=labels, taints=taints,
+                   allocatable={"cpu": "179", "memory": "1400Gi", "google.com/tpu": str(chips), "pods": "110"})
+
+    @classmethod
+    def gke_cpu(cls, name: str, *, pool: str = "default-pool", machine_type: str = "e2-standard-4") -> Node:
+        """A plain GKE node (e2-standard-4: 4 vCPU, 16 GB; allocatable as GKE reserves), no taints."""
+        return cls(name=name, labels={"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                      "kubernetes.io/arch": "amd64", "cloud.google.com/gke-nodepool": pool,
+                                      "node.kubernetes.io/instance-type": machine_type},
+                   allocatable={"cpu": "3920m", "memory": "13Gi", "pods": "110"})
 
 
 def requests_of(pod_spec: dict[str, Any]) -> dict[str, Decimal]:
@@ -90,3 +134,50 @@ def unschedulable(pod_spec: dict[str, Any], node: Node, running: list[dict[str, 
     if short:
         return "0/1 nodes are available: " + ", ".join(f"1 Insufficient {name}" for name in sorted(short)) + "."
     return None
+
+
+def node_reasons(pod_spec: dict[str, Any], node: Node, running: list[dict[str, Any]]) -> list[str]:
+    """Why kube-scheduler's filters reject the node ([] = feasible): TaintToleration, then NodeAffinity, then
+    NodeResourcesFit, as the default profile orders them; only the first failing plugin's reasons count."""
+    if (pod_spec.get("affinity") or {}).get("nodeAffinity") or pod_spec.get("topologySpreadConstraints"):
+        raise NotEmulated("node affinity and topology spread are not emulated by the scheduler")
+    for taint in node.taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(pod_spec.get("tolerations") or [], taint):
+            return [f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"]
+    if any(node.labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return [AFFINITY_MISMATCH]
+    used: dict[str, Decimal] = {}
+    for other in running:
+        for k, v in requests_of(other).items():
+            used[k] = used.get(k, Decimal(0)) + v
+    return [f"Insufficient {name}" for name, qty in sorted(requests_of(pod_spec).items())
+            if qty > 0 and qty + used.get(name, Decimal(0)) > parse_quantity(node.allocatable.get(name, "0"))]
+
+
+def pick_node(pod_spec: dict[str, Any], nodes: list[Node], running: dict[str, list[dict[str, Any]]]
+              ) -> tuple[Node | None, str | None]:
+    """(the first feasible node, None), or (None, the FitError message)."""
+    statuses = {}
+    for node in nodes:
+        reasons = node_reasons(pod_spec, node, running.get(node.name, []))
+        if not reasons:
+            return node, None
+        statuses[node.name] = reasons
+    return None, fit_error(len(nodes), statuses)
+
+
+def _histogram(reasons: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for r in reasons:
+        counts[r] = counts.get(r, 0) + 1
+    return ", ".join(sorted(f"{n} {r}" for r, n in counts.items()))  # sort.Strings over "<count> <reason>"
+
+
+def fit_error(num_nodes: int, statuses: dict[str, list[str]]) -> str:
+    """FitError.Error(): "0/N nodes are available: <sorted histogram>." then the preemption PostFilter's message.
+    Preemption cannot help on a node rejected as UnschedulableAndUnresolvable (taints, affinity); on one short
+    of resources it finds no victims here (no lower-priority pods are emulated)."""
+    reasons = [r for node_reasons in statuses.values() for r in node_reasons]
+    preemption = [NO_VICTIMS if all(r.startswith("Insufficient ") for r in rs) else NOT_HELPFUL for rs in statuses.values()]
+    return (f"0/{num_nodes} nodes are available: {_histogram(reasons)}. "
+            f"preemption: 0/{num_nodes} nodes are available: {_histogram(preemption)}.")

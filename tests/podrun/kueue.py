@@ -1,0 +1,141 @@
+"""KueueEmulator: Kueue's controllers on kmock, run by EmulatedCluster's reconcile loop before the JobSet
+and Job controllers (decisions: kueue_reconcile.py, kueue_controller.py, kueue_workload.py).
+
+    kueue = KueueEmulator(rule="flavor-keys", serves_provisioning_request=False)
+    async with EmulatedCluster(kmock, tmp_path, nodes=[...], kueue=kueue) as cluster:
+        for obj in (flavor, cluster_queue, local_queue):
+            await cluster.create(obj)      # Kueue kinds go through the emulator: schema-checked, then stored
+        await cluster.create(suspended_job_with_queue_name_label)
+        job = cluster.get("Job", "ns", "job")
+        await cluster.wait_for(lambda: (kueue.workload_for(job) or {}).get("status", {}).get("admission"), "admission")
+        pod = cluster.pods("ns", **{"job-name": "job"})[0]   # pod["spec"]["nodeName"]: where it landed
+
+Kueue objects live in kmock as an API server would keep them (cluster-scoped ResourceFlavor, ClusterQueue,
+AdmissionCheck, ProvisioningRequestConfig, WorkloadPriorityClass; namespaced LocalQueue, Workload), so
+the service reads them through the same HTTP API. Every object the emulator is given or writes is checked
+against Kueue v0.19.2's v1beta2 CRD schema (kueue_workload.schema_errors) and refused when it fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+from .kapi import ApiError, KApi
+from .kueue_controller import RULES
+from .kueue_reconcile import KueueDecision, KueueState, decide_kueue
+from .kueue_workload import GROUP_VERSION, schema_errors, workload_name
+
+# kind -> (plural, namespaced), kueue.x-k8s.io/v1beta2
+KUEUE_KINDS: dict[str, tuple[str, bool]] = {
+    "ResourceFlavor": ("resourceflavors", False), "ClusterQueue": ("clusterqueues", False),
+    "AdmissionCheck": ("admissionchecks", False), "ProvisioningRequestConfig": ("provisioningrequestconfigs", False),
+    "WorkloadPriorityClass": ("workloadpriorityclasses", False), "LocalQueue": ("localqueues", True),
+    "Workload": ("workloads", True),
+}
+
+
+class InvalidKueueObject(ValueError):
+    """What the API server would answer 422 to: the object fails the CRD's schema."""
+
+
+def kueue_path(kind: str, namespace: str | None, name: str | None = None) -> str:
+    plural, namespaced = KUEUE_KINDS[kind]
+    base = f"/apis/{GROUP_VERSION}/" + (f"namespaces/{namespace}/{plural}" if namespaced else plural)
+    return f"{base}/{name}" if name else base
+
+
+def _without_nulls(status: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if v is not None}
+
+
+class KueueEmulator:
+    def __init__(self, *, rule: str = "flavor-keys", serves_provisioning_request: bool = False) -> None:
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}: flavor-keys is v0.17.6+/v0.18.2+/v0.19.x, union-keys older")
+        self.rule = rule
+        self.serves_provisioning_request = serves_provisioning_request
+        self.kmock: Any = None
+
+    def register(self, kmock: Any) -> None:
+        self.kmock = kmock
+        for plural, namespaced in KUEUE_KINDS.values():
+            kmock.resources[f"{GROUP_VERSION}/{plural}"] = {
+                "namespaced": namespaced, "verbs": ["list", "watch", "get", "create", "patch", "delete"]}
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        plural, _ = KUEUE_KINDS[kind]
+        group, version = GROUP_VERSION.split("/")
+        return [copy.deepcopy(obj.raw) for (res, ns, _name), obj in list(self.kmock.objects.items())
+                if res.plural == plural and res.group == group and res.version == version and not obj.deleted
+                and (namespace is None or ns == namespace)]
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return next((o for o in self.list(kind, namespace) if o["metadata"]["name"] == name), None)
+
+    def workload_for(self, owner: dict[str, Any]) -> dict[str, Any] | None:
+        meta = owner["metadata"]
+        return self.get("Workload", meta["namespace"], workload_name(owner["kind"], meta["name"], meta["uid"]))
+
+    # -- writes -------------------------------------------------------------------------------------------
+
+    async def create(self, api: KApi, obj: dict[str, Any]) -> dict[str, Any]:
+        errors = schema_errors(obj)
+        if errors:
+            raise InvalidKueueObject("\n".join(errors))
+        result: dict[str, Any] = await api.send("POST", kueue_path(obj["kind"], obj["metadata"].get("namespace")), obj)
+        return result
+
+    async def _patch_status(self, api: KApi, kind: str, ns: str | None, name: str, status: dict[str, Any]) -> None:
+        current = self.get(kind, ns, name)
+        if current is None:
+            return
+        merged = {**current, "status": _without_nulls({**(current.get("status") or {}), **status})}
+        errors = schema_errors(merged)
+        if errors:
+            raise InvalidKueueObject("the emulator wrote an invalid object:\n" + "\n".join(errors))
+        await api.send("PATCH", kueue_path(kind, ns, name), {"status": status})
+
+    async def reconcile(self, api: KApi, now: dt.datetime) -> None:
+        for w in self.list("Workload"):
+            if w["metadata"].get("deletionTimestamp") and w["metadata"].get("finalizers"):
+                await api.send("PATCH", kueue_path("Workload", w["metadata"]["namespace"], w["metadata"]["name"]),
+                               {"metadata": {"finalizers": []}})
+        by_name = lambda kind: {o["metadata"]["name"]: o for o in self.list(kind)}  # noqa: E731
+        state = KueueState(
+            flavors=by_name("ResourceFlavor"), cluster_queues=by_name("ClusterQueue"), checks=by_name("AdmissionCheck"),
+            priority_classes=by_name("WorkloadPriorityClass"), prov_configs=set(by_name("ProvisioningRequestConfig")),
+            local_queues=self.list("LocalQueue"), workloads=self.list("Workload"),
+            owners=[*api.list("Job"), *api.list("JobSet")])
+        await self._apply(api, decide_kueue(state, rule=self.rule, serves_provisioning=self.serves_provisioning_request,
+                                            now=now))
+
+    async def _apply(self, api: KApi, d: KueueDecision) -> None:
+        for wl in d.create:
+            await self.create(api, wl)
+        for kind, ns, name, status in d.status:
+            await self._patch_status(api, kind, ns, name, status)
+        for owner, spec in d.start:
+            meta = owner["metadata"]
+            await api.patch(owner["kind"], meta["namespace"], meta["name"], {"spec": spec})
+        for wl in d.release:
+            path = kueue_path("Workload", wl["metadata"]["namespace"], wl["metadata"]["name"])
+            try:
+                await api.send("PATCH", path, {"metadata": {"finalizers": []}})
+                if not wl["metadata"].get("deletionTimestamp"):
+                    await api.send("DELETE", path, {"propagationPolicy": "Background"})
+            except ApiError as e:
+                if e.status != 404:  # gone already: what the garbage collector wanted
+                    raise
+        for obj, kind, type_, reason, message in d.events:
+            if obj["metadata"].get("namespace"):
+                await api.event(obj, kind, reason, message, type_, component="kueue-admission")
+
+    # -- what tests read ----------------------------------------------------------------------------------
+
+    def condition(self, kind: str, namespace: str | None, name: str, type_: str) -> dict[str, Any] | None:
+        obj = self.get(kind, namespace, name)
+        return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
