@@ -50,7 +50,8 @@ Emulated (each has a test in this directory, tests/k8s or tests/deploy):
 - JobSet controller: one child Job per replicated job replica, failurePolicy (maxRestarts, FailJobSet on
   reasons), suspend, ttlSecondsAfterFinished; garbage collection of owned Jobs and pods;
 - scheduler: nodeSelector, taints/tolerations, requests against allocatable (limits where requests are
-  unset); the node is this machine (no TPU), or a fake TPU node for fake commands;
+  unset); the node is this machine (no TPU), a fake TPU node for fake commands, or several nodes with GKE's
+  labels and taints (scheduler.py, Node.gke_tpu / Node.gke_cpu), all running their pods on this machine;
 - evict(): DisruptionTarget condition then a graceful delete (PodDisruptionBudgets are not consulted).
 
 Not emulated (needs a real cluster): image builds and pulls (images map to our Dockerfiles; an unknown
@@ -61,6 +62,7 @@ changes nothing); cgroups: CPU/memory limits are not enforced, so OOMKilled neve
 namespaces and file ownership (the uid is only reported, through proot); RBAC and admission (Pod
 Security, webhooks, defaulting, validation; kmock stores what it is sent); exec/tcpSocket/grpc probes,
 init and sidecar containers, lifecycle hooks, PersistentVolumeClaims, node affinity and topology
-spread, priorities and preemption, PodDisruptionBudgets, Kueue's controller (a test unsuspends the Job
-as Kueue would), backoffLimitPerIndex, successPolicy, the JobSet exclusive-placement webhook and DNS.
+spread, priorities and preemption, PodDisruptionBudgets, backoffLimitPerIndex, successPolicy, the JobSet
+exclusive-placement webhook and DNS. Kueue is emulated when a test asks for it (kueue.py, following
+kueue v0.19.2's flavor assigner and scheduler; its docstring lists what is not).
 """

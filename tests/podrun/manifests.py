@@ -55,7 +55,7 @@ def tpu_node(topology: str = "4x4", machine_type: str = "ct6e-standard-4t", chip
     """A node that looks like (all of) a TPU v6e pool: labels, taint and google.com/tpu, for fake commands."""
     return Node.local(
         labels={"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": topology,
-                "node.kubernetes.io/instance-type": machine_type},
+                "node.kubernetes.io/instance-type": machine_type, "rljob.dev/capacity": "on-demand"},
         taints=[{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}],
         allocatable={"cpu": "1000", "memory": "10Ti", "google.com/tpu": str(chips), "pods": "110"},
     )

@@ -108,7 +108,9 @@ async def test_an_evicted_pod_is_replaced_without_counting_as_a_failure(emulated
 
 
 async def test_a_suspended_job_starts_no_pod_until_resumed(emulated):
-    await submit(emulated, workload(JOB, py("print('ran')"), kueue_queue="tpu-queue"))
+    config_map, main = workload(JOB, py("print('ran')"))
+    main["spec"]["suspend"] = True  # as the launcher creates a Kueue-queued (TPU) Job; cpu jobs are never queued
+    await submit(emulated, [config_map, main])
     suspended = await emulated.wait_for(lambda: "Suspended" in conditions(job(emulated)) and job(emulated), "Suspended")
     assert suspended["spec"]["suspend"] is True
     await asyncio.sleep(0.5)
