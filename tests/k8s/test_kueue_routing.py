@@ -1,0 +1,133 @@
+"""Where a job of each capacity really lands: the shipped k8s/kueue/ objects, the manifests the launcher
+renders, and an emulated GKE cluster with one node per capacity, under the Kueue emulator's upstream rules
+(tests/podrun/kueue.py, following kueue v0.19.2; both flavor-matching rules: `flavor-keys` is v0.17.6+,
+v0.18.2+ and v0.19.x, `union-keys` is older). The trainer container runs a fake command; everything else is
+the rendered manifest.
+
+What this shows, for on-demand, spot, flex-start and reservation TPU jobs and a cpu job: the Workload was
+admitted into its own capacity's flavor and no other, and its pod was bound to a node of its own capacity
+(the nodes carry GKE's labels and taints); the cpu job never entered Kueue. The control runs the flavors
+without the routing key on the on-demand flavor (as they were before): under the current rule a spot job
+then goes into on-demand quota, the stranding issue 20 describes.
+"""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from service.adapters.k8s.capacity import CAPACITY_LABEL
+from tests.podrun.cluster import EmulatedCluster
+from tests.podrun.images import ROOT
+from tests.podrun.kueue import KueueEmulator
+from tests.podrun.manifests import NS, service_accounts, spec, workload
+from tests.podrun.scheduling import Node
+from trainer.contract import JobSpec
+
+pytestmark = pytest.mark.timeout(120)
+RESERVATION = "rljob-v6e-8"  # the shipped reservation flavor's example name
+CAPACITIES = ["on-demand", "spot", "flex-start", "reservation"]
+NODES = [Node.gke_cpu("cpu-0"), *(Node.gke_tpu(f"tpu-{c}-0", c, reservation=RESERVATION if c == "reservation" else None)
+                                  for c in CAPACITIES)]  # fmt: skip
+# Listed in the order the on-demand quota would be tried first, if routing let it.
+FLAVOR = {c: f"tpu-v6e-2x4-{c}" for c in CAPACITIES}
+
+
+def shipped_kueue_objects() -> list[dict[str, Any]]:
+    """k8s/kueue/ as applied (kustomization.yaml's resources), in dependency order."""
+    kueue_dir = ROOT / "k8s" / "kueue"
+    files = yaml.safe_load((kueue_dir / "kustomization.yaml").read_text())["resources"]
+    docs = [d for f in files for d in yaml.safe_load_all((kueue_dir / f).read_text()) if d]
+    order = ["ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue", "LocalQueue"]
+    return sorted(docs, key=lambda d: order.index(d["kind"]))
+
+
+def _tpu_spec(capacity: str) -> JobSpec:
+    base = spec("v6e-8", 8)
+    hardware = {**base.hardware.model_dump(), "capacity": capacity,
+                "reservation": RESERVATION if capacity == "reservation" else None}
+    return JobSpec.model_validate({**base.model_dump(), "hardware": hardware})
+
+
+def _fake(job_id: str) -> list[str]:
+    return ["python", "-c", textwrap.dedent(f"print('{job_id} ran')")]
+
+
+async def _run(kmock: Any, work: Path, rule: str, kueue_objects: list[dict[str, Any]],
+               capacities: tuple[str, ...] = (*CAPACITIES, "cpu"), *, overflow: bool = False) -> dict[str, dict[str, Any]]:
+    """Submit one job per capacity (and cpu); return, per job, its admitted flavors and node."""
+    kueue = KueueEmulator(rule=rule)
+    jobs = {c: f"rl-{c.replace('-', '')[:8]:0<8}0000" for c in capacities}
+    seen: dict[str, dict[str, Any]] = {}
+    async with EmulatedCluster(kmock, work, nodes=NODES, kueue=kueue) as cluster:
+        for obj in [*service_accounts(), *kueue_objects]:
+            await cluster.create(obj)
+        for capacity, job_id in jobs.items():
+            job_spec = spec() if capacity == "cpu" else _tpu_spec(capacity)
+            for obj in workload(job_id, _fake(job_id), job_spec=job_spec, kueue_queue="rljob-v6e"):
+                await cluster.create(obj)
+
+        def all_bound() -> bool:
+            return all(cluster.pods(NS, **{"job-name": j}) and cluster.pods(NS, **{"job-name": j})[0]["spec"].get("nodeName")
+                       for j in jobs.values())
+
+        await cluster.wait_for(all_bound, "every job's pod bound to a node", timeout_s=60)
+        for capacity, job_id in jobs.items():
+            job = cluster.get("Job", NS, job_id)
+            assert job is not None
+            workload_obj = kueue.workload_for(job)
+            admission = (workload_obj or {}).get("status", {}).get("admission") or {}
+            # One flavor per resource (cpu, memory, google.com/tpu) of each podset.
+            flavors = sorted({f for ps in admission.get("podSetAssignments") or [] for f in (ps.get("flavors") or {}).values()})
+            (pod,) = cluster.pods(NS, **{"job-name": job_id})
+            seen[capacity] = {"queued": "kueue.x-k8s.io/queue-name" in job["metadata"]["labels"],
+                              "workload": workload_obj is not None, "flavors": flavors,
+                              "node": pod["spec"]["nodeName"], "selector": pod["spec"].get("nodeSelector") or {}}
+        if overflow:
+            # A second on-demand job while on-demand quota is full: it must wait, not spill into another flavor.
+            job_id = "rl-ondemand0001"
+            for obj in workload(job_id, _fake(job_id), job_spec=_tpu_spec("on-demand"), kueue_queue="rljob-v6e"):
+                await cluster.create(obj)
+
+            def reserved() -> dict[str, Any] | None:
+                job = cluster.get("Job", NS, job_id)
+                conds = ((kueue.workload_for(job) or {}) if job else {}).get("status", {}).get("conditions") or []
+                return next((c for c in conds if c["type"] == "QuotaReserved"), None)
+
+            seen["overflow"] = await cluster.wait_for(reserved, "the overflow job's QuotaReserved condition")
+            assert not cluster.pods(NS, **{"job-name": job_id})
+    return seen
+
+
+@pytest.mark.parametrize("rule", ["flavor-keys", "union-keys"])
+async def test_every_capacity_lands_in_its_own_flavor_and_on_its_own_nodes(kmock, tmp_path, rule):
+    seen = await _run(kmock, tmp_path / "nodes", rule, shipped_kueue_objects(), overflow=True)
+    for capacity in CAPACITIES:
+        assert seen[capacity]["flavors"] == [FLAVOR[capacity]], (rule, capacity, seen[capacity])
+        assert seen[capacity]["node"] == f"tpu-{capacity}-0", (rule, capacity, seen[capacity])
+        assert seen[capacity]["selector"][CAPACITY_LABEL] == capacity
+    # cpu: not queued, no Workload, no TPU labels merged in, on the plain node.
+    assert seen["cpu"] == {"queued": False, "workload": False, "flavors": [], "node": "cpu-0", "selector": {}}
+    # On-demand quota full: the next on-demand job waits (Kueue's own words), it is not admitted into the spot,
+    # flex-start or reservation quota that is still free.
+    overflow = seen["overflow"]
+    assert (overflow["status"], overflow["reason"]) == ("False", "Pending"), overflow
+    assert FLAVOR["on-demand"] in overflow["message"] and "insufficient" in overflow["message"], overflow
+
+
+async def test_control_a_flavor_without_the_routing_key_takes_a_spot_job_into_on_demand_quota(kmock, tmp_path):
+    """The flavors as they were (on-demand named no capacity label): under Kueue's current rule the first
+    flavor matches every pod, so the spot job is admitted into on-demand quota. Routing by the shared key is
+    what the test above depends on."""
+    objs = copy.deepcopy(shipped_kueue_objects())
+    for obj in objs:
+        if obj["kind"] == "ResourceFlavor" and obj["metadata"]["name"] == FLAVOR["on-demand"]:
+            del obj["spec"]["nodeLabels"][CAPACITY_LABEL]
+    seen = await _run(kmock, tmp_path / "nodes", "flavor-keys", objs, ("spot",))
+    assert seen["spot"]["flavors"] == [FLAVOR["on-demand"]]
+    assert seen["spot"]["node"] == "tpu-spot-0", "on a spot node while holding on-demand quota"
