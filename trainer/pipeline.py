@@ -23,6 +23,7 @@ from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, T
 from trainer.contract.hf_model import MaxTextModel
 from trainer.conversion_cache import CacheKey, ConversionCache, cache_key_for, default_cache_root, storage_format
 from trainer.progress import EventReporter
+from trainer.run_size import report_run_storage
 from trainer.run_stop import StopRequest
 from trainer.runner import StageCommand, StageFailed, StageInterrupted, StartedStage, run_stage_command, start_stage_command
 from trainer.sources import DataError, local_copy_path, materialise_dataset, stage_directory
@@ -356,8 +357,10 @@ def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
                     reporter.artifact(f"{stage.value}.{name}", uri, _artifact_size(uri))
             write_marker(ctx.layout, stage, duration, outputs)  # last: the stage is done only now
             reporter.stage_finished(stage, duration, reason=outputs.get("warning"))
+            report_run_storage(reporter, ctx.layout, stage)
     except Exception as error:  # noqa: BLE001 - every failure becomes an exit code and a final event
         code = classify_failure(error)
+        report_run_storage(reporter, ctx.layout, current)  # what a failed run leaves behind (checkpoints)
         _publish_logs(ctx)
         reporter.run_finished(False, int(code), message=str(error)[:2000], failed_stage=current)
         _write_manifest(ctx)

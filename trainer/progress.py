@@ -24,9 +24,11 @@ from trainer.contract import (
     EvalResult,
     RunFinished,
     RunStarted,
+    RunStorage,
     Stage,
     StageFinished,
     StageStarted,
+    StorageMeasured,
     TrainerEvent,
     TrainStep,
     dump_event,
@@ -168,6 +170,9 @@ class EventReporter:
 
     def artifact(self, name: str, uri: str, size_bytes: int | None = None) -> TrainerEvent:
         return self.emit(ArtifactWritten, name=name, uri=uri, size_bytes=size_bytes)
+
+    def storage(self, stage: Stage | None, measured: RunStorage) -> TrainerEvent:
+        return self.emit(StorageMeasured, stage=stage, storage=measured)
 
     def run_finished(
         self, ok: bool, exit_code: int, message: str = "", failed_stage: Stage | None = None

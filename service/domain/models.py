@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainer.contract import JobSpec, Stage, StepSamples
+from trainer.contract import JobSpec, RunStorage, Stage, StepSamples
 from trainer.contract.fit import FitEstimate
 
 from .job_eval import JobEval
@@ -121,6 +121,7 @@ class JobRecord:
     fit_estimate: dict[str, Any] | None = None  # the submit-time memory estimate (trainer.contract fit check)
     # One EvalSummary (trainer.contract.evaluation) per evaluation label, as JSON (job_eval.push_eval).
     eval_points: list[dict[str, Any]] = field(default_factory=list)
+    storage: dict[str, Any] | None = None  # the trainer's newest run-directory measurement (RunStorage as JSON)
 
     @property
     def handed_over(self) -> bool:
@@ -190,6 +191,10 @@ class JobPublic(BaseModel):
     finished_at: datetime | None
     queue: QueueStatus | None = Field(description="while QUEUED behind a backend's queue: which, why, and the place in line")
     usage: JobUsage = Field(description="chip-hours by phase and stage, and what the billed time cost at list price")
+    storage: RunStorage | None = Field(
+        default=None, description="bytes the run directory holds, total and by part (checkpoints, converted, export, "
+        "logs, samples, data, other), as the trainer measured it at its newest stage end; null before the first"
+    )
     fit_estimate: FitEstimate | None = Field(
         description="memory per chip estimated at submit, with the verdict against the accelerator's (a `tight` "
         "one is a warning); null when the model's shape was unknown at submit, or for jobs from before the check"
@@ -218,7 +223,7 @@ class JobEvent(BaseModel):
     seq: int
     job_id: str
     team: str
-    kind: str  # phase, attempt, stage, progress, eval, artifact(s), message, run_finished, health
+    kind: str  # phase, attempt, stage, progress, eval, artifact(s), storage, message, run_finished, health
     time: datetime
     data: dict[str, Any]
 

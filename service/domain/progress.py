@@ -27,6 +27,7 @@ from trainer.contract import (
     RunStarted,
     StageFinished,
     StageStarted,
+    StorageMeasured,
     TrainerEvent,
     TrainStep,
     local_path,
@@ -126,6 +127,10 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         artifact = Artifact(name=event.name, uri=event.uri, size_bytes=event.size_bytes)
         record.artifacts[event.name] = artifact
         changes.log.append(("artifact", artifact.model_dump(exclude_unset=True)))
+    elif isinstance(event, StorageMeasured):
+        # The newest measurement is the run directory's size now (retention deleted older checkpoints).
+        record.storage = event.storage.model_dump(mode="json")
+        changes.log.append(("storage", {"stage": event.stage.value if event.stage else None, **record.storage}))
     elif isinstance(event, RunFinished):
         record.run_finished = RunOutcome(
             ok=event.ok, exit_code=event.exit_code, message=event.message,

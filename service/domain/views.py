@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from trainer.contract import RunLayout, Stage
+from trainer.contract import RunLayout, RunStorage, Stage
 from trainer.contract.fit import FitEstimate
 
 from .job_eval import job_eval
@@ -78,6 +78,7 @@ def to_public(
         finished_at=record.finished_at,
         queue=record.queue,
         usage=job_usage(record, now, prices),
+        storage=RunStorage.model_validate(record.storage) if record.storage else None,
         fit_estimate=FitEstimate.model_validate(record.fit_estimate) if record.fit_estimate else None,
         spec=record.spec,
     )

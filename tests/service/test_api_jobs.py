@@ -180,6 +180,26 @@ def test_job_detail_metrics_and_logs(api: Api, tmp_path: Path) -> None:
     assert logs.text == "line 2\nline 3\n" and logs.headers["content-type"].startswith("text/plain")
 
 
+def test_job_detail_shows_the_run_directorys_newest_size_by_part(api: Api, tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from trainer.contract import RunStorage, StorageMeasured
+
+    job_id = api.submit(spec_body(tmp_path))["id"]
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=api.as_(TOKEN_A)).json()["storage"] is None
+    now = datetime.now(UTC)
+    train = RunStorage.of_files([("rl/x/checkpoints/actor/3/a", 3000), ("rl/x/checkpoints/actor/2/a", 3000), ("logs/t", 7)])
+    export = RunStorage.of_files([("rl/x/checkpoints/actor/3/a", 3000), ("hf/m", 500), ("logs/t", 9)])
+    api.progress.add(StorageMeasured(seq=0, time=now, job_id=job_id, stage="train", storage=train))
+    api.progress.add(StorageMeasured(seq=1, time=now, job_id=job_id, stage="export", storage=export))
+    api.launcher.emit(job_id, ObservedState.RUNNING)
+    wait_for_phase(lambda: api.phase(job_id), JobPhase.RUNNING)
+    api.client.app.state.runtime.jobs.ingest_progress(job_id)
+    job = api.client.get(f"/v1/jobs/{job_id}", headers=api.as_(TOKEN_A)).json()
+    assert job["storage"]["total_bytes"] == 3509 and job["storage"]["files"] == 3 and job["storage"]["complete"]
+    assert {k: v for k, v in job["storage"]["parts"].items() if v} == {"checkpoints": 3000, "export": 500, "logs": 9}
+
+
 def test_health_ready_and_prometheus_metrics(api: Api, tmp_path: Path) -> None:
     assert api.client.get("/healthz").json() == {"status": "ok"}
     assert api.client.get("/readyz").json() == {"ready": True, "role": "leader"}

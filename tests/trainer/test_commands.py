@@ -41,6 +41,31 @@ def test_every_grpo_field_reaches_train_rl(tiny_spec_dict):
     assert total_train_steps(spec) == 6
 
 
+def test_retention_reaches_orbax_through_maxtexts_own_option(tiny_spec_dict):
+    """rl.yml keeps 10 checkpoints; the spec's count replaces it (train_rl: Orbax's max_to_keep)."""
+    layout = RunLayout("/out", "rl-x")
+    default = _args(build_train_command(_spec(tiny_spec_dict), layout, TABLE_8B))
+    assert default["max_num_checkpoints_to_keep"] == "1"
+    kept = _args(build_train_command(_spec(tiny_spec_dict, keep_last_checkpoints=3), layout, TABLE_8B))
+    assert kept["max_num_checkpoints_to_keep"] == "3"
+
+
+@pytest.mark.parametrize("accelerator, dtype, compute, expected", [
+    ("cpu", "float32", None, "float32"),  # a CPU has no bf16 arithmetic: compute follows the weights
+    ("cpu", "bfloat16", None, "bfloat16"),
+    ("v6e-8", "float32", None, "bfloat16"),  # MaxText's TPU default: fp32 weights, bf16 compute
+    ("v6e-8", "bfloat16", None, "bfloat16"),
+    ("v6e-8", "float32", "float32", "float32"),
+    ("cpu", "float32", "bfloat16", "bfloat16"),
+])  # fmt: skip
+def test_the_spec_dtype_sets_weights_and_compute(tiny_spec_dict, accelerator, dtype, compute, expected):
+    data = {**tiny_spec_dict, "model": {**tiny_spec_dict["model"], "dtype": dtype, "compute_dtype": compute}}
+    if accelerator != "cpu":
+        data["hardware"] = {"accelerator": accelerator, "rollout_engine": "vllm"}
+    args = _args(build_train_command(JobSpec.model_validate(data), RunLayout("/out", "rl-x"), TABLE_8B))
+    assert (args["weight_dtype"], args["dtype"]) == (dtype, expected)
+
+
 def test_file_dataset_goes_as_parquet_and_hub_dataset_by_name(tiny_spec_dict):
     spec = _spec(tiny_spec_dict)
     files = _args(build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec),

@@ -131,6 +131,7 @@ UPPER_BOUNDS = [
     ("grpo.top_k", limits.MAX_TOP_K),
     ("grpo.kv_cache_buffer", limits.MAX_SEQUENCE_LENGTH),
     ("grpo.checkpoint_period", limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS),
+    ("grpo.keep_last_checkpoints", limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS),
     ("grpo.num_eval_passes", limits.MAX_EVAL_PASSES),
     ("grpo.temperature", limits.MAX_TEMPERATURE),
     ("grpo.beta", limits.MAX_BETA),

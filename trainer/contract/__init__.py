@@ -14,6 +14,7 @@ from .events import (
     Stage,
     StageFinished,
     StageStarted,
+    StorageMeasured,
     TrainerEvent,
     TrainStep,
     dump_event,
@@ -22,6 +23,7 @@ from .events import (
 from .exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, describe_exit_code
 from .layout import RunLayout, join_uri
 from .locations import local_path, location_kind
+from .run_storage import STORAGE_PARTS, RunStorage
 from .samples import SIGNAL_METRIC, Sample, StepSamples, step_from_file_name
 from .spec import (
     JOB_ID_RE,
@@ -41,6 +43,7 @@ __all__ = [
     "JOB_ID_RE",
     "NON_RETRYABLE_EXIT_CODES",
     "STAGE_ORDER",
+    "STORAGE_PARTS",
     "ArtifactWritten",
     "DatasetSpec",
     "EvalResult",
@@ -55,12 +58,14 @@ __all__ = [
     "RunFinished",
     "RunLayout",
     "RunStarted",
+    "RunStorage",
     "SIGNAL_METRIC",
     "Sample",
     "Stage",
     "StageFinished",
     "StageStarted",
     "StepSamples",
+    "StorageMeasured",
     "TrainStep",
     "TrainerEvent",
     "default_job_id",

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from .evaluation import EvalSummary
+from .run_storage import RunStorage
 
 EVENTS_FILE = "events.jsonl"
 EVENT_SCHEMA_VERSION = 1
@@ -91,6 +92,12 @@ class ArtifactWritten(_Event):
     size_bytes: int | None = None
 
 
+class StorageMeasured(_Event):
+    type: Literal["storage"] = "storage"
+    stage: Stage | None = Field(description="the stage at whose end the run directory was measured")
+    storage: RunStorage
+
+
 class RunFinished(_Event):
     type: Literal["run_finished"] = "run_finished"
     ok: bool
@@ -100,7 +107,7 @@ class RunFinished(_Event):
 
 
 TrainerEvent = Annotated[
-    RunStarted | StageStarted | StageFinished | TrainStep | EvalResult | ArtifactWritten | RunFinished,
+    RunStarted | StageStarted | StageFinished | TrainStep | EvalResult | ArtifactWritten | StorageMeasured | RunFinished,
     Field(discriminator="type"),
 ]
 

@@ -92,7 +92,9 @@ class ModelSpec(_Strict):
     revision: Revision | None = Field(default=None, description="hub revision (branch, tag or commit)")
     tokenizer: Location | None = Field(default=None, description="HF tokenizer: hub id or dir; default: source")
     dims: ModelDims | None = None
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    dtype: Literal["bfloat16", "float32"] = Field(default="bfloat16", description="the weights' (MaxText's weight_dtype)")
+    compute_dtype: Literal["bfloat16", "float32"] | None = Field(
+        default=None, description="MaxText's dtype (activations, matmuls); default: `dtype` on cpu, bfloat16 on a TPU")
     scan_layers: bool = True
     lazy_load_tensors: bool = Field(
         default=True, description="to_maxtext --lazy_load_tensors; lazy needs no torch and writes the same checkpoint"
@@ -117,6 +119,16 @@ class ModelSpec(_Strict):
     @property
     def tokenizer_location(self) -> str:
         return self.tokenizer or self.source
+
+    def resolved_compute_dtype(self, accelerator: str) -> str:
+        """MaxText's compute `dtype` on `accelerator`. Two fields because a TPU wants them apart: bf16 is
+        what its MXU computes in, and fp32 weights with bf16 compute is MaxText's own default (base.yml),
+        so a TPU keeps bf16 compute (as before this field existed) unless told otherwise. A CPU has no bf16
+        arithmetic (bf16 compute only casts the weights every step: 1.85x slower decode), so it follows `dtype`.
+        """
+        if self.compute_dtype is not None:
+            return self.compute_dtype
+        return self.dtype if accelerator == CPU_ACCELERATOR else "bfloat16"
 
 
 class DatasetSpec(_Strict):
@@ -220,6 +232,11 @@ class GrpoSpec(_Strict):
     top_p: float = Field(default=1.0, gt=0, le=1)
     # In train steps; no period beyond the longest run (num_batches * num_iterations) is ever reached.
     checkpoint_period: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS)
+    # Orbax's own retention (train_rl: CheckpointManagerOptions(max_to_keep=max_num_checkpoints_to_keep)),
+    # deleting old steps only after the new one is finalized. No "best by eval": Orbax's best_fn needs the
+    # metrics passed to save(), and Tunix's CheckpointManager.save (tunix/sft/checkpoint_manager.py) passes none.
+    keep_last_checkpoints: int = Field(default=1, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS,
+                                       description="actor checkpoints kept, newest (MaxText's max_num_checkpoints_to_keep)")
     eval_sampling_strategy: Literal["greedy", "standard", "liberal"] = "greedy"
     num_eval_passes: int = Field(default=1, gt=0, le=limits.MAX_EVAL_PASSES)
     rewards: RewardSpec = Field(default_factory=RewardSpec)

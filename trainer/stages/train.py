@@ -50,6 +50,8 @@ def grpo_args(spec: JobSpec, local_rewards: str | None = None) -> list[str]:
         f"decode_sampling_top_k={g.top_k}",
         f"decode_sampling_nucleus_p={g.top_p}",
         f"checkpoint_period={g.checkpoint_period}",
+        # rl.yml keeps 10 (1.4 GiB each for a 135M model in fp32): train_rl hands this to Orbax as max_to_keep.
+        f"max_num_checkpoints_to_keep={g.keep_last_checkpoints}",
         f"eval_sampling_strategy={g.eval_sampling_strategy}",
         f"num_eval_passes={g.num_eval_passes}",
         f"reward_exact_answer={r.exact_answer}",
@@ -119,6 +121,7 @@ def build_train_command(
         *grpo_args(spec, local_rewards),
         *dataset_args(spec, local_data, local_template),
         f"weight_dtype={spec.model.dtype}",
+        f"dtype={spec.model.resolved_compute_dtype(spec.hardware.accelerator)}",  # else base.yml's bfloat16
         f"scan_layers={_bool(spec.model.scan_layers)}",
         *model.args(),
         # Tunix flushes TensorBoard scalars on this period; progress events are read from them.

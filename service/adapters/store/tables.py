@@ -76,6 +76,7 @@ class JobRow(Base):
     phase_entered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)  # migration 0004
     fit_estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
     eval_points: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # migration 0005
+    storage: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0006
 
     __table_args__ = (
         # One job per (team, Idempotency-Key); NULL keys do not collide on either database.
