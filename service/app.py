@@ -13,14 +13,15 @@ reads, streams and submissions (stored; the leader hands them over) and is ready
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from service.adapters.events_file import EventsFileReader
-from service.adapters.launchers import build_launcher
+from service.adapters.launchers import build_launcher, startup_checks
 from service.adapters.leader_locks import leader_lock_for
 from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
@@ -28,6 +29,7 @@ from service.change_notifier import ChangeNotifier
 from service.config import Settings
 from service.domain.job_service import JobService
 from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
+from service.domain.self_check import CheckLine, SelfCheckReport
 from service.domain.tokens import TokenCache, TokenService
 from service.leadership import Leadership
 from service.logging_config import configure_logging
@@ -56,8 +58,12 @@ def create_app(
     progress: ProgressSource | None = None,
     run_files: RunFiles | None = None,
     clock: Clock = utc_now,
+    self_check: Callable[[], list[CheckLine]] | None = None,
 ) -> FastAPI:
-    """Build the ASGI app. Tests pass their own store/launcher/progress fakes at the ports."""
+    """Build the ASGI app. Tests pass their own store/launcher/progress fakes at the ports.
+
+    `self_check`: the backend's start-up checks (`rljob doctor`'s, for the Kubernetes backend the app
+    builds itself); run once in the background, logged, and shown in /readyz's `checks`."""
     metrics = ServiceMetrics()
 
     @asynccontextmanager
@@ -71,6 +77,8 @@ def create_app(
                 admin=settings.bootstrap_admin,
             )  # fmt: skip
         job_launcher = launcher or build_launcher(settings)
+        checks = self_check if self_check is not None or launcher is not None else startup_checks(settings, job_launcher)
+        report = SelfCheckReport()
         notifier = ChangeNotifier()
         lock = leader_lock_for(getattr(job_store, "url", None))
         leadership = Leadership(
@@ -95,8 +103,10 @@ def create_app(
         app.state.runtime = Runtime(
             settings=settings, store=job_store, jobs=job_service, tokens=tokens, notifier=notifier,
             supervisor=supervisor, leadership=leadership, metrics=metrics, clock=clock,
-            log_followers=LogFollowers(settings.max_log_followers),
+            log_followers=LogFollowers(settings.max_log_followers), self_checks=report,
         )  # fmt: skip
+        if checks is not None:
+            threading.Thread(target=_run_self_check, args=(checks, report), name="rljob-self-check", daemon=True).start()
         fanout = EventFanout(job_store, notifier, poll_interval_s=settings.sse_poll_interval_s, queue_size=settings.sse_queue_events)
         await fanout.start()
         app.state.event_fanout = fanout
@@ -139,6 +149,18 @@ def create_app(
     app.include_router(usage.router)
     _mount_dashboard(app)
     return app
+
+
+def _run_self_check(checks: Callable[[], list[CheckLine]], report: SelfCheckReport) -> None:
+    """The start-up checks, logged once (a failure is logged, not fatal: see service/domain/self_check.py)."""
+    try:
+        lines = checks()
+    except Exception as e:  # noqa: BLE001 - a broken check must not take the service down
+        lines = [CheckLine("warn", "self-check", f"could not run: {e.__class__.__name__}: {e}", "run `rljob doctor`")]
+    report.set(lines)
+    for line in lines:
+        level = {"ok": logging.INFO, "warn": logging.WARNING, "fail": logging.ERROR}[line.status]
+        log.log(level, "self-check %s", line.render().replace("\n      ", " "))
 
 
 def _mount_dashboard(app: FastAPI) -> None:

@@ -6,11 +6,13 @@ the kubernetes client or a kubeconfig.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from service.adapters.local.admission import TeamLimits, TeamQuotas
 from service.config import Settings
 from service.domain.ports import JobLauncher
+from service.domain.self_check import CheckLine
 
 
 def team_quotas(settings: Settings) -> TeamQuotas:
@@ -46,3 +48,16 @@ def build_launcher(settings: Settings) -> JobLauncher:
             raise RuntimeError(f"the kubernetes launcher is not available in this installation: {e}") from e
         return build_k8s_launcher(K8sSettings())
     raise ValueError(f"unknown launcher {settings.launcher!r}; use 'local' or 'kubernetes'")
+
+
+def startup_checks(settings: Settings, launcher: JobLauncher) -> Callable[[], list[CheckLine]] | None:
+    """`rljob doctor`'s checks, run once at start with the Kubernetes backend; None for the local one."""
+    if settings.launcher != "kubernetes":
+        return None
+    from service.adapters.k8s.launcher import K8sJobLauncher
+    from service.adapters.k8s_cluster.doctor import run_doctor, storage_prefixes
+
+    if not isinstance(launcher, K8sJobLauncher):
+        return None
+    prefixes = storage_prefixes(settings.team_locations, settings.team_location_template)
+    return lambda: run_doctor(launcher.client, launcher.settings, storage_prefixes=prefixes)

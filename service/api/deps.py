@@ -21,6 +21,7 @@ from service.domain.errors import JobNotFound, NotReady
 from service.domain.job_service import JobService
 from service.domain.models import Caller, JobPublic, JobRecord
 from service.domain.ports import Clock, JobStore
+from service.domain.self_check import SelfCheckReport
 from service.domain.tokens import TokenService
 from service.domain.views import to_public
 from service.leadership import Leadership
@@ -46,6 +47,7 @@ class Runtime:
     clock: Clock
     log_followers: LogFollowers = field(default_factory=lambda: LogFollowers(32))
     owned: list[object] = field(default_factory=list)
+    self_checks: SelfCheckReport = field(default_factory=SelfCheckReport)  # start-up checks (/readyz shows them)
 
     def not_ready_reason(self) -> str | None:
         """Why this replica cannot take submissions yet: only a leader still re-attaching jobs cannot

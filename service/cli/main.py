@@ -21,7 +21,7 @@ from trainer.contract import JobSpec
 from trainer.contract.fit import estimate_job_fit
 from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
 
-from . import admin, samples, usage
+from . import admin, doctor, samples, usage
 from .client import EXIT_CODE_MEANINGS, CliError, ExitCode, RljobClient, handles_errors, load_client_config
 from .follow import follow_job
 from .manifests import render_k8s_manifests
@@ -269,6 +269,7 @@ app.command()(admin.render)
 app.command()(admin.demo)
 app.command()(samples.samples)
 app.command()(usage.usage)
+app.command()(doctor.doctor)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ backoff; anything else is a real answer and goes straight back to the caller.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from . import names
 from .errors import ApiUnavailable, K8sBackendError, WorkloadConflict
-from .kueue import JOB_UID_LABEL, KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOADS
+from .kueue import JOB_UID_LABEL, KUEUE_GROUP, KUEUE_LOCAL_QUEUES, KUEUE_VERSION, KUEUE_WORKLOADS, unreadable_reason
 from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,22 @@ def is_transient(exc: BaseException) -> bool:
 
 def api_status(exc: BaseException) -> int | None:
     return exc.status if isinstance(exc, ApiException) else None
+
+
+def is_missing_object(exc: BaseException) -> bool:
+    """A 404 about an object of a served resource (a Status with reason NotFound), not about the URL.
+
+    The API server answers a GET of a missing object with a JSON Status (reason NotFound, details
+    naming the kind), but a GET under a group/version it does not serve with a plain "404 page not
+    found": that tells "the LocalQueue does not exist" from "Kueue's API is not there".
+    """
+    if not isinstance(exc, ApiException) or exc.status != 404:
+        return False
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        return False
+    return isinstance(body, dict) and body.get("kind") == "Status" and body.get("reason") == "NotFound"
 
 
 def _labels_of(obj: Any) -> dict[str, str]:
@@ -205,8 +222,9 @@ class K8sClient:
         events = [e for e in result.items if e.involved_object and e.involved_object.name in object_names]
         return sorted(events, key=_event_time)
 
-    def kueue_workloads(self, job_uid: str) -> list[dict[str, Any]] | None:
-        """The Kueue Workloads of the Job/JobSet with this uid; None when they cannot be read."""
+    def kueue_workloads(self, job_uid: str) -> list[dict[str, Any]] | str:
+        """The Kueue Workloads of the Job/JobSet with this uid; when they cannot be read, why (a
+        sentence: the v1beta2 API not served, no RBAC, or the error)."""
         try:
             workloads = self.call(
                 "list Kueue workloads",
@@ -218,10 +236,31 @@ class K8sClient:
                 label_selector=f"{JOB_UID_LABEL}={job_uid}",
             )
         except (ApiException, K8sBackendError) as exc:
-            # No Kueue CRD or no RBAC for it: the job is still reported as waiting for Kueue.
+            # No Kueue v1beta2 API or no RBAC for it: the job is still reported as waiting for Kueue, and why.
             log.debug("cannot read Kueue workloads: %s", exc)
-            return None
+            return unreadable_reason(api_status(exc), f"{exc.__class__.__name__}: {exc}")
         return list(cast(dict[str, Any], workloads).get("items") or [])  # a custom object list: untyped JSON
+
+    def get_local_queue(self, name: str) -> dict[str, Any]:
+        """A Kueue LocalQueue of the namespace. Raises ApiException, 404 included: is_missing_object
+        tells a missing LocalQueue from an API server that does not serve kueue.x-k8s.io/v1beta2."""
+        queue = self.call(
+            f"read LocalQueue {self.namespace}/{name}",
+            self.custom.get_namespaced_custom_object,
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            self.namespace,
+            KUEUE_LOCAL_QUEUES,
+            name,
+        )
+        return cast(dict[str, Any], queue)  # a custom object: untyped JSON
+
+    def secret_keys(self, name: str) -> set[str] | None:
+        """The keys of a Secret of the namespace (never its values); None when it does not exist."""
+        secret = self.read(f"read Secret {self.namespace}/{name}", self.core.read_namespaced_secret, name, self.namespace)
+        if secret is None:
+            return None
+        return set(secret.data or {}) | set(secret.string_data or {})
 
     def kueue_pending_workloads(self, local_queue: str) -> dict[str, Any] | None:
         """Kueue's visibility API for a LocalQueue (PendingWorkloadsSummary); None when not served or

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
+KUEUE_LOCAL_QUEUES = "localqueues"  # namespaced: the Role may read them (k8s/base/rbac.yaml)
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of a Job/JobSet
 PRIORITY_CLASS_PREFIX = "rljob-"  # + spec.priority: the WorkloadPriorityClasses in k8s/kueue/
 
@@ -73,9 +74,31 @@ class WorkloadView:
 class KueueRead:
     """What the launcher could learn about a suspended job from Kueue."""
 
-    readable: bool  # False: no Kueue CRDs, or no RBAC to read Workloads
+    readable: bool  # False: the v1beta2 API is not served, or no RBAC to read Workloads
     workload: WorkloadView | None = None  # None while readable: Kueue has not made one yet
     position: int | None = None  # 1-based, from the visibility API; None when it does not say
+    why_unreadable: str = ""  # when not readable: what is wrong and what to do (unreadable_reason)
+
+
+def unreadable_reason(status: int | None, error: str = "") -> str:
+    """Why the Workloads of kueue.x-k8s.io/v1beta2 cannot be listed, and what to do, by HTTP status.
+
+    A list never answers 404 for a missing object: 404 means the API server does not serve the group
+    version at all (Kueue not installed, or older than 0.15, which introduced v1beta2). 403 is RBAC.
+    """
+    api = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+    if status == 404:
+        return (
+            f"the {api} API is not served (Kueue is missing or older than 0.15): install Kueue >= 0.15; "
+            "`rljob doctor` checks"
+        )
+    if status == 403:
+        return (
+            f"the service may not list {KUEUE_WORKLOADS}.{KUEUE_GROUP} (RBAC: the Role rljob-launcher needs "
+            f"apiGroups [{KUEUE_GROUP}] resources [{KUEUE_WORKLOADS}] verbs [list], k8s/base/rbac.yaml); "
+            "`rljob doctor` checks"
+        )
+    return f"listing {KUEUE_WORKLOADS}.{KUEUE_GROUP} failed ({error or status}); `rljob doctor` checks the cluster"
 
 
 def read_workload(workload: dict[str, Any]) -> WorkloadView:

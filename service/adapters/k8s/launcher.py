@@ -15,20 +15,24 @@ from typing import Any, cast
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from service.adapters.k8s_cluster.kueue_chain import ChainCache, read_chain
+from service.adapters.k8s_cluster.reads import ClusterReads
 from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
 
 from . import kueue, names, observe, pods
 from .client import K8sClient
-from .errors import K8sBackendError
+from .errors import K8sBackendError, ManifestError
 from .kueue import KueueRead
-from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload
+from .kueue_setup import demand_of, refusal
+from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload, kueue_queue_of
 from .settings import K8sSettings
 from .watcher import Reconciler, ResourceWatch, WatchOptions
 
 log = logging.getLogger(__name__)
 BACKEND = "kubernetes"
+SUBMIT_CHECK_JOB_ID = "rl-000000000000"  # renders a job's pod template at submit, before it has an id
 # kubernetes.config ships without annotations; both fill the given Configuration in place.
 _load_incluster_config = cast(Callable[..., None], k8s_config.load_incluster_config)
 _load_kube_config = cast(Callable[..., None], k8s_config.load_kube_config)
@@ -44,6 +48,10 @@ class K8sJobLauncher:
         self._threads: list[threading.Thread] = []
         self._watches: list[ResourceWatch] = []
         self._reconciler: Reconciler | None = None
+        # The submit check's view of each LocalQueue's chain, read at most every CHAIN_CACHE_S.
+        self._chains = ChainCache(lambda queue: read_chain(client, ClusterReads(client), queue), clock=clock)
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()  # unreadable-Kueue reasons already logged
 
     # -- background watching -------------------------------------------------------------------
 
@@ -96,17 +104,55 @@ class K8sJobLauncher:
         self._watches = []
 
     @property
+    def client(self) -> K8sClient:
+        """The API client (the start-up checks reuse it)."""
+        return self._client
+
+    @property
+    def settings(self) -> K8sSettings:
+        return self._settings
+
+    @property
     def watches(self) -> list[ResourceWatch]:
         return list(self._watches)
 
     # -- the port --------------------------------------------------------------------------------
 
     def check_submittable(self, spec: JobSpec) -> None:
-        """SubmitCheck: a team with no LocalQueue (when team queues are configured) is refused at submit."""
+        """SubmitCheck: refuse what Kueue would hold forever.
+
+        A team with no LocalQueue (when team queues are configured); a LocalQueue or ClusterQueue that does
+        not exist or a ClusterQueue Kueue marks inactive (field `team`: the queue is the team's, not the
+        spec's); a job no ResourceFlavor of the ClusterQueue can take, by node labels or google.com/tpu quota
+        (field `hardware`). When Kueue's objects cannot be read at all, the job is NOT refused: the reason
+        is logged once and `rljob doctor` reports it (k8s_cluster/kueue_chain.py says why).
+        """
         try:
             kueue.local_queue_for(spec.team, self._settings.kueue_team_queues, self._settings.kueue_queue)
         except kueue.NoQueueForTeam as exc:
             raise InvalidRequest(("team",), str(exc)) from None
+        queue = kueue_queue_of(spec, self._settings)
+        if not queue:
+            return
+        read = self._chains.get(queue)
+        if read.unreadable:
+            with self._lock:
+                first = read.unreadable not in self._warned
+                self._warned.add(read.unreadable)
+            if first:
+                log.warning("cannot check jobs against Kueue's flavors (%s); submitting without that check, "
+                            "`rljob doctor` says more", read.unreadable)  # fmt: skip
+            return
+        if read.problem:
+            raise InvalidRequest(("team",), read.problem)
+        assert read.chain is not None
+        try:
+            workload = build_workload(spec, SUBMIT_CHECK_JOB_ID, self._settings)
+        except ManifestError:
+            return  # not renderable: launch fails with the manifest's own message
+        refused = refusal(read.chain, demand_of(workload))
+        if refused is not None:
+            raise InvalidRequest(("hardware",), refused)
 
     def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
         workload = build_workload(spec, job_id, self._settings)  # ManifestError: the spec's fault
@@ -189,8 +235,8 @@ class K8sJobLauncher:
         if not queue or not uid:
             return None
         items = self._client.kueue_workloads(uid)
-        if items is None:
-            return KueueRead(readable=False)
+        if isinstance(items, str):
+            return KueueRead(readable=False, why_unreadable=items)
         workload = kueue.workload_of(items, uid)
         if workload is None:
             return KueueRead(readable=True)
@@ -275,14 +321,29 @@ def build_k8s_launcher(
 
     `configuration` skips loading: tests pass one pointed at kmock.
     """
-    if configuration is None:
-        configuration = k8s.Configuration()
-        if settings.in_cluster:
-            _load_incluster_config(client_configuration=configuration)
-        else:
-            _load_kube_config(config_file=settings.kubeconfig, context=settings.context, client_configuration=configuration)
-    api = k8s.ApiClient(configuration)
-    client = K8sClient(
+    client = build_k8s_client(settings, sleep=sleep, clock=clock, configuration=configuration)
+    return K8sJobLauncher(client, settings, clock=clock)
+
+
+def load_configuration(settings: K8sSettings) -> k8s.Configuration:
+    """The pod's service account (in_cluster) or a kubeconfig (file and context per settings)."""
+    configuration = k8s.Configuration()
+    if settings.in_cluster:
+        _load_incluster_config(client_configuration=configuration)
+    else:
+        _load_kube_config(config_file=settings.kubeconfig, context=settings.context, client_configuration=configuration)
+    return configuration
+
+
+def build_k8s_client(
+    settings: K8sSettings,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    configuration: k8s.Configuration | None = None,
+) -> K8sClient:
+    api = k8s.ApiClient(configuration or load_configuration(settings))
+    return K8sClient(
         core=k8s.CoreV1Api(api),
         batch=k8s.BatchV1Api(api),
         custom=k8s.CustomObjectsApi(api),
@@ -294,4 +355,3 @@ def build_k8s_launcher(
         backoff_max_s=settings.retry_backoff_max_s,
         request_timeout_s=settings.request_timeout_s,
     )
-    return K8sJobLauncher(client, settings, clock=clock)

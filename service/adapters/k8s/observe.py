@@ -125,12 +125,10 @@ def _not_admitted(job_id: str, object_name: str, labels: dict[str, str], kueue: 
             ),
         )
     else:
+        why = kueue.why_unreadable if kueue is not None and kueue.why_unreadable else "no Kueue API or no RBAC for it"
         reason, message = (
             "KueueNotAdmitted",
-            (
-                f"Kueue has not admitted {object_name} (its Workload cannot be read: no Kueue CRDs or no RBAC for "
-                "workloads.kueue.x-k8s.io); check the ClusterQueue's google.com/tpu quota (kubectl get workloads,clusterqueues)"
-            ),
+            f"Kueue has not admitted {object_name} and its Workload cannot be read: {why}",
         )
     position = kueue.position if kueue is not None else None
     return Observation(

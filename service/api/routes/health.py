@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -19,12 +19,25 @@ class Liveness(BaseModel):
     status: Literal["ok"]
 
 
+class SelfCheckPublic(BaseModel):
+    status: Literal["ok", "warn", "fail"]
+    name: str
+    message: str
+    fix: str
+
+
 class Readiness(BaseModel):
     ready: bool
     reason: str | None = Field(default=None, description="why not ready: starting, recovering jobs, database down")
     role: Literal["leader", "follower"] | None = Field(
         default=None,
         description="leader: this replica launches, watches and reconciles jobs; follower: it serves the API only",
+    )
+    checks: list[SelfCheckPublic] | None = Field(
+        default=None,
+        description="the backend's start-up checks (`rljob doctor`'s, Kubernetes backend only; absent until they "
+        "finished). A failed check is shown and logged but does not make the replica unready: restarting it "
+        "cannot fix the cluster",
     )
 
 
@@ -48,14 +61,17 @@ async def readyz(request: Request) -> JSONResponse:
         await run_in_threadpool(runtime.store.ping)
     except StoreUnavailable as e:
         return _not_ready(str(e))
+    checks = runtime.self_checks.lines()
+    detail = {"checks": [line.public() for line in checks]} if checks is not None else {}
     reason = runtime.not_ready_reason()
     if reason is not None:
-        return _not_ready(reason)
-    return JSONResponse({"ready": True, "role": runtime.leadership.role})
+        return _not_ready(reason, detail)
+    return JSONResponse({"ready": True, "role": runtime.leadership.role, **detail})
 
 
-def _not_ready(reason: str) -> JSONResponse:
-    return JSONResponse(Readiness(ready=False, reason=reason).model_dump(), status_code=503)
+def _not_ready(reason: str, detail: dict[str, Any] | None = None) -> JSONResponse:
+    body = Readiness(ready=False, reason=reason).model_dump(exclude={"checks"})
+    return JSONResponse({**body, **(detail or {})}, status_code=503)
 
 
 @router.get("/metrics", include_in_schema=False)
