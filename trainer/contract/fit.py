@@ -3,7 +3,8 @@
 What each chip holds while MaxText 0.2.5's train_rl runs GRPO (Tunix's RL cluster):
 - the actor's parameters, its gradients and AdamW's two moments, sharded (FSDP) over the trainer's
   devices. The moments are in the parameters' dtype: MaxText's optimizer (utils_rl.get_optimizer) is
-  `optax.adamw` without `mu_dtype`, and rl.yml/`model.dtype` set `weight_dtype`;
+  `optax.adamw` without `mu_dtype`, and rl.yml/`model.dtype` set `weight_dtype` (activations and the
+  jax engine's KV cache are in the compute dtype, `model.compute_dtype`);
 - with `grpo.beta > 0`, a frozen reference copy of the parameters, sharded the same way (beta 0 drops it);
 - training activations: the fp32 logits and their gradient over the whole batch (batch x generations x
   max_target_length x vocab), each layer's input kept for the backward pass (rl.yml offloads these to
@@ -101,22 +102,25 @@ def per_chip_bytes(spec: JobSpec, shape: ModelShape) -> tuple[PerChipBytes, int,
     trainer = tpu.trainer_devices if tpu else 1
     rollout = rollout_devices(spec.hardware.accelerator)
     weight_bytes = 2 if spec.model.dtype == "bfloat16" else FP32_BYTES
+    # Activations are in MaxText's compute `dtype`; the jax engine's KV cache too, vLLM's in weight_dtype.
+    compute_bytes = 2 if spec.model.resolved_compute_dtype(spec.hardware.accelerator) == "bfloat16" else FP32_BYTES
     g, h = spec.grpo, spec.hardware
     state = math.ceil(shape.parameters * weight_bytes / trainer)
 
     sequences = g.batch_size * g.num_generations
     tokens = sequences * g.max_target_length
     logits = 2 * tokens * shape.vocab_size * FP32_BYTES  # the logits and their gradient
-    layer_inputs = shape.num_layers * tokens * shape.emb_dim * weight_bytes
+    layer_inputs = shape.num_layers * tokens * shape.emb_dim * compute_bytes
     q_width = shape.num_query_heads * shape.head_dim
-    one_layer = tokens * (3 * shape.emb_dim + q_width + 3 * shape.mlp_dim) * weight_bytes
+    one_layer = tokens * (3 * shape.emb_dim + q_width + 3 * shape.mlp_dim) * compute_bytes
     scores = sequences * shape.num_query_heads * g.max_target_length**2 * FP32_BYTES
     activations = math.ceil((logits + layer_inputs + one_layer + scores) / min(trainer, sequences))
 
     replicas, tensor = _rollout_split(h.rollout_data_parallelism, h.rollout_tensor_parallelism, rollout)
     rollout_weights = math.ceil(shape.parameters * weight_bytes / tensor) if h.rollout_engine == "vllm" else 0
     cache_tokens = math.ceil(sequences / replicas) * (g.max_target_length + g.kv_cache_buffer)
-    kv_per_token = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * weight_bytes
+    cache_bytes = weight_bytes if h.rollout_engine == "vllm" else compute_bytes
+    kv_per_token = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * cache_bytes
     kv_cache = math.ceil(cache_tokens * kv_per_token / min(tensor, shape.num_kv_heads))
     parts = PerChipBytes(
         params=state, optimizer=2 * state, gradients=state, reference=state if g.beta > 0 else 0,
