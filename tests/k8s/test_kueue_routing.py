@@ -13,6 +13,7 @@ then goes into on-demand quota, the stranding issue 20 describes.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import textwrap
 from pathlib import Path
@@ -22,12 +23,16 @@ import pytest
 import yaml
 
 from service.adapters.k8s.capacity import CAPACITY_LABEL
+from service.adapters.k8s.launcher import build_k8s_launcher
+from service.domain.errors import InvalidRequest
 from tests.podrun.cluster import EmulatedCluster
 from tests.podrun.images import ROOT
 from tests.podrun.kueue import KueueEmulator
-from tests.podrun.manifests import NS, service_accounts, spec, workload
+from tests.podrun.manifests import NS, service_accounts, settings, spec, workload
 from tests.podrun.scheduling import Node
 from trainer.contract import JobSpec
+
+from .conftest import configuration_for
 
 pytestmark = pytest.mark.timeout(120)
 RESERVATION = "rljob-v6e-8"  # the shipped reservation flavor's example name
@@ -55,7 +60,8 @@ def _tpu_spec(capacity: str) -> JobSpec:
 
 
 def _fake(job_id: str) -> list[str]:
-    return ["python", "-c", textwrap.dedent(f"print('{job_id} ran')")]
+    # Runs until the cluster stops: a finished job would release its quota (the overflow check needs it held).
+    return ["python", "-c", textwrap.dedent(f"import time; print('{job_id} running', flush=True); time.sleep(600)")]
 
 
 async def _run(kmock: Any, work: Path, rule: str, kueue_objects: list[dict[str, Any]],
@@ -131,3 +137,32 @@ async def test_control_a_flavor_without_the_routing_key_takes_a_spot_job_into_on
     seen = await _run(kmock, tmp_path / "nodes", "flavor-keys", objs, ("spot",))
     assert seen["spot"]["flavors"] == [FLAVOR["on-demand"]]
     assert seen["spot"]["node"] == "tpu-spot-0", "on a spot node while holding on-demand quota"
+
+
+async def test_a_job_no_shipped_flavor_can_take_is_refused_at_submit(kmock, tmp_path):
+    """The submit check reads what the emulated Kueue keeps (LocalQueue -> ClusterQueue, its Active condition
+    as the emulator sets it -> ResourceFlavors): a slice no flavor covers (v6e-16: topology 4x4) and a reservation
+    no flavor names are refused with the flavors named; every shipped capacity of a v6e-8 passes."""
+    async with EmulatedCluster(kmock, tmp_path / "nodes", nodes=NODES, kueue=KueueEmulator()) as cluster:
+        for obj in shipped_kueue_objects():
+            await cluster.create(obj)
+        launcher = build_k8s_launcher(settings(kueue_queue="rljob-v6e"), sleep=lambda s: None,
+                                      configuration=configuration_for(kmock))
+
+        async def refusal(job_spec: JobSpec) -> str | None:
+            try:
+                await asyncio.to_thread(launcher.check_submittable, job_spec)
+            except InvalidRequest as exc:
+                assert exc.loc == ("hardware",)
+                return str(exc)
+            return None
+
+        for capacity in CAPACITIES:
+            assert await refusal(_tpu_spec(capacity)) is None, capacity
+        wide = await refusal(spec("v6e-16", 4))
+        assert wide is not None and "no flavor of ClusterQueue rljob-v6e" in wide
+        assert all(name in wide for name in FLAVOR.values()), wide
+        other = _tpu_spec("reservation").model_dump()
+        other["hardware"]["reservation"] = "someone-elses"
+        assert await refusal(JobSpec.model_validate(other)) is not None
+        assert await refusal(spec()) is None, "cpu jobs are not Kueue's to refuse"
