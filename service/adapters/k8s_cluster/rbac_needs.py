@@ -57,4 +57,12 @@ CLUSTER: tuple[Permission, ...] = (
     Permission("", "nodes", "list", "kueue", True, "the doctor's nodes-per-flavor check"),
 )
 
+# Bound to every authenticated user by Kubernetes' default RBAC (ClusterRole system:basic-user, bound to
+# system:authenticated: kubernetes plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go): the doctor's
+# own access reviews need no grant of ours.
+GRANTED_TO_EVERY_USER: frozenset[tuple[str, str, str]] = frozenset({
+    ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
+})
+
 HF_SECRET_IN_ROLE = "rljob-hf-token"  # the resourceNames of the Role's secrets rule
