@@ -147,6 +147,30 @@ def test_restart_skips_convert_and_continues_training_from_the_saved_step(restar
     assert seqs == list(range(len(seqs)))  # numbering continued across the kill
 
 
+def test_train_rl_ran_with_the_specs_dtype_and_kept_only_the_last_checkpoint(restarted_run):
+    """What MaxText itself resolved (pyconfig logs every config key at start), not our argv: the tiny
+    spec's float32 is both the weights' and the compute dtype (base.yml's bfloat16 otherwise), and
+    Orbax kept one checkpoint of the three the run saved (checkpoint_period 1, keep_last_checkpoints
+    defaults to 1): the newest, which the export read."""
+    import re
+
+    layout = restarted_run["layout"]
+    train_log = Path(layout.stage_log(Stage.TRAIN)).read_text()
+    keys = "dtype|weight_dtype|max_num_checkpoints_to_keep|checkpoint_period"
+    resolved = re.findall(rf"Config param ({keys}): (\S+)", train_log)
+    assert len(resolved) == 8, resolved  # each attempt's train_rl logged its config once
+    assert dict(resolved) == {"dtype": "float32", "weight_dtype": "float32", "max_num_checkpoints_to_keep": "1",
+                              "checkpoint_period": "1"}, resolved  # fmt: skip
+    steps = sorted(p.name for p in Path(layout.actor_checkpoints).iterdir())
+    assert steps == ["3"], steps  # no step dir besides the newest, and no unfinished tmp dir
+    # The run's size as reported at the export's end: the one kept checkpoint is the checkpoints part.
+    last = [e for e in restarted_run["events"] if e.type == "storage"][-1]
+    kept = sum(p.stat().st_size for p in Path(layout.actor_checkpoints).rglob("*") if p.is_file())
+    assert last.stage == Stage.EXPORT and last.storage.parts["checkpoints"] == kept > 0, last.storage
+    assert last.storage.parts["export"] > 0 and last.storage.parts["converted"] == 0  # converted: the shared cache
+    print("run storage:", last.storage.model_dump_json())
+
+
 def test_hf_token_never_reaches_events_or_logs(restarted_run):
     layout = restarted_run["layout"]
     for path in [Path(layout.events), *Path(layout.root, "logs").glob("*.log")]:

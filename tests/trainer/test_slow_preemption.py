@@ -46,7 +46,8 @@ def _spec(tmp_path: Path, env: dict[str, str]) -> Path:
     for name in ("RLJOB_TINY_DIR", "RLJOB_OUTPUT"):
         text = text.replace("${" + name + "}", env[name])
     data = yaml.safe_load(text)
-    data["grpo"].update(num_batches=NUM_BATCHES, num_test_batches=0, checkpoint_period=1000)
+    # More kept than saved: the control for the pipeline test's keep-1 run (Orbax deletes nothing here).
+    data["grpo"].update(num_batches=NUM_BATCHES, num_test_batches=0, checkpoint_period=1000, keep_last_checkpoints=5)
     data["export"] = {"enabled": False}  # the export is not what this test is about
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -102,3 +103,6 @@ def test_sigterm_during_grpo_checkpoints_the_current_step_and_the_rerun_resumes_
     assert actor_steps and min(actor_steps) == saved + 1, (saved, actor_steps)
     final = _events(layout)[-1]
     assert final.type == "run_finished" and final.ok
+    # keep_last_checkpoints 5: every checkpoint stays (Orbax's initial one, the stop's, the last step's).
+    kept = sorted(int(p.name) for p in Path(layout.actor_checkpoints).iterdir())
+    assert kept == [1, saved, NUM_BATCHES], kept
