@@ -34,7 +34,7 @@ from trainer.stages.train import build_train_command, total_train_steps
 from trainer.storage import StorageError, store_for
 from trainer.storage.manifest import write_manifest
 from trainer.tensorboard_metrics import EventFileTailer
-from trainer.train_progress import EvalLineReader, TrainProgressWatcher, TrainStepAssembler
+from trainer.train_progress import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
 
 RunCommand = Callable[..., None]
 StartCommand = Callable[..., StartedStage]
@@ -192,6 +192,8 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any
         fields = eval_lines.fields(line)
         if fields:
             reporter.eval_result(**fields)
+        elif (goodput := goodput_from_line(line)) is not None:
+            reporter.goodput(goodput)
 
     log = ctx.work_dir / "logs" / "train.log"
     watcher.start()

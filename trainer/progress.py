@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from trainer.contract import (
     ArtifactWritten,
     EvalResult,
+    GoodputMeasured,
     RunFinished,
     RunStarted,
     RunStorage,
@@ -34,11 +35,12 @@ from trainer.contract import (
     dump_event,
     parse_event,
 )
+from trainer.contract.goodput import TrainGoodput
 from trainer.storage import ArtifactStore
 
 DEFAULT_OBJECT_STORE_FLUSH_S = 5.0
 # Events that may wait for the next periodic flush; every other kind is written at once.
-BATCHED_EVENTS = (TrainStep,)
+BATCHED_EVENTS = (TrainStep, GoodputMeasured)
 
 
 def _now() -> datetime:
@@ -82,6 +84,7 @@ class EventReporter:
         self._lock = threading.Lock()
         self._unsent: list[str] = []  # lines not yet in the events file (batched, or a failed write)
         self._existing = self._read_existing()
+        self.attempt = 0  # this run's RunStarted.attempt, once announced
         self._next_seq = (self._existing[-1].seq + 1) if self._existing else 0
         if flush_interval_s is None:
             flush_interval_s = DEFAULT_OBJECT_STORE_FLUSH_S if events_uri.startswith("gs://") else 0.0
@@ -152,6 +155,7 @@ class EventReporter:
 
     # Convenience wrappers so callers name the event they mean.
     def run_started(self, attempt: int, run_uri: str) -> TrainerEvent:
+        self.attempt = attempt
         return self.emit(RunStarted, attempt=attempt, run_uri=run_uri)
 
     def stage_started(self, stage: Stage) -> TrainerEvent:
@@ -173,6 +177,9 @@ class EventReporter:
 
     def storage(self, stage: Stage | None, measured: RunStorage) -> TrainerEvent:
         return self.emit(StorageMeasured, stage=stage, storage=measured)
+
+    def goodput(self, train: TrainGoodput) -> TrainerEvent:
+        return self.emit(GoodputMeasured, attempt=max(self.attempt, 1), train=train)
 
     def run_finished(
         self, ok: bool, exit_code: int, message: str = "", failed_stage: Stage | None = None

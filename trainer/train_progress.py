@@ -9,6 +9,8 @@ train_rl's pre-, intermediate and post-training evaluations are not written anyw
 MaxText: it logs one fixed-format line each. Our eval recorder (maxtext_entry/eval_recorder.py) keeps
 their rows and prints a `RLJOB_EVAL {summary}` line just before MaxText's; `EvalLineReader` reports
 that one, and parses MaxText's own line only when no summary came before it (a recorder failure).
+The goodput recorder (maxtext_entry/goodput_recorder.py) prints `RLJOB_GOODPUT {TrainGoodput}` lines:
+`goodput_from_line` reads them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.contract.evaluation import EVAL_LINE_PREFIX, EvalSummary
+from trainer.contract.goodput import GOODPUT_LINE_PREFIX, TrainGoodput
 from trainer.progress import EventReporter
 from trainer.tensorboard_metrics import EventFileTailer, Scalar
 
@@ -107,6 +110,17 @@ def summary_from_line(line: str) -> EvalSummary | None:
         return None
     try:
         return EvalSummary.model_validate(json.loads(line[start + len(EVAL_LINE_PREFIX) :]))
+    except ValueError:
+        return None
+
+
+def goodput_from_line(line: str) -> TrainGoodput | None:
+    """The TrainGoodput a `RLJOB_GOODPUT {...}` line (maxtext_entry/goodput_recorder.py) carries; None otherwise."""
+    start = line.find(GOODPUT_LINE_PREFIX)
+    if start < 0:
+        return None
+    try:
+        return TrainGoodput.model_validate_json(line[start + len(GOODPUT_LINE_PREFIX) :])
     except ValueError:
         return None
 

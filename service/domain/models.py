@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainer.contract import JobSpec, RunStorage, Stage, StepSamples
 from trainer.contract.fit import FitEstimate
+from trainer.contract.goodput import JobGoodput
 
 from .job_eval import JobEval
 from .learning_health import LearningHealth
@@ -122,6 +123,8 @@ class JobRecord:
     # One EvalSummary (trainer.contract.evaluation) per evaluation label, as JSON (job_eval.push_eval).
     eval_points: list[dict[str, Any]] = field(default_factory=list)
     storage: dict[str, Any] | None = None  # the trainer's newest run-directory measurement (RunStorage as JSON)
+    # The newest train_rl time split of each attempt ({"attempts": {"1": TrainGoodput JSON}}; goodput.py).
+    goodput: dict[str, Any] | None = None
 
     @property
     def handed_over(self) -> bool:
@@ -195,6 +198,11 @@ class JobPublic(BaseModel):
         default=None, description="bytes the run directory holds, total and by part (checkpoints, converted, export, "
         "logs, samples, data, other), as the trainer measured it at its newest stage end; null before the first"
     )
+    goodput: JobGoodput | None = Field(
+        default=None, description="where the job's wall-clock time went: queued, start-up, convert, rollout, "
+        "log-probs, update, weight sync, checkpoint, eval, export and other, adding up to wall_s; live while "
+        "it runs; null before it has spent any time"
+    )
     fit_estimate: FitEstimate | None = Field(
         description="memory per chip estimated at submit, with the verdict against the accelerator's (a `tight` "
         "one is a warning); null when the model's shape was unknown at submit, or for jobs from before the check"
@@ -223,7 +231,7 @@ class JobEvent(BaseModel):
     seq: int
     job_id: str
     team: str
-    kind: str  # phase, attempt, stage, progress, eval, artifact(s), storage, message, run_finished, health
+    kind: str  # phase, attempt, stage, progress, eval, artifact(s), storage, goodput, message, run_finished, health
     time: datetime
     data: dict[str, Any]
 

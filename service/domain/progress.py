@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from trainer.contract import (
     ArtifactWritten,
     EvalResult,
+    GoodputMeasured,
     RunFinished,
     RunStarted,
     StageFinished,
@@ -33,6 +34,7 @@ from trainer.contract import (
     local_path,
 )
 
+from .goodput import job_goodput, push_goodput
 from .job_eval import eval_event_data, push_eval
 from .learning_health import TrainStepSummary, push_step
 from .models import Artifact, JobRecord, MetricPoint, RunOutcome, StageTimes
@@ -131,6 +133,12 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         # The newest measurement is the run directory's size now (retention deleted older checkpoints).
         record.storage = event.storage.model_dump(mode="json")
         changes.log.append(("storage", {"stage": event.stage.value if event.stage else None, **record.storage}))
+    elif isinstance(event, GoodputMeasured):
+        # Cumulative within an attempt: the newest replaces that attempt's last; attempts add up.
+        record.goodput = push_goodput(record.goodput, event.attempt, event.train)
+        measured = job_goodput(record, event.time)
+        changes.log.append(("goodput", {"attempt": event.attempt, "step": event.train.step, "final": event.train.final,
+                                        **(measured.model_dump() if measured else {})}))  # fmt: skip
     elif isinstance(event, RunFinished):
         record.run_finished = RunOutcome(
             ok=event.ok, exit_code=event.exit_code, message=event.message,

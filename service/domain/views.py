@@ -7,6 +7,7 @@ from datetime import datetime
 from trainer.contract import RunLayout, RunStorage, Stage
 from trainer.contract.fit import FitEstimate
 
+from .goodput import job_goodput
 from .job_eval import job_eval
 from .job_health import learning_health, train_started_at
 from .learning_health import HealthPolicy
@@ -79,6 +80,7 @@ def to_public(
         queue=record.queue,
         usage=job_usage(record, now, prices),
         storage=RunStorage.model_validate(record.storage) if record.storage else None,
+        goodput=job_goodput(record, now),
         fit_estimate=FitEstimate.model_validate(record.fit_estimate) if record.fit_estimate else None,
         spec=record.spec,
     )

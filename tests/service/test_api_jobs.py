@@ -200,6 +200,28 @@ def test_job_detail_shows_the_run_directorys_newest_size_by_part(api: Api, tmp_p
     assert {k: v for k, v in job["storage"]["parts"].items() if v} == {"checkpoints": 3000, "export": 500, "logs": 9}
 
 
+def test_job_detail_splits_the_wall_time_into_goodput_parts_live(api: Api, tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from trainer.contract import GoodputMeasured
+    from trainer.contract.goodput import TRAIN_PARTS, TrainGoodput
+
+    job_id = api.submit(spec_body(tmp_path))["id"]
+    train = TrainGoodput(elapsed_s=0.02, parts=dict.fromkeys(TRAIN_PARTS, 0.0) | {"rollout": 0.01, "update": 0.005}, step=1)
+    api.progress.add(GoodputMeasured(seq=0, time=datetime.now(UTC), job_id=job_id, attempt=1, train=train))
+    api.launcher.emit(job_id, ObservedState.RUNNING)
+    wait_for_phase(lambda: api.phase(job_id), JobPhase.RUNNING)
+    api.client.app.state.runtime.jobs.ingest_progress(job_id)
+    first = api.client.get(f"/v1/jobs/{job_id}", headers=api.as_(TOKEN_A)).json()["goodput"]
+    assert first["parts"]["rollout"] == 0.01 and first["parts"]["update"] == 0.005
+    assert abs(sum(first["parts"].values()) - first["wall_s"]) <= 0.05 * first["wall_s"]
+    assert 0 < first["productive_fraction"] <= 1
+    later = api.client.get(f"/v1/jobs/{job_id}", headers=api.as_(TOKEN_A)).json()["goodput"]
+    assert later["wall_s"] > first["wall_s"]  # live: the running job's wall time grows between reads
+    logged = [e for e in api.client.app.state.runtime.store.events_after(0, job_id=job_id) if e.kind == "goodput"]
+    assert logged and logged[-1].data["parts"]["rollout"] == 0.01  # what SSE streams
+
+
 def test_health_ready_and_prometheus_metrics(api: Api, tmp_path: Path) -> None:
     assert api.client.get("/healthz").json() == {"status": "ok"}
     assert api.client.get("/readyz").json() == {"ready": True, "role": "leader"}

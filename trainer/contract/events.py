@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from .evaluation import EvalSummary
+from .goodput import TrainGoodput
 from .run_storage import RunStorage
 
 EVENTS_FILE = "events.jsonl"
@@ -98,6 +99,12 @@ class StorageMeasured(_Event):
     storage: RunStorage
 
 
+class GoodputMeasured(_Event):
+    type: Literal["goodput"] = "goodput"
+    attempt: int = Field(ge=1, description="the run attempt whose train_rl process measured it (RunStarted.attempt)")
+    train: TrainGoodput
+
+
 class RunFinished(_Event):
     type: Literal["run_finished"] = "run_finished"
     ok: bool
@@ -107,7 +114,8 @@ class RunFinished(_Event):
 
 
 TrainerEvent = Annotated[
-    RunStarted | StageStarted | StageFinished | TrainStep | EvalResult | ArtifactWritten | StorageMeasured | RunFinished,
+    RunStarted | StageStarted | StageFinished | TrainStep | EvalResult | ArtifactWritten | StorageMeasured
+    | GoodputMeasured | RunFinished,
     Field(discriminator="type"),
 ]
 

@@ -1,7 +1,8 @@
 """`python -m trainer.maxtext_entry.train_rl_entry [--rljob_...] <train_rl args>`: MaxText's train_rl,
-unmodified, with the sample and eval recorders installed (sample_recorder.py, eval_recorder.py) and a stop signal turned into a
-checkpoint between steps and exit 75 (graceful_stop.py). train_rl_jax_entry calls `main` with a
-hook that swaps the rollout engine for pure JAX on CPU; this module does not know about it.
+unmodified, with the sample and eval recorders installed (sample_recorder.py, eval_recorder.py), its time
+measured by part (goodput_recorder.py) and a stop signal turned into a checkpoint between steps and
+exit 75 (graceful_stop.py). train_rl_jax_entry calls `main` with a hook that swaps the
+rollout engine for pure JAX on CPU; this module does not know about it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Callable
 
 from .eval_recorder import install as install_eval_recorder
+from .goodput_recorder import install as install_goodput_recorder
 from .graceful_stop import install as install_graceful_stop
 from .hf_config_registry import register_from_argv, run_as_main
 from .sample_recorder import install as install_sample_recorder
@@ -29,6 +31,7 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
     install_sample_recorder(found.get(SAMPLES_FLAG))
     install_eval_recorder(found.get(EVAL_FLAG))
     install_graceful_stop()
+    install_goodput_recorder()  # last: it times the other wrappers' work too (the eval recorder's rows)
     run_as_main(TRAIN_RL_MODULE, maxtext_argv)
 
 

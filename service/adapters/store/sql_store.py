@@ -49,7 +49,7 @@ _RECORD_FIELDS = [
     "artifacts", "run_finished", "backend",
     "object_name", "attempt", "resumes", "last_trainer_seq", "last_event_seq", "created_at", "updated_at",
     "started_at", "finished_at", "queue", "phase_seconds", "phase_entered_at", "fit_estimate",
-    "eval_points", "storage",
+    "eval_points", "storage", "goodput",
 ]  # fmt: skip
 
 
@@ -69,6 +69,7 @@ def _to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     values["fit_estimate"] = own(values["fit_estimate"])
     values["eval_points"] = own(values["eval_points"]) or []  # NULL: stored before 0005
     values["storage"] = own(values["storage"])  # NULL: none measured yet, or stored before 0006
+    values["goodput"] = own(values["goodput"])  # NULL: none measured yet, or stored before 0007
     return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
 
 

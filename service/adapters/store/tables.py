@@ -77,6 +77,7 @@ class JobRow(Base):
     fit_estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
     eval_points: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # migration 0005
     storage: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0006
+    goodput: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0007
 
     __table_args__ = (
         # One job per (team, Idempotency-Key); NULL keys do not collide on either database.
