@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
 from service.domain.location_policy import TEAM_PLACEHOLDER, LocationPolicy, parse_place
+from service.domain.storage_usage import DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, CapacityType
 from trainer.contract.dns_label import is_dns_label
 from trainer.contract.tpu import TPU_SLICES
@@ -127,6 +128,12 @@ class Settings(BaseSettings):
         default_factory=lambda: {family: dict(prices) for family, prices in DEFAULT_PRICES_USD_PER_CHIP_HOUR.items()},
         description="USD per TPU chip-hour by family and capacity, for job cost (README: Usage and cost); "
         "JSON, replaces the whole table; a missing price shows cost null",
+    )
+    usage_storage_price_usd_per_gib_month: float = Field(
+        default=DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH, ge=0, allow_inf_nan=False,
+        description="USD per GiB-month of run-directory storage, for `rljob usage` (README: Usage and cost); "
+        "default: Cloud Storage Standard in one region (us-central1, us-east5), https://cloud.google.com/storage/pricing; "
+        "list prices move: set your own",
     )
     host: str = Field(default="127.0.0.1", description="listen address of `rljob serve`")
     port: int = Field(default=8765, ge=0, le=65535, description="listen port of `rljob serve`")

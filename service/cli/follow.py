@@ -12,6 +12,7 @@ from service.domain.phases import TERMINAL
 
 from .client import RljobClient
 from .output import eval_event_text
+from .storage_text import storage_text
 
 
 def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, Any]:
@@ -25,6 +26,7 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, 
     )
     last_id: int | None = None
     phase = ""
+    stored = ""  # the run directory's size as last printed: a measurement is printed when it changed
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(job_id, total=None, phase="", stage="", reward="-")
         while phase not in TERMINAL:
@@ -33,6 +35,7 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, 
                 data = json.loads(raw)
                 if event == "snapshot":
                     phase = data["phase"]
+                    stored = storage_text(data.get("storage"))
                     _update(
                         progress,
                         task,
@@ -69,6 +72,9 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, 
                     )
                 elif event == "eval" and body.get("point"):
                     progress.console.print(f"{job_id}: {eval_event_text(body)}", markup=False, highlight=False)
+                elif event == "storage" and storage_text(body) != stored:
+                    stored = storage_text(body)
+                    progress.console.print(f"{job_id}: storage {stored}", markup=False, highlight=False)
                 elif event == "artifact":
                     progress.console.print(f"{job_id}: artifact {body.get('name')} -> {body.get('uri')}")
     job: dict[str, Any] = client.request("GET", f"/v1/jobs/{job_id}")  # the JobPublic body

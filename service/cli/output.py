@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .storage_text import storage_text
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -192,6 +194,7 @@ def print_job(job: dict[str, Any]) -> None:
         rows.append(("eval change", difference))
     if job.get("usage"):
         rows.append(("usage", usage_text(job["usage"])))
+    rows.append(("storage", storage_text(job.get("storage"))))  # the run directory, as last measured
     for stage, times in (job.get("stage_times") or {}).items():
         rows.append((f"stage {stage}", f"{times.get('started_at') or '-'} -> {times.get('finished_at') or '...'}"))
     for artifact in job.get("artifacts") or []:

@@ -1,4 +1,5 @@
-"""`rljob usage [--team T] [--since D] [-o json|yaml|name]`: a team's chip-hours and cost (GET /v1/usage)."""
+"""`rljob usage [--team T] [--since D] [-o json|yaml|name]`: a team's chip-hours, storage GiB-months and
+cost (GET /v1/usage)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ def _hours(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
+def _gib_months(value: float | None) -> str:
+    """Two decimals; a small amount (a short run's directory) in two significant digits rather than 0.00."""
+    return "-" if value is None else f"{value:.2g}" if 0 < value < 0.01 else f"{value:,.2f}"
+
+
 def _usd(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
 
@@ -27,7 +33,8 @@ def _slice(accelerator: str, capacity: str) -> str:
 
 def _sum_row(label: list[str], amounts: dict[str, Any]) -> list[str]:
     waiting = amounts["chip_hours"]["QUEUED"] + amounts["chip_hours"]["LAUNCHING"]
-    return [*label, str(amounts["jobs"]), _hours(waiting), _hours(amounts["billed_chip_hours"]), _usd(amounts["cost_usd"])]
+    return [*label, str(amounts["jobs"]), _hours(waiting), _hours(amounts["billed_chip_hours"]), _usd(amounts["cost_usd"]),
+            _gib_months(amounts.get("storage_gib_months")), _usd(amounts.get("storage_cost_usd"))]  # fmt: skip
 
 
 def _table(title: str, left: tuple[str, ...], right: tuple[str, ...]) -> Table:
@@ -42,22 +49,27 @@ def _table(title: str, left: tuple[str, ...], right: tuple[str, ...]) -> Table:
 def print_usage(report: dict[str, Any]) -> None:
     scope = f"team {report['team']}" if report["team"] else "every team"
     console.print(f"[bold]usage of {escape(scope)}[/]: jobs submitted since {report['since']} (as of {report['as_of']})")
-    groups = _table("chip-hours by team and slice", ("TEAM", "SLICE"), ("JOBS", "WAITING", "BILLED", "COST"))
+    groups = _table("chip-hours and storage by team and slice", ("TEAM", "SLICE"),
+                    ("JOBS", "WAITING", "BILLED", "COST", "GIB-MO", "STORED $"))  # fmt: skip
     for group in report["groups"]:
         groups.add_row(*_sum_row([group["team"], _slice(group["accelerator"], group["capacity"])], group))
     groups.add_section()
     groups.add_row(*_sum_row(["[bold]total[/]", ""], report["total"]))
     console.print(groups)
-    jobs = _table("jobs (-o json: every phase and stage)", ("ID", "NAME", "PHASE", "SLICE"), ("RUN H", "BILLED", "COST"))
+    jobs = _table("jobs (-o json: every phase and stage)", ("ID", "NAME", "PHASE", "SLICE"),
+                  ("RUN H", "BILLED", "COST", "GIB-MO"))  # fmt: skip
     for row in report["jobs"]:
         usage, phases = row["usage"], row["usage"]["phases"]
         ran_s = phases["RUNNING"]["seconds"] + phases["CANCELLING"]["seconds"]
         jobs.add_row(row["job_id"], row["name"], row["phase"], _slice(usage["accelerator"], usage["capacity"]),
                      _hours(ran_s / 3600), _hours(usage["billed_chip_hours"]),
-                     _usd(usage["cost_usd"]))  # fmt: skip
+                     _usd(usage["cost_usd"]), _gib_months((row.get("storage") or {}).get("gib_months")))  # fmt: skip
     console.print(jobs)
     console.print("[dim]WAITING: queued and launching chip-hours, shown, not charged; BILLED: running and "
-                  "cancelling chip-hours; COST at the service's list prices (RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR)[/]")  # fmt: skip
+                  "cancelling chip-hours; COST at the service's list prices (RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR); "
+                  "GIB-MO: run-directory GiB-months, each job's measured size up to now (ended jobs' files stay "
+                  f"until deleted); STORED $ at ${report.get('storage_price_usd_per_gib_month', 0):.3f}/GiB-month "
+                  "(RLJOB_USAGE_STORAGE_PRICE_USD_PER_GIB_MONTH)[/]")  # fmt: skip
     if report["total"]["unpriced_chip_hours"]:
         console.print(f"[yellow]{_hours(report['total']['unpriced_chip_hours'])} billed chip-hours have no price "
                       "in the table and are not in the cost[/]")  # fmt: skip
@@ -74,7 +86,7 @@ def usage(
     ] = None,
     output: OutputOption = None,
 ) -> None:
-    """Chip-hours and cost of the jobs submitted since a date: totals and one row per job."""
+    """Chip-hours, storage GiB-months and cost of the jobs submitted since a date: totals and one row per job."""
     params = {key: value for key, value in (("team", team), ("since", since)) if value}
     report = ctx.obj.client().request("GET", "/v1/usage", params=params)
     if output:

@@ -175,6 +175,9 @@ class JobStore(Protocol):
 
     def events_after(self, after_seq: int, *, job_id: str | None = None, team: str | None = None, limit: int = 500) -> list[JobEvent]: ...
 
+    def events_of_kind(self, kind: str, job_ids: Collection[str]) -> list[JobEvent]:
+        """Every event of `kind` (e.g. `storage`) of these jobs, oldest first."""
+
     def max_event_seq(self) -> int: ...
 
     def metric_points(self, job_id: str, *, limit: int) -> list[MetricPoint]: ...

@@ -13,7 +13,7 @@ family (v6e, v5e, v5p) and capacity type (`hardware.capacity`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -23,7 +23,8 @@ from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
 
 from .models import JobRecord
 from .phases import JobPhase
-from .usage_models import JobUsage, JobUsageRow, UsageAmount, UsageGroup, UsageSum
+from .storage_usage import StorageSample, job_storage_usage
+from .usage_models import JobStorageUsage, JobUsage, JobUsageRow, UsageAmount, UsageGroup, UsageSum
 
 # USD per chip-hour by family and capacity. The docs (README, "Usage and cost") say where these come
 # from and when; RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR replaces the table.
@@ -127,12 +128,16 @@ class _Tally:
     billed: float = 0.0
     cost: float = 0.0
     unpriced: float = 0.0
+    storage_gib_months: float = 0.0
+    storage_cost: float = 0.0
 
     def __post_init__(self) -> None:
         self.by_phase = {phase.value: 0.0 for phase in USAGE_PHASES}
 
-    def add(self, usage: JobUsage) -> None:
+    def add(self, usage: JobUsage, storage: JobStorageUsage) -> None:
         self.jobs += 1
+        self.storage_gib_months += storage.gib_months
+        self.storage_cost += storage.cost_usd
         for name, amount in usage.phases.items():
             self.by_phase[name] += amount.chip_hours
         self.billed += usage.billed_chip_hours
@@ -148,23 +153,29 @@ class _Tally:
             billed_chip_hours=round(self.billed, _DIGITS),
             cost_usd=round(self.cost, _DIGITS),
             unpriced_chip_hours=round(self.unpriced, _DIGITS),
+            storage_gib_months=round(self.storage_gib_months, _DIGITS),
+            storage_cost_usd=round(self.storage_cost, _DIGITS),
         )
 
 
 def summarize_usage(
-    records: Iterable[JobRecord], now: datetime, prices: PriceTable
-) -> tuple[UsageSum, list[UsageGroup], list[JobUsageRow]]:
-    """The total, the totals by (team, accelerator, capacity), and one row per job (in the order given)."""
+    records: Iterable[JobRecord], now: datetime, prices: PriceTable, *,
+    storage: Mapping[str, Sequence[StorageSample]] | None = None, since: datetime | None = None,
+    storage_price: float = 0.0,
+) -> tuple[UsageSum, list[UsageGroup], list[JobUsageRow]]:  # fmt: skip
+    """The total, the totals by (team, accelerator, capacity), and one row per job (in the order given).
+    `storage`: each job's run-directory measurements (storage_usage.py), integrated over [since, now]."""
     total = _Tally()
     groups: dict[tuple[str, str, str], _Tally] = {}
     rows = []
     for record in records:
         usage = job_usage(record, now, prices)
-        total.add(usage)
-        groups.setdefault((record.team, usage.accelerator, usage.capacity), _Tally()).add(usage)
+        stored = job_storage_usage((storage or {}).get(record.id, ()), since or record.created_at, now, storage_price)
+        total.add(usage, stored)
+        groups.setdefault((record.team, usage.accelerator, usage.capacity), _Tally()).add(usage, stored)
         rows.append(JobUsageRow(
             job_id=record.id, name=record.name, team=record.team, phase=record.phase,
-            created_at=record.created_at, usage=usage,
+            created_at=record.created_at, usage=usage, storage=stored,
         ))  # fmt: skip
     by_group = [
         UsageGroup(team=team, accelerator=accelerator, capacity=capacity, **tally.as_sum().model_dump())

@@ -32,14 +32,28 @@ class JobUsage(BaseModel):
     as_of: datetime = Field(description="now for a job still active; when it ended for one that has")
 
 
+class JobStorageUsage(BaseModel):
+    """A job's run directory in a usage report: its size over time, from its `storage` events (storage_usage.py)."""
+
+    total_bytes: int | None = Field(description="the newest measured size; null: never measured")
+    measurements: int = Field(description="the `storage` events the GiB-months come from")
+    gib_months: float = Field(
+        description="the measured size integrated from the first measurement to the report's end (the last "
+        "size is held until then: rljob deletes nothing), in GiB x 30 days"
+    )
+    cost_usd: float = Field(description="gib_months x the storage price per GiB-month")
+
+
 class UsageSum(BaseModel):
     """Usage added up over jobs."""
 
     jobs: int
     chip_hours: dict[str, float] = Field(description="by phase")
     billed_chip_hours: float
-    cost_usd: float = Field(description="the billed chip-hours that have a price, priced")
+    cost_usd: float = Field(description="the billed chip-hours that have a price, priced (storage apart)")
     unpriced_chip_hours: float = Field(description="billed chip-hours with no price in the table (not in cost_usd)")
+    storage_gib_months: float = Field(default=0.0, description="the jobs' run directories, in GiB-months")
+    storage_cost_usd: float = Field(default=0.0, description="storage_gib_months x the storage price")
 
 
 class UsageGroup(UsageSum):
@@ -55,6 +69,7 @@ class JobUsageRow(BaseModel):
     phase: JobPhase
     created_at: datetime
     usage: JobUsage
+    storage: JobStorageUsage
 
 
 class UsagePublic(BaseModel):
@@ -63,6 +78,7 @@ class UsagePublic(BaseModel):
     team: str | None = Field(description="the team reported; null: every team (admins)")
     since: datetime = Field(description="jobs submitted at or after this are counted, each whole")
     as_of: datetime
+    storage_price_usd_per_gib_month: float = Field(description="RLJOB_USAGE_STORAGE_PRICE_USD_PER_GIB_MONTH")
     total: UsageSum
     groups: list[UsageGroup] = Field(description="totals by team, accelerator and capacity")
     jobs: list[JobUsageRow] = Field(description="one row per job, newest first")

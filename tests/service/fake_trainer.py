@@ -40,6 +40,7 @@ from trainer.contract import (
     StageFinished,
     StageStarted,
     StepSamples,
+    StorageMeasured,
     TrainStep,
     dump_event,
 )
@@ -114,6 +115,9 @@ def main() -> int:
         (root / "hf" / "model.safetensors").write_bytes(b"weights")
         events.emit(ArtifactWritten, name="hf_model", uri=layout.export_dir, size_bytes=7)
         finish(layout, events, Stage.EXPORT, duration_s=0.01)
+        from trainer.run_size import measure_run  # as the real pipeline does at a stage's end
+
+        events.emit(StorageMeasured, stage=Stage.EXPORT, storage=measure_run(layout))
     events.emit(RunFinished, ok=True, exit_code=ExitCode.SUCCESS)
     return 0
 

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from service.app import create_app
 from service.cli.main import app as cli
+from service.cli.storage_text import storage_text
 from service.config import Settings
 from service.domain.phases import JobPhase
 from service.free_port import free_port
@@ -74,6 +75,11 @@ def test_submit_follow_list_status_logs(run_cli, tmp_path: Path, monkeypatch: py
     assert listed.exit_code == 0 and job_id in listed.output and "SUCCEEDED" in listed.output
     status = run_cli("status", job_id)
     assert status.exit_code == 0 and "reward_mean=0.3" in status.output and f"runs/{job_id}" in status.output
+    # The fake trainer measures its run directory after export, as the pipeline does: followed and shown.
+    stored = json.loads(run_cli("status", job_id, "-o", "json").stdout)["storage"]
+    assert stored["parts"]["export"] == 7 and stored["complete"]
+    assert f"{job_id}: storage {storage_text(stored)}" in " ".join(result.output.split())
+    assert f"storage {storage_text(stored)}" in " ".join(status.output.split())
     logs = run_cli("logs", job_id, "--tail", "1")
     assert logs.exit_code == 0 and logs.output.strip().startswith("event run_finished")
     cancel = run_cli("cancel", job_id)

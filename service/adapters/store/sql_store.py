@@ -202,6 +202,9 @@ class _Tx:
         self.session.add(row)
 
 
+_IDS_PER_STATEMENT = 500  # SQLite's default limit is 32766 bound parameters (999 before 3.32)
+
+
 class SqlJobStore:
     def __init__(self, url: str, *, engine: Engine | None = None) -> None:
         self.url = url
@@ -305,6 +308,19 @@ class SqlJobStore:
             stmt = stmt.where(JobEventRow.team == team)
         with self._read() as s:
             return [JobEvent(seq=r.seq, job_id=r.job_id, team=r.team, kind=r.kind, time=r.time, data=r.data) for r in s.scalars(stmt).all()]
+
+    def events_of_kind(self, kind: str, job_ids: Collection[str]) -> list[JobEvent]:
+        """Every `kind` event of these jobs, oldest first (by seq). Read by job id (ix_job_events_job_seq),
+        in chunks that keep a statement's parameters well under every database's limit."""
+        ids = sorted(set(job_ids))
+        found: list[JobEvent] = []
+        with self._read() as s:
+            for start in range(0, len(ids), _IDS_PER_STATEMENT):
+                chunk = ids[start : start + _IDS_PER_STATEMENT]
+                stmt = select(JobEventRow).where(JobEventRow.job_id.in_(chunk), JobEventRow.kind == kind)
+                found += [JobEvent(seq=r.seq, job_id=r.job_id, team=r.team, kind=r.kind, time=r.time, data=r.data)
+                          for r in s.scalars(stmt).all()]  # fmt: skip
+        return sorted(found, key=lambda e: e.seq)
 
     def max_event_seq(self) -> int:
         with self._read() as s:

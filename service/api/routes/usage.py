@@ -12,6 +12,7 @@ from service.api.errors import error_responses
 from service.domain.errors import InvalidRequest
 from service.domain.job_service import JobService
 from service.domain.models import Caller, JobFilters, JobRecord
+from service.domain.storage_usage import storage_histories
 from service.domain.usage import summarize_usage
 from service.domain.usage_models import UsagePublic
 
@@ -58,7 +59,9 @@ def get_usage(
 ) -> UsagePublic:
     """Chip-hours by phase and cost of the jobs submitted since `since`: the total, totals by team,
     accelerator and capacity, and one row per job. A job's usage counts whole, in the window it was
-    submitted in; a job still active counts up to now. Only running (and cancelling) time is charged."""
+    submitted in; a job still active counts up to now. Only running (and cancelling) time is charged.
+    Storage: each job's measured run-directory size integrated over time, in GiB-months; the newest
+    size counts up to now, for an ended job too (its files stay until someone deletes them)."""
     now = runtime.clock()
     if team is not None and not caller.admin and team != caller.team:
         raise InvalidRequest(("query", "team"), f"only admins read another team's usage; your token is team {caller.team}'s: omit team")
@@ -67,5 +70,12 @@ def get_usage(
     if start > now:
         raise InvalidRequest(("query", "since"), f"since is in the future (now is {now.isoformat()}): give an earlier time")
     records, truncated = jobs_submitted_since(jobs, caller, scope, start)
-    total, groups, rows = summarize_usage(records, now, runtime.settings.usage_prices_usd_per_chip_hour)
-    return UsagePublic(team=scope, since=start, as_of=now, total=total, groups=groups, jobs=rows, truncated=truncated)
+    settings = runtime.settings
+    total, groups, rows = summarize_usage(
+        records, now, settings.usage_prices_usd_per_chip_hour, storage=storage_histories(jobs.store, records),
+        since=start, storage_price=settings.usage_storage_price_usd_per_gib_month,
+    )  # fmt: skip
+    return UsagePublic(
+        team=scope, since=start, as_of=now, storage_price_usd_per_gib_month=settings.usage_storage_price_usd_per_gib_month,
+        total=total, groups=groups, jobs=rows, truncated=truncated,
+    )  # fmt: skip
