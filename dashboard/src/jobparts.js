@@ -2,6 +2,7 @@
 import { h } from "./dom.js";
 import { DASH, fmtAge, fmtBytes, fmtDateTime, fmtDuration, fmtNumber, fmtPercent } from "./format.js";
 import { isTerminal } from "./phases.js";
+import { storageLine } from "./storage.js";
 import { healthLook, progressCell } from "./widgets.js";
 
 function dl(pairs) {
@@ -91,6 +92,7 @@ export function artifactsPanel(job) {
           h("tbody", {}, job.artifacts.map((a) => h("tr", {}, h("td", {}, a.name), h("td", { class: "uri mono" }, a.uri), h("td", {}, fmtBytes(a.sizeBytes))))),
         )
       : h("p", { class: "hint" }, isTerminal(job.phase) ? "This job wrote no artifacts." : "Artifacts appear here as the job writes them."),
+    storageLine(job.storage),
   );
 }
 

@@ -2,6 +2,7 @@
 // views show. Kept in one module so a change to the API shape is a change here only.
 import { STAGES } from "./phases.js";
 import { queueView } from "./queue.js";
+import { storageView } from "./storage.js";
 
 const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
 
@@ -42,6 +43,7 @@ export function jobView(raw) {
     finishedAt: raw.finished_at,
     stages: stageTimeline(raw),
     artifacts: (raw.artifacts || []).map((a) => ({ name: a.name, uri: a.uri, sizeBytes: num(a.size_bytes) })),
+    storage: storageView(raw.storage), // the run directory's newest measured size, by part
     failure: raw.failure || null,
     backend: raw.backend || null,
     objectName: raw.object_name || null,

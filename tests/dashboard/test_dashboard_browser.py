@@ -151,6 +151,9 @@ def test_a_failed_job_shows_why_and_the_phase_filter_finds_it(page: Page, live_s
     live_service.wait_for_phase(bad["id"], "RUNNING")
     live_service.emit(bad["id"], "stage_started", stage="train")
     live_service.emit(bad["id"], "train_step", step=1, total_steps=10, reward_mean=0.2, reward_std=0.1, kl=0.0, loss=0.9)
+    parts = {"checkpoints": 110 * 2**20, "converted": 0, "export": 79 * 2**20, "logs": 2**20, "samples": 0, "data": 512, "other": 10}
+    live_service.emit(bad["id"], "storage", stage="train", storage={"total_bytes": sum(parts.values()), "parts": parts,
+                                                                     "files": 9, "complete": False})  # fmt: skip
     live_service.emit(bad["id"], "run_finished", ok=False, exit_code=70,
                       message="reward function raised KeyError 'answer'", failed_stage="train")
     live_service.finish_process(bad["id"], 70)
@@ -169,6 +172,9 @@ def test_a_failed_job_shows_why_and_the_phase_filter_finds_it(page: Page, live_s
     expect(failure).to_contain_text("stage train")
     expect(page.locator('li[data-stage="train"]')).to_have_attribute("data-state", "failed")
     expect(page.get_by_role("button", name="Cancel job")).to_be_hidden()
+    # The run directory's newest measurement, written as `rljob status` writes it.
+    expect(page.get_by_test_id("storage")).to_have_text(
+        "Run directory: 190 MiB (checkpoints 110 MiB, export 79 MiB, logs 1.0 MiB, ...) (incomplete: walk limit)")
     shoot(page, "job-failed")
 
 
