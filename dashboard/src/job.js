@@ -7,6 +7,7 @@
 import { rewardChart, makeChart } from "./charts.js";
 import { focusHeading, h, replace } from "./dom.js";
 import { evalPanel } from "./evalpanel.js";
+import { goodputPanel } from "./goodputbar.js";
 import { artifactsPanel, failureBox, healthNote, progressPanel, summaryPanel } from "./jobparts.js";
 import { LiveFeed } from "./live.js";
 import { healthView, jobView, metricSeries } from "./model.js";
@@ -31,6 +32,7 @@ export function jobPage(root, api, jobId) {
   const healthSlot = h("div");
   const noticeSlot = h("div");
   const panels = h("div", { class: "grid" });
+  const goodputSlot = h("div");
   const charts = {
     reward: rewardChart(),
     kl: makeChart("KL divergence", [{ label: "KL", stroke: "#8a5a00" }]),
@@ -50,6 +52,7 @@ export function jobPage(root, api, jobId) {
     healthSlot,
     noticeSlot,
     panels,
+    goodputSlot,
     h("div", { class: "learning" },
       h("section", { "aria-label": "Training curves", class: "charts" }, evaluation.el, Object.values(charts).map((c) => c.el)),
       samples.el),
@@ -69,6 +72,7 @@ export function jobPage(root, api, jobId) {
     replace(noticeSlot, failureBox(job), job.phase === "CANCELLING" ? h("div", { class: "alert info", role: "status" }, "Cancelling: waiting for the work to stop.") : null,
       queueNotice(job));
     replace(panels, summaryPanel(job), progressPanel(job));
+    replace(goodputSlot, goodputPanel(job.goodput));
     replace(artifactsSlot, artifactsPanel(job));
     evaluation.update(job.evaluation);
   }

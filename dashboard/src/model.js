@@ -37,6 +37,7 @@ export function jobView(raw) {
     evalAccuracy: num(metrics.eval_accuracy),
     health: healthView(raw.health),
     evaluation: evalView(raw.eval),
+    goodput: goodputView(raw.goodput),
     createdAt: raw.created_at,
     updatedAt: raw.updated_at,
     startedAt: raw.started_at,
@@ -52,6 +53,13 @@ export function jobView(raw) {
     labels,
     spec,
   };
+}
+
+/** JobPublic.goodput -> {wallS, parts: [[name, seconds]] in the service's order, productiveFraction}; null before any time. */
+export function goodputView(raw) {
+  if (!raw || num(raw.wall_s) === null) return null;
+  const parts = Object.entries(raw.parts || {}).map(([name, s]) => [name, num(s) ?? 0]);
+  return { wallS: raw.wall_s, parts, productiveFraction: num(raw.productive_fraction) };
 }
 
 /** JobPublic.health (or a `health` event's data) -> {verdict, message, step, signalFraction}; null before the first step. */

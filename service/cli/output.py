@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .goodput_text import goodput_text
 from .storage_text import storage_text
 
 console = Console()
@@ -185,6 +186,7 @@ def print_job(job: dict[str, Any]) -> None:
     ]  # fmt: skip
     metrics = job.get("metrics") or {}
     rows.append(("metrics", "  ".join(f"{k}={fmt_metric(v)}" for k, v in metrics.items())))
+    rows.append(("goodput", goodput_text(job.get("goodput"))))  # where the job's time went
     fit = job.get("fit_estimate")
     rows.append(("memory", f"{fit['verdict']}: {escape(fit['message'])}" if fit else "-"))
     health = job.get("health")

@@ -104,3 +104,22 @@ def test_no_time_yet_means_no_goodput_and_overlapping_parts_are_not_hidden(caplo
     public = job_goodput(record, _at(10))
     assert public is not None and public.parts["other"] == 0.0
     assert "exceed its wall time by 10.0 s" in caplog.text
+
+
+def test_rljob_status_prints_one_goodput_line() -> None:
+    from service.cli.goodput_text import goodput_text
+
+    goodput = {"wall_s": 750.0, "productive_fraction": 0.3133,
+               "parts": {"queued": 5.0, "rollout": 187.5, "update": 47.5, "checkpoint": 3.0, "other": 507.0}}  # fmt: skip
+    assert goodput_text(goodput) == "31% productive of 12.5m: other 8.4m (68%), rollout 3.1m (25%), update 48s (6%)"
+    assert goodput_text(None) == "-" and goodput_text({"wall_s": 0.0, "parts": {}}) == "-"
+
+
+def test_rljob_status_table_has_the_goodput_row(capsys) -> None:
+    from service.cli.output import print_job
+
+    job = {"id": "rl-aaaaaaaaaaaa", "name": "n", "team": "a", "phase": "RUNNING", "message": "", "run_uri": "/r",
+           "goodput": {"wall_s": 100.0, "productive_fraction": 0.5, "parts": {"rollout": 40.0, "update": 10.0, "other": 50.0}}}  # fmt: skip
+    print_job(job)
+    out = " ".join(capsys.readouterr().out.split())  # rich folds long rows at the console's width
+    assert "goodput 50% productive of 1.7m: other 50s (50%), rollout 40s (40%)," in out and "update 10s (10%)" in out
