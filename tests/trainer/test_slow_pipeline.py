@@ -171,6 +171,39 @@ def test_train_rl_ran_with_the_specs_dtype_and_kept_only_the_last_checkpoint(res
     print("run storage:", last.storage.model_dump_json())
 
 
+def test_goodput_parts_name_rollout_update_and_checkpoint_and_add_up_to_the_wall_time(restarted_run):
+    """The goodput recorder's reports from the real train_rl (both attempts), folded as the service folds
+    them: train_rl's measured parts fit inside its train stage, and the job's parts add up to its wall."""
+    from datetime import timedelta
+
+    from service.domain.goodput import goodput_parts, job_goodput
+    from service.domain.models import JobRecord
+    from service.domain.phases import JobPhase
+    from service.domain.progress import fold_events
+
+    events = restarted_run["events"]
+    second = _attempt_events(events, 2)
+    reports = [e for e in second if e.type == "goodput"]
+    assert reports and reports[-1].train.final and reports[-1].attempt == 2, [e.type for e in second]
+    final = reports[-1].train
+    assert final.parts["rollout"] > 0 and final.parts["update"] > 0 and final.parts["checkpoint"] > 0, final
+    assert final.parts["eval"] > 0 and final.parts["logprobs"] > 0, final  # the tiny spec evaluates; GRPO's passes
+    train_s = next(e.duration_s for e in second if e.type == "stage_finished" and e.stage == Stage.TRAIN)
+    assert sum(final.parts.values()) <= final.elapsed_s <= train_s, (final, train_s)
+    # As the service sees the job: running from the first event to the last (no queue outside the service).
+    first_at, last_at = events[0].time, events[-1].time
+    record = JobRecord(id=restarted_run["layout"].job_id, team="t", name="n", spec={}, spec_hash="h",
+                       phase=JobPhase.SUCCEEDED, created_at=first_at, updated_at=last_at, finished_at=last_at,
+                       phase_seconds={"RUNNING": (last_at - first_at) / timedelta(seconds=1)})  # fmt: skip
+    fold_events(record, events)
+    wall, raw = goodput_parts(record, last_at)
+    assert raw["other"] >= 0, raw  # measured parts never overlap: none is clamped
+    goodput = job_goodput(record, last_at)
+    assert goodput is not None and abs(sum(goodput.parts.values()) - goodput.wall_s) <= 0.05 * goodput.wall_s
+    assert all(goodput.parts[p] > 0 for p in ("rollout", "update", "checkpoint", "export")), goodput
+    print("goodput:", goodput.model_dump_json(), "train_rl attempt 2:", final.model_dump_json())
+
+
 def test_hf_token_never_reaches_events_or_logs(restarted_run):
     layout = restarted_run["layout"]
     for path in [Path(layout.events), *Path(layout.root, "logs").glob("*.log")]:
