@@ -12,6 +12,8 @@ import pytest
 from deploy_support import GKE_MINOR, K8S, OVERLAYS, ROOT, one, render
 from env_scan import settings_env_names
 
+from tests.crd_schemas import strict_crd_schema
+
 SCHEMAS = Path(__file__).parent / "schemas"
 CLUSTER_SCOPED = {
     "Namespace",
@@ -25,27 +27,11 @@ CLUSTER_SCOPED = {
 }
 
 
-def _strictify(schema: object) -> object:
-    """CRD schemas are open by default (the API server prunes unknown fields); reject them instead, as
-    kubernetes-validate --strict does for built-in kinds. Objects that preserve unknown fields stay open."""
-    if isinstance(schema, dict):
-        out = {k: _strictify(v) for k, v in schema.items()}
-        if isinstance(out.get("pattern"), str) and out["pattern"].startswith("^(?i)"):
-            # Go's RE2 takes a flag group anywhere; Python's re only at the start (AdmissionCheck's kind).
-            out["pattern"] = "(?i)^" + out["pattern"][len("^(?i)") :]
-        if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_strictify(v) for v in schema]
-    return schema
-
-
 def _kueue_validators() -> dict[str, jsonschema.Draft7Validator]:
     schemas = json.loads((SCHEMAS / "kueue-v0.19.2-v1beta2.json").read_text())
     out = {}
     for kind, schema in schemas.items():
-        schema = _strictify(copy.deepcopy(schema))
+        schema = strict_crd_schema(copy.deepcopy(schema))
         schema["properties"]["metadata"] = {"type": "object"}  # ObjectMeta is checked by the API server
         out[kind] = jsonschema.Draft7Validator(schema)
     return out

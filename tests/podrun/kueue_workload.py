@@ -17,6 +17,8 @@ from typing import Any
 import jsonschema
 from kubernetes.utils.quantity import parse_quantity
 
+from tests.crd_schemas import strict_crd_schema
+
 from .scheduling import requests_of
 
 GROUP_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -166,27 +168,12 @@ def finished(owner: dict[str, Any]) -> tuple[str, str] | None:
 # -- schemas ------------------------------------------------------------------------------------------------
 
 
-def _closed(schema: Any) -> Any:
-    """Close object schemas as the API server's pruning would (unknown fields rejected), and move Go's inline
-    (?i) flag to where Python's re accepts it (the same treatment as tests/deploy/test_deploy_manifests.py)."""
-    if isinstance(schema, dict):
-        out = {k: _closed(v) for k, v in schema.items()}
-        if isinstance(out.get("pattern"), str) and out["pattern"].startswith("^(?i)"):
-            out["pattern"] = "(?i)^" + out["pattern"][len("^(?i)"):]
-        if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_closed(v) for v in schema]
-    return schema
-
-
 @functools.cache
 def _validators() -> dict[str, jsonschema.Draft7Validator]:
     schemas = {**json.loads(_DEPLOY_SCHEMAS.read_text()), **json.loads(_WORKLOAD_SCHEMA.read_text())}
     out = {}
     for kind, schema in schemas.items():
-        schema = _closed(copy.deepcopy(schema))
+        schema = strict_crd_schema(copy.deepcopy(schema))
         schema["properties"]["metadata"] = {"type": "object"}
         out[kind] = jsonschema.Draft7Validator(schema)
     return out
