@@ -25,6 +25,7 @@ NOT_SETTINGS = {
     "RLJOB_ARGV_CANARY": "a test's marker value passed through MaxText's argv, never read as configuration",
     "RLJOB_TEST_SURELY_UNSET": "a test's deliberately unset variable (a spec file naming it is refused)",
     "RLJOB_EVAL": "the eval recorder's stdout line prefix (trainer/contract/evaluation.py), read by the pipeline, not a variable",
+    "RLJOB_GOODPUT": "the goodput recorder's stdout line prefix (trainer/contract/goodput.py), read by the pipeline, not a variable",
 }
 
 
