@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from service.domain.job_clock import phase_seconds
 from service.domain.models import JobRecord
 from service.domain.ports import Clock, JobStore
-from service.domain.usage import BILLED_PHASES, PriceTable, chips_of, family_of, phase_seconds, price_of
+from service.domain.usage import BILLED_PHASES, PriceTable, chips_of, family_of, price_of
 
 EVENT_BATCH = 500
 MAX_EVENT_BATCHES_PER_SCRAPE = 20  # bounds one scrape; events past it are read at the next scrape

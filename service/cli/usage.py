@@ -46,6 +46,32 @@ def _table(title: str, left: tuple[str, ...], right: tuple[str, ...]) -> Table:
     return table
 
 
+def _parts_by_team(groups: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    teams: dict[str, dict[str, float]] = {}
+    for group in groups:
+        parts = teams.setdefault(group["team"], {})
+        for name, hours in (group.get("chip_hours_by_part") or {}).items():
+            parts[name] = parts.get(name, 0.0) + hours
+    return teams
+
+
+def print_parts(groups: list[dict[str, Any]]) -> None:
+    """Where each team's chip-hours went (the goodput parts), largest first; cpu jobs hold no chips."""
+    table = _table("chip-hours by part (where the time went)", ("TEAM", "PART"), ("CHIP-H", "SHARE"))
+    for team, parts in sorted(_parts_by_team(groups).items()):
+        total = sum(parts.values())
+        if total <= 0:
+            continue
+        for name, hours in sorted(parts.items(), key=lambda item: -item[1]):
+            if hours > 0:
+                table.add_row(team, name, _hours(hours), f"{hours / total:.0%}")
+        table.add_section()
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print("[dim]chip-hours by part: none to split (cpu jobs hold no chips; rljob status shows their goodput)[/]")
+
+
 def print_usage(report: dict[str, Any]) -> None:
     scope = f"team {report['team']}" if report["team"] else "every team"
     console.print(f"[bold]usage of {escape(scope)}[/]: jobs submitted since {report['since']} (as of {report['as_of']})")
@@ -56,6 +82,7 @@ def print_usage(report: dict[str, Any]) -> None:
     groups.add_section()
     groups.add_row(*_sum_row(["[bold]total[/]", ""], report["total"]))
     console.print(groups)
+    print_parts(report["groups"])
     jobs = _table("jobs (-o json: every phase and stage)", ("ID", "NAME", "PHASE", "SLICE"),
                   ("RUN H", "BILLED", "COST", "GIB-MO"))  # fmt: skip
     for row in report["jobs"]:

@@ -36,9 +36,9 @@ from trainer.contract.goodput import (
     TrainGoodput,
 )
 
+from .job_clock import phase_seconds, stage_seconds
 from .models import JobRecord
 from .phases import JobPhase
-from .usage import phase_seconds, stage_seconds
 
 log = logging.getLogger(__name__)
 _DIGITS = 3  # milliseconds
@@ -78,13 +78,18 @@ def goodput_parts(record: JobRecord, now: datetime) -> tuple[float, dict[str, fl
     return wall, parts
 
 
+def warn_if_parts_overlap(record: JobRecord, now: datetime) -> None:
+    """Logged where a measurement arrives (progress.py), once per report rather than on every read."""
+    _, parts = goodput_parts(record, now)
+    if parts[OTHER] < -0.5:  # beyond clock rounding: two measured parts overlap somewhere
+        log.warning("job %s: measured goodput parts exceed its wall time by %.1f s: %s", record.id, -parts[OTHER], parts)
+
+
 def job_goodput(record: JobRecord, now: datetime) -> JobGoodput | None:
     """None before the job has spent any time (a record without phase times)."""
     wall, parts = goodput_parts(record, now)
     if wall <= 0 and not record.goodput:
         return None
-    if parts[OTHER] < -0.5:  # beyond clock rounding: two measured parts overlap somewhere
-        log.warning("job %s: measured goodput parts exceed its wall time by %.1f s: %s", record.id, -parts[OTHER], parts)
     parts[OTHER] = max(0.0, parts[OTHER])
     productive = sum(parts[name] for name in PRODUCTIVE_PARTS)
     return JobGoodput(

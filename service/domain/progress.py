@@ -34,7 +34,7 @@ from trainer.contract import (
     local_path,
 )
 
-from .goodput import job_goodput, push_goodput
+from .goodput import job_goodput, push_goodput, warn_if_parts_overlap
 from .job_eval import eval_event_data, push_eval
 from .learning_health import TrainStepSummary, push_step
 from .models import Artifact, JobRecord, MetricPoint, RunOutcome, StageTimes
@@ -136,6 +136,7 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
     elif isinstance(event, GoodputMeasured):
         # Cumulative within an attempt: the newest replaces that attempt's last; attempts add up.
         record.goodput = push_goodput(record.goodput, event.attempt, event.train)
+        warn_if_parts_overlap(record, event.time)
         measured = job_goodput(record, event.time)
         changes.log.append(("goodput", {"attempt": event.attempt, "step": event.train.step, "final": event.train.final,
                                         **(measured.model_dump() if measured else {})}))  # fmt: skip

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from trainer.contract import Stage
+from trainer.contract.goodput import GOODPUT_PARTS
 from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
 
+from .goodput import goodput_parts
+from .job_clock import USAGE_PHASES, phase_seconds, stage_seconds, usage_as_of
 from .models import JobRecord
 from .phases import JobPhase
 from .storage_usage import StorageSample, job_storage_usage
@@ -36,8 +38,6 @@ DEFAULT_PRICES_USD_PER_CHIP_HOUR: dict[str, dict[CapacityType, float]] = {
     "v5p": {"on-demand": 4.20, "spot": 1.68, "flex-start": 2.10, "reservation": 2.94},
 }
 
-# The phases a job can spend time in (terminal phases are never left, so they hold no time).
-USAGE_PHASES: tuple[JobPhase, ...] = (JobPhase.QUEUED, JobPhase.LAUNCHING, JobPhase.RUNNING, JobPhase.CANCELLING)
 # Charged: the workload holds its chips. QUEUED waits for capacity; LAUNCHING is admitted but not running.
 BILLED_PHASES: frozenset[JobPhase] = frozenset({JobPhase.RUNNING, JobPhase.CANCELLING})
 _DIGITS = 6  # a millionth of a chip-hour (3.6 ms of one chip): below any clock's meaning here
@@ -52,38 +52,6 @@ def chips_of(accelerator: str) -> int:
 def family_of(accelerator: str) -> str:
     tpu = tpu_slice(accelerator)
     return tpu.generation if tpu else CPU_ACCELERATOR
-
-
-def usage_as_of(record: JobRecord, now: datetime) -> datetime:
-    """Usage stops counting when the job ends."""
-    if record.phase.is_terminal() and record.finished_at is not None:
-        return record.finished_at
-    return now
-
-
-def phase_seconds(record: JobRecord, now: datetime) -> dict[str, float]:
-    """Seconds in each usage phase, the current one up to `now` while the job has not ended."""
-    seconds = {phase.value: float(record.phase_seconds.get(phase.value, 0.0)) for phase in USAGE_PHASES}
-    if not record.phase.is_terminal() and record.phase_entered_at is not None:
-        seconds[record.phase.value] += max(0.0, (now - record.phase_entered_at).total_seconds())
-    return seconds
-
-
-def stage_seconds(record: JobRecord, now: datetime) -> dict[str, float]:
-    """Seconds in each trainer stage; a stage under way counts up to now (or to the job's end)."""
-    end = usage_as_of(record, now)
-    seconds: dict[str, float] = {}
-    for stage in Stage:
-        times = record.stage_times.get(stage.value)
-        if times is None or times.skipped:
-            seconds[stage.value] = 0.0
-        elif times.duration_s is not None:
-            seconds[stage.value] = times.duration_s
-        elif times.started_at is not None:
-            seconds[stage.value] = max(0.0, ((times.finished_at or end) - times.started_at).total_seconds())
-        else:
-            seconds[stage.value] = 0.0
-    return seconds
 
 
 def price_of(prices: PriceTable, family: str, capacity: str) -> float | None:
@@ -113,11 +81,18 @@ def job_usage(record: JobRecord, now: datetime, prices: PriceTable) -> JobUsage:
         chips=chips,
         phases={name: _amount(s, chips) for name, s in by_phase.items()},
         stages={name: _amount(s, chips) for name, s in stage_seconds(record, now).items()},
+        parts={name: _amount(s, chips) for name, s in usage_parts(record, now).items()},
         billed_chip_hours=round(billed_chip_hours, _DIGITS),
         price_usd_per_chip_hour=price,
         cost_usd=None if price is None else round(billed_chip_hours * price, _DIGITS),
         as_of=usage_as_of(record, now),
     )
+
+
+def usage_parts(record: JobRecord, now: datetime) -> dict[str, float]:
+    """Seconds by goodput part (goodput.py), `other` clamped at 0 as JobPublic.goodput shows it."""
+    _, parts = goodput_parts(record, now)
+    return {name: max(0.0, seconds) for name, seconds in parts.items()}
 
 
 @dataclass
@@ -133,6 +108,7 @@ class _Tally:
 
     def __post_init__(self) -> None:
         self.by_phase = {phase.value: 0.0 for phase in USAGE_PHASES}
+        self.by_part = dict.fromkeys(GOODPUT_PARTS, 0.0)
 
     def add(self, usage: JobUsage, storage: JobStorageUsage) -> None:
         self.jobs += 1
@@ -140,6 +116,8 @@ class _Tally:
         self.storage_cost += storage.cost_usd
         for name, amount in usage.phases.items():
             self.by_phase[name] += amount.chip_hours
+        for name, amount in usage.parts.items():
+            self.by_part[name] += amount.chip_hours
         self.billed += usage.billed_chip_hours
         if usage.cost_usd is None:
             self.unpriced += usage.billed_chip_hours
@@ -150,6 +128,7 @@ class _Tally:
         return UsageSum(
             jobs=self.jobs,
             chip_hours={name: round(v, _DIGITS) for name, v in self.by_phase.items()},
+            chip_hours_by_part={name: round(v, _DIGITS) for name, v in self.by_part.items()},
             billed_chip_hours=round(self.billed, _DIGITS),
             cost_usd=round(self.cost, _DIGITS),
             unpriced_chip_hours=round(self.unpriced, _DIGITS),

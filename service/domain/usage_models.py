@@ -26,6 +26,11 @@ class JobUsage(BaseModel):
     chips: int = Field(description="TPU chips of the slice; 0 for cpu jobs (their hours are still shown)")
     phases: dict[str, UsageAmount] = Field(description="by phase; the current one counts up to `as_of`")
     stages: dict[str, UsageAmount] = Field(description="by trainer stage (convert, train, export), within running")
+    parts: dict[str, UsageAmount] = Field(
+        default_factory=dict,
+        description="by goodput part (JobPublic.goodput: queued, startup, convert, rollout, logprobs, update, "
+        "weight_sync, checkpoint, eval, export, other): where the chips' time went; adds up to the phases",
+    )
     billed_chip_hours: float = Field(description="running and cancelling chip-hours: the workload holds its chips")
     price_usd_per_chip_hour: float | None = Field(description="from the price table; null: no price for this family/capacity")
     cost_usd: float | None = Field(description="billed_chip_hours x price; queued and launching time is not charged")
@@ -49,6 +54,9 @@ class UsageSum(BaseModel):
 
     jobs: int
     chip_hours: dict[str, float] = Field(description="by phase")
+    chip_hours_by_part: dict[str, float] = Field(
+        default_factory=dict, description="by goodput part (JobUsage.parts), adding up to the phases' chip-hours"
+    )
     billed_chip_hours: float
     cost_usd: float = Field(description="the billed chip-hours that have a price, priced (storage apart)")
     unpriced_chip_hours: float = Field(description="billed chip-hours with no price in the table (not in cost_usd)")

@@ -76,6 +76,9 @@ def test_usage_prints_the_teams_table_and_json(served: tuple[str, ManualClock, A
     assert job_id in table.output and "tpu-job" in table.output and "RUNNING" in table.output
     assert "12.00" in table.output and "$32.40" in table.output
     assert "not charged" in " ".join(table.output.split())
+    # Where the chips' time went: no goodput report yet, so all 12 chip-hours are `other`.
+    assert "chip-hours by part" in table.output
+    assert [line.split() for line in table.output.splitlines() if " other " in line] == [["team-a", "other", "12.00", "100%"]]
 
     as_json = _run(url, "--since", "2030-01-01", "-o", "json")
     report = json.loads(as_json.stdout)

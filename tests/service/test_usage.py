@@ -3,6 +3,7 @@ usage counters' bookkeeping against a real store."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -71,6 +72,32 @@ def test_stages_break_the_running_time_down_and_one_under_way_counts_up_to_now()
     assert usage.stages["convert"].chip_hours == 2.0  # 8 chips x 15 min
     assert usage.stages["train"].seconds == 1800 and usage.stages["train"].chip_hours == 4.0
     assert usage.stages["export"].seconds == 0
+
+
+def test_chip_hours_split_by_goodput_part_add_up_to_the_phases_and_sum_by_team() -> None:
+    from service.domain.progress import fold_events
+    from trainer.contract import GoodputMeasured
+    from trainer.contract.goodput import TRAIN_PARTS, TrainGoodput
+
+    record = _record(seconds={"QUEUED": 900.0, "LAUNCHING": 300.0}, entered_s=1200.0)
+    record.stage_times = {"convert": StageTimes(started_at=T0, duration_s=450.0)}
+    train = TrainGoodput(elapsed_s=1800.0, parts=dict.fromkeys(TRAIN_PARTS, 0.0) | {"rollout": 1350.0, "update": 450.0})
+    fold_events(record, [GoodputMeasured(seq=0, time=T0 + timedelta(seconds=4700), job_id=record.id, attempt=1, train=train)])
+    now = T0 + timedelta(seconds=1200 + 3600)
+    usage = job_usage(record, now, PRICES)
+    hours = {name: amount.chip_hours for name, amount in usage.parts.items()}
+    # 8 chips: 15 min queued = 2, 5 min start-up, 7.5 min convert = 1, 22.5 min rollout = 3, 7.5 min update = 1.
+    assert hours["queued"] == 2.0 and hours["convert"] == 1.0 and hours["rollout"] == 3.0 and hours["update"] == 1.0
+    assert hours["startup"] == pytest.approx(8 * 300 / 3600)
+    assert sum(hours.values()) == pytest.approx(sum(amount.chip_hours for amount in usage.phases.values()))
+    assert hours["other"] == pytest.approx(8 * (3600 - 450 - 1800) / 3600)
+
+    other_team = _record("rl-000000000002", team="team-b", entered_s=0.0)
+    total, groups, _ = summarize_usage([record, dataclasses.replace(record, id="rl-000000000003"), other_team], now, PRICES)
+    team_a = next(g for g in groups if g.team == "team-a")
+    assert team_a.chip_hours_by_part["rollout"] == 6.0 and team_a.chip_hours_by_part["queued"] == 4.0
+    assert total.chip_hours_by_part["other"] == pytest.approx(2 * hours["other"] + 8 * 4800 / 3600)
+    assert sum(total.chip_hours_by_part.values()) == pytest.approx(sum(total.chip_hours.values()))
 
 
 def test_cpu_jobs_show_hours_but_no_chip_hours_and_cost_nothing() -> None:
