@@ -1,44 +1,48 @@
 """EventsFileReader: the ProgressSource that tails each job's trainer `events.jsonl`.
 
 The file is at RunLayout(spec.output, job_id).events, local or gs://; it is read through
-trainer.storage (the service's one other import from the trainer, for reading run files).
-Local files are read from the job's committed byte offset; other stores return whole objects, so
-the offset is applied after reading. The offset moves only when the job service commits a batch it
-has folded. Only complete lines are consumed: a line the trainer is still writing is picked up on
-the next call. After a service restart the offsets are
-gone and the file is read from the start: the job service drops events by seq, so nothing repeats.
+run_reads.py, which refuses a link, a FIFO or anything not a regular file (the job wrote it: a FIFO
+would hold the poller for good), and reads a bounded range from the job's committed byte offset,
+locally or as a ranged gs:// request. A refused file is logged once per job and read as empty.
+The offset moves only when the job service commits a batch it has folded. Only complete lines are
+consumed: a line the trainer is still writing is picked up on the next call. After a service restart
+the offsets are gone and the file is read from the start: the job service drops events by seq, so
+nothing repeats.
 
 `pending()` tells the progress poller whether a read can find anything, without reading: for a
-local file its size from a stat against the committed offset; for an object, whose metadata is a
+local file its size from an fstat against the committed offset; for an object, whose metadata is a
 request, the object's size, asked at most every `remote_check_interval_s` per job (the trainer
 batches train steps to an object store every few seconds anyway: trainer/progress.py).
 
 A read takes at most `max_read_bytes`. A single line longer than that (a trainer bug: events are
 small JSON lines) would otherwise stop the offset for good; once its end is in the file it is
-stepped over, reported in the batch (the job's message says so), and reading goes on after it.
+stepped over, reported in the batch (the job's message says so), and reading goes on after it. Its
+end is looked for at most MAX_SCAN_BYTES ahead per call, so a file of one endless line costs a bounded read.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from pydantic import ValidationError
 
+from service.domain.errors import RunFileRefused
 from service.domain.models import JobRecord
 from service.domain.ports import ProgressBatch, SkippedLine
-from trainer.contract import RunLayout, TrainerEvent, local_path, location_kind, parse_event
-from trainer.storage import StorageError, store_for
+from trainer.contract import RunLayout, TrainerEvent, location_kind, parse_event
+from trainer.storage import StorageError
+
+from .run_reads import read_run_file, run_file_size
 
 log = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 4 * 1024 * 1024  # per call, so one huge file cannot stall the poller
 REMOTE_CHECK_INTERVAL_S = 2.0  # per job: an object's size is a request, not a stat
 _SCAN_CHUNK_BYTES = 1024 * 1024  # looking for the end of an over-long line, this much at a time
+MAX_SCAN_BYTES = 64 * 1024 * 1024  # and no further per call: a line longer than this is stepped over in parts
 
 
 class EventsFileReader:
@@ -53,7 +57,8 @@ class EventsFileReader:
         self.remote_check_interval_s = remote_check_interval_s
         self._monotonic = monotonic
         self._offsets: dict[str, int] = {}
-        self._where: dict[str, tuple[str, str | None]] = {}  # job id -> (events URI, local path or None)
+        self._where: dict[str, tuple[str, str, bool]] = {}  # job id -> (run directory, events URI, is local)
+        self._refused: set[str] = set()  # job ids whose refusal is logged already
         self._next_remote_check: dict[str, float] = {}  # job id -> monotonic time its object may be asked again
         self._lock = threading.Lock()
 
@@ -64,36 +69,42 @@ class EventsFileReader:
             offset = self._offsets.get(record.id, 0)
             where = self._where.get(record.id)
         if where is None:  # worked out once per job: asked every round, and a job's output never moves
-            uri = RunLayout(record.spec["output"], record.id).events
-            where = (uri, local_path(uri) if location_kind(uri) == "local" else None)
+            layout = RunLayout(record.spec["output"], record.id)
+            where = (layout.root, layout.events, location_kind(layout.events) == "local")
             with self._lock:
                 self._where[record.id] = where
-        uri, path = where
-        if path is not None:
-            try:
-                return os.stat(path).st_size > offset
-            except OSError:  # not written yet (or unreadable: read_new says why, when the file appears)
-                return False
-        now = self._monotonic()
-        with self._lock:
-            if now < self._next_remote_check.get(record.id, now):
-                return False
-            self._next_remote_check[record.id] = now + self.remote_check_interval_s
+        root, uri, local = where
+        if not local:
+            now = self._monotonic()
+            with self._lock:
+                if now < self._next_remote_check.get(record.id, now):
+                    return False
+                self._next_remote_check[record.id] = now + self.remote_check_interval_s
         try:
-            return any(info.size_bytes > offset for info in store_for(uri).list(uri))  # the object itself, if any
-        except StorageError as e:
-            log.warning("cannot look at %s: %s", uri, e)
+            size = run_file_size(root, uri)  # locally an open and an fstat, never a read
+        except RunFileRefused as e:
+            self._log_refused(record.id, e)
             return False
+        except StorageError as e:  # unreadable: read_new says why, when the file appears
+            if not local:
+                log.warning("cannot look at %s: %s", uri, e)
+            return False
+        return size is not None and size > offset
 
     def read_new(self, record: JobRecord) -> ProgressBatch:
         """Whole lines past the committed offset, at most max_read_bytes; the offset moves on commit()."""
-        uri = RunLayout(record.spec["output"], record.id).events
+        layout = RunLayout(record.spec["output"], record.id)
+        uri = layout.events
         with self._lock:
             offset = self._offsets.get(record.id, 0)
-        data, more = self._read_from(uri, offset)
-        end = data.rfind(b"\n") + 1  # only whole lines
-        if end == 0 and more:
-            return self._step_over_long_line(record.id, uri, offset)
+        try:
+            data, more = self._read_from(layout.root, uri, offset)
+            end = data.rfind(b"\n") + 1  # only whole lines
+            if end == 0 and more:
+                return self._step_over_long_line(record.id, layout.root, uri, offset)
+        except RunFileRefused as e:
+            self._log_refused(record.id, e)
+            return ProgressBatch(record.id, [], end=offset, more=False)
         events: list[TrainerEvent] = []
         for line in data[:end].splitlines():
             if not line.strip():
@@ -115,10 +126,18 @@ class EventsFileReader:
             self._offsets.pop(job_id, None)
             self._where.pop(job_id, None)
             self._next_remote_check.pop(job_id, None)
+            self._refused.discard(job_id)
 
-    def _step_over_long_line(self, job_id: str, uri: str, offset: int) -> ProgressBatch:
+    def _log_refused(self, job_id: str, refused: RunFileRefused) -> None:
+        with self._lock:
+            first = job_id not in self._refused
+            self._refused.add(job_id)
+        if first:  # asked every poll: once is enough to say why the job shows no progress
+            log.warning("job %s: progress not read: %s", job_id, refused)
+
+    def _step_over_long_line(self, job_id: str, root: str, uri: str, offset: int) -> ProgressBatch:
         """The line at `offset` is longer than one read: skip it once it is complete."""
-        line_end = self._line_end(uri, offset + self.max_read_bytes)
+        line_end = self._line_end(root, uri, offset + self.max_read_bytes)
         if line_end is None:  # still being written: look again on the next call
             return ProgressBatch(job_id, [], end=offset, more=False)
         skipped = SkippedLine(uri=uri, offset=offset, size_bytes=line_end - offset, limit_bytes=self.max_read_bytes)
@@ -128,46 +147,31 @@ class EventsFileReader:
         )  # fmt: skip
         return ProgressBatch(job_id, [], end=line_end, more=True, skipped=(skipped,))
 
-    def _read_from(self, uri: str, offset: int) -> tuple[bytes, bool]:
+    def _read_from(self, root: str, uri: str, offset: int) -> tuple[bytes, bool]:
         """(up to max_read_bytes from offset, whether the file goes on past them)."""
-        limit = self.max_read_bytes
-        if location_kind(uri) == "local":
-            path = Path(local_path(uri))
-            try:
-                with path.open("rb") as f:
-                    f.seek(offset)
-                    data = f.read(limit + 1)
-            except FileNotFoundError:
-                return b"", False  # the trainer has not written anything yet
-            return data[:limit], len(data) > limit
-        data = self._read_object(uri)
-        return data[offset : offset + limit], len(data) > offset + limit
-
-    def _line_end(self, uri: str, start: int) -> int | None:
-        """The offset just past the first newline at or after `start`; None if there is none yet."""
-        if location_kind(uri) != "local":
-            newline = self._read_object(uri).find(b"\n", start)  # a second download, for a rare trainer bug
-            return None if newline < 0 else newline + 1
         try:
-            with Path(local_path(uri)).open("rb") as f:
-                f.seek(start)
-                position = start
-                while chunk := f.read(_SCAN_CHUNK_BYTES):
-                    newline = chunk.find(b"\n")
-                    if newline >= 0:
-                        return position + newline + 1
-                    position += len(chunk)
-        except FileNotFoundError:
-            pass
-        return None
-
-    @staticmethod
-    def _read_object(uri: str) -> bytes:
-        try:
-            store = store_for(uri)
-            if not store.exists(uri):
-                return b""
-            return store.read_bytes(uri)
+            chunk = read_run_file(root, uri, limit=self.max_read_bytes, start=offset)
         except StorageError as e:
             log.warning("cannot read %s: %s", uri, e)
-            return b""
+            return b"", False
+        if chunk is None:
+            return b"", False  # the trainer has not written anything yet
+        return chunk.data, chunk.more_after
+
+    def _line_end(self, root: str, uri: str, start: int) -> int | None:
+        """The offset just past the first newline at or after `start`; None if there is none yet.
+        At most MAX_SCAN_BYTES are looked at: past them, a line that goes on is stepped over there."""
+        position = start
+        while position < start + MAX_SCAN_BYTES:
+            try:
+                chunk = read_run_file(root, uri, limit=_SCAN_CHUNK_BYTES, start=position)
+            except StorageError as e:
+                log.warning("cannot read %s: %s", uri, e)
+                return None
+            if chunk is None or not chunk.data:
+                return None
+            newline = chunk.data.find(b"\n")
+            if newline >= 0:
+                return position + newline + 1
+            position += len(chunk.data)
+        return position

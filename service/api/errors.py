@@ -90,6 +90,7 @@ _STATUS: dict[type[e.DomainError], int] = {
     e.TooManyLogFollowers: 429,
     e.SamplesNotFound: 404,
     e.RunFilesUnavailable: 503,
+    e.RunFileRefused: 409,
 }
 
 

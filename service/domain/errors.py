@@ -72,6 +72,11 @@ class RunFilesUnavailable(DomainError):
     """The job's run directory could not be read (storage unreachable or refusing): worth a retry."""
 
 
+class RunFileRefused(DomainError):
+    """A file in a job's run directory is not one the service reads: a symlink (or under one), not a
+    regular file, or over the size bound. The job wrote it, so it is the job's to fix, not a retry."""
+
+
 class Unauthenticated(DomainError):
     def __init__(self, message: str = "a valid bearer token is required (Authorization: Bearer <token>)") -> None:
         super().__init__(message)

@@ -255,8 +255,9 @@ class RunFiles(Protocol):
 
     def sample_steps(self, record: JobRecord) -> list[int]:
         """Steps with a samples file (RunLayout.samples_file), ascending; raises RunFilesUnavailable
-        if the run directory cannot be listed."""
+        if the run directory cannot be listed, RunFileRefused if the samples directory is a link."""
 
     def read_samples(self, record: JobRecord, step: int) -> StepSamples | None:
-        """That step's samples; None if absent, over the size bound or not valid (logged why).
-        Raises RunFilesUnavailable if the storage cannot be read."""
+        """That step's samples; None if absent or not valid (logged why). Raises RunFileRefused if the
+        file is a link, not a regular file or over the size bound (the job wrote it: never followed
+        or read whole), RunFilesUnavailable if the storage cannot be read."""

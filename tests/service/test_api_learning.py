@@ -90,14 +90,14 @@ def test_another_team_cannot_see_them(api: Api, tmp_path: Path) -> None:
     }
 
 
-def test_a_corrupt_or_oversized_file_is_a_clear_404_not_a_500(
+def test_a_corrupt_file_is_a_clear_404_and_an_oversized_one_a_409_not_a_500(
     api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     job_id, layout = _job(api, tmp_path)
     write_samples(layout, 1)
     Path(layout.samples_file(2)).write_text('{"step": 2, "samples": [')  # cut short
     Path(layout.samples_file(3)).write_text(write_samples(layout, 4).model_dump_json())  # step 4's data as step 3
-    Path(layout.samples_file(5)).mkdir()  # not even a file: not listed, and not read
+    Path(layout.samples_file(5)).mkdir()  # not even a file: not listed, and refused (tests/service/test_run_dir_untrusted.py)
     with caplog.at_level(logging.WARNING, logger="service.adapters.run_files"):
         for step in (2, 3):
             answer = _samples(api, job_id, step=step)
@@ -105,16 +105,15 @@ def test_a_corrupt_or_oversized_file_is_a_clear_404_not_a_500(
             assert f"at step {step} cannot be read" in answer.json()["detail"]
         directory = _samples(api, job_id, step=5)
         latest = _samples(api, job_id)
-    assert directory.status_code == 404
-    assert "no samples for step 5; steps with samples: 1-4" in directory.json()["detail"]
+    assert directory.status_code == 409
+    refused = "the run directory's samples/train-000005.json is not a regular file (a directory): it is not served"
+    assert directory.json()["detail"] == refused
     assert latest.status_code == 200 and latest.json()["step"] == 4
     assert "is not a samples file" in caplog.text and "holds step 4, not 3" in caplog.text
 
-    monkeypatch.setattr(run_files, "MAX_SAMPLES_BYTES", 100)  # every real file is now "too large"
-    with caplog.at_level(logging.WARNING, logger="service.adapters.run_files"):
-        too_big = _samples(api, job_id, step=1)
-    assert too_big.status_code == 404 and "too large" in too_big.json()["detail"]
-    assert "is over 100 bytes" in caplog.text
+    monkeypatch.setattr(run_files, "MAX_SAMPLES_BYTES", 100)  # every real file is now too large: never read whole
+    too_big = _samples(api, job_id, step=1)
+    assert too_big.status_code == 409 and "samples file for step 1 is over" in too_big.json()["detail"]
 
 
 def test_health_is_in_the_job_and_its_changes_are_on_the_stream(api: Api, tmp_path: Path) -> None:

@@ -15,8 +15,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 from service_helpers import TOKEN_A, spec_body
 
-import service.adapters.events_file as events_file
-import service.adapters.run_files as run_files
+import service.adapters.run_reads as run_reads
 from service.adapters.events_file import EventsFileReader
 from trainer.storage.gcs import GcsStore, RetrySettings
 
@@ -27,8 +26,8 @@ def unreachable_gcs(monkeypatch: pytest.MonkeyPatch) -> Iterator[GcsStore]:
         project="rljob-test", credentials=AnonymousCredentials(), client_options={"api_endpoint": "http://127.0.0.1:9"}
     )
     dead = GcsStore(client, RetrySettings(initial_s=0.05, maximum_s=0.1, timeout_s=0.3))
-    monkeypatch.setattr(run_files, "store_for", lambda uri: dead)
-    monkeypatch.setattr(events_file, "store_for", lambda uri: dead)
+    monkeypatch.setattr(run_reads, "store_for", lambda uri: dead)
+    monkeypatch.setattr(run_reads, "GCS_READ_DEADLINE_S", 0.3)
     yield dead
 
 

@@ -23,7 +23,6 @@ from service.domain.models import Caller
 from service.domain.ports import ObservedState
 from service.domain.progress_poller import ProgressPoller
 from trainer.contract import JobSpec, RunLayout, Stage, StageStarted, TrainerEvent, TrainStep, dump_event
-from trainer.storage import ObjectInfo
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
 POLICY = HealthPolicy(stall_floor_s=300.0, stall_step_intervals=5.0)
@@ -187,12 +186,11 @@ def test_an_object_store_is_asked_for_its_size_at_most_every_interval(
 ) -> None:
     asked: list[str] = []
 
-    class Bucket:
-        def list(self, uri: str) -> list[ObjectInfo]:
-            asked.append(uri)
-            return [ObjectInfo(uri, 100)]
+    def object_size(root: str, uri: str) -> int:  # one metadata request to the bucket
+        asked.append(uri)
+        return 100
 
-    monkeypatch.setattr("service.adapters.events_file.store_for", lambda uri: Bucket())
+    monkeypatch.setattr("service.adapters.events_file.run_file_size", object_size)
     now = [1000.0]
     reader = EventsFileReader(remote_check_interval_s=2.0, monotonic=lambda: now[0])
     service = JobService(store, FakeLauncher(), reader)

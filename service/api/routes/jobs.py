@@ -157,8 +157,10 @@ def get_metrics(record: VisibleJobDep, runtime: RuntimeDep, limit: Annotated[int
 
 @router.get(
     "/{job_id}/samples", response_model=SamplesPublic,
-    responses=error_responses(401, 404, 422, 503, reasons={
+    responses=error_responses(401, 404, 409, 422, 503, reasons={
         404: "no such job visible to your team, no samples yet, none for that step, or unreadable",
+        409: "the run directory's samples file (or directory) is a symlink, not a regular file, or too large: "
+             "the job wrote it, and the service does not read it",
         503: "the run directory's storage could not be read, or the service is starting; retry",
     }),
 )  # fmt: skip
