@@ -20,6 +20,7 @@ from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
 from service.domain.location_policy import TEAM_PLACEHOLDER, LocationPolicy, parse_place
 from service.domain.storage_usage import DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, CapacityType
+from service.settings_env import read_settings
 from trainer.contract.dns_label import is_dns_label
 from trainer.contract.tpu import TPU_SLICES
 
@@ -229,5 +230,6 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Settings from the environment (RLJOB_*), with explicit overrides (CLI flags, tests) on top."""
-    return Settings(**overrides)  # type: ignore[arg-type]
+    """Settings from the environment (RLJOB_*), with explicit overrides (CLI flags, tests) on top;
+    SettingsInvalid names each bad variable and the form it takes."""
+    return read_settings(Settings, **overrides)

@@ -13,6 +13,7 @@ from service.adapters.local.admission import TeamLimits, TeamQuotas
 from service.config import Settings
 from service.domain.ports import JobLauncher
 from service.domain.self_check import CheckLine
+from service.settings_env import read_settings
 
 
 def team_quotas(settings: Settings) -> TeamQuotas:
@@ -46,8 +47,17 @@ def build_launcher(settings: Settings) -> JobLauncher:
             from service.adapters.k8s.settings import K8sSettings
         except ImportError as e:
             raise RuntimeError(f"the kubernetes launcher is not available in this installation: {e}") from e
-        return build_k8s_launcher(K8sSettings())
+        return build_k8s_launcher(read_settings(K8sSettings))
     raise ValueError(f"unknown launcher {settings.launcher!r}; use 'local' or 'kubernetes'")
+
+
+def check_launcher_settings(settings: Settings) -> None:
+    """Read the chosen launcher's own settings now (SettingsInvalid), so a wrong one stops the start
+    with its message rather than failing later inside the server's start-up."""
+    if settings.launcher == "kubernetes":
+        from service.adapters.k8s.settings import K8sSettings
+
+        read_settings(K8sSettings)
 
 
 def startup_checks(settings: Settings, launcher: JobLauncher) -> Callable[[], list[CheckLine]] | None:

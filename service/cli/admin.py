@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
-from pydantic import ValidationError
 
 from service.config import LauncherName, Settings, load_settings
 from service.domain.errors import InvalidRequest
 from service.domain.models import TokenRecord
+from service.settings_env import SettingsInvalid
 from trainer.contract.spec_file import SpecFileError, load_spec_file
 
 from .client import CliError, ExitCode, handles_errors
@@ -42,9 +42,8 @@ DatabaseUrl = Annotated[str | None, typer.Option(envvar=_env("database_url"), he
 def _settings(**overrides: object) -> Settings:
     try:
         return load_settings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as e:
-        problems = "\n".join(f"  {'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}" for err in e.errors())
-        raise CliError(f"invalid settings:\n{problems}", ExitCode.BAD_INPUT) from e
+    except SettingsInvalid as e:
+        raise CliError(str(e), ExitCode.BAD_INPUT) from None
 
 
 def _token_service(  # imports kept lazy: the store pulls in SQLAlchemy
@@ -90,6 +89,7 @@ def serve(
     """Run the control service: SQLite, the local launcher and local artifacts unless configured."""
     import uvicorn
 
+    from service.adapters.launchers import check_launcher_settings
     from service.app import create_app
     from service.domain.tokens import generate_token
     from service.logging_config import configure_logging
@@ -101,6 +101,7 @@ def serve(
     token = (base.bootstrap_token.get_secret_value() if base.bootstrap_token else None) or _existing_token(client_file)
     token = token or generate_token()
     settings = _settings(**{**base.model_dump(), "bootstrap_token": token})
+    check_launcher_settings(settings)  # SettingsInvalid: handles_errors prints it, nothing has started
     url = f"http://{settings.host}:{settings.port}"
     write_client_config(client_file, url, token)
     console.print(f"rljob service on [bold]{url}[/] (state in {Path(settings.state_dir).expanduser()})")

@@ -18,6 +18,8 @@ from httpx_sse import SSEError, connect_sse
 from rich.console import Console
 from rich.markup import escape
 
+from service.settings_env import SettingsInvalid
+
 DEFAULT_URL = "http://127.0.0.1:8765"
 
 
@@ -63,6 +65,9 @@ def handles_errors[**P, R](command: Callable[P, R]) -> Callable[P, R]:
         except CliError as e:
             _stderr.print(f"[red]error:[/] {escape(e.message)}", highlight=False)
             raise typer.Exit(e.exit_code) from None
+        except SettingsInvalid as e:  # read deep inside a command (the launcher's settings at app start)
+            _stderr.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+            raise typer.Exit(ExitCode.BAD_INPUT) from None
 
     return wrapper
 

@@ -10,18 +10,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 
 from .client import CliError, ExitCode, handles_errors
 from .output import console
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
-
-
-def _invalid(e: ValidationError, what: str) -> CliError:
-    problems = "\n".join(f"  {'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}" for err in e.errors())
-    return CliError(f"invalid {what}:\n{problems}", ExitCode.BAD_INPUT)
 
 
 @handles_errors
@@ -36,15 +30,12 @@ def doctor(
     from service.adapters.k8s_cluster.doctor import run_doctor, storage_prefixes
     from service.config import load_settings
     from service.domain.self_check import failed
+    from service.settings_env import SettingsInvalid, read_settings
 
     try:
-        k8s_settings = K8sSettings()
-    except ValidationError as e:
-        raise _invalid(e, "Kubernetes settings (RLJOB_K8S_*)") from e
-    try:
-        settings = load_settings()
-    except ValidationError as e:
-        raise _invalid(e, "service settings (RLJOB_*)") from e
+        k8s_settings, settings = read_settings(K8sSettings), load_settings()
+    except SettingsInvalid as e:
+        raise CliError(str(e), ExitCode.BAD_INPUT) from None
     try:
         client = build_k8s_client(k8s_settings)
     except (ConfigException, OSError, ValueError) as e:

@@ -3,8 +3,7 @@ print the same objects the kubernetes launcher would create and fail with the sa
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
+from service.settings_env import SettingsInvalid, read_settings
 from trainer.contract import JobSpec
 
 from .client import CliError, ExitCode
@@ -22,10 +21,9 @@ def render_k8s_manifests(job_spec: JobSpec, job_id: str | None, what: str) -> st
     except ImportError as e:
         raise CliError(f"the Kubernetes renderer is not available in this installation ({e})", ExitCode.FAILED) from e
     try:
-        settings = K8sSettings()
-    except ValidationError as e:
-        problems = "\n".join(f"  RLJOB_K8S_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
-        raise CliError(f"invalid Kubernetes settings:\n{problems}", ExitCode.BAD_INPUT) from e
+        settings = read_settings(K8sSettings)
+    except SettingsInvalid as e:
+        raise CliError(f"Kubernetes {e}", ExitCode.BAD_INPUT) from None
     try:
         return render_manifests_yaml(job_spec, job_id, settings)
     except (K8sBackendError, ValueError) as e:  # the spec cannot run on Kubernetes as written

@@ -44,6 +44,8 @@ def _values(prop: dict[str, Any]) -> str:
         text = "`true` or `false`"
     elif p.get("type") == "object":
         text = "JSON object"
+    elif p.get("type") == "array" and p.get("x-comma-separated"):  # service/settings_env.py's PlainList
+        text = f"{p['items']['type']}s, comma-separated or a JSON list"
     elif p.get("type") == "array":
         text = f"JSON list of {p['items']['type']}s"
     elif p.get("pattern") == DNS_LABEL_PATTERN:

@@ -16,6 +16,7 @@ from kubernetes.utils.quantity import parse_quantity
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.settings_env import PlainList
 from trainer.contract.dns_label import DnsLabel, is_dns_label
 
 from .capacity import FLEX_START_MAX_RUN_S, SPOT_TERMINATION_GRACE_S
@@ -93,7 +94,7 @@ class K8sSettings(BaseSettings):
     # Local paths in a spec (output, model, data) mean nothing to a pod unless the node's directory is
     # mounted: each of these is mounted into trainer pods at the same path (hostPath). For single-node
     # dev clusters (kind with extraMounts, minikube mount) where the service sees the same directory.
-    host_paths: list[str] = Field(default_factory=list, description="node directories mounted at the same path")
+    host_paths: PlainList = Field(default_factory=list, description="node directories mounted at the same path")
 
     # Talking to the API server.
     request_timeout_s: float = Field(default=30.0, gt=0, description="timeout of each API server request")
