@@ -1,15 +1,20 @@
 """Headless Debian Chromium driven by Playwright, as docs/notes prescribe: the system binary via
-`executable_path` (Playwright never downloads a browser here) and a fresh profile per run."""
+`executable_path` (Playwright never downloads a browser here) and a fresh profile per run.
+
+Which binary: PLAYWRIGHT_CHROMIUM_EXECUTABLE when set (it must exist: a wrong path is an error, not a
+fallback), else the first of chromium, chromium-browser, google-chrome on PATH."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ENV = "PLAYWRIGHT_CHROMIUM_EXECUTABLE"
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",  # tests run as root in containers, where Chromium's sandbox cannot start
@@ -20,6 +25,26 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 LAPTOP_VIEWPORT = {"width": 1366, "height": 768}  # the screen the dashboard is laid out for
+
+
+class ChromiumMissing(RuntimeError):
+    pass
+
+
+def find_chromium() -> Path:
+    """The browser to drive, or ChromiumMissing saying where it was looked for and how to get it."""
+    chosen = os.environ.get(CHROMIUM_ENV)
+    if chosen:
+        path = Path(chosen)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ChromiumMissing(f"{CHROMIUM_ENV}={chosen} is not an executable file")
+        return path
+    for name in CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+    raise ChromiumMissing(f"no {', '.join(CHROMIUM_NAMES)} on PATH and {CHROMIUM_ENV} is unset: "
+                          "scripts/install-system-deps.sh installs Debian's chromium")  # fmt: skip
 
 
 class PageProblems:
@@ -55,7 +80,7 @@ def launch_chromium() -> Iterator[object]:
         with sync_playwright() as pw:
             context = pw.chromium.launch_persistent_context(
                 profile,
-                executable_path=str(CHROMIUM),
+                executable_path=str(find_chromium()),
                 headless=True,
                 args=CHROMIUM_FLAGS,
                 viewport=LAPTOP_VIEWPORT,

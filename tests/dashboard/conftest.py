@@ -44,10 +44,14 @@ def live_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, built_dashboar
 # break pytest-asyncio tests that run after the dashboard tests in the same session.
 @pytest.fixture(scope="module")
 def chromium_context():
-    from .browser import CHROMIUM, launch_chromium
+    from .browser import CHROMIUM_ENV, ChromiumMissing, find_chromium, launch_chromium
 
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is absent: install Debian's chromium (apt-get install -y chromium)")
+    try:
+        find_chromium()
+    except ChromiumMissing as e:
+        if os.environ.get(CHROMIUM_ENV):  # a browser was named and is not there: a broken setup, not a skip
+            raise
+        pytest.skip(str(e))
     with launch_chromium() as context:
         yield context
 
