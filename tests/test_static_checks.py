@@ -17,7 +17,7 @@ LINTED = ["service", "trainer", "tests", "bench", "scripts"]
 
 
 def _run(*argv: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=900)
+    return subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def test_ruff_finds_nothing():

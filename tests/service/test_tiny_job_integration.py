@@ -23,7 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"
 
 
+TINY_WAIT_S = float(os.environ.get("RLJOB_TINY_TIMEOUT_S", "1500"))
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # make-tiny (up to 600 s) and the job (TINY_WAIT_S) end with their own messages first
 def test_tiny_job_runs_to_success_through_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not TINY_SPEC.exists():
         pytest.skip(f"{TINY_SPEC} is not present (the trainer's tiny example)")
@@ -48,7 +52,7 @@ def test_tiny_job_runs_to_success_through_the_api(tmp_path: Path, monkeypatch: p
             return client.get(f"/v1/jobs/{job_id}", headers=auth).json()["phase"]
 
         try:
-            wait_for_phase(phase, JobPhase.SUCCEEDED, timeout_s=float(os.environ.get("RLJOB_TINY_TIMEOUT_S", "1500")))
+            wait_for_phase(phase, JobPhase.SUCCEEDED, timeout_s=TINY_WAIT_S)
         except AssertionError:
             print(client.get(f"/v1/jobs/{job_id}/logs", params={"tail_lines": 80}, headers=auth).text)
             raise

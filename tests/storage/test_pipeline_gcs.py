@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2100)]  # two trainer runs of up to 900 s each
 
 try:
     import trainer.pipeline  # noqa: F401 - the trainer issue's work; this test needs it

@@ -14,7 +14,7 @@ import pytest
 
 from tests.trainer.conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three checks of up to 300 s each
 
 
 def _nan_weights(model: Path) -> None:

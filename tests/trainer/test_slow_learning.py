@@ -26,7 +26,7 @@ from tests.trainer import learning_control as lc
 from tests.trainer.conftest import REPO, TINY_EXAMPLE
 from trainer.contract import SIGNAL_METRIC, RunLayout, StepSamples, parse_event
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2100)]  # two trainer runs of up to 900 s each
 
 STEPS = 5
 LEARNING_RATE = 0.003  # with this the target's rate saturates in about 5 steps on the tiny model
