@@ -52,7 +52,9 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 
 STAMP="$VENV/.rljob-installed"
-WANT="$(cat "$ROOT/constraints.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+# The checkout's path is part of the stamp: a venv made for another clone is re-pointed at this one
+# (its editable install decides which code every test process runs; tests/checkout_guard.py).
+WANT="$( (cat "$ROOT/constraints.txt" "$ROOT/pyproject.toml"; echo "$ROOT") | sha256sum | cut -d' ' -f1)"
 build_dashboard() {  # the dashboard's assets are built from dashboard/package-lock.json; skipped when unchanged
   if command -v npm >/dev/null 2>&1; then
     "$ROOT/scripts/build-dashboard.sh"
