@@ -14,13 +14,14 @@ service as scripts/demo.py does (its default trainer command, `python -m trainer
 examples/tiny-cpu.yaml (train_rl evaluates its 2 eval rows before and after 3 GRPO steps of a random
 model, minutes on CPU), follows it to SUCCEEDED, and screenshots its page into
 bench/results/eval-panel-tiny.png, with the job's `eval` and `health` from GET /v1/jobs/{id} in
-eval-panel-tiny.json next to it. A random model's 0% -> 0% on 2 rows, with wide intervals, is what it
+eval-panel-tiny.json next to it; and the same page's goodput panel (where the job's wall time went) into
+bench/results/goodput-bar.png, its `goodput` in goodput-bar.json. A random model's 0% -> 0% on 2 rows, with wide intervals, is what it
 truthfully shows; the scripted mode shows the panel better.
 
     python bench/eval_panel_screenshot.py [--out bench/results/eval-panel.png]
     python bench/eval_panel_screenshot.py --tiny [--out bench/results/eval-panel-tiny.png]
 
-Needs the built dashboard (scripts/build-dashboard.sh) and /usr/bin/chromium.
+Needs the built dashboard (scripts/build-dashboard.sh) and Chromium (tests/dashboard/browser.py finds it).
 """
 
 from __future__ import annotations
@@ -52,13 +53,14 @@ from service.cli.follow import follow_job  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
 from service.free_port import free_port  # noqa: E402
 from service.process_stop import terminate_then_kill  # noqa: E402
-from tests.dashboard.browser import CHROMIUM, launch_chromium  # noqa: E402
+from tests.dashboard.browser import ChromiumMissing, find_chromium, launch_chromium  # noqa: E402
 from tests.dashboard.eval_story import HEADLINE, TOTAL_STEPS, eval_summaries  # noqa: E402
 from tests.dashboard.held_trainer import __file__ as HELD_TRAINER  # noqa: E402
 from trainer.contract import SIGNAL_METRIC, RunLayout, dump_event, parse_event  # noqa: E402
 
 OUT = REPO / "bench" / "results" / "eval-panel.png"
 TINY_OUT = REPO / "bench" / "results" / "eval-panel-tiny.png"
+GOODPUT_OUT = REPO / "bench" / "results" / "goodput-bar.png"  # --tiny: the same job's goodput panel
 TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"
 WAIT_S = 60.0  # for the job to run, and for the page to show what the service folded in
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -241,7 +243,28 @@ def tiny(out: Path) -> int:
         record_path.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {record_path}")
         screenshot(service, out, bool, evaluations=len(job["eval"]["points"]))
+        goodput_screenshot(service, GOODPUT_OUT, job["goodput"])
     return 0
+
+
+def goodput_screenshot(service: Service, out: Path, goodput: dict[str, Any]) -> None:
+    """The job page's goodput panel (the stacked bar of where the wall time went) into `out`, with the
+    job's `goodput` from GET /v1/jobs/{id} beside it (`out` with .json)."""
+    out.with_suffix(".json").write_text(json.dumps({"job_id": service.job_id, "spec": "examples/tiny-cpu.yaml",
+                                                    "goodput": goodput}, indent=2) + "\n")  # fmt: skip
+    with launch_chromium() as context:
+        page = context.new_page()  # type: ignore[attr-defined]
+        page.set_viewport_size({"width": 1366, "height": 900})
+        page.goto(f"{service.url}/")
+        page.get_by_label("API token").fill(service.token)
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_role("button", name="Sign out").wait_for()
+        page.goto(f"{service.url}/#/jobs/{service.job_id}")
+        panel = page.get_by_test_id("goodput")
+        page.get_by_test_id("goodput-bar").wait_for(timeout=WAIT_S * 1000)
+        panel.screenshot(path=str(out))
+        print(f"page: {page.get_by_test_id('goodput-headline').text_content()}")
+    print(f"wrote {out} and {out.with_suffix('.json')}")
 
 
 def main() -> int:
@@ -251,8 +274,10 @@ def main() -> int:
         "--out", type=Path, default=None, help=f"default: {OUT.relative_to(REPO)}, with --tiny {TINY_OUT.relative_to(REPO)}"
     )
     args = parser.parse_args()
-    if not CHROMIUM.exists():
-        print(f"{CHROMIUM} is absent: apt-get install -y chromium", file=sys.stderr)
+    try:
+        find_chromium()
+    except ChromiumMissing as e:
+        print(e, file=sys.stderr)
         return 1
     if args.tiny:
         return tiny(args.out or TINY_OUT)
