@@ -119,8 +119,8 @@ class Settings(BaseSettings):
     # every location in a spec must lie under one of its team's prefixes.
     team_locations: dict[str, list[str]] = Field(
         default_factory=dict,
-        description="team -> the gs:// prefixes and local directory roots its jobs may read and write, "
-        'e.g. {"team-a": ["gs://rljob-runs/team-a/", "/data/team-a"]}',
+        description="team -> the gs:// prefixes, local directory roots and Hugging Face Hub owners (hf://OWNER/) its "
+        'jobs may read, write and upload to, e.g. {"team-a": ["gs://rljob-runs/team-a/", "/data/team-a", "hf://team-a-org/"]}',
     )
     team_location_template: str = Field(
         default="", description="the one prefix of a team not in RLJOB_TEAM_LOCATIONS, e.g. gs://rljob-runs/{team}/"

@@ -6,6 +6,10 @@ the prefixes, and nothing is stored.
 The policy is off until a deployment configures it (RLJOB_TEAM_LOCATIONS or
 RLJOB_TEAM_LOCATION_TEMPLATE); once on, a team with no prefixes may use no location at all.
 
+Hugging Face Hub ids a job reads (model.source, dataset.name) are public sources, not locations; the
+repository a job *writes* (`export.hub_repo`) is one: it must lie under a `hf://OWNER/` or
+`hf://OWNER/NAME` entry of the team's prefixes, compared case-insensitively as the Hub resolves ids.
+
 Containment is decided on path segments, never on string prefixes, so gs://b/team-a2 is not under
 gs://b/team-a. Empty, `.` and `..` segments are refused outright: GCS keeps them literally, but path code in
 the trainer's libraries may normalise them into another team's prefix. A local path must be under a root
@@ -29,6 +33,7 @@ from trainer.contract.dns_label import is_dns_label
 from .errors import InvalidRequest
 
 TEAM_PLACEHOLDER = "{team}"
+HUB_SCHEME = "hf://"  # a team's Hub destinations in its prefixes: hf://OWNER/ or hf://OWNER/NAME
 ResolvePath = Callable[[str], str]
 
 
@@ -36,7 +41,7 @@ ResolvePath = Callable[[str], str]
 class Place:
     """A location split into what containment compares: gcs (bucket, *segments) or local path parts."""
 
-    kind: Literal["gcs", "local"]
+    kind: Literal["gcs", "local", "hub"]
     parts: tuple[str, ...]
 
     def is_under(self, root: Place) -> bool:
@@ -44,7 +49,13 @@ class Place:
 
 
 def parse_place(uri: str) -> Place:
-    """Split a gs:// URI or an absolute local path; ValueError for anything else or a `.`/`..` segment."""
+    """Split a gs:// URI, an absolute local path or an hf://OWNER[/NAME] destination; ValueError for
+    anything else or a `.`/`..` segment."""
+    if uri.startswith(HUB_SCHEME):
+        segments = uri.removeprefix(HUB_SCHEME).rstrip("/").split("/")
+        if "" in segments or len(segments) > 2:
+            raise ValueError(f"{uri!r} is not hf://OWNER/ or hf://OWNER/NAME")
+        return Place("hub", tuple(s.lower() for s in segments))
     kind = location_kind(uri)
     if kind == "gcs":
         segments = uri.removeprefix("gs://").rstrip("/").split("/")  # gs://b/x/ and gs://b/x are one place
@@ -88,9 +99,13 @@ UNRESTRICTED = LocationPolicy()
 
 
 def spec_locations(spec: JobSpec) -> list[tuple[str, str]]:
-    """(field path, URI) of every gs:// or local location the job reads or writes."""
+    """(field path, URI) of every location the job reads or writes: gs:// and local ones, and the Hub
+    repository it uploads to (as hf://OWNER/NAME)."""
     candidates = [("output", spec.output), *spec.input_locations()]
-    return [(name, uri) for name, uri in candidates if location_kind(uri) != "hub"]
+    found = [(name, uri) for name, uri in candidates if location_kind(uri) != "hub"]
+    if spec.export.hub_repo:
+        found.append(("export.hub_repo", f"{HUB_SCHEME}{spec.export.hub_repo}"))
+    return found
 
 
 def _local_problem(uri: str, roots: list[str], resolve: ResolvePath) -> str | None:
@@ -130,4 +145,6 @@ def check_spec_locations(spec: JobSpec, team: str, policy: LocationPolicy, resol
         if problem is None:
             continue
         allowed = ", ".join(prefixes) if prefixes else "none (an admin sets them with RLJOB_TEAM_LOCATIONS)"
-        raise InvalidRequest(_loc(field_path), f"{field_path}={uri} {problem}; team {team} may use: {allowed}")
+        shown = uri.removeprefix(HUB_SCHEME) if field_path == "export.hub_repo" else uri
+        hint = " (Hub destinations are listed as hf://OWNER/ in RLJOB_TEAM_LOCATIONS)" if field_path == "export.hub_repo" else ""
+        raise InvalidRequest(_loc(field_path), f"{field_path}={shown} {problem}; team {team} may use: {allowed}{hint}")

@@ -109,6 +109,24 @@ def test_every_input_location_is_checked_and_hub_ids_are_not_locations() -> None
     assert "gs://runs/team-a/" in str(refused.value)
 
 
+def test_the_hub_repository_a_job_uploads_to_is_a_location_of_its_team() -> None:
+    policy = LocationPolicy(team_prefixes={"team-a": ("gs://runs/team-a/", "hf://Team-A-Org/")}, default_template="gs://runs/{team}/")
+    check_spec_locations(_spec("gs://runs/team-a/out", export={"hub_repo": "team-a-org/grpo-8b"}), "team-a", policy)
+    with pytest.raises(InvalidRequest) as refused:
+        check_spec_locations(_spec("gs://runs/team-a/out", export={"hub_repo": "team-b-org/grpo-8b"}), "team-a", policy)
+    assert refused.value.loc == ("body", "export", "hub_repo")
+    assert "export.hub_repo=team-b-org/grpo-8b is outside" in str(refused.value) and "hf://OWNER/" in str(refused.value)
+    # A team on the template (gs:// only) may upload nowhere; with the policy off, anywhere.
+    with pytest.raises(InvalidRequest, match="export.hub_repo=team-b-org/x"):
+        check_spec_locations(_spec("gs://runs/team-b/out", export={"hub_repo": "team-b-org/x"}), "team-b", policy)
+    check_spec_locations(_spec("gs://anywhere/out", export={"hub_repo": "anyone/x"}), "team-b", LocationPolicy())
+    # One repository, not the owner's others.
+    exact = LocationPolicy(team_prefixes={"team-a": ("gs://runs/team-a/", "hf://org/only-this")})
+    check_spec_locations(_spec("gs://runs/team-a/out", export={"hub_repo": "org/only-this"}), "team-a", exact)
+    with pytest.raises(InvalidRequest):
+        check_spec_locations(_spec("gs://runs/team-a/out", export={"hub_repo": "org/only-this-2"}), "team-a", exact)
+
+
 def test_listed_teams_use_their_list_others_the_template_and_without_either_none() -> None:
     policy = LocationPolicy(team_prefixes={"team-a": ("gs://a-bucket",)}, default_template="gs://runs/{team}/")
     assert policy.prefixes_for("team-a") == ("gs://a-bucket",)
@@ -126,6 +144,8 @@ def test_listed_teams_use_their_list_others_the_template_and_without_either_none
         ("team_locations", {"team-a": ["relative/dir"]}),
         ("team_locations", {"team-a": ["/data/../etc"]}),
         ("team_locations", {"team-a": ["org/model"]}),
+        ("team_locations", {"team-a": ["hf://org/model/extra"]}),
+        ("team_locations", {"team-a": ["hf://"]}),
         ("team_location_template", "gs://runs/shared/"),  # no {team}: every team would share it
         ("team_location_template", "gs://runs/{team}/{other}"),
         ("team_location_template", "gs://runs/{team}/../x"),
