@@ -8,6 +8,7 @@ API accepts and returns.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from trainer.contract import JobSpec, RunStorage, Stage, StepSamples
 from trainer.contract.fit import FitEstimate
 from trainer.contract.goodput import JobGoodput
 
+from .errors import InvalidRequest
 from .job_eval import JobEval
 from .learning_health import LearningHealth
 from .phases import JobPhase
@@ -248,12 +250,26 @@ class MetricsPublic(BaseModel):
     points: list[MetricPoint]
 
 
+# Control characters (NUL above all: PostgreSQL cannot hold one in text) match no stored name, team or
+# label, so a filter holding one is refused as bad input rather than sent to the database.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 @dataclass(frozen=True)
 class JobFilters:
+    """A list query's filters; InvalidRequest (422, `query`, the parameter) for text no job can have."""
+
     phase: JobPhase | None = None
     team: str | None = None
     name: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        texts = [("team", self.team), ("name", self.name)] + [("label", f"{k}={v}") for k, v in self.labels]
+        for parameter, text in texts:
+            if text is not None and (found := _CONTROL.search(text)):
+                raise InvalidRequest(("query", parameter), f"{parameter} holds a control character ({found.group()!r}); "
+                                     "names, teams and labels never do")  # fmt: skip
 
 
 @dataclass(frozen=True)
