@@ -87,7 +87,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from trainer.conversion_cache import default_cache_root
-    from trainer.pipeline import JobContext, default_run_command, local_work_dir, run_pipeline
+    from trainer.pipeline import default_run_command, run_pipeline
     from trainer.progress import EventReporter
     from trainer.run_stop import RunStopConfigError, StopRequest, stop_deadline_from_env
     from trainer.sources import (
@@ -98,6 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         missing_local_inputs,
         resolve_model,
     )
+    from trainer.stages.context import JobContext, local_work_dir
     from trainer.storage import StorageError, store_for
     from trainer.storage.preflight import preflight
 

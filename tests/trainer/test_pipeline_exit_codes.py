@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from trainer.contract import ExitCode, JobSpec, RunLayout, Stage, parse_event
-from trainer.pipeline import JobContext, classify_failure, run_pipeline
+from trainer.pipeline import classify_failure, run_pipeline
 from trainer.progress import EventReporter
 from trainer.runner import StageFailed, StageInterrupted
 from trainer.sources import DataError, resolve_model
+from trainer.stages.context import JobContext
 from trainer.storage import StorageError, store_for
 
 

@@ -14,12 +14,13 @@ import pytest
 
 from trainer.cli import main
 from trainer.contract import ExitCode, JobSpec, RunLayout, parse_event
-from trainer.pipeline import JobContext, classify_failure, run_pipeline
+from trainer.pipeline import classify_failure, run_pipeline
 from trainer.progress import EventReporter
 from trainer.run_stop import DEFAULT_STOP_MARGIN_S, RunStopConfigError, StopRequest
 from trainer.run_stop import stop_deadline as _stop_deadline
 from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command
 from trainer.sources import resolve_model
+from trainer.stages.context import JobContext
 from trainer.storage import store_for
 
 

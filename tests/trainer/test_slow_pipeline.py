@@ -52,7 +52,7 @@ def restarted_run(tiny_dir, shared_cache, tmp_path_factory) -> dict:
     What the kill found is recorded (the events so far, the newest complete checkpoint once the stage
     process died with the trainer) so the tests can show it landed inside the train stage.
     """
-    from trainer.pipeline import latest_actor_step
+    from trainer.stages.context import latest_actor_step
 
     out = tmp_path_factory.mktemp("runs")
     env = _env(tiny_dir, out, shared_cache)
@@ -216,9 +216,9 @@ def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_r
 
     from trainer.contract import JobSpec
     from trainer.contract.spec_file import load_spec_file
-    from trainer.pipeline import converted_checkpoint
     from trainer.runner import StageCommand, run_stage_command
     from trainer.sources import resolve_model
+    from trainer.stages.convert import converted_checkpoint
     from trainer.stages.export import build_export_command
 
     layout, tiny = restarted_run["layout"], restarted_run["tiny"]

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from trainer.contract import JobSpec, RunLayout, join_uri, location_kind
+import json
+from typing import Any
+
+from trainer.contract import JobSpec, RunLayout, Stage, join_uri, location_kind
 from trainer.contract.hf_model import MaxTextModel
+from trainer.conversion_cache import CacheKey, ConversionCache, cache_key_for, default_cache_root, storage_format
 from trainer.runner import StageCommand
+from trainer.storage import store_for
 
 from .common import hf_config_registration_args, stage_env
+from .context import JobContext, stage_inputs
 from .maxtext_paths import base_config
 
 TO_MAXTEXT_MODULE = "maxtext.checkpoint_conversion.to_maxtext"
@@ -57,3 +63,47 @@ def build_convert_command(
     module = TO_MAXTEXT_ENTRY if registration else TO_MAXTEXT_MODULE
     needs_hub = local_source is None and location_kind(source.source) == "hub"
     return StageCommand(module=module, args=tuple(args), env=stage_env(spec, needs_hub=needs_hub))
+
+
+def conversion_cache(ctx: JobContext) -> tuple[ConversionCache, CacheKey] | None:
+    """The cache and this job's key, or None when caching is off (RLJOB_CONVERSION_CACHE=off)."""
+    root = default_cache_root(ctx.spec)
+    if root is None:
+        return None
+    fmt = storage_format(use_ocdbt=USE_OCDBT, use_zarr3=USE_ZARR3)
+    return ConversionCache(root), cache_key_for(ctx.spec, ctx.model, fmt=fmt)
+
+
+def cached_conversion(ctx: JobContext) -> dict[str, Any] | None:
+    """Convert-stage outputs served from the cache, or None on a miss."""
+    found = conversion_cache(ctx)
+    entry = found[0].lookup(found[1]) if found else None
+    return None if entry is None else {"checkpoint": entry.checkpoint_uri, "cache_entry": entry.uri, "cache_hit": True}
+
+
+def run_convert(ctx: JobContext) -> dict[str, Any]:
+    inputs = stage_inputs(ctx)
+    log = ctx.work_dir / "logs" / "convert.log"
+    found = conversion_cache(ctx)
+    if found is None:
+        ctx.run_command(build_convert_command(ctx.spec, ctx.layout, ctx.model, local_source=inputs["local_source"]), log)
+        return {"checkpoint": converted_items_uri(ctx.layout)}
+    cache, key = found
+
+    def convert(output_dir: str) -> None:
+        command = build_convert_command(ctx.spec, ctx.layout, ctx.model, local_source=inputs["local_source"],
+                                        output_dir=output_dir)
+        ctx.run_command(command, log)
+
+    # A concurrent job converting the same model may publish first; then this one uses its entry.
+    result = cache.get_or_convert(key, convert)
+    return {"checkpoint": result.entry.checkpoint_uri, "cache_entry": result.entry.uri, "cache_hit": result.hit}
+
+
+def converted_checkpoint(layout: RunLayout) -> str:
+    """Where the convert stage left the checkpoint: its marker says (a cache entry or maxtext/)."""
+    store = store_for(layout.root)
+    marker = layout.stage_marker(Stage.CONVERT)
+    if store.exists(marker):
+        return json.loads(store.read_bytes(marker))["outputs"].get("checkpoint") or converted_items_uri(layout)
+    return converted_items_uri(layout)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from trainer.contract import JobSpec, RunLayout, join_uri
 from trainer.contract.hf_model import MaxTextModel
-from trainer.runner import StageCommand
+from trainer.runner import StageCommand, StageFailed
+from trainer.sources import local_copy_path, stage_directory
+from trainer.storage import StorageError
 
 from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub
+from .context import JobContext, latest_actor_step, stage_inputs
 from .maxtext_paths import base_config
 
 TO_HUGGINGFACE_MODULE = "maxtext.checkpoint_conversion.to_huggingface"
@@ -56,3 +62,54 @@ def build_verify_command(export_dir: str, *, wait_for_go: bool = False) -> Stage
     (the pipeline starts it alongside to_huggingface: trainer/checks/verify_export.py)."""
     args = ("--wait", export_dir) if wait_for_go else (export_dir,)
     return StageCommand(module=VERIFY_EXPORT_MODULE, args=args, env={"HF_HUB_OFFLINE": "1"})
+
+
+class VerificationFailed(Exception):
+    """The export did not load or its logits were not finite."""
+
+
+def run_export(ctx: JobContext) -> dict[str, Any]:
+    spec, layout = ctx.spec, ctx.layout
+    log = ctx.work_dir / "logs" / "export.log"
+    step = latest_actor_step(layout)
+    if step is None:
+        raise StageFailed("export", 0, log, f"no actor checkpoint in {layout.actor_checkpoints}")
+    inputs = stage_inputs(ctx)
+    command = build_export_command(spec, layout, ctx.model, actor_step=step, local_tokenizer=inputs["local_tokenizer"],
+                                   local_source=inputs["local_source"])
+    export_copy = ctx.work_dir / "export-copy"
+    # The check starts now and imports torch and transformers while to_huggingface runs (on the tiny
+    # spec those imports were most of the check's 13 s); it reads the export only once told to below.
+    check = None
+    if spec.export.verify:
+        verify = build_verify_command(local_copy_path(layout.export_dir, export_copy), wait_for_go=True)
+        check = ctx.start_command(verify, with_stdin=True)
+    try:
+        ctx.run_command(command, log)
+        outputs: dict[str, Any] = {"export": layout.export_dir, "actor_step": step}
+        if spec.export.verify or spec.export.hub_repo:
+            local_export = stage_directory(layout.export_dir, export_copy)
+            if check is not None:
+                try:
+                    check.follow(log, stop=ctx.stop, stdin_line="go")
+                except StageFailed as e:
+                    raise VerificationFailed(f"the export in {layout.export_dir} failed the transformers check: {e.tail[-500:]}") from e
+                outputs["verified"] = True
+            if spec.export.hub_repo:
+                outputs["hub_repo"] = upload_to_hub(local_export, spec.export.hub_repo, private=spec.export.hub_private)
+    finally:
+        if check is not None:
+            check.cancel()  # the export failed or was stopped before the check was told to go (no-op after it ran)
+    return outputs
+
+
+def upload_to_hub(local_dir: str, repo_id: str, *, private: bool) -> str:
+    token = os.environ.get("HF_TOKEN")
+    if not token:
+        raise StorageError(f"export.hub_repo={repo_id} needs HF_TOKEN in the environment")
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    api.upload_folder(repo_id=repo_id, folder_path=local_dir, commit_message="rljob export")
+    return f"https://huggingface.co/{repo_id}"

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from trainer.contract import JobSpec, RunLayout
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainer.contract import JobSpec, RunLayout, TrainStep
 from trainer.contract.hf_model import MaxTextModel
 from trainer.maxtext_entry.shim_flags import EVAL_FLAG, SAMPLES_FLAG
-from trainer.runner import StageCommand
+from trainer.runner import StageCommand, StageFailed
+from trainer.sources import materialise_dataset
+from trainer.storage import store_for
+from trainer.tensorboard_metrics import EventFileTailer
+from trainer.train_progress import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
 
 from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub, uses_cpu
-from .convert import converted_items_uri
+from .context import JobContext, latest_actor_step, stage_inputs
+from .convert import converted_checkpoint, converted_items_uri
 from .maxtext_paths import rl_config
 
 TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"  # what both entries run, unmodified
@@ -129,3 +138,73 @@ def build_train_command(
     ]
     needs_hub = tokenizer_needs_hub(spec, local_tokenizer) or local_data is None
     return StageCommand(module=module, args=tuple(args), env=stage_env(spec, needs_hub=needs_hub), graceful_stop=True)
+
+
+def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any]:
+    spec, layout, reporter = ctx.spec, ctx.layout, ctx.reporter
+    inputs = stage_inputs(ctx)
+    local_data = materialise_dataset(spec, ctx.work_dir / "data")
+    command = build_train_command(
+        spec,
+        layout,
+        ctx.model,
+        local_data=local_data,
+        local_tokenizer=inputs["local_tokenizer"],
+        local_source=inputs["local_source"],
+        local_rewards=inputs["local_rewards"],
+        local_template=inputs["local_template"],
+        load_parameters_path=converted_checkpoint(layout),
+    )
+    total = total_train_steps(spec)
+    start_step = latest_actor_step(layout) or 0
+    reported = {e.step for e in reporter.previous_events if isinstance(e, TrainStep)}
+    assembler = TrainStepAssembler(total_steps=total, already_reported=reported)
+    tensorboard_uri = f"{layout.rl_run}/tensorboard"
+    watcher = TrainProgressWatcher(
+        EventFileTailer(store_for(tensorboard_uri), tensorboard_uri), reporter, assembler, poll_interval_s=poll_interval_s
+    )
+
+    eval_lines = EvalLineReader(start_step=start_step, total_steps=total)
+
+    def on_line(line: str) -> None:
+        fields = eval_lines.fields(line)
+        if fields:
+            reporter.eval_result(**fields)
+        elif (goodput := goodput_from_line(line)) is not None:
+            reporter.goodput(goodput)
+
+    log = ctx.work_dir / "logs" / "train.log"
+    watcher.start()
+    try:
+        ctx.run_command(command, log, on_line=on_line)
+    finally:
+        metrics_warning = _final_metrics_read(watcher, log)
+    final = latest_actor_step(layout)
+    if final is None:
+        raise StageFailed(command.module, 0, log, "no actor checkpoint was written")
+    outputs = {"actor_step": final, "resumed_from_step": start_step, "checkpoint": f"{layout.actor_checkpoints}/{final}"}
+    if metrics_warning:
+        outputs["warning"] = metrics_warning
+    return outputs
+
+
+def _final_metrics_read(watcher: TrainProgressWatcher, log: Path) -> str | None:
+    """Stop the TensorBoard watcher (its last read) without letting that read decide the stage.
+
+    Training has ended by now and its outcome is train_rl's exit and the checkpoint, not the metrics:
+    a storage error here would otherwise turn a finished stage into exit 77, or, raised in a `finally`,
+    replace the real failure of train_rl. It becomes a warning in the log and the stage's outputs.
+    """
+    try:
+        watcher.stop()
+    except Exception as e:  # noqa: BLE001 - any failure to read metrics; the stage keeps its own result
+        warning = (f"the final read of training metrics failed ({type(e).__name__}: {e}); progress may miss the "
+                   f"last steps, the checkpoint is unaffected")
+        print(f"rljob: warning: {warning}", file=sys.stderr)
+        try:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"rljob: warning: {warning}\n")
+        except OSError:
+            pass  # stderr has it
+        return warning
+    return None
