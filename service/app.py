@@ -48,6 +48,7 @@ from .api.routes import events, health, jobs, phases, usage
 from .api.termination import on_termination_signal
 
 log = logging.getLogger(__name__)
+SHARED_RECORDS = 2048  # job records the API may keep in memory (adapters/store/shared_records.py)
 
 
 def create_app(
@@ -68,7 +69,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        job_store = store or SqlJobStore(settings.effective_database_url)
+        lock = leader_lock_for(getattr(store, "url", None) if store is not None else settings.effective_database_url)
+        # Records kept in memory for reads only where this process writes every job (lock not shared).
+        job_store = store or SqlJobStore(settings.effective_database_url, shared_reads=0 if lock.shared else SHARED_RECORDS)
         await run_in_threadpool(job_store.migrate)
         tokens = TokenService(job_store, clock, cache=TokenCache(settings.token_cache_size, settings.token_cache_ttl_s))
         if settings.bootstrap_token is not None:
@@ -80,7 +83,6 @@ def create_app(
         checks = self_check if self_check is not None or launcher is not None else startup_checks(settings, job_launcher)
         report = SelfCheckReport()
         notifier = ChangeNotifier()
-        lock = leader_lock_for(getattr(job_store, "url", None))
         leadership = Leadership(
             lock, on_elected=lambda: supervisor.start(), on_deposed=lambda: supervisor.stop(),
             check_interval_s=settings.leader_check_interval_s,

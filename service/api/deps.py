@@ -28,6 +28,7 @@ from service.leadership import Leadership
 from service.supervisor import Supervisor
 from trainer.contract import JOB_ID_RE
 
+from .job_views import JobViews
 from .log_follow import LogFollowers
 from .metrics import ServiceMetrics
 
@@ -48,6 +49,10 @@ class Runtime:
     log_followers: LogFollowers = field(default_factory=lambda: LogFollowers(32))
     owned: list[object] = field(default_factory=list)
     self_checks: SelfCheckReport = field(default_factory=SelfCheckReport)  # start-up checks (/readyz shows them)
+    views: JobViews = field(init=False)  # the status read's and list page's JSON (api/job_views.py)
+
+    def __post_init__(self) -> None:
+        self.views = JobViews(self.jobs, self.public_at, self.clock)
 
     def not_ready_reason(self) -> str | None:
         """Why this replica cannot take submissions yet: only a leader still re-attaching jobs cannot
@@ -103,8 +108,11 @@ async def require_ready(runtime: RuntimeDep) -> None:
 ReadyDep = Annotated[None, Depends(require_ready)]
 
 
+JobIdPath = Annotated[str, Path(max_length=64, description="rl- and 12 lowercase letters or digits")]
+
+
 def get_visible_job(
-    job_id: Annotated[str, Path(max_length=64, description="rl- and 12 lowercase letters or digits")],
+    job_id: JobIdPath,
     caller: CallerDep,
     jobs: JobServiceDep,
 ) -> JobRecord:

@@ -141,12 +141,21 @@ class JobService:
         """A page of the jobs the caller may see, newest first, as (pk, record) pairs for a cursor,
         and whether older ones follow. Only admins see other teams: for anyone else a filter on
         another team finds nothing, exactly as if that team had no jobs."""
-        if not caller.admin:
-            if filters.team is not None and filters.team != caller.team:
-                return [], False
-            filters = dataclasses.replace(filters, team=caller.team)
-        rows = self.store.list_jobs(filters, before_pk=before_pk, limit=limit + 1)
+        visible = self.visible_filters(caller, filters)
+        if visible is None:
+            return [], False
+        rows = self.store.list_jobs(visible, before_pk=before_pk, limit=limit + 1)
         return rows[:limit], len(rows) > limit
+
+    @staticmethod
+    def visible_filters(caller: Caller, filters: JobFilters) -> JobFilters | None:
+        """The filters narrowed to what the caller may see; None: nothing. Only admins see other teams:
+        for anyone else a filter on another team finds nothing, exactly as if that team had no jobs."""
+        if caller.admin:
+            return filters
+        if filters.team is not None and filters.team != caller.team:
+            return None
+        return dataclasses.replace(filters, team=caller.team)
 
     def logs(self, record: JobRecord, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str | None]:
         """The workload's log while the backend has it, else the stage logs in the run directory."""

@@ -29,6 +29,7 @@ from service.domain.models import (
 )
 from service.domain.phases import TERMINAL, JobPhase
 
+from .shared_records import SharedRecords
 from .tables import JobEventRow, JobLabelRow, JobRow, MetricPointRow, TokenRow
 
 log = logging.getLogger(__name__)
@@ -206,11 +207,14 @@ _IDS_PER_STATEMENT = 500  # SQLite's default limit is 32766 bound parameters (99
 
 
 class SqlJobStore:
-    def __init__(self, url: str, *, engine: Engine | None = None) -> None:
+    def __init__(self, url: str, *, engine: Engine | None = None, shared_reads: int = 0) -> None:
+        """`shared_reads`: keep up to this many job records in memory for `shared_record` (0: none).
+        Only for a database no other process writes jobs to (shared_records.py says why)."""
         self.url = url
         self.engine = engine or build_engine(url)
         self.dialect = self.engine.dialect.name
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._shared = SharedRecords(shared_reads) if shared_reads else None
 
     def migrate(self) -> None:
         from .migrate import upgrade_to_head
@@ -226,8 +230,14 @@ class SqlJobStore:
 
     @contextmanager
     def transaction(self) -> Iterator[_Tx]:
-        with self._sessions() as session, session.begin():
-            yield _Tx(session, for_update_supported=self.dialect != "sqlite", order_events=self.dialect == "postgresql")
+        tx: _Tx | None = None
+        try:
+            with self._sessions() as session, session.begin():
+                tx = _Tx(session, for_update_supported=self.dialect != "sqlite", order_events=self.dialect == "postgresql")
+                yield tx
+        finally:  # after the commit: a shared read from before it can no longer land (shared_records.py)
+            if self._shared is not None and tx is not None:
+                self._shared.drop(tx._rows)
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
@@ -254,8 +264,63 @@ class SqlJobStore:
 
         return self._read_rows(read)
 
+    @property
+    def shares_reads(self) -> bool:
+        return self._shared is not None
+
+    def shared_record(self, job_id: str) -> JobRecord | None:
+        """The job's record if it is held in memory (no I/O; None: ask read_shared). Never change it."""
+        return None if self._shared is None else self._shared.get(job_id)
+
+    def read_shared(self, job_id: str) -> JobRecord | None:
+        """get(), keeping what it read for shared_record (when shared reads are on). Never change it."""
+        if self._shared is None:
+            return self.get(job_id)
+        generation = self._shared.generation
+        record = self.get(job_id)
+        if record is not None:
+            self._shared.put(record, read_at_generation=generation)
+        return record
+
+    def list_jobs_shared(self, filters: JobFilters, *, before_pk: int | None, limit: int) -> list[tuple[int, JobRecord]]:
+        """list_jobs, reading only the page's ids and the records not held in memory (then kept).
+        Never change the records."""
+        shared = self._shared
+        if shared is None:
+            return self.list_jobs(filters, before_pk=before_pk, limit=limit)
+        page = self._page(filters, before_pk, limit, _JOBS.c.pk, _JOBS.c.id)
+
+        def read(conn: Connection) -> list[tuple[int, JobRecord]]:
+            generation = shared.generation
+            ids = conn.execute(page).all()
+            found = {job_id: record for _, job_id in ids if (record := shared.get(job_id)) is not None}
+            missing = [job_id for _, job_id in ids if job_id not in found]
+            if missing:
+                rows = conn.execute(select(_JOBS).where(_JOBS.c.id.in_(missing))).all()
+                labels = _labels_by_pk(conn, [row.pk for row in rows])
+                for row in rows:
+                    found[row.id] = record = _to_record(row, labels[row.pk])
+                    shared.put(record, read_at_generation=generation)
+            return [(pk, found[job_id]) for pk, job_id in ids if job_id in found]
+
+        return self._read_rows(read)
+
     def list_jobs(self, filters: JobFilters, *, before_pk: int | None, limit: int) -> list[tuple[int, JobRecord]]:
-        stmt = select(_JOBS).order_by(_JOBS.c.pk.desc()).limit(limit)
+        return self._read_records(self._page(filters, before_pk, limit, _JOBS))
+
+    def _read_records(self, stmt: Any) -> list[tuple[int, JobRecord]]:
+        """(pk, record) of each job row `stmt` selects, with the labels of all of them in one more query."""
+
+        def read(conn: Connection) -> list[tuple[int, JobRecord]]:
+            rows = conn.execute(stmt).all()
+            labels = _labels_by_pk(conn, [row.pk for row in rows])
+            return [(row.pk, _to_record(row, labels[row.pk])) for row in rows]
+
+        return self._read_rows(read)
+
+    @staticmethod
+    def _page(filters: JobFilters, before_pk: int | None, limit: int, *columns: Any) -> Any:
+        stmt = select(*columns).order_by(_JOBS.c.pk.desc()).limit(limit)
         if before_pk is not None:
             stmt = stmt.where(_JOBS.c.pk < before_pk)
         if filters.phase is not None:
@@ -266,24 +331,12 @@ class SqlJobStore:
             stmt = stmt.where(_JOBS.c.name == filters.name)
         for key, value in filters.labels:
             stmt = stmt.where(exists().where(_LABELS.c.job_pk == _JOBS.c.pk, _LABELS.c.key == key, _LABELS.c.value == value))
-
-        def read(conn: Connection) -> list[tuple[int, JobRecord]]:
-            rows = conn.execute(stmt).all()
-            labels = _labels_by_pk(conn, [row.pk for row in rows])
-            return [(row.pk, _to_record(row, labels[row.pk])) for row in rows]
-
-        return self._read_rows(read)
+        return stmt
 
     def list_active(self) -> list[JobRecord]:
         terminal = [p.value for p in TERMINAL]
         active = select(_JOBS).where(_JOBS.c.phase.not_in(terminal)).order_by(_JOBS.c.pk)
-
-        def read(conn: Connection) -> list[JobRecord]:
-            rows = conn.execute(active).all()
-            labels = _labels_by_pk(conn, [row.pk for row in rows])
-            return [_to_record(row, labels[row.pk]) for row in rows]
-
-        return self._read_rows(read)
+        return [record for _, record in self._read_records(active)]
 
     def job_versions(self, phases: Collection[JobPhase]) -> dict[str, tuple[JobPhase, int]]:
         # Three narrow columns by the phase index: cheap enough for the progress poller's every round.

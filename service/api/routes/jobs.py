@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import StringConstraints, ValidationError
 
-from service.api.deps import CallerDep, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
+from service.api.deps import CallerDep, JobIdPath, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
 from service.api.errors import error_responses
 from service.api.log_follow import follow_log
 from service.domain.errors import BadCursor, InvalidRequest
@@ -122,7 +122,6 @@ def submit_job(
 @router.get("", response_model=JobsPublic, responses=error_responses(400, 401, 422, 503))
 def list_jobs(
     caller: CallerDep,
-    jobs: JobServiceDep,
     runtime: RuntimeDep,
     phase: JobPhase | None = None,
     team: Annotated[str | None, Query(max_length=63, description="admins only; others always see their own team")] = None,
@@ -130,23 +129,20 @@ def list_jobs(
     label: Annotated[list[LabelFilter], Query(max_length=20, description="key=value, repeatable (all must match)")] = [],  # noqa: B006 (FastAPI copies defaults)
     cursor: Annotated[str | None, Query(max_length=64, pattern=CURSOR_PATTERN, description="next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-) -> JobsPublic:
+) -> Response:
     """Jobs newest first, one page at a time; follow `next_cursor` for older ones."""
     filters = JobFilters(phase=phase, team=team, name=name, labels=_parse_labels(label))
     before = decode_cursor(cursor) if cursor else None
-    page, more = jobs.list_jobs(caller, filters, before_pk=before, limit=limit)
-    now = runtime.clock()
-    return JobsPublic(
-        data=[runtime.public_at(record, now) for _, record in page],
-        count=len(page),
-        next_cursor=encode_cursor(page[-1][0]) if more else None,
-    )
+    data, count, last_pk = runtime.views.page_json(caller, filters, before_pk=before, limit=limit)
+    # JobsPublic as pydantic writes it (compact, fields in order), around the jobs' own JSON.
+    next_cursor = json.dumps(encode_cursor(last_pk) if last_pk is not None else None).encode()
+    return Response(b'{"data":' + data + b',"count":%d,"next_cursor":' % count + next_cursor + b"}", media_type="application/json")
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=error_responses(401, 404, 422, 503))
-async def get_job(record: VisibleJobDep, runtime: RuntimeDep) -> JobPublic:
-    # async: get_visible_job has read the job on the thread pool; showing it needs no second hop.
-    return runtime.public(record)
+async def get_job(job_id: JobIdPath, caller: CallerDep, runtime: RuntimeDep) -> Response:
+    # async, and no thread hop when the job is in memory (api/job_views.py).
+    return await runtime.views.status(caller, job_id)
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic, responses=error_responses(401, 404, 422, 503))
