@@ -20,7 +20,8 @@ class RateResult:
     offered_rps: float
     sent: int
     ok: int = 0
-    errors: int = 0  # a non-200 answer or a broken connection
+    shed: int = 0  # 503: refused by the service's load shedding, not served
+    errors: int = 0  # another non-200 answer or a broken connection
     timeouts: int = 0
     latencies_ms: list[float] = field(default_factory=list)
 
@@ -100,6 +101,8 @@ class OpenLoopClient:
         if status == 200:
             result.ok += 1
             result.latencies_ms.append((loop.time() - scheduled) * 1000)
+        elif status == 503:
+            result.shed += 1
         else:
             result.errors += 1
 
