@@ -47,3 +47,16 @@ def test_a_missing_run_directory_reads_as_nothing(gcs, bucket):
     files = StoreRunFiles()
     assert files.read_manifest(record) is None
     assert list(files.stage_log_lines(record)) == []
+
+
+def test_a_large_stage_log_on_gcs_is_read_as_a_ranged_tail(gcs, bucket, monkeypatch):
+    """Only the bound is downloaded (a ranged read), never the whole object (service/adapters/run_reads.py)."""
+    from service.adapters import run_files
+
+    monkeypatch.setattr(run_files, "MAX_LOG_BYTES", 1024)
+    output = f"gs://{bucket}/rljob"
+    layout = RunLayout(output, JOB_ID)
+    gcs.write_bytes(layout.stage_log(Stage.TRAIN), b"".join(b"line %06d\n" % i for i in range(10_000)))
+    lines = list(StoreRunFiles().stage_log_lines(_record(output)))
+    assert lines[0].endswith(", last 0 MiB) <==") and lines[-1] == "line 009999"
+    assert 80 <= len(lines) - 1 <= 1024 // 11 and all(line.startswith("line ") for line in lines[1:])
