@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -219,7 +220,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="torch seed for sampling")
     parser.add_argument("--out", default=str(RESULT))
     args = parser.parse_args()
+    from bench.result_meta import machine_facts
 
+    machine = machine_facts()  # cores, load, commit and command, in the result file
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -249,6 +252,7 @@ def main() -> int:
         "target_pass_at_1": list(TARGET), "sampler_check": check, "settings": measured,
         "choice": choose(measured), "seconds": round(time.monotonic() - started, 1),
         "torch_threads": torch.get_num_threads(),
+        "machine": machine | {"load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
     }  # fmt: skip
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["choice"], indent=2))

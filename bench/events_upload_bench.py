@@ -11,6 +11,8 @@ It prints milliseconds per event in the first and the last tenth of the run, for
 the baseline's cost grows with the file, the appends' stays flat.
 
     python bench/events_upload_bench.py [--events 2000] [--batch 10]
+
+writes bench/results/events_upload.json with the machine's facts (--no-write: not).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from result_meta import machine_facts, write_result  # noqa: E402
 
 from tests.storage.conftest import client_for  # noqa: E402
 from tests.storage.gcs_emulator import GcsEmulator, apply_env  # noqa: E402
@@ -61,7 +65,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=10, help="events per append (the flush interval's worth)")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/results/events_upload.json")
     args = parser.parse_args()
+    machine = machine_facts()
     with tempfile.TemporaryDirectory() as tmp:
         emulator = GcsEmulator(Path(tmp))
         emulator.start()
@@ -80,6 +86,11 @@ def main() -> int:
         first, last = tenth_ms(costs, False), tenth_ms(costs, True)
         print(f"  {name:30s} first tenth {first:7.2f} ms/event, last tenth {last:7.2f} ms/event, growth {last / first:5.2f}x")
     print(f"  last tenth, baseline / append: {tenth_ms(baseline, True) / tenth_ms(appended, True):.1f}x")
+    if not args.no_write:
+        tenths = {name: {"first_tenth_ms": round(tenth_ms(c, False), 2), "last_tenth_ms": round(tenth_ms(c, True), 2)}
+                  for name, c in (("rewrite", baseline), ("append", appended))}  # fmt: skip
+        write_result("events_upload.json", {"events": args.events, "batch": args.batch, "event_bytes": len(LINE),
+                                            "final_file_bytes": size, **tenths}, machine)  # fmt: skip
     return 0
 
 

@@ -14,7 +14,6 @@ model to the larger one. Each run's own measured / estimated ratio is printed to
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from result_meta import machine_facts, write_result  # noqa: E402
 
 from trainer.contract.fit import estimate_job_fit  # noqa: E402
 from trainer.contract.spec_file import load_spec_file  # noqa: E402
@@ -121,6 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="work directory (default: a temporary one)")
     args = parser.parse_args()
+    machine = machine_facts()
     work = args.out or Path(tempfile.mkdtemp(prefix="rljob-fit-"))
     tiny = work / "inputs"  # make-tiny's model, tokenizer, data and reward
     subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(tiny)], cwd=REPO, check=True,
@@ -146,8 +148,7 @@ def main() -> None:
     ratio = grown_measured / grown_estimated
     print(f"growth {small['model']} -> {large['model']}: measured {grown_measured / GIB:.2f} GiB, "
           f"estimated {grown_estimated / GIB:.2f} GiB, ratio {ratio:.2f}")  # fmt: skip
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"runs": rows, "growth_ratio_measured_over_estimated": ratio}, indent=2) + "\n")
+    write_result(RESULTS.name, {"runs": rows, "growth_ratio_measured_over_estimated": ratio}, machine)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ Each rljob row is also given as a ratio to the minimal app's CPU in the same run
 
     python bench/idle_cpu.py [--idle-s 30] [--jobs 200] [--json PATH]
 
+writes bench/results/idle_cpu.json with the machine's facts (--no-write: not). bench/results/idle_cpu-4d5c520.json
+is an earlier run's, before (4d5c520) and after (49293ed) the progress path work, recorded without them.
+
 Numbers depend on what else runs on the machine: compare rows of the same run.
 """
 
@@ -33,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from control_plane import TOKEN, idle_cpu_percent, running, settle
+from app_server import uvicorn_app
+from control_plane import TOKEN, idle_cpu_percent, settle
+from result_meta import machine_facts, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -158,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         work = Path(tmp)
         (work / "jobs.json").write_text("[]")
         env = {**base_env, "BENCH_JOBS_FILE": str(work / "jobs.json"), "BENCH_TOKEN": TOKEN}
-        with running("control_plane:create_minimal_app", env, work, "minimal", app_dir=Path(__file__).parent) as pid:
+        with uvicorn_app("control_plane:create_minimal_app", env, work, "minimal", app_dir=Path(__file__).parent) as (pid, _):
             rows["minimal app"] = measure_idle(pid, args.idle_s)
 
         def rljob_env(name: str, **extra: str) -> dict[str, str]:
@@ -166,15 +171,12 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                     "RLJOB_STATE_DIR": str(work / name), "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
                     "RLJOB_BOOTSTRAP_TEAM": "bench", **extra}  # fmt: skip
 
-        from control_plane import _port_of
-
-        with running("service.app:create_app_from_env", rljob_env("empty"), work, "rljob-empty") as pid:
+        with uvicorn_app("service.app:create_app_from_env", rljob_env("empty"), work, "rljob-empty") as (pid, _):
             rows["rljob, 0 jobs"] = measure_idle(pid, args.idle_s)
 
         queued_env = rljob_env("queued", RLJOB_MAX_CONCURRENT_JOBS="1", RLJOB_TRAINER_COMMAND=json.dumps(SLEEPING_TRAINER))
         try:
-            with running("service.app:create_app_from_env", queued_env, work, "rljob-queued") as pid:
-                port = _port_of(pid)
+            with uvicorn_app("service.app:create_app_from_env", queued_env, work, "rljob-queued") as (pid, port):
                 submit(port, work / "runs-queued", args.jobs)
                 wait_for(port, {"RUNNING": 1, "QUEUED": args.jobs - 1})
                 rows[f"rljob, {args.jobs} queued (1 running)"] = measure_idle(pid, args.idle_s)
@@ -183,8 +185,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
 
         running_env = rljob_env("running")
         app_dir = Path(__file__).parent
-        with running("idle_cpu:create_running_jobs_app", running_env, work, "rljob-running", app_dir=app_dir) as pid:
-            port = _port_of(pid)
+        with uvicorn_app("idle_cpu:create_running_jobs_app", running_env, work, "rljob-running", app_dir=app_dir) as (pid, port):
             ids = submit(port, work / "runs-running", args.jobs)
             for job_id in ids:
                 write_events(work / "runs-running", job_id)
@@ -208,11 +209,16 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=30.0, help="how long each server's idle CPU is read (30 s: one reconcile)")
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/results/idle_cpu.json")
     args = parser.parse_args()
+    machine = machine_facts()
     rows = run(args)
     print_report(rows, args.idle_s)
+    report = {"idle_s": args.idle_s, "jobs": args.jobs, "idle_cpu_percent": rows}
     if args.json:
-        args.json.write_text(json.dumps({"idle_s": args.idle_s, "idle_cpu_percent": rows}, indent=2) + "\n")
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    if not args.no_write:
+        write_result("idle_cpu.json", report, machine)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ Reported per backend (kill_loop_audit.py): jobs acknowledged (201/200), lost (ac
 or not terminal after recovery), duplicated (one key answered with two ids, one submission stored twice,
 two trainers alive at once for one job, more trainer starts or Kubernetes Jobs than the service launched),
 phase regressions a poller saw, event-log violations, and jobs that ended in the wrong phase.
-Goal: 0 lost, 0 duplicated. Results go to bench/results/kill_loop.json (one entry per backend; a run of
-some backends keeps the others' entries).
+Goal: 0 lost, 0 duplicated. Results go to bench/results/kill_loop.json (one entry per backend, each with the
+machine's facts at its start (bench/result_meta.py); a run of some backends keeps the others' entries).
 
     .venv/bin/python bench/kill_loop.py [--backend local-sqlite|local-postgres|k8s-kmock|all]
                                         [--iterations 20] [--seed N] [--keep]
@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from kill_loop_audit import NONCE_LABEL, PhaseWatcher, Submission, TrainerSampler, audit  # noqa: E402
 from kill_loop_backends import BACKENDS, Backend, live_trainers, open_backend  # noqa: E402
+from result_meta import machine_facts  # noqa: E402
 
 from service.domain.phases import JobPhase  # noqa: E402
 
@@ -356,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for name in names:
         print(f"{name}: {args.iterations} lives, seed {seed}", flush=True)
+        machine = machine_facts()
         entry = run_backend(name, args.iterations, seed, args.keep)
+        entry["machine"] = machine | {"load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
         print(summary_line(entry), flush=True)
         for key in ("lost", "duplicated", "phase_regressions_seen_by_poller", "event_log_violations", "wrong_final_phase"):
             if entry[key] and (key != "duplicated" or entry["duplicated_submissions"]):

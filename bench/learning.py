@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO))
 from bench import learning_stats  # noqa: E402
 from bench.arith_difficulty import PrefixSampler, load_rewards, settled, train_rl_rows  # noqa: E402
 from bench.render_learning import render_all  # noqa: E402
+from bench.result_meta import machine_facts  # noqa: E402
 from service.cli.client import ClientConfig, RljobClient  # noqa: E402
 from service.cli.demo import _wait_ready  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
@@ -288,6 +289,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(RESULTS / "learning.json"))
     parser.add_argument("--gsm8k", action="store_true", help="also the GSM8K-100 no-regression row (greedy)")
     args = parser.parse_args()
+    machine = machine_facts()  # bench/result_meta.py: cores, load, commit and command, in the result file
     work = Path(args.work).resolve()
     state = work / "service"
     for d in (work, state, RESULTS):
@@ -348,6 +350,7 @@ def main() -> int:
         results["gsm8k"] = run_gsm8k(work, env, sources)
         save()
     results["summary"] = learning_stats.summarize({k: v["rows"] for k, v in results["models"].items()})
+    results["machine"] = machine | {"load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
     path.write_text(json.dumps(results, indent=2) + "\n")
     print_verdict(results["summary"])
     if path == RESULTS / "learning.json":

@@ -2,7 +2,9 @@
 
 Each section sits between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in README.md and is
 a pure function of its result file(s); tests/bench/test_readme_sections.py fails when the README and
-the files disagree. After a bench writes a new result file:
+the files disagree. A block whose begin marker is indented (inside a list item) is indented as much.
+The renderers live in bench/readme_render/; SECTIONS below names each block's files and renderer.
+After a bench writes a new result file:
 
     python bench/readme_sections.py            # rewrite every section
     python bench/readme_sections.py --check    # exit 1 and name the sections that differ
@@ -18,6 +20,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.readme_render import learning_benches, service_benches, storage_benches  # noqa: E402
+from bench.readme_render.common import duration  # noqa: E402
+
 RESULTS = REPO / "bench" / "results"
 README = REPO / "README.md"
 
@@ -25,11 +32,6 @@ README = REPO / "README.md"
 def load(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((RESULTS / name).read_text())
     return data
-
-
-def _duration(seconds: float) -> str:
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes}m {rest:02d}s" if minutes else f"{rest}s"
 
 
 def render_goodput_tiny(result: dict[str, Any]) -> str:
@@ -43,7 +45,7 @@ def render_goodput_tiny(result: dict[str, Any]) -> str:
              f"`{machine['commit']}`") if machine else ""  # fmt: skip
     return (
         f"The tiny demo job (`{result['spec']}`, job `{result['job_id']}`{where}, `bench/results/goodput-bar.json`): "
-        f"{_duration(wall)} of wall time, {goodput['productive_fraction']:.1%} productive; {listed}. Its job page's "
+        f"{duration(wall)} of wall time, {goodput['productive_fraction']:.1%} productive; {listed}. Its job page's "
         "bar is `bench/results/goodput-bar.png`."
     )
 
@@ -51,6 +53,15 @@ def render_goodput_tiny(result: dict[str, Any]) -> str:
 # name -> (result files, renderer of their contents in that order)
 SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "goodput-tiny": (("goodput-bar.json",), render_goodput_tiny),
+    "arith-difficulty": (("arith_difficulty.json",), learning_benches.render_arith_difficulty),
+    "events-upload": (("events_upload.json",), storage_benches.render_events_upload),
+    "schemathesis": (("schemathesis.json",), service_benches.render_schemathesis),
+    "kill-loop": (("kill_loop.json",), service_benches.render_kill_loop),
+    "fit-calibration": (("fit_calibration.json",), storage_benches.render_fit_calibration),
+    "sse-fanout": (("sse_fanout.json",), service_benches.render_sse_fanout),
+    "replicas": (("replicas.json",), service_benches.render_replicas),
+    "idle-cpu": (("idle_cpu-4d5c520.json", "idle_cpu.json"), service_benches.render_idle_cpu),
+    "upload": (("upload.json",), storage_benches.render_upload),
 }
 
 
@@ -63,20 +74,38 @@ def rendered(name: str) -> str:
     return render(*(load(f) for f in files))
 
 
-def current(readme: str, name: str) -> str | None:
+def _block(readme: str, name: str) -> tuple[int, int, str] | None:
+    """(start of the block's first line, start of the end marker's line, the begin marker's indentation)."""
     begin, end = _markers(name)
-    start, stop = readme.find(begin + "\n"), readme.find(end)
-    if start < 0 or stop < start:
+    at, stop = readme.find(begin + "\n"), readme.find(end)
+    if at < 0 or stop < at:
         return None
-    return readme[start + len(begin) + 1 : stop].removesuffix("\n")
+    line_start = readme.rfind("\n", 0, at) + 1
+    return at + len(begin) + 1, readme.rfind("\n", 0, stop) + 1, readme[line_start:at]
+
+
+def _indent(text: str, indent: str) -> str:
+    return "\n".join(indent + line if line else line for line in text.split("\n"))
+
+
+def current(readme: str, name: str) -> str | None:
+    """The block's text without its indentation (as its renderer writes it)."""
+    block = _block(readme, name)
+    if block is None:
+        return None
+    start, stop, indent = block
+    if stop <= start:
+        return ""
+    return "\n".join(line.removeprefix(indent) for line in readme[start:stop].removesuffix("\n").split("\n"))
 
 
 def replace(readme: str, name: str, text: str) -> str:
-    begin, end = _markers(name)
-    if current(readme, name) is None:
+    block = _block(readme, name)
+    if block is None:
+        begin, end = _markers(name)
         raise SystemExit(f"README.md has no {begin} ... {end} block")
-    start, stop = readme.find(begin + "\n"), readme.find(end)
-    return readme[: start + len(begin) + 1] + text + "\n" + readme[stop:]
+    start, stop, indent = block
+    return readme[:start] + _indent(text, indent) + "\n" + readme[stop:]
 
 
 def main() -> int:
@@ -84,16 +113,21 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a section differs from its files")
     args = parser.parse_args()
     readme = README.read_text()
-    stale = [name for name in SECTIONS if current(readme, name) != rendered(name)]
+    missing = [name for name, (files, _) in SECTIONS.items() if not all((RESULTS / f).exists() for f in files)]
+    for name in missing:
+        absent = [f for f in SECTIONS[name][0] if not (RESULTS / f).exists()]
+        print(f"bench:{name}: no bench/results/{', '.join(absent)}; section left as it is", file=sys.stderr)
+    stale = [name for name in SECTIONS if name not in missing and current(readme, name) != rendered(name)]
     if args.check:
         for name in stale:
             print(f"README.md's bench:{name} section differs from {', '.join(SECTIONS[name][0])}", file=sys.stderr)
-        return 1 if stale else 0
+        return 1 if stale or missing else 0
     for name in SECTIONS:
-        readme = replace(readme, name, rendered(name))
+        if name not in missing:
+            readme = replace(readme, name, rendered(name))
     README.write_text(readme)
-    print(f"rendered {len(SECTIONS)} section(s); {len(stale)} changed")
-    return 0
+    print(f"rendered {len(SECTIONS) - len(missing)} section(s); {len(stale)} changed")
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":

@@ -11,12 +11,15 @@ Failover: SIGKILL the leader, then measure until the other replica answers /read
 and ready (it has taken the lock and re-attached the jobs), with status reads going to it meanwhile.
 
     python bench/replicas.py [--quick] [--duration-s 10] [--json PATH]
+
+writes bench/results/replicas.json with the machine's facts (--no-write: not).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -29,8 +32,10 @@ from typing import Any
 
 import httpx
 import psutil
-from control_plane import REPO, TOKEN, _port_of, _row, running, seed_store, settle
+from app_server import uvicorn_app
+from control_plane import REPO, TOKEN, _row, seed_store, settle
 from open_loop import OpenLoopClient, RateResult
+from result_meta import machine_facts, write_result
 
 RATES = (250, 500, 1000)
 
@@ -45,12 +50,10 @@ async def _split_load(ports: list[int], paths: list[str], rate: float, args: arg
         for c in clients:
             c.close()
     merged = RateResult(offered_rps=rate, sent=0)
-    for part in parts:
-        merged.sent += part.sent
-        merged.ok += part.ok
-        merged.timeouts += part.timeouts
-        merged.errors += part.errors
-        merged.latencies_ms += part.latencies_ms
+    for part in parts:  # every count and list of the parts, whatever counts RateResult keeps
+        for field in dataclasses.fields(RateResult):
+            if field.name != "offered_rps":
+                setattr(merged, field.name, getattr(merged, field.name) + getattr(part, field.name))
     return merged
 
 
@@ -62,8 +65,8 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
-def measure(pids: list[int], paths: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
-    ports = [_port_of(pid) for pid in pids]
+def measure(servers: list[tuple[int, int]], paths: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    pids, ports = [pid for pid, _ in servers], [port for _, port in servers]
     asyncio.run(_split_load(ports, paths, 20, argparse.Namespace(duration_s=1.0, timeout_s=args.timeout_s)))
     rows = []
     for rate in RATES:
@@ -83,8 +86,8 @@ def _readyz(port: int) -> dict[str, Any] | None:
     return response.json() | {"status": response.status_code}
 
 
-def failover_s(pids: list[int]) -> dict[str, float]:
-    ports = [_port_of(pid) for pid in pids]
+def failover_s(servers: list[tuple[int, int]]) -> dict[str, float]:
+    pids, ports = [pid for pid, _ in servers], [port for _, port in servers]
     leader = next(i for i, port in enumerate(ports) if (_readyz(port) or {}).get("role") == "leader")
     survivor = ports[1 - leader]
     killed = time.monotonic()
@@ -115,11 +118,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                "RLJOB_BOOTSTRAP_TEAM": "bench", "RLJOB_TRAINER_COMMAND": '["true"]', "BENCH_ACCESS_LOG": "0",
                "RLJOB_LEADER_CHECK_INTERVAL_S": str(args.leader_check_interval_s)}  # fmt: skip
         paths = [f"/v1/jobs/rl-bench{i:07d}" for i in range(1000)]  # the ids seed_store gave
-        with running("service.app:create_app_from_env", env, work, "one") as pid:
-            report["one_replica"] = measure([pid], paths, args)
+        with uvicorn_app("service.app:create_app_from_env", env, work, "one") as one:
+            report["one_replica"] = measure([one], paths, args)
         with (
-            running("service.app:create_app_from_env", env, work, "first") as first,
-            running("service.app:create_app_from_env", env, work, "second") as second,
+            uvicorn_app("service.app:create_app_from_env", env, work, "first") as first,
+            uvicorn_app("service.app:create_app_from_env", env, work, "second") as second,
         ):
             report["two_replicas"] = measure([first, second], paths, args)
             report["failover"] = failover_s([first, second])
@@ -147,13 +150,18 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=10.0)
     parser.add_argument("--leader-check-interval-s", type=float, default=2.0, help="the service's default")
     parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/results/replicas.json")
     args = parser.parse_args()
     if args.quick:
         args.duration_s = 2.0
+    machine = machine_facts()
     report = run(args)
+    report["leader_check_interval_s"] = args.leader_check_interval_s
     print_report(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
+    if not args.no_write:
+        write_result("replicas.json", report, machine)
 
 
 if __name__ == "__main__":

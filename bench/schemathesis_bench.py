@@ -268,11 +268,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
+    from bench.result_meta import machine_facts
     from service.domain.tokens import generate_token
     from service.free_port import free_port
     from service.process_stop import terminate_then_kill
     from tests.storage.gcs_emulator import GcsEmulator
 
+    machine = machine_facts()
     started = time.monotonic()
     examples = args.examples or max(5, min(400, args.requests // 25))
     with tempfile.TemporaryDirectory(prefix="rljob-schemathesis-") as tmp:
@@ -349,6 +351,7 @@ def main() -> int:
     }  # fmt: skip
     ok = server_errors == 0 and not findings.failures and not log_errors
     result["passed"] = ok
+    result["machine"] = machine | {"load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"requests: {result['requests']} over {result['operations_exercised']}/{len(declared)} operations in {rounds} rounds "

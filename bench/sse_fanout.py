@@ -8,6 +8,8 @@ streams of /v1/events (or the baseline's), and for the events committed while al
 fraction delivered to every stream and the lag (receive time - commit time) p50/p99, then the ratios.
 
     python bench/sse_fanout.py [--subscribers 1 200 1000] [--seconds 15] [--rate 5] [--client raw|httpx]
+
+writes bench/results/sse_fanout.json (sse_fanout-httpx.json with --client httpx) with the machine's facts.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from result_meta import machine_facts, write_result  # noqa: E402
 
 from service.free_port import free_port  # noqa: E402
 from service.process_stop import terminate_then_kill  # noqa: E402
@@ -179,12 +183,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5.0, help="events per second")
     parser.add_argument("--client", choices=["raw", "httpx"], default="raw",
                         help="raw: bare asyncio connections (cheap per stream); httpx: the client the first runs used")  # fmt: skip
+    parser.add_argument("--no-write", action="store_true", help="do not write the result file in bench/results/")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the server process's port
     parser.add_argument("--state-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.rate, args.state_dir)
         return
+    machine = machine_facts()
     results: dict[str, dict[str, Any]] = {}
     for n in args.subscribers:
         for variant, path in (("before", "/bench/poll-events"), ("now", "/v1/events")):
@@ -215,6 +221,10 @@ def main() -> None:
         print(f"       {n:>5} subscribers: lag p99 before/now {before['lag_p99_ms'] / now['lag_p99_ms']:.1f}x, "
               f"delivered {before['delivered']:.1%} -> {now['delivered']:.1%}", flush=True)  # fmt: skip
     print(json.dumps(results, indent=1))
+    if not args.no_write:
+        settings = {"subscribers": args.subscribers, "seconds": args.seconds, "rate": args.rate, "client": args.client}
+        name = "sse_fanout.json" if args.client == "raw" else f"sse_fanout-{args.client}.json"
+        write_result(name, {"settings": settings, "results": results}, machine)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,14 @@ per-file `blob.upload_from_filename` loop. Same data, same emulator, one run eac
     python bench/upload_bench.py [--files 40] [--workers 8]
 
 Starts its own fake-gcs-server on 127.0.0.1 (filesystem backend) unless STORAGE_EMULATOR_HOST is set.
+Writes its entry, keyed by the added latency, into bench/results/upload.json with the machine's facts (a run at
+another latency keeps the others' entries; --no-write: not).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
@@ -18,6 +21,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from result_meta import RESULTS, machine_facts  # noqa: E402
+
+RESULT_FILE = RESULTS / "upload.json"
 
 
 def make_export_dir(root: Path, count: int, seed: int = 0) -> int:
@@ -44,7 +51,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=0.0,
                         help="per-request delay added by a loopback proxy (real GCS is tens of ms away)")
+    parser.add_argument("--no-write", action="store_true", help=f"do not update {RESULT_FILE.relative_to(REPO)}")
     args = parser.parse_args()
+    machine = machine_facts()
 
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
@@ -88,6 +97,13 @@ def main() -> int:
             print(f"per-file loop          : {loop_s:7.2f} s  ({total / 2**20 / loop_s:6.1f} MiB/s)")
             print(f"upload_dir ({args.workers} threads): {adapter_s:7.2f} s  ({total / 2**20 / adapter_s:6.1f} MiB/s)")
             print(f"ratio loop/adapter     : {loop_s / adapter_s:7.2f}x")
+            entry = {"files": len(files), "bytes": total, "workers": args.workers, "latency_ms": args.latency_ms,
+                     "loop_s": round(loop_s, 3), "upload_dir_s": round(adapter_s, 3), "ratio": round(loop_s / adapter_s, 2),
+                     "machine": machine | {"load_average_at_end": [round(x, 2) for x in os.getloadavg()]}}  # fmt: skip
+            if not args.no_write:
+                results = json.loads(RESULT_FILE.read_text()) if RESULT_FILE.exists() else {}
+                results[f"latency_ms={args.latency_ms:g}"] = entry
+                RESULT_FILE.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
         finally:
             if proxy is not None:
                 proxy.__exit__(None, None, None)

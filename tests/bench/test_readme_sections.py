@@ -30,3 +30,32 @@ def test_replace_rewrites_only_its_block() -> None:
     readme = "a\n<!-- bench:x:begin -->\nold\n<!-- bench:x:end -->\nb\n"
     assert readme_sections.replace(readme, "x", "new\nlines") == "a\n<!-- bench:x:begin -->\nnew\nlines\n<!-- bench:x:end -->\nb\n"
     assert readme_sections.current("<!-- bench:x:begin -->\n<!-- bench:x:end -->", "x") == ""
+
+
+def test_an_indented_block_is_read_and_written_at_its_indentation() -> None:
+    readme = "- item\n  <!-- bench:x:begin -->\n  old\n\n  table\n  <!-- bench:x:end -->\n- next\n"
+    assert readme_sections.current(readme, "x") == "old\n\ntable"
+    assert readme_sections.replace(readme, "x", "new\n\nrows") == (
+        "- item\n  <!-- bench:x:begin -->\n  new\n\n  rows\n  <!-- bench:x:end -->\n- next\n"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(readme_sections.SECTIONS))
+def test_every_result_file_of_a_section_is_committed_beside_the_bench(name: str) -> None:
+    for file in readme_sections.SECTIONS[name][0]:
+        assert (readme_sections.RESULTS / file).is_file(), f"bench:{name} renders bench/results/{file}, which is missing"
+
+
+def test_the_kill_loop_says_how_many_lives_each_backend_lost_during_start_up() -> None:
+    result = readme_sections.load("kill_loop.json")
+    text = readme_sections.SECTIONS["kill-loop"][1](result)
+    for entry in result.values():
+        assert f"{entry.get('kills_before_ready', 0)} of {entry['iterations']} lives killed during start-up" in text
+
+
+def test_a_result_file_without_machine_facts_says_so() -> None:
+    from bench.readme_render.common import where
+
+    assert "no machine facts" in where(None)
+    facts = {"cpu_count": 2, "load_average": [1.5, 1.0, 0.5], "commit": "abc", "command": "python bench/x.py"}
+    assert where(facts) == "2 CPU cores, load 1.50 at the start, commit `abc`, `python bench/x.py`"

@@ -1,0 +1,49 @@
+"""A uvicorn server for a bench, started the way the image starts the service (`uvicorn APP --factory --workers 1`,
+no access log), as a context manager that yields its (pid, port) once /healthz answers. Used by bench/replicas.py and
+bench/idle_cpu.py, so they do not depend on bench/control_plane.py's own server variants."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+@contextmanager
+def uvicorn_app(app: str, env: dict[str, str], work: Path, name: str, app_dir: Path | None = None) -> Iterator[tuple[int, int]]:
+    sys.path.insert(0, str(REPO))
+    from service.free_port import free_port
+    from service.process_stop import terminate_then_kill
+
+    port = free_port()
+    log = work / f"{name}.log"
+    argv = [str(BIN / "uvicorn"), app, "--factory", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+            "--timeout-graceful-shutdown", "5", "--no-server-header", "--no-access-log"]  # fmt: skip
+    if app_dir is not None:
+        argv += ["--app-dir", str(app_dir)]
+    with log.open("wb") as out:
+        server = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if server.poll() is not None:
+                raise SystemExit(f"{name} exited: {log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name} did not answer /healthz within 60 s")
+            time.sleep(0.2)
+        yield server.pid, port
+    finally:
+        terminate_then_kill(server, grace_s=10)

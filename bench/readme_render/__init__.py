@@ -1,0 +1,1 @@
+"""Renderers of README passages from bench/results/ files, registered in bench/readme_sections.py."""

@@ -1,0 +1,112 @@
+"""No measured figure in the README's Benchmarks section without a result file: every number with a unit there sits in
+a block rendered from bench/results/ (and checked against it by a test), or is on the allow-list below, which names
+the numbers that are settings, targets or code constants rather than measurements."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench import readme_sections
+
+# A number followed by a unit of time, size, rate, share or ratio (the forms the Benchmarks section measures in); a
+# ratio is written 5.5x, so "batch 2 x 2" is not one.
+FIGURE = re.compile(
+    r"(?<![\w.-])\d[\d,]*(?:\.\d+)?(?:x|\s?(?:ms/event|ms/request|req/s|events/s|ms|s|min|minutes?|seconds?|hours?|%|"
+    r"KiB|MiB|GiB|KB|MB|GB|cores?|points?))(?![\w/])"
+)
+
+# Blocks rendered from result files and the test that checks each against its file.
+RENDERED_ELSEWHERE = {
+    "learning-bench": "tests/bench/test_learning_readme.py (bench/render_learning.py)",
+}
+
+# Entries another piece of work is moving to rendered blocks (bench/render_bench_tables.py, issue 22's control-plane
+# and trainer-overhead part); each goes from this list when its block lands. Matched on the entry's first line.
+PENDING_ENTRIES = (
+    "- `bench/trainer_overhead.py`",
+    "- `bench/control_plane.py",
+    "- `bench/rollout_speed.py",
+)
+
+# Numbers with a unit that are not measurements, each with what it is. Matched on the figure and its sentence.
+ALLOWED = {
+    "every 2 s per job": "a code constant: REMOTE_CHECK_INTERVAL_S in service/adapters/events_file.py",
+    "per 0.5 s round": "a setting: RLJOB_PROGRESS_POLL_INTERVAL_S's default",
+    "`tight` (over 90%)": "the fit check's threshold (trainer/contract/fit.py)",
+}
+
+
+def benchmarks_section(readme: str) -> str:
+    start = readme.index("\n## Benchmarks\n")
+    stop = readme.find("\n## ", start + 1)
+    return readme[start : stop if stop >= 0 else len(readme)]
+
+
+def _without_blocks(text: str) -> str:
+    """The text with every rendered block (registered in readme_sections or checked elsewhere) blanked out."""
+    names = [re.escape(f"bench:{name}") for name in readme_sections.SECTIONS] + [re.escape(n) for n in RENDERED_ELSEWHERE]
+    for name in names:
+        text = re.sub(rf"<!-- {name}:begin -->.*?<!-- {name}:end -->", "", text, flags=re.DOTALL)
+    return text
+
+
+def _without_pending_entries(text: str) -> str:
+    kept: list[str] = []
+    skipping = False
+    for line in text.split("\n"):
+        if line.startswith("- ") or line.startswith("<!--") or line.startswith("## "):
+            skipping = line.startswith(PENDING_ENTRIES)
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def unsourced_figures(readme: str) -> list[str]:
+    """Each figure with a unit in the Benchmarks section outside rendered blocks and pending entries that no allow-list
+    entry covers, with its context."""
+    text = _without_pending_entries(_without_blocks(benchmarks_section(readme)))
+    found = []
+    for match in FIGURE.finditer(text):
+        context = text[max(0, match.start() - 60) : match.end() + 60].replace("\n", " ")
+        if not any(allowed in context and match.group() in allowed for allowed in ALLOWED):
+            found.append(f"{match.group()!r} in ...{context}...")
+    return found
+
+
+def test_the_benchmarks_section_has_no_figure_outside_a_rendered_block() -> None:
+    found = unsourced_figures(readme_sections.README.read_text())
+    assert not found, (
+        "figures in README.md's Benchmarks section that no result file backs: render them from bench/results/ "
+        "(bench/readme_sections.py) or, if they are settings or constants, add them to ALLOWED with what they are:\n"
+        + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "- `bench/new.py`: a new bench, 12.5 ms p99 on this machine.\n",
+        "  it is 3.4x faster now\n",
+        "  one replica answered at 500 req/s\n",
+        "  50% of jobs\n",
+    ],
+)
+def test_a_planted_unsourced_figure_is_found(planted: str) -> None:
+    readme = readme_sections.README.read_text()
+    at = readme.index("\n## Benchmarks\n") + len("\n## Benchmarks\n")
+    assert unsourced_figures(readme[:at] + "\n" + planted + readme[at:])
+
+
+def test_a_figure_inside_a_rendered_block_is_not_reported() -> None:
+    name = next(iter(readme_sections.SECTIONS))
+    block = f"<!-- bench:{name}:begin -->\n12.5 ms\n<!-- bench:{name}:end -->\n"
+    assert not unsourced_figures("\n## Benchmarks\n" + block + "\n## Next\n")
+
+
+@pytest.mark.parametrize("allowed", sorted(ALLOWED))
+def test_every_allowed_figure_is_still_in_the_benchmarks_section(allowed: str) -> None:
+    assert allowed in benchmarks_section(readme_sections.README.read_text()).replace("\n  ", " "), (
+        f"{allowed!r} is no longer in README.md's Benchmarks section: drop it from ALLOWED"
+    )
