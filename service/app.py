@@ -13,6 +13,8 @@ reads, streams and submissions (stored; the leader hands them over) and is ready
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -48,6 +50,11 @@ from .api.routes import events, health, jobs, phases, usage
 from .api.termination import on_termination_signal
 
 log = logging.getLogger(__name__)
+
+
+def replica_name() -> str:
+    """Who holds a leadership term, as the leader_terms row shows it: host and process."""
+    return f"{socket.gethostname()} pid {os.getpid()}"
 SHARED_RECORDS = 2048  # job records the API may keep in memory (adapters/store/shared_records.py)
 
 
@@ -83,8 +90,16 @@ def create_app(
         checks = self_check if self_check is not None or launcher is not None else startup_checks(settings, job_launcher)
         report = SelfCheckReport()
         notifier = ChangeNotifier()
+        def elected(term: int) -> None:
+            job_service.begin_term(term)
+            supervisor.start()
+
+        def deposed() -> None:
+            job_service.end_term()  # first: a leader write still under way is refused from here on
+            supervisor.stop()
+
         leadership = Leadership(
-            lock, on_elected=lambda: supervisor.start(), on_deposed=lambda: supervisor.stop(),
+            lock, take_term=lambda: job_store.take_term(replica_name(), clock()), on_elected=elected, on_deposed=deposed,
             check_interval_s=settings.leader_check_interval_s,
         )  # fmt: skip
         job_service = JobService(
@@ -92,7 +107,7 @@ def create_app(
             clock=clock, notify=notifier.notify, max_resumes=settings.max_resumes,
             run_files=run_files or StoreRunFiles(), mirror_every_steps=settings.status_mirror_every_steps,
             mirror_interval_s=settings.status_mirror_interval_s, health_policy=settings.health_policy,
-            location_policy=settings.location_policy, leads=lambda: leadership.leads,
+            location_policy=settings.location_policy, leads=lambda: leadership.leads, on_fenced=lambda: leadership.fenced(),
         )  # fmt: skip
         supervisor = Supervisor(
             job_service, job_launcher,

@@ -91,6 +91,7 @@ _STATUS: dict[type[e.DomainError], int] = {
     e.SamplesNotFound: 404,
     e.RunFilesUnavailable: 503,
     e.RunFileRefused: 409,
+    e.LeaderFenced: 503,
 }
 
 

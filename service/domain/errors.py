@@ -89,3 +89,14 @@ class LaunchFailed(DomainError):
 
 class StoreUnavailable(DomainError):
     pass
+
+
+class LeaderFenced(DomainError):
+    """A write made for a leadership term that is no longer the current one: another replica leads now.
+    The write is refused in its own transaction; the replica stops its leader work."""
+
+    def __init__(self, term: int | None, current: int) -> None:
+        mine = "no term" if term is None else f"term {term}"
+        super().__init__(f"this replica no longer leads ({mine}; the current term is {current}); another replica does its work")
+        self.term = term
+        self.current = current

@@ -32,7 +32,7 @@ from typing import Any
 from trainer.contract import JobSpec, TrainerEvent
 from trainer.contract.fit import estimate_job_fit
 
-from .errors import IdempotencyConflict, InvalidRequest, JobNotFound, NotCancellable
+from .errors import IdempotencyConflict, InvalidRequest, JobNotFound, LeaderFenced, NotCancellable
 from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
@@ -92,6 +92,7 @@ class JobService:
         health_policy: HealthPolicy = DEFAULT_HEALTH_POLICY,
         location_policy: LocationPolicy = UNRESTRICTED,
         leads: Callable[[], bool] = lambda: True,
+        on_fenced: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -113,8 +114,21 @@ class JobService:
         # Whether this replica leads (service/leadership.py): only the leader talks to the launcher;
         # another replica stores the job or the cancel, and the leader's take-over carries it out.
         self.leads = leads
+        # Fencing (service/leadership.py): once a replica has led, every write it makes as leader
+        # checks its term in the write's own transaction; a refused one calls on_fenced.
+        self._fencing = False
+        self._term: int | None = None
+        self._on_fenced = on_fenced
         self._launching: set[str] = set()  # launch() under way in this process
         self._stop_requested: set[str] = set()  # cancels sent to the launcher by this process
+
+    def begin_term(self, term: int) -> None:
+        """This replica leads for `term`: its leader writes carry it from now on."""
+        self._fencing, self._term = True, term
+
+    def end_term(self) -> None:
+        """This replica no longer leads: a leader write still under way here is refused."""
+        self._term = None
 
     def start(self) -> None:
         """Start background helpers (the status mirror); the supervisor calls this at start-up (and
@@ -208,7 +222,10 @@ class JobService:
             tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)
         self._notify()
         if self.leads():
-            self.launch(record.id)
+            try:
+                self.launch(record.id)
+            except LeaderFenced:  # stored: the replica that leads now hands it over (its take-over)
+                log.info("%s is stored; this replica stopped leading before launching it", record.id)
         return self.store.get(record.id) or record, True
 
     def cancel(self, caller: Caller, job_id: str) -> JobRecord:
@@ -227,7 +244,7 @@ class JobService:
                 # It ended between the read above and this write: the answer must say so (409), not 200.
                 raise NotCancellable(job_id, rec.phase.value)
 
-        record = self._mutate(job_id, request_cancel)
+        record = self._mutate(job_id, request_cancel, as_leader=False)  # any replica stores a cancel
         if record.phase is JobPhase.CANCELLING and self.leads():
             self.stop_workload(job_id)
         return self.store.get(job_id) or record
@@ -395,9 +412,20 @@ class JobService:
 
     # ---- the write path ----------------------------------------------------------------------
 
-    def _mutate(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord:
+    def _mutate(self, job_id: str, change: Callable[[JobRecord, JobTx], Any], *, as_leader: bool = True) -> JobRecord:
+        """The one write path. `as_leader`: a write of the leader's work (launches, observations,
+        progress), refused with LeaderFenced once another replica has taken a newer term."""
+        try:
+            return self._write(job_id, change, fenced=as_leader and self._fencing)
+        except LeaderFenced:
+            self._on_fenced()
+            raise
+
+    def _write(self, job_id: str, change: Callable[[JobRecord, JobTx], Any], *, fenced: bool) -> JobRecord:
         with self._lock:
             with self.store.transaction() as tx:
+                if fenced:
+                    tx.require_term(self._term)
                 record = tx.get(job_id, for_update=True)
                 if record is None:
                     raise JobNotFound(job_id)

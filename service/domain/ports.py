@@ -149,6 +149,10 @@ class JobTx(Protocol):
 
     def add_metric_point(self, job_id: str, point: MetricPoint) -> None: ...
 
+    def require_term(self, term: int | None) -> None:
+        """LeaderFenced unless `term` is the current leadership term; no new term can be taken until
+        this transaction ends (service/adapters/store/leader_terms.py)."""
+
 
 class JobStore(Protocol):
     def migrate(self) -> None: ...
@@ -157,6 +161,9 @@ class JobStore(Protocol):
         """Raise StoreUnavailable if the database cannot be reached."""
 
     def transaction(self) -> AbstractContextManager[JobTx]: ...
+
+    def take_term(self, holder: str, now: datetime) -> int:
+        """The next leadership term, for the replica that has just taken the leader lock."""
 
     def get(self, job_id: str) -> JobRecord | None: ...
 

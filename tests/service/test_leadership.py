@@ -3,6 +3,7 @@ several replicas write to it at once."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from datetime import UTC, datetime
@@ -64,9 +65,10 @@ def test_one_advisory_lock_holder_at_a_time_and_the_next_takes_it_when_the_conne
 @pytest.mark.postgres
 def test_leadership_moves_to_the_waiting_replica_and_each_term_starts_and_stops_once(postgres_db: str) -> None:
     calls: list[str] = []
-    a = Leadership(PostgresAdvisoryLock(postgres_db), on_elected=lambda: calls.append("a+"),
+    terms = itertools.count(1)  # the database's leader_terms row, as far as these two are concerned
+    a = Leadership(PostgresAdvisoryLock(postgres_db), take_term=lambda: next(terms), on_elected=lambda t: calls.append(f"a+{t}"),
                    on_deposed=lambda: calls.append("a-"), check_interval_s=0.05)  # fmt: skip
-    b = Leadership(PostgresAdvisoryLock(postgres_db), on_elected=lambda: calls.append("b+"),
+    b = Leadership(PostgresAdvisoryLock(postgres_db), take_term=lambda: next(terms), on_elected=lambda t: calls.append(f"b+{t}"),
                    on_deposed=lambda: calls.append("b-"), check_interval_s=0.05)  # fmt: skip
     a.start()
     b.start()
@@ -78,21 +80,21 @@ def test_leadership_moves_to_the_waiting_replica_and_each_term_starts_and_stops_
             if b.leads:
                 break
             deadline.wait(0.05)
-        assert b.leads and calls == ["a+", "a-", "b+"]
+        assert b.leads and calls == ["a+1", "a-", "b+2"]
     finally:
         b.stop()
-    assert calls == ["a+", "a-", "b+", "b-"]
+    assert calls == ["a+1", "a-", "b+2", "b-"]
 
 
 def test_a_failed_start_of_the_leaders_work_gives_the_lead_up(tmp_path: Path) -> None:
     lock = FileLock(tmp_path / "rljob.db.serve-lock")
     calls: list[str] = []
 
-    def boom() -> None:
+    def boom(term: int) -> None:
         calls.append("elected")
         raise RuntimeError("launcher could not start")
 
-    leadership = Leadership(lock, on_elected=boom, on_deposed=lambda: calls.append("deposed"), check_interval_s=1)
+    leadership = Leadership(lock, take_term=lambda: 1, on_elected=boom, on_deposed=lambda: calls.append("deposed"), check_interval_s=1)
     leadership.start()
     assert not leadership.leads and calls == ["elected", "deposed"] and not lock.holds()
     leadership.stop()

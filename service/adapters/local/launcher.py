@@ -41,6 +41,7 @@ from .admission import NO_TEAM, JobClaim, TeamQuotas, admit, chips_of, never_fit
 from .capacity import local_capacity_problem
 from .child_env import trainer_env
 from .host_tpu import HostTpu, host_accelerator_problem, probe_host_tpu
+from .local_launch_lock import job_dir_lock
 from .output_log import output_lines
 
 log = logging.getLogger(__name__)
@@ -222,8 +223,6 @@ class LocalProcessLauncher:
         job_dir = self._dir(job_id)
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
-        for stale in ("exit.json", "process.json"):  # from an earlier attempt: must not describe this one
-            (job_dir / stale).unlink(missing_ok=True)
         job = _Job(job_id=job_id, dir=job_dir, claim=self._claim(job_id, spec))
         self._jobs[job_id] = job
         return job
@@ -242,6 +241,21 @@ class LocalProcessLauncher:
                 out.append(self._observation(job))
 
     def _spawn(self, job: _Job) -> None:
+        """Start the job's runner, unless one is alive already: another service process on this state
+        directory (a second replica, a leader that has not noticed it was replaced) may have started it
+        since this one queued the job. The job directory's lock makes check-and-start one step, so a
+        job id gets one runner however many launchers are asked (local_launch_lock.py)."""
+        with job_dir_lock(job.dir):
+            running = self._adopt(job.job_id)
+            if running is not None:  # the queued job becomes the one already running
+                job.state, job.pid, job.message = "running", running.pid, running.message
+                self._jobs[job.job_id] = job
+                return
+            for stale in ("exit.json", "process.json"):  # from an earlier attempt: must not describe this one
+                (job.dir / stale).unlink(missing_ok=True)
+            self._start_runner(job)
+
+    def _start_runner(self, job: _Job) -> None:
         command = [
             sys.executable, RUNNER_PATH, "--job-id", job.job_id, "--exit-file", str(job.dir / "exit.json"), "--",
             *self.trainer_command, "run", "--spec", str(job.dir / "spec.json"), "--job-id", job.job_id,

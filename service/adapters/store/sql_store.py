@@ -29,6 +29,7 @@ from service.domain.models import (
 )
 from service.domain.phases import TERMINAL, JobPhase
 
+from .leader_terms import require_term, take_term
 from .shared_records import SharedRecords
 from .tables import JobEventRow, JobLabelRow, JobRow, MetricPointRow, TokenRow
 
@@ -197,6 +198,9 @@ class _Tx:
         self.session.flush()
         record.last_event_seq = row.seq
         return row.seq
+
+    def require_term(self, term: int | None) -> None:
+        require_term(self.session, term, lock_row=self._for_update)
 
     def add_metric_point(self, job_id: str, point: MetricPoint) -> None:
         row = MetricPointRow(job_id=job_id, kind=point.kind, step=point.step, time=point.time, values=point.values)
@@ -385,6 +389,10 @@ class SqlJobStore:
         with self._read() as s:
             rows = list(reversed(s.scalars(newest).all()))
             return [MetricPoint(kind=r.kind, step=r.step, time=r.time, values=r.values) for r in rows]
+
+    def take_term(self, holder: str, now: datetime) -> int:
+        with self.transaction() as tx:
+            return take_term(tx.session, holder, now)
 
     def add_token(self, token: TokenRecord, token_hash: str) -> None:
         with self.transaction() as tx:

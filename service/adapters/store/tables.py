@@ -137,3 +137,16 @@ class TokenRow(Base):
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class LeaderTermRow(Base):
+    """The leader's term: a number that only grows, taken by each replica that becomes leader (one row,
+    name 'leader'). Every write a leader makes for its term checks it in the same transaction
+    (leader_terms.py), so a deposed leader that has not noticed yet cannot write."""
+
+    __tablename__ = "leader_terms"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    term: Mapped[int] = mapped_column(BigInteger, default=0)
+    holder: Mapped[str | None] = mapped_column(String(255))
+    taken_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
