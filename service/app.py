@@ -45,7 +45,7 @@ from .api.event_fanout import EventFanout
 from .api.log_follow import LogFollowers
 from .api.metrics import LatencyMiddleware, ServiceMetrics
 from .api.openapi import install_openapi_refinements
-from .api.overload import LoadSheddingMiddleware
+from .api.overload import Limits, LoadSheddingMiddleware
 from .api.routes import events, health, jobs, phases, usage
 from .api.termination import on_termination_signal
 
@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 def replica_name() -> str:
     """Who holds a leadership term, as the leader_terms row shows it: host and process."""
     return f"{socket.gethostname()} pid {os.getpid()}"
+MAX_TOKEN_LOOKUPS = 16  # tokens not remembered yet, looked up in the store at once (api/overload.py)
 SHARED_RECORDS = 2048  # job records the API may keep in memory (adapters/store/shared_records.py)
 
 
@@ -156,8 +157,12 @@ def create_app(
     app.add_middleware(CancelOnDisconnectMiddleware)
     # Outermost of ours: a request refused for load costs as little as possible.
     app.add_middleware(
-        LoadSheddingMiddleware, max_requests=settings.max_requests_in_flight, max_streams=settings.max_event_streams,
-        retry_after_s=settings.overload_retry_after_s, registry=metrics.registry,
+        LoadSheddingMiddleware, limits=Limits(
+            requests=settings.max_requests_in_flight, streams=settings.max_event_streams,
+            streams_per_token=settings.max_event_streams_per_token, anonymous=settings.max_anonymous_requests,
+            token_lookups=MAX_TOKEN_LOOKUPS, body_timeout_s=settings.anonymous_body_timeout_s,
+            max_body_bytes=settings.max_body_bytes,
+        ), retry_after_s=settings.overload_retry_after_s, registry=metrics.registry,
     )  # fmt: skip
     app.include_router(health.router)
     app.include_router(jobs.router)

@@ -104,6 +104,16 @@ class Settings(BaseSettings):
         default=64, ge=1, description="requests handled at once (probes, streams and log follows apart); one more gets 503"
     )
     overload_retry_after_s: int = Field(default=1, ge=1, le=3600, description="the Retry-After of those 503s")
+    max_event_streams_per_token: int = Field(
+        default=100, ge=1, description="event streams one API token may hold at once (its share of RLJOB_MAX_EVENT_STREAMS)"
+    )
+    max_anonymous_requests: int = Field(
+        default=16, ge=1, description="requests without a valid token (the dashboard's files, 401s) handled at once, apart "
+        "from the authenticated ones; one more gets 503",
+    )  # fmt: skip
+    anonymous_body_timeout_s: float = Field(
+        default=10.0, gt=0, description="a request without a valid token must send its whole body within this (else 408)"
+    )
     shutdown_grace_s: float = Field(
         default=20.0, gt=0, description="`rljob serve`: after SIGTERM, how long requests may finish before they are cancelled"
     )

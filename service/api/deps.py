@@ -31,6 +31,7 @@ from trainer.contract import JOB_ID_RE
 from .job_views import JobViews
 from .log_follow import LogFollowers
 from .metrics import ServiceMetrics
+from .overload import CALLER_STATE
 
 
 @dataclass
@@ -82,7 +83,12 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 _bearer = HTTPBearer(auto_error=False, description="an API token from `rljob token create` or `rljob serve`")
 
 
-async def get_caller(runtime: RuntimeDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
+async def get_caller(
+    request: Request, runtime: RuntimeDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Caller:
+    checked: Caller | None = getattr(request.state, CALLER_STATE, None)  # the load shedder checked the token
+    if checked is not None:
+        return checked
     header = f"{credentials.scheme} {credentials.credentials}" if credentials else None
     caller = runtime.tokens.cached_caller(header)
     if caller is None:

@@ -1,28 +1,43 @@
-"""Load shedding: a bounded number of requests in flight and of open event streams; one more gets a fast
-503 with Retry-After, before any work is done for it.
+"""Load shedding: bounded requests in flight and open event streams; one more gets a fast 503 with
+Retry-After, before any work is done for it.
 
 No queue: a request that waits for a slot only adds its wait to everyone behind it, and under overload
-its client has often given up by its turn. Three kinds of request are counted apart:
+its client has often given up by its turn. Requests are counted by who sends them, after the token is
+checked, so that nobody without a valid token can take the places of those with one:
 - health probes (/healthz, /readyz, /metrics) are never refused: a liveness probe failing under load
   would have Kubernetes restart a service that is merely busy;
-- event streams (/v1/events, /v1/jobs/{id}/events) have their own limit: they stay open for an hour,
-  and a thousand dashboards must not use up the places of short requests (nor the reverse);
+- a request with a valid token counts in `requests`, or, for an event stream (/v1/events,
+  /v1/jobs/{id}/events), in `event streams`, where each token also has a share of its own
+  (`max_streams_per_token`): streams stay open for an hour, and one client must not hold them all;
+- anything else (no token, an unknown or revoked one, the dashboard's files) counts in `anonymous`, a
+  small budget of its own; a body it sends must arrive within `body_timeout_s` or the request ends with
+  408, so slow uploads without a valid token hold only anonymous places, and not for long;
+- a token not remembered yet is looked up in the store at most `max_token_lookups` at a time, so a flood
+  of made-up tokens costs bounded work;
 - log follows (logs?follow=true) are not counted here: their own limit answers 429 (api/log_follow.py).
-Everything else (the API, the dashboard's files) shares `max_requests`.
+The caller found here is left in the request's state, and the route's own token check reuses it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections import Counter as Tally
 from dataclasses import dataclass
+from typing import Literal
 
+from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry, Counter
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.domain.errors import StoreUnavailable, Unauthenticated
+from service.domain.models import Caller
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 EVENT_STREAM_PATH = re.compile(r"^/v1/(jobs/[^/]+/)?events$")
 LOG_FOLLOW_PATH = re.compile(r"^/v1/jobs/[^/]+/logs$")
+CALLER_STATE = "caller"  # scope["state"] key the route's token check reads (api/deps.py)
 
 
 @dataclass
@@ -32,43 +47,160 @@ class Pool:
     in_flight: int = 0
 
 
+@dataclass(frozen=True)
+class Limits:
+    requests: int
+    streams: int
+    streams_per_token: int
+    anonymous: int
+    token_lookups: int
+    body_timeout_s: float
+    max_body_bytes: int
+
+
 def _is_log_follow(scope: Scope) -> bool:
     return bool(LOG_FOLLOW_PATH.match(scope["path"])) and b"follow=true" in scope.get("query_string", b"")
 
 
+def _authorization(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            return str(value.decode("latin-1"))
+    return None
+
+
 class LoadSheddingMiddleware:
-    def __init__(
-        self, app: ASGIApp, *, max_requests: int, max_streams: int, retry_after_s: int,
-        registry: CollectorRegistry | None = None,
-    ) -> None:  # fmt: skip
+    def __init__(self, app: ASGIApp, *, limits: Limits, retry_after_s: int, registry: CollectorRegistry | None = None) -> None:
         self.app = app
-        self.requests = Pool("requests", max_requests)
-        self.streams = Pool("event streams", max_streams)
+        self.limits = limits
+        self.requests = Pool("requests", limits.requests)
+        self.streams = Pool("event streams", limits.streams)
+        self.anonymous = Pool("requests without a valid token", limits.anonymous)
+        self.lookups = Pool("token lookups", limits.token_lookups)
+        self.streams_by_token: Tally[str] = Tally()
         self.retry_after_s = retry_after_s
         self.shed = Counter(
             "rljob_requests_shed", "requests refused with 503 because the service was at its limit",
             ["pool"], registry=registry,
         )  # fmt: skip
 
-    def pool_for(self, scope: Scope) -> Pool | None:
-        path = scope["path"]
-        if path in PROBE_PATHS or _is_log_follow(scope):
-            return None
-        return self.streams if EVENT_STREAM_PATH.match(path) else self.requests
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pool = self.pool_for(scope) if scope["type"] == "http" else None
-        if pool is None:
+        if scope["type"] != "http" or scope["path"] in PROBE_PATHS or _is_log_follow(scope):
             await self.app(scope, receive, send)
             return
+        caller = await self._caller(scope, receive, send)
+        if caller is False:
+            return  # refused: the token lookups were at their limit
+        if caller is None:
+            await self._anonymous(scope, receive, send)
+            return
+        scope.setdefault("state", {})[CALLER_STATE] = caller
+        if EVENT_STREAM_PATH.match(scope["path"]):
+            await self._stream(caller, scope, receive, send)
+        else:
+            await self._counted(self.requests, scope, receive, send)
+
+    async def _caller(self, scope: Scope, receive: Receive, send: Send) -> Caller | None | Literal[False]:
+        """The token's caller, None without a valid token, False when refused here (503 sent)."""
+        header = _authorization(scope)
+        runtime = getattr(scope["app"].state, "runtime", None) if "app" in scope else None
+        if header is None or runtime is None:
+            return None
+        try:
+            cached: Caller | None = runtime.tokens.cached_caller(header)
+        except Unauthenticated:
+            return None  # a malformed header
+        if cached is not None:
+            return cached
+        if self.lookups.in_flight >= self.lookups.limit:
+            await self._refuse(self.lookups, scope, receive, send)
+            return False
+        self.lookups.in_flight += 1
+        try:
+            found: Caller = await run_in_threadpool(runtime.tokens.authenticate, header)
+            return found
+        except (Unauthenticated, StoreUnavailable):
+            return None  # the route answers 401 (or 503 while the store is down) on its own
+        finally:
+            self.lookups.in_flight -= 1
+
+    async def _stream(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.streams_by_token[caller.token_id] >= self.limits.streams_per_token:
+            self.shed.labels("event streams of one token").inc()
+            detail = (f"this token already holds {self.limits.streams_per_token} event streams, its share; close one "
+                      f"or retry after {self.retry_after_s} s")  # fmt: skip
+            await self._answer(503, detail, scope, receive, send)
+            return
+        self.streams_by_token[caller.token_id] += 1
+        try:
+            await self._counted(self.streams, scope, receive, send)
+        finally:
+            self.streams_by_token[caller.token_id] -= 1
+            if self.streams_by_token[caller.token_id] <= 0:
+                del self.streams_by_token[caller.token_id]
+
+    async def _anonymous(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.anonymous.in_flight >= self.anonymous.limit:
+            await self._refuse(self.anonymous, scope, receive, send)
+            return
+        self.anonymous.in_flight += 1
+        try:
+            body = await self._read_body(receive)
+            if isinstance(body, int):
+                detail = ("the request body did not arrive in time" if body == 408
+                          else f"the request body is larger than {self.limits.max_body_bytes} bytes")  # fmt: skip
+                await self._answer(body, detail, scope, receive, send)
+                return
+            await self.app(scope, _replay(body, receive), send)
+        finally:
+            self.anonymous.in_flight -= 1
+
+    async def _read_body(self, receive: Receive) -> list[Message] | int:
+        """The whole body, read within body_timeout_s; 408 when it is late, 413 when it is too large."""
+        messages: list[Message] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                while True:
+                    message = await receive()
+                    messages.append(message)
+                    if message["type"] != "http.request":
+                        return messages  # the client left: the app sees the disconnect
+                    size += len(message.get("body", b""))
+                    if size > self.limits.max_body_bytes:
+                        return 413
+                    if not message.get("more_body", False):
+                        return messages
+        except TimeoutError:
+            return 408
+
+    async def _counted(self, pool: Pool, scope: Scope, receive: Receive, send: Send) -> None:
         if pool.in_flight >= pool.limit:
-            self.shed.labels(pool.name).inc()
-            detail = f"the service is at its limit of {pool.limit} {pool.name} at once; retry after {self.retry_after_s} s"
-            response = JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": str(self.retry_after_s)})
-            await response(scope, receive, send)
+            await self._refuse(pool, scope, receive, send)
             return
         pool.in_flight += 1  # one event loop: no lock needed
         try:
             await self.app(scope, receive, send)
         finally:
             pool.in_flight -= 1
+
+    async def _refuse(self, pool: Pool, scope: Scope, receive: Receive, send: Send) -> None:
+        self.shed.labels(pool.name).inc()
+        detail = f"the service is at its limit of {pool.limit} {pool.name} at once; retry after {self.retry_after_s} s"
+        await self._answer(503, detail, scope, receive, send)
+
+    async def _answer(self, status: int, detail: str, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {"Retry-After": str(self.retry_after_s)} if status == 503 else {}
+        await JSONResponse({"detail": detail}, status_code=status, headers=headers)(scope, receive, send)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """The body already read, then the connection's own messages (a disconnect, for streams)."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
