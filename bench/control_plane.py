@@ -1,21 +1,26 @@
 """The control plane's read path against the framework's ceiling, side by side in one run.
 
-Two servers, each started the way the image starts the service (`uvicorn ... --factory --workers 1`),
-one at a time on this machine:
+Servers, one at a time on this machine, each started the way its users start it:
 - minimal: a FastAPI app with a bearer check that answers from a dict the same JSON rljob answered
-  (the jobs are read from rljob first, so the shape and size are identical);
-- rljob: the real service (SQLite, or PostgreSQL with --db postgres) with 1,000 finished jobs stored,
-  two labels each, and a bootstrap token.
-Each gets open-loop fixed request rates (bench/open_loop.py) on GET /v1/jobs/{id} (cycling over all
-jobs) and GET /v1/jobs?limit=50. Both run without uvicorn's access log unless --access-log (the image
-logs every request, as JSON in rljob's case: that is the logging's cost, not the read path's).
-Reported per rate: answered, timeouts, errors, p50/p90/p99/max latency from the scheduled send, and
-the server process's CPU ms per answered request (psutil, over the rate's window and its drain, idle
-work included); then rljob's ratios to the minimal app.
+  (the jobs are read from rljob first, so the shape and size are identical), under
+  `uvicorn --factory --workers 1 --no-access-log`: the framework's ceiling;
+- rljob serve: the CLI (`rljob serve --host --port`, settings in RLJOB_* variables), its logging and
+  uvicorn's access log as it configures them;
+- image: the service image's ENTRYPOINT, read from docker/service.Dockerfile (uvicorn on
+  `service.app:create_app_from_env`, access log on), only the address changed;
+each rljob server on SQLite (or PostgreSQL with --db postgres) with 1,000 finished jobs stored, two labels
+each, and a bootstrap token. With --before REF the two rljob servers run a second time from that commit's
+`service` and `trainer` (git archive; same interpreter and packages): before and after in one run.
+Each gets open-loop fixed request rates (bench/open_loop.py), sustained for --duration-s each, on
+GET /v1/jobs/{id} (cycling over all jobs) and GET /v1/jobs?limit=50. Reported per rate: answered (200),
+shed (503: not served), timeouts, other errors, p50/p90/p99/max latency of the answered ones from the
+scheduled send, and the server process's CPU ms per answered request (psutil, over the rate's window and
+its drain, idle work included). The result file also records the machine's cores, load average, the
+commit and the command line; the README's table is rendered from it (bench/render_bench_tables.py).
 
-    python bench/control_plane.py [--quick] [--db sqlite,postgres] [--duration-s 10] [--access-log] [--json PATH]
+    python bench/control_plane.py [--quick] [--before REF] [--servers 'rljob serve;image'] [--db sqlite,postgres] [--json PATH]
 
---quick (1.5 s per rate, 2 s timeout, SQLite) takes about a minute. Numbers depend on the
+--quick (1.5 s per rate, 2 s timeout, SQLite) takes about a minute per server. Numbers depend on the
 machine and what else runs on it; compare ratios taken in the same run.
 """
 
@@ -38,13 +43,18 @@ from typing import Any
 import httpx
 import psutil
 from open_loop import OpenLoopClient, RateResult
+from result_meta import machine_facts
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TOKEN = "rlj_bench_" + "x" * 40
 JOBS = 1000
-GET_RATES = (100, 250, 500)
+GET_RATES = (100, 250, 400, 500)
 LIST_RATES = (25, 50, 100)
+GET, FIRST_READ = "GET /v1/jobs/{id}", "GET /v1/jobs/{id}, first read of each job"
+FIRST_READ_RPS = 100
+DOCKERFILE = REPO / "docker" / "service.Dockerfile"
+RESULT_FILE = REPO / "bench" / "results" / "control_plane.json"
 
 
 def create_minimal_app() -> Any:
@@ -83,7 +93,6 @@ def create_minimal_app() -> Any:
 
 def seed_store(database_url: str) -> None:
     """1,000 finished jobs with two labels each, written straight to the store before the service starts."""
-    sys.path.insert(0, str(REPO))
     from service.adapters.store import SqlJobStore
     from service.domain.models import JobRecord
     from service.domain.phases import JobPhase
@@ -111,26 +120,37 @@ def seed_store(database_url: str) -> None:
     store.close()
 
 
-def _uvicorn(app: str, port: int, env: dict[str, str], log: Path, app_dir: Path | None = None) -> subprocess.Popen[bytes]:
-    argv = [str(BIN / "uvicorn"), app, "--factory", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--timeout-graceful-shutdown", "5", "--no-server-header"]  # fmt: skip
-    if env.get("BENCH_ACCESS_LOG") != "1":
-        argv.append("--no-access-log")
-    if app_dir is not None:
-        argv += ["--app-dir", str(app_dir)]
-    with log.open("wb") as out:
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=log.parent)
+def image_entrypoint(port: int) -> list[str]:
+    """The service image's ENTRYPOINT as the Dockerfile writes it, on this machine's venv, on loopback."""
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith("ENTRYPOINT"))
+    argv: list[str] = json.loads(line.removeprefix("ENTRYPOINT"))
+    argv[argv.index("--host") + 1] = "127.0.0.1"
+    argv[argv.index("--port") + 1] = str(port)
+    return [str(BIN / argv[0]), *argv[1:]]
+
+
+def server_argv(kind: str, port: int) -> list[str]:
+    if kind == "minimal":
+        return [str(BIN / "uvicorn"), "control_plane:create_minimal_app", "--factory", "--host", "127.0.0.1", "--port",
+                str(port), "--workers", "1", "--no-access-log", "--no-server-header", "--app-dir", str(Path(__file__).parent)]  # fmt: skip
+    if kind == "rljob serve":
+        return [str(BIN / "rljob"), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    if kind == "image, no access log":  # what the access log costs, apart from the read path
+        return [*image_entrypoint(port), "--no-access-log"]
+    return image_entrypoint(port)
 
 
 @contextmanager
-def running(app: str, env: dict[str, str], work: Path, name: str, app_dir: Path | None = None) -> Iterator[int]:
-    sys.path.insert(0, str(REPO))
+def running(kind: str, env: dict[str, str], work: Path, name: str) -> Iterator[tuple[int, int]]:
+    """(pid, port) of the server, once /healthz answers."""
     from service.free_port import free_port
     from service.process_stop import terminate_then_kill
 
     port = free_port()
-    log = work / f"{name}.log"
-    server = _uvicorn(app, port, env, log, app_dir)
+    log = work / f"{name.replace(' ', '-').replace('/', '-')}.log"
+    with log.open("wb") as out:  # the access log goes here, as a container's stderr goes to its runtime
+        server = subprocess.Popen(server_argv(kind, port), env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -144,7 +164,7 @@ def running(app: str, env: dict[str, str], work: Path, name: str, app_dir: Path 
             if time.monotonic() > deadline:
                 raise SystemExit(f"{name} did not answer /healthz within 60 s")
             time.sleep(0.2)
-        yield server.pid
+        yield server.pid, port
     finally:
         terminate_then_kill(server, grace_s=10)
 
@@ -165,10 +185,19 @@ def settle(pid: int) -> None:
 def measure(pid: int, port: int, job_ids: list[str], args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     server = psutil.Process(pid)
     endpoints = {
-        "GET /v1/jobs/{id}": ([f"/v1/jobs/{job_id}" for job_id in job_ids], GET_RATES),
+        GET: ([f"/v1/jobs/{job_id}" for job_id in job_ids], GET_RATES),
         "GET /v1/jobs?limit=50": (["/v1/jobs?limit=50"], LIST_RATES),
     }
     rows: dict[str, list[dict[str, Any]]] = {}
+    # Each job read once, before anything else: what a job's first read costs (rljob reads it from the store
+    # and renders it; later reads of an ended job are served from memory), apart from the rates below.
+    settle(pid)
+    client = OpenLoopClient("127.0.0.1", port, TOKEN)
+    before = server.cpu_times()
+    result = asyncio.run(client.run(endpoints[GET][0], FIRST_READ_RPS, len(job_ids) / FIRST_READ_RPS, args.timeout_s))
+    after = server.cpu_times()
+    client.close()
+    rows[FIRST_READ] = [_row(result, (after.user - before.user) + (after.system - before.system))]
     for endpoint, (paths, rates) in endpoints.items():
         client = OpenLoopClient("127.0.0.1", port, TOKEN)
         asyncio.run(client.run(paths, 20, 1.0, args.timeout_s))  # warm-up, not reported
@@ -199,8 +228,8 @@ def _row(result: RateResult, cpu_s: float) -> dict[str, Any]:
         return None if value is None else round(value, 1)
 
     return {
-        "offered_rps": result.offered_rps, "sent": result.sent, "ok": result.ok, "timeouts": result.timeouts,
-        "errors": result.errors, "p50_ms": ms(result.percentile(0.5)), "p90_ms": ms(result.percentile(0.9)),
+        "offered_rps": result.offered_rps, "sent": result.sent, "ok": result.ok, "shed": result.shed,
+        "timeouts": result.timeouts, "errors": result.errors, "p50_ms": ms(result.percentile(0.5)), "p90_ms": ms(result.percentile(0.9)),
         "p99_ms": ms(result.percentile(0.99)), "max_ms": ms(result.max_ms),
         "cpu_ms_per_request": round(1000 * cpu_s / result.ok, 2) if result.ok else None,
     }  # fmt: skip
@@ -234,53 +263,72 @@ def database_urls(kinds: list[str], work: Path, stack: ExitStack) -> dict[str, s
     return urls
 
 
+def source_tree(ref: str, work: Path) -> Path:
+    """The commit's `service` and `trainer` packages, for PYTHONPATH (ahead of the editable install)."""
+    tree = work / f"src-{ref}"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", ref, "service", "trainer"], cwd=REPO, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    report: dict[str, Any] = {"duration_s": args.duration_s, "timeout_s": args.timeout_s, "jobs": JOBS, "servers": {}}
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
-    base_env["BENCH_ACCESS_LOG"] = "1" if args.access_log else "0"
+    facts = machine_facts()
+    report: dict[str, Any] = {"duration_s": args.duration_s, "timeout_s": args.timeout_s, "jobs": JOBS, "before": args.before}
+    report["servers"] = {}
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_") and k != "PYTHONPATH"}
     with tempfile.TemporaryDirectory(prefix="rljob-bench-cp-") as tmp, ExitStack() as stack:
         work = Path(tmp)
+        sources = {"": REPO} | ({f" (before {args.before})": source_tree(args.before, work)} if args.before else {})
         jobs: list[dict[str, Any]] = []
+        seeded: set[str] = set()
         for kind, url in database_urls(args.db, work, stack).items():
-            seed_store(url)
-            env = {**base_env, "PYTHONPATH": str(REPO), "RLJOB_ENVIRONMENT": "dev", "RLJOB_LAUNCHER": "local",
-                   "RLJOB_STATE_DIR": str(work / f"state-{kind}"), "RLJOB_DATABASE_URL": url,
-                   "RLJOB_BOOTSTRAP_TOKEN": TOKEN, "RLJOB_BOOTSTRAP_TEAM": "bench", "RLJOB_TRAINER_COMMAND": '["true"]'}  # fmt: skip
-            with running("service.app:create_app_from_env", env, work, f"rljob-{kind}") as pid:
-                port = _port_of(pid)
-                jobs = jobs or fetch_jobs(port)
-                idle = idle_cpu_percent(pid, args.idle_s)
-                report["servers"][f"rljob-{kind}"] = {"idle_cpu_percent": round(idle, 1),
-                                                      **measure(pid, port, [j["id"] for j in jobs], args)}  # fmt: skip
+            for suffix, source in sources.items():
+                for server in args.servers:
+                    if server == "minimal" or (suffix and server not in ("rljob serve", "image")):
+                        continue  # the minimal app runs once, below; before the change, as users start it only
+                    name = f"{server}{suffix}" + ("" if kind == "sqlite" else f" ({kind})")
+                    if kind == "sqlite":  # each server its own database, seeded alike
+                        url = f"sqlite:///{work / (name.replace(' ', '-').replace('/', '-') + '.db')}"
+                    if url not in seeded:  # reads change nothing: one PostgreSQL seed serves every server
+                        # by the server's own code: the store is migrated as far as that code knows
+                        subprocess.run([sys.executable, __file__, "--seed", url], env={**base_env, "PYTHONPATH": str(source)}, check=True)
+                        seeded.add(url)
+                    env = {**base_env, "PYTHONPATH": str(source), "RLJOB_ENVIRONMENT": "dev", "RLJOB_LAUNCHER": "local",
+                           "RLJOB_STATE_DIR": str(work / f"state-{name}"), "RLJOB_DATABASE_URL": url, "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
+                           "RLJOB_BOOTSTRAP_TEAM": "bench", "RLJOB_TRAINER_COMMAND": '["true"]'}  # fmt: skip
+                    with running(server, env, work, name) as (pid, port):
+                        jobs = jobs or fetch_jobs(port)
+                        idle = idle_cpu_percent(pid, args.idle_s)
+                        report["servers"][name] = {"idle_cpu_percent": round(idle, 1), **measure(pid, port, [j["id"] for j in jobs], args)}
+                        print(f"measured {name}", file=sys.stderr, flush=True)
+                    if args.json:  # what is measured so far survives a later server's failure
+                        args.json.write_text(json.dumps(report, indent=2) + "\n")
         (work / "jobs.json").write_text(json.dumps(jobs))
         env = {**base_env, "BENCH_JOBS_FILE": str(work / "jobs.json"), "BENCH_TOKEN": TOKEN}
-        with running("control_plane:create_minimal_app", env, work, "minimal", app_dir=Path(__file__).parent) as pid:
-            port = _port_of(pid)
+        with running("minimal", env, work, "minimal") as (pid, port):
             idle = idle_cpu_percent(pid, args.idle_s)
             report["servers"]["minimal"] = {"idle_cpu_percent": round(idle, 1), **measure(pid, port, [j["id"] for j in jobs], args)}
+    report["machine"] = {**facts, "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
     return report
-
-
-def _port_of(pid: int) -> int:
-    listening = [c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
-    return listening[0]
 
 
 def print_report(report: dict[str, Any]) -> None:
     servers = report["servers"]
     baseline = servers["minimal"]
-    print(f"{JOBS} jobs stored; {report['duration_s']} s per rate, timeout {report['timeout_s']} s; open loop")
+    print(f"{JOBS} jobs stored; {report['duration_s']} s per rate, timeout {report['timeout_s']} s; open loop; "
+          f"{report['machine']['cpu_count']} cores, load {report['machine']['load_average']} -> "
+          f"{report['machine']['load_average_at_end']}")  # fmt: skip
     for name, server in servers.items():
         print(f"\n{name} (idle CPU {server['idle_cpu_percent']}% of a core)")
-        print("| endpoint | offered req/s | ok/sent | timeouts | errors | p50 ms | p90 ms | p99 ms | max ms | CPU ms/req "
-              "| CPU x minimal | p99 x minimal |")
+        print("| endpoint | offered req/s | ok/sent | shed (503) | timeouts | errors | p50 ms | p90 ms | p99 ms | max ms "
+              "| CPU ms/req | CPU x minimal |")  # fmt: skip
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for endpoint in ("GET /v1/jobs/{id}", "GET /v1/jobs?limit=50"):
+        for endpoint in (FIRST_READ, GET, "GET /v1/jobs?limit=50"):
             for row, base in zip(server[endpoint], baseline[endpoint], strict=True):
-                print(f"| {endpoint} | {row['offered_rps']} | {row['ok']}/{row['sent']} | {row['timeouts']} | "
+                print(f"| {endpoint} | {row['offered_rps']} | {row['ok']}/{row['sent']} | {row['shed']} | {row['timeouts']} | "
                       f"{row['errors']} | {row['p50_ms']} | {row['p90_ms']} | {row['p99_ms']} | {row['max_ms']} | "
-                      f"{row['cpu_ms_per_request']} | {_ratio(row['cpu_ms_per_request'], base['cpu_ms_per_request'])} | "
-                      f"{_ratio(row['p99_ms'], base['p99_ms'])} |")  # fmt: skip
+                      f"{row['cpu_ms_per_request']} | {_ratio(row['cpu_ms_per_request'], base['cpu_ms_per_request'])} |")  # fmt: skip
 
 
 def _ratio(value: float | None, base: float | None) -> str:
@@ -289,15 +337,25 @@ def _ratio(value: float | None, base: float | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="1.5 s per rate, 2 s timeout: about a minute")
+    parser.add_argument("--quick", action="store_true", help="1.5 s per rate, 2 s timeout")
     parser.add_argument("--db", default="sqlite", help="comma-separated: sqlite,postgres")
-    parser.add_argument("--duration-s", type=float, default=10.0)
+    parser.add_argument(
+        "--servers",
+        default="rljob serve;image;image, no access log;minimal",
+        help="semicolon-separated: rljob serve;image;image, no access log;minimal",
+    )
+    parser.add_argument("--before", help="also run the rljob servers from this commit (before/after in one run)")
+    parser.add_argument("--duration-s", type=float, default=10.0, help="how long each rate is sustained")
     parser.add_argument("--timeout-s", type=float, default=10.0)
-    parser.add_argument("--access-log", action="store_true", help="log every request in both servers (the image does)")
     parser.add_argument("--idle-s", type=float, default=3.0, help="how long idle CPU is measured")
-    parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument("--seed", metavar="DATABASE_URL", help=argparse.SUPPRESS)  # run() seeds with each server's code
+    parser.add_argument("--json", type=Path, help=f"also write the report here (the README's: {RESULT_FILE.relative_to(REPO)})")
     args = parser.parse_args()
+    if args.seed:
+        seed_store(args.seed)
+        return
     args.db = args.db.split(",")
+    args.servers = args.servers.split(";")
     if args.quick:
         args.duration_s, args.timeout_s, args.idle_s = 1.5, 2.0, 1.0
     report = run(args)

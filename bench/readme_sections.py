@@ -22,7 +22,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.readme_render import learning_benches, service_benches, storage_benches  # noqa: E402
+from bench.readme_render import learning_benches, read_path_benches, service_benches, storage_benches  # noqa: E402
 from bench.readme_render.common import duration  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -62,6 +62,8 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "replicas": (("replicas.json",), service_benches.render_replicas),
     "idle-cpu": (("idle_cpu-4d5c520.json", "idle_cpu.json"), service_benches.render_idle_cpu),
     "upload": (("upload.json",), storage_benches.render_upload),
+    "control-plane": (("control_plane.json",), read_path_benches.render_control_plane),
+    "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead),
 }
 
 
