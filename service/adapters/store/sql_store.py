@@ -9,7 +9,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
 from sqlalchemy import create_engine, event, exists, func, select, text, update
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -17,19 +16,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.domain.errors import StoreUnavailable
 from service.domain.models import (
-    Artifact,
     JobEvent,
     JobFilters,
     JobRecord,
     MetricPoint,
-    QueueStatus,
-    RunOutcome,
-    StageTimes,
     TokenRecord,
 )
 from service.domain.phases import TERMINAL, JobPhase
 
 from .leader_terms import require_term, take_term
+from .record_rows import apply_record, to_record
 from .shared_records import SharedRecords
 from .tables import JobEventRow, JobLabelRow, JobRow, MetricPointRow, TokenRow
 
@@ -44,57 +40,6 @@ POOL_OVERFLOW = 10
 # PostgreSQL: connections are replaced after this instead of pinged before every checkout (a round
 # trip per request); a connection that died anyway fails one read, which is retried once.
 POOL_RECYCLE_S = 300
-
-_RECORD_FIELDS = [
-    "id", "team", "name", "submitted_by", "spec", "spec_hash", "idempotency_key", "message", "failure_reason", "exit_code",
-    "stage", "step", "total_steps", "latest_metrics", "recent_train_steps", "health_verdict", "stage_times",
-    "artifacts", "run_finished", "backend",
-    "object_name", "attempt", "resumes", "last_trainer_seq", "last_event_seq", "created_at", "updated_at",
-    "started_at", "finished_at", "queue", "phase_seconds", "phase_entered_at", "fit_estimate",
-    "eval_points", "storage", "goodput",
-]  # fmt: skip
-
-
-def _to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
-    values = {name: getattr(row, name) for name in _RECORD_FIELDS}
-    # An ORM row's JSON columns are the objects SQLAlchemy tracks: copy them, so domain edits are
-    # explicit. A core row's were just decoded and belong to nobody (the copy was a third of a list).
-    own = _deep_copy if isinstance(row, JobRow) else _as_is
-    for name in ("spec", "latest_metrics"):
-        values[name] = own(values[name]) or {}
-    values["recent_train_steps"] = own(values["recent_train_steps"]) or []  # NULL: stored before 0003
-    values["stage_times"] = {k: StageTimes.model_validate(v) for k, v in (row.stage_times or {}).items()}
-    values["artifacts"] = {k: Artifact.model_validate(v) for k, v in (row.artifacts or {}).items()}
-    values["run_finished"] = RunOutcome.model_validate(row.run_finished) if row.run_finished else None
-    values["queue"] = QueueStatus.model_validate(row.queue) if row.queue else None
-    values["phase_seconds"] = own(values["phase_seconds"]) or {}  # NULL: stored before 0004
-    values["fit_estimate"] = own(values["fit_estimate"])
-    values["eval_points"] = own(values["eval_points"]) or []  # NULL: stored before 0005
-    values["storage"] = own(values["storage"])  # NULL: none measured yet, or stored before 0006
-    values["goodput"] = own(values["goodput"])  # NULL: none measured yet, or stored before 0007
-    return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
-
-
-def _as_is(value: Any) -> Any:
-    return value
-
-
-def _deep_copy(value: Any) -> Any:
-    """Plain JSON for a column, never an object the domain may still change. A model keeps only the
-    fields that were set, so it reads back the same (Artifact's event-log form depends on it)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", exclude_unset=True)
-    if isinstance(value, dict):
-        return {k: _deep_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_deep_copy(v) for v in value]
-    return value
-
-
-def _apply_record(row: JobRow, record: JobRecord) -> None:
-    for name in _RECORD_FIELDS:
-        setattr(row, name, _deep_copy(getattr(record, name)))
-    row.phase = record.phase.value
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -167,16 +112,16 @@ class _Tx:
 
     def get(self, job_id: str, *, for_update: bool = False) -> JobRecord | None:
         row = self._row(job_id, for_update=for_update)
-        return None if row is None else _to_record(row, self._labels(row.pk))
+        return None if row is None else to_record(row, self._labels(row.pk))
 
     def find_by_idempotency_key(self, team: str, key: str) -> JobRecord | None:
         stmt = select(JobRow).where(JobRow.team == team, JobRow.idempotency_key == key)
         row = self.session.scalars(stmt).one_or_none()
-        return None if row is None else _to_record(row, self._labels(row.pk))
+        return None if row is None else to_record(row, self._labels(row.pk))
 
     def insert(self, record: JobRecord) -> None:
         row = JobRow()
-        _apply_record(row, record)
+        apply_record(row, record)
         self.session.add(row)
         self.session.flush()
         for key, value in record.labels.items():
@@ -187,7 +132,7 @@ class _Tx:
         row = self._rows.get(record.id) or self._row(record.id)
         if row is None:
             raise KeyError(record.id)
-        _apply_record(row, record)
+        apply_record(row, record)
 
     def append_event(self, record: JobRecord, kind: str, data: dict[str, Any], time: datetime) -> int:
         if self._order_events:
@@ -264,7 +209,7 @@ class SqlJobStore:
     def get(self, job_id: str) -> JobRecord | None:
         def read(conn: Connection) -> JobRecord | None:
             row = conn.execute(select(_JOBS).where(_JOBS.c.id == job_id)).one_or_none()
-            return None if row is None else _to_record(row, _labels_by_pk(conn, [row.pk])[row.pk])
+            return None if row is None else to_record(row, _labels_by_pk(conn, [row.pk])[row.pk])
 
         return self._read_rows(read)
 
@@ -303,7 +248,7 @@ class SqlJobStore:
                 rows = conn.execute(select(_JOBS).where(_JOBS.c.id.in_(missing))).all()
                 labels = _labels_by_pk(conn, [row.pk for row in rows])
                 for row in rows:
-                    found[row.id] = record = _to_record(row, labels[row.pk])
+                    found[row.id] = record = to_record(row, labels[row.pk])
                     shared.put(record, read_at_generation=generation)
             return [(pk, found[job_id]) for pk, job_id in ids if job_id in found]
 
@@ -318,7 +263,7 @@ class SqlJobStore:
         def read(conn: Connection) -> list[tuple[int, JobRecord]]:
             rows = conn.execute(stmt).all()
             labels = _labels_by_pk(conn, [row.pk for row in rows])
-            return [(row.pk, _to_record(row, labels[row.pk])) for row in rows]
+            return [(row.pk, to_record(row, labels[row.pk])) for row in rows]
 
         return self._read_rows(read)
 
@@ -349,9 +294,7 @@ class SqlJobStore:
             .where(_JOBS.c.phase.in_([p.value for p in phases]))
             .order_by(_JOBS.c.pk)
         )
-        return self._read_rows(
-            lambda conn: {job_id: (JobPhase(phase), seq) for job_id, phase, seq in conn.execute(stmt)}
-        )
+        return self._read_rows(lambda conn: {job_id: (JobPhase(phase), seq) for job_id, phase, seq in conn.execute(stmt)})
 
     def count_by_phase(self) -> dict[str, int]:
         with self._read() as s:

@@ -1,0 +1,65 @@
+"""A job's row and its record: the columns a JobRecord is read from and written to, and how each JSON
+column is turned into the domain's types and back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy.engine import Row
+
+from service.domain.models import Artifact, JobRecord, QueueStatus, RunOutcome, StageTimes
+from service.domain.phases import JobPhase
+
+from .tables import JobRow
+
+_RECORD_FIELDS = [
+    "id", "team", "name", "submitted_by", "spec", "spec_hash", "idempotency_key", "message", "failure_reason", "exit_code",
+    "stage", "step", "total_steps", "latest_metrics", "recent_train_steps", "health_verdict", "stage_times",
+    "artifacts", "run_finished", "backend",
+    "object_name", "attempt", "resumes", "last_trainer_seq", "last_event_seq", "created_at", "updated_at",
+    "started_at", "finished_at", "queue", "phase_seconds", "phase_entered_at", "fit_estimate",
+    "eval_points", "storage", "goodput",
+]  # fmt: skip
+
+
+def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
+    values = {name: getattr(row, name) for name in _RECORD_FIELDS}
+    # An ORM row's JSON columns are the objects SQLAlchemy tracks: copy them, so domain edits are
+    # explicit. A core row's were just decoded and belong to nobody (the copy was a third of a list).
+    own = _deep_copy if isinstance(row, JobRow) else _as_is
+    for name in ("spec", "latest_metrics"):
+        values[name] = own(values[name]) or {}
+    values["recent_train_steps"] = own(values["recent_train_steps"]) or []  # NULL: stored before 0003
+    values["stage_times"] = {k: StageTimes.model_validate(v) for k, v in (row.stage_times or {}).items()}
+    values["artifacts"] = {k: Artifact.model_validate(v) for k, v in (row.artifacts or {}).items()}
+    values["run_finished"] = RunOutcome.model_validate(row.run_finished) if row.run_finished else None
+    values["queue"] = QueueStatus.model_validate(row.queue) if row.queue else None
+    values["phase_seconds"] = own(values["phase_seconds"]) or {}  # NULL: stored before 0004
+    values["fit_estimate"] = own(values["fit_estimate"])
+    values["eval_points"] = own(values["eval_points"]) or []  # NULL: stored before 0005
+    values["storage"] = own(values["storage"])  # NULL: none measured yet, or stored before 0006
+    values["goodput"] = own(values["goodput"])  # NULL: none measured yet, or stored before 0007
+    return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _deep_copy(value: Any) -> Any:
+    """Plain JSON for a column, never an object the domain may still change. A model keeps only the
+    fields that were set, so it reads back the same (Artifact's event-log form depends on it)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_unset=True)
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def apply_record(row: JobRow, record: JobRecord) -> None:
+    for name in _RECORD_FIELDS:
+        setattr(row, name, _deep_copy(getattr(record, name)))
+    row.phase = record.phase.value
