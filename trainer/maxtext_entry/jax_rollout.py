@@ -6,11 +6,16 @@ constructor and drives Tunix's own sampler instead, so it runs on CPU. The sampl
 `CachedLlamaLM` (cached_llama.py): a KV-cached forward over the actor's own parameters.
 
 VanillaRollout.update_params rebuilds state from `nnx.Param` only, but the MaxText model also
-carries RNG variables, so the sampler's structure check would fail: params are updated in place.
+carries RNG variables, so the sampler's structure check would fail: params are updated in place, and
+the model's decoding layout of them is re-derived there.
+
+GRPO repeats each prompt num_generations times before it calls `generate` (Tunix's rl_learner
+np.repeats the batch), so the sampler prefills each distinct prompt once and copies its cache.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -19,7 +24,41 @@ from tunix.generate import sampler as sampler_lib
 from tunix.rl import reshard
 from tunix.rl.rollout import base_rollout, vanilla_rollout
 
-from .cached_llama import build_cached_llama
+from .cached_llama import build_cached_llama, shared_prefill
+
+
+def prompt_copies(prompts: Sequence[str]) -> tuple[int, ...]:
+    """For each prompt, the index of its first occurrence."""
+    first: dict[str, int] = {}
+    return tuple(first.setdefault(p, i) for i, p in enumerate(prompts))
+
+
+class SharedPrefillSampler(sampler_lib.Sampler):  # type: ignore[misc]  # Tunix ships no types
+    """Tunix's sampler, with a prefill that computes each distinct prompt once (cached_llama.shared_prefill).
+
+    The copies are a static argument of the compiled prefill, so a batch with another repetition pattern
+    compiles its own prefill instead of reusing one traced for different rows.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._copies: tuple[int, ...] = ()
+        shared = jax.jit(self._shared_prefill_fn, donate_argnums=(1,), static_argnames=("echo", "copies"))
+
+        def prefill(params: Any, state: Any, images: Any = None, echo: bool = True) -> Any:
+            return shared(params, state, images, echo=echo, copies=self._copies)
+
+        self._compiled_prefill_fn: Callable[..., Any] = prefill
+
+    def _shared_prefill_fn(self, params: Any, state: Any, images: Any = None, echo: bool = True,
+                           copies: tuple[int, ...] = ()) -> Any:  # fmt: skip
+        with shared_prefill(copies):
+            return self._prefill_fn(params, state, images, echo)
+
+    def __call__(self, input_strings: str | Sequence[str], *args: Any, **kwargs: Any) -> Any:
+        strings = [input_strings] if isinstance(input_strings, str) else list(input_strings)
+        self._copies = prompt_copies(strings)
+        return super().__call__(strings, *args, **kwargs)
 
 
 # Tunix ships no types, so its VanillaRollout is Any to mypy; subclassing it is the point of this class.
@@ -39,7 +78,7 @@ class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
         self._mesh = mesh
         model = build_cached_llama(rollout_actor.base)  # TunixMaxTextAdapter -> the MaxText Transformer
         shape = model.shape
-        self._sampler = sampler_lib.Sampler(
+        self._sampler = SharedPrefillSampler(
             model,
             tokenizer,
             sampler_lib.CacheConfig(
@@ -61,4 +100,5 @@ class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
         model = self._sampler.transformer
         resharded = reshard.reshard_pytree(params, nnx.state(model, nnx.Param))
         nnx.update(model, resharded)
+        model.refresh()
         self._sampler.transformer_state = nnx.variables(model)

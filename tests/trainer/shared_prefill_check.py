@@ -1,0 +1,76 @@
+"""Run as a subprocess: the jax rollout's shared prefill against the same rollout prefilling every row.
+
+`python shared_prefill_check.py TOKENIZER_DIR OVERRIDE...` builds the MaxText model (fp32, random
+weights) and JaxMaxTextRollout over it, then generates for prompts repeated the way GRPO repeats them
+(two prompts, three and two copies), sampled and greedy, twice each: as shipped (each distinct prompt
+prefilled once, its cache copied to its repeats) and with the dedupe switched off (every row
+prefilled). Prints one JSON line: the tokens of both, and the batch sizes the forward was traced with.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+PROMPTS = ["Ada has 3 apples and gets 4 more. How many apples?"] * 3 + ["Two plus two is"] * 2
+
+
+def main() -> None:
+    tokenizer_dir, *overrides = sys.argv[1:]
+    from types import SimpleNamespace
+
+    from maxtext.configs import pyconfig
+    from maxtext.utils import model_creation_utils
+    from transformers import AutoTokenizer
+    from tunix.rl.rollout import base_rollout
+
+    from trainer.maxtext_entry import cached_llama, jax_rollout
+    from trainer.stages.maxtext_paths import base_config
+
+    config = pyconfig.initialize(
+        ["", base_config(), "model_name=llama3.1-8b", "scan_layers=true", "weight_dtype=float32", "dtype=float32",
+         "attention=dot_product", "skip_jax_distributed_system=true", "enable_checkpointing=false",
+         "per_device_batch_size=1", "max_target_length=48", "max_prefill_predict_length=32",
+         "run_name=shared-prefill-check", f"base_output_directory={os.environ.get('TMPDIR', '/tmp')}/shared-prefill",
+         *overrides]
+    )  # fmt: skip
+    model, mesh = model_creation_utils.from_pretrained(config)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    traced_batches: list[int] = []
+    forward = cached_llama.CachedLlamaLM._forward
+
+    def recording_forward(self, input_tokens, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if input_tokens.shape[1] > 1:  # a prefill (decode steps feed one token)
+            traced_batches.append(int(input_tokens.shape[0]))
+        return forward(self, input_tokens, *args, **kwargs)
+
+    cached_llama.CachedLlamaLM._forward = recording_forward
+
+    def run(shared: bool, temperature: float | None) -> list[list[int]]:
+        config = base_rollout.RolloutConfig(max_tokens_to_generate=12, max_prompt_length=32, kv_cache_size=48,
+                                            temperature=temperature or 1.0, top_p=1.0 if temperature else None,
+                                            top_k=50 if temperature else None, seed=7, eos_tokens=[-1])  # fmt: skip
+        original = jax_rollout.prompt_copies
+        if not shared:
+            jax_rollout.prompt_copies = lambda prompts: tuple(range(len(prompts)))
+        try:
+            rollout = jax_rollout.JaxMaxTextRollout(SimpleNamespace(base=model), tokenizer, mesh, config)
+            out = rollout.generate(PROMPTS, config)
+        finally:
+            jax_rollout.prompt_copies = original
+        return [[int(t) for t in row] for row in out.tokens]
+
+    result = {}
+    for mode, temperature in (("sampled", 1.0), ("greedy", None)):
+        traced_batches.clear()
+        shared = run(True, temperature)
+        result[f"{mode}_shared_prefill_batches"] = list(traced_batches)
+        traced_batches.clear()
+        result[f"{mode}_shared"], result[f"{mode}_every_row"] = shared, run(False, temperature)
+        result[f"{mode}_every_row_prefill_batches"] = list(traced_batches)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""The jax rollout prefills each distinct prompt once and copies its KV cache to the prompt's repeats
+(GRPO's generations): the completions must be the ones prefilling every row gives, sampled and greedy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.conftest import REPO, TINY_EXAMPLE
+
+pytestmark = pytest.mark.slow
+
+
+def test_shared_prefill_samples_what_prefilling_every_row_samples(tiny_dir, monkeypatch):
+    from trainer.contract.spec_file import load_spec_file
+    from trainer.sources import resolve_model
+
+    monkeypatch.setenv("RLJOB_TINY_DIR", str(tiny_dir))
+    monkeypatch.setenv("RLJOB_OUTPUT", str(tiny_dir / "runs"))
+    model = resolve_model(load_spec_file(TINY_EXAMPLE))
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("shared_prefill_check.py")), str(tiny_dir / "model"), *model.args()],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu"),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for mode in ("sampled", "greedy"):
+        # Two distinct prompts among five rows: the prefill ran over two rows, or over all five without sharing.
+        assert result[f"{mode}_shared_prefill_batches"] == [2], result
+        assert result[f"{mode}_every_row_prefill_batches"] == [5], result
+        assert result[f"{mode}_shared"] == result[f"{mode}_every_row"], result
+        assert all(len(row) == 12 for row in result[f"{mode}_shared"]), result
+    # Sampling still draws each repeat on its own: copies of one prompt do not all sample the same tokens.
+    assert len({tuple(row) for row in result["sampled_shared"][:3]}) > 1, result
