@@ -12,8 +12,8 @@ checked, so that nobody without a valid token can take the places of those with 
 - anything else (no token, an unknown or revoked one, the dashboard's files) counts in `anonymous`, a
   small budget of its own; a body it sends must arrive within `body_timeout_s` or the request ends with
   408, so slow uploads without a valid token hold only anonymous places, and not for long;
-- a token not remembered yet is looked up in the store at most `max_token_lookups` at a time, so a flood
-  of made-up tokens costs bounded work;
+- a token not remembered yet is looked up in the store at most `max_token_lookups` at a time (requests
+  with the same token wait for one lookup), so a flood of made-up tokens costs bounded work;
 - log follows (logs?follow=true) are not counted here: their own limit answers 429 (api/log_follow.py).
 The caller found here is left in the request's state, and the route's own token check reuses it.
 """
@@ -24,7 +24,7 @@ import asyncio
 import re
 from collections import Counter as Tally
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry, Counter
@@ -78,6 +78,7 @@ class LoadSheddingMiddleware:
         self.anonymous = Pool("requests without a valid token", limits.anonymous)
         self.lookups = Pool("token lookups", limits.token_lookups)
         self.streams_by_token: Tally[str] = Tally()
+        self._lookups_by_header: dict[str, asyncio.Future[Caller | None]] = {}
         self.retry_after_s = retry_after_s
         self.shed = Counter(
             "rljob_requests_shed", "requests refused with 503 because the service was at its limit",
@@ -112,17 +113,28 @@ class LoadSheddingMiddleware:
             return None  # a malformed header
         if cached is not None:
             return cached
+        pending = self._lookups_by_header.get(header)
+        if pending is not None:  # a burst with one token (a dashboard opening its streams): one lookup
+            return await asyncio.shield(pending)
         if self.lookups.in_flight >= self.lookups.limit:
             await self._refuse(self.lookups, scope, receive, send)
             return False
         self.lookups.in_flight += 1
+        lookup = asyncio.ensure_future(self._lookup(runtime, header))
+        self._lookups_by_header[header] = lookup
+        try:
+            return await asyncio.shield(lookup)
+        finally:
+            self.lookups.in_flight -= 1
+            self._lookups_by_header.pop(header, None)
+
+    @staticmethod
+    async def _lookup(runtime: Any, header: str) -> Caller | None:
         try:
             found: Caller = await run_in_threadpool(runtime.tokens.authenticate, header)
             return found
         except (Unauthenticated, StoreUnavailable):
             return None  # the route answers 401 (or 503 while the store is down) on its own
-        finally:
-            self.lookups.in_flight -= 1
 
     async def _stream(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
         if self.streams_by_token[caller.token_id] >= self.limits.streams_per_token:
