@@ -91,6 +91,15 @@ class StoreUnavailable(DomainError):
     pass
 
 
+class IdempotencyKeyTaken(DomainError):
+    """Another transaction stored a job with this team's Idempotency-Key after this one looked (a race
+    between replicas); the store refused the second. The caller reads the first and answers with it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"Idempotency-Key {key!r} was just used by a concurrent submission")
+        self.key = key
+
+
 class LeaderFenced(DomainError):
     """A write made for a leadership term that is no longer the current one: another replica leads now.
     The write is refused in its own transaction; the replica stops its leader work."""

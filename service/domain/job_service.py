@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trainer.contract import JobSpec, TrainerEvent
-from trainer.contract.fit import estimate_job_fit
+from trainer.contract.fit import FitEstimate, estimate_job_fit
 
-from .errors import IdempotencyConflict, InvalidRequest, JobNotFound, LeaderFenced, NotCancellable
+from .errors import IdempotencyConflict, IdempotencyKeyTaken, InvalidRequest, JobNotFound, LeaderFenced, NotCancellable
 from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
@@ -194,6 +194,23 @@ class JobService:
         if isinstance(self.launcher, SubmitCheck):
             self.launcher.check_submittable(spec)  # InvalidRequest: nothing is stored
         spec_hash = spec.content_hash()
+        try:
+            record, created = self._store_new(caller, spec, spec_hash, idempotency_key, fit)
+        except IdempotencyKeyTaken:  # another replica stored it after this one looked: answer with that job
+            record, created = self._store_new(caller, spec, spec_hash, idempotency_key, fit)
+        if not created:
+            return record, False
+        self._notify()
+        if self.leads():
+            try:
+                self.launch(record.id)
+            except LeaderFenced:  # stored: the replica that leads now hands it over (its take-over)
+                log.info("%s is stored; this replica stopped leading before launching it", record.id)
+        return self.store.get(record.id) or record, True
+
+    def _store_new(self, caller: Caller, spec: JobSpec, spec_hash: str, idempotency_key: str | None,
+                   fit: FitEstimate | None) -> tuple[JobRecord, bool]:  # fmt: skip
+        """(the job, True) once stored; (the job this Idempotency-Key already made, False)."""
         now = self.clock()
         with self._lock, self.store.transaction() as tx:
             if idempotency_key is not None:
@@ -203,30 +220,15 @@ class JobService:
                         raise IdempotencyConflict(idempotency_key, existing.id)
                     return existing, False
             record = JobRecord(
-                id=self._new_id(),
-                team=caller.team,
-                name=spec.name,
-                labels=dict(spec.labels),
-                submitted_by=caller.submitter,
-                spec=spec.model_dump(mode="json"),
-                spec_hash=spec_hash,
-                idempotency_key=idempotency_key,
-                phase=JobPhase.QUEUED,
-                message="accepted; waiting to be handed to the launcher",
-                created_at=now,
-                updated_at=now,
-                phase_entered_at=now,
-                fit_estimate=fit.model_dump(mode="json") if fit else None,
-            )
+                id=self._new_id(), team=caller.team, name=spec.name, labels=dict(spec.labels),
+                submitted_by=caller.submitter, spec=spec.model_dump(mode="json"), spec_hash=spec_hash,
+                idempotency_key=idempotency_key, phase=JobPhase.QUEUED,
+                message="accepted; waiting to be handed to the launcher", created_at=now, updated_at=now,
+                phase_entered_at=now, fit_estimate=fit.model_dump(mode="json") if fit else None,
+            )  # fmt: skip
             tx.insert(record)
             tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)
-        self._notify()
-        if self.leads():
-            try:
-                self.launch(record.id)
-            except LeaderFenced:  # stored: the replica that leads now hands it over (its take-over)
-                log.info("%s is stored; this replica stopped leading before launching it", record.id)
-        return self.store.get(record.id) or record, True
+        return record, True
 
     def cancel(self, caller: Caller, job_id: str) -> JobRecord:
         record = self.get(caller, job_id)

@@ -11,10 +11,10 @@ from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, exists, func, select, text, update
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row, make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.domain.errors import StoreUnavailable
+from service.domain.errors import IdempotencyKeyTaken, StoreUnavailable
 from service.domain.models import (
     JobEvent,
     JobFilters,
@@ -123,7 +123,12 @@ class _Tx:
         row = JobRow()
         apply_record(row, record)
         self.session.add(row)
-        self.session.flush()
+        try:
+            self.session.flush()
+        except IntegrityError as e:
+            if record.idempotency_key is not None and "idempotency_key" in str(e.orig):
+                raise IdempotencyKeyTaken(record.idempotency_key) from e
+            raise
         for key, value in record.labels.items():
             self.session.add(JobLabelRow(job_pk=row.pk, key=key, value=value))
         self._rows[record.id] = row
