@@ -30,14 +30,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trainer.contract import JobSpec, TrainerEvent
-from trainer.contract.fit import FitEstimate, estimate_job_fit
 
-from .errors import IdempotencyConflict, IdempotencyKeyTaken, InvalidRequest, JobNotFound, LeaderFenced, NotCancellable
+from .errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
 from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
 from .learning_health import HealthPolicy
-from .location_policy import UNRESTRICTED, LocationPolicy, check_spec_locations
+from .location_policy import UNRESTRICTED, LocationPolicy
 from .models import Caller, JobFilters, JobRecord, SamplesPublic
 from .observation_policy import (
     WORKLOAD_STOPPED,
@@ -56,12 +55,12 @@ from .ports import (
     RunFiles,
     SkippedLine,
     StatusMirror,
-    SubmitCheck,
     utc_now,
 )
 from .progress import fold_events, note_skipped_lines
 from .record_writes import write_decision, write_phase
 from .status_mirror import MirroredStatus, StatusMirrorWorker
+from .submission import check_submission, store_new_job
 
 log = logging.getLogger(__name__)
 
@@ -186,18 +185,16 @@ class JobService:
 
         A job whose estimated memory per chip exceeds its accelerator's is refused here, before any
         TPU is asked for (trainer/contract/fit.py); the estimate is stored with the job either way."""
-        spec = JobSpec.model_validate({**spec.model_dump(mode="json"), "team": caller.team})
-        check_spec_locations(spec, caller.team, self.location_policy)  # InvalidRequest: nothing is stored
-        fit = estimate_job_fit(spec)  # None: the model's shape is unknown here, so nothing is checked
-        if fit is not None and fit.verdict == "does-not-fit":
-            raise InvalidRequest(("body", "hardware", "accelerator"), fit.message)
-        if isinstance(self.launcher, SubmitCheck):
-            self.launcher.check_submittable(spec)  # InvalidRequest: nothing is stored
-        spec_hash = spec.content_hash()
+        spec, fit = check_submission(spec, caller, self.location_policy, self.launcher)  # InvalidRequest: nothing stored
+
+        def store_new() -> tuple[JobRecord, bool]:
+            with self._lock:
+                return store_new_job(self.store, caller, spec, idempotency_key, fit, job_id=self._new_id(), now=self.clock())
+
         try:
-            record, created = self._store_new(caller, spec, spec_hash, idempotency_key, fit)
+            record, created = store_new()
         except IdempotencyKeyTaken:  # another replica stored it after this one looked: answer with that job
-            record, created = self._store_new(caller, spec, spec_hash, idempotency_key, fit)
+            record, created = store_new()
         if not created:
             return record, False
         self._notify()
@@ -207,28 +204,6 @@ class JobService:
             except LeaderFenced:  # stored: the replica that leads now hands it over (its take-over)
                 log.info("%s is stored; this replica stopped leading before launching it", record.id)
         return self.store.get(record.id) or record, True
-
-    def _store_new(self, caller: Caller, spec: JobSpec, spec_hash: str, idempotency_key: str | None,
-                   fit: FitEstimate | None) -> tuple[JobRecord, bool]:  # fmt: skip
-        """(the job, True) once stored; (the job this Idempotency-Key already made, False)."""
-        now = self.clock()
-        with self._lock, self.store.transaction() as tx:
-            if idempotency_key is not None:
-                existing = tx.find_by_idempotency_key(caller.team, idempotency_key)
-                if existing is not None:
-                    if existing.spec_hash != spec_hash:
-                        raise IdempotencyConflict(idempotency_key, existing.id)
-                    return existing, False
-            record = JobRecord(
-                id=self._new_id(), team=caller.team, name=spec.name, labels=dict(spec.labels),
-                submitted_by=caller.submitter, spec=spec.model_dump(mode="json"), spec_hash=spec_hash,
-                idempotency_key=idempotency_key, phase=JobPhase.QUEUED,
-                message="accepted; waiting to be handed to the launcher", created_at=now, updated_at=now,
-                phase_entered_at=now, fit_estimate=fit.model_dump(mode="json") if fit else None,
-            )  # fmt: skip
-            tx.insert(record)
-            tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)
-        return record, True
 
     def cancel(self, caller: Caller, job_id: str) -> JobRecord:
         record = self.get(caller, job_id)

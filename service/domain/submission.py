@@ -1,0 +1,52 @@
+"""A submission before it is a job: the checks that refuse it (nothing stored), and storing it once per
+Idempotency-Key."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from trainer.contract import JobSpec
+from trainer.contract.fit import FitEstimate, estimate_job_fit
+
+from .errors import IdempotencyConflict, InvalidRequest
+from .location_policy import LocationPolicy, check_spec_locations
+from .models import Caller, JobRecord
+from .phases import JobPhase
+from .ports import JobLauncher, JobStore, SubmitCheck
+
+
+def check_submission(spec: JobSpec, caller: Caller, policy: LocationPolicy, launcher: JobLauncher) -> tuple[JobSpec, FitEstimate | None]:
+    """The spec as stored (its team from the token) and its fit estimate; InvalidRequest naming the field
+    when it may not or cannot run. A job whose estimated memory per chip exceeds its accelerator's is
+    refused before any TPU is asked for (trainer/contract/fit.py)."""
+    spec = JobSpec.model_validate({**spec.model_dump(mode="json"), "team": caller.team})
+    check_spec_locations(spec, caller.team, policy)
+    fit = estimate_job_fit(spec)  # None: the model's shape is unknown here, so nothing is checked
+    if fit is not None and fit.verdict == "does-not-fit":
+        raise InvalidRequest(("body", "hardware", "accelerator"), fit.message)
+    if isinstance(launcher, SubmitCheck):
+        launcher.check_submittable(spec)
+    return spec, fit
+
+
+def store_new_job(store: JobStore, caller: Caller, spec: JobSpec, idempotency_key: str | None, fit: FitEstimate | None,
+                  *, job_id: str, now: datetime) -> tuple[JobRecord, bool]:  # fmt: skip
+    """(the job, True) once stored; (the job this Idempotency-Key already made, False); IdempotencyConflict
+    for the key with another spec; IdempotencyKeyTaken when another transaction stored the key first."""
+    spec_hash = spec.content_hash()
+    with store.transaction() as tx:
+        if idempotency_key is not None:
+            existing = tx.find_by_idempotency_key(caller.team, idempotency_key)
+            if existing is not None:
+                if existing.spec_hash != spec_hash:
+                    raise IdempotencyConflict(idempotency_key, existing.id)
+                return existing, False
+        record = JobRecord(
+            id=job_id, team=caller.team, name=spec.name, labels=dict(spec.labels), submitted_by=caller.submitter,
+            spec=spec.model_dump(mode="json"), spec_hash=spec_hash, idempotency_key=idempotency_key,
+            phase=JobPhase.QUEUED, message="accepted; waiting to be handed to the launcher", created_at=now,
+            updated_at=now, phase_entered_at=now, fit_estimate=fit.model_dump(mode="json") if fit else None,
+        )  # fmt: skip
+        tx.insert(record)
+        tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)
+    return record, True
