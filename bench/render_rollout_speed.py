@@ -1,0 +1,118 @@
+"""Render the README's rollout-speed section from bench/results/rollout_speed.json (bench/rollout_speed.py).
+
+Every figure in the section comes from the result file; tests/bench/test_rollout_speed_readme.py checks
+that the README holds exactly this rendering.
+
+    python bench/render_rollout_speed.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT_FILE = REPO / "bench" / "results" / "rollout_speed.json"
+README = REPO / "README.md"
+BEGIN, END = "<!-- rollout-speed:begin -->", "<!-- rollout-speed:end -->"
+INDENT = "  "  # the section is a list item's body
+TARGET_VS_SHIPPED, TARGET_VS_HF, TARGET_VS_BOUND = 3.0, 1.0, 2.0  # issue 21 part 2
+LEARNING_BUDGET_S = 40 * 60
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def _row(label: str, e: dict[str, Any], shipped: dict[str, Any], commit: str = "") -> str:
+    cores = e[str(160)]["cpu_s_per_wall_s"] if "160" in e else e[next(k for k in e if k.isdigit())]["cpu_s_per_wall_s"]
+    prefill = f"{e['prefill_and_overhead_s']:.2f}" if "prefill_and_overhead_s" in e else "-"
+    return (f"| {label} | {commit} | {e['tokens_per_s']:.1f} | {e['tokens_per_s'] / shipped['tokens_per_s']:.2f}x "
+            f"| {e['decode_ms_per_step']:.1f} | {prefill} | {cores:.2f} |")  # fmt: skip
+
+
+def learning_steps(r: dict[str, Any]) -> tuple[float, float, float, float]:
+    """Seconds per GRPO step in the learning bench's run, the rollout seconds this saves per step, and the
+    steps that fit in 40 minutes before and after (the step minus the saving)."""
+    lb, engines = r["learning_bench"], r["engines"]
+    step_s = lb["train_seconds"] / lb["steps"]
+    saved_s = engines["shipped"]["learning_shape_s"] - engines["current"]["learning_shape_s"]
+    return step_s, saved_s, LEARNING_BUDGET_S / step_s, LEARNING_BUDGET_S / (step_s - saved_s)
+
+
+def render_section(r: dict[str, Any]) -> str:
+    engines, bound, m = r["engines"], r["bound"], r["machine"]
+    shipped, current, hf = engines["shipped"], engines["current"], engines["hf"]
+    n, new = r["generations"], r["new_tokens"]
+    lines = [
+        f"- `bench/rollout_speed.py`: the jax rollout engine (CPU) against its shipped version, Hugging Face "
+        f"transformers `generate` and the memory-bandwidth bound, in one process: {r['model']}, one GSM8K prompt "
+        f"({r['prompt_tokens']} tokens in train_rl's template, {r['prompt_slots']} prompt slots) repeated {n} times as "
+        f"GRPO repeats it, {new} new tokens each (no stop token), temperature {r['sampling']['temperature']}, "
+        f"top-k {r['sampling']['top_k']}, a {r['cache_slots']}-slot KV cache; {m['cores']} cores, load average "
+        f"{m['load_average'][0]:.2f} at the start and {m['load_average_end'][0]:.2f} at the end, commit "
+        f"`{m['commit'][:10]}` (`bench/results/rollout_speed.json`). tokens/s: {n} x {new} over one `generate` "
+        f"call, the median of {len(shipped[str(new)]['times_s'])}; decode ms/step from two lengths; cores: process "
+        "CPU seconds per wall second.",
+        "",
+        "| engine | commit | tokens/s | vs shipped | decode ms/step | prefill + overhead s | cores |",
+        "|---|---|---|---|---|---|---|",
+        _row("shipped", shipped, shipped, f"`{shipped['commit'][:10]}`"),
+    ]
+    for name, e in engines.items():
+        if name not in ("shipped", "current", "hf"):
+            lines.append(_row(e["label"], e, shipped, f"`{e['commit'][:10]}`"))
+    lines.append(_row(current["label"], current, shipped, f"`{current['commit'][:10]}`"))
+    lines.append(_row(f"HF generate ({hf['torch_threads']} torch threads)", hf, shipped))
+    bw = max(bound["read_gb_s"].values())
+    lines.append(f"| bound: ({bound['param_bytes'] / 1e6:.0f} MB parameters + {bound['kv_bytes'] / 1e6:.0f} MB KV "
+                 f"cache) per step at {bw:.1f} GB/s | | {bound['tokens_per_s']:.1f} | "
+                 f"{bound['tokens_per_s'] / shipped['tokens_per_s']:.2f}x | {bound['decode_ms_per_step']:.1f} | | |")  # fmt: skip
+    vs_shipped = current["tokens_per_s"] / shipped["tokens_per_s"]
+    vs_hf = current["tokens_per_s"] / hf["tokens_per_s"]
+    vs_bound = current["decode_ms_per_step"] / bound["decode_ms_per_step"]
+    read = ", ".join(f"{k} {v:.1f}" for k, v in bound["read_gb_s"].items())
+    lines += [
+        "",
+        f"Read bandwidth: the best of 5 sums of a 512 MiB array ({read} GB/s).",
+        "",
+        "| target | measured | verdict |",
+        "|---|---|---|",
+        f"| tokens/s >= {TARGET_VS_SHIPPED:.0f}x shipped | {vs_shipped:.2f}x | {_met(vs_shipped >= TARGET_VS_SHIPPED)} |",
+        f"| tokens/s >= {TARGET_VS_HF:.1f}x HF generate | {vs_hf:.2f}x | {_met(vs_hf >= TARGET_VS_HF)} |",
+        f"| decode within {TARGET_VS_BOUND:.0f}x of the bound | {vs_bound:.2f}x the bound's ms/step | "
+        f"{_met(vs_bound <= TARGET_VS_BOUND)} |",
+    ]
+    step_s, saved_s, before, after = learning_steps(r)
+    lb = r["learning_bench"]
+    lines += [
+        "",
+        f"The learning bench: its rollout shape ({lb['slots']} prompt slots, {lb['new_tokens']} new tokens, {n} "
+        f"completions) takes {engines['shipped']['learning_shape_s']:.2f} s shipped and "
+        f"{current['learning_shape_s']:.2f} s now; its `trained` job in `{lb['result_file']}` took {step_s:.1f} s per "
+        f"GRPO step, so {LEARNING_BUDGET_S // 60} minutes hold {before:.0f} steps before and about {after:.0f} after "
+        f"({after - before:+.0f}), if every rollout runs all {lb['new_tokens']} tokens and the saving is the same "
+        "with the bench's two jobs sharing the cores.",
+    ]
+    return "\n".join(INDENT + line if line and i else line for i, line in enumerate(lines))
+
+
+def replace_section(readme: str, section: str) -> str:
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    return readme[:start] + "\n" + section + "\n" + readme[end:]
+
+
+def readme_section(readme: str) -> str:
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    return readme[start:end].strip("\n")
+
+
+def main() -> int:
+    README.write_text(replace_section(README.read_text(), render_section(json.loads(RESULT_FILE.read_text()))))
+    print("rendered the README's rollout-speed section")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,303 @@
+"""How fast does the jax rollout engine sample on CPU, against Hugging Face and the memory-bandwidth bound?
+
+One process, one model (SmolLM2-135M-Instruct, dequantised Q4_1, converted to MaxText by rljob's own
+convert stage), one GSM8K prompt in train_rl's template, repeated 8 times as GRPO repeats it
+(num_generations), 160 new tokens each, sampled as examples/smollm2-gsm8k-cpu.yaml samples (temperature
+1.0, top-k 50, top-p 1.0), fp32 weights and compute. Every completion runs to 160 tokens (no stop token)
+so each engine does the same work. Measured, in this order and under the same load:
+
+- `shipped`: the engine as it was at SHIPPED_COMMIT (its two modules read from git into a temporary
+  package), through the same Tunix sampler and rollout config train_rl builds;
+- `<commit>` (any, e.g. each change's): the engine at that commit, the same way;
+- `current`: the engine in this checkout;
+- `hf`: transformers `generate` (KV cache, torch's own threads) on the same weights, 8 sequences;
+- the bound: parameter bytes plus the KV cache's bytes per decode step (the issue's definition: every
+  slot of the 424-slot cache, 8 sequences) over the machine's measured read bandwidth.
+
+tokens/s = 8 x 160 / the wall time of one `generate` call (prefill included), the median of REPEATS
+calls after a compiling call. Decode ms/step comes from two lengths: (t(160) - t(SHORT)) / (160 - SHORT).
+
+    flock /tmp/rljob-bench.lock .venv/bin/python bench/rollout_speed.py [--engines shipped,current,hf]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+RESULT_FILE = REPO / "bench" / "results" / "rollout_speed.json"
+SHIPPED_COMMIT = "30a5fc998f292095b21bbbb7bae02c44881d04ba"  # the engine before issue 21 part 2
+ENGINE_FILES = ("trainer/maxtext_entry/cached_llama.py", "trainer/maxtext_entry/jax_rollout.py")
+GENERATIONS, NEW_TOKENS, SHORT_TOKENS = 8, 160, 32
+PROMPT_SLOTS, KV_CACHE_BUFFER = 256, 8  # examples/smollm2-gsm8k-cpu.yaml: max_prefill 256, target 416
+# bench/learning.py's jobs (examples/smollm2-arith-cpu.yaml): 128 prompt slots, 32 new tokens, 8 generations
+LEARNING_SLOTS, LEARNING_TOKENS = 128, 32
+LEARNING_RESULT = REPO / "bench" / "results" / "learning-lr3e-06.json"  # its run with these lengths
+TEMPERATURE, TOP_K, TOP_P, SEED = 1.0, 50, 1.0, 0
+REPEATS = 3
+QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+            "How many clips did Natalia sell altogether in April and May?")  # GSM8K train row 0
+
+
+def prepare(work: Path) -> tuple[Path, str, Any]:
+    """The model directory, its converted MaxText items and rljob's MaxTextModel, built once per work dir."""
+    from trainer.contract import JobSpec, RunLayout
+    from trainer.runner import run_stage_command
+    from trainer.sources import resolve_model
+    from trainer.stages.convert import build_convert_command
+
+    model_dir = work / "model"
+    if not (model_dir / "config.json").exists():
+        subprocess.run([sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(model_dir)],
+                       cwd=REPO, check=True, timeout=900)  # fmt: skip
+    spec = JobSpec.model_validate({"name": "rollout-speed", "model": {"source": str(model_dir), "dtype": "float32"},
+                                   "output": str(work / "runs"),
+                                   "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"}})  # fmt: skip
+    layout = RunLayout(spec.output, "rl-rolloutspeed1")
+    model = resolve_model(spec)
+    items = f"{layout.converted_dir}/0/items"
+    if not Path(items).exists():
+        run_stage_command(build_convert_command(spec, layout, model), work / "convert.log")
+    return model_dir, items, model
+
+
+def load_maxtext(items: str, model: Any, work: Path) -> tuple[Any, Any]:
+    from maxtext.configs import pyconfig
+    from maxtext.utils import model_creation_utils
+
+    from trainer.stages.maxtext_paths import base_config
+
+    config = pyconfig.initialize(
+        ["", base_config(), f"model_name={model.name}", f"load_parameters_path={items}", "scan_layers=true",
+         "weight_dtype=float32", "dtype=float32", "attention=dot_product", "skip_jax_distributed_system=true",
+         "enable_checkpointing=false", "per_device_batch_size=1", "run_name=rollout-speed",
+         f"max_target_length={PROMPT_SLOTS + NEW_TOKENS}", f"max_prefill_predict_length={PROMPT_SLOTS}",
+         f"base_output_directory={work}/maxtext-out", *model.args()]
+    )  # fmt: skip
+    return model_creation_utils.from_pretrained(config)
+
+
+def prompt_text() -> str:
+    """train_rl's GSM8K prompt (maxtext's gsm8k_rl template, rl.yml's reasoning and answer tags)."""
+    template_file = Path(importlib.import_module("maxtext").__file__).parent / "examples/chat_templates/gsm8k_rl.json"
+    template = json.loads(template_file.read_text())
+    system = template["SYSTEM_PROMPT"].format(reasoning_start_token="<reasoning>", reasoning_end_token="</reasoning>",
+                                              solution_start_token="<answer>", solution_end_token="</answer>")
+    return str(template["TEMPLATE"].format(system_prompt=system, question=QUESTION))
+
+
+def import_engine(commit: str) -> Any:
+    """The rollout module as it was at `commit`, imported from a temporary package (its own cached_llama)."""
+    name = f"engine_{commit[:12]}"
+    pkg = Path(tempfile.mkdtemp(prefix="rljob-engine-")) / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for rel in ENGINE_FILES:
+        text = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO, check=True, capture_output=True,
+                              text=True).stdout  # fmt: skip
+        (pkg / Path(rel).name).write_text(text)
+    sys.path.insert(0, str(pkg.parent))
+    return importlib.import_module(f"{name}.jax_rollout")
+
+
+def rollout_config(new_tokens: int, slots: int = PROMPT_SLOTS, most_tokens: int = NEW_TOKENS) -> Any:
+    from tunix.rl.rollout import base_rollout
+
+    return base_rollout.RolloutConfig(
+        max_tokens_to_generate=new_tokens, max_prompt_length=slots,
+        kv_cache_size=slots + most_tokens + KV_CACHE_BUFFER, temperature=TEMPERATURE, top_p=TOP_P,
+        top_k=TOP_K, seed=SEED, eos_tokens=[-1],  # no token is -1: every completion runs to its length
+    )  # fmt: skip
+
+
+def time_calls(call: Any, repeats: int) -> tuple[float, list[float], float]:
+    """The first call's seconds, each later call's, and the process's CPU seconds per wall second over them."""
+    start = time.perf_counter()
+    call()  # compiles
+    first = time.perf_counter() - start
+    times = []
+    cpu_start = sum(os.times()[:2])
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return first, times, (sum(os.times()[:2]) - cpu_start) / sum(times)
+
+
+def bench_jax(name: str, rollout_cls: Any, maxtext_model: Any, mesh: Any, tokenizer: Any, prompt: str,
+              repeats: int) -> dict[str, Any]:  # fmt: skip
+    rollout = rollout_cls(SimpleNamespace(base=maxtext_model), tokenizer, mesh, rollout_config(NEW_TOKENS))
+    prompts = [prompt] * GENERATIONS
+    out: dict[str, Any] = {}
+    for tokens in (NEW_TOKENS, SHORT_TOKENS):
+        config = rollout_config(tokens)
+        result: list[Any] = []
+        first, times, cores = time_calls(lambda: result.append(rollout.generate(prompts, config)), repeats)  # noqa: B023
+        lengths = [len(t) for t in result[-1].tokens]
+        assert lengths == [tokens] * GENERATIONS, lengths
+        out[str(tokens)] = {"first_call_s": round(first, 3), "times_s": [round(t, 4) for t in times],
+                            "cpu_s_per_wall_s": round(cores, 2)}  # fmt: skip
+        if tokens == NEW_TOKENS:
+            out["sample_text"] = result[-1].text[0][:300]
+    learning = rollout_config(LEARNING_TOKENS, LEARNING_SLOTS, LEARNING_TOKENS)
+    rollout = rollout_cls(SimpleNamespace(base=maxtext_model), tokenizer, mesh, learning)
+    _, times, _ = time_calls(lambda: rollout.generate(prompts, learning), repeats)
+    out["learning_shape_s"] = round(statistics.median(times), 4)
+    long_s = statistics.median(out[str(NEW_TOKENS)]["times_s"])
+    short_s = statistics.median(out[str(SHORT_TOKENS)]["times_s"])
+    out["tokens_per_s"] = round(GENERATIONS * NEW_TOKENS / long_s, 2)
+    out["decode_ms_per_step"] = round((long_s - short_s) / (NEW_TOKENS - SHORT_TOKENS) * 1000, 2)
+    out["prefill_and_overhead_s"] = round(short_s - SHORT_TOKENS * out["decode_ms_per_step"] / 1000, 3)
+    print(name, json.dumps(out), flush=True)
+    return out
+
+
+def bench_hf(model_dir: Path, prompt: str, repeats: int) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([tokenizer(prompt)["input_ids"]] * GENERATIONS)
+    out: dict[str, Any] = {"torch_threads": torch.get_num_threads()}
+    for tokens in (NEW_TOKENS, SHORT_TOKENS):
+        def call(n: int = tokens) -> Any:
+            with torch.inference_mode():
+                return model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                      temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, max_new_tokens=n,
+                                      min_new_tokens=n, pad_token_id=tokenizer.eos_token_id)  # fmt: skip
+
+        torch.manual_seed(SEED)
+        first, times, cores = time_calls(call, repeats)
+        out[str(tokens)] = {"first_call_s": round(first, 3), "times_s": [round(t, 4) for t in times],
+                            "cpu_s_per_wall_s": round(cores, 2)}  # fmt: skip
+    long_s = statistics.median(out[str(NEW_TOKENS)]["times_s"])
+    short_s = statistics.median(out[str(SHORT_TOKENS)]["times_s"])
+    out["tokens_per_s"] = round(GENERATIONS * NEW_TOKENS / long_s, 2)
+    out["decode_ms_per_step"] = round((long_s - short_s) / (NEW_TOKENS - SHORT_TOKENS) * 1000, 2)
+    print("hf", json.dumps(out), flush=True)
+    return out
+
+
+def read_bandwidth_gb_s() -> dict[str, float]:
+    """Best of numpy (one core) and XLA (its own threads) summing a 512 MiB fp32 array, 5 passes each."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    host = np.ones(128 * 2**20, np.float32)
+    dev = jnp.asarray(host)
+    total = jax.jit(jnp.sum)
+    total(dev).block_until_ready()
+    best = {"numpy": 0.0, "xla": 0.0}
+    for _ in range(5):
+        start = time.perf_counter()
+        host.sum()
+        best["numpy"] = max(best["numpy"], host.nbytes / (time.perf_counter() - start) / 1e9)
+        start = time.perf_counter()
+        total(dev).block_until_ready()
+        best["xla"] = max(best["xla"], host.nbytes / (time.perf_counter() - start) / 1e9)
+    return {k: round(v, 2) for k, v in best.items()}
+
+
+def model_bytes(maxtext_model: Any, cache_slots: int) -> dict[str, int]:
+    import jax
+    from flax import nnx
+
+    params = nnx.state(maxtext_model, nnx.Param)
+    param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
+    c = maxtext_model.config
+    kv_bytes = 2 * c.num_decoder_layers * GENERATIONS * cache_slots * c.num_kv_heads * c.head_dim * 4
+    return {"param_bytes": int(param_bytes), "kv_bytes": int(kv_bytes)}
+
+
+def git_commit(ref: str) -> str:
+    return subprocess.run(["git", "rev-parse", ref], cwd=REPO, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def machine() -> dict[str, Any]:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "trainer/maxtext_entry", "bench/rollout_speed.py"],
+                           cwd=REPO, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return {"cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()], "commit": commit,
+            "engine_files_modified": bool(dirty), "python": platform.python_version(),
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engines", default="shipped,current,hf",
+                        help="comma-separated: shipped, current, hf or a git commit; NAME=LABEL names a row")  # fmt: skip
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rljob-rollout-speed")
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--out", type=Path, default=RESULT_FILE)
+    args = parser.parse_args()
+    engines = [e for e in args.engines.split(",") if e]
+    args.work.mkdir(parents=True, exist_ok=True)
+    model_dir, items, model = prepare(args.work)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompt = prompt_text()
+    prompt_tokens = len(tokenizer(prompt)["input_ids"])
+    result: dict[str, Any] = {"machine": machine(), "model": "SmolLM2-135M-Instruct (dequantised Q4_1), fp32",
+                              "generations": GENERATIONS, "new_tokens": NEW_TOKENS, "prompt_tokens": prompt_tokens,
+                              "prompt_slots": PROMPT_SLOTS, "cache_slots": PROMPT_SLOTS + NEW_TOKENS + KV_CACHE_BUFFER,
+                              "sampling": {"temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P},
+                              "shipped_commit": SHIPPED_COMMIT, "engines": {}}  # fmt: skip
+    maxtext_model, mesh = load_maxtext(items, model, args.work)
+    for spec in engines:
+        name, _, label = spec.partition("=")
+        if name == "hf":
+            result["engines"]["hf"] = bench_hf(model_dir, prompt, args.repeats)
+            continue
+        if name == "current":
+            module = importlib.import_module("trainer.maxtext_entry.jax_rollout")
+        else:
+            module = import_engine(SHIPPED_COMMIT if name == "shipped" else name)
+        measured = bench_jax(name, module.JaxMaxTextRollout, maxtext_model, mesh, tokenizer, prompt, args.repeats)
+        measured["label"] = label or name
+        measured["commit"] = result["machine"]["commit"] if name == "current" else git_commit(
+            SHIPPED_COMMIT if name == "shipped" else name)  # fmt: skip
+        result["engines"][name] = measured
+    sizes = model_bytes(maxtext_model, result["cache_slots"])
+    bandwidth = read_bandwidth_gb_s()
+    step_bytes = sizes["param_bytes"] + sizes["kv_bytes"]
+    bound_step_s = step_bytes / (max(bandwidth.values()) * 1e9)
+    result["bound"] = {**sizes, "read_gb_s": bandwidth, "decode_ms_per_step": round(bound_step_s * 1000, 2),
+                       "tokens_per_s": round(GENERATIONS / bound_step_s, 2)}  # fmt: skip
+    result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    engines_out = result["engines"]
+    if "current" in engines_out:
+        result["rljob_tokens_per_s"] = engines_out["current"]["tokens_per_s"]
+    if "hf" in engines_out:
+        result["hf_tokens_per_s"] = engines_out["hf"]["tokens_per_s"]
+    result["bound_tokens_per_s"] = result["bound"]["tokens_per_s"]
+    learning = json.loads(LEARNING_RESULT.read_text())["arms"]["trained"]
+    result["learning_bench"] = {"result_file": LEARNING_RESULT.name, "steps": len(learning["train"]),
+                                "train_seconds": round(learning["train_seconds"], 1), "slots": LEARNING_SLOTS,
+                                "new_tokens": LEARNING_TOKENS}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "engines"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
