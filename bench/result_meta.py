@@ -31,7 +31,9 @@ def machine_facts() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "commit": _git("rev-parse", "--short=10", "HEAD"),
-        "uncommitted_changes": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "service", "trainer", "bench")),
+        # the measured code: service, trainer and the benches, not the result files benches write
+        "uncommitted_changes": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "service", "trainer", "bench",
+                                         ":(exclude)bench/results")),
         "command": " ".join([Path(sys.executable).name, *(Path(a).relative_to(REPO).as_posix() if a.startswith(str(REPO)) else a
                                                           for a in sys.argv)]),
     }  # fmt: skip

@@ -11,17 +11,28 @@ SSE_P99_TARGET_MS = {1: 100, 1000: 250}
 IDLE_NO_JOBS_TARGET_PERCENT = 2.0
 
 
+def _finding(finding: dict[str, Any]) -> str:
+    example = finding.get("example") or {}
+    request = example.get("request", "").split(" ", 1)[-1].split("/", 3)[-1]
+    shown = f"`/{request}`" if request else "a request"
+    return (f"{finding['check']} on {finding['operation']}: {shown} answered {finding['status']} "
+            f"({finding['title'].lower()}, {finding['count']}x)")  # fmt: skip
+
+
 def render_schemathesis(result: dict[str, Any]) -> str:
     refused = result["schema_valid_refused"]
+    findings = result["conformance_findings"]
+    found = f" ({'; '.join(_finding(f) for f in findings)})" if findings else ""
+    by_operation = ", ".join(f"{op} {n:,}" for op, n in sorted(refused["by_operation"].items(), key=lambda item: -item[1]))
     return (
         f"Last run (`bench/results/schemathesis.json`, {where(result.get('machine'))}; {count(result['requests'])} "
         f"requests in {duration(result['duration_s'])}, {result['rounds']} rounds, seed {result['seed']}): "
         f"{result['operations_exercised']} of {result['operations_declared']} operations exercised, "
-        f"{result['server_errors_5xx']} 5xx, {len(result['conformance_findings'])} schema-conformance findings, "
-        f"{len(result['service_log_errors'])} ERROR lines in the service log; {count(refused['count'])} schema-valid "
-        "submissions were refused by cross-field spec rules JSON Schema cannot state (revision only with a hub source, "
-        "heads, rollout parallelism against the slice) and by relative paths the location pattern admits; the file "
-        "lists them by field and reason."
+        f"{result['server_errors_5xx']} 5xx, {len(findings)} schema-conformance finding{'s' if len(findings) != 1 else ''}"
+        f"{found}, {len(result['service_log_errors'])} ERROR lines in the service log: "
+        f"{'passed' if result['passed'] else '**failed**'}. {count(refused['count'])} schema-valid requests were "
+        f"refused by rules JSON Schema cannot state ({by_operation}; cross-field spec rules, relative paths the "
+        "location pattern admits, a TPU accelerator on a machine without one); the file lists them by field and reason."
     )
 
 
