@@ -22,14 +22,6 @@ RENDERED_ELSEWHERE = {
     "learning-bench": "tests/bench/test_learning_readme.py (bench/render_learning.py)",
 }
 
-# Entries another piece of work is moving to rendered blocks (bench/render_bench_tables.py, issue 22's control-plane
-# and trainer-overhead part); each goes from this list when its block lands. Matched on the entry's first line.
-PENDING_ENTRIES = (
-    "- `bench/trainer_overhead.py`",
-    "- `bench/control_plane.py",
-    "- `bench/rollout_speed.py",
-)
-
 # Numbers with a unit that are not measurements, each with what it is. Matched on the figure and its sentence.
 ALLOWED = {
     "every 2 s per job": "a code constant: REMOTE_CHECK_INTERVAL_S in service/adapters/events_file.py",
@@ -52,21 +44,10 @@ def _without_blocks(text: str) -> str:
     return text
 
 
-def _without_pending_entries(text: str) -> str:
-    kept: list[str] = []
-    skipping = False
-    for line in text.split("\n"):
-        if line.startswith("- ") or line.startswith("<!--") or line.startswith("## "):
-            skipping = line.startswith(PENDING_ENTRIES)
-        if not skipping:
-            kept.append(line)
-    return "\n".join(kept)
-
-
 def unsourced_figures(readme: str) -> list[str]:
-    """Each figure with a unit in the Benchmarks section outside rendered blocks and pending entries that no allow-list
-    entry covers, with its context."""
-    text = _without_pending_entries(_without_blocks(benchmarks_section(readme)))
+    """Each figure with a unit in the Benchmarks section outside rendered blocks that no allow-list entry covers, with its
+    context."""
+    text = _without_blocks(benchmarks_section(readme))
     found = []
     for match in FIGURE.finditer(text):
         context = text[max(0, match.start() - 60) : match.end() + 60].replace("\n", " ")
