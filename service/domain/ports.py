@@ -160,6 +160,9 @@ class JobStore(Protocol):
     def ping(self) -> None:
         """Raise StoreUnavailable if the database cannot be reached."""
 
+    def check_writable(self) -> None:
+        """Raise StoreUnavailable, saying why, if a write could not be made now."""
+
     def transaction(self) -> AbstractContextManager[JobTx]: ...
 
     def take_term(self, holder: str, now: datetime) -> int:

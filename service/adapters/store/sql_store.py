@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, exists, func, select, text, update
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.domain.errors import IdempotencyKeyTaken, StoreUnavailable
@@ -28,6 +28,7 @@ from .leader_terms import require_term, take_term
 from .record_rows import apply_record, to_record
 from .shared_records import SharedRecords
 from .tables import JobEventRow, JobLabelRow, JobRow, MetricPointRow, TokenRow
+from .writability import write_problem
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -182,6 +183,12 @@ class SqlJobStore:
         except SQLAlchemyError as e:
             raise StoreUnavailable(f"database {self.engine.url.render_as_string()} is unreachable: {e}") from e
 
+    def check_writable(self) -> None:
+        """StoreUnavailable saying why, when a write could not be made now (writability.py)."""
+        problem = write_problem(self.engine)
+        if problem is not None:
+            raise StoreUnavailable(problem)
+
     @contextmanager
     def transaction(self) -> Iterator[_Tx]:
         tx: _Tx | None = None
@@ -189,6 +196,8 @@ class SqlJobStore:
             with self._sessions() as session, session.begin():
                 tx = _Tx(session, for_update_supported=self.dialect != "sqlite", order_events=self.dialect == "postgresql")
                 yield tx
+        except OperationalError as e:  # locked, read-only, out of space: the store's fault, not the request's
+            raise StoreUnavailable(f"the database could not store this: {e.orig}; retry later") from e
         finally:  # after the commit: a shared read from before it can no longer land (shared_records.py)
             if self._shared is not None and tx is not None:
                 self._shared.drop(tx._rows)

@@ -52,13 +52,14 @@ def healthz() -> dict[str, str]:
     responses={503: {"model": Readiness, "description": "not ready yet (or any more); `reason` says why"}},
 )  # fmt: skip
 async def readyz(request: Request) -> JSONResponse:
-    """Ready: the store answers and, on the leading replica, every job from before it took the lead has
+    """Ready: the store answers and can be written and, on the leading replica, every job from before it took the lead has
     been re-attached. `role` says which replica leads."""
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is None:
         return _not_ready("starting")
     try:
         await run_in_threadpool(runtime.store.ping)
+        await run_in_threadpool(runtime.store.check_writable)
     except StoreUnavailable as e:
         return _not_ready(str(e))
     checks = runtime.self_checks.lines()
