@@ -164,7 +164,8 @@ def test_a_team_cannot_read_another_teams_usage(timed_api: Api, clock: ManualClo
 
 
 @pytest.mark.parametrize(
-    ("since", "reason"), [("last tuesday", "datetime"), ("2030-13-01", "datetime"), ("2031-01-01", "future")]
+    ("since", "reason"),
+    [("last tuesday", "datetime"), ("2030-13-01", "datetime"), ("2031-01-01", "future"), ("0.5", "datetime"), ("1767225600", "datetime")],
 )
 def test_a_bad_since_is_a_422_naming_it(timed_api: Api, since: str, reason: str) -> None:
     response = timed_api.client.get("/v1/usage", params={"since": since}, headers=timed_api.as_(TOKEN_A))

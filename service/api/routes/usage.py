@@ -22,6 +22,17 @@ MAX_REPORT_JOBS = 2000  # one report's rows (about 3 s of work on a loaded lapto
 PAGE_SIZE = 200
 
 
+def _iso_time(text: str) -> datetime:
+    """An ISO 8601 date or time, UTC unless it names a zone. Only that: pydantic would also take a
+    number as seconds since 1970 (`since=0.5`), which no one means."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidRequest(("query", "since"), f"since={text!r} is not an ISO 8601 datetime or date, e.g. 2026-11-01 "
+                             "or 2026-11-01T12:00:00+01:00") from None  # fmt: skip
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
 def jobs_submitted_since(jobs: JobService, caller: Caller, team: str | None, since: datetime) -> tuple[list[JobRecord], bool]:
     """The jobs `caller` may see, of `team` (None: every team, for admins), submitted at or after
     `since`, newest first; and whether more than MAX_REPORT_JOBS matched."""
@@ -53,8 +64,9 @@ def get_usage(
     runtime: RuntimeDep,
     team: Annotated[str | None, Query(max_length=63, description="admins: one team (default every team); others: only their own")] = None,
     since: Annotated[
-        datetime | None,
-        Query(description="ISO 8601 date or time (UTC unless it names a zone): jobs submitted since then; default 30 days ago"),
+        str | None,
+        Query(max_length=64, description="ISO 8601 date or time (UTC unless it names a zone): jobs submitted since then; "
+              "default 30 days ago", json_schema_extra={"format": "date-time"}),
     ] = None,
 ) -> UsagePublic:
     """Chip-hours by phase and cost of the jobs submitted since `since`: the total, totals by team,
@@ -66,7 +78,7 @@ def get_usage(
     if team is not None and not caller.admin and team != caller.team:
         raise InvalidRequest(("query", "team"), f"only admins read another team's usage; your token is team {caller.team}'s: omit team")
     scope = team if caller.admin else caller.team
-    start = now - DEFAULT_WINDOW if since is None else since if since.tzinfo else since.replace(tzinfo=UTC)
+    start = now - DEFAULT_WINDOW if since is None else _iso_time(since)
     if start > now:
         raise InvalidRequest(("query", "since"), f"since is in the future (now is {now.isoformat()}): give an earlier time")
     records, truncated = jobs_submitted_since(jobs, caller, scope, start)
