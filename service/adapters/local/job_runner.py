@@ -21,7 +21,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from typing import IO
 
 START_LINE = b"start\n"
 
@@ -33,6 +35,25 @@ def _write_atomic(path: str, payload: dict[str, object]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def copy_output(source: IO[bytes], log_fd: int) -> None:
+    """The trainer's output into the job's log (this runner's stdout), until the trainer closes it.
+
+    The trainer writes to a pipe rather than to the log itself, so a log that cannot be written (the
+    service's state directory full) costs log lines, never the trainer's run: a trainer that finished
+    training must not exit with an error because its print() failed. Lines that cannot be written are
+    counted and the count is written once the log can be written again."""
+    dropped = 0
+    for chunk in iter(lambda: source.read1(65536), b""):  # type: ignore[attr-defined]  # a BufferedReader
+        try:
+            if dropped:
+                os.write(log_fd, f"job_runner: {dropped} bytes of output were lost (the log could not be written)\n".encode())
+                dropped = 0
+            os.write(log_fd, chunk)
+        except OSError:
+            dropped += len(chunk)
+    source.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,12 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         print("job_runner: the launcher did not record this runner; not starting the trainer", file=sys.stderr, flush=True)
         return 0
     try:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as e:
         print(f"job_runner: cannot start {command[0]!r}: {e}", file=sys.stderr, flush=True)
         code = 127
     else:
+        # In a thread: a process the trainer left behind may hold the pipe open after the trainer exits,
+        # and the exit code must not wait for it (the copy gets a few seconds more to drain).
+        copier = threading.Thread(target=copy_output, args=(child.stdout, sys.stdout.fileno()), daemon=True)
+        copier.start()
         returncode = child.wait()
+        copier.join(timeout=10)
         code = returncode if returncode >= 0 else 128 - returncode  # killed by signal N -> 128+N
     _write_atomic(args.exit_file, {"job_id": args.job_id, "exit_code": code, "finished_at": time.time()})
     return code
