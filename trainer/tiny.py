@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 # Llama 3's pre-tokenizer split pattern (from Meta's tokenizer.json); the tiktoken file holds only ranks.
@@ -139,12 +138,6 @@ def build_tiny_llama(out_dir: Path, seed: int = 0) -> None:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(str(out_dir), safe_serialization=True)
-
-
-@dataclass(frozen=True)
-class WordProblem:
-    question: str
-    answer: str
 
 
 def gsm8k_style_rows(count: int, seed: int) -> list[dict[str, str]]:

@@ -48,7 +48,6 @@ class Runtime:
     metrics: ServiceMetrics
     clock: Clock
     log_followers: LogFollowers = field(default_factory=lambda: LogFollowers(32))
-    owned: list[object] = field(default_factory=list)
     self_checks: SelfCheckReport = field(default_factory=SelfCheckReport)  # start-up checks (/readyz shows them)
     views: JobViews = field(init=False)  # the status read's and list page's JSON (api/job_views.py)
 

@@ -161,10 +161,6 @@ class EventFanout:
         # Its own thread slot: a thread pool busy with requests must not hold the live feed back.
         self._reader_limiter = anyio.CapacityLimiter(1)
 
-    @property
-    def subscriber_count(self) -> int:
-        return sum(len(subs) for subs in self._subscribers.values())
-
     async def read(self, call: Callable[[], T]) -> T:
         """A store call off the event loop (replays use the shared thread pool, like any request)."""
         return await anyio.to_thread.run_sync(call)
