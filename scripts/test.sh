@@ -29,7 +29,7 @@ else
   echo "test.sh: node is missing (scripts/install-system-deps.sh installs it); the dashboard's unit tests cannot run" >&2
   node_rc=1
 fi
-.venv/bin/python -m pytest "${MARK[@]}" "$@"
+.venv/bin/python -m pytest --durations=25 "${MARK[@]}" "$@"  # the slowest, for keeping CI within its budget
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then echo "test.sh: pytest collected no tests" >&2; exit 1; fi
