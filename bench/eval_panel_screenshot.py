@@ -46,6 +46,9 @@ from rich.console import Console
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from result_meta import machine_facts, write_result  # noqa: E402
 
 from service.cli.client import ClientConfig, CliError, RljobClient  # noqa: E402
 from service.cli.demo import _wait_ready  # noqa: E402
@@ -171,9 +174,9 @@ def serving(work: Path, settings: dict[str, str]) -> Iterator[Service]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def screenshot(service: Service, out: Path, headline_ready: Callable[[str], bool], evaluations: int) -> None:
-    """Sign in in Chromium, open the job's page, wait for the eval headline, open the table of
-    evaluations and screenshot the whole page into `out`."""
+@contextmanager
+def job_page(service: Service) -> Iterator[Any]:
+    """A Chromium page signed in with the service's token, on the job's page."""
     with launch_chromium() as context:
         page = context.new_page()  # type: ignore[attr-defined]
         page.set_viewport_size({"width": 1366, "height": 900})
@@ -182,6 +185,13 @@ def screenshot(service: Service, out: Path, headline_ready: Callable[[str], bool
         page.get_by_role("button", name="Sign in").click()
         page.get_by_role("button", name="Sign out").wait_for()  # the token is stored: routes now open
         page.goto(f"{service.url}/#/jobs/{service.job_id}")
+        yield page
+
+
+def screenshot(service: Service, out: Path, headline_ready: Callable[[str], bool], evaluations: int) -> None:
+    """Wait for the job page's eval headline, open the table of evaluations and screenshot the whole
+    page into `out`."""
+    with job_page(service) as page:
         headline = page.get_by_test_id("eval-headline")
         headline.wait_for(timeout=WAIT_S * 1000)
         wait_for("the headline", lambda: headline_ready(headline.text_content() or ""))
@@ -217,6 +227,7 @@ def scripted(out: Path) -> int:
 
 def tiny(out: Path) -> int:
     """The real trainer's tiny CPU job (examples/tiny-cpu.yaml), as scripts/demo.py runs it."""
+    machine = machine_facts()
     work = Path(tempfile.mkdtemp(prefix="rljob-eval-panel-tiny-"))
     tiny_dir = work / "tiny"
     made = subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(tiny_dir)], cwd=REPO, check=False)
@@ -243,23 +254,16 @@ def tiny(out: Path) -> int:
         record_path.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {record_path}")
         screenshot(service, out, bool, evaluations=len(job["eval"]["points"]))
-        goodput_screenshot(service, GOODPUT_OUT, job["goodput"])
+        goodput_screenshot(service, GOODPUT_OUT, job["goodput"], machine)
     return 0
 
 
-def goodput_screenshot(service: Service, out: Path, goodput: dict[str, Any]) -> None:
+def goodput_screenshot(service: Service, out: Path, goodput: dict[str, Any], machine: dict[str, Any]) -> None:
     """The job page's goodput panel (the stacked bar of where the wall time went) into `out`, with the
-    job's `goodput` from GET /v1/jobs/{id} beside it (`out` with .json)."""
-    out.with_suffix(".json").write_text(json.dumps({"job_id": service.job_id, "spec": "examples/tiny-cpu.yaml",
-                                                    "goodput": goodput}, indent=2) + "\n")  # fmt: skip
-    with launch_chromium() as context:
-        page = context.new_page()  # type: ignore[attr-defined]
-        page.set_viewport_size({"width": 1366, "height": 900})
-        page.goto(f"{service.url}/")
-        page.get_by_label("API token").fill(service.token)
-        page.get_by_role("button", name="Sign in").click()
-        page.get_by_role("button", name="Sign out").wait_for()
-        page.goto(f"{service.url}/#/jobs/{service.job_id}")
+    job's `goodput` from GET /v1/jobs/{id} beside it (`out` with .json, and the machine's facts)."""
+    write_result(out.with_suffix(".json").name, {"job_id": service.job_id, "spec": "examples/tiny-cpu.yaml",
+                                                 "goodput": goodput}, machine)  # fmt: skip
+    with job_page(service) as page:
         panel = page.get_by_test_id("goodput")
         page.get_by_test_id("goodput-bar").wait_for(timeout=WAIT_S * 1000)
         panel.screenshot(path=str(out))
