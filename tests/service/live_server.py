@@ -3,9 +3,11 @@ connections (streams left mid-way, disconnects, load shedding) rather than the i
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,6 +15,9 @@ import uvicorn
 from service_helpers import wait_until
 
 from service.free_port import free_port
+from service.process_stop import terminate_then_kill
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
@@ -38,3 +43,26 @@ def served(app: Any, *, probe: str = "/readyz", log_config: dict[str, Any] | Non
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+@contextmanager
+def serving_process(argv: list[str], env: dict[str, str], port: int, stderr_path: Path, token: str) -> Iterator[httpx.Client]:
+    """Run the service as a process of its own (`rljob serve`, the image's entrypoint), stderr to a file
+    (not a terminal), until it is ready; yields a client with `token`; stops it with SIGTERM."""
+    with stderr_path.open("ab") as stderr:
+        server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    try:
+
+        def ready() -> bool:
+            assert server.poll() is None, stderr_path.read_text()[-3000:]
+            try:
+                return client.get("/readyz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(ready, timeout_s=60, interval_s=0.2)
+        yield client
+    finally:
+        client.close()
+        terminate_then_kill(server, grace_s=30)

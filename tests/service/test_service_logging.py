@@ -8,19 +8,18 @@ import io
 import json
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
 import pytest
+from live_server import serving_process
 from service_helpers import spec_body, wait_until
 
 from service.free_port import free_port
 from service.logging_config import REDACTED, configure_logging
-from service.process_stop import terminate_then_kill
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"
@@ -37,26 +36,8 @@ def _env(state_dir: Path) -> dict[str, str]:
     return env
 
 
-@contextmanager
-def _server(argv: list[str], env: dict[str, str], port: int, stderr_path: Path) -> Iterator[httpx.Client]:
-    """Run the service with stderr going to a file (not a terminal), until it is ready; stop it with SIGTERM."""
-    with stderr_path.open("ab") as stderr:
-        server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"})
-    try:
-
-        def ready() -> bool:
-            assert server.poll() is None, stderr_path.read_text()[-3000:]
-            try:
-                return client.get("/readyz").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(ready, timeout_s=60, interval_s=0.2)
-        yield client
-    finally:
-        client.close()
-        terminate_then_kill(server, grace_s=30)
+def _server(argv: list[str], env: dict[str, str], port: int, stderr_path: Path) -> AbstractContextManager[httpx.Client]:
+    return serving_process(argv, env, port, stderr_path, TOKEN)
 
 
 def _json_lines(path: Path) -> list[dict[str, object]]:

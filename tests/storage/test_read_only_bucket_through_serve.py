@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.free_port import free_port
-from service.process_stop import terminate_then_kill
+from tests.service.live_server import serving_process
 from tests.service.service_helpers import wait_until
 
 from .fault_proxy import ForbiddingProxy
@@ -37,21 +35,8 @@ def test_a_read_only_bucket_fails_the_job_with_the_permission_message(emulator, 
         env.update(RLJOB_STATE_DIR=str(tmp_path / "state"), RLJOB_BOOTSTRAP_TOKEN=TOKEN, RLJOB_BOOTSTRAP_TEAM="team-a",
                    RLJOB_PROGRESS_POLL_INTERVAL_S="0.2", STORAGE_EMULATOR_HOST=proxy.url, TENSORSTORE_GCS_HTTP_URL=proxy.url,
                    PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")  # fmt: skip
-        stderr_path = tmp_path / "serve.stderr"
-        with stderr_path.open("wb") as stderr:
-            server = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)], cwd=REPO,
-                                      env=env, stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
-        try:
-
-            def ready() -> bool:
-                assert server.poll() is None, stderr_path.read_text()[-3000:]
-                try:
-                    return client.get("/readyz").status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_until(ready, timeout_s=60, interval_s=0.2)
+        argv = [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)]
+        with serving_process(argv, env, port, tmp_path / "serve.stderr", TOKEN) as client:
             spec = {"name": "read-only-output", "model": {"source": str(model)}, "output": f"gs://{bucket}/runs",
                     "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}}  # fmt: skip
             submitted = client.post("/v1/jobs", json=spec)
@@ -60,9 +45,6 @@ def test_a_read_only_bucket_fails_the_job_with_the_permission_message(emulator, 
             wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["phase"] in {"FAILED", "SUCCEEDED"}, timeout_s=120)
             job = client.get(f"/v1/jobs/{job_id}").json()
             logs = client.get(f"/v1/jobs/{job_id}/logs", params={"tail_lines": 200}).text
-        finally:
-            client.close()
-            terminate_then_kill(server, grace_s=30)
         denied = list(proxy.denied_requests)
     assert job["phase"] == "FAILED", job
     assert "the trainer could not use its storage (exit 77)" in job["message"], job["message"]
