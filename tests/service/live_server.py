@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import uvicorn
-from service_helpers import wait_until
 
 from service.free_port import free_port
 from service.process_stop import terminate_then_kill
+from tests.service.service_helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
