@@ -6,9 +6,10 @@ PostgreSQL), applies the change (phases through `transition()`), appends to the 
 commits. Re-reading first is what keeps a late observation or a duplicate progress event from
 undoing a terminal phase. What an observation does is decided by observation_policy.decide().
 
-The write lock also serialises event-log inserts within this process, so event seqs become visible
-in increasing order and an SSE reader that saw seq N can never later miss a seq below N.
-One service process owns a database (the local launcher's processes are on its machine anyway).
+The write lock serialises this process's writes; across replicas on one PostgreSQL database the row
+lock orders writes to a job and an event-order lock makes event seqs visible in commit order
+(sql_store.py), so an SSE reader that saw seq N never later misses a seq below N. Writes of the
+leader's work also check its leadership term in their transaction (`as_leader`, service/leadership.py).
 
 Every change through `_mutate` also re-judges the job's learning health and logs a `health` entry
 when the verdict changed (job_health.py), so SSE streams carry it.
