@@ -21,7 +21,8 @@ def _x(value: float | None, base: float | None) -> float | None:
 def _served(row: dict[str, Any] | None) -> str:
     if row is None:
         return "-"
-    lost = [f"{row[k]:,} {label}" for k, label in (("shed", "shed"), ("timeouts", "timed out"), ("errors", "errors")) if row.get(k)]
+    labels = (("shed", "shed"), ("timeouts", "timed out"), ("errors", "errors" if row.get("errors") != 1 else "error"))
+    lost = [f"{row[k]:,} {label}" for k, label in labels if row.get(k)]
     p99 = "-" if row["p99_ms"] is None else f"{row['p99_ms']:,} ms"
     return f"{row['ok']:,}/{row['sent']:,}" + (f" ({', '.join(lost)})" if lost else "") + f", p99 {p99}"
 
@@ -46,7 +47,7 @@ def _verdict(name: str, server: dict[str, Any], get_x: list[float], list_x: list
     at = next((row for row in server[GET] if row["offered_rps"] == SERVED_RPS), None)
     not_served_below = sum(row["shed"] + row["timeouts"] + row["errors"] for row in server[GET] if row["offered_rps"] < SERVED_RPS)
     served = at is not None and at["ok"] == at["sent"] and at["p99_ms"] is not None and at["p99_ms"] <= P99_MS
-    p99_gap = "" if served or at is None or at["p99_ms"] is None else f", {at['p99_ms'] / P99_MS:.1f} times the p99 target"
+    p99_gap = "" if served or at is None or at["p99_ms"] is None else f", {at['p99_ms'] / P99_MS:.2f} times the p99 target"
     parts = [
         _target(f"status read CPU <= {STATUS_CPU_X:g}x the minimal app's", max(get_x), STATUS_CPU_X)
         + ("" if not first_x else f" (a job's first read: {max(first_x):.2f}x)"),
@@ -57,7 +58,22 @@ def _verdict(name: str, server: dict[str, Any], get_x: list[float], list_x: list
     return f"- {name}: " + "; ".join(parts) + "."
 
 
-def render_control_plane(result: dict[str, Any]) -> str:
+def _summary(name: str, server: dict[str, Any], base: dict[str, Any]) -> str:
+    get_x, list_x = _cpu(server, base, GET)[1], _cpu(server, base, LIST)[1]
+    at = {int(row["offered_rps"]): _served(row) for row in server[GET][-2:]}
+    return (f"{name}: " + ", ".join(f"at {rate} req/s {text}" for rate, text in at.items())
+            + f", status CPU {min(get_x):.1f}-{max(get_x):.1f}x, list {min(list_x):.1f}-{max(list_x):.1f}x")  # fmt: skip
+
+
+def render_earlier(result: dict[str, Any], name: str) -> str:
+    """One line per rljob server of an earlier run of the same bench, beside the last run's table."""
+    base = result["servers"]["minimal"]
+    servers = [_summary(n, s, base) for n, s in result["servers"].items() if n != "minimal"]
+    return (f"The run before it (`bench/results/{name}`, {result['duration_s']:g} s per rate; {where(result.get('machine'))}): "
+            + "; ".join(servers) + ".")  # fmt: skip
+
+
+def render_control_plane(result: dict[str, Any], earlier: dict[str, Any] | None = None, earlier_name: str = "") -> str:
     servers = result["servers"]
     base = servers["minimal"]
     get_rates = [int(row["offered_rps"]) for row in base[GET]]
@@ -86,7 +102,13 @@ def render_control_plane(result: dict[str, Any]) -> str:
                      f"{_served(server[GET][-1])} | {list_cells} | {_served(server[LIST][-1])} |")  # fmt: skip
         if name != "minimal" and "before" not in name:
             verdicts.append(_verdict(name, server, get_x, list_x, first_x))
-    return "\n".join([*lines, "", "Issue 21's targets, as measured here:", "", *verdicts])
+    tail = ["", render_earlier(earlier, earlier_name)] if earlier is not None else []
+    return "\n".join([*lines, "", "Issue 21's targets, as measured here:", "", *verdicts, *tail])
+
+
+def render_control_plane_runs(result: dict[str, Any], earlier: dict[str, Any]) -> str:
+    """The last run's table and verdicts, then the run before it in a line: on shared cores one run is not the rule."""
+    return render_control_plane(result, earlier, "control_plane-5ebe387.json")
 
 
 def render_trainer_overhead(result: dict[str, Any]) -> str:

@@ -40,7 +40,7 @@ def test_a_shed_request_below_the_rate_and_a_slow_p99_are_misses_with_their_size
     gets[3] = _row(500, 3.0, p99=25.0)
     text = render_control_plane(result)
     assert "nothing shed below that rate: **not met** (7 not served)" in text
-    assert "**not met** (5,000/5,000, p99 25.0 ms, 2.5 times the p99 target)" in text
+    assert "**not met** (5,000/5,000, p99 25.0 ms, 2.50 times the p99 target)" in text
     assert "status read CPU <= 2x the minimal app's: **not met** (up to 3.00x, 1.50 times the target)" in text
 
 
