@@ -30,7 +30,6 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCE = Path(sys.argv[sys.argv.index("--source") + 1]).resolve() if "--source" in sys.argv else REPO
 sys.path[:0] = [str(SOURCE), str(REPO)]
 
-from bench.result_meta import machine_facts  # noqa: E402
 from trainer.contract import RunLayout  # noqa: E402
 from trainer.contract.spec_file import load_spec_file  # noqa: E402
 from trainer.pipeline import describe_plan  # noqa: E402
@@ -40,6 +39,18 @@ from trainer.sources import (  # noqa: E402
 )
 
 SPEC = SOURCE / "examples" / "tiny-cpu.yaml"
+
+
+def machine_facts() -> dict[str, object]:
+    """bench/result_meta.py's facts, from this checkout's copy (with --source, `bench` may resolve to the tree's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rljob_result_meta", REPO / "bench" / "result_meta.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    facts: dict[str, object] = module.machine_facts()
+    return facts
 
 
 def run_bare(spec, out: Path) -> dict[str, float]:
