@@ -20,6 +20,7 @@ FIGURE = re.compile(
 # Blocks rendered from result files and the test that checks each against its file.
 RENDERED_ELSEWHERE = {
     "learning-bench": "tests/bench/test_learning_readme.py (bench/render_learning.py)",
+    "rollout-speed": "tests/bench/test_rollout_speed_readme.py (bench/render_rollout_speed.py)",
 }
 
 # Numbers with a unit that are not measurements, each with what it is. Matched on the figure and its sentence.
