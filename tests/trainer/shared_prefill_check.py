@@ -16,9 +16,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 PROMPTS = ["Ada has 3 apples and gets 4 more. How many apples?"] * 3 + ["Two plus two is"] * 2
 
 
+from types import SimpleNamespace  # noqa: E402
+
+
 def main() -> None:
     tokenizer_dir, *overrides = sys.argv[1:]
-    from types import SimpleNamespace
 
     from maxtext.configs import pyconfig
     from maxtext.utils import model_creation_utils
@@ -69,7 +71,32 @@ def main() -> None:
         traced_batches.clear()
         result[f"{mode}_shared"], result[f"{mode}_every_row"] = shared, run(False, temperature)
         result[f"{mode}_every_row_prefill_batches"] = list(traced_batches)
+    result.update(after_an_update(model, mesh, tokenizer))
     print(json.dumps(result))
+
+
+def after_an_update(model, mesh, tokenizer) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """As in train_rl: Tunix asks whether the rollout shares the actor's weights (its leaf-by-leaf check,
+    which raises on trees of different sizes); then an optimizer step replaces the actor's parameter arrays
+    and the same rollout generates again. Its tokens must be those of a rollout built on the new weights."""
+    import jax
+    from flax import nnx
+    from tunix.rl import utils as rl_utils
+    from tunix.rl.rollout import base_rollout
+
+    from trainer.maxtext_entry import jax_rollout
+
+    config = base_rollout.RolloutConfig(max_tokens_to_generate=12, max_prompt_length=32, kv_cache_size=48,
+                                        temperature=1.0, seed=7, eos_tokens=[-1])  # fmt: skip
+    rollout = jax_rollout.JaxMaxTextRollout(SimpleNamespace(base=model), tokenizer, mesh, config)
+    shares = bool(rl_utils.is_sharing_weights(model, rollout.model()))
+    before = [[int(t) for t in row] for row in rollout.generate(PROMPTS, config).tokens]
+    params = nnx.state(model, nnx.Param)
+    nnx.update(model, jax.tree.map(lambda x: -1.5 * x + 0.02, params))  # new arrays, as an optimizer step leaves
+    after = [[int(t) for t in row] for row in rollout.generate(PROMPTS, config).tokens]
+    fresh = jax_rollout.JaxMaxTextRollout(SimpleNamespace(base=model), tokenizer, mesh, config)
+    rebuilt = [[int(t) for t in row] for row in fresh.generate(PROMPTS, config).tokens]
+    return {"shares_weights": shares, "update_before": before, "update_after": after, "update_rebuilt": rebuilt}
 
 
 if __name__ == "__main__":

@@ -38,3 +38,7 @@ def test_shared_prefill_samples_what_prefilling_every_row_samples(tiny_dir, monk
         assert all(len(row) == 12 for row in result[f"{mode}_shared"]), result
     # Sampling still draws each repeat on its own: copies of one prompt do not all sample the same tokens.
     assert len({tuple(row) for row in result["sampled_shared"][:3]}) > 1, result
+    # Tunix's weight-sharing check answers (train_rl then needs no sync), and after an optimizer step the
+    # same rollout samples from the new weights: what a rollout built on them samples, not what it did before.
+    assert result["shares_weights"] is True
+    assert result["update_after"] == result["update_rebuilt"] != result["update_before"], result

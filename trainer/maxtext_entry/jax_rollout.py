@@ -5,9 +5,14 @@ rollout_config, maxtext_config=...)`, which needs vLLM (TPU only). This class ha
 constructor and drives Tunix's own sampler instead, so it runs on CPU. The sampler's model is
 `CachedLlamaLM` (cached_llama.py): a KV-cached forward over the actor's own parameters.
 
-VanillaRollout.update_params rebuilds state from `nnx.Param` only, but the MaxText model also
-carries RNG variables, so the sampler's structure check would fail: params are updated in place, and
-the model's decoding layout of them is re-derived there.
+The sampler's model keeps a decoding layout of the actor's weights (cached_llama.refresh), so it does
+not share all its arrays with the actor. Tunix decides whether to sync weights by comparing the leaves
+of the actor's and `model()`'s states one to one (rl/utils.py is_sharing_weights), which raises on two
+trees of different sizes. So `model()` is the MaxText Transformer the actor wraps (shared: no sync,
+exactly as before the layout existed), and the layout is re-derived here, before each generation and
+log-prob pass, whenever the actor's parameter arrays are no longer the ones it was derived from.
+VanillaRollout.update_params rebuilds state from `nnx.Param` only, but the MaxText model also carries
+RNG variables, so the sampler's structure check would fail: params are updated in place.
 
 GRPO repeats each prompt num_generations times before it calls `generate` (Tunix's rl_learner
 np.repeats the batch), so the sampler prefills each distinct prompt once and copies its cache.
@@ -15,6 +20,7 @@ np.repeats the batch), so the sampler prefills each distinct prompt once and cop
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -76,6 +82,7 @@ class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
     ):  # pylint: disable=super-init-not-called
         del maxtext_config, cache_config_or_size  # vLLM settings; nothing to configure for JAX sampling
         self._mesh = mesh
+        self._derived_from: list[weakref.ref[Any]] = []  # the parameter arrays the layout was derived from
         model = build_cached_llama(rollout_actor.base)  # TunixMaxTextAdapter -> the MaxText Transformer
         shape = model.shape
         self._sampler = SharedPrefillSampler(
@@ -89,16 +96,38 @@ class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
             ),
         )
 
+    def model(self) -> nnx.Module:
+        """The MaxText Transformer the actor wraps (see the module's docstring)."""
+        base: nnx.Module = self._sampler.transformer.base
+        return base
+
     def generate(
         self, prompts: list[str], rollout_config: base_rollout.RolloutConfig, **kwargs: Any
     ) -> base_rollout.RolloutOutput:
+        self._refresh_if_updated()
         with self._mesh:
             return super().generate(prompts, rollout_config, **kwargs)
+
+    def get_per_token_logps(self, *args: Any, **kwargs: Any) -> jax.Array:
+        self._refresh_if_updated()
+        logps: jax.Array = super().get_per_token_logps(*args, **kwargs)
+        return logps
 
     def update_params(self, params: Any, filter_types: Any = None) -> None:
         del filter_types
         model = self._sampler.transformer
         resharded = reshard.reshard_pytree(params, nnx.state(model, nnx.Param))
         nnx.update(model, resharded)
+        self._refresh_if_updated()
+
+    def _refresh_if_updated(self) -> None:
+        """Re-derive the decoding layout when the actor's parameter arrays are not the ones it was derived
+        from (an optimizer step replaces them). Weak references: holding the old arrays would keep a
+        second copy of the weights alive."""
+        model = self._sampler.transformer
+        leaves = jax.tree.leaves(nnx.state(model.base, nnx.Param))
+        if len(leaves) == len(self._derived_from) and all(ref() is leaf for ref, leaf in zip(self._derived_from, leaves, strict=True)):
+            return
         model.refresh()
         self._sampler.transformer_state = nnx.variables(model)
+        self._derived_from = [weakref.ref(leaf) for leaf in leaves]
