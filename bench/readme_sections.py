@@ -62,6 +62,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "replicas": (("replicas.json",), service_benches.render_replicas),
     "idle-cpu": (("idle_cpu-4d5c520.json", "idle_cpu.json"), service_benches.render_idle_cpu),
     "upload": (("upload.json",), storage_benches.render_upload),
+    "run-size": (("run_size.json",), storage_benches.render_run_size),
     "control-plane": (("control_plane.json", "control_plane-5ebe387.json"), read_path_benches.render_control_plane_runs),
     "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead),
 }

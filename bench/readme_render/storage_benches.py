@@ -57,3 +57,22 @@ def render_fit_calibration(result: dict[str, Any]) -> str:
         f"{growth_measured / added_parameter_bytes:.1f} copies of themselves where the estimate counts {counted:g} "
         "(weights, two AdamW moments, gradients, reference)."
     )
+
+
+def render_run_size(result: dict[str, Any]) -> str:
+    """A real run directory's size with the default retention (bench/run_size.py)."""
+    last = result["storage_events"][-1]
+    parts = sorted(((name, size) for name, size in last["parts"].items() if size >= 2**20), key=lambda item: -item[1])
+    listed = ", ".join(f"{name} {size / GIB:.2f} GiB" for name, size in parts)
+    total = result["du_bytes"] / GIB
+    verdict = "met" if total <= result["target_gib"] else f"missed by {total - result['target_gib']:.2f} GiB"
+    baseline = result["baseline"]
+    return (
+        f"Last run (`bench/results/run_size.json`, {where(result.get('machine'))}): {result['model']}, "
+        f"{result['steps']} GRPO steps through `trainer run`, a checkpoint every {result['checkpoint_period']} steps, "
+        f"`keep_last_checkpoints` at its default: {total:.2f} GiB on disk, checkpoint step(s) kept "
+        f"{', '.join(map(str, result['checkpoint_steps_kept']))}; the trainer's last measurement: {listed} (the converted "
+        f"checkpoint is in the conversion cache, outside the run directory). Target "
+        f"<= {result['target_gib']} GiB: {verdict} (the same run with rl.yml's retention kept {baseline['checkpoints_kept']} "
+        f"checkpoints, {baseline['gib']} GiB; issue 21). Wall time {result['wall_s'] / 60:.1f} min."
+    )
