@@ -21,7 +21,6 @@ BIN = Path(sys.executable).parent
 def uvicorn_app(app: str, env: dict[str, str], work: Path, name: str, app_dir: Path | None = None) -> Iterator[tuple[int, int]]:
     sys.path.insert(0, str(REPO))
     from service.free_port import free_port
-    from service.process_stop import terminate_then_kill
 
     port = free_port()
     log = work / f"{name}.log"
@@ -29,7 +28,17 @@ def uvicorn_app(app: str, env: dict[str, str], work: Path, name: str, app_dir: P
             "--timeout-graceful-shutdown", "5", "--no-server-header", "--no-access-log"]  # fmt: skip
     if app_dir is not None:
         argv += ["--app-dir", str(app_dir)]
-    with log.open("wb") as out:
+    with until_healthy(argv, env, work, log, name, port) as pid:
+        yield pid, port
+
+
+@contextmanager
+def until_healthy(argv: list[str], env: dict[str, str], work: Path, log: Path, name: str, port: int) -> Iterator[int]:
+    """Start `argv` (its output to `log`) and yield its pid once /healthz on `port` answers; stop it after."""
+    sys.path.insert(0, str(REPO))
+    from service.process_stop import terminate_then_kill
+
+    with log.open("wb") as out:  # the access log goes here, as a container's stderr goes to its runtime
         server = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work)
     try:
         deadline = time.monotonic() + 60
@@ -44,6 +53,6 @@ def uvicorn_app(app: str, env: dict[str, str], work: Path, name: str, app_dir: P
             if time.monotonic() > deadline:
                 raise SystemExit(f"{name} did not answer /healthz within 60 s")
             time.sleep(0.2)
-        yield server.pid, port
+        yield server.pid
     finally:
         terminate_then_kill(server, grace_s=10)

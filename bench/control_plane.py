@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx
 import psutil
+from app_server import until_healthy
 from open_loop import OpenLoopClient, RateResult
 from result_meta import machine_facts
 
@@ -145,28 +146,11 @@ def server_argv(kind: str, port: int) -> list[str]:
 def running(kind: str, env: dict[str, str], work: Path, name: str) -> Iterator[tuple[int, int]]:
     """(pid, port) of the server, once /healthz answers."""
     from service.free_port import free_port
-    from service.process_stop import terminate_then_kill
 
     port = free_port()
     log = work / f"{name.replace(' ', '-').replace('/', '-')}.log"
-    with log.open("wb") as out:  # the access log goes here, as a container's stderr goes to its runtime
-        server = subprocess.Popen(server_argv(kind, port), env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if server.poll() is not None:
-                raise SystemExit(f"{name} exited: {log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not answer /healthz within 60 s")
-            time.sleep(0.2)
-        yield server.pid, port
-    finally:
-        terminate_then_kill(server, grace_s=10)
+    with until_healthy(server_argv(kind, port), env, work, log, name, port) as pid:
+        yield pid, port
 
 
 def settle(pid: int) -> None:
