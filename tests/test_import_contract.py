@@ -79,6 +79,18 @@ def test_the_trainer_never_imports_the_service():
     assert violations(source_files("trainer"), ("service",)) == []
 
 
+# The CLI's job commands talk HTTP only; the operator side (serve, token, render, demo, doctor) may reach further.
+CLI_CLIENT_SIDE = ("client", "job_commands", "follow", "output", "samples", "usage", "goodput_text", "storage_text")
+
+
+def test_the_cli_job_commands_import_no_adapter_settings_or_operator_code():
+    files = [ROOT / "service" / "cli" / f"{name}.py" for name in CLI_CLIENT_SIDE]
+    assert all(f.is_file() for f in files)
+    assert violations(files, ("service.adapters", "service.api", "service.app", "service.config", "service.dashboard",
+                              "sqlalchemy", "alembic", "kubernetes", "fastapi", "service.cli.operator_commands",
+                              "service.cli.manifests", "service.cli.doctor", "service.cli.demo")) == []
+
+
 def test_the_contract_and_storage_pull_in_no_ml_framework():
     # The service imports these two packages; JAX, MaxText or torch there would put them in the service image.
     files = source_files("trainer/contract", "trainer/storage")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import typer
@@ -19,6 +19,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from service.settings_env import SettingsInvalid
+
+if TYPE_CHECKING:
+    from trainer.contract import JobSpec
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 
@@ -100,6 +103,24 @@ def load_client_config(url: str | None, token: str | None, config: Path | None) 
             raise CliError(f"the config file {path} must be a mapping with url and token", ExitCode.BAD_INPUT)
         data = loaded
     return ClientConfig(url=(url or data.get("url") or DEFAULT_URL).rstrip("/"), token=token or data.get("token"), config_file=path)
+
+
+# What `submit --dry-run` calls to print Kubernetes manifests: (spec, job id or None, what to name in errors) -> YAML.
+ManifestRenderer = Callable[["JobSpec", str | None, str], str]
+
+
+@dataclass(frozen=True)
+class CliContext:
+    """What the global options give every command: where the service is, and the local manifest renderer
+    (operator code, handed in by main.py so the job commands import no adapter)."""
+
+    url: str | None
+    token: str | None
+    config: Path | None
+    render_manifests: ManifestRenderer
+
+    def client(self) -> RljobClient:
+        return RljobClient(load_client_config(self.url, self.token, self.config))
 
 
 def _field_problems(detail: Any) -> str:

@@ -1,4 +1,4 @@
-"""Operator commands: `serve` (the embedded default), `token create|revoke|list` (straight to the
+"""Operator commands (not the HTTP client side): `serve` (the embedded default), `token create|revoke|list` (straight to the
 database: whoever can reach it is an admin), `render` (Kubernetes manifests) and `demo`."""
 
 from __future__ import annotations
