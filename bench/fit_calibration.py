@@ -1,4 +1,4 @@
-"""How close is the fit estimate (trainer/contract/fit.py) to what a run really holds? Measured on CPU.
+"""How close is the fit estimate (trainer/sizing/fit.py) to what a run really holds? Measured on CPU.
 
 Runs `python -m trainer run` (convert -> GRPO, export off) on two random Llama-3.1-architecture models
 of different widths, the tiny spec's GRPO settings otherwise, and records the peak resident memory
@@ -29,9 +29,9 @@ sys.path.insert(0, str(REPO))
 
 from result_meta import machine_facts, write_result  # noqa: E402
 
-from trainer.contract.fit import estimate_job_fit  # noqa: E402
 from trainer.contract.spec_file import load_spec_file  # noqa: E402
-from trainer.contract.tpu import GIB  # noqa: E402
+from trainer.sizing.fit import estimate_job_fit  # noqa: E402
+from trainer.sizing.tpu_memory import GIB  # noqa: E402
 
 TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"
 RESULTS = REPO / "bench" / "results" / "fit_calibration.json"

@@ -71,8 +71,16 @@ def test_the_domain_imports_no_framework_and_no_adapter():
                               "service.dashboard")) == []
 
 
-def test_the_service_takes_only_the_contract_and_storage_from_the_trainer():
-    assert violations(source_files("service"), ("trainer",), allowed=("trainer.contract", "trainer.storage")) == []
+def test_the_service_takes_only_the_contract_sizing_and_storage_from_the_trainer():
+    # sizing: the fit estimate at submit (and the CLI's local check) and each TPU chip's memory.
+    allowed = ("trainer.contract", "trainer.sizing", "trainer.storage")
+    assert violations(source_files("service"), ("trainer",), allowed=allowed) == []
+
+
+def test_the_contract_imports_no_other_trainer_package():
+    # The wire contract is the bottom layer: sizing reads JobSpec and the TPU slice table from it, never the
+    # other way round, so the spec's validation cannot come to depend on an estimate.
+    assert violations(source_files("trainer/contract"), ("trainer",), allowed=("trainer.contract",)) == []
 
 
 def test_the_trainer_never_imports_the_service():
@@ -91,9 +99,9 @@ def test_the_cli_job_commands_import_no_adapter_settings_or_operator_code():
                               "service.cli.manifests", "service.cli.doctor", "service.cli.demo")) == []
 
 
-def test_the_contract_and_storage_pull_in_no_ml_framework():
-    # The service imports these two packages; JAX, MaxText or torch there would put them in the service image.
-    files = source_files("trainer/contract", "trainer/storage")
+def test_the_packages_the_service_imports_pull_in_no_ml_framework():
+    # JAX, MaxText or torch in any of these would put them in the service image.
+    files = source_files("trainer/contract", "trainer/sizing", "trainer/storage")
     assert violations(files, ("jax", "jaxlib", "flax", "maxtext", "tunix", "torch", "transformers", "orbax",
                               "vllm", "trainer.maxtext_entry", "trainer.stages", "trainer.pipeline")) == []
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import JobSpec, join_uri, local_path, location_kind
-from trainer.contract.hf_model import MaxTextModel
+from trainer.sizing.hf_model import MaxTextModel
 from trainer.storage import ArtifactStore, ObjectInfo, StorageError, store_for
 from trainer.storage.local import file_md5
 

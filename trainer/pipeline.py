@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, location_kind
-from trainer.contract.hf_model import MaxTextModel
 from trainer.run_size import report_run_storage
 from trainer.run_stop import StopRequest
 from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command
+from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import DataError
 from trainer.stages.context import JobContext, RunCommand, local_work_dir
 from trainer.stages.convert import build_convert_command, cached_conversion, run_convert

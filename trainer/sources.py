@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer.contract import JobSpec, join_uri, local_path, location_kind
-from trainer.contract.hf_model import MaxTextModel, UnsupportedCheckpoint, resolve_maxtext_model
+from trainer.sizing.hf_model import MaxTextModel, UnsupportedCheckpoint, resolve_maxtext_model
 from trainer.storage import StorageError, store_for
 
 if TYPE_CHECKING:

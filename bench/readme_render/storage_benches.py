@@ -7,7 +7,7 @@ from typing import Any
 from bench.readme_render.common import count, load_span, ratio, where, where_shared
 
 GIB = 2**30
-# What the fit estimate counts per parameter beside activations (trainer/contract/fit.py's parts that grow with the
+# What the fit estimate counts per parameter beside activations (trainer/sizing/fit.py's parts that grow with the
 # parameters): weights, two AdamW moments, gradients, reference.
 PARAMETER_PARTS = ("params", "optimizer", "gradients", "reference")
 

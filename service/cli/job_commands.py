@@ -17,8 +17,8 @@ from rich.table import Table
 
 from service.domain.phases import TERMINAL, JobPhase
 from trainer.contract import JobSpec
-from trainer.contract.fit import estimate_job_fit
 from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
+from trainer.sizing.fit import estimate_job_fit
 
 from .client import CliContext, CliError, ExitCode, RljobClient, handles_errors
 from .follow import follow_job

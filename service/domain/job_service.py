@@ -185,7 +185,7 @@ class JobService:
         """Store a new job and hand it to the launcher. Returns (record, created).
 
         A job whose estimated memory per chip exceeds its accelerator's is refused here, before any
-        TPU is asked for (trainer/contract/fit.py); the estimate is stored with the job either way."""
+        TPU is asked for (trainer/sizing/fit.py); the estimate is stored with the job either way."""
         spec, fit = check_submission(spec, caller, self.location_policy, self.launcher)  # InvalidRequest: nothing stored
 
         def store_new() -> tuple[JobRecord, bool]:

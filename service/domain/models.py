@@ -16,8 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer.contract import JobSpec, RunStorage, Stage, StepSamples
-from trainer.contract.fit import FitEstimate
 from trainer.contract.goodput import JobGoodput
+from trainer.sizing.fit import FitEstimate
 
 from .errors import InvalidRequest
 from .job_eval import JobEval

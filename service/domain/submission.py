@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from trainer.contract import JobSpec
-from trainer.contract.fit import FitEstimate, estimate_job_fit
+from trainer.sizing.fit import FitEstimate, estimate_job_fit
 
 from .errors import IdempotencyConflict, InvalidRequest
 from .location_policy import LocationPolicy, check_spec_locations
@@ -18,7 +18,7 @@ from .ports import JobLauncher, JobStore, SubmitCheck
 def check_submission(spec: JobSpec, caller: Caller, policy: LocationPolicy, launcher: JobLauncher) -> tuple[JobSpec, FitEstimate | None]:
     """The spec as stored (its team from the token) and its fit estimate; InvalidRequest naming the field
     when it may not or cannot run. A job whose estimated memory per chip exceeds its accelerator's is
-    refused before any TPU is asked for (trainer/contract/fit.py)."""
+    refused before any TPU is asked for (trainer/sizing/fit.py)."""
     spec = JobSpec.model_validate({**spec.model_dump(mode="json"), "team": caller.team})
     check_spec_locations(spec, caller.team, policy)
     fit = estimate_job_fit(spec)  # None: the model's shape is unknown here, so nothing is checked

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from trainer.contract import RunLayout, RunStorage, Stage
-from trainer.contract.fit import FitEstimate
+from trainer.sizing.fit import FitEstimate
 
 from .goodput import job_goodput
 from .job_eval import job_eval

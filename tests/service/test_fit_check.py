@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from service.cli.main import app as cli
 from service.cli.output import console, print_job
-from trainer.contract.tpu import GIB
+from trainer.sizing.tpu_memory import GIB
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "examples" / "tutorial-llama31-8b-v6e8.yaml"
 V6E1 = {"accelerator": "v6e-1", "chips_per_vm": 1, "rollout_engine": "vllm", "rollout_tensor_parallelism": -1}

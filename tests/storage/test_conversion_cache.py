@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from trainer.contract import JobSpec
-from trainer.contract.hf_model import resolve_maxtext_model
 from trainer.conversion_cache import (
     CacheKey,
     ConversionCache,
@@ -21,6 +20,7 @@ from trainer.conversion_cache import (
     storage_format,
 )
 from trainer.conversion_cache_cli import main as cache_cli
+from trainer.sizing.hf_model import resolve_maxtext_model
 from trainer.storage import StorageError
 from trainer.storage.local import LocalDirStore
 

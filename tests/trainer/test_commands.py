@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from trainer.contract import JobSpec, RunLayout
-from trainer.contract.hf_model import MaxTextModel
 from trainer.runner import REDACTED, StageCommand, StageFailed, redact, run_stage_command, start_stage_command
+from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import resolve_model
 from trainer.stages.convert import build_convert_command
 from trainer.stages.export import build_export_command

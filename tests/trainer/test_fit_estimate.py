@@ -1,4 +1,4 @@
-"""The per-chip memory estimate (trainer/contract/fit.py): parameter counts, a breakdown checked against
+"""The per-chip memory estimate (trainer/sizing/fit.py): parameter counts, a breakdown checked against
 arithmetic done by hand, the verdicts against each slice's HBM, and growth with the batch and lengths."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 
 from tests.trainer.conftest import TINY_HF_CONFIG, TUTORIAL_EXAMPLE
 from trainer.contract import JobSpec
-from trainer.contract.fit import estimate_fit, estimate_job_fit, per_chip_bytes
-from trainer.contract.model_shapes import MAXTEXT_MODELS, ModelShape, model_shape, read_local_model_config
 from trainer.contract.spec_file import load_spec_file
-from trainer.contract.tpu import GIB, HBM_GIB_PER_CHIP, TPU_SLICES
+from trainer.contract.tpu import TPU_SLICES
+from trainer.sizing.fit import estimate_fit, estimate_job_fit, per_chip_bytes
+from trainer.sizing.model_shapes import MAXTEXT_MODELS, ModelShape, model_shape, read_local_model_config
+from trainer.sizing.tpu_memory import GIB, HBM_GIB_PER_CHIP, hbm_bytes_per_chip
 
 TUTORIAL = load_spec_file(TUTORIAL_EXAMPLE)
 
@@ -132,8 +133,8 @@ def test_float32_doubles_the_training_state() -> None:
 
 def test_every_generation_has_its_hbm() -> None:
     assert {s.generation for s in TPU_SLICES.values()} <= set(HBM_GIB_PER_CHIP)
-    assert TPU_SLICES["v6e-1"].hbm_bytes_per_chip == 32 * GIB and TPU_SLICES["v5e-8"].hbm_bytes_per_chip == 16 * GIB
-    assert TPU_SLICES["v5p-8"].hbm_bytes_per_chip == 95 * GIB
+    assert hbm_bytes_per_chip(TPU_SLICES["v6e-1"]) == 32 * GIB and hbm_bytes_per_chip(TPU_SLICES["v5e-8"]) == 16 * GIB
+    assert hbm_bytes_per_chip(TPU_SLICES["v5p-8"]) == 95 * GIB
 
 
 def test_the_shape_comes_from_config_json_then_dims_then_the_name(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainer.contract import JobSpec
-from trainer.contract.hf_model import UnsupportedCheckpoint, llama_overrides, resolve_maxtext_model
+from trainer.sizing.hf_model import UnsupportedCheckpoint, llama_overrides, resolve_maxtext_model
 
 # transformers 5 writes RoPE as rope_parameters; these are the real shapes of each model's config.json.
 SMOLLM2_135M = {

@@ -7,7 +7,8 @@ a 2x4 v6e (or v5e) slice both as one 8-chip VM and as two 4-chip VMs; rljob runs
 `chips_per_vm` is 8. Larger v6e slices are built from 4-chip VMs.
 
 What only a GKE scheduler needs (node labels, machine types, pod sizes) lives beside the manifests in
-service/adapters/k8s/accelerators.py, keyed by these names.
+service/adapters/k8s/accelerators.py, keyed by these names; each chip's memory, which only the fit estimate
+reads, in trainer/sizing/tpu_memory.py.
 """
 
 from __future__ import annotations
@@ -15,10 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CPU_ACCELERATOR = "cpu"
-GIB = 1024**3
-# High-bandwidth memory per chip by generation (Google Cloud TPU docs, "TPU versions"): what one chip's
-# share of a job's weights, optimizer state, activations and KV cache must fit in (fit.py).
-HBM_GIB_PER_CHIP: dict[str, int] = {"v6e": 32, "v5e": 16, "v5p": 95}
 
 
 @dataclass(frozen=True)
@@ -36,10 +33,6 @@ class TpuSlice:
     @property
     def multi_host(self) -> bool:
         return self.vms_per_slice > 1
-
-    @property
-    def hbm_bytes_per_chip(self) -> int:
-        return HBM_GIB_PER_CHIP[self.generation] * GIB
 
     @property
     def trainer_devices(self) -> int:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from trainer.contract import JobSpec, location_kind
-from trainer.contract.hf_model import MaxTextModel
 from trainer.maxtext_entry.shim_flags import REGISTER_FLAG, REVISION_FLAG
+from trainer.sizing.hf_model import MaxTextModel
 
 # Child environment for every stage: hub access only where a source really is on the hub.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

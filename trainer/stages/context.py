@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, local_path, location_kind
-from trainer.contract.hf_model import MaxTextModel
 from trainer.progress import EventReporter
 from trainer.run_stop import StopRequest
 from trainer.runner import StartedStage, start_stage_command
+from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import stage_directory
 from trainer.storage import store_for
 

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, Stage, join_uri, location_kind
-from trainer.contract.hf_model import MaxTextModel
 from trainer.conversion_cache import CacheKey, ConversionCache, cache_key_for, default_cache_root, storage_format
 from trainer.runner import StageCommand
+from trainer.sizing.hf_model import MaxTextModel
 from trainer.storage import store_for
 
 from .common import hf_config_registration_args, stage_env

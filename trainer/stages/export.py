@@ -6,8 +6,8 @@ import os
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, join_uri
-from trainer.contract.hf_model import MaxTextModel
 from trainer.runner import StageCommand, StageFailed
+from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import local_copy_path, stage_directory
 from trainer.storage import StorageError
 

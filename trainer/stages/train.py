@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, TrainStep
-from trainer.contract.hf_model import MaxTextModel
 from trainer.maxtext_entry.shim_flags import EVAL_FLAG, SAMPLES_FLAG
 from trainer.runner import StageCommand, StageFailed
+from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import materialise_dataset
 from trainer.storage import store_for
 from trainer.tensorboard_metrics import EventFileTailer

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.contract.locations import local_path, location_kind
+
 from .hf_model import LLAMA_MAXTEXT_BASE, UnsupportedCheckpoint, llama_overrides
-from .locations import local_path, location_kind
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; anything larger is not one
 

@@ -30,9 +30,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainer.contract.spec import JobSpec
+from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, rollout_devices, tpu_slice
+
 from .model_shapes import ModelShape, model_shape, read_local_model_config
-from .spec import JobSpec
-from .tpu import CPU_ACCELERATOR, GIB, TPU_SLICES, rollout_devices, tpu_slice
+from .tpu_memory import GIB, hbm_bytes_per_chip
 
 TIGHT_FRACTION = 0.9  # above this share of a chip's memory a job is accepted with a warning
 FP32_BYTES = 4
@@ -67,7 +69,7 @@ class PerChipBytes(BaseModel):
 
 
 class FitEstimate(BaseModel):
-    """The submit-time memory estimate of one job on its accelerator (trainer/contract/fit.py)."""
+    """The submit-time memory estimate of one job on its accelerator (trainer/sizing/fit.py)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -88,7 +90,7 @@ def gib(n: int) -> str:
 
 
 def _rollout_split(data: int, tensor: int, devices: int) -> tuple[int, int]:
-    """(replicas, chips per replica), deriving a -1 from the other as MaxText does (tpu.py)."""
+    """(replicas, chips per replica), deriving a -1 from the other as MaxText does (trainer/contract/tpu.py)."""
     if data == -1:
         data = max(1, devices // max(1, tensor))
     if tensor == -1:
@@ -147,7 +149,7 @@ def _fits_on(spec: JobSpec, shape: ModelShape, accelerator: str) -> bool:
         "rollout_data_parallelism": 1, "rollout_tensor_parallelism": -1,
     })  # fmt: skip
     parts, _, _ = per_chip_bytes(spec.model_copy(update={"hardware": hardware}), shape)
-    return _total(parts, accelerator) <= tpu.hbm_bytes_per_chip
+    return _total(parts, accelerator) <= hbm_bytes_per_chip(tpu)
 
 
 def smallest_fitting_slice(spec: JobSpec, shape: ModelShape) -> str | None:
@@ -165,7 +167,7 @@ def estimate_fit(spec: JobSpec, shape: ModelShape) -> FitEstimate:
     parts, trainer, rollout = per_chip_bytes(spec, shape)
     total = _total(parts, accelerator)
     tpu = tpu_slice(accelerator)
-    capacity = tpu.hbm_bytes_per_chip if tpu else None
+    capacity = hbm_bytes_per_chip(tpu) if tpu else None
     needs = f"needs ~{gib(total)} GiB per chip ({_breakdown(parts)})"
     verdict: Verdict
     if capacity is None:
