@@ -32,6 +32,7 @@ class BackgroundLoop:
     round (a loop whose first round was just done by its owner). retry_s: the wait after a round
     that raised (default interval_s). stop: an event shared with the round, for rounds that block
     (a watch stream, a queue read) and must see the stop themselves; one of its own otherwise.
+    what: what a round does, named in the log line when one fails.
     """
 
     def __init__(
@@ -43,8 +44,10 @@ class BackgroundLoop:
         wait_first: bool = False,
         retry_s: float | None = None,
         stop: threading.Event | None = None,
+        what: str = "a round",
     ) -> None:
         self.name = name
+        self.what = what  # what a round does, for the log line when one fails: "leader check"
         self._one_round = one_round
         self.interval_s = interval_s
         self._wait_first = wait_first
@@ -102,7 +105,7 @@ class BackgroundLoop:
             try:
                 wait_s = self._one_round()
             except Exception:
-                log.exception("%s: a round failed; trying again in %s", self.name, _seconds(self._retry_s))
+                log.exception("%s: %s failed; trying again in %s", self.name, self.what, _seconds(self._retry_s))
                 wait_s = self._retry_s
             else:
                 wait_s = self.interval_s if wait_s is None else wait_s

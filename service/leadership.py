@@ -1,10 +1,10 @@
 """Leadership: which replica runs the supervisor (launch, watch, reconcile) and when that changes.
 
-Every replica serves reads, streams and submissions; only the one holding the leader lock
-(service/adapters/leader_locks.py) hands jobs to the launcher and turns what the backend says into
-phases. A replica that does not lead tries to take the lock every `check_interval_s`; the leader checks
-it still holds it as often, and stops its supervisor the moment it does not (its successor re-attaches
-every job, as after a restart).
+Every replica serves reads, streams and submissions; only the one holding the leader lock (the
+LeaderLock port, service/domain/ports.py; its adapters in service/adapters/leader_locks.py) hands
+jobs to the launcher and turns what the backend says into phases. A replica that does not lead tries
+to take the lock every `check_interval_s`; the leader checks it still holds it as often, and stops
+its supervisor the moment it does not (its successor re-attaches every job, as after a restart).
 
 Fencing. Each replica that takes the lock also takes the next leadership term from the database (a
 number that only grows, service/adapters/store/leader_terms.py) and writes its leader work (launch
@@ -23,7 +23,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from service.adapters.leader_locks import LeaderLock
+from service.background_loop import BackgroundLoop
+from service.domain.ports import LeaderLock
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,7 @@ class Leadership:
         self.term: int | None = None
         self.check_interval_s = check_interval_s
         self._leading = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._checks: BackgroundLoop | None = None
 
     @property
     def leads(self) -> bool:
@@ -59,18 +59,19 @@ class Leadership:
         return "leader" if self.leads else "follower"
 
     def start(self) -> None:
-        """Try once now (a sole replica leads before its first request), then keep trying in a thread."""
-        self._stop.clear()
+        """Try once now (a sole replica leads before its first request), then keep trying in a thread
+        (a failed check is logged and tried again at the next interval)."""
         self.check_once()
         if self.lock.shared:
-            self._thread = threading.Thread(target=self._run, name="rljob-leadership", daemon=True)
-            self._thread.start()
+            self._checks = BackgroundLoop(
+                "rljob-leadership", self.check_once, interval_s=self.check_interval_s, wait_first=True, what="leader check"
+            )
+            self._checks.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        if self._checks is not None:
+            self._checks.stop(timeout_s=10)
+            self._checks = None
         with self._changing:
             if self._leading.is_set():
                 self._leading.clear()
@@ -121,10 +122,3 @@ class Leadership:
                 self._leading.clear()
                 self._on_deposed()
             self.lock.release()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.check_interval_s):
-            try:
-                self.check_once()
-            except Exception:
-                log.exception("leader check failed; trying again in %.1fs", self.check_interval_s)

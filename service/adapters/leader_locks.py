@@ -1,4 +1,5 @@
-"""Leader locks: what lets exactly one service replica run launch, watch and reconcile.
+"""Leader locks, the LeaderLock port's adapters (service/domain/ports.py): what lets exactly one
+service replica run launch, watch and reconcile.
 
 Chosen in one place (`leader_lock_for`) by the store the service uses:
 - PostgreSQL: a session-level advisory lock on a connection of its own. The database releases it when
@@ -19,12 +20,14 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
+
+from service.domain.ports import LeaderLock
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +36,6 @@ LEADER_LOCK_KEY = int.from_bytes(b"rljob-ld", "big") & 0x7FFF_FFFF_FFFF_FFFF
 # PostgreSQL: how soon a leader whose network (not process) died notices, and its successor can take over.
 KEEPALIVE = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
              "tcp_user_timeout": 15_000, "connect_timeout": 5}  # fmt: skip
-
-
-class LeaderLock(Protocol):
-    """Held by at most one replica at a time."""
-
-    shared: bool  # False when no other replica can exist (nothing to hand over between replicas)
-
-    def try_acquire(self) -> bool:
-        """Take the lock if it is free; True when this replica holds it now."""
-
-    def holds(self) -> bool:
-        """Whether the hold is still good (False once the database connection behind it is gone)."""
-
-    def release(self) -> None: ...
 
 
 class ProcessLock:

@@ -7,7 +7,9 @@
   turns observations into phase transitions (observation_policy.py);
 - the job store (JobStore, JobTx): adapters/store;
 - the trainer's progress (ProgressSource): adapters/events_file.py;
-- what the trainer leaves in the run directory (RunFiles): adapters/run_files.py.
+- what the trainer leaves in the run directory (RunFiles): adapters/run_files.py;
+- the leader lock (LeaderLock): which replica leads (service/leadership.py);
+  adapters/leader_locks.py (a PostgreSQL advisory lock, a flock beside the SQLite file, or none).
 """
 
 from __future__ import annotations
@@ -271,3 +273,17 @@ class RunFiles(Protocol):
         """That step's samples; None if absent or not valid (logged why). Raises RunFileRefused if the
         file is a link, not a regular file or over the size bound (the job wrote it: never followed
         or read whole), RunFilesUnavailable if the storage cannot be read."""
+
+
+class LeaderLock(Protocol):
+    """Held by at most one replica at a time."""
+
+    shared: bool  # False when no other replica can exist (nothing to hand over between replicas)
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free; True when this replica holds it now."""
+
+    def holds(self) -> bool:
+        """Whether the hold is still good (False once the database connection behind it is gone)."""
+
+    def release(self) -> None: ...
