@@ -1,13 +1,15 @@
-"""README passages whose figures come from result files in bench/results/, rendered by one script.
+"""bench/README.md's passages whose figures come from result files in bench/results/, rendered by one script.
 
-Each section sits between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in README.md and is
-a pure function of its result file(s); tests/bench/test_readme_sections.py fails when the README and
+Each section sits between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in bench/README.md and is
+a pure function of its result file(s); tests/bench/test_readme_sections.py fails when the page and
 the files disagree. A block whose begin marker is indented (inside a list item) is indented as much.
 The renderers live in bench/readme_render/; SECTIONS below names each block's files and renderer.
 After a bench writes a new result file:
 
     python bench/readme_sections.py            # rewrite every section
     python bench/readme_sections.py --check    # exit 1 and name the sections that differ
+
+scripts/render_docs.py runs these renderers with the other generated pages'.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from bench.readme_render import learning_benches, read_path_benches, service_ben
 from bench.readme_render.common import duration  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
-README = REPO / "README.md"
+README = REPO / "bench" / "README.md"  # the benchmarks page, not the repository's front door
 
 
 def load(name: str) -> dict[str, Any]:
@@ -106,7 +108,7 @@ def replace(readme: str, name: str, text: str) -> str:
     block = _block(readme, name)
     if block is None:
         begin, end = _markers(name)
-        raise SystemExit(f"README.md has no {begin} ... {end} block")
+        raise SystemExit(f"bench/README.md has no {begin} ... {end} block")
     start, stop, indent = block
     return readme[:start] + _indent(text, indent) + "\n" + readme[stop:]
 
@@ -123,7 +125,7 @@ def main() -> int:
     stale = [name for name in SECTIONS if name not in missing and current(readme, name) != rendered(name)]
     if args.check:
         for name in stale:
-            print(f"README.md's bench:{name} section differs from {', '.join(SECTIONS[name][0])}", file=sys.stderr)
+            print(f"bench/README.md's bench:{name} section differs from {', '.join(SECTIONS[name][0])}", file=sys.stderr)
         return 1 if stale or missing else 0
     for name in SECTIONS:
         if name not in missing:

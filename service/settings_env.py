@@ -35,7 +35,7 @@ def _plain_or_json_list(value: object) -> object:
 
 
 # A list of values that contain no commas (paths, names): `["/a", "/b"]` or `/a,/b`.
-# The schema mark tells the README's settings table (service/cli/readme_tables.py) to say so.
+# The schema mark tells the settings table of docs/settings.md (service/cli/doc_tables.py) to say so.
 PlainList = Annotated[list[str], NoDecode, BeforeValidator(_plain_or_json_list), Field(json_schema_extra={"x-comma-separated": True})]
 
 
@@ -49,7 +49,7 @@ def _form(settings: type[BaseSettings], field: str) -> str:
     if origin is list:
         return 'a JSON list of strings, e.g. ["python", "-m", "trainer"]'
     if origin is dict:
-        return 'a JSON object, e.g. {"team-a": ...} (see the settings table in the README)'
+        return 'a JSON object, e.g. {"team-a": ...} (see the settings table in docs/settings.md)'
     return ""
 
 

@@ -1,4 +1,4 @@
-"""The README's verdict error-rate block is bench/verdict_error_rates.py's rendering of the committed
+"""bench/README.md's verdict error-rate block is bench/verdict_error_rates.py's rendering of the committed
 bench/results/verdict_error_rates.json: every figure in its table is the JSON's, the JSON's numbers are
 what its counts say, were measured under the current HealthPolicy, and bear out the block's claims."""
 
@@ -16,7 +16,7 @@ from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
 from trainer.contract.evaluation import wilson_interval
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+README = REPO / "bench" / "README.md"
 ROW = re.compile(r"^\| (?P<what>[^|]+) \| (?P<when>[^|]+) \| (?P<one>[^|]+) \| (?P<default>[^|]+) \|$")
 CELL = re.compile(r"^(?P<p>[\d.]+)% \[(?P<low>[\d.]+)%, (?P<high>[\d.]+)%\](?:, median step (?P<median>[\d.]+))?$")
 
@@ -99,10 +99,10 @@ def test_the_claim_check_catches_numbers_that_break_a_claim(results: dict) -> No
 def test_the_readme_holds_the_rendering(results: dict) -> None:
     held = bench.readme_block(README.read_text())
     assert held is not None, (
-        f"README.md has no {bench.BEGIN} ... {bench.END} block: paste the output of "
+        f"bench/README.md has no {bench.BEGIN} ... {bench.END} block: paste the output of "
         "`.venv/bin/python bench/verdict_error_rates.py --render` into it"
     )
-    assert held == bench.render(results), "README's block is stale: paste `bench/verdict_error_rates.py --render`"
+    assert held == bench.render(results), "bench/README.md's block is stale: paste `bench/verdict_error_rates.py --render`"
 
 
 def test_check_readme_tells_a_current_block_from_a_stale_or_missing_one(tmp_path: Path, capsys) -> None:

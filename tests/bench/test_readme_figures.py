@@ -1,6 +1,7 @@
-"""No measured figure in the README's Benchmarks section without a result file: every number with a unit there sits in
-a block rendered from bench/results/ (and checked against it by a test), or is on the allow-list below, which names
-the numbers that are settings, targets or code constants rather than measurements."""
+"""No measured figure on a page that carries them without a result file: every number with a unit on bench/README.md
+(the one page that carries measured figures: the other docs link to it) sits in a block rendered from bench/results/
+(and checked against it by a test), or is on the allow-list below, which names the numbers that are settings,
+targets or code constants rather than measurements."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import re
 import pytest
 
 from bench import readme_sections
+
+# The pages that carry measured figures; each is audited whole.
+FIGURE_PAGES = (readme_sections.README,)
 
 # A number followed by a unit of time, size, rate, share or ratio (the forms the Benchmarks section measures in); a
 # ratio is written 5.5x, so "batch 2 x 2" is not one.
@@ -21,6 +25,7 @@ FIGURE = re.compile(
 RENDERED_ELSEWHERE = {
     "learning-bench": "tests/bench/test_learning_readme.py (bench/render_learning.py)",
     "rollout-speed": "tests/bench/test_rollout_speed_readme.py (bench/render_rollout_speed.py)",
+    "verdict-rates": "tests/test_verdict_rates_readme.py (bench/verdict_error_rates.py)",
 }
 
 # Numbers with a unit that are not measurements, each with what it is. Matched on the figure and its sentence.
@@ -31,12 +36,6 @@ ALLOWED = {
 }
 
 
-def benchmarks_section(readme: str) -> str:
-    start = readme.index("\n## Benchmarks\n")
-    stop = readme.find("\n## ", start + 1)
-    return readme[start : stop if stop >= 0 else len(readme)]
-
-
 def _without_blocks(text: str) -> str:
     """The text with every rendered block (registered in readme_sections or checked elsewhere) blanked out."""
     names = [re.escape(f"bench:{name}") for name in readme_sections.SECTIONS] + [re.escape(n) for n in RENDERED_ELSEWHERE]
@@ -45,10 +44,9 @@ def _without_blocks(text: str) -> str:
     return text
 
 
-def unsourced_figures(readme: str) -> list[str]:
-    """Each figure with a unit in the Benchmarks section outside rendered blocks that no allow-list entry covers, with its
-    context."""
-    text = _without_blocks(benchmarks_section(readme))
+def unsourced_figures(page: str) -> list[str]:
+    """Each figure with a unit on the page outside rendered blocks that no allow-list entry covers, with its context."""
+    text = _without_blocks(page)
     found = []
     for match in FIGURE.finditer(text):
         context = text[max(0, match.start() - 60) : match.end() + 60].replace("\n", " ")
@@ -57,10 +55,11 @@ def unsourced_figures(readme: str) -> list[str]:
     return found
 
 
-def test_the_benchmarks_section_has_no_figure_outside_a_rendered_block() -> None:
-    found = unsourced_figures(readme_sections.README.read_text())
+@pytest.mark.parametrize("page", FIGURE_PAGES, ids=lambda page: page.name)
+def test_a_page_with_figures_has_none_outside_a_rendered_block(page) -> None:
+    found = unsourced_figures(page.read_text())
     assert not found, (
-        "figures in README.md's Benchmarks section that no result file backs: render them from bench/results/ "
+        f"figures on {page} that no result file backs: render them from bench/results/ "
         "(bench/readme_sections.py) or, if they are settings or constants, add them to ALLOWED with what they are:\n"
         + "\n".join(found)
     )
@@ -76,9 +75,9 @@ def test_the_benchmarks_section_has_no_figure_outside_a_rendered_block() -> None
     ],
 )
 def test_a_planted_unsourced_figure_is_found(planted: str) -> None:
-    readme = readme_sections.README.read_text()
-    at = readme.index("\n## Benchmarks\n") + len("\n## Benchmarks\n")
-    assert unsourced_figures(readme[:at] + "\n" + planted + readme[at:])
+    page = readme_sections.README.read_text()
+    at = page.index("\n## The benches\n") + len("\n## The benches\n")
+    assert unsourced_figures(page[:at] + "\n" + planted + page[at:])
 
 
 def test_a_figure_inside_a_rendered_block_is_not_reported() -> None:
@@ -88,7 +87,7 @@ def test_a_figure_inside_a_rendered_block_is_not_reported() -> None:
 
 
 @pytest.mark.parametrize("allowed", sorted(ALLOWED))
-def test_every_allowed_figure_is_still_in_the_benchmarks_section(allowed: str) -> None:
-    assert allowed in benchmarks_section(readme_sections.README.read_text()).replace("\n  ", " "), (
-        f"{allowed!r} is no longer in README.md's Benchmarks section: drop it from ALLOWED"
+def test_every_allowed_figure_is_still_on_a_page_with_figures(allowed: str) -> None:
+    assert any(allowed in page.read_text().replace("\n  ", " ") for page in FIGURE_PAGES), (
+        f"{allowed!r} is no longer on {', '.join(str(p) for p in FIGURE_PAGES)}: drop it from ALLOWED"
     )

@@ -1,4 +1,4 @@
-"""README passages with figures are bench/readme_sections.py's renderings of the committed result files."""
+"""bench/README.md's passages with figures are bench/readme_sections.py's renderings of the committed result files."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from bench import readme_sections
 @pytest.mark.parametrize("name", sorted(readme_sections.SECTIONS))
 def test_the_readme_holds_the_rendering_of_the_result_files(name: str) -> None:
     section = readme_sections.current(readme_sections.README.read_text(), name)
-    assert section is not None, f"README.md has no bench:{name} block"
+    assert section is not None, f"bench/README.md has no bench:{name} block"
     assert section == readme_sections.rendered(name), (
-        f"README.md's bench:{name} section differs from {readme_sections.SECTIONS[name][0]}; "
+        f"bench/README.md's bench:{name} section differs from {readme_sections.SECTIONS[name][0]}; "
         "run `.venv/bin/python bench/readme_sections.py`"
     )
 

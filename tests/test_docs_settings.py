@@ -1,6 +1,6 @@
-"""The README's settings and exit-code tables agree with the code: the generated tables
-(service/cli/readme_tables.py) appear in it as generated, and every RLJOB_* variable the repository
-reads or sets is listed in its Settings section, which lists nothing that does not exist."""
+"""docs/settings.md's settings and exit-code tables agree with the code: the generated tables
+(service/cli/doc_tables.py) appear in it as generated, and every RLJOB_* variable the repository
+reads or sets is listed on the page, which lists nothing that does not exist."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from service.adapters.k8s.settings import K8sSettings
-from service.cli.readme_tables import env_names, generated_tables, settings_table
+from service.cli.doc_tables import env_names, generated_tables, settings_table
 from service.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+SETTINGS_PAGE = ROOT / "docs" / "settings.md"
 SCANNED_DIRS = ("service", "trainer", "scripts", "tests", "k8s", "docker", "examples", "bench", ".ci", "dashboard/src")
 TEXT_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".toml", ".js", ".mjs", ".Dockerfile", ".json", ".ini", ".cfg", ""}
 # A variable name, not a prefix (RLJOB_K8S_{...}, RLJOB_HEALTH_*): it must not go on with _ or {.
@@ -27,12 +27,6 @@ NOT_SETTINGS = {
     "RLJOB_EVAL": "the eval recorder's stdout line prefix (trainer/contract/evaluation.py), read by the pipeline, not a variable",
     "RLJOB_GOODPUT": "the goodput recorder's stdout line prefix (trainer/contract/goodput.py), read by the pipeline, not a variable",
 }
-
-
-def _section(text: str, heading: str) -> str:
-    start = text.index(f"\n{heading}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
 
 
 def _names_in_code() -> dict[str, str]:
@@ -50,29 +44,28 @@ def _names_in_code() -> dict[str, str]:
     return found
 
 
-def test_the_generated_tables_are_in_the_readme_as_generated() -> None:
-    readme = README.read_text()
+def test_the_generated_tables_are_on_the_page_as_generated() -> None:
+    page = SETTINGS_PAGE.read_text()
     for name, table in generated_tables().items():
-        block = re.search(rf"<!-- {name} -->\n(.*?)\n<!-- /{name} -->", readme, re.DOTALL)
-        assert block, f"README.md has no <!-- {name} --> table"
+        block = re.search(rf"<!-- {name} -->\n(.*?)\n<!-- /{name} -->", page, re.DOTALL)
+        assert block, f"docs/settings.md has no <!-- {name} --> table"
         assert block.group(1) == table, (
-            f"README.md's {name} table differs from the code; paste the output of "
-            "`.venv/bin/python -m service.cli.readme_tables`"
+            f"docs/settings.md's {name} table differs from the code; run `.venv/bin/python scripts/render_docs.py`"
         )
 
 
-def test_every_variable_in_the_code_is_in_the_readme_and_nothing_else_is() -> None:
-    listed = set(VARIABLE.findall(_section(README.read_text(), "## Settings")))
+def test_every_variable_in_the_code_is_on_the_page_and_nothing_else_is() -> None:
+    listed = set(VARIABLE.findall(SETTINGS_PAGE.read_text()))
     in_code = _names_in_code()
     for model in (Settings, K8sSettings):  # their variable names are built, so the text scan cannot see them
         in_code.update({name: model.__module__ for name in env_names(model)})
     missing = {name: where for name, where in in_code.items() if name not in listed and name not in NOT_SETTINGS}
     assert not missing, (
-        f"RLJOB_* variables the README's Settings section lacks (name: a file using it): {missing}; "
+        f"RLJOB_* variables docs/settings.md lacks (name: a file using it): {missing}; "
         "list each there, or in NOT_SETTINGS here with why it is not a setting"
     )
     unknown = listed - set(in_code)
-    assert not unknown, f"the README's Settings section lists variables nothing reads or sets: {sorted(unknown)}"
+    assert not unknown, f"docs/settings.md lists variables nothing reads or sets: {sorted(unknown)}"
     assert not (listed & set(NOT_SETTINGS)), "a name kept out as not a setting is listed as one"
 
 

@@ -1,8 +1,9 @@
-"""The README's generated tables: every `RLJOB_*` service setting and `RLJOB_K8S_*` Kubernetes setting
-(from the pydantic Settings classes: name, values, default, description) and the CLI's exit codes.
+"""The generated tables of docs/settings.md: every `RLJOB_*` service setting and `RLJOB_K8S_*` Kubernetes
+setting (from the pydantic Settings classes: name, values, default, description), the CLI's exit codes and the
+trainer's.
 
-`python -m service.cli.readme_tables` prints each table between the markers the README holds it in;
-tests/test_readme_settings.py fails when the README's copy differs, so neither can drift.
+`scripts/render_docs.py` writes each table between the markers docs/settings.md holds it in (`--check` compares);
+tests/test_docs_settings.py fails when the page's copy differs, so neither can drift.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic_settings import BaseSettings
 from service.adapters.k8s.settings import K8sSettings
 from service.config import Settings
 from trainer.contract.dns_label import DNS_LABEL_PATTERN
+from trainer.contract.exit_codes import ExitCode, describe_exit_code
 
 from .client import EXIT_CODE_MEANINGS
 
@@ -76,7 +78,7 @@ def _default(field: FieldInfo) -> str:
 def settings_table(model: type[BaseSettings]) -> str:
     missing = [name for name, field in model.model_fields.items() if not field.description]
     if missing:
-        raise ValueError(f"{model.__name__} fields without a description (the README shows it): {', '.join(missing)}")
+        raise ValueError(f"{model.__name__} fields without a description (docs/settings.md shows it): {', '.join(missing)}")
     props = model.model_json_schema()["properties"]
     rows = ["| variable | values | default | what it does |", "|---|---|---|---|"]
     for env, (name, field) in zip(env_names(model), model.model_fields.items(), strict=True):
@@ -91,10 +93,18 @@ def exit_codes_table() -> str:
     return "\n".join(rows)
 
 
+def trainer_exit_codes_table() -> str:
+    """The trainer's exit codes with the sentence both launchers put in a failed job's message."""
+    rows = ["| exit code | name | what a failed job's message says |", "|---|---|---|"]
+    rows += [f"| {code.value} | `{code.name}` | {describe_exit_code(code.value)} |" for code in ExitCode]
+    return "\n".join(rows)
+
+
 def generated_tables() -> dict[str, str]:
-    """Marker name -> the table the README must hold between `<!-- NAME -->` and `<!-- /NAME -->`."""
+    """Marker name -> the table docs/settings.md must hold between `<!-- NAME -->` and `<!-- /NAME -->`."""
     tables = {name: settings_table(model) for name, model in SETTINGS_TABLES.items()}
     tables["cli-exit-codes"] = exit_codes_table()
+    tables["trainer-exit-codes"] = trainer_exit_codes_table()
     return tables
 
 
