@@ -69,12 +69,12 @@ class ModelDims(_Strict):
     hf_model.py); given here they must agree with it, and they stand in for it when it cannot be read.
     """
 
-    base_emb_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
-    base_num_query_heads: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
-    base_num_kv_heads: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
-    base_num_decoder_layers: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
-    base_mlp_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
-    head_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM)
+    base_emb_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM, description="hidden size (config.json hidden_size)")
+    base_num_query_heads: int = Field(gt=0, le=limits.MAX_MODEL_DIM, description="attention heads (num_attention_heads)")
+    base_num_kv_heads: int = Field(gt=0, le=limits.MAX_MODEL_DIM, description="key/value heads (num_key_value_heads)")
+    base_num_decoder_layers: int = Field(gt=0, le=limits.MAX_MODEL_DIM, description="decoder layers (num_hidden_layers)")
+    base_mlp_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM, description="MLP hidden size (intermediate_size)")
+    head_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM, description="size of one attention head")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelDims:
@@ -91,11 +91,11 @@ class ModelSpec(_Strict):
     source: Location = Field(description="HF checkpoint: hub id, absolute local dir, or gs:// dir")
     revision: Revision | None = Field(default=None, description="hub revision (branch, tag or commit)")
     tokenizer: Location | None = Field(default=None, description="HF tokenizer: hub id or dir; default: source")
-    dims: ModelDims | None = None
+    dims: ModelDims | None = Field(default=None, description="MaxText dimensions; default: from config.json, which they must match")
     dtype: Literal["bfloat16", "float32"] = Field(default="bfloat16", description="the weights' (MaxText's weight_dtype)")
     compute_dtype: Literal["bfloat16", "float32"] | None = Field(
         default=None, description="MaxText's dtype (activations, matmuls); default: `dtype` on cpu, bfloat16 on a TPU")
-    scan_layers: bool = True
+    scan_layers: bool = Field(default=True, description="MaxText's scan_layers: the layers as one scanned stack (convert and export)")
     lazy_load_tensors: bool = Field(
         default=True, description="to_maxtext --lazy_load_tensors; lazy needs no torch and writes the same checkpoint"
     )
@@ -139,12 +139,14 @@ class DatasetSpec(_Strict):
     reads local parquet via `hf_train_files`.
     """
 
-    name: HubId = "openai/gsm8k"
-    subset: SubsetName = "main"
-    train_split: SplitName = "train"
-    eval_split: SplitName = "test"
-    train_files: list[Location] = Field(default_factory=list, max_length=limits.MAX_LIST_ITEMS)
-    eval_files: list[Location] = Field(default_factory=list, max_length=limits.MAX_LIST_ITEMS)
+    name: HubId = Field(default="openai/gsm8k", description="hub dataset, when no train_files are given")
+    subset: SubsetName = Field(default="main", description="the hub dataset's subset (configuration)")
+    train_split: SplitName = Field(default="train", description="the hub dataset's split to train on")
+    eval_split: SplitName = Field(default="test", description="the hub dataset's split to evaluate on")
+    train_files: list[Location] = Field(default_factory=list, max_length=limits.MAX_LIST_ITEMS,
+                                        description="parquet or JSON-lines files to train on, instead of the hub dataset")
+    eval_files: list[Location] = Field(default_factory=list, max_length=limits.MAX_LIST_ITEMS,
+                                       description="files to evaluate on (with train_files)")
     prompt_template: Location | None = Field(
         default=None,
         description="JSON file with SYSTEM_PROMPT and TEMPLATE ({system_prompt}, {question}) in MaxText's data "
@@ -178,18 +180,18 @@ class DatasetSpec(_Strict):
         return self
 
 
-def _weight(default: float) -> float:
+def _weight(default: float, description: str) -> float:
     bound = limits.MAX_REWARD_WEIGHT
-    return Field(default=default, ge=-bound, le=bound)
+    return Field(default=default, ge=-bound, le=bound, description=description)
 
 
 class RewardSpec(_Strict):
-    exact_answer: float = _weight(1.0)
-    white_space_format_match: float = _weight(1.0)
-    exact_format_match: float = _weight(0.1)
-    partial_format_match: float = _weight(0.0)
-    penalty_incorrect_format: float = _weight(0.0)
-    penalty_incorrect_answer: float = _weight(0.0)
+    exact_answer: float = _weight(1.0, "MaxText's reward_exact_answer: for the exact answer")
+    white_space_format_match: float = _weight(1.0, "MaxText's reward_white_space_format_match")
+    exact_format_match: float = _weight(0.1, "MaxText's reward_exact_format_match")
+    partial_format_match: float = _weight(0.0, "MaxText's reward_partial_format_match")
+    penalty_incorrect_format: float = _weight(0.0, "MaxText's penalty_incorrect_format")
+    penalty_incorrect_answer: float = _weight(0.0, "MaxText's penalty_incorrect_answer")
     functions_path: Location | None = Field(
         default=None, description="Python file with reward functions fn(prompts, completions, tmvp_config, **kw)"
     )
@@ -212,34 +214,41 @@ class RewardSpec(_Strict):
 class GrpoSpec(_Strict):
     """The GRPO/GSPO settings rl.yml exposes; defaults are the tutorial's. Upper bounds: spec_values.py."""
 
-    num_batches: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES)
-    num_test_batches: int = Field(default=10, ge=0, le=limits.MAX_NUM_TEST_BATCHES)
-    batch_size: int = Field(default=1, gt=0, le=limits.MAX_BATCH_SIZE)
+    num_batches: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES, description="batches of prompts to train on")
+    num_test_batches: int = Field(default=10, ge=0, le=limits.MAX_NUM_TEST_BATCHES,
+                                  description="batches of eval rows per evaluation; 0: no evaluation")
+    batch_size: int = Field(default=1, gt=0, le=limits.MAX_BATCH_SIZE, description="prompts per batch")
     num_generations: int = Field(
         default=2, ge=2, le=limits.MAX_NUM_GENERATIONS, description="G: completions per prompt; GRPO needs >= 2"
     )
-    num_iterations: int = Field(default=1, gt=0, le=limits.MAX_NUM_ITERATIONS)
-    beta: float = Field(default=0.08, ge=0, le=limits.MAX_BETA)
-    epsilon: float = Field(default=0.2, gt=0, lt=1)
-    loss_algo: Literal["grpo", "gspo-token"] = "grpo"
-    learning_rate: float = Field(default=3e-6, gt=0, lt=1)
+    num_iterations: int = Field(default=1, gt=0, le=limits.MAX_NUM_ITERATIONS,
+                                description="policy updates per batch (MaxText's rl.num_iterations)")
+    beta: float = Field(default=0.08, ge=0, le=limits.MAX_BETA, description="KL penalty to the reference model; 0: no reference")
+    epsilon: float = Field(default=0.2, gt=0, lt=1, description="clipping range of the policy ratio (rl.grpo_epsilon)")
+    loss_algo: Literal["grpo", "gspo-token"] = Field(default="grpo", description="MaxText's rl.loss_algo")
+    learning_rate: float = Field(default=3e-6, gt=0, lt=1, description="the optimizer's peak learning rate")
     warmup_steps_fraction: float = Field(default=0.1, ge=0, le=1, description="fraction of the schedule spent warming up")
-    max_prefill_predict_length: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH)
-    max_target_length: int = Field(default=1024, gt=0, le=limits.MAX_SEQUENCE_LENGTH)
-    kv_cache_buffer: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH)
-    temperature: float = Field(default=0.9, gt=0, le=limits.MAX_TEMPERATURE)
-    top_k: int = Field(default=50, gt=0, le=limits.MAX_TOP_K)
-    top_p: float = Field(default=1.0, gt=0, le=1)
+    max_prefill_predict_length: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH,
+                                            description="longest prompt, in tokens")
+    max_target_length: int = Field(default=1024, gt=0, le=limits.MAX_SEQUENCE_LENGTH,
+                                   description="longest prompt and completion together, in tokens")
+    kv_cache_buffer: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH,
+                                 description="rollout KV-cache slots beyond max_target_length")
+    temperature: float = Field(default=0.9, gt=0, le=limits.MAX_TEMPERATURE, description="rollout sampling temperature")
+    top_k: int = Field(default=50, gt=0, le=limits.MAX_TOP_K, description="rollout sampling: the k most likely tokens")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="rollout sampling: nucleus probability")
     # In train steps; no period beyond the longest run (num_batches * num_iterations) is ever reached.
-    checkpoint_period: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS)
+    checkpoint_period: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS,
+                                   description="train steps between actor checkpoints")
     # Orbax's own retention (train_rl: CheckpointManagerOptions(max_to_keep=max_num_checkpoints_to_keep)),
     # deleting old steps only after the new one is finalized. No "best by eval": Orbax's best_fn needs the
     # metrics passed to save(), and Tunix's CheckpointManager.save (tunix/sft/checkpoint_manager.py) passes none.
     keep_last_checkpoints: int = Field(default=1, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS,
                                        description="actor checkpoints kept, newest (MaxText's max_num_checkpoints_to_keep)")
-    eval_sampling_strategy: Literal["greedy", "standard", "liberal"] = "greedy"
-    num_eval_passes: int = Field(default=1, gt=0, le=limits.MAX_EVAL_PASSES)
-    rewards: RewardSpec = Field(default_factory=RewardSpec)
+    eval_sampling_strategy: Literal["greedy", "standard", "liberal"] = Field(
+        default="greedy", description="how evaluation samples (MaxText's eval_sampling_strategy)")
+    num_eval_passes: int = Field(default=1, gt=0, le=limits.MAX_EVAL_PASSES, description="passes over the eval rows per evaluation")
+    rewards: RewardSpec = Field(default_factory=RewardSpec, description="weights of MaxText's rewards, and your own reward functions")
 
     @model_validator(mode="after")
     def _lengths(self) -> GrpoSpec:
@@ -273,7 +282,8 @@ class HardwareSpec(_Strict):
         "flex-start (Dynamic Workload Scheduler, at most 7 days) or a reservation (name it in `reservation`)",
     )
     reservation: DnsLabel | None = Field(default=None, description="with capacity: reservation, the reservation's name")
-    rollout_engine: Literal["vllm", "jax"] = "vllm"
+    rollout_engine: Literal["vllm", "jax"] = Field(
+        default="vllm", description="vllm (TPU; train_rl as shipped) or jax (CPU: Tunix's sampler over MaxText's weights)")
     rollout_data_parallelism: int = Field(
         default=1, ge=-1, le=MAX_ROLLOUT_PARALLELISM, validate_default=True,
         description="rollout replicas; -1 lets MaxText derive it",
@@ -331,10 +341,10 @@ class HardwareSpec(_Strict):
 
 
 class ExportSpec(_Strict):
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="run the export stage (MaxText -> Hugging Face)")
     verify: bool = Field(default=True, description="load the export with transformers and check finite logits")
     hub_repo: HubId | None = Field(default=None, description="optional HF Hub repo to upload to (token from HF_TOKEN)")
-    hub_private: bool = True
+    hub_private: bool = Field(default=True, description="create the hub repo private")
 
 
 class JobSpec(_Strict):
@@ -342,11 +352,11 @@ class JobSpec(_Strict):
 
     name: DnsLabel = Field(description="DNS-1123 label: lowercase letters, digits and '-'")
     team: DisplayText | None = Field(default=None, description="set by the service from the caller's token")
-    model: ModelSpec
-    dataset: DatasetSpec = Field(default_factory=DatasetSpec)
-    grpo: GrpoSpec = Field(default_factory=GrpoSpec)
-    hardware: HardwareSpec = Field(default_factory=HardwareSpec)
-    export: ExportSpec = Field(default_factory=ExportSpec)
+    model: ModelSpec = Field(description="the checkpoint to train")
+    dataset: DatasetSpec = Field(default_factory=DatasetSpec, description="the prompts and answers")
+    grpo: GrpoSpec = Field(default_factory=GrpoSpec, description="the GRPO settings train_rl runs with")
+    hardware: HardwareSpec = Field(default_factory=HardwareSpec, description="the accelerator and how rollouts use it")
+    export: ExportSpec = Field(default_factory=ExportSpec, description="the Hugging Face export")
     output: Location = Field(description="where runs go: gs://bucket/prefix or an absolute local dir")
     priority: Literal["low", "normal", "high"] = Field(
         default="normal",
@@ -354,7 +364,7 @@ class JobSpec(_Strict):
     )
     # Checked whole by _labels (so an error names `labels`); the schema states the same patterns.
     labels: dict[str, str] = Field(
-        default_factory=dict, max_length=limits.MAX_LABELS,
+        default_factory=dict, max_length=limits.MAX_LABELS, description="Kubernetes labels on the job's objects (rljob's own keys win)",
         json_schema_extra={
             "propertyNames": {"pattern": DNS_LABEL_PATTERN, "maxLength": DNS_LABEL_MAX_LENGTH},
             "additionalProperties": {"type": "string", "pattern": limits.LABEL_VALUE_PATTERN, "maxLength": 63},
