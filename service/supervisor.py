@@ -1,6 +1,6 @@
 """The supervisor: the threads that feed launcher observations and trainer progress into the job service.
 
-Threads (all daemon, all stopped by `Supervisor.stop()`):
+Threads (background loops, service/background_loop.py; all stopped by `Supervisor.stop()`):
 - observations: drains the bounded queue the launcher pushes into and applies each observation;
 - recovery: re-attaches every non-terminal job (retried with backoff), then marks the service ready;
 - poller: every progress_poll_interval_s folds new trainer events into active jobs whose events grew
@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from service.background_loop import BackgroundLoop
 from service.domain.job_service import JobService
 from service.domain.ports import JobLauncher, Observation
 from service.domain.progress_poller import ProgressPoller
@@ -56,10 +57,11 @@ class Supervisor:
         self._monotonic = monotonic
         self.take_over_requests = take_over_requests  # True where other replicas store jobs and cancels
         self._observations: queue.Queue[Observation] = queue.Queue(maxsize=OBSERVATION_QUEUE_SIZE)
-        self._stop = threading.Event()
         self.ready = threading.Event()
         self.recovery_error: str | None = None
-        self._threads: list[threading.Thread] = []
+        self._loops: list[BackgroundLoop] = []
+        self._recovery_delay_s = recovery_retry_s
+        self._next_reconcile_s = 0.0
 
     def sink(self, obs: Observation) -> None:
         """Called from launcher threads; never blocks them."""
@@ -69,65 +71,75 @@ class Supervisor:
             log.warning("observation queue full; dropping %s for %s (the reconcile loop catches up)", obs.state, obs.job_id)
 
     def start(self) -> None:
-        self._stop.clear()
         self.ready.clear()
         self.recovery_error = None
+        self._recovery_delay_s = self.recovery_retry_s
         self.jobs.start()
         self.launcher.start(self.sink)
-        for name, target in (("observations", self._consume), ("recovery", self._recover_then_poll)):
-            thread = threading.Thread(target=target, name=f"rljob-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._loops = [
+            # No wait between rounds: a round waits on the queue itself (0.2 s, so a stop is seen soon).
+            BackgroundLoop("rljob-observations", self._apply_next_observation, interval_s=0, what="applying an observation"),
+            BackgroundLoop(
+                "rljob-recovery", self._recover_or_poll, interval_s=self.progress_poll_interval_s,
+                what="recovery or progress polling",
+            ),
+        ]  # fmt: skip
+        for loop in self._loops:
+            loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        for loop in self._loops:
+            loop.request_stop()
         self.launcher.stop()
-        for thread in self._threads:
-            thread.join(timeout=10)
-        self._threads.clear()
+        for loop in self._loops:
+            loop.join(timeout_s=10)
+        self._loops = []
         self.jobs.stop()  # after the observation threads: nothing offers new statuses any more
 
-    def _consume(self) -> None:
-        while not self._stop.is_set():
-            try:
-                obs = self._observations.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            try:
-                self.jobs.apply_observation(obs)
-            except Exception:
-                log.exception("applying %s for %s failed", obs.state, obs.job_id)
+    def _apply_next_observation(self) -> float:
+        try:
+            obs = self._observations.get(timeout=0.2)
+        except queue.Empty:
+            return 0.0
+        try:
+            self.jobs.apply_observation(obs)
+        except Exception:
+            log.exception("applying %s for %s failed", obs.state, obs.job_id)
+        return 0.0
 
-    def _recover_then_poll(self) -> None:
-        delay_s = self.recovery_retry_s
-        while True:
-            try:
-                self.recovery.recover()
-                break
-            except Exception as e:  # e.g. the database went away: stay not-ready, say why, try again
-                log.exception("recovery failed; retrying in %.1fs", delay_s)
-                self.recovery_error = f"{e} (retrying)"
-            if self._stop.wait(delay_s):
-                return
-            delay_s = min(delay_s * 2, self.recovery_retry_max_s)
+    def _recover_or_poll(self) -> float | None:
+        """Until recovery has succeeded once, try it (backing off); then poll every progress_poll_interval_s."""
+        if self.ready.is_set():
+            self._poll_round()
+            return None
+        try:
+            self.recovery.recover()
+        except Exception as e:  # e.g. the database went away: stay not-ready, say why, try again
+            delay_s = self._recovery_delay_s
+            log.exception("recovery failed; retrying in %.1fs", delay_s)
+            self.recovery_error = f"{e} (retrying)"
+            self._recovery_delay_s = min(delay_s * 2, self.recovery_retry_max_s)
+            return delay_s
         self.recovery_error = None
         self.ready.set()
         log.info("recovery finished; accepting submissions")
-        next_reconcile = self._monotonic() + self.active_jobs_reconcile_interval_s
-        while not self._stop.wait(self.progress_poll_interval_s):
-            # One bad round (a database hiccup) must not end the loop for good: log it, go on.
+        self._next_reconcile_s = self._monotonic() + self.active_jobs_reconcile_interval_s
+        return None
+
+    def _poll_round(self) -> None:
+        # Polling and the reconcile are guarded apart: one failing must not hold the other back.
+        try:
+            self.poll_progress_once()
+            if self.take_over_requests:
+                self.recovery.take_over_requests()
+        except Exception:
+            log.exception("polling progress failed; trying again in %.1fs", self.progress_poll_interval_s)
+        if self._monotonic() >= self._next_reconcile_s:
+            self._next_reconcile_s = self._monotonic() + self.active_jobs_reconcile_interval_s
             try:
-                self.poll_progress_once()
-                if self.take_over_requests:
-                    self.recovery.take_over_requests()
+                self.recovery.reconcile_once()
             except Exception:
-                log.exception("polling progress failed; trying again in %.1fs", self.progress_poll_interval_s)
-            if self._monotonic() >= next_reconcile:
-                next_reconcile = self._monotonic() + self.active_jobs_reconcile_interval_s
-                try:
-                    self.recovery.reconcile_once()
-                except Exception:
-                    log.exception("reconcile failed; trying again in %.1fs", self.active_jobs_reconcile_interval_s)
+                log.exception("reconcile failed; trying again in %.1fs", self.active_jobs_reconcile_interval_s)
 
     def poll_progress_once(self) -> None:
         """Fold new trainer events into jobs whose events grew, and re-judge health when time may

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from service.background_loop import BackgroundLoop
+
 from .models import JobRecord
 from .phases import JobPhase
 from .ports import StatusMirror
@@ -72,18 +74,17 @@ class StatusMirrorWorker:
         self._monotonic = monotonic
         self._pending: dict[str, MirroredStatus] = {}
         self._sent: dict[str, _Sent] = {}
-        self._cond = threading.Condition()
-        self._dirty = False  # an offer arrived since the last pass: do not sleep before the next
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._loop: BackgroundLoop | None = None
 
     # -- called by the job service after a commit ------------------------------------------------
 
     def offer(self, job_id: str, status: MirroredStatus) -> None:
-        with self._cond:
+        with self._lock:
             self._pending[job_id] = status
-            self._dirty = True
-            self._cond.notify()
+        loop = self._loop
+        if loop is not None:
+            loop.wake()  # an offer during a pass makes the next pass start at once
 
     # -- the decision, kept pure so tests can drive it with a fake clock ------------------------
 
@@ -115,8 +116,7 @@ class StatusMirrorWorker:
         now_s = self._monotonic()
         to_send: list[tuple[str, MirroredStatus]] = []
         next_due: float | None = None
-        with self._cond:
-            self._dirty = False
+        with self._lock:
             for job_id, status in list(self._pending.items()):
                 wait_s = self._due_in_s(job_id, status, now_s)
                 if wait_s is None:
@@ -144,7 +144,7 @@ class StatusMirrorWorker:
         except Exception as e:  # noqa: BLE001 - a label is a convenience: never fail or stall a job over it
             log.warning("could not mirror %s's status (%s) onto its workload: %s", job_id, status.phase, e)
             return  # not recorded as sent: the next offer tries again
-        with self._cond:
+        with self._lock:
             if status.terminal or not present:
                 # Nothing more will be said about this job (or there is nothing left to label).
                 self._sent.pop(job_id, None)
@@ -154,30 +154,15 @@ class StatusMirrorWorker:
     # -- the thread --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._loop is not None:
             return
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="rljob-status-mirror", daemon=True)
-        self._thread.start()
+        # A pass waits until an offer, a held-back status is due (what flush_once returns), or stop.
+        self._loop = BackgroundLoop(
+            "rljob-status-mirror", self.flush_once, interval_s=None, retry_s=self.interval_s, what="status mirror pass"
+        )
+        self._loop.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(timeout=timeout_s)
-            self._thread = None
-
-    def _run(self) -> None:
-        wait_s: float | None = None
-        while True:
-            with self._cond:
-                if not self._stopping and not self._dirty:
-                    self._cond.wait(timeout=wait_s)  # until an offer, a held-back status is due, or stop
-                if self._stopping:
-                    return
-            try:
-                wait_s = self.flush_once()
-            except Exception:
-                log.exception("status mirror pass failed")
-                wait_s = self.interval_s
+        if self._loop is not None:
+            self._loop.stop(timeout_s)
+            self._loop = None

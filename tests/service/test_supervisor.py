@@ -58,4 +58,4 @@ def test_poll_and_reconcile_survive_errors(
     flaky_active = Flaky(store.list_active, failures=5)
     monkeypatch.setattr(store, "list_active", flaky_active)  # both the poller and the reconcile use it
     wait_until(lambda: flaky_active.calls > 15, timeout_s=10)  # still polling after the failures
-    assert supervisor._threads[1].is_alive()
+    assert supervisor._loops[1].running

@@ -17,6 +17,7 @@ from kubernetes import config as k8s_config
 
 from service.adapters.k8s_cluster.kueue_chain import ChainCache, read_chain
 from service.adapters.k8s_cluster.reads import ClusterReads
+from service.background_loop import BackgroundLoop, stop_all
 from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
@@ -44,8 +45,8 @@ class K8sJobLauncher:
     def __init__(self, client: K8sClient, settings: K8sSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._client, self._settings, self._clock = client, settings, clock
         self._kinds: dict[str, str] = {}  # job id -> "Job" | "JobSet", learned on launch or first read
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()  # shared by the watches' and the reconciler's loops
+        self._loops: list[BackgroundLoop] = []
         self._watches: list[ResourceWatch] = []
         self._reconciler: Reconciler | None = None
         # The submit check's view of each LocalQueue's chain, read at most every CHAIN_CACHE_S.
@@ -56,7 +57,7 @@ class K8sJobLauncher:
     # -- background watching -------------------------------------------------------------------
 
     def start(self, sink: ObservationSink) -> None:
-        if self._threads:
+        if self._loops:
             raise RuntimeError("K8sJobLauncher.start called twice")
         self._stop.clear()
         self._reconciler = Reconciler(
@@ -82,25 +83,17 @@ class K8sJobLauncher:
                     **common,
                 )
             )
-        targets: list[tuple[str, Callable[[], None]]] = [("rljob-k8s-reconcile", self._reconciler.run)]
-        targets += [(f"rljob-k8s-watch-{w.kind}", w.run) for w in self._watches]
-        for name, target in targets:
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._loops = [self._reconciler.loop] + [w.loop for w in self._watches]
+        for loop in self._loops:
+            loop.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
+        for loop in self._loops:
+            loop.request_stop()
         for w in self._watches:
-            w.interrupt()
-        if self._reconciler is not None:
-            self._reconciler.wake()
-        deadline = time.monotonic() + timeout_s
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
-                log.warning("thread %s did not stop within %.0fs", thread.name, timeout_s)
-        self._threads.clear()
+            w.interrupt()  # a watch request in flight would hold its loop until the server ends it
+        stop_all(self._loops, timeout_s)  # one deadline for them all
+        self._loops = []
         self._watches = []
 
     @property

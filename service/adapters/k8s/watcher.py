@@ -5,6 +5,9 @@ Watch events do not carry the whole story (a Job's status says nothing about an 
 so they only mark a job dirty; one reconciler thread re-observes dirty jobs and pushes an
 Observation to the sink when it differs from the last one pushed. The sink is therefore called from
 a single thread, in order, and only on change.
+
+Each watch and the reconciler runs on a background loop of its own (service/background_loop.py),
+all sharing the launcher's stop event; the launcher starts and stops them.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import urllib3
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from service.background_loop import BackgroundLoop
 from service.domain.ports import Observation, ObservationSink, ObservedState
 
 from . import names
@@ -88,6 +92,11 @@ class ResourceWatch:
         self._watch: _EventStream | None = None
         self.lists = 0  # how many times it (re-)listed; tests read it
         self.gone_count = 0
+        self._failures = 0  # in a row: the back-off grows with them
+        self._version: str | None = None
+        self._needs_list = True
+        # A round blocks in its watch request; interrupt() cuts that short on stop.
+        self.loop = BackgroundLoop(f"rljob-k8s-watch-{kind}", self.watch_round, interval_s=0, stop=stop, what="watch")
 
     def _kwargs(self) -> dict[str, Any]:
         return {"label_selector": names.MANAGED_SELECTOR}
@@ -132,41 +141,37 @@ class ResourceWatch:
             self._watch = None
         return version
 
-    def run(self) -> None:
-        failures = 0
-        version: str | None = None
-        needs_list = True
-        while not self._stop.is_set():
-            try:
-                if needs_list:
-                    version = self.relist()
-                    needs_list = False
-                version = self.watch_once(version)
-                failures = 0
-            except ApiException as exc:
-                if exc.status == 410:
-                    # Our resourceVersion is older than the server keeps: state may have been missed,
-                    # so list again (which re-observes everything) and watch from the new version.
-                    self.gone_count += 1
-                    log.info("%s watch: 410 Gone, re-listing", self.kind)
-                    needs_list = True
-                    continue
-                failures += 1
-                needs_list = True
-                self._pause(exc, failures)
-            except Exception as exc:  # noqa: BLE001 - a watcher must survive anything and retry
-                failures += 1
-                needs_list = True
-                self._pause(exc, failures)
+    def watch_round(self) -> float:
+        """List when needed, then watch once; returns the seconds to wait before the next round."""
+        try:
+            if self._needs_list:
+                self._version = self.relist()
+                self._needs_list = False
+            self._version = self.watch_once(self._version)
+            self._failures = 0
+        except ApiException as exc:
+            self._needs_list = True
+            if exc.status == 410:
+                # Our resourceVersion is older than the server keeps: state may have been missed,
+                # so list again (which re-observes everything) and watch from the new version.
+                self.gone_count += 1
+                log.info("%s watch: 410 Gone, re-listing", self.kind)
+                return 0.0
+            return self._backoff(exc)
+        except Exception as exc:  # noqa: BLE001 - a watcher must survive anything and retry
+            self._needs_list = True
+            return self._backoff(exc)
+        return 0.0
 
-    def _pause(self, exc: Exception, failures: int) -> None:
-        delay = min(self._backoff_max_s, self._backoff_s * 2 ** min(failures - 1, 10))
+    def _backoff(self, exc: Exception) -> float:
+        self._failures += 1
+        delay: float = min(self._backoff_max_s, self._backoff_s * 2.0 ** min(self._failures - 1, 10))
         status = getattr(exc, "status", None)
         if status == 404:
             # The resource is not served (JobSet CRD not installed): check back slowly.
             delay = self._backoff_max_s
         log.warning("%s watch failed (%s); retrying in %.1fs", self.kind, exc.__class__.__name__, delay)
-        self._stop.wait(delay)
+        return delay
 
     def interrupt(self) -> None:
         w = self._watch
@@ -188,45 +193,42 @@ class Reconciler:
     ) -> None:
         self._observe, self._sink = observe, sink
         self._interval_s, self._stop, self._clock = interval_s, stop, clock
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._dirty: dict[str, None] = {}  # insertion-ordered set
         self._known: set[str] = set()
         self._last: dict[str, tuple[Any, ...]] = {}
+        self._next_sweep = clock() + interval_s
+        # Waits at most 1 s between rounds, so a sweep falls due on time whatever the clock does.
+        self.loop = BackgroundLoop("rljob-k8s-reconcile", self.reconcile_round, interval_s=1.0, stop=stop, what="reconcile")
 
     def mark(self, job_id: str) -> None:
-        with self._cond:
+        with self._lock:
             self._known.add(job_id)
             self._dirty[job_id] = None
-            self._cond.notify()
+        self.loop.wake()
 
     def remember(self, job_id: str) -> None:
         """Include a job in the periodic reconcile without observing it now."""
-        with self._cond:
+        with self._lock:
             self._known.add(job_id)
 
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
-    def run(self) -> None:
-        next_sweep = self._clock() + self._interval_s
-        while not self._stop.is_set():
-            with self._cond:
-                while not self._dirty and not self._stop.is_set():
-                    remaining = next_sweep - self._clock()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(timeout=min(remaining, 1.0))
-                if self._clock() >= next_sweep:
-                    for job_id in sorted(self._known):
-                        self._dirty[job_id] = None
-                    next_sweep = self._clock() + self._interval_s
-                batch = list(self._dirty)
-                self._dirty.clear()
-            for job_id in batch:
-                if self._stop.is_set():
-                    return
-                self.reconcile(job_id)
+    def reconcile_round(self) -> float:
+        """Re-observe the dirty jobs (every known one when a sweep is due); the seconds until the next round."""
+        with self._lock:
+            if self._clock() >= self._next_sweep:
+                for job_id in sorted(self._known):
+                    self._dirty[job_id] = None
+                self._next_sweep = self._clock() + self._interval_s
+            batch = list(self._dirty)
+            self._dirty.clear()
+        for job_id in batch:
+            if self._stop.is_set():
+                return 0.0
+            self.reconcile(job_id)
+        with self._lock:
+            if self._dirty:
+                return 0.0
+        return max(0.0, min(self._next_sweep - self._clock(), 1.0))
 
     def reconcile(self, job_id: str) -> None:
         try:
@@ -237,7 +239,7 @@ class Reconciler:
         # The queue too: a queued job's place in line moves while its reason and message stay.
         signature = (obs.state, obs.reason, obs.message, obs.exit_code, obs.queue)
         if obs.state in FINAL_STATES:
-            with self._cond:
+            with self._lock:
                 self._known.discard(job_id)  # nothing more to learn; a new event re-adds it
         if self._last.get(job_id) == signature:
             return

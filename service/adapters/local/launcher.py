@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from service.background_loop import BackgroundLoop
 from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.models import QueueStatus
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
@@ -103,24 +104,23 @@ class LocalProcessLauncher:
         self._next_seq = 0  # submission order of the jobs handed to this launcher
         self._lock = threading.RLock()
         self._sink: ObservationSink | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._monitor: BackgroundLoop | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     def start(self, sink: ObservationSink) -> None:
         self._sink = sink
         self._adopt_all()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._monitor_loop, name="local-launcher", daemon=True)
-        self._thread.start()
+        # The monitor must outlive any one bad job: a failed poll is logged and the next one runs.
+        # poll_once is looked up each round (as a plain loop would), so a wrapped one is what runs.
+        self._monitor = BackgroundLoop("local-launcher", lambda: self.poll_once(), interval_s=self.poll_interval_s, what="poll")
+        self._monitor.start()
 
     def stop(self) -> None:
         """Stop watching. Running trainers keep running; the next service start re-attaches them."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        if self._monitor is not None:
+            self._monitor.stop(timeout_s=10)
+            self._monitor = None
 
     # ---- the port ----------------------------------------------------------------------------
 
@@ -355,14 +355,6 @@ class LocalProcessLauncher:
             )  # fmt: skip
         state = ObservedState.SUCCEEDED if job.exit_code == 0 else ObservedState.FAILED
         return Observation(job.job_id, state, exit_code=job.exit_code, object_name=name, message=job.message)
-
-    def _monitor_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll_once()
-            except Exception:  # the monitor must outlive any one bad job
-                log.exception("local launcher poll failed")
-            self._stop.wait(self.poll_interval_s)
 
     def poll_once(self) -> None:
         """Check every running job once: collect exits, escalate cancels, start queued jobs if one
