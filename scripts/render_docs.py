@@ -187,7 +187,7 @@ def bench_page(text: str) -> str:
 PAGES: dict[Path, Callable[[str], str]] = {
     SETTINGS_PAGE: lambda text: replace_marked(text, generated_tables(), "docs/settings.md"),
     SPEC_PAGE: lambda _text: spec_page(),
-    # ARCHITECTURE_PAGE: lambda text: replace_marked(text, {"phase-diagram": phase_diagram()}, "docs/architecture.md"),
+    ARCHITECTURE_PAGE: lambda text: replace_marked(text, {"phase-diagram": phase_diagram()}, "docs/architecture.md"),
     BENCH_PAGE: bench_page,
 }
 

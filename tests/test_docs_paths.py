@@ -1,0 +1,33 @@
+"""Every repository path a page names in backticks exists, so a file moved or renamed elsewhere in the repository
+cannot leave the front door, the architecture map or the reference pages pointing at nothing."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", *(ROOT / "docs").glob("*.md")])
+TOP_DIRS = ("service", "trainer", "bench", "docs", "tests", "scripts", "k8s", "docker", "examples", "dashboard",
+            "harness", ".ci")  # fmt: skip
+TOP_FILES = ("skaffold.yaml", "pyproject.toml", "constraints.txt", "README.md")
+# `service/api/deps.py`, `trainer/stages/`, `skaffold.yaml`: a path under one of our top folders, or a top-level file.
+PATH = re.compile(rf"`((?:{'|'.join(map(re.escape, TOP_DIRS))})/[\w./-]*|{'|'.join(map(re.escape, TOP_FILES))})`")
+
+
+def named_paths(text: str) -> set[str]:
+    """The repository paths in backticks (a glob or a placeholder such as `<run>` is not a path)."""
+    return {m.rstrip("/") for m in PATH.findall(text) if "*" not in m and "{" not in m}
+
+
+def test_the_pattern_finds_paths_and_leaves_other_code_alone() -> None:
+    text = "`service/app.py`, `trainer/stages/`, `skaffold.yaml`, `rljob status ID`, `<run>/logs/`, `dashboard/src/*.js`"
+    assert named_paths(text) == {"service/app.py", "trainer/stages", "skaffold.yaml"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_path_a_page_names_exists(page: Path) -> None:
+    missing = sorted(p for p in named_paths(page.read_text()) if not (ROOT / p).exists())
+    assert not missing, f"{page.relative_to(ROOT)} names paths that do not exist (moved or renamed?): {missing}"
