@@ -137,12 +137,12 @@ class Settings(BaseSettings):
     )
     usage_prices_usd_per_chip_hour: dict[str, dict[CapacityType, float]] = Field(
         default_factory=lambda: {family: dict(prices) for family, prices in DEFAULT_PRICES_USD_PER_CHIP_HOUR.items()},
-        description="USD per TPU chip-hour by family and capacity, for job cost (README: Usage and cost); "
+        description="USD per TPU chip-hour by family and capacity, for job cost (docs/usage.md); "
         "JSON, replaces the whole table; a missing price shows cost null",
     )
     usage_storage_price_usd_per_gib_month: float = Field(
         default=DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH, ge=0, allow_inf_nan=False,
-        description="USD per GiB-month of run-directory storage, for `rljob usage` (README: Usage and cost); "
+        description="USD per GiB-month of run-directory storage, for `rljob usage` (docs/usage.md); "
         "default: Cloud Storage Standard in one region (us-central1, us-east5), https://cloud.google.com/storage/pricing; "
         "list prices move: set your own",
     )

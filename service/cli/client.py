@@ -27,7 +27,7 @@ DEFAULT_URL = "http://127.0.0.1:8765"
 
 
 class ExitCode(enum.IntEnum):
-    """What `rljob` exits with; `rljob --help` and the README list these (a test keeps them equal)."""
+    """What `rljob` exits with; `rljob --help` and docs/settings.md list these (a test keeps them equal)."""
 
     OK = 0
     FAILED = 1
