@@ -1,5 +1,6 @@
-"""Every repository path a page names in backticks exists, so a file moved or renamed elsewhere in the repository
-cannot leave the front door, the architecture map or the reference pages pointing at nothing."""
+"""Every repository path a page names in backticks exists, and every relative link resolves from the page's folder,
+so a file moved or renamed elsewhere in the repository cannot leave the front door, the architecture map or the
+reference pages pointing at nothing."""
 
 from __future__ import annotations
 
@@ -31,3 +32,19 @@ def test_the_pattern_finds_paths_and_leaves_other_code_alone() -> None:
 def test_every_path_a_page_names_exists(page: Path) -> None:
     missing = sorted(p for p in named_paths(page.read_text()) if not (ROOT / p).exists())
     assert not missing, f"{page.relative_to(ROOT)} names paths that do not exist (moved or renamed?): {missing}"
+
+
+# [text](target): a relative target, not a web address or an anchor on the same page.
+LINK = re.compile(r"(?<!`)\[[^\]]*\]\((?!https?:|#|<|mailto:)([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    text = re.sub(r"`[^`\n]*`", "", page.read_text())  # a pattern in code is not a link
+    broken = sorted({t for t in LINK.findall(text) if not (page.parent / t.split("#")[0]).exists()})
+    assert not broken, f"{page.relative_to(ROOT)} links to what is not there (relative to its folder): {broken}"
+
+
+def test_the_link_pattern_skips_web_addresses_anchors_and_code() -> None:
+    text = re.sub(r"`[^`\n]*`", "", "[a](docs/x.md) [b](https://x.org) [c](#here) `[d](e)` [f](../bench/README.md#top)")
+    assert LINK.findall(text) == ["docs/x.md", "../bench/README.md#top"]
