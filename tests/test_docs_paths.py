@@ -18,14 +18,22 @@ TOP_FILES = ("skaffold.yaml", "pyproject.toml", "constraints.txt", "README.md")
 PATH = re.compile(rf"`((?:{'|'.join(map(re.escape, TOP_DIRS))})/[\w./-]*|{'|'.join(map(re.escape, TOP_FILES))})`")
 
 
+# The same paths bare, as a ```text diagram writes them (README.md's picture of a job's path).
+DIAGRAM = re.compile(r"```text\n(.*?)```", re.DOTALL)
+BARE_PATH = re.compile(rf"(?<![\w/<>.-])((?:{'|'.join(map(re.escape, TOP_DIRS))})/[\w./-]*[\w/])")
+
+
 def named_paths(text: str) -> set[str]:
-    """The repository paths in backticks (a glob or a placeholder such as `<run>` is not a path)."""
-    return {m.rstrip("/") for m in PATH.findall(text) if "*" not in m and "{" not in m}
+    """The repository paths in backticks or in a text diagram (a glob or a placeholder such as `<run>` is not one)."""
+    found = PATH.findall(text) + [m for diagram in DIAGRAM.findall(text) for m in BARE_PATH.findall(diagram)]
+    return {m.rstrip("/") for m in found if "*" not in m and "{" not in m}
 
 
 def test_the_pattern_finds_paths_and_leaves_other_code_alone() -> None:
     text = "`service/app.py`, `trainer/stages/`, `skaffold.yaml`, `rljob status ID`, `<run>/logs/`, `dashboard/src/*.js`"
-    assert named_paths(text) == {"service/app.py", "trainer/stages", "skaffold.yaml"}
+    diagram = "```text\n  store   (service/adapters/store/, trainer/pipeline.py)  <run>/events.jsonl\n```"
+    assert named_paths(text + diagram) == {"service/app.py", "trainer/stages", "skaffold.yaml", "service/adapters/store",
+                                           "trainer/pipeline.py"}  # fmt: skip
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
