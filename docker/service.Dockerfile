@@ -19,8 +19,9 @@ RUN python -m venv "${VIRTUAL_ENV}" \
 
 WORKDIR /src
 COPY constraints.txt pyproject.toml README.md ./
-# `service` imports trainer.contract (the job spec, exit codes), so the trainer package is installed too;
-# its heavy CPU/TPU dependencies live in the `trainer` extra, which is not requested.
+# `service` imports trainer.contract (the job spec, exit codes) and trainer.sizing (the fit estimate), so the
+# trainer package is installed too; its heavy CPU/TPU dependencies live in the `trainer` extra, which is not
+# requested.
 COPY service ./service
 COPY trainer ./trainer
 RUN uv pip install --no-cache --python "${VIRTUAL_ENV}/bin/python" -c constraints.txt . \

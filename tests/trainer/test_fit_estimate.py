@@ -14,7 +14,8 @@ from trainer.contract import JobSpec
 from trainer.contract.spec_file import load_spec_file
 from trainer.contract.tpu import TPU_SLICES
 from trainer.sizing.fit import estimate_fit, estimate_job_fit, per_chip_bytes
-from trainer.sizing.model_shapes import MAXTEXT_MODELS, ModelShape, model_shape, read_local_model_config
+from trainer.sizing.job_shape import model_shape, read_local_model_config
+from trainer.sizing.model_shapes import MAXTEXT_MODELS, ModelShape
 from trainer.sizing.tpu_memory import GIB, HBM_GIB_PER_CHIP, hbm_bytes_per_chip
 
 TUTORIAL = load_spec_file(TUTORIAL_EXAMPLE)

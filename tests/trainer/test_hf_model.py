@@ -7,7 +7,8 @@ import json
 import pytest
 
 from trainer.contract import JobSpec
-from trainer.sizing.hf_model import UnsupportedCheckpoint, llama_overrides, resolve_maxtext_model
+from trainer.sizing.hf_model import UnsupportedCheckpoint, read_llama_config, resolve_maxtext_model
+from trainer.sizing.job_shape import model_shape
 
 # transformers 5 writes RoPE as rope_parameters; these are the real shapes of each model's config.json.
 SMOLLM2_135M = {
@@ -45,14 +46,15 @@ def test_smollm2_is_a_llama31_base_without_rope_scaling_and_with_tied_logits():
 
 
 def test_llama31_8b_keeps_maxtexts_rope_scaling_and_untied_head():
-    overrides = llama_overrides(LLAMA_31_8B)
+    overrides = resolve_maxtext_model(None, None, LLAMA_31_8B).overrides
     assert overrides["rope_use_scale"] == "true" and overrides["logits_via_embedding"] == "false"
     assert overrides["head_dim"] == "128"  # hidden / heads when config.json has no head_dim
     assert "normalize_embedding_logits" not in overrides
 
 
 def test_epsilon_is_written_so_omegaconf_reads_a_float():
-    assert llama_overrides({**LLAMA_31_8B, "rms_norm_eps": 1e-6})["normalization_layer_epsilon"] == "1.0e-06"
+    model = resolve_maxtext_model(None, None, {**LLAMA_31_8B, "rms_norm_eps": 1e-6})
+    assert model.overrides["normalization_layer_epsilon"] == "1.0e-06"
 
 
 @pytest.mark.parametrize(
@@ -70,14 +72,14 @@ def test_epsilon_is_written_so_omegaconf_reads_a_float():
 )
 def test_what_maxtext_cannot_represent_is_refused_naming_the_field(change, field, reason):
     with pytest.raises(UnsupportedCheckpoint) as info:
-        llama_overrides({**LLAMA_31_8B, **change})
+        read_llama_config({**LLAMA_31_8B, **change})
     assert info.value.field == field and reason in info.value.reason
 
 
 def test_llama3_scaling_other_than_maxtexts_fixed_factors_is_refused():
     # Llama 3.2 uses factor 32; MaxText's LLaMARotaryEmbedding hard-codes 8 and would run it wrong.
     with pytest.raises(UnsupportedCheckpoint) as info:
-        llama_overrides(LLAMA_32_1B)
+        read_llama_config(LLAMA_32_1B)
     assert info.value.field == "rope_scaling.factor" and "fixed at factor=8.0" in info.value.reason
 
 
@@ -123,3 +125,9 @@ def test_the_trainer_refuses_an_unsupported_checkpoint_before_any_stage(tmp_path
     err = capsys.readouterr().err
     assert "model.source: config.json rope_scaling RoPE scaling 'yarn' is not implemented" in err
     assert not (tmp_path / "runs" / "rl-yarn00000001" / "events.jsonl").exists()  # no stage, no event
+
+
+def test_the_maxtext_settings_are_rendered_from_the_shape_the_fit_estimate_reads():
+    model = resolve_maxtext_model(None, None, SMOLLM2_135M)
+    assert model.shape == model_shape(None, None, SMOLLM2_135M)  # one description of the model, two readers
+    assert model.shape is not None and model.shape.tied_embeddings and model.shape.vocab_size == 49152

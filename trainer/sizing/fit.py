@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainer.contract.spec import JobSpec
 from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, rollout_devices, tpu_slice
 
-from .model_shapes import ModelShape, model_shape, read_local_model_config
+from .job_shape import model_shape, read_local_model_config
+from .model_shapes import ModelShape
 from .tpu_memory import GIB, hbm_bytes_per_chip
 
 TIGHT_FRACTION = 0.9  # above this share of a chip's memory a job is accepted with a warning

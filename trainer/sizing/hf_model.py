@@ -8,16 +8,19 @@ Llama 3.1's RoPE frequency scaling applies (`rope_use_scale`), RMSNorm epsilon a
 values below, and a checkpoint whose config asks for something MaxText does not implement is refused
 here, before any stage runs, naming the config field and the reason.
 
-Pure: a dict in, settings or `UnsupportedCheckpoint` out. Imports nothing beyond the standard library.
+The checkpoint is read once into a `ModelShape` (model_shapes.py) plus the few values that are not shape
+(`LlamaSettings`); `MaxTextModel` renders MaxText's command-line overrides from those typed values.
+Pure: a dict in, settings or `UnsupportedCheckpoint` out.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-LLAMA_MAXTEXT_BASE = "llama3.1-8b"
+from .model_shapes import LLAMA_MAXTEXT_BASE, ModelShape, shape_from_dims
+
 LLAMA_MAXTEXT_PREFIX = "llama3.1-"
 # MaxText's LLaMARotaryEmbedding hard-codes Llama 3.1's frequency scaling: a checkpoint with other
 # llama3 scaling parameters would silently run with these, so anything else is refused.
@@ -27,8 +30,6 @@ MAXTEXT_LLAMA3_ROPE_SCALING = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
-DIM_FIELDS = ("base_emb_dim", "base_num_query_heads", "base_num_kv_heads", "base_num_decoder_layers",
-              "base_mlp_dim", "head_dim")  # fmt: skip
 
 
 class UnsupportedCheckpoint(ValueError):
@@ -40,20 +41,62 @@ class UnsupportedCheckpoint(ValueError):
 
 
 @dataclass(frozen=True)
+class LlamaSettings:
+    """What a Llama-family config.json tells MaxText beside the model's shape."""
+
+    norm_epsilon: float  # rms_norm_eps
+    rope_theta: int
+    rope_use_scale: bool  # Llama 3.1's llama3 RoPE frequency scaling (MaxText's only one)
+
+
+@dataclass(frozen=True)
 class MaxTextModel:
     """What every stage tells MaxText about the model."""
 
     name: str
-    overrides: dict[str, str] = field(default_factory=dict)  # MaxText key -> command-line value
-    # True when the checkpoint is not the one MaxText's hard-coded table describes for `name`: the
-    # stages then put the checkpoint's own config.json into that table before MaxText reads it.
-    register_hf_config: bool = False
+    # The dimensions MaxText's table for `name` is overridden with (config.json or model.dims); None: the
+    # checkpoint is the one that table describes. Set, the stages put the checkpoint's own config.json into
+    # that table before MaxText reads it.
+    shape: ModelShape | None = None
+    # Set when derived from config.json: the vocabulary, tied embeddings, norm epsilon and RoPE are passed too.
+    # With model.dims alone they stay MaxText's for `name` (the shape's vocab_size is that table's).
+    llama: LlamaSettings | None = None
     source: str = "maxtext"  # where the settings came from: config.json, dims or maxtext (its table)
 
+    @property
+    def register_hf_config(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        """MaxText key -> command-line value."""
+        if self.shape is None:
+            return {}
+        overrides = {key: str(value) for key, value in self.shape.maxtext_dims().items()}
+        if self.llama is None:
+            return overrides
+        tied = self.shape.tied_embeddings
+        overrides |= {
+            "vocab_size": str(self.shape.vocab_size),
+            "normalization_layer_epsilon": _float_arg(self.llama.norm_epsilon),
+            "rope_max_timescale": str(self.llama.rope_theta),
+            "rope_use_scale": _bool_arg(self.llama.rope_use_scale),
+            "logits_via_embedding": _bool_arg(tied),
+        }
+        if tied:
+            # MaxText divides tied logits by sqrt(emb_dim) by default (Gemma's convention); Llama does not.
+            overrides["normalize_embedding_logits"] = "false"
+        return overrides
+
     def args(self) -> list[str]:
-        if not self.overrides:
+        overrides = self.overrides
+        if not overrides:
             return []
-        return ["override_model_config=true", *(f"{k}={v}" for k, v in self.overrides.items())]
+        return ["override_model_config=true", *(f"{k}={v}" for k, v in overrides.items())]
+
+
+def _bool_arg(value: bool) -> str:
+    return str(value).lower()
 
 
 def _float_arg(value: float) -> str:
@@ -97,8 +140,8 @@ def _positive_int(hf: dict[str, Any], key: str) -> int:
     return value
 
 
-def llama_overrides(hf: dict[str, Any]) -> dict[str, str]:
-    """MaxText overrides describing a Llama-family `config.json`; raises UnsupportedCheckpoint."""
+def read_llama_config(hf: dict[str, Any]) -> tuple[ModelShape, LlamaSettings]:
+    """A Llama-family `config.json` as MaxText can run it; raises UnsupportedCheckpoint."""
     model_type = hf.get("model_type")
     if model_type != "llama":
         raise UnsupportedCheckpoint("model_type", f"is {model_type!r}; settings are derived for Llama-family "
@@ -126,24 +169,12 @@ def llama_overrides(hf: dict[str, Any]) -> dict[str, str]:
     eps = hf.get("rms_norm_eps", 1e-5)
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise UnsupportedCheckpoint("rms_norm_eps", f"{eps!r} must be between 0 and 1")
-    tied = bool(hf.get("tie_word_embeddings", False))
-    overrides = {
-        "base_emb_dim": str(hidden),
-        "base_num_query_heads": str(heads),
-        "base_num_kv_heads": str(kv_heads),
-        "base_num_decoder_layers": str(_positive_int(hf, "num_hidden_layers")),
-        "base_mlp_dim": str(_positive_int(hf, "intermediate_size")),
-        "head_dim": str(head_dim),
-        "vocab_size": str(_positive_int(hf, "vocab_size")),
-        "normalization_layer_epsilon": _float_arg(eps),
-        "rope_max_timescale": str(int(theta)),
-        "rope_use_scale": str(use_scale).lower(),
-        "logits_via_embedding": str(tied).lower(),
-    }
-    if tied:
-        # MaxText divides tied logits by sqrt(emb_dim) by default (Gemma's convention); Llama does not.
-        overrides["normalize_embedding_logits"] = "false"
-    return overrides
+    shape = ModelShape(
+        hidden, heads, kv_heads, _positive_int(hf, "num_hidden_layers"), _positive_int(hf, "intermediate_size"),
+        int(head_dim), _positive_int(hf, "vocab_size"), tied_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        source="config.json",
+    )  # fmt: skip
+    return shape, LlamaSettings(norm_epsilon=float(eps), rope_theta=int(theta), rope_use_scale=use_scale)
 
 
 def resolve_maxtext_model(name: str | None, dims: dict[str, int] | None, hf: dict[str, Any] | None) -> MaxTextModel:
@@ -156,15 +187,14 @@ def resolve_maxtext_model(name: str | None, dims: dict[str, int] | None, hf: dic
                                                       "or is not a Llama-family config")
         if not dims:
             return MaxTextModel(name=name)
-        return MaxTextModel(name=name, overrides={k: str(v) for k, v in dims.items()},
-                            register_hf_config=True, source="dims")
+        return MaxTextModel(name=name, shape=shape_from_dims(name, dims), source="dims")
     if name and not name.startswith(LLAMA_MAXTEXT_PREFIX):
         raise UnsupportedCheckpoint("model.name", f"{name!r} is not a Llama model, but the checkpoint is; MaxText "
                                                   f"converts Llama checkpoints as {LLAMA_MAXTEXT_PREFIX}* (or omit it)")
-    overrides = llama_overrides(hf)
+    shape, llama = read_llama_config(hf)
+    derived = shape.maxtext_dims()
     for key, value in (dims or {}).items():
-        if overrides[key] != str(value):
+        if derived[key] != value:
             raise UnsupportedCheckpoint(f"model.dims.{key}", f"is {value} but the checkpoint's config.json says "
-                                                             f"{overrides[key]}; the weights would not fit")
-    return MaxTextModel(name=name or LLAMA_MAXTEXT_BASE, overrides=overrides, register_hf_config=True,
-                        source="config.json")
+                                                             f"{derived[key]}; the weights would not fit")
+    return MaxTextModel(name=name or LLAMA_MAXTEXT_BASE, shape=shape, llama=llama, source="config.json")

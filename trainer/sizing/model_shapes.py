@@ -1,26 +1,26 @@
-"""The shape of the model a job trains (dimensions, vocabulary, tied embeddings), for the fit check.
+"""The shape of a model (dimensions, vocabulary, tied embeddings): the one description both the fit estimate
+(fit.py) and the MaxText settings every stage passes (hf_model.py renders them from it) read.
 
-Where it comes from, first found wins, in the order the trainer itself trusts them (hf_model.py): the
-checkpoint's own `config.json` when it is a local directory this process can read; else `model.dims`
-(the vocabulary then from the named model, or MaxText's Llama base); else MaxText's model table for
-`model.name` (values copied from MaxText 0.2.5's `configs/models/<name>.yml`). A hub id or gs:// source
-is not fetched at submit: its named model or dims stand in, as when `trainer plan` runs offline.
-
-Pure but for `read_local_model_config`, which reads one small JSON file.
+Also MaxText's own model table for the Llama-architecture names (values copied from MaxText 0.2.5's
+`configs/models/<name>.yml`), which stands in when a job gives no readable config.json. Pure data.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from trainer.contract.locations import local_path, location_kind
-
-from .hf_model import LLAMA_MAXTEXT_BASE, UnsupportedCheckpoint, llama_overrides
-
-MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; anything larger is not one
+# The MaxText name every Llama-family checkpoint is converted and run under (hf_model.py says why).
+LLAMA_MAXTEXT_BASE = "llama3.1-8b"
+# MaxText's key for each dimension (`model.dims` in a spec uses the same keys), in MaxText's order.
+MAXTEXT_DIM_KEYS = {
+    "base_emb_dim": "emb_dim",
+    "base_num_query_heads": "num_query_heads",
+    "base_num_kv_heads": "num_kv_heads",
+    "base_num_decoder_layers": "num_layers",
+    "base_mlp_dim": "mlp_dim",
+    "head_dim": "head_dim",
+}
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ class ModelShape:
         norms = 2 * e
         embeddings = self.vocab_size * e * (1 if self.tied_embeddings else 2)  # token embedding (+ logits head)
         return self.num_layers * (attention + mlp + norms) + embeddings + e  # + the final norm
+
+    def maxtext_dims(self) -> dict[str, int]:
+        """The six dimensions under MaxText's keys."""
+        return {key: getattr(self, attr) for key, attr in MAXTEXT_DIM_KEYS.items()}
 
 
 def _shape(e: int, q: int, kv: int, layers: int, mlp: int, vocab: int, name: str) -> ModelShape:
@@ -69,40 +73,11 @@ MAXTEXT_MODELS: dict[str, ModelShape] = {
 }
 
 
-def read_local_model_config(source: str) -> dict[str, Any] | None:
-    """`<source>/config.json` when `source` is a local directory holding a readable one, else None."""
-    if location_kind(source) != "local":
-        return None
-    path = Path(local_path(source)) / "config.json"
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # unreadable here: the named model or dims stand in; the trainer reads it again
-    return data if isinstance(data, dict) else None
-
-
-def model_shape(
-    name: str | None, dims: dict[str, int] | None, hf_config: dict[str, Any] | None
-) -> ModelShape | None:
-    """The shape of a spec's model, or None when nothing says it (an unknown name, no dims, no config)."""
-    if hf_config is not None and hf_config.get("model_type") == "llama":
-        try:
-            o = llama_overrides(hf_config)
-        except UnsupportedCheckpoint:
-            o = None  # the trainer refuses it with the reason; the estimate falls back to dims or the name
-        if o is not None:
-            return ModelShape(
-                int(o["base_emb_dim"]), int(o["base_num_query_heads"]), int(o["base_num_kv_heads"]),
-                int(o["base_num_decoder_layers"]), int(o["base_mlp_dim"]), int(o["head_dim"]),
-                int(o["vocab_size"]), tied_embeddings=o["logits_via_embedding"] == "true", source="config.json",
-            )  # fmt: skip
-    named = MAXTEXT_MODELS.get(name or LLAMA_MAXTEXT_BASE) if dims or name else None
-    if dims:
-        vocab = (named or MAXTEXT_MODELS[LLAMA_MAXTEXT_BASE]).vocab_size
-        return ModelShape(
-            dims["base_emb_dim"], dims["base_num_query_heads"], dims["base_num_kv_heads"],
-            dims["base_num_decoder_layers"], dims["base_mlp_dim"], dims["head_dim"], vocab, source="model.dims",
-        )  # fmt: skip
-    return named
+def shape_from_dims(name: str | None, dims: Mapping[str, int]) -> ModelShape:
+    """A spec's `model.dims` (MaxText's keys) as a shape; the vocabulary, which dims do not give, is MaxText's
+    for the named model, or its Llama base's when the name is not in the table."""
+    vocab = MAXTEXT_MODELS.get(name or LLAMA_MAXTEXT_BASE, MAXTEXT_MODELS[LLAMA_MAXTEXT_BASE]).vocab_size
+    return ModelShape(
+        dims["base_emb_dim"], dims["base_num_query_heads"], dims["base_num_kv_heads"],
+        dims["base_num_decoder_layers"], dims["base_mlp_dim"], dims["head_dim"], vocab, source="model.dims",
+    )  # fmt: skip
