@@ -39,7 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trainer.arith_rows import DEFAULT_SEED, Difficulty, arith_split  # noqa: E402
+from trainer.offline.arith_rows import DEFAULT_SEED, Difficulty, arith_split  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "arith_difficulty.json"
 TEMPLATE = REPO / "examples" / "templates" / "arith-one-shot.json"

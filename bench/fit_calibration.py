@@ -35,7 +35,7 @@ from trainer.sizing.tpu_memory import GIB  # noqa: E402
 
 TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"
 RESULTS = REPO / "bench" / "results" / "fit_calibration.json"
-# Two widths of the tiny model (trainer/tiny.py's is the first): the vocabulary (Llama 3's 128256)
+# Two widths of the tiny model (trainer/offline/tiny.py's is the first): the vocabulary (Llama 3's 128256)
 # stays, so the embeddings dominate both and the difference is mostly training state.
 SIZES = {
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

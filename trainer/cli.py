@@ -146,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_make_tiny(args: argparse.Namespace) -> int:
-    from trainer.tiny import make_tiny
+    from trainer.offline.tiny import make_tiny
 
     paths = make_tiny(Path(args.out))
     print(json.dumps(paths, indent=2))
@@ -155,7 +155,7 @@ def cmd_make_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
-    from trainer.smollm2 import MODEL_BUILDERS, ModelSourceMissing
+    from trainer.offline.smollm2 import MODEL_BUILDERS, ModelSourceMissing
 
     try:
         summary = MODEL_BUILDERS[args.name](Path(args.out).resolve())
@@ -167,8 +167,8 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 
 
 def cmd_make_data(args: argparse.Namespace) -> int:
-    from trainer.arith_rows import ArithFilesMissing, ArithKnobError
-    from trainer.gsm8k_rows import DATA_BUILDERS, DataSourceMissing
+    from trainer.offline.arith_rows import ArithFilesMissing, ArithKnobError
+    from trainer.offline.gsm8k_rows import DATA_BUILDERS, DataSourceMissing
 
     knobs = {k: getattr(args, k) for k in ("train_rows", "seed", *ARITH_ONLY_KNOBS) if getattr(args, k) is not None}
     misplaced = [f"--{k.replace('_', '-')}" for k in ARITH_ONLY_KNOBS if k in knobs and args.name != "arith"]

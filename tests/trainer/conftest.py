@@ -17,7 +17,7 @@ TINY_EXAMPLE = REPO / "examples" / "tiny-cpu.yaml"
 TUTORIAL_EXAMPLE = REPO / "examples" / "tutorial-llama31-8b-v6e8.yaml"
 
 
-# The tiny model's config.json as transformers 5 writes it (trainer/tiny.py builds the real one).
+# The tiny model's config.json as transformers 5 writes it (trainer/offline/tiny.py builds the real one).
 TINY_HF_CONFIG = {
     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
     "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "head_dim": 16,

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from tests.trainer.conftest import REPO
-from trainer import arith_rows
-from trainer.arith_rows import Difficulty, arith_split, arith_splits
 from trainer.cli import main
 from trainer.contract.evaluation import row_id
 from trainer.contract.spec_file import load_spec_file
+from trainer.offline import arith_rows
+from trainer.offline.arith_rows import Difficulty, arith_split, arith_splits
 
 DIFFICULTY_RESULT = REPO / "bench" / "results" / "arith_difficulty.json"
 

