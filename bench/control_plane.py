@@ -97,7 +97,7 @@ def seed_store(database_url: str) -> None:
     from service.adapters.store import SqlJobStore
     from service.domain.models import JobRecord
     from service.domain.phases import JobPhase
-    from trainer.contract import JobSpec
+    from trainer.contract import JobSpec, Stage
 
     store = SqlJobStore(database_url)
     store.migrate()
@@ -112,9 +112,9 @@ def seed_store(database_url: str) -> None:
             created = t0 + timedelta(minutes=i)
             tx.insert(JobRecord(
                 id=f"rl-bench{i:07d}"[:15], team="bench", name=spec.name, labels=dict(spec.labels),
-                spec=spec.model_dump(mode="json"), spec_hash=spec.content_hash(), phase=JobPhase.SUCCEEDED,
+                spec=spec, spec_hash=spec.content_hash(), phase=JobPhase.SUCCEEDED,
                 created_at=created, updated_at=created + timedelta(minutes=30), started_at=created,
-                finished_at=created + timedelta(minutes=30), stage="export", step=20, total_steps=20,
+                finished_at=created + timedelta(minutes=30), stage=Stage.EXPORT, step=20, total_steps=20,
                 latest_metrics={"loss": 0.12, "reward": 0.8, "kl": 0.01}, message="finished", exit_code=0,
                 phase_entered_at=created + timedelta(minutes=30), submitted_by="bench",
             ))  # fmt: skip

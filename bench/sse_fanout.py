@@ -53,6 +53,7 @@ def serve(port: int, rate: float, state_dir: Path) -> None:
     from service.config import Settings
     from service.domain.models import JobRecord
     from service.domain.phases import JobPhase
+    from trainer.contract import JobSpec
 
     settings = Settings(state_dir=state_dir, bootstrap_token=TOKEN, bootstrap_team="bench",
                         max_event_streams=5000, max_requests_in_flight=5000)  # fmt: skip
@@ -65,7 +66,9 @@ def serve(port: int, rate: float, state_dir: Path) -> None:
         runtime = app.state.runtime
         now = datetime.now(UTC)
         with runtime.store.transaction() as tx:  # a finished job: the supervisor leaves it alone
-            tx.insert(JobRecord(id=JOB_ID, team="bench", name="bench", spec={}, spec_hash="-", phase=JobPhase.SUCCEEDED,
+            spec = JobSpec.model_validate({"name": "bench", "model": {"source": "/models/tiny"}, "output": str(state_dir),
+                                           "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}})
+            tx.insert(JobRecord(id=JOB_ID, team="bench", name="bench", spec=spec, spec_hash="-", phase=JobPhase.SUCCEEDED,
                                 created_at=now, updated_at=now))  # fmt: skip
         while True:
             time.sleep(1 / rate)

@@ -1,6 +1,6 @@
 """EventsFileReader: the ProgressSource that tails each job's trainer `events.jsonl`.
 
-The file is at RunLayout(spec.output, job_id).events, local or gs://; it is read through
+The file is at the job record's layout.events, local or gs://; it is read through
 run_reads.py, which refuses a link, a FIFO or anything not a regular file (the job wrote it: a FIFO
 would hold the poller for good), and reads a bounded range from the job's committed byte offset,
 locally or as a ranged gs:// request. A refused file is logged once per job and read as empty.
@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from service.domain.errors import RunFileRefused
 from service.domain.models import JobRecord
 from service.domain.ports import ProgressBatch, SkippedLine
-from trainer.contract import RunLayout, TrainerEvent, location_kind, parse_event
+from trainer.contract import TrainerEvent, location_kind, parse_event
 from trainer.storage import StorageError
 
 from .run_reads import read_run_file, run_file_size
@@ -69,7 +69,7 @@ class EventsFileReader:
             offset = self._offsets.get(record.id, 0)
             where = self._where.get(record.id)
         if where is None:  # worked out once per job: asked every round, and a job's output never moves
-            layout = RunLayout(record.spec["output"], record.id)
+            layout = record.layout
             where = (layout.root, layout.events, location_kind(layout.events) == "local")
             with self._lock:
                 self._where[record.id] = where
@@ -93,7 +93,7 @@ class EventsFileReader:
 
     def read_new(self, record: JobRecord) -> ProgressBatch:
         """Whole lines past the committed offset, at most max_read_bytes; the offset moves on commit()."""
-        layout = RunLayout(record.spec["output"], record.id)
+        layout = record.layout
         uri = layout.events
         with self._lock:
             offset = self._offsets.get(record.id, 0)

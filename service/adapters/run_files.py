@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from service.domain.errors import RunFileRefused, RunFilesUnavailable
 from service.domain.models import JobRecord
-from trainer.contract import STAGE_ORDER, RunLayout, StepSamples, step_from_file_name
+from trainer.contract import STAGE_ORDER, StepSamples, step_from_file_name
 from trainer.storage import StorageError
 
 from .run_reads import list_run_dir, read_run_file
@@ -33,13 +33,9 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 MAX_SAMPLES_BYTES = 4 * 1024 * 1024
 
 
-def _layout(record: JobRecord) -> RunLayout:
-    return RunLayout(record.spec["output"], record.id)
-
-
 class StoreRunFiles:
     def read_manifest(self, record: JobRecord) -> dict[str, Any] | None:
-        layout = _layout(record)
+        layout = record.layout
         uri = layout.manifest
         try:
             found = read_run_file(layout.root, uri, limit=MAX_MANIFEST_BYTES, start=0)
@@ -58,7 +54,7 @@ class StoreRunFiles:
         return manifest
 
     def stage_log_lines(self, record: JobRecord) -> Iterator[str]:
-        layout = _layout(record)
+        layout = record.layout
         for stage in STAGE_ORDER:
             uri = layout.stage_log(stage)
             try:
@@ -81,7 +77,7 @@ class StoreRunFiles:
             yield from lines
 
     def sample_steps(self, record: JobRecord) -> list[int]:
-        layout = _layout(record)
+        layout = record.layout
         uri = layout.samples_dir
         try:
             names = list_run_dir(layout.root, uri)
@@ -91,7 +87,7 @@ class StoreRunFiles:
         return sorted(step for step in steps if step is not None)
 
     def read_samples(self, record: JobRecord, step: int) -> StepSamples | None:
-        layout = _layout(record)
+        layout = record.layout
         uri = layout.samples_file(step)
         try:
             found = read_run_file(layout.root, uri, limit=MAX_SAMPLES_BYTES, start=0)

@@ -95,8 +95,7 @@ class UsageCounters(Collector):
         self._after_seq = after_seq
 
     def _add(self, record: JobRecord, seconds: dict[str, float]) -> None:
-        hardware = record.spec.get("hardware", {})
-        accelerator, capacity = str(hardware.get("accelerator", "cpu")), str(hardware.get("capacity", "on-demand"))
+        accelerator, capacity = record.hardware.accelerator, record.hardware.capacity
         chips = chips_of(accelerator)
         price = price_of(self._prices, family_of(accelerator), capacity)
         counted = self._counted.get(record.id, {})

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from trainer.contract import JobSpec
 from trainer.contract.evaluation import AFTER, BEFORE, EvalSummary, PairedDifference, label_step, wilson_interval
 
 from .phases import JobPhase
@@ -95,7 +96,7 @@ def public_point(summary: EvalSummary) -> EvalPoint:
     )  # fmt: skip
 
 
-def job_eval(points: list[dict[str, Any]], *, spec: dict[str, Any], phase: JobPhase) -> JobEval:
+def job_eval(points: list[dict[str, Any]], *, spec: JobSpec, phase: JobPhase) -> JobEval:
     summaries = read_points(points)
     if not summaries:
         return JobEval(status="none", reason=_why_none(spec, phase), points=[], before=None, after=None, difference=None)
@@ -109,9 +110,8 @@ def job_eval(points: list[dict[str, Any]], *, spec: dict[str, Any], phase: JobPh
                    after=by_label.get(AFTER), difference=difference)  # fmt: skip
 
 
-def _why_none(spec: dict[str, Any], phase: JobPhase) -> str:
-    grpo = spec.get("grpo") or {}
-    if not grpo.get("num_test_batches"):
+def _why_none(spec: JobSpec, phase: JobPhase) -> str:
+    if not spec.grpo.num_test_batches:
         return ("grpo.num_test_batches is 0, so train_rl runs no evaluation; set it above 0 (with dataset.eval_files "
                 "for file data) to evaluate the policy before and after training")
     if phase.is_terminal():

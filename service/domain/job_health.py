@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from trainer.contract import RunLayout, Stage
+from trainer.contract import Stage
 
 from .job_eval import latest_comparison, read_points
-from .learning_health import HealthPolicy, LearningHealth, as_utc, assess_learning, read_window, stall_deadline
+from .learning_health import HealthPolicy, LearningHealth, as_utc, assess_learning, stall_deadline
 from .models import JobRecord
 from .ports import JobTx
 
@@ -26,16 +26,15 @@ def train_started_at(record: JobRecord) -> datetime | None:
 
 def learning_health(record: JobRecord, now: datetime, policy: HealthPolicy) -> LearningHealth | None:
     """The job's verdict at `now`; None before its first train step."""
-    output = record.spec.get("output")
     return assess_learning(
-        read_window(record.recent_train_steps),
+        record.recent_train_steps,
         phase=record.phase,
         stage=record.stage,
         now=now,
         policy=policy,
         train_started_at=train_started_at(record),
         job_id=record.id,
-        checkpoints_uri=RunLayout(output, record.id).actor_checkpoints if output else None,
+        checkpoints_uri=record.layout.actor_checkpoints,
         evaluation=latest_comparison(read_points(record.eval_points)),
     )
 
@@ -50,7 +49,7 @@ def health_changes_by_time_at(record: JobRecord, policy: HealthPolicy) -> dateti
     """When time alone can next change the job's verdict (once the clock passes it: the job stalls);
     None when only a change to the record can. The progress poller re-judges a job then, not every round."""
     return stall_deadline(
-        read_window(record.recent_train_steps), phase=record.phase, stage=record.stage, policy=policy,
+        record.recent_train_steps, phase=record.phase, stage=record.stage, policy=policy,
         train_started_at=train_started_at(record),
     )  # fmt: skip
 

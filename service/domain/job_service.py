@@ -254,7 +254,7 @@ class JobService:
         if record.phase is not JobPhase.LAUNCHING:
             return  # cancelled (or finished) meanwhile: launching now would start an orphan
         try:
-            result = self.launcher.launch(job_id, record.job_spec)
+            result = self.launcher.launch(job_id, record.spec)
         except Exception as e:  # noqa: BLE001 - any adapter error ends the job with the reason, never a stuck LAUNCHING
             log.warning("launch of %s failed: %s", job_id, e)
             cause = str(e)  # bound here: the except block unbinds `e` when it ends

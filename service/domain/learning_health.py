@@ -141,14 +141,15 @@ def as_utc(when: datetime) -> datetime:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
-def push_step(window: list[dict[str, Any]], summary: TrainStepSummary) -> list[dict[str, Any]]:
+def push_step(window: list[TrainStepSummary], summary: TrainStepSummary) -> list[TrainStepSummary]:
     """The window with `summary` appended, at most HEALTH_WINDOW_STEPS long. Entries for this step
     or later go first: a resumed trainer reports the steps after its checkpoint again."""
-    kept = [entry for entry in window if isinstance(entry, dict) and entry.get("step", 0) < summary.step]
-    return [*kept, summary.to_json()][-HEALTH_WINDOW_STEPS:]
+    kept = [entry for entry in window if entry.step < summary.step]
+    return [*kept, summary][-HEALTH_WINDOW_STEPS:]
 
 
-def read_window(window: list[dict[str, Any]]) -> list[TrainStepSummary]:
+def read_window(window: list[Any]) -> list[TrainStepSummary]:
+    """A stored window (JSON entries) as summaries, the entries this code cannot read left out."""
     return [s for s in (TrainStepSummary.from_json(entry) for entry in window) if s is not None]
 
 

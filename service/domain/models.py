@@ -1,9 +1,10 @@
 """The job record (what the store keeps) and the API schema family built from it.
 
-`JobRecord` is a plain dataclass the job service mutates inside one store transaction; what it
-keeps of the trainer's events (stage times, artifacts, the run's outcome) are typed models, the
-first two the same ones the API returns. `JobCreate` / `JobPublic` / `JobsPublic` are what the REST
-API accepts and returns.
+`JobRecord` is a plain dataclass the job service mutates inside one store transaction. Its spec is
+the parsed JobSpec (validated where it crossed a boundary: the API's body, the store's row), and what
+it keeps of the trainer's events (stage, recent train steps, stage times, artifacts, the run's
+outcome) are typed, stage times and artifacts the same models the API returns. `JobCreate` /
+`JobPublic` / `JobsPublic` are what the REST API accepts and returns.
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationInfo, model_validator
 
-from trainer.contract import JobSpec, RunStorage, Stage, StepSamples
+from trainer.contract import HardwareSpec, JobSpec, RunLayout, RunStorage, Stage, StepSamples
 from trainer.contract.goodput import JobGoodput
 from trainer.sizing.fit import FitEstimate
 
 from .errors import InvalidRequest
 from .job_eval import JobEval
-from .learning_health import LearningHealth
+from .learning_health import LearningHealth, TrainStepSummary
 from .phases import JobPhase
 from .usage_models import JobUsage
 
@@ -86,7 +87,7 @@ class JobRecord:
     id: str
     team: str
     name: str
-    spec: dict[str, Any]
+    spec: JobSpec
     spec_hash: str
     phase: JobPhase
     created_at: datetime
@@ -97,13 +98,13 @@ class JobRecord:
     message: str = ""
     failure_reason: str | None = None  # machine-readable: exit code name, OOMKilled, ResumeLimit, ...
     exit_code: int | None = None
-    stage: str | None = None
+    stage: Stage | None = None
     step: int | None = None
     total_steps: int | None = None
     latest_metrics: dict[str, float] = field(default_factory=dict)
-    # The last HEALTH_WINDOW_STEPS train steps (learning_health.TrainStepSummary as JSON), oldest first:
-    # what the learning-health verdict is computed from. Stored, so the verdict survives a restart.
-    recent_train_steps: list[dict[str, Any]] = field(default_factory=list)
+    # The last HEALTH_WINDOW_STEPS train steps, oldest first: what the learning-health verdict is
+    # computed from. Stored, so the verdict survives a restart.
+    recent_train_steps: list[TrainStepSummary] = field(default_factory=list)
     health_verdict: str | None = None  # the verdict last announced in the event log (a `health` entry)
     stage_times: dict[str, StageTimes] = field(default_factory=dict)  # by Stage value
     artifacts: dict[str, Artifact] = field(default_factory=dict)  # by name
@@ -135,8 +136,14 @@ class JobRecord:
         return self.backend is not None
 
     @property
-    def job_spec(self) -> JobSpec:
-        return JobSpec.model_validate(self.spec)
+    def layout(self) -> RunLayout:
+        """Where the job's run directory and its files are (its spec's output, its id)."""
+        return RunLayout(self.spec.output, self.id)
+
+    @property
+    def hardware(self) -> HardwareSpec:
+        """What the job runs on, as the launchers read it: the spec's hardware, with JobSpec's defaults."""
+        return self.spec.hardware
 
 
 def _team_is_read_only(schema: dict[str, Any]) -> None:
@@ -144,10 +151,35 @@ def _team_is_read_only(schema: dict[str, Any]) -> None:
     schema["properties"]["team"]["readOnly"] = True
 
 
+# Set on the one strict validation JobCreate runs, so its wrap validator lets the inner pass through.
+_STRICT_PASS = "rljob_strict_pass"
+
+
 class JobCreate(JobSpec):
     """The body of POST /v1/jobs: a job spec. `team` comes from the caller's token."""
 
     model_config = ConfigDict(json_schema_extra=_team_is_read_only)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _types_as_declared(cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo) -> Self:
+        """The body's types as the schema states them: JSON `0` is not `false`, nor `"20"` 20. FastAPI
+        validates a body in pydantic's lax mode, which converts such values, and a model's `strict`
+        config would not reach the nested specs: so the one validation is a strict one, of the whole
+        tree. An integral number such as `20.0` stays an integer, as JSON Schema counts it."""
+        if isinstance(info.context, dict) and info.context.get(_STRICT_PASS):
+            return handler(data)
+        return cls.model_validate(_integral_floats_as_ints(data), strict=True, context={_STRICT_PASS: True})
+
+
+def _integral_floats_as_ints(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _integral_floats_as_ints(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integral_floats_as_ints(item) for item in value]
+    return value
 
 
 class LatestMetrics(BaseModel):

@@ -26,6 +26,7 @@ from trainer.contract import (
     GoodputMeasured,
     RunFinished,
     RunStarted,
+    Stage,
     StageFinished,
     StageStarted,
     StorageMeasured,
@@ -87,7 +88,7 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         record.attempt = event.attempt
         changes.log.append(("attempt", {"attempt": event.attempt, "run_uri": event.run_uri}))
     elif isinstance(event, StageStarted):
-        record.stage = event.stage.value
+        record.stage = event.stage
         record.stage_times[event.stage.value] = StageTimes(started_at=event.time)
         changes.log.append(("stage", {"stage": event.stage.value, "status": "started"}))
     elif isinstance(event, StageFinished):
@@ -101,7 +102,7 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
             data["reason"] = event.reason
         changes.log.append(("stage", data))
     elif isinstance(event, TrainStep):
-        record.stage = "train"
+        record.stage = Stage.TRAIN
         record.step = event.step
         record.total_steps = event.total_steps
         values = _finite(event.metrics)

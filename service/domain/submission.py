@@ -19,7 +19,8 @@ def check_submission(spec: JobSpec, caller: Caller, policy: LocationPolicy, laun
     """The spec as stored (its team from the token) and its fit estimate; InvalidRequest naming the field
     when it may not or cannot run. A job whose estimated memory per chip exceeds its accelerator's is
     refused before any TPU is asked for (trainer/sizing/fit.py)."""
-    spec = JobSpec.model_validate({**spec.model_dump(mode="json"), "team": caller.team})
+    # Validated once already (the API's body): only the team is set, from the token, as a plain JobSpec.
+    spec = JobSpec.model_construct(spec.model_fields_set | {"team"}, **{**dict(spec), "team": caller.team})
     check_spec_locations(spec, caller.team, policy)
     fit = estimate_job_fit(spec)  # None: the model's shape is unknown here, so nothing is checked
     if fit is not None and fit.verdict == "does-not-fit":
@@ -43,7 +44,7 @@ def store_new_job(store: JobStore, caller: Caller, spec: JobSpec, idempotency_ke
                 return existing, False
         record = JobRecord(
             id=job_id, team=caller.team, name=spec.name, labels=dict(spec.labels), submitted_by=caller.submitter,
-            spec=spec.model_dump(mode="json"), spec_hash=spec_hash, idempotency_key=idempotency_key,
+            spec=spec, spec_hash=spec_hash, idempotency_key=idempotency_key,
             phase=JobPhase.QUEUED, message="accepted; waiting to be handed to the launcher", created_at=now,
             updated_at=now, phase_entered_at=now, fit_estimate=fit.model_dump(mode="json") if fit else None,
         )  # fmt: skip

@@ -66,9 +66,7 @@ def _amount(seconds: float, chips: int) -> UsageAmount:
 
 
 def job_usage(record: JobRecord, now: datetime, prices: PriceTable) -> JobUsage:
-    hardware = record.spec.get("hardware", {})
-    accelerator = str(hardware.get("accelerator", CPU_ACCELERATOR))
-    capacity = str(hardware.get("capacity", "on-demand"))  # specs stored before capacity existed ran on-demand
+    accelerator, capacity = record.hardware.accelerator, record.hardware.capacity
     chips, family = chips_of(accelerator), family_of(accelerator)
     by_phase = phase_seconds(record, now)
     billed_s = sum(by_phase[p.value] for p in BILLED_PHASES)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from trainer.contract import RunLayout, RunStorage, Stage
+from trainer.contract import RunStorage, Stage
 from trainer.sizing.fit import FitEstimate
 
 from .goodput import job_goodput
@@ -58,7 +58,7 @@ def to_public(
         labels=record.labels,
         phase=record.phase,
         message=record.message,
-        stage=Stage(record.stage) if record.stage is not None and record.stage in Stage else None,
+        stage=record.stage,
         step=record.step,
         total_steps=record.total_steps,
         progress=progress,
@@ -72,7 +72,7 @@ def to_public(
         backend=record.backend,
         object_name=record.object_name,
         attempt=record.attempt,
-        run_uri=RunLayout(record.spec["output"], record.id).root,
+        run_uri=record.layout.root,
         created_at=record.created_at,
         updated_at=record.updated_at,
         started_at=record.started_at,
@@ -82,5 +82,5 @@ def to_public(
         storage=RunStorage.model_validate(record.storage) if record.storage else None,
         goodput=job_goodput(record, now),
         fit_estimate=FitEstimate.model_validate(record.fit_estimate) if record.fit_estimate else None,
-        spec=record.spec,
+        spec=record.spec.model_dump(mode="json"),
     )

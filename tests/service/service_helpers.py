@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from service.domain.phases import JobPhase, can_reach
+from trainer.contract import JobSpec
 
 TOKEN_A = "a" * 8 + uuid.uuid4().hex + "-team-a"
 TOKEN_B = "b" * 8 + uuid.uuid4().hex + "-team-b"
@@ -25,6 +26,12 @@ def spec_body(tmp_path: Path, name: str = "job-one", **extra: object) -> dict[st
     }
     body.update(extra)
     return body
+
+def record_spec(output: str = "/tmp/rljob-runs", **extra: object) -> JobSpec:
+    """A valid JobSpec for a JobRecord built by hand (a record holds a parsed spec), on cpu unless
+    `hardware` says otherwise."""
+    return JobSpec.model_validate({**spec_body(Path(output).parent, **extra), "output": output})
+
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0, interval_s: float = 0.02) -> None:

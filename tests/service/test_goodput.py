@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from service_helpers import record_spec
 
 from service.domain.goodput import goodput_parts, job_goodput
 from service.domain.models import JobRecord
@@ -21,7 +22,7 @@ def _at(seconds: float) -> datetime:
 
 
 def _record(phase: JobPhase = JobPhase.RUNNING, **phase_seconds: float) -> JobRecord:
-    record = JobRecord(id="rl-aaaaaaaaaaaa", team="a", name="n", spec={}, spec_hash="h", phase=phase,
+    record = JobRecord(id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="h", phase=phase,
                        created_at=T0, updated_at=T0, phase_seconds=dict(phase_seconds))  # fmt: skip
     return record
 

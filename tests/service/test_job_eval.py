@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import T0, ManualClock, spec_body
+from service_helpers import T0, ManualClock, record_spec, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_eval import MAX_EVAL_POINTS, job_eval, push_eval
@@ -78,7 +78,7 @@ def test_job_eval_shows_intervals_and_the_paired_change_from_before(tmp_path: Pa
     points = push_eval(points, summary("after", 30, 150, vs=(rows(300, 100), rows(300, 150))))
     points = push_eval(points, summary("before", 0, 100))
     points = push_eval(points, summary("step-10", 10, 120, vs=(rows(300, 100), rows(300, 120))))
-    shown = job_eval(points, spec=spec_body(tmp_path), phase=JobPhase.SUCCEEDED)
+    shown = job_eval(points, spec=record_spec(str(tmp_path / "runs")), phase=JobPhase.SUCCEEDED)
     assert shown.status == "available" and shown.reason is None
     assert [p.label for p in shown.points] == ["before", "step-10", "after"]  # by step, whatever the arrival order
     assert shown.before is not None and shown.before.accuracy == pytest.approx(1 / 3)
@@ -108,7 +108,7 @@ def test_points_are_bounded_keeping_before_and_after() -> None:
     ],
 )
 def test_no_evaluation_says_why(tmp_path: Path, tests: int, phase: JobPhase, says: str) -> None:
-    shown = job_eval([], spec=spec_body(tmp_path, grpo={"num_test_batches": tests}), phase=phase)
+    shown = job_eval([], spec=record_spec(str(tmp_path / "runs"), grpo={"num_test_batches": tests}), phase=phase)
     assert shown.status == "none" and shown.points == [] and says in (shown.reason or "")
 
 

@@ -60,7 +60,7 @@ def test_submit_stores_queued_then_hands_to_launcher(
 ) -> None:
     record, created = service.submit(TEAM_A, _spec(tmp_path))
     assert created and record.phase is JobPhase.LAUNCHING
-    assert record.team == "team-a" and record.spec["team"] == "team-a"  # team comes from the caller
+    assert record.team == "team-a" and record.spec.team == "team-a"  # team comes from the caller
     assert fake_launcher.launched == [record.id]
     assert _phases(store, record.id) == ["QUEUED", "LAUNCHING"]
     assert record.backend == "fake" and record.object_name == f"fake/{record.id}"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from service_helpers import TOKEN_A
+from service_helpers import TOKEN_A, record_spec
 from sqlalchemy import create_engine, text
 
 from service.adapters.leader_locks import (
@@ -111,7 +111,7 @@ def test_a_second_service_on_the_same_sqlite_state_dir_refuses_to_start(tmp_path
 
 
 def _record(job_id: str) -> JobRecord:
-    return JobRecord(id=job_id, team="team-a", name="n", spec={}, spec_hash="x", phase=JobPhase.QUEUED,
+    return JobRecord(id=job_id, team="team-a", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.QUEUED,
                      created_at=T0, updated_at=T0)  # fmt: skip
 
 

@@ -230,14 +230,14 @@ def test_the_no_signal_window_follows_the_policy() -> None:
 
 
 def test_the_window_is_bounded_ordered_and_replaces_re_reported_steps() -> None:
-    window: list[dict] = []
+    window: list[TrainStepSummary] = []
     for summary in steps(*[0.5] * (HEALTH_WINDOW_STEPS + 5)):
         window = push_step(window, summary)
-    assert [s.step for s in read_window(window)] == list(range(6, HEALTH_WINDOW_STEPS + 6))
+    assert [s.step for s in window] == list(range(6, HEALTH_WINDOW_STEPS + 6))
     # A resumed trainer reports step 10 again: what came after the old step 10 is gone.
     window = push_step(window, TrainStepSummary(step=10, time=T0 + timedelta(hours=1), signal_fraction=0.0))
-    assert [s.step for s in read_window(window)] == [6, 7, 8, 9, 10]
-    assert read_window(window)[-1].signal_fraction == 0.0
+    assert [s.step for s in window] == [6, 7, 8, 9, 10]
+    assert window[-1].signal_fraction == 0.0
 
 
 def test_a_summary_comes_from_the_event_and_survives_json() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import T0, ManualClock, spec_body
+from service_helpers import T0, ManualClock, record_spec, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
@@ -128,7 +128,7 @@ def test_the_window_is_bounded_and_survives_a_store_reopen(
     try:
         record = reopened.get(trainer.job_id)
         assert record is not None
-        assert [s["step"] for s in record.recent_train_steps] == list(range(8, HEALTH_WINDOW_STEPS + 8))
+        assert [s.step for s in record.recent_train_steps] == list(range(8, HEALTH_WINDOW_STEPS + 8))
         assert record.health_verdict == "no-signal"
         health = to_public(record, clock(), POLICY).health
         assert health is not None and health.verdict == "no-signal" and health.step == HEALTH_WINDOW_STEPS + 7
@@ -189,7 +189,7 @@ def test_a_job_stored_before_migration_0003_reads_with_no_health_until_its_next_
                 " artifacts, attempt, resumes, last_trainer_seq, last_event_seq, created_at, updated_at)"
                 " VALUES ('rl-0000000old01', 'team-a', 'old', 'RUNNING', :spec, '', '', '{}', '{}', '{}', 1, 0, 4, 0,"
                 " :now, :now)"
-            ), {"spec": f'{{"output": "{tmp_path}"}}', "now": "2030-01-01 00:00:00.000000"})  # fmt: skip
+            ), {"spec": record_spec(str(tmp_path), name="old").model_dump_json(), "now": "2030-01-01 00:00:00.000000"})  # fmt: skip
         store.migrate()  # 0002 -> head
         old = store.get("rl-0000000old01")
         assert old is not None and old.recent_train_steps == [] and old.health_verdict is None

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
+from service_helpers import record_spec
 from sqlalchemy import inspect, text
 
 from service.adapters.store import SqlJobStore
@@ -50,7 +51,7 @@ sys.exit(3)  # the statement never ran: the test's kill point is wrong
 OLD_JOB = (
     "INSERT INTO jobs (id, team, name, phase, spec, spec_hash, message, latest_metrics, stage_times,"
     " artifacts, attempt, resumes, last_trainer_seq, last_event_seq, created_at, updated_at)"
-    " VALUES ('rl-0000000old01', 'team-a', 'old', 'RUNNING', '{}', '', '', '{}', '{}', '{}', 1, 0, 4, 0,"
+    " VALUES ('rl-0000000old01', 'team-a', 'old', 'RUNNING', :spec, '', '', '{}', '{}', '{}', 1, 0, 4, 0,"
     " '2030-01-01 00:00:00.000000', '2030-01-01 00:00:00.000000')"
 )
 
@@ -91,7 +92,7 @@ def test_an_upgrade_killed_between_two_statements_keeps_the_jobs_and_migrates_on
     try:
         command.upgrade(alembic_config(store.engine), "0002")
         with store.engine.begin() as conn:
-            conn.execute(text(OLD_JOB))
+            conn.execute(text(OLD_JOB), {"spec": record_spec(name="old").model_dump_json()})
     finally:
         store.close()
     _migrate_and_die(db_url, "ALTER TABLE", 1)  # 0003 adds two columns: killed between the two

@@ -121,7 +121,7 @@ def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqlJobSto
 def _stored_job(store: SqlJobStore, tmp_path: Path, phase: JobPhase, resumes: int) -> str:
     spec = JobSpec.model_validate({**spec_body(tmp_path), "team": "team-a"})
     record = JobRecord(
-        id="rl-" + uuid.uuid4().hex[:12], team="team-a", name=spec.name, spec=spec.model_dump(mode="json"),
+        id="rl-" + uuid.uuid4().hex[:12], team="team-a", name=spec.name, spec=spec,
         spec_hash=spec.content_hash(), phase=phase, created_at=T0, updated_at=T0, message="before",
         object_name="w-1", backend="fake", resumes=resumes,
     )  # fmt: skip

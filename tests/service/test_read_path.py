@@ -67,11 +67,12 @@ class FakeMonotonic:
 
 def store_jobs(store: SqlJobStore, count: int, team: str = "team-a") -> list[str]:
     ids = [f"rl-read{i:08d}" for i in range(count)]
-    spec = JobSpec.model_validate(spec_body(Path("/tmp/rljob-read-path"))).model_dump(mode="json")
+    spec = JobSpec.model_validate(spec_body(Path("/tmp/rljob-read-path")))
     with store.transaction() as tx:
         for i, job_id in enumerate(ids):
             tx.insert(JobRecord(
-                id=job_id, team=team, name=f"job-{i}", spec={**spec, "name": f"job-{i}"}, spec_hash="h", phase=JobPhase.SUCCEEDED,
+                id=job_id, team=team, name=f"job-{i}", spec=spec.model_copy(update={"name": f"job-{i}"}), spec_hash="h",
+                phase=JobPhase.SUCCEEDED,
                 created_at=T0 + timedelta(seconds=i), updated_at=T0 + timedelta(seconds=i),
                 labels={"experiment": f"exp-{i}", "owner": "alice", "index": str(i)},
             ))  # fmt: skip

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conftest import Api
-from service_helpers import TOKEN_A, spec_body, wait_for_phase
+from service_helpers import TOKEN_A, record_spec, spec_body, wait_for_phase
 
 from service.domain.models import Artifact, JobRecord
 from service.domain.phases import JobPhase
@@ -76,7 +76,7 @@ def test_without_a_manifest_the_events_are_the_artifacts(api: Api, tmp_path: Pat
 
 
 def test_fold_manifest_leaves_unlisted_artifacts_alone() -> None:
-    record = JobRecord(id="rl-000000000009", team="t", name="n", spec={}, spec_hash="", phase=JobPhase.RUNNING,
+    record = JobRecord(id="rl-000000000009", team="t", name="n", spec=record_spec(), spec_hash="", phase=JobPhase.RUNNING,
                        created_at=_now(), updated_at=_now(),
                        artifacts={"ckpt": Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)})  # fmt: skip
     data = fold_manifest(record, {"job_id": record.id, "artifacts": [{"uri": "gs://b/run/other", "size_bytes": 1}]})
@@ -86,7 +86,7 @@ def test_fold_manifest_leaves_unlisted_artifacts_alone() -> None:
 
 def test_a_manifest_of_the_wrong_shape_leaves_the_artifacts_as_they_were() -> None:
     ckpt = Artifact(name="ckpt", uri="gs://b/run/ckpt", size_bytes=5)
-    record = JobRecord(id="rl-000000000010", team="t", name="n", spec={}, spec_hash="", phase=JobPhase.RUNNING,
+    record = JobRecord(id="rl-000000000010", team="t", name="n", spec=record_spec(), spec_hash="", phase=JobPhase.RUNNING,
                        created_at=_now(), updated_at=_now(), artifacts={"ckpt": ckpt})  # fmt: skip
     not_ours = {"artifacts": [{"uri": "gs://b/run/ckpt", "size_bytes": {"many": 1}, "checksum": 5}],
                 "references": {"cache": 7}, "run_uri": ["gs://b/run"]}  # fmt: skip

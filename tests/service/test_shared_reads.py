@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, ManualClock, spec_body, wait_until
+from service_helpers import TOKEN_A, ManualClock, record_spec, spec_body, wait_until
 from test_read_path import counting
 
 from service.adapters.store import SqlJobStore
@@ -29,7 +29,7 @@ T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 def store_job(store: SqlJobStore, index: int, phase: JobPhase = JobPhase.SUCCEEDED) -> str:
     job_id = f"rl-shared{index:06d}"
-    spec = JobSpec.model_validate(spec_body(Path("/tmp/rljob-shared-reads"))).model_dump(mode="json")
+    spec = JobSpec.model_validate(spec_body(Path("/tmp/rljob-shared-reads")))
     created = T0 + timedelta(seconds=index)
     ended = phase.is_terminal()
     with store.transaction() as tx:
@@ -147,7 +147,8 @@ def test_a_read_that_began_before_a_write_is_not_kept() -> None:
     shared = SharedRecords(size=2)
 
     def record_of(job_id: str) -> JobRecord:
-        return JobRecord(id=job_id, team="t", name="n", spec={}, spec_hash="h", phase=JobPhase.RUNNING, created_at=T0, updated_at=T0)
+        return JobRecord(id=job_id, team="t", name="n", spec=record_spec(), spec_hash="h", phase=JobPhase.RUNNING,
+                         created_at=T0, updated_at=T0)  # fmt: skip
 
     record = record_of("rl-aaaaaaaaaaaa")
     generation = shared.generation  # the read starts

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from service_helpers import T0, TOKEN_A, ManualClock, spec_body, wait_for_phase
+from service_helpers import T0, TOKEN_A, ManualClock, record_spec, spec_body, wait_for_phase
 from test_cli_usage import _run, served  # noqa: F401  (the served app fixture and the CLI runner)
 from typer.testing import CliRunner
 
@@ -48,10 +48,10 @@ def test_the_size_is_held_from_each_measurement_to_the_next_and_the_last_until_t
 def test_an_ended_jobs_last_size_counts_until_the_reports_end() -> None:
     # rljob deletes nothing: 6 GiB measured at export stays in the bucket after the job ended on day 1.
     ended = JobRecord(
-        id="rl-000000000001", team="team-a", name="n", spec={"hardware": {"accelerator": "cpu"}}, spec_hash="x",
+        id="rl-000000000001", team="team-a", name="n", spec=record_spec(), spec_hash="x",
         phase=JobPhase.SUCCEEDED, created_at=T0, updated_at=T0, finished_at=T0 + DAY,
     )  # fmt: skip
-    other = JobRecord(id="rl-000000000002", team="team-b", name="n", spec={}, spec_hash="x", phase=JobPhase.RUNNING,
+    other = JobRecord(id="rl-000000000002", team="team-b", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING,
                       created_at=T0, updated_at=T0)  # fmt: skip
     history = {ended.id: [_at(1, 6)], other.id: [_at(0, 2), _at(15, 0)]}
     for days, ended_months in ((16, 3.0), (31, 6.0)):

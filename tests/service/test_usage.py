@@ -8,12 +8,13 @@ from datetime import timedelta
 
 import pytest
 from pydantic import ValidationError
-from service_helpers import T0
+from service_helpers import T0, record_spec
 
 from service.config import Settings
 from service.domain.models import JobRecord, StageTimes
 from service.domain.phases import JobPhase
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, chips_of, job_usage, summarize_usage
+from trainer.contract.tpu import tpu_slice
 
 PRICES = DEFAULT_PRICES_USD_PER_CHIP_HOUR
 
@@ -23,9 +24,12 @@ def _record(
     phase: JobPhase = JobPhase.RUNNING, seconds: dict[str, float] | None = None, entered_s: float = 0.0,
     finished_s: float | None = None,
 ) -> JobRecord:  # fmt: skip
-    hardware: dict[str, object] = {"accelerator": accelerator, "capacity": capacity}
+    tpu = tpu_slice(accelerator)
+    hardware: dict[str, object] = {"accelerator": accelerator, "capacity": capacity,
+                                   "chips_per_vm": tpu.chips_per_vm if tpu else 8,
+                                   "rollout_engine": "vllm" if tpu else "jax"}  # fmt: skip
     return JobRecord(
-        id=job_id, team=team, name="usage", spec={"hardware": hardware}, spec_hash="x", phase=phase,
+        id=job_id, team=team, name="usage", spec=record_spec(hardware=hardware), spec_hash="x", phase=phase,
         created_at=T0, updated_at=T0, phase_seconds=dict(seconds or {}),
         phase_entered_at=T0 + timedelta(seconds=entered_s),
         finished_at=T0 + timedelta(seconds=finished_s) if finished_s is not None else None,

@@ -13,7 +13,7 @@ from service.adapters.run_files import StoreRunFiles
 from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.domain.progress import fold_manifest
-from trainer.contract import RunLayout, RunStarted, Stage, dump_event, local_path, location_kind
+from trainer.contract import JobSpec, RunLayout, RunStarted, Stage, dump_event, local_path, location_kind
 from trainer.storage import store_for
 from trainer.storage.local import LocalDirStore
 from trainer.storage.manifest import build_manifest
@@ -59,7 +59,9 @@ def test_local_readers_take_file_uris(tmp_path: Path):
     store.write_bytes(layout.manifest, json.dumps(manifest).encode())
 
     now = datetime.now(UTC)
-    record = JobRecord(id=JOB_ID, team="t", name="n", spec={"output": output}, spec_hash="", phase=JobPhase.RUNNING,
+    spec = JobSpec.model_validate({"name": "n", "model": {"source": "/models/tiny"},
+                                   "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": output})
+    record = JobRecord(id=JOB_ID, team="t", name="n", spec=spec, spec_hash="", phase=JobPhase.RUNNING,
                        created_at=now, updated_at=now)  # fmt: skip
     batch = EventsFileReader().read_new(record)
     assert [type(e).__name__ for e in batch.events] == ["RunStarted"]

@@ -9,7 +9,7 @@ from service.adapters.run_files import StoreRunFiles
 from service.domain.models import Artifact, JobRecord
 from service.domain.phases import JobPhase
 from service.domain.progress import fold_manifest
-from trainer.contract import RunLayout, Stage
+from trainer.contract import JobSpec, RunLayout, Stage
 from trainer.storage.manifest import write_manifest
 
 JOB_ID = "rl-0000000000gs"
@@ -17,7 +17,9 @@ JOB_ID = "rl-0000000000gs"
 
 def _record(output: str) -> JobRecord:
     now = datetime.now(UTC)
-    return JobRecord(id=JOB_ID, team="t", name="n", spec={"output": output}, spec_hash="", phase=JobPhase.RUNNING,
+    spec = JobSpec.model_validate({"name": "n", "model": {"source": "/models/tiny"},
+                                   "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": output})
+    return JobRecord(id=JOB_ID, team="t", name="n", spec=spec, spec_hash="", phase=JobPhase.RUNNING,
                      created_at=now, updated_at=now)  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.conftest import REPO, TINY_EXAMPLE
-from trainer.contract import RunLayout, Stage, parse_event
+from trainer.contract import JobSpec, RunLayout, Stage, parse_event
 
 pytestmark = pytest.mark.slow
 
@@ -192,7 +192,9 @@ def test_goodput_parts_name_rollout_update_and_checkpoint_and_add_up_to_the_wall
     assert sum(final.parts.values()) <= final.elapsed_s <= train_s, (final, train_s)
     # As the service sees the job: running from the first event to the last (no queue outside the service).
     first_at, last_at = events[0].time, events[-1].time
-    record = JobRecord(id=restarted_run["layout"].job_id, team="t", name="n", spec={}, spec_hash="h",
+    spec = JobSpec.model_validate({"name": "n", "model": {"source": "/models/tiny"}, "output": restarted_run["layout"].output,
+                                   "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}})
+    record = JobRecord(id=restarted_run["layout"].job_id, team="t", name="n", spec=spec, spec_hash="h",
                        phase=JobPhase.SUCCEEDED, created_at=first_at, updated_at=last_at, finished_at=last_at,
                        phase_seconds={"RUNNING": (last_at - first_at) / timedelta(seconds=1)})  # fmt: skip
     fold_events(record, events)
@@ -214,7 +216,6 @@ def test_hf_token_never_reaches_events_or_logs(restarted_run):
 def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_run, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    from trainer.contract import JobSpec
     from trainer.contract.spec_file import load_spec_file
     from trainer.runner import StageCommand, run_stage_command
     from trainer.sources import resolve_model

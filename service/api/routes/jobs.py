@@ -6,12 +6,11 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response, status
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, Body, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
-from pydantic import StringConstraints, ValidationError
+from pydantic import StringConstraints
 
 from service.api.deps import CallerDep, JobIdPath, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
 from service.api.errors import error_responses
@@ -66,32 +65,8 @@ def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple((key, value) for key, _, value in (item.partition("=") for item in labels))
 
 
-async def spec_types_as_declared(request: Request) -> None:
-    """The body's types as the schema states them: JSON `0` is not `false`, nor `"20"` 20. FastAPI
-    validates a body in pydantic's lax mode, which converts such values; this reads it again strictly.
-    An integral number such as `20.0` stays an integer, as JSON Schema counts it."""
-    try:
-        data = json.loads(await request.body())
-    except ValueError:
-        return  # not JSON: FastAPI's own validation has refused it already
-    try:
-        JobCreate.model_validate_json(json.dumps(_integral_floats_as_ints(data)), strict=True)
-    except ValidationError as e:
-        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from e
-
-
-def _integral_floats_as_ints(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _integral_floats_as_ints(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_integral_floats_as_ints(item) for item in value]
-    return value
-
-
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, response_model=JobPublic, dependencies=[Depends(spec_types_as_declared)],
+    "", status_code=status.HTTP_201_CREATED, response_model=JobPublic,
     responses={
         200: {"model": JobPublic, "description": "the job this Idempotency-Key already created (same spec)"},
         **error_responses(401, 409, 413, 422, 503, reasons={
