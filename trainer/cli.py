@@ -88,7 +88,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from trainer.conversion_cache import default_cache_root
     from trainer.pipeline import default_run_command, run_pipeline
-    from trainer.progress import EventReporter
+    from trainer.progress.event_reporter import EventReporter
     from trainer.run_stop import RunStopConfigError, StopRequest, stop_deadline_from_env
     from trainer.sources import (
         DataError,

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from trainer.contract import RunLayout, RunStorage, Stage, local_path, location_kind
-from trainer.progress import EventReporter
+from trainer.progress.event_reporter import EventReporter
 from trainer.storage import StorageError, store_for
 
 MAX_ENTRIES = 200_000  # a run holds a few thousand files (Orbax writes tens per checkpoint)

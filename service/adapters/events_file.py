@@ -12,7 +12,7 @@ nothing repeats.
 `pending()` tells the progress poller whether a read can find anything, without reading: for a
 local file its size from an fstat against the committed offset; for an object, whose metadata is a
 request, the object's size, asked at most every `remote_check_interval_s` per job (the trainer
-batches train steps to an object store every few seconds anyway: trainer/progress.py).
+batches train steps to an object store every few seconds anyway: trainer/progress/event_reporter.py).
 
 A read takes at most `max_read_bytes`. A single line longer than that (a trainer bug: events are
 small JSON lines) would otherwise stop the offset for good; once its end is in the file it is

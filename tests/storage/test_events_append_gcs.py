@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from trainer.contract import Stage, parse_event
-from trainer.progress import EventReporter
+from trainer.progress.event_reporter import EventReporter
 from trainer.storage.gcs import GcsStore
 
 

@@ -11,7 +11,7 @@ import pytest
 from trainer.contract import GoodputMeasured, parse_event
 from trainer.contract.goodput import GOODPUT_LINE_PREFIX, TRAIN_PARTS, TrainGoodput
 from trainer.maxtext_entry import goodput_recorder as gr
-from trainer.train_progress import goodput_from_line
+from trainer.progress.train_rl_events import goodput_from_line
 
 
 class FakeClock:
@@ -162,7 +162,7 @@ def test_time_two_threads_spend_at_once_is_counted_once_for_what_the_loop_waits_
 
 
 def test_the_pipeline_reads_the_line_into_a_goodput_event(tmp_path) -> None:
-    from trainer.progress import EventReporter
+    from trainer.progress.event_reporter import EventReporter
     from trainer.storage import store_for
 
     train = TrainGoodput(elapsed_s=20.0, parts=dict.fromkeys(TRAIN_PARTS, 1.0), step=2)

@@ -10,7 +10,7 @@ import pytest
 
 from trainer.contract import ExitCode, JobSpec, RunLayout, Stage, parse_event
 from trainer.pipeline import classify_failure, run_pipeline
-from trainer.progress import EventReporter
+from trainer.progress.event_reporter import EventReporter
 from trainer.runner import StageFailed, StageInterrupted
 from trainer.sources import DataError, resolve_model
 from trainer.stages.context import JobContext

@@ -10,10 +10,10 @@ import pytest
 from tensorboardX import SummaryWriter
 
 from trainer.contract import RunStarted, Stage, parse_event
-from trainer.progress import EventReporter
+from trainer.progress.event_reporter import EventReporter
+from trainer.progress.tensorboard_scalars import EventFileTailer, read_scalars
+from trainer.progress.train_rl_events import TrainStepAssembler, eval_fields, train_step_fields
 from trainer.storage import store_for
-from trainer.tensorboard_metrics import EventFileTailer, read_scalars
-from trainer.train_progress import TrainStepAssembler, eval_fields, train_step_fields
 
 
 def _reporter(tmp_path, out=None) -> EventReporter:
@@ -68,7 +68,7 @@ def test_reader_waits_for_a_record_that_is_not_complete(tmp_path):
 
 
 def test_rollout_metrics_belong_to_the_next_training_step():
-    from trainer.tensorboard_metrics import Scalar
+    from trainer.progress.tensorboard_scalars import Scalar
 
     assembler = TrainStepAssembler(total_steps=3, already_reported={1})
     assembler.add([
@@ -151,12 +151,12 @@ def test_a_failed_gs_events_write_is_sent_with_the_next_one(tmp_path):
 
 
 def test_our_event_decoder_reads_what_tensorboardx_protobuf_reads(tmp_path):
-    """trainer/event_proto.py against the generated protobuf classes on the value forms writers use:
+    """trainer/progress/tensorboard_proto.py against the generated protobuf classes on the value forms writers use:
     simple_value, text, and tensors with packed floats, doubles or raw tensor_content."""
     from tensorboardX.proto import event_pb2, summary_pb2, tensor_pb2
 
-    from trainer.event_proto import parse_event
-    from trainer.tensorboard_metrics import parse_records
+    from trainer.progress.tensorboard_proto import parse_event
+    from trainer.progress.tensorboard_scalars import parse_records
 
     writer = SummaryWriter(logdir=str(tmp_path))
     writer.add_scalar("a/simple", 0.5, 1)

@@ -18,8 +18,8 @@ from service.domain.learning_health import TrainStepSummary
 from trainer.contract import SIGNAL_METRIC, TrainStep
 from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 from trainer.maxtext_entry import sample_recorder
-from trainer.tensorboard_metrics import Scalar
-from trainer.train_progress import TrainStepAssembler, train_step_fields
+from trainer.progress.tensorboard_scalars import Scalar
+from trainer.progress.train_rl_events import TrainStepAssembler, train_step_fields
 
 
 def test_counts_add_up_and_the_fraction_averages_per_call() -> None:

@@ -11,7 +11,7 @@ from tests.trainer.test_pipeline_exit_codes import FakeMaxText, _context, _event
 from trainer.contract import STORAGE_PARTS, ExitCode, RunLayout, RunStorage, Stage, parse_event
 from trainer.contract.run_storage import storage_part
 from trainer.pipeline import run_pipeline
-from trainer.progress import EventReporter
+from trainer.progress.event_reporter import EventReporter
 from trainer.run_size import local_file_sizes, measure_run, report_run_storage
 from trainer.runner import StageFailed
 from trainer.storage import store_for

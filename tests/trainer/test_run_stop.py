@@ -15,7 +15,7 @@ import pytest
 from trainer.cli import main
 from trainer.contract import ExitCode, JobSpec, RunLayout, parse_event
 from trainer.pipeline import classify_failure, run_pipeline
-from trainer.progress import EventReporter
+from trainer.progress.event_reporter import EventReporter
 from trainer.run_stop import DEFAULT_STOP_MARGIN_S, RunStopConfigError, StopRequest
 from trainer.run_stop import stop_deadline as _stop_deadline
 from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command

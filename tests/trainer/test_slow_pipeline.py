@@ -116,7 +116,7 @@ def test_end_to_end_export_loads_and_every_step_keeps_scored_samples(restarted_r
 
 
 def test_restart_skips_convert_and_continues_training_from_the_saved_step(restarted_run):
-    from trainer.tensorboard_metrics import parse_records, scalars_from_record
+    from trainer.progress.tensorboard_scalars import parse_records, scalars_from_record
 
     layout, events = restarted_run["layout"], restarted_run["events"]
     # The kill landed inside the train stage: started, not finished, a checkpoint saved, steps left.

@@ -57,8 +57,8 @@ def _spec(tmp_path: Path, env: dict[str, str]) -> Path:
 def test_sigterm_during_grpo_checkpoints_the_current_step_and_the_rerun_resumes_there(
     tiny_dir, shared_cache, tmp_path
 ):
+    from trainer.progress.tensorboard_scalars import parse_records, scalars_from_record
     from trainer.stages.context import latest_actor_step
-    from trainer.tensorboard_metrics import parse_records, scalars_from_record
 
     out = tmp_path / "runs"
     env = dict(os.environ, RLJOB_TINY_DIR=str(tiny_dir), RLJOB_OUTPUT=str(out), HF_HUB_OFFLINE="1",

@@ -30,7 +30,7 @@ GOODPUT_PARTS: tuple[str, ...] = (QUEUED, STARTUP, CONVERT, *TRAIN_PARTS, EXPORT
 # Productive: the work GRPO exists to do.
 PRODUCTIVE_PARTS: tuple[str, ...] = (ROLLOUT, UPDATE)
 
-GOODPUT_LINE_PREFIX = "RLJOB_GOODPUT "  # what the shim prints on stdout; train_progress.py reads it
+GOODPUT_LINE_PREFIX = "RLJOB_GOODPUT "  # what the shim prints on stdout; trainer/progress/train_rl_events.py reads it
 
 
 class TrainGoodput(BaseModel):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, local_path, location_kind
-from trainer.progress import EventReporter
+from trainer.progress.event_reporter import EventReporter
 from trainer.run_stop import StopRequest
 from trainer.runner import StartedStage, start_stage_command
 from trainer.sizing.hf_model import MaxTextModel

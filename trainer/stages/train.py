@@ -8,12 +8,12 @@ from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, TrainStep
 from trainer.maxtext_entry.shim_flags import EVAL_FLAG, SAMPLES_FLAG
+from trainer.progress.tensorboard_scalars import EventFileTailer
+from trainer.progress.train_rl_events import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
 from trainer.runner import StageCommand, StageFailed
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import materialise_dataset
 from trainer.storage import store_for
-from trainer.tensorboard_metrics import EventFileTailer
-from trainer.train_progress import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
 
 from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub, uses_cpu
 from .context import JobContext, latest_actor_step, stage_inputs

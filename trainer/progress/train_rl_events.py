@@ -24,8 +24,8 @@ from typing import Any
 
 from trainer.contract.evaluation import EVAL_LINE_PREFIX, EvalSummary
 from trainer.contract.goodput import GOODPUT_LINE_PREFIX, TrainGoodput
-from trainer.progress import EventReporter
-from trainer.tensorboard_metrics import EventFileTailer, Scalar
+from trainer.progress.event_reporter import EventReporter
+from trainer.progress.tensorboard_scalars import EventFileTailer, Scalar
 
 ROLLOUT_PREFIXES = ("rewards/", "completions/")
 ACTOR_PREFIX = "actor/"

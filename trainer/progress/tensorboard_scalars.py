@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.event_proto import parse_event
+from trainer.progress.tensorboard_proto import parse_event
 from trainer.storage import ArtifactStore, StorageError, store_for
 
 EVENT_FILE_MARKER = "events.out.tfevents."

@@ -1,4 +1,4 @@
-"""Decodes the few fields of TensorBoard's `Event` protobuf that the metrics reader needs.
+"""Decodes the few fields of TensorBoard's `Event` protobuf that the scalar reader (tensorboard_scalars.py) needs.
 
 Why not tensorboardX's generated `event_pb2`: importing it runs `tensorboardX/__init__`, which imports
 torch, and that was 3.6 s of the trainer's 5 s start-up on 2 CPU cores (bench/trainer_overhead.py), spent
