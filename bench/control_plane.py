@@ -239,7 +239,7 @@ def database_urls(kinds: list[str], work: Path, stack: ExitStack) -> dict[str, s
             urls[kind] = f"sqlite:///{work / 'rljob.db'}"
         elif kind == "postgres":
             sys.path.insert(0, str(REPO))
-            from tests.pg_server import postgres_url
+            from harness.pg_server import postgres_url
 
             urls[kind] = stack.enter_context(postgres_url())
         else:

@@ -4,9 +4,9 @@ What is real: the service (`python -m service.cli.main serve`, SQLite and the lo
 dir), the job (submitted over REST, run as a process group by the local launcher), the channel (the
 job's events.jsonl, tailed and folded into JobPublic.eval by the service), the 95% intervals (the
 service's), the page (the built dashboard in headless Debian Chromium, signed in with a token).
-What is scripted (the default): the trainer. The job's process is tests/dashboard/held_trainer.py,
+What is scripted (the default): the trainer. The job's process is harness/held_trainer.py,
 which trains nothing, and this script writes the events a run writes: stages, 20 train steps, and three
-evaluations whose per-row outcomes are made up (tests/dashboard/eval_story.py: 102 -> 135 -> 153 of
+evaluations whose per-row outcomes are made up (harness/eval_story.py: 102 -> 135 -> 153 of
 300 right, with known flips; the paired change is the trainer's own `paired_difference`).
 
 `--tiny` scripts nothing: it builds the tiny model offline (`python -m trainer make-tiny`), starts the
@@ -21,7 +21,7 @@ truthfully shows; the scripted mode shows the panel better.
     python bench/eval_panel_screenshot.py [--out bench/results/eval-panel.png]
     python bench/eval_panel_screenshot.py --tiny [--out bench/results/eval-panel-tiny.png]
 
-Needs the built dashboard (scripts/build-dashboard.sh) and Chromium (tests/dashboard/browser.py finds it).
+Needs the built dashboard (scripts/build-dashboard.sh) and Chromium (harness/browser.py finds it).
 """
 
 from __future__ import annotations
@@ -50,15 +50,15 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from result_meta import machine_facts, write_result  # noqa: E402
 
+from harness.browser import ChromiumMissing, find_chromium, launch_chromium  # noqa: E402
+from harness.eval_story import HEADLINE, TOTAL_STEPS, eval_summaries  # noqa: E402
+from harness.held_trainer import __file__ as HELD_TRAINER  # noqa: E402
 from service.cli.client import ClientConfig, CliError, RljobClient  # noqa: E402
 from service.cli.demo import _wait_ready  # noqa: E402
 from service.cli.follow import follow_job  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
 from service.free_port import free_port  # noqa: E402
 from service.process_stop import terminate_then_kill  # noqa: E402
-from tests.dashboard.browser import ChromiumMissing, find_chromium, launch_chromium  # noqa: E402
-from tests.dashboard.eval_story import HEADLINE, TOTAL_STEPS, eval_summaries  # noqa: E402
-from tests.dashboard.held_trainer import __file__ as HELD_TRAINER  # noqa: E402
 from trainer.contract import SIGNAL_METRIC, RunLayout, dump_event, parse_event  # noqa: E402
 
 OUT = REPO / "bench" / "results" / "eval-panel.png"

@@ -4,7 +4,7 @@ For each backend (local+SQLite, local+PostgreSQL, Kubernetes on kmock; see kill_
 real service runs as `rljob serve` in a subprocess. Each of `--iterations` lives: start it, act at random
 (submit new jobs, half with an Idempotency-Key; resubmit keyed ones, above all those whose answer a kill
 swallowed; cancel a few), and SIGKILL it at a random moment (some before it is ready, during recovery)
-while trainers run. Trainers are the stand-in (tests/service/fake_trainer.py), each held at a gate the
+while trainers run. Trainers are the stand-in (harness/fake_trainer.py), each held at a gate the
 bench opens a random time after submission, also while the service is down. After the last kill the
 service is started once more, every gate opens, and the bench waits for every job to end.
 

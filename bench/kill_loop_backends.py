@@ -5,14 +5,14 @@ is started with, the database it writes (the audit reads it directly), where run
 Kubernetes how many Jobs were created per job id.
 
 - local-sqlite: the local launcher, SQLite in the state directory (the embedded default);
-- local-postgres: the local launcher, a throwaway Debian PostgreSQL (tests/pg_server.py);
+- local-postgres: the local launcher, a throwaway Debian PostgreSQL (harness/pg_server.py);
 - k8s-kmock: the Kubernetes launcher against kmock, with the emulated Job controller and kubelet of
-  tests/podrun running each Job's pod as a local process (under proot), on its own event loop thread.
+  harness/podrun running each Job's pod as a local process (under proot), on its own event loop thread.
   kmock stands in for the API server and outlives every service kill, as a cluster would. The trainer
   container's command is swapped for the stand-in trainer on create (what a mutating webhook could
   do); everything else is the manifest the service rendered.
 
-The stand-in trainer (tests/service/fake_trainer.py) waits at its gate file after the first train step,
+The stand-in trainer (harness/fake_trainer.py) waits at its gate file after the first train step,
 so the bench decides when each job ends and jobs are still running when the service dies.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Self
 
 REPO = Path(__file__).resolve().parents[1]
-FAKE_TRAINER = REPO / "tests" / "service" / "fake_trainer.py"
+FAKE_TRAINER = REPO / "harness" / "fake_trainer.py"
 K8S_NAMESPACE = "rljob"
 TRAINER_IMAGE = "us-docker.pkg.dev/example-project/rljob/trainer:0.1.0"
 BACKENDS = ("local-sqlite", "local-postgres", "k8s-kmock")
@@ -79,7 +79,7 @@ def local_sqlite(work: Path) -> Iterator[Backend]:
 def local_postgres(work: Path) -> Iterator[Backend]:
     from sqlalchemy import create_engine, text
 
-    from tests.pg_server import postgres_url
+    from harness.pg_server import postgres_url
 
     with postgres_url() as server:
         name = f"rljob_kill_{uuid.uuid4().hex[:8]}"
@@ -122,8 +122,8 @@ class EmulatorThread:
     async def _main(self) -> None:
         import kmock
 
-        from tests.podrun.cluster import EmulatedCluster
-        from tests.podrun.manifests import service_accounts
+        from harness.podrun.cluster import EmulatedCluster
+        from harness.podrun.manifests import service_accounts
 
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         try:
@@ -145,7 +145,7 @@ class EmulatorThread:
         the stand-in trainer, and every Job created is counted under its job id."""
         import kmock
 
-        from tests.podrun.kapi import now_iso
+        from harness.podrun.kapi import now_iso
 
         def on_create(request: Any) -> Any:
             meta = request.data.get("metadata", {})

@@ -105,7 +105,7 @@ def failover_s(servers: list[tuple[int, int]]) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
-    from tests.pg_server import postgres_url
+    from harness.pg_server import postgres_url
 
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
     report: dict[str, Any] = {"duration_s": args.duration_s, "rates": list(RATES)}

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 if TYPE_CHECKING:  # imported in main(), once the repository is on sys.path
-    from tests.storage.gcs_emulator import GcsEmulator
+    from harness.gcs_emulator import GcsEmulator
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "schemathesis.json"
@@ -269,10 +269,10 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from bench.result_meta import machine_facts
+    from harness.gcs_emulator import GcsEmulator
     from service.domain.tokens import generate_token
     from service.free_port import free_port
     from service.process_stop import terminate_then_kill
-    from tests.storage.gcs_emulator import GcsEmulator
 
     machine = machine_facts()
     started = time.monotonic()

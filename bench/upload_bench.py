@@ -58,8 +58,8 @@ def main() -> int:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from tests.storage.fault_proxy import ForbiddingProxy
-    from tests.storage.gcs_emulator import GcsEmulator
+    from harness.fault_proxy import ForbiddingProxy
+    from harness.gcs_emulator import GcsEmulator
     from trainer.storage.gcs import GcsStore, RetrySettings
 
     with tempfile.TemporaryDirectory(prefix="rljob-bench-") as tmp:

@@ -5,7 +5,7 @@
 #   - chromium   : the dashboard's browser tests (Debian's build; no tool may download its own)
 #   - kubectl    : tests/deploy renders k8s/ with `kubectl kustomize` (kustomize >= 5 needed)
 #   - nodejs, npm: the dashboard's build (scripts/build-dashboard.sh) and its unit tests (node --test)
-#   - proot      : tests/podrun runs pods' containers as local processes with their volumes bound at
+#   - proot      : harness/podrun runs pods' containers as local processes with their volumes bound at
 #                  their mount paths (ptrace-based, no privileges or user namespaces needed)
 # Usage: scripts/install-system-deps.sh   (as root, or with sudo available)
 set -euo pipefail

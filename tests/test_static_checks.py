@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-LINTED = ["service", "trainer", "tests", "bench", "scripts"]
+LINTED = ["service", "trainer", "harness", "tests", "bench", "scripts"]
 
 
 def _run(*argv: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

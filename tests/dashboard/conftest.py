@@ -24,7 +24,7 @@ def built_dashboard() -> Path:
 
 @pytest.fixture
 def live_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, built_dashboard: Path):
-    from .live_service import LiveService
+    from harness.live_server import LiveService
 
     # Settings read RLJOB_* from the environment; the test's own values must be the only ones.
     for key in list(os.environ):
@@ -44,7 +44,7 @@ def live_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, built_dashboar
 # break pytest-asyncio tests that run after the dashboard tests in the same session.
 @pytest.fixture(scope="module")
 def chromium_context():
-    from .browser import CHROMIUM_ENV, ChromiumMissing, find_chromium, launch_chromium
+    from harness.browser import CHROMIUM_ENV, ChromiumMissing, find_chromium, launch_chromium
 
     try:
         find_chromium()
@@ -62,7 +62,7 @@ def page(chromium_context, live_service):
 
     Depends on live_service so the tab, and its open event streams, close before the service stops.
     """
-    from .browser import PageProblems
+    from harness.browser import PageProblems
 
     problems = PageProblems()
     tab = chromium_context.new_page()

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from harness.live_server import TOKEN, LiveService
 from trainer.contract import SIGNAL_METRIC
 
 from .conftest import REPO
-from .live_service import TOKEN, LiveService
 
 pytestmark = pytest.mark.browser
 

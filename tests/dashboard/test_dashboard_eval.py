@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from trainer.contract.evaluation import wilson_interval
-
-from .eval_story import (
+from harness.eval_story import (
     DIFFERENCE,
     HEADLINE,
     HEADLINE_AT_STEP_10,
@@ -21,7 +19,9 @@ from .eval_story import (
     TOTAL_STEPS,
     eval_summaries,
 )
-from .live_service import LiveService
+from harness.live_server import LiveService
+from trainer.contract.evaluation import wilson_interval
+
 from .test_dashboard_browser import LIVE_TIMEOUT_MS, open_signed_in, shoot
 
 pytestmark = pytest.mark.browser

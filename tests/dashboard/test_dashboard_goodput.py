@@ -8,9 +8,9 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
+from harness.live_server import LiveService
 from trainer.contract.goodput import TRAIN_PARTS
 
-from .live_service import LiveService
 from .test_dashboard_browser import LIVE_TIMEOUT_MS, open_signed_in, shoot
 
 pytestmark = pytest.mark.browser

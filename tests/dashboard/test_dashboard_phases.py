@@ -7,7 +7,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from .live_service import LiveService
+from harness.live_server import LiveService
+
 from .test_dashboard_browser import sign_in
 
 pytestmark = pytest.mark.browser

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .browser import CHROMIUM_ENV, ChromiumMissing, find_chromium
+from harness.browser import CHROMIUM_ENV, ChromiumMissing, find_chromium
 
 
 def _executable(path: Path) -> Path:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from deploy_support import K8S, OVERLAYS, find_kubectl, render
 
-from tests.pg_server import postgres_url
+from harness.pg_server import postgres_url
+from tests.deploy.deploy_support import K8S, OVERLAYS, find_kubectl, render
 
 
 @pytest.fixture(scope="session")

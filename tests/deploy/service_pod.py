@@ -1,4 +1,4 @@
-"""Running the rendered service Deployment on the emulated cluster (tests/podrun): the objects of an
+"""Running the rendered service Deployment on the emulated cluster (harness/podrun): the objects of an
 overlay as `kubectl apply` would create them, the Secrets docs/deploy-gke.md tells the operator to
 create, and the Deployment's pod as its ReplicaSet would create it."""
 
@@ -11,9 +11,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from deploy_support import ROOT
-
-from tests.podrun.kapi import KINDS
+from harness.podrun.kapi import KINDS
+from tests.deploy.deploy_support import ROOT
 
 DOC = (ROOT / "docs" / "deploy-gke.md").read_text()
 _SECRET_CMD = re.compile(r"create secret generic (\S+)\s*(?:\\\s*)?--from-literal=(\w+)=")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from deploy_support import ROOT
+from tests.deploy.deploy_support import ROOT
 
 DOC = (ROOT / "docs" / "deploy-gke.md").read_text()
 
@@ -152,7 +152,7 @@ def test_guide_states_versions_and_the_open_assumptions():
         "v0.19.2",
         "tests/k8s/test_kueue_routing.py",
         "needs a real cluster",
-        "tests/podrun/kueue.py",
+        "harness/podrun/kueue.py",
         "automountServiceAccountToken: true",
         "gcloud auth list",
         "rljob doctor",

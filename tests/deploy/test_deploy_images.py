@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
-from deploy_support import ROOT
+
+from tests.deploy.deploy_support import ROOT
 
 DOCKERFILES = {"trainer": ROOT / "docker" / "trainer.Dockerfile", "service": ROOT / "docker" / "service.Dockerfile"}
-sys.path.insert(0, str(ROOT / "scripts"))
-import maxtext_version  # noqa: E402
+
+
+def _load_script(path: Path) -> ModuleType:
+    """scripts/ holds executables, not a package: load one by its path."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+maxtext_version = _load_script(ROOT / "scripts" / "maxtext_version.py")
 
 
 def _hadolint() -> str:

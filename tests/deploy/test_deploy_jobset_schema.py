@@ -3,7 +3,7 @@
 Three layers, on the whole object (apiVersion, kind, metadata, spec):
 1. the openAPI schema of JobSet v1alpha2 from the upstream CRD, kubernetes-sigs/jobset tag v0.12.0
    (tests/deploy/schemas/jobset-v0.12.0-v1alpha2.json, see the README there), closed the way the Kueue
-   schemas are (`strict_crd_schema` of tests/crd_schemas.py: an unknown field fails instead of being pruned);
+   schemas are (`strict_crd_schema` of harness/crd_schemas.py: an unknown field fails instead of being pruned);
 2. the Kubernetes schema of what the CRD types only as `object`: the JobSet's ObjectMeta (name, labels
    and annotations as apimachinery's ValidateObjectMeta checks them) and each replicatedJob's template as
    a batch/v1 Job (kubernetes-validate --strict for GKE_MINOR);
@@ -29,13 +29,13 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_support import GKE_MINOR, ROOT
 
+from harness.crd_schemas import strict_crd_schema
 from service.adapters.k8s import names
 from service.adapters.k8s.accelerators import ACCELERATORS
 from service.adapters.k8s.manifests import build_trainer_jobset
 from service.adapters.k8s.settings import K8sSettings
-from tests.crd_schemas import strict_crd_schema
+from tests.deploy.deploy_support import GKE_MINOR, ROOT
 from trainer.contract import JobSpec
 
 JOBSET_TAG = "v0.12.0"

@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 import typing
 
-from deploy_support import one
-
 from service.adapters.k8s.capacity import CAPACITY_LABEL, capacity_scheduling
 from service.adapters.k8s.kueue import priority_class_name
+from tests.deploy.deploy_support import one
 from trainer.contract.spec import HardwareSpec, JobSpec
 
 V6E_2X4 = {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": "2x4"}

@@ -9,10 +9,10 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import pytest
-from deploy_support import GKE_MINOR, K8S, OVERLAYS, ROOT, one, render
-from env_scan import settings_env_names
 
-from tests.crd_schemas import strict_crd_schema
+from harness.crd_schemas import strict_crd_schema
+from tests.deploy.deploy_support import GKE_MINOR, K8S, OVERLAYS, ROOT, one, render
+from tests.deploy.env_scan import settings_env_names
 
 SCHEMAS = Path(__file__).parent / "schemas"
 CLUSTER_SCOPED = {

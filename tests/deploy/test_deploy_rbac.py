@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from deploy_support import K8S, ROOT, one, render
-from k8s_api_scan import role_rules, scan_package, scan_source
+
+from tests.deploy.deploy_support import K8S, ROOT, one, render
+from tests.deploy.k8s_api_scan import role_rules, scan_package, scan_source
 
 LAUNCHER_PKG = ROOT / "service" / "adapters" / "k8s"
 

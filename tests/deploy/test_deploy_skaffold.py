@@ -13,7 +13,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from deploy_support import ROOT, one
+
+from tests.deploy.deploy_support import ROOT, one
 
 SK = yaml.safe_load((ROOT / "skaffold.yaml").read_text())
 SCHEMA = json.loads((Path(__file__).parent / "schemas" / "skaffold-v4beta13.json").read_text())

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_support import one
-from k8s_api_scan import role_rules
-from service_pod import applicable, documented_secrets, http_json, pod_from_deployment, rbac_rules_used, secret
 
+from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.manifests import spec as job_spec
 from service.adapters.k8s_cluster.rbac_needs import GRANTED_TO_EVERY_USER
-from tests.podrun.cluster import EmulatedCluster
-from tests.podrun.manifests import spec as job_spec
+from tests.deploy.deploy_support import one
+from tests.deploy.k8s_api_scan import role_rules
+from tests.deploy.service_pod import applicable, documented_secrets, http_json, pod_from_deployment, rbac_rules_used, secret
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from deploy_support import OVERLAYS, ROOT, one
-from env_scan import direct_env_reads, settings_env_names
-from k8s_api_scan import scan_package
 
-from tests.podrun.images import DOCKERFILES, parse_dockerfile
-from tests.podrun.plan import StartError, resolve_executable
+from harness.podrun.images import DOCKERFILES, parse_dockerfile
+from harness.podrun.plan import StartError, resolve_executable
+from tests.deploy.deploy_support import OVERLAYS, ROOT, one
+from tests.deploy.env_scan import direct_env_reads, settings_env_names
+from tests.deploy.k8s_api_scan import scan_package
 
 DOC = (ROOT / "docs" / "deploy-gke.md").read_text()
 VENV = Path(sys.prefix)
@@ -30,8 +30,8 @@ def _code_reads() -> dict[str, str]:
 
 
 def _set_by_deployment(rendered) -> set[str]:
+    from harness.podrun.manifests import settings, spec
     from service.adapters.k8s.render import render_manifests
-    from tests.podrun.manifests import settings, spec
 
     names: set[str] = set()
     for objs in rendered.values():

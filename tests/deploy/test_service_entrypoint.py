@@ -16,9 +16,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from deploy_support import ROOT
-
 from service.free_port import free_port
+from tests.deploy.deploy_support import ROOT
 
 DOCKERFILE = ROOT / "docker" / "service.Dockerfile"
 

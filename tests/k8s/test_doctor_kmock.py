@@ -16,9 +16,8 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tests.storage.gcs_emulator import GCE_METADATA_ROOT, GcsEmulator
-
-from .kueue_cluster import FLAVORS, KUEUE, NS, KueueCluster, active
+from harness.gcs_emulator import GCE_METADATA_ROOT, GcsEmulator
+from harness.kueue_cluster import FLAVORS, KUEUE, NS, KueueCluster, active
 
 pytestmark = pytest.mark.timeout(120)
 BUCKET = "rljob-runs"

@@ -1,5 +1,5 @@
 """The whole Kubernetes path with the real trainer: the service (create_app + the Kubernetes launcher) on
-kmock, the emulated Job controller and kubelet (tests/podrun) running the trainer image's command on the
+kmock, the emulated Job controller and kubelet (harness/podrun) running the trainer image's command on the
 tiny CPU model (examples/tiny-cpu.yaml, `hardware.accelerator: cpu`).
 
 Where the run lives: one directory of this machine, the "node directory", holds the tiny model, data and
@@ -29,12 +29,12 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.manifests import service_accounts
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
 from service.domain.phases import JobPhase, can_reach
-from tests.podrun.cluster import EmulatedCluster
-from tests.podrun.manifests import service_accounts
 from trainer.contract import RunLayout, Stage, parse_event
 
 from .conftest import NS

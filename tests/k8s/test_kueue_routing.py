@@ -1,6 +1,6 @@
 """Where a job of each capacity really lands: the shipped k8s/kueue/ objects, the manifests the launcher
 renders, and an emulated GKE cluster with one node per capacity, under the Kueue emulator's upstream rules
-(tests/podrun/kueue.py, following kueue v0.19.2; both flavor-matching rules: `flavor-keys` is v0.17.6+,
+(harness/podrun/kueue.py, following kueue v0.19.2; both flavor-matching rules: `flavor-keys` is v0.17.6+,
 v0.18.2+ and v0.19.x, `union-keys` is older). The trainer container runs a fake command; everything else is
 the rendered manifest.
 
@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.images import ROOT
+from harness.podrun.kueue import KueueEmulator
+from harness.podrun.manifests import NS, service_accounts, settings, spec, workload
+from harness.podrun.scheduling import Node
 from service.adapters.k8s.capacity import CAPACITY_LABEL
 from service.adapters.k8s.launcher import build_k8s_launcher
 from service.domain.errors import InvalidRequest
-from tests.podrun.cluster import EmulatedCluster
-from tests.podrun.images import ROOT
-from tests.podrun.kueue import KueueEmulator
-from tests.podrun.manifests import NS, service_accounts, settings, spec, workload
-from tests.podrun.scheduling import Node
 from trainer.contract import JobSpec
 
 from .conftest import configuration_for

@@ -1,4 +1,4 @@
-"""The launcher's view of workloads that the emulated controllers really run (tests/podrun), instead of
+"""The launcher's view of workloads that the emulated controllers really run (harness/podrun), instead of
 statuses written by hand: the Job controller's conditions, the kubelet's pod statuses and events, the
 pod log endpoint. The trainer container runs a tiny fake command; the rest is the rendered manifest."""
 
@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
+from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.manifests import service_accounts, shared_dir, spec, workload
 from service.domain.ports import ObservedState
-from tests.podrun.cluster import EmulatedCluster
-from tests.podrun.manifests import service_accounts, shared_dir, spec, workload
 
 from .conftest import JOB_ID
 

@@ -3,7 +3,6 @@ ones exactly what tests/deploy's scan derives from service/adapters/k8s/."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -13,12 +12,11 @@ from fastapi.testclient import TestClient
 from service.adapters.k8s_cluster.rbac_needs import CLUSTER, HF_SECRET_IN_ROLE, NAMESPACED
 from service.app import create_app
 from service.domain.self_check import CheckLine
+from tests.deploy.k8s_api_scan import role_rules, scan_package
 
 from .test_service_integration import _settings
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "deploy"))
-from k8s_api_scan import role_rules, scan_package  # noqa: E402
 
 
 def _docs(path: Path) -> list[dict]:

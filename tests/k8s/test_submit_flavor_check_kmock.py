@@ -11,13 +11,13 @@ import kmock as kmock_lib
 import pytest
 from fastapi.testclient import TestClient
 
+from harness.kueue_cluster import KUEUE, NS, KueueCluster, active, not_found
 from service.adapters.k8s.launcher import K8sJobLauncher, build_k8s_launcher
 from service.app import create_app
 from service.domain.errors import InvalidRequest
 from service.domain.ports import ObservedState
 
 from .conftest import JOB_ID, configuration_for, make_settings, make_spec
-from .kueue_cluster import KUEUE, NS, KueueCluster, active, not_found
 from .test_service_integration import AUTH, NoProgress, _settings, _wait
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from .cluster import EmulatedCluster
-from .runner import PodRunner
+from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.runner import PodRunner
 
 NS = "rljob"
 TRAINER_IMAGE = "us-docker.pkg.dev/example-project/rljob/trainer:0.1.0"

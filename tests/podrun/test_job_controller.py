@@ -8,9 +8,9 @@ import textwrap
 import pytest
 from kubernetes import client as k8s
 
-from .cluster import EmulatedCluster
-from .job_controller import TRACKING_FINALIZER
-from .manifests import NS, service_accounts, shared_dir, spec, tpu_node, workload
+from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.job_controller import TRACKING_FINALIZER
+from harness.podrun.manifests import NS, service_accounts, shared_dir, spec, tpu_node, workload
 
 pytestmark = pytest.mark.timeout(90)
 JOB = "rl-0123456789ab"

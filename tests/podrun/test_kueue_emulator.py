@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from .cluster import EmulatedCluster
+from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.kueue import InvalidKueueObject, KueueEmulator
+from harness.podrun.kueue_controller import assign_flavors, check_condition, cluster_queue_active
+from harness.podrun.kueue_reconcile import KueueState, decide_kueue
+from harness.podrun.kueue_workload import build_workload, schema_errors, workload_name
+from harness.podrun.scheduling import CAPACITY_LABEL, Node, pick_node
+
 from .conftest import TRAINER_IMAGE
-from .kueue import InvalidKueueObject, KueueEmulator
-from .kueue_controller import assign_flavors, check_condition, cluster_queue_active
-from .kueue_reconcile import KueueState, decide_kueue
-from .kueue_workload import build_workload, schema_errors, workload_name
-from .scheduling import CAPACITY_LABEL, Node, pick_node
 
 pytestmark = pytest.mark.timeout(60)
 NS = "rljob"

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from harness.podrun.envvars import ApiAccess
+
 from .conftest import NS, TRAINER_IMAGE, log, make_pod, python, state, wait_until
-from .envvars import ApiAccess
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from observation_recorder import Recorder
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, wait_until
 from sqlalchemy import create_engine, text
 
+from harness.pg_server import postgres_url
 from service.adapters.local import LocalProcessLauncher, procs
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
 from service.domain.tokens import TokenService
-from tests.pg_server import postgres_url
+from tests.service.observation_recorder import Recorder
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, wait_until
 
-FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"
+FAKE_TRAINER = Path(__file__).resolve().parents[2] / "harness" / "fake_trainer.py"
 MakeLocalLauncher = Callable[..., tuple[LocalProcessLauncher, Recorder]]
 
 

@@ -1,5 +1,4 @@
-"""Helpers shared by the service tests (imported by module name: tests/service has no __init__.py,
-because a package named `service` would shadow the real one)."""
+"""Helpers shared by the service tests (`from tests.service.service_helpers import ...`)."""
 
 from __future__ import annotations
 
@@ -27,11 +26,11 @@ def spec_body(tmp_path: Path, name: str = "job-one", **extra: object) -> dict[st
     body.update(extra)
     return body
 
+
 def record_spec(output: str = "/tmp/rljob-runs", **extra: object) -> JobSpec:
     """A valid JobSpec for a JobRecord built by hand (a record holds a parsed spec), on cpu unless
     `hardware` says otherwise."""
     return JobSpec.model_validate({**spec_body(Path(output).parent, **extra), "output": output})
-
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0, interval_s: float = 0.02) -> None:

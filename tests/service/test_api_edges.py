@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Api
-from service_helpers import TOKEN_A, spec_body
 
 import service.api.routes.events as events_routes
+from tests.service.conftest import Api
+from tests.service.service_helpers import TOKEN_A, spec_body
 
 
 @pytest.mark.parametrize("last_event_id", [str(2**63), str(2**64 + 5), "9" * 40, "-1"])

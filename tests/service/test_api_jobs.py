@@ -6,11 +6,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Api
-from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, spec_body, wait_for_phase
 
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from tests.service.conftest import Api
+from tests.service.service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, spec_body, wait_for_phase
 
 
 def _locs(response) -> set[tuple[str, ...]]:

@@ -10,13 +10,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import Api
-from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, spec_body, wait_for_phase, wait_until
-from test_api_sse import read_sse
 
 from service.adapters import run_files
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from tests.service.conftest import Api
+from tests.service.service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, spec_body, wait_for_phase, wait_until
+from tests.service.test_api_sse import read_sse
 from trainer.contract import SIGNAL_METRIC, RunLayout, Sample, Stage, StageStarted, StepSamples, TrainStep
 
 

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import anyio.to_thread
 import pytest
-from conftest import Api, add_test_tokens
 from fastapi.testclient import TestClient
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from tests.service.conftest import Api, add_test_tokens
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 
 
 @pytest.fixture

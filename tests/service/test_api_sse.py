@@ -6,11 +6,10 @@ import json
 import threading
 from pathlib import Path
 
-from conftest import Api
-from service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, spec_body, wait_for_phase
-
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from tests.service.conftest import Api
+from tests.service.service_helpers import TOKEN_A, TOKEN_ADMIN, TOKEN_B, spec_body, wait_for_phase
 
 
 def read_sse(api: Api, path: str, token: str = TOKEN_A, on_event=None, **headers: str) -> list[tuple[str, int, dict]]:

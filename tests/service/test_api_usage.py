@@ -9,11 +9,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import Api, add_test_tokens
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import T0, TOKEN_A, TOKEN_ADMIN, TOKEN_B, ManualClock, spec_body, wait_for_phase, wait_until
 
 from service.adapters.store import SqlJobStore
 from service.app import create_app
@@ -22,6 +19,9 @@ from service.domain.models import QueueStatus
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR as PRICES
+from tests.service.conftest import Api, add_test_tokens
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import T0, TOKEN_A, TOKEN_ADMIN, TOKEN_B, ManualClock, spec_body, wait_for_phase, wait_until
 
 V6E = {"accelerator": "v6e-8"}  # 8 chips, on-demand
 V5P_SPOT = {"accelerator": "v5p-8", "chips_per_vm": 4, "capacity": "spot"}  # 4 chips

@@ -12,13 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Api, add_test_tokens
 from fastapi.testclient import TestClient
-from live_server import served as serve_in_thread
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 from typer.testing import CliRunner
 
+from harness.live_server import served as serve_in_thread
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.cli.main import app as cli
@@ -26,6 +23,9 @@ from service.cli.output import eval_difference_text, eval_text, print_job, whole
 from service.config import Settings
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from tests.service.conftest import Api, add_test_tokens
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 from trainer.contract import EvalResult
 from trainer.contract.evaluation import EvalSummary, paired_difference
 

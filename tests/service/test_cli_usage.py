@@ -10,10 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from conftest import Api, add_test_tokens
 from fastapi.testclient import TestClient
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import T0, TOKEN_A, TOKEN_B, ManualClock, spec_body, wait_for_phase, wait_until
 from typer.testing import CliRunner
 
 from service.adapters.store import SqlJobStore
@@ -23,6 +20,9 @@ from service.config import Settings
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.free_port import free_port
+from tests.service.conftest import Api, add_test_tokens
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import T0, TOKEN_A, TOKEN_B, ManualClock, spec_body, wait_for_phase, wait_until
 
 
 @pytest.fixture

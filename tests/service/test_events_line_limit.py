@@ -6,15 +6,14 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from service_fakes import FakeLauncher
-from service_helpers import T0, spec_body
-
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from tests.service.service_fakes import FakeLauncher
+from tests.service.service_helpers import T0, spec_body
 from trainer.contract import JobSpec, RunLayout, TrainStep, dump_event
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")

@@ -19,10 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import add_test_tokens
 from fastapi.testclient import TestClient
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, spec_body, wait_until
 from sqlalchemy import create_engine, text
 
 from service.adapters.leader_locks import LEADER_LOCK_KEY
@@ -30,6 +27,9 @@ from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.domain.errors import LaunchFailed
 from service.domain.ports import LaunchResult, Observation, ObservedState
+from tests.service.conftest import add_test_tokens
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
 from trainer.contract import JobSpec
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Api
-from service_helpers import TOKEN_A
 from typer.testing import CliRunner
 
 from service.cli.main import app as cli
 from service.cli.output import console, print_job
+from tests.service.conftest import Api
+from tests.service.service_helpers import TOKEN_A
 from trainer.sizing.tpu_memory import GIB
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "examples" / "tutorial-llama31-8b-v6e8.yaml"

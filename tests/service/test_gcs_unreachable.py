@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Api
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
-from service_helpers import TOKEN_A, spec_body
 
 import service.adapters.run_reads as run_reads
 from service.adapters.events_file import EventsFileReader
+from tests.service.conftest import Api
+from tests.service.service_helpers import TOKEN_A, spec_body
 from trainer.storage.gcs import GcsStore, RetrySettings
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from service_helpers import record_spec
 
 from service.domain.goodput import goodput_parts, job_goodput
 from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.domain.progress import fold_events
+from tests.service.service_helpers import record_spec
 from trainer.contract import GoodputMeasured, RunStarted, StageFinished, StageStarted
 from trainer.contract.goodput import GOODPUT_PARTS, TRAIN_PARTS, TrainGoodput
 

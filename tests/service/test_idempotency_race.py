@@ -10,13 +10,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
 from service.domain.models import Caller, JobRecord
 from service.domain.phases import JobPhase
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import spec_body
 from trainer.contract import JobSpec
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 from scipy import stats
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import T0, ManualClock, record_spec, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_eval import MAX_EVAL_POINTS, job_eval, push_eval
@@ -18,6 +16,8 @@ from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.views import to_public
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import T0, ManualClock, record_spec, spec_body
 from trainer.contract import SIGNAL_METRIC, EvalResult, JobSpec, TrainStep
 from trainer.contract.evaluation import EvalSummary, paired_difference, wilson_interval
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import spec_body
-
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
 from service.domain.models import Caller, JobFilters
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import spec_body
 from trainer.contract import JobSpec
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")

@@ -6,8 +6,6 @@ import ast
 from pathlib import Path
 
 import pytest
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain import recovery as recovery_module
@@ -16,6 +14,8 @@ from service.domain.models import Caller, QueueStatus
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.recovery import JobRecovery
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import spec_body
 from trainer.contract import JobSpec
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")

@@ -6,8 +6,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import T0, ManualClock, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.errors import IdempotencyConflict, JobNotFound, NotCancellable
@@ -17,6 +15,8 @@ from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.recovery import JobRecovery
 from service.domain.views import to_public
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import T0, ManualClock, spec_body
 from trainer.contract import (
     ArtifactWritten,
     JobSpec,

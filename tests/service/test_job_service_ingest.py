@@ -7,8 +7,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import T0, ManualClock, spec_body
 
 import service.domain.job_service as job_service_module
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
@@ -18,6 +16,8 @@ from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.recovery import JobRecovery
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import T0, ManualClock, spec_body
 from trainer.contract import ArtifactWritten, JobSpec, RunFinished, RunLayout, TrainStep, dump_event
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")

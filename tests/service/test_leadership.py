@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from service_helpers import TOKEN_A, record_spec
 from sqlalchemy import create_engine, text
 
 from service.adapters.leader_locks import (
@@ -28,6 +27,7 @@ from service.config import Settings
 from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.leadership import Leadership
+from tests.service.service_helpers import TOKEN_A, record_spec
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -160,7 +160,7 @@ def test_event_seqs_commit_in_order_across_writers(postgres_db: str) -> None:
 def test_a_leader_that_loses_its_lock_stops_leading_and_leads_again_when_it_can(
     postgres_db: str, settings_factory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from service_helpers import spec_body, wait_for_phase, wait_until
+    from tests.service.service_helpers import spec_body, wait_for_phase, wait_until
 
     caplog.set_level(logging.INFO, logger="service.leadership")
     settings = settings_factory(database_url=postgres_db, bootstrap_token=TOKEN_A, bootstrap_team="team-a",

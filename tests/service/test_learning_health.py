@@ -12,7 +12,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from service_helpers import T0
 
 from service.cli.output import _HEALTH_STYLE
 from service.domain.learning_health import (
@@ -25,6 +24,7 @@ from service.domain.learning_health import (
     read_window,
 )
 from service.domain.phases import JobPhase
+from tests.service.service_helpers import T0
 from trainer.contract import SIGNAL_METRIC, TrainStep
 from trainer.contract.evaluation import EvalSummary, PairedDifference, paired_difference
 from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC

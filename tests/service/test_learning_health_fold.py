@@ -7,8 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import T0, ManualClock, record_spec, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
@@ -18,6 +16,8 @@ from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.views import to_public
 from service.supervisor import Supervisor
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import T0, ManualClock, record_spec, spec_body
 from trainer.contract import SIGNAL_METRIC, JobSpec, Stage, StageStarted, TrainStep
 from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 

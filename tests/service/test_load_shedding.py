@@ -21,14 +21,14 @@ from typing import Any
 import anyio.to_thread
 import httpx
 import pytest
-from conftest import add_test_tokens
-from live_server import served
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_until
 
+from harness.live_server import served
 from service.adapters.store import SqlJobStore
 from service.api.overload import LoadSheddingMiddleware
 from service.app import create_app
+from tests.service.conftest import add_test_tokens
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 A = {"Authorization": f"Bearer {TOKEN_A}"}

@@ -7,10 +7,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from conftest import MakeLocalLauncher
-from service_helpers import spec_body, wait_until
-
 from service.adapters.local import procs
+from tests.service.conftest import MakeLocalLauncher
+from tests.service.service_helpers import spec_body, wait_until
 from trainer.contract import JobSpec, RunLayout
 
 JOB_ID = "rl-launchedonce"

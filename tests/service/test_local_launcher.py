@@ -1,4 +1,4 @@
-"""LocalProcessLauncher with real child processes running tests/service/fake_trainer.py."""
+"""LocalProcessLauncher with real child processes running harness/fake_trainer.py."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from conftest import MakeLocalLauncher
-from observation_recorder import Recorder
-from service_helpers import spec_body, wait_until
 
 from service.adapters.local import LocalProcessLauncher, procs
 from service.domain.ports import ObservedState
+from tests.service.conftest import MakeLocalLauncher
+from tests.service.observation_recorder import Recorder
+from tests.service.service_helpers import spec_body, wait_until
 from trainer.contract import JobSpec, RunLayout
 
 

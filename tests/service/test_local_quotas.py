@@ -1,5 +1,5 @@
 """Team quotas and priorities on the LocalProcessLauncher, with real child processes running
-tests/service/fake_trainer.py: who waits, with which reason and place in line, and who starts when a
+harness/fake_trainer.py: who waits, with which reason and place in line, and who starts when a
 job ends."""
 
 from __future__ import annotations
@@ -7,9 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import MakeLocalLauncher
-from observation_recorder import Recorder
-from service_helpers import spec_body, wait_until
 
 from service.adapters.local import LocalProcessLauncher
 from service.adapters.local.admission import TeamLimits, TeamQuotas
@@ -17,6 +14,9 @@ from service.adapters.local.host_tpu import HostTpu
 from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.models import QueueStatus
 from service.domain.ports import ObservedState
+from tests.service.conftest import MakeLocalLauncher
+from tests.service.observation_recorder import Recorder
+from tests.service.service_helpers import spec_body, wait_until
 from trainer.contract import JobSpec
 from trainer.contract.tpu import tpu_slice
 

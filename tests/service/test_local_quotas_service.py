@@ -13,16 +13,16 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi.testclient import TestClient
-from live_server import served
-from service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
 from typer.testing import CliRunner
 
+from harness.live_server import served
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.cli.main import app as cli
 from service.config import Settings
 from service.domain.phases import JobPhase
 from service.domain.tokens import TokenService
+from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
 
 A = {"Authorization": f"Bearer {TOKEN_A}"}
 B = {"Authorization": f"Bearer {TOKEN_B}"}

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from service_fakes import FakeLauncher, FakeProgress
 
 from service.adapters.k8s.settings import K8sSettings
 from service.app import create_app
 from service.config import Settings
+from tests.service.service_fakes import FakeLauncher, FakeProgress
 
 
 def test_the_active_jobs_reconcile_interval_paces_the_supervisors_reconcile(

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
-from service_helpers import record_spec
 from sqlalchemy import inspect, text
 
 from service.adapters.store import SqlJobStore
 from service.adapters.store.migrate import alembic_config
+from tests.service.service_helpers import record_spec
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(120)

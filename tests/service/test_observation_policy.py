@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import T0, ManualClock, spec_body
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
@@ -22,6 +20,8 @@ from service.domain.models import JobRecord, QueueStatus
 from service.domain.observation_policy import Decision, decide, names_a_replaced_workload
 from service.domain.phases import JobPhase, can_transition
 from service.domain.ports import Observation, ObservedState
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import T0, ManualClock, spec_body
 from trainer.contract import JobSpec, describe_exit_code
 
 P, S, D = JobPhase, ObservedState, Decision

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Api
 from jsonschema import Draft202012Validator
-from service_helpers import TOKEN_A, spec_body, wait_for_phase
 
 from service.domain.models import JobCreate
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from tests.service.conftest import Api
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase
 
 MISSING = "rl-aaaaaaaaaaaa"
 CONSTRAINT_KEYS = ("pattern", "maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum",

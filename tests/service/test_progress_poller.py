@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_fakes import FakeLauncher
-from service_helpers import T0, ManualClock, spec_body
 
 from service.adapters.events_file import EventsFileReader
 from service.adapters.store import SqlJobStore
@@ -22,6 +20,8 @@ from service.domain.learning_health import HealthPolicy
 from service.domain.models import Caller
 from service.domain.ports import ObservedState
 from service.domain.progress_poller import ProgressPoller
+from tests.service.service_fakes import FakeLauncher
+from tests.service.service_helpers import T0, ManualClock, spec_body
 from trainer.contract import JobSpec, RunLayout, Stage, StageStarted, TrainerEvent, TrainStep, dump_event
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Api
-from service_helpers import TOKEN_A, TOKEN_ADMIN, spec_body
+
+from tests.service.conftest import Api
+from tests.service.service_helpers import TOKEN_A, TOKEN_ADMIN, spec_body
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,6 @@ from typing import Any
 import anyio
 import pytest
 from fastapi.testclient import TestClient
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, spec_body, wait_until
 from sqlalchemy import event, text
 
 from service.adapters.store import SqlJobStore
@@ -26,6 +24,8 @@ from service.domain.errors import Unauthenticated
 from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.domain.tokens import TokenCache, TokenService
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
 from trainer.contract import JobSpec
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

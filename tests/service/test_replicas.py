@@ -19,16 +19,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 
 from service.domain.phases import JobPhase
 from service.free_port import free_port
 from service.process_stop import terminate_then_kill
+from tests.service.conftest import FAKE_TRAINER
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"
 AUTH = {"Authorization": f"Bearer {TOKEN_A}"}
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import uvicorn
 import yaml
-from service_helpers import TOKEN_A, spec_body, wait_until
 from typer.testing import CliRunner
 
 from service.app import create_app
@@ -20,6 +19,7 @@ from service.cli.storage_text import storage_text
 from service.config import Settings
 from service.domain.phases import JobPhase
 from service.free_port import free_port
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
 
 
 @pytest.fixture

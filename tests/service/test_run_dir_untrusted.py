@@ -19,11 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import Api, add_test_tokens
 from fastapi.testclient import TestClient
-from service_fakes import FakeLauncher
-from service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
-from test_api_learning import write_samples
 
 from service.adapters.events_file import MAX_SCAN_BYTES, EventsFileReader
 from service.adapters.store import SqlJobStore
@@ -31,6 +27,10 @@ from service.app import create_app
 from service.config import Settings
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from tests.service.conftest import Api, add_test_tokens
+from tests.service.service_fakes import FakeLauncher
+from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
+from tests.service.test_api_learning import write_samples
 from trainer.contract import STAGE_ORDER, RunLayout, Stage, StageStarted, TrainStep
 
 pytestmark = pytest.mark.timeout(60)  # a hang is the failure these tests exist for: never wait it out

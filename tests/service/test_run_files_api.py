@@ -8,14 +8,13 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import Api
-from service_helpers import TOKEN_A, record_spec, spec_body, wait_for_phase
-
 from service.domain.models import Artifact, JobRecord
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.progress import fold_manifest
 from service.domain.tokens import TokenService
+from tests.service.conftest import Api
+from tests.service.service_helpers import TOKEN_A, record_spec, spec_body, wait_for_phase
 from trainer.contract import ArtifactWritten, RunFinished, RunLayout, Stage
 from trainer.storage.local import file_md5
 from trainer.storage.manifest import write_manifest

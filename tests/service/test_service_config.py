@@ -10,8 +10,6 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, spec_body, wait_until
 
 from service.adapters.store import SqlJobStore
 from service.adapters.store.tables import Base
@@ -21,6 +19,8 @@ from service.domain.job_service import JobService
 from service.domain.models import Caller
 from service.domain.ports import Observation
 from service.domain.tokens import TokenService
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
 from trainer.contract import JobSpec
 
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from live_server import serving_process
-from service_helpers import spec_body, wait_until
 
+from harness.live_server import serving_process
 from service.free_port import free_port
 from service.logging_config import REDACTED, configure_logging
+from tests.service.conftest import FAKE_TRAINER
+from tests.service.service_helpers import spec_body, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"
 TOKEN = "rlj_logging-test-token-" + "0123456789abcdef" * 2
 
 

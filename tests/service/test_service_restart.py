@@ -10,12 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 
 from service.adapters.local import procs
 from service.app import create_app
 from service.config import Settings
 from service.domain.phases import JobPhase
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 from trainer.contract import parse_event
 
 AUTH = {"Authorization": f"Bearer {TOKEN_A}"}

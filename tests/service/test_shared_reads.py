@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, ManualClock, record_spec, spec_body, wait_until
-from test_read_path import counting
 
 from service.adapters.store import SqlJobStore
 from service.adapters.store.shared_records import SharedRecords
@@ -22,6 +19,9 @@ from service.config import Settings
 from service.domain.models import JobPublic, JobRecord, JobsPublic
 from service.domain.phases import JobPhase
 from service.domain.tokens import TokenService
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, ManualClock, record_spec, spec_body, wait_until
+from tests.service.test_read_path import counting
 from trainer.contract import JobSpec
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

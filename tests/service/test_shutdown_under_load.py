@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import httpx
-from service_helpers import wait_until
 
 from service.free_port import free_port
 from service.process_stop import terminate_then_kill
+from tests.service.conftest import FAKE_TRAINER
+from tests.service.service_helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"
 TOKEN = "rlj_shutdown-test-token-" + "0123456789abcdef" * 2
 GRACE_S = 5
 STREAMS = 100

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_helpers import spec_body, wait_until
 
 from service.adapters.local import LocalProcessLauncher, procs
+from tests.service.service_helpers import spec_body, wait_until
 from trainer.contract import JobSpec
 
 REPO = Path(__file__).resolve().parents[2]

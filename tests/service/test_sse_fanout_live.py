@@ -12,14 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import add_test_tokens
-from live_server import served
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, spec_body
 
+from harness.live_server import served
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
+from tests.service.conftest import add_test_tokens
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, spec_body
 
 AUTH = {"Authorization": f"Bearer {TOKEN_A}"}
 

@@ -10,14 +10,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import spec_body, wait_until
 
 from service.domain.job_service import JobService
 from service.domain.models import Caller, QueueStatus
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState, StatusMirror
 from service.domain.status_mirror import MirroredStatus, StatusMirrorWorker
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import spec_body, wait_until
 from trainer.contract import JobSpec, Stage, StageStarted, TrainStep
 
 JOB = "rl-000000000001"

@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from service_helpers import T0, TOKEN_A, ManualClock, record_spec, spec_body, wait_for_phase
-from test_cli_usage import _run, served  # noqa: F401  (the served app fixture and the CLI runner)
 from typer.testing import CliRunner
 
 from service.cli.main import app as cli
@@ -23,6 +21,8 @@ from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.storage_usage import GIB, StorageSample, gib_months, job_storage_usage, samples_of
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, summarize_usage
+from tests.service.service_helpers import T0, TOKEN_A, ManualClock, record_spec, spec_body, wait_for_phase
+from tests.service.test_cli_usage import _run, served  # noqa: F401  (the served app fixture and the CLI runner)
 from trainer.contract import RunStorage, StorageMeasured
 
 DAY = timedelta(days=1)

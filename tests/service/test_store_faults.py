@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Api, add_test_tokens
 from fastapi.testclient import TestClient
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import TOKEN_A, spec_body, wait_until
 
 from service.adapters.store import SqlJobStore, writability
 from service.app import create_app
+from tests.service.conftest import Api, add_test_tokens
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 

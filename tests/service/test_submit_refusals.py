@@ -11,16 +11,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Api, add_test_tokens
 from fastapi.testclient import TestClient
-from service_fakes import FakeProgress
-from service_helpers import TOKEN_A, spec_body, wait_until
 
 from service.adapters.local import LocalProcessLauncher, procs
 from service.adapters.local.host_tpu import HostTpu
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
+from tests.service.conftest import Api, add_test_tokens
+from tests.service.service_fakes import FakeProgress
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
 from trainer.contract import spec_values as limits
 
 V6E8 = {"accelerator": "v6e-8", "chips_per_vm": 8, "rollout_engine": "vllm"}

@@ -6,13 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from service_fakes import FakeLauncher, FakeProgress
-from service_helpers import spec_body, wait_until
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
 from service.domain.models import Caller
 from service.supervisor import Supervisor
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import spec_body, wait_until
 from trainer.contract import JobSpec
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from service_helpers import TOKEN_A, wait_for_phase, wait_until
 
 from service.app import create_app
 from service.config import Settings
 from service.domain.phases import JobPhase
+from tests.service.service_helpers import TOKEN_A, wait_for_phase, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"

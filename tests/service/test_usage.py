@@ -8,12 +8,12 @@ from datetime import timedelta
 
 import pytest
 from pydantic import ValidationError
-from service_helpers import T0, record_spec
 
 from service.config import Settings
 from service.domain.models import JobRecord, StageTimes
 from service.domain.phases import JobPhase
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, chips_of, job_usage, summarize_usage
+from tests.service.service_helpers import T0, record_spec
 from trainer.contract.tpu import tpu_slice
 
 PRICES = DEFAULT_PRICES_USD_PER_CHIP_HOUR

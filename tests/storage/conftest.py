@@ -9,9 +9,8 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
+from harness.gcs_emulator import GcsEmulator, apply_env, restore_env
 from trainer.storage.gcs import GcsStore, RetrySettings, reset_gcs_store
-
-from .gcs_emulator import GcsEmulator, apply_env, restore_env
 
 # Short backoff so tests that provoke retries stay fast; the timeout still covers a few seconds of outage.
 FAST_RETRY = RetrySettings(initial_s=0.1, maximum_s=1.0, multiplier=2.0, timeout_s=30.0)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.fault_proxy import ForbiddingProxy
 from trainer.contract import JobSpec, RunLayout
 from trainer.storage import StorageError
 from trainer.storage.gcs import GcsStore, reset_gcs_store
@@ -21,7 +22,6 @@ from trainer.storage.local import LocalDirStore
 from trainer.storage.preflight import preflight
 
 from .conftest import FAST_RETRY, client_for
-from .fault_proxy import ForbiddingProxy
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.fault_proxy import ForbiddingProxy
+from harness.live_server import serving_process
 from service.free_port import free_port
-from tests.service.live_server import serving_process
 from tests.service.service_helpers import wait_until
 
-from .fault_proxy import ForbiddingProxy
 from .test_preflight import TINY_LLAMA_CONFIG
 
 REPO = Path(__file__).resolve().parents[2]

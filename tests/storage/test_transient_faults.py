@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from harness.gcs_emulator import GcsEmulator
 from trainer.storage.gcs import GcsStore, RetrySettings
 
 from .conftest import client_for
-from .gcs_emulator import GcsEmulator
 
 OUTAGE_S = 3.0
 

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 from kubernetes.utils.quantity import parse_quantity
 
-from tests.crd_schemas import strict_crd_schema
+from harness.crd_schemas import strict_crd_schema
 
 from .scheduling import requests_of
 
@@ -32,7 +32,7 @@ MAX_PREFIX = 253 - 1 - 5  # workload_names.go: ShortWorkloadNames is off by defa
 OWNERS = {"Job": ("batch/v1", "batch"), "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobset.x-k8s.io")}
 # The managed labels job.go cleanLabels drops from a Job's pod template (batch/v1's selector labels but job-name).
 _JOB_MANAGED_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
-_DEPLOY_SCHEMAS = Path(__file__).resolve().parents[1] / "deploy" / "schemas" / "kueue-v0.19.2-v1beta2.json"
+_DEPLOY_SCHEMAS = Path(__file__).resolve().parents[2] / "tests" / "deploy" / "schemas" / "kueue-v0.19.2-v1beta2.json"
 _WORKLOAD_SCHEMA = Path(__file__).with_name("schemas") / "kueue-v0.19.2-workload-v1beta2.json"
 
 

@@ -1,4 +1,4 @@
-"""PodRunner: what the kubelet does for one pod, with local processes (see tests/podrun/__init__.py).
+"""PodRunner: what the kubelet does for one pod, with local processes (see harness/podrun/__init__.py).
 
 Volumes first (a failure leaves the pod Pending with a FailedMount event, retried), then each container:
 its image's settings, its environment (a missing reference: waiting CreateContainerConfigError,

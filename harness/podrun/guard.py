@@ -11,7 +11,7 @@ the writable mounts and /dev, /proc, /sys. Writes by native code that bypass Pyt
 
 from __future__ import annotations
 
-_TEMPLATE = r'''# Installed by tests/podrun (guard.py) into this container's view only; see there.
+_TEMPLATE = r'''# Installed by harness/podrun (guard.py) into this container's view only; see there.
 import errno as _errno
 import os as _os
 import sys as _sys

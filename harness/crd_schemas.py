@@ -1,5 +1,5 @@
 """CRD schemas as the tests check objects against them: closed like `kubernetes-validate --strict` closes
-built-in kinds. Shared by tests/deploy (our Kueue and JobSet objects) and tests/podrun (the Kueue emulator's
+built-in kinds. Shared by tests/deploy (our Kueue and JobSet objects) and harness/podrun (the Kueue emulator's
 Workloads)."""
 
 from __future__ import annotations

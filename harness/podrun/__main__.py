@@ -1,7 +1,7 @@
-"""Run one pod of a rendered manifest here, as the kubelet would (see tests/podrun/__init__.py):
+"""Run one pod of a rendered manifest here, as the kubelet would (see harness/podrun/__init__.py):
 
     kubectl kustomize k8s/overlays/dev > /tmp/dev.yaml
-    .venv/bin/python -m tests.podrun /tmp/dev.yaml --run Deployment/rljob-service \\
+    .venv/bin/python -m harness.podrun /tmp/dev.yaml --run Deployment/rljob-service \\
         --secret rljob-api-tokens bootstrap=$(openssl rand -hex 32)
 
 FILES hold the object to run (a Pod, or the pod template of a Deployment, Job or JobSet) and the
@@ -42,7 +42,7 @@ def pod_of(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.podrun", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.podrun", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--run", help="KIND/NAME of the object whose pod to run (default: the only runnable one)")

@@ -1,16 +1,27 @@
-"""The real control service (service.app.create_app) under uvicorn on 127.0.0.1, with SQLite and
-the local launcher in a temp dir, plus the test's side of the progress channel: appending trainer
-events to a job's events.jsonl, which the service tails (service/adapters/events_file.py)."""
+"""The control service on a real uvicorn on 127.0.0.1, for tests and benches that need real connections
+(streams left mid-way, disconnects, load shedding, a browser) rather than the in-process client.
+
+    ThreadedServer    an ASGI app served in a thread of this process, started until its probe answers
+    served()          ThreadedServer as a context manager on a fresh port: yields the base URL
+    serving_process() the service as a process of its own (`rljob serve`, the image's entrypoint)
+    LiveService       the real app (SQLite, the local launcher running held_trainer.py) in a temp dir, with
+                      the trainer's side of the progress channel: events and samples written into a run
+                      directory the way the trainer writes them; the dashboard's browser tests use it
+"""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -20,13 +31,96 @@ from service.app import create_app
 from service.config import load_settings
 from service.domain.tokens import TokenService
 from service.free_port import free_port
+from service.process_stop import terminate_then_kill
 from trainer.contract import RunLayout, Sample, StepSamples, dump_event, parse_event
 
+ROOT = Path(__file__).resolve().parents[1]
 HELD_TRAINER = Path(__file__).with_name("held_trainer.py")
 TEAM = "alpha"
 TOKEN = "rlj_dashboard-test-token-0123456789abcdef"
 SUBMITTER = "alice"
 START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+
+
+def _poll_until(predicate: Callable[[], bool], what: str, timeout_s: float, interval_s: float) -> None:
+    """Poll real state (a server thread or process starting in real time); bounded."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout_s}s")
+        time.sleep(interval_s)
+
+
+@dataclass
+class ThreadedServer:
+    """A uvicorn server running `app` in a daemon thread; `start` returns once `probe` answers 200."""
+
+    server: uvicorn.Server
+    thread: threading.Thread
+    url: str
+
+    @classmethod
+    def start(cls, app: Any, port: int, *, probe: str = "/readyz", thread_name: str = "uvicorn",
+              timeout_s: float = START_TIMEOUT_S, **config: Any) -> ThreadedServer:
+        """`config`: uvicorn.Config options (log_config, timeout_graceful_shutdown, ...)."""
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **config))
+        thread = threading.Thread(target=server.run, name=thread_name, daemon=True)
+        thread.start()
+        running = cls(server, thread, f"http://127.0.0.1:{port}")
+
+        def up() -> bool:
+            if not thread.is_alive():
+                raise RuntimeError(f"the server thread for {running.url} exited during start-up")
+            try:
+                return httpx.get(f"{running.url}{probe}", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        try:
+            _poll_until(up, f"{running.url}{probe} did not answer 200", timeout_s, interval_s=0.05)
+        except BaseException:
+            running.stop()
+            raise
+        return running
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=STOP_TIMEOUT_S)
+
+
+@contextmanager
+def served(app: Any, *, probe: str = "/readyz", log_config: dict[str, Any] | None = None) -> Iterator[str]:
+    """Serve `app` until the block ends; yields its base URL once `probe` answers 200.
+    log_config=None: uvicorn's records reach the root logger, where caplog sees them."""
+    running = ThreadedServer.start(app, free_port(), probe=probe, log_config=log_config)
+    try:
+        yield running.url
+    finally:
+        running.stop()
+
+
+@contextmanager
+def serving_process(argv: list[str], env: dict[str, str], port: int, stderr_path: Path, token: str) -> Iterator[httpx.Client]:
+    """Run the service as a process of its own (`rljob serve`, the image's entrypoint), stderr to a file
+    (not a terminal), until it is ready; yields a client with `token`; stops it with SIGTERM."""
+    with stderr_path.open("ab") as stderr:
+        server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    try:
+
+        def ready() -> bool:
+            assert server.poll() is None, stderr_path.read_text()[-3000:]
+            try:
+                return client.get("/readyz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        _poll_until(ready, f"the service on port {port} was not ready", timeout_s=60, interval_s=0.2)
+        yield client
+    finally:
+        client.close()
+        terminate_then_kill(server, grace_s=30)
 
 
 @dataclass
@@ -34,8 +128,7 @@ class LiveService:
     root: Path
     url: str = ""
     port: int = 0  # kept across stop()/start() so an open page can find the service again
-    _server: uvicorn.Server | None = None
-    _thread: threading.Thread | None = None
+    _running: ThreadedServer | None = None
     _seq: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -55,24 +148,11 @@ class LiveService:
         )
         self._ensure_submitter_token(settings.effective_database_url)
         self.port = self.port or free_port()
-        config = uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="rljob-service", daemon=True)
-        self._thread.start()
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            if not self._thread.is_alive():
-                raise RuntimeError("the service thread exited during start-up")
-            time.sleep(0.1)
-        raise TimeoutError(f"the service at {self.url} was not ready within {START_TIMEOUT_S}s")
+        # uvicorn's own log config (not log_config=None): its records go to the console, not to caplog.
+        self._running = ThreadedServer.start(create_app(settings), self.port, thread_name="rljob-service",
+                                             timeout_graceful_shutdown=2)
+        self.url = self._running.url
+        return self
 
     @staticmethod
     def _ensure_submitter_token(database_url: str) -> None:
@@ -97,10 +177,8 @@ class LiveService:
             self.wait_for_phase(job_id, "CANCELLED", timeout_s)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=15)
+        if self._running is not None:
+            self._running.stop()
 
     def api(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)

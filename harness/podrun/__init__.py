@@ -1,0 +1,68 @@
+"""A kubelet and the Job/JobSet controllers for tests, on this machine: what we deploy, run.
+
+There is no Kubernetes here. kmock plays the API server; this package plays the rest, so that the Job
+the service creates gets pods, the pods run the containers their manifests describe as local processes,
+and the statuses, events and logs the service reads are written the way a cluster writes them.
+
+    runner.py       PodRunner: one pod (volumes, env, processes, probes, restarts, deletion, status)
+    plan.py         one container's process: argv, env, cwd, the path mapping (proot), user, ports
+    envvars.py      env, envFrom, valueFrom (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)
+    volumes.py      emptyDir (Memory: /dev/shm), secret, configMap, downwardAPI, projected, hostPath
+    guard.py        read-only mounts and readOnlyRootFilesystem for Python code
+    probes.py       httpGet startup/liveness/readiness probes with the kubelet's timing
+    images.py       ENTRYPOINT/CMD/WORKDIR/ENV/USER read from docker/*.Dockerfile
+    job_controller.py, jobset_controller.py   the controllers' decisions (pure)
+    scheduling.py, kubelet.py, cluster.py     the node, its scheduler and kubelet; EmulatedCluster on kmock
+    api_tls.py      the API over HTTPS with a CA and service-account token, for in-cluster clients
+    __main__.py     `python -m harness.podrun FILE... --run KIND/NAME`: run one pod from rendered YAML
+
+Emulated (each has a test in tests/podrun, tests/k8s or tests/deploy):
+- containers: `command`/`args` as written, else the image's ENTRYPOINT/CMD; `$(VAR)` expansion; WORKDIR,
+  ENV, USER and HOME from our Dockerfiles, the project venv standing in for the image's VIRTUAL_ENV;
+  a missing executable is StartError (exit 128); runAsUser/runAsNonRoot (a root user is refused);
+- env: literal values, envFrom (prefix, optional), secretKeyRef/configMapKeyRef (missing object or key
+  without optional -> waiting CreateContainerConfigError, retried as the kubelet does), fieldRef
+  (metadata.name/namespace/uid/labels['k']/annotations['k'], spec.nodeName/serviceAccountName,
+  status.podIP/hostIP = 127.0.0.1), resourceFieldRef (divisor; an unset limit reads as the node's
+  allocatable), HOSTNAME, service links and KUBERNETES_SERVICE_HOST/PORT;
+- volumes at their literal mountPath (proot binds; native code sees them too): emptyDir per pod (Memory on
+  the host's /dev/shm tmpfs; sizeLimit -> eviction), secret/configMap/downwardAPI/projected files with
+  items and modes, read-only; hostPath (this machine is the node); subPath; the automounted
+  service-account token volume (token, ca.crt, namespace) unless automountServiceAccountToken is false;
+  a missing Secret/ConfigMap volume -> FailedMount, pod Pending;
+- readOnlyRootFilesystem and read-only mounts: EROFS for writes made through Python (open for writing,
+  mkdir, rename, remove, chmod, SQLite connect, ...) in every Python process of the container;
+- probes: httpGet startup/liveness/readiness with initialDelaySeconds, periodSeconds, timeoutSeconds,
+  successThreshold, failureThreshold; startup gates the others; liveness/startup failure kills the
+  container (restartPolicy decides); readiness drives the Ready condition; declared ports get free
+  loopback ports, told to the process by rewriting `--port N`/`--port=N` and *PORT env values
+  (`--host 0.0.0.0` -> 127.0.0.1);
+- lifecycle: restartPolicy Never/OnFailure/Always with CrashLoopBackOff back-off; deletion sends SIGTERM
+  to PID 1 only and SIGKILLs every process after terminationGracePeriodSeconds; exit by signal = 128+N;
+  phases Pending/Running/Succeeded/Failed, conditions, containerStatuses (state, lastState,
+  restartCount, ready, started), events (Started, Killing, Unhealthy, FailedMount, FailedScheduling...);
+  the pod log endpoint (follow, tailLines, container, previous);
+- Job controller: parallelism/completions, NonIndexed and Indexed (index label/annotation, hostname,
+  JOB_COMPLETION_INDEX), job-name/controller-uid labels, ownerReferences, the job-tracking finalizer,
+  podFailurePolicy (FailJob, Ignore, Count; onExitCodes, onPodConditions), backoffLimit with a doubling
+  back-off, podReplacementPolicy, activeDeadlineSeconds, suspend/resume, SuccessCriteriaMet/FailureTarget
+  then Complete/Failed (1.31+), ttlSecondsAfterFinished, missing ServiceAccount -> FailedCreate;
+- JobSet controller: one child Job per replicated job replica, failurePolicy (maxRestarts, FailJobSet on
+  reasons), suspend, ttlSecondsAfterFinished; garbage collection of owned Jobs and pods;
+- scheduler: nodeSelector, taints/tolerations, requests against allocatable (limits where requests are
+  unset); the node is this machine (no TPU), a fake TPU node for fake commands, or several nodes with GKE's
+  labels and taints (scheduler.py, Node.gke_tpu / Node.gke_cpu), all running their pods on this machine;
+- evict(): DisruptionTarget condition then a graceful delete (PodDisruptionBudgets are not consulted).
+
+Not emulated (needs a real cluster): image builds and pulls (images map to our Dockerfiles; an unknown
+image is ErrImagePull); a container root filesystem (the host's is visible apart from the bound paths,
+so a pod can read host files a real container could not, and only Python writes are policed); network
+namespaces, pod IPs, cluster DNS, Services and NetworkPolicy (every pod shares 127.0.0.1; hostNetwork
+changes nothing); cgroups: CPU/memory limits are not enforced, so OOMKilled never happens; user
+namespaces and file ownership (the uid is only reported, through proot); RBAC and admission (Pod
+Security, webhooks, defaulting, validation; kmock stores what it is sent); exec/tcpSocket/grpc probes,
+init and sidecar containers, lifecycle hooks, PersistentVolumeClaims, node affinity and topology
+spread, priorities and preemption, PodDisruptionBudgets, backoffLimitPerIndex, successPolicy, the JobSet
+exclusive-placement webhook and DNS. Kueue is emulated when a test asks for it (kueue.py, following
+kueue v0.19.2's flavor assigner and scheduler; its docstring lists what is not).
+"""

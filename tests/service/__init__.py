@@ -1,0 +1,1 @@
+"""Tests of the control service (service/): domain, API, launchers, stores, CLI."""
