@@ -72,7 +72,7 @@ def test_the_domain_imports_no_framework_and_no_adapter():
 
 
 def test_the_service_takes_only_the_contract_sizing_and_storage_from_the_trainer():
-    # sizing: the fit estimate at submit (and the CLI's local check) and each TPU chip's memory.
+    # sizing: the fit estimate, made at submit (service/domain/submission.py) and by the CLI before it sends a spec.
     allowed = ("trainer.contract", "trainer.sizing", "trainer.storage")
     assert violations(source_files("service"), ("trainer",), allowed=allowed) == []
 
@@ -83,8 +83,30 @@ def test_the_contract_imports_no_other_trainer_package():
     assert violations(source_files("trainer/contract"), ("trainer",), allowed=("trainer.contract",)) == []
 
 
+def test_sizing_takes_only_the_contract_from_the_rest_of_the_trainer():
+    assert violations(source_files("trainer/sizing"), ("trainer",), allowed=("trainer.contract", "trainer.sizing")) == []
+
+
+def test_no_job_code_imports_the_offline_builders():
+    # trainer/offline builds the tiny model, SmolLM2 and data sets for `make-tiny|make-model|make-data` (cli.py),
+    # tests and benches; a job's stages must run on what its spec names, not on these.
+    files = [p for p in source_files("trainer") if not _under(_module_name(p), "trainer.offline", "trainer.cli")]
+    assert violations(files, ("trainer.offline",)) == []
+
+
 def test_the_trainer_never_imports_the_service():
     assert violations(source_files("trainer"), ("service",)) == []
+
+
+def test_the_shipped_packages_never_import_the_test_harness():
+    # harness/, tests/ and bench/ are in no image and not in the wheel: such an import fails in production.
+    assert violations(source_files("service", "trainer"), ("harness", "tests", "bench")) == []
+
+
+def test_the_harness_imports_no_test():
+    # The harness is what tests and benches stand on (emulators, stand-in trainers); it may use service and
+    # trainer, but an import of a test module or fixture would make bench/ depend on tests/.
+    assert violations(source_files("harness"), ("tests", "bench")) == []
 
 
 # The CLI's job commands talk HTTP only; the operator side (serve, token, render, demo, doctor) may reach further.
