@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 DEFAULT_URL = "http://127.0.0.1:8765"
 
 
-class ExitCode(enum.IntEnum):
-    """What `rljob` exits with; `rljob --help` and docs/settings.md list these (a test keeps them equal)."""
+class CliExit(enum.IntEnum):
+    """What the `rljob` command line exits with; `rljob --help` and docs/settings.md list these (a test keeps them
+    equal). Not the trainer's ExitCode (trainer/contract/exit_codes.py), which is what a job's pod exits with."""
 
     OK = 0
     FAILED = 1
@@ -36,19 +37,19 @@ class ExitCode(enum.IntEnum):
     TOKEN_REJECTED = 4
 
 
-EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
-    ExitCode.OK: "ok",
-    ExitCode.FAILED: "the job failed or was cancelled, or the service refused the request",
-    ExitCode.BAD_INPUT: "bad input: an invalid spec, option, setting or config file",
-    ExitCode.UNREACHABLE: "the service cannot be reached",
-    ExitCode.TOKEN_REJECTED: "the service rejected the API token",
+CLI_EXIT_MEANINGS: dict[CliExit, str] = {
+    CliExit.OK: "ok",
+    CliExit.FAILED: "the job failed or was cancelled, or the service refused the request",
+    CliExit.BAD_INPUT: "bad input: an invalid spec, option, setting or config file",
+    CliExit.UNREACHABLE: "the service cannot be reached",
+    CliExit.TOKEN_REJECTED: "the service rejected the API token",
 }
 
 
 class CliError(Exception):
     """A message for the user (no traceback) and the process exit code."""
 
-    def __init__(self, message: str, exit_code: int = ExitCode.FAILED) -> None:
+    def __init__(self, message: str, exit_code: int = CliExit.FAILED) -> None:
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
@@ -70,7 +71,7 @@ def handles_errors[**P, R](command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(e.exit_code) from None
         except SettingsInvalid as e:  # read deep inside a command (the launcher's settings at app start)
             _stderr.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
-            raise typer.Exit(ExitCode.BAD_INPUT) from None
+            raise typer.Exit(CliExit.BAD_INPUT) from None
 
     return wrapper
 
@@ -98,9 +99,9 @@ def load_client_config(url: str | None, token: str | None, config: Path | None) 
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError) as e:
-            raise CliError(f"cannot read the config file {path}: {e}", ExitCode.BAD_INPUT) from e
+            raise CliError(f"cannot read the config file {path}: {e}", CliExit.BAD_INPUT) from e
         if not isinstance(loaded, dict):
-            raise CliError(f"the config file {path} must be a mapping with url and token", ExitCode.BAD_INPUT)
+            raise CliError(f"the config file {path} must be a mapping with url and token", CliExit.BAD_INPUT)
         data = loaded
     return ClientConfig(url=(url or data.get("url") or DEFAULT_URL).rstrip("/"), token=token or data.get("token"), config_file=path)
 
@@ -154,7 +155,7 @@ class RljobClient:
         return CliError(
             f"cannot reach the rljob service at {self.config.url} ({e.__class__.__name__}). "
             "Is `rljob serve` running? Point the CLI elsewhere with --url or RLJOB_URL.",
-            ExitCode.UNREACHABLE,
+            CliExit.UNREACHABLE,
         )
 
     def check(self, response: httpx.Response) -> httpx.Response:
@@ -168,13 +169,13 @@ class RljobClient:
         if code == 401:
             raise CliError(
                 f"the service rejected the token ({detail}). Set RLJOB_TOKEN or --token; `rljob serve` prints one.",
-                ExitCode.TOKEN_REJECTED,
+                CliExit.TOKEN_REJECTED,
             )
         if code == 422:
-            raise CliError(f"the service rejected the request:\n{_field_problems(detail)}", ExitCode.BAD_INPUT)
+            raise CliError(f"the service rejected the request:\n{_field_problems(detail)}", CliExit.BAD_INPUT)
         if code == 413:
-            raise CliError("the request is too large for the service", ExitCode.BAD_INPUT)
-        raise CliError(f"{detail} (HTTP {code})", ExitCode.FAILED)
+            raise CliError("the request is too large for the service", CliExit.BAD_INPUT)
+        raise CliError(f"{detail} (HTTP {code})", CliExit.FAILED)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:

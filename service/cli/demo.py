@@ -22,7 +22,7 @@ from service.free_port import free_port
 from service.process_stop import terminate_then_kill
 from trainer.contract.spec_file import SpecFileError, read_spec_data
 
-from .client import ClientConfig, CliError, ExitCode, RljobClient
+from .client import ClientConfig, CliError, CliExit, RljobClient
 from .follow import follow_job
 from .output import print_job
 
@@ -57,7 +57,7 @@ def run_demo(spec_path: Path, work_dir: Path, console: Console) -> int:
     try:
         body = read_spec_data(spec_path)
     except SpecFileError as e:
-        raise CliError(f"cannot use {spec_path}: {e}", ExitCode.BAD_INPUT) from e
+        raise CliError(f"cannot use {spec_path}: {e}", CliExit.BAD_INPUT) from e
 
     console.rule("2. starting the control service (SQLite, local launcher, local storage)")
     port, token = free_port(), generate_token()

@@ -21,7 +21,7 @@ from service.config import Settings
 from trainer.contract.dns_label import DNS_LABEL_PATTERN
 from trainer.contract.exit_codes import ExitCode, describe_exit_code
 
-from .client import EXIT_CODE_MEANINGS
+from .client import CLI_EXIT_MEANINGS
 
 SETTINGS_TABLES: dict[str, type[BaseSettings]] = {"service-settings": Settings, "k8s-settings": K8sSettings}
 
@@ -89,7 +89,7 @@ def settings_table(model: type[BaseSettings]) -> str:
 
 def exit_codes_table() -> str:
     rows = ["| exit code | meaning |", "|---|---|"]
-    rows += [f"| {code.value} | {meaning} |" for code, meaning in EXIT_CODE_MEANINGS.items()]
+    rows += [f"| {code.value} | {meaning} |" for code, meaning in CLI_EXIT_MEANINGS.items()]
     return "\n".join(rows)
 
 

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from .client import CliError, ExitCode, handles_errors
+from .client import CliError, CliExit, handles_errors
 from .output import console
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
@@ -35,12 +35,12 @@ def doctor(
     try:
         k8s_settings, settings = read_settings(K8sSettings), load_settings()
     except SettingsInvalid as e:
-        raise CliError(str(e), ExitCode.BAD_INPUT) from None
+        raise CliError(str(e), CliExit.BAD_INPUT) from None
     try:
         client = build_k8s_client(k8s_settings)
     except (ConfigException, OSError, ValueError) as e:
         where = "the pod's service account" if k8s_settings.in_cluster else (k8s_settings.kubeconfig or "the default kubeconfig")
-        raise CliError(f"cannot load the cluster's credentials from {where}: {e}", ExitCode.BAD_INPUT) from e
+        raise CliError(f"cannot load the cluster's credentials from {where}: {e}", CliExit.BAD_INPUT) from e
     prefixes = storage_prefixes(settings.team_locations, settings.team_location_template) if storage else []
     lines = run_doctor(client, k8s_settings, storage_prefixes=prefixes)
     for line in lines:
@@ -48,4 +48,4 @@ def doctor(
     counts = {s: sum(1 for line in lines if line.status == s) for s in STYLE}
     console.print(f"{counts['ok']} ok, {counts['warn']} warn, {counts['fail']} fail", highlight=False)
     if failed(lines):
-        raise typer.Exit(ExitCode.FAILED)
+        raise typer.Exit(CliExit.FAILED)

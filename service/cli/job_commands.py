@@ -20,7 +20,7 @@ from trainer.contract import JobSpec
 from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
 from trainer.sizing.fit import estimate_job_fit
 
-from .client import CliContext, CliError, ExitCode, RljobClient, handles_errors
+from .client import CliContext, CliError, CliExit, RljobClient, handles_errors
 from .follow import follow_job
 from .output import (
     OutputFormat,
@@ -47,7 +47,7 @@ def _client(ctx: typer.Context) -> RljobClient:
 def _spec_problems(e: SpecFileError, path: Path) -> CliError:
     lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
     return CliError(f"invalid job spec {path} ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):\n{lines}",
-                    ExitCode.BAD_INPUT)  # fmt: skip
+                    CliExit.BAD_INPUT)  # fmt: skip
 
 
 @handles_errors
@@ -61,7 +61,7 @@ def submit(
 ) -> None:
     """Submit a job spec; prints the job id (and with -f follows it to the end)."""
     if dry_run and output is not None:
-        raise CliError("--dry-run prints Kubernetes manifests, not a job: leave out -o/--output", ExitCode.BAD_INPUT)
+        raise CliError("--dry-run prints Kubernetes manifests, not a job: leave out -o/--output", CliExit.BAD_INPUT)
     try:
         job_spec = load_spec_file(spec)
     except SpecFileError as e:
@@ -100,7 +100,7 @@ def _dry_run(context: CliContext, job_spec: JobSpec, path: Path) -> None:
         err_console.print("[dim]memory: not estimated (the model's shape is unknown: set model.name or model.dims, "
                           "or use a local checkpoint)[/]", highlight=False)  # fmt: skip
     elif fit.verdict == "does-not-fit":
-        raise CliError(f"{path} would be refused: hardware.accelerator: {fit.message}", ExitCode.BAD_INPUT)
+        raise CliError(f"{path} would be refused: hardware.accelerator: {fit.message}", CliExit.BAD_INPUT)
     else:
         style = "yellow" if fit.verdict == "tight" else "dim"
         err_console.print(f"[{style}]memory ({fit.verdict}): {escape(fit.message)}[/]", highlight=False)
@@ -122,7 +122,7 @@ def _follow_to_end(client: RljobClient, job_id: str, output: OutputFormat | None
     else:
         print_job(final)
     if final["phase"] != JobPhase.SUCCEEDED:
-        raise CliError(f"job {job_id} ended {final['phase']}", ExitCode.FAILED)
+        raise CliError(f"job {job_id} ended {final['phase']}", CliExit.FAILED)
 
 
 PhaseOption = Annotated[

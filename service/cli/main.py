@@ -3,7 +3,7 @@ over HTTP and import no adapter; the operator commands (operator_commands.py: `s
 `demo`; doctor.py) run on the operator's machine against the database, settings and cluster.
 
 Every failure the user can cause (bad spec, unreachable service, rejected token) ends with a
-one-paragraph message and a non-zero exit code (client.ExitCode, listed by `rljob --help`), never a
+one-paragraph message and a non-zero exit code (client.CliExit, listed by `rljob --help`), never a
 traceback.
 """
 
@@ -16,12 +16,12 @@ from typing import Annotated
 import typer
 
 from . import doctor, job_commands, operator_commands, samples, usage
-from .client import EXIT_CODE_MEANINGS, CliContext, ExitCode
+from .client import CLI_EXIT_MEANINGS, CliContext, CliExit
 from .manifests import render_k8s_manifests
 from .output import err_console
 
 # Typer's help reflows paragraphs; "\b" on its own line keeps the lines below it as written.
-EXIT_CODES_HELP = "Exit codes:\n\b\n" + "\n".join(f"{code.value}  {text}" for code, text in EXIT_CODE_MEANINGS.items())
+EXIT_CODES_HELP = "Exit codes:\n\b\n" + "\n".join(f"{code.value}  {text}" for code, text in CLI_EXIT_MEANINGS.items())
 
 app = typer.Typer(name="rljob", help="Run GRPO post-training jobs through the rljob control service.", no_args_is_help=True,
                   epilog=EXIT_CODES_HELP, pretty_exceptions_enable=False, add_completion=False)  # fmt: skip
@@ -34,7 +34,7 @@ def _print_version(wanted: bool) -> None:
         version = importlib.metadata.version("rljob")
     except importlib.metadata.PackageNotFoundError:
         err_console.print("[red]error:[/] rljob is not installed as a package (scripts/bootstrap.sh installs it)")
-        raise typer.Exit(ExitCode.FAILED) from None
+        raise typer.Exit(CliExit.FAILED) from None
     typer.echo(f"rljob {version}")
     raise typer.Exit()
 
@@ -71,7 +71,7 @@ def main() -> None:
         app()
     except Exception as e:  # noqa: BLE001 - anything unexpected: one line, not a traceback (usage errors are click's)
         err_console.print(f"[red]error:[/] unexpected {e.__class__.__name__}: {e}", highlight=False)
-        raise SystemExit(ExitCode.FAILED) from None
+        raise SystemExit(CliExit.FAILED) from None
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from service.settings_env import SettingsInvalid, read_settings
 from trainer.contract import JobSpec
 
-from .client import CliError, ExitCode
+from .client import CliError, CliExit
 
 
 def render_k8s_manifests(job_spec: JobSpec, job_id: str | None, what: str) -> str:
@@ -19,12 +19,12 @@ def render_k8s_manifests(job_spec: JobSpec, job_id: str | None, what: str) -> st
         from service.adapters.k8s.render import render_manifests_yaml
         from service.adapters.k8s.settings import K8sSettings
     except ImportError as e:
-        raise CliError(f"the Kubernetes renderer is not available in this installation ({e})", ExitCode.FAILED) from e
+        raise CliError(f"the Kubernetes renderer is not available in this installation ({e})", CliExit.FAILED) from e
     try:
         settings = read_settings(K8sSettings)
     except SettingsInvalid as e:
-        raise CliError(f"Kubernetes {e}", ExitCode.BAD_INPUT) from None
+        raise CliError(f"Kubernetes {e}", CliExit.BAD_INPUT) from None
     try:
         return render_manifests_yaml(job_spec, job_id, settings)
     except (K8sBackendError, ValueError) as e:  # the spec cannot run on Kubernetes as written
-        raise CliError(f"cannot render {what} for Kubernetes: {e}", ExitCode.BAD_INPUT) from e
+        raise CliError(f"cannot render {what} for Kubernetes: {e}", CliExit.BAD_INPUT) from e

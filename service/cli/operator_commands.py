@@ -17,7 +17,7 @@ from service.domain.models import TokenRecord
 from service.settings_env import SettingsInvalid
 from trainer.contract.spec_file import SpecFileError, load_spec_file
 
-from .client import CliError, ExitCode, handles_errors
+from .client import CliError, CliExit, handles_errors
 from .manifests import render_k8s_manifests
 from .output import OutputOption, console, emit
 
@@ -43,7 +43,7 @@ def _settings(**overrides: object) -> Settings:
     try:
         return load_settings(**{k: v for k, v in overrides.items() if v is not None})
     except SettingsInvalid as e:
-        raise CliError(str(e), ExitCode.BAD_INPUT) from None
+        raise CliError(str(e), CliExit.BAD_INPUT) from None
 
 
 def _token_service(  # imports kept lazy: the store pulls in SQLAlchemy
@@ -132,7 +132,7 @@ def token_create(
     try:
         secret, record = tokens.create(team, name=name, admin=admin)
     except InvalidRequest as e:
-        raise CliError(str(e), ExitCode.BAD_INPUT) from e
+        raise CliError(str(e), CliExit.BAD_INPUT) from e
     finally:
         store.close()
     console.print(f"token {record.id} for team {record.team}{' (admin)' if admin else ''}:")
@@ -146,7 +146,7 @@ def token_revoke(token_id: str, state_dir: StateDir = None, database_url: Databa
     tokens, store = _token_service(state_dir, database_url)
     try:
         if not tokens.revoke(token_id):
-            raise CliError(f"no active token {token_id}", ExitCode.FAILED)
+            raise CliError(f"no active token {token_id}", CliExit.FAILED)
     finally:
         store.close()
     console.print(f"revoked {token_id}")
@@ -184,7 +184,7 @@ def render(
         job_spec = load_spec_file(spec)
     except SpecFileError as e:
         lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
-        raise CliError(f"invalid job spec {spec}:\n{lines}", ExitCode.BAD_INPUT) from e
+        raise CliError(f"invalid job spec {spec}:\n{lines}", CliExit.BAD_INPUT) from e
     typer.echo(render_k8s_manifests(job_spec, job_id, str(spec)), nl=False)
 
 

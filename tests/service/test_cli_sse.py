@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from service.cli.client import ClientConfig, CliError, ExitCode, RljobClient
+from service.cli.client import ClientConfig, CliError, CliExit, RljobClient
 
 STREAM = {"content-type": "text/event-stream"}
 
@@ -65,7 +65,7 @@ def test_a_stream_that_keeps_dropping_is_unreachable_after_the_retries() -> None
     sleeps: list[float] = []
     with pytest.raises(CliError) as raised:
         list(_client(handler, sleeps).sse("/v1/events", retries=2))
-    assert raised.value.exit_code == ExitCode.UNREACHABLE and "cannot reach the rljob service" in raised.value.message
+    assert raised.value.exit_code == CliExit.UNREACHABLE and "cannot reach the rljob service" in raised.value.message
     assert calls == ["text/event-stream"] * 3 and sleeps == [2.0, 4.0]
 
 
@@ -73,8 +73,8 @@ def test_answers_that_are_not_event_streams_are_messages() -> None:
     html = _client(lambda request: httpx.Response(200, headers={"content-type": "text/html"}, text="<html>"))
     with pytest.raises(CliError) as raised:
         list(html.sse("/v1/events"))
-    assert raised.value.exit_code == ExitCode.FAILED and "did not answer with an event stream" in raised.value.message
+    assert raised.value.exit_code == CliExit.FAILED and "did not answer with an event stream" in raised.value.message
     rejected = _client(lambda request: httpx.Response(401, json={"detail": "token revoked"}))
     with pytest.raises(CliError) as raised:
         list(rejected.sse("/v1/events"))
-    assert raised.value.exit_code == ExitCode.TOKEN_REJECTED and "token revoked" in raised.value.message
+    assert raised.value.exit_code == CliExit.TOKEN_REJECTED and "token revoked" in raised.value.message

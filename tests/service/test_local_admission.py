@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from service.adapters.launchers import team_quotas
 from service.adapters.local.admission import JobClaim, TeamLimits, TeamQuotas, admit, chips_of, never_fits
-from service.cli.client import ExitCode
+from service.cli.client import CliExit
 from service.cli.main import app as cli
 from service.config import Settings
 from service.domain.models import QueueStatus
@@ -131,7 +131,7 @@ def test_rljob_serve_with_bad_team_quotas_says_which_setting_and_why(monkeypatch
     monkeypatch.setenv("RLJOB_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("RLJOB_TEAM_QUOTAS", '{"team-a": {"max_jobs": "two"}}')
     result = CliRunner().invoke(cli, ["serve"])
-    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert result.exit_code == CliExit.BAD_INPUT, result.output
     assert "invalid settings" in result.output and "RLJOB_TEAM_QUOTAS" in result.output
     assert "team-a.max_jobs" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "state").exists()  # nothing started

@@ -15,7 +15,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from service.cli.client import EXIT_CODE_MEANINGS, ExitCode
+from service.cli.client import CLI_EXIT_MEANINGS, CliExit
 from service.cli.main import app as cli
 from service.config import Settings
 
@@ -38,8 +38,8 @@ def test_version_comes_from_the_installed_package() -> None:
 
 def test_help_lists_every_exit_code() -> None:
     text = _flat(CliRunner().invoke(cli, ["--help"]).output)
-    assert set(EXIT_CODE_MEANINGS) == set(ExitCode)
-    for code, meaning in EXIT_CODE_MEANINGS.items():
+    assert set(CLI_EXIT_MEANINGS) == set(CliExit)
+    for code, meaning in CLI_EXIT_MEANINGS.items():
         assert f"{code.value} {meaning}" in text
 
 
@@ -60,12 +60,12 @@ def test_every_option_that_mirrors_a_setting_reads_its_variable() -> None:
 def test_serve_refuses_a_bad_variable_by_its_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RLJOB_LAUNCHER", "docker")
     result = CliRunner().invoke(cli, ["serve", "--state-dir", str(tmp_path)])
-    assert result.exit_code == ExitCode.BAD_INPUT
+    assert result.exit_code == CliExit.BAD_INPUT
     text = _flat(result.output)
     assert "RLJOB_LAUNCHER" in text and "'docker' is not one of 'local', 'kubernetes'" in text
     monkeypatch.delenv("RLJOB_LAUNCHER")
     flag = CliRunner().invoke(cli, ["serve", "--launcher", "docker", "--state-dir", str(tmp_path)])
-    assert flag.exit_code == ExitCode.BAD_INPUT and "'docker' is not one of 'local', 'kubernetes'" in _flat(flag.output)
+    assert flag.exit_code == CliExit.BAD_INPUT and "'docker' is not one of 'local', 'kubernetes'" in _flat(flag.output)
     assert not list(tmp_path.iterdir())  # nothing was written
 
 

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from service.adapters.k8s.settings import K8sSettings
-from service.cli.client import ExitCode
+from service.cli.client import CliExit
 from service.cli.main import app as cli
 from service.config import Settings
 from service.settings_env import SettingsInvalid, read_settings
@@ -61,6 +61,6 @@ def test_rljob_serve_with_a_bad_kubernetes_setting_says_which_and_starts_nothing
     monkeypatch.setenv("RLJOB_LAUNCHER", "kubernetes")
     monkeypatch.setenv("RLJOB_K8S_HOST_PATHS", '["/data"')
     result = CliRunner().invoke(cli, ["serve", "--port", "0"])
-    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert result.exit_code == CliExit.BAD_INPUT, result.output
     assert "RLJOB_K8S_HOST_PATHS" in result.output and "Traceback" not in result.output
     assert "unexpected" not in result.output and not (tmp_path / "state" / "client.yaml").exists()
