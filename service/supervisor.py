@@ -61,6 +61,7 @@ class Supervisor:
         self.recovery_error: str | None = None
         self._loops: list[BackgroundLoop] = []
         self._recovery_delay_s = recovery_retry_s
+        self._recovered = False  # this start's recovery has succeeded: poll from now on
         self._next_reconcile_s = 0.0
 
     def sink(self, obs: Observation) -> None:
@@ -74,6 +75,7 @@ class Supervisor:
         self.ready.clear()
         self.recovery_error = None
         self._recovery_delay_s = self.recovery_retry_s
+        self._recovered = False
         self.jobs.start()
         self.launcher.start(self.sink)
         self._loops = [
@@ -109,7 +111,7 @@ class Supervisor:
 
     def _recover_or_poll(self) -> float | None:
         """Until recovery has succeeded once, try it (backing off); then poll every progress_poll_interval_s."""
-        if self.ready.is_set():
+        if self._recovered:
             self._poll_round()
             return None
         try:
@@ -121,6 +123,7 @@ class Supervisor:
             self._recovery_delay_s = min(delay_s * 2, self.recovery_retry_max_s)
             return delay_s
         self.recovery_error = None
+        self._recovered = True
         self.ready.set()
         log.info("recovery finished; accepting submissions")
         self._next_reconcile_s = self._monotonic() + self.active_jobs_reconcile_interval_s
