@@ -7,67 +7,19 @@ checked on the event loop; only a token read from the store and the job read its
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.change_notifier import ChangeNotifier
-from service.config import Settings
 from service.domain.errors import JobNotFound, NotReady
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobPublic, JobRecord
-from service.domain.ports import Clock, JobStore
-from service.domain.self_check import SelfCheckReport
-from service.domain.tokens import TokenService
-from service.domain.views import to_public
-from service.leadership import Leadership
-from service.supervisor import Supervisor
+from service.domain.models import Caller, JobRecord
+from service.runtime import Runtime
 from trainer.contract import JOB_ID_RE
 
-from .job_views import JobViews
-from .log_follow import LogFollowers
-from .metrics import ServiceMetrics
 from .overload import CALLER_STATE
-
-
-@dataclass
-class Runtime:
-    """Everything the routes use, built once by the app's lifespan (app.py)."""
-
-    settings: Settings
-    store: JobStore
-    jobs: JobService
-    tokens: TokenService
-    notifier: ChangeNotifier
-    supervisor: Supervisor
-    leadership: Leadership
-    metrics: ServiceMetrics
-    clock: Clock
-    log_followers: LogFollowers = field(default_factory=lambda: LogFollowers(32))
-    self_checks: SelfCheckReport = field(default_factory=SelfCheckReport)  # start-up checks (/readyz shows them)
-    views: JobViews = field(init=False)  # the status read's and list page's JSON (api/job_views.py)
-
-    def __post_init__(self) -> None:
-        self.views = JobViews(self.jobs, self.public_at, self.clock)
-
-    def not_ready_reason(self) -> str | None:
-        """Why this replica cannot take submissions yet: only a leader still re-attaching jobs cannot
-        (a follower stores them and the leader hands them over)."""
-        if not self.leadership.leads or self.supervisor.ready.is_set():
-            return None
-        error = self.supervisor.recovery_error
-        return f"recovery failed: {error}" if error else "recovering jobs"
-
-    def public(self, record: JobRecord) -> JobPublic:
-        """The job as the API shows it now: health judged by the configured thresholds, cost by the price table."""
-        return self.public_at(record, self.clock())
-
-    def public_at(self, record: JobRecord, now: datetime) -> JobPublic:
-        return to_public(record, now, self.jobs.health_policy, self.settings.usage_prices_usd_per_chip_hour)
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -19,18 +19,18 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from service.api.deps import CallerDep, Runtime, RuntimeDep, VisibleJobDep
+from service.api.deps import CallerDep, RuntimeDep, VisibleJobDep
 from service.api.errors import error_responses
 from service.api.event_fanout import EventFanout, FannedEvent, StreamEnded, StreamScope, Subscription
 from service.api.sse import KEEPALIVE, KEEPALIVE_S, StreamHello, sse_event, sse_reconnect, sse_response, stream_response
-from service.domain.errors import NotReady
 from service.domain.models import JobEvent, JobPublic
 from service.domain.phases import JobPhase
 from service.domain.usage import job_usage
+from service.runtime import Runtime
 
 router = APIRouter(tags=["events"])
 
@@ -50,11 +50,8 @@ def _deadline(runtime: Runtime, max_duration_s: float | None) -> float:
     return time.monotonic() + min(max_duration_s or limit_s, limit_s)
 
 
-def get_fanout(request: Request) -> EventFanout:
-    fanout: EventFanout | None = getattr(request.app.state, "event_fanout", None)
-    if fanout is None:
-        raise NotReady()
-    return fanout
+async def get_fanout(runtime: RuntimeDep) -> EventFanout:
+    return runtime.fanout  # the runtime's one event reader (service/runtime.py)
 
 
 FanoutDep = Annotated[EventFanout, Depends(get_fanout)]

@@ -1,0 +1,211 @@
+"""The service's runtime: everything the API serves from, built once (`build_runtime`) and started and
+stopped as one (`Runtime.start`, `Runtime.stop`). The ASGI app's lifespan only starts and stops a built
+runtime (service/app.py); tests build one without ASGI.
+
+`build_runtime(settings, overrides)` wires the store, the launcher (chosen once, adapters/launchers.py),
+the leader lock (the LeaderLock port, chosen by the store: adapters/leader_locks.py), the job service,
+the supervisor, leadership and the event fan-out. `RuntimeOverrides` carries what tests put at the
+ports instead.
+
+Start-up order matters: migrate, ensure the bootstrap token, then take the lead if no other replica
+holds it (service/leadership.py): the leader starts the launcher's watcher and re-attaches every
+non-terminal job in the background; /readyz says false and submissions get 503 until that recovery has
+finished, so no new job can race with an old one being resumed. A replica that does not lead serves
+reads, streams and submissions (stored; the leader hands them over) and is ready at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import anyio.to_thread
+
+from service.adapters.events_file import EventsFileReader
+from service.adapters.launchers import build_launcher, startup_checks
+from service.adapters.leader_locks import leader_lock_for
+from service.adapters.run_files import StoreRunFiles
+from service.adapters.store import SqlJobStore
+from service.api.event_fanout import EventFanout
+from service.api.job_views import JobViews
+from service.api.log_follow import LogFollowers
+from service.api.metrics import ServiceMetrics
+from service.change_notifier import ChangeNotifier
+from service.config import Settings
+from service.domain.job_service import JobService
+from service.domain.models import JobPublic, JobRecord
+from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
+from service.domain.self_check import CheckLine, SelfCheckReport
+from service.domain.tokens import TokenCache, TokenService
+from service.domain.views import to_public
+from service.leadership import Leadership
+from service.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+SHARED_RECORDS = 2048  # job records the API may keep in memory (adapters/store/shared_records.py)
+
+SelfCheck = Callable[[], list[CheckLine]]
+
+
+def replica_name() -> str:
+    """Who holds a leadership term, as the leader_terms row shows it: host and process."""
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+@dataclass(frozen=True)
+class RuntimeOverrides:
+    """What tests put at the ports instead of what the settings choose (None: the settings' choice).
+
+    `self_check`: the backend's start-up checks (`rljob doctor`'s, for the Kubernetes backend the runtime
+    builds itself); run once in the background, logged, and shown in /readyz's `checks`. A test that
+    passes its own launcher gets none unless it passes them too."""
+
+    store: JobStore | None = None  # not closed by the runtime: its owner closes it
+    launcher: JobLauncher | None = None
+    progress: ProgressSource | None = None
+    run_files: RunFiles | None = None
+    clock: Clock = utc_now
+    self_check: SelfCheck | None = None
+
+
+@dataclass
+class Runtime:
+    """Everything the routes use (api/deps.py hands it to them), and the background work behind them."""
+
+    settings: Settings
+    store: JobStore
+    jobs: JobService
+    tokens: TokenService
+    notifier: ChangeNotifier
+    supervisor: Supervisor
+    leadership: Leadership
+    metrics: ServiceMetrics
+    clock: Clock
+    fanout: EventFanout  # the one reader of new job events, feeding every open event stream
+    log_followers: LogFollowers = field(default_factory=lambda: LogFollowers(32))
+    self_checks: SelfCheckReport = field(default_factory=SelfCheckReport)  # start-up checks (/readyz shows them)
+    self_check: SelfCheck | None = None  # what fills self_checks, run once by start()
+    owns_store: bool = True  # stop() closes the store (False: a store the caller passed in)
+    views: JobViews = field(init=False)  # the status read's and list page's JSON (api/job_views.py)
+
+    def __post_init__(self) -> None:
+        self.views = JobViews(self.jobs, self.public_at, self.clock)
+
+    async def start(self) -> None:
+        """Migrate, ensure the bootstrap token, start the self-check, the event fan-out and leadership
+        (a leader starts its supervisor). If a step fails, what had started is stopped before the error
+        is raised (a second `rljob serve` on one state directory: StateDirInUse)."""
+        try:
+            await anyio.to_thread.run_sync(self.store.migrate)
+            bootstrap = self.settings.bootstrap_token
+            if bootstrap is not None:
+                await anyio.to_thread.run_sync(
+                    lambda: self.tokens.ensure(
+                        bootstrap.get_secret_value(), self.settings.bootstrap_team, admin=self.settings.bootstrap_admin
+                    )
+                )
+            self.metrics.watch_store(self.store.count_by_phase)
+            await anyio.to_thread.run_sync(self.metrics.watch_usage, self.store, self.clock, self.settings.usage_prices_usd_per_chip_hour)
+            if self.self_check is not None:
+                check = threading.Thread(
+                    target=run_self_check, args=(self.self_check, self.self_checks), name="rljob-self-check", daemon=True
+                )
+                check.start()
+            await self.fanout.start()
+            self.metrics.watch_leadership(lambda: self.leadership.leads)
+            await anyio.to_thread.run_sync(self.leadership.start)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """End every event stream, give up the lead (stopping the supervisor, the launcher's watches and
+        the status mirror, each join bounded), then close the store if this runtime opened it."""
+        try:
+            await self.fanout.stop()
+            await anyio.to_thread.run_sync(self.leadership.stop)
+        finally:
+            if self.owns_store:
+                self.store.close()
+
+    def not_ready_reason(self) -> str | None:
+        """Why this replica cannot take submissions yet: only a leader still re-attaching jobs cannot
+        (a follower stores them and the leader hands them over)."""
+        if not self.leadership.leads or self.supervisor.ready.is_set():
+            return None
+        error = self.supervisor.recovery_error
+        return f"recovery failed: {error}" if error else "recovering jobs"
+
+    def public(self, record: JobRecord) -> JobPublic:
+        """The job as the API shows it now: health judged by the configured thresholds, cost by the price table."""
+        return self.public_at(record, self.clock())
+
+    def public_at(self, record: JobRecord, now: datetime) -> JobPublic:
+        return to_public(record, now, self.jobs.health_policy, self.settings.usage_prices_usd_per_chip_hour)
+
+
+def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None, *, metrics: ServiceMetrics | None = None) -> Runtime:
+    """Wire the runtime from settings; nothing starts and no database is read until `Runtime.start`.
+
+    `metrics`: the app's (its middleware records into it before any runtime exists); a fresh one otherwise."""
+    given = overrides or RuntimeOverrides()
+    clock = given.clock
+    lock = leader_lock_for(getattr(given.store, "url", None) if given.store is not None else settings.effective_database_url)
+    # Records kept in memory for reads only where this process writes every job (lock not shared).
+    store = given.store or SqlJobStore(settings.effective_database_url, shared_reads=0 if lock.shared else SHARED_RECORDS)
+    tokens = TokenService(store, clock, cache=TokenCache(settings.token_cache_size, settings.token_cache_ttl_s))
+    launcher = given.launcher or build_launcher(settings)
+    self_check = given.self_check
+    if self_check is None and given.launcher is None:
+        self_check = startup_checks(settings, launcher)
+    notifier = ChangeNotifier()
+
+    def elected(term: int) -> None:
+        jobs.begin_term(term)
+        supervisor.start()
+
+    def deposed() -> None:
+        jobs.end_term()  # first: a leader write still under way is refused from here on
+        supervisor.stop()
+
+    leadership = Leadership(
+        lock, take_term=lambda: store.take_term(replica_name(), clock()), on_elected=elected, on_deposed=deposed,
+        check_interval_s=settings.leader_check_interval_s,
+    )  # fmt: skip
+    jobs = JobService(
+        store, launcher, given.progress or EventsFileReader(),
+        clock=clock, notify=notifier.notify, max_resumes=settings.max_resumes,
+        run_files=given.run_files or StoreRunFiles(), mirror_every_steps=settings.status_mirror_every_steps,
+        mirror_interval_s=settings.status_mirror_interval_s, health_policy=settings.health_policy,
+        location_policy=settings.location_policy, leads=lambda: leadership.leads, on_fenced=lambda: leadership.fenced(),
+    )  # fmt: skip
+    supervisor = Supervisor(
+        jobs, launcher,
+        progress_poll_interval_s=settings.progress_poll_interval_s,
+        active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
+        take_over_requests=lock.shared,
+    )  # fmt: skip
+    fanout = EventFanout(store, notifier, poll_interval_s=settings.sse_poll_interval_s, queue_size=settings.sse_queue_events)
+    return Runtime(
+        settings=settings, store=store, jobs=jobs, tokens=tokens, notifier=notifier,
+        supervisor=supervisor, leadership=leadership, metrics=metrics or ServiceMetrics(), clock=clock, fanout=fanout,
+        log_followers=LogFollowers(settings.max_log_followers), self_check=self_check, owns_store=given.store is None,
+    )  # fmt: skip
+
+
+def run_self_check(checks: SelfCheck, report: SelfCheckReport) -> None:
+    """The start-up checks, logged once (a failure is logged, not fatal: see service/domain/self_check.py)."""
+    try:
+        lines = checks()
+    except Exception as e:  # noqa: BLE001 - a broken check must not take the service down
+        lines = [CheckLine("warn", "self-check", f"could not run: {e.__class__.__name__}: {e}", "run `rljob doctor`")]
+    report.set(lines)
+    for line in lines:
+        level = {"ok": logging.INFO, "warn": logging.WARNING, "fail": logging.ERROR}[line.status]
+        log.log(level, "self-check %s", line.render().replace("\n      ", " "))
