@@ -12,6 +12,9 @@ Every later event of the stream's scope reaches its queue; every event up to `he
 replay from the store that reads until a short batch has covered it (events commit in seq order, across
 replicas too: on PostgreSQL an event insert holds a transaction lock until its commit, sql_store.py).
 The stream then takes from its queue, skipping what the replay already sent: no gap, no duplicate.
+
+The runtime owns the one fan-out of its process (`Runtime.fanout`, service/runtime.py): it is started
+and stopped with the runtime, and the event routes reach it through the runtime.
 """
 
 from __future__ import annotations
