@@ -12,6 +12,10 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import ConsoleMessage, Page, ViewportSize
 
 CHROMIUM_ENV = "PLAYWRIGHT_CHROMIUM_EXECUTABLE"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -24,7 +28,7 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-LAPTOP_VIEWPORT = {"width": 1366, "height": 768}  # the screen the dashboard is laid out for
+LAPTOP_VIEWPORT: ViewportSize = {"width": 1366, "height": 768}  # the screen the dashboard is laid out for
 
 
 class ChromiumMissing(RuntimeError):
@@ -53,10 +57,10 @@ class PageProblems:
     def __init__(self) -> None:
         self.items: list[str] = []
 
-    def watch(self, page) -> None:
+    def watch(self, page: Page) -> None:
         page.on("pageerror", lambda exc: self.items.append(f"uncaught: {exc}"))
 
-        def on_console(msg) -> None:
+        def on_console(msg: ConsoleMessage) -> None:
             text = msg.text
             # Failed requests (401, refused connections, streams cut by a stopping server) are logged
             # by Chromium itself; the tests check what the page shows for them instead.

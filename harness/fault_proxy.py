@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
 PRINCIPAL = "rljob-trainer@rljob-test.iam.gserviceaccount.com"
@@ -50,7 +51,7 @@ def forbidden_body(permission: str) -> bytes:
 
 
 class ForbiddingProxy:
-    def __init__(self, upstream_port: int, denied: Callable[[str, str], bool] = lambda p, b: False,
+    def __init__(self, upstream_port: int, denied: Callable[[str, str | None], bool] = lambda p, b: False,
                  *, delay_s: float = 0.0) -> None:
         """delay_s: added before forwarding each request, a stand-in for the round trip to real GCS."""
         self.denied_requests: list[tuple[str, str]] = []
@@ -59,7 +60,7 @@ class ForbiddingProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args) -> None:  # keep test output clean
+            def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
                 pass
 
             def _handle(self) -> None:
@@ -104,6 +105,6 @@ class ForbiddingProxy:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()

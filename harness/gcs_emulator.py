@@ -28,7 +28,7 @@ class GcsEmulator:
     def __init__(self, root: Path, port: int | None = None) -> None:
         self.root = root
         self.port = port or free_port()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import kmock as kmock_lib
+from kmock._internal.rendering import Response  # not re-exported by kmock's typed API
 
 NS = "rljob"
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -20,9 +20,9 @@ FLAVORS = {
 TPU_TAINT = {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}
 
 
-def not_found(plural: str, name: str) -> kmock_lib.Response:
+def not_found(plural: str, name: str) -> Response:
     """What a real API server answers for a missing object of a served resource (a NotFound Status)."""
-    return kmock_lib.Response(status=404, payload={
+    return Response(status=404, payload={
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "NotFound", "code": 404,
         "message": f'{plural}.kueue.x-k8s.io "{name}" not found',
         "details": {"name": name, "group": "kueue.x-k8s.io", "kind": plural}})
@@ -62,7 +62,7 @@ class KueueCluster:
         # kmock stores every create; a review is not stored by a real API server (and the next would conflict).
         self.server.objects[request.resource, None, None].delete()
         allowed = (resource, attrs["verb"]) not in self.denied
-        return kmock_lib.Response(status=201, payload={
+        return Response(status=201, payload={
             "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": request.data["spec"],
             "status": {"allowed": allowed, **({} if allowed else {"reason": "no RBAC policy matched"})}})
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import uvicorn
@@ -183,7 +183,7 @@ class LiveService:
     def api(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
 
-    def submit(self, name: str, *, total_steps: int = 10, **grpo: object) -> dict:
+    def submit(self, name: str, *, total_steps: int = 10, **grpo: object) -> dict[str, Any]:
         spec = {
             "name": name,
             "model": {"name": "llama3.1-8b", "source": "meta-llama/Llama-3.1-8B-Instruct"},
@@ -194,13 +194,13 @@ class LiveService:
         with self.api() as client:
             response = client.post("/v1/jobs", json=spec)
         assert response.status_code == 201, response.text
-        return response.json()
+        return cast(dict[str, Any], response.json())
 
-    def job(self, job_id: str) -> dict:
+    def job(self, job_id: str) -> dict[str, Any]:
         with self.api() as client:
-            return client.get(f"/v1/jobs/{job_id}").raise_for_status().json()
+            return cast(dict[str, Any], client.get(f"/v1/jobs/{job_id}").raise_for_status().json())
 
-    def wait_for_phase(self, job_id: str, phase: str, timeout_s: float = 30.0) -> dict:
+    def wait_for_phase(self, job_id: str, phase: str, timeout_s: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             job = self.job(job_id)
@@ -221,7 +221,7 @@ class LiveService:
             f.write(dump_event(event) + "\n")
 
     def write_samples(
-        self, job_id: str, step: int, samples: list[dict], *, groups: int = 2, with_signal: int = 1
+        self, job_id: str, step: int, samples: list[dict[str, Any]], *, groups: int = 2, with_signal: int = 1
     ) -> None:
         """Write a step's samples file into the run directory, as the trainer does (trainer/contract/samples.py)."""
         body = StepSamples(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("service", "trainer")
+PACKAGES = ("service", "trainer", "harness")
 
 
 def _module_name(path: Path) -> str:

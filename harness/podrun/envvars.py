@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
+from .quantity import parse_quantity
 
 # (kind, name) -> the object in the pod's namespace, or None when it does not exist.
 Lookup = Callable[[str, str], dict[str, Any] | None]
@@ -90,7 +90,7 @@ def field_value(pod: dict[str, Any], path: str) -> str:
         "status.podIPs": POD_IP,
     }
     if path in simple:
-        return simple[path]
+        return str(simple[path])
     keyed = _META_KEY.match(path)
     if keyed:
         return str((meta.get(keyed.group(1)) or {}).get(keyed.group(2), ""))

@@ -19,7 +19,7 @@ import copy
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from .volumes import NotEmulated
 
@@ -39,7 +39,7 @@ def iso(t: dt.datetime) -> str:
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == kind and cond.get("status") == "True":
-            return cond
+            return cast(dict[str, Any], cond)
     return None
 
 
@@ -135,8 +135,8 @@ def _cond(kind: str, reason: str, message: str, now: dt.datetime, status: str = 
 def _finished_at(pod: dict[str, Any]) -> dt.datetime | None:
     times = [parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
              for cs in (pod.get("status") or {}).get("containerStatuses") or []]
-    times = [t for t in times if t is not None]
-    return max(times) if times else None
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 def decide_job(job: dict[str, Any], pods: list[dict[str, Any]], *, now: dt.datetime, new_suffix: Callable[[], str],
@@ -145,7 +145,10 @@ def decide_job(job: dict[str, Any], pods: list[dict[str, Any]], *, now: dt.datet
     out = JobDecision()
     before = copy.deepcopy(status)
     conds: list[dict[str, Any]] = status.setdefault("conditions", [])
-    has = lambda kind: any(c["type"] == kind and c["status"] == "True" for c in conds)  # noqa: E731
+
+    def has(kind: str) -> bool:
+        return any(c["type"] == kind and c["status"] == "True" for c in conds)
+
     owned = [p for p in pods if owned_by(p, job["metadata"]["uid"])]
     finished_held = [p for p in owned if is_finished(p) and TRACKING_FINALIZER in (p["metadata"].get("finalizers") or [])]
 
@@ -173,7 +176,7 @@ def decide_job(job: dict[str, Any], pods: list[dict[str, Any]], *, now: dt.datet
         if action == "Ignore":
             continue
         status["failed"] = status.get("failed", 0) + 1
-        if action == "FailJob" and failure_target is None:
+        if action == "FailJob" and failure_target is None and rule is not None:
             failure_target = ("PodFailurePolicy", f"{rule[2]} matching FailJob rule at index {rule[0]}")
     if mode_indexed:
         status["completedIndexes"] = ",".join(str(i) for i in sorted(completed))

@@ -72,7 +72,7 @@ def decide_jobset(jobset: dict[str, Any], children: list[dict[str, Any]], *, now
     failed = next((j for j in attempt if condition(j, "Failed")), None)
     wanted = child_jobs(jobset, restarts)
     if failed is not None:
-        reason = condition(failed, "Failed").get("reason", "")
+        reason = (condition(failed, "Failed") or {}).get("reason", "")
         policy = spec.get("failurePolicy") or {}
         fail_now = any(rule.get("action") == "FailJobSet" and reason in (rule.get("onJobFailureReasons") or [reason])
                        for rule in policy.get("rules") or [])

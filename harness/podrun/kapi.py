@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import uuid
-from typing import Any
+from typing import Any, cast
 
 # kind -> (API group/version, plural, namespaced)
 KINDS: dict[str, tuple[str, str]] = {
@@ -49,6 +49,7 @@ class KApi:
         self.kmock = kmock
 
     async def send(self, method: str, path: str, body: Any = None) -> Any:
+        """The decoded JSON answer (kmock's client is untyped; callers that know the shape cast it)."""
         async with self.kmock.request(method, path, json=body) as resp:
             data = await resp.json(content_type=None)
             if resp.status >= 300:
@@ -57,11 +58,11 @@ class KApi:
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         ns = obj["metadata"].get("namespace")
-        return await self.send("POST", collection_path(obj["kind"], ns), obj)
+        return cast(dict[str, Any], await self.send("POST", collection_path(obj["kind"], ns), obj))
 
     async def patch(self, kind: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any] | None:
         try:
-            return await self.send("PATCH", f"{collection_path(kind, namespace)}/{name}", body)
+            return cast(dict[str, Any], await self.send("PATCH", f"{collection_path(kind, namespace)}/{name}", body))
         except ApiError as e:
             if e.status == 404:
                 return None

@@ -62,11 +62,11 @@ class Kubelet:
     async def sync(self, pods: list[dict[str, Any]]) -> None:
         self._loop = asyncio.get_running_loop()
         present = {_key(p): p for p in pods}
-        for key, runner in list(self.runners.items()):
+        for key, gone in list(self.runners.items()):
             if key not in present:  # deleted without a finalizer holding it: stop and forget
-                runner.terminate(self._grace.get(key))
-                if runner.finished():
-                    runner.cleanup()
+                gone.terminate(self._grace.get(key))
+                if gone.finished():
+                    gone.cleanup()
                     del self.runners[key]
         bound = [p for p in pods if (p.get("spec") or {}).get("nodeName") == self.node.name]
         for pod in pods:

@@ -104,7 +104,10 @@ class KueueEmulator:
             if w["metadata"].get("deletionTimestamp") and w["metadata"].get("finalizers"):
                 await api.send("PATCH", kueue_path("Workload", w["metadata"]["namespace"], w["metadata"]["name"]),
                                {"metadata": {"finalizers": []}})
-        by_name = lambda kind: {o["metadata"]["name"]: o for o in self.list(kind)}  # noqa: E731
+
+        def by_name(kind: str) -> dict[str, dict[str, Any]]:
+            return {o["metadata"]["name"]: o for o in self.list(kind)}
+
         state = KueueState(
             flavors=by_name("ResourceFlavor"), cluster_queues=by_name("ClusterQueue"), checks=by_name("AdmissionCheck"),
             priority_classes=by_name("WorkloadPriorityClass"), prov_configs=set(by_name("ProvisioningRequestConfig")),

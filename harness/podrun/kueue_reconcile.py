@@ -85,8 +85,8 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
 
     owners = {o["metadata"]["uid"]: o for o in st.owners}
     workloads = {_owner_uid(w): w for w in st.workloads}
-    for uid, owner in owners.items():
-        _ensure_workload(out, owner, workloads.get(uid), st, now)
+    for uid, each_owner in owners.items():
+        _ensure_workload(out, each_owner, workloads.get(uid), st, now)
     live = []
     for w in st.workloads:
         owner = owners.get(_owner_uid(w) or "")
@@ -116,13 +116,13 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
     blocked_cqs: set[str] = set()
     for w in queue_order(pending):
         ns = w["metadata"]["namespace"]
-        lq = lq_of.get((ns, w["spec"]["queueName"]))
-        blocker = _queue_blocker(w, lq, st, cq_active)
+        queue = lq_of.get((ns, w["spec"]["queueName"]))
+        blocker = _queue_blocker(w, queue, st, cq_active)
         if blocker is not None:  # workload_controller.go syncQuotaReservedFalseCondition (legacy reasons)
             _set_pending(out, w, "Inadmissible", blocker, now)
             continue
-        assert lq is not None
-        cq_name = lq[3]
+        assert queue is not None
+        cq_name = queue[3]
         cq = st.cluster_queues[cq_name]
         if cq_name in blocked_cqs:  # StrictFIFO: the head blocks the rest
             continue

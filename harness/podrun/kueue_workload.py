@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-from kubernetes.utils.quantity import parse_quantity
 
 from harness.crd_schemas import strict_crd_schema
 
+from .quantity import parse_quantity
 from .scheduling import requests_of
 
 GROUP_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -142,7 +142,7 @@ def started_owner_spec(owner: dict[str, Any], workload: dict[str, Any], flavors:
     """reconciler.go startJob -> (Job).RunWithPodSetsInfo / (JobSet).RunWithPodSetsInfo: suspend=false and each
     podset's template merged with its flavors (a JobSet: each replicatedJob's template; our JobSet controller
     copies templates into child Jobs only when it creates them, so children must not exist yet)."""
-    spec = copy.deepcopy(owner["spec"])
+    spec: dict[str, Any] = copy.deepcopy(owner["spec"])
     assignments = {a["name"]: a for a in workload["status"]["admission"]["podSetAssignments"]}
     templates = ([("main", spec["template"])] if owner["kind"] == "Job"
                  else [(rj["name"], rj["template"]["spec"]["template"]) for rj in spec["replicatedJobs"]])

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
+from .quantity import parse_quantity
 from .volumes import NotEmulated
 
 NODE_NAME = "podrun-node"

@@ -16,11 +16,10 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from kubernetes.utils.quantity import parse_quantity
+from typing import Any, cast
 
 from .envvars import ApiAccess, ContainerConfigError, Lookup, configmap_data, field_value, resource_value, secret_data
+from .quantity import parse_quantity
 
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_VOLUME = "kube-api-access-podrun"
@@ -91,7 +90,7 @@ def _items(values: dict[str, bytes], items: list[dict[str, Any]] | None, kind: s
 
 
 def _source(kind: str, ref: dict[str, Any], lookup: Lookup, ns: str, default_mode: int) -> dict[str, tuple[bytes, int]]:
-    name = ref.get("name") or ref.get("secretName")
+    name = cast(str, ref.get("name") or ref.get("secretName"))  # the schema requires one of them
     optional = bool(ref.get("optional"))
     obj = lookup(kind, name)
     if obj is None:
