@@ -28,7 +28,7 @@ from .phases import JobPhase
 from .storage_usage import StorageSample, job_storage_usage
 from .usage_models import JobStorageUsage, JobUsage, JobUsageRow, UsageAmount, UsageGroup, UsageSum
 
-# USD per chip-hour by family and capacity. The docs (README, "Usage and cost") say where these come
+# USD per chip-hour by family and capacity. The docs (docs/usage.md) say where these come
 # from and when; RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR replaces the table.
 CapacityType = Literal["on-demand", "spot", "flex-start", "reservation"]  # HardwareSpec.capacity's values
 PriceTable = Mapping[str, Mapping[CapacityType, float]]
