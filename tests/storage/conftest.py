@@ -6,10 +6,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import storage
 
-from harness.gcs_emulator import GcsEmulator, apply_env, restore_env
+from harness.gcs_emulator import GcsEmulator, apply_env, client_for, restore_env
 from trainer.storage.gcs import GcsStore, RetrySettings, reset_gcs_store
 
 # Short backoff so tests that provoke retries stay fast; the timeout still covers a few seconds of outage.
@@ -28,10 +26,6 @@ def emulator(tmp_path_factory) -> Iterator[GcsEmulator]:
         reset_gcs_store()
         restore_env(previous)
         emu.stop()
-
-
-def client_for(url: str) -> storage.Client:
-    return storage.Client(project="rljob-test", credentials=AnonymousCredentials(), client_options={"api_endpoint": url})
 
 
 @pytest.fixture

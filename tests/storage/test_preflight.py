@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from harness.fault_proxy import ForbiddingProxy
+from harness.gcs_emulator import client_for
 from trainer.contract import JobSpec, RunLayout
 from trainer.storage import StorageError
 from trainer.storage.gcs import GcsStore, reset_gcs_store
 from trainer.storage.local import LocalDirStore
 from trainer.storage.preflight import preflight
 
-from .conftest import FAST_RETRY, client_for
+from .conftest import FAST_RETRY
 
 REPO = Path(__file__).resolve().parents[2]
 

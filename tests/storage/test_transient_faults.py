@@ -11,10 +11,8 @@ import time
 
 import pytest
 
-from harness.gcs_emulator import GcsEmulator
+from harness.gcs_emulator import GcsEmulator, client_for
 from trainer.storage.gcs import GcsStore, RetrySettings
-
-from .conftest import client_for
 
 OUTAGE_S = 3.0
 
