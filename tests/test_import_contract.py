@@ -109,6 +109,10 @@ def test_the_harness_imports_no_test():
     assert violations(source_files("harness"), ("tests", "bench")) == []
 
 
+def test_the_benches_take_their_emulators_from_the_harness_not_the_tests():
+    assert violations(source_files("bench"), ("tests",)) == []
+
+
 # The CLI's job commands talk HTTP only; the operator side (serve, token, render, demo, doctor) may reach further.
 CLI_CLIENT_SIDE = ("client", "job_commands", "follow", "output", "samples", "usage", "goodput_text", "storage_text")
 
