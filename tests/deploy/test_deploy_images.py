@@ -9,10 +9,12 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import setuptools
 import yaml
 
 from tests.deploy.deploy_support import ROOT
@@ -161,5 +163,13 @@ def test_dockerignore_lets_every_copy_source_in_and_keeps_the_rest_out():
         assert (ROOT / src).exists(), f"COPY source {src} does not exist"
         probe = src if (ROOT / src).is_file() else f"{src}/__init__.py"
         assert _dockerignore_allows(probe, patterns), f".dockerignore excludes {src}"
-    for kept_out in (".venv/bin/python", ".git/config", "tests/deploy/conftest.py", "var/x", "trainer/__pycache__/a.pyc"):
+    for kept_out in (".venv/bin/python", ".git/config", "tests/deploy/conftest.py", "harness/podrun/cluster.py", "bench/kill_loop.py",
+                     "var/x", "trainer/__pycache__/a.pyc"):
         assert not _dockerignore_allows(kept_out, patterns), f".dockerignore lets {kept_out} in"
+
+
+def test_the_wheel_holds_only_the_service_and_the_trainer():
+    # harness/, tests/ and bench/ are importable from the checkout but are never installed into an image.
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packaged = {name.split(".")[0] for name in setuptools.find_packages(str(ROOT), include=find["include"])}
+    assert packaged == {"service", "trainer"}
