@@ -2,7 +2,7 @@
 
 Progress comes through the real channel: the test appends trainer events to the job's
 events.jsonl and the service tails it; the job's process is a real child of the local launcher
-(held_trainer.py), so a cancel from the page really stops a process group.
+(harness/held_trainer.py), so a cancel from the page really stops a process group.
 """
 
 from __future__ import annotations
