@@ -54,12 +54,13 @@ def _report_spec_problems(problems: list[tuple[str, str]]) -> int:
     return int(ExitCode.INVALID_SPEC)
 
 
-def _load(args: argparse.Namespace) -> tuple[JobSpec, str]:
+def _load(args: argparse.Namespace) -> tuple[JobSpec, RunLayout]:
+    """The spec file's job and where its run goes (the one RunLayout either command builds)."""
     spec = load_spec_file(args.spec)
     job_id = args.job_id or default_job_id(spec)
     if not is_dns_label(job_id):
         raise SpecFileError([("--job-id", "must be a DNS-1123 label: lowercase letters, digits and '-'")])
-    return spec, job_id
+    return spec, RunLayout(spec.output, job_id)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -67,8 +68,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from trainer.runner import secret_values
     from trainer.sources import UnsupportedCheckpoint, checkpoint_problem, resolve_model
 
-    spec, job_id = _load(args)
-    layout = RunLayout(spec.output, job_id)
+    spec, layout = _load(args)
+    job_id = layout.job_id
     secrets = secret_values(os.environ)
     try:
         # A hub checkpoint's config is read at run time; offline, plan shows MaxText's table for model.name.
@@ -103,7 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainer.storage.preflight import preflight
 
     started_at = time.monotonic()  # the deadline counts from here: a flex-start pod starts with its VM
-    spec, job_id = _load(args)
+    spec, layout = _load(args)
+    job_id = layout.job_id
     try:
         deadline = stop_deadline_from_env(started_at)
     except RunStopConfigError as e:
@@ -111,7 +113,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     missing = missing_local_inputs(spec)
     if missing:
         raise SpecFileError(missing)
-    layout = RunLayout(spec.output, job_id)
     try:
         store = store_for(layout.root)
         # Before any accelerator time is spent: output and cache writable, gs:// inputs readable.
