@@ -7,7 +7,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Row
 
 from service.domain.learning_health import read_window
@@ -32,7 +32,7 @@ def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     # An ORM row's JSON columns are the objects SQLAlchemy tracks: copy them, so domain edits are
     # explicit. A core row's were just decoded and belong to nobody (the copy was a third of a list).
     own = _deep_copy if isinstance(row, JobRow) else _as_is
-    values["spec"] = _parsed_spec(json.dumps(row.spec, sort_keys=True))
+    values["spec"] = _stored_spec(row.id, row.spec)
     values["latest_metrics"] = own(values["latest_metrics"]) or {}
     stage = row.stage
     values["stage"] = Stage(stage) if stage is not None and stage in Stage else None  # an unknown name: none
@@ -47,6 +47,24 @@ def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     values["storage"] = own(values["storage"])  # NULL: none measured yet, or stored before 0006
     values["goodput"] = own(values["goodput"])  # NULL: none measured yet, or stored before 0007
     return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
+
+
+class StoredSpecUnreadable(RuntimeError):
+    """A stored spec this version's JobSpec refuses: the model was tightened without a data migration.
+    Raised on read, naming the job and the fields, so the operator sees which rows need migrating
+    instead of a bare validation error (or a job silently read with other values)."""
+
+
+def _stored_spec(job_id: str, spec: Any) -> JobSpec:
+    try:
+        return _parsed_spec(json.dumps(spec, sort_keys=True))
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise StoredSpecUnreadable(
+            f"job {job_id}: its stored spec does not validate against this version's JobSpec ({problems}); "
+            "a change to the spec model needs an Alembic data migration (service/adapters/store/migrations/) "
+            "that rewrites the stored specs, or the previous version to read them"
+        ) from None
 
 
 # A job's spec never changes, and a list reads the same specs again and again: validating one costs

@@ -1,0 +1,34 @@
+"""A stored spec this version's JobSpec refuses is read as a clear error naming the job and the field
+(a spec model tightened without a data migration), on the session read and the shared read alike."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from sqlalchemy import text
+
+from service.adapters.store import SqlJobStore
+from service.adapters.store.record_rows import StoredSpecUnreadable
+from service.domain.models import JobRecord
+from service.domain.phases import JobPhase
+from tests.service.service_helpers import record_spec
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def test_a_stored_spec_the_model_refuses_names_the_job_and_the_field(store: SqlJobStore) -> None:
+    spec = record_spec()
+    with store.transaction() as tx:
+        tx.insert(JobRecord(id="rl-oldspec00001", team="team-a", name="n", spec=spec, spec_hash="x",
+                            phase=JobPhase.QUEUED, created_at=T0, updated_at=T0))  # fmt: skip
+    stored = spec.model_dump(mode="json")
+    stored["grpo"]["batch_size"] = -1  # what an older, looser model could have accepted
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE jobs SET spec = :spec WHERE id = 'rl-oldspec00001'"),
+                     {"spec": json.dumps(stored)})  # fmt: skip
+    with pytest.raises(StoredSpecUnreadable, match=r"job rl-oldspec00001: .*grpo\.batch_size.*data migration"):
+        store.get("rl-oldspec00001")
+    with pytest.raises(StoredSpecUnreadable, match="rl-oldspec00001"), store.transaction() as tx:
+        tx.get("rl-oldspec00001")
