@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, location_kind
+from trainer.repro import write_repro
 from trainer.run_size import report_run_storage
 from trainer.run_stop import StopRequest
 from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command
@@ -102,6 +103,7 @@ def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
     reporter = ctx.reporter
     current: Stage | None = None
     try:
+        write_repro(ctx.spec, ctx.layout)  # before any stage: what this attempt runs with
         for stage in STAGE_ORDER:
             current = stage
             if stage is Stage.EXPORT and not ctx.spec.export.enabled:

@@ -92,6 +92,7 @@ def test_success_writes_markers_and_a_rerun_skips_every_stage(tmp_path, tiny_spe
     for stage in Stage:
         assert Path(layout.stage_marker(stage)).exists()
     assert json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["actor_step"] == 3
+    assert json.loads(Path(layout.repro).read_text())["job_id"] == layout.job_id  # written before the stages
     fake.calls.clear()
     assert run_pipeline(ctx) == ExitCode.SUCCESS
     assert fake.calls == []

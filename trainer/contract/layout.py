@@ -2,6 +2,7 @@
 
     <output>/<job-id>/
         spec.json                 the spec the job ran with
+        repro.json                what produced the run: versions, seeds, input hashes (repro.py)
         events.jsonl              progress events (see events.py)
         logs/<stage>.log          each stage's MaxText output
         stages/<stage>.done       completion markers, written last
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from .evaluation import EVAL_DIR, eval_file_name
 from .events import EVENTS_FILE, Stage
+from .repro import REPRO_FILE
 from .samples import samples_file_name
 
 
@@ -45,6 +47,10 @@ class RunLayout:
     @property
     def spec(self) -> str:
         return self.path("spec.json")
+
+    @property
+    def repro(self) -> str:
+        return self.path(REPRO_FILE)
 
     @property
     def events(self) -> str:

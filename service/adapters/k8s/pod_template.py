@@ -65,6 +65,8 @@ def trainer_command(job_id: str) -> list[str]:
 def _env(spec: JobSpec, job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
     env = [
         V1EnvVar(name="RLJOB_JOB_ID", value=job_id),
+        # The image as named here (a digest only if the reference pins one): the trainer records it in repro.json.
+        V1EnvVar(name="RLJOB_TRAINER_IMAGE", value=settings.image),
         # Progress events are JSON lines on stdout: unbuffered so `rljob logs` sees them at once.
         V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
         V1EnvVar(

@@ -1,0 +1,79 @@
+"""repro.json (trainer/repro.py): what it records, that it holds no secret, and that it is equal for two
+runs of the same spec but for the job id (the rerun check of `rljob rerun`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from trainer.contract import JobSpec, RunLayout
+from trainer.contract.repro import REPRO_SCHEMA_VERSION, ReproRecord
+from trainer.repro import IMAGE_ENV, build_repro_record, write_repro
+
+IMAGE = "us-docker.pkg.dev/p/rljob/trainer:0.1.0@sha256:" + "ab" * 32
+
+
+def _spec(tiny_spec_dict: dict) -> JobSpec:
+    return JobSpec.model_validate(tiny_spec_dict)
+
+
+def _written(layout: RunLayout) -> dict:
+    return json.loads(Path(layout.repro).read_text())
+
+
+def test_the_record_names_the_spec_image_versions_seeds_and_input_hashes(tmp_path, tiny_spec_dict):
+    spec = _spec(tiny_spec_dict)
+    layout = RunLayout(spec.output, "rl-aaaaaaaaaaaa")
+    write_repro(spec, layout, {IMAGE_ENV: IMAGE})
+    record = ReproRecord.model_validate(_written(layout))
+    assert record.schema_version == REPRO_SCHEMA_VERSION and record.job_id == "rl-aaaaaaaaaaaa"
+    assert record.spec == spec.model_dump(mode="json")  # after defaults: grpo.learning_rate is there unasked
+    assert record.spec["grpo"]["learning_rate"] == spec.grpo.learning_rate
+    assert record.image.reference == IMAGE and record.image.digest == "sha256:" + "ab" * 32
+    assert set(record.versions) >= {"rljob", "maxtext", "tunix", "jax", "jaxlib", "flax", "orbax", "transformers", "python"}
+    assert record.versions["python"]
+    assert record.seeds["data_shuffle"].value == 42 and "rl.yml" in record.seeds["data_shuffle"].source
+    assert record.seeds["init_weights"].value == 0 and "base.yml" in record.seeds["init_weights"].source
+    assert record.seeds["sampling"].value is None
+    train = Path(spec.dataset.train_files[0])
+    assert record.data[0].sha256 == hashlib.sha256(train.read_bytes()).hexdigest()
+    assert [h.uri for h in record.data] == [*spec.dataset.train_files, *spec.dataset.eval_files]
+    assert record.reward_functions is not None
+    assert record.reward_functions.sha256 == hashlib.sha256(b"{}").hexdigest()
+    assert record.model.kind == "local" and record.model.content is not None and record.model.content.files == 1
+    assert record.hardware.accelerator == "cpu" and set(record.hardware.mesh) == {"rollout_data_parallelism", "rollout_tensor_parallelism"}
+
+
+def test_a_changed_model_file_changes_the_model_hash(tmp_path, tiny_spec_dict):
+    spec = _spec(tiny_spec_dict)
+    before = build_repro_record(spec, "rl-aaaaaaaaaaaa", {}).model.content
+    (Path(spec.model.source) / "config.json").write_text("{}")
+    after = build_repro_record(spec, "rl-aaaaaaaaaaaa", {}).model.content
+    assert before is not None and after is not None and before.sha256 != after.sha256
+
+
+def test_no_environment_secret_lands_in_the_file(tmp_path, tiny_spec_dict):
+    token = "hf_secretTOKENvalue123"
+    spec = _spec({**tiny_spec_dict, "labels": {"oops": token}})  # a token pasted where it does not belong
+    layout = RunLayout(spec.output, "rl-aaaaaaaaaaaa")
+    write_repro(spec, layout, {"HF_TOKEN": token})
+    text = Path(layout.repro).read_text()
+    assert token not in text and "<redacted>" in text
+
+
+def test_two_runs_of_one_spec_differ_only_in_the_job_id(tmp_path, tiny_spec_dict):
+    spec = _spec(tiny_spec_dict)
+    first, third = RunLayout(spec.output, "rl-aaaaaaaaaaaa"), RunLayout(spec.output, "rl-cccccccccccc")
+    write_repro(spec, first, {IMAGE_ENV: IMAGE})
+    write_repro(spec, third, {IMAGE_ENV: IMAGE})
+    a, c = _written(first), _written(third)
+    assert a["job_id"] != c["job_id"]
+    assert {**a, "job_id": None} == {**c, "job_id": None}
+
+
+def test_a_missing_input_is_recorded_as_unreadable_not_raised(tmp_path, tiny_spec_dict):
+    spec = _spec(tiny_spec_dict)
+    Path(spec.dataset.train_files[0]).unlink()
+    record = build_repro_record(spec, "rl-aaaaaaaaaaaa", {})
+    assert record.data[0].sha256 is None and record.data[0].error
