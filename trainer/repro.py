@@ -95,6 +95,8 @@ def directory_hash(uri: str) -> ContentHash:
     try:
         if location_kind(uri) == "local":
             root = Path(local_path(uri))
+            if not root.is_dir():
+                return ContentHash(uri=uri, sha256=None, error=f"{uri} is not a directory")
             for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
                 lines.append(f"{path.relative_to(root).as_posix()}\0sha256:{_sha256_local(path)}\n")
         else:

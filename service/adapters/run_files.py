@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from service.domain.errors import RunFileRefused, RunFilesUnavailable
 from service.domain.models import JobRecord
-from trainer.contract import STAGE_ORDER, StepSamples, step_from_file_name
+from trainer.contract import STAGE_ORDER, ReproRecord, StepSamples, step_from_file_name
 from trainer.storage import StorageError
 
 from .run_reads import list_run_dir, read_run_file
@@ -31,6 +31,8 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 # A samples file holds at most MAX_SAMPLES_PER_STEP samples of MAX_TEXT_CHARS-long texts (under
 # 100 KiB); anything far bigger is not one the trainer wrote and is not read into memory.
 MAX_SAMPLES_BYTES = 4 * 1024 * 1024
+# repro.json is a spec plus a few hashes and versions (a few KiB); a spec's lists are bounded (limits.py).
+MAX_REPRO_BYTES = 1024 * 1024
 
 
 class StoreRunFiles:
@@ -110,3 +112,25 @@ class StoreRunFiles:
             log.warning("job %s: %s holds step %d, not %d; ignored", record.id, uri, samples.step, step)
             return None
         return samples
+
+    def read_repro(self, record: JobRecord) -> ReproRecord | None:
+        layout = record.layout
+        uri = layout.repro
+        try:
+            found = read_run_file(layout.root, uri, limit=MAX_REPRO_BYTES, start=0)
+        except StorageError as e:
+            raise RunFilesUnavailable(f"cannot read {uri}: {e}") from e
+        if found is None:
+            return None
+        if found.more_after:
+            raise RunFileRefused(f"the run directory's repro.json is over {MAX_REPRO_BYTES} bytes (a trainer's is a few KiB): not served")
+        try:
+            repro = ReproRecord.model_validate_json(found.data)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'file'}: {err['msg']}" for err in e.errors()[:3])
+            log.warning("job %s: %s is not a repro record: %s", record.id, uri, problems)  # never the content
+            return None
+        if repro.job_id != record.id:
+            log.warning("job %s: %s is job %s's record; ignored", record.id, uri, repro.job_id[:64])
+            return None
+        return repro

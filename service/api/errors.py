@@ -89,6 +89,7 @@ _STATUS: dict[type[e.DomainError], int] = {
     e.StoreUnavailable: 503,
     e.TooManyLogFollowers: 429,
     e.SamplesNotFound: 404,
+    e.ReproNotFound: 404,
     e.RunFilesUnavailable: 503,
     e.RunFileRefused: 409,
     e.LeaderFenced: 503,

@@ -68,6 +68,10 @@ class SamplesNotFound(DomainError):
     """A job has no completion samples (yet, or for the step asked for), or they cannot be read."""
 
 
+class ReproNotFound(DomainError):
+    """A job has no readable repro.json (not written yet: the trainer writes it before its first stage)."""
+
+
 class RunFilesUnavailable(DomainError):
     """The job's run directory could not be read (storage unreachable or refusing): worth a retry."""
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
-from trainer.contract import JobSpec, StepSamples, TrainerEvent
+from trainer.contract import JobSpec, ReproRecord, StepSamples, TrainerEvent
 
 from .models import JobEvent, JobFilters, JobRecord, MetricPoint, QueueStatus, TokenRecord
 from .phases import JobPhase
@@ -268,6 +268,10 @@ class RunFiles(Protocol):
     def sample_steps(self, record: JobRecord) -> list[int]:
         """Steps with a samples file (RunLayout.samples_file), ascending; raises RunFilesUnavailable
         if the run directory cannot be listed, RunFileRefused if the samples directory is a link."""
+
+    def read_repro(self, record: JobRecord) -> ReproRecord | None:
+        """repro.json (trainer/contract/repro.py); None if absent or not a valid record (logged why).
+        Raises RunFileRefused and RunFilesUnavailable as read_samples does."""
 
     def read_samples(self, record: JobRecord, step: int) -> StepSamples | None:
         """That step's samples; None if absent or not valid (logged why). Raises RunFileRefused if the

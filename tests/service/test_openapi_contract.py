@@ -100,6 +100,12 @@ CASES: list[tuple[str, str, Callable[[Api, Path], Any], int]] = [
         404,
     ),
     (
+        "get",
+        "/v1/jobs/{job_id}/repro",
+        lambda api, tmp: api.client.get(f"/v1/jobs/{api.submit(spec_body(tmp))['id']}/repro", headers=_auth()),
+        404,
+    ),
+    (
         "post",
         "/v1/jobs/{job_id}/cancel",
         lambda api, tmp: api.client.post(f"/v1/jobs/{_ended_job(api, tmp)}/cancel", headers=_auth()),

@@ -24,6 +24,7 @@ from .events import (
 from .exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, describe_exit_code
 from .layout import RunLayout, join_uri
 from .locations import local_path, location_kind
+from .repro import REPRO_SCHEMA_VERSION, ReproRecord
 from .run_storage import STORAGE_PARTS, RunStorage
 from .samples import SIGNAL_METRIC, Sample, StepSamples, step_from_file_name
 from .spec import (
@@ -43,6 +44,7 @@ __all__ = [
     "EVENTS_FILE",
     "JOB_ID_RE",
     "NON_RETRYABLE_EXIT_CODES",
+    "REPRO_SCHEMA_VERSION",
     "STAGE_ORDER",
     "STORAGE_PARTS",
     "ArtifactWritten",
@@ -56,6 +58,7 @@ __all__ = [
     "JobSpec",
     "ModelDims",
     "ModelSpec",
+    "ReproRecord",
     "RewardSpec",
     "RunFinished",
     "RunLayout",

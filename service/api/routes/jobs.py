@@ -1,4 +1,4 @@
-"""/v1/jobs: submit, list, read, metrics, samples, logs, cancel. Routes translate HTTP to JobService calls."""
+"""/v1/jobs: submit, list, read, metrics, samples, repro, logs, cancel. Routes translate HTTP to JobService calls."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from service.api.log_follow import follow_log
 from service.domain.errors import BadCursor, InvalidRequest
 from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.phases import JobPhase
+from trainer.contract import ReproRecord
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 TEXT_PLAIN = "text/plain; charset=utf-8"
@@ -144,6 +145,22 @@ def get_samples(
 
     `steps_available` lists the steps that have samples, so a client can offer the others."""
     return jobs.samples(record, step)
+
+
+@router.get(
+    "/{job_id}/repro", response_model=ReproRecord,
+    responses=error_responses(401, 404, 409, 422, 503, reasons={
+        404: "no such job visible to your team, or it has not written repro.json yet (the trainer writes it before its "
+             "first stage)",
+        409: "the run directory's repro.json is a symlink, not a regular file, or too large: the job wrote it, and the "
+             "service does not read it",
+        503: "the run directory's storage could not be read, or the service is starting; retry",
+    }),
+)  # fmt: skip
+def get_repro(record: VisibleJobDep, jobs: JobServiceDep) -> ReproRecord:
+    """What produced the run: the resolved spec, image, package versions, seeds, content hashes of the data,
+    model and reward file, and the hardware, as the trainer recorded them before training."""
+    return jobs.repro(record)
 
 
 @router.post(

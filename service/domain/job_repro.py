@@ -1,0 +1,22 @@
+"""A job's reproducibility record (repro.json, trainer/contract/repro.py), read through the RunFiles port."""
+
+from __future__ import annotations
+
+from trainer.contract import ReproRecord
+
+from .errors import ReproNotFound
+from .models import JobRecord
+from .ports import RunFiles
+
+
+def read_job_repro(run_files: RunFiles | None, record: JobRecord) -> ReproRecord:
+    """The record the trainer wrote; ReproNotFound says why there is none."""
+    if run_files is None:
+        raise ReproNotFound(f"this service reads no run directories, so job {record.id}'s repro record cannot be shown")
+    repro = run_files.read_repro(record)
+    if repro is None:
+        raise ReproNotFound(
+            f"job {record.id} has no repro record yet: the trainer writes repro.json to {record.layout.repro} "
+            f"before its first stage (a job still queued, or from a trainer older than the record, has none)"
+        )
+    return repro
