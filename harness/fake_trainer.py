@@ -7,6 +7,8 @@ continuing across reruns in the same run dir) and behaves as the spec's labels s
   fake-gate: "true"    after the first train step, wait until <run dir>/gate exists
   fake-child: "true"   start a grandchild (`sleep`) and record its pid in <run dir>/child.pid
   fake-ignore-term: "true"  ignore SIGTERM (so only SIGKILL stops it)
+  fake-eval-n: N        the final evaluation carries a summary over N rows (half right), as train_rl's does
+It writes repro.json with the trainer's own writer (trainer/repro.py), as the pipeline does before its stages.
 Every start appends a line to <run dir>/starts, so tests can count executions. Like the trainer, each
 train step reports the signal fraction (half the prompts) and writes a samples file
 (<run dir>/samples/train-<step>.json) whose first completion is long and holds a terminal escape.
@@ -32,6 +34,7 @@ from trainer.contract import (
     ArtifactWritten,
     EvalResult,
     ExitCode,
+    JobSpec,
     RunFinished,
     RunLayout,
     RunStarted,
@@ -44,6 +47,8 @@ from trainer.contract import (
     TrainStep,
     dump_event,
 )
+from trainer.contract.evaluation import EvalSummary
+from trainer.repro import write_repro
 
 LONG_COMPLETION = "<reasoning>" + "2 plus 2 is 4. " * 100 + "\x1b[31m</reasoning><answer>4</answer>"
 
@@ -91,6 +96,7 @@ def main() -> int:
     layout = RunLayout(spec["output"], args.job_id)
     root = Path(layout.root)
     root.mkdir(parents=True, exist_ok=True)
+    write_repro(JobSpec.model_validate(spec), layout)  # the trainer's own writer, before any stage as the pipeline
     with (root / "starts").open("a") as f:
         f.write(f"{os.getpid()}\n")
     if labels.get("fake-ignore-term") == "true":
@@ -158,7 +164,11 @@ def train(layout: RunLayout, events: Events, labels: dict[str, str]) -> int:
         print("fake failure in train", file=sys.stderr, flush=True)
         events.emit(RunFinished, ok=False, exit_code=exit_code, message="fake failure in train", failed_stage=Stage.TRAIN)
         return exit_code
-    events.emit(EvalResult, step=steps, accuracy=0.5, metrics={"pass_at_1": 0.5})
+    eval_rows = int(labels.get("fake-eval-n", "0"))
+    summary = EvalSummary(label="after", step=steps, n=eval_rows, correct=eval_rows / 2, format_correct=eval_rows,
+                          partial_correct=eval_rows / 2, samples_per_row=1, sampling="greedy, pass",
+                          rows_file="after.jsonl") if eval_rows else None  # fmt: skip
+    events.emit(EvalResult, step=steps, accuracy=0.5, metrics={"pass_at_1": 0.5}, summary=summary)
     finish(layout, events, Stage.TRAIN, duration_s=0.05)
     return 0
 

@@ -185,6 +185,16 @@ class RljobClient:
         self.check(response)
         return response.json() if response.headers.get("content-type", "").startswith("application/json") else response.text
 
+    def get_or_none(self, path: str, **kwargs: Any) -> Any:
+        """GET `path`, None when the service answers 404 (a part it has not, or not yet: samples, a repro record)."""
+        try:
+            response = self._http.request("GET", path, **kwargs)
+        except httpx.TransportError as e:
+            raise self._unreachable(e) from e
+        if response.status_code == 404:
+            return None
+        return self.check(response).json()
+
     def stream_lines(self, path: str, params: dict[str, Any] | None = None) -> Iterator[str]:
         try:
             with self._http.stream("GET", path, params=params, timeout=httpx.Timeout(30.0, read=None)) as response:

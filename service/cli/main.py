@@ -1,6 +1,6 @@
-"""`rljob`: the CLI's assembly. The job commands (job_commands.py, samples.py, usage.py) talk to the service
-over HTTP and import no adapter; the operator commands (operator_commands.py: `serve`, `token`, `render`,
-`demo`; doctor.py) run on the operator's machine against the database, settings and cluster.
+"""`rljob`: the CLI's assembly. The job commands (job_commands.py, samples.py, usage.py, export_commands.py) talk
+to the service over HTTP and import no adapter; the operator commands (operator_commands.py: `serve`, `token`,
+`render`, `demo`; doctor.py) run on the operator's machine against the database, settings and cluster.
 
 Every failure the user can cause (bad spec, unreachable service, rejected token) ends with a
 one-paragraph message and a non-zero exit code (client.CliExit, listed by `rljob --help`), never a
@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from . import doctor, job_commands, operator_commands, samples, usage
+from . import doctor, export_commands, job_commands, operator_commands, run_compare, samples, usage
 from .client import CLI_EXIT_MEANINGS, CliContext, CliExit
 from .manifests import render_k8s_manifests
 from .output import err_console
@@ -57,6 +57,8 @@ app.command("list")(job_commands.list_jobs)
 app.command()(job_commands.status)
 app.command()(job_commands.logs)
 app.command()(job_commands.cancel)
+app.command()(run_compare.diff)
+app.command()(run_compare.rerun)
 app.command()(operator_commands.serve)
 app.add_typer(operator_commands.token_app, name="token")
 app.command()(operator_commands.render)
@@ -64,6 +66,8 @@ app.command()(operator_commands.demo)
 app.command()(samples.samples)
 app.command()(usage.usage)
 app.command()(doctor.doctor)
+app.add_typer(export_commands.export_app, name="export")
+app.command()(export_commands.tensorboard)
 
 
 def main() -> None:

@@ -1,0 +1,177 @@
+"""`rljob export mlflow` and `rljob tensorboard` against a live service on loopback (local launcher, the
+stand-in trainer), written to a REAL MLflow tracking store (SQLite in tmp_path) and read back with MLflow's
+own client: params equal the spec's, the tags are there, every metric history equals the service's points,
+the evaluation carries its interval, and exporting again (after the job ran further) keeps one run and
+logs each point once. Bad input ends in a CLI message and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner, Result
+
+from service.app import create_app
+from service.cli.main import app as cli
+from service.cli.mlflow_export import MAX_PARAM_VALUE_CHARS, TRUNCATED, flatten_spec
+from service.config import Settings
+from service.free_port import free_port
+from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
+
+RunCli = Callable[..., Result]
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.fixture
+def live_url(settings_factory: Callable[..., Settings]) -> Iterator[str]:
+    port = free_port()
+    settings = settings_factory(bootstrap_token=TOKEN_A, bootstrap_team="team-a")
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _ready(url), timeout_s=30)
+    yield url
+    server.should_exit = True
+    thread.join(timeout=15)
+
+
+@pytest.fixture
+def run_cli(live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunCli:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home
+    monkeypatch.delenv("RLJOB_CONFIG", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(cli, ["--url", live_url, "--token", TOKEN_A, *args], catch_exceptions=False)
+
+    return run
+
+
+def _api(live_url: str, path: str) -> Any:
+    response = httpx.get(f"{live_url}{path}", headers={"Authorization": f"Bearer {TOKEN_A}"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _submit(live_url: str, tmp_path: Path, labels: dict[str, str], **extra: object) -> str:
+    body = spec_body(tmp_path, labels=labels, grpo={"learning_rate": 3e-6, "num_batches": 3}, **extra)
+    response = httpx.post(f"{live_url}/v1/jobs", json=body, headers={"Authorization": f"Bearer {TOKEN_A}"})
+    assert response.status_code == 201, response.text
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+def _service_series(points: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for point in points:
+        prefix = "" if point["kind"] == "train" else f"{point['kind']}/"
+        for name, value in point["values"].items():
+            if value is not None:
+                series[prefix + name].append((point["step"], value))
+    return series
+
+
+def _mlflow_series(client: MlflowClient, run_id: str, keys: list[str]) -> dict[str, list[tuple[int, float]]]:
+    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in keys}
+
+
+def test_a_job_exports_to_a_real_mlflow_store_once_and_again_as_it_runs(run_cli: RunCli, live_url: str, tmp_path: Path) -> None:
+    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    export = ("export", "mlflow", "--tracking-uri", tracking_uri, "--experiment", "rl-team",
+              "--artifact-location", str(tmp_path / "mlflow-artifacts"))  # fmt: skip
+    job_id = _submit(live_url, tmp_path, {"fake-steps": "3", "fake-gate": "true", "fake-eval-n": "40"})
+    wait_until(lambda: _api(live_url, f"/v1/jobs/{job_id}")["step"] == 1, timeout_s=30)
+
+    first = run_cli(*export, job_id)  # while the trainer waits at its gate after step 1
+    assert first.exit_code == 0, first.output
+    assert "created MLflow run" in first.output
+
+    (tmp_path / "runs" / job_id / "gate").write_text("go")
+    wait_until(lambda: _api(live_url, f"/v1/jobs/{job_id}")["phase"] == "SUCCEEDED", timeout_s=30)
+    second = run_cli(*export, job_id)
+    assert second.exit_code == 0, second.output
+    assert "updated MLflow run" in second.output
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiment = client.get_experiment_by_name("rl-team")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1  # the second export found the first run by its rljob.job_id tag
+    run = runs[0]
+    job = _api(live_url, f"/v1/jobs/{job_id}")
+
+    assert run.data.params == flatten_spec(job["spec"])
+    assert run.data.params["grpo.learning_rate"] == "3e-06" and run.data.params["name"] == "job-one"
+    assert run.data.params["labels.fake-steps"] == "3"
+    tags = run.data.tags
+    assert (tags["rljob.job_id"], tags["rljob.team"], tags["rljob.name"]) == (job_id, "team-a", "job-one")
+    assert tags["rljob.phase"] == "SUCCEEDED" and run.info.status == "FINISHED"
+
+    service = _service_series(_api(live_url, f"/v1/jobs/{job_id}/metrics")["points"])
+    assert {"reward_mean", "kl", "loss", "eval/accuracy", "eval/pass_at_1"} <= service.keys()
+    assert [step for step, _ in service["reward_mean"]] == [1, 2, 3]
+    assert _mlflow_series(client, run.info.run_id, sorted(service)) == {k: sorted(v) for k, v in service.items()}
+
+    (after,) = job["eval"]["points"]
+    evaluation = _mlflow_series(client, run.info.run_id, ["evaluation/accuracy", "evaluation/accuracy_ci95_low",
+                                                          "evaluation/accuracy_ci95_high", "evaluation/n"])  # fmt: skip
+    assert evaluation == {"evaluation/accuracy": [(3, after["accuracy"])], "evaluation/accuracy_ci95_low": [(3, after["ci95"][0])],
+                          "evaluation/accuracy_ci95_high": [(3, after["ci95"][1])], "evaluation/n": [(3, 40.0)]}  # fmt: skip
+    assert after["ci95"][0] < 0.5 < after["ci95"][1]
+
+    artifacts = tmp_path / "mlflow-artifacts" / run.info.run_id / "artifacts" / "rljob"
+    samples = json.loads((artifacts / "samples.json").read_text())
+    assert [page["step"] for page in samples] == [1, 2, 3] and samples[-1]["samples"]["samples"]
+    assert json.loads((artifacts / "job.json").read_text())["id"] == job_id
+    repro = httpx.get(f"{live_url}/v1/jobs/{job_id}/repro", headers={"Authorization": f"Bearer {TOKEN_A}"})
+    assert (artifacts / "repro.json").is_file() == (repro.status_code == 200)  # a service without the record: 404
+
+    third = run_cli(*export, job_id)  # nothing new: same run, no point twice
+    assert third.exit_code == 0 and ": 0 metric points logged" in " ".join(third.output.split()), third.output
+    assert len(client.search_runs([experiment.experiment_id])) == 1
+    assert _mlflow_series(client, run.info.run_id, sorted(service)) == {k: sorted(v) for k, v in service.items()}
+
+
+def test_a_long_spec_value_is_cut_to_mlflows_limit() -> None:
+    params = flatten_spec({"reward": {"code": "x" * 10_000}, "labels": {}, "steps": [1, 2], "lr": 1e-5, "on": None})
+    assert len(params["reward.code"]) == MAX_PARAM_VALUE_CHARS and params["reward.code"].endswith(TRUNCATED)
+    assert params == {**params, "labels": "{}", "steps": "[1, 2]", "lr": "1e-05", "on": "null"}
+
+
+def test_an_unknown_job_or_an_unreachable_tracking_server_is_a_message(run_cli: RunCli, live_url: str, tmp_path: Path) -> None:
+    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    unknown = run_cli("export", "mlflow", "rl-aaaaaaaaaaaa", "--tracking-uri", tracking_uri)
+    assert unknown.exit_code == 1 and "no job 'rl-aaaaaaaaaaaa'" in unknown.output and "Traceback" not in unknown.output
+    assert not (tmp_path / "mlflow.db").exists()  # the service is read first: a failed read writes nothing
+
+    job_id = _submit(live_url, tmp_path, {"fake-steps": "1"})
+    wait_until(lambda: _api(live_url, f"/v1/jobs/{job_id}")["phase"] == "SUCCEEDED", timeout_s=30)
+    nobody = f"http://127.0.0.1:{free_port()}"
+    down = run_cli("export", "mlflow", job_id, "--tracking-uri", nobody)
+    assert down.exit_code == 1, down.output
+    assert f"cannot export {job_id} to MLflow at {nobody}" in down.output and "Traceback" not in down.output
+    bad_scheme = run_cli("export", "mlflow", job_id, "--tracking-uri", "nosuch://store")
+    assert bad_scheme.exit_code == 1 and "cannot export" in bad_scheme.output
+
+
+def test_tensorboard_prints_where_the_trainer_writes_event_files(run_cli: RunCli, live_url: str, tmp_path: Path) -> None:
+    job_id = _submit(live_url, tmp_path, {"fake-steps": "1"})
+    result = run_cli("tensorboard", job_id)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"{tmp_path / 'runs'}/{job_id}/rl/{job_id}/tensorboard"
+    assert run_cli("tensorboard", "rl-aaaaaaaaaaaa").exit_code == 1
