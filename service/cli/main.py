@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from . import doctor, export_commands, job_commands, operator_commands, run_compare, samples, usage
+from . import doctor, export_commands, job_commands, operator_commands, samples, usage
 from .client import CLI_EXIT_MEANINGS, CliContext, CliExit
 from .manifests import render_k8s_manifests
 from .output import err_console
@@ -57,8 +57,6 @@ app.command("list")(job_commands.list_jobs)
 app.command()(job_commands.status)
 app.command()(job_commands.logs)
 app.command()(job_commands.cancel)
-app.command()(run_compare.diff)
-app.command()(run_compare.rerun)
 app.command()(operator_commands.serve)
 app.add_typer(operator_commands.token_app, name="token")
 app.command()(operator_commands.render)
