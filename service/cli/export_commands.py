@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from trainer.contract import RunLayout, join_uri
+from trainer.contract import RunLayout
 
 from .client import CliContext, CliError, CliExit, RljobClient, handles_errors
 from .mlflow_export import JobExport, mlflow_client, write_export
@@ -77,7 +77,7 @@ def export_mlflow(
 
 def tensorboard_logdir(job: dict[str, Any]) -> str:
     """Where Tunix writes the job's TensorBoard event files: train_rl's run under the job's run directory."""
-    return join_uri(RunLayout(job["spec"]["output"], job["id"]).rl_run, "tensorboard")
+    return RunLayout(job["spec"]["output"], job["id"]).tensorboard_dir
 
 
 @handles_errors

@@ -88,6 +88,11 @@ class RunLayout:
         return join_uri(self.rl_run, "checkpoints", "actor")
 
     @property
+    def tensorboard_dir(self) -> str:
+        """Where Tunix writes the run's TensorBoard event files: the trainer tails them, `rljob tensorboard` prints it."""
+        return join_uri(self.rl_run, "tensorboard")
+
+    @property
     def samples_dir(self) -> str:
         return self.path("samples")
 

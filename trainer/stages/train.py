@@ -159,7 +159,7 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any
     start_step = latest_actor_step(layout) or 0
     reported = {e.step for e in reporter.previous_events if isinstance(e, TrainStep)}
     assembler = TrainStepAssembler(total_steps=total, already_reported=reported)
-    tensorboard_uri = f"{layout.rl_run}/tensorboard"
+    tensorboard_uri = layout.tensorboard_dir
     watcher = TrainProgressWatcher(
         EventFileTailer(store_for(tensorboard_uri), tensorboard_uri), reporter, assembler, poll_interval_s=poll_interval_s
     )
