@@ -8,6 +8,7 @@ continuing across reruns in the same run dir) and behaves as the spec's labels s
   fake-child: "true"   start a grandchild (`sleep`) and record its pid in <run dir>/child.pid
   fake-ignore-term: "true"  ignore SIGTERM (so only SIGKILL stops it)
   fake-eval-n: N        the final evaluation carries a summary over N rows (half right), as train_rl's does
+It writes repro.json with the trainer's own writer (trainer/repro.py), as the pipeline does before its stages.
 Every start appends a line to <run dir>/starts, so tests can count executions. Like the trainer, each
 train step reports the signal fraction (half the prompts) and writes a samples file
 (<run dir>/samples/train-<step>.json) whose first completion is long and holds a terminal escape.
@@ -33,6 +34,7 @@ from trainer.contract import (
     ArtifactWritten,
     EvalResult,
     ExitCode,
+    JobSpec,
     RunFinished,
     RunLayout,
     RunStarted,
@@ -46,6 +48,7 @@ from trainer.contract import (
     dump_event,
 )
 from trainer.contract.evaluation import EvalSummary
+from trainer.repro import write_repro
 
 LONG_COMPLETION = "<reasoning>" + "2 plus 2 is 4. " * 100 + "\x1b[31m</reasoning><answer>4</answer>"
 
@@ -93,6 +96,7 @@ def main() -> int:
     layout = RunLayout(spec["output"], args.job_id)
     root = Path(layout.root)
     root.mkdir(parents=True, exist_ok=True)
+    write_repro(JobSpec.model_validate(spec), layout)  # the trainer's own writer, before any stage as the pipeline
     with (root / "starts").open("a") as f:
         f.write(f"{os.getpid()}\n")
     if labels.get("fake-ignore-term") == "true":

@@ -23,7 +23,7 @@ from .api.errors import install_error_handlers
 from .api.metrics import LatencyMiddleware, ServiceMetrics
 from .api.openapi import install_openapi_refinements
 from .api.overload import Limits, LoadSheddingMiddleware
-from .api.routes import events, health, jobs, phases, usage
+from .api.routes import events, health, job_diff, jobs, phases, usage
 from .api.termination import on_termination_signal
 
 MAX_TOKEN_LOOKUPS = 16  # tokens not remembered yet, looked up in the store at once (api/overload.py)
@@ -81,6 +81,7 @@ def create_app(
         ), retry_after_s=settings.overload_retry_after_s, registry=metrics.registry,
     )  # fmt: skip
     app.include_router(health.router)
+    app.include_router(job_diff.router)  # before jobs: /v1/jobs/diff is no job id
     app.include_router(jobs.router)
     app.include_router(events.router)
     app.include_router(phases.router)

@@ -115,7 +115,7 @@ def test_the_benches_take_their_emulators_from_the_harness_not_the_tests():
 
 # The CLI's job commands talk HTTP only; the operator side (serve, token, render, demo, doctor) may reach further.
 CLI_CLIENT_SIDE = ("client", "job_commands", "follow", "output", "samples", "usage", "goodput_text", "storage_text",
-                   "export_commands", "mlflow_export")
+                   "export_commands", "mlflow_export", "run_compare")
 
 
 def test_the_cli_job_commands_import_no_adapter_settings_or_operator_code():

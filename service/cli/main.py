@@ -15,10 +15,11 @@ from typing import Annotated
 
 import typer
 
-from . import doctor, export_commands, job_commands, operator_commands, samples, usage
+from . import doctor, export_commands, job_commands, operator_commands, run_compare, samples, usage
 from .client import CLI_EXIT_MEANINGS, CliContext, CliExit
 from .manifests import render_k8s_manifests
 from .output import err_console
+from .tensorboard_sync import sync_event_files
 
 # Typer's help reflows paragraphs; "\b" on its own line keeps the lines below it as written.
 EXIT_CODES_HELP = "Exit codes:\n\b\n" + "\n".join(f"{code.value}  {text}" for code, text in CLI_EXIT_MEANINGS.items())
@@ -49,7 +50,7 @@ def _global(
         bool, typer.Option("--version", is_eager=True, callback=_print_version, help="print the installed rljob version and exit")
     ] = False,
 ) -> None:
-    ctx.obj = CliContext(url, token, config, render_manifests=render_k8s_manifests)
+    ctx.obj = CliContext(url, token, config, render_manifests=render_k8s_manifests, sync_event_files=sync_event_files)
 
 
 app.command()(job_commands.submit)
@@ -57,6 +58,8 @@ app.command("list")(job_commands.list_jobs)
 app.command()(job_commands.status)
 app.command()(job_commands.logs)
 app.command()(job_commands.cancel)
+app.command()(run_compare.diff)
+app.command()(run_compare.rerun)
 app.command()(operator_commands.serve)
 app.add_typer(operator_commands.token_app, name="token")
 app.command()(operator_commands.render)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainer.contract import ReproRecord
 
-from .errors import ReproNotFound
+from .errors import ReproNotFound, RunFileRefused
 from .models import JobRecord
 from .ports import RunFiles
 
@@ -20,3 +20,12 @@ def read_job_repro(run_files: RunFiles | None, record: JobRecord) -> ReproRecord
             f"before its first stage (a job still queued, or from a trainer older than the record, has none)"
         )
     return repro
+
+
+def repro_if_readable(run_files: RunFiles | None, record: JobRecord) -> ReproRecord | None:
+    """The record, or None where there is none to read or the job wrote one the service refuses to read
+    (a comparison shows it as missing); storage that cannot be read still raises RunFilesUnavailable."""
+    try:
+        return read_job_repro(run_files, record)
+    except (ReproNotFound, RunFileRefused):
+        return None

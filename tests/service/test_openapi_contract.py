@@ -101,6 +101,13 @@ CASES: list[tuple[str, str, Callable[[Api, Path], Any], int]] = [
     ),
     (
         "get",
+        "/v1/jobs/diff",
+        lambda api, tmp: api.client.get("/v1/jobs/diff", params={"a": MISSING, "b": MISSING}, headers=_auth()),
+        404,
+    ),
+    ("get", "/v1/jobs/diff", lambda api, tmp: api.client.get("/v1/jobs/diff", params={"a": MISSING}, headers=_auth()), 422),
+    (
+        "get",
         "/v1/jobs/{job_id}/repro",
         lambda api, tmp: api.client.get(f"/v1/jobs/{api.submit(spec_body(tmp))['id']}/repro", headers=_auth()),
         404,
