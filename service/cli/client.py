@@ -108,17 +108,20 @@ def load_client_config(url: str | None, token: str | None, config: Path | None) 
 
 # What `submit --dry-run` calls to print Kubernetes manifests: (spec, job id or None, what to name in errors) -> YAML.
 ManifestRenderer = Callable[["JobSpec", str | None, str], str]
+# What `tensorboard --sync` calls to copy event files: (run directory, logdir, local directory) -> names copied.
+EventFileSyncer = Callable[[str, str, Path], list[str]]
 
 
 @dataclass(frozen=True)
 class CliContext:
-    """What the global options give every command: where the service is, and the local manifest renderer
-    (operator code, handed in by main.py so the job commands import no adapter)."""
+    """What the global options give every command: where the service is, the local manifest renderer and the
+    TensorBoard event file copier (operator code, handed in by main.py so the job commands import no adapter)."""
 
     url: str | None
     token: str | None
     config: Path | None
     render_manifests: ManifestRenderer
+    sync_event_files: EventFileSyncer
 
     def client(self) -> RljobClient:
         return RljobClient(load_client_config(self.url, self.token, self.config))

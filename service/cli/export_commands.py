@@ -8,6 +8,7 @@ mlflow_export.py; MLflow itself is an optional extra, imported only when an expo
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -81,11 +82,22 @@ def tensorboard_logdir(job: dict[str, Any]) -> str:
 
 
 @handles_errors
-def tensorboard(ctx: typer.Context, job_id: str) -> None:
-    """Print the job's TensorBoard logdir (a path or gs:// URI) for `tensorboard --logdir`."""
-    job = _client(ctx).request("GET", f"/v1/jobs/{job_id}")
-    if not job["spec"].get("output"):
-        raise CliError(f"{job_id} has no output location, so no TensorBoard files", CliExit.FAILED)
-    typer.echo(tensorboard_logdir(job))
-    if job.get("stage") in (None, "convert") and job["phase"] != "SUCCEEDED":
-        err_console.print("[dim]training has not started: the directory may not exist yet[/]", highlight=False)
+def tensorboard(
+    ctx: typer.Context,
+    job_id: str,
+    sync: Annotated[
+        Path | None, typer.Option(file_okay=False, help="copy the event files into this local directory (again: only new bytes)")
+    ] = None,
+) -> None:
+    """Print the job's TensorBoard logdir (a path or gs:// URI) for `tensorboard --logdir`, or copy it with --sync."""
+    context: CliContext = ctx.obj
+    job = context.client().request("GET", f"/v1/jobs/{job_id}")
+    logdir = tensorboard_logdir(job)
+    if sync is None:
+        typer.echo(logdir)
+        if job.get("stage") in (None, "convert") and job["phase"] != "SUCCEEDED":
+            err_console.print("[dim]training has not started: the directory may not exist yet[/]", highlight=False)
+        return
+    copied = context.sync_event_files(job["run_uri"], logdir, sync)
+    err_console.print(f"{len(copied)} event file(s) with new bytes from {escape(logdir)}", highlight=False)
+    typer.echo(sync)

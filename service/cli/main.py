@@ -19,6 +19,7 @@ from . import doctor, export_commands, job_commands, operator_commands, run_comp
 from .client import CLI_EXIT_MEANINGS, CliContext, CliExit
 from .manifests import render_k8s_manifests
 from .output import err_console
+from .tensorboard_sync import sync_event_files
 
 # Typer's help reflows paragraphs; "\b" on its own line keeps the lines below it as written.
 EXIT_CODES_HELP = "Exit codes:\n\b\n" + "\n".join(f"{code.value}  {text}" for code, text in CLI_EXIT_MEANINGS.items())
@@ -49,7 +50,7 @@ def _global(
         bool, typer.Option("--version", is_eager=True, callback=_print_version, help="print the installed rljob version and exit")
     ] = False,
 ) -> None:
-    ctx.obj = CliContext(url, token, config, render_manifests=render_k8s_manifests)
+    ctx.obj = CliContext(url, token, config, render_manifests=render_k8s_manifests, sync_event_files=sync_event_files)
 
 
 app.command()(job_commands.submit)

@@ -175,3 +175,31 @@ def test_tensorboard_prints_where_the_trainer_writes_event_files(run_cli: RunCli
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == f"{tmp_path / 'runs'}/{job_id}/rl/{job_id}/tensorboard"
     assert run_cli("tensorboard", "rl-aaaaaaaaaaaa").exit_code == 1
+
+
+def test_tensorboard_sync_copies_the_event_files_and_later_only_new_bytes(run_cli: RunCli, live_url: str, tmp_path: Path) -> None:
+    job_id = _submit(live_url, tmp_path, {"fake-steps": "1"})
+    wait_until(lambda: _api(live_url, f"/v1/jobs/{job_id}")["phase"] == "SUCCEEDED", timeout_s=30)
+    logdir = tmp_path / "runs" / job_id / "rl" / job_id / "tensorboard"
+    logdir.mkdir(parents=True)
+    events = logdir / "events.out.tfevents.1700000000.host-0"
+    events.write_bytes(b"\x00first records")
+    (logdir / "notes.txt").write_text("not an event file")
+    secret = tmp_path / "home" / "client.yaml"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("token: the-admin-token")
+    (logdir / "events.out.tfevents.1700000001.link").symlink_to(secret)  # what a job wrote: never followed
+
+    local = tmp_path / "tb"
+    first = run_cli("tensorboard", job_id, "--sync", str(local))
+    assert first.exit_code == 0, first.output
+    assert sorted(p.name for p in local.iterdir()) == [events.name]
+    assert (local / events.name).read_bytes() == b"\x00first records"
+
+    with events.open("ab") as out:  # the trainer appends while it runs: a later sync continues from the local size
+        out.write(b" and more")
+    again = run_cli("tensorboard", job_id, "--sync", str(local))
+    assert again.exit_code == 0, again.output
+    assert (local / events.name).read_bytes() == events.read_bytes()
+    assert "1 event file(s) with new bytes" in again.output
+    assert "0 event file(s)" in run_cli("tensorboard", job_id, "--sync", str(local)).output
