@@ -62,3 +62,27 @@ def test_a_large_stage_log_on_gcs_is_read_as_a_ranged_tail(gcs, bucket, monkeypa
     lines = list(StoreRunFiles().stage_log_lines(_record(output)))
     assert lines[0].endswith(", last 0 MiB) <==") and lines[-1] == "line 009999"
     assert 80 <= len(lines) - 1 <= 1024 // 11 and all(line.startswith("line ") for line in lines[1:])
+
+
+def test_the_repro_record_is_written_and_read_on_gcs_with_the_inputs_hashed_there(gcs, bucket):
+    """trainer/repro.py writes through the store like every run file; a gs:// file is hashed by its content, a gs://
+    model directory by its listing's checksums; the service reads the record back through run_reads.py."""
+    import hashlib
+
+    from trainer.repro import write_repro
+
+    output = f"gs://{bucket}/rljob"
+    gcs.write_bytes(f"gs://{bucket}/data/train.jsonl", b'{"question": "1+1", "answer": "2"}\n')
+    gcs.write_bytes(f"gs://{bucket}/model/config.json", b"{}")
+    spec = JobSpec.model_validate({
+        "name": "n", "model": {"name": "llama3.1-8b", "source": f"gs://{bucket}/model"}, "output": output,
+        "dataset": {"train_files": [f"gs://{bucket}/data/train.jsonl"]}, "grpo": {"num_test_batches": 0},
+        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+    })  # fmt: skip
+    write_repro(spec, RunLayout(output, JOB_ID), {})
+    record = _record(output)
+    repro = StoreRunFiles().read_repro(record)
+    assert repro is not None and repro.job_id == JOB_ID and repro.spec["output"] == output
+    assert repro.data[0].sha256 == hashlib.sha256(b'{"question": "1+1", "answer": "2"}\n').hexdigest()
+    assert repro.model.kind == "gcs" and repro.model.content is not None and repro.model.content.files == 1
+    assert repro.model.content.sha256 is not None
