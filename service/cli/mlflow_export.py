@@ -88,11 +88,13 @@ def _millis(time: str) -> int:
     return int(datetime.fromisoformat(time).timestamp() * 1000)
 
 
-def metric_values(points: list[dict[str, Any]], evaluation: dict[str, Any] | None) -> list[MetricValue]:
+def metric_values(points: list[dict[str, Any]], evaluation: dict[str, Any] | None, fallback_ms: int) -> list[MetricValue]:
     """Train points under their own names, eval points under `eval/<name>`, and each evaluation on the eval rows
     (JobPublic.eval) as `evaluation/accuracy` with its 95% interval as `evaluation/accuracy_ci95_low` and `_high`
-    and its row count as `evaluation/n`, at the step it ran."""
+    and its row count as `evaluation/n`, at the step it ran. An evaluation carries no time of its own: it takes the
+    time of the eval point at its step, else `fallback_ms`."""
     values: list[MetricValue] = []
+    eval_times = {int(p["step"]): _millis(p["time"]) for p in points if p["kind"] == "eval"}
     for point in points:
         prefix = "" if point["kind"] == "train" else f"{point['kind']}/"
         stamp = _millis(point["time"])
@@ -100,7 +102,7 @@ def metric_values(points: list[dict[str, Any]], evaluation: dict[str, Any] | Non
             if value is not None:
                 values.append(MetricValue(_key(prefix + name), float(value), int(point["step"]), stamp))
     for ev in (evaluation or {}).get("points") or []:
-        stamp = 0  # an evaluation point carries no time; its step places it
+        stamp = eval_times.get(int(ev["step"]), fallback_ms)
         fields = {"accuracy": ev.get("accuracy"), "accuracy_ci95_low": ev["ci95"][0], "accuracy_ci95_high": ev["ci95"][1],
                   "n": ev["n"], "format_accuracy": ev.get("format_accuracy"), "mean_reward": ev.get("mean_reward")}  # fmt: skip
         values.extend(MetricValue(f"evaluation/{name}", float(v), int(ev["step"]), stamp) for name, v in fields.items() if v is not None)
@@ -157,7 +159,7 @@ def write_export(client: MlflowClient, export: JobExport, experiment: str, artif
     tags = [RunTag(k, v) for k, v in run_tags(job).items()]
     for start in range(0, max(len(params), len(tags)), PARAMS_PER_BATCH):
         client.log_batch(run_id, params=params[start : start + PARAMS_PER_BATCH], tags=tags[start : start + PARAMS_PER_BATCH])
-    values = metric_values(export.metric_points, job.get("eval"))
+    values = metric_values(export.metric_points, job.get("eval"), _millis(job["updated_at"]))
     logged = _logged_steps(client, run_id, {v.key for v in values}) if not created else set()
     new = [Metric(v.key, v.value, v.timestamp_ms, v.step) for v in values if (v.key, v.step) not in logged]
     for start in range(0, len(new), METRICS_PER_BATCH):

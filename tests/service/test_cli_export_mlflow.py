@@ -10,6 +10,7 @@ import json
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,9 @@ def test_a_job_exports_to_a_real_mlflow_store_once_and_again_as_it_runs(run_cli:
     assert evaluation == {"evaluation/accuracy": [(3, after["accuracy"])], "evaluation/accuracy_ci95_low": [(3, after["ci95"][0])],
                           "evaluation/accuracy_ci95_high": [(3, after["ci95"][1])], "evaluation/n": [(3, 40.0)]}  # fmt: skip
     assert after["ci95"][0] < 0.5 < after["ci95"][1]
+    (eval_point,) = [p for p in _api(live_url, f"/v1/jobs/{job_id}/metrics")["points"] if p["kind"] == "eval"]
+    (logged,) = client.get_metric_history(run.info.run_id, "evaluation/accuracy")
+    assert logged.timestamp == int(datetime.fromisoformat(eval_point["time"]).timestamp() * 1000)  # not 1970
 
     artifacts = tmp_path / "mlflow-artifacts" / run.info.run_id / "artifacts" / "rljob"
     samples = json.loads((artifacts / "samples.json").read_text())
