@@ -52,7 +52,7 @@ def read_job_export(client: RljobClient, job_id: str, sample_steps: int) -> JobE
 def export_mlflow(
     ctx: typer.Context,
     job_id: str,
-    tracking_uri: Annotated[str, typer.Option(envvar="MLFLOW_TRACKING_URI", help="http(s)://, sqlite:///, or file: store")],
+    tracking_uri: Annotated[str, typer.Option(envvar="MLFLOW_TRACKING_URI", help="an MLflow server (http(s)://) or database (sqlite:///)")],
     experiment: Annotated[str, typer.Option(help="MLflow experiment, created when missing")] = "rljob",
     artifact_location: Annotated[
         str | None, typer.Option(help="where a new experiment keeps artifacts (default: the tracking store's choice)")
