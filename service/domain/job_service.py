@@ -30,12 +30,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from trainer.contract import JobSpec, ReproRecord, TrainerEvent
+from trainer.contract import JobSpec, TrainerEvent
 
 from .errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
 from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
-from .job_repro import read_job_repro
 from .job_samples import read_job_samples
 from .learning_health import HealthPolicy
 from .location_policy import UNRESTRICTED, LocationPolicy
@@ -179,10 +178,6 @@ class JobService:
     def samples(self, record: JobRecord, step: int | None = None) -> SamplesPublic:
         """A train step's completions and rewards from the run directory (the newest without `step`)."""
         return read_job_samples(self.run_files, record, step)
-
-    def repro(self, record: JobRecord) -> ReproRecord:
-        """What produced the run (repro.json in the run directory); ReproNotFound before the trainer wrote it."""
-        return read_job_repro(self.run_files, record)
 
     # ---- commands from the API ---------------------------------------------------------------
 

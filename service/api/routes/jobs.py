@@ -16,6 +16,7 @@ from service.api.deps import CallerDep, JobIdPath, JobServiceDep, ReadyDep, Runt
 from service.api.errors import error_responses
 from service.api.log_follow import follow_log
 from service.domain.errors import BadCursor, InvalidRequest
+from service.domain.job_repro import read_job_repro
 from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.phases import JobPhase
 from trainer.contract import ReproRecord
@@ -160,7 +161,7 @@ def get_samples(
 def get_repro(record: VisibleJobDep, jobs: JobServiceDep) -> ReproRecord:
     """What produced the run: the resolved spec, image, package versions, seeds, content hashes of the data,
     model and reward file, and the hardware, as the trainer recorded them before training."""
-    return jobs.repro(record)
+    return read_job_repro(jobs.run_files, record)  # a read of the run directory, like the diff's
 
 
 @router.post(
