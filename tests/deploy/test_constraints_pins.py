@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,10 @@ def unpinned(pins: dict[str, str], installed: dict[str, str]) -> list[str]:
 
 def test_every_installed_distribution_is_pinned_at_its_version():
     pins = read_pins((ROOT / "constraints.txt").read_text())
-    installed = {_norm(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    # The venv's own site-packages, not all of sys.path: `import setuptools` (another test module does, at
+    # collection) appends its vendored packages' directory, whose dist-infos nobody installed.
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = {_norm(d.metadata["Name"]): d.version for d in importlib.metadata.distributions(path=site)}
     installed = {n: v for n, v in installed.items() if n not in PINNED_ELSEWHERE | {"rljob"}}
     assert unpinned(pins, installed) == []
 
