@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
+from typer.testing import CliRunner, Result
 
+from harness.live_server import served
 from harness.pg_server import postgres_url
 from service.adapters.local import LocalProcessLauncher, procs
 from service.adapters.store import SqlJobStore
 from service.app import create_app
+from service.cli.main import app as rljob_cli
 from service.config import Settings
 from service.domain.tokens import TokenService
 from tests.service.observation_recorder import Recorder
@@ -32,6 +35,28 @@ MakeLocalLauncher = Callable[..., tuple[LocalProcessLauncher, Recorder]]
 @pytest.fixture
 def fake_trainer_command() -> list[str]:
     return [sys.executable, str(FAKE_TRAINER)]
+
+
+@pytest.fixture
+def live_url(settings_factory: Callable[..., Settings]) -> Iterator[str]:
+    """The app on loopback with the local launcher and the stand-in trainer; team-a's token is TOKEN_A."""
+    with served(create_app(settings_factory(bootstrap_token=TOKEN_A, bootstrap_team="team-a"))) as url:
+        yield url
+
+
+RunCli = Callable[..., Result]
+
+
+@pytest.fixture
+def run_cli(live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunCli:
+    """`rljob ARGS` through typer's CliRunner against live_url (or `url`), with `token`."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home
+    monkeypatch.delenv("RLJOB_CONFIG", raising=False)
+
+    def run(*args: str, url: str = live_url, token: str = TOKEN_A) -> Result:
+        return CliRunner().invoke(rljob_cli, ["--url", url, "--token", token, *args], catch_exceptions=False)
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -5,54 +5,15 @@ diff to exactly that key with both outcomes shown, and a plain rerun's repro rec
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 import yaml
-from typer.testing import CliRunner
 
-from service.app import create_app
-from service.cli.main import app as cli
-from service.config import Settings
-from service.free_port import free_port
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
-
-
-@pytest.fixture
-def live_url(settings_factory: Callable[..., Settings]) -> Iterator[str]:
-    port = free_port()
-    settings = settings_factory(bootstrap_token=TOKEN_A, bootstrap_team="team-a")
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _ready(url), timeout_s=30)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=15)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-@pytest.fixture
-def run_cli(live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home
-    monkeypatch.delenv("RLJOB_CONFIG", raising=False)
-
-    def run(*args: str) -> Any:
-        return CliRunner().invoke(cli, ["--url", live_url, "--token", TOKEN_A, *args], catch_exceptions=False)
-
-    return run
 
 
 def _api(live_url: str, path: str) -> Any:

@@ -7,60 +7,24 @@ logs each point once. Bad input ends in a CLI message and an exit code, never a 
 from __future__ import annotations
 
 import json
-import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from mlflow.tracking import MlflowClient
-from typer.testing import CliRunner, Result
 
-from service.app import create_app
-from service.cli.main import app as cli
 from service.cli.mlflow_export import MAX_PARAM_VALUE_CHARS, TRUNCATED, flatten_spec
-from service.config import Settings
 from service.free_port import free_port
+from tests.service.conftest import RunCli
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
 
-RunCli = Callable[..., Result]
 
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-@pytest.fixture
-def live_url(settings_factory: Callable[..., Settings]) -> Iterator[str]:
-    port = free_port()
-    settings = settings_factory(bootstrap_token=TOKEN_A, bootstrap_team="team-a")
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _ready(url), timeout_s=30)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=15)
-
-
-@pytest.fixture
-def run_cli(live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunCli:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home
-    monkeypatch.delenv("RLJOB_CONFIG", raising=False)
+@pytest.fixture(autouse=True)
+def _no_tracking_uri_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(cli, ["--url", live_url, "--token", TOKEN_A, *args], catch_exceptions=False)
-
-    return run
 
 
 def _api(live_url: str, path: str) -> Any:

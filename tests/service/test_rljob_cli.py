@@ -4,8 +4,6 @@ fake trainer), plus its messages for bad input, an unreachable service and a rej
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,47 +11,11 @@ import uvicorn
 import yaml
 from typer.testing import CliRunner
 
-from service.app import create_app
 from service.cli.main import app as cli
 from service.cli.storage_text import storage_text
-from service.config import Settings
 from service.domain.phases import JobPhase
 from service.free_port import free_port
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
-
-
-@pytest.fixture
-def live_url(settings_factory: Callable[..., Settings]) -> Iterator[str]:
-    port = free_port()
-    settings = settings_factory(bootstrap_token=TOKEN_A, bootstrap_team="team-a")
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    import httpx
-
-    wait_until(lambda: _ready(httpx, url), timeout_s=30)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=15)
-
-
-def _ready(httpx, url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-@pytest.fixture
-def run_cli(live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., object]:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home
-    monkeypatch.delenv("RLJOB_CONFIG", raising=False)
-
-    def run(*args: str, url: str = live_url, token: str = TOKEN_A):
-        return CliRunner().invoke(cli, ["--url", url, "--token", token, *args], catch_exceptions=False)
-
-    return run
 
 
 def _write_spec(tmp_path: Path, **labels: str) -> Path:
@@ -225,7 +187,6 @@ def test_render_the_tutorial_and_clean_errors(tmp_path: Path, monkeypatch: pytes
 
 
 def test_serve_prints_the_dashboard_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import uvicorn
 
     for key in ("RLJOB_BOOTSTRAP_TOKEN", "RLJOB_HOST", "RLJOB_PORT", "RLJOB_LAUNCHER", "RLJOB_DATABASE_URL"):
         monkeypatch.delenv(key, raising=False)
