@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from service.domain.errors import RunFileRefused, RunFilesUnavailable
 from service.domain.models import JobRecord
@@ -89,48 +89,36 @@ class StoreRunFiles:
         return sorted(step for step in steps if step is not None)
 
     def read_samples(self, record: JobRecord, step: int) -> StepSamples | None:
-        layout = record.layout
-        uri = layout.samples_file(step)
-        try:
-            found = read_run_file(layout.root, uri, limit=MAX_SAMPLES_BYTES, start=0)
-        except StorageError as e:
-            raise RunFilesUnavailable(f"cannot read {uri}: {e}") from e
-        if found is None:
-            return None
-        if found.more_after:
-            raise RunFileRefused(
-                f"the run directory's samples file for step {step} is over {MAX_SAMPLES_BYTES} bytes "
-                f"(a trainer's is under 100 KiB): not served"
-            )
-        try:
-            samples = StepSamples.model_validate_json(found.data)
-        except ValidationError as e:
-            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'file'}: {err['msg']}" for err in e.errors()[:3])
-            log.warning("job %s: %s is not a samples file: %s", record.id, uri, problems)  # never the content
-            return None
-        if samples.step != step:
-            log.warning("job %s: %s holds step %d, not %d; ignored", record.id, uri, samples.step, step)
+        too_big = f"samples file for step {step} is over {MAX_SAMPLES_BYTES} bytes (a trainer's is under 100 KiB)"
+        samples = _read_model(record, record.layout.samples_file(step), MAX_SAMPLES_BYTES, too_big, StepSamples, "a samples file")
+        if samples is not None and samples.step != step:
+            log.warning("job %s: %s holds step %d, not %d; ignored", record.id, record.layout.samples_file(step), samples.step, step)
             return None
         return samples
 
     def read_repro(self, record: JobRecord) -> ReproRecord | None:
-        layout = record.layout
-        uri = layout.repro
-        try:
-            found = read_run_file(layout.root, uri, limit=MAX_REPRO_BYTES, start=0)
-        except StorageError as e:
-            raise RunFilesUnavailable(f"cannot read {uri}: {e}") from e
-        if found is None:
-            return None
-        if found.more_after:
-            raise RunFileRefused(f"the run directory's repro.json is over {MAX_REPRO_BYTES} bytes (a trainer's is a few KiB): not served")
-        try:
-            repro = ReproRecord.model_validate_json(found.data)
-        except ValidationError as e:
-            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'file'}: {err['msg']}" for err in e.errors()[:3])
-            log.warning("job %s: %s is not a repro record: %s", record.id, uri, problems)  # never the content
-            return None
-        if repro.job_id != record.id:
-            log.warning("job %s: %s is job %s's record; ignored", record.id, uri, repro.job_id[:64])
+        too_big = f"repro.json is over {MAX_REPRO_BYTES} bytes (a trainer's is a few KiB)"
+        repro = _read_model(record, record.layout.repro, MAX_REPRO_BYTES, too_big, ReproRecord, "a repro record")
+        if repro is not None and repro.job_id != record.id:
+            log.warning("job %s: %s is job %s's record; ignored", record.id, record.layout.repro, repro.job_id[:64])
             return None
         return repro
+
+
+def _read_model[M: BaseModel](record: JobRecord, uri: str, limit: int, too_big: str, model: type[M], what: str) -> M | None:
+    """One file the job wrote, read bounded through run_reads and parsed as `model`: None when it is absent or
+    not `what` (logged, never its content), RunFileRefused when it is over `limit`."""
+    try:
+        found = read_run_file(record.layout.root, uri, limit=limit, start=0)
+    except StorageError as e:
+        raise RunFilesUnavailable(f"cannot read {uri}: {e}") from e
+    if found is None:
+        return None
+    if found.more_after:
+        raise RunFileRefused(f"the run directory's {too_big}: not served")
+    try:
+        return model.model_validate_json(found.data)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'file'}: {err['msg']}" for err in e.errors()[:3])
+        log.warning("job %s: %s is not %s: %s", record.id, uri, what, problems)  # never the content
+        return None
