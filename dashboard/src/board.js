@@ -1,5 +1,6 @@
 // The jobs board: every job of the viewer's team, filtered by phase, kept live by the service's
 // event stream (GET /v1/events) with polling of GET /v1/jobs as the fallback.
+import { diffHref } from "./diffmodel.js";
 import { focusHeading, h, replace } from "./dom.js";
 import { fmtAge, fmtNumber, fmtPercent, DASH } from "./format.js";
 import { LiveFeed } from "./live.js";
@@ -12,7 +13,7 @@ const PAGE_SIZE = 100;
 // Changing the filter re-renders the board; keep keyboard focus on the filter, not the heading.
 let focusFilterOnRender = false;
 const COLUMNS = [
-  ["Name", ""], ["Submitter", "wide"], ["Model", ""], ["Accelerator", "wide"], ["Phase", ""], ["Health", ""], ["Stage", ""],
+  ["Compare", "pick"], ["Name", ""], ["Submitter", "wide"], ["Model", ""], ["Accelerator", "wide"], ["Phase", ""], ["Health", ""], ["Stage", ""],
   ["Progress", ""], ["Reward", "num"], ["Eval acc.", "num"], ["Age", "num"],
 ];
 
@@ -49,6 +50,20 @@ export function boardView(root, api, params) {
     tbody,
   );
   const emptySlot = h("div");
+  // Two ticked rows open the run diff (#/diff/A/B), oldest first so "b" is the newer run; the
+  // ticks are this view's only state: they live as long as the board is open.
+  const picked = new Set();
+  const compareButton = h("button", { type: "button", disabled: true, "aria-describedby": "compare-hint", onclick: () => compare() }, "Compare");
+  const compareHint = h("span", { id: "compare-hint", class: "hint" });
+  const compare = () => {
+    const [a, b] = [...picked].sort((x, y) => ((jobs.get(x)?.createdAt || "") < (jobs.get(y)?.createdAt || "") ? -1 : 1));
+    window.location.hash = diffHref(a, b);
+  };
+  const pickChanged = () => {
+    compareButton.disabled = picked.size !== 2;
+    compareHint.textContent = picked.size === 2 ? "" : `Tick two jobs to compare (${picked.size} ticked)`;
+  };
+  pickChanged();
   const moreButton = h("button", { type: "button", hidden: true, onclick: () => loadPage(nextCursor) }, "Show older jobs");
 
   replace(
@@ -57,6 +72,7 @@ export function boardView(root, api, params) {
       h("h1", {}, "Jobs"),
       h("label", { for: "phase-filter" }, "Phase "), select,
       h("span", { class: "spacer" }),
+      compareHint, compareButton,
       h("a", { href: "#/usage" }, "Team usage"),
       status.el),
     errorSlot,
@@ -79,7 +95,7 @@ export function boardView(root, api, params) {
     shown.forEach((job, index) => {
       let tr = rows.get(job.id);
       if (!tr) {
-        tr = makeRow(job);
+        tr = makeRow(job, picked, pickChanged);
         rows.set(job.id, tr);
       }
       fillRow(tr, job, now);
@@ -90,8 +106,10 @@ export function boardView(root, api, params) {
       if (!keep.has(id)) {
         tr.remove();
         rows.delete(id);
+        picked.delete(id);
       }
     }
+    pickChanged();
     table.hidden = shown.length === 0;
     // While the service cannot be read, "no jobs yet" would be a guess: the error says enough.
     replace(emptySlot, loaded && !loadError && !shown.length ? emptyState(filter) : null);
@@ -166,21 +184,34 @@ export function boardView(root, api, params) {
   };
 }
 
-function makeRow(job) {
+function makeRow(job, picked, pickChanged) {
   const href = `#/jobs/${encodeURIComponent(job.id)}`;
   const tr = h("tr", { "data-job-id": job.id });
   // The whole row is clickable with a mouse; the name link is the keyboard target.
   tr.addEventListener("click", (e) => {
-    if (e.target.closest("a, button") || window.getSelection().toString()) return;
+    if (e.target.closest("a, button, input, label") || window.getSelection().toString()) return;
     window.location.hash = href;
   });
   tr._link = h("a", { href, class: "job-name" });
+  // Kept across updates like the link, so a tick (and focus on it) survives the live re-renders.
+  tr._pick = h("input", {
+    type: "checkbox",
+    class: "pick",
+    checked: picked.has(job.id),
+    onchange: (e) => {
+      if (e.target.checked) picked.add(job.id);
+      else picked.delete(job.id);
+      pickChanged();
+    },
+  });
+  tr._pickCell = h("td", { class: "pick" }, tr._pick);
   return tr;
 }
 
 function fillRow(tr, job, now) {
   tr.dataset.phase = job.phase;
   tr._link.textContent = job.name;
+  tr._pick.setAttribute("aria-label", `Compare ${job.name} (${job.id})`);
   const cells = [
     h("td", {}, tr._link, h("span", { class: "sub mono" }, job.id)),
     h("td", { class: "wide" }, job.submitter || DASH),
@@ -197,13 +228,13 @@ function fillRow(tr, job, now) {
     h("td", { class: "num", title: job.createdAt || "" }, fmtAge(job.createdAt, now)),
   ];
   if (!tr.children.length) {
-    tr.append(...cells);
+    tr.append(tr._pickCell, ...cells);
     return;
   }
-  // Replace every cell but the first's link, which keeps keyboard focus where the user left it.
-  const first = tr.children[0];
+  // Replace every cell but the tick box and the name's link, which keep keyboard focus where the user left it.
+  const first = tr.children[1];
   first.replaceChildren(tr._link, cells[0].children[1]);
-  for (let i = 1; i < cells.length; i += 1) tr.children[i].replaceWith(cells[i]);
+  for (let i = 1; i < cells.length; i += 1) tr.children[i + 1].replaceWith(cells[i]);
 }
 
 function emptyState(filter) {

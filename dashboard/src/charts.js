@@ -7,6 +7,9 @@ import { fmtNumber } from "./format.js";
 
 const HEIGHT_PX = 190;
 const BLUE = "#1f5fbf";
+// Runs overlaid on one chart (the run diff), in order: blue and orange first, a pair that stays
+// apart for the common colour-vision deficiencies. styles.css's .series-N classes use the same.
+export const SERIES_COLORS = ["#1f5fbf", "#c45a00", "#2a9d8f", "#8e44ad"];
 const STEP_INCREMENTS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
 
 // uPlot's default range for a flat series at 0 is 0..100, which reads as "the KL is tiny on a
@@ -22,19 +25,24 @@ function flatSafeRange(u, min, max) {
 
 /**
  * @param {string} title
- * @param {{label: string, stroke?: string, fill?: string, hidden?: boolean}[]} series  y series;
- *   a series with `band: [upperIndex, lowerIndex]` on the options draws the spread between them.
+ * @param {{label: string, stroke?: string, fill?: string, hidden?: boolean, colorClass?: string}[]} series
+ *   y series; a series with `band: [upperIndex, lowerIndex]` on the options draws the spread between them.
+ * @param {{legend?: boolean}} options  legend: a list under the plot naming each series with its
+ *   colour (`colorClass`), point count and latest value, for charts of several runs; without it the
+ *   caption states the first series' latest value.
  */
-export function makeChart(title, series, { bands = [], format = fmtNumber, yRange } = {}) {
+export function makeChart(title, series, { bands = [], format = fmtNumber, yRange, legend = false } = {}) {
   const latest = h("span", { class: "latest" });
   const plotEl = h("div", { class: "plot", "aria-hidden": "true" });
   const emptyEl = h("p", { class: "no-data" }, "No data yet");
+  const legendEl = legend ? h("ul", { class: "chart-legend" }) : null;
   const figure = h(
     "figure",
     { class: "chart panel", "data-chart": title, "data-points": "0" },
     h("figcaption", {}, h("span", {}, title), latest),
     emptyEl,
     plotEl,
+    legendEl,
   );
   let plot = null;
   let data = null;
@@ -80,8 +88,8 @@ export function makeChart(title, series, { bands = [], format = fmtNumber, yRang
       figure.dataset.lastStep = n ? String(xs[n - 1]) : "";
       emptyEl.hidden = n > 0;
       plotEl.hidden = n === 0;
-      const last = n ? ys[0][n - 1] : null;
-      latest.textContent = n ? `${format(last)} at step ${xs[n - 1]}` : "";
+      if (legendEl) fillLegend(legendEl, series, xs, ys, format);
+      else latest.textContent = n ? `${format(ys[0][n - 1])} at step ${xs[n - 1]}` : "";
       if (!n) return;
       data = [xs, ...ys];
       if (!plot) plot = new uPlot(opts(widthNow()), data, plotEl);
@@ -92,6 +100,39 @@ export function makeChart(title, series, { bands = [], format = fmtNumber, yRang
       if (plot) plot.destroy();
     },
   };
+}
+
+/** One item per series: a colour swatch, the label, and how many points it has with the newest. */
+function fillLegend(el, series, xs, ys, format) {
+  el.replaceChildren(...series.map((s, i) => {
+    const values = ys[i] || [];
+    let points = 0;
+    let last = -1;
+    values.forEach((v, j) => {
+      if (v !== null && v !== undefined) {
+        points += 1;
+        last = j;
+      }
+    });
+    const newest = last >= 0 ? `${format(values[last])} at step ${xs[last]}` : "no points";
+    return h("li", { "data-series": s.label, "data-points": String(points) },
+      h("span", { class: `swatch ${s.colorClass || ""}`, "aria-hidden": "true" }),
+      h("span", { class: "series-label" }, s.label),
+      h("span", { class: "latest" }, ` ${newest}`));
+  }));
+}
+
+/**
+ * Several runs' values of one metric on one chart, each in its own colour (`index` picks it, so a
+ * run keeps its colour on every chart) and named in the legend.
+ * @param {{index: number, label: string}[]} runs
+ */
+export function overlayChart(title, runs) {
+  return makeChart(
+    title,
+    runs.map((r) => ({ label: r.label, stroke: SERIES_COLORS[r.index % SERIES_COLORS.length], colorClass: `series-${r.index % SERIES_COLORS.length}` })),
+    { legend: true },
+  );
 }
 
 /** Reward: mean as a line, mean ± std as a shaded band between two faint series. */

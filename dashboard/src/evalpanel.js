@@ -83,23 +83,40 @@ export function evalPanel() {
   };
 }
 
-function plotWidth(slot) {
+export function plotWidth(slot) {
   return Math.max(MIN_PLOT_WIDTH_PX, Math.floor(slot.clientWidth || PLOT_SIZE.width));
 }
 
 function plot(view, title, width) {
-  const g = evalPlotLayout(view.points, { ...PLOT_SIZE, width });
+  return evalPlotSvg(view.points, `Eval accuracy by step: ${title}`, width);
+}
+
+/**
+ * The accuracy-by-step SVG. With `overlay`, the points are several runs' (evalplot.js's `series`
+ * and `job` on each): each run's points and line get its .series-N colour and its label in their
+ * tooltip, and the before/after captions are left out (two runs' would overprint each other).
+ */
+export function evalPlotSvg(points, ariaLabel, width, { overlay = false } = {}) {
+  const g = evalPlotLayout(points, { ...PLOT_SIZE, width });
   const { area } = g;
   const grid = g.yTicks.map((t) =>
     svg("g", { class: "y-tick" },
       svg("line", { x1: area.left, x2: area.right, y1: t.y, y2: t.y }),
       svg("text", { x: area.left - 6, y: t.y + 4, "text-anchor": "end" }, t.text)));
   const xAxis = g.xTicks.map((t) => svg("text", { class: "x-tick", x: t.x, y: area.bottom + 16, "text-anchor": "middle" }, String(t.step)));
-  const path = g.marks.map((m, i) => `${i ? "L" : "M"}${m.x.toFixed(1)},${m.y.toFixed(1)}`).join(" ");
+  const runs = new Map();
+  for (const m of g.marks) runs.set(m.series, [...(runs.get(m.series) || []), m]);
+  const lines = [...runs].filter(([, marks]) => marks.length > 1).map(([series, marks]) =>
+    svg("path", {
+      class: overlay ? `eval-line series-${series}` : "eval-line",
+      d: marks.map((m, i) => `${i ? "L" : "M"}${m.x.toFixed(1)},${m.y.toFixed(1)}`).join(" "),
+    }));
   const marks = g.marks.map((m) => {
-    const named = m.label === "before" || m.label === "after";
-    return svg("g", { class: "eval-point", "data-label": m.label, "data-step": m.step },
-      svg("title", {}, `${m.label}: ${pointText(m)} (step ${m.step})`),
+    const named = !overlay && (m.label === "before" || m.label === "after");
+    const attrs = { class: overlay ? `eval-point series-${m.series}` : "eval-point", "data-label": m.label, "data-step": m.step };
+    if (overlay) attrs["data-job"] = m.job;
+    return svg("g", attrs,
+      svg("title", {}, `${overlay ? `${m.job}, ` : ""}${m.label}: ${pointText(m)} (step ${m.step})`),
       m.ci95
         ? [
             svg("line", { class: "errbar", x1: m.x, x2: m.x, y1: m.yLow, y2: m.yHigh }),
@@ -110,11 +127,11 @@ function plot(view, title, width) {
       svg("circle", { cx: m.x, cy: m.y, r: 4 }),
       named ? svg("text", { class: "point-label", x: m.x, y: m.yHigh - 7, "text-anchor": "middle" }, m.label) : null);
   });
-  return svg("svg", { class: "eval-plot", width: g.width, height: g.height, viewBox: `0 0 ${g.width} ${g.height}`, role: "img", "aria-label": `Eval accuracy by step: ${title}` },
+  return svg("svg", { class: overlay ? "eval-plot overlay" : "eval-plot", width: g.width, height: g.height, viewBox: `0 0 ${g.width} ${g.height}`, role: "img", "aria-label": ariaLabel },
     grid,
     svg("text", { class: "axis-label", x: (area.left + area.right) / 2, y: g.height - 2, "text-anchor": "middle" }, "step"),
     xAxis,
-    g.marks.length > 1 ? svg("path", { class: "eval-line", d: path }) : null,
+    lines,
     marks);
 }
 

@@ -9,10 +9,11 @@ const SAME_STEP_SPREAD_PX = 14; // points at one step (a step-N eval and `after`
 const MAX_X_TICKS = 6;
 
 /**
- * @param {{label: string, step: number|null, accuracy: number|null, ci95: number[]|null}[]} points
- *   oldest first, as evalView keeps them
+ * @param {{label: string, step: number|null, accuracy: number|null, ci95: number[]|null, series?: number, job?: string}[]} points
+ *   oldest first, as evalView keeps them; several runs' points (the run diff) carry their run's
+ *   `series` index and `job` label, and share the axes so they compare
  * @returns {{width, height, area: {left, top, right, bottom}, yTicks: {value, y, text}[],
- *   xTicks: {step, x}[], marks: {label, step, accuracy, ci95, x, y, yLow, yHigh}[]}}
+ *   xTicks: {step, x}[], marks: {label, step, accuracy, ci95, series, job, x, y, yLow, yHigh}[]}}
  */
 export function evalPlotLayout(points, size = PLOT_SIZE) {
   const area = { left: size.left, top: size.top, right: size.width - size.right, bottom: size.height - size.bottom };
@@ -35,7 +36,10 @@ export function evalPlotLayout(points, size = PLOT_SIZE) {
     seen.set(p.step, i + 1);
     const offset = (i - (k - 1) / 2) * SAME_STEP_SPREAD_PX;
     const [low, high] = p.ci95 || [p.accuracy, p.accuracy];
-    return { label: p.label, step: p.step, accuracy: p.accuracy, ci95: p.ci95, x: x(p.step) + offset, y: y(p.accuracy), yLow: y(low), yHigh: y(high) };
+    return {
+      label: p.label, step: p.step, accuracy: p.accuracy, ci95: p.ci95, series: p.series ?? 0, job: p.job ?? null,
+      x: x(p.step) + offset, y: y(p.accuracy), yLow: y(low), yHigh: y(high),
+    };
   });
 
   const tickEvery = Math.max(1, Math.ceil(steps.length / MAX_X_TICKS));
