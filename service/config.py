@@ -146,6 +146,14 @@ class Settings(BaseSettings):
         "default: Cloud Storage Standard in one region (us-central1, us-east5), https://cloud.google.com/storage/pricing; "
         "list prices move: set your own",
     )
+    mlflow_tracking_uri: str = Field(
+        default="", description="empty: off; else the leader exports every running job to this MLflow tracking "
+        "server (http(s)://) or database (sqlite:///, postgresql://) as it runs (docs/service.md); needs rljob[mlflow]",
+    )  # fmt: skip
+    mlflow_experiment: str = Field(
+        default="rljob", min_length=1, max_length=500, description="the MLflow experiment of the live export, created when missing"
+    )
+    mlflow_export_interval_s: float = Field(default=15.0, gt=0, description="how often the live MLflow export logs new points")
     host: str = Field(default="127.0.0.1", description="listen address of `rljob serve`")
     port: int = Field(default=8765, ge=0, le=65535, description="listen port of `rljob serve`")
 

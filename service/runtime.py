@@ -4,8 +4,9 @@ runtime (service/app.py); tests build one without ASGI.
 
 `build_runtime(settings, overrides)` wires the store, the launcher (chosen once, adapters/launchers.py),
 the leader lock (the LeaderLock port, chosen by the store: adapters/leader_locks.py), the job service,
-the supervisor, leadership and the event fan-out. `RuntimeOverrides` carries what tests put at the
-ports instead.
+the supervisor, leadership, the event fan-out and, with RLJOB_MLFLOW_TRACKING_URI set, the live MLflow
+export (adapters/mlflow_live.py, run by the leader only, like the supervisor). `RuntimeOverrides` carries
+what tests put at the ports instead.
 
 Start-up order matters: migrate, ensure the bootstrap token, then take the lead if no other replica
 holds it (service/leadership.py): the leader starts the launcher's watcher and re-attaches every
@@ -29,6 +30,7 @@ import anyio.to_thread
 from service.adapters.events_file import EventsFileReader
 from service.adapters.launchers import build_launcher, startup_checks
 from service.adapters.leader_locks import leader_lock_for
+from service.adapters.mlflow_live import MlflowLiveExport
 from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
 from service.api.event_fanout import EventFanout
@@ -92,6 +94,7 @@ class Runtime:
     self_checks: SelfCheckReport = field(default_factory=SelfCheckReport)  # start-up checks (/readyz shows them)
     self_check: SelfCheck | None = None  # what fills self_checks, run once by start()
     owns_store: bool = True  # stop() closes the store (False: a store the caller passed in)
+    mlflow_export: MlflowLiveExport | None = None  # RLJOB_MLFLOW_TRACKING_URI set: the leader's live export
     views: JobViews = field(init=False)  # the status read's and list page's JSON (api/job_views.py)
 
     def __post_init__(self) -> None:
@@ -169,9 +172,13 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None,
     def elected(term: int) -> None:
         jobs.begin_term(term)
         supervisor.start()
+        if mlflow_export is not None:
+            mlflow_export.start()
 
     def deposed() -> None:
         jobs.end_term()  # first: a leader write still under way is refused from here on
+        if mlflow_export is not None:
+            mlflow_export.stop()
         supervisor.stop()
 
     leadership = Leadership(
@@ -192,10 +199,19 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None,
         take_over_requests=lock.shared,
     )  # fmt: skip
     fanout = EventFanout(store, notifier, poll_interval_s=settings.sse_poll_interval_s, queue_size=settings.sse_queue_events)
+    mlflow_export = None
+    if settings.mlflow_tracking_uri:
+        mlflow_export = MlflowLiveExport(
+            store, jobs.run_files,
+            lambda record: to_public(record, clock(), jobs.health_policy, settings.usage_prices_usd_per_chip_hour),
+            tracking_uri=settings.mlflow_tracking_uri, experiment=settings.mlflow_experiment,
+            interval_s=settings.mlflow_export_interval_s,
+        )  # fmt: skip
     return Runtime(
         settings=settings, store=store, jobs=jobs, tokens=tokens, notifier=notifier,
         supervisor=supervisor, leadership=leadership, metrics=metrics or ServiceMetrics(), clock=clock, fanout=fanout,
         log_followers=LogFollowers(settings.max_log_followers), self_check=self_check, owns_store=given.store is None,
+        mlflow_export=mlflow_export,
     )  # fmt: skip
 
 
