@@ -28,7 +28,8 @@ from trainer.stages.context import JobContext, RunCommand, local_work_dir
 from trainer.stages.convert import build_convert_command, cached_conversion, run_convert
 from trainer.stages.export import VerificationFailed, build_export_command, build_verify_command, run_export
 from trainer.stages.train import build_train_command, run_train, total_train_steps
-from trainer.storage import StorageError, store_for
+from trainer.contract.best_checkpoint import ExportedCheckpoint
+from trainer.storage import ArtifactStore, StorageError, store_for
 from trainer.storage.manifest import write_manifest
 
 # Output of a failed stage that means "try again later", not "this job cannot work".
@@ -138,9 +139,26 @@ def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
         _write_manifest(ctx)
         return code
     _publish_logs(ctx)
-    reporter.run_finished(True, int(ExitCode.SUCCESS), message=f"export at {ctx.layout.export_dir}")
+    reporter.run_finished(True, int(ExitCode.SUCCESS), message=_success_message(ctx, store))
     _write_manifest(ctx)  # last: it lists the final events file and logs with their checksums
     return ExitCode.SUCCESS
+
+
+def _success_message(ctx: JobContext, store: ArtifactStore) -> str:
+    """Where the export is and, when the spec asked for the best weights, which ones it holds."""
+    message = f"export at {ctx.layout.export_dir}"
+    marker = ctx.layout.stage_marker(Stage.EXPORT)
+    if ctx.spec.export.checkpoint != "best" or not store.exists(marker):
+        return message
+    try:
+        chosen = ExportedCheckpoint.model_validate(json.loads(store.read_bytes(marker))["outputs"]["exported_checkpoint"])
+    except (StorageError, KeyError, ValueError):
+        return message  # an export by an older trainer, or an unreadable marker: the run still succeeded
+    if chosen.best is None:
+        return f"{message}, of the last weights (step {chosen.step}): {chosen.reason}"
+    lo, hi = chosen.best.ci95
+    return (f"{message}, of the best-evaluated weights: the {chosen.best.label} evaluation, accuracy "
+            f"{chosen.best.accuracy:.3f} (95% CI {lo:.3f}-{hi:.3f}, {chosen.best.n} rows), actor step {chosen.step}")
 
 
 def _write_manifest(ctx: JobContext) -> None:
@@ -152,7 +170,11 @@ def _write_manifest(ctx: JobContext) -> None:
             outputs = json.loads(store.read_bytes(marker))["outputs"]
             if "cache_entry" in outputs:
                 references["converted_checkpoint"] = outputs["checkpoint"]
-        write_manifest(ctx.layout, store=store, references=references)
+        exported = None
+        marker = ctx.layout.stage_marker(Stage.EXPORT)
+        if store.exists(marker):
+            exported = json.loads(store.read_bytes(marker))["outputs"].get("exported_checkpoint")
+        write_manifest(ctx.layout, store=store, references=references, exported_checkpoint=exported)
     except StorageError:
         pass  # the events already say how the run ended; a missing manifest must not change the exit code
 

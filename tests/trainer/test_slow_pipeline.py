@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.trainer.conftest import REPO, TINY_EXAMPLE
+from tests.trainer.conftest import REPO, TINY_EXAMPLE, write_spec
+from tests.trainer.spec_edit import with_field
 from trainer.contract import JobSpec, RunLayout, Stage, parse_event
 
 pytestmark = pytest.mark.slow
@@ -56,7 +58,11 @@ def restarted_run(tiny_dir, shared_cache, tmp_path_factory) -> dict:
 
     out = tmp_path_factory.mktemp("runs")
     env = _env(tiny_dir, out, shared_cache)
-    cmd = [sys.executable, "-m", "trainer", "run", "--spec", str(TINY_EXAMPLE), "--job-id", "rl-slowtest0001"]
+    # The tiny example, evaluating after every batch and exporting the best-evaluated weights.
+    text = TINY_EXAMPLE.read_text().replace("${RLJOB_TINY_DIR}", str(tiny_dir)).replace("${RLJOB_OUTPUT}", str(out))
+    spec = with_field(with_field(yaml.safe_load(text), "grpo.eval_interval", 1), "export.checkpoint", "best")
+    spec_file = write_spec(out / "tiny-best.yaml", spec)
+    cmd = [sys.executable, "-m", "trainer", "run", "--spec", str(spec_file), "--job-id", "rl-slowtest0001"]
     layout = RunLayout(str(out), "rl-slowtest0001")
     with open(out / "attempt1.out", "w") as stdout:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT)
@@ -163,9 +169,11 @@ def test_train_rl_ran_with_the_specs_dtype_and_kept_only_the_last_checkpoint(res
                               "checkpoint_period": "1"}, resolved  # fmt: skip
     steps = sorted(p.name for p in Path(layout.actor_checkpoints).iterdir())
     assert steps == ["3"], steps  # no step dir besides the newest, and no unfinished tmp dir
-    # The run's size as reported at the export's end: the one kept checkpoint is the checkpoints part.
+    # The run's size as reported at the export's end: the one kept actor checkpoint and the best weights
+    # (export.checkpoint=best) are the checkpoints part.
     last = [e for e in restarted_run["events"] if e.type == "storage"][-1]
-    kept = sum(p.stat().st_size for p in Path(layout.actor_checkpoints).rglob("*") if p.is_file())
+    kept = sum(p.stat().st_size for p in Path(layout.rl_run, "checkpoints").rglob("*") if p.is_file())
+    assert Path(layout.best_checkpoints).is_dir()
     assert last.stage == Stage.EXPORT and last.storage.parts["checkpoints"] == kept > 0, last.storage
     assert last.storage.parts["export"] > 0 and last.storage.parts["converted"] == 0  # converted: the shared cache
     print("run storage:", last.storage.model_dump_json())
@@ -277,7 +285,10 @@ def test_every_evaluation_keeps_its_rows_as_maxtext_scored_them(restarted_run):
              for p in Path(layout.eval_dir).glob("*.jsonl")}
     # Attempt 1 evaluated the base model; attempt 2 resumed from a checkpoint, so its first evaluation is a step.
     resumed = json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["resumed_from_step"]
-    assert set(files) == {BEFORE, f"step-{resumed}", AFTER}, sorted(files)
+    # eval_interval 1: MaxText's hook also evaluated during training, labelled by Tunix's global step (batches).
+    labels = set(files)
+    assert {BEFORE, f"step-{resumed}", AFTER} <= labels <= {BEFORE, "step-1", "step-2", "step-3", AFTER}, sorted(files)
+    assert {label_step(label) for label in labels - {BEFORE, AFTER}} - {resumed}, sorted(files)
     after = files[AFTER]
     assert (sum(r.correct for r in after), len(after)) == (float(post[-1][0]), int(post[-1][1]))
     assert [r.id for r in after] == [r.id for r in files[BEFORE]] and len(after) == 2  # batch_size 2 x 1 test batch
@@ -290,3 +301,90 @@ def test_every_evaluation_keeps_its_rows_as_maxtext_scored_them(restarted_run):
     assert by_label[AFTER].vs_before is not None and by_label[AFTER].vs_before.n == 2
     assert label_step(f"step-{resumed}") == by_label[f"step-{resumed}"].step == resumed
     assert by_label[BEFORE].vs_before is None and by_label[BEFORE].step == 0
+
+
+def _orbax_embedding(params_dir: Path):
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        tree = checkpointer.restore(str(params_dir))
+    leaves = [(path, leaf) for path, leaf in _walk(tree) if "token_embedder" in path and "embedding" in path]
+    assert len(leaves) == 1, [p for p, _ in _walk(tree)]
+    return np.asarray(leaves[0][1], dtype=np.float32)
+
+
+def _walk(tree, path=()):
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _walk(value, (*path, str(key)))
+    else:
+        yield path, tree
+
+
+def test_export_best_exports_the_weights_of_the_best_evaluation_not_the_last(restarted_run):
+    """export.checkpoint=best: hf/ holds the weights the best evaluation measured (ties: the earliest), kept
+    beside the actor's own retention, and manifest.json says which with the evaluation and its interval."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from trainer.contract.best_checkpoint import BestCheckpoint, ExportedCheckpoint
+    from trainer.contract.evaluation import AFTER, BEFORE
+
+    layout, events = restarted_run["layout"], restarted_run["events"]
+    record = BestCheckpoint.model_validate_json(Path(layout.best_checkpoint_record).read_text())
+    manifest = json.loads(Path(layout.manifest).read_text())
+    exported = ExportedCheckpoint.model_validate(manifest["exported_checkpoint"])
+    assert exported.asked == exported.exported == "best" and exported.best == record and exported.step == record.step
+    final = events[-1]
+    assert final.type == "run_finished" and f"best-evaluated weights: the {record.label} evaluation" in final.message
+    # The winner among the candidates the run evaluated (not `before`): the best accuracy, the earliest on a tie.
+    summaries = [e.summary for e in events if e.type == "eval" and e.summary is not None and e.summary.label != BEFORE]
+    best_accuracy = max(s.correct / s.n for s in summaries)
+    first_best = next(s for s in summaries if s.correct / s.n == best_accuracy)
+    assert (record.label, record.accuracy) == (first_best.label, best_accuracy), (record, summaries)
+    assert record.label != AFTER and record.step < 3  # so the best weights are not the last ones
+    assert record.params == f"{layout.best_checkpoints}/{record.step}/model_params"
+    lo, hi = record.ci95
+    assert 0 <= lo <= record.accuracy <= hi <= 1 and record.n == 2
+    # Only the best step is kept under best/; the actor's retention kept only its newest, step 3.
+    assert sorted(p.name for p in Path(layout.best_checkpoints).iterdir()) == [str(record.step)]
+    best = _orbax_embedding(Path(record.params))
+    last = _orbax_embedding(Path(layout.actor_checkpoints) / "3" / "model_params")
+    assert not np.allclose(best, last)  # lr 1e-3: the steps between them moved the weights
+    tensors = {}
+    for file in Path(layout.export_dir).glob("*.safetensors"):
+        tensors |= load_file(str(file))
+    hf = np.asarray(tensors["model.embed_tokens.weight"], dtype=np.float32)
+    assert np.array_equal(hf, best), "the export holds other weights than the best evaluation's"
+
+
+def test_the_real_trainers_repro_record_names_what_ran(restarted_run):
+    """repro.json from the real `trainer run` (its second attempt rewrote it): the spec as the pipeline resolved
+    it, the installed versions the run imported, and content hashes that match the files it read."""
+    import hashlib
+    from importlib.metadata import version
+
+    from trainer.contract import ReproRecord
+
+    layout, tiny = restarted_run["layout"], restarted_run["tiny"]
+    record = ReproRecord.model_validate_json(Path(layout.repro).read_text())
+    assert record.job_id == layout.job_id
+    ran = JobSpec.model_validate_json(Path(layout.spec).read_text())
+    assert record.spec == ran.model_dump(mode="json") and record.spec["export"]["checkpoint"] == "best"
+    assert record.versions["maxtext"] == version("maxtext") and record.versions["jax"] == version("jax")
+    assert record.versions["tunix"] == version("google-tunix") and record.versions["python"] == sys.version.split()[0]
+    assert record.image.reference is None  # a local run: no launcher named an image
+
+    def sha256(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    assert [(h.uri, h.sha256) for h in record.data] == [
+        (str(tiny / "data" / "train.jsonl"), sha256(tiny / "data" / "train.jsonl")),
+        (str(tiny / "data" / "test.parquet"), sha256(tiny / "data" / "test.parquet")),
+    ]
+    assert record.reward_functions is not None and record.reward_functions.sha256 == sha256(tiny / "length_reward.py")
+    model_files = [p for p in (tiny / "model").rglob("*") if p.is_file()]
+    assert record.model.kind == "local" and record.model.content is not None
+    assert record.model.content.files == len(model_files) and record.model.content.sha256
+    assert record.hardware.accelerator == "cpu" and record.hardware.rollout_engine == "jax"

@@ -8,7 +8,8 @@
         stages/<stage>.done       completion markers, written last
         data/                     the dataset materialised as parquet
         maxtext/                  to_maxtext output: 0/items (unless served from the conversion cache)
-        rl/<job-id>/              train_rl run: checkpoints/actor/<N>/..., tensorboard/
+        rl/<job-id>/              train_rl run: checkpoints/actor/<N>/..., checkpoints/best/<N>/model_params, tensorboard/
+        best-checkpoint.json      with export.checkpoint=best, the best evaluation so far and its weights (best_checkpoint.py)
         samples/train-<N>.json    completions and their rewards per step (samples.py)
         eval/<label>.jsonl        each evaluation's per-row outcomes: before, step-<N>, after (evaluation.py)
         hf/                       to_huggingface export
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .best_checkpoint import BEST_RECORD_FILE
 from .evaluation import EVAL_DIR, eval_file_name
 from .events import EVENTS_FILE, Stage
 from .repro import REPRO_FILE
@@ -86,6 +88,15 @@ class RunLayout:
     @property
     def actor_checkpoints(self) -> str:
         return join_uri(self.rl_run, "checkpoints", "actor")
+
+    @property
+    def best_checkpoints(self) -> str:
+        """Parameters of the best-evaluated weights, kept beside the actor's own retention (best_checkpoint.py)."""
+        return join_uri(self.rl_run, "checkpoints", "best")
+
+    @property
+    def best_checkpoint_record(self) -> str:
+        return self.path(BEST_RECORD_FILE)
 
     @property
     def tensorboard_dir(self) -> str:

@@ -245,6 +245,10 @@ class GrpoSpec(_Strict):
     # metrics passed to save(), and Tunix's CheckpointManager.save (tunix/sft/checkpoint_manager.py) passes none.
     keep_last_checkpoints: int = Field(default=1, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS,
                                        description="actor checkpoints kept, newest (MaxText's max_num_checkpoints_to_keep)")
+    # rl.yml's own default; MaxText's hook (post_train/rl/hooks.py) evaluates when rl_cluster.global_steps,
+    # the batches done, is a multiple of it.
+    eval_interval: int = Field(default=10, ge=0, le=limits.MAX_NUM_BATCHES,
+                               description="batches between intermediate evaluations (MaxText's eval_interval); 0: only before and after")
     eval_sampling_strategy: Literal["greedy", "standard", "liberal"] = Field(
         default="greedy", description="how evaluation samples (MaxText's eval_sampling_strategy)")
     num_eval_passes: int = Field(default=1, gt=0, le=limits.MAX_EVAL_PASSES, description="passes over the eval rows per evaluation")
@@ -345,6 +349,11 @@ class ExportSpec(_Strict):
     verify: bool = Field(default=True, description="load the export with transformers and check finite logits")
     hub_repo: HubId | None = Field(default=None, description="optional HF Hub repo to upload to (token from HF_TOKEN)")
     hub_private: bool = Field(default=True, description="create the hub repo private")
+    checkpoint: Literal["last", "best"] = Field(
+        default="last",
+        description="which weights to export: the last checkpoint, or the best by intermediate evaluation accuracy "
+                    "(ties: the earlier); best needs grpo.num_test_batches and grpo.eval_interval below grpo.num_batches",
+    )  # fmt: skip
 
 
 class JobSpec(_Strict):
@@ -389,6 +398,19 @@ class JobSpec(_Strict):
         # MaxText would otherwise fetch the eval split of `dataset.name` from the hub.
         if self.dataset.uses_files and self.grpo.num_test_batches > 0 and not self.dataset.eval_files:
             raise ValueError("dataset.eval_files are required with train_files when grpo.num_test_batches > 0")
+        return self
+
+    @model_validator(mode="after")
+    def _best_needs_an_intermediate_evaluation(self) -> JobSpec:
+        # Refused before launch: without an evaluation before the last batch (one at the last batch measures the
+        # last weights), "best" could only ever be the last checkpoint, and the job would pay for nothing.
+        g = self.grpo
+        if self.export.checkpoint == "best" and (g.num_test_batches == 0 or not 0 < g.eval_interval < g.num_batches):
+            raise ValueError(
+                f"export.checkpoint=best picks among intermediate evaluations, and this job has none: it needs "
+                f"grpo.num_test_batches > 0 (is {g.num_test_batches}) and 0 < grpo.eval_interval < grpo.num_batches "
+                f"(is {g.eval_interval}, num_batches {g.num_batches})"
+            )
         return self
 
     def input_locations(self) -> list[tuple[str, str]]:

@@ -47,6 +47,8 @@ class EvalRecorder:
         self.rows: list[EvalRow] | None = None  # None: no evaluation running
         self.training = "not started"  # "running", "finished"
         self.before_outcomes: dict[str, float] | None = None
+        # Called with each finished evaluation and train_rl's cluster (best_checkpoint.py keeps the best weights).
+        self.on_summary: list[Callable[[EvalSummary, Any], None]] = []
 
     def label(self, global_step: int) -> str:
         if self.training == "finished":
@@ -158,6 +160,12 @@ def install(eval_uri: str | None) -> EvalRecorder:
         except Exception as e:  # noqa: BLE001
             recorder.rows = None
             _warn("keeping eval rows", e)
+            return result
+        for hook in recorder.on_summary:
+            try:
+                hook(summary, rl_cluster)
+            except Exception as e:  # noqa: BLE001
+                _warn(f"acting on the {label} evaluation", e)
         return result
 
     def _score_responses(tmvp_config: Any, question: Any, responses: Any, answers: Any) -> Any:

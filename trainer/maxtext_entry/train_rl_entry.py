@@ -1,5 +1,6 @@
 """`python -m trainer.maxtext_entry.train_rl_entry [--rljob_...] <train_rl args>`: MaxText's train_rl,
-unmodified, with the sample and eval recorders installed (sample_recorder.py, eval_recorder.py), its time
+unmodified, with the sample and eval recorders installed (sample_recorder.py, eval_recorder.py; with
+export.checkpoint=best, the keeper of the best-evaluated weights, best_checkpoint.py), its time
 measured by part (goodput_recorder.py) and a stop signal turned into a checkpoint between steps and
 exit 75 (graceful_stop.py). train_rl_jax_entry calls `main` with a hook that swaps the
 rollout engine for pure JAX on CPU; this module does not know about it.
@@ -10,12 +11,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from .best_checkpoint import install as install_best_checkpoint
 from .eval_recorder import install as install_eval_recorder
 from .goodput_recorder import install as install_goodput_recorder
 from .graceful_stop import install as install_graceful_stop
 from .hf_config_registry import register_from_argv, run_as_main
 from .sample_recorder import install as install_sample_recorder
-from .shim_flags import EVAL_FLAG, SAMPLES_FLAG, pop_flags
+from .shim_flags import ACTOR_ROOT_FLAG, BEST_RECORD_FLAG, BEST_ROOT_FLAG, EVAL_FLAG, SAMPLES_FLAG, pop_flags
 
 TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"
 
@@ -24,12 +26,15 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
     # MaxText's reward helpers start a spawn pool; importing it first avoids a hang seen in 0.2.5.
     import multiprocessing.pool  # noqa: F401
 
-    found, argv = pop_flags(argv, SAMPLES_FLAG, EVAL_FLAG)
+    found, argv = pop_flags(argv, SAMPLES_FLAG, EVAL_FLAG, BEST_ROOT_FLAG, BEST_RECORD_FLAG, ACTOR_ROOT_FLAG)
     maxtext_argv = register_from_argv(argv)
     if before_train_rl is not None:
         before_train_rl()
     install_sample_recorder(found.get(SAMPLES_FLAG))
-    install_eval_recorder(found.get(EVAL_FLAG))
+    recorder = install_eval_recorder(found.get(EVAL_FLAG))
+    if BEST_ROOT_FLAG in found:
+        keeper = install_best_checkpoint(found[BEST_ROOT_FLAG], found[BEST_RECORD_FLAG], found[ACTOR_ROOT_FLAG])
+        recorder.on_summary.append(keeper.offer)
     install_graceful_stop()
     install_goodput_recorder()  # last: it times the other wrappers' work too (the eval recorder's rows)
     run_as_main(TRAIN_RL_MODULE, maxtext_argv)

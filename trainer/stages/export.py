@@ -1,4 +1,5 @@
-"""Stage 3: latest actor checkpoint -> Hugging Face checkpoint with to_huggingface, then a load check."""
+"""Stage 3: the chosen actor checkpoint (the last, or the best by evaluation) -> Hugging Face checkpoint with
+to_huggingface, then a load check."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import os
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, join_uri
+from trainer.contract.best_checkpoint import BestCheckpoint, ExportedCheckpoint
 from trainer.runner import StageCommand, StageFailed
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import local_copy_path, stage_directory
-from trainer.storage import StorageError
+from trainer.storage import StorageError, store_for
 
 from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub
 from .context import JobContext, latest_actor_step, stage_inputs
@@ -25,12 +27,27 @@ def actor_params_uri(layout: RunLayout, step: int) -> str:
     return join_uri(layout.actor_checkpoints, str(step), "model_params")
 
 
+def choose_checkpoint(spec: JobSpec, layout: RunLayout, last_step: int) -> ExportedCheckpoint:
+    """The weights the spec asks to export. `best` without a record (every evaluation failed, or none ran
+    on an older trainer) exports the last rather than failing after training was paid for, and says why."""
+    last = actor_params_uri(layout, last_step)
+    if spec.export.checkpoint == "last":
+        return ExportedCheckpoint(asked="last", exported="last", step=last_step, params=last)
+    store = store_for(layout.best_checkpoint_record)
+    if not store.exists(layout.best_checkpoint_record):
+        return ExportedCheckpoint(asked="best", exported="last", step=last_step, params=last,
+                                  reason=f"no evaluation was recorded in {layout.best_checkpoint_record}")
+    best = BestCheckpoint.model_validate_json(store.read_bytes(layout.best_checkpoint_record))
+    return ExportedCheckpoint(asked="best", exported="best", step=best.step, params=best.params, best=best)
+
+
 def build_export_command(
     spec: JobSpec,
     layout: RunLayout,
     model: MaxTextModel,
     *,
     actor_step: int,
+    params_uri: str | None = None,
     local_tokenizer: str | None = None,
     local_source: str | None = None,
 ) -> StageCommand:
@@ -41,7 +58,7 @@ def build_export_command(
         *registration,
         base_config(),
         f"model_name={model.name}",
-        f"load_parameters_path={actor_params_uri(layout, actor_step)}",
+        f"load_parameters_path={params_uri or actor_params_uri(layout, actor_step)}",
         f"base_output_directory={layout.export_dir}",
         f"scan_layers={str(spec.model.scan_layers).lower()}",
         "use_multimodal=false",
@@ -75,8 +92,9 @@ def run_export(ctx: JobContext) -> dict[str, Any]:
     if step is None:
         raise StageFailed("export", 0, log, f"no actor checkpoint in {layout.actor_checkpoints}")
     inputs = stage_inputs(ctx)
-    command = build_export_command(spec, layout, ctx.model, actor_step=step, local_tokenizer=inputs["local_tokenizer"],
-                                   local_source=inputs["local_source"])
+    chosen = choose_checkpoint(spec, layout, step)
+    command = build_export_command(spec, layout, ctx.model, actor_step=chosen.step, params_uri=chosen.params,
+                                   local_tokenizer=inputs["local_tokenizer"], local_source=inputs["local_source"])
     export_copy = ctx.work_dir / "export-copy"
     # The check starts now and imports torch and transformers while to_huggingface runs (on the tiny
     # spec those imports were most of the check's 13 s); it reads the export only once told to below.
@@ -86,7 +104,10 @@ def run_export(ctx: JobContext) -> dict[str, Any]:
         check = ctx.start_command(verify, with_stdin=True)
     try:
         ctx.run_command(command, log)
-        outputs: dict[str, Any] = {"export": layout.export_dir, "actor_step": step}
+        outputs: dict[str, Any] = {"export": layout.export_dir, "actor_step": chosen.step,
+                                   "exported_checkpoint": chosen.model_dump(mode="json")}
+        if chosen.reason:
+            outputs["warning"] = f"export.checkpoint=best, but the last checkpoint was exported: {chosen.reason}"
         if spec.export.verify or spec.export.hub_repo:
             local_export = stage_directory(layout.export_dir, export_copy)
             if check is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, TrainStep
-from trainer.maxtext_entry.shim_flags import EVAL_FLAG, SAMPLES_FLAG
+from trainer.maxtext_entry.shim_flags import ACTOR_ROOT_FLAG, BEST_RECORD_FLAG, BEST_ROOT_FLAG, EVAL_FLAG, SAMPLES_FLAG
 from trainer.progress.tensorboard_scalars import EventFileTailer
 from trainer.progress.train_rl_events import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
 from trainer.runner import StageCommand, StageFailed
@@ -61,6 +61,7 @@ def grpo_args(spec: JobSpec, local_rewards: str | None = None) -> list[str]:
         f"checkpoint_period={g.checkpoint_period}",
         # rl.yml keeps 10 (1.4 GiB each for a 135M model in fp32): train_rl hands this to Orbax as max_to_keep.
         f"max_num_checkpoints_to_keep={g.keep_last_checkpoints}",
+        f"eval_interval={g.eval_interval}",
         f"eval_sampling_strategy={g.eval_sampling_strategy}",
         f"num_eval_passes={g.num_eval_passes}",
         f"reward_exact_answer={r.exact_answer}",
@@ -103,6 +104,13 @@ def hardware_args(spec: JobSpec) -> list[str]:
     return args
 
 
+def best_checkpoint_flags(spec: JobSpec, layout: RunLayout) -> list[str]:
+    if spec.export.checkpoint != "best":
+        return []
+    return [f"{BEST_ROOT_FLAG}{layout.best_checkpoints}", f"{BEST_RECORD_FLAG}{layout.best_checkpoint_record}",
+            f"{ACTOR_ROOT_FLAG}{layout.actor_checkpoints}"]  # fmt: skip
+
+
 def build_train_command(
     spec: JobSpec,
     layout: RunLayout,
@@ -120,6 +128,7 @@ def build_train_command(
         *hf_config_registration_args(spec, model, local_source),
         f"{SAMPLES_FLAG}{layout.samples_dir}",
         f"{EVAL_FLAG}{layout.eval_dir}",
+        *best_checkpoint_flags(spec, layout),
         rl_config(),
         f"model_name={model.name}",
         f"tokenizer_path={local_tokenizer or spec.model.tokenizer_location}",

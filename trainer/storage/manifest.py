@@ -30,6 +30,7 @@ def _local_md5(uri: str) -> str:
 
 def build_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,
                    references: Mapping[str, str] | None = None,
+                   exported_checkpoint: Mapping[str, Any] | None = None,
                    clock: Callable[[], float] = time.time) -> dict[str, Any]:
     store = store or store_for(layout.root)
     base = layout.root.rstrip("/") + "/"
@@ -50,14 +51,17 @@ def build_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,
         "total_bytes": sum(a["size_bytes"] for a in artifacts),
         # Artifacts this run used but does not own, e.g. the converted checkpoint from the cache.
         "references": dict(references or {}),
+        # Which weights hf/ holds: last or best, the step, and for best the evaluation with its 95% interval.
+        "exported_checkpoint": dict(exported_checkpoint) if exported_checkpoint else None,
         "artifacts": artifacts,
     }
 
 
 def write_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,
-                   references: Mapping[str, str] | None = None) -> dict[str, Any]:
+                   references: Mapping[str, str] | None = None,
+                   exported_checkpoint: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Build and write `<run>/manifest.json`; returns it. Call after the last artifact is written."""
     store = store or store_for(layout.root)
-    manifest = build_manifest(layout, store=store, references=references)
+    manifest = build_manifest(layout, store=store, references=references, exported_checkpoint=exported_checkpoint)
     store.write_bytes(layout.manifest, json.dumps(manifest, indent=1, sort_keys=True).encode())
     return manifest
