@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, location_kind
+from trainer.contract.best_checkpoint import ExportedCheckpoint
 from trainer.repro import write_repro
 from trainer.run_size import report_run_storage
 from trainer.run_stop import StopRequest
@@ -28,7 +29,6 @@ from trainer.stages.context import JobContext, RunCommand, local_work_dir
 from trainer.stages.convert import build_convert_command, cached_conversion, run_convert
 from trainer.stages.export import VerificationFailed, build_export_command, build_verify_command, run_export
 from trainer.stages.train import build_train_command, run_train, total_train_steps
-from trainer.contract.best_checkpoint import ExportedCheckpoint
 from trainer.storage import ArtifactStore, StorageError, store_for
 from trainer.storage.manifest import write_manifest
 
