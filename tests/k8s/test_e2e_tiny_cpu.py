@@ -142,31 +142,11 @@ def _pods(on_loop: Callable[[Any], Any], emu: EmulatedCluster, job_id: str) -> l
     return on_loop(read())
 
 
-async def test_tiny_cpu_job_succeeds_with_artifacts_and_logs(cluster, make_launcher, tmp_path, node_dir):
-    body = tiny_spec(node_dir, "runs-ok")
-
-    def scenario(client: TestClient, on_loop: Any, emu: EmulatedCluster) -> tuple[str, dict[str, Any]]:
-        job_id = _submit(client, body)
-        job = wait_for_phase(client, job_id, JobPhase.SUCCEEDED, RUN_TIMEOUT_S)
-        assert job["backend"] == "kubernetes" and job["object_name"] == f"job/{job_id}"
-        assert job["step"] == job["total_steps"] == body["grpo"]["num_batches"]
-        assert {"convert", "train", "export"} <= set(job["stage_times"]) and job["metrics"]["reward_mean"] is not None
-        exported = {a["name"]: a["uri"] for a in job["artifacts"]}
-        assert exported.get("export.export", "").startswith(str(node_dir)), exported
-        logs = client.get(f"/v1/jobs/{job_id}/logs", headers=AUTH).text  # the pod's log, through the pod log endpoint
-        assert '"run_finished"' in logs and '"train_step"' in logs
-        return job_id, job
-
-    job_id, job = await _with_service(cluster, make_launcher, tmp_path, node_dir, scenario)
-    kjob = cluster.job(job_id)
-    conds = {c["type"] for c in kjob["status"]["conditions"] if c["status"] == "True"}
-    assert {"SuccessCriteriaMet", "Complete"} <= conds and kjob["status"]["succeeded"] == 1
-    manifest = json.loads(Path(RunLayout(body["output"], job_id).manifest).read_text())
-    assert manifest and Path(RunLayout(body["output"], job_id).stage_marker(Stage.EXPORT)).exists()
-
-
-async def test_an_evicted_trainer_resumes_from_its_checkpoint_without_converting_again(cluster, make_launcher, tmp_path,
-                                                                                      node_dir):
+async def test_an_evicted_trainer_resumes_from_its_checkpoint_and_the_job_succeeds_with_artifacts_and_logs(
+        cluster, make_launcher, tmp_path, node_dir):
+    """One trainer run for both stories (each costs minutes of MaxText on CPU): evicted mid-training, the Job's
+    next pod resumes without converting again, and the job then ends as a clean success would, with its
+    artifacts, its pod's log through the API and the Job's success conditions."""
     body = tiny_spec(node_dir, "runs-evict")
 
     def scenario(client: TestClient, on_loop: Any, emu: EmulatedCluster) -> str:
@@ -176,12 +156,23 @@ async def test_an_evicted_trainer_resumes_from_its_checkpoint_without_converting
         assert not (Path(RunLayout(body["output"], job_id).stage_marker(Stage.TRAIN))).exists(), \
             "training finished before the eviction; nothing would be resumed"
         on_loop(emu.evict(NS, running["metadata"]["name"], reason="TerminationByKubelet", message="Spot VM preempted"))
-        wait_for_phase(client, job_id, JobPhase.SUCCEEDED, RUN_TIMEOUT_S)
+        job = wait_for_phase(client, job_id, JobPhase.SUCCEEDED, RUN_TIMEOUT_S)
         pods = _pods(on_loop, emu, job_id)
         assert running["metadata"]["name"] not in {p["metadata"]["name"] for p in pods}
+        assert job["backend"] == "kubernetes" and job["object_name"] == f"job/{job_id}"
+        assert job["step"] == job["total_steps"] == body["grpo"]["num_batches"]
+        assert {"convert", "train", "export"} <= set(job["stage_times"]) and job["metrics"]["reward_mean"] is not None
+        exported = {a["name"]: a["uri"] for a in job["artifacts"]}
+        assert exported.get("export.export", "").startswith(str(node_dir)), exported
+        # The current pod's log, through the pod log endpoint: the second attempt's, to its end (its train steps
+        # depend on how far the first got before the eviction landed).
+        logs = client.get(f"/v1/jobs/{job_id}/logs", headers=AUTH).text
+        assert '"type":"run_started","attempt":2' in logs and '"type":"run_finished","ok":true' in logs, logs[-2000:]
         return job_id
 
     job_id = await _with_service(cluster, make_launcher, tmp_path, node_dir, scenario)
+    manifest = json.loads(Path(RunLayout(body["output"], job_id).manifest).read_text())
+    assert manifest["artifacts"] and Path(RunLayout(body["output"], job_id).stage_marker(Stage.EXPORT)).exists()
     events = run_events(body, job_id)
     assert [e.attempt for e in events if e.type == "run_started"] == [1, 2]
     assert len([e for e in events if e.type == "stage_started" and e.stage is Stage.CONVERT]) == 1
@@ -191,6 +182,8 @@ async def test_an_evicted_trainer_resumes_from_its_checkpoint_without_converting
     assert train["outputs"]["resumed_from_step"] >= 1
     kjob = cluster.job(job_id)
     assert kjob["status"]["failed"] == 0 and kjob["status"]["succeeded"] == 1  # the disruption did not count
+    conds = {c["type"] for c in kjob["status"]["conditions"] if c["status"] == "True"}
+    assert {"SuccessCriteriaMet", "Complete"} <= conds
     store = SqlJobStore(service_settings(tmp_path).effective_database_url)
     try:
         messages = [e.data for e in store.events_after(0, job_id=job_id) if e.kind == "message"]
