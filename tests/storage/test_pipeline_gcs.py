@@ -39,11 +39,14 @@ def tiny_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _spec(tiny: Path, source: str, output: str, *, export: bool) -> dict:
+def _spec(tiny: Path, source: str, output: str, *, export: bool, num_batches: int = 3) -> dict:
     text = TINY_EXAMPLE.read_text().replace("${RLJOB_TINY_DIR}", str(tiny)).replace("${RLJOB_OUTPUT}", output)
     spec = yaml.safe_load(text)
     spec["model"]["source"] = source
     spec["export"] = {"enabled": export, "verify": export}
+    # Storage is what this test is about: no evaluations (each compiles its own generation on CPU), which the
+    # local runs test (test_slow_pipeline.py, test_tiny_job_integration.py).
+    spec["grpo"].update(num_test_batches=0, num_batches=num_batches)
     return spec
 
 
@@ -104,7 +107,9 @@ def test_cpu_pipeline_on_gcs_with_conversion_cache(emulator, gcs, bucket, tiny_d
         logits = model(torch.tensor([[128000, 791, 4320]])).logits
     assert torch.isfinite(logits).all()
 
-    second, second_s = _run_job(_spec(tiny_dir, source, output, export=False), "rl-gcsjobb00001", env, tmp_path)
+    # One batch: job B only has to show that it trained from the cached checkpoint.
+    second, second_s = _run_job(_spec(tiny_dir, source, output, export=False, num_batches=1), "rl-gcsjobb00001", env,
+                                tmp_path)  # fmt: skip
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
     layout_b = RunLayout(output, "rl-gcsjobb00001")
     events_b = _events(gcs, layout_b)
