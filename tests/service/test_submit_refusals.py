@@ -76,6 +76,14 @@ def test_bad_values_are_refused_at_submit(api: Api, tmp_path: Path, field: str, 
     _nothing_stored(api)
 
 
+def test_best_export_without_an_intermediate_evaluation_is_refused_at_submit(api: Api, tmp_path: Path) -> None:
+    body = spec_body(tmp_path, grpo={"num_batches": 4, "num_test_batches": 1, "eval_interval": 0},
+                     export={"checkpoint": "best"})  # fmt: skip
+    message = _refused_at(api.client.post("/v1/jobs", json=body, headers=api.as_(TOKEN_A)), ("body",))
+    assert "export.checkpoint=best" in message and "grpo.eval_interval" in message, message
+    _nothing_stored(api)
+
+
 def test_the_openapi_schema_carries_the_patterns_and_limits(api: Api) -> None:
     schemas = api.client.get("/openapi.json").json()["components"]["schemas"]
     assert schemas["DatasetSpec"]["properties"]["subset"]["pattern"] == limits.SUBSET_PATTERN
