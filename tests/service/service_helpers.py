@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +16,18 @@ from trainer.contract import JobSpec
 TOKEN_A = "a" * 8 + uuid.uuid4().hex + "-team-a"
 TOKEN_B = "b" * 8 + uuid.uuid4().hex + "-team-b"
 TOKEN_ADMIN = "c" * 8 + uuid.uuid4().hex + "-admin"
+
+
+@contextmanager
+def refused_url() -> Iterator[str]:
+    """An http URL on loopback whose connections are refused for as long as the block runs.
+
+    The port is bound and never listened on: a port free_port() gave and let go can be taken meanwhile by a service
+    another fixture starts, and then the "unreachable" URL answers.
+    """
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{held.getsockname()[1]}"
 
 
 def spec_body(tmp_path: Path, name: str = "job-one", **extra: object) -> dict[str, object]:

@@ -17,9 +17,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from service.cli.mlflow_export import MAX_PARAM_VALUE_CHARS, TRUNCATED, flatten_spec
-from service.free_port import free_port
 from tests.service.conftest import RunCli
-from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
+from tests.service.service_helpers import TOKEN_A, refused_url, spec_body, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -129,8 +128,8 @@ def test_an_unknown_job_or_an_unreachable_tracking_server_is_a_message(run_cli: 
 
     job_id = _submit(live_url, tmp_path, {"fake-steps": "1"})
     wait_until(lambda: _api(live_url, f"/v1/jobs/{job_id}")["phase"] == "SUCCEEDED", timeout_s=30)
-    nobody = f"http://127.0.0.1:{free_port()}"
-    down = run_cli("export", "mlflow", job_id, "--tracking-uri", nobody)
+    with refused_url() as nobody:
+        down = run_cli("export", "mlflow", job_id, "--tracking-uri", nobody)
     assert down.exit_code == 1, down.output
     assert f"cannot export {job_id} to MLflow at {nobody}" in down.output and "Traceback" not in down.output
     bad_scheme = run_cli("export", "mlflow", job_id, "--tracking-uri", "nosuch://store")

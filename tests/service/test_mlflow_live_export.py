@@ -10,7 +10,6 @@ exporter sent (`metrics_logged`), not only on what MLflow kept."""
 from __future__ import annotations
 
 import logging
-import socket
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ from service.adapters.mlflow_live import MlflowLiveExport
 from service.app import create_app
 from service.config import Settings
 from service.domain.mlflow_runs import flatten_spec, metric_values
-from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
+from tests.service.service_helpers import TOKEN_A, refused_url, spec_body, wait_until
 from trainer.contract import RunLayout
 
 EXPERIMENT = "rljob"
@@ -186,12 +185,7 @@ def test_runs_end_as_their_jobs_did(serve: Serve, tracking: tuple[str, MlflowCli
 def test_a_tracking_server_that_is_not_there_leaves_the_jobs_alone_and_says_why(
     serve: Serve, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Bound and never listening: connecting is refused, and no server started meanwhile (the service under test
-    # took the port free_port() had just given here, once) can take it.
-    held = socket.socket()
-    held.bind(("127.0.0.1", 0))
-    nobody = f"http://127.0.0.1:{held.getsockname()[1]}"
-    with held, caplog.at_level(logging.WARNING, logger="service.adapters.mlflow_live"), serve(nobody) as (url, app):
+    with refused_url() as nobody, caplog.at_level(logging.WARNING, logger="service.adapters.mlflow_live"), serve(nobody) as (url, app):
         job_id = _submit(url, tmp_path, {"fake-steps": "2"})
         wait_until(lambda: _api(url, f"/v1/jobs/{job_id}")["phase"] == "SUCCEEDED", timeout_s=30)
         assert [p["step"] for p in _api(url, f"/v1/jobs/{job_id}/metrics")["points"] if p["kind"] == "train"] == [1, 2]

@@ -14,8 +14,7 @@ from typer.testing import CliRunner
 from service.cli.main import app as cli
 from service.cli.storage_text import storage_text
 from service.domain.phases import JobPhase
-from service.free_port import free_port
-from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
+from tests.service.service_helpers import TOKEN_A, refused_url, spec_body, wait_until
 
 
 def _write_spec(tmp_path: Path, **labels: str) -> Path:
@@ -75,8 +74,8 @@ def test_bad_spec_lists_every_field(run_cli, tmp_path: Path) -> None:
 
 
 def test_unreachable_service_and_rejected_token(run_cli, tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    result = run_cli("list", url=dead)
+    with refused_url() as dead:
+        result = run_cli("list", url=dead)
     assert result.exit_code == 3 and "cannot reach the rljob service" in result.output and "RLJOB_URL" in result.output
     rejected = run_cli("list", token="x" * 40)
     assert rejected.exit_code == 4 and "RLJOB_TOKEN" in rejected.output
