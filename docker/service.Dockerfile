@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The control service image: FastAPI app (service.app:create_app) under uvicorn, port 8000.
-# Only the service's dependencies (pyproject's [project.dependencies]) are installed, at the exact
+# Only the service's dependencies (pyproject's [project.dependencies] and the mlflow extra) are installed, at the exact
 # versions of constraints.txt, the project's single pin file; nothing of MaxText/JAX.
 #   docker build -f docker/service.Dockerfile -t rljob-service .
 # In this repository it is linted (hadolint), not built: no base image is reachable here.
@@ -21,11 +21,12 @@ WORKDIR /src
 COPY constraints.txt pyproject.toml README.md ./
 # `service` imports trainer.contract (the job spec, exit codes) and trainer.sizing (the fit estimate), so the
 # trainer package is installed too; its heavy CPU/TPU dependencies live in the `trainer` extra, which is not
-# requested.
+# requested. The `mlflow` extra (mlflow-skinny, the client only) is: RLJOB_MLFLOW_TRACKING_URI turns on the live
+# export with nothing else to install.
 COPY service ./service
 COPY trainer ./trainer
-RUN uv pip install --no-cache --python "${VIRTUAL_ENV}/bin/python" -c constraints.txt . \
- && python -c "import service.app, uvicorn"
+RUN uv pip install --no-cache --python "${VIRTUAL_ENV}/bin/python" -c constraints.txt ".[mlflow]" \
+ && python -c "import service.app, uvicorn, mlflow.tracking"
 
 # --- runtime stage: no compiler, no uv, no sources; the same base so the venv's interpreter link holds
 FROM python:3.12-slim-bookworm

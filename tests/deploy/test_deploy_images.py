@@ -126,7 +126,7 @@ def test_service_image_runs_as_the_uid_the_deployment_expects():
     uid = re.findall(r"^USER (\d+)", df, re.M)[-1]
     dep = yaml.safe_load((ROOT / "k8s" / "base" / "deployment.yaml").read_text())
     assert str(dep["spec"]["template"]["spec"]["securityContext"]["runAsUser"]) == uid
-    assert "-c constraints.txt ." in df, "service deps must be installed with the constraints file"
+    assert '-c constraints.txt ".[mlflow]"' in df, "service deps, with the live MLflow export's client, under the pins"
     assert "HEALTHCHECK" in df and "/healthz" in df
     assert '"service.app:create_app_from_env", "--factory"' in df and '"--port", "8000"' in df
 
