@@ -55,7 +55,10 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
-_stderr = Console(stderr=True)
+def _print_error(message: str) -> None:
+    # A console made here, not at import: its width follows the environment the command runs in (COLUMNS
+    # under typer's CliRunner, a terminal resized since import), not the one the module was imported in.
+    Console(stderr=True).print(f"[red]error:[/] {escape(message)}", highlight=False)
 
 
 def handles_errors[**P, R](command: Callable[P, R]) -> Callable[P, R]:
@@ -67,10 +70,10 @@ def handles_errors[**P, R](command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except CliError as e:
-            _stderr.print(f"[red]error:[/] {escape(e.message)}", highlight=False)
+            _print_error(e.message)
             raise typer.Exit(e.exit_code) from None
         except SettingsInvalid as e:  # read deep inside a command (the launcher's settings at app start)
-            _stderr.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+            _print_error(str(e))
             raise typer.Exit(CliExit.BAD_INPUT) from None
 
     return wrapper

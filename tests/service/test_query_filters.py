@@ -20,6 +20,9 @@ from tests.service.service_helpers import TOKEN_A, TOKEN_ADMIN, spec_body
         ("/v1/jobs", {"team": "team-a\x00"}, "team", TOKEN_ADMIN),
         ("/v1/usage", {"team": "team-a\x00"}, "team", TOKEN_ADMIN),
     ],
+    # Named, not derived from the values: the tokens are random per process, and pytest-xdist's workers
+    # must collect the same test ids.
+    ids=["jobs-name", "jobs-label-nul", "jobs-label-esc", "jobs-team", "usage-team"],
 )
 def test_a_control_character_in_a_filter_is_a_422_naming_it(api: Api, tmp_path: Path, path: str, params: dict[str, str],
                                                             parameter: str, token: str) -> None:  # fmt: skip
