@@ -249,24 +249,19 @@ def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_r
     for name, tensor in original.items():
         assert (tensor.float() == exported[name].float()).all(), name
 
+    # MaxText's forward against HF's, and the jax rollout engine's KV-cached forward (with Llama 3.1 RoPE
+    # scaling here) against MaxText's own: one process for both (maxtext_parity_check.py).
     check = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("maxtext_forward_check.py")), str(tiny / "model"), items,
-         *model.args()],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu"),
-        capture_output=True, text=True, timeout=300,
-    )
-    assert check.returncode == 0, check.stderr[-3000:]
-    result = json.loads(check.stdout.strip().splitlines()[-1])
-    assert result["max_abs_diff"] < 1e-4 * max(1.0, result["logit_scale"]), result
-    # The jax rollout engine's KV-cached forward (with Llama 3.1 RoPE scaling here) against MaxText's own.
-    cached = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("cached_rollout_check.py")), str(tiny / "model"), items,
+        [sys.executable, str(Path(__file__).with_name("maxtext_parity_check.py")), str(tiny / "model"), items,
          *model.args()],
         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu"),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert cached.returncode == 0, cached.stderr[-3000:]
-    parity = json.loads(cached.stdout.strip().splitlines()[-1])
+    assert check.returncode == 0, check.stderr[-3000:]
+    results = json.loads(check.stdout.strip().splitlines()[-1])
+    result = results["hf_forward"]
+    assert result["max_abs_diff"] < 1e-4 * max(1.0, result["logit_scale"]), result
+    parity = results["cached_rollout"]
     assert parity["argmax_agree"] and parity["max_abs_diff"] < 1e-4 * max(1.0, parity["logit_scale"]), parity
 
 

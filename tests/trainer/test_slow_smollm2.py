@@ -47,9 +47,11 @@ def smollm2(tmp_path_factory) -> dict:
     return {"dir": work / "model", "items": items, "export": Path(layout.export_dir), "model": model}
 
 
-def _check(script: str, smollm2: dict) -> dict:
-    done = subprocess.run([sys.executable, str(Path(__file__).with_name(script)), str(smollm2["dir"]), smollm2["items"],
-                           *smollm2["model"].args()], cwd=REPO, env=dict(os.environ, **CHECK_ENV),
+@pytest.fixture(scope="module")
+def parity(smollm2) -> dict:
+    """MaxText's forward vs HF's and the jax rollout's cached forward vs MaxText's, from one process."""
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("maxtext_parity_check.py")), str(smollm2["dir"]),
+                           smollm2["items"], *smollm2["model"].args()], cwd=REPO, env=dict(os.environ, **CHECK_ENV),
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -81,8 +83,8 @@ def test_tied_checkpoint_round_trips_with_identical_weights_and_config(smollm2):
     assert config["rope_parameters"]["rope_theta"] == 100000.0 and config["eos_token_id"] == 2
 
 
-def test_maxtext_forward_matches_the_hf_model(smollm2):
-    result = _check("maxtext_forward_check.py", smollm2)
+def test_maxtext_forward_matches_the_hf_model(parity):
+    result = parity["hf_forward"]
     # MaxText 0.2.5 multiplies by a bf16 copy of a tied embedding (layers/embeddings.py:
     # attend_on_embedding), so raw logits differ at bf16 precision (measured 0.09 on a scale of 36);
     # with the same rounding on the HF side they agree to fp32 precision (measured 4.9e-5).
@@ -90,6 +92,6 @@ def test_maxtext_forward_matches_the_hf_model(smollm2):
     assert result["max_abs_diff"] < 0.5, result
 
 
-def test_the_jax_rollouts_cached_forward_matches_maxtext(smollm2):
-    result = _check("cached_rollout_check.py", smollm2)
+def test_the_jax_rollouts_cached_forward_matches_maxtext(parity):
+    result = parity["cached_rollout"]
     assert result["argmax_agree"] and result["max_abs_diff"] < 1e-3 * max(1.0, result["logit_scale"]), result
