@@ -3,7 +3,10 @@
 # `scripts/test.sh --fast` leaves out the ones marked slow (MaxText on CPU). Extra args go to pytest;
 # the dashboard's node tests (tests/dashboard/unit) run every time.
 # Either way the run fails on any skip tests/allowed_skips.toml does not allow, and names it.
+# pytest runs on RLJOB_TEST_WORKERS pytest-xdist workers (default 2, one per core of a CI machine; 0 runs in
+# this process): the slow tests in the two lanes of tests/conftest.py, the others wherever a worker is free.
 set -euo pipefail
+STARTED_S=$SECONDS
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 MARK=()
@@ -29,9 +32,17 @@ else
   echo "test.sh: node is missing (scripts/install-system-deps.sh installs it); the dashboard's unit tests cannot run" >&2
   node_rc=1
 fi
-.venv/bin/python -m pytest --durations=25 "${MARK[@]}" "$@"  # the slowest, for keeping CI within its budget
+WORKERS="${RLJOB_TEST_WORKERS:-2}"
+XDIST=(-n "$WORKERS")
+# loadgroup: each slow lane (an xdist_group) runs whole in one worker; no reorder: the lanes, which
+# tests/conftest.py puts first, start first, one on each worker.
+if [[ "$WORKERS" != "0" ]]; then XDIST+=(--dist loadgroup --no-loadscope-reorder); fi
+.venv/bin/python -m pytest "${XDIST[@]}" --durations=25 "${MARK[@]}" "$@"  # the slowest, for keeping CI within its budget
 rc=$?
 set -e
+elapsed=$((SECONDS - STARTED_S))
+# CI's limit for .ci/run is 90 minutes; this run's share of it, setup included.
+printf 'test.sh: %dm%02ds in all, %d%% of CI'"'"'s 90 minutes\n' $((elapsed / 60)) $((elapsed % 60)) $((elapsed * 100 / 5400))
 if [[ $rc -eq 5 ]]; then echo "test.sh: pytest collected no tests" >&2; exit 1; fi
 if [[ $rc -eq 0 && $node_rc -ne 0 ]]; then echo "test.sh: the dashboard's node tests failed (see above)" >&2; exit 1; fi
 exit $rc

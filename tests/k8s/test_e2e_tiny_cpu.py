@@ -2,11 +2,11 @@
 kmock, the emulated Job controller and kubelet (harness/podrun) running the trainer image's command on the
 tiny CPU model (examples/tiny-cpu.yaml, `hardware.accelerator: cpu`).
 
-Where the run lives: one directory of this machine, the "node directory", holds the tiny model, data and
-every run's output. The launcher mounts it into trainer pods as a hostPath at the same path
+Where the run lives: directories of this machine, the "node directories", hold the tiny model, data and
+every run's output. The launcher mounts each into trainer pods as a hostPath at the same path
 (RLJOB_K8S_HOST_PATHS), which is what the spec's local paths need on a single-node dev cluster; the
-service, running in this test process on the node itself, reads the same directory for events,
-artifacts and stage logs, as a service pod with the same hostPath would.
+service, running in this test process on the node itself, reads the same directories for events,
+artifacts and stage logs, as a service pod with the same hostPaths would.
 
 Slow (MaxText on CPU, minutes per test): run with
     .venv/bin/python -m pytest tests/k8s/test_e2e_tiny_cpu.py -m slow -v
@@ -18,8 +18,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,22 +45,23 @@ RUN_TIMEOUT_S = float(os.environ.get("RLJOB_TINY_TIMEOUT_S", "1800"))
 
 
 @pytest.fixture(scope="module")
-def node_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The node directory, with `python -m trainer make-tiny`'s model, data and reward in tiny/."""
-    root = tmp_path_factory.mktemp("node-dir")
-    made = subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(root / "tiny")], cwd=REPO,
-                          capture_output=True, text=True, timeout=900)
-    assert made.returncode == 0, made.stderr[-3000:]
-    return root
+def node_dirs(tiny_dir: Path, tiny_output: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The node's directories, each mounted into trainer pods at its own path: the worker's tiny model
+    (tests/conftest.py), the runs' output (shared with the worker's other tiny runs, and so its conversion
+    cache) and this module's own files."""
+    return {"tiny": tiny_dir, "output": tiny_output, "own": tmp_path_factory.mktemp("node-dir")}
 
 
-def tiny_spec(node_dir: Path, runs: str, model: Path | None = None) -> dict[str, Any]:
+def tiny_spec(tiny_dir: Path, output: Path, model: Path | None = None) -> dict[str, Any]:
     text = (REPO / "examples" / "tiny-cpu.yaml").read_text()
-    text = text.replace("${RLJOB_TINY_DIR}", str(node_dir / "tiny")).replace("${RLJOB_OUTPUT}", str(node_dir / runs))
+    text = text.replace("${RLJOB_TINY_DIR}", str(tiny_dir)).replace("${RLJOB_OUTPUT}", str(output))
     body = yaml.safe_load(text)
     assert body["hardware"]["accelerator"] == "cpu"
     if model is not None:
         body["model"]["source"] = str(model)
+    # Evaluations are the local runs' subject (tests/service/test_tiny_job_integration.py,
+    # tests/trainer/test_slow_pipeline.py); here each would compile and sample again under proot.
+    body["grpo"]["num_test_batches"] = 0
     return body
 
 
@@ -71,9 +70,9 @@ def service_settings(tmp_path: Path) -> Settings:
                     bootstrap_team="ml", progress_poll_interval_s=0.5, active_jobs_reconcile_interval_s=2.0)
 
 
-def launcher_settings(node_dir: Path) -> dict[str, Any]:
+def launcher_settings(*node_dirs: Path) -> dict[str, Any]:
     # One of this machine's cores stays free for the service and the emulator; 8Gi is plenty for the tiny model.
-    return {"host_paths": [str(node_dir)], "cpu_job_cpu": "1", "cpu_job_memory": "8Gi", "termination_grace_s": 120,
+    return {"host_paths": [str(d) for d in node_dirs], "cpu_job_cpu": "1", "cpu_job_memory": "8Gi", "termination_grace_s": 120,
             "backoff_limit": 1}
 
 
@@ -108,7 +107,7 @@ def has_checkpoint(body: dict[str, Any], job_id: str) -> bool:
     return root.is_dir() and any(d.name.isdigit() and (d / "model_params").is_dir() for d in root.iterdir())
 
 
-async def _with_service(cluster: Any, make_launcher: Any, tmp_path: Path, node_dir: Path,
+async def _with_service(cluster: Any, make_launcher: Any, tmp_path: Path, node_dirs: dict[str, Path],
                         scenario: Callable[[TestClient, Callable[[Any], Any], EmulatedCluster], Any]) -> Any:
     loop = asyncio.get_running_loop()
 
@@ -120,7 +119,7 @@ async def _with_service(cluster: Any, make_launcher: Any, tmp_path: Path, node_d
             await emu.create(sa)
 
         def run() -> Any:
-            app = create_app(service_settings(tmp_path), launcher=make_launcher(**launcher_settings(node_dir)))
+            app = create_app(service_settings(tmp_path), launcher=make_launcher(**launcher_settings(*node_dirs.values())))
             with TestClient(app) as client:
                 deadline = time.monotonic() + 30
                 while client.get("/readyz").status_code != 200 and time.monotonic() < deadline:
@@ -143,11 +142,11 @@ def _pods(on_loop: Callable[[Any], Any], emu: EmulatedCluster, job_id: str) -> l
 
 
 async def test_an_evicted_trainer_resumes_from_its_checkpoint_and_the_job_succeeds_with_artifacts_and_logs(
-        cluster, make_launcher, tmp_path, node_dir):
+        cluster, make_launcher, tmp_path, node_dirs):
     """One trainer run for both stories (each costs minutes of MaxText on CPU): evicted mid-training, the Job's
     next pod resumes without converting again, and the job then ends as a clean success would, with its
     artifacts, its pod's log through the API and the Job's success conditions."""
-    body = tiny_spec(node_dir, "runs-evict")
+    body = tiny_spec(node_dirs["tiny"], node_dirs["output"])
 
     def scenario(client: TestClient, on_loop: Any, emu: EmulatedCluster) -> str:
         job_id = _submit(client, body)
@@ -163,21 +162,24 @@ async def test_an_evicted_trainer_resumes_from_its_checkpoint_and_the_job_succee
         assert job["step"] == job["total_steps"] == body["grpo"]["num_batches"]
         assert {"convert", "train", "export"} <= set(job["stage_times"]) and job["metrics"]["reward_mean"] is not None
         exported = {a["name"]: a["uri"] for a in job["artifacts"]}
-        assert exported.get("export.export", "").startswith(str(node_dir)), exported
+        assert exported.get("export.export", "").startswith(str(node_dirs["output"])), exported
         # The current pod's log, through the pod log endpoint: the second attempt's, to its end (its train steps
         # depend on how far the first got before the eviction landed).
         logs = client.get(f"/v1/jobs/{job_id}/logs", headers=AUTH).text
         assert '"type":"run_started","attempt":2' in logs and '"type":"run_finished","ok":true' in logs, logs[-2000:]
         return job_id
 
-    job_id = await _with_service(cluster, make_launcher, tmp_path, node_dir, scenario)
+    job_id = await _with_service(cluster, make_launcher, tmp_path, node_dirs, scenario)
     manifest = json.loads(Path(RunLayout(body["output"], job_id).manifest).read_text())
     assert manifest["artifacts"] and Path(RunLayout(body["output"], job_id).stage_marker(Stage.EXPORT)).exists()
     events = run_events(body, job_id)
     assert [e.attempt for e in events if e.type == "run_started"] == [1, 2]
-    assert len([e for e in events if e.type == "stage_started" and e.stage is Stage.CONVERT]) == 1
+    second = events[[i for i, e in enumerate(events) if e.type == "run_started"][1]:]
+    # The first attempt converted, or took the worker's cached conversion; the second did neither: it found
+    # the first attempt's convert marker.
+    assert not any(e.type == "stage_started" and e.stage is Stage.CONVERT for e in second)
     assert any(e.type == "stage_finished" and e.stage is Stage.CONVERT and e.skipped and "earlier attempt" in (e.reason or "")
-               for e in events)
+               for e in second)
     train = json.loads(Path(RunLayout(body["output"], job_id).stage_marker(Stage.TRAIN)).read_text())
     assert train["outputs"]["resumed_from_step"] >= 1
     kjob = cluster.job(job_id)
@@ -192,8 +194,8 @@ async def test_an_evicted_trainer_resumes_from_its_checkpoint_and_the_job_succee
     assert any(m.get("reason") == "TerminationByKubelet" for m in messages), messages
 
 
-async def test_cancel_deletes_the_job_and_stops_the_trainer(cluster, make_launcher, tmp_path, node_dir):
-    body = tiny_spec(node_dir, "runs-cancel")
+async def test_cancel_deletes_the_job_and_stops_the_trainer(cluster, make_launcher, tmp_path, node_dirs):
+    body = tiny_spec(node_dirs["tiny"], node_dirs["output"])
 
     def scenario(client: TestClient, on_loop: Any, emu: EmulatedCluster) -> None:
         job_id = _submit(client, body)
@@ -208,17 +210,17 @@ async def test_cancel_deletes_the_job_and_stops_the_trainer(cluster, make_launch
             time.sleep(0.5)
         assert not _pods(on_loop, emu, job_id) and runner.finished(), "the trainer pod outlived its cancelled Job"
 
-    await _with_service(cluster, make_launcher, tmp_path, node_dir, scenario)
+    await _with_service(cluster, make_launcher, tmp_path, node_dirs, scenario)
 
 
-async def test_a_non_retryable_exit_fails_at_once_without_a_retry(cluster, make_launcher, tmp_path, node_dir):
-    bad_model = node_dir / "bad-model"
+async def test_a_non_retryable_exit_fails_at_once_without_a_retry(cluster, make_launcher, tmp_path, node_dirs):
+    bad_model = node_dirs["own"] / "bad-model"
     if not bad_model.exists():
-        shutil.copytree(node_dir / "tiny" / "model", bad_model)
+        shutil.copytree(node_dirs["tiny"] / "model", bad_model)
         config = json.loads((bad_model / "config.json").read_text())
         config["model_type"] = "gpt2"  # not Llama: the trainer refuses it with exit 65 before any stage
         (bad_model / "config.json").write_text(json.dumps(config))
-    body = tiny_spec(node_dir, "runs-bad", model=bad_model)
+    body = tiny_spec(node_dirs["tiny"], node_dirs["output"], model=bad_model)
 
     def scenario(client: TestClient, on_loop: Any, emu: EmulatedCluster) -> str:
         job_id = _submit(client, body)
@@ -229,6 +231,6 @@ async def test_a_non_retryable_exit_fails_at_once_without_a_retry(cluster, make_
         assert len(_pods(on_loop, emu, job_id)) == 1
         return job_id
 
-    job_id = await _with_service(cluster, make_launcher, tmp_path, node_dir, scenario)
+    job_id = await _with_service(cluster, make_launcher, tmp_path, node_dirs, scenario)
     failed = next(c for c in cluster.job(job_id)["status"]["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PodFailurePolicy" and "exit code 65" in failed["message"]

@@ -1,7 +1,6 @@
 """The real trainer's tiny CPU job, submitted over HTTP to the service with the local launcher.
 
-Slow (MaxText on CPU, minutes): CI runs it with `-m slow`. It skips with the reason when the
-tiny example is missing.
+Slow (MaxText on CPU, minutes): CI runs it with `-m slow`.
 """
 
 from __future__ import annotations
@@ -28,16 +27,11 @@ TINY_WAIT_S = float(os.environ.get("RLJOB_TINY_TIMEOUT_S", "1500"))
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # make-tiny (up to 600 s) and the job (TINY_WAIT_S) end with their own messages first
-def test_tiny_job_runs_to_success_through_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not TINY_SPEC.exists():
-        pytest.skip(f"{TINY_SPEC} is not present (the trainer's tiny example)")
-    import subprocess
-
-    tiny = tmp_path / "tiny"
-    made = subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(tiny)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert made.returncode == 0, made.stderr[-3000:]
-    text = TINY_SPEC.read_text().replace("${RLJOB_TINY_DIR}", str(tiny)).replace("${RLJOB_OUTPUT}", str(tmp_path / "runs"))
+def test_tiny_job_runs_to_success_through_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_dir: Path,
+                                                  tiny_output: Path) -> None:  # fmt: skip
+    # The worker's tiny model and shared output (tests/conftest.py): the job converts, or takes the checkpoint an
+    # earlier tiny run of this worker converted into the output's conversion cache.
+    text = TINY_SPEC.read_text().replace("${RLJOB_TINY_DIR}", str(tiny_dir)).replace("${RLJOB_OUTPUT}", str(tiny_output))
     body = yaml.safe_load(text)
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(var, "1")

@@ -31,14 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 TINY_EXAMPLE = REPO / "examples" / "tiny-cpu.yaml"
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny")
-    subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(out)], cwd=REPO, check=True,
-                   env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO)), timeout=300, capture_output=True)
-    return out
-
-
 def _spec(tiny: Path, source: str, output: str, *, export: bool, num_batches: int = 3) -> dict:
     text = TINY_EXAMPLE.read_text().replace("${RLJOB_TINY_DIR}", str(tiny)).replace("${RLJOB_OUTPUT}", output)
     spec = yaml.safe_load(text)

@@ -1,11 +1,10 @@
-"""Shared fixtures for the trainer tests; the slow ones share one tiny model and one restarted run."""
+"""Shared fixtures for the trainer tests; the slow ones share one tiny model (tests/conftest.py), one conversion
+cache and one restarted run."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,19 +32,10 @@ def write_spec(path: Path, data: dict) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory) -> Path:
-    """The tiny model, tokenizer and data, built once for every slow trainer test."""
-    out = tmp_path_factory.mktemp("tiny")
-    subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(out)], cwd=REPO, check=True,
-                   env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
-    return out
-
-
-@pytest.fixture(scope="session")
-def shared_cache(tmp_path_factory) -> dict[str, str]:
-    """Env for `trainer run`: one conversion cache for all slow trainer runs, so the tiny model is
-    converted once and every later run takes the cached checkpoint (the cache is tested for itself)."""
-    return {CACHE_ENV: str(tmp_path_factory.mktemp("shared") / "_cache" / "maxtext")}
+def shared_cache(tiny_output: Path) -> dict[str, str]:
+    """Env for `trainer run`: the conversion cache of the worker's shared output (tests/conftest.py), so runs
+    whose output is elsewhere take the checkpoint converted once for all of them."""
+    return {CACHE_ENV: str(tiny_output / "_cache" / "maxtext")}
 
 
 @pytest.fixture
