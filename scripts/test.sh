@@ -4,7 +4,7 @@
 # the dashboard's node tests (tests/dashboard/unit) run every time.
 # Either way the run fails on any skip tests/allowed_skips.toml does not allow, and names it.
 # pytest runs on RLJOB_TEST_WORKERS pytest-xdist workers (default 2, one per core of a CI machine; 0 runs in
-# this process): the slow tests in the two lanes of tests/conftest.py, the others wherever a worker is free.
+# this process): the slow tests in the two lanes of tests/lanes.py, the others wherever a worker is free.
 set -euo pipefail
 STARTED_S=$SECONDS
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,12 +32,8 @@ else
   echo "test.sh: node is missing (scripts/install-system-deps.sh installs it); the dashboard's unit tests cannot run" >&2
   node_rc=1
 fi
-WORKERS="${RLJOB_TEST_WORKERS:-2}"
-XDIST=(-n "$WORKERS")
-# loadgroup: each slow lane (an xdist_group) runs whole in one worker; no reorder: the lanes, which
-# tests/conftest.py puts first, start first, one on each worker.
-if [[ "$WORKERS" != "0" ]]; then XDIST+=(--dist loadgroup --no-loadscope-reorder); fi
-.venv/bin/python -m pytest "${XDIST[@]}" --durations=25 "${MARK[@]}" "$@"  # the slowest, for keeping CI within its budget
+# The workers take the slow lanes whole (tests/lanes.py schedules them) and the other tests one by one.
+.venv/bin/python -m pytest -n "${RLJOB_TEST_WORKERS:-2}" --durations=25 "${MARK[@]}" "$@"  # the slowest, for keeping CI within its budget
 rc=$?
 set -e
 elapsed=$((SECONDS - STARTED_S))

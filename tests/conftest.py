@@ -1,6 +1,6 @@
 """Hooks for every test run: the skip policy (tests/skip_policy.py, allow-list tests/allowed_skips.toml),
-the check that the venv runs this checkout's code (tests/checkout_guard.py), the slow tests' lanes, and
-the one tiny model every slow test of a worker shares."""
+the check that the venv runs this checkout's code (tests/checkout_guard.py), the slow tests' lanes
+(tests/lanes.py), and the tiny model and output every slow tiny run of a worker shares."""
 
 from __future__ import annotations
 
@@ -12,30 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests import checkout_guard, skip_policy
+from tests.lanes import LANE_ORDER, LaneScheduling, lane_of
 
 REPO = Path(__file__).resolve().parents[1]
-
-# The slow tests (MaxText on CPU, minutes each) run in two lanes. scripts/test.sh runs pytest-xdist with two
-# workers and `--dist loadgroup`: each lane is an xdist group, so all of a lane's tests run in one worker
-# process, in this order, first; the fast tests fill in around them on both workers. A lane shares what its
-# worker builds once (the tiny model below, the trainer tests' conversion cache) and the runs its modules'
-# fixtures keep, and the run is the same every time: which slow tests share a process never depends on timing.
-# Balanced by the durations scripts/test.sh prints (docs/testing.md has the figures); a new slow file must be
-# given a lane here, or the run stops and says so.
-SLOW_LANES: dict[str, str] = {
-    # The service's paths with the real trainer (emulated cluster, local launcher, GCS) and SmolLM2.
-    "tests/k8s/test_e2e_tiny_cpu.py": "slow-lane-1",
-    "tests/service/test_tiny_job_integration.py": "slow-lane-1",
-    "tests/storage/test_pipeline_gcs.py": "slow-lane-1",
-    "tests/trainer/test_slow_smollm2.py": "slow-lane-1",
-    # The trainer's own runs on the tiny model: one conversion cache (tests/trainer/conftest.py).
-    "tests/trainer/test_slow_learning.py": "slow-lane-2",
-    "tests/trainer/test_slow_pipeline.py": "slow-lane-2",
-    "tests/trainer/test_slow_preemption.py": "slow-lane-2",
-    "tests/trainer/test_slow_export_check.py": "slow-lane-2",
-    "tests/trainer/test_slow_shared_prefill.py": "slow-lane-2",
-}
-LANE_ORDER = {name: i for i, name in enumerate(dict.fromkeys(SLOW_LANES.values()))}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,26 +24,20 @@ def pytest_configure(config: pytest.Config) -> None:
     skip_policy.install(config)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each slow test joins its lane's xdist group; the lanes come first (lane 1, then lane 2), so the two
-    workers start one lane each, and every other test keeps its place after them."""
-    lane_of: dict[str, str] = {}
-    unplaced = set()
-    for item in items:
-        if item.get_closest_marker("slow") is None:
-            continue
-        path = item.nodeid.split("::", 1)[0]
-        lane = SLOW_LANES.get(path)
-        if lane is None:
-            unplaced.add(path)
-            continue
-        item.add_marker(pytest.mark.xdist_group(lane))
-        lane_of[item.nodeid] = lane
+    """The lanes first (lane 1, then lane 2), each in collection order, so that the two workers start one lane
+    each; every other test keeps its place after them. A slow test outside every lane stops the run."""
+    unplaced = {item.nodeid.split("::", 1)[0] for item in items
+                if item.get_closest_marker("slow") is not None and lane_of(item.nodeid) is None}  # fmt: skip
     if unplaced:
         raise pytest.UsageError(f"slow tests without a lane: {', '.join(sorted(unplaced))}; give each file one in "
-                                "SLOW_LANES (tests/conftest.py)")  # fmt: skip
-    items.sort(key=lambda item: LANE_ORDER.get(lane_of.get(item.nodeid, ""), len(LANE_ORDER)))  # stable
+                                "SLOW_LANES (tests/lanes.py)")  # fmt: skip
+    items.sort(key=lambda item: LANE_ORDER.get(lane_of(item.nodeid) or "", len(LANE_ORDER)))  # stable
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # a hook of pytest-xdist's; ours decides over its --dist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LaneScheduling:
+    return LaneScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
