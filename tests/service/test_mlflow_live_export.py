@@ -122,6 +122,8 @@ def test_a_running_job_is_exported_as_it_runs_and_a_restart_logs_nothing_twice(
     with serve(uri) as (url, app):
         job_id = _submit(url, tmp_path, {"fake-steps": "3", "fake-gate": "true", "fake-eval-n": "40"})
         wait_until(lambda: _steps(client, job_id, "reward_mean") == [1], timeout_s=30)  # at the gate after step 1
+        # The exporter counts a write once MLflow has answered it, so the store can show the point first.
+        wait_until(lambda: _exporter(app).metrics_logged[job_id] > 0, timeout_s=30)
         run = _run(client, job_id)
         assert run is not None and run.info.status == "RUNNING"
         job = _api(url, f"/v1/jobs/{job_id}")
@@ -157,6 +159,8 @@ def test_a_job_that_ended_while_no_service_ran_gets_its_last_points_and_its_end(
     with serve(uri) as (url, app):
         job_id = _submit(url, tmp_path, {"fake-steps": "3", "fake-gate": "true"})
         wait_until(lambda: _steps(client, job_id, "reward_mean") == [1], timeout_s=30)
+        # The exporter counts a write once MLflow has answered it, so the store can show the point first.
+        wait_until(lambda: _exporter(app).metrics_logged[job_id] > 0, timeout_s=30)
         first_term = _exporter(app).metrics_logged[job_id]
     events = Path(RunLayout(str(tmp_path / "runs"), job_id).events)
     (tmp_path / "runs" / job_id / "gate").write_text("go")
