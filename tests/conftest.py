@@ -1,18 +1,20 @@
 """Hooks for every test run: the skip policy (tests/skip_policy.py, allow-list tests/allowed_skips.toml),
 the check that the venv runs this checkout's code (tests/checkout_guard.py), the slow tests' lanes
-(tests/lanes.py), and the tiny model and output every slow tiny run of a worker shares."""
+(tests/lanes.py), the tiny model and output every slow tiny run of a worker shares, and the worker's JAX
+compilation cache."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import checkout_guard, skip_policy
-from tests.lanes import LANE_ORDER, LaneScheduling, lane_of
+from tests.lanes import LaneScheduling, lane_of, lane_position
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,14 +27,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The lanes first (lane 1, then lane 2), each in collection order, so that the two workers start one lane
+    """The lanes first, each in the order tests/lanes.py gives its files, so that the two workers start one lane
     each; every other test keeps its place after them. A slow test outside every lane stops the run."""
     unplaced = {item.nodeid.split("::", 1)[0] for item in items
                 if item.get_closest_marker("slow") is not None and lane_of(item.nodeid) is None}  # fmt: skip
     if unplaced:
         raise pytest.UsageError(f"slow tests without a lane: {', '.join(sorted(unplaced))}; give each file one in "
                                 "SLOW_LANES (tests/lanes.py)")  # fmt: skip
-    items.sort(key=lambda item: LANE_ORDER.get(lane_of(item.nodeid) or "", len(LANE_ORDER)))  # stable
+    items.sort(key=lambda item: lane_position(item.nodeid))  # stable: the other tests keep their order
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # a hook of pytest-xdist's; ours decides over its --dist
@@ -57,3 +59,22 @@ def tiny_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run takes the cached checkpoint (the cache is tested for itself: tests/storage/test_conversion_cache.py,
     and on GCS tests/storage/test_pipeline_gcs.py, which converts for real)."""
     return tmp_path_factory.mktemp("tiny-runs")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A JAX persistent compilation cache for every JAX process this worker starts (the trainer's stages, the
+    checks), holding every compile (JAX keeps only those over 1 s by default).
+
+    The slow runs compile the same programs run after run (the tiny model's shapes). MaxText names a cache
+    (base.yml's `jax_cache_dir`), but JAX decides whether to use one at a process's first compilation and
+    train_rl compiles before its config sets it, so runs never used it (measured: it stays empty, and a second
+    identical run spent as long in its train stage). Set in the environment, JAX has it from the start:
+    the second run's train stage took 50 s instead of 66 s. A cached executable is what compiling gives, so
+    nothing a test asserts changes. Per worker and under the test's temporary directory, because JAX trusts its
+    cache (whoever writes it chooses the code that runs) and writes its entries unlocked."""
+    cache = tmp_path_factory.mktemp("jax-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache))
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        yield cache

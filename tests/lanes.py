@@ -20,10 +20,13 @@ from __future__ import annotations
 
 from xdist.scheduler import LoadScopeScheduling
 
+# Each lane runs its files in this order.
 SLOW_LANES: dict[str, str] = {
-    # The service's paths with the real trainer (emulated cluster, local launcher, GCS) and SmolLM2.
-    "tests/k8s/test_e2e_tiny_cpu.py": "slow-lane-1",
+    # The service's paths with the real trainer (local launcher, emulated cluster, GCS) and SmolLM2. The local
+    # tiny job first: it converts the tiny model for the lane's shared output, so the emulated cluster's pods
+    # (slower: proot) take the cached checkpoint.
     "tests/service/test_tiny_job_integration.py": "slow-lane-1",
+    "tests/k8s/test_e2e_tiny_cpu.py": "slow-lane-1",
     "tests/storage/test_pipeline_gcs.py": "slow-lane-1",
     "tests/trainer/test_slow_smollm2.py": "slow-lane-1",
     # The trainer's own runs on the tiny model: one conversion cache (tests/trainer/conftest.py).
@@ -39,6 +42,15 @@ LANE_ORDER = {name: i for i, name in enumerate(dict.fromkeys(SLOW_LANES.values()
 def lane_of(nodeid: str) -> str | None:
     """The lane of a test by its node id (`path::name[params]`), or None for a test outside the lanes."""
     return SLOW_LANES.get(nodeid.split("::", 1)[0])
+
+
+def lane_position(nodeid: str) -> tuple[int, int]:
+    """Where a test goes in the run: lanes first, each lane's files in SLOW_LANES' order, then the rest."""
+    path = nodeid.split("::", 1)[0]
+    lane = SLOW_LANES.get(path)
+    if lane is None:
+        return len(LANE_ORDER), 0
+    return LANE_ORDER[lane], list(SLOW_LANES).index(path)
 
 
 class LaneScheduling(LoadScopeScheduling):

@@ -80,7 +80,7 @@ def run_schedule(ids: list[str], *, finish_order: list[int]) -> dict[str, str]:
     return ran
 
 
-def test_the_lanes_come_first_in_lane_order_and_keep_their_files_order() -> None:
+def test_the_lanes_come_first_each_running_its_files_in_the_order_the_table_gives() -> None:
     ids = collection()
     lanes = [lane_of(nodeid) for nodeid in ids]
     first_other = lanes.index(None)
