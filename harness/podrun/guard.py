@@ -1,12 +1,19 @@
 """Read-only mounts and `readOnlyRootFilesystem`, enforced for Python code in the container.
 
 The runner does not build a real container root filesystem, so it cannot mount anything read-only.
-Instead every Python process in the container starts with an audit hook (a `sitecustomize` placed in
-the venv's site-packages, in the container's view only) that refuses, with EROFS "Read-only file system"
+Instead every Python process in the container starts with an audit hook that refuses, with EROFS "Read-only file system"
 as the kernel would, any write-like operation (open for writing, mkdir, remove, rename, chmod, SQLite
 connect, ...) on a path under a read-only mount, or, with readOnlyRootFilesystem, on any path outside
 the writable mounts and /dev, /proc, /sys. Writes by native code that bypass Python's audit events
 (a C library opening files itself, a non-Python child process) are not caught.
+
+The hook is installed by a line appended to a copy of a `.pth` file the venv's site-packages already
+has, bound over it in the container's view only: site runs `.pth` lines that start with `import` at
+every interpreter start (`-I` included, `-S` not). Not a `sitecustomize.py`: proot makes a missing
+bind target visible by creating an empty placeholder in the host directory and deletes it when it
+exits, so with pods starting and stopping side by side Python's listing of site-packages sometimes
+missed the file and the process ran unguarded (about 1 start in 6 with four pods at a time). A file
+that exists on the host needs no placeholder.
 """
 
 from __future__ import annotations
@@ -70,3 +77,10 @@ _sys.addaudithook(_hook)
 def guard_source(*, read_only_root: bool, writable: list[str], read_only: list[str]) -> str:
     policy = {"read_only_root": read_only_root, "writable": sorted(writable), "read_only": sorted(read_only)}
     return _TEMPLATE.replace("__POLICY__", repr(policy))
+
+
+def guarded_pth(original: str, source: str) -> str:
+    """The `.pth` text the container sees: the venv's own lines, then one that runs the guard in a namespace
+    of its own (site execs `.pth` lines inside a function, whose locals the hook's functions could not see)."""
+    line = f"import builtins; builtins.exec(compile({source!r}, '<podrun guard>', 'exec'), {{'__name__': '_podrun_guard'}})"
+    return original + ("" if not original or original.endswith("\n") else "\n") + line + "\n"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .envvars import ContainerConfigError, expand_refs
-from .guard import guard_source
+from .guard import guard_source, guarded_pth
 from .images import ImageConfig
 from .volumes import Mount
 
@@ -48,8 +48,9 @@ class ContainerPlan:
     gid: int
     ports: dict[int, int] = field(default_factory=dict)  # containerPort -> loopback port
     named_ports: dict[str, int] = field(default_factory=dict)  # port name -> containerPort
-    guard: str = ""  # the sitecustomize source that enforces read-only paths
-    guard_paths: list[str] = field(default_factory=list)  # where Python looks for it in the container
+    guard: str = ""  # the venv's .pth text with the line that enforces read-only paths (guard.py)
+    guard_name: str = ""  # that .pth file's name
+    guard_paths: list[str] = field(default_factory=list)  # where Python reads it in the container
 
 
 def to_host(guest: str, binds: list[tuple[Path, str]]) -> Path:
@@ -154,11 +155,16 @@ def checkout_bind(binds: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
     return [(checkout, str(checkout))] if hidden else []
 
 
-def sitecustomize_paths(image: ImageConfig, venv: Path) -> list[str]:
-    """Where each venv path the container can start Python from looks for sitecustomize."""
-    lib = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages/sitecustomize.py"
+def guard_pth_paths(image: ImageConfig, venv: Path) -> tuple[Path, list[str]]:
+    """The venv's first `.pth` file (site runs them in name order) and where each venv path the container
+    can start Python from reads it."""
+    lib = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    found = sorted((venv / lib).glob("*.pth"))
+    if not found:
+        raise RuntimeError(f"podrun needs a .pth file in {venv / lib} to guard read-only paths (guard.py); "
+                           "the project's editable install makes one: run scripts/bootstrap.sh")
     roots = {str(venv)} | ({image.env["VIRTUAL_ENV"]} if image.env.get("VIRTUAL_ENV") else set())
-    return [f"{r.rstrip('/')}/{lib}" for r in sorted(roots)]
+    return found[0], [f"{r.rstrip('/')}/{lib}/{found[0].name}" for r in sorted(roots)]
 
 
 def plan_container(
@@ -187,7 +193,8 @@ def plan_container(
         writable=[m.guest for m in mounts if not m.read_only],
         read_only=[m.guest for m in mounts if m.read_only],
     )
+    pth, guard_paths = guard_pth_paths(image, venv)
     named = {p["name"]: int(p["containerPort"]) for p in container.get("ports") or [] if p.get("name")}
     return ContainerPlan(name=container["name"], argv=argv, env=env, cwd=cwd, binds=binds, uid=uid, gid=gid,
-                         ports=dict(ports), named_ports=named, guard=guard,
-                         guard_paths=sitecustomize_paths(image, venv))
+                         ports=dict(ports), named_ports=named,
+                         guard=guarded_pth(pth.read_text(), guard), guard_name=pth.name, guard_paths=guard_paths)

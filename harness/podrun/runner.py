@@ -268,7 +268,7 @@ class PodRunner:
     def _run_attempt(self, c: ContainerState, plan: Any, probes: list[HttpProbe]) -> int:
         attempt = c.restarts
         proc = ContainerProcess(plan, self.work_dir / "logs" / c.name / f"{attempt}.log",
-                                self.work_dir / "guard" / c.name / "sitecustomize.py")
+                                self.work_dir / "guard" / c.name / plan.guard_name)
         stop_probes, started = threading.Event(), threading.Event()
         with self._lock:
             if self._stop.is_set():

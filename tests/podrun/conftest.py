@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -37,14 +38,17 @@ class Runs:
 
     def __init__(self, work: Path) -> None:
         self.work, self.objects, self.runners = work, {}, []
+        self._lock = threading.Lock()  # tests may start pods from several threads
 
     def add(self, kind: str, name: str, **body: Any) -> None:
         self.objects[(kind, name)] = {"kind": kind, "metadata": {"name": name, "namespace": NS}, **body}
 
     def start(self, pod: dict[str, Any], **kwargs: Any) -> PodRunner:
-        runner = PodRunner(copy.deepcopy(pod), lookup=lambda kind, name: copy.deepcopy(self.objects.get((kind, name))),
-                           work_dir=self.work / f"pod{len(self.runners)}", restart_backoff_s=0.2, retry_s=0.2, **kwargs)
-        self.runners.append(runner)
+        with self._lock:
+            runner = PodRunner(copy.deepcopy(pod), lookup=lambda kind, name: copy.deepcopy(self.objects.get((kind, name))),
+                               work_dir=self.work / f"pod{len(self.runners)}", restart_backoff_s=0.2, retry_s=0.2,
+                               **kwargs)
+            self.runners.append(runner)
         runner.start()
         return runner
 

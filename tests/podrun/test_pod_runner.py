@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -154,6 +155,25 @@ def test_read_only_mounts_and_root_filesystem_refuse_writes(runs):
     # Without readOnlyRootFilesystem the image's own directories are writable (the container's layer).
     home = runs.run(make_pod(python("open('/home/rljob/x', 'w').write('1'); print('wrote')")))
     assert log(home).strip() == "wrote"
+
+
+def test_the_read_only_root_holds_for_pods_starting_and_stopping_side_by_side(runs):
+    # proot creates a missing bind target as a placeholder in the host directory and deletes it when it
+    # exits; a guard bound there was missed by Python about 1 start in 4 with four pods at a time, and the
+    # write landed on this machine (harness/podrun/guard.py).
+    def write_refused(k: int) -> list[str]:
+        misses = []
+        for i in range(6):
+            target = f"/var/log/podrun-guard-{k}-{i}"
+            bad = runs.run(make_pod(python(f"open({target!r}, 'w')", securityContext={"readOnlyRootFilesystem": True}),
+                                    name=f"p{k}-{i}"), timeout_s=50)
+            if state(bad)["terminated"]["exitCode"] != 1 or "Read-only file system" not in log(bad):
+                misses.append(f"{target}: exit {state(bad)['terminated']['exitCode']}, log {log(bad)[-200:]!r}")
+        return misses
+
+    with ThreadPoolExecutor(4) as pool:
+        misses = [m for found in pool.map(write_refused, range(4)) for m in found]
+    assert not misses, misses
 
 
 def test_run_as_non_root_refuses_a_root_user(runs):
