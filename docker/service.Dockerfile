@@ -10,7 +10,10 @@ FROM python:3.12-slim-bookworm AS build
 
 # Same uv as scripts/bootstrap.sh.
 ARG UV_VERSION=0.13.9
+# UV_COMPILE_BYTECODE: the venv is copied with its .pyc files; the runtime stage never writes any
+# (PYTHONDONTWRITEBYTECODE, a read-only root), so without them each start would compile every import.
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    UV_COMPILE_BYTECODE=1 \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 

@@ -24,8 +24,13 @@ ARG UV_VERSION=0.13.9
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
+# UV_COMPILE_BYTECODE: every uv install below (install_tpu_post_train_extra_deps' too) writes .pyc files, as pip
+# does by default. The image never writes them (PYTHONDONTWRITEBYTECODE), so without
+# them every trainer stage compiled all it imported at start: 30 s of CPU per stage on our CPU machines
+# (scripts/bootstrap.sh does the same for the venv the tests run).
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
+    UV_COMPILE_BYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH

@@ -139,6 +139,34 @@ def test_uv_version_matches_bootstrap():
         assert got == want, f"{name}: uv {got}, bootstrap.sh uses {want}"
 
 
+def test_every_image_stage_that_installs_with_uv_compiles_bytecode():
+    """Both images run with PYTHONDONTWRITEBYTECODE, so the .pyc files must come from the build: uv writes
+    none unless told (pip writes them by default)."""
+    for name, path in DOCKERFILES.items():
+        df = path.read_text()
+        assert re.search(r"^\s+PYTHONDONTWRITEBYTECODE=1", df, re.M), name
+        for stage in re.split(r"^FROM ", df, flags=re.M)[1:]:
+            if "uv pip install" in stage:
+                assert re.search(r"^(ENV |\s+)UV_COMPILE_BYTECODE=1", stage, re.M), f"{name}: a uv install without bytecode"
+
+
+def test_the_venv_imports_its_dependencies_from_bytecode():
+    """scripts/bootstrap.sh compiles the venv (the images' stand-in). With PYTHONDONTWRITEBYTECODE, as on our
+    machines and in the images, a module without a .pyc is compiled from source in every process that imports
+    it: that was 30 s of every trainer stage's start."""
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    done = subprocess.run([sys.executable, "-v", "-c", "import jax, transformers.configuration_utils, fastapi, pydantic"],
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = [m.strip("'") for m in re.findall(r"^# code object from (\S+)$", done.stderr, re.M)]
+    from_site = [m for m in loaded if m.startswith(site)]
+    from_source = [m for m in from_site if not m.endswith(".pyc")]
+    assert len(from_site) > 300 and not from_source, (len(from_site), from_source[:10])
+
+
 def _dockerignore_allows(path: str, patterns: list[str]) -> bool:
     """Docker's rule: the last matching pattern wins; `!` re-includes. Directories match their content."""
     allowed = True
