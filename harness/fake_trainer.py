@@ -103,7 +103,9 @@ def main() -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if labels.get("fake-child") == "true":
         child = subprocess.Popen(["sleep", "300"])
-        (root / "child.pid").write_text(str(child.pid))
+        # Written whole then renamed: a reader that sees the name must also see the pid.
+        (root / "child.pid.tmp").write_text(str(child.pid))
+        (root / "child.pid.tmp").rename(root / "child.pid")
 
     events = Events(Path(layout.events), args.job_id)
     attempt = len((root / "starts").read_text().splitlines())

@@ -42,6 +42,7 @@ from .models import Caller, JobFilters, JobRecord, SamplesPublic
 from .observation_policy import (
     WORKLOAD_STOPPED,
     Decision,
+    ObservationOrder,
     decide,
     names_a_replaced_workload,
 )
@@ -109,6 +110,7 @@ class JobService:
         self._new_id = id_factory
         self._lock = threading.RLock()
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
+        self._observed = ObservationOrder()
         self.health_policy = health_policy
         self.location_policy = location_policy
         # Whether this replica leads (service/leadership.py): only the leader talks to the launcher;
@@ -354,6 +356,10 @@ class JobService:
 
         def apply(rec: JobRecord, tx: JobTx) -> None:
             nonlocal decided
+            if self._observed.is_older(obs):
+                log.info("ignoring %s for %s: observed before the last observation applied", obs.state, rec.id)
+                return
+            self._observed.applied(obs)
             decided = self._decide(rec, obs)
             if decided is Decision.STALE:
                 log.info("ignoring %s for %s: %s was replaced by a relaunch", obs.state, rec.id, obs.object_name)
@@ -368,6 +374,7 @@ class JobService:
         if record is not None and record.phase.is_terminal():
             self.progress.forget(obs.job_id)
             self._replaced.pop(obs.job_id, None)
+            self._observed.forget(obs.job_id)
             self._stop_requested.discard(obs.job_id)
 
     def _decide(self, rec: JobRecord, obs: Observation) -> Decision:

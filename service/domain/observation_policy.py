@@ -69,6 +69,29 @@ _TARGETS: dict[Decision, JobPhase] = {
 }
 
 
+class ObservationOrder:
+    """The newest observation applied to each job, so an older one is dropped, not applied.
+
+    Observations reach the job service from two threads (the launcher's watch and the service's slow
+    reconcile). One taken before a change can arrive after one taken since, and applying it would take
+    the job back: a re-admitted Kueue workload went LAUNCHING, QUEUED, LAUNCHING. Launchers stamp
+    `read_at` before they read, so of two observations the later stamp never read older state. The
+    caller holds the job service's write lock."""
+
+    def __init__(self) -> None:
+        self._newest: dict[str, float] = {}
+
+    def is_older(self, obs: Observation) -> bool:
+        newest = self._newest.get(obs.job_id)
+        return newest is not None and obs.read_at < newest
+
+    def applied(self, obs: Observation) -> None:
+        self._newest[obs.job_id] = max(obs.read_at, self._newest.get(obs.job_id, obs.read_at))
+
+    def forget(self, job_id: str) -> None:
+        self._newest.pop(job_id, None)
+
+
 def names_a_replaced_workload(observed_name: str | None, current_name: str | None, replaced: Collection[str]) -> bool:
     """Whether an observation is about a workload a relaunch of this job has replaced. Kubernetes
     names repeat across relaunches, so there it never is; a local job's pid changes."""

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -57,7 +58,9 @@ class Observation:
     exit_code: int | None = None
     object_name: str | None = None  # the backend's name for the workload (Job name, pid)
     queue: QueueStatus | None = None  # with QUEUED: which queue holds it, why, and its place in line
-    observed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # When the launcher began reading the backend (time.monotonic(), this process): the job service
+    # applies a job's observations in this order and drops one read before the last it applied.
+    read_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)

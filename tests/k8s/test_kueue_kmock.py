@@ -4,6 +4,7 @@ controller, against the real launcher and the whole service. Conditions and mess
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -128,6 +129,27 @@ async def test_a_new_place_in_line_is_pushed_by_the_watching_launcher(cluster, k
         await recorder.wait_for(ObservedState.QUEUED, where=lambda o: o.queue.position == 1)
     finally:
         await asyncio.to_thread(launcher.stop)
+
+
+async def test_an_observation_is_stamped_before_the_launcher_reads_the_cluster(cluster, kueue, make_launcher):
+    """The job service orders observations by that stamp (ObservationOrder): one stamped after its reads
+    could outrank a newer observation and take a re-admitted job back to QUEUED."""
+    launcher = make_launcher(kueue_queue="ml-tpu")
+    await asyncio.to_thread(launcher.launch, JOB_ID, make_spec(team="ml"))
+    await kueue.set_conditions(JOB_ID, WAITING)
+    client = launcher.client
+    reads: list[float] = []
+    real_get_job = client.get_job
+
+    def get_job(name: str) -> Any:
+        reads.append(time.monotonic())
+        time.sleep(0.05)  # the read takes time, as over a network
+        return real_get_job(name)
+
+    client.get_job = get_job  # type: ignore[method-assign]
+    obs = await asyncio.to_thread(launcher.observe, JOB_ID)
+    assert obs.state is ObservedState.QUEUED and reads
+    assert obs.read_at <= min(reads)
 
 
 async def test_a_jobset_is_queued_from_its_workload_too(cluster, kueue, make_launcher):

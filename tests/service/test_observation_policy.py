@@ -179,3 +179,25 @@ def test_the_job_service_carries_out_every_cell(
         assert after.failure_reason is None and after.message == message[decision]
     if decision is D.SUCCEED:
         assert after.exit_code == 0  # no exit code observed: a success is 0
+
+
+def test_an_observation_read_before_the_last_applied_one_changes_nothing(shared_store: SqlJobStore, tmp_path: Path) -> None:
+    """The watch and the slow reconcile observe from two threads: a QUEUED read before Kueue re-admitted
+    the job can arrive after the LAUNCHING read since. Applied, it took the job back to QUEUED."""
+    service = JobService(shared_store, FakeLauncher(), FakeProgress(), clock=ManualClock(), max_resumes=MAX_RESUMES)
+    job_id = _stored_job(shared_store, tmp_path, P.QUEUED, resumes=0)
+    queue = QueueStatus(name="ml-tpu", position=None, reason="Preempted")
+    read_first = Observation(job_id, S.QUEUED, message="still preempted", object_name="w-1", queue=queue, read_at=10.0)
+    read_second = Observation(job_id, S.PENDING, message="admitted; starting", object_name="w-1", read_at=11.0)
+
+    service.apply_observation(read_second)
+    service.apply_observation(read_first)  # arrives last, read first
+    after = shared_store.get(job_id)
+    assert after is not None and (after.phase, after.message) == (P.LAUNCHING, "admitted; starting")
+    phases = [e.data["phase"] for e in shared_store.events_after(0, job_id=job_id) if e.kind == "phase"]
+    assert phases == [P.LAUNCHING]
+
+    # A later read still applies, whatever it says.
+    service.apply_observation(Observation(job_id, S.QUEUED, message="preempted", object_name="w-1", queue=queue, read_at=12.0))
+    after = shared_store.get(job_id)
+    assert after is not None and after.phase is P.QUEUED

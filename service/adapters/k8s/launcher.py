@@ -6,6 +6,7 @@ observations into phase transitions.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -191,6 +192,7 @@ class K8sJobLauncher:
             self._reconciler.mark(job_id)
 
     def observe(self, job_id: str) -> Observation:
+        read_at = time.monotonic()  # before the first read: see ObservationOrder
         name = names.workload_name(job_id)
         kind = self._kind(job_id)
         if kind is None:
@@ -202,7 +204,7 @@ class K8sJobLauncher:
         if obs.state not in (ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE):
             if self._reconciler is not None:
                 self._reconciler.remember(job_id)
-        return obs
+        return dataclasses.replace(obs, read_at=read_at)
 
     def _observe_job(self, job_id: str, job: Any | None) -> Observation:
         if job is None:
