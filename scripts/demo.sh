@@ -7,5 +7,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 scripts/bootstrap.sh
+# Bytecode of what the service and the trainer's stages import is written by the first process that imports it
+# (bootstrap.sh compiles none), where this machine's PYTHONDONTWRITEBYTECODE would recompile it in every stage.
+unset PYTHONDONTWRITEBYTECODE
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 exec .venv/bin/python scripts/demo.py "$@"

@@ -18,6 +18,13 @@ from tests.lanes import LaneScheduling, lane_of, lane_position
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Bytecode is written by the first process that imports a module (scripts/bootstrap.sh compiles none). Machines
+# that set PYTHONDONTWRITEBYTECODE (ours, CI's) would otherwise compile every import in every process: 30 s of
+# each MaxText stage's start. Set before the workers and every test's subprocesses start, which inherit it; the
+# pods of harness/podrun keep their image's own setting (the images compile at build and never write).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 
 def pytest_configure(config: pytest.Config) -> None:
     problem = checkout_guard.mismatch(checkout_guard.installed_checkout())
