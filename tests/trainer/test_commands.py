@@ -29,8 +29,13 @@ def _args(command: StageCommand) -> dict[str, str]:
 
 def test_every_grpo_field_reaches_train_rl(tiny_spec_dict):
     spec = _spec(tiny_spec_dict, beta=0.03, epsilon=0.3, loss_algo="gspo-token", temperature=0.7, top_k=20, top_p=0.9,
-                 num_iterations=2, warmup_steps_fraction=0.2, num_eval_passes=3, eval_sampling_strategy="standard")
-    args = _args(build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec)))
+                 num_iterations=2, warmup_steps_fraction=0.2, num_eval_passes=3, eval_sampling_strategy="standard",
+                 kl_estimator="k2", epsilon_high=0.35, loss_agg_mode="sequence-mean-token-scale")
+    command = build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec))
+    args = _args(command)
+    # What train_rl cannot pass Tunix goes to our entry (trainer/maxtext_entry/grpo_objective.py), not to MaxText.
+    assert {"--rljob_kl_loss_mode=mse_kl", "--rljob_epsilon_high=0.35"} <= set(command.args)
+    assert args["rl.loss_agg_mode"] == "sequence-mean-token-scale"
     assert args["rl.grpo_beta"] == "0.03" and args["rl.grpo_epsilon"] == "0.3"
     assert args["rl.loss_algo"] == "gspo-token" and args["rl.num_iterations"] == "2"
     assert args["decode_sampling_temperature"] == "0.7" and args["decode_sampling_top_k"] == "20"
@@ -77,12 +82,12 @@ def test_file_dataset_goes_as_parquet_and_hub_dataset_by_name(tiny_spec_dict):
     assert "HF_HUB_OFFLINE" not in build_train_command(hub, RunLayout("/out", "rl-x"), TABLE_8B).env
 
 
-def test_vllm_engine_runs_train_rl_unmodified_with_only_the_sample_and_eval_recorders(tiny_spec_dict):
+def test_vllm_engine_runs_train_rl_unmodified_with_only_the_recorders_and_the_objective(tiny_spec_dict):
     data = {**tiny_spec_dict, "hardware": {"accelerator": "v6e-8", "rollout_engine": "vllm"}}
     command = build_train_command(JobSpec.model_validate(data), RunLayout("/out", "rl-x"), TABLE_8B)
     assert command.module == "trainer.maxtext_entry.train_rl_entry"  # no JAX rollout swapped in
     assert [a for a in command.args if a.startswith("--rljob_")] == [
-        "--rljob_samples_uri=/out/rl-x/samples", "--rljob_eval_uri=/out/rl-x/eval"]
+        "--rljob_samples_uri=/out/rl-x/samples", "--rljob_eval_uri=/out/rl-x/eval", "--rljob_kl_loss_mode=low_var_kl"]
 
 
 def test_convert_and_export_use_the_derived_settings_and_paths(tiny_spec_dict):

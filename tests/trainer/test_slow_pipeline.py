@@ -61,6 +61,7 @@ def restarted_run(tiny_dir, shared_cache, tmp_path_factory) -> dict:
     # The tiny example, evaluating after every batch and exporting the best-evaluated weights.
     text = TINY_EXAMPLE.read_text().replace("${RLJOB_TINY_DIR}", str(tiny_dir)).replace("${RLJOB_OUTPUT}", str(out))
     spec = with_field(with_field(yaml.safe_load(text), "grpo.eval_interval", 1), "export.checkpoint", "best")
+    spec = with_field(spec, "grpo.epsilon_high", 0.28)  # one step per batch: the ratio is 1, so no clip binds
     spec_file = write_spec(out / "tiny-best.yaml", spec)
     cmd = [sys.executable, "-m", "trainer", "run", "--spec", str(spec_file), "--job-id", "rl-slowtest0001"]
     layout = RunLayout(str(out), "rl-slowtest0001")
@@ -177,6 +178,20 @@ def test_train_rl_ran_with_the_specs_dtype_and_kept_only_the_last_checkpoint(res
     assert last.stage == Stage.EXPORT and last.storage.parts["checkpoints"] == kept > 0, last.storage
     assert last.storage.parts["export"] > 0 and last.storage.parts["converted"] == 0  # converted: the shared cache
     print("run storage:", last.storage.model_dump_json())
+
+
+def test_tunix_was_given_the_specs_kl_estimator_and_upper_clip(restarted_run):
+    """Read from train_rl's own log of the GrpoConfig it built ("GRPO config resolved"), not from our argv:
+    train_rl passes Tunix neither, so without trainer/maxtext_entry/grpo_objective.py this reads `kl` (k1) and
+    has no epsilon_high."""
+    import re
+
+    train_log = Path(restarted_run["layout"].stage_log(Stage.TRAIN)).read_text()
+    keys = "kl_loss_mode|epsilon_high|epsilon|loss_agg_mode|beta"
+    resolved = re.findall(rf"^\s+({keys}) = (\S+)$", train_log, re.M)
+    assert len(resolved) == 10, resolved  # each attempt's train_rl built it once
+    assert dict(resolved) == {"kl_loss_mode": "'low_var_kl'", "epsilon_high": "0.28", "epsilon": "0.2",
+                              "loss_agg_mode": "'sequence-mean-token-mean'", "beta": "0.08"}, resolved  # fmt: skip
 
 
 def test_goodput_parts_name_rollout_update_and_checkpoint_and_add_up_to_the_wall_time(restarted_run):

@@ -93,7 +93,7 @@ def test_what_real_jobs_use_is_accepted(tiny_spec_dict, tmp_path):
     assert spec.output == str(odd_but_fine)
 
 
-FLOAT_FIELDS = [f"grpo.{n}" for n, f in GrpoSpec.model_fields.items() if f.annotation is float] + [
+FLOAT_FIELDS = [f"grpo.{n}" for n, f in GrpoSpec.model_fields.items() if f.annotation in (float, float | None)] + [
     f"grpo.rewards.{n}" for n, f in RewardSpec.model_fields.items() if f.annotation is float
 ]
 

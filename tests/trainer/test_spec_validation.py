@@ -19,6 +19,9 @@ BAD_FIELDS = [
     ("grpo.max_target_length", 64, "grpo"),
     ("grpo.epsilon", 1.5, "grpo.epsilon"),
     ("grpo.loss_algo", "ppo", "grpo.loss_algo"),
+    ("grpo.kl_estimator", "low_var_kl", "grpo.kl_estimator"),  # Tunix's name, not the spec's
+    ("grpo.loss_agg_mode", "sequence-mean", "grpo.loss_agg_mode"),
+    ("grpo.epsilon_high", 0.1, "grpo"),  # below epsilon (0.2)
     ("grpo.rewards.functions", [], "grpo.rewards"),
     ("hardware.rollout_engine", "vllm", "hardware"),
     ("hardware.rollout_tensor_parallelism", 0, "hardware.rollout_tensor_parallelism"),

@@ -225,7 +225,22 @@ class GrpoSpec(_Strict):
                                 description="policy updates per batch (MaxText's rl.num_iterations)")
     beta: float = Field(default=0.08, ge=0, le=limits.MAX_BETA, description="KL penalty to the reference model; 0: no reference")
     epsilon: float = Field(default=0.2, gt=0, lt=1, description="clipping range of the policy ratio (rl.grpo_epsilon)")
+    epsilon_high: float | None = Field(default=None, gt=0, lt=1,
+                                       description="upper clipping range of the policy ratio (DAPO's clip-higher); null: epsilon")
     loss_algo: Literal["grpo", "gspo-token"] = Field(default="grpo", description="MaxText's rl.loss_algo")
+    # Tunix's kl_loss_mode kl / mse_kl / low_var_kl; train_rl cannot set it (trainer/maxtext_entry/grpo_objective.py).
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        default="k3",
+        description="per-token estimate of the KL penalty to the reference: k1 log(p/p_ref), k2 0.5*log(p/p_ref)^2, "
+        "k3 p_ref/p - 1 - log(p_ref/p) (the GRPO paper's); k1's gradient never pulls the policy back on-policy",
+    )
+    loss_agg_mode: Literal[
+        "token-mean", "sequence-mean-token-mean", "sequence-mean-token-scale", "seq-mean-token-sum", "sequence-mean-token-sum-norm"
+    ] = Field(
+        default="sequence-mean-token-mean",
+        description="how per-token losses become the batch's (Tunix's modes; sequence-mean-token-scale is Dr. GRPO's, "
+        "no bias toward short or long completions)",
+    )
     learning_rate: float = Field(default=3e-6, gt=0, lt=1, description="the optimizer's peak learning rate")
     warmup_steps_fraction: float = Field(default=0.1, ge=0, le=1, description="fraction of the schedule spent warming up")
     max_prefill_predict_length: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH,
@@ -256,6 +271,9 @@ class GrpoSpec(_Strict):
 
     @model_validator(mode="after")
     def _lengths(self) -> GrpoSpec:
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise ValueError(f"epsilon_high ({self.epsilon_high}) is below epsilon ({self.epsilon}): it raises the upper clip, "
+                             "so it is at least epsilon; leave it null to clip both sides at epsilon")
         if self.max_target_length <= self.max_prefill_predict_length:
             raise ValueError("max_target_length must exceed max_prefill_predict_length (room to generate)")
         tokens = self.batch_size * self.num_generations * self.max_target_length

@@ -10,6 +10,9 @@ EVAL_FLAG = "--rljob_eval_uri="  # where each evaluation's per-row outcomes go (
 BEST_ROOT_FLAG = "--rljob_best_checkpoints="
 BEST_RECORD_FLAG = "--rljob_best_record="
 ACTOR_ROOT_FLAG = "--rljob_actor_checkpoints="
+# GRPO's objective where train_rl cannot set it (grpo_objective.py): Tunix's kl_loss_mode and epsilon_high.
+KL_LOSS_MODE_FLAG = "--rljob_kl_loss_mode="
+EPSILON_HIGH_FLAG = "--rljob_epsilon_high="
 
 
 def pop_flags(argv: list[str], *flags: str) -> tuple[dict[str, str], list[str]]:

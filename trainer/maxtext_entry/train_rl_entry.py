@@ -1,7 +1,8 @@
 """`python -m trainer.maxtext_entry.train_rl_entry [--rljob_...] <train_rl args>`: MaxText's train_rl,
 unmodified, with the sample and eval recorders installed (sample_recorder.py, eval_recorder.py; with
 export.checkpoint=best, the keeper of the best-evaluated weights, best_checkpoint.py), its time
-measured by part (goodput_recorder.py) and a stop signal turned into a checkpoint between steps and
+measured by part (goodput_recorder.py), the KL estimator and upper clip Tunix is given (grpo_objective.py),
+and a stop signal turned into a checkpoint between steps and
 exit 75 (graceful_stop.py). train_rl_jax_entry calls `main` with a hook that swaps the
 rollout engine for pure JAX on CPU; this module does not know about it.
 """
@@ -15,9 +16,19 @@ from .best_checkpoint import install as install_best_checkpoint
 from .eval_recorder import install as install_eval_recorder
 from .goodput_recorder import install as install_goodput_recorder
 from .graceful_stop import install as install_graceful_stop
+from .grpo_objective import install as install_grpo_objective
 from .hf_config_registry import register_from_argv, run_as_main
 from .sample_recorder import install as install_sample_recorder
-from .shim_flags import ACTOR_ROOT_FLAG, BEST_RECORD_FLAG, BEST_ROOT_FLAG, EVAL_FLAG, SAMPLES_FLAG, pop_flags
+from .shim_flags import (
+    ACTOR_ROOT_FLAG,
+    BEST_RECORD_FLAG,
+    BEST_ROOT_FLAG,
+    EPSILON_HIGH_FLAG,
+    EVAL_FLAG,
+    KL_LOSS_MODE_FLAG,
+    SAMPLES_FLAG,
+    pop_flags,
+)
 
 TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"
 
@@ -26,8 +37,13 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
     # MaxText's reward helpers start a spawn pool; importing it first avoids a hang seen in 0.2.5.
     import multiprocessing.pool  # noqa: F401
 
-    found, argv = pop_flags(argv, SAMPLES_FLAG, EVAL_FLAG, BEST_ROOT_FLAG, BEST_RECORD_FLAG, ACTOR_ROOT_FLAG)
+    found, argv = pop_flags(
+        argv, SAMPLES_FLAG, EVAL_FLAG, BEST_ROOT_FLAG, BEST_RECORD_FLAG, ACTOR_ROOT_FLAG, KL_LOSS_MODE_FLAG, EPSILON_HIGH_FLAG
+    )
     maxtext_argv = register_from_argv(argv)
+    if KL_LOSS_MODE_FLAG in found:
+        epsilon_high = found.get(EPSILON_HIGH_FLAG)
+        install_grpo_objective(found[KL_LOSS_MODE_FLAG], float(epsilon_high) if epsilon_high else None)
     if before_train_rl is not None:
         before_train_rl()
     install_sample_recorder(found.get(SAMPLES_FLAG))

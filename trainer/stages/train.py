@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, TrainStep
-from trainer.maxtext_entry.shim_flags import ACTOR_ROOT_FLAG, BEST_RECORD_FLAG, BEST_ROOT_FLAG, EVAL_FLAG, SAMPLES_FLAG
+from trainer.maxtext_entry.shim_flags import (
+    ACTOR_ROOT_FLAG,
+    BEST_RECORD_FLAG,
+    BEST_ROOT_FLAG,
+    EPSILON_HIGH_FLAG,
+    EVAL_FLAG,
+    KL_LOSS_MODE_FLAG,
+    SAMPLES_FLAG,
+)
 from trainer.progress.tensorboard_scalars import EventFileTailer
 from trainer.progress.train_rl_events import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
 from trainer.runner import StageCommand, StageFailed
@@ -23,6 +31,8 @@ from .maxtext_paths import rl_config
 TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"  # what both entries run, unmodified
 TRAIN_RL_ENTRY = "trainer.maxtext_entry.train_rl_entry"  # vllm rollout (TPU): train_rl as shipped
 TRAIN_RL_JAX_ENTRY = "trainer.maxtext_entry.train_rl_jax_entry"  # jax rollout (CPU)
+# The spec's KL estimator by Tunix's name for it (tunix/rl/common.py compute_kl_divergence).
+KL_LOSS_MODES = {"k1": "kl", "k2": "mse_kl", "k3": "low_var_kl"}
 
 
 def total_train_steps(spec: JobSpec) -> int:
@@ -50,6 +60,7 @@ def grpo_args(spec: JobSpec, local_rewards: str | None = None) -> list[str]:
         f"rl.grpo_beta={g.beta}",
         f"rl.grpo_epsilon={g.epsilon}",
         f"rl.loss_algo={g.loss_algo}",
+        f"rl.loss_agg_mode={g.loss_agg_mode}",
         f"learning_rate={g.learning_rate}",
         f"warmup_steps_fraction={g.warmup_steps_fraction}",
         f"max_prefill_predict_length={g.max_prefill_predict_length}",
@@ -104,6 +115,13 @@ def hardware_args(spec: JobSpec) -> list[str]:
     return args
 
 
+def objective_flags(spec: JobSpec) -> list[str]:
+    """What train_rl cannot pass Tunix, for the entry to install (grpo_objective.py)."""
+    g = spec.grpo
+    flags = [f"{KL_LOSS_MODE_FLAG}{KL_LOSS_MODES[g.kl_estimator]}"]
+    return flags + ([f"{EPSILON_HIGH_FLAG}{g.epsilon_high}"] if g.epsilon_high is not None else [])
+
+
 def best_checkpoint_flags(spec: JobSpec, layout: RunLayout) -> list[str]:
     if spec.export.checkpoint != "best":
         return []
@@ -129,6 +147,7 @@ def build_train_command(
         f"{SAMPLES_FLAG}{layout.samples_dir}",
         f"{EVAL_FLAG}{layout.eval_dir}",
         *best_checkpoint_flags(spec, layout),
+        *objective_flags(spec),
         rl_config(),
         f"model_name={model.name}",
         f"tokenizer_path={local_tokenizer or spec.model.tokenizer_location}",
