@@ -37,6 +37,7 @@ from trainer.contract.evaluation import (
     row_id,
     step_label,
 )
+from trainer.maxtext_entry.report_line import write_report_line
 
 
 class EvalRecorder:
@@ -156,7 +157,7 @@ def install(eval_uri: str | None) -> EvalRecorder:
             raise
         try:
             summary = recorder.finish(label, step, result, tmvp_config, num_passes)
-            print(EVAL_LINE_PREFIX + summary.model_dump_json(), flush=True)
+            write_report_line(EVAL_LINE_PREFIX + summary.model_dump_json())
         except Exception as e:  # noqa: BLE001
             recorder.rows = None
             _warn("keeping eval rows", e)

@@ -56,6 +56,7 @@ from trainer.contract.goodput import (
     WEIGHT_SYNC,
     TrainGoodput,
 )
+from trainer.maxtext_entry.report_line import write_report_line
 
 # Who owns time that two threads spend in wrapped calls at once: what the training loop waits on first.
 PRIORITY: tuple[str, ...] = (UPDATE, CHECKPOINT, WEIGHT_SYNC, EVAL, LOGPROBS, ROLLOUT)
@@ -142,7 +143,7 @@ class GoodputReporter:
     def __init__(self, clock: GoodputClock, write: Callable[[str], None] | None = None):
         self.clock = clock
         self.step = 0
-        self._write = write or (lambda line: print(line, flush=True))
+        self._write = write or write_report_line
 
     def report(self, *, final: bool = False) -> None:
         try:
