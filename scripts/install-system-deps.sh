@@ -6,7 +6,8 @@
 #   - kubectl    : tests/deploy renders k8s/ with `kubectl kustomize` (kustomize >= 5 needed)
 #   - nodejs, npm: the dashboard's build (scripts/build-dashboard.sh) and its unit tests (node --test)
 #   - proot      : harness/podrun runs pods' containers as local processes with their volumes bound at
-#                  their mount paths (ptrace-based, no privileges or user namespaces needed)
+#                  their mount paths; it uses user and mount namespaces where the machine allows them
+#                  (harness/podrun/ns_exec.py) and proot (ptrace, no privileges needed) where it does not
 # Usage: scripts/install-system-deps.sh   (as root, or with sudo available)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

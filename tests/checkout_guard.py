@@ -1,7 +1,7 @@
 """The code every test process runs is this checkout's.
 
 The project venv holds rljob as an editable install, which points at one checkout. Child processes
-that do not start in the repository root (the emulated pods under proot, each in its own WORKDIR;
+that do not start in the repository root (the emulated pods, each in its own WORKDIR;
 scripts run by path) import `service` and `trainer` through that install, so a venv shared between
 two clones would test the other clone's code and pass or fail for the wrong reasons. A test run
 therefore refuses to start unless the venv's install points here.

@@ -44,6 +44,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: lane_position(item.nodeid))  # stable: the other tests keep their order
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which isolation the emulated cluster's pods get here: the proot fallback makes their tests several times slower."""
+    from harness.podrun.process import isolation
+
+    return f"podrun isolation: {isolation()} (harness/podrun/process.py)"
+
+
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # a hook of pytest-xdist's; ours decides over its --dist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LaneScheduling:
     return LaneScheduling(config, log)

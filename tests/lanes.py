@@ -24,7 +24,7 @@ from xdist.scheduler import LoadScopeScheduling
 SLOW_LANES: dict[str, str] = {
     # The service's paths with the real trainer (local launcher, emulated cluster, GCS) and SmolLM2. The local
     # tiny job first: it converts the tiny model for the lane's shared output, so the emulated cluster's pods
-    # (slower: proot) take the cached checkpoint.
+    # take the cached checkpoint.
     "tests/service/test_tiny_job_integration.py": "slow-lane-1",
     "tests/k8s/test_e2e_tiny_cpu.py": "slow-lane-1",
     "tests/storage/test_pipeline_gcs.py": "slow-lane-1",

@@ -5,7 +5,8 @@ the service creates gets pods, the pods run the containers their manifests descr
 and the statuses, events and logs the service reads are written the way a cluster writes them.
 
     runner.py       PodRunner: one pod (volumes, env, processes, probes, restarts, deletion, status)
-    plan.py         one container's process: argv, env, cwd, the path mapping (proot), user, ports
+    plan.py         one container's process: argv, env, cwd, the path mapping, user, ports
+    process.py, ns_exec.py   the process: user + mount namespaces with bind mounts (proot where refused)
     envvars.py      env, envFrom, valueFrom (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)
     volumes.py      emptyDir (Memory: /dev/shm), secret, configMap, downwardAPI, projected, hostPath
     guard.py        read-only mounts and readOnlyRootFilesystem for Python code
@@ -25,7 +26,8 @@ Emulated (each has a test in tests/podrun, tests/k8s or tests/deploy):
   (metadata.name/namespace/uid/labels['k']/annotations['k'], spec.nodeName/serviceAccountName,
   status.podIP/hostIP = 127.0.0.1), resourceFieldRef (divisor; an unset limit reads as the node's
   allocatable), HOSTNAME, service links and KUBERNETES_SERVICE_HOST/PORT;
-- volumes at their literal mountPath (proot binds; native code sees them too): emptyDir per pod (Memory on
+- volumes at their literal mountPath (bind mounts; native code sees them too; a mount point this machine
+  lacks is made on a tmpfs in the container's mount namespace, never on the host): emptyDir per pod (Memory on
   the host's /dev/shm tmpfs; sizeLimit -> eviction), secret/configMap/downwardAPI/projected files with
   items and modes, read-only; hostPath (this machine is the node); subPath; the automounted
   service-account token volume (token, ca.crt, namespace) unless automountServiceAccountToken is false;
@@ -58,8 +60,9 @@ Not emulated (needs a real cluster): image builds and pulls (images map to our D
 image is ErrImagePull); a container root filesystem (the host's is visible apart from the bound paths,
 so a pod can read host files a real container could not, and only Python writes are policed); network
 namespaces, pod IPs, cluster DNS, Services and NetworkPolicy (every pod shares 127.0.0.1; hostNetwork
-changes nothing); cgroups: CPU/memory limits are not enforced, so OOMKilled never happens; user
-namespaces and file ownership (the uid is only reported, through proot); RBAC and admission (Pod
+changes nothing); cgroups: CPU/memory limits are not enforced, so OOMKilled never happens; file
+ownership (the container's uid is mapped to this machine's user in a user namespace, or only reported
+through proot, so files are reached as that user, not as the pod's); RBAC and admission (Pod
 Security, webhooks, defaulting, validation; kmock stores what it is sent); exec/tcpSocket/grpc probes,
 init and sidecar containers, lifecycle hooks, PersistentVolumeClaims, node affinity and topology
 spread, priorities and preemption, PodDisruptionBudgets, backoffLimitPerIndex, successPolicy, the JobSet

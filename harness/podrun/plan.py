@@ -2,10 +2,10 @@
 mapping, its user, and the loopback ports it will listen on. Pure functions; raising means the kubelet
 would not start it (ContainerConfigError, StartError).
 
-Paths. The process runs under proot (https://proot-me.github.io), which shows it this machine's
-filesystem with directories bound over container paths: each volume mount at its mountPath, the
-project venv at the image's VIRTUAL_ENV, and a per-container directory for the image's WORKDIR, HOME
-(when the Dockerfile sets it) and /tmp. So `/etc/rljob/spec.json` or the service-account token path is
+Paths. The process sees this machine's filesystem with directories bound over container paths
+(process.py: real bind mounts in a mount namespace of its own, or proot where namespaces are refused):
+each volume mount at its mountPath, the project venv at the image's VIRTUAL_ENV, and a per-container
+directory for the image's WORKDIR, HOME (when the Dockerfile sets it) and /tmp. So `/etc/rljob/spec.json` or the service-account token path is
 readable as written, by Python and native code alike; nothing in argv or env is rewritten for paths.
 
 Ports. There is no network namespace: every pod shares this machine's loopback, so each declared

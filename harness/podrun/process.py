@@ -1,19 +1,30 @@
-"""One container attempt as a process tree under proot: start, signal as a runtime does, exit status.
+"""One container attempt as a process tree: start, signal as a runtime does, exit status.
+
+Two ways to give the process the container's view of the filesystem and its user (chosen in
+`isolation()`): Linux namespaces (ns_exec.py: a user and a mount namespace with real bind mounts; the
+default where this machine allows them) or proot (ptrace: every system call of the container stops in
+proot, about 2.5 times the wall time of MaxText's imports; used where namespaces are refused, or when
+RLJOB_PODRUN_ISOLATION=proot asks for it).
 
 A runtime sends SIGTERM to the container's PID 1 only and, after the grace period, SIGKILLs everything
-in the container. Here PID 1 is proot's first tracee (proot itself ignores SIGTERM), and "everything"
-is every descendant of proot. An exit caused by a signal is reported as 128 + signal, as runc does;
+in the container. With namespaces PID 1 is the process started here (ns_exec.py execs the container's
+argv); with proot it is proot's first tracee (proot itself ignores SIGTERM), and "everything" is every
+descendant of proot. An exit caused by a signal is reported as 128 + signal, as runc does;
 proot says which signal killed its tracee on stderr ("proot info: pid N: terminated with signal S"),
 and its own lines are kept out of the container's log.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,6 +33,8 @@ from .plan import ContainerPlan
 
 _SIGNALLED = re.compile(r"pid (\d+): terminated with signal (\d+)")
 PROOT_PREFIXES = ("proot info:", "proot warning:", "proot error:")
+NS_EXEC = Path(__file__).with_name("ns_exec.py")
+ISOLATIONS = ("namespaces", "proot")
 
 
 def proot_binary() -> str:
@@ -29,6 +42,36 @@ def proot_binary() -> str:
     if found is None:
         raise RuntimeError("proot is not installed: run scripts/install-system-deps.sh (Debian package proot)")
     return found
+
+
+def _ns_exec_argv(plan_file: Path) -> list[str]:
+    return [sys.executable, "-I", "-S", str(NS_EXEC), str(plan_file)]
+
+
+@functools.cache
+def namespaces_work() -> bool:
+    """Whether this machine lets ns_exec.py start a process (a user namespace with mounts, once per process)."""
+    with tempfile.TemporaryDirectory(prefix="podrun-probe-") as tmp:
+        root, keep, plan = Path(tmp, "root"), Path(tmp, "keep"), Path(tmp, "plan.json")
+        root.mkdir()
+        keep.mkdir()
+        plan.write_text(json.dumps({"uid": 1000, "gid": 1000, "root": str(root), "keep": str(keep), "binds": [],
+                                    "cwd": "/", "argv": ["/bin/sh", "-c", "exit 0"]}))
+        try:
+            done = subprocess.run(_ns_exec_argv(plan), capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0
+
+
+def isolation() -> str:
+    """How containers are isolated here: RLJOB_PODRUN_ISOLATION if set, else namespaces where they work."""
+    asked = os.environ.get("RLJOB_PODRUN_ISOLATION", "")
+    if asked:
+        if asked not in ISOLATIONS:
+            raise RuntimeError(f"RLJOB_PODRUN_ISOLATION={asked!r}: expected one of {', '.join(ISOLATIONS)}")
+        return asked
+    return "namespaces" if namespaces_work() else "proot"
 
 
 def children(pid: int) -> list[int]:
@@ -53,12 +96,23 @@ class ContainerProcess:
         self.plan, self.log_path = plan, log_path
         guard_file.parent.mkdir(parents=True, exist_ok=True)
         guard_file.write_text(plan.guard)
-        self._argv = [proot_binary(), "-i", f"{plan.uid}:{plan.gid}", "-w", plan.cwd]
-        for host, guest in plan.binds:
-            self._argv += ["-b", f"{host}:{guest}"]
-        for site in plan.guard_paths:  # the guard, in the container's view only (guard.py)
-            self._argv += ["-b", f"{guard_file}:{site}"]
-        self._argv += plan.argv
+        binds = [*((str(host), guest) for host, guest in plan.binds),
+                 *((str(guard_file), site) for site in plan.guard_paths)]  # the guard, in the container's view only
+        self.isolation = isolation()
+        if self.isolation == "namespaces":
+            scratch = guard_file.parent
+            (scratch / "root").mkdir(exist_ok=True)
+            (scratch / "keep").mkdir(exist_ok=True)
+            plan_file = scratch / f"{plan.name}.ns.json"
+            plan_file.write_text(json.dumps({
+                "uid": plan.uid, "gid": plan.gid, "root": str(scratch / "root"), "keep": str(scratch / "keep"),
+                "binds": binds, "cwd": plan.cwd, "argv": plan.argv}))  # the env goes as the process's own (secrets)
+            self._argv = _ns_exec_argv(plan_file)
+        else:
+            self._argv = [proot_binary(), "-i", f"{plan.uid}:{plan.gid}", "-w", plan.cwd]
+            for host, guest in binds:
+                self._argv += ["-b", f"{host}:{guest}"]
+            self._argv += plan.argv
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid1: int | None = None
         self._signal_of_pid1: int | None = None
@@ -70,6 +124,9 @@ class ContainerProcess:
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self._pump = threading.Thread(target=self._copy_output, name=f"log-{self.plan.name}", daemon=True)
         self._pump.start()
+        if self.isolation == "namespaces":  # ns_exec.py execs the container's process in its own place
+            self.pid1 = self.proc.pid
+            return
         deadline = time.monotonic() + 5
         while self.pid1 is None and time.monotonic() < deadline and self.proc.poll() is None:
             kids = children(self.proc.pid)

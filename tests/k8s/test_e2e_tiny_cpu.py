@@ -60,9 +60,8 @@ def tiny_spec(tiny_dir: Path, output: Path, model: Path | None = None) -> dict[s
     if model is not None:
         body["model"]["source"] = str(model)
     # Evaluations and the export are the local runs' subject (tests/service/test_tiny_job_integration.py,
-    # tests/trainer/test_slow_pipeline.py); here the pod's processes run under proot, which makes each of their
-    # system calls a ptrace stop (about 3.5 times the CPU for MaxText's start-up), so the pods run what the
-    # Kubernetes path needs: the trainer's stages in a pod, stopped and resumed, to the job's end.
+    # tests/trainer/test_slow_pipeline.py); the pods run what the Kubernetes path needs: the trainer's stages
+    # in a pod, stopped and resumed, to the job's end.
     body["grpo"]["num_test_batches"] = 0
     body["export"] = {"enabled": False}
     return body
