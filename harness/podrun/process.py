@@ -3,8 +3,8 @@
 Two ways to give the process the container's view of the filesystem and its user (chosen in
 `isolation()`): Linux namespaces (ns_exec.py: a user and a mount namespace with real bind mounts; the
 default where this machine allows them) or proot (ptrace: every system call of the container stops in
-proot, about 2.5 times the wall time of MaxText's imports; used where namespaces are refused, or when
-RLJOB_PODRUN_ISOLATION=proot asks for it).
+proot, so importing MaxText's stack took 2 to 3 times as long under it here; used where namespaces are
+refused, or when RLJOB_PODRUN_ISOLATION=proot asks for it).
 
 A runtime sends SIGTERM to the container's PID 1 only and, after the grace period, SIGKILLs everything
 in the container. With namespaces PID 1 is the process started here (ns_exec.py execs the container's
