@@ -5,8 +5,8 @@ would not start it (ContainerConfigError, StartError).
 Paths. The process sees this machine's filesystem with directories bound over container paths
 (process.py: real bind mounts in a mount namespace of its own, or proot where namespaces are refused):
 each volume mount at its mountPath, the project venv at the image's VIRTUAL_ENV, and a per-container
-directory for the image's WORKDIR, HOME (when the Dockerfile sets it) and /tmp. So `/etc/rljob/spec.json` or the service-account token path is
-readable as written, by Python and native code alike; nothing in argv or env is rewritten for paths.
+directory for the image's WORKDIR, HOME (when the Dockerfile sets it) and /tmp. So `/etc/rljob/spec.json` or
+the service-account token path is readable as written, by Python and native code alike; nothing in argv or env is rewritten for paths.
 
 Ports. There is no network namespace: every pod shares this machine's loopback, so each declared
 containerPort gets a free loopback port, and the process learns it because the runner rewrites what
