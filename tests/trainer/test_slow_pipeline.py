@@ -120,6 +120,11 @@ def test_end_to_end_export_loads_and_every_step_keeps_scored_samples(restarted_r
             assert sample.rewards == {"completion_length_reward": len(sample.completion) / 512.0}
     # A length reward differs between any two completions: every group carries signal.
     assert all(e.metrics[SIGNAL_METRIC] == 1.0 for e in restarted_run["events"] if e.type == "train_step")
+    # The stop token's wrapper of Tunix's learner ran in train_rl (trainer/maxtext_entry/stop_token.py: without its
+    # recorded lengths the step raises); what it puts into the loss is tests/trainer/test_stop_token.py's subject.
+    for e in (e for e in restarted_run["events"] if e.type == "train_step"):
+        empty, stopped = e.metrics["completions/train/empty_fraction"], e.metrics["completions/train/stopped_fraction"]
+        assert 0.0 <= empty <= stopped <= 1.0, e.metrics
 
 
 def test_restart_skips_convert_and_continues_training_from_the_saved_step(restarted_run):
@@ -178,6 +183,26 @@ def test_train_rl_ran_with_the_specs_dtype_and_kept_only_the_last_checkpoint(res
     assert last.stage == Stage.EXPORT and last.storage.parts["checkpoints"] == kept > 0, last.storage
     assert last.storage.parts["export"] > 0 and last.storage.parts["converted"] == 0  # converted: the shared cache
     print("run storage:", last.storage.model_dump_json())
+
+
+def test_tiny_and_llama_3_1_tokenizers_keep_every_chat_prompt_token_in_the_mask(tiny_dir):
+    """The tiny model's tokenizer has Meta's Llama 3.1 ids and pads with <|finetune_right_pad_id|>, which no chat
+    prompt holds: Tunix's masks were right there, so the tiny runs could not show the defect. Meta's Llama 3.1
+    Instruct tokenizer sets no pad token, so Tunix's TokenizerAdapter makes pad its EOS <|eot_id|>, which ends every
+    chat turn; trainer/maxtext_entry/stop_token.py keeps those tokens in the mask."""
+    from transformers import AutoTokenizer
+
+    from tests.trainer.pad_and_eos import pad_and_eos
+
+    tiny = AutoTokenizer.from_pretrained(str(tiny_dir / "model"))
+    seen = pad_and_eos(tiny)
+    assert seen["pad"] != seen["eos"] and seen["pad_ids_in_prompt"] == 0, seen
+    assert seen["tokens_tunix_masks_in"] == seen["tokens_rljob_masks_in"] == seen["prompt_tokens"], seen
+    tiny.pad_token = None  # as Meta ships Llama 3.1 Instruct's tokenizer_config.json
+    seen = pad_and_eos(tiny)
+    assert seen["pad"] == seen["eos"] == tiny.convert_tokens_to_ids("<|eot_id|>") and seen["pad_ids_in_prompt"] >= 2, seen
+    assert seen["tokens_tunix_masks_in"] == seen["prompt_tokens"] - seen["pad_ids_in_prompt"], seen
+    assert seen["tokens_rljob_masks_in"] == seen["prompt_tokens"], seen
 
 
 def test_tunix_was_given_the_specs_kl_estimator_and_upper_clip(restarted_run):

@@ -57,6 +57,21 @@ def parity(smollm2) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def test_smollm2s_pad_is_its_eos_and_every_chat_prompt_token_stays_in_the_mask(smollm2):
+    """SmolLM2 ships pad == EOS == <|im_end|>, which ends every chat turn: Tunix's `ids != pad_id` masks hid each
+    from the model; the left-padding rule of trainer/maxtext_entry/stop_token.py keeps them."""
+    from transformers import AutoTokenizer
+
+    from tests.trainer.pad_and_eos import pad_and_eos
+
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2["dir"]))
+    seen = pad_and_eos(tokenizer)
+    assert seen["pad"] == seen["eos"] == tokenizer.convert_tokens_to_ids("<|im_end|>"), seen
+    assert seen["pad_ids_in_prompt"] >= 2, seen  # the system and the user turn each end with it
+    assert seen["tokens_tunix_masks_in"] == seen["prompt_tokens"] - seen["pad_ids_in_prompt"], seen
+    assert seen["tokens_rljob_masks_in"] == seen["prompt_tokens"], seen
+
+
 def test_make_model_writes_the_real_tied_smollm2_with_its_tokenizer(smollm2):
     config = json.loads((smollm2["dir"] / "config.json").read_text())
     assert config["tie_word_embeddings"] is True and config["num_hidden_layers"] == 30 and config["vocab_size"] == 49152

@@ -27,10 +27,12 @@ from typing import Any
 import jax
 from flax import nnx
 from tunix.generate import sampler as sampler_lib
+from tunix.generate import tokenizer_adapter as tok_adapter
 from tunix.rl import reshard
 from tunix.rl.rollout import base_rollout, vanilla_rollout
 
 from .cached_llama import build_cached_llama, shared_prefill
+from .stop_token import SENTINEL_PAD
 
 
 def prompt_copies(prompts: Sequence[str]) -> tuple[int, ...]:
@@ -67,6 +69,17 @@ class SharedPrefillSampler(sampler_lib.Sampler):  # type: ignore[misc]  # Tunix 
         return super().__call__(strings, *args, **kwargs)
 
 
+class SentinelPadTokenizer(tok_adapter.TokenizerAdapter):  # type: ignore[misc]  # Tunix ships no types
+    """The tokenizer as Tunix's sampler sees it, padding with an id no tokenizer produces (stop_token.py).
+
+    The sampler masks `ids != pad_id` in its prefill and decode, and the learner takes this engine's pad id for
+    its own masks; with the tokenizer's pad (EOS for Llama 3 and SmolLM2), every end-of-turn token of a chat
+    prompt was masked as padding."""
+
+    def pad_id(self) -> int:
+        return SENTINEL_PAD
+
+
 # Tunix ships no types, so its VanillaRollout is Any to mypy; subclassing it is the point of this class.
 class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
     """Drop-in for MaxTextVllmRollout (same constructor) that samples with Tunix's JAX sampler."""
@@ -87,7 +100,7 @@ class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
         shape = model.shape
         self._sampler = SharedPrefillSampler(
             model,
-            tokenizer,
+            SentinelPadTokenizer(tokenizer),
             sampler_lib.CacheConfig(
                 cache_size=rollout_config.kv_cache_size,
                 num_layers=shape.num_layers,

@@ -2,6 +2,7 @@
 unmodified, with the sample and eval recorders installed (sample_recorder.py, eval_recorder.py; with
 export.checkpoint=best, the keeper of the best-evaluated weights, best_checkpoint.py), its time
 measured by part (goodput_recorder.py), the KL estimator and upper clip Tunix is given (grpo_objective.py),
+the stop token inside the loss and masks that never take a real token for padding (stop_token.py),
 and a stop signal turned into a checkpoint between steps and
 exit 75 (graceful_stop.py). train_rl_jax_entry calls `main` with a hook that swaps the
 rollout engine for pure JAX on CPU; this module does not know about it.
@@ -29,6 +30,7 @@ from .shim_flags import (
     SAMPLES_FLAG,
     pop_flags,
 )
+from .stop_token import install as install_stop_token
 
 TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"
 
@@ -46,6 +48,7 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
         install_grpo_objective(found[KL_LOSS_MODE_FLAG], float(epsilon_high) if epsilon_high else None)
     if before_train_rl is not None:
         before_train_rl()
+    install_stop_token()
     install_sample_recorder(found.get(SAMPLES_FLAG))
     recorder = install_eval_recorder(found.get(EVAL_FLAG))
     if BEST_ROOT_FLAG in found:
