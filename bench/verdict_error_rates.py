@@ -37,14 +37,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.domain.learning_health import (  # noqa: E402
-    HEALTH_WINDOW_STEPS,
-    HealthPolicy,
-    TrainStepSummary,
-    Verdict,
-    assess_learning,
-)
+from service.domain.learning_health import HealthPolicy, Verdict, assess_learning  # noqa: E402
 from service.domain.phases import JobPhase  # noqa: E402
+from service.domain.train_step_summary import HEALTH_WINDOW_STEPS, TrainStepSummary  # noqa: E402
 from trainer.contract.evaluation import wilson_interval  # noqa: E402
 
 RESULT_FILE = REPO / "bench" / "results" / "verdict_error_rates.json"

@@ -16,9 +16,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
+from service.domain.learning_health import HealthPolicy
 from service.domain.location_policy import TEAM_PLACEHOLDER, LocationPolicy, parse_place
 from service.domain.storage_usage import DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH
+from service.domain.train_step_summary import HEALTH_WINDOW_STEPS
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, CapacityType
 from service.settings_env import read_settings
 from trainer.contract.dns_label import is_dns_label

@@ -120,5 +120,6 @@ export function healthNote(health) {
     { class: `health-note ${look.calm ? "calm" : "alert warn"}`, role: "status", "data-testid": "health", "data-verdict": health.verdict },
     h("strong", {}, look.title),
     h("span", { class: "message" }, health.message),
+    health.warning ? h("p", { class: "warning", "data-testid": "health-warning" }, `Warning: ${health.warning}`) : null,
   );
 }

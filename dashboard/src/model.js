@@ -62,10 +62,16 @@ export function goodputView(raw) {
   return { wallS: raw.wall_s, parts, productiveFraction: num(raw.productive_fraction) };
 }
 
-/** JobPublic.health (or a `health` event's data) -> {verdict, message, step, signalFraction}; null before the first step. */
+/** JobPublic.health (or a `health` event's data) -> {verdict, message, step, signalFraction, warning}; null before the first step. */
 export function healthView(raw) {
   if (!raw || !raw.verdict) return null;
-  return { verdict: String(raw.verdict), message: raw.message || "", step: num(raw.step), signalFraction: num(raw.signal_fraction) };
+  return {
+    verdict: String(raw.verdict),
+    message: raw.message || "",
+    step: num(raw.step),
+    signalFraction: num(raw.signal_fraction),
+    warning: raw.warning ? String(raw.warning) : "",
+  };
 }
 
 const interval = (v) => (Array.isArray(v) && v.length === 2 && num(v[0]) !== null && num(v[1]) !== null ? [v[0], v[1]] : null);

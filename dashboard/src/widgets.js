@@ -16,6 +16,7 @@ export const HEALTH = {
   flat: { text: "flat", title: "Flat: no improvement shown", calm: true },
   signal: { text: "signal", title: "Learning signal, no improvement shown yet", calm: true },
   "no-signal": { text: "no signal", title: "Not learning: no signal", calm: false },
+  collapsed: { text: "collapsed", title: "Collapsed: the policy stopped writing", calm: false },
   stalled: { text: "stalled", title: "Stalled", calm: false },
   diverging: { text: "diverging", title: "Diverging", calm: false },
 };

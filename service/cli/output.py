@@ -68,7 +68,7 @@ def _artifact_text(artifact: dict[str, Any]) -> str:
 # Colours for the learning-health verdicts (service/domain/learning_health.py).
 _HEALTH_STYLE = {
     "improving": "green", "flat": "default", "signal": "cyan",  # evidence of learning, none, too early to tell
-    "no-signal": "yellow", "stalled": "yellow", "diverging": "red",
+    "no-signal": "yellow", "stalled": "yellow", "collapsed": "red", "diverging": "red",
 }  # fmt: skip
 
 
@@ -191,6 +191,8 @@ def print_job(job: dict[str, Any]) -> None:
     rows.append(("memory", f"{fit['verdict']}: {escape(fit['message'])}" if fit else "-"))
     health = job.get("health")
     rows.append(("health", f"{health_text(health['verdict'])}: {escape(health['message'])}" if health else "-"))
+    if health and health.get("warning"):
+        rows.append(("warning", escape(health["warning"])))
     rows.append(("eval", escape(eval_text(job))))  # the reason is the service's words: not markup
     if (difference := eval_difference_text(job)) is not None:
         rows.append(("eval change", difference))

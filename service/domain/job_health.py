@@ -14,9 +14,10 @@ from datetime import datetime
 from trainer.contract import Stage
 
 from .job_eval import latest_comparison, read_points
-from .learning_health import HealthPolicy, LearningHealth, as_utc, assess_learning, stall_deadline
+from .learning_health import HealthPolicy, LearningHealth, assess_learning, stall_deadline
 from .models import JobRecord
 from .ports import JobTx
+from .train_step_summary import as_utc
 
 
 def train_started_at(record: JobRecord) -> datetime | None:

@@ -18,23 +18,20 @@ so the verdict survives a service restart. `assess_learning` is evaluated on eve
 from __future__ import annotations
 
 import enum
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from trainer.contract import SIGNAL_METRIC, TrainStep
 from trainer.contract.evaluation import BEFORE, EvalSummary, PairedDifference
-from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 
+from .completion_collapse import collapse, kl_rise_without_signal
 from .phases import JobPhase
 from .reward_trend import StepCount, TrendTest, cochran_armitage
+from .train_step_summary import TrainStepSummary
 
-HEALTH_WINDOW_STEPS = 20  # enough for a stable median step interval; small enough to store per job
 TRAIN_STAGE = "train"
 # Names in TrainStep.nonfinite that mean the update itself is broken (the headline values and the
 # Tunix scalars they come from); a non-finite reward or length metric alone is not divergence.
@@ -46,6 +43,7 @@ class Verdict(enum.StrEnum):
     FLAT = "flat"  # enough steps with signal, and no such evidence
     SIGNAL = "signal"  # advantages are non-zero, but too early to tell
     NO_SIGNAL = "no-signal"
+    COLLAPSED = "collapsed"  # completions empty or a fraction of their length (completion_collapse.py)
     STALLED = "stalled"
     DIVERGING = "diverging"
 
@@ -75,82 +73,11 @@ class HealthPolicy:
     trend_looks: int = 3
     # Steps with signal (in the window) after which "no evidence of improvement" means flat, not early.
     flat_signal_steps: int = 10
-
-
-@dataclass(frozen=True)
-class TrainStepSummary:
-    """What the verdict needs from one TrainStep; one entry of JobRecord.recent_train_steps."""
-
-    step: int
-    time: datetime
-    signal_fraction: float | None = None  # groups with non-zero advantage / groups
-    loss: float | None = None
-    kl: float | None = None
-    nonfinite: tuple[str, ...] = ()
-    completions: int | None = None  # in the step's rollout (None: a trainer that did not count them)
-    rewarded_completions: int | None = None  # ... whose total reward was > 0
-
-    @classmethod
-    def of_event(cls, event: TrainStep) -> TrainStepSummary:
-        def first(*values: float | None) -> float | None:
-            return next((v for v in values if v is not None), None)
-
-        return cls(
-            step=event.step,
-            time=as_utc(event.time),
-            signal_fraction=event.metrics.get(SIGNAL_METRIC),
-            loss=first(event.loss, event.metrics.get("actor/train/loss")),
-            kl=first(event.kl, event.metrics.get("actor/train/kl")),
-            nonfinite=tuple(event.nonfinite),
-            completions=_count(event.metrics.get(COMPLETIONS_METRIC)),
-            rewarded_completions=_count(event.metrics.get(REWARDED_METRIC)),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "step": self.step, "time": self.time.isoformat(), "signal_fraction": self.signal_fraction,
-            "loss": self.loss, "kl": self.kl, "nonfinite": list(self.nonfinite),
-            "completions": self.completions, "rewarded_completions": self.rewarded_completions,
-        }  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: Any) -> TrainStepSummary | None:
-        """None for an entry this code cannot read (written by another version): skipped, not fatal."""
-        try:
-            return cls(
-                step=int(data["step"]), time=as_utc(datetime.fromisoformat(data["time"])),
-                signal_fraction=data.get("signal_fraction"), loss=data.get("loss"), kl=data.get("kl"),
-                nonfinite=tuple(str(n) for n in data.get("nonfinite") or ()),
-                completions=_count(data.get("completions")),
-                rewarded_completions=_count(data.get("rewarded_completions")),
-            )  # fmt: skip
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
-
-
-def _count(value: Any) -> int | None:
-    """A count from a metric (Tunix logs floats) or a stored entry; None if it is not one."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        return None
-    return round(value)
-
-
-def as_utc(when: datetime) -> datetime:
-    """A time without a zone (an event from a trainer that wrote none) is taken as UTC, so that
-    comparing it with the service's clock cannot fail."""
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
-
-
-def push_step(window: list[TrainStepSummary], summary: TrainStepSummary) -> list[TrainStepSummary]:
-    """The window with `summary` appended, at most HEALTH_WINDOW_STEPS long. Entries for this step
-    or later go first: a resumed trainer reports the steps after its checkpoint again."""
-    kept = [entry for entry in window if entry.step < summary.step]
-    return [*kept, summary][-HEALTH_WINDOW_STEPS:]
-
-
-def read_window(window: list[Any]) -> list[TrainStepSummary]:
-    """A stored window (JSON entries) as summaries, the entries this code cannot read left out."""
-    return [s for s in (TrainStepSummary.from_json(entry) for entry in window) if s is not None]
+    # Collapsed: at each of the last collapse_steps steps, this share of completions empty, or the mean length at
+    # most this fraction of the window's first reported one.
+    collapse_steps: int = 3
+    collapse_empty_fraction: float = 0.5
+    collapse_length_fraction: float = 0.1
 
 
 class LearningHealth(BaseModel):
@@ -161,7 +88,8 @@ class LearningHealth(BaseModel):
         "(enough rows), or, before any evaluation, the rate of rewarded completions rises significantly "
         "(Cochran-Armitage trend test) | flat: many steps with signal and no such evidence | signal: GRPO "
         "advantages are non-zero but there is no evidence of improvement yet | no-signal: every completion of "
-        "each prompt got the same reward for several steps | stalled: no train step for too long | diverging: "
+        "each prompt got the same reward for several steps | collapsed: completions empty, or a fraction of their "
+        "first length, for several steps | stalled: no train step for too long | diverging: "
         "loss or KL not finite, or KL too high"
     )
     message: str = Field(description="what the verdict rests on and what to do next (a sentence without the verdict)")
@@ -170,6 +98,11 @@ class LearningHealth(BaseModel):
         description="at that step: fraction of prompts whose completions got different rewards (non-zero advantage)"
     )
     last_step_at: datetime = Field(description="when the trainer reported that step")
+    warning: str | None = Field(
+        default=None,
+        description="something the steps show beside the verdict: the KL to the reference rising over steps that had "
+        "no reward signal",
+    )
 
 
 def assess_learning(
@@ -187,7 +120,7 @@ def assess_learning(
     """The verdict on `steps` (oldest first) and `evaluation` (the latest one compared with
     `before`, if any); None before the first train step.
 
-    Precedence: diverging > stalled > no-signal > improving > flat > signal. Stalled is about time,
+    Precedence: diverging > stalled > collapsed > no-signal > improving > flat > signal. Stalled is about time,
     so it applies only while the trainer should be producing steps (RUNNING, train stage);
     otherwise, terminal jobs included, the verdict rests on the steps alone. Among the last three,
     an evaluation comparison, once there is one, decides instead of the reward trend.
@@ -203,6 +136,7 @@ def assess_learning(
             step=latest.step,
             signal_fraction=latest.signal_fraction,
             last_step_at=latest.time,
+            warning=kl_rise_without_signal(steps),
         )
 
     broken = _divergence(latest, policy)
@@ -228,6 +162,18 @@ def assess_learning(
             Verdict.STALLED,
             f"no train step for {_duration(waited_s)} (the last was step {latest.step}{pace}). "
             f"The trainer may be hung or starved of accelerators: check `rljob logs {job_id}`",
+        )
+
+    collapsed = collapse(steps, last=policy.collapse_steps, empty_share=policy.collapse_empty_fraction,
+                         length_share=policy.collapse_length_fraction)
+    if collapsed is not None:
+        where = checkpoints_uri or "the run directory"
+        return verdict(
+            Verdict.COLLAPSED,
+            f"the policy stopped writing: {collapsed}. Every completion of a prompt then gets the same reward, so "
+            f"nothing is learned and more sampling will not help. Resubmit from a checkpoint before the collapse (in "
+            f"{where}) with a lower grpo.learning_rate or a higher grpo.beta, and check that no reward pays for "
+            f"short answers (`rljob samples {job_id}`)",
         )
 
     recent = steps[-policy.no_signal_steps :]

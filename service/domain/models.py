@@ -22,8 +22,9 @@ from trainer.sizing.fit import FitEstimate
 
 from .errors import InvalidRequest
 from .job_eval import JobEval
-from .learning_health import LearningHealth, TrainStepSummary
+from .learning_health import LearningHealth
 from .phases import JobPhase
+from .train_step_summary import TrainStepSummary
 from .usage_models import JobUsage
 
 

@@ -37,9 +37,9 @@ from trainer.contract import (
 
 from .goodput import job_goodput, push_goodput, warn_if_parts_overlap
 from .job_eval import eval_event_data, push_eval
-from .learning_health import TrainStepSummary, push_step
 from .models import Artifact, JobRecord, MetricPoint, RunOutcome, StageTimes
 from .ports import SkippedLine
+from .train_step_summary import TrainStepSummary, push_step
 
 # Metrics that JobPublic.metrics shows; everything else stays in the time series only.
 HEADLINE_METRICS = ("reward_mean", "reward_std", "kl", "loss")

@@ -14,16 +14,9 @@ from pathlib import Path
 import pytest
 
 from service.cli.output import _HEALTH_STYLE
-from service.domain.learning_health import (
-    HEALTH_WINDOW_STEPS,
-    HealthPolicy,
-    TrainStepSummary,
-    Verdict,
-    assess_learning,
-    push_step,
-    read_window,
-)
+from service.domain.learning_health import HealthPolicy, Verdict, assess_learning
 from service.domain.phases import JobPhase
+from service.domain.train_step_summary import HEALTH_WINDOW_STEPS, TrainStepSummary, push_step, read_window
 from tests.service.service_helpers import T0
 from trainer.contract import SIGNAL_METRIC, TrainStep
 from trainer.contract.evaluation import EvalSummary, PairedDifference, paired_difference
@@ -48,6 +41,19 @@ def counted(*rewarded: int, of: int = 16, signal: float = 0.5) -> list[TrainStep
                          kl=0.01, completions=of, rewarded_completions=k)
         for i, k in enumerate(rewarded, start=1)
     ]  # fmt: skip
+
+
+def collapsed_steps(*empty: float) -> list[TrainStepSummary]:
+    """One step per share of empty completions, with no signal (all empty: one reward per group), after 2 good steps."""
+    good = steps(0.5, 0.5)
+    return [*good, *(TrainStepSummary(step=i, time=T0 + timedelta(seconds=STEP_S * i), signal_fraction=0.0, loss=0.0,
+                                      kl=0.01, empty_fraction=e) for i, e in enumerate(empty, start=3))]  # fmt: skip
+
+
+def lengths(*mean: float | None) -> list[TrainStepSummary]:
+    """One step per mean completion length, with signal."""
+    return [TrainStepSummary(step=i, time=T0 + timedelta(seconds=STEP_S * i), signal_fraction=0.5, loss=0.5, kl=0.01,
+                             mean_length=m) for i, m in enumerate(mean, start=1)]  # fmt: skip
 
 
 def evaluation(difference: float, low: float, high: float, n: int = 40) -> EvalSummary:
@@ -123,7 +129,19 @@ CASES = [
     Case("terminal: never stalled", steps(0.5, 0.5), Verdict.SIGNAL, after_last_s=3600, phase=JobPhase.SUCCEEDED),
     Case("terminal keeps a step verdict", steps(0.0, 0.0, 0.0), Verdict.NO_SIGNAL, after_last_s=3600,
          phase=JobPhase.FAILED),
-    # precedence: diverging > stalled > no-signal > learning
+    # collapsed: completions empty, or a fraction of their first length, at each of the last 3 steps; all-empty
+    # groups have no signal either, and collapsed ranks above no-signal
+    Case("all-empty completions for 3 steps", collapsed_steps(1.0, 1.0, 1.0), Verdict.COLLAPSED,
+         says=["stopped writing", "100%", "lower grpo.learning_rate", "checkpoint before the collapse",
+               "/checkpoints/actor", "rljob samples rl-000000000001"]),
+    Case("half empty for 3 steps", collapsed_steps(0.5, 0.6, 0.5), Verdict.COLLAPSED),
+    Case("empty at 2 of the last 3 steps: no-signal, not collapsed", collapsed_steps(1.0, 0.2, 1.0), Verdict.NO_SIGNAL),
+    Case("a few empty completions are not a collapse", collapsed_steps(0.25, 0.25, 0.25), Verdict.NO_SIGNAL),
+    Case("length fell to a tenth of the first step's", lengths(30.0, 25.0, 3.0, 2.5, 2.0), Verdict.COLLAPSED,
+         says=["fell from 30.0 tokens at step 1 to 2.0 at step 5"]),
+    Case("length fell, but not to a tenth", lengths(30.0, 25.0, 3.5, 3.2, 3.1), Verdict.SIGNAL),
+    Case("no lengths reported (older trainer)", lengths(None, None, None, None), Verdict.SIGNAL),
+    # precedence: diverging > stalled > collapsed > no-signal > learning
     Case("diverging beats stalled", with_last(steps(0.5, 0.5), kl=9.0), Verdict.DIVERGING, after_last_s=3600),
     Case("stalled beats no-signal", steps(0.0, 0.0, 0.0), Verdict.STALLED, after_last_s=3600),
     Case("diverging beats no-signal", with_last(steps(0.0, 0.0, 0.0), nonfinite=("loss",)), Verdict.DIVERGING),
@@ -202,6 +220,33 @@ def test_verdict(case: Case) -> None:
     assert health.step == case.history[-1].step
     for text in case.says:
         assert text in health.message, (text, health.message)
+
+
+def _health(history: list[TrainStepSummary]):
+    return assess_learning(history, phase=JobPhase.RUNNING, stage="train", now=history[-1].time, policy=POLICY)
+
+
+def test_kl_rising_over_steps_without_signal_is_a_warning_beside_the_verdict() -> None:
+    rising = [TrainStepSummary(step=i, time=T0 + timedelta(seconds=STEP_S * i), signal_fraction=s, loss=0.0, kl=kl)
+              for i, (s, kl) in enumerate([(0.5, 0.01), (0.0, 0.02), (0.0, 0.03), (0.0, 0.05)], start=1)]  # fmt: skip
+    health = _health(rising)
+    assert health is not None and health.verdict is Verdict.NO_SIGNAL
+    assert health.warning is not None and "rose from 0.02 to 0.05 over steps 2-4" in health.warning, health.warning
+    assert "grpo.kl_estimator" in health.warning
+    # Falling back toward the reference, too short a run, or a run with signal: no warning.
+    assert _health(with_last(rising, kl=0.015)).warning is None  # type: ignore[union-attr]
+    assert _health(rising[:3]).warning is None  # type: ignore[union-attr]
+    assert _health(with_last(rising, signal_fraction=0.25)).warning is None  # type: ignore[union-attr]
+
+
+def test_a_collapse_is_read_from_the_trainers_metrics_and_survives_json() -> None:
+    event = TrainStep(job_id="rl-000000000001", seq=1, time=T0, step=3, total_steps=10,
+                      metrics={"completions/train/empty_fraction": 0.75, "completions/train/mean_length": 1.5})  # fmt: skip
+    summary = TrainStepSummary.of_event(event)
+    assert (summary.empty_fraction, summary.mean_length) == (0.75, 1.5)
+    assert TrainStepSummary.from_json(summary.to_json()) == summary
+    odd = TrainStepSummary.from_json({**summary.to_json(), "empty_fraction": 3.0, "mean_length": "long"})
+    assert odd is not None and (odd.empty_fraction, odd.mean_length) == (None, None)
 
 
 def test_divergence_names_the_first_bad_step_for_the_checkpoints() -> None:

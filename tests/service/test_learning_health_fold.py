@@ -10,10 +10,11 @@ import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.learning_health import HEALTH_WINDOW_STEPS, HealthPolicy
+from service.domain.learning_health import HealthPolicy
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from service.domain.train_step_summary import HEALTH_WINDOW_STEPS
 from service.domain.views import to_public
 from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress

@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Row
 
-from service.domain.learning_health import read_window
 from service.domain.models import Artifact, JobRecord, QueueStatus, RunOutcome, StageTimes
 from service.domain.phases import JobPhase
+from service.domain.train_step_summary import read_window
 from trainer.contract import JobSpec, Stage
 
 from .tables import JobRow

@@ -38,7 +38,7 @@ test("a job: names, fallbacks and numbers", () => {
   assert.equal(view.rewardMean, 0.25);
   assert.equal(view.kl, null); // a string is not a number the charts can use
   assert.equal(view.loss, null);
-  assert.deepEqual(view.health, { verdict: "signal", message: "ok", step: 3, signalFraction: 0.5 });
+  assert.deepEqual(view.health, { verdict: "signal", message: "ok", step: 3, signalFraction: 0.5, warning: "" });
   assert.deepEqual(view.artifacts, [{ name: "hf_model", uri: "gs://b/hf", sizeBytes: 42 }]);
   assert.equal(view.attempt, 0);
   assert.deepEqual(jobView({ id: "x", phase: "QUEUED" }).artifacts, []);
@@ -64,6 +64,12 @@ test("the stage timeline: skipped, running, stopped, failed, pending", () => {
 test("health before the first step is null", () => {
   assert.equal(healthView(null), null);
   assert.equal(healthView({ message: "no verdict" }), null);
+});
+
+test("health keeps the warning beside the verdict, and none reads as empty", () => {
+  const raw = { verdict: "no-signal", message: "m", step: 4, signal_fraction: 0, warning: "the KL to the reference rose" };
+  assert.equal(healthView(raw).warning, "the KL to the reference rose");
+  assert.equal(healthView({ ...raw, warning: null }).warning, "");
 });
 
 test("metric series: sorted by step, a repeated step keeps the newest, eval points left to JobPublic.eval", () => {
