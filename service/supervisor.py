@@ -15,6 +15,7 @@ replica takes the lead again after losing it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -30,6 +31,7 @@ from service.domain.recovery import JobRecovery
 log = logging.getLogger(__name__)
 
 OBSERVATION_QUEUE_SIZE = 10_000
+OBSERVATION_WAIT_S = 0.2  # how long the observation loop waits for one before it checks for a stop
 
 
 class Supervisor:
@@ -56,7 +58,8 @@ class Supervisor:
         self.recovery_retry_max_s = recovery_retry_max_s
         self._monotonic = monotonic
         self.take_over_requests = take_over_requests  # True where other replicas store jobs and cancels
-        self._observations: queue.Queue[Observation] = queue.Queue(maxsize=OBSERVATION_QUEUE_SIZE)
+        # None wakes the observation loop at stop (see stop()); launchers only ever put observations.
+        self._observations: queue.Queue[Observation | None] = queue.Queue(maxsize=OBSERVATION_QUEUE_SIZE)
         self.ready = threading.Event()
         self.recovery_error: str | None = None
         self._loops: list[BackgroundLoop] = []
@@ -92,6 +95,10 @@ class Supervisor:
     def stop(self) -> None:
         for loop in self._loops:
             loop.request_stop()
+        # The observation loop blocks in the queue's get, which a stop request does not interrupt: every service
+        # stop (and every test's app) waited out its timeout.
+        with contextlib.suppress(queue.Full):  # a full queue returns from get at once anyway
+            self._observations.put_nowait(None)
         self.launcher.stop()
         for loop in self._loops:
             loop.join(timeout_s=10)
@@ -100,8 +107,10 @@ class Supervisor:
 
     def _apply_next_observation(self) -> float:
         try:
-            obs = self._observations.get(timeout=0.2)
+            obs = self._observations.get(timeout=OBSERVATION_WAIT_S)
         except queue.Empty:
+            return 0.0
+        if obs is None:  # stop() woke us
             return 0.0
         try:
             self.jobs.apply_observation(obs)

@@ -38,6 +38,21 @@ def supervisor(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: F
     sup.stop()
 
 
+def test_stop_wakes_the_observation_loop_instead_of_waiting_out_its_get(
+    supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The observation loop blocks in the queue's get; stop() puts a wake-up there. With a get that would wait 60 s
+    and loops joined for at most 10 s, every loop thread has ended when stop() returns only if it was woken."""
+    import service.supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "OBSERVATION_WAIT_S", 60.0)
+    supervisor.start()
+    wait_until(supervisor.ready.is_set, timeout_s=10)
+    loops = list(supervisor._loops)
+    supervisor.stop()
+    assert loops and not any(loop.running for loop in loops)
+
+
 def test_recovery_is_retried_until_the_database_answers(
     supervisor: Supervisor, store: SqlJobStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

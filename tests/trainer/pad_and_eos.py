@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -16,8 +15,12 @@ def pad_and_eos(tokenizer: Any) -> dict[str, Any]:
 
     from trainer.maxtext_entry.stop_token import left_padding_mask
 
-    adapter = TokenizerAdapter(copy.deepcopy(tokenizer))  # it sets pad := EOS on a tokenizer without a pad token
-    pad, eos = int(adapter.pad_id()), int(adapter.eos_id())
+    pad_token = tokenizer.pad_token
+    try:
+        adapter = TokenizerAdapter(tokenizer)
+        pad, eos = int(adapter.pad_id()), int(adapter.eos_id())
+    finally:
+        tokenizer.pad_token = pad_token  # pad_id() sets pad := EOS on a tokenizer without a pad token
     text = tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])  # the template wrote its own BOS
     padded = np.asarray([[pad] * 8 + ids])
