@@ -31,13 +31,13 @@ def collapse(steps: Sequence[TrainStepSummary], *, last: int, empty_share: float
         shares = ", ".join(f"{e:.0%}" for e in empties if e is not None)
         return (f"at each of the last {len(recent)} steps (to step {recent[-1].step}) at least "
                 f"{empty_share:.0%} of completions were empty ({shares})")  # fmt: skip
-    first = next((s for s in steps if s.mean_length is not None and s.mean_length > 0), None)
+    first = next(((s.step, s.mean_length) for s in steps if s.mean_length is not None and s.mean_length > 0), None)
     lengths = [s.mean_length for s in recent]
-    if first is None or first.step >= recent[0].step or any(v is None for v in lengths):
+    if first is None or first[0] >= recent[0].step:
         return None
-    floor = first.mean_length * length_share if first.mean_length is not None else 0.0
-    if all(v is not None and v <= floor for v in lengths):
-        return (f"the mean completion length fell from {first.mean_length:.1f} tokens at step {first.step} to "
+    first_step, first_length = first
+    if all(v is not None and v <= first_length * length_share for v in lengths):
+        return (f"the mean completion length fell from {first_length:.1f} tokens at step {first_step} to "
                 f"{lengths[-1]:.1f} at step {recent[-1].step}, at most {length_share:.0%} of it at "
                 f"each of the last {len(recent)} steps")  # fmt: skip
     return None
