@@ -1,7 +1,7 @@
 """Hooks for every test run: the skip policy (tests/skip_policy.py, allow-list tests/allowed_skips.toml),
 the check that the venv runs this checkout's code (tests/checkout_guard.py), the slow tests' lanes
-(tests/lanes.py), the tiny model and output every slow tiny run of a worker shares, and the worker's JAX
-compilation cache."""
+(tests/lanes.py), the tiny model and output every slow tiny run of a worker shares, and the JAX compilation
+cache the run's workers share."""
 
 from __future__ import annotations
 
@@ -85,10 +85,19 @@ def jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     train_rl compiles before its config sets it, so runs never used it (measured: it stays empty, and a second
     identical run spent as long in its train stage). Set in the environment, JAX has it from the start:
     the second run's train stage took 50 s instead of 66 s. A cached executable is what compiling gives, so
-    nothing a test asserts changes. Per worker and under the test's temporary directory, because JAX trusts its
-    cache (whoever writes it chooses the code that runs) and writes its entries unlocked."""
-    cache = tmp_path_factory.mktemp("jax-cache")
+    nothing a test asserts changes.
+
+    One cache for the run's workers (its temporary root, which only this run writes: JAX trusts its cache, as
+    whoever writes it chooses the code that runs): the lanes compile the same tiny programs (81 of the 84 one
+    lane compiled, the other compiled too). JAX takes a file lock around every read and write of its cache only
+    when the cache has a size bound (jax/_src/lru_cache.py, jax 0.11.1: `eviction_enabled`); without one it writes
+    entries unlocked, and a process of the other worker could read half an entry. So the bound is set, far above
+    what a run stores (2 MB)."""
+    root = tmp_path_factory.getbasetemp()
+    cache = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "jax-cache"
+    cache.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache))
         patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        patch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", str(1 << 30))
         yield cache

@@ -14,7 +14,7 @@ import pytest
 
 from tests.trainer.conftest import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # three checks of up to 300 s each
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # four checks at once, of up to 300 s each
 
 
 def _nan_weights(model: Path) -> None:
@@ -42,10 +42,12 @@ def test_the_check_passes_a_good_export_and_fails_broken_ones(tiny_dir: Path, tm
         return subprocess.Popen([sys.executable, "-m", "trainer.checks.verify_export", *args], cwd=REPO, env=env, text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
-    # All started together, as the pipeline starts one: each imports, then waits for its go line.
-    waiting = {name: start("--wait", str(path)) for name, path in exports.items()}
+    # All started together, as the pipeline starts one: each imports, then waits for its go line. The NaN
+    # export is checked in the form `trainer plan` prints (no --wait); four processes in all (each imports
+    # torch and transformers, seconds of CPU), every outcome of main() among them.
+    waiting = {name: start("--wait", str(exports[name])) for name in ("good", "truncated")}
     no_go = start("--wait", str(exports["good"]))
-    plain = start(str(exports["nan"]))  # the form `trainer plan` prints
+    plain = start(str(exports["nan"]))
     results = {name: proc.communicate("go\n", timeout=300) + (proc.returncode,) for name, proc in waiting.items()}
     no_go_out, no_go_err = no_go.communicate("", timeout=300)
     plain_out, plain_err = plain.communicate(timeout=300)
@@ -53,8 +55,6 @@ def test_the_check_passes_a_good_export_and_fails_broken_ones(tiny_dir: Path, tm
     out, err, code = results["good"]
     assert code == 0, err[-2000:]
     assert json.loads(out)["finite"] is True and json.loads(out)["architecture"] == "LlamaForCausalLM"
-    out, err, code = results["nan"]
-    assert code == 1 and json.loads(out)["finite"] is False, err[-2000:]
     assert plain.returncode == 1 and json.loads(plain_out)["finite"] is False, plain_err[-2000:]
     out, err, code = results["truncated"]
     assert code == 1 and not out and "SafetensorError" in err, err[-2000:]

@@ -27,7 +27,7 @@ from trainer.contract import ExitCode, RunLayout, Stage, parse_event
 
 pytestmark = pytest.mark.slow
 
-NUM_BATCHES = 10
+NUM_BATCHES = 6  # the stop lands at step 2 or 3 (SETTLE_S after the step-1 checkpoint): steps remain for the rerun
 SETTLE_S = 0.5  # after the step-1 checkpoint, so the signal lands while step 2 trains
 JOB_ID = "rl-sigterm00001"
 
