@@ -1,10 +1,10 @@
 """How often the reward-trend verdict errs: simulated runs judged by the real `assess_learning`.
 
 Before any evaluation, `improving` rests on a one-sided Cochran-Armitage trend test of the rewarded
-rate over the window of the last HEALTH_WINDOW_STEPS steps (service/domain/learning_health.py,
-reward_trend.py). The test's level holds per look, but a job is re-judged after every step, so
-the chance that a run whose rate never changes reads `improving` at SOME step is larger. This
-bench measures, with fixed seeds and 16 completions per step:
+rate over the steps a job keeps: its first FIRST_STEPS_KEPT and the window of its last HEALTH_WINDOW_STEPS
+(service/domain/learning_health.py, reward_trend.py, train_step_summary.push_step). The test's level
+holds per look, but a job is re-judged after every step, so the chance that a run whose rate never changes
+reads `improving` at SOME step is larger. This bench measures, with fixed seeds and 16 completions per step:
 
 - per-look false positives: constant rate, judged once, at step 20 (the first full window);
 - per-run false positives: constant rate, re-judged after each of 50 and 100 steps (the rolling
@@ -39,7 +39,12 @@ sys.path.insert(0, str(REPO))
 
 from service.domain.learning_health import HealthPolicy, Verdict, assess_learning  # noqa: E402
 from service.domain.phases import JobPhase  # noqa: E402
-from service.domain.train_step_summary import HEALTH_WINDOW_STEPS, TrainStepSummary  # noqa: E402
+from service.domain.train_step_summary import (  # noqa: E402
+    FIRST_STEPS_KEPT,
+    HEALTH_WINDOW_STEPS,
+    TrainStepSummary,
+    push_step,
+)
 from trainer.contract.evaluation import wilson_interval  # noqa: E402
 
 RESULT_FILE = REPO / "bench" / "results" / "verdict_error_rates.json"
@@ -67,27 +72,27 @@ def _summary(step: int, rewarded: int) -> TrainStepSummary:
                             loss=0.5, kl=0.01, completions=COMPLETIONS, rewarded_completions=rewarded)  # fmt: skip
 
 
-def _improving(window: Sequence[TrainStepSummary], policy: HealthPolicy) -> bool:
-    health = assess_learning(window, phase=JobPhase.SUCCEEDED, stage=None, now=window[-1].time, policy=policy)
+def _improving(kept: Sequence[TrainStepSummary], policy: HealthPolicy) -> bool:
+    health = assess_learning(kept, phase=JobPhase.SUCCEEDED, stage=None, now=kept[-1].time, policy=policy)
     assert health is not None
     return health.verdict is Verdict.IMPROVING
 
 
 def replay(rewarded: Sequence[int], policies: Sequence[HealthPolicy], judge_at: int | None = None
            ) -> tuple[list[int | None], list[bool | None]]:  # fmt: skip
-    """Feed the steps one at a time, judging the rolling window after each as the service does.
+    """Feed the steps one at a time, judging what the service keeps after each (the first steps and the rolling
+    window, train_step_summary.push_step), as the service does.
     Per policy: the first step that read improving (None: none did), and the verdict at step
     `judge_at` (None when not asked). A policy stops being judged once it has read improving."""
-    history: list[TrainStepSummary] = []
+    kept: list[TrainStepSummary] = []
     first: list[int | None] = [None] * len(policies)
     at: list[bool | None] = [None] * len(policies)
     for step, k in enumerate(rewarded, start=1):
-        history.append(_summary(step, k))
-        window = history[-HEALTH_WINDOW_STEPS:]
+        kept = push_step(kept, _summary(step, k))
         for i, policy in enumerate(policies):
             if first[i] is not None and step != judge_at:
                 continue
-            improving = _improving(window, policy)
+            improving = _improving(kept, policy)
             if improving and first[i] is None:
                 first[i] = step
             if step == judge_at:
@@ -135,6 +140,7 @@ def simulate(runs: int) -> dict:
             "completions_per_step": COMPLETIONS,
             "signal_fraction": SIGNAL_FRACTION,
             "window_steps": HEALTH_WINDOW_STEPS,
+            "first_steps_kept": FIRST_STEPS_KEPT,
             "trend_p_max": policy.trend_p_max,
             "trend_min_steps": policy.trend_min_steps,
             "default_trend_looks": policy.trend_looks,
@@ -180,8 +186,9 @@ def render(results: dict) -> str:
     look_at = per_look[0]["step"]
     lines = [
         f"How often the reward-trend verdict errs (`bench/verdict_error_rates.py`: {s['runs_per_cell']} simulated "
-        f"runs per cell judged by `assess_learning`, {s['completions_per_step']} completions per step, the last "
-        f"{s['window_steps']} steps tested at one-sided p < {s['trend_p_max']:g}; 95% Wilson intervals). Judged once, "
+        f"runs per cell judged by `assess_learning`, {s['completions_per_step']} completions per step, the first "
+        f"{s['first_steps_kept']} and the last {s['window_steps']} steps tested at one-sided p < {s['trend_p_max']:g}; "
+        f"95% Wilson intervals). Judged once, "
         f"at step {look_at}, a run whose rewarded rate never changes reads `improving` in "
         f"{_span([_pick(per_look, rate=r, looks=one) for r in rates])} of runs with {one} look (the test's nominal level: "
         f"{s['trend_p_max']:.0%}). But the "

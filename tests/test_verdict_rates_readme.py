@@ -13,7 +13,7 @@ import pytest
 
 from bench import verdict_error_rates as bench
 from service.domain.learning_health import HealthPolicy
-from service.domain.train_step_summary import HEALTH_WINDOW_STEPS
+from service.domain.train_step_summary import FIRST_STEPS_KEPT, HEALTH_WINDOW_STEPS
 from trainer.contract.evaluation import wilson_interval
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +69,7 @@ def test_the_json_is_what_its_counts_say_under_the_current_policy(results: dict)
     assert (settings["trend_p_max"], settings["trend_min_steps"], settings["default_trend_looks"]) == (
         policy.trend_p_max, policy.trend_min_steps, policy.trend_looks), "the policy changed: rerun the bench"  # fmt: skip
     assert settings["window_steps"] == HEALTH_WINDOW_STEPS, "the window changed: rerun the bench"
+    assert settings["first_steps_kept"] == FIRST_STEPS_KEPT, "the first steps kept changed: rerun the bench"
     assert settings["looks"] == [1, policy.trend_looks]
     for cell in _cells(results):
         assert cell["runs"] == settings["runs_per_cell"] >= 1000

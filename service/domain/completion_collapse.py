@@ -22,7 +22,7 @@ KL_RISE_MIN = 0.005  # and a rise over it at least this large (Tunix's KL is per
 
 def collapse(steps: Sequence[TrainStepSummary], *, last: int, empty_share: float, length_share: float) -> str | None:
     """Why the `last` steps show a collapse (at each, at least `empty_share` of completions empty, or the mean length
-    at most `length_share` of the window's first reported one), or None."""
+    at most `length_share` of the first reported one, the run's first when the caller keeps it), or None."""
     recent = list(steps[-last:])
     if len(recent) < last:
         return None

@@ -10,9 +10,11 @@ evaluation against the base model whose paired 95% interval lies above 0, or, be
 a significant rise of the rewarded rate over the steps (reward_trend.py). The verdict says which,
 and its message says what it rests on and what to do about it.
 
-The job record keeps a bounded window of recent train steps (`TrainStepSummary`, stored as JSON)
-so the verdict survives a service restart. `assess_learning` is evaluated on every read
-(views.py) and after every write (job_service.py logs a `health` event when the verdict changes).
+The job record keeps the run's first train steps and a bounded window of its recent ones
+(`TrainStepSummary`, stored as JSON: train_step_summary.push_step) so the verdict survives a service restart.
+The rules read the window; the trend test and the collapse's length rule also compare with the first steps.
+`assess_learning` is evaluated on every read (views.py) and after every write (job_service.py logs a `health`
+event when the verdict changes).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from trainer.contract.evaluation import BEFORE, EvalSummary, PairedDifference
 from .completion_collapse import collapse, kl_rise_without_signal
 from .phases import JobPhase
 from .reward_trend import StepCount, TrendTest, cochran_armitage
-from .train_step_summary import TrainStepSummary
+from .train_step_summary import TrainStepSummary, window
 
 TRAIN_STAGE = "train"
 # Names in TrainStep.nonfinite that mean the update itself is broken (the headline values and the
@@ -61,20 +63,22 @@ class HealthPolicy:
     # too wide, and an approximation too rough, to rely on.
     eval_min_pairs: int = 30
     # The trend test (no eval comparison yet) needs this many steps with rewarded counts, and a
-    # one-sided p below trend_p_max at each of the last trend_looks looks (the window, then the window
-    # without its newest step, and so on). One look's level holds per look, but the verdict is re-judged
-    # after every step, so errors add up over a run. bench/verdict_error_rates.py measures it through
-    # this function (bench/results/verdict_error_rates.json): at a constant rate, one look read
-    # `improving` at some step of 50 in about 20% of runs, three looks in about 7-9% (17% of 100), while
-    # a 10% -> 50% rise over 30 steps is still found by step 30 in 98%. So the trend is a screen, and
-    # an eval comparison, once there, decides.
+    # one-sided p below trend_p_max at each of the last trend_looks looks (the kept steps, then without the
+    # newest step, and so on). One look's level holds per look, but the verdict is re-judged after every
+    # step, so errors add up over a run. bench/verdict_error_rates.py measures it through this function
+    # (bench/results/verdict_error_rates.json): at a constant rate, one look read `improving` at some step
+    # of 50 in about 10-12% of runs, three looks in about 4-5% (5-7% of 100), while a 10% -> 50% rise over
+    # 30 steps is still found by step 30 in 99.8%. Keeping the first steps beside the window lowered those
+    # errors (three looks over 100 steps: 16-18% when only the window was tested) and found more small
+    # rises (20% -> 35%: 38% instead of 29%): a sliding window re-tests fresh noise, the first steps anchor
+    # it. So the trend is a screen, and an eval comparison, once there, decides.
     trend_min_steps: int = 6
     trend_p_max: float = 0.01
     trend_looks: int = 3
     # Steps with signal (in the window) after which "no evidence of improvement" means flat, not early.
     flat_signal_steps: int = 10
     # Collapsed: at each of the last collapse_steps steps, this share of completions empty, or the mean length at
-    # most this fraction of the window's first reported one.
+    # most this fraction of the run's first reported one (kept with the window).
     collapse_steps: int = 3
     collapse_empty_fraction: float = 0.5
     collapse_length_fraction: float = 0.1
@@ -117,8 +121,8 @@ def assess_learning(
     checkpoints_uri: str | None = None,
     evaluation: EvalSummary | None = None,
 ) -> LearningHealth | None:
-    """The verdict on `steps` (oldest first) and `evaluation` (the latest one compared with
-    `before`, if any); None before the first train step.
+    """The verdict on `steps` (oldest first: the kept steps, train_step_summary.push_step) and `evaluation` (the
+    latest one compared with `before`, if any); None before the first train step.
 
     Precedence: diverging > stalled > collapsed > no-signal > improving > flat > signal. Stalled is about time,
     so it applies only while the trainer should be producing steps (RUNNING, train stage);
@@ -127,6 +131,7 @@ def assess_learning(
     """
     if not steps:
         return None
+    kept, steps = steps, window(steps)
     latest = steps[-1]
 
     def verdict(v: Verdict, message: str) -> LearningHealth:
@@ -164,7 +169,7 @@ def assess_learning(
             f"The trainer may be hung or starved of accelerators: check `rljob logs {job_id}`",
         )
 
-    collapsed = collapse(steps, last=policy.collapse_steps, empty_share=policy.collapse_empty_fraction,
+    collapsed = collapse(kept, last=policy.collapse_steps, empty_share=policy.collapse_empty_fraction,
                          length_share=policy.collapse_length_fraction)
     if collapsed is not None:
         where = checkpoints_uri or "the run directory"
@@ -189,7 +194,7 @@ def assess_learning(
     comparison = evaluation.vs_before if evaluation is not None else None
     if evaluation is not None and comparison is not None:
         return verdict(*_judge_by_eval(steps, evaluation, comparison, policy, job_id))
-    return verdict(*_judge_by_trend(steps, policy, job_id))
+    return verdict(*_judge_by_trend(kept, steps, policy, job_id))
 
 
 def _judge_by_eval(
@@ -226,10 +231,14 @@ def _judge_by_eval(
     )
 
 
-def _judge_by_trend(steps: Sequence[TrainStepSummary], policy: HealthPolicy, job_id: str) -> tuple[Verdict, str]:
+def _judge_by_trend(
+    kept: Sequence[TrainStepSummary], steps: Sequence[TrainStepSummary], policy: HealthPolicy, job_id: str
+) -> tuple[Verdict, str]:
+    """The trend over every kept step (the first ones and the window): a rise from the run's start counts even
+    once the window holds only steps after it."""
     counts = [
         StepCount(s.step, s.rewarded_completions, s.completions)
-        for s in steps
+        for s in kept
         if s.completions is not None and s.rewarded_completions is not None
     ]
     trend = cochran_armitage(counts)
@@ -245,7 +254,7 @@ def _judge_by_trend(steps: Sequence[TrainStepSummary], policy: HealthPolicy, job
             f"{early}: a trend test needs {policy.trend_min_steps} steps with rewarded counts, there "
             f"{'is' if trend.steps == 1 else 'are'} {trend.steps}"
         )
-    tested = _trend_text(trend, policy)
+    tested = _trend_text(trend, counts, policy)
     if _rise_at_each_look(counts, policy):
         return Verdict.IMPROVING, (
             f"the rate of rewarded completions rose: {tested}, at each of the last {policy.trend_looks} steps. No "
@@ -272,14 +281,25 @@ def _rise_at_each_look(counts: list[StepCount], policy: HealthPolicy) -> bool:
     return True
 
 
-def _trend_text(trend: TrendTest, policy: HealthPolicy) -> str:
+def _trend_text(trend: TrendTest, counts: Sequence[StepCount], policy: HealthPolicy) -> str:
     verdict = "below" if trend.p_rise < policy.trend_p_max else "not below"
     return (
-        f"{trend.first_rate:.0%} of completions rewarded in the first half of steps {trend.first_step}-"
-        f"{trend.last_step}, {trend.last_rate:.0%} in the second ({trend.rewarded} of {trend.completions} over "
+        f"{trend.first_rate:.0%} of completions rewarded in the first half of steps {_step_ranges(counts)}, "
+        f"{trend.last_rate:.0%} in the second ({trend.rewarded} of {trend.completions} over "
         f"{trend.steps} steps); Cochran-Armitage trend test, one-sided p = {trend.p_rise:.2g}, {verdict} "
         f"{policy.trend_p_max:g}"
     )
+
+
+def _step_ranges(counts: Sequence[StepCount]) -> str:
+    """The steps as ranges: "1-5 and 21-40" for the first steps kept and the window after a gap, "3-12" without one."""
+    ranges: list[list[int]] = []
+    for step in sorted(c.step for c in counts if c.completions > 0):
+        if ranges and step == ranges[-1][1] + 1:
+            ranges[-1][1] = step
+        else:
+            ranges.append([step, step])
+    return " and ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in ranges)
 
 
 def _signal_steps(steps: Sequence[TrainStepSummary]) -> int:

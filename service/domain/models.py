@@ -103,8 +103,9 @@ class JobRecord:
     step: int | None = None
     total_steps: int | None = None
     latest_metrics: dict[str, float] = field(default_factory=dict)
-    # The last HEALTH_WINDOW_STEPS train steps, oldest first: what the learning-health verdict is
-    # computed from. Stored, so the verdict survives a restart.
+    # The run's first FIRST_STEPS_KEPT train steps and its last HEALTH_WINDOW_STEPS, oldest first
+    # (train_step_summary.push_step): what the learning-health verdict is computed from. Stored, so the
+    # verdict survives a restart.
     recent_train_steps: list[TrainStepSummary] = field(default_factory=list)
     health_verdict: str | None = None  # the verdict last announced in the event log (a `health` entry)
     stage_times: dict[str, StageTimes] = field(default_factory=dict)  # by Stage value

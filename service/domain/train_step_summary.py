@@ -1,9 +1,13 @@
-"""One train step as the learning-health verdict needs it (learning_health.py), and the bounded window of them
-a job record keeps (stored as JSON, so an entry another version wrote is skipped, not fatal)."""
+"""One train step as the learning-health verdict needs it (learning_health.py), and the bounded list of them a job
+record keeps (stored as JSON, so an entry another version wrote is skipped, not fatal): the run's first
+FIRST_STEPS_KEPT steps and the window of its last HEALTH_WINDOW_STEPS. The first steps stay so that a rise is
+judged against where the run started, not only within the window: a run whose reward rose early and then held
+reads as flat inside any window of its last 20 steps."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +18,7 @@ from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 EMPTY_METRIC = "completions/train/empty_fraction"  # trainer/maxtext_entry/stop_token.py
 MEAN_LENGTH_METRIC = "completions/train/mean_length"  # Tunix's
 HEALTH_WINDOW_STEPS = 20  # enough for a stable median step interval; small enough to store per job
+FIRST_STEPS_KEPT = 5  # the start the trend test also compares with (learning_health.py)
 
 
 @dataclass(frozen=True)
@@ -97,11 +102,17 @@ def as_utc(when: datetime) -> datetime:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
-def push_step(window: list[TrainStepSummary], summary: TrainStepSummary) -> list[TrainStepSummary]:
-    """The window with `summary` appended, at most HEALTH_WINDOW_STEPS long. Entries for this step
-    or later go first: a resumed trainer reports the steps after its checkpoint again."""
-    kept = [entry for entry in window if entry.step < summary.step]
-    return [*kept, summary][-HEALTH_WINDOW_STEPS:]
+def push_step(kept: list[TrainStepSummary], summary: TrainStepSummary) -> list[TrainStepSummary]:
+    """The kept steps with `summary` appended: the first FIRST_STEPS_KEPT, then at most the last
+    HEALTH_WINDOW_STEPS. Entries for this step or later go first: a resumed trainer reports the steps after its
+    checkpoint again."""
+    ordered = [*(entry for entry in kept if entry.step < summary.step), summary]
+    return ordered[:FIRST_STEPS_KEPT] + ordered[FIRST_STEPS_KEPT:][-HEALTH_WINDOW_STEPS:]
+
+
+def window(kept: Sequence[TrainStepSummary]) -> Sequence[TrainStepSummary]:
+    """The last HEALTH_WINDOW_STEPS of the kept steps: what every rule but the trend's comparison with the start reads."""
+    return kept[-HEALTH_WINDOW_STEPS:]
 
 
 def read_window(window: list[Any]) -> list[TrainStepSummary]:

@@ -16,7 +16,14 @@ import pytest
 from service.cli.output import _HEALTH_STYLE
 from service.domain.learning_health import HealthPolicy, Verdict, assess_learning
 from service.domain.phases import JobPhase
-from service.domain.train_step_summary import HEALTH_WINDOW_STEPS, TrainStepSummary, push_step, read_window
+from service.domain.train_step_summary import (
+    FIRST_STEPS_KEPT,
+    HEALTH_WINDOW_STEPS,
+    TrainStepSummary,
+    push_step,
+    read_window,
+    window,
+)
 from tests.service.service_helpers import T0
 from trainer.contract import SIGNAL_METRIC, TrainStep
 from trainer.contract.evaluation import EvalSummary, PairedDifference, paired_difference
@@ -274,15 +281,36 @@ def test_the_no_signal_window_follows_the_policy() -> None:
     assert verdict_at(history[:1], history[0].time, HealthPolicy(no_signal_steps=1)) is Verdict.NO_SIGNAL
 
 
-def test_the_window_is_bounded_ordered_and_replaces_re_reported_steps() -> None:
-    window: list[TrainStepSummary] = []
-    for summary in steps(*[0.5] * (HEALTH_WINDOW_STEPS + 5)):
-        window = push_step(window, summary)
-    assert [s.step for s in window] == list(range(6, HEALTH_WINDOW_STEPS + 6))
-    # A resumed trainer reports step 10 again: what came after the old step 10 is gone.
-    window = push_step(window, TrainStepSummary(step=10, time=T0 + timedelta(hours=1), signal_fraction=0.0))
-    assert [s.step for s in window] == [6, 7, 8, 9, 10]
-    assert window[-1].signal_fraction == 0.0
+def test_the_kept_steps_are_the_first_and_the_window_ordered_and_re_reported_steps_replace_later_ones() -> None:
+    kept: list[TrainStepSummary] = []
+    for summary in steps(*[0.5] * (FIRST_STEPS_KEPT + HEALTH_WINDOW_STEPS + 5)):
+        kept = push_step(kept, summary)
+    first = list(range(1, FIRST_STEPS_KEPT + 1))
+    assert [s.step for s in kept] == first + list(range(FIRST_STEPS_KEPT + 6, FIRST_STEPS_KEPT + HEALTH_WINDOW_STEPS + 6))
+    assert [s.step for s in window(kept)] == list(range(FIRST_STEPS_KEPT + 6, FIRST_STEPS_KEPT + HEALTH_WINDOW_STEPS + 6))
+    # A resumed trainer reports step 20 again: what came after the old step 20 is gone.
+    kept = push_step(kept, TrainStepSummary(step=20, time=T0 + timedelta(hours=1), signal_fraction=0.0))
+    assert [s.step for s in kept] == [*first, *range(11, 21)]
+    assert kept[-1].signal_fraction == 0.0
+    # ... and step 3 again: the first steps are re-reported like any other.
+    kept = push_step(kept, TrainStepSummary(step=3, time=T0 + timedelta(hours=2), signal_fraction=0.0))
+    assert [s.step for s in kept] == [1, 2, 3]
+
+
+def test_a_rise_from_the_first_steps_still_counts_once_the_window_has_passed_it() -> None:
+    """The reward rose early and then held (the learning bench's lr 3e-6 arm: 7% -> 40% on fresh prompts, and the job
+    said flat): inside the window of the last 20 steps the rate is level; against the first steps it rose."""
+    rewarded = [1, 1, 2, 1, 1, *[7, 6, 7, 6, 7] * 7]  # 7% for 5 steps, then about 40% for 35
+    kept: list[TrainStepSummary] = []
+    for summary in counted(*rewarded):
+        kept = push_step(kept, summary)
+    assert [s.step for s in kept][:FIRST_STEPS_KEPT + 1] == [1, 2, 3, 4, 5, 21]
+    health = assess_learning(kept, phase=JobPhase.RUNNING, stage="train", now=kept[-1].time, policy=POLICY)
+    assert health is not None and health.verdict is Verdict.IMPROVING, health
+    assert "steps 1-5 and 21-40" in health.message and "20 of the last 20 steps" not in health.message
+    # The control: the same run judged on its window alone reads flat (what it said before the first steps were kept).
+    alone = assess_learning(window(kept), phase=JobPhase.RUNNING, stage="train", now=kept[-1].time, policy=POLICY)
+    assert alone is not None and alone.verdict is Verdict.FLAT, alone
 
 
 def test_a_summary_comes_from_the_event_and_survives_json() -> None:

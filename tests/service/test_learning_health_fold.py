@@ -14,7 +14,7 @@ from service.domain.learning_health import HealthPolicy
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
-from service.domain.train_step_summary import HEALTH_WINDOW_STEPS
+from service.domain.train_step_summary import FIRST_STEPS_KEPT, HEALTH_WINDOW_STEPS
 from service.domain.views import to_public
 from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress
@@ -96,7 +96,7 @@ def test_each_verdict_change_logs_exactly_one_health_entry(
     assert kinds[-2:] == ["progress", "health"]
 
 
-def test_a_rising_rewarded_rate_turns_signal_into_improving_and_a_level_one_into_flat(
+def test_a_rising_rewarded_rate_turns_signal_into_improving_and_stays_so_after_the_window_passes_the_rise(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
 ) -> None:
     """The counts travel from TrainStep metrics through the stored window to the trend test."""
@@ -108,10 +108,25 @@ def test_a_rising_rewarded_rate_turns_signal_into_improving_and_a_level_one_into
     # 8: six steps are the least to test, and the rise must hold at three looks in a row (6, 7, 8).
     assert [(e["verdict"], e["step"]) for e in entries] == [("signal", 1), ("improving", 8)]
     assert "Cochran-Armitage trend test" in entries[-1]["message"]
-    for _ in range(HEALTH_WINDOW_STEPS):  # the rate stays at 9 of 16: the window's rise passes out of it
+    for _ in range(HEALTH_WINDOW_STEPS):  # the rate stays at 9 of 16: the window's rise passes out of it ...
         trainer.train_step(0.5, rewarded=9)
     service.ingest_progress(trainer.job_id)
-    assert [e["verdict"] for e in _health_entries(store, trainer.job_id)] == ["signal", "improving", "flat"]
+    # ... but not out of what the job keeps: its first steps, where the rate was 1-5 of 16, stay beside the window.
+    assert [e["verdict"] for e in _health_entries(store, trainer.job_id)] == ["signal", "improving"]
+    record = store.get(trainer.job_id)
+    assert record is not None
+    health = to_public(record, clock(), POLICY).health
+    assert health is not None and health.verdict == "improving" and "steps 1-5 and 9-28" in health.message, health
+
+
+def test_a_rate_level_from_the_start_turns_signal_into_flat(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
+) -> None:
+    service, trainer = _running_job(store, fake_launcher, fake_progress, clock, tmp_path)
+    for rewarded in [5, 6, 5, 4, 6] * 6:
+        trainer.train_step(0.5, rewarded=rewarded)
+        service.ingest_progress(trainer.job_id)
+    assert [(e["verdict"], e["step"]) for e in _health_entries(store, trainer.job_id)] == [("signal", 1), ("flat", 10)]
 
 
 def test_the_window_is_bounded_and_survives_a_store_reopen(
@@ -129,7 +144,8 @@ def test_the_window_is_bounded_and_survives_a_store_reopen(
     try:
         record = reopened.get(trainer.job_id)
         assert record is not None
-        assert [s.step for s in record.recent_train_steps] == list(range(8, HEALTH_WINDOW_STEPS + 8))
+        assert [s.step for s in record.recent_train_steps] == [
+            *range(1, FIRST_STEPS_KEPT + 1), *range(8, HEALTH_WINDOW_STEPS + 8)]  # fmt: skip
         assert record.health_verdict == "no-signal"
         health = to_public(record, clock(), POLICY).health
         assert health is not None and health.verdict == "no-signal" and health.step == HEALTH_WINDOW_STEPS + 7
