@@ -1,5 +1,5 @@
 // What the eval panel says in words (pure: no DOM), from model.js's evalView:
-//   headline    "34% [29–39] → 51% [45–57], n=300"
+//   headline    "34% [29–39] → 51% [45–57], n=300" (+ ", scored by the job's rewards" for a job with its own)
 //   difference  "+17 points [11, 23] (60 improved, 9 regressed)"
 // Accuracies are whole percents and changes whole percentage points: at the few hundred rows an
 // eval split has, a 95% interval is several points wide, so a decimal would claim a precision the
@@ -49,11 +49,18 @@ export function evalHeadline(view) {
   if (from && to) {
     const at = to.label === "after" ? "" : ` ${pointWhen(to)}`;
     const n = from.n === to.n ? `n=${from.n ?? DASH}` : `n=${from.n ?? DASH} → ${to.n ?? DASH}`;
-    return `${pointText(from)} → ${pointText(to)}${at}, ${n}`;
+    return `${pointText(from)} → ${pointText(to)}${at}, ${n}${scoredByText(to)}`;
   }
   const only = to || from || view.points[view.points.length - 1];
-  return `${pointText(only)} ${pointWhen(only)}, n=${only.n ?? DASH}`;
+  return `${pointText(only)} ${pointWhen(only)}, n=${only.n ?? DASH}${scoredByText(only)}`;
 }
+
+/** MaxText's score needs no words; a job scored by its own reward functions says so (as `rljob status` does). */
+export function scoredByText(point) {
+  return point && point.scoredBy === "rewards" ? SCORED_BY_REWARDS : "";
+}
+
+export const SCORED_BY_REWARDS = ", scored by the job's rewards";
 
 /** "+17 points [11, 23] (60 improved, 9 regressed)"; null when there is no paired difference. */
 export function differenceText(diff) {

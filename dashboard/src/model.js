@@ -90,6 +90,7 @@ function evalPoint(raw) {
     meanReward: num(raw.mean_reward),
     samplesPerRow: num(raw.samples_per_row),
     sampling: raw.sampling ? String(raw.sampling) : null,
+    scoredBy: raw.scored_by === "rewards" ? "rewards" : "maxtext", // a service before scored_by scored by MaxText
   };
 }
 

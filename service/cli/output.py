@@ -139,10 +139,15 @@ def eval_text(job: dict[str, Any]) -> str:
     if before and later:
         at = "" if later["label"] == "after" else f" at step {later['step']}"
         n = f"n={before['n']}" if before["n"] == later["n"] else f"n={before['n']} -> {later['n']}"
-        return f"{eval_point_text(before)} -> {eval_point_text(later)}{at}, {n}"
+        return f"{eval_point_text(before)} -> {eval_point_text(later)}{at}, {n}{_scored_by_text(later)}"
     only = later or before or points[-1]
     when = {"before": "before training", "after": "after training"}.get(only["label"], f"at step {only['step']}")
-    return f"{eval_point_text(only)} {when}, n={only['n']}"
+    return f"{eval_point_text(only)} {when}, n={only['n']}{_scored_by_text(only)}"
+
+
+def _scored_by_text(point: dict[str, Any]) -> str:
+    """MaxText's score needs no words; a job scored by its own reward functions says so (as the dashboard does)."""
+    return ", scored by the job's rewards" if point.get("scored_by") == "rewards" else ""
 
 
 def eval_difference_text(job: dict[str, Any]) -> str | None:

@@ -13,7 +13,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from trainer.contract import JobSpec
-from trainer.contract.evaluation import AFTER, BEFORE, EvalSummary, PairedDifference, label_step, wilson_interval
+from trainer.contract.evaluation import (
+    AFTER,
+    BEFORE,
+    EvalScoring,
+    EvalSummary,
+    PairedDifference,
+    label_step,
+    wilson_interval,
+)
 
 from .phases import JobPhase
 
@@ -24,7 +32,14 @@ class EvalPoint(BaseModel):
     label: str = Field(description="before, step-N or after")
     step: int = Field(description="the policy's train step when it was evaluated (0: the base model)")
     n: int = Field(description="eval rows scored")
-    accuracy: float | None = Field(description="correct / n (MaxText's scoring); null when n is 0")
+    accuracy: float | None = Field(description="the rows' mean outcome (see scored_by); null when n is 0")
+    scored_by: EvalScoring = Field(
+        description="maxtext: MaxText's score (the answer in its tags) | rewards: the share of each row's completions "
+        "the job's own reward functions rewarded (total reward above 0)"
+    )
+    maxtext_accuracy: float | None = Field(
+        default=None, description="with scored_by rewards: MaxText's own score, for reference"
+    )
     ci95: tuple[float, float] = Field(description="95% Wilson interval of the accuracy")
     format_accuracy: float | None
     partial_accuracy: float | None
@@ -90,6 +105,8 @@ def public_point(summary: EvalSummary) -> EvalPoint:
     n = summary.n
     return EvalPoint(
         label=summary.label, step=summary.step, n=n, accuracy=summary.correct / n if n else None,
+        scored_by=summary.scored_by,
+        maxtext_accuracy=summary.maxtext_correct / n if n and summary.maxtext_correct is not None else None,
         ci95=wilson_interval(summary.correct, n), format_accuracy=summary.format_correct / n if n else None,
         partial_accuracy=summary.partial_correct / n if n else None, mean_reward=summary.mean_reward,
         samples_per_row=summary.samples_per_row, sampling=summary.sampling,

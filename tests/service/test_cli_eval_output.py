@@ -50,6 +50,8 @@ def _job(**evaluation: Any) -> dict[str, Any]:
 
 def test_before_to_after_with_intervals_and_n() -> None:
     assert eval_text(_job()) == "34% [29-39] -> 51% [45-57], n=300"
+    scored = _job(after={**AFTER, "scored_by": "rewards"})
+    assert eval_text(scored) == "34% [29-39] -> 51% [45-57], n=300, scored by the job's rewards"  # as the dashboard says
     assert eval_difference_text(_job()) == "+17 points [11, 23] (60 improved, 9 regressed), after - before over 300 rows"
 
 

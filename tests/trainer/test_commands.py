@@ -87,7 +87,8 @@ def test_vllm_engine_runs_train_rl_unmodified_with_only_the_recorders_and_the_ob
     command = build_train_command(JobSpec.model_validate(data), RunLayout("/out", "rl-x"), TABLE_8B)
     assert command.module == "trainer.maxtext_entry.train_rl_entry"  # no JAX rollout swapped in
     assert [a for a in command.args if a.startswith("--rljob_")] == [
-        "--rljob_samples_uri=/out/rl-x/samples", "--rljob_eval_uri=/out/rl-x/eval", "--rljob_kl_loss_mode=low_var_kl"]
+        "--rljob_samples_uri=/out/rl-x/samples", "--rljob_eval_uri=/out/rl-x/eval", "--rljob_eval_scoring=rewards",
+        "--rljob_kl_loss_mode=low_var_kl"]  # fmt: skip
 
 
 def test_convert_and_export_use_the_derived_settings_and_paths(tiny_spec_dict):

@@ -46,7 +46,7 @@ def test_tutorial_plan_has_the_tutorials_flags_for_all_three_stages(capsys, monk
     # train_rl runs unmodified under the shim that keeps completion samples and eval rows and gives Tunix the
     # spec's KL estimator (maxtext_entry/train_rl_entry.py).
     assert ("python -m trainer.maxtext_entry.train_rl_entry --rljob_samples_uri=" + f"{run}/samples "
-            + f"--rljob_eval_uri={run}/eval --rljob_kl_loss_mode=low_var_kl ") in train
+            + f"--rljob_eval_uri={run}/eval --rljob_eval_scoring=maxtext --rljob_kl_loss_mode=low_var_kl ") in train
     for flag in (
         "model_name=llama3.1-8b",
         "tokenizer_path=meta-llama/Llama-3.1-8B-Instruct",
@@ -63,7 +63,7 @@ def test_tutorial_plan_has_the_tutorials_flags_for_all_three_stages(capsys, monk
         "dataset_name=openai/gsm8k",
     ):
         assert flag in train.split(), flag
-    assert train.split()[6].endswith("configs/post_train/rl.yml")
+    assert train.split()[7].endswith("configs/post_train/rl.yml")  # the first positional argument after the flags
     # The schedule must follow num_batches: setting learning_rate_schedule_steps would decouple it.
     assert "learning_rate_schedule_steps" not in train
     assert "hardware=cpu" not in train.split() and "use_pathways=false" not in train.split()

@@ -305,7 +305,7 @@ def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_r
     assert parity["argmax_agree"] and parity["max_abs_diff"] < 1e-4 * max(1.0, parity["logit_scale"]), parity
 
 
-def test_every_evaluation_keeps_its_rows_as_maxtext_scored_them(restarted_run):
+def test_every_evaluation_keeps_its_rows_as_maxtext_and_the_jobs_rewards_scored_them(restarted_run):
     """The rows of each evaluation agree with MaxText's own totals for it (its log line), the events carry
     the summary, and the change from `before` pairs the same prompts, also across the kill."""
     import re
@@ -336,6 +336,11 @@ def test_every_evaluation_keeps_its_rows_as_maxtext_scored_them(restarted_run):
     assert by_label[AFTER].vs_before is not None and by_label[AFTER].vs_before.n == 2
     assert label_step(f"step-{resumed}") == by_label[f"step-{resumed}"].step == resumed
     assert by_label[BEFORE].vs_before is None and by_label[BEFORE].step == 0
+    # The tiny job brings its own reward (length), so its evaluations are scored by it: a row's outcome is the share
+    # of its completions the reward paid for; MaxText's own score (its answer tags, 0 for a random model) stays beside.
+    assert all(r.rewarded == sum(1 for c in r.completions if c) / len(r.completions) for r in after), after
+    assert by_label[AFTER].scored_by == "rewards" and by_label[AFTER].correct == sum(r.rewarded or 0 for r in after)
+    assert by_label[AFTER].maxtext_correct == float(post[-1][0])
 
 
 def _orbax_embedding(params_dir: Path):

@@ -7,6 +7,13 @@ per-row outcomes, exactly as MaxText scored them, as JSON lines at `<run>/eval/<
 EvalSummary. Rows are matched across evaluations by `id` (a hash of the question), so the change
 from `before` is a paired comparison over the same prompts.
 
+What a row's outcome is depends on the job's rewards. With MaxText's own GSM8K rewards (no
+`grpo.rewards.functions_path`) it is MaxText's score (`correct`: the answer inside its <answer> tags).
+A job with its own reward functions is scored by them (`scored_by: rewards`): the outcome is the
+fraction of the row's completions whose total reward is above 0 (`rewarded`), the same "rewarded"
+as the train steps' counts, so an arithmetic job that pays for the right number is not scored 0 for
+lacking MaxText's tags. MaxText's score is still kept per row and summed in `maxtext_correct`.
+
 The statistics here are pure Python (no numpy), shared by the trainer and the service:
 - `wilson_interval`: the 95% Wilson score interval of a proportion. It stays inside [0, 1] and is
   sensible at 0 or n successes, unlike the normal (Wald) interval.
@@ -36,6 +43,9 @@ MAX_EVAL_COMPLETIONS = 8  # completions kept per row (MaxText may sample more pa
 # What the trainer prints on stdout after writing a row file; pipeline.py turns it into an EvalResult.
 EVAL_LINE_PREFIX = "RLJOB_EVAL "
 _STEP_LABEL = re.compile(r"^step-(\d{1,9})$")
+EvalScoring = Literal["maxtext", "rewards"]
+MAXTEXT_SCORING: EvalScoring = "maxtext"
+REWARDS_SCORING: EvalScoring = "rewards"
 
 
 def step_label(step: int) -> str:
@@ -79,6 +89,29 @@ class EvalRow(BaseModel):
     rewards: dict[str, list[float | None]] = Field(
         default_factory=dict, description="each reward function's score per completion (null for NaN)"
     )
+    rewarded: float | None = Field(
+        default=None, ge=0, le=1, description="the fraction of completions whose total reward (the sum of the reward "
+        "functions' scores) is above 0; null when no reward function ran"
+    )
+
+    def outcome(self, scoring: EvalScoring) -> float:
+        """The row's outcome under `scoring` (a row no reward scored counts as not rewarded)."""
+        return self.correct if scoring == MAXTEXT_SCORING else (self.rewarded or 0.0)
+
+
+def rewarded_fraction(rewards: dict[str, list[float | None]]) -> float | None:
+    """The fraction of the scored completions (the longest list) whose scores, summed over every function, are
+    above 0; a completion that a function left unscored (NaN, or fewer scores) is not rewarded. None when nothing
+    was scored."""
+    completions = max((len(values) for values in rewards.values()), default=0)
+    if completions == 0:
+        return None
+    rewarded = 0
+    for i in range(completions):
+        scores = [values[i] if i < len(values) else None for values in rewards.values()]
+        if all(s is not None for s in scores) and sum(s for s in scores if s is not None) > 0:
+            rewarded += 1
+    return rewarded / completions
 
 
 class PairedDifference(BaseModel):
@@ -102,7 +135,14 @@ class EvalSummary(BaseModel):
     label: str
     step: int = Field(ge=0, description="the policy's train step when it ran (0: the base model)")
     n: int = Field(ge=0, description="rows evaluated")
-    correct: float = Field(ge=0, description="sum of the rows' correct outcomes")
+    correct: float = Field(ge=0, description="sum of the rows' outcomes (see scored_by)")
+    scored_by: EvalScoring = Field(
+        default=MAXTEXT_SCORING, description="maxtext: a row's outcome is MaxText's score (its answer tags) | rewards: "
+        "the fraction of its completions the job's own reward functions rewarded (total reward above 0)"
+    )
+    maxtext_correct: float | None = Field(
+        default=None, ge=0, description="with scored_by rewards: the sum of MaxText's own scores, for reference"
+    )
     format_correct: float = Field(ge=0)
     partial_correct: float = Field(ge=0)
     mean_reward: float | None = Field(default=None, description="mean total reward per completion, if rewards ran")

@@ -1,4 +1,5 @@
-"""Inside train_rl: keep every evaluation's per-row outcomes, as MaxText scored them.
+"""Inside train_rl: keep every evaluation's per-row outcomes, as MaxText scored them and as the job's own reward
+functions did (a job with its own rewards is scored by them: trainer/contract/evaluation.py).
 
 MaxText's `evaluate_rl.evaluate()` runs before training, every `eval_interval` steps (hooks.py) and
 after training, and returns only totals. Three of its own functions are wrapped, none re-implemented:
@@ -30,10 +31,13 @@ from trainer.contract.evaluation import (
     EVAL_LINE_PREFIX,
     MAX_EVAL_COMPLETIONS,
     MAX_EVAL_TEXT_CHARS,
+    MAXTEXT_SCORING,
     EvalRow,
+    EvalScoring,
     EvalSummary,
     eval_file_name,
     paired_difference,
+    rewarded_fraction,
     row_id,
     step_label,
 )
@@ -43,8 +47,9 @@ from trainer.maxtext_entry.report_line import write_report_line
 class EvalRecorder:
     """Collects one evaluation's rows; one evaluation runs at a time (train_rl calls it in its main thread)."""
 
-    def __init__(self, eval_uri: str | None):
+    def __init__(self, eval_uri: str | None, scoring: EvalScoring = MAXTEXT_SCORING):
         self.eval_uri = eval_uri
+        self.scoring = scoring
         self.rows: list[EvalRow] | None = None  # None: no evaluation running
         self.training = "not started"  # "running", "finished"
         self.before_outcomes: dict[str, float] | None = None
@@ -76,7 +81,7 @@ class EvalRecorder:
         self.rows[-1].rewards.setdefault(name, []).extend(values)
 
     def finish(self, label: str, step: int, result: Any, config: Any, num_passes: int) -> EvalSummary:
-        rows = self.rows or []
+        rows = [row.model_copy(update={"rewarded": rewarded_fraction(row.rewards)}) for row in self.rows or []]
         self.rows = None
         (_corr, total, _acc, _partial, _format, mean_reward) = result[0]
         file_name = eval_file_name(label)
@@ -85,7 +90,7 @@ class EvalRecorder:
 
             body = "".join(row.model_dump_json() + "\n" for row in rows)
             store_for(self.eval_uri).write_bytes(join_uri(self.eval_uri, file_name), body.encode())
-        outcomes = {row.id: row.correct for row in rows}
+        outcomes = {row.id: row.outcome(self.scoring) for row in rows}
         if label == BEFORE:
             self.before_outcomes = outcomes
         before = self.before_outcomes if self.before_outcomes is not None else self._read_before()
@@ -93,8 +98,10 @@ class EvalRecorder:
         mode = str(getattr(config, "eval_mode", "pass"))
         return EvalSummary(
             label=label, step=step, n=len(rows) or int(total),
-            correct=sum(row.correct for row in rows), format_correct=sum(row.format for row in rows),
-            partial_correct=sum(row.partial for row in rows),
+            correct=sum(row.outcome(self.scoring) for row in rows),
+            scored_by=self.scoring,
+            maxtext_correct=sum(row.correct for row in rows) if self.scoring != MAXTEXT_SCORING else None,
+            format_correct=sum(row.format for row in rows), partial_correct=sum(row.partial for row in rows),
             mean_reward=_finite_or_none(mean_reward) if any(row.rewards for row in rows) else None,
             samples_per_row=max((len(row.completions) for row in rows), default=int(num_passes)),
             sampling=f"{strategy}, {mode}", rows_file=file_name,
@@ -112,7 +119,7 @@ class EvalRecorder:
         if not store.exists(uri):
             return None
         rows = [EvalRow.model_validate_json(line) for line in store.read_bytes(uri).decode().splitlines() if line.strip()]
-        self.before_outcomes = {row.id: row.correct for row in rows}
+        self.before_outcomes = {row.id: row.outcome(self.scoring) for row in rows}
         return self.before_outcomes
 
 
@@ -132,12 +139,15 @@ def _warn(what: str, error: Exception) -> None:
     print(f"rljob: {what} failed, training goes on: {type(error).__name__}: {error}", file=sys.stderr)
 
 
-def install(eval_uri: str | None) -> EvalRecorder:
-    """Wrap MaxText's evaluation and Tunix's train loop; returns the recorder (tests read it)."""
+def install(eval_uri: str | None, scoring: str = MAXTEXT_SCORING) -> EvalRecorder:
+    """Wrap MaxText's evaluation and Tunix's train loop; returns the recorder (tests read it). `scoring` is the
+    --rljob_eval_scoring flag's value (trainer/stages/train.py)."""
     from maxtext.trainers.post_train.rl import evaluate_rl
     from tunix.rl import rl_learner
 
-    recorder = EvalRecorder(eval_uri)
+    if scoring not in ("maxtext", "rewards"):
+        raise SystemExit(f"--rljob_eval_scoring={scoring!r}: expected maxtext or rewards")
+    recorder = EvalRecorder(eval_uri, "rewards" if scoring == "rewards" else "maxtext")
     evaluate, score_responses = evaluate_rl.evaluate, evaluate_rl.score_responses
     compute_row_reward, train = evaluate_rl._compute_row_reward, rl_learner.RLLearner.train
 

@@ -6,6 +6,7 @@ REGISTER_FLAG = "--rljob_register_hf_config="  # the checkpoint whose config.jso
 REVISION_FLAG = "--rljob_hf_config_revision="  # its hub revision
 SAMPLES_FLAG = "--rljob_samples_uri="  # where train_rl's completion samples go (sample_recorder.py)
 EVAL_FLAG = "--rljob_eval_uri="  # where each evaluation's per-row outcomes go (eval_recorder.py)
+EVAL_SCORING_FLAG = "--rljob_eval_scoring="  # what a row's outcome is: maxtext | rewards (eval_recorder.py)
 # With export.checkpoint=best (best_checkpoint.py): where the best weights, their record and the actor's checkpoints are.
 BEST_ROOT_FLAG = "--rljob_best_checkpoints="
 BEST_RECORD_FLAG = "--rljob_best_record="

@@ -26,6 +26,7 @@ from .shim_flags import (
     BEST_ROOT_FLAG,
     EPSILON_HIGH_FLAG,
     EVAL_FLAG,
+    EVAL_SCORING_FLAG,
     KL_LOSS_MODE_FLAG,
     SAMPLES_FLAG,
     pop_flags,
@@ -40,8 +41,9 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
     import multiprocessing.pool  # noqa: F401
 
     found, argv = pop_flags(
-        argv, SAMPLES_FLAG, EVAL_FLAG, BEST_ROOT_FLAG, BEST_RECORD_FLAG, ACTOR_ROOT_FLAG, KL_LOSS_MODE_FLAG, EPSILON_HIGH_FLAG
-    )
+        argv, SAMPLES_FLAG, EVAL_FLAG, EVAL_SCORING_FLAG, BEST_ROOT_FLAG, BEST_RECORD_FLAG, ACTOR_ROOT_FLAG,
+        KL_LOSS_MODE_FLAG, EPSILON_HIGH_FLAG,
+    )  # fmt: skip
     maxtext_argv = register_from_argv(argv)
     if KL_LOSS_MODE_FLAG in found:
         epsilon_high = found.get(EPSILON_HIGH_FLAG)
@@ -50,7 +52,7 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
         before_train_rl()
     install_stop_token()
     install_sample_recorder(found.get(SAMPLES_FLAG))
-    recorder = install_eval_recorder(found.get(EVAL_FLAG))
+    recorder = install_eval_recorder(found.get(EVAL_FLAG), found.get(EVAL_SCORING_FLAG) or "maxtext")
     if BEST_ROOT_FLAG in found:
         keeper = install_best_checkpoint(found[BEST_ROOT_FLAG], found[BEST_RECORD_FLAG], found[ACTOR_ROOT_FLAG])
         recorder.on_summary.append(keeper.offer)

@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, TrainStep
+from trainer.contract.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalScoring
 from trainer.maxtext_entry.shim_flags import (
     ACTOR_ROOT_FLAG,
     BEST_RECORD_FLAG,
     BEST_ROOT_FLAG,
     EPSILON_HIGH_FLAG,
     EVAL_FLAG,
+    EVAL_SCORING_FLAG,
     KL_LOSS_MODE_FLAG,
     SAMPLES_FLAG,
 )
@@ -122,6 +124,12 @@ def objective_flags(spec: JobSpec) -> list[str]:
     return flags + ([f"{EPSILON_HIGH_FLAG}{g.epsilon_high}"] if g.epsilon_high is not None else [])
 
 
+def eval_scoring(spec: JobSpec) -> EvalScoring:
+    """A job with its own reward functions is evaluated by them; MaxText's score needs its GSM8K answer tags, which
+    such a job's rewards need not ask for (trainer/contract/evaluation.py)."""
+    return REWARDS_SCORING if spec.grpo.rewards.functions_path else MAXTEXT_SCORING
+
+
 def best_checkpoint_flags(spec: JobSpec, layout: RunLayout) -> list[str]:
     if spec.export.checkpoint != "best":
         return []
@@ -146,6 +154,7 @@ def build_train_command(
         *hf_config_registration_args(spec, model, local_source),
         f"{SAMPLES_FLAG}{layout.samples_dir}",
         f"{EVAL_FLAG}{layout.eval_dir}",
+        f"{EVAL_SCORING_FLAG}{eval_scoring(spec)}",
         *best_checkpoint_flags(spec, layout),
         *objective_flags(spec),
         rl_config(),

@@ -22,7 +22,7 @@ test("the view model keeps the service's points in order, renamed, with numbers 
   assert.deepEqual(view.points.map((p) => p.label), ["before", "step-10", "after"]);
   assert.deepEqual(view.before, {
     label: "before", step: 0, n: 300, accuracy: 0.34, ci95: [0.29, 0.39], formatAccuracy: 0.9, partialAccuracy: 0.4,
-    meanReward: 0.34, samplesPerRow: 1, sampling: "greedy, pass",
+    meanReward: 0.34, samplesPerRow: 1, sampling: "greedy, pass", scoredBy: "maxtext",
   });
   assert.deepEqual(view.difference, DIFF);
   const odd = evalView({ ...EVAL, points: [{ ...BEFORE, accuracy: "0.3", ci95: [0.1] }, { step: 3 }] });
@@ -53,6 +53,13 @@ test("headline: without `after` it compares with the newest step, and says which
   assert.equal(evalHeadline(running), "34% [29–39] → 45% [39–51] at step 10, n=300");
   const fewer = evalView({ ...EVAL, after: { ...AFTER, n: 280 } });
   assert.equal(evalHeadline(fewer), "34% [29–39] → 51% [45–57], n=300 → 280");
+});
+
+test("headline: a job scored by its own reward functions says so; MaxText's score, or no field, says nothing", () => {
+  const rewards = (p) => ({ ...p, scored_by: "rewards" });
+  const view = evalView({ ...EVAL, points: EVAL.points.map(rewards), before: rewards(BEFORE), after: rewards(AFTER) });
+  assert.equal(evalHeadline(view), "34% [29–39] → 51% [45–57], n=300, scored by the job's rewards");
+  assert.equal(evalHeadline(evalView({ ...EVAL, after: { ...AFTER, scored_by: "maxtext" } })), "34% [29–39] → 51% [45–57], n=300");
 });
 
 test("headline: a single evaluation is named by when it ran", () => {
