@@ -5,6 +5,11 @@ Every read goes through run_reads.py: what a job wrote is untrusted input, so li
 and directories are refused (RunFileRefused) and no read goes past its bound. A refused samples file
 is a 409 naming it; a refused stage log is a line saying so in the log; a refused manifest is
 logged and the job's artifacts stay as its events named them.
+
+A manifest within its byte bound can still be too much to parse: 64 MiB of `{},` is 22 million dicts, and
+json.loads took the service from 109 to 1,786 MiB, past the Deployment's 1 GiB limit, in every life, during
+start-up recovery. So the values it would make are counted in the bytes first (manifest_values) and a manifest
+over MAX_MANIFEST_VALUES is refused unparsed (ManifestRefused), which the job's end records.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from service.domain.errors import RunFileRefused, RunFilesUnavailable
-from service.domain.models import JobRecord
+from service.domain.models import JobRecord, ManifestRefused
 from trainer.contract import STAGE_ORDER, ReproRecord, StepSamples, step_from_file_name
 from trainer.storage import StorageError
 
@@ -28,6 +33,9 @@ log = logging.getLogger(__name__)
 # A stage log can be large (MaxText prints per step); only its tail is worth sending to a terminal.
 MAX_LOG_BYTES = 8 * 1024 * 1024
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+# At most this many JSON values (keys included; manifest_values counts an upper bound): a real manifest makes 9 per
+# file (a dict of 4 keys and 4 values), so this takes 200,000 files, about 130 MB parsed at most.
+MAX_MANIFEST_VALUES = 2_000_000
 # A samples file holds at most MAX_SAMPLES_PER_STEP samples of MAX_TEXT_CHARS-long texts (under
 # 100 KiB); anything far bigger is not one the trainer wrote and is not read into memory.
 MAX_SAMPLES_BYTES = 4 * 1024 * 1024
@@ -36,7 +44,7 @@ MAX_REPRO_BYTES = 1024 * 1024
 
 
 class StoreRunFiles:
-    def read_manifest(self, record: JobRecord) -> dict[str, Any] | None:
+    def read_manifest(self, record: JobRecord) -> dict[str, Any] | ManifestRefused | None:
         layout = record.layout
         uri = layout.manifest
         try:
@@ -45,9 +53,15 @@ class StoreRunFiles:
                 return None
             if found.more_after:
                 log.warning("job %s: %s is over %d bytes; not read", record.id, uri, MAX_MANIFEST_BYTES)
-                return None
+                return ManifestRefused(f"manifest.json is over {MAX_MANIFEST_BYTES} bytes; not read")
+            values = manifest_values(found.data)
+            if values > MAX_MANIFEST_VALUES:
+                log.warning("job %s: %s would make up to %d JSON values, over %d; not parsed", record.id, uri, values,
+                            MAX_MANIFEST_VALUES)  # fmt: skip
+                return ManifestRefused(f"manifest.json would make up to {values} JSON values, over the "
+                                       f"{MAX_MANIFEST_VALUES} the service parses; its artifacts are not sized")  # fmt: skip
             manifest = json.loads(found.data)
-        except (StorageError, RunFileRefused, ValueError) as e:
+        except (StorageError, RunFileRefused, ValueError, RecursionError) as e:
             log.warning("job %s: cannot read %s: %s", record.id, uri, e)
             return None
         if not isinstance(manifest, dict) or manifest.get("job_id") != record.id:
@@ -122,3 +136,10 @@ def _read_model[M: BaseModel](record: JobRecord, uri: str, limit: int, too_big: 
         problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'file'}: {err['msg']}" for err in e.errors()[:3])
         log.warning("job %s: %s is not %s: %s", record.id, uri, what, problems)  # never the content
         return None
+
+
+def manifest_values(data: bytes) -> int:
+    """An upper bound on the JSON values (object keys included) json.loads would make from `data`, without parsing:
+    each element of an array and each member of an object follows a comma or opens its container, and a member is
+    two values. Commas inside strings count too, so the bound only errs high."""
+    return 2 * (data.count(b",") + data.count(b"[") + data.count(b"{")) + 1

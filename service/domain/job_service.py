@@ -38,7 +38,7 @@ from .job_logs import job_log_lines
 from .job_samples import read_job_samples
 from .learning_health import HealthPolicy
 from .location_policy import UNRESTRICTED, LocationPolicy
-from .models import Caller, JobFilters, JobRecord, SamplesPublic
+from .models import Caller, JobFilters, JobRecord, ManifestRefused, SamplesPublic
 from .observation_policy import (
     WORKLOAD_STOPPED,
     Decision,
@@ -382,7 +382,7 @@ class JobService:
         resumes_left = rec.resumes < self.max_resumes
         return decide(rec.phase, obs.state, about_replaced_workload=replaced, resumes_left=resumes_left)
 
-    def _read_manifest_if_ending(self, obs: Observation) -> dict[str, Any] | None:
+    def _read_manifest_if_ending(self, obs: Observation) -> dict[str, Any] | ManifestRefused | None:
         """Read the run's manifest (storage I/O: before the write lock, never under it)."""
         if self.run_files is None:
             return None

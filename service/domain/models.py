@@ -29,6 +29,13 @@ from .usage_models import JobUsage
 
 
 @dataclass(frozen=True)
+class ManifestRefused:
+    """What RunFiles.read_manifest answers for a manifest it would not parse, and why (a sentence)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Caller:
     """Who is asking: resolved from the bearer token."""
 

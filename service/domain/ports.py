@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from trainer.contract import JobSpec, ReproRecord, StepSamples, TrainerEvent
 
-from .models import JobEvent, JobFilters, JobRecord, MetricPoint, QueueStatus, TokenRecord
+from .models import JobEvent, JobFilters, JobRecord, ManifestRefused, MetricPoint, QueueStatus, TokenRecord
 from .phases import JobPhase
 
 Clock = Callable[[], datetime]
@@ -262,8 +262,9 @@ class RunFiles(Protocol):
     (gs:// or local) is the job's permanent record.
     """
 
-    def read_manifest(self, record: JobRecord) -> dict[str, Any] | None:
-        """manifest.json (trainer/storage/manifest.py), or None if absent or unreadable."""
+    def read_manifest(self, record: JobRecord) -> dict[str, Any] | ManifestRefused | None:
+        """manifest.json (trainer/storage/manifest.py); None if absent or unreadable; ManifestRefused for one too
+        large to parse within the service's memory (recorded on the job)."""
 
     def stage_log_lines(self, record: JobRecord) -> Iterator[str]:
         """The published stage logs (logs/<stage>.log) in stage order, each after a header line."""

@@ -8,11 +8,14 @@ RunFinished written by a pod that Kubernetes then retries cannot end the job ear
 
 The run's manifest.json (written by the trainer after its last event) is folded in once, with the
 terminal phase the workload's exit brings (observation_policy.Decision.records_artifacts): it turns
-the artifacts the events announced into sizes, file counts and checksums.
+the artifacts the events announced into sizes, file counts and checksums. A manifest the service refused to
+parse (ManifestRefused: too many values for its memory) is recorded in the same `artifacts` entry, with the
+reason, and the job's end is written as if there were none; a terminal job's manifest is never read again.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,7 +40,7 @@ from trainer.contract import (
 
 from .goodput import job_goodput, push_goodput, warn_if_parts_overlap
 from .job_eval import eval_event_data, push_eval
-from .models import Artifact, JobRecord, MetricPoint, RunOutcome, StageTimes
+from .models import Artifact, JobRecord, ManifestRefused, MetricPoint, RunOutcome, StageTimes
 from .ports import SkippedLine
 from .train_step_summary import TrainStepSummary, push_step
 
@@ -166,22 +169,42 @@ def _norm(uri: str) -> str:
     return local_path(uri).rstrip("/")
 
 
-def fold_manifest(record: JobRecord, manifest: dict[str, Any]) -> dict[str, Any]:
+def _under(keys: list[str], prefix: str) -> list[str]:
+    """The sorted `keys` that start with `prefix`: one contiguous range of a sorted list."""
+    start = bisect.bisect_left(keys, prefix)
+    end = start
+    while end < len(keys) and keys[end].startswith(prefix):
+        end += 1
+    return keys[start:end]
+
+
+def _size(entry: dict[str, Any]) -> int:
+    size = entry.get("size_bytes")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else 0
+
+
+def fold_manifest(record: JobRecord, manifest: dict[str, Any] | ManifestRefused) -> dict[str, Any]:
     """Complete `record.artifacts` from the trainer's manifest; return the event-log entry's data.
 
     The manifest lists files; the events name artifacts (often directories: a checkpoint, an
     export). A named artifact gets its file's size and checksum, or its directory's total size and
-    file count. A directory has no single checksum, so none is invented for it.
+    file count. A directory has no single checksum, so none is invented for it. The files are sorted once and
+    each artifact's directory is a range found by bisection: O((artifacts + files) log files), where a scan per
+    artifact held the write lock for 102 s at 3,000 artifacts x 300,000 files.
     """
-    files = [f for f in manifest.get("artifacts") or [] if isinstance(f, dict) and f.get("uri")]
+    if isinstance(manifest, ManifestRefused):
+        artifacts = [a.model_dump(exclude_unset=True) for a in record.artifacts.values()]
+        return {"artifacts": artifacts, "manifest_refused": manifest.reason}
+    files = [f for f in manifest.get("artifacts") or [] if isinstance(f, dict) and isinstance(f.get("uri"), str)]
     by_uri = {_norm(f["uri"]): f for f in files}
+    keys = sorted(by_uri)
     for name, artifact in list(record.artifacts.items()):
         uri = _norm(artifact.uri)
         single = by_uri.get(uri)
         if single is not None:
             sized = {"size_bytes": single.get("size_bytes"), "file_count": 1, "checksum": single.get("checksum")}
-        elif inside := [f for key, f in by_uri.items() if key.startswith(uri + "/")]:
-            sized = {"size_bytes": sum(f.get("size_bytes") or 0 for f in inside), "file_count": len(inside)}
+        elif inside := [by_uri[k] for k in _under(keys, uri + "/")]:
+            sized = {"size_bytes": sum(_size(f) for f in inside), "file_count": len(inside)}
         else:
             continue
         record.artifacts[name] = _manifest_artifact(artifact.model_dump(exclude_unset=True) | sized) or artifact

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import JobRecord
+from .models import JobRecord, ManifestRefused
 from .observation_policy import (
     Decision,
     failure_message,
@@ -59,7 +59,8 @@ def write_queue(tx: JobTx, rec: JobRecord, obs: Observation, clock: Clock) -> No
 
 
 def write_decision(
-    decided: Decision, rec: JobRecord, tx: JobTx, obs: Observation, manifest: dict[str, Any] | None, clock: Clock
+    decided: Decision, rec: JobRecord, tx: JobTx, obs: Observation, manifest: dict[str, Any] | ManifestRefused | None,
+    clock: Clock,
 ) -> str | None:
     """Carry `decided` out on `rec`. Returns the name of the workload a resume replaced, if any: the
     caller remembers it, so a late GONE about it is known to be stale."""
