@@ -59,6 +59,7 @@ class EventsFileReader:
         self._offsets: dict[str, int] = {}
         self._where: dict[str, tuple[str, str, bool]] = {}  # job id -> (run directory, events URI, is local)
         self._refused: set[str] = set()  # job ids whose refusal is logged already
+        self._unreadable: set[str] = set()  # job ids with an unreadable line logged already
         self._next_remote_check: dict[str, float] = {}  # job id -> monotonic time its object may be asked again
         self._lock = threading.Lock()
 
@@ -112,8 +113,9 @@ class EventsFileReader:
             try:
                 events.append(parse_event(line))
             except ValidationError as e:
-                # A line from a newer trainer or a corrupt write: skip it rather than stall the job.
-                log.warning("job %s: ignoring unreadable event line in %s: %s", record.id, uri, e.errors()[:1])
+                # A line from a newer trainer, a corrupt write or a hostile one: skip it rather than stall the job,
+                # and say so once per job (a job can write millions).
+                self._log_unreadable(record.id, uri, e)
         return ProgressBatch(record.id, events, end=offset + end, more=more and end > 0)
 
     def commit(self, batch: ProgressBatch) -> None:
@@ -127,6 +129,15 @@ class EventsFileReader:
             self._where.pop(job_id, None)
             self._next_remote_check.pop(job_id, None)
             self._refused.discard(job_id)
+            self._unreadable.discard(job_id)
+
+    def _log_unreadable(self, job_id: str, uri: str, error: ValidationError) -> None:
+        with self._lock:
+            first = job_id not in self._unreadable
+            self._unreadable.add(job_id)
+        if first:
+            log.warning("job %s: ignoring an unreadable event line in %s (further ones of this job are skipped without a "
+                        "word): %s", job_id, uri, error.errors(include_url=False)[:1])  # fmt: skip
 
     def _log_refused(self, job_id: str, refused: RunFileRefused) -> None:
         with self._lock:

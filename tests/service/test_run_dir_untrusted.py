@@ -252,3 +252,30 @@ def test_a_planted_events_file_stops_no_ones_progress(
     else:
         assert not pending and batch.end == 0 and not batch.more
     assert api.store.get(teams.a).step in (None, 0)  # type: ignore[union-attr]  # team b's steps are not team a's
+
+
+@pytest.mark.parametrize("huge", [2**40, 2**70])  # over PostgreSQL's integer; over SQLite's (and Python sqlite3's) int64
+def test_an_out_of_range_count_is_one_skipped_event_and_the_rest_of_the_batch_lands(
+    api_reading_events: Api, tmp_path: Path, huge: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before the events' counts were bounded, the store refused the whole batch with the step in it: the job's
+    progress stopped at the hostile line for good (every poll re-read the same batch)."""
+    api = api_reading_events
+    job_id = api.submit(spec_body(tmp_path, output=str(tmp_path / "runs")))["id"]
+    layout = RunLayout(str(tmp_path / "runs"), job_id)
+    now = datetime.now(UTC)
+
+    def step(seq: int, n: int) -> str:
+        good = TrainStep(seq=seq, time=now, job_id=job_id, step=1, total_steps=9, loss=0.5, kl=0.1)
+        return json.dumps({**json.loads(good.model_dump_json()), "step": n})  # written as a hostile trainer would
+
+    lines = [StageStarted(seq=0, time=now, job_id=job_id, stage=Stage.TRAIN).model_dump_json(),
+             step(1, huge), step(2, 2), step(3, huge + 1), step(4, 3)]  # fmt: skip
+    Path(layout.events).parent.mkdir(parents=True, exist_ok=True)
+    Path(layout.events).write_text("".join(line + "\n" for line in lines))
+    with caplog.at_level("WARNING", logger="service.adapters.events_file"):
+        api.launcher.emit(job_id, ObservedState.RUNNING)
+        wait_until(lambda: api.store.get(job_id).step == 3, timeout_s=PROMPT_S * 2)  # type: ignore[union-attr]
+    points = api.client.get(f"/v1/jobs/{job_id}/metrics", headers=api.as_(TOKEN_A)).json()["points"]
+    assert [p["step"] for p in points if p["kind"] == "train"] == [2, 3]
+    assert sum("unreadable event line" in r.getMessage() for r in caplog.records) == 1  # two bad lines, one warning

@@ -29,20 +29,25 @@ class Stage(enum.StrEnum):
 
 
 STAGE_ORDER: tuple[Stage, ...] = (Stage.CONVERT, Stage.TRAIN, Stage.EXPORT)
+# The bounds of what the service stores for an event's counts (a PostgreSQL integer for steps, attempts and exit codes,
+# a bigint for seq and sizes): a line outside them is one unreadable event, skipped alone, not a batch the store
+# cannot write (one step of 2**40 in events.jsonl held back every later event of the job).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     v: int = EVENT_SCHEMA_VERSION
-    seq: int = Field(ge=0)
+    seq: int = Field(ge=0, le=INT64_MAX)
     time: datetime
     job_id: str
 
 
 class RunStarted(_Event):
     type: Literal["run_started"] = "run_started"
-    attempt: int = Field(ge=1, description="1 on the first start in this run directory, then 2, 3, ...")
+    attempt: int = Field(ge=1, le=INT32_MAX, description="1 on the first start in this run directory, then 2, 3, ...")
     run_uri: str
 
 
@@ -61,8 +66,8 @@ class StageFinished(_Event):
 
 class TrainStep(_Event):
     type: Literal["train_step"] = "train_step"
-    step: int = Field(ge=0)
-    total_steps: int = Field(ge=1)
+    step: int = Field(ge=0, le=INT32_MAX)
+    total_steps: int = Field(ge=1, le=INT32_MAX)
     reward_mean: float | None = None
     reward_std: float | None = None
     kl: float | None = None
@@ -77,7 +82,7 @@ class TrainStep(_Event):
 
 class EvalResult(_Event):
     type: Literal["eval"] = "eval"
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=INT32_MAX)
     accuracy: float | None = None
     metrics: dict[str, float | None] = Field(default_factory=dict)  # as TrainStep.metrics
     summary: EvalSummary | None = Field(
@@ -90,7 +95,7 @@ class ArtifactWritten(_Event):
     type: Literal["artifact"] = "artifact"
     name: str
     uri: str
-    size_bytes: int | None = None
+    size_bytes: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
 
 class StorageMeasured(_Event):
@@ -101,14 +106,15 @@ class StorageMeasured(_Event):
 
 class GoodputMeasured(_Event):
     type: Literal["goodput"] = "goodput"
-    attempt: int = Field(ge=1, description="the run attempt whose train_rl process measured it (RunStarted.attempt)")
+    attempt: int = Field(ge=1, le=INT32_MAX, description="the run attempt whose train_rl process measured it "
+                         "(RunStarted.attempt)")
     train: TrainGoodput
 
 
 class RunFinished(_Event):
     type: Literal["run_finished"] = "run_finished"
     ok: bool
-    exit_code: int
+    exit_code: int = Field(ge=-INT32_MAX - 1, le=INT32_MAX)
     message: str = ""
     failed_stage: Stage | None = None
 
