@@ -44,8 +44,14 @@ class TeamQuota(BaseModel):
     max_chips: int | None = Field(default=None, ge=0, description="TPU chips the team's running jobs hold at once")
 
 
+# The longest interval, grace or timeout a setting may name: beyond it a loop's wait is no longer a wait (inf or
+# 1e12 made `Event.wait` raise OverflowError in the launcher's thread, which then stopped without a word).
+MAX_SECONDS = 86_400.0
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RLJOB_", extra="ignore", frozen=True)
+    # allow_inf_nan=False: `inf` and `nan` are refused with the setting's name, like any other bad value.
+    model_config = SettingsConfigDict(env_prefix="RLJOB_", extra="ignore", frozen=True, allow_inf_nan=False)
 
     environment: Literal["dev", "prod"] = Field(default="dev", description="prod refuses SQLite and a bootstrap admin token")
     state_dir: Path = Field(default_factory=default_state_dir, description="SQLite file, local job dirs, logs")
@@ -68,39 +74,41 @@ class Settings(BaseSettings):
         "a key left out takes the default",
     )
     max_resumes: int = Field(default=3, ge=0, description="relaunches of a job whose workload was lost")
-    cancel_grace_s: float = Field(default=10.0, gt=0, description="local launcher: SIGTERM to SIGKILL on cancel")
-    local_poll_interval_s: float = Field(default=0.2, gt=0, description="local launcher: how often it checks its processes")
-    progress_poll_interval_s: float = Field(default=0.5, gt=0, description="how often active jobs' trainer events are read")
+    cancel_grace_s: float = Field(default=10.0, gt=0, le=MAX_SECONDS, description="local launcher: SIGTERM to SIGKILL on cancel")
+    local_poll_interval_s: float = Field(default=0.2, gt=0, le=MAX_SECONDS, description="local launcher: how often it checks its processes")
+    progress_poll_interval_s: float = Field(default=0.5, gt=0, le=MAX_SECONDS, description="how often active jobs' trainer events are read")
     leader_check_interval_s: float = Field(
-        default=2.0, gt=0,
+        default=2.0, gt=0, le=MAX_SECONDS,
         description="PostgreSQL replicas: how often one that does not lead tries to, and the leader checks it still does",
     )  # fmt: skip
     active_jobs_reconcile_interval_s: float = Field(
-        default=30.0, gt=0, description="how often the service asks the launcher about every job that has not ended"
+        default=30.0, gt=0, le=MAX_SECONDS, description="how often the service asks the launcher about every job that has not ended"
     )
     # Kubernetes labels/annotations: a phase or stage change goes at once, progress this often.
     status_mirror_every_steps: int = Field(default=10, ge=1, description="mirror progress every N train steps")
-    status_mirror_interval_s: float = Field(default=30.0, gt=0, description="... or after this many seconds, whichever comes first")
+    status_mirror_interval_s: float = Field(default=30.0, gt=0, le=MAX_SECONDS,
+        description="... or after this many seconds, whichever comes first")
     # Learning health (service/domain/learning_health.py): when a job is diverging, without signal or stalled.
     health_kl_max: float = Field(default=1.0, gt=0, description="KL to the reference above this is divergence")
     health_no_signal_steps: int = Field(
         default=3, ge=1, le=HEALTH_WINDOW_STEPS, description="consecutive steps with no prompt carrying signal -> no-signal"
     )
-    health_stall_floor_s: float = Field(default=300.0, gt=0, description="never stalled sooner after the last step")
+    health_stall_floor_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS, description="never stalled sooner after the last step")
     health_stall_step_intervals: float = Field(
         default=5.0, gt=1, description="stalled after this many median step intervals without a step (and the floor)"
     )
     sse_poll_interval_s: float = Field(
-        default=1.0, gt=0, description="longest wait between reads of new events (one reader per process; a commit wakes it)"
+        default=1.0, gt=0, le=MAX_SECONDS,
+            description="longest wait between reads of new events (one reader per process; a commit wakes it)"
     )
     sse_queue_events: int = Field(
         default=1000, ge=1, le=100_000,
         description="events held for a stream that has not taken them yet; one more ends it with a `reconnect` event",
     )  # fmt: skip
     max_event_streams: int = Field(default=2000, ge=1, description="event streams open at once; one more gets 503 with Retry-After")
-    sse_max_duration_s: float = Field(default=3600.0, gt=0, description="a stream ends after this; clients resume")
+    sse_max_duration_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS, description="a stream ends after this; clients resume")
     max_log_followers: int = Field(default=32, ge=1, le=1000, description="concurrent logs?follow=true streams")
-    log_follow_poll_interval_s: float = Field(default=0.5, gt=0, description="pause of an idle log follow")
+    log_follow_poll_interval_s: float = Field(default=0.5, gt=0, le=MAX_SECONDS, description="pause of an idle log follow")
     max_requests_in_flight: int = Field(
         default=64, ge=1, description="requests handled at once (probes, streams and log follows apart); one more gets 503"
     )
@@ -113,10 +121,11 @@ class Settings(BaseSettings):
         "from the authenticated ones; one more gets 503",
     )  # fmt: skip
     anonymous_body_timeout_s: float = Field(
-        default=10.0, gt=0, description="a request without a valid token must send its whole body within this (else 408)"
+        default=10.0, gt=0, le=MAX_SECONDS, description="a request without a valid token must send its whole body within this (else 408)"
     )
     shutdown_grace_s: float = Field(
-        default=20.0, gt=0, description="`rljob serve`: after SIGTERM, how long requests may finish before they are cancelled"
+        default=20.0, gt=0, le=MAX_SECONDS,
+            description="`rljob serve`: after SIGTERM, how long requests may finish before they are cancelled"
     )
     max_body_bytes: int = Field(default=256 * 1024, gt=0, description="larger request bodies get 413")
     token_cache_size: int = Field(default=1024, ge=0, le=1_000_000, description="API tokens remembered per process (0: none)")
@@ -154,7 +163,8 @@ class Settings(BaseSettings):
     mlflow_experiment: str = Field(
         default="rljob", min_length=1, max_length=500, description="the MLflow experiment of the live export, created when missing"
     )
-    mlflow_export_interval_s: float = Field(default=15.0, gt=0, description="how often the live MLflow export logs new points")
+    mlflow_export_interval_s: float = Field(default=15.0, gt=0, le=MAX_SECONDS,
+        description="how often the live MLflow export logs new points")
     host: str = Field(default="127.0.0.1", description="listen address of `rljob serve`")
     port: int = Field(default=8765, ge=0, le=65535, description="listen port of `rljob serve`")
 

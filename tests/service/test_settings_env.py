@@ -46,6 +46,26 @@ def test_a_bad_kubernetes_setting_names_its_variable_and_form(monkeypatch: pytes
     assert "EnvSettingsSource" not in message
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("RLJOB_LOCAL_POLL_INTERVAL_S", "inf", "finite number"),
+        ("RLJOB_PROGRESS_POLL_INTERVAL_S", "nan", "finite number"),
+        ("RLJOB_CANCEL_GRACE_S", "1e12", "less than or equal to 86400"),
+        ("RLJOB_K8S_REQUEST_TIMEOUT_S", "inf", "finite number"),
+        ("RLJOB_K8S_WATCH_RESYNC_INTERVAL_S", "1e12", "less than or equal to 86400"),
+    ],
+)
+def test_an_interval_that_would_stop_a_loop_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, variable: str, value: str,
+                                                               says: str) -> None:  # fmt: skip
+    """inf or 1e12 seconds made a loop's wait raise OverflowError in its thread, which stopped without a word."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsInvalid) as raised:
+        read_settings(K8sSettings if "_K8S_" in variable else Settings)
+    message = str(raised.value)
+    assert f"  {variable}: " in message and says in message, message
+
+
 def test_a_secret_setting_is_named_but_its_value_is_not_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RLJOB_TRAINER_COMMAND", "python -m trainer")
     with pytest.raises(SettingsInvalid, match=r'RLJOB_TRAINER_COMMAND: not valid JSON .*expected a JSON list of strings'):

@@ -16,6 +16,7 @@ from kubernetes.utils.quantity import parse_quantity
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.config import MAX_SECONDS
 from service.settings_env import PlainList
 from trainer.contract.dns_label import DnsLabel, is_dns_label
 
@@ -27,7 +28,7 @@ _MINOR = re.compile(r"^1\.\d{2}$")
 
 
 class K8sSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RLJOB_K8S_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="RLJOB_K8S_", extra="ignore", frozen=True, allow_inf_nan=False)
 
     # Where and what to run.
     namespace: DnsLabel = Field(default="rljob", description="namespace of the trainer Jobs, ConfigMaps and pods")
@@ -97,13 +98,13 @@ class K8sSettings(BaseSettings):
     host_paths: PlainList = Field(default_factory=list, description="node directories mounted at the same path")
 
     # Talking to the API server.
-    request_timeout_s: float = Field(default=30.0, gt=0, description="timeout of each API server request")
+    request_timeout_s: float = Field(default=30.0, gt=0, le=MAX_SECONDS, description="timeout of each API server request")
     retry_attempts: int = Field(default=5, ge=1, description="tries of a request that failed transiently")
-    retry_backoff_s: float = Field(default=0.5, gt=0, description="first wait between tries (doubles)")
-    retry_backoff_max_s: float = Field(default=10.0, gt=0, description="longest wait between tries")
+    retry_backoff_s: float = Field(default=0.5, gt=0, le=MAX_SECONDS, description="first wait between tries (doubles)")
+    retry_backoff_max_s: float = Field(default=10.0, gt=0, le=MAX_SECONDS, description="longest wait between tries")
     watch_timeout_s: int = Field(default=300, gt=0, description="server-side end of each watch request")
     watch_resync_interval_s: float = Field(
-        default=120.0, gt=0, description="how often each unfinished Job is read again (a watch event may be missed)"
+        default=120.0, gt=0, le=MAX_SECONDS, description="how often each unfinished Job is read again (a watch event may be missed)"
     )
     watch_jobsets: bool = Field(default=True, description="watch JobSets too (needs the JobSet CRD)")
 
