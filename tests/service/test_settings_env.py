@@ -30,25 +30,7 @@ def test_host_paths_read_plain_or_as_json(monkeypatch: pytest.MonkeyPatch, value
         ("RLJOB_K8S_HOST_PATHS", "data", "'data' must be an absolute path"),
         ("RLJOB_K8S_TEAM_SERVICE_ACCOUNTS", "team-a=sa", "not valid JSON"),
         ("RLJOB_K8S_BACKOFF_LIMIT", "three", "valid integer"),
-    ],
-)
-def test_a_bad_kubernetes_setting_names_its_variable_and_form(monkeypatch: pytest.MonkeyPatch, variable: str, value: str,
-                                                              says: str) -> None:  # fmt: skip
-    monkeypatch.setenv(variable, value)
-    with pytest.raises(SettingsInvalid) as raised:
-        read_settings(K8sSettings)
-    message = str(raised.value)
-    assert f"  {variable}: " in message and says in message, message
-    if variable == "RLJOB_K8S_HOST_PATHS":
-        assert 'comma-separated (/data,/scratch) or a JSON list (["/data", "/scratch"])' in message
-    if variable == "RLJOB_K8S_TEAM_SERVICE_ACCOUNTS":
-        assert "expected a JSON object" in message
-    assert "EnvSettingsSource" not in message
-
-
-@pytest.mark.parametrize(
-    ("variable", "value", "says"),
-    [
+        # inf or 1e12 seconds made a loop's wait raise OverflowError in its thread, which stopped without a word.
         ("RLJOB_LOCAL_POLL_INTERVAL_S", "inf", "finite number"),
         ("RLJOB_PROGRESS_POLL_INTERVAL_S", "nan", "finite number"),
         ("RLJOB_CANCEL_GRACE_S", "1e12", "less than or equal to 86400"),
@@ -56,14 +38,18 @@ def test_a_bad_kubernetes_setting_names_its_variable_and_form(monkeypatch: pytes
         ("RLJOB_K8S_WATCH_RESYNC_INTERVAL_S", "1e12", "less than or equal to 86400"),
     ],
 )
-def test_an_interval_that_would_stop_a_loop_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, variable: str, value: str,
-                                                               says: str) -> None:  # fmt: skip
-    """inf or 1e12 seconds made a loop's wait raise OverflowError in its thread, which stopped without a word."""
+def test_a_bad_setting_names_its_variable_and_form(monkeypatch: pytest.MonkeyPatch, variable: str, value: str,
+                                                   says: str) -> None:  # fmt: skip
     monkeypatch.setenv(variable, value)
     with pytest.raises(SettingsInvalid) as raised:
         read_settings(K8sSettings if "_K8S_" in variable else Settings)
     message = str(raised.value)
     assert f"  {variable}: " in message and says in message, message
+    if variable == "RLJOB_K8S_HOST_PATHS":
+        assert 'comma-separated (/data,/scratch) or a JSON list (["/data", "/scratch"])' in message
+    if variable == "RLJOB_K8S_TEAM_SERVICE_ACCOUNTS":
+        assert "expected a JSON object" in message
+    assert "EnvSettingsSource" not in message
 
 
 def test_a_secret_setting_is_named_but_its_value_is_not_shown(monkeypatch: pytest.MonkeyPatch) -> None:
