@@ -266,6 +266,38 @@ def test_a_log_tail_reads_the_file_without_holding_it_all(make_launcher, tmp_pat
     assert peak < 2 * 1024 * 1024, f"peak {peak} bytes: the whole log was held in memory"
 
 
+@pytest.mark.parametrize("tail_lines", [5, None])
+def test_one_huge_line_is_read_in_bounded_pieces_and_shown_cut(make_launcher, tmp_path: Path, tail_lines) -> None:
+    """One 64 MiB line (team code prints what it likes): line by line, reading it held all of it, even for a tail of
+    5 (a 512 MiB one took the service to 1.1 GB)."""
+    from service.adapters.local.output_log import MAX_LINE_BYTES
+
+    launcher, _ = make_launcher()
+    job_id = "rl-aaaaaaaaab14"
+    log_dir = tmp_path / "jobs" / job_id
+    log_dir.mkdir(parents=True)
+    huge = 64 * 1024 * 1024
+    with (log_dir / "output.log").open("wb") as f:
+        f.write(b"first\n")
+        for _ in range(huge // (1024 * 1024)):
+            f.write(b"x" * (1024 * 1024))
+        f.write(b"\nlast, unfinished")
+    tracemalloc.start()
+    try:
+        lines = list(launcher.logs(job_id, tail_lines=tail_lines))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024 * 1024, f"peak {peak} bytes: the line was held whole"
+    if tail_lines is None:  # the whole log: the line's first MAX_LINE_BYTES, and how much was not shown
+        assert lines[0] == "first" and lines[2] == "last, unfinished" and len(lines) == 3
+        assert lines[1] == "x" * MAX_LINE_BYTES + f" [... {huge - MAX_LINE_BYTES} more bytes of this line not shown]"
+    else:  # a tail looks back 8 MiB: the line's start is further, and it says so
+        assert lines[-1] == "last, unfinished" and len(lines) == 2
+        assert lines[0].startswith("[... the start of this line is over 8 MiB back, not shown] xxx"), lines[0][:100]
+        assert lines[0].endswith(" more bytes of this line not shown]") and len(lines[0]) < MAX_LINE_BYTES + 200
+
+
 def test_the_trainer_gets_no_service_secrets(tmp_path: Path) -> None:
     import sys
 
