@@ -27,7 +27,8 @@ class LineCutter:
         self._prefix = prefix  # put before the next line taken (a tail that began inside it)
 
     def feed(self, data: bytes) -> list[str]:
-        lines, start = [], 0
+        lines: list[str] = []
+        start = 0
         while True:
             end = data.find(b"\n", start)
             piece = data[start:] if end < 0 else data[start:end]
