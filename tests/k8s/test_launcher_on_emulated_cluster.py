@@ -26,6 +26,13 @@ async def _start(cluster, tmp_path, command: list[str], **overrides) -> Emulated
     return emu
 
 
+async def _until(check, *, timeout_s: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "the condition did not hold in time"
+        await asyncio.sleep(0.05)
+
+
 def _py(code: str, *args: str) -> list[str]:
     return ["python", "-c", textwrap.dedent(code), *args]
 
@@ -67,10 +74,10 @@ SLOW_TO_STOP = """
     marker = os.path.join(sys.argv[1], 'started')
     if os.path.exists(marker):
         sys.exit(0)
-    open(marker, 'w').write('1')
     def stop(*_):
         time.sleep(1.5); sys.exit(143)  # a checkpoint being saved
     signal.signal(signal.SIGTERM, stop)
+    open(marker, 'w').write('1')  # after the handler: the test evicts only once the marker is there
     time.sleep(60)
 """
 
@@ -84,6 +91,9 @@ async def test_an_eviction_is_restarting_not_failed(cluster, make_launcher, reco
     try:
         running = await recorder.wait_for(ObservedState.RUNNING)
         pod = running.message.split("(")[1].rstrip(")")
+        # RUNNING is the container's state, not the program's: evicted before it wrote the marker, the first
+        # run would die without one and the replacement would sleep instead of finishing.
+        await _until(lambda: (shared / "started").exists(), timeout_s=30)
         await emu.evict("rljob", pod, reason="TerminationByKubelet", message="Spot VM preempted")
         restarting = await recorder.wait_for(ObservedState.RESTARTING)
         assert restarting.reason == "TerminationByKubelet"

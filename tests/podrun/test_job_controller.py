@@ -79,13 +79,12 @@ EVICTABLE = """
     import os, signal, sys, time
     shared = sys.argv[1]
     attempts = os.path.join(shared, 'attempts')
-    earlier = os.path.exists(attempts)
-    open(attempts, 'a').write('x')
-    if earlier:
+    if os.path.exists(attempts):
         print('resumed', flush=True); sys.exit(0)
     def stop(*_):
         open(os.path.join(shared, 'got-sigterm'), 'w').write(os.environ['HOSTNAME']); sys.exit(143)
     signal.signal(signal.SIGTERM, stop)
+    open(attempts, 'a').write('x')  # after the handler: the test evicts once this file is there
     print('first attempt', flush=True); time.sleep(60)
 """
 
