@@ -14,7 +14,9 @@ local file its size from an fstat against the committed offset; for an object, w
 request, the object's size, asked at most every `remote_check_interval_s` per job (the trainer
 batches train steps to an object store every few seconds anyway: trainer/progress/event_reporter.py).
 
-A read takes at most `max_read_bytes`. A single line longer than that (a trainer bug: events are
+A line over `max_event_bytes` (trainer_event_budget.MAX_EVENT_BYTES) is not parsed: it is reported in
+the batch as skipped, as below, and counted against the job's bounds. A read takes at most
+`max_read_bytes`. A single line longer than that (a trainer bug: events are
 small JSON lines) would otherwise stop the offset for good; once its end is in the file it is
 stepped over, reported in the batch (the job's message says so), and reading goes on after it. Its
 end is looked for at most MAX_SCAN_BYTES ahead per call, so a file of one endless line costs a bounded read.
@@ -32,6 +34,7 @@ from pydantic import ValidationError
 from service.domain.errors import RunFileRefused
 from service.domain.models import JobRecord
 from service.domain.ports import ProgressBatch, SkippedLine
+from service.domain.trainer_event_budget import MAX_EVENT_BYTES
 from trainer.contract import TrainerEvent, location_kind, parse_event
 from trainer.storage import StorageError
 
@@ -50,10 +53,12 @@ class EventsFileReader:
         self,
         max_read_bytes: int = MAX_READ_BYTES,
         *,
+        max_event_bytes: int = MAX_EVENT_BYTES,
         remote_check_interval_s: float = REMOTE_CHECK_INTERVAL_S,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_read_bytes = max_read_bytes
+        self.max_event_bytes = min(max_event_bytes, max_read_bytes)
         self.remote_check_interval_s = remote_check_interval_s
         self._monotonic = monotonic
         self._offsets: dict[str, int] = {}
@@ -107,8 +112,14 @@ class EventsFileReader:
             self._log_refused(record.id, e)
             return ProgressBatch(record.id, [], end=offset, more=False)
         events: list[TrainerEvent] = []
-        for line in data[:end].splitlines():
+        oversized: list[SkippedLine] = []
+        position = offset
+        for line in data[:end].splitlines(keepends=True):
+            start, position = position, position + len(line)
             if not line.strip():
+                continue
+            if len(line) > self.max_event_bytes:  # parsed, it could be a megabyte of metric names in the record
+                oversized.append(SkippedLine(uri=uri, offset=start, size_bytes=len(line), limit_bytes=self.max_event_bytes))
                 continue
             try:
                 events.append(parse_event(line))
@@ -116,7 +127,7 @@ class EventsFileReader:
                 # A line from a newer trainer, a corrupt write or a hostile one: skip it rather than stall the job,
                 # and say so once per job (a job can write millions).
                 self._log_unreadable(record.id, uri, e)
-        return ProgressBatch(record.id, events, end=offset + end, more=more and end > 0)
+        return ProgressBatch(record.id, events, end=offset + end, more=more and end > 0, skipped=tuple(oversized))
 
     def commit(self, batch: ProgressBatch) -> None:
         with self._lock:

@@ -25,6 +25,7 @@ from .job_eval import JobEval
 from .learning_health import LearningHealth
 from .phases import JobPhase
 from .train_step_summary import TrainStepSummary
+from .trainer_event_budget import TrainerEventCounts
 from .usage_models import JobUsage
 
 
@@ -137,6 +138,7 @@ class JobRecord:
     storage: dict[str, Any] | None = None  # the trainer's newest run-directory measurement (RunStorage as JSON)
     # The newest train_rl time split of each attempt ({"attempts": {"1": TrainGoodput JSON}}; goodput.py).
     goodput: dict[str, Any] | None = None
+    trainer_events: TrainerEventCounts = field(default_factory=TrainerEventCounts)  # trainer_event_budget.py
 
     @property
     def handed_over(self) -> bool:
@@ -245,6 +247,10 @@ class JobPublic(BaseModel):
         default=None, description="where the job's wall-clock time went: queued, start-up, convert, rollout, "
         "log-probs, update, weight sync, checkpoint, eval, export and other, adding up to wall_s; live while "
         "it runs; null before it has spent any time"
+    )
+    trainer_events: TrainerEventCounts = Field(
+        default_factory=TrainerEventCounts, description="what the job's trainer events made the service store, "
+        "and how many a per-job bound refused (the job's message says when the first was)"
     )
     fit_estimate: FitEstimate | None = Field(
         description="memory per chip estimated at submit, with the verdict against the accelerator's (a `tight` "

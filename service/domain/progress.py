@@ -43,6 +43,7 @@ from .job_eval import eval_event_data, push_eval
 from .models import Artifact, JobRecord, ManifestRefused, MetricPoint, RunOutcome, StageTimes
 from .ports import SkippedLine
 from .train_step_summary import TrainStepSummary, push_step
+from .trainer_event_budget import MAX_ARTIFACTS, MAX_GOODPUT_ATTEMPTS, refused_message
 
 # Metrics that JobPublic.metrics shows; everything else stays in the time series only.
 HEADLINE_METRICS = ("reward_mean", "reward_std", "kl", "loss")
@@ -63,7 +64,16 @@ def fold_events(record: JobRecord, events: list[TrainerEvent]) -> ProgressChange
         if event.seq <= record.last_trainer_seq or event.job_id != record.id:
             continue  # duplicate, or a file that belongs to another job: never applied twice
         record.last_trainer_seq = event.seq
-        _fold_one(record, event, changes)
+        logged, pointed = len(changes.log), len(changes.points)
+        kept = _fold_one(record, event, changes)
+        if kept and record.trainer_events.admit(changes.log[logged:]):
+            continue
+        del changes.log[logged:], changes.points[pointed:]  # the record's state keeps what the event said
+        if not kept:
+            record.trainer_events.refused += 1
+        if record.trainer_events.refused == 1:  # said once; the count goes on in trainer_events
+            record.message = refused_message(record.trainer_events)
+            changes.log.append(("message", {"message": record.message, "reason": "TrainerEventsRefused"}))
     return changes
 
 
@@ -73,11 +83,13 @@ def note_skipped_lines(record: JobRecord, skipped: Sequence[SkippedLine]) -> Pro
     for line in skipped:
         message = (
             f"skipped a {line.size_bytes}-byte line at byte {line.offset} of {line.uri}: longer than the "
-            f"service reads at once ({line.limit_bytes} bytes); progress continues after it, but that event "
+            f"service reads for one event ({line.limit_bytes} bytes); progress continues after it, but that event "
             "is missing. Trainer events are small JSON lines: report this trainer bug with the file."
         )
-        record.message = message
-        changes.log.append(("message", {"message": message, "reason": "EventLineTooLong"}))
+        entry = ("message", {"message": message, "reason": "EventLineTooLong"})
+        if record.trainer_events.admit([entry]):  # each says so, until the job's bound: then only counted
+            record.message = message
+            changes.log.append(entry)
     return changes
 
 
@@ -86,7 +98,8 @@ def _finite(metrics: dict[str, float | None]) -> dict[str, float]:
     return {name: value for name, value in metrics.items() if value is not None and math.isfinite(value)}
 
 
-def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) -> None:
+def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) -> bool:
+    """Apply one event; False when a per-job bound refused it whole (trainer_event_budget.py)."""
     if isinstance(event, RunStarted):
         record.attempt = event.attempt
         changes.log.append(("attempt", {"attempt": event.attempt, "run_uri": event.run_uri}))
@@ -130,6 +143,8 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
             logged |= eval_event_data(event.summary)
         changes.log.append(("eval", logged))
     elif isinstance(event, ArtifactWritten):
+        if event.name not in record.artifacts and len(record.artifacts) >= MAX_ARTIFACTS:
+            return False
         artifact = Artifact(name=event.name, uri=event.uri, size_bytes=event.size_bytes)
         record.artifacts[event.name] = artifact
         changes.log.append(("artifact", artifact.model_dump(exclude_unset=True)))
@@ -139,6 +154,9 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         changes.log.append(("storage", {"stage": event.stage.value if event.stage else None, **record.storage}))
     elif isinstance(event, GoodputMeasured):
         # Cumulative within an attempt: the newest replaces that attempt's last; attempts add up.
+        attempts = (record.goodput or {}).get("attempts") or {}
+        if str(event.attempt) not in attempts and len(attempts) >= MAX_GOODPUT_ATTEMPTS:
+            return False
         record.goodput = push_goodput(record.goodput, event.attempt, event.train)
         warn_if_parts_overlap(record, event.time)
         measured = job_goodput(record, event.time)
@@ -150,6 +168,7 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
             failed_stage=event.failed_stage.value if event.failed_stage else None,
         )  # fmt: skip
         changes.log.append(("run_finished", record.run_finished.model_dump()))
+    return True
 
 
 # The whole run directory appears as one artifact, so a job page shows what the job stored in total.

@@ -81,6 +81,7 @@ def to_public(
         usage=job_usage(record, now, prices),
         storage=RunStorage.model_validate(record.storage) if record.storage else None,
         goodput=job_goodput(record, now),
+        trainer_events=record.trainer_events.model_copy(),
         fit_estimate=FitEstimate.model_validate(record.fit_estimate) if record.fit_estimate else None,
         spec=record.spec.model_dump(mode="json"),
     )

@@ -18,6 +18,7 @@ from typer.testing import CliRunner, Result
 
 from harness.live_server import served
 from harness.pg_server import postgres_url
+from service.adapters.events_file import EventsFileReader
 from service.adapters.local import LocalProcessLauncher, procs
 from service.adapters.store import SqlJobStore
 from service.app import create_app
@@ -188,3 +189,14 @@ def api(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProg
     with TestClient(app) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200)
         yield Api(client, store, fake_launcher, fake_progress)
+
+
+@pytest.fixture
+def api_reading_events(store: SqlJobStore, settings_factory: Callable[..., Settings]) -> Iterator[Api]:
+    """The real app with the real EventsFileReader (the `api` fixture fakes progress)."""
+    add_test_tokens(store)
+    launcher = FakeLauncher()
+    app = create_app(settings_factory(), store=store, launcher=launcher, progress=EventsFileReader())
+    with TestClient(app) as client:
+        wait_until(lambda: client.get("/readyz").status_code == 200)
+        yield Api(client, store, launcher, None)  # type: ignore[arg-type]

@@ -19,16 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from service.adapters.events_file import MAX_SCAN_BYTES, EventsFileReader
-from service.adapters.store import SqlJobStore
-from service.app import create_app
-from service.config import Settings
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
-from tests.service.conftest import Api, add_test_tokens
-from tests.service.service_fakes import FakeLauncher
+from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
 from tests.service.test_api_learning import write_samples
 from trainer.contract import STAGE_ORDER, RunLayout, Stage, StageStarted, TrainStep
@@ -207,17 +202,6 @@ def test_a_planted_manifest_does_not_hold_up_the_jobs_end(api: Api, teams: Teams
 
 
 # ---- events.jsonl, read by the progress poller --------------------------------------------------
-
-
-@pytest.fixture
-def api_reading_events(store: SqlJobStore, settings_factory: Callable[..., Settings]) -> Iterator[Api]:
-    """The real app with the real EventsFileReader (the `api` fixture fakes progress)."""
-    add_test_tokens(store)
-    launcher = FakeLauncher()
-    app = create_app(settings_factory(), store=store, launcher=launcher, progress=EventsFileReader())
-    with TestClient(app) as client:
-        wait_until(lambda: client.get("/readyz").status_code == 200)
-        yield Api(client, store, launcher, None)  # type: ignore[arg-type]
 
 
 def _write_events(layout: RunLayout, job_id: str, step: int) -> None:

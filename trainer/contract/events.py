@@ -93,8 +93,9 @@ class EvalResult(_Event):
 
 class ArtifactWritten(_Event):
     type: Literal["artifact"] = "artifact"
-    name: str
-    uri: str
+    # Bounded: each is kept on the job record, which every list page carries (MAX_ARTIFACTS of them per job).
+    name: str = Field(max_length=256)
+    uri: str = Field(max_length=4096)
     size_bytes: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
 

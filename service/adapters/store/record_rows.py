@@ -13,6 +13,7 @@ from sqlalchemy.engine import Row
 from service.domain.models import Artifact, JobRecord, QueueStatus, RunOutcome, StageTimes
 from service.domain.phases import JobPhase
 from service.domain.train_step_summary import read_window
+from service.domain.trainer_event_budget import TrainerEventCounts
 from trainer.contract import JobSpec, Stage
 
 from .tables import JobRow
@@ -23,7 +24,7 @@ _RECORD_FIELDS = [
     "artifacts", "run_finished", "backend",
     "object_name", "attempt", "resumes", "last_trainer_seq", "last_event_seq", "created_at", "updated_at",
     "started_at", "finished_at", "queue", "phase_seconds", "phase_entered_at", "fit_estimate",
-    "eval_points", "storage", "goodput",
+    "eval_points", "storage", "goodput", "trainer_events",
 ]  # fmt: skip
 
 
@@ -46,6 +47,7 @@ def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     values["eval_points"] = own(values["eval_points"]) or []  # NULL: stored before 0005
     values["storage"] = own(values["storage"])  # NULL: none measured yet, or stored before 0006
     values["goodput"] = own(values["goodput"])  # NULL: none measured yet, or stored before 0007
+    values["trainer_events"] = TrainerEventCounts.of_json(row.trainer_events)  # NULL: stored before 0009
     return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
 
 
@@ -90,7 +92,7 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
-_TYPED_FIELDS = {"spec", "stage", "recent_train_steps"}
+_TYPED_FIELDS = {"spec", "stage", "recent_train_steps", "trainer_events"}
 
 
 def apply_record(row: JobRow, record: JobRecord) -> None:
@@ -102,4 +104,5 @@ def apply_record(row: JobRow, record: JobRecord) -> None:
         row.spec = record.spec.model_dump(mode="json")
     row.stage = None if record.stage is None else record.stage.value
     row.recent_train_steps = [summary.to_json() for summary in record.recent_train_steps]
+    row.trainer_events = record.trainer_events.to_json()
     row.phase = record.phase.value

@@ -78,6 +78,7 @@ class JobRow(Base):
     eval_points: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # migration 0005
     storage: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0006
     goodput: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0007
+    trainer_events: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0009
 
     __table_args__ = (
         # One job per (team, Idempotency-Key); NULL keys do not collide on either database.
