@@ -26,6 +26,10 @@ import time
 from typing import IO
 
 START_LINE = b"start\n"
+# The exit file's blocks, taken before the trainer starts: a state disk that fills during the run (the trainer's
+# checkpoints, another job's logs) must not lose a finished trainer's exit code. Overwritten in place, the
+# reservation needs no new block; only copy-on-write filesystems (btrfs, ZFS) may still need one.
+RESERVED_EXIT_BYTES = 4096
 
 
 def _write_atomic(path: str, payload: dict[str, object]) -> None:
@@ -35,6 +39,40 @@ def _write_atomic(path: str, payload: dict[str, object]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def reserve_exit_file(path: str) -> str | None:
+    """Take the exit file's space now, as `<path>.reserved`; None (and a line saying so) when the disk is full already."""
+    reserved = f"{path}.reserved"
+    try:
+        with open(reserved, "wb") as f:
+            f.write(b" " * RESERVED_EXIT_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        print(f"job_runner: cannot reserve space for the exit file {path} ({e}); it is written at the end if it can be",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return None
+    return reserved
+
+
+def record_exit(path: str, reserved: str | None, payload: dict[str, object]) -> bool:
+    """Write the exit file: into the reservation in place, then renamed (a reader sees the whole record or none);
+    without one, a new file. False, with a line saying so, when neither can be written."""
+    data = json.dumps(payload).encode()
+    try:
+        if reserved is not None and len(data) <= RESERVED_EXIT_BYTES:
+            with open(reserved, "r+b") as f:  # no truncation: the blocks stay allocated
+                f.write(data.ljust(RESERVED_EXIT_BYTES))  # JSON allows the trailing spaces
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(reserved, path)
+        else:
+            _write_atomic(path, payload)
+    except OSError as e:
+        print(f"job_runner: cannot record the exit code in {path}: {e}", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def copy_output(source: IO[bytes], log_fd: int) -> None:
@@ -69,9 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     # The group-wide SIGTERM also reaches the trainer; keep running until it has exited.
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
+    # A write past a file-size limit is an error to handle (the log drops it), not a signal that kills the runner.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     if sys.stdin.buffer.readline() != START_LINE:
         print("job_runner: the launcher did not record this runner; not starting the trainer", file=sys.stderr, flush=True)
         return 0
+    reserved = reserve_exit_file(args.exit_file)
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as e:
@@ -85,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         returncode = child.wait()
         copier.join(timeout=10)
         code = returncode if returncode >= 0 else 128 - returncode  # killed by signal N -> 128+N
-    _write_atomic(args.exit_file, {"job_id": args.job_id, "exit_code": code, "finished_at": time.time()})
+    # The runner's own exit status is the trainer's code either way: a launcher still watching reads that.
+    record_exit(args.exit_file, reserved, {"job_id": args.job_id, "exit_code": code, "finished_at": time.time()})
     return code
 
 

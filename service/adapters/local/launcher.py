@@ -251,7 +251,7 @@ class LocalProcessLauncher:
                 job.state, job.pid, job.message = "running", running.pid, running.message
                 self._jobs[job.job_id] = job
                 return
-            for stale in ("exit.json", "process.json"):  # from an earlier attempt: must not describe this one
+            for stale in ("exit.json", "exit.json.reserved", "process.json"):  # from an earlier attempt: must not describe this one
                 (job.dir / stale).unlink(missing_ok=True)
             self._start_runner(job)
 
