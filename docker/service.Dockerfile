@@ -55,5 +55,7 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
 
 # One worker: the service runs the launcher's watchers and reconciler in-process, which must be a single
 # writer per deployment. --timeout-graceful-shutdown stays below the pod's terminationGracePeriodSeconds.
+# --http: uvicorn's h11 protocol that closes idle connections and caps open ones (service/connection_limits.py).
 ENTRYPOINT ["uvicorn", "service.app:create_app_from_env", "--factory", "--host", "0.0.0.0", "--port", "8000", \
-            "--workers", "1", "--timeout-graceful-shutdown", "20", "--no-server-header"]
+            "--workers", "1", "--timeout-graceful-shutdown", "20", "--no-server-header", \
+            "--http", "service.connection_limits:BoundedH11Protocol"]

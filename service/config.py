@@ -112,6 +112,17 @@ class Settings(BaseSettings):
     max_requests_in_flight: int = Field(
         default=64, ge=1, description="requests handled at once (probes, streams and log follows apart); one more gets 503"
     )
+    max_requests_per_team: int = Field(
+        default=16, ge=1, description="a team's share of RLJOB_MAX_REQUESTS_IN_FLIGHT (all its tokens together); one more "
+        "of that team's gets 503 while other teams' still get in",
+    )  # fmt: skip
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, le=MAX_SECONDS, description="a request with a valid token must send its whole body within this (else 408)"
+    )
+    request_deadline_s: float = Field(
+        default=60.0, gt=0, le=MAX_SECONDS, description="a request with a valid token (event streams and log follows apart) "
+        "is answered within this: a 503 if nothing was sent yet, else the response is cut, and its place freed",
+    )  # fmt: skip
     overload_retry_after_s: int = Field(default=1, ge=1, le=3600, description="the Retry-After of those 503s")
     max_event_streams_per_token: int = Field(
         default=100, ge=1, description="event streams one API token may hold at once (its share of RLJOB_MAX_EVENT_STREAMS)"
@@ -128,6 +139,14 @@ class Settings(BaseSettings):
             description="`rljob serve`: after SIGTERM, how long requests may finish before they are cancelled"
     )
     max_body_bytes: int = Field(default=256 * 1024, gt=0, description="larger request bodies get 413")
+    max_connections: int = Field(
+        default=1000, ge=1, le=1_000_000, description="connections open at once, lowered to the descriptor limit less 128; "
+        "one more gets 503 and is closed, and the service log says so (service/connection_limits.py)",
+    )  # fmt: skip
+    request_header_timeout_s: float = Field(
+        default=10.0, gt=0, le=MAX_SECONDS, description="a connection that sends no request's headers within this "
+        "(after it opens, or after its last response) is closed",
+    )  # fmt: skip
     token_cache_size: int = Field(default=1024, ge=0, le=1_000_000, description="API tokens remembered per process (0: none)")
     token_cache_ttl_s: float = Field(
         default=5.0, ge=0, le=300, description="how long a remembered token is trusted; a revocation elsewhere waits this"

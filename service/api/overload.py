@@ -6,11 +6,14 @@ its client has often given up by its turn. Requests are counted by who sends the
 checked, so that nobody without a valid token can take the places of those with one:
 - health probes (/healthz, /readyz, /metrics) are never refused: a liveness probe failing under load
   would have Kubernetes restart a service that is merely busy;
-- a request with a valid token counts in `requests`, or, for an event stream (/v1/events,
+- a request with a valid token counts in `requests`, where each team has a share of its own
+  (`requests_per_team`), must send its body within `body_timeout_s` (408) and must be answered within
+  `request_deadline_s` (a 503 if nothing was sent yet, else the response is cut), so one team's slow
+  bodies, slow readers or slow log reads hold at most its share, and not for long; or, for an event stream (/v1/events,
   /v1/jobs/{id}/events), in `event streams`, where each token also has a share of its own
   (`max_streams_per_token`): streams stay open for an hour, and one client must not hold them all;
 - anything else (no token, an unknown or revoked one, the dashboard's files) counts in `anonymous`, a
-  small budget of its own; a body it sends must arrive within `body_timeout_s` or the request ends with
+  small budget of its own; a body it sends must arrive within `anonymous_body_timeout_s` or the request ends with
   408, so slow uploads without a valid token hold only anonymous places, and not for long;
 - a token not remembered yet is looked up in the store at most `max_token_lookups` at a time (requests
   with the same token wait for one lookup), so a flood of made-up tokens costs bounded work;
@@ -50,11 +53,14 @@ class Pool:
 @dataclass(frozen=True)
 class Limits:
     requests: int
+    requests_per_team: int
     streams: int
     streams_per_token: int
     anonymous: int
     token_lookups: int
+    anonymous_body_timeout_s: float
     body_timeout_s: float
+    request_deadline_s: float
     max_body_bytes: int
 
 
@@ -78,6 +84,7 @@ class LoadSheddingMiddleware:
         self.anonymous = Pool("requests without a valid token", limits.anonymous)
         self.lookups = Pool("token lookups", limits.token_lookups)
         self.streams_by_token: Tally[str] = Tally()
+        self.requests_by_team: Tally[str] = Tally()
         self._lookups_by_header: dict[str, asyncio.Future[Caller | None]] = {}
         self.retry_after_s = retry_after_s
         self.shed = Counter(
@@ -99,7 +106,7 @@ class LoadSheddingMiddleware:
         if EVENT_STREAM_PATH.match(scope["path"]):
             await self._stream(caller, scope, receive, send)
         else:
-            await self._counted(self.requests, scope, receive, send)
+            await self._team_request(caller, scope, receive, send)
 
     async def _caller(self, scope: Scope, receive: Receive, send: Send) -> Caller | None | Literal[False]:
         """The token's caller, None without a valid token, False when refused here (503 sent)."""
@@ -151,28 +158,69 @@ class LoadSheddingMiddleware:
             if self.streams_by_token[caller.token_id] <= 0:
                 del self.streams_by_token[caller.token_id]
 
+    async def _team_request(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
+        share = self.limits.requests_per_team
+        if self.requests_by_team[caller.team] >= share:
+            self.shed.labels("requests of one team").inc()
+            detail = (f"team {caller.team} already has {share} requests in flight, its share of the service's "
+                      f"{self.requests.limit}; retry after {self.retry_after_s} s")  # fmt: skip
+            await self._answer(503, detail, scope, receive, send)
+            return
+        self.requests_by_team[caller.team] += 1
+        try:
+            await self._counted(self.requests, scope, receive, send, bounded=True)
+        finally:
+            self.requests_by_team[caller.team] -= 1
+            if self.requests_by_team[caller.team] <= 0:
+                del self.requests_by_team[caller.team]
+
+    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app, once the body has arrived within body_timeout_s, answering within request_deadline_s."""
+        body = await self._read_body(receive, self.limits.body_timeout_s)
+        if isinstance(body, int):
+            await self._answer(body, _BODY_REFUSED[body].format(self.limits.max_body_bytes), scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        deadline = asyncio.timeout(self.limits.request_deadline_s)
+        try:
+            async with deadline:
+                await self.app(scope, _replay(body, receive), tracked)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the app's own
+            self.shed.labels("requests past their deadline").inc()
+            if not started:
+                detail = (f"the request was not answered within {self.limits.request_deadline_s:g} s; for a long log, "
+                          "ask for tail_lines or follow=true")  # fmt: skip
+                await self._answer(503, detail, scope, receive, send)
+            # else: the response is cut here, and the connection ends with it
+
     async def _anonymous(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.anonymous.in_flight >= self.anonymous.limit:
             await self._refuse(self.anonymous, scope, receive, send)
             return
         self.anonymous.in_flight += 1
         try:
-            body = await self._read_body(receive)
+            body = await self._read_body(receive, self.limits.anonymous_body_timeout_s)
             if isinstance(body, int):
-                detail = ("the request body did not arrive in time" if body == 408
-                          else f"the request body is larger than {self.limits.max_body_bytes} bytes")  # fmt: skip
-                await self._answer(body, detail, scope, receive, send)
+                await self._answer(body, _BODY_REFUSED[body].format(self.limits.max_body_bytes), scope, receive, send)
                 return
             await self.app(scope, _replay(body, receive), send)
         finally:
             self.anonymous.in_flight -= 1
 
-    async def _read_body(self, receive: Receive) -> list[Message] | int:
-        """The whole body, read within body_timeout_s; 408 when it is late, 413 when it is too large."""
+    async def _read_body(self, receive: Receive, timeout_s: float) -> list[Message] | int:
+        """The whole body, read within timeout_s; 408 when it is late, 413 when it is too large."""
         messages: list[Message] = []
         size = 0
         try:
-            async with asyncio.timeout(self.limits.body_timeout_s):
+            async with asyncio.timeout(timeout_s):
                 while True:
                     message = await receive()
                     messages.append(message)
@@ -186,13 +234,13 @@ class LoadSheddingMiddleware:
         except TimeoutError:
             return 408
 
-    async def _counted(self, pool: Pool, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _counted(self, pool: Pool, scope: Scope, receive: Receive, send: Send, *, bounded: bool = False) -> None:
         if pool.in_flight >= pool.limit:
             await self._refuse(pool, scope, receive, send)
             return
         pool.in_flight += 1  # one event loop: no lock needed
         try:
-            await self.app(scope, receive, send)
+            await (self._bounded(scope, receive, send) if bounded else self.app(scope, receive, send))
         finally:
             pool.in_flight -= 1
 
@@ -204,6 +252,9 @@ class LoadSheddingMiddleware:
     async def _answer(self, status: int, detail: str, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {"Retry-After": str(self.retry_after_s)} if status == 503 else {}
         await JSONResponse({"detail": detail}, status_code=status, headers=headers)(scope, receive, send)
+
+
+_BODY_REFUSED = {408: "the request body did not arrive in time", 413: "the request body is larger than {} bytes"}
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

@@ -91,6 +91,7 @@ def serve(
 
     from service.adapters.launchers import check_launcher_settings
     from service.app import create_app
+    from service.connection_limits import ConnectionLimits, bounded_protocol
     from service.domain.tokens import generate_token
     from service.logging_config import configure_logging
 
@@ -112,9 +113,11 @@ def serve(
     # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
     # timeout_graceful_shutdown: after SIGTERM, requests still running past the grace are cancelled (the
     # default waits for them forever); event streams end at once (api/termination.py).
+    # http: idle connections closed, open ones capped below the descriptor limit (service/connection_limits.py).
+    limits = ConnectionLimits.of(settings.max_connections, settings.request_header_timeout_s)
     uvicorn.run(
         create_app(settings), host=settings.host, port=settings.port, log_level="info", log_config=None,
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)), http=bounded_protocol(limits),
     )  # fmt: skip
 
 
