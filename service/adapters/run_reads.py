@@ -10,7 +10,8 @@ a link to /dev/zero or a huge file would be read until memory ran out. So, local
   and nothing opened can lie outside the run directory (the output itself was checked by the
   location policy at submit);
 - the file is opened O_NOFOLLOW|O_NONBLOCK (a FIFO's open cannot block) and must be a regular
-  file by fstat;
+  file by fstat, with one name: a hard link (st_nlink > 1) could be another team's file or the
+  service's client.yaml under a name in the run directory, where no link-following check sees it;
 - at most `limit` bytes are read, from an offset or from the end: never to EOF.
 
 On gs:// there are no links or FIFOs, but objects can be any size and the endpoint can hang: reads
@@ -212,10 +213,13 @@ def _open_file(root: str, uri: str) -> int | None:
         raise _refusal(dir_fd, names[-1], f"the run directory's {what}", "a regular file", "it is") from e
     finally:
         os.close(dir_fd)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise RunFileRefused(f"the run directory's {what} is not a regular file ({_kind(mode)}): it is not served")
+        raise RunFileRefused(f"the run directory's {what} is not a regular file ({_kind(info.st_mode)}): it is not served")
+    if info.st_nlink > 1:  # the same file under another name: perhaps another team's, or the service's own
+        os.close(fd)
+        raise RunFileRefused(f"the run directory's {what} is a hard link ({info.st_nlink} names for one file): it is not served")
     return fd
 
 

@@ -42,6 +42,8 @@ def _plant(kind: str, path: Path, *, outside: Path, other_team: Path) -> None:
         os.symlink(outside, path)
     elif kind == "link-other-team":
         os.symlink(other_team, path)
+    elif kind == "hardlink-outside":  # the service's client.yaml under a name in the run directory (one filesystem)
+        os.link(outside, path)
     elif kind == "fifo":
         os.mkfifo(path)
     elif kind == "dev-zero":
@@ -55,9 +57,11 @@ def _plant(kind: str, path: Path, *, outside: Path, other_team: Path) -> None:
         raise AssertionError(kind)
 
 
-KINDS = ["link-outside", "link-other-team", "fifo", "dev-zero", "huge", "directory"]
-REFUSED_AS = {"link-outside": "a symlink", "link-other-team": "a symlink", "fifo": "a FIFO",
-              "dev-zero": "a symlink", "directory": "a directory"}  # fmt: skip
+KINDS = ["link-outside", "link-other-team", "hardlink-outside", "fifo", "dev-zero", "huge", "directory"]
+REFUSED_AS = {"link-outside": "is not a regular file (a symlink)", "link-other-team": "is not a regular file (a symlink)",
+              "fifo": "is not a regular file (a FIFO)", "dev-zero": "is not a regular file (a symlink)",
+              "directory": "is not a regular file (a directory)",
+              "hardlink-outside": "is a hard link (2 names for one file)"}  # fmt: skip
 
 
 @pytest.fixture
@@ -133,7 +137,7 @@ def test_a_planted_samples_file_is_refused_at_once(teams: Teams, kind: str) -> N
     answers = teams.while_planted_b_still_reads(lambda: teams.get(f"/v1/jobs/{teams.a}/samples", step=1))
     for status, text, _ in answers:
         assert status == 409, text
-        expected = "is over 4194304 bytes" if kind == "huge" else f"is not a regular file ({REFUSED_AS[kind]})"
+        expected = "is over 4194304 bytes" if kind == "huge" else REFUSED_AS[kind]
         assert expected in text and "not served" in text
     status, text, _ = teams.get(f"/v1/jobs/{teams.a}/samples")
     assert status == 200 and '"step":2' in text  # a link is not even listed; the newest real file is served
@@ -153,7 +157,7 @@ def test_a_planted_stage_log_is_marked_not_served_at_once(teams: Teams, kind: st
             assert lines[2].endswith(", last 8 MiB) <==") and len(text) < (8 << 20) + 4096
         else:
             assert lines[2:] == [
-                f"==> train stage log: the run directory's logs/train.log is not a regular file ({REFUSED_AS[kind]}): "
+                f"==> train stage log: the run directory's logs/train.log {REFUSED_AS[kind]}: "
                 f"it is not served <=="
             ]
 
