@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -125,9 +126,10 @@ class CliContext:
     config: Path | None
     render_manifests: ManifestRenderer
     sync_event_files: EventFileSyncer
+    timeout_s: float = 30.0
 
     def client(self) -> RljobClient:
-        return RljobClient(load_client_config(self.url, self.token, self.config))
+        return RljobClient(load_client_config(self.url, self.token, self.config), timeout_s=self.timeout_s)
 
 
 def _field_problems(detail: Any) -> str:
@@ -140,24 +142,46 @@ def _field_problems(detail: Any) -> str:
     return "\n".join(lines)
 
 
+# A stream's read has no timeout of its own while it waits for news (a quiet log), so TCP keepalive finds a
+# peer that is gone (a service machine that died without closing the connection) within about a minute.
+KEEPALIVE_SOCKET_OPTIONS = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)] + [
+    (socket.IPPROTO_TCP, option, value) for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+    if (option := getattr(socket, name, None)) is not None
+]
+DEFAULT_TIMEOUT_S = 30.0  # --timeout / RLJOB_TIMEOUT_S: connect, and each read of a plain request
+# Event streams carry a keepalive every 15 s (service/api/sse.py): at the default, a silence of four is a dead stream,
+# which reconnects with Last-Event-ID. A log without follow is answered within the service's request deadline
+# (RLJOB_REQUEST_DEADLINE_S, 60 s): three of the default timeout wait for it whole.
+SSE_READ_FACTOR, LOG_READ_FACTOR = 2.0, 3.0
+SSE_MIN_READ_S = 20.0  # above the keepalive interval whatever --timeout says, or a quiet stream would reconnect
+
+
 class RljobClient:
     def __init__(
         self,
         config: ClientConfig,
         *,
-        timeout_s: float = 30.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.config = config
+        self.timeout_s = timeout_s
         self._sleep = sleep
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        transport = transport or httpx.HTTPTransport(socket_options=KEEPALIVE_SOCKET_OPTIONS)
         self._http = httpx.Client(base_url=config.url, headers=headers, timeout=timeout_s, transport=transport)
 
     def close(self) -> None:
         self._http.close()
 
     def _unreachable(self, e: Exception) -> CliError:
+        if isinstance(e, httpx.TimeoutException) and not isinstance(e, httpx.ConnectTimeout):
+            return CliError(
+                f"the rljob service at {self.config.url} did not answer in time ({e.__class__.__name__}, --timeout "
+                f"{self.timeout_s:g} s): it may be overloaded or stuck; retry, or raise --timeout (RLJOB_TIMEOUT_S)",
+                CliExit.UNREACHABLE,
+            )  # fmt: skip
         return CliError(
             f"cannot reach the rljob service at {self.config.url} ({e.__class__.__name__}). "
             "Is `rljob serve` running? Point the CLI elsewhere with --url or RLJOB_URL.",
@@ -201,9 +225,11 @@ class RljobClient:
             return None
         return self.check(response).json()
 
-    def stream_lines(self, path: str, params: dict[str, Any] | None = None) -> Iterator[str]:
+    def stream_lines(self, path: str, params: dict[str, Any] | None = None, *, follow: bool = False) -> Iterator[str]:
+        """The response's lines; with `follow` the read waits for new lines as long as the connection lives."""
+        timeout = httpx.Timeout(self.timeout_s, read=None if follow else self.timeout_s * LOG_READ_FACTOR)
         try:
-            with self._http.stream("GET", path, params=params, timeout=httpx.Timeout(30.0, read=None)) as response:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
                 if not response.is_success:
                     response.read()
                     self.check(response)
@@ -220,7 +246,8 @@ class RljobClient:
             headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
             try:
                 with connect_sse(self._http, "GET", path, headers=headers,
-                                 timeout=httpx.Timeout(30.0, read=None)) as source:  # fmt: skip
+                                 timeout=httpx.Timeout(self.timeout_s, read=max(SSE_MIN_READ_S, self.timeout_s * SSE_READ_FACTOR)),
+                                 ) as source:  # fmt: skip
                     if not source.response.is_success:
                         source.response.read()
                         self.check(source.response)

@@ -206,7 +206,7 @@ def logs(
     params: dict[str, Any] = {"follow": follow}
     if tail is not None:
         params["tail_lines"] = tail
-    for line in _client(ctx).stream_lines(f"/v1/jobs/{job_id}/logs", params=params):
+    for line in _client(ctx).stream_lines(f"/v1/jobs/{job_id}/logs", params=params, follow=follow):
         typer.echo(line)
 
 

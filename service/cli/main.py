@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from . import doctor, export_commands, job_commands, operator_commands, run_compare, samples, usage
-from .client import CLI_EXIT_MEANINGS, CliContext, CliExit
+from .client import CLI_EXIT_MEANINGS, DEFAULT_TIMEOUT_S, CliContext, CliExit
 from .manifests import render_k8s_manifests
 from .output import err_console
 from .tensorboard_sync import sync_event_files
@@ -46,11 +46,15 @@ def _global(
     url: Annotated[str | None, typer.Option(envvar="RLJOB_URL", help="service URL (default http://127.0.0.1:8765)")] = None,
     token: Annotated[str | None, typer.Option(envvar="RLJOB_TOKEN", help="API token", show_default=False)] = None,
     config: Annotated[Path | None, typer.Option(envvar="RLJOB_CONFIG", help="config file with url and token")] = None,
+    timeout: Annotated[float, typer.Option(envvar="RLJOB_TIMEOUT_S", min=0.1, max=3600, help=(
+        "seconds a request may wait for the service (a log read 3x, an event stream's silence 2x; follows wait for "
+        "news as long as the connection lives)"))] = DEFAULT_TIMEOUT_S,
     version: Annotated[
         bool, typer.Option("--version", is_eager=True, callback=_print_version, help="print the installed rljob version and exit")
     ] = False,
 ) -> None:
-    ctx.obj = CliContext(url, token, config, render_manifests=render_k8s_manifests, sync_event_files=sync_event_files)
+    ctx.obj = CliContext(url, token, config, render_manifests=render_k8s_manifests, sync_event_files=sync_event_files,
+                         timeout_s=timeout)
 
 
 app.command()(job_commands.submit)

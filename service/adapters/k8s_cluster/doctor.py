@@ -25,6 +25,8 @@ from .reads import ClusterReads
 
 KUEUE_V1BETA2 = f"{KUEUE_GROUP}/v1beta2"
 VISIBILITY_V1BETA2 = "visibility.kueue.x-k8s.io/v1beta2"
+PROBE_REQUEST_TIMEOUT_S = 10.0
+PROBE_DEADLINE_S = 20.0
 StorageProbe = Callable[[str], None]  # raises with a message when the prefix cannot be listed
 
 
@@ -162,11 +164,15 @@ def run_doctor(
 
 def gcs_probe(prefix: str) -> None:
     """List at most one object under a gs:// prefix with the process's storage client (its identity)."""
+    from google.api_core.retry import Retry
+
     from trainer.storage.gcs import gcs_store, parse_gs_uri
 
     bucket, name = parse_gs_uri(prefix)
     client = gcs_store().client
-    list(client.list_blobs(bucket, prefix=name, max_results=1))
+    # Bounded like the service's own reads of gs:// (adapters/run_reads.py): a stalled endpoint is a failed check.
+    retry = Retry(initial=0.2, maximum=2.0, multiplier=2.0, timeout=PROBE_DEADLINE_S)
+    list(client.list_blobs(bucket, prefix=name, max_results=1, timeout=PROBE_REQUEST_TIMEOUT_S, retry=retry))
 
 
 def storage_prefixes(team_locations: dict[str, list[str]], template: str) -> list[str]:
