@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response, status
@@ -14,7 +13,7 @@ from pydantic import StringConstraints
 
 from service.api.deps import CallerDep, JobIdPath, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
 from service.api.errors import error_responses
-from service.api.log_follow import follow_log
+from service.api.log_follow import follow_log, log_chunks
 from service.domain.errors import BadCursor, InvalidRequest
 from service.domain.job_repro import read_job_repro
 from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
@@ -208,9 +207,4 @@ async def get_logs(
         )  # fmt: skip
         return StreamingResponse(body, media_type=TEXT_PLAIN)
 
-    def whole() -> Iterator[bytes]:  # finite: Starlette reads it in the thread pool, a short step each
-        for line in lines:
-            if line is not None:
-                yield (line + "\n").encode()
-
-    return StreamingResponse(whole(), media_type=TEXT_PLAIN)
+    return StreamingResponse(log_chunks(lines), media_type=TEXT_PLAIN)  # finite: a step of the thread pool per 64 KiB
