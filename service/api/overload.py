@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter as Tally
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -144,35 +145,34 @@ class LoadSheddingMiddleware:
             return None  # the route answers 401 (or 503 while the store is down) on its own
 
     async def _stream(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.streams_by_token[caller.token_id] >= self.limits.streams_per_token:
-            self.shed.labels("event streams of one token").inc()
-            detail = (f"this token already holds {self.limits.streams_per_token} event streams, its share; close one "
-                      f"or retry after {self.retry_after_s} s")  # fmt: skip
-            await self._answer(503, detail, scope, receive, send)
-            return
-        self.streams_by_token[caller.token_id] += 1
-        try:
-            await self._counted(self.streams, scope, receive, send)
-        finally:
-            self.streams_by_token[caller.token_id] -= 1
-            if self.streams_by_token[caller.token_id] <= 0:
-                del self.streams_by_token[caller.token_id]
+        detail = (f"this token already holds {self.limits.streams_per_token} event streams, its share; close one "
+                  f"or retry after {self.retry_after_s} s")  # fmt: skip
+        await self._within_share(self.streams_by_token, caller.token_id, self.limits.streams_per_token,
+                                 "event streams of one token", detail, scope, receive, send,
+                                 lambda: self._counted(self.streams, scope, receive, send))  # fmt: skip
 
     async def _team_request(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
         share = self.limits.requests_per_team
-        if self.requests_by_team[caller.team] >= share:
-            self.shed.labels("requests of one team").inc()
-            detail = (f"team {caller.team} already has {share} requests in flight, its share of the service's "
-                      f"{self.requests.limit}; retry after {self.retry_after_s} s")  # fmt: skip
+        detail = (f"team {caller.team} already has {share} requests in flight, its share of the service's "
+                  f"{self.requests.limit}; retry after {self.retry_after_s} s")  # fmt: skip
+        await self._within_share(self.requests_by_team, caller.team, share, "requests of one team", detail,
+                                 scope, receive, send,
+                                 lambda: self._counted(self.requests, scope, receive, send, bounded=True))  # fmt: skip
+
+    async def _within_share(self, tally: Tally[str], key: str, share: int, label: str, detail: str, scope: Scope,
+                            receive: Receive, send: Send, run: Callable[[], Awaitable[None]]) -> None:
+        """`run` while `key` holds fewer than `share` places in `tally`, else a 503 saying whose share is full."""
+        if tally[key] >= share:
+            self.shed.labels(label).inc()
             await self._answer(503, detail, scope, receive, send)
             return
-        self.requests_by_team[caller.team] += 1
+        tally[key] += 1
         try:
-            await self._counted(self.requests, scope, receive, send, bounded=True)
+            await run()
         finally:
-            self.requests_by_team[caller.team] -= 1
-            if self.requests_by_team[caller.team] <= 0:
-                del self.requests_by_team[caller.team]
+            tally[key] -= 1
+            if tally[key] <= 0:
+                del tally[key]
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The app, once the body has arrived within body_timeout_s, answering within request_deadline_s."""
