@@ -60,6 +60,7 @@ class ProgressChanges:
 def fold_events(record: JobRecord, events: list[TrainerEvent]) -> ProgressChanges:
     """Apply events in seq order to `record`; return what to append to the event log and metrics."""
     changes = ProgressChanges()
+    refused_before = record.trainer_events.refused
     for event in sorted(events, key=lambda e: e.seq):
         if event.seq <= record.last_trainer_seq or event.job_id != record.id:
             continue  # duplicate, or a file that belongs to another job: never applied twice
@@ -71,15 +72,21 @@ def fold_events(record: JobRecord, events: list[TrainerEvent]) -> ProgressChange
         del changes.log[logged:], changes.points[pointed:]  # the record's state keeps what the event said
         if not kept:
             record.trainer_events.refused += 1
-        if record.trainer_events.refused == 1:  # said once; the count goes on in trainer_events
-            record.message = refused_message(record.trainer_events)
-            changes.log.append(("message", {"message": record.message, "reason": "TrainerEventsRefused"}))
+    _say_first_refusal(record, refused_before, changes)
     return changes
+
+
+def _say_first_refusal(record: JobRecord, refused_before: int, changes: ProgressChanges) -> None:
+    """The job's message at its first refused event, whichever path refused it; later ones are only counted."""
+    if refused_before == 0 and record.trainer_events.refused > 0:
+        record.message = refused_message(record.trainer_events)
+        changes.log.append(("message", {"message": record.message, "reason": "TrainerEventsRefused"}))
 
 
 def note_skipped_lines(record: JobRecord, skipped: Sequence[SkippedLine]) -> ProgressChanges:
     """Say in the job's message that events were lost: its curves or artifacts may have a gap."""
     changes = ProgressChanges()
+    refused_before = record.trainer_events.refused
     for line in skipped:
         message = (
             f"skipped a {line.size_bytes}-byte line at byte {line.offset} of {line.uri}: longer than the "
@@ -90,6 +97,7 @@ def note_skipped_lines(record: JobRecord, skipped: Sequence[SkippedLine]) -> Pro
         if record.trainer_events.admit([entry]):  # each says so, until the job's bound: then only counted
             record.message = message
             changes.log.append(entry)
+    _say_first_refusal(record, refused_before, changes)
     return changes
 
 

@@ -150,3 +150,18 @@ def test_the_byte_bound_refuses_an_entry_that_would_pass_it() -> None:
     assert not counts.admit([("progress", {"step": 1, "metrics": {"loss": 0.123456789}})])
     assert counts.refused == 1 and counts.stored == 0
     assert counts.admit([("stage", {})])  # 2 bytes still fit
+
+
+def test_a_first_refusal_by_an_over_long_line_is_said_too() -> None:
+    """The job's message names the first refusal whichever path made it (an event, or a line stepped over)."""
+    from service.domain.ports import SkippedLine
+    from service.domain.progress import note_skipped_lines
+
+    record = JobRecord(id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="h",
+                       phase=JobPhase.RUNNING, created_at=NOW, updated_at=NOW,
+                       trainer_events=TrainerEventCounts(stored=budget.MAX_STORED_ENTRIES))  # fmt: skip
+    line = SkippedLine(uri="/r/events.jsonl", offset=0, size_bytes=10**6, limit_bytes=budget.MAX_EVENT_BYTES)
+    changes = note_skipped_lines(record, [line, line])
+    assert record.trainer_events.refused == 2
+    assert [data["reason"] for _, data in changes.log] == ["TrainerEventsRefused"]
+    assert "exceed what the service stores per job" in record.message
