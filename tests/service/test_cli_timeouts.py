@@ -73,12 +73,18 @@ def test_a_silent_event_stream_reconnects_then_gives_up(silent: str, monkeypatch
 def test_doctors_storage_probe_ends_at_its_deadline(silent: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.gcs_emulator import GCE_METADATA_ROOT
     from service.adapters.k8s_cluster import doctor
+    from trainer.storage.gcs import reset_gcs_store
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", silent)
     monkeypatch.setenv("GCE_METADATA_ROOT", GCE_METADATA_ROOT)
     monkeypatch.setattr(doctor, "PROBE_REQUEST_TIMEOUT_S", 0.5)
     monkeypatch.setattr(doctor, "PROBE_DEADLINE_S", 1.5)
+    # The process keeps one storage client; one an earlier test built would talk to its own emulator.
+    reset_gcs_store()
     started = time.monotonic()
-    with pytest.raises(Exception, match="[Tt]ime"):  # the storage client's timeout or its retry deadline
-        doctor.gcs_probe("gs://rljob-runs/ml/")
+    try:
+        with pytest.raises(Exception, match="[Tt]ime"):  # the storage client's timeout or its retry deadline
+            doctor.gcs_probe("gs://rljob-runs/ml/")
+    finally:
+        reset_gcs_store()
     assert time.monotonic() - started < 6  # the client's defaults: 60 s a try, 120 s of retries
