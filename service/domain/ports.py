@@ -94,8 +94,10 @@ class JobLauncher(Protocol):
     def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str | None]:
         """Yield log lines of the workload while the backend still has them.
 
-        Following, a launcher that can poll yields None when nothing new has arrived yet, rather
-        than waiting inside one step: the caller pauses, checks its client, and asks again.
+        Following, a launcher yields None when it has given everything that has arrived: one that can poll
+        (local) when nothing is new, rather than waiting inside one step, and one that reads a stream
+        (Kubernetes) before a read that may wait. The caller hands over what it has, and pauses when a step
+        brought nothing.
         """
 
 

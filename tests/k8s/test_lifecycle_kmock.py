@@ -50,10 +50,16 @@ async def test_launch_pending_running_succeeded(cluster, make_launcher, recorder
 async def test_unschedulable_reason_is_visible(cluster, make_launcher, recorder, spec):
     launcher = make_launcher()
     await asyncio.to_thread(launcher.launch, JOB_ID, spec)
-    pod = await cluster.create_pod(conditions=[{
-        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "message": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.",
-    }])
+    pod = await cluster.create_pod(
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.",
+            }
+        ]
+    )
     await cluster.event(pod, "NotTriggerScaleUp", "pod didn't trigger scale-up: 1 max node group size reached")
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)
     assert obs.state is ObservedState.PENDING
@@ -67,9 +73,18 @@ async def test_unschedulable_reason_is_visible(cluster, make_launcher, recorder,
 async def test_image_pull_error_is_pending_with_reason(cluster, make_launcher, spec):
     launcher = make_launcher()
     await asyncio.to_thread(launcher.launch, JOB_ID, spec)
-    await cluster.create_pod(containerStatuses=[{
-        "name": "trainer", "ready": False, "restartCount": 0, "image": "i", "imageID": "",
-        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}])
+    await cluster.create_pod(
+        containerStatuses=[
+            {
+                "name": "trainer",
+                "ready": False,
+                "restartCount": 0,
+                "image": "i",
+                "imageID": "",
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}},
+            }
+        ]
+    )
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)
     assert (obs.state, obs.reason) == (ObservedState.PENDING, "ImagePullBackOff")
     assert "artifactregistry.reader" in obs.message
@@ -110,10 +125,14 @@ async def test_non_retryable_exit_fails_by_pod_failure_policy(cluster, make_laun
     await asyncio.to_thread(launcher.launch, JOB_ID, spec)
     pod = await cluster.create_pod()
     await cluster.end_pod(pod, 77)
-    await cluster.set_job_conditions({
-        "type": "Failed", "reason": "PodFailurePolicy",
-        "message": f"Container trainer for pod {NS}/{pod} failed with exit code 77 matching FailJob rule at index 1",
-    }, failed=1)
+    await cluster.set_job_conditions(
+        {
+            "type": "Failed",
+            "reason": "PodFailurePolicy",
+            "message": f"Container trainer for pod {NS}/{pod} failed with exit code 77 matching FailJob rule at index 1",
+        },
+        failed=1,
+    )
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)
     assert (obs.state, obs.reason, obs.exit_code) == (ObservedState.FAILED, "PodFailurePolicy", 77)
     assert "bucket" in obs.message  # describe_exit_code(77): check the bucket and the service account
@@ -137,9 +156,18 @@ async def test_disruption_restarts_without_failing(cluster, make_launcher, recor
         await cluster.run_pod(first)
         await recorder.wait_for(ObservedState.RUNNING)
         # Preempted: the kubelet marks DisruptionTarget; podFailurePolicy ignores it (status.failed stays 0).
-        await cluster.end_pod(first, 143, conditions=[{
-            "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
-            "message": "Preempted in order to admit critical pod"}])
+        await cluster.end_pod(
+            first,
+            143,
+            conditions=[
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": "Preempted in order to admit critical pod",
+                }
+            ],
+        )
         restarting = await recorder.wait_for(ObservedState.RESTARTING)
         assert restarting.reason == "PreemptionByScheduler"
         assert "does not count as a failure" in restarting.message
@@ -171,9 +199,28 @@ async def test_logs_of_newest_pod(cluster, make_launcher, spec):
     served = {old: b"old attempt\n", new: b'{"type": "run_started"}\nstep 1\n'}
     cluster.server[lambda req: req.subresource == "log"] << (lambda req: served[req.name])
     lines = await asyncio.to_thread(lambda: list(launcher.logs(JOB_ID, follow=True, tail_lines=10)))
-    assert lines == ['{"type": "run_started"}', "step 1"]
+    assert [line for line in lines if line is not None] == ['{"type": "run_started"}', "step 1"]
     log_req = [r for r in list(cluster.server) if r.subresource == "log"][-1]
     assert log_req.params["follow"] == "true" and log_req.params["tailLines"] == "10"
+
+
+async def test_a_pods_log_is_read_in_pieces_with_each_line_cut(cluster, make_launcher, spec):
+    """A pod's log is what team code printed: one 3 MiB line is cut to MAX_LINE_BYTES with the cut named, not held
+    whole (the client's own line splitter kept a line of any length), and a last line without its newline is a line
+    (the client's splitter dropped it). Following, the launcher says after each piece that what arrived is given."""
+    from service.adapters.log_lines import MAX_LINE_BYTES
+
+    launcher = make_launcher()
+    await asyncio.to_thread(launcher.launch, JOB_ID, spec)
+    await cluster.create_pod()
+    huge = 3 * 1024 * 1024
+    cluster.server[lambda req: req.subresource == "log"] << (lambda req: b"start\n" + b"x" * huge + b"\nlast, unfinished")
+    for follow in (False, True):
+        lines = await asyncio.to_thread(lambda f=follow: list(launcher.logs(JOB_ID, follow=f)))
+        assert [line for line in lines if line is not None] == [
+            "start", "x" * MAX_LINE_BYTES + f" [... {huge - MAX_LINE_BYTES} more bytes of this line not shown]",
+            "last, unfinished"]  # fmt: skip
+        assert (None in lines) is follow
 
 
 async def test_mirror_status_patches_labels_and_annotations(cluster, make_launcher, spec):
@@ -196,8 +243,9 @@ async def test_multi_host_launch_creates_a_jobset(cluster, make_launcher):
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)
     assert obs.state is ObservedState.PENDING and obs.object_name == f"jobset/{JOB_ID}"
     await asyncio.to_thread(launcher.cancel, JOB_ID)
-    assert ("jobset.x-k8s.io/v1alpha2/jobsets", NS, JOB_ID) not in cluster.server.objects or \
-        cluster.server.objects["jobset.x-k8s.io/v1alpha2/jobsets", NS, JOB_ID].deleted
+    assert ("jobset.x-k8s.io/v1alpha2/jobsets", NS, JOB_ID) not in cluster.server.objects or cluster.server.objects[
+        "jobset.x-k8s.io/v1alpha2/jobsets", NS, JOB_ID
+    ].deleted
 
 
 async def test_watch_alone_delivers_observations(cluster, make_launcher, recorder, spec):

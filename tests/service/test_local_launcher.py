@@ -270,7 +270,7 @@ def test_a_log_tail_reads_the_file_without_holding_it_all(make_launcher, tmp_pat
 def test_one_huge_line_is_read_in_bounded_pieces_and_shown_cut(make_launcher, tmp_path: Path, tail_lines) -> None:
     """One 64 MiB line (team code prints what it likes): line by line, reading it held all of it, even for a tail of
     5 (a 512 MiB one took the service to 1.1 GB)."""
-    from service.adapters.local.output_log import MAX_LINE_BYTES
+    from service.adapters.log_lines import MAX_LINE_BYTES
 
     launcher, _ = make_launcher()
     job_id = "rl-aaaaaaaaab14"

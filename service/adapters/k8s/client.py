@@ -17,7 +17,8 @@ from typing import Any, TypeVar, cast
 import urllib3
 from kubernetes.client import BatchV1Api, CoreV1Api, CoreV1Event, CustomObjectsApi, V1DeleteOptions
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
+
+from service.adapters.log_lines import LineCutter
 
 from . import names
 from .errors import ApiUnavailable, K8sBackendError, WorkloadConflict
@@ -27,10 +28,9 @@ from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# Untyped in the kubernetes client: yields the decoded lines of a streamed (not preloaded) response.
-_iter_resp_lines = cast(Callable[[urllib3.BaseHTTPResponse], Iterator[str]], iter_resp_lines)
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 FOLLOW_READ_TIMEOUT_S = 6 * 3600.0
+LOG_READ_BYTES = 64 * 1024
 MERGE_PATCH = "application/merge-patch+json"  # works for built-ins and CRDs alike
 VISIBILITY_PENDING_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
 
@@ -345,8 +345,10 @@ class K8sClient:
             raise ValueError(f"cannot patch kind {kind}")
         return patched is not None
 
-    def pod_log_lines(self, pod: str, *, follow: bool, tail_lines: int | None) -> Iterator[str]:
-        """Lines of the trainer container's log; with follow, until the container ends."""
+    def pod_log_lines(self, pod: str, *, follow: bool, tail_lines: int | None) -> Iterator[str | None]:
+        """Lines of the trainer container's log, each cut to log_lines.MAX_LINE_BYTES; with follow, until the
+        container ends, and None after each piece the API server sent (what arrived is all given; the next
+        read waits on the trainer), so a reader can hand over what it has before it blocks."""
         kwargs: dict[str, Any] = {"container": names.TRAINER_CONTAINER, "follow": follow, "_preload_content": False}
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
@@ -361,9 +363,21 @@ class K8sClient:
         # returns the open urllib3 response.
         resp = cast(urllib3.BaseHTTPResponse, log_read)
         try:
-            yield from _iter_resp_lines(resp)
+            yield from _cut_lines(resp, follow=follow)
         finally:
             resp.release_conn()
+
+
+def _cut_lines(resp: urllib3.BaseHTTPResponse, *, follow: bool) -> Iterator[str | None]:
+    """The response's lines read in pieces of at most LOG_READ_BYTES (a pod's log is what team code printed: one
+    512 MiB line must not become 512 MiB here), and a last line without its newline."""
+    cutter = LineCutter()
+    for piece in resp.stream(amt=LOG_READ_BYTES, decode_content=False):
+        yield from cutter.feed(piece)
+        if follow:
+            yield None
+    if (rest := cutter.rest()) is not None:
+        yield rest
 
 
 def _retry_after_s(exc: BaseException) -> float | None:

@@ -261,7 +261,7 @@ class K8sJobLauncher:
             self._kinds[job_id] = kind
         return kind
 
-    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str]:
+    def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str | None]:
         pod_list = pods.newest_first(self._client.list_pods(job_id))
         if not pod_list:
             return

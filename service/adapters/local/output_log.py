@@ -2,7 +2,7 @@
 
 output.log is what the trainer (team code) printed, so it is read in bounded pieces: fixed-size chunks, never a
 line at a time (one 512 MiB line took the service to 1.1 GB even with tail_lines=5), each line cut to
-MAX_LINE_BYTES with the cut named, and a tail found by reading blocks back from the end, at most MAX_TAIL_BYTES.
+log_lines.MAX_LINE_BYTES with the cut named, and a tail found by reading blocks back from the end, at most MAX_TAIL_BYTES.
 """
 
 from __future__ import annotations
@@ -11,45 +11,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from service.adapters.log_lines import LineCutter
+
 MAX_FOLLOW_S = 24 * 3600  # a follow never outlives a day, whatever the caller does
-MAX_LINE_BYTES = 64 * 1024  # a longer line is cut here, the cut named at its end
 MAX_TAIL_BYTES = 8 * 1024 * 1024  # a tail looks back at most this far (the stage logs' bound)
 CHUNK_BYTES = 64 * 1024
 CUT_START = f"[... the start of this line is over {MAX_TAIL_BYTES // (1024 * 1024)} MiB back, not shown] "
-
-
-class LineCutter:
-    """Splits bytes into lines as they come, each cut to MAX_LINE_BYTES: it holds at most one line's kept part."""
-
-    def __init__(self, prefix: str = "") -> None:
-        self._kept = bytearray()
-        self._cut = 0  # bytes of the current line not kept
-        self._prefix = prefix  # put before the next line taken (a tail that began inside it)
-
-    def feed(self, data: bytes) -> list[str]:
-        lines: list[str] = []
-        start = 0
-        while True:
-            end = data.find(b"\n", start)
-            piece = data[start:] if end < 0 else data[start:end]
-            room = MAX_LINE_BYTES - len(self._kept)
-            self._kept += piece[: max(room, 0)]
-            self._cut += max(len(piece) - max(room, 0), 0)
-            if end < 0:
-                return lines
-            lines.append(self._take())
-            start = end + 1
-
-    def rest(self) -> str | None:
-        """The unfinished line (a log that does not end with a newline), or None."""
-        return self._take() if self._kept or self._cut else None
-
-    def _take(self) -> str:
-        text = self._prefix + self._kept.decode(errors="replace")
-        if self._cut:
-            text += f" [... {self._cut} more bytes of this line not shown]"
-        self._kept, self._cut, self._prefix = bytearray(), 0, ""
-        return text
 
 
 def output_lines(
