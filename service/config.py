@@ -108,6 +108,13 @@ class Settings(BaseSettings):
     max_event_streams: int = Field(default=2000, ge=1, description="event streams open at once; one more gets 503 with Retry-After")
     sse_max_duration_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS, description="a stream ends after this; clients resume")
     max_log_followers: int = Field(default=32, ge=1, le=1000, description="concurrent logs?follow=true streams")
+    max_log_followers_per_team: int = Field(
+        default=8, ge=1, le=1000, description="a team's share of RLJOB_MAX_LOG_FOLLOWERS; one more of that team's gets 429"
+    )
+    log_follow_max_bytes_per_s: int = Field(
+        default=1024 * 1024, ge=4096, le=1 << 30,
+        description="a log follow sends at most this many bytes a second (a trainer printing faster is read at this pace)",
+    )  # fmt: skip
     log_follow_poll_interval_s: float = Field(default=0.5, gt=0, le=MAX_SECONDS, description="pause of an idle log follow")
     max_requests_in_flight: int = Field(
         default=64, ge=1, description="requests handled at once (probes, streams and log follows apart); one more gets 503"

@@ -210,8 +210,8 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None,
     return Runtime(
         settings=settings, store=store, jobs=jobs, tokens=tokens, notifier=notifier,
         supervisor=supervisor, leadership=leadership, metrics=metrics or ServiceMetrics(), clock=clock, fanout=fanout,
-        log_followers=LogFollowers(settings.max_log_followers), self_check=self_check, owns_store=given.store is None,
-        mlflow_export=mlflow_export,
+        log_followers=LogFollowers(settings.max_log_followers, settings.max_log_followers_per_team), self_check=self_check,
+        owns_store=given.store is None, mlflow_export=mlflow_export,
     )  # fmt: skip
 
 

@@ -49,36 +49,43 @@ def log_chunks(lines: Iterator[str | None], chunk_bytes: int = CHUNK_BYTES) -> I
 def take_ready(lines: Iterator[str | None], max_bytes: int = CHUNK_BYTES) -> tuple[bytes, bool]:
     """One step of a follow (in a worker thread): the lines ready now, up to about max_bytes, and whether the
     log has ended."""
-    parts: list[bytes] = []
+    parts: list[str] = []
     size = 0
+    ended = False
     while size < max_bytes:
         line = next(lines, _END)
         if line is _END:
-            return b"".join(parts), True
+            ended = True
+            break
         if line is None:
             break
-        data = (str(line) + "\n").encode()
-        parts.append(data)
-        size += len(data)
-    return b"".join(parts), False
+        parts.append(str(line))
+        size += len(parts[-1]) + 1  # characters, not bytes: a piece of non-ASCII lines is at most 4 times as big
+    return ("\n".join(parts) + "\n").encode() if parts else b"", ended
 
 
 class FollowerSlot:
     """One claimed place; release() is idempotent (the stream's end and a never-started body both call it)."""
 
-    def __init__(self, owner: LogFollowers) -> None:
+    def __init__(self, owner: LogFollowers, team: str) -> None:
         self._owner: LogFollowers | None = owner
+        self._team = team
 
     def release(self) -> None:
         owner, self._owner = self._owner, None
         if owner is not None:
-            owner._release()
+            owner._release(self._team)
 
 
 class LogFollowers:
-    def __init__(self, max_followers: int) -> None:
+    """The follows running now: at most `max_followers`, and at most `per_team` of one team's (one team following
+    every log the service will stream would leave other teams only 429s)."""
+
+    def __init__(self, max_followers: int, per_team: int | None = None) -> None:
         self.max_followers = max_followers
+        self.per_team = per_team if per_team is not None else max_followers
         self._active = 0
+        self._by_team: dict[str, int] = {}
         self._lock = threading.Lock()
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -86,16 +93,22 @@ class LogFollowers:
     def active(self) -> int:
         return self._active
 
-    def claim(self) -> FollowerSlot:
+    def claim(self, team: str) -> FollowerSlot:
         with self._lock:
             if self._active >= self.max_followers:
                 raise TooManyLogFollowers(self.max_followers)
+            if self._by_team.get(team, 0) >= self.per_team:
+                raise TooManyLogFollowers(self.per_team, team)
             self._active += 1
-        return FollowerSlot(self)
+            self._by_team[team] = self._by_team.get(team, 0) + 1
+        return FollowerSlot(self, team)
 
-    def _release(self) -> None:
+    def _release(self, team: str) -> None:
         with self._lock:
             self._active -= 1
+            left = self._by_team.pop(team) - 1
+            if left:
+                self._by_team[team] = left
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:
@@ -104,17 +117,38 @@ class LogFollowers:
         return self._limiter
 
 
+class Pacer:
+    """A follow's pace: a token bucket of `bytes_per_s`, holding up to `burst` bytes. A follow of a trainer that prints
+    faster than that is read at this pace (from the file, or with the pod log's TCP window closing), so what one
+    follow costs the service in CPU is bounded, whatever the trainer prints: 8 follows of a trainer printing 31 MiB
+    of short lines slowed another team's requests five times (bench/hostile_load.py)."""
+
+    def __init__(self, bytes_per_s: float, burst: int = 4 * CHUNK_BYTES, clock: Callable[[], float] = time.monotonic) -> None:
+        self.bytes_per_s, self.burst, self._clock = bytes_per_s, burst, clock
+        self._allowance = float(burst)
+        self._last = clock()
+
+    def delay_after(self, sent: int) -> float:
+        """Seconds to wait after sending `sent` bytes before sending more."""
+        now = self._clock()
+        self._allowance = min(self.burst, self._allowance + (now - self._last) * self.bytes_per_s) - sent
+        self._last = now
+        return max(0.0, -self._allowance / self.bytes_per_s)
+
+
 def follow_log(
     lines: Iterator[str | None],
     followers: LogFollowers,
+    team: str,
     *,
     is_disconnected: Callable[[], Awaitable[bool]],
     is_terminal: Callable[[], bool],
     poll_interval_s: float,
+    pacer: Pacer,
 ) -> AsyncIterator[bytes]:
-    """Claim a follower slot now (TooManyLogFollowers if none is free) and return the byte stream."""
-    slot = followers.claim()
-    body = _stream(lines, followers, slot, is_disconnected, is_terminal, poll_interval_s)
+    """Claim a follower slot for `team` now (TooManyLogFollowers if none is free) and return the byte stream."""
+    slot = followers.claim(team)
+    body = _stream(lines, followers, slot, is_disconnected, is_terminal, poll_interval_s, pacer)
     weakref.finalize(body, slot.release)  # a body that never started still gives its slot back
     return body
 
@@ -126,6 +160,7 @@ async def _stream(
     is_disconnected: Callable[[], Awaitable[bool]],
     is_terminal: Callable[[], bool],
     poll_interval_s: float,
+    pacer: Pacer,
 ) -> AsyncIterator[bytes]:
     limiter = followers.limiter
     ending = False  # the job is terminal: stop after one more read that finds nothing
@@ -138,7 +173,8 @@ async def _stream(
             if ended:
                 return
             if piece:
-                continue  # ask again at once: more may be ready
+                await anyio.sleep(pacer.delay_after(len(piece)))  # then ask again: more may be ready
+                continue
             if ending or await is_disconnected():
                 return
             if time.monotonic() >= next_terminal_check:

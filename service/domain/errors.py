@@ -57,10 +57,12 @@ class NotReady(DomainError):
 
 
 class TooManyLogFollowers(DomainError):
-    def __init__(self, limit: int) -> None:
-        super().__init__(
-            f"{limit} log streams are already being followed (the service's limit); retry later, or read the log without follow=true"
-        )
+    def __init__(self, limit: int, team: str | None = None) -> None:
+        if team is None:
+            what = f"{limit} log streams are already being followed (the service's limit)"
+        else:
+            what = f"team {team} already follows {limit} log streams (its share of the service's limit)"
+        super().__init__(f"{what}; retry later, or read the log without follow=true")
         self.limit = limit
 
 

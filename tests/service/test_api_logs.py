@@ -18,7 +18,7 @@ from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress
-from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
+from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ def test_a_follow_steps_once_per_piece_of_ready_lines_and_hands_a_piece_over_bef
     lines that are ready. The launcher's None ends a step, so what has arrived is sent before a read that blocks (a
     pod's log between two pieces from the API server): here the third line comes only after the first two reached
     the client."""
-    from service.api.log_follow import CHUNK_BYTES, LogFollowers, follow_log
+    from service.api.log_follow import CHUNK_BYTES, LogFollowers, Pacer, follow_log
 
     steps = 0
     real_run_sync = anyio.to_thread.run_sync
@@ -135,7 +135,7 @@ def test_a_follow_steps_once_per_piece_of_ready_lines_and_hands_a_piece_over_bef
 
     async def read() -> bytes:
         got = b""
-        body = follow_log(lines(), LogFollowers(1), is_disconnected=disconnected, is_terminal=lambda: False,
+        body = follow_log(lines(), LogFollowers(1), "team-a", is_disconnected=disconnected, is_terminal=lambda: False, pacer=Pacer(1 << 30),
                           poll_interval_s=0.01)  # fmt: skip
         async for piece in body:
             got += piece
@@ -146,3 +146,86 @@ def test_a_follow_steps_once_per_piece_of_ready_lines_and_hands_a_piece_over_bef
     got = anyio.run(read)
     assert got.decode() == "".join(f"{line}\n" for line in [*ready, "after the wait"])
     assert steps <= len(got) // CHUNK_BYTES + 8, steps  # about 1 MB: ~16 steps and the waits, not 100,001
+
+
+def test_one_team_holds_at_most_its_share_of_the_follows(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, settings_factory: Callable[..., Settings],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Before, one team could follow as many logs as the service streams (32) and every other team's follow got 429."""
+    add_test_tokens(store)
+    settings = settings_factory(max_log_followers=3, max_log_followers_per_team=2, log_follow_poll_interval_s=0.05)
+    with TestClient(create_app(settings, store=store, launcher=fake_launcher, progress=fake_progress)) as client:
+        api = Api(client, store, fake_launcher, fake_progress)
+        wait_until(lambda: client.get("/readyz").status_code == 200)
+        jobs = {token: api.submit(spec_body(tmp_path, name=f"j-{i}"), token=token)["id"] for i, token in enumerate((TOKEN_A, TOKEN_B))}
+        for job_id in jobs.values():
+            api.launcher.log_lines[job_id] = ["compiling"]
+            api.launcher.log_open.add(job_id)
+        lines: list[list[str]] = [[], []]
+        statuses: list[int] = []
+        readers = [_follow(api, jobs[TOKEN_A], lines[i], statuses) for i in range(2)]
+        wait_until(lambda: all(got == ["compiling"] for got in lines), timeout_s=10)
+
+        with client.stream("GET", f"/v1/jobs/{jobs[TOKEN_A]}/logs", params={"follow": "true"},
+                           headers=api.as_(TOKEN_A)) as refused:  # fmt: skip
+            assert refused.status_code == 429, refused.status_code
+            assert "team team-a already follows 2 log streams (its share" in refused.read().decode()
+        with client.stream("GET", f"/v1/jobs/{jobs[TOKEN_B]}/logs", params={"follow": "true"},
+                           headers=api.as_(TOKEN_B)) as other:  # fmt: skip
+            assert other.status_code == 200
+            assert next(other.iter_lines()) == "compiling"  # the service's third place, taken by the other team
+        for job_id in jobs.values():
+            api.launcher.emit(job_id, ObservedState.SUCCEEDED, exit_code=0)
+        for reader in readers:
+            reader.join(timeout=15)
+        assert statuses == [200, 200]
+
+
+def test_a_follow_sends_at_its_pace_whatever_the_trainer_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follow of a trainer printing faster than log_follow_max_bytes_per_s waits between pieces, so one follow's
+    CPU is bounded: 8 unpaced follows of 31 MiB of short lines slowed another team's requests 5 times
+    (bench/hostile_load.py). The clock is the test's: the waits are what the pace asks for, not timings."""
+    from service.api import log_follow
+    from service.api.log_follow import CHUNK_BYTES, LogFollowers, Pacer, follow_log
+
+    now = [0.0]
+    waits: list[float] = []
+    real_sleep = anyio.sleep
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        now[0] += seconds
+        await real_sleep(0)
+
+    monkeypatch.setattr(log_follow.anyio, "sleep", sleep)
+    rate = 64 * 1024
+    pacer = Pacer(rate, clock=lambda: now[0])
+    ready = [f"{i:07d}" for i in range(200_000)]  # 1.6 MB, all ready at once
+
+    async def connected() -> bool:
+        return False
+
+    async def read() -> int:
+        body = follow_log(iter(ready), LogFollowers(1), "team-a", is_disconnected=connected, is_terminal=lambda: True,
+                          poll_interval_s=0.01, pacer=pacer)  # fmt: skip
+        return sum([len(piece) async for piece in body])
+
+    sent = anyio.run(read)
+    assert sent == 8 * len(ready)
+    # Everything past the first burst waited for the bucket to refill: (bytes - burst) / rate seconds in all.
+    expected = (sent - pacer.burst) / rate
+    assert expected - CHUNK_BYTES / rate <= sum(waits) <= expected + CHUNK_BYTES / rate, (sum(waits), expected)
+
+
+def test_the_pace_lets_a_burst_through_then_waits_and_refills_with_time() -> None:
+    from service.api.log_follow import Pacer
+
+    now = [10.0]
+    pacer = Pacer(1000, burst=4000, clock=lambda: now[0])
+    assert pacer.delay_after(3000) == 0.0  # within the burst
+    assert pacer.delay_after(3000) == 2.0  # 2,000 bytes over: two seconds at 1,000 a second
+    now[0] += 2.0
+    assert pacer.delay_after(0) == 0.0
+    now[0] += 100.0  # idle for long: the allowance is the burst, no more
+    assert pacer.delay_after(5000) == 1.0

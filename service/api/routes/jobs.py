@@ -13,7 +13,7 @@ from pydantic import StringConstraints
 
 from service.api.deps import CallerDep, JobIdPath, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
 from service.api.errors import error_responses
-from service.api.log_follow import follow_log, log_chunks
+from service.api.log_follow import Pacer, follow_log, log_chunks
 from service.domain.errors import BadCursor, InvalidRequest
 from service.domain.job_repro import read_job_repro
 from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
@@ -177,13 +177,15 @@ def cancel_job(record: VisibleJobDep, caller: CallerDep, jobs: JobServiceDep, ru
     responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "the log, one line per line"},
         **error_responses(401, 404, 422, 429, 503, reasons={
-            429: "the service's limit of concurrent follow=true streams is reached; retry, or read without follow",
+            429: "the service's limit of concurrent follow=true streams, or the team's share of it, is reached; retry, "
+                 "or read without follow",
         }),
     },
 )  # fmt: skip
 async def get_logs(
     request: Request,
     record: VisibleJobDep,
+    caller: CallerDep,
     jobs: JobServiceDep,
     runtime: RuntimeDep,
     follow: bool = False,
@@ -202,8 +204,9 @@ async def get_logs(
             return current is None or current.phase.is_terminal()
 
         body = follow_log(
-            lines, runtime.log_followers, is_disconnected=request.is_disconnected, is_terminal=is_terminal,
+            lines, runtime.log_followers, caller.team, is_disconnected=request.is_disconnected, is_terminal=is_terminal,
             poll_interval_s=runtime.settings.log_follow_poll_interval_s,
+            pacer=Pacer(runtime.settings.log_follow_max_bytes_per_s),
         )  # fmt: skip
         return StreamingResponse(body, media_type=TEXT_PLAIN)
 
