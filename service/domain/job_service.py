@@ -336,10 +336,8 @@ class JobService:
         changes = fold_events(rec, events)
         changes.log.extend(note_skipped_lines(rec, skipped).log)
         now = self.clock()
-        for point in changes.points:
-            tx.add_metric_point(rec.id, point)
-        for kind, data in changes.log:
-            tx.append_event(rec, kind, data, now)
+        tx.add_metric_points(rec.id, changes.points)
+        tx.append_events(rec, changes.log, now)
 
     def apply_observation(self, obs: Observation) -> None:
         """Turn what the backend says into a transition; the only place observations become phases.

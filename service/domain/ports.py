@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -154,7 +154,10 @@ class JobTx(Protocol):
     def append_event(self, record: JobRecord, kind: str, data: dict[str, Any], time: datetime) -> int:
         """Append to the job's event log, set record.last_event_seq and return the new seq."""
 
-    def add_metric_point(self, job_id: str, point: MetricPoint) -> None: ...
+    def append_events(self, record: JobRecord, entries: Sequence[tuple[str, dict[str, Any]]], time: datetime) -> None:
+        """append_event for each (kind, data) in order, as one write."""
+
+    def add_metric_points(self, job_id: str, points: Sequence[MetricPoint]) -> None: ...
 
     def require_term(self, term: int | None) -> None:
         """LeaderFenced unless `term` is the current leadership term; no new term can be taken until

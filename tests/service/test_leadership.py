@@ -116,9 +116,11 @@ def _record(job_id: str) -> JobRecord:
 
 
 @pytest.mark.postgres
-def test_event_seqs_commit_in_order_across_writers(postgres_db: str) -> None:
+@pytest.mark.parametrize("first_writes", ["one event", "a batch"])
+def test_event_seqs_commit_in_order_across_writers(postgres_db: str, first_writes: str) -> None:
     """A stream reads events by seq: it must never see seq n+1 while n may still commit, or it skips n.
-    The writer that took the next seq later waits for the earlier one's commit (the event-order lock)."""
+    The writer that took the next seq later waits for the earlier one's commit (the event-order lock), whether
+    the first wrote one event or a batch (append_events: a trainer's events, one INSERT)."""
     one, two = SqlJobStore(postgres_db), SqlJobStore(postgres_db)
     one.migrate()
     try:
@@ -130,7 +132,11 @@ def test_event_seqs_commit_in_order_across_writers(postgres_db: str) -> None:
 
         def slow_writer() -> None:
             with one.transaction() as tx:
-                tx.append_event(_record("rl-000000000001"), "message", {"message": "first"}, T0)
+                record = _record("rl-000000000001")
+                if first_writes == "one event":
+                    tx.append_event(record, "message", {"message": "first"}, T0)
+                else:
+                    tx.append_events(record, [("message", {"message": "first"}), ("message", {"message": "first, b"})], T0)
                 holding.set()
                 release.wait(10)
 
@@ -150,7 +156,9 @@ def test_event_seqs_commit_in_order_across_writers(postgres_db: str) -> None:
         slow.join(10)
         fast.join(10)
         events = two.events_after(0)
-        assert [e.data["message"] for e in events] == ["first", "second"] and events[0].seq < events[1].seq
+        firsts = ["first"] if first_writes == "one event" else ["first", "first, b"]
+        assert [e.data["message"] for e in events] == [*firsts, "second"]
+        assert [e.seq for e in events] == sorted(e.seq for e in events)
     finally:
         one.close()
         two.close()

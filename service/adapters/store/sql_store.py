@@ -7,9 +7,9 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import create_engine, event, exists, func, select, text, update
+from sqlalchemy import Table, create_engine, event, exists, func, insert, select, text, update
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -72,6 +72,7 @@ def build_engine(url: str) -> Engine:
 # Reads use the tables, not the mapped classes: an ORM attribute in a statement brings the ORM's
 # compile step along even when only columns are selected.
 _JOBS, _LABELS, _TOKENS = JobRow.__table__, JobLabelRow.__table__, TokenRow.__table__
+_EVENTS, _METRICS = cast(Table, JobEventRow.__table__), cast(Table, MetricPointRow.__table__)  # declared: Table
 
 
 def _labels_by_pk(conn: Connection | Session, pks: Sequence[int]) -> dict[int, dict[str, str]]:
@@ -141,21 +142,35 @@ class _Tx:
         apply_record(row, record)
 
     def append_event(self, record: JobRecord, kind: str, data: dict[str, Any], time: datetime) -> int:
-        if self._order_events:
-            self.session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": EVENT_ORDER_LOCK_KEY})
-            self._order_events = False
+        self._hold_event_order()
         row = JobEventRow(job_id=record.id, team=record.team, kind=kind, time=time, data=data)
         self.session.add(row)
         self.session.flush()
         record.last_event_seq = row.seq
         return row.seq
 
+    def append_events(self, record: JobRecord, entries: Sequence[tuple[str, dict[str, Any]]], time: datetime) -> None:
+        # One INSERT ... RETURNING for the lot: a flush per entry cost about 1 ms of the write lock, and a
+        # trainer's batch of 20,000 events (one read of its events file) took 12 s of them.
+        if not entries:
+            return
+        self._hold_event_order()
+        rows = [{"job_id": record.id, "team": record.team, "kind": kind, "time": time, "data": data} for kind, data in entries]
+        inserted = self.session.execute(insert(_EVENTS).returning(_EVENTS.c.seq, sort_by_parameter_order=True), rows)
+        record.last_event_seq = inserted.scalars().all()[-1]
+
+    def _hold_event_order(self) -> None:
+        if self._order_events:
+            self.session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": EVENT_ORDER_LOCK_KEY})
+            self._order_events = False
+
     def require_term(self, term: int | None) -> None:
         require_term(self.session, term, lock_row=self._for_update)
 
-    def add_metric_point(self, job_id: str, point: MetricPoint) -> None:
-        row = MetricPointRow(job_id=job_id, kind=point.kind, step=point.step, time=point.time, values=point.values)
-        self.session.add(row)
+    def add_metric_points(self, job_id: str, points: Sequence[MetricPoint]) -> None:
+        if points:  # one INSERT for the lot, as append_events
+            rows = [{"job_id": job_id, "kind": p.kind, "step": p.step, "time": p.time, "values": p.values} for p in points]
+            self.session.execute(insert(_METRICS), rows)
 
 
 _IDS_PER_STATEMENT = 500  # SQLite's default limit is 32766 bound parameters (999 before 3.32)
