@@ -19,7 +19,8 @@ hostile; then each case, one after the other, from team alpha:
 
 Per case: the service's peak resident memory (/proc/PID/status VmRSS sampled every 20 ms) against the smallest
 memory limit the Deployment's overlays set, and beta's p50/p95/max latency over the case with its ratio to the
-baseline's, and beta's errors (any answer but 200).
+baseline's (with a 95% bootstrap interval over requests; a short case has few of them, and its interval says so),
+and beta's errors (any answer but 200).
 
     python bench/hostile_load.py [CASE ...]     # all cases by default; writes bench/results/hostile_load.json
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import socket
 import statistics
@@ -64,6 +66,19 @@ PROBE_PAUSE_S = 0.05
 CASE_TIMEOUT_S = 600.0
 NOW = datetime.now(UTC)
 CASES = ("events", "manifest_parsed", "manifest_refused", "log_line", "log_follow", "requests")
+
+
+def ratio_interval(case: list[float], base: list[float], q: float, seed: int = 20261203) -> tuple[float, float]:
+    """95% bootstrap interval of quantile(case, q) / quantile(base, q), each resampled on its own (requests are
+    the units; 2,000 resamples)."""
+    rng = random.Random(seed)
+
+    def quantile(xs: list[float]) -> float:
+        ordered = sorted(xs)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    ratios = sorted(quantile(rng.choices(case, k=len(case))) / quantile(rng.choices(base, k=len(base))) for _ in range(2000))
+    return ratios[49], ratios[1949]
 
 
 def deployment_memory_limit_mib() -> int:
@@ -122,6 +137,9 @@ class BetaProbe(threading.Thread):
                 self.seen.append((started, time.monotonic() - started, status))
                 i += 1
                 self.stopped.wait(PROBE_PAUSE_S)
+
+    def latencies(self, start: float, end: float) -> list[float]:
+        return [s for t, s, code in self.seen if start <= t <= end and code == 200]
 
     def window(self, start: float, end: float) -> dict[str, Any]:
         rows = [(s, code) for t, s, code in self.seen if start <= t <= end]
@@ -318,7 +336,9 @@ def main() -> int:
         probe.start()
         start = time.monotonic()
         time.sleep(BASELINE_S)
-        base = probe.window(start, time.monotonic()) | {"rss_mib": rss.median_since(start)}
+        base_end = time.monotonic()
+        base = probe.window(start, base_end) | {"rss_mib": rss.median_since(start)}
+        base_latencies = probe.latencies(start, base_end)
         report["baseline"] = base
         print(f"baseline: beta p50 {base['p50_ms']:.1f} ms p95 {base['p95_ms']:.1f} ms, service {base['rss_mib']:.0f} MiB",
               flush=True)  # fmt: skip
@@ -331,10 +351,15 @@ def main() -> int:
                    **{f"beta_{k}": v for k, v in beta.items()},
                    "beta_p50_ratio": beta["p50_ms"] / base["p50_ms"], "beta_p95_ratio": beta["p95_ms"] / base["p95_ms"]}  # fmt: skip
             row["peak_rss_share_of_limit"] = row["peak_rss_mib"] / limit
+            case_latencies = probe.latencies(start, end)
+            row["beta_p50_ratio_ci95"] = ratio_interval(case_latencies, base_latencies, 0.5)
+            row["beta_p95_ratio_ci95"] = ratio_interval(case_latencies, base_latencies, 0.95)
             report["cases"].append(row)
             print(f"{row['case']:>16}: {end - start:6.1f} s, service peak {row['peak_rss_mib']:6.0f} MiB "
                   f"({100 * row['peak_rss_share_of_limit']:.0f}% of {limit} MiB); beta p50 {beta['p50_ms']:.1f} ms "
-                  f"(x{row['beta_p50_ratio']:.1f}), p95 {beta['p95_ms']:.1f} ms (x{row['beta_p95_ratio']:.1f}), "
+                  f"(x{row['beta_p50_ratio']:.1f} [{row['beta_p50_ratio_ci95'][0]:.1f}, {row['beta_p50_ratio_ci95'][1]:.1f}]), "
+                  f"p95 {beta['p95_ms']:.1f} ms (x{row['beta_p95_ratio']:.1f} [{row['beta_p95_ratio_ci95'][0]:.1f}, "
+                  f"{row['beta_p95_ratio_ci95'][1]:.1f}]), "
                   f"max {beta['max_ms']:.0f} ms, {beta['errors']} errors of {beta['requests']}; {what}", flush=True)  # fmt: skip
         probe.stopped.set()
         rss.stopped.set()
