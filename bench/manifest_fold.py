@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from service.domain.models import Artifact, JobRecord  # noqa: E402
 from service.domain.phases import JobPhase  # noqa: E402
-from service.domain.progress import _norm, fold_manifest  # noqa: E402
+from service.domain.progress import artifact_key, fold_manifest  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
 
 RESULT_FILE = REPO / "bench" / "results" / "manifest_fold.json"
@@ -33,9 +33,9 @@ REPEATS = 3
 def _scan_fold(record: JobRecord, manifest: dict[str, Any]) -> None:
     """The fold before bisection: every artifact scans every file (the baseline)."""
     files = [f for f in manifest.get("artifacts") or [] if isinstance(f, dict) and f.get("uri")]
-    by_uri = {_norm(f["uri"]): f for f in files}
+    by_uri = {artifact_key(f["uri"]): f for f in files}
     for name, artifact in list(record.artifacts.items()):
-        uri = _norm(artifact.uri)
+        uri = artifact_key(artifact.uri)
         inside = [f for key, f in by_uri.items() if key.startswith(uri + "/")]
         if inside:
             record.artifacts[name] = artifact.model_copy(update={

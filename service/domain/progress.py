@@ -192,7 +192,8 @@ def _manifest_artifact(fields: dict[str, Any]) -> Artifact | None:
         return None
 
 
-def _norm(uri: str) -> str:
+def artifact_key(uri: str) -> str:
+    """How a manifest's files and the events' artifacts are matched: the URI's local path, no trailing slash."""
     return local_path(uri).rstrip("/")
 
 
@@ -223,10 +224,10 @@ def fold_manifest(record: JobRecord, manifest: dict[str, Any] | ManifestRefused)
         artifacts = [a.model_dump(exclude_unset=True) for a in record.artifacts.values()]
         return {"artifacts": artifacts, "manifest_refused": manifest.reason}
     files = [f for f in manifest.get("artifacts") or [] if isinstance(f, dict) and isinstance(f.get("uri"), str)]
-    by_uri = {_norm(f["uri"]): f for f in files}
+    by_uri = {artifact_key(f["uri"]): f for f in files}
     keys = sorted(by_uri)
     for name, artifact in list(record.artifacts.items()):
-        uri = _norm(artifact.uri)
+        uri = artifact_key(artifact.uri)
         single = by_uri.get(uri)
         if single is not None:
             sized = {"size_bytes": single.get("size_bytes"), "file_count": 1, "checksum": single.get("checksum")}

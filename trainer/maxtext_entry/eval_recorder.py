@@ -32,6 +32,7 @@ from trainer.contract.evaluation import (
     MAX_EVAL_COMPLETIONS,
     MAX_EVAL_TEXT_CHARS,
     MAXTEXT_SCORING,
+    REWARDS_SCORING,
     EvalRow,
     EvalScoring,
     EvalSummary,
@@ -145,9 +146,9 @@ def install(eval_uri: str | None, scoring: str = MAXTEXT_SCORING) -> EvalRecorde
     from maxtext.trainers.post_train.rl import evaluate_rl
     from tunix.rl import rl_learner
 
-    if scoring not in ("maxtext", "rewards"):
-        raise SystemExit(f"--rljob_eval_scoring={scoring!r}: expected maxtext or rewards")
-    recorder = EvalRecorder(eval_uri, "rewards" if scoring == "rewards" else "maxtext")
+    if scoring not in (MAXTEXT_SCORING, REWARDS_SCORING):
+        raise SystemExit(f"--rljob_eval_scoring={scoring!r}: expected {MAXTEXT_SCORING} or {REWARDS_SCORING}")
+    recorder = EvalRecorder(eval_uri, REWARDS_SCORING if scoring == REWARDS_SCORING else MAXTEXT_SCORING)
     evaluate, score_responses = evaluate_rl.evaluate, evaluate_rl.score_responses
     compute_row_reward, train = evaluate_rl._compute_row_reward, rl_learner.RLLearner.train
 
