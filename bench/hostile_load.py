@@ -22,6 +22,10 @@ memory limit the Deployment's overlays set, and beta's p50/p95/max latency over 
 baseline's (with a 95% bootstrap interval over requests; a short case has few of them, and its interval says so),
 and beta's errors (any answer but 200).
 
+The events case runs once more as a control, on a second service whose event fold never rests
+(RLJOB_PROGRESS_FOLD_CPU_SHARE=1: the same chunks, no pacing; service/domain/fold_pacer.py), with its own baseline:
+what the pacer buys is the difference between the two in one run.
+
     python bench/hostile_load.py [CASE ...]     # all cases by default; writes bench/results/hostile_load.json
 """
 
@@ -303,7 +307,7 @@ class Bench:
 
 
 @contextmanager
-def service(root: Path) -> Iterator[tuple[int, httpx.Client, str]]:
+def service(root: Path, extra_env: dict[str, str]) -> Iterator[tuple[int, httpx.Client, str]]:
     state = root / "state"
     settings = load_settings(state_dir=state)
     store = SqlJobStore(settings.effective_database_url)
@@ -316,7 +320,7 @@ def service(root: Path) -> Iterator[tuple[int, httpx.Client, str]]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
     env.update(RLJOB_STATE_DIR=str(state), RLJOB_TRAINER_COMMAND=json.dumps([sys.executable, str(HELD_TRAINER)]),
-               RLJOB_MAX_CONCURRENT_JOBS="8", PYTHONPATH=str(REPO))  # fmt: skip
+               RLJOB_MAX_CONCURRENT_JOBS="8", PYTHONPATH=str(REPO), **extra_env)  # fmt: skip
     argv = [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port), "--state-dir", str(state)]
     url = f"http://127.0.0.1:{port}"
     with until_healthy(argv, env, REPO, root / "serve.log", "rljob serve", port) as pid:
@@ -324,11 +328,10 @@ def service(root: Path) -> Iterator[tuple[int, httpx.Client, str]]:
             yield pid, client, url
 
 
-def main() -> int:
-    machine = machine_facts()
-    limit = deployment_memory_limit_mib()
-    report: dict[str, Any] = {"bench": "hostile_load", "memory_limit_mib": limit, "events": EVENTS, "cases": []}
-    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp)) as (pid, client, url):
+def run_cases(cases: list[str], limit: int, extra_env: dict[str, str]) -> dict[str, Any]:
+    """A service of its own (with `extra_env`), beta's baseline on it, then each case: the report's part."""
+    part: dict[str, Any] = {"service_env": extra_env, "cases": []}
+    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp), extra_env) as (pid, client, url):
         bench = Bench(Path(tmp), client, url)
         beta_job = bench.submit("beta-reader", token=TOKEN_BETA)
         rss, probe = RssSampler(pid), BetaProbe(url, beta_job)
@@ -339,10 +342,10 @@ def main() -> int:
         base_end = time.monotonic()
         base = probe.window(start, base_end) | {"rss_mib": rss.median_since(start)}
         base_latencies = probe.latencies(start, base_end)
-        report["baseline"] = base
-        print(f"baseline: beta p50 {base['p50_ms']:.1f} ms p95 {base['p95_ms']:.1f} ms, service {base['rss_mib']:.0f} MiB",
-              flush=True)  # fmt: skip
-        for name in CASES if len(sys.argv) < 2 else sys.argv[1:]:
+        part["baseline"] = base
+        print(f"baseline{extra_env or ''}: beta p50 {base['p50_ms']:.1f} ms p95 {base['p95_ms']:.1f} ms, "
+              f"service {base['rss_mib']:.0f} MiB", flush=True)  # fmt: skip
+        for name in cases:
             start = time.monotonic()
             what = getattr(bench, name)()
             end = time.monotonic()
@@ -354,7 +357,7 @@ def main() -> int:
             case_latencies = probe.latencies(start, end)
             row["beta_p50_ratio_ci95"] = ratio_interval(case_latencies, base_latencies, 0.5)
             row["beta_p95_ratio_ci95"] = ratio_interval(case_latencies, base_latencies, 0.95)
-            report["cases"].append(row)
+            part["cases"].append(row)
             print(f"{row['case']:>16}: {end - start:6.1f} s, service peak {row['peak_rss_mib']:6.0f} MiB "
                   f"({100 * row['peak_rss_share_of_limit']:.0f}% of {limit} MiB); beta p50 {beta['p50_ms']:.1f} ms "
                   f"(x{row['beta_p50_ratio']:.1f} [{row['beta_p50_ratio_ci95'][0]:.1f}, {row['beta_p50_ratio_ci95'][1]:.1f}]), "
@@ -367,6 +370,18 @@ def main() -> int:
         for job_id in bench.jobs:  # the held trainers end (the service leaves workloads running when it stops)
             Path(bench.layout(job_id).root, "exit_code").write_text("0")
         time.sleep(1)
+    return part
+
+
+def main() -> int:
+    machine = machine_facts()
+    limit = deployment_memory_limit_mib()
+    cases = list(CASES) if len(sys.argv) < 2 else sys.argv[1:]
+    report: dict[str, Any] = {"bench": "hostile_load", "memory_limit_mib": limit, "events": EVENTS}
+    report |= run_cases(cases, limit, {})
+    if "events" in cases:
+        # The control: the same flood on a service whose fold never rests (chunks only), with its own baseline.
+        report["unpaced_control"] = run_cases(["events"], limit, {"RLJOB_PROGRESS_FOLD_CPU_SHARE": "1"})
     write_result("hostile_load.json", report, machine)
     return 0
 

@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     cancel_grace_s: float = Field(default=10.0, gt=0, le=MAX_SECONDS, description="local launcher: SIGTERM to SIGKILL on cancel")
     local_poll_interval_s: float = Field(default=0.2, gt=0, le=MAX_SECONDS, description="local launcher: how often it checks its processes")
     progress_poll_interval_s: float = Field(default=0.5, gt=0, le=MAX_SECONDS, description="how often active jobs' trainer events are read")
+    progress_fold_cpu_share: float = Field(
+        default=0.25, gt=0, le=1,
+        description="the most of one core that folding trainer events may take while a job's events are behind "
+        "(the rest answers requests: one job writing events flat out cannot slow another team's)",
+    )  # fmt: skip
     leader_check_interval_s: float = Field(
         default=2.0, gt=0, le=MAX_SECONDS,
         description="PostgreSQL replicas: how often one that does not lead tries to, and the leader checks it still does",

@@ -39,6 +39,7 @@ from service.api.log_follow import LogFollowers
 from service.api.metrics import ServiceMetrics
 from service.change_notifier import ChangeNotifier
 from service.config import Settings
+from service.domain.fold_pacer import FoldPacer
 from service.domain.job_service import JobService
 from service.domain.models import JobPublic, JobRecord
 from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
@@ -191,6 +192,7 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None,
         run_files=given.run_files or StoreRunFiles(), mirror_every_steps=settings.status_mirror_every_steps,
         mirror_interval_s=settings.status_mirror_interval_s, health_policy=settings.health_policy,
         location_policy=settings.location_policy, leads=lambda: leadership.leads, on_fenced=lambda: leadership.fenced(),
+        fold_pacer=FoldPacer(settings.progress_fold_cpu_share),
     )  # fmt: skip
     supervisor = Supervisor(
         jobs, launcher,

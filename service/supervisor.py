@@ -121,8 +121,8 @@ class Supervisor:
     def _recover_or_poll(self) -> float | None:
         """Until recovery has succeeded once, try it (backing off); then poll every progress_poll_interval_s."""
         if self._recovered:
-            self._poll_round()
-            return None
+            behind = self._poll_round()
+            return 0.0 if behind else None  # a job's events are left over: the pacer sets the pace, not the interval
         try:
             self.recovery.recover()
         except Exception as e:  # e.g. the database went away: stay not-ready, say why, try again
@@ -138,10 +138,11 @@ class Supervisor:
         self._next_reconcile_s = self._monotonic() + self.active_jobs_reconcile_interval_s
         return None
 
-    def _poll_round(self) -> None:
+    def _poll_round(self) -> bool:
         # Polling and the reconcile are guarded apart: one failing must not hold the other back.
+        behind = False
         try:
-            self.poll_progress_once()
+            behind = self.poll_progress_once()
             if self.take_over_requests:
                 self.recovery.take_over_requests()
         except Exception:
@@ -152,8 +153,10 @@ class Supervisor:
                 self.recovery.reconcile_once()
             except Exception:
                 log.exception("reconcile failed; trying again in %.1fs", self.active_jobs_reconcile_interval_s)
+        return behind
 
-    def poll_progress_once(self) -> None:
+    def poll_progress_once(self) -> bool:
         """Fold new trainer events into jobs whose events grew, and re-judge health when time may
-        have changed it; jobs where neither happened cost a dict lookup and a stat (progress_poller.py)."""
-        self.progress_poller.poll_once()
+        have changed it; jobs where neither happened cost a dict lookup and a stat (progress_poller.py).
+        True when a job has more events than one read held."""
+        return self.progress_poller.poll_once()

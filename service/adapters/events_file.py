@@ -42,7 +42,9 @@ from .run_reads import read_run_file, run_file_size
 
 log = logging.getLogger(__name__)
 
-MAX_READ_BYTES = 4 * 1024 * 1024  # per call, so one huge file cannot stall the poller
+# Per call, so one huge file cannot stall the poller: its parse is one stretch holding the interpreter lock
+# (about 15 ms for 1,300 small events; the fold after it goes in paced chunks, service/domain/fold_pacer.py).
+MAX_READ_BYTES = 256 * 1024
 REMOTE_CHECK_INTERVAL_S = 2.0  # per job: an object's size is a request, not a stat
 _SCAN_CHUNK_BYTES = 1024 * 1024  # looking for the end of an over-long line, this much at a time
 MAX_SCAN_BYTES = 64 * 1024 * 1024  # and no further per call: a line longer than this is stepped over in parts
@@ -162,7 +164,8 @@ class EventsFileReader:
         line_end = self._line_end(root, uri, offset + self.max_read_bytes)
         if line_end is None:  # still being written: look again on the next call
             return ProgressBatch(job_id, [], end=offset, more=False)
-        skipped = SkippedLine(uri=uri, offset=offset, size_bytes=line_end - offset, limit_bytes=self.max_read_bytes)
+        # Over one read, so over the event bound too (max_event_bytes <= max_read_bytes): named as any over-long line is.
+        skipped = SkippedLine(uri=uri, offset=offset, size_bytes=line_end - offset, limit_bytes=self.max_event_bytes)
         log.warning(
             "job %s: skipped an event line of %d bytes at byte %d of %s (over the %d-byte read limit)",
             job_id, skipped.size_bytes, offset, uri, self.max_read_bytes,

@@ -33,6 +33,7 @@ from typing import Any
 from trainer.contract import JobSpec, TrainerEvent
 
 from .errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
+from .fold_pacer import FOLD_CHUNK_EVENTS, FoldPacer
 from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 DEFAULT_HEALTH_POLICY = HealthPolicy()
-MAX_DRAIN_READS = 64  # x MAX_READ_BYTES of the events reader: a drain is bounded, the poller does the rest
+MAX_DRAIN_READS = 1024  # x MAX_READ_BYTES of the events reader (256 MiB): a drain is bounded, the poller does the rest
 
 
 def new_job_id() -> str:
@@ -94,8 +95,10 @@ class JobService:
         location_policy: LocationPolicy = UNRESTRICTED,
         leads: Callable[[], bool] = lambda: True,
         on_fenced: Callable[[], None] = lambda: None,
+        fold_pacer: FoldPacer | None = None,
     ) -> None:
         self.store = store
+        self.fold_pacer = fold_pacer or FoldPacer(1.0)  # 1.0: no rest, folds still in chunks
         self.launcher = launcher
         self.progress = progress
         self.run_files = run_files
@@ -314,21 +317,29 @@ class JobService:
 
     # ---- observations and progress (from launcher threads and the progress poller) ----------
 
-    def ingest_progress(self, job_id: str, *, until_caught_up: bool = False) -> None:
-        """Fold new trainer events into the job. A batch's read position is committed only after its
-        fold did: a failed fold is read again next time. `until_caught_up` keeps reading (bounded)
-        while the source has more, as before a terminal phase, after which nothing is folded in."""
+    def ingest_progress(self, job_id: str, *, until_caught_up: bool = False) -> bool:
+        """Fold new trainer events into the job; True when the source had more than one read held.
+        A batch's read position is committed only after all of it was folded: a failed fold is read
+        again next time (events already folded are dropped by seq). A batch is folded in chunks at the
+        pacer's share of the CPU (fold_pacer.py). `until_caught_up` keeps reading (bounded) while the
+        source has more, as before a terminal phase, after which nothing is folded in."""
         for _ in range(MAX_DRAIN_READS if until_caught_up else 1):
             record = self.store.get(job_id)
             if record is None or record.phase.is_terminal():
-                return
+                return False
             batch = self.progress.read_new(record)
-            if batch.events or batch.skipped:
-                self._mutate(job_id, functools.partial(self._fold, events=batch.events, skipped=batch.skipped))
+            chunks = [batch.events[i : i + FOLD_CHUNK_EVENTS] for i in range(0, len(batch.events), FOLD_CHUNK_EVENTS)]
+            skipped = batch.skipped
+            for chunk in chunks or ([[]] if skipped else []):
+                with self.fold_pacer.fold():
+                    self._mutate(job_id, functools.partial(self._fold, events=chunk, skipped=skipped))
+                skipped = ()  # said once, with the first chunk
             self.progress.commit(batch)
             if not batch.more:
-                return
-        log.warning("job %s: events still unread after %d reads; the poller continues", job_id, MAX_DRAIN_READS)
+                return False
+        if until_caught_up:
+            log.warning("job %s: events still unread after %d reads; the poller continues", job_id, MAX_DRAIN_READS)
+        return True
 
     def _fold(self, rec: JobRecord, tx: JobTx, *, events: list[TrainerEvent], skipped: Sequence[SkippedLine]) -> None:
         if rec.phase.is_terminal():

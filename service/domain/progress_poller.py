@@ -7,7 +7,9 @@ with 200 running jobs spent a third of a core on rounds that found nothing. Now 
 - reads a job's record only when its version moved since the last round (every change that matters
   here logs an event: job_service.py's write path), and keeps it until it moves again;
 - asks the progress source whether the job's events grew (a stat for a local file) and reads and
-  folds them only then (JobService.ingest_progress, which reads the record fresh for the fold);
+  folds them only then (JobService.ingest_progress, which reads the record fresh for the fold); a job
+  whose last read stopped at the read's bound is read again without asking, and the round says so, so
+  the next one comes at once (the fold pacer, fold_pacer.py, keeps catching up to its share of the CPU);
 - re-judges a running job's learning health only when its record changed or when the clock passes
   the one moment time alone can change the verdict (job_health.health_changes_by_time_at): stalled.
 Missed nothing stays missed: the slow reconcile (recovery.py) reads every active job's events anyway.
@@ -44,16 +46,21 @@ class ProgressPoller:
     def __init__(self, jobs: JobService) -> None:
         self.jobs = jobs
         self._watched: dict[str, _Watched] = {}
+        self._behind: set[str] = set()  # jobs whose last read stopped at its bound: more is there now
 
-    def poll_once(self) -> None:
+    def poll_once(self) -> bool:
+        """One round; True when a job has events left that one read could not hold (poll again now)."""
         versions = self.jobs.store.job_versions(PROGRESSING)
         for job_id in self._watched.keys() - versions.keys():
             del self._watched[job_id]  # ended (or queued again for a relaunch): its next version is read afresh
+        self._behind &= versions.keys()
         for job_id, version in versions.items():
             try:
                 self._poll_job(job_id, version)
             except Exception:  # one job's bad file or a database hiccup must not starve the others
+                self._behind.discard(job_id)
                 log.exception("reading progress of %s failed", job_id)
+        return bool(self._behind)
 
     def _poll_job(self, job_id: str, version: tuple[JobPhase, int]) -> None:
         watched = self._watched.get(job_id)
@@ -66,8 +73,12 @@ class ProgressPoller:
             watched = _Watched((record.phase, record.last_event_seq), record)
             self._watched[job_id] = watched
         record = watched.record
-        if self.jobs.progress.pending(record):
-            self.jobs.ingest_progress(job_id)  # its fold moves the version: the next round reads the record
+        if job_id in self._behind or self.jobs.progress.pending(record):
+            # Its fold moves the version: the next round reads the record.
+            if self.jobs.ingest_progress(job_id):
+                self._behind.add(job_id)
+            else:
+                self._behind.discard(job_id)
         now = self.jobs.clock()  # read before judging: a verdict judged at or after it is no older
         if record.phase is JobPhase.RUNNING and self._health_due(watched, now):
             self.jobs.judge_health(record)  # writes (and so moves the version) only if the verdict changed

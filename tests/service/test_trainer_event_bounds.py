@@ -34,6 +34,12 @@ def _job(api: Api, tmp_path: Path, name: str = "hostile", token: str = TOKEN_A) 
     return job_id, RunLayout(str(tmp_path / f"runs-{name}"), job_id)
 
 
+def _running(api: Api, job_id: str) -> None:
+    """RUNNING before the trainer writes: the phase change's own message would replace the one a test reads."""
+    api.launcher.emit(job_id, ObservedState.RUNNING)
+    wait_until(lambda: api.store.get(job_id).phase is JobPhase.RUNNING, timeout_s=30)  # type: ignore[union-attr]
+
+
 def _write(layout: RunLayout, lines: list[str]) -> None:
     Path(layout.events).parent.mkdir(parents=True, exist_ok=True)
     with Path(layout.events).open("a") as f:
@@ -53,13 +59,13 @@ def test_a_hundred_thousand_artifact_names_keep_the_first_few_and_count_the_rest
                                                                                  tmp_path: Path) -> None:
     api = api_reading_events
     job_id, layout = _job(api, tmp_path)
+    _running(api, job_id)
     names = 100_000
     lines = [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json()]
     lines += [ArtifactWritten(seq=i + 1, time=NOW, job_id=job_id, name=f"a{i:06d}", uri=f"{layout.root}/x{i}",
                               size_bytes=1).model_dump_json() for i in range(names)]  # fmt: skip
     lines.append(_step(job_id, names + 1, 7))
     _write(layout, lines)
-    api.launcher.emit(job_id, ObservedState.RUNNING)
     wait_until(lambda: api.store.get(job_id).step == 7, timeout_s=60)  # type: ignore[union-attr]
 
     job = _get(api, job_id)
@@ -84,9 +90,9 @@ def test_past_the_entry_bound_steps_still_move_the_job_but_are_not_stored(
     monkeypatch.setattr(budget, "MAX_STORED_ENTRIES", 40)
     api = api_reading_events
     job_id, layout = _job(api, tmp_path)
+    _running(api, job_id)
     _write(layout, [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json()]
            + [_step(job_id, s, s) for s in range(1, 301)])  # fmt: skip
-    api.launcher.emit(job_id, ObservedState.RUNNING)
     wait_until(lambda: api.store.get(job_id).step == 300, timeout_s=60)  # type: ignore[union-attr]
 
     job = _get(api, job_id)
@@ -107,11 +113,11 @@ def test_a_line_over_the_event_size_is_not_parsed_and_counted(api_reading_events
     metric table each; it is stepped over, and the job's message names the line."""
     api = api_reading_events
     job_id, layout = _job(api, tmp_path)
+    _running(api, job_id)
     huge = _step(job_id, 2, 2, **{f"m{i:07d}": 1.0 for i in range(60_000)})
     assert len(huge) > budget.MAX_EVENT_BYTES
     _write(layout, [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json(),
                     _step(job_id, 1, 1), huge, _step(job_id, 3, 3)])  # fmt: skip
-    api.launcher.emit(job_id, ObservedState.RUNNING)
     wait_until(lambda: api.store.get(job_id).step == 3, timeout_s=30)  # type: ignore[union-attr]
     job = _get(api, job_id)
     points = api.client.get(f"/v1/jobs/{job_id}/metrics", headers=api.as_(TOKEN_A)).json()["points"]

@@ -1,0 +1,164 @@
+"""Folding trainer events takes at most its share of the CPU, in short stretches, and loses nothing by it.
+
+A job that writes events as fast as it can used to keep the service's fold thread busy for as long as it wrote,
+and every other team's request waited for the interpreter lock meanwhile (bench/hostile_load.py measures that
+latency against an unpaced service in the same run). Here, with the pacer's clocks in the test's hands: a fold
+earns a rest in proportion to its CPU time; a batch is folded in chunks, each through the pacer, and ends as one
+fold would have; the poller reads a job that is behind again without waiting for its interval."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from service.adapters.events_file import EventsFileReader
+from service.adapters.store import SqlJobStore
+from service.domain.fold_pacer import FOLD_CHUNK_EVENTS, MAX_REST_S, FoldPacer
+from service.domain.job_service import JobService
+from service.domain.models import Caller
+from service.domain.ports import ObservedState
+from service.domain.progress_poller import ProgressPoller
+from service.supervisor import Supervisor
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import T0, spec_body
+from trainer.contract import JobSpec, RunLayout, TrainStep, dump_event
+
+TEAM_A = Caller(team="team-a", token_id="tok_a")
+
+
+class PacerClocks:
+    """The pacer's CPU clock, wall clock and sleep: a fold "uses" what the test says, a sleep moves the wall."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.wall = 100.0
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.wall += seconds
+
+    def pacer(self, share: float) -> FoldPacer:
+        return FoldPacer(share, cpu_clock=lambda: self.cpu, monotonic=lambda: self.wall, sleep=self.sleep)
+
+
+def test_a_fold_earns_a_rest_in_proportion_to_its_cpu_time() -> None:
+    clocks = PacerClocks()
+    pacer = clocks.pacer(0.25)
+    with pacer.fold():
+        clocks.cpu += 0.010  # 10 ms of the interpreter
+        clocks.wall += 0.010
+    with pacer.fold():  # at a quarter of the CPU, 10 ms of work is followed by 30 ms of nothing
+        clocks.cpu += 0.002
+    assert clocks.slept == [pytest.approx(0.030)]
+    clocks.wall += 1.0  # time spent elsewhere (the poll interval) counts as rest
+    with pacer.fold():
+        pass
+    assert len(clocks.slept) == 1
+
+
+def test_a_full_share_never_rests_and_a_rest_is_bounded() -> None:
+    clocks = PacerClocks()
+    pacer = clocks.pacer(1.0)
+    for _ in range(3):
+        with pacer.fold():
+            clocks.cpu += 0.5
+    assert clocks.slept == []
+    slow = clocks.pacer(0.1)
+    with slow.fold():
+        clocks.cpu += 60.0  # a fold that took a minute of CPU does not stop folding for nine
+    with slow.fold():
+        pass
+    assert clocks.slept == [pytest.approx(MAX_REST_S)]
+
+
+@pytest.mark.parametrize("share", [0.0, -0.5, 1.5, float("nan")])
+def test_a_share_outside_0_to_1_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="share"):
+        FoldPacer(share)
+
+
+class CountingPacer(FoldPacer):
+    def __init__(self) -> None:
+        super().__init__(1.0)
+        self.folds = 0
+
+    @contextmanager
+    def fold(self):  # type: ignore[override]
+        self.folds += 1
+        with super().fold():
+            yield
+
+
+def _running_job(service: JobService, launcher: FakeLauncher, tmp_path: Path) -> str:
+    job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
+    service.apply_observation(launcher.set(job_id, ObservedState.RUNNING))
+    return job_id
+
+
+def _steps(job_id: str, n: int, first_seq: int = 0) -> list[TrainStep]:
+    return [TrainStep(seq=first_seq + i, time=T0, job_id=job_id, step=i + 1, total_steps=n, loss=1.0 / (i + 1))
+            for i in range(n)]  # fmt: skip
+
+
+def test_a_batch_is_folded_in_chunks_through_the_pacer_and_ends_as_one_fold_would(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
+) -> None:
+    pacer = CountingPacer()
+    service = JobService(store, fake_launcher, fake_progress, fold_pacer=pacer)
+    job_id = _running_job(service, fake_launcher, tmp_path)
+    n = 3 * FOLD_CHUNK_EVENTS + 5
+    for event in _steps(job_id, n):
+        fake_progress.add(event)
+    pacer.folds = 0
+    service.ingest_progress(job_id)
+    assert pacer.folds == 4  # 128, 128, 128 and 5: no stretch longer than one chunk
+    record = store.get(job_id)
+    assert record is not None and record.step == n and record.last_trainer_seq == n - 1
+    assert [p.step for p in store.metric_points(job_id, limit=n + 10)] == list(range(1, n + 1))
+    fake_progress.replay_all()  # read again (a restart): the chunks drop what was folded, by seq
+    service.ingest_progress(job_id)
+    assert len(store.metric_points(job_id, limit=2 * n)) == n
+
+
+def _write_steps(tmp_path: Path, job_id: str, n: int) -> None:
+    path = Path(RunLayout(str(tmp_path / "runs"), job_id).events)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(dump_event(e) + "\n" for e in _steps(job_id, n)))
+
+
+def test_a_job_behind_is_read_again_at_once_and_the_round_says_so(
+    store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader = EventsFileReader(max_read_bytes=4096)  # a few events a read: the file is many reads long
+    service = JobService(store, fake_launcher, reader)
+    job_id = _running_job(service, fake_launcher, tmp_path)
+    _write_steps(tmp_path, job_id, 200)
+    poller = ProgressPoller(service)
+    assert poller.poll_once() is True  # one read's worth folded, more in the file
+    # A job behind is read without asking the source (an object store answers that every few seconds only).
+    monkeypatch.setattr(reader, "pending", lambda record: False)
+    rounds = 1
+    while poller.poll_once():
+        rounds += 1
+        assert rounds < 200
+    record = store.get(job_id)
+    assert record is not None and record.step == 200 and rounds > 3
+    assert poller.poll_once() is False  # caught up: back to asking
+
+
+def test_the_supervisor_polls_again_at_once_while_a_job_is_behind(store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path) -> None:
+    service = JobService(store, fake_launcher, EventsFileReader(max_read_bytes=4096))
+    job_id = _running_job(service, fake_launcher, tmp_path)
+    _write_steps(tmp_path, job_id, 200)
+    supervisor = Supervisor(service, fake_launcher, progress_poll_interval_s=0.5, active_jobs_reconcile_interval_s=60)
+    supervisor._recovered = True  # recovery is another test's; here only what a round asks of its loop
+    supervisor._next_reconcile_s = float("inf")
+    assert supervisor._recover_or_poll() == 0.0  # behind: the next round now, the pacer sets the pace
+    while supervisor._recover_or_poll() == 0.0:
+        pass
+    assert supervisor._recover_or_poll() is None  # caught up: the loop's own interval again
+    record = store.get(job_id)
+    assert record is not None and record.step == 200
