@@ -31,6 +31,7 @@ what the pacer buys is the difference between the two in one run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -97,18 +98,34 @@ def deployment_memory_limit_mib() -> int:
     return min(limits)
 
 
+def _rss_kib(pid: int) -> int:
+    return int(re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text()).group(1))  # type: ignore[union-attr]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
 class RssSampler(threading.Thread):
-    """Samples the process's resident memory; `peak_since(t)` is the largest sample after monotonic time t."""
+    """Samples the resident memory of the service and the service's own processes (the manifest worker: the pod's
+    limit counts them together); `peak_since(t)` is the largest sample after monotonic time t. The held trainers are
+    the local launcher's jobs, not the service's: a pod of their own on a cluster, so they are left out."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         self.pid, self.samples, self.stopped = pid, [], threading.Event()
 
     def run(self) -> None:
-        status = Path(f"/proc/{self.pid}/status")
         while not self.stopped.wait(0.02):
             try:
-                kib = int(re.search(r"VmRSS:\s+(\d+) kB", status.read_text()).group(1))  # type: ignore[union-attr]
+                kib = _rss_kib(self.pid)
+                for child in _children(self.pid):
+                    with contextlib.suppress(OSError, AttributeError):  # it may end between the two reads
+                        if "held_trainer" not in Path(f"/proc/{child}/cmdline").read_text():
+                            kib += _rss_kib(child)
             except (OSError, AttributeError):
                 return
             self.samples.append((time.monotonic(), kib / 1024))

@@ -1,5 +1,6 @@
-"""How long folding a manifest into a job's artifacts takes (service/domain/progress.py: fold_manifest, which runs
-inside the store's write lock), against the scan per artifact it replaced, measured in the same run.
+"""How long folding a manifest into a job's artifacts takes (service/domain/progress.py: fold_manifest, whose
+reduction, service/domain/manifest_sizes.py, runs inside the store's write lock for a manifest parsed in the service and
+in a worker process for a large one), against the scan per artifact it replaced, measured in the same run.
 
 A run directory of FILES files under ARTIFACTS directory artifacts (each a checkpoint-like directory of its own
 files); both folds get the same record and manifest, and their results must agree.
@@ -20,9 +21,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from service.domain.manifest_sizes import artifact_key  # noqa: E402
 from service.domain.models import Artifact, JobRecord  # noqa: E402
 from service.domain.phases import JobPhase  # noqa: E402
-from service.domain.progress import artifact_key, fold_manifest  # noqa: E402
+from service.domain.progress import fold_manifest  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
 
 RESULT_FILE = REPO / "bench" / "results" / "manifest_fold.json"

@@ -14,18 +14,18 @@ over MAX_MANIFEST_VALUES is refused unparsed (ManifestRefused), which the job's 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from service.domain.errors import RunFileRefused, RunFilesUnavailable
+from service.domain.manifest_sizes import ManifestSizes
 from service.domain.models import JobRecord, ManifestRefused
 from trainer.contract import STAGE_ORDER, ReproRecord, StepSamples, step_from_file_name
 from trainer.storage import StorageError
 
+from .manifest_worker import ManifestWorker
 from .run_reads import list_run_dir, read_run_file
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,10 @@ MAX_REPRO_BYTES = 1024 * 1024
 
 
 class StoreRunFiles:
-    def read_manifest(self, record: JobRecord) -> dict[str, Any] | ManifestRefused | None:
+    def __init__(self, manifest_worker: ManifestWorker | None = None) -> None:
+        self.manifest_worker = manifest_worker or ManifestWorker()
+
+    def read_manifest(self, record: JobRecord) -> ManifestSizes | ManifestRefused | None:
         layout = record.layout
         uri = layout.manifest
         try:
@@ -60,14 +63,15 @@ class StoreRunFiles:
                             MAX_MANIFEST_VALUES)  # fmt: skip
                 return ManifestRefused(f"manifest.json would make up to {values} JSON values, over the "
                                        f"{MAX_MANIFEST_VALUES} the service parses; its artifacts are not sized")  # fmt: skip
-            manifest = json.loads(found.data)
-        except (StorageError, RunFileRefused, ValueError, RecursionError) as e:
+        except (StorageError, RunFileRefused) as e:
             log.warning("job %s: cannot read %s: %s", record.id, uri, e)
             return None
-        if not isinstance(manifest, dict) or manifest.get("job_id") != record.id:
-            log.warning("job %s: %s is not this job's manifest; ignored", record.id, uri)
+        # Parsed away from the service's interpreter lock when large (manifest_worker.py).
+        sizes = self.manifest_worker.sizes(found.data, record.id, {name: a.uri for name, a in record.artifacts.items()})
+        if isinstance(sizes, str):
+            log.warning("job %s: %s ignored: %s", record.id, uri, sizes)
             return None
-        return manifest
+        return sizes
 
     def stage_log_lines(self, record: JobRecord) -> Iterator[str]:
         layout = record.layout

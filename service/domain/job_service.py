@@ -39,6 +39,7 @@ from .job_logs import job_log_lines
 from .job_samples import read_job_samples
 from .learning_health import HealthPolicy
 from .location_policy import UNRESTRICTED, LocationPolicy
+from .manifest_sizes import ManifestSizes
 from .models import Caller, JobFilters, JobRecord, ManifestRefused, SamplesPublic
 from .observation_policy import (
     WORKLOAD_STOPPED,
@@ -391,7 +392,7 @@ class JobService:
         resumes_left = rec.resumes < self.max_resumes
         return decide(rec.phase, obs.state, about_replaced_workload=replaced, resumes_left=resumes_left)
 
-    def _read_manifest_if_ending(self, obs: Observation) -> dict[str, Any] | ManifestRefused | None:
+    def _read_manifest_if_ending(self, obs: Observation) -> ManifestSizes | ManifestRefused | None:
         """Read the run's manifest (storage I/O: before the write lock, never under it)."""
         if self.run_files is None:
             return None

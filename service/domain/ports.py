@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from trainer.contract import JobSpec, ReproRecord, StepSamples, TrainerEvent
 
+from .manifest_sizes import ManifestSizes
 from .models import JobEvent, JobFilters, JobRecord, ManifestRefused, MetricPoint, QueueStatus, TokenRecord
 from .phases import JobPhase
 
@@ -267,7 +268,7 @@ class RunFiles(Protocol):
     (gs:// or local) is the job's permanent record.
     """
 
-    def read_manifest(self, record: JobRecord) -> dict[str, Any] | ManifestRefused | None:
+    def read_manifest(self, record: JobRecord) -> ManifestSizes | ManifestRefused | None:
         """manifest.json (trainer/storage/manifest.py); None if absent or unreadable; ManifestRefused for one too
         large to parse within the service's memory (recorded on the job)."""
 

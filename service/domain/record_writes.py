@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .manifest_sizes import ManifestSizes
 from .models import JobRecord, ManifestRefused
 from .observation_policy import (
     Decision,
@@ -59,7 +60,7 @@ def write_queue(tx: JobTx, rec: JobRecord, obs: Observation, clock: Clock) -> No
 
 
 def write_decision(
-    decided: Decision, rec: JobRecord, tx: JobTx, obs: Observation, manifest: dict[str, Any] | ManifestRefused | None,
+    decided: Decision, rec: JobRecord, tx: JobTx, obs: Observation, manifest: ManifestSizes | ManifestRefused | None,
     clock: Clock,
 ) -> str | None:
     """Carry `decided` out on `rec`. Returns the name of the workload a resume replaced, if any: the

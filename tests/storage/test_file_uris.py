@@ -10,7 +10,8 @@ from pathlib import Path
 
 from service.adapters.events_file import EventsFileReader
 from service.adapters.run_files import StoreRunFiles
-from service.domain.models import JobRecord
+from service.domain.manifest_sizes import size_manifest
+from service.domain.models import JobRecord, ManifestRefused
 from service.domain.phases import JobPhase
 from service.domain.progress import fold_manifest
 from trainer.contract import JobSpec, RunLayout, RunStarted, Stage, dump_event, local_path, location_kind
@@ -66,7 +67,9 @@ def test_local_readers_take_file_uris(tmp_path: Path):
     batch = EventsFileReader().read_new(record)
     assert [type(e).__name__ for e in batch.events] == ["RunStarted"]
     files = StoreRunFiles()
-    assert files.read_manifest(record) == manifest
+    sizes = files.read_manifest(record)
+    assert sizes == size_manifest(manifest, {})
     assert "step 1" in list(files.stage_log_lines(record))
-    fold_manifest(record, manifest)
+    assert sizes is not None and not isinstance(sizes, ManifestRefused)
+    fold_manifest(record, sizes)
     assert record.artifacts["run"].uri == layout.root and record.artifacts["run"].file_count == 3

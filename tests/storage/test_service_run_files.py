@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from service.adapters.run_files import StoreRunFiles
+from service.domain.manifest_sizes import ManifestSizes
 from service.domain.models import Artifact, JobRecord
 from service.domain.phases import JobPhase
 from service.domain.progress import fold_manifest
@@ -34,7 +35,7 @@ def test_manifest_and_stage_logs_are_read_from_gcs(gcs, bucket):
 
     files = StoreRunFiles()
     manifest = files.read_manifest(record)
-    assert manifest is not None and manifest["job_id"] == JOB_ID
+    assert isinstance(manifest, ManifestSizes) and manifest.sized["export"]["file_count"] == 1  # this job's, sized
     fold_manifest(record, manifest)
     assert record.artifacts["export"].size_bytes == 300 and record.artifacts["export"].file_count == 1
     assert record.artifacts["run"].uri == layout.root
