@@ -1,12 +1,13 @@
 """ManifestWorker: parses a large manifest.json and reduces it to the job's artifact sizes in a process of its own.
 
 A manifest within the service's bounds is up to 64 MiB and 2,000,000 JSON values. json.loads of one near the bound
-took about 0.5 s during which it held the service's interpreter lock, so every other request (any team's) waited
-through it: bench/hostile_load.py saw another team's p95 at x10-x27 of its value at rest in the cases that end a job
-with such a manifest. Here the bytes go to one long-lived worker process (spawned, not forked: the service has
-threads), which parses them and answers with manifest_sizes.ManifestSizes, a few hundred bytes; the service's lock is
-held only to copy the bytes into the pipe. A small manifest (a real run's is a few KiB to a few MiB) is parsed in
-place: a process round trip would cost more than the parse.
+took about 0.5 s, and counting the values of a 64 MiB one about 0.1 s, and the service's interpreter lock was held
+throughout, so every other request (any team's) waited through it: bench/hostile_load.py saw another team's p95 at
+x10-x27 of its value at rest in the cases that end a job with such a manifest. Here the bytes go to one long-lived
+worker process (spawned, not forked: the service has threads), which counts and parses them and answers with
+manifest_sizes.ManifestSizes (a few hundred bytes) or ManifestRefused; the service's lock is held only to copy the
+bytes into the pipe. A small manifest (a real run's is a few KiB to a few MiB) is handled in place: a process round
+trip would cost more than the parse.
 
 A worker that dies (the kernel's OOM killer, a crash) or takes longer than `timeout_s` is replaced and the manifest is
 answered as unreadable (the job's artifacts keep what its events said, as for any unreadable manifest); the next
@@ -26,15 +27,31 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 
 from service.domain.manifest_sizes import ManifestSizes, size_manifest
+from service.domain.models import ManifestRefused
 
 log = logging.getLogger(__name__)
 
 INLINE_PARSE_BYTES = 1024 * 1024  # parsed in the service: about 10 ms of json.loads
 WORKER_TIMEOUT_S = 120.0  # a near-bound manifest takes about 1 s; far past that the worker is stuck
+# At most this many JSON values (keys included; manifest_values counts an upper bound): a real manifest makes 9 per
+# file (a dict of 4 keys and 4 values), so this takes 200,000 files, about 130 MB parsed at most.
+MAX_MANIFEST_VALUES = 2_000_000
 
 
-def manifest_sizes_of(data: bytes, job_id: str, artifact_uris: Mapping[str, str]) -> ManifestSizes | str:
-    """Parse `data` and size the artifacts; a str says why there is nothing (not JSON, not this job's)."""
+def manifest_values(data: bytes) -> int:
+    """An upper bound on the JSON values (object keys included) json.loads would make from `data`, without parsing:
+    each element of an array and each member of an object follows a comma or opens its container, and a member is
+    two values. Commas inside strings count too, so the bound only errs high."""
+    return 2 * (data.count(b",") + data.count(b"[") + data.count(b"{")) + 1
+
+
+def manifest_sizes_of(data: bytes, job_id: str, artifact_uris: Mapping[str, str]) -> ManifestSizes | ManifestRefused | str:
+    """Size the artifacts from `data`; ManifestRefused for one with more values than the service parses (counted in
+    the bytes first: 64 MiB of `{},` parsed is 1.7 GB); a str says why there is nothing (not JSON, not this job's)."""
+    values = manifest_values(data)
+    if values > MAX_MANIFEST_VALUES:
+        return ManifestRefused(f"manifest.json would make up to {values} JSON values, over the "
+                               f"{MAX_MANIFEST_VALUES} the service parses; its artifacts are not sized")  # fmt: skip
     try:
         manifest = json.loads(data)
     except (ValueError, RecursionError) as e:
@@ -51,7 +68,7 @@ class ManifestWorker:
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()  # one manifest at a time: job ends are rare, and one worker is enough memory
 
-    def sizes(self, data: bytes, job_id: str, artifact_uris: Mapping[str, str]) -> ManifestSizes | str:
+    def sizes(self, data: bytes, job_id: str, artifact_uris: Mapping[str, str]) -> ManifestSizes | ManifestRefused | str:
         if len(data) <= self.inline_bytes:
             return manifest_sizes_of(data, job_id, artifact_uris)
         with self._lock:

@@ -25,7 +25,7 @@ from service.domain.models import JobRecord, ManifestRefused
 from trainer.contract import STAGE_ORDER, ReproRecord, StepSamples, step_from_file_name
 from trainer.storage import StorageError
 
-from .manifest_worker import ManifestWorker
+from .manifest_worker import MAX_MANIFEST_VALUES, ManifestWorker, manifest_values
 from .run_reads import list_run_dir, read_run_file
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,6 @@ log = logging.getLogger(__name__)
 # A stage log can be large (MaxText prints per step); only its tail is worth sending to a terminal.
 MAX_LOG_BYTES = 8 * 1024 * 1024
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
-# At most this many JSON values (keys included; manifest_values counts an upper bound): a real manifest makes 9 per
-# file (a dict of 4 keys and 4 values), so this takes 200,000 files, about 130 MB parsed at most.
-MAX_MANIFEST_VALUES = 2_000_000
 # A samples file holds at most MAX_SAMPLES_PER_STEP samples of MAX_TEXT_CHARS-long texts (under
 # 100 KiB); anything far bigger is not one the trainer wrote and is not read into memory.
 MAX_SAMPLES_BYTES = 4 * 1024 * 1024
@@ -57,20 +54,16 @@ class StoreRunFiles:
             if found.more_after:
                 log.warning("job %s: %s is over %d bytes; not read", record.id, uri, MAX_MANIFEST_BYTES)
                 return ManifestRefused(f"manifest.json is over {MAX_MANIFEST_BYTES} bytes; not read")
-            values = manifest_values(found.data)
-            if values > MAX_MANIFEST_VALUES:
-                log.warning("job %s: %s would make up to %d JSON values, over %d; not parsed", record.id, uri, values,
-                            MAX_MANIFEST_VALUES)  # fmt: skip
-                return ManifestRefused(f"manifest.json would make up to {values} JSON values, over the "
-                                       f"{MAX_MANIFEST_VALUES} the service parses; its artifacts are not sized")  # fmt: skip
         except (StorageError, RunFileRefused) as e:
             log.warning("job %s: cannot read %s: %s", record.id, uri, e)
             return None
-        # Parsed away from the service's interpreter lock when large (manifest_worker.py).
+        # Counted and parsed away from the service's interpreter lock when large (manifest_worker.py).
         sizes = self.manifest_worker.sizes(found.data, record.id, {name: a.uri for name, a in record.artifacts.items()})
         if isinstance(sizes, str):
             log.warning("job %s: %s ignored: %s", record.id, uri, sizes)
             return None
+        if isinstance(sizes, ManifestRefused):
+            log.warning("job %s: %s not parsed: %s", record.id, uri, sizes.reason)
         return sizes
 
     def stage_log_lines(self, record: JobRecord) -> Iterator[str]:
@@ -142,8 +135,4 @@ def _read_model[M: BaseModel](record: JobRecord, uri: str, limit: int, too_big: 
         return None
 
 
-def manifest_values(data: bytes) -> int:
-    """An upper bound on the JSON values (object keys included) json.loads would make from `data`, without parsing:
-    each element of an array and each member of an object follows a comma or opens its container, and a member is
-    two values. Commas inside strings count too, so the bound only errs high."""
-    return 2 * (data.count(b",") + data.count(b"[") + data.count(b"{")) + 1
+__all__ = ["MAX_MANIFEST_VALUES", "StoreRunFiles", "manifest_values"]  # the bounds are the worker's; named here too
