@@ -3,8 +3,8 @@
 A manifest within the service's bounds is up to 64 MiB and 2,000,000 JSON values. json.loads of one near the bound
 took about 0.5 s, and counting the values of a 64 MiB one about 0.1 s, and the service's interpreter lock was held
 throughout, so every other request (any team's) waited through it: bench/hostile_load.py saw another team's p95 at
-x10-x27 of its value at rest in the cases that end a job with such a manifest. Here the bytes go to one long-lived
-worker process (spawned, not forked: the service has threads), which counts and parses them and answers with
+x10-x27 of its value at rest in the cases that end a job with such a manifest. Here the bytes go to a worker
+process of their own (spawned, not forked: the service has threads), which counts and parses them and answers with
 manifest_sizes.ManifestSizes (a few hundred bytes) or ManifestRefused; the service's lock is held only to copy the
 bytes into the pipe. A small manifest (a real run's is a few KiB to a few MiB) is handled in place: a process round
 trip would cost more than the parse.
@@ -73,7 +73,9 @@ class ManifestWorker:
             return manifest_sizes_of(data, job_id, artifact_uris)
         with self._lock:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+                # One manifest a worker: parsing a near-bound one leaves ~300 MiB in the worker's allocator, which a
+                # worker that lived on would hold for good; a spawn (about 1 s) per manifest over 1 MiB is cheap.
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1)
             # Looked up at the call, so a test can hand the worker a task that dies or hangs.
             future = self._pool.submit(manifest_sizes_of, data, job_id, dict(artifact_uris))
             try:
