@@ -27,6 +27,7 @@ import logging
 import secrets
 import string
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -71,6 +72,11 @@ log = logging.getLogger(__name__)
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 DEFAULT_HEALTH_POLICY = HealthPolicy()
 MAX_DRAIN_READS = 1024  # x MAX_READ_BYTES of the events reader (256 MiB): a drain is bounded, the poller does the rest
+# A stopped workload's events are drained before its end is written, for at most DRAIN_BUDGET_S of one observation's
+# time (the observation thread applies every job's); a job still behind keeps its phase, the poller reads on at its
+# pace, and the reconcile's next look writes the end, at most DRAIN_PUT_OFF_MAX_S after the first try.
+DRAIN_BUDGET_S = 5.0
+DRAIN_PUT_OFF_MAX_S = 600.0
 
 
 def new_job_id() -> str:
@@ -114,6 +120,7 @@ class JobService:
         self._new_id = id_factory
         self._lock = threading.RLock()
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
+        self._end_put_off_since: dict[str, float] = {}  # job id -> monotonic time its end was first put off
         self._observed = ObservationOrder()
         self.health_policy = health_policy
         self.location_policy = location_policy
@@ -324,7 +331,10 @@ class JobService:
         again next time (events already folded are dropped by seq). A batch is folded in chunks at the
         pacer's share of the CPU (fold_pacer.py). `until_caught_up` keeps reading (bounded) while the
         source has more, as before a terminal phase, after which nothing is folded in."""
-        for _ in range(MAX_DRAIN_READS if until_caught_up else 1):
+        deadline = time.monotonic() + DRAIN_BUDGET_S
+        for read in range(MAX_DRAIN_READS if until_caught_up else 1):
+            if read and time.monotonic() > deadline:
+                return True  # the caller decides: apply_observation puts the job's end off
             record = self.store.get(job_id)
             if record is None or record.phase.is_terminal():
                 return False
@@ -357,10 +367,13 @@ class JobService:
         if obs.state in WORKLOAD_STOPPED:
             # Drain the events file first so artifacts and the RunFinished message are in the record
             # before the terminal phase is written (nothing may be folded in after it).
+            behind = False
             try:
-                self.ingest_progress(obs.job_id, until_caught_up=True)
+                behind = self.ingest_progress(obs.job_id, until_caught_up=True)
             except Exception:
                 log.exception("reading progress of %s failed", obs.job_id)
+            if behind and self._put_end_off(obs.job_id):
+                return
         manifest = self._read_manifest_if_ending(obs)
         decided = Decision.IGNORE
 
@@ -386,6 +399,20 @@ class JobService:
             self._replaced.pop(obs.job_id, None)
             self._observed.forget(obs.job_id)
             self._stop_requested.discard(obs.job_id)
+            self._end_put_off_since.pop(obs.job_id, None)
+
+    def _put_end_off(self, job_id: str) -> bool:
+        """Whether a stopped job with events still unread keeps its phase for now (DRAIN_PUT_OFF_MAX_S)."""
+        now = time.monotonic()
+        since = self._end_put_off_since.setdefault(job_id, now)
+        if now - since < DRAIN_PUT_OFF_MAX_S:
+            if since == now:
+                log.info("job %s: its workload stopped with trainer events still unread; its end is written once they "
+                         "are read", job_id)  # fmt: skip
+            return True
+        log.warning("job %s: trainer events still unread %.0f s after its workload stopped; its end is written "
+                    "without them", job_id, now - since)  # fmt: skip
+        return False
 
     def _decide(self, rec: JobRecord, obs: Observation) -> Decision:
         replaced = names_a_replaced_workload(obs.object_name, rec.object_name, self._replaced.get(rec.id, ()))

@@ -4,7 +4,8 @@ A job that writes events as fast as it can used to keep the service's fold threa
 and every other team's request waited for the interpreter lock meanwhile (bench/hostile_load.py measures that
 latency against an unpaced service in the same run). Here, with the pacer's clocks in the test's hands: a fold
 earns a rest in proportion to its CPU time; a batch is folded in chunks, each through the pacer, and ends as one
-fold would have; the poller reads a job that is behind again without waiting for its interval."""
+fold would have; the poller reads a job that is behind again without waiting for its interval; and a stopped job's
+end waits (a bounded time) for events one drain could not read."""
 
 from __future__ import annotations
 
@@ -13,17 +14,19 @@ from pathlib import Path
 
 import pytest
 
+import service.domain.job_service as job_service_module
 from service.adapters.events_file import EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.domain.fold_pacer import FOLD_CHUNK_EVENTS, MAX_REST_S, FoldPacer
 from service.domain.job_service import JobService
 from service.domain.models import Caller
+from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.progress_poller import ProgressPoller
 from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, spec_body
-from trainer.contract import JobSpec, RunLayout, TrainStep, dump_event
+from trainer.contract import JobSpec, RunFinished, RunLayout, TrainStep, dump_event
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
 
@@ -162,3 +165,45 @@ def test_the_supervisor_polls_again_at_once_while_a_job_is_behind(store: SqlJobS
     assert supervisor._recover_or_poll() is None  # caught up: the loop's own interval again
     record = store.get(job_id)
     assert record is not None and record.step == 200
+
+
+def _flooded_stopped_job(store: SqlJobStore, launcher: FakeLauncher, tmp_path: Path) -> tuple[JobService, str]:
+    service = JobService(store, launcher, EventsFileReader(max_read_bytes=4096))
+    job_id = _running_job(service, launcher, tmp_path)
+    _write_steps(tmp_path, job_id, 200)
+    with Path(RunLayout(str(tmp_path / "runs"), job_id).events).open("a") as f:
+        f.write(dump_event(RunFinished(seq=200, time=T0, job_id=job_id, ok=True, exit_code=0)) + "\n")
+    return service, job_id
+
+
+def test_a_stopped_job_with_events_behind_keeps_its_phase_until_they_are_read(
+    store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drain before a job's end has a time budget (one read here): the observation thread applies every job's
+    transitions, and a job that flooded its events file before exiting must not hold it. Its end waits for the poller
+    (at its pace), then the reconcile's next look writes it with every event in."""
+    monkeypatch.setattr(job_service_module, "DRAIN_BUDGET_S", 0.0)
+    service, job_id = _flooded_stopped_job(store, fake_launcher, tmp_path)
+    stopped = fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0)
+    service.apply_observation(stopped)
+    record = store.get(job_id)
+    assert record is not None and record.phase is JobPhase.RUNNING and record.step < 200  # put off, nothing lost
+    poller = ProgressPoller(service)
+    while poller.poll_once():
+        pass
+    service.apply_observation(stopped)  # as the reconcile observes it again
+    record = store.get(job_id)
+    assert record is not None and record.phase is JobPhase.SUCCEEDED
+    assert record.step == 200 and record.run_finished is not None and record.run_finished.ok
+    assert len(store.metric_points(job_id, limit=500)) == 200
+
+
+def test_a_jobs_end_is_put_off_for_a_bounded_time_only(
+    store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(job_service_module, "DRAIN_BUDGET_S", 0.0)
+    monkeypatch.setattr(job_service_module, "DRAIN_PUT_OFF_MAX_S", 0.0)
+    service, job_id = _flooded_stopped_job(store, fake_launcher, tmp_path)
+    service.apply_observation(fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0))
+    record = store.get(job_id)
+    assert record is not None and record.phase is JobPhase.SUCCEEDED and record.step < 200  # ended without the rest
