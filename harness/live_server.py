@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -61,11 +62,21 @@ class ThreadedServer:
     url: str
 
     @classmethod
-    def start(cls, app: Any, port: int, *, probe: str = "/readyz", thread_name: str = "uvicorn",
+    def start(cls, app: Any, port: int = 0, *, probe: str = "/readyz", thread_name: str = "uvicorn",
               timeout_s: float = START_TIMEOUT_S, **config: Any) -> ThreadedServer:
-        """`config`: uvicorn.Config options (log_config, timeout_graceful_shutdown, ...)."""
+        """`config`: uvicorn.Config options (log_config, timeout_graceful_shutdown, ...). Port 0: one the kernel
+        picks. The socket is bound here and handed to uvicorn: a port chosen first and bound later could be taken in
+        between (the other test worker's server once was), and the probe then reached that server instead."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart on the same port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            raise
+        port = sock.getsockname()[1]
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **config))
-        thread = threading.Thread(target=server.run, name=thread_name, daemon=True)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=thread_name, daemon=True)
         thread.start()
         running = cls(server, thread, f"http://127.0.0.1:{port}")
 
@@ -93,7 +104,7 @@ class ThreadedServer:
 def served(app: Any, *, probe: str = "/readyz", log_config: dict[str, Any] | None = None) -> Iterator[str]:
     """Serve `app` until the block ends; yields its base URL once `probe` answers 200.
     log_config=None: uvicorn's records reach the root logger, where caplog sees them."""
-    running = ThreadedServer.start(app, free_port(), probe=probe, log_config=log_config)
+    running = ThreadedServer.start(app, probe=probe, log_config=log_config)
     try:
         yield running.url
     finally:

@@ -100,7 +100,7 @@ def bounded_server(store: SqlJobStore, settings_factory: Callable[..., Settings]
     add_test_tokens(store)
     app = create_app(settings_factory(), store=store, launcher=FakeLauncher(), progress=FakeProgress())
     limits = ConnectionLimits(max_connections=50, request_timeout_s=1.0)
-    running = ThreadedServer.start(app, free_port(), http=bounded_protocol(limits))
+    running = ThreadedServer.start(app, http=bounded_protocol(limits))
     try:
         yield running.url
     finally:
