@@ -10,7 +10,7 @@ hostile; then each case, one after the other, from team alpha:
 - events: 100,000 artifact events and 100,000 train steps appended to one job's events.jsonl, until the job
   shows the last step;
 - manifest-parsed: the largest manifest.json the service parses (real-shaped entries, just under
-  run_files.MAX_MANIFEST_VALUES), read at the job's end;
+  manifest_worker.MAX_MANIFEST_VALUES), read at the job's end;
 - manifest-refused: 64 MiB of `{},` (the manifest that took the service past 1 GiB in every life), at the
   job's end;
 - log-line: output.log with one 512 MiB line, read whole and with tail_lines=5;
@@ -56,7 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness.live_server import HELD_TRAINER  # noqa: E402
-from service.adapters.run_files import MAX_MANIFEST_VALUES, manifest_values  # noqa: E402
+from service.adapters.manifest_worker import MAX_MANIFEST_VALUES, manifest_values  # noqa: E402
 from service.adapters.store import SqlJobStore  # noqa: E402
 from service.config import load_settings  # noqa: E402
 from service.domain.tokens import TokenService  # noqa: E402

@@ -8,8 +8,8 @@ logged and the job's artifacts stay as its events named them.
 
 A manifest within its byte bound can still be too much to parse: 64 MiB of `{},` is 22 million dicts, and
 json.loads took the service from 109 to 1,786 MiB, past the Deployment's 1 GiB limit, in every life, during
-start-up recovery. So the values it would make are counted in the bytes first (manifest_values) and a manifest
-over MAX_MANIFEST_VALUES is refused unparsed (ManifestRefused), which the job's end records.
+start-up recovery. So the values it would make are counted in the bytes first (manifest_worker.manifest_values) and a
+manifest over MAX_MANIFEST_VALUES is refused unparsed (ManifestRefused), which the job's end records.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from service.domain.models import JobRecord, ManifestRefused
 from trainer.contract import STAGE_ORDER, ReproRecord, StepSamples, step_from_file_name
 from trainer.storage import StorageError
 
-from .manifest_worker import MAX_MANIFEST_VALUES, ManifestWorker, manifest_values
+from .manifest_worker import ManifestWorker
 from .run_reads import list_run_dir, read_run_file
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,3 @@ def _read_model[M: BaseModel](record: JobRecord, uri: str, limit: int, too_big: 
         problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'file'}: {err['msg']}" for err in e.errors()[:3])
         log.warning("job %s: %s is not %s: %s", record.id, uri, what, problems)  # never the content
         return None
-
-
-__all__ = ["MAX_MANIFEST_VALUES", "StoreRunFiles", "manifest_values"]  # the bounds are the worker's; named here too

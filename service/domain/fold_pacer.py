@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 FOLD_CHUNK_EVENTS = 128  # about 10 ms of fold (90 us an event, bench/hostile_load.py's events)
-MAX_REST_S = 1.0  # one rest at most: a fold stalled on the database is not a reason to stop folding for minutes
+MAX_REST_S = 1.0  # one rest at most: one slow fold (a cold cache, a big record) must not stop folding for long
 
 
 class FoldPacer:
@@ -43,7 +43,6 @@ class FoldPacer:
         self._cpu_clock, self._monotonic, self._sleep = cpu_clock, monotonic, sleep
         self._next_fold_at = 0.0  # monotonic time before which no fold starts
         self._lock = threading.Lock()
-        self.rested_s = 0.0  # what the rests added up to (tests and the bench read it)
 
     @contextmanager
     def fold(self) -> Iterator[None]:
@@ -51,7 +50,6 @@ class FoldPacer:
         with self._lock:
             wait = self._next_fold_at - self._monotonic()
         if wait > 0:
-            self.rested_s += wait
             self._sleep(wait)
         started = self._cpu_clock()  # this thread's CPU: what the fold took of the interpreter, not its waits
         try:

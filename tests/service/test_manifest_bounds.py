@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.adapters.run_files import MAX_MANIFEST_VALUES, StoreRunFiles, manifest_values
+from service.adapters.manifest_worker import MAX_MANIFEST_VALUES, manifest_values
+from service.adapters.run_files import StoreRunFiles
 from service.domain.manifest_sizes import ManifestSizes
 from service.domain.models import Artifact, JobRecord, ManifestRefused
 from service.domain.phases import JobPhase
