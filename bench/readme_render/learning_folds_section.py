@@ -96,4 +96,23 @@ def render_learning_folds(results: dict[str, Any]) -> str:
         lines += ["", f"Not measured yet: {', '.join(f'`{m}`' for m in missing)} (this file is partial)."]
     if results.get("arms"):
         lines += ["", "Runs:", *_arm_lines(results)]
+        kl = _final_kl(results)
+        lines += [
+            "",
+            "What the intervals cover: each model above is one training run per fold, so the intervals are over the 300 "
+            "evaluation rows and leave out how much a second training run (another seed) would differ. A difference "
+            "between two trained arms therefore cannot tell a defect in one of them from run-to-run variation; that "
+            "needs several seeds per arm (not pre-registered, not run)."
+            + (f" Mean KL to the reference over each arm's last 5 steps, both folds: {kl}." if kl else ""),
+        ]
     return "\n".join(lines)
+
+
+def _final_kl(results: dict[str, Any]) -> str:
+    """How far each arm's policy had moved from the reference when training ended, as its trainer logged it."""
+    parts = []
+    for arm, record in results.get("arms", {}).items():
+        values = [p["kl"] for run in record["folds"].values() for p in (run.get("train") or [])[-5:] if p.get("kl") is not None]
+        if values:
+            parts.append(f"`{arm}` {sum(values) / len(values):.3f}")
+    return ", ".join(parts)

@@ -84,3 +84,21 @@ def test_decision_rule_reads_the_right_differences():
 def test_the_committed_preregistration_states_the_rule_the_code_applies():
     pre = json.loads(PREREGISTRATION.read_text())
     assert pre["decision_rule"] == learning_folds_stats.DECISION_RULE
+
+
+def test_the_rendered_passage_says_what_its_intervals_leave_out_and_each_arms_final_kl():
+    from bench.readme_render.learning_folds_section import render_learning_folds
+
+    def run(kls):
+        return {"phase": "SUCCEEDED", "train": [{"step": i + 1, "reward_mean": 0.5, "kl": kl} for i, kl in enumerate(kls)]}
+
+    results = {
+        "arms": {
+            "trained": {"folds": {"A": run([9.0, 0.1, 0.1, 0.1, 0.1, 0.1]), "B": run([0.3] * 5)}},
+            "peer_trl": {"folds": {"A": run([None] * 5), "B": run([None, 0.4])}},
+        }
+    }
+    text = render_learning_folds(results)
+    assert "one training run per fold" in text
+    # the last 5 steps of each fold only: the 9.0 of fold A's first step is left out
+    assert "`trained` 0.200" in text and "`peer_trl` 0.400" in text
