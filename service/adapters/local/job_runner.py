@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         # In a thread: a process the trainer left behind may hold the pipe open after the trainer exits,
         # and the exit code must not wait for it (the copy gets a few seconds more to drain).
-        copier = threading.Thread(target=copy_output, args=(child.stdout, sys.stdout.fileno()), daemon=True)
+        copier = threading.Thread(target=copy_output, args=(child.stdout, sys.stdout.fileno()), name="job-output-copy", daemon=True)
         copier.start()
         returncode = child.wait()
         copier.join(timeout=10)
