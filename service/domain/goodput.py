@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
 from trainer.contract import Stage
 from trainer.contract.goodput import (
@@ -44,18 +43,10 @@ log = logging.getLogger(__name__)
 _DIGITS = 3  # milliseconds
 
 
-def push_goodput(stored: dict[str, Any] | None, attempt: int, train: TrainGoodput) -> dict[str, Any]:
-    """The stored goodput with `train` as attempt `attempt`'s newest measurement (record.goodput's JSON)."""
-    attempts = dict((stored or {}).get("attempts") or {})
-    attempts[str(attempt)] = train.model_dump(mode="json")
-    return {"attempts": attempts}
-
-
-def train_parts(stored: dict[str, Any] | None) -> dict[str, float]:
+def train_parts(by_attempt: dict[int, TrainGoodput]) -> dict[str, float]:
     """Seconds by train_rl part, summed over attempts."""
     totals = dict.fromkeys(TRAIN_PARTS, 0.0)
-    for body in ((stored or {}).get("attempts") or {}).values():
-        measured = TrainGoodput.model_validate(body)
+    for measured in by_attempt.values():
         for name, seconds in measured.parts.items():
             if name in totals:
                 totals[name] += seconds

@@ -2,7 +2,7 @@
 
 The trainer reports one EvalSummary per evaluation train_rl ran (trainer/contract/evaluation.py:
 `before`, `step-N`, `after`, with counts and, for all but `before`, the paired change over the same
-rows). The record keeps them (`JobRecord.eval_points`, JSON, one per label, at most
+rows). The record keeps them (`JobRecord.eval_points`, one per label, oldest first, at most
 MAX_EVAL_POINTS); this module turns them into `JobPublic.eval` and says why there is none.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from trainer.contract import JobSpec
 from trainer.contract.evaluation import (
@@ -65,29 +65,17 @@ class JobEval(BaseModel):
     )
 
 
-def push_eval(points: list[dict[str, Any]], summary: EvalSummary) -> list[dict[str, Any]]:
-    """The stored points with `summary` in (replacing its label: a resumed trainer may evaluate again)."""
-    kept = [p for p in points if isinstance(p, dict) and p.get("label") != summary.label]
-    kept.append(summary.model_dump(mode="json"))
-    kept.sort(key=_order)
+def push_eval(points: list[EvalSummary], summary: EvalSummary) -> list[EvalSummary]:
+    """The points with `summary` in (replacing its label: a resumed trainer may evaluate again), oldest first."""
+    kept = sorted([p for p in points if p.label != summary.label] + [summary], key=eval_order)
     while len(kept) > MAX_EVAL_POINTS:
-        kept.pop(next(i for i, p in enumerate(kept) if p.get("label") not in (BEFORE, AFTER)))
+        kept.pop(next(i for i, p in enumerate(kept) if p.label not in (BEFORE, AFTER)))
     return kept
 
 
-def read_points(points: list[dict[str, Any]]) -> list[EvalSummary]:
-    """The stored points this code can read (one written by another version is skipped), oldest first."""
-    out = []
-    for p in points:
-        try:
-            out.append(EvalSummary.model_validate(p))
-        except ValidationError:
-            continue
-    return sorted(out, key=lambda s: _order(s.model_dump()))
-
-
-def _order(point: dict[str, Any]) -> tuple[int, int]:
-    label = str(point.get("label"))
+def eval_order(summary: EvalSummary) -> tuple[int, int]:
+    """before, then step-N by N, then after."""
+    label = summary.label
     if label == BEFORE:
         return (0, 0)
     if label == AFTER:
@@ -113,8 +101,7 @@ def public_point(summary: EvalSummary) -> EvalPoint:
     )  # fmt: skip
 
 
-def job_eval(points: list[dict[str, Any]], *, spec: JobSpec, phase: JobPhase) -> JobEval:
-    summaries = read_points(points)
+def job_eval(summaries: list[EvalSummary], *, spec: JobSpec, phase: JobPhase) -> JobEval:
     if not summaries:
         return JobEval(status="none", reason=_why_none(spec, phase), points=[], before=None, after=None, difference=None)
     public = [public_point(s) for s in summaries]

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from trainer.contract import Stage
 
-from .job_eval import latest_comparison, read_points
+from .job_eval import latest_comparison
 from .learning_health import HealthPolicy, LearningHealth, assess_learning, stall_deadline
 from .models import JobRecord
 from .ports import JobTx
@@ -36,7 +36,7 @@ def learning_health(record: JobRecord, now: datetime, policy: HealthPolicy) -> L
         train_started_at=train_started_at(record),
         job_id=record.id,
         checkpoints_uri=record.layout.actor_checkpoints,
-        evaluation=latest_comparison(read_points(record.eval_points)),
+        evaluation=latest_comparison(record.eval_points),
     )
 
 

@@ -3,7 +3,8 @@
 `JobRecord` is a plain dataclass the job service mutates inside one store transaction. Its spec is
 the parsed JobSpec (validated where it crossed a boundary: the API's body, the store's row), and what
 it keeps of the trainer's events (stage, recent train steps, stage times, artifacts, the run's
-outcome) are typed, stage times and artifacts the same models the API returns. `JobCreate` /
+outcome, evaluations, run size, goodput) and the submit-time fit estimate are typed: the store turns its JSON
+columns into these models where it reads a row, so nothing re-validates them on the way out. `JobCreate` /
 `JobPublic` / `JobsPublic` are what the REST API accepts and returns.
 """
 
@@ -17,7 +18,8 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationInfo, model_validator
 
 from trainer.contract import HardwareSpec, JobSpec, RunLayout, RunStorage, Stage, StepSamples
-from trainer.contract.goodput import JobGoodput
+from trainer.contract.evaluation import EvalSummary
+from trainer.contract.goodput import JobGoodput, TrainGoodput
 from trainer.sizing.fit import FitEstimate
 
 from .errors import InvalidRequest
@@ -132,12 +134,11 @@ class JobRecord:
     # usage (chip-hours by phase) is computed from these, the current phase's share up to `now`.
     phase_seconds: dict[str, float] = field(default_factory=dict)
     phase_entered_at: datetime | None = None
-    fit_estimate: dict[str, Any] | None = None  # the submit-time memory estimate (trainer.contract fit check)
-    # One EvalSummary (trainer.contract.evaluation) per evaluation label, as JSON (job_eval.push_eval).
-    eval_points: list[dict[str, Any]] = field(default_factory=list)
-    storage: dict[str, Any] | None = None  # the trainer's newest run-directory measurement (RunStorage as JSON)
-    # The newest train_rl time split of each attempt ({"attempts": {"1": TrainGoodput JSON}}; goodput.py).
-    goodput: dict[str, Any] | None = None
+    fit_estimate: FitEstimate | None = None  # the submit-time memory estimate (trainer.sizing.fit)
+    eval_points: list[EvalSummary] = field(default_factory=list)  # one per label, oldest first (job_eval.push_eval)
+    storage: RunStorage | None = None  # the trainer's newest run-directory measurement
+    # The newest train_rl time split of each attempt, by attempt number (goodput.py: attempts add up).
+    goodput: dict[int, TrainGoodput] = field(default_factory=dict)
     trainer_events: TrainerEventCounts = field(default_factory=TrainerEventCounts)  # trainer_event_budget.py
 
     @property

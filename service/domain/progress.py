@@ -36,7 +36,7 @@ from trainer.contract import (
     TrainStep,
 )
 
-from .goodput import job_goodput, push_goodput, warn_if_parts_overlap
+from .goodput import job_goodput, warn_if_parts_overlap
 from .job_eval import eval_event_data, push_eval
 from .manifest_sizes import ManifestSizes, size_manifest
 from .models import Artifact, JobRecord, ManifestRefused, MetricPoint, RunOutcome, StageTimes
@@ -157,14 +157,13 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         changes.log.append(("artifact", artifact.model_dump(exclude_unset=True)))
     elif isinstance(event, StorageMeasured):
         # The newest measurement is the run directory's size now (retention deleted older checkpoints).
-        record.storage = event.storage.model_dump(mode="json")
-        changes.log.append(("storage", {"stage": event.stage.value if event.stage else None, **record.storage}))
+        record.storage = event.storage
+        changes.log.append(("storage", {"stage": event.stage.value if event.stage else None, **event.storage.model_dump(mode="json")}))
     elif isinstance(event, GoodputMeasured):
         # Cumulative within an attempt: the newest replaces that attempt's last; attempts add up.
-        attempts = (record.goodput or {}).get("attempts") or {}
-        if str(event.attempt) not in attempts and len(attempts) >= MAX_GOODPUT_ATTEMPTS:
+        if event.attempt not in record.goodput and len(record.goodput) >= MAX_GOODPUT_ATTEMPTS:
             return False
-        record.goodput = push_goodput(record.goodput, event.attempt, event.train)
+        record.goodput = {**record.goodput, event.attempt: event.train}
         warn_if_parts_overlap(record, event.time)
         measured = job_goodput(record, event.time)
         changes.log.append(("goodput", {"attempt": event.attempt, "step": event.train.step, "final": event.train.final,

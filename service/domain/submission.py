@@ -46,7 +46,7 @@ def store_new_job(store: JobStore, caller: Caller, spec: JobSpec, idempotency_ke
             id=job_id, team=caller.team, name=spec.name, labels=dict(spec.labels), submitted_by=caller.submitter,
             spec=spec, spec_hash=spec_hash, idempotency_key=idempotency_key,
             phase=JobPhase.QUEUED, message="accepted; waiting to be handed to the launcher", created_at=now,
-            updated_at=now, phase_entered_at=now, fit_estimate=fit.model_dump(mode="json") if fit else None,
+            updated_at=now, phase_entered_at=now, fit_estimate=fit,
         )  # fmt: skip
         tx.insert(record)
         tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from trainer.contract import RunStorage, Stage
-from trainer.sizing.fit import FitEstimate
+from trainer.contract import Stage
 
 from .goodput import job_goodput
 from .job_eval import job_eval
@@ -79,9 +78,9 @@ def to_public(
         finished_at=record.finished_at,
         queue=record.queue,
         usage=job_usage(record, now, prices),
-        storage=RunStorage.model_validate(record.storage) if record.storage else None,
+        storage=record.storage,
         goodput=job_goodput(record, now),
         trainer_events=record.trainer_events.model_copy(),
-        fit_estimate=FitEstimate.model_validate(record.fit_estimate) if record.fit_estimate else None,
+        fit_estimate=record.fit_estimate,
         spec=record.spec.model_dump(mode="json"),
     )

@@ -74,7 +74,7 @@ def rows(n: int, correct: int) -> dict[str, float]:
 
 
 def test_job_eval_shows_intervals_and_the_paired_change_from_before(tmp_path: Path) -> None:
-    points: list[dict] = []
+    points: list[EvalSummary] = []
     points = push_eval(points, summary("after", 30, 150, vs=(rows(300, 100), rows(300, 150))))
     points = push_eval(points, summary("before", 0, 100))
     points = push_eval(points, summary("step-10", 10, 120, vs=(rows(300, 100), rows(300, 120))))
@@ -87,14 +87,14 @@ def test_job_eval_shows_intervals_and_the_paired_change_from_before(tmp_path: Pa
     assert shown.difference.difference == pytest.approx(50 / 300) and shown.difference.ci95[0] > 0.1
     # A resumed trainer evaluates a label again: the newer one replaces it.
     again = push_eval(points, summary("step-10", 10, 90, vs=(rows(300, 100), rows(300, 90))))
-    assert [p["correct"] for p in again if p["label"] == "step-10"] == [90]
+    assert [p.correct for p in again if p.label == "step-10"] == [90]
 
 
 def test_points_are_bounded_keeping_before_and_after() -> None:
-    points: list[dict] = [summary("before", 0, 1).model_dump(mode="json"), summary("after", 9999, 2).model_dump(mode="json")]
+    points = [summary("before", 0, 1), summary("after", 9999, 2)]
     for step in range(1, MAX_EVAL_POINTS + 20):
         points = push_eval(points, summary(f"step-{step}", step, 1))
-    labels = [p["label"] for p in points]
+    labels = [p.label for p in points]
     assert len(points) == MAX_EVAL_POINTS and labels[0] == "before" and labels[-1] == "after"
     assert labels[1] == "step-22"  # 221 points: the 21 oldest steps went first
 

@@ -135,12 +135,12 @@ def test_goodput_attempts_past_the_bound_are_refused() -> None:
     events = [GoodputMeasured(seq=i, time=NOW, job_id=record.id, attempt=i + 1, train=train)
               for i in range(budget.MAX_GOODPUT_ATTEMPTS + 10)]  # fmt: skip
     fold_events(record, events)
-    assert len((record.goodput or {})["attempts"]) == budget.MAX_GOODPUT_ATTEMPTS
+    assert len(record.goodput) == budget.MAX_GOODPUT_ATTEMPTS
     assert record.trainer_events.refused == 10
     # An attempt already kept is still updated past the bound.
     fold_events(record, [GoodputMeasured(seq=10**6, time=NOW, job_id=record.id, attempt=1,
                                          train=train.model_copy(update={"step": 9}))])  # fmt: skip
-    assert record.goodput["attempts"]["1"]["step"] == 9  # type: ignore[index]
+    assert record.goodput[1].step == 9
 
 
 def test_the_counts_read_back_from_json_and_unreadable_json_is_zeros() -> None:

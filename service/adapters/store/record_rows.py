@@ -14,7 +14,10 @@ from service.domain.models import Artifact, JobRecord, QueueStatus, RunOutcome, 
 from service.domain.phases import JobPhase
 from service.domain.train_step_summary import read_window
 from service.domain.trainer_event_budget import TrainerEventCounts
-from trainer.contract import JobSpec, Stage
+from trainer.contract import JobSpec, RunStorage, Stage
+from trainer.contract.evaluation import EvalSummary
+from trainer.contract.goodput import TrainGoodput
+from trainer.sizing.fit import FitEstimate
 
 from .tables import JobRow
 
@@ -43,12 +46,31 @@ def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     values["run_finished"] = RunOutcome.model_validate(row.run_finished) if row.run_finished else None
     values["queue"] = QueueStatus.model_validate(row.queue) if row.queue else None
     values["phase_seconds"] = own(values["phase_seconds"]) or {}  # NULL: stored before 0004
-    values["fit_estimate"] = own(values["fit_estimate"])
-    values["eval_points"] = own(values["eval_points"]) or []  # NULL: stored before 0005
-    values["storage"] = own(values["storage"])  # NULL: none measured yet, or stored before 0006
-    values["goodput"] = own(values["goodput"])  # NULL: none measured yet, or stored before 0007
+    values["fit_estimate"] = _typed(row.id, "fit_estimate", FitEstimate, row.fit_estimate) if row.fit_estimate else None
+    # NULL: stored before 0005. A list is the ORM's own (or a core row's) JSON: the models are new objects.
+    values["eval_points"] = [_typed(row.id, "eval_points", EvalSummary, p) for p in row.eval_points or []]
+    values["storage"] = _typed(row.id, "storage", RunStorage, row.storage) if row.storage else None  # NULL: before 0006
+    attempts = (row.goodput or {}).get("attempts") or {}  # NULL: none measured yet, or stored before 0007
+    values["goodput"] = {int(n): _typed(row.id, "goodput", TrainGoodput, body) for n, body in attempts.items()}
     values["trainer_events"] = TrainerEventCounts.of_json(row.trainer_events)  # NULL: stored before 0009
     return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
+
+
+class StoredReportUnreadable(RuntimeError):
+    """A stored report part (an evaluation, the run's size, its goodput, the fit estimate) this version's
+    model refuses: read as an error naming the job and the column, never dropped, so that the next write
+    cannot erase what a newer version stored."""
+
+
+def _typed[M: BaseModel](job_id: str, column: str, model: type[M], value: Any) -> M:
+    try:
+        return model.model_validate(value)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise StoredReportUnreadable(
+            f"job {job_id}: its stored {column} does not validate against this version's {model.__name__} ({problems}); "
+            "a replica of an older version reads a row a newer one wrote: finish the rollout, or migrate the column"
+        ) from None
 
 
 class StoredSpecUnreadable(RuntimeError):
@@ -92,7 +114,7 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
-_TYPED_FIELDS = {"spec", "stage", "recent_train_steps", "trainer_events"}
+_TYPED_FIELDS = {"spec", "stage", "recent_train_steps", "trainer_events", "fit_estimate", "eval_points", "storage", "goodput"}
 
 
 def apply_record(row: JobRow, record: JobRecord) -> None:
@@ -105,4 +127,11 @@ def apply_record(row: JobRow, record: JobRecord) -> None:
     row.stage = None if record.stage is None else record.stage.value
     row.recent_train_steps = [summary.to_json() for summary in record.recent_train_steps]
     row.trainer_events = record.trainer_events.to_json()
+    # Whole models (not only the fields that were set), as these columns were written before they were typed.
+    row.fit_estimate = record.fit_estimate.model_dump(mode="json") if record.fit_estimate else None
+    row.eval_points = [summary.model_dump(mode="json") for summary in record.eval_points]
+    row.storage = record.storage.model_dump(mode="json") if record.storage else None
+    row.goodput = (
+        {"attempts": {str(n): train.model_dump(mode="json") for n, train in record.goodput.items()}} if record.goodput else None
+    )
     row.phase = record.phase.value

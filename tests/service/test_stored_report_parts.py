@@ -1,0 +1,92 @@
+"""The report parts a record keeps typed (evaluations, run size, goodput by attempt, the fit estimate) are
+the models on the record and the same JSON in their columns as before they were typed: a row an older
+version wrote reads as these models, and what this version writes an older one reads. A part this
+version's model refuses is an error naming the job and the column, never silently dropped."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from service.adapters.store import SqlJobStore
+from service.adapters.store.record_rows import StoredReportUnreadable
+from service.domain.models import JobFilters, JobRecord
+from service.domain.phases import JobPhase
+from tests.service.service_helpers import record_spec
+from trainer.contract import RunStorage
+from trainer.contract.evaluation import EvalSummary, paired_difference
+from trainer.contract.goodput import TrainGoodput
+from trainer.contract.spec_file import load_spec_file
+from trainer.sizing.fit import estimate_job_fit
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+TUTORIAL_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tutorial-llama31-8b-v6e8.yaml"
+JOB = "rl-reportparts01"
+
+
+def _parts():
+    fit = estimate_job_fit(load_spec_file(TUTORIAL_EXAMPLE))
+    assert fit is not None
+    before = EvalSummary(label="before", step=0, n=4, correct=1, format_correct=4, partial_correct=1, mean_reward=0.25,
+                         samples_per_row=1, sampling="greedy, pass", rows_file="before.jsonl")  # fmt: skip
+    after = before.model_copy(update={"label": "after", "step": 9, "correct": 3, "rows_file": "after.jsonl",
+                                      "vs_before": paired_difference({"a": 0, "b": 1}, {"a": 1, "b": 1})})  # fmt: skip
+    storage = RunStorage.of_files([("checkpoints/1/x", 10), ("hf/model.safetensors", 5)])
+    goodput = {1: TrainGoodput(elapsed_s=9.5, parts={"rollout": 4.0}, step=3), 2: TrainGoodput(elapsed_s=1.0, parts={}, final=True)}
+    return fit, [before, after], storage, goodput
+
+
+def _insert(store: SqlJobStore, **parts) -> None:
+    with store.transaction() as tx:
+        tx.insert(JobRecord(id=JOB, team="team-a", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING,
+                            created_at=T0, updated_at=T0, **parts))  # fmt: skip
+
+
+def _columns(store: SqlJobStore) -> dict:
+    with store.engine.begin() as conn:
+        row = conn.execute(text("SELECT fit_estimate, eval_points, storage, goodput FROM jobs WHERE id = :id"), {"id": JOB}).one()
+    return {k: json.loads(v) if isinstance(v, str) else v for k, v in row._mapping.items()}
+
+
+def test_typed_parts_are_stored_as_the_json_the_untyped_record_kept_and_read_back_equal(store: SqlJobStore) -> None:
+    fit, points, storage, goodput = _parts()
+    _insert(store, fit_estimate=fit, eval_points=points, storage=storage, goodput=goodput)
+    # The shapes migrations 0004-0007 created these columns for, written before the record was typed.
+    assert _columns(store) == {
+        "fit_estimate": fit.model_dump(mode="json"),
+        "eval_points": [p.model_dump(mode="json") for p in points],
+        "storage": storage.model_dump(mode="json"),
+        "goodput": {"attempts": {"1": goodput[1].model_dump(mode="json"), "2": goodput[2].model_dump(mode="json")}},
+    }
+    for record in (
+        store.get(JOB),
+        store.list_jobs(JobFilters(), before_pk=None, limit=5)[0][1],
+    ):  # the session read and the list's core-row read
+        assert record is not None
+        assert record.fit_estimate == fit and record.eval_points == points
+        assert record.storage == storage and record.goodput == goodput
+
+
+def test_a_record_without_parts_keeps_its_columns_null(store: SqlJobStore) -> None:
+    _insert(store)
+    assert _columns(store) == {"fit_estimate": None, "eval_points": [], "storage": None, "goodput": None}
+    record = store.get(JOB)
+    assert record is not None and record.goodput == {} and record.eval_points == [] and record.storage is None
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("storage", {"total_bytes": "many", "parts": {}, "files": 0}), ("eval_points", [{"label": "before"}]),
+     ("goodput", {"attempts": {"1": {"elapsed_s": 1, "parts": {}, "from_a_newer_version": 1}}})],
+)  # fmt: skip
+def test_a_part_this_version_cannot_read_names_the_job_and_the_column(store: SqlJobStore, column: str, value: object) -> None:
+    _insert(store)
+    with store.engine.begin() as conn:
+        conn.execute(text(f"UPDATE jobs SET {column} = :v WHERE id = :id"), {"v": json.dumps(value), "id": JOB})
+    with pytest.raises(StoredReportUnreadable, match=rf"job {JOB}: its stored {column} does not validate"):
+        store.get(JOB)
+    assert _columns(store)[column] == value  # nothing rewrote it
