@@ -1,6 +1,7 @@
 """The app factory. Nothing is built at import time: `create_app(settings)` builds the runtime
-(service/runtime.py: the store, the launcher, the job service, leadership, the supervisor, the event
-fan-out) in its lifespan, starts it, and stops it when the app stops. `create_app_from_env()` is the same
+(service/runtime.py: the store, the launcher, the job service, leadership, the supervisor) in its
+lifespan and starts it, then the API's serving parts over it (service/api/serving.py: the event
+fan-out, views, log followers, metrics); it stops them in the other order when the app stops. `create_app_from_env()` is the same
 with settings read from RLJOB_* variables: the service image's `uvicorn ... --factory` entrypoint calls a
 factory with no arguments.
 """
@@ -24,6 +25,7 @@ from .api.metrics import LatencyMiddleware, ServiceMetrics
 from .api.openapi import install_openapi_refinements
 from .api.overload import Limits, LoadSheddingMiddleware
 from .api.routes import events, health, job_diff, jobs, phases, usage
+from .api.serving import build_serving
 from .api.termination import on_termination_signal
 
 MAX_TOKEN_LOOKUPS = 16  # tokens not remembered yet, looked up in the store at once (api/overload.py)
@@ -46,16 +48,25 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = build_runtime(settings, overrides, metrics=metrics)
+        runtime = build_runtime(settings, overrides)
         await runtime.start()
-        app.state.runtime = runtime
+        serving = build_serving(runtime, metrics)
         try:
-            with on_termination_signal(runtime.fanout.end_streams):
+            await serving.start(leads=lambda: runtime.leadership.leads)
+        except BaseException:
+            await serving.stop()
+            await runtime.stop()
+            raise
+        app.state.runtime, app.state.serving = runtime, serving
+        try:
+            with on_termination_signal(serving.fanout.end_streams):
                 yield
         finally:
+            app.state.serving = None
             try:
-                await runtime.stop()
+                await serving.stop()
             finally:
+                await runtime.stop()
                 app.state.runtime = None
 
     app = FastAPI(
@@ -65,7 +76,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.metrics = metrics
-    app.state.runtime = None
+    app.state.runtime = None  # the domain side, for tests and the CLI's in-process uses
+    app.state.serving = None  # what the routes read (service/api/deps.py)
     install_error_handlers(app)
     install_openapi_refinements(app)
     app.add_middleware(LatencyMiddleware, metrics=metrics)

@@ -1,11 +1,12 @@
-"""The service's runtime: everything the API serves from, built once (`build_runtime`) and started and
-stopped as one (`Runtime.start`, `Runtime.stop`). The ASGI app's lifespan only starts and stops a built
-runtime (service/app.py); tests build one without ASGI.
+"""The service's runtime: its domain side, built once (`build_runtime`) and started and stopped as one
+(`Runtime.start`, `Runtime.stop`). It imports nothing from the HTTP side: the app's lifespan
+(service/app.py) starts a built runtime and then the API's serving parts over it (service/api/serving.py:
+the event fan-out, views, log followers, metrics); tests build one without ASGI.
 
 `build_runtime(settings, overrides)` wires the store, the launcher (chosen once, adapters/launchers.py),
 the leader lock (the LeaderLock port, chosen by the store: adapters/leader_locks.py), the job service,
-the supervisor, leadership, the event fan-out and, with RLJOB_MLFLOW_TRACKING_URI set, the live MLflow
-export (adapters/mlflow_live.py, run by the leader only, like the supervisor). `RuntimeOverrides` carries
+the supervisor, leadership and, with RLJOB_MLFLOW_TRACKING_URI set, the live MLflow export
+(adapters/mlflow_live.py, run by the leader only, like the supervisor). `RuntimeOverrides` carries
 what tests put at the ports instead.
 
 Start-up order matters: migrate, ensure the bootstrap token, then take the lead if no other replica
@@ -33,10 +34,6 @@ from service.adapters.leader_locks import leader_lock_for
 from service.adapters.mlflow_live import MlflowLiveExport
 from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
-from service.api.event_fanout import EventFanout
-from service.api.job_views import JobViews
-from service.api.log_follow import LogFollowers
-from service.api.metrics import ServiceMetrics
 from service.change_notifier import ChangeNotifier
 from service.config import Settings
 from service.domain.fold_pacer import FoldPacer
@@ -79,7 +76,7 @@ class RuntimeOverrides:
 
 @dataclass
 class Runtime:
-    """Everything the routes use (api/deps.py hands it to them), and the background work behind them."""
+    """The store, the job service, tokens, leadership and the background work behind them."""
 
     settings: Settings
     store: JobStore
@@ -88,22 +85,15 @@ class Runtime:
     notifier: ChangeNotifier
     supervisor: Supervisor
     leadership: Leadership
-    metrics: ServiceMetrics
     clock: Clock
-    fanout: EventFanout  # the one reader of new job events, feeding every open event stream
-    log_followers: LogFollowers = field(default_factory=lambda: LogFollowers(32))
     self_checks: SelfCheckReport = field(default_factory=SelfCheckReport)  # start-up checks (/readyz shows them)
     self_check: SelfCheck | None = None  # what fills self_checks, run once by start()
     owns_store: bool = True  # stop() closes the store (False: a store the caller passed in)
     mlflow_export: MlflowLiveExport | None = None  # RLJOB_MLFLOW_TRACKING_URI set: the leader's live export
-    views: JobViews = field(init=False)  # the status read's and list page's JSON (api/job_views.py)
-
-    def __post_init__(self) -> None:
-        self.views = JobViews(self.jobs, self.public_at, self.clock)
 
     async def start(self) -> None:
-        """Migrate, ensure the bootstrap token, start the self-check, the event fan-out and leadership
-        (a leader starts its supervisor). If a step fails, what had started is stopped before the error
+        """Migrate, ensure the bootstrap token, start the self-check and leadership (a leader starts its
+        supervisor). If a step fails, what had started is stopped before the error
         is raised (a second `rljob serve` on one state directory: StateDirInUse)."""
         try:
             await anyio.to_thread.run_sync(self.store.migrate)
@@ -114,25 +104,20 @@ class Runtime:
                         bootstrap.get_secret_value(), self.settings.bootstrap_team, admin=self.settings.bootstrap_admin
                     )
                 )
-            self.metrics.watch_store(self.store.count_by_phase)
-            await anyio.to_thread.run_sync(self.metrics.watch_usage, self.store, self.clock, self.settings.usage_prices_usd_per_chip_hour)
             if self.self_check is not None:
                 check = threading.Thread(
                     target=run_self_check, args=(self.self_check, self.self_checks), name="rljob-self-check", daemon=True
                 )
                 check.start()
-            await self.fanout.start()
-            self.metrics.watch_leadership(lambda: self.leadership.leads)
             await anyio.to_thread.run_sync(self.leadership.start)
         except BaseException:
             await self.stop()
             raise
 
     async def stop(self) -> None:
-        """End every event stream, give up the lead (stopping the supervisor, the launcher's watches and
-        the status mirror, each join bounded), then close the store if this runtime opened it."""
+        """Give up the lead (stopping the supervisor, the launcher's watches and the status mirror, each
+        join bounded), then close the store if this runtime opened it."""
         try:
-            await self.fanout.stop()
             await anyio.to_thread.run_sync(self.leadership.stop)
         finally:
             if self.owns_store:
@@ -154,10 +139,8 @@ class Runtime:
         return to_public(record, now, self.jobs.health_policy, self.settings.usage_prices_usd_per_chip_hour)
 
 
-def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None, *, metrics: ServiceMetrics | None = None) -> Runtime:
-    """Wire the runtime from settings; nothing starts and no database is read until `Runtime.start`.
-
-    `metrics`: the app's (its middleware records into it before any runtime exists); a fresh one otherwise."""
+def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None) -> Runtime:
+    """Wire the runtime from settings; nothing starts and no database is read until `Runtime.start`."""
     given = overrides or RuntimeOverrides()
     clock = given.clock
     lock = leader_lock_for(getattr(given.store, "url", None) if given.store is not None else settings.effective_database_url)
@@ -200,7 +183,6 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None,
         active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
         take_over_requests=lock.shared,
     )  # fmt: skip
-    fanout = EventFanout(store, notifier, poll_interval_s=settings.sse_poll_interval_s, queue_size=settings.sse_queue_events)
     mlflow_export = None
     if settings.mlflow_tracking_uri:
         mlflow_export = MlflowLiveExport(
@@ -211,8 +193,7 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None,
         )  # fmt: skip
     return Runtime(
         settings=settings, store=store, jobs=jobs, tokens=tokens, notifier=notifier,
-        supervisor=supervisor, leadership=leadership, metrics=metrics or ServiceMetrics(), clock=clock, fanout=fanout,
-        log_followers=LogFollowers(settings.max_log_followers, settings.max_log_followers_per_team), self_check=self_check,
+        supervisor=supervisor, leadership=leadership, clock=clock, self_check=self_check,
         owns_store=given.store is None, mlflow_export=mlflow_export,
     )  # fmt: skip
 

@@ -113,6 +113,24 @@ def test_the_benches_take_their_emulators_from_the_harness_not_the_tests():
     assert violations(source_files("bench"), ("tests",)) == []
 
 
+# The runtime is the service's domain side: what it and the modules it wires import may not reach the HTTP
+# side (service/api), which builds its serving parts over a runtime (service/api/serving.py), not the reverse.
+RUNTIME_SIDE = ("service/runtime.py", "service/supervisor.py", "service/leadership.py", "service/background_loop.py",
+                "service/change_notifier.py", "service/config.py")
+
+
+def test_the_runtime_imports_nothing_from_the_api():
+    files = [ROOT / f for f in RUNTIME_SIDE] + source_files("service/adapters")
+    assert all(f.is_file() for f in files)
+    assert violations(files, ("service.api", "service.app", "service.dashboard", "fastapi", "starlette")) == []
+
+
+def test_routes_get_narrow_dependencies_not_the_runtime_or_the_serving_whole():
+    # service/api/deps.py hands each route one piece of ApiServing; a route that took the runtime or all of
+    # ApiServing could reach anything, and the dependency list would stop saying what it reads.
+    assert violations(source_files("service/api/routes"), ("service.runtime", "service.api.serving", "service.app")) == []
+
+
 # The CLI's job commands talk HTTP only; the operator side (serve, token, render, demo, doctor) may reach further.
 CLI_CLIENT_SIDE = ("client", "job_commands", "follow", "output", "samples", "usage", "goodput_text", "storage_text",
                    "export_commands", "mlflow_export", "run_compare")

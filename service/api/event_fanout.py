@@ -13,8 +13,9 @@ replay from the store that reads until a short batch has covered it (events comm
 replicas too: on PostgreSQL an event insert holds a transaction lock until its commit, sql_store.py).
 The stream then takes from its queue, skipping what the replay already sent: no gap, no duplicate.
 
-The runtime owns the one fan-out of its process (`Runtime.fanout`, service/runtime.py): it is started
-and stopped with the runtime, and the event routes reach it through the runtime.
+The app's serving parts own the one fan-out of its process (`ApiServing.fanout`, service/api/serving.py):
+it is started after the runtime and stopped before it, and the event routes get it as a dependency
+(service/api/deps.py FanoutDep).
 """
 
 from __future__ import annotations

@@ -112,11 +112,11 @@ class LoadSheddingMiddleware:
     async def _caller(self, scope: Scope, receive: Receive, send: Send) -> Caller | None | Literal[False]:
         """The token's caller, None without a valid token, False when refused here (503 sent)."""
         header = _authorization(scope)
-        runtime = getattr(scope["app"].state, "runtime", None) if "app" in scope else None
-        if header is None or runtime is None:
+        serving = getattr(scope["app"].state, "serving", None) if "app" in scope else None
+        if header is None or serving is None:
             return None
         try:
-            cached: Caller | None = runtime.tokens.cached_caller(header)
+            cached: Caller | None = serving.tokens.cached_caller(header)
         except Unauthenticated:
             return None  # a malformed header
         if cached is not None:
@@ -128,7 +128,7 @@ class LoadSheddingMiddleware:
             await self._refuse(self.lookups, scope, receive, send)
             return False
         self.lookups.in_flight += 1
-        lookup = asyncio.ensure_future(self._lookup(runtime, header))
+        lookup = asyncio.ensure_future(self._lookup(serving.tokens, header))
         self._lookups_by_header[header] = lookup
         try:
             return await asyncio.shield(lookup)
@@ -137,9 +137,9 @@ class LoadSheddingMiddleware:
             self._lookups_by_header.pop(header, None)
 
     @staticmethod
-    async def _lookup(runtime: Any, header: str) -> Caller | None:
+    async def _lookup(tokens: Any, header: str) -> Caller | None:
         try:
-            found: Caller = await run_in_threadpool(runtime.tokens.authenticate, header)
+            found: Caller = await run_in_threadpool(tokens.authenticate, header)
             return found
         except (Unauthenticated, StoreUnavailable):
             return None  # the route answers 401 (or 503 while the store is down) on its own

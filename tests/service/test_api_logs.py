@@ -77,7 +77,7 @@ def test_idle_follows_leave_the_pool_free_are_capped_and_end_with_the_job(small_
         reader.join(timeout=15)
         assert not reader.is_alive()
     assert statuses == [200, 200, 200]
-    followers = api.client.app.state.runtime.log_followers  # type: ignore[attr-defined]
+    followers = api.client.app.state.serving.log_followers  # type: ignore[attr-defined]
     wait_until(lambda: followers.active == 0, timeout_s=5)
 
 

@@ -45,7 +45,7 @@ def _idempotency_conflict(api: Api, tmp_path: Path) -> Any:
 
 def _all_log_followers_busy(api: Api, tmp_path: Path) -> Any:
     job_id = api.submit(spec_body(tmp_path))["id"]
-    followers = api.client.app.state.runtime.log_followers
+    followers = api.client.app.state.serving.log_followers
     slots = [followers.claim(f"team-{i}") for i in range(followers.max_followers)]
     try:
         return api.client.get(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}, headers=_auth())

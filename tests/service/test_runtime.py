@@ -78,7 +78,7 @@ def test_a_second_runtime_on_the_same_state_directory_refuses_to_start_and_leave
         try:
             with pytest.raises(StateDirInUse):
                 await second.start()
-            assert second.fanout._task is None  # what the failed start had begun is stopped again
+            assert not second.leadership.leads  # what the failed start had begun is stopped again
         finally:
             await first.stop()
         third = make()  # the first let go of the state directory when it stopped

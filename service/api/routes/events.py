@@ -17,20 +17,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from service.api.deps import CallerDep, RuntimeDep, VisibleJobDep
+from service.api.deps import CallerDep, ClockDep, FanoutDep, PublicDep, SettingsDep, StoreDep, VisibleJobDep
 from service.api.errors import error_responses
-from service.api.event_fanout import EventFanout, FannedEvent, StreamEnded, StreamScope, Subscription
+from service.api.event_fanout import FannedEvent, StreamEnded, StreamScope, Subscription
 from service.api.sse import KEEPALIVE, KEEPALIVE_S, StreamHello, sse_event, sse_reconnect, sse_response, stream_response
-from service.domain.models import JobEvent, JobPublic
+from service.config import Settings
+from service.domain.models import JobEvent, JobPublic, JobRecord
 from service.domain.phases import JobPhase
+from service.domain.ports import Clock, JobStore
 from service.domain.usage import job_usage
-from service.runtime import Runtime
 
 router = APIRouter(tags=["events"])
 
@@ -45,37 +47,48 @@ LastEventId = Annotated[
 MaxDuration = Annotated[float | None, Query(gt=0, le=86_400, description="end the stream after this many seconds")]
 
 
-def _deadline(runtime: Runtime, max_duration_s: float | None) -> float:
-    limit_s = runtime.settings.sse_max_duration_s
+@dataclass(frozen=True)
+class StreamContext:
+    """What a stream reads besides its subscription: the job's record at its start and end, the time and
+    prices for a final usage, the stream's time limit."""
+
+    store: JobStore
+    clock: Clock
+    settings: Settings
+    public: Callable[[JobRecord], JobPublic]
+
+
+async def stream_context(store: StoreDep, clock: ClockDep, settings: SettingsDep, public: PublicDep) -> StreamContext:
+    return StreamContext(store, clock, settings, public)
+
+
+StreamContextDep = Annotated[StreamContext, Depends(stream_context)]
+
+
+def _deadline(ctx: StreamContext, max_duration_s: float | None) -> float:
+    limit_s = ctx.settings.sse_max_duration_s
     return time.monotonic() + min(max_duration_s or limit_s, limit_s)
-
-
-async def get_fanout(runtime: RuntimeDep) -> EventFanout:
-    return runtime.fanout  # the runtime's one event reader (service/runtime.py)
-
-
-FanoutDep = Annotated[EventFanout, Depends(get_fanout)]
 
 
 def _ends_job(event: JobEvent) -> bool:
     return event.kind == "phase" and JobPhase(event.data.get("phase", JobPhase.RUNNING)).is_terminal()
 
 
-async def _frame(runtime: Runtime, item: FannedEvent) -> bytes:
+async def _frame(ctx: StreamContext, item: FannedEvent) -> bytes:
     """The event's shared frame; a job's terminal phase event re-encoded with the job's final usage
     (once per job end per stream: the prices are settings, so usage is not in the stored event)."""
     if not _ends_job(item.event):
         return item.frame
-    record = await run_in_threadpool(runtime.store.get, item.event.job_id)
+    record = await run_in_threadpool(ctx.store.get, item.event.job_id)
     if record is None:
         return item.frame
-    usage = job_usage(record, runtime.clock(), runtime.settings.usage_prices_usd_per_chip_hour)
+    usage = job_usage(record, ctx.clock(), ctx.settings.usage_prices_usd_per_chip_hour)
     event = item.event.model_copy(update={"data": {**item.event.data, "usage": usage.model_dump(mode="json")}})
     return sse_event(event.kind, event.seq, event.model_dump(mode="json"))
 
 
 async def _live(
-    runtime: Runtime, sub: Subscription, after: int, deadline: float,
+    ctx: StreamContext, sub: Subscription, after: int, deadline: float,
     on_event: Callable[[JobEvent], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[bytes]:  # fmt: skip
     """The subscription's events as SSE, keepalives while idle, and `reconnect` if the service ends it.
@@ -88,7 +101,7 @@ async def _live(
                     yield KEEPALIVE
                     last_sent = time.monotonic()
                 continue
-            yield await _frame(runtime, item)
+            yield await _frame(ctx, item)
             last, last_sent = item.event.seq, time.monotonic()
             if on_event is not None and await on_event(item.event):
                 return
@@ -101,17 +114,17 @@ async def _live(
     responses={**stream_response("snapshot", JobPublic), **error_responses(401, 404, 422, 503)},
 )  # fmt: skip
 async def job_events(
-    record: VisibleJobDep, runtime: RuntimeDep, fanout: FanoutDep,
+    record: VisibleJobDep, ctx: StreamContextDep, fanout: FanoutDep,
     last_event_id: LastEventId = None, max_duration_s: MaxDuration = None,
 ) -> StreamingResponse:  # fmt: skip
     """A snapshot, then every change of this job, ending after its terminal phase."""
-    store, deadline = runtime.store, _deadline(runtime, max_duration_s)
+    store, deadline = ctx.store, _deadline(ctx, max_duration_s)
 
     async def stream() -> AsyncIterator[bytes]:
         with fanout.subscribe(StreamScope(job_id=record.id)) as sub:
             current = await run_in_threadpool(store.get, record.id) or record
             if last_event_id is None:
-                yield sse_event("snapshot", current.last_event_seq, runtime.public(current).model_dump(mode="json"))
+                yield sse_event("snapshot", current.last_event_seq, ctx.public(current).model_dump(mode="json"))
                 # Read after subscribing, the snapshot holds every event of this job up to sub.head:
                 # there is nothing to replay, and the queue has the rest.
                 after = max(current.last_event_seq, sub.head)
@@ -134,7 +147,7 @@ async def job_events(
 
             if await ended(None):
                 return
-            async for chunk in _live(runtime, sub, after, deadline, ended):
+            async for chunk in _live(ctx, sub, after, deadline, ended):
                 yield chunk
 
     return sse_response(stream())
@@ -146,14 +159,14 @@ async def job_events(
 )  # fmt: skip
 async def team_events(
     caller: CallerDep,
-    runtime: RuntimeDep,
+    ctx: StreamContextDep,
     fanout: FanoutDep,
     last_event_id: LastEventId = None,
     max_duration_s: MaxDuration = None,
     team: Annotated[str | None, Query(max_length=63, description="admins: one team's events; default all")] = None,
 ) -> StreamingResponse:
     """Every change of every job your team can see, from now (or after Last-Event-ID); for dashboards."""
-    deadline = _deadline(runtime, max_duration_s)
+    deadline = _deadline(ctx, max_duration_s)
     scope = team if caller.admin else caller.team
 
     async def stream() -> AsyncIterator[bytes]:
@@ -161,7 +174,7 @@ async def team_events(
             after = last_event_id if last_event_id is not None else sub.head
             # The first event tells the client where "now" is, so it can resume even if nothing happens.
             yield sse_event("hello", after, StreamHello(team=scope, after=after).model_dump())
-            async for chunk in _live(runtime, sub, after, deadline):
+            async for chunk in _live(ctx, sub, after, deadline):
                 yield chunk
 
     return sse_response(stream())

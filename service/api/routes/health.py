@@ -54,20 +54,21 @@ def healthz() -> dict[str, str]:
 async def readyz(request: Request) -> JSONResponse:
     """Ready: the store answers and can be written and, on the leading replica, every job from before it took the lead has
     been re-attached. `role` says which replica leads."""
-    runtime = getattr(request.app.state, "runtime", None)
-    if runtime is None:
+    serving = getattr(request.app.state, "serving", None)
+    if serving is None:
         return _not_ready("starting")
+    probe = serving.readiness
     try:
-        await run_in_threadpool(runtime.store.ping)
-        await run_in_threadpool(runtime.store.check_writable)
+        await run_in_threadpool(probe.store.ping)
+        await run_in_threadpool(probe.store.check_writable)
     except StoreUnavailable as e:
         return _not_ready(str(e))
-    checks = runtime.self_checks.lines()
+    checks = probe.checks()
     detail = {"checks": [line.public() for line in checks]} if checks is not None else {}
-    reason = runtime.not_ready_reason()
+    reason = probe.not_ready_reason()
     if reason is not None:
         return _not_ready(reason, detail)
-    return JSONResponse({"ready": True, "role": runtime.leadership.role, **detail})
+    return JSONResponse({"ready": True, "role": probe.role(), **detail})
 
 
 def _not_ready(reason: str, detail: dict[str, Any] | None = None) -> JSONResponse:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.api.deps import CallerDep, JobServiceDep, RuntimeDep, get_visible_job
+from service.api.deps import CallerDep, JobServiceDep, PublicDep, StoreDep, get_visible_job
 from service.api.errors import error_responses
 from service.domain.job_repro import repro_if_readable
 from service.domain.run_diff import JobDiff, diff_jobs
@@ -25,14 +25,13 @@ JobIdQuery = Annotated[str, Query(max_length=64, description="a job id (rl- and 
         503: "a run directory's storage could not be read, or the service is starting; retry",
     }),
 )  # fmt: skip
-def get_job_diff(a: JobIdQuery, b: JobIdQuery, caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep) -> JobDiff:
+def get_job_diff(a: JobIdQuery, b: JobIdQuery, caller: CallerDep, jobs: JobServiceDep, public: PublicDep, store: StoreDep) -> JobDiff:
     """What differs between jobs a and b (spec keys; versions, image, seeds, data, model, reward file and hardware from
     their repro records) and how each turned out: final and best reward, eval before and after with 95% intervals,
     steps, wall time, chip-hours and cost."""
     first, second = get_visible_job(a, caller, jobs), get_visible_job(b, caller, jobs)
     return diff_jobs(
-        runtime.public(first), runtime.public(second),
-        points=(runtime.store.metric_points(first.id, limit=MAX_DIFF_POINTS),
-                runtime.store.metric_points(second.id, limit=MAX_DIFF_POINTS)),
+        public(first), public(second),
+        points=(store.metric_points(first.id, limit=MAX_DIFF_POINTS), store.metric_points(second.id, limit=MAX_DIFF_POINTS)),
         records=(repro_if_readable(jobs.run_files, first), repro_if_readable(jobs.run_files, second)),
     )  # fmt: skip

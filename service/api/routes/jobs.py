@@ -11,7 +11,19 @@ from fastapi import APIRouter, Body, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 from pydantic import StringConstraints
 
-from service.api.deps import CallerDep, JobIdPath, JobServiceDep, ReadyDep, RuntimeDep, VisibleJobDep
+from service.api.deps import (
+    CallerDep,
+    JobIdPath,
+    JobServiceDep,
+    LogFollowersDep,
+    MetricsDep,
+    PublicDep,
+    ReadyDep,
+    SettingsDep,
+    StoreDep,
+    ViewsDep,
+    VisibleJobDep,
+)
 from service.api.errors import error_responses
 from service.api.log_follow import Pacer, follow_log, log_chunks
 from service.domain.errors import BadCursor, InvalidRequest
@@ -79,7 +91,7 @@ def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
 )  # fmt: skip
 def submit_job(
     body: Annotated[JobCreate, Body(openapi_examples=SUBMIT_EXAMPLES)], caller: CallerDep, jobs: JobServiceDep,
-    runtime: RuntimeDep, _: ReadyDep, response: Response, idempotency_key: IdempotencyKey = None,
+    metrics: MetricsDep, public: PublicDep, _: ReadyDep, response: Response, idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:  # fmt: skip
     """Submit a job spec. 201 with the new job; 200 with the existing one for a repeated Idempotency-Key."""
     if body.team is not None and body.team != caller.team:
@@ -87,18 +99,18 @@ def submit_job(
     try:
         record, created = jobs.submit(caller, body, idempotency_key)
     except Exception:
-        runtime.metrics.submissions.labels("error").inc()
+        metrics.submissions.labels("error").inc()
         raise
-    runtime.metrics.submissions.labels("created" if created else "replayed").inc()
+    metrics.submissions.labels("created" if created else "replayed").inc()
     if not created:
         response.status_code = status.HTTP_200_OK
-    return runtime.public(record)
+    return public(record)
 
 
 @router.get("", response_model=JobsPublic, responses=error_responses(400, 401, 422, 503))
 def list_jobs(
     caller: CallerDep,
-    runtime: RuntimeDep,
+    views: ViewsDep,
     phase: JobPhase | None = None,
     team: Annotated[str | None, Query(max_length=63, description="admins only; others always see their own team")] = None,
     name: Annotated[str | None, Query(max_length=63)] = None,
@@ -109,22 +121,22 @@ def list_jobs(
     """Jobs newest first, one page at a time; follow `next_cursor` for older ones."""
     filters = JobFilters(phase=phase, team=team, name=name, labels=_parse_labels(label))
     before = decode_cursor(cursor) if cursor else None
-    data, count, last_pk = runtime.views.page_json(caller, filters, before_pk=before, limit=limit)
+    data, count, last_pk = views.page_json(caller, filters, before_pk=before, limit=limit)
     # JobsPublic as pydantic writes it (compact, fields in order), around the jobs' own JSON.
     next_cursor = json.dumps(encode_cursor(last_pk) if last_pk is not None else None).encode()
     return Response(b'{"data":' + data + b',"count":%d,"next_cursor":' % count + next_cursor + b"}", media_type="application/json")
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=error_responses(401, 404, 422, 503))
-async def get_job(job_id: JobIdPath, caller: CallerDep, runtime: RuntimeDep) -> Response:
+async def get_job(job_id: JobIdPath, caller: CallerDep, views: ViewsDep) -> Response:
     # async, and no thread hop when the job is in memory (api/job_views.py).
-    return await runtime.views.status(caller, job_id)
+    return await views.status(caller, job_id)
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic, responses=error_responses(401, 404, 422, 503))
-def get_metrics(record: VisibleJobDep, runtime: RuntimeDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000) -> MetricsPublic:
+def get_metrics(record: VisibleJobDep, store: StoreDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000) -> MetricsPublic:
     """The newest `limit` train steps' and evals' scalars, in the order the trainer reported them."""
-    return MetricsPublic(job_id=record.id, points=runtime.store.metric_points(record.id, limit=limit))
+    return MetricsPublic(job_id=record.id, points=store.metric_points(record.id, limit=limit))
 
 
 @router.get(
@@ -167,9 +179,9 @@ def get_repro(record: VisibleJobDep, jobs: JobServiceDep) -> ReproRecord:
     "/{job_id}/cancel", response_model=JobPublic,
     responses=error_responses(401, 404, 409, 422, 503, reasons={409: "the job has already ended: nothing to cancel"}),
 )  # fmt: skip
-def cancel_job(record: VisibleJobDep, caller: CallerDep, jobs: JobServiceDep, runtime: RuntimeDep) -> JobPublic:
+def cancel_job(record: VisibleJobDep, caller: CallerDep, jobs: JobServiceDep, public: PublicDep) -> JobPublic:
     """Ask the job to stop: CANCELLING now, CANCELLED once the workload has really stopped."""
-    return runtime.public(jobs.cancel(caller, record.id))
+    return public(jobs.cancel(caller, record.id))
 
 
 @router.get(
@@ -187,7 +199,9 @@ async def get_logs(
     record: VisibleJobDep,
     caller: CallerDep,
     jobs: JobServiceDep,
-    runtime: RuntimeDep,
+    store: StoreDep,
+    followers: LogFollowersDep,
+    settings: SettingsDep,
     follow: bool = False,
     tail_lines: Annotated[int | None, Query(ge=0, le=100_000)] = None,
 ) -> StreamingResponse:
@@ -200,13 +214,12 @@ async def get_logs(
     if follow:  # polled from the event loop, on the followers' own threads (api/log_follow.py)
 
         def is_terminal() -> bool:
-            current = runtime.store.get(record.id)
+            current = store.get(record.id)
             return current is None or current.phase.is_terminal()
 
         body = follow_log(
-            lines, runtime.log_followers, caller.team, is_disconnected=request.is_disconnected, is_terminal=is_terminal,
-            poll_interval_s=runtime.settings.log_follow_poll_interval_s,
-            pacer=Pacer(runtime.settings.log_follow_max_bytes_per_s),
+            lines, followers, caller.team, is_disconnected=request.is_disconnected, is_terminal=is_terminal,
+            poll_interval_s=settings.log_follow_poll_interval_s, pacer=Pacer(settings.log_follow_max_bytes_per_s),
         )  # fmt: skip
         return StreamingResponse(body, media_type=TEXT_PLAIN)
 

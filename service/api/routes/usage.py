@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.api.deps import CallerDep, JobServiceDep, RuntimeDep
+from service.api.deps import CallerDep, ClockDep, JobServiceDep, SettingsDep
 from service.api.errors import error_responses
 from service.domain.errors import InvalidRequest
 from service.domain.job_service import JobService
@@ -61,7 +61,8 @@ def jobs_submitted_since(jobs: JobService, caller: Caller, team: str | None, sin
 def get_usage(
     caller: CallerDep,
     jobs: JobServiceDep,
-    runtime: RuntimeDep,
+    clock: ClockDep,
+    settings: SettingsDep,
     team: Annotated[str | None, Query(max_length=63, description="admins: one team (default every team); others: only their own")] = None,
     since: Annotated[
         str | None,
@@ -74,7 +75,7 @@ def get_usage(
     submitted in; a job still active counts up to now. Only running (and cancelling) time is charged.
     Storage: each job's measured run-directory size integrated over time, in GiB-months; the newest
     size counts up to now, for an ended job too (its files stay until someone deletes them)."""
-    now = runtime.clock()
+    now = clock()
     if team is not None and not caller.admin and team != caller.team:
         raise InvalidRequest(("query", "team"), f"only admins read another team's usage; your token is team {caller.team}'s: omit team")
     scope = team if caller.admin else caller.team
@@ -82,7 +83,6 @@ def get_usage(
     if start > now:
         raise InvalidRequest(("query", "since"), f"since is in the future (now is {now.isoformat()}): give an earlier time")
     records, truncated = jobs_submitted_since(jobs, caller, scope, start)
-    settings = runtime.settings
     total, groups, rows = summarize_usage(
         records, now, settings.usage_prices_usd_per_chip_hour, storage=storage_histories(jobs.store, records),
         since=start, storage_price=settings.usage_storage_price_usd_per_gib_month,
