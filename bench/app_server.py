@@ -24,8 +24,21 @@ def uvicorn_app(app: str, env: dict[str, str], work: Path, name: str, app_dir: P
 
     port = free_port()
     log = work / f"{name}.log"
-    argv = [str(BIN / "uvicorn"), app, "--factory", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--timeout-graceful-shutdown", "5", "--no-server-header", "--no-access-log"]  # fmt: skip
+    argv = [
+        str(BIN / "uvicorn"),
+        app,
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--timeout-graceful-shutdown",
+        "5",
+        "--no-server-header",
+        "--no-access-log",
+    ]
     if app_dir is not None:
         argv += ["--app-dir", str(app_dir)]
     with until_healthy(argv, env, work, log, name, port) as pid:

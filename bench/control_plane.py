@@ -104,20 +104,40 @@ def seed_store(database_url: str) -> None:
     t0 = datetime(2030, 1, 1, tzinfo=UTC)
     with store.transaction() as tx:
         for i in range(JOBS):
-            spec = JobSpec.model_validate({
-                "name": f"bench-{i}", "team": "bench", "model": {"name": "llama3.1-8b", "source": "/models/tiny"},
-                "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": "/tmp/rljob-bench-runs",
-                "labels": {"experiment": f"exp-{i % 7}", "owner": "bench"},
-            })  # fmt: skip
+            spec = JobSpec.model_validate(
+                {
+                    "name": f"bench-{i}",
+                    "team": "bench",
+                    "model": {"name": "llama3.1-8b", "source": "/models/tiny"},
+                    "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+                    "output": "/tmp/rljob-bench-runs",
+                    "labels": {"experiment": f"exp-{i % 7}", "owner": "bench"},
+                }
+            )
             created = t0 + timedelta(minutes=i)
-            tx.insert(JobRecord(
-                id=f"rl-bench{i:07d}"[:15], team="bench", name=spec.name, labels=dict(spec.labels),
-                spec=spec, spec_hash=spec.content_hash(), phase=JobPhase.SUCCEEDED,
-                created_at=created, updated_at=created + timedelta(minutes=30), started_at=created,
-                finished_at=created + timedelta(minutes=30), stage=Stage.EXPORT, step=20, total_steps=20,
-                latest_metrics={"loss": 0.12, "reward": 0.8, "kl": 0.01}, message="finished", exit_code=0,
-                phase_entered_at=created + timedelta(minutes=30), submitted_by="bench",
-            ))  # fmt: skip
+            tx.insert(
+                JobRecord(
+                    id=f"rl-bench{i:07d}"[:15],
+                    team="bench",
+                    name=spec.name,
+                    labels=dict(spec.labels),
+                    spec=spec,
+                    spec_hash=spec.content_hash(),
+                    phase=JobPhase.SUCCEEDED,
+                    created_at=created,
+                    updated_at=created + timedelta(minutes=30),
+                    started_at=created,
+                    finished_at=created + timedelta(minutes=30),
+                    stage=Stage.EXPORT,
+                    step=20,
+                    total_steps=20,
+                    latest_metrics={"loss": 0.12, "reward": 0.8, "kl": 0.01},
+                    message="finished",
+                    exit_code=0,
+                    phase_entered_at=created + timedelta(minutes=30),
+                    submitted_by="bench",
+                )
+            )
     store.close()
 
 
@@ -133,8 +153,21 @@ def image_entrypoint(port: int) -> list[str]:
 
 def server_argv(kind: str, port: int) -> list[str]:
     if kind == "minimal":
-        return [str(BIN / "uvicorn"), "control_plane:create_minimal_app", "--factory", "--host", "127.0.0.1", "--port",
-                str(port), "--workers", "1", "--no-access-log", "--no-server-header", "--app-dir", str(Path(__file__).parent)]  # fmt: skip
+        return [
+            str(BIN / "uvicorn"),
+            "control_plane:create_minimal_app",
+            "--factory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--no-access-log",
+            "--no-server-header",
+            "--app-dir",
+            str(Path(__file__).parent),
+        ]
     if kind == "rljob serve":
         return [str(BIN / "rljob"), "serve", "--host", "127.0.0.1", "--port", str(port)]
     if kind == "image, no access log":  # what the access log costs, apart from the read path
@@ -212,11 +245,18 @@ def _row(result: RateResult, cpu_s: float) -> dict[str, Any]:
         return None if value is None else round(value, 1)
 
     return {
-        "offered_rps": result.offered_rps, "sent": result.sent, "ok": result.ok, "shed": result.shed,
-        "timeouts": result.timeouts, "errors": result.errors, "p50_ms": ms(result.percentile(0.5)), "p90_ms": ms(result.percentile(0.9)),
-        "p99_ms": ms(result.percentile(0.99)), "max_ms": ms(result.max_ms),
+        "offered_rps": result.offered_rps,
+        "sent": result.sent,
+        "ok": result.ok,
+        "shed": result.shed,
+        "timeouts": result.timeouts,
+        "errors": result.errors,
+        "p50_ms": ms(result.percentile(0.5)),
+        "p90_ms": ms(result.percentile(0.9)),
+        "p99_ms": ms(result.percentile(0.99)),
+        "max_ms": ms(result.max_ms),
         "cpu_ms_per_request": round(1000 * cpu_s / result.ok, 2) if result.ok else None,
-    }  # fmt: skip
+    }
 
 
 def fetch_jobs(port: int) -> list[dict[str, Any]]:
@@ -278,9 +318,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         # by the server's own code: the store is migrated as far as that code knows
                         subprocess.run([sys.executable, __file__, "--seed", url], env={**base_env, "PYTHONPATH": str(source)}, check=True)
                         seeded.add(url)
-                    env = {**base_env, "PYTHONPATH": str(source), "RLJOB_ENVIRONMENT": "dev", "RLJOB_LAUNCHER": "local",
-                           "RLJOB_STATE_DIR": str(work / f"state-{name}"), "RLJOB_DATABASE_URL": url, "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
-                           "RLJOB_BOOTSTRAP_TEAM": "bench", "RLJOB_TRAINER_COMMAND": '["true"]'}  # fmt: skip
+                    env = {
+                        **base_env,
+                        "PYTHONPATH": str(source),
+                        "RLJOB_ENVIRONMENT": "dev",
+                        "RLJOB_LAUNCHER": "local",
+                        "RLJOB_STATE_DIR": str(work / f"state-{name}"),
+                        "RLJOB_DATABASE_URL": url,
+                        "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
+                        "RLJOB_BOOTSTRAP_TEAM": "bench",
+                        "RLJOB_TRAINER_COMMAND": '["true"]',
+                    }
                     with running(server, env, work, name) as (pid, port):
                         jobs = jobs or fetch_jobs(port)
                         idle = idle_cpu_percent(pid, args.idle_s)
@@ -300,19 +348,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def print_report(report: dict[str, Any]) -> None:
     servers = report["servers"]
     baseline = servers["minimal"]
-    print(f"{JOBS} jobs stored; {report['duration_s']} s per rate, timeout {report['timeout_s']} s; open loop; "
-          f"{report['machine']['cpu_count']} cores, load {report['machine']['load_average']} -> "
-          f"{report['machine']['load_average_at_end']}")  # fmt: skip
+    print(
+        f"{JOBS} jobs stored; {report['duration_s']} s per rate, timeout {report['timeout_s']} s; open loop; "
+        f"{report['machine']['cpu_count']} cores, load {report['machine']['load_average']} -> "
+        f"{report['machine']['load_average_at_end']}"
+    )
     for name, server in servers.items():
         print(f"\n{name} (idle CPU {server['idle_cpu_percent']}% of a core)")
-        print("| endpoint | offered req/s | ok/sent | shed (503) | timeouts | errors | p50 ms | p90 ms | p99 ms | max ms "
-              "| CPU ms/req | CPU x minimal |")  # fmt: skip
+        print(
+            "| endpoint | offered req/s | ok/sent | shed (503) | timeouts | errors | p50 ms | p90 ms | p99 ms | max ms "
+            "| CPU ms/req | CPU x minimal |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for endpoint in (FIRST_READ, GET, "GET /v1/jobs?limit=50"):
             for row, base in zip(server[endpoint], baseline[endpoint], strict=True):
-                print(f"| {endpoint} | {row['offered_rps']} | {row['ok']}/{row['sent']} | {row['shed']} | {row['timeouts']} | "
-                      f"{row['errors']} | {row['p50_ms']} | {row['p90_ms']} | {row['p99_ms']} | {row['max_ms']} | "
-                      f"{row['cpu_ms_per_request']} | {_ratio(row['cpu_ms_per_request'], base['cpu_ms_per_request'])} |")  # fmt: skip
+                print(
+                    f"| {endpoint} | {row['offered_rps']} | {row['ok']}/{row['sent']} | {row['shed']} | {row['timeouts']} | "
+                    f"{row['errors']} | {row['p50_ms']} | {row['p90_ms']} | {row['p99_ms']} | {row['max_ms']} | "
+                    f"{row['cpu_ms_per_request']} | {_ratio(row['cpu_ms_per_request'], base['cpu_ms_per_request'])} |"
+                )
 
 
 def _ratio(value: float | None, base: float | None) -> str:

@@ -103,8 +103,16 @@ def play_run(emit: EventWriter, run_uri: str) -> None:
     emit("eval", step=0, accuracy=before.correct / before.n, summary=before.model_dump(mode="json"))
     for step in range(1, TOTAL_STEPS + 1):
         reward = 0.30 + 0.012 * step + 0.03 * ((step * 7) % 5 - 2) / 2  # a rising, noisy mean
-        emit("train_step", step=step, total_steps=TOTAL_STEPS, reward_mean=round(reward, 3), reward_std=0.21,
-             kl=round(0.002 * step, 4), loss=round(0.05 / step**0.5, 4), metrics={SIGNAL_METRIC: 0.6})  # fmt: skip
+        emit(
+            "train_step",
+            step=step,
+            total_steps=TOTAL_STEPS,
+            reward_mean=round(reward, 3),
+            reward_std=0.21,
+            kl=round(0.002 * step, 4),
+            loss=round(0.05 / step**0.5, 4),
+            metrics={SIGNAL_METRIC: 0.6},
+        )
         if step == 10:
             emit("eval", step=10, accuracy=step_10.correct / step_10.n, summary=step_10.model_dump(mode="json"))
     emit("eval", step=TOTAL_STEPS, accuracy=after.correct / after.n, summary=after.model_dump(mode="json"))
@@ -155,12 +163,21 @@ def serving(work: Path, settings: dict[str, str]) -> Iterator[Service]:
     state.mkdir(parents=True)
     port, token = free_port(), generate_token()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}  # only this script's settings
-    env |= {"RLJOB_BOOTSTRAP_TOKEN": token, "RLJOB_BOOTSTRAP_TEAM": "alpha", "RLJOB_ENVIRONMENT": "dev",
-            "RLJOB_LAUNCHER": "local", **settings}  # fmt: skip
+    env |= {
+        "RLJOB_BOOTSTRAP_TOKEN": token,
+        "RLJOB_BOOTSTRAP_TEAM": "alpha",
+        "RLJOB_ENVIRONMENT": "dev",
+        "RLJOB_LAUNCHER": "local",
+        **settings,
+    }
     log = (state / "service.log").open("ab")
-    server = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port",
-                               str(port), "--state-dir", str(state)], stdout=log, stderr=subprocess.STDOUT, env=env,
-                              cwd=REPO)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=REPO,
+    )
     url = f"http://127.0.0.1:{port}"
     service = Service(url, token, RljobClient(ClientConfig(url=url, token=token, config_file=None)), work / "runs")
     try:
@@ -208,13 +225,15 @@ def screenshot(service: Service, out: Path, headline_ready: Callable[[str], bool
 def scripted(out: Path) -> int:
     """The held trainer, and this script writing a 20-step run's events (play_run)."""
     work = Path(tempfile.mkdtemp(prefix="rljob-eval-panel-"))
-    settings = {"RLJOB_TRAINER_COMMAND": json.dumps([sys.executable, HELD_TRAINER]),
-                "RLJOB_PROGRESS_POLL_INTERVAL_S": "0.2"}  # fmt: skip
+    settings = {"RLJOB_TRAINER_COMMAND": json.dumps([sys.executable, HELD_TRAINER]), "RLJOB_PROGRESS_POLL_INTERVAL_S": "0.2"}
     with serving(work, settings) as service:
-        spec = {"name": "gsm8k-llama-grpo", "output": str(service.runs),
-                "model": {"name": "llama3.1-8b", "source": "meta-llama/Llama-3.1-8B-Instruct"},
-                "grpo": {"num_batches": TOTAL_STEPS, "num_test_batches": 2},
-                "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}}  # fmt: skip
+        spec = {
+            "name": "gsm8k-llama-grpo",
+            "output": str(service.runs),
+            "model": {"name": "llama3.1-8b", "source": "meta-llama/Llama-3.1-8B-Instruct"},
+            "grpo": {"num_batches": TOTAL_STEPS, "num_test_batches": 2},
+            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+        }
         submitted = service.submit(spec)
         wait_for("RUNNING", lambda: service.job()["phase"] == "RUNNING")
         play_run(EventWriter(service.runs, submitted["id"]), submitted["run_uri"])
@@ -245,8 +264,15 @@ def tiny(out: Path) -> int:
             print(service.client.request("GET", f"/v1/jobs/{job['id']}/logs", params={"tail_lines": 60}), file=sys.stderr)
             print(f"the job ended {job['phase']}", file=sys.stderr)
             return 1
-        record = {"job_id": job["id"], "spec": "examples/tiny-cpu.yaml", "phase": job["phase"], "step": job["step"],
-                  "total_steps": job["total_steps"], "eval": job["eval"], "health": job["health"]}  # fmt: skip
+        record = {
+            "job_id": job["id"],
+            "spec": "examples/tiny-cpu.yaml",
+            "phase": job["phase"],
+            "step": job["step"],
+            "total_steps": job["total_steps"],
+            "eval": job["eval"],
+            "health": job["health"],
+        }
         print(f"eval: {json.dumps(job['eval'], indent=2)}")
         print(f"health: {job['health']['verdict']}: {job['health']['message']}")
         record_path = out.with_suffix(".json")
@@ -261,8 +287,7 @@ def tiny(out: Path) -> int:
 def goodput_screenshot(service: Service, out: Path, goodput: dict[str, Any], machine: dict[str, Any]) -> None:
     """The job page's goodput panel (the stacked bar of where the wall time went) into `out`, with the
     job's `goodput` from GET /v1/jobs/{id} beside it (`out` with .json, and the machine's facts)."""
-    write_result(out.with_suffix(".json").name, {"job_id": service.job_id, "spec": "examples/tiny-cpu.yaml",
-                                                 "goodput": goodput}, machine)  # fmt: skip
+    write_result(out.with_suffix(".json").name, {"job_id": service.job_id, "spec": "examples/tiny-cpu.yaml", "goodput": goodput}, machine)
     with job_page(service) as page:
         panel = page.get_by_test_id("goodput")
         page.get_by_test_id("goodput-bar").wait_for(timeout=WAIT_S * 1000)

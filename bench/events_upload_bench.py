@@ -86,10 +86,15 @@ def main() -> int:
         print(f"  {name:30s} first tenth {first:7.2f} ms/event, last tenth {last:7.2f} ms/event, growth {last / first:5.2f}x")
     print(f"  last tenth, baseline / append: {tenth_ms(baseline, True) / tenth_ms(appended, True):.1f}x")
     if not args.no_write:
-        tenths = {name: {"first_tenth_ms": round(tenth_ms(c, False), 2), "last_tenth_ms": round(tenth_ms(c, True), 2)}
-                  for name, c in (("rewrite", baseline), ("append", appended))}  # fmt: skip
-        write_result("events_upload.json", {"events": args.events, "batch": args.batch, "event_bytes": len(LINE),
-                                            "final_file_bytes": size, **tenths}, machine)  # fmt: skip
+        tenths = {
+            name: {"first_tenth_ms": round(tenth_ms(c, False), 2), "last_tenth_ms": round(tenth_ms(c, True), 2)}
+            for name, c in (("rewrite", baseline), ("append", appended))
+        }
+        write_result(
+            "events_upload.json",
+            {"events": args.events, "batch": args.batch, "event_bytes": len(LINE), "final_file_bytes": size, **tenths},
+            machine,
+        )
     return 0
 
 

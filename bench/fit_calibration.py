@@ -38,11 +38,23 @@ RESULTS = REPO / "bench" / "results" / "fit_calibration.json"
 # Two widths of the tiny model (trainer/offline/tiny.py's is the first): the vocabulary (Llama 3's 128256)
 # stays, so the embeddings dominate both and the difference is mostly training state.
 SIZES = {
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "head_dim": 16},
-    "wide": {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "head_dim": 64},
-}  # fmt: skip
+    "tiny": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+    },
+    "wide": {
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+    },
+}
 TRAIN_MODULE_MARK = "train_rl"  # in the train stage's command line (trainer.maxtext_entry.train_rl_jax_entry)
 POLL_S = 0.1
 
@@ -92,11 +104,11 @@ def _peak_kib(pid: int) -> int | None:
 
 def run_and_measure(spec_path: Path, work: Path) -> int:
     """Peak RSS in bytes of the train stage's process while `trainer run` runs the spec."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", RLJOB_CONVERSION_CACHE="off",
-               RLJOB_WORK_DIR=str(work / "scratch"))  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", RLJOB_CONVERSION_CACHE="off", RLJOB_WORK_DIR=str(work / "scratch"))
     log = (work / "trainer.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", "--spec", str(spec_path)], cwd=REPO, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "run", "--spec", str(spec_path)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     peak = 0
     while proc.poll() is None:
         for child in _descendants(proc.pid):
@@ -125,8 +137,13 @@ def main() -> None:
     machine = machine_facts()
     work = args.out or Path(tempfile.mkdtemp(prefix="rljob-fit-"))
     tiny = work / "inputs"  # make-tiny's model, tokenizer, data and reward
-    subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(tiny)], cwd=REPO, check=True,
-                   env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"), stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "trainer", "make-tiny", "--out", str(tiny)],
+        cwd=REPO,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"),
+        stdout=subprocess.DEVNULL,
+    )
     rows: list[dict[str, Any]] = []
     for name, dims in SIZES.items():
         model_dir = work / f"model-{name}"
@@ -138,16 +155,27 @@ def main() -> None:
         estimate = estimate_job_fit(load_spec_file(spec_path))
         assert estimate is not None, "the model's config.json is local: the estimate must exist"
         measured = run_and_measure(spec_path, run_dir)
-        rows.append({"model": name, "parameters": estimate.parameters, "estimated_bytes": estimate.total_bytes_per_chip,
-                     "per_chip": estimate.per_chip.model_dump(), "measured_peak_rss_bytes": measured})  # fmt: skip
-        print(f"{name}: {estimate.parameters:,} parameters, estimated {estimate.total_bytes_per_chip / GIB:.2f} GiB, "
-              f"train stage peak RSS {measured / GIB:.2f} GiB (ratio {measured / estimate.total_bytes_per_chip:.2f})")  # fmt: skip
+        rows.append(
+            {
+                "model": name,
+                "parameters": estimate.parameters,
+                "estimated_bytes": estimate.total_bytes_per_chip,
+                "per_chip": estimate.per_chip.model_dump(),
+                "measured_peak_rss_bytes": measured,
+            }
+        )
+        print(
+            f"{name}: {estimate.parameters:,} parameters, estimated {estimate.total_bytes_per_chip / GIB:.2f} GiB, "
+            f"train stage peak RSS {measured / GIB:.2f} GiB (ratio {measured / estimate.total_bytes_per_chip:.2f})"
+        )
     small, large = rows
     grown_measured = large["measured_peak_rss_bytes"] - small["measured_peak_rss_bytes"]
     grown_estimated = large["estimated_bytes"] - small["estimated_bytes"]
     ratio = grown_measured / grown_estimated
-    print(f"growth {small['model']} -> {large['model']}: measured {grown_measured / GIB:.2f} GiB, "
-          f"estimated {grown_estimated / GIB:.2f} GiB, ratio {ratio:.2f}")  # fmt: skip
+    print(
+        f"growth {small['model']} -> {large['model']}: measured {grown_measured / GIB:.2f} GiB, "
+        f"estimated {grown_estimated / GIB:.2f} GiB, ratio {ratio:.2f}"
+    )
     write_result(RESULTS.name, {"runs": rows, "growth_ratio_measured_over_estimated": ratio}, machine)
 
 

@@ -166,8 +166,13 @@ class BetaProbe(threading.Thread):
         rows = [(s, code) for t, s, code in self.seen if start <= t <= end]
         ok = sorted(s for s, code in rows if code == 200)
         q = statistics.quantiles(ok, n=20, method="inclusive") if len(ok) >= 2 else [float("nan")] * 19
-        return {"requests": len(rows), "errors": sum(code != 200 for _, code in rows), "p50_ms": 1e3 * statistics.median(ok),
-                "p95_ms": 1e3 * q[18], "max_ms": 1e3 * ok[-1]}  # fmt: skip
+        return {
+            "requests": len(rows),
+            "errors": sum(code != 200 for _, code in rows),
+            "p50_ms": 1e3 * statistics.median(ok),
+            "p95_ms": 1e3 * q[18],
+            "max_ms": 1e3 * ok[-1],
+        }
 
 
 class Bench:
@@ -177,8 +182,12 @@ class Bench:
         self.jobs: list[str] = []
 
     def submit(self, name: str, token: str = TOKEN_ALPHA) -> str:
-        spec = {"name": name, "model": {"name": "llama3.1-8b", "source": "meta-llama/Llama-3.1-8B-Instruct"},
-                "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": str(self.runs)}  # fmt: skip
+        spec = {
+            "name": name,
+            "model": {"name": "llama3.1-8b", "source": "meta-llama/Llama-3.1-8B-Instruct"},
+            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+            "output": str(self.runs),
+        }
         answer = self.alpha.post("/v1/jobs", json=spec, headers={"Authorization": f"Bearer {token}"})
         assert answer.status_code == 201, answer.text
         job_id = answer.json()["id"]
@@ -295,10 +304,11 @@ class Bench:
         job_id = self.submit("requests")
         port = int(self.url.rsplit(":", 1)[1])
         held: list[socket.socket] = []
-        slow_body = (f"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN_ALPHA}\r\n"
-                     "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{").encode()  # fmt: skip
-        follow = (f"GET /v1/jobs/{job_id}/logs?follow=true HTTP/1.1\r\nHost: x\r\n"
-                  f"Authorization: Bearer {TOKEN_ALPHA}\r\n\r\n").encode()  # fmt: skip
+        slow_body = (
+            f"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN_ALPHA}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+        ).encode()
+        follow = (f"GET /v1/jobs/{job_id}/logs?follow=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN_ALPHA}\r\n\r\n").encode()
         for request in [slow_body] * 64 + [follow] * 64:
             conn = socket.create_connection(("127.0.0.1", port), timeout=5)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that never reads
@@ -336,8 +346,13 @@ def service(root: Path, extra_env: dict[str, str]) -> Iterator[tuple[int, httpx.
         store.close()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
-    env.update(RLJOB_STATE_DIR=str(state), RLJOB_TRAINER_COMMAND=json.dumps([sys.executable, str(HELD_TRAINER)]),
-               RLJOB_MAX_CONCURRENT_JOBS="8", PYTHONPATH=str(REPO), **extra_env)  # fmt: skip
+    env.update(
+        RLJOB_STATE_DIR=str(state),
+        RLJOB_TRAINER_COMMAND=json.dumps([sys.executable, str(HELD_TRAINER)]),
+        RLJOB_MAX_CONCURRENT_JOBS="8",
+        PYTHONPATH=str(REPO),
+        **extra_env,
+    )
     argv = [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port), "--state-dir", str(state)]
     url = f"http://127.0.0.1:{port}"
     with until_healthy(argv, env, REPO, root / "serve.log", "rljob serve", port) as pid:
@@ -360,27 +375,38 @@ def run_cases(cases: list[str], limit: int, extra_env: dict[str, str]) -> dict[s
         base = probe.window(start, base_end) | {"rss_mib": rss.median_since(start)}
         base_latencies = probe.latencies(start, base_end)
         part["baseline"] = base
-        print(f"baseline{extra_env or ''}: beta p50 {base['p50_ms']:.1f} ms p95 {base['p95_ms']:.1f} ms, "
-              f"service {base['rss_mib']:.0f} MiB", flush=True)  # fmt: skip
+        print(
+            f"baseline{extra_env or ''}: beta p50 {base['p50_ms']:.1f} ms p95 {base['p95_ms']:.1f} ms, service {base['rss_mib']:.0f} MiB",
+            flush=True,
+        )
         for name in cases:
             start = time.monotonic()
             what = getattr(bench, name)()
             end = time.monotonic()
             beta = probe.window(start, end)
-            row = {"case": name.replace("_", "-"), "what": what, "seconds": end - start, "peak_rss_mib": rss.peak_since(start),
-                   **{f"beta_{k}": v for k, v in beta.items()},
-                   "beta_p50_ratio": beta["p50_ms"] / base["p50_ms"], "beta_p95_ratio": beta["p95_ms"] / base["p95_ms"]}  # fmt: skip
+            row = {
+                "case": name.replace("_", "-"),
+                "what": what,
+                "seconds": end - start,
+                "peak_rss_mib": rss.peak_since(start),
+                **{f"beta_{k}": v for k, v in beta.items()},
+                "beta_p50_ratio": beta["p50_ms"] / base["p50_ms"],
+                "beta_p95_ratio": beta["p95_ms"] / base["p95_ms"],
+            }
             row["peak_rss_share_of_limit"] = row["peak_rss_mib"] / limit
             case_latencies = probe.latencies(start, end)
             row["beta_p50_ratio_ci95"] = ratio_interval(case_latencies, base_latencies, 0.5)
             row["beta_p95_ratio_ci95"] = ratio_interval(case_latencies, base_latencies, 0.95)
             part["cases"].append(row)
-            print(f"{row['case']:>16}: {end - start:6.1f} s, service peak {row['peak_rss_mib']:6.0f} MiB "
-                  f"({100 * row['peak_rss_share_of_limit']:.0f}% of {limit} MiB); beta p50 {beta['p50_ms']:.1f} ms "
-                  f"(x{row['beta_p50_ratio']:.1f} [{row['beta_p50_ratio_ci95'][0]:.1f}, {row['beta_p50_ratio_ci95'][1]:.1f}]), "
-                  f"p95 {beta['p95_ms']:.1f} ms (x{row['beta_p95_ratio']:.1f} [{row['beta_p95_ratio_ci95'][0]:.1f}, "
-                  f"{row['beta_p95_ratio_ci95'][1]:.1f}]), "
-                  f"max {beta['max_ms']:.0f} ms, {beta['errors']} errors of {beta['requests']}; {what}", flush=True)  # fmt: skip
+            print(
+                f"{row['case']:>16}: {end - start:6.1f} s, service peak {row['peak_rss_mib']:6.0f} MiB "
+                f"({100 * row['peak_rss_share_of_limit']:.0f}% of {limit} MiB); beta p50 {beta['p50_ms']:.1f} ms "
+                f"(x{row['beta_p50_ratio']:.1f} [{row['beta_p50_ratio_ci95'][0]:.1f}, {row['beta_p50_ratio_ci95'][1]:.1f}]), "
+                f"p95 {beta['p95_ms']:.1f} ms (x{row['beta_p95_ratio']:.1f} [{row['beta_p95_ratio_ci95'][0]:.1f}, "
+                f"{row['beta_p95_ratio_ci95'][1]:.1f}]), "
+                f"max {beta['max_ms']:.0f} ms, {beta['errors']} errors of {beta['requests']}; {what}",
+                flush=True,
+            )
         probe.stopped.set()
         rss.stopped.set()
         probe.join(30)

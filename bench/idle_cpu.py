@@ -90,9 +90,11 @@ def create_running_jobs_app() -> Any:
 
 def spec(output: Path, i: int) -> dict[str, Any]:
     return {
-        "name": f"idle-{i}", "model": {"name": "llama3.1-8b", "source": "/models/tiny"},
-        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": str(output),
-    }  # fmt: skip
+        "name": f"idle-{i}",
+        "model": {"name": "llama3.1-8b", "source": "/models/tiny"},
+        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+        "output": str(output),
+    }
 
 
 def submit(port: int, output: Path, jobs: int) -> list[str]:
@@ -135,9 +137,8 @@ def write_events(output: Path, job_id: str) -> None:
     events: list[TrainerEvent] = [
         RunStarted(seq=0, time=now, job_id=job_id, attempt=1, run_uri=str(path.parent)),
         StageStarted(seq=1, time=now, job_id=job_id, stage=Stage.TRAIN),
-        TrainStep(seq=2, time=now, job_id=job_id, step=1, total_steps=1000, loss=0.5, kl=0.01,
-                  metrics={"reward_mean": 0.3}),
-    ]  # fmt: skip
+        TrainStep(seq=2, time=now, job_id=job_id, step=1, total_steps=1000, loss=0.5, kl=0.01, metrics={"reward_mean": 0.3}),
+    ]
     path.write_text("".join(dump_event(e) + "\n" for e in events))
 
 
@@ -167,9 +168,16 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             rows["minimal app"] = measure_idle(pid, args.idle_s)
 
         def rljob_env(name: str, **extra: str) -> dict[str, str]:
-            return {**base_env, "PYTHONPATH": str(REPO), "RLJOB_ENVIRONMENT": "dev", "RLJOB_LAUNCHER": "local",
-                    "RLJOB_STATE_DIR": str(work / name), "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
-                    "RLJOB_BOOTSTRAP_TEAM": "bench", **extra}  # fmt: skip
+            return {
+                **base_env,
+                "PYTHONPATH": str(REPO),
+                "RLJOB_ENVIRONMENT": "dev",
+                "RLJOB_LAUNCHER": "local",
+                "RLJOB_STATE_DIR": str(work / name),
+                "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
+                "RLJOB_BOOTSTRAP_TEAM": "bench",
+                **extra,
+            }
 
         with uvicorn_app("service.app:create_app_from_env", rljob_env("empty"), work, "rljob-empty") as (pid, _):
             rows["rljob, 0 jobs"] = measure_idle(pid, args.idle_s)

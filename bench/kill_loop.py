@@ -63,13 +63,18 @@ class ServiceProcess:
         self.work, self.port = work, port
         base = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
         self.env = {
-            **base, **backend.env, "RLJOB_ENVIRONMENT": "dev", "RLJOB_STATE_DIR": str(work / "state"),
-            "RLJOB_BOOTSTRAP_TOKEN": token, "RLJOB_BOOTSTRAP_TEAM": TEAM,
-            "RLJOB_PROGRESS_POLL_INTERVAL_S": "0.2", "RLJOB_ACTIVE_JOBS_RECONCILE_INTERVAL_S": "2",
+            **base,
+            **backend.env,
+            "RLJOB_ENVIRONMENT": "dev",
+            "RLJOB_STATE_DIR": str(work / "state"),
+            "RLJOB_BOOTSTRAP_TOKEN": token,
+            "RLJOB_BOOTSTRAP_TEAM": TEAM,
+            "RLJOB_PROGRESS_POLL_INTERVAL_S": "0.2",
+            "RLJOB_ACTIVE_JOBS_RECONCILE_INTERVAL_S": "2",
             "PYTHONUNBUFFERED": "1",
             # The code of the checkout this bench lives in, whatever the venv's editable install points at.
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH", "")) if p),
-        }  # fmt: skip
+        }
         self.proc: subprocess.Popen[bytes] | None = None
         self.lives = 0
         self.killed = False  # by us: an exit the bench did not cause fails the run
@@ -78,8 +83,14 @@ class ServiceProcess:
         self.lives += 1
         self.killed = False
         log = (self.work / f"service-{self.lives:02d}.log").open("wb")
-        self.proc = subprocess.Popen([str(RLJOB), "serve", "--port", str(self.port)], env=self.env, stdout=log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(RLJOB), "serve", "--port", str(self.port)],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
 
     def check_alive(self) -> None:
@@ -118,8 +129,9 @@ class KillLoop:
         self.backend, self.work, self.rng, self.max_life_s = backend, work, rng, max_life_s
         token = "kill-loop-" + secrets.token_hex(20)
         self.service = ServiceProcess(backend, work, free_port(), token)
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.service.port}", timeout=15.0,
-                                   headers={"Authorization": f"Bearer {token}"})
+        self.client = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.service.port}", timeout=15.0, headers={"Authorization": f"Bearer {token}"}
+        )
         self.submissions: list[Submission] = []
         self.counts: dict[str, int] = {}
         self.watcher = PhaseWatcher(self.client, self.service.up)
@@ -309,14 +321,21 @@ def run_backend(name: str, iterations: int, seed: int, keep: bool) -> dict[str, 
             shutil.rmtree(work, ignore_errors=True)
     acked = result["submitted_acknowledged"]
     return {
-        "backend": name, "iterations": iterations, "seed": seed, "wall_s": round(time.monotonic() - started, 1),
-        "work_dir": str(work) if keep else None, **loop.counts, **drained,
-        "submissions": len(loop.submissions), "keyed_submissions": sum(1 for s in loop.submissions if s.key),
+        "backend": name,
+        "iterations": iterations,
+        "seed": seed,
+        "wall_s": round(time.monotonic() - started, 1),
+        "work_dir": str(work) if keep else None,
+        **loop.counts,
+        **drained,
+        "submissions": len(loop.submissions),
+        "keyed_submissions": sum(1 for s in loop.submissions if s.key),
         "cancels_acknowledged": sum(1 for s in loop.submissions if s.cancel_acked),
-        "lost_count": len(result["lost"]), "lost_ratio": round(len(result["lost"]) / acked, 4) if acked else None,
+        "lost_count": len(result["lost"]),
+        "lost_ratio": round(len(result["lost"]) / acked, 4) if acked else None,
         "duplicated_ratio": round(result["duplicated_submissions"] / acked, 4) if acked else None,
         **result,
-    }  # fmt: skip
+    }
 
 
 def stop_leftover_trainers(job_ids: set[str]) -> None:
@@ -327,9 +346,20 @@ def stop_leftover_trainers(job_ids: set[str]) -> None:
 
 
 def summary_line(entry: dict[str, Any]) -> str:
-    ok = entry["lost_count"] == 0 and entry["duplicated_submissions"] == 0 and not any(
-        entry[k] for k in ("phase_regressions_seen_by_poller", "event_log_violations", "wrong_final_phase",
-                           "trainers_left_running", "cluster_failure"))
+    ok = (
+        entry["lost_count"] == 0
+        and entry["duplicated_submissions"] == 0
+        and not any(
+            entry[k]
+            for k in (
+                "phase_regressions_seen_by_poller",
+                "event_log_violations",
+                "wrong_final_phase",
+                "trainers_left_running",
+                "cluster_failure",
+            )
+        )
+    )
     return (
         f"{entry['backend']}: {entry.get('kills_after_ready', 0)} kills when ready + {entry.get('kills_before_ready', 0)} "
         "during start-up, "

@@ -43,7 +43,6 @@ class Submission:
     cancel_unanswered: bool = False  # a cancel whose answer a kill swallowed: it may or may not have landed
 
 
-
 class PhaseWatcher:
     """Polls GET /v1/jobs while the service is up; keeps every job's observed phase sequence."""
 
@@ -154,8 +153,7 @@ def trainer_starts(backend: Backend, job_id: str) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def audit(backend: Backend, submissions: list[Submission], watcher: PhaseWatcher,
-          sampler: TrainerSampler) -> dict[str, Any]:  # fmt: skip
+def audit(backend: Backend, submissions: list[Submission], watcher: PhaseWatcher, sampler: TrainerSampler) -> dict[str, Any]:
     store = SqlJobStore(backend.database_url)
     try:
         records = {r.id: r for r in all_jobs(store)}
@@ -165,8 +163,9 @@ def audit(backend: Backend, submissions: list[Submission], watcher: PhaseWatcher
     acked = {job_id for s in submissions for job_id in s.acked_ids}
     lost = sorted(
         f"{job_id}: {'absent from the store' if job_id not in records else f'stuck {records[job_id].phase}'}"
-        for job_id in acked if job_id not in records or not records[job_id].phase.is_terminal()
-    )  # fmt: skip
+        for job_id in acked
+        if job_id not in records or not records[job_id].phase.is_terminal()
+    )
     by_nonce: dict[str, list[str]] = {}
     for record in records.values():
         by_nonce.setdefault(record.labels.get(NONCE_LABEL, "?"), []).append(record.id)
@@ -174,18 +173,22 @@ def audit(backend: Backend, submissions: list[Submission], watcher: PhaseWatcher
     starts = {j: trainer_starts(backend, j) for j in records}
     # Each finding names the submission (nonce) it duplicates; `duplicated_submissions` counts those.
     duplicated: dict[str, dict[str, str]] = {
-        "one_key_many_ids": {str(s.nonce): f"key {s.key} answered with {sorted(set(s.acked_ids))}"
-                             for s in submissions if len(set(s.acked_ids)) > 1},
+        "one_key_many_ids": {
+            str(s.nonce): f"key {s.key} answered with {sorted(set(s.acked_ids))}" for s in submissions if len(set(s.acked_ids)) > 1
+        },
         "one_submission_many_jobs": {n: f"{len(ids)} jobs {sorted(ids)}" for n, ids in by_nonce.items() if len(ids) > 1},
-        "trainers_at_once": {nonce_of.get(j, j): f"{j}: {n} trainers alive together"
-                             for j, n in sampler.max_per_job.items() if n > 1},
-        "more_trainer_starts_than_launches": {nonce_of[j]: f"{j}: {starts[j]} trainer starts, {r.resumes + 1} launch(es)"
-                                      for j, r in records.items() if starts[j] > r.resumes + 1},
+        "trainers_at_once": {nonce_of.get(j, j): f"{j}: {n} trainers alive together" for j, n in sampler.max_per_job.items() if n > 1},
+        "more_trainer_starts_than_launches": {
+            nonce_of[j]: f"{j}: {starts[j]} trainer starts, {r.resumes + 1} launch(es)"
+            for j, r in records.items()
+            if starts[j] > r.resumes + 1
+        },
         "more_k8s_jobs_than_launches": {
             nonce_of.get(j, j): f"{j}: {len(uids)} Jobs created, {records[j].resumes + 1 if j in records else '?'} launch(es)"
-            for j, uids in backend.jobs_created.items() if j not in records or len(uids) > records[j].resumes + 1
+            for j, uids in backend.jobs_created.items()
+            if j not in records or len(uids) > records[j].resumes + 1
         },
-    }  # fmt: skip
+    }
     duplicated_submissions = {n for findings in duplicated.values() for n in findings}
     # Every stored job has its submission (by nonce), acknowledged or not: each must end as it was told to.
     by_nonce_sub = {str(s.nonce): s for s in submissions}
@@ -193,9 +196,11 @@ def audit(backend: Backend, submissions: list[Submission], watcher: PhaseWatcher
     wrong = sorted(
         f"{job_id}: {records[job_id].phase}, expected {s.expected} ({records[job_id].message[:160]})"
         for job_id, s in expected.items()
-        if job_id in records and records[job_id].phase.is_terminal() and records[job_id].phase is not s.expected
+        if job_id in records
+        and records[job_id].phase.is_terminal()
+        and records[job_id].phase is not s.expected
         and not (s.cancel_unanswered and records[job_id].phase is JobPhase.CANCELLED)
-    )  # fmt: skip
+    )
     left = {j: pids for j, pids in live_trainers().items() if j in records}
     finals: dict[str, int] = {}
     for record in records.values():
@@ -203,9 +208,7 @@ def audit(backend: Backend, submissions: list[Submission], watcher: PhaseWatcher
     return {
         "submitted_acknowledged": len(acked),
         "jobs_in_store": len(records),
-        "created_without_acknowledgement": sorted(
-            j for n, ids in by_nonce.items() for j in ids if j not in acked
-        ),
+        "created_without_acknowledgement": sorted(j for n, ids in by_nonce.items() for j in ids if j not in acked),
         "lost": lost,
         "duplicated_submissions": len(duplicated_submissions),
         "duplicated": duplicated,

@@ -63,10 +63,15 @@ def _spec_base(runs_dir: Path, model_source: str) -> dict[str, Any]:
     return {
         "model": {"source": model_source},
         "dataset": {"name": "org/data"},
-        "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax",
-                     "rollout_data_parallelism": 1, "rollout_tensor_parallelism": 1},
+        "hardware": {
+            "accelerator": "cpu",
+            "chips_per_vm": 1,
+            "rollout_engine": "jax",
+            "rollout_data_parallelism": 1,
+            "rollout_tensor_parallelism": 1,
+        },
         "output": str(runs_dir),
-    }  # fmt: skip
+    }
 
 
 @contextlib.contextmanager
@@ -88,8 +93,7 @@ def local_postgres(work: Path) -> Iterator[Backend]:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
         admin.dispose()
         url = server.rsplit("/", 1)[0] + f"/{name}"
-        yield Backend("local-postgres", _local_env(work, url), url, work / "runs",
-                      _spec_base(work / "runs", "/models/tiny"))  # fmt: skip
+        yield Backend("local-postgres", _local_env(work, url), url, work / "runs", _spec_base(work / "runs", "/models/tiny"))
 
 
 class EmulatorThread:
@@ -173,8 +177,7 @@ def _stand_in_pod_spec(job: dict[str, Any]) -> dict[str, Any]:
     assert command[:3] == ["python", "-m", "trainer"], command  # the rendered command, checked before swapping
     trainer["command"] = ["python", str(FAKE_TRAINER), *command[3:]]
     trainer["env"] = [*(trainer.get("env") or []), {"name": "PYTHONPATH", "value": str(REPO)}]
-    trainer["volumeMounts"] = [*(trainer.get("volumeMounts") or []),
-                               {"name": "bench-checkout", "mountPath": str(REPO), "readOnly": True}]
+    trainer["volumeMounts"] = [*(trainer.get("volumeMounts") or []), {"name": "bench-checkout", "mountPath": str(REPO), "readOnly": True}]
     volumes = [*(pod.get("volumes") or []), {"name": "bench-checkout", "hostPath": {"path": str(REPO), "type": "Directory"}}]
     return {"containers": pod["containers"], "volumes": volumes}
 
@@ -187,12 +190,18 @@ def k8s_kmock(work: Path) -> Iterator[Backend]:
     created: dict[str, list[str]] = {}
     with EmulatorThread(node_dir, created) as emulator:
         kubeconfig = work / "kubeconfig.yaml"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-            "clusters": [{"name": "kmock", "cluster": {"server": emulator.url}}],
-            "users": [{"name": "bench", "user": {}}],
-            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "bench", "namespace": K8S_NAMESPACE}}],
-        }))  # fmt: skip
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "kmock",
+                    "clusters": [{"name": "kmock", "cluster": {"server": emulator.url}}],
+                    "users": [{"name": "bench", "user": {}}],
+                    "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "bench", "namespace": K8S_NAMESPACE}}],
+                }
+            )
+        )
         url = f"sqlite:///{work / 'state' / 'rljob.db'}"
         env = {
             "RLJOB_LAUNCHER": "kubernetes",
@@ -202,13 +211,16 @@ def k8s_kmock(work: Path) -> Iterator[Backend]:
             "RLJOB_K8S_IMAGE": TRAINER_IMAGE,
             "RLJOB_K8S_HOST_PATHS": json.dumps([str(node_dir)]),
             # Small pods: the emulated node is this machine (2 cores); many trainers must fit at once.
-            "RLJOB_K8S_CPU_JOB_CPU": "50m", "RLJOB_K8S_CPU_JOB_MEMORY": "128Mi", "RLJOB_K8S_CPU_JOB_SHM_SIZE": "16Mi",
+            "RLJOB_K8S_CPU_JOB_CPU": "50m",
+            "RLJOB_K8S_CPU_JOB_MEMORY": "128Mi",
+            "RLJOB_K8S_CPU_JOB_SHM_SIZE": "16Mi",
             "RLJOB_K8S_TERMINATION_GRACE_S": "30",
             "RLJOB_K8S_WATCH_TIMEOUT_S": "10",
             "RLJOB_K8S_WATCH_RESYNC_INTERVAL_S": "2",
-            "RLJOB_K8S_RETRY_BACKOFF_S": "0.1", "RLJOB_K8S_RETRY_BACKOFF_MAX_S": "1",
+            "RLJOB_K8S_RETRY_BACKOFF_S": "0.1",
+            "RLJOB_K8S_RETRY_BACKOFF_MAX_S": "1",
             "RLJOB_K8S_REQUEST_TIMEOUT_S": "10",
-        }  # fmt: skip
+        }
         backend = Backend("k8s-kmock", env, url, runs, _spec_base(runs, "org/model"), jobs_created=created)
         try:
             yield backend

@@ -72,8 +72,10 @@ from trainer.contract.spec_file import load_spec_file  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 EXAMPLE = REPO / "examples" / "smollm2-arith-cpu.yaml"
 REWARDS = REPO / "examples" / "rewards"
-ARM_REWARDS = {"trained": (REWARDS / "arith_correct.py", "arith_correct"),
-               "control": (REWARDS / "arith_random_control.py", "arith_random_control")}  # fmt: skip
+ARM_REWARDS = {
+    "trained": (REWARDS / "arith_correct.py", "arith_correct"),
+    "control": (REWARDS / "arith_random_control.py", "arith_random_control"),
+}
 MODELS = ("base", "trained", "control")
 EVAL_SAMPLES = 4
 EVAL_SEED = 20261201  # samples of the rows from offset b on: torch.Generator seeded EVAL_SEED + b
@@ -108,18 +110,29 @@ def evaluate(model_dir: str, rows: list[dict], spec: dict) -> dict:
         chunk, prompts = rows[b : b + EVAL_BATCH], [r["prompts"] for r in processed[b : b + EVAL_BATCH]]
         answers = [r["answer"] for r in processed[b : b + EVAL_BATCH]]
         done = lambda text: settled(text, rewards)  # noqa: E731
-        greedy = sampler.sample(prompts, generations=1, temperature=None, top_k=1, new_tokens=new_tokens,
-                                seed=EVAL_SEED, done=done)  # fmt: skip
-        sampled = sampler.sample(prompts, generations=EVAL_SAMPLES, temperature=grpo["temperature"],
-                                 top_k=grpo["top_k"], new_tokens=new_tokens, seed=EVAL_SEED + b, done=done)  # fmt: skip
+        greedy = sampler.sample(prompts, generations=1, temperature=None, top_k=1, new_tokens=new_tokens, seed=EVAL_SEED, done=done)
+        sampled = sampler.sample(
+            prompts,
+            generations=EVAL_SAMPLES,
+            temperature=grpo["temperature"],
+            top_k=grpo["top_k"],
+            new_tokens=new_tokens,
+            seed=EVAL_SEED + b,
+            done=done,
+        )
         for row, answer, g, s in zip(chunk, answers, greedy, sampled, strict=True):
             score = rewards.arith_correct([""] * (1 + len(s)), g + s, None, answer=[answer] * (1 + len(s)))
             out_rows.append({"id": row["id"], "greedy": int(score[0] == 1.0), "samples": [int(x == 1.0) for x in score[1:]]})
             if len(examples) < 3:
                 examples.append({"question": row["question"], "greedy": g[0], "samples": s})
         print(f"    {len(out_rows)}/{len(rows)} rows, {time.monotonic() - started:.0f}s", flush=True)
-    return {"source": model_dir, "rows": out_rows, "examples": examples, "new_tokens": new_tokens,
-            "eval_seconds": round(time.monotonic() - started, 1)}  # fmt: skip
+    return {
+        "source": model_dir,
+        "rows": out_rows,
+        "examples": examples,
+        "new_tokens": new_tokens,
+        "eval_seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def gsm8k_correct(completion: str, answer: str) -> int:
@@ -143,20 +156,33 @@ def evaluate_gsm8k(model_dir: str, rows: list[dict]) -> dict:
     started, out_rows = time.monotonic(), []
     for b in range(0, len(rows), GSM8K_BATCH):
         chunk = processed[b : b + GSM8K_BATCH]
-        greedy = sampler.sample([r["prompts"] for r in chunk], generations=1, temperature=None, top_k=1,
-                                new_tokens=GSM8K_NEW_TOKENS, seed=EVAL_SEED, done=lambda _text: False)  # fmt: skip
-        out_rows += [{"id": row["id"], "greedy": gsm8k_correct(g[0], r["answer"])}
-                     for row, r, g in zip(rows[b : b + GSM8K_BATCH], chunk, greedy, strict=True)]  # fmt: skip
+        greedy = sampler.sample(
+            [r["prompts"] for r in chunk],
+            generations=1,
+            temperature=None,
+            top_k=1,
+            new_tokens=GSM8K_NEW_TOKENS,
+            seed=EVAL_SEED,
+            done=lambda _text: False,
+        )
+        out_rows += [
+            {"id": row["id"], "greedy": gsm8k_correct(g[0], r["answer"])}
+            for row, r, g in zip(rows[b : b + GSM8K_BATCH], chunk, greedy, strict=True)
+        ]
         print(f"    gsm8k {len(out_rows)}/{len(rows)} rows, {time.monotonic() - started:.0f}s", flush=True)
-    return {"source": model_dir, "rows": out_rows, "new_tokens": GSM8K_NEW_TOKENS,
-            "eval_seconds": round(time.monotonic() - started, 1)}  # fmt: skip
+    return {"source": model_dir, "rows": out_rows, "new_tokens": GSM8K_NEW_TOKENS, "eval_seconds": round(time.monotonic() - started, 1)}
 
 
 def run_gsm8k(work: Path, env: dict, sources: dict[str, str]) -> dict:
     data_dir = work / "gsm8k"
     if not (data_dir / "eval.jsonl").exists():
-        subprocess.run([sys.executable, "-m", "trainer", "make-data", "gsm8k", "--out", str(data_dir)], check=True,
-                       env=env, cwd=REPO, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "trainer", "make-data", "gsm8k", "--out", str(data_dir)],
+            check=True,
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+        )
     rows = [json.loads(line) for line in (data_dir / "eval.jsonl").read_text().splitlines()]
     for r in rows:
         r.setdefault("id", row_id(r["question"]))
@@ -206,8 +232,14 @@ def sample_stats(run_dir: Path) -> list[dict]:
     for path in sorted((run_dir / "samples").glob("train-*.json")):
         kept = json.loads(path.read_text())
         texts = [s["completion"] for s in kept["samples"]]
-        stats.append({"step": kept["step"], "empty_fraction": sum(not t.strip() for t in texts) / len(texts),
-                      "mean_chars": round(sum(map(len, texts)) / len(texts), 1), "first": texts[0][:60]})  # fmt: skip
+        stats.append(
+            {
+                "step": kept["step"],
+                "empty_fraction": sum(not t.strip() for t in texts) / len(texts),
+                "mean_chars": round(sum(map(len, texts)) / len(texts), 1),
+                "first": texts[0][:60],
+            }
+        )
     return stats
 
 
@@ -215,14 +247,30 @@ def arm_result(client: RljobClient, job_id: str, spec: dict) -> dict:
     """Follow one job to its end; its phase, per-step reward and signal fraction, times and export."""
     final = follow(client, job_id)
     points = client.request("GET", f"/v1/jobs/{job_id}/metrics")["points"]
-    train = [{"step": p["step"], "time": p["time"], "reward_mean": p["values"].get("reward_mean"),
-              "signal_fraction": p["values"].get("rewards/train/signal_fraction"), "kl": p["values"].get("kl"),
-              "loss": p["values"].get("loss")} for p in points if p["kind"] == "train"]  # fmt: skip
+    train = [
+        {
+            "step": p["step"],
+            "time": p["time"],
+            "reward_mean": p["values"].get("reward_mean"),
+            "signal_fraction": p["values"].get("rewards/train/signal_fraction"),
+            "kl": p["values"].get("kl"),
+            "loss": p["values"].get("loss"),
+        }
+        for p in points
+        if p["kind"] == "train"
+    ]
     times = final.get("stage_times") or {}
-    result = {"job_id": job_id, "phase": final["phase"], "message": final.get("message"), "spec": spec,
-              "health": final.get("health"), "train": train, "stage_times": times,
-              "train_seconds": (times.get("train") or {}).get("duration_s"),
-              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
+    result = {
+        "job_id": job_id,
+        "phase": final["phase"],
+        "message": final.get("message"),
+        "spec": spec,
+        "health": final.get("health"),
+        "train": train,
+        "stage_times": times,
+        "train_seconds": (times.get("train") or {}).get("duration_s"),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     result["run_uri"] = final.get("run_uri")
     if final["phase"] == "SUCCEEDED":
         result["export"] = next(a["uri"] for a in final["artifacts"] if a["name"] == "export.export")
@@ -235,10 +283,17 @@ def prepare(work: Path, env: dict) -> tuple[Path, Path, dict]:
     """The model (built once) and the data (rebuilt every run: fast, deterministic; its summary is kept)."""
     model_dir, data_dir = work / "smollm2", work / "arith"
     if not (model_dir / "model.safetensors").exists():
-        subprocess.run([sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(model_dir)],
-                       check=True, env=env, cwd=REPO)  # fmt: skip
-    made = subprocess.run([sys.executable, "-m", "trainer", "make-data", "arith", "--out", str(data_dir)], check=True,
-                          env=env, cwd=REPO, capture_output=True, text=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(model_dir)], check=True, env=env, cwd=REPO
+        )
+    made = subprocess.run(
+        [sys.executable, "-m", "trainer", "make-data", "arith", "--out", str(data_dir)],
+        check=True,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     return model_dir, data_dir, json.loads(made.stdout)
 
 
@@ -250,9 +305,13 @@ def run_jobs(arms: list[str], grpo: dict, example: Path, state: Path, env: dict,
     server_env = {**env, "RLJOB_BOOTSTRAP_TOKEN": token, "RLJOB_ENVIRONMENT": "dev", "RLJOB_LAUNCHER": "local"}
     server_env.pop("RLJOB_DATABASE_URL", None)
     log = (state / "service.log").open("ab")
-    server = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port",
-                               str(port), "--state-dir", str(state)], stdout=log, stderr=subprocess.STDOUT,
-                              env=server_env, cwd=REPO)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=server_env,
+        cwd=REPO,
+    )
     client = RljobClient(ClientConfig(url=f"http://127.0.0.1:{port}", token=token, config_file=None))
     try:
         _wait_ready(client, server, state / "service.log")
@@ -267,12 +326,14 @@ def run_jobs(arms: list[str], grpo: dict, example: Path, state: Path, env: dict,
 def print_verdict(summary: dict) -> None:
     for name, acc in summary["accuracy"].items():
         s, g = acc["sampled"], acc["greedy"]
-        print(f"  {name}: sampled {s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}], "
-              f"greedy {g['mean']:.3f} [{g['low']:.3f}, {g['high']:.3f}]")  # fmt: skip
+        print(
+            f"  {name}: sampled {s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}], greedy {g['mean']:.3f} [{g['low']:.3f}, {g['high']:.3f}]"
+        )
     for pair, d in summary["differences"].items():
         s, m = d["sampled"], d["mcnemar_greedy"]
-        print(f"  {pair}: {s['difference'] * 100:+.1f} points [{s['low'] * 100:+.1f}, {s['high'] * 100:+.1f}], "
-              f"greedy McNemar p={m['p']:.3g}")  # fmt: skip
+        print(
+            f"  {pair}: {s['difference'] * 100:+.1f} points [{s['low'] * 100:+.1f}, {s['high'] * 100:+.1f}], greedy McNemar p={m['p']:.3g}"
+        )
     for criterion, verdict in summary.get("decision", {}).items():
         print(f"  {criterion}: {'MET' if verdict['met'] else 'MISSED'} ({verdict['rule']})")
 
@@ -305,11 +366,17 @@ def main() -> int:
         "task": f"make-data arith ({(data_dir / 'eval.jsonl').name}: {len(rows)} held-out rows)",
         "eval": {"rows": len(rows), "samples": EVAL_SAMPLES, "seed": EVAL_SEED, "batch": EVAL_BATCH},
         "decision_rule": learning_stats.DECISION_RULE,
-        "seeds": {"data_shuffle_seed": "MaxText rl.yml's (42), the same in every arm", "eval": EVAL_SEED,
-                  "bootstrap": learning_stats.BOOTSTRAP_SEED},
+        "seeds": {
+            "data_shuffle_seed": "MaxText rl.yml's (42), the same in every arm",
+            "eval": EVAL_SEED,
+            "bootstrap": learning_stats.BOOTSTRAP_SEED,
+        },
         "data": {"make_data": "python -m trainer make-data arith (its defaults)", **data_summary},
-        "inputs": {str(f.relative_to(REPO)): hashlib.sha256(f.read_bytes()).hexdigest()[:16]
-                   for f in (Path(args.spec), *(r for r, _ in ARM_REWARDS.values())) if f.is_relative_to(REPO)},
+        "inputs": {
+            str(f.relative_to(REPO)): hashlib.sha256(f.read_bytes()).hexdigest()[:16]
+            for f in (Path(args.spec), *(r for r, _ in ARM_REWARDS.values()))
+            if f.is_relative_to(REPO)
+        },
         "arms": {k: v for k, v in earlier.get("arms", {}).items() if k in ARM_REWARDS},
         "models": {k: v for k, v in earlier.get("models", {}).items() if k in MODELS},
         **({"gsm8k": earlier["gsm8k"]} if "gsm8k" in earlier else {}),

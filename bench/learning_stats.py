@@ -47,8 +47,14 @@ def paired(a: Sequence[dict], b: Sequence[dict]) -> list[tuple[dict, dict]]:
     return [(row, by_id[row["id"]]) for row in a]
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES,
-                     seed: int = BOOTSTRAP_SEED, confidence: float = CONFIDENCE) -> dict:  # fmt: skip
+def paired_bootstrap(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = CONFIDENCE,
+) -> dict:
     """mean(a - b) over paired prompts and its percentile bootstrap interval over prompts."""
     diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     if diff.ndim != 1 or len(diff) == 0 or len(a) != len(b):
@@ -57,8 +63,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int =
     means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
-    return {"difference": float(diff.mean()), "low": float(low), "high": float(high), "n": len(diff),
-            "resamples": resamples, "seed": seed}  # fmt: skip
+    return {"difference": float(diff.mean()), "low": float(low), "high": float(high), "n": len(diff), "resamples": resamples, "seed": seed}
 
 
 def bootstrap_mean(values: Sequence[float], **kw) -> dict:
@@ -92,20 +97,24 @@ def decide(trained_base: dict, control_base: dict, trained_control: dict) -> dic
     """Each criterion of DECISION_RULE met or not, from the sampled-accuracy bootstraps of `compare`."""
     tb, cb, tc = trained_base["sampled"], control_base["sampled"], trained_control["sampled"]
     return {
-        "trained_vs_base": {"rule": DECISION_RULE["trained_vs_base"],
-                            "met": tb["difference"] >= TARGET_GAIN and tb["low"] > TARGET_GAIN_LOW},
-        "control_vs_base": {"rule": DECISION_RULE["control_vs_base"],
-                            "met": abs(cb["difference"]) < CONTROL_BAND and cb["low"] <= 0 <= cb["high"]},
-        "trained_vs_control": {"rule": DECISION_RULE["trained_vs_control"],
-                               "met": tc["low"] > 0 or tc["high"] < 0},
-    }  # fmt: skip
+        "trained_vs_base": {
+            "rule": DECISION_RULE["trained_vs_base"],
+            "met": tb["difference"] >= TARGET_GAIN and tb["low"] > TARGET_GAIN_LOW,
+        },
+        "control_vs_base": {
+            "rule": DECISION_RULE["control_vs_base"],
+            "met": abs(cb["difference"]) < CONTROL_BAND and cb["low"] <= 0 <= cb["high"],
+        },
+        "trained_vs_control": {"rule": DECISION_RULE["trained_vs_control"], "met": tc["low"] > 0 or tc["high"] < 0},
+    }
 
 
 def summarize(models: dict[str, list[dict]]) -> dict:
     """Everything the README reports, from the rows of `base`, `trained` and `control` (those present)."""
-    accuracy = {name: {"greedy": bootstrap_mean([r["greedy"] for r in rows]),
-                       "sampled": bootstrap_mean([sampled_score(r) for r in rows])}
-                for name, rows in models.items()}  # fmt: skip
+    accuracy = {
+        name: {"greedy": bootstrap_mean([r["greedy"] for r in rows]), "sampled": bootstrap_mean([sampled_score(r) for r in rows])}
+        for name, rows in models.items()
+    }
     wanted = [("trained", "base"), ("control", "base"), ("trained", "control")]
     differences = {f"{a}-{b}": compare(models, a, b) for a, b in wanted if a in models and b in models}
     summary = {"accuracy": accuracy, "differences": differences}
@@ -122,5 +131,4 @@ def summarize_greedy(models: dict[str, list[dict]], baseline: str = "base") -> d
         pairs = paired(models[name], models[baseline])
         a, b = [x["greedy"] for x, _ in pairs], [y["greedy"] for _, y in pairs]
         differences[f"{name}-{baseline}"] = {"greedy": paired_bootstrap(a, b), "mcnemar_greedy": mcnemar_exact(a, b)}
-    return {"accuracy": {name: bootstrap_mean([r["greedy"] for r in rows]) for name, rows in models.items()},
-            "differences": differences}  # fmt: skip
+    return {"accuracy": {name: bootstrap_mean([r["greedy"] for r in rows]) for name, rows in models.items()}, "differences": differences}

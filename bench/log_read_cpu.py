@@ -70,8 +70,9 @@ def follow_now(lines: Iterator[str | None]) -> AsyncIterator[bytes]:
         return False
 
     # Unpaced (the fastest a follow may be set to send): what is measured is the CPU per line.
-    return follow_log(lines, LogFollowers(1), "bench", is_disconnected=connected, is_terminal=lambda: True, poll_interval_s=0.01,
-                      pacer=Pacer(1 << 30))  # fmt: skip
+    return follow_log(
+        lines, LogFollowers(1), "bench", is_disconnected=connected, is_terminal=lambda: True, poll_interval_s=0.01, pacer=Pacer(1 << 30)
+    )
 
 
 async def _send_all(body: Iterator[bytes] | AsyncIterator[bytes]) -> int:
@@ -92,8 +93,9 @@ async def _send_all(body: Iterator[bytes] | AsyncIterator[bytes]) -> int:
 def _record(output: Path) -> JobRecord:
     spec = JobSpec.model_validate({"name": "bench", "model": {"source": "/models/tiny"}, "output": str(output)})
     now = datetime.now(UTC)
-    return JobRecord(id="rl-benchlogread", team="bench", name="bench", spec=spec, spec_hash="h",
-                     phase=JobPhase.SUCCEEDED, created_at=now, updated_at=now)  # fmt: skip
+    return JobRecord(
+        id="rl-benchlogread", team="bench", name="bench", spec=spec, spec_hash="h", phase=JobPhase.SUCCEEDED, created_at=now, updated_at=now
+    )
 
 
 def _measure(read: Any, body: Any) -> tuple[float, float, int]:
@@ -118,10 +120,12 @@ def _row(read: Any, bodies: dict[str, Any], line_bytes: int, lines: int) -> dict
         row[f"{name}_cpu_us_per_line"] = row[f"{name}_cpu_s"] / lines * 1e6
     baseline, now = list(bodies)
     row["cpu_ratio"] = row[f"{baseline}_cpu_s"] / row[f"{now}_cpu_s"]
-    print(f"{line_bytes:>4}-byte lines x {lines:>9,}: {baseline} {row[f'{baseline}_cpu_s']:7.2f} s CPU "
-          f"({row[f'{baseline}_cpu_us_per_line']:5.1f} us/line, {row[f'{baseline}_wall_s']:6.2f} s wall), {now} "
-          f"{row[f'{now}_cpu_s']:6.2f} s CPU ({row[f'{now}_cpu_us_per_line']:5.2f} us/line), "
-          f"{row['cpu_ratio']:6.1f}x less CPU (median of {REPEATS})")  # fmt: skip
+    print(
+        f"{line_bytes:>4}-byte lines x {lines:>9,}: {baseline} {row[f'{baseline}_cpu_s']:7.2f} s CPU "
+        f"({row[f'{baseline}_cpu_us_per_line']:5.1f} us/line, {row[f'{baseline}_wall_s']:6.2f} s wall), {now} "
+        f"{row[f'{now}_cpu_s']:6.2f} s CPU ({row[f'{now}_cpu_us_per_line']:5.2f} us/line), "
+        f"{row['cpu_ratio']:6.1f}x less CPU (median of {REPEATS})"
+    )
     return row
 
 
@@ -134,16 +138,38 @@ def main() -> int:
         output_log = Path(tmp) / "output.log"
         for line_bytes in LINE_BYTES:
             log.write_bytes((b"x" * (line_bytes - 1) + b"\n") * (LOG_BYTES // line_bytes))
-            rows.append(_row(lambda: StoreRunFiles().stage_log_lines(record), {"per_line": per_line, "chunks": log_chunks},
-                             line_bytes, LOG_BYTES // line_bytes))  # fmt: skip
+            rows.append(
+                _row(
+                    lambda: StoreRunFiles().stage_log_lines(record),
+                    {"per_line": per_line, "chunks": log_chunks},
+                    line_bytes,
+                    LOG_BYTES // line_bytes,
+                )
+            )
         for line_bytes in LINE_BYTES:
             output_log.write_bytes((b"x" * (line_bytes - 1) + b"\n") * (FOLLOW_LOG_BYTES // line_bytes))
-            follow_rows.append(_row(lambda: output_lines(output_log, lambda: False, time.monotonic, follow=True),
-                                    {"follow_per_line": follow_per_line, "follow_pieces": follow_now},
-                                    line_bytes, FOLLOW_LOG_BYTES // line_bytes))  # fmt: skip
-    RESULT_FILE.write_text(json.dumps({"bench": "log_read_cpu", "repeats": REPEATS, "log_bytes": LOG_BYTES, "rows": rows,
-                                       "follow_log_bytes": FOLLOW_LOG_BYTES, "follow_rows": follow_rows},
-                                      indent=1) + "\n")  # fmt: skip
+            follow_rows.append(
+                _row(
+                    lambda: output_lines(output_log, lambda: False, time.monotonic, follow=True),
+                    {"follow_per_line": follow_per_line, "follow_pieces": follow_now},
+                    line_bytes,
+                    FOLLOW_LOG_BYTES // line_bytes,
+                )
+            )
+    RESULT_FILE.write_text(
+        json.dumps(
+            {
+                "bench": "log_read_cpu",
+                "repeats": REPEATS,
+                "log_bytes": LOG_BYTES,
+                "rows": rows,
+                "follow_log_bytes": FOLLOW_LOG_BYTES,
+                "follow_rows": follow_rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULT_FILE.relative_to(REPO)}")
     return 0
 

@@ -40,19 +40,20 @@ def _scan_fold(record: JobRecord, manifest: dict[str, Any]) -> None:
         uri = artifact_key(artifact.uri)
         inside = [f for key, f in by_uri.items() if key.startswith(uri + "/")]
         if inside:
-            record.artifacts[name] = artifact.model_copy(update={
-                "size_bytes": sum(f.get("size_bytes") or 0 for f in inside), "file_count": len(inside)})  # fmt: skip
+            record.artifacts[name] = artifact.model_copy(
+                update={"size_bytes": sum(f.get("size_bytes") or 0 for f in inside), "file_count": len(inside)}
+            )
 
 
 def _case(artifacts: int, files: int) -> tuple[JobRecord, dict[str, Any]]:
     spec = JobSpec.model_validate({"name": "bench", "model": {"source": "/models/tiny"}, "output": "/r"})
     now = datetime.now(UTC)
-    record = JobRecord(id="rl-benchbenchbe", team="bench", name="bench", spec=spec, spec_hash="h",
-                       phase=JobPhase.RUNNING, created_at=now, updated_at=now)  # fmt: skip
+    record = JobRecord(
+        id="rl-benchbenchbe", team="bench", name="bench", spec=spec, spec_hash="h", phase=JobPhase.RUNNING, created_at=now, updated_at=now
+    )
     record.artifacts = {f"ckpt.{i}": Artifact(name=f"ckpt.{i}", uri=f"/r/ckpt/{i}") for i in range(artifacts)}
     per = files // artifacts
-    entries = [{"uri": f"/r/ckpt/{i}/part-{j}", "size_bytes": j, "checksum": "md5:0"}
-               for i in range(artifacts) for j in range(per)]  # fmt: skip
+    entries = [{"uri": f"/r/ckpt/{i}/part-{j}", "size_bytes": j, "checksum": "md5:0"} for i in range(artifacts) for j in range(per)]
     return record, {"artifacts": entries}
 
 
@@ -73,10 +74,11 @@ def main() -> int:
         scan_s, scanned = _time(_scan_fold, artifacts, files)
         bisect_s, bisected = _time(fold_manifest, artifacts, files)
         assert scanned == bisected, "the two folds disagree"
-        rows.append({"artifacts": artifacts, "files": files, "scan_s": scan_s, "bisect_s": bisect_s,
-                     "ratio": scan_s / bisect_s})  # fmt: skip
-        print(f"{artifacts:>6} artifacts x {files:>7} files: scan {scan_s:8.3f} s, bisection {bisect_s:6.3f} s, "
-              f"{scan_s / bisect_s:7.1f}x (median of {REPEATS})")  # fmt: skip
+        rows.append({"artifacts": artifacts, "files": files, "scan_s": scan_s, "bisect_s": bisect_s, "ratio": scan_s / bisect_s})
+        print(
+            f"{artifacts:>6} artifacts x {files:>7} files: scan {scan_s:8.3f} s, bisection {bisect_s:6.3f} s, "
+            f"{scan_s / bisect_s:7.1f}x (median of {REPEATS})"
+        )
     RESULT_FILE.write_text(json.dumps({"bench": "manifest_fold", "repeats": REPEATS, "rows": rows}, indent=1) + "\n")
     print(f"wrote {RESULT_FILE.relative_to(REPO)}")
     return 0

@@ -44,8 +44,11 @@ def render_goodput_tiny(result: dict[str, Any]) -> str:
     shown = sorted(((name, s) for name, s in parts.items() if s >= 0.5), key=lambda item: -item[1])
     listed = ", ".join(f"{name} {s:.1f} s ({s / wall:.0%})" for name, s in shown)
     machine = result.get("machine") or {}
-    where = (f" on {machine['cpu_count']} CPU cores (load {machine['load_average'][0]:.2f} at the start), commit "
-             f"`{machine['commit']}`") if machine else ""  # fmt: skip
+    where = (
+        (f" on {machine['cpu_count']} CPU cores (load {machine['load_average'][0]:.2f} at the start), commit `{machine['commit']}`")
+        if machine
+        else ""
+    )
     return (
         f"The tiny demo job (`{result['spec']}`, job `{result['job_id']}`{where}, `bench/results/goodput-bar.json`): "
         f"{duration(wall)} of wall time, {goodput['productive_fraction']:.1%} productive; {listed}. Its job page's "

@@ -83,19 +83,22 @@ def _conclusion(decision: dict, summary: dict) -> str:
     d = summary["differences"]
     if d["trained-control"]["sampled"]["high"] < 0:
         worse = " and than base" if d["trained-base"]["sampled"]["high"] < 0 else ""
-        return (f"the correctness reward left the model worse than the random-reward control{worse}: the opposite "
-                "of learning (see what the policies wrote, below).")  # fmt: skip
+        return (
+            f"the correctness reward left the model worse than the random-reward control{worse}: the opposite "
+            "of learning (see what the policies wrote, below)."
+        )
     if gain and control and versus:
-        return ("GRPO on the correctness reward taught this model the task beyond what GRPO's updates alone (the "
-                "random-reward control) did.")  # fmt: skip
+        return "GRPO on the correctness reward taught this model the task beyond what GRPO's updates alone (the random-reward control) did."
     if gain and versus:
-        return ("the trained model beat both, but the control also moved away from base by more than the band, so "
-                "part of the change may come from GRPO's updates alone.")  # fmt: skip
+        return (
+            "the trained model beat both, but the control also moved away from base by more than the band, so "
+            "part of the change may come from GRPO's updates alone."
+        )
     if versus:
         fell = d["control-base"]["sampled"]["high"] < 0
-        return ("the correctness reward did better than the control, but by less than the target set before the "
-                "run (see the first row)" + ("; the control itself fell below base, so much of that gap is the "
-                "control's loss, not a gain over base." if fell else "."))  # fmt: skip
+        return "the correctness reward did better than the control, but by less than the target set before the run (see the first row)" + (
+            "; the control itself fell below base, so much of that gap is the control's loss, not a gain over base." if fell else "."
+        )
     return "the run does not show learning from the correctness reward at the size set before the run."
 
 
@@ -112,13 +115,14 @@ def _samples_line(arms: dict) -> list[str]:
         while run < len(tail) and tail[run] in empty:
             run += 1
         since = f", every step from {tail[run - 1]} on" if run > 1 else ""
-        parts.append(f"`{name}` had only empty completions at {len(empty)} of {len(stats)} steps{since} (mean length "
-                     f"{stats[0]['mean_chars']:.0f} characters at step {stats[0]['step']}, {stats[-1]['mean_chars']:.0f} "
-                     f"at step {stats[-1]['step']})")  # fmt: skip
+        parts.append(
+            f"`{name}` had only empty completions at {len(empty)} of {len(stats)} steps{since} (mean length "
+            f"{stats[0]['mean_chars']:.0f} characters at step {stats[0]['step']}, {stats[-1]['mean_chars']:.0f} "
+            f"at step {stats[-1]['step']})"
+        )
     if not parts:
         return []
-    return ["", "  What the policies wrote during training (the completions each job kept, 8 per step): "
-            + "; ".join(parts) + "."]  # fmt: skip
+    return ["", "  What the policies wrote during training (the completions each job kept, 8 per step): " + "; ".join(parts) + "."]
 
 
 def _gsm8k_lines(gsm8k: dict | None) -> list[str]:
@@ -127,10 +131,15 @@ def _gsm8k_lines(gsm8k: dict | None) -> list[str]:
         return []
     rows = {name: gsm8k["models"][name]["rows"] for name in MODELS if name in gsm8k["models"]}
     summary = learning_stats.summarize_greedy(rows)
-    lines = ["", f"  No regression elsewhere? Greedy accuracy on the {gsm8k['rows']} real GSM8K test rows of `make-data "
-             f"gsm8k` ({gsm8k['template']}, at most {_gsm8k_tokens(gsm8k)} new tokens, `#### N` line else last number):",
-             "", "  | model | GSM8K greedy accuracy [95% CI] | minus base, points [95% CI] | McNemar vs base (right only "
-             "in model / only in base, exact p) |", "  |---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        f"  No regression elsewhere? Greedy accuracy on the {gsm8k['rows']} real GSM8K test rows of `make-data "
+        f"gsm8k` ({gsm8k['template']}, at most {_gsm8k_tokens(gsm8k)} new tokens, `#### N` line else last number):",
+        "",
+        "  | model | GSM8K greedy accuracy [95% CI] | minus base, points [95% CI] | McNemar vs base (right only "
+        "in model / only in base, exact p) |",
+        "  |---|---|---|---|",
+    ]
     for name in rows:
         diff = summary["differences"].get(f"{name}-base")
         versus = "-" if diff is None else _ci(diff["greedy"])
@@ -154,26 +163,40 @@ def _result_tables(results: dict) -> list[str]:
     rows = {name: results["models"][name]["rows"] for name in MODELS if name in results.get("models", {})}
     summary = learning_stats.summarize(rows)
     arms = results.get("arms", {})
-    lines = ["", "  | model | job | GRPO steps done (train stage) | steps with signal | sampled accuracy [95% CI] "
-             "| greedy accuracy [95% CI] |", "  |---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "  | model | job | GRPO steps done (train stage) | steps with signal | sampled accuracy [95% CI] | greedy accuracy [95% CI] |",
+        "  |---|---|---|---|---|---|",
+    ]
     for name in MODELS:
         if name not in summary["accuracy"]:
             continue
         job, steps, signal = _arm_line(name, arms.get(name)) if name != "base" else ("-", "-", "-")
         acc = summary["accuracy"][name]
         lines.append(f"  | `{name}` | {job} | {steps} | {signal} | {_acc(acc['sampled'])} | {_acc(acc['greedy'])} |")
-    lines += ["", "  | difference | sampled accuracy, points [95% CI] | greedy accuracy, points [95% CI] "
-              "| greedy McNemar (right only in first / only in second, exact p) |", "  |---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "  | difference | sampled accuracy, points [95% CI] | greedy accuracy, points [95% CI] "
+        "| greedy McNemar (right only in first / only in second, exact p) |",
+        "  |---|---|---|---|",
+    ]
     for pair in DIFFERENCES:
         if pair in summary["differences"]:
             d = summary["differences"][pair]
             m = d["mcnemar_greedy"]
-            lines.append(f"  | {pair.replace('-', ' - ')} | {_ci(d['sampled'])} | {_ci(d['greedy'])} "
-                         f"| {m['a_only']} / {m['b_only']}, p = {m['p']:.3g} |")  # fmt: skip
+            lines.append(
+                f"  | {pair.replace('-', ' - ')} | {_ci(d['sampled'])} | {_ci(d['greedy'])} "
+                f"| {m['a_only']} / {m['b_only']}, p = {m['p']:.3g} |"
+            )
     decision = summary.get("decision")
     if decision:
-        lines += ["", "  Decision rule, written into bench/learning_stats.py before the first run, and the verdict:", "",
-                  "  | criterion | measured (sampled accuracy) | verdict |", "  |---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "  Decision rule, written into bench/learning_stats.py before the first run, and the verdict:",
+            "",
+            "  | criterion | measured (sampled accuracy) | verdict |",
+            "  |---|---|---|",
+        ]
         for criterion, verdict in decision.items():
             lines.append(f"  | {verdict['rule']} | {_measured(criterion, summary)} | {_verdict(criterion, verdict, summary)} |")
         met = sum(v["met"] for v in decision.values())
@@ -185,9 +208,12 @@ def _followup_lines(name: str, results: dict, main: dict) -> list[str]:
     """A run chosen after seeing the main one: what differs from it, then its tables."""
     ours, theirs = _spec_of(results).get("grpo", {}), _spec_of(main).get("grpo", {})
     changed = [f"{k} {ours[k]} instead of {theirs.get(k)}" for k in sorted(ours) if ours[k] != theirs.get(k)]
-    return ["", f"  **Follow-up run, chosen after seeing the run above** (so its verdict is exploratory, not the "
-            f"pre-registered test), `bench/results/{name}`: the same bench with {', '.join(changed) or 'no change'}; "
-            "everything else as above."] + _result_tables(results)  # fmt: skip
+    return [
+        "",
+        f"  **Follow-up run, chosen after seeing the run above** (so its verdict is exploratory, not the "
+        f"pre-registered test), `bench/results/{name}`: the same bench with {', '.join(changed) or 'no change'}; "
+        "everything else as above.",
+    ] + _result_tables(results)
 
 
 def render_section(results: dict, followups: dict[str, dict] | None = None) -> str:
@@ -230,19 +256,23 @@ def render_section(results: dict, followups: dict[str, dict] | None = None) -> s
         "exploratory. "
         "A completion stops once its first number is settled "
         f"(arith_correct reads only that), at most {', '.join(str(n) for n in sorted(new_tokens, key=str))} new "
-        "tokens, the jobs' own limit. " + ("" if results.get("gsm8k") else "Not measured: a GSM8K no-regression "
-        "row (it did not fit this run's time). ") + "This bench's earlier GSM8K training runs are no longer reported."
+        "tokens, the jobs' own limit. "
+        + ("" if results.get("gsm8k") else "Not measured: a GSM8K no-regression row (it did not fit this run's time). ")
+        + "This bench's earlier GSM8K training runs are no longer reported."
     )
     if ev["rows"] < PLANNED_EVAL_ROWS and data.get("digits"):
         digits, operands = int(data["digits"]), int(data["operands"])
         space = (10 if digits == 1 else 9 * 10 ** (digits - 1)) ** operands
-        lines += ["", (
-            f"  The eval split has {ev['rows']} rows, not the {PLANNED_EVAL_ROWS} planned: at the difficulty "
-            f"bench/arith_difficulty.py chose ({operands} operands of {digits} digit(s), the base model's pass@1 in "
-            f"[0.2, 0.6] where GRPO gets a signal) there are only {space} distinct questions, which make-data shares "
-            f"out between train ({data['train_rows']}), dev ({data['dev_rows']}) and eval ({data['eval_rows']}) "
-            "without repeating an operand pair; the intervals are wide accordingly."
-        )]  # fmt: skip
+        lines += [
+            "",
+            (
+                f"  The eval split has {ev['rows']} rows, not the {PLANNED_EVAL_ROWS} planned: at the difficulty "
+                f"bench/arith_difficulty.py chose ({operands} operands of {digits} digit(s), the base model's pass@1 in "
+                f"[0.2, 0.6] where GRPO gets a signal) there are only {space} distinct questions, which make-data shares "
+                f"out between train ({data['train_rows']}), dev ({data['dev_rows']}) and eval ({data['eval_rows']}) "
+                "without repeating an operand pair; the intervals are wide accordingly."
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -274,8 +304,10 @@ def plot(results: dict, path: Path) -> None:
     for offset, kind in ((-0.15, "greedy"), (0.15, "sampled")):
         names = list(accuracy)
         means = [accuracy[n][kind]["mean"] for n in names]
-        errors = [[m - accuracy[n][kind]["low"] for n, m in zip(names, means, strict=True)],
-                  [accuracy[n][kind]["high"] - m for n, m in zip(names, means, strict=True)]]  # fmt: skip
+        errors = [
+            [m - accuracy[n][kind]["low"] for n, m in zip(names, means, strict=True)],
+            [accuracy[n][kind]["high"] - m for n, m in zip(names, means, strict=True)],
+        ]
         acc_ax.bar([i + offset for i in range(len(names))], means, width=0.3, yerr=errors, capsize=4, label=kind)
         acc_ax.set_xticks(range(len(names)), names)
     acc_ax.set(title=f"accuracy on {results['eval']['rows']} eval rows (95% CI)", ylabel="accuracy")

@@ -28,8 +28,10 @@ def _met(ok: bool) -> str:
 def _row(label: str, e: dict[str, Any], shipped: dict[str, Any], commit: str = "") -> str:
     cores = e[str(160)]["cpu_s_per_wall_s"] if "160" in e else e[next(k for k in e if k.isdigit())]["cpu_s_per_wall_s"]
     prefill = f"{e['prefill_and_overhead_s']:.2f}" if "prefill_and_overhead_s" in e else "-"
-    return (f"| {label} | {commit} | {e['tokens_per_s']:.1f} | {e['tokens_per_s'] / shipped['tokens_per_s']:.2f}x "
-            f"| {e['decode_ms_per_step']:.1f} | {prefill} | {cores:.2f} |")  # fmt: skip
+    return (
+        f"| {label} | {commit} | {e['tokens_per_s']:.1f} | {e['tokens_per_s'] / shipped['tokens_per_s']:.2f}x "
+        f"| {e['decode_ms_per_step']:.1f} | {prefill} | {cores:.2f} |"
+    )
 
 
 def learning_steps(r: dict[str, Any]) -> tuple[float, float, float, float]:
@@ -66,9 +68,11 @@ def render_section(r: dict[str, Any]) -> str:
     lines.append(_row(current["label"], current, shipped, f"`{current['commit'][:10]}`"))
     lines.append(_row(f"HF generate ({hf['torch_threads']} torch threads)", hf, shipped))
     bw = max(bound["read_gb_s"].values())
-    lines.append(f"| bound: ({bound['param_bytes'] / 1e6:.0f} MB parameters + {bound['kv_bytes'] / 1e6:.0f} MB KV "
-                 f"cache) per step at {bw:.1f} GB/s | | {bound['tokens_per_s']:.1f} | "
-                 f"{bound['tokens_per_s'] / shipped['tokens_per_s']:.2f}x | {bound['decode_ms_per_step']:.1f} | | |")  # fmt: skip
+    lines.append(
+        f"| bound: ({bound['param_bytes'] / 1e6:.0f} MB parameters + {bound['kv_bytes'] / 1e6:.0f} MB KV "
+        f"cache) per step at {bw:.1f} GB/s | | {bound['tokens_per_s']:.1f} | "
+        f"{bound['tokens_per_s'] / shipped['tokens_per_s']:.2f}x | {bound['decode_ms_per_step']:.1f} | | |"
+    )
     vs_shipped = current["tokens_per_s"] / shipped["tokens_per_s"]
     vs_hf = current["tokens_per_s"] / hf["tokens_per_s"]
     vs_bound = current["decode_ms_per_step"] / bound["decode_ms_per_step"]

@@ -113,10 +113,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         work = Path(tmp)
         url = stack.enter_context(postgres_url())
         seed_store(url)
-        env = {**base_env, "PYTHONPATH": str(REPO), "RLJOB_ENVIRONMENT": "dev", "RLJOB_LAUNCHER": "local",
-               "RLJOB_STATE_DIR": str(work / "state"), "RLJOB_DATABASE_URL": url, "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
-               "RLJOB_BOOTSTRAP_TEAM": "bench", "RLJOB_TRAINER_COMMAND": '["true"]', "BENCH_ACCESS_LOG": "0",
-               "RLJOB_LEADER_CHECK_INTERVAL_S": str(args.leader_check_interval_s)}  # fmt: skip
+        env = {
+            **base_env,
+            "PYTHONPATH": str(REPO),
+            "RLJOB_ENVIRONMENT": "dev",
+            "RLJOB_LAUNCHER": "local",
+            "RLJOB_STATE_DIR": str(work / "state"),
+            "RLJOB_DATABASE_URL": url,
+            "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
+            "RLJOB_BOOTSTRAP_TEAM": "bench",
+            "RLJOB_TRAINER_COMMAND": '["true"]',
+            "BENCH_ACCESS_LOG": "0",
+            "RLJOB_LEADER_CHECK_INTERVAL_S": str(args.leader_check_interval_s),
+        }
         paths = [f"/v1/jobs/rl-bench{i:07d}" for i in range(1000)]  # the ids seed_store gave
         with uvicorn_app("service.app:create_app_from_env", env, work, "one") as one:
             report["one_replica"] = measure([one], paths, args)
@@ -134,13 +143,14 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"{'offered':>8} | {'replicas':>8} | {'ok':>6} {'t/o':>5} {'err':>4} | {'p50':>7} {'p99':>8} {'max':>8} ms | cpu ms/req")
     for one, two in zip(report["one_replica"], report["two_replicas"], strict=True):
         for name, row in (("1", one), ("2", two)):
-            print(f"{row['offered_rps']:>8} | {name:>8} | {row['ok']:>6} {row['timeouts']:>5} {row['errors']:>4} | "
-                  f"{row['p50_ms']!s:>7} {row['p99_ms']!s:>8} {row['max_ms']!s:>8}    | {row['cpu_ms_per_request']}")  # fmt: skip
+            print(
+                f"{row['offered_rps']:>8} | {name:>8} | {row['ok']:>6} {row['timeouts']:>5} {row['errors']:>4} | "
+                f"{row['p50_ms']!s:>7} {row['p99_ms']!s:>8} {row['max_ms']!s:>8}    | {row['cpu_ms_per_request']}"
+            )
         if one["p99_ms"] and two["p99_ms"]:
             print(f"{'':>8} | 2 vs 1   | p99 {two['p99_ms'] / one['p99_ms']:.2f}x, answered {two['ok'] / max(one['ok'], 1):.2f}x")
     f = report["failover"]
-    print(f"failover after SIGKILL of the leader: lock taken after {f['took_lock_s']} s, "
-          f"ready as leader after {f['ready_as_leader_s']} s")  # fmt: skip
+    print(f"failover after SIGKILL of the leader: lock taken after {f['took_lock_s']} s, ready as leader after {f['ready_as_leader_s']} s")
 
 
 def main() -> None:

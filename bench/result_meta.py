@@ -32,11 +32,13 @@ def machine_facts() -> dict[str, Any]:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "commit": _git("rev-parse", "--short=10", "HEAD"),
         # the measured code: service, trainer and the benches, not the result files benches write
-        "uncommitted_changes": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "service", "trainer", "bench",
-                                         ":(exclude)bench/results")),
-        "command": " ".join([Path(sys.executable).name, *(Path(a).relative_to(REPO).as_posix() if a.startswith(str(REPO)) else a
-                                                          for a in sys.argv)]),
-    }  # fmt: skip
+        "uncommitted_changes": bool(
+            _git("status", "--porcelain", "--untracked-files=no", "--", "service", "trainer", "bench", ":(exclude)bench/results")
+        ),
+        "command": " ".join(
+            [Path(sys.executable).name, *(Path(a).relative_to(REPO).as_posix() if a.startswith(str(REPO)) else a for a in sys.argv)]
+        ),
+    }
 
 
 def write_result(name: str, report: dict[str, Any], machine: dict[str, Any] | None = None) -> Path:

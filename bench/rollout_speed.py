@@ -51,8 +51,10 @@ LEARNING_SLOTS, LEARNING_TOKENS = 128, 32
 LEARNING_RESULT = REPO / "bench" / "results" / "learning-lr3e-06.json"  # its run with these lengths
 TEMPERATURE, TOP_K, TOP_P, SEED = 1.0, 50, 1.0, 0
 REPEATS = 3
-QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-            "How many clips did Natalia sell altogether in April and May?")  # GSM8K train row 0
+QUESTION = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?"
+)  # GSM8K train row 0
 
 
 def prepare(work: Path) -> tuple[Path, str, Any]:
@@ -64,11 +66,17 @@ def prepare(work: Path) -> tuple[Path, str, Any]:
 
     model_dir = work / "model"
     if not (model_dir / "config.json").exists():
-        subprocess.run([sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(model_dir)],
-                       cwd=REPO, check=True, timeout=900)  # fmt: skip
-    spec = JobSpec.model_validate({"name": "rollout-speed", "model": {"source": str(model_dir), "dtype": "float32"},
-                                   "output": str(work / "runs"),
-                                   "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"}})  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(model_dir)], cwd=REPO, check=True, timeout=900
+        )
+    spec = JobSpec.model_validate(
+        {
+            "name": "rollout-speed",
+            "model": {"source": str(model_dir), "dtype": "float32"},
+            "output": str(work / "runs"),
+            "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"},
+        }
+    )
     layout = RunLayout(spec.output, "rl-rolloutspeed1")
     model = resolve_model(spec)
     items = f"{layout.converted_dir}/0/items"
@@ -84,12 +92,25 @@ def load_maxtext(items: str, model: Any, work: Path) -> tuple[Any, Any]:
     from trainer.stages.maxtext_paths import base_config
 
     config = pyconfig.initialize(
-        ["", base_config(), f"model_name={model.name}", f"load_parameters_path={items}", "scan_layers=true",
-         "weight_dtype=float32", "dtype=float32", "attention=dot_product", "skip_jax_distributed_system=true",
-         "enable_checkpointing=false", "per_device_batch_size=1", "run_name=rollout-speed",
-         f"max_target_length={PROMPT_SLOTS + NEW_TOKENS}", f"max_prefill_predict_length={PROMPT_SLOTS}",
-         f"base_output_directory={work}/maxtext-out", *model.args()]
-    )  # fmt: skip
+        [
+            "",
+            base_config(),
+            f"model_name={model.name}",
+            f"load_parameters_path={items}",
+            "scan_layers=true",
+            "weight_dtype=float32",
+            "dtype=float32",
+            "attention=dot_product",
+            "skip_jax_distributed_system=true",
+            "enable_checkpointing=false",
+            "per_device_batch_size=1",
+            "run_name=rollout-speed",
+            f"max_target_length={PROMPT_SLOTS + NEW_TOKENS}",
+            f"max_prefill_predict_length={PROMPT_SLOTS}",
+            f"base_output_directory={work}/maxtext-out",
+            *model.args(),
+        ]
+    )
     return model_creation_utils.from_pretrained(config)
 
 
@@ -97,8 +118,12 @@ def prompt_text() -> str:
     """train_rl's GSM8K prompt (maxtext's gsm8k_rl template, rl.yml's reasoning and answer tags)."""
     template_file = Path(importlib.import_module("maxtext").__file__).parent / "examples/chat_templates/gsm8k_rl.json"
     template = json.loads(template_file.read_text())
-    system = template["SYSTEM_PROMPT"].format(reasoning_start_token="<reasoning>", reasoning_end_token="</reasoning>",
-                                              solution_start_token="<answer>", solution_end_token="</answer>")
+    system = template["SYSTEM_PROMPT"].format(
+        reasoning_start_token="<reasoning>",
+        reasoning_end_token="</reasoning>",
+        solution_start_token="<answer>",
+        solution_end_token="</answer>",
+    )
     return str(template["TEMPLATE"].format(system_prompt=system, question=QUESTION))
 
 
@@ -109,8 +134,7 @@ def import_engine(commit: str) -> Any:
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     for rel in ENGINE_FILES:
-        text = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO, check=True, capture_output=True,
-                              text=True).stdout  # fmt: skip
+        text = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO, check=True, capture_output=True, text=True).stdout
         (pkg / Path(rel).name).write_text(text)
     sys.path.insert(0, str(pkg.parent))
     return importlib.import_module(f"{name}.jax_rollout")
@@ -120,10 +144,15 @@ def rollout_config(new_tokens: int, slots: int = PROMPT_SLOTS, most_tokens: int 
     from tunix.rl.rollout import base_rollout
 
     return base_rollout.RolloutConfig(
-        max_tokens_to_generate=new_tokens, max_prompt_length=slots,
-        kv_cache_size=slots + most_tokens + KV_CACHE_BUFFER, temperature=TEMPERATURE, top_p=TOP_P,
-        top_k=TOP_K, seed=SEED, eos_tokens=[-1],  # no token is -1: every completion runs to its length
-    )  # fmt: skip
+        max_tokens_to_generate=new_tokens,
+        max_prompt_length=slots,
+        kv_cache_size=slots + most_tokens + KV_CACHE_BUFFER,
+        temperature=TEMPERATURE,
+        top_p=TOP_P,
+        top_k=TOP_K,
+        seed=SEED,
+        eos_tokens=[-1],  # no token is -1: every completion runs to its length
+    )
 
 
 def time_calls(call: Any, repeats: int) -> tuple[float, list[float], float]:
@@ -140,8 +169,7 @@ def time_calls(call: Any, repeats: int) -> tuple[float, list[float], float]:
     return first, times, (sum(os.times()[:2]) - cpu_start) / sum(times)
 
 
-def bench_jax(name: str, rollout_cls: Any, maxtext_model: Any, mesh: Any, tokenizer: Any, prompt: str,
-              repeats: int) -> dict[str, Any]:  # fmt: skip
+def bench_jax(name: str, rollout_cls: Any, maxtext_model: Any, mesh: Any, tokenizer: Any, prompt: str, repeats: int) -> dict[str, Any]:
     rollout = rollout_cls(SimpleNamespace(base=maxtext_model), tokenizer, mesh, rollout_config(NEW_TOKENS))
     prompts = [prompt] * GENERATIONS
     out: dict[str, Any] = {}
@@ -151,8 +179,7 @@ def bench_jax(name: str, rollout_cls: Any, maxtext_model: Any, mesh: Any, tokeni
         first, times, cores = time_calls(lambda: result.append(rollout.generate(prompts, config)), repeats)  # noqa: B023
         lengths = [len(t) for t in result[-1].tokens]
         assert lengths == [tokens] * GENERATIONS, lengths
-        out[str(tokens)] = {"first_call_s": round(first, 3), "times_s": [round(t, 4) for t in times],
-                            "cpu_s_per_wall_s": round(cores, 2)}  # fmt: skip
+        out[str(tokens)] = {"first_call_s": round(first, 3), "times_s": [round(t, 4) for t in times], "cpu_s_per_wall_s": round(cores, 2)}
         if tokens == NEW_TOKENS:
             out["sample_text"] = result[-1].text[0][:300]
     learning = rollout_config(LEARNING_TOKENS, LEARNING_SLOTS, LEARNING_TOKENS)
@@ -177,16 +204,24 @@ def bench_hf(model_dir: Path, prompt: str, repeats: int) -> dict[str, Any]:
     ids = torch.tensor([tokenizer(prompt)["input_ids"]] * GENERATIONS)
     out: dict[str, Any] = {"torch_threads": torch.get_num_threads()}
     for tokens in (NEW_TOKENS, SHORT_TOKENS):
+
         def call(n: int = tokens) -> Any:
             with torch.inference_mode():
-                return model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                      temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, max_new_tokens=n,
-                                      min_new_tokens=n, pad_token_id=tokenizer.eos_token_id)  # fmt: skip
+                return model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    do_sample=True,
+                    temperature=TEMPERATURE,
+                    top_k=TOP_K,
+                    top_p=TOP_P,
+                    max_new_tokens=n,
+                    min_new_tokens=n,
+                    pad_token_id=tokenizer.eos_token_id,
+                )
 
         torch.manual_seed(SEED)
         first, times, cores = time_calls(call, repeats)
-        out[str(tokens)] = {"first_call_s": round(first, 3), "times_s": [round(t, 4) for t in times],
-                            "cpu_s_per_wall_s": round(cores, 2)}  # fmt: skip
+        out[str(tokens)] = {"first_call_s": round(first, 3), "times_s": [round(t, 4) for t in times], "cpu_s_per_wall_s": round(cores, 2)}
     long_s = statistics.median(out[str(NEW_TOKENS)]["times_s"])
     short_s = statistics.median(out[str(SHORT_TOKENS)]["times_s"])
     out["tokens_per_s"] = round(GENERATIONS * NEW_TOKENS / long_s, 2)
@@ -233,18 +268,25 @@ def git_commit(ref: str) -> str:
 
 def machine() -> dict[str, Any]:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "trainer/maxtext_entry", "bench/rollout_speed.py"],
-                           cwd=REPO, capture_output=True, text=True).stdout.strip()  # fmt: skip
-    return {"cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()], "commit": commit,
-            "engine_files_modified": bool(dirty), "python": platform.python_version(),
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "xla_flags": os.environ.get("XLA_FLAGS", "")}  # fmt: skip
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "trainer/maxtext_entry", "bench/rollout_speed.py"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "cores": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "commit": commit,
+        "engine_files_modified": bool(dirty),
+        "python": platform.python_version(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engines", default="shipped,current,hf",
-                        help="comma-separated: shipped, current, hf or a git commit; NAME=LABEL names a row")  # fmt: skip
+    parser.add_argument(
+        "--engines", default="shipped,current,hf", help="comma-separated: shipped, current, hf or a git commit; NAME=LABEL names a row"
+    )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rljob-rollout-speed")
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--out", type=Path, default=RESULT_FILE)
@@ -257,11 +299,18 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompt = prompt_text()
     prompt_tokens = len(tokenizer(prompt)["input_ids"])
-    result: dict[str, Any] = {"machine": machine(), "model": "SmolLM2-135M-Instruct (dequantised Q4_1), fp32",
-                              "generations": GENERATIONS, "new_tokens": NEW_TOKENS, "prompt_tokens": prompt_tokens,
-                              "prompt_slots": PROMPT_SLOTS, "cache_slots": PROMPT_SLOTS + NEW_TOKENS + KV_CACHE_BUFFER,
-                              "sampling": {"temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P},
-                              "shipped_commit": SHIPPED_COMMIT, "engines": {}}  # fmt: skip
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "model": "SmolLM2-135M-Instruct (dequantised Q4_1), fp32",
+        "generations": GENERATIONS,
+        "new_tokens": NEW_TOKENS,
+        "prompt_tokens": prompt_tokens,
+        "prompt_slots": PROMPT_SLOTS,
+        "cache_slots": PROMPT_SLOTS + NEW_TOKENS + KV_CACHE_BUFFER,
+        "sampling": {"temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P},
+        "shipped_commit": SHIPPED_COMMIT,
+        "engines": {},
+    }
     maxtext_model, mesh = load_maxtext(items, model, args.work)
     for spec in engines:
         name, _, label = spec.partition("=")
@@ -274,15 +323,18 @@ def main() -> None:
             module = import_engine(SHIPPED_COMMIT if name == "shipped" else name)
         measured = bench_jax(name, module.JaxMaxTextRollout, maxtext_model, mesh, tokenizer, prompt, args.repeats)
         measured["label"] = label or name
-        measured["commit"] = result["machine"]["commit"] if name == "current" else git_commit(
-            SHIPPED_COMMIT if name == "shipped" else name)  # fmt: skip
+        measured["commit"] = result["machine"]["commit"] if name == "current" else git_commit(SHIPPED_COMMIT if name == "shipped" else name)
         result["engines"][name] = measured
     sizes = model_bytes(maxtext_model, result["cache_slots"])
     bandwidth = read_bandwidth_gb_s()
     step_bytes = sizes["param_bytes"] + sizes["kv_bytes"]
     bound_step_s = step_bytes / (max(bandwidth.values()) * 1e9)
-    result["bound"] = {**sizes, "read_gb_s": bandwidth, "decode_ms_per_step": round(bound_step_s * 1000, 2),
-                       "tokens_per_s": round(GENERATIONS / bound_step_s, 2)}  # fmt: skip
+    result["bound"] = {
+        **sizes,
+        "read_gb_s": bandwidth,
+        "decode_ms_per_step": round(bound_step_s * 1000, 2),
+        "tokens_per_s": round(GENERATIONS / bound_step_s, 2),
+    }
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     engines_out = result["engines"]
     if "current" in engines_out:
@@ -291,9 +343,13 @@ def main() -> None:
         result["hf_tokens_per_s"] = engines_out["hf"]["tokens_per_s"]
     result["bound_tokens_per_s"] = result["bound"]["tokens_per_s"]
     learning = json.loads(LEARNING_RESULT.read_text())["arms"]["trained"]
-    result["learning_bench"] = {"result_file": LEARNING_RESULT.name, "steps": len(learning["train"]),
-                                "train_seconds": round(learning["train_seconds"], 1), "slots": LEARNING_SLOTS,
-                                "new_tokens": LEARNING_TOKENS}  # fmt: skip
+    result["learning_bench"] = {
+        "result_file": LEARNING_RESULT.name,
+        "steps": len(learning["train"]),
+        "train_seconds": round(learning["train_seconds"], 1),
+        "slots": LEARNING_SLOTS,
+        "new_tokens": LEARNING_TOKENS,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "engines"}, indent=1))

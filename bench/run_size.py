@@ -70,8 +70,9 @@ def main() -> int:
         wall_s = time.monotonic() - started
         layout = RunLayout(str(work / "runs"), JOB_ID)
         events = [parse_event(line) for line in Path(layout.events).read_text().splitlines() if line.strip()]
-        measured = [e.storage.model_dump(mode="json") | {"stage": e.stage.value if e.stage else None}
-                    for e in events if e.type == "storage"]  # fmt: skip
+        measured = [
+            e.storage.model_dump(mode="json") | {"stage": e.stage.value if e.stage else None} for e in events if e.type == "storage"
+        ]
         root = Path(layout.root)
         steps_kept = sorted(int(p.name) for p in Path(layout.actor_checkpoints).iterdir() if p.name.isdigit())
         report = {

@@ -74,13 +74,30 @@ def start_service(work: Path, token: str, port: int, gcs: GcsEmulator) -> subpro
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
     env.update(gcs.env())
     env.update(
-        RLJOB_ENVIRONMENT="dev", RLJOB_LAUNCHER="local", RLJOB_STATE_DIR=str(work / "state"),
-        RLJOB_BOOTSTRAP_TOKEN=token, RLJOB_BOOTSTRAP_TEAM="bench", RLJOB_TRAINER_COMMAND='["true"]',
-        RLJOB_MAX_CONCURRENT_JOBS="8", RLJOB_SSE_MAX_DURATION_S="1", RLJOB_GCS_RETRY_TIMEOUT_S="1",
+        RLJOB_ENVIRONMENT="dev",
+        RLJOB_LAUNCHER="local",
+        RLJOB_STATE_DIR=str(work / "state"),
+        RLJOB_BOOTSTRAP_TOKEN=token,
+        RLJOB_BOOTSTRAP_TEAM="bench",
+        RLJOB_TRAINER_COMMAND='["true"]',
+        RLJOB_MAX_CONCURRENT_JOBS="8",
+        RLJOB_SSE_MAX_DURATION_S="1",
+        RLJOB_GCS_RETRY_TIMEOUT_S="1",
         PYTHONPATH=str(REPO),
-    )  # fmt: skip
-    argv = [str(BIN / "uvicorn"), "service.app:create_app_from_env", "--factory", "--host", "127.0.0.1",
-            "--port", str(port), "--workers", "1", "--timeout-graceful-shutdown", "5"]  # fmt: skip
+    )
+    argv = [
+        str(BIN / "uvicorn"),
+        "service.app:create_app_from_env",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--timeout-graceful-shutdown",
+        "5",
+    ]
     with (work / "service.log").open("wb") as log:
         return subprocess.Popen(argv, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -105,24 +122,31 @@ def location_dictionaries(work: Path) -> str:
     submission would be valid (so the 201 path, launches and live jobs would go untested)."""
     (work / "model").mkdir()
     (work / "data").mkdir()
-    files = {"template": "data/template.json", "rewards": "data/rewards.py", "train": "data/train.jsonl",
-             "eval": "data/eval.jsonl"}  # fmt: skip
+    files = {"template": "data/template.json", "rewards": "data/rewards.py", "train": "data/train.jsonl", "eval": "data/eval.jsonl"}
     for relative in files.values():
         (work / relative).write_text("")
     bindings = {
-        "body.model.source": [str(work / "model")], "body.model.tokenizer": [str(work / "model")],
-        "body.output": [str(work / "runs")], "body.dataset.prompt_template": [str(work / files["template"])],
+        "body.model.source": [str(work / "model")],
+        "body.model.tokenizer": [str(work / "model")],
+        "body.output": [str(work / "runs")],
+        "body.dataset.prompt_template": [str(work / files["template"])],
         "body.grpo.rewards.functions_path": [str(work / files["rewards"])],
         "body.dataset.train_files[*]": [str(work / files["train"])],
         "body.dataset.eval_files[*]": [str(work / files["eval"])],
         # The local launcher runs CPU jobs only (TPU types are refused here, as declared by 422).
-        "body.hardware.accelerator": ["cpu"], "body.hardware.rollout_data_parallelism": [-1, 1],
+        "body.hardware.accelerator": ["cpu"],
+        "body.hardware.rollout_data_parallelism": [-1, 1],
         "body.hardware.rollout_tensor_parallelism": [-1, 1],
-    }  # fmt: skip
+    }
     lines = []
     for i, (key, values) in enumerate(bindings.items()):
-        lines += [f"\n[dictionaries.location_{i}]", f"values = {json.dumps(values)}",
-                  f'[parameters."{key}"]', f'dictionary = "location_{i}"', "probability = 0.5"]  # fmt: skip
+        lines += [
+            f"\n[dictionaries.location_{i}]",
+            f"values = {json.dumps(values)}",
+            f'[parameters."{key}"]',
+            f'dictionary = "location_{i}"',
+            "probability = 0.5",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -136,8 +160,12 @@ def create_example_buckets(gcs_url: str, openapi: dict[str, Any]) -> None:
 def seed_jobs(client: httpx.Client, work: Path) -> list[str]:
     ids = []
     for i in range(SEED_JOBS):
-        body = {"name": f"bench-seed-{i}", "model": {"name": "llama3.1-8b", "source": str(work / "model")},
-                "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": str(work / "runs")}  # fmt: skip
+        body = {
+            "name": f"bench-seed-{i}",
+            "model": {"name": "llama3.1-8b", "source": str(work / "model")},
+            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+            "output": str(work / "runs"),
+        }
         response = client.post("/v1/jobs", json=body)
         if response.status_code != 201:
             raise SystemExit(f"seeding a job failed: {response.status_code} {response.text}")
@@ -145,13 +173,37 @@ def seed_jobs(client: httpx.Client, work: Path) -> list[str]:
     return ids
 
 
-def run_round(url: str, token: str, config: Path, report: Path, seed: int, examples: int, workers: int,
-              phases: str) -> None:  # fmt: skip
-    argv = [str(BIN / "schemathesis"), "--config-file", str(config), "run", f"{url}/openapi.json", "--phases", phases,
-            "-H", f"Authorization: Bearer {token}", "--checks", "all", "--max-examples", str(examples),
-            "--seed", str(seed), "--workers", str(workers), "--request-timeout", "15", "--no-shrink",
-            "--continue-on-failure", "--report", "ndjson", "--report-ndjson-path", str(report),
-            "--output-truncate", "true", "--no-color"]  # fmt: skip
+def run_round(url: str, token: str, config: Path, report: Path, seed: int, examples: int, workers: int, phases: str) -> None:
+    argv = [
+        str(BIN / "schemathesis"),
+        "--config-file",
+        str(config),
+        "run",
+        f"{url}/openapi.json",
+        "--phases",
+        phases,
+        "-H",
+        f"Authorization: Bearer {token}",
+        "--checks",
+        "all",
+        "--max-examples",
+        str(examples),
+        "--seed",
+        str(seed),
+        "--workers",
+        str(workers),
+        "--request-timeout",
+        "15",
+        "--no-shrink",
+        "--continue-on-failure",
+        "--report",
+        "ndjson",
+        "--report-ndjson-path",
+        str(report),
+        "--output-truncate",
+        "true",
+        "--no-color",
+    ]
     # Exit code 1 just means findings; they are read from the report.
     subprocess.run(argv, cwd=config.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
@@ -170,10 +222,7 @@ def _refusal_reasons(response: dict[str, Any]) -> list[str]:
     if isinstance(problems, str):
         return [f"HTTP {response.get('status_code')}: {problems}"]
     # The refused value itself is left out ('…'): the same rule then counts as one reason.
-    return [
-        f"{'.'.join(map(str, p.get('loc', [])))}: {re.sub(QUOTED, QUOTED_VALUE, p.get('msg', ''))[:160]}"
-        for p in problems
-    ]
+    return [f"{'.'.join(map(str, p.get('loc', [])))}: {re.sub(QUOTED, QUOTED_VALUE, p.get('msg', ''))[:160]}" for p in problems]
 
 
 class Findings:
@@ -211,12 +260,23 @@ class Findings:
             return
         status = response.get("status_code")
         key = (check["name"], operation, failure.get("title", ""), status)
-        entry = self.failures.setdefault(key, {
-            "check": check["name"], "code": failure.get("code"), "operation": operation, "title": failure.get("title"),
-            "status": status, "message": (failure.get("message") or "")[:400], "count": 0,
-            "example": {"request": f"{request.get('method')} {request.get('uri')}",
-                        "body": _decoded(request.get("body"))[:300], "response": _decoded(response.get("content"))[:300]},
-        })  # fmt: skip
+        entry = self.failures.setdefault(
+            key,
+            {
+                "check": check["name"],
+                "code": failure.get("code"),
+                "operation": operation,
+                "title": failure.get("title"),
+                "status": status,
+                "message": (failure.get("message") or "")[:400],
+                "count": 0,
+                "example": {
+                    "request": f"{request.get('method')} {request.get('uri')}",
+                    "body": _decoded(request.get("body"))[:300],
+                    "response": _decoded(response.get("content"))[:300],
+                },
+            },
+        )
         entry["count"] += 1
 
 
@@ -293,9 +353,7 @@ def main() -> int:
             create_example_buckets(gcs.url, openapi)
             config = work / "schemathesis.toml"
             config.write_text(CONFIG.format(job_ids=json.dumps(job_ids), acceptance=ACCEPTANCE, locations=locations))
-            setup_requests = sum(
-                1 for line in (work / "service.log").read_text().splitlines() if '"uvicorn.access"' in line
-            )
+            setup_requests = sum(1 for line in (work / "service.log").read_text().splitlines() if '"uvicorn.access"' in line)
             findings, rounds = Findings(), 0
             while rounds < args.max_rounds:
                 report = work / f"round-{rounds}.ndjson"
@@ -342,27 +400,28 @@ def main() -> int:
             "reasons": dict(findings.refused.most_common(40)),
         },
         "service_log_errors": log_errors[:50],
-        "rounds": rounds, "examples_per_operation_per_round": examples, "seed": args.seed, "workers": args.workers,
+        "rounds": rounds,
+        "examples_per_operation_per_round": examples,
+        "seed": args.seed,
+        "workers": args.workers,
         "phases": args.phases,
         "duration_s": round(time.monotonic() - started, 1),
         "setup": "uvicorn create_app_from_env, SQLite, local launcher with trainer command `true`, "
-                 f"{SEED_JOBS} seeded jobs offered as job_id (p=0.6), real input files offered for the spec's "
-                 "locations (p=0.5), gs:// on fake-gcs-server with the examples' buckets",
-    }  # fmt: skip
+        f"{SEED_JOBS} seeded jobs offered as job_id (p=0.6), real input files offered for the spec's "
+        "locations (p=0.5), gs:// on fake-gcs-server with the examples' buckets",
+    }
     ok = server_errors == 0 and not findings.failures and not log_errors
     result["passed"] = ok
     result["machine"] = machine | {"load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"requests: {result['requests']} over {result['operations_exercised']}/{len(declared)} operations in {rounds} rounds "
-          f"({result['duration_s']} s); statuses {result['status_counts']}")  # fmt: skip
     print(
-        f"5xx: {server_errors}; conformance findings: {len(findings.failures)}; service log errors: {len(log_errors)}"
+        f"requests: {result['requests']} over {result['operations_exercised']}/{len(declared)} operations in {rounds} rounds "
+        f"({result['duration_s']} s); statuses {result['status_counts']}"
     )
+    print(f"5xx: {server_errors}; conformance findings: {len(findings.failures)}; service log errors: {len(log_errors)}")
     for finding in result["conformance_findings"][:10]:
-        print(
-            f"  {finding['check']} {finding['operation']} [{finding['status']}] x{finding['count']}: {finding['title']}"
-        )
+        print(f"  {finding['check']} {finding['operation']} [{finding['status']}] x{finding['count']}: {finding['title']}")
     for line in log_errors[:5]:
         print(f"  log: {line[:300]}")
     refused = result["schema_valid_refused"]

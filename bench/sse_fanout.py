@@ -55,8 +55,9 @@ def serve(port: int, rate: float, state_dir: Path) -> None:
     from service.domain.phases import JobPhase
     from trainer.contract import JobSpec
 
-    settings = Settings(state_dir=state_dir, bootstrap_token=TOKEN, bootstrap_team="bench",
-                        max_event_streams=5000, max_requests_in_flight=5000)  # fmt: skip
+    settings = Settings(
+        state_dir=state_dir, bootstrap_token=TOKEN, bootstrap_team="bench", max_event_streams=5000, max_requests_in_flight=5000
+    )
     app = create_app(settings)
     produced: list[tuple[int, float]] = []
 
@@ -66,10 +67,26 @@ def serve(port: int, rate: float, state_dir: Path) -> None:
         runtime = app.state.runtime
         now = datetime.now(UTC)
         with runtime.store.transaction() as tx:  # a finished job: the supervisor leaves it alone
-            spec = JobSpec.model_validate({"name": "bench", "model": {"source": "/models/tiny"}, "output": str(state_dir),
-                                           "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}})
-            tx.insert(JobRecord(id=JOB_ID, team="bench", name="bench", spec=spec, spec_hash="-", phase=JobPhase.SUCCEEDED,
-                                created_at=now, updated_at=now))  # fmt: skip
+            spec = JobSpec.model_validate(
+                {
+                    "name": "bench",
+                    "model": {"source": "/models/tiny"},
+                    "output": str(state_dir),
+                    "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+                }
+            )
+            tx.insert(
+                JobRecord(
+                    id=JOB_ID,
+                    team="bench",
+                    name="bench",
+                    spec=spec,
+                    spec_hash="-",
+                    phase=JobPhase.SUCCEEDED,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
         while True:
             time.sleep(1 / rate)
             now = datetime.now(UTC)
@@ -113,8 +130,7 @@ async def _raw_stream(url: str, path: str) -> AsyncIterator[str]:
     sends each frame as one chunk, so a chunk-size line is just one more line that no check matches."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
-                 "Accept: text/event-stream\r\n\r\n".encode())  # fmt: skip
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\nAccept: text/event-stream\r\n\r\n".encode())
     try:
         status = await reader.readline()
         if b" 200 " not in status:
@@ -184,8 +200,12 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, nargs="+", default=[1, 200, 1000])
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rate", type=float, default=5.0, help="events per second")
-    parser.add_argument("--client", choices=["raw", "httpx"], default="raw",
-                        help="raw: bare asyncio connections (cheap per stream); httpx: the client the first runs used")  # fmt: skip
+    parser.add_argument(
+        "--client",
+        choices=["raw", "httpx"],
+        default="raw",
+        help="raw: bare asyncio connections (cheap per stream); httpx: the client the first runs used",
+    )
     parser.add_argument("--no-write", action="store_true", help="do not write the result file in bench/results/")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the server process's port
     parser.add_argument("--state-dir", type=Path, help=argparse.SUPPRESS)
@@ -215,14 +235,19 @@ def main() -> None:
                             raise SystemExit("the bench server did not become ready")
                         time.sleep(0.2)
                     results[f"{variant}-{n}"] = result = measure(url, path, n, args.seconds, args.client)
-                    print(f"{variant:>6} {n:>5} subscribers: delivered {result['delivered']:.1%}, lag p50 "
-                          f"{result['lag_p50_ms']:.0f} ms, p99 {result['lag_p99_ms']:.0f} ms ({result['events']} events)",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"{variant:>6} {n:>5} subscribers: delivered {result['delivered']:.1%}, lag p50 "
+                        f"{result['lag_p50_ms']:.0f} ms, p99 {result['lag_p99_ms']:.0f} ms ({result['events']} events)",
+                        flush=True,
+                    )
                 finally:
                     terminate_then_kill(server, grace_s=10)
         before, now = results[f"before-{n}"], results[f"now-{n}"]
-        print(f"       {n:>5} subscribers: lag p99 before/now {before['lag_p99_ms'] / now['lag_p99_ms']:.1f}x, "
-              f"delivered {before['delivered']:.1%} -> {now['delivered']:.1%}", flush=True)  # fmt: skip
+        print(
+            f"       {n:>5} subscribers: lag p99 before/now {before['lag_p99_ms'] / now['lag_p99_ms']:.1f}x, "
+            f"delivered {before['delivered']:.1%} -> {now['delivered']:.1%}",
+            flush=True,
+        )
     print(json.dumps(results, indent=1))
     if not args.no_write:
         settings = {"subscribers": args.subscribers, "seconds": args.seconds, "rate": args.rate, "client": args.client}

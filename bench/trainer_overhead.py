@@ -64,13 +64,12 @@ def run_bare(spec, out: Path) -> dict[str, float]:
             continue  # the bare pipeline has no load check
         if stage.value == "export":
             steps = sorted(int(p.name) for p in Path(layout.actor_checkpoints).iterdir() if p.name.isdigit())
-            args = tuple(
-                a.replace(f"/actor/{spec.grpo.num_batches}/", f"/actor/{steps[-1]}/") for a in command.args
-            )
+            args = tuple(a.replace(f"/actor/{spec.grpo.num_batches}/", f"/actor/{steps[-1]}/") for a in command.args)
             command = type(command)(command.module, args, command.env)
         started = time.monotonic()
-        subprocess.run(command.argv(), env={**env, **command.env}, cwd=out, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            command.argv(), env={**env, **command.env}, cwd=out, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         seconds[stage.value] = time.monotonic() - started
     return seconds
 
@@ -79,7 +78,11 @@ def run_trainer(out: Path) -> tuple[dict[str, float], float]:
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "trainer", "run", "--spec", str(SPEC), "--job-id", "rl-benchtrainer1"],
-        cwd=SOURCE, env=dict(os.environ, RLJOB_OUTPUT=str(out), PYTHONPATH=str(SOURCE)), capture_output=True, text=True, check=True,
+        cwd=SOURCE,
+        env=dict(os.environ, RLJOB_OUTPUT=str(out), PYTHONPATH=str(SOURCE)),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     total = time.monotonic() - started
     per_stage = {}
@@ -123,7 +126,7 @@ def main() -> int:
             "bare_s": {**{k: round(v, 1) for k, v in bare.items()}, "total": round(bare_total, 1)},
             "trainer_s": {**{k: round(v, 1) for k, v in trainer.items()}, "total": round(trainer_total, 1)},
             "ratio": round(trainer_total / bare_total, 3),
-        }  # fmt: skip
+        }
         old = [] if args.fresh or not args.json.exists() else json.loads(args.json.read_text())["runs"]
         args.json.write_text(json.dumps({"target_ratio": 1.05, "runs": [*old, run]}, indent=2) + "\n")
     return 0

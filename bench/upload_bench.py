@@ -49,8 +49,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--latency-ms", type=float, default=0.0,
-                        help="per-request delay added by a loopback proxy (real GCS is tens of ms away)")
+    parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="per-request delay added by a loopback proxy (real GCS is tens of ms away)"
+    )
     parser.add_argument("--no-write", action="store_true", help=f"do not update {RESULT_FILE.relative_to(REPO)}")
     args = parser.parse_args()
     machine = machine_facts()
@@ -97,9 +98,16 @@ def main() -> int:
             print(f"per-file loop          : {loop_s:7.2f} s  ({total / 2**20 / loop_s:6.1f} MiB/s)")
             print(f"upload_dir ({args.workers} threads): {adapter_s:7.2f} s  ({total / 2**20 / adapter_s:6.1f} MiB/s)")
             print(f"ratio loop/adapter     : {loop_s / adapter_s:7.2f}x")
-            entry = {"files": len(files), "bytes": total, "workers": args.workers, "latency_ms": args.latency_ms,
-                     "loop_s": round(loop_s, 3), "upload_dir_s": round(adapter_s, 3), "ratio": round(loop_s / adapter_s, 2),
-                     "machine": machine | {"load_average_at_end": [round(x, 2) for x in os.getloadavg()]}}  # fmt: skip
+            entry = {
+                "files": len(files),
+                "bytes": total,
+                "workers": args.workers,
+                "latency_ms": args.latency_ms,
+                "loop_s": round(loop_s, 3),
+                "upload_dir_s": round(adapter_s, 3),
+                "ratio": round(loop_s / adapter_s, 2),
+                "machine": machine | {"load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
+            }
             if not args.no_write:
                 results = json.loads(RESULT_FILE.read_text()) if RESULT_FILE.exists() else {}
                 results[f"latency_ms={args.latency_ms:g}"] = entry

@@ -68,8 +68,15 @@ BIG_RISE_POWER_MIN = 0.90  # with the default looks, the big rise is found by st
 
 
 def _summary(step: int, rewarded: int) -> TrainStepSummary:
-    return TrainStepSummary(step=step, time=T0 + timedelta(seconds=STEP_S * step), signal_fraction=SIGNAL_FRACTION,
-                            loss=0.5, kl=0.01, completions=COMPLETIONS, rewarded_completions=rewarded)  # fmt: skip
+    return TrainStepSummary(
+        step=step,
+        time=T0 + timedelta(seconds=STEP_S * step),
+        signal_fraction=SIGNAL_FRACTION,
+        loss=0.5,
+        kl=0.01,
+        completions=COMPLETIONS,
+        rewarded_completions=rewarded,
+    )
 
 
 def _improving(kept: Sequence[TrainStepSummary], policy: HealthPolicy) -> bool:
@@ -78,8 +85,9 @@ def _improving(kept: Sequence[TrainStepSummary], policy: HealthPolicy) -> bool:
     return health.verdict is Verdict.IMPROVING
 
 
-def replay(rewarded: Sequence[int], policies: Sequence[HealthPolicy], judge_at: int | None = None
-           ) -> tuple[list[int | None], list[bool | None]]:  # fmt: skip
+def replay(
+    rewarded: Sequence[int], policies: Sequence[HealthPolicy], judge_at: int | None = None
+) -> tuple[list[int | None], list[bool | None]]:
     """Feed the steps one at a time, judging what the service keeps after each (the first steps and the rolling
     window, train_step_summary.push_step), as the service does.
     Per policy: the first step that read improving (None: none did), and the verdict at step
@@ -117,8 +125,7 @@ def simulate(runs: int) -> dict:
             firsts.append(first)
             ats.append(at)
         for i, looks in enumerate(LOOKS):
-            per_look.append({"rate": rate, "step": LOOK_AT_STEP, "looks": looks,
-                             **_proportion(sum(1 for a in ats if a[i]), runs)})  # fmt: skip
+            per_look.append({"rate": rate, "step": LOOK_AT_STEP, "looks": looks, **_proportion(sum(1 for a in ats if a[i]), runs)})
             for steps in RUN_STEPS:
                 hits = sum(1 for f in firsts if f[i] is not None and f[i] <= steps)
                 per_run.append({"rate": rate, "steps": steps, "looks": looks, **_proportion(hits, runs)})
@@ -128,8 +135,16 @@ def simulate(runs: int) -> dict:
         firsts = [replay([rng.binomialvariate(COMPLETIONS, r) for r in rates], policies)[0] for _ in range(runs)]
         for i, looks in enumerate(LOOKS):
             found = [f[i] for f in firsts if f[i] is not None]
-            power.append({"from": start, "to": end, "steps": RISE_STEPS, "looks": looks, **_proportion(len(found), runs),
-                          "median_first_step": statistics.median(found) if found else None})  # fmt: skip
+            power.append(
+                {
+                    "from": start,
+                    "to": end,
+                    "steps": RISE_STEPS,
+                    "looks": looks,
+                    **_proportion(len(found), runs),
+                    "median_first_step": statistics.median(found) if found else None,
+                }
+            )
     policy = HealthPolicy()
     return {
         "bench": "verdict_error_rates",
@@ -178,11 +193,9 @@ def render(results: dict) -> str:
     rates = sorted({c["rate"] for c in results["false_positive_per_look"]})
     steps = sorted({c["steps"] for c in results["false_positive_per_run"]})
     per_run, per_look, power = results["false_positive_per_run"], results["false_positive_per_look"], results["power"]
-    fp = {(looks, n): [_pick(per_run, rate=r, steps=n, looks=looks) for r in rates] for looks in (one, default)
-          for n in steps}  # fmt: skip
+    fp = {(looks, n): [_pick(per_run, rate=r, steps=n, looks=looks) for r in rates] for looks in (one, default) for n in steps}
     rises = sorted({(c["from"], c["to"], c["steps"]) for c in power}, key=lambda r: r[1] - r[0], reverse=True)
-    big, small = (_pick(power, looks=default, **dict(zip(("from", "to", "steps"), r, strict=True))) for r in
-                  (rises[0], rises[-1]))  # fmt: skip
+    big, small = (_pick(power, looks=default, **dict(zip(("from", "to", "steps"), r, strict=True))) for r in (rises[0], rises[-1]))
     look_at = per_look[0]["step"]
     lines = [
         f"How often the reward-trend verdict errs (`bench/verdict_error_rates.py`: {s['runs_per_cell']} simulated "
@@ -210,12 +223,12 @@ def render(results: dict) -> str:
             row = [_pick(per_run, rate=r, steps=n, looks=looks) for looks in (one, default)]
             lines.append(f"| constant {r:.0%} | at any step of {n} | {_cell(row[0])} | {_cell(row[1])} |")
     for rise in rises:
-        row = [_pick(power, looks=looks, **dict(zip(("from", "to", "steps"), rise, strict=True)))
-               for looks in (one, default)]  # fmt: skip
-        cells = [f"{_cell(c)}, median step {c['median_first_step']:g}" if c["median_first_step"] is not None
-                 else _cell(c) for c in row]  # fmt: skip
-        lines.append(f"| {rise[0]:.0%} -> {rise[1]:.0%} over {rise[2]} steps | by step {rise[2]} (median first step "
-                     f"among those) | {cells[0]} | {cells[1]} |")  # fmt: skip
+        row = [_pick(power, looks=looks, **dict(zip(("from", "to", "steps"), rise, strict=True))) for looks in (one, default)]
+        cells = [f"{_cell(c)}, median step {c['median_first_step']:g}" if c["median_first_step"] is not None else _cell(c) for c in row]
+        lines.append(
+            f"| {rise[0]:.0%} -> {rise[1]:.0%} over {rise[2]} steps | by step {rise[2]} (median first step "
+            f"among those) | {cells[0]} | {cells[1]} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -227,20 +240,21 @@ def claim_failures(results: dict) -> list[str]:
     failures = []
     for c in results["false_positive_per_run"]:
         if c["looks"] == default and c["steps"] == shortest and not c["ci95"][1] < PER_RUN_FP_MAX:
-            failures.append(f"{default} looks, constant {c['rate']:.0%} over {shortest} steps: {_cell(c)} is not "
-                            f"below {PER_RUN_FP_MAX:.0%}")  # fmt: skip
+            failures.append(
+                f"{default} looks, constant {c['rate']:.0%} over {shortest} steps: {_cell(c)} is not below {PER_RUN_FP_MAX:.0%}"
+            )
     big = max(results["power"], key=lambda c: c["to"] - c["from"])
     big_default = _pick(results["power"], looks=default, **{k: big[k] for k in ("from", "to", "steps")})
     if not big_default["ci95"][0] > BIG_RISE_POWER_MIN:
-        failures.append(f"{default} looks find {big['from']:.0%} -> {big['to']:.0%} in {_cell(big_default)}, "
-                        f"not above {BIG_RISE_POWER_MIN:.0%}")  # fmt: skip
+        failures.append(
+            f"{default} looks find {big['from']:.0%} -> {big['to']:.0%} in {_cell(big_default)}, not above {BIG_RISE_POWER_MIN:.0%}"
+        )
     # More looks can only delay `improving` (the last look is the one-look test), on the same runs.
     for kind in ("false_positive_per_run", "power"):
         for c in results[kind]:
             if c["looks"] != default:
                 continue
-            twin = _pick(results[kind], **{k: v for k, v in c.items() if k in ("rate", "steps", "from", "to")},
-                         looks=one)  # fmt: skip
+            twin = _pick(results[kind], **{k: v for k, v in c.items() if k in ("rate", "steps", "from", "to")}, looks=one)
             if c["improving"] > twin["improving"]:
                 failures.append(f"{kind}: {default} looks read improving more often than {one}: {c} vs {twin}")
     return failures
@@ -268,8 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             held = readme_block(args.check_readme.read_text())
             if held != expected:
                 what = "has no" if held is None else "holds a stale"
-                print(f"{args.check_readme} {what} {BEGIN} ... {END} block: paste the output of "
-                      f"`python bench/verdict_error_rates.py --render` there", file=sys.stderr)  # fmt: skip
+                print(
+                    f"{args.check_readme} {what} {BEGIN} ... {END} block: paste the output of "
+                    f"`python bench/verdict_error_rates.py --render` there",
+                    file=sys.stderr,
+                )
                 return 1
         return 0
     started = time.perf_counter()

@@ -47,8 +47,9 @@ def find_chromium() -> Path:
         found = shutil.which(name)
         if found:
             return Path(found)
-    raise ChromiumMissing(f"no {', '.join(CHROMIUM_NAMES)} on PATH and {CHROMIUM_ENV} is unset: "
-                          "scripts/install-system-deps.sh installs Debian's chromium")  # fmt: skip
+    raise ChromiumMissing(
+        f"no {', '.join(CHROMIUM_NAMES)} on PATH and {CHROMIUM_ENV} is unset: scripts/install-system-deps.sh installs Debian's chromium"
+    )
 
 
 class PageProblems:

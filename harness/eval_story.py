@@ -30,11 +30,18 @@ AFTER_ROWS = _outcomes([*range(9, 102), *range(102, 162)])
 def _summary(label: str, step: int, rows: dict[str, float]) -> EvalSummary:
     correct = sum(rows.values())
     return EvalSummary(
-        label=label, step=step, n=len(rows), correct=correct, format_correct=len(rows) - 27,
-        partial_correct=correct + 20, mean_reward=correct / len(rows) * 3.0, samples_per_row=1,
-        sampling="greedy, pass", rows_file=f"{label}.jsonl",
+        label=label,
+        step=step,
+        n=len(rows),
+        correct=correct,
+        format_correct=len(rows) - 27,
+        partial_correct=correct + 20,
+        mean_reward=correct / len(rows) * 3.0,
+        samples_per_row=1,
+        sampling="greedy, pass",
+        rows_file=f"{label}.jsonl",
         vs_before=None if label == "before" else paired_difference(BEFORE_ROWS, rows),
-    )  # fmt: skip
+    )
 
 
 def eval_summaries() -> list[EvalSummary]:

@@ -55,14 +55,25 @@ LONG_COMPLETION = "<reasoning>" + "2 plus 2 is 4. " * 100 + "\x1b[31m</reasoning
 
 def write_samples(layout: RunLayout, step: int) -> None:
     samples = StepSamples(
-        step=step, time=datetime.now(UTC), num_generations=2, groups=2, groups_with_signal=1, completions=4,
+        step=step,
+        time=datetime.now(UTC),
+        num_generations=2,
+        groups=2,
+        groups_with_signal=1,
+        completions=4,
         samples=[
-            Sample(group=0, prompt="What is 2+2?", completion=LONG_COMPLETION,
-                   rewards={"exact_answer": 1.0, "format_match": 0.5}, total=1.5),
-            Sample(group=0, prompt="What is 2+2?", completion=f"five (step {step})",
-                   rewards={"exact_answer": 0.0, "format_match": None}, total=0.0),
+            Sample(
+                group=0, prompt="What is 2+2?", completion=LONG_COMPLETION, rewards={"exact_answer": 1.0, "format_match": 0.5}, total=1.5
+            ),
+            Sample(
+                group=0,
+                prompt="What is 2+2?",
+                completion=f"five (step {step})",
+                rewards={"exact_answer": 0.0, "format_match": None},
+                total=0.0,
+            ),
         ],
-    )  # fmt: skip
+    )
     path = Path(layout.samples_file(step))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(samples.model_dump_json())
@@ -153,9 +164,15 @@ def train(layout: RunLayout, events: Events, labels: dict[str, str]) -> int:
     for step in range(resumed + 1, steps + 1):
         write_samples(layout, step)  # before the event, as the trainer does
         events.emit(
-            TrainStep, step=step, total_steps=steps, reward_mean=0.1 * step, reward_std=0.05, kl=0.01 * step,
-            loss=1.0 / step, metrics={"learning_rate": 3e-6, SIGNAL_METRIC: 0.5},
-        )  # fmt: skip
+            TrainStep,
+            step=step,
+            total_steps=steps,
+            reward_mean=0.1 * step,
+            reward_std=0.05,
+            kl=0.01 * step,
+            loss=1.0 / step,
+            metrics={"learning_rate": 3e-6, SIGNAL_METRIC: 0.5},
+        )
         (checkpoints / str(step)).mkdir(parents=True, exist_ok=True)
         if step == 1 and labels.get("fake-gate") == "true":
             print("waiting for the gate file", flush=True)
@@ -167,9 +184,21 @@ def train(layout: RunLayout, events: Events, labels: dict[str, str]) -> int:
         events.emit(RunFinished, ok=False, exit_code=exit_code, message="fake failure in train", failed_stage=Stage.TRAIN)
         return exit_code
     eval_rows = int(labels.get("fake-eval-n", "0"))
-    summary = EvalSummary(label="after", step=steps, n=eval_rows, correct=eval_rows / 2, format_correct=eval_rows,
-                          partial_correct=eval_rows / 2, samples_per_row=1, sampling="greedy, pass",
-                          rows_file="after.jsonl") if eval_rows else None  # fmt: skip
+    summary = (
+        EvalSummary(
+            label="after",
+            step=steps,
+            n=eval_rows,
+            correct=eval_rows / 2,
+            format_correct=eval_rows,
+            partial_correct=eval_rows / 2,
+            samples_per_row=1,
+            sampling="greedy, pass",
+            rows_file="after.jsonl",
+        )
+        if eval_rows
+        else None
+    )
     events.emit(EvalResult, step=steps, accuracy=0.5, metrics={"pass_at_1": 0.5}, summary=summary)
     finish(layout, events, Stage.TRAIN, duration_s=0.05)
     return 0

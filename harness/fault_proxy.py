@@ -45,14 +45,12 @@ def forbidden_body(permission: str) -> bytes:
     )
     if permission == "storage.objects.list":
         message = message.replace("object", "bucket")
-    body = {"error": {"code": 403, "message": message,
-                      "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}
+    body = {"error": {"code": 403, "message": message, "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}
     return json.dumps(body).encode()
 
 
 class ForbiddingProxy:
-    def __init__(self, upstream_port: int, denied: Callable[[str, str | None], bool] = lambda p, b: False,
-                 *, delay_s: float = 0.0) -> None:
+    def __init__(self, upstream_port: int, denied: Callable[[str, str | None], bool] = lambda p, b: False, *, delay_s: float = 0.0) -> None:
         """delay_s: added before forwarding each request, a stand-in for the round trip to real GCS."""
         self.denied_requests: list[tuple[str, str]] = []
         proxy = self

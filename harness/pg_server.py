@@ -45,13 +45,23 @@ def postgres_url() -> Iterator[str]:
         prefix = ["runuser", "-u", "postgres", "--"]
         shutil.chown(base, "postgres")
         os.chmod(base, 0o755)
-    subprocess.run([*prefix, initdb, "-A", "trust", "-U", "postgres", "--no-sync", "-D", str(data)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([*prefix, initdb, "-A", "trust", "-U", "postgres", "--no-sync", "-D", str(data)], check=True, capture_output=True)
     subprocess.run(
-        [*prefix, pg_ctl, "-D", str(data), "-l", str(data / "server.log"), "-w",
-         "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {data} -c fsync=off", "start"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            *prefix,
+            pg_ctl,
+            "-D",
+            str(data),
+            "-l",
+            str(data / "server.log"),
+            "-w",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {port} -k {data} -c fsync=off",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
     finally:

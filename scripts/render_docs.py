@@ -194,8 +194,9 @@ PAGES: dict[Path, Callable[[str], str]] = {
 
 def pages_that_differ() -> list[str]:
     """The generated pages whose text on disk is not what their sources give (repository-relative)."""
-    return [str(page.relative_to(REPO)) for page, render in PAGES.items()
-            if not page.exists() or render(page.read_text()) != page.read_text()]  # fmt: skip
+    return [
+        str(page.relative_to(REPO)) for page, render in PAGES.items() if not page.exists() or render(page.read_text()) != page.read_text()
+    ]
 
 
 def write_pages() -> list[str]:

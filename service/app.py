@@ -85,14 +85,22 @@ def create_app(
     app.add_middleware(CancelOnDisconnectMiddleware)
     # Outermost of ours: a request refused for load costs as little as possible.
     app.add_middleware(
-        LoadSheddingMiddleware, limits=Limits(
-            requests=settings.max_requests_in_flight, requests_per_team=settings.max_requests_per_team,
-            streams=settings.max_event_streams, streams_per_token=settings.max_event_streams_per_token,
-            anonymous=settings.max_anonymous_requests, token_lookups=MAX_TOKEN_LOOKUPS,
-            anonymous_body_timeout_s=settings.anonymous_body_timeout_s, body_timeout_s=settings.body_timeout_s,
-            request_deadline_s=settings.request_deadline_s, max_body_bytes=settings.max_body_bytes,
-        ), retry_after_s=settings.overload_retry_after_s, registry=metrics.registry,
-    )  # fmt: skip
+        LoadSheddingMiddleware,
+        limits=Limits(
+            requests=settings.max_requests_in_flight,
+            requests_per_team=settings.max_requests_per_team,
+            streams=settings.max_event_streams,
+            streams_per_token=settings.max_event_streams_per_token,
+            anonymous=settings.max_anonymous_requests,
+            token_lookups=MAX_TOKEN_LOOKUPS,
+            anonymous_body_timeout_s=settings.anonymous_body_timeout_s,
+            body_timeout_s=settings.body_timeout_s,
+            request_deadline_s=settings.request_deadline_s,
+            max_body_bytes=settings.max_body_bytes,
+        ),
+        retry_after_s=settings.overload_retry_after_s,
+        registry=metrics.registry,
+    )
     app.include_router(health.router)
     app.include_router(job_diff.router)  # before jobs: /v1/jobs/diff is no job id
     app.include_router(jobs.router)

@@ -78,21 +78,26 @@ class Settings(BaseSettings):
     local_poll_interval_s: float = Field(default=0.2, gt=0, le=MAX_SECONDS, description="local launcher: how often it checks its processes")
     progress_poll_interval_s: float = Field(default=0.5, gt=0, le=MAX_SECONDS, description="how often active jobs' trainer events are read")
     progress_fold_cpu_share: float = Field(
-        default=0.25, gt=0, le=1,
+        default=0.25,
+        gt=0,
+        le=1,
         description="the most of one core that folding trainer events may take while a job's events are behind "
         "(the rest answers requests: one job writing events flat out cannot slow another team's)",
-    )  # fmt: skip
+    )
     leader_check_interval_s: float = Field(
-        default=2.0, gt=0, le=MAX_SECONDS,
+        default=2.0,
+        gt=0,
+        le=MAX_SECONDS,
         description="PostgreSQL replicas: how often one that does not lead tries to, and the leader checks it still does",
-    )  # fmt: skip
+    )
     active_jobs_reconcile_interval_s: float = Field(
         default=30.0, gt=0, le=MAX_SECONDS, description="how often the service asks the launcher about every job that has not ended"
     )
     # Kubernetes labels/annotations: a phase or stage change goes at once, progress this often.
     status_mirror_every_steps: int = Field(default=10, ge=1, description="mirror progress every N train steps")
-    status_mirror_interval_s: float = Field(default=30.0, gt=0, le=MAX_SECONDS,
-        description="... or after this many seconds, whichever comes first")
+    status_mirror_interval_s: float = Field(
+        default=30.0, gt=0, le=MAX_SECONDS, description="... or after this many seconds, whichever comes first"
+    )
     # Learning health (service/domain/learning_health.py): when a job is diverging, without signal or stalled.
     health_kl_max: float = Field(default=1.0, gt=0, description="KL to the reference above this is divergence")
     health_no_signal_steps: int = Field(
@@ -103,13 +108,17 @@ class Settings(BaseSettings):
         default=5.0, gt=1, description="stalled after this many median step intervals without a step (and the floor)"
     )
     sse_poll_interval_s: float = Field(
-        default=1.0, gt=0, le=MAX_SECONDS,
-            description="longest wait between reads of new events (one reader per process; a commit wakes it)"
+        default=1.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="longest wait between reads of new events (one reader per process; a commit wakes it)",
     )
     sse_queue_events: int = Field(
-        default=1000, ge=1, le=100_000,
+        default=1000,
+        ge=1,
+        le=100_000,
         description="events held for a stream that has not taken them yet; one more ends it with a `reconnect` event",
-    )  # fmt: skip
+    )
     max_event_streams: int = Field(default=2000, ge=1, description="event streams open at once; one more gets 503 with Retry-After")
     sse_max_duration_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS, description="a stream ends after this; clients resume")
     max_log_followers: int = Field(default=32, ge=1, le=1000, description="concurrent logs?follow=true streams")
@@ -117,48 +126,64 @@ class Settings(BaseSettings):
         default=8, ge=1, le=1000, description="a team's share of RLJOB_MAX_LOG_FOLLOWERS; one more of that team's gets 429"
     )
     log_follow_max_bytes_per_s: int = Field(
-        default=1024 * 1024, ge=4096, le=1 << 30,
+        default=1024 * 1024,
+        ge=4096,
+        le=1 << 30,
         description="a log follow sends at most this many bytes a second (a trainer printing faster is read at this pace)",
-    )  # fmt: skip
+    )
     log_follow_poll_interval_s: float = Field(default=0.5, gt=0, le=MAX_SECONDS, description="pause of an idle log follow")
     max_requests_in_flight: int = Field(
         default=64, ge=1, description="requests handled at once (probes, streams and log follows apart); one more gets 503"
     )
     max_requests_per_team: int = Field(
-        default=16, ge=1, description="a team's share of RLJOB_MAX_REQUESTS_IN_FLIGHT (all its tokens together); one more "
+        default=16,
+        ge=1,
+        description="a team's share of RLJOB_MAX_REQUESTS_IN_FLIGHT (all its tokens together); one more "
         "of that team's gets 503 while other teams' still get in",
-    )  # fmt: skip
+    )
     body_timeout_s: float = Field(
         default=30.0, gt=0, le=MAX_SECONDS, description="a request with a valid token must send its whole body within this (else 408)"
     )
     request_deadline_s: float = Field(
-        default=60.0, gt=0, le=MAX_SECONDS, description="a request with a valid token (event streams and log follows apart) "
+        default=60.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="a request with a valid token (event streams and log follows apart) "
         "is answered within this: a 503 if nothing was sent yet, else the response is cut, and its place freed",
-    )  # fmt: skip
+    )
     overload_retry_after_s: int = Field(default=1, ge=1, le=3600, description="the Retry-After of those 503s")
     max_event_streams_per_token: int = Field(
         default=100, ge=1, description="event streams one API token may hold at once (its share of RLJOB_MAX_EVENT_STREAMS)"
     )
     max_anonymous_requests: int = Field(
-        default=16, ge=1, description="requests without a valid token (the dashboard's files, 401s) handled at once, apart "
+        default=16,
+        ge=1,
+        description="requests without a valid token (the dashboard's files, 401s) handled at once, apart "
         "from the authenticated ones; one more gets 503",
-    )  # fmt: skip
+    )
     anonymous_body_timeout_s: float = Field(
         default=10.0, gt=0, le=MAX_SECONDS, description="a request without a valid token must send its whole body within this (else 408)"
     )
     shutdown_grace_s: float = Field(
-        default=20.0, gt=0, le=MAX_SECONDS,
-            description="`rljob serve`: after SIGTERM, how long requests may finish before they are cancelled"
+        default=20.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="`rljob serve`: after SIGTERM, how long requests may finish before they are cancelled",
     )
     max_body_bytes: int = Field(default=256 * 1024, gt=0, description="larger request bodies get 413")
     max_connections: int = Field(
-        default=1000, ge=1, le=1_000_000, description="connections open at once, lowered to the descriptor limit less 128; "
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description="connections open at once, lowered to the descriptor limit less 128; "
         "one more gets 503 and is closed, and the service log says so (service/connection_limits.py)",
-    )  # fmt: skip
+    )
     request_header_timeout_s: float = Field(
-        default=10.0, gt=0, le=MAX_SECONDS, description="a connection that sends no request's headers within this "
-        "(after it opens, or after its last response) is closed",
-    )  # fmt: skip
+        default=10.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="a connection that sends no request's headers within this (after it opens, or after its last response) is closed",
+    )
     token_cache_size: int = Field(default=1024, ge=0, le=1_000_000, description="API tokens remembered per process (0: none)")
     token_cache_ttl_s: float = Field(
         default=5.0, ge=0, le=300, description="how long a remembered token is trusted; a revocation elsewhere waits this"
@@ -182,20 +207,24 @@ class Settings(BaseSettings):
         "JSON, replaces the whole table; a missing price shows cost null",
     )
     usage_storage_price_usd_per_gib_month: float = Field(
-        default=DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH, ge=0, allow_inf_nan=False,
+        default=DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH,
+        ge=0,
+        allow_inf_nan=False,
         description="USD per GiB-month of run-directory storage, for `rljob usage` (docs/usage.md); "
         "default: Cloud Storage Standard in one region (us-central1, us-east5), https://cloud.google.com/storage/pricing; "
         "list prices move: set your own",
     )
     mlflow_tracking_uri: str = Field(
-        default="", description="empty: off; else the leader exports every running job to this MLflow tracking "
+        default="",
+        description="empty: off; else the leader exports every running job to this MLflow tracking "
         "server (http(s)://) or database (sqlite:///, postgresql://) as it runs (docs/service.md); needs rljob[mlflow]",
-    )  # fmt: skip
+    )
     mlflow_experiment: str = Field(
         default="rljob", min_length=1, max_length=500, description="the MLflow experiment of the live export, created when missing"
     )
-    mlflow_export_interval_s: float = Field(default=15.0, gt=0, le=MAX_SECONDS,
-        description="how often the live MLflow export logs new points")
+    mlflow_export_interval_s: float = Field(
+        default=15.0, gt=0, le=MAX_SECONDS, description="how often the live MLflow export logs new points"
+    )
     host: str = Field(default="127.0.0.1", description="listen address of `rljob serve`")
     port: int = Field(default=8765, ge=0, le=65535, description="listen port of `rljob serve`")
 

@@ -29,8 +29,12 @@ log = logging.getLogger(__name__)
 FD_HEADROOM = 128  # descriptors kept for the store, run files, log files and the launcher's pipes
 CAP_LOG_INTERVAL_S = 10.0  # a flood logs one line per interval, with the count refused since the last
 _REFUSAL_TEXT = b"the service has too many connections open; retry in a moment"
-REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: "
-           + str(len(_REFUSAL_TEXT)).encode() + b"\r\nConnection: close\r\n\r\n" + _REFUSAL_TEXT)  # fmt: skip
+REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: "
+    + str(len(_REFUSAL_TEXT)).encode()
+    + b"\r\nConnection: close\r\n\r\n"
+    + _REFUSAL_TEXT
+)
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,13 @@ class ConnectionLimits:
             fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         fits = max(1, fd_limit - FD_HEADROOM) if fd_limit != resource.RLIM_INFINITY else max_connections
         if fits < max_connections:
-            log.info("at most %d connections: RLJOB_MAX_CONNECTIONS is %d, the descriptor limit %d (less %d kept "
-                     "for files)", fits, max_connections, fd_limit, FD_HEADROOM)  # fmt: skip
+            log.info(
+                "at most %d connections: RLJOB_MAX_CONNECTIONS is %d, the descriptor limit %d (less %d kept for files)",
+                fits,
+                max_connections,
+                fd_limit,
+                FD_HEADROOM,
+            )
         return cls(max_connections=min(max_connections, fits), request_timeout_s=request_timeout_s)
 
     @classmethod
@@ -67,8 +76,13 @@ class _CapLog:
         self.refused += 1
         now = time.monotonic()
         if now - self.last >= CAP_LOG_INTERVAL_S:
-            log.warning("refused %d connection(s) with 503: %d open, the cap is %d (RLJOB_MAX_CONNECTIONS, or the descriptor "
-                        "limit less %d)", self.refused, open_now, cap, FD_HEADROOM)  # fmt: skip
+            log.warning(
+                "refused %d connection(s) with 503: %d open, the cap is %d (RLJOB_MAX_CONNECTIONS, or the descriptor limit less %d)",
+                self.refused,
+                open_now,
+                cap,
+                FD_HEADROOM,
+            )
             self.refused, self.last = 0, now
 
 

@@ -84,9 +84,12 @@ class _ServiceLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def configure_logging(
-    *, level: int | str = logging.INFO, secrets: Iterable[str] = (), stream: TextIO | None = None,
+    *,
+    level: int | str = logging.INFO,
+    secrets: Iterable[str] = (),
+    stream: TextIO | None = None,
     json_lines: bool | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Route every log record to `stream` (stderr): JSON lines unless it is a terminal."""
     if json_lines is None:
         json_lines = not (stream or sys.stderr).isatty()

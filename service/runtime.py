@@ -166,36 +166,58 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         supervisor.stop()
 
     leadership = Leadership(
-        lock, take_term=lambda: store.take_term(replica_name(), clock()), on_elected=elected, on_deposed=deposed,
+        lock,
+        take_term=lambda: store.take_term(replica_name(), clock()),
+        on_elected=elected,
+        on_deposed=deposed,
         check_interval_s=settings.leader_check_interval_s,
-    )  # fmt: skip
+    )
     jobs = JobService(
-        store, launcher, given.progress or EventsFileReader(),
-        clock=clock, notify=notifier.notify, max_resumes=settings.max_resumes,
-        run_files=given.run_files or StoreRunFiles(), mirror_every_steps=settings.status_mirror_every_steps,
-        mirror_interval_s=settings.status_mirror_interval_s, health_policy=settings.health_policy,
-        location_policy=settings.location_policy, leads=lambda: leadership.leads, on_fenced=lambda: leadership.fenced(),
+        store,
+        launcher,
+        given.progress or EventsFileReader(),
+        clock=clock,
+        notify=notifier.notify,
+        max_resumes=settings.max_resumes,
+        run_files=given.run_files or StoreRunFiles(),
+        mirror_every_steps=settings.status_mirror_every_steps,
+        mirror_interval_s=settings.status_mirror_interval_s,
+        health_policy=settings.health_policy,
+        location_policy=settings.location_policy,
+        leads=lambda: leadership.leads,
+        on_fenced=lambda: leadership.fenced(),
         fold_pacer=FoldPacer(settings.progress_fold_cpu_share),
-    )  # fmt: skip
+    )
     supervisor = Supervisor(
-        jobs, launcher,
+        jobs,
+        launcher,
         progress_poll_interval_s=settings.progress_poll_interval_s,
         active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
         take_over_requests=lock.shared,
-    )  # fmt: skip
+    )
     mlflow_export = None
     if settings.mlflow_tracking_uri:
         mlflow_export = MlflowLiveExport(
-            store, jobs.run_files,
+            store,
+            jobs.run_files,
             lambda record: to_public(record, clock(), jobs.health_policy, settings.usage_prices_usd_per_chip_hour),
-            tracking_uri=settings.mlflow_tracking_uri, experiment=settings.mlflow_experiment,
+            tracking_uri=settings.mlflow_tracking_uri,
+            experiment=settings.mlflow_experiment,
             interval_s=settings.mlflow_export_interval_s,
-        )  # fmt: skip
+        )
     return Runtime(
-        settings=settings, store=store, jobs=jobs, tokens=tokens, notifier=notifier,
-        supervisor=supervisor, leadership=leadership, clock=clock, self_check=self_check,
-        owns_store=given.store is None, mlflow_export=mlflow_export,
-    )  # fmt: skip
+        settings=settings,
+        store=store,
+        jobs=jobs,
+        tokens=tokens,
+        notifier=notifier,
+        supervisor=supervisor,
+        leadership=leadership,
+        clock=clock,
+        self_check=self_check,
+        owns_store=given.store is None,
+        mlflow_export=mlflow_export,
+    )
 
 
 def run_self_check(checks: SelfCheck, report: SelfCheckReport) -> None:

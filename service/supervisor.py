@@ -85,10 +85,12 @@ class Supervisor:
             # No wait between rounds: a round waits on the queue itself (0.2 s, so a stop is seen soon).
             BackgroundLoop("rljob-observations", self._apply_next_observation, interval_s=0, what="applying an observation"),
             BackgroundLoop(
-                "rljob-recovery", self._recover_or_poll, interval_s=self.progress_poll_interval_s,
+                "rljob-recovery",
+                self._recover_or_poll,
+                interval_s=self.progress_poll_interval_s,
                 what="recovery or progress polling",
             ),
-        ]  # fmt: skip
+        ]
         for loop in self._loops:
             loop.start()
 

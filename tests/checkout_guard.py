@@ -32,10 +32,13 @@ def installed_checkout() -> Path | None:
 def mismatch(installed: Path | None, root: Path = ROOT) -> str | None:
     """Why this venv cannot test `root`, or None when it can."""
     if installed is None:
-        return (f"rljob is not installed in editable mode in this venv: child processes would not run {root}; "
-                f"run {root}/scripts/bootstrap.sh")  # fmt: skip
+        return (
+            f"rljob is not installed in editable mode in this venv: child processes would not run {root}; run {root}/scripts/bootstrap.sh"
+        )
     if installed != root.resolve():
-        return (f"this venv's rljob is the checkout at {installed}, not the one under test ({root}): processes started "
-                f"outside the repository root would run the other checkout's code. Run {root}/scripts/bootstrap.sh "
-                "(it makes a venv for this checkout; RLJOB_VENV chooses where)")  # fmt: skip
+        return (
+            f"this venv's rljob is the checkout at {installed}, not the one under test ({root}): processes started "
+            f"outside the repository root would run the other checkout's code. Run {root}/scripts/bootstrap.sh "
+            "(it makes a venv for this checkout; RLJOB_VENV chooses where)"
+        )
     return None

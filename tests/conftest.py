@@ -36,11 +36,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The lanes first, each in the order tests/lanes.py gives its files, so that the two workers start one lane
     each; every other test keeps its place after them. A slow test outside every lane stops the run."""
-    unplaced = {item.nodeid.split("::", 1)[0] for item in items
-                if item.get_closest_marker("slow") is not None and lane_of(item.nodeid) is None}  # fmt: skip
+    unplaced = {
+        item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow") is not None and lane_of(item.nodeid) is None
+    }
     if unplaced:
-        raise pytest.UsageError(f"slow tests without a lane: {', '.join(sorted(unplaced))}; give each file one in "
-                                "SLOW_LANES (tests/lanes.py)")  # fmt: skip
+        raise pytest.UsageError(
+            f"slow tests without a lane: {', '.join(sorted(unplaced))}; give each file one in SLOW_LANES (tests/lanes.py)"
+        )
     items.sort(key=lambda item: lane_position(item.nodeid))  # stable: the other tests keep their order
 
 
@@ -61,8 +63,13 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model, tokenizer, data and reward (`python -m trainer make-tiny`), built once per worker
     process for every slow test in it; tests copy what they change, never change it."""
     out = tmp_path_factory.mktemp("tiny")
-    subprocess.run([sys.executable, "-m", "trainer", "make-tiny", "--out", str(out)], cwd=REPO, check=True,
-                   env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=600)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "trainer", "make-tiny", "--out", str(out)],
+        cwd=REPO,
+        check=True,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        timeout=600,
+    )
     return out
 
 

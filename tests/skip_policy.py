@@ -63,15 +63,16 @@ def load_allow_list(path: Path) -> list[Allowance]:
         if not (entry.get("test") or entry.get("marker")):
             raise pytest.UsageError(f"skip policy: {where}: needs `test` (a node-id glob) or `marker`")
         if entry.get("runs") not in ("all", "local"):
-            raise pytest.UsageError(f"skip policy: {where}: `runs` must be \"all\" or \"local\"")
+            raise pytest.UsageError(f'skip policy: {where}: `runs` must be "all" or "local"')
         if not entry.get("reason") or not entry.get("why"):
             raise pytest.UsageError(f"skip policy: {where}: `reason` (a regex) and `why` are required")
         try:
             reason = re.compile(entry["reason"])
         except re.error as e:
             raise pytest.UsageError(f"skip policy: {where}: `reason` is not a regular expression: {e}") from e
-        allowances.append(Allowance(runs=entry["runs"], reason=reason, why=entry["why"],
-                                    test=entry.get("test"), marker=entry.get("marker")))
+        allowances.append(
+            Allowance(runs=entry["runs"], reason=reason, why=entry["why"], test=entry.get("test"), marker=entry.get("marker"))
+        )
     return allowances
 
 

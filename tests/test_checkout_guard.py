@@ -24,7 +24,13 @@ def test_another_checkout_or_no_editable_install_is_refused_with_the_fix(tmp_pat
 def test_a_process_started_outside_the_root_imports_this_checkout(tmp_path: Path) -> None:
     # What the emulated pods do: start in their own WORKDIR, import through the venv's install.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-c", "import service, trainer; print(service.__file__); print(trainer.__file__)"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", "import service, trainer; print(service.__file__); print(trainer.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert [Path(line).resolve().parents[1] for line in done.stdout.split()] == [ROOT.resolve()] * 2

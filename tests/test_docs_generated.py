@@ -30,9 +30,7 @@ render_docs = _render_docs()
 def test_the_page_is_what_its_sources_give(page: Path) -> None:
     assert page.exists(), f"{page.relative_to(ROOT)} is missing; run `{render_docs.REGENERATE}`"
     wanted = render_docs.PAGES[page](page.read_text())
-    assert page.read_text() == wanted, (
-        f"{page.relative_to(ROOT)} differs from what its sources give; run `{render_docs.REGENERATE}`"
-    )
+    assert page.read_text() == wanted, f"{page.relative_to(ROOT)} differs from what its sources give; run `{render_docs.REGENERATE}`"
 
 
 def test_check_names_a_stale_page_and_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

@@ -11,8 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", *(ROOT / "docs").glob("*.md")])
-TOP_DIRS = ("service", "trainer", "bench", "docs", "tests", "scripts", "k8s", "docker", "examples", "dashboard",
-            "harness", ".ci")  # fmt: skip
+TOP_DIRS = ("service", "trainer", "bench", "docs", "tests", "scripts", "k8s", "docker", "examples", "dashboard", "harness", ".ci")
 TOP_FILES = ("skaffold.yaml", "pyproject.toml", "constraints.txt", "README.md")
 # `service/api/deps.py`, `trainer/stages/`, `skaffold.yaml`: a path under one of our top folders, or a top-level file.
 PATH = re.compile(rf"`((?:{'|'.join(map(re.escape, TOP_DIRS))})/[\w./-]*|{'|'.join(map(re.escape, TOP_FILES))})`")
@@ -32,8 +31,13 @@ def named_paths(text: str) -> set[str]:
 def test_the_pattern_finds_paths_and_leaves_other_code_alone() -> None:
     text = "`service/app.py`, `trainer/stages/`, `skaffold.yaml`, `rljob status ID`, `<run>/logs/`, `dashboard/src/*.js`"
     diagram = "```text\n  store   (service/adapters/store/, trainer/pipeline.py)  <run>/events.jsonl\n```"
-    assert named_paths(text + diagram) == {"service/app.py", "trainer/stages", "skaffold.yaml", "service/adapters/store",
-                                           "trainer/pipeline.py"}  # fmt: skip
+    assert named_paths(text + diagram) == {
+        "service/app.py",
+        "trainer/stages",
+        "skaffold.yaml",
+        "service/adapters/store",
+        "trainer/pipeline.py",
+    }
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))

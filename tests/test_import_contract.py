@@ -4,6 +4,7 @@ Read from the source with `ast`, so a rule breaks here the moment someone writes
 a test happens to execute that line. Imports under `if TYPE_CHECKING:` count too: a type-only import is still a
 dependency a reader has to understand, and it is how cycles hide.
 """
+
 from __future__ import annotations
 
 import ast
@@ -66,9 +67,26 @@ def violations(files: list[Path], forbidden: tuple[str, ...], allowed: tuple[str
 def test_the_domain_imports_no_framework_and_no_adapter():
     files = source_files("service/domain")
     assert files
-    assert violations(files, ("fastapi", "starlette", "sqlalchemy", "alembic", "kubernetes", "typer", "httpx",
-                              "service.adapters", "service.api", "service.cli", "service.app",
-                              "service.dashboard")) == []
+    assert (
+        violations(
+            files,
+            (
+                "fastapi",
+                "starlette",
+                "sqlalchemy",
+                "alembic",
+                "kubernetes",
+                "typer",
+                "httpx",
+                "service.adapters",
+                "service.api",
+                "service.cli",
+                "service.app",
+                "service.dashboard",
+            ),
+        )
+        == []
+    )
 
 
 def test_the_service_takes_only_the_contract_sizing_and_storage_from_the_trainer():
@@ -115,8 +133,14 @@ def test_the_benches_take_their_emulators_from_the_harness_not_the_tests():
 
 # The runtime is the service's domain side: what it and the modules it wires import may not reach the HTTP
 # side (service/api), which builds its serving parts over a runtime (service/api/serving.py), not the reverse.
-RUNTIME_SIDE = ("service/runtime.py", "service/supervisor.py", "service/leadership.py", "service/background_loop.py",
-                "service/change_notifier.py", "service/config.py")
+RUNTIME_SIDE = (
+    "service/runtime.py",
+    "service/supervisor.py",
+    "service/leadership.py",
+    "service/background_loop.py",
+    "service/change_notifier.py",
+    "service/config.py",
+)
 
 
 def test_the_runtime_imports_nothing_from_the_api():
@@ -132,23 +156,70 @@ def test_routes_get_narrow_dependencies_not_the_runtime_or_the_serving_whole():
 
 
 # The CLI's job commands talk HTTP only; the operator side (serve, token, render, demo, doctor) may reach further.
-CLI_CLIENT_SIDE = ("client", "job_commands", "follow", "output", "samples", "usage", "goodput_text", "storage_text",
-                   "export_commands", "mlflow_export", "run_compare")
+CLI_CLIENT_SIDE = (
+    "client",
+    "job_commands",
+    "follow",
+    "output",
+    "samples",
+    "usage",
+    "goodput_text",
+    "storage_text",
+    "export_commands",
+    "mlflow_export",
+    "run_compare",
+)
 
 
 def test_the_cli_job_commands_import_no_adapter_settings_or_operator_code():
     files = [ROOT / "service" / "cli" / f"{name}.py" for name in CLI_CLIENT_SIDE]
     assert all(f.is_file() for f in files)
-    assert violations(files, ("service.adapters", "service.api", "service.app", "service.config", "service.dashboard",
-                              "sqlalchemy", "alembic", "kubernetes", "fastapi", "service.cli.operator_commands",
-                              "service.cli.manifests", "service.cli.doctor", "service.cli.demo")) == []
+    assert (
+        violations(
+            files,
+            (
+                "service.adapters",
+                "service.api",
+                "service.app",
+                "service.config",
+                "service.dashboard",
+                "sqlalchemy",
+                "alembic",
+                "kubernetes",
+                "fastapi",
+                "service.cli.operator_commands",
+                "service.cli.manifests",
+                "service.cli.doctor",
+                "service.cli.demo",
+            ),
+        )
+        == []
+    )
 
 
 def test_the_packages_the_service_imports_pull_in_no_ml_framework():
     # JAX, MaxText or torch in any of these would put them in the service image.
     files = source_files("trainer/contract", "trainer/sizing", "trainer/storage")
-    assert violations(files, ("jax", "jaxlib", "flax", "maxtext", "tunix", "torch", "transformers", "orbax",
-                              "vllm", "trainer.maxtext_entry", "trainer.stages", "trainer.pipeline")) == []
+    assert (
+        violations(
+            files,
+            (
+                "jax",
+                "jaxlib",
+                "flax",
+                "maxtext",
+                "tunix",
+                "torch",
+                "transformers",
+                "orbax",
+                "vllm",
+                "trainer.maxtext_entry",
+                "trainer.stages",
+                "trainer.pipeline",
+            ),
+        )
+        == []
+    )
 
 
 def _graph() -> dict[str, set[str]]:
@@ -204,8 +275,11 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycles_between_our_modules():
     # A package's __init__ re-exporting its submodules is not a cycle worth breaking; only module <-> module.
-    cycles = [c for c in import_cycles(_graph())
-              if not all(any(o.startswith(m + ".") for o in c) or any(m.startswith(o + ".") for o in c) for m in c)]
+    cycles = [
+        c
+        for c in import_cycles(_graph())
+        if not all(any(o.startswith(m + ".") for o in c) or any(m.startswith(o + ".") for o in c) for m in c)
+    ]
     assert cycles == []
 
 

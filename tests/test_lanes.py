@@ -56,8 +56,7 @@ def collection() -> list[str]:
 
 def run_schedule(ids: list[str], *, finish_order: list[int]) -> dict[str, str]:
     """Which worker ran each test, the workers finishing tests in turn as `finish_order` (worker indices) says."""
-    config = SimpleNamespace(getvalue=lambda name: ["2*popen"] if name == "tx" else None,
-                             option=SimpleNamespace(loadscopereorder=True))  # fmt: skip
+    config = SimpleNamespace(getvalue=lambda name: ["2*popen"] if name == "tx" else None, option=SimpleNamespace(loadscopereorder=True))
     scheduler = LaneScheduling(config)  # type: ignore[arg-type]
     workers = [FakeWorker("gw0"), FakeWorker("gw1")]
     for worker in workers:
@@ -87,8 +86,9 @@ def test_the_lanes_come_first_each_running_its_files_in_the_order_the_table_give
     assert all(lane is not None for lane in lanes[:first_other]) and not any(lanes[first_other:])
     assert [LANE_ORDER[lane] for lane in lanes[:first_other]] == sorted(LANE_ORDER[lane] for lane in lanes[:first_other])
     lane_paths = [nodeid.split("::")[0] for nodeid in ids[:first_other]]
-    assert list(dict.fromkeys(lane_paths)) == sorted(SLOW_LANES, key=lambda path: (LANE_ORDER[SLOW_LANES[path]],
-                                                                                   list(SLOW_LANES).index(path)))
+    assert list(dict.fromkeys(lane_paths)) == sorted(
+        SLOW_LANES, key=lambda path: (LANE_ORDER[SLOW_LANES[path]], list(SLOW_LANES).index(path))
+    )
 
 
 @pytest.mark.parametrize("finish_order", [[0, 1], [0, 0, 0, 1], [1, 1, 1, 1, 1, 0]], ids=["even", "gw0-fast", "gw1-fast"])

@@ -35,7 +35,7 @@ runs = "all"
 why = "xfail allowed by the same list; an xpass never is"
 """
 
-OUTCOMES = '''
+OUTCOMES = """
 import pytest
 
 def test_passes():
@@ -66,7 +66,7 @@ def test_unlisted_xfail():
 @pytest.mark.xfail(reason="known bug")
 def test_xpass():
     pass
-'''
+"""
 
 
 def _pytest(tmp_path: Path, files: dict[str, str], *, mode: str, allow_list: str = ALLOW_LIST):
@@ -76,15 +76,20 @@ def _pytest(tmp_path: Path, files: dict[str, str], *, mode: str, allow_list: str
     env = dict(os.environ, PYTHONPATH=str(REPO), RLJOB_SKIP_POLICY=mode, RLJOB_ALLOWED_SKIPS=str(tmp_path / "allowed.toml"))
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.skip_policy", "-p", "no:cacheprovider", "-q", *files],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def _named(output: str) -> set[str]:
     """The node ids the policy's summary lists as unallowed."""
     section = output.split("skip policy: outcomes no entry of the allow-list permits", 1)[-1]
-    return {line.split(" ", 2)[1].rstrip(":") for line in section.splitlines()
-            if line.split(" ", 1)[0] in ("SKIPPED", "XFAILED", "XPASSED")}
+    return {
+        line.split(" ", 2)[1].rstrip(":") for line in section.splitlines() if line.split(" ", 1)[0] in ("SKIPPED", "XFAILED", "XPASSED")
+    }
 
 
 def test_a_strict_run_fails_on_every_unallowed_outcome_and_names_each(tmp_path):
@@ -101,7 +106,7 @@ def test_a_strict_run_fails_on_every_unallowed_outcome_and_names_each(tmp_path):
 
 
 def test_a_local_run_also_permits_local_entries(tmp_path):
-    only_allowed = '''
+    only_allowed = """
         import pytest
 
         def test_allowed_everywhere():
@@ -110,7 +115,7 @@ def test_a_local_run_also_permits_local_entries(tmp_path):
         @pytest.mark.needs_tool
         def test_allowed_locally():
             pytest.skip("the tool is missing")
-    '''
+    """
     local = _pytest(tmp_path, {"test_outcomes.py": only_allowed}, mode="local")
     assert local.returncode == 0, local.stdout
     assert "2 skipped" in local.stdout and "skip policy" not in local.stdout
@@ -119,14 +124,14 @@ def test_a_local_run_also_permits_local_entries(tmp_path):
 
 
 def test_a_module_level_skip_is_caught(tmp_path):
-    module_skip = '''
+    module_skip = """
         import pytest
 
         pytest.importorskip("a_module_that_is_not_installed")
 
         def test_never_collected():
             pass
-    '''
+    """
     done = _pytest(tmp_path, {"test_gone.py": module_skip, "test_other.py": "def test_ok():\n    pass\n"}, mode="strict")
     assert done.returncode == 1, done.stdout
     assert _named(done.stdout) == {"test_gone.py"}, done.stdout

@@ -3,6 +3,7 @@
 Each check also runs once on a planted mistake, so a broken configuration (no files found, every rule off)
 cannot pass quietly.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -25,17 +26,34 @@ def test_ruff_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_code_is_as_ruff_formats_it():
+    # One formatter, at the line length above; an aligned table may opt out with `# fmt: off` / `# fmt: on`.
+    result = _run(BIN / "ruff", "format", "--check", "--no-cache", *LINTED)
+    assert result.returncode == 0, "run `ruff format` on:\n" + result.stdout + result.stderr
+
+
+def test_the_format_check_sees_a_misformatted_file(tmp_path):
+    planted = tmp_path / "service" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("x = {  'a':1 }\n")
+    result = _run(BIN / "ruff", "format", "--check", "--no-cache", "--config", ROOT / "pyproject.toml", planted, cwd=tmp_path)
+    assert result.returncode == 1 and "planted.py" in result.stdout, result.stdout + result.stderr
+
+
 def test_mypy_finds_nothing():
     result = _run(BIN / "mypy")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("source, rule", [
-    ("import os\n", "F401"),
-    ("def f():\n    try:\n        pass\n    except Exception:\n        pass\n", "BLE001"),
-    ("import yaml\nyaml.load('a')\n", "TID251"),
-    ("from ..x import y\n", "TID252"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "source, rule",
+    [
+        ("import os\n", "F401"),
+        ("def f():\n    try:\n        pass\n    except Exception:\n        pass\n", "BLE001"),
+        ("import yaml\nyaml.load('a')\n", "TID251"),
+        ("from ..x import y\n", "TID252"),
+    ],
+)
 def test_ruff_rules_are_on(tmp_path, source, rule):
     planted = tmp_path / "service" / "pkg" / "planted.py"
     planted.parent.mkdir(parents=True)

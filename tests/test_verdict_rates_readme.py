@@ -42,8 +42,7 @@ def _row_cells(results: dict, what: str, when: str, looks: int) -> dict:
         return bench._pick(results["false_positive_per_run"], rate=rate, steps=int(m2[1]), looks=looks)
     m = re.fullmatch(r"(\d+)% -> (\d+)% over (\d+) steps", what)
     assert m, what
-    return bench._pick(results["power"], looks=looks, steps=int(m[3]),
-                       **{"from": int(m[1]) / 100, "to": int(m[2]) / 100})  # fmt: skip
+    return bench._pick(results["power"], looks=looks, steps=int(m[3]), **{"from": int(m[1]) / 100, "to": int(m[2]) / 100})
 
 
 def test_every_figure_in_the_table_is_the_jsons(results: dict) -> None:
@@ -67,7 +66,10 @@ def test_every_figure_in_the_table_is_the_jsons(results: dict) -> None:
 def test_the_json_is_what_its_counts_say_under_the_current_policy(results: dict) -> None:
     settings, policy = results["settings"], HealthPolicy()
     assert (settings["trend_p_max"], settings["trend_min_steps"], settings["default_trend_looks"]) == (
-        policy.trend_p_max, policy.trend_min_steps, policy.trend_looks), "the policy changed: rerun the bench"  # fmt: skip
+        policy.trend_p_max,
+        policy.trend_min_steps,
+        policy.trend_looks,
+    ), "the policy changed: rerun the bench"
     assert settings["window_steps"] == HEALTH_WINDOW_STEPS, "the window changed: rerun the bench"
     assert settings["first_steps_kept"] == FIRST_STEPS_KEPT, "the first steps kept changed: rerun the bench"
     assert settings["looks"] == [1, policy.trend_looks]

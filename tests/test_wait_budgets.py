@@ -101,8 +101,11 @@ def test_every_test_waits_less_than_its_timeout() -> None:
         ("def test_a():\n    wait_for_phase(p, X, timeout_s=float(os.environ.get('T', '1500')))\n", True),
         ("import pytest\n@pytest.mark.timeout(1800)\ndef test_a():\n    wait_until(p, timeout_s=1500)\n", False),
         ("def _run():\n    subprocess.run(['x'], timeout=600)\ndef test_a():\n    _run()\n    _run()\n", True),
-        ("pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]\ndef test_a():\n    _run()\n"
-         "def _run():\n    subprocess.run(['x'], timeout=600)\n    p.wait(timeout=600)\n", False),
+        (
+            "pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]\ndef test_a():\n    _run()\n"
+            "def _run():\n    subprocess.run(['x'], timeout=600)\n    p.wait(timeout=600)\n",
+            False,
+        ),
         ("def test_a():\n    expect(badge).to_have_text('X', timeout=20_000)\n", False),  # Playwright's are milliseconds
     ],
 )

@@ -140,8 +140,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     work_dir.mkdir(parents=True, exist_ok=True)
     reporter.run_started(reporter.previous_attempts() + 1, layout.root)
     stop = StopRequest(deadline)
-    ctx = JobContext(spec=spec, layout=layout, work_dir=work_dir, reporter=reporter,
-                     run_command=default_run_command(stop), model=model, stop=stop)
+    ctx = JobContext(
+        spec=spec, layout=layout, work_dir=work_dir, reporter=reporter, run_command=default_run_command(stop), model=model, stop=stop
+    )
     with stop.installed():
         return int(run_pipeline(ctx))
 
@@ -193,8 +194,14 @@ def cmd_make_data(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"run": cmd_run, "plan": cmd_plan, "make-tiny": cmd_make_tiny, "cache": cmd_cache,
-                "make-model": cmd_make_model, "make-data": cmd_make_data}
+    handlers = {
+        "run": cmd_run,
+        "plan": cmd_plan,
+        "make-tiny": cmd_make_tiny,
+        "cache": cmd_cache,
+        "make-model": cmd_make_model,
+        "make-data": cmd_make_data,
+    }
     try:
         return handlers[args.command](args)
     except SpecFileError as e:

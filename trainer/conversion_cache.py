@@ -127,9 +127,13 @@ def installed_maxtext_version() -> str:
 
 
 def cache_key_for(
-    spec: JobSpec, maxtext_model: MaxTextModel, *, fmt: str, source_fp: str | None = None,
+    spec: JobSpec,
+    maxtext_model: MaxTextModel,
+    *,
+    fmt: str,
+    source_fp: str | None = None,
     maxtext_version: str | None = None,
-) -> CacheKey:  # fmt: skip
+) -> CacheKey:
     model = spec.model
     return CacheKey(
         source=source_fp or source_fingerprint(model.source, model.revision),

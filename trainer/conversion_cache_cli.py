@@ -36,8 +36,13 @@ def add_cache_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     prune.add_argument("--older-than", type=parse_duration_s, metavar="DURATION", help="e.g. 30d: entries created before")
     prune.add_argument("--keep-last", type=int, metavar="N", help="keep the N newest entries, remove the rest")
     prune.add_argument("--key", help="remove one entry by name (or its digest)")
-    prune.add_argument("--orphan-grace", type=parse_duration_s, default=None, metavar="DURATION",
-                       help="age after which unpublished converter output is removed (default 6h)")
+    prune.add_argument(
+        "--orphan-grace",
+        type=parse_duration_s,
+        default=None,
+        metavar="DURATION",
+        help="age after which unpublished converter output is removed (default 6h)",
+    )
     prune.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
     return cache
 
@@ -63,8 +68,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
             else:
                 for e in entries:
                     created = time.strftime("%Y-%m-%d %H:%M", time.gmtime(e.created_s))
-                    print(f"{e.name}  {created}Z  {_human(e.size_bytes):>10}  {e.key.get('dtype')}  "
-                          f"maxtext {e.key.get('maxtext_version')}  {e.key.get('source')}  {e.checkpoint_uri}")
+                    print(
+                        f"{e.name}  {created}Z  {_human(e.size_bytes):>10}  {e.key.get('dtype')}  "
+                        f"maxtext {e.key.get('maxtext_version')}  {e.key.get('source')}  {e.checkpoint_uri}"
+                    )
                 print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} under {cache.root}")
             return 0
         if args.older_than is None and args.keep_last is None and args.key is None and args.orphan_grace is None:

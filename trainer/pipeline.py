@@ -118,8 +118,12 @@ def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
             started = clock()
             if stage is Stage.CONVERT and (cached := cached_conversion(ctx)) is not None:
                 write_marker(ctx.layout, stage, clock() - started, cached)
-                reporter.stage_finished(stage, clock() - started, skipped=True,
-                                        reason=f"converted checkpoint found in the conversion cache: {cached['cache_entry']}")
+                reporter.stage_finished(
+                    stage,
+                    clock() - started,
+                    skipped=True,
+                    reason=f"converted checkpoint found in the conversion cache: {cached['cache_entry']}",
+                )
                 continue
             reporter.stage_started(stage)
             outputs = STAGE_RUNNERS[stage](ctx)
@@ -157,8 +161,10 @@ def _success_message(ctx: JobContext, store: ArtifactStore) -> str:
     if chosen.best is None:
         return f"{message}, of the last weights (step {chosen.step}): {chosen.reason}"
     lo, hi = chosen.best.ci95
-    return (f"{message}, of the best-evaluated weights: the {chosen.best.label} evaluation, accuracy "
-            f"{chosen.best.accuracy:.3f} (95% CI {lo:.3f}-{hi:.3f}, {chosen.best.n} rows), actor step {chosen.step}")
+    return (
+        f"{message}, of the best-evaluated weights: the {chosen.best.label} evaluation, accuracy "
+        f"{chosen.best.accuracy:.3f} (95% CI {lo:.3f}-{hi:.3f}, {chosen.best.n} rows), actor step {chosen.step}"
+    )
 
 
 def _write_manifest(ctx: JobContext) -> None:
@@ -209,8 +215,7 @@ def describe_plan(spec: JobSpec, layout: RunLayout, model: MaxTextModel) -> list
         (Stage.TRAIN, build_train_command(spec, layout, model, local_data=local_data, local_tokenizer=local_tokenizer)),
     ]
     if spec.export.enabled:
-        export = build_export_command(spec, layout, model, actor_step=total_train_steps(spec),
-                                      local_tokenizer=local_tokenizer)
+        export = build_export_command(spec, layout, model, actor_step=total_train_steps(spec), local_tokenizer=local_tokenizer)
         plan.append((Stage.EXPORT, export))
         if spec.export.verify:
             plan.append((Stage.EXPORT, build_verify_command(layout.export_dir)))

@@ -129,10 +129,13 @@ def build_repro_record(spec: JobSpec, job_id: str, environ: Mapping[str, str]) -
         model=model_source(spec),
         reward_functions=file_hash(rewards) if rewards else None,
         hardware=Hardware(
-            accelerator=hw.accelerator, chips_per_vm=hw.chips_per_vm, capacity=hw.capacity, rollout_engine=hw.rollout_engine,
+            accelerator=hw.accelerator,
+            chips_per_vm=hw.chips_per_vm,
+            capacity=hw.capacity,
+            rollout_engine=hw.rollout_engine,
             mesh={"rollout_data_parallelism": hw.rollout_data_parallelism, "rollout_tensor_parallelism": hw.rollout_tensor_parallelism},
         ),
-    )  # fmt: skip
+    )
 
 
 def repro_json(record: ReproRecord, secrets: list[str]) -> bytes:

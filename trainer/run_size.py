@@ -51,7 +51,7 @@ def measure_run(layout: RunLayout) -> RunStorage:
         return RunStorage.of_files(sizes, complete=complete)
     prefix = layout.root.rstrip("/") + "/"
     objects = store_for(layout.root).list(layout.root)
-    return RunStorage.of_files([(o.uri[len(prefix):], o.size_bytes) for o in objects if o.uri.startswith(prefix)])
+    return RunStorage.of_files([(o.uri[len(prefix) :], o.size_bytes) for o in objects if o.uri.startswith(prefix)])
 
 
 def report_run_storage(reporter: EventReporter, layout: RunLayout, stage: Stage | None) -> RunStorage | None:

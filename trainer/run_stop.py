@@ -60,9 +60,7 @@ def stop_deadline(started_at: float, max_run: str | None, margin: str | None) ->
         return None
     margin_s = DEFAULT_STOP_MARGIN_S if margin_s is None else margin_s
     if margin_s >= max_run_s:
-        raise RunStopConfigError(
-            STOP_MARGIN_ENV, f"{margin_s:g} s leaves no time to run within {MAX_RUN_ENV}={max_run_s:g} s"
-        )
+        raise RunStopConfigError(STOP_MARGIN_ENV, f"{margin_s:g} s leaves no time to run within {MAX_RUN_ENV}={max_run_s:g} s")
     return started_at + max_run_s - margin_s
 
 

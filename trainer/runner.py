@@ -276,9 +276,7 @@ class _StopForwarder:
             signal.signal(signum, handler)
 
 
-def _forward_stop_signals(
-    proc: subprocess.Popen[str], *, whole_group: bool, request: StopRequest | None
-) -> _StopForwarder:
+def _forward_stop_signals(proc: subprocess.Popen[str], *, whole_group: bool, request: StopRequest | None) -> _StopForwarder:
     forwarder = _StopForwarder(proc, whole_group=whole_group, request=request)
     forwarder.install()
     return forwarder

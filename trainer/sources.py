@@ -88,8 +88,10 @@ def materialise_dataset(spec: JobSpec, data_dir: Path) -> tuple[str, str | None]
     return train, evaluation
 
 
-TEMPLATE_FIELDS = {"SYSTEM_PROMPT": ("reasoning_start_token", "reasoning_end_token", "solution_start_token",
-                                     "solution_end_token"), "TEMPLATE": ("system_prompt", "question")}  # fmt: skip
+TEMPLATE_FIELDS = {
+    "SYSTEM_PROMPT": ("reasoning_start_token", "reasoning_end_token", "solution_start_token", "solution_end_token"),
+    "TEMPLATE": ("system_prompt", "question"),
+}
 
 
 def check_prompt_template(uri: str) -> None:
@@ -120,11 +122,12 @@ def read_hf_config(spec: JobSpec, *, allow_hub: bool) -> dict[str, Any] | None:
         try:
             from huggingface_hub import hf_hub_download
 
-            path = hf_hub_download(source, "config.json", revision=spec.model.revision,
-                                   token=os.environ.get("HF_TOKEN") or None)
+            path = hf_hub_download(source, "config.json", revision=spec.model.revision, token=os.environ.get("HF_TOKEN") or None)
         except Exception as e:  # noqa: BLE001 - offline, gated or missing: fall back to model.name
-            print(f"rljob: cannot read config.json of {source} from the hub ({type(e).__name__}); "
-                  "using MaxText's table for model.name", file=sys.stderr)
+            print(
+                f"rljob: cannot read config.json of {source} from the hub ({type(e).__name__}); using MaxText's table for model.name",
+                file=sys.stderr,
+            )
             return None
         hub_config = json.loads(Path(path).read_text())
         if not isinstance(hub_config, dict):
@@ -166,5 +169,14 @@ def missing_local_inputs(spec: JobSpec) -> list[tuple[str, str]]:
     return problems
 
 
-__all__ = ["DataError", "StorageError", "UnsupportedCheckpoint", "checkpoint_problem", "materialise_dataset",
-           "missing_local_inputs", "read_hf_config", "resolve_model", "stage_directory"]
+__all__ = [
+    "DataError",
+    "StorageError",
+    "UnsupportedCheckpoint",
+    "checkpoint_problem",
+    "materialise_dataset",
+    "missing_local_inputs",
+    "read_hf_config",
+    "resolve_model",
+    "stage_directory",
+]

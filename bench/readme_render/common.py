@@ -48,5 +48,7 @@ def where_shared(machines: list[dict[str, Any] | None]) -> str:
     commands = sorted({m["command"] for m in known})
     dirty = " with uncommitted changes" if any(m.get("uncommitted_changes") for m in known) else ""
     unknown = f"; {len(machines) - len(known)} entries predate machine facts" if len(known) < len(machines) else ""
-    return (f"{known[0]['cpu_count']} CPU cores, commit {', '.join(f'`{c}`' for c in commits)}{dirty}, "
-            f"{', '.join(f'`{c}`' for c in commands)}{unknown}")  # fmt: skip
+    return (
+        f"{known[0]['cpu_count']} CPU cores, commit {', '.join(f'`{c}`' for c in commits)}{dirty}, "
+        f"{', '.join(f'`{c}`' for c in commands)}{unknown}"
+    )

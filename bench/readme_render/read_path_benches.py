@@ -61,16 +61,22 @@ def _verdict(name: str, server: dict[str, Any], get_x: list[float], list_x: list
 def _summary(name: str, server: dict[str, Any], base: dict[str, Any]) -> str:
     get_x, list_x = _cpu(server, base, GET)[1], _cpu(server, base, LIST)[1]
     at = {int(row["offered_rps"]): _served(row) for row in server[GET][-2:]}
-    return (f"{name}: " + ", ".join(f"at {rate} req/s {text}" for rate, text in at.items())
-            + f", status CPU {min(get_x):.1f}-{max(get_x):.1f}x, list {min(list_x):.1f}-{max(list_x):.1f}x")  # fmt: skip
+    return (
+        f"{name}: "
+        + ", ".join(f"at {rate} req/s {text}" for rate, text in at.items())
+        + f", status CPU {min(get_x):.1f}-{max(get_x):.1f}x, list {min(list_x):.1f}-{max(list_x):.1f}x"
+    )
 
 
 def render_earlier(result: dict[str, Any], name: str) -> str:
     """One line per rljob server of an earlier run of the same bench, beside the last run's table."""
     base = result["servers"]["minimal"]
     servers = [_summary(n, s, base) for n, s in result["servers"].items() if n != "minimal"]
-    return (f"The run before it (`bench/results/{name}`, {result['duration_s']:g} s per rate; {where(result.get('machine'))}): "
-            + "; ".join(servers) + ".")  # fmt: skip
+    return (
+        f"The run before it (`bench/results/{name}`, {result['duration_s']:g} s per rate; {where(result.get('machine'))}): "
+        + "; ".join(servers)
+        + "."
+    )
 
 
 def render_control_plane(result: dict[str, Any], earlier: dict[str, Any] | None = None, earlier_name: str = "") -> str:
@@ -84,22 +90,28 @@ def render_control_plane(result: dict[str, Any], earlier: dict[str, Any] | None 
         f"Last run (`bench/results/control_plane.json`, {result['duration_s']:g} s per rate, {result['jobs']:,} jobs{before}; "
         f"{where(result.get('machine'))}). CPU: the server process's ms per answered request, and its ratio to the "
         "minimal app's at the same rate. "
-        + ("Before the rates, each job is read once at the lowest rate (the first column: a job's first read):" if first
-           else f"This run had no first-read pass: the {get_rates[0]} req/s window was each job's first read:"),
+        + (
+            "Before the rates, each job is read once at the lowest rate (the first column: a job's first read):"
+            if first
+            else f"This run had no first-read pass: the {get_rates[0]} req/s window was each job's first read:"
+        ),
         "",
-        "| server | " + ("first read of each job: CPU ms | " if first else "")
+        "| server | "
+        + ("first read of each job: CPU ms | " if first else "")
         + f"GET a job: CPU ms at {', '.join(map(str, get_rates))} req/s | at {get_rates[-2]} req/s: answered "
         f"| at {get_rates[-1]} req/s | list 50: CPU ms at {', '.join(map(str, list_rates))} req/s | list at "
         f"{list_rates[-1]} req/s |",
         "|---|---|---|---|---|---|" + ("---|" if first else ""),
-    ]  # fmt: skip
+    ]
     verdicts = []
     for name, server in servers.items():
         get_cells, get_x = _cpu(server, base, GET)
         list_cells, list_x = _cpu(server, base, LIST)
         first_cells, first_x = _cpu(server, base, FIRST_READ) if first and FIRST_READ in server else ("-", [])
-        lines.append(f"| {name} | " + (f"{first_cells} | " if first else "") + f"{get_cells} | {_served(server[GET][-2])} | "
-                     f"{_served(server[GET][-1])} | {list_cells} | {_served(server[LIST][-1])} |")  # fmt: skip
+        lines.append(
+            f"| {name} | " + (f"{first_cells} | " if first else "") + f"{get_cells} | {_served(server[GET][-2])} | "
+            f"{_served(server[GET][-1])} | {list_cells} | {_served(server[LIST][-1])} |"
+        )
         if name != "minimal" and "before" not in name:
             verdicts.append(_verdict(name, server, get_x, list_x, first_x))
     tail = ["", render_earlier(earlier, earlier_name)] if earlier is not None else []

@@ -15,8 +15,10 @@ def _finding(finding: dict[str, Any]) -> str:
     example = finding.get("example") or {}
     request = example.get("request", "").split(" ", 1)[-1].split("/", 3)[-1]
     shown = f"`/{request}`" if request else "a request"
-    return (f"{finding['check']} on {finding['operation']}: {shown} answered {finding['status']} "
-            f"({finding['title'].lower()}, {finding['count']}x)")  # fmt: skip
+    return (
+        f"{finding['check']} on {finding['operation']}: {shown} answered {finding['status']} "
+        f"({finding['title'].lower()}, {finding['count']}x)"
+    )
 
 
 def render_schemathesis(result: dict[str, Any]) -> str:
@@ -47,7 +49,8 @@ def _kill_loop_backend(entry: dict[str, Any]) -> str:
         f"{entry.get('kills_before_ready', 0)} of {entry['iterations']} lives killed during start-up, {entry['lost_count']} "
         f"lost, {entry['duplicated_submissions']} duplicated, {len(entry['phase_regressions_seen_by_poller'])} "
         f"regressions, {len(entry['wrong_final_phase'])} wrong final phases ("
-        + ", ".join(filter(None, [duration(entry["wall_s"]), load_span(entry.get("machine"))])) + ")"
+        + ", ".join(filter(None, [duration(entry["wall_s"]), load_span(entry.get("machine"))]))
+        + ")"
     )
 
 
@@ -55,8 +58,11 @@ def render_kill_loop(result: dict[str, Any]) -> str:
     entries = [result[name] for name in _BACKENDS if name in result]
     seeds = sorted({entry["seed"] for entry in entries})
     machines = where_shared([entry.get("machine") for entry in entries])
-    return (f"Last run (`bench/results/kill_loop.json`, seed {', '.join(map(str, seeds))}; {machines}): "
-            + "; ".join(_kill_loop_backend(entry) for entry in entries) + ".")  # fmt: skip
+    return (
+        f"Last run (`bench/results/kill_loop.json`, seed {', '.join(map(str, seeds))}; {machines}): "
+        + "; ".join(_kill_loop_backend(entry) for entry in entries)
+        + "."
+    )
 
 
 def render_sse_fanout(result: dict[str, Any]) -> str:
@@ -65,10 +71,15 @@ def render_sse_fanout(result: dict[str, Any]) -> str:
     for n in settings["subscribers"]:
         before, now = results[f"before-{n}"], results[f"now-{n}"]
         subscribers = f"{count(n)} subscriber{'s' if n != 1 else ''}"
-        delivered = (f"{now['delivered']:.0%} delivered" if before["delivered"] == now["delivered"]
-                     else f"delivered {before['delivered']:.0%} -> {now['delivered']:.0%}")  # fmt: skip
-        points.append(f"{subscribers}: lag p99 {before['lag_p99_ms']:,.0f} -> {now['lag_p99_ms']:,.0f} ms "
-                      f"({ratio(before['lag_p99_ms'], now['lag_p99_ms'])}), {delivered}")  # fmt: skip
+        delivered = (
+            f"{now['delivered']:.0%} delivered"
+            if before["delivered"] == now["delivered"]
+            else f"delivered {before['delivered']:.0%} -> {now['delivered']:.0%}"
+        )
+        points.append(
+            f"{subscribers}: lag p99 {before['lag_p99_ms']:,.0f} -> {now['lag_p99_ms']:,.0f} ms "
+            f"({ratio(before['lag_p99_ms'], now['lag_p99_ms'])}), {delivered}"
+        )
     targets = []
     for n, target in SSE_P99_TARGET_MS.items():
         if f"now-{n}" in results:
@@ -77,8 +88,11 @@ def render_sse_fanout(result: dict[str, Any]) -> str:
     return (
         f"Last run (`bench/results/sse_fanout.json`, {settings['seconds']:g} s per point, {settings['rate']:g} events/s, "
         f"{settings['client']} client; {where(result.get('machine'))}), before (per-stream polling) -> now (fan-out): "
-        + "; ".join(points) + ". Issue 15's targets: " + ", ".join(targets) + "."
-    )  # fmt: skip
+        + "; ".join(points)
+        + ". Issue 15's targets: "
+        + ", ".join(targets)
+        + "."
+    )
 
 
 def _ms(value: float) -> str:
@@ -87,10 +101,16 @@ def _ms(value: float) -> str:
 
 def _replica_rate(one: dict[str, Any], two: dict[str, Any]) -> str:
     def side(row: dict[str, Any]) -> str:
-        lost = [f"{row[key]} {label}" for key, label in (("shed", "shed with 503"), ("timeouts", "timed out"),
-                                                         ("errors", "other errors")) if row.get(key)]  # fmt: skip
-        return f"{count(row['ok'])} of {count(row['sent'])} answered" + (f" ({', '.join(lost)})" if lost else "") + (
-            f", p99 {_ms(row['p99_ms'])}" if row["p99_ms"] is not None else "")
+        lost = [
+            f"{row[key]} {label}"
+            for key, label in (("shed", "shed with 503"), ("timeouts", "timed out"), ("errors", "other errors"))
+            if row.get(key)
+        ]
+        return (
+            f"{count(row['ok'])} of {count(row['sent'])} answered"
+            + (f" ({', '.join(lost)})" if lost else "")
+            + (f", p99 {_ms(row['p99_ms'])}" if row["p99_ms"] is not None else "")
+        )
 
     return f"at {count(int(one['offered_rps']))} req/s one replica {side(one)}, two {side(two)}"
 

@@ -29,8 +29,11 @@ def render_upload(result: dict[str, Any]) -> str:
 
     def run(entry: dict[str, Any]) -> str:
         latency = f"`--latency-ms {entry['latency_ms']:g}`" if entry["latency_ms"] else "no added latency"
-        details = [f"{entry['loop_s']:.2f} s per-file loop", f"{entry['upload_dir_s']:.2f} s upload_dir with "
-                   f"{entry['workers']} threads", load_span(entry.get("machine"))]  # fmt: skip
+        details = [
+            f"{entry['loop_s']:.2f} s per-file loop",
+            f"{entry['upload_dir_s']:.2f} s upload_dir with {entry['workers']} threads",
+            load_span(entry.get("machine")),
+        ]
         return f"{entry['ratio']}x with {latency} ({', '.join(filter(None, details))})"
 
     return (
@@ -47,8 +50,10 @@ def render_fit_calibration(result: dict[str, Any]) -> str:
     counted = sum(wide["per_chip"][p] - tiny["per_chip"][p] for p in PARAMETER_PARTS) / added_parameter_bytes
 
     def run(entry: dict[str, Any]) -> str:
-        return (f"{entry['model']} ({entry['parameters'] / 1e6:.1f} M parameters) estimated "
-                f"{entry['estimated_bytes'] / GIB:.2f} GiB, measured {entry['measured_peak_rss_bytes'] / GIB:.2f} GiB")  # fmt: skip
+        return (
+            f"{entry['model']} ({entry['parameters'] / 1e6:.1f} M parameters) estimated "
+            f"{entry['estimated_bytes'] / GIB:.2f} GiB, measured {entry['measured_peak_rss_bytes'] / GIB:.2f} GiB"
+        )
 
     return (
         f"Last run (`bench/results/fit_calibration.json`, {where(result.get('machine'))}): {run(tiny)}; {run(wide)}; "

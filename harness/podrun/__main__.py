@@ -35,15 +35,23 @@ def pod_of(obj: dict[str, Any]) -> dict[str, Any]:
         template = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     else:  # Deployment, Job, StatefulSet, ...: spec.template
         template = obj["spec"]["template"]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {**copy.deepcopy(template.get("metadata") or {}), "name": f"{meta['name']}-podrun",
-                         "namespace": meta.get("namespace", "default"), "uid": "podrun-cli"},
-            "spec": copy.deepcopy(template["spec"])}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **copy.deepcopy(template.get("metadata") or {}),
+            "name": f"{meta['name']}-podrun",
+            "namespace": meta.get("namespace", "default"),
+            "uid": "podrun-cli",
+        },
+        "spec": copy.deepcopy(template["spec"]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.podrun", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.podrun", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--run", help="KIND/NAME of the object whose pod to run (default: the only runnable one)")
     parser.add_argument("--secret", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"))
@@ -53,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = [d for f in args.files for d in yaml.safe_load_all(f.read_text()) if d]
     objects = {(d["kind"], d["metadata"]["name"]): d for d in docs}
     for name, *pairs in args.secret:
-        objects[("Secret", name)] = {"kind": "Secret", "metadata": {"name": name},
-                                     "stringData": dict(p.split("=", 1) for p in pairs)}
+        objects[("Secret", name)] = {"kind": "Secret", "metadata": {"name": name}, "stringData": dict(p.split("=", 1) for p in pairs)}
     runnable = [d for d in docs if d["kind"] in ("Pod", "Deployment", "Job", "JobSet", "StatefulSet", "DaemonSet")]
     if args.run:
         kind, _, name = args.run.partition("/")
@@ -64,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     pod = pod_of(runnable[0])
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="podrun-"))
     services = [d for d in docs if d["kind"] == "Service"]
-    runner = PodRunner(pod, lookup=lambda kind, name: copy.deepcopy(objects.get((kind, name))), work_dir=work,
-                       services=services)
+    runner = PodRunner(pod, lookup=lambda kind, name: copy.deepcopy(objects.get((kind, name))), work_dir=work, services=services)
     runner.start()
     print(f"podrun: {pod['metadata']['name']} in {work}", file=sys.stderr)
     offsets: dict[Path, int] = {}

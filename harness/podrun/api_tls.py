@@ -27,19 +27,29 @@ from cryptography.x509.oid import NameOID
 from .envvars import ApiAccess
 
 
-def _cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None,
-          *, ca: bool) -> x509.Certificate:
+def _cert(
+    subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None, *, ca: bool
+) -> x509.Certificate:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     issuer_name, signing_key = issuer or (name, key)
     now = dt.datetime.now(dt.UTC)
-    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer_name).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-               .not_valid_after(now + dt.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if not ca:
-        builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("kubernetes.default.svc"),
-            x509.DNSName("localhost")]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("kubernetes.default.svc"), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
     return builder.sign(signing_key, hashes.SHA256())
 
 
@@ -56,8 +66,9 @@ def server_context() -> tuple[ssl.SSLContext, bytes]:
     with tempfile.TemporaryDirectory() as d:
         cert_file, key_file = Path(d) / "tls.crt", Path(d) / "tls.key"
         cert_file.write_bytes(_pem(leaf) + _pem(ca))
-        key_file.write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                    serialization.NoEncryption()))
+        key_file.write_bytes(
+            leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        )
         ctx.load_cert_chain(cert_file, key_file)
     return ctx, _pem(ca)
 

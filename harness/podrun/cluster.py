@@ -58,10 +58,21 @@ def install_api_defaults(kmock: Any) -> None:
 
 
 class EmulatedCluster:
-    def __init__(self, kmock: Any, work_dir: Path, *, node: Node | None = None, nodes: list[Node] | None = None,
-                 kueue: KueueEmulator | None = None, tls: bool = False, install_defaults: bool = True,
-                 tick_s: float = 0.05, pod_backoff_s: float = 0.2, restart_backoff_s: float = 0.5,
-                 retry_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        kmock: Any,
+        work_dir: Path,
+        *,
+        node: Node | None = None,
+        nodes: list[Node] | None = None,
+        kueue: KueueEmulator | None = None,
+        tls: bool = False,
+        install_defaults: bool = True,
+        tick_s: float = 0.05,
+        pod_backoff_s: float = 0.2,
+        restart_backoff_s: float = 0.5,
+        retry_s: float = 0.5,
+    ) -> None:
         if node is not None and nodes is not None:
             raise ValueError("pass node= (one node, the kubelet schedules) or nodes= (kube-scheduler in front), not both")
         if nodes is not None and len({n.name for n in nodes}) != len(nodes):
@@ -93,8 +104,9 @@ class EmulatedCluster:
             self.kueue.register(self.kmock)
         for node in self.nodes:
             work_dir = self.work_dir if not self._multi_node else self.work_dir / node.name
-            self.kubelets[node.name] = Kubelet(self.api, work_dir, node, access=self.access,
-                                               restart_backoff_s=self._restart_backoff_s, retry_s=self._retry_s)
+            self.kubelets[node.name] = Kubelet(
+                self.api, work_dir, node, access=self.access, restart_backoff_s=self._restart_backoff_s, retry_s=self._retry_s
+            )
         self.kubelet = self.kubelets[self.node.name]
         for kubelet in self.kubelets.values():
             kubelet.wake = self.kubelet.wake  # one loop wakes for any node's change
@@ -140,8 +152,9 @@ class EmulatedCluster:
         return next((n for n in self.nodes if n.name == bound), None)
 
     def pods(self, namespace: str, **labels: str) -> list[dict[str, Any]]:
-        return [p for p in self.api.list("Pod", namespace)
-                if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())]
+        return [
+            p for p in self.api.list("Pod", namespace) if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
+        ]
 
     def runner(self, namespace: str, name: str) -> PodRunner | None:
         return next((r for k in self.kubelets.values() for r in [k.runner(namespace, name)] if r is not None), None)
@@ -153,14 +166,22 @@ class EmulatedCluster:
     def _serve_log(self, request: Any) -> Any:
         return self._kubelet_of(request.namespace, request.name).serve_log(request)
 
-    async def evict(self, namespace: str, name: str, *, reason: str = "EvictionByEvictionAPI",
-                    message: str = "Eviction API: evicting", grace_s: float | None = None) -> None:
+    async def evict(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        reason: str = "EvictionByEvictionAPI",
+        message: str = "Eviction API: evicting",
+        grace_s: float | None = None,
+    ) -> None:
         """Disrupt a pod: DisruptionTarget=True, then a graceful delete (SIGTERM, SIGKILL after the grace)."""
         pod = self.get("Pod", namespace, name)
         assert pod is not None, f"no pod {namespace}/{name}"
         kubelet = self._kubelet_of(namespace, name)
-        kubelet.set_condition(pod, {"type": "DisruptionTarget", "status": "True", "reason": reason,
-                                    "message": message, "lastTransitionTime": now_iso()})
+        kubelet.set_condition(
+            pod, {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message, "lastTransitionTime": now_iso()}
+        )
         if grace_s is not None:
             kubelet.set_grace(pod, grace_s)
         await kubelet.sync(self._pods_for_kubelets())  # the condition lands before the deletion
@@ -238,9 +259,13 @@ class EmulatedCluster:
     async def _reconcile_job(self, job: dict[str, Any], pods: list[dict[str, Any]], now: dt.datetime) -> None:
         meta = job["metadata"]
         ns = meta["namespace"]
-        d = decide_job(job, [p for p in pods if p["metadata"]["namespace"] == ns], now=now,
-                       new_suffix=lambda: "".join(random.choices(_SUFFIX_ALPHABET, k=5)),
-                       backoff_base_s=self._pod_backoff_s)
+        d = decide_job(
+            job,
+            [p for p in pods if p["metadata"]["namespace"] == ns],
+            now=now,
+            new_suffix=lambda: "".join(random.choices(_SUFFIX_ALPHABET, k=5)),
+            backoff_base_s=self._pod_backoff_s,
+        )
         for name in d.delete:
             await self.api.delete("Pod", ns, name)
         for name in d.release:
@@ -248,9 +273,15 @@ class EmulatedCluster:
         for pod in d.create:
             sa = pod["spec"].get("serviceAccountName") or "default"
             if sa != "default" and self.api.get("ServiceAccount", ns, sa) is None:
-                await self.api.event(job, "Job", "FailedCreate", f'Error creating: pods "{meta["name"]}-" is forbidden: '
-                                     f'error looking up service account {ns}/{sa}: serviceaccount "{sa}" not found',
-                                     "Warning", component="job-controller")
+                await self.api.event(
+                    job,
+                    "Job",
+                    "FailedCreate",
+                    f'Error creating: pods "{meta["name"]}-" is forbidden: '
+                    f'error looking up service account {ns}/{sa}: serviceaccount "{sa}" not found',
+                    "Warning",
+                    component="job-controller",
+                )
                 d.status = None  # nothing was created: the next pass tries again
                 break
             await self.api.create(pod)
@@ -291,8 +322,13 @@ def _resumed_template(jobset: dict[str, Any], children: list[dict[str, Any]], na
     meta, spec = source.get("metadata") or {}, source.get("spec") or {}
     tolerations = list(template["spec"].get("tolerations") or [])
     tolerations += [t for t in spec.get("tolerations") or [] if t not in tolerations]
-    return {"metadata": {"labels": {**(template.get("metadata") or {}).get("labels", {}), **(meta.get("labels") or {})},
-                         "annotations": {**(template.get("metadata") or {}).get("annotations", {}),
-                                         **(meta.get("annotations") or {})}},
-            "spec": {"nodeSelector": {**(template["spec"].get("nodeSelector") or {}), **(spec.get("nodeSelector") or {})},
-                     "tolerations": tolerations}}
+    return {
+        "metadata": {
+            "labels": {**(template.get("metadata") or {}).get("labels", {}), **(meta.get("labels") or {})},
+            "annotations": {**(template.get("metadata") or {}).get("annotations", {}), **(meta.get("annotations") or {})},
+        },
+        "spec": {
+            "nodeSelector": {**(template["spec"].get("nodeSelector") or {}), **(spec.get("nodeSelector") or {})},
+            "tolerations": tolerations,
+        },
+    }

@@ -191,8 +191,15 @@ def container_env(
     return env
 
 
-def _env_value(pod: dict[str, Any], container: dict[str, Any], var: dict[str, Any], lookup: Lookup, namespace: str,
-               allocatable: dict[str, str], defined: dict[str, str]) -> str | None:
+def _env_value(
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    var: dict[str, Any],
+    lookup: Lookup,
+    namespace: str,
+    allocatable: dict[str, str],
+    defined: dict[str, str],
+) -> str | None:
     if "valueFrom" not in var:
         return expand_refs(str(var.get("value", "")), defined)
     source = var["valueFrom"]

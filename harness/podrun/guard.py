@@ -18,7 +18,7 @@ that exists on the host needs no placeholder.
 
 from __future__ import annotations
 
-_TEMPLATE = r'''# Installed by harness/podrun (guard.py) into this container's view only; see there.
+_TEMPLATE = r"""# Installed by harness/podrun (guard.py) into this container's view only; see there.
 import errno as _errno
 import os as _os
 import sys as _sys
@@ -71,7 +71,7 @@ def _hook(event, args):
 
 
 _sys.addaudithook(_hook)
-'''
+"""
 
 
 def guard_source(*, read_only_root: bool, writable: list[str], read_only: list[str]) -> str:

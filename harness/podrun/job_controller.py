@@ -73,8 +73,9 @@ def pod_for(job: dict[str, Any], index: int | None, suffix: str) -> dict[str, An
     meta, template = job["metadata"], job["spec"]["template"]
     name, uid = meta["name"], meta["uid"]
     labels = dict((template.get("metadata") or {}).get("labels") or {})
-    labels.update({"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
-                   "controller-uid": uid, "job-name": name})
+    labels.update(
+        {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name, "controller-uid": uid, "job-name": name}
+    )
     annotations = dict((template.get("metadata") or {}).get("annotations") or {})
     spec = copy.deepcopy(template["spec"])
     pod_name = f"{name}-{suffix}"
@@ -82,15 +83,22 @@ def pod_for(job: dict[str, Any], index: int | None, suffix: str) -> dict[str, An
         labels[INDEX_KEY] = annotations[INDEX_KEY] = str(index)
         pod_name = f"{name}-{index}-{suffix}"
         spec.setdefault("hostname", f"{name}-{index}")
-        index_env = {"name": "JOB_COMPLETION_INDEX",
-                     "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{INDEX_KEY}']"}}}
+        index_env = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{INDEX_KEY}']"}}}
         spec["containers"] = [{**c, "env": [index_env, *(c.get("env") or [])]} for c in spec["containers"]]
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod_name, "generateName": f"{name}-", "namespace": meta["namespace"], "labels": labels,
-                     "annotations": annotations, "finalizers": [TRACKING_FINALIZER],
-                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
-                                          "controller": True, "blockOwnerDeletion": True}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name,
+            "generateName": f"{name}-",
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "annotations": annotations,
+            "finalizers": [TRACKING_FINALIZER],
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True, "blockOwnerDeletion": True}
+            ],
+        },
         "spec": spec,
         "status": {"phase": "Pending"},
     }
@@ -117,30 +125,35 @@ def matching_rule(policy: dict[str, Any] | None, pod: dict[str, Any]) -> tuple[i
                     continue
                 hit = code in req["values"]
                 if hit == (req["operator"] == "In"):
-                    return i, rule, f"Container {container} for pod {pod['metadata']['namespace']}/" \
-                                    f"{pod['metadata']['name']} failed with exit code {code}"
+                    return (
+                        i,
+                        rule,
+                        f"Container {container} for pod {pod['metadata']['namespace']}/"
+                        f"{pod['metadata']['name']} failed with exit code {code}",
+                    )
         for pattern in rule.get("onPodConditions") or []:
             for cond in (pod.get("status") or {}).get("conditions") or []:
                 if cond.get("type") == pattern["type"] and cond.get("status") == pattern.get("status", "True"):
-                    return i, rule, f"Pod {pod['metadata']['namespace']}/{pod['metadata']['name']} has condition " \
-                                    f"{pattern['type']}"
+                    return i, rule, f"Pod {pod['metadata']['namespace']}/{pod['metadata']['name']} has condition {pattern['type']}"
     return None
 
 
 def _cond(kind: str, reason: str, message: str, now: dt.datetime, status: str = "True") -> dict[str, Any]:
-    return {"type": kind, "status": status, "reason": reason, "message": message,
-            "lastProbeTime": iso(now), "lastTransitionTime": iso(now)}
+    return {"type": kind, "status": status, "reason": reason, "message": message, "lastProbeTime": iso(now), "lastTransitionTime": iso(now)}
 
 
 def _finished_at(pod: dict[str, Any]) -> dt.datetime | None:
-    times = [parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-             for cs in (pod.get("status") or {}).get("containerStatuses") or []]
+    times = [
+        parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+    ]
     known = [t for t in times if t is not None]
     return max(known) if known else None
 
 
-def decide_job(job: dict[str, Any], pods: list[dict[str, Any]], *, now: dt.datetime, new_suffix: Callable[[], str],
-               backoff_base_s: float = 10.0) -> JobDecision:
+def decide_job(
+    job: dict[str, Any], pods: list[dict[str, Any]], *, now: dt.datetime, new_suffix: Callable[[], str], backoff_base_s: float = 10.0
+) -> JobDecision:
     spec, status = job["spec"], copy.deepcopy(job.get("status") or {})
     out = JobDecision()
     before = copy.deepcopy(status)
@@ -156,7 +169,8 @@ def decide_job(job: dict[str, Any], pods: list[dict[str, Any]], *, now: dt.datet
         out.release = [p["metadata"]["name"] for p in finished_held]
         ttl = spec.get("ttlSecondsAfterFinished")
         ended = parse_time(status.get("completionTime")) or parse_time(
-            next(c["lastTransitionTime"] for c in conds if c["type"] in ("Complete", "Failed") and c["status"] == "True"))
+            next(c["lastTransitionTime"] for c in conds if c["type"] in ("Complete", "Failed") and c["status"] == "True")
+        )
         out.delete_job = ttl is not None and ended is not None and now >= ended + dt.timedelta(seconds=ttl)
         return out
 
@@ -203,8 +217,9 @@ def decide_job(job: dict[str, Any], pods: list[dict[str, Any]], *, now: dt.datet
             conds.append(_cond(final, ending["reason"], ending["message"], now))
             if final == "Complete":
                 status["completionTime"] = iso(now)
-            out.events.append(("Warning" if final == "Failed" else "Normal",
-                               ending["reason"] if final == "Failed" else "Completed", ending["message"]))
+            out.events.append(
+                ("Warning" if final == "Failed" else "Normal", ending["reason"] if final == "Failed" else "Completed", ending["message"])
+            )
     elif spec.get("suspend"):
         out.delete = [p["metadata"]["name"] for p in active]
         if not has("Suspended"):
@@ -213,7 +228,8 @@ def decide_job(job: dict[str, Any], pods: list[dict[str, Any]], *, now: dt.datet
     else:
         if any(c["type"] == "Suspended" and c["status"] == "True" for c in conds):
             conds[:] = [c for c in conds if c["type"] != "Suspended"] + [
-                _cond("Suspended", "JobResumed", "Job resumed", now, status="False")]
+                _cond("Suspended", "JobResumed", "Job resumed", now, status="False")
+            ]
             status["startTime"] = iso(now)
             out.events.append(("Normal", "Resumed", "Job resumed"))
         status.setdefault("startTime", iso(now))
@@ -231,9 +247,17 @@ def decide_job(job: dict[str, Any], pods: list[dict[str, Any]], *, now: dt.datet
     return out
 
 
-def _pods_to_create(job: dict[str, Any], status: dict[str, Any], active: list[dict[str, Any]],
-                    terminating: list[dict[str, Any]], owned: list[dict[str, Any]], completed: set[int],
-                    now: dt.datetime, new_suffix: Callable[[], str], backoff_base_s: float) -> list[dict[str, Any]]:
+def _pods_to_create(
+    job: dict[str, Any],
+    status: dict[str, Any],
+    active: list[dict[str, Any]],
+    terminating: list[dict[str, Any]],
+    owned: list[dict[str, Any]],
+    completed: set[int],
+    now: dt.datetime,
+    new_suffix: Callable[[], str],
+    backoff_base_s: float,
+) -> list[dict[str, Any]]:
     spec = job["spec"]
     failed = status.get("failed", 0)
     if failed:

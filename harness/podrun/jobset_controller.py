@@ -34,20 +34,41 @@ def child_jobs(jobset: dict[str, Any], restarts: int) -> list[dict[str, Any]]:
     for rjob in spec["replicatedJobs"]:
         for index in range(int(rjob.get("replicas", 1))):
             name = f"{meta['name']}-{rjob['name']}-{index}"
-            extra = {"jobset.sigs.k8s.io/jobset-name": meta["name"], "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
-                     "jobset.sigs.k8s.io/job-index": str(index), "jobset.sigs.k8s.io/restart-attempt": str(restarts)}
+            extra = {
+                "jobset.sigs.k8s.io/jobset-name": meta["name"],
+                "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                "jobset.sigs.k8s.io/job-index": str(index),
+                "jobset.sigs.k8s.io/restart-attempt": str(restarts),
+            }
             template = copy.deepcopy(rjob["template"])
             labels = {**((template.get("metadata") or {}).get("labels") or {}), **extra}
             job_spec = template["spec"]
             pod_meta = job_spec["template"].setdefault("metadata", {})
             pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **extra}
             job_spec["suspend"] = bool(spec.get("suspend"))
-            out.append({"apiVersion": "batch/v1", "kind": "Job",
-                        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels,
-                                     "annotations": (template.get("metadata") or {}).get("annotations") or {},
-                                     "ownerReferences": [{"apiVersion": GROUP_VERSION, "kind": "JobSet", "name": meta["name"],
-                                                          "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
-                        "spec": job_spec})
+            out.append(
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {
+                        "name": name,
+                        "namespace": meta["namespace"],
+                        "labels": labels,
+                        "annotations": (template.get("metadata") or {}).get("annotations") or {},
+                        "ownerReferences": [
+                            {
+                                "apiVersion": GROUP_VERSION,
+                                "kind": "JobSet",
+                                "name": meta["name"],
+                                "uid": meta["uid"],
+                                "controller": True,
+                                "blockOwnerDeletion": True,
+                            }
+                        ],
+                    },
+                    "spec": job_spec,
+                }
+            )
     return out
 
 
@@ -74,11 +95,14 @@ def decide_jobset(jobset: dict[str, Any], children: list[dict[str, Any]], *, now
     if failed is not None:
         reason = (condition(failed, "Failed") or {}).get("reason", "")
         policy = spec.get("failurePolicy") or {}
-        fail_now = any(rule.get("action") == "FailJobSet" and reason in (rule.get("onJobFailureReasons") or [reason])
-                       for rule in policy.get("rules") or [])
+        fail_now = any(
+            rule.get("action") == "FailJobSet" and reason in (rule.get("onJobFailureReasons") or [reason])
+            for rule in policy.get("rules") or []
+        )
         if fail_now or restarts >= int(policy.get("maxRestarts", 0)):
             why = f"job {failed['metadata']['name']} failed ({reason})" + (
-                "; a failure policy rule says do not restart" if fail_now else "; reached maxRestarts")
+                "; a failure policy rule says do not restart" if fail_now else "; reached maxRestarts"
+            )
             conds.append(_cond("Failed", "FailedJobs", why, now))
             status["terminalState"] = "Failed"
             out.delete = [j["metadata"]["name"] for j in children if not condition(j, "Failed")]

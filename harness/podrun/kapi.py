@@ -13,19 +13,26 @@ from typing import Any, cast
 
 # kind -> (API group/version, plural, namespaced)
 KINDS: dict[str, tuple[str, str]] = {
-    "Pod": ("v1", "pods"), "Event": ("v1", "events"), "ConfigMap": ("v1", "configmaps"), "Secret": ("v1", "secrets"),
-    "Service": ("v1", "services"), "ServiceAccount": ("v1", "serviceaccounts"), "Job": ("batch/v1", "jobs"),
-    "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets"), "Deployment": ("apps/v1", "deployments"),
-    "Role": ("rbac.authorization.k8s.io/v1", "roles"), "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings"),
-    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"), "Namespace": ("v1", "namespaces"),
+    "Pod": ("v1", "pods"),
+    "Event": ("v1", "events"),
+    "ConfigMap": ("v1", "configmaps"),
+    "Secret": ("v1", "secrets"),
+    "Service": ("v1", "services"),
+    "ServiceAccount": ("v1", "serviceaccounts"),
+    "Job": ("batch/v1", "jobs"),
+    "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets"),
+    "Deployment": ("apps/v1", "deployments"),
+    "Role": ("rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings"),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+    "Namespace": ("v1", "namespaces"),
 }
 CLUSTER_SCOPED = {"Namespace"}  # kmock cannot store these: namespaces exist implicitly there
 
 
 def register_resources(kmock: Any) -> None:
     for group_version, plural in KINDS.values():
-        kmock.resources[f"{group_version}/{plural}"] = {
-            "namespaced": True, "verbs": ["list", "watch", "get", "create", "patch", "delete"]}
+        kmock.resources[f"{group_version}/{plural}"] = {"namespaced": True, "verbs": ["list", "watch", "get", "create", "patch", "delete"]}
 
 
 def collection_path(kind: str, namespace: str | None) -> str:
@@ -91,13 +98,22 @@ class KApi:
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return next((o for o in self.list(kind, namespace) if o["metadata"]["name"] == name), None)
 
-    async def event(self, involved: dict[str, Any], kind: str, reason: str, message: str, type_: str = "Normal",
-                    component: str = "podrun") -> None:
+    async def event(
+        self, involved: dict[str, Any], kind: str, reason: str, message: str, type_: str = "Normal", component: str = "podrun"
+    ) -> None:
         meta = involved["metadata"]
-        await self.create({
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
-            "involvedObject": {"kind": kind, "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
-            "reason": reason, "message": message, "type": type_, "count": 1,
-            "firstTimestamp": now_iso(), "lastTimestamp": now_iso(), "source": {"component": component},
-        })
+        await self.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+                "involvedObject": {"kind": kind, "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+                "reason": reason,
+                "message": message,
+                "type": type_,
+                "count": 1,
+                "firstTimestamp": now_iso(),
+                "lastTimestamp": now_iso(),
+                "source": {"component": component},
+            }
+        )

@@ -32,8 +32,9 @@ def _key(pod: dict[str, Any]) -> tuple[str, str, str]:
 
 
 class Kubelet:
-    def __init__(self, api: KApi, work_dir: Path, node: Node, *, access: ApiAccess | None, restart_backoff_s: float,
-                 retry_s: float) -> None:
+    def __init__(
+        self, api: KApi, work_dir: Path, node: Node, *, access: ApiAccess | None, restart_backoff_s: float, retry_s: float
+    ) -> None:
         self.api, self.work_dir, self.node, self.access = api, work_dir, node, access
         self._restart_backoff_s, self._retry_s = restart_backoff_s, retry_s
         self.runners: dict[tuple[str, str, str], PodRunner] = {}
@@ -100,10 +101,15 @@ class Kubelet:
         if why is None:
             self._unschedulable.pop(key, None)
             self.set_condition(pod, {"type": "PodScheduled", "status": "True"})
-            await self.api.patch("Pod", ns, name, {"spec": {"nodeName": self.node.name}, "status": {
-                "phase": "Pending", "conditions": list(self._conditions[key].values())}})
-            await self.api.event(pod, "Pod", "Scheduled", f"Successfully assigned {ns}/{name} to {self.node.name}",
-                                 component="default-scheduler")
+            await self.api.patch(
+                "Pod",
+                ns,
+                name,
+                {"spec": {"nodeName": self.node.name}, "status": {"phase": "Pending", "conditions": list(self._conditions[key].values())}},
+            )
+            await self.api.event(
+                pod, "Pod", "Scheduled", f"Successfully assigned {ns}/{name} to {self.node.name}", component="default-scheduler"
+            )
             return
         if last is None or last[0] != why:
             await self.api.event(pod, "Pod", "FailedScheduling", why, "Warning", component="default-scheduler")
@@ -126,9 +132,17 @@ class Kubelet:
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self.wake.set)
 
-        runner = PodRunner(pod, lookup=lookup, work_dir=self.work_dir / f"{ns}_{key[1]}_{key[2][:8]}", api=self.access,
-                           services=self.api.list("Service", ns), allocatable=self.node.allocatable,
-                           on_change=changed, restart_backoff_s=self._restart_backoff_s, retry_s=self._retry_s)
+        runner = PodRunner(
+            pod,
+            lookup=lookup,
+            work_dir=self.work_dir / f"{ns}_{key[1]}_{key[2][:8]}",
+            api=self.access,
+            services=self.api.list("Service", ns),
+            allocatable=self.node.allocatable,
+            on_change=changed,
+            restart_backoff_s=self._restart_backoff_s,
+            retry_s=self._retry_s,
+        )
         self.runners[key] = runner
         runner.start()
         return runner
@@ -159,20 +173,39 @@ class Kubelet:
         runner = self.runner(request.namespace, request.name)
         params = request.params
         if runner is None:
-            return Response(status=404, payload={"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
-                                                 "reason": "NotFound", "message": f'pods "{request.name}" not found'})
+            return Response(
+                status=404,
+                payload={
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "code": 404,
+                    "reason": "NotFound",
+                    "message": f'pods "{request.name}" not found',
+                },
+            )
         container = params.get("container") or runner.pod["spec"]["containers"][0]["name"]
         path = runner.log_path(container, previous=params.get("previous") == "true")
         if path is None or not path.exists():
-            return Response(status=400, payload={"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400,
-                                                 "reason": "BadRequest", "message": f'container "{container}" in pod '
-                                                 f'"{request.name}" is waiting to start: ContainerCreating'})
+            return Response(
+                status=400,
+                payload={
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "code": 400,
+                    "reason": "BadRequest",
+                    "message": f'container "{container}" in pod "{request.name}" is waiting to start: ContainerCreating',
+                },
+            )
         tail = int(params["tailLines"]) if params.get("tailLines") else None
-        return Response(status=200, headers={"Content-Type": "text/plain"},
-                        payload=self._stream(runner, container, path, follow=params.get("follow") == "true", tail=tail))
+        return Response(
+            status=200,
+            headers={"Content-Type": "text/plain"},
+            payload=self._stream(runner, container, path, follow=params.get("follow") == "true", tail=tail),
+        )
 
-    async def _stream(self, runner: PodRunner, container: str, path: Path, *, follow: bool, tail: int | None
-                      ) -> AsyncIterator[bytes]:
+    async def _stream(self, runner: PodRunner, container: str, path: Path, *, follow: bool, tail: int | None) -> AsyncIterator[bytes]:
         yield b""  # kmock needs a first chunk to start the response, even for an empty log
         data = path.read_bytes()
         if tail is not None:

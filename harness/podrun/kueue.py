@@ -29,9 +29,12 @@ from .kueue_workload import GROUP_VERSION, schema_errors, workload_name
 
 # kind -> (plural, namespaced), kueue.x-k8s.io/v1beta2
 KUEUE_KINDS: dict[str, tuple[str, bool]] = {
-    "ResourceFlavor": ("resourceflavors", False), "ClusterQueue": ("clusterqueues", False),
-    "AdmissionCheck": ("admissionchecks", False), "ProvisioningRequestConfig": ("provisioningrequestconfigs", False),
-    "WorkloadPriorityClass": ("workloadpriorityclasses", False), "LocalQueue": ("localqueues", True),
+    "ResourceFlavor": ("resourceflavors", False),
+    "ClusterQueue": ("clusterqueues", False),
+    "AdmissionCheck": ("admissionchecks", False),
+    "ProvisioningRequestConfig": ("provisioningrequestconfigs", False),
+    "WorkloadPriorityClass": ("workloadpriorityclasses", False),
+    "LocalQueue": ("localqueues", True),
     "Workload": ("workloads", True),
 }
 
@@ -62,16 +65,24 @@ class KueueEmulator:
         self.kmock = kmock
         for plural, namespaced in KUEUE_KINDS.values():
             kmock.resources[f"{GROUP_VERSION}/{plural}"] = {
-                "namespaced": namespaced, "verbs": ["list", "watch", "get", "create", "patch", "delete"]}
+                "namespaced": namespaced,
+                "verbs": ["list", "watch", "get", "create", "patch", "delete"],
+            }
 
     # -- reads --------------------------------------------------------------------------------------------
 
     def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         plural, _ = KUEUE_KINDS[kind]
         group, version = GROUP_VERSION.split("/")
-        return [copy.deepcopy(obj.raw) for (res, ns, _name), obj in list(self.kmock.objects.items())
-                if res.plural == plural and res.group == group and res.version == version and not obj.deleted
-                and (namespace is None or ns == namespace)]
+        return [
+            copy.deepcopy(obj.raw)
+            for (res, ns, _name), obj in list(self.kmock.objects.items())
+            if res.plural == plural
+            and res.group == group
+            and res.version == version
+            and not obj.deleted
+            and (namespace is None or ns == namespace)
+        ]
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         return next((o for o in self.list(kind, namespace) if o["metadata"]["name"] == name), None)
@@ -102,19 +113,24 @@ class KueueEmulator:
     async def reconcile(self, api: KApi, now: dt.datetime) -> None:
         for w in self.list("Workload"):
             if w["metadata"].get("deletionTimestamp") and w["metadata"].get("finalizers"):
-                await api.send("PATCH", kueue_path("Workload", w["metadata"]["namespace"], w["metadata"]["name"]),
-                               {"metadata": {"finalizers": []}})
+                await api.send(
+                    "PATCH", kueue_path("Workload", w["metadata"]["namespace"], w["metadata"]["name"]), {"metadata": {"finalizers": []}}
+                )
 
         def by_name(kind: str) -> dict[str, dict[str, Any]]:
             return {o["metadata"]["name"]: o for o in self.list(kind)}
 
         state = KueueState(
-            flavors=by_name("ResourceFlavor"), cluster_queues=by_name("ClusterQueue"), checks=by_name("AdmissionCheck"),
-            priority_classes=by_name("WorkloadPriorityClass"), prov_configs=set(by_name("ProvisioningRequestConfig")),
-            local_queues=self.list("LocalQueue"), workloads=self.list("Workload"),
-            owners=[*api.list("Job"), *api.list("JobSet")])
-        await self._apply(api, decide_kueue(state, rule=self.rule, serves_provisioning=self.serves_provisioning_request,
-                                            now=now))
+            flavors=by_name("ResourceFlavor"),
+            cluster_queues=by_name("ClusterQueue"),
+            checks=by_name("AdmissionCheck"),
+            priority_classes=by_name("WorkloadPriorityClass"),
+            prov_configs=set(by_name("ProvisioningRequestConfig")),
+            local_queues=self.list("LocalQueue"),
+            workloads=self.list("Workload"),
+            owners=[*api.list("Job"), *api.list("JobSet")],
+        )
+        await self._apply(api, decide_kueue(state, rule=self.rule, serves_provisioning=self.serves_provisioning_request, now=now))
 
     async def _apply(self, api: KApi, d: KueueDecision) -> None:
         for wl in d.create:

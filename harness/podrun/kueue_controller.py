@@ -44,8 +44,7 @@ RULES = ("flavor-keys", "union-keys")
 
 
 def cond(kind: str, status: bool, reason: str, message: str, now: dt.datetime) -> dict[str, Any]:
-    return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": message,
-            "lastTransitionTime": iso(now)}
+    return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": message, "lastTransitionTime": iso(now)}
 
 
 def find(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -68,16 +67,14 @@ def set_cond(conds: list[dict[str, Any]], new: dict[str, Any]) -> None:
 # -- activity ------------------------------------------------------------------------------------------------
 
 
-def check_condition(check: dict[str, Any], *, serves_provisioning: bool, prov_configs: set[str],
-                    now: dt.datetime) -> dict[str, Any] | None:
+def check_condition(check: dict[str, Any], *, serves_provisioning: bool, prov_configs: set[str], now: dt.datetime) -> dict[str, Any] | None:
     """pkg/controller/admissionchecks/provisioning/admissioncheck_reconciler.go Reconcile: the Active condition
     the provisioning controller writes; None where no controller runs for the check (none writes one)."""
     if check["spec"].get("controllerName") != PROVISIONING_CONTROLLER or not serves_provisioning:
         return None
     params = check["spec"].get("parameters") or {}
     if params.get("name") and params["name"] not in prov_configs:  # ConfigHelper.ConfigFromRef's Get
-        return cond("Active", False, "BadParametersRef",
-                    f'provisioningrequestconfigs.kueue.x-k8s.io "{params["name"]}" not found', now)
+        return cond("Active", False, "BadParametersRef", f'provisioningrequestconfigs.kueue.x-k8s.io "{params["name"]}" not found', now)
     return cond("Active", True, "Active", "The admission check is active", now)
 
 
@@ -142,8 +139,7 @@ def _taint_text(taint: dict[str, Any]) -> str:
     return f"{{{taint['key']} {taint.get('value', '')} {taint['effect']} <nil>}}"
 
 
-def flavor_mismatch(flavor_name: str, flavor: dict[str, Any] | None, pod_spec: dict[str, Any],
-                    allowed_keys: set[str]) -> str | None:
+def flavor_mismatch(flavor_name: str, flavor: dict[str, Any] | None, pod_spec: dict[str, Any], allowed_keys: set[str]) -> str | None:
     """flavorassigner.go checkFlavorForPodSets: why the flavor cannot take the podset (None: it can)."""
     if flavor is None:
         return f"flavor {flavor_name} not found"
@@ -163,8 +159,12 @@ def flavor_mismatch(flavor_name: str, flavor: dict[str, Any] | None, pod_spec: d
 
 
 def _quotas(cq: dict[str, Any]) -> dict[tuple[str, str], Decimal]:
-    return {(f["name"], r["name"]): quantity(r["nominalQuota"])
-            for rg in cq["spec"].get("resourceGroups") or [] for f in rg["flavors"] for r in f["resources"]}
+    return {
+        (f["name"], r["name"]): quantity(r["nominalQuota"])
+        for rg in cq["spec"].get("resourceGroups") or []
+        for f in rg["flavors"]
+        for r in f["resources"]
+    }
 
 
 @dataclass
@@ -174,8 +174,9 @@ class Assignment:
     message: str = ""  # Assignment.Message() when something did not fit
 
 
-def assign_flavors(workload: dict[str, Any], cq: dict[str, Any], flavors: dict[str, dict[str, Any]],
-                   used: dict[tuple[str, str], Decimal], rule: str) -> Assignment:
+def assign_flavors(
+    workload: dict[str, Any], cq: dict[str, Any], flavors: dict[str, dict[str, Any]], used: dict[tuple[str, str], Decimal], rule: str
+) -> Assignment:
     """flavorassigner.go assignFlavors + findFlavorForPodSets + fitsResourceQuota, without borrowing or
     preemption: a flavor short of unused quota is tried past (FlavorFungibility whenCanPreempt TryNextFlavor),
     and a podset no flavor takes fails with every flavor's reasons, sorted (Status.Message)."""
@@ -220,8 +221,14 @@ def assign_flavors(workload: dict[str, Any], cq: dict[str, Any], flavors: dict[s
         else:
             for res, flavor in chosen.items():
                 out.usage[(flavor, res)] = out.usage.get((flavor, res), Decimal(0)) + requests[res]
-            out.pod_sets.append({"name": ps["name"], "flavors": dict(sorted(chosen.items())), "count": int(ps.get("count", 1)),
-                                 "resourceUsage": {r: format_quantity(q, r) for r, q in sorted(requests.items())}})
+            out.pod_sets.append(
+                {
+                    "name": ps["name"],
+                    "flavors": dict(sorted(chosen.items())),
+                    "count": int(ps.get("count", 1)),
+                    "resourceUsage": {r: format_quantity(q, r) for r, q in sorted(requests.items())},
+                }
+            )
             continue
         out.message = f"couldn't assign flavors to pod set {ps['name']}: {', '.join(sorted(reasons))}"
         out.pod_sets = []
@@ -229,8 +236,13 @@ def assign_flavors(workload: dict[str, Any], cq: dict[str, Any], flavors: dict[s
     return out
 
 
-def _quota_reasons(flavor: str, covered: dict[str, Decimal], quotas: dict[tuple[str, str], Decimal],
-                   used: dict[tuple[str, str], Decimal], assumed: dict[tuple[str, str], Decimal]) -> list[str]:
+def _quota_reasons(
+    flavor: str,
+    covered: dict[str, Decimal],
+    quotas: dict[tuple[str, str], Decimal],
+    used: dict[tuple[str, str], Decimal],
+    assumed: dict[tuple[str, str], Decimal],
+) -> list[str]:
     """fitsResourceQuota's messages; maximum capacity is the nominal quota (no cohort here)."""
     out = []
     for res, q in sorted(covered.items()):
@@ -239,12 +251,13 @@ def _quota_reasons(flavor: str, covered: dict[str, Decimal], quotas: dict[tuple[
         val = before + q
         available = nominal - used.get((flavor, res), Decimal(0))
         if val > nominal:
-            out.append(f"insufficient quota for {res} in flavor {flavor}, previously considered podsets requests "
-                       f"({format_quantity(before, res)}) + current podset request ({format_quantity(q, res)}) > "
-                       f"maximum capacity ({format_quantity(nominal, res)})")
+            out.append(
+                f"insufficient quota for {res} in flavor {flavor}, previously considered podsets requests "
+                f"({format_quantity(before, res)}) + current podset request ({format_quantity(q, res)}) > "
+                f"maximum capacity ({format_quantity(nominal, res)})"
+            )
         elif val > available:
-            out.append(f"insufficient unused quota for {res} in flavor {flavor}, "
-                       f"{format_quantity(val - available, res)} more needed")
+            out.append(f"insufficient unused quota for {res} in flavor {flavor}, {format_quantity(val - available, res)} more needed")
     return out
 
 
@@ -259,12 +272,11 @@ def usage_of(workload: dict[str, Any]) -> dict[tuple[str, str], Decimal]:
 
 
 def holds_quota(workload: dict[str, Any]) -> bool:
-    return is_true(workload, "QuotaReserved") and not is_true(workload, "Finished") \
-        and not workload["metadata"].get("deletionTimestamp")
+    return is_true(workload, "QuotaReserved") and not is_true(workload, "Finished") and not workload["metadata"].get("deletionTimestamp")
 
 
 def queue_order(workloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """pkg/cache/queue/cluster_queue.go queueOrderingFunc: higher priority first, then the older."""
-    return sorted(workloads, key=lambda w: (-int(w["spec"].get("priority") or 0),
-                                            w["metadata"].get("creationTimestamp") or "", w["metadata"]["name"]))
-
+    return sorted(
+        workloads, key=lambda w: (-int(w["spec"].get("priority") or 0), w["metadata"].get("creationTimestamp") or "", w["metadata"]["name"])
+    )

@@ -110,8 +110,9 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
                 used.setdefault(cq_name, {})[key] = used.setdefault(cq_name, {}).get(key, Decimal(0)) + q
             if is_true(w, "Admitted") and owner["spec"].get("suspend"):
                 out.start.append((owner, started_owner_spec(owner, w, st.flavors)))
-                out.events.append((owner, owner["kind"], "Normal", "Started",
-                                   f"Admitted by clusterQueue {w['status']['admission']['clusterQueue']}"))
+                out.events.append(
+                    (owner, owner["kind"], "Normal", "Started", f"Admitted by clusterQueue {w['status']['admission']['clusterQueue']}")
+                )
     pending = [w for w, _ in live if not is_true(w, "QuotaReserved")]
     blocked_cqs: set[str] = set()
     for w in queue_order(pending):
@@ -144,8 +145,7 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
     return out
 
 
-def _ensure_workload(out: KueueDecision, owner: dict[str, Any], existing: dict[str, Any] | None, st: KueueState,
-                     now: dt.datetime) -> None:
+def _ensure_workload(out: KueueDecision, owner: dict[str, Any], existing: dict[str, Any] | None, st: KueueState, now: dt.datetime) -> None:
     """reconciler.go ReconcileGenericJob: a queued owner without a Workload gets one; a Job a JobSet owns is
     its parent's business (IsOwnerManagedByKueue)."""
     meta = owner["metadata"]
@@ -154,19 +154,23 @@ def _ensure_workload(out: KueueDecision, owner: dict[str, Any], existing: dict[s
     if any(r.get("kind") == "JobSet" and r.get("controller") for r in meta.get("ownerReferences") or []):
         return
     if not owner["spec"].get("suspend"):
-        raise NotEmulated(f"{owner['kind']} {meta['namespace']}/{meta['name']}: Kueue's webhook suspends a queued "
-                          "owner on create; create it with spec.suspend: true")
+        raise NotEmulated(
+            f"{owner['kind']} {meta['namespace']}/{meta['name']}: Kueue's webhook suspends a queued "
+            "owner on create; create it with spec.suspend: true"
+        )
     try:
         wl = build_workload(owner, st.priority_classes)
     except PriorityClassMissing:
         return  # a reconcile error upstream: retried until the class exists
     out.create.append(wl)
-    out.events.append((owner, owner["kind"], "Normal", "CreatedWorkload",
-                       f"Created Workload: {meta['namespace']}/{wl['metadata']['name']}"))
+    out.events.append(
+        (owner, owner["kind"], "Normal", "CreatedWorkload", f"Created Workload: {meta['namespace']}/{wl['metadata']['name']}")
+    )
 
 
-def _queue_blocker(w: dict[str, Any], lq: tuple[bool, str, str, str] | None, st: KueueState,
-                   cq_active: dict[str, tuple[bool, str, str]]) -> str | None:
+def _queue_blocker(
+    w: dict[str, Any], lq: tuple[bool, str, str, str] | None, st: KueueState, cq_active: dict[str, tuple[bool, str, str]]
+) -> str | None:
     """workload_controller.go getQueueBlocker's messages."""
     if lq is None:
         return f"LocalQueue {w['spec']['queueName']} doesn't exist"
@@ -196,8 +200,9 @@ def _admit(out: KueueDecision, w: dict[str, Any], cq_name: str, a: Assignment, c
     conds = list((w.get("status") or {}).get("conditions") or [])
     set_cond(conds, cond("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {cq_name}", now))
     status: dict[str, Any] = {"admission": {"clusterQueue": cq_name, "podSetAssignments": a.pod_sets}, "conditions": conds}
-    out.events.append((w, "Workload", "Normal", "QuotaReserved",
-                       f"Quota reserved in ClusterQueue {cq_name}, wait time since queued was 0s"))
+    out.events.append(
+        (w, "Workload", "Normal", "QuotaReserved", f"Quota reserved in ClusterQueue {cq_name}, wait time since queued was 0s")
+    )
     if checks:
         status["admissionChecks"] = [{"name": n, "state": "Pending", "message": "", "lastTransitionTime": iso(now)} for n in checks]
     else:

@@ -54,8 +54,14 @@ def pod_sets(owner: dict[str, Any]) -> list[dict[str, Any]]:
         for key in _JOB_MANAGED_LABELS:
             labels.pop(key, None)
         return [{"name": "main", "count": _job_pods(owner["spec"]), "template": template}]
-    return [{"name": rj["name"], "count": int(rj.get("replicas", 1)) * _job_pods(rj["template"]["spec"]),
-             "template": copy.deepcopy(rj["template"]["spec"]["template"])} for rj in owner["spec"]["replicatedJobs"]]
+    return [
+        {
+            "name": rj["name"],
+            "count": int(rj.get("replicas", 1)) * _job_pods(rj["template"]["spec"]),
+            "template": copy.deepcopy(rj["template"]["spec"]["template"]),
+        }
+        for rj in owner["spec"]["replicatedJobs"]
+    ]
 
 
 def _job_pods(job_spec: dict[str, Any]) -> int:
@@ -84,15 +90,31 @@ def build_workload(owner: dict[str, Any], priority_classes: dict[str, dict[str, 
         spec["priority"] = int(priority_classes[wpc]["value"])
     elif any(ps["template"]["spec"].get("priorityClassName") for ps in spec["podSets"]):
         from .volumes import NotEmulated
+
         raise NotEmulated("pod PriorityClass as a Workload's priority (only WorkloadPriorityClass is emulated)")
     else:
         spec["priority"] = 0
-    return {"apiVersion": GROUP_VERSION, "kind": "Workload",
-            "metadata": {"name": workload_name(kind, meta["name"], meta["uid"]), "namespace": meta["namespace"],
-                         "labels": {JOB_UID_LABEL: meta["uid"]}, "finalizers": [RESOURCE_IN_USE],
-                         "ownerReferences": [{"apiVersion": OWNERS[kind][0], "kind": kind, "name": meta["name"],
-                                              "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
-            "spec": spec}
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name(kind, meta["name"], meta["uid"]),
+            "namespace": meta["namespace"],
+            "labels": {JOB_UID_LABEL: meta["uid"]},
+            "finalizers": [RESOURCE_IN_USE],
+            "ownerReferences": [
+                {
+                    "apiVersion": OWNERS[kind][0],
+                    "kind": kind,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
 
 
 def podset_requests(ps: dict[str, Any]) -> dict[str, Decimal]:
@@ -125,8 +147,10 @@ def merge_assignment(template: dict[str, Any], podset_name: str, flavors: list[d
     for flavor in flavors:
         for key, value in ((flavor.get("spec") or {}).get("nodeLabels") or {}).items():
             if key in selector and selector[key] != value:
-                raise ValueError(f"invalid admission check PodSetUpdate: conflict for nodeSelector: conflict for "
-                                 f"key={key}, value1={selector[key]}, value2={value}")
+                raise ValueError(
+                    f"invalid admission check PodSetUpdate: conflict for nodeSelector: conflict for "
+                    f"key={key}, value1={selector[key]}, value2={value}"
+                )
             selector[key] = value
         for toleration in (flavor.get("spec") or {}).get("tolerations") or []:
             if toleration not in tolerations:
@@ -144,8 +168,11 @@ def started_owner_spec(owner: dict[str, Any], workload: dict[str, Any], flavors:
     copies templates into child Jobs only when it creates them, so children must not exist yet)."""
     spec: dict[str, Any] = copy.deepcopy(owner["spec"])
     assignments = {a["name"]: a for a in workload["status"]["admission"]["podSetAssignments"]}
-    templates = ([("main", spec["template"])] if owner["kind"] == "Job"
-                 else [(rj["name"], rj["template"]["spec"]["template"]) for rj in spec["replicatedJobs"]])
+    templates = (
+        [("main", spec["template"])]
+        if owner["kind"] == "Job"
+        else [(rj["name"], rj["template"]["spec"]["template"]) for rj in spec["replicatedJobs"]]
+    )
     for name, template in templates:
         names = list(dict.fromkeys(assignments[name].get("flavors", {}).values()))
         merge_assignment(template, name, [flavors[n] for n in names])
@@ -156,8 +183,9 @@ def started_owner_spec(owner: dict[str, Any], workload: dict[str, Any], flavors:
 def finished(owner: dict[str, Any]) -> tuple[str, str] | None:
     """(reason, message) of the Workload's Finished condition, from (Job).Finished / (JobSet).Finished and
     reconciler.go: Succeeded or Failed with the owner's condition message."""
-    done = {"Job": (("Complete", "Succeeded"), ("Failed", "Failed")),
-            "JobSet": (("Completed", "Succeeded"), ("Failed", "Failed"))}[owner["kind"]]
+    done = {"Job": (("Complete", "Succeeded"), ("Failed", "Failed")), "JobSet": (("Completed", "Succeeded"), ("Failed", "Failed"))}[
+        owner["kind"]
+    ]
     for cond in (owner.get("status") or {}).get("conditions") or []:
         for kind, reason in done:
             if cond.get("type") == kind and cond.get("status") == "True":
@@ -186,8 +214,7 @@ def schema_errors(obj: dict[str, Any]) -> list[str]:
     validator = _validators().get(obj["kind"])
     if validator is None:
         return [f"kind {obj['kind']}: no v0.19.2 schema vendored"]
-    return [f"{obj['kind']}/{obj['metadata'].get('name')}: {'.'.join(map(str, e.path))}: {e.message}"
-            for e in validator.iter_errors(obj)]
+    return [f"{obj['kind']}/{obj['metadata'].get('name')}: {'.'.join(map(str, e.path))}: {e.message}" for e in validator.iter_errors(obj)]
 
 
 def quantity(value: Any) -> Decimal:

@@ -19,8 +19,13 @@ NS = "rljob"
 
 
 def settings(**overrides: Any) -> K8sSettings:
-    values: dict[str, Any] = {"namespace": NS, "image": "us-docker.pkg.dev/example-project/rljob/trainer:0.1.0",
-                              "cpu_job_cpu": "500m", "cpu_job_memory": "512Mi", "cpu_job_shm_size": "64Mi"}
+    values: dict[str, Any] = {
+        "namespace": NS,
+        "image": "us-docker.pkg.dev/example-project/rljob/trainer:0.1.0",
+        "cpu_job_cpu": "500m",
+        "cpu_job_memory": "512Mi",
+        "cpu_job_shm_size": "64Mi",
+    }
     values.update(overrides)
     return K8sSettings(**{"_env_file": None, **values})  # no .env file: only what the test says
 
@@ -29,12 +34,12 @@ def spec(accelerator: str = "cpu", chips_per_vm: int = 1, output: str = "gs://ex
     hardware: dict[str, Any] = {"accelerator": accelerator, "chips_per_vm": chips_per_vm}
     if accelerator == "cpu":
         hardware.update(rollout_engine="jax", rollout_data_parallelism=1, rollout_tensor_parallelism=1)
-    return JobSpec.model_validate({"name": "fake", "model": {"source": "org/model"}, "dataset": {"name": "org/data"},
-                                   "hardware": hardware, "output": output})
+    return JobSpec.model_validate(
+        {"name": "fake", "model": {"source": "org/model"}, "dataset": {"name": "org/data"}, "hardware": hardware, "output": output}
+    )
 
 
-def workload(job_id: str, command: list[str], *, job_spec: JobSpec | None = None, **setting_overrides: Any
-             ) -> list[dict[str, Any]]:
+def workload(job_id: str, command: list[str], *, job_spec: JobSpec | None = None, **setting_overrides: Any) -> list[dict[str, Any]]:
     """[spec ConfigMap, Job or JobSet] as the launcher creates them, with `command` in the trainer container."""
     config_map, main = render_manifests(job_spec or spec(), job_id, settings(**setting_overrides))
     if main["kind"] == "Job":
@@ -54,8 +59,12 @@ def service_accounts() -> list[dict[str, Any]]:
 def tpu_node(topology: str = "4x4", machine_type: str = "ct6e-standard-4t", chips: int = 16) -> Node:
     """A node that looks like (all of) a TPU v6e pool: labels, taint and google.com/tpu, for fake commands."""
     return Node.local(
-        labels={"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": topology,
-                "node.kubernetes.io/instance-type": machine_type, "rljob.dev/capacity": "on-demand"},
+        labels={
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+            "cloud.google.com/gke-tpu-topology": topology,
+            "node.kubernetes.io/instance-type": machine_type,
+            "rljob.dev/capacity": "on-demand",
+        },
         taints=[{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}],
         allocatable={"cpu": "1000", "memory": "10Ti", "google.com/tpu": str(chips), "pods": "110"},
     )

@@ -62,7 +62,7 @@ def to_host(guest: str, binds: list[tuple[Path, str]]) -> Path:
                 best = (host, prefix)
     if best is None:
         return Path(guest)
-    rest = guest[len(best[1]):].lstrip("/")
+    rest = guest[len(best[1]) :].lstrip("/")
     return best[0] / rest if rest else best[0]
 
 
@@ -132,8 +132,7 @@ def effective_user(pod: dict[str, Any], container: dict[str, Any], image: ImageC
     return (0 if uid is None else int(uid)), int(gid)
 
 
-def image_binds(image: ImageConfig, env: dict[str, str], mounts: list[Mount], rootfs: Path, venv: Path
-                ) -> list[tuple[Path, str]]:
+def image_binds(image: ImageConfig, env: dict[str, str], mounts: list[Mount], rootfs: Path, venv: Path) -> list[tuple[Path, str]]:
     """The image's own directories: venv, WORKDIR, HOME (if set by ENV) and /tmp, unless a mount covers them."""
     binds: list[tuple[Path, str]] = []
     if image.env.get("VIRTUAL_ENV"):
@@ -161,8 +160,10 @@ def guard_pth_paths(image: ImageConfig, venv: Path) -> tuple[Path, list[str]]:
     lib = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
     found = sorted((venv / lib).glob("*.pth"))
     if not found:
-        raise RuntimeError(f"podrun needs a .pth file in {venv / lib} to guard read-only paths (guard.py); "
-                           "the project's editable install makes one: run scripts/bootstrap.sh")
+        raise RuntimeError(
+            f"podrun needs a .pth file in {venv / lib} to guard read-only paths (guard.py); "
+            "the project's editable install makes one: run scripts/bootstrap.sh"
+        )
     roots = {str(venv)} | ({image.env["VIRTUAL_ENV"]} if image.env.get("VIRTUAL_ENV") else set())
     return found[0], [f"{r.rstrip('/')}/{lib}/{found[0].name}" for r in sorted(roots)]
 
@@ -195,6 +196,17 @@ def plan_container(
     )
     pth, guard_paths = guard_pth_paths(image, venv)
     named = {p["name"]: int(p["containerPort"]) for p in container.get("ports") or [] if p.get("name")}
-    return ContainerPlan(name=container["name"], argv=argv, env=env, cwd=cwd, binds=binds, uid=uid, gid=gid,
-                         ports=dict(ports), named_ports=named,
-                         guard=guarded_pth(pth.read_text(), guard), guard_name=pth.name, guard_paths=guard_paths)
+    return ContainerPlan(
+        name=container["name"],
+        argv=argv,
+        env=env,
+        cwd=cwd,
+        binds=binds,
+        uid=uid,
+        gid=gid,
+        ports=dict(ports),
+        named_ports=named,
+        guard=guarded_pth(pth.read_text(), guard),
+        guard_name=pth.name,
+        guard_paths=guard_paths,
+    )

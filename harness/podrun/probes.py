@@ -43,12 +43,18 @@ def parse_probes(container: dict[str, Any], ports: dict[int, int], named_ports: 
             raise NotEmulated(f"{kind}: scheme {get['scheme']}")
         port = get["port"]
         container_port = named_ports[port] if isinstance(port, str) else int(port)
-        probes.append(HttpProbe(
-            kind=kind, path=get.get("path", "/"), port=ports.get(container_port, container_port),
-            initial_delay_s=spec.get("initialDelaySeconds", 0), period_s=spec.get("periodSeconds", 10),
-            timeout_s=spec.get("timeoutSeconds", 1), success_threshold=spec.get("successThreshold", 1),
-            failure_threshold=spec.get("failureThreshold", 3),
-        ))
+        probes.append(
+            HttpProbe(
+                kind=kind,
+                path=get.get("path", "/"),
+                port=ports.get(container_port, container_port),
+                initial_delay_s=spec.get("initialDelaySeconds", 0),
+                period_s=spec.get("periodSeconds", 10),
+                timeout_s=spec.get("timeoutSeconds", 1),
+                success_threshold=spec.get("successThreshold", 1),
+                failure_threshold=spec.get("failureThreshold", 3),
+            )
+        )
     return probes
 
 
@@ -58,7 +64,7 @@ def http_ok(port: int, path: str, timeout_s: float) -> tuple[bool, str]:
         conn.request("GET", path, headers={"User-Agent": "kube-probe/1.35"})
         status = conn.getresponse().status
     except (OSError, http.client.HTTPException) as e:
-        return False, f"Get \"http://127.0.0.1:{port}{path}\": {e.__class__.__name__}: {e}"
+        return False, f'Get "http://127.0.0.1:{port}{path}": {e.__class__.__name__}: {e}'
     finally:
         conn.close()
     if 200 <= status < 400:
@@ -69,8 +75,9 @@ def http_ok(port: int, path: str, timeout_s: float) -> tuple[bool, str]:
 class ProbeWorker:
     """One probe of one container attempt; reports transitions through callbacks, stops with the attempt."""
 
-    def __init__(self, probe: HttpProbe, *, started: threading.Event, stop: threading.Event,
-                 on_result: Callable[[HttpProbe, bool, str], None]) -> None:
+    def __init__(
+        self, probe: HttpProbe, *, started: threading.Event, stop: threading.Event, on_result: Callable[[HttpProbe, bool, str], None]
+    ) -> None:
         self.probe, self._started, self._stop, self._on_result = probe, started, stop, on_result
         self._thread = threading.Thread(target=self._run, name=f"probe-{probe.kind}", daemon=True)
 

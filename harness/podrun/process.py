@@ -55,8 +55,19 @@ def namespaces_work() -> bool:
         root, keep, plan = Path(tmp, "root"), Path(tmp, "keep"), Path(tmp, "plan.json")
         root.mkdir()
         keep.mkdir()
-        plan.write_text(json.dumps({"uid": 1000, "gid": 1000, "root": str(root), "keep": str(keep), "binds": [],
-                                    "cwd": "/", "argv": ["/bin/sh", "-c", "exit 0"]}))
+        plan.write_text(
+            json.dumps(
+                {
+                    "uid": 1000,
+                    "gid": 1000,
+                    "root": str(root),
+                    "keep": str(keep),
+                    "binds": [],
+                    "cwd": "/",
+                    "argv": ["/bin/sh", "-c", "exit 0"],
+                }
+            )
+        )
         try:
             done = subprocess.run(_ns_exec_argv(plan), capture_output=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
@@ -96,17 +107,29 @@ class ContainerProcess:
         self.plan, self.log_path = plan, log_path
         guard_file.parent.mkdir(parents=True, exist_ok=True)
         guard_file.write_text(plan.guard)
-        binds = [*((str(host), guest) for host, guest in plan.binds),
-                 *((str(guard_file), site) for site in plan.guard_paths)]  # the guard, in the container's view only
+        binds = [
+            *((str(host), guest) for host, guest in plan.binds),
+            *((str(guard_file), site) for site in plan.guard_paths),
+        ]  # the guard, in the container's view only
         self.isolation = isolation()
         if self.isolation == "namespaces":
             scratch = guard_file.parent
             (scratch / "root").mkdir(exist_ok=True)
             (scratch / "keep").mkdir(exist_ok=True)
             plan_file = scratch / f"{plan.name}.ns.json"
-            plan_file.write_text(json.dumps({
-                "uid": plan.uid, "gid": plan.gid, "root": str(scratch / "root"), "keep": str(scratch / "keep"),
-                "binds": binds, "cwd": plan.cwd, "argv": plan.argv}))  # the env goes as the process's own (secrets)
+            plan_file.write_text(
+                json.dumps(
+                    {
+                        "uid": plan.uid,
+                        "gid": plan.gid,
+                        "root": str(scratch / "root"),
+                        "keep": str(scratch / "keep"),
+                        "binds": binds,
+                        "cwd": plan.cwd,
+                        "argv": plan.argv,
+                    }
+                )
+            )  # the env goes as the process's own (secrets)
             self._argv = _ns_exec_argv(plan_file)
         else:
             self._argv = [proot_binary(), "-i", f"{plan.uid}:{plan.gid}", "-w", plan.cwd]
@@ -120,8 +143,14 @@ class ContainerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(self._argv, env=self.plan.env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self._argv,
+            env=self.plan.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._pump = threading.Thread(target=self._copy_output, name=f"log-{self.plan.name}", daemon=True)
         self._pump.start()
         if self.isolation == "namespaces":  # ns_exec.py execs the container's process in its own place

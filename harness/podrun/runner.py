@@ -44,10 +44,20 @@ class PodEvent:
 
 
 class PodRunner:
-    def __init__(self, pod: dict[str, Any], *, lookup: Lookup, work_dir: Path, api: ApiAccess | None = None,
-                 services: list[dict[str, Any]] | None = None, allocatable: dict[str, str] | None = None,
-                 venv: Path | None = None, on_change: Callable[[], None] = lambda: None,
-                 restart_backoff_s: float = 1.0, retry_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        pod: dict[str, Any],
+        *,
+        lookup: Lookup,
+        work_dir: Path,
+        api: ApiAccess | None = None,
+        services: list[dict[str, Any]] | None = None,
+        allocatable: dict[str, str] | None = None,
+        venv: Path | None = None,
+        on_change: Callable[[], None] = lambda: None,
+        restart_backoff_s: float = 1.0,
+        retry_s: float = 1.0,
+    ) -> None:
         self._pod_in, self._lookup, self.work_dir, self._api = pod, lookup, work_dir, api
         self._services, self._allocatable = services or [], allocatable or {"cpu": "2", "memory": "8Gi"}
         self._venv, self._on_change = venv or Path(sys.prefix), on_change
@@ -77,9 +87,15 @@ class PodRunner:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return pod_status(list(self._containers.values()), restart_policy=self.restart_policy,
-                              kubelet_conditions=dict(self._conditions), start_time=self.start_time,
-                              terminating=self._terminating, evicted=self._evicted, pod_ip=POD_IP)
+            return pod_status(
+                list(self._containers.values()),
+                restart_policy=self.restart_policy,
+                kubelet_conditions=dict(self._conditions),
+                start_time=self.start_time,
+                terminating=self._terminating,
+                evicted=self._evicted,
+                pod_ip=POD_IP,
+            )
 
     def drain_events(self) -> list[PodEvent]:
         with self._lock:
@@ -117,8 +133,7 @@ class PodRunner:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        threading.Thread(target=self._guarded(self._run_pod), name=f"pod-{self._pod_in['metadata']['name']}",
-                         daemon=True).start()
+        threading.Thread(target=self._guarded(self._run_pod), name=f"pod-{self._pod_in['metadata']['name']}", daemon=True).start()
 
     def terminate(self, grace_s: float | None = None) -> None:
         """Pod deletion: SIGTERM to every container's PID 1, SIGKILL after the grace period."""
@@ -153,6 +168,7 @@ class PodRunner:
             except BaseException as e:  # noqa: BLE001 - surfaced to the caller through .errors
                 self.errors.append(e)
                 self._changed()
+
         return run
 
     def _changed(self) -> None:
@@ -175,8 +191,7 @@ class PodRunner:
         reported = None
         while not self._stop.is_set():
             try:
-                self._volumes = materialize(self.pod, self._lookup, self.work_dir, api=self._api,
-                                            allocatable=self._allocatable)
+                self._volumes = materialize(self.pod, self._lookup, self.work_dir, api=self._api, allocatable=self._allocatable)
                 break
             except MountFailure as e:
                 if str(e) != reported:
@@ -193,8 +208,7 @@ class PodRunner:
         with self._lock:
             self._conditions.update({"PodReadyToStartContainers": "True", "Initialized": "True"})
         for spec in self.pod["spec"]["containers"]:
-            threading.Thread(target=self._guarded(self._run_container), args=(spec,), daemon=True,
-                             name=f"container-{spec['name']}").start()
+            threading.Thread(target=self._guarded(self._run_container), args=(spec,), daemon=True, name=f"container-{spec['name']}").start()
         self._watch_storage()
 
     def _watch_storage(self) -> None:
@@ -210,14 +224,25 @@ class PodRunner:
     def _prepare(self, spec: dict[str, Any]) -> Any:
         image = image_for(spec["image"])
         if image is None:
-            raise _Waiting("ErrImagePull", f'podrun has no image "{spec["image"]}": it runs images built from '
-                                           "docker/trainer.Dockerfile and docker/service.Dockerfile only")
-        env = container_env(self.pod, spec, self._lookup, image_env=image.env, services=self._services,
-                            api=self._api, allocatable=self._allocatable)
-        ports = self._ports.setdefault(spec["name"], {int(p["containerPort"]): free_port()
-                                                       for p in spec.get("ports") or []})
-        plan = plan_container(self.pod, spec, image, container_mounts(spec, self._volumes), env,
-                              rootfs=self.work_dir / "rootfs" / spec["name"], venv=self._venv, ports=ports)
+            raise _Waiting(
+                "ErrImagePull",
+                f'podrun has no image "{spec["image"]}": it runs images built from '
+                "docker/trainer.Dockerfile and docker/service.Dockerfile only",
+            )
+        env = container_env(
+            self.pod, spec, self._lookup, image_env=image.env, services=self._services, api=self._api, allocatable=self._allocatable
+        )
+        ports = self._ports.setdefault(spec["name"], {int(p["containerPort"]): free_port() for p in spec.get("ports") or []})
+        plan = plan_container(
+            self.pod,
+            spec,
+            image,
+            container_mounts(spec, self._volumes),
+            env,
+            rootfs=self.work_dir / "rootfs" / spec["name"],
+            venv=self._venv,
+            ports=ports,
+        )
         with self._lock:
             self._envs[spec["name"]] = dict(plan.env)
         return plan, parse_probes(spec, plan.ports, plan.named_ports)
@@ -243,19 +268,27 @@ class PodRunner:
                 code, started_at = e.exit_code, now_iso()
                 self._event("Failed", f"Error: {e}", "Warning")
                 with self._lock:
-                    c.state = {"terminated": {"exitCode": code, "reason": "StartError", "message": str(e),
-                                              "startedAt": started_at, "finishedAt": now_iso()}}
+                    c.state = {
+                        "terminated": {
+                            "exitCode": code,
+                            "reason": "StartError",
+                            "message": str(e),
+                            "startedAt": started_at,
+                            "finishedAt": now_iso(),
+                        }
+                    }
             else:
                 code = self._run_attempt(c, plan, probes)
             with self._lock:
-                stop = self._stop.is_set() or self.restart_policy == "Never" or (
-                    self.restart_policy == "OnFailure" and code == 0)
+                stop = self._stop.is_set() or self.restart_policy == "Never" or (self.restart_policy == "OnFailure" and code == 0)
                 if stop:
                     c.done = True
                 else:
                     c.restarts += 1
-                    c.last_state, c.state = c.state, {"waiting": {"reason": "CrashLoopBackOff", "message":
-                        f"back-off {backoff:g}s restarting failed container={name}"}}
+                    c.last_state, c.state = (
+                        c.state,
+                        {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {backoff:g}s restarting failed container={name}"}},
+                    )
             self._changed()
             if stop:
                 return
@@ -267,8 +300,9 @@ class PodRunner:
 
     def _run_attempt(self, c: ContainerState, plan: Any, probes: list[HttpProbe]) -> int:
         attempt = c.restarts
-        proc = ContainerProcess(plan, self.work_dir / "logs" / c.name / f"{attempt}.log",
-                                self.work_dir / "guard" / c.name / plan.guard_name)
+        proc = ContainerProcess(
+            plan, self.work_dir / "logs" / c.name / f"{attempt}.log", self.work_dir / "guard" / c.name / plan.guard_name
+        )
         stop_probes, started = threading.Event(), threading.Event()
         with self._lock:
             if self._stop.is_set():
@@ -294,12 +328,19 @@ class PodRunner:
         with self._lock:
             self._procs.pop(c.name, None)
             c.ready = False
-            c.state = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                                      "startedAt": started_at, "finishedAt": now_iso()}}
+            c.state = {
+                "terminated": {
+                    "exitCode": code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "startedAt": started_at,
+                    "finishedAt": now_iso(),
+                }
+            }
         return code
 
-    def _probe_result(self, c: ContainerState, proc: ContainerProcess, probe: HttpProbe, ok: bool, why: str,
-                      started: threading.Event) -> None:
+    def _probe_result(
+        self, c: ContainerState, proc: ContainerProcess, probe: HttpProbe, ok: bool, why: str, started: threading.Event
+    ) -> None:
         label = {"startupProbe": "Startup", "livenessProbe": "Liveness", "readinessProbe": "Readiness"}[probe.kind]
         with self._lock:
             if probe.kind == "readinessProbe":

@@ -46,15 +46,32 @@ class Scheduler:
             self._unschedulable.pop(key, None)
             kubelet = self.kubelets[node.name]
             kubelet.set_condition(pod, {"type": "PodScheduled", "status": "True"})  # kept by that node's kubelet
-            await self.api.patch("Pod", ns, name, {"spec": {"nodeName": node.name}, "status": {
-                "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}})
-            await self.api.event(pod, "Pod", "Scheduled", f"Successfully assigned {ns}/{name} to {node.name}",
-                                 component="default-scheduler")
+            await self.api.patch(
+                "Pod",
+                ns,
+                name,
+                {
+                    "spec": {"nodeName": node.name},
+                    "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]},
+                },
+            )
+            await self.api.event(
+                pod, "Pod", "Scheduled", f"Successfully assigned {ns}/{name} to {node.name}", component="default-scheduler"
+            )
             return node
         assert why is not None
         if last is None or last[0] != why:
             await self.api.event(pod, "Pod", "FailedScheduling", why, "Warning", component="default-scheduler")
         self._unschedulable[key] = (why, time.monotonic())
-        await self.api.patch("Pod", ns, name, {"status": {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}]}})
+        await self.api.patch(
+            "Pod",
+            ns,
+            name,
+            {
+                "status": {
+                    "phase": "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}],
+                }
+            },
+        )
         return None

@@ -60,17 +60,31 @@ class Node:
         values.update(overrides)
         return cls(**values)
 
-
     @classmethod
-    def gke_tpu(cls, name: str, capacity: str = "on-demand", *, pool: str | None = None, reservation: str | None = None,
-                topology: str = "2x4", machine_type: str = "ct6e-standard-8t", chips: int = 8) -> Node:
+    def gke_tpu(
+        cls,
+        name: str,
+        capacity: str = "on-demand",
+        *,
+        pool: str | None = None,
+        reservation: str | None = None,
+        topology: str = "2x4",
+        machine_type: str = "ct6e-standard-8t",
+        chips: int = 8,
+    ) -> Node:
         """A TPU v6e VM as GKE labels and taints it (GKE "Plan TPUs" / node pool docs; xpk capacity.py), plus the
         capacity label the operator adds to each pool (docs/deploy-gke.md). Spot pools get GKE's spot label and the
         spot taint the pool is created with; a specific reservation's nodes carry its name."""
-        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                  "cloud.google.com/gke-nodepool": pool or f"tpu-{capacity}", "node.kubernetes.io/instance-type": machine_type,
-                  "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": topology,
-                  CAPACITY_LABEL: capacity}
+        labels = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "cloud.google.com/gke-nodepool": pool or f"tpu-{capacity}",
+            "node.kubernetes.io/instance-type": machine_type,
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+            "cloud.google.com/gke-tpu-topology": topology,
+            CAPACITY_LABEL: capacity,
+        }
         taints = [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]
         if capacity == "spot":
             labels["cloud.google.com/gke-spot"] = "true"
@@ -79,16 +93,27 @@ class Node:
             assert reservation, "a reservation node needs the reservation's name"
             labels["cloud.google.com/reservation-name"] = reservation
         # ct6e-standard-8t: 180 vCPU, 1440 GB; allocatable is a little less (kubelet and system reserve).
-        return cls(name=name, labels=labels, taints=taints,
-                   allocatable={"cpu": "179", "memory": "1400Gi", "google.com/tpu": str(chips), "pods": "110"})
+        return cls(
+            name=name,
+            labels=labels,
+            taints=taints,
+            allocatable={"cpu": "179", "memory": "1400Gi", "google.com/tpu": str(chips), "pods": "110"},
+        )
 
     @classmethod
     def gke_cpu(cls, name: str, *, pool: str = "default-pool", machine_type: str = "e2-standard-4") -> Node:
         """A plain GKE node (e2-standard-4: 4 vCPU, 16 GB; allocatable as GKE reserves), no taints."""
-        return cls(name=name, labels={"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                      "kubernetes.io/arch": "amd64", "cloud.google.com/gke-nodepool": pool,
-                                      "node.kubernetes.io/instance-type": machine_type},
-                   allocatable={"cpu": "3920m", "memory": "13Gi", "pods": "110"})
+        return cls(
+            name=name,
+            labels={
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "cloud.google.com/gke-nodepool": pool,
+                "node.kubernetes.io/instance-type": machine_type,
+            },
+            allocatable={"cpu": "3920m", "memory": "13Gi", "pods": "110"},
+        )
 
 
 def requests_of(pod_spec: dict[str, Any]) -> dict[str, Decimal]:
@@ -119,8 +144,10 @@ def unschedulable(pod_spec: dict[str, Any], node: Node, running: list[dict[str, 
         raise NotEmulated("node affinity and topology spread are not emulated by the scheduler")
     selector = pod_spec.get("nodeSelector") or {}
     if any(node.labels.get(k) != v for k, v in selector.items()):
-        return prefix + "node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: " \
-                        "1 Preemption is not helpful for scheduling."
+        return (
+            prefix + "node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: "
+            "1 Preemption is not helpful for scheduling."
+        )
     for taint in node.taints:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(pod_spec.get("tolerations") or [], taint):
             return prefix + f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}."
@@ -128,8 +155,11 @@ def unschedulable(pod_spec: dict[str, Any], node: Node, running: list[dict[str, 
     for other in running:
         for k, v in requests_of(other).items():
             used[k] = used.get(k, Decimal(0)) + v
-    short = [name for name, qty in requests_of(pod_spec).items()
-             if qty > 0 and qty + used.get(name, Decimal(0)) > parse_quantity(node.allocatable.get(name, "0"))]
+    short = [
+        name
+        for name, qty in requests_of(pod_spec).items()
+        if qty > 0 and qty + used.get(name, Decimal(0)) > parse_quantity(node.allocatable.get(name, "0"))
+    ]
     if short:
         return "0/1 nodes are available: " + ", ".join(f"1 Insufficient {name}" for name in sorted(short)) + "."
     return None
@@ -149,12 +179,14 @@ def node_reasons(pod_spec: dict[str, Any], node: Node, running: list[dict[str, A
     for other in running:
         for k, v in requests_of(other).items():
             used[k] = used.get(k, Decimal(0)) + v
-    return [f"Insufficient {name}" for name, qty in sorted(requests_of(pod_spec).items())
-            if qty > 0 and qty + used.get(name, Decimal(0)) > parse_quantity(node.allocatable.get(name, "0"))]
+    return [
+        f"Insufficient {name}"
+        for name, qty in sorted(requests_of(pod_spec).items())
+        if qty > 0 and qty + used.get(name, Decimal(0)) > parse_quantity(node.allocatable.get(name, "0"))
+    ]
 
 
-def pick_node(pod_spec: dict[str, Any], nodes: list[Node], running: dict[str, list[dict[str, Any]]]
-              ) -> tuple[Node | None, str | None]:
+def pick_node(pod_spec: dict[str, Any], nodes: list[Node], running: dict[str, list[dict[str, Any]]]) -> tuple[Node | None, str | None]:
     """(the first feasible node, None), or (None, the FitError message)."""
     statuses = {}
     for node in nodes:
@@ -178,5 +210,7 @@ def fit_error(num_nodes: int, statuses: dict[str, list[str]]) -> str:
     of resources it finds no victims here (no lower-priority pods are emulated)."""
     reasons = [r for node_reasons in statuses.values() for r in node_reasons]
     preemption = [NO_VICTIMS if all(r.startswith("Insufficient ") for r in rs) else NOT_HELPFUL for rs in statuses.values()]
-    return (f"0/{num_nodes} nodes are available: {_histogram(reasons)}. "
-            f"preemption: 0/{num_nodes} nodes are available: {_histogram(preemption)}.")
+    return (
+        f"0/{num_nodes} nodes are available: {_histogram(reasons)}. "
+        f"preemption: 0/{num_nodes} nodes are available: {_histogram(preemption)}."
+    )

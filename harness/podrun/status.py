@@ -32,9 +32,16 @@ class ContainerState:
         return running and self.started and (self.ready if self.has_readiness else True)
 
     def as_api(self) -> dict[str, Any]:
-        out = {"name": self.name, "image": self.image, "imageID": "", "ready": self.effective_ready(),
-               "started": "running" in self.state and self.started, "restartCount": self.restarts,
-               "state": self.state, "lastState": self.last_state}
+        out = {
+            "name": self.name,
+            "image": self.image,
+            "imageID": "",
+            "ready": self.effective_ready(),
+            "started": "running" in self.state and self.started,
+            "restartCount": self.restarts,
+            "state": self.state,
+            "lastState": self.last_state,
+        }
         if self.ran:
             out["containerID"] = f"podrun://{self.name}-{self.restarts}"
         return out
@@ -51,15 +58,25 @@ def phase(containers: list[ContainerState], restart_policy: str, terminating: bo
     return "Running"
 
 
-def pod_status(containers: list[ContainerState], *, restart_policy: str, kubelet_conditions: dict[str, str],
-               start_time: str | None, terminating: bool, evicted: tuple[str, str] | None, pod_ip: str) -> dict[str, Any]:
+def pod_status(
+    containers: list[ContainerState],
+    *,
+    restart_policy: str,
+    kubelet_conditions: dict[str, str],
+    start_time: str | None,
+    terminating: bool,
+    evicted: tuple[str, str] | None,
+    pod_ip: str,
+) -> dict[str, Any]:
     ready = all(c.effective_ready() for c in containers)
     conds = dict(kubelet_conditions)
     conds["ContainersReady"] = conds["Ready"] = "True" if ready else "False"
     status: dict[str, Any] = {
         "phase": phase(containers, restart_policy, terminating),
         "conditions": [{"type": t, "status": s} for t, s in conds.items()],
-        "hostIP": pod_ip, "podIP": pod_ip, "podIPs": [{"ip": pod_ip}],
+        "hostIP": pod_ip,
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
         "containerStatuses": [c.as_api() for c in containers],
     }
     if start_time:

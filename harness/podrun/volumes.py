@@ -63,11 +63,19 @@ def with_token_volume(pod: dict[str, Any], lookup: Lookup, api: ApiAccess | None
     if api is None or not automounts_token(pod, lookup):
         return pod
     spec = dict(pod["spec"])
-    spec["volumes"] = [*(spec.get("volumes") or []), {"name": SA_VOLUME, "projected": {"sources": [
-        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
-    ]}}]
+    spec["volumes"] = [
+        *(spec.get("volumes") or []),
+        {
+            "name": SA_VOLUME,
+            "projected": {
+                "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+                ]
+            },
+        },
+    ]
     spec["containers"] = [
         {**c, "volumeMounts": [*(c.get("volumeMounts") or []), {"name": SA_VOLUME, "mountPath": SA_MOUNT, "readOnly": True}]}
         for c in spec["containers"]
@@ -75,8 +83,9 @@ def with_token_volume(pod: dict[str, Any], lookup: Lookup, api: ApiAccess | None
     return {**pod, "spec": spec}
 
 
-def _items(values: dict[str, bytes], items: list[dict[str, Any]] | None, kind: str, ns: str, name: str,
-           optional: bool, default_mode: int) -> dict[str, tuple[bytes, int]]:
+def _items(
+    values: dict[str, bytes], items: list[dict[str, Any]] | None, kind: str, ns: str, name: str, optional: bool, default_mode: int
+) -> dict[str, tuple[bytes, int]]:
     if not items:
         return {k: (v, default_mode) for k, v in values.items()}
     out = {}
@@ -101,8 +110,9 @@ def _source(kind: str, ref: dict[str, Any], lookup: Lookup, ns: str, default_mod
     return _items(values, ref.get("items"), kind, ns, name, optional, default_mode)
 
 
-def _downward(pod: dict[str, Any], items: list[dict[str, Any]], default_mode: int, allocatable: dict[str, str]
-              ) -> dict[str, tuple[bytes, int]]:
+def _downward(
+    pod: dict[str, Any], items: list[dict[str, Any]], default_mode: int, allocatable: dict[str, str]
+) -> dict[str, tuple[bytes, int]]:
     out = {}
     for item in items:
         try:
@@ -118,8 +128,9 @@ def _downward(pod: dict[str, Any], items: list[dict[str, Any]], default_mode: in
     return out
 
 
-def volume_files(pod: dict[str, Any], volume: dict[str, Any], lookup: Lookup, api: ApiAccess | None,
-                 allocatable: dict[str, str]) -> dict[str, tuple[bytes, int]]:
+def volume_files(
+    pod: dict[str, Any], volume: dict[str, Any], lookup: Lookup, api: ApiAccess | None, allocatable: dict[str, str]
+) -> dict[str, tuple[bytes, int]]:
     """relative path -> (content, mode) for an API-data volume; raises MountFailure as the kubelet reports it."""
     ns = pod["metadata"].get("namespace", "default")
     if "secret" in volume:
@@ -157,8 +168,9 @@ def _memory_root() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
-def materialize(pod: dict[str, Any], lookup: Lookup, pod_dir: Path, *, api: ApiAccess | None,
-                allocatable: dict[str, str]) -> dict[str, Volume]:
+def materialize(
+    pod: dict[str, Any], lookup: Lookup, pod_dir: Path, *, api: ApiAccess | None, allocatable: dict[str, str]
+) -> dict[str, Volume]:
     """Create every volume of the pod; MountFailure if one cannot be set up (missing Secret, hostPath...)."""
     out: dict[str, Volume] = {}
     for volume in (pod.get("spec") or {}).get("volumes") or []:
@@ -216,8 +228,7 @@ def container_mounts(container: dict[str, Any], volumes: dict[str, Volume]) -> l
         host = vol.host / m["subPath"] if m.get("subPath") else vol.host
         if m.get("subPath"):
             host.mkdir(parents=True, exist_ok=True)
-        mounts.append(Mount(guest=m["mountPath"].rstrip("/") or "/", host=host,
-                            read_only=vol.read_only or bool(m.get("readOnly"))))
+        mounts.append(Mount(guest=m["mountPath"].rstrip("/") or "/", host=host, read_only=vol.read_only or bool(m.get("readOnly"))))
     return mounts
 
 

@@ -149,8 +149,12 @@ class EventsFileReader:
             first = job_id not in self._unreadable
             self._unreadable.add(job_id)
         if first:
-            log.warning("job %s: ignoring an unreadable event line in %s (further ones of this job are skipped without a "
-                        "word): %s", job_id, uri, error.errors(include_url=False)[:1])  # fmt: skip
+            log.warning(
+                "job %s: ignoring an unreadable event line in %s (further ones of this job are skipped without a word): %s",
+                job_id,
+                uri,
+                error.errors(include_url=False)[:1],
+            )
 
     def _log_refused(self, job_id: str, refused: RunFileRefused) -> None:
         with self._lock:
@@ -168,8 +172,12 @@ class EventsFileReader:
         skipped = SkippedLine(uri=uri, offset=offset, size_bytes=line_end - offset, limit_bytes=self.max_event_bytes)
         log.warning(
             "job %s: skipped an event line of %d bytes at byte %d of %s (over the %d-byte read limit)",
-            job_id, skipped.size_bytes, offset, uri, self.max_read_bytes,
-        )  # fmt: skip
+            job_id,
+            skipped.size_bytes,
+            offset,
+            uri,
+            self.max_read_bytes,
+        )
         return ProgressBatch(job_id, [], end=line_end, more=True, skipped=(skipped,))
 
     def _read_from(self, root: str, uri: str, offset: int) -> tuple[bytes, bool]:

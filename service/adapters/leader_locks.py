@@ -34,8 +34,14 @@ log = logging.getLogger(__name__)
 # pg_try_advisory_lock's 64-bit key: the bytes of "rljob-ld", so it is recognisable in pg_locks.
 LEADER_LOCK_KEY = int.from_bytes(b"rljob-ld", "big") & 0x7FFF_FFFF_FFFF_FFFF
 # PostgreSQL: how soon a leader whose network (not process) died notices, and its successor can take over.
-KEEPALIVE = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
-             "tcp_user_timeout": 15_000, "connect_timeout": 5}  # fmt: skip
+KEEPALIVE = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+    "connect_timeout": 5,
+}
 
 
 class ProcessLock:
@@ -110,9 +116,10 @@ class PostgresAdvisoryLock:
             parsed = parsed.set(drivername="postgresql+psycopg")
         name = f"rljob-leader {socket.gethostname()} {os.getpid()}"[:63]  # pg_stat_activity shows who leads
         self._engine = create_engine(
-            parsed, poolclass=NullPool,
+            parsed,
+            poolclass=NullPool,
             connect_args={**KEEPALIVE, "application_name": name, "options": "-c statement_timeout=5000"},
-        )  # fmt: skip
+        )
         self._key = key
         self._conn: Connection | None = None
 

@@ -50,8 +50,10 @@ def manifest_sizes_of(data: bytes, job_id: str, artifact_uris: Mapping[str, str]
     the bytes first: 64 MiB of `{},` parsed is 1.7 GB); a str says why there is nothing (not JSON, not this job's)."""
     values = manifest_values(data)
     if values > MAX_MANIFEST_VALUES:
-        return ManifestRefused(f"manifest.json would make up to {values} JSON values, over the "
-                               f"{MAX_MANIFEST_VALUES} the service parses; its artifacts are not sized")  # fmt: skip
+        return ManifestRefused(
+            f"manifest.json would make up to {values} JSON values, over the "
+            f"{MAX_MANIFEST_VALUES} the service parses; its artifacts are not sized"
+        )
     try:
         manifest = json.loads(data)
     except (ValueError, RecursionError) as e:

@@ -85,15 +85,16 @@ class MlflowLiveExport:
         try:
             import mlflow.tracking  # noqa: F401 - only to know it is there
         except ImportError:
-            log.error("RLJOB_MLFLOW_TRACKING_URI is set but MLflow's client is not installed: jobs are not exported "
-                      "to MLflow; install it (pip install 'rljob[mlflow]', mlflow-skinny) or unset the variable")  # fmt: skip
+            log.error(
+                "RLJOB_MLFLOW_TRACKING_URI is set but MLflow's client is not installed: jobs are not exported "
+                "to MLflow; install it (pip install 'rljob[mlflow]', mlflow-skinny) or unset the variable"
+            )
             return
         for name, value in MLFLOW_HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)
         self._after_seq = None
         self._pending.clear()
-        self._loop = BackgroundLoop("rljob-mlflow-export", self.export_once, interval_s=self.interval_s,
-                                    what="exporting jobs to MLflow")  # fmt: skip
+        self._loop = BackgroundLoop("rljob-mlflow-export", self.export_once, interval_s=self.interval_s, what="exporting jobs to MLflow")
         self._loop.start()
 
     def stop(self) -> None:
@@ -136,8 +137,7 @@ class MlflowLiveExport:
         if self._after_seq is None:
             after = self.store.max_event_seq()
             self._pending |= set(self.store.job_versions(ACTIVE))
-            running = client.search_runs([experiment], filter_string="attributes.status = 'RUNNING'",
-                                         max_results=RUNNING_RUNS_LOOKED_AT)  # fmt: skip
+            running = client.search_runs([experiment], filter_string="attributes.status = 'RUNNING'", max_results=RUNNING_RUNS_LOOKED_AT)
             self._pending |= {run.data.tags[JOB_ID_TAG] for run in running if JOB_ID_TAG in run.data.tags}
             self._after_seq = after
             return
@@ -153,13 +153,19 @@ class MlflowLiveExport:
         ended = record.phase.is_terminal()
         job = self.public(record).model_dump(mode="json")
         points = [p.model_dump(mode="json") for p in self.store.metric_points(job_id, limit=MAX_METRIC_POINTS)]
-        export = JobExport(job=job, metric_points=points, samples=self._samples(record) if ended else [],
-                           repro=self._repro(record) if ended else None)  # fmt: skip
+        export = JobExport(
+            job=job, metric_points=points, samples=self._samples(record) if ended else [], repro=self._repro(record) if ended else None
+        )
         result = write_export(client, export, experiment, trust_cursor=True, with_artifacts=ended)
         self.metrics_logged[job_id] += result.metrics_logged
         if result.metrics_logged or ended:
-            log.info("MLflow run %s of job %s: %d metric points logged%s", result.run_id, job_id, result.metrics_logged,
-                     f", ended {record.phase.value}" if ended else "")  # fmt: skip
+            log.info(
+                "MLflow run %s of job %s: %d metric points logged%s",
+                result.run_id,
+                job_id,
+                result.metrics_logged,
+                f", ended {record.phase.value}" if ended else "",
+            )
 
     def _samples(self, record: JobRecord) -> list[dict[str, Any]]:
         """The newest steps' samples, as `rljob export mlflow` writes them; none where the run has none readable."""
@@ -187,6 +193,12 @@ class MlflowLiveExport:
         message = f"{what} ({error.__class__.__name__}: {str(error)[:500]})"
         level = logging.DEBUG if message == self.last_error else logging.WARNING
         self.last_error = message
-        log.log(level, "MLflow export to %s: %s; trying again every %gs. Jobs are not affected. Check that the "
-                "tracking server is up and reachable from the service, or unset RLJOB_MLFLOW_TRACKING_URI to stop "
-                "exporting; `rljob export mlflow ID` exports a job by hand.", self.tracking_uri, message, self.interval_s)  # fmt: skip
+        log.log(
+            level,
+            "MLflow export to %s: %s; trying again every %gs. Jobs are not affected. Check that the "
+            "tracking server is up and reachable from the service, or unset RLJOB_MLFLOW_TRACKING_URI to stop "
+            "exporting; `rljob export mlflow ID` exports a job by hand.",
+            self.tracking_uri,
+            message,
+            self.interval_s,
+        )

@@ -130,8 +130,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     answered `Allow: GET`)."""
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI's "error parsing the body"
-        problem = {"loc": ["body"], "msg": f"the body is not UTF-8 encoded JSON ({type(exc.__cause__).__name__})",
-                   "type": "json_invalid"}  # fmt: skip
+        problem = {"loc": ["body"], "msg": f"the body is not UTF-8 encoded JSON ({type(exc.__cause__).__name__})", "type": "json_invalid"}
         return JSONResponse(status_code=422, content={"detail": [problem]})
     allowed = _declared_methods(request) if exc.status_code == 405 else None
     if allowed:

@@ -124,9 +124,8 @@ class Subscription:
         if after < self.head:
             while True:
                 batch = await self.fanout.read(
-                    partial(self.fanout.store.events_after, last, job_id=self.scope.job_id,
-                            team=self.scope.team, limit=READ_BATCH)
-                )  # fmt: skip
+                    partial(self.fanout.store.events_after, last, job_id=self.scope.job_id, team=self.scope.team, limit=READ_BATCH)
+                )
                 for event in batch:
                     if self.ended is not None:
                         raise StreamEnded(self.ended)

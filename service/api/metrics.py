@@ -42,9 +42,10 @@ class _Leader(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(
-            "rljob_leader", "1 on the replica that launches, watches and reconciles jobs, 0 on the others",
+            "rljob_leader",
+            "1 on the replica that launches, watches and reconciles jobs, 0 on the others",
             value=1 if self._leads() else 0,
-        )  # fmt: skip
+        )
 
 
 class ServiceMetrics:
@@ -52,9 +53,11 @@ class ServiceMetrics:
         self.registry = CollectorRegistry()
         self.submissions = Counter("rljob_job_submissions", "job submissions by outcome", ["outcome"], registry=self.registry)
         self.latency = Histogram(
-            "rljob_api_request_duration_seconds", "API latency until the response starts",
-            ["method", "route", "status"], registry=self.registry,
-        )  # fmt: skip
+            "rljob_api_request_duration_seconds",
+            "API latency until the response starts",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
         self._phase_collector: _JobsByPhase | None = None
         self._usage_collector: UsageCounters | None = None
         self._leader_collector: _Leader | None = None

@@ -89,9 +89,11 @@ class LoadSheddingMiddleware:
         self._lookups_by_header: dict[str, asyncio.Future[Caller | None]] = {}
         self.retry_after_s = retry_after_s
         self.shed = Counter(
-            "rljob_requests_shed", "requests refused with 503 because the service was at its limit",
-            ["pool"], registry=registry,
-        )  # fmt: skip
+            "rljob_requests_shed",
+            "requests refused with 503 because the service was at its limit",
+            ["pool"],
+            registry=registry,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PROBE_PATHS or _is_log_follow(scope):
@@ -145,22 +147,52 @@ class LoadSheddingMiddleware:
             return None  # the route answers 401 (or 503 while the store is down) on its own
 
     async def _stream(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
-        detail = (f"this token already holds {self.limits.streams_per_token} event streams, its share; close one "
-                  f"or retry after {self.retry_after_s} s")  # fmt: skip
-        await self._within_share(self.streams_by_token, caller.token_id, self.limits.streams_per_token,
-                                 "event streams of one token", detail, scope, receive, send,
-                                 lambda: self._counted(self.streams, scope, receive, send))  # fmt: skip
+        detail = (
+            f"this token already holds {self.limits.streams_per_token} event streams, its share; close one "
+            f"or retry after {self.retry_after_s} s"
+        )
+        await self._within_share(
+            self.streams_by_token,
+            caller.token_id,
+            self.limits.streams_per_token,
+            "event streams of one token",
+            detail,
+            scope,
+            receive,
+            send,
+            lambda: self._counted(self.streams, scope, receive, send),
+        )
 
     async def _team_request(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
         share = self.limits.requests_per_team
-        detail = (f"team {caller.team} already has {share} requests in flight, its share of the service's "
-                  f"{self.requests.limit}; retry after {self.retry_after_s} s")  # fmt: skip
-        await self._within_share(self.requests_by_team, caller.team, share, "requests of one team", detail,
-                                 scope, receive, send,
-                                 lambda: self._counted(self.requests, scope, receive, send, bounded=True))  # fmt: skip
+        detail = (
+            f"team {caller.team} already has {share} requests in flight, its share of the service's "
+            f"{self.requests.limit}; retry after {self.retry_after_s} s"
+        )
+        await self._within_share(
+            self.requests_by_team,
+            caller.team,
+            share,
+            "requests of one team",
+            detail,
+            scope,
+            receive,
+            send,
+            lambda: self._counted(self.requests, scope, receive, send, bounded=True),
+        )
 
-    async def _within_share(self, tally: Tally[str], key: str, share: int, label: str, detail: str, scope: Scope,
-                            receive: Receive, send: Send, run: Callable[[], Awaitable[None]]) -> None:
+    async def _within_share(
+        self,
+        tally: Tally[str],
+        key: str,
+        share: int,
+        label: str,
+        detail: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        run: Callable[[], Awaitable[None]],
+    ) -> None:
         """`run` while `key` holds fewer than `share` places in `tally`, else a 503 saying whose share is full."""
         if tally[key] >= share:
             self.shed.labels(label).inc()
@@ -196,8 +228,10 @@ class LoadSheddingMiddleware:
                 raise  # the app's own
             self.shed.labels("requests past their deadline").inc()
             if not started:
-                detail = (f"the request was not answered within {self.limits.request_deadline_s:g} s; for a long log, "
-                          "ask for tail_lines or follow=true")  # fmt: skip
+                detail = (
+                    f"the request was not answered within {self.limits.request_deadline_s:g} s; for a long log, "
+                    "ask for tail_lines or follow=true"
+                )
                 await self._answer(503, detail, scope, receive, send)
             # else: the response is cut here, and the connection ends with it
 

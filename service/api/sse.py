@@ -52,10 +52,13 @@ def _event(kind: dict[str, Any], data_model: type[BaseModel]) -> dict[str, Any]:
         "properties": {
             "event": kind,
             "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the seq; send it back as Last-Event-ID"},
-            "data": {"type": "string", "contentMediaType": "application/json",
-                     "contentSchema": {"$ref": f"#/components/schemas/{data_model.__name__}"}},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"$ref": f"#/components/schemas/{data_model.__name__}"},
+            },
         },
-    }  # fmt: skip
+    }
 
 
 def stream_response(first_kind: str, first_model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:

@@ -55,10 +55,11 @@ class UsageCounters(Collector):
                 CounterMetricFamily("rljob_chip_seconds", "TPU chip-seconds jobs spent, by phase", labels=_LABELS),
                 CounterMetricFamily("rljob_job_seconds", "seconds jobs spent, by phase", labels=_LABELS),
                 CounterMetricFamily(
-                    "rljob_cost_usd", "billed chip-seconds (running, cancelling) at the price table's rate",
+                    "rljob_cost_usd",
+                    "billed chip-seconds (running, cancelling) at the price table's rate",
                     labels=_LABELS[:3],
                 ),
-            ]  # fmt: skip
+            ]
             for key, value in sorted(self._chip_seconds.items()):
                 families[0].add_metric(list(key), value)
             for key, value in sorted(self._job_seconds.items()):

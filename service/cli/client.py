@@ -145,7 +145,8 @@ def _field_problems(detail: Any) -> str:
 # A stream's read has no timeout of its own while it waits for news (a quiet log), so TCP keepalive finds a
 # peer that is gone (a service machine that died without closing the connection) within about a minute.
 KEEPALIVE_SOCKET_OPTIONS = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)] + [
-    (socket.IPPROTO_TCP, option, value) for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+    (socket.IPPROTO_TCP, option, value)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
     if (option := getattr(socket, name, None)) is not None
 ]
 DEFAULT_TIMEOUT_S = 30.0  # --timeout / RLJOB_TIMEOUT_S: connect, and each read of a plain request
@@ -181,7 +182,7 @@ class RljobClient:
                 f"the rljob service at {self.config.url} did not answer in time ({e.__class__.__name__}, --timeout "
                 f"{self.timeout_s:g} s): it may be overloaded or stuck; retry, or raise --timeout (RLJOB_TIMEOUT_S)",
                 CliExit.UNREACHABLE,
-            )  # fmt: skip
+            )
         return CliError(
             f"cannot reach the rljob service at {self.config.url} ({e.__class__.__name__}). "
             "Is `rljob serve` running? Point the CLI elsewhere with --url or RLJOB_URL.",
@@ -245,9 +246,13 @@ class RljobClient:
         while True:
             headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
             try:
-                with connect_sse(self._http, "GET", path, headers=headers,
-                                 timeout=httpx.Timeout(self.timeout_s, read=max(SSE_MIN_READ_S, self.timeout_s * SSE_READ_FACTOR)),
-                                 ) as source:  # fmt: skip
+                with connect_sse(
+                    self._http,
+                    "GET",
+                    path,
+                    headers=headers,
+                    timeout=httpx.Timeout(self.timeout_s, read=max(SSE_MIN_READ_S, self.timeout_s * SSE_READ_FACTOR)),
+                ) as source:
                     if not source.response.is_success:
                         source.response.read()
                         self.check(source.response)

@@ -66,10 +66,11 @@ def run_demo(spec_path: Path, work_dir: Path, console: Console) -> int:
     log_path = state_dir / "service.log"
     with log_path.open("ab") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--state-dir", str(state_dir)],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+            [sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     client = RljobClient(ClientConfig(url=f"http://127.0.0.1:{port}", token=token, config_file=None))
     try:
         _wait_ready(client, server, log_path)

@@ -39,8 +39,11 @@ def _values(prop: dict[str, Any]) -> str:
     if "enum" in p:
         text = " or ".join(f"`{v}`" for v in p["enum"])
     elif p.get("type") in ("integer", "number"):
-        bounds = [f"≥ {p['minimum']}" if "minimum" in p else "", f"> {p['exclusiveMinimum']}" if "exclusiveMinimum" in p else "",
-                  f"≤ {p['maximum']}" if "maximum" in p else ""]  # fmt: skip
+        bounds = [
+            f"≥ {p['minimum']}" if "minimum" in p else "",
+            f"> {p['exclusiveMinimum']}" if "exclusiveMinimum" in p else "",
+            f"≤ {p['maximum']}" if "maximum" in p else "",
+        ]
         text = " ".join(["integer" if p["type"] == "integer" else "number", ", ".join(b for b in bounds if b)]).strip()
     elif p.get("type") == "boolean":
         text = "`true` or `false`"

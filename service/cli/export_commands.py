@@ -24,8 +24,7 @@ MAX_METRIC_POINTS = 100_000  # the service's own cap on GET /metrics
 # MLflow retries an unreachable HTTP tracking server for minutes by default; an export says so in seconds.
 MLFLOW_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
-export_app = typer.Typer(help="Export a job's params, metrics, evaluations, samples and repro record to a tracker.",
-                         no_args_is_help=True)  # fmt: skip
+export_app = typer.Typer(help="Export a job's params, metrics, evaluations, samples and repro record to a tracker.", no_args_is_help=True)
 
 
 def _client(ctx: typer.Context) -> RljobClient:
@@ -41,8 +40,10 @@ def read_job_export(client: RljobClient, job_id: str, sample_steps: int) -> JobE
     newest = client.get_or_none(f"/v1/jobs/{job_id}/samples") if sample_steps else None
     if newest is not None:
         wanted = newest["steps_available"][-sample_steps:]
-        samples = [client.request("GET", f"/v1/jobs/{job_id}/samples", params={"step": step}) if step != newest["step"]
-                   else newest for step in wanted]  # fmt: skip
+        samples = [
+            client.request("GET", f"/v1/jobs/{job_id}/samples", params={"step": step}) if step != newest["step"] else newest
+            for step in wanted
+        ]
     repro = client.get_or_none(f"/v1/jobs/{job_id}/repro")  # a service without repro records answers 404
     return JobExport(job=job, metric_points=points, samples=samples, repro=repro)
 
@@ -68,12 +69,14 @@ def export_mlflow(
     except CliError:
         raise
     except Exception as e:  # MlflowException, a refused connection, an unknown URI scheme: all one message
-        raise CliError(f"cannot export {job_id} to MLflow at {tracking_uri}: {e.__class__.__name__}: {str(e)[:500]}",
-                       CliExit.FAILED) from e  # fmt: skip
+        raise CliError(f"cannot export {job_id} to MLflow at {tracking_uri}: {e.__class__.__name__}: {str(e)[:500]}", CliExit.FAILED) from e
     verb = "created" if result.created else "updated"
-    console.print(f"{verb} MLflow run [bold]{result.run_id}[/] in experiment {escape(experiment)} "
-                  f"({result.experiment_id}): {result.metrics_logged} metric points logged, "
-                  f"{result.metrics_already_there} already there", highlight=False)  # fmt: skip
+    console.print(
+        f"{verb} MLflow run [bold]{result.run_id}[/] in experiment {escape(experiment)} "
+        f"({result.experiment_id}): {result.metrics_logged} metric points logged, "
+        f"{result.metrics_already_there} already there",
+        highlight=False,
+    )
 
 
 def tensorboard_logdir(job: dict[str, Any]) -> str:

@@ -22,8 +22,9 @@ def goodput_text(goodput: dict[str, Any] | None) -> str:
     if not goodput or not goodput.get("wall_s"):
         return "-"
     wall = float(goodput["wall_s"])
-    shown = sorted(((name, float(s)) for name, s in (goodput.get("parts") or {}).items() if s / wall >= MIN_SHOWN_FRACTION),
-                   key=lambda item: -item[1])  # fmt: skip
+    shown = sorted(
+        ((name, float(s)) for name, s in (goodput.get("parts") or {}).items() if s / wall >= MIN_SHOWN_FRACTION), key=lambda item: -item[1]
+    )
     parts = ", ".join(f"{name} {_duration(s)} ({round(100 * s / wall)}%)" for name, s in shown)
     productive = goodput.get("productive_fraction")
     head = f"{round(100 * productive)}% productive" if productive is not None else "-"

@@ -46,8 +46,7 @@ def _client(ctx: typer.Context) -> RljobClient:
 
 def _spec_problems(e: SpecFileError, path: Path) -> CliError:
     lines = "\n".join(f"  {field}: {reason}" for field, reason in e.problems)
-    return CliError(f"invalid job spec {path} ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):\n{lines}",
-                    CliExit.BAD_INPUT)  # fmt: skip
+    return CliError(f"invalid job spec {path} ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):\n{lines}", CliExit.BAD_INPUT)
 
 
 @handles_errors
@@ -97,8 +96,10 @@ def _dry_run(context: CliContext, job_spec: JobSpec, path: Path) -> None:
     """
     fit = estimate_job_fit(job_spec)
     if fit is None:
-        err_console.print("[dim]memory: not estimated (the model's shape is unknown: set model.name or model.dims, "
-                          "or use a local checkpoint)[/]", highlight=False)  # fmt: skip
+        err_console.print(
+            "[dim]memory: not estimated (the model's shape is unknown: set model.name or model.dims, or use a local checkpoint)[/]",
+            highlight=False,
+        )
     elif fit.verdict == "does-not-fit":
         raise CliError(f"{path} would be refused: hardware.accelerator: {fit.message}", CliExit.BAD_INPUT)
     else:

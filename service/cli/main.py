@@ -24,8 +24,14 @@ from .tensorboard_sync import sync_event_files
 # Typer's help reflows paragraphs; "\b" on its own line keeps the lines below it as written.
 EXIT_CODES_HELP = "Exit codes:\n\b\n" + "\n".join(f"{code.value}  {text}" for code, text in CLI_EXIT_MEANINGS.items())
 
-app = typer.Typer(name="rljob", help="Run GRPO post-training jobs through the rljob control service.", no_args_is_help=True,
-                  epilog=EXIT_CODES_HELP, pretty_exceptions_enable=False, add_completion=False)  # fmt: skip
+app = typer.Typer(
+    name="rljob",
+    help="Run GRPO post-training jobs through the rljob control service.",
+    no_args_is_help=True,
+    epilog=EXIT_CODES_HELP,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
 
 
 def _print_version(wanted: bool) -> None:
@@ -46,15 +52,23 @@ def _global(
     url: Annotated[str | None, typer.Option(envvar="RLJOB_URL", help="service URL (default http://127.0.0.1:8765)")] = None,
     token: Annotated[str | None, typer.Option(envvar="RLJOB_TOKEN", help="API token", show_default=False)] = None,
     config: Annotated[Path | None, typer.Option(envvar="RLJOB_CONFIG", help="config file with url and token")] = None,
-    timeout: Annotated[float, typer.Option(envvar="RLJOB_TIMEOUT_S", min=0.1, max=3600, help=(
-        "seconds a request may wait for the service (a log read 3x, an event stream's silence 2x; follows wait for "
-        "news as long as the connection lives)"))] = DEFAULT_TIMEOUT_S,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            envvar="RLJOB_TIMEOUT_S",
+            min=0.1,
+            max=3600,
+            help=(
+                "seconds a request may wait for the service (a log read 3x, an event stream's silence 2x; follows wait for "
+                "news as long as the connection lives)"
+            ),
+        ),
+    ] = DEFAULT_TIMEOUT_S,
     version: Annotated[
         bool, typer.Option("--version", is_eager=True, callback=_print_version, help="print the installed rljob version and exit")
     ] = False,
 ) -> None:
-    ctx.obj = CliContext(url, token, config, render_manifests=render_k8s_manifests, sync_event_files=sync_event_files,
-                         timeout_s=timeout)
+    ctx.obj = CliContext(url, token, config, render_manifests=render_k8s_manifests, sync_event_files=sync_event_files, timeout_s=timeout)
 
 
 app.command()(job_commands.submit)

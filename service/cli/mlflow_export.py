@@ -27,16 +27,24 @@ from .client import CliError, CliExit
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-__all__ = ["MAX_PARAM_VALUE_CHARS", "TRUNCATED", "ExportResult", "JobExport", "flatten_spec", "metric_values",
-           "mlflow_client", "run_tags", "write_export"]  # fmt: skip
+__all__ = [
+    "MAX_PARAM_VALUE_CHARS",
+    "TRUNCATED",
+    "ExportResult",
+    "JobExport",
+    "flatten_spec",
+    "metric_values",
+    "mlflow_client",
+    "run_tags",
+    "write_export",
+]
 
 
 def mlflow_client(tracking_uri: str) -> MlflowClient:
     try:
         from mlflow.tracking import MlflowClient
     except ImportError as e:
-        raise CliError("`rljob export mlflow` needs MLflow's client: pip install 'rljob[mlflow]' (mlflow-skinny)",
-                       CliExit.FAILED) from e  # fmt: skip
+        raise CliError("`rljob export mlflow` needs MLflow's client: pip install 'rljob[mlflow]' (mlflow-skinny)", CliExit.FAILED) from e
     return MlflowClient(tracking_uri=tracking_uri)
 
 

@@ -116,9 +116,14 @@ def serve(
     # http: idle connections closed, open ones capped below the descriptor limit (service/connection_limits.py).
     limits = ConnectionLimits.of(settings.max_connections, settings.request_header_timeout_s)
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level="info", log_config=None,
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)), http=bounded_protocol(limits),
-    )  # fmt: skip
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        log_config=None,
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        http=bounded_protocol(limits),
+    )
 
 
 @token_app.command("create")

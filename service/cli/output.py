@@ -33,9 +33,14 @@ class OutputFormat(enum.StrEnum):
 
 OutputOption = Annotated[
     OutputFormat | None,
-    typer.Option("--output", "-o", case_sensitive=False, show_default=False,
-                 help="json or yaml: the API's object(s); name: one id per line (default: a table)"),
-]  # fmt: skip
+    typer.Option(
+        "--output",
+        "-o",
+        case_sensitive=False,
+        show_default=False,
+        help="json or yaml: the API's object(s); name: one id per line (default: a table)",
+    ),
+]
 
 
 def emit(obj: Any, output: OutputFormat, ids: Iterable[str]) -> None:
@@ -67,9 +72,14 @@ def _artifact_text(artifact: dict[str, Any]) -> str:
 
 # Colours for the learning-health verdicts (service/domain/learning_health.py).
 _HEALTH_STYLE = {
-    "improving": "green", "flat": "default", "signal": "cyan",  # evidence of learning, none, too early to tell
-    "no-signal": "yellow", "stalled": "yellow", "collapsed": "red", "diverging": "red",
-}  # fmt: skip
+    "improving": "green",
+    "flat": "default",
+    "signal": "cyan",  # evidence of learning, none, too early to tell
+    "no-signal": "yellow",
+    "stalled": "yellow",
+    "collapsed": "red",
+    "diverging": "red",
+}
 
 
 def health_text(verdict: str | None) -> str:
@@ -98,8 +108,10 @@ def usage_text(usage: dict[str, Any]) -> str:
     phases = usage["phases"]
     waited_h = (phases["QUEUED"]["seconds"] + phases["LAUNCHING"]["seconds"]) / 3600
     cost = "no price" if usage["cost_usd"] is None else f"${usage['cost_usd']:,.2f}"
-    return (f"{usage['billed_chip_hours']:,.2f} billed chip-hours on {usage['chips']} chip(s) "
-            f"({usage['accelerator']} {usage['capacity']}), {cost}; waited {waited_h:,.2f} h (not charged)")  # fmt: skip
+    return (
+        f"{usage['billed_chip_hours']:,.2f} billed chip-hours on {usage['chips']} chip(s) "
+        f"({usage['accelerator']} {usage['capacity']}), {cost}; waited {waited_h:,.2f} h (not charged)"
+    )
 
 
 def whole_percent(fraction: float) -> int:
@@ -156,8 +168,7 @@ def eval_difference_text(job: dict[str, Any]) -> str | None:
     if not diff:
         return None
     of = "after" if diff["of"] == "after" else str(diff["of"]).replace("-", " ")
-    return (f"{_change_text(diff)} ({diff['improved']} improved, {diff['regressed']} regressed), "
-            f"{of} - before over {diff['n']} rows")  # fmt: skip
+    return f"{_change_text(diff)} ({diff['improved']} improved, {diff['regressed']} regressed), {of} - before over {diff['n']} rows"
 
 
 def _change_text(diff: dict[str, Any]) -> str:
@@ -180,15 +191,19 @@ def print_job(job: dict[str, Any]) -> None:
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")  # paths and messages in full: users copy them
     rows = [
-        ("id", job["id"]), ("name", job["name"]), ("team", job["team"]),
-        ("submitted by", job.get("submitted_by") or "-"), ("phase", job["phase"]),
+        ("id", job["id"]),
+        ("name", job["name"]),
+        ("team", job["team"]),
+        ("submitted by", job.get("submitted_by") or "-"),
+        ("phase", job["phase"]),
         *([("queue", _queue_line(job["queue"]))] if job.get("queue") else []),
-        ("message", job["message"]), ("stage", job.get("stage") or "-"),
+        ("message", job["message"]),
+        ("stage", job.get("stage") or "-"),
         ("step", f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"),
         ("eta", f"{job['eta_s']:.0f}s" if job.get("eta_s") is not None else "-"),
         ("runs on", f"{job.get('backend') or '-'} {job.get('object_name') or ''}".strip()),
         ("run dir", job["run_uri"]),
-    ]  # fmt: skip
+    ]
     metrics = job.get("metrics") or {}
     rows.append(("metrics", "  ".join(f"{k}={fmt_metric(v)}" for k, v in metrics.items())))
     rows.append(("goodput", goodput_text(job.get("goodput"))))  # where the job's time went

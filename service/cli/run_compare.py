@@ -27,10 +27,17 @@ SetOption = Annotated[
 # Set by the service (team from the token) or naming the run rather than shaping it.
 NOT_SETTABLE = frozenset({"team"})
 OUTCOME_ROWS = (
-    ("phase", "phase"), ("final reward", "final_reward"), ("best reward", "best_reward"),
-    ("best reward step", "best_reward_step"), ("eval before", "eval_before"), ("eval after", "eval_after"),
-    ("steps", "steps"), ("wall time (s)", "wall_s"), ("chip-hours", "chip_hours"), ("cost (USD)", "cost_usd"),
-)  # fmt: skip
+    ("phase", "phase"),
+    ("final reward", "final_reward"),
+    ("best reward", "best_reward"),
+    ("best reward step", "best_reward_step"),
+    ("eval before", "eval_before"),
+    ("eval after", "eval_after"),
+    ("steps", "steps"),
+    ("wall time (s)", "wall_s"),
+    ("chip-hours", "chip_hours"),
+    ("cost (USD)", "cost_usd"),
+)
 
 
 def _context(ctx: typer.Context) -> CliContext:
@@ -126,8 +133,12 @@ def apply_setting(spec: dict[str, Any], assignment: str) -> tuple[str, Any, Any]
 
 
 @handles_errors
-def rerun(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="the job to run again")], setting: SetOption = None,
-          output: OutputOption = None) -> None:  # fmt: skip
+def rerun(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(help="the job to run again")],
+    setting: SetOption = None,
+    output: OutputOption = None,
+) -> None:
     """Submit a job again from its spec, with each --set change; prints the new id and the changes."""
     changes = []
     client = _context(ctx).client()

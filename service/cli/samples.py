@@ -37,12 +37,14 @@ def terminal_safe(text: str, limit: int = MAX_COMPLETION_CHARS) -> str:
 def print_samples(page: dict[str, Any], console: Console) -> None:
     step_samples = page["samples"]
     shown = step_samples["samples"]
-    console.print(Text(
-        f"{page['job_id']} step {page['step']}: {step_samples['groups_with_signal']} of {step_samples['groups']} "
-        f"prompts with signal (completions with different rewards); {len(shown)} of "
-        f"{step_samples['completions']} completions shown",
-        style="bold",
-    ))  # fmt: skip
+    console.print(
+        Text(
+            f"{page['job_id']} step {page['step']}: {step_samples['groups_with_signal']} of {step_samples['groups']} "
+            f"prompts with signal (completions with different rewards); {len(shown)} of "
+            f"{step_samples['completions']} completions shown",
+            style="bold",
+        )
+    )
     console.print(Text(f"steps with samples: {step_ranges(page['steps_available'])}", style="dim"))
     for sample in shown:
         scores = "  ".join(f"{name}={_score(value)}" for name, value in sample["rewards"].items())

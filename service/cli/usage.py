@@ -33,8 +33,15 @@ def _slice(accelerator: str, capacity: str) -> str:
 
 def _sum_row(label: list[str], amounts: dict[str, Any]) -> list[str]:
     waiting = amounts["chip_hours"]["QUEUED"] + amounts["chip_hours"]["LAUNCHING"]
-    return [*label, str(amounts["jobs"]), _hours(waiting), _hours(amounts["billed_chip_hours"]), _usd(amounts["cost_usd"]),
-            _gib_months(amounts.get("storage_gib_months")), _usd(amounts.get("storage_cost_usd"))]  # fmt: skip
+    return [
+        *label,
+        str(amounts["jobs"]),
+        _hours(waiting),
+        _hours(amounts["billed_chip_hours"]),
+        _usd(amounts["cost_usd"]),
+        _gib_months(amounts.get("storage_gib_months")),
+        _usd(amounts.get("storage_cost_usd")),
+    ]
 
 
 def _table(title: str, left: tuple[str, ...], right: tuple[str, ...]) -> Table:
@@ -75,31 +82,42 @@ def print_parts(groups: list[dict[str, Any]]) -> None:
 def print_usage(report: dict[str, Any]) -> None:
     scope = f"team {report['team']}" if report["team"] else "every team"
     console.print(f"[bold]usage of {escape(scope)}[/]: jobs submitted since {report['since']} (as of {report['as_of']})")
-    groups = _table("chip-hours and storage by team and slice", ("TEAM", "SLICE"),
-                    ("JOBS", "WAITING", "BILLED", "COST", "GIB-MO", "STORED $"))  # fmt: skip
+    groups = _table(
+        "chip-hours and storage by team and slice", ("TEAM", "SLICE"), ("JOBS", "WAITING", "BILLED", "COST", "GIB-MO", "STORED $")
+    )
     for group in report["groups"]:
         groups.add_row(*_sum_row([group["team"], _slice(group["accelerator"], group["capacity"])], group))
     groups.add_section()
     groups.add_row(*_sum_row(["[bold]total[/]", ""], report["total"]))
     console.print(groups)
     print_parts(report["groups"])
-    jobs = _table("jobs (-o json: every phase and stage)", ("ID", "NAME", "PHASE", "SLICE"),
-                  ("RUN H", "BILLED", "COST", "GIB-MO"))  # fmt: skip
+    jobs = _table("jobs (-o json: every phase and stage)", ("ID", "NAME", "PHASE", "SLICE"), ("RUN H", "BILLED", "COST", "GIB-MO"))
     for row in report["jobs"]:
         usage, phases = row["usage"], row["usage"]["phases"]
         ran_s = phases["RUNNING"]["seconds"] + phases["CANCELLING"]["seconds"]
-        jobs.add_row(row["job_id"], row["name"], row["phase"], _slice(usage["accelerator"], usage["capacity"]),
-                     _hours(ran_s / 3600), _hours(usage["billed_chip_hours"]),
-                     _usd(usage["cost_usd"]), _gib_months((row.get("storage") or {}).get("gib_months")))  # fmt: skip
+        jobs.add_row(
+            row["job_id"],
+            row["name"],
+            row["phase"],
+            _slice(usage["accelerator"], usage["capacity"]),
+            _hours(ran_s / 3600),
+            _hours(usage["billed_chip_hours"]),
+            _usd(usage["cost_usd"]),
+            _gib_months((row.get("storage") or {}).get("gib_months")),
+        )
     console.print(jobs)
-    console.print("[dim]WAITING: queued and launching chip-hours, shown, not charged; BILLED: running and "
-                  "cancelling chip-hours; COST at the service's list prices (RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR); "
-                  "GIB-MO: run-directory GiB-months, each job's measured size up to now (ended jobs' files stay "
-                  f"until deleted); STORED $ at ${report.get('storage_price_usd_per_gib_month', 0):.3f}/GiB-month "
-                  "(RLJOB_USAGE_STORAGE_PRICE_USD_PER_GIB_MONTH)[/]")  # fmt: skip
+    console.print(
+        "[dim]WAITING: queued and launching chip-hours, shown, not charged; BILLED: running and "
+        "cancelling chip-hours; COST at the service's list prices (RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR); "
+        "GIB-MO: run-directory GiB-months, each job's measured size up to now (ended jobs' files stay "
+        f"until deleted); STORED $ at ${report.get('storage_price_usd_per_gib_month', 0):.3f}/GiB-month "
+        "(RLJOB_USAGE_STORAGE_PRICE_USD_PER_GIB_MONTH)[/]"
+    )
     if report["total"]["unpriced_chip_hours"]:
-        console.print(f"[yellow]{_hours(report['total']['unpriced_chip_hours'])} billed chip-hours have no price "
-                      "in the table and are not in the cost[/]")  # fmt: skip
+        console.print(
+            f"[yellow]{_hours(report['total']['unpriced_chip_hours'])} billed chip-hours have no price "
+            "in the table and are not in the cost[/]"
+        )
     if report["truncated"]:
         console.print("[yellow]more jobs matched than one report holds: use a later --since[/]")
 

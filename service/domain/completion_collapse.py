@@ -29,17 +29,21 @@ def collapse(steps: Sequence[TrainStepSummary], *, last: int, empty_share: float
     empties = [s.empty_fraction for s in recent]
     if all(e is not None and e >= empty_share for e in empties):
         shares = ", ".join(f"{e:.0%}" for e in empties if e is not None)
-        return (f"at each of the last {len(recent)} steps (to step {recent[-1].step}) at least "
-                f"{empty_share:.0%} of completions were empty ({shares})")  # fmt: skip
+        return (
+            f"at each of the last {len(recent)} steps (to step {recent[-1].step}) at least "
+            f"{empty_share:.0%} of completions were empty ({shares})"
+        )
     first = next(((s.step, s.mean_length) for s in steps if s.mean_length is not None and s.mean_length > 0), None)
     lengths = [s.mean_length for s in recent]
     if first is None or first[0] >= recent[0].step:
         return None
     first_step, first_length = first
     if all(v is not None and v <= first_length * length_share for v in lengths):
-        return (f"the mean completion length fell from {first_length:.1f} tokens at step {first_step} to "
-                f"{lengths[-1]:.1f} at step {recent[-1].step}, at most {length_share:.0%} of it at "
-                f"each of the last {len(recent)} steps")  # fmt: skip
+        return (
+            f"the mean completion length fell from {first_length:.1f} tokens at step {first_step} to "
+            f"{lengths[-1]:.1f} at step {recent[-1].step}, at most {length_share:.0%} of it at "
+            f"each of the last {len(recent)} steps"
+        )
     return None
 
 
@@ -56,7 +60,9 @@ def kl_rise_without_signal(steps: Sequence[TrainStepSummary]) -> str | None:
     assert first.kl is not None and last.kl is not None
     if last.kl - first.kl < KL_RISE_MIN or last.kl <= max(s.kl for s in run[:-1] if s.kl is not None):
         return None
-    return (f"the KL to the reference rose from {first.kl:.3g} to {last.kl:.3g} over steps {first.step}-{last.step}, "
-            "none of which had reward signal: with zero advantages only the KL penalty and weight decay move the "
-            "policy, and the penalty should pull it back. Check grpo.kl_estimator (k1 does not pull back on-policy) "
-            "and grpo.beta")  # fmt: skip
+    return (
+        f"the KL to the reference rose from {first.kl:.3g} to {last.kl:.3g} over steps {first.step}-{last.step}, "
+        "none of which had reward signal: with zero advantages only the KL penalty and weight decay move the "
+        "policy, and the penalty should pull it back. Check grpo.kl_estimator (k1 does not pull back on-policy) "
+        "and grpo.beta"
+    )

@@ -37,9 +37,7 @@ class EvalPoint(BaseModel):
         description="maxtext: MaxText's score (the answer in its tags) | rewards: the share of each row's completions "
         "the job's own reward functions rewarded (total reward above 0)"
     )
-    maxtext_accuracy: float | None = Field(
-        default=None, description="with scored_by rewards: MaxText's own score, for reference"
-    )
+    maxtext_accuracy: float | None = Field(default=None, description="with scored_by rewards: MaxText's own score, for reference")
     ci95: tuple[float, float] = Field(description="95% Wilson interval of the accuracy")
     format_accuracy: float | None
     partial_accuracy: float | None
@@ -92,13 +90,19 @@ def latest_comparison(summaries: list[EvalSummary]) -> EvalSummary | None:
 def public_point(summary: EvalSummary) -> EvalPoint:
     n = summary.n
     return EvalPoint(
-        label=summary.label, step=summary.step, n=n, accuracy=summary.correct / n if n else None,
+        label=summary.label,
+        step=summary.step,
+        n=n,
+        accuracy=summary.correct / n if n else None,
         scored_by=summary.scored_by,
         maxtext_accuracy=summary.maxtext_correct / n if n and summary.maxtext_correct is not None else None,
-        ci95=wilson_interval(summary.correct, n), format_accuracy=summary.format_correct / n if n else None,
-        partial_accuracy=summary.partial_correct / n if n else None, mean_reward=summary.mean_reward,
-        samples_per_row=summary.samples_per_row, sampling=summary.sampling,
-    )  # fmt: skip
+        ci95=wilson_interval(summary.correct, n),
+        format_accuracy=summary.format_correct / n if n else None,
+        partial_accuracy=summary.partial_correct / n if n else None,
+        mean_reward=summary.mean_reward,
+        samples_per_row=summary.samples_per_row,
+        sampling=summary.sampling,
+    )
 
 
 def job_eval(summaries: list[EvalSummary], *, spec: JobSpec, phase: JobPhase) -> JobEval:
@@ -110,14 +114,17 @@ def job_eval(summaries: list[EvalSummary], *, spec: JobSpec, phase: JobPhase) ->
     difference = None
     if compared is not None and compared.vs_before is not None:
         difference = EvalDifference(of=compared.label, **compared.vs_before.model_dump())
-    return JobEval(status="available", reason=None, points=public, before=by_label.get(BEFORE),
-                   after=by_label.get(AFTER), difference=difference)  # fmt: skip
+    return JobEval(
+        status="available", reason=None, points=public, before=by_label.get(BEFORE), after=by_label.get(AFTER), difference=difference
+    )
 
 
 def _why_none(spec: JobSpec, phase: JobPhase) -> str:
     if not spec.grpo.num_test_batches:
-        return ("grpo.num_test_batches is 0, so train_rl runs no evaluation; set it above 0 (with dataset.eval_files "
-                "for file data) to evaluate the policy before and after training")
+        return (
+            "grpo.num_test_batches is 0, so train_rl runs no evaluation; set it above 0 (with dataset.eval_files "
+            "for file data) to evaluate the policy before and after training"
+        )
     if phase.is_terminal():
         return "the job ended before an evaluation finished (train_rl evaluates before its first step and after its last)"
     return "no evaluation has finished yet: train_rl evaluates before its first train step and after its last"
@@ -125,5 +132,7 @@ def _why_none(spec: JobSpec, phase: JobPhase) -> str:
 
 def eval_event_data(summary: EvalSummary) -> dict[str, Any]:
     """What an `eval` entry of the job's event log (and SSE) carries besides step and metrics."""
-    return {"point": public_point(summary).model_dump(mode="json"),
-            "difference": summary.vs_before.model_dump(mode="json") if summary.vs_before else None}  # fmt: skip
+    return {
+        "point": public_point(summary).model_dump(mode="json"),
+        "difference": summary.vs_before.model_dump(mode="json") if summary.vs_before else None,
+    }

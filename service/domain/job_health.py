@@ -50,9 +50,12 @@ def health_changes_by_time_at(record: JobRecord, policy: HealthPolicy) -> dateti
     """When time alone can next change the job's verdict (once the clock passes it: the job stalls);
     None when only a change to the record can. The progress poller re-judges a job then, not every round."""
     return stall_deadline(
-        record.recent_train_steps, phase=record.phase, stage=record.stage, policy=policy,
+        record.recent_train_steps,
+        phase=record.phase,
+        stage=record.stage,
+        policy=policy,
         train_started_at=train_started_at(record),
-    )  # fmt: skip
+    )
 
 
 def log_health_change(record: JobRecord, tx: JobTx, now: datetime, policy: HealthPolicy) -> None:

@@ -112,8 +112,9 @@ class JobService:
         # Decided once: only launchers with somewhere to write status (Kubernetes) get a mirror.
         self.status_mirror = (
             StatusMirrorWorker(launcher, every_steps=mirror_every_steps, interval_s=mirror_interval_s)
-            if isinstance(launcher, StatusMirror) else None
-        )  # fmt: skip
+            if isinstance(launcher, StatusMirror)
+            else None
+        )
         self.clock = clock
         self._notify = notify
         self.max_resumes = max_resumes
@@ -407,11 +408,11 @@ class JobService:
         since = self._end_put_off_since.setdefault(job_id, now)
         if now - since < DRAIN_PUT_OFF_MAX_S:
             if since == now:
-                log.info("job %s: its workload stopped with trainer events still unread; its end is written once they "
-                         "are read", job_id)  # fmt: skip
+                log.info("job %s: its workload stopped with trainer events still unread; its end is written once they are read", job_id)
             return True
-        log.warning("job %s: trainer events still unread %.0f s after its workload stopped; its end is written "
-                    "without them", job_id, now - since)  # fmt: skip
+        log.warning(
+            "job %s: trainer events still unread %.0f s after its workload stopped; its end is written without them", job_id, now - since
+        )
         return False
 
     def _decide(self, rec: JobRecord, obs: Observation) -> Decision:

@@ -104,8 +104,7 @@ class LearningHealth(BaseModel):
     last_step_at: datetime = Field(description="when the trainer reported that step")
     warning: str | None = Field(
         default=None,
-        description="something the steps show beside the verdict: the KL to the reference rising over steps that had "
-        "no reward signal",
+        description="something the steps show beside the verdict: the KL to the reference rising over steps that had no reward signal",
     )
 
 
@@ -169,8 +168,9 @@ def assess_learning(
             f"The trainer may be hung or starved of accelerators: check `rljob logs {job_id}`",
         )
 
-    collapsed = collapse(kept, last=policy.collapse_steps, empty_share=policy.collapse_empty_fraction,
-                         length_share=policy.collapse_length_fraction)
+    collapsed = collapse(
+        kept, last=policy.collapse_steps, empty_share=policy.collapse_empty_fraction, length_share=policy.collapse_length_fraction
+    )
     if collapsed is not None:
         where = checkpoints_uri or "the run directory"
         return verdict(
@@ -211,8 +211,10 @@ def _judge_by_eval(
     if low > 0 and d.n >= policy.eval_min_pairs:
         return Verdict.IMPROVING, f"{measured}: the interval lies above 0, so the policy gets more eval rows right"
     if low > 0:
-        shown = (f"the interval lies above 0, but over fewer than {policy.eval_min_pairs} paired rows, too few to "
-                 "rely on (raise grpo.num_test_batches for more eval rows)")  # fmt: skip
+        shown = (
+            f"the interval lies above 0, but over fewer than {policy.eval_min_pairs} paired rows, too few to "
+            "rely on (raise grpo.num_test_batches for more eval rows)"
+        )
     else:
         shown = "the interval does not lie above 0"
     if with_signal < policy.flat_signal_steps:
@@ -316,8 +318,7 @@ def _signal_now(latest: TrainStepSummary, policy: HealthPolicy) -> str:
             f"that step; {policy.no_signal_steps} such steps in a row make the verdict no-signal)"
         )
     return (
-        f"at step {latest.step}, {latest.signal_fraction:.0%} of prompts had completions with different "
-        "rewards (a non-zero GRPO advantage)"
+        f"at step {latest.step}, {latest.signal_fraction:.0%} of prompts had completions with different rewards (a non-zero GRPO advantage)"
     )
 
 

@@ -50,8 +50,7 @@ def size_manifest(manifest: dict[str, Any], artifact_uris: Mapping[str, str]) ->
     references = manifest.get("references")
     run = None
     if manifest.get("run_uri"):
-        run = {"uri": manifest["run_uri"], "size_bytes": manifest.get("total_bytes"),
-               "file_count": manifest.get("file_count", len(files))}  # fmt: skip
+        run = {"uri": manifest["run_uri"], "size_bytes": manifest.get("total_bytes"), "file_count": manifest.get("file_count", len(files))}
     return ManifestSizes(sized, dict(references) if isinstance(references, dict) else {}, run)
 
 

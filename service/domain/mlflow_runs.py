@@ -118,16 +118,29 @@ def metric_values(points: list[dict[str, Any]], evaluation: dict[str, Any] | Non
                 values.append(MetricValue(_key(prefix + name), float(value), int(point["step"]), stamp, point["kind"]))
     for ev in (evaluation or {}).get("points") or []:
         stamp = eval_times.get(int(ev["step"]), fallback_ms)
-        fields = {"accuracy": ev.get("accuracy"), "accuracy_ci95_low": ev["ci95"][0], "accuracy_ci95_high": ev["ci95"][1],
-                  "n": ev["n"], "format_accuracy": ev.get("format_accuracy"), "mean_reward": ev.get("mean_reward")}  # fmt: skip
-        values.extend(MetricValue(f"{EVALUATION}/{name}", float(v), int(ev["step"]), stamp, EVALUATION)
-                      for name, v in fields.items() if v is not None)  # fmt: skip
+        fields = {
+            "accuracy": ev.get("accuracy"),
+            "accuracy_ci95_low": ev["ci95"][0],
+            "accuracy_ci95_high": ev["ci95"][1],
+            "n": ev["n"],
+            "format_accuracy": ev.get("format_accuracy"),
+            "mean_reward": ev.get("mean_reward"),
+        }
+        values.extend(
+            MetricValue(f"{EVALUATION}/{name}", float(v), int(ev["step"]), stamp, EVALUATION) for name, v in fields.items() if v is not None
+        )
     return values
 
 
 def run_tags(job: dict[str, Any]) -> dict[str, str]:
-    return {JOB_ID_TAG: job["id"], "rljob.team": job["team"], "rljob.name": job["name"], "rljob.phase": job["phase"],
-            "rljob.run_uri": job["run_uri"], "mlflow.runName": job["name"]}  # fmt: skip
+    return {
+        JOB_ID_TAG: job["id"],
+        "rljob.team": job["team"],
+        "rljob.name": job["name"],
+        "rljob.phase": job["phase"],
+        "rljob.run_uri": job["run_uri"],
+        "mlflow.runName": job["name"],
+    }
 
 
 def read_cursor(tags: dict[str, str]) -> dict[str, int]:
@@ -151,8 +164,9 @@ def experiment_id(client: MlflowClient, name: str, artifact_location: str | None
     found = client.get_experiment_by_name(name)
     if found is not None:
         if found.lifecycle_stage != "active":
-            raise MlflowExportError(f"the MLflow experiment {name!r} is deleted: restore it or export to another experiment",
-                                    bad_input=True)  # fmt: skip
+            raise MlflowExportError(
+                f"the MLflow experiment {name!r} is deleted: restore it or export to another experiment", bad_input=True
+            )
         return str(found.experiment_id)
     return str(client.create_experiment(name, artifact_location=artifact_location))
 
@@ -176,8 +190,9 @@ def _batch_cursor(cursor: dict[str, int], batch: list[MetricValue], following: M
     return moved
 
 
-def write_export(client: MlflowClient, export: JobExport, experiment: str, *, trust_cursor: bool = False,
-                 with_artifacts: bool = True) -> ExportResult:  # fmt: skip
+def write_export(
+    client: MlflowClient, export: JobExport, experiment: str, *, trust_cursor: bool = False, with_artifacts: bool = True
+) -> ExportResult:
     """Create or find the job's run in `experiment` (an id), then log what it does not hold yet.
 
     trust_cursor: take the run's cursor tag for what it holds (the live export, every few seconds) instead of
@@ -209,8 +224,11 @@ def write_export(client: MlflowClient, export: JobExport, experiment: str, *, tr
         following = new[start + METRICS_PER_BATCH] if start + METRICS_PER_BATCH < len(new) else None
         cursor = _batch_cursor(cursor, batch, following)
         # The cursor rides in the batch's own request: a pass cut short leaves it no further than the points.
-        client.log_batch(run_id, metrics=[Metric(v.key, v.value, v.timestamp_ms, v.step) for v in batch],
-                         tags=[RunTag(CURSOR_TAG, json.dumps(cursor, sort_keys=True))])  # fmt: skip
+        client.log_batch(
+            run_id,
+            metrics=[Metric(v.key, v.value, v.timestamp_ms, v.step) for v in batch],
+            tags=[RunTag(CURSOR_TAG, json.dumps(cursor, sort_keys=True))],
+        )
     final = advance(cursor, values)  # every value is in the run now (a CLI export of a run older than the cursor)
     if final != cursor:
         client.set_tag(run_id, CURSOR_TAG, json.dumps(final, sort_keys=True))

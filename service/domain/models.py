@@ -241,17 +241,20 @@ class JobPublic(BaseModel):
     queue: QueueStatus | None = Field(description="while QUEUED behind a backend's queue: which, why, and the place in line")
     usage: JobUsage = Field(description="chip-hours by phase and stage, and what the billed time cost at list price")
     storage: RunStorage | None = Field(
-        default=None, description="bytes the run directory holds, total and by part (checkpoints, converted, export, "
-        "logs, samples, data, other), as the trainer measured it at its newest stage end; null before the first"
+        default=None,
+        description="bytes the run directory holds, total and by part (checkpoints, converted, export, "
+        "logs, samples, data, other), as the trainer measured it at its newest stage end; null before the first",
     )
     goodput: JobGoodput | None = Field(
-        default=None, description="where the job's wall-clock time went: queued, start-up, convert, rollout, "
+        default=None,
+        description="where the job's wall-clock time went: queued, start-up, convert, rollout, "
         "log-probs, update, weight sync, checkpoint, eval, export and other, adding up to wall_s; live while "
-        "it runs; null before it has spent any time"
+        "it runs; null before it has spent any time",
     )
     trainer_events: TrainerEventCounts = Field(
-        default_factory=TrainerEventCounts, description="what the job's trainer events made the service store, "
-        "and how many a per-job bound refused (the job's message says when the first was)"
+        default_factory=TrainerEventCounts,
+        description="what the job's trainer events made the service store, "
+        "and how many a per-job bound refused (the job's message says when the first was)",
     )
     fit_estimate: FitEstimate | None = Field(
         description="memory per chip estimated at submit, with the verdict against the accelerator's (a `tight` "
@@ -316,8 +319,9 @@ class JobFilters:
         texts = [("team", self.team), ("name", self.name)] + [("label", f"{k}={v}") for k, v in self.labels]
         for parameter, text in texts:
             if text is not None and (found := _CONTROL.search(text)):
-                raise InvalidRequest(("query", parameter), f"{parameter} holds a control character ({found.group()!r}); "
-                                     "names, teams and labels never do")  # fmt: skip
+                raise InvalidRequest(
+                    ("query", parameter), f"{parameter} holds a control character ({found.group()!r}); names, teams and labels never do"
+                )
 
 
 @dataclass(frozen=True)

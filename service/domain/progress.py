@@ -118,8 +118,10 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         started = record.stage_times.get(event.stage.value)
         record.stage_times[event.stage.value] = StageTimes(
             started_at=started.started_at if started else event.time,  # a start this service never saw
-            finished_at=event.time, duration_s=event.duration_s, skipped=event.skipped,
-        )  # fmt: skip
+            finished_at=event.time,
+            duration_s=event.duration_s,
+            skipped=event.skipped,
+        )
         data: dict[str, Any] = {"stage": event.stage.value, "status": "finished", "skipped": event.skipped}
         if event.reason:
             data["reason"] = event.reason
@@ -166,13 +168,24 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         record.goodput = {**record.goodput, event.attempt: event.train}
         warn_if_parts_overlap(record, event.time)
         measured = job_goodput(record, event.time)
-        changes.log.append(("goodput", {"attempt": event.attempt, "step": event.train.step, "final": event.train.final,
-                                        **(measured.model_dump() if measured else {})}))  # fmt: skip
+        changes.log.append(
+            (
+                "goodput",
+                {
+                    "attempt": event.attempt,
+                    "step": event.train.step,
+                    "final": event.train.final,
+                    **(measured.model_dump() if measured else {}),
+                },
+            )
+        )
     elif isinstance(event, RunFinished):
         record.run_finished = RunOutcome(
-            ok=event.ok, exit_code=event.exit_code, message=event.message,
+            ok=event.ok,
+            exit_code=event.exit_code,
+            message=event.message,
             failed_stage=event.failed_stage.value if event.failed_stage else None,
-        )  # fmt: skip
+        )
         changes.log.append(("run_finished", record.run_finished.model_dump()))
     return True
 

@@ -60,7 +60,11 @@ def write_queue(tx: JobTx, rec: JobRecord, obs: Observation, clock: Clock) -> No
 
 
 def write_decision(
-    decided: Decision, rec: JobRecord, tx: JobTx, obs: Observation, manifest: ManifestSizes | ManifestRefused | None,
+    decided: Decision,
+    rec: JobRecord,
+    tx: JobTx,
+    obs: Observation,
+    manifest: ManifestSizes | ManifestRefused | None,
     clock: Clock,
 ) -> str | None:
     """Carry `decided` out on `rec`. Returns the name of the workload a resume replaced, if any: the

@@ -58,8 +58,13 @@ def cochran_armitage(counts: Sequence[StepCount]) -> TrendTest | None:
     half = len(rows) // 2 or 1
     early, late = rows[:half], rows[-half:]
     return TrendTest(
-        z=z, p_rise=normal_upper_tail(z), steps=len(rows), first_step=rows[0].step, last_step=rows[-1].step,
-        rewarded=rewarded, completions=total,
+        z=z,
+        p_rise=normal_upper_tail(z),
+        steps=len(rows),
+        first_step=rows[0].step,
+        last_step=rows[-1].step,
+        rewarded=rewarded,
+        completions=total,
         first_rate=sum(r.rewarded for r in early) / max(1, sum(r.completions for r in early)),
         last_rate=sum(r.rewarded for r in late) / max(1, sum(r.completions for r in late)),
-    )  # fmt: skip
+    )

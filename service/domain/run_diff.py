@@ -95,26 +95,37 @@ def job_outcome(view: JobPublic, points: list[MetricPoint]) -> JobOutcome:
     best = max(rewards, key=lambda pair: pair[1]) if rewards else None
     usage = view.usage
     return JobOutcome(
-        job_id=view.id, name=view.name, phase=view.phase,
+        job_id=view.id,
+        name=view.name,
+        phase=view.phase,
         final_reward=rewards[-1][1] if rewards else None,
-        best_reward=best[1] if best else None, best_reward_step=best[0] if best else None,
-        eval_before=view.eval.before, eval_after=view.eval.after, eval_difference=view.eval.difference,
-        steps=view.step, total_steps=view.total_steps,
+        best_reward=best[1] if best else None,
+        best_reward_step=best[0] if best else None,
+        eval_before=view.eval.before,
+        eval_after=view.eval.after,
+        eval_difference=view.eval.difference,
+        steps=view.step,
+        total_steps=view.total_steps,
         wall_s=round(sum(amount.seconds for amount in usage.phases.values()), 3),
-        chip_hours=usage.billed_chip_hours, cost_usd=usage.cost_usd,
-    )  # fmt: skip
+        chip_hours=usage.billed_chip_hours,
+        cost_usd=usage.cost_usd,
+    )
 
 
 def diff_jobs(
-    a: JobPublic, b: JobPublic, *, points: tuple[list[MetricPoint], list[MetricPoint]],
+    a: JobPublic,
+    b: JobPublic,
+    *,
+    points: tuple[list[MetricPoint], list[MetricPoint]],
     records: tuple[ReproRecord | None, ReproRecord | None],
-) -> JobDiff:  # fmt: skip
+) -> JobDiff:
     record_a, record_b = records
     missing = [view.id for view, record in ((a, record_a), (b, record_b)) if record is None]
     return JobDiff(
-        a=a.id, b=b.id,
+        a=a.id,
+        b=b.id,
         spec=differences(a.spec, b.spec, ignore=IGNORED_SPEC_KEYS),
         record=_record_differences(record_a, record_b) if record_a is not None and record_b is not None else {},
         missing_records=missing,
         outcomes=[job_outcome(a, points[0]), job_outcome(b, points[1])],
-    )  # fmt: skip
+    )

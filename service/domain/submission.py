@@ -30,8 +30,9 @@ def check_submission(spec: JobSpec, caller: Caller, policy: LocationPolicy, laun
     return spec, fit
 
 
-def store_new_job(store: JobStore, caller: Caller, spec: JobSpec, idempotency_key: str | None, fit: FitEstimate | None,
-                  *, job_id: str, now: datetime) -> tuple[JobRecord, bool]:  # fmt: skip
+def store_new_job(
+    store: JobStore, caller: Caller, spec: JobSpec, idempotency_key: str | None, fit: FitEstimate | None, *, job_id: str, now: datetime
+) -> tuple[JobRecord, bool]:
     """(the job, True) once stored; (the job this Idempotency-Key already made, False); IdempotencyConflict
     for the key with another spec; IdempotencyKeyTaken when another transaction stored the key first."""
     spec_hash = spec.content_hash()
@@ -43,11 +44,21 @@ def store_new_job(store: JobStore, caller: Caller, spec: JobSpec, idempotency_ke
                     raise IdempotencyConflict(idempotency_key, existing.id)
                 return existing, False
         record = JobRecord(
-            id=job_id, team=caller.team, name=spec.name, labels=dict(spec.labels), submitted_by=caller.submitter,
-            spec=spec, spec_hash=spec_hash, idempotency_key=idempotency_key,
-            phase=JobPhase.QUEUED, message="accepted; waiting to be handed to the launcher", created_at=now,
-            updated_at=now, phase_entered_at=now, fit_estimate=fit,
-        )  # fmt: skip
+            id=job_id,
+            team=caller.team,
+            name=spec.name,
+            labels=dict(spec.labels),
+            submitted_by=caller.submitter,
+            spec=spec,
+            spec_hash=spec_hash,
+            idempotency_key=idempotency_key,
+            phase=JobPhase.QUEUED,
+            message="accepted; waiting to be handed to the launcher",
+            created_at=now,
+            updated_at=now,
+            phase_entered_at=now,
+            fit_estimate=fit,
+        )
         tx.insert(record)
         tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)
     return record, True

@@ -56,24 +56,34 @@ class TrainStepSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "step": self.step, "time": self.time.isoformat(), "signal_fraction": self.signal_fraction,
-            "loss": self.loss, "kl": self.kl, "nonfinite": list(self.nonfinite),
-            "completions": self.completions, "rewarded_completions": self.rewarded_completions,
-            "empty_fraction": self.empty_fraction, "mean_length": self.mean_length,
-        }  # fmt: skip
+            "step": self.step,
+            "time": self.time.isoformat(),
+            "signal_fraction": self.signal_fraction,
+            "loss": self.loss,
+            "kl": self.kl,
+            "nonfinite": list(self.nonfinite),
+            "completions": self.completions,
+            "rewarded_completions": self.rewarded_completions,
+            "empty_fraction": self.empty_fraction,
+            "mean_length": self.mean_length,
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> TrainStepSummary | None:
         """None for an entry this code cannot read (written by another version): skipped, not fatal."""
         try:
             return cls(
-                step=int(data["step"]), time=as_utc(datetime.fromisoformat(data["time"])),
-                signal_fraction=data.get("signal_fraction"), loss=data.get("loss"), kl=data.get("kl"),
+                step=int(data["step"]),
+                time=as_utc(datetime.fromisoformat(data["time"])),
+                signal_fraction=data.get("signal_fraction"),
+                loss=data.get("loss"),
+                kl=data.get("kl"),
                 nonfinite=tuple(str(n) for n in data.get("nonfinite") or ()),
                 completions=_count(data.get("completions")),
                 rewarded_completions=_count(data.get("rewarded_completions")),
-                empty_fraction=_share(data.get("empty_fraction")), mean_length=_finite(data.get("mean_length")),
-            )  # fmt: skip
+                empty_fraction=_share(data.get("empty_fraction")),
+                mean_length=_finite(data.get("mean_length")),
+            )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 

@@ -35,10 +35,15 @@ class TrainerEventCounts(BaseModel):
 
     stored: int = Field(default=0, ge=0, description="event-log entries stored from the trainer's events")
     stored_bytes: int = Field(default=0, ge=0, description="their JSON, in bytes")
-    refused: int = Field(default=0, ge=0, description=(
-        f"events a per-job bound kept out of the store ({MAX_STORED_ENTRIES:,} entries, "
-        f"{MAX_STORED_BYTES // (1024 * 1024)} MiB, {MAX_ARTIFACTS} artifact names, {MAX_GOODPUT_ATTEMPTS} attempts' "
-        "goodput) or lines over the one-event size; each counted, none stored"))
+    refused: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            f"events a per-job bound kept out of the store ({MAX_STORED_ENTRIES:,} entries, "
+            f"{MAX_STORED_BYTES // (1024 * 1024)} MiB, {MAX_ARTIFACTS} artifact names, {MAX_GOODPUT_ATTEMPTS} attempts' "
+            "goodput) or lines over the one-event size; each counted, none stored"
+        ),
+    )
 
     @classmethod
     def of_json(cls, value: Any) -> TrainerEventCounts:

@@ -136,10 +136,14 @@ class _Tally:
 
 
 def summarize_usage(
-    records: Iterable[JobRecord], now: datetime, prices: PriceTable, *,
-    storage: Mapping[str, Sequence[StorageSample]] | None = None, since: datetime | None = None,
+    records: Iterable[JobRecord],
+    now: datetime,
+    prices: PriceTable,
+    *,
+    storage: Mapping[str, Sequence[StorageSample]] | None = None,
+    since: datetime | None = None,
     storage_price: float = 0.0,
-) -> tuple[UsageSum, list[UsageGroup], list[JobUsageRow]]:  # fmt: skip
+) -> tuple[UsageSum, list[UsageGroup], list[JobUsageRow]]:
     """The total, the totals by (team, accelerator, capacity), and one row per job (in the order given).
     `storage`: each job's run-directory measurements (storage_usage.py), integrated over [since, now]."""
     total = _Tally()
@@ -150,10 +154,17 @@ def summarize_usage(
         stored = job_storage_usage((storage or {}).get(record.id, ()), since or record.created_at, now, storage_price)
         total.add(usage, stored)
         groups.setdefault((record.team, usage.accelerator, usage.capacity), _Tally()).add(usage, stored)
-        rows.append(JobUsageRow(
-            job_id=record.id, name=record.name, team=record.team, phase=record.phase,
-            created_at=record.created_at, usage=usage, storage=stored,
-        ))  # fmt: skip
+        rows.append(
+            JobUsageRow(
+                job_id=record.id,
+                name=record.name,
+                team=record.team,
+                phase=record.phase,
+                created_at=record.created_at,
+                usage=usage,
+                storage=stored,
+            )
+        )
     by_group = [
         UsageGroup(team=team, accelerator=accelerator, capacity=capacity, **tally.as_sum().model_dump())
         for (team, accelerator, capacity), tally in sorted(groups.items())

@@ -50,8 +50,7 @@ def test_a_changed_outcome_changes_the_rendering() -> None:
     row["greedy"] = 1 - row["greedy"]
     assert render_learning.render_section(edited) != render_learning.render_section(RESULTS)
     edited = copy.deepcopy(RESULTS)
-    edited["arms"]["control"]["train"][0]["signal_fraction"] = 0.5 if not edited["arms"]["control"]["train"][0][
-        "signal_fraction"] else 0.0  # fmt: skip
+    edited["arms"]["control"]["train"][0]["signal_fraction"] = 0.5 if not edited["arms"]["control"]["train"][0]["signal_fraction"] else 0.0
     assert render_learning.render_section(edited) != render_learning.render_section(RESULTS)
 
 

@@ -12,8 +12,7 @@ from bench import learning_stats as ls
 
 
 def _rows(p: float, n: int, rng: np.random.Generator, samples: int = 4) -> list[dict]:
-    return [{"id": f"q{i}", "greedy": int(rng.random() < p), "samples": [int(rng.random() < p) for _ in range(samples)]}
-            for i in range(n)]  # fmt: skip
+    return [{"id": f"q{i}", "greedy": int(rng.random() < p), "samples": [int(rng.random() < p) for _ in range(samples)]} for i in range(n)]
 
 
 def test_the_bootstrap_finds_a_planted_difference() -> None:
@@ -78,23 +77,32 @@ def _ci(difference: float, low: float, high: float) -> dict:
     return {"sampled": {"difference": difference, "low": low, "high": high}}
 
 
-@pytest.mark.parametrize(("gain", "met"), [((0.12, 0.06, 0.18), True), ((0.12, 0.05, 0.18), False),
-                                           ((0.09, 0.06, 0.12), False), ((0.10, 0.051, 0.2), True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("gain", "met"), [((0.12, 0.06, 0.18), True), ((0.12, 0.05, 0.18), False), ((0.09, 0.06, 0.12), False), ((0.10, 0.051, 0.2), True)]
+)
 def test_the_gain_criterion_needs_the_target_and_the_lower_bound(gain, met) -> None:
     decision = ls.decide(_ci(*gain), _ci(0, -0.02, 0.02), _ci(0.1, 0.05, 0.15))
     assert decision["trained_vs_base"]["met"] is met
 
 
-@pytest.mark.parametrize(("control", "met"), [((0.0, -0.02, 0.02), True), ((0.029, -0.001, 0.06), True),
-                                              ((0.03, -0.01, 0.07), False), ((0.02, 0.001, 0.04), False),
-                                              ((-0.025, -0.06, 0.01), True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("control", "met"),
+    [
+        ((0.0, -0.02, 0.02), True),
+        ((0.029, -0.001, 0.06), True),
+        ((0.03, -0.01, 0.07), False),
+        ((0.02, 0.001, 0.04), False),
+        ((-0.025, -0.06, 0.01), True),
+    ],
+)
 def test_the_control_criterion_needs_a_small_difference_whose_interval_covers_zero(control, met) -> None:
     decision = ls.decide(_ci(0.2, 0.1, 0.3), _ci(*control), _ci(0.1, 0.05, 0.15))
     assert decision["control_vs_base"]["met"] is met
 
 
-@pytest.mark.parametrize(("versus", "met"), [((0.1, 0.01, 0.2), True), ((-0.1, -0.2, -0.01), True),
-                                             ((0.05, -0.01, 0.1), False), ((0.05, 0.0, 0.1), False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("versus", "met"), [((0.1, 0.01, 0.2), True), ((-0.1, -0.2, -0.01), True), ((0.05, -0.01, 0.1), False), ((0.05, 0.0, 0.1), False)]
+)
 def test_trained_vs_control_needs_an_interval_that_excludes_zero(versus, met) -> None:
     decision = ls.decide(_ci(0.2, 0.1, 0.3), _ci(0, -0.02, 0.02), _ci(*versus))
     assert decision["trained_vs_control"]["met"] is met

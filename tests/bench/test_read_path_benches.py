@@ -11,8 +11,19 @@ from bench.readme_render.read_path_benches import GET, LIST, render_control_plan
 
 def _row(rate: int, cpu: float, p99: float = 5.0, shed: int = 0) -> dict[str, Any]:
     sent = rate * 10
-    return {"offered_rps": rate, "sent": sent, "ok": sent - shed, "shed": shed, "timeouts": 0, "errors": 0, "p50_ms": 1.0,
-            "p90_ms": 2.0, "p99_ms": p99, "max_ms": p99, "cpu_ms_per_request": cpu}  # fmt: skip
+    return {
+        "offered_rps": rate,
+        "sent": sent,
+        "ok": sent - shed,
+        "shed": shed,
+        "timeouts": 0,
+        "errors": 0,
+        "p50_ms": 1.0,
+        "p90_ms": 2.0,
+        "p99_ms": p99,
+        "max_ms": p99,
+        "cpu_ms_per_request": cpu,
+    }
 
 
 def _server(get_cpu: float, list_cpu: float) -> dict[str, Any]:
@@ -21,10 +32,12 @@ def _server(get_cpu: float, list_cpu: float) -> dict[str, Any]:
 
 
 RESULT = {
-    "duration_s": 10.0, "jobs": 1000, "before": None,
+    "duration_s": 10.0,
+    "jobs": 1000,
+    "before": None,
     "servers": {"rljob serve": _server(1.2, 4.0), "minimal": _server(1.0, 2.0)},
     "machine": {"cpu_count": 2, "load_average": [1.0, 1.0, 1.0], "commit": "abc", "command": "python bench/control_plane.py"},
-}  # fmt: skip
+}
 
 
 def test_targets_met_say_so_with_the_worst_ratio() -> None:
@@ -45,8 +58,13 @@ def test_a_shed_request_below_the_rate_and_a_slow_p99_are_misses_with_their_size
 
 
 def test_the_trainer_overhead_needs_three_runs_under_the_ratio() -> None:
-    machine = {"cpu_count": 2, "load_average": [1.0, 1.0, 1.0], "load_average_at_end": [2.0, 1.0, 1.0], "commit": "abc",
-               "command": "python bench/trainer_overhead.py"}  # fmt: skip
+    machine = {
+        "cpu_count": 2,
+        "load_average": [1.0, 1.0, 1.0],
+        "load_average_at_end": [2.0, 1.0, 1.0],
+        "commit": "abc",
+        "command": "python bench/trainer_overhead.py",
+    }
     run = {"machine": machine, "bare_s": {"convert": 1.0, "total": 100.0}, "trainer_s": {"convert": 1.0, "total": 104.0}, "ratio": 1.04}
     result = {"target_ratio": 1.05, "runs": [run, run, run]}
     assert "Target <= 1.05 in 3 of 3 runs: met (median 1.040; worst 1.040)" in render_trainer_overhead(result)

@@ -60,8 +60,7 @@ def test_a_page_with_figures_has_none_outside_a_rendered_block(page) -> None:
     found = unsourced_figures(page.read_text())
     assert not found, (
         f"figures on {page} that no result file backs: render them from bench/results/ "
-        "(bench/readme_sections.py) or, if they are settings or constants, add them to ALLOWED with what they are:\n"
-        + "\n".join(found)
+        "(bench/readme_sections.py) or, if they are settings or constants, add them to ALLOWED with what they are:\n" + "\n".join(found)
     )
 
 

@@ -152,10 +152,12 @@ def test_a_failed_job_shows_why_and_the_phase_filter_finds_it(page: Page, live_s
     live_service.emit(bad["id"], "stage_started", stage="train")
     live_service.emit(bad["id"], "train_step", step=1, total_steps=10, reward_mean=0.2, reward_std=0.1, kl=0.0, loss=0.9)
     parts = {"checkpoints": 110 * 2**20, "converted": 0, "export": 79 * 2**20, "logs": 2**20, "samples": 0, "data": 512, "other": 10}
-    live_service.emit(bad["id"], "storage", stage="train", storage={"total_bytes": sum(parts.values()), "parts": parts,
-                                                                     "files": 9, "complete": False})  # fmt: skip
-    live_service.emit(bad["id"], "run_finished", ok=False, exit_code=70,
-                      message="reward function raised KeyError 'answer'", failed_stage="train")
+    live_service.emit(
+        bad["id"], "storage", stage="train", storage={"total_bytes": sum(parts.values()), "parts": parts, "files": 9, "complete": False}
+    )
+    live_service.emit(
+        bad["id"], "run_finished", ok=False, exit_code=70, message="reward function raised KeyError 'answer'", failed_stage="train"
+    )
     live_service.finish_process(bad["id"], 70)
     live_service.wait_for_phase(bad["id"], "FAILED")
 
@@ -174,13 +176,12 @@ def test_a_failed_job_shows_why_and_the_phase_filter_finds_it(page: Page, live_s
     expect(page.get_by_role("button", name="Cancel job")).to_be_hidden()
     # The run directory's newest measurement, written as `rljob status` writes it.
     expect(page.get_by_test_id("storage")).to_have_text(
-        "Run directory: 190 MiB (checkpoints 110 MiB, export 79 MiB, logs 1.0 MiB, ...) (incomplete: walk limit)")
+        "Run directory: 190 MiB (checkpoints 110 MiB, export 79 MiB, logs 1.0 MiB, ...) (incomplete: walk limit)"
+    )
     shoot(page, "job-failed")
 
 
-def test_an_unreachable_service_is_reported_and_a_revoked_session_returns_to_sign_in(
-    page: Page, live_service: LiveService
-) -> None:
+def test_an_unreachable_service_is_reported_and_a_revoked_session_returns_to_sign_in(page: Page, live_service: LiveService) -> None:
     sign_in(page, live_service)
     expect(page.get_by_role("status")).to_have_text("Live", timeout=LIVE_TIMEOUT_MS)
     live_service.stop()
@@ -202,15 +203,28 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
     emit = live_service.emit
     emit(job_id, "stage_started", stage="train")
     # Model output that looks like HTML must stay text on the page.
-    hostile = '<img src=x onerror="document.title=\'pwned\'"> so 2+2 = <answer>4</answer>'
-    live_service.write_samples(job_id, 1, [
-        {"group": 0, "prompt": "What is 2+2?", "completion": hostile,
-         "rewards": {"exact_answer": 1.0, "format_match": 0.5}, "total": 1.5},
-        {"group": 0, "prompt": "What is 2+2?", "completion": "five",
-         "rewards": {"exact_answer": 0.0, "format_match": None}, "total": 0.0},
-    ])  # fmt: skip
-    emit(job_id, "train_step", step=1, total_steps=10, reward_mean=0.75, reward_std=0.5, kl=0.01, loss=0.4,
-         metrics={SIGNAL_METRIC: 0.5})  # fmt: skip
+    hostile = "<img src=x onerror=\"document.title='pwned'\"> so 2+2 = <answer>4</answer>"
+    live_service.write_samples(
+        job_id,
+        1,
+        [
+            {
+                "group": 0,
+                "prompt": "What is 2+2?",
+                "completion": hostile,
+                "rewards": {"exact_answer": 1.0, "format_match": 0.5},
+                "total": 1.5,
+            },
+            {
+                "group": 0,
+                "prompt": "What is 2+2?",
+                "completion": "five",
+                "rewards": {"exact_answer": 0.0, "format_match": None},
+                "total": 0.0,
+            },
+        ],
+    )
+    emit(job_id, "train_step", step=1, total_steps=10, reward_mean=0.75, reward_std=0.5, kl=0.01, loss=0.4, metrics={SIGNAL_METRIC: 0.5})
 
     open_signed_in(page, live_service, f"#/jobs/{job_id}")
     expect(page.get_by_role("heading", level=1)).to_have_text("reward-debugging")
@@ -232,12 +246,31 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
 
     # Three steps in which every completion of each prompt got the same reward: no signal, live.
     for step in (2, 3, 4):
-        live_service.write_samples(job_id, step, [
-            {"group": 0, "prompt": "What is 2+2?", "completion": f"I cannot answer (step {step})",
-             "rewards": {"exact_answer": 0.0, "format_match": 0.0}, "total": 0.0},
-        ], with_signal=0)  # fmt: skip
-        emit(job_id, "train_step", step=step, total_steps=10, reward_mean=0.0, reward_std=0.0, kl=0.02, loss=0.3,
-             metrics={SIGNAL_METRIC: 0.0})  # fmt: skip
+        live_service.write_samples(
+            job_id,
+            step,
+            [
+                {
+                    "group": 0,
+                    "prompt": "What is 2+2?",
+                    "completion": f"I cannot answer (step {step})",
+                    "rewards": {"exact_answer": 0.0, "format_match": 0.0},
+                    "total": 0.0,
+                },
+            ],
+            with_signal=0,
+        )
+        emit(
+            job_id,
+            "train_step",
+            step=step,
+            total_steps=10,
+            reward_mean=0.0,
+            reward_std=0.0,
+            kl=0.02,
+            loss=0.3,
+            metrics={SIGNAL_METRIC: 0.0},
+        )
     expect(page.locator(".job-head .health")).to_have_text("no signal", timeout=LIVE_TIMEOUT_MS)
     note = page.get_by_test_id("health")
     expect(note).to_have_attribute("data-verdict", "no-signal")
@@ -251,8 +284,18 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
     expect(samples).to_have_attribute("data-step", "1")
     expect(first.get_by_test_id("completion")).to_have_text(hostile)
 
-    emit(job_id, "train_step", step=5, total_steps=10, reward_mean=0.0, reward_std=0.0, kl=0.02, loss=None,
-         nonfinite=["actor/train/loss", "loss"], metrics={SIGNAL_METRIC: 0.5})  # fmt: skip
+    emit(
+        job_id,
+        "train_step",
+        step=5,
+        total_steps=10,
+        reward_mean=0.0,
+        reward_std=0.0,
+        kl=0.02,
+        loss=None,
+        nonfinite=["actor/train/loss", "loss"],
+        metrics={SIGNAL_METRIC: 0.5},
+    )
     expect(page.locator(".job-head .health")).to_have_text("diverging", timeout=LIVE_TIMEOUT_MS)
     expect(note).to_contain_text("the loss is NaN or infinite at step 5")
     expect(note).to_contain_text("grpo.learning_rate")

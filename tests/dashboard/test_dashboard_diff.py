@@ -47,8 +47,9 @@ def test_two_runs_compared_side_by_side_with_overlaid_curves(page: Page, live_se
         live_service.wait_for_phase(job["id"], "RUNNING")
         live_service.emit(job["id"], "stage_started", stage="train")
         for step in range(1, steps + 1):
-            live_service.emit(job["id"], "train_step", step=step, total_steps=TOTAL_STEPS, reward_mean=rate * step,
-                              reward_std=0.05, kl=0.01, loss=0.5)  # fmt: skip
+            live_service.emit(
+                job["id"], "train_step", step=step, total_steps=TOTAL_STEPS, reward_mean=rate * step, reward_std=0.05, kl=0.01, loss=0.5
+            )
         for s in evals:
             live_service.emit(job["id"], "eval", step=s.step, accuracy=s.correct / s.n, summary=s.model_dump(mode="json"))
         _settled(live_service, job["id"], steps, len(evals))

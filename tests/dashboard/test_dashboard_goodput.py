@@ -38,7 +38,8 @@ def test_the_goodput_bar_draws_the_jobs_parts(page: Page, live_service: LiveServ
     assert {"rollout", "update", "logprobs", "checkpoint", "other"} <= set(parts), drawn
     assert all(seconds == width for _name, seconds, width in drawn)
     assert {name: seconds for name, seconds, _ in drawn if name != "other"} == {
-        name: seconds for name, seconds in shown["parts"].items() if name in parts and name != "other"}
+        name: seconds for name, seconds in shown["parts"].items() if name in parts and name != "other"
+    }
     expect(panel.get_by_test_id("goodput-headline")).to_contain_text("productive (rollout + update) of")
     expect(panel.locator('li[data-part="rollout"]')).to_contain_text("Rollout")
     shoot(page, "job-goodput")

@@ -29,12 +29,10 @@ def find_kubectl() -> str | None:
     return None
 
 
-
 def render(kubectl: str, path: Path) -> list[dict]:
     proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"kubectl kustomize {path.relative_to(ROOT)} failed:\n{proc.stderr}"
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
-
 
 
 def one(objs: list[dict], kind: str, name: str | None = None) -> dict:

@@ -129,8 +129,7 @@ class _Constants:
                     for t in targets:
                         if isinstance(t, ast.Tuple) and isinstance(value, ast.Tuple):  # A, B = "a", "b"
                             for name_node, item in zip(t.elts, value.elts, strict=False):
-                                if (isinstance(name_node, ast.Name) and isinstance(item, ast.Constant)
-                                        and isinstance(item.value, str)):
+                                if isinstance(name_node, ast.Name) and isinstance(item, ast.Constant) and isinstance(item.value, str):
                                     self.strings[name_node.id].add(item.value)
                         if isinstance(t, ast.Name):
                             if isinstance(value, ast.Constant) and isinstance(value.value, str):
@@ -243,8 +242,10 @@ def scan_trees(trees: dict[Path, ast.Module], root: Path | None) -> ScanResult:
             if isinstance(node, ast.Attribute) and node.attr == "call_api":
                 raw = _raw_request(enclosing(node, (ast.FunctionDef, ast.AsyncFunctionDef)), consts)
                 if raw is None:
-                    result.problems.append(f"{where}: call_api without a resolvable param_serialize(method=, "
-                                           "resource_path=) in the same function; the scan cannot derive verbs")
+                    result.problems.append(
+                        f"{where}: call_api without a resolvable param_serialize(method=, "
+                        "resource_path=) in the same function; the scan cannot derive verbs"
+                    )
                 else:
                     raw_calls.append((where, raw))
             if isinstance(node, ast.Attribute) and node.attr == "DynamicClient":
@@ -271,11 +272,18 @@ def scan_trees(trees: dict[Path, ast.Module], root: Path | None) -> ScanResult:
             else:
                 carrier, skip = None, 0
             watched = False
-            if called and any(kw.arg == "watch" and isinstance(kw.value, ast.Constant) and kw.value.value is True
-                              for kw in parent.keywords):
+            if called and any(
+                kw.arg == "watch" and isinstance(kw.value, ast.Constant) and kw.value.value is True for kw in parent.keywords
+            ):
                 watched = True
-            if (not called and isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute)
-                    and parent.func.attr == "stream" and parent.args and parent.args[0] is node):
+            if (
+                not called
+                and isinstance(parent, ast.Call)
+                and isinstance(parent.func, ast.Attribute)
+                and parent.func.attr == "stream"
+                and parent.args
+                and parent.args[0] is node
+            ):
                 watched = True
             callee = None
             if not called and isinstance(parent, ast.Call):

@@ -24,8 +24,13 @@ def documented_secrets() -> dict[str, str]:
 
 
 def secret(name: str, namespace: str, key: str, value: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "namespace": namespace}, "stringData": {key: value}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": {key: value},
+    }
 
 
 def applicable(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -39,19 +44,27 @@ def pod_from_deployment(dep: dict[str, Any]) -> dict[str, Any]:
     template_hash = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
     name = f"{dep['metadata']['name']}-{template_hash}"
     labels = {**template["metadata"].get("labels", {}), "pod-template-hash": template_hash}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{name}-x7k2p", "namespace": dep["metadata"]["namespace"], "labels": labels,
-                         "annotations": template["metadata"].get("annotations", {}),
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name,
-                                              "uid": "replicaset-uid", "controller": True}]},
-            "spec": template["spec"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-x7k2p",
+            "namespace": dep["metadata"]["namespace"],
+            "labels": labels,
+            "annotations": template["metadata"].get("annotations", {}),
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": "replicaset-uid", "controller": True}],
+        },
+        "spec": template["spec"],
+    }
 
 
 def http_json(port: int, path: str, *, token: str | None = None, body: Any = None) -> tuple[int, Any]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST" if body is not None else "GET",
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json",
-                                          **({"Authorization": f"Bearer {token}"} if token else {})})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        method="POST" if body is not None else "GET",
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read() or b"null")

@@ -3,6 +3,7 @@
 scripts/bootstrap.sh installs with `-c constraints.txt`, so an unpinned dependency would float to whatever
 PyPI has that day and CI would test a different set than the images ship.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -31,8 +32,9 @@ def read_pins(text: str) -> dict[str, str]:
 
 
 def unpinned(pins: dict[str, str], installed: dict[str, str]) -> list[str]:
-    return sorted(f"{name}=={version} (pinned: {pins.get(name, 'nothing')})"
-                  for name, version in installed.items() if pins.get(name) != version)
+    return sorted(
+        f"{name}=={version} (pinned: {pins.get(name, 'nothing')})" for name, version in installed.items() if pins.get(name) != version
+    )
 
 
 def test_every_installed_distribution_is_pinned_at_its_version():

@@ -46,12 +46,12 @@ def test_dockerfile_passes_hadolint(name):
     """Every finding fails, down to `style`; an ignore needs a `# hadolint ignore=` pragma with a reason."""
     proc = subprocess.run(
         [_hadolint(), "--no-color", "-f", "json", "-t", "style", str(DOCKERFILES[name])],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     findings = json.loads(proc.stdout or "[]")
-    assert proc.returncode == 0 and not findings, "\n".join(
-        f"{f['line']}: {f['code']} {f['message']}" for f in findings
-    ) or proc.stderr
+    assert proc.returncode == 0 and not findings, "\n".join(f"{f['line']}: {f['code']} {f['message']}" for f in findings) or proc.stderr
 
 
 def test_hadolint_is_really_checking(tmp_path):
@@ -102,13 +102,16 @@ def test_build_arg_that_skaffold_gets_equals_the_pin():
     pin = maxtext_version.pinned_maxtext_version()
     script = str(ROOT / "scripts" / "maxtext_version.py")
     env = {k: v for k, v in os.environ.items() if k != "MAXTEXT_VERSION"}
-    out = subprocess.run([sys.executable, script, "exec", "--", sys.executable, "-c",
-                          "import os; print(os.environ['MAXTEXT_VERSION'])"], capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, script, "exec", "--", sys.executable, "-c", "import os; print(os.environ['MAXTEXT_VERSION'])"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert out.stdout.strip() == pin
     ok = subprocess.run([sys.executable, script, "--check-env"], env={**env, "MAXTEXT_VERSION": pin})
     unset = subprocess.run([sys.executable, script, "--check-env"], env=env, capture_output=True)
-    other = subprocess.run([sys.executable, script, "--check-env"], env={**env, "MAXTEXT_VERSION": "0.0.1"},
-                           capture_output=True)
+    other = subprocess.run([sys.executable, script, "--check-env"], env={**env, "MAXTEXT_VERSION": "0.0.1"}, capture_output=True)
     assert (ok.returncode, unset.returncode, other.returncode) == (0, 1, 1)
 
 
@@ -159,8 +162,9 @@ def test_a_module_the_suite_imports_once_is_loaded_from_bytecode_after(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
 
     def loaded_from() -> str:
-        done = subprocess.run([sys.executable, "-v", "-c", "import fresh_module_for_bytecode"], env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-v", "-c", "import fresh_module_for_bytecode"], env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         (where,) = re.findall(r"^# code object from '?(\S+?fresh_module_for_bytecode\S*?)'?$", done.stderr, re.M)
         return where
@@ -182,8 +186,7 @@ def _dockerignore_allows(path: str, patterns: list[str]) -> bool:
 
 
 def test_dockerignore_lets_every_copy_source_in_and_keeps_the_rest_out():
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")]
     sources = set()
     for path in DOCKERFILES.values():
         for m in re.finditer(r"^COPY (?!--from)(.+)$", path.read_text(), re.M):
@@ -193,8 +196,15 @@ def test_dockerignore_lets_every_copy_source_in_and_keeps_the_rest_out():
         assert (ROOT / src).exists(), f"COPY source {src} does not exist"
         probe = src if (ROOT / src).is_file() else f"{src}/__init__.py"
         assert _dockerignore_allows(probe, patterns), f".dockerignore excludes {src}"
-    for kept_out in (".venv/bin/python", ".git/config", "tests/deploy/conftest.py", "harness/podrun/cluster.py", "bench/kill_loop.py",
-                     "var/x", "trainer/__pycache__/a.pyc"):
+    for kept_out in (
+        ".venv/bin/python",
+        ".git/config",
+        "tests/deploy/conftest.py",
+        "harness/podrun/cluster.py",
+        "bench/kill_loop.py",
+        "var/x",
+        "trainer/__pycache__/a.pyc",
+    ):
         assert not _dockerignore_allows(kept_out, patterns), f".dockerignore lets {kept_out} in"
 
 

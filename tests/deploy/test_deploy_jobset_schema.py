@@ -200,8 +200,13 @@ def webhook_create_errors(js: dict[str, Any]) -> list[str]:
 
 # Pod template fields ValidateUpdate lets change while the JobSet is (or is becoming) suspended: what Kueue
 # writes at admission (its podset info) and scheduling gates.
-_MUTABLE_WHILE_SUSPENDED = (("metadata", "annotations"), ("metadata", "labels"), ("spec", "nodeSelector"),
-                            ("spec", "tolerations"), ("spec", "schedulingGates"))  # fmt: skip
+_MUTABLE_WHILE_SUSPENDED = (
+    ("metadata", "annotations"),
+    ("metadata", "labels"),
+    ("spec", "nodeSelector"),
+    ("spec", "tolerations"),
+    ("spec", "schedulingGates"),
+)
 
 
 def webhook_update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -248,9 +253,12 @@ def _meta_and_template_errors(js: dict[str, Any]) -> list[str]:
     for rjob in js["spec"]["replicatedJobs"]:
         template = rjob["template"]
         job_name = f"{js['metadata']['name']}-{rjob['name']}-0"
-        as_job = {"apiVersion": "batch/v1", "kind": "Job",
-                  "metadata": {"name": job_name, "namespace": js["metadata"].get("namespace", "default"), **template.get("metadata", {})},
-                  "spec": template["spec"]}  # fmt: skip
+        as_job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": job_name, "namespace": js["metadata"].get("namespace", "default"), **template.get("metadata", {})},
+            "spec": template["spec"],
+        }
         try:
             kubernetes_validate.validate(as_job, GKE_MINOR, strict=True)
         except kubernetes_validate.ValidationError as e:
@@ -284,12 +292,17 @@ def _spec(accelerator: str, capacity: str) -> JobSpec:
             "model": {"name": "llama3.1-8b", "source": "meta-llama/Llama-3.1-8B-Instruct"},
             "dataset": {"name": "openai/gsm8k"},
             "grpo": {"num_batches": 50, "num_test_batches": 10},
-            "hardware": {"accelerator": accelerator, "chips_per_vm": hw.chips_per_vm, "capacity": capacity,
-                         "reservation": "tpu-res-1" if capacity == "reservation" else None,
-                         "rollout_data_parallelism": 1, "rollout_tensor_parallelism": -1},
+            "hardware": {
+                "accelerator": accelerator,
+                "chips_per_vm": hw.chips_per_vm,
+                "capacity": capacity,
+                "reservation": "tpu-res-1" if capacity == "reservation" else None,
+                "rollout_data_parallelism": 1,
+                "rollout_tensor_parallelism": -1,
+            },
             "output": "gs://example-bucket/rljob",
         }
-    )  # fmt: skip
+    )
 
 
 def _settings(kueue: bool) -> K8sSettings:
@@ -368,7 +381,9 @@ VIOLATIONS = {
     "unknown field under spec": (_set("spec.restartPolicy", "Never"), "schema"),
     "unknown field in a failure rule": (_set("spec.failurePolicy.rules.0.onJobFailureReason", ["x"]), "schema"),
     "unknown field in pod template metadata (CRD prunes it)": (
-        _set("spec.replicatedJobs.0.template.spec.template.metadata.generateName", "x-"), "schema"),
+        _set("spec.replicatedJobs.0.template.spec.template.metadata.generateName", "x-"),
+        "schema",
+    ),
     "wrong type": (_set("spec.replicatedJobs.0.replicas", "1"), "schema"),
     "enum": (_set("spec.failurePolicy.rules.0.action", "Restart"), "schema"),
     "apiVersion": (_set("apiVersion", "jobset.x-k8s.io/v1alpha1"), "not a jobset"),
@@ -386,12 +401,14 @@ VIOLATIONS = {
     "RestartJob without its gate": (_set("spec.failurePolicy.rules.0.action", "RestartJob"), "RestartJob feature gate"),
     "InPlaceRestart without its gate": (_set("spec.failurePolicy.restartStrategy", "InPlaceRestart"), "InPlaceRestart"),
     "dependsOn on the first replicatedJob": (
-        _set("spec.replicatedJobs.0.dependsOn", [{"name": "slice", "status": "Ready"}]), "first ReplicatedJob"),
+        _set("spec.replicatedJobs.0.dependsOn", [{"name": "slice", "status": "Ready"}]),
+        "first ReplicatedJob",
+    ),
     "subdomain": (_set("spec.network.subdomain", "a.b"), "subdomain"),
     "managedBy": (_set("spec.managedBy", "kueue"), "managedBy"),
     "successPolicy target": (_set("spec.successPolicy", {"operator": "All", "targetReplicatedJobs": ["x"]}), "successPolicy"),
     "coordinator": (_set("spec.coordinator", {"replicatedJob": "slice", "jobIndex": 0, "podIndex": 4}), "coordinator pod index"),
-}  # fmt: skip
+}
 
 
 def _dup_rule(js: dict[str, Any]) -> None:

@@ -15,8 +15,12 @@ from tests.deploy.deploy_support import one
 from trainer.contract.spec import HardwareSpec, JobSpec
 
 V6E_2X4 = {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": "2x4"}
-FLAVOR_OF_CAPACITY = {"on-demand": "tpu-v6e-2x4-on-demand", "spot": "tpu-v6e-2x4-spot",
-                      "flex-start": "tpu-v6e-2x4-flex-start", "reservation": "tpu-v6e-2x4-reservation"}
+FLAVOR_OF_CAPACITY = {
+    "on-demand": "tpu-v6e-2x4-on-demand",
+    "spot": "tpu-v6e-2x4-spot",
+    "flex-start": "tpu-v6e-2x4-flex-start",
+    "reservation": "tpu-v6e-2x4-reservation",
+}
 SHIPPED_RESERVATION = "rljob-v6e-8"  # the reservation flavor's example name
 
 

@@ -33,7 +33,7 @@ def test_role_has_no_wildcards_or_cluster_scope(kubectl):
         assert "*" not in (g, r, v), f"wildcard in rule {g}/{r}/{v}"
 
 
-SAMPLE = '''
+SAMPLE = """
 from kubernetes import client, watch
 
 JOBSET_GROUP = "jobset.x-k8s.io"
@@ -69,7 +69,7 @@ class K8sClient:
 
     def watch_jobsets(self, ns):
         return self.watch_any(self.custom.list_namespaced_custom_object, ns)
-'''
+"""
 
 
 def test_scanner_derives_verbs_from_typical_launcher_code():

@@ -94,8 +94,13 @@ async def test_the_service_deployment_runs_and_launches_a_trainer_job(rendered, 
         assert job["spec"]["template"]["spec"]["serviceAccountName"] == "rljob-trainer"
         # This node has no TPU: the service learns why over its watches (pods, events) and says so.
         pending = await cluster.wait_for(
-            lambda: "no node can run the trainer pod" in (http_json(port, f"/v1/jobs/{job_id}", token=token)[1] or {})
-            .get("message", "") and http_json(port, f"/v1/jobs/{job_id}", token=token)[1], "the Unschedulable reason", 60)
+            lambda: (
+                "no node can run the trainer pod" in (http_json(port, f"/v1/jobs/{job_id}", token=token)[1] or {}).get("message", "")
+                and http_json(port, f"/v1/jobs/{job_id}", token=token)[1]
+            ),
+            "the Unschedulable reason",
+            60,
+        )
         assert pending["phase"].lower() in ("launching", "pending")
         # Nothing the service did was refused by its read-only root filesystem.
         service_log = runner.log_path("service").read_text()
@@ -107,14 +112,22 @@ async def test_the_service_deployment_runs_and_launches_a_trainer_job(rendered, 
         assert not missing, f"the service made API calls its Role does not grant: {sorted(missing)}"
 
 
-@pytest.mark.parametrize(("break_it", "reason", "message"), [
-    (lambda c: c["env"][[e["name"] for e in c["env"]].index("RLJOB_DATABASE_URL")]["valueFrom"]["secretKeyRef"]
-     .update(key="ulr"), "CreateContainerConfigError", "couldn't find key ulr in Secret rljob/rljob-db"),
-    (lambda c: c["envFrom"][0]["configMapRef"].update(name="rljob-confg"), "CreateContainerConfigError",
-     'configmap "rljob-confg" not found'),
-    (lambda c: c.update(command=["rljob-service"]), "StartError",
-     'exec: "rljob-service": executable file not found in $PATH'),
-])
+@pytest.mark.parametrize(
+    ("break_it", "reason", "message"),
+    [
+        (
+            lambda c: c["env"][[e["name"] for e in c["env"]].index("RLJOB_DATABASE_URL")]["valueFrom"]["secretKeyRef"].update(key="ulr"),
+            "CreateContainerConfigError",
+            "couldn't find key ulr in Secret rljob/rljob-db",
+        ),
+        (
+            lambda c: c["envFrom"][0]["configMapRef"].update(name="rljob-confg"),
+            "CreateContainerConfigError",
+            'configmap "rljob-confg" not found',
+        ),
+        (lambda c: c.update(command=["rljob-service"]), "StartError", 'exec: "rljob-service": executable file not found in $PATH'),
+    ],
+)
 async def test_a_broken_manifest_fails_the_pod_as_a_kubelet_would(rendered, kmock, tmp_path: Path, break_it, reason, message):
     objs = copy.deepcopy(rendered["gke"])
     break_it(one(objs, "Deployment", "rljob-service")["spec"]["template"]["spec"]["containers"][0])

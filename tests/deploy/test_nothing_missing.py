@@ -53,8 +53,10 @@ def test_every_environment_variable_the_code_reads_is_set_or_documented(rendered
     reads = _code_reads()
     assert {"RLJOB_DATABASE_URL", "RLJOB_K8S_IMAGE", "HF_TOKEN", "RLJOB_WORK_DIR"} <= set(reads)  # the scan sees them
     missing = sorted(set(reads) - _set_by_deployment(rendered) - _documented())
-    assert not missing, "read by the code but neither set in k8s/ or docker/ nor listed in docs/deploy-gke.md " \
-                        "(section Settings):\n" + "\n".join(f"  {n} ({reads[n]})" for n in missing)
+    assert not missing, (
+        "read by the code but neither set in k8s/ or docker/ nor listed in docs/deploy-gke.md "
+        "(section Settings):\n" + "\n".join(f"  {n} ({reads[n]})" for n in missing)
+    )
 
 
 def test_the_guide_lists_only_variables_the_code_reads(rendered):
@@ -68,7 +70,8 @@ def test_the_env_scan_finds_reads_of_every_shape(tmp_path):
         "import os\nNAME = 'FROM_CONSTANT'\n"
         "a = os.environ['SUBSCRIPT']\nb = os.environ.get('GET')\nc = os.getenv('GETENV')\nd = os.environ.get(NAME)\n"
         "os.environ['WRITTEN'] = '1'\nos.environ.setdefault('DEFAULTED', '1')\n"
-        "def f(x=typer.Option(envvar='OPTION')): ...\n")
+        "def f(x=typer.Option(envvar='OPTION')): ...\n"
+    )
     assert set(direct_env_reads(tmp_path)) == {"SUBSCRIPT", "GET", "GETENV", "FROM_CONSTANT", "OPTION"}
 
 

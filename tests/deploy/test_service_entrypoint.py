@@ -37,8 +37,13 @@ def test_the_service_images_entrypoint_starts_and_answers_its_probes(tmp_path):
     argv = [str(Path(sys.executable).with_name("uvicorn")), *argv[1:]]
     argv[argv.index("--host") + 1], argv[argv.index("--port") + 1] = "127.0.0.1", str(port)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
-    env.update(RLJOB_ENVIRONMENT="dev", RLJOB_LAUNCHER="local", RLJOB_STATE_DIR=str(tmp_path / "state"),
-               RLJOB_BOOTSTRAP_TOKEN="rlj_entrypoint-test-token-00000000000000", PYTHONPATH=str(ROOT))  # fmt: skip
+    env.update(
+        RLJOB_ENVIRONMENT="dev",
+        RLJOB_LAUNCHER="local",
+        RLJOB_STATE_DIR=str(tmp_path / "state"),
+        RLJOB_BOOTSTRAP_TOKEN="rlj_entrypoint-test-token-00000000000000",
+        PYTHONPATH=str(ROOT),
+    )
     server = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline, ready = time.monotonic() + 60, None

@@ -59,13 +59,21 @@ def make_cpu_spec(**extra: Any) -> JobSpec:
         {
             "name": "tiny-cpu",
             "model": {"source": "/data/rljob/tiny/model", "dtype": "float32"},
-            "dataset": {"train_files": ["/data/rljob/tiny/data/train.jsonl"],
-                        "eval_files": ["/data/rljob/tiny/data/test.parquet"]},
-            "grpo": {"num_batches": 3, "num_test_batches": 1, "batch_size": 2, "num_generations": 2,
-                     "rewards": {"functions_path": "/data/rljob/tiny/length_reward.py",
-                                 "functions": ["completion_length_reward"]}},
-            "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax",
-                         "rollout_data_parallelism": 1, "rollout_tensor_parallelism": 1},
+            "dataset": {"train_files": ["/data/rljob/tiny/data/train.jsonl"], "eval_files": ["/data/rljob/tiny/data/test.parquet"]},
+            "grpo": {
+                "num_batches": 3,
+                "num_test_batches": 1,
+                "batch_size": 2,
+                "num_generations": 2,
+                "rewards": {"functions_path": "/data/rljob/tiny/length_reward.py", "functions": ["completion_length_reward"]},
+            },
+            "hardware": {
+                "accelerator": "cpu",
+                "chips_per_vm": 1,
+                "rollout_engine": "jax",
+                "rollout_data_parallelism": 1,
+                "rollout_tensor_parallelism": 1,
+            },
             "output": "/data/rljob/runs",
             **extra,
         }
@@ -128,39 +136,80 @@ class FakeCluster:
         self._pods += 1
         name = f"{job_id}-{self._pods:05d}"
         labels = {"app.kubernetes.io/managed-by": "rljob", "rljob.dev/job-id": job_id, "job-name": job_id}
-        container = {"name": "trainer", "image": "us-docker.pkg.dev/example-project/rljob/trainer:0.1.0",
-                     "resources": {"limits": {"memory": "1280Gi", "google.com/tpu": "8"}}}
-        await self._send("POST", f"/api/v1/namespaces/{NS}/pods", {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "labels": labels,
-                         "creationTimestamp": f"2026-11-30T00:{self._pods:02d}:00Z"},
-            "spec": {"containers": [container], "nodeSelector": {
-                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": "2x4",
-                "node.kubernetes.io/instance-type": "ct6e-standard-8t"}},
-            "status": {"phase": phase, **status},
-        })
+        container = {
+            "name": "trainer",
+            "image": "us-docker.pkg.dev/example-project/rljob/trainer:0.1.0",
+            "resources": {"limits": {"memory": "1280Gi", "google.com/tpu": "8"}},
+        }
+        await self._send(
+            "POST",
+            f"/api/v1/namespaces/{NS}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS, "labels": labels, "creationTimestamp": f"2026-11-30T00:{self._pods:02d}:00Z"},
+                "spec": {
+                    "containers": [container],
+                    "nodeSelector": {
+                        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                        "cloud.google.com/gke-tpu-topology": "2x4",
+                        "node.kubernetes.io/instance-type": "ct6e-standard-8t",
+                    },
+                },
+                "status": {"phase": phase, **status},
+            },
+        )
         return name
 
     async def patch_pod(self, name: str, status: dict[str, Any]) -> None:
         await self._send("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}", {"status": status})
 
     async def run_pod(self, name: str) -> None:
-        await self.patch_pod(name, {"phase": "Running", "containerStatuses": [
-            {"name": "trainer", "ready": True, "restartCount": 0, "image": "i", "imageID": "", "state": {"running": {}}}]})
+        await self.patch_pod(
+            name,
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": "trainer", "ready": True, "restartCount": 0, "image": "i", "imageID": "", "state": {"running": {}}}
+                ],
+            },
+        )
 
     async def end_pod(self, name: str, exit_code: int, reason: str = "Error", **extra: Any) -> None:
-        await self.patch_pod(name, {"phase": "Succeeded" if exit_code == 0 else "Failed", "containerStatuses": [
-            {"name": "trainer", "ready": False, "restartCount": 0, "image": "i", "imageID": "",
-             "state": {"terminated": {"exitCode": exit_code, "reason": reason}}}], **extra})
+        await self.patch_pod(
+            name,
+            {
+                "phase": "Succeeded" if exit_code == 0 else "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "trainer",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "i",
+                        "imageID": "",
+                        "state": {"terminated": {"exitCode": exit_code, "reason": reason}},
+                    }
+                ],
+                **extra,
+            },
+        )
 
     async def event(self, pod: str, reason: str, message: str) -> None:
         self._pods += 1
-        await self._send("POST", f"/api/v1/namespaces/{NS}/events", {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{pod}.{self._pods}", "namespace": NS},
-            "involvedObject": {"kind": "Pod", "name": pod, "namespace": NS},
-            "reason": reason, "message": message, "type": "Warning", "lastTimestamp": _now(),
-        })
+        await self._send(
+            "POST",
+            f"/api/v1/namespaces/{NS}/events",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{pod}.{self._pods}", "namespace": NS},
+                "involvedObject": {"kind": "Pod", "name": pod, "namespace": NS},
+                "reason": reason,
+                "message": message,
+                "type": "Warning",
+                "lastTimestamp": _now(),
+            },
+        )
 
 
 @pytest_asyncio.fixture()
@@ -191,8 +240,8 @@ def configuration_for(server: Any) -> k8s.Configuration:
 @pytest.fixture()
 def make_launcher(cluster: FakeCluster) -> Callable[..., K8sJobLauncher]:
     def factory(**overrides: Any) -> K8sJobLauncher:
-        return build_k8s_launcher(make_settings(**overrides), sleep=lambda s: None,
-                                  configuration=configuration_for(cluster.server))
+        return build_k8s_launcher(make_settings(**overrides), sleep=lambda s: None, configuration=configuration_for(cluster.server))
+
     return factory
 
 
@@ -206,8 +255,9 @@ class Recorder:
     def __call__(self, obs: Observation) -> None:
         self.items.put_nowait(obs)
 
-    async def wait_for(self, state: ObservedState, *, timeout_s: float = WAIT_S,
-                       where: Callable[[Observation], bool] = lambda o: True) -> Observation:
+    async def wait_for(
+        self, state: ObservedState, *, timeout_s: float = WAIT_S, where: Callable[[Observation], bool] = lambda o: True
+    ) -> Observation:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:

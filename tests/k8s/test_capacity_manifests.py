@@ -48,8 +48,12 @@ def _env(pod: dict[str, Any]) -> dict[str, str]:
 
 
 # One golden per capacity, across the workload shapes: single-host Job, multi-host JobSet, cpu Job.
-GOLDEN_CASES = {"v6e-8-spot": ("v6e-8", "spot"), "v6e-16-flex-start": ("v6e-16", "flex-start"),
-                "v5p-8-reservation": ("v5p-8", "reservation"), "cpu-spot": ("cpu", "spot")}  # fmt: skip
+GOLDEN_CASES = {
+    "v6e-8-spot": ("v6e-8", "spot"),
+    "v6e-16-flex-start": ("v6e-16", "flex-start"),
+    "v5p-8-reservation": ("v5p-8", "reservation"),
+    "cpu-spot": ("cpu", "spot"),
+}
 
 
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
@@ -79,15 +83,15 @@ def test_spot_selects_and_tolerates_spot_nodes_with_a_grace_period_inside_the_no
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x4"
     assert pod["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
     assert pod["tolerations"] == [
-        TPU_TOLERATION, {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        TPU_TOLERATION,
+        {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
     ]
     assert pod["terminationGracePeriodSeconds"] == 15 <= SPOT_TERMINATION_GRACE_S
     assert "RLJOB_MAX_RUN_S" not in _env(pod)
 
 
 def test_spot_grace_never_exceeds_the_general_one_and_settings_refuse_more_than_the_notice() -> None:
-    pod = _pod(render_manifests(_spec("v6e-8", "spot"), JOB_ID, make_settings(termination_grace_s=30,
-                                                                               spot_termination_grace_s=30))[1])
+    pod = _pod(render_manifests(_spec("v6e-8", "spot"), JOB_ID, make_settings(termination_grace_s=30, spot_termination_grace_s=30))[1])
     assert pod["terminationGracePeriodSeconds"] == 30
     with pytest.raises(ValueError, match="spot_termination_grace_s"):
         make_settings(spot_termination_grace_s=SPOT_TERMINATION_GRACE_S + 1)
@@ -123,8 +127,12 @@ def test_every_tpu_pod_selects_its_capacity_on_the_one_routing_key(capacity: str
 
 def test_on_demand_tpu_pods_select_on_demand_pools_and_cpu_pods_nothing() -> None:
     tpu = _pod(render_manifests(_spec("v6e-8", "on-demand"), JOB_ID, make_settings())[1])
-    assert set(tpu["nodeSelector"]) == {"cloud.google.com/gke-tpu-accelerator", "cloud.google.com/gke-tpu-topology",
-                                        "node.kubernetes.io/instance-type", "rljob.dev/capacity"}  # fmt: skip
+    assert set(tpu["nodeSelector"]) == {
+        "cloud.google.com/gke-tpu-accelerator",
+        "cloud.google.com/gke-tpu-topology",
+        "node.kubernetes.io/instance-type",
+        "rljob.dev/capacity",
+    }
     assert tpu["tolerations"] == [TPU_TOLERATION]
     cpu = _pod(render_manifests(_spec("cpu", "on-demand"), JOB_ID, make_settings(host_paths=["/data/rljob"]))[1])
     assert "nodeSelector" not in cpu and "tolerations" not in cpu
@@ -149,10 +157,15 @@ def test_a_cpu_job_is_never_queued_by_kueue() -> None:
 
 @pytest.mark.parametrize("accelerator", ["v6e-8", "v6e-16"])
 def test_each_team_runs_as_its_own_service_account(accelerator: str) -> None:
-    settings = make_settings(service_account="rljob-trainer",
-                             team_service_accounts={"team-a": "rljob-trainer-team-a", "team-b": "rljob-trainer-team-b"})
-    for team, account in [("team-a", "rljob-trainer-team-a"), ("team-b", "rljob-trainer-team-b"),
-                          ("team-c", "rljob-trainer"), (None, "rljob-trainer")]:  # fmt: skip
+    settings = make_settings(
+        service_account="rljob-trainer", team_service_accounts={"team-a": "rljob-trainer-team-a", "team-b": "rljob-trainer-team-b"}
+    )
+    for team, account in [
+        ("team-a", "rljob-trainer-team-a"),
+        ("team-b", "rljob-trainer-team-b"),
+        ("team-c", "rljob-trainer"),
+        (None, "rljob-trainer"),
+    ]:
         extra = {"team": team} if team else {}
         pod = _pod(render_manifests(_spec(accelerator, "on-demand", **extra), JOB_ID, settings)[1])
         assert pod["serviceAccountName"] == account, team

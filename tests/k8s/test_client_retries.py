@@ -29,12 +29,29 @@ def _client(sleeps: list[float], attempts: int = 4) -> K8sClient:
         sleeps.append(s)
         now[0] += s
 
-    return K8sClient(core=None, batch=None, custom=None, namespace="rljob", sleep=sleep, clock=lambda: now[0],
-                     attempts=attempts, backoff_s=1.0, backoff_max_s=3.0)
+    return K8sClient(
+        core=None,
+        batch=None,
+        custom=None,
+        namespace="rljob",
+        sleep=sleep,
+        clock=lambda: now[0],
+        attempts=attempts,
+        backoff_s=1.0,
+        backoff_max_s=3.0,
+    )
 
 
-@pytest.mark.parametrize("error", [ApiException(status=429), ApiException(status=500), ApiException(status=503),
-                                   urllib3.exceptions.ProtocolError("reset"), ConnectionResetError()])
+@pytest.mark.parametrize(
+    "error",
+    [
+        ApiException(status=429),
+        ApiException(status=500),
+        ApiException(status=503),
+        urllib3.exceptions.ProtocolError("reset"),
+        ConnectionResetError(),
+    ],
+)
 def test_transient_errors_are_retried_with_bounded_backoff(error) -> None:
     sleeps: list[float] = []
     fn = Flaky(error, error, error)

@@ -42,29 +42,42 @@ def healthy(kmock: Any) -> KueueCluster:
 
 def _kubeconfig(tmp_path: Path, url: str, name: str = "kubeconfig") -> Path:
     path = tmp_path / name
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": url}}],
-        "users": [{"name": "doctor", "user": {"token": "not-a-real-token"}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "doctor"}}],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "kmock",
+                "clusters": [{"name": "kmock", "cluster": {"server": url}}],
+                "users": [{"name": "doctor", "user": {"token": "not-a-real-token"}}],
+                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "doctor"}}],
+            }
+        )
+    )
     return path
 
 
 async def doctor(cluster: KueueCluster, gcs: GcsEmulator, tmp_path: Path, **env: str) -> tuple[int, str]:
     """`python -m service.cli.main doctor` with a clean RLJOB_* environment; (exit code, stdout+stderr)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RLJOB_", "STORAGE_EMULATOR", "KUBECONFIG"))}
-    base.update({
-        "RLJOB_K8S_KUBECONFIG": str(_kubeconfig(tmp_path, str(cluster.server.url).rstrip("/"))),
-        "RLJOB_K8S_NAMESPACE": NS, "RLJOB_K8S_KUEUE_TEAM_QUEUES": json.dumps({"ml": "team-ml"}),
-        "RLJOB_K8S_RETRY_ATTEMPTS": "1", "RLJOB_K8S_REQUEST_TIMEOUT_S": "5",
-        "RLJOB_TEAM_LOCATIONS": json.dumps({"ml": [f"gs://{BUCKET}/ml/"]}), "RLJOB_STATE_DIR": str(tmp_path / "state"),
-        "STORAGE_EMULATOR_HOST": gcs.url, "GCE_METADATA_ROOT": GCE_METADATA_ROOT, "COLUMNS": "400",
-    })
+    base.update(
+        {
+            "RLJOB_K8S_KUBECONFIG": str(_kubeconfig(tmp_path, str(cluster.server.url).rstrip("/"))),
+            "RLJOB_K8S_NAMESPACE": NS,
+            "RLJOB_K8S_KUEUE_TEAM_QUEUES": json.dumps({"ml": "team-ml"}),
+            "RLJOB_K8S_RETRY_ATTEMPTS": "1",
+            "RLJOB_K8S_REQUEST_TIMEOUT_S": "5",
+            "RLJOB_TEAM_LOCATIONS": json.dumps({"ml": [f"gs://{BUCKET}/ml/"]}),
+            "RLJOB_STATE_DIR": str(tmp_path / "state"),
+            "STORAGE_EMULATOR_HOST": gcs.url,
+            "GCE_METADATA_ROOT": GCE_METADATA_ROOT,
+            "COLUMNS": "400",
+        }
+    )
     base.update(env)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service.cli.main", "doctor", env=base,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        sys.executable, "-m", "service.cli.main", "doctor", env=base, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode is not None
     return proc.returncode, out.decode()
@@ -79,16 +92,26 @@ def line(output: str, status: str, name: str) -> str:
 async def test_a_healthy_cluster_is_all_ok(healthy, gcs, tmp_path):
     rc, out = await doctor(healthy, gcs, tmp_path)
     assert rc == 0, out
-    for name in ("api batch/v1", "api jobset.x-k8s.io/v1alpha2", "api kueue.x-k8s.io/v1beta2",
-                 "api visibility.kueue.x-k8s.io/v1beta2", "rbac", "queue team-ml", "nodes for flavor tpu-v6e-2x4-on-demand",
-                 "nodes for flavor tpu-v6e-2x4-spot", "secret rljob-hf-token", f"storage gs://{BUCKET}/ml/"):
+    for name in (
+        "api batch/v1",
+        "api jobset.x-k8s.io/v1alpha2",
+        "api kueue.x-k8s.io/v1beta2",
+        "api visibility.kueue.x-k8s.io/v1beta2",
+        "rbac",
+        "queue team-ml",
+        "nodes for flavor tpu-v6e-2x4-on-demand",
+        "nodes for flavor tpu-v6e-2x4-spot",
+        "secret rljob-hf-token",
+        f"storage gs://{BUCKET}/ml/",
+    ):
         line(out, "ok", name)
     assert out.strip().endswith("10 ok, 0 warn, 0 fail"), out
     assert "aGYtc2VjcmV0LXZhbHVl" not in out and "hf-secret-value" not in out, "a Secret's value is never printed"
     assert "not the trainer's" in line(out, "ok", f"storage gs://{BUCKET}/ml/")
     # Every permission the service uses was asked about in its namespace, cluster-scoped ones without one.
-    asked = {(a["resource"] + ("/" + a["subresource"] if a.get("subresource") else ""), a["verb"], a.get("namespace"))
-             for a in healthy.reviews}
+    asked = {
+        (a["resource"] + ("/" + a["subresource"] if a.get("subresource") else ""), a["verb"], a.get("namespace")) for a in healthy.reviews
+    }
     assert ("jobs", "create", NS) in asked and ("clusterqueues", "get", None) in asked and ("nodes", "list", None) in asked
     assert ("localqueues/pendingworkloads", "get", NS) in asked
     assert any(a["resource"] == "secrets" and a.get("name") == "rljob-hf-token" for a in healthy.reviews)
@@ -133,8 +156,9 @@ async def test_an_optional_permission_denied_is_a_warning(healthy, gcs, tmp_path
 
 
 async def test_an_inactive_cluster_queue_quotes_kueue(healthy, gcs, tmp_path):
-    healthy.put_cluster_queue(status=active("False", "FlavorNotFound",
-                                            "Can't admit new workloads: references missing ResourceFlavor(s): [tpu-x]"))
+    healthy.put_cluster_queue(
+        status=active("False", "FlavorNotFound", "Can't admit new workloads: references missing ResourceFlavor(s): [tpu-x]")
+    )
     rc, out = await doctor(healthy, gcs, tmp_path)
     assert rc == 1
     text = line(out, "fail", "queue team-ml")
@@ -143,9 +167,14 @@ async def test_an_inactive_cluster_queue_quotes_kueue(healthy, gcs, tmp_path):
 
 async def test_an_inactive_admission_check_fails(healthy, gcs, tmp_path):
     healthy.put_cluster_queue(checks=["rljob-flex-start"])
-    healthy.put(f"{KUEUE}/admissionchecks", "rljob-flex-start", {
-        "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request"},
-        "status": active("False", "BadParametersRef", "missing ProvisioningRequestConfig")})
+    healthy.put(
+        f"{KUEUE}/admissionchecks",
+        "rljob-flex-start",
+        {
+            "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request"},
+            "status": active("False", "BadParametersRef", "missing ProvisioningRequestConfig"),
+        },
+    )
     rc, out = await doctor(healthy, gcs, tmp_path)
     assert rc == 1 and "BadParametersRef" in line(out, "fail", "admission check rljob-flex-start")
 
@@ -160,8 +189,11 @@ async def test_no_nodes_for_a_flavor_is_a_warning(healthy, gcs, tmp_path):
 
 async def test_an_untolerated_taint_fails(healthy, gcs, tmp_path):
     labels = FLAVORS["tpu-v6e-2x4-on-demand"][0]
-    healthy.put_node("gke-tpu-od-1", labels, [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"},
-                                              {"key": "team", "value": "infra", "effect": "NoSchedule"}])
+    healthy.put_node(
+        "gke-tpu-od-1",
+        labels,
+        [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}, {"key": "team", "value": "infra", "effect": "NoSchedule"}],
+    )
     rc, out = await doctor(healthy, gcs, tmp_path)
     assert rc == 1
     assert "gke-tpu-od-1: team=infra:NoSchedule" in line(out, "fail", "nodes for flavor tpu-v6e-2x4-on-demand")

@@ -68,18 +68,31 @@ def tiny_spec(tiny_dir: Path, output: Path, model: Path | None = None) -> dict[s
 
 
 def service_settings(tmp_path: Path) -> Settings:
-    return Settings(_env_file=None, environment="dev", state_dir=tmp_path / "state", bootstrap_token=TOKEN,
-                    bootstrap_team="ml", progress_poll_interval_s=0.5, active_jobs_reconcile_interval_s=2.0)
+    return Settings(
+        _env_file=None,
+        environment="dev",
+        state_dir=tmp_path / "state",
+        bootstrap_token=TOKEN,
+        bootstrap_team="ml",
+        progress_poll_interval_s=0.5,
+        active_jobs_reconcile_interval_s=2.0,
+    )
 
 
 def launcher_settings(*node_dirs: Path) -> dict[str, Any]:
     # One of this machine's cores stays free for the service and the emulator; 8Gi is plenty for the tiny model.
-    return {"host_paths": [str(d) for d in node_dirs], "cpu_job_cpu": "1", "cpu_job_memory": "8Gi", "termination_grace_s": 120,
-            "backoff_limit": 1}
+    return {
+        "host_paths": [str(d) for d in node_dirs],
+        "cpu_job_cpu": "1",
+        "cpu_job_memory": "8Gi",
+        "termination_grace_s": 120,
+        "backoff_limit": 1,
+    }
 
 
-def wait_for_phase(client: TestClient, job_id: str, target: JobPhase, timeout_s: float,
-                   until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
+def wait_for_phase(
+    client: TestClient, job_id: str, target: JobPhase, timeout_s: float, until: Callable[[dict[str, Any]], bool] | None = None
+) -> dict[str, Any]:
     """Poll the job until `target` (and `until`), asserting that every phase seen on the way is a legal move."""
     deadline, seen = time.monotonic() + timeout_s, []
     while time.monotonic() < deadline:
@@ -98,7 +111,6 @@ def wait_for_phase(client: TestClient, job_id: str, target: JobPhase, timeout_s:
     raise AssertionError(f"phase is {seen[-1] if seen else '?'} after {timeout_s}s, wanted {target}; saw {seen}")
 
 
-
 def run_events(body: dict[str, Any], job_id: str) -> list[Any]:
     path = Path(RunLayout(body["output"], job_id).events)
     return [parse_event(line) for line in path.read_text().splitlines() if line.strip()]
@@ -109,8 +121,13 @@ def has_checkpoint(body: dict[str, Any], job_id: str) -> bool:
     return root.is_dir() and any(d.name.isdigit() and (d / "model_params").is_dir() for d in root.iterdir())
 
 
-async def _with_service(cluster: Any, make_launcher: Any, tmp_path: Path, node_dirs: dict[str, Path],
-                        scenario: Callable[[TestClient, Callable[[Any], Any], EmulatedCluster], Any]) -> Any:
+async def _with_service(
+    cluster: Any,
+    make_launcher: Any,
+    tmp_path: Path,
+    node_dirs: dict[str, Path],
+    scenario: Callable[[TestClient, Callable[[Any], Any], EmulatedCluster], Any],
+) -> Any:
     loop = asyncio.get_running_loop()
 
     def on_loop(coro: Any) -> Any:
@@ -140,11 +157,13 @@ def _submit(client: TestClient, body: dict[str, Any]) -> str:
 def _pods(on_loop: Callable[[Any], Any], emu: EmulatedCluster, job_id: str) -> list[dict[str, Any]]:
     async def read() -> list[dict[str, Any]]:
         return emu.pods(NS, **{"job-name": job_id})
+
     return on_loop(read())
 
 
 async def test_an_evicted_trainer_resumes_from_its_checkpoint_and_the_job_succeeds_with_artifacts_and_logs(
-        cluster, make_launcher, tmp_path, node_dirs):
+    cluster, make_launcher, tmp_path, node_dirs
+):
     """One trainer run for both stories (each costs minutes of MaxText on CPU): evicted mid-training, the Job's
     next pod resumes without converting again, and the job then ends as a clean success would, with its
     artifacts, its pod's log through the API and the Job's success conditions."""
@@ -154,8 +173,9 @@ async def test_an_evicted_trainer_resumes_from_its_checkpoint_and_the_job_succee
         job_id = _submit(client, body)
         wait_for_phase(client, job_id, JobPhase.RUNNING, RUN_TIMEOUT_S, until=lambda j: has_checkpoint(body, job_id))
         (running,) = [p for p in _pods(on_loop, emu, job_id) if p["status"]["phase"] == "Running"]
-        assert not (Path(RunLayout(body["output"], job_id).stage_marker(Stage.TRAIN))).exists(), \
+        assert not (Path(RunLayout(body["output"], job_id).stage_marker(Stage.TRAIN))).exists(), (
             "training finished before the eviction; nothing would be resumed"
+        )
         on_loop(emu.evict(NS, running["metadata"]["name"], reason="TerminationByKubelet", message="Spot VM preempted"))
         job = wait_for_phase(client, job_id, JobPhase.SUCCEEDED, RUN_TIMEOUT_S)
         pods = _pods(on_loop, emu, job_id)
@@ -176,12 +196,13 @@ async def test_an_evicted_trainer_resumes_from_its_checkpoint_and_the_job_succee
     assert manifest["artifacts"] and Path(RunLayout(body["output"], job_id).stage_marker(Stage.TRAIN)).exists()
     events = run_events(body, job_id)
     assert [e.attempt for e in events if e.type == "run_started"] == [1, 2]
-    second = events[[i for i, e in enumerate(events) if e.type == "run_started"][1]:]
+    second = events[[i for i, e in enumerate(events) if e.type == "run_started"][1] :]
     # The first attempt converted, or took the worker's cached conversion; the second did neither: it found
     # the first attempt's convert marker.
     assert not any(e.type == "stage_started" and e.stage is Stage.CONVERT for e in second)
-    assert any(e.type == "stage_finished" and e.stage is Stage.CONVERT and e.skipped and "earlier attempt" in (e.reason or "")
-               for e in second)
+    assert any(
+        e.type == "stage_finished" and e.stage is Stage.CONVERT and e.skipped and "earlier attempt" in (e.reason or "") for e in second
+    )
     train = json.loads(Path(RunLayout(body["output"], job_id).stage_marker(Stage.TRAIN)).read_text())
     assert train["outputs"]["resumed_from_step"] >= 1
     kjob = cluster.job(job_id)
@@ -227,8 +248,7 @@ async def test_a_non_retryable_exit_fails_at_once_without_a_retry(cluster, make_
     def scenario(client: TestClient, on_loop: Any, emu: EmulatedCluster) -> str:
         job_id = _submit(client, body)
         job = wait_for_phase(client, job_id, JobPhase.FAILED, 600)
-        assert job["failure"]["exit_code"] == 65 and "model_type" in client.get(
-            f"/v1/jobs/{job_id}/logs", headers=AUTH).text
+        assert job["failure"]["exit_code"] == 65 and "model_type" in client.get(f"/v1/jobs/{job_id}/logs", headers=AUTH).text
         time.sleep(3)  # a retry, if any, would have started by now
         assert len(_pods(on_loop, emu, job_id)) == 1
         return job_id

@@ -24,15 +24,21 @@ pytestmark = pytest.mark.timeout(60)
 WORKLOADS = "kueue.x-k8s.io/v1beta2/workloads"
 TEAM_QUEUES = {"ml": "ml-tpu"}  # the bootstrap token's team (test_service_integration._settings) is ml
 WAITING = {"type": "QuotaReserved", "status": "False", "reason": "WaitingForQuota", "message": QUOTA_MESSAGE}
-ADMITTED = ({"type": "QuotaReserved", "reason": "QuotaReserved", "message": "Quota reserved in ClusterQueue rljob-v6e"},
-            {"type": "Admitted", "reason": "Admitted", "message": "The workload is admitted"})
-EVICTED = ({"type": "Evicted", "reason": "Preempted", "message": "Preempted to accommodate a higher priority Workload"},
-           {"type": "Preempted", "reason": "InClusterQueue", "message": PREEMPTED_MESSAGE},
-           {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "The workload was evicted"},
-           {"type": "Admitted", "status": "False", "reason": "NoReservation", "message": "The workload has no reservation"})
-READMITTED = ({"type": "Evicted", "status": "False", "reason": "QuotaReserved", "message": "Previously: Preempted"},
-              {"type": "Preempted", "status": "False", "reason": "QuotaReserved", "message": "Previously: preempted"},
-              *ADMITTED)
+ADMITTED = (
+    {"type": "QuotaReserved", "reason": "QuotaReserved", "message": "Quota reserved in ClusterQueue rljob-v6e"},
+    {"type": "Admitted", "reason": "Admitted", "message": "The workload is admitted"},
+)
+EVICTED = (
+    {"type": "Evicted", "reason": "Preempted", "message": "Preempted to accommodate a higher priority Workload"},
+    {"type": "Preempted", "reason": "InClusterQueue", "message": PREEMPTED_MESSAGE},
+    {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "The workload was evicted"},
+    {"type": "Admitted", "status": "False", "reason": "NoReservation", "message": "The workload has no reservation"},
+)
+READMITTED = (
+    {"type": "Evicted", "status": "False", "reason": "QuotaReserved", "message": "Previously: Preempted"},
+    {"type": "Preempted", "status": "False", "reason": "QuotaReserved", "message": "Previously: preempted"},
+    *ADMITTED,
+)
 
 
 class FakeKueue:
@@ -48,14 +54,32 @@ class FakeKueue:
 
     def _pending_workloads(self, request: Any) -> Any:
         if self.visibility_error is not None:
-            return kmock_lib.Response(status=self.visibility_error, payload={
-                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": self.visibility_error,
-                "message": f"visibility.kueue.x-k8s.io answered {self.visibility_error}"})
+            return kmock_lib.Response(
+                status=self.visibility_error,
+                payload={
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "code": self.visibility_error,
+                    "message": f"visibility.kueue.x-k8s.io answered {self.visibility_error}",
+                },
+            )
         lq = request.url.path.split("/")[-2]
-        return {"kind": "PendingWorkloadsSummary", "apiVersion": "visibility.kueue.x-k8s.io/v1beta2", "metadata": {},
-                "items": [{"metadata": {"name": name, "namespace": NS}, "priority": 0, "localQueueName": lq,
-                           "positionInClusterQueue": i, "positionInLocalQueue": i}
-                          for i, name in enumerate(self.pending)]}
+        return {
+            "kind": "PendingWorkloadsSummary",
+            "apiVersion": "visibility.kueue.x-k8s.io/v1beta2",
+            "metadata": {},
+            "items": [
+                {
+                    "metadata": {"name": name, "namespace": NS},
+                    "priority": 0,
+                    "localQueueName": lq,
+                    "positionInClusterQueue": i,
+                    "positionInLocalQueue": i,
+                }
+                for i, name in enumerate(self.pending)
+            ],
+        }
 
     @staticmethod
     def name_of(job_id: str) -> str:
@@ -66,21 +90,28 @@ class FakeKueue:
         job = self.cluster.job(job_id)
         assert job is not None, f"no Job {job_id}"
         name = self.name_of(job_id)
-        status = {"conditions": [{"status": "True", "lastTransitionTime": "2026-11-30T20:00:00Z", **c}
-                                 for c in conditions]}
+        status = {"conditions": [{"status": "True", "lastTransitionTime": "2026-11-30T20:00:00Z", **c} for c in conditions]}
         if name not in self.created:
             self.created.add(name)
-            await self.cluster._send("POST", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads", {
-                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-                "metadata": {"name": name, "namespace": NS, "labels": {
-                    "kueue.x-k8s.io/job-uid": job["metadata"]["uid"],
-                    "kueue.x-k8s.io/queue-name": job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]},
-                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_id,
-                                         "uid": job["metadata"]["uid"]}]},
-                "spec": {"queueName": job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "podSets": []},
-            })
-        await self.cluster._send("PATCH", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads/{name}",
-                                 {"status": status})
+            await self.cluster._send(
+                "POST",
+                f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads",
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "Workload",
+                    "metadata": {
+                        "name": name,
+                        "namespace": NS,
+                        "labels": {
+                            "kueue.x-k8s.io/job-uid": job["metadata"]["uid"],
+                            "kueue.x-k8s.io/queue-name": job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+                        },
+                        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_id, "uid": job["metadata"]["uid"]}],
+                    },
+                    "spec": {"queueName": job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "podSets": []},
+                },
+            )
+        await self.cluster._send("PATCH", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads/{name}", {"status": status})
         return name
 
 
@@ -105,8 +136,7 @@ async def test_a_job_waiting_for_quota_is_queued_with_kueues_reason_and_place(cl
     assert obs.state is ObservedState.QUEUED and obs.message == QUOTA_MESSAGE
     assert (obs.queue.name, obs.queue.position, obs.queue.reason) == ("ml-tpu", 2, "WaitingForQuota")
     pending_reads = [r for r in cluster.server if r.url.path.endswith("/pendingworkloads")]
-    assert pending_reads[-1].url.path == (
-        f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/ml-tpu/pendingworkloads")
+    assert pending_reads[-1].url.path == (f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/ml-tpu/pendingworkloads")
 
     for error in (403, 503):  # no RBAC for the visibility API, or it is down: the place is unknown, nothing else
         kueue.visibility_error = error
@@ -157,11 +187,16 @@ async def test_a_jobset_is_queued_from_its_workload_too(cluster, kueue, make_lau
     await asyncio.to_thread(launcher.launch, JOB_ID, make_spec("v6e-16", 4, team="ml"))
     jobset = cluster.server.objects["jobset.x-k8s.io/v1alpha2/jobsets", NS, JOB_ID]
     name = f"jobset-{JOB_ID}-3f9a1"
-    await cluster._send("POST", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads", {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": name, "namespace": NS, "labels": {"kueue.x-k8s.io/job-uid": jobset["metadata"]["uid"]}},
-        "status": {"conditions": [{**WAITING, "lastTransitionTime": "2026-11-30T20:00:00Z"}]},
-    })
+    await cluster._send(
+        "POST",
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": name, "namespace": NS, "labels": {"kueue.x-k8s.io/job-uid": jobset["metadata"]["uid"]}},
+            "status": {"conditions": [{**WAITING, "lastTransitionTime": "2026-11-30T20:00:00Z"}]},
+        },
+    )
     kueue.pending = [name]
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)
     assert (obs.state, obs.object_name) == (ObservedState.QUEUED, f"jobset/{JOB_ID}")

@@ -37,8 +37,10 @@ from .conftest import configuration_for
 pytestmark = pytest.mark.timeout(120)
 RESERVATION = "rljob-v6e-8"  # the shipped reservation flavor's example name
 CAPACITIES = ["on-demand", "spot", "flex-start", "reservation"]
-NODES = [Node.gke_cpu("cpu-0"), *(Node.gke_tpu(f"tpu-{c}-0", c, reservation=RESERVATION if c == "reservation" else None)
-                                  for c in CAPACITIES)]  # fmt: skip
+NODES = [
+    Node.gke_cpu("cpu-0"),
+    *(Node.gke_tpu(f"tpu-{c}-0", c, reservation=RESERVATION if c == "reservation" else None) for c in CAPACITIES),
+]
 # Listed in the order the on-demand quota would be tried first, if routing let it.
 FLAVOR = {c: f"tpu-v6e-2x4-{c}" for c in CAPACITIES}
 
@@ -54,8 +56,7 @@ def shipped_kueue_objects() -> list[dict[str, Any]]:
 
 def _tpu_spec(capacity: str) -> JobSpec:
     base = spec("v6e-8", 8)
-    hardware = {**base.hardware.model_dump(), "capacity": capacity,
-                "reservation": RESERVATION if capacity == "reservation" else None}
+    hardware = {**base.hardware.model_dump(), "capacity": capacity, "reservation": RESERVATION if capacity == "reservation" else None}
     return JobSpec.model_validate({**base.model_dump(), "hardware": hardware})
 
 
@@ -64,8 +65,15 @@ def _fake(job_id: str) -> list[str]:
     return ["python", "-c", textwrap.dedent(f"import time; print('{job_id} running', flush=True); time.sleep(600)")]
 
 
-async def _run(kmock: Any, work: Path, rule: str, kueue_objects: list[dict[str, Any]],
-               capacities: tuple[str, ...] = (*CAPACITIES, "cpu"), *, overflow: bool = False) -> dict[str, dict[str, Any]]:
+async def _run(
+    kmock: Any,
+    work: Path,
+    rule: str,
+    kueue_objects: list[dict[str, Any]],
+    capacities: tuple[str, ...] = (*CAPACITIES, "cpu"),
+    *,
+    overflow: bool = False,
+) -> dict[str, dict[str, Any]]:
     """Submit one job per capacity (and cpu); return, per job, its admitted flavors and node."""
     kueue = KueueEmulator(rule=rule)
     jobs = {c: f"rl-{c.replace('-', '')[:8]:0<8}0000" for c in capacities}
@@ -79,8 +87,10 @@ async def _run(kmock: Any, work: Path, rule: str, kueue_objects: list[dict[str, 
                 await cluster.create(obj)
 
         def all_bound() -> bool:
-            return all(cluster.pods(NS, **{"job-name": j}) and cluster.pods(NS, **{"job-name": j})[0]["spec"].get("nodeName")
-                       for j in jobs.values())
+            return all(
+                cluster.pods(NS, **{"job-name": j}) and cluster.pods(NS, **{"job-name": j})[0]["spec"].get("nodeName")
+                for j in jobs.values()
+            )
 
         await cluster.wait_for(all_bound, "every job's pod bound to a node", timeout_s=60)
         for capacity, job_id in jobs.items():
@@ -91,9 +101,13 @@ async def _run(kmock: Any, work: Path, rule: str, kueue_objects: list[dict[str, 
             # One flavor per resource (cpu, memory, google.com/tpu) of each podset.
             flavors = sorted({f for ps in admission.get("podSetAssignments") or [] for f in (ps.get("flavors") or {}).values()})
             (pod,) = cluster.pods(NS, **{"job-name": job_id})
-            seen[capacity] = {"queued": "kueue.x-k8s.io/queue-name" in job["metadata"]["labels"],
-                              "workload": workload_obj is not None, "flavors": flavors,
-                              "node": pod["spec"]["nodeName"], "selector": pod["spec"].get("nodeSelector") or {}}
+            seen[capacity] = {
+                "queued": "kueue.x-k8s.io/queue-name" in job["metadata"]["labels"],
+                "workload": workload_obj is not None,
+                "flavors": flavors,
+                "node": pod["spec"]["nodeName"],
+                "selector": pod["spec"].get("nodeSelector") or {},
+            }
         if overflow:
             # A second on-demand job while on-demand quota is full: it must wait, not spill into another flavor.
             job_id = "rl-ondemand0001"
@@ -146,8 +160,7 @@ async def test_a_job_no_shipped_flavor_can_take_is_refused_at_submit(kmock, tmp_
     async with EmulatedCluster(kmock, tmp_path / "nodes", nodes=NODES, kueue=KueueEmulator()) as cluster:
         for obj in shipped_kueue_objects():
             await cluster.create(obj)
-        launcher = build_k8s_launcher(settings(kueue_queue="rljob-v6e"), sleep=lambda s: None,
-                                      configuration=configuration_for(kmock))
+        launcher = build_k8s_launcher(settings(kueue_queue="rljob-v6e"), sleep=lambda s: None, configuration=configuration_for(kmock))
 
         async def refusal(job_spec: JobSpec) -> str | None:
             try:

@@ -14,10 +14,13 @@ from service.adapters.k8s.manifests import build_trainer_job, build_trainer_jobs
 
 from .conftest import JOB_ID, make_settings, make_spec
 
-QUOTA_MESSAGE = ("couldn't assign flavors to pod set main: insufficient unused quota for google.com/tpu in flavor "
-                 "tpu-v6e-2x4-on-demand, 8 more needed")
-PREEMPTED_MESSAGE = ("Preempted to accommodate a workload (UID: 5b1c, JobUID: 9e2f) due to prioritization in the "
-                     "ClusterQueue; preemptor path: /rljob-v6e; preemptee path: /rljob-v6e")
+QUOTA_MESSAGE = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for google.com/tpu in flavor tpu-v6e-2x4-on-demand, 8 more needed"
+)
+PREEMPTED_MESSAGE = (
+    "Preempted to accommodate a workload (UID: 5b1c, JobUID: 9e2f) due to prioritization in the "
+    "ClusterQueue; preemptor path: /rljob-v6e; preemptee path: /rljob-v6e"
+)
 
 
 def workload(*conditions: dict[str, Any], checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -68,8 +71,7 @@ def test_trainer_job_and_jobset_carry_the_team_queue_and_priority_class():
 
 
 def test_waiting_for_quota():
-    view = read_workload(workload({"type": "QuotaReserved", "status": "False", "reason": "WaitingForQuota",
-                                   "message": QUOTA_MESSAGE}))
+    view = read_workload(workload({"type": "QuotaReserved", "status": "False", "reason": "WaitingForQuota", "message": QUOTA_MESSAGE}))
     assert (view.admitted, view.evicted, view.reason, view.message) == (False, False, "WaitingForQuota", QUOTA_MESSAGE)
 
 
@@ -79,54 +81,76 @@ def test_not_yet_evaluated():
 
 
 def test_quota_reserved_but_flex_start_provisioning_pending():
-    view = read_workload(workload(
-        {"type": "QuotaReserved", "reason": "QuotaReserved", "message": "Quota reserved in ClusterQueue rljob-v6e"},
-        {"type": "Admitted", "status": "False", "reason": "UnsatisfiedAdmissionChecks"},
-        checks=[{"name": "rljob-flex-start", "state": "Pending",
-                 "message": "Waiting for resources. Currently there are not enough resources available"}],
-    ))
+    view = read_workload(
+        workload(
+            {"type": "QuotaReserved", "reason": "QuotaReserved", "message": "Quota reserved in ClusterQueue rljob-v6e"},
+            {"type": "Admitted", "status": "False", "reason": "UnsatisfiedAdmissionChecks"},
+            checks=[
+                {
+                    "name": "rljob-flex-start",
+                    "state": "Pending",
+                    "message": "Waiting for resources. Currently there are not enough resources available",
+                }
+            ],
+        )
+    )
     assert (view.admitted, view.reason) == (False, "UnsatisfiedAdmissionChecks")
     assert view.message == "rljob-flex-start: Pending: Waiting for resources. Currently there are not enough resources available"
 
 
 def test_admitted():
-    view = read_workload(workload({"type": "QuotaReserved"}, {"type": "Admitted", "reason": "Admitted",
-                                                               "message": "The workload is admitted"}))
+    view = read_workload(
+        workload({"type": "QuotaReserved"}, {"type": "Admitted", "reason": "Admitted", "message": "The workload is admitted"})
+    )
     assert view.admitted and not view.evicted
 
 
 def test_evicted_by_preemption_uses_the_preempted_message():
-    view = read_workload(workload(
-        {"type": "Evicted", "reason": "Preempted", "message": "Preempted to accommodate a higher priority Workload"},
-        {"type": "Preempted", "reason": "InClusterQueue", "message": PREEMPTED_MESSAGE},
-        {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "The workload was evicted"},
-        {"type": "Admitted", "status": "False", "reason": "NoReservation"},
-    ))
+    view = read_workload(
+        workload(
+            {"type": "Evicted", "reason": "Preempted", "message": "Preempted to accommodate a higher priority Workload"},
+            {"type": "Preempted", "reason": "InClusterQueue", "message": PREEMPTED_MESSAGE},
+            {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "The workload was evicted"},
+            {"type": "Admitted", "status": "False", "reason": "NoReservation"},
+        )
+    )
     assert (view.admitted, view.evicted, view.reason, view.message) == (False, True, "Preempted", PREEMPTED_MESSAGE)
 
 
 def test_readmitted_after_eviction_is_admitted():
     # Kueue sets Evicted/Preempted back to False ("Previously: ...") when it reserves quota again.
-    view = read_workload(workload(
-        {"type": "Evicted", "status": "False", "reason": "QuotaReserved", "message": "Previously: Preempted"},
-        {"type": "QuotaReserved"}, {"type": "Admitted"},
-    ))
+    view = read_workload(
+        workload(
+            {"type": "Evicted", "status": "False", "reason": "QuotaReserved", "message": "Previously: Preempted"},
+            {"type": "QuotaReserved"},
+            {"type": "Admitted"},
+        )
+    )
     assert view.admitted and not view.evicted
 
 
 def test_position_in_local_queue_is_one_based():
-    pending = {"items": [
-        {"metadata": {"name": "job-rl-aaaaaaaaaaaa-11111"}, "positionInLocalQueue": 0, "positionInClusterQueue": 3},
-        {"metadata": {"name": "job-rl-0123456789ab-3f9a1"}, "positionInLocalQueue": 1, "positionInClusterQueue": 5},
-    ]}
+    pending = {
+        "items": [
+            {"metadata": {"name": "job-rl-aaaaaaaaaaaa-11111"}, "positionInLocalQueue": 0, "positionInClusterQueue": 3},
+            {"metadata": {"name": "job-rl-0123456789ab-3f9a1"}, "positionInLocalQueue": 1, "positionInClusterQueue": 5},
+        ]
+    }
     assert position_in(pending, "job-rl-0123456789ab-3f9a1") == 2
     assert position_in(pending, "job-rl-bbbbbbbbbbbb-22222") is None
     assert position_in({}, "job-rl-0123456789ab-3f9a1") is None
 
 
 def test_a_deactivated_workload_says_how_to_reactivate_it():
-    view = read_workload(workload({"type": "Evicted", "reason": "DeactivatedDueToRequeuingLimitExceeded",
-                                   "message": "The workload is deactivated due to exceeding the maximum number of re-queuing retries"}))
+    view = read_workload(
+        workload(
+            {
+                "type": "Evicted",
+                "reason": "DeactivatedDueToRequeuingLimitExceeded",
+                "message": "The workload is deactivated due to exceeding the maximum number of re-queuing retries",
+            }
+        )
+    )
     assert (view.admitted, view.evicted, view.reason) == (False, True, "DeactivatedDueToRequeuingLimitExceeded")
     assert view.message.startswith("The workload is deactivated due to exceeding")
     assert """kubectl patch workloads.kueue.x-k8s.io job-rl-0123456789ab-3f9a1 --type=merge -p '{"spec":{"active":true}}'""" in view.message

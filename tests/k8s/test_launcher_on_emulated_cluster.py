@@ -86,8 +86,9 @@ async def test_an_eviction_is_restarting_not_failed(cluster, make_launcher, reco
     shared = shared_dir(tmp_path)
     launcher = make_launcher()
     launcher.start(recorder)
-    emu = await _start(cluster, tmp_path, _py(SLOW_TO_STOP, str(shared)), host_paths=[str(shared)],
-                       job_spec=spec(output=str(shared / "runs")))
+    emu = await _start(
+        cluster, tmp_path, _py(SLOW_TO_STOP, str(shared)), host_paths=[str(shared)], job_spec=spec(output=str(shared / "runs"))
+    )
     try:
         running = await recorder.wait_for(ObservedState.RUNNING)
         pod = running.message.split("(")[1].rstrip(")")

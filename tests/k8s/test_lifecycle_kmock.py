@@ -218,8 +218,10 @@ async def test_a_pods_log_is_read_in_pieces_with_each_line_cut(cluster, make_lau
     for follow in (False, True):
         lines = await asyncio.to_thread(lambda f=follow: list(launcher.logs(JOB_ID, follow=f)))
         assert [line for line in lines if line is not None] == [
-            "start", "x" * MAX_LINE_BYTES + f" [... {huge - MAX_LINE_BYTES} more bytes of this line not shown]",
-            "last, unfinished"]  # fmt: skip
+            "start",
+            "x" * MAX_LINE_BYTES + f" [... {huge - MAX_LINE_BYTES} more bytes of this line not shown]",
+            "last, unfinished",
+        ]
         assert (None in lines) is follow
 
 

@@ -59,9 +59,12 @@ def validate_strict(doc: dict[str, Any]) -> None:
     if doc["kind"] == "JobSet":
         for rjob in doc["spec"]["replicatedJobs"]:
             template = rjob["template"]
-            as_job = {"apiVersion": "batch/v1", "kind": "Job",
-                      "metadata": {"name": f"{doc['metadata']['name']}-{rjob['name']}-0", **template["metadata"]},
-                      "spec": template["spec"]}
+            as_job = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": f"{doc['metadata']['name']}-{rjob['name']}-0", **template["metadata"]},
+                "spec": template["spec"],
+            }
             kubernetes_validate.validate(as_job, GKE_MINOR, strict=True)
         return
     kubernetes_validate.validate(doc, GKE_MINOR, strict=True)
@@ -80,16 +83,16 @@ def test_every_accelerator_renders_strictly_valid_manifests(accelerator: str, ku
 
 @pytest.mark.parametrize("kueue", [False, True])
 def test_cpu_job_renders_strictly_valid_manifests(kueue: bool) -> None:
-    docs = render_manifests(make_cpu_spec(), JOB_ID, make_settings(kueue_queue="q" if kueue else None,
-                                                                   host_paths=["/data/rljob"]))
+    docs = render_manifests(make_cpu_spec(), JOB_ID, make_settings(kueue_queue="q" if kueue else None, host_paths=["/data/rljob"]))
     assert [d["kind"] for d in docs] == ["ConfigMap", "Job"]
     for doc in docs:
         validate_strict(doc)
 
 
 def test_cpu_job_is_a_plain_job_sized_by_settings() -> None:
-    settings = make_settings(cpu_job_cpu="3", cpu_job_memory="12Gi", cpu_job_shm_size="2Gi", node_pool="tpu-pool",
-                             host_paths=["/data/rljob"])
+    settings = make_settings(
+        cpu_job_cpu="3", cpu_job_memory="12Gi", cpu_job_shm_size="2Gi", node_pool="tpu-pool", host_paths=["/data/rljob"]
+    )
     job = render_manifests(make_cpu_spec(), JOB_ID, settings)[1]
     pod = _pod(job)
     (container,) = pod["containers"]
@@ -116,8 +119,10 @@ def test_local_paths_need_a_mounted_node_directory() -> None:
     assert render_manifests(make_spec(), JOB_ID, make_settings())[1]["kind"] == "Job"
 
 
-@pytest.mark.parametrize(("field", "value"), [("cpu_job_cpu", "two"), ("cpu_job_memory", "8 GB"),
-                                              ("host_paths", ["relative/dir"]), ("host_paths", ["/data/../etc"])])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("cpu_job_cpu", "two"), ("cpu_job_memory", "8 GB"), ("host_paths", ["relative/dir"]), ("host_paths", ["/data/../etc"])],
+)
 def test_settings_refuse_unusable_cpu_sizes_and_host_paths(field: str, value: object) -> None:
     with pytest.raises(ValueError):
         make_settings(**{field: value})

@@ -42,7 +42,7 @@ class ListProgress:
 
     def read_new(self, record: Any) -> ProgressBatch:
         events = list(self.events.get(record.id, []))
-        return ProgressBatch(record.id, events[self.read.get(record.id, 0):], end=len(events))
+        return ProgressBatch(record.id, events[self.read.get(record.id, 0) :], end=len(events))
 
     def commit(self, batch: ProgressBatch) -> None:
         self.read[batch.job_id] = max(self.read.get(batch.job_id, 0), batch.end)
@@ -69,8 +69,13 @@ class NoProgress:
 
 def _settings(tmp_path: Path) -> Settings:
     return Settings(
-        _env_file=None, environment="dev", state_dir=tmp_path, bootstrap_token=TOKEN, bootstrap_team="ml",
-        progress_poll_interval_s=0.1, active_jobs_reconcile_interval_s=0.5,
+        _env_file=None,
+        environment="dev",
+        state_dir=tmp_path,
+        bootstrap_token=TOKEN,
+        bootstrap_team="ml",
+        progress_poll_interval_s=0.1,
+        active_jobs_reconcile_interval_s=0.5,
     )
 
 
@@ -113,8 +118,10 @@ async def test_service_restarted_mid_job_reconciles_and_finishes_once(cluster, m
     job_id = await asyncio.to_thread(first_life)
 
     # While the service is down the trainer finishes and the Job completes.
-    await cluster.patch_job({"status": {"succeeded": 1, "conditions": [
-        {"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-30T01:00:00Z"}]}}, name=job_id)
+    await cluster.patch_job(
+        {"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-30T01:00:00Z"}]}},
+        name=job_id,
+    )
 
     def second_life() -> None:
         app = create_app(_settings(tmp_path), launcher=make_launcher(), progress=NoProgress())
@@ -180,8 +187,7 @@ async def test_phase_stage_and_progress_are_mirrored_onto_the_job(cluster, make_
                 StageStarted(seq=0, time=now, job_id=job_id, stage=Stage.TRAIN),
                 TrainStep(seq=1, time=now, job_id=job_id, step=7, total_steps=50, reward_mean=0.4),
             ]
-            _wait(lambda: meta(job_id).get("annotations", {}).get("rljob.dev/progress") == "7/50",
-                  "progress annotation")
+            _wait(lambda: meta(job_id).get("annotations", {}).get("rljob.dev/progress") == "7/50", "progress annotation")
             annotations = meta(job_id)["annotations"]
             assert annotations["rljob.dev/stage"] == "train"
             assert meta(job_id)["labels"]["rljob.dev/phase"] == "running"

@@ -31,8 +31,9 @@ def kueue_cluster(kmock: Any) -> KueueCluster:
 
 def _launcher(server: Any, clock: Any = None, **overrides: Any) -> K8sJobLauncher:
     settings = make_settings(kueue_team_queues=TEAM_QUEUES, **overrides)
-    return build_k8s_launcher(settings, sleep=lambda s: None, configuration=configuration_for(server),
-                              **({"clock": clock} if clock else {}))
+    return build_k8s_launcher(
+        settings, sleep=lambda s: None, configuration=configuration_for(server), **({"clock": clock} if clock else {})
+    )
 
 
 async def _refusal(launcher: K8sJobLauncher, **spec: Any) -> InvalidRequest | None:
@@ -50,14 +51,33 @@ def _reads(server: Any, plural: str) -> int:
 async def test_a_job_a_flavor_can_take_passes(kueue_cluster):
     launcher = _launcher(kueue_cluster.server)
     assert await _refusal(launcher) is None  # on-demand v6e-8: 8 chips, quota 8
-    assert await _refusal(launcher, hardware={"accelerator": "v6e-8", "chips_per_vm": 8, "capacity": "spot",
-                                              "rollout_data_parallelism": 1, "rollout_tensor_parallelism": -1}) is None
+    assert (
+        await _refusal(
+            launcher,
+            hardware={
+                "accelerator": "v6e-8",
+                "chips_per_vm": 8,
+                "capacity": "spot",
+                "rollout_data_parallelism": 1,
+                "rollout_tensor_parallelism": -1,
+            },
+        )
+        is None
+    )
 
 
 async def test_a_capacity_no_flavor_offers_is_refused_naming_the_flavors(kueue_cluster):
     launcher = _launcher(kueue_cluster.server)
-    exc = await _refusal(launcher, hardware={"accelerator": "v6e-8", "chips_per_vm": 8, "capacity": "flex-start",
-                                             "rollout_data_parallelism": 1, "rollout_tensor_parallelism": -1})
+    exc = await _refusal(
+        launcher,
+        hardware={
+            "accelerator": "v6e-8",
+            "chips_per_vm": 8,
+            "capacity": "flex-start",
+            "rollout_data_parallelism": 1,
+            "rollout_tensor_parallelism": -1,
+        },
+    )
     assert exc is not None and exc.loc == ("hardware",)
     msg = str(exc)
     assert "no flavor of ClusterQueue rljob-v6e (LocalQueue team-ml)" in msg
@@ -92,13 +112,26 @@ async def test_an_inactive_cluster_queue_is_refused_quoting_kueue(kueue_cluster)
 
 async def test_unreadable_kueue_objects_do_not_refuse_and_warn_once(kueue_cluster, caplog):
     server = kueue_cluster.server
-    server[f"get /apis/{KUEUE}/clusterqueues/rljob-v6e"] << kmock_lib.Response(status=403, payload={
-        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
-        "message": 'clusterqueues.kueue.x-k8s.io "rljob-v6e" is forbidden'})
+    server[f"get /apis/{KUEUE}/clusterqueues/rljob-v6e"] << kmock_lib.Response(
+        status=403,
+        payload={
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": "Forbidden",
+            "code": 403,
+            "message": 'clusterqueues.kueue.x-k8s.io "rljob-v6e" is forbidden',
+        },
+    )
     now = [0.0]
     launcher = _launcher(server, clock=lambda: now[0])
-    flex = {"accelerator": "v6e-8", "chips_per_vm": 8, "capacity": "flex-start",
-            "rollout_data_parallelism": 1, "rollout_tensor_parallelism": -1}
+    flex = {
+        "accelerator": "v6e-8",
+        "chips_per_vm": 8,
+        "capacity": "flex-start",
+        "rollout_data_parallelism": 1,
+        "rollout_tensor_parallelism": -1,
+    }
     with caplog.at_level(logging.WARNING, logger="service.adapters.k8s.launcher"):
         for _ in range(3):
             assert await _refusal(launcher, hardware=flex) is None
@@ -123,8 +156,15 @@ async def test_the_service_answers_422_with_the_field_and_stores_nothing(kueue_c
         app = create_app(_settings(tmp_path), launcher=_launcher(kueue_cluster.server), progress=NoProgress())
         with TestClient(app) as client:
             _wait(lambda: client.get("/readyz").status_code == 200, "ready")
-            body = make_spec(hardware={"accelerator": "v6e-8", "chips_per_vm": 8, "capacity": "flex-start",
-                                       "rollout_data_parallelism": 1, "rollout_tensor_parallelism": -1})
+            body = make_spec(
+                hardware={
+                    "accelerator": "v6e-8",
+                    "chips_per_vm": 8,
+                    "capacity": "flex-start",
+                    "rollout_data_parallelism": 1,
+                    "rollout_tensor_parallelism": -1,
+                }
+            )
             resp = client.post("/v1/jobs", json=body.model_dump(mode="json"), headers=AUTH)
             assert resp.status_code == 422, resp.text
             (detail,) = resp.json()["detail"]
@@ -135,15 +175,19 @@ async def test_the_service_answers_422_with_the_field_and_stores_nothing(kueue_c
     assert not [r for r in kueue_cluster.server if r.method == "POST" and r.resource and r.resource.plural == "jobs"]
 
 
-@pytest.mark.parametrize(("status", "says"), [
-    (404, "the kueue.x-k8s.io/v1beta2 API is not served (Kueue is missing or older than 0.15): install Kueue >= 0.15"),
-    (403, "RBAC: the Role rljob-launcher needs apiGroups [kueue.x-k8s.io] resources [workloads] verbs [list]"),
-])
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [
+        (404, "the kueue.x-k8s.io/v1beta2 API is not served (Kueue is missing or older than 0.15): install Kueue >= 0.15"),
+        (403, "RBAC: the Role rljob-launcher needs apiGroups [kueue.x-k8s.io] resources [workloads] verbs [list]"),
+    ],
+)
 async def test_a_queued_job_says_why_kueue_cannot_be_read(cluster, make_launcher, status, says):
     if status == 403:
         cluster.server.resources[f"{KUEUE}/workloads"] = {"namespaced": True}
         cluster.server[kmock_lib.resource("kueue.x-k8s.io", "v1beta2", "workloads")] << kmock_lib.Response(
-            status=403, payload={"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403})
+            status=403, payload={"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403}
+        )
     launcher = make_launcher(kueue_queue="tpu-queue")
     await asyncio.to_thread(launcher.launch, JOB_ID, make_spec())
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)

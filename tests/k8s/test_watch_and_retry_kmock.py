@@ -14,8 +14,14 @@ from .conftest import JOB_ID, NS
 
 pytestmark = pytest.mark.timeout(30)
 
-GONE_STATUS = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 410, "reason": "Expired",
-               "message": "too old resource version: 1 (2)"}
+GONE_STATUS = {
+    "apiVersion": "v1",
+    "kind": "Status",
+    "status": "Failure",
+    "code": 410,
+    "reason": "Expired",
+    "message": "too old resource version: 1 (2)",
+}
 
 
 def _jobs(request) -> bool:
@@ -25,7 +31,7 @@ def _jobs(request) -> bool:
 @pytest.mark.parametrize("how", ["http-410", "error-event"])
 async def test_watch_410_gone_relists_and_recovers(cluster, make_launcher, recorder, spec, how):
     server = cluster.server
-    first_job_watch = (server ** 10)[kmock_lib.action.WATCH][_jobs][:1]
+    first_job_watch = (server**10)[kmock_lib.action.WATCH][_jobs][:1]
     if how == "http-410":
         first_job_watch << 410 << GONE_STATUS
     else:  # what an API server does mid-stream when the resourceVersion has been compacted away
@@ -50,8 +56,11 @@ async def test_watch_410_gone_relists_and_recovers(cluster, make_launcher, recor
 async def test_duplicate_create_after_lost_response_makes_one_job(cluster, make_launcher, spec):
     server = cluster.server
     # The first POST is stored (kmock applies it before reacting) but the client sees a 503.
-    lost = (server ** 10)[kmock_lib.action.CREATE][_jobs][:1] << 503 << {
-        "apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 503, "reason": "ServiceUnavailable"}
+    lost = (
+        (server**10)[kmock_lib.action.CREATE][_jobs][:1]
+        << 503
+        << {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 503, "reason": "ServiceUnavailable"}
+    )
     launcher = make_launcher()
     result = await asyncio.to_thread(launcher.launch, JOB_ID, spec)
     assert result.object_name == f"job/{JOB_ID}"
@@ -65,9 +74,15 @@ async def test_duplicate_create_after_lost_response_makes_one_job(cluster, make_
 
 
 async def test_create_conflict_with_another_jobs_object_is_refused(cluster, make_launcher, spec):
-    await cluster._send("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": JOB_ID, "namespace": NS, "labels": {"rljob.dev/job-id": "rl-someoneelse0"}}})
+    await cluster._send(
+        "POST",
+        f"/apis/batch/v1/namespaces/{NS}/jobs",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": JOB_ID, "namespace": NS, "labels": {"rljob.dev/job-id": "rl-someoneelse0"}},
+        },
+    )
     launcher = make_launcher()
     with pytest.raises(WorkloadConflict, match="rl-someoneelse0"):
         await asyncio.to_thread(launcher.launch, JOB_ID, spec)
@@ -79,12 +94,30 @@ async def test_jobset_terminal_states(cluster, make_launcher):
     launcher = make_launcher()
     await asyncio.to_thread(launcher.launch, JOB_ID, make_spec("v6e-16", 4))
     path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/{JOB_ID}"
-    await cluster._send("PATCH", path, {"status": {"restarts": 3, "terminalState": "Failed", "conditions": [
-        {"type": "Failed", "status": "True", "reason": "FailedJobs",
-         "message": "jobset failed due to reaching max number of restarts"}]}})
+    await cluster._send(
+        "PATCH",
+        path,
+        {
+            "status": {
+                "restarts": 3,
+                "terminalState": "Failed",
+                "conditions": [
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "FailedJobs",
+                        "message": "jobset failed due to reaching max number of restarts",
+                    }
+                ],
+            }
+        },
+    )
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)
     assert (obs.state, obs.reason, obs.object_name) == (ObservedState.FAILED, "FailedJobs", f"jobset/{JOB_ID}")
     assert "max number of restarts" in obs.message
-    await cluster._send("PATCH", path, {"status": {"terminalState": "Completed", "conditions": [
-        {"type": "Completed", "status": "True", "reason": "AllJobsCompleted"}]}})
+    await cluster._send(
+        "PATCH",
+        path,
+        {"status": {"terminalState": "Completed", "conditions": [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted"}]}},
+    )
     assert (await asyncio.to_thread(launcher.observe, JOB_ID)).state is ObservedState.SUCCEEDED

@@ -19,14 +19,27 @@ NS = "rljob"
 TRAINER_IMAGE = "us-docker.pkg.dev/example-project/rljob/trainer:0.1.0"
 
 
-def make_pod(*containers: dict[str, Any], name: str = "p", volumes: list[dict[str, Any]] | None = None,
-             restart_policy: str = "Never", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": {"app": "demo", "tier": "x"},
-                         "annotations": {"note": "hello"}},
-            "spec": {"restartPolicy": restart_policy, "terminationGracePeriodSeconds": 5,
-                     "containers": [{"name": "c", "image": TRAINER_IMAGE, **c} for c in containers],
-                     "volumes": volumes or [], **spec}}
+def make_pod(
+    *containers: dict[str, Any], name: str = "p", volumes: list[dict[str, Any]] | None = None, restart_policy: str = "Never", **spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": f"uid-{name}",
+            "labels": {"app": "demo", "tier": "x"},
+            "annotations": {"note": "hello"},
+        },
+        "spec": {
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "c", "image": TRAINER_IMAGE, **c} for c in containers],
+            "volumes": volumes or [],
+            **spec,
+        },
+    }
 
 
 def python(code: str, *args: str, **container: Any) -> dict[str, Any]:
@@ -45,9 +58,14 @@ class Runs:
 
     def start(self, pod: dict[str, Any], **kwargs: Any) -> PodRunner:
         with self._lock:
-            runner = PodRunner(copy.deepcopy(pod), lookup=lambda kind, name: copy.deepcopy(self.objects.get((kind, name))),
-                               work_dir=self.work / f"pod{len(self.runners)}", restart_backoff_s=0.2, retry_s=0.2,
-                               **kwargs)
+            runner = PodRunner(
+                copy.deepcopy(pod),
+                lookup=lambda kind, name: copy.deepcopy(self.objects.get((kind, name))),
+                work_dir=self.work / f"pod{len(self.runners)}",
+                restart_backoff_s=0.2,
+                retry_s=0.2,
+                **kwargs,
+            )
             self.runners.append(runner)
         runner.start()
         return runner

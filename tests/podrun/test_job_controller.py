@@ -62,8 +62,9 @@ async def test_a_non_retryable_exit_code_fails_the_job_at_once(emulated):
     failed = await emulated.wait_for(lambda: "Failed" in conditions(job(emulated)) and job(emulated), "Failed")
     cond = conditions(failed)["Failed"]
     assert cond["reason"] == "PodFailurePolicy" and "FailureTarget" in conditions(failed)
-    assert cond["message"].startswith("Container trainer for pod rljob/") and \
-        cond["message"].endswith("failed with exit code 65 matching FailJob rule at index 1")
+    assert cond["message"].startswith("Container trainer for pod rljob/") and cond["message"].endswith(
+        "failed with exit code 65 matching FailJob rule at index 1"
+    )
     await asyncio.sleep(0.5)
     assert len(emulated.pods(NS, **{"job-name": JOB})) == 1, "no retry after a FailJob rule"
 
@@ -91,10 +92,13 @@ EVICTABLE = """
 
 async def test_an_evicted_pod_is_replaced_without_counting_as_a_failure(emulated, tmp_path):
     shared = shared_dir(tmp_path)
-    await submit(emulated, workload(JOB, py(EVICTABLE, str(shared)), backoff_limit=0, host_paths=[str(shared)],
-                                    job_spec=spec(output=str(shared / "runs"))))
-    first = await emulated.wait_for(lambda: [p for p in emulated.pods(NS, **{"job-name": JOB})
-                                             if (p.get("status") or {}).get("phase") == "Running"], "a running pod")
+    await submit(
+        emulated,
+        workload(JOB, py(EVICTABLE, str(shared)), backoff_limit=0, host_paths=[str(shared)], job_spec=spec(output=str(shared / "runs"))),
+    )
+    first = await emulated.wait_for(
+        lambda: [p for p in emulated.pods(NS, **{"job-name": JOB}) if (p.get("status") or {}).get("phase") == "Running"], "a running pod"
+    )
     name = first[0]["metadata"]["name"]
     await emulated.wait_for(lambda: (shared / "attempts").exists(), "the first attempt started")
     await emulated.evict(NS, name, reason="TerminationByKubelet", message="node is shutting down")
@@ -129,8 +133,7 @@ async def test_ttl_after_finished_deletes_the_job_and_its_pods(emulated):
 
 async def test_deleting_the_job_stops_its_running_pod(emulated, tmp_path):
     shared = shared_dir(tmp_path)
-    await submit(emulated, workload(JOB, py(EVICTABLE, str(shared)), host_paths=[str(shared)],
-                                    job_spec=spec(output=str(shared / "runs"))))
+    await submit(emulated, workload(JOB, py(EVICTABLE, str(shared)), host_paths=[str(shared)], job_spec=spec(output=str(shared / "runs"))))
     await emulated.wait_for(lambda: (shared / "attempts").exists(), "the pod started")
     (pod,) = emulated.pods(NS, **{"job-name": JOB})
     runner = emulated.runner(NS, pod["metadata"]["name"])
@@ -144,8 +147,16 @@ async def test_a_tpu_pod_is_unschedulable_on_a_node_without_tpus(emulated):
     pod = await emulated.wait_for(lambda: next(iter(emulated.pods(NS, **{"job-name": JOB})), None), "a pod")
     name = pod["metadata"]["name"]
     scheduled = await emulated.wait_for(
-        lambda: next((c for c in (emulated.get("Pod", NS, name) or {}).get("status", {}).get("conditions", [])
-                      if c["type"] == "PodScheduled" and c["status"] == "False"), None), "PodScheduled=False")
+        lambda: next(
+            (
+                c
+                for c in (emulated.get("Pod", NS, name) or {}).get("status", {}).get("conditions", [])
+                if c["type"] == "PodScheduled" and c["status"] == "False"
+            ),
+            None,
+        ),
+        "PodScheduled=False",
+    )
     assert scheduled["reason"] == "Unschedulable" and "didn't match Pod's node affinity/selector" in scheduled["message"]
     assert emulated.get("Pod", NS, name)["status"]["phase"] == "Pending"
 
@@ -153,8 +164,9 @@ async def test_a_tpu_pod_is_unschedulable_on_a_node_without_tpus(emulated):
 async def test_pods_are_not_created_without_their_service_account(emulated):
     for obj in workload(JOB, py("print('x')")):
         await emulated.create(obj)  # no ServiceAccount rljob-trainer in the namespace
-    event = await emulated.wait_for(lambda: next((e for e in emulated.api.list("Event", NS) if e["reason"] == "FailedCreate"),
-                                                 None), "FailedCreate")
+    event = await emulated.wait_for(
+        lambda: next((e for e in emulated.api.list("Event", NS) if e["reason"] == "FailedCreate"), None), "FailedCreate"
+    )
     assert 'serviceaccount "rljob-trainer" not found' in event["message"]
     assert emulated.pods(NS, **{"job-name": JOB}) == []
 
@@ -163,8 +175,11 @@ async def test_a_jobset_runs_one_pod_per_host(kmock, tmp_path):
     code = "import os; print('worker', os.environ['JOB_COMPLETION_INDEX'])"
     async with EmulatedCluster(kmock, tmp_path / "node", node=tpu_node()) as cluster:
         await submit(cluster, workload(JOB, py(code), job_spec=spec("v6e-16", 4)))
-        jobset = await cluster.wait_for(lambda: (cluster.get("JobSet", NS, JOB) or {}).get("status", {}).get("terminalState")
-                                        and cluster.get("JobSet", NS, JOB), "the JobSet finished", 60)
+        jobset = await cluster.wait_for(
+            lambda: (cluster.get("JobSet", NS, JOB) or {}).get("status", {}).get("terminalState") and cluster.get("JobSet", NS, JOB),
+            "the JobSet finished",
+            60,
+        )
         assert jobset["status"]["terminalState"] == "Completed"
         pods = cluster.pods(NS, **{"jobset.sigs.k8s.io/jobset-name": JOB})
         assert sorted(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1", "2", "3"]
@@ -173,9 +188,19 @@ async def test_a_jobset_runs_one_pod_per_host(kmock, tmp_path):
 
 async def test_a_jobset_with_a_non_retryable_exit_fails_without_restarting(kmock, tmp_path):
     async with EmulatedCluster(kmock, tmp_path / "node", node=tpu_node()) as cluster:
-        await submit(cluster, workload(JOB, py("import os, sys; sys.exit(65 if os.environ['JOB_COMPLETION_INDEX'] == '2' else 0)"),
-                                       job_spec=spec("v6e-16", 4), backoff_limit=3))
-        jobset = await cluster.wait_for(lambda: (cluster.get("JobSet", NS, JOB) or {}).get("status", {}).get("terminalState")
-                                        and cluster.get("JobSet", NS, JOB), "the JobSet finished", 60)
+        await submit(
+            cluster,
+            workload(
+                JOB,
+                py("import os, sys; sys.exit(65 if os.environ['JOB_COMPLETION_INDEX'] == '2' else 0)"),
+                job_spec=spec("v6e-16", 4),
+                backoff_limit=3,
+            ),
+        )
+        jobset = await cluster.wait_for(
+            lambda: (cluster.get("JobSet", NS, JOB) or {}).get("status", {}).get("terminalState") and cluster.get("JobSet", NS, JOB),
+            "the JobSet finished",
+            60,
+        )
         assert jobset["status"]["terminalState"] == "Failed" and jobset["status"].get("restarts", 0) == 0
         assert "PodFailurePolicy" in conditions(jobset)["Failed"]["message"]

@@ -34,8 +34,10 @@ def test_the_container_sees_its_user_workdir_venv_and_volumes_and_the_host_gains
         f"open('{scratch}/written', 'w').write('x')\n"
         "print('ready', flush=True); time.sleep(2)\n"
     )
-    pod = make_pod(python(probe, volumeMounts=[{"name": "conf", "mountPath": conf}, {"name": "s", "mountPath": scratch}]),
-                   volumes=[{"name": "conf", "configMap": {"name": "cfg"}}, {"name": "s", "emptyDir": {}}])
+    pod = make_pod(
+        python(probe, volumeMounts=[{"name": "conf", "mountPath": conf}, {"name": "s", "mountPath": scratch}]),
+        volumes=[{"name": "conf", "configMap": {"name": "cfg"}}, {"name": "s", "emptyDir": {}}],
+    )
     runner = isolated.start(pod)
     wait_until(lambda: "ready" in log(runner), f"the container under {isolation}")
     if isolation == "namespaces":  # proot makes a placeholder on the host while it runs and removes it at exit
@@ -51,9 +53,11 @@ def test_pid_1_gets_sigterm_and_everything_sigkill_after_the_grace_period(isolat
     graceful.terminate(grace_s=5)
     assert graceful.wait(10) and state(graceful)["terminated"]["exitCode"] == 7 and "SIGTERM" in log(graceful)
     # A child that ignores SIGTERM in a PID 1 that ignores it too: both go at the end of the grace period.
-    stubborn_tree = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
-                     "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
-                     "signal.SIG_IGN); time.sleep(60)']); print('up', flush=True); time.sleep(60)")
+    stubborn_tree = (
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
+        "signal.SIG_IGN); time.sleep(60)']); print('up', flush=True); time.sleep(60)"
+    )
     stubborn = isolated.start(make_pod(python(stubborn_tree)))
     wait_until(lambda: "up" in log(stubborn), "started")
     stubborn.terminate(grace_s=0.5)
@@ -61,6 +65,7 @@ def test_pid_1_gets_sigterm_and_everything_sigkill_after_the_grace_period(isolat
 
 
 def test_a_read_only_root_refuses_a_python_write(isolated):
-    bad = isolated.run(make_pod(python(f"open('/var/log/podrun-{uuid.uuid4().hex[:8]}', 'w')",
-                                       securityContext={"readOnlyRootFilesystem": True})))
+    bad = isolated.run(
+        make_pod(python(f"open('/var/log/podrun-{uuid.uuid4().hex[:8]}', 'w')", securityContext={"readOnlyRootFilesystem": True}))
+    )
     assert state(bad)["terminated"]["exitCode"] == 1 and "Read-only file system" in log(bad)

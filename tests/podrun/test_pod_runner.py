@@ -22,8 +22,15 @@ def env_of(runner) -> dict[str, str]:
 
 
 def test_manifest_command_and_args_run_as_written(runs):
-    runner = runs.run(make_pod({"command": ["python", "-c"], "args": ["import sys; print('argv', sys.argv[1:])", "a b", "$(X)"],
-                                "env": [{"name": "X", "value": "expanded"}]}))
+    runner = runs.run(
+        make_pod(
+            {
+                "command": ["python", "-c"],
+                "args": ["import sys; print('argv', sys.argv[1:])", "a b", "$(X)"],
+                "env": [{"name": "X", "value": "expanded"}],
+            }
+        )
+    )
     assert state(runner)["terminated"]["exitCode"] == 0 and runner.status()["phase"] == "Succeeded"
     assert "argv ['a b', 'expanded']" in log(runner)
 
@@ -63,23 +70,43 @@ def test_env_value_from_every_source(runs):
         {"name": "GONE", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k", "optional": True}}},
         {"name": "COMBINED", "value": "$(POD)/$(LEVEL)/$$(POD)"},
     ]
-    runner = runs.run(make_pod(python(PRINT_ENV, env=env, envFrom=[{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
-                                      resources={"requests": {"cpu": "250m"}, "limits": {"memory": "512Mi"}})),
-                      allocatable={"cpu": "3", "memory": "8Gi"})
+    runner = runs.run(
+        make_pod(
+            python(
+                PRINT_ENV,
+                env=env,
+                envFrom=[{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
+                resources={"requests": {"cpu": "250m"}, "limits": {"memory": "512Mi"}},
+            )
+        ),
+        allocatable={"cpu": "3", "memory": "8Gi"},
+    )
     got = env_of(runner)
     assert {k: got[k] for k in ("DB", "LEVEL", "POD", "NS", "APP", "NOTE", "IP", "MEM_MI", "CPU_REQ_M", "CPU_LIMIT")} == {
-        "DB": "postgresql://x", "LEVEL": "debug", "POD": "p", "NS": NS, "APP": "demo", "NOTE": "hello",
-        "IP": "127.0.0.1", "MEM_MI": "512", "CPU_REQ_M": "250", "CPU_LIMIT": "3"}  # no cpu limit: the node's
+        "DB": "postgresql://x",
+        "LEVEL": "debug",
+        "POD": "p",
+        "NS": NS,
+        "APP": "demo",
+        "NOTE": "hello",
+        "IP": "127.0.0.1",
+        "MEM_MI": "512",
+        "CPU_REQ_M": "250",
+        "CPU_LIMIT": "3",
+    }  # no cpu limit: the node's
     assert got["CFG_A"] == "1" and got["CFG_level"] == "debug" and "GONE" not in got
     assert got["COMBINED"] == "p/debug/$(POD)" and got["HOSTNAME"] == "p"
 
 
-@pytest.mark.parametrize(("ref", "message"), [
-    ({"secretKeyRef": {"name": "missing", "key": "k"}}, 'secret "missing" not found'),
-    ({"secretKeyRef": {"name": "db", "key": "ulr"}}, f"couldn't find key ulr in Secret {NS}/db"),
-    ({"configMapKeyRef": {"name": "missing", "key": "k"}}, 'configmap "missing" not found'),
-    ({"configMapKeyRef": {"name": "cfg", "key": "nope"}}, f"couldn't find key nope in ConfigMap {NS}/cfg"),
-])
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ({"secretKeyRef": {"name": "missing", "key": "k"}}, 'secret "missing" not found'),
+        ({"secretKeyRef": {"name": "db", "key": "ulr"}}, f"couldn't find key ulr in Secret {NS}/db"),
+        ({"configMapKeyRef": {"name": "missing", "key": "k"}}, 'configmap "missing" not found'),
+        ({"configMapKeyRef": {"name": "cfg", "key": "nope"}}, f"couldn't find key nope in ConfigMap {NS}/cfg"),
+    ],
+)
 def test_an_unresolvable_env_reference_stops_the_container_before_it_starts(runs, ref, message):
     runs.add("Secret", "db", stringData={"url": "x"})
     runs.add("ConfigMap", "cfg", data={"k": "v"})
@@ -100,13 +127,24 @@ VOLUMES = [
     {"name": "shm", "emptyDir": {"medium": "Memory"}},
     {"name": "creds", "secret": {"secretName": "db", "items": [{"key": "url", "path": "db/url", "mode": 0o400}]}},
     {"name": "conf", "configMap": {"name": "cfg"}},
-    {"name": "all", "projected": {"sources": [
-        {"secret": {"name": "db"}}, {"configMap": {"name": "cfg", "items": [{"key": "level", "path": "lvl"}]}},
-        {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}},
+    {
+        "name": "all",
+        "projected": {
+            "sources": [
+                {"secret": {"name": "db"}},
+                {"configMap": {"name": "cfg", "items": [{"key": "level", "path": "lvl"}]}},
+                {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+            ]
+        },
+    },
 ]
-MOUNTS = [{"name": "scratch", "mountPath": "/data"}, {"name": "shm", "mountPath": "/dev/shm"},
-          {"name": "creds", "mountPath": "/etc/creds"}, {"name": "conf", "mountPath": "/etc/conf"},
-          {"name": "all", "mountPath": "/etc/all"}]
+MOUNTS = [
+    {"name": "scratch", "mountPath": "/data"},
+    {"name": "shm", "mountPath": "/dev/shm"},
+    {"name": "creds", "mountPath": "/etc/creds"},
+    {"name": "conf", "mountPath": "/etc/conf"},
+    {"name": "all", "mountPath": "/etc/all"},
+]
 
 
 def test_volumes_appear_at_their_mount_paths(runs):
@@ -121,17 +159,24 @@ def test_volumes_appear_at_their_mount_paths(runs):
     writer = "open('/data/from-writer', 'w').write('hi'); open('/dev/shm/x', 'w').write('y')"
     first = runs.run(make_pod(python(writer, volumeMounts=MOUNTS), volumes=VOLUMES))
     assert first.status()["phase"] == "Succeeded", log(first)
-    pod = make_pod(python(writer, volumeMounts=MOUNTS), {"name": "reader", "image": TRAINER_IMAGE, **python(
-        f"import time; time.sleep(1); exec({reader!r})", volumeMounts=MOUNTS)}, volumes=VOLUMES)
+    pod = make_pod(
+        python(writer, volumeMounts=MOUNTS),
+        {"name": "reader", "image": TRAINER_IMAGE, **python(f"import time; time.sleep(1); exec({reader!r})", volumeMounts=MOUNTS)},
+        volumes=VOLUMES,
+    )
     runner = runs.run(pod)
     out = log(runner, "reader")
-    assert out.startswith("postgresql://x|0o400|debug|postgresql://x|debug|'app=\"demo\"\\ntier=\"x\"'"), out
+    assert out.startswith('postgresql://x|0o400|debug|postgresql://x|debug|\'app="demo"\\ntier="x"\''), out
     assert runner.status()["phase"] == "Succeeded"  # the emptyDir is shared by the pod's containers
 
 
 def test_a_missing_configmap_volume_is_a_failed_mount(runs):
-    runner = runs.start(make_pod(python("print(1)", volumeMounts=[{"name": "conf", "mountPath": "/etc/conf"}]),
-                                 volumes=[{"name": "conf", "configMap": {"name": "absent"}}]))
+    runner = runs.start(
+        make_pod(
+            python("print(1)", volumeMounts=[{"name": "conf", "mountPath": "/etc/conf"}]),
+            volumes=[{"name": "conf", "configMap": {"name": "absent"}}],
+        )
+    )
     event = wait_until(lambda: next((e for e in runner.drain_events() if e.reason == "FailedMount"), None), "FailedMount")
     assert event.message == 'MountVolume.SetUp failed for volume "conf" : configmap "absent" not found'
     assert runner.status()["phase"] == "Pending" and state(runner)["waiting"]["reason"] == "ContainerCreating"
@@ -141,13 +186,24 @@ def test_read_only_mounts_and_root_filesystem_refuse_writes(runs):
     runs.add("ConfigMap", "cfg", data={"level": "debug"})
     mounts = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "conf", "mountPath": "/etc/conf"}]
     volumes = [{"name": "tmp", "emptyDir": {}}, {"name": "conf", "configMap": {"name": "cfg"}}]
-    ok = runs.run(make_pod(python("import tempfile, sqlite3; f = tempfile.mkstemp(); "
-                                  "sqlite3.connect('/tmp/x.db').execute('create table t(a)'); print('ok', f[1])",
-                                  volumeMounts=mounts, securityContext={"readOnlyRootFilesystem": True}), volumes=volumes))
+    ok = runs.run(
+        make_pod(
+            python(
+                "import tempfile, sqlite3; f = tempfile.mkstemp(); "
+                "sqlite3.connect('/tmp/x.db').execute('create table t(a)'); print('ok', f[1])",
+                volumeMounts=mounts,
+                securityContext={"readOnlyRootFilesystem": True},
+            ),
+            volumes=volumes,
+        )
+    )
     assert log(ok).startswith("ok /tmp/"), log(ok)
     for target in ("/home/rljob/state.db", "/var/log/x", "/opt/venv/lib/new.py"):
-        bad = runs.run(make_pod(python(f"open({target!r}, 'w')", volumeMounts=mounts,
-                                       securityContext={"readOnlyRootFilesystem": True}), volumes=volumes))
+        bad = runs.run(
+            make_pod(
+                python(f"open({target!r}, 'w')", volumeMounts=mounts, securityContext={"readOnlyRootFilesystem": True}), volumes=volumes
+            )
+        )
         assert state(bad)["terminated"]["exitCode"] == 1 and f"Read-only file system: '{target}'" in log(bad)
     # A configMap volume is read-only even when the root filesystem is writable.
     conf = runs.run(make_pod(python("open('/etc/conf/level', 'w')", volumeMounts=mounts), volumes=volumes))
@@ -165,8 +221,9 @@ def test_the_read_only_root_holds_for_pods_starting_and_stopping_side_by_side(ru
         misses = []
         for i in range(6):
             target = f"/var/log/podrun-guard-{k}-{i}"
-            bad = runs.run(make_pod(python(f"open({target!r}, 'w')", securityContext={"readOnlyRootFilesystem": True}),
-                                    name=f"p{k}-{i}"), timeout_s=50)
+            bad = runs.run(
+                make_pod(python(f"open({target!r}, 'w')", securityContext={"readOnlyRootFilesystem": True}), name=f"p{k}-{i}"), timeout_s=50
+            )
             if state(bad)["terminated"]["exitCode"] != 1 or "Read-only file system" not in log(bad):
                 misses.append(f"{target}: exit {state(bad)['terminated']['exitCode']}, log {log(bad)[-200:]!r}")
         return misses
@@ -260,9 +317,15 @@ def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(runs):
 
 
 def test_empty_dir_over_its_size_limit_evicts_the_pod(runs):
-    runner = runs.run(make_pod(python("open('/data/big', 'wb').write(b'x' * 3_000_000); import time; time.sleep(30)",
-                                      volumeMounts=[{"name": "d", "mountPath": "/data"}]),
-                               volumes=[{"name": "d", "emptyDir": {"sizeLimit": "1Mi"}}]))
+    runner = runs.run(
+        make_pod(
+            python(
+                "open('/data/big', 'wb').write(b'x' * 3_000_000); import time; time.sleep(30)",
+                volumeMounts=[{"name": "d", "mountPath": "/data"}],
+            ),
+            volumes=[{"name": "d", "emptyDir": {"sizeLimit": "1Mi"}}],
+        )
+    )
     status = runner.status()
     assert (status["phase"], status["reason"]) == ("Failed", "Evicted")
     assert status["message"].startswith('Usage of EmptyDir volume "d" exceeds the limit "1Mi"')
@@ -270,13 +333,19 @@ def test_empty_dir_over_its_size_limit_evicts_the_pod(runs):
 
 def test_in_cluster_clients_find_the_api_env_and_service_account_files(runs):
     api = ApiAccess(host="127.0.0.1", port=6443, ca_pem=b"-----BEGIN CERTIFICATE-----\n", token="tok")
-    code = ("import os; d = '/var/run/secrets/kubernetes.io/serviceaccount';"
-            "print(os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT'], os.environ['WEB_SERVICE_PORT'],"
-            " open(d + '/token').read(), open(d + '/namespace').read(), open(d + '/ca.crt').read().split()[0])")
+    code = (
+        "import os; d = '/var/run/secrets/kubernetes.io/serviceaccount';"
+        "print(os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT'], os.environ['WEB_SERVICE_PORT'],"
+        " open(d + '/token').read(), open(d + '/namespace').read(), open(d + '/ca.crt').read().split()[0])"
+    )
     services = [{"metadata": {"name": "web"}, "spec": {"clusterIP": "10.96.0.7", "ports": [{"port": 80}]}}]
     runner = runs.run(make_pod(python(code)), api=api, services=services)
     assert log(runner).split() == ["127.0.0.1", "6443", "80", "tok", NS, "-----BEGIN"]
     runs.add("ServiceAccount", "quiet", automountServiceAccountToken=False)
-    quiet = runs.run(make_pod(python("import os; print(os.path.exists('/var/run/secrets/kubernetes.io/serviceaccount/token'))"),
-                              serviceAccountName="quiet"), api=api)
+    quiet = runs.run(
+        make_pod(
+            python("import os; print(os.path.exists('/var/run/secrets/kubernetes.io/serviceaccount/token'))"), serviceAccountName="quiet"
+        ),
+        api=api,
+    )
     assert log(quiet).strip() == "False"

@@ -182,8 +182,9 @@ def add_test_tokens(store: SqlJobStore) -> None:
 
 
 @pytest.fixture
-def api(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress,
-        settings_factory: Callable[..., Settings]) -> Iterator[Api]:  # fmt: skip
+def api(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, settings_factory: Callable[..., Settings]
+) -> Iterator[Api]:
     add_test_tokens(store)
     app = create_app(settings_factory(), store=store, launcher=fake_launcher, progress=fake_progress)
     with TestClient(app) as client:

@@ -75,7 +75,6 @@ def wait_for_phase(read_phase: Callable[[], str | JobPhase], target: JobPhase, t
     return seen
 
 
-
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 

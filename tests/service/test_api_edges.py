@@ -13,14 +13,10 @@ from tests.service.service_helpers import TOKEN_A, spec_body
 
 @pytest.mark.parametrize("last_event_id", [str(2**63), str(2**64 + 5), "9" * 40, "-1"])
 @pytest.mark.parametrize("stream", ["job", "team"])
-def test_out_of_range_last_event_id_is_a_422_naming_the_header(
-    api: Api, tmp_path: Path, stream: str, last_event_id: str
-) -> None:
+def test_out_of_range_last_event_id_is_a_422_naming_the_header(api: Api, tmp_path: Path, stream: str, last_event_id: str) -> None:
     job_id = api.submit(spec_body(tmp_path))["id"]
     path = f"/v1/jobs/{job_id}/events" if stream == "job" else "/v1/events"
-    response = api.client.get(
-        path, params={"max_duration_s": 1}, headers={**api.as_(TOKEN_A), "Last-Event-ID": last_event_id}
-    )
+    response = api.client.get(path, params={"max_duration_s": 1}, headers={**api.as_(TOKEN_A), "Last-Event-ID": last_event_id})
     assert response.status_code == 422, response.text
     (problem,) = response.json()["detail"]
     assert problem["loc"] == ["header", "Last-Event-ID"]
@@ -28,9 +24,7 @@ def test_out_of_range_last_event_id_is_a_422_naming_the_header(
 
 def test_largest_last_event_id_resumes_with_nothing_missed(api: Api, tmp_path: Path) -> None:
     job_id = api.submit(spec_body(tmp_path))["id"]
-    response = api.client.get(
-        "/v1/events", params={"max_duration_s": 0.3}, headers={**api.as_(TOKEN_A), "Last-Event-ID": str(2**63 - 1)}
-    )
+    response = api.client.get("/v1/events", params={"max_duration_s": 0.3}, headers={**api.as_(TOKEN_A), "Last-Event-ID": str(2**63 - 1)})
     assert response.status_code == 200
     assert response.text.startswith("event: hello") and job_id not in response.text
 
@@ -44,13 +38,16 @@ def test_an_idle_stream_sends_keepalive_comments(api: Api, monkeypatch: pytest.M
     assert frames[0].startswith("event: hello") and ": keepalive" in frames[1:]
 
 
-@pytest.mark.parametrize(("method", "path", "allow"), [
-    ("DELETE", "/v1/jobs", "GET, POST"), ("PUT", "/v1/jobs/rl-aaaaaaaaaaaa", "GET"),
-    ("GET", "/v1/jobs/rl-aaaaaaaaaaaa/cancel", "POST"), ("POST", "/v1/events", "GET"),
-])  # fmt: skip
-def test_a_405_allows_every_method_the_schema_declares_at_that_path(
-    api: Api, method: str, path: str, allow: str
-) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("DELETE", "/v1/jobs", "GET, POST"),
+        ("PUT", "/v1/jobs/rl-aaaaaaaaaaaa", "GET"),
+        ("GET", "/v1/jobs/rl-aaaaaaaaaaaa/cancel", "POST"),
+        ("POST", "/v1/events", "GET"),
+    ],
+)
+def test_a_405_allows_every_method_the_schema_declares_at_that_path(api: Api, method: str, path: str, allow: str) -> None:
     response = api.client.request(method, path, headers=api.as_(TOKEN_A))
     assert response.status_code == 405 and response.headers["allow"] == allow
     declared = api.client.get("/openapi.json").json()["paths"][path.replace("rl-aaaaaaaaaaaa", "{job_id}")]

@@ -36,9 +36,14 @@ def test_validation_errors_name_every_bad_field(api: Api, tmp_path: Path) -> Non
     body["output"] = "not-absolute"
     locs = _locs(api.client.post("/v1/jobs", json=body, headers=api.as_(TOKEN_A)))
     assert {
-        ("body", "name"), ("body", "unknown_field"), ("body", "model", "name"), ("body", "model", "source"),
-        ("body", "grpo", "num_generations"), ("body", "grpo", "batch_size"), ("body", "output"),
-    } <= locs  # fmt: skip
+        ("body", "name"),
+        ("body", "unknown_field"),
+        ("body", "model", "name"),
+        ("body", "model", "source"),
+        ("body", "grpo", "num_generations"),
+        ("body", "grpo", "batch_size"),
+        ("body", "output"),
+    } <= locs
     detail = api.client.post("/v1/jobs", json=body, headers=api.as_(TOKEN_A)).json()["detail"]
     assert all(item["msg"] for item in detail) and all("input" not in item for item in detail)
     assert api.launcher.launched == []
@@ -164,8 +169,20 @@ def test_job_detail_metrics_and_logs(api: Api, tmp_path: Path) -> None:
     now = datetime.now(UTC)
     api.progress.add(StageStarted(seq=0, time=now, job_id=job_id, stage="train"))
     for step in (1, 2):
-        api.progress.add(TrainStep(seq=step, time=now, job_id=job_id, step=step, total_steps=10, reward_mean=step / 10,
-                                   reward_std=0.1, kl=0.2, loss=0.3, metrics={"lr": 1e-3}))  # fmt: skip
+        api.progress.add(
+            TrainStep(
+                seq=step,
+                time=now,
+                job_id=job_id,
+                step=step,
+                total_steps=10,
+                reward_mean=step / 10,
+                reward_std=0.1,
+                kl=0.2,
+                loss=0.3,
+                metrics={"lr": 1e-3},
+            )
+        )
     api.progress.add(EvalResult(seq=3, time=now, job_id=job_id, step=2, accuracy=0.25))
     api.launcher.emit(job_id, ObservedState.RUNNING)
     wait_for_phase(lambda: api.phase(job_id), JobPhase.RUNNING)

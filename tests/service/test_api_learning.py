@@ -23,15 +23,24 @@ from trainer.contract import SIGNAL_METRIC, RunLayout, Sample, Stage, StageStart
 def write_samples(layout: RunLayout, step: int, completion: str = "", **overrides: object) -> StepSamples:
     """A samples file as the trainer writes it (one JSON object per step)."""
     samples = StepSamples(
-        step=step, time=datetime.now(UTC), num_generations=2, groups=2, groups_with_signal=1, completions=4,
+        step=step,
+        time=datetime.now(UTC),
+        num_generations=2,
+        groups=2,
+        groups_with_signal=1,
+        completions=4,
         samples=[
-            Sample(group=0, prompt="Q: 2+2?", completion=completion or f"step {step}: <answer>4</answer>",
-                   rewards={"exact_answer": 1.0, "format_match": 0.5}, total=1.5),
-            Sample(group=0, prompt="Q: 2+2?", completion="five", rewards={"exact_answer": 0.0, "format_match": None},
-                   total=0.0),
+            Sample(
+                group=0,
+                prompt="Q: 2+2?",
+                completion=completion or f"step {step}: <answer>4</answer>",
+                rewards={"exact_answer": 1.0, "format_match": 0.5},
+                total=1.5,
+            ),
+            Sample(group=0, prompt="Q: 2+2?", completion="five", rewards={"exact_answer": 0.0, "format_match": None}, total=0.0),
         ],
         **overrides,
-    )  # fmt: skip
+    )
     path = Path(layout.samples_file(step))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(samples.model_dump_json())

@@ -22,8 +22,9 @@ from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_
 
 
 @pytest.fixture
-def small_api(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress,
-              settings_factory: Callable[..., Settings]) -> Iterator[Api]:  # fmt: skip
+def small_api(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, settings_factory: Callable[..., Settings]
+) -> Iterator[Api]:
     """The app with room for 3 log follows and a shared thread pool of only 2 threads."""
     add_test_tokens(store)
     settings = settings_factory(max_log_followers=3, log_follow_poll_interval_s=0.05)
@@ -40,8 +41,7 @@ def small_api(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: Fa
 
 def _follow(api: Api, job_id: str, into: list[str], statuses: list[int]) -> threading.Thread:
     def read() -> None:
-        with api.client.stream("GET", f"/v1/jobs/{job_id}/logs", params={"follow": "true"},
-                               headers=api.as_(TOKEN_A)) as response:  # fmt: skip
+        with api.client.stream("GET", f"/v1/jobs/{job_id}/logs", params={"follow": "true"}, headers=api.as_(TOKEN_A)) as response:
             statuses.append(response.status_code)
             for line in response.iter_lines():
                 into.append(line)
@@ -135,8 +135,15 @@ def test_a_follow_steps_once_per_piece_of_ready_lines_and_hands_a_piece_over_bef
 
     async def read() -> bytes:
         got = b""
-        body = follow_log(lines(), LogFollowers(1), "team-a", is_disconnected=disconnected, is_terminal=lambda: False, pacer=Pacer(1 << 30),
-                          poll_interval_s=0.01)  # fmt: skip
+        body = follow_log(
+            lines(),
+            LogFollowers(1),
+            "team-a",
+            is_disconnected=disconnected,
+            is_terminal=lambda: False,
+            pacer=Pacer(1 << 30),
+            poll_interval_s=0.01,
+        )
         async for piece in body:
             got += piece
             if got.endswith(b"line 99999\n"):
@@ -149,9 +156,12 @@ def test_a_follow_steps_once_per_piece_of_ready_lines_and_hands_a_piece_over_bef
 
 
 def test_one_team_holds_at_most_its_share_of_the_follows(
-    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, settings_factory: Callable[..., Settings],
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    fake_progress: FakeProgress,
+    settings_factory: Callable[..., Settings],
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     """Before, one team could follow as many logs as the service streams (32) and every other team's follow got 429."""
     add_test_tokens(store)
     settings = settings_factory(max_log_followers=3, max_log_followers_per_team=2, log_follow_poll_interval_s=0.05)
@@ -167,12 +177,10 @@ def test_one_team_holds_at_most_its_share_of_the_follows(
         readers = [_follow(api, jobs[TOKEN_A], lines[i], statuses) for i in range(2)]
         wait_until(lambda: all(got == ["compiling"] for got in lines), timeout_s=10)
 
-        with client.stream("GET", f"/v1/jobs/{jobs[TOKEN_A]}/logs", params={"follow": "true"},
-                           headers=api.as_(TOKEN_A)) as refused:  # fmt: skip
+        with client.stream("GET", f"/v1/jobs/{jobs[TOKEN_A]}/logs", params={"follow": "true"}, headers=api.as_(TOKEN_A)) as refused:
             assert refused.status_code == 429, refused.status_code
             assert "team team-a already follows 2 log streams (its share" in refused.read().decode()
-        with client.stream("GET", f"/v1/jobs/{jobs[TOKEN_B]}/logs", params={"follow": "true"},
-                           headers=api.as_(TOKEN_B)) as other:  # fmt: skip
+        with client.stream("GET", f"/v1/jobs/{jobs[TOKEN_B]}/logs", params={"follow": "true"}, headers=api.as_(TOKEN_B)) as other:
             assert other.status_code == 200
             assert next(other.iter_lines()) == "compiling"  # the service's third place, taken by the other team
         for job_id in jobs.values():
@@ -207,8 +215,9 @@ def test_a_follow_sends_at_its_pace_whatever_the_trainer_prints(monkeypatch: pyt
         return False
 
     async def read() -> int:
-        body = follow_log(iter(ready), LogFollowers(1), "team-a", is_disconnected=connected, is_terminal=lambda: True,
-                          poll_interval_s=0.01, pacer=pacer)  # fmt: skip
+        body = follow_log(
+            iter(ready), LogFollowers(1), "team-a", is_disconnected=connected, is_terminal=lambda: True, poll_interval_s=0.01, pacer=pacer
+        )
         return sum([len(piece) async for piece in body])
 
     sent = anyio.run(read)

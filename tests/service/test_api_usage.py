@@ -35,9 +35,12 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def timed_api(
-    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress,
-    settings_factory: Callable[..., Settings], clock: ManualClock,
-) -> Iterator[Api]:  # fmt: skip
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    fake_progress: FakeProgress,
+    settings_factory: Callable[..., Settings],
+    clock: ManualClock,
+) -> Iterator[Api]:
     add_test_tokens(store)
     app = create_app(settings_factory(), store=store, launcher=fake_launcher, progress=fake_progress, clock=clock)
     with TestClient(app) as client:
@@ -119,16 +122,16 @@ def test_usage_adds_up_across_jobs_and_the_team_report(timed_api: Api, clock: Ma
     assert total["chip_hours"]["QUEUED"] == pytest.approx(8 * 600 / 3600)
     assert sum(g["billed_chip_hours"] for g in report["groups"]) == pytest.approx(total["billed_chip_hours"])
     assert {(g["accelerator"], g["capacity"]) for g in report["groups"]} == {
-        ("v6e-8", "on-demand"), ("v5p-8", "spot"), ("cpu", "on-demand")
+        ("v6e-8", "on-demand"),
+        ("v5p-8", "spot"),
+        ("cpu", "on-demand"),
     }
 
     # An admin's report of every team is the sum of the teams' own reports.
     everyone = _usage(timed_api, TOKEN_ADMIN)
     team_b = _usage(timed_api, TOKEN_B)
     assert everyone["team"] is None and everyone["total"]["jobs"] == 4
-    assert everyone["total"]["billed_chip_hours"] == pytest.approx(
-        total["billed_chip_hours"] + team_b["total"]["billed_chip_hours"]
-    )
+    assert everyone["total"]["billed_chip_hours"] == pytest.approx(total["billed_chip_hours"] + team_b["total"]["billed_chip_hours"])
     assert team_b["total"]["billed_chip_hours"] == 4.0  # 8 chips x 30 min so far
 
 
@@ -239,9 +242,13 @@ def test_the_prometheus_counters_grow_as_jobs_progress(timed_api: Api, clock: Ma
 
 
 def test_counters_start_from_the_jobs_usage_when_the_service_starts(
-    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress,
-    settings_factory: Callable[..., Settings], clock: ManualClock, tmp_path: Path,
-) -> None:  # fmt: skip
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    fake_progress: FakeProgress,
+    settings_factory: Callable[..., Settings],
+    clock: ManualClock,
+    tmp_path: Path,
+) -> None:
     add_test_tokens(store)
     first = create_app(settings_factory(), store=store, launcher=fake_launcher, progress=fake_progress, clock=clock)
     with TestClient(first) as client:

@@ -77,8 +77,9 @@ def test_a_learning_rate_rerun_diffs_to_that_key_and_a_plain_rerun_reproduces_th
         ("team=other", "set by the service"),
     ],
 )
-def test_a_bad_setting_is_a_message_and_submits_nothing(run_cli: Callable[..., Any], live_url: str, tmp_path: Path,
-                                                       setting: str, says: str) -> None:  # fmt: skip
+def test_a_bad_setting_is_a_message_and_submits_nothing(
+    run_cli: Callable[..., Any], live_url: str, tmp_path: Path, setting: str, says: str
+) -> None:
     first = _api_submit(live_url, tmp_path)
     result = run_cli("rerun", first, "--set", setting)
     assert result.exit_code == 2, result.output

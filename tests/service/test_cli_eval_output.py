@@ -31,20 +31,36 @@ from trainer.contract.evaluation import EvalSummary, paired_difference
 
 
 def _point(label: str, step: int, accuracy: float, ci95: tuple[float, float], n: int = 300) -> dict[str, Any]:
-    return {"label": label, "step": step, "n": n, "accuracy": accuracy, "ci95": list(ci95), "format_accuracy": 0.9,
-            "partial_accuracy": 0.4, "mean_reward": accuracy, "samples_per_row": 1, "sampling": "greedy, pass"}  # fmt: skip
+    return {
+        "label": label,
+        "step": step,
+        "n": n,
+        "accuracy": accuracy,
+        "ci95": list(ci95),
+        "format_accuracy": 0.9,
+        "partial_accuracy": 0.4,
+        "mean_reward": accuracy,
+        "samples_per_row": 1,
+        "sampling": "greedy, pass",
+    }
 
 
 BEFORE = _point("before", 0, 0.34, (0.29, 0.39))
 STEP_10 = _point("step-10", 10, 0.45, (0.394, 0.506))
 AFTER = _point("after", 20, 0.51, (0.45, 0.57))
-DIFF = {"of": "after", "difference": 0.17, "ci95": [0.11, 0.23], "n": 300, "improved": 60, "regressed": 9,
-        "method": "newcombe-paired-wilson"}  # fmt: skip
+DIFF = {
+    "of": "after",
+    "difference": 0.17,
+    "ci95": [0.11, 0.23],
+    "n": 300,
+    "improved": 60,
+    "regressed": 9,
+    "method": "newcombe-paired-wilson",
+}
 
 
 def _job(**evaluation: Any) -> dict[str, Any]:
-    base = {"status": "available", "reason": None, "points": [BEFORE, STEP_10, AFTER], "before": BEFORE,
-            "after": AFTER, "difference": DIFF}  # fmt: skip
+    base = {"status": "available", "reason": None, "points": [BEFORE, STEP_10, AFTER], "before": BEFORE, "after": AFTER, "difference": DIFF}
     return {"eval": {**base, **evaluation}}
 
 
@@ -57,8 +73,9 @@ def test_before_to_after_with_intervals_and_n() -> None:
 
 def test_while_running_before_is_compared_with_the_newest_step() -> None:
     step_5 = _point("step-5", 5, 0.4, (0.35, 0.46))
-    job = _job(points=[BEFORE, step_5, STEP_10], after=None,
-               difference={**DIFF, "of": "step-10", "difference": -0.03, "ci95": [-0.08, 0.021]})  # fmt: skip
+    job = _job(
+        points=[BEFORE, step_5, STEP_10], after=None, difference={**DIFF, "of": "step-10", "difference": -0.03, "ci95": [-0.08, 0.021]}
+    )
     assert eval_text(job) == "34% [29-39] -> 45% [39-51] at step 10, n=300"  # 0.394, 0.506: half up
     assert eval_difference_text(job) == "-3 points [-8, 2] (60 improved, 9 regressed), step 10 - before over 300 rows"
     assert eval_text(_job(after={**AFTER, "n": 280})) == "34% [29-39] -> 51% [45-57], n=300 -> 280"
@@ -87,15 +104,29 @@ def test_whole_percents_round_half_up_as_the_dashboard_does(fraction: float, per
 
 
 def test_the_status_table_has_the_eval_rows_and_keeps_the_reason_as_text(capsys: pytest.CaptureFixture[str]) -> None:
-    job = {"id": "rl-abcdefghijkl", "name": "n", "team": "t", "phase": "RUNNING", "message": "", "run_uri": "/runs/x",
-           "metrics": {}, **_job()}  # fmt: skip
+    job = {
+        "id": "rl-abcdefghijkl",
+        "name": "n",
+        "team": "t",
+        "phase": "RUNNING",
+        "message": "",
+        "run_uri": "/runs/x",
+        "metrics": {},
+        **_job(),
+    }
     print_job(job)
     text = " ".join(capsys.readouterr().out.split())
     assert "eval 34% [29-39] -> 51% [45-57], n=300" in text
     assert "eval change +17 points [11, 23] (60 improved, 9 regressed), after - before over 300 rows" in text
 
-    job["eval"] = {"status": "none", "reason": "[red]set grpo.num_test_batches[/red]", "points": [], "before": None,
-                   "after": None, "difference": None}  # fmt: skip
+    job["eval"] = {
+        "status": "none",
+        "reason": "[red]set grpo.num_test_batches[/red]",
+        "points": [],
+        "before": None,
+        "after": None,
+        "difference": None,
+    }
     print_job(job)
     text = " ".join(capsys.readouterr().out.split())
     assert "eval - ([red]set grpo.num_test_batches[/red])" in text  # printed as written, not as rich markup
@@ -104,9 +135,13 @@ def test_the_status_table_has_the_eval_rows_and_keeps_the_reason_as_text(capsys:
 
 @pytest.fixture
 def served(
-    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress,
-    settings_factory: Callable[..., Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[tuple[str, Api]]:  # fmt: skip
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    fake_progress: FakeProgress,
+    settings_factory: Callable[..., Settings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[str, Api]]:
     """The app on a real port (the CLI speaks HTTP), and the same app behind TestClient to drive the job."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home
     monkeypatch.delenv("RLJOB_CONFIG", raising=False)
@@ -126,10 +161,17 @@ def _rows(right: int, flips: tuple[int, int] = (0, 0)) -> dict[str, float]:
 def _eval_event(job_id: str, seq: int, label: str, step: int, rows: dict[str, float]) -> EvalResult:
     correct = sum(rows.values())
     summary = EvalSummary(
-        label=label, step=step, n=len(rows), correct=correct, format_correct=correct, partial_correct=correct,
-        samples_per_row=1, sampling="greedy, pass", rows_file=f"{label}.jsonl",
+        label=label,
+        step=step,
+        n=len(rows),
+        correct=correct,
+        format_correct=correct,
+        partial_correct=correct,
+        samples_per_row=1,
+        sampling="greedy, pass",
+        rows_file=f"{label}.jsonl",
         vs_before=None if label == "before" else paired_difference(_rows(102), rows),
-    )  # fmt: skip
+    )
     return EvalResult(seq=seq, time=datetime.now(UTC), job_id=job_id, step=step, accuracy=correct / 300, summary=summary)
 
 
@@ -165,8 +207,15 @@ def test_follow_prints_each_eval_event_as_the_service_logs_it() -> None:
     after = {f"r{i}": float(i < 160) for i in range(300)}
     common = {"n": 300, "format_correct": 300, "partial_correct": 0, "samples_per_row": 1, "sampling": "greedy, pass"}
     first = EvalSummary(label="before", step=0, correct=100, rows_file="before.jsonl", **common)  # type: ignore[arg-type]
-    last = EvalSummary(label="after", step=3, correct=160, rows_file="after.jsonl",  # type: ignore[arg-type]
-                       vs_before=paired_difference(before, after), **common)  # fmt: skip
+    last = EvalSummary(
+        label="after",
+        step=3,
+        correct=160,
+        rows_file="after.jsonl",  # type: ignore[arg-type]
+        vs_before=paired_difference(before, after),
+        **common,
+    )
     assert eval_event_text({"step": 0, **eval_event_data(first)}) == "eval before (step 0): 33% [28-39], n=300"
     assert eval_event_text({"step": 3, **eval_event_data(last)}) == (
-        "eval after (step 3): 53% [48-59], n=300; +20 points [15, 24] vs before")
+        "eval after (step 3): 53% [48-59], n=300; +20 points [15, 24] vs before"
+    )

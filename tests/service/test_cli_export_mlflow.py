@@ -56,8 +56,16 @@ def _mlflow_series(client: MlflowClient, run_id: str, keys: list[str]) -> dict[s
 
 def test_a_job_exports_to_a_real_mlflow_store_once_and_again_as_it_runs(run_cli: RunCli, live_url: str, tmp_path: Path) -> None:
     tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    export = ("export", "mlflow", "--tracking-uri", tracking_uri, "--experiment", "rl-team",
-              "--artifact-location", str(tmp_path / "mlflow-artifacts"))  # fmt: skip
+    export = (
+        "export",
+        "mlflow",
+        "--tracking-uri",
+        tracking_uri,
+        "--experiment",
+        "rl-team",
+        "--artifact-location",
+        str(tmp_path / "mlflow-artifacts"),
+    )
     job_id = _submit(live_url, tmp_path, {"fake-steps": "3", "fake-gate": "true", "fake-eval-n": "40"})
     wait_until(lambda: _api(live_url, f"/v1/jobs/{job_id}")["step"] == 1, timeout_s=30)
 
@@ -92,10 +100,15 @@ def test_a_job_exports_to_a_real_mlflow_store_once_and_again_as_it_runs(run_cli:
     assert _mlflow_series(client, run.info.run_id, sorted(service)) == {k: sorted(v) for k, v in service.items()}
 
     (after,) = job["eval"]["points"]
-    evaluation = _mlflow_series(client, run.info.run_id, ["evaluation/accuracy", "evaluation/accuracy_ci95_low",
-                                                          "evaluation/accuracy_ci95_high", "evaluation/n"])  # fmt: skip
-    assert evaluation == {"evaluation/accuracy": [(3, after["accuracy"])], "evaluation/accuracy_ci95_low": [(3, after["ci95"][0])],
-                          "evaluation/accuracy_ci95_high": [(3, after["ci95"][1])], "evaluation/n": [(3, 40.0)]}  # fmt: skip
+    evaluation = _mlflow_series(
+        client, run.info.run_id, ["evaluation/accuracy", "evaluation/accuracy_ci95_low", "evaluation/accuracy_ci95_high", "evaluation/n"]
+    )
+    assert evaluation == {
+        "evaluation/accuracy": [(3, after["accuracy"])],
+        "evaluation/accuracy_ci95_low": [(3, after["ci95"][0])],
+        "evaluation/accuracy_ci95_high": [(3, after["ci95"][1])],
+        "evaluation/n": [(3, 40.0)],
+    }
     assert after["ci95"][0] < 0.5 < after["ci95"][1]
     (eval_point,) = [p for p in _api(live_url, f"/v1/jobs/{job_id}/metrics")["points"] if p["kind"] == "eval"]
     (logged,) = client.get_metric_history(run.info.run_id, "evaluation/accuracy")

@@ -55,6 +55,7 @@ def test_a_dropped_stream_resumes_after_the_last_event_id() -> None:
     assert events == [("message", 4, "one"), ("message", 5, "two"), ("message", 6, "three")]
     assert seen == ["3", "4"] and sleeps == [2.0]
 
+
 def test_a_stream_that_keeps_dropping_is_unreachable_after_the_retries() -> None:
     calls = []
 

@@ -27,9 +27,13 @@ from tests.service.service_helpers import T0, TOKEN_A, TOKEN_B, ManualClock, spe
 
 @pytest.fixture
 def served(
-    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress,
-    settings_factory: Callable[..., Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[tuple[str, ManualClock, Api]]:  # fmt: skip
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    fake_progress: FakeProgress,
+    settings_factory: Callable[..., Settings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[str, ManualClock, Api]]:
     """The app on a real port (the CLI speaks HTTP), a ManualClock, and the same app behind TestClient
     for driving the jobs."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home

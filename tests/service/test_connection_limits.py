@@ -34,8 +34,9 @@ pytestmark = pytest.mark.timeout(120)
 FD_LIMIT = 256
 IDLE = 400  # more than the descriptor limit: before the cap, accept() failed with EMFILE from about the 240th
 HEADER_TIMEOUT_S = 2.0
-LIMITED = (f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({FD_LIMIT}, {FD_LIMIT})); "
-           "os.execv(sys.argv[1], sys.argv[1:])")  # fmt: skip
+LIMITED = (
+    f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({FD_LIMIT}, {FD_LIMIT})); os.execv(sys.argv[1], sys.argv[1:])"
+)
 ENTRYPOINT_HTTP = ["--http", "service.connection_limits:BoundedH11Protocol"]
 
 
@@ -43,8 +44,18 @@ def _argv(kind: str, port: int, state: Path) -> list[str]:
     if kind == "rljob serve":
         return [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port), "--state-dir", str(state)]
     uvicorn = str(Path(sys.executable).with_name("uvicorn"))  # the image's ENTRYPOINT (docker/service.Dockerfile)
-    return [uvicorn, "service.app:create_app_from_env", "--factory", "--host", "127.0.0.1", "--port", str(port),
-            "--workers", "1", *ENTRYPOINT_HTTP]  # fmt: skip
+    return [
+        uvicorn,
+        "service.app:create_app_from_env",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        *ENTRYPOINT_HTTP,
+    ]
 
 
 def _connect_idle(port: int, count: int) -> list[socket.socket]:
@@ -74,7 +85,7 @@ def test_idle_connections_past_the_descriptor_limit_do_not_take_the_service_down
         try:
             assert len(idle) > FD_LIMIT
             # Over the cap (the descriptor limit less FD_HEADROOM): a 503 saying why, and closed at once.
-            answers = [_answer(conn) for conn in idle[FD_LIMIT - FD_HEADROOM + 10:]]
+            answers = [_answer(conn) for conn in idle[FD_LIMIT - FD_HEADROOM + 10 :]]
             assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in answers), answers[:3]
             # The idle ones under the cap are closed after the header deadline: the server ends them (EOF).
             started = time.monotonic()

@@ -10,4 +10,3 @@ from service.domain import errors
 def test_there_is_one_launch_failed_and_the_kubernetes_conflict_is_one() -> None:
     assert k8s.LaunchFailed is errors.LaunchFailed
     assert issubclass(WorkloadConflict, errors.LaunchFailed) and issubclass(WorkloadConflict, K8sBackendError)
-

@@ -15,8 +15,9 @@ T0 = datetime(2026, 12, 3, tzinfo=UTC)
 
 
 def _record(job_id: str) -> JobRecord:
-    return JobRecord(id=job_id, team="team-a", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING,
-                     created_at=T0, updated_at=T0)  # fmt: skip
+    return JobRecord(
+        id=job_id, team="team-a", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING, created_at=T0, updated_at=T0
+    )
 
 
 def test_a_batch_is_logged_in_order_after_what_came_before_and_sets_the_records_last_seq(store: SqlJobStore) -> None:

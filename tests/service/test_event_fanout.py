@@ -28,14 +28,13 @@ class EventLog:
         self.reads = 0
 
     def append(self, job_id: str = "rl-aaaaaaaaaaaa", team: str = "team-a") -> JobEvent:
-        event = JobEvent(seq=len(self.events) + 1, job_id=job_id, team=team, kind="progress",
-                         time=datetime.now(UTC), data={"step": len(self.events)})  # fmt: skip
+        event = JobEvent(
+            seq=len(self.events) + 1, job_id=job_id, team=team, kind="progress", time=datetime.now(UTC), data={"step": len(self.events)}
+        )
         self.events.append(event)
         return event
 
-    def events_after(
-        self, after_seq: int, *, job_id: str | None = None, team: str | None = None, limit: int = 500
-    ) -> list[JobEvent]:
+    def events_after(self, after_seq: int, *, job_id: str | None = None, team: str | None = None, limit: int = 500) -> list[JobEvent]:
         self.reads += 1
         found = [e for e in self.events if e.seq > after_seq and job_id in (None, e.job_id) and team in (None, e.team)]
         return found[:limit]
@@ -113,9 +112,7 @@ def test_a_stream_that_never_reads_is_ended_and_the_others_get_everything_in_ord
 
 
 @pytest.mark.parametrize("batch", [500, 3])
-def test_resume_hands_over_from_replay_to_live_without_gap_or_duplicate(
-    batch: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_resume_hands_over_from_replay_to_live_without_gap_or_duplicate(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(event_fanout, "READ_BATCH", batch)
 
     async def run() -> None:

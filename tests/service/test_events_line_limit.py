@@ -33,9 +33,7 @@ def _running_job(store: SqlJobStore, launcher: FakeLauncher, tmp_path: Path, rea
     return service, job_id, events
 
 
-def test_an_over_long_line_is_skipped_and_progress_continues(
-    store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path
-) -> None:
+def test_an_over_long_line_is_skipped_and_progress_continues(store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path) -> None:
     service, job_id, events = _running_job(store, fake_launcher, tmp_path, EventsFileReader())
     huge = '{"type": "train_step", "pad": "' + "x" * (MAX_READ_BYTES + 10) + '"}\n'
     events.write_text(_step(job_id, 1) + huge + _step(job_id, 2))
@@ -50,9 +48,7 @@ def test_an_over_long_line_is_skipped_and_progress_continues(
     assert [n.data["reason"] for n in notes] == ["EventLineTooLong"]
 
 
-def test_a_long_line_still_being_written_waits_for_its_end(
-    store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path
-) -> None:
+def test_a_long_line_still_being_written_waits_for_its_end(store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path) -> None:
     service, job_id, events = _running_job(store, fake_launcher, tmp_path, EventsFileReader(max_read_bytes=1024))
     head, tail = '{"pad": "' + "x" * 3000, '"}\n'
     events.write_text(_step(job_id, 1) + head)  # no newline yet

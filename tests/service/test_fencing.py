@@ -106,8 +106,7 @@ def _active_ids(db_url: str) -> list[str]:
         store.close()
 
 
-def test_a_deposed_leader_that_has_not_noticed_cannot_write_and_stops(postgres_db: str, settings_factory: Any,
-                                                                       tmp_path: Path) -> None:  # fmt: skip
+def test_a_deposed_leader_that_has_not_noticed_cannot_write_and_stops(postgres_db: str, settings_factory: Any, tmp_path: Path) -> None:
     cluster = Cluster()
     a_client, b_client = ClusterClient(cluster, hold=True), ClusterClient(cluster)
     with replica(postgres_db, settings_factory, a_client, check_interval_s=3600) as a:

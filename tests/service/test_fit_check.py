@@ -61,8 +61,7 @@ def test_llama31_8b_on_v6e_8_is_accepted_and_its_estimate_is_shown(api: Api, tmp
 
 
 def test_a_job_close_to_the_limit_is_accepted_with_a_warning(api: Api, tmp_path: Path) -> None:
-    body = _tutorial(tmp_path, grpo={"batch_size": 2, "num_generations": 8},
-                     hardware={"accelerator": "v5e-8", "chips_per_vm": 8})  # fmt: skip
+    body = _tutorial(tmp_path, grpo={"batch_size": 2, "num_generations": 8}, hardware={"accelerator": "v5e-8", "chips_per_vm": 8})
     job = api.submit(body)
     fit = api.client.get(f"/v1/jobs/{job['id']}", headers=api.as_(TOKEN_A)).json()["fit_estimate"]
     assert fit["verdict"] == "tight" and 0.9 * 16 * GIB < fit["total_bytes_per_chip"] <= 16 * GIB
@@ -101,8 +100,15 @@ def test_dry_run_refuses_what_the_service_would_refuse(tmp_path: Path) -> None:
 
 
 def test_status_shows_the_estimate() -> None:
-    job = {"id": "rl-000000000001", "name": "n", "team": "t", "phase": "queued", "message": "m", "run_uri": "/r",
-           "fit_estimate": {"verdict": "tight", "message": "needs ~15.0 GiB per chip (params 1.9), 94% of v5e-8's"}}  # fmt: skip
+    job = {
+        "id": "rl-000000000001",
+        "name": "n",
+        "team": "t",
+        "phase": "queued",
+        "message": "m",
+        "run_uri": "/r",
+        "fit_estimate": {"verdict": "tight", "message": "needs ~15.0 GiB per chip (params 1.9), 94% of v5e-8's"},
+    }
     with console.capture() as captured:
         print_job(job)
     assert "memory" in captured.get() and "tight: needs ~15.0 GiB per chip" in _flat(captured.get())

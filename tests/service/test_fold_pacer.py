@@ -102,8 +102,7 @@ def _running_job(service: JobService, launcher: FakeLauncher, tmp_path: Path) ->
 
 
 def _steps(job_id: str, n: int, first_seq: int = 0) -> list[TrainStep]:
-    return [TrainStep(seq=first_seq + i, time=T0, job_id=job_id, step=i + 1, total_steps=n, loss=1.0 / (i + 1))
-            for i in range(n)]  # fmt: skip
+    return [TrainStep(seq=first_seq + i, time=T0, job_id=job_id, step=i + 1, total_steps=n, loss=1.0 / (i + 1)) for i in range(n)]
 
 
 def test_a_batch_is_folded_in_chunks_through_the_pacer_and_ends_as_one_fold_would(

@@ -22,9 +22,7 @@ from trainer.storage.gcs import GcsStore, RetrySettings
 
 @pytest.fixture
 def unreachable_gcs(monkeypatch: pytest.MonkeyPatch) -> Iterator[GcsStore]:
-    client = storage.Client(
-        project="rljob-test", credentials=AnonymousCredentials(), client_options={"api_endpoint": "http://127.0.0.1:9"}
-    )
+    client = storage.Client(project="rljob-test", credentials=AnonymousCredentials(), client_options={"api_endpoint": "http://127.0.0.1:9"})
     dead = GcsStore(client, RetrySettings(initial_s=0.05, maximum_s=0.1, timeout_s=0.3))
     monkeypatch.setattr(run_reads, "store_for", lambda uri: dead)
     monkeypatch.setattr(run_reads, "GCS_READ_DEADLINE_S", 0.3)
@@ -44,9 +42,7 @@ def test_samples_of_a_job_on_unreachable_gcs_are_a_503_to_retry(api: Api, tmp_pa
 
 
 @pytest.mark.usefixtures("unreachable_gcs")
-def test_progress_of_a_job_on_unreachable_gcs_waits_with_a_warning(
-    api: Api, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_progress_of_a_job_on_unreachable_gcs_waits_with_a_warning(api: Api, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     record = api.store.get(_gs_job(api, tmp_path))
     assert record is not None
     with caplog.at_level(logging.WARNING):

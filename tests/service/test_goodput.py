@@ -22,8 +22,17 @@ def _at(seconds: float) -> datetime:
 
 
 def _record(phase: JobPhase = JobPhase.RUNNING, **phase_seconds: float) -> JobRecord:
-    record = JobRecord(id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="h", phase=phase,
-                       created_at=T0, updated_at=T0, phase_seconds=dict(phase_seconds))  # fmt: skip
+    record = JobRecord(
+        id="rl-aaaaaaaaaaaa",
+        team="a",
+        name="n",
+        spec=record_spec(),
+        spec_hash="h",
+        phase=phase,
+        created_at=T0,
+        updated_at=T0,
+        phase_seconds=dict(phase_seconds),
+    )
     return record
 
 
@@ -45,18 +54,33 @@ def test_parts_add_up_to_the_wall_time_with_other_as_the_remainder() -> None:
     # 10 s queued, 5 s launching, then 200 s running (up to now: the phase the job is in counts to now).
     record = _record(QUEUED=10.0, LAUNCHING=5.0)
     record.phase_entered_at = _at(15)
-    fold_events(record, [
-        ev(RunStarted, 16, attempt=1, run_uri="/r"),
-        ev(StageStarted, 16, stage="convert"), ev(StageFinished, 36, stage="convert", duration_s=20.0),
-        ev(StageStarted, 36, stage="train"),
-        ev(GoodputMeasured, 100, attempt=1, train=_train(1, 60.0, rollout=30.0, update=12.0, checkpoint=2.0)),
-        ev(GoodputMeasured, 160, attempt=1, train=_train(2, 120.0, rollout=60.0, update=24.0, checkpoint=4.0, eval=6.0)),
-    ])  # fmt: skip
+    fold_events(
+        record,
+        [
+            ev(RunStarted, 16, attempt=1, run_uri="/r"),
+            ev(StageStarted, 16, stage="convert"),
+            ev(StageFinished, 36, stage="convert", duration_s=20.0),
+            ev(StageStarted, 36, stage="train"),
+            ev(GoodputMeasured, 100, attempt=1, train=_train(1, 60.0, rollout=30.0, update=12.0, checkpoint=2.0)),
+            ev(GoodputMeasured, 160, attempt=1, train=_train(2, 120.0, rollout=60.0, update=24.0, checkpoint=4.0, eval=6.0)),
+        ],
+    )
     wall, parts = goodput_parts(record, _at(215))
     assert wall == 215.0
     # The newest report of attempt 1 replaces the older one (cumulative), it does not add to it.
-    assert parts == {"queued": 10.0, "startup": 5.0, "convert": 20.0, "rollout": 60.0, "logprobs": 0.0, "update": 24.0,
-                     "weight_sync": 0.0, "checkpoint": 4.0, "eval": 6.0, "export": 0.0, "other": 86.0}  # fmt: skip
+    assert parts == {
+        "queued": 10.0,
+        "startup": 5.0,
+        "convert": 20.0,
+        "rollout": 60.0,
+        "logprobs": 0.0,
+        "update": 24.0,
+        "weight_sync": 0.0,
+        "checkpoint": 4.0,
+        "eval": 6.0,
+        "export": 0.0,
+        "other": 86.0,
+    }
     public = job_goodput(record, _at(215))
     assert public is not None and list(public.parts) == list(GOODPUT_PARTS)
     assert sum(public.parts.values()) == pytest.approx(public.wall_s)
@@ -70,13 +94,17 @@ def test_attempts_add_up_and_a_finished_job_stops_the_clock() -> None:
     ev = _Events()
     record = _record(JobPhase.SUCCEEDED, QUEUED=1.0, LAUNCHING=2.0, RUNNING=300.0)
     record.finished_at = _at(303)
-    fold_events(record, [
-        ev(RunStarted, 3, attempt=1, run_uri="/r"),
-        ev(GoodputMeasured, 50, attempt=1, train=_train(1, 40.0, rollout=20.0, update=10.0)),
-        ev(RunStarted, 100, attempt=2, run_uri="/r"),  # the first attempt was killed after step 1
-        ev(GoodputMeasured, 200, attempt=2, train=_train(2, 30.0, rollout=15.0, update=5.0, checkpoint=1.0)),
-        ev(StageStarted, 250, stage="export"), ev(StageFinished, 290, stage="export", duration_s=40.0),
-    ])  # fmt: skip
+    fold_events(
+        record,
+        [
+            ev(RunStarted, 3, attempt=1, run_uri="/r"),
+            ev(GoodputMeasured, 50, attempt=1, train=_train(1, 40.0, rollout=20.0, update=10.0)),
+            ev(RunStarted, 100, attempt=2, run_uri="/r"),  # the first attempt was killed after step 1
+            ev(GoodputMeasured, 200, attempt=2, train=_train(2, 30.0, rollout=15.0, update=5.0, checkpoint=1.0)),
+            ev(StageStarted, 250, stage="export"),
+            ev(StageFinished, 290, stage="export", duration_s=40.0),
+        ],
+    )
     assert set(record.goodput) == {1, 2}
     for now in (_at(303), _at(10_000)):  # after the end, the wall time no longer grows
         public = job_goodput(record, now)
@@ -113,8 +141,11 @@ def test_no_time_yet_means_no_goodput_and_overlapping_parts_are_not_hidden(caplo
 def test_rljob_status_prints_one_goodput_line() -> None:
     from service.cli.goodput_text import goodput_text
 
-    goodput = {"wall_s": 750.0, "productive_fraction": 0.3133,
-               "parts": {"queued": 5.0, "rollout": 187.5, "update": 47.5, "checkpoint": 3.0, "other": 507.0}}  # fmt: skip
+    goodput = {
+        "wall_s": 750.0,
+        "productive_fraction": 0.3133,
+        "parts": {"queued": 5.0, "rollout": 187.5, "update": 47.5, "checkpoint": 3.0, "other": 507.0},
+    }
     assert goodput_text(goodput) == "31% productive of 12.5m: other 8.4m (68%), rollout 3.1m (25%), update 48s (6%)"
     assert goodput_text(None) == "-" and goodput_text({"wall_s": 0.0, "parts": {}}) == "-"
 
@@ -122,8 +153,15 @@ def test_rljob_status_prints_one_goodput_line() -> None:
 def test_rljob_status_table_has_the_goodput_row(capsys) -> None:
     from service.cli.output import print_job
 
-    job = {"id": "rl-aaaaaaaaaaaa", "name": "n", "team": "a", "phase": "RUNNING", "message": "", "run_uri": "/r",
-           "goodput": {"wall_s": 100.0, "productive_fraction": 0.5, "parts": {"rollout": 40.0, "update": 10.0, "other": 50.0}}}  # fmt: skip
+    job = {
+        "id": "rl-aaaaaaaaaaaa",
+        "name": "n",
+        "team": "a",
+        "phase": "RUNNING",
+        "message": "",
+        "run_uri": "/r",
+        "goodput": {"wall_s": 100.0, "productive_fraction": 0.5, "parts": {"rollout": 40.0, "update": 10.0, "other": 50.0}},
+    }
     print_job(job)
     out = " ".join(capsys.readouterr().out.split())  # rich folds long rows at the console's width
     assert "goodput 50% productive of 1.7m: other 50s (50%), rollout 40s (40%)," in out and "update 10s (10%)" in out

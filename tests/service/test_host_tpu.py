@@ -9,8 +9,7 @@ import pytest
 from service.adapters.local.host_tpu import GOOGLE_PCI_VENDOR, HostTpu, host_accelerator_problem, probe_host_tpu
 
 
-def _machine(tmp_path: Path, accel: int = 0, vfio: dict[str, str] | None = None,
-             accel_vendor: str | None = None) -> tuple[Path, Path]:  # fmt: skip
+def _machine(tmp_path: Path, accel: int = 0, vfio: dict[str, str] | None = None, accel_vendor: str | None = None) -> tuple[Path, Path]:
     dev, sys = tmp_path / "dev", tmp_path / "sys"
     dev.mkdir()
     for i in range(accel):

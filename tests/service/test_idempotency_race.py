@@ -29,9 +29,18 @@ def test_the_replica_that_loses_the_insert_answers_with_the_winners_job(postgres
     store_a.migrate()
     spec = JobSpec.model_validate({**spec_body(tmp_path), "team": TEAM_A.team})
     now = datetime.now(UTC)
-    winner = JobRecord(id="rl-winnerwinner", team=TEAM_A.team, name=spec.name, spec=spec,
-                       spec_hash=spec.content_hash(), idempotency_key=KEY, phase=JobPhase.QUEUED, created_at=now,
-                       updated_at=now, phase_entered_at=now)  # fmt: skip
+    winner = JobRecord(
+        id="rl-winnerwinner",
+        team=TEAM_A.team,
+        name=spec.name,
+        spec=spec,
+        spec_hash=spec.content_hash(),
+        idempotency_key=KEY,
+        phase=JobPhase.QUEUED,
+        created_at=now,
+        updated_at=now,
+        phase_entered_at=now,
+    )
     inserted, answered = threading.Event(), threading.Event()
     results: list[object] = []
 

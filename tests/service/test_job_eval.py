@@ -63,10 +63,18 @@ def test_paired_difference_counts_flips_and_uses_only_shared_rows() -> None:
 
 def summary(label: str, step: int, correct: float, n: int = 300, vs: tuple[dict, dict] | None = None) -> EvalSummary:
     return EvalSummary(
-        label=label, step=step, n=n, correct=correct, format_correct=n, partial_correct=correct, mean_reward=correct / n,
-        samples_per_row=1, sampling="greedy, pass", rows_file=f"{label}.jsonl",
+        label=label,
+        step=step,
+        n=n,
+        correct=correct,
+        format_correct=n,
+        partial_correct=correct,
+        mean_reward=correct / n,
+        samples_per_row=1,
+        sampling="greedy, pass",
+        rows_file=f"{label}.jsonl",
         vs_before=paired_difference(*vs) if vs else None,
-    )  # fmt: skip
+    )
 
 
 def rows(n: int, correct: int) -> dict[str, float]:
@@ -128,8 +136,9 @@ def test_eval_events_are_folded_stored_and_logged(
     before, after = summary("before", 0, 100), summary("after", 3, 160, vs=(rows(300, 100), rows(300, 160)))
     fake_progress.add(EvalResult(seq=0, time=clock(), job_id=job_id, step=0, accuracy=1 / 3, summary=before))
     for step in (1, 2, 3):
-        fake_progress.add(TrainStep(seq=step, time=clock(), job_id=job_id, step=step, total_steps=3, loss=0.1, kl=0.01,
-                                    metrics={SIGNAL_METRIC: 0.5}))  # fmt: skip
+        fake_progress.add(
+            TrainStep(seq=step, time=clock(), job_id=job_id, step=step, total_steps=3, loss=0.1, kl=0.01, metrics={SIGNAL_METRIC: 0.5})
+        )
     service.ingest_progress(job_id)
     assert store.get(job_id).health_verdict == "signal"  # type: ignore[union-attr]  # 3 steps say nothing yet
     fake_progress.add(EvalResult(seq=4, time=clock(), job_id=job_id, step=3, accuracy=160 / 300, summary=after))
@@ -150,7 +159,6 @@ def test_eval_events_are_folded_stored_and_logged(
         # The paired change over 300 rows lies above 0: the verdict rests on it, and says so.
         health = to_public(record, clock()).health
         assert health is not None and health.verdict == "improving" and "300 paired rows" in health.message
-        assert [e.data["verdict"] for e in reopened.events_after(0, job_id=job_id) if e.kind == "health"] == [
-            "signal", "improving"]
+        assert [e.data["verdict"] for e in reopened.events_after(0, job_id=job_id) if e.kind == "health"] == ["signal", "improving"]
     finally:
         reopened.close()

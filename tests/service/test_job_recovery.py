@@ -117,9 +117,13 @@ def test_recovery_uses_only_the_job_services_public_api() -> None:
     """It is a collaborator, not a mixin: no private JobService member is reached from recovery.py."""
     tree = ast.parse(Path(recovery_module.__file__).read_text())
     private = sorted(
-        node.attr for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-        and isinstance(node.value, ast.Attribute) and node.value.attr == "jobs"
-    )  # fmt: skip
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "jobs"
+    )
     assert private == []
     assert not any(isinstance(node, ast.ClassDef) and node.bases for node in ast.walk(tree))  # no mixin

@@ -20,9 +20,24 @@ TRAINER = "import sys\nfor i in range(2000):\n    print('step', i, 'x' * 200)\ns
 def _run(tmp_path: Path, log: str) -> tuple[int, dict[str, object]]:
     exit_file = tmp_path / "exit.json"
     with open(log, "wb") as out:
-        done = subprocess.run([sys.executable, job_runner.__file__, "--job-id", "rl-fulllogfull0", "--exit-file", str(exit_file),
-                               "--", sys.executable, "-c", TRAINER], input=job_runner.START_LINE, stdout=out,
-                              stderr=subprocess.STDOUT, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [
+                sys.executable,
+                job_runner.__file__,
+                "--job-id",
+                "rl-fulllogfull0",
+                "--exit-file",
+                str(exit_file),
+                "--",
+                sys.executable,
+                "-c",
+                TRAINER,
+            ],
+            input=job_runner.START_LINE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
     return done.returncode, json.loads(exit_file.read_text())
 
 
@@ -44,7 +59,6 @@ def test_without_the_runner_the_same_trainer_fails_on_a_full_disk() -> None:
     with open("/dev/full", "wb") as out:
         done = subprocess.run([sys.executable, "-c", TRAINER], stdout=out, stderr=subprocess.STDOUT, timeout=60)
     assert done.returncode != 0
-
 
 
 # The disk fills while the trainer runs. The runner's state directory is a 256 KiB tmpfs of its own (a user and a
@@ -89,9 +103,12 @@ def _run_on_a_filling_disk(tmp_path: Path, code: int, *, reservable: bool = True
     state = tmp_path / "state"
     state.mkdir()
     trainer = FILLS_THE_DISK.format(state=str(state), code=code)
-    done = subprocess.run([sys.executable, "-c", IN_A_SMALL_TMPFS, str(state), job_runner.__file__, trainer,
-                           "yes" if reservable else "no"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", IN_A_SMALL_TMPFS, str(state), job_runner.__file__, trainer, "yes" if reservable else "no"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     result: dict = json.loads(done.stdout)
     return result

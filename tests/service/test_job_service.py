@@ -32,7 +32,6 @@ TEAM_A = Caller(team="team-a", token_id="tok_a")
 TEAM_B = Caller(team="team-b", token_id="tok_b")
 
 
-
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
@@ -181,12 +180,8 @@ def test_idempotency_key(service: JobService, fake_launcher: FakeLauncher, tmp_p
     assert created_b and other_team.id != first.id
 
 
-def test_recover_reattaches_resumes_or_fails(
-    service: JobService, store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path
-) -> None:
-    alive, lost, lost_twice, stopping, queued_in_backend = (
-        service.submit(TEAM_A, _spec(tmp_path, name=f"j{i}"))[0].id for i in range(5)
-    )
+def test_recover_reattaches_resumes_or_fails(service: JobService, store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path) -> None:
+    alive, lost, lost_twice, stopping, queued_in_backend = (service.submit(TEAM_A, _spec(tmp_path, name=f"j{i}"))[0].id for i in range(5))
     for job_id in (alive, lost, lost_twice, stopping):
         service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING, object_name=f"pid:{job_id}"))
     service.cancel(TEAM_A, stopping)
@@ -203,9 +198,12 @@ def test_recover_reattaches_resumes_or_fails(
 
     phases = {j: store.get(j).phase for j in (alive, lost, lost_twice, stopping, queued_in_backend)}  # type: ignore[union-attr]
     assert phases == {
-        alive: JobPhase.RUNNING, lost: JobPhase.LAUNCHING, lost_twice: JobPhase.FAILED,
-        stopping: JobPhase.CANCELLED, queued_in_backend: JobPhase.LAUNCHING,
-    }  # fmt: skip
+        alive: JobPhase.RUNNING,
+        lost: JobPhase.LAUNCHING,
+        lost_twice: JobPhase.FAILED,
+        stopping: JobPhase.CANCELLED,
+        queued_in_backend: JobPhase.LAUNCHING,
+    }
     assert "re-attached" in store.get(alive).message  # type: ignore[union-attr]
     assert sorted(fake_launcher.launched) == sorted([lost, queued_in_backend])  # each exactly once
     assert store.get(lost).resumes == 1 and store.get(queued_in_backend).resumes == 0  # type: ignore[union-attr]
@@ -238,7 +236,10 @@ def test_metric_points_are_the_newest_in_order(
 
 
 def test_a_cancel_racing_the_end_of_the_job_is_refused(
-    service: JobService, store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path,
+    service: JobService,
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The job succeeds after cancel() read it as RUNNING and before its write: found by bench/kill_loop.py,

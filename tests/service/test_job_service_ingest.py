@@ -23,7 +23,6 @@ from trainer.contract import ArtifactWritten, JobSpec, RunFinished, RunLayout, T
 TEAM_A = Caller(team="team-a", token_id="tok_a")
 
 
-
 def _spec(tmp_path: Path) -> JobSpec:
     return JobSpec.model_validate(spec_body(tmp_path))
 
@@ -33,9 +32,12 @@ def _ev(cls: type, job_id: str, seq: int, **fields: object):
 
 
 def test_a_failing_fold_loses_no_events(
-    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path,
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    fake_progress: FakeProgress,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     service = JobService(store, fake_launcher, fake_progress)
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
@@ -53,9 +55,7 @@ def test_a_failing_fold_loses_no_events(
     assert [p.step for p in store.metric_points(job_id, limit=10)] == [1]
 
 
-def test_a_big_events_file_is_drained_before_the_terminal_phase(
-    store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path
-) -> None:
+def test_a_big_events_file_is_drained_before_the_terminal_phase(store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path) -> None:
     service = JobService(store, fake_launcher, EventsFileReader())  # a fresh reader: as after a restart
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
@@ -74,9 +74,12 @@ def test_a_big_events_file_is_drained_before_the_terminal_phase(
 
 
 def test_reconcile_launches_a_job_stranded_in_queued(
-    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path,
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    fake_progress: FakeProgress,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     clock = ManualClock()
     service = JobService(store, fake_launcher, fake_progress, clock=clock)
     recovery = JobRecovery(service, queued_relaunch_after_s=5)

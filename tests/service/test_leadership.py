@@ -48,10 +48,14 @@ def test_one_advisory_lock_holder_at_a_time_and_the_next_takes_it_when_the_conne
         assert not second.try_acquire()
         # What a dead leader looks like to the database: its session ends.
         with admin.connect() as conn:
-            killed = conn.execute(
-                text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = :lo"),
-                {"lo": LEADER_LOCK_KEY & 0xFFFF_FFFF},
-            ).scalars().all()  # fmt: skip
+            killed = (
+                conn.execute(
+                    text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = :lo"),
+                    {"lo": LEADER_LOCK_KEY & 0xFFFF_FFFF},
+                )
+                .scalars()
+                .all()
+            )
         assert killed == [True]
         assert not first.holds()  # the old leader finds out at its next check
         assert second.try_acquire() and second.holds()
@@ -66,10 +70,20 @@ def test_one_advisory_lock_holder_at_a_time_and_the_next_takes_it_when_the_conne
 def test_leadership_moves_to_the_waiting_replica_and_each_term_starts_and_stops_once(postgres_db: str) -> None:
     calls: list[str] = []
     terms = itertools.count(1)  # the database's leader_terms row, as far as these two are concerned
-    a = Leadership(PostgresAdvisoryLock(postgres_db), take_term=lambda: next(terms), on_elected=lambda t: calls.append(f"a+{t}"),
-                   on_deposed=lambda: calls.append("a-"), check_interval_s=0.05)  # fmt: skip
-    b = Leadership(PostgresAdvisoryLock(postgres_db), take_term=lambda: next(terms), on_elected=lambda t: calls.append(f"b+{t}"),
-                   on_deposed=lambda: calls.append("b-"), check_interval_s=0.05)  # fmt: skip
+    a = Leadership(
+        PostgresAdvisoryLock(postgres_db),
+        take_term=lambda: next(terms),
+        on_elected=lambda t: calls.append(f"a+{t}"),
+        on_deposed=lambda: calls.append("a-"),
+        check_interval_s=0.05,
+    )
+    b = Leadership(
+        PostgresAdvisoryLock(postgres_db),
+        take_term=lambda: next(terms),
+        on_elected=lambda t: calls.append(f"b+{t}"),
+        on_deposed=lambda: calls.append("b-"),
+        check_interval_s=0.05,
+    )
     a.start()
     b.start()
     try:
@@ -111,8 +125,9 @@ def test_a_second_service_on_the_same_sqlite_state_dir_refuses_to_start(tmp_path
 
 
 def _record(job_id: str) -> JobRecord:
-    return JobRecord(id=job_id, team="team-a", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.QUEUED,
-                     created_at=T0, updated_at=T0)  # fmt: skip
+    return JobRecord(
+        id=job_id, team="team-a", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.QUEUED, created_at=T0, updated_at=T0
+    )
 
 
 @pytest.mark.postgres
@@ -171,8 +186,7 @@ def test_a_leader_that_loses_its_lock_stops_leading_and_leads_again_when_it_can(
     from tests.service.service_helpers import spec_body, wait_for_phase, wait_until
 
     caplog.set_level(logging.INFO, logger="service.leadership")
-    settings = settings_factory(database_url=postgres_db, bootstrap_token=TOKEN_A, bootstrap_team="team-a",
-                                leader_check_interval_s=0.05)  # fmt: skip
+    settings = settings_factory(database_url=postgres_db, bootstrap_token=TOKEN_A, bootstrap_team="team-a", leader_check_interval_s=0.05)
     auth = {"Authorization": f"Bearer {TOKEN_A}"}
     admin = create_engine(postgres_db, isolation_level="AUTOCOMMIT")
     with TestClient(create_app(settings)) as client:
@@ -186,7 +200,6 @@ def test_a_leader_that_loses_its_lock_stops_leading_and_leads_again_when_it_can(
         # Nobody else holds it: the same replica takes it again, re-attaches, and its new term works.
         wait_until(lambda: client.get("/readyz").json() == {"ready": True, "role": "leader"}, timeout_s=60)
         job = client.post("/v1/jobs", json=spec_body(tmp_path, labels={"fake-steps": "1"}), headers=auth).json()["id"]
-        wait_for_phase(lambda: client.get(f"/v1/jobs/{job}", headers=auth).json()["phase"], JobPhase.SUCCEEDED,
-                       timeout_s=60)  # fmt: skip
+        wait_for_phase(lambda: client.get(f"/v1/jobs/{job}", headers=auth).json()["phase"], JobPhase.SUCCEEDED, timeout_s=60)
     admin.dispose()
     assert caplog.text.count("this replica leads") == 2

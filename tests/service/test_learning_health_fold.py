@@ -45,8 +45,11 @@ class Trainer:
         if rewarded is not None:  # of 16 completions, as the trainer's sample recorder counts them
             metrics |= {COMPLETIONS_METRIC: 16.0, REWARDED_METRIC: float(rewarded)}
         fields = {"loss": 0.5, "kl": 0.01, **fields}
-        self.progress.add(TrainStep(seq=self._next_seq(), time=self.clock(), job_id=self.job_id, step=self.step,
-                                    total_steps=100, metrics=metrics, **fields))  # type: ignore[arg-type]  # fmt: skip
+        self.progress.add(
+            TrainStep(
+                seq=self._next_seq(), time=self.clock(), job_id=self.job_id, step=self.step, total_steps=100, metrics=metrics, **fields
+            )
+        )  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -54,8 +57,9 @@ def clock() -> ManualClock:
     return ManualClock(T0)
 
 
-def _running_job(store: SqlJobStore, launcher: FakeLauncher, progress: FakeProgress, clock: ManualClock,
-                 tmp_path: Path) -> tuple[JobService, Trainer]:  # fmt: skip
+def _running_job(
+    store: SqlJobStore, launcher: FakeLauncher, progress: FakeProgress, clock: ManualClock, tmp_path: Path
+) -> tuple[JobService, Trainer]:
     service = JobService(store, launcher, progress, clock=clock, health_policy=POLICY)
     job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
     service.apply_observation(launcher.set(job_id, ObservedState.RUNNING))
@@ -144,8 +148,7 @@ def test_the_window_is_bounded_and_survives_a_store_reopen(
     try:
         record = reopened.get(trainer.job_id)
         assert record is not None
-        assert [s.step for s in record.recent_train_steps] == [
-            *range(1, FIRST_STEPS_KEPT + 1), *range(8, HEALTH_WINDOW_STEPS + 8)]  # fmt: skip
+        assert [s.step for s in record.recent_train_steps] == [*range(1, FIRST_STEPS_KEPT + 1), *range(8, HEALTH_WINDOW_STEPS + 8)]
         assert record.health_verdict == "no-signal"
         health = to_public(record, clock(), POLICY).health
         assert health is not None and health.verdict == "no-signal" and health.step == HEALTH_WINDOW_STEPS + 7
@@ -201,20 +204,22 @@ def test_a_job_stored_before_migration_0003_reads_with_no_health_until_its_next_
     try:
         command.upgrade(alembic_config(store.engine), "0002")
         with store.engine.begin() as conn:
-            conn.execute(text(
-                "INSERT INTO jobs (id, team, name, phase, spec, spec_hash, message, latest_metrics, stage_times,"
-                " artifacts, attempt, resumes, last_trainer_seq, last_event_seq, created_at, updated_at)"
-                " VALUES ('rl-0000000old01', 'team-a', 'old', 'RUNNING', :spec, '', '', '{}', '{}', '{}', 1, 0, 4, 0,"
-                " :now, :now)"
-            ), {"spec": record_spec(str(tmp_path), name="old").model_dump_json(), "now": "2030-01-01 00:00:00.000000"})  # fmt: skip
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, team, name, phase, spec, spec_hash, message, latest_metrics, stage_times,"
+                    " artifacts, attempt, resumes, last_trainer_seq, last_event_seq, created_at, updated_at)"
+                    " VALUES ('rl-0000000old01', 'team-a', 'old', 'RUNNING', :spec, '', '', '{}', '{}', '{}', 1, 0, 4, 0,"
+                    " :now, :now)"
+                ),
+                {"spec": record_spec(str(tmp_path), name="old").model_dump_json(), "now": "2030-01-01 00:00:00.000000"},
+            )
         store.migrate()  # 0002 -> head
         old = store.get("rl-0000000old01")
         assert old is not None and old.recent_train_steps == [] and old.health_verdict is None
         assert to_public(old, clock(), POLICY).health is None
 
         service = JobService(store, fake_launcher, fake_progress, clock=clock, health_policy=POLICY)
-        fake_progress.add(TrainStep(seq=5, time=clock(), job_id=old.id, step=3, total_steps=9,
-                                    metrics={SIGNAL_METRIC: 0.5}))  # fmt: skip
+        fake_progress.add(TrainStep(seq=5, time=clock(), job_id=old.id, step=3, total_steps=9, metrics={SIGNAL_METRIC: 0.5}))
         service.ingest_progress(old.id)
         assert [e["verdict"] for e in _health_entries(store, old.id)] == ["signal"]
     finally:

@@ -66,8 +66,14 @@ class ThreadLimit:
 def service(store: SqlJobStore, settings_factory: Callable[..., Any], tmp_path: Path) -> Iterator[tuple[str, HeldLogs, str]]:
     add_test_tokens(store)
     launcher = HeldLogs()
-    settings = settings_factory(max_requests_in_flight=2, max_event_streams=10, max_event_streams_per_token=2,
-                                max_anonymous_requests=2, anonymous_body_timeout_s=1.0, overload_retry_after_s=3)  # fmt: skip
+    settings = settings_factory(
+        max_requests_in_flight=2,
+        max_event_streams=10,
+        max_event_streams_per_token=2,
+        max_anonymous_requests=2,
+        anonymous_body_timeout_s=1.0,
+        overload_retry_after_s=3,
+    )
     app = create_app(settings, store=store, launcher=launcher, progress=FakeProgress())
     with served(app) as url:
         job = httpx.post(f"{url}/v1/jobs", json=spec_body(tmp_path), headers=A)
@@ -79,8 +85,10 @@ def service(store: SqlJobStore, settings_factory: Callable[..., Any], tmp_path: 
 
 
 def _hold_logs(url: str, job_id: str, count: int, launcher: HeldLogs) -> list[threading.Thread]:
-    threads = [threading.Thread(target=httpx.get, args=(f"{url}/v1/jobs/{job_id}/logs",), kwargs={"headers": A, "timeout": 60})
-               for _ in range(count)]  # fmt: skip
+    threads = [
+        threading.Thread(target=httpx.get, args=(f"{url}/v1/jobs/{job_id}/logs",), kwargs={"headers": A, "timeout": 60})
+        for _ in range(count)
+    ]
     for thread in threads:
         thread.start()
     wait_until(lambda: launcher.holding == count, timeout_s=10)

@@ -30,9 +30,7 @@ def test_a_team_at_its_job_limit_waits_while_another_team_starts() -> None:
     waiting = [claim("a3", seq=3), claim("b1", "team-b", seq=4), claim("a4", seq=5)]
     got = answers(waiting, running, TWO_JOBS_EACH)
     assert got["b1"] is None
-    assert got["a3"] == QueueStatus(
-        name="team/team-a", position=1, reason="TeamJobLimit", message="team-a runs 2 of its 2 concurrent jobs"
-    )
+    assert got["a3"] == QueueStatus(name="team/team-a", position=1, reason="TeamJobLimit", message="team-a runs 2 of its 2 concurrent jobs")
     assert got["a4"] is not None and (got["a4"].position, got["a4"].reason) == (2, "TeamJobLimit")
 
 
@@ -56,9 +54,11 @@ def test_the_chip_limit_holds_back_a_tpu_job_but_not_a_cpu_job_of_the_same_team(
     got = answers(waiting, running, quotas)
     assert got["cpu"] is None and got["small"] is None  # 4 + 4 fits; a job that fits is not held behind one that does not
     assert got["tpu"] == QueueStatus(
-        name="team/team-a", position=1, reason="TeamChipLimit",
+        name="team/team-a",
+        position=1,
+        reason="TeamChipLimit",
         message="team-a holds 8 of its 8 TPU chips and this job needs 8",
-    )  # fmt: skip
+    )
 
 
 def test_the_machines_slots_are_shared_in_admission_order_across_teams() -> None:
@@ -96,9 +96,10 @@ def test_a_job_larger_than_its_teams_chip_limit_can_never_start() -> None:
 
 def test_team_quota_settings_combine_defaults_and_overrides() -> None:
     settings = Settings(
-        team_max_jobs=2, team_max_chips=8,
+        team_max_jobs=2,
+        team_max_chips=8,
         team_quotas='{"team-a": {"max_jobs": 4}, "team-b": {"max_chips": 0}}',  # type: ignore[arg-type]  # as from the environment
-    )  # fmt: skip
+    )
     quotas = team_quotas(settings)
     assert quotas.of("team-a") == TeamLimits(max_jobs=4, max_chips=8)
     assert quotas.of("team-b") == TeamLimits(max_jobs=2, max_chips=0)

@@ -27,8 +27,9 @@ def _hardware(capacity: str) -> dict[str, object]:
 
 
 @pytest.fixture
-def local_api(store: SqlJobStore, tmp_path: Path, fake_trainer_command: list[str],
-              settings_factory: Callable[..., Settings]) -> Iterator[Api]:  # fmt: skip
+def local_api(
+    store: SqlJobStore, tmp_path: Path, fake_trainer_command: list[str], settings_factory: Callable[..., Settings]
+) -> Iterator[Api]:
     add_test_tokens(store)
     launcher = LocalProcessLauncher(tmp_path / "jobs", fake_trainer_command, poll_interval_s=0.05)
     with TestClient(create_app(settings_factory(), store=store, launcher=launcher, progress=FakeProgress())) as client:

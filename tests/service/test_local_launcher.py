@@ -115,9 +115,7 @@ def test_cancel_of_a_queued_job_removes_it(make_launcher, tmp_path: Path) -> Non
     assert not _root(tmp_path, "rl-aaaaaaaaaaa7").exists()
 
 
-def test_a_waiting_queue_is_weighed_again_only_when_a_job_ends(
-    make_launcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_waiting_queue_is_weighed_again_only_when_a_job_ends(make_launcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from service.adapters.local import launcher as launcher_module
 
     weighed: list[int] = []
@@ -304,10 +302,12 @@ def test_the_trainer_gets_no_service_secrets(tmp_path: Path) -> None:
     dump_env = "import json, os; open('env.json', 'w').write(json.dumps(dict(os.environ)))"
     service_env = {
         **os.environ,
-        "RLJOB_DATABASE_URL": "postgresql://rljob:hunter2@db/rljob", "RLJOB_BOOTSTRAP_TOKEN": "tok-secret",
-        "RLJOB_WORK_DIR": str(tmp_path / "work"), "RLJOB_CONVERSION_CACHE": "gs://cache/x",
+        "RLJOB_DATABASE_URL": "postgresql://rljob:hunter2@db/rljob",
+        "RLJOB_BOOTSTRAP_TOKEN": "tok-secret",
+        "RLJOB_WORK_DIR": str(tmp_path / "work"),
+        "RLJOB_CONVERSION_CACHE": "gs://cache/x",
         "HF_TOKEN": "hf_for_the_trainer",
-    }  # fmt: skip
+    }
     command = [sys.executable, "-c", dump_env]
     launcher = LocalProcessLauncher(tmp_path / "jobs", command, poll_interval_s=0.05, env=service_env)
     recorder = Recorder()

@@ -101,9 +101,11 @@ def test_a_teams_chip_limit_holds_back_a_tpu_job_but_lets_its_cpu_job_run(make_l
     launcher.launch("rl-chips000003", _spec(tmp_path, "team-a"))  # cpu: holds no chips
     waiting = launcher.observe("rl-chips000002")
     assert waiting.queue == QueueStatus(
-        name="team/team-a", position=1, reason="TeamChipLimit",
+        name="team/team-a",
+        position=1,
+        reason="TeamChipLimit",
         message="team-a holds 8 of its 8 TPU chips and this job needs 8",
-    )  # fmt: skip
+    )
     wait_until(lambda: ObservedState.SUCCEEDED in rec.states("rl-chips000003"))
     assert not _started(tmp_path, "rl-chips000002")
     _open_gate(tmp_path, "rl-chips000001")

@@ -73,9 +73,7 @@ def _phase_log(client: TestClient, job_id: str) -> list[dict[str, Any]]:
         return [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
 
 
-def test_the_api_shows_where_a_queued_job_waits_and_it_starts_when_its_team_has_room(
-    settings_factory, tmp_path: Path
-) -> None:
+def test_the_api_shows_where_a_queued_job_waits_and_it_starts_when_its_team_has_room(settings_factory, tmp_path: Path) -> None:
     with running_service(_settings(settings_factory)) as client:
         first = _submit(client, tmp_path, "first")
         wait_for_phase(lambda: _job(client, first)["phase"], JobPhase.RUNNING)
@@ -85,8 +83,12 @@ def test_the_api_shows_where_a_queued_job_waits_and_it_starts_when_its_team_has_
 
         job = _wait_queued(client, second)
         assert job["phase"] == "QUEUED" and job["backend"] == "local"
-        assert job["queue"] == {"name": "team/team-a", "position": 1, "reason": "TeamJobLimit",
-                                "message": "team-a runs 1 of its 1 concurrent jobs"}  # fmt: skip
+        assert job["queue"] == {
+            "name": "team/team-a",
+            "position": 1,
+            "reason": "TeamJobLimit",
+            "message": "team-a runs 1 of its 1 concurrent jobs",
+        }
         assert job["message"] == "waiting in team/team-a: team-a runs 1 of its 1 concurrent jobs"
         assert not (tmp_path / "runs" / second).exists()
 
@@ -141,9 +143,7 @@ def live_url(settings: Settings) -> Iterator[str]:
         yield url
 
 
-def test_rljob_list_and_status_show_the_queue(
-    settings_factory, tmp_path: Path, monkeypatch: Any
-) -> None:
+def test_rljob_list_and_status_show_the_queue(settings_factory, tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no stray config file from the real home
     monkeypatch.delenv("RLJOB_CONFIG", raising=False)
     monkeypatch.setenv("COLUMNS", "200")  # one table row per job
@@ -155,8 +155,10 @@ def test_rljob_list_and_status_show_the_queue(
             return result.output
 
         with httpx.Client(base_url=url, headers=A) as http:
-            ids = [http.post("/v1/jobs", json=spec_body(tmp_path, name=f"job-{i}", labels={"fake-gate": "true"})).json()["id"]
-                   for i in range(3)]  # fmt: skip
+            ids = [
+                http.post("/v1/jobs", json=spec_body(tmp_path, name=f"job-{i}", labels={"fake-gate": "true"})).json()["id"]
+                for i in range(3)
+            ]
             wait_until(lambda: http.get(f"/v1/jobs/{ids[2]}").json()["queue"] is not None)
             wait_until(lambda: (http.get(f"/v1/jobs/{ids[1]}").json()["queue"] or {}).get("position") == 1)
 

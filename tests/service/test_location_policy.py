@@ -93,16 +93,23 @@ def test_a_root_that_is_itself_a_symlink_holds_its_paths(roots: tuple[Path, Path
 
 
 def _spec(output: str, **extra: object) -> JobSpec:
-    body = {"name": "j", "model": {"source": "meta-llama/Llama-3.1-8B"}, "hardware": {"accelerator": "cpu",
-            "rollout_engine": "jax"}, "output": output, **extra}  # fmt: skip
+    body = {
+        "name": "j",
+        "model": {"source": "meta-llama/Llama-3.1-8B"},
+        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+        "output": output,
+        **extra,
+    }
     return JobSpec.model_validate(body)
 
 
 def test_every_input_location_is_checked_and_hub_ids_are_not_locations() -> None:
     policy = LocationPolicy(default_template="gs://runs/{team}/")
     check_spec_locations(_spec("gs://runs/team-a/out"), "team-a", policy)  # model.source is a hub id
-    spec = _spec("gs://runs/team-a/out", dataset={"train_files": ["gs://runs/team-a/t.jsonl", "gs://runs/team-b/t.jsonl"],
-                                                   "eval_files": ["gs://runs/team-a/e.jsonl"]})  # fmt: skip
+    spec = _spec(
+        "gs://runs/team-a/out",
+        dataset={"train_files": ["gs://runs/team-a/t.jsonl", "gs://runs/team-b/t.jsonl"], "eval_files": ["gs://runs/team-a/e.jsonl"]},
+    )
     with pytest.raises(InvalidRequest) as refused:
         check_spec_locations(spec, "team-a", policy)
     assert refused.value.loc == ("body", "dataset", "train_files", 1)
@@ -165,11 +172,13 @@ def test_team_locations_read_from_the_environment_as_json(monkeypatch: pytest.Mo
 
 
 @pytest.fixture
-def isolated_api(store: SqlJobStore, fake_launcher: FakeLauncher, settings_factory: Callable[..., Settings],
-                 tmp_path: Path) -> Iterator[Api]:  # fmt: skip
+def isolated_api(
+    store: SqlJobStore, fake_launcher: FakeLauncher, settings_factory: Callable[..., Settings], tmp_path: Path
+) -> Iterator[Api]:
     add_test_tokens(store)
-    settings = settings_factory(team_locations={"team-a": ["gs://runs/team-a/", str(tmp_path / "team-a")]},
-                                team_location_template="gs://runs/{team}/")  # fmt: skip
+    settings = settings_factory(
+        team_locations={"team-a": ["gs://runs/team-a/", str(tmp_path / "team-a")]}, team_location_template="gs://runs/{team}/"
+    )
     app = create_app(settings, store=store, launcher=fake_launcher, progress=FakeProgress())
     with TestClient(app) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200)
@@ -198,8 +207,9 @@ def test_a_local_input_escaping_by_symlink_is_refused_over_rest(isolated_api: Ap
     (tmp_path / "team-a").mkdir()
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "elsewhere", tmp_path / "team-a" / "model")
-    body = spec_body(tmp_path, model={"name": "llama3.1-8b", "source": str(tmp_path / "team-a" / "model")},
-                     output=str(tmp_path / "team-a" / "runs"))  # fmt: skip
+    body = spec_body(
+        tmp_path, model={"name": "llama3.1-8b", "source": str(tmp_path / "team-a" / "model")}, output=str(tmp_path / "team-a" / "runs")
+    )
     response = api.client.post("/v1/jobs", json=body, headers=api.as_(TOKEN_A))
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"] == ["body", "model", "source"]

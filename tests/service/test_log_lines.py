@@ -14,17 +14,24 @@ from service.adapters.log_lines import LineCutter
 def _reference(data: bytes, limit: int) -> list[str]:
     """Split the whole log at once, then cut each line: what any chunking must give."""
     *lines, last = data.split(b"\n")
-    out = [line[:limit].decode(errors="replace") + (f" [... {len(line) - limit} more bytes of this line not shown]"
-                                                    if len(line) > limit else "") for line in lines]  # fmt: skip
+    out = [
+        line[:limit].decode(errors="replace")
+        + (f" [... {len(line) - limit} more bytes of this line not shown]" if len(line) > limit else "")
+        for line in lines
+    ]
     if last:
-        out.append(last[:limit].decode(errors="replace") + (f" [... {len(last) - limit} more bytes of this line not shown]"
-                                                            if len(last) > limit else ""))  # fmt: skip
+        out.append(
+            last[:limit].decode(errors="replace")
+            + (f" [... {len(last) - limit} more bytes of this line not shown]" if len(last) > limit else "")
+        )
     return out
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.lists(st.sampled_from([b"a", b"\n", b"xyz", b"\xff", b"\xc3\xa9", b"0123456789"]), max_size=60).map(b"".join),
-       cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8))  # fmt: skip
+@given(
+    data=st.lists(st.sampled_from([b"a", b"\n", b"xyz", b"\xff", b"\xc3\xa9", b"0123456789"]), max_size=60).map(b"".join),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+)
 def test_any_chunking_gives_the_lines_of_the_whole_log(data: bytes, cuts: list[int]) -> None:
     bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
     with pytest.MonkeyPatch.context() as patch:

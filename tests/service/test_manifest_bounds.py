@@ -25,7 +25,7 @@ from tests.service.service_helpers import T0, TOKEN_A, record_spec, spec_body, w
 from trainer.contract import RunLayout
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(alphabet=",[]{}\"\\:ab ", max_size=6),
+    st.none() | st.booleans() | st.integers() | st.text(alphabet=',[]{}"\\:ab ', max_size=6),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(alphabet=",[{ab", max_size=3), inner, max_size=4),
     max_leaves=30,
 )
@@ -78,8 +78,10 @@ def test_a_manifest_of_millions_of_empty_objects_is_refused_unparsed_within_boun
 
 def test_a_real_sized_manifest_is_still_read(api: Api, tmp_path: Path) -> None:
     job_id, layout = _record(api, tmp_path)
-    files = [{"path": f"rl/ckpt/{i}/d/{i}", "uri": f"{layout.root}/rl/ckpt/{i}/d/{i}", "size_bytes": i,
-              "checksum": "md5:00"} for i in range(50_000)]  # fmt: skip
+    files = [
+        {"path": f"rl/ckpt/{i}/d/{i}", "uri": f"{layout.root}/rl/ckpt/{i}/d/{i}", "size_bytes": i, "checksum": "md5:00"}
+        for i in range(50_000)
+    ]
     Path(layout.manifest).parent.mkdir(parents=True, exist_ok=True)
     Path(layout.manifest).write_text(json.dumps({"job_id": job_id, "artifacts": files}, indent=1))
     record = api.store.get(job_id)
@@ -123,8 +125,9 @@ def test_folding_by_bisection_sizes_every_artifact_as_the_definition_does(seed: 
         files.append({"uri": f"/r/{path}", "size_bytes": rng.randint(0, 9), "checksum": f"md5:{i}"})
     files = list({f["uri"]: f for f in files}.values())
     artifacts = {f"x{i}": "/r/" + "/".join(rng.choice(parts) for _ in range(rng.randint(1, 3))) for i in range(12)}
-    record = JobRecord(id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="h",
-                       phase=JobPhase.RUNNING, created_at=T0, updated_at=T0)  # fmt: skip
+    record = JobRecord(
+        id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="h", phase=JobPhase.RUNNING, created_at=T0, updated_at=T0
+    )
     record.artifacts = {name: Artifact(name=name, uri=uri) for name, uri in artifacts.items()}
     fold_manifest(record, {"artifacts": files})
     folded = {n: (a.size_bytes, a.file_count) for n, a in record.artifacts.items() if a.file_count is not None}

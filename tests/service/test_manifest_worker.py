@@ -27,10 +27,17 @@ ARTIFACTS = {"ckpt": f"{ROOT}/ckpt", "hf": f"{ROOT}/export/model.safetensors", "
 
 def _manifest(files: int) -> bytes:
     entries = [{"path": f"ckpt/{i}", "uri": f"{ROOT}/ckpt/{i}", "size_bytes": i, "checksum": "md5:00"} for i in range(files)]
-    entries.append({"path": "export/model.safetensors", "uri": f"{ROOT}/export/model.safetensors", "size_bytes": 7,
-                    "checksum": "md5:ab"})  # fmt: skip
-    return json.dumps({"job_id": JOB, "run_uri": ROOT, "total_bytes": 1, "file_count": files + 1, "artifacts": entries,
-                       "references": {"converted": "/cache/x"}}).encode()  # fmt: skip
+    entries.append({"path": "export/model.safetensors", "uri": f"{ROOT}/export/model.safetensors", "size_bytes": 7, "checksum": "md5:ab"})
+    return json.dumps(
+        {
+            "job_id": JOB,
+            "run_uri": ROOT,
+            "total_bytes": 1,
+            "file_count": files + 1,
+            "artifacts": entries,
+            "references": {"converted": "/cache/x"},
+        }
+    ).encode()
 
 
 @pytest.fixture

@@ -58,8 +58,15 @@ OLD_JOB = (
 
 def _migrate_and_die(db_url: str, prefix: str, nth: int) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", KILL_MID_MIGRATION, db_url, prefix, str(nth)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=90, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", KILL_MID_MIGRATION, db_url, prefix, str(nth)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
     assert done.returncode == -9, f"the migration was not killed mid-way (exit {done.returncode}): {done.stderr[-2000:]}"
 
 

@@ -56,8 +56,13 @@ Serve = Callable[..., Any]
 def serve(settings_factory: Callable[..., Settings]) -> Serve:
     @contextmanager
     def run(tracking_uri: str) -> Iterator[tuple[str, FastAPI]]:
-        settings = settings_factory(bootstrap_token=TOKEN_A, bootstrap_team="team-a", mlflow_tracking_uri=tracking_uri,
-                                    mlflow_experiment=EXPERIMENT, mlflow_export_interval_s=0.2)  # fmt: skip
+        settings = settings_factory(
+            bootstrap_token=TOKEN_A,
+            bootstrap_team="team-a",
+            mlflow_tracking_uri=tracking_uri,
+            mlflow_experiment=EXPERIMENT,
+            mlflow_export_interval_s=0.2,
+        )
         app = create_app(settings)
         with served(app) as url:
             yield url, app

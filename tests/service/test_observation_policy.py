@@ -30,6 +30,7 @@ P, S, D = JobPhase, ObservedState, Decision
 # (about the job's current workload | about a workload a relaunch replaced) x (resumes left | none left).
 COLUMNS = (S.QUEUED, S.PENDING, S.RUNNING, S.RESTARTING, S.SUCCEEDED, S.FAILED)
 GONE_CONTEXTS = ((False, True), (False, False), (True, True), (True, False))  # (about_replaced, resumes_left)
+# fmt: off
 TABLE: dict[JobPhase, tuple[Decision, ...]] = {
     #              QUEUED    PENDING  RUNNING  RESTARTING  SUCCEEDED         FAILED            | GONE: current    current, no resume  replaced  replaced, no resume
     P.QUEUED:     (D.NOTE,   D.ADMIT, D.START, D.ADMIT,    D.SUCCEED,        D.FAIL,             D.RELAUNCH,      D.RELAUNCH,         D.STALE,  D.STALE),
@@ -39,7 +40,8 @@ TABLE: dict[JobPhase, tuple[Decision, ...]] = {
     P.SUCCEEDED:  (D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE,         D.IGNORE,           D.IGNORE,        D.IGNORE,           D.IGNORE, D.IGNORE),
     P.FAILED:     (D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE,         D.IGNORE,           D.IGNORE,        D.IGNORE,           D.IGNORE, D.IGNORE),
     P.CANCELLED:  (D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE, D.IGNORE,         D.IGNORE,           D.IGNORE,        D.IGNORE,           D.IGNORE, D.IGNORE),
-}  # fmt: skip
+}
+# fmt: on
 
 # What each decision means: (phase written or None, launch again, manifest folded in, workload name adopted).
 MEANING: dict[Decision, tuple[JobPhase | None, bool, bool, bool]] = {
@@ -86,8 +88,11 @@ def test_decide_follows_the_table_in_every_context(phase: JobPhase, state: Obser
 def test_each_decision_means_what_it_says(decision: Decision) -> None:
     target, relaunches, records_artifacts, adopts_name = MEANING[decision]
     assert (decision.target, decision.relaunches, decision.records_artifacts, decision.adopts_workload_name) == (
-        target, relaunches, records_artifacts, adopts_name,
-    )  # fmt: skip
+        target,
+        relaunches,
+        records_artifacts,
+        adopts_name,
+    )
 
 
 @pytest.mark.parametrize(("phase", "state"), list(itertools.product(JobPhase, ObservedState)))
@@ -121,10 +126,19 @@ def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqlJobSto
 def _stored_job(store: SqlJobStore, tmp_path: Path, phase: JobPhase, resumes: int) -> str:
     spec = JobSpec.model_validate({**spec_body(tmp_path), "team": "team-a"})
     record = JobRecord(
-        id="rl-" + uuid.uuid4().hex[:12], team="team-a", name=spec.name, spec=spec,
-        spec_hash=spec.content_hash(), phase=phase, created_at=T0, updated_at=T0, message="before",
-        object_name="w-1", backend="fake", resumes=resumes,
-    )  # fmt: skip
+        id="rl-" + uuid.uuid4().hex[:12],
+        team="team-a",
+        name=spec.name,
+        spec=spec,
+        spec_hash=spec.content_hash(),
+        phase=phase,
+        created_at=T0,
+        updated_at=T0,
+        message="before",
+        object_name="w-1",
+        backend="fake",
+        resumes=resumes,
+    )
     with store.transaction() as tx:
         tx.insert(record)
     return record.id
@@ -141,9 +155,7 @@ def test_the_job_service_carries_out_every_cell(
     exit_code = 70 if state is S.FAILED else None
     queue = QueueStatus(name="team/team-a", position=2, reason="TeamJobLimit") if state is S.QUEUED else None
     # A name the job has never had: a new workload (a relaunch replaced nothing yet), not a stale one.
-    service.apply_observation(
-        Observation(job_id, state, message=OBS_MESSAGE, exit_code=exit_code, object_name="w-2", queue=queue)
-    )
+    service.apply_observation(Observation(job_id, state, message=OBS_MESSAGE, exit_code=exit_code, object_name="w-2", queue=queue))
 
     decision = expected(phase, state, False, resumes_left)
     after = shared_store.get(job_id)
@@ -161,13 +173,18 @@ def test_the_job_service_carries_out_every_cell(
     assert after.object_name == name
     queued = "preempted, back in team/team-a: " if phase is P.RUNNING else "waiting in team/team-a: "
     message = {
-        D.IGNORE: "before", D.STALE: "before", D.WAIT: "before", D.NOTE: OBS_MESSAGE, D.START: OBS_MESSAGE,
-        D.ADMIT: OBS_MESSAGE, D.QUEUE: queued + OBS_MESSAGE + (
-            "; it resumes from its last checkpoint when admitted again" if phase is P.RUNNING else ""
-        ),
-        D.SUCCEED: "finished successfully", D.FINISH_CANCEL: "cancelled; the workload has stopped",
-        D.RELAUNCH: "handing the job to the fake launcher" if relaunched_from_queue else f"relaunching: {OBS_MESSAGE}", D.RESUME: f"resuming (attempt 2): {OBS_MESSAGE}",
-    }  # fmt: skip
+        D.IGNORE: "before",
+        D.STALE: "before",
+        D.WAIT: "before",
+        D.NOTE: OBS_MESSAGE,
+        D.START: OBS_MESSAGE,
+        D.ADMIT: OBS_MESSAGE,
+        D.QUEUE: queued + OBS_MESSAGE + ("; it resumes from its last checkpoint when admitted again" if phase is P.RUNNING else ""),
+        D.SUCCEED: "finished successfully",
+        D.FINISH_CANCEL: "cancelled; the workload has stopped",
+        D.RELAUNCH: "handing the job to the fake launcher" if relaunched_from_queue else f"relaunching: {OBS_MESSAGE}",
+        D.RESUME: f"resuming (attempt 2): {OBS_MESSAGE}",
+    }
     if decision is D.FAIL:
         assert after.failure_reason == "NON_RETRYABLE" and after.exit_code == 70
         assert after.message == f"{describe_exit_code(70)}; logs: `rljob logs {job_id}`"

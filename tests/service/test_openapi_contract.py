@@ -19,8 +19,20 @@ from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase
 
 MISSING = "rl-aaaaaaaaaaaa"
-CONSTRAINT_KEYS = ("pattern", "maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum",
-                   "exclusiveMaximum", "enum", "const", "maxItems", "maxProperties", "propertyNames")  # fmt: skip
+CONSTRAINT_KEYS = (
+    "pattern",
+    "maxLength",
+    "minLength",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "enum",
+    "const",
+    "maxItems",
+    "maxProperties",
+    "propertyNames",
+)
 
 
 def _auth(**extra: str) -> dict[str, str]:
@@ -38,9 +50,7 @@ def _ended_job(api: Api, tmp_path: Path) -> str:
 
 def _idempotency_conflict(api: Api, tmp_path: Path) -> Any:
     api.submit(spec_body(tmp_path, name="first"), **{"Idempotency-Key": "k-1"})
-    return api.client.post(
-        "/v1/jobs", json=spec_body(tmp_path, name="second"), headers=_auth(**{"Idempotency-Key": "k-1"})
-    )
+    return api.client.post("/v1/jobs", json=spec_body(tmp_path, name="second"), headers=_auth(**{"Idempotency-Key": "k-1"}))
 
 
 def _all_log_followers_busy(api: Api, tmp_path: Path) -> Any:
@@ -241,10 +251,14 @@ def _sse_frames(text: str) -> list[dict[str, str]]:
     return frames
 
 
-@pytest.mark.parametrize(("route", "resume_after", "first_kind"), [
-    ("/v1/jobs/{job_id}/events", None, "snapshot"), ("/v1/jobs/{job_id}/events", "0", "phase"),
-    ("/v1/events", "0", "hello"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("route", "resume_after", "first_kind"),
+    [
+        ("/v1/jobs/{job_id}/events", None, "snapshot"),
+        ("/v1/jobs/{job_id}/events", "0", "phase"),
+        ("/v1/events", "0", "hello"),
+    ],
+)
 def test_every_streamed_event_matches_the_declared_event_schema(
     api: Api, tmp_path: Path, route: str, resume_after: str | None, first_kind: str
 ) -> None:

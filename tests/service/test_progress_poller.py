@@ -116,9 +116,7 @@ def test_a_round_without_new_events_reads_no_record_and_no_events_file(
     assert db.counts == Counter({"get": 1}) and db.jobs == [grown] and reader.counts == Counter()
 
 
-def test_queued_jobs_are_not_looked_at(
-    service: JobService, store: SqlJobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_queued_jobs_are_not_looked_at(service: JobService, store: SqlJobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ids = _submit(service, tmp_path, ObservedState.QUEUED)
     assert {store.get(job_id).phase.value for job_id in ids} == {"QUEUED"}  # type: ignore[union-attr]
     db = Calls(monkeypatch, store, "get", "list_active", "transaction")

@@ -24,8 +24,9 @@ from tests.service.service_helpers import TOKEN_A, TOKEN_ADMIN, spec_body
     # must collect the same test ids.
     ids=["jobs-name", "jobs-label-nul", "jobs-label-esc", "jobs-team", "usage-team"],
 )
-def test_a_control_character_in_a_filter_is_a_422_naming_it(api: Api, tmp_path: Path, path: str, params: dict[str, str],
-                                                            parameter: str, token: str) -> None:  # fmt: skip
+def test_a_control_character_in_a_filter_is_a_422_naming_it(
+    api: Api, tmp_path: Path, path: str, params: dict[str, str], parameter: str, token: str
+) -> None:
     api.submit(spec_body(tmp_path, name="tiny", labels={"exp": "a"}))
     response = api.client.get(path, params=params, headers=api.as_(token))
     assert response.status_code == 422, response.text

@@ -70,12 +70,19 @@ def store_jobs(store: SqlJobStore, count: int, team: str = "team-a") -> list[str
     spec = JobSpec.model_validate(spec_body(Path("/tmp/rljob-read-path")))
     with store.transaction() as tx:
         for i, job_id in enumerate(ids):
-            tx.insert(JobRecord(
-                id=job_id, team=team, name=f"job-{i}", spec=spec.model_copy(update={"name": f"job-{i}"}), spec_hash="h",
-                phase=JobPhase.SUCCEEDED,
-                created_at=T0 + timedelta(seconds=i), updated_at=T0 + timedelta(seconds=i),
-                labels={"experiment": f"exp-{i}", "owner": "alice", "index": str(i)},
-            ))  # fmt: skip
+            tx.insert(
+                JobRecord(
+                    id=job_id,
+                    team=team,
+                    name=f"job-{i}",
+                    spec=spec.model_copy(update={"name": f"job-{i}"}),
+                    spec_hash="h",
+                    phase=JobPhase.SUCCEEDED,
+                    created_at=T0 + timedelta(seconds=i),
+                    updated_at=T0 + timedelta(seconds=i),
+                    labels={"experiment": f"exp-{i}", "owner": "alice", "index": str(i)},
+                )
+            )
     return ids
 
 
@@ -183,9 +190,7 @@ def test_reading_a_job_is_one_connection_and_two_queries_with_its_labels(client:
 
 
 @pytest.mark.parametrize("limit", [5, 50])
-def test_a_page_of_jobs_loads_its_labels_in_one_query_whatever_its_size(
-    client: TestClient, store: SqlJobStore, limit: int
-) -> None:
+def test_a_page_of_jobs_loads_its_labels_in_one_query_whatever_its_size(client: TestClient, store: SqlJobStore, limit: int) -> None:
     store_jobs(store, 60)
     client.get("/v1/jobs?limit=1")
     with counting(store) as listing:
@@ -204,10 +209,12 @@ def test_a_read_on_a_connection_the_database_dropped_is_retried_once(store: SqlJ
     assert store.get(job_id) is not None  # the pool now holds a connection
     killer = SqlJobStore(db_url)
     with killer.engine.connect() as conn:
-        ended = conn.execute(text(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )).scalar()  # fmt: skip
+        ended = conn.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ).scalar()
     killer.close()
     assert ended and ended >= 1
     record = store.get(job_id)

@@ -37,10 +37,14 @@ def replica(name: str, db_url: str, state: Path, logs: Path) -> Iterator[tuple[h
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
     env.update(
-        RLJOB_DATABASE_URL=db_url, RLJOB_BOOTSTRAP_TOKEN=TOKEN_A, RLJOB_BOOTSTRAP_TEAM="team-a",
+        RLJOB_DATABASE_URL=db_url,
+        RLJOB_BOOTSTRAP_TOKEN=TOKEN_A,
+        RLJOB_BOOTSTRAP_TEAM="team-a",
         RLJOB_TRAINER_COMMAND=json.dumps([sys.executable, str(FAKE_TRAINER)]),
-        RLJOB_LEADER_CHECK_INTERVAL_S="0.2", RLJOB_PROGRESS_POLL_INTERVAL_S="0.1", PYTHONPATH=str(ROOT),
-    )  # fmt: skip
+        RLJOB_LEADER_CHECK_INTERVAL_S="0.2",
+        RLJOB_PROGRESS_POLL_INTERVAL_S="0.1",
+        PYTHONPATH=str(ROOT),
+    )
     argv = [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port), "--state-dir", str(state)]
     log_path = logs / f"{name}.stderr"
     with log_path.open("wb") as stderr:
@@ -109,9 +113,7 @@ def test_one_replica_leads_the_other_takes_over_when_it_is_killed(postgres_db: s
 
         assert (runs / job / "starts").read_text().count("\n") == 1  # re-attached, never started again
         events = _events(second, job)
-        assert [e["data"]["phase"] for e in events if e["kind"] == "phase"] == [
-            "QUEUED", "LAUNCHING", "RUNNING", "SUCCEEDED"
-        ]  # fmt: skip
+        assert [e["data"]["phase"] for e in events if e["kind"] == "phase"] == ["QUEUED", "LAUNCHING", "RUNNING", "SUCCEEDED"]
         messages = [e["data"].get("message") or "" for e in events]
         assert any("re-attached" in m for m in messages), messages
         assert "rljob_leader 1.0" in second.get("/metrics").text

@@ -51,9 +51,11 @@ def test_the_normal_tail_matches_scipy() -> None:
 def test_degenerate_counts_are_no_evidence() -> None:
     assert cochran_armitage([]) is None
     assert cochran_armitage([StepCount(1, 0, 0)]) is None  # a step without completions does not count
-    for counts in ([StepCount(i, 0, 8) for i in range(1, 9)],  # nothing rewarded at all
-                   [StepCount(i, 8, 8) for i in range(1, 9)],  # everything rewarded
-                   [StepCount(4, 3, 8)]):  # fmt: skip
+    for counts in (
+        [StepCount(i, 0, 8) for i in range(1, 9)],  # nothing rewarded at all
+        [StepCount(i, 8, 8) for i in range(1, 9)],  # everything rewarded
+        [StepCount(4, 3, 8)],
+    ):
         test = cochran_armitage(counts)
         assert test is not None and test.z == 0 and test.p_rise == 0.5
 

@@ -191,8 +191,7 @@ def test_serve_prints_the_dashboard_url(tmp_path: Path, monkeypatch: pytest.Monk
         monkeypatch.delenv(key, raising=False)
     served: list[tuple[str, int]] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: served.append((host, port)))
-    result = CliRunner().invoke(cli, ["serve", "--state-dir", str(tmp_path / "state"), "--port", "8799"],
-                                catch_exceptions=False)  # fmt: skip
+    result = CliRunner().invoke(cli, ["serve", "--state-dir", str(tmp_path / "state"), "--port", "8799"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert served == [("127.0.0.1", 8799)]
     assert "dashboard: http://127.0.0.1:8799/ui/" in _flat(result.output)

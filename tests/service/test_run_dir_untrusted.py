@@ -58,10 +58,14 @@ def _plant(kind: str, path: Path, *, outside: Path, other_team: Path) -> None:
 
 
 KINDS = ["link-outside", "link-other-team", "hardlink-outside", "fifo", "dev-zero", "huge", "directory"]
-REFUSED_AS = {"link-outside": "is not a regular file (a symlink)", "link-other-team": "is not a regular file (a symlink)",
-              "fifo": "is not a regular file (a FIFO)", "dev-zero": "is not a regular file (a symlink)",
-              "directory": "is not a regular file (a directory)",
-              "hardlink-outside": "is a hard link (2 names for one file)"}  # fmt: skip
+REFUSED_AS = {
+    "link-outside": "is not a regular file (a symlink)",
+    "link-other-team": "is not a regular file (a symlink)",
+    "fifo": "is not a regular file (a FIFO)",
+    "dev-zero": "is not a regular file (a symlink)",
+    "directory": "is not a regular file (a directory)",
+    "hardlink-outside": "is a hard link (2 names for one file)",
+}
 
 
 @pytest.fixture
@@ -151,15 +155,11 @@ def test_a_planted_stage_log_is_marked_not_served_at_once(teams: Teams, kind: st
     answers = teams.while_planted_b_still_reads(lambda: teams.get(f"/v1/jobs/{teams.a}/logs"))
     for status, text, _ in answers:
         lines = text.splitlines()
-        assert status == 200 and lines[:2] == [f"==> convert stage log ({teams.layout_a.stage_log(Stage.CONVERT)}) <==",
-                                               "converted"]  # fmt: skip
+        assert status == 200 and lines[:2] == [f"==> convert stage log ({teams.layout_a.stage_log(Stage.CONVERT)}) <==", "converted"]
         if kind == "huge":  # a log may be long: its tail, never the whole
             assert lines[2].endswith(", last 8 MiB) <==") and len(text) < (8 << 20) + 4096
         else:
-            assert lines[2:] == [
-                f"==> train stage log: the run directory's logs/train.log {REFUSED_AS[kind]}: "
-                f"it is not served <=="
-            ]
+            assert lines[2:] == [f"==> train stage log: the run directory's logs/train.log {REFUSED_AS[kind]}: it is not served <=="]
 
 
 @pytest.mark.parametrize("what", ["samples", "logs", "run"])
@@ -172,8 +172,9 @@ def test_a_linked_directory_is_not_followed(teams: Teams, what: str) -> None:
         Path(teams.layout_a.root).mkdir(parents=True)
         os.symlink(Path(teams.layout_b.root, what), Path(teams.layout_a.root, what))
     samples, logs = teams.while_planted_b_still_reads(
-        lambda: teams.get(f"/v1/jobs/{teams.a}/samples"), lambda: teams.get(f"/v1/jobs/{teams.a}/logs"),
-    )[::3]  # fmt: skip
+        lambda: teams.get(f"/v1/jobs/{teams.a}/samples"),
+        lambda: teams.get(f"/v1/jobs/{teams.a}/logs"),
+    )[::3]
     place = "the run directory itself" if what == "run" else f"the run directory's {what}"
     if what in ("samples", "run"):
         assert samples[:2] == (409, f'{{"detail":"{place} is not a plain directory (a symlink): samples not served"}}')
@@ -210,8 +211,10 @@ def test_a_planted_manifest_does_not_hold_up_the_jobs_end(api: Api, teams: Teams
 
 def _write_events(layout: RunLayout, job_id: str, step: int) -> None:
     now = datetime.now(UTC)
-    events = [StageStarted(seq=0, time=now, job_id=job_id, stage=Stage.TRAIN),
-              TrainStep(seq=1, time=now, job_id=job_id, step=step, total_steps=9, loss=0.5, kl=0.1)]  # fmt: skip
+    events = [
+        StageStarted(seq=0, time=now, job_id=job_id, stage=Stage.TRAIN),
+        TrainStep(seq=1, time=now, job_id=job_id, step=step, total_steps=9, loss=0.5, kl=0.1),
+    ]
     Path(layout.events).parent.mkdir(parents=True, exist_ok=True)
     Path(layout.events).write_text("".join(e.model_dump_json() + "\n" for e in events))
 
@@ -257,8 +260,13 @@ def test_an_out_of_range_count_is_one_skipped_event_and_the_rest_of_the_batch_la
         good = TrainStep(seq=seq, time=now, job_id=job_id, step=1, total_steps=9, loss=0.5, kl=0.1)
         return json.dumps({**json.loads(good.model_dump_json()), "step": n})  # written as a hostile trainer would
 
-    lines = [StageStarted(seq=0, time=now, job_id=job_id, stage=Stage.TRAIN).model_dump_json(),
-             step(1, huge), step(2, 2), step(3, huge + 1), step(4, 3)]  # fmt: skip
+    lines = [
+        StageStarted(seq=0, time=now, job_id=job_id, stage=Stage.TRAIN).model_dump_json(),
+        step(1, huge),
+        step(2, 2),
+        step(3, huge + 1),
+        step(4, 3),
+    ]
     Path(layout.events).parent.mkdir(parents=True, exist_ok=True)
     Path(layout.events).write_text("".join(line + "\n" for line in lines))
     with caplog.at_level("WARNING", logger="service.adapters.events_file"):

@@ -53,13 +53,22 @@ def test_artifacts_come_from_the_manifest_with_sizes_and_checksums(api: Api, tmp
     job = _finish(api, job_id)
     artifacts = {a["name"]: a for a in job["artifacts"]}
     assert artifacts["export.export"] == {
-        "name": "export.export", "uri": layout.export_dir, "size_bytes": 1002, "file_count": 2, "checksum": None,
-    }  # fmt: skip
+        "name": "export.export",
+        "uri": layout.export_dir,
+        "size_bytes": 1002,
+        "file_count": 2,
+        "checksum": None,
+    }
     assert artifacts["spec"]["checksum"] == file_md5(Path(layout.spec)) and artifacts["spec"]["size_bytes"] == 2
     assert artifacts["reference.converted_checkpoint"]["uri"] == "gs://cache/llama/abc"
     manifest = json.loads(Path(layout.manifest).read_text())
-    assert artifacts["run"] == {"name": "run", "uri": layout.root, "size_bytes": manifest["total_bytes"],
-                                "file_count": manifest["file_count"], "checksum": None}  # fmt: skip
+    assert artifacts["run"] == {
+        "name": "run",
+        "uri": layout.root,
+        "size_bytes": manifest["total_bytes"],
+        "file_count": manifest["file_count"],
+        "checksum": None,
+    }
     # The artifacts were logged before the terminal phase, so a stream that ends there has them.
     kinds = [e.kind for e in api.store.events_after(0, job_id=job_id)]
     assert kinds.index("artifacts") < len(kinds) - 1 and kinds[-1] == "phase"
@@ -75,9 +84,17 @@ def test_without_a_manifest_the_events_are_the_artifacts(api: Api, tmp_path: Pat
 
 
 def test_fold_manifest_leaves_unlisted_artifacts_alone() -> None:
-    record = JobRecord(id="rl-000000000009", team="t", name="n", spec=record_spec(), spec_hash="", phase=JobPhase.RUNNING,
-                       created_at=_now(), updated_at=_now(),
-                       artifacts={"ckpt": Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)})  # fmt: skip
+    record = JobRecord(
+        id="rl-000000000009",
+        team="t",
+        name="n",
+        spec=record_spec(),
+        spec_hash="",
+        phase=JobPhase.RUNNING,
+        created_at=_now(),
+        updated_at=_now(),
+        artifacts={"ckpt": Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)},
+    )
     data = fold_manifest(record, {"job_id": record.id, "artifacts": [{"uri": "gs://b/run/other", "size_bytes": 1}]})
     assert record.artifacts["ckpt"] == Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)
     assert data == {"artifacts": [{"name": "ckpt", "uri": "gs://b/run/ckpt/", "size_bytes": 5}]}
@@ -85,10 +102,22 @@ def test_fold_manifest_leaves_unlisted_artifacts_alone() -> None:
 
 def test_a_manifest_of_the_wrong_shape_leaves_the_artifacts_as_they_were() -> None:
     ckpt = Artifact(name="ckpt", uri="gs://b/run/ckpt", size_bytes=5)
-    record = JobRecord(id="rl-000000000010", team="t", name="n", spec=record_spec(), spec_hash="", phase=JobPhase.RUNNING,
-                       created_at=_now(), updated_at=_now(), artifacts={"ckpt": ckpt})  # fmt: skip
-    not_ours = {"artifacts": [{"uri": "gs://b/run/ckpt", "size_bytes": {"many": 1}, "checksum": 5}],
-                "references": {"cache": 7}, "run_uri": ["gs://b/run"]}  # fmt: skip
+    record = JobRecord(
+        id="rl-000000000010",
+        team="t",
+        name="n",
+        spec=record_spec(),
+        spec_hash="",
+        phase=JobPhase.RUNNING,
+        created_at=_now(),
+        updated_at=_now(),
+        artifacts={"ckpt": ckpt},
+    )
+    not_ours = {
+        "artifacts": [{"uri": "gs://b/run/ckpt", "size_bytes": {"many": 1}, "checksum": 5}],
+        "references": {"cache": 7},
+        "run_uri": ["gs://b/run"],
+    }
     data = fold_manifest(record, not_ours)  # folded with the terminal phase: it must not raise
     assert record.artifacts == {"ckpt": ckpt} and data == {"artifacts": [ckpt.model_dump(exclude_unset=True)]}
 
@@ -98,8 +127,9 @@ def test_the_event_log_lists_what_the_trainer_said_and_the_manifest_added(api: A
     job_id = api.submit(spec_body(tmp_path))["id"]
     layout = RunLayout(str(tmp_path / "runs"), job_id)
     api.progress.add(ArtifactWritten(seq=0, time=_now(), job_id=job_id, name="export.export", uri=layout.export_dir))
-    api.progress.add(RunFinished(seq=1, time=_now(), job_id=job_id, ok=False, exit_code=70, message="out of memory",
-                                 failed_stage=Stage.EXPORT))  # fmt: skip
+    api.progress.add(
+        RunFinished(seq=1, time=_now(), job_id=job_id, ok=False, exit_code=70, message="out of memory", failed_stage=Stage.EXPORT)
+    )
     _write_run(layout)
 
     job = _finish(api, job_id, ObservedState.FAILED, exit_code=70)
@@ -107,11 +137,13 @@ def test_the_event_log_lists_what_the_trainer_said_and_the_manifest_added(api: A
     assert entries["artifact"] == {"name": "export.export", "uri": layout.export_dir, "size_bytes": None}
     assert entries["run_finished"] == {"ok": False, "exit_code": 70, "message": "out of memory", "failed_stage": "export"}
     manifest = json.loads(Path(layout.manifest).read_text())
-    assert entries["artifacts"] == {"artifacts": [
-        {"name": "export.export", "uri": layout.export_dir, "size_bytes": 1002, "file_count": 2},
-        {"name": "reference.converted_checkpoint", "uri": "gs://cache/llama/abc"},
-        {"name": "run", "uri": layout.root, "size_bytes": manifest["total_bytes"], "file_count": manifest["file_count"]},
-    ]}  # fmt: skip
+    assert entries["artifacts"] == {
+        "artifacts": [
+            {"name": "export.export", "uri": layout.export_dir, "size_bytes": 1002, "file_count": 2},
+            {"name": "reference.converted_checkpoint", "uri": "gs://cache/llama/abc"},
+            {"name": "run", "uri": layout.root, "size_bytes": manifest["total_bytes"], "file_count": manifest["file_count"]},
+        ]
+    }
     assert job["failure"]["failed_stage"] == "export" and job["message"].startswith("export stage: out of memory; ")
 
 
@@ -127,9 +159,12 @@ def test_logs_fall_back_to_the_stage_logs_in_the_run_directory(api: Api, tmp_pat
     logs = api.client.get(f"/v1/jobs/{job_id}/logs", headers=api.as_(TOKEN_A))
     assert logs.status_code == 200
     assert logs.text.splitlines() == [
-        f"==> convert stage log ({layout.stage_log(Stage.CONVERT)}) <==", "converted",
-        f"==> train stage log ({layout.stage_log(Stage.TRAIN)}) <==", "step 1", "step 2",
-    ]  # fmt: skip
+        f"==> convert stage log ({layout.stage_log(Stage.CONVERT)}) <==",
+        "converted",
+        f"==> train stage log ({layout.stage_log(Stage.TRAIN)}) <==",
+        "step 1",
+        "step 2",
+    ]
     tail = api.client.get(f"/v1/jobs/{job_id}/logs", params={"tail_lines": 1, "follow": True}, headers=api.as_(TOKEN_A))
     assert tail.text == "step 2\n"
 

@@ -14,8 +14,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_short_schemathesis_round_passes(tmp_path: Path) -> None:
     out = tmp_path / "schemathesis.json"
-    argv = [sys.executable, str(ROOT / "bench" / "schemathesis_bench.py"), "--requests", "30", "--examples", "3",
-            "--phases", "fuzzing", "--out", str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(ROOT / "bench" / "schemathesis_bench.py"),
+        "--requests",
+        "30",
+        "--examples",
+        "3",
+        "--phases",
+        "fuzzing",
+        "--out",
+        str(out),
+    ]
     finished = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert out.exists(), finished.stdout[-2000:] + finished.stderr[-2000:]
     result = json.loads(out.read_text())

@@ -29,10 +29,14 @@ TOKEN = "rlj_logging-test-token-" + "0123456789abcdef" * 2
 def _env(state_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
     env.update(
-        RLJOB_STATE_DIR=str(state_dir), RLJOB_BOOTSTRAP_TOKEN=TOKEN, RLJOB_BOOTSTRAP_TEAM="team-a",
-        RLJOB_TRAINER_COMMAND=json.dumps([sys.executable, str(FAKE_TRAINER)]), RLJOB_LOCAL_POLL_INTERVAL_S="0.05",
-        RLJOB_PROGRESS_POLL_INTERVAL_S="0.05", PYTHONPATH=str(ROOT),
-    )  # fmt: skip
+        RLJOB_STATE_DIR=str(state_dir),
+        RLJOB_BOOTSTRAP_TOKEN=TOKEN,
+        RLJOB_BOOTSTRAP_TEAM="team-a",
+        RLJOB_TRAINER_COMMAND=json.dumps([sys.executable, str(FAKE_TRAINER)]),
+        RLJOB_LOCAL_POLL_INTERVAL_S="0.05",
+        RLJOB_PROGRESS_POLL_INTERVAL_S="0.05",
+        PYTHONPATH=str(ROOT),
+    )
     return env
 
 
@@ -75,9 +79,7 @@ def test_rljob_serve_logs_recovery_and_reattach_as_json_lines(tmp_path: Path) ->
     records = _json_lines(stderr_path)
     infos = [(r["logger"], r["message"]) for r in records if r["level"] == "INFO"]
     assert [m for lg, m in infos if lg == "service.supervisor"].count("recovery finished; accepting submissions") == 2
-    assert any(
-        lg == "service.adapters.local.launcher" and m.startswith(f"re-attached {job_id} to pid") for lg, m in infos
-    )
+    assert any(lg == "service.adapters.local.launcher" and m.startswith(f"re-attached {job_id} to pid") for lg, m in infos)
     assert any(r["logger"] == "uvicorn.access" and r["path"] == f"/v1/jobs/{job_id}" for r in records)
     assert all(set(r) >= {"time", "level", "logger", "message"} for r in records)
     assert TOKEN not in stderr_path.read_text()
@@ -90,9 +92,7 @@ def test_the_images_factory_configures_logging_too(tmp_path: Path) -> None:
     with _server(argv, _env(tmp_path / "state"), port, stderr_path) as client:
         assert client.get("/v1/jobs").status_code == 200
     records = _json_lines(stderr_path)
-    assert ("service.supervisor", "recovery finished; accepting submissions") in [
-        (r["logger"], r["message"]) for r in records
-    ]
+    assert ("service.supervisor", "recovery finished; accepting submissions") in [(r["logger"], r["message"]) for r in records]
     assert any(r["logger"].startswith("uvicorn") and "startup complete" in str(r["message"]) for r in records)
     assert TOKEN not in stderr_path.read_text()
 

@@ -90,8 +90,9 @@ def test_job_runs_to_success_with_progress_visible(settings_factory, tmp_path: P
         job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
         assert (job["step"], job["total_steps"], job["metrics"]["eval_accuracy"]) == (3, 3, 0.5)
         # The fake trainer writes no manifest.json, so the artifact is as its event announced it.
-        assert job["artifacts"] == [{"name": "hf_model", "uri": f"{_run_root(tmp_path, job_id)}/hf", "size_bytes": 7,
-                                     "file_count": None, "checksum": None}]  # fmt: skip
+        assert job["artifacts"] == [
+            {"name": "hf_model", "uri": f"{_run_root(tmp_path, job_id)}/hf", "size_bytes": 7, "file_count": None, "checksum": None}
+        ]
         assert set(job["stage_times"]) == {"convert", "train", "export"} and job["backend"] == "local"
         points = client.get(f"/v1/jobs/{job_id}/metrics", headers=AUTH).json()["points"]
         assert [p["step"] for p in points if p["kind"] == "train"] == [1, 2, 3]
@@ -160,4 +161,3 @@ def test_restart_after_the_trainer_died_resumes_it_once(settings_factory, tmp_pa
     convert = [e for e in second if e.type == "stage_finished" and e.stage == "convert"]
     assert len(convert) == 1 and convert[0].skipped and convert[0].reason == "completed by an earlier attempt"
     assert [e.step for e in second if e.type == "train_step"] == [2]
-

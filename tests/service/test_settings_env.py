@@ -15,9 +15,14 @@ from service.settings_env import SettingsInvalid, read_settings
 
 @pytest.mark.parametrize(
     ("value", "paths"),
-    [("/data", ["/data"]), ("/data,/scratch", ["/data", "/scratch"]), (" /data , /scratch/ ", ["/data", "/scratch"]),
-     ('["/data", "/scratch"]', ["/data", "/scratch"]), ("", [])],
-)  # fmt: skip
+    [
+        ("/data", ["/data"]),
+        ("/data,/scratch", ["/data", "/scratch"]),
+        (" /data , /scratch/ ", ["/data", "/scratch"]),
+        ('["/data", "/scratch"]', ["/data", "/scratch"]),
+        ("", []),
+    ],
+)
 def test_host_paths_read_plain_or_as_json(monkeypatch: pytest.MonkeyPatch, value: str, paths: list[str]) -> None:
     monkeypatch.setenv("RLJOB_K8S_HOST_PATHS", value)
     assert read_settings(K8sSettings).host_paths == paths
@@ -38,8 +43,7 @@ def test_host_paths_read_plain_or_as_json(monkeypatch: pytest.MonkeyPatch, value
         ("RLJOB_K8S_WATCH_RESYNC_INTERVAL_S", "1e12", "less than or equal to 86400"),
     ],
 )
-def test_a_bad_setting_names_its_variable_and_form(monkeypatch: pytest.MonkeyPatch, variable: str, value: str,
-                                                   says: str) -> None:  # fmt: skip
+def test_a_bad_setting_names_its_variable_and_form(monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str) -> None:
     monkeypatch.setenv(variable, value)
     with pytest.raises(SettingsInvalid) as raised:
         read_settings(K8sSettings if "_K8S_" in variable else Settings)
@@ -54,7 +58,7 @@ def test_a_bad_setting_names_its_variable_and_form(monkeypatch: pytest.MonkeyPat
 
 def test_a_secret_setting_is_named_but_its_value_is_not_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RLJOB_TRAINER_COMMAND", "python -m trainer")
-    with pytest.raises(SettingsInvalid, match=r'RLJOB_TRAINER_COMMAND: not valid JSON .*expected a JSON list of strings'):
+    with pytest.raises(SettingsInvalid, match=r"RLJOB_TRAINER_COMMAND: not valid JSON .*expected a JSON list of strings"):
         read_settings(Settings)
     monkeypatch.delenv("RLJOB_TRAINER_COMMAND")
     with pytest.raises(SettingsInvalid) as raised:

@@ -33,12 +33,25 @@ def store_job(store: SqlJobStore, index: int, phase: JobPhase = JobPhase.SUCCEED
     created = T0 + timedelta(seconds=index)
     ended = phase.is_terminal()
     with store.transaction() as tx:
-        tx.insert(JobRecord(
-            id=job_id, team="team-a", name=f"job-{index}", spec=spec, spec_hash="h", phase=phase, created_at=created,
-            updated_at=created, started_at=created, finished_at=created + timedelta(minutes=30) if ended else None,
-            phase_entered_at=created + timedelta(minutes=30) if ended else created, labels={"index": str(index)},
-            phase_seconds={"RUNNING": 1800.0} if ended else {}, step=2, total_steps=4,
-        ))  # fmt: skip
+        tx.insert(
+            JobRecord(
+                id=job_id,
+                team="team-a",
+                name=f"job-{index}",
+                spec=spec,
+                spec_hash="h",
+                phase=phase,
+                created_at=created,
+                updated_at=created,
+                started_at=created,
+                finished_at=created + timedelta(minutes=30) if ended else None,
+                phase_entered_at=created + timedelta(minutes=30) if ended else created,
+                labels={"index": str(index)},
+                phase_seconds={"RUNNING": 1800.0} if ended else {},
+                step=2,
+                total_steps=4,
+            )
+        )
     return job_id
 
 
@@ -57,9 +70,12 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def client(
-    store: SqlJobStore, clock: ManualClock, fake_launcher: FakeLauncher, fake_progress: FakeProgress,
+    store: SqlJobStore,
+    clock: ManualClock,
+    fake_launcher: FakeLauncher,
+    fake_progress: FakeProgress,
     settings_factory: Callable[..., Settings],
-) -> Iterator[TestClient]:  # fmt: skip
+) -> Iterator[TestClient]:
     TokenService(store).ensure(TOKEN_A, "team-a")
     settings = settings_factory(token_cache_ttl_s=300, progress_poll_interval_s=3600, sse_poll_interval_s=3600)
     app = create_app(settings, store=store, launcher=fake_launcher, progress=fake_progress, clock=clock)
@@ -147,8 +163,9 @@ def test_a_read_that_began_before_a_write_is_not_kept() -> None:
     shared = SharedRecords(size=2)
 
     def record_of(job_id: str) -> JobRecord:
-        return JobRecord(id=job_id, team="t", name="n", spec=record_spec(), spec_hash="h", phase=JobPhase.RUNNING,
-                         created_at=T0, updated_at=T0)  # fmt: skip
+        return JobRecord(
+            id=job_id, team="t", name="n", spec=record_spec(), spec_hash="h", phase=JobPhase.RUNNING, created_at=T0, updated_at=T0
+        )
 
     record = record_of("rl-aaaaaaaaaaaa")
     generation = shared.generation  # the read starts

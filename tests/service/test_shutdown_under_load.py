@@ -65,10 +65,13 @@ def test_sigterm_under_load_exits_within_the_grace_period(tmp_path: Path) -> Non
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
     env.update(
-        RLJOB_STATE_DIR=str(state), RLJOB_BOOTSTRAP_TOKEN=TOKEN, RLJOB_BOOTSTRAP_TEAM="team-a",
-        RLJOB_TRAINER_COMMAND=json.dumps([sys.executable, str(FAKE_TRAINER)]), RLJOB_SHUTDOWN_GRACE_S=str(GRACE_S),
+        RLJOB_STATE_DIR=str(state),
+        RLJOB_BOOTSTRAP_TOKEN=TOKEN,
+        RLJOB_BOOTSTRAP_TEAM="team-a",
+        RLJOB_TRAINER_COMMAND=json.dumps([sys.executable, str(FAKE_TRAINER)]),
+        RLJOB_SHUTDOWN_GRACE_S=str(GRACE_S),
         PYTHONPATH=str(ROOT),
-    )  # fmt: skip
+    )
     argv = [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port), "--state-dir", str(state)]
     stderr_path = tmp_path / "serve.stderr"
     with stderr_path.open("wb") as stderr:

@@ -41,8 +41,11 @@ sys.exit(3)  # not killed: the launcher no longer reads the start time where thi
 
 def _runners(job_id: str) -> list[int]:
     """Live runner processes of the job (the wrapper the launcher starts), found through /proc."""
-    return [int(p.name) for p in Path("/proc").iterdir()
-            if p.name.isdigit() and procs.is_our_process(int(p.name), marker="job_runner.py", job_id=job_id, ticks=None)]  # fmt: skip
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and procs.is_our_process(int(p.name), marker="job_runner.py", job_id=job_id, ticks=None)
+    ]
 
 
 @pytest.fixture
@@ -59,9 +62,15 @@ def test_a_launch_killed_before_its_record_starts_no_trainer_behind_the_relaunch
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(spec.model_dump_json())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    died = subprocess.run([sys.executable, "-c", LAUNCH_AND_DIE, str(tmp_path / "jobs"), str(spec_file), JOB_ID,
-                           *fake_trainer_command], cwd=REPO, env=env, capture_output=True, text=True, timeout=90,
-                          check=False)  # fmt: skip
+    died = subprocess.run(
+        [sys.executable, "-c", LAUNCH_AND_DIE, str(tmp_path / "jobs"), str(spec_file), JOB_ID, *fake_trainer_command],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
     assert died.returncode == -9, f"the launcher was not killed after Popen (exit {died.returncode}): {died.stderr[-2000:]}"
     assert not (tmp_path / "jobs" / JOB_ID / "process.json").exists()
 
@@ -71,6 +80,5 @@ def test_a_launch_killed_before_its_record_starts_no_trainer_behind_the_relaunch
     starts = tmp_path / "runs" / JOB_ID / "starts"
     wait_until(lambda: starts.exists() and len(starts.read_text().splitlines()) >= 1)
     # Either the runner the dead service started is gone, or its trainer has started too (the bug).
-    wait_until(lambda: _runners(JOB_ID) == [int(relaunched.object_name.split(":")[1])]
-               or len(starts.read_text().splitlines()) > 1)  # fmt: skip
+    wait_until(lambda: _runners(JOB_ID) == [int(relaunched.object_name.split(":")[1])] or len(starts.read_text().splitlines()) > 1)
     assert len(starts.read_text().splitlines()) == 1, "two trainers run the job: one no record names"

@@ -23,20 +23,14 @@ AUTH = {"Authorization": f"Bearer {TOKEN_A}"}
 
 
 @pytest.fixture
-def live_url(
-    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
-) -> Iterator[str]:
+def live_url(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path) -> Iterator[str]:
     add_test_tokens(store)
-    app = create_app(
-        Settings(state_dir=tmp_path / "state"), store=store, launcher=fake_launcher, progress=fake_progress
-    )
+    app = create_app(Settings(state_dir=tmp_path / "state"), store=store, launcher=fake_launcher, progress=fake_progress)
     with served(app) as url:
         yield url
 
 
-def test_leaving_a_stream_mid_backlog_logs_no_error(
-    live_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_leaving_a_stream_mid_backlog_logs_no_error(live_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     with httpx.Client(base_url=live_url, headers=AUTH, timeout=30) as client:
         for i in range(80):

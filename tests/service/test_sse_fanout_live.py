@@ -57,9 +57,7 @@ async def _stream(client: httpx.AsyncClient, seen: list[int], opened: Callable[[
                     opened()
 
 
-def test_fifty_streams_get_every_event_from_one_reader(
-    live: tuple[str, CountedReads], store: SqlJobStore, tmp_path: Path
-) -> None:
+def test_fifty_streams_get_every_event_from_one_reader(live: tuple[str, CountedReads], store: SqlJobStore, tmp_path: Path) -> None:
     url, reads = live
     received: list[list[int]] = [[] for _ in range(50)]
 

@@ -31,8 +31,7 @@ class RecordingMirror:
         self.fail = False
         self.present = True
 
-    def mirror_status(self, job_id, phase, stage=None, step=None, total=None, *, queue_position=None,
-                      queue_reason=None) -> bool:
+    def mirror_status(self, job_id, phase, stage=None, step=None, total=None, *, queue_position=None, queue_reason=None) -> bool:
         self.threads.append(threading.current_thread().name)
         if self.fail:
             raise RuntimeError("API server unavailable")
@@ -57,8 +56,7 @@ class Clock:
         return self.now_s
 
 
-def _status(step: int | None, *, phase: str = "running", stage: str | None = "train",
-            total: int = 100) -> MirroredStatus:  # fmt: skip
+def _status(step: int | None, *, phase: str = "running", stage: str | None = "train", total: int = 100) -> MirroredStatus:
     return MirroredStatus(phase, stage, step, total, terminal=phase in ("succeeded", "failed", "cancelled"))
 
 
@@ -141,8 +139,7 @@ def _event(cls: type, seq: int, **fields: object):
     return cls(seq=seq, time=datetime.now(UTC), job_id=JOB, **fields)
 
 
-def test_job_service_mirrors_committed_changes_of_a_capable_launcher(store, fake_progress: FakeProgress,
-                                                                     tmp_path: Path) -> None:
+def test_job_service_mirrors_committed_changes_of_a_capable_launcher(store, fake_progress: FakeProgress, tmp_path: Path) -> None:
     launcher = MirroringLauncher()
     assert isinstance(launcher, StatusMirror) and not isinstance(FakeLauncher(), StatusMirror)
     jobs = JobService(store, launcher, fake_progress, id_factory=lambda: JOB, mirror_every_steps=5)
@@ -169,16 +166,17 @@ def test_job_service_mirrors_committed_changes_of_a_capable_launcher(store, fake
 
 def test_a_queued_jobs_place_and_reason_are_sent_at_once_and_cleared_when_it_leaves(worker) -> None:
     w, mirror = worker
-    queued = lambda position: MirroredStatus("queued", None, None, None, queue_position=position,  # noqa: E731
-                                             queue_reason="WaitingForQuota")
+
+    def queued(position: int) -> MirroredStatus:
+        return MirroredStatus("queued", None, None, None, queue_position=position, queue_reason="WaitingForQuota")
+
     w.offer(JOB, queued(3))
     w.flush_once()
     w.offer(JOB, queued(2))  # no step moved and no time passed: a new place in line still goes out
     w.flush_once()
     w.offer(JOB, MirroredStatus("launching", None, None, None))
     w.flush_once()
-    assert mirror.queue_calls == [("queued", 3, "WaitingForQuota"), ("queued", 2, "WaitingForQuota"),
-                                  ("launching", None, None)]
+    assert mirror.queue_calls == [("queued", 3, "WaitingForQuota"), ("queued", 2, "WaitingForQuota"), ("launching", None, None)]
 
 
 def test_mirrored_status_of_a_record_carries_its_queue_only_while_queued(store, tmp_path: Path) -> None:

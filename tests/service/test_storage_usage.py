@@ -42,21 +42,41 @@ def test_the_size_is_held_from_each_measurement_to_the_next_and_the_last_until_t
     assert gib_months(history, T0, T0 + DAY) == 0.0
     assert gib_months(history, T0 + 6 * DAY, T0 + 16 * DAY) == (3 * 5 + 1.5 * 5) / 30
     assert job_storage_usage([], T0, T0 + DAY, price=0.02).model_dump() == {
-        "total_bytes": None, "measurements": 0, "gib_months": 0.0, "cost_usd": 0.0}  # fmt: skip
+        "total_bytes": None,
+        "measurements": 0,
+        "gib_months": 0.0,
+        "cost_usd": 0.0,
+    }
 
 
 def test_an_ended_jobs_last_size_counts_until_the_reports_end() -> None:
     # rljob deletes nothing: 6 GiB measured at export stays in the bucket after the job ended on day 1.
     ended = JobRecord(
-        id="rl-000000000001", team="team-a", name="n", spec=record_spec(), spec_hash="x",
-        phase=JobPhase.SUCCEEDED, created_at=T0, updated_at=T0, finished_at=T0 + DAY,
-    )  # fmt: skip
-    other = JobRecord(id="rl-000000000002", team="team-b", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING,
-                      created_at=T0, updated_at=T0)  # fmt: skip
+        id="rl-000000000001",
+        team="team-a",
+        name="n",
+        spec=record_spec(),
+        spec_hash="x",
+        phase=JobPhase.SUCCEEDED,
+        created_at=T0,
+        updated_at=T0,
+        finished_at=T0 + DAY,
+    )
+    other = JobRecord(
+        id="rl-000000000002",
+        team="team-b",
+        name="n",
+        spec=record_spec(),
+        spec_hash="x",
+        phase=JobPhase.RUNNING,
+        created_at=T0,
+        updated_at=T0,
+    )
     history = {ended.id: [_at(1, 6)], other.id: [_at(0, 2), _at(15, 0)]}
     for days, ended_months in ((16, 3.0), (31, 6.0)):
-        total, groups, rows = summarize_usage([ended, other], T0 + days * DAY, DEFAULT_PRICES_USD_PER_CHIP_HOUR,
-                                              storage=history, since=T0, storage_price=0.025)  # fmt: skip
+        total, groups, rows = summarize_usage(
+            [ended, other], T0 + days * DAY, DEFAULT_PRICES_USD_PER_CHIP_HOUR, storage=history, since=T0, storage_price=0.025
+        )
         assert rows[0].storage.gib_months == ended_months and rows[1].storage.gib_months == 1.0  # 2 GiB x 15 days
         assert {g.team: g.storage_gib_months for g in groups} == {"team-a": ended_months, "team-b": 1.0}
         assert total.storage_gib_months == ended_months + 1.0
@@ -82,17 +102,24 @@ def test_the_storage_price_setting_defaults_to_gcs_standard_and_refuses_nonsense
             Settings()
 
 
-@pytest.mark.parametrize(("count", "text"), [
-    (0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (10 * 1024, "10 KiB"), (190 * 2**20, "190 MiB"),
-    (int(1.4 * GIB), "1.4 GiB"), (2**40, "1.0 TiB"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1536, "1.5 KiB"),
+        (10 * 1024, "10 KiB"),
+        (190 * 2**20, "190 MiB"),
+        (int(1.4 * GIB), "1.4 GiB"),
+        (2**40, "1.0 TiB"),
+    ],
+)
 def test_sizes_are_written_in_binary_units(count: int, text: str) -> None:
     assert human_bytes(count) == text
 
 
 def test_the_storage_line_names_the_total_and_the_biggest_parts() -> None:
-    sizes = [("rl/x/checkpoints/actor/3/a", 110 * 2**20), ("hf/m", 79 * 2**20), ("logs/t", 2**20), ("data/d", 512),
-             ("spec.json", 10)]  # fmt: skip
+    sizes = [("rl/x/checkpoints/actor/3/a", 110 * 2**20), ("hf/m", 79 * 2**20), ("logs/t", 2**20), ("data/d", 512), ("spec.json", 10)]
     storage = RunStorage.of_files(sizes).model_dump()
     assert storage_text(storage) == "190 MiB (checkpoints 110 MiB, export 79 MiB, logs 1.0 MiB, ...)"
     two = RunStorage.of_files(sizes[:2], complete=False).model_dump()

@@ -31,10 +31,27 @@ JOB = "rl-reportparts01"
 def _parts():
     fit = estimate_job_fit(load_spec_file(TUTORIAL_EXAMPLE))
     assert fit is not None
-    before = EvalSummary(label="before", step=0, n=4, correct=1, format_correct=4, partial_correct=1, mean_reward=0.25,
-                         samples_per_row=1, sampling="greedy, pass", rows_file="before.jsonl")  # fmt: skip
-    after = before.model_copy(update={"label": "after", "step": 9, "correct": 3, "rows_file": "after.jsonl",
-                                      "vs_before": paired_difference({"a": 0, "b": 1}, {"a": 1, "b": 1})})  # fmt: skip
+    before = EvalSummary(
+        label="before",
+        step=0,
+        n=4,
+        correct=1,
+        format_correct=4,
+        partial_correct=1,
+        mean_reward=0.25,
+        samples_per_row=1,
+        sampling="greedy, pass",
+        rows_file="before.jsonl",
+    )
+    after = before.model_copy(
+        update={
+            "label": "after",
+            "step": 9,
+            "correct": 3,
+            "rows_file": "after.jsonl",
+            "vs_before": paired_difference({"a": 0, "b": 1}, {"a": 1, "b": 1}),
+        }
+    )
     storage = RunStorage.of_files([("checkpoints/1/x", 10), ("hf/model.safetensors", 5)])
     goodput = {1: TrainGoodput(elapsed_s=9.5, parts={"rollout": 4.0}, step=3), 2: TrainGoodput(elapsed_s=1.0, parts={}, final=True)}
     return fit, [before, after], storage, goodput
@@ -42,8 +59,19 @@ def _parts():
 
 def _insert(store: SqlJobStore, **parts) -> None:
     with store.transaction() as tx:
-        tx.insert(JobRecord(id=JOB, team="team-a", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING,
-                            created_at=T0, updated_at=T0, **parts))  # fmt: skip
+        tx.insert(
+            JobRecord(
+                id=JOB,
+                team="team-a",
+                name="n",
+                spec=record_spec(),
+                spec_hash="x",
+                phase=JobPhase.RUNNING,
+                created_at=T0,
+                updated_at=T0,
+                **parts,
+            )
+        )
 
 
 def _columns(store: SqlJobStore) -> dict:
@@ -80,9 +108,12 @@ def test_a_record_without_parts_keeps_its_columns_null(store: SqlJobStore) -> No
 
 @pytest.mark.parametrize(
     ("column", "value"),
-    [("storage", {"total_bytes": "many", "parts": {}, "files": 0}), ("eval_points", [{"label": "before"}]),
-     ("goodput", {"attempts": {"1": {"elapsed_s": 1, "parts": {}, "from_a_newer_version": 1}}})],
-)  # fmt: skip
+    [
+        ("storage", {"total_bytes": "many", "parts": {}, "files": 0}),
+        ("eval_points", [{"label": "before"}]),
+        ("goodput", {"attempts": {"1": {"elapsed_s": 1, "parts": {}, "from_a_newer_version": 1}}}),
+    ],
+)
 def test_a_part_this_version_cannot_read_names_the_job_and_the_column(store: SqlJobStore, column: str, value: object) -> None:
     _insert(store)
     with store.engine.begin() as conn:

@@ -21,13 +21,15 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 def test_a_stored_spec_the_model_refuses_names_the_job_and_the_field(store: SqlJobStore) -> None:
     spec = record_spec()
     with store.transaction() as tx:
-        tx.insert(JobRecord(id="rl-oldspec00001", team="team-a", name="n", spec=spec, spec_hash="x",
-                            phase=JobPhase.QUEUED, created_at=T0, updated_at=T0))  # fmt: skip
+        tx.insert(
+            JobRecord(
+                id="rl-oldspec00001", team="team-a", name="n", spec=spec, spec_hash="x", phase=JobPhase.QUEUED, created_at=T0, updated_at=T0
+            )
+        )
     stored = spec.model_dump(mode="json")
     stored["grpo"]["batch_size"] = -1  # what an older, looser model could have accepted
     with store.engine.begin() as conn:
-        conn.execute(text("UPDATE jobs SET spec = :spec WHERE id = 'rl-oldspec00001'"),
-                     {"spec": json.dumps(stored)})  # fmt: skip
+        conn.execute(text("UPDATE jobs SET spec = :spec WHERE id = 'rl-oldspec00001'"), {"spec": json.dumps(stored)})
     with pytest.raises(StoredSpecUnreadable, match=r"job rl-oldspec00001: .*grpo\.batch_size.*data migration"):
         store.get("rl-oldspec00001")
     with pytest.raises(StoredSpecUnreadable, match="rl-oldspec00001"), store.transaction() as tx:

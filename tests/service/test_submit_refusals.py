@@ -69,16 +69,14 @@ def test_json_non_finite_literals_are_refused_naming_the_field(api: Api, tmp_pat
         ("hardware", {**V6E8, "rollout_data_parallelism": 16}, ("body", "hardware", "rollout_data_parallelism")),
     ],
 )
-def test_bad_values_are_refused_at_submit(api: Api, tmp_path: Path, field: str, value: object,
-                                          loc: tuple[str, ...]) -> None:  # fmt: skip
+def test_bad_values_are_refused_at_submit(api: Api, tmp_path: Path, field: str, value: object, loc: tuple[str, ...]) -> None:
     response = api.client.post("/v1/jobs", json=spec_body(tmp_path, **{field: value}), headers=api.as_(TOKEN_A))
     _refused_at(response, loc)
     _nothing_stored(api)
 
 
 def test_best_export_without_an_intermediate_evaluation_is_refused_at_submit(api: Api, tmp_path: Path) -> None:
-    body = spec_body(tmp_path, grpo={"num_batches": 4, "num_test_batches": 1, "eval_interval": 0},
-                     export={"checkpoint": "best"})  # fmt: skip
+    body = spec_body(tmp_path, grpo={"num_batches": 4, "num_test_batches": 1, "eval_interval": 0}, export={"checkpoint": "best"})
     message = _refused_at(api.client.post("/v1/jobs", json=body, headers=api.as_(TOKEN_A)), ("body",))
     assert "export.checkpoint=best" in message and "grpo.eval_interval" in message, message
     _nothing_stored(api)
@@ -109,8 +107,9 @@ MakeLocalApi = Callable[[HostTpu], tuple[Api, CountingProbe]]
 
 
 @pytest.fixture
-def local_api(store: SqlJobStore, tmp_path: Path, fake_trainer_command: list[str],
-              settings_factory: Callable[..., Settings]) -> Iterator[MakeLocalApi]:  # fmt: skip
+def local_api(
+    store: SqlJobStore, tmp_path: Path, fake_trainer_command: list[str], settings_factory: Callable[..., Settings]
+) -> Iterator[MakeLocalApi]:
     clients: list[TestClient] = []
 
     def make(host: HostTpu) -> tuple[Api, CountingProbe]:
@@ -149,7 +148,8 @@ def test_a_tpu_job_runs_on_a_machine_that_is_that_tpu(local_api, tmp_path: Path)
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
     wait_until(lambda: (tmp_path / "jobs" / job_id / "spec.json").exists())
-    other = api.client.post("/v1/jobs", json=spec_body(tmp_path, name="v5e", hardware={**V6E8, "accelerator": "v5e-8"}),
-                            headers=api.as_(TOKEN_A))  # fmt: skip
+    other = api.client.post(
+        "/v1/jobs", json=spec_body(tmp_path, name="v5e", hardware={**V6E8, "accelerator": "v5e-8"}), headers=api.as_(TOKEN_A)
+    )
     assert "this machine is a v6e-8 TPU VM" in _refused_at(other, ("body", "hardware", "accelerator"))
     assert probe.calls == 1

@@ -32,15 +32,19 @@ class Flaky:
 @pytest.fixture
 def supervisor(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress):
     jobs = JobService(store, fake_launcher, fake_progress)
-    sup = Supervisor(jobs, fake_launcher, progress_poll_interval_s=0.01, active_jobs_reconcile_interval_s=0.01,
-                     recovery_retry_s=0.01, recovery_retry_max_s=0.02)  # fmt: skip
+    sup = Supervisor(
+        jobs,
+        fake_launcher,
+        progress_poll_interval_s=0.01,
+        active_jobs_reconcile_interval_s=0.01,
+        recovery_retry_s=0.01,
+        recovery_retry_max_s=0.02,
+    )
     yield sup
     sup.stop()
 
 
-def test_stop_wakes_the_observation_loop_instead_of_waiting_out_its_get(
-    supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_stop_wakes_the_observation_loop_instead_of_waiting_out_its_get(supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch) -> None:
     """The observation loop blocks in the queue's get; stop() puts a wake-up there. With a get that would wait 60 s
     and loops joined for at most 10 s, every loop thread has ended when stop() returns only if it was woken."""
     import service.supervisor as supervisor_module
@@ -64,9 +68,12 @@ def test_recovery_is_retried_until_the_database_answers(
 
 
 def test_poll_and_reconcile_survive_errors(
-    supervisor: Supervisor, store: SqlJobStore, fake_launcher: FakeLauncher, monkeypatch: pytest.MonkeyPatch,
+    supervisor: Supervisor,
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     supervisor.jobs.submit(Caller(team="team-a", token_id="t"), JobSpec.model_validate(spec_body(tmp_path)))
     supervisor.start()
     wait_until(supervisor.ready.is_set, timeout_s=10)

@@ -47,8 +47,9 @@ class LogsOrHeld(HeldLogs):
 def service(store: SqlJobStore, settings_factory: Callable[..., Any], tmp_path: Path) -> Iterator[tuple[str, LogsOrHeld, str, str]]:
     add_test_tokens(store)
     launcher = LogsOrHeld()
-    settings = settings_factory(max_requests_in_flight=6, max_requests_per_team=2, body_timeout_s=1.0,
-                                request_deadline_s=DEADLINE_S, overload_retry_after_s=2)  # fmt: skip
+    settings = settings_factory(
+        max_requests_in_flight=6, max_requests_per_team=2, body_timeout_s=1.0, request_deadline_s=DEADLINE_S, overload_retry_after_s=2
+    )
     app = create_app(settings, store=store, launcher=launcher, progress=FakeProgress())
     with served(app) as url:
         a = httpx.post(f"{url}/v1/jobs", json=spec_body(tmp_path), headers=A)
@@ -82,8 +83,10 @@ def test_an_authenticated_body_that_does_not_arrive_is_408_and_frees_the_place(s
     slow = []
     for _ in range(2):  # team A's whole share, each sending headers and then nothing of its body
         conn = socket.create_connection((host, int(port)), timeout=10)
-        conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"
-                     b"Authorization: Bearer " + TOKEN_A.encode() + b"\r\n\r\n")  # fmt: skip
+        conn.sendall(
+            b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"
+            b"Authorization: Bearer " + TOKEN_A.encode() + b"\r\n\r\n"
+        )
         slow.append(conn)
     try:
         answers = [conn.recv(300) for conn in slow]  # without the body deadline: no answer (the recv times out)

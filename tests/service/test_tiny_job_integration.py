@@ -27,16 +27,22 @@ TINY_WAIT_S = float(os.environ.get("RLJOB_TINY_TIMEOUT_S", "1500"))
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # make-tiny (up to 600 s) and the job (TINY_WAIT_S) end with their own messages first
-def test_tiny_job_runs_to_success_through_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_dir: Path,
-                                                  tiny_output: Path) -> None:  # fmt: skip
+def test_tiny_job_runs_to_success_through_the_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_dir: Path, tiny_output: Path
+) -> None:
     # The worker's tiny model and shared output (tests/conftest.py): the job converts, or takes the checkpoint an
     # earlier tiny run of this worker converted into the output's conversion cache.
     text = TINY_SPEC.read_text().replace("${RLJOB_TINY_DIR}", str(tiny_dir)).replace("${RLJOB_OUTPUT}", str(tiny_output))
     body = yaml.safe_load(text)
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(var, "1")
-    settings = Settings(state_dir=tmp_path / "state", bootstrap_token=TOKEN_A, bootstrap_team="team-a",
-                        trainer_command=[sys.executable, "-m", "trainer"], progress_poll_interval_s=0.5)  # fmt: skip
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        bootstrap_token=TOKEN_A,
+        bootstrap_team="team-a",
+        trainer_command=[sys.executable, "-m", "trainer"],
+        progress_poll_interval_s=0.5,
+    )
     auth = {"Authorization": f"Bearer {TOKEN_A}"}
     with TestClient(create_app(settings)) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200)

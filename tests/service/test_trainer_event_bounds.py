@@ -47,23 +47,23 @@ def _write(layout: RunLayout, lines: list[str]) -> None:
 
 
 def _step(job_id: str, seq: int, step: int, **metrics: float) -> str:
-    return TrainStep(seq=seq, time=NOW, job_id=job_id, step=step, total_steps=10**6, loss=0.5, kl=0.1,
-                     metrics=metrics).model_dump_json()  # fmt: skip
+    return TrainStep(seq=seq, time=NOW, job_id=job_id, step=step, total_steps=10**6, loss=0.5, kl=0.1, metrics=metrics).model_dump_json()
 
 
 def _get(api: Api, job_id: str, token: str = TOKEN_A) -> dict:
     return api.client.get(f"/v1/jobs/{job_id}", headers=api.as_(token)).json()
 
 
-def test_a_hundred_thousand_artifact_names_keep_the_first_few_and_count_the_rest(api_reading_events: Api,
-                                                                                 tmp_path: Path) -> None:
+def test_a_hundred_thousand_artifact_names_keep_the_first_few_and_count_the_rest(api_reading_events: Api, tmp_path: Path) -> None:
     api = api_reading_events
     job_id, layout = _job(api, tmp_path)
     _running(api, job_id)
     names = 100_000
     lines = [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json()]
-    lines += [ArtifactWritten(seq=i + 1, time=NOW, job_id=job_id, name=f"a{i:06d}", uri=f"{layout.root}/x{i}",
-                              size_bytes=1).model_dump_json() for i in range(names)]  # fmt: skip
+    lines += [
+        ArtifactWritten(seq=i + 1, time=NOW, job_id=job_id, name=f"a{i:06d}", uri=f"{layout.root}/x{i}", size_bytes=1).model_dump_json()
+        for i in range(names)
+    ]
     lines.append(_step(job_id, names + 1, 7))
     _write(layout, lines)
     wait_until(lambda: api.store.get(job_id).step == 7, timeout_s=60)  # type: ignore[union-attr]
@@ -84,15 +84,18 @@ def test_a_hundred_thousand_artifact_names_keep_the_first_few_and_count_the_rest
 
 
 def test_past_the_entry_bound_steps_still_move_the_job_but_are_not_stored(
-        api_reading_events: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    api_reading_events: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The bound is 100,000 entries; 40 here, so the test writes hundreds, not hundreds of thousands (the rule is
     the same code: TrainerEventCounts.admit reads the bound when it counts)."""
     monkeypatch.setattr(budget, "MAX_STORED_ENTRIES", 40)
     api = api_reading_events
     job_id, layout = _job(api, tmp_path)
     _running(api, job_id)
-    _write(layout, [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json()]
-           + [_step(job_id, s, s) for s in range(1, 301)])  # fmt: skip
+    _write(
+        layout,
+        [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json()] + [_step(job_id, s, s) for s in range(1, 301)],
+    )
     wait_until(lambda: api.store.get(job_id).step == 300, timeout_s=60)  # type: ignore[union-attr]
 
     job = _get(api, job_id)
@@ -104,8 +107,9 @@ def test_past_the_entry_bound_steps_still_move_the_job_but_are_not_stored(
 
     # A restarted service reads the counts back: the bound holds across lives (the events are not folded again).
     record = api.store.get(job_id)
-    assert record is not None and record.trainer_events == TrainerEventCounts(stored=40, stored_bytes=record
-                                                                              .trainer_events.stored_bytes, refused=261)
+    assert record is not None and record.trainer_events == TrainerEventCounts(
+        stored=40, stored_bytes=record.trainer_events.stored_bytes, refused=261
+    )
 
 
 def test_a_line_over_the_event_size_is_not_parsed_and_counted(api_reading_events: Api, tmp_path: Path) -> None:
@@ -116,8 +120,10 @@ def test_a_line_over_the_event_size_is_not_parsed_and_counted(api_reading_events
     _running(api, job_id)
     huge = _step(job_id, 2, 2, **{f"m{i:07d}": 1.0 for i in range(60_000)})
     assert len(huge) > budget.MAX_EVENT_BYTES
-    _write(layout, [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json(),
-                    _step(job_id, 1, 1), huge, _step(job_id, 3, 3)])  # fmt: skip
+    _write(
+        layout,
+        [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json(), _step(job_id, 1, 1), huge, _step(job_id, 3, 3)],
+    )
     wait_until(lambda: api.store.get(job_id).step == 3, timeout_s=30)  # type: ignore[union-attr]
     job = _get(api, job_id)
     points = api.client.get(f"/v1/jobs/{job_id}/metrics", headers=api.as_(TOKEN_A)).json()["points"]
@@ -129,17 +135,18 @@ def test_a_line_over_the_event_size_is_not_parsed_and_counted(api_reading_events
 
 
 def test_goodput_attempts_past_the_bound_are_refused() -> None:
-    record = JobRecord(id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="h",
-                       phase=JobPhase.RUNNING, created_at=NOW, updated_at=NOW)  # fmt: skip
+    record = JobRecord(
+        id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="h", phase=JobPhase.RUNNING, created_at=NOW, updated_at=NOW
+    )
     train = TrainGoodput(elapsed_s=1.0, parts=dict.fromkeys(TRAIN_PARTS, 0.0), step=1)
-    events = [GoodputMeasured(seq=i, time=NOW, job_id=record.id, attempt=i + 1, train=train)
-              for i in range(budget.MAX_GOODPUT_ATTEMPTS + 10)]  # fmt: skip
+    events = [
+        GoodputMeasured(seq=i, time=NOW, job_id=record.id, attempt=i + 1, train=train) for i in range(budget.MAX_GOODPUT_ATTEMPTS + 10)
+    ]
     fold_events(record, events)
     assert len(record.goodput) == budget.MAX_GOODPUT_ATTEMPTS
     assert record.trainer_events.refused == 10
     # An attempt already kept is still updated past the bound.
-    fold_events(record, [GoodputMeasured(seq=10**6, time=NOW, job_id=record.id, attempt=1,
-                                         train=train.model_copy(update={"step": 9}))])  # fmt: skip
+    fold_events(record, [GoodputMeasured(seq=10**6, time=NOW, job_id=record.id, attempt=1, train=train.model_copy(update={"step": 9}))])
     assert record.goodput[1].step == 9
 
 
@@ -163,9 +170,17 @@ def test_a_first_refusal_by_an_over_long_line_is_said_too() -> None:
     from service.domain.ports import SkippedLine
     from service.domain.progress import note_skipped_lines
 
-    record = JobRecord(id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="h",
-                       phase=JobPhase.RUNNING, created_at=NOW, updated_at=NOW,
-                       trainer_events=TrainerEventCounts(stored=budget.MAX_STORED_ENTRIES))  # fmt: skip
+    record = JobRecord(
+        id="rl-aaaaaaaaaaaa",
+        team="a",
+        name="n",
+        spec=record_spec(),
+        spec_hash="h",
+        phase=JobPhase.RUNNING,
+        created_at=NOW,
+        updated_at=NOW,
+        trainer_events=TrainerEventCounts(stored=budget.MAX_STORED_ENTRIES),
+    )
     line = SkippedLine(uri="/r/events.jsonl", offset=0, size_bytes=10**6, limit_bytes=budget.MAX_EVENT_BYTES)
     changes = note_skipped_lines(record, [line, line])
     assert record.trainer_events.refused == 2

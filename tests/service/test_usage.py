@@ -20,20 +20,36 @@ PRICES = DEFAULT_PRICES_USD_PER_CHIP_HOUR
 
 
 def _record(
-    job_id: str = "rl-000000000001", *, team: str = "team-a", accelerator: str = "v6e-8", capacity: str = "on-demand",
-    phase: JobPhase = JobPhase.RUNNING, seconds: dict[str, float] | None = None, entered_s: float = 0.0,
+    job_id: str = "rl-000000000001",
+    *,
+    team: str = "team-a",
+    accelerator: str = "v6e-8",
+    capacity: str = "on-demand",
+    phase: JobPhase = JobPhase.RUNNING,
+    seconds: dict[str, float] | None = None,
+    entered_s: float = 0.0,
     finished_s: float | None = None,
-) -> JobRecord:  # fmt: skip
+) -> JobRecord:
     tpu = tpu_slice(accelerator)
-    hardware: dict[str, object] = {"accelerator": accelerator, "capacity": capacity,
-                                   "chips_per_vm": tpu.chips_per_vm if tpu else 8,
-                                   "rollout_engine": "vllm" if tpu else "jax"}  # fmt: skip
+    hardware: dict[str, object] = {
+        "accelerator": accelerator,
+        "capacity": capacity,
+        "chips_per_vm": tpu.chips_per_vm if tpu else 8,
+        "rollout_engine": "vllm" if tpu else "jax",
+    }
     return JobRecord(
-        id=job_id, team=team, name="usage", spec=record_spec(hardware=hardware), spec_hash="x", phase=phase,
-        created_at=T0, updated_at=T0, phase_seconds=dict(seconds or {}),
+        id=job_id,
+        team=team,
+        name="usage",
+        spec=record_spec(hardware=hardware),
+        spec_hash="x",
+        phase=phase,
+        created_at=T0,
+        updated_at=T0,
+        phase_seconds=dict(seconds or {}),
         phase_entered_at=T0 + timedelta(seconds=entered_s),
         finished_at=T0 + timedelta(seconds=finished_s) if finished_s is not None else None,
-    )  # fmt: skip
+    )
 
 
 def test_chips_come_from_the_slice_table_and_cpu_has_none() -> None:
@@ -56,9 +72,13 @@ def test_a_running_job_counts_its_current_phase_up_to_now() -> None:
 def test_an_ended_job_counts_what_it_ran_and_no_more() -> None:
     # Cancelled: an hour running, then 60 s cancelling while the workload stopped; both are billed.
     record = _record(
-        accelerator="v5p-8", capacity="spot", phase=JobPhase.CANCELLED,
-        seconds={"LAUNCHING": 30.0, "RUNNING": 3600.0, "CANCELLING": 60.0}, entered_s=3690.0, finished_s=3690.0,
-    )  # fmt: skip
+        accelerator="v5p-8",
+        capacity="spot",
+        phase=JobPhase.CANCELLED,
+        seconds={"LAUNCHING": 30.0, "RUNNING": 3600.0, "CANCELLING": 60.0},
+        entered_s=3690.0,
+        finished_s=3690.0,
+    )
     for now_s in (3690, 3690 + 86400):  # a day later it has not grown
         usage = job_usage(record, T0 + timedelta(seconds=now_s), PRICES)
         assert usage.billed_chip_hours == pytest.approx(4 * 3660 / 3600)

@@ -27,8 +27,10 @@ def main(directory: str) -> None:
         steps = manager.all_steps()
         target = {"decoder": {"w": np.zeros((4, 6), np.float32)}, "embed": np.zeros((8,), jnp.bfloat16)}
         restored = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(target))
-    equal = bool(np.array_equal(np.asarray(restored["decoder"]["w"]), np.asarray(tree["decoder"]["w"]))
-                 and np.array_equal(np.asarray(restored["embed"]), np.asarray(tree["embed"])))
+    equal = bool(
+        np.array_equal(np.asarray(restored["decoder"]["w"]), np.asarray(tree["decoder"]["w"]))
+        and np.array_equal(np.asarray(restored["embed"]), np.asarray(tree["embed"]))
+    )
     print(json.dumps({"steps": list(steps), "equal": equal}))
 
 

@@ -25,8 +25,9 @@ SCRIPT = Path(__file__).with_name("orbax_kill_mid_write.py")
 
 def _kill_mid_write(directory: str, env: dict[str, str], started: Callable[[], bool]) -> None:
     """SIGKILL the writer once step 2's write is under way (`started`), before it ends."""
-    writer = subprocess.Popen([sys.executable, str(SCRIPT), "save", directory], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    writer = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "save", directory], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     try:
         assert writer.stdout is not None
         for line in writer.stdout:
@@ -43,8 +44,7 @@ def _kill_mid_write(directory: str, env: dict[str, str], started: Callable[[], b
 
 
 def _restore(directory: str, env: dict[str, str]) -> dict[str, object]:
-    done = subprocess.run([sys.executable, str(SCRIPT), "restore", directory], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run([sys.executable, str(SCRIPT), "restore", directory], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return result

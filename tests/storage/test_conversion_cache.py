@@ -28,8 +28,15 @@ FILES_PER_CHECKPOINT = 6
 
 
 def key(dtype: str = "float32", source: str = "files:abc") -> CacheKey:
-    return CacheKey(source=source, model_name="llama3.1-8b", model_overrides="", maxtext_version="0.2.5",
-                    dtype=dtype, scan_layers=True, storage_format="tensorstore")
+    return CacheKey(
+        source=source,
+        model_name="llama3.1-8b",
+        model_overrides="",
+        maxtext_version="0.2.5",
+        dtype=dtype,
+        scan_layers=True,
+        storage_format="tensorstore",
+    )
 
 
 def fake_converter(store, *, delay_s: float = 0.0, calls: list | None = None):
@@ -210,10 +217,26 @@ def test_key_and_default_root_from_a_spec(tmp_path, monkeypatch):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    spec = JobSpec.model_validate({"name": "k", "model": {"name": "llama3.1-8b", "source": str(model), "dtype": "float32",
-                                   "dims": {"base_emb_dim": 64, "base_num_query_heads": 4, "base_num_kv_heads": 2,
-                                            "base_num_decoder_layers": 2, "base_mlp_dim": 128, "head_dim": 16}},
-                                   "output": "gs://bucket-x/runs", "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}})
+    spec = JobSpec.model_validate(
+        {
+            "name": "k",
+            "model": {
+                "name": "llama3.1-8b",
+                "source": str(model),
+                "dtype": "float32",
+                "dims": {
+                    "base_emb_dim": 64,
+                    "base_num_query_heads": 4,
+                    "base_num_kv_heads": 2,
+                    "base_num_decoder_layers": 2,
+                    "base_mlp_dim": 128,
+                    "head_dim": 16,
+                },
+            },
+            "output": "gs://bucket-x/runs",
+            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+        }
+    )
     fmt = storage_format(use_ocdbt=False, use_zarr3=False)
     model = resolve_maxtext_model("llama3.1-8b", spec.model.dims.model_dump(), None)
     k = cache_key_for(spec, model, fmt=fmt, maxtext_version="0.2.5")

@@ -34,8 +34,7 @@ def test_train_steps_wait_for_the_batch_and_stage_events_write_at_once(gcs: GcsS
     reporter.stage_started(Stage.TRAIN)
     for step in range(1, 4):
         reporter.train_step(step=step, total_steps=3, metrics={})
-    assert [parse_event(line).type for line in gcs.read_bytes(uri).decode().splitlines()] == [
-        "run_started", "stage_started"]  # fmt: skip
+    assert [parse_event(line).type for line in gcs.read_bytes(uri).decode().splitlines()] == ["run_started", "stage_started"]
     reporter.stage_finished(Stage.TRAIN, 1.0)  # a stage boundary writes everything pending, in order
     seqs = [parse_event(line).seq for line in gcs.read_bytes(uri).decode().splitlines()]
     assert seqs == [0, 1, 2, 3, 4, 5]

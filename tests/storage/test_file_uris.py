@@ -30,16 +30,27 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
         id(node.body[0].value)
         for node in ast.walk(tree)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
-    }  # fmt: skip
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]  # fmt: skip
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
 
 
 def test_only_the_locations_module_spells_the_file_scheme():
     home = REPO / "trainer" / "contract" / "locations.py"
-    spelled = [f"{path.relative_to(REPO)}:{line}" for pkg in ("service", "trainer") for path in sorted((REPO / pkg).rglob("*.py"))
-               if path != home for line, text in _code_strings(path) if "file://" in text]  # fmt: skip
+    spelled = [
+        f"{path.relative_to(REPO)}:{line}"
+        for pkg in ("service", "trainer")
+        for path in sorted((REPO / pkg).rglob("*.py"))
+        if path != home
+        for line, text in _code_strings(path)
+        if "file://" in text
+    ]
     assert spelled == []
 
 
@@ -60,10 +71,10 @@ def test_local_readers_take_file_uris(tmp_path: Path):
     store.write_bytes(layout.manifest, json.dumps(manifest).encode())
 
     now = datetime.now(UTC)
-    spec = JobSpec.model_validate({"name": "n", "model": {"source": "/models/tiny"},
-                                   "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": output})
-    record = JobRecord(id=JOB_ID, team="t", name="n", spec=spec, spec_hash="", phase=JobPhase.RUNNING,
-                       created_at=now, updated_at=now)  # fmt: skip
+    spec = JobSpec.model_validate(
+        {"name": "n", "model": {"source": "/models/tiny"}, "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": output}
+    )
+    record = JobRecord(id=JOB_ID, team="t", name="n", spec=spec, spec_hash="", phase=JobPhase.RUNNING, created_at=now, updated_at=now)
     batch = EventsFileReader().read_new(record)
     assert [type(e).__name__ for e in batch.events] == ["RunStarted"]
     files = StoreRunFiles()

@@ -12,9 +12,14 @@ from trainer.sources import UnsupportedCheckpoint, resolve_model
 
 
 def _spec(bucket: str) -> JobSpec:
-    return JobSpec.model_validate({"name": "gcs-model", "model": {"source": f"gs://{bucket}/models/tiny"},
-                                   "output": f"gs://{bucket}/runs",
-                                   "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"}})  # fmt: skip
+    return JobSpec.model_validate(
+        {
+            "name": "gcs-model",
+            "model": {"source": f"gs://{bucket}/models/tiny"},
+            "output": f"gs://{bucket}/runs",
+            "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"},
+        }
+    )
 
 
 def test_settings_come_from_the_buckets_config_json(emulator, gcs, bucket):

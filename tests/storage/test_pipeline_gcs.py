@@ -52,8 +52,7 @@ def _command(spec: dict, job_id: str, tmp_path: Path) -> list[str]:
 
 def _run_job(spec: dict, job_id: str, env: dict, tmp_path: Path) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
-    done = subprocess.run(_command(spec, job_id, tmp_path), cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+    done = subprocess.run(_command(spec, job_id, tmp_path), cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     return done, time.monotonic() - started
 
 
@@ -96,16 +95,30 @@ def test_cpu_pipeline_on_gcs_with_conversion_cache(emulator, gcs, bucket, tiny_d
     source = f"gs://{bucket}/models/tiny-llama"
     gcs.upload_dir(str(tiny_dir / "model"), source)  # an HF model kept in a bucket: read without the hub
     output = f"gs://{bucket}/runs"
-    env = dict(os.environ, **emulator.env(), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONPATH=str(REPO),
-               RLJOB_WORK_DIR=str(tmp_path / "work"))
+    env = dict(
+        os.environ,
+        **emulator.env(),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        PYTHONPATH=str(REPO),
+        RLJOB_WORK_DIR=str(tmp_path / "work"),
+    )
     env.pop("RLJOB_CONVERSION_CACHE", None)
 
     first, first_s = _run_job(_spec(tiny_dir, source, output, export=True), "rl-gcsjoba00001", env, tmp_path)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     layout = RunLayout(output, "rl-gcsjoba00001")
     names = {o.uri[len(layout.root) + 1 :]: o for o in gcs.list(layout.root)}
-    for required in ("spec.json", "events.jsonl", "manifest.json", "logs/convert.log", "logs/train.log",
-                     "logs/export.log", "hf/config.json", "hf/model.safetensors"):
+    for required in (
+        "spec.json",
+        "events.jsonl",
+        "manifest.json",
+        "logs/convert.log",
+        "logs/train.log",
+        "logs/export.log",
+        "hf/config.json",
+        "hf/model.safetensors",
+    ):
         assert required in names, (required, sorted(names))
     assert any(n.startswith(f"rl/{layout.job_id}/checkpoints/actor/") and "/model_params/" in n for n in names)
     assert any(n.startswith(f"rl/{layout.job_id}/tensorboard/") for n in names)
@@ -137,8 +150,7 @@ def test_cpu_pipeline_on_gcs_with_conversion_cache(emulator, gcs, bucket, tiny_d
     # Job B, on the same model, only has to show the cache hit and that its training starts from the cached
     # checkpoint (loading it is job A's, above): it is stopped once its train stage has started, as a
     # preemption notice would stop it, rather than paying for another train_rl on CPU.
-    code, second_s = _run_job_until_training_starts(_spec(tiny_dir, source, output, export=False), "rl-gcsjobb00001",
-                                                    env, tmp_path, gcs)  # fmt: skip
+    code, second_s = _run_job_until_training_starts(_spec(tiny_dir, source, output, export=False), "rl-gcsjobb00001", env, tmp_path, gcs)
     layout_b = RunLayout(output, "rl-gcsjobb00001")
     events_b = _events(gcs, layout_b)
     assert code == ExitCode.RETRYABLE and events_b[-1].type == "run_finished", (code, events_b[-1])
@@ -150,6 +162,8 @@ def test_cpu_pipeline_on_gcs_with_conversion_cache(emulator, gcs, bucket, tiny_d
     assert len(cache.list_entries()) == 1
     assert _converted_checkpoint(gcs, layout_b) == entries[0].checkpoint_uri  # what its train stage loads
     saved = _convert_finished(events).duration_s - convert_b.duration_s
-    print(f"\njob A {first_s:.0f}s (convert {_convert_finished(events).duration_s:.1f}s), "
-          f"job B {second_s:.0f}s (convert {convert_b.duration_s:.1f}s): conversion cache saved {saved:.1f}s")
+    print(
+        f"\njob A {first_s:.0f}s (convert {_convert_finished(events).duration_s:.1f}s), "
+        f"job B {second_s:.0f}s (convert {convert_b.duration_s:.1f}s): conversion cache saved {saved:.1f}s"
+    )
     assert saved > 0

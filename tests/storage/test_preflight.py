@@ -63,8 +63,14 @@ def test_no_delete_permission_is_refused_and_named(emulator, bucket, gcs):
 
 def test_unreadable_gcs_input_fails_preflight(emulator, bucket, gcs):
     gcs.write_bytes(f"gs://{bucket}/models/tiny/config.json", b"{}")
-    spec = JobSpec.model_validate({"name": "p", "model": {"name": "llama3.1-8b", "source": f"gs://{bucket}/models/tiny"},
-                                   "output": f"gs://{bucket}/runs", "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}})
+    spec = JobSpec.model_validate(
+        {
+            "name": "p",
+            "model": {"name": "llama3.1-8b", "source": f"gs://{bucket}/models/tiny"},
+            "output": f"gs://{bucket}/runs",
+            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+        }
+    )
     deny = lambda permission, b: permission in ("storage.objects.list", "storage.objects.get")  # noqa: E731
     with ForbiddingProxy(emulator.port, deny) as proxy:
         old = os.environ["STORAGE_EMULATOR_HOST"]
@@ -109,10 +115,16 @@ def test_trainer_run_stops_before_any_stage_on_a_missing_bucket(emulator, tmp_pa
     model.mkdir()
     (model / "config.json").write_text("{}")
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps({
-        "name": "preflight", "model": {"name": "llama3.1-8b", "source": str(model)},
-        "output": "gs://rljob-missing-bucket/runs", "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
-    }))
+    spec_file.write_text(
+        json.dumps(
+            {
+                "name": "preflight",
+                "model": {"name": "llama3.1-8b", "source": str(model)},
+                "output": "gs://rljob-missing-bucket/runs",
+                "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+            }
+        )
+    )
     code = main(["run", "--spec", str(spec_file), "--job-id", "rl-preflight0000"])
     captured = capsys.readouterr()
     assert code == 77
@@ -123,10 +135,19 @@ def test_trainer_run_stops_before_any_stage_on_a_missing_bucket(emulator, tmp_pa
 # The tiny test model's config.json: a checkpoint the trainer accepts, so nothing but the preflight
 # stands between a run and its first stage.
 TINY_LLAMA_CONFIG = {
-    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "head_dim": 16,
-    "vocab_size": 128256, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "hidden_act": "silu",
-}  # fmt: skip
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "head_dim": 16,
+    "vocab_size": 128256,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+}
 
 
 @pytest.mark.parametrize(
@@ -138,26 +159,42 @@ TINY_LLAMA_CONFIG = {
         ("storage.objects.delete", "is not fully writable: permission storage.objects.delete denied on bucket"),
     ],
 )
-def test_trainer_run_on_a_bucket_it_cannot_write_exits_77_before_any_stage(emulator, bucket, gcs, tmp_path,
-                                                                          denied, says):
+def test_trainer_run_on_a_bucket_it_cannot_write_exits_77_before_any_stage(emulator, bucket, gcs, tmp_path, denied, says):
     """`python -m trainer run` as the launcher starts it, its output bucket behind a proxy that answers
     403 for one permission: exit 77 with the fix in stderr, and nothing run or written past the probe."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(TINY_LLAMA_CONFIG))
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps({
-        "name": "read-only-output", "model": {"source": str(model)}, "output": f"gs://{bucket}/runs",
-        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
-    }))
+    spec_file.write_text(
+        json.dumps(
+            {
+                "name": "read-only-output",
+                "model": {"source": str(model)},
+                "output": f"gs://{bucket}/runs",
+                "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+            }
+        )
+    )
     work = tmp_path / "work"
     deny = lambda permission, b: b == bucket and permission == denied  # noqa: E731
     with ForbiddingProxy(emulator.port, deny) as proxy:
-        env = dict(os.environ, STORAGE_EMULATOR_HOST=proxy.url, TENSORSTORE_GCS_HTTP_URL=proxy.url,
-                   RLJOB_WORK_DIR=str(work), PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
-        done = subprocess.run([sys.executable, "-m", "trainer", "run", "--spec", str(spec_file),
-                               "--job-id", "rl-readonlyrun1"], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=120)
+        env = dict(
+            os.environ,
+            STORAGE_EMULATOR_HOST=proxy.url,
+            TENSORSTORE_GCS_HTTP_URL=proxy.url,
+            RLJOB_WORK_DIR=str(work),
+            PYTHONPATH=str(REPO),
+            HF_HUB_OFFLINE="1",
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "trainer", "run", "--spec", str(spec_file), "--job-id", "rl-readonlyrun1"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         denied_requests = list(proxy.denied_requests)
     assert done.returncode == 77, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"storage problem: output location gs://{bucket}/runs/rl-readonlyrun1 {says} {bucket}" in done.stderr

@@ -32,13 +32,24 @@ def test_a_read_only_bucket_fails_the_job_with_the_permission_message(emulator, 
     port = free_port()
     with ForbiddingProxy(emulator.port, deny) as proxy:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
-        env.update(RLJOB_STATE_DIR=str(tmp_path / "state"), RLJOB_BOOTSTRAP_TOKEN=TOKEN, RLJOB_BOOTSTRAP_TEAM="team-a",
-                   RLJOB_PROGRESS_POLL_INTERVAL_S="0.2", STORAGE_EMULATOR_HOST=proxy.url, TENSORSTORE_GCS_HTTP_URL=proxy.url,
-                   PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")  # fmt: skip
+        env.update(
+            RLJOB_STATE_DIR=str(tmp_path / "state"),
+            RLJOB_BOOTSTRAP_TOKEN=TOKEN,
+            RLJOB_BOOTSTRAP_TEAM="team-a",
+            RLJOB_PROGRESS_POLL_INTERVAL_S="0.2",
+            STORAGE_EMULATOR_HOST=proxy.url,
+            TENSORSTORE_GCS_HTTP_URL=proxy.url,
+            PYTHONPATH=str(REPO),
+            HF_HUB_OFFLINE="1",
+        )
         argv = [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)]
         with serving_process(argv, env, port, tmp_path / "serve.stderr", TOKEN) as client:
-            spec = {"name": "read-only-output", "model": {"source": str(model)}, "output": f"gs://{bucket}/runs",
-                    "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}}  # fmt: skip
+            spec = {
+                "name": "read-only-output",
+                "model": {"source": str(model)},
+                "output": f"gs://{bucket}/runs",
+                "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+            }
             submitted = client.post("/v1/jobs", json=spec)
             assert submitted.status_code == 201, submitted.text
             job_id = submitted.json()["id"]

@@ -18,10 +18,10 @@ JOB_ID = "rl-0000000000gs"
 
 def _record(output: str) -> JobRecord:
     now = datetime.now(UTC)
-    spec = JobSpec.model_validate({"name": "n", "model": {"source": "/models/tiny"},
-                                   "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": output})
-    return JobRecord(id=JOB_ID, team="t", name="n", spec=spec, spec_hash="", phase=JobPhase.RUNNING,
-                     created_at=now, updated_at=now)  # fmt: skip
+    spec = JobSpec.model_validate(
+        {"name": "n", "model": {"source": "/models/tiny"}, "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": output}
+    )
+    return JobRecord(id=JOB_ID, team="t", name="n", spec=spec, spec_hash="", phase=JobPhase.RUNNING, created_at=now, updated_at=now)
 
 
 def test_manifest_and_stage_logs_are_read_from_gcs(gcs, bucket):
@@ -41,8 +41,10 @@ def test_manifest_and_stage_logs_are_read_from_gcs(gcs, bucket):
     assert record.artifacts["run"].uri == layout.root
 
     assert list(files.stage_log_lines(record)) == [
-        f"==> train stage log ({layout.stage_log(Stage.TRAIN)}) <==", "step 1", "step 2",
-    ]  # fmt: skip
+        f"==> train stage log ({layout.stage_log(Stage.TRAIN)}) <==",
+        "step 1",
+        "step 2",
+    ]
 
 
 def test_a_missing_run_directory_reads_as_nothing(gcs, bucket):
@@ -75,11 +77,16 @@ def test_the_repro_record_is_written_and_read_on_gcs_with_the_inputs_hashed_ther
     output = f"gs://{bucket}/rljob"
     gcs.write_bytes(f"gs://{bucket}/data/train.jsonl", b'{"question": "1+1", "answer": "2"}\n')
     gcs.write_bytes(f"gs://{bucket}/model/config.json", b"{}")
-    spec = JobSpec.model_validate({
-        "name": "n", "model": {"name": "llama3.1-8b", "source": f"gs://{bucket}/model"}, "output": output,
-        "dataset": {"train_files": [f"gs://{bucket}/data/train.jsonl"]}, "grpo": {"num_test_batches": 0},
-        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
-    })  # fmt: skip
+    spec = JobSpec.model_validate(
+        {
+            "name": "n",
+            "model": {"name": "llama3.1-8b", "source": f"gs://{bucket}/model"},
+            "output": output,
+            "dataset": {"train_files": [f"gs://{bucket}/data/train.jsonl"]},
+            "grpo": {"num_test_batches": 0},
+            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+        }
+    )
     write_repro(spec, RunLayout(output, JOB_ID), {})
     record = _record(output)
     repro = StoreRunFiles().read_repro(record)

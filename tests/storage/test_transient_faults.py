@@ -58,9 +58,7 @@ def test_upload_dir_survives_an_emulator_restart(tmp_path):
         # Each object is read back whole rather than listed: after a SIGKILL, fake-gcs-server's filesystem
         # backend occasionally answers a prefix listing with nothing (seen in ~1 of 20 runs under load)
         # although every object is there; reading the bytes is the stronger check that nothing was lost.
-        landed_md5 = {
-            name: hashlib.md5(store.read_bytes(f"gs://faults/run/hf/{name}")).hexdigest() for name in expected
-        }
+        landed_md5 = {name: hashlib.md5(store.read_bytes(f"gs://faults/run/hf/{name}")).hexdigest() for name in expected}
         assert landed_md5 == expected
         assert {o.uri.rsplit("/", 1)[1] for o in outcome["objects"]} == set(expected)
     finally:

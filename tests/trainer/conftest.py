@@ -18,12 +18,27 @@ TUTORIAL_EXAMPLE = REPO / "examples" / "tutorial-llama31-8b-v6e8.yaml"
 
 # The tiny model's config.json as transformers 5 writes it (trainer/offline/tiny.py builds the real one).
 TINY_HF_CONFIG = {
-    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "head_dim": 16,
-    "vocab_size": 128256, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "hidden_act": "silu",
-    "rope_parameters": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                        "original_max_position_embeddings": 8192, "rope_theta": 500000.0, "rope_type": "llama3"},
-}  # fmt: skip
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "head_dim": 16,
+    "vocab_size": 128256,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "rope_parameters": {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_theta": 500000.0,
+        "rope_type": "llama3",
+    },
+}
 
 
 def write_spec(path: Path, data: dict) -> Path:

@@ -42,13 +42,20 @@ def rollout_prompts(tokenizer, questions: list[str]) -> list[str]:
 
     root = Path(importlib.util.find_spec("maxtext").origin).parent
     template = json.loads((root / "examples" / "chat_templates" / "gsm8k_rl.json").read_text())
-    system = template["SYSTEM_PROMPT"].format(reasoning_start_token="<reasoning>", reasoning_end_token="</reasoning>",
-                                              solution_start_token="<answer>", solution_end_token="</answer>")
+    system = template["SYSTEM_PROMPT"].format(
+        reasoning_start_token="<reasoning>",
+        reasoning_end_token="</reasoning>",
+        solution_start_token="<answer>",
+        solution_end_token="</answer>",
+    )
     return [
-        tokenizer.apply_chat_template([{"role": "user", "content": template["TEMPLATE"].format(system_prompt=system, question=q)}],
-                                      tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": template["TEMPLATE"].format(system_prompt=system, question=q)}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
         for q in questions
-    ]  # fmt: skip
+    ]
 
 
 def sample_completions(model_dir: str, prompts: list[str], *, per_prompt: int, seed: int) -> list[str]:
@@ -60,11 +67,11 @@ def sample_completions(model_dir: str, prompts: list[str], *, per_prompt: int, s
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     torch.manual_seed(seed)
-    batch = tokenizer([p for p in prompts for _ in range(per_prompt)], return_tensors="pt", padding=True,
-                      add_special_tokens=False)  # fmt: skip
+    batch = tokenizer([p for p in prompts for _ in range(per_prompt)], return_tensors="pt", padding=True, add_special_tokens=False)
     with torch.no_grad():
-        out = model.generate(**batch, do_sample=True, top_k=TOP_K, temperature=TEMPERATURE,
-                             max_new_tokens=NEW_TOKENS, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        out = model.generate(
+            **batch, do_sample=True, top_k=TOP_K, temperature=TEMPERATURE, max_new_tokens=NEW_TOKENS, pad_token_id=tokenizer.pad_token_id
+        )
     return tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
@@ -81,8 +88,7 @@ def sample_top_k(model_dir: str, prompts: list[str], *, per_prompt: int, seed: i
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     generator = torch.Generator().manual_seed(seed)
-    batch = tokenizer([p for p in prompts for _ in range(per_prompt)], return_tensors="pt", padding=True,
-                      add_special_tokens=False)  # fmt: skip
+    batch = tokenizer([p for p in prompts for _ in range(per_prompt)], return_tensors="pt", padding=True, add_special_tokens=False)
     mask = batch["attention_mask"]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -98,8 +104,7 @@ def sample_top_k(model_dir: str, prompts: list[str], *, per_prompt: int, seed: i
             done |= token[:, 0] == eos
             mask = torch.cat([mask, torch.ones_like(token)], dim=-1)
             positions = positions[:, -1:] + 1
-            out = model(input_ids=token, attention_mask=mask, position_ids=positions, past_key_values=out.past_key_values,
-                        use_cache=True)  # fmt: skip
+            out = model(input_ids=token, attention_mask=mask, position_ids=positions, past_key_values=out.past_key_values, use_cache=True)
     return tokenizer.batch_decode(torch.cat(written, dim=-1), skip_special_tokens=True)
 
 

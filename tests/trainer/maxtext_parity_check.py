@@ -33,15 +33,17 @@ def hf_forward(model, mesh, hf_dir: str, ids: list[int]) -> dict:
     length = len(ids)
     tokens = jnp.asarray([ids], dtype=jnp.int32)
     with mesh:
-        mt_logits = model(decoder_input_tokens=tokens, decoder_positions=jnp.arange(length, dtype=jnp.int32)[None, :],
-                          decoder_segment_ids=jnp.ones_like(tokens))  # fmt: skip
+        mt_logits = model(
+            decoder_input_tokens=tokens,
+            decoder_positions=jnp.arange(length, dtype=jnp.int32)[None, :],
+            decoder_segment_ids=jnp.ones_like(tokens),
+        )
     hf = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
     with torch.no_grad():
         out = hf(torch.tensor([ids]), output_hidden_states=True)
     hf_logits = out.logits.numpy()
     mt = np.asarray(mt_logits, dtype=np.float32)
-    result = {"max_abs_diff": float(np.max(np.abs(mt - hf_logits))), "logit_scale": float(np.max(np.abs(hf_logits))),
-              "tokens": length}  # fmt: skip
+    result = {"max_abs_diff": float(np.max(np.abs(mt - hf_logits))), "logit_scale": float(np.max(np.abs(hf_logits))), "tokens": length}
     if hf.config.tie_word_embeddings:
         table = hf.model.embed_tokens.weight.to(torch.bfloat16).to(torch.float32)
         with torch.no_grad():
@@ -64,19 +66,26 @@ def cached_rollout(model, mesh, seqs: list[list[int]], pad: int) -> dict:
         reference = []
         for ids in seqs:
             tokens = jnp.asarray([ids], jnp.int32)
-            reference.append(np.asarray(model(decoder_input_tokens=tokens,
-                                              decoder_positions=jnp.arange(len(ids), dtype=jnp.int32)[None],
-                                              decoder_segment_ids=jnp.ones_like(tokens)), np.float32)[0])
+            reference.append(
+                np.asarray(
+                    model(
+                        decoder_input_tokens=tokens,
+                        decoder_positions=jnp.arange(len(ids), dtype=jnp.int32)[None],
+                        decoder_segment_ids=jnp.ones_like(tokens),
+                    ),
+                    np.float32,
+                )[0]
+            )
         # Left-pad every prompt to `prefill + pads`; pads are masked and take no position, as in Tunix.
         width = longest
         buf = np.full((len(seqs), width), pad, np.int32)
         positions = np.zeros((len(seqs), width), np.int32)
         for row, ids in enumerate(seqs):
-            buf[row, width - len(ids):] = ids
-            positions[row, width - len(ids):] = np.arange(len(ids))
+            buf[row, width - len(ids) :] = ids
+            positions[row, width - len(ids) :] = np.arange(len(ids))
         real = buf != pad
         for row, ids in enumerate(seqs):  # a real token equal to the pad id must not be masked
-            real[row, width - len(ids):] = True
+            real[row, width - len(ids) :] = True
         cache = cached.init_cache(len(seqs), width + 4, jnp.float32)
         split = width - len(seqs[-1]) + prefill  # the shorter prompt keeps `prefill` real tokens in the prefill
         causal = np.tril(np.ones((split, split), bool)) & real[:, None, :split]
@@ -87,12 +96,11 @@ def cached_rollout(model, mesh, seqs: list[list[int]], pad: int) -> dict:
         for t in range(split, width):
             step_mask = np.zeros((len(seqs), 1, width + 4), bool)
             step_mask[:, 0, : t + 1] = real[:, : t + 1]
-            logits, cache = cached(jnp.asarray(buf[:, t : t + 1]), jnp.asarray(positions[:, t : t + 1]), cache,
-                                   jnp.asarray(step_mask))
+            logits, cache = cached(jnp.asarray(buf[:, t : t + 1]), jnp.asarray(positions[:, t : t + 1]), cache, jnp.asarray(step_mask))
             got.append(np.asarray(logits, np.float32))
         got = np.concatenate(got, axis=1)
         for row, ids in enumerate(seqs):
-            mine = got[row, width - len(ids):]
+            mine = got[row, width - len(ids) :]
             diff = float(np.max(np.abs(mine - reference[row])))
             worst, scale = max(worst, diff), max(scale, float(np.max(np.abs(reference[row]))))
             agree = agree and bool((mine.argmax(-1) == reference[row].argmax(-1)).all())
@@ -110,17 +118,31 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
     seqs = [tokenizer(t)["input_ids"] for t in TEXTS]
     config = pyconfig.initialize(
-        ["", base_config(), "model_name=llama3.1-8b", f"load_parameters_path={items}", "scan_layers=true",
-         "weight_dtype=float32", "dtype=float32", "matmul_precision=highest", "attention=dot_product",
-         "skip_jax_distributed_system=true", "checkpoint_storage_use_ocdbt=false",
-         "checkpoint_storage_use_zarr3=false", "enable_checkpointing=false", "per_device_batch_size=1",
-         f"max_target_length={max(len(s) for s in seqs)}", "max_prefill_predict_length=8", "run_name=parity-check",
-         f"base_output_directory={os.environ.get('TMPDIR', '/tmp')}/parity-check", *overrides]
-    )  # fmt: skip
+        [
+            "",
+            base_config(),
+            "model_name=llama3.1-8b",
+            f"load_parameters_path={items}",
+            "scan_layers=true",
+            "weight_dtype=float32",
+            "dtype=float32",
+            "matmul_precision=highest",
+            "attention=dot_product",
+            "skip_jax_distributed_system=true",
+            "checkpoint_storage_use_ocdbt=false",
+            "checkpoint_storage_use_zarr3=false",
+            "enable_checkpointing=false",
+            "per_device_batch_size=1",
+            f"max_target_length={max(len(s) for s in seqs)}",
+            "max_prefill_predict_length=8",
+            "run_name=parity-check",
+            f"base_output_directory={os.environ.get('TMPDIR', '/tmp')}/parity-check",
+            *overrides,
+        ]
+    )
     model, mesh = model_creation_utils.from_pretrained(config)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    print(json.dumps({"hf_forward": hf_forward(model, mesh, hf_dir, seqs[0]),
-                      "cached_rollout": cached_rollout(model, mesh, seqs, pad)}))  # fmt: skip
+    print(json.dumps({"hf_forward": hf_forward(model, mesh, hf_dir, seqs[0]), "cached_rollout": cached_rollout(model, mesh, seqs, pad)}))
 
 
 if __name__ == "__main__":

@@ -31,12 +31,24 @@ def main() -> None:
     from trainer.stages.maxtext_paths import base_config
 
     config = pyconfig.initialize(
-        ["", base_config(), "model_name=llama3.1-8b", "scan_layers=true", "weight_dtype=float32", "dtype=float32",
-         "attention=dot_product", "skip_jax_distributed_system=true", "enable_checkpointing=false",
-         "per_device_batch_size=1", "max_target_length=48", "max_prefill_predict_length=32",
-         "run_name=shared-prefill-check", f"base_output_directory={os.environ.get('TMPDIR', '/tmp')}/shared-prefill",
-         *overrides]
-    )  # fmt: skip
+        [
+            "",
+            base_config(),
+            "model_name=llama3.1-8b",
+            "scan_layers=true",
+            "weight_dtype=float32",
+            "dtype=float32",
+            "attention=dot_product",
+            "skip_jax_distributed_system=true",
+            "enable_checkpointing=false",
+            "per_device_batch_size=1",
+            "max_target_length=48",
+            "max_prefill_predict_length=32",
+            "run_name=shared-prefill-check",
+            f"base_output_directory={os.environ.get('TMPDIR', '/tmp')}/shared-prefill",
+            *overrides,
+        ]
+    )
     model, mesh = model_creation_utils.from_pretrained(config)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     traced_batches: list[int] = []
@@ -50,9 +62,16 @@ def main() -> None:
     cached_llama.CachedLlamaLM._forward = recording_forward
 
     def run(shared: bool, temperature: float | None) -> list[list[int]]:
-        config = base_rollout.RolloutConfig(max_tokens_to_generate=12, max_prompt_length=32, kv_cache_size=48,
-                                            temperature=temperature or 1.0, top_p=1.0 if temperature else None,
-                                            top_k=50 if temperature else None, seed=7, eos_tokens=[-1])  # fmt: skip
+        config = base_rollout.RolloutConfig(
+            max_tokens_to_generate=12,
+            max_prompt_length=32,
+            kv_cache_size=48,
+            temperature=temperature or 1.0,
+            top_p=1.0 if temperature else None,
+            top_k=50 if temperature else None,
+            seed=7,
+            eos_tokens=[-1],
+        )
         original = jax_rollout.prompt_copies
         if not shared:
             jax_rollout.prompt_copies = lambda prompts: tuple(range(len(prompts)))
@@ -86,8 +105,9 @@ def after_an_update(model, mesh, tokenizer) -> dict[str, object]:  # type: ignor
 
     from trainer.maxtext_entry import jax_rollout
 
-    config = base_rollout.RolloutConfig(max_tokens_to_generate=12, max_prompt_length=32, kv_cache_size=48,
-                                        temperature=1.0, seed=7, eos_tokens=[-1])  # fmt: skip
+    config = base_rollout.RolloutConfig(
+        max_tokens_to_generate=12, max_prompt_length=32, kv_cache_size=48, temperature=1.0, seed=7, eos_tokens=[-1]
+    )
     rollout = jax_rollout.JaxMaxTextRollout(SimpleNamespace(base=model), tokenizer, mesh, config)
     shares = bool(rl_utils.is_sharing_weights(model, rollout.model()))
     before = [[int(t) for t in row] for row in rollout.generate(PROMPTS, config).tokens]

@@ -1,4 +1,5 @@
 """Edit one field of a spec given as data, by its dotted path (tests of what a spec may say)."""
+
 from __future__ import annotations
 
 import copy

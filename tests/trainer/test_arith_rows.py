@@ -42,8 +42,11 @@ def _make(out, *extra: str) -> dict[str, list[dict]]:
 
 def test_default_splits_are_disjoint_in_operand_tuples_with_stable_ids(tmp_path, capsys):
     splits = _make(tmp_path / "a")
-    assert {s: len(r) for s, r in splits.items()} == {"train": arith_rows.DEFAULT_TRAIN_ROWS,
-                                                      "dev": arith_rows.DEFAULT_DEV_ROWS, "eval": arith_rows.DEFAULT_EVAL_ROWS}  # fmt: skip
+    assert {s: len(r) for s, r in splits.items()} == {
+        "train": arith_rows.DEFAULT_TRAIN_ROWS,
+        "dev": arith_rows.DEFAULT_DEV_ROWS,
+        "eval": arith_rows.DEFAULT_EVAL_ROWS,
+    }
     tuples = {s: [_operands(r["question"]) for r in rows] for s, rows in splits.items()}
     for name, found in tuples.items():
         assert len(set(found)) == len(found), f"a repeated operand tuple within {name}"
@@ -75,8 +78,9 @@ def test_rows_are_deterministic_per_seed_and_each_split_draws_with_its_own_seed(
 
 
 def test_difficulty_knobs_shape_every_question_and_the_answers_are_right(tmp_path):
-    splits = _make(tmp_path, "--digits", "3", "--operands", "3", "--operators=-*", "--train-rows", "300",
-                   "--dev-rows", "20", "--eval-rows", "30")  # fmt: skip
+    splits = _make(
+        tmp_path, "--digits", "3", "--operands", "3", "--operators=-*", "--train-rows", "300", "--dev-rows", "20", "--eval-rows", "30"
+    )
     seen_operators = set()
     for row in (r for split in splits.values() for r in split):
         expression = row["question"].removeprefix("What is ").removesuffix("?")
@@ -102,8 +106,7 @@ def test_maxtext_reads_the_answer_line_as_the_reward_functions_expect():
             return "<user>" + messages[0]["content"]
 
     template = json.loads((REPO / "examples" / "templates" / "arith-one-shot.json").read_text())
-    tags = SimpleNamespace(reasoning_start_token="<r>", reasoning_end_token="</r>", solution_start_token="<a>",
-                           solution_end_token="</a>")  # fmt: skip
+    tags = SimpleNamespace(reasoning_start_token="<r>", reasoning_end_token="</r>", solution_start_token="<a>", solution_end_token="</a>")
     rows = arith_splits({"train": 3, "dev": 1, "eval": 1}, seed=3, difficulty=Difficulty(2, 2, "-"))["train"]
     rewards = _load("arith_correct")
     for row in rows:
@@ -157,8 +160,11 @@ def test_defaults_are_the_difficulty_the_bench_chose(monkeypatch):
     assert spec.grpo.num_batches <= arith_rows.DEFAULT_TRAIN_ROWS  # train_rl stops when the rows run out
     assert spec.dataset.prompt_template == "/x/rljob_arith_dir/arith-one-shot.json"
     assert spec.grpo.rewards.functions_path == "/x/rljob_arith_dir/arith_correct.py"
-    assert choice["setting"] == {"digits": arith_rows.DEFAULT_DIGITS, "operands": arith_rows.DEFAULT_OPERANDS,
-                      "operators": arith_rows.DEFAULT_OPERATORS}  # fmt: skip
+    assert choice["setting"] == {
+        "digits": arith_rows.DEFAULT_DIGITS,
+        "operands": arith_rows.DEFAULT_OPERANDS,
+        "operators": arith_rows.DEFAULT_OPERATORS,
+    }
 
 
 def test_correctness_reward_reads_the_first_number_only():
@@ -189,8 +195,11 @@ def test_control_reward_has_the_measured_rate_is_deterministic_and_blind_to_corr
     control, correct = _load("arith_random_control"), _load("arith_correct")
     result = json.loads(DIFFICULTY_RESULT.read_text())
     chosen = result["choice"]
-    measured = [m for m in result["settings"] if m["temperature"] == chosen["temperature"]
-                and {k: m[k] for k in chosen["setting"]} == chosen["setting"]]  # fmt: skip
+    measured = [
+        m
+        for m in result["settings"]
+        if m["temperature"] == chosen["temperature"] and {k: m[k] for k in chosen["setting"]} == chosen["setting"]
+    ]
     assert [m["pass_at_1"] for m in measured] == [chosen["pass_at_1"]] == [control.RATE]
     rows = arith_splits({"train": 2000, "dev": 1, "eval": 1}, seed=5, difficulty=Difficulty(3, 2, "+"))["train"]
     prompts = [r["question"] for r in rows for _ in range(4)]

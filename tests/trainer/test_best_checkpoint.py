@@ -16,16 +16,24 @@ from trainer.contract import JobSpec, RunLayout
 from trainer.contract.best_checkpoint import BestCheckpoint
 from trainer.contract.evaluation import EvalSummary
 
-BASE = {"name": "best", "model": {"source": "/models/tiny"}, "output": "/runs",
-        "grpo": {"num_batches": 6, "num_test_batches": 1, "eval_interval": 2},
-        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "export": {"checkpoint": "best"}}  # fmt: skip
+BASE = {
+    "name": "best",
+    "model": {"source": "/models/tiny"},
+    "output": "/runs",
+    "grpo": {"num_batches": 6, "num_test_batches": 1, "eval_interval": 2},
+    "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+    "export": {"checkpoint": "best"},
+}
 
 
-@pytest.mark.parametrize(("field", "value", "named"), [
-    ("grpo.eval_interval", 0, "grpo.eval_interval"),
-    ("grpo.eval_interval", 6, "grpo.eval_interval"),  # an evaluation at the last batch measures the last weights
-    ("grpo.num_test_batches", 0, "grpo.num_test_batches"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("grpo.eval_interval", 0, "grpo.eval_interval"),
+        ("grpo.eval_interval", 6, "grpo.eval_interval"),  # an evaluation at the last batch measures the last weights
+        ("grpo.num_test_batches", 0, "grpo.num_test_batches"),
+    ],
+)
 def test_best_is_refused_without_an_intermediate_evaluation(field, value, named):
     with pytest.raises(ValidationError) as error:
         JobSpec.model_validate(with_field(BASE, field, value))
@@ -47,14 +55,26 @@ def test_train_argv_carries_eval_interval_and_the_keepers_flags_only_for_best():
     flags = best_checkpoint_flags(spec, layout)
     found, rest = pop_flags([*flags, "model_name=llama3.1-8b"], BEST_ROOT_FLAG, BEST_RECORD_FLAG, ACTOR_ROOT_FLAG)
     assert rest == ["model_name=llama3.1-8b"]  # MaxText's config loader never sees them
-    assert found == {BEST_ROOT_FLAG: layout.best_checkpoints, BEST_RECORD_FLAG: layout.best_checkpoint_record,
-                     ACTOR_ROOT_FLAG: layout.actor_checkpoints}  # fmt: skip
+    assert found == {
+        BEST_ROOT_FLAG: layout.best_checkpoints,
+        BEST_RECORD_FLAG: layout.best_checkpoint_record,
+        ACTOR_ROOT_FLAG: layout.actor_checkpoints,
+    }
     assert best_checkpoint_flags(JobSpec.model_validate(with_field(BASE, "export.checkpoint", "last")), layout) == []
 
 
 def _summary(label: str, correct: float, n: int = 4) -> EvalSummary:
-    return EvalSummary(label=label, step=0, n=n, correct=correct, format_correct=0, partial_correct=0,
-                       samples_per_row=1, sampling="greedy, pass", rows_file=f"{label}.jsonl")  # fmt: skip
+    return EvalSummary(
+        label=label,
+        step=0,
+        n=n,
+        correct=correct,
+        format_correct=0,
+        partial_correct=0,
+        samples_per_row=1,
+        sampling="greedy, pass",
+        rows_file=f"{label}.jsonl",
+    )
 
 
 def _model(seed: int):
@@ -85,8 +105,9 @@ def keeper(tmp_path):
 
 def _shared_cluster(model, train_steps: int):
     """train_rl's cluster as the keeper reads it: the rollout samples with the actor's own model (the JAX engine)."""
-    return SimpleNamespace(actor_trainer=SimpleNamespace(model=model, train_steps=train_steps),
-                           rollout=SimpleNamespace(model=lambda: model))  # fmt: skip
+    return SimpleNamespace(
+        actor_trainer=SimpleNamespace(model=model, train_steps=train_steps), rollout=SimpleNamespace(model=lambda: model)
+    )
 
 
 def test_a_better_evaluation_saves_the_weights_it_measured_and_a_tie_keeps_the_earlier(keeper):
@@ -122,8 +143,12 @@ def test_a_resumed_keeper_competes_with_the_kept_record_and_a_better_final_evalu
 def test_synced_rollouts_save_a_candidate_at_the_sync_and_drop_it_when_its_evaluation_loses(keeper):
     actor, rollout = _model(2), _model(3)  # vLLM's copy: Tunix's is_sharing_weights says no
     config = SimpleNamespace(training_config=SimpleNamespace(eval_every_n_steps=2))
-    cluster = SimpleNamespace(actor_trainer=SimpleNamespace(model=actor, train_steps=2), rollout=SimpleNamespace(model=lambda: rollout),
-                              cluster_config=config, global_steps=1)  # fmt: skip
+    cluster = SimpleNamespace(
+        actor_trainer=SimpleNamespace(model=actor, train_steps=2),
+        rollout=SimpleNamespace(model=lambda: rollout),
+        cluster_config=config,
+        global_steps=1,
+    )
     keeper.after_sync(cluster)
     assert keeper.saved_steps() == set()  # before training: train_rl's own first sync
     keeper.training = True

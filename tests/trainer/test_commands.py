@@ -28,9 +28,22 @@ def _args(command: StageCommand) -> dict[str, str]:
 
 
 def test_every_grpo_field_reaches_train_rl(tiny_spec_dict):
-    spec = _spec(tiny_spec_dict, beta=0.03, epsilon=0.3, loss_algo="gspo-token", temperature=0.7, top_k=20, top_p=0.9,
-                 num_iterations=2, warmup_steps_fraction=0.2, num_eval_passes=3, eval_sampling_strategy="standard",
-                 kl_estimator="k2", epsilon_high=0.35, loss_agg_mode="sequence-mean-token-scale")
+    spec = _spec(
+        tiny_spec_dict,
+        beta=0.03,
+        epsilon=0.3,
+        loss_algo="gspo-token",
+        temperature=0.7,
+        top_k=20,
+        top_p=0.9,
+        num_iterations=2,
+        warmup_steps_fraction=0.2,
+        num_eval_passes=3,
+        eval_sampling_strategy="standard",
+        kl_estimator="k2",
+        epsilon_high=0.35,
+        loss_agg_mode="sequence-mean-token-scale",
+    )
     command = build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec))
     args = _args(command)
     # What train_rl cannot pass Tunix goes to our entry (trainer/maxtext_entry/grpo_objective.py), not to MaxText.
@@ -55,14 +68,17 @@ def test_retention_reaches_orbax_through_maxtexts_own_option(tiny_spec_dict):
     assert kept["max_num_checkpoints_to_keep"] == "3"
 
 
-@pytest.mark.parametrize("accelerator, dtype, compute, expected", [
-    ("cpu", "float32", None, "float32"),  # a CPU has no bf16 arithmetic: compute follows the weights
-    ("cpu", "bfloat16", None, "bfloat16"),
-    ("v6e-8", "float32", None, "bfloat16"),  # MaxText's TPU default: fp32 weights, bf16 compute
-    ("v6e-8", "bfloat16", None, "bfloat16"),
-    ("v6e-8", "float32", "float32", "float32"),
-    ("cpu", "float32", "bfloat16", "bfloat16"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "accelerator, dtype, compute, expected",
+    [
+        ("cpu", "float32", None, "float32"),  # a CPU has no bf16 arithmetic: compute follows the weights
+        ("cpu", "bfloat16", None, "bfloat16"),
+        ("v6e-8", "float32", None, "bfloat16"),  # MaxText's TPU default: fp32 weights, bf16 compute
+        ("v6e-8", "bfloat16", None, "bfloat16"),
+        ("v6e-8", "float32", "float32", "float32"),
+        ("cpu", "float32", "bfloat16", "bfloat16"),
+    ],
+)
 def test_the_spec_dtype_sets_weights_and_compute(tiny_spec_dict, accelerator, dtype, compute, expected):
     data = {**tiny_spec_dict, "model": {**tiny_spec_dict["model"], "dtype": dtype, "compute_dtype": compute}}
     if accelerator != "cpu":
@@ -73,8 +89,9 @@ def test_the_spec_dtype_sets_weights_and_compute(tiny_spec_dict, accelerator, dt
 
 def test_file_dataset_goes_as_parquet_and_hub_dataset_by_name(tiny_spec_dict):
     spec = _spec(tiny_spec_dict)
-    files = _args(build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec),
-                                      local_data=("/w/train.parquet", "/w/eval.parquet")))
+    files = _args(
+        build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec), local_data=("/w/train.parquet", "/w/eval.parquet"))
+    )
     assert files["hf_train_files"] == "/w/train.parquet" and files["hf_eval_files"] == "/w/eval.parquet"
     hub = JobSpec.model_validate({**tiny_spec_dict, "dataset": {"name": "openai/gsm8k"}})
     args = _args(build_train_command(hub, RunLayout("/out", "rl-x"), TABLE_8B))
@@ -87,8 +104,11 @@ def test_vllm_engine_runs_train_rl_unmodified_with_only_the_recorders_and_the_ob
     command = build_train_command(JobSpec.model_validate(data), RunLayout("/out", "rl-x"), TABLE_8B)
     assert command.module == "trainer.maxtext_entry.train_rl_entry"  # no JAX rollout swapped in
     assert [a for a in command.args if a.startswith("--rljob_")] == [
-        "--rljob_samples_uri=/out/rl-x/samples", "--rljob_eval_uri=/out/rl-x/eval", "--rljob_eval_scoring=rewards",
-        "--rljob_kl_loss_mode=low_var_kl"]  # fmt: skip
+        "--rljob_samples_uri=/out/rl-x/samples",
+        "--rljob_eval_uri=/out/rl-x/eval",
+        "--rljob_eval_scoring=rewards",
+        "--rljob_kl_loss_mode=low_var_kl",
+    ]
 
 
 def test_convert_and_export_use_the_derived_settings_and_paths(tiny_spec_dict):
@@ -113,9 +133,7 @@ def test_redact_hides_secret_values_and_token_args():
 def test_runner_passes_secrets_by_env_only_and_redacts_the_log(tmp_path):
     module_dir = tmp_path / "mods"
     module_dir.mkdir()
-    (module_dir / "echo_token.py").write_text(
-        "import os, sys\nprint('argv', sys.argv[1:])\nprint('token is', os.environ['HF_TOKEN'])\n"
-    )
+    (module_dir / "echo_token.py").write_text("import os, sys\nprint('argv', sys.argv[1:])\nprint('token is', os.environ['HF_TOKEN'])\n")
     command = StageCommand(module="echo_token", args=("a=1",), env={"PYTHONPATH": str(module_dir)})
     log = tmp_path / "logs" / "stage.log"
     seen = []
@@ -159,8 +177,7 @@ def test_leaving_the_read_loop_early_stops_the_stage(tmp_path):
     module_dir = tmp_path / "mods"
     module_dir.mkdir()
     (module_dir / "linger.py").write_text(
-        f"import os, time\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
-        "print('hi', flush=True)\ntime.sleep(120)\n"
+        f"import os, time\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\nprint('hi', flush=True)\ntime.sleep(120)\n"
     )
     command = StageCommand(module="linger", args=(), env={"PYTHONPATH": str(module_dir)})
 

@@ -24,5 +24,4 @@ def test_answer_line_rewards_score_format_and_correctness_from_a_batch():
     answer = np.asarray([json.dumps(["5", "5"]), json.dumps(["5", "5"]), json.dumps(["1200", "1200"]), json.dumps(["8"])])
     prompts = ["q"] * 4
     assert rewards.answer_line_format(prompts, completions, None, answer=answer) == [0.5, 0.0, 0.5, 0.5]
-    assert rewards.answer_line_correct(prompts, completions, None, answer=answer, question=np.asarray(prompts)) == [
-        1.0, 0.0, 1.0, 0.0]  # fmt: skip
+    assert rewards.answer_line_correct(prompts, completions, None, answer=answer, question=np.asarray(prompts)) == [1.0, 0.0, 1.0, 0.0]

@@ -21,8 +21,9 @@ from trainer.sizing.tpu_memory import GIB, HBM_GIB_PER_CHIP, hbm_bytes_per_chip
 TUTORIAL = load_spec_file(TUTORIAL_EXAMPLE)
 
 
-def _with(spec: JobSpec, *, grpo: dict[str, Any] | None = None, hardware: dict[str, Any] | None = None,
-          model: dict[str, Any] | None = None) -> JobSpec:  # fmt: skip
+def _with(
+    spec: JobSpec, *, grpo: dict[str, Any] | None = None, hardware: dict[str, Any] | None = None, model: dict[str, Any] | None = None
+) -> JobSpec:
     data = spec.model_dump(mode="json")
     for key, update in (("grpo", grpo), ("hardware", hardware), ("model", model)):
         data[key] = {**data[key], **(update or {})}
@@ -46,14 +47,22 @@ def test_tied_embeddings_are_counted_once() -> None:
 
 
 def test_breakdown_matches_a_hand_computed_case() -> None:
-    shape = ModelShape(emb_dim=8, num_query_heads=2, num_kv_heads=1, num_layers=2, mlp_dim=16, head_dim=4,
-                       vocab_size=10)  # fmt: skip
+    shape = ModelShape(emb_dim=8, num_query_heads=2, num_kv_heads=1, num_layers=2, mlp_dim=16, head_dim=4, vocab_size=10)
     # Per layer: q 8*2*4 + k,v 2*8*1*4 + out 2*4*8 = 192, mlp 3*8*16 = 384, norms 16 -> 592; x2 layers = 1184;
     # embeddings and logits head 2*10*8 = 160; final norm 8: 1352 parameters, 2704 bytes in bf16.
     assert shape.parameters == 1352
-    spec = _with(_on(TUTORIAL, "v6e-8"), grpo={"batch_size": 1, "num_generations": 2, "max_prefill_predict_length": 4,
-                                               "max_target_length": 8, "kv_cache_buffer": 2, "beta": 0.08},
-                 hardware={"rollout_data_parallelism": 2, "rollout_tensor_parallelism": 4})  # fmt: skip
+    spec = _with(
+        _on(TUTORIAL, "v6e-8"),
+        grpo={
+            "batch_size": 1,
+            "num_generations": 2,
+            "max_prefill_predict_length": 4,
+            "max_target_length": 8,
+            "kv_cache_buffer": 2,
+            "beta": 0.08,
+        },
+        hardware={"rollout_data_parallelism": 2, "rollout_tensor_parallelism": 4},
+    )
     parts, trainer, rollout = per_chip_bytes(spec, shape)
     assert (trainer, rollout) == (8, 8)
     # Training state over 8 chips: 2704 / 8 = 338 each for params, gradients, reference; 2 x 338 for Adam.
@@ -96,8 +105,7 @@ def test_grows_with_batch_generations_and_length(field: str, values: list[int]) 
     assert totals == sorted(totals) and len(set(totals)) == len(totals), totals
 
 
-@pytest.mark.parametrize(("field", "values"), [("kv_cache_buffer", [8, 256, 2048]),
-                                               ("max_prefill_predict_length", [64, 256, 512])])  # fmt: skip
+@pytest.mark.parametrize(("field", "values"), [("kv_cache_buffer", [8, 256, 2048]), ("max_prefill_predict_length", [64, 256, 512])])
 def test_never_shrinks_with_the_cache_buffer_or_the_prompt_length(field: str, values: list[int]) -> None:
     totals = [estimate_job_fit(_with(TUTORIAL, grpo={field: v})).total_bytes_per_chip for v in values]  # type: ignore[union-attr]
     assert totals == sorted(totals), totals
@@ -120,8 +128,9 @@ def test_on_several_vms_a_chip_holds_one_side() -> None:
 
 
 def test_cpu_is_estimated_but_not_checked() -> None:
-    estimate = estimate_job_fit(_with(TUTORIAL, hardware={"accelerator": "cpu", "chips_per_vm": 1,
-                                                          "rollout_engine": "jax", "rollout_tensor_parallelism": 1}))  # fmt: skip
+    estimate = estimate_job_fit(
+        _with(TUTORIAL, hardware={"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax", "rollout_tensor_parallelism": 1})
+    )
     assert estimate is not None and estimate.verdict == "unchecked" and estimate.capacity_bytes_per_chip is None
     assert "host memory" in estimate.message
 
@@ -139,8 +148,14 @@ def test_every_generation_has_its_hbm() -> None:
 
 
 def test_the_shape_comes_from_config_json_then_dims_then_the_name(tmp_path: Path) -> None:
-    dims = {"base_emb_dim": 128, "base_num_query_heads": 4, "base_num_kv_heads": 2, "base_num_decoder_layers": 3,
-            "base_mlp_dim": 256, "head_dim": 32}  # fmt: skip
+    dims = {
+        "base_emb_dim": 128,
+        "base_num_query_heads": 4,
+        "base_num_kv_heads": 2,
+        "base_num_decoder_layers": 3,
+        "base_mlp_dim": 256,
+        "head_dim": 32,
+    }
     from_config = model_shape("llama3.1-8b", dims, TINY_HF_CONFIG)
     from_dims = model_shape("llama3.1-8b", dims, None)
     from_name = model_shape("llama3.1-70b", None, None)

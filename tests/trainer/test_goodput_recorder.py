@@ -70,8 +70,11 @@ def _fake_tunix(clock: FakeClock) -> dict[str, Any]:
         return "scores"
 
     eval_module = types.SimpleNamespace(evaluate=evaluate)
-    return {"tunix.rl.rl_cluster": cluster_module, "tunix.sft.checkpoint_manager": checkpoint_module,
-            "maxtext.trainers.post_train.rl.evaluate_rl": eval_module}  # fmt: skip
+    return {
+        "tunix.rl.rl_cluster": cluster_module,
+        "tunix.sft.checkpoint_manager": checkpoint_module,
+        "maxtext.trainers.post_train.rl.evaluate_rl": eval_module,
+    }
 
 
 def _step(modules: dict[str, Any], clock: FakeClock) -> None:

@@ -23,8 +23,15 @@ class FakeCheckpointManager:
     def latest_step(self) -> int | None:
         return self.latest
 
-    def save(self, step: int, model: Any, optimizer: Any, save_only_lora_params: bool = False, force: bool = False,
-             custom_metadata: dict[str, Any] | None = None) -> bool:  # fmt: skip
+    def save(
+        self,
+        step: int,
+        model: Any,
+        optimizer: Any,
+        save_only_lora_params: bool = False,
+        force: bool = False,
+        custom_metadata: dict[str, Any] | None = None,
+    ) -> bool:
         self.saves.append({"step": step, "force": force, "metadata": custom_metadata})
         self.latest = step
         return True

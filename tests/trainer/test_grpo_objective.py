@@ -86,8 +86,9 @@ def test_the_installed_config_is_what_train_rls_own_call_builds(monkeypatch):
     grpo_objective.install("low_var_kl", 0.28)
     from tunix.rl.grpo.grpo_learner import GrpoConfig  # as train_rl imports it
 
-    config = GrpoConfig(num_generations=4, num_iterations=1, beta=0.04, epsilon=0.2, loss_algo="grpo",
-                        loss_agg_mode="sequence-mean-token-scale")  # fmt: skip
+    config = GrpoConfig(
+        num_generations=4, num_iterations=1, beta=0.04, epsilon=0.2, loss_algo="grpo", loss_agg_mode="sequence-mean-token-scale"
+    )
     assert isinstance(config, original) and grpo_learner.GRPOConfig is GrpoConfig
     resolved = dataclasses.asdict(config)  # what train_rl logs as "GRPO config resolved"
     assert resolved["kl_loss_mode"] == "low_var_kl" and resolved["epsilon_high"] == 0.28

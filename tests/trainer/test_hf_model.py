@@ -12,36 +12,79 @@ from trainer.sizing.job_shape import model_shape
 
 # transformers 5 writes RoPE as rope_parameters; these are the real shapes of each model's config.json.
 SMOLLM2_135M = {
-    "model_type": "llama", "hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
-    "num_key_value_heads": 3, "num_hidden_layers": 30, "head_dim": 64, "vocab_size": 49152,
-    "rms_norm_eps": 9.999999747378752e-06, "tie_word_embeddings": True, "hidden_act": "silu",
-    "attention_bias": False, "mlp_bias": False, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
-}  # fmt: skip
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "num_hidden_layers": 30,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "rms_norm_eps": 9.999999747378752e-06,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+}
 LLAMA_32_1B = {  # transformers 4 style: rope_theta and rope_scaling side by side
-    "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "num_hidden_layers": 16, "head_dim": 64, "vocab_size": 128256, "rms_norm_eps": 1e-05,
-    "tie_word_embeddings": True, "rope_theta": 500000.0,
-    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-}  # fmt: skip
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 16,
+    "head_dim": 64,
+    "vocab_size": 128256,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": True,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 32.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+}
 LLAMA_31_8B = {
-    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256, "rms_norm_eps": 1e-05,
-    "tie_word_embeddings": False, "rope_theta": 500000.0,
-    "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-}  # fmt: skip
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+}
 
 
 def test_smollm2_is_a_llama31_base_without_rope_scaling_and_with_tied_logits():
     model = resolve_maxtext_model(None, None, SMOLLM2_135M)
     assert model.name == "llama3.1-8b" and model.register_hf_config and model.source == "config.json"
     assert model.overrides == {
-        "base_emb_dim": "576", "base_num_query_heads": "9", "base_num_kv_heads": "3", "base_num_decoder_layers": "30",
-        "base_mlp_dim": "1536", "head_dim": "64", "vocab_size": "49152",
-        "normalization_layer_epsilon": "9.999999747378752e-06", "rope_max_timescale": "100000",
-        "rope_use_scale": "false", "logits_via_embedding": "true", "normalize_embedding_logits": "false",
-    }  # fmt: skip
+        "base_emb_dim": "576",
+        "base_num_query_heads": "9",
+        "base_num_kv_heads": "3",
+        "base_num_decoder_layers": "30",
+        "base_mlp_dim": "1536",
+        "head_dim": "64",
+        "vocab_size": "49152",
+        "normalization_layer_epsilon": "9.999999747378752e-06",
+        "rope_max_timescale": "100000",
+        "rope_use_scale": "false",
+        "logits_via_embedding": "true",
+        "normalize_embedding_logits": "false",
+    }
     assert model.args()[0] == "override_model_config=true"
 
 
@@ -84,8 +127,14 @@ def test_llama3_scaling_other_than_maxtexts_fixed_factors_is_refused():
 
 
 def test_explicit_dims_must_agree_with_the_checkpoint_and_stand_in_where_it_is_unreadable():
-    dims = {"base_emb_dim": 576, "base_num_query_heads": 9, "base_num_kv_heads": 3, "base_num_decoder_layers": 30,
-            "base_mlp_dim": 1536, "head_dim": 64}  # fmt: skip
+    dims = {
+        "base_emb_dim": 576,
+        "base_num_query_heads": 9,
+        "base_num_kv_heads": 3,
+        "base_num_decoder_layers": 30,
+        "base_mlp_dim": 1536,
+        "head_dim": 64,
+    }
     assert resolve_maxtext_model(None, dims, SMOLLM2_135M).overrides["base_emb_dim"] == "576"
     with pytest.raises(UnsupportedCheckpoint) as info:
         resolve_maxtext_model(None, {**dims, "base_emb_dim": 512}, SMOLLM2_135M)
@@ -117,10 +166,16 @@ def test_the_trainer_refuses_an_unsupported_checkpoint_before_any_stage(tmp_path
     model.mkdir()
     (model / "config.json").write_text(json.dumps({**LLAMA_31_8B, "rope_scaling": {"rope_type": "yarn"}}))
     spec = tmp_path / "spec.json"
-    spec.write_text(JobSpec.model_validate({
-        "name": "yarn", "model": {"source": str(model)}, "output": str(tmp_path / "runs"),
-        "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"},
-    }).model_dump_json())  # fmt: skip
+    spec.write_text(
+        JobSpec.model_validate(
+            {
+                "name": "yarn",
+                "model": {"source": str(model)},
+                "output": str(tmp_path / "runs"),
+                "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"},
+            }
+        ).model_dump_json()
+    )
     assert main(["run", "--spec", str(spec), "--job-id", "rl-yarn00000001"]) == 65
     err = capsys.readouterr().err
     assert "model.source: config.json rope_scaling RoPE scaling 'yarn' is not implemented" in err

@@ -101,7 +101,6 @@ def _bypassing_validation(spec: BaseModel, dotted: str, value: Any) -> Any:
     return spec.model_copy(update={head: new})
 
 
-
 # (spec field, hostile value, the key=value argument it becomes, stage)
 HOSTILE = [
     ("dataset.subset", "${oc.env:" + CANARY_ENV + "}", "hf_subset", "train"),

@@ -68,8 +68,15 @@ def _context(tmp_path, tiny_spec_dict, fake, check: FakeCheck | None = None) -> 
     spec = JobSpec.model_validate(data)
     layout = fake.layout
     reporter = EventReporter(store_for(layout.root), layout.events, layout.job_id, stdout=io.StringIO())
-    return JobContext(spec=spec, layout=layout, work_dir=Path(layout.root), reporter=reporter, run_command=fake,
-                      model=resolve_model(spec), start_command=check or FakeCheck(fake))
+    return JobContext(
+        spec=spec,
+        layout=layout,
+        work_dir=Path(layout.root),
+        reporter=reporter,
+        run_command=fake,
+        model=resolve_model(spec),
+        start_command=check or FakeCheck(fake),
+    )
 
 
 def _events(layout: RunLayout):
@@ -234,9 +241,7 @@ def test_a_failed_final_metrics_read_leaves_a_finished_train_stage_finished(
     assert _events(layout)[-1].ok
 
 
-def test_a_failed_final_metrics_read_does_not_hide_why_training_failed(
-    tmp_path, tiny_spec_dict, layout, failing_tensorboard_listing
-):
+def test_a_failed_final_metrics_read_does_not_hide_why_training_failed(tmp_path, tiny_spec_dict, layout, failing_tensorboard_listing):
     crash = StageFailed("train_rl", 1, Path("train.log"), "ValueError: bad shape")
     ctx = _context(tmp_path, tiny_spec_dict, FakeMaxText(layout, fail={"train_rl": crash}))
     assert run_pipeline(ctx) == ExitCode.NON_RETRYABLE  # not STORAGE from the metrics read

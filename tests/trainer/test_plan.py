@@ -45,8 +45,11 @@ def test_tutorial_plan_has_the_tutorials_flags_for_all_three_stages(capsys, monk
 
     # train_rl runs unmodified under the shim that keeps completion samples and eval rows and gives Tunix the
     # spec's KL estimator (maxtext_entry/train_rl_entry.py).
-    assert ("python -m trainer.maxtext_entry.train_rl_entry --rljob_samples_uri=" + f"{run}/samples "
-            + f"--rljob_eval_uri={run}/eval --rljob_eval_scoring=maxtext --rljob_kl_loss_mode=low_var_kl ") in train
+    assert (
+        "python -m trainer.maxtext_entry.train_rl_entry --rljob_samples_uri="
+        + f"{run}/samples "
+        + f"--rljob_eval_uri={run}/eval --rljob_eval_scoring=maxtext --rljob_kl_loss_mode=low_var_kl "
+    ) in train
     for flag in (
         "model_name=llama3.1-8b",
         "tokenizer_path=meta-llama/Llama-3.1-8B-Instruct",
@@ -92,8 +95,16 @@ def test_tiny_plan_uses_the_jax_engine_and_registers_the_tiny_config(capsys, mon
     train = next(i["command"] for i in plan["stages"] if i["stage"] == "train")
     assert "python -m trainer.maxtext_entry.train_rl_jax_entry --rljob_register_hf_config=" in train
     # No dims in the spec: the tiny checkpoint's config.json gives them.
-    for flag in ("hardware=cpu", "use_pathways=false", "override_model_config=true", "base_emb_dim=64", "head_dim=16",
-                 "rope_use_scale=true", "logits_via_embedding=false", "vocab_size=128256"):
+    for flag in (
+        "hardware=cpu",
+        "use_pathways=false",
+        "override_model_config=true",
+        "base_emb_dim=64",
+        "head_dim=16",
+        "rope_use_scale=true",
+        "logits_via_embedding=false",
+        "vocab_size=128256",
+    ):
         assert flag in train.split(), flag
     assert "HF_HUB_OFFLINE=1" in train  # local sources: nothing may reach a hub
     assert not (tmp_path / "runs").exists()

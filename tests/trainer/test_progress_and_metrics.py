@@ -71,12 +71,17 @@ def test_rollout_metrics_belong_to_the_next_training_step():
     from trainer.progress.tensorboard_scalars import Scalar
 
     assembler = TrainStepAssembler(total_steps=3, already_reported={1})
-    assembler.add([
-        Scalar(0, "rewards/train/mean", 0.1, 0), Scalar(1, "actor/train/loss", 1.0, 0),
-        Scalar(1, "rewards/train/mean", 0.2, 0), Scalar(2, "actor/train/loss", 2.0, 0),
-        Scalar(2, "actor/train/kl", 0.3, 0), Scalar(0, "jax/checkpoint/x", 9.0, 0),
-        Scalar(2, "rewards/train/mean", 0.4, 0),  # step 3's rollout; its update is not logged yet
-    ])
+    assembler.add(
+        [
+            Scalar(0, "rewards/train/mean", 0.1, 0),
+            Scalar(1, "actor/train/loss", 1.0, 0),
+            Scalar(1, "rewards/train/mean", 0.2, 0),
+            Scalar(2, "actor/train/loss", 2.0, 0),
+            Scalar(2, "actor/train/kl", 0.3, 0),
+            Scalar(0, "jax/checkpoint/x", 9.0, 0),
+            Scalar(2, "rewards/train/mean", 0.4, 0),  # step 3's rollout; its update is not logged yet
+        ]
+    )
     ready = assembler.ready()
     assert [step for step, _ in ready] == [2]  # 1 was reported by an earlier attempt, 3 is incomplete
     fields = train_step_fields(2, 3, ready[0][1])
@@ -85,15 +90,24 @@ def test_rollout_metrics_belong_to_the_next_training_step():
 
 
 def test_eval_lines_become_eval_results():
-    line = ("W1130 train_rl.py:781] Post RL Training: corr=1, total=4, accuracy=25.0%, partial_accuracy=50.0%,"
-            " format_accuracy=75.0%, mean_reward=0.7402")
+    line = (
+        "W1130 train_rl.py:781] Post RL Training: corr=1, total=4, accuracy=25.0%, partial_accuracy=50.0%,"
+        " format_accuracy=75.0%, mean_reward=0.7402"
+    )
     fields = eval_fields(line, start_step=0, total_steps=3)
     assert fields["step"] == 3 and fields["accuracy"] == 0.25 and fields["metrics"]["mean_reward"] == 0.7402
-    pre = eval_fields("Pre RL Training: corr=0, total=2, accuracy=0.0%, partial_accuracy=0.0%, format_accuracy=0.0%",
-                      start_step=2, total_steps=3)
+    pre = eval_fields(
+        "Pre RL Training: corr=0, total=2, accuracy=0.0%, partial_accuracy=0.0%, format_accuracy=0.0%", start_step=2, total_steps=3
+    )
     assert pre["step"] == 2
-    assert eval_fields("Intermediate Eval (step=10): corr=3, total=4, accuracy=75.0%, partial_accuracy=75.0%,"
-                       " format_accuracy=75.0%", start_step=0, total_steps=50)["step"] == 10
+    assert (
+        eval_fields(
+            "Intermediate Eval (step=10): corr=3, total=4, accuracy=75.0%, partial_accuracy=75.0%, format_accuracy=75.0%",
+            start_step=0,
+            total_steps=50,
+        )["step"]
+        == 10
+    )
     assert eval_fields("loss=0.1", start_step=0, total_steps=3) is None
 
 
@@ -103,8 +117,9 @@ def test_non_finite_metrics_are_dropped_and_old_null_lines_still_parse(tmp_path)
     from trainer.contract import EvalResult, TrainStep
 
     reporter = _reporter(tmp_path)
-    reporter.train_step(step=1, total_steps=2, loss=float("nan"), kl=0.1,
-                        metrics={"actor/train/loss": float("nan"), "grad_norm": float("inf"), "lr": 1e-5})
+    reporter.train_step(
+        step=1, total_steps=2, loss=float("nan"), kl=0.1, metrics={"actor/train/loss": float("nan"), "grad_norm": float("inf"), "lr": 1e-5}
+    )
     reporter.eval_result(step=1, accuracy=float("-inf"), metrics={"correct": 3.0, "mean_reward": float("nan")})
     lines = (tmp_path / "events.jsonl").read_text().splitlines()
     step, evaluation = parse_event(lines[0]), parse_event(lines[1])

@@ -39,14 +39,31 @@ CHILD = textwrap.dedent(f"""
 
 
 def test_every_evaluation_is_read_with_its_summary_while_another_thread_logs() -> None:
-    done = subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env={"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-2000:]
     reader = EvalLineReader(start_step=0, total_steps=LINES)
     events = [fields for line in done.stdout.splitlines() if (fields := reader.fields(line))]
     # One event per evaluation, each carrying its summary; MaxText's own line for it is not a second one.
     assert [e.get("summary") for e in events] == [
-        EvalSummary(label=f"step-{s}", step=s, n=2, correct=1.0, format_correct=1.0, partial_correct=1.0,
-                    mean_reward=0.5, samples_per_row=1, sampling="greedy, pass", rows_file=f"step-{s}.jsonl")
+        EvalSummary(
+            label=f"step-{s}",
+            step=s,
+            n=2,
+            correct=1.0,
+            format_correct=1.0,
+            partial_correct=1.0,
+            mean_reward=0.5,
+            samples_per_row=1,
+            sampling="greedy, pass",
+            rows_file=f"step-{s}.jsonl",
+        )
         for s in range(LINES)
-    ]  # fmt: skip
+    ]

@@ -79,9 +79,10 @@ def test_the_metrics_arrive_under_the_tags_the_service_reads(scalars: list[tuple
     cluster._rl_metrics_logger = metrics_logger.MetricsLogger()
     cluster._external_metrics_logger = None
     learner = SimpleNamespace(
-        rl_cluster=cluster, algo_config=_AlgoConfig(),
+        rl_cluster=cluster,
+        algo_config=_AlgoConfig(),
         reward_manager=reward_manager.SequenceRewardManager([_exact, _format], _AlgoConfig()),
-    )  # fmt: skip
+    )
     # One step's rollout in two micro-batches, as Tunix runs a batch larger than its micro-batch size.
     for completions in (["4", "5", "4", "4"], ["", "4", "7", "4"]):
         rl_learner.RLLearner._compute_rewards(learner, ["2+2?"] * 4, completions, rl_cluster.Mode.TRAIN)

@@ -56,8 +56,7 @@ def test_measure_sums_regular_files_by_part_and_never_follows_symlinks(tmp_path)
     os.symlink(tmp_path / "elsewhere", root / "data")
     os.symlink(tmp_path / "elsewhere" / "big", root / "hf" / "linked.safetensors")
     measured = measure_run(layout)
-    assert measured.parts == {"checkpoints": 3000, "converted": 0, "export": 300, "logs": 40, "samples": 5,
-                              "data": 0, "other": 6}  # fmt: skip
+    assert measured.parts == {"checkpoints": 3000, "converted": 0, "export": 300, "logs": 40, "samples": 5, "data": 0, "other": 6}
     assert measured.total_bytes == 3351 and measured.files == 6 and measured.complete
 
 
@@ -118,7 +117,9 @@ def test_a_failed_measurement_is_a_warning_not_an_event(tmp_path, monkeypatch, c
 
 def test_the_event_round_trips():
     measured = RunStorage.of_files([("hf/a", 3), ("x", 1)])
-    line = ('{"type":"storage","seq":0,"time":"2026-01-01T00:00:00Z","job_id":"rl-a","stage":"export",'
-            f'"storage":{measured.model_dump_json()}}}')  # fmt: skip
+    line = (
+        '{"type":"storage","seq":0,"time":"2026-01-01T00:00:00Z","job_id":"rl-a","stage":"export",'
+        f'"storage":{measured.model_dump_json()}}}'
+    )
     event = parse_event(line)
     assert event.type == "storage" and event.storage == measured and event.storage.parts["export"] == 3

@@ -94,9 +94,11 @@ def _stage_module(tmp_path: Path, body: str) -> Path:
 
 def test_the_deadline_stops_a_running_stage_with_sigterm(tmp_path):
     # The stage notes the SIGTERM and exits 75 as train_rl's graceful stop does.
-    body = ("import signal, sys, time\n"
-            "signal.signal(signal.SIGTERM, lambda *a: (print('got SIGTERM', flush=True), sys.exit(75)))\n"
-            "print('running', flush=True)\ntime.sleep(20)\n")  # fmt: skip
+    body = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('got SIGTERM', flush=True), sys.exit(75)))\n"
+        "print('running', flush=True)\ntime.sleep(20)\n"
+    )
     command = StageCommand("stage", (), {"PYTHONPATH": str(_stage_module(tmp_path, body))}, graceful_stop=True)
     started = time.monotonic()
     with pytest.raises(StageInterrupted, match="the run deadline"):
@@ -158,9 +160,15 @@ def test_a_stop_between_stages_runs_no_further_stage_and_exits_retryable(tmp_pat
     stop = StopRequest()
     stop.handle(signal.SIGTERM, None)  # arrived after the previous stage, before this one
     reporter = EventReporter(store_for(layout.root), layout.events, layout.job_id, stdout=io.StringIO())
-    ctx = JobContext(spec=spec, layout=layout, work_dir=Path(layout.root), reporter=reporter,
-                     run_command=lambda command, log, **kw: calls.append(command.module), model=resolve_model(spec),
-                     stop=stop)  # fmt: skip
+    ctx = JobContext(
+        spec=spec,
+        layout=layout,
+        work_dir=Path(layout.root),
+        reporter=reporter,
+        run_command=lambda command, log, **kw: calls.append(command.module),
+        model=resolve_model(spec),
+        stop=stop,
+    )
     assert run_pipeline(ctx) == ExitCode.RETRYABLE
     assert calls == []
     final = [parse_event(line) for line in Path(layout.events).read_text().splitlines()][-1]

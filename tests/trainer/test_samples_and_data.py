@@ -34,8 +34,9 @@ def test_a_step_keeps_a_bounded_sample_with_each_functions_score():
     n = 12
     rewards = np.stack([np.arange(n, dtype=float), np.full(n, 0.5)], axis=1)
     rewards[3, 0] = math.nan
-    samples = build_step_samples(7, 4, [f"p{i // 4}" for i in range(n)], ["x" * (MAX_TEXT_CHARS + 10)] + ["c"] * (n - 1),
-                                 rewards, ["exact", "format"], now=NOW)  # fmt: skip
+    samples = build_step_samples(
+        7, 4, [f"p{i // 4}" for i in range(n)], ["x" * (MAX_TEXT_CHARS + 10)] + ["c"] * (n - 1), rewards, ["exact", "format"], now=NOW
+    )
     assert (samples.step, samples.groups, samples.groups_with_signal, samples.completions) == (7, 3, 3, n)
     assert len(samples.samples) == MAX_SAMPLES_PER_STEP
     first = samples.samples[0]

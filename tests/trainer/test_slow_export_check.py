@@ -39,8 +39,15 @@ def test_the_check_passes_a_good_export_and_fails_broken_ones(tiny_dir: Path, tm
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
 
     def start(*args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "trainer.checks.verify_export", *args], cwd=REPO, env=env, text=True,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "trainer.checks.verify_export", *args],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
 
     # All started together, as the pipeline starts one: each imports, then waits for its go line. The NaN
     # export is checked in the form `trainer plan` prints (no --wait); four processes in all (each imports

@@ -33,23 +33,36 @@ LEARNING_RATE = 0.003  # with this the target's rate saturates in about 5 steps 
 
 
 def _run_arm(tiny: Path, out: Path, arm: str, reward_file: Path, function: str, cache: dict[str, str]) -> dict:
-    spec = yaml.safe_load(os.path.expandvars(TINY_EXAMPLE.read_text().replace("${RLJOB_TINY_DIR}", str(tiny))
-                                             .replace("${RLJOB_OUTPUT}", str(out))))  # fmt: skip
+    spec = yaml.safe_load(
+        os.path.expandvars(TINY_EXAMPLE.read_text().replace("${RLJOB_TINY_DIR}", str(tiny)).replace("${RLJOB_OUTPUT}", str(out)))
+    )
     spec["name"] = f"control-{arm}"
     spec["dataset"].pop("eval_files")
     spec["grpo"].update(
-        num_batches=STEPS, num_test_batches=0, batch_size=4, num_generations=4, learning_rate=LEARNING_RATE,
-        top_k=lc.TOP_K, temperature=lc.TEMPERATURE, max_prefill_predict_length=128,
-        max_target_length=128 + lc.NEW_TOKENS, checkpoint_period=STEPS,
+        num_batches=STEPS,
+        num_test_batches=0,
+        batch_size=4,
+        num_generations=4,
+        learning_rate=LEARNING_RATE,
+        top_k=lc.TOP_K,
+        temperature=lc.TEMPERATURE,
+        max_prefill_predict_length=128,
+        max_target_length=128 + lc.NEW_TOKENS,
+        checkpoint_period=STEPS,
         rewards={"functions_path": str(reward_file), "functions": [function]},
-    )  # fmt: skip
+    )
     spec["export"] = {"verify": False}  # the export is loaded and sampled below
     path = out / f"{arm}.yaml"
     path.write_text(yaml.safe_dump(spec))
     job_id = f"rl-control{arm}0000"
-    done = subprocess.run([sys.executable, "-m", "trainer", "run", "--spec", str(path), "--job-id", job_id],
-                          cwd=REPO, env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), **cache),
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer", "run", "--spec", str(path), "--job-id", job_id],
+        cwd=REPO,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), **cache),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     layout = RunLayout(str(out), job_id)
     events = [parse_event(line) for line in Path(layout.events).read_text().splitlines()]
@@ -67,8 +80,7 @@ def control(tiny_dir, shared_cache, tmp_path_factory) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model)
     train_q = [r["question"] for r in pq.read_table(str(tiny_dir / "data" / "train.parquet")).to_pylist()]
     eval_q = [r["question"] for r in pq.read_table(str(tiny_dir / "data" / "test.parquet")).to_pylist()]
-    target = lc.choose_target(lc.sample_completions(model, lc.rollout_prompts(tokenizer, train_q[:8]),
-                                                    per_prompt=4, seed=0), tokenizer)  # fmt: skip
+    target = lc.choose_target(lc.sample_completions(model, lc.rollout_prompts(tokenizer, train_q[:8]), per_prompt=4, seed=0), tokenizer)
     (out / "target.py").write_text(lc.TARGET_REWARD_SOURCE.format(target=target))
     (out / "constant.py").write_text(lc.CONSTANT_REWARD_SOURCE)
     arms = {

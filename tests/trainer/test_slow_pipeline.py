@@ -25,8 +25,16 @@ SECRET = "hf_slowtest_SECRET_never_logged"
 
 
 def _env(tiny: Path, out: Path, cache: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ, RLJOB_TINY_DIR=str(tiny), RLJOB_OUTPUT=str(out), HF_TOKEN=SECRET,
-               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONPATH=str(REPO), **cache)
+    env = dict(
+        os.environ,
+        RLJOB_TINY_DIR=str(tiny),
+        RLJOB_OUTPUT=str(out),
+        HF_TOKEN=SECRET,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        PYTHONPATH=str(REPO),
+        **cache,
+    )
     return env
 
 
@@ -85,9 +93,17 @@ def restarted_run(tiny_dir, shared_cache, tmp_path_factory) -> dict:
     train_marker_at_kill = Path(layout.stage_marker(Stage.TRAIN)).exists()
     second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    return {"layout": layout, "events": _events_now(layout), "killed_at": killed_at, "tiny": tiny_dir,
-            "stdout": second.stdout, "events_at_kill": events_at_kill, "step_at_kill": step_at_kill,
-            "train_marker_at_kill": train_marker_at_kill, "attempt1": attempt1}
+    return {
+        "layout": layout,
+        "events": _events_now(layout),
+        "killed_at": killed_at,
+        "tiny": tiny_dir,
+        "stdout": second.stdout,
+        "events_at_kill": events_at_kill,
+        "step_at_kill": step_at_kill,
+        "train_marker_at_kill": train_marker_at_kill,
+        "attempt1": attempt1,
+    }
 
 
 def _attempt_events(events, attempt: int):
@@ -148,8 +164,9 @@ def test_restart_skips_convert_and_continues_training_from_the_saved_step(restar
     assert any(e.type == "stage_started" and e.stage == "train" for e in second)  # trained again, not skipped
     resumed = json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["resumed_from_step"]
     assert resumed == step_at_kill  # from the checkpoint the killed attempt left, not from 0
-    new_files = [p for p in Path(layout.rl_run, "tensorboard").glob("events.out.tfevents.*")
-                 if p.stat().st_ctime > restarted_run["killed_at"]]
+    new_files = [
+        p for p in Path(layout.rl_run, "tensorboard").glob("events.out.tfevents.*") if p.stat().st_ctime > restarted_run["killed_at"]
+    ]
     actor_steps = set()
     for path in new_files:
         records, _ = parse_records(path.read_bytes())
@@ -171,8 +188,12 @@ def test_train_rl_ran_with_the_specs_dtype_and_kept_only_the_last_checkpoint(res
     keys = "dtype|weight_dtype|max_num_checkpoints_to_keep|checkpoint_period"
     resolved = re.findall(rf"Config param ({keys}): (\S+)", train_log)
     assert len(resolved) == 8, resolved  # each attempt's train_rl logged its config once
-    assert dict(resolved) == {"dtype": "float32", "weight_dtype": "float32", "max_num_checkpoints_to_keep": "1",
-                              "checkpoint_period": "1"}, resolved  # fmt: skip
+    assert dict(resolved) == {
+        "dtype": "float32",
+        "weight_dtype": "float32",
+        "max_num_checkpoints_to_keep": "1",
+        "checkpoint_period": "1",
+    }, resolved
     steps = sorted(p.name for p in Path(layout.actor_checkpoints).iterdir())
     assert steps == ["3"], steps  # no step dir besides the newest, and no unfinished tmp dir
     # The run's size as reported at the export's end: the one kept actor checkpoint and the best weights
@@ -215,8 +236,13 @@ def test_tunix_was_given_the_specs_kl_estimator_and_upper_clip(restarted_run):
     keys = "kl_loss_mode|epsilon_high|epsilon|loss_agg_mode|beta"
     resolved = re.findall(rf"^\s+({keys}) = (\S+)$", train_log, re.M)
     assert len(resolved) == 10, resolved  # each attempt's train_rl built it once
-    assert dict(resolved) == {"kl_loss_mode": "'low_var_kl'", "epsilon_high": "0.28", "epsilon": "0.2",
-                              "loss_agg_mode": "'sequence-mean-token-mean'", "beta": "0.08"}, resolved  # fmt: skip
+    assert dict(resolved) == {
+        "kl_loss_mode": "'low_var_kl'",
+        "epsilon_high": "0.28",
+        "epsilon": "0.2",
+        "loss_agg_mode": "'sequence-mean-token-mean'",
+        "beta": "0.08",
+    }, resolved
 
 
 def test_goodput_parts_name_rollout_update_and_checkpoint_and_add_up_to_the_wall_time(restarted_run):
@@ -240,11 +266,26 @@ def test_goodput_parts_name_rollout_update_and_checkpoint_and_add_up_to_the_wall
     assert sum(final.parts.values()) <= final.elapsed_s <= train_s, (final, train_s)
     # As the service sees the job: running from the first event to the last (no queue outside the service).
     first_at, last_at = events[0].time, events[-1].time
-    spec = JobSpec.model_validate({"name": "n", "model": {"source": "/models/tiny"}, "output": restarted_run["layout"].output,
-                                   "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}})
-    record = JobRecord(id=restarted_run["layout"].job_id, team="t", name="n", spec=spec, spec_hash="h",
-                       phase=JobPhase.SUCCEEDED, created_at=first_at, updated_at=last_at, finished_at=last_at,
-                       phase_seconds={"RUNNING": (last_at - first_at) / timedelta(seconds=1)})  # fmt: skip
+    spec = JobSpec.model_validate(
+        {
+            "name": "n",
+            "model": {"source": "/models/tiny"},
+            "output": restarted_run["layout"].output,
+            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+        }
+    )
+    record = JobRecord(
+        id=restarted_run["layout"].job_id,
+        team="t",
+        name="n",
+        spec=spec,
+        spec_hash="h",
+        phase=JobPhase.SUCCEEDED,
+        created_at=first_at,
+        updated_at=last_at,
+        finished_at=last_at,
+        phase_seconds={"RUNNING": (last_at - first_at) / timedelta(seconds=1)},
+    )
     fold_events(record, events)
     wall, raw = goodput_parts(record, last_at)
     assert raw["other"] >= 0, raw  # measured parts never overlap: none is clamped
@@ -279,9 +320,14 @@ def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_r
     assert "/_cache/maxtext/" in items
     model = resolve_model(spec)
     command = build_export_command(spec, layout, model, actor_step=0, local_tokenizer=str(tiny / "model"))
-    args = [f"load_parameters_path={items}" if a.startswith("load_parameters_path=") else
-            f"base_output_directory={tmp_path / 'hf'}" if a.startswith("base_output_directory=") else a
-            for a in command.args]
+    args = [
+        f"load_parameters_path={items}"
+        if a.startswith("load_parameters_path=")
+        else f"base_output_directory={tmp_path / 'hf'}"
+        if a.startswith("base_output_directory=")
+        else a
+        for a in command.args
+    ]
     run_stage_command(StageCommand(command.module, tuple(args), command.env), tmp_path / "roundtrip.log")
     original = load_file(str(tiny / "model" / "model.safetensors"))
     exported = load_file(str(tmp_path / "hf" / "model.safetensors"))
@@ -292,11 +338,13 @@ def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_r
     # MaxText's forward against HF's, and the jax rollout engine's KV-cached forward (with Llama 3.1 RoPE
     # scaling here) against MaxText's own: one process for both (maxtext_parity_check.py).
     check = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("maxtext_parity_check.py")), str(tiny / "model"), items,
-         *model.args()],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu"),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, str(Path(__file__).with_name("maxtext_parity_check.py")), str(tiny / "model"), items, *model.args()],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert check.returncode == 0, check.stderr[-3000:]
     results = json.loads(check.stdout.strip().splitlines()[-1])
     result = results["hf_forward"]
@@ -316,8 +364,9 @@ def test_every_evaluation_keeps_its_rows_as_maxtext_and_the_jobs_rewards_scored_
     train_log = Path(layout.root, "logs", "train.log").read_text()
     post = re.findall(r"Post RL Training: corr=(\d+), total=(\d+)", train_log)
     assert post, train_log[-2000:]
-    files = {p.stem: [EvalRow.model_validate_json(line) for line in p.read_text().splitlines()]
-             for p in Path(layout.eval_dir).glob("*.jsonl")}
+    files = {
+        p.stem: [EvalRow.model_validate_json(line) for line in p.read_text().splitlines()] for p in Path(layout.eval_dir).glob("*.jsonl")
+    }
     # Attempt 1 evaluated the base model; attempt 2 resumed from a checkpoint, so its first evaluation is a step.
     resumed = json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["resumed_from_step"]
     # eval_interval 1: MaxText's hook also evaluated during training, labelled by Tunix's global step (batches).
@@ -327,8 +376,7 @@ def test_every_evaluation_keeps_its_rows_as_maxtext_and_the_jobs_rewards_scored_
     after = files[AFTER]
     assert (sum(r.correct for r in after), len(after)) == (float(post[-1][0]), int(post[-1][1]))
     assert [r.id for r in after] == [r.id for r in files[BEFORE]] and len(after) == 2  # batch_size 2 x 1 test batch
-    assert all(r.completions and r.rewards == {"completion_length_reward": [len(c) / 512.0 for c in r.completions]}
-               for r in after)
+    assert all(r.completions and r.rewards == {"completion_length_reward": [len(c) / 512.0 for c in r.completions]} for r in after)
     summaries = [e.summary for e in events if e.type == "eval"]
     assert all(s is not None for s in summaries), summaries  # MaxText's own line was not reported a second time
     by_label = {s.label: s for s in summaries}

@@ -54,15 +54,20 @@ def _spec(tmp_path: Path, env: dict[str, str]) -> Path:
     return path
 
 
-def test_sigterm_during_grpo_checkpoints_the_current_step_and_the_rerun_resumes_there(
-    tiny_dir, shared_cache, tmp_path
-):
+def test_sigterm_during_grpo_checkpoints_the_current_step_and_the_rerun_resumes_there(tiny_dir, shared_cache, tmp_path):
     from trainer.progress.tensorboard_scalars import parse_records, scalars_from_record
     from trainer.stages.context import latest_actor_step
 
     out = tmp_path / "runs"
-    env = dict(os.environ, RLJOB_TINY_DIR=str(tiny_dir), RLJOB_OUTPUT=str(out), HF_HUB_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", PYTHONPATH=str(REPO), **shared_cache)  # fmt: skip
+    env = dict(
+        os.environ,
+        RLJOB_TINY_DIR=str(tiny_dir),
+        RLJOB_OUTPUT=str(out),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        PYTHONPATH=str(REPO),
+        **shared_cache,
+    )
     cmd = [sys.executable, "-m", "trainer", "run", "--spec", str(_spec(tmp_path, env)), "--job-id", JOB_ID]
     layout = RunLayout(str(out), JOB_ID)
     with open(tmp_path / "attempt1.out", "w") as stdout:

@@ -25,9 +25,12 @@ def test_shared_prefill_samples_what_prefilling_every_row_samples(tiny_dir, monk
     model = resolve_model(load_spec_file(TINY_EXAMPLE))
     done = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("shared_prefill_check.py")), str(tiny_dir / "model"), *model.args()],
-        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu"),
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     for mode in ("sampled", "greedy"):

@@ -29,13 +29,23 @@ CHECK_ENV = {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "c
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("smollm2")
-    built = subprocess.run([sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(work / "model")],
-                           cwd=REPO, env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True,
-                           timeout=600)  # fmt: skip
+    built = subprocess.run(
+        [sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(work / "model")],
+        cwd=REPO,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
-    spec = JobSpec.model_validate({"name": "smollm2", "model": {"source": str(work / "model"), "dtype": "float32"},
-                                   "output": str(work / "runs"),
-                                   "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"}})  # fmt: skip
+    spec = JobSpec.model_validate(
+        {
+            "name": "smollm2",
+            "model": {"source": str(work / "model"), "dtype": "float32"},
+            "output": str(work / "runs"),
+            "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"},
+        }
+    )
     layout = RunLayout(spec.output, "rl-smollm2test01")
     model = resolve_model(spec)
     run_stage_command(build_convert_command(spec, layout, model), work / "convert.log")
@@ -50,9 +60,20 @@ def smollm2(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def parity(smollm2) -> dict:
     """MaxText's forward vs HF's and the jax rollout's cached forward vs MaxText's, from one process."""
-    done = subprocess.run([sys.executable, str(Path(__file__).with_name("maxtext_parity_check.py")), str(smollm2["dir"]),
-                           smollm2["items"], *smollm2["model"].args()], cwd=REPO, env=dict(os.environ, **CHECK_ENV),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("maxtext_parity_check.py")),
+            str(smollm2["dir"]),
+            smollm2["items"],
+            *smollm2["model"].args(),
+        ],
+        cwd=REPO,
+        env=dict(os.environ, **CHECK_ENV),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -37,8 +37,9 @@ def test_both_command_lines_name_the_same_problems(tmp_path: Path, capsys, monke
     assert trainer_main(["plan", "--spec", str(path)]) == ExitCode.INVALID_SPEC
     from_trainer = _problem_lines(capsys.readouterr().err)
     # Refused before any request: the URL is never dialled.
-    result = CliRunner().invoke(rljob, ["--url", "http://127.0.0.1:9", "--token", "x" * 40, "submit", str(path)],
-                                env={"COLUMNS": "500"})  # rich wraps at 80 otherwise
+    result = CliRunner().invoke(
+        rljob, ["--url", "http://127.0.0.1:9", "--token", "x" * 40, "submit", str(path)], env={"COLUMNS": "500"}
+    )  # rich wraps at 80 otherwise
     assert result.exit_code == 2, result.output
     from_rljob = _problem_lines(result.output)
 

@@ -143,8 +143,10 @@ UPPER_BOUNDS = [
 @pytest.mark.parametrize(("field", "limit"), UPPER_BOUNDS, ids=[f for f, _ in UPPER_BOUNDS])
 def test_every_number_has_an_upper_bound(tiny_spec_dict, field, limit):
     if field.startswith("model.dims"):
-        dims = {k: 8 for k in ("base_emb_dim", "base_num_query_heads", "base_num_kv_heads",
-                               "base_num_decoder_layers", "base_mlp_dim", "head_dim")}  # fmt: skip
+        dims = {
+            k: 8
+            for k in ("base_emb_dim", "base_num_query_heads", "base_num_kv_heads", "base_num_decoder_layers", "base_mlp_dim", "head_dim")
+        }
         tiny_spec_dict = with_field(tiny_spec_dict, "model.dims", dims)
     JobSpec.model_validate(with_field(tiny_spec_dict, field, limit))
     over = limit + (1 if isinstance(limit, int) else limit * 1e-6)
@@ -153,9 +155,14 @@ def test_every_number_has_an_upper_bound(tiny_spec_dict, field, limit):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("grpo.batch_size", 10**12), ("grpo.num_batches", 2**70), ("hardware.chips_per_vm", 10**9),
-     ("grpo.max_target_length", 2**63), ("grpo.rewards.penalty_incorrect_answer", -1e6)],
-)  # fmt: skip
+    [
+        ("grpo.batch_size", 10**12),
+        ("grpo.num_batches", 2**70),
+        ("hardware.chips_per_vm", 10**9),
+        ("grpo.max_target_length", 2**63),
+        ("grpo.rewards.penalty_incorrect_answer", -1e6),
+    ],
+)
 def test_the_probes_numbers_are_refused(tiny_spec_dict, field, value):
     assert _refused(with_field(tiny_spec_dict, field, value), field)
 
@@ -180,19 +187,30 @@ def _hardware(tiny_spec_dict: dict, **hardware) -> dict:
         ({"accelerator": "v6e-16"}, "hardware.chips_per_vm", "set chips_per_vm: 4"),  # the default 8 contradicts
         ({"accelerator": "v6e-8", "chips_per_vm": 4}, "hardware.chips_per_vm", "set chips_per_vm: 8"),
         ({"accelerator": "v6e-8", "rollout_data_parallelism": 16}, "hardware.rollout_data_parallelism", "8 rollout"),
-        ({"accelerator": "v6e-8", "rollout_data_parallelism": -1, "rollout_tensor_parallelism": 3},
-         "hardware.rollout_tensor_parallelism", "does not divide"),
-        ({"accelerator": "v6e-8", "rollout_data_parallelism": 2, "rollout_tensor_parallelism": 2},
-         "hardware.rollout_tensor_parallelism", "= 4"),
-        ({"accelerator": "v6e-8", "rollout_data_parallelism": -1, "rollout_tensor_parallelism": -1},
-         "hardware.rollout_tensor_parallelism", "both be -1"),
+        (
+            {"accelerator": "v6e-8", "rollout_data_parallelism": -1, "rollout_tensor_parallelism": 3},
+            "hardware.rollout_tensor_parallelism",
+            "does not divide",
+        ),
+        (
+            {"accelerator": "v6e-8", "rollout_data_parallelism": 2, "rollout_tensor_parallelism": 2},
+            "hardware.rollout_tensor_parallelism",
+            "= 4",
+        ),
+        (
+            {"accelerator": "v6e-8", "rollout_data_parallelism": -1, "rollout_tensor_parallelism": -1},
+            "hardware.rollout_tensor_parallelism",
+            "both be -1",
+        ),
         # Multi-host: train_rl gives the rollout half of the 16 chips.
-        ({"accelerator": "v6e-16", "chips_per_vm": 4, "rollout_data_parallelism": 16},
-         "hardware.rollout_data_parallelism", "8 rollout"),
-        ({"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax", "rollout_data_parallelism": 2},
-         "hardware.rollout_data_parallelism", "1 rollout"),
+        ({"accelerator": "v6e-16", "chips_per_vm": 4, "rollout_data_parallelism": 16}, "hardware.rollout_data_parallelism", "8 rollout"),
+        (
+            {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax", "rollout_data_parallelism": 2},
+            "hardware.rollout_data_parallelism",
+            "1 rollout",
+        ),
     ],
-)  # fmt: skip
+)
 def test_hardware_is_checked_against_the_tpu_table(tiny_spec_dict, hardware, field, says):
     assert says in _refused(_hardware(tiny_spec_dict, **hardware), field)
 
@@ -203,8 +221,7 @@ def test_every_slice_in_the_table_is_accepted_with_its_own_shape(tiny_spec_dict,
     spec = JobSpec.model_validate(_hardware(tiny_spec_dict, accelerator=name, chips_per_vm=tpu.chips_per_vm))
     assert spec.hardware.rollout_data_parallelism == 1 and spec.hardware.rollout_tensor_parallelism == -1
     every_device_a_replica = {"rollout_data_parallelism": tpu.rollout_devices, "rollout_tensor_parallelism": 1}
-    JobSpec.model_validate(_hardware(tiny_spec_dict, accelerator=name, chips_per_vm=tpu.chips_per_vm,
-                                     **every_device_a_replica))  # fmt: skip
+    JobSpec.model_validate(_hardware(tiny_spec_dict, accelerator=name, chips_per_vm=tpu.chips_per_vm, **every_device_a_replica))
 
 
 def test_the_tpu_table_is_consistent():

@@ -80,8 +80,7 @@ def test_unknown_field_is_rejected(tmp_path, tiny_spec_dict, capsys):
         ("not json", "is not JSON"),
     ],
 )
-def test_a_prompt_template_maxtext_cannot_fill_is_refused_before_any_stage(tmp_path, tiny_spec_dict, capsys,
-                                                                           content, reason):  # fmt: skip
+def test_a_prompt_template_maxtext_cannot_fill_is_refused_before_any_stage(tmp_path, tiny_spec_dict, capsys, content, reason):
     template = tmp_path / "template.json"
     template.write_text(content)
     spec = write_spec(tmp_path / "spec.yaml", with_field(tiny_spec_dict, "dataset.prompt_template", str(template)))

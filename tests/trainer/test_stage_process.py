@@ -47,8 +47,9 @@ def test_the_stage_dies_with_a_sigkilled_trainer(tmp_path: Path) -> None:
     modules.mkdir()
     pid_file = tmp_path / "stage.pid"
     (modules / "linger.py").write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
-    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(modules), str(tmp_path / "stage.log")], cwd=REPO,
-                               env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", TRAINER, str(modules), str(tmp_path / "stage.log")], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     try:
         assert _wait_for(lambda: pid_file.exists() and pid_file.read_text()), "the stage never started"
         stage = int(pid_file.read_text())

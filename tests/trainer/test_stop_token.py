@@ -47,8 +47,11 @@ def alone_logps(model: Attention, prompt: list[int], completion: list[int]) -> n
 @pytest.fixture()
 def installed(monkeypatch):
     """stop_token.install() for one test: Tunix's functions are restored after it and no compiled trace outlives it."""
-    for owner, name in ((common, "process_ids"), (rl_cluster.RLCluster, "generate"),
-                        (grpo_learner.GRPOLearner, "_generate_and_compute_advantage")):  # fmt: skip
+    for owner, name in (
+        (common, "process_ids"),
+        (rl_cluster.RLCluster, "generate"),
+        (grpo_learner.GRPOLearner, "_generate_and_compute_advantage"),
+    ):
         monkeypatch.setattr(owner, name, getattr(owner, name))
     common.compute_per_token_logps.clear_cache()  # its traces call process_ids: none may outlive a swap
     stop_token.install()
@@ -103,9 +106,15 @@ def _all_empty_group(ours: bool) -> common.TrainExample:
     else:
         completion = jnp.full((2, WIDTH), PAD)
         mask, prompt_mask = completion != PAD, prompt != PAD
-    return common.TrainExample(prompt_ids=prompt, prompt_mask=prompt_mask, completion_ids=completion,
-                               completion_mask=mask, advantages=jnp.zeros(2), ref_per_token_logps=None,
-                               old_per_token_logps=None)  # fmt: skip
+    return common.TrainExample(
+        prompt_ids=prompt,
+        prompt_mask=prompt_mask,
+        completion_ids=completion,
+        completion_mask=mask,
+        advantages=jnp.zeros(2),
+        ref_per_token_logps=None,
+        old_per_token_logps=None,
+    )
 
 
 def _stop_at_once(model: Attention) -> float:

@@ -52,8 +52,15 @@ def record_for(summary: EvalSummary, step: int, params: str) -> BestCheckpoint:
     accuracy = candidate_accuracy(summary)
     if accuracy is None:
         raise ValueError(f"the {summary.label} evaluation is not a candidate for the best checkpoint")
-    return BestCheckpoint(step=step, label=summary.label, n=summary.n, correct=summary.correct, accuracy=accuracy,
-                          ci95=wilson_interval(summary.correct, summary.n), params=params)  # fmt: skip
+    return BestCheckpoint(
+        step=step,
+        label=summary.label,
+        n=summary.n,
+        correct=summary.correct,
+        accuracy=accuracy,
+        ci95=wilson_interval(summary.correct, summary.n),
+        params=params,
+    )
 
 
 class ExportedCheckpoint(BaseModel):

@@ -90,8 +90,11 @@ class EvalRow(BaseModel):
         default_factory=dict, description="each reward function's score per completion (null for NaN)"
     )
     rewarded: float | None = Field(
-        default=None, ge=0, le=1, description="the fraction of completions whose total reward (the sum of the reward "
-        "functions' scores) is above 0; null when no reward function ran"
+        default=None,
+        ge=0,
+        le=1,
+        description="the fraction of completions whose total reward (the sum of the reward "
+        "functions' scores) is above 0; null when no reward function ran",
     )
 
     def outcome(self, scoring: EvalScoring) -> float:
@@ -137,8 +140,9 @@ class EvalSummary(BaseModel):
     n: int = Field(ge=0, description="rows evaluated")
     correct: float = Field(ge=0, description="sum of the rows' outcomes (see scored_by)")
     scored_by: EvalScoring = Field(
-        default=MAXTEXT_SCORING, description="maxtext: a row's outcome is MaxText's score (its answer tags) | rewards: "
-        "the fraction of its completions the job's own reward functions rewarded (total reward above 0)"
+        default=MAXTEXT_SCORING,
+        description="maxtext: a row's outcome is MaxText's score (its answer tags) | rewards: "
+        "the fraction of its completions the job's own reward functions rewarded (total reward above 0)",
     )
     maxtext_correct: float | None = Field(
         default=None, ge=0, description="with scored_by rewards: the sum of MaxText's own scores, for reference"

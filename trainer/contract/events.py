@@ -75,9 +75,7 @@ class TrainStep(_Event):
     # Values are finite (the reporter drops NaN/inf); None is accepted because JSON has no NaN and
     # older trainers wrote it as null: a reader must not lose the whole line over one value.
     metrics: dict[str, float | None] = Field(default_factory=dict, description="every scalar Tunix logged at this step")
-    nonfinite: list[str] = Field(
-        default_factory=list, description="names of the values above that were NaN or infinite (and so left out)"
-    )
+    nonfinite: list[str] = Field(default_factory=list, description="names of the values above that were NaN or infinite (and so left out)")
 
 
 class EvalResult(_Event):
@@ -86,8 +84,9 @@ class EvalResult(_Event):
     accuracy: float | None = None
     metrics: dict[str, float | None] = Field(default_factory=dict)  # as TrainStep.metrics
     summary: EvalSummary | None = Field(
-        default=None, description="the evaluation's counts and paired change from `before` (from its row file); "
-        "None when only MaxText's log line was seen"
+        default=None,
+        description="the evaluation's counts and paired change from `before` (from its row file); "
+        "None when only MaxText's log line was seen",
     )
 
 
@@ -107,8 +106,7 @@ class StorageMeasured(_Event):
 
 class GoodputMeasured(_Event):
     type: Literal["goodput"] = "goodput"
-    attempt: int = Field(ge=1, le=INT32_MAX, description="the run attempt whose train_rl process measured it "
-                         "(RunStarted.attempt)")
+    attempt: int = Field(ge=1, le=INT32_MAX, description="the run attempt whose train_rl process measured it (RunStarted.attempt)")
     train: TrainGoodput
 
 
@@ -121,8 +119,7 @@ class RunFinished(_Event):
 
 
 TrainerEvent = Annotated[
-    RunStarted | StageStarted | StageFinished | TrainStep | EvalResult | ArtifactWritten | StorageMeasured
-    | GoodputMeasured | RunFinished,
+    RunStarted | StageStarted | StageFinished | TrainStep | EvalResult | ArtifactWritten | StorageMeasured | GoodputMeasured | RunFinished,
     Field(discriminator="type"),
 ]
 

@@ -1,19 +1,19 @@
 """Where a job's files live, as URIs. Both the trainer and the service derive paths from here.
 
-    <output>/<job-id>/
-        spec.json                 the spec the job ran with
-        repro.json                what produced the run: versions, seeds, input hashes (repro.py)
-        events.jsonl              progress events (see events.py)
-        logs/<stage>.log          each stage's MaxText output
-        stages/<stage>.done       completion markers, written last
-        data/                     the dataset materialised as parquet
-        maxtext/                  to_maxtext output: 0/items (unless served from the conversion cache)
-        rl/<job-id>/              train_rl run: checkpoints/actor/<N>/..., checkpoints/best/<N>/model_params, tensorboard/
-        best-checkpoint.json      with export.checkpoint=best, the best evaluation so far and its weights (best_checkpoint.py)
-        samples/train-<N>.json    completions and their rewards per step (samples.py)
-        eval/<label>.jsonl        each evaluation's per-row outcomes: before, step-<N>, after (evaluation.py)
-        hf/                       to_huggingface export
-        manifest.json             artifacts with sizes and checksums
+<output>/<job-id>/
+    spec.json                 the spec the job ran with
+    repro.json                what produced the run: versions, seeds, input hashes (repro.py)
+    events.jsonl              progress events (see events.py)
+    logs/<stage>.log          each stage's MaxText output
+    stages/<stage>.done       completion markers, written last
+    data/                     the dataset materialised as parquet
+    maxtext/                  to_maxtext output: 0/items (unless served from the conversion cache)
+    rl/<job-id>/              train_rl run: checkpoints/actor/<N>/..., checkpoints/best/<N>/model_params, tensorboard/
+    best-checkpoint.json      with export.checkpoint=best, the best evaluation so far and its weights (best_checkpoint.py)
+    samples/train-<N>.json    completions and their rewards per step (samples.py)
+    eval/<label>.jsonl        each evaluation's per-row outcomes: before, step-<N>, after (evaluation.py)
+    hf/                       to_huggingface export
+    manifest.json             artifacts with sizes and checksums
 """
 
 from __future__ import annotations

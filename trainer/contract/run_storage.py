@@ -18,8 +18,7 @@ DATA = "data"  # data/: the dataset materialised as parquet
 OTHER = "other"  # spec.json, manifest.json, stage markers, anything else
 STORAGE_PARTS: tuple[str, ...] = (CHECKPOINTS, CONVERTED, EXPORT, LOGS, SAMPLES, DATA, OTHER)
 
-_TOP_LEVEL = {"maxtext": CONVERTED, "hf": EXPORT, "logs": LOGS, "events.jsonl": LOGS, "samples": SAMPLES,
-              "eval": SAMPLES, "data": DATA}  # fmt: skip
+_TOP_LEVEL = {"maxtext": CONVERTED, "hf": EXPORT, "logs": LOGS, "events.jsonl": LOGS, "samples": SAMPLES, "eval": SAMPLES, "data": DATA}
 _IN_RL_RUN = {"checkpoints": CHECKPOINTS, "tensorboard": LOGS}
 
 

@@ -94,7 +94,8 @@ class ModelSpec(_Strict):
     dims: ModelDims | None = Field(default=None, description="MaxText dimensions; default: from config.json, which they must match")
     dtype: Literal["bfloat16", "float32"] = Field(default="bfloat16", description="the weights' (MaxText's weight_dtype)")
     compute_dtype: Literal["bfloat16", "float32"] | None = Field(
-        default=None, description="MaxText's dtype (activations, matmuls); default: `dtype` on cpu, bfloat16 on a TPU")
+        default=None, description="MaxText's dtype (activations, matmuls); default: `dtype` on cpu, bfloat16 on a TPU"
+    )
     scan_layers: bool = Field(default=True, description="MaxText's scan_layers: the layers as one scanned stack (convert and export)")
     lazy_load_tensors: bool = Field(
         default=True, description="to_maxtext --lazy_load_tensors; lazy needs no torch and writes the same checkpoint"
@@ -143,10 +144,14 @@ class DatasetSpec(_Strict):
     subset: SubsetName = Field(default="main", description="the hub dataset's subset (configuration)")
     train_split: SplitName = Field(default="train", description="the hub dataset's split to train on")
     eval_split: SplitName = Field(default="test", description="the hub dataset's split to evaluate on")
-    train_files: list[Location] = Field(default_factory=list, max_length=limits.MAX_LIST_ITEMS,
-                                        description="parquet or JSON-lines files to train on, instead of the hub dataset")
-    eval_files: list[Location] = Field(default_factory=list, max_length=limits.MAX_LIST_ITEMS,
-                                       description="files to evaluate on (with train_files)")
+    train_files: list[Location] = Field(
+        default_factory=list,
+        max_length=limits.MAX_LIST_ITEMS,
+        description="parquet or JSON-lines files to train on, instead of the hub dataset",
+    )
+    eval_files: list[Location] = Field(
+        default_factory=list, max_length=limits.MAX_LIST_ITEMS, description="files to evaluate on (with train_files)"
+    )
     prompt_template: Location | None = Field(
         default=None,
         description="JSON file with SYSTEM_PROMPT and TEMPLATE ({system_prompt}, {question}) in MaxText's data "
@@ -215,18 +220,19 @@ class GrpoSpec(_Strict):
     """The GRPO/GSPO settings rl.yml exposes; defaults are the tutorial's. Upper bounds: spec_values.py."""
 
     num_batches: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES, description="batches of prompts to train on")
-    num_test_batches: int = Field(default=10, ge=0, le=limits.MAX_NUM_TEST_BATCHES,
-                                  description="batches of eval rows per evaluation; 0: no evaluation")
-    batch_size: int = Field(default=1, gt=0, le=limits.MAX_BATCH_SIZE, description="prompts per batch")
-    num_generations: int = Field(
-        default=2, ge=2, le=limits.MAX_NUM_GENERATIONS, description="G: completions per prompt; GRPO needs >= 2"
+    num_test_batches: int = Field(
+        default=10, ge=0, le=limits.MAX_NUM_TEST_BATCHES, description="batches of eval rows per evaluation; 0: no evaluation"
     )
-    num_iterations: int = Field(default=1, gt=0, le=limits.MAX_NUM_ITERATIONS,
-                                description="policy updates per batch (MaxText's rl.num_iterations)")
+    batch_size: int = Field(default=1, gt=0, le=limits.MAX_BATCH_SIZE, description="prompts per batch")
+    num_generations: int = Field(default=2, ge=2, le=limits.MAX_NUM_GENERATIONS, description="G: completions per prompt; GRPO needs >= 2")
+    num_iterations: int = Field(
+        default=1, gt=0, le=limits.MAX_NUM_ITERATIONS, description="policy updates per batch (MaxText's rl.num_iterations)"
+    )
     beta: float = Field(default=0.08, ge=0, le=limits.MAX_BETA, description="KL penalty to the reference model; 0: no reference")
     epsilon: float = Field(default=0.2, gt=0, lt=1, description="clipping range of the policy ratio (rl.grpo_epsilon)")
-    epsilon_high: float | None = Field(default=None, gt=0, lt=1,
-                                       description="upper clipping range of the policy ratio (DAPO's clip-higher); null: epsilon")
+    epsilon_high: float | None = Field(
+        default=None, gt=0, lt=1, description="upper clipping range of the policy ratio (DAPO's clip-higher); null: epsilon"
+    )
     loss_algo: Literal["grpo", "gspo-token"] = Field(default="grpo", description="MaxText's rl.loss_algo")
     # Tunix's kl_loss_mode kl / mse_kl / low_var_kl; train_rl cannot set it (trainer/maxtext_entry/grpo_objective.py).
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
@@ -243,37 +249,50 @@ class GrpoSpec(_Strict):
     )
     learning_rate: float = Field(default=3e-6, gt=0, lt=1, description="the optimizer's peak learning rate")
     warmup_steps_fraction: float = Field(default=0.1, ge=0, le=1, description="fraction of the schedule spent warming up")
-    max_prefill_predict_length: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH,
-                                            description="longest prompt, in tokens")
-    max_target_length: int = Field(default=1024, gt=0, le=limits.MAX_SEQUENCE_LENGTH,
-                                   description="longest prompt and completion together, in tokens")
-    kv_cache_buffer: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH,
-                                 description="rollout KV-cache slots beyond max_target_length")
+    max_prefill_predict_length: int = Field(default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH, description="longest prompt, in tokens")
+    max_target_length: int = Field(
+        default=1024, gt=0, le=limits.MAX_SEQUENCE_LENGTH, description="longest prompt and completion together, in tokens"
+    )
+    kv_cache_buffer: int = Field(
+        default=256, gt=0, le=limits.MAX_SEQUENCE_LENGTH, description="rollout KV-cache slots beyond max_target_length"
+    )
     temperature: float = Field(default=0.9, gt=0, le=limits.MAX_TEMPERATURE, description="rollout sampling temperature")
     top_k: int = Field(default=50, gt=0, le=limits.MAX_TOP_K, description="rollout sampling: the k most likely tokens")
     top_p: float = Field(default=1.0, gt=0, le=1, description="rollout sampling: nucleus probability")
     # In train steps; no period beyond the longest run (num_batches * num_iterations) is ever reached.
-    checkpoint_period: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS,
-                                   description="train steps between actor checkpoints")
+    checkpoint_period: int = Field(
+        default=50, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS, description="train steps between actor checkpoints"
+    )
     # Orbax's own retention (train_rl: CheckpointManagerOptions(max_to_keep=max_num_checkpoints_to_keep)),
     # deleting old steps only after the new one is finalized. No "best by eval": Orbax's best_fn needs the
     # metrics passed to save(), and Tunix's CheckpointManager.save (tunix/sft/checkpoint_manager.py) passes none.
-    keep_last_checkpoints: int = Field(default=1, gt=0, le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS,
-                                       description="actor checkpoints kept, newest (MaxText's max_num_checkpoints_to_keep)")
+    keep_last_checkpoints: int = Field(
+        default=1,
+        gt=0,
+        le=limits.MAX_NUM_BATCHES * limits.MAX_NUM_ITERATIONS,
+        description="actor checkpoints kept, newest (MaxText's max_num_checkpoints_to_keep)",
+    )
     # rl.yml's own default; MaxText's hook (post_train/rl/hooks.py) evaluates when rl_cluster.global_steps,
     # the batches done, is a multiple of it.
-    eval_interval: int = Field(default=10, ge=0, le=limits.MAX_NUM_BATCHES,
-                               description="batches between intermediate evaluations (MaxText's eval_interval); 0: only before and after")
+    eval_interval: int = Field(
+        default=10,
+        ge=0,
+        le=limits.MAX_NUM_BATCHES,
+        description="batches between intermediate evaluations (MaxText's eval_interval); 0: only before and after",
+    )
     eval_sampling_strategy: Literal["greedy", "standard", "liberal"] = Field(
-        default="greedy", description="how evaluation samples (MaxText's eval_sampling_strategy)")
+        default="greedy", description="how evaluation samples (MaxText's eval_sampling_strategy)"
+    )
     num_eval_passes: int = Field(default=1, gt=0, le=limits.MAX_EVAL_PASSES, description="passes over the eval rows per evaluation")
     rewards: RewardSpec = Field(default_factory=RewardSpec, description="weights of MaxText's rewards, and your own reward functions")
 
     @model_validator(mode="after")
     def _lengths(self) -> GrpoSpec:
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
-            raise ValueError(f"epsilon_high ({self.epsilon_high}) is below epsilon ({self.epsilon}): it raises the upper clip, "
-                             "so it is at least epsilon; leave it null to clip both sides at epsilon")
+            raise ValueError(
+                f"epsilon_high ({self.epsilon_high}) is below epsilon ({self.epsilon}): it raises the upper clip, "
+                "so it is at least epsilon; leave it null to clip both sides at epsilon"
+            )
         if self.max_target_length <= self.max_prefill_predict_length:
             raise ValueError("max_target_length must exceed max_prefill_predict_length (room to generate)")
         tokens = self.batch_size * self.num_generations * self.max_target_length
@@ -290,14 +309,18 @@ class HardwareSpec(_Strict):
     accelerator is the local launcher's question, asked at submit."""
 
     accelerator: str = Field(
-        default="v6e-8", description="a TPU slice such as v6e-8, or cpu",
+        default="v6e-8",
+        description="a TPU slice such as v6e-8, or cpu",
         json_schema_extra={"enum": list(ACCELERATOR_NAMES)},
-    )  # fmt: skip
+    )
     # validate_default: a default must fit the accelerator too (v6e-16 with the default 8 chips per VM).
     chips_per_vm: int = Field(
-        default=8, ge=1, le=MAX_CHIPS_PER_VM, validate_default=True,
+        default=8,
+        ge=1,
+        le=MAX_CHIPS_PER_VM,
+        validate_default=True,
         description="TPU chips on each VM: the slice's own (v6e-8: 8, v6e-16: 4)",
-    )  # fmt: skip
+    )
     capacity: Literal["on-demand", "spot", "flex-start", "reservation"] = Field(
         default="on-demand",
         description="how the TPU VMs are obtained on GKE: on-demand, spot (preemptible, 30 s notice), "
@@ -305,15 +328,22 @@ class HardwareSpec(_Strict):
     )
     reservation: DnsLabel | None = Field(default=None, description="with capacity: reservation, the reservation's name")
     rollout_engine: Literal["vllm", "jax"] = Field(
-        default="vllm", description="vllm (TPU; train_rl as shipped) or jax (CPU: Tunix's sampler over MaxText's weights)")
+        default="vllm", description="vllm (TPU; train_rl as shipped) or jax (CPU: Tunix's sampler over MaxText's weights)"
+    )
     rollout_data_parallelism: int = Field(
-        default=1, ge=-1, le=MAX_ROLLOUT_PARALLELISM, validate_default=True,
+        default=1,
+        ge=-1,
+        le=MAX_ROLLOUT_PARALLELISM,
+        validate_default=True,
         description="rollout replicas; -1 lets MaxText derive it",
-    )  # fmt: skip
+    )
     rollout_tensor_parallelism: int = Field(
-        default=-1, ge=-1, le=MAX_ROLLOUT_PARALLELISM, validate_default=True,
+        default=-1,
+        ge=-1,
+        le=MAX_ROLLOUT_PARALLELISM,
+        validate_default=True,
         description="chips per rollout replica; -1 lets MaxText derive it",
-    )  # fmt: skip
+    )
 
     @field_validator("accelerator")
     @classmethod
@@ -327,8 +357,7 @@ class HardwareSpec(_Strict):
     def _chips(cls, v: int, info: ValidationInfo) -> int:
         tpu = tpu_slice(info.data.get("accelerator", CPU_ACCELERATOR))
         if tpu is not None and v != tpu.chips_per_vm:
-            raise ValueError(f"{tpu.name}'s VMs have {tpu.chips_per_vm} chips each, not {v}; set chips_per_vm: "
-                             f"{tpu.chips_per_vm}")  # fmt: skip
+            raise ValueError(f"{tpu.name}'s VMs have {tpu.chips_per_vm} chips each, not {v}; set chips_per_vm: {tpu.chips_per_vm}")
         return v
 
     @field_validator("rollout_data_parallelism", "rollout_tensor_parallelism")
@@ -370,8 +399,8 @@ class ExportSpec(_Strict):
     checkpoint: Literal["last", "best"] = Field(
         default="last",
         description="which weights to export: the last checkpoint, or the best by intermediate evaluation accuracy "
-                    "(ties: the earlier); best needs grpo.num_test_batches and grpo.eval_interval below grpo.num_batches",
-    )  # fmt: skip
+        "(ties: the earlier); best needs grpo.num_test_batches and grpo.eval_interval below grpo.num_batches",
+    )
 
 
 class JobSpec(_Strict):
@@ -391,12 +420,14 @@ class JobSpec(_Strict):
     )
     # Checked whole by _labels (so an error names `labels`); the schema states the same patterns.
     labels: dict[str, str] = Field(
-        default_factory=dict, max_length=limits.MAX_LABELS, description="Kubernetes labels on the job's objects (rljob's own keys win)",
+        default_factory=dict,
+        max_length=limits.MAX_LABELS,
+        description="Kubernetes labels on the job's objects (rljob's own keys win)",
         json_schema_extra={
             "propertyNames": {"pattern": DNS_LABEL_PATTERN, "maxLength": DNS_LABEL_MAX_LENGTH},
             "additionalProperties": {"type": "string", "pattern": limits.LABEL_VALUE_PATTERN, "maxLength": 63},
         },
-    )  # fmt: skip
+    )
 
     @field_validator("output")
     @classmethod

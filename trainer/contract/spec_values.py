@@ -116,17 +116,16 @@ Location = Annotated[
     AfterValidator(check_location_text),
 ]
 
-MaxTextName = spec_text(MAXTEXT_NAME_PATTERN, 64, "must be a MaxText model name such as llama3.1-8b",
-                        special_words=True)  # fmt: skip
+MaxTextName = spec_text(MAXTEXT_NAME_PATTERN, 64, "must be a MaxText model name such as llama3.1-8b", special_words=True)
 SubsetName = spec_text(
-    SUBSET_PATTERN, 64, "must be a dataset subset name: a letter, then letters, digits, '.', '_' or '-'",
+    SUBSET_PATTERN,
+    64,
+    "must be a dataset subset name: a letter, then letters, digits, '.', '_' or '-'",
     special_words=True,
     description="Hugging Face dataset config (subset); MaxText reads it as YAML, so a name that looks like a "
     "number or a boolean is refused",
 )
-SplitName = spec_text(
-    SPLIT_PATTERN, 64, "must be a split name: a letter, then letters, digits, '.' or '_'", special_words=True
-)
+SplitName = spec_text(SPLIT_PATTERN, 64, "must be a split name: a letter, then letters, digits, '.' or '_'", special_words=True)
 PythonName = spec_text(PYTHON_NAME_PATTERN, 128, "must be an ASCII Python identifier", special_words=True)
 HubId = spec_text(HUB_ID_PATTERN, 193, "must be a Hugging Face id such as org/name")
 Revision = spec_text(REVISION_PATTERN, 128, "must be a branch, tag or commit hash")

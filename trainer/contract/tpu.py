@@ -104,6 +104,8 @@ def rollout_split_problem(data: int, tensor: int, devices: int) -> str | None:
     if data == -1 and tensor == -1:
         return "rollout_data_parallelism and rollout_tensor_parallelism cannot both be -1: set one of them"
     if data != -1 and tensor != -1 and data * tensor != devices:
-        return (f"rollout_data_parallelism * rollout_tensor_parallelism = {data * tensor}, but the rollout has "
-                f"{devices} device(s) on this accelerator: make them equal, or set one of the two to -1")
+        return (
+            f"rollout_data_parallelism * rollout_tensor_parallelism = {data * tensor}, but the rollout has "
+            f"{devices} device(s) on this accelerator: make them equal, or set one of the two to -1"
+        )
     return None

@@ -47,8 +47,9 @@ class LlamaShape:
     def from_config(cls, config: Any) -> LlamaShape:
         block = str(getattr(config.decoder_block, "value", config.decoder_block)).lower()
         if block != "llama2" or list(config.mlp_activations) != ["silu", "linear"] or not config.model_name.startswith("llama3.1"):
-            raise ValueError(f"the jax rollout engine implements MaxText's llama3.1 models (llama2 block) only, "
-                             f"not {config.model_name} ({block})")
+            raise ValueError(
+                f"the jax rollout engine implements MaxText's llama3.1 models (llama2 block) only, not {config.model_name} ({block})"
+            )
         if config.logits_via_embedding and config.normalize_embedding_logits:
             raise ValueError("normalize_embedding_logits=true is Gemma's convention; not a Llama model")
         if not config.scan_layers:
@@ -94,11 +95,16 @@ def arrange_weights(state: dict[str, Any], shape: LlamaShape) -> dict[str, Any]:
     gate_up = jnp.concatenate([mlp["wi_0"]["kernel"], mlp["wi_1"]["kernel"]], -1)
     out = attn["out"]["kernel"].reshape(s.num_layers, s.num_heads * s.head_dim, emb)
     layers = tuple(
-        {"attn_norm": stacked["pre_self_attention_layer_norm"]["scale"][i], "qkv": qkv[i], "out": out[i],
-         "mlp_norm": stacked["post_self_attention_layer_norm"]["scale"][i], "gate_up": gate_up[i],
-         "down": mlp["wo"]["kernel"][i]}
+        {
+            "attn_norm": stacked["pre_self_attention_layer_norm"]["scale"][i],
+            "qkv": qkv[i],
+            "out": out[i],
+            "mlp_norm": stacked["post_self_attention_layer_norm"]["scale"][i],
+            "gate_up": gate_up[i],
+            "down": mlp["wo"]["kernel"][i],
+        }
         for i in range(s.num_layers)
-    )  # fmt: skip
+    )
     embedding = state["token_embedder"]["embedding"]
     if s.tied:  # MaxText's attend_on_embedding: a bf16 copy of the table, promoted against the activations
         logits = embedding.astype(jnp.bfloat16).astype(jnp.promote_types(dtype, jnp.bfloat16)).T
@@ -164,8 +170,11 @@ class CachedLlamaLM(nnx.Module):
     def init_cache(self, batch_size: int, cache_size: int, dtype: Any) -> Cache:
         s = self.shape
         kv = (batch_size, s.num_kv_heads, cache_size, s.head_dim)
-        return {"k": tuple(jnp.zeros(kv, s.dtype) for _ in range(s.num_layers)),
-                "v": tuple(jnp.zeros(kv, s.dtype) for _ in range(s.num_layers)), "end": jnp.zeros((), jnp.int32)}  # fmt: skip
+        return {
+            "k": tuple(jnp.zeros(kv, s.dtype) for _ in range(s.num_layers)),
+            "v": tuple(jnp.zeros(kv, s.dtype) for _ in range(s.num_layers)),
+            "end": jnp.zeros((), jnp.int32),
+        }
 
     def __call__(
         self,
@@ -181,8 +190,7 @@ class CachedLlamaLM(nnx.Module):
         rows = np.array(sorted(set(copies)))
         inverse = np.searchsorted(rows, np.array(copies))
         narrow = {"k": tuple(k[rows] for k in cache["k"]), "v": tuple(v[rows] for v in cache["v"]), "end": cache["end"]}
-        logits, filled = self._forward(input_tokens[rows], positions[rows], narrow, attention_mask[rows],
-                                       decode_only_last_token)  # fmt: skip
+        logits, filled = self._forward(input_tokens[rows], positions[rows], narrow, attention_mask[rows], decode_only_last_token)
         assert filled is not None  # a cache in, a cache out
         wide = {"k": tuple(k[inverse] for k in filled["k"]), "v": tuple(v[inverse] for v in filled["v"]), "end": filled["end"]}
         return logits[inverse], wide

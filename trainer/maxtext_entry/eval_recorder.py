@@ -69,11 +69,18 @@ class EvalRecorder:
             return
         correct, partial, fmt = (float(v) for v in scored)
         text = str(question)
-        self.rows.append(EvalRow(
-            id=row_id(text), index=len(self.rows), question=text[-MAX_EVAL_TEXT_CHARS:],
-            answers=[str(a) for a in answers], completions=[str(r)[:MAX_EVAL_TEXT_CHARS] for r in list(responses)[:MAX_EVAL_COMPLETIONS]],
-            correct=correct, partial=partial, format=fmt,
-        ))  # fmt: skip
+        self.rows.append(
+            EvalRow(
+                id=row_id(text),
+                index=len(self.rows),
+                question=text[-MAX_EVAL_TEXT_CHARS:],
+                answers=[str(a) for a in answers],
+                completions=[str(r)[:MAX_EVAL_TEXT_CHARS] for r in list(responses)[:MAX_EVAL_COMPLETIONS]],
+                correct=correct,
+                partial=partial,
+                format=fmt,
+            )
+        )
 
     def add_reward(self, name: str, scores: Any) -> None:
         if not self.rows:
@@ -98,16 +105,20 @@ class EvalRecorder:
         strategy = str(getattr(config, "eval_sampling_strategy", "greedy"))
         mode = str(getattr(config, "eval_mode", "pass"))
         return EvalSummary(
-            label=label, step=step, n=len(rows) or int(total),
+            label=label,
+            step=step,
+            n=len(rows) or int(total),
             correct=sum(row.outcome(self.scoring) for row in rows),
             scored_by=self.scoring,
             maxtext_correct=sum(row.correct for row in rows) if self.scoring != MAXTEXT_SCORING else None,
-            format_correct=sum(row.format for row in rows), partial_correct=sum(row.partial for row in rows),
+            format_correct=sum(row.format for row in rows),
+            partial_correct=sum(row.partial for row in rows),
             mean_reward=_finite_or_none(mean_reward) if any(row.rewards for row in rows) else None,
             samples_per_row=max((len(row.completions) for row in rows), default=int(num_passes)),
-            sampling=f"{strategy}, {mode}", rows_file=file_name,
+            sampling=f"{strategy}, {mode}",
+            rows_file=file_name,
             vs_before=paired_difference(before, outcomes) if before and label != BEFORE else None,
-        )  # fmt: skip
+        )
 
     def _read_before(self) -> dict[str, float] | None:
         """The `before` outcomes written by an earlier attempt of this run (a resumed trainer)."""
@@ -214,4 +225,3 @@ def install(eval_uri: str | None, scoring: str = MAXTEXT_SCORING) -> EvalRecorde
     evaluate_rl._compute_row_reward = _compute_row_reward
     rl_learner.RLLearner.train = _train
     return recorder
-

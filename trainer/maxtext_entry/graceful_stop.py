@@ -69,8 +69,9 @@ def save_actor_between_steps(cluster: Any, started_at_step: int) -> int | None:
     metadata = stop_checkpoint_metadata(trainer.custom_checkpoint_metadata(), int(cluster.global_steps))
     # PeftTrainer keeps no public flag for LoRA; its own saves pass this attribute the same way.
     lora = bool(getattr(trainer, "_lora_enabled", False))
-    saved = trainer.checkpoint_manager.save(step, trainer.model, trainer.optimizer, save_only_lora_params=lora,
-                                            force=True, custom_metadata=metadata)  # fmt: skip
+    saved = trainer.checkpoint_manager.save(
+        step, trainer.model, trainer.optimizer, save_only_lora_params=lora, force=True, custom_metadata=metadata
+    )
     return step if saved else None
 
 
@@ -107,8 +108,10 @@ def wrap_training_loop(
     def _train(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = train(self, *args, **kwargs)
         if flag.requested:
-            _say(f"stopped by {flag.describe()} at step {int(self.rl_cluster.actor_trainer.train_steps)}; "
-                 f"exiting {int(ExitCode.RETRYABLE)} so a rerun resumes from it")  # fmt: skip
+            _say(
+                f"stopped by {flag.describe()} at step {int(self.rl_cluster.actor_trainer.train_steps)}; "
+                f"exiting {int(ExitCode.RETRYABLE)} so a rerun resumes from it"
+            )
             raise SystemExit(int(ExitCode.RETRYABLE))
         return result
 

@@ -58,8 +58,7 @@ class SharedPrefillSampler(sampler_lib.Sampler):  # type: ignore[misc]  # Tunix 
 
         self._compiled_prefill_fn: Callable[..., Any] = prefill
 
-    def _shared_prefill_fn(self, params: Any, state: Any, images: Any = None, echo: bool = True,
-                           copies: tuple[int, ...] = ()) -> Any:  # fmt: skip
+    def _shared_prefill_fn(self, params: Any, state: Any, images: Any = None, echo: bool = True, copies: tuple[int, ...] = ()) -> Any:
         with shared_prefill(copies):
             return self._prefill_fn(params, state, images, echo)
 
@@ -114,9 +113,7 @@ class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
         base: nnx.Module = self._sampler.transformer.base
         return base
 
-    def generate(
-        self, prompts: list[str], rollout_config: base_rollout.RolloutConfig, **kwargs: Any
-    ) -> base_rollout.RolloutOutput:
+    def generate(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig, **kwargs: Any) -> base_rollout.RolloutOutput:
         self._refresh_if_updated()
         with self._mesh:
             return super().generate(prompts, rollout_config, **kwargs)

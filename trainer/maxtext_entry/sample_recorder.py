@@ -73,21 +73,34 @@ def _finite(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def build_step_samples(step: int, num_generations: int, prompts: list[str], completions: list[str],
-                       rewards: np.ndarray, names: list[str], *, now: datetime) -> StepSamples:  # fmt: skip
+def build_step_samples(
+    step: int, num_generations: int, prompts: list[str], completions: list[str], rewards: np.ndarray, names: list[str], *, now: datetime
+) -> StepSamples:
     groups, with_signal = signal_groups(rewards, num_generations)
     kept = []
     for i in range(min(len(completions), MAX_SAMPLES_PER_STEP)):
         prompt, cut_prompt = _cut(str(prompts[i]), keep_tail=True)  # the question sits at the prompt's end
         completion, cut_completion = _cut(str(completions[i]), keep_tail=False)
         row = rewards[i]
-        kept.append(Sample(
-            group=i // max(num_generations, 1), prompt=prompt, completion=completion,
-            rewards={name: _finite(row[j]) for j, name in enumerate(names)},
-            total=_finite(float(np.nansum(row))), truncated=cut_prompt or cut_completion,
-        ))  # fmt: skip
-    return StepSamples(step=step, time=now, num_generations=num_generations, groups=groups,
-                       groups_with_signal=with_signal, completions=len(completions), samples=kept)  # fmt: skip
+        kept.append(
+            Sample(
+                group=i // max(num_generations, 1),
+                prompt=prompt,
+                completion=completion,
+                rewards={name: _finite(row[j]) for j, name in enumerate(names)},
+                total=_finite(float(np.nansum(row))),
+                truncated=cut_prompt or cut_completion,
+            )
+        )
+    return StepSamples(
+        step=step,
+        time=now,
+        num_generations=num_generations,
+        groups=groups,
+        groups_with_signal=with_signal,
+        completions=len(completions),
+        samples=kept,
+    )
 
 
 class SampleRecorder:
@@ -111,9 +124,7 @@ def install(samples_uri: str | None) -> None:
     prepare_log_metrics = reward_manager.SequenceRewardManager._prepare_log_metrics
 
     # Stand-ins for Tunix methods (Tunix ships no types): the arguments are Tunix's, passed through.
-    def _compute_rewards(
-        self: Any, prompts: Any, completions: Any, mode: Any, step: int | None = None, **kwargs: Any
-    ) -> Any:
+    def _compute_rewards(self: Any, prompts: Any, completions: Any, mode: Any, step: int | None = None, **kwargs: Any) -> Any:
         _context.current = {
             "train": "train" in str(mode).lower(),
             "step": int(self.rl_cluster.global_steps) + 1,
@@ -133,15 +144,14 @@ def install(samples_uri: str | None) -> None:
             scores = np.asarray(rewards, dtype=np.float64)
             metrics.update(reward_metrics(scores, current["num_generations"]))
             names = [getattr(fn, "__name__", f"reward_{i}") for i, fn in enumerate(self.reward_fns)]
-            samples = build_step_samples(current["step"], current["num_generations"], list(prompts),
-                                         list(completions), scores, names, now=datetime.now(UTC))  # fmt: skip
+            samples = build_step_samples(
+                current["step"], current["num_generations"], list(prompts), list(completions), scores, names, now=datetime.now(UTC)
+            )
             if recorder is not None and current["train"]:
                 recorder.record(samples)
         except Exception as e:  # noqa: BLE001 - a sample that cannot be kept must not stop training
-            print(f"rljob: keeping completion samples failed, training goes on: {type(e).__name__}: {e}",
-                  file=sys.stderr)
+            print(f"rljob: keeping completion samples failed, training goes on: {type(e).__name__}: {e}", file=sys.stderr)
         return metrics
 
     rl_learner.RLLearner._compute_rewards = _compute_rewards
     reward_manager.SequenceRewardManager._prepare_log_metrics = _prepare_log_metrics
-

@@ -113,14 +113,13 @@ def install() -> None:
             prompt_mask=left_padding_mask(example.prompt_ids, pad_id),
         )
 
-    def _process_ids(prompt_tokens: Any, completion_tokens: Any, pad_id: int, eos_id: int,
-                     segment_ids: Any = None, segment_positions: Any = None) -> Any:  # fmt: skip
+    def _process_ids(
+        prompt_tokens: Any, completion_tokens: Any, pad_id: int, eos_id: int, segment_ids: Any = None, segment_positions: Any = None
+    ) -> Any:
         if segment_ids is not None:  # packed sequences carry their own segment ids and positions
             return process_ids(prompt_tokens, completion_tokens, pad_id, eos_id, segment_ids, segment_positions)
         prompt_completion_ids = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
-        mask = jnp.concatenate(
-            [left_padding_mask(prompt_tokens, pad_id), jnp.ones(completion_tokens.shape, dtype=bool)], axis=-1
-        )
+        mask = jnp.concatenate([left_padding_mask(prompt_tokens, pad_id), jnp.ones(completion_tokens.shape, dtype=bool)], axis=-1)
         positions = common.build_positions_from_mask(mask)
         return prompt_completion_ids, positions, common.make_causal_attn_mask(mask), mask.astype(jnp.int32)
 

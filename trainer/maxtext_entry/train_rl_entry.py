@@ -41,9 +41,16 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
     import multiprocessing.pool  # noqa: F401
 
     found, argv = pop_flags(
-        argv, SAMPLES_FLAG, EVAL_FLAG, EVAL_SCORING_FLAG, BEST_ROOT_FLAG, BEST_RECORD_FLAG, ACTOR_ROOT_FLAG,
-        KL_LOSS_MODE_FLAG, EPSILON_HIGH_FLAG,
-    )  # fmt: skip
+        argv,
+        SAMPLES_FLAG,
+        EVAL_FLAG,
+        EVAL_SCORING_FLAG,
+        BEST_ROOT_FLAG,
+        BEST_RECORD_FLAG,
+        ACTOR_ROOT_FLAG,
+        KL_LOSS_MODE_FLAG,
+        EPSILON_HIGH_FLAG,
+    )
     maxtext_argv = register_from_argv(argv)
     if KL_LOSS_MODE_FLAG in found:
         epsilon_high = found.get(EPSILON_HIGH_FLAG)

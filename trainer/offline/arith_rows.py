@@ -71,8 +71,7 @@ class Difficulty:
         bad = sorted(set(self.operators) - set(OPERATORS))
         if not self.operators or bad or len(set(self.operators)) != len(self.operators):
             raise ArithKnobError(
-                f"--operators must be one or more of {' '.join(OPERATORS)}, each at most once, "
-                f"e.g. '+-' (got {self.operators!r})"
+                f"--operators must be one or more of {' '.join(OPERATORS)}, each at most once, e.g. '+-' (got {self.operators!r})"
             )
 
     @property
@@ -123,8 +122,7 @@ def split_seed(seed: int, split: str) -> str:
     return f"{seed}:{split}"
 
 
-def arith_split(count: int, *, seed: int, split: str, difficulty: Difficulty,
-                taken: set[tuple[int, ...]]) -> list[dict[str, str]]:  # fmt: skip
+def arith_split(count: int, *, seed: int, split: str, difficulty: Difficulty, taken: set[tuple[int, ...]]) -> list[dict[str, str]]:
     """`count` rows whose operand tuples are distinct and not in `taken` (which gains them)."""
     rng = random.Random(split_seed(seed, split))
     # Sampling count + len(taken) distinct indices leaves at least `count` outside `taken`, so one
@@ -148,8 +146,11 @@ def arith_splits(sizes: dict[str, int], *, seed: int, difficulty: Difficulty) ->
             f"operand tuples, fewer than the {total} rows asked for: raise --digits or --operands, or ask for fewer rows"
         )
     taken: set[tuple[int, ...]] = set()
-    return {split: arith_split(sizes[split], seed=seed, split=split, difficulty=difficulty, taken=taken)
-            for split in SPLIT_ORDER if split in sizes}  # fmt: skip
+    return {
+        split: arith_split(sizes[split], seed=seed, split=split, difficulty=difficulty, taken=taken)
+        for split in SPLIT_ORDER
+        if split in sizes
+    }
 
 
 def make_arith(
@@ -173,8 +174,7 @@ def make_arith(
     out.mkdir(parents=True, exist_ok=True)
     for name in JOB_FILES:
         shutil.copyfile(EXAMPLES / name, out / Path(name).name)
-    summary = {"seed": str(seed), "digits": str(difficulty.digits), "operands": str(difficulty.operands),
-               "operators": difficulty.operators}  # fmt: skip
+    summary = {"seed": str(seed), "digits": str(difficulty.digits), "operands": str(difficulty.operands), "operators": difficulty.operators}
     for split, rows in splits.items():
         write_rows(rows, out / split)
         summary[split] = str(out / f"{split}.parquet")

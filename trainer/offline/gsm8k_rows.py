@@ -89,8 +89,13 @@ def make_gsm8k(out: Path, *, train_rows: int = 2000, seed: int = DEFAULT_SEED) -
     train = gsm_symbolic_train_rows(train_rows, seed=seed, exclude=evaluation)
     write_rows(evaluation, out / "eval")
     write_rows(train, out / "train")
-    return {"train": str(out / "train.parquet"), "eval": str(out / "eval.parquet"),
-            "train_rows": str(len(train)), "eval_rows": str(len(evaluation)), "seed": str(seed)}  # fmt: skip
+    return {
+        "train": str(out / "train.parquet"),
+        "eval": str(out / "eval.parquet"),
+        "train_rows": str(len(train)),
+        "eval_rows": str(len(evaluation)),
+        "seed": str(seed),
+    }
 
 
 DATA_BUILDERS: dict[str, Callable[..., dict[str, str]]] = {"gsm8k": make_gsm8k, "arith": make_arith}

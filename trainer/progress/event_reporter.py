@@ -150,8 +150,7 @@ class EventReporter:
             try:
                 self.flush()
             except Exception as e:  # noqa: BLE001 - the next flush retries; training must go on
-                print(f"rljob: writing progress events failed, retrying in {self._flush_interval_s:.0f}s: {e}",
-                      file=sys.stderr)
+                print(f"rljob: writing progress events failed, retrying in {self._flush_interval_s:.0f}s: {e}", file=sys.stderr)
 
     # Convenience wrappers so callers name the event they mean.
     def run_started(self, attempt: int, run_uri: str) -> TrainerEvent:
@@ -161,9 +160,7 @@ class EventReporter:
     def stage_started(self, stage: Stage) -> TrainerEvent:
         return self.emit(StageStarted, stage=stage)
 
-    def stage_finished(
-        self, stage: Stage, duration_s: float, *, skipped: bool = False, reason: str | None = None
-    ) -> TrainerEvent:
+    def stage_finished(self, stage: Stage, duration_s: float, *, skipped: bool = False, reason: str | None = None) -> TrainerEvent:
         return self.emit(StageFinished, stage=stage, duration_s=duration_s, skipped=skipped, reason=reason)
 
     def train_step(self, **fields: Any) -> TrainerEvent:
@@ -181,7 +178,5 @@ class EventReporter:
     def goodput(self, train: TrainGoodput) -> TrainerEvent:
         return self.emit(GoodputMeasured, attempt=max(self.attempt, 1), train=train)
 
-    def run_finished(
-        self, ok: bool, exit_code: int, message: str = "", failed_stage: Stage | None = None
-    ) -> TrainerEvent:
+    def run_finished(self, ok: bool, exit_code: int, message: str = "", failed_stage: Stage | None = None) -> TrainerEvent:
         return self.emit(RunFinished, ok=ok, exit_code=exit_code, message=message, failed_stage=failed_stage)

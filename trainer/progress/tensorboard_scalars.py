@@ -44,8 +44,7 @@ def parse_records(data: bytes) -> tuple[list[bytes], int]:
 
 def scalars_from_record(payload: bytes) -> list[Scalar]:
     event = parse_event(payload)
-    return [Scalar(step=event.step, tag=v.tag, value=v.number, wall_time=event.wall_time)
-            for v in event.values if v.number is not None]  # fmt: skip
+    return [Scalar(step=event.step, tag=v.tag, value=v.number, wall_time=event.wall_time) for v in event.values if v.number is not None]
 
 
 @dataclass

@@ -160,9 +160,7 @@ class EvalLineReader:
 class TrainProgressWatcher:
     """Polls the TensorBoard files in a thread while train_rl runs; `stop()` does a last full read."""
 
-    def __init__(
-        self, tailer: EventFileTailer, reporter: EventReporter, assembler: TrainStepAssembler, *, poll_interval_s: float
-    ):
+    def __init__(self, tailer: EventFileTailer, reporter: EventReporter, assembler: TrainStepAssembler, *, poll_interval_s: float):
         self._tailer, self._reporter, self._assembler = tailer, reporter, assembler
         self._poll_interval_s = poll_interval_s
         self._stop = threading.Event()

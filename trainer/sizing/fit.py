@@ -63,10 +63,14 @@ class PerChipBytes(BaseModel):
 
     def parts(self) -> list[tuple[str, int]]:
         return [
-            ("params", self.params), ("optimizer", self.optimizer), ("gradients", self.gradients),
-            ("reference", self.reference), ("activations", self.activations),
-            ("rollout weights", self.rollout_weights), ("KV cache", self.kv_cache),
-        ]  # fmt: skip
+            ("params", self.params),
+            ("optimizer", self.optimizer),
+            ("gradients", self.gradients),
+            ("reference", self.reference),
+            ("activations", self.activations),
+            ("rollout weights", self.rollout_weights),
+            ("KV cache", self.kv_cache),
+        ]
 
 
 class FitEstimate(BaseModel):
@@ -126,9 +130,14 @@ def per_chip_bytes(spec: JobSpec, shape: ModelShape) -> tuple[PerChipBytes, int,
     kv_per_token = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * cache_bytes
     kv_cache = math.ceil(cache_tokens * kv_per_token / min(tensor, shape.num_kv_heads))
     parts = PerChipBytes(
-        params=state, optimizer=2 * state, gradients=state, reference=state if g.beta > 0 else 0,
-        activations=activations, rollout_weights=rollout_weights, kv_cache=kv_cache,
-    )  # fmt: skip
+        params=state,
+        optimizer=2 * state,
+        gradients=state,
+        reference=state if g.beta > 0 else 0,
+        activations=activations,
+        rollout_weights=rollout_weights,
+        kv_cache=kv_cache,
+    )
     return parts, trainer, rollout
 
 
@@ -145,10 +154,14 @@ def _breakdown(parts: PerChipBytes) -> str:
 
 def _fits_on(spec: JobSpec, shape: ModelShape, accelerator: str) -> bool:
     tpu = TPU_SLICES[accelerator]
-    hardware = spec.hardware.model_copy(update={
-        "accelerator": accelerator, "chips_per_vm": tpu.chips_per_vm,
-        "rollout_data_parallelism": 1, "rollout_tensor_parallelism": -1,
-    })  # fmt: skip
+    hardware = spec.hardware.model_copy(
+        update={
+            "accelerator": accelerator,
+            "chips_per_vm": tpu.chips_per_vm,
+            "rollout_data_parallelism": 1,
+            "rollout_tensor_parallelism": -1,
+        }
+    )
     parts, _, _ = per_chip_bytes(spec.model_copy(update={"hardware": hardware}), shape)
     return _total(parts, accelerator) <= hbm_bytes_per_chip(tpu)
 
@@ -158,8 +171,7 @@ def smallest_fitting_slice(spec: JobSpec, shape: ModelShape) -> str | None:
     current = tpu_slice(spec.hardware.accelerator)
     if current is None:
         return None
-    same_generation = sorted((s for s in TPU_SLICES.values() if s.generation == current.generation),
-                             key=lambda s: s.chips)  # fmt: skip
+    same_generation = sorted((s for s in TPU_SLICES.values() if s.generation == current.generation), key=lambda s: s.chips)
     return next((s.name for s in same_generation if _fits_on(spec, shape, s.name)), None)
 
 
@@ -178,9 +190,11 @@ def estimate_fit(spec: JobSpec, shape: ModelShape) -> FitEstimate:
         verdict = "does-not-fit"
         message = f"{needs}, {accelerator} has {capacity / GIB:g} GiB per chip"
         larger = smallest_fitting_slice(spec, shape)
-        message += (f"; it would fit on {larger}" if larger and larger != accelerator else
-                    "; no slice of this generation holds it: lower batch_size, num_generations or the lengths, "
-                    "or use bfloat16")  # fmt: skip
+        message += (
+            f"; it would fit on {larger}"
+            if larger and larger != accelerator
+            else "; no slice of this generation holds it: lower batch_size, num_generations or the lengths, or use bfloat16"
+        )
     else:
         share = total / capacity
         verdict = "tight" if share > TIGHT_FRACTION else "fits"
@@ -188,10 +202,17 @@ def estimate_fit(spec: JobSpec, shape: ModelShape) -> FitEstimate:
         if verdict == "tight":
             message += "; close to the limit (the estimate leaves out XLA's temporary buffers): it may run out of memory"
     return FitEstimate(
-        accelerator=accelerator, model_source=shape.source, parameters=shape.parameters,
-        trainer_devices=trainer, rollout_devices=rollout, per_chip=parts, total_bytes_per_chip=total,
-        capacity_bytes_per_chip=capacity, verdict=verdict, message=message,
-    )  # fmt: skip
+        accelerator=accelerator,
+        model_source=shape.source,
+        parameters=shape.parameters,
+        trainer_devices=trainer,
+        rollout_devices=rollout,
+        per_chip=parts,
+        total_bytes_per_chip=total,
+        capacity_bytes_per_chip=capacity,
+        verdict=verdict,
+        message=message,
+    )
 
 
 def estimate_job_fit(spec: JobSpec, hf_config: dict[str, Any] | None = None) -> FitEstimate | None:

@@ -124,12 +124,14 @@ def _rope_use_scale(scaling: dict[str, Any] | None, field_name: str) -> bool:
     if kind == "default":
         return False
     if kind != "llama3":
-        raise UnsupportedCheckpoint(field_name, f"RoPE scaling {kind!r} is not implemented by MaxText's Llama "
-                                                "decoder (it has Llama 3.1's llama3 scaling or none)")
+        raise UnsupportedCheckpoint(
+            field_name, f"RoPE scaling {kind!r} is not implemented by MaxText's Llama decoder (it has Llama 3.1's llama3 scaling or none)"
+        )
     for key, expected in MAXTEXT_LLAMA3_ROPE_SCALING.items():
         if key in scaling and float(scaling[key]) != float(expected):
-            raise UnsupportedCheckpoint(f"{field_name}.{key}", f"is {scaling[key]}; MaxText's llama3 RoPE "
-                                                               f"scaling is fixed at {key}={expected}")
+            raise UnsupportedCheckpoint(
+                f"{field_name}.{key}", f"is {scaling[key]}; MaxText's llama3 RoPE scaling is fixed at {key}={expected}"
+            )
     return True
 
 
@@ -144,8 +146,9 @@ def read_llama_config(hf: dict[str, Any]) -> tuple[ModelShape, LlamaSettings]:
     """A Llama-family `config.json` as MaxText can run it; raises UnsupportedCheckpoint."""
     model_type = hf.get("model_type")
     if model_type != "llama":
-        raise UnsupportedCheckpoint("model_type", f"is {model_type!r}; settings are derived for Llama-family "
-                                                  "checkpoints (model_type 'llama') only")
+        raise UnsupportedCheckpoint(
+            "model_type", f"is {model_type!r}; settings are derived for Llama-family checkpoints (model_type 'llama') only"
+        )
     if (act := hf.get("hidden_act", "silu")) != "silu":
         raise UnsupportedCheckpoint("hidden_act", f"is {act!r}; MaxText's Llama MLP is SiLU-gated")
     for key in ("attention_bias", "mlp_bias"):
@@ -170,10 +173,16 @@ def read_llama_config(hf: dict[str, Any]) -> tuple[ModelShape, LlamaSettings]:
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise UnsupportedCheckpoint("rms_norm_eps", f"{eps!r} must be between 0 and 1")
     shape = ModelShape(
-        hidden, heads, kv_heads, _positive_int(hf, "num_hidden_layers"), _positive_int(hf, "intermediate_size"),
-        int(head_dim), _positive_int(hf, "vocab_size"), tied_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        hidden,
+        heads,
+        kv_heads,
+        _positive_int(hf, "num_hidden_layers"),
+        _positive_int(hf, "intermediate_size"),
+        int(head_dim),
+        _positive_int(hf, "vocab_size"),
+        tied_embeddings=bool(hf.get("tie_word_embeddings", False)),
         source="config.json",
-    )  # fmt: skip
+    )
     return shape, LlamaSettings(norm_epsilon=float(eps), rope_theta=int(theta), rope_use_scale=use_scale)
 
 
@@ -183,18 +192,23 @@ def resolve_maxtext_model(name: str | None, dims: dict[str, int] | None, hf: dic
     if hf is None or (hf.get("model_type") != "llama" and name and not name.startswith(LLAMA_MAXTEXT_PREFIX)):
         # Not derivable: MaxText's own table for the named model, narrowed by explicit dims.
         if not name:
-            raise UnsupportedCheckpoint("model.name", "is needed when the checkpoint's config.json cannot be read "
-                                                      "or is not a Llama-family config")
+            raise UnsupportedCheckpoint(
+                "model.name", "is needed when the checkpoint's config.json cannot be read or is not a Llama-family config"
+            )
         if not dims:
             return MaxTextModel(name=name)
         return MaxTextModel(name=name, shape=shape_from_dims(name, dims), source="dims")
     if name and not name.startswith(LLAMA_MAXTEXT_PREFIX):
-        raise UnsupportedCheckpoint("model.name", f"{name!r} is not a Llama model, but the checkpoint is; MaxText "
-                                                  f"converts Llama checkpoints as {LLAMA_MAXTEXT_PREFIX}* (or omit it)")
+        raise UnsupportedCheckpoint(
+            "model.name",
+            f"{name!r} is not a Llama model, but the checkpoint is; MaxText "
+            f"converts Llama checkpoints as {LLAMA_MAXTEXT_PREFIX}* (or omit it)",
+        )
     shape, llama = read_llama_config(hf)
     derived = shape.maxtext_dims()
     for key, value in (dims or {}).items():
         if derived[key] != value:
-            raise UnsupportedCheckpoint(f"model.dims.{key}", f"is {value} but the checkpoint's config.json says "
-                                                             f"{derived[key]}; the weights would not fit")
+            raise UnsupportedCheckpoint(
+                f"model.dims.{key}", f"is {value} but the checkpoint's config.json says {derived[key]}; the weights would not fit"
+            )
     return MaxTextModel(name=name or LLAMA_MAXTEXT_BASE, shape=shape, llama=llama, source="config.json")

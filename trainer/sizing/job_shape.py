@@ -37,9 +37,7 @@ def read_local_model_config(source: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def model_shape(
-    name: str | None, dims: dict[str, int] | None, hf_config: dict[str, Any] | None
-) -> ModelShape | None:
+def model_shape(name: str | None, dims: dict[str, int] | None, hf_config: dict[str, Any] | None) -> ModelShape | None:
     """The shape of a spec's model, or None when nothing says it (an unknown name, no dims, no config)."""
     if hf_config is not None and hf_config.get("model_type") == "llama":
         try:

@@ -78,6 +78,12 @@ def shape_from_dims(name: str | None, dims: Mapping[str, int]) -> ModelShape:
     for the named model, or its Llama base's when the name is not in the table."""
     vocab = MAXTEXT_MODELS.get(name or LLAMA_MAXTEXT_BASE, MAXTEXT_MODELS[LLAMA_MAXTEXT_BASE]).vocab_size
     return ModelShape(
-        dims["base_emb_dim"], dims["base_num_query_heads"], dims["base_num_kv_heads"],
-        dims["base_num_decoder_layers"], dims["base_mlp_dim"], dims["head_dim"], vocab, source="model.dims",
-    )  # fmt: skip
+        dims["base_emb_dim"],
+        dims["base_num_query_heads"],
+        dims["base_num_kv_heads"],
+        dims["base_num_decoder_layers"],
+        dims["base_mlp_dim"],
+        dims["head_dim"],
+        vocab,
+        source="model.dims",
+    )

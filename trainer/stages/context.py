@@ -52,9 +52,7 @@ def latest_actor_step(layout: RunLayout) -> int | None:
 def stage_inputs(ctx: JobContext) -> dict[str, Any]:
     """Local paths for inputs MaxText cannot read from gs:// itself."""
     spec, work = ctx.spec, ctx.work_dir
-    inputs: dict[str, Any] = {
-        "local_source": None, "local_tokenizer": None, "local_rewards": None, "local_template": None
-    }
+    inputs: dict[str, Any] = {"local_source": None, "local_tokenizer": None, "local_rewards": None, "local_template": None}
     if location_kind(spec.model.source) == "gcs":
         inputs["local_source"] = stage_directory(spec.model.source, work / "inputs" / "hf-source")
     if location_kind(spec.model.tokenizer_location) == "gcs":
@@ -76,5 +74,3 @@ def _stage_file(uri: str, directory: Path) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(store_for(uri).read_bytes(uri))
     return str(target)
-
-

@@ -91,8 +91,7 @@ def run_convert(ctx: JobContext) -> dict[str, Any]:
     cache, key = found
 
     def convert(output_dir: str) -> None:
-        command = build_convert_command(ctx.spec, ctx.layout, ctx.model, local_source=inputs["local_source"],
-                                        output_dir=output_dir)
+        command = build_convert_command(ctx.spec, ctx.layout, ctx.model, local_source=inputs["local_source"], output_dir=output_dir)
         ctx.run_command(command, log)
 
     # A concurrent job converting the same model may publish first; then this one uses its entry.

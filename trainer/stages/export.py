@@ -35,8 +35,13 @@ def choose_checkpoint(spec: JobSpec, layout: RunLayout, last_step: int) -> Expor
         return ExportedCheckpoint(asked="last", exported="last", step=last_step, params=last)
     store = store_for(layout.best_checkpoint_record)
     if not store.exists(layout.best_checkpoint_record):
-        return ExportedCheckpoint(asked="best", exported="last", step=last_step, params=last,
-                                  reason=f"no evaluation was recorded in {layout.best_checkpoint_record}")
+        return ExportedCheckpoint(
+            asked="best",
+            exported="last",
+            step=last_step,
+            params=last,
+            reason=f"no evaluation was recorded in {layout.best_checkpoint_record}",
+        )
     best = BestCheckpoint.model_validate_json(store.read_bytes(layout.best_checkpoint_record))
     return ExportedCheckpoint(asked="best", exported="best", step=best.step, params=best.params, best=best)
 
@@ -93,8 +98,15 @@ def run_export(ctx: JobContext) -> dict[str, Any]:
         raise StageFailed("export", 0, log, f"no actor checkpoint in {layout.actor_checkpoints}")
     inputs = stage_inputs(ctx)
     chosen = choose_checkpoint(spec, layout, step)
-    command = build_export_command(spec, layout, ctx.model, actor_step=chosen.step, params_uri=chosen.params,
-                                   local_tokenizer=inputs["local_tokenizer"], local_source=inputs["local_source"])
+    command = build_export_command(
+        spec,
+        layout,
+        ctx.model,
+        actor_step=chosen.step,
+        params_uri=chosen.params,
+        local_tokenizer=inputs["local_tokenizer"],
+        local_source=inputs["local_source"],
+    )
     export_copy = ctx.work_dir / "export-copy"
     # The check starts now and imports torch and transformers while to_huggingface runs (on the tiny
     # spec those imports were most of the check's 13 s); it reads the export only once told to below.
@@ -104,8 +116,11 @@ def run_export(ctx: JobContext) -> dict[str, Any]:
         check = ctx.start_command(verify, with_stdin=True)
     try:
         ctx.run_command(command, log)
-        outputs: dict[str, Any] = {"export": layout.export_dir, "actor_step": chosen.step,
-                                   "exported_checkpoint": chosen.model_dump(mode="json")}
+        outputs: dict[str, Any] = {
+            "export": layout.export_dir,
+            "actor_step": chosen.step,
+            "exported_checkpoint": chosen.model_dump(mode="json"),
+        }
         if chosen.reason:
             outputs["warning"] = f"export.checkpoint=best, but the last checkpoint was exported: {chosen.reason}"
         if spec.export.verify or spec.export.hub_repo:

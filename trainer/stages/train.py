@@ -133,8 +133,11 @@ def eval_scoring(spec: JobSpec) -> EvalScoring:
 def best_checkpoint_flags(spec: JobSpec, layout: RunLayout) -> list[str]:
     if spec.export.checkpoint != "best":
         return []
-    return [f"{BEST_ROOT_FLAG}{layout.best_checkpoints}", f"{BEST_RECORD_FLAG}{layout.best_checkpoint_record}",
-            f"{ACTOR_ROOT_FLAG}{layout.actor_checkpoints}"]  # fmt: skip
+    return [
+        f"{BEST_ROOT_FLAG}{layout.best_checkpoints}",
+        f"{BEST_RECORD_FLAG}{layout.best_checkpoint_record}",
+        f"{ACTOR_ROOT_FLAG}{layout.actor_checkpoints}",
+    ]
 
 
 def build_train_command(
@@ -235,8 +238,10 @@ def _final_metrics_read(watcher: TrainProgressWatcher, log: Path) -> str | None:
     try:
         watcher.stop()
     except Exception as e:  # noqa: BLE001 - any failure to read metrics; the stage keeps its own result
-        warning = (f"the final read of training metrics failed ({type(e).__name__}: {e}); progress may miss the "
-                   f"last steps, the checkpoint is unaffected")
+        warning = (
+            f"the final read of training metrics failed ({type(e).__name__}: {e}); progress may miss the "
+            f"last steps, the checkpoint is unaffected"
+        )
         print(f"rljob: warning: {warning}", file=sys.stderr)
         try:
             with open(log, "a", encoding="utf-8") as f:

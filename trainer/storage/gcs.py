@@ -27,8 +27,7 @@ from .port import ObjectInfo, StorageError
 PROBE_PREFIX = ".rljob-probe-"
 CREATE_BUCKET_HINT = "gcloud storage buckets create gs://{bucket} --location=REGION --uniform-bucket-level-access"
 GRANT_HINT = (
-    "gcloud storage buckets add-iam-policy-binding gs://{bucket} "
-    "--member=serviceAccount:SERVICE_ACCOUNT --role=roles/storage.objectAdmin"
+    "gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=serviceAccount:SERVICE_ACCOUNT --role=roles/storage.objectAdmin"
 )
 
 
@@ -79,9 +78,9 @@ class GcsStore:
         self._client = client
         self._settings = settings or RetrySettings()
         s = self._settings
-        self._retry: Retry = DEFAULT_RETRY.with_delay(
-            initial=s.initial_s, maximum=s.maximum_s, multiplier=s.multiplier
-        ).with_timeout(s.timeout_s)
+        self._retry: Retry = DEFAULT_RETRY.with_delay(initial=s.initial_s, maximum=s.maximum_s, multiplier=s.multiplier).with_timeout(
+            s.timeout_s
+        )
         # Creates guarded by if_generation_match=0 are idempotent, so they may be retried; the
         # policy says so explicitly and would disable retries if a caller dropped the precondition.
         self._retry_if_precondition = ConditionalRetryPolicy(self._retry, is_generation_specified, ["query_params"])
@@ -107,8 +106,7 @@ class GcsStore:
                 f"({_server_message(error)}); grant it: {GRANT_HINT.format(bucket=bucket)}"
             )
         if isinstance(error, gexc.NotFound) and "bucket" in _server_message(error).lower():
-            return StorageError(f"{action} {uri}: bucket {bucket} does not exist; create it: "
-                                f"{CREATE_BUCKET_HINT.format(bucket=bucket)}")
+            return StorageError(f"{action} {uri}: bucket {bucket} does not exist; create it: {CREATE_BUCKET_HINT.format(bucket=bucket)}")
         return StorageError(f"{action} {uri}: {error}")
 
     # --- single objects -------------------------------------------------------------------
@@ -262,32 +260,29 @@ class GcsStore:
             worker_type=transfer_manager.THREAD,
             max_workers=self._settings.max_workers,
         )
-        self._raise_for_failures(f"upload of {local_dir} to {uri}", bucket_name,
-                                 [blob.name for _, blob in pairs], results)
+        self._raise_for_failures(f"upload of {local_dir} to {uri}", bucket_name, [blob.name for _, blob in pairs], results)
         return sorted(
-            (ObjectInfo(self.uri(bucket_name, b.name), b.size or 0, _checksum(b),
-                        b.updated.timestamp() if b.updated else None) for _, b in pairs),
+            (
+                ObjectInfo(self.uri(bucket_name, b.name), b.size or 0, _checksum(b), b.updated.timestamp() if b.updated else None)
+                for _, b in pairs
+            ),
             key=lambda o: o.uri,
         )
 
-    def _raise_for_failures(
-        self, what: str, bucket_name: str, names: builtins.list[str], results: builtins.list[object]
-    ) -> None:
+    def _raise_for_failures(self, what: str, bucket_name: str, names: builtins.list[str], results: builtins.list[object]) -> None:
         """transfer_manager returns exceptions in place of results; turn any into one StorageError."""
         failures = [(name, r) for name, r in zip(names, results, strict=True) if isinstance(r, Exception)]
         if failures:
             first_name, first = failures[0]
             raise StorageError(
-                f"{what} failed for {len(failures)} of {len(names)} objects; "
-                f"first: {self.uri(bucket_name, first_name)}: {first}"
+                f"{what} failed for {len(failures)} of {len(names)} objects; first: {self.uri(bucket_name, first_name)}: {first}"
             ) from first
 
     def download_dir(self, uri: str, local_dir: str) -> builtins.list[str]:
         bucket_name, name = parse_gs_uri(uri)
         prefix = f"{name}/" if name else ""
         try:
-            blobs = [b for b in self._client.list_blobs(bucket_name, prefix=prefix, retry=self._retry)
-                     if not b.name.endswith("/")]
+            blobs = [b for b in self._client.list_blobs(bucket_name, prefix=prefix, retry=self._retry) if not b.name.endswith("/")]
         except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot list", uri, "storage.objects.list") from e
         if not blobs:
@@ -319,8 +314,7 @@ class GcsStore:
             blob.upload_from_string(b"rljob write probe", if_generation_match=0, retry=self._retry_if_precondition)
         except gexc.NotFound as e:
             raise StorageError(
-                f"output location {uri}: bucket {bucket_name} does not exist; create it: "
-                f"{CREATE_BUCKET_HINT.format(bucket=bucket_name)}"
+                f"output location {uri}: bucket {bucket_name} does not exist; create it: {CREATE_BUCKET_HINT.format(bucket=bucket_name)}"
             ) from e
         except (gexc.Forbidden, gexc.Unauthorized) as e:
             raise StorageError(
@@ -352,8 +346,7 @@ class GcsStore:
         try:
             if name and self._client.bucket(bucket_name).get_blob(name, retry=self._retry) is not None:
                 return
-            found = list(self._client.list_blobs(bucket_name, prefix=f"{name}/" if name else "",
-                                                 max_results=1, retry=self._retry))
+            found = list(self._client.list_blobs(bucket_name, prefix=f"{name}/" if name else "", max_results=1, retry=self._retry))
         except gexc.NotFound as e:
             raise StorageError(f"input {uri}: bucket {bucket_name} does not exist") from e
         except (gexc.Forbidden, gexc.Unauthorized) as e:

@@ -23,7 +23,7 @@ def _path(uri: str) -> Path:
 
 
 def file_md5(path: Path) -> str:
-    """"md5:<hex>" of a local file: the form GcsStore reports from object metadata, so they compare."""
+    """ "md5:<hex>" of a local file: the form GcsStore reports from object metadata, so they compare."""
     h = hashlib.md5(usedforsecurity=False)
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -119,6 +119,4 @@ class LocalDirStore:
             probe.write_bytes(b"probe")
             probe.unlink()
         except OSError as e:
-            raise StorageError(
-                f"output location {uri} is not writable ({e.strerror}); choose a directory this user can write"
-            ) from e
+            raise StorageError(f"output location {uri} is not writable ({e.strerror}); choose a directory this user can write") from e

@@ -28,10 +28,14 @@ def _local_md5(uri: str) -> str:
     return file_md5(Path(local_path(uri)))
 
 
-def build_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,
-                   references: Mapping[str, str] | None = None,
-                   exported_checkpoint: Mapping[str, Any] | None = None,
-                   clock: Callable[[], float] = time.time) -> dict[str, Any]:
+def build_manifest(
+    layout: RunLayout,
+    *,
+    store: ArtifactStore | None = None,
+    references: Mapping[str, str] | None = None,
+    exported_checkpoint: Mapping[str, Any] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
     store = store or store_for(layout.root)
     base = layout.root.rstrip("/") + "/"
     artifacts = []
@@ -57,9 +61,13 @@ def build_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,
     }
 
 
-def write_manifest(layout: RunLayout, *, store: ArtifactStore | None = None,
-                   references: Mapping[str, str] | None = None,
-                   exported_checkpoint: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def write_manifest(
+    layout: RunLayout,
+    *,
+    store: ArtifactStore | None = None,
+    references: Mapping[str, str] | None = None,
+    exported_checkpoint: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Build and write `<run>/manifest.json`; returns it. Call after the last artifact is written."""
     store = store or store_for(layout.root)
     manifest = build_manifest(layout, store=store, references=references, exported_checkpoint=exported_checkpoint)

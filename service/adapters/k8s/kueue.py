@@ -88,10 +88,7 @@ def unreadable_reason(status: int | None, error: str = "") -> str:
     """
     api = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
     if status == 404:
-        return (
-            f"the {api} API is not served (Kueue is missing or older than 0.15): install Kueue >= 0.15; "
-            "`rljob doctor` checks"
-        )
+        return f"the {api} API is not served (Kueue is missing or older than 0.15): install Kueue >= 0.15; `rljob doctor` checks"
     if status == 403:
         return (
             f"the service may not list {KUEUE_WORKLOADS}.{KUEUE_GROUP} (RBAC: the Role rljob-launcher needs "

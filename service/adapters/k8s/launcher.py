@@ -134,8 +134,10 @@ class K8sJobLauncher:
                 first = read.unreadable not in self._warned
                 self._warned.add(read.unreadable)
             if first:
-                log.warning("cannot check jobs against Kueue's flavors (%s); submitting without that check, "
-                            "`rljob doctor` says more", read.unreadable)  # fmt: skip
+                log.warning(
+                    "cannot check jobs against Kueue's flavors (%s); submitting without that check, `rljob doctor` says more",
+                    read.unreadable,
+                )
             return
         if read.problem:
             raise InvalidRequest(("team",), read.problem)

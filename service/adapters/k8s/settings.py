@@ -81,9 +81,11 @@ class K8sSettings(BaseSettings):
     # hardware.capacity: flex-start. The VM goes after 7 days; the trainer is told (RLJOB_MAX_RUN_S) to
     # checkpoint and stop this long before, so the last checkpoint is written and uploaded in time.
     flex_start_margin_s: int = Field(
-        default=3600, ge=0, le=FLEX_START_MAX_RUN_S // 2,
+        default=3600,
+        ge=0,
+        le=FLEX_START_MAX_RUN_S // 2,
         description="flex-start jobs: stop this long before the VM's 7-day limit (RLJOB_MAX_RUN_S in the pod)",
-    )  # fmt: skip
+    )
     cpu_request: str | None = Field(default=None, description="override the accelerator table's per-VM CPU request")
     memory_request: str | None = Field(default=None, description="override the per-VM memory request (= limit)")
     shm_size: str | None = Field(default=None, description="override the /dev/shm size")

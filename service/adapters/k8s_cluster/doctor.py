@@ -40,9 +40,14 @@ def api_checks(served: set[str], settings: K8sSettings) -> list[CheckLine]:
     if jobset in served:
         lines.append(CheckLine("ok", f"api {jobset}", "served"))
     elif settings.watch_jobsets:
-        lines.append(CheckLine("fail", f"api {jobset}", "not served, and RLJOB_K8S_WATCH_JOBSETS is true",
-                               "install the JobSet controller (docs/deploy-gke.md), or set RLJOB_K8S_WATCH_JOBSETS=false "
-                               "if no job spans several VMs"))  # fmt: skip
+        lines.append(
+            CheckLine(
+                "fail",
+                f"api {jobset}",
+                "not served, and RLJOB_K8S_WATCH_JOBSETS is true",
+                "install the JobSet controller (docs/deploy-gke.md), or set RLJOB_K8S_WATCH_JOBSETS=false if no job spans several VMs",
+            )
+        )
     else:
         lines.append(CheckLine("warn", f"api {jobset}", "not served: multi-host slices cannot run", "install the JobSet controller"))
     if configured_queues(settings):
@@ -50,16 +55,34 @@ def api_checks(served: set[str], settings: K8sSettings) -> list[CheckLine]:
         if KUEUE_V1BETA2 in served:
             lines.append(CheckLine("ok", f"api {KUEUE_V1BETA2}", "served"))
         elif kueue_versions:
-            lines.append(CheckLine("fail", f"api {KUEUE_V1BETA2}", f"only {', '.join(kueue_versions)}: Kueue < 0.15",
-                                   "upgrade Kueue to >= 0.15 (rljob reads and writes kueue.x-k8s.io/v1beta2)"))  # fmt: skip
+            lines.append(
+                CheckLine(
+                    "fail",
+                    f"api {KUEUE_V1BETA2}",
+                    f"only {', '.join(kueue_versions)}: Kueue < 0.15",
+                    "upgrade Kueue to >= 0.15 (rljob reads and writes kueue.x-k8s.io/v1beta2)",
+                )
+            )
         else:
-            lines.append(CheckLine("fail", f"api {KUEUE_V1BETA2}", "Kueue is not installed, but Kueue queues are configured",
-                                   "install Kueue >= 0.15, or unset RLJOB_K8S_KUEUE_QUEUE and RLJOB_K8S_KUEUE_TEAM_QUEUES"))  # fmt: skip
+            lines.append(
+                CheckLine(
+                    "fail",
+                    f"api {KUEUE_V1BETA2}",
+                    "Kueue is not installed, but Kueue queues are configured",
+                    "install Kueue >= 0.15, or unset RLJOB_K8S_KUEUE_QUEUE and RLJOB_K8S_KUEUE_TEAM_QUEUES",
+                )
+            )
         if VISIBILITY_V1BETA2 in served:
             lines.append(CheckLine("ok", f"api {VISIBILITY_V1BETA2}", "served"))
         else:
-            lines.append(CheckLine("warn", f"api {VISIBILITY_V1BETA2}", "not served: queued jobs show no place in line",
-                                   "enable Kueue's visibility API server (Kueue's VisibilityOnDemand)"))  # fmt: skip
+            lines.append(
+                CheckLine(
+                    "warn",
+                    f"api {VISIBILITY_V1BETA2}",
+                    "not served: queued jobs show no place in line",
+                    "enable Kueue's visibility API server (Kueue's VisibilityOnDemand)",
+                )
+            )
     return lines
 
 
@@ -115,8 +138,12 @@ def secret_check(client: K8sClient, settings: K8sSettings) -> CheckLine:
     if keys is None:
         return CheckLine("warn", check, "does not exist: public models need no token, gated ones fail in the trainer", create)
     if key not in keys:
-        return CheckLine("warn", check, f"has no key {key!r} (keys: {', '.join(sorted(keys)) or 'none'}): gated models fail",
-                         f"{create} (or set RLJOB_K8S_HF_TOKEN_SECRET_KEY)")  # fmt: skip
+        return CheckLine(
+            "warn",
+            check,
+            f"has no key {key!r} (keys: {', '.join(sorted(keys)) or 'none'}): gated models fail",
+            f"{create} (or set RLJOB_K8S_HF_TOKEN_SECRET_KEY)",
+        )
     return CheckLine("ok", check, f"has key {key!r}")
 
 
@@ -124,17 +151,31 @@ def storage_checks(prefixes: list[str], probe: StorageProbe, settings: K8sSettin
     lines = []
     for prefix in prefixes:
         sa = settings.service_account
-        trainer = (f"kubectl -n {settings.namespace} run gcs-probe --rm -i --restart=Never --image=google/cloud-sdk:slim "
-                   f"--overrides='{{\"spec\":{{\"serviceAccountName\":\"{sa}\"}}}}' -- gcloud storage ls {prefix}")  # fmt: skip
+        trainer = (
+            f"kubectl -n {settings.namespace} run gcs-probe --rm -i --restart=Never --image=google/cloud-sdk:slim "
+            f'--overrides=\'{{"spec":{{"serviceAccountName":"{sa}"}}}}\' -- gcloud storage ls {prefix}'
+        )
         try:
             probe(prefix)
         except Exception as exc:  # noqa: BLE001 - any storage error is this check's answer
-            lines.append(CheckLine("fail", f"storage {prefix}", f"the service's identity cannot list it: {exc}",
-                                   f"grant the service's Google service account roles/storage.objectViewer on the bucket; "
-                                   f"the trainer's identity is separate, verify it with: {trainer}"))  # fmt: skip
+            lines.append(
+                CheckLine(
+                    "fail",
+                    f"storage {prefix}",
+                    f"the service's identity cannot list it: {exc}",
+                    f"grant the service's Google service account roles/storage.objectViewer on the bucket; "
+                    f"the trainer's identity is separate, verify it with: {trainer}",
+                )
+            )
             continue
-        lines.append(CheckLine("ok", f"storage {prefix}", "listable by the service's identity (not the trainer's: "
-                               f"the trainer runs as {sa} through Workload Identity; docs/doctor.md says how to check it)"))  # fmt: skip
+        lines.append(
+            CheckLine(
+                "ok",
+                f"storage {prefix}",
+                "listable by the service's identity (not the trainer's: "
+                f"the trainer runs as {sa} through Workload Identity; docs/doctor.md says how to check it)",
+            )
+        )
     return lines
 
 

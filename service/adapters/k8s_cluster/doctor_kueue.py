@@ -58,17 +58,18 @@ def node_check(reads: ClusterReads, flavor: Flavor) -> CheckLine:
         return CheckLine("warn", name, f"cannot list nodes ({api_status(exc) or exc.__class__.__name__})", CLUSTER_READER_FIX)
     if not nodes:
         return CheckLine(
-            "warn", name, f"no node carries {labels or 'its labels'} yet (a pool autoscaled to zero has none; flex-start pools start at 0)",
+            "warn",
+            name,
+            f"no node carries {labels or 'its labels'} yet (a pool autoscaled to zero has none; flex-start pools start at 0)",
             "if no such node pool exists, create one with --node-labels for these labels (docs/deploy-gke.md); else ignore",
-        )  # fmt: skip
+        )
     tolerations = [*flavor.tolerations, *TRAINER_TOLERATIONS]
     blocked = {(n.metadata.name if n.metadata else "") or "?": _untolerated(n, tolerations) for n in nodes}
     bad = {node: taints for node, taints in blocked.items() if taints}
     if not bad:
         return CheckLine("ok", name, f"{len(nodes)} node(s) with {labels}")
     detail = "; ".join(f"{node}: {', '.join(taints)}" for node, taints in sorted(bad.items()))
-    fix = (f"add a toleration for the taint to ResourceFlavor {flavor.name} (spec.tolerations) or remove the taint "
-           "from the node pool")  # fmt: skip
+    fix = f"add a toleration for the taint to ResourceFlavor {flavor.name} (spec.tolerations) or remove the taint from the node pool"
     if len(bad) == len(nodes):
         return CheckLine("fail", name, f"every node carries a NoSchedule taint the trainer does not tolerate ({detail})", fix)
     return CheckLine("warn", name, f"{len(bad)} of {len(nodes)} node(s) carry an untolerated NoSchedule taint ({detail})", fix)
@@ -99,11 +100,14 @@ def _admission_check_lines(reads: ClusterReads, cq_name: str, cq: dict[str, Any]
             if versions:
                 lines.append(CheckLine("ok", f"api {PROVISIONING_GROUP} (ProvisioningRequest)", ", ".join(versions)))
             else:
-                lines.append(CheckLine(
-                    "fail", f"api {PROVISIONING_GROUP} (ProvisioningRequest)",
-                    f"not served, but AdmissionCheck {check} uses the provisioning-request controller",
-                    "enable ProvisioningRequest (GKE: a node pool with --enable-queued-provisioning) or drop the check",
-                ))  # fmt: skip
+                lines.append(
+                    CheckLine(
+                        "fail",
+                        f"api {PROVISIONING_GROUP} (ProvisioningRequest)",
+                        f"not served, but AdmissionCheck {check} uses the provisioning-request controller",
+                        "enable ProvisioningRequest (GKE: a node pool with --enable-queued-provisioning) or drop the check",
+                    )
+                )
     return lines
 
 
@@ -123,9 +127,14 @@ def queue_checks(reads: ClusterReads, settings: K8sSettings, served: set[str]) -
             chain = read.chain
             missing = f"; missing flavors: {', '.join(chain.missing_flavors)}" if chain.missing_flavors else ""
             status: CheckStatus = "fail" if chain.missing_flavors else "ok"
-            lines.append(CheckLine(status, name, f"ClusterQueue {chain.cluster_queue} is active; flavors "
-                                   f"{', '.join(f.name for f in chain.flavors) or 'none'}{missing}",
-                                   "create the missing ResourceFlavors (k8s/kueue/resourceflavor.yaml)"))  # fmt: skip
+            lines.append(
+                CheckLine(
+                    status,
+                    name,
+                    f"ClusterQueue {chain.cluster_queue} is active; flavors {', '.join(f.name for f in chain.flavors) or 'none'}{missing}",
+                    "create the missing ResourceFlavors (k8s/kueue/resourceflavor.yaml)",
+                )
+            )
             flavors.update({f.name: f for f in chain.flavors})
         if read.cluster_queue is not None:
             cq_name = str((read.cluster_queue.get("metadata") or {}).get("name") or "")

@@ -72,20 +72,24 @@ def read_chain(client: K8sClient, reads: ClusterReads, local_queue: str) -> Chai
     try:
         lq = _get(f"read LocalQueue {ns}/{local_queue}", lambda: client.get_local_queue(local_queue))
     except _Missing:
-        return ChainRead(problem=(
-            f"Kueue LocalQueue {local_queue} does not exist in namespace {ns}, so Kueue would never admit the job; "
-            "an admin creates it (k8s/kueue/localqueue.yaml) or fixes RLJOB_K8S_KUEUE_TEAM_QUEUES / RLJOB_K8S_KUEUE_QUEUE"
-        ))  # fmt: skip
+        return ChainRead(
+            problem=(
+                f"Kueue LocalQueue {local_queue} does not exist in namespace {ns}, so Kueue would never admit the job; "
+                "an admin creates it (k8s/kueue/localqueue.yaml) or fixes RLJOB_K8S_KUEUE_TEAM_QUEUES / RLJOB_K8S_KUEUE_QUEUE"
+            )
+        )
     except _Unreadable as exc:
         return ChainRead(unreadable=str(exc))
     cq_name = str((lq.get("spec") or {}).get("clusterQueue") or "")
     try:
         cq = _get(f"read ClusterQueue {cq_name}", lambda: reads.kueue_object(CLUSTER_QUEUES, cq_name))
     except _Missing:
-        return ChainRead(problem=(
-            f"ClusterQueue {cq_name!r} of LocalQueue {local_queue} does not exist, so Kueue would never admit the job; "
-            "an admin creates it (k8s/kueue/clusterqueue.yaml) or points the LocalQueue at an existing one"
-        ))  # fmt: skip
+        return ChainRead(
+            problem=(
+                f"ClusterQueue {cq_name!r} of LocalQueue {local_queue} does not exist, so Kueue would never admit the job; "
+                "an admin creates it (k8s/kueue/clusterqueue.yaml) or points the LocalQueue at an existing one"
+            )
+        )
     except _Unreadable as exc:
         return ChainRead(unreadable=str(exc))
     inactive = inactive_reason(cq)

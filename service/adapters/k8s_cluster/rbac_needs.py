@@ -60,9 +60,11 @@ CLUSTER: tuple[Permission, ...] = (
 # Bound to every authenticated user by Kubernetes' default RBAC (ClusterRole system:basic-user, bound to
 # system:authenticated: kubernetes plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go): the doctor's
 # own access reviews need no grant of ours.
-GRANTED_TO_EVERY_USER: frozenset[tuple[str, str, str]] = frozenset({
-    ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
-    ("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
-})
+GRANTED_TO_EVERY_USER: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
+        ("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
+    }
+)
 
 HF_SECRET_IN_ROLE = "rljob-hf-token"  # the resourceNames of the Role's secrets rule

@@ -32,8 +32,9 @@ class ClusterReads:
 
     def _get_json(self, path: str, **kwargs: Any) -> dict[str, Any]:
         api = self.client.custom.api_client
-        request = api.param_serialize(method="GET", resource_path=path, header_params={"Accept": "application/json"},
-                                      auth_settings=["BearerToken"])  # fmt: skip
+        request = api.param_serialize(
+            method="GET", resource_path=path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+        )
         response = api.call_api(*request, _request_timeout=kwargs.get("_request_timeout"))
         response.read()
         data = api.response_deserialize(response, {"200": "object"}).data

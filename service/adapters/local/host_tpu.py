@@ -89,19 +89,29 @@ def host_accelerator_problem(accelerator: str, host: HostTpu) -> str | None:
         return f"{accelerator!r} is not a TPU slice rljob knows"
     elsewhere = f"submit {accelerator} jobs to an rljob service on a {accelerator} TPU VM, or to one using the Kubernetes launcher"
     if tpu.multi_host:
-        return (f"hardware.accelerator {accelerator} spans {tpu.vms_per_slice} VMs, and the local launcher runs the "
-                f"trainer as one process on this machine; {elsewhere}")  # fmt: skip
+        return (
+            f"hardware.accelerator {accelerator} spans {tpu.vms_per_slice} VMs, and the local launcher runs the "
+            f"trainer as one process on this machine; {elsewhere}"
+        )
     if host.chips == 0:
-        return (f"hardware.accelerator {accelerator} needs a TPU, and this machine has none (no /dev/accel* or "
-                f"/dev/vfio TPU devices); the local launcher runs cpu jobs here; {elsewhere}")  # fmt: skip
+        return (
+            f"hardware.accelerator {accelerator} needs a TPU, and this machine has none (no /dev/accel* or "
+            f"/dev/vfio TPU devices); the local launcher runs cpu jobs here; {elsewhere}"
+        )
     if host.accelerator_type is None:
-        return (f"this machine shows {host.chips} TPU chip(s) but not which TPU ({TPU_TYPE_ENV} is unset and the GCE "
-                f"metadata has no accelerator-type); if it is a {accelerator}, start the service with "
-                f"{TPU_TYPE_ENV}={accelerator}")  # fmt: skip
+        return (
+            f"this machine shows {host.chips} TPU chip(s) but not which TPU ({TPU_TYPE_ENV} is unset and the GCE "
+            f"metadata has no accelerator-type); if it is a {accelerator}, start the service with "
+            f"{TPU_TYPE_ENV}={accelerator}"
+        )
     if host.accelerator_type != accelerator:
-        return (f"hardware.accelerator is {accelerator}, but this machine is a {host.accelerator_type} TPU VM "
-                f"({host.type_source}); ask for {host.accelerator_type} here, or {elsewhere}")  # fmt: skip
+        return (
+            f"hardware.accelerator is {accelerator}, but this machine is a {host.accelerator_type} TPU VM "
+            f"({host.type_source}); ask for {host.accelerator_type} here, or {elsewhere}"
+        )
     if host.chips < tpu.chips_per_vm:
-        return (f"a {accelerator} job needs {tpu.chips_per_vm} TPU chips and this machine shows only {host.chips}; "
-                "another process or container may hold the rest")  # fmt: skip
+        return (
+            f"a {accelerator} job needs {tpu.chips_per_vm} TPU chips and this machine shows only {host.chips}; "
+            "another process or container may hold the rest"
+        )
     return None

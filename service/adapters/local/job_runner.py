@@ -50,8 +50,11 @@ def reserve_exit_file(path: str) -> str | None:
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:
-        print(f"job_runner: cannot reserve space for the exit file {path} ({e}); it is written at the end if it can be",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"job_runner: cannot reserve space for the exit file {path} ({e}); it is written at the end if it can be",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     return reserved
 

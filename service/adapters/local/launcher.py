@@ -257,18 +257,34 @@ class LocalProcessLauncher:
 
     def _start_runner(self, job: _Job) -> None:
         command = [
-            sys.executable, RUNNER_PATH, "--job-id", job.job_id, "--exit-file", str(job.dir / "exit.json"), "--",
-            *self.trainer_command, "run", "--spec", str(job.dir / "spec.json"), "--job-id", job.job_id,
-        ]  # fmt: skip
+            sys.executable,
+            RUNNER_PATH,
+            "--job-id",
+            job.job_id,
+            "--exit-file",
+            str(job.dir / "exit.json"),
+            "--",
+            *self.trainer_command,
+            "run",
+            "--spec",
+            str(job.dir / "spec.json"),
+            "--job-id",
+            job.job_id,
+        ]
         env = trainer_env(os.environ if self._env is None else self._env, job.job_id)
         with (job.dir / "output.log").open("ab") as logf:
             logf.write(f"=== rljob: starting {' '.join(self.trainer_command)} at {time.ctime()} ===\n".encode())
             logf.flush()
             try:
                 popen = subprocess.Popen(
-                    command, stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT,
-                    cwd=job.dir, env=env, start_new_session=True,
-                )  # fmt: skip
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    cwd=job.dir,
+                    env=env,
+                    start_new_session=True,
+                )
             except OSError as e:
                 job.state, job.exit_code = "exited", 127
                 job.spawn_error = job.message = f"cannot start the runner {sys.executable}: {e}"
@@ -350,9 +366,11 @@ class LocalProcessLauncher:
             return Observation(job.job_id, ObservedState.GONE, message="removed from the queue before it started")
         if job.exit_code is None:
             return Observation(
-                job.job_id, ObservedState.GONE, object_name=name,
+                job.job_id,
+                ObservedState.GONE,
+                object_name=name,
                 message="the trainer process ended without recording an exit code (killed, or the machine restarted)",
-            )  # fmt: skip
+            )
         state = ObservedState.SUCCEEDED if job.exit_code == 0 else ObservedState.FAILED
         return Observation(job.job_id, state, exit_code=job.exit_code, object_name=name, message=job.message)
 

@@ -25,10 +25,11 @@ LEADER_ROW = "leader"
 def take_term(session: Session, holder: str, now: datetime) -> int:
     """The next term, now this replica's (call in a transaction of its own)."""
     taken = session.execute(
-        update(LeaderTermRow).where(LeaderTermRow.name == LEADER_ROW)
+        update(LeaderTermRow)
+        .where(LeaderTermRow.name == LEADER_ROW)
         .values(term=LeaderTermRow.term + 1, holder=holder[:255], taken_at=now)
         .returning(LeaderTermRow.term)
-    ).scalar_one()  # fmt: skip
+    ).scalar_one()
     return int(taken)
 
 

@@ -22,13 +22,44 @@ from trainer.sizing.fit import FitEstimate
 from .tables import JobRow
 
 _RECORD_FIELDS = [
-    "id", "team", "name", "submitted_by", "spec", "spec_hash", "idempotency_key", "message", "failure_reason", "exit_code",
-    "stage", "step", "total_steps", "latest_metrics", "recent_train_steps", "health_verdict", "stage_times",
-    "artifacts", "run_finished", "backend",
-    "object_name", "attempt", "resumes", "last_trainer_seq", "last_event_seq", "created_at", "updated_at",
-    "started_at", "finished_at", "queue", "phase_seconds", "phase_entered_at", "fit_estimate",
-    "eval_points", "storage", "goodput", "trainer_events",
-]  # fmt: skip
+    "id",
+    "team",
+    "name",
+    "submitted_by",
+    "spec",
+    "spec_hash",
+    "idempotency_key",
+    "message",
+    "failure_reason",
+    "exit_code",
+    "stage",
+    "step",
+    "total_steps",
+    "latest_metrics",
+    "recent_train_steps",
+    "health_verdict",
+    "stage_times",
+    "artifacts",
+    "run_finished",
+    "backend",
+    "object_name",
+    "attempt",
+    "resumes",
+    "last_trainer_seq",
+    "last_event_seq",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "queue",
+    "phase_seconds",
+    "phase_entered_at",
+    "fit_estimate",
+    "eval_points",
+    "storage",
+    "goodput",
+    "trainer_events",
+]
 
 
 def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
@@ -131,7 +162,5 @@ def apply_record(row: JobRow, record: JobRecord) -> None:
     row.fit_estimate = record.fit_estimate.model_dump(mode="json") if record.fit_estimate else None
     row.eval_points = [summary.model_dump(mode="json") for summary in record.eval_points]
     row.storage = record.storage.model_dump(mode="json") if record.storage else None
-    row.goodput = (
-        {"attempts": {str(n): train.model_dump(mode="json") for n, train in record.goodput.items()}} if record.goodput else None
-    )
+    row.goodput = {"attempts": {str(n): train.model_dump(mode="json") for n, train in record.goodput.items()}} if record.goodput else None
     row.phase = record.phase.value

@@ -347,8 +347,9 @@ class SqlJobStore:
             for start in range(0, len(ids), _IDS_PER_STATEMENT):
                 chunk = ids[start : start + _IDS_PER_STATEMENT]
                 stmt = select(JobEventRow).where(JobEventRow.job_id.in_(chunk), JobEventRow.kind == kind)
-                found += [JobEvent(seq=r.seq, job_id=r.job_id, team=r.team, kind=r.kind, time=r.time, data=r.data)
-                          for r in s.scalars(stmt).all()]  # fmt: skip
+                found += [
+                    JobEvent(seq=r.seq, job_id=r.job_id, team=r.team, kind=r.kind, time=r.time, data=r.data) for r in s.scalars(stmt).all()
+                ]
         return sorted(found, key=lambda e: e.seq)
 
     def max_event_seq(self) -> int:

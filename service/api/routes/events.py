@@ -40,10 +40,12 @@ MAX_EVENT_SEQ = 2**63 - 1  # event seqs are the store's signed 64-bit keys; a la
 LastEventId = Annotated[
     int | None,
     Header(
-        alias="Last-Event-ID", ge=0, le=MAX_EVENT_SEQ,
+        alias="Last-Event-ID",
+        ge=0,
+        le=MAX_EVENT_SEQ,
         description="resume after this seq (an `id` this service sent); outside 0..2^63-1 it is refused with 422",
     ),
-]  # fmt: skip
+]
 MaxDuration = Annotated[float | None, Query(gt=0, le=86_400, description="end the stream after this many seconds")]
 
 
@@ -88,9 +90,12 @@ async def _frame(ctx: StreamContext, item: FannedEvent) -> bytes:
 
 
 async def _live(
-    ctx: StreamContext, sub: Subscription, after: int, deadline: float,
+    ctx: StreamContext,
+    sub: Subscription,
+    after: int,
+    deadline: float,
     on_event: Callable[[JobEvent], Awaitable[bool]] | None = None,
-) -> AsyncIterator[bytes]:  # fmt: skip
+) -> AsyncIterator[bytes]:
     """The subscription's events as SSE, keepalives while idle, and `reconnect` if the service ends it.
     `on_event` runs after each event is sent; True ends the stream (a job's end)."""
     last, last_sent = after, time.monotonic()
@@ -110,13 +115,17 @@ async def _live(
 
 
 @router.get(
-    "/v1/jobs/{job_id}/events", response_class=StreamingResponse,
+    "/v1/jobs/{job_id}/events",
+    response_class=StreamingResponse,
     responses={**stream_response("snapshot", JobPublic), **error_responses(401, 404, 422, 503)},
-)  # fmt: skip
+)
 async def job_events(
-    record: VisibleJobDep, ctx: StreamContextDep, fanout: FanoutDep,
-    last_event_id: LastEventId = None, max_duration_s: MaxDuration = None,
-) -> StreamingResponse:  # fmt: skip
+    record: VisibleJobDep,
+    ctx: StreamContextDep,
+    fanout: FanoutDep,
+    last_event_id: LastEventId = None,
+    max_duration_s: MaxDuration = None,
+) -> StreamingResponse:
     """A snapshot, then every change of this job, ending after its terminal phase."""
     store, deadline = ctx.store, _deadline(ctx, max_duration_s)
 
@@ -154,9 +163,10 @@ async def job_events(
 
 
 @router.get(
-    "/v1/events", response_class=StreamingResponse,
+    "/v1/events",
+    response_class=StreamingResponse,
     responses={**stream_response("hello", StreamHello), **error_responses(401, 422, 503)},
-)  # fmt: skip
+)
 async def team_events(
     caller: CallerDep,
     ctx: StreamContextDep,

@@ -48,9 +48,10 @@ def healthz() -> dict[str, str]:
 
 
 @router.get(
-    "/readyz", response_model=Readiness,
+    "/readyz",
+    response_model=Readiness,
     responses={503: {"model": Readiness, "description": "not ready yet (or any more); `reason` says why"}},
-)  # fmt: skip
+)
 async def readyz(request: Request) -> JSONResponse:
     """Ready: the store answers and can be written and, on the leading replica, every job from before it took the lead has
     been re-attached. `role` says which replica leads."""

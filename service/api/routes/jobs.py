@@ -42,13 +42,16 @@ SUBMIT_EXAMPLES = {
     "cpu": {
         "summary": "SmolLM2-135M-Instruct on GSM8K, on CPU",
         "value": {
-            "name": "smollm2-gsm8k", "model": {"source": "HuggingFaceTB/SmolLM2-135M-Instruct"},
-            "dataset": {"name": "openai/gsm8k"}, "grpo": {"num_batches": 20, "batch_size": 2},
-            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}, "output": "gs://my-bucket/rljob-runs",
+            "name": "smollm2-gsm8k",
+            "model": {"source": "HuggingFaceTB/SmolLM2-135M-Instruct"},
+            "dataset": {"name": "openai/gsm8k"},
+            "grpo": {"num_batches": 20, "batch_size": 2},
+            "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+            "output": "gs://my-bucket/rljob-runs",
             "labels": {"experiment": "baseline"},
         },
     }
-}  # fmt: skip
+}
 
 IdempotencyKey = Annotated[
     str | None,
@@ -79,20 +82,35 @@ def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, response_model=JobPublic,
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic,
     responses={
         200: {"model": JobPublic, "description": "the job this Idempotency-Key already created (same spec)"},
-        **error_responses(401, 409, 413, 422, 503, reasons={
-            409: "the Idempotency-Key was already used for a different spec",
-            503: "the service is re-attaching to running jobs after a start (no submissions until then), "
-            "or its database is unreachable; retry",
-        }),
+        **error_responses(
+            401,
+            409,
+            413,
+            422,
+            503,
+            reasons={
+                409: "the Idempotency-Key was already used for a different spec",
+                503: "the service is re-attaching to running jobs after a start (no submissions until then), "
+                "or its database is unreachable; retry",
+            },
+        ),
     },
-)  # fmt: skip
+)
 def submit_job(
-    body: Annotated[JobCreate, Body(openapi_examples=SUBMIT_EXAMPLES)], caller: CallerDep, jobs: JobServiceDep,
-    metrics: MetricsDep, public: PublicDep, _: ReadyDep, response: Response, idempotency_key: IdempotencyKey = None,
-) -> JobPublic:  # fmt: skip
+    body: Annotated[JobCreate, Body(openapi_examples=SUBMIT_EXAMPLES)],
+    caller: CallerDep,
+    jobs: JobServiceDep,
+    metrics: MetricsDep,
+    public: PublicDep,
+    _: ReadyDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> JobPublic:
     """Submit a job spec. 201 with the new job; 200 with the existing one for a repeated Idempotency-Key."""
     if body.team is not None and body.team != caller.team:
         raise InvalidRequest(("body", "team"), f"team is set from your API token ({caller.team}); omit it")
@@ -140,14 +158,22 @@ def get_metrics(record: VisibleJobDep, store: StoreDep, limit: Annotated[int, Qu
 
 
 @router.get(
-    "/{job_id}/samples", response_model=SamplesPublic,
-    responses=error_responses(401, 404, 409, 422, 503, reasons={
-        404: "no such job visible to your team, no samples yet, none for that step, or unreadable",
-        409: "the run directory's samples file (or directory) is a symlink, not a regular file, or too large: "
-             "the job wrote it, and the service does not read it",
-        503: "the run directory's storage could not be read, or the service is starting; retry",
-    }),
-)  # fmt: skip
+    "/{job_id}/samples",
+    response_model=SamplesPublic,
+    responses=error_responses(
+        401,
+        404,
+        409,
+        422,
+        503,
+        reasons={
+            404: "no such job visible to your team, no samples yet, none for that step, or unreadable",
+            409: "the run directory's samples file (or directory) is a symlink, not a regular file, or too large: "
+            "the job wrote it, and the service does not read it",
+            503: "the run directory's storage could not be read, or the service is starting; retry",
+        },
+    ),
+)
 def get_samples(
     record: VisibleJobDep,
     jobs: JobServiceDep,
@@ -160,15 +186,22 @@ def get_samples(
 
 
 @router.get(
-    "/{job_id}/repro", response_model=ReproRecord,
-    responses=error_responses(401, 404, 409, 422, 503, reasons={
-        404: "no such job visible to your team, or it has not written repro.json yet (the trainer writes it before its "
-             "first stage)",
-        409: "the run directory's repro.json is a symlink, not a regular file, or too large: the job wrote it, and the "
-             "service does not read it",
-        503: "the run directory's storage could not be read, or the service is starting; retry",
-    }),
-)  # fmt: skip
+    "/{job_id}/repro",
+    response_model=ReproRecord,
+    responses=error_responses(
+        401,
+        404,
+        409,
+        422,
+        503,
+        reasons={
+            404: "no such job visible to your team, or it has not written repro.json yet (the trainer writes it before its first stage)",
+            409: "the run directory's repro.json is a symlink, not a regular file, or too large: the job wrote it, and the "
+            "service does not read it",
+            503: "the run directory's storage could not be read, or the service is starting; retry",
+        },
+    ),
+)
 def get_repro(record: VisibleJobDep, jobs: JobServiceDep) -> ReproRecord:
     """What produced the run: the resolved spec, image, package versions, seeds, content hashes of the data,
     model and reward file, and the hardware, as the trainer recorded them before training."""
@@ -176,24 +209,33 @@ def get_repro(record: VisibleJobDep, jobs: JobServiceDep) -> ReproRecord:
 
 
 @router.post(
-    "/{job_id}/cancel", response_model=JobPublic,
+    "/{job_id}/cancel",
+    response_model=JobPublic,
     responses=error_responses(401, 404, 409, 422, 503, reasons={409: "the job has already ended: nothing to cancel"}),
-)  # fmt: skip
+)
 def cancel_job(record: VisibleJobDep, caller: CallerDep, jobs: JobServiceDep, public: PublicDep) -> JobPublic:
     """Ask the job to stop: CANCELLING now, CANCELLED once the workload has really stopped."""
     return public(jobs.cancel(caller, record.id))
 
 
 @router.get(
-    "/{job_id}/logs", response_class=StreamingResponse,
+    "/{job_id}/logs",
+    response_class=StreamingResponse,
     responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "the log, one line per line"},
-        **error_responses(401, 404, 422, 429, 503, reasons={
-            429: "the service's limit of concurrent follow=true streams, or the team's share of it, is reached; retry, "
-                 "or read without follow",
-        }),
+        **error_responses(
+            401,
+            404,
+            422,
+            429,
+            503,
+            reasons={
+                429: "the service's limit of concurrent follow=true streams, or the team's share of it, is reached; retry, "
+                "or read without follow",
+            },
+        ),
     },
-)  # fmt: skip
+)
 async def get_logs(
     request: Request,
     record: VisibleJobDep,
@@ -218,9 +260,14 @@ async def get_logs(
             return current is None or current.phase.is_terminal()
 
         body = follow_log(
-            lines, followers, caller.team, is_disconnected=request.is_disconnected, is_terminal=is_terminal,
-            poll_interval_s=settings.log_follow_poll_interval_s, pacer=Pacer(settings.log_follow_max_bytes_per_s),
-        )  # fmt: skip
+            lines,
+            followers,
+            caller.team,
+            is_disconnected=request.is_disconnected,
+            is_terminal=is_terminal,
+            poll_interval_s=settings.log_follow_poll_interval_s,
+            pacer=Pacer(settings.log_follow_max_bytes_per_s),
+        )
         return StreamingResponse(body, media_type=TEXT_PLAIN)
 
     return StreamingResponse(log_chunks(lines), media_type=TEXT_PLAIN)  # finite: a step of the thread pool per 64 KiB

@@ -28,8 +28,9 @@ def _iso_time(text: str) -> datetime:
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
-        raise InvalidRequest(("query", "since"), f"since={text!r} is not an ISO 8601 datetime or date, e.g. 2026-11-01 "
-                             "or 2026-11-01T12:00:00+01:00") from None  # fmt: skip
+        raise InvalidRequest(
+            ("query", "since"), f"since={text!r} is not an ISO 8601 datetime or date, e.g. 2026-11-01 or 2026-11-01T12:00:00+01:00"
+        ) from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
@@ -52,12 +53,18 @@ def jobs_submitted_since(jobs: JobService, caller: Caller, team: str | None, sin
 
 
 @router.get(
-    "", response_model=UsagePublic,
-    responses=error_responses(401, 422, 503, reasons={
-        422: "`since` is not an ISO 8601 date or time, or is in the future; or `team` names another team "
-        "and the token is not an admin's",
-    }),
-)  # fmt: skip
+    "",
+    response_model=UsagePublic,
+    responses=error_responses(
+        401,
+        422,
+        503,
+        reasons={
+            422: "`since` is not an ISO 8601 date or time, or is in the future; or `team` names another team "
+            "and the token is not an admin's",
+        },
+    ),
+)
 def get_usage(
     caller: CallerDep,
     jobs: JobServiceDep,
@@ -66,8 +73,11 @@ def get_usage(
     team: Annotated[str | None, Query(max_length=63, description="admins: one team (default every team); others: only their own")] = None,
     since: Annotated[
         str | None,
-        Query(max_length=64, description="ISO 8601 date or time (UTC unless it names a zone): jobs submitted since then; "
-              "default 30 days ago", json_schema_extra={"format": "date-time"}),
+        Query(
+            max_length=64,
+            description="ISO 8601 date or time (UTC unless it names a zone): jobs submitted since then; default 30 days ago",
+            json_schema_extra={"format": "date-time"},
+        ),
     ] = None,
 ) -> UsagePublic:
     """Chip-hours by phase and cost of the jobs submitted since `since`: the total, totals by team,
@@ -84,10 +94,20 @@ def get_usage(
         raise InvalidRequest(("query", "since"), f"since is in the future (now is {now.isoformat()}): give an earlier time")
     records, truncated = jobs_submitted_since(jobs, caller, scope, start)
     total, groups, rows = summarize_usage(
-        records, now, settings.usage_prices_usd_per_chip_hour, storage=storage_histories(jobs.store, records),
-        since=start, storage_price=settings.usage_storage_price_usd_per_gib_month,
-    )  # fmt: skip
+        records,
+        now,
+        settings.usage_prices_usd_per_chip_hour,
+        storage=storage_histories(jobs.store, records),
+        since=start,
+        storage_price=settings.usage_storage_price_usd_per_gib_month,
+    )
     return UsagePublic(
-        team=scope, since=start, as_of=now, storage_price_usd_per_gib_month=settings.usage_storage_price_usd_per_gib_month,
-        total=total, groups=groups, jobs=rows, truncated=truncated,
-    )  # fmt: skip
+        team=scope,
+        since=start,
+        as_of=now,
+        storage_price_usd_per_gib_month=settings.usage_storage_price_usd_per_gib_month,
+        total=total,
+        groups=groups,
+        jobs=rows,
+        truncated=truncated,
+    )
