@@ -1,4 +1,6 @@
-"""The CLI's HTTP client: one place that turns transport and HTTP errors into clear messages."""
+"""The CLI's HTTP client: one place that turns transport and HTTP errors into clear messages, and that reads
+each API answer into the model the service wrote it from (JobPublic, JobsPublic, UsagePublic, ...), so a command
+reads typed fields, never string keys. `request` stays for what has no model (the readiness probe, a log page)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import typer
@@ -19,10 +21,11 @@ from httpx_sse import SSEError, connect_sse
 from rich.console import Console
 from rich.markup import escape
 
+from service.domain.models import JobPublic, JobsPublic, MetricsPublic, SamplesPublic
+from service.domain.run_diff import JobDiff
+from service.domain.usage_models import UsagePublic
 from service.settings_env import SettingsInvalid
-
-if TYPE_CHECKING:
-    from trainer.contract import JobSpec
+from trainer.contract import JobSpec, ReproRecord
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 
@@ -216,6 +219,45 @@ class RljobClient:
         self.check(response)
         return response.json() if response.headers.get("content-type", "").startswith("application/json") else response.text
 
+    # The API, one method a route, each answer read into its model.
+
+    def submit(self, body: dict[str, Any], idempotency_key: str) -> JobPublic:
+        return JobPublic.model_validate(self.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": idempotency_key}))
+
+    def job(self, job_id: str) -> JobPublic:
+        return JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}"))
+
+    def jobs(self, params: dict[str, Any]) -> JobsPublic:
+        return JobsPublic.model_validate(self.request("GET", "/v1/jobs", params=params))
+
+    def cancel(self, job_id: str) -> JobPublic:
+        return JobPublic.model_validate(self.request("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    def metrics(self, job_id: str, *, limit: int) -> MetricsPublic:
+        return MetricsPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}/metrics", params={"limit": limit}))
+
+    def samples(self, job_id: str, step: int | None = None) -> SamplesPublic:
+        """A 404 (no samples yet, none at `step`) is the service's message as a CliError."""
+        return SamplesPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}/samples", params=_step(step)))
+
+    def samples_or_none(self, job_id: str, step: int | None = None) -> SamplesPublic | None:
+        body = self.get_or_none(f"/v1/jobs/{job_id}/samples", params=_step(step))
+        return None if body is None else SamplesPublic.model_validate(body)
+
+    def repro(self, job_id: str) -> ReproRecord | None:
+        """None: the job's trainer has not written its reproducibility record (yet)."""
+        body = self.get_or_none(f"/v1/jobs/{job_id}/repro")
+        return None if body is None else ReproRecord.model_validate(body)
+
+    def log_tail(self, job_id: str, lines: int) -> str:
+        return str(self.request("GET", f"/v1/jobs/{job_id}/logs", params={"tail_lines": lines}))
+
+    def usage(self, params: dict[str, Any]) -> UsagePublic:
+        return UsagePublic.model_validate(self.request("GET", "/v1/usage", params=params))
+
+    def diff(self, a: str, b: str) -> JobDiff:
+        return JobDiff.model_validate(self.request("GET", "/v1/jobs/diff", params={"a": a, "b": b}))
+
     def get_or_none(self, path: str, **kwargs: Any) -> Any:
         """GET `path`, None when the service answers 404 (a part it has not, or not yet: samples, a repro record)."""
         try:
@@ -271,3 +313,7 @@ class RljobClient:
                 if failures > retries:
                     raise self._unreachable(e) from e
                 self._sleep(min(2.0 * failures, 10.0))
+
+
+def _step(step: int | None) -> dict[str, int]:
+    return {"step": step} if step is not None else {}

@@ -76,19 +76,19 @@ def run_demo(spec_path: Path, work_dir: Path, console: Console) -> int:
         _wait_ready(client, server, log_path)
         console.print(f"service ready on http://127.0.0.1:{port} (log: {log_path})")
         console.rule("3. submitting the tiny CPU job over REST")
-        job = client.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": f"demo-{token[-12:]}"})
-        console.print(f"submitted {job['id']}; following it")
-        final = follow_job(client, job["id"], console)
+        job = client.submit(body, f"demo-{token[-12:]}")
+        console.print(f"submitted {job.id}; following it")
+        final = follow_job(client, job.id, console)
         print_job(final)
-        if final["phase"] != "SUCCEEDED":
-            console.print(f"[red]the job ended {final['phase']}[/]; trainer output: rljob logs {job['id']}")
-            for line in client.request("GET", f"/v1/jobs/{job['id']}/logs", params={"tail_lines": 40}).splitlines():
+        if final.phase != "SUCCEEDED":
+            console.print(f"[red]the job ended {final.phase}[/]; trainer output: rljob logs {job.id}")
+            for line in client.log_tail(job.id, 40).splitlines():
                 console.print(line, highlight=False, markup=False)
             return 1
         console.rule("4. artifacts")
-        for artifact in final["artifacts"]:
-            console.print(f"{artifact['name']}: {artifact['uri']}")
-        console.print(f"run directory: {final['run_uri']}")
+        for artifact in final.artifacts:
+            console.print(f"{artifact.name}: {artifact.uri}")
+        console.print(f"run directory: {final.run_uri}")
         return 0
     finally:
         client.close()

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from service.domain.models import JobPublic
 from trainer.contract import RunLayout
 
 from .client import CliContext, CliError, CliExit, RljobClient, handles_errors
@@ -33,19 +34,22 @@ def _client(ctx: typer.Context) -> RljobClient:
 
 
 def read_job_export(client: RljobClient, job_id: str, sample_steps: int) -> JobExport:
-    """Everything one export writes, read from the service first, so a service error changes nothing in MLflow."""
-    job = client.request("GET", f"/v1/jobs/{job_id}")
-    points = client.request("GET", f"/v1/jobs/{job_id}/metrics", params={"limit": MAX_METRIC_POINTS})["points"]
+    """Everything one export writes, read from the service first, so a service error changes nothing in MLflow.
+    The export itself (service/domain/mlflow_runs.py, shared with the service's live export) takes the API's JSON."""
+    job = client.job(job_id)
+    points = client.metrics(job_id, limit=MAX_METRIC_POINTS).points
     samples: list[dict[str, Any]] = []
-    newest = client.get_or_none(f"/v1/jobs/{job_id}/samples") if sample_steps else None
+    newest = client.samples_or_none(job_id) if sample_steps else None
     if newest is not None:
-        wanted = newest["steps_available"][-sample_steps:]
-        samples = [
-            client.request("GET", f"/v1/jobs/{job_id}/samples", params={"step": step}) if step != newest["step"] else newest
-            for step in wanted
-        ]
-    repro = client.get_or_none(f"/v1/jobs/{job_id}/repro")  # a service without repro records answers 404
-    return JobExport(job=job, metric_points=points, samples=samples, repro=repro)
+        wanted = newest.steps_available[-sample_steps:]
+        samples = [(client.samples(job_id, step) if step != newest.step else newest).model_dump(mode="json") for step in wanted]
+    repro = client.repro(job_id)  # a service without repro records answers 404
+    return JobExport(
+        job=job.model_dump(mode="json"),
+        metric_points=[p.model_dump(mode="json") for p in points],
+        samples=samples,
+        repro=repro.model_dump(mode="json") if repro is not None else None,
+    )
 
 
 @export_app.command("mlflow")
@@ -79,9 +83,9 @@ def export_mlflow(
     )
 
 
-def tensorboard_logdir(job: dict[str, Any]) -> str:
+def tensorboard_logdir(job: JobPublic) -> str:
     """Where Tunix writes the job's TensorBoard event files: train_rl's run under the job's run directory."""
-    return RunLayout(job["spec"]["output"], job["id"]).tensorboard_dir
+    return RunLayout(job.spec["output"], job.id).tensorboard_dir
 
 
 @handles_errors
@@ -94,13 +98,13 @@ def tensorboard(
 ) -> None:
     """Print the job's TensorBoard logdir (a path or gs:// URI) for `tensorboard --logdir`, or copy it with --sync."""
     context: CliContext = ctx.obj
-    job = context.client().request("GET", f"/v1/jobs/{job_id}")
+    job = context.client().job(job_id)
     logdir = tensorboard_logdir(job)
     if sync is None:
         typer.echo(logdir)
-        if job.get("stage") in (None, "convert") and job["phase"] != "SUCCEEDED":
+        if job.stage in (None, "convert") and job.phase != "SUCCEEDED":
             err_console.print("[dim]training has not started: the directory may not exist yet[/]", highlight=False)
         return
-    copied = context.sync_event_files(job["run_uri"], logdir, sync)
+    copied = context.sync_event_files(job.run_uri, logdir, sync)
     err_console.print(f"{len(copied)} event file(s) with new bytes from {escape(logdir)}", highlight=False)
     typer.echo(sync)

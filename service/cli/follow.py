@@ -8,14 +8,21 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from service.domain.models import JobPublic
 from service.domain.phases import TERMINAL
+from trainer.contract import RunStorage
 
 from .client import RljobClient
 from .output import eval_event_text
 from .storage_text import storage_text
 
 
-def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, Any]:
+def _storage_of(body: dict[str, Any]) -> RunStorage | None:
+    """A `storage` event's measurement (the event adds the stage it was taken at)."""
+    return RunStorage.model_validate({k: v for k, v in body.items() if k != "stage"}) if body else None
+
+
+def follow_job(client: RljobClient, job_id: str, console: Console) -> JobPublic:
     """Stream until the job is terminal; returns the final job. Reconnects resume by event id."""
     columns = (
         TextColumn("[bold]{task.fields[phase]:<10}[/] {task.fields[stage]:<7}"),
@@ -34,16 +41,17 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, 
                 last_id = event_id if event_id is not None else last_id
                 data = json.loads(raw)
                 if event == "snapshot":
-                    phase = data["phase"]
-                    stored = storage_text(data.get("storage"))
+                    snapshot = JobPublic.model_validate(data)
+                    phase = snapshot.phase
+                    stored = storage_text(snapshot.storage)
                     _update(
                         progress,
                         task,
                         phase=phase,
-                        stage=data.get("stage"),
-                        step=data.get("step"),
-                        total=data.get("total_steps"),
-                        reward=(data.get("metrics") or {}).get("reward_mean"),
+                        stage=snapshot.stage,
+                        step=snapshot.step,
+                        total=snapshot.total_steps,
+                        reward=snapshot.metrics.reward_mean,
                     )
                     continue
                 body = data.get("data", {})
@@ -72,13 +80,12 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> dict[str, 
                     )
                 elif event == "eval" and body.get("point"):
                     progress.console.print(f"{job_id}: {eval_event_text(body)}", markup=False, highlight=False)
-                elif event == "storage" and storage_text(body) != stored:
-                    stored = storage_text(body)
+                elif event == "storage" and storage_text(_storage_of(body)) != stored:
+                    stored = storage_text(_storage_of(body))
                     progress.console.print(f"{job_id}: storage {stored}", markup=False, highlight=False)
                 elif event == "artifact":
                     progress.console.print(f"{job_id}: artifact {body.get('name')} -> {body.get('uri')}")
-    job: dict[str, Any] = client.request("GET", f"/v1/jobs/{job_id}")  # the JobPublic body
-    return job
+    return client.job(job_id)
 
 
 def _update(

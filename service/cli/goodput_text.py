@@ -3,7 +3,7 @@ that took time, largest first, as the dashboard's bar shows them (dashboard/src/
 
 from __future__ import annotations
 
-from typing import Any
+from trainer.contract.goodput import JobGoodput
 
 # Parts below this share of the wall time are left out of the line (they stay in `-o json`).
 MIN_SHOWN_FRACTION = 0.01
@@ -17,15 +17,13 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def goodput_text(goodput: dict[str, Any] | None) -> str:
+def goodput_text(goodput: JobGoodput | None) -> str:
     """`31% productive of 12.5m: rollout 3.1m (25%), update 44s (6%), ...`, or `-` before any time was spent."""
-    if not goodput or not goodput.get("wall_s"):
+    if goodput is None or not goodput.wall_s:
         return "-"
-    wall = float(goodput["wall_s"])
-    shown = sorted(
-        ((name, float(s)) for name, s in (goodput.get("parts") or {}).items() if s / wall >= MIN_SHOWN_FRACTION), key=lambda item: -item[1]
-    )
+    wall = goodput.wall_s
+    shown = sorted(((name, s) for name, s in goodput.parts.items() if s / wall >= MIN_SHOWN_FRACTION), key=lambda item: -item[1])
     parts = ", ".join(f"{name} {_duration(s)} ({round(100 * s / wall)}%)" for name, s in shown)
-    productive = goodput.get("productive_fraction")
+    productive = goodput.productive_fraction
     head = f"{round(100 * productive)}% productive" if productive is not None else "-"
     return f"{head} of {_duration(wall)}: {parts}" if parts else f"{head} of {_duration(wall)}"

@@ -18,7 +18,7 @@ from rich.table import Table
 from service.domain.phases import TERMINAL, JobPhase
 from trainer.contract import JobSpec
 from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
-from trainer.sizing.fit import estimate_job_fit
+from trainer.sizing.fit import FitEstimate, estimate_job_fit
 
 from .client import CliContext, CliError, CliExit, RljobClient, handles_errors
 from .follow import follow_job
@@ -71,20 +71,20 @@ def submit(
     client = _client(ctx)
     key = idempotency_key or uuid.uuid4().hex  # one key per invocation: a retried POST never makes two jobs
     body = read_spec_data(spec)
-    job = client.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
-    _warn_if_tight(job.get("fit_estimate"))
+    job = client.submit(body, key)
+    _warn_if_tight(job.fit_estimate)
     if follow:
-        (err_console if output else console).print(f"submitted [bold]{job['id']}[/] ({job['name']}): {job['phase']}")
-        _follow_to_end(client, job["id"], output)
+        (err_console if output else console).print(f"submitted [bold]{job.id}[/] ({job.name}): {job.phase}")
+        _follow_to_end(client, job.id, output)
     elif output:
-        emit(job, output, [job["id"]])
+        emit(job.model_dump(mode="json"), output, [job.id])
     else:
-        console.print(f"submitted [bold]{job['id']}[/] ({job['name']}): {job['phase']}")
+        console.print(f"submitted [bold]{job.id}[/] ({job.name}): {job.phase}")
 
 
-def _warn_if_tight(fit: dict[str, Any] | None) -> None:
-    if fit and fit.get("verdict") == "tight":
-        err_console.print(f"[yellow]warning: memory[/] {escape(fit['message'])}", highlight=False)
+def _warn_if_tight(fit: FitEstimate | None) -> None:
+    if fit is not None and fit.verdict == "tight":
+        err_console.print(f"[yellow]warning: memory[/] {escape(fit.message)}", highlight=False)
 
 
 def _dry_run(context: CliContext, job_spec: JobSpec, path: Path) -> None:
@@ -119,11 +119,11 @@ def _follow_to_end(client: RljobClient, job_id: str, output: OutputFormat | None
     """Progress on the terminal; with -o it goes to stderr, so stdout holds only the final job."""
     final = follow_job(client, job_id, err_console if output else console)
     if output:
-        emit(final, output, [final["id"]])
+        emit(final.model_dump(mode="json"), output, [final.id])
     else:
         print_job(final)
-    if final["phase"] != JobPhase.SUCCEEDED:
-        raise CliError(f"job {job_id} ended {final['phase']}", CliExit.FAILED)
+    if final.phase != JobPhase.SUCCEEDED:
+        raise CliError(f"job {job_id} ended {final.phase}", CliExit.FAILED)
 
 
 PhaseOption = Annotated[
@@ -145,9 +145,9 @@ def list_jobs(
     """List jobs, newest first."""
     params: dict[str, Any] = {"limit": limit, "label": label or []}
     params.update({k: v for k, v in (("phase", phase.value if phase else None), ("name", name), ("team", team)) if v})
-    page = _client(ctx).request("GET", "/v1/jobs", params=params)
+    page = _client(ctx).jobs(params)
     if output:
-        emit(page, output, [job["id"] for job in page["data"]])
+        emit(page.model_dump(mode="json"), output, [job.id for job in page.data])
         return
     table = Table()
     table.add_column("ID", no_wrap=True, min_width=15)  # ids are what users copy: never truncated
@@ -158,23 +158,22 @@ def list_jobs(
     table.add_column("HEALTH", no_wrap=True, min_width=9)
     for title in ("STAGE", "STEP", "REWARD", "CREATED"):
         table.add_column(title, overflow="fold")
-    for job in page["data"]:
-        step = f"{job['step']}/{job['total_steps']}" if job.get("total_steps") else "-"
-        health = health_text((job.get("health") or {}).get("verdict"))
+    for job in page.data:
+        step = f"{job.step}/{job.total_steps}" if job.total_steps else "-"
         table.add_row(
-            job["id"],
-            job["name"],
-            job["team"],
-            job["phase"],
-            escape(queue_text(job)),
-            health,
-            job.get("stage") or "-",
+            job.id,
+            job.name,
+            job.team,
+            job.phase,
+            escape(queue_text(job.queue)),
+            health_text(job.health.verdict if job.health else None),
+            job.stage or "-",
             step,
-            fmt_metric(job["metrics"].get("reward_mean")),
-            job["created_at"][5:16].replace("T", " "),
+            fmt_metric(job.metrics.reward_mean),
+            job.created_at.strftime("%m-%d %H:%M"),
         )
     console.print(table)
-    if page.get("next_cursor"):
+    if page.next_cursor:
         console.print("[dim]more jobs exist; use --limit or filters[/]")
 
 
@@ -187,11 +186,11 @@ def status(
 ) -> None:
     """Show one job: phase, stage, progress, metrics, learning health, artifacts, failure."""
     client = _client(ctx)
-    job = client.request("GET", f"/v1/jobs/{job_id}")
-    if follow and job["phase"] not in TERMINAL:
+    job = client.job(job_id)
+    if follow and job.phase not in TERMINAL:
         _follow_to_end(client, job_id, output)
     elif output:
-        emit(job, output, [job["id"]])
+        emit(job.model_dump(mode="json"), output, [job.id])
     else:
         print_job(job)
 
@@ -214,8 +213,8 @@ def logs(
 @handles_errors
 def cancel(ctx: typer.Context, job_id: str, output: OutputOption = None) -> None:
     """Cancel a job: it shows CANCELLING until the workload has really stopped, then CANCELLED."""
-    job = _client(ctx).request("POST", f"/v1/jobs/{job_id}/cancel")
+    job = _client(ctx).cancel(job_id)
     if output:
-        emit(job, output, [job["id"]])
+        emit(job.model_dump(mode="json"), output, [job.id])
     else:
-        console.print(f"{job['id']}: {job['phase']} - {job['message']}")
+        console.print(f"{job.id}: {job.phase} - {job.message}")

@@ -17,6 +17,8 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
+from service.domain.job_eval import EvalPoint
+
 from .client import CliContext, CliError, CliExit, handles_errors
 from .output import OutputOption, console, emit, err_console, eval_point_text, fmt_metric
 
@@ -57,34 +59,34 @@ def diff(
     output: OutputOption = None,
 ) -> None:
     """What differs between two jobs (spec, versions, data, reward code, hardware) and both outcomes side by side."""
-    found = _context(ctx).client().request("GET", "/v1/jobs/diff", params={"a": a, "b": b})
+    found = _context(ctx).client().diff(a, b)
     if output:
-        emit(found, output, [a, b])
+        emit(found.model_dump(mode="json"), output, [a, b])
         return
-    changes = [("spec", item) for item in found["spec"]]
-    changes += [(section, item) for section, items in found["record"].items() for item in items]
+    changes = [("spec", item) for item in found.spec]
+    changes += [(section, item) for section, items in found.record.items() for item in items]
     table = Table(title=f"{a} vs {b}", title_justify="left")
     for column in ("what", "key", a, b):
         table.add_column(column)
     for section, item in changes:
-        table.add_row(section, escape(item["key"]), _value_text(item["a"]), _value_text(item["b"]))
+        table.add_row(section, escape(item.key), _value_text(item.a), _value_text(item.b))
     if changes:
         console.print(table)
     else:
         console.print("no differences in spec or repro record")
-    for job_id in found["missing_records"]:
+    for job_id in found.missing_records:
         err_console.print(f"[yellow]{job_id} has no repro record:[/] versions, data and hardware not compared", highlight=False)
     outcomes = Table(title="outcome", title_justify="left")
     outcomes.add_column("")
-    for outcome in found["outcomes"]:
-        outcomes.add_column(f"{outcome['job_id']} ({escape(outcome['name'])})")
+    for outcome in found.outcomes:
+        outcomes.add_column(f"{outcome.job_id} ({escape(outcome.name)})")
     for label, key in OUTCOME_ROWS:
-        outcomes.add_row(label, *(_outcome_text(outcome.get(key)) for outcome in found["outcomes"]))
+        outcomes.add_row(label, *(_outcome_text(getattr(outcome, key)) for outcome in found.outcomes))
     console.print(outcomes)
 
 
 def _outcome_text(value: Any) -> str:
-    if isinstance(value, dict):
+    if isinstance(value, EvalPoint):
         return eval_point_text(value)
     if isinstance(value, float):
         return fmt_metric(value)
@@ -142,17 +144,17 @@ def rerun(
     """Submit a job again from its spec, with each --set change; prints the new id and the changes."""
     changes = []
     client = _context(ctx).client()
-    spec = copy.deepcopy(client.request("GET", f"/v1/jobs/{job_id}")["spec"])
+    spec = copy.deepcopy(client.job(job_id).spec)
     spec.pop("team", None)  # the service sets it from the token
     for assignment in setting or []:
         changes.append(apply_setting(spec, assignment))
-    job = client.request("POST", "/v1/jobs", json=spec, headers={"Idempotency-Key": uuid.uuid4().hex})
+    job = client.submit(spec, uuid.uuid4().hex)
     lines = [f"{key}: {json.dumps(old)} -> {json.dumps(new)}" for key, old, new in changes] or ["no changes"]
     if output:
-        emit(job, output, [job["id"]])
+        emit(job.model_dump(mode="json"), output, [job.id])
         for line in lines:
             err_console.print(escape(line), highlight=False)
         return
-    console.print(f"submitted [bold]{job['id']}[/] ({escape(job['name'])}), a rerun of {escape(job_id)}: {job['phase']}")
+    console.print(f"submitted [bold]{job.id}[/] ({escape(job.name)}), a rerun of {escape(job_id)}: {job.phase}")
     for line in lines:
         console.print(f"  {escape(line)}", highlight=False)

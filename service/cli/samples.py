@@ -4,7 +4,7 @@ reward function paid for it (GET /v1/jobs/{id}/samples), to see why a job is or 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -12,6 +12,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from service.domain.job_samples import step_ranges
+from service.domain.models import SamplesPublic
 
 from .client import handles_errors
 from .output import console
@@ -34,26 +35,26 @@ def terminal_safe(text: str, limit: int = MAX_COMPLETION_CHARS) -> str:
     return f"{clean[:half]} … ({len(clean) - 2 * half} characters left out; --json shows all) … {clean[-half:]}"
 
 
-def print_samples(page: dict[str, Any], console: Console) -> None:
-    step_samples = page["samples"]
-    shown = step_samples["samples"]
+def print_samples(page: SamplesPublic, console: Console) -> None:
+    step_samples = page.samples
+    shown = step_samples.samples
     console.print(
         Text(
-            f"{page['job_id']} step {page['step']}: {step_samples['groups_with_signal']} of {step_samples['groups']} "
+            f"{page.job_id} step {page.step}: {step_samples.groups_with_signal} of {step_samples.groups} "
             f"prompts with signal (completions with different rewards); {len(shown)} of "
-            f"{step_samples['completions']} completions shown",
+            f"{step_samples.completions} completions shown",
             style="bold",
         )
     )
-    console.print(Text(f"steps with samples: {step_ranges(page['steps_available'])}", style="dim"))
+    console.print(Text(f"steps with samples: {step_ranges(page.steps_available)}", style="dim"))
     for sample in shown:
-        scores = "  ".join(f"{name}={_score(value)}" for name, value in sample["rewards"].items())
-        header = Text(f"\ngroup {sample['group']}", style="bold")
-        header.append(f"  {scores}  total={_score(sample['total'])}")
-        if sample.get("truncated"):
+        scores = "  ".join(f"{name}={_score(value)}" for name, value in sample.rewards.items())
+        header = Text(f"\ngroup {sample.group}", style="bold")
+        header.append(f"  {scores}  total={_score(sample.total)}")
+        if sample.truncated:
             header.append("  (text cut by the trainer)", style="dim")
         console.print(header)
-        console.print(Padding(Text(terminal_safe(sample["completion"])), (0, 0, 0, 2)))
+        console.print(Padding(Text(terminal_safe(sample.completion)), (0, 0, 0, 2)))
 
 
 @handles_errors
@@ -64,9 +65,8 @@ def samples(
     as_json: Annotated[bool, typer.Option("--json", help="the whole answer, texts uncut")] = False,
 ) -> None:
     """Show a train step's completions with each reward function's score."""
-    params = {"step": step} if step is not None else {}
-    page = ctx.obj.client().request("GET", f"/v1/jobs/{job_id}/samples", params=params)
+    page = ctx.obj.client().samples(job_id, step)
     if as_json:
-        typer.echo(json.dumps(page, indent=2))
+        typer.echo(json.dumps(page.model_dump(mode="json"), indent=2))
         return
     print_samples(page, console)

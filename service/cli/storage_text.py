@@ -3,7 +3,7 @@ and the biggest parts in binary units, as the dashboard does (dashboard/src/stor
 
 from __future__ import annotations
 
-from typing import Any
+from trainer.contract import RunStorage
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 SHOWN_PARTS = 3  # the biggest parts named; the rest are "..."
@@ -20,15 +20,15 @@ def human_bytes(count: int) -> str:
     return f"{value:.1f} {_UNITS[unit]}" if value < 10 else f"{value:.0f} {_UNITS[unit]}"
 
 
-def storage_text(storage: dict[str, Any] | None) -> str:
+def storage_text(storage: RunStorage | None) -> str:
     """`190 MiB (checkpoints 110 MiB, export 79 MiB, logs 1.2 MiB, ...)`; `-` before the first measurement."""
-    if not storage:
+    if storage is None:
         return "-"
-    parts = sorted(((size, name) for name, size in (storage.get("parts") or {}).items() if size), key=lambda p: (-p[0], p[1]))
+    parts = sorted(((size, name) for name, size in storage.parts.items() if size), key=lambda p: (-p[0], p[1]))
     named = [f"{name} {human_bytes(size)}" for size, name in parts[:SHOWN_PARTS]]
     if len(parts) > SHOWN_PARTS:
         named.append("...")
-    text = human_bytes(storage["total_bytes"]) + (f" ({', '.join(named)})" if named else "")
-    if storage.get("complete") is False:
+    text = human_bytes(storage.total_bytes) + (f" ({', '.join(named)})" if named else "")
+    if not storage.complete:
         text += " (incomplete: walk limit)"
     return text

@@ -3,12 +3,15 @@ cost (GET /v1/usage)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated
 
 import typer
 from rich import box
 from rich.markup import escape
 from rich.table import Table
+
+from service.domain.usage_models import UsageGroup, UsagePublic, UsageSum
 
 from .client import handles_errors
 from .output import OutputOption, console, emit
@@ -31,17 +34,22 @@ def _slice(accelerator: str, capacity: str) -> str:
     return f"{accelerator} {capacity}"
 
 
-def _sum_row(label: list[str], amounts: dict[str, Any]) -> list[str]:
-    waiting = amounts["chip_hours"]["QUEUED"] + amounts["chip_hours"]["LAUNCHING"]
+def _sum_row(label: list[str], amounts: UsageSum) -> list[str]:
+    waiting = amounts.chip_hours["QUEUED"] + amounts.chip_hours["LAUNCHING"]
     return [
         *label,
-        str(amounts["jobs"]),
+        str(amounts.jobs),
         _hours(waiting),
-        _hours(amounts["billed_chip_hours"]),
-        _usd(amounts["cost_usd"]),
-        _gib_months(amounts.get("storage_gib_months")),
-        _usd(amounts.get("storage_cost_usd")),
+        _hours(amounts.billed_chip_hours),
+        _usd(amounts.cost_usd),
+        _gib_months(amounts.storage_gib_months),
+        _usd(amounts.storage_cost_usd),
     ]
+
+
+def _iso(moment: datetime) -> str:
+    """As the API writes it (pydantic: `Z` for UTC)."""
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def _table(title: str, left: tuple[str, ...], right: tuple[str, ...]) -> Table:
@@ -53,16 +61,16 @@ def _table(title: str, left: tuple[str, ...], right: tuple[str, ...]) -> Table:
     return table
 
 
-def _parts_by_team(groups: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def _parts_by_team(groups: list[UsageGroup]) -> dict[str, dict[str, float]]:
     teams: dict[str, dict[str, float]] = {}
     for group in groups:
-        parts = teams.setdefault(group["team"], {})
-        for name, hours in (group.get("chip_hours_by_part") or {}).items():
+        parts = teams.setdefault(group.team, {})
+        for name, hours in group.chip_hours_by_part.items():
             parts[name] = parts.get(name, 0.0) + hours
     return teams
 
 
-def print_parts(groups: list[dict[str, Any]]) -> None:
+def print_parts(groups: list[UsageGroup]) -> None:
     """Where each team's chip-hours went (the goodput parts), largest first; cpu jobs hold no chips."""
     table = _table("chip-hours by part (where the time went)", ("TEAM", "PART"), ("CHIP-H", "SHARE"))
     for team, parts in sorted(_parts_by_team(groups).items()):
@@ -79,46 +87,45 @@ def print_parts(groups: list[dict[str, Any]]) -> None:
         console.print("[dim]chip-hours by part: none to split (cpu jobs hold no chips; rljob status shows their goodput)[/]")
 
 
-def print_usage(report: dict[str, Any]) -> None:
-    scope = f"team {report['team']}" if report["team"] else "every team"
-    console.print(f"[bold]usage of {escape(scope)}[/]: jobs submitted since {report['since']} (as of {report['as_of']})")
+def print_usage(report: UsagePublic) -> None:
+    scope = f"team {report.team}" if report.team else "every team"
+    console.print(f"[bold]usage of {escape(scope)}[/]: jobs submitted since {_iso(report.since)} (as of {_iso(report.as_of)})")
     groups = _table(
         "chip-hours and storage by team and slice", ("TEAM", "SLICE"), ("JOBS", "WAITING", "BILLED", "COST", "GIB-MO", "STORED $")
     )
-    for group in report["groups"]:
-        groups.add_row(*_sum_row([group["team"], _slice(group["accelerator"], group["capacity"])], group))
+    for group in report.groups:
+        groups.add_row(*_sum_row([group.team, _slice(group.accelerator, group.capacity)], group))
     groups.add_section()
-    groups.add_row(*_sum_row(["[bold]total[/]", ""], report["total"]))
+    groups.add_row(*_sum_row(["[bold]total[/]", ""], report.total))
     console.print(groups)
-    print_parts(report["groups"])
+    print_parts(report.groups)
     jobs = _table("jobs (-o json: every phase and stage)", ("ID", "NAME", "PHASE", "SLICE"), ("RUN H", "BILLED", "COST", "GIB-MO"))
-    for row in report["jobs"]:
-        usage, phases = row["usage"], row["usage"]["phases"]
-        ran_s = phases["RUNNING"]["seconds"] + phases["CANCELLING"]["seconds"]
+    for row in report.jobs:
+        usage, phases = row.usage, row.usage.phases
+        ran_s = phases["RUNNING"].seconds + phases["CANCELLING"].seconds
         jobs.add_row(
-            row["job_id"],
-            row["name"],
-            row["phase"],
-            _slice(usage["accelerator"], usage["capacity"]),
+            row.job_id,
+            row.name,
+            row.phase,
+            _slice(usage.accelerator, usage.capacity),
             _hours(ran_s / 3600),
-            _hours(usage["billed_chip_hours"]),
-            _usd(usage["cost_usd"]),
-            _gib_months((row.get("storage") or {}).get("gib_months")),
+            _hours(usage.billed_chip_hours),
+            _usd(usage.cost_usd),
+            _gib_months(row.storage.gib_months),
         )
     console.print(jobs)
     console.print(
         "[dim]WAITING: queued and launching chip-hours, shown, not charged; BILLED: running and "
         "cancelling chip-hours; COST at the service's list prices (RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR); "
         "GIB-MO: run-directory GiB-months, each job's measured size up to now (ended jobs' files stay "
-        f"until deleted); STORED $ at ${report.get('storage_price_usd_per_gib_month', 0):.3f}/GiB-month "
+        f"until deleted); STORED $ at ${report.storage_price_usd_per_gib_month:.3f}/GiB-month "
         "(RLJOB_USAGE_STORAGE_PRICE_USD_PER_GIB_MONTH)[/]"
     )
-    if report["total"]["unpriced_chip_hours"]:
+    if report.total.unpriced_chip_hours:
         console.print(
-            f"[yellow]{_hours(report['total']['unpriced_chip_hours'])} billed chip-hours have no price "
-            "in the table and are not in the cost[/]"
+            f"[yellow]{_hours(report.total.unpriced_chip_hours)} billed chip-hours have no price in the table and are not in the cost[/]"
         )
-    if report["truncated"]:
+    if report.truncated:
         console.print("[yellow]more jobs matched than one report holds: use a later --since[/]")
 
 
@@ -133,8 +140,8 @@ def usage(
 ) -> None:
     """Chip-hours, storage GiB-months and cost of the jobs submitted since a date: totals and one row per job."""
     params = {key: value for key, value in (("team", team), ("since", since)) if value}
-    report = ctx.obj.client().request("GET", "/v1/usage", params=params)
+    report = ctx.obj.client().usage(params)
     if output:
-        emit(report, output, [row["job_id"] for row in report["jobs"]])
+        emit(report.model_dump(mode="json"), output, [row.job_id for row in report.jobs])
         return
     print_usage(report)

@@ -21,11 +21,14 @@ from service.app import create_app
 from service.cli.main import app as cli
 from service.cli.output import eval_difference_text, eval_text, print_job, whole_percent
 from service.config import Settings
+from service.domain.job_eval import JobEval
+from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
+from service.domain.views import to_public
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress
-from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
+from tests.service.service_helpers import TOKEN_A, record_spec, spec_body, wait_for_phase, wait_until
 from trainer.contract import EvalResult
 from trainer.contract.evaluation import EvalSummary, paired_difference
 
@@ -42,6 +45,7 @@ def _point(label: str, step: int, accuracy: float, ci95: tuple[float, float], n:
         "mean_reward": accuracy,
         "samples_per_row": 1,
         "sampling": "greedy, pass",
+        "scored_by": "maxtext",
     }
 
 
@@ -59,41 +63,40 @@ DIFF = {
 }
 
 
-def _job(**evaluation: Any) -> dict[str, Any]:
+def _eval(**evaluation: Any) -> JobEval:
     base = {"status": "available", "reason": None, "points": [BEFORE, STEP_10, AFTER], "before": BEFORE, "after": AFTER, "difference": DIFF}
-    return {"eval": {**base, **evaluation}}
+    return JobEval.model_validate({**base, **evaluation})
 
 
 def test_before_to_after_with_intervals_and_n() -> None:
-    assert eval_text(_job()) == "34% [29-39] -> 51% [45-57], n=300"
-    scored = _job(after={**AFTER, "scored_by": "rewards"})
+    assert eval_text(_eval()) == "34% [29-39] -> 51% [45-57], n=300"
+    scored = _eval(after={**AFTER, "scored_by": "rewards"})
     assert eval_text(scored) == "34% [29-39] -> 51% [45-57], n=300, scored by the job's rewards"  # as the dashboard says
-    assert eval_difference_text(_job()) == "+17 points [11, 23] (60 improved, 9 regressed), after - before over 300 rows"
+    assert eval_difference_text(_eval()) == "+17 points [11, 23] (60 improved, 9 regressed), after - before over 300 rows"
 
 
 def test_while_running_before_is_compared_with_the_newest_step() -> None:
     step_5 = _point("step-5", 5, 0.4, (0.35, 0.46))
-    job = _job(
+    evaluation = _eval(
         points=[BEFORE, step_5, STEP_10], after=None, difference={**DIFF, "of": "step-10", "difference": -0.03, "ci95": [-0.08, 0.021]}
     )
-    assert eval_text(job) == "34% [29-39] -> 45% [39-51] at step 10, n=300"  # 0.394, 0.506: half up
-    assert eval_difference_text(job) == "-3 points [-8, 2] (60 improved, 9 regressed), step 10 - before over 300 rows"
-    assert eval_text(_job(after={**AFTER, "n": 280})) == "34% [29-39] -> 51% [45-57], n=300 -> 280"
+    assert eval_text(evaluation) == "34% [29-39] -> 45% [39-51] at step 10, n=300"  # 0.394, 0.506: half up
+    assert eval_difference_text(evaluation) == "-3 points [-8, 2] (60 improved, 9 regressed), step 10 - before over 300 rows"
+    assert eval_text(_eval(after={**AFTER, "n": 280})) == "34% [29-39] -> 51% [45-57], n=300 -> 280"
 
 
 def test_a_single_evaluation_says_when_it_ran() -> None:
-    only_before = _job(points=[BEFORE], after=None, difference=None)
+    only_before = _eval(points=[BEFORE], after=None, difference=None)
     assert eval_text(only_before) == "34% [29-39] before training, n=300"
     assert eval_difference_text(only_before) is None
-    assert eval_text(_job(points=[STEP_10], before=None, after=None)) == "45% [39-51] at step 10, n=300"
+    assert eval_text(_eval(points=[STEP_10], before=None, after=None)) == "45% [39-51] at step 10, n=300"
 
 
 def test_no_evaluation_prints_a_dash_and_the_reason() -> None:
     reason = "grpo.num_test_batches is 0, so train_rl runs no evaluation"
-    none: dict[str, Any] = {"eval": {"status": "none", "reason": reason, "points": [], "before": None, "after": None, "difference": None}}
+    none = JobEval(status="none", reason=reason, points=[], before=None, after=None, difference=None)
     assert eval_text(none) == f"- ({reason})"
     assert eval_difference_text(none) is None
-    assert eval_text({}) == "-"  # a service older than JobPublic.eval
 
 
 @pytest.mark.parametrize(("fraction", "percent"), [(0.125, 13), (0.625, 63), (0.285, 28), (0.0, 0), (1.0, 100), (-0.025, -2)])
@@ -104,30 +107,18 @@ def test_whole_percents_round_half_up_as_the_dashboard_does(fraction: float, per
 
 
 def test_the_status_table_has_the_eval_rows_and_keeps_the_reason_as_text(capsys: pytest.CaptureFixture[str]) -> None:
-    job = {
-        "id": "rl-abcdefghijkl",
-        "name": "n",
-        "team": "t",
-        "phase": "RUNNING",
-        "message": "",
-        "run_uri": "/runs/x",
-        "metrics": {},
-        **_job(),
-    }
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    record = JobRecord(
+        id="rl-abcdefghijkl", team="t", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING, created_at=now, updated_at=now
+    )
+    job = to_public(record, now).model_copy(update={"eval": _eval()})
     print_job(job)
     text = " ".join(capsys.readouterr().out.split())
     assert "eval 34% [29-39] -> 51% [45-57], n=300" in text
     assert "eval change +17 points [11, 23] (60 improved, 9 regressed), after - before over 300 rows" in text
 
-    job["eval"] = {
-        "status": "none",
-        "reason": "[red]set grpo.num_test_batches[/red]",
-        "points": [],
-        "before": None,
-        "after": None,
-        "difference": None,
-    }
-    print_job(job)
+    marked_up = JobEval(status="none", reason="[red]set grpo.num_test_batches[/red]", points=[], before=None, after=None, difference=None)
+    print_job(job.model_copy(update={"eval": marked_up}))
     text = " ".join(capsys.readouterr().out.split())
     assert "eval - ([red]set grpo.num_test_batches[/red])" in text  # printed as written, not as rich markup
     assert "eval change" not in text

@@ -10,9 +10,10 @@ from service.domain.goodput import goodput_parts, job_goodput
 from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.domain.progress import fold_events
+from service.domain.views import to_public
 from tests.service.service_helpers import record_spec
 from trainer.contract import GoodputMeasured, RunStarted, StageFinished, StageStarted
-from trainer.contract.goodput import GOODPUT_PARTS, TRAIN_PARTS, TrainGoodput
+from trainer.contract.goodput import GOODPUT_PARTS, TRAIN_PARTS, JobGoodput, TrainGoodput
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -141,27 +142,22 @@ def test_no_time_yet_means_no_goodput_and_overlapping_parts_are_not_hidden(caplo
 def test_rljob_status_prints_one_goodput_line() -> None:
     from service.cli.goodput_text import goodput_text
 
-    goodput = {
-        "wall_s": 750.0,
-        "productive_fraction": 0.3133,
-        "parts": {"queued": 5.0, "rollout": 187.5, "update": 47.5, "checkpoint": 3.0, "other": 507.0},
-    }
+    goodput = JobGoodput(
+        wall_s=750.0,
+        productive_fraction=0.3133,
+        parts={"queued": 5.0, "rollout": 187.5, "update": 47.5, "checkpoint": 3.0, "other": 507.0},
+    )
     assert goodput_text(goodput) == "31% productive of 12.5m: other 8.4m (68%), rollout 3.1m (25%), update 48s (6%)"
-    assert goodput_text(None) == "-" and goodput_text({"wall_s": 0.0, "parts": {}}) == "-"
+    assert goodput_text(None) == "-" and goodput_text(JobGoodput(wall_s=0.0, parts={}, productive_fraction=None)) == "-"
 
 
 def test_rljob_status_table_has_the_goodput_row(capsys) -> None:
     from service.cli.output import print_job
 
-    job = {
-        "id": "rl-aaaaaaaaaaaa",
-        "name": "n",
-        "team": "a",
-        "phase": "RUNNING",
-        "message": "",
-        "run_uri": "/r",
-        "goodput": {"wall_s": 100.0, "productive_fraction": 0.5, "parts": {"rollout": 40.0, "update": 10.0, "other": 50.0}},
-    }
-    print_job(job)
+    record = JobRecord(
+        id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING, created_at=T0, updated_at=T0
+    )
+    goodput = JobGoodput(wall_s=100.0, productive_fraction=0.5, parts={"rollout": 40.0, "update": 10.0, "other": 50.0})
+    print_job(to_public(record, T0).model_copy(update={"goodput": goodput}))
     out = " ".join(capsys.readouterr().out.split())  # rich folds long rows at the console's width
     assert "goodput 50% productive of 1.7m: other 50s (50%), rollout 40s (40%)," in out and "update 10s (10%)" in out

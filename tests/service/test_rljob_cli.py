@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 import yaml
@@ -15,6 +16,7 @@ from service.cli.main import app as cli
 from service.cli.storage_text import storage_text
 from service.domain.phases import JobPhase
 from tests.service.service_helpers import TOKEN_A, refused_url, spec_body, wait_until
+from trainer.contract import RunStorage
 
 
 def _write_spec(tmp_path: Path, **labels: str) -> Path:
@@ -25,7 +27,7 @@ def _write_spec(tmp_path: Path, **labels: str) -> Path:
     return path
 
 
-def test_submit_follow_list_status_logs(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_submit_follow_list_status_logs(run_cli, live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
     result = run_cli("submit", str(_write_spec(tmp_path, **{"fake-steps": "3"})), "--follow")
     assert result.exit_code == 0, result.output
@@ -37,10 +39,15 @@ def test_submit_follow_list_status_logs(run_cli, tmp_path: Path, monkeypatch: py
     status = run_cli("status", job_id)
     assert status.exit_code == 0 and "reward_mean=0.3" in status.output and f"runs/{job_id}" in status.output
     # The fake trainer measures its run directory after export, as the pipeline does: followed and shown.
-    stored = json.loads(run_cli("status", job_id, "-o", "json").stdout)["storage"]
-    assert stored["parts"]["export"] == 7 and stored["complete"]
+    stored = RunStorage.model_validate(json.loads(run_cli("status", job_id, "-o", "json").stdout)["storage"])
+    assert stored.parts["export"] == 7 and stored.complete
     assert f"{job_id}: storage {storage_text(stored)}" in " ".join(result.output.split())
     assert f"storage {storage_text(stored)}" in " ".join(status.output.split())
+    # The typed client reads each answer into the service's model and -o json writes it back: nothing is lost or changed.
+    headers = {"Authorization": f"Bearer {TOKEN_A}"}
+    for args, path in ((("status", job_id), f"/v1/jobs/{job_id}"), (("list",), "/v1/jobs?limit=20")):
+        raw = httpx.get(f"{live_url}{path}", headers=headers, timeout=10).json()
+        assert json.loads(run_cli(*args, "-o", "json").stdout) == raw
     logs = run_cli("logs", job_id, "--tail", "1")
     assert logs.exit_code == 0 and logs.output.strip().startswith("event run_finished")
     cancel = run_cli("cancel", job_id)

@@ -120,9 +120,9 @@ def test_sizes_are_written_in_binary_units(count: int, text: str) -> None:
 
 def test_the_storage_line_names_the_total_and_the_biggest_parts() -> None:
     sizes = [("rl/x/checkpoints/actor/3/a", 110 * 2**20), ("hf/m", 79 * 2**20), ("logs/t", 2**20), ("data/d", 512), ("spec.json", 10)]
-    storage = RunStorage.of_files(sizes).model_dump()
+    storage = RunStorage.of_files(sizes)
     assert storage_text(storage) == "190 MiB (checkpoints 110 MiB, export 79 MiB, logs 1.0 MiB, ...)"
-    two = RunStorage.of_files(sizes[:2], complete=False).model_dump()
+    two = RunStorage.of_files(sizes[:2], complete=False)
     assert storage_text(two) == "189 MiB (checkpoints 110 MiB, export 79 MiB) (incomplete: walk limit)"
     assert storage_text(None) == "-"
 
