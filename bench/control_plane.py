@@ -97,6 +97,7 @@ def seed_store(database_url: str) -> None:
     from service.adapters.store import SqlJobStore
     from service.domain.models import JobRecord
     from service.domain.phases import JobPhase
+    from service.domain.run_report import RunReport
     from trainer.contract import JobSpec, Stage
 
     store = SqlJobStore(database_url)
@@ -128,10 +129,7 @@ def seed_store(database_url: str) -> None:
                     updated_at=created + timedelta(minutes=30),
                     started_at=created,
                     finished_at=created + timedelta(minutes=30),
-                    stage=Stage.EXPORT,
-                    step=20,
-                    total_steps=20,
-                    latest_metrics={"loss": 0.12, "reward": 0.8, "kl": 0.01},
+                    report=RunReport(stage=Stage.EXPORT, step=20, total_steps=20, latest_metrics={"loss": 0.12, "reward": 0.8, "kl": 0.01}),
                     message="finished",
                     exit_code=0,
                     phase_entered_at=created + timedelta(minutes=30),

@@ -22,9 +22,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from service.domain.manifest_sizes import artifact_key  # noqa: E402
-from service.domain.models import Artifact, JobRecord  # noqa: E402
+from service.domain.models import JobRecord  # noqa: E402
 from service.domain.phases import JobPhase  # noqa: E402
 from service.domain.progress import fold_manifest  # noqa: E402
+from service.domain.run_report import Artifact  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
 
 RESULT_FILE = REPO / "bench" / "results" / "manifest_fold.json"
@@ -36,11 +37,11 @@ def _scan_fold(record: JobRecord, manifest: dict[str, Any]) -> None:
     """The fold before bisection: every artifact scans every file (the baseline)."""
     files = [f for f in manifest.get("artifacts") or [] if isinstance(f, dict) and f.get("uri")]
     by_uri = {artifact_key(f["uri"]): f for f in files}
-    for name, artifact in list(record.artifacts.items()):
+    for name, artifact in list(record.report.artifacts.items()):
         uri = artifact_key(artifact.uri)
         inside = [f for key, f in by_uri.items() if key.startswith(uri + "/")]
         if inside:
-            record.artifacts[name] = artifact.model_copy(
+            record.report.artifacts[name] = artifact.model_copy(
                 update={"size_bytes": sum(f.get("size_bytes") or 0 for f in inside), "file_count": len(inside)}
             )
 
@@ -51,7 +52,7 @@ def _case(artifacts: int, files: int) -> tuple[JobRecord, dict[str, Any]]:
     record = JobRecord(
         id="rl-benchbenchbe", team="bench", name="bench", spec=spec, spec_hash="h", phase=JobPhase.RUNNING, created_at=now, updated_at=now
     )
-    record.artifacts = {f"ckpt.{i}": Artifact(name=f"ckpt.{i}", uri=f"/r/ckpt/{i}") for i in range(artifacts)}
+    record.report.artifacts = {f"ckpt.{i}": Artifact(name=f"ckpt.{i}", uri=f"/r/ckpt/{i}") for i in range(artifacts)}
     per = files // artifacts
     entries = [{"uri": f"/r/ckpt/{i}/part-{j}", "size_bytes": j, "checksum": "md5:0"} for i in range(artifacts) for j in range(per)]
     return record, {"artifacts": entries}
@@ -64,7 +65,7 @@ def _time(fold: Any, artifacts: int, files: int) -> tuple[float, dict[str, tuple
         started = time.perf_counter()
         fold(record, manifest)
         times.append(time.perf_counter() - started)
-        result = {n: (a.size_bytes, a.file_count) for n, a in record.artifacts.items()}
+        result = {n: (a.size_bytes, a.file_count) for n, a in record.report.artifacts.items()}
     return statistics.median(times), result
 
 

@@ -58,7 +58,7 @@ class StoreRunFiles:
             log.warning("job %s: cannot read %s: %s", record.id, uri, e)
             return None
         # Counted and parsed away from the service's interpreter lock when large (manifest_worker.py).
-        sizes = self.manifest_worker.sizes(found.data, record.id, {name: a.uri for name, a in record.artifacts.items()})
+        sizes = self.manifest_worker.sizes(found.data, record.id, {name: a.uri for name, a in record.report.artifacts.items()})
         if isinstance(sizes, str):
             log.warning("job %s: %s ignored: %s", record.id, uri, sizes)
             return None

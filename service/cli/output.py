@@ -18,7 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from service.domain.job_eval import EvalPoint, JobEval
-from service.domain.models import Artifact, JobPublic, QueueStatus
+from service.domain.models import JobPublic, QueueStatus
+from service.domain.run_report import Artifact
 from service.domain.usage_models import JobUsage
 from trainer.contract.evaluation import PairedDifference
 

@@ -62,7 +62,7 @@ def goodput_parts(record: JobRecord, now: datetime) -> tuple[float, dict[str, fl
         QUEUED: by_phase[JobPhase.QUEUED.value],
         STARTUP: by_phase[JobPhase.LAUNCHING.value],
         CONVERT: by_stage[Stage.CONVERT.value],
-        **train_parts(record.goodput),
+        **train_parts(record.report.goodput),
         EXPORT: by_stage[Stage.EXPORT.value],
     }
     parts[OTHER] = wall - sum(parts.values())
@@ -79,7 +79,7 @@ def warn_if_parts_overlap(record: JobRecord, now: datetime) -> None:
 def job_goodput(record: JobRecord, now: datetime) -> JobGoodput | None:
     """None before the job has spent any time (a record without phase times)."""
     wall, parts = goodput_parts(record, now)
-    if wall <= 0 and not record.goodput:
+    if wall <= 0 and not record.report.goodput:
         return None
     parts[OTHER] = max(0.0, parts[OTHER])
     productive = sum(parts[name] for name in PRODUCTIVE_PARTS)

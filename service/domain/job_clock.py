@@ -34,7 +34,7 @@ def stage_seconds(record: JobRecord, now: datetime) -> dict[str, float]:
     end = usage_as_of(record, now)
     seconds: dict[str, float] = {}
     for stage in Stage:
-        times = record.stage_times.get(stage.value)
+        times = record.report.stage_times.get(stage)
         if times is None or times.skipped:
             seconds[stage.value] = 0.0
         elif times.duration_s is not None:

@@ -21,22 +21,22 @@ from .train_step_summary import as_utc
 
 
 def train_started_at(record: JobRecord) -> datetime | None:
-    times = record.stage_times.get(Stage.TRAIN.value)
+    times = record.report.stage_times.get(Stage.TRAIN)
     return as_utc(times.started_at) if times and times.started_at else None
 
 
 def learning_health(record: JobRecord, now: datetime, policy: HealthPolicy) -> LearningHealth | None:
     """The job's verdict at `now`; None before its first train step."""
     return assess_learning(
-        record.recent_train_steps,
+        record.report.recent_train_steps,
         phase=record.phase,
-        stage=record.stage,
+        stage=record.report.stage,
         now=now,
         policy=policy,
         train_started_at=train_started_at(record),
         job_id=record.id,
         checkpoints_uri=record.layout.actor_checkpoints,
-        evaluation=latest_comparison(record.eval_points),
+        evaluation=latest_comparison(record.report.eval_points),
     )
 
 
@@ -50,9 +50,9 @@ def health_changes_by_time_at(record: JobRecord, policy: HealthPolicy) -> dateti
     """When time alone can next change the job's verdict (once the clock passes it: the job stalls);
     None when only a change to the record can. The progress poller re-judges a job then, not every round."""
     return stall_deadline(
-        record.recent_train_steps,
+        record.report.recent_train_steps,
         phase=record.phase,
-        stage=record.stage,
+        stage=record.report.stage,
         policy=policy,
         train_started_at=train_started_at(record),
     )

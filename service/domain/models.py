@@ -18,15 +18,14 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationInfo, model_validator
 
 from trainer.contract import HardwareSpec, JobSpec, RunLayout, RunStorage, Stage, StepSamples
-from trainer.contract.evaluation import EvalSummary
-from trainer.contract.goodput import JobGoodput, TrainGoodput
+from trainer.contract.goodput import JobGoodput
 from trainer.sizing.fit import FitEstimate
 
 from .errors import InvalidRequest
 from .job_eval import JobEval
 from .learning_health import LearningHealth
 from .phases import JobPhase
-from .train_step_summary import TrainStepSummary
+from .run_report import Artifact, RunReport, StageTimes
 from .trainer_event_budget import TrainerEventCounts
 from .usage_models import JobUsage
 
@@ -56,33 +55,6 @@ class Caller:
         return self.admin or self.team == team
 
 
-class StageTimes(BaseModel):
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    duration_s: float | None = None
-    skipped: bool = False
-
-
-# Fields no source has given yet stay unset (not only None): the event log lists an artifact with what
-# was known, `model_dump(exclude_unset=True)`. (A comment, not a docstring: that would enter the OpenAPI schema.)
-class Artifact(BaseModel):
-    name: str
-    uri: str = Field(description="gs:// URI or absolute local path; a directory for checkpoints and exports")
-    size_bytes: int | None = Field(default=None, description="total bytes (all files of a directory)")
-    file_count: int | None = Field(default=None, description="files under a directory artifact, from the manifest")
-    checksum: str | None = Field(default=None, description="md5:<hex> or crc32c:<hex>, for single-file artifacts")
-
-
-class RunOutcome(BaseModel):
-    """The trainer's own account of how the run ended (its RunFinished event): a failure's message
-    quotes it, the failed stage names where."""
-
-    ok: bool
-    exit_code: int | None = None
-    message: str = ""
-    failed_stage: str | None = None
-
-
 class QueueStatus(BaseModel):
     """Where a QUEUED job waits for capacity: the backend's queue (a Kueue LocalQueue, the local
     launcher's team queue), why it is not admitted, and its place in line when the backend says."""
@@ -109,23 +81,10 @@ class JobRecord:
     message: str = ""
     failure_reason: str | None = None  # machine-readable: exit code name, OOMKilled, ResumeLimit, ...
     exit_code: int | None = None
-    stage: Stage | None = None
-    step: int | None = None
-    total_steps: int | None = None
-    latest_metrics: dict[str, float] = field(default_factory=dict)
-    # The run's first FIRST_STEPS_KEPT train steps and its last HEALTH_WINDOW_STEPS, oldest first
-    # (train_step_summary.push_step): what the learning-health verdict is computed from. Stored, so the
-    # verdict survives a restart.
-    recent_train_steps: list[TrainStepSummary] = field(default_factory=list)
     health_verdict: str | None = None  # the verdict last announced in the event log (a `health` entry)
-    stage_times: dict[str, StageTimes] = field(default_factory=dict)  # by Stage value
-    artifacts: dict[str, Artifact] = field(default_factory=dict)  # by name
-    run_finished: RunOutcome | None = None  # the trainer's last RunFinished event, if any
     backend: str | None = None
     object_name: str | None = None
-    attempt: int = 0  # the trainer's RunStarted.attempt
     resumes: int = 0  # relaunches after the workload was lost (bounded by settings.max_resumes)
-    last_trainer_seq: int = -1  # highest events.jsonl seq applied; lower ones are duplicates
     last_event_seq: int = 0  # highest job_events.seq for this job (the snapshot's SSE id)
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -135,11 +94,7 @@ class JobRecord:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     phase_entered_at: datetime | None = None
     fit_estimate: FitEstimate | None = None  # the submit-time memory estimate (trainer.sizing.fit)
-    eval_points: list[EvalSummary] = field(default_factory=list)  # one per label, oldest first (job_eval.push_eval)
-    storage: RunStorage | None = None  # the trainer's newest run-directory measurement
-    # The newest train_rl time split of each attempt, by attempt number (goodput.py: attempts add up).
-    goodput: dict[int, TrainGoodput] = field(default_factory=dict)
-    trainer_events: TrainerEventCounts = field(default_factory=TrainerEventCounts)  # trainer_event_budget.py
+    report: RunReport = field(default_factory=RunReport)  # what the trainer reported (run_report.py)
 
     @property
     def handed_over(self) -> bool:

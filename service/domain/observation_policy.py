@@ -13,9 +13,9 @@ from collections.abc import Collection
 
 from trainer.contract import ExitCode, describe_exit_code
 
-from .models import RunOutcome
 from .phases import JobPhase
 from .ports import Observation, ObservedState
+from .run_report import RunOutcome
 
 # The backend says the workload is no longer running: its events file is drained before deciding.
 WORKLOAD_STOPPED: frozenset[ObservedState] = frozenset({ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE})

@@ -39,8 +39,9 @@ from trainer.contract import (
 from .goodput import job_goodput, warn_if_parts_overlap
 from .job_eval import eval_event_data, push_eval
 from .manifest_sizes import ManifestSizes, size_manifest
-from .models import Artifact, JobRecord, ManifestRefused, MetricPoint, RunOutcome, StageTimes
+from .models import JobRecord, ManifestRefused, MetricPoint
 from .ports import SkippedLine
+from .run_report import Artifact, RunOutcome, StageTimes
 from .train_step_summary import TrainStepSummary, push_step
 from .trainer_event_budget import MAX_ARTIFACTS, MAX_GOODPUT_ATTEMPTS, refused_message
 
@@ -59,33 +60,33 @@ class ProgressChanges:
 def fold_events(record: JobRecord, events: list[TrainerEvent]) -> ProgressChanges:
     """Apply events in seq order to `record`; return what to append to the event log and metrics."""
     changes = ProgressChanges()
-    refused_before = record.trainer_events.refused
+    refused_before = record.report.trainer_events.refused
     for event in sorted(events, key=lambda e: e.seq):
-        if event.seq <= record.last_trainer_seq or event.job_id != record.id:
+        if event.seq <= record.report.last_trainer_seq or event.job_id != record.id:
             continue  # duplicate, or a file that belongs to another job: never applied twice
-        record.last_trainer_seq = event.seq
+        record.report.last_trainer_seq = event.seq
         logged, pointed = len(changes.log), len(changes.points)
         kept = _fold_one(record, event, changes)
-        if kept and record.trainer_events.admit(changes.log[logged:]):
+        if kept and record.report.trainer_events.admit(changes.log[logged:]):
             continue
         del changes.log[logged:], changes.points[pointed:]  # the record's state keeps what the event said
         if not kept:
-            record.trainer_events.refused += 1
+            record.report.trainer_events.refused += 1
     _say_first_refusal(record, refused_before, changes)
     return changes
 
 
 def _say_first_refusal(record: JobRecord, refused_before: int, changes: ProgressChanges) -> None:
     """The job's message at its first refused event, whichever path refused it; later ones are only counted."""
-    if refused_before == 0 and record.trainer_events.refused > 0:
-        record.message = refused_message(record.trainer_events)
+    if refused_before == 0 and record.report.trainer_events.refused > 0:
+        record.message = refused_message(record.report.trainer_events)
         changes.log.append(("message", {"message": record.message, "reason": "TrainerEventsRefused"}))
 
 
 def note_skipped_lines(record: JobRecord, skipped: Sequence[SkippedLine]) -> ProgressChanges:
     """Say in the job's message that events were lost: its curves or artifacts may have a gap."""
     changes = ProgressChanges()
-    refused_before = record.trainer_events.refused
+    refused_before = record.report.trainer_events.refused
     for line in skipped:
         message = (
             f"skipped a {line.size_bytes}-byte line at byte {line.offset} of {line.uri}: longer than the "
@@ -93,7 +94,7 @@ def note_skipped_lines(record: JobRecord, skipped: Sequence[SkippedLine]) -> Pro
             "is missing. Trainer events are small JSON lines: report this trainer bug with the file."
         )
         entry = ("message", {"message": message, "reason": "EventLineTooLong"})
-        if record.trainer_events.admit([entry]):  # each says so, until the job's bound: then only counted
+        if record.report.trainer_events.admit([entry]):  # each says so, until the job's bound: then only counted
             record.message = message
             changes.log.append(entry)
     _say_first_refusal(record, refused_before, changes)
@@ -108,15 +109,15 @@ def _finite(metrics: dict[str, float | None]) -> dict[str, float]:
 def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) -> bool:
     """Apply one event; False when a per-job bound refused it whole (trainer_event_budget.py)."""
     if isinstance(event, RunStarted):
-        record.attempt = event.attempt
+        record.report.attempt = event.attempt
         changes.log.append(("attempt", {"attempt": event.attempt, "run_uri": event.run_uri}))
     elif isinstance(event, StageStarted):
-        record.stage = event.stage
-        record.stage_times[event.stage.value] = StageTimes(started_at=event.time)
+        record.report.stage = event.stage
+        record.report.stage_times[event.stage] = StageTimes(started_at=event.time)
         changes.log.append(("stage", {"stage": event.stage.value, "status": "started"}))
     elif isinstance(event, StageFinished):
-        started = record.stage_times.get(event.stage.value)
-        record.stage_times[event.stage.value] = StageTimes(
+        started = record.report.stage_times.get(event.stage)
+        record.report.stage_times[event.stage] = StageTimes(
             started_at=started.started_at if started else event.time,  # a start this service never saw
             finished_at=event.time,
             duration_s=event.duration_s,
@@ -127,45 +128,45 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
             data["reason"] = event.reason
         changes.log.append(("stage", data))
     elif isinstance(event, TrainStep):
-        record.stage = Stage.TRAIN
-        record.step = event.step
-        record.total_steps = event.total_steps
+        record.report.stage = Stage.TRAIN
+        record.report.step = event.step
+        record.report.total_steps = event.total_steps
         values = _finite(event.metrics)
         for name in HEADLINE_METRICS:
             value = getattr(event, name)
             if value is not None:
                 values[name] = value
-                record.latest_metrics[name] = value
+                record.report.latest_metrics[name] = value
         # The learning-health window: job_service judges it after the fold and logs a verdict change.
-        record.recent_train_steps = push_step(record.recent_train_steps, TrainStepSummary.of_event(event))
+        record.report.recent_train_steps = push_step(record.report.recent_train_steps, TrainStepSummary.of_event(event))
         changes.points.append(MetricPoint(kind="train", step=event.step, time=event.time, values=values))
         changes.log.append(("progress", {"step": event.step, "total_steps": event.total_steps, "metrics": dict(values)}))
     elif isinstance(event, EvalResult):
         values = _finite(event.metrics)
         if event.accuracy is not None:
             values["accuracy"] = event.accuracy
-            record.latest_metrics["eval_accuracy"] = event.accuracy
+            record.report.latest_metrics["eval_accuracy"] = event.accuracy
         changes.points.append(MetricPoint(kind="eval", step=event.step, time=event.time, values=values))
         logged: dict[str, Any] = {"step": event.step, "metrics": dict(values)}
         if event.summary is not None:
-            record.eval_points = push_eval(record.eval_points, event.summary)
+            record.report.eval_points = push_eval(record.report.eval_points, event.summary)
             logged |= eval_event_data(event.summary)
         changes.log.append(("eval", logged))
     elif isinstance(event, ArtifactWritten):
-        if event.name not in record.artifacts and len(record.artifacts) >= MAX_ARTIFACTS:
+        if event.name not in record.report.artifacts and len(record.report.artifacts) >= MAX_ARTIFACTS:
             return False
         artifact = Artifact(name=event.name, uri=event.uri, size_bytes=event.size_bytes)
-        record.artifacts[event.name] = artifact
+        record.report.artifacts[event.name] = artifact
         changes.log.append(("artifact", artifact.model_dump(exclude_unset=True)))
     elif isinstance(event, StorageMeasured):
         # The newest measurement is the run directory's size now (retention deleted older checkpoints).
-        record.storage = event.storage
+        record.report.storage = event.storage
         changes.log.append(("storage", {"stage": event.stage.value if event.stage else None, **event.storage.model_dump(mode="json")}))
     elif isinstance(event, GoodputMeasured):
         # Cumulative within an attempt: the newest replaces that attempt's last; attempts add up.
-        if event.attempt not in record.goodput and len(record.goodput) >= MAX_GOODPUT_ATTEMPTS:
+        if event.attempt not in record.report.goodput and len(record.report.goodput) >= MAX_GOODPUT_ATTEMPTS:
             return False
-        record.goodput = {**record.goodput, event.attempt: event.train}
+        record.report.goodput = {**record.report.goodput, event.attempt: event.train}
         warn_if_parts_overlap(record, event.time)
         measured = job_goodput(record, event.time)
         changes.log.append(
@@ -180,13 +181,13 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
             )
         )
     elif isinstance(event, RunFinished):
-        record.run_finished = RunOutcome(
+        record.report.outcome = RunOutcome(
             ok=event.ok,
             exit_code=event.exit_code,
             message=event.message,
             failed_stage=event.failed_stage.value if event.failed_stage else None,
         )
-        changes.log.append(("run_finished", record.run_finished.model_dump()))
+        changes.log.append(("run_finished", record.report.outcome.model_dump()))
     return True
 
 
@@ -207,20 +208,20 @@ def fold_manifest(record: JobRecord, manifest: ManifestSizes | dict[str, Any] | 
     """Complete `record.artifacts` from the trainer's manifest (its sizes, manifest_sizes.py, or the manifest
     itself, reduced here); return the event-log entry's data."""
     if isinstance(manifest, ManifestRefused):
-        artifacts = [a.model_dump(exclude_unset=True) for a in record.artifacts.values()]
+        artifacts = [a.model_dump(exclude_unset=True) for a in record.report.artifacts.values()]
         return {"artifacts": artifacts, "manifest_refused": manifest.reason}
     if isinstance(manifest, dict):
-        manifest = size_manifest(manifest, {name: a.uri for name, a in record.artifacts.items()})
+        manifest = size_manifest(manifest, {name: a.uri for name, a in record.report.artifacts.items()})
     for name, sized in manifest.sized.items():
-        artifact = record.artifacts.get(name)
+        artifact = record.report.artifacts.get(name)
         if artifact is not None:
-            record.artifacts[name] = _manifest_artifact(artifact.model_dump(exclude_unset=True) | sized) or artifact
+            record.report.artifacts[name] = _manifest_artifact(artifact.model_dump(exclude_unset=True) | sized) or artifact
     for name, uri in sorted(manifest.references.items()):
         # Used by the run but owned by someone else (the conversion cache): shown, never sized here.
         reference = _manifest_artifact({"name": f"reference.{name}", "uri": uri})
         if reference is not None:
-            record.artifacts.setdefault(reference.name, reference)
+            record.report.artifacts.setdefault(reference.name, reference)
     run = manifest.run and _manifest_artifact({"name": RUN_ARTIFACT, **manifest.run})
     if run:
-        record.artifacts[RUN_ARTIFACT] = run
-    return {"artifacts": [a.model_dump(exclude_unset=True) for a in record.artifacts.values()]}
+        record.report.artifacts[RUN_ARTIFACT] = run
+    return {"artifacts": [a.model_dump(exclude_unset=True) for a in record.report.artifacts.values()]}

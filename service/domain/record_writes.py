@@ -97,7 +97,7 @@ def write_decision(
     elif decided is Decision.FAIL:
         rec.exit_code = obs.exit_code
         rec.failure_reason = failure_reason(obs)
-        write_phase(tx, rec, JobPhase.FAILED, failure_message(rec.id, rec.run_finished, obs), clock)
+        write_phase(tx, rec, JobPhase.FAILED, failure_message(rec.id, rec.report.outcome, obs), clock)
     elif decided is Decision.FINISH_CANCEL:
         write_phase(tx, rec, JobPhase.CANCELLED, "cancelled; the workload has stopped", clock)
     elif decided is Decision.RELAUNCH:

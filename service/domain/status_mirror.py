@@ -44,9 +44,9 @@ class MirroredStatus:
         queue = record.queue if record.phase is JobPhase.QUEUED else None
         return cls(
             record.phase.value.lower(),
-            record.stage,
-            record.step,
-            record.total_steps,
+            record.report.stage,
+            record.report.step,
+            record.report.total_steps,
             record.phase.is_terminal(),
             queue.position if queue else None,
             queue.reason if queue else None,

@@ -54,7 +54,7 @@ def samples_of(events: Iterable[JobEvent]) -> dict[str, list[StorageSample]]:
 def storage_histories(store: JobStore, records: Iterable[JobRecord]) -> dict[str, list[StorageSample]]:
     """The measurements of these jobs; only jobs with a newest measurement (`storage` set) have any,
     so the others are not asked for."""
-    measured = [record.id for record in records if record.storage is not None]
+    measured = [record.id for record in records if record.report.storage is not None]
     return samples_of(store.events_of_kind(STORAGE_EVENT, measured)) if measured else {}
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from trainer.contract import Stage
-
 from .goodput import job_goodput
 from .job_eval import job_eval
 from .job_health import learning_health, train_started_at
@@ -17,7 +15,7 @@ from .usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable, job_usage
 
 def _eta_s(record: JobRecord, now: datetime) -> float | None:
     """Seconds left in training at the rate seen since the train stage started."""
-    if record.phase is not JobPhase.RUNNING or not record.step or not record.total_steps:
+    if record.phase is not JobPhase.RUNNING or not record.report.step or not record.report.total_steps:
         return None
     started = train_started_at(record)
     if started is None:
@@ -25,7 +23,7 @@ def _eta_s(record: JobRecord, now: datetime) -> float | None:
     elapsed_s = (now - started).total_seconds()
     if elapsed_s <= 0:
         return None
-    return max(0.0, elapsed_s / record.step * (record.total_steps - record.step))
+    return max(0.0, elapsed_s / record.report.step * (record.report.total_steps - record.report.step))
 
 
 DEFAULT_HEALTH_POLICY = HealthPolicy()
@@ -38,17 +36,17 @@ def to_public(
     prices: PriceTable = DEFAULT_PRICES_USD_PER_CHIP_HOUR,
 ) -> JobPublic:
     progress = None
-    if record.step is not None and record.total_steps:
-        progress = min(1.0, record.step / record.total_steps)
+    if record.report.step is not None and record.report.total_steps:
+        progress = min(1.0, record.report.step / record.report.total_steps)
     failure = None
     if record.phase is JobPhase.FAILED:
         failure = Failure(
             reason=record.failure_reason,
             message=record.message,
             exit_code=record.exit_code,
-            failed_stage=record.run_finished.failed_stage if record.run_finished else None,
+            failed_stage=record.report.outcome.failed_stage if record.report.outcome else None,
         )
-    stage_times = {Stage(name): times for name, times in record.stage_times.items() if name in Stage}
+    stage_times = dict(record.report.stage_times)
     return JobPublic(
         id=record.id,
         name=record.name,
@@ -57,20 +55,20 @@ def to_public(
         labels=record.labels,
         phase=record.phase,
         message=record.message,
-        stage=record.stage,
-        step=record.step,
-        total_steps=record.total_steps,
+        stage=record.report.stage,
+        step=record.report.step,
+        total_steps=record.report.total_steps,
         progress=progress,
         eta_s=_eta_s(record, now),
-        metrics=LatestMetrics(**record.latest_metrics),
+        metrics=LatestMetrics(**record.report.latest_metrics),
         health=learning_health(record, now, health_policy),
-        eval=job_eval(record.eval_points, spec=record.spec, phase=record.phase),
+        eval=job_eval(record.report.eval_points, spec=record.spec, phase=record.phase),
         stage_times=stage_times,
-        artifacts=list(record.artifacts.values()),
+        artifacts=list(record.report.artifacts.values()),
         failure=failure,
         backend=record.backend,
         object_name=record.object_name,
-        attempt=record.attempt,
+        attempt=record.report.attempt,
         run_uri=record.layout.root,
         created_at=record.created_at,
         updated_at=record.updated_at,
@@ -78,9 +76,9 @@ def to_public(
         finished_at=record.finished_at,
         queue=record.queue,
         usage=job_usage(record, now, prices),
-        storage=record.storage,
+        storage=record.report.storage,
         goodput=job_goodput(record, now),
-        trainer_events=record.trainer_events.model_copy(),
+        trainer_events=record.report.trainer_events.model_copy(),
         fit_estimate=record.fit_estimate,
         spec=record.spec.model_dump(mode="json"),
     )

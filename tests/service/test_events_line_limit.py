@@ -40,7 +40,7 @@ def test_an_over_long_line_is_skipped_and_progress_continues(store: SqlJobStore,
     for _ in range(3):  # the poller's reads; each returns while more remains
         service.ingest_progress(job_id)
     record = store.get(job_id)
-    assert record is not None and record.step == 2 and record.phase is JobPhase.RUNNING
+    assert record is not None and record.report.step == 2 and record.phase is JobPhase.RUNNING
     assert [p.step for p in store.metric_points(job_id, limit=10)] == [1, 2]
     start = len(_step(job_id, 1))
     assert f"skipped a {len(huge)}-byte line at byte {start} of {events}" in record.message
@@ -54,9 +54,9 @@ def test_a_long_line_still_being_written_waits_for_its_end(store: SqlJobStore, f
     events.write_text(_step(job_id, 1) + head)  # no newline yet
     service.ingest_progress(job_id, until_caught_up=True)
     record = store.get(job_id)
-    assert record is not None and record.step == 1 and "skipped" not in record.message
+    assert record is not None and record.report.step == 1 and "skipped" not in record.message
     with events.open("a") as f:
         f.write(tail + _step(job_id, 2))
     service.ingest_progress(job_id, until_caught_up=True)
     record = store.get(job_id)
-    assert record is not None and record.step == 2 and f"skipped a {len(head + tail)}-byte line" in record.message
+    assert record is not None and record.report.step == 2 and f"skipped a {len(head + tail)}-byte line" in record.message

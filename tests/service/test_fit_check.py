@@ -5,6 +5,7 @@ limit is accepted with the warning. `rljob submit --dry-run` shows the same esti
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,13 @@ from typer.testing import CliRunner
 
 from service.cli.main import app as cli
 from service.cli.output import console, print_job
+from service.domain.models import JobRecord
+from service.domain.phases import JobPhase
+from service.domain.views import to_public
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A
+from trainer.contract.spec_file import load_spec_file
+from trainer.sizing.fit import estimate_job_fit
 from trainer.sizing.tpu_memory import GIB
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "examples" / "tutorial-llama31-8b-v6e8.yaml"
@@ -99,16 +105,16 @@ def test_dry_run_refuses_what_the_service_would_refuse(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
-def test_status_shows_the_estimate() -> None:
-    job = {
-        "id": "rl-000000000001",
-        "name": "n",
-        "team": "t",
-        "phase": "queued",
-        "message": "m",
-        "run_uri": "/r",
-        "fit_estimate": {"verdict": "tight", "message": "needs ~15.0 GiB per chip (params 1.9), 94% of v5e-8's"},
-    }
+def test_status_shows_the_estimate(tmp_path: Path) -> None:
+    spec = load_spec_file(TUTORIAL).model_copy(update={"output": str(tmp_path / "runs")})
+    fit = estimate_job_fit(load_spec_file(TUTORIAL))
+    assert fit is not None
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    record = JobRecord(
+        id="rl-000000000001", team="t", name="n", spec=spec, spec_hash="x", phase=JobPhase.QUEUED, created_at=now, updated_at=now
+    )
+    tight = fit.model_copy(update={"verdict": "tight", "message": "needs ~15.0 GiB per chip (params 1.9), 94% of v5e-8's"})
+    job = to_public(record, now).model_copy(update={"fit_estimate": tight})
     with console.capture() as captured:
         print_job(job)
     assert "memory" in captured.get() and "tight: needs ~15.0 GiB per chip" in _flat(captured.get())

@@ -118,7 +118,7 @@ def test_a_batch_is_folded_in_chunks_through_the_pacer_and_ends_as_one_fold_woul
     service.ingest_progress(job_id)
     assert pacer.folds == 4  # 128, 128, 128 and 5: no stretch longer than one chunk
     record = store.get(job_id)
-    assert record is not None and record.step == n and record.last_trainer_seq == n - 1
+    assert record is not None and record.report.step == n and record.report.last_trainer_seq == n - 1
     assert [p.step for p in store.metric_points(job_id, limit=n + 10)] == list(range(1, n + 1))
     fake_progress.replay_all()  # read again (a restart): the chunks drop what was folded, by seq
     service.ingest_progress(job_id)
@@ -147,7 +147,7 @@ def test_a_job_behind_is_read_again_at_once_and_the_round_says_so(
         rounds += 1
         assert rounds < 200
     record = store.get(job_id)
-    assert record is not None and record.step == 200 and rounds > 3
+    assert record is not None and record.report.step == 200 and rounds > 3
     assert poller.poll_once() is False  # caught up: back to asking
 
 
@@ -163,7 +163,7 @@ def test_the_supervisor_polls_again_at_once_while_a_job_is_behind(store: SqlJobS
         pass
     assert supervisor._recover_or_poll() is None  # caught up: the loop's own interval again
     record = store.get(job_id)
-    assert record is not None and record.step == 200
+    assert record is not None and record.report.step == 200
 
 
 def _flooded_stopped_job(store: SqlJobStore, launcher: FakeLauncher, tmp_path: Path) -> tuple[JobService, str]:
@@ -186,14 +186,14 @@ def test_a_stopped_job_with_events_behind_keeps_its_phase_until_they_are_read(
     stopped = fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0)
     service.apply_observation(stopped)
     record = store.get(job_id)
-    assert record is not None and record.phase is JobPhase.RUNNING and record.step < 200  # put off, nothing lost
+    assert record is not None and record.phase is JobPhase.RUNNING and record.report.step < 200  # put off, nothing lost
     poller = ProgressPoller(service)
     while poller.poll_once():
         pass
     service.apply_observation(stopped)  # as the reconcile observes it again
     record = store.get(job_id)
     assert record is not None and record.phase is JobPhase.SUCCEEDED
-    assert record.step == 200 and record.run_finished is not None and record.run_finished.ok
+    assert record.report.step == 200 and record.report.outcome is not None and record.report.outcome.ok
     assert len(store.metric_points(job_id, limit=500)) == 200
 
 
@@ -205,4 +205,4 @@ def test_a_jobs_end_is_put_off_for_a_bounded_time_only(
     service, job_id = _flooded_stopped_job(store, fake_launcher, tmp_path)
     service.apply_observation(fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0))
     record = store.get(job_id)
-    assert record is not None and record.phase is JobPhase.SUCCEEDED and record.step < 200  # ended without the rest
+    assert record is not None and record.phase is JobPhase.SUCCEEDED and record.report.step < 200  # ended without the rest

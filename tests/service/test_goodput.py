@@ -106,7 +106,7 @@ def test_attempts_add_up_and_a_finished_job_stops_the_clock() -> None:
             ev(StageFinished, 290, stage="export", duration_s=40.0),
         ],
     )
-    assert set(record.goodput) == {1, 2}
+    assert set(record.report.goodput) == {1, 2}
     for now in (_at(303), _at(10_000)):  # after the end, the wall time no longer grows
         public = job_goodput(record, now)
         assert public is not None and public.wall_s == 303.0

@@ -87,7 +87,7 @@ def test_progress_then_success_and_late_events_are_ignored(
     service.apply_observation(fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0))
     done = store.get(job_id)
     assert done is not None and done.phase is JobPhase.SUCCEEDED and done.finished_at == T0 + timedelta(seconds=10)
-    assert done.artifacts["hf_model"].uri == "/x/hf"  # drained before the terminal phase
+    assert done.report.artifacts["hf_model"].uri == "/x/hf"  # drained before the terminal phase
 
     # Late and duplicate input never moves or changes a finished job.
     seq_before = done.last_event_seq
@@ -97,7 +97,7 @@ def test_progress_then_success_and_late_events_are_ignored(
     fake_progress.add(_ev(TrainStep, job_id, 5, step=2, total_steps=4))
     service.ingest_progress(job_id)
     after = store.get(job_id)
-    assert after is not None and after.phase is JobPhase.SUCCEEDED and after.step == 1
+    assert after is not None and after.phase is JobPhase.SUCCEEDED and after.report.step == 1
     assert after.last_event_seq == seq_before
     assert _phases(store, job_id) == ["QUEUED", "LAUNCHING", "RUNNING", "SUCCEEDED"]
     assert fake_launcher.launched == [job_id]  # GONE after the end did not relaunch
@@ -221,7 +221,7 @@ def test_job_that_finished_while_the_service_was_down(
     fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0)
     JobRecovery(service).recover()
     record = store.get(job_id)
-    assert record is not None and record.phase is JobPhase.SUCCEEDED and record.step == 4
+    assert record is not None and record.phase is JobPhase.SUCCEEDED and record.report.step == 4
 
 
 def test_metric_points_are_the_newest_in_order(

@@ -69,8 +69,8 @@ def test_a_big_events_file_is_drained_before_the_terminal_phase(store: SqlJobSto
     service.apply_observation(fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0))
     done = store.get(job_id)
     assert done is not None and done.phase is JobPhase.SUCCEEDED
-    assert done.run_finished is not None and done.run_finished.ok is True
-    assert done.artifacts["hf_model"].uri == "/x/hf"
+    assert done.report.outcome is not None and done.report.outcome.ok is True
+    assert done.report.artifacts["hf_model"].uri == "/x/hf"
 
 
 def test_reconcile_launches_a_job_stranded_in_queued(

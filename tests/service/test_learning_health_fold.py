@@ -148,7 +148,7 @@ def test_the_window_is_bounded_and_survives_a_store_reopen(
     try:
         record = reopened.get(trainer.job_id)
         assert record is not None
-        assert [s.step for s in record.recent_train_steps] == [*range(1, FIRST_STEPS_KEPT + 1), *range(8, HEALTH_WINDOW_STEPS + 8)]
+        assert [s.step for s in record.report.recent_train_steps] == [*range(1, FIRST_STEPS_KEPT + 1), *range(8, HEALTH_WINDOW_STEPS + 8)]
         assert record.health_verdict == "no-signal"
         health = to_public(record, clock(), POLICY).health
         assert health is not None and health.verdict == "no-signal" and health.step == HEALTH_WINDOW_STEPS + 7
@@ -215,7 +215,7 @@ def test_a_job_stored_before_migration_0003_reads_with_no_health_until_its_next_
             )
         store.migrate()  # 0002 -> head
         old = store.get("rl-0000000old01")
-        assert old is not None and old.recent_train_steps == [] and old.health_verdict is None
+        assert old is not None and old.report.recent_train_steps == [] and old.health_verdict is None
         assert to_public(old, clock(), POLICY).health is None
 
         service = JobService(store, fake_launcher, fake_progress, clock=clock, health_policy=POLICY)

@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from service.adapters.manifest_worker import MAX_MANIFEST_VALUES, manifest_values
 from service.adapters.run_files import StoreRunFiles
 from service.domain.manifest_sizes import ManifestSizes
-from service.domain.models import Artifact, JobRecord, ManifestRefused
+from service.domain.models import JobRecord, ManifestRefused
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.progress import fold_manifest
+from service.domain.run_report import Artifact
 from tests.service.conftest import Api
 from tests.service.service_helpers import T0, TOKEN_A, record_spec, spec_body, wait_for_phase
 from trainer.contract import RunLayout
@@ -86,7 +87,7 @@ def test_a_real_sized_manifest_is_still_read(api: Api, tmp_path: Path) -> None:
     Path(layout.manifest).write_text(json.dumps({"job_id": job_id, "artifacts": files}, indent=1))
     record = api.store.get(job_id)
     assert record is not None
-    record.artifacts["ckpt"] = Artifact(name="ckpt", uri=f"{layout.root}/rl/ckpt")
+    record.report.artifacts["ckpt"] = Artifact(name="ckpt", uri=f"{layout.root}/rl/ckpt")
     answer = StoreRunFiles().read_manifest(record)  # 5 MiB: parsed in the manifest worker's process
     assert isinstance(answer, ManifestSizes), answer
     assert answer.sized["ckpt"] == {"size_bytes": sum(range(50_000)), "file_count": 50_000}
@@ -128,7 +129,7 @@ def test_folding_by_bisection_sizes_every_artifact_as_the_definition_does(seed: 
     record = JobRecord(
         id="rl-aaaaaaaaaaaa", team="a", name="n", spec=record_spec(), spec_hash="h", phase=JobPhase.RUNNING, created_at=T0, updated_at=T0
     )
-    record.artifacts = {name: Artifact(name=name, uri=uri) for name, uri in artifacts.items()}
+    record.report.artifacts = {name: Artifact(name=name, uri=uri) for name, uri in artifacts.items()}
     fold_manifest(record, {"artifacts": files})
-    folded = {n: (a.size_bytes, a.file_count) for n, a in record.artifacts.items() if a.file_count is not None}
+    folded = {n: (a.size_bytes, a.file_count) for n, a in record.report.artifacts.items() if a.file_count is not None}
     assert folded == _naive_fold(artifacts, files)

@@ -95,7 +95,7 @@ def test_a_round_without_new_events_reads_no_record_and_no_events_file(
     poller = ProgressPoller(service)
     poller.poll_once()  # reads and folds every file
     poller.poll_once()  # reads the records the fold changed
-    assert {store.get(job_id).step for job_id in ids} == {1}  # type: ignore[union-attr]
+    assert {store.get(job_id).report.step for job_id in ids} == {1}  # type: ignore[union-attr]
 
     db = Calls(monkeypatch, store, "get", "list_active", "transaction")
     reader = Calls(monkeypatch, service.progress, "read_new")
@@ -108,7 +108,7 @@ def test_a_round_without_new_events_reads_no_record_and_no_events_file(
     _append(tmp_path, grown, _step(grown, 2, 2, clock))
     poller.poll_once()
     assert reader.jobs == [grown]  # the one file that grew, and no other
-    assert store.get(grown).step == 2  # type: ignore[union-attr]
+    assert store.get(grown).report.step == 2  # type: ignore[union-attr]
     db.reset()
     reader.reset()
     poller.poll_once()  # the fold moved that job's version: its record is read once more

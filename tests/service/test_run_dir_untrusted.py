@@ -229,7 +229,7 @@ def test_a_planted_events_file_stops_no_ones_progress(
     teams.plant(kind, teams.layout_a.events, other_team=teams.layout_b.events)
     for job_id in (teams.a, teams.b):
         api.launcher.emit(job_id, ObservedState.RUNNING)
-    wait_until(lambda: api.store.get(teams.b).step == 3, timeout_s=PROMPT_S * 2)  # type: ignore[union-attr]
+    wait_until(lambda: api.store.get(teams.b).report.step == 3, timeout_s=PROMPT_S * 2)  # type: ignore[union-attr]
 
     reader = EventsFileReader()
     record = api.store.get(teams.a)
@@ -242,7 +242,7 @@ def test_a_planted_events_file_stops_no_ones_progress(
         assert pending and batch.skipped and 0 < batch.end <= reader.max_read_bytes + MAX_SCAN_BYTES
     else:
         assert not pending and batch.end == 0 and not batch.more
-    assert api.store.get(teams.a).step in (None, 0)  # type: ignore[union-attr]  # team b's steps are not team a's
+    assert api.store.get(teams.a).report.step in (None, 0)  # type: ignore[union-attr]  # team b's steps are not team a's
 
 
 @pytest.mark.parametrize("huge", [2**40, 2**70])  # over PostgreSQL's integer; over SQLite's (and Python sqlite3's) int64
@@ -271,7 +271,7 @@ def test_an_out_of_range_count_is_one_skipped_event_and_the_rest_of_the_batch_la
     Path(layout.events).write_text("".join(line + "\n" for line in lines))
     with caplog.at_level("WARNING", logger="service.adapters.events_file"):
         api.launcher.emit(job_id, ObservedState.RUNNING)
-        wait_until(lambda: api.store.get(job_id).step == 3, timeout_s=PROMPT_S * 2)  # type: ignore[union-attr]
+        wait_until(lambda: api.store.get(job_id).report.step == 3, timeout_s=PROMPT_S * 2)  # type: ignore[union-attr]
     points = api.client.get(f"/v1/jobs/{job_id}/metrics", headers=api.as_(TOKEN_A)).json()["points"]
     assert [p["step"] for p in points if p["kind"] == "train"] == [2, 3]
     assert sum("unreadable event line" in r.getMessage() for r in caplog.records) == 1  # two bad lines, one warning

@@ -8,10 +8,11 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.domain.models import Artifact, JobRecord
+from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.progress import fold_manifest
+from service.domain.run_report import Artifact, RunReport
 from service.domain.tokens import TokenService
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, record_spec, spec_body, wait_for_phase
@@ -93,10 +94,10 @@ def test_fold_manifest_leaves_unlisted_artifacts_alone() -> None:
         phase=JobPhase.RUNNING,
         created_at=_now(),
         updated_at=_now(),
-        artifacts={"ckpt": Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)},
+        report=RunReport(artifacts={"ckpt": Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)}),
     )
     data = fold_manifest(record, {"job_id": record.id, "artifacts": [{"uri": "gs://b/run/other", "size_bytes": 1}]})
-    assert record.artifacts["ckpt"] == Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)
+    assert record.report.artifacts["ckpt"] == Artifact(name="ckpt", uri="gs://b/run/ckpt/", size_bytes=5)
     assert data == {"artifacts": [{"name": "ckpt", "uri": "gs://b/run/ckpt/", "size_bytes": 5}]}
 
 
@@ -111,7 +112,7 @@ def test_a_manifest_of_the_wrong_shape_leaves_the_artifacts_as_they_were() -> No
         phase=JobPhase.RUNNING,
         created_at=_now(),
         updated_at=_now(),
-        artifacts={"ckpt": ckpt},
+        report=RunReport(artifacts={"ckpt": ckpt}),
     )
     not_ours = {
         "artifacts": [{"uri": "gs://b/run/ckpt", "size_bytes": {"many": 1}, "checksum": 5}],
@@ -119,7 +120,7 @@ def test_a_manifest_of_the_wrong_shape_leaves_the_artifacts_as_they_were() -> No
         "run_uri": ["gs://b/run"],
     }
     data = fold_manifest(record, not_ours)  # folded with the terminal phase: it must not raise
-    assert record.artifacts == {"ckpt": ckpt} and data == {"artifacts": [ckpt.model_dump(exclude_unset=True)]}
+    assert record.report.artifacts == {"ckpt": ckpt} and data == {"artifacts": [ckpt.model_dump(exclude_unset=True)]}
 
 
 def test_the_event_log_lists_what_the_trainer_said_and_the_manifest_added(api: Api, tmp_path: Path) -> None:

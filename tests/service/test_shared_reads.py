@@ -18,6 +18,7 @@ from service.app import create_app
 from service.config import Settings
 from service.domain.models import JobPublic, JobRecord, JobsPublic
 from service.domain.phases import JobPhase
+from service.domain.run_report import RunReport
 from service.domain.tokens import TokenService
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import TOKEN_A, ManualClock, record_spec, spec_body, wait_until
@@ -48,8 +49,7 @@ def store_job(store: SqlJobStore, index: int, phase: JobPhase = JobPhase.SUCCEED
                 phase_entered_at=created + timedelta(minutes=30) if ended else created,
                 labels={"index": str(index)},
                 phase_seconds={"RUNNING": 1800.0} if ended else {},
-                step=2,
-                total_steps=4,
+                report=RunReport(step=2, total_steps=4),
             )
         )
     return job_id

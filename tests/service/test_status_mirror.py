@@ -158,7 +158,7 @@ def test_job_service_mirrors_committed_changes_of_a_capable_launcher(store, fake
     jobs.ingest_progress(JOB)
     jobs.status_mirror.flush_once()
     jobs.apply_observation(launcher.set(JOB, ObservedState.SUCCEEDED, exit_code=0))
-    assert store.get(JOB).phase.value == "SUCCEEDED" and store.get(JOB).step == 9
+    assert store.get(JOB).phase.value == "SUCCEEDED" and store.get(JOB).report.step == 9
     launcher.fail = False
     jobs.status_mirror.flush_once()
     assert launcher.calls[-1] == (JOB, "succeeded", "train", 9, 20)

@@ -16,6 +16,7 @@ from service.adapters.store import SqlJobStore
 from service.adapters.store.record_rows import StoredReportUnreadable
 from service.domain.models import JobFilters, JobRecord
 from service.domain.phases import JobPhase
+from service.domain.run_report import RunReport
 from tests.service.service_helpers import record_spec
 from trainer.contract import RunStorage
 from trainer.contract.evaluation import EvalSummary, paired_difference
@@ -82,7 +83,7 @@ def _columns(store: SqlJobStore) -> dict:
 
 def test_typed_parts_are_stored_as_the_json_the_untyped_record_kept_and_read_back_equal(store: SqlJobStore) -> None:
     fit, points, storage, goodput = _parts()
-    _insert(store, fit_estimate=fit, eval_points=points, storage=storage, goodput=goodput)
+    _insert(store, fit_estimate=fit, report=RunReport(eval_points=points, storage=storage, goodput=goodput))
     # The shapes migrations 0004-0007 created these columns for, written before the record was typed.
     assert _columns(store) == {
         "fit_estimate": fit.model_dump(mode="json"),
@@ -95,15 +96,15 @@ def test_typed_parts_are_stored_as_the_json_the_untyped_record_kept_and_read_bac
         store.list_jobs(JobFilters(), before_pk=None, limit=5)[0][1],
     ):  # the session read and the list's core-row read
         assert record is not None
-        assert record.fit_estimate == fit and record.eval_points == points
-        assert record.storage == storage and record.goodput == goodput
+        assert record.fit_estimate == fit and record.report.eval_points == points
+        assert record.report.storage == storage and record.report.goodput == goodput
 
 
 def test_a_record_without_parts_keeps_its_columns_null(store: SqlJobStore) -> None:
     _insert(store)
     assert _columns(store) == {"fit_estimate": None, "eval_points": [], "storage": None, "goodput": None}
     record = store.get(JOB)
-    assert record is not None and record.goodput == {} and record.eval_points == [] and record.storage is None
+    assert record is not None and record.report.goodput == {} and record.report.eval_points == [] and record.report.storage is None
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.progress import fold_events
+from service.domain.run_report import RunReport
 from service.domain.trainer_event_budget import TrainerEventCounts
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, record_spec, spec_body, wait_until
@@ -66,7 +67,7 @@ def test_a_hundred_thousand_artifact_names_keep_the_first_few_and_count_the_rest
     ]
     lines.append(_step(job_id, names + 1, 7))
     _write(layout, lines)
-    wait_until(lambda: api.store.get(job_id).step == 7, timeout_s=60)  # type: ignore[union-attr]
+    wait_until(lambda: api.store.get(job_id).report.step == 7, timeout_s=60)  # type: ignore[union-attr]
 
     job = _get(api, job_id)
     assert len(job["artifacts"]) == budget.MAX_ARTIFACTS
@@ -96,7 +97,7 @@ def test_past_the_entry_bound_steps_still_move_the_job_but_are_not_stored(
         layout,
         [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json()] + [_step(job_id, s, s) for s in range(1, 301)],
     )
-    wait_until(lambda: api.store.get(job_id).step == 300, timeout_s=60)  # type: ignore[union-attr]
+    wait_until(lambda: api.store.get(job_id).report.step == 300, timeout_s=60)  # type: ignore[union-attr]
 
     job = _get(api, job_id)
     assert job["step"] == 300 and job["metrics"]["loss"] == 0.5  # the status follows every step
@@ -107,8 +108,8 @@ def test_past_the_entry_bound_steps_still_move_the_job_but_are_not_stored(
 
     # A restarted service reads the counts back: the bound holds across lives (the events are not folded again).
     record = api.store.get(job_id)
-    assert record is not None and record.trainer_events == TrainerEventCounts(
-        stored=40, stored_bytes=record.trainer_events.stored_bytes, refused=261
+    assert record is not None and record.report.trainer_events == TrainerEventCounts(
+        stored=40, stored_bytes=record.report.trainer_events.stored_bytes, refused=261
     )
 
 
@@ -124,7 +125,7 @@ def test_a_line_over_the_event_size_is_not_parsed_and_counted(api_reading_events
         layout,
         [StageStarted(seq=0, time=NOW, job_id=job_id, stage=Stage.TRAIN).model_dump_json(), _step(job_id, 1, 1), huge, _step(job_id, 3, 3)],
     )
-    wait_until(lambda: api.store.get(job_id).step == 3, timeout_s=30)  # type: ignore[union-attr]
+    wait_until(lambda: api.store.get(job_id).report.step == 3, timeout_s=30)  # type: ignore[union-attr]
     job = _get(api, job_id)
     points = api.client.get(f"/v1/jobs/{job_id}/metrics", headers=api.as_(TOKEN_A)).json()["points"]
     assert [p["step"] for p in points if p["kind"] == "train"] == [1, 3]
@@ -143,11 +144,11 @@ def test_goodput_attempts_past_the_bound_are_refused() -> None:
         GoodputMeasured(seq=i, time=NOW, job_id=record.id, attempt=i + 1, train=train) for i in range(budget.MAX_GOODPUT_ATTEMPTS + 10)
     ]
     fold_events(record, events)
-    assert len(record.goodput) == budget.MAX_GOODPUT_ATTEMPTS
-    assert record.trainer_events.refused == 10
+    assert len(record.report.goodput) == budget.MAX_GOODPUT_ATTEMPTS
+    assert record.report.trainer_events.refused == 10
     # An attempt already kept is still updated past the bound.
     fold_events(record, [GoodputMeasured(seq=10**6, time=NOW, job_id=record.id, attempt=1, train=train.model_copy(update={"step": 9}))])
-    assert record.goodput[1].step == 9
+    assert record.report.goodput[1].step == 9
 
 
 def test_the_counts_read_back_from_json_and_unreadable_json_is_zeros() -> None:
@@ -179,10 +180,10 @@ def test_a_first_refusal_by_an_over_long_line_is_said_too() -> None:
         phase=JobPhase.RUNNING,
         created_at=NOW,
         updated_at=NOW,
-        trainer_events=TrainerEventCounts(stored=budget.MAX_STORED_ENTRIES),
+        report=RunReport(trainer_events=TrainerEventCounts(stored=budget.MAX_STORED_ENTRIES)),
     )
     line = SkippedLine(uri="/r/events.jsonl", offset=0, size_bytes=10**6, limit_bytes=budget.MAX_EVENT_BYTES)
     changes = note_skipped_lines(record, [line, line])
-    assert record.trainer_events.refused == 2
+    assert record.report.trainer_events.refused == 2
     assert [data["reason"] for _, data in changes.log] == ["TrainerEventsRefused"]
     assert "exceed what the service stores per job" in record.message

@@ -10,8 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from service.config import Settings
-from service.domain.models import JobRecord, StageTimes
+from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
+from service.domain.run_report import StageTimes
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, chips_of, job_usage, summarize_usage
 from tests.service.service_helpers import T0, record_spec
 from trainer.contract.tpu import tpu_slice
@@ -88,7 +89,7 @@ def test_an_ended_job_counts_what_it_ran_and_no_more() -> None:
 
 def test_stages_break_the_running_time_down_and_one_under_way_counts_up_to_now() -> None:
     record = _record(entered_s=0.0)
-    record.stage_times = {
+    record.report.stage_times = {
         "convert": StageTimes(started_at=T0, finished_at=T0 + timedelta(seconds=900), duration_s=900.0),
         "train": StageTimes(started_at=T0 + timedelta(seconds=900)),
     }
@@ -104,7 +105,7 @@ def test_chip_hours_split_by_goodput_part_add_up_to_the_phases_and_sum_by_team()
     from trainer.contract.goodput import TRAIN_PARTS, TrainGoodput
 
     record = _record(seconds={"QUEUED": 900.0, "LAUNCHING": 300.0}, entered_s=1200.0)
-    record.stage_times = {"convert": StageTimes(started_at=T0, duration_s=450.0)}
+    record.report.stage_times = {"convert": StageTimes(started_at=T0, duration_s=450.0)}
     train = TrainGoodput(elapsed_s=1800.0, parts=dict.fromkeys(TRAIN_PARTS, 0.0) | {"rollout": 1350.0, "update": 450.0})
     fold_events(record, [GoodputMeasured(seq=0, time=T0 + timedelta(seconds=4700), job_id=record.id, attempt=1, train=train)])
     now = T0 + timedelta(seconds=1200 + 3600)

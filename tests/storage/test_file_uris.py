@@ -83,4 +83,4 @@ def test_local_readers_take_file_uris(tmp_path: Path):
     assert "step 1" in list(files.stage_log_lines(record))
     assert sizes is not None and not isinstance(sizes, ManifestRefused)
     fold_manifest(record, sizes)
-    assert record.artifacts["run"].uri == layout.root and record.artifacts["run"].file_count == 3
+    assert record.report.artifacts["run"].uri == layout.root and record.report.artifacts["run"].file_count == 3

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 from service.adapters.run_files import StoreRunFiles
 from service.domain.manifest_sizes import ManifestSizes
-from service.domain.models import Artifact, JobRecord
+from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.domain.progress import fold_manifest
+from service.domain.run_report import Artifact
 from trainer.contract import JobSpec, RunLayout, Stage
 from trainer.storage.manifest import write_manifest
 
@@ -31,14 +32,14 @@ def test_manifest_and_stage_logs_are_read_from_gcs(gcs, bucket):
     gcs.write_bytes(layout.stage_log(Stage.TRAIN), b"step 1\nstep 2\n")
     write_manifest(layout, store=gcs)
     record = _record(output)
-    record.artifacts["export"] = Artifact(name="export", uri=layout.export_dir, size_bytes=None)
+    record.report.artifacts["export"] = Artifact(name="export", uri=layout.export_dir, size_bytes=None)
 
     files = StoreRunFiles()
     manifest = files.read_manifest(record)
     assert isinstance(manifest, ManifestSizes) and manifest.sized["export"]["file_count"] == 1  # this job's, sized
     fold_manifest(record, manifest)
-    assert record.artifacts["export"].size_bytes == 300 and record.artifacts["export"].file_count == 1
-    assert record.artifacts["run"].uri == layout.root
+    assert record.report.artifacts["export"].size_bytes == 300 and record.report.artifacts["export"].file_count == 1
+    assert record.report.artifacts["run"].uri == layout.root
 
     assert list(files.stage_log_lines(record)) == [
         f"==> train stage log ({layout.stage_log(Stage.TRAIN)}) <==",

@@ -10,8 +10,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Row
 
-from service.domain.models import Artifact, JobRecord, QueueStatus, RunOutcome, StageTimes
+from service.domain.models import JobRecord, QueueStatus
 from service.domain.phases import JobPhase
+from service.domain.run_report import Artifact, RunOutcome, RunReport, StageTimes
 from service.domain.train_step_summary import read_window
 from service.domain.trainer_event_budget import TrainerEventCounts
 from trainer.contract import JobSpec, RunStorage, Stage
@@ -21,6 +22,7 @@ from trainer.sizing.fit import FitEstimate
 
 from .tables import JobRow
 
+# The control plane's columns (JobRecord's own fields); the trainer's report has its own (_report, _apply_report).
 _RECORD_FIELDS = [
     "id",
     "team",
@@ -32,20 +34,10 @@ _RECORD_FIELDS = [
     "message",
     "failure_reason",
     "exit_code",
-    "stage",
-    "step",
-    "total_steps",
-    "latest_metrics",
-    "recent_train_steps",
     "health_verdict",
-    "stage_times",
-    "artifacts",
-    "run_finished",
     "backend",
     "object_name",
-    "attempt",
     "resumes",
-    "last_trainer_seq",
     "last_event_seq",
     "created_at",
     "updated_at",
@@ -55,10 +47,6 @@ _RECORD_FIELDS = [
     "phase_seconds",
     "phase_entered_at",
     "fit_estimate",
-    "eval_points",
-    "storage",
-    "goodput",
-    "trainer_events",
 ]
 
 
@@ -68,23 +56,32 @@ def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     # explicit. A core row's were just decoded and belong to nobody (the copy was a third of a list).
     own = _deep_copy if isinstance(row, JobRow) else _as_is
     values["spec"] = _stored_spec(row.id, row.spec)
-    values["latest_metrics"] = own(values["latest_metrics"]) or {}
-    stage = row.stage
-    values["stage"] = Stage(stage) if stage is not None and stage in Stage else None  # an unknown name: none
-    values["recent_train_steps"] = read_window(row.recent_train_steps or [])  # NULL: stored before 0003
-    values["stage_times"] = {k: StageTimes.model_validate(v) for k, v in (row.stage_times or {}).items()}
-    values["artifacts"] = {k: Artifact.model_validate(v) for k, v in (row.artifacts or {}).items()}
-    values["run_finished"] = RunOutcome.model_validate(row.run_finished) if row.run_finished else None
     values["queue"] = QueueStatus.model_validate(row.queue) if row.queue else None
     values["phase_seconds"] = own(values["phase_seconds"]) or {}  # NULL: stored before 0004
     values["fit_estimate"] = _typed(row.id, "fit_estimate", FitEstimate, row.fit_estimate) if row.fit_estimate else None
-    # NULL: stored before 0005. A list is the ORM's own (or a core row's) JSON: the models are new objects.
-    values["eval_points"] = [_typed(row.id, "eval_points", EvalSummary, p) for p in row.eval_points or []]
-    values["storage"] = _typed(row.id, "storage", RunStorage, row.storage) if row.storage else None  # NULL: before 0006
+    return JobRecord(phase=JobPhase(row.phase), labels=labels, report=_report(row, own), **values)
+
+
+def _report(row: JobRow | Row[Any], own: Any) -> RunReport:
+    stage = row.stage
     attempts = (row.goodput or {}).get("attempts") or {}  # NULL: none measured yet, or stored before 0007
-    values["goodput"] = {int(n): _typed(row.id, "goodput", TrainGoodput, body) for n, body in attempts.items()}
-    values["trainer_events"] = TrainerEventCounts.of_json(row.trainer_events)  # NULL: stored before 0009
-    return JobRecord(phase=JobPhase(row.phase), labels=labels, **values)
+    return RunReport(
+        attempt=row.attempt,
+        last_trainer_seq=row.last_trainer_seq,
+        stage=Stage(stage) if stage is not None and stage in Stage else None,  # an unknown name: none
+        step=row.step,
+        total_steps=row.total_steps,
+        latest_metrics=own(row.latest_metrics) or {},
+        recent_train_steps=read_window(row.recent_train_steps or []),  # NULL: stored before 0003
+        stage_times={Stage(k): StageTimes.model_validate(v) for k, v in (row.stage_times or {}).items() if k in Stage},
+        artifacts={k: Artifact.model_validate(v) for k, v in (row.artifacts or {}).items()},
+        outcome=RunOutcome.model_validate(row.run_finished) if row.run_finished else None,
+        # NULL: stored before 0005. The models are new objects, never the row's JSON.
+        eval_points=[_typed(row.id, "eval_points", EvalSummary, p) for p in row.eval_points or []],
+        storage=_typed(row.id, "storage", RunStorage, row.storage) if row.storage else None,  # NULL: before 0006
+        goodput={int(n): _typed(row.id, "goodput", TrainGoodput, body) for n, body in attempts.items()},
+        trainer_events=TrainerEventCounts.of_json(row.trainer_events),  # NULL: stored before 0009
+    )
 
 
 class StoredReportUnreadable(RuntimeError):
@@ -145,7 +142,7 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
-_TYPED_FIELDS = {"spec", "stage", "recent_train_steps", "trainer_events", "fit_estimate", "eval_points", "storage", "goodput"}
+_TYPED_FIELDS = {"spec", "fit_estimate"}
 
 
 def apply_record(row: JobRow, record: JobRecord) -> None:
@@ -155,12 +152,24 @@ def apply_record(row: JobRow, record: JobRecord) -> None:
     # Written once, at insert: a job's spec never changes, and an old row keeps its JSON as stored.
     if row.spec is None:
         row.spec = record.spec.model_dump(mode="json")
-    row.stage = None if record.stage is None else record.stage.value
-    row.recent_train_steps = [summary.to_json() for summary in record.recent_train_steps]
-    row.trainer_events = record.trainer_events.to_json()
     # Whole models (not only the fields that were set), as these columns were written before they were typed.
     row.fit_estimate = record.fit_estimate.model_dump(mode="json") if record.fit_estimate else None
-    row.eval_points = [summary.model_dump(mode="json") for summary in record.eval_points]
-    row.storage = record.storage.model_dump(mode="json") if record.storage else None
-    row.goodput = {"attempts": {str(n): train.model_dump(mode="json") for n, train in record.goodput.items()}} if record.goodput else None
+    _apply_report(row, record.report)
     row.phase = record.phase.value
+
+
+def _apply_report(row: JobRow, report: RunReport) -> None:
+    row.attempt = report.attempt
+    row.last_trainer_seq = report.last_trainer_seq
+    row.stage = None if report.stage is None else report.stage.value
+    row.step = report.step
+    row.total_steps = report.total_steps
+    row.latest_metrics = dict(report.latest_metrics)
+    row.recent_train_steps = [summary.to_json() for summary in report.recent_train_steps]
+    row.stage_times = {stage.value: _deep_copy(times) for stage, times in report.stage_times.items()}
+    row.artifacts = {name: _deep_copy(artifact) for name, artifact in report.artifacts.items()}
+    row.run_finished = _deep_copy(report.outcome)
+    row.eval_points = [summary.model_dump(mode="json") for summary in report.eval_points]
+    row.storage = report.storage.model_dump(mode="json") if report.storage else None
+    row.goodput = {"attempts": {str(n): t.model_dump(mode="json") for n, t in report.goodput.items()}} if report.goodput else None
+    row.trainer_events = report.trainer_events.to_json()
