@@ -23,7 +23,7 @@ FIRST_STEPS_KEPT = 5  # the start the trend test also compares with (learning_he
 
 @dataclass(frozen=True)
 class TrainStepSummary:
-    """What the verdict needs from one TrainStep; one entry of JobRecord.recent_train_steps."""
+    """What the verdict needs from one TrainStep; one entry of JobRecord.report.recent_train_steps."""
 
     step: int
     time: datetime
