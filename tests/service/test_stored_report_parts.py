@@ -1,7 +1,7 @@
-"""The report parts a record keeps typed (evaluations, run size, goodput by attempt, the fit estimate) are
-the models on the record and the same JSON in their columns as before they were typed: a row an older
-version wrote reads as these models, and what this version writes an older one reads. A part this
-version's model refuses is an error naming the job and the column, never silently dropped."""
+"""The report parts a record keeps typed (evaluations, run size, goodput by attempt; the fit estimate beside
+them) are the models on the record and, in the store, the same JSON each part's column held before migration
+0010 folded them into one report document. A part this version's model refuses is an error naming the job
+and the part, never silently dropped."""
 
 from __future__ import annotations
 
@@ -76,49 +76,55 @@ def _insert(store: SqlJobStore, **parts) -> None:
 
 
 def _columns(store: SqlJobStore) -> dict:
+    """The fit estimate's column and the report document's parts, as stored."""
     with store.engine.begin() as conn:
-        row = conn.execute(text("SELECT fit_estimate, eval_points, storage, goodput FROM jobs WHERE id = :id"), {"id": JOB}).one()
-    return {k: json.loads(v) if isinstance(v, str) else v for k, v in row._mapping.items()}
+        row = conn.execute(text("SELECT fit_estimate, report FROM jobs WHERE id = :id"), {"id": JOB}).one()
+    fit, report = (json.loads(v) if isinstance(v, str) else v for v in row)
+    return {"fit_estimate": fit, **{k: report[k] for k in ("eval_points", "storage", "goodput")}}
 
 
-def test_typed_parts_are_stored_as_the_json_the_untyped_record_kept_and_read_back_equal(store: SqlJobStore) -> None:
+def _set_report_part(store: SqlJobStore, key: str, value: object) -> None:
+    with store.engine.begin() as conn:
+        stored = conn.execute(text("SELECT report FROM jobs WHERE id = :id"), {"id": JOB}).scalar_one()
+        report = json.loads(stored) if isinstance(stored, str) else stored
+        conn.execute(text("UPDATE jobs SET report = :v WHERE id = :id"), {"v": json.dumps({**report, key: value}), "id": JOB})
+
+
+def test_typed_parts_are_stored_as_the_json_their_columns_held_and_read_back_equal(store: SqlJobStore) -> None:
     fit, points, storage, goodput = _parts()
     _insert(store, fit_estimate=fit, report=RunReport(eval_points=points, storage=storage, goodput=goodput))
-    # The shapes migrations 0004-0007 created these columns for, written before the record was typed.
+    # Each part as the JSON its own column held before migration 0010 folded them into the report.
     assert _columns(store) == {
         "fit_estimate": fit.model_dump(mode="json"),
         "eval_points": [p.model_dump(mode="json") for p in points],
         "storage": storage.model_dump(mode="json"),
-        "goodput": {"attempts": {"1": goodput[1].model_dump(mode="json"), "2": goodput[2].model_dump(mode="json")}},
+        "goodput": {"1": goodput[1].model_dump(mode="json"), "2": goodput[2].model_dump(mode="json")},
     }
-    for record in (
-        store.get(JOB),
-        store.list_jobs(JobFilters(), before_pk=None, limit=5)[0][1],
-    ):  # the session read and the list's core-row read
+    listed = store.list_jobs(JobFilters(), before_pk=None, limit=5)[0][1]
+    for record in (store.get(JOB), listed):  # the session read and the list's core-row read
         assert record is not None
         assert record.fit_estimate == fit and record.report.eval_points == points
         assert record.report.storage == storage and record.report.goodput == goodput
 
 
-def test_a_record_without_parts_keeps_its_columns_null(store: SqlJobStore) -> None:
+def test_a_record_without_parts_stores_them_empty(store: SqlJobStore) -> None:
     _insert(store)
-    assert _columns(store) == {"fit_estimate": None, "eval_points": [], "storage": None, "goodput": None}
+    assert _columns(store) == {"fit_estimate": None, "eval_points": [], "storage": None, "goodput": {}}
     record = store.get(JOB)
     assert record is not None and record.report.goodput == {} and record.report.eval_points == [] and record.report.storage is None
 
 
 @pytest.mark.parametrize(
-    ("column", "value"),
+    ("key", "value"),
     [
         ("storage", {"total_bytes": "many", "parts": {}, "files": 0}),
         ("eval_points", [{"label": "before"}]),
-        ("goodput", {"attempts": {"1": {"elapsed_s": 1, "parts": {}, "from_a_newer_version": 1}}}),
+        ("goodput", {"1": {"elapsed_s": 1, "parts": {}, "from_a_newer_version": 1}}),
     ],
 )
-def test_a_part_this_version_cannot_read_names_the_job_and_the_column(store: SqlJobStore, column: str, value: object) -> None:
+def test_a_part_this_version_cannot_read_names_the_job_and_the_part(store: SqlJobStore, key: str, value: object) -> None:
     _insert(store)
-    with store.engine.begin() as conn:
-        conn.execute(text(f"UPDATE jobs SET {column} = :v WHERE id = :id"), {"v": json.dumps(value), "id": JOB})
-    with pytest.raises(StoredReportUnreadable, match=rf"job {JOB}: its stored {column} does not validate"):
+    _set_report_part(store, key, value)
+    with pytest.raises(StoredReportUnreadable, match=rf"job {JOB}: its stored report.{key} does not validate"):
         store.get(JOB)
-    assert _columns(store)[column] == value  # nothing rewrote it
+    assert _columns(store)[key] == value  # nothing rewrote it

@@ -59,29 +59,51 @@ def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     values["queue"] = QueueStatus.model_validate(row.queue) if row.queue else None
     values["phase_seconds"] = own(values["phase_seconds"]) or {}  # NULL: stored before 0004
     values["fit_estimate"] = _typed(row.id, "fit_estimate", FitEstimate, row.fit_estimate) if row.fit_estimate else None
-    return JobRecord(phase=JobPhase(row.phase), labels=labels, report=_report(row, own), **values)
+    return JobRecord(phase=JobPhase(row.phase), labels=labels, report=_report(row), **values)
 
 
-def _report(row: JobRow | Row[Any], own: Any) -> RunReport:
-    stage = row.stage
-    attempts = (row.goodput or {}).get("attempts") or {}  # NULL: none measured yet, or stored before 0007
+def _report(row: JobRow | Row[Any]) -> RunReport:
+    """The report column (migration 0010's document; NULL only for a row written before it, which 0010 filled).
+    Every part is a new object, never the row's JSON: an ORM row's JSON is what SQLAlchemy tracks."""
+    doc: dict[str, Any] = row.report or {}
+    stage = doc.get("stage")
+    outcome = doc.get("outcome")
     return RunReport(
-        attempt=row.attempt,
-        last_trainer_seq=row.last_trainer_seq,
+        attempt=doc.get("attempt", 0),
+        last_trainer_seq=doc.get("last_trainer_seq", -1),
         stage=Stage(stage) if stage is not None and stage in Stage else None,  # an unknown name: none
-        step=row.step,
-        total_steps=row.total_steps,
-        latest_metrics=own(row.latest_metrics) or {},
-        recent_train_steps=read_window(row.recent_train_steps or []),  # NULL: stored before 0003
-        stage_times={Stage(k): StageTimes.model_validate(v) for k, v in (row.stage_times or {}).items() if k in Stage},
-        artifacts={k: Artifact.model_validate(v) for k, v in (row.artifacts or {}).items()},
-        outcome=RunOutcome.model_validate(row.run_finished) if row.run_finished else None,
-        # NULL: stored before 0005. The models are new objects, never the row's JSON.
-        eval_points=[_typed(row.id, "eval_points", EvalSummary, p) for p in row.eval_points or []],
-        storage=_typed(row.id, "storage", RunStorage, row.storage) if row.storage else None,  # NULL: before 0006
-        goodput={int(n): _typed(row.id, "goodput", TrainGoodput, body) for n, body in attempts.items()},
-        trainer_events=TrainerEventCounts.of_json(row.trainer_events),  # NULL: stored before 0009
+        step=doc.get("step"),
+        total_steps=doc.get("total_steps"),
+        latest_metrics=dict(doc.get("latest_metrics") or {}),
+        recent_train_steps=read_window(doc.get("recent_train_steps") or []),
+        stage_times={Stage(k): StageTimes.model_validate(v) for k, v in (doc.get("stage_times") or {}).items() if k in Stage},
+        artifacts={k: Artifact.model_validate(v) for k, v in (doc.get("artifacts") or {}).items()},
+        outcome=RunOutcome.model_validate(outcome) if outcome else None,
+        eval_points=[_typed(row.id, "report.eval_points", EvalSummary, p) for p in doc.get("eval_points") or []],
+        storage=_typed(row.id, "report.storage", RunStorage, doc["storage"]) if doc.get("storage") else None,
+        goodput={int(n): _typed(row.id, "report.goodput", TrainGoodput, body) for n, body in (doc.get("goodput") or {}).items()},
+        trainer_events=TrainerEventCounts.of_json(doc.get("trainer_events")),
     )
+
+
+def report_json(report: RunReport) -> dict[str, Any]:
+    """The report column's document: each part as its own JSON (whole models, as their columns held them before 0010)."""
+    return {
+        "attempt": report.attempt,
+        "last_trainer_seq": report.last_trainer_seq,
+        "stage": None if report.stage is None else report.stage.value,
+        "step": report.step,
+        "total_steps": report.total_steps,
+        "latest_metrics": dict(report.latest_metrics),
+        "recent_train_steps": [summary.to_json() for summary in report.recent_train_steps],
+        "stage_times": {stage.value: _deep_copy(times) for stage, times in report.stage_times.items()},
+        "artifacts": {name: _deep_copy(artifact) for name, artifact in report.artifacts.items()},
+        "outcome": _deep_copy(report.outcome),
+        "eval_points": [summary.model_dump(mode="json") for summary in report.eval_points],
+        "storage": report.storage.model_dump(mode="json") if report.storage else None,
+        "goodput": {str(n): train.model_dump(mode="json") for n, train in report.goodput.items()},
+        "trainer_events": report.trainer_events.to_json(),
+    }
 
 
 class StoredReportUnreadable(RuntimeError):
@@ -154,22 +176,5 @@ def apply_record(row: JobRow, record: JobRecord) -> None:
         row.spec = record.spec.model_dump(mode="json")
     # Whole models (not only the fields that were set), as these columns were written before they were typed.
     row.fit_estimate = record.fit_estimate.model_dump(mode="json") if record.fit_estimate else None
-    _apply_report(row, record.report)
+    row.report = report_json(record.report)
     row.phase = record.phase.value
-
-
-def _apply_report(row: JobRow, report: RunReport) -> None:
-    row.attempt = report.attempt
-    row.last_trainer_seq = report.last_trainer_seq
-    row.stage = None if report.stage is None else report.stage.value
-    row.step = report.step
-    row.total_steps = report.total_steps
-    row.latest_metrics = dict(report.latest_metrics)
-    row.recent_train_steps = [summary.to_json() for summary in report.recent_train_steps]
-    row.stage_times = {stage.value: _deep_copy(times) for stage, times in report.stage_times.items()}
-    row.artifacts = {name: _deep_copy(artifact) for name, artifact in report.artifacts.items()}
-    row.run_finished = _deep_copy(report.outcome)
-    row.eval_points = [summary.model_dump(mode="json") for summary in report.eval_points]
-    row.storage = report.storage.model_dump(mode="json") if report.storage else None
-    row.goodput = {"attempts": {str(n): t.model_dump(mode="json") for n, t in report.goodput.items()}} if report.goodput else None
-    row.trainer_events = report.trainer_events.to_json()

@@ -52,20 +52,10 @@ class JobRow(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     failure_reason: Mapped[str | None] = mapped_column(String(64))
     exit_code: Mapped[int | None] = mapped_column(Integer)
-    stage: Mapped[str | None] = mapped_column(String(16))
-    step: Mapped[int | None] = mapped_column(Integer)
-    total_steps: Mapped[int | None] = mapped_column(Integer)
-    latest_metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
-    recent_train_steps: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # migration 0003
     health_verdict: Mapped[str | None] = mapped_column(String(16))  # migration 0003
-    stage_times: Mapped[dict[str, Any]] = mapped_column(JSON)
-    artifacts: Mapped[dict[str, Any]] = mapped_column(JSON)
-    run_finished: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     backend: Mapped[str | None] = mapped_column(String(16))
     object_name: Mapped[str | None] = mapped_column(String(255))
-    attempt: Mapped[int] = mapped_column(Integer, default=0)
     resumes: Mapped[int] = mapped_column(Integer, default=0)
-    last_trainer_seq: Mapped[int] = mapped_column(BigInteger, default=-1)
     last_event_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
@@ -75,10 +65,8 @@ class JobRow(Base):
     phase_seconds: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
     phase_entered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)  # migration 0004
     fit_estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
-    eval_points: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # migration 0005
-    storage: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0006
-    goodput: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0007
-    trainer_events: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0009
+    # What the trainer reported (service/domain/run_report.py), one document: migration 0010 folded 14 columns in.
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     __table_args__ = (
         # One job per (team, Idempotency-Key); NULL keys do not collide on either database.

@@ -36,13 +36,24 @@ def run_migrations(connection: Connection) -> None:
 
 if engine.dialect.name == "sqlite":
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # A batch operation rebuilds a table: copy, DROP, rename. With foreign keys on (every connection of
+        # the store turns them on), that DROP deletes the rows that reference it (job_labels' ON DELETE
+        # CASCADE). SQLite ignores this pragma inside a transaction, so it is set first, and the keys are
+        # checked before the commit (SQLite's own procedure for schema changes, "ALTER TABLE").
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
         try:
-            run_migrations(connection)
-        except BaseException:
-            connection.exec_driver_sql("ROLLBACK")
-            raise
-        connection.exec_driver_sql("COMMIT")
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                run_migrations(connection)
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"the migration left rows whose foreign keys point nowhere: {broken[:5]}")
+            except BaseException:
+                connection.exec_driver_sql("ROLLBACK")
+                raise
+            connection.exec_driver_sql("COMMIT")
+        finally:
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")
 else:
     with engine.begin() as connection:
         run_migrations(connection)

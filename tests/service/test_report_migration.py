@@ -1,0 +1,96 @@
+"""Migration 0010 on a database the previous release wrote: every API answer is the same after the upgrade, and a
+rollback gives back the previous release's rows, on SQLite and PostgreSQL.
+
+migration_data/jobs_at_0009.json holds three jobs (running mid-train, finished with evaluations, artifacts,
+storage and an outcome, and resumed once with goodput from two attempts) written through the job service of the
+last release before 0010, at revision 0009: their raw jobs and job_labels rows, and their API JSON at a fixed time.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from sqlalchemy import text
+
+from service.adapters.store import SqlJobStore
+from service.adapters.store.migrate import alembic_config
+from service.domain.views import to_public
+
+FIXTURE = Path(__file__).parent / "migration_data" / "jobs_at_0009.json"
+REPORT_COLUMNS = set(
+    "attempt last_trainer_seq stage step total_steps latest_metrics recent_train_steps stage_times artifacts run_finished "
+    "eval_points storage goodput trainer_events".split()
+)
+
+
+@pytest.fixture
+def previous_release(db_url: str) -> Any:
+    """A store whose database is at 0009, holding the previous release's rows."""
+    data = json.loads(FIXTURE.read_text())
+    assert data["alembic_revision"] == "0009"
+    store = SqlJobStore(db_url)
+    command.upgrade(alembic_config(store.engine), "0009")
+    with store.engine.begin() as conn:
+        for table, rows in (("jobs", data["jobs"]), ("job_labels", data["job_labels"])):
+            for row in rows:
+                names = ", ".join(row)
+                conn.execute(text(f"INSERT INTO {table} ({names}) VALUES ({', '.join(':' + n for n in row)})"), row)
+    yield store, data
+    store.close()
+
+
+def _columns(store: SqlJobStore) -> set[str]:
+    return {c["name"] for c in sa.inspect(store.engine).get_columns("jobs")}
+
+
+def _normal(value: Any, is_json: bool) -> Any:
+    """A stored value as comparable across drivers: JSON parsed, a time as SQLite writes it (UTC, naive)."""
+    if isinstance(value, datetime):
+        moment = value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
+        return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if is_json and isinstance(value, str):
+        return json.loads(value)
+    return value
+
+
+def _raw_jobs(store: SqlJobStore) -> list[dict[str, Any]]:
+    json_columns = {c["name"] for c in sa.inspect(store.engine).get_columns("jobs") if isinstance(c["type"], sa.JSON)}
+    with store.engine.begin() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(text("SELECT * FROM jobs ORDER BY pk"))]
+    return [{k: _normal(v, k in json_columns) for k, v in row.items()} for row in rows]
+
+
+def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_unchanged(previous_release: Any) -> None:
+    store, data = previous_release
+    assert REPORT_COLUMNS <= _columns(store)
+    store.migrate()  # 0009 -> head
+    assert not REPORT_COLUMNS & _columns(store) and "report" in _columns(store)
+    as_of = datetime.fromisoformat(data["as_of"])
+    for job_id, answer in data["api"].items():
+        record = store.get(job_id)
+        assert record is not None
+        assert to_public(record, as_of).model_dump(mode="json") == answer, job_id
+    # What the API does not show, the report still holds as the columns did: where event reading resumes, how the run ended.
+    for row in data["jobs"]:
+        record = store.get(row["id"])
+        assert record is not None and record.report.last_trainer_seq == row["last_trainer_seq"] > 0
+        outcome = json.loads(row["run_finished"])
+        assert (record.report.outcome.model_dump() if record.report.outcome else None) == outcome
+    assert any(json.loads(row["run_finished"]) for row in data["jobs"])  # the finished job's outcome is among them
+    resumed = store.get(next(j["id"] for j in data["jobs"] if j["name"] == "resumed-job"))
+    assert resumed is not None and resumed.resumes == 1 and resumed.report.attempt == 2 and sorted(resumed.report.goodput) == [1, 2]
+
+
+def test_a_rollback_gives_back_the_previous_releases_rows(previous_release: Any) -> None:
+    store, data = previous_release
+    before = _raw_jobs(store)
+    store.migrate()
+    command.downgrade(alembic_config(store.engine), "0009")
+    assert "report" not in _columns(store)
+    assert _raw_jobs(store) == before
