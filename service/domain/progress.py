@@ -1,5 +1,9 @@
 """Folds the trainer's progress events into a job record: the one channel from trainer to service.
 
+`fold_report` is the reducer: a RunReport and one event give a new report, the event-log entries and the metric
+points, and change nothing else. `fold_events` is the shell around it that drops duplicates, charges the entries to
+the job's bounds (trainer_event_budget.py) and adds what needs the whole record (goodput's split of the job's time).
+
 The channel is the trainer's `events.jsonl` in the run directory (see trainer/contract/events.py):
 the service tails it by `seq`. An event with `seq <= record.last_trainer_seq` is a duplicate (a
 re-read after a restart, or a rerun of the trainer that continued the numbering) and is dropped.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -41,7 +45,7 @@ from .job_eval import eval_event_data, push_eval
 from .manifest_sizes import ManifestSizes, size_manifest
 from .models import JobRecord, ManifestRefused, MetricPoint
 from .ports import SkippedLine
-from .run_report import Artifact, RunOutcome, StageTimes
+from .run_report import Artifact, RunOutcome, RunReport, StageTimes
 from .train_step_summary import TrainStepSummary, push_step
 from .trainer_event_budget import MAX_ARTIFACTS, MAX_GOODPUT_ATTEMPTS, refused_message
 
@@ -58,22 +62,36 @@ class ProgressChanges:
 
 
 def fold_events(record: JobRecord, events: list[TrainerEvent]) -> ProgressChanges:
-    """Apply events in seq order to `record`; return what to append to the event log and metrics."""
+    """Apply events in seq order to `record`; return what to append to the event log and metrics.
+
+    The report's state comes from the pure reducer `fold_report`; this shell drops duplicates, charges each
+    event's log entries to the job's bounds, and adds what needs the whole record (goodput's time split)."""
     changes = ProgressChanges()
     refused_before = record.report.trainer_events.refused
     for event in sorted(events, key=lambda e: e.seq):
         if event.seq <= record.report.last_trainer_seq or event.job_id != record.id:
             continue  # duplicate, or a file that belongs to another job: never applied twice
         record.report.last_trainer_seq = event.seq
-        logged, pointed = len(changes.log), len(changes.points)
-        kept = _fold_one(record, event, changes)
-        if kept and record.report.trainer_events.admit(changes.log[logged:]):
-            continue
-        del changes.log[logged:], changes.points[pointed:]  # the record's state keeps what the event said
-        if not kept:
+        folded = fold_report(record.report, event)
+        if folded is None:
             record.report.trainer_events.refused += 1
+            continue
+        record.report = folded.report  # the state keeps what the event said, even if its entries are not stored
+        log = [_with_goodput(record, event, entry) for entry in folded.log]
+        if record.report.trainer_events.admit(log):
+            changes.log += log
+            changes.points += folded.points
     _say_first_refusal(record, refused_before, changes)
     return changes
+
+
+def _with_goodput(record: JobRecord, event: TrainerEvent, entry: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """A goodput entry carries the job's time split as of the event (phase times are the record's, not the report's)."""
+    if not isinstance(event, GoodputMeasured):
+        return entry
+    warn_if_parts_overlap(record, event.time)
+    measured = job_goodput(record, event.time)
+    return entry[0], {**entry[1], **(measured.model_dump() if measured else {})}
 
 
 def _say_first_refusal(record: JobRecord, refused_before: int, changes: ProgressChanges) -> None:
@@ -106,18 +124,26 @@ def _finite(metrics: dict[str, float | None]) -> dict[str, float]:
     return {name: value for name, value in metrics.items() if value is not None and math.isfinite(value)}
 
 
-def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) -> bool:
-    """Apply one event; False when a per-job bound refused it whole (trainer_event_budget.py)."""
+@dataclass(frozen=True)
+class Folded:
+    """A report after one event, with the event-log entries and metric points the event makes."""
+
+    report: RunReport
+    log: list[tuple[str, dict[str, Any]]]
+    points: list[MetricPoint] = field(default_factory=list)
+
+
+def fold_report(report: RunReport, event: TrainerEvent) -> Folded | None:
+    """The reducer of trainer events: pure, `report` is left as it was (a changed part is a new object).
+    None when a per-job bound (trainer_event_budget.py) refuses the event whole."""
     if isinstance(event, RunStarted):
-        record.report.attempt = event.attempt
-        changes.log.append(("attempt", {"attempt": event.attempt, "run_uri": event.run_uri}))
-    elif isinstance(event, StageStarted):
-        record.report.stage = event.stage
-        record.report.stage_times[event.stage] = StageTimes(started_at=event.time)
-        changes.log.append(("stage", {"stage": event.stage.value, "status": "started"}))
-    elif isinstance(event, StageFinished):
-        started = record.report.stage_times.get(event.stage)
-        record.report.stage_times[event.stage] = StageTimes(
+        return Folded(replace(report, attempt=event.attempt), [("attempt", {"attempt": event.attempt, "run_uri": event.run_uri})])
+    if isinstance(event, StageStarted):
+        times = {**report.stage_times, event.stage: StageTimes(started_at=event.time)}
+        return Folded(replace(report, stage=event.stage, stage_times=times), [("stage", {"stage": event.stage.value, "status": "started"})])
+    if isinstance(event, StageFinished):
+        started = report.stage_times.get(event.stage)
+        finished = StageTimes(
             started_at=started.started_at if started else event.time,  # a start this service never saw
             finished_at=event.time,
             duration_s=event.duration_s,
@@ -126,69 +152,62 @@ def _fold_one(record: JobRecord, event: TrainerEvent, changes: ProgressChanges) 
         data: dict[str, Any] = {"stage": event.stage.value, "status": "finished", "skipped": event.skipped}
         if event.reason:
             data["reason"] = event.reason
-        changes.log.append(("stage", data))
-    elif isinstance(event, TrainStep):
-        record.report.stage = Stage.TRAIN
-        record.report.step = event.step
-        record.report.total_steps = event.total_steps
+        return Folded(replace(report, stage_times={**report.stage_times, event.stage: finished}), [("stage", data)])
+    if isinstance(event, TrainStep):
         values = _finite(event.metrics)
+        latest = dict(report.latest_metrics)
         for name in HEADLINE_METRICS:
             value = getattr(event, name)
             if value is not None:
-                values[name] = value
-                record.report.latest_metrics[name] = value
-        # The learning-health window: job_service judges it after the fold and logs a verdict change.
-        record.report.recent_train_steps = push_step(record.report.recent_train_steps, TrainStepSummary.of_event(event))
-        changes.points.append(MetricPoint(kind="train", step=event.step, time=event.time, values=values))
-        changes.log.append(("progress", {"step": event.step, "total_steps": event.total_steps, "metrics": dict(values)}))
-    elif isinstance(event, EvalResult):
+                values[name] = latest[name] = value
+        after = replace(
+            report,
+            stage=Stage.TRAIN,
+            step=event.step,
+            total_steps=event.total_steps,
+            latest_metrics=latest,
+            # The learning-health window: job_service judges it after the fold and logs a verdict change.
+            recent_train_steps=push_step(report.recent_train_steps, TrainStepSummary.of_event(event)),
+        )
+        point = MetricPoint(kind="train", step=event.step, time=event.time, values=values)
+        return Folded(after, [("progress", {"step": event.step, "total_steps": event.total_steps, "metrics": dict(values)})], [point])
+    if isinstance(event, EvalResult):
         values = _finite(event.metrics)
+        after = report
         if event.accuracy is not None:
             values["accuracy"] = event.accuracy
-            record.report.latest_metrics["eval_accuracy"] = event.accuracy
-        changes.points.append(MetricPoint(kind="eval", step=event.step, time=event.time, values=values))
+            after = replace(after, latest_metrics={**report.latest_metrics, "eval_accuracy": event.accuracy})
         logged: dict[str, Any] = {"step": event.step, "metrics": dict(values)}
         if event.summary is not None:
-            record.report.eval_points = push_eval(record.report.eval_points, event.summary)
+            after = replace(after, eval_points=push_eval(report.eval_points, event.summary))
             logged |= eval_event_data(event.summary)
-        changes.log.append(("eval", logged))
-    elif isinstance(event, ArtifactWritten):
-        if event.name not in record.report.artifacts and len(record.report.artifacts) >= MAX_ARTIFACTS:
-            return False
+        return Folded(after, [("eval", logged)], [MetricPoint(kind="eval", step=event.step, time=event.time, values=values)])
+    if isinstance(event, ArtifactWritten):
+        if event.name not in report.artifacts and len(report.artifacts) >= MAX_ARTIFACTS:
+            return None
         artifact = Artifact(name=event.name, uri=event.uri, size_bytes=event.size_bytes)
-        record.report.artifacts[event.name] = artifact
-        changes.log.append(("artifact", artifact.model_dump(exclude_unset=True)))
-    elif isinstance(event, StorageMeasured):
-        # The newest measurement is the run directory's size now (retention deleted older checkpoints).
-        record.report.storage = event.storage
-        changes.log.append(("storage", {"stage": event.stage.value if event.stage else None, **event.storage.model_dump(mode="json")}))
-    elif isinstance(event, GoodputMeasured):
-        # Cumulative within an attempt: the newest replaces that attempt's last; attempts add up.
-        if event.attempt not in record.report.goodput and len(record.report.goodput) >= MAX_GOODPUT_ATTEMPTS:
-            return False
-        record.report.goodput = {**record.report.goodput, event.attempt: event.train}
-        warn_if_parts_overlap(record, event.time)
-        measured = job_goodput(record, event.time)
-        changes.log.append(
-            (
-                "goodput",
-                {
-                    "attempt": event.attempt,
-                    "step": event.train.step,
-                    "final": event.train.final,
-                    **(measured.model_dump() if measured else {}),
-                },
-            )
+        return Folded(
+            replace(report, artifacts={**report.artifacts, event.name: artifact}), [("artifact", artifact.model_dump(exclude_unset=True))]
         )
-    elif isinstance(event, RunFinished):
-        record.report.outcome = RunOutcome(
+    if isinstance(event, StorageMeasured):
+        # The newest measurement is the run directory's size now (retention deleted older checkpoints).
+        data = {"stage": event.stage.value if event.stage else None, **event.storage.model_dump(mode="json")}
+        return Folded(replace(report, storage=event.storage), [("storage", data)])
+    if isinstance(event, GoodputMeasured):
+        # Cumulative within an attempt: the newest replaces that attempt's last; attempts add up.
+        if event.attempt not in report.goodput and len(report.goodput) >= MAX_GOODPUT_ATTEMPTS:
+            return None
+        data = {"attempt": event.attempt, "step": event.train.step, "final": event.train.final}
+        return Folded(replace(report, goodput={**report.goodput, event.attempt: event.train}), [("goodput", data)])
+    if isinstance(event, RunFinished):
+        outcome = RunOutcome(
             ok=event.ok,
             exit_code=event.exit_code,
             message=event.message,
             failed_stage=event.failed_stage.value if event.failed_stage else None,
         )
-        changes.log.append(("run_finished", record.report.outcome.model_dump()))
-    return True
+        return Folded(replace(report, outcome=outcome), [("run_finished", outcome.model_dump())])
+    return Folded(report, [])
 
 
 # The whole run directory appears as one artifact, so a job page shows what the job stored in total.
