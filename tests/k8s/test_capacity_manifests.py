@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from service.adapters.k8s.capacity import FLEX_START_MAX_RUN_S, SPOT_TERMINATION_GRACE_S
+from service.adapters.k8s.errors import ManifestError
 from service.adapters.k8s.render import render_manifests, render_manifests_yaml
 from trainer.contract import JobSpec
 
@@ -52,7 +53,6 @@ GOLDEN_CASES = {
     "v6e-8-spot": ("v6e-8", "spot"),
     "v6e-16-flex-start": ("v6e-16", "flex-start"),
     "v5p-8-reservation": ("v5p-8", "reservation"),
-    "cpu-spot": ("cpu", "spot"),
 }
 
 
@@ -69,8 +69,7 @@ def test_golden_capacity_manifests(case: str) -> None:
     assert text == path.read_text(), f"{case} manifests changed; if intended, regenerate with RLJOB_UPDATE_GOLDEN=1"
 
 
-@pytest.mark.parametrize("accelerator", ["v6e-8", "v6e-16", "cpu"])
-@pytest.mark.parametrize("capacity", CAPACITIES)
+@pytest.mark.parametrize(("accelerator", "capacity"), [(a, c) for a in ("v6e-8", "v6e-16") for c in CAPACITIES] + [("cpu", "on-demand")])
 def test_every_capacity_renders_strictly_valid_manifests(accelerator: str, capacity: str) -> None:
     docs = render_manifests(_spec(accelerator, capacity), JOB_ID, make_settings(kueue_queue="q", host_paths=["/data/rljob"]))
     for doc in docs:
@@ -138,11 +137,11 @@ def test_on_demand_tpu_pods_select_on_demand_pools_and_cpu_pods_nothing() -> Non
     assert "nodeSelector" not in cpu and "tolerations" not in cpu
 
 
-def test_a_cpu_job_on_spot_selects_spot_nodes_without_tpu_selectors() -> None:
-    pod = _pod(render_manifests(_spec("cpu", "spot"), JOB_ID, make_settings(host_paths=["/data/rljob"]))[1])
-    assert pod["nodeSelector"] == {"rljob.dev/capacity": "spot", "cloud.google.com/gke-spot": "true"}
-    assert [t["key"] for t in pod["tolerations"]] == ["cloud.google.com/gke-spot"]
-    assert "google.com/tpu" not in str(pod)
+@pytest.mark.parametrize("capacity", ["spot", "flex-start", "reservation"])
+def test_a_cpu_job_on_tpu_capacity_renders_nothing_and_says_why(capacity: str) -> None:
+    """Only TPU pools carry rljob.dev/capacity: such a pod could only select TPU nodes, whose taint it does not tolerate."""
+    with pytest.raises(ManifestError, match=rf"hardware.capacity: capacity {capacity} is a kind of TPU node pool"):
+        render_manifests(_spec("cpu", capacity), JOB_ID, make_settings(host_paths=["/data/rljob"]))
 
 
 def test_a_cpu_job_is_never_queued_by_kueue() -> None:

@@ -195,3 +195,26 @@ async def test_a_queued_job_says_why_kueue_cannot_be_read(cluster, make_launcher
     assert says in obs.message and "`rljob doctor` checks" in obs.message
     other = 403 if status == 404 else 404
     assert ("not served" in obs.message) is (other == 403)
+
+
+@pytest.mark.parametrize("capacity", ["spot", "flex-start", "reservation"])
+async def test_a_cpu_job_asking_for_tpu_capacity_is_a_422_naming_hardware_capacity_and_stores_nothing(kueue_cluster, tmp_path, capacity):
+    """Only TPU pools carry a capacity: such a cpu pod would select TPU nodes it cannot tolerate and wait forever."""
+    hardware = {"accelerator": "cpu", "rollout_engine": "jax", "capacity": capacity}
+    if capacity == "reservation":
+        hardware["reservation"] = "tpu-res-1"
+
+    def scenario() -> None:
+        app = create_app(_settings(tmp_path), launcher=_launcher(kueue_cluster.server), progress=NoProgress())
+        with TestClient(app) as client:
+            _wait(lambda: client.get("/readyz").status_code == 200, "ready")
+            body = make_spec(hardware=hardware).model_dump(mode="json")
+            resp = client.post("/v1/jobs", json=body, headers=AUTH)
+            assert resp.status_code == 422, resp.text
+            (detail,) = resp.json()["detail"]
+            assert detail["loc"] == ["body", "hardware", "capacity"] and f"capacity {capacity} is a kind of TPU node pool" in detail["msg"]
+            assert client.get("/v1/jobs", headers=AUTH).json()["count"] == 0
+            on_demand = {**body, "hardware": {"accelerator": "cpu", "rollout_engine": "jax"}}
+            assert client.post("/v1/jobs", json=on_demand, headers=AUTH).status_code == 201  # the same job on on-demand runs
+
+    await asyncio.to_thread(scenario)

@@ -48,17 +48,38 @@ def _taint_toleration(key: str) -> dict[str, Any]:
     return {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 
+def cpu_capacity_problem(capacity: str) -> str | None:
+    """Why a cpu job cannot have `capacity` on GKE; None for on-demand.
+
+    Refused rather than routed: only the TPU node pools carry rljob.dev/capacity (the guide creates no cpu pool of
+    each kind), so a cpu pod selecting spot, flex-start or a reservation would match only TPU nodes, whose
+    google.com/tpu taint it does not tolerate, and wait forever unqueued (cpu jobs are never Kueue's). A cpu job is
+    the small end-to-end or smoke run; it does not need preemptible or reserved VMs. The local launcher keeps its
+    own rules (service/adapters/local/capacity.py).
+    """
+    if capacity == "on-demand":
+        return None
+    return (
+        f"capacity {capacity} is a kind of TPU node pool on GKE (rljob.dev/capacity, docs/deploy-gke.md); a cpu job "
+        "runs on any node with room and no pool of that kind exists for it, so it would never be scheduled: leave "
+        "hardware.capacity out (on-demand), or ask for a TPU accelerator"
+    )
+
+
 def capacity_scheduling(capacity: str, reservation: str | None = None, *, tpu: bool = True) -> CapacityScheduling:
     """The node selector and tolerations of `capacity` (a HardwareSpec.capacity value).
 
     A TPU pod always selects its capacity, on-demand included: that is what keeps it out of the other
-    flavors. A cpu pod on on-demand capacity selects nothing (any node; cpu jobs are never queued by Kueue).
+    flavors. A cpu pod selects nothing (any node; cpu jobs are never queued by Kueue), and only on-demand.
     """
     if capacity not in ("on-demand", "spot", "flex-start", "reservation"):
         raise ValueError(f"unknown capacity {capacity!r}")
     if capacity == "reservation" and not reservation:
         raise ValueError("capacity reservation needs a reservation name")
-    if capacity == "on-demand" and not tpu:
+    if not tpu:
+        problem = cpu_capacity_problem(capacity)
+        if problem:
+            raise ValueError(problem)
         return CapacityScheduling()
     selector = {CAPACITY_LABEL: capacity}
     tolerations: list[dict[str, Any]] = []

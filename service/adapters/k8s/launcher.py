@@ -22,8 +22,10 @@ from service.background_loop import BackgroundLoop, stop_all
 from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
+from trainer.contract.tpu import CPU_ACCELERATOR
 
 from . import kueue, names, observe, pods
+from .capacity import cpu_capacity_problem
 from .client import K8sClient
 from .errors import K8sBackendError, ManifestError
 from .kueue import KueueRead
@@ -113,7 +115,9 @@ class K8sJobLauncher:
     # -- the port --------------------------------------------------------------------------------
 
     def check_submittable(self, spec: JobSpec) -> None:
-        """SubmitCheck: refuse what Kueue would hold forever.
+        """SubmitCheck: refuse what Kueue or the scheduler would hold forever.
+
+        A cpu job asking for TPU capacity (spot, flex-start, a reservation: field `hardware.capacity`, capacity.py).
 
         A team with no LocalQueue (when team queues are configured); a LocalQueue or ClusterQueue that does
         not exist or a ClusterQueue Kueue marks inactive (field `team`: the queue is the team's, not the
@@ -121,6 +125,8 @@ class K8sJobLauncher:
         (field `hardware`). When Kueue's objects cannot be read at all, the job is NOT refused: the reason
         is logged once and `rljob doctor` reports it (k8s_cluster/kueue_chain.py says why).
         """
+        if spec.hardware.accelerator == CPU_ACCELERATOR and (problem := cpu_capacity_problem(spec.hardware.capacity)):
+            raise InvalidRequest(("body", "hardware", "capacity"), problem)
         try:
             kueue.local_queue_for(spec.team, self._settings.kueue_team_queues, self._settings.kueue_queue)
         except kueue.NoQueueForTeam as exc:

@@ -25,6 +25,7 @@ from trainer.contract import NON_RETRYABLE_EXIT_CODES, JobSpec, local_path, loca
 
 from . import names
 from .accelerators import GKE_NODE_POOL_LABEL, GkeTpuSlice, Hardware, lookup_hardware
+from .capacity import cpu_capacity_problem
 from .errors import ManifestError
 from .kueue import NoQueueForTeam, local_queue_for, priority_class_name
 from .pod_template import trainer_pod_template
@@ -277,6 +278,8 @@ def build_trainer_jobset(spec: JobSpec, job_id: str, settings: K8sSettings, hw: 
 
 def build_workload(spec: JobSpec, job_id: str, settings: K8sSettings) -> Workload:
     hw = resolve_hardware(spec)
+    if not isinstance(hw, GkeTpuSlice) and (problem := cpu_capacity_problem(spec.hardware.capacity)):
+        raise ManifestError(f"hardware.capacity: {problem}")
     check_local_paths(spec, settings)
     config_map = build_spec_config_map(spec, job_id, settings)
     if hw.multi_host:
