@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+import anyio.to_thread
+
 from service.config import Settings
 from service.domain.job_service import JobService
 from service.domain.models import JobPublic, JobRecord
@@ -54,8 +56,6 @@ class ApiServing:
         return self.public_at(record, self.clock())
 
     async def start(self, leads: Callable[[], bool]) -> None:
-        import anyio.to_thread
-
         self.metrics.watch_store(self.store.count_by_phase)
         await anyio.to_thread.run_sync(self.metrics.watch_usage, self.store, self.clock, self.settings.usage_prices_usd_per_chip_hour)
         self.metrics.watch_leadership(leads)

@@ -3,7 +3,6 @@ cost (GET /v1/usage)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -14,7 +13,7 @@ from rich.table import Table
 from service.domain.usage_models import UsageGroup, UsagePublic, UsageSum
 
 from .client import handles_errors
-from .output import OutputOption, console, emit
+from .output import OutputOption, api_time, console, emit
 
 
 def _hours(value: float | None) -> str:
@@ -45,11 +44,6 @@ def _sum_row(label: list[str], amounts: UsageSum) -> list[str]:
         _gib_months(amounts.storage_gib_months),
         _usd(amounts.storage_cost_usd),
     ]
-
-
-def _iso(moment: datetime) -> str:
-    """As the API writes it (pydantic: `Z` for UTC)."""
-    return moment.isoformat().replace("+00:00", "Z")
 
 
 def _table(title: str, left: tuple[str, ...], right: tuple[str, ...]) -> Table:
@@ -89,7 +83,7 @@ def print_parts(groups: list[UsageGroup]) -> None:
 
 def print_usage(report: UsagePublic) -> None:
     scope = f"team {report.team}" if report.team else "every team"
-    console.print(f"[bold]usage of {escape(scope)}[/]: jobs submitted since {_iso(report.since)} (as of {_iso(report.as_of)})")
+    console.print(f"[bold]usage of {escape(scope)}[/]: jobs submitted since {api_time(report.since)} (as of {api_time(report.as_of)})")
     groups = _table(
         "chip-hours and storage by team and slice", ("TEAM", "SLICE"), ("JOBS", "WAITING", "BILLED", "COST", "GIB-MO", "STORED $")
     )

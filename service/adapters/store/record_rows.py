@@ -22,7 +22,7 @@ from trainer.sizing.fit import FitEstimate
 
 from .tables import JobRow
 
-# The control plane's columns (JobRecord's own fields); the trainer's report has its own (_report, _apply_report).
+# The control plane's columns (JobRecord's own fields); the trainer's report is one more (_report, report_json).
 _RECORD_FIELDS = [
     "id",
     "team",
@@ -76,9 +76,11 @@ def _report(row: JobRow | Row[Any]) -> RunReport:
         total_steps=doc.get("total_steps"),
         latest_metrics=dict(doc.get("latest_metrics") or {}),
         recent_train_steps=read_window(doc.get("recent_train_steps") or []),
-        stage_times={Stage(k): StageTimes.model_validate(v) for k, v in (doc.get("stage_times") or {}).items() if k in Stage},
-        artifacts={k: Artifact.model_validate(v) for k, v in (doc.get("artifacts") or {}).items()},
-        outcome=RunOutcome.model_validate(outcome) if outcome else None,
+        stage_times={
+            Stage(k): _typed(row.id, "report.stage_times", StageTimes, v) for k, v in (doc.get("stage_times") or {}).items() if k in Stage
+        },
+        artifacts={k: _typed(row.id, "report.artifacts", Artifact, v) for k, v in (doc.get("artifacts") or {}).items()},
+        outcome=_typed(row.id, "report.outcome", RunOutcome, outcome) if outcome else None,
         eval_points=[_typed(row.id, "report.eval_points", EvalSummary, p) for p in doc.get("eval_points") or []],
         storage=_typed(row.id, "report.storage", RunStorage, doc["storage"]) if doc.get("storage") else None,
         goodput={int(n): _typed(row.id, "report.goodput", TrainGoodput, body) for n, body in (doc.get("goodput") or {}).items()},
