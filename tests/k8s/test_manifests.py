@@ -202,6 +202,22 @@ def test_jobset_shape() -> None:
     assert jobset["spec"]["failurePolicy"]["rules"][0]["action"] == "FailJobSet"
 
 
+def test_a_multi_host_pod_is_never_retried_in_place() -> None:
+    """JobSet v0.12.0's pod webhook refuses every follower of a leader retried in place (its Failed pod counts as
+    a second leader; jobset 1dc6eec9, unreleased): any pod failure of a slice, a disruption included, fails the
+    child Job at once and the JobSet restarts the whole slice. Single-host Jobs keep the in-place retry."""
+    jobset = render_manifests(make_spec("v6e-16", 4), JOB_ID, make_settings())[1]
+    child = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert child["backoffLimit"] == 0
+    assert [r["action"] for r in child["podFailurePolicy"]["rules"]] == ["FailJob"]
+    assert "onPodConditions" not in child["podFailurePolicy"]["rules"][0]
+    assert jobset["spec"]["failurePolicy"]["maxRestarts"] >= 1
+    # The child Job's failure reason on a disruption is BackoffLimitExceeded, which the no-retry rule leaves to a restart.
+    assert "BackoffLimitExceeded" not in jobset["spec"]["failurePolicy"]["rules"][0]["onJobFailureReasons"]
+    job = render_manifests(make_spec(), JOB_ID, make_settings())[1]
+    assert [r["action"] for r in job["spec"]["podFailurePolicy"]["rules"]] == ["Ignore", "FailJob"]
+
+
 def test_render_yaml_round_trips_for_kubectl() -> None:
     text = render_manifests_yaml(make_spec(), JOB_ID, make_settings())
     assert [d["kind"] for d in yaml.safe_load_all(text)] == ["ConfigMap", "Job"]

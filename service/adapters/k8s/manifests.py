@@ -120,27 +120,40 @@ def workload_annotations(spec: JobSpec) -> dict[str, str]:
     return {names.ANNOTATION_SPEC_HASH: spec.content_hash()}
 
 
-def pod_failure_policy() -> V1PodFailurePolicy:
-    return V1PodFailurePolicy(
-        rules=[
-            # Preemption, node maintenance, eviction: not the trainer's fault; the replacement pod
-            # resumes from the last checkpoint and the attempt does not count against backoffLimit.
+# JobSet v0.12.0's pod webhook (pkg/webhooks/pod_webhook.go, leaderPodForFollower) admits a follower pod of an
+# exclusive-placement JobSet only when exactly one leader pod (completion index 0) of its child Job exists,
+# leaving out only pods being deleted: a leader retried in place leaves its Failed pod beside the new one, so
+# every new follower is refused and the slice hangs until activeDeadlineSeconds. Fixed on jobset main by
+# 1dc6eec9 (terminal pods left out too), in no release yet; until one carries it, multi-host pods are never
+# retried in place (see _job_spec and docs/deploy-gke.md).
+
+
+def pod_failure_policy(*, multi_host: bool = False) -> V1PodFailurePolicy:
+    rules = [
+        # The trainer's contract: these exit codes mean a retry cannot help (bad spec, storage
+        # permissions, deterministic stage failure), so fail at once instead of burning TPU time.
+        V1PodFailurePolicyRule(
+            action="FailJob",
+            on_exit_codes=V1PodFailurePolicyOnExitCodesRequirement(
+                container_name=names.TRAINER_CONTAINER,
+                operator="In",
+                values=sorted(int(code) for code in NON_RETRYABLE_EXIT_CODES),
+            ),
+        ),
+    ]
+    if not multi_host:
+        # Preemption, node maintenance, eviction: not the trainer's fault; the replacement pod
+        # resumes from the last checkpoint and the attempt does not count against backoffLimit.
+        # Not for a multi-host slice's child Job: its disrupted pod fails the child Job (backoffLimit 0)
+        # and the JobSet restarts every worker (the note above).
+        rules.insert(
+            0,
             V1PodFailurePolicyRule(
                 action="Ignore",
                 on_pod_conditions=[V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")],
             ),
-            # The trainer's contract: these exit codes mean a retry cannot help (bad spec, storage
-            # permissions, deterministic stage failure), so fail at once instead of burning TPU time.
-            V1PodFailurePolicyRule(
-                action="FailJob",
-                on_exit_codes=V1PodFailurePolicyOnExitCodesRequirement(
-                    container_name=names.TRAINER_CONTAINER,
-                    operator="In",
-                    values=sorted(int(code) for code in NON_RETRYABLE_EXIT_CODES),
-                ),
-            ),
-        ]
-    )
+        )
+    return V1PodFailurePolicy(rules=rules)
 
 
 def build_spec_config_map(spec: JobSpec, job_id: str, settings: K8sSettings) -> V1ConfigMap:
@@ -179,14 +192,16 @@ def _job_spec(spec: JobSpec, job_id: str, hw: Hardware, settings: K8sSettings, l
         parallelism=hw.vms_per_slice,
         completions=hw.vms_per_slice,
         template=template,
-        pod_failure_policy=pod_failure_policy(),
+        pod_failure_policy=pod_failure_policy(multi_host=hw.multi_host),
         # Never two trainers writing the same checkpoint directory: a replacement pod starts only
         # after the previous one is fully gone (also the only value allowed with podFailurePolicy).
         pod_replacement_policy="Failed",
     )
     if hw.multi_host:
-        # One pod per VM with a stable index (TPU_WORKER_ID); any worker failing fails the slice and
-        # the JobSet restarts all workers together, which is what JAX multi-host needs.
+        # One pod per VM with a stable index (TPU_WORKER_ID); any worker failing, a disrupted one
+        # included, fails the slice at once and the JobSet restarts all workers together (counted
+        # against its maxRestarts), which is what JAX multi-host needs; an in-place retry would also
+        # hang behind JobSet v0.12.0's pod webhook (see pod_failure_policy).
         job_spec.completion_mode = "Indexed"
         job_spec.backoff_limit = 0
         job_spec.active_deadline_seconds = settings.active_deadline_s
@@ -278,7 +293,7 @@ def build_trainer_jobset(spec: JobSpec, job_id: str, settings: K8sSettings, hw: 
 
 def build_workload(spec: JobSpec, job_id: str, settings: K8sSettings) -> Workload:
     hw = resolve_hardware(spec)
-    if not isinstance(hw, GkeTpuSlice) and (problem := cpu_capacity_problem(spec.hardware.capacity)):
+    if not isinstance(hw, GkeTpuSlice) and (problem := cpu_capacity_problem(spec.hardware.capacities)):
         raise ManifestError(f"hardware.capacity: {problem}")
     check_local_paths(spec, settings)
     config_map = build_spec_config_map(spec, job_id, settings)
