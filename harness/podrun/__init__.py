@@ -13,6 +13,7 @@ and the statuses, events and logs the service reads are written the way a cluste
     probes.py       httpGet startup/liveness/readiness probes with the kubelet's timing
     images.py       ENTRYPOINT/CMD/WORKDIR/ENV/USER read from docker/*.Dockerfile
     job_controller.py, jobset_controller.py   the controllers' decisions (pure)
+    jobset_pod_webhook.py   JobSet v0.12.0's pod webhook: which followers of an exclusive-placement slice are admitted
     scheduling.py, kubelet.py, cluster.py     the node, its scheduler and kubelet; EmulatedCluster on kmock
     api_tls.py      the API over HTTPS with a CA and service-account token, for in-cluster clients
     __main__.py     `python -m harness.podrun FILE... --run KIND/NAME`: run one pod from rendered YAML
@@ -51,6 +52,10 @@ Emulated (each has a test in tests/podrun, tests/k8s or tests/deploy):
   then Complete/Failed (1.31+), ttlSecondsAfterFinished, missing ServiceAccount -> FailedCreate;
 - JobSet controller: one child Job per replicated job replica, failurePolicy (maxRestarts, FailJobSet on
   reasons), suspend, ttlSecondsAfterFinished; garbage collection of owned Jobs and pods;
+- JobSet's pod webhook at v0.12.0 when asked (`jobset_pod_webhook=`): a follower waits for its leader to be
+  scheduled, takes its node pool, and is refused while two leaders exist (a Failed one beside its retry);
+  a refusal is a FailedCreate event on the Job;
+- the kubelet ending a node's pods itself (`shut_down_node`): DisruptionTarget, Failed, not deleted;
 - scheduler: nodeSelector, taints/tolerations, requests against allocatable (limits where requests are
   unset); the node is this machine (no TPU), a fake TPU node for fake commands, or several nodes with GKE's
   labels and taints (scheduler.py, Node.gke_tpu / Node.gke_cpu), all running their pods on this machine;
@@ -66,6 +71,6 @@ through proot, so files are reached as that user, not as the pod's); RBAC and ad
 Security, webhooks, defaulting, validation; kmock stores what it is sent); exec/tcpSocket/grpc probes,
 init and sidecar containers, lifecycle hooks, PersistentVolumeClaims, node affinity and topology
 spread, priorities and preemption, PodDisruptionBudgets, backoffLimitPerIndex, successPolicy, the JobSet
-exclusive-placement webhook and DNS. Kueue is emulated when a test asks for it (kueue.py, following
+webhook's exclusive pod (anti-)affinities and its pod reconciler, and DNS. Kueue is emulated when a test asks for it (kueue.py, following
 kueue v0.19.2's flavor assigner and scheduler; its docstring lists what is not).
 """

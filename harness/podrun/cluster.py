@@ -14,6 +14,10 @@ Several nodes: `EmulatedCluster(..., nodes=[Node.gke_tpu("tpu-spot-0", "spot"), 
 gives each node its own kubelet and puts kube-scheduler's choice in front (scheduler.py); a pod's
 `spec.nodeName` says where it landed. Kueue: `kueue=KueueEmulator(rule=..., serves_provisioning_request=...)`
 runs Kueue's controllers first in every pass (kueue.py); `create()` takes Kueue kinds too.
+JobSet's pod webhook: `jobset_pod_webhook="v0.12.0"` admits every pod the Job controller creates as that
+release does (jobset_pod_webhook.py; "1dc6eec9" is the unreleased fix); a refused pod is a FailedCreate event on
+its Job and is tried again after `retry_s`. `shut_down_node()` is the kubelet ending a node's pods itself
+(graceful node shutdown, node-pressure eviction): DisruptionTarget, then Failed, never deleted.
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import kmock as kmock_lib
 
+from .admission import JOBSET_WEBHOOK_SERVICE, install_admission
 from .api_tls import tls_front
 from .envvars import ApiAccess
 from .job_controller import TRACKING_FINALIZER, decide_job, is_finished, owned_by
 from .jobset_controller import decide_jobset
+from .jobset_pod_webhook import admit_pod
 from .kapi import KApi, now_iso, register_resources
 from .kubelet import Kubelet
 from .kueue import KUEUE_KINDS, KueueEmulator
@@ -67,6 +73,7 @@ class EmulatedCluster:
         nodes: list[Node] | None = None,
         kueue: KueueEmulator | None = None,
         tls: bool = False,
+        jobset_pod_webhook: Literal["v0.12.0", "1dc6eec9"] | None = None,
         install_defaults: bool = True,
         tick_s: float = 0.05,
         pod_backoff_s: float = 0.2,
@@ -81,6 +88,8 @@ class EmulatedCluster:
         self.kmock, self.work_dir, self.node = kmock, work_dir, self.nodes[0]
         self._multi_node = nodes is not None
         self.kueue = kueue
+        self.jobset_pod_webhook = jobset_pod_webhook
+        self._refused_at: dict[str, float] = {}  # Job uid -> when the webhook last refused one of its pods
         self.api = KApi(kmock)
         self._tls, self._install_defaults = tls, install_defaults
         self._tick_s, self._pod_backoff_s = tick_s, pod_backoff_s
@@ -92,6 +101,17 @@ class EmulatedCluster:
         self._task: asyncio.Task[None] | None = None
         self._stack = contextlib.AsyncExitStack()
         self.failure: BaseException | None = None
+        self.admission = install_admission(kmock)
+        self.jobset_controller_running = True
+
+    def stop_jobset_controller(self) -> None:
+        """JobSet's controller manager is down: its webhook has no endpoints and no JobSet is reconciled."""
+        self.jobset_controller_running = False
+        self.admission.down.add(JOBSET_WEBHOOK_SERVICE)
+
+    def start_jobset_controller(self) -> None:
+        self.jobset_controller_running = True
+        self.admission.down.discard(JOBSET_WEBHOOK_SERVICE)
 
     async def __aenter__(self) -> EmulatedCluster:
         register_resources(self.kmock)
@@ -187,6 +207,24 @@ class EmulatedCluster:
         await kubelet.sync(self._pods_for_kubelets())  # the condition lands before the deletion
         await self.api.delete("Pod", namespace, name)
 
+    async def shut_down_node(self, node_name: str, *, grace_s: float | None = None) -> list[str]:
+        """The kubelet ends every pod on the node itself (graceful node shutdown, as on a TPU host's maintenance):
+        DisruptionTarget (TerminationByKubelet), SIGTERM, Failed; the pods are not deleted. Their names."""
+        kubelet = self.kubelets[node_name]
+        ended = []
+        for pod in self.api.list("Pod"):
+            meta = pod["metadata"]
+            runner = kubelet.runner(meta["namespace"], meta["name"])
+            if pod["spec"].get("nodeName") != node_name or runner is None or is_finished(pod):
+                continue
+            message = "Pod was terminated in response to imminent node shutdown."
+            cond = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": message}
+            kubelet.set_condition(pod, {**cond, "lastTransitionTime": now_iso()})
+            await kubelet.sync(self._pods_for_kubelets())  # the condition lands before the pod ends
+            runner.terminate(grace_s)
+            ended.append(meta["name"])
+        return ended
+
     async def wait_for(self, check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -221,7 +259,7 @@ class EmulatedCluster:
         now = dt.datetime.now(dt.UTC)
         if self.kueue is not None:
             await self.kueue.reconcile(self.api, now)
-        for jobset in self.api.list("JobSet"):
+        for jobset in self.api.list("JobSet") if self.jobset_controller_running else []:
             await self._reconcile_jobset(jobset, now)
         pods = self.api.list("Pod")
         for job in self.api.list("Job"):
@@ -270,6 +308,9 @@ class EmulatedCluster:
             await self.api.delete("Pod", ns, name)
         for name in d.release:
             await self.api.patch("Pod", ns, name, {"metadata": {"finalizers": []}})
+        refused = 0
+        if d.create and time.monotonic() - self._refused_at.get(meta["uid"], -1e9) < self._retry_s:
+            refused, d.create = len(d.create), []  # the controller's rate limit after a failed create
         for pod in d.create:
             sa = pod["spec"].get("serviceAccountName") or "default"
             if sa != "default" and self.api.get("ServiceAccount", ns, sa) is None:
@@ -284,7 +325,27 @@ class EmulatedCluster:
                 )
                 d.status = None  # nothing was created: the next pass tries again
                 break
+            if self.jobset_pod_webhook is not None:
+                admission = admit_pod(
+                    pod,
+                    self.api.list("Pod", ns),
+                    {n.name: n.labels for n in self.nodes},
+                    leave_out_finished=self.jobset_pod_webhook == "1dc6eec9",
+                )
+                if admission.pod is None:
+                    # pkg/controller/controller_utils.go CreatePodsWithGenerateName: "Error creating: <err>"
+                    await self.api.event(
+                        job, "Job", "FailedCreate", f"Error creating: {admission.refused}", "Warning", component="job-controller"
+                    )
+                    self._refused_at[meta["uid"]] = time.monotonic()
+                    refused += 1
+                    continue
+                pod = admission.pod
             await self.api.create(pod)
+        if refused:
+            status = d.status if d.status is not None else dict(job.get("status") or {})
+            status["active"] = max(0, int(status.get("active", 0)) - refused)
+            d.status = status if status != job.get("status") else None
         for type_, reason, message in d.events:
             await self.api.event(job, "Job", reason, message, type_, component="job-controller")
         if d.status is not None:

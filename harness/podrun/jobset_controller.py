@@ -1,5 +1,7 @@
 """The JobSet controller's decisions (jobset.x-k8s.io/v1alpha2), pure: one child Job per replicated
-job replica (`<jobset>-<replicatedJob>-<index>`), labelled as JobSet does; the child Jobs' pods come
+job replica (`<jobset>-<replicatedJob>-<index>`), labelled and annotated as JobSet v0.12.0 does
+(labelAndAnnotateObject: jobset name, replicatedJob, job index and key, restart attempt, and the
+exclusive-placement annotations the pod webhook reads, jobset_pod_webhook.py); the child Jobs' pods come
 from the Job controller. Every child Complete -> Completed; a child Failed -> FailJobSet when a
 failurePolicy rule matches its failure reason, else a restart (all children deleted and recreated,
 status.restarts + 1) while restarts < maxRestarts, else Failed. suspend propagates to the children;
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from .job_controller import condition, iso, parse_time
+from .jobset_pod_webhook import EXCLUSIVE_KEY, NODE_SELECTOR_STRATEGY_KEY
 
 GROUP_VERSION = "jobset.x-k8s.io/v1alpha2"
 
@@ -38,13 +42,16 @@ def child_jobs(jobset: dict[str, Any], restarts: int) -> list[dict[str, Any]]:
                 "jobset.sigs.k8s.io/jobset-name": meta["name"],
                 "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
                 "jobset.sigs.k8s.io/job-index": str(index),
+                "jobset.sigs.k8s.io/job-key": hashlib.sha1(f"{meta['namespace']}/{name}".encode()).hexdigest(),
                 "jobset.sigs.k8s.io/restart-attempt": str(restarts),
             }
             template = copy.deepcopy(rjob["template"])
             labels = {**((template.get("metadata") or {}).get("labels") or {}), **extra}
+            annotations = {**((template.get("metadata") or {}).get("annotations") or {}), **extra, **_exclusive(jobset, rjob)}
             job_spec = template["spec"]
             pod_meta = job_spec["template"].setdefault("metadata", {})
             pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **extra}
+            pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **extra, **_exclusive(jobset, rjob)}
             job_spec["suspend"] = bool(spec.get("suspend"))
             out.append(
                 {
@@ -54,7 +61,7 @@ def child_jobs(jobset: dict[str, Any], restarts: int) -> list[dict[str, Any]]:
                         "name": name,
                         "namespace": meta["namespace"],
                         "labels": labels,
-                        "annotations": (template.get("metadata") or {}).get("annotations") or {},
+                        "annotations": annotations,
                         "ownerReferences": [
                             {
                                 "apiVersion": GROUP_VERSION,
@@ -69,6 +76,15 @@ def child_jobs(jobset: dict[str, Any], restarts: int) -> list[dict[str, Any]]:
                     "spec": job_spec,
                 }
             )
+    return out
+
+
+def _exclusive(jobset: dict[str, Any], rjob: dict[str, Any]) -> dict[str, str]:
+    """labelAndAnnotateObject: the exclusive-placement annotations, from the JobSet or else the replicatedJob."""
+    out: dict[str, str] = {}
+    for source in (jobset["metadata"].get("annotations") or {}, (rjob["template"].get("metadata") or {}).get("annotations") or {}):
+        if EXCLUSIVE_KEY in source:
+            out = {k: source[k] for k in (EXCLUSIVE_KEY, NODE_SELECTOR_STRATEGY_KEY) if k in source}
     return out
 
 
