@@ -1,7 +1,7 @@
 """KueueEmulator: Kueue's controllers on kmock, run by EmulatedCluster's reconcile loop before the JobSet
 and Job controllers (decisions: kueue_reconcile.py, kueue_controller.py, kueue_workload.py).
 
-    kueue = KueueEmulator(rule="flavor-keys", serves_provisioning_request=False)
+    kueue = KueueEmulator(rule="flavor-keys", serves_provisioning_request=False, config=KueueConfiguration())
     async with EmulatedCluster(kmock, tmp_path, nodes=[...], kueue=kueue) as cluster:
         for obj in (flavor, cluster_queue, local_queue):
             await cluster.create(obj)      # Kueue kinds go through the emulator: schema-checked, then stored
@@ -14,6 +14,12 @@ Kueue objects live in kmock as an API server would keep them (cluster-scoped Res
 AdmissionCheck, ProvisioningRequestConfig, WorkloadPriorityClass; namespaced LocalQueue, Workload), so
 the service reads them through the same HTTP API. Every object the emulator is given or writes is checked
 against Kueue v0.19.2's v1beta2 CRD schema (kueue_workload.schema_errors) and refused when it fails.
+
+The manager's Configuration (kueue_config.KueueConfiguration; by default what the released manifests install)
+decides which Jobs and JobSets Kueue manages; it is also stored as the kueue-system/kueue-manager-config
+ConfigMap, where Kueue's manager reads it, so the doctor can read it too. Kueue's job webhooks run on every
+Job/JobSet create (admission.py); `kueue.stop()` takes Kueue's controller down: its webhooks then refuse every
+create with the API server's "no endpoints available" error and nothing is reconciled until `kueue.start()`.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ import copy
 import datetime as dt
 from typing import Any
 
+from .admission import KUEUE_WEBHOOK_SERVICE, Admission, install_admission
 from .kapi import ApiError, KApi
+from .kueue_config import DEFAULT_LOCAL_QUEUE, MANAGER_CONFIGMAP, KueueConfiguration, default_on_create, namespace_labels
 from .kueue_controller import RULES
 from .kueue_reconcile import KueueDecision, KueueState, decide_kueue
 from .kueue_workload import GROUP_VERSION, schema_errors, workload_name
@@ -54,12 +62,17 @@ def _without_nulls(status: dict[str, Any]) -> dict[str, Any]:
 
 
 class KueueEmulator:
-    def __init__(self, *, rule: str = "flavor-keys", serves_provisioning_request: bool = False) -> None:
+    def __init__(
+        self, *, rule: str = "flavor-keys", serves_provisioning_request: bool = False, config: KueueConfiguration | None = None
+    ) -> None:
         if rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}: flavor-keys is v0.17.6+/v0.18.2+/v0.19.x, union-keys older")
         self.rule = rule
         self.serves_provisioning_request = serves_provisioning_request
+        self.config = config or KueueConfiguration.installed()
         self.kmock: Any = None
+        self.admission: Admission | None = None
+        self.running = True
 
     def register(self, kmock: Any) -> None:
         self.kmock = kmock
@@ -68,6 +81,37 @@ class KueueEmulator:
                 "namespaced": namespaced,
                 "verbs": ["list", "watch", "get", "create", "patch", "delete"],
             }
+        kmock.objects["v1/configmaps", self.config.namespace, MANAGER_CONFIGMAP] = self.config.configmap()
+        self.admission = install_admission(kmock)
+        self.admission.mutators.setdefault(KUEUE_WEBHOOK_SERVICE, []).append(self.default_on_create)
+
+    def stop(self) -> None:
+        """Kueue's controller manager is down: no webhook endpoints (creates refused), no reconciling."""
+        assert self.admission is not None, "register first (EmulatedCluster does)"
+        self.running = False
+        self.admission.down.add(KUEUE_WEBHOOK_SERVICE)
+
+    def start(self) -> None:
+        assert self.admission is not None, "register first (EmulatedCluster does)"
+        self.running = True
+        self.admission.down.discard(KUEUE_WEBHOOK_SERVICE)
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        stored = next(
+            (
+                o.raw
+                for (res, _ns, name), o in list(self.kmock.objects.items())
+                if res.plural == "namespaces" and name == namespace and not o.deleted
+            ),
+            None,
+        )
+        return namespace_labels(namespace, stored)
+
+    def default_on_create(self, obj: dict[str, Any]) -> None:
+        """Kueue's job webhook on a Job/JobSet create (kueue_config.default_on_create), as admission calls it."""
+        ns = (obj.get("metadata") or {}).get("namespace") or ""
+        exists = self.get("LocalQueue", ns, DEFAULT_LOCAL_QUEUE) is not None
+        default_on_create(obj, self.config, default_queue_exists=exists, ns_labels=self.namespace_labels(ns))
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -111,6 +155,8 @@ class KueueEmulator:
         await api.send("PATCH", kueue_path(kind, ns, name), {"status": status})
 
     async def reconcile(self, api: KApi, now: dt.datetime) -> None:
+        if not self.running:
+            return
         for w in self.list("Workload"):
             if w["metadata"].get("deletionTimestamp") and w["metadata"].get("finalizers"):
                 await api.send(
@@ -120,6 +166,7 @@ class KueueEmulator:
         def by_name(kind: str) -> dict[str, dict[str, Any]]:
             return {o["metadata"]["name"]: o for o in self.list(kind)}
 
+        owners = [*api.list("Job"), *api.list("JobSet")]
         state = KueueState(
             flavors=by_name("ResourceFlavor"),
             cluster_queues=by_name("ClusterQueue"),
@@ -128,7 +175,9 @@ class KueueEmulator:
             prov_configs=set(by_name("ProvisioningRequestConfig")),
             local_queues=self.list("LocalQueue"),
             workloads=self.list("Workload"),
-            owners=[*api.list("Job"), *api.list("JobSet")],
+            owners=owners,
+            config=self.config,
+            namespace_labels={ns: self.namespace_labels(ns) for ns in {o["metadata"]["namespace"] for o in owners}},
         )
         await self._apply(api, decide_kueue(state, rule=self.rule, serves_provisioning=self.serves_provisioning_request, now=now))
 

@@ -10,17 +10,20 @@ Emulated:
 - ClusterQueue Active (missing flavors, missing or inactive admission checks, stopPolicy), LocalQueue
   Active; a Workload of an inactive or missing queue stays Inadmissible;
 - flavor assignment (flavorassigner.go): resource groups, flavors in order, taints, nodeLabels against
-  the pod's nodeSelector under the emulated version's key rule (RULES), nominal quota minus what
+  the pod's nodeSelector and required node affinity terms under the emulated version's key rule (RULES), nominal quota minus what
   admitted Workloads use, earlier podsets' usage counted; messages as upstream formats them;
 - admission: status.admission, QuotaReserved and Admitted (or admission checks left Pending), then the
   owner is started with the flavors' nodeLabels/tolerations merged; quota is released when the owner
   finishes (Finished condition) or the Workload goes;
-- queueing: BestEffortFIFO and StrictFIFO by WorkloadPriorityClass priority, then creation time.
+- queueing: BestEffortFIFO and StrictFIFO by WorkloadPriorityClass priority, then creation time, then UID;
+- the manager's Configuration (kueue_config.py): integrations.frameworks, managedJobsNamespaceSelector, the
+  `default` LocalQueue and the job webhook's defaulting (admission.py puts it in front of kmock's store);
+- a start whose podset merge conflicts finishes the Workload as FailedToStart (kueue_workload.py);
 Not emulated (NotEmulated or absent): cohorts and borrowing, preemption (a Workload that needs it stays
 pending), fair sharing, partial admission, TAS, MultiKueue, the ProvisioningRequest flow itself (an
 active provisioning check stays Pending, so its Workloads are never Admitted), pod PriorityClass as
-priority, required nodeAffinity in flavor matching, the job webhook (a queued owner must be created
-suspended), flavor-fungibility knobs other than the defaults, resuming from the last tried flavor,
+priority, required nodeAffinity in flavor matching, pod and validating webhooks, the Workloads of
+manageJobsWithoutQueueName (NotEmulated), flavor-fungibility knobs other than the defaults, resuming from the last tried flavor,
 the UnadmittedWorkloadsObservability gates (off by default: unadmitted reasons are Pending/Inadmissible).
 """
 
@@ -33,7 +36,7 @@ from typing import Any
 
 from .job_controller import iso
 from .kueue_workload import format_quantity, podset_requests, quantity
-from .volumes import NotEmulated
+from .scheduling import node_selector_terms_match, required_affinity_terms
 
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"  # kueue.ProvisioningRequestControllerName
 # Which nodeLabels keys a pod's nodeSelector is compared on (flavorassigner.go flavorSelector's allowedKeys):
@@ -72,10 +75,26 @@ def check_condition(check: dict[str, Any], *, serves_provisioning: bool, prov_co
     the provisioning controller writes; None where no controller runs for the check (none writes one)."""
     if check["spec"].get("controllerName") != PROVISIONING_CONTROLLER or not serves_provisioning:
         return None
-    params = check["spec"].get("parameters") or {}
-    if params.get("name") and params["name"] not in prov_configs:  # ConfigHelper.ConfigFromRef's Get
-        return cond("Active", False, "BadParametersRef", f'provisioningrequestconfigs.kueue.x-k8s.io "{params["name"]}" not found', now)
+    why = _parameters_error(check["spec"].get("parameters"), prov_configs)
+    if why is not None:
+        return cond("Active", False, "BadParametersRef", why, now)
     return cond("Active", True, "Active", "The admission check is active", now)
+
+
+def _parameters_error(ref: dict[str, Any] | None, prov_configs: set[str]) -> str | None:
+    """pkg/util/admissioncheck/admissioncheck.go ConfigHelper.ConfigFromRef: refValidForGK (nil, empty name, wrong
+    group or kind are errors), then the ProvisioningRequestConfig's Get."""
+    if ref is None:
+        return "missing parameters reference"  # ErrNilParametersRef
+    if not ref.get("name"):
+        return "empty name: bad parameters reference"
+    if ref.get("apiGroup") != "kueue.x-k8s.io":
+        return f'wrong group "{ref.get("apiGroup", "")}", expecting "kueue.x-k8s.io": bad parameters reference'
+    if ref.get("kind") != "ProvisioningRequestConfig":
+        return f'wrong kind "{ref.get("kind", "")}", expecting "ProvisioningRequestConfig": bad parameters reference'
+    if ref["name"] not in prov_configs:
+        return f'provisioningrequestconfigs.kueue.x-k8s.io "{ref["name"]}" not found'
+    return None
 
 
 def cluster_queue_checks(cq: dict[str, Any]) -> list[str]:
@@ -148,14 +167,30 @@ def flavor_mismatch(flavor_name: str, flavor: dict[str, Any] | None, pod_spec: d
     for taint in spec.get("nodeTaints") or []:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
             return f"untolerated taint {_taint_text(taint)} in flavor {flavor_name}"
-    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-    if required:
-        raise NotEmulated("required nodeAffinity in Kueue's flavor matching (flavorSelector's term filtering)")
     labels = spec.get("nodeLabels") or {}
-    selector = {k: v for k, v in (pod_spec.get("nodeSelector") or {}).items() if k in allowed_keys}  # flavorSelector
-    if any(labels.get(k) != v for k, v in selector.items()):
+    if not flavor_selector_matches(pod_spec, allowed_keys, labels):
         return f"flavor {flavor_name} doesn't match node affinity"
     return None
+
+
+def flavor_selector_matches(pod_spec: dict[str, Any], allowed_keys: set[str], flavor_labels: dict[str, str]) -> bool:
+    """flavorassigner.go flavorSelector (v0.19.2) then RequiredNodeAffinity.Match against a node that carries
+    only the flavor's nodeLabels: the nodeSelector and each required term's matchExpressions cut to
+    `allowed_keys`; a term left empty drops the whole affinity (terms are ORed, so it matches any flavor);
+    matchFields are dropped (the copy keeps MatchExpressions only)."""
+    selector = {k: v for k, v in (pod_spec.get("nodeSelector") or {}).items() if k in allowed_keys}
+    if any(flavor_labels.get(k) != v for k, v in selector.items()):
+        return False
+    terms = required_affinity_terms(pod_spec)
+    if not terms:
+        return True
+    cut = []
+    for term in terms:
+        kept = [e for e in term.get("matchExpressions") or [] if e["key"] in allowed_keys]
+        if not kept:
+            return True  # termsCopy = nil: matching reduces to the nodeSelector
+        cut.append({"matchExpressions": kept})
+    return node_selector_terms_match(cut, flavor_labels)
 
 
 def _quotas(cq: dict[str, Any]) -> dict[tuple[str, str], Decimal]:
@@ -276,7 +311,14 @@ def holds_quota(workload: dict[str, Any]) -> bool:
 
 
 def queue_order(workloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """pkg/cache/queue/cluster_queue.go queueOrderingFunc: higher priority first, then the older."""
+    """pkg/cache/queue/cluster_queue.go queueOrderingFunc -> baseCompareFunc (no admission fair sharing, no
+    sticky workload): higher priority first, then the older queue-order timestamp (creation time under the
+    default ordering), then the smaller UID."""
     return sorted(
-        workloads, key=lambda w: (-int(w["spec"].get("priority") or 0), w["metadata"].get("creationTimestamp") or "", w["metadata"]["name"])
+        workloads,
+        key=lambda w: (
+            -int(w["spec"].get("priority") or 0),
+            w["metadata"].get("creationTimestamp") or "",
+            w["metadata"].get("uid") or "",
+        ),
     )

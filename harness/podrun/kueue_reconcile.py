@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from .job_controller import iso
+from .kueue_config import KueueConfiguration, owner_managed_by_kueue, reconciles
 from .kueue_controller import (
     Assignment,
     assign_flavors,
@@ -26,7 +27,7 @@ from .kueue_controller import (
     set_cond,
     usage_of,
 )
-from .kueue_workload import QUEUE_LABEL, PriorityClassMissing, build_workload, finished, started_owner_spec
+from .kueue_workload import FAILED_TO_START, PodSetMergeConflict, PriorityClassMissing, build_workload, finished, started_owner_spec
 from .volumes import NotEmulated
 
 
@@ -42,6 +43,8 @@ class KueueState:
     local_queues: list[dict[str, Any]]
     workloads: list[dict[str, Any]]
     owners: list[dict[str, Any]]  # Jobs and JobSets
+    config: KueueConfiguration = field(default_factory=KueueConfiguration)
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # namespace -> its labels
 
 
 @dataclass
@@ -109,10 +112,7 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
             for key, q in usage_of(w).items():
                 used.setdefault(cq_name, {})[key] = used.setdefault(cq_name, {}).get(key, Decimal(0)) + q
             if is_true(w, "Admitted") and owner["spec"].get("suspend"):
-                out.start.append((owner, started_owner_spec(owner, w, st.flavors)))
-                out.events.append(
-                    (owner, owner["kind"], "Normal", "Started", f"Admitted by clusterQueue {w['status']['admission']['clusterQueue']}")
-                )
+                _start(out, owner, w, st, now)
     pending = [w for w, _ in live if not is_true(w, "QuotaReserved")]
     blocked_cqs: set[str] = set()
     for w in queue_order(pending):
@@ -146,13 +146,14 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
 
 
 def _ensure_workload(out: KueueDecision, owner: dict[str, Any], existing: dict[str, Any] | None, st: KueueState, now: dt.datetime) -> None:
-    """reconciler.go ReconcileGenericJob: a queued owner without a Workload gets one; a Job a JobSet owns is
-    its parent's business (IsOwnerManagedByKueue)."""
+    """reconciler.go ReconcileGenericJob: a queued owner without a Workload gets one, when the Configuration
+    lets Kueue reconcile it at all (kueue_config.reconciles); a Job whose owner Kueue manages (a JobSet, with its
+    framework enabled) is its parent's business (IsOwnerManagedByKueue)."""
     meta = owner["metadata"]
-    if existing is not None or QUEUE_LABEL not in (meta.get("labels") or {}) or finished(owner):
+    if existing is not None or finished(owner) or owner_managed_by_kueue(owner, st.config):
         return
-    if any(r.get("kind") == "JobSet" and r.get("controller") for r in meta.get("ownerReferences") or []):
-        return
+    if not reconciles(owner, st.config, st.namespace_labels.get(meta["namespace"], {})):
+        return  # kueue_config.reconciles: framework off, namespace not selected, or no queue-name
     if not owner["spec"].get("suspend"):
         raise NotEmulated(
             f"{owner['kind']} {meta['namespace']}/{meta['name']}: Kueue's webhook suspends a queued "
@@ -209,3 +210,18 @@ def _admit(out: KueueDecision, w: dict[str, Any], cq_name: str, a: Assignment, c
         set_cond(conds, cond("Admitted", True, "Admitted", "The workload is admitted", now))
         out.events.append((w, "Workload", "Normal", "Admitted", f"Admitted by ClusterQueue {cq_name}, wait time since reservation was 0s"))
     out.status.append(("Workload", w["metadata"]["namespace"], w["metadata"]["name"], status))
+
+
+def _start(out: KueueDecision, owner: dict[str, Any], w: dict[str, Any], st: KueueState, now: dt.datetime) -> None:
+    """reconciler.go ReconcileGenericJob step 7 -> startJob: unsuspend with the podsets' info merged; a merge
+    conflict is permanent (podset.IsPermanent), so the Workload is finished (workload/finish/finish.go Finish,
+    reason FailedToStart, the error as message) and the owner stays suspended. Finished releases the quota."""
+    try:
+        spec = started_owner_spec(owner, w, st.flavors)
+    except PodSetMergeConflict as e:
+        conds = list(w["status"].get("conditions") or [])
+        set_cond(conds, cond("Finished", True, FAILED_TO_START, str(e), now))
+        out.status.append(("Workload", w["metadata"]["namespace"], w["metadata"]["name"], {"conditions": conds}))
+        return
+    out.start.append((owner, spec))
+    out.events.append((owner, owner["kind"], "Normal", "Started", f"Admitted by clusterQueue {w['status']['admission']['clusterQueue']}"))

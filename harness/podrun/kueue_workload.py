@@ -10,6 +10,7 @@ import copy
 import functools
 import hashlib
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,14 @@ RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"  # apis/kueue/v1beta2/constan
 MAX_PREFIX = 253 - 1 - 5  # workload_names.go: ShortWorkloadNames is off by default, so names may reach 253
 # (owner kind, owner API group): the integrations emulated (pkg/controller/jobs/job, pkg/controller/jobs/jobset)
 OWNERS = {"Job": ("batch/v1", "batch"), "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobset.x-k8s.io")}
-# The managed labels job.go cleanLabels drops from a Job's pod template (batch/v1's selector labels but job-name).
-_JOB_MANAGED_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+# jobs/job/job_controller.go cleanLabels: the job controller's managedLabels it drops from the podset template,
+# all but batch.kubernetes.io/job-name (legacyJobNameLabel "job-name" and both controller-uid labels go).
+_JOB_MANAGED_LABELS = ("job-name", "controller-uid", "batch.kubernetes.io/controller-uid")
+WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"  # apis/kueue/v1beta2/topology_types.go WorkloadAnnotation
+LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"  # pkg/constants LocalQueueLabel
+CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"  # pkg/constants ClusterQueueLabel
+FAILED_TO_START = "FailedToStart"  # jobframework/reconciler.go FailedToStartFinishedReason
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DEPLOY_SCHEMAS = Path(__file__).resolve().parents[2] / "tests" / "deploy" / "schemas" / "kueue-v0.19.2-v1beta2.json"
 _WORKLOAD_SCHEMA = Path(__file__).with_name("schemas") / "kueue-v0.19.2-workload-v1beta2.json"
 
@@ -136,36 +143,65 @@ def format_quantity(value: Decimal, resource: str) -> str:
     return str(n)
 
 
-def merge_assignment(template: dict[str, Any], podset_name: str, flavors: list[dict[str, Any]]) -> None:
-    """pkg/podset/podset.go FromAssignment (each assigned flavor's nodeLabels and tolerations, once per flavor)
-    and Merge (a conflicting nodeSelector value is an error; tolerations not duplicated), plus the podset label
-    reconciler.go getPodSetsInfoFromStatus adds."""
+class PodSetMergeConflict(ValueError):
+    """pkg/podset/podset.go ErrInvalidPodSetUpdate: a permanent start error (podset.IsPermanent)."""
+
+
+def _have_conflict(what: str, a: dict[str, str], b: dict[str, str]) -> None:
+    """pkg/util/maps/maps.go HaveConflict, wrapped as podset.go BadPodSetsUpdateError words it."""
+    for key, av in a.items():
+        if key in b and b[key] != av:
+            raise PodSetMergeConflict(
+                f"invalid admission check PodSetUpdate: conflict for {what}: conflict for key={key}, value1={av}, value2={b[key]}"
+            )
+
+
+def podset_info(podset_name: str, flavors: list[dict[str, Any]], workload: dict[str, Any]) -> dict[str, Any]:
+    """reconciler.go getPodSetsInfoFromStatus with v0.19.2's default feature gates: podset.go FromAssignment
+    (each assigned flavor's nodeLabels copied over each other, tolerations appended), the workload annotation
+    (TopologyAwareScheduling, beta, on), the podset label, and the local/cluster-queue labels
+    (AssignQueueLabelsForPods, beta, on; the ClusterQueue's only when its name is a DNS-1123 label)."""
+    selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    for flavor in flavors:
+        spec = flavor.get("spec") or {}
+        selector.update(spec.get("nodeLabels") or {})  # utilmaps.Copy: a later flavor's value wins, no conflict
+        tolerations += spec.get("tolerations") or []
+    labels = {PODSET_LABEL: podset_name, LOCAL_QUEUE_LABEL: workload["spec"]["queueName"]}
+    cq = workload["status"]["admission"]["clusterQueue"]
+    if _DNS1123_LABEL.match(cq) and len(cq) <= 63:
+        labels[CLUSTER_QUEUE_LABEL] = cq
+    annotations = {WORKLOAD_ANNOTATION: workload["metadata"]["name"]}
+    return {"labels": labels, "annotations": annotations, "nodeSelector": selector, "tolerations": tolerations}
+
+
+def merge_podset_info(template: dict[str, Any], info: dict[str, Any]) -> None:
+    """pkg/podset/podset.go Merge -> (*PodSetInfo).Merge, in place: a key the template already has with another
+    value (annotations, labels, then nodeSelector) is PodSetMergeConflict; tolerations are not duplicated."""
     meta = template.setdefault("metadata", {})
     spec = template["spec"]
-    selector = dict(spec.get("nodeSelector") or {})
+    current = {
+        "annotations": dict(meta.get("annotations") or {}),
+        "labels": dict(meta.get("labels") or {}),
+        "nodeSelector": dict(spec.get("nodeSelector") or {}),
+    }
+    for what in ("annotations", "labels", "nodeSelector"):
+        _have_conflict(what, current[what], info[what])
+    for what in ("annotations", "labels", "nodeSelector"):
+        merged = {**current[what], **info[what]}
+        if merged:
+            (spec if what == "nodeSelector" else meta)[what] = merged
     tolerations = list(spec.get("tolerations") or [])
-    for flavor in flavors:
-        for key, value in ((flavor.get("spec") or {}).get("nodeLabels") or {}).items():
-            if key in selector and selector[key] != value:
-                raise ValueError(
-                    f"invalid admission check PodSetUpdate: conflict for nodeSelector: conflict for "
-                    f"key={key}, value1={selector[key]}, value2={value}"
-                )
-            selector[key] = value
-        for toleration in (flavor.get("spec") or {}).get("tolerations") or []:
-            if toleration not in tolerations:
-                tolerations.append(toleration)
-    meta["labels"] = {**(meta.get("labels") or {}), PODSET_LABEL: podset_name}
-    if selector:
-        spec["nodeSelector"] = selector
+    tolerations += [t for t in info["tolerations"] if t not in tolerations]
     if tolerations:
         spec["tolerations"] = tolerations
 
 
 def started_owner_spec(owner: dict[str, Any], workload: dict[str, Any], flavors: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """reconciler.go startJob -> (Job).RunWithPodSetsInfo / (JobSet).RunWithPodSetsInfo: suspend=false and each
-    podset's template merged with its flavors (a JobSet: each replicatedJob's template; our JobSet controller
-    copies templates into child Jobs only when it creates them, so children must not exist yet)."""
+    podset's template merged with its info (a JobSet: each replicatedJob's template; our JobSet controller
+    copies templates into child Jobs only when it creates them, so children must not exist yet).
+    Raises PodSetMergeConflict, which the caller turns into a failed start (reconciler.go: Finish FailedToStart)."""
     spec: dict[str, Any] = copy.deepcopy(owner["spec"])
     assignments = {a["name"]: a for a in workload["status"]["admission"]["podSetAssignments"]}
     templates = (
@@ -175,7 +211,7 @@ def started_owner_spec(owner: dict[str, Any], workload: dict[str, Any], flavors:
     )
     for name, template in templates:
         names = list(dict.fromkeys(assignments[name].get("flavors", {}).values()))
-        merge_assignment(template, name, [flavors[n] for n in names])
+        merge_podset_info(template, podset_info(name, [flavors[n] for n in names], workload))
     spec["suspend"] = False
     return spec
 

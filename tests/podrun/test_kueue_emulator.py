@@ -13,9 +13,9 @@ import pytest
 
 from harness.podrun.cluster import EmulatedCluster
 from harness.podrun.kueue import InvalidKueueObject, KueueEmulator
-from harness.podrun.kueue_controller import assign_flavors, check_condition, cluster_queue_active
+from harness.podrun.kueue_controller import assign_flavors, check_condition, cluster_queue_active, queue_order
 from harness.podrun.kueue_reconcile import KueueState, decide_kueue
-from harness.podrun.kueue_workload import build_workload, schema_errors, workload_name
+from harness.podrun.kueue_workload import build_workload, pod_sets, schema_errors, workload_name
 from harness.podrun.scheduling import CAPACITY_LABEL, Node, pick_node
 
 from .conftest import TRAINER_IMAGE
@@ -413,3 +413,95 @@ async def test_a_jobset_is_admitted_per_replicated_job_and_its_children_get_the_
         wl = kueue.workload_for(owner)
         assert wl is not None and wl["metadata"]["name"].startswith("jobset-train-")
         assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("slice", 1)]
+
+
+# -- starting an admitted owner, pod sets, ordering (jobframework, podset.go, cluster_queue.go) -------------
+
+
+def _admitted(owner: dict[str, Any], flavor_name: str, cq: str = "cq") -> dict[str, Any]:
+    wl = workload_of(owner)
+    wl["status"] = {
+        "admission": {"clusterQueue": cq, "podSetAssignments": [{"name": "main", "flavors": {"cpu": flavor_name}, "count": 1}]},
+        "conditions": [
+            {"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": "2026-12-01T00:00:00Z"}
+            for t in ("QuotaReserved", "Admitted")
+        ],
+    }
+    return wl
+
+
+def test_starting_merges_the_flavor_and_kueues_labels_and_annotation_into_the_template():
+    """reconciler.go getPodSetsInfoFromStatus with v0.19.2's default gates: podset, local-queue-name and
+    cluster-queue-name labels (AssignQueueLabelsForPods), the workload annotation (TopologyAwareScheduling)."""
+    owner = job("j", requests={"cpu": "1"}, uid="u-1")
+    wl = _admitted(owner, "one")
+    d = decide_kueue(
+        _state(cluster_queue("cq", ("one", {"cpu": "4"})), owner, workloads=[wl]), rule="flavor-keys", serves_provisioning=False, now=NOW
+    )
+    [(_, spec)] = d.start
+    template = spec["template"]
+    assert spec["suspend"] is False and template["spec"]["nodeSelector"] == {"type": "one"}
+    assert template["metadata"]["labels"] == {
+        "kueue.x-k8s.io/podset": "main",
+        "kueue.x-k8s.io/local-queue-name": "team",
+        "kueue.x-k8s.io/cluster-queue-name": "cq",
+    }
+    assert template["metadata"]["annotations"] == {"kueue.x-k8s.io/workload": wl["metadata"]["name"]}
+
+
+def test_a_node_selector_conflict_at_start_finishes_the_workload_as_failed_to_start():
+    """reconciler.go step 7: startJob's error is permanent (podset.IsPermanent) -> workloadfinish.Finish with
+    FailedToStartFinishedReason and the error; the owner stays suspended and the quota is released."""
+    owner = job("j", requests={"cpu": "1"}, uid="u-1", selector={"type": "one"})
+    wl = _admitted(owner, "two")
+    d = decide_kueue(
+        _state(cluster_queue("cq", ("two", {"cpu": "4"})), owner, workloads=[wl]), rule="flavor-keys", serves_provisioning=False, now=NOW
+    )
+    assert d.start == []
+    [(_, _, _, status)] = [s for s in d.status if s[0] == "Workload"]
+    finished = next(c for c in status["conditions"] if c["type"] == "Finished")
+    assert (finished["status"], finished["reason"], finished["message"]) == (
+        "True",
+        "FailedToStart",
+        "invalid admission check PodSetUpdate: conflict for nodeSelector: conflict for key=type, value1=one, value2=two",
+    )
+
+
+def test_an_admission_check_without_parameters_is_inactive():
+    """admissioncheck_reconciler.go: ConfigFromRef's error -> Active False, BadParametersRef (refValidForGK)."""
+    check = {
+        "apiVersion": KV,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": "dws"},
+        "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request"},
+    }
+    c = check_condition(check, serves_provisioning=True, prov_configs={"dws"}, now=NOW)
+    assert c is not None and (c["status"], c["reason"], c["message"]) == ("False", "BadParametersRef", "missing parameters reference")
+    wrong = {**check, "spec": {**check["spec"], "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ConfigMap", "name": "dws"}}}
+    c = check_condition(wrong, serves_provisioning=True, prov_configs={"dws"}, now=NOW)
+    assert c is not None and c["message"] == 'wrong kind "ConfigMap", expecting "ProvisioningRequestConfig": bad parameters reference'
+
+
+def test_the_pod_set_drops_the_job_controllers_labels_but_batch_job_name():
+    """jobs/job/job_controller.go cleanLabels: managedLabels minus batch.kubernetes.io/job-name."""
+    owner = job("j", requests={"cpu": "1"}, uid="u-1")
+    owner["spec"]["template"]["metadata"] = {
+        "labels": {
+            "job-name": "j",
+            "controller-uid": "u-1",
+            "batch.kubernetes.io/controller-uid": "u-1",
+            "batch.kubernetes.io/job-name": "j",
+            "app": "x",
+        }
+    }
+    labels = pod_sets(owner)[0]["template"]["metadata"]["labels"]
+    assert labels == {"batch.kubernetes.io/job-name": "j", "app": "x"}
+
+
+def test_equal_priority_and_age_break_ties_by_uid():
+    """cluster_queue.go baseCompareFunc: priority, then queue-order timestamp, then cmp.Compare(UID)."""
+    a = workload_of(job("a", requests={"cpu": "1"}, uid="u-2"))
+    b = workload_of(job("b", requests={"cpu": "1"}, uid="u-1"))
+    for w, uid in ((a, "u-2"), (b, "u-1")):
+        w["metadata"]["uid"] = uid
+    assert [w["metadata"]["uid"] for w in queue_order([a, b])] == ["u-1", "u-2"]
