@@ -20,6 +20,7 @@ from service.adapters.k8s.settings import K8sSettings
 from service.domain.self_check import CheckLine
 
 from .doctor_kueue import configured_queues, queue_checks
+from .doctor_pools import pool_checks_without_kueue
 from .rbac_needs import CLUSTER, HF_SECRET_IN_ROLE, NAMESPACED, Permission
 from .reads import ClusterReads
 
@@ -197,6 +198,7 @@ def run_doctor(
     lines += rbac_checks(reads, settings)
     if configured_queues(settings):
         lines += queue_checks(reads, settings, served)
+    lines += pool_checks_without_kueue(reads, settings)
     lines.append(secret_check(client, settings))
     if storage_prefixes:
         lines += storage_checks(list(storage_prefixes), probe_storage or gcs_probe, settings)
