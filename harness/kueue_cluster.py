@@ -1,13 +1,29 @@
 """A healthy Kueue-on-GKE cluster on kmock, for the doctor and the submit-time flavor check: discovery,
 a team LocalQueue -> ClusterQueue -> on-demand and spot ResourceFlavors (k8s/kueue/'s shapes, Kueue v0.19.2
 v1beta2), nodes behind both flavors, the HF token Secret, and SelfSubjectAccessReview answers. Tests plant
-one failure each on top."""
+one failure each on top.
+
+Kueue's side of a create (harness/podrun/admission.py and kueue_config.py, Kueue v0.19.2): dryRun=All is admitted
+and not stored; Kueue's and JobSet's webhooks fail closed when `down` names their Service; Kueue's job webhook
+defaults a Job to the LocalQueue `default`; and a Job/JobSet the Configuration (`set_config`, stored as
+kueue-system/kueue-manager-config) lets Kueue reconcile gets its Workload at once (kueue_workload.build_workload)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kmock._internal.rendering import Response  # not re-exported by kmock's typed API
+
+from harness.podrun.admission import KUEUE_WEBHOOK_SERVICE, install_admission
+from harness.podrun.kueue_config import (
+    DEFAULT_LOCAL_QUEUE,
+    MANAGER_CONFIGMAP,
+    KueueConfiguration,
+    default_on_create,
+    namespace_labels,
+    reconciles,
+)
+from harness.podrun.kueue_workload import build_workload
 
 NS = "rljob"
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -70,6 +86,21 @@ class KueueCluster:
         ):
             server.resources[res] = {"namespaced": namespaced, "verbs": ["get", "list", "watch", "create", "patch", "delete"]}
         server["post /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"] << self._review
+        self.admission = install_admission(server)
+        self.admission.mutators.setdefault(KUEUE_WEBHOOK_SERVICE, []).append(self._kueue_webhook)
+        self.config = KueueConfiguration.installed()
+        self.set_config(self.config)
+        self.namespace_labels: dict[str, str] = {}  # the rljob Namespace's own labels (tests set them)
+        # kmock reads GET /api/v1/namespaces/NAME as a namespace with no resource: the Namespace is answered here.
+        server[f"get /api/v1/namespaces/{NS}"] << (
+            lambda _request: {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": NS, "labels": namespace_labels(NS, {"metadata": {"labels": self.namespace_labels}})},
+            }
+        )
+        for path in (f"/apis/batch/v1/namespaces/{NS}/jobs", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"):
+            server[f"post {path}"] << self._created
         self.put(f"{KUEUE}/localqueues", "team-ml", {"spec": {"clusterQueue": "rljob-v6e"}, "status": active()}, NS)
         self.put_cluster_queue()
         for name, (labels, tolerations, _) in FLAVORS.items():
@@ -98,6 +129,52 @@ class KueueCluster:
                 "status": {"allowed": allowed, **({} if allowed else {"reason": "no RBAC policy matched"})},
             },
         )
+
+    def set_config(self, config: KueueConfiguration, *, readable: bool = True) -> None:
+        """Kueue's manager Configuration; readable=False: its ConfigMap answers 403 (no RBAC to read it)."""
+        self.config = config
+        self.put("v1/configmaps", MANAGER_CONFIGMAP, {"data": config.configmap()["data"]}, config.namespace)
+        if not readable:
+            path = f"get /api/v1/namespaces/{config.namespace}/configmaps/{MANAGER_CONFIGMAP}"
+            self.server[path] << Response(
+                status=403,
+                payload={
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "Forbidden",
+                    "code": 403,
+                    "message": "forbidden",
+                },
+            )
+
+    def _ns_labels(self, namespace: str) -> dict[str, str]:
+        return namespace_labels(namespace, {"metadata": {"labels": self.namespace_labels if namespace == NS else {}}})
+
+    def _kueue_webhook(self, obj: dict[str, Any]) -> None:
+        ns = (obj.get("metadata") or {}).get("namespace") or NS
+        exists = any(
+            k[0].plural == "localqueues" and k[1] == ns and k[2] == DEFAULT_LOCAL_QUEUE and not o.deleted
+            for k, o in self.server.objects.items()
+        )
+        default_on_create(obj, self.config, default_queue_exists=exists, ns_labels=self._ns_labels(ns))
+
+    def _created(self, request: Any) -> Any:
+        """After kmock stored a Job/JobSet: stamp a uid, and give it its Workload when Kueue reconciles it."""
+        meta = request.data["metadata"]
+        obj = self.server.objects[request.resource, request.namespace or meta.get("namespace"), meta["name"]]
+        if not obj.get("metadata", {}).get("uid"):
+            obj.patch({"metadata": {"uid": f"uid-{meta['name']}", "namespace": request.namespace}})
+        owner = dict(obj.raw)
+        if reconciles(owner, self.config, self._ns_labels(request.namespace)):
+            wl = build_workload(owner, {})
+            self.put(
+                f"{KUEUE}/workloads",
+                wl["metadata"]["name"],
+                {k: v for k, v in wl.items() if k not in ("apiVersion", "kind", "metadata")} | {"metadata": wl["metadata"]},
+                request.namespace,
+            )
+        return Response(status=201, payload=owner)
 
     def put(self, resource: str, name: str, body: dict[str, Any], namespace: str | None = None) -> None:
         group_version, kind = resource.rsplit("/", 1)

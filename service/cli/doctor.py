@@ -21,8 +21,12 @@ STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
 @handles_errors
 def doctor(
     storage: Annotated[bool, typer.Option(help="also list the configured gs:// prefixes as the service's identity")] = True,
+    probes: Annotated[
+        bool,
+        typer.Option(help="also create probe Jobs/JobSets: dry-run (webhooks) and queued (Kueue gives them a Workload), deleted after"),
+    ] = True,
 ) -> None:
-    """Check the cluster is ready for rljob: APIs, RBAC, Kueue queues and nodes, HF token Secret, storage."""
+    """Check the cluster is ready for rljob: APIs, RBAC, webhooks, Kueue queues, configuration and nodes, HF token Secret, storage."""
     from kubernetes.config.config_exception import ConfigException
 
     from service.adapters.k8s.launcher import build_k8s_client
@@ -42,7 +46,7 @@ def doctor(
         where = "the pod's service account" if k8s_settings.in_cluster else (k8s_settings.kubeconfig or "the default kubeconfig")
         raise CliError(f"cannot load the cluster's credentials from {where}: {e}", CliExit.BAD_INPUT) from e
     prefixes = storage_prefixes(settings.team_locations, settings.team_location_template) if storage else []
-    lines = run_doctor(client, k8s_settings, storage_prefixes=prefixes)
+    lines = run_doctor(client, k8s_settings, storage_prefixes=prefixes, probes=probes)
     for line in lines:
         console.print(f"[{STYLE[line.status]}]{escape(line.render())}[/]", highlight=False, soft_wrap=True)
     counts = {s: sum(1 for line in lines if line.status == s) for s in STYLE}

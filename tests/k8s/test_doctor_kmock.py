@@ -18,6 +18,8 @@ from google.cloud import storage
 
 from harness.gcs_emulator import GCE_METADATA_ROOT, GcsEmulator
 from harness.kueue_cluster import FLAVORS, KUEUE, NS, KueueCluster, active
+from harness.podrun.admission import JOBSET_WEBHOOK_SERVICE, KUEUE_WEBHOOK_SERVICE
+from harness.podrun.kueue_config import KueueConfiguration
 
 pytestmark = pytest.mark.timeout(120)
 BUCKET = "rljob-runs"
@@ -103,9 +105,19 @@ async def test_a_healthy_cluster_is_all_ok(healthy, gcs, tmp_path):
         "nodes for flavor tpu-v6e-2x4-spot",
         "secret rljob-hf-token",
         f"storage gs://{BUCKET}/ml/",
+        "admission Job",
+        "admission JobSet",
+        "localqueue default",
+        "kueue configuration",
+        "kueue probe Job",
+        "kueue probe JobSet",
     ):
         line(out, "ok", name)
-    assert out.strip().endswith("10 ok, 0 warn, 0 fail"), out
+    assert out.strip().endswith("16 ok, 0 warn, 0 fail"), out
+    # The dry-run probes were never stored; the queued ones got their Workloads and were deleted.
+    kinds = {k[0].plural for k, o in healthy.server.objects.items() if not o.deleted}
+    assert "jobs" not in kinds and "jobsets" not in kinds
+    assert len([k for k in healthy.server.objects if k[0].plural == "jobs"]) == 1, "one queued Job probe, the dry run not stored"
     assert "aGYtc2VjcmV0LXZhbHVl" not in out and "hf-secret-value" not in out, "a Secret's value is never printed"
     assert "not the trainer's" in line(out, "ok", f"storage gs://{BUCKET}/ml/")
     # Every permission the service uses was asked about in its namespace, cluster-scoped ones without one.
@@ -223,3 +235,62 @@ async def test_bad_settings_and_an_unreachable_cluster_are_messages_not_tracebac
     assert rc == 2 and "cannot load the cluster's credentials" in out and "Traceback" not in out
     rc, out = await doctor(healthy, gcs, tmp_path, RLJOB_K8S_KUBECONFIG=str(_kubeconfig(tmp_path, "http://127.0.0.1:9", "closed-port")))
     assert rc == 1 and "cannot discover its APIs" in line(out, "fail", "api server") and "Traceback" not in out
+
+
+# -- the probes: Kueue's configuration and the controllers' webhooks (doctor_probes.py) ------------------------
+
+
+async def test_a_local_queue_named_default_fails(healthy, gcs, tmp_path):
+    healthy.put(f"{KUEUE}/localqueues", "default", {"spec": {"clusterQueue": "rljob-v6e"}, "status": active()}, NS)
+    rc, out = await doctor(healthy, gcs, tmp_path)
+    assert rc == 1
+    text = line(out, "fail", "localqueue default")
+    assert "without a queue-name label" in text and "kubectl -n rljob delete localqueue default" in out
+    assert [ln for ln in out.splitlines() if ln.startswith("fail")] == [text]
+
+
+async def test_a_namespace_kueue_does_not_select_fails_the_probe_and_the_configuration(healthy, gcs, tmp_path):
+    healthy.set_config(KueueConfiguration(managed_jobs_namespace_selector={"matchLabels": {"kueue-managed": "true"}}))
+    rc, out = await doctor(healthy, gcs, tmp_path)
+    assert rc == 1
+    assert "got no Kueue Workload within 10s" in line(out, "fail", "kueue probe Job")
+    line(out, "fail", "kueue probe JobSet")
+    assert "does not select namespace rljob" in line(out, "fail", "kueue configuration")
+    healthy.namespace_labels = {"kueue-managed": "true"}  # the fix the line suggests
+    rc, out = await doctor(healthy, gcs, tmp_path)
+    assert rc == 0, out
+    line(out, "ok", "kueue probe Job")
+
+
+async def test_frameworks_without_jobset_fail_the_jobset_probe(healthy, gcs, tmp_path):
+    healthy.set_config(KueueConfiguration.from_yaml("integrations:\n  frameworks: [batch/job]\n"))
+    rc, out = await doctor(healthy, gcs, tmp_path)
+    assert rc == 1
+    line(out, "ok", "kueue probe Job")
+    assert "got no Kueue Workload" in line(out, "fail", "kueue probe JobSet") and "must list jobset.x-k8s.io/jobset" in out
+    assert "integrations.frameworks lacks jobset.x-k8s.io/jobset" in line(out, "fail", "kueue configuration")
+
+
+async def test_an_unreadable_kueue_configuration_is_a_warning(healthy, gcs, tmp_path):
+    healthy.set_config(KueueConfiguration.installed(), readable=False)
+    rc, out = await doctor(healthy, gcs, tmp_path)
+    assert rc == 0, out
+    assert "could not read Kueue's Configuration" in line(out, "warn", "kueue configuration")
+
+
+async def test_kueue_down_fails_the_dry_run_naming_kueue(healthy, gcs, tmp_path):
+    healthy.admission.down.add(KUEUE_WEBHOOK_SERVICE)
+    rc, out = await doctor(healthy, gcs, tmp_path)
+    assert rc == 1
+    text = line(out, "fail", "admission Job")
+    assert "webhook mjob.kb.io of Kueue" in text and 'no endpoints available for service "kueue-webhook-service"' in text
+    assert "kubectl -n kueue-system get pods,endpoints kueue-webhook-service" in out
+    assert "webhook mjobset.kb.io of Kueue" in line(out, "fail", "admission JobSet")
+
+
+async def test_jobset_down_fails_the_jobset_dry_run_naming_jobset(healthy, gcs, tmp_path):
+    healthy.admission.down.add(JOBSET_WEBHOOK_SERVICE)
+    rc, out = await doctor(healthy, gcs, tmp_path)
+    assert rc == 1
+    line(out, "ok", "admission Job")
+    assert "of JobSet" in line(out, "fail", "admission JobSet") and "kubectl -n jobset-system logs deploy/jobset-controller-manager" in out

@@ -4,6 +4,8 @@ Run by the CLI (service/cli/doctor.py) and once at service start with the Kubern
 shown in /readyz). Checks: API groups served, RBAC for every verb the service uses (SelfSubjectAccessReview),
 each configured Kueue LocalQueue's chain and the nodes behind its flavors (doctor_kueue.py), the HF token
 Secret, and the storage prefixes the service is configured with, as the SERVICE's identity sees them.
+The CLI adds the probes (doctor_probes.py): admission webhooks, a queued probe, the `default` LocalQueue and
+Kueue's Configuration.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from service.domain.self_check import CheckLine
 
 from .doctor_kueue import configured_queues, queue_checks
 from .doctor_pools import pool_checks_without_kueue
+from .doctor_probes import admission_checks, default_queue_check, manager_config_check, queued_probe_checks
 from .rbac_needs import CLUSTER, HF_SECRET_IN_ROLE, NAMESPACED, Permission
 from .reads import ClusterReads
 
@@ -186,7 +189,10 @@ def run_doctor(
     *,
     storage_prefixes: Sequence[str] = (),
     probe_storage: StorageProbe | None = None,
+    probes: bool = False,
 ) -> list[CheckLine]:
+    """probes: also create probe objects (doctor_probes.py: dry-run Job/JobSet, a queued Job/JobSet deleted after);
+    the CLI does, the service's start-up self-check does not."""
     reads = ClusterReads(client)
     try:
         served = reads.served_group_versions()
@@ -196,8 +202,17 @@ def run_doctor(
         return [CheckLine("fail", "api server", f"cannot discover its APIs: {exc.__class__.__name__}: {first}", fix)]
     lines = api_checks(served, settings)
     lines += rbac_checks(reads, settings)
-    if configured_queues(settings):
+    queues = configured_queues(settings)
+    jobsets = settings.watch_jobsets and f"{JOBSET_GROUP}/{JOBSET_VERSION}" in served
+    if probes:
+        lines += admission_checks(client, settings, jobsets, queues[0] if queues else None)
+    if queues:
         lines += queue_checks(reads, settings, served)
+        if probes:
+            lines.append(default_queue_check(client, settings, KUEUE_V1BETA2 in served))
+            lines.append(manager_config_check(reads, settings, jobsets))
+            if KUEUE_V1BETA2 in served:
+                lines += queued_probe_checks(client, settings, queues[0], jobsets)
     lines += pool_checks_without_kueue(reads, settings)
     lines.append(secret_check(client, settings))
     if storage_prefixes:

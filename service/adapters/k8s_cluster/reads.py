@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any, cast
 
 from kubernetes.client import AuthorizationV1Api, CoreV1Api, V1Node
+from kubernetes.client.exceptions import ApiException
 
-from service.adapters.k8s.client import K8sClient
+from service.adapters.k8s.client import K8sClient, api_status
+from service.adapters.k8s.errors import K8sBackendError
 from service.adapters.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
 
 
@@ -22,6 +24,20 @@ class ClusterReads:
             f"read {plural}.{KUEUE_GROUP} {name}", self.client.custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, plural, name
         )
         return cast(dict[str, Any], obj)
+
+    def config_map_data(self, namespace: str, name: str) -> dict[str, str]:
+        """A ConfigMap's data in any namespace (Kueue's kueue-system/kueue-manager-config); raises ApiException."""
+        cm = self.client.call(f"read ConfigMap {namespace}/{name}", self._core.read_namespaced_config_map, name, namespace)
+        return dict(cm.data or {})
+
+    def namespace_labels(self, name: str) -> tuple[dict[str, str], str]:
+        """The Namespace's labels, and a note when they could not be read (then only kubernetes.io/metadata.name,
+        which the API server puts on every Namespace, is known)."""
+        try:
+            ns = self.client.call(f"read Namespace {name}", self._core.read_namespace, name)
+        except (ApiException, K8sBackendError) as exc:
+            return {"kubernetes.io/metadata.name": name}, f" (its labels unread: {api_status(exc) or exc.__class__.__name__})"
+        return {**((ns.metadata.labels if ns.metadata else None) or {}), "kubernetes.io/metadata.name": name}, ""
 
     def served_group_versions(self) -> set[str]:
         """Every group/version the API server serves under /apis (batch/v1, kueue.x-k8s.io/v1beta2, ...).
