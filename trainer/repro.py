@@ -20,6 +20,7 @@ import yaml
 
 from trainer.contract import JobSpec, RunLayout, local_path, location_kind
 from trainer.contract.repro import REPRO_PACKAGES, ContentHash, Hardware, Image, ModelSource, ReproRecord, Seed
+from trainer.contract.spec import capacity_text
 from trainer.runner import secret_values
 from trainer.stages.maxtext_paths import maxtext_configs_dir
 from trainer.storage import StorageError, store_for
@@ -131,7 +132,7 @@ def build_repro_record(spec: JobSpec, job_id: str, environ: Mapping[str, str]) -
         hardware=Hardware(
             accelerator=hw.accelerator,
             chips_per_vm=hw.chips_per_vm,
-            capacity=hw.capacity,
+            capacity=capacity_text(hw.capacities),
             rollout_engine=hw.rollout_engine,
             mesh={"rollout_data_parallelism": hw.rollout_data_parallelism, "rollout_tensor_parallelism": hw.rollout_tensor_parallelism},
         ),

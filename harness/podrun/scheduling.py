@@ -4,9 +4,10 @@ This machine is the node. By default it carries the labels every node has and it
 memory as allocatable, no taints and no accelerators, so a TPU pod stays Pending/Unschedulable, as it
 would on a cluster without a TPU pool. Tests that want TPU-shaped pods scheduled (with fake commands)
 pass a node that carries a TPU pool's labels, taint and google.com/tpu.
-Checked: nodeSelector, taints/tolerations (NoSchedule, NoExecute), resource requests (limits where a
-request is unset, as the API defaults them) against allocatable minus the pods already running.
-Not emulated: node affinity, pod (anti-)affinity, topology spread, priorities and preemption.
+Checked: nodeSelector and required node affinity (NodeAffinity's RequiredNodeAffinity: terms ORed, expressions
+ANDed, In/NotIn/Exists/DoesNotExist/Gt/Lt), taints/tolerations (NoSchedule, NoExecute), resource requests
+(limits where a request is unset, as the API defaults them) against allocatable minus the pods already running.
+Not emulated: preferred node affinity, matchFields, pod (anti-)affinity, topology spread, priorities and preemption.
 
 Several nodes (EmulatedCluster(nodes=[...])): `node_reasons` runs kube-scheduler's default filters in
 their plugin order (TaintToleration, NodeAffinity, NodeResourcesFit; the first that fails is the node's
@@ -137,13 +138,68 @@ def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool
     return False
 
 
+def _requirement_matches(req: dict[str, Any], labels: dict[str, str]) -> bool:
+    """k8s.io/apimachinery labels.Requirement.Matches, for the operators a NodeSelectorRequirement takes
+    (k8s.io/component-helpers/scheduling/corev1/nodeaffinity NodeSelectorRequirementsAsSelector)."""
+    key, op, values = req["key"], req["operator"], list(req.get("values") or [])
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt"):
+        if key not in labels or len(values) != 1:
+            return False
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    raise NotEmulated(f"node selector operator {op!r}")
+
+
+def node_selector_terms_match(terms: list[dict[str, Any]], labels: dict[str, str]) -> bool:
+    """nodeaffinity.nodeSelectorTerms.Match (kubernetes v1.35 component-helpers): the terms are ORed, a term's
+    expressions ANDed; a term with no requirements matches nothing. matchFields (metadata.name) is not emulated."""
+    for term in terms:
+        if term.get("matchFields"):
+            raise NotEmulated("matchFields in a node selector term")
+        reqs = term.get("matchExpressions") or []
+        if reqs and all(_requirement_matches(r, labels) for r in reqs):
+            return True
+    return False
+
+
+def required_affinity_terms(pod_spec: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The pod's requiredDuringSchedulingIgnoredDuringExecution node selector terms; None when it has none."""
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    return None if required is None else list(required.get("nodeSelectorTerms") or [])
+
+
+def _affinity_matches(pod_spec: dict[str, Any], labels: dict[str, str]) -> bool:
+    """nodeaffinity.RequiredNodeAffinity.Match: every nodeSelector label, and (if any) one required term."""
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    terms = required_affinity_terms(pod_spec)
+    return terms is None or node_selector_terms_match(terms, labels)
+
+
+def _unemulated_placement(pod_spec: dict[str, Any]) -> None:
+    affinity = pod_spec.get("affinity") or {}
+    if (affinity.get("nodeAffinity") or {}).get("preferredDuringSchedulingIgnoredDuringExecution"):
+        raise NotEmulated("preferred node affinity (scoring) is not emulated by the scheduler")
+    if affinity.get("podAffinity") or affinity.get("podAntiAffinity") or pod_spec.get("topologySpreadConstraints"):
+        raise NotEmulated("pod (anti-)affinity and topology spread are not emulated by the scheduler")
+
+
 def unschedulable(pod_spec: dict[str, Any], node: Node, running: list[dict[str, Any]]) -> str | None:
     """The scheduler's message when the pod cannot go on the node now; None when it fits."""
     prefix = "0/1 nodes are available: 1 "
-    if (pod_spec.get("affinity") or {}).get("nodeAffinity") or pod_spec.get("topologySpreadConstraints"):
-        raise NotEmulated("node affinity and topology spread are not emulated by the scheduler")
-    selector = pod_spec.get("nodeSelector") or {}
-    if any(node.labels.get(k) != v for k, v in selector.items()):
+    _unemulated_placement(pod_spec)
+    if not _affinity_matches(pod_spec, node.labels):
         return (
             prefix + "node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: "
             "1 Preemption is not helpful for scheduling."
@@ -168,12 +224,11 @@ def unschedulable(pod_spec: dict[str, Any], node: Node, running: list[dict[str, 
 def node_reasons(pod_spec: dict[str, Any], node: Node, running: list[dict[str, Any]]) -> list[str]:
     """Why kube-scheduler's filters reject the node ([] = feasible): TaintToleration, then NodeAffinity, then
     NodeResourcesFit, as the default profile orders them; only the first failing plugin's reasons count."""
-    if (pod_spec.get("affinity") or {}).get("nodeAffinity") or pod_spec.get("topologySpreadConstraints"):
-        raise NotEmulated("node affinity and topology spread are not emulated by the scheduler")
+    _unemulated_placement(pod_spec)
     for taint in node.taints:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(pod_spec.get("tolerations") or [], taint):
             return [f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"]
-    if any(node.labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+    if not _affinity_matches(pod_spec, node.labels):
         return [AFFINITY_MISMATCH]
     used: dict[str, Decimal] = {}
     for other in running:

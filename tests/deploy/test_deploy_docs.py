@@ -99,7 +99,7 @@ def test_every_tpu_pool_command_matches_what_its_pods_select():
     assert set(pools) == {"on-demand", "spot", "flex-start", "reservation"}
     reservation = _doc_var("RESERVATION")
     for capacity, flags in pools.items():
-        sched = capacity_scheduling(capacity, reservation, tpu=True)
+        sched = capacity_scheduling((capacity,), reservation, tpu=True)
         assert sched.node_selector[CAPACITY_LABEL] == capacity
         # Every label the pod selects that is ours must be on the pool; GKE's own (spot, reservation) are set by GKE.
         ours = {k: v for k, v in sched.node_selector.items() if not k.startswith("cloud.google.com/")}

@@ -12,7 +12,7 @@ import typing
 from service.adapters.k8s.capacity import CAPACITY_LABEL, capacity_scheduling
 from service.adapters.k8s.kueue import priority_class_name
 from tests.deploy.deploy_support import one
-from trainer.contract.spec import HardwareSpec, JobSpec
+from trainer.contract.spec import CAPACITY_KINDS, JobSpec
 
 V6E_2X4 = {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": "2x4"}
 FLAVOR_OF_CAPACITY = {
@@ -34,10 +34,9 @@ def test_each_capacity_flavor_selects_and_tolerates_what_the_launcher_does(rende
     names the routing key with its own value, so no flavor can take another capacity's pod."""
     flavors = _kinds(rendered["gke-kueue"], "ResourceFlavor")
     assert set(flavors) == set(FLAVOR_OF_CAPACITY.values())
-    capacities = typing.get_args(HardwareSpec.model_fields["capacity"].annotation)
-    assert set(FLAVOR_OF_CAPACITY) == set(capacities), "a new capacity needs its flavor"
+    assert set(FLAVOR_OF_CAPACITY) == set(CAPACITY_KINDS), "a new capacity needs its flavor"
     for capacity, name in FLAVOR_OF_CAPACITY.items():
-        scheduling = capacity_scheduling(capacity, SHIPPED_RESERVATION)
+        scheduling = capacity_scheduling((capacity,), SHIPPED_RESERVATION)
         spec = flavors[name]["spec"]
         assert spec["nodeLabels"] == {**V6E_2X4, **scheduling.node_selector}, name
         assert spec.get("tolerations", []) == scheduling.tolerations, name

@@ -25,11 +25,12 @@ CAPACITIES = ["on-demand", "spot", "flex-start", "reservation"]
 TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def _hardware(capacity: str) -> dict[str, Any]:
-    return {"capacity": capacity, "reservation": "tpu-res-1" if capacity == "reservation" else None}
+def _hardware(capacity: str | list[str]) -> dict[str, Any]:
+    kinds = [capacity] if isinstance(capacity, str) else capacity
+    return {"capacity": capacity, "reservation": "tpu-res-1" if "reservation" in kinds else None}
 
 
-def _spec(accelerator: str, capacity: str, **extra: Any) -> JobSpec:
+def _spec(accelerator: str, capacity: str | list[str], **extra: Any) -> JobSpec:
     if accelerator == "cpu":
         base = make_cpu_spec(**extra)
     else:
@@ -49,8 +50,9 @@ def _env(pod: dict[str, Any]) -> dict[str, str]:
 
 
 # One golden per capacity, across the workload shapes: single-host Job, multi-host JobSet, cpu Job.
-GOLDEN_CASES = {
+GOLDEN_CASES: dict[str, tuple[str, str | list[str]]] = {
     "v6e-8-spot": ("v6e-8", "spot"),
+    "v6e-8-reservation-spot-on-demand": ("v6e-8", ["reservation", "spot", "on-demand"]),
     "v6e-16-flex-start": ("v6e-16", "flex-start"),
     "v5p-8-reservation": ("v5p-8", "reservation"),
 }
@@ -69,8 +71,13 @@ def test_golden_capacity_manifests(case: str) -> None:
     assert text == path.read_text(), f"{case} manifests changed; if intended, regenerate with RLJOB_UPDATE_GOLDEN=1"
 
 
-@pytest.mark.parametrize(("accelerator", "capacity"), [(a, c) for a in ("v6e-8", "v6e-16") for c in CAPACITIES] + [("cpu", "on-demand")])
-def test_every_capacity_renders_strictly_valid_manifests(accelerator: str, capacity: str) -> None:
+SETS: list[str | list[str]] = [["spot", "on-demand"], ["reservation", "on-demand", "flex-start"], list(CAPACITIES)]
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "capacity"), [(a, c) for a in ("v6e-8", "v6e-16") for c in [*CAPACITIES, *SETS]] + [("cpu", "on-demand")]
+)
+def test_every_capacity_renders_strictly_valid_manifests(accelerator: str, capacity: str | list[str]) -> None:
     docs = render_manifests(_spec(accelerator, capacity), JOB_ID, make_settings(kueue_queue="q", host_paths=["/data/rljob"]))
     for doc in docs:
         validate_strict(doc)
@@ -174,3 +181,64 @@ def test_each_team_runs_as_its_own_service_account(accelerator: str) -> None:
 def test_settings_refuse_team_service_accounts_that_are_not_dns_labels(mapping: dict[str, str]) -> None:
     with pytest.raises(ValueError):
         make_settings(team_service_accounts=mapping)
+
+
+def _terms(pod: dict[str, Any]) -> list[dict[str, str]]:
+    """Each required node affinity term as {key: value} (every expression is `In` one value)."""
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    out = []
+    for term in terms:
+        assert all(e["operator"] == "In" and len(e["values"]) == 1 for e in term["matchExpressions"]), term
+        out.append({e["key"]: e["values"][0] for e in term["matchExpressions"]})
+    return out
+
+
+@pytest.mark.parametrize("accelerator", ["v6e-8", "v6e-16"])
+def test_a_capacity_set_selects_each_kind_in_its_own_affinity_term(accelerator: str) -> None:
+    """One term per kind, in the spec's order: a reservation node must also carry the reservation's name and a
+    spot node GKE's spot label, which one `rljob.dev/capacity In [...]` could not say. The slice's selectors stay."""
+    pod = _pod(render_manifests(_spec(accelerator, ["reservation", "spot", "on-demand"]), JOB_ID, make_settings())[1])
+    assert _terms(pod) == [
+        {"rljob.dev/capacity": "reservation", "cloud.google.com/reservation-name": "tpu-res-1"},
+        {"rljob.dev/capacity": "spot", "cloud.google.com/gke-spot": "true"},
+        {"rljob.dev/capacity": "on-demand"},
+    ]
+    assert "rljob.dev/capacity" not in pod["nodeSelector"] and "cloud.google.com/gke-tpu-topology" in pod["nodeSelector"]
+    assert {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in pod["tolerations"]
+
+
+def test_a_capacity_set_keeps_the_long_grace_and_flex_starts_limit() -> None:
+    """Both are fixed before Kueue picks the flavor: the long grace (GKE ends a Spot VM's pods at its own limit
+    anyway), and with flex-start in the set the trainer's 7-day stop on any kind."""
+    settings = make_settings(termination_grace_s=300, flex_start_margin_s=1800)
+    spot_or_od = _pod(render_manifests(_spec("v6e-8", ["spot", "on-demand"]), JOB_ID, settings)[1])
+    assert spot_or_od["terminationGracePeriodSeconds"] == 300 and "RLJOB_MAX_RUN_S" not in _env(spot_or_od)
+    with_flex = _pod(render_manifests(_spec("v6e-8", ["on-demand", "flex-start"]), JOB_ID, settings)[1])
+    assert _env(with_flex)["RLJOB_MAX_RUN_S"] == str(FLEX_START_MAX_RUN_S - 1800)
+    assert not any(t["key"] == "cloud.google.com/gke-spot" for t in with_flex["tolerations"])
+
+
+def test_a_one_kind_list_is_the_kind_alone() -> None:
+    """Same spec, same hash, same manifests: a list of one kind is stored as the kind."""
+    alone, listed = _spec("v6e-8", "spot"), _spec("v6e-8", ["spot"])
+    assert listed.hardware.capacity == "spot" and listed.content_hash() == alone.content_hash()
+    assert render_manifests_yaml(listed, JOB_ID, make_settings()) == render_manifests_yaml(alone, JOB_ID, make_settings())
+
+
+@pytest.mark.parametrize(
+    ("capacity", "why"),
+    [
+        ([], "an empty list offers no capacity"),
+        (["spot", "on-demand", "spot"], "spot listed more than once"),
+        (["reservation", "spot"], "needs the reservation"),
+    ],
+)
+def test_a_bad_capacity_set_is_refused_with_the_reason(capacity: list[str], why: str) -> None:
+    base = make_spec("v6e-8", 8).model_dump()
+    with pytest.raises(ValueError, match=why):
+        JobSpec.model_validate({**base, "hardware": {**base["hardware"], "capacity": capacity}})
+
+
+def test_a_cpu_job_with_a_set_beyond_on_demand_is_refused() -> None:
+    with pytest.raises(ManifestError, match="capacity spot is a kind of TPU node pool"):
+        render_manifests(_spec("cpu", ["on-demand", "spot"]), JOB_ID, make_settings(host_paths=["/data/rljob"]))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Literal
+import typing
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -304,6 +305,15 @@ class GrpoSpec(_Strict):
         return self
 
 
+CapacityKind = Literal["on-demand", "spot", "flex-start", "reservation"]
+CAPACITY_KINDS: tuple[CapacityKind, ...] = typing.get_args(CapacityKind)
+
+
+def capacity_text(capacities: tuple[str, ...]) -> str:
+    """A capacity set as people read it: `spot`, or `[spot, on-demand]`."""
+    return capacities[0] if len(capacities) == 1 else f"[{', '.join(capacities)}]"
+
+
 class HardwareSpec(_Strict):
     """Checked against the TPU table (tpu.py) whatever launches the job; whether this host has the
     accelerator is the local launcher's question, asked at submit."""
@@ -321,10 +331,12 @@ class HardwareSpec(_Strict):
         validate_default=True,
         description="TPU chips on each VM: the slice's own (v6e-8: 8, v6e-16: 4)",
     )
-    capacity: Literal["on-demand", "spot", "flex-start", "reservation"] = Field(
+    capacity: CapacityKind | Annotated[list[CapacityKind], Field(max_length=len(CAPACITY_KINDS))] = Field(
         default="on-demand",
         description="how the TPU VMs are obtained on GKE: on-demand, spot (preemptible, 30 s notice), "
-        "flex-start (Dynamic Workload Scheduler, at most 7 days) or a reservation (name it in `reservation`)",
+        "flex-start (Dynamic Workload Scheduler, at most 7 days) or a reservation (name it in `reservation`); "
+        "or an ordered list of them (e.g. [spot, on-demand]): the job may run on any of them, and which one "
+        "is the pool's choice (Kueue tries its ClusterQueue's flavors in order)",
     )
     reservation: DnsLabel | None = Field(default=None, description="with capacity: reservation, the reservation's name")
     rollout_engine: Literal["vllm", "jax"] = Field(
@@ -382,12 +394,30 @@ class HardwareSpec(_Strict):
             raise ValueError("the vllm rollout engine needs a TPU; use rollout_engine: jax on cpu")
         return self
 
+    @field_validator("capacity")
+    @classmethod
+    def _capacity_set(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, str):
+            return v
+        if not v:
+            raise ValueError("an empty list offers no capacity: name one kind, or several in order")
+        repeated = sorted({c for c in v if v.count(c) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} listed more than once: name each kind once")
+        # One kind in a list means the same as the kind alone: stored alone, so the spec's hash does not depend on it.
+        return v[0] if len(v) == 1 else v
+
+    @property
+    def capacities(self) -> tuple[CapacityKind, ...]:
+        """The kinds of capacity the job may run on, in the order given (one, for a single value)."""
+        return (self.capacity,) if isinstance(self.capacity, str) else tuple(self.capacity)
+
     @model_validator(mode="after")
     def _reservation_named(self) -> HardwareSpec:
-        if self.capacity == "reservation" and self.reservation is None:
+        if "reservation" in self.capacities and self.reservation is None:
             raise ValueError("capacity: reservation needs the reservation's name in hardware.reservation")
-        if self.capacity != "reservation" and self.reservation is not None:
-            raise ValueError(f"hardware.reservation is only read with capacity: reservation, not {self.capacity}")
+        if "reservation" not in self.capacities and self.reservation is not None:
+            raise ValueError(f"hardware.reservation is only read with capacity: reservation, not {capacity_text(self.capacities)}")
         return self
 
 

@@ -38,18 +38,26 @@ FLEX_START_MAX_RUN_S = 7 * 24 * 3600
 
 @dataclass(frozen=True)
 class CapacityScheduling:
-    """What a trainer pod adds to select (and tolerate) one kind of capacity."""
+    """What a trainer pod adds to select (and tolerate) its kinds of capacity.
+
+    One kind: node selectors. Several: a required node affinity with one term per kind (terms are ORed, a
+    term's expressions ANDed), because a reservation node must also carry its reservation's name and a spot
+    node GKE's spot label, which a single `rljob.dev/capacity In [...]` cannot say. Kueue's flavor matching
+    reads both (flavorassigner.go `flavorSelector`, v0.19.2: each term cut to the flavor's keys), and on
+    admission adds the chosen flavor's labels as node selectors, which pins the pod to that one kind.
+    """
 
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
+    affinity_terms: list[dict[str, Any]] = field(default_factory=list)  # nodeSelectorTerms, one per kind
 
 
 def _taint_toleration(key: str) -> dict[str, Any]:
     return {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 
-def cpu_capacity_problem(capacity: str) -> str | None:
-    """Why a cpu job cannot have `capacity` on GKE; None for on-demand.
+def cpu_capacity_problem(capacities: tuple[str, ...]) -> str | None:
+    """Why a cpu job cannot have `capacities` on GKE; None for on-demand alone.
 
     Refused rather than routed: only the TPU node pools carry rljob.dev/capacity (the guide creates no cpu pool of
     each kind), so a cpu pod selecting spot, flex-start or a reservation would match only TPU nodes, whose
@@ -57,36 +65,48 @@ def cpu_capacity_problem(capacity: str) -> str | None:
     the small end-to-end or smoke run; it does not need preemptible or reserved VMs. The local launcher keeps its
     own rules (service/adapters/local/capacity.py).
     """
-    if capacity == "on-demand":
+    others = [c for c in capacities if c != "on-demand"]
+    if not others:
         return None
     return (
-        f"capacity {capacity} is a kind of TPU node pool on GKE (rljob.dev/capacity, docs/deploy-gke.md); a cpu job "
-        "runs on any node with room and no pool of that kind exists for it, so it would never be scheduled: leave "
+        f"capacity {', '.join(others)} is a kind of TPU node pool on GKE (rljob.dev/capacity, docs/deploy-gke.md); a cpu "
+        "job runs on any node with room and no pool of that kind exists for it, so it would never be scheduled: leave "
         "hardware.capacity out (on-demand), or ask for a TPU accelerator"
     )
 
 
-def capacity_scheduling(capacity: str, reservation: str | None = None, *, tpu: bool = True) -> CapacityScheduling:
-    """The node selector and tolerations of `capacity` (a HardwareSpec.capacity value).
+def _labels_of(capacity: str, reservation: str | None) -> dict[str, str]:
+    """The node labels that say a node is of this kind (the operator's key, and GKE's own where it sets one)."""
+    labels = {CAPACITY_LABEL: capacity}
+    if capacity == "spot":
+        labels[SPOT_LABEL] = "true"
+    if capacity == "reservation":
+        assert reservation is not None
+        labels[RESERVATION_NAME_LABEL] = reservation
+    return labels
+
+
+def capacity_scheduling(capacities: tuple[str, ...], reservation: str | None = None, *, tpu: bool = True) -> CapacityScheduling:
+    """The node selection and tolerations of `capacities` (HardwareSpec.capacities, in the spec's order).
 
     A TPU pod always selects its capacity, on-demand included: that is what keeps it out of the other
     flavors. A cpu pod selects nothing (any node; cpu jobs are never queued by Kueue), and only on-demand.
     """
-    if capacity not in ("on-demand", "spot", "flex-start", "reservation"):
-        raise ValueError(f"unknown capacity {capacity!r}")
-    if capacity == "reservation" and not reservation:
+    unknown = [c for c in capacities if c not in ("on-demand", "spot", "flex-start", "reservation")]
+    if unknown or not capacities:
+        raise ValueError(f"unknown capacity {unknown or capacities!r}")
+    if "reservation" in capacities and not reservation:
         raise ValueError("capacity reservation needs a reservation name")
     if not tpu:
-        problem = cpu_capacity_problem(capacity)
+        problem = cpu_capacity_problem(capacities)
         if problem:
             raise ValueError(problem)
         return CapacityScheduling()
-    selector = {CAPACITY_LABEL: capacity}
-    tolerations: list[dict[str, Any]] = []
-    if capacity == "spot":
-        selector[SPOT_LABEL] = "true"
-        tolerations.append(_taint_toleration(SPOT_LABEL))
-    if capacity == "reservation":
-        assert reservation is not None
-        selector[RESERVATION_NAME_LABEL] = reservation
-    return CapacityScheduling(selector, tolerations)
+    tolerations = [_taint_toleration(SPOT_LABEL)] if "spot" in capacities else []
+    if len(capacities) == 1:
+        return CapacityScheduling(_labels_of(capacities[0], reservation), tolerations)
+    terms = [
+        {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in _labels_of(c, reservation).items()]}
+        for c in capacities
+    ]
+    return CapacityScheduling({}, tolerations, terms)

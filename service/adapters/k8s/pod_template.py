@@ -5,20 +5,26 @@ pod asks only for CPU and memory (K8sSettings.cpu_job_*), so it schedules on any
 node directories of K8sSettings.host_paths, so specs with local paths work on single-node dev clusters.
 
 `hardware.capacity` adds its node labels and taints (capacity.py) on top: a TPU pod always selects its
-capacity's `rljob.dev/capacity` value (that keeps it in its own Kueue flavor), a cpu pod only when it
-asks for more than on-demand. A spot pod also gets a grace period that fits the preemption notice, a
-flex-start pod the time left before its VM goes (RLJOB_MAX_RUN_S). The pod runs as its team's service account (Workload Identity).
+capacity's `rljob.dev/capacity` value (that keeps it in its own Kueue flavor; a list of kinds: a required
+node affinity with one term per kind), a cpu pod nothing (on-demand only). A spot pod also gets a grace
+period that fits the preemption notice, a flex-start pod the time left before its VM goes (RLJOB_MAX_RUN_S).
+The pod runs as its team's service account (Workload Identity).
 """
 
 from __future__ import annotations
 
 from kubernetes.client import (
+    V1Affinity,
     V1ConfigMapVolumeSource,
     V1Container,
     V1EmptyDirVolumeSource,
     V1EnvVar,
     V1EnvVarSource,
     V1HostPathVolumeSource,
+    V1NodeAffinity,
+    V1NodeSelector,
+    V1NodeSelectorRequirement,
+    V1NodeSelectorTerm,
     V1ObjectMeta,
     V1PodSpec,
     V1PodTemplateSpec,
@@ -78,26 +84,45 @@ def _env(spec: JobSpec, job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
             ),
         ),
     ]
-    if spec.hardware.capacity == "flex-start":
+    if "flex-start" in spec.hardware.capacities:
+        # Fixed before Kueue picks the flavor (a started Job's env cannot change), so a set with flex-start keeps
+        # the limit on any of its kinds: the trainer stops early (7 days minus the margin) rather than be cut off.
         env.append(V1EnvVar(name="RLJOB_MAX_RUN_S", value=str(FLEX_START_MAX_RUN_S - settings.flex_start_margin_s)))
     return env
 
 
-def _scheduling(spec: JobSpec, hw: Hardware, settings: K8sSettings) -> tuple[dict[str, str], list[V1Toleration]]:
-    """Node selector and tolerations: the TPU slice's (if any), then the capacity's."""
+def _scheduling(spec: JobSpec, hw: Hardware, settings: K8sSettings) -> tuple[dict[str, str], list[V1Toleration], V1Affinity | None]:
+    """Node selector, tolerations and node affinity: the TPU slice's (if any), then the capacity's."""
     selector: dict[str, str] = {}
     tolerations: list[V1Toleration] = []
     if isinstance(hw, GkeTpuSlice):
         selector.update(node_selector(hw, settings))
         tolerations.append(V1Toleration(key=TPU_RESOURCE, operator="Exists", effect="NoSchedule"))
-    capacity = capacity_scheduling(spec.hardware.capacity, spec.hardware.reservation, tpu=isinstance(hw, GkeTpuSlice))
+    capacity = capacity_scheduling(spec.hardware.capacities, spec.hardware.reservation, tpu=isinstance(hw, GkeTpuSlice))
     selector.update(capacity.node_selector)
     tolerations += [V1Toleration(**t) for t in capacity.tolerations]
-    return selector, tolerations
+    affinity = None
+    if capacity.affinity_terms:
+        terms = [
+            V1NodeSelectorTerm(match_expressions=[V1NodeSelectorRequirement(**e) for e in term["matchExpressions"]])
+            for term in capacity.affinity_terms
+        ]
+        affinity = V1Affinity(
+            node_affinity=V1NodeAffinity(required_during_scheduling_ignored_during_execution=V1NodeSelector(node_selector_terms=terms))
+        )
+    return selector, tolerations, affinity
 
 
 def _grace_s(spec: JobSpec, settings: K8sSettings) -> int:
-    if spec.hardware.capacity == "spot":
+    """Spot alone: the part of the preemption notice GKE gives pods. A set with spot keeps the long grace: it is
+    fixed before Kueue picks the flavor, and on a Spot VM GKE's node shutdown ends the pod at its own limit anyway,
+    so each kind gets all the time it can give (status shows the admitted kind's, spec_grace_s)."""
+    return spec_grace_s(spec.hardware.capacities, settings)
+
+
+def spec_grace_s(capacities: tuple[str, ...], settings: K8sSettings) -> int:
+    """SIGTERM to SIGKILL for a pod of these kinds of capacity (one kind: the one it runs on)."""
+    if capacities == ("spot",):
         return min(settings.termination_grace_s, settings.spot_termination_grace_s)
     return settings.termination_grace_s
 
@@ -151,13 +176,14 @@ def trainer_pod_template(
         ],
         termination_message_policy="FallbackToLogsOnError",
     )
-    selector, tolerations = _scheduling(spec, hw, settings)
+    selector, tolerations, affinity = _scheduling(spec, hw, settings)
     pod = V1PodSpec(
         restart_policy="Never",  # required by podFailurePolicy; retries are the Job's, not the kubelet's
         service_account_name=settings.trainer_service_account(spec.team),
         termination_grace_period_seconds=_grace_s(spec, settings),
         node_selector=selector or None,
         tolerations=tolerations or None,
+        affinity=affinity,
         priority_class_name=settings.priority_class,
         containers=[container],
         volumes=[
