@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from service.domain.job_clock import phase_seconds
 from service.domain.models import JobRecord
 from service.domain.ports import Clock, JobStore
-from service.domain.usage import BILLED_PHASES, PriceTable, chips_of, family_of, price_of
+from service.domain.usage import BILLED_PHASES, PriceTable, chips_of, family_of, job_capacity, price_of
 
 EVENT_BATCH = 500
 MAX_EVENT_BATCHES_PER_SCRAPE = 20  # bounds one scrape; events past it are read at the next scrape
@@ -96,7 +96,8 @@ class UsageCounters(Collector):
         self._after_seq = after_seq
 
     def _add(self, record: JobRecord, seconds: dict[str, float]) -> None:
-        accelerator, capacity = record.hardware.accelerator, record.hardware.capacity
+        # Time since the last count goes to the kind the job is on now (a requeue onto another kind moves it on).
+        accelerator, capacity = record.hardware.accelerator, job_capacity(record)
         chips = chips_of(accelerator)
         price = price_of(self._prices, family_of(accelerator), capacity)
         counted = self._counted.get(record.id, {})

@@ -65,6 +65,20 @@ class QueueStatus(BaseModel):
     message: str = Field(default="", description="the backend's own words")
 
 
+class Placement(BaseModel):
+    """The kind of capacity a job was admitted into (the latest admission), and its billed time on each kind
+    (placement.py keeps it)."""
+
+    capacity: str = Field(description="the kind of capacity it was admitted into: on-demand, spot, flex-start or reservation")
+    flavor: str | None = Field(default=None, description="the Kueue ResourceFlavor that admitted it; null without Kueue")
+    billed_s: dict[str, float] = Field(
+        default_factory=dict, description="seconds of closed billed phases (RUNNING, CANCELLING) by kind of capacity"
+    )
+
+    def says(self) -> str:
+        return f"admitted to {self.flavor} ({self.capacity})" if self.flavor else f"on {self.capacity} capacity"
+
+
 @dataclass
 class JobRecord:
     id: str
@@ -95,6 +109,7 @@ class JobRecord:
     phase_entered_at: datetime | None = None
     fit_estimate: FitEstimate | None = None  # the submit-time memory estimate (trainer.sizing.fit)
     report: RunReport = field(default_factory=RunReport)  # what the trainer reported (run_report.py)
+    placement: Placement | None = None  # the kind of capacity (and flavor) it was last admitted into (placement.py)
 
     @property
     def handed_over(self) -> bool:
@@ -194,6 +209,10 @@ class JobPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     queue: QueueStatus | None = Field(description="while QUEUED behind a backend's queue: which, why, and the place in line")
+    placement: Placement | None = Field(
+        default=None,
+        description="the kind of capacity (and Kueue flavor) the job was last admitted into; null before its first admission",
+    )
     usage: JobUsage = Field(description="chip-hours by phase and stage, and what the billed time cost at list price")
     storage: RunStorage | None = Field(
         default=None,

@@ -59,6 +59,10 @@ class Observation:
     exit_code: int | None = None
     object_name: str | None = None  # the backend's name for the workload (Job name, pid)
     queue: QueueStatus | None = None  # with QUEUED: which queue holds it, why, and its place in line
+    # Once admitted: the kind of capacity (hardware.capacity's values) and, with Kueue, the ResourceFlavor the
+    # workload was admitted into; None when the backend does not say (not admitted, or it cannot tell).
+    capacity: str | None = None
+    flavor: str | None = None
     # When the launcher began reading the backend (time.monotonic(), this process): the job service
     # applies a job's observations in this order and drops one read before the last it applied.
     read_at: float = field(default_factory=time.monotonic)
@@ -121,9 +125,11 @@ class StatusMirror(Protocol):
         *,
         queue_position: int | None = None,
         queue_reason: str | None = None,
+        placement: str | None = None,
     ) -> bool:
         """Write phase/stage/progress (and, while held by a queue, the place in line and why: both
-        None otherwise) onto the workload; False when the workload is gone."""
+        None otherwise; once admitted, the flavor or kind of capacity it was admitted into) onto the
+        workload; False when the workload is gone."""
 
 
 @runtime_checkable

@@ -19,6 +19,7 @@ from .observation_policy import (
     resume_limit_message,
 )
 from .phases import JobPhase, transition
+from .placement import close_billed_phase, place, placement_changed
 from .ports import Clock, JobTx, Observation
 from .progress import fold_manifest
 
@@ -32,6 +33,7 @@ def write_phase(tx: JobTx, rec: JobRecord, target: JobPhase, message: str, clock
     if rec.phase_entered_at is not None:  # None: stored before 0004; its earlier phases are not counted
         spent = max(0.0, (now - rec.phase_entered_at).total_seconds())
         rec.phase_seconds[previous.value] = round(rec.phase_seconds.get(previous.value, 0.0) + spent, 3)
+        close_billed_phase(rec, previous, spent)
     rec.phase_entered_at = now
     if target is not JobPhase.QUEUED:
         rec.queue = None
@@ -77,6 +79,9 @@ def write_decision(
         tx.append_event(rec, "artifacts", fold_manifest(rec, manifest), clock())
     if obs.object_name and obs.object_name != rec.object_name:
         rec.object_name = obs.object_name
+    if obs.capacity is not None and placement_changed(rec, obs.capacity, obs.flavor):
+        placed = place(rec, obs.capacity, obs.flavor)
+        tx.append_event(rec, "placement", {"capacity": placed.capacity, "flavor": placed.flavor, "message": placed.says()}, clock())
     replaced = None
     if decided is Decision.NOTE and rec.phase is JobPhase.QUEUED:
         write_queue(tx, rec, obs, clock)

@@ -38,6 +38,7 @@ class MirroredStatus:
     terminal: bool = False
     queue_position: int | None = None  # while QUEUED behind a backend's queue: place in line, if known
     queue_reason: str | None = None  # ... and why (None: not held by a queue)
+    placement: str | None = None  # the flavor (or kind of capacity) it was admitted into: "tpu-v6e-2x4-spot"
 
     @classmethod
     def of(cls, record: JobRecord) -> MirroredStatus:
@@ -50,6 +51,7 @@ class MirroredStatus:
             record.phase.is_terminal(),
             queue.position if queue else None,
             queue.reason if queue else None,
+            (record.placement.flavor or record.placement.capacity) if record.placement else None,
         )
 
 
@@ -98,12 +100,13 @@ class StatusMirrorWorker:
             return None
         # A new place in line is news for whoever watches the queue: sent like a phase change (it
         # moves only when a job ahead is admitted or leaves, not every step).
-        if (status.phase, status.stage, status.total, status.queue_position, status.queue_reason) != (
+        if (status.phase, status.stage, status.total, status.queue_position, status.queue_reason, status.placement) != (
             previous.phase,
             previous.stage,
             previous.total,
             previous.queue_position,
             previous.queue_reason,
+            previous.placement,
         ):
             return 0.0
         steps = None if status.step is None or previous.step is None else abs(status.step - previous.step)
@@ -140,6 +143,7 @@ class StatusMirrorWorker:
                 status.total,
                 queue_position=status.queue_position,
                 queue_reason=status.queue_reason,
+                placement=status.placement,
             )
         except Exception as e:  # noqa: BLE001 - a label is a convenience: never fail or stall a job over it
             log.warning("could not mirror %s's status (%s) onto its workload: %s", job_id, status.phase, e)

@@ -8,7 +8,8 @@ trainer's events and break the running time down.
 Only the time the workload holds its chips is charged: RUNNING, and CANCELLING (the workload runs
 until it is seen to stop). QUEUED time (waiting for capacity) and LAUNCHING time (admitted, the pod
 not yet running) are shown but not charged. Cost = billed chip-hours x the price of the slice's
-family (v6e, v5e, v5p) and capacity type (`hardware.capacity`).
+family (v6e, v5e, v5p) and the kind of capacity it ran on: the one its backend admitted it into
+(placement.py), each kind's share at its own price when a requeued job came back on another kind of its set.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from datetime import datetime
 from typing import Literal
 
 from trainer.contract.goodput import GOODPUT_PARTS
+from trainer.contract.spec import capacity_text
 from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
 
 from .goodput import goodput_parts
 from .job_clock import USAGE_PHASES, phase_seconds, stage_seconds, usage_as_of
 from .models import JobRecord
 from .phases import JobPhase
+from .placement import billed_by_capacity
 from .storage_usage import StorageSample, job_storage_usage
 from .usage_models import JobStorageUsage, JobUsage, JobUsageRow, UsageAmount, UsageGroup, UsageSum
 
@@ -65,13 +68,25 @@ def _amount(seconds: float, chips: int) -> UsageAmount:
     return UsageAmount(seconds=round(seconds, 3), chip_hours=round(chips * seconds / 3600, _DIGITS))
 
 
+def job_capacity(record: JobRecord) -> str:
+    """The kind of capacity a job's usage is shown under: the one it was last admitted into, else its spec's
+    kind (or set, as `[spot, on-demand]`, before any admission was seen)."""
+    return record.placement.capacity if record.placement else capacity_text(record.hardware.capacities)
+
+
 def job_usage(record: JobRecord, now: datetime, prices: PriceTable) -> JobUsage:
-    accelerator, capacity = record.hardware.accelerator, record.hardware.capacity
+    accelerator, capacity = record.hardware.accelerator, job_capacity(record)
     chips, family = chips_of(accelerator), family_of(accelerator)
     by_phase = phase_seconds(record, now)
     billed_s = sum(by_phase[p.value] for p in BILLED_PHASES)
     billed_chip_hours = chips * billed_s / 3600
-    price = price_of(prices, family, capacity)
+    price = price_of(prices, family, record.placement.capacity if record.placement else record.hardware.capacities[0])
+    # Each kind's billed time at its own price: a job requeued from spot onto on-demand pays each for its share.
+    by_kind = billed_by_capacity(record, billed_s)
+    kind_prices = [price_of(prices, family, kind) for kind in by_kind]
+    cost = None
+    if all(p is not None for p in kind_prices):
+        cost = sum(chips * s / 3600 * (p or 0.0) for s, p in zip(by_kind.values(), kind_prices, strict=True))
     return JobUsage(
         accelerator=accelerator,
         family=family,
@@ -82,7 +97,7 @@ def job_usage(record: JobRecord, now: datetime, prices: PriceTable) -> JobUsage:
         parts={name: _amount(s, chips) for name, s in usage_parts(record, now).items()},
         billed_chip_hours=round(billed_chip_hours, _DIGITS),
         price_usd_per_chip_hour=price,
-        cost_usd=None if price is None else round(billed_chip_hours * price, _DIGITS),
+        cost_usd=None if cost is None else round(cost, _DIGITS),
         as_of=usage_as_of(record, now),
     )
 

@@ -22,7 +22,10 @@ class JobUsage(BaseModel):
 
     accelerator: str = Field(description="hardware.accelerator, e.g. v6e-8 or cpu")
     family: str = Field(description="the price table's key: the TPU generation (v6e, v5e, v5p) or cpu")
-    capacity: str = Field(description="hardware.capacity: on-demand, spot, flex-start or reservation")
+    capacity: str = Field(
+        description="the kind of capacity it was last admitted into (on-demand, spot, flex-start or reservation); "
+        "before any admission, the spec's hardware.capacity (a set as [spot, on-demand])"
+    )
     chips: int = Field(description="TPU chips of the slice; 0 for cpu jobs (their hours are still shown)")
     phases: dict[str, UsageAmount] = Field(description="by phase; the current one counts up to `as_of`")
     stages: dict[str, UsageAmount] = Field(description="by trainer stage (convert, train, export), within running")
@@ -33,7 +36,10 @@ class JobUsage(BaseModel):
     )
     billed_chip_hours: float = Field(description="running and cancelling chip-hours: the workload holds its chips")
     price_usd_per_chip_hour: float | None = Field(description="from the price table; null: no price for this family/capacity")
-    cost_usd: float | None = Field(description="billed_chip_hours x price; queued and launching time is not charged")
+    cost_usd: float | None = Field(
+        description="billed chip-hours x price, each kind of capacity's share at its own price (a job requeued onto "
+        "another kind of its set); queued and launching time is not charged"
+    )
     as_of: datetime = Field(description="now for a job still active; when it ended for one that has")
 
 

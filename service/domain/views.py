@@ -75,6 +75,7 @@ def to_public(
         started_at=record.started_at,
         finished_at=record.finished_at,
         queue=record.queue,
+        placement=record.placement,
         usage=job_usage(record, now, prices),
         storage=record.report.storage,
         goodput=job_goodput(record, now),

@@ -66,6 +66,9 @@ def _raw_jobs(store: SqlJobStore) -> list[dict[str, Any]]:
     return [{k: _normal(v, k in json_columns) for k, v in row.items()} for row in rows]
 
 
+ADDED_SINCE_0009 = ("placement",)
+
+
 def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_unchanged(previous_release: Any) -> None:
     store, data = previous_release
     assert REPORT_COLUMNS <= _columns(store)
@@ -75,7 +78,11 @@ def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_u
     for job_id, answer in data["api"].items():
         record = store.get(job_id)
         assert record is not None
-        assert to_public(record, as_of).model_dump(mode="json") == answer, job_id
+        public = to_public(record, as_of).model_dump(mode="json")
+        # Fields later revisions added to the answer, empty for a job stored before them (0011: placement).
+        for added in ADDED_SINCE_0009:
+            assert public.pop(added) is None, (job_id, added)
+        assert public == answer, job_id
     # What the API does not show, the report still holds as the columns did: where event reading resumes, how the run ended.
     for row in data["jobs"]:
         record = store.get(row["id"])

@@ -31,7 +31,9 @@ class RecordingMirror:
         self.fail = False
         self.present = True
 
-    def mirror_status(self, job_id, phase, stage=None, step=None, total=None, *, queue_position=None, queue_reason=None) -> bool:
+    def mirror_status(
+        self, job_id, phase, stage=None, step=None, total=None, *, queue_position=None, queue_reason=None, placement=None
+    ) -> bool:
         self.threads.append(threading.current_thread().name)
         if self.fail:
             raise RuntimeError("API server unavailable")

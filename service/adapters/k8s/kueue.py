@@ -154,3 +154,15 @@ def position_in(pending: dict[str, Any], workload_name: str) -> int | None:
             position = item.get("positionInLocalQueue")
             return int(position) + 1 if isinstance(position, int) else None
     return None
+
+
+def admitted_flavor(workload: dict[str, Any]) -> str | None:
+    """The ResourceFlavor that holds the workload's TPUs (status.admission.podSetAssignments[].flavors, v1beta2);
+    the first podset's first flavor when no podset has google.com/tpu; None when not admitted."""
+    assignments = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
+    flavors = [dict(a.get("flavors") or {}) for a in assignments]
+    tpu = next((f["google.com/tpu"] for f in flavors if "google.com/tpu" in f), None)
+    if tpu is not None:
+        return str(tpu)
+    first = next((v for f in flavors for v in f.values()), None)
+    return None if first is None else str(first)

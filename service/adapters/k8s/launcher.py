@@ -25,7 +25,7 @@ from trainer.contract import JobSpec
 from trainer.contract.tpu import CPU_ACCELERATOR
 
 from . import kueue, names, observe, pods
-from .capacity import cpu_capacity_problem
+from .capacity import CAPACITY_LABEL, cpu_capacity_problem
 from .client import K8sClient
 from .errors import K8sBackendError, ManifestError
 from .kueue import KueueRead
@@ -48,6 +48,7 @@ class K8sJobLauncher:
     def __init__(self, client: K8sClient, settings: K8sSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._client, self._settings, self._clock = client, settings, clock
         self._kinds: dict[str, str] = {}  # job id -> "Job" | "JobSet", learned on launch or first read
+        self._flavors: dict[str, str] = {}  # workload uid -> the ResourceFlavor that admitted it (read once)
         self._stop = threading.Event()  # shared by the watches' and the reconciler's loops
         self._loops: list[BackgroundLoop] = []
         self._watches: list[ResourceWatch] = []
@@ -125,7 +126,7 @@ class K8sJobLauncher:
         (field `hardware`). When Kueue's objects cannot be read at all, the job is NOT refused: the reason
         is logged once and `rljob doctor` reports it (k8s_cluster/kueue_chain.py says why).
         """
-        if spec.hardware.accelerator == CPU_ACCELERATOR and (problem := cpu_capacity_problem(spec.hardware.capacity)):
+        if spec.hardware.accelerator == CPU_ACCELERATOR and (problem := cpu_capacity_problem(spec.hardware.capacities)):
             raise InvalidRequest(("body", "hardware", "capacity"), problem)
         try:
             kueue.local_queue_for(spec.team, self._settings.kueue_team_queues, self._settings.kueue_queue)
@@ -221,7 +222,11 @@ class K8sJobLauncher:
         pod_list = self._client.list_pods(job_id)
         events = self._events_for(pod_list)
         held = self._read_kueue(job.metadata.labels or {}, job.metadata.uid) if job.spec.suspend else None
-        return observe.observe_job(job_id, job, pod_list, events, held)
+        obs = observe.observe_job(job_id, job, pod_list, events, held)
+        if job.spec.suspend:
+            return obs
+        selector = (job.spec.template.spec.node_selector if job.spec.template and job.spec.template.spec else None) or {}
+        return self._placed(obs, selector, job.metadata.labels or {}, job.metadata.uid)
 
     def _observe_jobset(self, job_id: str, jobset: dict[str, Any] | None) -> Observation:
         if jobset is None:
@@ -230,7 +235,28 @@ class K8sJobLauncher:
         pod_list = self._client.list_pods(job_id)
         meta, spec = jobset.get("metadata") or {}, jobset.get("spec") or {}
         held = self._read_kueue(meta.get("labels") or {}, meta.get("uid")) if spec.get("suspend") else None
-        return observe.observe_jobset(job_id, jobset, pod_list, self._events_for(pod_list), held)
+        obs = observe.observe_jobset(job_id, jobset, pod_list, self._events_for(pod_list), held)
+        if spec.get("suspend"):
+            return obs
+        template = ((spec.get("replicatedJobs") or [{}])[0].get("template") or {}).get("spec") or {}
+        selector = ((template.get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+        return self._placed(obs, selector, meta.get("labels") or {}, meta.get("uid"))
+
+    def _placed(self, obs: Observation, selector: dict[str, str], labels: dict[str, str], uid: str | None) -> Observation:
+        """A started workload's kind of capacity and flavor. The kind is the pod template's rljob.dev/capacity:
+        rendered for one kind, merged in by Kueue from the admitting flavor's nodeLabels for a set (podset.Merge,
+        v0.19.2). The flavor is the Workload's admission, read once per workload (its uid) and remembered."""
+        capacity = selector.get(CAPACITY_LABEL)
+        if capacity is None:
+            return obs  # a cpu job: no kind of TPU capacity
+        flavor = self._flavors.get(uid or "")
+        if flavor is None and uid and labels.get(names.KUEUE_QUEUE_LABEL):
+            items = self._client.kueue_workloads(uid)
+            workload = kueue.workload_of(items, uid) if not isinstance(items, str) else None
+            flavor = kueue.admitted_flavor(workload) if workload is not None else None
+            if flavor is not None:
+                self._flavors[uid] = flavor
+        return dataclasses.replace(obs, capacity=capacity, flavor=flavor)
 
     def _read_kueue(self, labels: dict[str, str], uid: str | None) -> KueueRead | None:
         """A suspended workload in a LocalQueue: its Workload and its place in line, as far as readable."""
@@ -289,9 +315,10 @@ class K8sJobLauncher:
         *,
         queue_position: int | None = None,
         queue_reason: str | None = None,
+        placement: str | None = None,
     ) -> bool:
-        """Patch phase (label), stage, progress and, while queued, the place in line and why
-        (annotations) onto the Job/JobSet; False if gone.
+        """Patch phase (label), stage, progress and, while queued, the place in line and why, (annotations), once admitted
+        the flavor it was admitted into (label) onto the Job/JobSet; False if gone.
 
         So `kubectl get jobs -l app.kubernetes.io/managed-by=rljob -L rljob.dev/phase` tells the story,
         and `kubectl describe job` why a queued one waits.
@@ -309,7 +336,10 @@ class K8sJobLauncher:
         queued = queue_reason is not None
         annotations[names.ANNOTATION_QUEUE_REASON] = queue_reason if queued else None
         annotations[names.ANNOTATION_QUEUE_POSITION] = str(queue_position) if queued and queue_position else None
-        metadata: dict[str, Any] = {"labels": {names.LABEL_PHASE: names.label_value(phase)}, "annotations": annotations}
+        labels = {names.LABEL_PHASE: names.label_value(phase)}
+        if placement is not None:
+            labels[names.LABEL_ADMITTED_TO] = names.label_value(placement)
+        metadata: dict[str, Any] = {"labels": labels, "annotations": annotations}
         return self._client.patch_metadata(kind, names.workload_name(job_id), metadata)
 
 

@@ -33,6 +33,9 @@ KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 # While Kueue holds a job: its place in the LocalQueue and why (the status mirror writes them).
 ANNOTATION_QUEUE_POSITION = "rljob.dev/queue-position"
 ANNOTATION_QUEUE_REASON = "rljob.dev/queue-reason"
+# The Kueue flavor (or, without Kueue, the kind of capacity) the job was admitted into: with a capacity set it is
+# the pool's choice, and `kubectl get jobs -L rljob.dev/admitted-to` shows it.
+LABEL_ADMITTED_TO = "rljob.dev/admitted-to"
 JOBSET_EXCLUSIVE_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
 MANAGED_BY = "rljob"

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Row
 
-from service.domain.models import JobRecord, QueueStatus
+from service.domain.models import JobRecord, Placement, QueueStatus
 from service.domain.phases import JobPhase
 from service.domain.run_report import Artifact, RunOutcome, RunReport, StageTimes
 from service.domain.train_step_summary import read_window
@@ -47,6 +47,7 @@ _RECORD_FIELDS = [
     "phase_seconds",
     "phase_entered_at",
     "fit_estimate",
+    "placement",
 ]
 
 
@@ -59,6 +60,7 @@ def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     values["queue"] = QueueStatus.model_validate(row.queue) if row.queue else None
     values["phase_seconds"] = own(values["phase_seconds"]) or {}  # NULL: stored before 0004
     values["fit_estimate"] = _typed(row.id, "fit_estimate", FitEstimate, row.fit_estimate) if row.fit_estimate else None
+    values["placement"] = _typed(row.id, "placement", Placement, row.placement) if row.placement else None
     return JobRecord(phase=JobPhase(row.phase), labels=labels, report=_report(row), **values)
 
 
@@ -166,7 +168,7 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
-_TYPED_FIELDS = {"spec", "fit_estimate"}
+_TYPED_FIELDS = {"spec", "fit_estimate", "placement"}
 
 
 def apply_record(row: JobRow, record: JobRecord) -> None:
@@ -178,5 +180,6 @@ def apply_record(row: JobRow, record: JobRecord) -> None:
         row.spec = record.spec.model_dump(mode="json")
     # Whole models (not only the fields that were set), as these columns were written before they were typed.
     row.fit_estimate = record.fit_estimate.model_dump(mode="json") if record.fit_estimate else None
+    row.placement = record.placement.model_dump(mode="json") if record.placement else None
     row.report = report_json(record.report)
     row.phase = record.phase.value

@@ -67,6 +67,7 @@ class JobRow(Base):
     fit_estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
     # What the trainer reported (service/domain/run_report.py), one document: migration 0010 folded 14 columns in.
     report: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0011: the kind of capacity it was admitted into
 
     __table_args__ = (
         # One job per (team, Idempotency-Key); NULL keys do not collide on either database.
