@@ -72,11 +72,20 @@ class Node:
         topology: str = "2x4",
         machine_type: str = "ct6e-standard-8t",
         chips: int = 8,
+        labels: dict[str, str] | None = None,
     ) -> Node:
         """A TPU v6e VM as GKE labels and taints it (GKE "Plan TPUs" / node pool docs; xpk capacity.py), plus the
         capacity label the operator adds to each pool (docs/deploy-gke.md). Spot pools get GKE's spot label and the
-        spot taint the pool is created with; a specific reservation's nodes carry its name."""
-        labels = {
+        spot taint the pool is created with.
+
+        Nothing else is assumed of a reservation pool: no source says GKE labels the nodes of a hand-made pool
+        with `cloud.google.com/reservation-name` (xpk relies on it only for pools node auto-provisioning creates;
+        PerfKitBenchmarker sets it itself in `--node-labels`). So the node carries it only when asked:
+        `reservation=NAME` means exactly "the pool command put `cloud.google.com/reservation-name=NAME` on it",
+        and `labels=` merges in whatever else the pool's `--node-labels` gives (last, so it wins). A test that
+        stands for the guide's pool passes what the guide's command gives
+        (tests/k8s/test_reservation_pool_from_guide.py builds it from docs/deploy-gke.md)."""
+        node_labels = {
             "kubernetes.io/hostname": name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
@@ -88,15 +97,15 @@ class Node:
         }
         taints = [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]
         if capacity == "spot":
-            labels["cloud.google.com/gke-spot"] = "true"
+            node_labels["cloud.google.com/gke-spot"] = "true"
             taints.append({"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"})
-        if capacity == "reservation":
-            assert reservation, "a reservation node needs the reservation's name"
-            labels["cloud.google.com/reservation-name"] = reservation
+        if reservation is not None:
+            node_labels["cloud.google.com/reservation-name"] = reservation
+        node_labels.update(labels or {})
         # ct6e-standard-8t: 180 vCPU, 1440 GB; allocatable is a little less (kubelet and system reserve).
         return cls(
             name=name,
-            labels=labels,
+            labels=node_labels,
             taints=taints,
             allocatable={"cpu": "179", "memory": "1400Gi", "google.com/tpu": str(chips), "pods": "110"},
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from tests.deploy import guide_pools
 from tests.deploy.deploy_support import ROOT
 
 DOC = (ROOT / "docs" / "deploy-gke.md").read_text()
@@ -50,62 +51,29 @@ def test_secret_names_in_the_guide_match_the_manifests():
 # --- step 3's node-pool commands against the code that routes pods to them -----------------------------------
 
 
-def _commands(prefix: str) -> list[str]:
-    """Every command of the guide's bash blocks that starts with `prefix`, continuation lines joined."""
-    out = []
-    for block in re.findall(r"```bash\n(.*?)```", DOC, re.S):
-        for cmd in block.replace("\\\n", " ").splitlines():
-            if cmd.strip().startswith(prefix):
-                out.append(" ".join(cmd.split()))
-    return out
-
-
-def _flags(cmd: str) -> dict[str, str]:
-    return {m[0]: m[1] for m in re.findall(r"(--[\w-]+)(?:=(\"[^\"]*\"|\S+))?", cmd)}
-
-
-def _doc_var(name: str) -> str:
-    (value,) = re.findall(rf"^{name}=(\S+)$", DOC, re.M)
-    return value
-
-
-def _tpu_pools() -> dict[str, dict[str, str]]:
-    """capacity -> flags of the guide's TPU node-pool command for it (TPU: a ct* machine type)."""
-    from service.adapters.k8s.capacity import CAPACITY_LABEL
-
-    pools: dict[str, dict[str, str]] = {}
-    for cmd in _commands("gcloud container node-pools create"):
-        flags = _flags(cmd)
-        if not flags.get("--machine-type", "").startswith("ct"):
-            continue
-        labels = dict(kv.split("=", 1) for kv in flags.get("--node-labels", "").split(",") if kv)
-        assert CAPACITY_LABEL in labels, f"a TPU pool without --node-labels={CAPACITY_LABEL}=...: {cmd}"
-        capacity = labels[CAPACITY_LABEL]
-        assert capacity not in pools, f"two pool commands for {capacity}"
-        pools[capacity] = flags
-    return pools
-
-
 def test_every_tpu_pool_command_matches_what_its_pods_select():
     """Each kind of capacity has one pool command; it sets --num-nodes (0 for flex-start, the slice's VM count
-    otherwise, as xpk) and the label value capacity_scheduling() selects; spot's taint is the one its pods
-    tolerate; flex-start is plain flex-start; the reservation is the one the Kueue flavor names."""
+    otherwise, as xpk) and puts on its nodes every label capacity_scheduling() selects, save the one GKE documents
+    setting itself (spot: `cloud.google.com/gke-spot`); spot's taint is the one its pods tolerate; flex-start is
+    plain flex-start; the reservation pool labels its nodes with the reservation the Kueue flavor names (no source
+    says GKE labels a hand-made pool's nodes with it, so the pool must)."""
     import yaml
 
     from service.adapters.k8s.accelerators import ACCELERATORS
     from service.adapters.k8s.capacity import CAPACITY_LABEL, RESERVATION_NAME_LABEL, SPOT_LABEL, capacity_scheduling
 
-    pools = _tpu_pools()
+    pools = guide_pools.tpu_pools(DOC)
     assert set(pools) == {"on-demand", "spot", "flex-start", "reservation"}
-    reservation = _doc_var("RESERVATION")
-    for capacity, flags in pools.items():
+    reservation = guide_pools.doc_var(DOC, "RESERVATION")
+    set_by_gke = {"spot": {SPOT_LABEL}}  # GKE labels Spot VMs' nodes itself (its Spot VMs page)
+    for capacity, (_, flags) in pools.items():
         sched = capacity_scheduling((capacity,), reservation, tpu=True)
         assert sched.node_selector[CAPACITY_LABEL] == capacity
-        # Every label the pod selects that is ours must be on the pool; GKE's own (spot, reservation) are set by GKE.
-        ours = {k: v for k, v in sched.node_selector.items() if not k.startswith("cloud.google.com/")}
-        assert flags["--node-labels"] == ",".join(f"{k}={v}" for k, v in ours.items()), capacity
+        labels = guide_pools.node_labels(DOC, flags)
+        wanted = {k: v for k, v in sched.node_selector.items() if k not in set_by_gke.get(capacity, set())}
+        assert labels == wanted, capacity
         (hw,) = {a for a in ACCELERATORS.values() if a.machine_type == flags["--machine-type"] and not a.multi_host}
-        assert flags["--num-nodes"] == ("0" if capacity == "flex-start" else str(hw.vms_per_slice)), capacity
+        assert flags.get("--num-nodes") == ("0" if capacity == "flex-start" else str(hw.vms_per_slice)), capacity
         assert "--enable-queued-provisioning" not in flags, "flex-start for TPUs is plain flex-start (xpk a3cfef70)"
         assert ("--spot" in flags) == (capacity == "spot")
         assert ("--flex-start" in flags) == (capacity == "flex-start")
@@ -119,7 +87,7 @@ def test_every_tpu_pool_command_matches_what_its_pods_select():
             assert flags["--reservation-affinity"] == "none" and flags["--location-policy"] == "ANY"
         if capacity == "reservation":
             assert flags["--reservation-affinity"] == "specific" and flags["--reservation"] == '"$RESERVATION"'
-            assert sched.node_selector[RESERVATION_NAME_LABEL] == reservation
+            assert labels[RESERVATION_NAME_LABEL] == sched.node_selector[RESERVATION_NAME_LABEL] == reservation
     # The Kueue flavors name the same label values, and the reservation flavor the guide's reservation.
     flavors = [d for d in yaml.safe_load_all((ROOT / "k8s/kueue/resourceflavor.yaml").read_text()) if d]
     by_capacity = {f["spec"]["nodeLabels"][CAPACITY_LABEL]: f["spec"]["nodeLabels"] for f in flavors}
@@ -128,18 +96,21 @@ def test_every_tpu_pool_command_matches_what_its_pods_select():
 
 
 def test_pool_check_fails_when_the_guide_drifts(monkeypatch):
-    """Guards the check above: a pool command that loses its label value or --num-nodes fails it."""
+    """Guards the check above: a pool command that loses its label value, --num-nodes or the reservation pool's
+    reservation-name label fails it."""
     import sys
 
     import pytest
 
     mod = sys.modules[__name__]
+    guide = DOC  # each drift on its own: a replacement of the guide as it is, not of the last drift
     for old, new in (
         ("--node-labels=rljob.dev/capacity=spot", "--node-labels=rljob.dev/capacity=preemptible"),
         ("--machine-type=ct6e-standard-8t --num-nodes=0", "--machine-type=ct6e-standard-8t"),
+        (",cloud.google.com/reservation-name=$RESERVATION", ""),
     ):
-        assert old in DOC
-        monkeypatch.setattr(mod, "DOC", DOC.replace(old, new))
+        assert old in guide
+        monkeypatch.setattr(mod, "DOC", guide.replace(old, new))
         with pytest.raises(AssertionError):
             test_every_tpu_pool_command_matches_what_its_pods_select()
 
