@@ -48,11 +48,13 @@ from .observation_policy import (
     ObservationOrder,
     decide,
     names_a_replaced_workload,
+    requeues_on_disruption,
 )
 from .phases import CANCELLABLE, JobPhase
 from .ports import (
     Clock,
     JobLauncher,
+    JobRequeue,
     JobStore,
     JobTx,
     Observation,
@@ -121,6 +123,7 @@ class JobService:
         self._new_id = id_factory
         self._lock = threading.RLock()
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
+        self._requeueing: set[str] = set()  # job ids whose workload this service is giving back to its queue
         self._end_put_off_since: dict[str, float] = {}  # job id -> monotonic time its end was first put off
         self._observed = ObservationOrder()
         self.health_policy = health_policy
@@ -392,7 +395,11 @@ class JobService:
                 self._replaced.setdefault(rec.id, set()).add(replaced)
 
         self._mutate(obs.job_id, apply)
+        if decided is Decision.REQUEUE and isinstance(self.launcher, JobRequeue):
+            self._requeueing.add(obs.job_id)
+            self.launcher.requeue(obs.job_id)
         if decided.relaunches:
+            self._requeueing.discard(obs.job_id)
             self.launch(obs.job_id)
         record = self.store.get(obs.job_id)
         if record is not None and record.phase.is_terminal():
@@ -401,6 +408,7 @@ class JobService:
             self._observed.forget(obs.job_id)
             self._stop_requested.discard(obs.job_id)
             self._end_put_off_since.pop(obs.job_id, None)
+            self._requeueing.discard(obs.job_id)
 
     def _put_end_off(self, job_id: str) -> bool:
         """Whether a stopped job with events still unread keeps its phase for now (DRAIN_PUT_OFF_MAX_S)."""
@@ -418,7 +426,15 @@ class JobService:
     def _decide(self, rec: JobRecord, obs: Observation) -> Decision:
         replaced = names_a_replaced_workload(obs.object_name, rec.object_name, self._replaced.get(rec.id, ()))
         resumes_left = rec.resumes < self.max_resumes
-        return decide(rec.phase, obs.state, about_replaced_workload=replaced, resumes_left=resumes_left)
+        return decide(
+            rec.phase,
+            obs.state,
+            about_replaced_workload=replaced,
+            resumes_left=resumes_left,
+            requeue_disrupted=requeues_on_disruption(rec.hardware.capacities, obs, isinstance(self.launcher, JobRequeue)),
+            requeueing=rec.id in self._requeueing,
+            deleting=obs.reason == "Deleting",
+        )
 
     def _read_manifest_if_ending(self, obs: Observation) -> ManifestSizes | ManifestRefused | None:
         """Read the run's manifest (storage I/O: before the write lock, never under it)."""

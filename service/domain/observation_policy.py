@@ -35,6 +35,10 @@ class Decision(enum.StrEnum):
     RELAUNCH = "relaunch"  # LAUNCHING and GONE: it never started, launch it again (no resume spent)
     RESUME = "resume"  # RUNNING and GONE: LAUNCHING again, one resume spent; stages already done are reused
     GIVE_UP = "give_up"  # RUNNING and GONE with no resume left: FAILED (ResumeLimit)
+    # A job of several kinds of capacity whose attempt was disrupted (a Spot VM preempted): its workload goes
+    # back to the queue (JobRequeue), so the pool places it again on any kind of its set, instead of retrying
+    # in place on the kind it lost; the phase stands, and the GONE that follows resumes it.
+    REQUEUE = "requeue"
 
     @property
     def target(self) -> JobPhase | None:
@@ -98,16 +102,31 @@ def names_a_replaced_workload(observed_name: str | None, current_name: str | Non
     return observed_name is not None and observed_name != current_name and observed_name in replaced
 
 
-def decide(phase: JobPhase, state: ObservedState, *, about_replaced_workload: bool = False, resumes_left: bool = True) -> Decision:
+def decide(
+    phase: JobPhase,
+    state: ObservedState,
+    *,
+    about_replaced_workload: bool = False,
+    resumes_left: bool = True,
+    requeue_disrupted: bool = False,
+    requeueing: bool = False,
+    deleting: bool = False,
+) -> Decision:
     """The decision for a job in `phase` when its backend reports `state`.
 
     `about_replaced_workload`: the observation names a workload a relaunch replaced
     (names_a_replaced_workload). `resumes_left`: the job has resumed fewer times than allowed.
+    `requeue_disrupted`: a disrupted attempt goes back to the queue (requeues_on_disruption). `requeueing`:
+    the job's workload is being given back to its queue; `deleting`: the observed workload is being deleted.
     """
     if phase.is_terminal():
         return Decision.IGNORE
     if state is ObservedState.GONE and about_replaced_workload:
         return Decision.STALE  # acting on it would spend a resume on a workload that is running
+    if state is ObservedState.GONE and requeueing and deleting and phase is not JobPhase.CANCELLING:
+        return Decision.WAIT  # relaunched once it is gone, not while its pods still terminate
+    if state is ObservedState.RESTARTING and requeue_disrupted and resumes_left and phase in (JobPhase.LAUNCHING, JobPhase.RUNNING):
+        return Decision.REQUEUE
     if phase is JobPhase.CANCELLING:
         return Decision.FINISH_CANCEL if state in WORKLOAD_STOPPED else Decision.WAIT
     if phase not in (JobPhase.QUEUED, JobPhase.LAUNCHING, JobPhase.RUNNING):
@@ -174,4 +193,19 @@ def resume_limit_message(job_id: str, resumes: int, obs: Observation) -> str:
     return (
         f"{lost_workload_reason(obs)}; resumed {resumes} time(s) already, giving up. Check `rljob logs {job_id}` "
         "and the machine's health, then submit the job again (finished stages are reused)"
+    )
+
+
+def requeues_on_disruption(capacities: tuple[str, ...], obs: Observation, can_requeue: bool) -> bool:
+    """Whether a disrupted attempt goes back to the queue instead of being retried in place: only for a job
+    that may run on several kinds of capacity (the pool may place it on another), only for a disruption (a
+    preempted VM, an eviction: the trainer did not fail), and only where the launcher can requeue."""
+    return can_requeue and len(capacities) > 1 and obs.disrupted
+
+
+def requeue_message(obs: Observation) -> str:
+    return (
+        f"the trainer pod was disrupted ({obs.reason or 'DisruptionTarget'}) on "
+        f"{obs.flavor or obs.capacity or 'its capacity'}; back to the queue, so the pool can place it on any kind "
+        "of its hardware.capacity: it resumes from its last checkpoint"
     )

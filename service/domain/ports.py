@@ -63,6 +63,7 @@ class Observation:
     # workload was admitted into; None when the backend does not say (not admitted, or it cannot tell).
     capacity: str | None = None
     flavor: str | None = None
+    disrupted: bool = False  # with RESTARTING: the attempt was disrupted (preempted, evicted), not failed
     # When the launcher began reading the backend (time.monotonic(), this process): the job service
     # applies a job's observations in this order and drops one read before the last it applied.
     read_at: float = field(default_factory=time.monotonic)
@@ -130,6 +131,19 @@ class StatusMirror(Protocol):
         """Write phase/stage/progress (and, while held by a queue, the place in line and why: both
         None otherwise; once admitted, the flavor or kind of capacity it was admitted into) onto the
         workload; False when the workload is gone."""
+
+
+@runtime_checkable
+class JobRequeue(Protocol):
+    """Optional launcher capability: give a running job's workload back to its queue.
+
+    The Kubernetes launcher has it: the Job goes (and its pods), and the relaunch that follows its GONE is a
+    new workload that the queue (Kueue) places again among the kinds of capacity the spec allows. Used for a
+    job of several kinds whose attempt was disrupted (observation_policy.requeues_on_disruption).
+    """
+
+    def requeue(self, job_id: str) -> None:
+        """Delete the job's workload so that the next launch queues it afresh. Idempotent."""
 
 
 @runtime_checkable

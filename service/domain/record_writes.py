@@ -16,6 +16,7 @@ from .observation_policy import (
     failure_reason,
     lost_workload_reason,
     queued_message,
+    requeue_message,
     resume_limit_message,
 )
 from .phases import JobPhase, transition
@@ -105,6 +106,9 @@ def write_decision(
         write_phase(tx, rec, JobPhase.FAILED, failure_message(rec.id, rec.report.outcome, obs), clock)
     elif decided is Decision.FINISH_CANCEL:
         write_phase(tx, rec, JobPhase.CANCELLED, "cancelled; the workload has stopped", clock)
+    elif decided is Decision.REQUEUE:
+        rec.message = requeue_message(obs)
+        tx.append_event(rec, "message", {"message": rec.message, "reason": "Requeued"}, clock())
     elif decided is Decision.RELAUNCH:
         rec.message = f"relaunching: {lost_workload_reason(obs)}"
         tx.append_event(rec, "message", {"message": rec.message}, clock())

@@ -41,7 +41,6 @@ NODES = [
     Node.gke_cpu("cpu-0"),
     *(Node.gke_tpu(f"tpu-{c}-0", c, reservation=RESERVATION if c == "reservation" else None) for c in CAPACITIES),
 ]
-# Listed in the order the on-demand quota would be tried first, if routing let it.
 FLAVOR = {c: f"tpu-v6e-2x4-{c}" for c in CAPACITIES}
 
 
@@ -140,17 +139,18 @@ async def test_every_capacity_lands_in_its_own_flavor_and_on_its_own_nodes(kmock
     assert FLAVOR["on-demand"] in overflow["message"] and "insufficient" in overflow["message"], overflow
 
 
-async def test_control_a_flavor_without_the_routing_key_takes_a_spot_job_into_on_demand_quota(kmock, tmp_path):
-    """The flavors as they were (on-demand named no capacity label): under Kueue's current rule the first
-    flavor matches every pod, so the spot job is admitted into on-demand quota. Routing by the shared key is
-    what the test above depends on."""
+async def test_control_a_flavor_without_the_routing_key_takes_a_flex_start_job_into_on_demand_quota(kmock, tmp_path):
+    """The flavors as they were (on-demand named no capacity label): under Kueue's current rule a flavor without
+    the key matches every pod, so a flex-start job, tried against the pool's flavors in order (reservation and
+    spot refuse it on their keys), is admitted into on-demand quota. Routing by the shared key is what the test
+    above depends on."""
     objs = copy.deepcopy(shipped_kueue_objects())
     for obj in objs:
         if obj["kind"] == "ResourceFlavor" and obj["metadata"]["name"] == FLAVOR["on-demand"]:
             del obj["spec"]["nodeLabels"][CAPACITY_LABEL]
-    seen = await _run(kmock, tmp_path / "nodes", "flavor-keys", objs, ("spot",))
-    assert seen["spot"]["flavors"] == [FLAVOR["on-demand"]]
-    assert seen["spot"]["node"] == "tpu-spot-0", "on a spot node while holding on-demand quota"
+    seen = await _run(kmock, tmp_path / "nodes", "flavor-keys", objs, ("flex-start",))
+    assert seen["flex-start"]["flavors"] == [FLAVOR["on-demand"]]
+    assert seen["flex-start"]["node"] == "tpu-flex-start-0", "on a flex-start node while holding on-demand quota"
 
 
 async def test_a_job_no_shipped_flavor_can_take_is_refused_at_submit(kmock, tmp_path):

@@ -122,8 +122,10 @@ class K8sJobLauncher:
 
         A team with no LocalQueue (when team queues are configured); a LocalQueue or ClusterQueue that does
         not exist or a ClusterQueue Kueue marks inactive (field `team`: the queue is the team's, not the
-        spec's); a job no ResourceFlavor of the ClusterQueue can take, by node labels or google.com/tpu quota
-        (field `hardware`). When Kueue's objects cannot be read at all, the job is NOT refused: the reason
+        spec's); a job no ResourceFlavor of the ClusterQueue can take, by node labels (its nodeSelector and, for a
+        list of capacities, each node affinity term, as Kueue's flavorSelector cuts them) or by the nominal quota of
+        any resource its pods request, or one requesting a resource no resource group covers (field `hardware`,
+        kueue_setup.py). When Kueue's objects cannot be read at all, the job is NOT refused: the reason
         is logged once and `rljob doctor` reports it (k8s_cluster/kueue_chain.py says why).
         """
         if spec.hardware.accelerator == CPU_ACCELERATOR and (problem := cpu_capacity_problem(spec.hardware.capacities)):
@@ -199,6 +201,16 @@ class K8sJobLauncher:
         self._client.delete("ConfigMap", names.spec_configmap_name(job_id), propagation="Background")
         if self._reconciler is not None:
             self._reconciler.mark(job_id)
+
+    def requeue(self, job_id: str) -> None:
+        """Give a running job's workload back to its queue: the Job (or JobSet) and its spec ConfigMap go, as on
+        cancel, and the job service relaunches once it is gone. Kueue then makes a new Workload from the spec's
+        pod template (its capacity set, not the flavor the old one was admitted into), queued behind the jobs
+        already waiting. Kueue itself cannot requeue it onto another flavor: a suspended Job is restarted into
+        its admitted Workload, and a deleted Workload leaves the merged node selectors on the Job
+        (jobframework/reconciler.go ensureOneWorkload, v0.19.2: "Missing Workload; unable to restore pod templates")."""
+        self.cancel(job_id)
+        self._flavors.clear()
 
     def observe(self, job_id: str) -> Observation:
         read_at = time.monotonic()  # before the first read: see ObservationOrder

@@ -167,6 +167,7 @@ def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[
             reason=reason or cause,
             object_name=object_name,
             message=f"{why}; Kubernetes is starting a new attempt that resumes from the last checkpoint. {extra}".strip(),
+            disrupted=disrupted is not None,
         )
 
     if not current:
@@ -189,6 +190,7 @@ def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[
             reason=d.reason,
             object_name=object_name,
             message=f"the trainer pod is being disrupted ({d.reason}); it will be replaced and resume from the last checkpoint",
+            disrupted=True,
         )
     for pod in current:
         if pod.status.phase == "Pending":
