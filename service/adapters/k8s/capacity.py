@@ -12,9 +12,10 @@ in its own flavor under both rules.
 
 GKE's own labels ride along where GKE sets them (docs, 2026): Spot VMs carry
 `cloud.google.com/gke-spot=true` (and a spot pool created with the matching NoSchedule taint keeps other
-pods off); a node of a specific reservation carries `cloud.google.com/reservation-name` (xpk selects only
-that, `src/xpk/core/capacity.py`; GKE documents `reservation-affinity=specific` as a label for Autopilot
-and compute classes, not for Standard pools, so it is not selected). Flex-start is GKE's plain flex-start
+pods off). A reservation pod selects `cloud.google.com/reservation-name` (what xpk selects,
+`src/xpk/core/capacity.py`); GKE sets that label itself only on pools node auto-provisioning creates, so the
+guide's pool command puts it in `--node-labels`, as PerfKitBenchmarker does (`reservation-affinity=specific`
+is documented for Autopilot and compute classes, not for Standard pools, so it is not selected). Flex-start is GKE's plain flex-start
 node pool (`--flex-start`, no queued provisioning), as xpk does for TPUs since commit a3cfef70 ("FSQ only
 for GPUs") and GKE's "Run a small batch workload with TPUs and flex-start" guide for single- and
 multi-host slices: no ProvisioningRequest, so no admission check and no `gke-queued` label.
