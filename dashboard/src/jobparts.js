@@ -25,6 +25,7 @@ export function summaryPanel(job) {
       ["Submitter", job.submitter],
       ["Model", job.model && h("span", {}, job.model, h("span", { class: "sub mono" }, job.modelSource || ""))],
       ["Accelerator", [hw.accelerator, hw.rollout_engine && `rollout: ${hw.rollout_engine}`].filter(Boolean).join(" · ")],
+      ["Capacity", job.capacity && h("span", { "data-testid": "capacity" }, job.capacity.text)],
       ["Dataset", datasetText],
       ["GRPO", grpo.num_batches && `${grpo.num_batches} batches × ${grpo.batch_size} · G=${grpo.num_generations} · β=${grpo.beta} · lr=${fmtNumber(grpo.learning_rate)} · ${grpo.loss_algo}`],
       ["Output", job.runUri && h("span", { class: "mono" }, job.runUri)],

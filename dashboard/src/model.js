@@ -25,6 +25,7 @@ export function jobView(raw) {
     accelerator: (spec.hardware && spec.hardware.accelerator) || null,
     phase: raw.phase,
     queue: queueView(raw.queue), // while QUEUED behind a backend's queue: where, why, the place in line
+    capacity: capacityView(raw.placement, (spec.hardware || {}).capacity),
     message: raw.message || "",
     stage: raw.stage || null,
     step: num(raw.step),
@@ -174,4 +175,13 @@ export function metricSeries(raw) {
     kl: col("kl"),
     loss: col("loss"),
   };
+}
+
+/** hardware.capacity as asked (a kind or an ordered list) and the kind (and flavor) the job was last admitted into. */
+export function capacityView(placement, asked) {
+  const askedText = Array.isArray(asked) ? `[${asked.join(", ")}]` : asked || "on-demand";
+  if (!placement || !placement.capacity) return { asked: askedText, admitted: null, flavor: null, text: askedText };
+  const where = placement.flavor ? `${placement.capacity} (admitted to ${placement.flavor})` : placement.capacity;
+  const text = Array.isArray(asked) ? `${where} · asked ${askedText}` : where;
+  return { asked: askedText, admitted: placement.capacity, flavor: placement.flavor || null, text };
 }

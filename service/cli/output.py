@@ -209,6 +209,7 @@ def print_job(job: JobPublic) -> None:
         ("step", f"{job.step}/{job.total_steps}" if job.total_steps else "-"),
         ("eta", f"{job.eta_s:.0f}s" if job.eta_s is not None else "-"),
         ("runs on", f"{job.backend or '-'} {job.object_name or ''}".strip()),
+        *([("capacity", escape(job.placement.says()))] if job.placement else []),
         ("run dir", job.run_uri),
     ]
     metrics = job.metrics.model_dump()

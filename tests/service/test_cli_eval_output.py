@@ -22,7 +22,7 @@ from service.cli.main import app as cli
 from service.cli.output import eval_difference_text, eval_text, print_job, whole_percent
 from service.config import Settings
 from service.domain.job_eval import JobEval
-from service.domain.models import JobRecord
+from service.domain.models import JobRecord, Placement
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.views import to_public
@@ -210,3 +210,15 @@ def test_follow_prints_each_eval_event_as_the_service_logs_it() -> None:
     assert eval_event_text({"step": 3, **eval_event_data(last)}) == (
         "eval after (step 3): 53% [48-59], n=300; +20 points [15, 24] vs before"
     )
+
+
+def test_the_status_table_says_which_capacity_admitted_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    record = JobRecord(
+        id="rl-abcdefghijkl", team="t", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING, created_at=now, updated_at=now
+    )
+    print_job(to_public(record, now))
+    assert "capacity" not in capsys.readouterr().out  # nothing admitted yet: no line
+    record.placement = Placement(capacity="spot", flavor="tpu-v6e-2x4-spot")
+    print_job(to_public(record, now))
+    assert "capacity admitted to tpu-v6e-2x4-spot (spot)" in " ".join(capsys.readouterr().out.split())

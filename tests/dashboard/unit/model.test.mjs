@@ -2,7 +2,7 @@
 // (dashboard/src/model.js).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { healthView, jobView, metricSeries, samplesView } from "../../../dashboard/src/model.js";
+import { capacityView, healthView, jobView, metricSeries, samplesView } from "../../../dashboard/src/model.js";
 
 const JOB = {
   id: "rl-abcdefghijkl",
@@ -110,4 +110,14 @@ test("samples: rewards keep the trainer's order, text stays text", () => {
   assert.equal(view.samples[0].prompt, "<b>q</b>");
   assert.equal(view.samples[0].completion, "");
   assert.equal(view.samples[0].truncated, true);
+});
+
+test("capacity: as asked until admitted, then the kind and flavor the pool chose", () => {
+  assert.deepEqual(capacityView(null, undefined), { asked: "on-demand", admitted: null, flavor: null, text: "on-demand" });
+  assert.equal(capacityView(null, ["spot", "on-demand"]).text, "[spot, on-demand]");
+  const placed = capacityView({ capacity: "on-demand", flavor: "tpu-v6e-2x4-on-demand" }, ["spot", "on-demand"]);
+  assert.equal(placed.admitted, "on-demand");
+  assert.equal(placed.text, "on-demand (admitted to tpu-v6e-2x4-on-demand) · asked [spot, on-demand]");
+  assert.equal(capacityView({ capacity: "spot", flavor: null }, "spot").text, "spot");
+  assert.equal(jobView({ ...JOB, placement: { capacity: "spot", flavor: "f" } }).capacity.text, "spot (admitted to f)");
 });
