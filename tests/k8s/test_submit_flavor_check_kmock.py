@@ -4,6 +4,7 @@ the real client, against the job's rendered pod template. Plus Kueue < 0.15 / no
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from typing import Any
 
@@ -218,3 +219,117 @@ async def test_a_cpu_job_asking_for_tpu_capacity_is_a_422_naming_hardware_capaci
             assert client.post("/v1/jobs", json=on_demand, headers=AUTH).status_code == 201  # the same job on on-demand runs
 
     await asyncio.to_thread(scenario)
+
+
+def _tpu(capacity: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "accelerator": "v6e-8",
+        "chips_per_vm": 8,
+        "capacity": capacity,
+        "rollout_data_parallelism": 1,
+        "rollout_tensor_parallelism": -1,
+        **extra,
+    }
+
+
+def _set_quota(cluster: KueueCluster, resource: str, quota: Any) -> None:
+    """The healthy ClusterQueue with `resource`'s nominalQuota set in every flavor."""
+    obj = cluster.server.objects[f"{KUEUE}/clusterqueues", None, "rljob-v6e"]
+    spec = copy.deepcopy(dict(obj.raw["spec"]))
+    for flavor in spec["resourceGroups"][0]["flavors"]:
+        for res in flavor["resources"]:
+            if res["name"] == resource:
+                res["nominalQuota"] = quota
+    cluster.put(f"{KUEUE}/clusterqueues", "rljob-v6e", {"spec": spec, "status": active()})
+
+
+async def test_a_capacity_set_no_flavor_takes_is_refused_naming_each_flavor_and_why(kueue_cluster):
+    """[flex-start, reservation]: the pod selects by required node affinity, one term per kind; Kueue cuts each term
+    to a flavor's own keys, and neither the on-demand nor the spot flavor matches any term."""
+    exc = await _refusal(_launcher(kueue_cluster.server), hardware=_tpu(["flex-start", "reservation"], reservation="tpu-res-1"))
+    assert exc is not None and exc.loc == ("hardware",)
+    msg = str(exc)
+    assert "no flavor of ClusterQueue rljob-v6e (LocalQueue team-ml) can take this job" in msg
+    assert "one of [rljob.dev/capacity=flex-start | rljob.dev/capacity=reservation and cloud.google.com/reservation-name=tpu-res-1]" in msg
+    assert (
+        "tpu-v6e-2x4-on-demand (capacity on-demand, 8 google.com/tpu): it labels rljob.dev/capacity=on-demand, "
+        "which no term of the job's node affinity matches"
+    ) in msg
+    assert (
+        "tpu-v6e-2x4-spot (capacity spot, 16 google.com/tpu): it labels rljob.dev/capacity=spot, "
+        "which no term of the job's node affinity matches"
+    ) in msg
+
+
+@pytest.mark.parametrize("capacity", [["flex-start", "spot"], ["reservation", "on-demand"], ["spot", "on-demand"]])
+async def test_a_capacity_set_passes_when_one_kind_has_a_flavor(kueue_cluster, capacity):
+    hardware = _tpu(capacity, **({"reservation": "tpu-res-1"} if "reservation" in capacity else {}))
+    assert await _refusal(_launcher(kueue_cluster.server), hardware=hardware) is None
+
+
+async def test_a_capacity_set_whose_only_matching_flavor_is_too_small_is_refused(kueue_cluster):
+    _set_quota(kueue_cluster, "google.com/tpu", 4)
+    exc = await _refusal(_launcher(kueue_cluster.server), hardware=_tpu(["flex-start", "on-demand"]))
+    assert exc is not None and exc.loc == ("hardware",)
+    assert "tpu-v6e-2x4-on-demand (capacity on-demand, 4 google.com/tpu): its google.com/tpu quota is 4, the job needs 8" in str(exc)
+
+
+@pytest.mark.parametrize(
+    ("resource", "quota", "says"),
+    [
+        ("cpu", 100, "its cpu quota is 100, the job needs 160 (1 pod(s) x 160)"),
+        ("memory", "1000Gi", "its memory quota is 1000Gi, the job needs 1280Gi (1 pod(s) x 1280Gi)"),
+    ],
+)
+async def test_a_cpu_or_memory_quota_below_the_pods_request_is_refused_naming_it(kueue_cluster, resource, quota, says):
+    """Kueue's flavor assigner checks every requested resource of the group against the flavor's quota: a pod
+    asking 160 cpu / 1280Gi never fits a flavor with less, however many TPU chips it has."""
+    _set_quota(kueue_cluster, resource, quota)
+    launcher = _launcher(kueue_cluster.server)
+    exc = await _refusal(launcher, hardware=_tpu(["spot", "on-demand"]))  # both flavors match: quota alone refuses
+    assert exc is not None and exc.loc == ("hardware",)
+    msg = str(exc)
+    assert "no flavor of ClusterQueue rljob-v6e (LocalQueue team-ml) can take this job" in msg
+    assert f"tpu-v6e-2x4-on-demand (capacity on-demand, 8 google.com/tpu): {says}" in msg
+    assert f"tpu-v6e-2x4-spot (capacity spot, 16 google.com/tpu): {says}" in msg
+
+
+async def test_memory_in_its_own_resource_group_is_checked_against_that_groups_flavor(kueue_cluster):
+    """cpu and TPU in the flavors' group, memory in a second group with a labelless flavor: the memory request
+    meets that flavor's quota, not the TPU flavors'."""
+    cluster = kueue_cluster
+    cluster.put(f"{KUEUE}/resourceflavors", "default-memory", {"spec": {}})
+
+    def put(memory: str) -> None:
+        obj = cluster.server.objects[f"{KUEUE}/clusterqueues", None, "rljob-v6e"]
+        spec = copy.deepcopy(dict(obj.raw["spec"]))
+        tpu_group = spec["resourceGroups"][0]
+        tpu_group["coveredResources"] = ["cpu", "google.com/tpu"]
+        for flavor in tpu_group["flavors"]:
+            flavor["resources"] = [r for r in flavor["resources"] if r["name"] != "memory"]
+        mem = {"name": "default-memory", "resources": [{"name": "memory", "nominalQuota": memory}]}
+        spec["resourceGroups"] = [tpu_group, {"coveredResources": ["memory"], "flavors": [mem]}]
+        cluster.put(f"{KUEUE}/clusterqueues", "rljob-v6e", {"spec": spec, "status": active()})
+
+    put("1Ti")
+    exc = await _refusal(_launcher(cluster.server))
+    assert exc is not None and exc.loc == ("hardware",)
+    assert "default-memory (capacity any, 1Ti memory): its memory quota is 1Ti, the job needs 1280Gi" in str(exc)
+    put("2Ti")
+    assert await _refusal(_launcher(cluster.server)) is None
+
+
+async def test_a_requested_resource_no_resource_group_covers_is_refused(kueue_cluster):
+    """Kueue: "resource memory unavailable in ClusterQueue"; the job would wait forever."""
+    obj = kueue_cluster.server.objects[f"{KUEUE}/clusterqueues", None, "rljob-v6e"]
+    spec = copy.deepcopy(dict(obj.raw["spec"]))
+    group = spec["resourceGroups"][0]
+    group["coveredResources"] = ["cpu", "google.com/tpu"]
+    for flavor in group["flavors"]:
+        flavor["resources"] = [r for r in flavor["resources"] if r["name"] != "memory"]
+    kueue_cluster.put(f"{KUEUE}/clusterqueues", "rljob-v6e", {"spec": spec, "status": active()})
+    exc = await _refusal(_launcher(kueue_cluster.server))
+    assert exc is not None and exc.loc == ("hardware",)
+    msg = str(exc)
+    assert "ClusterQueue rljob-v6e (LocalQueue team-ml) has no resource group covering memory" in msg
+    assert "resource memory unavailable in ClusterQueue" in msg and "requests 1280Gi memory" in msg

@@ -15,14 +15,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from service.adapters.k8s.accelerators import TPU_RESOURCE
 from service.adapters.k8s.client import K8sClient, api_status, is_missing_object
 from service.adapters.k8s.errors import K8sBackendError
 from service.adapters.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
-from service.adapters.k8s.kueue_setup import QueueChain, flavor_quotas, inactive_reason, make_flavor
+from service.adapters.k8s.kueue_setup import QueueChain, ResourceGroup, group_quotas, inactive_reason, make_flavor
 
 from .reads import ClusterReads
 
@@ -101,18 +103,34 @@ def read_chain(client: K8sClient, reads: ClusterReads, local_queue: str) -> Chai
             ),
             cluster_queue=cq,
         )
-    quotas, covers_tpu = flavor_quotas(cq)
-    flavors, missing = [], []
-    for name, quota in quotas:
-        try:
-            rf = _get(f"read ResourceFlavor {name}", lambda name=name: reads.kueue_object(RESOURCE_FLAVORS, name))  # type: ignore[misc]
-        except _Missing:
-            missing.append(name)
-            continue
-        except _Unreadable as exc:
-            return ChainRead(unreadable=str(exc))
-        flavors.append(make_flavor(name, quota, rf))
-    chain = QueueChain(local_queue, cq_name, flavors, covers_tpu, missing)
+    read_flavors: dict[str, dict[str, Any] | None] = {}  # name -> ResourceFlavor (None: no such object)
+    groups = []
+    for covered, group_flavors in group_quotas(cq):
+        flavors, missing = [], []
+        for name, quotas in group_flavors:
+            if name not in read_flavors:
+                try:
+                    read_flavors[name] = _get(f"read ResourceFlavor {name}", lambda name=name: reads.kueue_object(RESOURCE_FLAVORS, name))  # type: ignore[misc]
+                except _Missing:
+                    read_flavors[name] = None
+                except _Unreadable as exc:
+                    return ChainRead(unreadable=str(exc))
+            rf = read_flavors[name]
+            if rf is None:
+                missing.append(name)
+            else:
+                flavors.append(make_flavor(name, quotas.get(TPU_RESOURCE, Decimal(0)), rf, quotas))
+        groups.append(ResourceGroup(covered, flavors, missing))
+    tpu_group = next((g for g in groups if TPU_RESOURCE in g.covered), None)
+    shown = [tpu_group] if tpu_group is not None else groups  # the doctor's flavors: the TPU group's, or every group's
+    chain = QueueChain(
+        local_queue,
+        cq_name,
+        [f for g in shown for f in g.flavors],
+        tpu_group is not None,
+        [n for g in groups for n in g.missing_flavors],
+        groups,
+    )
     return ChainRead(chain=chain, cluster_queue=cq)
 
 
