@@ -21,6 +21,7 @@ FLAVOR_OF_CAPACITY = {
     "flex-start": "tpu-v6e-2x4-flex-start",
     "reservation": "tpu-v6e-2x4-reservation",
 }
+POOL_ORDER = ("reservation", "spot", "on-demand", "flex-start")  # paid for already, cheapest, on-demand, may wait
 SHIPPED_RESERVATION = "rljob-v6e-8"  # the reservation flavor's example name
 
 
@@ -48,7 +49,8 @@ def test_cluster_queue_holds_tpu_quota_in_every_flavor_and_waits_on_no_admission
     cq = one(objs, "ClusterQueue")
     (group,) = cq["spec"]["resourceGroups"]
     assert "google.com/tpu" in group["coveredResources"]
-    assert [f["name"] for f in group["flavors"]] == list(FLAVOR_OF_CAPACITY.values())  # on-demand tried first
+    # The pool's order for a job of several kinds (docs/deploy-gke.md "One spec, several capacities").
+    assert [f["name"] for f in group["flavors"]] == [FLAVOR_OF_CAPACITY[c] for c in POOL_ORDER]
     for flavor in group["flavors"]:
         quotas = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
         assert set(quotas) == set(group["coveredResources"]), flavor["name"]

@@ -102,3 +102,12 @@ async def test_nodes_the_service_cannot_list_are_a_warning(pools):
     assert list(lines) == ["nodes rljob.dev/capacity"]
     line = lines["nodes rljob.dev/capacity"]
     assert line.status == "warn" and "cannot list nodes (403)" in line.message and "kubectl get nodes -L" in line.fix
+
+
+async def test_nodes_the_role_does_not_grant_are_not_listed_at_all(pools):
+    """Asked first (SelfSubjectAccessReview): the service makes no call its Role does not grant, even to be refused."""
+    pools.denied.add(("nodes", "list"))
+    lines = await doctor(pools)
+    line = lines["nodes rljob.dev/capacity"]
+    assert line.status == "warn" and "may not list nodes" in line.message and "kubectl get nodes -L" in line.fix
+    assert not [r for r in pools.server if r.method == "GET" and r.url.path == "/api/v1/nodes"]

@@ -132,6 +132,15 @@ def pool_checks_without_kueue(reads: ClusterReads, settings: K8sSettings) -> lis
     if configured_queues(settings):
         return []
     try:
+        # Asked first: without Kueue the service's Role grants no nodes (the ClusterRole comes with the gke-kueue
+        # overlay), and a forbidden call is a call its Role does not grant (tests/deploy/test_deployment_runs.py).
+        may_list, _ = reads.allowed("", "nodes", "list", namespace=None)
+        if not may_list:
+            why = (
+                "the service's account may not list nodes (no ClusterRole rljob-cluster-reader): "
+                "the TPU pools' capacity labels are not checked"
+            )
+            return [CheckLine("warn", f"nodes {CAPACITY_LABEL}", why, f"check by hand: {SEE_NODES}")]
         nodes = reads.nodes_with({})
     except (ApiException, K8sBackendError) as exc:
         why = f"cannot list nodes ({api_status(exc) or exc.__class__.__name__}): the TPU pools' capacity labels are not checked"
