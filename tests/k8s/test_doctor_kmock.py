@@ -111,9 +111,11 @@ async def test_a_healthy_cluster_is_all_ok(healthy, gcs, tmp_path):
         "kueue configuration",
         "kueue probe Job",
         "kueue probe JobSet",
+        "quota of flavor tpu-v6e-2x4-on-demand (ClusterQueue rljob-v6e)",
+        "quota of flavor tpu-v6e-2x4-spot (ClusterQueue rljob-v6e)",
     ):
         line(out, "ok", name)
-    assert out.strip().endswith("16 ok, 0 warn, 0 fail"), out
+    assert out.strip().endswith("18 ok, 0 warn, 0 fail"), out
     # The dry-run probes were never stored; the queued ones got their Workloads and were deleted.
     kinds = {k[0].plural for k, o in healthy.server.objects.items() if not o.deleted}
     assert "jobs" not in kinds and "jobsets" not in kinds
@@ -189,6 +191,20 @@ async def test_an_inactive_admission_check_fails(healthy, gcs, tmp_path):
     )
     rc, out = await doctor(healthy, gcs, tmp_path)
     assert rc == 1 and "BadParametersRef" in line(out, "fail", "admission check rljob-flex-start")
+
+
+async def test_a_flavor_whose_memory_quota_is_below_one_trainer_fails_naming_memory(healthy, gcs, tmp_path):
+    """Every resource the trainer pod requests is compared, not only google.com/tpu: 1000Gi of memory cannot hold
+    one v6e-8 trainer (its memory request, K8sSettings/the accelerator table), so no job of that kind could start."""
+    cq = healthy.server.objects[f"{KUEUE}/clusterqueues", None, "rljob-v6e"].raw
+    spec = json.loads(json.dumps(cq["spec"]))
+    spec["resourceGroups"][0]["flavors"][1]["resources"][1]["nominalQuota"] = "1000Gi"
+    healthy.put(f"{KUEUE}/clusterqueues", "rljob-v6e", {"spec": spec, "status": cq["status"]})
+    rc, out = await doctor(healthy, gcs, tmp_path)
+    assert rc == 1, out
+    text = line(out, "fail", "quota of flavor tpu-v6e-2x4-spot")
+    assert "its memory quota is 1000Gi" in text and "can never admit a v6e-8 trainer" in text, text
+    line(out, "ok", "quota of flavor tpu-v6e-2x4-on-demand")
 
 
 async def test_no_nodes_for_a_flavor_is_a_warning(healthy, gcs, tmp_path):

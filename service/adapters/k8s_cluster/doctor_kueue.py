@@ -14,6 +14,7 @@ from service.adapters.k8s.kueue_setup import Flavor, admission_checks, inactive_
 from service.adapters.k8s.settings import K8sSettings
 from service.domain.self_check import CheckLine, CheckStatus
 
+from .doctor_quota import quota_checks
 from .kueue_chain import ADMISSION_CHECKS, ChainRead, read_chain
 from .reads import ClusterReads
 
@@ -136,6 +137,7 @@ def queue_checks(reads: ClusterReads, settings: K8sSettings, served: set[str]) -
                 )
             )
             flavors.update({f.name: f for f in chain.flavors})
+            lines += [line for line in quota_checks(chain, settings) if line not in lines]
         if read.cluster_queue is not None:
             cq_name = str((read.cluster_queue.get("metadata") or {}).get("name") or "")
             lines += [line for line in _admission_check_lines(reads, cq_name, read.cluster_queue, served) if line not in lines]
