@@ -39,7 +39,7 @@ from .conftest import configuration_for, make_settings, make_spec
 from .test_kueue_routing import shipped_kueue_objects
 from .test_service_integration import AUTH, NoProgress, _settings, _wait
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(400)  # the waits below add up to 330 s; it takes about 20
 SPOT, ON_DEMAND = "tpu-v6e-2x4-spot", "tpu-v6e-2x4-on-demand"
 NODES = [Node.gke_tpu("tpu-spot-0", "spot"), Node.gke_tpu("tpu-od-0", "on-demand"), Node.gke_tpu("tpu-od-1", "on-demand")]
 # One ct6e-standard-8t's worth of quota per node: cpu and memory under its allocatable, 8 chips.

@@ -58,6 +58,7 @@ MEANING: dict[Decision, tuple[JobPhase | None, bool, bool, bool]] = {
     D.RELAUNCH: (None, True, False, True),
     D.RESUME: (P.LAUNCHING, True, False, True),
     D.GIVE_UP: (P.FAILED, False, False, True),
+    D.REQUEUE: (None, False, False, True),  # the launcher's requeue, then the GONE that follows resumes it
 }
 
 CONTEXTS = list(itertools.product((False, True), (True, False)))  # (about_replaced, resumes_left)
@@ -100,6 +101,27 @@ def test_every_phase_a_decision_writes_is_a_legal_move(phase: JobPhase, state: O
     for about_replaced, resumes_left in CONTEXTS:
         target = decide(phase, state, about_replaced_workload=about_replaced, resumes_left=resumes_left).target
         assert target is None or can_transition(phase, target), (phase, state, target)
+
+
+@pytest.mark.parametrize(("phase", "state"), list(itertools.product(JobPhase, ObservedState)))
+def test_a_disrupted_attempt_of_a_capacity_set_is_requeued_only_while_it_runs_or_starts(phase: JobPhase, state: ObservedState) -> None:
+    """requeue_disrupted changes one cell per row: RESTARTING in LAUNCHING or RUNNING, with a resume left (the requeue
+    spends one); every other cell is the table's."""
+    for about_replaced, resumes_left in CONTEXTS:
+        got = decide(phase, state, about_replaced_workload=about_replaced, resumes_left=resumes_left, requeue_disrupted=True)
+        requeued = state is S.RESTARTING and phase in (P.LAUNCHING, P.RUNNING) and resumes_left
+        assert got is (D.REQUEUE if requeued else expected(phase, state, about_replaced, resumes_left)), (phase, state, resumes_left)
+
+
+@pytest.mark.parametrize("phase", list(JobPhase))
+def test_a_workload_being_deleted_for_a_requeue_is_waited_for_not_resumed(phase: JobPhase) -> None:
+    """Relaunching while the old Job's pods still terminate would find it (same name) and spend a second resume."""
+    for about_replaced, resumes_left in CONTEXTS:
+        got = decide(phase, S.GONE, about_replaced_workload=about_replaced, resumes_left=resumes_left, requeueing=True, deleting=True)
+        waits = not phase.is_terminal() and not about_replaced and phase is not P.CANCELLING
+        assert got is (D.WAIT if waits else expected(phase, S.GONE, about_replaced, resumes_left)), (phase, about_replaced)
+        gone = decide(phase, S.GONE, about_replaced_workload=about_replaced, resumes_left=resumes_left, requeueing=True)
+        assert gone is expected(phase, S.GONE, about_replaced, resumes_left), "once it is gone, the table's decision"
 
 
 def test_a_replaced_workload_is_one_named_differently_that_a_relaunch_replaced() -> None:
