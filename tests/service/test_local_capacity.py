@@ -53,3 +53,27 @@ def test_gke_capacity_is_refused_by_the_local_launcher(local_api: Api, tmp_path:
 def test_on_demand_and_spot_are_submittable_locally(tmp_path: Path, fake_trainer_command: list[str], capacity: str) -> None:
     launcher = LocalProcessLauncher(tmp_path / "jobs", fake_trainer_command)
     launcher.check_submittable(JobSpec.model_validate(spec_body(tmp_path, hardware=_hardware(capacity))))
+
+
+def test_a_capacity_set_runs_locally_as_its_first_kind_this_machine_offers(local_api: Api, tmp_path: Path) -> None:
+    """[flex-start, spot, on-demand]: flex-start is GKE's, spot runs here; the job's placement says spot, with no flavor."""
+    body = spec_body(tmp_path, hardware={**_hardware("spot"), "capacity": ["flex-start", "spot", "on-demand"]})
+    response = local_api.client.post("/v1/jobs", json=body, headers=local_api.as_(TOKEN_A))
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+
+    def placed() -> dict[str, object] | None:
+        placement: dict[str, object] | None = local_api.client.get(f"/v1/jobs/{job_id}", headers=local_api.as_(TOKEN_A)).json()["placement"]
+        return placement
+
+    wait_until(lambda: placed() is not None)
+    placement = placed()
+    assert placement is not None and (placement["capacity"], placement["flavor"]) == ("spot", None)
+
+
+def test_a_capacity_set_of_gke_kinds_only_is_refused_locally(local_api: Api, tmp_path: Path) -> None:
+    body = spec_body(tmp_path, hardware={**_hardware("reservation"), "capacity": ["reservation", "flex-start"]})
+    response = local_api.client.post("/v1/jobs", json=body, headers=local_api.as_(TOKEN_A))
+    assert response.status_code == 422, response.text
+    (item,) = response.json()["detail"]
+    assert item["loc"] == ["body", "hardware", "capacity"] and "[reservation, flex-start] is GKE capacity" in item["msg"]

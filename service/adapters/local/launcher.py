@@ -39,7 +39,7 @@ from trainer.contract.tpu import tpu_slice
 
 from . import job_runner, procs
 from .admission import NO_TEAM, JobClaim, TeamQuotas, admit, chips_of, never_fits
-from .capacity import local_capacity_problem
+from .capacity import local_capacity, local_capacity_problem
 from .child_env import trainer_env
 from .host_tpu import HostTpu, host_accelerator_problem, probe_host_tpu
 from .local_launch_lock import job_dir_lock
@@ -65,6 +65,7 @@ class _Job:
     kill_at: float | None = None  # monotonic time to escalate a cancel to SIGKILL
     message: str = ""
     spawn_error: str | None = None
+    capacity: str | None = None  # the kind of capacity it runs as here (local_capacity): what status and usage show
 
     @property
     def object_name(self) -> str | None:
@@ -223,7 +224,7 @@ class LocalProcessLauncher:
         job_dir = self._dir(job_id)
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
-        job = _Job(job_id=job_id, dir=job_dir, claim=self._claim(job_id, spec))
+        job = _Job(job_id=job_id, dir=job_dir, claim=self._claim(job_id, spec), capacity=local_capacity(spec))
         self._jobs[job_id] = job
         return job
 
@@ -312,8 +313,10 @@ class LocalProcessLauncher:
         pid, ticks = int(record["pid"]), record.get("ticks")
         if not procs.is_our_process(pid, marker=RUNNER_MARKER, job_id=job_id, ticks=ticks):
             return None
-        claim = self._claim(job_id, self._read_spec(job_id))
+        spec = self._read_spec(job_id)
+        claim = self._claim(job_id, spec)
         job = _Job(job_id=job_id, dir=self._dir(job_id), claim=claim, state="running", pid=pid)
+        job.capacity = local_capacity(spec) if spec is not None else None
         job.message = f"re-attached to process group {pid}"
         self._jobs[job_id] = job
         log.info("re-attached %s to pid %s", job_id, pid)
@@ -361,7 +364,7 @@ class LocalProcessLauncher:
             queue = job.queue or QueueStatus(name=f"team/{job.claim.team}", reason="Admitting", message="being admitted")
             return Observation(job.job_id, ObservedState.QUEUED, message=queue.message, reason=queue.reason, queue=queue)
         if job.state == "running":
-            return Observation(job.job_id, ObservedState.RUNNING, message=job.message, object_name=name)
+            return Observation(job.job_id, ObservedState.RUNNING, message=job.message, object_name=name, capacity=job.capacity)
         if job.state == "removed":
             return Observation(job.job_id, ObservedState.GONE, message="removed from the queue before it started")
         if job.exit_code is None:
