@@ -393,10 +393,13 @@ class JobService:
             replaced = write_decision(decided, rec, tx, obs, manifest, self.clock)
             if replaced is not None:
                 self._replaced.setdefault(rec.id, set()).add(replaced)
+            if decided is Decision.REQUEUE:
+                # Marked under the lock: another thread's RESTARTING about the same attempt is a NOTE, not a
+                # second requeue that could delete the workload the relaunch made.
+                self._requeueing.add(rec.id)
 
         self._mutate(obs.job_id, apply)
         if decided is Decision.REQUEUE and isinstance(self.launcher, JobRequeue):
-            self._requeueing.add(obs.job_id)
             self.launcher.requeue(obs.job_id)
         if decided.relaunches:
             self._requeueing.discard(obs.job_id)

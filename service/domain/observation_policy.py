@@ -117,16 +117,20 @@ def decide(
     `about_replaced_workload`: the observation names a workload a relaunch replaced
     (names_a_replaced_workload). `resumes_left`: the job has resumed fewer times than allowed.
     `requeue_disrupted`: a disrupted attempt goes back to the queue (requeues_on_disruption). `requeueing`:
-    the job's workload is being given back to its queue; `deleting`: the observed workload is being deleted.
+    this service has already asked for that (once is enough). `deleting`: the observed workload is being deleted.
     """
     if phase.is_terminal():
         return Decision.IGNORE
     if state is ObservedState.GONE and about_replaced_workload:
         return Decision.STALE  # acting on it would spend a resume on a workload that is running
-    if state is ObservedState.GONE and requeueing and deleting and phase is not JobPhase.CANCELLING:
-        return Decision.WAIT  # relaunched once it is gone, not while its pods still terminate
-    if state is ObservedState.RESTARTING and requeue_disrupted and resumes_left and phase in (JobPhase.LAUNCHING, JobPhase.RUNNING):
-        return Decision.REQUEUE
+    if state is ObservedState.GONE and deleting and phase in (JobPhase.LAUNCHING, JobPhase.RUNNING):
+        # Relaunched once it is gone, not while its pods still terminate: a launch now would find the dying
+        # workload (same name), and its end would spend a second resume. Held in no memory: a restarted service
+        # waits the same way.
+        return Decision.WAIT
+    if state is ObservedState.RESTARTING and requeue_disrupted and not requeueing and resumes_left:
+        if phase in (JobPhase.LAUNCHING, JobPhase.RUNNING):
+            return Decision.REQUEUE
     if phase is JobPhase.CANCELLING:
         return Decision.FINISH_CANCEL if state in WORKLOAD_STOPPED else Decision.WAIT
     if phase not in (JobPhase.QUEUED, JobPhase.LAUNCHING, JobPhase.RUNNING):

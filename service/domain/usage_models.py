@@ -35,7 +35,10 @@ class JobUsage(BaseModel):
         "weight_sync, checkpoint, eval, export, other): where the chips' time went; adds up to the phases",
     )
     billed_chip_hours: float = Field(description="running and cancelling chip-hours: the workload holds its chips")
-    price_usd_per_chip_hour: float | None = Field(description="from the price table; null: no price for this family/capacity")
+    price_usd_per_chip_hour: float | None = Field(
+        description="from the price table, for `capacity` (the kind it is on now); a job requeued onto another kind "
+        "was charged each kind's share at that kind's price, so cost_usd is not billed_chip_hours x this; null: no price"
+    )
     cost_usd: float | None = Field(
         description="billed chip-hours x price, each kind of capacity's share at its own price (a job requeued onto "
         "another kind of its set); queued and launching time is not charged"

@@ -33,7 +33,9 @@ from service.adapters.k8s import pod_template
 from service.adapters.k8s.launcher import build_k8s_launcher
 from service.adapters.store import SqlJobStore
 from service.app import create_app
+from service.domain.errors import InvalidRequest
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
+from trainer.contract import JobSpec
 
 from .conftest import configuration_for, make_settings, make_spec
 from .test_kueue_routing import shipped_kueue_objects
@@ -198,3 +200,15 @@ def _running_seconds(events: list[dict[str, Any]], until: datetime) -> tuple[flo
         spans.append((until - entered).total_seconds())
     assert len(spans) == 2, spans
     return spans[0], spans[1]
+
+
+def test_a_capacity_set_without_a_kueue_queue_is_refused_at_submit(kmock):
+    """Nothing would order the kinds nor report which one a pod landed on, so status and price could not follow it."""
+    launcher = build_k8s_launcher(make_settings(), sleep=lambda s: None, configuration=configuration_for(kmock))
+    body = make_spec().model_dump()
+    spec = JobSpec.model_validate({**body, "hardware": {**body["hardware"], "capacity": ["spot", "on-demand"]}})
+    with pytest.raises(InvalidRequest) as refused:
+        launcher.check_submittable(spec)
+    assert refused.value.loc == ("body", "hardware", "capacity") and "needs a Kueue queue" in str(refused.value)
+    launcher.check_submittable(make_spec())  # one kind: fine without Kueue
+    assert not list(kmock), "refused before any call to the cluster"

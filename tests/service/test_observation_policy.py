@@ -114,14 +114,24 @@ def test_a_disrupted_attempt_of_a_capacity_set_is_requeued_only_while_it_runs_or
 
 
 @pytest.mark.parametrize("phase", list(JobPhase))
-def test_a_workload_being_deleted_for_a_requeue_is_waited_for_not_resumed(phase: JobPhase) -> None:
-    """Relaunching while the old Job's pods still terminate would find it (same name) and spend a second resume."""
+def test_a_workload_being_deleted_is_waited_for_not_resumed(phase: JobPhase) -> None:
+    """Relaunching while the old Job's pods still terminate would find it (same name) and spend a second resume when
+    it goes; held in no memory, so a restarted service waits the same way."""
     for about_replaced, resumes_left in CONTEXTS:
-        got = decide(phase, S.GONE, about_replaced_workload=about_replaced, resumes_left=resumes_left, requeueing=True, deleting=True)
-        waits = not phase.is_terminal() and not about_replaced and phase is not P.CANCELLING
+        got = decide(phase, S.GONE, about_replaced_workload=about_replaced, resumes_left=resumes_left, deleting=True)
+        waits = phase in (P.LAUNCHING, P.RUNNING) and not about_replaced
         assert got is (D.WAIT if waits else expected(phase, S.GONE, about_replaced, resumes_left)), (phase, about_replaced)
-        gone = decide(phase, S.GONE, about_replaced_workload=about_replaced, resumes_left=resumes_left, requeueing=True)
-        assert gone is expected(phase, S.GONE, about_replaced, resumes_left), "once it is gone, the table's decision"
+
+
+@pytest.mark.parametrize("phase", list(JobPhase))
+def test_a_requeue_is_asked_for_once(phase: JobPhase) -> None:
+    """Another RESTARTING about the attempt being requeued (the watch and the reconcile both see it) is the table's
+    decision, not a second requeue that could delete the workload the relaunch made."""
+    for about_replaced, resumes_left in CONTEXTS:
+        got = decide(
+            phase, S.RESTARTING, about_replaced_workload=about_replaced, resumes_left=resumes_left, requeue_disrupted=True, requeueing=True
+        )
+        assert got is expected(phase, S.RESTARTING, about_replaced, resumes_left), phase
 
 
 def test_a_replaced_workload_is_one_named_differently_that_a_relaunch_replaced() -> None:

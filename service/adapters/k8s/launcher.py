@@ -22,6 +22,7 @@ from service.background_loop import BackgroundLoop, stop_all
 from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
+from trainer.contract.spec import capacity_text
 from trainer.contract.tpu import CPU_ACCELERATOR
 
 from . import kueue, names, observe, pods
@@ -118,7 +119,8 @@ class K8sJobLauncher:
     def check_submittable(self, spec: JobSpec) -> None:
         """SubmitCheck: refuse what Kueue or the scheduler would hold forever.
 
-        A cpu job asking for TPU capacity (spot, flex-start, a reservation: field `hardware.capacity`, capacity.py).
+        A cpu job asking for TPU capacity (spot, flex-start, a reservation: field `hardware.capacity`, capacity.py),
+        and a list of capacities for a job Kueue does not queue (nothing would order or report the choice).
 
         A team with no LocalQueue (when team queues are configured); a LocalQueue or ClusterQueue that does
         not exist or a ClusterQueue Kueue marks inactive (field `team`: the queue is the team's, not the
@@ -135,6 +137,15 @@ class K8sJobLauncher:
         except kueue.NoQueueForTeam as exc:
             raise InvalidRequest(("team",), str(exc)) from None
         queue = kueue_queue_of(spec, self._settings)
+        if not queue and len(spec.hardware.capacities) > 1:
+            # Without Kueue nothing orders the kinds, and the kind a pod landed on is not seen: the scheduler would
+            # pick any node of the set and the job's status and price could not follow it.
+            raise InvalidRequest(
+                ("body", "hardware", "capacity"),
+                f"a list of capacities ({capacity_text(spec.hardware.capacities)}) needs a Kueue queue to choose among them "
+                "in the pool's order, and this service sends this team's jobs to none: name one kind, or ask an admin "
+                "for a LocalQueue (RLJOB_K8S_KUEUE_QUEUE / RLJOB_K8S_KUEUE_TEAM_QUEUES)",
+            )
         if not queue:
             return
         read = self._chains.get(queue)
