@@ -22,8 +22,9 @@ from prometheus_client.registry import Collector
 
 from service.domain.job_clock import phase_seconds
 from service.domain.models import JobRecord
+from service.domain.placement import BILLED_PHASES
 from service.domain.ports import Clock, JobStore
-from service.domain.usage import BILLED_PHASES, PriceTable, chips_of, family_of, job_capacity, price_of
+from service.domain.usage import PriceTable, chips_of, family_of, job_capacity, price_of
 
 EVENT_BATCH = 500
 MAX_EVENT_BATCHES_PER_SCRAPE = 20  # bounds one scrape; events past it are read at the next scrape

@@ -13,8 +13,9 @@ from __future__ import annotations
 from .models import JobRecord, Placement
 from .phases import JobPhase
 
-# The phases that hold the chips (usage.BILLED_PHASES; kept here to avoid a cycle): time in them is billed.
-_BILLED = frozenset({JobPhase.RUNNING, JobPhase.CANCELLING})
+# Charged: the workload holds its chips. QUEUED waits for capacity; LAUNCHING is admitted but not running.
+# Defined here, where each closed billed phase is counted against its kind; usage.py reads it from here.
+BILLED_PHASES: frozenset[JobPhase] = frozenset({JobPhase.RUNNING, JobPhase.CANCELLING})
 
 
 def placement_changed(rec: JobRecord, capacity: str | None, flavor: str | None) -> bool:
@@ -34,7 +35,7 @@ def place(rec: JobRecord, capacity: str, flavor: str | None) -> Placement:
 
 def close_billed_phase(rec: JobRecord, left: JobPhase, spent_s: float) -> None:
     """Count a closed phase's seconds against the kind the job ran on (only billed phases, only once placed)."""
-    if left in _BILLED and rec.placement is not None and spent_s > 0:
+    if left in BILLED_PHASES and rec.placement is not None and spent_s > 0:
         kind = rec.placement.capacity
         rec.placement.billed_s[kind] = round(rec.placement.billed_s.get(kind, 0.0) + spent_s, 3)
 

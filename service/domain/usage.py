@@ -26,8 +26,7 @@ from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
 from .goodput import goodput_parts
 from .job_clock import USAGE_PHASES, phase_seconds, stage_seconds, usage_as_of
 from .models import JobRecord
-from .phases import JobPhase
-from .placement import billed_by_capacity
+from .placement import BILLED_PHASES, billed_by_capacity
 from .storage_usage import StorageSample, job_storage_usage
 from .usage_models import JobStorageUsage, JobUsage, JobUsageRow, UsageAmount, UsageGroup, UsageSum
 
@@ -41,8 +40,6 @@ DEFAULT_PRICES_USD_PER_CHIP_HOUR: dict[str, dict[CapacityType, float]] = {
     "v5p": {"on-demand": 4.20, "spot": 1.68, "flex-start": 2.10, "reservation": 2.94},
 }
 
-# Charged: the workload holds its chips. QUEUED waits for capacity; LAUNCHING is admitted but not running.
-BILLED_PHASES: frozenset[JobPhase] = frozenset({JobPhase.RUNNING, JobPhase.CANCELLING})
 _DIGITS = 6  # a millionth of a chip-hour (3.6 ms of one chip): below any clock's meaning here
 
 

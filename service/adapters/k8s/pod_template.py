@@ -116,13 +116,8 @@ def _scheduling(spec: JobSpec, hw: Hardware, settings: K8sSettings) -> tuple[dic
 def _grace_s(spec: JobSpec, settings: K8sSettings) -> int:
     """Spot alone: the part of the preemption notice GKE gives pods. A set with spot keeps the long grace: it is
     fixed before Kueue picks the flavor, and on a Spot VM GKE's node shutdown ends the pod at its own limit anyway,
-    so each kind gets all the time it can give (status shows the admitted kind's, spec_grace_s)."""
-    return spec_grace_s(spec.hardware.capacities, settings)
-
-
-def spec_grace_s(capacities: tuple[str, ...], settings: K8sSettings) -> int:
-    """SIGTERM to SIGKILL for a pod of these kinds of capacity (one kind: the one it runs on)."""
-    if capacities == ("spot",):
+    so each kind gets all the time it can give."""
+    if spec.hardware.capacities == ("spot",):
         return min(settings.termination_grace_s, settings.spot_termination_grace_s)
     return settings.termination_grace_s
 
