@@ -56,6 +56,22 @@ def not_found(plural: str, name: str) -> Response:
     )
 
 
+def forbidden(message: str = "forbidden") -> Response:
+    """What a real API server answers when RBAC refuses the request (a Forbidden Status)."""
+    return Response(
+        status=403,
+        payload={
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "reason": "Forbidden",
+            "code": 403,
+            "message": message,
+        },
+    )
+
+
 def active(status: str = "True", reason: str = "Ready", message: str = "Can admit new workloads") -> dict[str, Any]:
     return {
         "conditions": [
@@ -136,17 +152,7 @@ class KueueCluster:
         self.put("v1/configmaps", MANAGER_CONFIGMAP, {"data": config.configmap()["data"]}, config.namespace)
         if not readable:
             path = f"get /api/v1/namespaces/{config.namespace}/configmaps/{MANAGER_CONFIGMAP}"
-            self.server[path] << Response(
-                status=403,
-                payload={
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "status": "Failure",
-                    "reason": "Forbidden",
-                    "code": 403,
-                    "message": "forbidden",
-                },
-            )
+            self.server[path] << forbidden()
 
     def _ns_labels(self, namespace: str) -> dict[str, str]:
         return namespace_labels(namespace, {"metadata": {"labels": self.namespace_labels if namespace == NS else {}}})

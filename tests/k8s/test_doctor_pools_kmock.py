@@ -7,10 +7,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from kmock._internal.rendering import Response
 from kubernetes import client as k8s
 
-from harness.kueue_cluster import TPU_LABELS, TPU_TAINT, KueueCluster
+from harness.kueue_cluster import TPU_LABELS, TPU_TAINT, KueueCluster, forbidden
 from service.adapters.k8s.client import K8sClient
 from service.adapters.k8s_cluster.doctor import run_doctor
 from service.domain.self_check import CheckLine
@@ -97,7 +96,7 @@ async def test_no_on_demand_node_warns_that_default_jobs_may_stay_pending(pools)
 
 
 async def test_nodes_the_service_cannot_list_are_a_warning(pools):
-    pools.server["get /api/v1/nodes"] << Response(status=403, payload={"kind": "Status", "code": 403, "reason": "Forbidden"})
+    pools.server["get /api/v1/nodes"] << forbidden()
     lines = await doctor(pools)
     assert list(lines) == ["nodes rljob.dev/capacity"]
     line = lines["nodes rljob.dev/capacity"]

@@ -12,7 +12,7 @@ import kmock as kmock_lib
 import pytest
 from fastapi.testclient import TestClient
 
-from harness.kueue_cluster import KUEUE, NS, KueueCluster, active, not_found
+from harness.kueue_cluster import KUEUE, NS, KueueCluster, active, forbidden, not_found
 from service.adapters.k8s.launcher import K8sJobLauncher, build_k8s_launcher
 from service.app import create_app
 from service.domain.errors import InvalidRequest
@@ -113,17 +113,7 @@ async def test_an_inactive_cluster_queue_is_refused_quoting_kueue(kueue_cluster)
 
 async def test_unreadable_kueue_objects_do_not_refuse_and_warn_once(kueue_cluster, caplog):
     server = kueue_cluster.server
-    server[f"get /apis/{KUEUE}/clusterqueues/rljob-v6e"] << kmock_lib.Response(
-        status=403,
-        payload={
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Failure",
-            "reason": "Forbidden",
-            "code": 403,
-            "message": 'clusterqueues.kueue.x-k8s.io "rljob-v6e" is forbidden',
-        },
-    )
+    server[f"get /apis/{KUEUE}/clusterqueues/rljob-v6e"] << forbidden('clusterqueues.kueue.x-k8s.io "rljob-v6e" is forbidden')
     now = [0.0]
     launcher = _launcher(server, clock=lambda: now[0])
     flex = {
@@ -186,9 +176,7 @@ async def test_the_service_answers_422_with_the_field_and_stores_nothing(kueue_c
 async def test_a_queued_job_says_why_kueue_cannot_be_read(cluster, make_launcher, status, says):
     if status == 403:
         cluster.server.resources[f"{KUEUE}/workloads"] = {"namespaced": True}
-        cluster.server[kmock_lib.resource("kueue.x-k8s.io", "v1beta2", "workloads")] << kmock_lib.Response(
-            status=403, payload={"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403}
-        )
+        cluster.server[kmock_lib.resource("kueue.x-k8s.io", "v1beta2", "workloads")] << forbidden()
     launcher = make_launcher(kueue_queue="tpu-queue")
     await asyncio.to_thread(launcher.launch, JOB_ID, make_spec())
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)
