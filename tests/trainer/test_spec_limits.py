@@ -16,6 +16,7 @@ from tests.trainer.spec_edit import with_field
 from trainer.contract import GrpoSpec, JobSpec, RewardSpec
 from trainer.contract import spec_values as limits
 from trainer.contract.dns_label import DNS_LABEL_PATTERN
+from trainer.contract.eval_suite import EvalSampling
 from trainer.contract.tpu import TPU_SLICES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,9 +117,19 @@ def _number_fields(schema: dict, defs: dict, prefix: str = "") -> list[str]:
     return out
 
 
+# The suite's sampling, under an eval job's `evaluation` and a training job's attached `eval` (one model, EvalSampling).
+SAMPLING_FLOAT_FIELDS = ["evaluation.suite.sampling.temperature", "eval.suite.sampling.temperature"]
+
+
 def test_the_non_finite_check_covers_every_float_in_the_spec():
     schema = JobSpec.model_json_schema()
-    assert sorted(_number_fields(schema, schema["$defs"])) == sorted(FLOAT_FIELDS)
+    assert sorted(_number_fields(schema, schema["$defs"])) == sorted(FLOAT_FIELDS + SAMPLING_FLOAT_FIELDS)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, float("1e309")], ids=["nan", "inf", "-inf", "1e309"])
+def test_non_finite_sampling_temperatures_are_refused(value):
+    with pytest.raises(ValidationError, match="temperature"):
+        EvalSampling.model_validate({"temperature": value})
 
 
 # (field, largest accepted value): the limit is accepted, one more is refused.

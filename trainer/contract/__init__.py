@@ -5,9 +5,12 @@ and the standard library, so the service image stays slim.
 """
 
 from .events import (
+    EVAL_STAGE_ORDER,
     EVENTS_FILE,
     STAGE_ORDER,
     ArtifactWritten,
+    CheckpointSaved,
+    EvalReported,
     EvalResult,
     GoodputMeasured,
     RunFinished,
@@ -41,7 +44,10 @@ from .spec import (
 )
 
 __all__ = [
+    "EVAL_STAGE_ORDER",
     "EVENTS_FILE",
+    "CheckpointSaved",
+    "EvalReported",
     "JOB_ID_RE",
     "NON_RETRYABLE_EXIT_CODES",
     "REPRO_SCHEMA_VERSION",

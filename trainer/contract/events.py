@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from .eval_report import EvalReport
 from .evaluation import EvalSummary
 from .goodput import TrainGoodput
 from .run_storage import RunStorage
@@ -26,9 +27,12 @@ class Stage(enum.StrEnum):
     CONVERT = "convert"
     TRAIN = "train"
     EXPORT = "export"
+    EVALUATE = "evaluate"  # eval jobs only (eval_suite.py)
 
 
 STAGE_ORDER: tuple[Stage, ...] = (Stage.CONVERT, Stage.TRAIN, Stage.EXPORT)
+# An eval job: export converts a MaxText checkpoint to Hugging Face (skipped for a Hugging Face one), then evaluate.
+EVAL_STAGE_ORDER: tuple[Stage, ...] = (Stage.EXPORT, Stage.EVALUATE)
 # The bounds of what the service stores for an event's counts (a PostgreSQL integer for steps, attempts and exit codes,
 # a bigint for seq and sizes): a line outside them is one unreadable event, skipped alone, not a batch the store
 # cannot write (one step of 2**40 in events.jsonl held back every later event of the job).
@@ -90,6 +94,21 @@ class EvalResult(_Event):
     )
 
 
+class EvalReported(_Event):
+    """An eval job's result (eval_report.py), sent once its outcomes and report files are written."""
+
+    type: Literal["eval_report"] = "eval_report"
+    report: EvalReport
+
+
+class CheckpointSaved(_Event):
+    """train_rl finished saving an actor checkpoint (for evaluations attached to the job: eval_suite.AttachedEval)."""
+
+    type: Literal["checkpoint"] = "checkpoint"
+    step: int = Field(ge=0, le=INT32_MAX)
+    params: str = Field(max_length=4096, description="the checkpoint's model_params directory")
+
+
 class ArtifactWritten(_Event):
     type: Literal["artifact"] = "artifact"
     # Bounded: each is kept on the job record, which every list page carries (MAX_ARTIFACTS of them per job).
@@ -119,7 +138,17 @@ class RunFinished(_Event):
 
 
 TrainerEvent = Annotated[
-    RunStarted | StageStarted | StageFinished | TrainStep | EvalResult | ArtifactWritten | StorageMeasured | GoodputMeasured | RunFinished,
+    RunStarted
+    | StageStarted
+    | StageFinished
+    | TrainStep
+    | EvalResult
+    | EvalReported
+    | CheckpointSaved
+    | ArtifactWritten
+    | StorageMeasured
+    | GoodputMeasured
+    | RunFinished,
     Field(discriminator="type"),
 ]
 

@@ -12,6 +12,7 @@
     best-checkpoint.json      with export.checkpoint=best, the best evaluation so far and its weights (best_checkpoint.py)
     samples/train-<N>.json    completions and their rewards per step (samples.py)
     eval/<label>.jsonl        each evaluation's per-row outcomes: before, step-<N>, after (evaluation.py)
+    eval/outcomes.jsonl       an eval job's per-row outcomes, then eval/report.json (eval_report.py)
     hf/                       to_huggingface export
     manifest.json             artifacts with sizes and checksums
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .best_checkpoint import BEST_RECORD_FILE
+from .eval_report import OUTCOMES_FILE, REPORT_FILE
 from .evaluation import EVAL_DIR, eval_file_name
 from .events import EVENTS_FILE, Stage
 from .repro import REPRO_FILE
@@ -116,6 +118,15 @@ class RunLayout:
 
     def eval_file(self, label: str) -> str:
         return join_uri(self.eval_dir, eval_file_name(label))
+
+    @property
+    def eval_outcomes(self) -> str:
+        """An eval job's per-row outcomes (eval_report.RowOutcome lines)."""
+        return join_uri(self.eval_dir, OUTCOMES_FILE)
+
+    @property
+    def eval_report(self) -> str:
+        return join_uri(self.eval_dir, REPORT_FILE)
 
     @property
     def export_dir(self) -> str:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from . import spec_values as limits
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
+from .eval_suite import AttachedEval, EvalTask
 from .locations import local_path, location_kind
 from .spec_values import DisplayText, HubId, Location, MaxTextName, PythonName, Revision, SplitName, SubsetName
 from .tpu import (
@@ -434,7 +435,7 @@ class ExportSpec(_Strict):
 
 
 class JobSpec(_Strict):
-    """One RL post-training job: convert -> GRPO -> export."""
+    """One RL post-training job: convert -> GRPO -> export; or, with `evaluation`, an eval job."""
 
     name: DnsLabel = Field(description="DNS-1123 label: lowercase letters, digits and '-'")
     team: DisplayText | None = Field(default=None, description="set by the service from the caller's token")
@@ -459,10 +460,36 @@ class JobSpec(_Strict):
         },
     )
 
+    evaluation: EvalTask | None = Field(
+        default=None,
+        description="set by POST /v1/evals: this job only evaluates a checkpoint on a suite (eval_suite.py); "
+        "dataset, grpo and export are not used",
+    )
+    eval: AttachedEval | None = Field(
+        default=None, description="evaluate this job's checkpoints as they appear, each in an eval job of its own off the training slice"
+    )
+
     @field_validator("output")
     @classmethod
     def _output(cls, v: str) -> str:
         return _check_location(v, hub_allowed=False)
+
+    @model_validator(mode="after")
+    def _evaluation_fits(self) -> JobSpec:
+        if self.evaluation is None:
+            return self
+        if self.eval is not None:
+            raise ValueError("an eval job (evaluation) cannot have evaluations attached (eval)")
+        if self.hardware.accelerator != CPU_ACCELERATOR:
+            raise ValueError(
+                f"eval jobs run on cpu (Hugging Face transformers on the host), not {self.hardware.accelerator}: "
+                "no TPU evaluation engine is built yet"
+            )
+        return self
+
+    @property
+    def is_eval(self) -> bool:
+        return self.evaluation is not None
 
     @field_validator("labels")
     @classmethod
@@ -503,10 +530,21 @@ class JobSpec(_Strict):
             out.append(("dataset.prompt_template", self.dataset.prompt_template))
         if self.grpo.rewards.functions_path:
             out.append(("grpo.rewards.functions_path", self.grpo.rewards.functions_path))
+        if self.evaluation is not None:
+            out += self.evaluation.suite.input_locations("evaluation.suite")
+            if self.evaluation.checkpoint.params:
+                out.append(("evaluation.checkpoint.params", self.evaluation.checkpoint.params))
+        if self.eval is not None:
+            out += self.eval.suite.input_locations("eval.suite")
         return out
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        body = self.model_dump(mode="json")
+        # Left out when unset, so every spec written before evaluations existed keeps its hash (idempotency, repro).
+        for key in ("evaluation", "eval"):
+            if body.get(key) is None:
+                body.pop(key, None)
+        return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
     def content_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()

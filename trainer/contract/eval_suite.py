@@ -1,0 +1,179 @@
+"""Evaluation suites and eval jobs: what an eval job evaluates, on what, and how it samples.
+
+A suite is data plus reward functions plus sampling. Two evaluations are comparable only when they ran
+the same suite content: the trainer hashes what it actually loaded (every row, the reward file's bytes,
+the prompt template and the sampling settings; `SuiteIdentity.content_hash`), and the service gives each
+new content of a suite name the next version number (per team for user suites, one sequence for the
+built-ins). Results name both, and a comparison across versions is refused.
+
+Built-in suites (`BUILTIN_SUITES`) ship with the trainer: their rows, reward function, prompt template
+and sampling are code (trainer/evals/builtin_suites.py), so a `SuiteSpec` names only them. A user suite
+names its rows (JSON lines or parquet with `question` and `answer`, GSM8K's `#### N` last line or a plain
+answer), a reward file and its functions, an optional prompt template, and its sampling; every location
+goes through the team's location policy like a training job's inputs.
+
+An eval job is a JobSpec with `evaluation` set (`EvalTask`): the trainer runs only evaluation on
+`model.source` (a Hugging Face checkpoint) or, for a MaxText checkpoint of a training job, converts
+`checkpoint.params` to Hugging Face with that job's model settings first. A training job with `eval`
+set (`AttachedEval`) gets eval jobs for its checkpoints as they appear, created by the service.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from . import spec_values as limits
+from .dns_label import DnsLabel
+from .spec_values import Location, PythonName
+
+BUILTIN_SUITES = ("arith", "arith-a", "arith-b", "gsm8k")
+MAX_EVAL_SAMPLES = 64  # k: completions sampled per row, beside the greedy one
+MAX_SUITE_ROWS = 20_000  # GSM8K's test split is 1319 rows; MATH's 5000
+MAX_NEW_TOKENS = 32_768
+EVAL_JOB_LABELS = ("base", "export", "best", "last", "location")  # plus step-N
+_STEP = re.compile(r"^step-(\d{1,9})$")
+AnswerExtractor = Literal["last-number", "first-number"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class EvalSampling(_Strict):
+    """How each row is sampled: one greedy completion (pass@1) and `samples` at the temperature (sampled
+    accuracy, pass@k, maj@k). Part of the suite's content: two evaluations sampled differently are different
+    suite versions."""
+
+    samples: int = Field(default=4, ge=1, le=MAX_EVAL_SAMPLES, description="k: sampled completions per row, beside the greedy one")
+    temperature: float = Field(default=0.9, gt=0, le=limits.MAX_TEMPERATURE, description="sampling temperature")
+    top_k: int = Field(default=50, gt=0, le=limits.MAX_TOP_K, description="sample among the k most likely tokens")
+    max_new_tokens: int = Field(default=256, gt=0, le=MAX_NEW_TOKENS, description="longest completion, in tokens")
+    seed: int = Field(default=20261204, ge=0, le=2**31 - 1, description="the sampling seed (the same rows get the same draws)")
+
+
+class SuiteSpec(_Strict):
+    """A built-in suite by name, or a user suite: rows, reward functions, template and sampling."""
+
+    name: DnsLabel = Field(description=f"a built-in suite ({', '.join(BUILTIN_SUITES)}) or your suite's name")
+    data: Location | None = Field(
+        default=None, description="your suite's rows: .jsonl or .parquet with question and answer; none for a built-in suite"
+    )
+    rewards_path: Location | None = Field(default=None, description="Python file with the reward functions (a user suite)")
+    rewards: list[PythonName] = Field(
+        default_factory=list,
+        max_length=16,
+        description="reward functions fn(prompts, completions, tmvp_config, **kw) to import from rewards_path; "
+        "a completion is correct under a function when its score is above 0",
+    )
+    prompt_template: Location | None = Field(
+        default=None, description="JSON file with SYSTEM_PROMPT and TEMPLATE (MaxText's data template format); default: MaxText's GSM8K one"
+    )
+    answer: AnswerExtractor = Field(
+        default="last-number", description="how maj@k reads a completion's answer to take the majority: its last or first number"
+    )
+    sampling: EvalSampling = Field(default_factory=EvalSampling, description="how rows are sampled")
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, v: str | None) -> str | None:
+        if v is not None and not re.search(r"\.(parquet|jsonl)\Z", v):
+            raise ValueError("a suite's rows must be a .jsonl or .parquet file")
+        return v
+
+    @field_validator("rewards_path")
+    @classmethod
+    def _rewards_path(cls, v: str | None) -> str | None:
+        if v is not None and not v.endswith(".py"):
+            raise ValueError("must name a .py file")
+        return v
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        if v is not None and not v.endswith(".json"):
+            raise ValueError("must name a .json file")
+        return v
+
+    @model_validator(mode="after")
+    def _builtin_or_user(self) -> SuiteSpec:
+        if self.name in BUILTIN_SUITES:
+            if self.data or self.rewards_path or self.rewards or self.prompt_template or self.sampling != EvalSampling():
+                raise ValueError(
+                    f"{self.name} is a built-in suite: its rows, rewards, template and sampling are fixed; give your own suite another name"
+                )
+            return self
+        if self.data is None:
+            raise ValueError(f"{self.name!r} is not a built-in suite ({', '.join(BUILTIN_SUITES)}): a user suite needs its rows in `data`")
+        if not self.rewards_path or not self.rewards:
+            raise ValueError("a user suite needs rewards_path and the reward functions to call in `rewards`")
+        return self
+
+    @property
+    def builtin(self) -> bool:
+        return self.name in BUILTIN_SUITES
+
+    def input_locations(self, prefix: str) -> list[tuple[str, str]]:
+        out = [(f"{prefix}.data", self.data)] if self.data else []
+        if self.rewards_path:
+            out.append((f"{prefix}.rewards_path", self.rewards_path))
+        if self.prompt_template:
+            out.append((f"{prefix}.prompt_template", self.prompt_template))
+        return out
+
+
+class EvalCheckpoint(_Strict):
+    """Which weights an eval job evaluates."""
+
+    format: Literal["huggingface", "maxtext"] = Field(
+        description="huggingface: model.source is the checkpoint | maxtext: `params` is a training job's actor "
+        "checkpoint, converted with model.* first"
+    )
+    params: Location | None = Field(default=None, description="with maxtext: the actor checkpoint's model_params directory")
+    job_id: str | None = Field(default=None, max_length=64, description="the training job whose weights these are")
+    label: str = Field(default="location", max_length=32, description="base, export, best, last, step-N, or location (a path or hub id)")
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, v: str) -> str:
+        if v not in EVAL_JOB_LABELS and not _STEP.match(v):
+            raise ValueError(f"{v!r}: use one of {', '.join(EVAL_JOB_LABELS)} or step-N")
+        return v
+
+    @model_validator(mode="after")
+    def _params(self) -> EvalCheckpoint:
+        if (self.format == "maxtext") != (self.params is not None):
+            raise ValueError("params is given exactly when format is maxtext")
+        return self
+
+
+class EvalTask(_Strict):
+    """JobSpec.evaluation: this job only evaluates a checkpoint on a suite."""
+
+    suite: SuiteSpec
+    checkpoint: EvalCheckpoint
+    baseline: str | None = Field(default=None, max_length=64, description="an earlier eval job to compare with (same suite version)")
+
+
+class AttachedEval(_Strict):
+    """JobSpec.eval: evaluate this training job's checkpoints in eval jobs of their own, off the training slice."""
+
+    suite: SuiteSpec
+    every_n_checkpoints: int = Field(
+        default=1, ge=1, le=limits.MAX_NUM_BATCHES, description="evaluate every n-th actor checkpoint (1: each one)"
+    )
+    base: bool = Field(default=True, description="also evaluate the base model, so each checkpoint is compared with it")
+    export: bool = Field(default=True, description="also evaluate the export when the job succeeds")
+
+
+class SuiteIdentity(_Strict):
+    """What an evaluation actually ran: the suite's name, whether it is built in, and its content hash."""
+
+    name: str
+    builtin: bool
+    content_hash: str = Field(pattern=r"^[0-9a-f]{16}$", description="sha256 (first 16 hex) of rows, rewards, template, sampling")
+    rows: int = Field(ge=0, le=MAX_SUITE_ROWS)
+    reward_functions: list[str]
+    sampling: EvalSampling
