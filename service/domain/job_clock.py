@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from trainer.contract import Stage
+from trainer.contract import EVAL_STAGE_ORDER, STAGE_ORDER
 
 from .models import JobRecord
 from .phases import JobPhase
@@ -33,7 +33,8 @@ def stage_seconds(record: JobRecord, now: datetime) -> dict[str, float]:
     """Seconds in each trainer stage; a stage under way counts up to now (or to the job's end)."""
     end = usage_as_of(record, now)
     seconds: dict[str, float] = {}
-    for stage in Stage:
+    # A job's own stages: an eval job's are export and evaluate, a training job's convert, train and export.
+    for stage in EVAL_STAGE_ORDER if record.spec.is_eval else STAGE_ORDER:
         times = record.report.stage_times.get(stage)
         if times is None or times.skipped:
             seconds[stage.value] = 0.0

@@ -28,6 +28,8 @@ from pydantic import ValidationError
 
 from trainer.contract import (
     ArtifactWritten,
+    CheckpointSaved,
+    EvalReported,
     EvalResult,
     GoodputMeasured,
     RunFinished,
@@ -45,7 +47,7 @@ from .job_eval import eval_event_data, push_eval
 from .manifest_sizes import ManifestSizes, size_manifest
 from .models import JobRecord, ManifestRefused, MetricPoint
 from .ports import SkippedLine
-from .run_report import Artifact, RunOutcome, RunReport, StageTimes
+from .run_report import MAX_CHECKPOINTS_KEPT, Artifact, RunOutcome, RunReport, StageTimes
 from .train_step_summary import TrainStepSummary, push_step
 from .trainer_event_budget import MAX_ARTIFACTS, MAX_GOODPUT_ATTEMPTS, refused_message
 
@@ -182,6 +184,15 @@ def fold_report(report: RunReport, event: TrainerEvent) -> Folded | None:
             after = replace(after, eval_points=push_eval(report.eval_points, event.summary))
             logged |= eval_event_data(event.summary)
         return Folded(after, [("eval", logged)], [MetricPoint(kind="eval", step=event.step, time=event.time, values=values)])
+    if isinstance(event, EvalReported):
+        primary = event.report.functions.get(event.report.primary)
+        reported: dict[str, Any] = {"suite": event.report.suite.name, "content_hash": event.report.suite.content_hash, "n": event.report.n}
+        if primary is not None:
+            reported |= {"pass@1": primary.pass_at_1.value, "sampled": primary.sampled.value, "function": event.report.primary}
+        return Folded(replace(report, eval_report=event.report), [("eval_report", reported)])
+    if isinstance(event, CheckpointSaved):
+        kept = dict(sorted({**report.checkpoints, event.step: event.params}.items())[-MAX_CHECKPOINTS_KEPT:])
+        return Folded(replace(report, checkpoints=kept), [("checkpoint", {"step": event.step, "params": event.params})])
     if isinstance(event, ArtifactWritten):
         if event.name not in report.artifacts and len(report.artifacts) >= MAX_ARTIFACTS:
             return None

@@ -14,6 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from trainer.contract import RunStorage, Stage
+from trainer.contract.eval_report import EvalReport
 from trainer.contract.evaluation import EvalSummary
 from trainer.contract.goodput import TrainGoodput
 
@@ -67,3 +68,10 @@ class RunReport:
     # The newest train_rl time split of each attempt, by attempt number (goodput.py: attempts add up).
     goodput: dict[int, TrainGoodput] = field(default_factory=dict)
     trainer_events: TrainerEventCounts = field(default_factory=TrainerEventCounts)  # trainer_event_budget.py
+    eval_report: EvalReport | None = None  # an eval job's result (its eval_report event)
+    # Actor checkpoints train_rl saved, step -> model_params URI (checkpoint events), newest MAX_CHECKPOINTS_KEPT;
+    # evaluations attached to the job (JobSpec.eval) are made from them.
+    checkpoints: dict[int, str] = field(default_factory=dict)
+
+
+MAX_CHECKPOINTS_KEPT = 1000

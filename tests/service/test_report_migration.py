@@ -67,6 +67,7 @@ def _raw_jobs(store: SqlJobStore) -> list[dict[str, Any]]:
 
 
 ADDED_SINCE_0009 = ("placement",)
+SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval")  # issue 36's eval jobs and attached evaluations
 
 
 def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_unchanged(previous_release: Any) -> None:
@@ -82,6 +83,8 @@ def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_u
         # Fields later revisions added to the answer, empty for a job stored before them (0011: placement).
         for added in ADDED_SINCE_0009:
             assert public.pop(added) is None, (job_id, added)
+        for added in SPEC_FIELDS_ADDED_SINCE_0009:
+            assert public["spec"].pop(added) is None, (job_id, added)
         assert public == answer, job_id
     # What the API does not show, the report still holds as the columns did: where event reading resumes, how the run ended.
     for row in data["jobs"]:

@@ -16,6 +16,7 @@ from service.domain.run_report import Artifact, RunOutcome, RunReport, StageTime
 from service.domain.train_step_summary import read_window
 from service.domain.trainer_event_budget import TrainerEventCounts
 from trainer.contract import JobSpec, RunStorage, Stage
+from trainer.contract.eval_report import EvalReport
 from trainer.contract.evaluation import EvalSummary
 from trainer.contract.goodput import TrainGoodput
 from trainer.sizing.fit import FitEstimate
@@ -87,6 +88,8 @@ def _report(row: JobRow | Row[Any]) -> RunReport:
         storage=_typed(row.id, "report.storage", RunStorage, doc["storage"]) if doc.get("storage") else None,
         goodput={int(n): _typed(row.id, "report.goodput", TrainGoodput, body) for n, body in (doc.get("goodput") or {}).items()},
         trainer_events=TrainerEventCounts.of_json(doc.get("trainer_events")),
+        eval_report=_typed(row.id, "report.eval_report", EvalReport, doc["eval_report"]) if doc.get("eval_report") else None,
+        checkpoints={int(step): str(uri) for step, uri in (doc.get("checkpoints") or {}).items()},
     )
 
 
@@ -107,6 +110,8 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "storage": report.storage.model_dump(mode="json") if report.storage else None,
         "goodput": {str(n): train.model_dump(mode="json") for n, train in report.goodput.items()},
         "trainer_events": report.trainer_events.to_json(),
+        "eval_report": report.eval_report.model_dump(mode="json") if report.eval_report else None,
+        "checkpoints": {str(step): uri for step, uri in report.checkpoints.items()},
     }
 
 
