@@ -66,7 +66,9 @@ def test_tutorial_plan_has_the_tutorials_flags_for_all_three_stages(capsys, monk
         "dataset_name=openai/gsm8k",
     ):
         assert flag in train.split(), flag
-    assert train.split()[7].endswith("configs/post_train/rl.yml")  # the first positional argument after the flags
+    # Each finalized actor checkpoint is reported (eval jobs attached to a job start on it: checkpoint_reporter.py).
+    assert train.split()[7] == f"--rljob_checkpoint_events={run}/rl/rl-tutorial0001/checkpoints/actor"
+    assert train.split()[8].endswith("configs/post_train/rl.yml")  # the first positional argument after the flags
     # The schedule must follow num_batches: setting learning_rate_schedule_steps would decouple it.
     assert "learning_rate_schedule_steps" not in train
     assert "hardware=cpu" not in train.split() and "use_pathways=false" not in train.split()

@@ -14,6 +14,8 @@ ACTOR_ROOT_FLAG = "--rljob_actor_checkpoints="
 # GRPO's objective where train_rl cannot set it (grpo_objective.py): Tunix's kl_loss_mode and epsilon_high.
 KL_LOSS_MODE_FLAG = "--rljob_kl_loss_mode="
 EPSILON_HIGH_FLAG = "--rljob_epsilon_high="
+# The actor's checkpoint root, whose finalized steps are reported on stdout (checkpoint_reporter.py).
+CHECKPOINT_EVENTS_FLAG = "--rljob_checkpoint_events="
 
 
 def pop_flags(argv: list[str], *flags: str) -> tuple[dict[str, str], list[str]]:

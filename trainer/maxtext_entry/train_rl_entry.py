@@ -1,7 +1,8 @@
 """`python -m trainer.maxtext_entry.train_rl_entry [--rljob_...] <train_rl args>`: MaxText's train_rl,
 unmodified, with the sample and eval recorders installed (sample_recorder.py, eval_recorder.py; with
 export.checkpoint=best, the keeper of the best-evaluated weights, best_checkpoint.py), its time
-measured by part (goodput_recorder.py), the KL estimator and upper clip Tunix is given (grpo_objective.py),
+measured by part (goodput_recorder.py), each finished actor checkpoint reported (checkpoint_reporter.py),
+the KL estimator and upper clip Tunix is given (grpo_objective.py),
 the stop token inside the loss and masks that never take a real token for padding (stop_token.py),
 and a stop signal turned into a checkpoint between steps and
 exit 75 (graceful_stop.py). train_rl_jax_entry calls `main` with a hook that swaps the
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Callable
 
 from .best_checkpoint import install as install_best_checkpoint
+from .checkpoint_reporter import install as install_checkpoint_reporter
 from .eval_recorder import install as install_eval_recorder
 from .goodput_recorder import install as install_goodput_recorder
 from .graceful_stop import install as install_graceful_stop
@@ -24,6 +26,7 @@ from .shim_flags import (
     ACTOR_ROOT_FLAG,
     BEST_RECORD_FLAG,
     BEST_ROOT_FLAG,
+    CHECKPOINT_EVENTS_FLAG,
     EPSILON_HIGH_FLAG,
     EVAL_FLAG,
     EVAL_SCORING_FLAG,
@@ -50,6 +53,7 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
         ACTOR_ROOT_FLAG,
         KL_LOSS_MODE_FLAG,
         EPSILON_HIGH_FLAG,
+        CHECKPOINT_EVENTS_FLAG,
     )
     maxtext_argv = register_from_argv(argv)
     if KL_LOSS_MODE_FLAG in found:
@@ -63,6 +67,8 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
     if BEST_ROOT_FLAG in found:
         keeper = install_best_checkpoint(found[BEST_ROOT_FLAG], found[BEST_RECORD_FLAG], found[ACTOR_ROOT_FLAG])
         recorder.on_summary.append(keeper.offer)
+    if CHECKPOINT_EVENTS_FLAG in found:
+        install_checkpoint_reporter(found[CHECKPOINT_EVENTS_FLAG])
     install_graceful_stop()
     install_goodput_recorder()  # last: it times the other wrappers' work too (the eval recorder's rows)
     run_as_main(TRAIN_RL_MODULE, maxtext_argv)

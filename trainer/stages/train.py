@@ -6,18 +6,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainer.contract import JobSpec, RunLayout, TrainStep
+from trainer.contract import CheckpointSaved, JobSpec, RunLayout, TrainStep
 from trainer.contract.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalScoring
+from trainer.maxtext_entry.checkpoint_reporter import step_from_line
 from trainer.maxtext_entry.shim_flags import (
     ACTOR_ROOT_FLAG,
     BEST_RECORD_FLAG,
     BEST_ROOT_FLAG,
+    CHECKPOINT_EVENTS_FLAG,
     EPSILON_HIGH_FLAG,
     EVAL_FLAG,
     EVAL_SCORING_FLAG,
     KL_LOSS_MODE_FLAG,
     SAMPLES_FLAG,
 )
+from trainer.progress.event_reporter import EventReporter
 from trainer.progress.tensorboard_scalars import EventFileTailer
 from trainer.progress.train_rl_events import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
 from trainer.runner import StageCommand, StageFailed
@@ -28,6 +31,7 @@ from trainer.storage import store_for
 from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub, uses_cpu
 from .context import JobContext, latest_actor_step, stage_inputs
 from .convert import converted_checkpoint, converted_items_uri
+from .export import actor_params_uri
 from .maxtext_paths import rl_config
 
 TRAIN_RL_MODULE = "maxtext.trainers.post_train.rl.train_rl"  # what both entries run, unmodified
@@ -160,6 +164,7 @@ def build_train_command(
         f"{EVAL_SCORING_FLAG}{eval_scoring(spec)}",
         *best_checkpoint_flags(spec, layout),
         *objective_flags(spec),
+        f"{CHECKPOINT_EVENTS_FLAG}{layout.actor_checkpoints}",
         rl_config(),
         f"model_name={model.name}",
         f"tokenizer_path={local_tokenizer or spec.model.tokenizer_location}",
@@ -178,6 +183,18 @@ def build_train_command(
     ]
     needs_hub = tokenizer_needs_hub(spec, local_tokenizer) or local_data is None
     return StageCommand(module=module, args=tuple(args), env=stage_env(spec, needs_hub=needs_hub), graceful_stop=True)
+
+
+def report_train_line(line: str, reporter: EventReporter, layout: RunLayout, eval_lines: EvalLineReader) -> None:
+    """The event a line of train_rl's output reports (an evaluation, the time split, a finished checkpoint)."""
+    fields = eval_lines.fields(line)
+    if fields:
+        reporter.eval_result(**fields)
+    elif (goodput := goodput_from_line(line)) is not None:
+        reporter.goodput(goodput)
+    elif (step := step_from_line(line)) is not None:
+        # The URI is derived here, not read from the line: it is where this run's actor checkpoints are.
+        reporter.emit(CheckpointSaved, step=step, params=actor_params_uri(layout, step))
 
 
 def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any]:
@@ -205,18 +222,10 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any
     )
 
     eval_lines = EvalLineReader(start_step=start_step, total_steps=total)
-
-    def on_line(line: str) -> None:
-        fields = eval_lines.fields(line)
-        if fields:
-            reporter.eval_result(**fields)
-        elif (goodput := goodput_from_line(line)) is not None:
-            reporter.goodput(goodput)
-
     log = ctx.work_dir / "logs" / "train.log"
     watcher.start()
     try:
-        ctx.run_command(command, log, on_line=on_line)
+        ctx.run_command(command, log, on_line=lambda line: report_train_line(line, reporter, layout, eval_lines))
     finally:
         metrics_warning = _final_metrics_read(watcher, log)
     final = latest_actor_step(layout)
