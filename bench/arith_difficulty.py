@@ -39,6 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from trainer.evals.hf_sampler import PrefixSampler  # noqa: E402  (bench/learning*.py import it from here)
 from trainer.offline.arith_rows import DEFAULT_SEED, Difficulty, arith_split  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "arith_difficulty.json"
@@ -82,76 +83,6 @@ def train_rl_rows(rows: list[dict[str, str]], tokenizer: Any, template_path: Pat
 
     template = json.loads(template_path.read_text())
     return [utils_rl.process_data("openai/gsm8k", tokenizer, template, TAGS, row) for row in rows]
-
-
-class PrefixSampler:
-    """Samples `generations` completions per prompt with a KV cache: shared prefix once, then each
-    prompt's remainder, then the completions together, dropping each one once `done(text)` says so."""
-
-    def __init__(self, model: Any, tokenizer: Any) -> None:
-        self.model, self.tokenizer = model, tokenizer
-
-    def _prefill(self, prompts: list[str]) -> tuple[Any, Any, Any, Any]:
-        import torch
-
-        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        shared = 0
-        while shared < min(map(len, ids)) - 1 and len({i[shared] for i in ids}) == 1:
-            shared += 1
-        with torch.no_grad():
-            cache = self.model(input_ids=torch.tensor([ids[0][:shared]]), use_cache=True).past_key_values
-        cache.batch_repeat_interleave(len(ids))
-        rest = [i[shared:] for i in ids]
-        width = max(map(len, rest))
-        pad = self.tokenizer.pad_token_id
-        tokens = torch.tensor([[pad] * (width - len(r)) + r for r in rest])
-        # Padding sits between the shared prefix and each remainder; the mask hides it and positions skip it.
-        mask = torch.tensor([[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rest])
-        positions = (mask.cumsum(-1) - 1)[:, shared:].clamp(min=0)
-        with torch.no_grad():
-            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
-        return out.logits[:, -1], cache, mask, positions[:, -1] + 1
-
-    def sample(
-        self, prompts: list[str], *, generations: int, temperature: float | None, top_k: int, new_tokens: int, seed: int, done: Any
-    ) -> list[list[str]]:
-        """temperature None: greedy. Returns each prompt's completions (special tokens dropped)."""
-        import torch
-
-        logits, cache, mask, position = self._prefill(prompts)
-        cache.batch_repeat_interleave(generations)
-        logits, mask, position = (t.repeat_interleave(generations, 0) for t in (logits, mask, position))
-        generator = torch.Generator().manual_seed(seed)
-        eos = self.tokenizer.eos_token_id
-        tokens: list[list[int]] = [[] for _ in range(len(prompts) * generations)]
-        active = torch.arange(len(tokens))
-        for step in range(new_tokens):
-            if temperature is None:
-                chosen = logits.argmax(-1)
-            else:
-                top = torch.topk(logits.float() / temperature, top_k, dim=-1)
-                pick = torch.multinomial(torch.softmax(top.values, -1), 1, generator=generator)
-                chosen = top.indices.gather(-1, pick).squeeze(-1)
-            keep = []
-            for i, (row, token) in enumerate(zip(active.tolist(), chosen.tolist(), strict=True)):
-                if token == eos:
-                    continue
-                tokens[row].append(token)
-                if not done(self.tokenizer.decode(tokens[row], skip_special_tokens=True)):
-                    keep.append(i)
-            if not keep or step == new_tokens - 1:
-                break
-            index = torch.tensor(keep)
-            cache.batch_select_indices(index)
-            active, mask, position, chosen = active[index], mask[index], position[index], chosen[index]
-            mask = torch.cat([mask, torch.ones(len(keep), 1, dtype=mask.dtype)], dim=-1)
-            with torch.no_grad():
-                out = self.model(
-                    input_ids=chosen[:, None], attention_mask=mask, position_ids=position[:, None], past_key_values=cache, use_cache=True
-                )
-            logits, position = out.logits[:, -1], position + 1
-        texts = [self.tokenizer.decode(t, skip_special_tokens=True) for t in tokens]
-        return [texts[i * generations : (i + 1) * generations] for i in range(len(prompts))]
 
 
 def check_sampler(sampler: PrefixSampler, prompts: list[str], new_tokens: int = 12) -> dict[str, Any]:

@@ -20,34 +20,10 @@ import re
 import shutil
 from pathlib import Path
 
-from trainer.offline.arith_rows import EXAMPLES, JOB_FILES, arith_row
+from trainer.evals.arith_questions import FOLD_SEED, FOLDS, fact_key, fold_rows  # noqa: F401 - fact_key: the bench's tests read it here
+from trainer.offline.arith_rows import EXAMPLES, JOB_FILES
 
-OPERATORS = "+-*"
-FOLDS = ("A", "B")
-FOLD_SEED = 20261204
 RATE_LINE = re.compile(r"^RATE = [0-9.]+.*$", re.MULTILINE)
-
-
-def fact_key(a: int, op: str, b: int) -> str:
-    return f"{min(a, b)}{op}{max(a, b)}"
-
-
-def fold_rows(seed: int = FOLD_SEED) -> dict[str, list[dict[str, str]]]:
-    facts: dict[str, list[tuple[int, str, int]]] = {}
-    for op in OPERATORS:
-        for a in range(10):
-            for b in range(10):
-                facts.setdefault(fact_key(a, op, b), []).append((a, op, b))
-    order = sorted(facts, key=lambda k: hashlib.sha256(f"{seed}:{k}".encode()).hexdigest())
-    folds: dict[str, list[dict[str, str]]] = {f: [] for f in FOLDS}
-    count = {(f, op): 0 for f in FOLDS for op in OPERATORS}
-    for key in order:
-        op = facts[key][0][1]
-        fold = min(FOLDS, key=lambda f: (count[(f, op)], f))
-        for a, _, b in facts[key]:
-            folds[fold].append(arith_row((a, b), (op,)))
-        count[(fold, op)] += len(facts[key])
-    return folds
 
 
 def fold_hash(rows: list[dict[str, str]]) -> str:

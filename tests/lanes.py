@@ -26,6 +26,7 @@ SLOW_LANES: dict[str, str] = {
     # tiny job first: it converts the tiny model for the lane's shared output, so the emulated cluster's pods
     # take the cached checkpoint.
     "tests/service/test_tiny_job_integration.py": "slow-lane-1",
+    "tests/service/test_attached_evals_tiny.py": "slow-lane-1",  # eval jobs attached to a tiny job (issue 36)
     "tests/k8s/test_e2e_tiny_cpu.py": "slow-lane-1",
     "tests/storage/test_pipeline_gcs.py": "slow-lane-1",
     "tests/trainer/test_slow_smollm2.py": "slow-lane-1",
@@ -35,6 +36,7 @@ SLOW_LANES: dict[str, str] = {
     "tests/trainer/test_slow_pipeline.py": "slow-lane-2",
     "tests/trainer/test_slow_preemption.py": "slow-lane-2",
     "tests/trainer/test_slow_shared_prefill.py": "slow-lane-2",
+    "tests/trainer/test_eval_slow_tiny.py": "slow-lane-2",  # an eval job on the tiny model (transformers, no MaxText run)
 }
 LANE_ORDER = {name: i for i, name in enumerate(dict.fromkeys(SLOW_LANES.values()))}
 

@@ -169,8 +169,9 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 
 
 def cmd_make_data(args: argparse.Namespace) -> int:
+    from trainer.evals.gsm8k_test_rows import DataSourceMissing
     from trainer.offline.arith_rows import ArithFilesMissing, ArithKnobError
-    from trainer.offline.gsm8k_rows import DATA_BUILDERS, DataSourceMissing
+    from trainer.offline.gsm8k_rows import DATA_BUILDERS
 
     knobs = {k: getattr(args, k) for k in ("train_rows", "seed", *ARITH_ONLY_KNOBS) if getattr(args, k) is not None}
     misplaced = [f"--{k.replace('_', '-')}" for k in ARITH_ONLY_KNOBS if k in knobs and args.name != "arith"]

@@ -19,6 +19,7 @@ from typing import Any
 
 from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, location_kind
 from trainer.contract.best_checkpoint import ExportedCheckpoint
+from trainer.contract.events import EVAL_STAGE_ORDER
 from trainer.repro import write_repro
 from trainer.run_size import report_run_storage
 from trainer.run_stop import StopRequest
@@ -27,6 +28,7 @@ from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import DataError
 from trainer.stages.context import JobContext, RunCommand, local_work_dir
 from trainer.stages.convert import build_convert_command, cached_conversion, run_convert
+from trainer.stages.evaluate import HF_NEEDS_NO_CONVERSION, build_eval_export_command, needs_conversion, run_eval_export, run_evaluate
 from trainer.stages.export import VerificationFailed, build_export_command, build_verify_command, run_export
 from trainer.stages.train import build_train_command, run_train, total_train_steps
 from trainer.storage import ArtifactStore, StorageError, store_for
@@ -54,6 +56,24 @@ STAGE_RUNNERS: dict[Stage, Callable[[JobContext], dict[str, Any]]] = {
     Stage.TRAIN: run_train,
     Stage.EXPORT: run_export,
 }
+# An eval job (spec.evaluation): export converts a MaxText checkpoint, evaluate scores the suite (stages/evaluate.py).
+EVAL_STAGE_RUNNERS: dict[Stage, Callable[[JobContext], dict[str, Any]]] = {
+    Stage.EXPORT: run_eval_export,
+    Stage.EVALUATE: run_evaluate,
+}
+
+
+def stage_order(spec: JobSpec) -> tuple[Stage, ...]:
+    return EVAL_STAGE_ORDER if spec.is_eval else STAGE_ORDER
+
+
+def _skip_reason(spec: JobSpec, stage: Stage) -> str | None:
+    """Why a stage is not run at all for this spec (None: it runs)."""
+    if stage is not Stage.EXPORT:
+        return None
+    if spec.is_eval:
+        return None if needs_conversion(spec) else HF_NEEDS_NO_CONVERSION
+    return None if spec.export.enabled else "export disabled in the spec"
 
 
 def _artifact_size(uri: str) -> int | None:
@@ -105,10 +125,11 @@ def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
     current: Stage | None = None
     try:
         write_repro(ctx.spec, ctx.layout)  # before any stage: what this attempt runs with
-        for stage in STAGE_ORDER:
+        runners = EVAL_STAGE_RUNNERS if ctx.spec.is_eval else STAGE_RUNNERS
+        for stage in stage_order(ctx.spec):
             current = stage
-            if stage is Stage.EXPORT and not ctx.spec.export.enabled:
-                reporter.stage_finished(stage, 0.0, skipped=True, reason="export disabled in the spec")
+            if (skipped := _skip_reason(ctx.spec, stage)) is not None:
+                reporter.stage_finished(stage, 0.0, skipped=True, reason=skipped)
                 continue
             if store.exists(ctx.layout.stage_marker(stage)):
                 reporter.stage_finished(stage, 0.0, skipped=True, reason="completed by an earlier attempt")
@@ -126,7 +147,7 @@ def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
                 )
                 continue
             reporter.stage_started(stage)
-            outputs = STAGE_RUNNERS[stage](ctx)
+            outputs = runners[stage](ctx)
             duration = clock() - started
             for name in ("checkpoint", "export"):
                 if name in outputs:
@@ -149,7 +170,10 @@ def _run_stages(ctx: JobContext, clock: Callable[[], float]) -> ExitCode:
 
 
 def _success_message(ctx: JobContext, store: ArtifactStore) -> str:
-    """Where the export is and, when the spec asked for the best weights, which ones it holds."""
+    """Where the export is and, when the spec asked for the best weights, which ones it holds; for an eval job,
+    its primary score and where the report is."""
+    if ctx.spec.evaluation is not None:
+        return _eval_success_message(ctx, store)
     message = f"export at {ctx.layout.export_dir}"
     marker = ctx.layout.stage_marker(Stage.EXPORT)
     if ctx.spec.export.checkpoint != "best" or not store.exists(marker):
@@ -164,6 +188,22 @@ def _success_message(ctx: JobContext, store: ArtifactStore) -> str:
     return (
         f"{message}, of the best-evaluated weights: the {chosen.best.label} evaluation, accuracy "
         f"{chosen.best.accuracy:.3f} (95% CI {lo:.3f}-{hi:.3f}, {chosen.best.n} rows), actor step {chosen.step}"
+    )
+
+
+def _eval_success_message(ctx: JobContext, store: ArtifactStore) -> str:
+    from trainer.contract.eval_report import EvalReport
+
+    try:
+        report = EvalReport.model_validate_json(store.read_bytes(ctx.layout.eval_report))
+    except (StorageError, ValueError):
+        return f"evaluated; report at {ctx.layout.eval_report}"
+    primary = report.functions[report.primary]
+    lo, hi = primary.pass_at_1.ci95
+    return (
+        f"{report.suite.name} (content {report.suite.content_hash}), {report.n} rows: {report.primary} pass@1 "
+        f"{primary.pass_at_1.value:.3f} (95% CI {lo:.3f}-{hi:.3f}), maj@{report.k} {primary.maj_at_k.value:.3f}; "
+        f"report at {ctx.layout.eval_report}"
     )
 
 
@@ -189,7 +229,7 @@ def _publish_logs(ctx: JobContext) -> None:
     """Stage logs are written locally; a gs:// run directory gets a copy at logs/<stage>.log."""
     if location_kind(ctx.layout.root) == "local":
         return
-    for stage in STAGE_ORDER:
+    for stage in stage_order(ctx.spec):
         path = ctx.work_dir / "logs" / f"{stage.value}.log"
         if path.exists():
             try:
@@ -206,6 +246,13 @@ def describe_plan(spec: JobSpec, layout: RunLayout, model: MaxTextModel) -> list
     """The exact command of each stage, as `run` would issue it on a fresh run directory (the check
     without --wait: `run` starts it that way alongside to_huggingface and tells it when to go)."""
     local_tokenizer = spec.model.tokenizer_location if location_kind(spec.model.tokenizer_location) == "local" else None
+    if spec.is_eval:
+        # Evaluate runs inside the trainer (transformers on the host): only a conversion has a command.
+        return (
+            [(Stage.EXPORT, build_eval_export_command(spec, layout, model, local_tokenizer=local_tokenizer))]
+            if needs_conversion(spec)
+            else []
+        )
     work = local_work_dir(layout)
     local_data = None
     if spec.dataset.uses_files:

