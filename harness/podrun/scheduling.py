@@ -111,8 +111,17 @@ class Node:
         )
 
     @classmethod
-    def gke_cpu(cls, name: str, *, pool: str = "default-pool", machine_type: str = "e2-standard-4") -> Node:
-        """A plain GKE node (e2-standard-4: 4 vCPU, 16 GB; allocatable as GKE reserves), no taints."""
+    def gke_cpu(
+        cls,
+        name: str,
+        *,
+        pool: str = "default-pool",
+        machine_type: str = "e2-standard-4",
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+    ) -> Node:
+        """A plain GKE node (e2-standard-4: 4 vCPU, 16 GB; allocatable as GKE reserves), no taints; `labels` and
+        `taints`: what the pool's --node-labels and --node-taints add (a test builds them from the guide's command)."""
         return cls(
             name=name,
             labels={
@@ -121,7 +130,9 @@ class Node:
                 "kubernetes.io/arch": "amd64",
                 "cloud.google.com/gke-nodepool": pool,
                 "node.kubernetes.io/instance-type": machine_type,
+                **(labels or {}),
             },
+            taints=list(taints or []),
             allocatable={"cpu": "3920m", "memory": "13Gi", "pods": "110"},
         )
 

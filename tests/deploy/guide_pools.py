@@ -1,4 +1,4 @@
-"""docs/deploy-gke.md's TPU node-pool commands, read as a shell would: used by tests/deploy/test_deploy_docs.py (each
+"""docs/deploy-gke.md's TPU and eval node-pool commands, read as a shell would: used by tests/deploy/test_deploy_docs.py (each
 pool against what its pods select) and tests/k8s/test_reservation_pool_from_guide.py (an emulated node built from the
 reservation pool's command). Every function takes the guide's text, so a test can hand it a drifted copy."""
 
@@ -62,3 +62,26 @@ def tpu_pools(doc: str) -> dict[str, tuple[str, dict[str, str]]]:
         assert capacity not in pools, f"two pool commands for {capacity}"
         pools[capacity] = (cmd, pool_flags)
     return pools
+
+
+def node_taints(pool_flags: dict[str, str]) -> list[dict[str, str]]:
+    """The taints a pool command's --node-taints (KEY=VALUE:EFFECT,...) puts on each of its nodes."""
+    out = []
+    for taint in filter(None, pool_flags.get("--node-taints", "").split(",")):
+        key_value, effect = taint.rsplit(":", 1)
+        key, value = key_value.split("=", 1)
+        out.append({"key": key, "value": value, "effect": effect})
+    return out
+
+
+def eval_pool(doc: str) -> tuple[str, dict[str, str]]:
+    """The (command, flags) of the guide's one pool for eval jobs: the pool labelled rljob.dev/capacity=cpu-eval."""
+    from service.adapters.k8s.capacity import CAPACITY_LABEL, EVAL_POOL
+
+    found = [
+        (cmd, pool_flags)
+        for cmd in commands(doc, "gcloud container node-pools create")
+        if node_labels(doc, pool_flags := flags(cmd)).get(CAPACITY_LABEL) == EVAL_POOL
+    ]
+    assert len(found) == 1, f"the guide has {len(found)} pool commands labelled {CAPACITY_LABEL}={EVAL_POOL}, not one"
+    return found[0]

@@ -60,7 +60,7 @@ def test_every_tpu_pool_command_matches_what_its_pods_select():
     import yaml
 
     from service.adapters.k8s.accelerators import ACCELERATORS
-    from service.adapters.k8s.capacity import CAPACITY_LABEL, RESERVATION_NAME_LABEL, SPOT_LABEL, capacity_scheduling
+    from service.adapters.k8s.capacity import CAPACITY_LABEL, EVAL_POOL, RESERVATION_NAME_LABEL, SPOT_LABEL, capacity_scheduling
 
     pools = guide_pools.tpu_pools(DOC)
     assert set(pools) == {"on-demand", "spot", "flex-start", "reservation"}
@@ -91,8 +91,22 @@ def test_every_tpu_pool_command_matches_what_its_pods_select():
     # The Kueue flavors name the same label values, and the reservation flavor the guide's reservation.
     flavors = [d for d in yaml.safe_load_all((ROOT / "k8s/kueue/resourceflavor.yaml").read_text()) if d]
     by_capacity = {f["spec"]["nodeLabels"][CAPACITY_LABEL]: f["spec"]["nodeLabels"] for f in flavors}
-    assert set(by_capacity) == set(pools)
+    assert set(by_capacity) == {*pools, EVAL_POOL}
     assert by_capacity["reservation"][RESERVATION_NAME_LABEL] == reservation
+
+
+def test_the_eval_pool_command_matches_what_a_queued_eval_pod_selects_and_tolerates():
+    """The eval pool (docs/deploy-gke.md "Eval pool") puts on its nodes exactly the label a queued eval pod selects
+    and the taint it tolerates (so nothing else lands there), and is a cpu pool of on-demand VMs."""
+    from service.adapters.k8s.capacity import eval_pool_scheduling
+
+    _, flags = guide_pools.eval_pool(DOC)
+    wanted = eval_pool_scheduling()
+    assert guide_pools.node_labels(DOC, flags) == wanted.node_selector
+    tolerated = [{k: t[k] for k in ("key", "value", "effect")} for t in wanted.tolerations]
+    assert guide_pools.node_taints(flags) == tolerated
+    assert not flags["--machine-type"].startswith("ct") and "--spot" not in flags and "--flex-start" not in flags
+    assert "--enable-autoscaling" in flags
 
 
 def test_pool_check_fails_when_the_guide_drifts(monkeypatch):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import typing
 
-from service.adapters.k8s.capacity import CAPACITY_LABEL, capacity_scheduling
+from service.adapters.k8s.capacity import CAPACITY_LABEL, EVAL_POOL, capacity_scheduling, eval_pool_scheduling
 from service.adapters.k8s.kueue import priority_class_name
 from tests.deploy.deploy_support import one
 from trainer.contract.spec import CAPACITY_KINDS, JobSpec
@@ -22,6 +22,7 @@ FLAVOR_OF_CAPACITY = {
     "reservation": "tpu-v6e-2x4-reservation",
 }
 POOL_ORDER = ("reservation", "spot", "on-demand", "flex-start")  # paid for already, cheapest, on-demand, may wait
+EVAL_FLAVOR = "cpu-eval"  # eval jobs' flavor, last: only eval pods select it
 SHIPPED_RESERVATION = "rljob-v6e-8"  # the reservation flavor's example name
 
 
@@ -34,7 +35,7 @@ def test_each_capacity_flavor_selects_and_tolerates_what_the_launcher_does(rende
     and its tolerations are that capacity's: Kueue and the trainer pod then agree on the nodes. Every flavor
     names the routing key with its own value, so no flavor can take another capacity's pod."""
     flavors = _kinds(rendered["gke-kueue"], "ResourceFlavor")
-    assert set(flavors) == set(FLAVOR_OF_CAPACITY.values())
+    assert set(flavors) == {*FLAVOR_OF_CAPACITY.values(), EVAL_FLAVOR}
     assert set(FLAVOR_OF_CAPACITY) == set(CAPACITY_KINDS), "a new capacity needs its flavor"
     for capacity, name in FLAVOR_OF_CAPACITY.items():
         scheduling = capacity_scheduling((capacity,), SHIPPED_RESERVATION)
@@ -42,6 +43,10 @@ def test_each_capacity_flavor_selects_and_tolerates_what_the_launcher_does(rende
         assert spec["nodeLabels"] == {**V6E_2X4, **scheduling.node_selector}, name
         assert spec.get("tolerations", []) == scheduling.tolerations, name
     assert len({f["spec"]["nodeLabels"][CAPACITY_LABEL] for f in flavors.values()}) == len(flavors)
+    # The eval flavor: exactly what a queued eval pod selects and tolerates (the eval pool), nothing of a TPU.
+    eval_pool = eval_pool_scheduling()
+    assert flavors[EVAL_FLAVOR]["spec"] == {"nodeLabels": eval_pool.node_selector, "tolerations": eval_pool.tolerations}
+    assert eval_pool.node_selector == {CAPACITY_LABEL: EVAL_POOL}
 
 
 def test_cluster_queue_holds_tpu_quota_in_every_flavor_and_waits_on_no_admission_check(rendered):
@@ -50,10 +55,14 @@ def test_cluster_queue_holds_tpu_quota_in_every_flavor_and_waits_on_no_admission
     (group,) = cq["spec"]["resourceGroups"]
     assert "google.com/tpu" in group["coveredResources"]
     # The pool's order for a job of several kinds (docs/deploy-gke.md "One spec, several capacities").
-    assert [f["name"] for f in group["flavors"]] == [FLAVOR_OF_CAPACITY[c] for c in POOL_ORDER]
+    assert [f["name"] for f in group["flavors"]] == [*(FLAVOR_OF_CAPACITY[c] for c in POOL_ORDER), EVAL_FLAVOR]
     for flavor in group["flavors"]:
         quotas = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
-        assert set(quotas) == set(group["coveredResources"]), flavor["name"]
+        # Kueue: every flavor of a group lists every covered resource, in coveredResources' order.
+        assert [r["name"] for r in flavor["resources"]] == group["coveredResources"], flavor["name"]
+        if flavor["name"] == EVAL_FLAVOR:
+            assert quotas["google.com/tpu"] == 0 and quotas["cpu"] > 0, "eval jobs: cpu and memory, no TPUs"
+            continue
         assert quotas["google.com/tpu"] > 0 and quotas["google.com/tpu"] % 8 == 0, "whole v6e-8 nodes"
     ns = one(objs, "Namespace")["metadata"]["name"]
     assert cq["spec"]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": ns}

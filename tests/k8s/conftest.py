@@ -80,6 +80,29 @@ def make_cpu_spec(**extra: Any) -> JobSpec:
     )
 
 
+def make_eval_spec(of_job: str | None = "rl-trained00001", **extra: Any) -> JobSpec:
+    """An eval job (JobSpec.evaluation): the built-in arith suite on a training job's Hugging Face export."""
+    checkpoint: dict[str, Any] = {"format": "huggingface", "label": "export" if of_job else "base"}
+    if of_job:
+        checkpoint["job_id"] = of_job
+    return JobSpec.model_validate(
+        {
+            "name": "eval-arith",
+            "model": {"source": "gs://example-bucket/rljob/runs/rl-trained00001/export"},
+            "hardware": {
+                "accelerator": "cpu",
+                "chips_per_vm": 1,
+                "rollout_engine": "jax",
+                "rollout_data_parallelism": 1,
+                "rollout_tensor_parallelism": 1,
+            },
+            "output": "gs://example-bucket/rljob",
+            "evaluation": {"suite": {"name": "arith"}, "checkpoint": checkpoint},
+            **extra,
+        }
+    )
+
+
 def make_settings(**overrides: Any) -> K8sSettings:
     values: dict[str, Any] = {
         "namespace": NS,

@@ -19,7 +19,7 @@ from service.adapters.k8s import kueue_setup
 from service.adapters.k8s.manifests import build_workload
 from service.adapters.k8s.serialize import to_plain
 
-from .conftest import make_settings, make_spec
+from .conftest import make_eval_spec, make_settings, make_spec
 
 CAP = "rljob.dev/capacity"
 SPOT = "cloud.google.com/gke-spot"
@@ -224,3 +224,61 @@ def test_the_pod_request_is_what_the_emulator_sums():
     (ps,) = wl["spec"]["podSets"]
     assert demand.requests(count_pods=False) == podset_requests(ps)
     assert set(demand.per_pod) == {"cpu", "memory", "google.com/tpu"}
+
+
+RESOURCE_FLAVORS["cpu-eval"] = {
+    "metadata": {"name": "cpu-eval"},
+    "spec": {
+        "nodeLabels": {CAP: "cpu-eval"},
+        "tolerations": [{"key": CAP, "operator": "Equal", "value": "cpu-eval", "effect": "NoSchedule"}],
+    },
+}
+
+
+def _with_eval(cpu: Any = 12, memory: Any = "48Gi") -> dict[str, Any]:
+    """The shipped shape: the eval flavor last in the TPU group, cpu and memory quota, no TPUs."""
+    cq = _cq(flavors=("tpu-v6e-2x4-reservation", "tpu-v6e-2x4-spot", "tpu-v6e-2x4-on-demand"))
+    resources = [("cpu", cpu), ("memory", memory), ("google.com/tpu", 0)]
+    cq["spec"]["resourceGroups"][0]["flavors"].append(
+        {"name": "cpu-eval", "resources": [{"name": r, "nominalQuota": q} for r, q in resources]}
+    )
+    return cq
+
+
+@pytest.mark.parametrize(
+    ("cq", "admitted"),
+    [
+        (_with_eval(), True),
+        (_with_eval(cpu=1), False),  # the eval pod asks 2 CPU (RLJOB_K8S_CPU_JOB_CPU)
+        (_with_eval(memory="4Gi"), False),
+        (_cq(flavors=("tpu-v6e-2x4-reservation", "tpu-v6e-2x4-spot", "tpu-v6e-2x4-on-demand")), False),  # no eval flavor
+    ],
+    ids=["eval-flavor", "eval-cpu-1", "eval-memory-4Gi", "no-eval-flavor"],
+)
+def test_an_eval_job_is_accepted_exactly_when_the_emulated_kueue_admits_it_into_the_eval_flavor(cq, admitted):
+    workload = build_workload(make_eval_spec(), "rl-000000000001", make_settings(kueue_queue="rljob-v6e"))
+    demand = kueue_setup.demand_of(workload)
+    wl = {"spec": {"podSets": pod_sets({**to_plain(workload.job), "kind": "Job"})}}
+    refused = kueue_setup.refusal(_chain(cq), demand)
+    assigned = emulated.assign_flavors(wl, cq, RESOURCE_FLAVORS, {}, "flavor-keys")
+    assert (refused is None, bool(assigned.pod_sets)) == (admitted, admitted), (refused, assigned.message)
+    if admitted:
+        assert {f for ps in assigned.pod_sets for f in ps["flavors"].values()} == {"cpu-eval"}
+    else:
+        assert refused is not None and "rljob.dev/capacity=cpu-eval" in refused and "ResourceFlavor cpu-eval" in refused, refused
+
+
+def test_a_tpu_job_is_never_taken_by_the_eval_flavor():
+    """The eval flavor in the group changes nothing for TPU jobs: with only it and the on-demand flavor, a spot job is
+    refused (its quota and labels are for eval pods), an on-demand one goes on-demand."""
+    cq = _with_eval()
+    cq["spec"]["resourceGroups"][0]["flavors"] = [
+        f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] in ("cpu-eval", "tpu-v6e-2x4-on-demand")
+    ]
+    for capacity, flavor in (("on-demand", "tpu-v6e-2x4-on-demand"), ("spot", None)):
+        demand, wl = _job(capacity)
+        assigned = emulated.assign_flavors(wl, cq, RESOURCE_FLAVORS, {}, "flavor-keys")
+        refused = kueue_setup.refusal(_chain(cq), demand)
+        assert (refused is None) == bool(assigned.pod_sets) == (flavor is not None), (capacity, refused, assigned.message)
+        if flavor is not None:
+            assert {f for ps in assigned.pod_sets for f in ps["flavors"].values()} == {flavor}

@@ -19,7 +19,7 @@ from service.adapters.k8s.render import render_manifests, render_manifests_yaml
 from trainer.contract import NON_RETRYABLE_EXIT_CODES
 from trainer.contract.tpu import TPU_SLICES
 
-from .conftest import JOB_ID, make_cpu_spec, make_settings, make_spec
+from .conftest import JOB_ID, make_cpu_spec, make_eval_spec, make_settings, make_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 GKE_MINOR = make_settings().gke_minor_version
@@ -39,10 +39,12 @@ def _settings(**extra):
 def _golden_spec(case: str):
     if case == "cpu":
         return make_cpu_spec(team="ml-research")
+    if case == "eval":
+        return make_eval_spec(team="ml-research")
     return make_spec(**CASES[case], team="ml-research")
 
 
-@pytest.mark.parametrize("case", [*sorted(CASES), "cpu"])
+@pytest.mark.parametrize("case", [*sorted(CASES), "cpu", "eval"])
 def test_golden_manifests(case: str) -> None:
     extra = {"host_paths": ["/data/rljob"]} if case == "cpu" else {}
     text = render_manifests_yaml(_golden_spec(case), JOB_ID, _settings(**extra))
@@ -51,6 +53,8 @@ def test_golden_manifests(case: str) -> None:
         path.write_text(text)
     assert path.exists(), f"missing golden {path}; run with RLJOB_UPDATE_GOLDEN=1"
     assert text == path.read_text(), f"{case} manifests changed; if intended, regenerate with RLJOB_UPDATE_GOLDEN=1"
+    for doc in yaml.safe_load_all(text):
+        validate_strict(doc)
 
 
 def validate_strict(doc: dict[str, Any]) -> None:
@@ -87,6 +91,35 @@ def test_cpu_job_renders_strictly_valid_manifests(kueue: bool) -> None:
     assert [d["kind"] for d in docs] == ["ConfigMap", "Job"]
     for doc in docs:
         validate_strict(doc)
+
+
+@pytest.mark.parametrize("kueue", [False, True])
+def test_an_eval_job_is_queued_onto_the_eval_pool_and_says_what_it_is(kueue: bool) -> None:
+    """Queued, an eval job selects and tolerates the eval pool and nothing of a TPU; without Kueue it is a plain cpu
+    job. Its Job, pods and ConfigMap say eval, which training job it evaluates, and its suite and checkpoint."""
+    docs = render_manifests(make_eval_spec(), JOB_ID, make_settings(kueue_queue="q" if kueue else None))
+    for doc in docs:
+        validate_strict(doc)
+    config_map, job = docs
+    for meta in (config_map["metadata"], job["metadata"], job["spec"]["template"]["metadata"]):
+        assert (meta["labels"]["rljob.dev/kind"], meta["labels"]["rljob.dev/eval-of"]) == ("eval", "rl-trained00001")
+        assert (meta["annotations"]["rljob.dev/eval-suite"], meta["annotations"]["rljob.dev/eval-checkpoint"]) == ("arith", "export")
+    pod = _pod(job)
+    assert "google.com/tpu" not in str(job) and "gke-tpu" not in str(job)
+    if kueue:
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q" and job["spec"]["suspend"] is True
+        assert pod["nodeSelector"] == {"rljob.dev/capacity": "cpu-eval"}
+        assert pod["tolerations"] == [{"key": "rljob.dev/capacity", "operator": "Equal", "value": "cpu-eval", "effect": "NoSchedule"}]
+    else:
+        assert "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"] and "suspend" not in job["spec"]
+        assert "nodeSelector" not in pod and "tolerations" not in pod
+    # A training job says train and names no evaluation; an eval of a base model names no training job.
+    for train in render_manifests(make_spec(), JOB_ID, make_settings(kueue_queue="q")):
+        assert train["metadata"]["labels"]["rljob.dev/kind"] == "train" and "rljob.dev/eval-of" not in train["metadata"]["labels"]
+        assert set(train["metadata"]["annotations"]) == {"rljob.dev/spec-hash"}
+    base = render_manifests(make_eval_spec(of_job=None), JOB_ID, make_settings())[1]
+    assert "rljob.dev/eval-of" not in base["metadata"]["labels"]
+    assert base["metadata"]["annotations"]["rljob.dev/eval-checkpoint"] == "base"
 
 
 def test_cpu_job_is_a_plain_job_sized_by_settings() -> None:

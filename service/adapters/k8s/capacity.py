@@ -27,6 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CAPACITY_LABEL = "rljob.dev/capacity"  # on every TPU node pool, in every ResourceFlavor, selected by every TPU pod
+# The cpu node pool eval jobs run on (docs/deploy-gke.md) carries CAPACITY_LABEL=cpu-eval and the matching NoSchedule
+# taint; the `cpu-eval` ResourceFlavor names the same label. The same key as the TPU pools, not one of its own: Kueue
+# compares a pod with a flavor only on label keys the flavor (v0.19.x) or its resource group (<= v0.17.5) names, and
+# every TPU flavor names rljob.dev/capacity, so an eval pod selecting cpu-eval mismatches each TPU flavor and a TPU pod
+# the eval flavor, under both rules. A key of its own would be cut away when the eval pod meets a TPU flavor, which
+# would then take it (cpu and memory from a TPU flavor's quota, its TPU node labels merged into a pod that cannot run
+# there). The pool is on-demand VMs: that is the kind an eval job is reported and priced as.
+EVAL_POOL = "cpu-eval"
 SPOT_LABEL = "cloud.google.com/gke-spot"
 RESERVATION_NAME_LABEL = "cloud.google.com/reservation-name"
 
@@ -62,7 +70,8 @@ def cpu_capacity_problem(capacities: tuple[str, ...]) -> str | None:
 
     Refused rather than routed: only the TPU node pools carry rljob.dev/capacity (the guide creates no cpu pool of
     each kind), so a cpu pod selecting spot, flex-start or a reservation would match only TPU nodes, whose
-    google.com/tpu taint it does not tolerate, and wait forever unqueued (cpu jobs are never Kueue's). A cpu job is
+    google.com/tpu taint it does not tolerate, and wait forever unqueued (cpu training jobs are never Kueue's; an eval
+    job is, but only into the eval pool's flavor, which is on-demand VMs). A cpu job is
     the small end-to-end or smoke run; it does not need preemptible or reserved VMs. The local launcher keeps its
     own rules (service/adapters/local/capacity.py).
     """
@@ -73,6 +82,13 @@ def cpu_capacity_problem(capacities: tuple[str, ...]) -> str | None:
         f"capacity {', '.join(others)} is a kind of TPU node pool on GKE (rljob.dev/capacity, docs/deploy-gke.md); a cpu "
         "job runs on any node with room and no pool of that kind exists for it, so it would never be scheduled: leave "
         "hardware.capacity out (on-demand), or ask for a TPU accelerator"
+    )
+
+
+def eval_pool_scheduling() -> CapacityScheduling:
+    """What a queued eval pod adds: it selects the eval pool and tolerates the taint that keeps other pods off it."""
+    return CapacityScheduling(
+        {CAPACITY_LABEL: EVAL_POOL}, [{"key": CAPACITY_LABEL, "operator": "Equal", "value": EVAL_POOL, "effect": "NoSchedule"}]
     )
 
 
@@ -91,7 +107,7 @@ def capacity_scheduling(capacities: tuple[str, ...], reservation: str | None = N
     """The node selection and tolerations of `capacities` (HardwareSpec.capacities, in the spec's order).
 
     A TPU pod always selects its capacity, on-demand included: that is what keeps it out of the other
-    flavors. A cpu pod selects nothing (any node; cpu jobs are never queued by Kueue), and only on-demand.
+    flavors. A cpu pod selects nothing here (any node; a queued eval pod adds eval_pool_scheduling), and only on-demand.
     """
     unknown = [c for c in capacities if c not in ("on-demand", "spot", "flex-start", "reservation")]
     if unknown or not capacities:

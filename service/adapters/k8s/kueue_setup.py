@@ -27,7 +27,7 @@ from typing import Any, cast
 from kubernetes.utils.quantity import parse_quantity
 
 from .accelerators import TPU_RESOURCE
-from .capacity import CAPACITY_LABEL
+from .capacity import CAPACITY_LABEL, EVAL_POOL
 from .manifests import Workload
 from .serialize import to_plain
 
@@ -348,9 +348,18 @@ def refusal(chain: QueueChain, demand: Demand) -> str | None:
             + (f" ({demand.pods} pod(s) x {format_quantity(q / demand.pods, r)})" if r != PODS_RESOURCE else "")
             for r, q in sorted(covered.items(), key=lambda kv: _tpu_first(kv[0]))
         )
+        if demand.node_selector.get(CAPACITY_LABEL) == EVAL_POOL:
+            fix = (
+                f"An eval job runs in the eval pool's flavor: ask an admin to add ResourceFlavor {EVAL_POOL} with cpu and memory "
+                "quota to the ClusterQueue (k8s/kueue/, docs/deploy-gke.md), or to lower RLJOB_K8S_CPU_JOB_CPU / RLJOB_K8S_CPU_JOB_MEMORY"
+            )
+        else:
+            fix = (
+                "Ask for a capacity a flavor offers (hardware.capacity) or a smaller slice, or ask an admin for a "
+                "ResourceFlavor with those node labels and enough quota in the ClusterQueue"
+            )
         return (
             f"no flavor of {where} can take this job: its pods select {selection_text(demand)} and it needs {needs}; "
-            f"flavors: {'; '.join(reasons) or 'none'}. Ask for a capacity a flavor offers (hardware.capacity) or a smaller "
-            "slice, or ask an admin for a ResourceFlavor with those node labels and enough quota in the ClusterQueue"
+            f"flavors: {'; '.join(reasons) or 'none'}. {fix}"
         )
     return None

@@ -26,7 +26,7 @@ from trainer.contract.spec import capacity_text
 from trainer.contract.tpu import CPU_ACCELERATOR
 
 from . import kueue, names, observe, pods
-from .capacity import CAPACITY_LABEL, cpu_capacity_problem
+from .capacity import CAPACITY_LABEL, EVAL_POOL, cpu_capacity_problem
 from .client import K8sClient
 from .errors import K8sBackendError, ManifestError
 from .kueue import KueueRead
@@ -271,7 +271,9 @@ class K8sJobLauncher:
         v0.19.2). The flavor is the Workload's admission, read once per workload (its uid) and remembered."""
         capacity = selector.get(CAPACITY_LABEL)
         if capacity is None:
-            return obs  # a cpu job: no kind of TPU capacity
+            return obs  # a cpu training job: no kind of TPU capacity
+        if capacity == EVAL_POOL:
+            capacity = "on-demand"  # the eval pool is a pool of on-demand cpu VMs (capacity.py); its flavor says which
         flavor = self._flavors.get(uid or "")
         if flavor is None and uid and labels.get(names.KUEUE_QUEUE_LABEL):
             items = self._client.kueue_workloads(uid)

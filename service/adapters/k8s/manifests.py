@@ -82,6 +82,10 @@ def spec_local_paths(spec: JobSpec) -> list[tuple[str, str]]:
         ("grpo.rewards.functions_path", rewards.functions_path),
         ("output", spec.output),
     ]
+    if spec.evaluation is not None:
+        # An eval job reads its suite's files and, for a MaxText checkpoint, the checkpoint's params.
+        candidates += spec.evaluation.suite.input_locations("evaluation.suite")
+        candidates.append(("evaluation.checkpoint.params", spec.evaluation.checkpoint.params))
     return [(name, local_path(value)) for name, value in candidates if value and location_kind(value) == "local"]
 
 
@@ -108,16 +112,24 @@ def workload_labels(spec: JobSpec, job_id: str) -> dict[str, str]:
             names.LABEL_PART_OF: "rljob",
             names.LABEL_JOB_ID: job_id,
             names.LABEL_PHASE: names.INITIAL_PHASE,
+            names.LABEL_KIND: names.KIND_EVAL if spec.is_eval else names.KIND_TRAIN,
         }
     )
     team = names.label_value(spec.team) if spec.team else ""
     if team:
         labels[names.LABEL_TEAM] = team
+    trained_by = spec.evaluation.checkpoint.job_id if spec.evaluation is not None else None
+    if trained_by and names.label_value(trained_by) == trained_by:
+        labels[names.LABEL_EVAL_OF] = trained_by  # a job id always is a label value; anything else stays out
     return labels
 
 
 def workload_annotations(spec: JobSpec) -> dict[str, str]:
-    return {names.ANNOTATION_SPEC_HASH: spec.content_hash()}
+    annotations = {names.ANNOTATION_SPEC_HASH: spec.content_hash()}
+    if spec.evaluation is not None:
+        annotations[names.ANNOTATION_EVAL_SUITE] = spec.evaluation.suite.name
+        annotations[names.ANNOTATION_EVAL_CHECKPOINT] = spec.evaluation.checkpoint.label
+    return annotations
 
 
 # JobSet v0.12.0's pod webhook (pkg/webhooks/pod_webhook.go, leaderPodForFollower) admits a follower pod of an
@@ -175,10 +187,13 @@ def build_spec_config_map(spec: JobSpec, job_id: str, settings: K8sSettings) -> 
 def kueue_queue_of(spec: JobSpec, settings: K8sSettings) -> str | None:
     """The LocalQueue the job's team submits to; None: no Kueue (the Job starts unsuspended).
 
-    A cpu job is never queued: Kueue's quota is TPU quota, and a cpu pod admitted into a TPU flavor
-    would get that flavor's TPU node labels merged in and no google.com/tpu toleration (unschedulable).
+    A TPU job and an eval job are queued; a cpu training job (the small smoke run) never is, as before eval jobs.
+    An eval job counts against its team's quota like any job, in the `cpu-eval` flavor (k8s/kueue/): its pod
+    selects the eval pool (capacity.py EVAL_POOL), which keeps it out of every TPU flavor. A cpu training pod
+    selects nothing, so Kueue would admit it into the first TPU flavor and merge that flavor's TPU node labels
+    into a pod without the google.com/tpu toleration (unschedulable).
     """
-    if not isinstance(resolve_hardware(spec), GkeTpuSlice):
+    if not isinstance(resolve_hardware(spec), GkeTpuSlice) and not spec.is_eval:
         return None
     try:
         return local_queue_for(spec.team, settings.kueue_team_queues, settings.kueue_queue)
@@ -187,7 +202,9 @@ def kueue_queue_of(spec: JobSpec, settings: K8sSettings) -> str | None:
 
 
 def _job_spec(spec: JobSpec, job_id: str, hw: Hardware, settings: K8sSettings, labels: dict[str, str]) -> V1JobSpec:
-    template = trainer_pod_template(spec, job_id, hw, settings, labels=labels, annotations=workload_annotations(spec))
+    # Queued, an eval job runs on the eval pool; without Kueue it is a cpu job like any other (any node with room).
+    eval_pool = spec.is_eval and kueue_queue_of(spec, settings) is not None
+    template = trainer_pod_template(spec, job_id, hw, settings, labels=labels, annotations=workload_annotations(spec), eval_pool=eval_pool)
     job_spec = V1JobSpec(
         parallelism=hw.vms_per_slice,
         completions=hw.vms_per_slice,

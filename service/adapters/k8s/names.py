@@ -25,6 +25,13 @@ LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_JOB_ID = "rljob.dev/job-id"
 LABEL_TEAM = "rljob.dev/team"
 LABEL_PHASE = "rljob.dev/phase"
+# What a workload is, for `kubectl get jobs -L rljob.dev/kind,rljob.dev/eval-of`: a training job (train) or an eval
+# job (eval); an eval job of a training job's checkpoint names that job. Its suite and checkpoint are annotations.
+LABEL_KIND = "rljob.dev/kind"
+KIND_TRAIN, KIND_EVAL = "train", "eval"
+LABEL_EVAL_OF = "rljob.dev/eval-of"
+ANNOTATION_EVAL_SUITE = "rljob.dev/eval-suite"
+ANNOTATION_EVAL_CHECKPOINT = "rljob.dev/eval-checkpoint"
 ANNOTATION_STAGE = "rljob.dev/stage"
 ANNOTATION_PROGRESS = "rljob.dev/progress"
 ANNOTATION_SPEC_HASH = "rljob.dev/spec-hash"

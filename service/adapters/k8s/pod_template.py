@@ -6,7 +6,8 @@ node directories of K8sSettings.host_paths, so specs with local paths work on si
 
 `hardware.capacity` adds its node labels and taints (capacity.py) on top: a TPU pod always selects its
 capacity's `rljob.dev/capacity` value (that keeps it in its own Kueue flavor; a list of kinds: a required
-node affinity with one term per kind), a cpu pod nothing (on-demand only). A spot pod also gets a grace
+node affinity with one term per kind), a cpu pod nothing (on-demand only), except a queued eval job's, which selects
+and tolerates the eval pool (`rljob.dev/capacity=cpu-eval`: the `cpu-eval` flavor, never a TPU one). A spot pod also gets a grace
 period that fits the preemption notice, a flex-start pod the time left before its VM goes (RLJOB_MAX_RUN_S).
 The pod runs as its team's service account (Workload Identity).
 """
@@ -47,7 +48,7 @@ from .accelerators import (
     GkeTpuSlice,
     Hardware,
 )
-from .capacity import FLEX_START_MAX_RUN_S, capacity_scheduling
+from .capacity import FLEX_START_MAX_RUN_S, capacity_scheduling, eval_pool_scheduling
 from .errors import ManifestError
 from .settings import K8sSettings
 
@@ -91,14 +92,18 @@ def _env(spec: JobSpec, job_id: str, settings: K8sSettings) -> list[V1EnvVar]:
     return env
 
 
-def _scheduling(spec: JobSpec, hw: Hardware, settings: K8sSettings) -> tuple[dict[str, str], list[V1Toleration], V1Affinity | None]:
-    """Node selector, tolerations and node affinity: the TPU slice's (if any), then the capacity's."""
+def _scheduling(
+    spec: JobSpec, hw: Hardware, settings: K8sSettings, *, eval_pool: bool
+) -> tuple[dict[str, str], list[V1Toleration], V1Affinity | None]:
+    """Node selector, tolerations and node affinity: the TPU slice's (if any), then the capacity's (the eval pool's)."""
     selector: dict[str, str] = {}
     tolerations: list[V1Toleration] = []
     if isinstance(hw, GkeTpuSlice):
         selector.update(node_selector(hw, settings))
         tolerations.append(V1Toleration(key=TPU_RESOURCE, operator="Exists", effect="NoSchedule"))
     capacity = capacity_scheduling(spec.hardware.capacities, spec.hardware.reservation, tpu=isinstance(hw, GkeTpuSlice))
+    if eval_pool and not isinstance(hw, GkeTpuSlice):
+        capacity = eval_pool_scheduling()
     selector.update(capacity.node_selector)
     tolerations += [V1Toleration(**t) for t in capacity.tolerations]
     affinity = None
@@ -153,7 +158,9 @@ def trainer_pod_template(
     *,
     labels: dict[str, str],
     annotations: dict[str, str],
+    eval_pool: bool = False,
 ) -> V1PodTemplateSpec:
+    """`eval_pool`: a cpu pod that selects and tolerates the eval pool (a queued eval job, manifests.py)."""
     if not settings.image:
         raise ManifestError("no trainer image configured: set RLJOB_K8S_IMAGE to the trainer image reference")
     host = host_path_volumes(settings)
@@ -171,7 +178,7 @@ def trainer_pod_template(
         ],
         termination_message_policy="FallbackToLogsOnError",
     )
-    selector, tolerations, affinity = _scheduling(spec, hw, settings)
+    selector, tolerations, affinity = _scheduling(spec, hw, settings, eval_pool=eval_pool)
     pod = V1PodSpec(
         restart_policy="Never",  # required by podFailurePolicy; retries are the Job's, not the kubelet's
         service_account_name=settings.trainer_service_account(spec.team),

@@ -20,7 +20,7 @@ from kubernetes.client import V1Node
 from kubernetes.client.exceptions import ApiException
 
 from service.adapters.k8s.accelerators import GKE_NODE_POOL_LABEL
-from service.adapters.k8s.capacity import CAPACITY_LABEL, RESERVATION_NAME_LABEL, SPOT_LABEL
+from service.adapters.k8s.capacity import CAPACITY_LABEL, EVAL_POOL, RESERVATION_NAME_LABEL, SPOT_LABEL
 from service.adapters.k8s.client import api_status
 from service.adapters.k8s.errors import K8sBackendError
 from service.adapters.k8s.settings import K8sSettings
@@ -56,12 +56,14 @@ def _few(names: list[str], limit: int = 5) -> str:
 def capacity_pool_checks(nodes: list[V1Node]) -> list[CheckLine]:
     """One line per capacity kind, plus one for TPU nodes no trainer pod can select; pure over the node list."""
     by_kind: dict[str, list[V1Node]] = defaultdict(list)
-    unlabelled, strange = [], []
+    unlabelled, strange, eval_pool = [], [], []
     for node in nodes:
         labels = _labels(node)
         kind = labels.get(CAPACITY_LABEL)
         if kind in KINDS:
             by_kind[kind].append(node)
+        elif kind == EVAL_POOL:
+            eval_pool.append(node)
         elif kind is not None:
             strange.append(node)
         elif TPU_ACCELERATOR_LABEL in labels:
@@ -76,6 +78,16 @@ def capacity_pool_checks(nodes: list[V1Node]) -> list[CheckLine]:
                 "label: every trainer pod selects it, so they take no trainer pod",
                 f"recreate the pool with --node-labels={CAPACITY_LABEL}=<on-demand|spot|flex-start|reservation> ({GUIDE}); "
                 f"a pool's labels can also be updated: gcloud container node-pools update POOL --node-labels=...",
+            )
+        )
+    if eval_pool:
+        lines.append(
+            CheckLine(
+                "warn",
+                f"nodes {CAPACITY_LABEL}={EVAL_POOL}",
+                f"node(s) {_few([_name(n) for n in eval_pool])} (pool {_pools(eval_pool)}) are the eval pool, which only eval "
+                "jobs queued by Kueue select: without a Kueue queue eval jobs run on any node with room and this pool takes none",
+                f"configure RLJOB_K8S_KUEUE_QUEUE with the cpu-eval flavor (k8s/kueue/), or delete the pool ({GUIDE}, Eval pool)",
             )
         )
     if strange:
