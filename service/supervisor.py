@@ -7,7 +7,10 @@ Threads (background loops, service/background_loop.py; all stopped by `Superviso
   and re-judges running jobs' learning health when time may have changed it (a job stalls without
   any event saying so; progress_poller.py), carries out what other replicas stored
   (`take_over_requests`: a job they accepted, a cancel they recorded), and every
-  active_jobs_reconcile_interval_s asks the launcher about every active job (catches missed observations).
+  active_jobs_reconcile_interval_s asks the launcher about every active job (catches missed observations);
+- attached evals: once recovery has succeeded, every progress_poll_interval_s makes the eval jobs that training
+  jobs with `eval` set should have and keeps their view of them (attached_eval_reconciler.py: from what is
+  stored, so a restart makes what is missing), in a thread of its own (a comparison's bootstrap takes seconds).
 
 Only the leading replica runs a supervisor (service/leadership.py); it is started again when this
 replica takes the lead again after losing it.
@@ -23,6 +26,7 @@ import time
 from collections.abc import Callable
 
 from service.background_loop import BackgroundLoop
+from service.domain.attached_eval_reconciler import AttachedEvalReconciler
 from service.domain.job_service import JobService
 from service.domain.ports import JobLauncher, Observation
 from service.domain.progress_poller import ProgressPoller
@@ -52,6 +56,7 @@ class Supervisor:
         self.launcher = launcher
         self.recovery = recovery or JobRecovery(jobs)
         self.progress_poller = ProgressPoller(jobs)
+        self.attached_evals = AttachedEvalReconciler(jobs)
         self.progress_poll_interval_s = progress_poll_interval_s
         self.active_jobs_reconcile_interval_s = active_jobs_reconcile_interval_s
         self.recovery_retry_s = recovery_retry_s  # doubled after each failed recovery, up to the max
@@ -79,6 +84,7 @@ class Supervisor:
         self.recovery_error = None
         self._recovery_delay_s = self.recovery_retry_s
         self._recovered = False
+        self.attached_evals.restart()  # a new term looks at everything again
         self.jobs.start()
         self.launcher.start(self.sink)
         self._loops = [
@@ -89,6 +95,12 @@ class Supervisor:
                 self._recover_or_poll,
                 interval_s=self.progress_poll_interval_s,
                 what="recovery or progress polling",
+            ),
+            BackgroundLoop(
+                "rljob-attached-evals",
+                self._reconcile_attached_evals,
+                interval_s=self.progress_poll_interval_s,
+                what="making and showing attached evaluations",
             ),
         ]
         for loop in self._loops:
@@ -119,6 +131,10 @@ class Supervisor:
         except Exception:
             log.exception("applying %s for %s failed", obs.state, obs.job_id)
         return 0.0
+
+    def _reconcile_attached_evals(self) -> None:
+        if self.ready.is_set():  # after recovery: jobs are re-attached and submissions accepted
+            self.attached_evals.reconcile_once()
 
     def _recover_or_poll(self) -> float | None:
         """Until recovery has succeeded once, try it (backing off); then poll every progress_poll_interval_s."""

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from service.domain.attached_eval_models import AttachedEvalPublic
 from service.domain.job_eval import EvalPoint, JobEval
 from service.domain.models import JobPublic, QueueStatus
 from service.domain.run_report import Artifact
@@ -193,6 +194,25 @@ def eval_event_text(body: dict[str, Any]) -> str:
     return text
 
 
+def attached_eval_text(entry: AttachedEvalPublic) -> str:
+    """One eval job of JobPublic.evals: `rl-... SUCCEEDED, pass@1 62% [31-86] (exact), +38 points [12, 62] vs base, p=0.25`."""
+    if entry.eval_id is None:
+        return f"- ({entry.note or 'not submitted yet'})"
+    text = f"{entry.eval_id} {entry.phase.value if entry.phase else '-'}"
+    if entry.scores is not None:
+        estimate = entry.scores.pass_at_1
+        low, high = estimate.ci95
+        text += f", pass@1 {whole_percent(estimate.value)}% [{whole_percent(low)}-{whole_percent(high)}] ({entry.function})"
+    pass1 = next((s for s in entry.vs_base.scores if s.score == "pass@1"), None) if entry.vs_base else None
+    if pass1 is not None:
+        low_p, high_p = (whole_percent(v) for v in pass1.ci95)
+        p_value = f", McNemar p={pass1.mcnemar_p:.2g}" if pass1.mcnemar_p is not None else ""
+        text += f", {_signed(whole_percent(pass1.difference), '+')} points [{_signed(low_p)}, {_signed(high_p)}] vs base{p_value}"
+    elif entry.note:
+        text += f" ({entry.note})"
+    return text
+
+
 def print_job(job: JobPublic) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(no_wrap=True)
@@ -224,6 +244,7 @@ def print_job(job: JobPublic) -> None:
     rows.append(("eval", escape(eval_text(job.eval))))  # the reason is the service's words: not markup
     if (difference := eval_difference_text(job.eval)) is not None:
         rows.append(("eval change", difference))
+    rows += [(f"eval job {entry.label}", escape(attached_eval_text(entry))) for entry in job.evals]  # spec.eval's eval jobs
     rows.append(("usage", usage_text(job.usage)))
     rows.append(("storage", storage_text(job.storage)))  # the run directory, as last measured
     for stage, times in job.stage_times.items():

@@ -8,6 +8,7 @@ from datetime import datetime
 from trainer.contract import JobSpec
 from trainer.sizing.fit import FitEstimate, estimate_job_fit
 
+from .attached_evals import check_attached_eval, record_labels
 from .errors import IdempotencyConflict, InvalidRequest
 from .location_policy import LocationPolicy, check_spec_locations
 from .models import Caller, JobRecord
@@ -21,7 +22,8 @@ def check_submission(spec: JobSpec, caller: Caller, policy: LocationPolicy, laun
     refused before any TPU is asked for (trainer/sizing/fit.py)."""
     # Validated once already (the API's body): only the team is set, from the token, as a plain JobSpec.
     spec = JobSpec.model_construct(spec.model_fields_set | {"team"}, **{**dict(spec), "team": caller.team})
-    check_spec_locations(spec, caller.team, policy)
+    check_spec_locations(spec, caller.team, policy)  # eval.suite's files among them (JobSpec.input_locations)
+    check_attached_eval(spec)
     fit = estimate_job_fit(spec)  # None: the model's shape is unknown here, so nothing is checked
     if fit is not None and fit.verdict == "does-not-fit":
         raise InvalidRequest(("body", "hardware", "accelerator"), fit.message)
@@ -47,7 +49,7 @@ def store_new_job(
             id=job_id,
             team=caller.team,
             name=spec.name,
-            labels=dict(spec.labels),
+            labels={**spec.labels, **record_labels(spec)},  # the service's own keys win
             submitted_by=caller.submitter,
             spec=spec,
             spec_hash=spec_hash,
