@@ -23,8 +23,11 @@ from service.domain.errors import RunFileRefused, RunFilesUnavailable
 from service.domain.manifest_sizes import ManifestSizes
 from service.domain.models import JobRecord, ManifestRefused
 from trainer.contract import STAGE_ORDER, ReproRecord, StepSamples, step_from_file_name
+from trainer.contract.best_checkpoint import BEST_RECORD_FILE, BestCheckpoint
+from trainer.contract.eval_report import RowOutcome
 from trainer.storage import StorageError
 
+from .eval_outcomes import read_outcomes
 from .manifest_worker import ManifestWorker
 from .run_reads import list_run_dir, read_run_file
 
@@ -114,6 +117,15 @@ class StoreRunFiles:
             log.warning("job %s: %s is job %s's record; ignored", record.id, record.layout.repro, repro.job_id[:64])
             return None
         return repro
+
+    def read_eval_outcomes(self, record: JobRecord) -> list[RowOutcome] | None:
+        return read_outcomes(record)
+
+    def read_best_checkpoint(self, record: JobRecord) -> BestCheckpoint | None:
+        too_big = f"{BEST_RECORD_FILE} is over {MAX_REPRO_BYTES} bytes (a trainer's is a few hundred)"
+        return _read_model(
+            record, record.layout.best_checkpoint_record, MAX_REPRO_BYTES, too_big, BestCheckpoint, "a best-checkpoint record"
+        )
 
 
 def _read_model[M: BaseModel](record: JobRecord, uri: str, limit: int, too_big: str, model: type[M], what: str) -> M | None:

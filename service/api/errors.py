@@ -92,6 +92,7 @@ _STATUS: dict[type[e.DomainError], int] = {
     e.ReproNotFound: 404,
     e.RunFilesUnavailable: 503,
     e.RunFileRefused: 409,
+    e.EvalsNotComparable: 409,
     e.LeaderFenced: 503,
 }
 

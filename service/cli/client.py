@@ -21,6 +21,7 @@ from httpx_sse import SSEError, connect_sse
 from rich.console import Console
 from rich.markup import escape
 
+from service.domain.eval_models import EvalComparisonPublic, EvalPublic
 from service.domain.models import JobPublic, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.run_diff import JobDiff
 from service.domain.usage_models import UsagePublic
@@ -257,6 +258,16 @@ class RljobClient:
 
     def diff(self, a: str, b: str) -> JobDiff:
         return JobDiff.model_validate(self.request("GET", "/v1/jobs/diff", params={"a": a, "b": b}))
+
+    def submit_eval(self, body: dict[str, Any], idempotency_key: str) -> EvalPublic:
+        return EvalPublic.model_validate(self.request("POST", "/v1/evals", json=body, headers={"Idempotency-Key": idempotency_key}))
+
+    def eval(self, eval_id: str) -> EvalPublic:
+        return EvalPublic.model_validate(self.request("GET", f"/v1/evals/{eval_id}"))
+
+    def eval_compare(self, a: str, b: str, function: str | None = None) -> EvalComparisonPublic:
+        params = {"baseline": b, **({"function": function} if function else {})}
+        return EvalComparisonPublic.model_validate(self.request("GET", f"/v1/evals/{a}/compare", params=params))
 
     def get_or_none(self, path: str, **kwargs: Any) -> Any:
         """GET `path`, None when the service answers 404 (a part it has not, or not yet: samples, a repro record)."""

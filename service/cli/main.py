@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from . import doctor, export_commands, job_commands, operator_commands, run_compare, samples, usage
+from . import doctor, eval_commands, export_commands, job_commands, operator_commands, run_compare, samples, usage
 from .client import CLI_EXIT_MEANINGS, DEFAULT_TIMEOUT_S, CliContext, CliExit
 from .manifests import render_k8s_manifests
 from .output import err_console
@@ -78,6 +78,8 @@ app.command()(job_commands.logs)
 app.command()(job_commands.cancel)
 app.command()(run_compare.diff)
 app.command()(run_compare.rerun)
+app.command("eval")(eval_commands.evaluate)
+app.command("eval-compare")(eval_commands.eval_compare)
 app.command()(operator_commands.serve)
 app.add_typer(operator_commands.token_app, name="token")
 app.command()(operator_commands.render)

@@ -20,6 +20,7 @@ from rich.table import Table
 from service.domain.job_eval import EvalPoint
 
 from .client import CliContext, CliError, CliExit, handles_errors
+from .eval_commands import print_comparison
 from .output import OutputOption, console, emit, err_console, eval_point_text, fmt_metric
 
 SetOption = Annotated[
@@ -58,10 +59,23 @@ def diff(
     b: Annotated[str, typer.Argument(help="the job id to compare it with")],
     output: OutputOption = None,
 ) -> None:
-    """What differs between two jobs (spec, versions, data, reward code, hardware) and both outcomes side by side."""
-    found = _context(ctx).client().diff(a, b)
+    """What differs between two jobs (spec, versions, data, reward code, hardware) and both outcomes side by side; two
+    eval jobs also with their paired difference (rljob eval-compare)."""
+    client = _context(ctx).client()
+    found = client.diff(a, b)
+    # Two evals: their scores side by side and the paired difference; a pair that cannot be compared says why.
+    evals = client.job(a).evaluation is not None and client.job(b).evaluation is not None
+    compared, refused = None, None
+    if evals:
+        try:
+            compared = client.eval_compare(a, b)
+        except CliError as e:
+            refused = e.message
     if output:
-        emit(found.model_dump(mode="json"), output, [a, b])
+        answer = found.model_dump(mode="json")
+        if evals:
+            answer["eval_comparison"] = compared.model_dump(mode="json") if compared else {"refused": refused}
+        emit(answer, output, [a, b])
         return
     changes = [("spec", item) for item in found.spec]
     changes += [(section, item) for section, items in found.record.items() for item in items]
@@ -83,6 +97,10 @@ def diff(
     for label, key in OUTCOME_ROWS:
         outcomes.add_row(label, *(_outcome_text(getattr(outcome, key)) for outcome in found.outcomes))
     console.print(outcomes)
+    if compared is not None:
+        print_comparison(compared)
+    elif refused is not None:
+        err_console.print(f"[yellow]evals not compared:[/] {escape(refused)}", highlight=False)
 
 
 def _outcome_text(value: Any) -> str:

@@ -83,6 +83,11 @@ class RunFileRefused(DomainError):
     regular file, or over the size bound. The job wrote it, so it is the job's to fix, not a retry."""
 
 
+class EvalsNotComparable(DomainError):
+    """Two eval jobs that cannot be compared (not both finished evals, different suites or suite versions, rows that
+    do not pair); the message says why and what to do."""
+
+
 class Unauthenticated(DomainError):
     def __init__(self, message: str = "a valid bearer token is required (Authorization: Bearer <token>)") -> None:
         super().__init__(message)

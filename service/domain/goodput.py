@@ -4,7 +4,8 @@ The wall time is the job's life so far: the seconds of every phase it has been i
 the same clock as chip-hours), so it stops when the job ends. It is split into:
 - `queued` (QUEUED) and `startup` (LAUNCHING: admitted or handed to the backend, the trainer not yet
   running), from the phase times;
-- `convert` and `export`, the trainer's stage durations (StageFinished; a stage under way counts up to now);
+- `convert` and `export`, the trainer's stage durations (StageFinished; a stage under way counts up to now); an
+  eval job's `evaluate` stage counts as `eval`;
 - inside train_rl, rollout, logprobs, update, weight_sync, checkpoint and eval, from the trainer's newest
   `goodput` event of each attempt (cumulative within an attempt, so attempts add up: a killed attempt's
   last report stays);
@@ -24,6 +25,7 @@ from datetime import datetime
 from trainer.contract import Stage
 from trainer.contract.goodput import (
     CONVERT,
+    EVAL,
     EXPORT,
     GOODPUT_PARTS,
     OTHER,
@@ -61,10 +63,11 @@ def goodput_parts(record: JobRecord, now: datetime) -> tuple[float, dict[str, fl
     parts = {
         QUEUED: by_phase[JobPhase.QUEUED.value],
         STARTUP: by_phase[JobPhase.LAUNCHING.value],
-        CONVERT: by_stage[Stage.CONVERT.value],
+        CONVERT: by_stage.get(Stage.CONVERT.value, 0.0),  # an eval job has no convert stage (job_clock.stage_seconds)
         **train_parts(record.report.goodput),
         EXPORT: by_stage[Stage.EXPORT.value],
     }
+    parts[EVAL] += by_stage.get(Stage.EVALUATE.value, 0.0)  # an eval job's evaluate stage is all evaluation
     parts[OTHER] = wall - sum(parts.values())
     return wall, parts
 

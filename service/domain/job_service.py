@@ -68,6 +68,7 @@ from .progress import fold_events, note_skipped_lines
 from .record_writes import write_decision, write_phase
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 from .submission import check_submission, store_new_job
+from .suite_versions import assign_suite_version
 
 log = logging.getLogger(__name__)
 
@@ -359,9 +360,11 @@ class JobService:
     def _fold(self, rec: JobRecord, tx: JobTx, *, events: list[TrainerEvent], skipped: Sequence[SkippedLine]) -> None:
         if rec.phase.is_terminal():
             return  # late events never touch a finished job
+        eval_report_before = rec.report.eval_report
         changes = fold_events(rec, events)
         changes.log.extend(note_skipped_lines(rec, skipped).log)
         now = self.clock()
+        assign_suite_version(rec, tx, now, folded_before=eval_report_before)  # an eval job's new report: its suite's version
         tx.add_metric_points(rec.id, changes.points)
         tx.append_events(rec, changes.log, now)
 

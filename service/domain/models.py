@@ -22,6 +22,7 @@ from trainer.contract.goodput import JobGoodput
 from trainer.sizing.fit import FitEstimate
 
 from .errors import InvalidRequest
+from .eval_models import EvalSummaryPublic
 from .job_eval import JobEval
 from .learning_health import LearningHealth
 from .phases import JobPhase
@@ -233,6 +234,11 @@ class JobPublic(BaseModel):
     fit_estimate: FitEstimate | None = Field(
         description="memory per chip estimated at submit, with the verdict against the accelerator's (a `tight` "
         "one is a warning); null when the model's shape was unknown at submit, or for jobs from before the check"
+    )
+    evaluation: EvalSummaryPublic | None = Field(
+        default=None,
+        description="an eval job's checkpoint, suite (name, version, content hash) and, once reported, its scores per "
+        "reward function with 95% intervals; null for a training job",
     )
     spec: dict[str, Any]
 

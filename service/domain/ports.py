@@ -23,7 +23,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from trainer.contract import JobSpec, ReproRecord, StepSamples, TrainerEvent
+from trainer.contract.best_checkpoint import BestCheckpoint
+from trainer.contract.eval_report import RowOutcome
 
+from .eval_models import SuiteKey, SuiteVersion
 from .manifest_sizes import ManifestSizes
 from .models import JobEvent, JobFilters, JobRecord, ManifestRefused, MetricPoint, QueueStatus, TokenRecord
 from .phases import JobPhase
@@ -184,6 +187,10 @@ class JobTx(Protocol):
         """LeaderFenced unless `term` is the current leadership term; no new term can be taken until
         this transaction ends (service/adapters/store/leader_terms.py)."""
 
+    def suite_version(self, key: SuiteKey, *, job_id: str, now: datetime) -> int:
+        """The version number of this suite content: the one it already has, else the next of its scope and name
+        (first seen now, in job `job_id`). Two transactions assigning one new content get one number."""
+
 
 class JobStore(Protocol):
     def migrate(self) -> None: ...
@@ -222,6 +229,9 @@ class JobStore(Protocol):
     def max_event_seq(self) -> int: ...
 
     def metric_points(self, job_id: str, *, limit: int) -> list[MetricPoint]: ...
+
+    def suite_versions(self, scope: str, name: str) -> list[SuiteVersion]:
+        """Every version of a suite in a scope, oldest first."""
 
     # Tokens: stored as sha256 hashes only.
     def add_token(self, token: TokenRecord, token_hash: str) -> None: ...
@@ -307,6 +317,14 @@ class RunFiles(Protocol):
         """That step's samples; None if absent or not valid (logged why). Raises RunFileRefused if the
         file is a link, not a regular file or over the size bound (the job wrote it: never followed
         or read whole), RunFilesUnavailable if the storage cannot be read."""
+
+    def read_eval_outcomes(self, record: JobRecord) -> list[RowOutcome] | None:
+        """An eval job's per-row outcomes (RunLayout.eval_outcomes), each row's texts dropped; None if absent.
+        Raises RunFileRefused for a file over its bound or not the trainer's (a bad line, more rows than a suite
+        holds, a repeated row id), RunFilesUnavailable as read_samples does."""
+
+    def read_best_checkpoint(self, record: JobRecord) -> BestCheckpoint | None:
+        """The job's best-checkpoint record (best_checkpoint.py); None if absent or not valid. Raises as read_repro."""
 
 
 class LeaderLock(Protocol):

@@ -69,6 +69,9 @@ class RunReport:
     goodput: dict[int, TrainGoodput] = field(default_factory=dict)
     trainer_events: TrainerEventCounts = field(default_factory=TrainerEventCounts)  # trainer_event_budget.py
     eval_report: EvalReport | None = None  # an eval job's result (its eval_report event)
+    # The service's version number of eval_report's suite content (suite_versions.py), assigned when it was folded;
+    # None: not an eval job's report yet, or one about another suite than its spec's.
+    suite_version: int | None = None
     # Actor checkpoints train_rl saved, step -> model_params URI (checkpoint events), newest MAX_CHECKPOINTS_KEPT;
     # evaluations attached to the job (JobSpec.eval) are made from them.
     checkpoints: dict[int, str] = field(default_factory=dict)

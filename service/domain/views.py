@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from .eval_view import eval_summary
 from .goodput import job_goodput
 from .job_eval import job_eval
 from .job_health import learning_health, train_started_at
@@ -81,5 +82,6 @@ def to_public(
         goodput=job_goodput(record, now),
         trainer_events=record.report.trainer_events.model_copy(),
         fit_estimate=record.fit_estimate,
+        evaluation=eval_summary(record),
         spec=record.spec.model_dump(mode="json"),
     )

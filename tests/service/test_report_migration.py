@@ -66,7 +66,7 @@ def _raw_jobs(store: SqlJobStore) -> list[dict[str, Any]]:
     return [{k: _normal(v, k in json_columns) for k, v in row.items()} for row in rows]
 
 
-ADDED_SINCE_0009 = ("placement",)
+ADDED_SINCE_0009 = ("placement", "evaluation", "evals")  # issue 36: an eval job's evaluation; a job's attached eval jobs
 SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval")  # issue 36's eval jobs and attached evaluations
 
 

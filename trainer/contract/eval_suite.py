@@ -35,6 +35,9 @@ MAX_SUITE_ROWS = 20_000  # GSM8K's test split is 1319 rows; MATH's 5000
 MAX_NEW_TOKENS = 32_768
 EVAL_JOB_LABELS = ("base", "export", "best", "last", "location")  # plus step-N
 _STEP = re.compile(r"^step-(\d{1,9})$")
+# Patterns in the schema (a client generated from it knows the rules); JobSpec's JOB_ID_RE is the same id.
+JOB_ID_PATTERN = r"^rl-[a-z0-9]{12}$"
+LABEL_PATTERN = r"^(base|export|best|last|location|step-\d{1,9})$"
 AnswerExtractor = Literal["last-number", "first-number"]
 
 
@@ -132,8 +135,10 @@ class EvalCheckpoint(_Strict):
         "checkpoint, converted with model.* first"
     )
     params: Location | None = Field(default=None, description="with maxtext: the actor checkpoint's model_params directory")
-    job_id: str | None = Field(default=None, max_length=64, description="the training job whose weights these are")
-    label: str = Field(default="location", max_length=32, description="base, export, best, last, step-N, or location (a path or hub id)")
+    job_id: str | None = Field(default=None, pattern=JOB_ID_PATTERN, description="the training job whose weights these are")
+    label: str = Field(
+        default="location", pattern=LABEL_PATTERN, description="base, export, best, last, step-N, or location (a path or hub id)"
+    )
 
     @field_validator("label")
     @classmethod
@@ -154,7 +159,9 @@ class EvalTask(_Strict):
 
     suite: SuiteSpec
     checkpoint: EvalCheckpoint
-    baseline: str | None = Field(default=None, max_length=64, description="an earlier eval job to compare with (same suite version)")
+    baseline: str | None = Field(
+        default=None, pattern=JOB_ID_PATTERN, description="an earlier eval job to compare with (same suite version)"
+    )
 
 
 class AttachedEval(_Strict):

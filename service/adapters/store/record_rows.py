@@ -90,6 +90,7 @@ def _report(row: JobRow | Row[Any]) -> RunReport:
         trainer_events=TrainerEventCounts.of_json(doc.get("trainer_events")),
         eval_report=_typed(row.id, "report.eval_report", EvalReport, doc["eval_report"]) if doc.get("eval_report") else None,
         checkpoints={int(step): str(uri) for step, uri in (doc.get("checkpoints") or {}).items()},
+        suite_version=doc.get("suite_version"),
     )
 
 
@@ -112,6 +113,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "trainer_events": report.trainer_events.to_json(),
         "eval_report": report.eval_report.model_dump(mode="json") if report.eval_report else None,
         "checkpoints": {str(step): uri for step, uri in report.checkpoints.items()},
+        "suite_version": report.suite_version,
     }
 
 

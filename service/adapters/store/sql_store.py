@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlch
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.domain.errors import IdempotencyKeyTaken, StoreUnavailable
+from service.domain.eval_models import SuiteKey, SuiteVersion
 from service.domain.models import (
     JobEvent,
     JobFilters,
@@ -27,6 +28,7 @@ from service.domain.phases import TERMINAL, JobPhase
 from .leader_terms import require_term, take_term
 from .record_rows import apply_record, to_record
 from .shared_records import SharedRecords
+from .suite_version_rows import suite_version, suite_versions
 from .tables import JobEventRow, JobLabelRow, JobRow, MetricPointRow, TokenRow
 from .writability import write_problem
 
@@ -166,6 +168,9 @@ class _Tx:
 
     def require_term(self, term: int | None) -> None:
         require_term(self.session, term, lock_row=self._for_update)
+
+    def suite_version(self, key: SuiteKey, *, job_id: str, now: datetime) -> int:
+        return suite_version(self.session, key, job_id=job_id, now=now)
 
     def add_metric_points(self, job_id: str, points: Sequence[MetricPoint]) -> None:
         if points:  # one INSERT for the lot, as append_events
@@ -362,6 +367,10 @@ class SqlJobStore:
         with self._read() as s:
             rows = list(reversed(s.scalars(newest).all()))
             return [MetricPoint(kind=r.kind, step=r.step, time=r.time, values=r.values) for r in rows]
+
+    def suite_versions(self, scope: str, name: str) -> list[SuiteVersion]:
+        with self._read() as s:
+            return suite_versions(s, scope, name)
 
     def take_term(self, holder: str, now: datetime) -> int:
         with self.transaction() as tx:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -140,3 +140,24 @@ class LeaderTermRow(Base):
     term: Mapped[int] = mapped_column(BigInteger, default=0)
     holder: Mapped[str | None] = mapped_column(String(255))
     taken_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class SuiteVersionRow(Base):
+    """Suite versions (migration 0012): the n-th content hash of a suite name in a scope ("builtin", or the team of a
+    user suite) seen in an eval job's report is version n (suite_version_rows.py assigns them, the domain's
+    suite_versions.py says when)."""
+
+    __tablename__ = "suite_versions"
+
+    id: Mapped[int] = mapped_column(BigIntPk, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(63))
+    name: Mapped[str] = mapped_column(String(63))
+    content_hash: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(Integer)
+    first_seen_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    first_job_id: Mapped[str] = mapped_column(String(32))
+
+    __table_args__ = (
+        UniqueConstraint("scope", "name", "content_hash", name="uq_suite_versions_hash"),
+        UniqueConstraint("scope", "name", "version", name="uq_suite_versions_version"),
+    )
