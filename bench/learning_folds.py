@@ -11,12 +11,16 @@ held out for the model scored on it. Models, all from SmolLM2-135M-Instruct (deq
 - `peer_trl`: the same model, folds, prompts, reward, group size, learning rate, KL estimator, optimiser
   and steps through TRL's GRPOTrainer (bench/peer_trl.py), two runs.
 
-Evaluation (the same for every model): greedy plus EVAL_SAMPLES samples per row at the training
-temperature and top-k from fixed seeds, every completion to its EOS or the job's new-token limit and
-kept, scored strict (arith_correct: the first number is the answer), lenient (any integer in it is) and
-format (it starts with "The answer is", as the one-shot template asks). The decision rule and the
-settings are in bench/preregistration/learning_folds.json, committed before the first job;
-bench/learning_folds_stats.py applies it.
+Evaluation (the same for every model): eval jobs submitted to the same `rljob serve` (POST /v1/evals;
+bench/learning_folds_evals.py), one user suite per fold: greedy plus the pre-registered 8 samples per row
+at the training temperature and top-k from a fixed seed, every completion to its end token or the job's
+new-token limit and kept, scored strict (arith_correct: the first number is the answer), lenient (any integer in it is)
+and format (it starts with "The answer is", as the one-shot template asks) by the suite's three reward
+functions (bench/rewards/learning_folds_scorings.py, `score()` below function by function). The decision
+rule and the settings are in bench/preregistration/learning_folds.json, committed before the first job;
+bench/learning_folds_stats.py applies it to the eval jobs' outcomes, and the service's own comparisons
+(GET /v1/evals/{a}/compare) are recorded beside. The published figures were measured by the in-process
+evaluation this replaced (bench/README.md says which commit measured what).
 
     python bench/learning_folds.py base        # measure base, write the fold directories
     python bench/learning_folds.py timing      # a 5-step trial of both rljob fold jobs at once
@@ -29,21 +33,21 @@ Each step adds to bench/results/learning_folds.json; a step already recorded is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import learning_folds_stats  # noqa: E402
-from bench.arith_difficulty import PrefixSampler, load_rewards, train_rl_rows  # noqa: E402
-from bench.arith_folds import FOLDS, fold_rows, write_folds  # noqa: E402
+from bench import learning_folds_evals, learning_folds_stats  # noqa: E402
+from bench.arith_folds import FOLDS, write_folds  # noqa: E402
 from bench.learning import arm_result, sample_stats  # noqa: E402
 from bench.learning_folds_stats import PREREGISTRATION  # noqa: E402
 from bench.result_meta import machine_facts  # noqa: E402
@@ -57,65 +61,18 @@ from trainer.contract.spec_file import load_spec_file  # noqa: E402
 RESULT = REPO / "bench" / "results" / "learning_folds.json"
 EXAMPLE = REPO / "examples" / "smollm2-arith-cpu.yaml"
 WORK = Path(os.environ.get("RLJOB_BENCH_WORK", "/tmp/rljob-learning-folds"))
-EVAL_SAMPLES = 8
-EVAL_SEED = 20261204
-EVAL_BATCH = 50
 REWARD_FUNCTIONS = {"trained": ("arith_correct.py", "arith_correct"), "control": ("arith_random_control.py", "arith_random_control")}
 ANY_INTEGER = re.compile(r"-?[0-9]+")
 FORMAT_PREFIX = "The answer is"
 
 
-def other(fold: str) -> str:
-    return FOLDS[1 - FOLDS.index(fold)]
-
-
 def score(completion: str, answer: str, rewards) -> dict[str, int]:
+    """The bench's three scorings of one completion (`rewards`: examples/rewards/arith_correct.py); the eval
+    suites' reward functions score the same way (tests/bench/test_learning_folds_evals.py)."""
     golds = {int(g) for g in json.loads(answer)}
     strict = rewards.arith_correct([""], [completion], None, answer=[answer])[0] == 1.0
     lenient = any(int(n) in golds for n in ANY_INTEGER.findall(completion))
     return {"strict": int(strict), "lenient": int(lenient), "format": int(completion.lstrip().startswith(FORMAT_PREFIX))}
-
-
-def evaluate(model_dir: str, rows: list[dict], grpo: dict, template: Path) -> dict:
-    """Per row: greedy and EVAL_SAMPLES sampled completions (kept), each scored three ways; a row's
-    `greedy`/`samples` are the strict outcomes bench/learning_stats.py reads."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    new_tokens = grpo["max_target_length"] - grpo["max_prefill_predict_length"]
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    sampler, rewards = PrefixSampler(model, tokenizer), load_rewards()
-    processed = train_rl_rows(rows, tokenizer, template)
-    started, out = time.monotonic(), []
-    never = lambda _text: False  # noqa: E731  (lenient scoring reads the whole completion)
-    for b in range(0, len(rows), EVAL_BATCH):
-        prompts = [r["prompts"] for r in processed[b : b + EVAL_BATCH]]
-        greedy = sampler.sample(prompts, generations=1, temperature=None, top_k=1, new_tokens=new_tokens, seed=EVAL_SEED, done=never)
-        sampled = sampler.sample(
-            prompts,
-            generations=EVAL_SAMPLES,
-            temperature=grpo["temperature"],
-            top_k=grpo["top_k"],
-            new_tokens=new_tokens,
-            seed=EVAL_SEED + b,
-            done=never,
-        )
-        for row, p, g, s in zip(rows[b : b + EVAL_BATCH], processed[b : b + EVAL_BATCH], greedy, sampled, strict=True):
-            gs, ss = score(g[0], p["answer"], rewards), [score(x, p["answer"], rewards) for x in s]
-            out.append(
-                {
-                    "id": row["id"],
-                    "question": row["question"],
-                    "greedy": gs["strict"],
-                    "samples": [x["strict"] for x in ss],
-                    "lenient": {"greedy": gs["lenient"], "samples": [x["lenient"] for x in ss]},
-                    "format": {"greedy": gs["format"], "samples": [x["format"] for x in ss]},
-                    "completions": {"greedy": g[0], "samples": s},
-                }
-            )
-        print(f"    {len(out)}/{len(rows)} rows, {time.monotonic() - started:.0f}s", flush=True)
-    return {"source": model_dir, "rows": out, "new_tokens": new_tokens, "eval_seconds": round(time.monotonic() - started, 1)}
 
 
 def load() -> dict:
@@ -143,16 +100,34 @@ def env() -> dict:
     return dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 
+def evaluate(client: RljobClient, token: str, model: str, checkpoints: dict[str, str], pre: dict, facts: dict) -> dict:
+    """A model's rows from its eval jobs (one per fold suite it is scored on), with the path, commit and evals
+    that produced them."""
+    suites = learning_folds_evals.write_suites(WORK / "suites", pre)
+    requests = learning_folds_evals.eval_requests(model, checkpoints, suites, WORK / "runs")
+    rows, evals = learning_folds_evals.evaluate_model(client, token, requests)
+    path = {"path": learning_folds_evals.EVALUATION_PATH, "commit": facts["commit"], "uncommitted_changes": facts["uncommitted_changes"]}
+    return {"rows": rows, "evaluation": {**path, "evals": evals}}
+
+
+def record_comparisons(client: RljobClient, results: dict) -> None:
+    """The service's comparisons of every pair evaluated so far, beside the bench's own statistics."""
+    results["service_comparisons"] = learning_folds_evals.service_comparisons(client, results.get("models", {}))
+    learning_folds_evals.print_service_comparisons(results["service_comparisons"])
+
+
 def run_base(pre: dict) -> None:
-    results = load()
-    rows = [r for f in FOLDS for r in fold_rows()[f]]
-    base = evaluate(str(model_dir(env())), rows, pre["grpo"], EXAMPLE.parent / "templates" / "arith-one-shot.json")
+    results, facts = load(), machine_facts()
+    checkpoints = learning_folds_evals.checkpoints("base", model_dir=model_dir(env()))
+    with rljob_service() as (client, token):
+        base = evaluate(client, token, "base", checkpoints, pre, facts)
+        results.setdefault("models", {})["base"] = base
+        record_comparisons(client, results)
     rate = sum(sum(r["samples"]) for r in base["rows"]) / sum(len(r["samples"]) for r in base["rows"])
-    results.setdefault("models", {})["base"] = base
     results["base_sampled_rate"] = rate
-    results.setdefault("machine", {})["base"] = machine_facts()
+    results.setdefault("machine", {})["base"] = facts
     save(results)
-    print(f"base: sampled strict rate {rate:.4f} over {len(rows)} rows x {EVAL_SAMPLES}", flush=True)
+    print(f"base: sampled strict rate {rate:.4f} over {len(base['rows'])} rows x {pre['evaluation']['samples']}", flush=True)
 
 
 def fold_dirs(results: dict) -> dict[str, dict]:
@@ -175,8 +150,10 @@ def job_spec(arm: str, fold: str, folds: dict, grpo: dict) -> dict:
     return spec
 
 
-def run_jobs(specs: dict[str, dict], on_result) -> None:
-    """Submit every job at once over REST to a fresh `rljob serve` (local launcher) and follow each to its end."""
+@contextlib.contextmanager
+def rljob_service() -> Iterator[tuple[RljobClient, str]]:
+    """A fresh `rljob serve` (local launcher) on this bench's state directory, and a client with its token; the
+    jobs of earlier runs are in its store, so an eval can name `<job-id>:export` of a job trained before."""
     state = WORK / "service"
     state.mkdir(parents=True, exist_ok=True)
     port, token = free_port(), generate_token()
@@ -193,16 +170,21 @@ def run_jobs(specs: dict[str, dict], on_result) -> None:
     client = RljobClient(ClientConfig(url=f"http://127.0.0.1:{port}", token=token, config_file=None))
     try:
         _wait_ready(client, server, state / "service.log")
-        ids = {}
-        for name, spec in specs.items():
-            key = hashlib.sha256(f"{name}{token}".encode()).hexdigest()[:16]
-            ids[name] = client.request("POST", "/v1/jobs", json=spec, headers={"Idempotency-Key": key})["id"]
-            print(f"[{name}] submitted {ids[name]}", flush=True)
-        for name, job_id in ids.items():
-            on_result(name, arm_result(client, job_id, specs[name]))
+        yield client, token
     finally:
         client.close()
         terminate_then_kill(server, grace_s=15)
+
+
+def run_jobs(client: RljobClient, token: str, specs: dict[str, dict], on_result) -> None:
+    """Submit every job at once over REST and follow each to its end."""
+    ids = {}
+    for name, spec in specs.items():
+        key = hashlib.sha256(f"{name}{token}".encode()).hexdigest()[:16]
+        ids[name] = client.request("POST", "/v1/jobs", json=spec, headers={"Idempotency-Key": key})["id"]
+        print(f"[{name}] submitted {ids[name]}", flush=True)
+    for name, job_id in ids.items():
+        on_result(name, arm_result(client, job_id, specs[name]))
 
 
 def run_peer(folds: dict, grpo: dict, steps: int) -> dict[str, dict]:
@@ -260,34 +242,32 @@ def run_peer(folds: dict, grpo: dict, steps: int) -> dict[str, dict]:
 
 
 def run_arm(arm: str, pre: dict, steps: int | None = None, record: bool = True) -> dict:
+    """Train the arm's two fold models, then (with `record`) evaluate each on the fold it did not train on:
+    eval jobs on the same service once both have ended (an evaluation beside training slows both)."""
     results = load()
     folds = fold_dirs(results)
     results["folds"] = folds
     grpo = {**pre["grpo"], "num_batches": steps or pre["steps"]}
     facts = machine_facts()
     arms: dict[str, dict] = {}
-    if arm == "peer_trl":
+    if arm == "peer_trl":  # before the service starts: nothing else runs beside training
         arms = run_peer(folds, grpo, grpo["num_batches"])
-    else:
-        specs = {fold: job_spec(arm, fold, folds, grpo) for fold in FOLDS}
-        run_jobs(specs, lambda fold, result: arms.__setitem__(fold, result))
-        for result in arms.values():
-            run_dir = Path(result.get("run_uri") or "/nonexistent")
-            if (run_dir / "samples").is_dir():
-                result["samples"] = sample_stats(run_dir)
-    if not record:
-        return arms
-    results.setdefault("arms", {})[arm] = {"folds": arms, "machine": facts}
-    save(results)
-    rows = []
-    for fold, result in arms.items():
-        if not result.get("export"):
-            raise SystemExit(f"[{arm}/{fold}] ended {result['phase']}: nothing to evaluate")
-        held_out = fold_rows()[other(fold)]
-        print(f"[{arm}/{fold}] evaluating {result['export']} on fold {other(fold)} ({len(held_out)} rows)", flush=True)
-        rows += evaluate(result["export"], held_out, pre["grpo"], Path(folds[fold]["dir"]) / "arith-one-shot.json")["rows"]
-    results = load()
-    results.setdefault("models", {})[arm] = {"rows": rows, "trained_on": "the other fold (bench/arith_folds.py)"}
+    with rljob_service() as (client, token):
+        if arm != "peer_trl":
+            specs = {fold: job_spec(arm, fold, folds, grpo) for fold in FOLDS}
+            run_jobs(client, token, specs, lambda fold, result: arms.__setitem__(fold, result))
+            for result in arms.values():
+                run_dir = Path(result.get("run_uri") or "/nonexistent")
+                if (run_dir / "samples").is_dir():
+                    result["samples"] = sample_stats(run_dir)
+        if not record:
+            return arms
+        results.setdefault("arms", {})[arm] = {"folds": arms, "machine": facts}
+        save(results)
+        checkpoints = learning_folds_evals.checkpoints(arm, arms=arms)
+        model = evaluate(client, token, arm, checkpoints, pre, facts)
+        results.setdefault("models", {})[arm] = {**model, "trained_on": "the other fold (bench/arith_folds.py)"}
+        record_comparisons(client, results)
     save(results)
     return arms
 
