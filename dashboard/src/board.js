@@ -1,6 +1,7 @@
 // The jobs board: every job of the viewer's team, filtered by phase, kept live by the service's
 // event stream (GET /v1/events) with polling of GET /v1/jobs as the fallback.
 import { diffHref } from "./diffmodel.js";
+import { evalDiffHref } from "./evaljobs.js";
 import { focusHeading, h, replace } from "./dom.js";
 import { fmtAge, fmtNumber, fmtPercent, DASH } from "./format.js";
 import { LiveFeed } from "./live.js";
@@ -57,7 +58,9 @@ export function boardView(root, api, params) {
   const compareHint = h("span", { id: "compare-hint", class: "hint" });
   const compare = () => {
     const [a, b] = [...picked].sort((x, y) => ((jobs.get(x)?.createdAt || "") < (jobs.get(y)?.createdAt || "") ? -1 : 1));
-    window.location.hash = diffHref(a, b);
+    // Two eval jobs open the eval compare view, the newer minus the older (its baseline); any other pair the run diff.
+    const evals = [a, b].every((id) => jobs.get(id)?.kind === "eval");
+    window.location.hash = evals ? evalDiffHref(b, a) : diffHref(a, b);
   };
   const pickChanged = () => {
     compareButton.disabled = picked.size !== 2;
@@ -213,7 +216,7 @@ function fillRow(tr, job, now) {
   tr._link.textContent = job.name;
   tr._pick.setAttribute("aria-label", `Compare ${job.name} (${job.id})`);
   const cells = [
-    h("td", {}, tr._link, h("span", { class: "sub mono" }, job.id)),
+    h("td", {}, kindBadge(job.kind), " ", tr._link, h("span", { class: "sub mono" }, job.id)),
     h("td", { class: "wide" }, job.submitter || DASH),
     h("td", {}, job.model || DASH),
     h("td", { class: "wide" }, job.accelerator || DASH),
@@ -233,8 +236,15 @@ function fillRow(tr, job, now) {
   }
   // Replace every cell but the tick box and the name's link, which keep keyboard focus where the user left it.
   const first = tr.children[1];
-  first.replaceChildren(tr._link, cells[0].children[1]);
+  const [badge, , idText] = cells[0].children; // the kind badge, the link, the id
+  first.replaceChildren(badge, " ", tr._link, idText);
   for (let i = 1; i < cells.length; i += 1) tr.children[i + 1].replaceWith(cells[i]);
+}
+
+/** Which kind of job a row is: an eval job (evaluates a checkpoint on a suite) or a training job. */
+function kindBadge(kind) {
+  return h("span", { class: `kind kind-${kind}`, "data-testid": "kind", "data-kind": kind, title: kind === "eval" ? "an eval job: it evaluates a checkpoint on a suite" : "a training job" },
+    kind === "eval" ? "eval" : "train");
 }
 
 function emptyState(filter) {

@@ -16,7 +16,7 @@ const MIN_PLOT_WIDTH_PX = 280;
 const NO_EVAL_FIELD = "This service does not report evaluations (its jobs have no eval field).";
 
 /** An SVG element; attributes only (the page's CSP forbids inline style), text as text nodes. */
-function svg(tag, attrs = {}, ...children) {
+export function svg(tag, attrs = {}, ...children) {
   const el = document.createElementNS(SVG_NS, tag);
   for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, String(value));
   for (const child of children.flat()) {

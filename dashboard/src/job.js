@@ -3,9 +3,13 @@
 // every change, ending after the terminal phase); each burst of events triggers one re-read of the
 // job and its metrics, and of the samples when a new train step arrived. An `eval` event is such a
 // change too: the re-read job carries the evaluations whole (JobPublic.eval), so the panel is drawn
-// from that, never from the event's partial data.
+// from that, never from the event's partial data. An eval job's page (a job whose spec has `evaluation`)
+// shows its evaluation (evaljobpanel.js) instead of curves and samples; a training job with evaluations
+// attached lists their eval jobs (attachedevals.js), redrawn only when they change.
 import { rewardChart, makeChart } from "./charts.js";
 import { focusHeading, h, replace } from "./dom.js";
+import { attachedEvalsPanel } from "./attachedevals.js";
+import { evalJobPanel } from "./evaljobpanel.js";
 import { evalPanel } from "./evalpanel.js";
 import { goodputPanel } from "./goodputbar.js";
 import { artifactsPanel, failureBox, healthNote, progressPanel, summaryPanel } from "./jobparts.js";
@@ -39,12 +43,21 @@ export function jobPage(root, api, jobId) {
     loss: makeChart("Loss", [{ label: "loss", stroke: "#b3261e" }]),
   };
   const evaluation = evalPanel();
+  // An eval job's page shows its evaluation (GET /v1/evals/{id}) in place of training's curves and samples;
+  // a training job's shows the eval jobs of its checkpoints (JobPublic.evals) under its curves.
+  const evalJob = evalJobPanel(api, jobId);
+  evalJob.el.hidden = true;
+  const attachedSlot = h("div");
+  let attachedShown = null; // JobPublic.evals last drawn, as JSON: the 5 s re-render must not move focus off its links
   const samples = samplesPanel(api, base);
   let samplesDue = true; // re-read the samples with the next refresh (a new train step arrived)
   const artifactsSlot = h("div");
   const logs = h("pre", { class: "logs", tabindex: "0", "aria-label": "Log tail", "data-testid": "logs" }, "Loading logs…");
   const dialog = cancelDialog(() => doCancel());
 
+  const learning = h("div", { class: "learning" },
+    h("section", { "aria-label": "Training curves", class: "charts" }, evaluation.el, Object.values(charts).map((c) => c.el)),
+    samples.el);
   replace(
     root,
     h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← All jobs")),
@@ -52,10 +65,10 @@ export function jobPage(root, api, jobId) {
     healthSlot,
     noticeSlot,
     panels,
+    evalJob.el,
     goodputSlot,
-    h("div", { class: "learning" },
-      h("section", { "aria-label": "Training curves", class: "charts" }, evaluation.el, Object.values(charts).map((c) => c.el)),
-      samples.el),
+    attachedSlot, // a training job's evaluated checkpoints: what its curves led to, so above them
+    learning,
     artifactsSlot,
     h("section", { class: "panel", "aria-labelledby": "logs-h" }, h("h2", { id: "logs-h" }, `Log tail (last ${LOG_TAIL_LINES} lines)`), logs),
     dialog.el,
@@ -74,7 +87,16 @@ export function jobPage(root, api, jobId) {
     replace(panels, summaryPanel(job), progressPanel(job));
     replace(goodputSlot, goodputPanel(job.goodput));
     replace(artifactsSlot, artifactsPanel(job));
-    evaluation.update(job.evaluation);
+    const isEval = job.kind === "eval";
+    learning.hidden = isEval;
+    evalJob.el.hidden = !isEval;
+    if (isEval) evalJob.update(job);
+    else evaluation.update(job.evaluation);
+    const attachedKey = isEval ? "" : JSON.stringify([job.spec.eval || null, job.attachedEvals]);
+    if (attachedKey !== attachedShown) {
+      attachedShown = attachedKey;
+      replace(attachedSlot, isEval ? null : attachedEvalsPanel(job));
+    }
   }
 
   async function loadJob() {
@@ -106,8 +128,9 @@ export function jobPage(root, api, jobId) {
 
   async function refresh() {
     await loadJob();
-    const reads = [loadMetrics(), loadLogs()];
-    if (samplesDue) {
+    const reads = [loadLogs()];
+    if (job.kind !== "eval") reads.push(loadMetrics()); // an eval job trains nothing: no curves, no samples
+    if (samplesDue && job.kind !== "eval") {
       samplesDue = false;
       reads.push(samples.refresh());
     }
@@ -198,6 +221,7 @@ export function jobPage(root, api, jobId) {
     stop();
     Object.values(charts).forEach((c) => c.destroy());
     evaluation.destroy();
+    evalJob.destroy();
   };
 }
 

@@ -26,8 +26,9 @@ export function summaryPanel(job) {
       ["Model", job.model && h("span", {}, job.model, h("span", { class: "sub mono" }, job.modelSource || ""))],
       ["Accelerator", [hw.accelerator, hw.rollout_engine && `rollout: ${hw.rollout_engine}`].filter(Boolean).join(" · ")],
       ["Capacity", job.capacity && h("span", { "data-testid": "capacity" }, job.capacity.text)],
-      ["Dataset", datasetText],
-      ["GRPO", grpo.num_batches && `${grpo.num_batches} batches × ${grpo.batch_size} · G=${grpo.num_generations} · β=${grpo.beta} · lr=${fmtNumber(grpo.learning_rate)} · ${grpo.loss_algo}`],
+      // An eval job trains nothing: its suite and sampling are in its Evaluation section instead.
+      ["Dataset", job.kind === "eval" ? undefined : datasetText],
+      ["GRPO", job.kind === "eval" ? undefined : grpo.num_batches && `${grpo.num_batches} batches × ${grpo.batch_size} · G=${grpo.num_generations} · β=${grpo.beta} · lr=${fmtNumber(grpo.learning_rate)} · ${grpo.loss_algo}`],
       ["Output", job.runUri && h("span", { class: "mono" }, job.runUri)],
       ["Runs on", job.backend ? `${job.backend}${job.objectName ? ` (${job.objectName})` : ""}${job.attempt > 1 ? ` · attempt ${job.attempt}` : ""}` : null],
       ["Labels", labels || null],

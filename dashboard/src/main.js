@@ -1,10 +1,12 @@
-// Entry point: hash routes (#/login, #/, #/jobs/<id>, #/diff/<a>/<b>, #/usage) so the service serves one static page and
+// Entry point: hash routes (#/login, #/, #/jobs/<id>, #/diff/<a>/<b>, #/evals/diff/<a>/<b>, #/usage) so the service serves one static page and
 // needs no server-side routing; the token lives in sessionStorage and goes out as a bearer header.
 import "./styles.css";
 import { Api, tokenStore } from "./api.js";
 import { boardView } from "./board.js";
 import { diffPage } from "./diff.js";
 import { diffRoute } from "./diffmodel.js";
+import { evalDiffPage } from "./evaldiff.js";
+import { evalDiffRoute } from "./evaljobs.js";
 import { focusHeading, h, replace } from "./dom.js";
 import { jobPage } from "./job.js";
 import { loadPhaseFacts } from "./phases.js";
@@ -120,6 +122,8 @@ function signedInView(api, path, query) {
   if (jobMatch) return jobPage(main, api, decodeURIComponent(jobMatch[1]));
   const diff = diffRoute(path);
   if (diff) return diffPage(main, api, diff.a, diff.b);
+  const evalDiff = evalDiffRoute(path);
+  if (evalDiff) return evalDiffPage(main, api, evalDiff.a, evalDiff.b);
   if (path === "/usage") return usagePage(main, api, new URLSearchParams(query));
   if (path === "/" || path === "") return boardView(main, api, new URLSearchParams(query));
   replace(main, h("h1", {}, "Page not found"), h("p", {}, h("a", { href: "#/" }, "Go to the jobs board")));

@@ -1,6 +1,7 @@
 // Turns the service's JSON (service/domain/models.py: JobPublic, MetricsPublic) into what the
 // views show. Kept in one module so a change to the API shape is a change here only.
-import { STAGES } from "./phases.js";
+import { primaryPassAt1 } from "./evaljobs.js";
+import { EVAL_STAGES, STAGES } from "./phases.js";
 import { queueView } from "./queue.js";
 import { storageView } from "./storage.js";
 
@@ -35,9 +36,14 @@ export function jobView(raw) {
     rewardStd: num(metrics.reward_std),
     kl: num(metrics.kl),
     loss: num(metrics.loss),
-    evalAccuracy: num(metrics.eval_accuracy),
+    // An eval job's accuracy is its own pass@1 (primary reward function); a training job's, its latest in-loop eval.
+    evalAccuracy: raw.evaluation ? primaryPassAt1(raw.evaluation) : num(metrics.eval_accuracy),
     health: healthView(raw.health),
     evaluation: evalView(raw.eval),
+    // JobPublic.evaluation is set only on an eval job (a job whose spec has `evaluation`): its checkpoint, suite, scores.
+    kind: raw.evaluation || spec.evaluation ? "eval" : "train",
+    evalJob: raw.evaluation || null,
+    attachedEvals: Array.isArray(raw.evals) ? raw.evals : [], // JobPublic.evals: the eval jobs of this job's checkpoints
     goodput: goodputView(raw.goodput),
     createdAt: raw.created_at,
     updatedAt: raw.updated_at,
@@ -142,7 +148,8 @@ export function samplesView(raw) {
 function stageTimeline(raw) {
   const times = raw.stage_times || {};
   const failedStage = raw.failure && raw.failure.failed_stage;
-  return STAGES.map((stage) => {
+  const order = raw.evaluation || (raw.spec && raw.spec.evaluation) ? EVAL_STAGES : STAGES;
+  return order.map((stage) => {
     const t = times[stage] || {};
     let state = "pending";
     if (t.finished_at || t.duration_s !== undefined && t.duration_s !== null) state = t.skipped ? "skipped" : "done";

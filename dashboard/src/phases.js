@@ -3,6 +3,8 @@
 
 // The trainer's stages in pipeline order (trainer/contract): a job's fields, not phases.
 export const STAGES = ["convert", "train", "export"];
+// An eval job's (EVAL_STAGE_ORDER): export converts a MaxText checkpoint (skipped for a Hugging Face one), then evaluate.
+export const EVAL_STAGES = ["export", "evaluate"];
 
 const upper = (phase) => String(phase || "").toUpperCase();
 
