@@ -63,6 +63,13 @@ def test_one_changed_row_is_a_new_version_and_versions_do_not_compare(api: Api, 
     assert same.status_code == 200 and same.json()["suite"]["version"] == 1
 
 
+def test_a_report_about_another_suite_gets_no_version(api: Api, tmp_path: Path) -> None:
+    """The report is the job's trainer's word: a user suite reported as built in must not add to the shared sequence."""
+    claimed = _eval(api, tmp_path, _user_suite(tmp_path), suite_hash("a"), builtin=True)
+    assert claimed["evaluation"]["suite"]["version"] is None and claimed["evaluation"]["suite"]["scope"] == "team-a"
+    assert api.store.suite_versions("builtin", "mine") == [] and api.store.suite_versions("team-a", "mine") == []
+
+
 @contextmanager
 def _service(store: SqlJobStore, settings: Settings) -> Iterator[Api]:
     """The app over `store` with fakes at the launcher and progress ports, stopped at the end (a restart is two)."""

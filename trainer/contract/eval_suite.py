@@ -157,8 +157,8 @@ class EvalCheckpoint(_Strict):
 class EvalTask(_Strict):
     """JobSpec.evaluation: this job only evaluates a checkpoint on a suite."""
 
-    suite: SuiteSpec
-    checkpoint: EvalCheckpoint
+    suite: SuiteSpec = Field(description="what to evaluate on: a built-in suite, or rows, reward functions, template and sampling")
+    checkpoint: EvalCheckpoint = Field(description="the weights evaluated")
     baseline: str | None = Field(
         default=None, pattern=JOB_ID_PATTERN, description="an earlier eval job to compare with (same suite version)"
     )
@@ -167,7 +167,7 @@ class EvalTask(_Strict):
 class AttachedEval(_Strict):
     """JobSpec.eval: evaluate this training job's checkpoints in eval jobs of their own, off the training slice."""
 
-    suite: SuiteSpec
+    suite: SuiteSpec = Field(description="the suite each eval job runs")
     every_n_checkpoints: int = Field(
         default=1, ge=1, le=limits.MAX_NUM_BATCHES, description="evaluate every n-th actor checkpoint (1: each one)"
     )
