@@ -33,6 +33,7 @@ from typing import Any
 
 from trainer.contract import JobSpec, TrainerEvent
 
+from .attached_eval_models import AttachedEvalPublic
 from .errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
 from .fold_pacer import FOLD_CHUNK_EVENTS, FoldPacer
 from .job_health import health_verdict_changed, log_health_change
@@ -314,6 +315,18 @@ class JobService:
                 tx.append_event(rec, "message", {"message": message}, self.clock())
 
         self._mutate(job_id, post)
+
+    def record_attached_evals(self, job_id: str, evals: Sequence[AttachedEvalPublic]) -> None:
+        """Store the job's view of the eval jobs attached to it (attached_eval_reconciler.py), ended or not: they
+        outlive it. Logged as an `evals` entry (label, eval job, phase), so streams see it change."""
+
+        def store(rec: JobRecord, tx: JobTx) -> None:
+            if rec.report.attached_evals != list(evals):
+                rec.report = dataclasses.replace(rec.report, attached_evals=list(evals))
+                listed = [{"label": e.label, "eval_id": e.eval_id, "phase": e.phase.value if e.phase else None} for e in evals]
+                tx.append_event(rec, "evals", {"evals": listed}, self.clock())
+
+        self._mutate(job_id, store)
 
     def refresh_health(self, job_id: str) -> None:
         """Re-judge a job's health now: a running job becomes (or stops being) stalled by time

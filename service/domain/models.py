@@ -21,6 +21,7 @@ from trainer.contract import HardwareSpec, JobSpec, RunLayout, RunStorage, Stage
 from trainer.contract.goodput import JobGoodput
 from trainer.sizing.fit import FitEstimate
 
+from .attached_eval_models import AttachedEvalPublic
 from .errors import InvalidRequest
 from .eval_models import EvalSummaryPublic
 from .job_eval import JobEval
@@ -239,6 +240,11 @@ class JobPublic(BaseModel):
         default=None,
         description="an eval job's checkpoint, suite (name, version, content hash) and, once reported, its scores per "
         "reward function with 95% intervals; null for a training job",
+    )
+    evals: list[AttachedEvalPublic] = Field(
+        default_factory=list,
+        description="the eval jobs made for this job's checkpoints (spec.eval): base, step-N, export, each with its phase, "
+        "primary scores with 95% intervals and, once it and the base eval SUCCEEDED, the paired difference from the base",
     )
     spec: dict[str, Any]
 

@@ -18,6 +18,7 @@ from trainer.contract.eval_report import EvalReport
 from trainer.contract.evaluation import EvalSummary
 from trainer.contract.goodput import TrainGoodput
 
+from .attached_eval_models import AttachedEvalPublic
 from .train_step_summary import TrainStepSummary
 from .trainer_event_budget import TrainerEventCounts
 
@@ -75,6 +76,9 @@ class RunReport:
     # Actor checkpoints train_rl saved, step -> model_params URI (checkpoint events), newest MAX_CHECKPOINTS_KEPT;
     # evaluations attached to the job (JobSpec.eval) are made from them.
     checkpoints: dict[int, str] = field(default_factory=dict)
+    # The eval jobs the service made for this job's checkpoints (JobSpec.eval) as its view shows them, kept by the
+    # leader's reconcile (attached_eval_reconciler.py), so showing the job reads nothing else.
+    attached_evals: list[AttachedEvalPublic] = field(default_factory=list)
 
 
 MAX_CHECKPOINTS_KEPT = 1000

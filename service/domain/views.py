@@ -83,5 +83,6 @@ def to_public(
         trainer_events=record.report.trainer_events.model_copy(),
         fit_estimate=record.fit_estimate,
         evaluation=eval_summary(record),
+        evals=list(record.report.attached_evals),
         spec=record.spec.model_dump(mode="json"),
     )

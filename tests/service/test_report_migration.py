@@ -66,7 +66,7 @@ def _raw_jobs(store: SqlJobStore) -> list[dict[str, Any]]:
     return [{k: _normal(v, k in json_columns) for k, v in row.items()} for row in rows]
 
 
-ADDED_SINCE_0009 = ("placement", "evaluation", "evals")  # issue 36: an eval job's evaluation; a job's attached eval jobs
+ADDED_SINCE_0009 = ("placement", "evaluation")  # evaluation: issue 36 (an eval job's; null for the training jobs stored then)
 SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval")  # issue 36's eval jobs and attached evaluations
 
 
@@ -85,6 +85,7 @@ def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_u
             assert public.pop(added) is None, (job_id, added)
         for added in SPEC_FIELDS_ADDED_SINCE_0009:
             assert public["spec"].pop(added) is None, (job_id, added)
+        assert public.pop("evals") == [], job_id  # issue 36: eval jobs attached to a job (none for those stored then)
         assert public == answer, job_id
     # What the API does not show, the report still holds as the columns did: where event reading resumes, how the run ended.
     for row in data["jobs"]:

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Row
 
+from service.domain.attached_eval_models import AttachedEvalPublic
 from service.domain.models import JobRecord, Placement, QueueStatus
 from service.domain.phases import JobPhase
 from service.domain.run_report import Artifact, RunOutcome, RunReport, StageTimes
@@ -91,6 +92,7 @@ def _report(row: JobRow | Row[Any]) -> RunReport:
         eval_report=_typed(row.id, "report.eval_report", EvalReport, doc["eval_report"]) if doc.get("eval_report") else None,
         checkpoints={int(step): str(uri) for step, uri in (doc.get("checkpoints") or {}).items()},
         suite_version=doc.get("suite_version"),
+        attached_evals=[_typed(row.id, "report.attached_evals", AttachedEvalPublic, e) for e in doc.get("attached_evals") or []],
     )
 
 
@@ -114,6 +116,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "eval_report": report.eval_report.model_dump(mode="json") if report.eval_report else None,
         "checkpoints": {str(step): uri for step, uri in report.checkpoints.items()},
         "suite_version": report.suite_version,
+        "attached_evals": [e.model_dump(mode="json", by_alias=True) for e in report.attached_evals],
     }
 
 
