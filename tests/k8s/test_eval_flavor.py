@@ -3,12 +3,12 @@ v0.19.2, both flavor-matching rules): the shipped k8s/kueue/ objects, the manife
 pool's node built from docs/deploy-gke.md's own command (its --node-labels and --node-taints), a plain system node
 listed first (where a cpu pod selecting nothing would go) and a TPU node. The trainer container runs a fake command.
 
-Through the service: a TPU training job and an eval job of it are admitted, the training job into its TPU flavor,
-the eval job into `cpu-eval`; the eval pod is bound to the eval node; both Jobs carry `rljob.dev/admitted-to` and
-say what they are (`rljob.dev/kind`, `rljob.dev/eval-of`). On the cluster alone, under both rules: the same eval
-Job, and two controls: the eval pod without its selector and toleration is admitted into the first TPU flavor
-(cpu and memory taken from TPU quota, TPU labels merged in, the pod never scheduled), and a ClusterQueue without the
-eval flavor admits the eval job nowhere.
+Through the service: a TPU training job with an evaluation attached (JobSpec.eval), and the eval job the service
+makes of its base model, are admitted, the training job into its TPU flavor, the eval job into `cpu-eval`; the eval
+pod is bound to the eval node; both Jobs carry `rljob.dev/admitted-to` and say what they are (`rljob.dev/kind`,
+`rljob.dev/eval-of`). On the cluster alone, under both rules: the same eval Job, and two controls: the eval pod
+without its selector and toleration is admitted into the first TPU flavor (cpu and memory taken from TPU quota, TPU
+labels merged in, the pod never scheduled), and a ClusterQueue without the eval flavor admits the eval job nowhere.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from harness.podrun.scheduling import Node
 from service.adapters.k8s import pod_template
 from service.adapters.k8s.launcher import build_k8s_launcher
 from service.app import create_app
-from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from tests.deploy import guide_pools
 
@@ -120,12 +119,18 @@ async def test_through_the_service_the_eval_job_lands_in_the_eval_flavor_and_the
                         "eval-of": on_loop(lambda: label(job_id, "rljob.dev/eval-of")),
                     }
 
-                resp = client.post("/v1/jobs", json=make_spec().model_dump(mode="json"), headers=AUTH)
+                attached = {"suite": {"name": "arith"}, "base": True, "export": True}
+                resp = client.post("/v1/jobs", json=make_spec(eval=attached).model_dump(mode="json"), headers=AUTH)
                 assert resp.status_code == 201, resp.text
                 train = str(resp.json()["id"])
-                # An eval job is an ordinary job whose spec has `evaluation`: submitted to the job service as any job.
-                record, _ = app.state.runtime.jobs.submit(Caller(team="ml", token_id="test"), make_eval_spec(of_job=train))
-                return {"train": placed(train, TPU_ON_DEMAND), "eval": placed(record.id, EVAL_FLAVOR), "train_id": train}
+
+                def base_eval() -> str | None:
+                    # Made by the leader's attached-evals loop (service/domain/attached_eval_reconciler.py), not by this test.
+                    found = client.get("/v1/evals", params={"job_of": train}, headers=AUTH).json()["data"]
+                    return next((e["id"] for e in found if e["evaluation"]["checkpoint"]["label"] == "base"), None)
+
+                _wait(lambda: base_eval() is not None, f"the base eval job of {train}", 60)
+                return {"train": placed(train, TPU_ON_DEMAND), "eval": placed(str(base_eval()), EVAL_FLAVOR), "train_id": train}
 
         result = await asyncio.to_thread(scenario)
 
