@@ -141,13 +141,31 @@ def summarize(outcomes: Sequence[RowOutcome], function: str) -> FunctionScores:
 
 def bootstrap_interval(diffs: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
     """The 2.5th and 97.5th percentiles of the mean of `diffs` resampled with replacement (linear interpolation
-    between order statistics, as numpy's default percentile)."""
+    between order statistics, as numpy's default percentile).
+
+    A resample of n rows is drawn as the counts of each distinct value (a multinomial over the values' shares,
+    drawn as one binomial per value given those before): the same distribution of resampled means as drawing n
+    row indices, in (distinct values) draws per resample instead of n. Scores take few values (0/1 differences:
+    three; sampled accuracy with k samples: at most 2k + 1), so GSM8K's 1319 rows cost what 3 to 9 do."""
     n = len(diffs)
     if n == 0:
         raise ValueError("no rows to resample")
     rng = random.Random(seed)
-    values = list(diffs)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    counts: dict[float, int] = {}
+    for value in diffs:
+        counts[value] = counts.get(value, 0) + 1
+    values = sorted(counts)
+    means = []
+    for _ in range(resamples):
+        left, rows_left, total = n, n, 0.0
+        for value in values[:-1]:
+            drawn = rng.binomialvariate(left, counts[value] / rows_left) if left else 0
+            total += drawn * value
+            left -= drawn
+            rows_left -= counts[value]
+        total += left * values[-1]
+        means.append(total / n)
+    means.sort()
     return _percentile(means, 2.5), _percentile(means, 97.5)
 
 
