@@ -111,9 +111,8 @@ def evaluate(client: RljobClient, token: str, model: str, checkpoints: dict[str,
 
 
 def record_comparisons(client: RljobClient, results: dict) -> None:
-    """The service's comparisons of every pair evaluated so far, beside the bench's own statistics."""
+    """The service's comparisons of every pair evaluated so far, kept beside the bench's own statistics (main prints both)."""
     results["service_comparisons"] = learning_folds_evals.service_comparisons(client, results.get("models", {}))
-    learning_folds_evals.print_service_comparisons(results["service_comparisons"])
 
 
 def run_base(pre: dict) -> None:
@@ -293,6 +292,9 @@ def main() -> int:
         results["summary"] = learning_folds_stats.summarize(results["models"])
         save(results)
         learning_folds_stats.print_summary(results["summary"])
+    if results.get("service_comparisons"):
+        print("  the service's comparisons, per fold suite (GET /v1/evals/{a}/compare):")
+        learning_folds_evals.print_service_comparisons(results["service_comparisons"])
     return 0
 
 

@@ -37,6 +37,7 @@ from bench.arith_folds import FOLDS, fold_rows
 from bench.learning import follow
 from bench.learning_folds_stats import PAIRS
 from service.cli.client import RljobClient
+from service.domain.phases import JobPhase
 from trainer.contract import RunLayout
 from trainer.contract.eval_report import RowOutcome
 
@@ -154,7 +155,7 @@ def bench_row(outcome: RowOutcome) -> dict[str, Any]:
 def _eval_record(client: RljobClient, eval_id: str, checkpoint: str) -> dict[str, Any]:
     found = client.eval(eval_id)
     suite, usage = found.evaluation.suite, found.usage
-    running = usage.phases.get("running")
+    running = usage.phases.get(JobPhase.RUNNING.value)
     return {
         "eval_id": eval_id,
         "phase": found.phase.value,

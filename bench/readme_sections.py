@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.readme_render import learning_benches, read_path_benches, service_benches, storage_benches  # noqa: E402
 from bench.readme_render.common import duration  # noqa: E402
-from bench.readme_render.learning_folds_section import render_learning_folds  # noqa: E402
+from bench.readme_render.learning_folds_section import render_learning_folds, render_learning_folds_eval_check  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 README = REPO / "bench" / "README.md"  # the benchmarks page, not the repository's front door
@@ -61,6 +61,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "goodput-tiny": (("goodput-bar.json",), render_goodput_tiny),
     "arith-difficulty": (("arith_difficulty.json",), learning_benches.render_arith_difficulty),
     "learning-folds": (("learning_folds.json",), render_learning_folds),
+    "learning-folds-eval-check": (("learning_folds_eval_check.json",), render_learning_folds_eval_check),
     "events-upload": (("events_upload.json",), storage_benches.render_events_upload),
     "schemathesis": (("schemathesis.json",), service_benches.render_schemathesis),
     "kill-loop": (("kill_loop.json",), service_benches.render_kill_loop),

@@ -116,3 +116,31 @@ def _final_kl(results: dict[str, Any]) -> str:
         if values:
             parts.append(f"`{arm}` {sum(values) / len(values):.3f}")
     return ", ".join(parts)
+
+
+def render_learning_folds_eval_check(result: dict[str, Any]) -> str:
+    """bench/learning_folds_eval_check.py's comparison of one eval job with the recorded in-process evaluation."""
+    agreement, evals = result["agreement"], result["eval_job"]["evals"]
+    (fold, record), *_ = evals.items()
+    suite = record["suite"]
+
+    def pair(scoring: str, kind: str) -> str:
+        c = agreement[scoring][kind]
+        verdict = "each inside the other's 95% CI" if c["each_inside_the_others_ci"] else "**not** each inside the other's 95% CI"
+        return f"{_pct(c['eval_job'])} vs {_pct(c['in_process'])}, {verdict}"
+
+    lines = [
+        f"A by-hand check of the evaluation path (`bench/learning_folds_eval_check.py`, {where(result.get('machine'))}): `base` on "
+        f"fold {fold} ({result['rows']} rows) in eval job `{record['eval_id']}` ({suite['name']} v{suite['version']}, content hash "
+        f"`{suite['content_hash']}`, {duration(record['generate_s'])} generating) against the recorded in-process evaluation "
+        f"(bench/results/learning_folds.json's `base`, below). Greedy completions identical: "
+        f"{result['greedy_completions_identical']} of {result['rows']}. Eval job vs in process:"
+    ]
+    for scoring in ("strict", "lenient", "format"):
+        d = agreement[scoring]["difference"]["sampled"]
+        lines.append(
+            f"- {scoring}: greedy {pair(scoring, 'greedy')}; sampled {pair(scoring, 'sampled')}; paired sampled difference {_pts(d)} points"
+        )
+    verdict = "agree" if result["agree_within_cis"] else "do **not** all agree"
+    lines.append(f"\nBy that criterion (each accuracy inside the other path's interval) the two paths {verdict}.")
+    return "\n".join(lines)
