@@ -22,7 +22,10 @@ from trainer.contract.goodput import JobGoodput
 from trainer.sizing.fit import FitEstimate
 
 from .attached_eval_models import AttachedEvalPublic
+from .budget_models import JobHold
+from .checkpoint_expiry_models import CheckpointExpiry
 from .errors import InvalidRequest
+from .estimate_models import JobEstimate
 from .eval_models import EvalSummaryPublic
 from .job_eval import JobEval
 from .learning_health import LearningHealth
@@ -112,6 +115,9 @@ class JobRecord:
     fit_estimate: FitEstimate | None = None  # the submit-time memory estimate (trainer.sizing.fit)
     report: RunReport = field(default_factory=RunReport)  # what the trainer reported (run_report.py)
     placement: Placement | None = None  # the kind of capacity (and flavor) it was last admitted into (placement.py)
+    estimate: JobEstimate | None = None  # the submit-time estimate (estimate_models.py); None for jobs stored before 0013
+    hold: JobHold | None = None  # why the service holds the job (budget_models.py); None: it does not
+    checkpoint_expiry: CheckpointExpiry | None = None  # the retention pass's record (checkpoint_expiry_models.py)
 
     @property
     def handed_over(self) -> bool:

@@ -11,6 +11,9 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Row
 
 from service.domain.attached_eval_models import AttachedEvalPublic
+from service.domain.budget_models import JobHold
+from service.domain.checkpoint_expiry_models import CheckpointExpiry
+from service.domain.estimate_models import JobEstimate
 from service.domain.models import JobRecord, Placement, QueueStatus
 from service.domain.phases import JobPhase
 from service.domain.run_report import Artifact, RunOutcome, RunReport, StageTimes
@@ -50,6 +53,9 @@ _RECORD_FIELDS = [
     "phase_entered_at",
     "fit_estimate",
     "placement",
+    "estimate",
+    "hold",
+    "checkpoint_expiry",
 ]
 
 
@@ -63,6 +69,11 @@ def to_record(row: JobRow | Row[Any], labels: dict[str, str]) -> JobRecord:
     values["phase_seconds"] = own(values["phase_seconds"]) or {}  # NULL: stored before 0004
     values["fit_estimate"] = _typed(row.id, "fit_estimate", FitEstimate, row.fit_estimate) if row.fit_estimate else None
     values["placement"] = _typed(row.id, "placement", Placement, row.placement) if row.placement else None
+    values["estimate"] = _typed(row.id, "estimate", JobEstimate, row.estimate) if row.estimate else None
+    values["hold"] = _typed(row.id, "hold", JobHold, row.hold) if row.hold else None
+    values["checkpoint_expiry"] = (
+        _typed(row.id, "checkpoint_expiry", CheckpointExpiry, row.checkpoint_expiry) if row.checkpoint_expiry else None
+    )
     return JobRecord(phase=JobPhase(row.phase), labels=labels, report=_report(row), **values)
 
 
@@ -178,7 +189,7 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
-_TYPED_FIELDS = {"spec", "fit_estimate", "placement"}
+_TYPED_FIELDS = {"spec", "fit_estimate", "placement", "estimate", "hold", "checkpoint_expiry"}
 
 
 def apply_record(row: JobRow, record: JobRecord) -> None:
@@ -191,5 +202,8 @@ def apply_record(row: JobRow, record: JobRecord) -> None:
     # Whole models (not only the fields that were set), as these columns were written before they were typed.
     row.fit_estimate = record.fit_estimate.model_dump(mode="json") if record.fit_estimate else None
     row.placement = record.placement.model_dump(mode="json") if record.placement else None
+    row.estimate = record.estimate.model_dump(mode="json") if record.estimate else None
+    row.hold = record.hold.model_dump(mode="json") if record.hold else None
+    row.checkpoint_expiry = record.checkpoint_expiry.model_dump(mode="json") if record.checkpoint_expiry else None
     row.report = report_json(record.report)
     row.phase = record.phase.value

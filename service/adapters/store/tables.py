@@ -68,6 +68,9 @@ class JobRow(Base):
     # What the trainer reported (service/domain/run_report.py), one document: migration 0010 folded 14 columns in.
     report: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0011: the kind of capacity it was admitted into
+    estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0013: the submit-time estimate
+    hold: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0013: why the service holds the job (budget)
+    checkpoint_expiry: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0013: the retention pass's record
 
     __table_args__ = (
         # One job per (team, Idempotency-Key); NULL keys do not collide on either database.
