@@ -1,5 +1,8 @@
 """What a job is expected to take, estimated before it is created (POST /v1/jobs?dry_run=estimate, and stored on
-the job at submit so its view shows the estimate beside the actuals). Owned by the estimate work of issue 37."""
+the job at submit so its view shows the estimate beside the actuals).
+
+The fields here are what other parts read (the budget check reads chip_hours and cost_usd); the estimate's own
+work may add fields, never rename these."""
 
 from __future__ import annotations
 
@@ -20,6 +23,16 @@ class EstimateRange(BaseModel):
 class JobEstimate(BaseModel):
     made_at: datetime = Field(description="when the estimate was made")
     basis: Literal["history", "formula"] = Field(
-        description="history: finished jobs of the same model shape, step count and hardware; formula: none, so tokens per step"
+        description="history: finished jobs of the same model shape, step count and hardware; formula: there were none, so "
+        "tokens per step at an assumed rate"
     )
     basis_detail: str = Field(description="which jobs or which formula, in words")
+    history_job_ids: list[str] = Field(default_factory=list, description="the finished jobs the run time comes from")
+    queue_position: int | None = Field(default=None, description="1 = next to be admitted; null when the backend does not say")
+    wait_s: EstimateRange | None = Field(default=None, description="seconds queued before admission; null: no recent admissions")
+    run_s: EstimateRange = Field(description="seconds from admission to the end")
+    run_parts_s: dict[str, float] = Field(default_factory=dict, description="the expected run time split like goodput, by part")
+    wall_s: EstimateRange = Field(description="seconds from submit to the end: wait and run")
+    chip_hours: EstimateRange = Field(description="billed chip-hours (0 for a cpu job)")
+    cost_usd: EstimateRange | None = Field(description="dollars at list price; null when the price table has no price")
+    storage_bytes: int | None = Field(default=None, description="bytes the run directory will hold; null when unknown")
