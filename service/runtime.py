@@ -187,6 +187,7 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         leads=lambda: leadership.leads,
         on_fenced=lambda: leadership.fenced(),
         fold_pacer=FoldPacer(settings.progress_fold_cpu_share),
+        prices=settings.usage_prices_usd_per_chip_hour,
     )
     supervisor = Supervisor(
         jobs,

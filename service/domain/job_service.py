@@ -35,6 +35,8 @@ from trainer.contract import JobSpec, TrainerEvent
 
 from .attached_eval_models import AttachedEvalPublic
 from .errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
+from .estimate_models import JobEstimate
+from .estimate_source import SubmitEstimator
 from .fold_pacer import FOLD_CHUNK_EVENTS, FoldPacer
 from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
@@ -70,6 +72,7 @@ from .record_writes import write_decision, write_phase
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 from .submission import check_submission, store_new_job
 from .suite_versions import assign_suite_version
+from .usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +110,10 @@ class JobService:
         leads: Callable[[], bool] = lambda: True,
         on_fenced: Callable[[], None] = lambda: None,
         fold_pacer: FoldPacer | None = None,
+        prices: PriceTable = DEFAULT_PRICES_USD_PER_CHIP_HOUR,
     ) -> None:
         self.store = store
+        self.estimator = SubmitEstimator(store, launcher, prices, clock)  # the estimate at submit (estimates.py)
         self.fold_pacer = fold_pacer or FoldPacer(1.0)  # 1.0: no rest, folds still in chunks
         self.launcher = launcher
         self.progress = progress
@@ -206,10 +211,13 @@ class JobService:
         A job whose estimated memory per chip exceeds its accelerator's is refused here, before any
         TPU is asked for (trainer/sizing/fit.py); the estimate is stored with the job either way."""
         spec, fit = check_submission(spec, caller, self.location_policy, self.launcher)  # InvalidRequest: nothing stored
+        estimate = self.estimator.estimate(caller, spec)
 
         def store_new() -> tuple[JobRecord, bool]:
             with self._lock:
-                return store_new_job(self.store, caller, spec, idempotency_key, fit, job_id=self._new_id(), now=self.clock())
+                return store_new_job(
+                    self.store, caller, spec, idempotency_key, fit, job_id=self._new_id(), now=self.clock(), estimate=estimate
+                )
 
         try:
             record, created = store_new()
@@ -224,6 +232,11 @@ class JobService:
             except LeaderFenced:  # stored: the replica that leads now hands it over (its take-over)
                 log.info("%s is stored; this replica stopped leading before launching it", record.id)
         return self.store.get(record.id) or record, True
+
+    def estimate(self, caller: Caller, spec: JobSpec) -> JobEstimate:
+        """What `spec` would take, checked as a submit is (InvalidRequest alike); nothing is stored."""
+        spec, _ = check_submission(spec, caller, self.location_policy, self.launcher)
+        return self.estimator.estimate(caller, spec)
 
     def cancel(self, caller: Caller, job_id: str) -> JobRecord:
         record = self.get(caller, job_id)

@@ -25,7 +25,7 @@ from .attached_eval_models import AttachedEvalPublic
 from .budget_models import JobHold
 from .checkpoint_expiry_models import CheckpointExpiry
 from .errors import InvalidRequest
-from .estimate_models import JobEstimate
+from .estimate_models import EstimateActuals, JobEstimate
 from .eval_models import EvalSummaryPublic
 from .job_eval import JobEval
 from .learning_health import LearningHealth
@@ -217,6 +217,11 @@ class JobPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     queue: QueueStatus | None = Field(description="while QUEUED behind a backend's queue: which, why, and the place in line")
+    hold: JobHold | None = Field(
+        default=None,
+        description="why the service holds the job (its team's monthly budget is spent): stopped with a checkpoint and QUEUED "
+        "with queue reason BudgetExhausted, it resumes when the budget has room; null: not held",
+    )
     placement: Placement | None = Field(
         default=None,
         description="the kind of capacity (and Kueue flavor) the job was last admitted into; null before its first admission",
@@ -241,6 +246,15 @@ class JobPublic(BaseModel):
     fit_estimate: FitEstimate | None = Field(
         description="memory per chip estimated at submit, with the verdict against the accelerator's (a `tight` "
         "one is a warning); null when the model's shape was unknown at submit, or for jobs from before the check"
+    )
+    estimate: JobEstimate | None = Field(
+        default=None,
+        description="what the job was expected to take, estimated at its submit (wait, run, wall, chip-hours, cost, storage, "
+        "each with its range, and what it was learnt from); null for jobs submitted before estimates",
+    )
+    estimate_actuals: EstimateActuals | None = Field(
+        default=None,
+        description="once the job has ended: what it took beside the estimate, and whether each figure fell inside its range",
     )
     evaluation: EvalSummaryPublic | None = Field(
         default=None,

@@ -1,6 +1,6 @@
 """The ports the domain depends on; adapters implement them.
 
-- the launcher (JobLauncher, with the optional StatusMirror and SubmitCheck capabilities): starts,
+- the launcher (JobLauncher, with the optional StatusMirror, SubmitCheck and QueuePreview capabilities): starts,
   stops and observes a job's workload; `LocalProcessLauncher` (a `python -m trainer run` child
   process per job) and `K8sJobLauncher` (a batch/v1 Job or a JobSet on GKE), chosen once from
   configuration (service/adapters/launchers.py). Launchers only observe: the job service alone
@@ -159,6 +159,18 @@ class SubmitCheck(Protocol):
 
     def check_submittable(self, spec: JobSpec) -> None:
         """Raise InvalidRequest (naming the field and what to do) if this backend cannot run `spec`."""
+
+
+@runtime_checkable
+class QueuePreview(Protocol):
+    """Optional launcher capability: where a job submitted now would stand in its backend's queue.
+
+    The local launcher answers from its team queues (admission.py); the Kubernetes launcher from Kueue's
+    visibility API for the job's LocalQueue. Asked for an estimate (estimates.py), never to decide anything.
+    """
+
+    def queue_position_for(self, spec: JobSpec) -> int | None:
+        """0: it would be admitted at once; 1: next to be admitted; None: the backend cannot say."""
 
 
 # ---- the job store ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from trainer.sizing.fit import FitEstimate, estimate_job_fit
 
 from .attached_evals import check_attached_eval, record_labels
 from .errors import IdempotencyConflict, InvalidRequest
+from .estimate_models import JobEstimate
 from .location_policy import LocationPolicy, check_spec_locations
 from .models import Caller, JobRecord
 from .phases import JobPhase
@@ -33,7 +34,15 @@ def check_submission(spec: JobSpec, caller: Caller, policy: LocationPolicy, laun
 
 
 def store_new_job(
-    store: JobStore, caller: Caller, spec: JobSpec, idempotency_key: str | None, fit: FitEstimate | None, *, job_id: str, now: datetime
+    store: JobStore,
+    caller: Caller,
+    spec: JobSpec,
+    idempotency_key: str | None,
+    fit: FitEstimate | None,
+    *,
+    job_id: str,
+    now: datetime,
+    estimate: JobEstimate | None = None,
 ) -> tuple[JobRecord, bool]:
     """(the job, True) once stored; (the job this Idempotency-Key already made, False); IdempotencyConflict
     for the key with another spec; IdempotencyKeyTaken when another transaction stored the key first."""
@@ -60,6 +69,7 @@ def store_new_job(
             updated_at=now,
             phase_entered_at=now,
             fit_estimate=fit,
+            estimate=estimate,
         )
         tx.insert(record)
         tx.append_event(record, "phase", {"phase": record.phase.value, "previous": None, "message": record.message}, now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from .estimate_actuals import estimate_actuals
 from .eval_view import eval_summary
 from .goodput import job_goodput
 from .job_eval import job_eval
@@ -76,12 +77,15 @@ def to_public(
         started_at=record.started_at,
         finished_at=record.finished_at,
         queue=record.queue,
+        hold=record.hold,
         placement=record.placement,
         usage=job_usage(record, now, prices),
         storage=record.report.storage,
         goodput=job_goodput(record, now),
         trainer_events=record.report.trainer_events.model_copy(),
         fit_estimate=record.fit_estimate,
+        estimate=record.estimate,
+        estimate_actuals=estimate_actuals(record, prices),
         evaluation=eval_summary(record),
         evals=list(record.report.attached_evals),
         spec=record.spec.model_dump(mode="json"),

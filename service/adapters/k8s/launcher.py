@@ -170,6 +170,19 @@ class K8sJobLauncher:
         if refused is not None:
             raise InvalidRequest(("hardware",), refused)
 
+    def queue_position_for(self, spec: JobSpec) -> int | None:
+        """QueuePreview: behind every workload pending in the job's LocalQueue (Kueue's visibility API), so 1 with
+        none pending (the queue's quota may still admit it at once); None without a queue or when unreadable.
+        A job of higher priority than those pending would go ahead of them: for it this is the far end."""
+        try:
+            queue = kueue_queue_of(spec, self._settings)
+        except ManifestError:
+            return None
+        pending = self._client.kueue_pending_workloads(queue) if queue else None
+        if pending is None:
+            return None
+        return len(pending.get("items") or []) + 1
+
     def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
         workload = build_workload(spec, job_id, self._settings)  # ManifestError: the spec's fault
         ns = self._settings.namespace

@@ -134,6 +134,15 @@ class LocalProcessLauncher:
         if problem:
             raise InvalidRequest(("body", "hardware", "capacity"), problem)
 
+    def queue_position_for(self, spec: JobSpec) -> int | None:
+        """QueuePreview: where a job of `spec` handed over now would stand among its team's waiting jobs."""
+        new = JobClaim("", spec.team or NO_TEAM, chips_of(spec.hardware.accelerator), spec.priority, seq=self._next_seq + 1)
+        with self._lock:
+            waiting = [j.claim for j in self._jobs.values() if j.state == "queued"] + [new]
+            running = [j.claim for j in self._jobs.values() if j.state == "running"]
+        answer = next(a for a in admit(waiting, running, self.quotas, self.max_concurrent) if a.job_id == "")
+        return 0 if answer.queue is None else answer.queue.position
+
     def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
         # A job stored before these checks, on other hardware, or before the team's quota shrank.
         problem = self._hardware_problem(spec) or self._quota_problem(spec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
@@ -27,6 +27,7 @@ from service.api.deps import (
 from service.api.errors import error_responses
 from service.api.log_follow import Pacer, follow_log, log_chunks
 from service.domain.errors import BadCursor, InvalidRequest
+from service.domain.estimate_models import JobEstimate
 from service.domain.job_repro import read_job_repro
 from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.phases import JobPhase
@@ -86,7 +87,11 @@ def _parse_labels(labels: list[str]) -> tuple[tuple[str, str], ...]:
     status_code=status.HTTP_201_CREATED,
     response_model=JobPublic,
     responses={
-        200: {"model": JobPublic, "description": "the job this Idempotency-Key already created (same spec)"},
+        200: {
+            "model": JobPublic | JobEstimate,
+            "description": "the job this Idempotency-Key already created (same spec); with dry_run=estimate, the estimate "
+            "(JobEstimate) and nothing created",
+        },
         **error_responses(
             401,
             409,
@@ -110,12 +115,30 @@ def submit_job(
     _: ReadyDep,
     response: Response,
     idempotency_key: IdempotencyKey = None,
-) -> JobPublic:
-    """Submit a job spec. 201 with the new job; 200 with the existing one for a repeated Idempotency-Key."""
+    dry_run: Annotated[
+        Literal["estimate"] | None,
+        Query(
+            description="estimate: check the spec exactly as a submit does (the same 422s) and answer 200 with what it would "
+            "take (queue, wait, run, wall, chip-hours, cost, storage, each with its range); nothing is created"
+        ),
+    ] = None,
+    override_budget: Annotated[
+        bool,
+        Query(
+            description="admins: submit even when the job's estimate exceeds what its team's monthly budget has left "
+            "(it is still stopped, with a checkpoint, once the budget is spent); anyone else gets 422"
+        ),
+    ] = False,
+) -> JobPublic | Response:
+    """Submit a job spec. 201 with the new job; 200 with the existing one for a repeated Idempotency-Key; 200 with its
+    estimate and nothing created for dry_run=estimate. A created job keeps the estimate made at its submit."""
     if body.team is not None and body.team != caller.team:
         raise InvalidRequest(("body", "team"), f"team is set from your API token ({caller.team}); omit it")
+    if dry_run == "estimate":
+        estimate = jobs.estimate(caller, body)
+        return Response(estimate.model_dump_json(), media_type="application/json")
     try:
-        record, created = jobs.submit(caller, body, idempotency_key)
+        record, created = jobs.submit(caller, body, idempotency_key, override_budget=override_budget)
     except Exception:
         metrics.submissions.labels("error").inc()
         raise
