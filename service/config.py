@@ -23,6 +23,7 @@ from service.domain.train_step_summary import HEALTH_WINDOW_STEPS
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, CapacityType
 from service.settings_env import read_settings
 from trainer.contract.dns_label import is_dns_label
+from trainer.contract.spec_values import MAX_RETENTION_DAYS
 from trainer.contract.tpu import TPU_SLICES
 
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
@@ -213,6 +214,16 @@ class Settings(BaseSettings):
         description="USD per GiB-month of run-directory storage, for `rljob usage` (docs/usage.md); "
         "default: Cloud Storage Standard in one region (us-central1, us-east5), https://cloud.google.com/storage/pricing; "
         "list prices move: set your own",
+    )
+    # 30 days: long enough to compare, evaluate and fork from a run's intermediate checkpoints (attached evals take
+    # hours), short enough that a checkpoint-heavy run stops paying for them after one month; Standard storage has no
+    # minimum storage duration, so an earlier delete costs nothing extra.
+    checkpoint_retention_days: int = Field(
+        default=30,
+        ge=0,
+        le=MAX_RETENTION_DAYS,
+        description="days after a job ends that its intermediate actor checkpoints are deleted by the leader (the final, "
+        "exported and best are kept; docs/usage.md, checkpoint retention); 0: never; a job's spec.retention overrides it",
     )
     mlflow_tracking_uri: str = Field(
         default="",

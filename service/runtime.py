@@ -28,6 +28,7 @@ from datetime import datetime
 
 import anyio.to_thread
 
+from service.adapters.checkpoint_deleter import RunCheckpointStore
 from service.adapters.events_file import EventsFileReader
 from service.adapters.launchers import build_launcher, startup_checks
 from service.adapters.leader_locks import leader_lock_for
@@ -195,6 +196,8 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         progress_poll_interval_s=settings.progress_poll_interval_s,
         active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
         take_over_requests=lock.shared,
+        checkpoints=RunCheckpointStore(),
+        checkpoint_retention_days=settings.checkpoint_retention_days,
     )
     mlflow_export = None
     if settings.mlflow_tracking_uri:

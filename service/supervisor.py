@@ -10,7 +10,10 @@ Threads (background loops, service/background_loop.py; all stopped by `Superviso
   active_jobs_reconcile_interval_s asks the launcher about every active job (catches missed observations);
 - attached evals: once recovery has succeeded, every progress_poll_interval_s makes the eval jobs that training
   jobs with `eval` set should have and keeps their view of them (attached_eval_reconciler.py: from what is
-  stored, so a restart makes what is missing), in a thread of its own (a comparison's bootstrap takes seconds).
+  stored, so a restart makes what is missing), in a thread of its own (a comparison's bootstrap takes seconds);
+- checkpoint expiry: once recovery has succeeded, every CHECKPOINT_EXPIRY_INTERVAL_S deletes finished runs' expired
+  intermediate checkpoints (checkpoint_expiry.py: plan first, then each deletion recorded, so a restart finishes a
+  killed pass), in a thread of its own (deleting a large checkpoint takes a while).
 
 Only the leading replica runs a supervisor (service/leadership.py); it is started again when this
 replica takes the lead again after losing it.
@@ -27,6 +30,7 @@ from collections.abc import Callable
 
 from service.background_loop import BackgroundLoop
 from service.domain.attached_eval_reconciler import AttachedEvalReconciler
+from service.domain.checkpoint_expiry import CheckpointExpiryReconciler, CheckpointStore
 from service.domain.job_service import JobService
 from service.domain.ports import JobLauncher, Observation
 from service.domain.progress_poller import ProgressPoller
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 
 OBSERVATION_QUEUE_SIZE = 10_000
 OBSERVATION_WAIT_S = 0.2  # how long the observation loop waits for one before it checks for a stop
+CHECKPOINT_EXPIRY_INTERVAL_S = 60.0  # retention is counted in days: a minute late is nothing
 
 
 class Supervisor:
@@ -51,12 +56,18 @@ class Supervisor:
         recovery_retry_max_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
         take_over_requests: bool = False,
+        checkpoints: CheckpointStore | None = None,
+        checkpoint_retention_days: int = 30,
     ) -> None:
         self.jobs = jobs
         self.launcher = launcher
         self.recovery = recovery or JobRecovery(jobs)
         self.progress_poller = ProgressPoller(jobs)
         self.attached_evals = AttachedEvalReconciler(jobs)
+        # None: no checkpoint is ever deleted (tests that do not exercise retention)
+        self.checkpoint_expiry = (
+            CheckpointExpiryReconciler(jobs, checkpoints, default_days=checkpoint_retention_days) if checkpoints is not None else None
+        )
         self.progress_poll_interval_s = progress_poll_interval_s
         self.active_jobs_reconcile_interval_s = active_jobs_reconcile_interval_s
         self.recovery_retry_s = recovery_retry_s  # doubled after each failed recovery, up to the max
@@ -85,6 +96,8 @@ class Supervisor:
         self._recovery_delay_s = self.recovery_retry_s
         self._recovered = False
         self.attached_evals.restart()  # a new term looks at everything again
+        if self.checkpoint_expiry is not None:
+            self.checkpoint_expiry.restart()
         self.jobs.start()
         self.launcher.start(self.sink)
         self._loops = [
@@ -103,6 +116,15 @@ class Supervisor:
                 what="making and showing attached evaluations",
             ),
         ]
+        if self.checkpoint_expiry is not None:
+            self._loops.append(
+                BackgroundLoop(
+                    "rljob-checkpoint-expiry",
+                    self._expire_checkpoints,
+                    interval_s=CHECKPOINT_EXPIRY_INTERVAL_S,
+                    what="deleting finished runs' expired checkpoints",
+                )
+            )
         for loop in self._loops:
             loop.start()
 
@@ -135,6 +157,10 @@ class Supervisor:
     def _reconcile_attached_evals(self) -> None:
         if self.ready.is_set():  # after recovery: jobs are re-attached and submissions accepted
             self.attached_evals.reconcile_once()
+
+    def _expire_checkpoints(self) -> None:
+        if self.checkpoint_expiry is not None and self.ready.is_set():  # after recovery, like the attached evals
+            self.checkpoint_expiry.reconcile_once()
 
     def _recover_or_poll(self) -> float | None:
         """Until recovery has succeeded once, try it (backing off); then poll every progress_poll_interval_s."""

@@ -341,6 +341,10 @@ class JobService:
 
         self._mutate(job_id, store)
 
+    def record_checkpoint_expiry(self, job_id: str, change: Callable[[JobRecord, JobTx], None]) -> JobRecord:
+        """The leader's checkpoint expiry writes its plan and each deletion (checkpoint_expiry.py builds the change)."""
+        return self._mutate(job_id, change)
+
     def refresh_health(self, job_id: str) -> None:
         """Re-judge a job's health now: a running job becomes (or stops being) stalled by time
         passing, with no write to trigger it. Writes only on a change."""

@@ -7,8 +7,14 @@ them all; `jobs.storage` only the newest). The size is a step function of time:
 - before the first measurement the job counts nothing (its directory is not measured yet);
 - from one measurement to the next it holds the earlier one's total;
 - after the last it holds that total until the report's end (`as_of`), for a job still running and
-  for one that ended alike: rljob deletes nothing, so a finished run's checkpoints, export and logs
-  stay in the bucket (and are paid for) until someone deletes them.
+  for one that ended alike: a finished run's checkpoints, export and logs stay in the bucket (and are
+  paid for) until someone deletes them, or the leader's checkpoint retention deletes its expired
+  intermediate checkpoints (checkpoint_expiry.py): each deletion is logged as a `storage` event of the
+  newest size less the checkpoint's bytes, so the size drops from then on.
+
+GiB-months saved: what the deleted checkpoints would have added to the window had they been kept, their
+bytes from each deletion (or the window's start, if later) to the window's end. A month of a 100 GiB
+checkpoint deleted 10 days before the report's end counts 100 x 10/30 GiB-months saved in that report.
 
 A GiB-month is 2^30 bytes held for 30 days: Cloud Storage prices "per GiB per month" and prorates it
 over the time an object is stored. Cost = GiB-months x RLJOB_USAGE_STORAGE_PRICE_USD_PER_GIB_MONTH.
@@ -73,11 +79,18 @@ def gib_months(samples: Sequence[StorageSample], start: datetime, end: datetime)
     return byte_seconds(samples, start, end) / GIB / MONTH_S
 
 
-def job_storage_usage(samples: Sequence[StorageSample], start: datetime, end: datetime, price: float) -> JobStorageUsage:
+def job_storage_usage(
+    samples: Sequence[StorageSample], start: datetime, end: datetime, price: float, *, freed: Sequence[StorageSample] = ()
+) -> JobStorageUsage:
+    """`freed`: each deleted checkpoint's bytes at the time it was deleted (CheckpointExpiry), for the GiB-months saved."""
     amount = gib_months(samples, start, end)
+    saved = sum(f.total_bytes * max(0.0, (end - max(f.time, start)).total_seconds()) for f in freed if f.time <= end) / GIB / MONTH_S
     return JobStorageUsage(
         total_bytes=samples[-1].total_bytes if samples else None,
         measurements=len(samples),
         gib_months=round(amount, _DIGITS),
         cost_usd=round(amount * price, _DIGITS),
+        freed_bytes=sum(f.total_bytes for f in freed if f.time <= end),
+        gib_months_saved=round(saved, _DIGITS),
+        cost_saved_usd=round(saved * price, _DIGITS),
     )

@@ -99,6 +99,12 @@ def job_usage(record: JobRecord, now: datetime, prices: PriceTable) -> JobUsage:
     )
 
 
+def freed_checkpoints(record: JobRecord) -> list[StorageSample]:
+    """The checkpoints retention deleted from the job's run directory: when, and their bytes (checkpoint_expiry.py)."""
+    expiry = record.checkpoint_expiry
+    return [StorageSample(c.deleted_at, c.size_bytes) for c in expiry.deleted if c.deleted_at is not None] if expiry else []
+
+
 def usage_parts(record: JobRecord, now: datetime) -> dict[str, float]:
     """Seconds by goodput part (goodput.py), `other` clamped at 0 as JobPublic.goodput shows it."""
     _, parts = goodput_parts(record, now)
@@ -115,6 +121,8 @@ class _Tally:
     unpriced: float = 0.0
     storage_gib_months: float = 0.0
     storage_cost: float = 0.0
+    storage_saved: float = 0.0
+    storage_cost_saved: float = 0.0
 
     def __post_init__(self) -> None:
         self.by_phase = {phase.value: 0.0 for phase in USAGE_PHASES}
@@ -124,6 +132,8 @@ class _Tally:
         self.jobs += 1
         self.storage_gib_months += storage.gib_months
         self.storage_cost += storage.cost_usd
+        self.storage_saved += storage.gib_months_saved
+        self.storage_cost_saved += storage.cost_saved_usd
         for name, amount in usage.phases.items():
             self.by_phase[name] += amount.chip_hours
         for name, amount in usage.parts.items():
@@ -144,6 +154,8 @@ class _Tally:
             unpriced_chip_hours=round(self.unpriced, _DIGITS),
             storage_gib_months=round(self.storage_gib_months, _DIGITS),
             storage_cost_usd=round(self.storage_cost, _DIGITS),
+            storage_gib_months_saved=round(self.storage_saved, _DIGITS),
+            storage_cost_saved_usd=round(self.storage_cost_saved, _DIGITS),
         )
 
 
@@ -163,7 +175,9 @@ def summarize_usage(
     rows = []
     for record in records:
         usage = job_usage(record, now, prices)
-        stored = job_storage_usage((storage or {}).get(record.id, ()), since or record.created_at, now, storage_price)
+        stored = job_storage_usage(
+            (storage or {}).get(record.id, ()), since or record.created_at, now, storage_price, freed=freed_checkpoints(record)
+        )
         total.add(usage, stored)
         groups.setdefault((record.team, usage.accelerator, usage.capacity), _Tally()).add(usage, stored)
         rows.append(

@@ -53,9 +53,16 @@ class JobStorageUsage(BaseModel):
     measurements: int = Field(description="the `storage` events the GiB-months come from")
     gib_months: float = Field(
         description="the measured size integrated from the first measurement to the report's end (the last "
-        "size is held until then: rljob deletes nothing), in GiB x 30 days"
+        "size is held until then, less what checkpoint retention deleted), in GiB x 30 days"
     )
     cost_usd: float = Field(description="gib_months x the storage price per GiB-month")
+    freed_bytes: int = Field(default=0, description="bytes of the expired checkpoints checkpoint retention deleted by the report's end")
+    gib_months_saved: float = Field(
+        default=0.0,
+        description="what those checkpoints would have added to gib_months had they been kept: their bytes from each "
+        "deletion (or the report's start) to the report's end, in GiB x 30 days",
+    )
+    cost_saved_usd: float = Field(default=0.0, description="gib_months_saved x the storage price per GiB-month")
 
 
 class UsageSum(BaseModel):
@@ -71,6 +78,8 @@ class UsageSum(BaseModel):
     unpriced_chip_hours: float = Field(description="billed chip-hours with no price in the table (not in cost_usd)")
     storage_gib_months: float = Field(default=0.0, description="the jobs' run directories, in GiB-months")
     storage_cost_usd: float = Field(default=0.0, description="storage_gib_months x the storage price")
+    storage_gib_months_saved: float = Field(default=0.0, description="GiB-months checkpoint retention saved the jobs (JobStorageUsage)")
+    storage_cost_saved_usd: float = Field(default=0.0, description="storage_gib_months_saved x the storage price")
 
 
 class UsageGroup(UsageSum):

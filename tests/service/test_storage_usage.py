@@ -46,6 +46,9 @@ def test_the_size_is_held_from_each_measurement_to_the_next_and_the_last_until_t
         "measurements": 0,
         "gib_months": 0.0,
         "cost_usd": 0.0,
+        "freed_bytes": 0,  # nothing deleted by checkpoint retention
+        "gib_months_saved": 0.0,
+        "cost_saved_usd": 0.0,
     }
 
 
@@ -144,7 +147,8 @@ def test_rljob_usage_and_status_show_the_run_directory(served: tuple[str, Manual
 
     report = json.loads(_run(url, "--since", "2030-01-01", "-o", "json").stdout)
     assert report["storage_price_usd_per_gib_month"] == 0.020
-    assert report["jobs"][0]["storage"] == {"total_bytes": int(1.5 * GIB), "measurements": 2, "gib_months": 2.0, "cost_usd": 0.04}
+    saved = {"freed_bytes": 0, "gib_months_saved": 0.0, "cost_saved_usd": 0.0}  # checkpoint retention deleted nothing
+    assert report["jobs"][0]["storage"] == {"total_bytes": int(1.5 * GIB), "measurements": 2, "gib_months": 2.0, "cost_usd": 0.04, **saved}
     assert (report["total"]["storage_gib_months"], report["total"]["storage_cost_usd"]) == (2.0, 0.04)
     table = _run(url, "--since", "2030-01-01")
     assert table.exit_code == 0, table.output

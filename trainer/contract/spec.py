@@ -434,6 +434,17 @@ class ExportSpec(_Strict):
     )
 
 
+class RetentionSpec(_Strict):
+    """What the service deletes of a finished run, and when (service/domain/checkpoint_retention.py)."""
+
+    intermediate_checkpoint_days: int = Field(
+        ge=0,
+        le=limits.MAX_RETENTION_DAYS,
+        description="days after the job ends that its intermediate actor checkpoints are deleted (the final, the exported "
+        "and the best are kept); 0: never; unset: the service's RLJOB_CHECKPOINT_RETENTION_DAYS",
+    )
+
+
 class JobSpec(_Strict):
     """One RL post-training job: convert -> GRPO -> export; or, with `evaluation`, an eval job."""
 
@@ -467,6 +478,9 @@ class JobSpec(_Strict):
     )
     eval: AttachedEval | None = Field(
         default=None, description="evaluate this job's checkpoints as they appear, each in an eval job of its own off the training slice"
+    )
+    retention: RetentionSpec | None = Field(
+        default=None, description="override the service's checkpoint retention for this job; null: the service's setting"
     )
 
     @field_validator("output")
@@ -540,8 +554,8 @@ class JobSpec(_Strict):
 
     def canonical_json(self) -> str:
         body = self.model_dump(mode="json")
-        # Left out when unset, so every spec written before evaluations existed keeps its hash (idempotency, repro).
-        for key in ("evaluation", "eval"):
+        # Left out when unset, so every spec written before evaluations (and retention) existed keeps its hash (idempotency, repro).
+        for key in ("evaluation", "eval", "retention"):
             if body.get(key) is None:
                 body.pop(key, None)
         return json.dumps(body, sort_keys=True, separators=(",", ":"))

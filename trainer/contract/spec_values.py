@@ -65,6 +65,7 @@ MAX_EVAL_PASSES = 1_000
 MAX_MODEL_DIM = 1_048_576  # any MaxText dimension; Llama 3.1 405B's largest (mlp) is 53248
 MAX_LIST_ITEMS = 1_000  # data files, reward functions
 MAX_LABELS = 64
+MAX_RETENTION_DAYS = 3_650  # ten years: a longer retention is keeping forever (0)
 
 
 INTERPOLATION_REFUSED = "'$', '{' and '}' are not allowed (MaxText's config loader would resolve ${...})"
