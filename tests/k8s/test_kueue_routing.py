@@ -91,14 +91,21 @@ async def _run(
                 for j in jobs.values()
             )
 
-        await cluster.wait_for(all_bound, "every job's pod bound to a node", timeout_s=60)
+        def admitted_flavors(job: dict[str, Any]) -> list[str]:
+            admission = (kueue.workload_for(job) or {}).get("status", {}).get("admission") or {}
+            # One flavor per resource (cpu, memory, google.com/tpu) of each podset.
+            return sorted({f for ps in admission.get("podSetAssignments") or [] for f in (ps.get("flavors") or {}).values()})
+
+        try:
+            await cluster.wait_for(all_bound, "every job's pod bound to a node", timeout_s=60)
+        except AssertionError as e:  # admitted into a flavor whose nodes it does not select: say which
+            admitted = {c: admitted_flavors(job) for c, j in jobs.items() if (job := cluster.get("Job", NS, j)) is not None}
+            raise AssertionError(f"{e}; admitted into {admitted}") from e
         for capacity, job_id in jobs.items():
             job = cluster.get("Job", NS, job_id)
             assert job is not None
             workload_obj = kueue.workload_for(job)
-            admission = (workload_obj or {}).get("status", {}).get("admission") or {}
-            # One flavor per resource (cpu, memory, google.com/tpu) of each podset.
-            flavors = sorted({f for ps in admission.get("podSetAssignments") or [] for f in (ps.get("flavors") or {}).values()})
+            flavors = admitted_flavors(job)
             (pod,) = cluster.pods(NS, **{"job-name": job_id})
             seen[capacity] = {
                 "queued": "kueue.x-k8s.io/queue-name" in job["metadata"]["labels"],
@@ -137,6 +144,19 @@ async def test_every_capacity_lands_in_its_own_flavor_and_on_its_own_nodes(kmock
     overflow = seen["overflow"]
     assert (overflow["status"], overflow["reason"]) == ("False", "Pending"), overflow
     assert FLAVOR["on-demand"] in overflow["message"] and "insufficient" in overflow["message"], overflow
+
+
+@pytest.mark.parametrize("rule", ["flavor-keys", "union-keys"])
+@pytest.mark.parametrize("capacity", CAPACITIES)
+async def test_each_capacity_submitted_alone_lands_in_its_own_flavor(kmock, tmp_path, rule, capacity):
+    """Each job with every flavor's quota free: its own routing, not what the quota other jobs took left it. Submitted
+    together, a job that routing let into another kind's flavor could find that flavor full, be tried against the
+    next in the pool's order and land on its own kind anyway. Mutation-checked: a spot pod without its capacity
+    selector is admitted into the first flavor it then matches (reservation; on-demand in the pool's order before
+    issue 35) and never bound, under flavor-keys. Under union-keys GKE's spot label alone routes it to spot."""
+    seen = await _run(kmock, tmp_path / "nodes", rule, shipped_kueue_objects(), (capacity,))
+    assert seen[capacity]["flavors"] == [FLAVOR[capacity]], (rule, capacity, seen[capacity])
+    assert seen[capacity]["node"] == f"tpu-{capacity}-0", (rule, capacity, seen[capacity])
 
 
 async def test_control_a_flavor_without_the_routing_key_takes_a_flex_start_job_into_on_demand_quota(kmock, tmp_path):
