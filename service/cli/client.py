@@ -21,6 +21,7 @@ from httpx_sse import SSEError, connect_sse
 from rich.console import Console
 from rich.markup import escape
 
+from service.domain.estimate_models import JobEstimate
 from service.domain.eval_models import EvalComparisonPublic, EvalPublic
 from service.domain.models import JobPublic, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.run_diff import JobDiff
@@ -227,6 +228,10 @@ class RljobClient:
 
     def job(self, job_id: str) -> JobPublic:
         return JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}"))
+
+    def estimate(self, body: dict[str, Any]) -> JobEstimate:
+        """POST /v1/jobs?dry_run=estimate: checked as a submit is, nothing created."""
+        return JobEstimate.model_validate(self.request("POST", "/v1/jobs", json=body, params={"dry_run": "estimate"}))
 
     def jobs(self, params: dict[str, Any]) -> JobsPublic:
         return JobsPublic.model_validate(self.request("GET", "/v1/jobs", params=params))

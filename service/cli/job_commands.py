@@ -15,12 +15,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from service.domain.estimate_models import JobEstimate
 from service.domain.phases import TERMINAL, JobPhase
 from trainer.contract import JobSpec
 from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
 from trainer.sizing.fit import FitEstimate, estimate_job_fit
 
 from .client import CliContext, CliError, CliExit, RljobClient, handles_errors
+from .estimate_text import print_estimate
 from .follow import follow_job
 from .output import (
     OutputFormat,
@@ -56,6 +58,13 @@ def submit(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show progress until the job ends")] = False,
     dry_run: Annotated[bool, typer.Option(help="validate, print the memory estimate and the Kubernetes manifests; submit nothing")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="retries with the same key return the same job")] = None,
+    estimate: Annotated[
+        bool,
+        typer.Option(
+            "--estimate",
+            help="ask the service what the job would take (queue, wait, run, wall, chip-hours, cost, storage); submit nothing",
+        ),
+    ] = False,
     output: OutputOption = None,
 ) -> None:
     """Submit a job spec; prints the job id (and with -f follows it to the end)."""
@@ -69,6 +78,9 @@ def submit(
         _dry_run(_context(ctx), job_spec, spec)
         return
     client = _client(ctx)
+    if estimate:
+        _print_estimate(client.estimate(read_spec_data(spec)), output)
+        return
     key = idempotency_key or uuid.uuid4().hex  # one key per invocation: a retried POST never makes two jobs
     body = read_spec_data(spec)
     job = client.submit(body, key)
@@ -80,6 +92,14 @@ def submit(
         emit(job.model_dump(mode="json"), output, [job.id])
     else:
         console.print(f"submitted [bold]{job.id}[/] ({job.name}): {job.phase}")
+
+
+def _print_estimate(estimate: JobEstimate, output: OutputFormat | None) -> None:
+    if output:
+        emit(estimate.model_dump(mode="json"), output, [estimate.basis])
+    else:
+        print_estimate(estimate, console)
+        err_console.print("[dim]estimate only: nothing submitted[/]", highlight=False)
 
 
 def _warn_if_tight(fit: FitEstimate | None) -> None:

@@ -24,6 +24,7 @@ from service.domain.run_report import Artifact
 from service.domain.usage_models import JobUsage
 from trainer.contract.evaluation import PairedDifference
 
+from .estimate_text import job_estimate_rows
 from .goodput_text import goodput_text
 from .storage_text import storage_text
 
@@ -247,6 +248,7 @@ def print_job(job: JobPublic) -> None:
     rows += [(f"eval job {entry.label}", escape(attached_eval_text(entry))) for entry in job.evals]  # spec.eval's eval jobs
     rows.append(("usage", usage_text(job.usage)))
     rows.append(("storage", storage_text(job.storage)))  # the run directory, as last measured
+    rows += job_estimate_rows(job)  # the estimate made at submit, beside the actuals once it has ended
     for stage, times in job.stage_times.items():
         rows.append((f"stage {stage}", f"{api_time(times.started_at)} -> {api_time(times.finished_at) if times.finished_at else '...'}"))
     for artifact in job.artifacts:
