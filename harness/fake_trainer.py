@@ -5,6 +5,9 @@ continuing across reruns in the same run dir) and behaves as the spec's labels s
   fake-steps: N        train steps (default 3)
   fake-exit: CODE      exit with CODE after failing the train stage (default 0: succeed)
   fake-gate: "true"    after the first train step, wait until <run dir>/gate exists
+  fake-gate-step: N    ... after train step N instead of the first
+  fake-stop-checkpoints: "true"  save no checkpoint per step: only SIGTERM saves one, as train_rl's stop does
+                       (trainer/run_stop.py): at the step reached, then RunFinished(exit 75) and exit 75
   fake-child: "true"   start a grandchild (`sleep`) and record its pid in <run dir>/child.pid
   fake-ignore-term: "true"  ignore SIGTERM (so only SIGKILL stops it)
   fake-eval-n: N        the final evaluation carries a summary over N rows (half right), as train_rl's does
@@ -155,9 +158,32 @@ def finish(layout: RunLayout, events: Events, stage: Stage, *, duration_s: float
     events.emit(StageFinished, stage=stage, duration_s=duration_s)
 
 
+class StopRequest:
+    """SIGTERM as train_rl takes it when fake-stop-checkpoints is set: noted, acted on at the next step boundary."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.requested = False
+        if enabled:
+            signal.signal(signal.SIGTERM, self._note)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.requested = True
+
+
+def stop_with_checkpoint(checkpoints: Path, events: Events, step: int) -> int:
+    (checkpoints / str(step)).mkdir(parents=True, exist_ok=True)
+    message = f"stopped by SIGTERM; checkpoint saved at step {step}"
+    print(message, flush=True)
+    events.emit(RunFinished, ok=False, exit_code=ExitCode.RETRYABLE, message=message, failed_stage=Stage.TRAIN)
+    return int(ExitCode.RETRYABLE)
+
+
 def train(layout: RunLayout, events: Events, labels: dict[str, str]) -> int:
     """Steps after the newest checkpoint; returns the fake-exit code (0: the stage finished)."""
     root, checkpoints = Path(layout.root), Path(layout.actor_checkpoints)
+    stop_checkpoints = labels.get("fake-stop-checkpoints") == "true"
+    stop = StopRequest(stop_checkpoints)
+    gate_step = int(labels.get("fake-gate-step", "1"))
     events.emit(StageStarted, stage=Stage.TRAIN)
     steps = int(labels.get("fake-steps", "3"))
     resumed = max((int(p.name) for p in checkpoints.glob("*") if p.name.isdigit()), default=0)
@@ -173,11 +199,14 @@ def train(layout: RunLayout, events: Events, labels: dict[str, str]) -> int:
             loss=1.0 / step,
             metrics={"learning_rate": 3e-6, SIGNAL_METRIC: 0.5},
         )
-        (checkpoints / str(step)).mkdir(parents=True, exist_ok=True)
-        if step == 1 and labels.get("fake-gate") == "true":
+        if not stop_checkpoints:
+            (checkpoints / str(step)).mkdir(parents=True, exist_ok=True)
+        if step == gate_step and labels.get("fake-gate") == "true":
             print("waiting for the gate file", flush=True)
-            while not (root / "gate").exists():
+            while not (root / "gate").exists() and not stop.requested:
                 time.sleep(0.02)
+        if stop.requested:
+            return stop_with_checkpoint(checkpoints, events, step)
     exit_code = int(labels.get("fake-exit", "0"))
     if exit_code:
         print("fake failure in train", file=sys.stderr, flush=True)

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.domain.budget_models import TeamBudget
 from service.domain.learning_health import HealthPolicy
 from service.domain.location_policy import TEAM_PLACEHOLDER, LocationPolicy, parse_place
 from service.domain.storage_usage import DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH
@@ -225,6 +226,15 @@ class Settings(BaseSettings):
         description="days after a job ends that its intermediate actor checkpoints are deleted by the leader (the final, "
         "exported and best are kept; docs/usage.md, checkpoint retention); 0: never; a job's spec.retention overrides it",
     )
+    team_budgets: Annotated[dict[str, TeamBudget], NoDecode] = Field(
+        default_factory=dict,
+        description="per-team monthly budgets (calendar month, UTC) in billed TPU chip-hours and/or dollars at the list prices, as "
+        'JSON: {"team-a": {"chip_hours": 500, "usd": 1000}}; a job whose estimate exceeds what is left is refused, and a '
+        "team that reaches a budget has its TPU jobs stopped with a checkpoint until it has room (docs/usage.md, budgets)",
+    )
+    budget_check_interval_s: float = Field(
+        default=30.0, gt=0, le=MAX_SECONDS, description="how often the leader recomputes each team's spend against its budget"
+    )
     mlflow_tracking_uri: str = Field(
         default="",
         description="empty: off; else the leader exports every running job to this MLflow tracking "
@@ -279,6 +289,21 @@ class Settings(BaseSettings):
             raise ValueError('must be a JSON object of team -> limits, e.g. {"team-a": {"max_jobs": 2}}')
         if any(not isinstance(team, str) or not team.strip() for team in v):
             raise ValueError("team names must not be empty")
+        return v
+
+    @field_validator("team_budgets", mode="before")
+    @classmethod
+    def _team_budgets_json(cls, v: object) -> object:
+        if isinstance(v, str):  # from the environment: JSON, refused with a message rather than a traceback
+            try:
+                v = json.loads(v) if v.strip() else {}
+            except ValueError as e:
+                raise ValueError(f'is not JSON ({e}); write {{"team-a": {{"chip_hours": 500, "usd": 1000}}}}') from None
+        if not isinstance(v, dict):
+            raise ValueError('must be a JSON object of team -> budget, e.g. {"team-a": {"chip_hours": 500}}')
+        for team in v:
+            if not isinstance(team, str) or not is_dns_label(team):
+                raise ValueError(f"{team!r} is not a team name (a DNS label: lowercase letters, digits, '-')")
         return v
 
     @field_validator("usage_prices_usd_per_chip_hour")

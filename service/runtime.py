@@ -37,6 +37,7 @@ from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
 from service.change_notifier import ChangeNotifier
 from service.config import Settings
+from service.domain.budget_ledger import BudgetLedger
 from service.domain.fold_pacer import FoldPacer
 from service.domain.job_service import JobService
 from service.domain.models import JobPublic, JobRecord
@@ -188,6 +189,7 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         leads=lambda: leadership.leads,
         on_fenced=lambda: leadership.fenced(),
         fold_pacer=FoldPacer(settings.progress_fold_cpu_share),
+        budgets=BudgetLedger(store, settings.team_budgets, settings.usage_prices_usd_per_chip_hour),
         prices=settings.usage_prices_usd_per_chip_hour,
     )
     supervisor = Supervisor(
@@ -196,6 +198,7 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         progress_poll_interval_s=settings.progress_poll_interval_s,
         active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
         take_over_requests=lock.shared,
+        budget_check_interval_s=settings.budget_check_interval_s,
         checkpoints=RunCheckpointStore(),
         checkpoint_retention_days=settings.checkpoint_retention_days,
     )

@@ -13,7 +13,10 @@ Threads (background loops, service/background_loop.py; all stopped by `Superviso
   stored, so a restart makes what is missing), in a thread of its own (a comparison's bootstrap takes seconds);
 - checkpoint expiry: once recovery has succeeded, every CHECKPOINT_EXPIRY_INTERVAL_S deletes finished runs' expired
   intermediate checkpoints (checkpoint_expiry.py: plan first, then each deletion recorded, so a restart finishes a
-  killed pass), in a thread of its own (deleting a large checkpoint takes a while).
+  killed pass), in a thread of its own (deleting a large checkpoint takes a while);
+- budgets: once recovery has succeeded, every budget_check_interval_s recomputes each team's spend this month and
+  holds (stops) the TPU jobs of a team over its budget, or releases (launches) them when it has room
+  (budget_reconciler.py: from what is stored, so a restart finishes a stop or a release a killed one started).
 
 Only the leading replica runs a supervisor (service/leadership.py); it is started again when this
 replica takes the lead again after losing it.
@@ -30,6 +33,7 @@ from collections.abc import Callable
 
 from service.background_loop import BackgroundLoop
 from service.domain.attached_eval_reconciler import AttachedEvalReconciler
+from service.domain.budget_reconciler import BudgetReconciler
 from service.domain.checkpoint_expiry import CheckpointExpiryReconciler, CheckpointStore
 from service.domain.job_service import JobService
 from service.domain.ports import JobLauncher, Observation
@@ -58,12 +62,15 @@ class Supervisor:
         take_over_requests: bool = False,
         checkpoints: CheckpointStore | None = None,
         checkpoint_retention_days: int = 30,
+        budget_check_interval_s: float = 30.0,
     ) -> None:
         self.jobs = jobs
         self.launcher = launcher
         self.recovery = recovery or JobRecovery(jobs)
         self.progress_poller = ProgressPoller(jobs)
         self.attached_evals = AttachedEvalReconciler(jobs)
+        self.budgets = BudgetReconciler(jobs, jobs.budgets)
+        self.budget_check_interval_s = budget_check_interval_s
         # None: no checkpoint is ever deleted (tests that do not exercise retention)
         self.checkpoint_expiry = (
             CheckpointExpiryReconciler(jobs, checkpoints, default_days=checkpoint_retention_days) if checkpoints is not None else None
@@ -96,6 +103,7 @@ class Supervisor:
         self._recovery_delay_s = self.recovery_retry_s
         self._recovered = False
         self.attached_evals.restart()  # a new term looks at everything again
+        self.budgets.restart()
         if self.checkpoint_expiry is not None:
             self.checkpoint_expiry.restart()
         self.jobs.start()
@@ -114,6 +122,9 @@ class Supervisor:
                 self._reconcile_attached_evals,
                 interval_s=self.progress_poll_interval_s,
                 what="making and showing attached evaluations",
+            ),
+            BackgroundLoop(
+                "rljob-budgets", self._reconcile_budgets, interval_s=self.budget_check_interval_s, what="enforcing team budgets"
             ),
         ]
         if self.checkpoint_expiry is not None:
@@ -161,6 +172,10 @@ class Supervisor:
     def _expire_checkpoints(self) -> None:
         if self.checkpoint_expiry is not None and self.ready.is_set():  # after recovery, like the attached evals
             self.checkpoint_expiry.reconcile_once()
+
+    def _reconcile_budgets(self) -> None:
+        if self.ready.is_set():  # after recovery: a held job's workload has been looked at
+            self.budgets.reconcile_once()
 
     def _recover_or_poll(self) -> float | None:
         """Until recovery has succeeded once, try it (backing off); then poll every progress_poll_interval_s."""

@@ -223,8 +223,11 @@ class RljobClient:
 
     # The API, one method a route, each answer read into its model.
 
-    def submit(self, body: dict[str, Any], idempotency_key: str) -> JobPublic:
-        return JobPublic.model_validate(self.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": idempotency_key}))
+    def submit(self, body: dict[str, Any], idempotency_key: str, *, override_budget: bool = False) -> JobPublic:
+        params = {"override_budget": "true"} if override_budget else None
+        return JobPublic.model_validate(
+            self.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": idempotency_key}, params=params)
+        )
 
     def job(self, job_id: str) -> JobPublic:
         return JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}"))

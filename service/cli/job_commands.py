@@ -65,6 +65,9 @@ def submit(
             help="ask the service what the job would take (queue, wait, run, wall, chip-hours, cost, storage); submit nothing",
         ),
     ] = False,
+    override_budget: Annotated[
+        bool, typer.Option(help="admins: submit even when the estimate exceeds what the team's monthly budget has left")
+    ] = False,
     output: OutputOption = None,
 ) -> None:
     """Submit a job spec; prints the job id (and with -f follows it to the end)."""
@@ -83,7 +86,7 @@ def submit(
         return
     key = idempotency_key or uuid.uuid4().hex  # one key per invocation: a retried POST never makes two jobs
     body = read_spec_data(spec)
-    job = client.submit(body, key)
+    job = client.submit(body, key, override_budget=override_budget)
     _warn_if_tight(job.fit_estimate)
     if follow:
         (err_console if output else console).print(f"submitted [bold]{job.id}[/] ({job.name}): {job.phase}")

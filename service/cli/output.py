@@ -225,6 +225,7 @@ def print_job(job: JobPublic) -> None:
         ("submitted by", job.submitted_by or "-"),
         ("phase", job.phase),
         *([("queue", _queue_line(job.queue))] if job.queue else []),
+        *([("held", f"[yellow]{job.hold.reason}[/] since {api_time(job.hold.since)}: {escape(job.hold.message)}")] if job.hold else []),
         ("message", job.message),
         ("stage", job.stage or "-"),
         ("step", f"{job.step}/{job.total_steps}" if job.total_steps else "-"),

@@ -10,6 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from service.domain.budget_models import TeamBudgetStatus
 from service.domain.usage_models import UsageGroup, UsagePublic, UsageSum
 
 from .client import handles_errors
@@ -81,6 +82,24 @@ def print_parts(groups: list[UsageGroup]) -> None:
         console.print("[dim]chip-hours by part: none to split (cpu jobs hold no chips; rljob status shows their goodput)[/]")
 
 
+def print_budgets(budgets: list[TeamBudgetStatus]) -> None:
+    """Each team's monthly budget: what it is, spent this month, left; a spent one says its TPU jobs are held."""
+    table = _table("monthly budgets (calendar month, UTC)", ("TEAM", "MONTH"), ("CHIP-H", "SPENT", "LEFT", "USD", "SPENT $", "LEFT $"))
+    for status in budgets:
+        held = f" [red]spent: {len(status.held_jobs)} job(s) held[/]" if status.exhausted else ""
+        table.add_row(
+            status.team + held,
+            status.month,
+            _hours(status.budget.chip_hours),
+            _hours(status.spent.chip_hours),
+            _hours(status.left_chip_hours),
+            _usd(status.budget.usd),
+            _usd(status.spent.usd),
+            _usd(status.left_usd),
+        )
+    console.print(table)
+
+
 def print_usage(report: UsagePublic) -> None:
     scope = f"team {report.team}" if report.team else "every team"
     console.print(f"[bold]usage of {escape(scope)}[/]: jobs submitted since {api_time(report.since)} (as of {api_time(report.as_of)})")
@@ -93,6 +112,8 @@ def print_usage(report: UsagePublic) -> None:
     groups.add_row(*_sum_row(["[bold]total[/]", ""], report.total))
     console.print(groups)
     print_parts(report.groups)
+    if report.budgets:
+        print_budgets(report.budgets)
     jobs = _table("jobs (-o json: every phase and stage)", ("ID", "NAME", "PHASE", "SLICE"), ("RUN H", "BILLED", "COST", "GIB-MO"))
     for row in report.jobs:
         usage, phases = row.usage, row.usage.phases

@@ -34,6 +34,7 @@ from typing import Any
 from trainer.contract import JobSpec, TrainerEvent
 
 from .attached_eval_models import AttachedEvalPublic
+from .budget_ledger import BudgetLedger
 from .errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
 from .estimate_models import JobEstimate
 from .estimate_source import SubmitEstimator
@@ -110,9 +111,11 @@ class JobService:
         leads: Callable[[], bool] = lambda: True,
         on_fenced: Callable[[], None] = lambda: None,
         fold_pacer: FoldPacer | None = None,
+        budgets: BudgetLedger | None = None,
         prices: PriceTable = DEFAULT_PRICES_USD_PER_CHIP_HOUR,
     ) -> None:
         self.store = store
+        self.budgets = budgets or BudgetLedger(store, {}, DEFAULT_PRICES_USD_PER_CHIP_HOUR)  # team budgets (budget_ledger.py)
         self.estimator = SubmitEstimator(store, launcher, prices, clock)  # the estimate at submit (estimates.py)
         self.fold_pacer = fold_pacer or FoldPacer(1.0)  # 1.0: no rest, folds still in chunks
         self.launcher = launcher
@@ -205,13 +208,17 @@ class JobService:
 
     # ---- commands from the API ---------------------------------------------------------------
 
-    def submit(self, caller: Caller, spec: JobSpec, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:
+    def submit(
+        self, caller: Caller, spec: JobSpec, idempotency_key: str | None = None, *, override_budget: bool = False
+    ) -> tuple[JobRecord, bool]:
         """Store a new job and hand it to the launcher. Returns (record, created).
 
         A job whose estimated memory per chip exceeds its accelerator's is refused here, before any
         TPU is asked for (trainer/sizing/fit.py); the estimate is stored with the job either way."""
         spec, fit = check_submission(spec, caller, self.location_policy, self.launcher)  # InvalidRequest: nothing stored
         estimate = self.estimator.estimate(caller, spec)
+        # Its team's budget (422 naming it); a repeat of a stored Idempotency-Key is answered, never refused.
+        self.budgets.check_submission(caller, spec, estimate, self.clock(), override=override_budget, idempotency_key=idempotency_key)
 
         def store_new() -> tuple[JobRecord, bool]:
             with self._lock:
@@ -278,7 +285,7 @@ class JobService:
     def _launch(self, job_id: str) -> None:
 
         def mark_launching(rec: JobRecord, tx: JobTx) -> None:
-            if rec.phase is JobPhase.QUEUED:
+            if rec.phase is JobPhase.QUEUED and rec.hold is None:  # a job its budget holds waits for the budget loop
                 message = f"handing the job to the {self.launcher.backend} launcher"
                 write_phase(tx, rec, JobPhase.LAUNCHING, message, self.clock)
 
@@ -318,6 +325,10 @@ class JobService:
             self.launcher.cancel(job_id)
         except Exception:  # the slow reconcile sends the cancel again
             log.exception("cancel of %s failed; will retry on reconcile", job_id)
+
+    def write_as_leader(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord:
+        """A change of the leader's own work written by its module (budget_reconciler.py) through the one write path."""
+        return self._mutate(job_id, change)
 
     def post_message(self, job_id: str, message: str) -> None:
         """Show `message` on a job that has not ended, and log it in the job's event log."""
@@ -470,6 +481,7 @@ class JobService:
             requeue_disrupted=requeues_on_disruption(rec.hardware.capacities, obs, isinstance(self.launcher, JobRequeue)),
             requeueing=rec.id in self._requeueing,
             deleting=obs.reason == "Deleting",
+            held=rec.hold is not None,
         )
 
     def _read_manifest_if_ending(self, obs: Observation) -> ManifestSizes | ManifestRefused | None:

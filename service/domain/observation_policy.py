@@ -39,6 +39,9 @@ class Decision(enum.StrEnum):
     # back to the queue (JobRequeue), so the pool places it again on any kind of its set, instead of retrying
     # in place on the kind it lost; the phase stands, and the GONE that follows resumes it.
     REQUEUE = "requeue"
+    # A job its team's budget holds (JobRecord.hold, budget_reconciler.py) whose workload is seen stopped: QUEUED with
+    # queue reason BudgetExhausted, no resume spent and no relaunch; the budget loop launches it when there is room.
+    HOLD = "hold"
 
     @property
     def target(self) -> JobPhase | None:
@@ -70,6 +73,7 @@ _TARGETS: dict[Decision, JobPhase] = {
     Decision.FINISH_CANCEL: JobPhase.CANCELLED,
     Decision.RESUME: JobPhase.LAUNCHING,
     Decision.GIVE_UP: JobPhase.FAILED,
+    Decision.HOLD: JobPhase.QUEUED,  # from QUEUED (a workload the backend's queue held) the phase stays, the queue changes
 }
 
 
@@ -111,6 +115,7 @@ def decide(
     requeue_disrupted: bool = False,
     requeueing: bool = False,
     deleting: bool = False,
+    held: bool = False,
 ) -> Decision:
     """The decision for a job in `phase` when its backend reports `state`.
 
@@ -118,6 +123,8 @@ def decide(
     (names_a_replaced_workload). `resumes_left`: the job has resumed fewer times than allowed.
     `requeue_disrupted`: a disrupted attempt goes back to the queue (requeues_on_disruption). `requeueing`:
     this service has already asked for that (once is enough). `deleting`: the observed workload is being deleted.
+    `held`: the job's team budget holds it (JobRecord.hold): the service stopped its workload, so its end (GONE, or
+    FAILED: the trainer's exit 75 after its checkpoint, or a kill) is that stop, not a fault.
     """
     if phase.is_terminal():
         return Decision.IGNORE
@@ -128,7 +135,9 @@ def decide(
         # workload (same name), and its end would spend a second resume. Held in no memory: a restarted service
         # waits the same way.
         return Decision.WAIT
-    if state is ObservedState.RESTARTING and requeue_disrupted and not requeueing and resumes_left:
+    if held and state in (ObservedState.GONE, ObservedState.FAILED) and phase in (JobPhase.QUEUED, JobPhase.LAUNCHING, JobPhase.RUNNING):
+        return Decision.HOLD  # stopped for its budget: no resume spent, launched again when the budget has room
+    if state is ObservedState.RESTARTING and requeue_disrupted and not requeueing and resumes_left and not held:
         if phase in (JobPhase.LAUNCHING, JobPhase.RUNNING):
             return Decision.REQUEUE
     if phase is JobPhase.CANCELLING:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .budgets import QUEUE_REASON as BUDGET_QUEUE_REASON
 from .manifest_sizes import ManifestSizes
-from .models import JobRecord, ManifestRefused
+from .models import JobRecord, ManifestRefused, QueueStatus
 from .observation_policy import (
     Decision,
     failure_message,
@@ -60,6 +61,22 @@ def write_queue(tx: JobTx, rec: JobRecord, obs: Observation, clock: Clock) -> No
         rec.message = queued_message(rec.phase, obs)
     rec.queue = obs.queue
     tx.append_event(rec, "queue", obs.queue.model_dump(mode="json"), clock())
+
+
+def write_held(tx: JobTx, rec: JobRecord, clock: Clock) -> None:
+    """A job its budget holds, with no workload (stopped, or never handed over): QUEUED, queue reason BudgetExhausted,
+    the hold's words as its message. Idempotent: a job already so is left as it is."""
+    if rec.hold is None:
+        return  # released meanwhile: the budget loop launches it
+    queue = QueueStatus(name=f"team/{rec.team}", reason=BUDGET_QUEUE_REASON, message=rec.hold.message)
+    rec.backend = None  # nothing holds a workload for it: cancelling it is immediate, launching it starts anew
+    if rec.phase is JobPhase.QUEUED:
+        if rec.queue != queue:
+            rec.queue, rec.message = queue, rec.hold.message
+            tx.append_event(rec, "queue", queue.model_dump(mode="json"), clock())
+        return
+    rec.queue = queue
+    write_phase(tx, rec, JobPhase.QUEUED, rec.hold.message, clock)
 
 
 def write_decision(
@@ -117,6 +134,9 @@ def write_decision(
         replaced, rec.object_name = rec.object_name, None
         why = lost_workload_reason(obs)
         write_phase(tx, rec, JobPhase.LAUNCHING, f"resuming (attempt {rec.resumes + 1}): {why}", clock)
+    elif decided is Decision.HOLD:
+        replaced, rec.object_name = rec.object_name, None  # a late GONE about the stopped workload is stale
+        write_held(tx, rec, clock)
     elif decided is Decision.GIVE_UP:
         rec.failure_reason = "ResumeLimit"
         write_phase(tx, rec, JobPhase.FAILED, resume_limit_message(rec.id, rec.resumes, obs), clock)

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from .budget_models import TeamBudgetStatus
 from .phases import JobPhase
 
 
@@ -109,3 +110,8 @@ class UsagePublic(BaseModel):
     groups: list[UsageGroup] = Field(description="totals by team, accelerator and capacity")
     jobs: list[JobUsageRow] = Field(description="one row per job, newest first")
     truncated: bool = Field(description="more jobs matched than one report holds: narrow `since`")
+    budgets: list[TeamBudgetStatus] = Field(
+        default_factory=list,
+        description="each reported team's monthly budget (RLJOB_TEAM_BUDGETS): spent this calendar month (UTC, whatever "
+        "`since` is) and left; teams without a budget are not listed",
+    )

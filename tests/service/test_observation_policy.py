@@ -59,6 +59,7 @@ MEANING: dict[Decision, tuple[JobPhase | None, bool, bool, bool]] = {
     D.RESUME: (P.LAUNCHING, True, False, True),
     D.GIVE_UP: (P.FAILED, False, False, True),
     D.REQUEUE: (None, False, False, True),  # the launcher's requeue, then the GONE that follows resumes it
+    D.HOLD: (P.QUEUED, False, False, True),  # a held job's stopped workload (test_budgets.py): QUEUED, no relaunch
 }
 
 CONTEXTS = list(itertools.product((False, True), (True, False)))  # (about_replaced, resumes_left)

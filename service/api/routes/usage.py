@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from service.api.deps import CallerDep, ClockDep, JobServiceDep, SettingsDep
 from service.api.errors import error_responses
+from service.domain.budget_models import TeamBudgetStatus
 from service.domain.errors import InvalidRequest
 from service.domain.job_service import JobService
 from service.domain.models import Caller, JobFilters, JobRecord
@@ -84,7 +85,8 @@ def get_usage(
     accelerator and capacity, and one row per job. A job's usage counts whole, in the window it was
     submitted in; a job still active counts up to now. Only running (and cancelling) time is charged.
     Storage: each job's measured run-directory size integrated over time, in GiB-months; the newest
-    size counts up to now, for an ended job too (its files stay until someone deletes them)."""
+    size counts up to now, for an ended job too (its files stay until someone deletes them). Budgets: each reported
+    team's monthly budget, what its jobs billed this calendar month (UTC) and what is left."""
     now = clock()
     if team is not None and not caller.admin and team != caller.team:
         raise InvalidRequest(("query", "team"), f"only admins read another team's usage; your token is team {caller.team}'s: omit team")
@@ -110,4 +112,12 @@ def get_usage(
         groups=groups,
         jobs=rows,
         truncated=truncated,
+        budgets=team_budgets(jobs, scope, now),
     )
+
+
+def team_budgets(jobs: JobService, team: str | None, now: datetime) -> list[TeamBudgetStatus]:
+    """The budget of `team` (None: of every team that has one), spent this month and left."""
+    teams = sorted(jobs.budgets.budgets) if team is None else [team]
+    found = (jobs.budgets.status(name, now) for name in teams)
+    return [status for status in found if status is not None]
