@@ -9,6 +9,7 @@
 import { rewardChart, makeChart } from "./charts.js";
 import { focusHeading, h, replace } from "./dom.js";
 import { attachedEvalsPanel } from "./attachedevals.js";
+import { estimatePanel } from "./estimate.js";
 import { evalJobPanel } from "./evaljobpanel.js";
 import { evalPanel } from "./evalpanel.js";
 import { goodputPanel } from "./goodputbar.js";
@@ -37,6 +38,7 @@ export function jobPage(root, api, jobId) {
   const noticeSlot = h("div");
   const panels = h("div", { class: "grid" });
   const goodputSlot = h("div");
+  const estimateSlot = h("div");
   const charts = {
     reward: rewardChart(),
     kl: makeChart("KL divergence", [{ label: "KL", stroke: "#8a5a00" }]),
@@ -67,6 +69,7 @@ export function jobPage(root, api, jobId) {
     panels,
     evalJob.el,
     goodputSlot,
+    estimateSlot, // what the job was expected to take, and once ended what it took
     attachedSlot, // a training job's evaluated checkpoints: what its curves led to, so above them
     learning,
     artifactsSlot,
@@ -86,6 +89,7 @@ export function jobPage(root, api, jobId) {
       queueNotice(job));
     replace(panels, summaryPanel(job), progressPanel(job));
     replace(goodputSlot, goodputPanel(job.goodput));
+    replace(estimateSlot, estimatePanel(job.estimate));
     replace(artifactsSlot, artifactsPanel(job));
     const isEval = job.kind === "eval";
     learning.hidden = isEval;

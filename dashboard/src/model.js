@@ -1,5 +1,6 @@
 // Turns the service's JSON (service/domain/models.py: JobPublic, MetricsPublic) into what the
 // views show. Kept in one module so a change to the API shape is a change here only.
+import { estimateView } from "./estimate.js";
 import { primaryPassAt1 } from "./evaljobs.js";
 import { EVAL_STAGES, STAGES } from "./phases.js";
 import { queueView } from "./queue.js";
@@ -45,6 +46,7 @@ export function jobView(raw) {
     evalJob: raw.evaluation || null,
     attachedEvals: Array.isArray(raw.evals) ? raw.evals : [], // JobPublic.evals: the eval jobs of this job's checkpoints
     goodput: goodputView(raw.goodput),
+    estimate: estimateView(raw.estimate, raw.estimate_actuals), // made at submit; beside the actuals once ended
     createdAt: raw.created_at,
     updatedAt: raw.updated_at,
     startedAt: raw.started_at,
