@@ -261,6 +261,11 @@ class JobPublic(BaseModel):
         description="an eval job's checkpoint, suite (name, version, content hash) and, once reported, its scores per "
         "reward function with 95% intervals; null for a training job",
     )
+    checkpoint_expiry: CheckpointExpiry | None = Field(
+        default=None,
+        description="once the job's intermediate checkpoints expired (checkpoint retention, docs/service.md): which were "
+        "planned and deleted, with their bytes, which were kept and why, or why nothing was deleted; null before",
+    )
     evals: list[AttachedEvalPublic] = Field(
         default_factory=list,
         description="the eval jobs made for this job's checkpoints (spec.eval): base, step-N, export, each with its phase, "

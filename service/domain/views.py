@@ -88,5 +88,6 @@ def to_public(
         estimate_actuals=estimate_actuals(record, prices),
         evaluation=eval_summary(record),
         evals=list(record.report.attached_evals),
+        checkpoint_expiry=record.checkpoint_expiry,
         spec=record.spec.model_dump(mode="json"),
     )

@@ -18,6 +18,7 @@ from service.domain.checkpoint_retention import expiry_due_at, plan_retention, s
 from service.domain.location_policy import LocationPolicy
 from service.domain.phases import JobPhase
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, summarize_usage
+from service.domain.views import to_public
 from tests.service.checkpoint_runs import CHECKPOINT_FILES, DAY, FILE_BYTES, expiry_service, files_under, finished_job, write_run
 from tests.service.service_helpers import T0, ManualClock, record_spec
 from trainer.contract import JobSpec
@@ -110,6 +111,8 @@ def test_expiry_deletes_exactly_the_expired_intermediate_checkpoints_and_records
         # The export of `best` was made from checkpoints/best/10, which no plan names.
         assert [k.why for k in record.checkpoint_expiry.kept] == ["final" if job is best else "final, exported"]
         assert record.report.storage is not None and record.report.storage.parts["checkpoints"] == CHECKPOINT_BYTES
+        shown = to_public(record, clock.now)
+        assert shown.checkpoint_expiry == record.checkpoint_expiry and shown.storage == record.report.storage
         kinds = [e.kind for e in store.events_after(0, job_id=job.id)]
         assert kinds == ["checkpoint_expiry", "checkpoint_deleted", "storage", "checkpoint_deleted", "storage", "checkpoint_expiry"]
     assert (tmp_path / "runs" / best.id / "rl" / best.id / "checkpoints" / "best" / "10" / "model_params" / "array.0").is_file()
