@@ -27,6 +27,7 @@ SLOW_LANES: dict[str, str] = {
     # take the cached checkpoint.
     "tests/service/test_tiny_job_integration.py": "slow-lane-1",
     "tests/service/test_attached_evals_tiny.py": "slow-lane-1",  # eval jobs attached to a tiny job (issue 36)
+    "tests/service/test_estimate_tiny.py": "slow-lane-1",  # three one-step tiny jobs: the estimate vs the actual (issue 37)
     "tests/k8s/test_e2e_tiny_cpu.py": "slow-lane-1",
     "tests/storage/test_pipeline_gcs.py": "slow-lane-1",
     "tests/trainer/test_slow_smollm2.py": "slow-lane-1",

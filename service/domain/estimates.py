@@ -204,11 +204,12 @@ def estimate_job(inputs: EstimateInputs) -> JobEstimate:
     read = cached_reader(inputs.read_config)
     key = shape_key(spec, read)
     history = matching_history(key, inputs.finished, read)
-    if history:
-        run = _from_history(history, key)
-    else:
-        shape = shape_of(spec, read)
-        run = _from_formula(spec, shape.parameters if shape else None, inputs.cpu_cores)
+    shape = shape_of(spec, read)
+    parameters = shape.parameters if shape else None
+    run = _from_history(history, key) if history else _from_formula(spec, parameters, inputs.cpu_cores)
+    storage, storage_detail = run.storage_bytes, run.storage_detail
+    if storage is None and history:  # none of those jobs measured its run directory: the formula's figure
+        storage, storage_detail = _formula_storage(spec, parameters)
     wait, wait_detail = _wait(inputs)
     start = wait or EstimateRange(expected=0.0, low=0.0, high=0.0)
     wall = _range(start.expected + run.run.expected, start.low + run.run.low, start.high + run.run.high)
@@ -226,7 +227,7 @@ def estimate_job(inputs: EstimateInputs) -> JobEstimate:
         wall_s=wall,
         chip_hours=chip_hours,
         cost_usd=_cost(spec, chip_hours, inputs.prices),
-        storage_bytes=run.storage_bytes,
+        storage_bytes=storage,
         wait_detail=wait_detail if wait is not None else wait_detail + " (the wall time counts no wait)",
-        storage_detail=run.storage_detail,
+        storage_detail=storage_detail,
     )

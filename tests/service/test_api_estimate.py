@@ -102,8 +102,12 @@ def test_the_place_in_line_comes_from_the_local_launchers_team_queue(run_cli: Ru
     assert estimate["queue_position"] == 0 and estimate["wait_s"] == {"expected": 0.0, "low": 0.0, "high": 0.0}
     gated = _write_spec(tmp_path, "gated", **{"fake-gate": "true"})
     held = [json.loads(run_cli("submit", str(gated), "-o", "json").stdout)["id"] for _ in range(2)]
-    wait_until(lambda: all((tmp_path / "runs" / job_id / "starts").exists() for job_id in held))
-    estimate = json.loads(run_cli("submit", str(spec), "--estimate", "-o", "json").stdout)
-    assert estimate["queue_position"] == 1
-    for job_id in held:
-        run_cli("cancel", job_id)
+    try:
+        wait_until(lambda: all((tmp_path / "runs" / job_id / "starts").exists() for job_id in held))
+        estimate = json.loads(run_cli("submit", str(spec), "--estimate", "-o", "json").stdout)
+        assert estimate["queue_position"] == 1
+    finally:  # open the gates: the stand-in trainers end by themselves, failed assertion or not
+        for job_id in held:
+            (tmp_path / "runs" / job_id / "gate").parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "runs" / job_id / "gate").touch()
+        wait_until(lambda: all("SUCCEEDED" in run_cli("status", job_id).output for job_id in held))
