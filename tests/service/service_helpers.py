@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,6 +55,17 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0, interval_
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s}s")
         time.sleep(interval_s)
+
+
+# Supervisor.start's loops (service/supervisor.py): one thread of each per leading replica in a process.
+SUPERVISOR_LOOPS = ("rljob-observations", "rljob-recovery", "rljob-attached-evals")
+
+
+def supervisor_threads(earlier: Collection[threading.Thread] = ()) -> dict[str, int]:
+    """How many threads of each supervisor loop are alive in this process, leaving out the `earlier` ones (what an
+    earlier test in this process may have left). A renamed loop counts 0: a test of one supervisor fails."""
+    names = [thread.name for thread in threading.enumerate() if thread not in earlier]
+    return {name: names.count(name) for name in SUPERVISOR_LOOPS}
 
 
 def wait_for_phase(read_phase: Callable[[], str | JobPhase], target: JobPhase, timeout_s: float = 20.0) -> list[JobPhase]:

@@ -194,8 +194,9 @@ def test_event_seqs_commit_in_order_across_writers(postgres_db: str, first_write
 def test_a_leader_that_loses_its_lock_stops_leading_and_leads_again_when_it_can(
     postgres_db: str, settings_factory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tests.service.service_helpers import spec_body, wait_for_phase, wait_until
+    from tests.service.service_helpers import SUPERVISOR_LOOPS, spec_body, supervisor_threads, wait_for_phase, wait_until
 
+    earlier = set(threading.enumerate())
     caplog.set_level(logging.INFO, logger="service.leadership")
     settings = settings_factory(database_url=postgres_db, bootstrap_token=TOKEN_A, bootstrap_team="team-a", leader_check_interval_s=0.05)
     auth = {"Authorization": f"Bearer {TOKEN_A}"}
@@ -210,6 +211,8 @@ def test_a_leader_that_loses_its_lock_stops_leading_and_leads_again_when_it_can(
         wait_until(lambda: "this replica lost the leader lock" in caplog.text, timeout_s=10)
         # Nobody else holds it: the same replica takes it again, re-attaches, and its new term works.
         wait_until(lambda: client.get("/readyz").json() == {"ready": True, "role": "leader"}, timeout_s=60)
+        # The lost term's supervisor was stopped before the new one started: one of each loop, not two.
+        assert supervisor_threads(earlier) == dict.fromkeys(SUPERVISOR_LOOPS, 1)
         job = client.post("/v1/jobs", json=spec_body(tmp_path, labels={"fake-steps": "1"}), headers=auth).json()["id"]
         wait_for_phase(lambda: client.get(f"/v1/jobs/{job}", headers=auth).json()["phase"], JobPhase.SUCCEEDED, timeout_s=60)
     admin.dispose()
