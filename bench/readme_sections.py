@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.readme_render import learning_benches, read_path_benches, service_benches, storage_benches  # noqa: E402
 from bench.readme_render.common import duration  # noqa: E402
+from bench.readme_render.estimate_bench import render_estimate_accuracy  # noqa: E402
 from bench.readme_render.learning_folds_section import render_learning_folds, render_learning_folds_eval_check  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -73,6 +74,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "run-size": (("run_size.json",), storage_benches.render_run_size),
     "control-plane": (("control_plane.json", "control_plane-5ebe387.json"), read_path_benches.render_control_plane_runs),
     "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead),
+    "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy),
 }
 
 
