@@ -11,6 +11,10 @@ continuing across reruns in the same run dir) and behaves as the spec's labels s
   fake-child: "true"   start a grandchild (`sleep`) and record its pid in <run dir>/child.pid
   fake-ignore-term: "true"  ignore SIGTERM (so only SIGKILL stops it)
   fake-eval-n: N        the final evaluation carries a summary over N rows (half right), as train_rl's does
+  fake-hang-at-step: N  on its first attempt, hang in train step N (before its event and checkpoint): the trainer's
+                       hang watchdog (trainer/hang_watchdog.py, limit spec.hang_timeout_s) dumps the stacks into
+                       logs/train.log and exits 79 (HUNG); a rerun resumes after step N-1's checkpoint
+  fake-hang-always: "true"  hang in the first train step of every attempt
 It writes repro.json with the trainer's own writer (trainer/repro.py), as the pipeline does before its stages.
 Every start appends a line to <run dir>/starts, so tests can count executions. Like the trainer, each
 train step reports the signal fraction (half the prompts) and writes a samples file
@@ -29,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -47,10 +52,13 @@ from trainer.contract import (
     StageStarted,
     StepSamples,
     StorageMeasured,
+    TrainerEvent,
     TrainStep,
     dump_event,
 )
 from trainer.contract.evaluation import EvalSummary
+from trainer.contract.hang import HangPolicy
+from trainer.hang_watchdog import HangStop, HangWatchdog
 from trainer.repro import write_repro
 
 LONG_COMPLETION = "<reasoning>" + "2 plus 2 is 4. " * 100 + "\x1b[31m</reasoning><answer>4</answer>"
@@ -87,6 +95,7 @@ class Events:
         self.path = path
         self.job_id = job_id
         self.seq = 0
+        self.listeners: list[Callable[[TrainerEvent], None]] = []  # the hang watchdog, as on EventReporter
         if path.exists():
             lines = [line for line in path.read_text().splitlines() if line.strip()]
             self.seq = json.loads(lines[-1])["seq"] + 1 if lines else 0
@@ -97,6 +106,8 @@ class Events:
             f.write(dump_event(event) + "\n")
         self.seq += 1
         print(f"event {event.type} seq={event.seq}", flush=True)
+        for listener in self.listeners:
+            listener(event)
 
 
 def main() -> int:
@@ -123,12 +134,13 @@ def main() -> int:
 
     events = Events(Path(layout.events), args.job_id)
     attempt = len((root / "starts").read_text().splitlines())
+    watch_for_hangs(events, layout, attempt, spec.get("hang_timeout_s"))
     events.emit(RunStarted, attempt=attempt, run_uri=layout.root)
     if not skip_if_done(layout, events, Stage.CONVERT):
         events.emit(StageStarted, stage=Stage.CONVERT)
         finish(layout, events, Stage.CONVERT, duration_s=0.01)
     if not skip_if_done(layout, events, Stage.TRAIN):
-        exit_code = train(layout, events, labels)
+        exit_code = train(layout, events, labels, attempt)
         if exit_code:
             return exit_code
     if not skip_if_done(layout, events, Stage.EXPORT):
@@ -142,6 +154,20 @@ def main() -> int:
         events.emit(StorageMeasured, stage=Stage.EXPORT, storage=measure_run(layout))
     events.emit(RunFinished, ok=True, exit_code=ExitCode.SUCCESS)
     return 0
+
+
+def watch_for_hangs(events: Events, layout: RunLayout, attempt: int, timeout_s: float | None) -> None:
+    """The trainer's own watchdog and answer to a hang, on this stand-in's events (no stage processes)."""
+    stage_log = Path(layout.stage_log(Stage.TRAIN))
+    stop = HangStop(events.emit, attempt=lambda: attempt, log_path=lambda _stage: stage_log, stacks_uri=lambda _stage: str(stage_log))
+    events.listeners.append(HangWatchdog(HangPolicy.from_env(override_s=timeout_s), stop).start().progress)
+
+
+def hang_mid_step(step: int) -> None:
+    """A step that never ends: what a deadlocked collective or a reward that never returns looks like from outside."""
+    print(f"hanging in step {step}", flush=True)
+    while True:
+        time.sleep(0.05)
 
 
 def skip_if_done(layout: RunLayout, events: Events, stage: Stage) -> bool:
@@ -178,7 +204,7 @@ def stop_with_checkpoint(checkpoints: Path, events: Events, step: int) -> int:
     return int(ExitCode.RETRYABLE)
 
 
-def train(layout: RunLayout, events: Events, labels: dict[str, str]) -> int:
+def train(layout: RunLayout, events: Events, labels: dict[str, str], attempt: int) -> int:
     """Steps after the newest checkpoint; returns the fake-exit code (0: the stage finished)."""
     root, checkpoints = Path(layout.root), Path(layout.actor_checkpoints)
     stop_checkpoints = labels.get("fake-stop-checkpoints") == "true"
@@ -187,7 +213,10 @@ def train(layout: RunLayout, events: Events, labels: dict[str, str]) -> int:
     events.emit(StageStarted, stage=Stage.TRAIN)
     steps = int(labels.get("fake-steps", "3"))
     resumed = max((int(p.name) for p in checkpoints.glob("*") if p.name.isdigit()), default=0)
+    hang_at = int(labels.get("fake-hang-at-step", "0")) if attempt == 1 else 0
     for step in range(resumed + 1, steps + 1):
+        if step == hang_at or (step == resumed + 1 and labels.get("fake-hang-always") == "true"):
+            hang_mid_step(step)
         write_samples(layout, step)  # before the event, as the trainer does
         events.emit(
             TrainStep,

@@ -76,6 +76,13 @@ class Settings(BaseSettings):
         "a key left out takes the default",
     )
     max_resumes: int = Field(default=3, ge=0, description="relaunches of a job whose workload was lost")
+    max_hung_restarts: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="restarts from the last checkpoint of a job whose trainer found itself hung (exit 79); one more hang "
+        "fails it with reason HUNG",
+    )
     cancel_grace_s: float = Field(default=10.0, gt=0, le=MAX_SECONDS, description="local launcher: SIGTERM to SIGKILL on cancel")
     local_poll_interval_s: float = Field(default=0.2, gt=0, le=MAX_SECONDS, description="local launcher: how often it checks its processes")
     progress_poll_interval_s: float = Field(default=0.5, gt=0, le=MAX_SECONDS, description="how often active jobs' trainer events are read")

@@ -181,6 +181,7 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         clock=clock,
         notify=notifier.notify,
         max_resumes=settings.max_resumes,
+        max_hung_restarts=settings.max_hung_restarts,
         run_files=given.run_files or StoreRunFiles(),
         mirror_every_steps=settings.status_mirror_every_steps,
         mirror_interval_s=settings.status_mirror_interval_s,

@@ -20,10 +20,12 @@ from typing import Any
 from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, location_kind
 from trainer.contract.best_checkpoint import ExportedCheckpoint
 from trainer.contract.events import EVAL_STAGE_ORDER
+from trainer.contract.hang import HangPolicy
+from trainer.hang_watchdog import HangStop, HangWatchdog
 from trainer.repro import write_repro
 from trainer.run_size import report_run_storage
 from trainer.run_stop import StopRequest
-from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command
+from trainer.runner import StageCommand, StageFailed, StageInterrupted, run_stage_command, running_stages
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import DataError
 from trainer.stages.context import JobContext, RunCommand, local_work_dir
@@ -108,11 +110,39 @@ def write_marker(layout: RunLayout, stage: Stage, duration_s: float, outputs: di
     store_for(layout.root).write_bytes(layout.stage_marker(stage), json.dumps(body, sort_keys=True).encode())
 
 
+def watch_for_hangs(ctx: JobContext) -> HangWatchdog:
+    """The trainer's hang watchdog on this run (trainer/hang_watchdog.py): on a hang, the stacks go to the running
+    stage's log (its local copy, published to a gs:// run directory before the exit), the run ends with exit HUNG."""
+    first = stage_order(ctx.spec)[0]
+
+    def local_log(stage: Stage | None) -> Path:
+        return ctx.work_dir / "logs" / f"{(stage or first).value}.log"
+
+    def before_exit() -> None:
+        _publish_logs(ctx)
+        ctx.reporter.close()
+
+    stop = HangStop(
+        ctx.reporter.emit,
+        attempt=lambda: ctx.reporter.attempt,
+        log_path=local_log,
+        stacks_uri=lambda stage: ctx.layout.stage_log(stage or first),
+        stages=lambda: running_stages(dumping_stacks=True),
+        seal=ctx.reporter.seal,
+        before_exit=before_exit,
+    )
+    watchdog = HangWatchdog(HangPolicy.from_env(override_s=ctx.spec.hang_timeout_s), stop)
+    ctx.reporter.listeners.append(watchdog.progress)
+    return watchdog.start()
+
+
 def run_pipeline(ctx: JobContext, *, clock: Callable[[], float] = time.monotonic) -> ExitCode:
     """Run every unfinished stage; returns the exit code (events already emitted)."""
+    watchdog = watch_for_hangs(ctx)
     try:
         return _run_stages(ctx, clock)
     finally:
+        watchdog.stop()
         try:
             ctx.reporter.close()  # stops the periodic flusher; run_finished already wrote every line
         finally:

@@ -28,6 +28,22 @@ SECRET_ENV_VARS: tuple[str, ...] = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 REDACTED = "<redacted>"
 # MaxText config keys that would carry a secret if anyone put one on a command line.
 SECRET_ARG_KEYS: tuple[str, ...] = ("hf_access_token",)
+# Stage modules that print their stacks on SIGUSR1 (trainer/maxtext_entry/__init__.py registers the handler); to any
+# other module (MaxText's own, run directly) SIGUSR1 is its default: the end of the process.
+STACK_DUMPING_MODULES = "trainer.maxtext_entry."
+_running_lock = threading.Lock()
+_running: list[subprocess.Popen[str]] = []  # stage processes started and not yet reaped, for the hang watchdog
+
+
+def running_stages(*, dumping_stacks: bool = False) -> list[subprocess.Popen[str]]:
+    """The stage processes running now; with `dumping_stacks`, only those that print their stacks on SIGUSR1."""
+    with _running_lock:
+        return [p for p in _running if not dumping_stacks or _module_of(p).startswith(STACK_DUMPING_MODULES)]
+
+
+def _module_of(proc: subprocess.Popen[str]) -> str:
+    args = list(proc.args) if isinstance(proc.args, (list, tuple)) else []
+    return str(args[args.index("-m") + 1]) if "-m" in args and args.index("-m") + 1 < len(args) else ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +136,8 @@ def start_stage_command(
         errors="replace",
         start_new_session=True,  # so a stop signal reaches the whole MaxText process group
     )
+    with _running_lock:
+        _running.append(proc)
     return StartedStage(command, proc, secret_values(env))
 
 
@@ -166,6 +184,7 @@ class StartedStage:
                         _call_on_line(on_line, line, log)
                 returncode = proc.wait()
             finally:
+                _reaped(proc)
                 if deadline is not None:
                     deadline.cancel()
                 if proc.poll() is None:  # we are leaving early (an error here): never leave the stage running
@@ -181,10 +200,17 @@ class StartedStage:
         if self.proc.poll() is None:  # not once reaped: its pid, and so its group id, may be reused
             _kill_group(self.proc)
             self.proc.wait()
+        _reaped(self.proc)
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 with contextlib.suppress(OSError):  # a line it never read: nothing is waiting for it now
                     pipe.close()
+
+
+def _reaped(proc: subprocess.Popen[str]) -> None:
+    with _running_lock:
+        if proc in _running:
+            _running.remove(proc)
 
 
 def _send_and_close(stdin: IO[str], line: str | None) -> None:

@@ -214,6 +214,16 @@ def attached_eval_text(entry: AttachedEvalPublic) -> str:
     return text
 
 
+def hung_text(job: JobPublic) -> str:
+    """How many attempts hung, and where the newest did, with the log that holds its stacks."""
+    last = job.hangs[-1]
+    where = f"{last.stage or 'before its first stage'}" + (f" after step {last.step}" if last.step is not None else "")
+    return (
+        f"{len(job.hangs)} attempt(s) hung, restarted {job.hung_restarts} time(s); the last (attempt {last.attempt}) in "
+        f"{where}, no progress for {last.idle_s:.0f} s (limit {last.limit_s:.0f} s); stacks in {last.stacks}"
+    )
+
+
 def print_job(job: JobPublic) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(no_wrap=True)
@@ -227,6 +237,7 @@ def print_job(job: JobPublic) -> None:
         *([("queue", _queue_line(job.queue))] if job.queue else []),
         *([("held", f"[yellow]{job.hold.reason}[/] since {api_time(job.hold.since)}: {escape(job.hold.message)}")] if job.hold else []),
         ("message", job.message),
+        *([("hung", escape(hung_text(job)))] if job.hangs else []),
         ("stage", job.stage or "-"),
         ("step", f"{job.step}/{job.total_steps}" if job.total_steps else "-"),
         ("eta", f"{job.eta_s:.0f}s" if job.eta_s is not None else "-"),

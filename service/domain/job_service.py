@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from trainer.contract import JobSpec, TrainerEvent
+from trainer.contract import ExitCode, JobSpec, TrainerEvent
 
 from .attached_eval_models import AttachedEvalPublic
 from .budget_ledger import BudgetLedger
@@ -102,6 +102,7 @@ class JobService:
         clock: Clock = utc_now,
         notify: Callable[[], None] = lambda: None,
         max_resumes: int = 3,
+        max_hung_restarts: int = 2,
         id_factory: Callable[[], str] = new_job_id,
         run_files: RunFiles | None = None,
         mirror_every_steps: int = 10,
@@ -130,6 +131,7 @@ class JobService:
         self.clock = clock
         self._notify = notify
         self.max_resumes = max_resumes
+        self.max_hung_restarts = max_hung_restarts  # restarts after the trainer's watchdog found it hung (hangs.py)
         self._new_id = id_factory
         self._lock = threading.RLock()
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
@@ -434,7 +436,7 @@ class JobService:
             decided = self._decide(rec, obs)
             if decided is Decision.STALE:
                 log.info("ignoring %s for %s: %s was replaced by a relaunch", obs.state, rec.id, obs.object_name)
-            replaced = write_decision(decided, rec, tx, obs, manifest, self.clock)
+            replaced = write_decision(decided, rec, tx, obs, manifest, self.clock, self.max_hung_restarts)
             if replaced is not None:
                 self._replaced.setdefault(rec.id, set()).add(replaced)
             if decided is Decision.REQUEUE:
@@ -482,6 +484,8 @@ class JobService:
             requeueing=rec.id in self._requeueing,
             deleting=obs.reason == "Deleting",
             held=rec.hold is not None,
+            hung=obs.exit_code == ExitCode.HUNG,
+            hung_restarts_left=rec.report.hung_restarts < self.max_hung_restarts,
         )
 
     def _read_manifest_if_ending(self, obs: Observation) -> ManifestSizes | ManifestRefused | None:

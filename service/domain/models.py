@@ -30,7 +30,7 @@ from .eval_models import EvalSummaryPublic
 from .job_eval import JobEval
 from .learning_health import LearningHealth
 from .phases import JobPhase
-from .run_report import Artifact, RunReport, StageTimes
+from .run_report import Artifact, HangReport, RunReport, StageTimes
 from .trainer_event_budget import TrainerEventCounts
 from .usage_models import JobUsage
 
@@ -271,6 +271,13 @@ class JobPublic(BaseModel):
         description="the eval jobs made for this job's checkpoints (spec.eval): base, step-N, export, each with its phase, "
         "primary scores with 95% intervals and, once it and the base eval SUCCEEDED, the paired difference from the base",
     )
+    hangs: list[HangReport] = Field(
+        default_factory=list,
+        description="attempts the trainer's watchdog found hung (no progress event for longer than the hang limit), newest "
+        "last: where each hung and the log holding its stacks; each was restarted from the last checkpoint up to "
+        "RLJOB_MAX_HUNG_RESTARTS times",
+    )
+    hung_restarts: int = Field(default=0, description="restarts after a hang so far")
     spec: dict[str, Any]
 
 

@@ -42,6 +42,10 @@ class Decision(enum.StrEnum):
     # A job its team's budget holds (JobRecord.hold, budget_reconciler.py) whose workload is seen stopped: QUEUED with
     # queue reason BudgetExhausted, no resume spent and no relaunch; the budget loop launches it when there is room.
     HOLD = "hold"
+    # The trainer's watchdog found its attempt hung (exit ExitCode.HUNG: no progress event for longer than the job's
+    # hang limit; its stacks are in the stage log): LAUNCHING again, one resume and one hung restart spent, so the rerun
+    # resumes from the last checkpoint. Once RLJOB_MAX_HUNG_RESTARTS are spent, a hang is FAIL (reason HUNG).
+    HUNG_RESTART = "hung_restart"
 
     @property
     def target(self) -> JobPhase | None:
@@ -51,7 +55,7 @@ class Decision(enum.StrEnum):
     @property
     def relaunches(self) -> bool:
         """The job service calls launch() again once the decision is committed."""
-        return self in (Decision.RELAUNCH, Decision.RESUME)
+        return self in (Decision.RELAUNCH, Decision.RESUME, Decision.HUNG_RESTART)
 
     @property
     def records_artifacts(self) -> bool:
@@ -73,6 +77,7 @@ _TARGETS: dict[Decision, JobPhase] = {
     Decision.FINISH_CANCEL: JobPhase.CANCELLED,
     Decision.RESUME: JobPhase.LAUNCHING,
     Decision.GIVE_UP: JobPhase.FAILED,
+    Decision.HUNG_RESTART: JobPhase.LAUNCHING,
     Decision.HOLD: JobPhase.QUEUED,  # from QUEUED (a workload the backend's queue held) the phase stays, the queue changes
 }
 
@@ -116,6 +121,8 @@ def decide(
     requeueing: bool = False,
     deleting: bool = False,
     held: bool = False,
+    hung: bool = False,
+    hung_restarts_left: bool = True,
 ) -> Decision:
     """The decision for a job in `phase` when its backend reports `state`.
 
@@ -125,11 +132,16 @@ def decide(
     this service has already asked for that (once is enough). `deleting`: the observed workload is being deleted.
     `held`: the job's team budget holds it (JobRecord.hold): the service stopped its workload, so its end (GONE, or
     FAILED: the trainer's exit 75 after its checkpoint, or a kill) is that stop, not a fault.
+    `hung`: the workload failed with the trainer's ExitCode.HUNG (its watchdog found the attempt hung).
+    `hung_restarts_left`: the service has restarted the job after a hang fewer times than allowed.
     """
     if phase.is_terminal():
         return Decision.IGNORE
-    if state is ObservedState.GONE and about_replaced_workload:
-        return Decision.STALE  # acting on it would spend a resume on a workload that is running
+    if state in WORKLOAD_STOPPED and about_replaced_workload:
+        # Acting on it would spend a resume on a workload that is running. FAILED and SUCCEEDED too: a hung restart
+        # replaces a workload that exited, and its exit seen again (the watch and the reconcile both report it) would
+        # restart, or fail, the attempt that replaced it.
+        return Decision.STALE
     if state is ObservedState.GONE and deleting and phase in (JobPhase.LAUNCHING, JobPhase.RUNNING):
         # Relaunched once it is gone, not while its pods still terminate: a launch now would find the dying
         # workload (same name), and its end would spend a second resume. Held in no memory: a restarted service
@@ -155,6 +167,10 @@ def decide(
     if state is ObservedState.SUCCEEDED:
         return Decision.SUCCEED
     if state is ObservedState.FAILED:
+        if hung and phase is JobPhase.RUNNING and hung_restarts_left:
+            # Not from LAUNCHING: a trainer runs for at least its hang limit (1 s or more) before it exits hung, and the
+            # service sees it run within a poll; one that did not is failed (reason HUNG) rather than restarted unseen.
+            return Decision.HUNG_RESTART
         return Decision.FAIL
     if state is ObservedState.GONE:
         # The trainer's stages are restartable (completion markers in the run dir): a rerun continues.

@@ -32,6 +32,7 @@ from trainer.contract import (
     EvalReported,
     EvalResult,
     GoodputMeasured,
+    HangDetected,
     RunFinished,
     RunStarted,
     Stage,
@@ -47,7 +48,7 @@ from .job_eval import eval_event_data, push_eval
 from .manifest_sizes import ManifestSizes, size_manifest
 from .models import JobRecord, ManifestRefused, MetricPoint
 from .ports import SkippedLine
-from .run_report import MAX_CHECKPOINTS_KEPT, Artifact, RunOutcome, RunReport, StageTimes
+from .run_report import MAX_CHECKPOINTS_KEPT, MAX_HANGS_KEPT, Artifact, HangReport, RunOutcome, RunReport, StageTimes
 from .train_step_summary import TrainStepSummary, push_step
 from .trainer_event_budget import MAX_ARTIFACTS, MAX_GOODPUT_ATTEMPTS, refused_message
 
@@ -210,6 +211,17 @@ def fold_report(report: RunReport, event: TrainerEvent) -> Folded | None:
             return None
         data = {"attempt": event.attempt, "step": event.train.step, "final": event.train.final}
         return Folded(replace(report, goodput={**report.goodput, event.attempt: event.train}), [("goodput", data)])
+    if isinstance(event, HangDetected):
+        hang = HangReport(
+            attempt=event.attempt,
+            time=event.time,
+            stage=event.stage.value if event.stage else None,
+            step=event.step,
+            idle_s=round(event.idle_s, 3),
+            limit_s=round(event.limit_s, 3),
+            stacks=event.stacks,
+        )
+        return Folded(replace(report, hangs=[*report.hangs, hang][-MAX_HANGS_KEPT:]), [("hung", hang.model_dump(mode="json"))])
     if isinstance(event, RunFinished):
         outcome = RunOutcome(
             ok=event.ok,

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.contract import ExitCode
+
 from .budgets import QUEUE_REASON as BUDGET_QUEUE_REASON
+from .hangs import hung_failure_message, hung_restart_message
 from .manifest_sizes import ManifestSizes
 from .models import JobRecord, ManifestRefused, QueueStatus
 from .observation_policy import (
@@ -86,6 +89,7 @@ def write_decision(
     obs: Observation,
     manifest: ManifestSizes | ManifestRefused | None,
     clock: Clock,
+    max_hung_restarts: int = 0,
 ) -> str | None:
     """Carry `decided` out on `rec`. Returns the name of the workload a resume replaced, if any: the
     caller remembers it, so a late GONE about it is known to be stale."""
@@ -119,8 +123,11 @@ def write_decision(
         write_phase(tx, rec, JobPhase.SUCCEEDED, "finished successfully", clock)
     elif decided is Decision.FAIL:
         rec.exit_code = obs.exit_code
-        rec.failure_reason = failure_reason(obs)
-        write_phase(tx, rec, JobPhase.FAILED, failure_message(rec.id, rec.report.outcome, obs), clock)
+        hung = obs.exit_code == ExitCode.HUNG  # its hung restarts spent (Decision.HUNG_RESTART before)
+        rec.failure_reason = ExitCode.HUNG.name if hung else failure_reason(obs)
+        write_phase(
+            tx, rec, JobPhase.FAILED, hung_failure_message(rec, obs) if hung else failure_message(rec.id, rec.report.outcome, obs), clock
+        )
     elif decided is Decision.FINISH_CANCEL:
         write_phase(tx, rec, JobPhase.CANCELLED, "cancelled; the workload has stopped", clock)
     elif decided is Decision.REQUEUE:
@@ -134,6 +141,11 @@ def write_decision(
         replaced, rec.object_name = rec.object_name, None
         why = lost_workload_reason(obs)
         write_phase(tx, rec, JobPhase.LAUNCHING, f"resuming (attempt {rec.resumes + 1}): {why}", clock)
+    elif decided is Decision.HUNG_RESTART:
+        rec.resumes += 1
+        rec.report.hung_restarts += 1
+        replaced, rec.object_name = rec.object_name, None
+        write_phase(tx, rec, JobPhase.LAUNCHING, hung_restart_message(rec, max_hung_restarts, obs), clock)
     elif decided is Decision.HOLD:
         replaced, rec.object_name = rec.object_name, None  # a late GONE about the stopped workload is stale
         write_held(tx, rec, clock)

@@ -40,6 +40,18 @@ class Artifact(BaseModel):
     checksum: str | None = Field(default=None, description="md5:<hex> or crc32c:<hex>, for single-file artifacts")
 
 
+class HangReport(BaseModel):
+    """One hung attempt, as the trainer's watchdog reported it (its `hung` event, trainer/hang_watchdog.py)."""
+
+    attempt: int = Field(description="the run attempt that hung")
+    time: datetime = Field(description="when the trainer gave up on it")
+    stage: str | None = Field(description="the stage it hung in")
+    step: int | None = Field(description="the last train step the attempt reported; null before its first")
+    idle_s: float = Field(description="seconds without a progress event")
+    limit_s: float = Field(description="the job's hang limit then (spec.hang_timeout_s, or derived from its step times)")
+    stacks: str = Field(description="the log holding the stacks of every thread of the trainer and its stage process")
+
+
 class RunOutcome(BaseModel):
     """The trainer's own account of how the run ended (its RunFinished event): a failure's message
     quotes it, the failed stage names where."""
@@ -79,6 +91,11 @@ class RunReport:
     # The eval jobs the service made for this job's checkpoints (JobSpec.eval) as its view shows them, kept by the
     # leader's reconcile (attached_eval_reconciler.py), so showing the job reads nothing else.
     attached_evals: list[AttachedEvalPublic] = field(default_factory=list)
+    # Hung attempts the trainer reported, newest MAX_HANGS_KEPT; and how many times the service restarted the job after
+    # one (observation_policy.Decision.HUNG_RESTART), bounded by RLJOB_MAX_HUNG_RESTARTS.
+    hangs: list[HangReport] = field(default_factory=list)
+    hung_restarts: int = 0
 
 
 MAX_CHECKPOINTS_KEPT = 1000
+MAX_HANGS_KEPT = 20

@@ -88,6 +88,8 @@ def to_public(
         estimate_actuals=estimate_actuals(record, prices),
         evaluation=eval_summary(record),
         evals=list(record.report.attached_evals),
+        hangs=list(record.report.hangs),
+        hung_restarts=record.report.hung_restarts,
         checkpoint_expiry=record.checkpoint_expiry,
         spec=record.spec.model_dump(mode="json"),
     )

@@ -60,6 +60,7 @@ MEANING: dict[Decision, tuple[JobPhase | None, bool, bool, bool]] = {
     D.GIVE_UP: (P.FAILED, False, False, True),
     D.REQUEUE: (None, False, False, True),  # the launcher's requeue, then the GONE that follows resumes it
     D.HOLD: (P.QUEUED, False, False, True),  # a held job's stopped workload (test_budgets.py): QUEUED, no relaunch
+    D.HUNG_RESTART: (P.LAUNCHING, True, False, True),  # the trainer's exit HUNG (test_hung_policy.py): resumed, counted
 }
 
 CONTEXTS = list(itertools.product((False, True), (True, False)))  # (about_replaced, resumes_left)
@@ -67,6 +68,8 @@ CONTEXTS = list(itertools.product((False, True), (True, False)))  # (about_repla
 
 def expected(phase: JobPhase, state: ObservedState, about_replaced: bool, resumes_left: bool) -> Decision:
     row = TABLE[phase]
+    if about_replaced and state in (S.SUCCEEDED, S.FAILED) and not phase.is_terminal():
+        return D.STALE  # the exit of a workload a hung restart replaced (test_hung_policy.py), seen again
     if state is S.GONE:
         return row[len(COLUMNS) + GONE_CONTEXTS.index((about_replaced, resumes_left))]
     return row[COLUMNS.index(state)]  # these states' decisions do not depend on the context

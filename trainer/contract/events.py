@@ -129,6 +129,19 @@ class GoodputMeasured(_Event):
     train: TrainGoodput
 
 
+class HangDetected(_Event):
+    """The trainer's watchdog (trainer/hang_watchdog.py) saw no progress event for longer than the hang limit: it wrote
+    every thread's stacks to `stacks` and exits with ExitCode.HUNG after this event and RunFinished."""
+
+    type: Literal["hung"] = "hung"
+    attempt: int = Field(ge=1, le=INT32_MAX, description="the run attempt that hung (RunStarted.attempt)")
+    stage: Stage | None = Field(description="the stage running when it hung; null before the first")
+    step: int | None = Field(default=None, ge=0, le=INT32_MAX, description="the last train step this attempt reported")
+    idle_s: float = Field(ge=0, description="seconds since the last progress event")
+    limit_s: float = Field(ge=0, description="the hang limit it exceeded")
+    stacks: str = Field(max_length=4096, description="the log the stacks of every thread were written to")
+
+
 class RunFinished(_Event):
     type: Literal["run_finished"] = "run_finished"
     ok: bool
@@ -148,6 +161,7 @@ TrainerEvent = Annotated[
     | ArtifactWritten
     | StorageMeasured
     | GoodputMeasured
+    | HangDetected
     | RunFinished,
     Field(discriminator="type"),
 ]

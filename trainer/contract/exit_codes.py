@@ -22,6 +22,12 @@ class ExitCode(enum.IntEnum):
     # A deterministic failure inside a stage (MaxText rejected the config, the export is not
     # finite, ...): retrying wastes TPU time. podFailurePolicy: FailJob.
     NON_RETRYABLE = 70  # EX_SOFTWARE
+    # No progress event for longer than the job's hang limit (trainer/contract/hang.py): the trainer wrote every
+    # thread's stacks to the stage log, stopped its stage and exited. Not in sysexits (none fits), past its range
+    # (64-78) so it never collides with one. The service restarts the job from its last checkpoint a bounded number
+    # of times (RLJOB_MAX_HUNG_RESTARTS), then fails it with reason HUNG. Not FailJob on Kubernetes: the Job's
+    # backoffLimit retries the pod in place, as after exit 75.
+    HUNG = 79
 
     @property
     def retryable(self) -> bool:
@@ -55,6 +61,11 @@ def describe_exit_code(code: int | None) -> str:
         )
     if known is ExitCode.RETRYABLE:
         return "the trainer hit a transient failure (exit 75); it resumes from its last checkpoint when rerun"
+    if known is ExitCode.HUNG:
+        return (
+            "the trainer made no progress for longer than its hang limit (exit 79); every thread's stacks are in the "
+            "stage log, and the job restarts from its last checkpoint a limited number of times"
+        )
     if known is ExitCode.NON_RETRYABLE:
         return "a trainer stage failed deterministically (exit 70); see the stage log for the cause"
     if code == 137:

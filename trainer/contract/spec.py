@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from . import spec_values as limits
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
 from .eval_suite import AttachedEval, EvalTask
+from .hang import MAX_HANG_TIMEOUT_S, MIN_HANG_TIMEOUT_S
 from .locations import local_path, location_kind
 from .spec_values import DisplayText, HubId, Location, MaxTextName, PythonName, Revision, SplitName, SubsetName
 from .tpu import (
@@ -482,6 +483,14 @@ class JobSpec(_Strict):
     retention: RetentionSpec | None = Field(
         default=None, description="override the service's checkpoint retention for this job; null: the service's setting"
     )
+    hang_timeout_s: float | None = Field(
+        default=None,
+        ge=MIN_HANG_TIMEOUT_S,
+        le=MAX_HANG_TIMEOUT_S,
+        description="seconds without a progress event (a step, a stage's start or end, an evaluation, a checkpoint) after "
+        "which the trainer counts itself hung, writes its stacks to the stage log and exits to be restarted; null: the "
+        "larger of RLJOB_HANG_FLOOR_S and RLJOB_HANG_STEP_FACTOR times the slowest recent step (trainer/contract/hang.py)",
+    )
 
     @field_validator("output")
     @classmethod
@@ -555,7 +564,7 @@ class JobSpec(_Strict):
     def canonical_json(self) -> str:
         body = self.model_dump(mode="json")
         # Left out when unset, so every spec written before evaluations (and retention) existed keeps its hash (idempotency, repro).
-        for key in ("evaluation", "eval", "retention"):
+        for key in ("evaluation", "eval", "retention", "hang_timeout_s"):
             if body.get(key) is None:
                 body.pop(key, None)
         return json.dumps(body, sort_keys=True, separators=(",", ":"))

@@ -3,3 +3,12 @@
 Each is started as `python -m trainer.maxtext_entry.<name> <maxtext args>` by runner.py, never
 imported into the pipeline process: JAX state and memory stay in the stage's own process.
 """
+
+import faulthandler
+import signal
+import sys
+
+# SIGUSR1 prints the Python stacks of every thread of this stage process on stderr, which runner.py copies into the
+# stage log: the trainer's hang watchdog (trainer/hang_watchdog.py) sends it before it stops a hung stage. Not chained:
+# no other handler of SIGUSR1 exists in MaxText or JAX, and its default would end the process before the stacks.
+faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)

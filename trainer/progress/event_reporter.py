@@ -85,6 +85,8 @@ class EventReporter:
         self._unsent: list[str] = []  # lines not yet in the events file (batched, or a failed write)
         self._existing = self._read_existing()
         self.attempt = 0  # this run's RunStarted.attempt, once announced
+        self.listeners: list[Callable[[TrainerEvent], None]] = []  # told of every event sent (the hang watchdog)
+        self._sealed = False  # after the hang watchdog's last events: nothing more is written
         self._next_seq = (self._existing[-1].seq + 1) if self._existing else 0
         if flush_interval_s is None:
             flush_interval_s = DEFAULT_OBJECT_STORE_FLUSH_S if events_uri.startswith("gs://") else 0.0
@@ -118,6 +120,8 @@ class EventReporter:
     def emit(self, event_cls: type[TrainerEvent], **fields: Any) -> TrainerEvent:
         with self._lock:
             event = event_cls(seq=self._next_seq, time=self._clock(), job_id=self._job_id, **fields)
+            if self._sealed:
+                return event  # the run's end is written already (seal)
             self._next_seq += 1
             line = dump_event(event)
             self._stdout.write(line + "\n")
@@ -125,7 +129,16 @@ class EventReporter:
             self._unsent.append(line)
             if self._flush_interval_s <= 0 or not isinstance(event, BATCHED_EVENTS):
                 self._flush_locked()  # a StorageError goes to the caller; the lines stay pending
-            return event
+        for listener in self.listeners:
+            listener(event)
+        return event
+
+    def seal(self) -> None:
+        """Write what is pending and accept no more events: the hang watchdog's RunFinished is the run's last, whatever
+        the pipeline's thread, seeing its stage killed, reports after it."""
+        with self._lock:
+            self._sealed = True
+            self._flush_locked()
 
     def flush(self) -> None:
         """Write every pending line now."""

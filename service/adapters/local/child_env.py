@@ -7,7 +7,16 @@ from collections.abc import Mapping
 # The RLJOB_* variables the trainer reads (grep trainer/ for RLJOB_). Every other RLJOB_* is the
 # service's own configuration (RLJOB_DATABASE_URL, RLJOB_BOOTSTRAP_TOKEN, ...) and stays out of the
 # child's environment.
-TRAINER_ENV_VARS = frozenset({"RLJOB_WORK_DIR", "RLJOB_CONVERSION_CACHE", "RLJOB_TINY_DIR", "RLJOB_GCS_RETRY_TIMEOUT_S"})
+TRAINER_ENV_VARS = frozenset(
+    {
+        "RLJOB_WORK_DIR",
+        "RLJOB_CONVERSION_CACHE",
+        "RLJOB_TINY_DIR",
+        "RLJOB_GCS_RETRY_TIMEOUT_S",
+        "RLJOB_HANG_FLOOR_S",
+        "RLJOB_HANG_STEP_FACTOR",
+    }
+)
 
 
 def trainer_env(base: Mapping[str, str], job_id: str) -> dict[str, str]:

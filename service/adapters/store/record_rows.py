@@ -16,7 +16,7 @@ from service.domain.checkpoint_expiry_models import CheckpointExpiry
 from service.domain.estimate_models import JobEstimate
 from service.domain.models import JobRecord, Placement, QueueStatus
 from service.domain.phases import JobPhase
-from service.domain.run_report import Artifact, RunOutcome, RunReport, StageTimes
+from service.domain.run_report import Artifact, HangReport, RunOutcome, RunReport, StageTimes
 from service.domain.train_step_summary import read_window
 from service.domain.trainer_event_budget import TrainerEventCounts
 from trainer.contract import JobSpec, RunStorage, Stage
@@ -104,6 +104,8 @@ def _report(row: JobRow | Row[Any]) -> RunReport:
         checkpoints={int(step): str(uri) for step, uri in (doc.get("checkpoints") or {}).items()},
         suite_version=doc.get("suite_version"),
         attached_evals=[_typed(row.id, "report.attached_evals", AttachedEvalPublic, e) for e in doc.get("attached_evals") or []],
+        hangs=[_typed(row.id, "report.hangs", HangReport, h) for h in doc.get("hangs") or []],
+        hung_restarts=int(doc.get("hung_restarts") or 0),
     )
 
 
@@ -128,6 +130,8 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "checkpoints": {str(step): uri for step, uri in report.checkpoints.items()},
         "suite_version": report.suite_version,
         "attached_evals": [e.model_dump(mode="json", by_alias=True) for e in report.attached_evals],
+        "hangs": [h.model_dump(mode="json") for h in report.hangs],
+        "hung_restarts": report.hung_restarts,
     }
 
 
