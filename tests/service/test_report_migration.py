@@ -66,8 +66,9 @@ def _raw_jobs(store: SqlJobStore) -> list[dict[str, Any]]:
     return [{k: _normal(v, k in json_columns) for k, v in row.items()} for row in rows]
 
 
-ADDED_SINCE_0009 = ("placement", "evaluation")  # evaluation: issue 36 (an eval job's; null for the training jobs stored then)
-SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval")  # issue 36's eval jobs and attached evaluations
+# evaluation: issue 36 (an eval job's; null for the training jobs stored then); checkpoint_expiry: issue 37 (retention)
+ADDED_SINCE_0009 = ("placement", "evaluation", "checkpoint_expiry")
+SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval", "retention")  # issue 36's eval jobs and attached evaluations; 37's retention
 
 
 def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_unchanged(previous_release: Any) -> None:
