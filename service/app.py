@@ -24,7 +24,7 @@ from .api.errors import install_error_handlers
 from .api.metrics import LatencyMiddleware, ServiceMetrics
 from .api.openapi import install_openapi_refinements
 from .api.overload import Limits, LoadSheddingMiddleware
-from .api.routes import evals, events, health, job_diff, jobs, phases, usage
+from .api.routes import evals, events, health, job_diff, jobs, phases, usage, webhooks
 from .api.serving import build_serving
 from .api.termination import on_termination_signal
 
@@ -108,6 +108,7 @@ def create_app(
     app.include_router(phases.router)
     app.include_router(usage.router)
     app.include_router(evals.router)
+    app.include_router(webhooks.router)
     _mount_dashboard(app)
     return app
 

@@ -22,6 +22,7 @@ from service.domain.location_policy import TEAM_PLACEHOLDER, LocationPolicy, par
 from service.domain.storage_usage import DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH
 from service.domain.train_step_summary import HEALTH_WINDOW_STEPS
 from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, CapacityType
+from service.domain.webhook_models import MAX_ENDPOINTS_PER_TEAM, WebhookEndpointConfig
 from service.settings_env import read_settings
 from trainer.contract.dns_label import is_dns_label
 from trainer.contract.spec_values import MAX_RETENTION_DAYS
@@ -242,6 +243,23 @@ class Settings(BaseSettings):
     budget_check_interval_s: float = Field(
         default=30.0, gt=0, le=MAX_SECONDS, description="how often the leader recomputes each team's spend against its budget"
     )
+    team_webhooks: Annotated[dict[str, list[WebhookEndpointConfig]], NoDecode] = Field(
+        default_factory=dict,
+        description="per-team HTTP(S) endpoints the leader notifies of job phase changes, learning-health verdict changes, hung attempts, "
+        "eval results and budget holds, as JSON: "
+        '{"team-a": [{"url_env": "TEAM_A_HOOK_URL", "secret_env": "TEAM_A_HOOK_SECRET", '
+        '"events": ["job.phase", "eval.result"], "format": "rljob"}]}; url or url_env, secret or secret_env (the variable\'s '
+        "name: keep the value in a Secret), format rljob (signed) or slack (docs/service.md, webhooks)",
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, le=300, description="a webhook attempt's read timeout (its connect timeout: this or 5 s, the smaller)"
+    )
+    webhook_max_attempts: int = Field(
+        default=8, ge=1, le=30, description="attempts of a webhook delivery (retried with exponential backoff) before it is failed"
+    )
+    webhook_retry_base_s: float = Field(
+        default=2.0, gt=0, le=MAX_SECONDS, description="the wait after a webhook's first failed attempt; doubled after each (to 300 s)"
+    )
     mlflow_tracking_uri: str = Field(
         default="",
         description="empty: off; else the leader exports every running job to this MLflow tracking "
@@ -311,6 +329,32 @@ class Settings(BaseSettings):
         for team in v:
             if not isinstance(team, str) or not is_dns_label(team):
                 raise ValueError(f"{team!r} is not a team name (a DNS label: lowercase letters, digits, '-')")
+        return v
+
+    @field_validator("team_webhooks", mode="before")
+    @classmethod
+    def _team_webhooks_json(cls, v: object) -> object:
+        if isinstance(v, str):  # from the environment: JSON, refused with a message rather than a traceback
+            try:
+                v = json.loads(v) if v.strip() else {}
+            except ValueError as e:
+                raise ValueError(f'is not JSON ({e}); write {{"team-a": [{{"url_env": "HOOK_URL", "secret_env": "SECRET"}}]}}') from None
+        if not isinstance(v, dict):
+            raise ValueError('must be a JSON object of team -> endpoints, e.g. {"team-a": [{"url_env": "HOOK_URL", "secret_env": "S"}]}')
+        for team in v:
+            if not isinstance(team, str) or not is_dns_label(team):
+                raise ValueError(f"{team!r} is not a team name (a DNS label: lowercase letters, digits, '-')")
+        return v
+
+    @field_validator("team_webhooks")
+    @classmethod
+    def _team_webhook_names(cls, v: dict[str, list[WebhookEndpointConfig]]) -> dict[str, list[WebhookEndpointConfig]]:
+        for team, endpoints in v.items():
+            if len(endpoints) > MAX_ENDPOINTS_PER_TEAM:
+                raise ValueError(f"team {team}: at most {MAX_ENDPOINTS_PER_TEAM} endpoints")
+            names = [e.display_name() for e in endpoints]
+            if len(set(names)) != len(names):
+                raise ValueError(f"team {team}: two endpoints are both named {max(names, key=names.count)!r}: give each a distinct name")
         return v
 
     @field_validator("usage_prices_usd_per_chip_hour")

@@ -35,6 +35,8 @@ from service.adapters.leader_locks import leader_lock_for
 from service.adapters.mlflow_live import MlflowLiveExport
 from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
+from service.adapters.store.webhook_rows import SqlWebhookQueue
+from service.adapters.webhook_sender import HttpWebhookTransport
 from service.change_notifier import ChangeNotifier
 from service.config import Settings
 from service.domain.budget_ledger import BudgetLedger
@@ -45,6 +47,8 @@ from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, R
 from service.domain.self_check import CheckLine, SelfCheckReport
 from service.domain.tokens import TokenCache, TokenService
 from service.domain.views import to_public
+from service.domain.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
+from service.domain.webhook_models import WebhookQueue, resolve_endpoints
 from service.leadership import Leadership
 from service.supervisor import Supervisor
 
@@ -92,6 +96,8 @@ class Runtime:
     self_check: SelfCheck | None = None  # what fills self_checks, run once by start()
     owns_store: bool = True  # stop() closes the store (False: a store the caller passed in)
     mlflow_export: MlflowLiveExport | None = None  # RLJOB_MLFLOW_TRACKING_URI set: the leader's live export
+    webhook_queue: WebhookQueue | None = None  # the webhook deliveries (a SQL store's); None: a store without SQL
+    webhooks: WebhookDispatcher | None = None  # RLJOB_TEAM_WEBHOOKS set: the leader's webhook delivery
 
     async def start(self) -> None:
         """Migrate, ensure the bootstrap token, start the self-check and leadership (a leader starts its
@@ -160,11 +166,15 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         supervisor.start()
         if mlflow_export is not None:
             mlflow_export.start()
+        if webhooks is not None:
+            webhooks.start()
 
     def deposed() -> None:
         jobs.end_term()  # first: a leader write still under way is refused from here on
         if mlflow_export is not None:
             mlflow_export.stop()
+        if webhooks is not None:
+            webhooks.stop()
         supervisor.stop()
 
     leadership = Leadership(
@@ -213,6 +223,7 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
             experiment=settings.mlflow_experiment,
             interval_s=settings.mlflow_export_interval_s,
         )
+    webhook_queue, webhooks = build_webhooks(settings, store, clock)
     return Runtime(
         settings=settings,
         store=store,
@@ -225,7 +236,30 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         self_check=self_check,
         owns_store=given.store is None,
         mlflow_export=mlflow_export,
+        webhook_queue=webhook_queue,
+        webhooks=webhooks,
     )
+
+
+def build_webhooks(settings: Settings, store: JobStore, clock: Clock) -> tuple[WebhookQueue | None, WebhookDispatcher | None]:
+    """The webhook queue on the store's database and, with RLJOB_TEAM_WEBHOOKS set, the leader's dispatcher."""
+    engine = getattr(store, "engine", None)
+    queue = SqlWebhookQueue(engine) if engine is not None else None
+    if not settings.team_webhooks:
+        return queue, None
+    if queue is None:
+        raise ValueError("RLJOB_TEAM_WEBHOOKS needs the SQL store (SQLite or PostgreSQL) to queue deliveries in")
+    policy = DeliveryPolicy(
+        connect_timeout_s=min(5.0, settings.webhook_timeout_s),
+        read_timeout_s=settings.webhook_timeout_s,
+        max_attempts=settings.webhook_max_attempts,
+        retry_base_s=settings.webhook_retry_base_s,
+    )
+    endpoints = resolve_endpoints(settings.team_webhooks)
+    dispatcher = WebhookDispatcher(
+        store, queue, HttpWebhookTransport(), endpoints, policy=policy, clock=clock, enqueue_interval_s=settings.progress_poll_interval_s
+    )
+    return queue, dispatcher
 
 
 def run_self_check(checks: SelfCheck, report: SelfCheckReport) -> None:

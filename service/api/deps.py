@@ -20,6 +20,7 @@ from service.domain.errors import JobNotFound, NotReady
 from service.domain.job_service import JobService
 from service.domain.models import Caller, JobPublic, JobRecord
 from service.domain.ports import Clock, JobStore
+from service.domain.webhook_models import WebhookQueue
 from trainer.contract import JOB_ID_RE
 
 from .event_fanout import EventFanout
@@ -54,6 +55,7 @@ FanoutDep = Annotated[EventFanout, _piece(lambda s: s.fanout)]
 LogFollowersDep = Annotated[LogFollowers, _piece(lambda s: s.log_followers)]
 MetricsDep = Annotated[ServiceMetrics, _piece(lambda s: s.metrics)]
 # The job as the API shows it now (health thresholds and prices from the settings).
+WebhookQueueDep = Annotated[WebhookQueue | None, _piece(lambda s: s.webhooks)]
 PublicDep = Annotated[Callable[[JobRecord], JobPublic], _piece(lambda s: s.public)]
 
 _bearer = HTTPBearer(auto_error=False, description="an API token from `rljob token create` or `rljob serve`")

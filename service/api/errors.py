@@ -52,6 +52,7 @@ _WWW_AUTHENTICATE = {"WWW-Authenticate": {"description": "Bearer", "required": T
 _DEFAULT_REASONS: dict[int, str] = {
     400: "the cursor is not one this service issued",
     401: "no bearer token, a malformed one, or an unknown or revoked token",
+    403: "the token is valid but not an admin's, and this is for admins only",
     404: "no such job visible to your team (another team's job looks the same)",
     409: "the request conflicts with the job's state",
     413: "the request body is over the service's size limit",
@@ -86,6 +87,7 @@ _STATUS: dict[type[e.DomainError], int] = {
     e.BadCursor: 400,
     e.NotReady: 503,
     e.Unauthenticated: 401,
+    e.AdminOnly: 403,
     e.StoreUnavailable: 503,
     e.TooManyLogFollowers: 429,
     e.SamplesNotFound: 404,

@@ -19,6 +19,7 @@ from service.domain.models import JobPublic, JobRecord
 from service.domain.ports import Clock, JobStore
 from service.domain.self_check import CheckLine
 from service.domain.tokens import TokenService
+from service.domain.webhook_models import WebhookQueue
 from service.runtime import Runtime
 
 from .event_fanout import EventFanout
@@ -50,6 +51,7 @@ class ApiServing:
     views: JobViews  # the status read's and list page's JSON
     readiness: ReadinessProbe
     public_at: Callable[[JobRecord, datetime], JobPublic]
+    webhooks: WebhookQueue | None = None  # the webhook deliveries admins read (None: a store without SQL)
 
     def public(self, record: JobRecord) -> JobPublic:
         """The job as the API shows it now: health by the configured thresholds, cost by the price table."""
@@ -88,4 +90,5 @@ def build_serving(runtime: Runtime, metrics: ServiceMetrics) -> ApiServing:
             role=lambda: runtime.leadership.role,
         ),
         public_at=runtime.public_at,
+        webhooks=runtime.webhook_queue,
     )

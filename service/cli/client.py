@@ -26,6 +26,7 @@ from service.domain.eval_models import EvalComparisonPublic, EvalPublic
 from service.domain.models import JobPublic, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.run_diff import JobDiff
 from service.domain.usage_models import UsagePublic
+from service.domain.webhook_models import WebhookDeliveriesPublic
 from service.settings_env import SettingsInvalid
 from trainer.contract import JobSpec, ReproRecord
 
@@ -263,6 +264,9 @@ class RljobClient:
 
     def usage(self, params: dict[str, Any]) -> UsagePublic:
         return UsagePublic.model_validate(self.request("GET", "/v1/usage", params=params))
+
+    def webhook_deliveries(self, params: dict[str, Any]) -> WebhookDeliveriesPublic:
+        return WebhookDeliveriesPublic.model_validate(self.request("GET", "/v1/webhooks/deliveries", params=params))
 
     def diff(self, a: str, b: str) -> JobDiff:
         return JobDiff.model_validate(self.request("GET", "/v1/jobs/diff", params={"a": a, "b": b}))

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from . import doctor, eval_commands, export_commands, job_commands, operator_commands, run_compare, samples, usage
+from . import doctor, eval_commands, export_commands, job_commands, operator_commands, run_compare, samples, usage, webhooks
 from .client import CLI_EXIT_MEANINGS, DEFAULT_TIMEOUT_S, CliContext, CliExit
 from .manifests import render_k8s_manifests
 from .output import err_console
@@ -88,6 +88,7 @@ app.command()(samples.samples)
 app.command()(usage.usage)
 app.command()(doctor.doctor)
 app.add_typer(export_commands.export_app, name="export")
+app.add_typer(webhooks.webhooks_app, name="webhooks")
 app.command()(export_commands.tensorboard)
 
 

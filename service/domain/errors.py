@@ -93,6 +93,13 @@ class Unauthenticated(DomainError):
         super().__init__(message)
 
 
+class AdminOnly(DomainError):
+    """A valid token that is not an admin's asked for what only admins see (mapped to 403)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"only an admin's token may read {what}; ask an admin (rljob token create --admin)")
+
+
 class LaunchFailed(DomainError):
     """The backend refused or failed to create the workload. Both launchers raise this one class; the
     job service catches every launch error and fails the job with its message, so none reaches a caller."""

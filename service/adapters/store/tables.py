@@ -164,3 +164,40 @@ class SuiteVersionRow(Base):
         UniqueConstraint("scope", "name", "content_hash", name="uq_suite_versions_hash"),
         UniqueConstraint("scope", "name", "version", name="uq_suite_versions_version"),
     )
+
+
+class WebhookDeliveryRow(Base):
+    """A webhook delivery (migration 0014): one per (endpoint, event log entry), its body stored so that every attempt,
+    by any replica, sends the same bytes under the same id (service/domain/webhook_dispatch.py)."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # webhooks.delivery_id: stable per (endpoint, seq)
+    team: Mapped[str] = mapped_column(String(63))
+    endpoint: Mapped[str] = mapped_column(String(63))
+    event_seq: Mapped[int] = mapped_column(BigInteger)
+    event: Mapped[str] = mapped_column(String(32))
+    job_id: Mapped[str] = mapped_column(String(32))
+    body: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    lease_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(String(500))
+
+    __table_args__ = (
+        UniqueConstraint("team", "endpoint", "event_seq", name="uq_webhook_deliveries_endpoint_seq"),
+        Index("ix_webhook_deliveries_endpoint_state_seq", "team", "endpoint", "state", "event_seq"),
+    )
+
+
+class WebhookCursorRow(Base):
+    """How far the webhook dispatcher has read the job event log (one row, name 'webhooks'; migration 0014)."""
+
+    __tablename__ = "webhook_cursors"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
