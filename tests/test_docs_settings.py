@@ -27,6 +27,7 @@ NOT_SETTINGS = {
     "RLJOB_EVAL": "the eval recorder's stdout line prefix (trainer/contract/evaluation.py), read by the pipeline, not a variable",
     "RLJOB_GOODPUT": "the goodput recorder's stdout line prefix (trainer/contract/goodput.py), read by the pipeline, not a variable",
     "RLJOB_CHECKPOINT": "the checkpoint reporter's stdout line prefix (trainer/maxtext_entry/checkpoint_reporter.py), not a variable",
+    "RLJOB_REWARD_FAILED": "the reward sandbox's stdout line prefix (trainer/contract/reward_sandbox.py), read by the train stage",
     "RLJOB_BENCH_WORK": "the learning bench's scratch directory (bench/learning_folds.py), read by that script only",
 }
 

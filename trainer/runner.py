@@ -85,9 +85,10 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 class StageFailed(Exception):
-    def __init__(self, module: str, returncode: int, log_path: Path, tail: str):
+    def __init__(self, module: str, returncode: int, log_path: Path, tail: str, *, message: str | None = None):
         self.module, self.returncode, self.log_path, self.tail = module, returncode, log_path, tail
-        super().__init__(f"{module} exited with {returncode}; see {log_path}")
+        # `message`: what the stage knows of why (a reward function that failed under on_error: fail), before the exit.
+        super().__init__(f"{message + '; ' if message else ''}{module} exited with {returncode}; see {log_path}")
 
 
 class StageInterrupted(Exception):

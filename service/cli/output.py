@@ -247,6 +247,8 @@ def print_job(job: JobPublic) -> None:
     ]
     metrics = job.metrics.model_dump()
     rows.append(("metrics", "  ".join(f"{k}={fmt_metric(v)}" for k, v in metrics.items())))
+    if job.reward_calls is not None:  # the job's own reward functions, run in the sandbox
+        rows.append(("rewards", escape(job.reward_calls.says())))
     rows.append(("goodput", goodput_text(job.goodput)))  # where the job's time went
     fit = job.fit_estimate
     rows.append(("memory", f"{fit.verdict}: {escape(fit.message)}" if fit else "-"))

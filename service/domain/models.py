@@ -30,6 +30,7 @@ from .eval_models import EvalSummaryPublic
 from .job_eval import JobEval
 from .learning_health import LearningHealth
 from .phases import JobPhase
+from .reward_calls import RewardCalls
 from .run_report import Artifact, HangReport, RunReport, StageTimes
 from .trainer_event_budget import TrainerEventCounts
 from .usage_models import JobUsage
@@ -203,6 +204,9 @@ class JobPublic(BaseModel):
     progress: float | None = Field(description="step / total_steps in the train stage")
     eta_s: float | None = Field(description="seconds until training ends at the current rate")
     metrics: LatestMetrics
+    reward_calls: RewardCalls | None = Field(
+        default=None, description="the job's own reward functions' calls in the sandbox: counts, latency, network isolation"
+    )
     health: LearningHealth | None = Field(description="whether training is learning; null before the first train step")
     eval: JobEval = Field(description="the evaluations train_rl ran on the eval rows, with 95% intervals, or why there are none")
     stage_times: dict[Stage, StageTimes]

@@ -42,6 +42,7 @@ from trainer.contract import (
     TrainerEvent,
     TrainStep,
 )
+from trainer.contract.reward_sandbox import REWARD_CALL_LATEST, REWARD_CALL_TOTALS
 
 from .goodput import job_goodput, warn_if_parts_overlap
 from .job_eval import eval_event_data, push_eval
@@ -52,8 +53,19 @@ from .run_report import MAX_CHECKPOINTS_KEPT, MAX_HANGS_KEPT, Artifact, HangRepo
 from .train_step_summary import TrainStepSummary, push_step
 from .trainer_event_budget import MAX_ARTIFACTS, MAX_GOODPUT_ATTEMPTS, refused_message
 
-# Metrics that JobPublic.metrics shows; everything else stays in the time series only.
+# Metrics that JobPublic.metrics shows; everything else stays in the time series only (and the reward sandbox's below).
 HEADLINE_METRICS = ("reward_mean", "reward_std", "kl", "loss")
+
+
+def fold_reward_calls(latest: dict[str, float], step_metrics: dict[str, float]) -> None:
+    """The reward sandbox's figures of a step (trainer/contract/reward_sandbox.py) into the job's: its calls, errors and
+    timeouts add up (each step is folded once: events are deduplicated by seq), its latencies and isolation are the newest."""
+    for tag, name in REWARD_CALL_TOTALS.items():
+        if tag in step_metrics:
+            latest[name] = latest.get(name, 0.0) + step_metrics[tag]
+    for tag, name in REWARD_CALL_LATEST.items():
+        if tag in step_metrics:
+            latest[name] = step_metrics[tag]
 
 
 @dataclass
@@ -163,6 +175,7 @@ def fold_report(report: RunReport, event: TrainerEvent) -> Folded | None:
             value = getattr(event, name)
             if value is not None:
                 values[name] = latest[name] = value
+        fold_reward_calls(latest, values)
         after = replace(
             report,
             stage=Stage.TRAIN,

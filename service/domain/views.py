@@ -12,6 +12,7 @@ from .job_health import learning_health, train_started_at
 from .learning_health import HealthPolicy
 from .models import Failure, JobPublic, JobRecord, LatestMetrics
 from .phases import JobPhase
+from .reward_calls import RewardCalls
 from .usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable, job_usage
 
 
@@ -63,6 +64,7 @@ def to_public(
         progress=progress,
         eta_s=_eta_s(record, now),
         metrics=LatestMetrics(**record.report.latest_metrics),
+        reward_calls=RewardCalls.of_metrics(record.report.latest_metrics),
         health=learning_health(record, now, health_policy),
         eval=job_eval(record.report.eval_points, spec=record.spec, phase=record.phase),
         stage_times=stage_times,

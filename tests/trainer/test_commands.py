@@ -108,6 +108,7 @@ def test_vllm_engine_runs_train_rl_unmodified_with_only_the_recorders_and_the_ob
         "--rljob_eval_uri=/out/rl-x/eval",
         "--rljob_eval_scoring=rewards",
         "--rljob_kl_loss_mode=low_var_kl",
+        '--rljob_reward_sandbox={"timeout_s":30.0,"memory_mib":2048,"on_error":"zero"}',  # the job has its own rewards
         "--rljob_checkpoint_events=/out/rl-x/rl/rl-x/checkpoints/actor",
     ]
 

@@ -17,11 +17,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from . import reward_sandbox as sandbox
 from . import spec_values as limits
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
 from .eval_suite import AttachedEval, EvalTask
 from .hang import MAX_HANG_TIMEOUT_S, MIN_HANG_TIMEOUT_S
 from .locations import local_path, location_kind
+from .reward_sandbox import RewardErrorPolicy
 from .spec_values import DisplayText, HubId, Location, MaxTextName, PythonName, Revision, SplitName, SubsetName
 from .tpu import (
     ACCELERATOR_NAMES,
@@ -206,6 +208,27 @@ class RewardSpec(_Strict):
     functions: list[PythonName] = Field(
         default_factory=list, max_length=limits.MAX_LIST_ITEMS, description="names to import from functions_path"
     )
+    # The sandbox the functions run in (trainer/rewards_sandbox/): worker processes with an empty environment, no network
+    # where Linux allows, and these limits. Left out of the spec's hash at their defaults (canonical_json).
+    on_error: RewardErrorPolicy = Field(
+        default="zero",
+        description="a call of your reward function that raises, passes timeout_s or crashes its worker: zero scores its "
+        "completions 0 and training goes on (counted in the job's reward_errors and reward_timeouts); fail stops the train "
+        "stage with the function's name and error",
+    )
+    timeout_s: float = Field(
+        default=sandbox.DEFAULT_TIMEOUT_S,
+        gt=0,
+        le=sandbox.MAX_TIMEOUT_S,
+        description="seconds one call of a reward function may take (all of a batch's completions); past it the worker is "
+        "killed and replaced",
+    )
+    memory_mib: int = Field(
+        default=sandbox.DEFAULT_MEMORY_MIB,
+        ge=sandbox.MIN_MEMORY_MIB,
+        le=sandbox.MAX_MEMORY_MIB,
+        description="address space of a reward worker, in MiB (RLIMIT_AS); an allocation beyond it fails, and the call scores per on_error",
+    )
 
     @field_validator("functions_path")
     @classmethod
@@ -216,7 +239,16 @@ class RewardSpec(_Strict):
     def _both_or_neither(self) -> RewardSpec:
         if bool(self.functions_path) != bool(self.functions):
             raise ValueError("functions_path and functions must be given together")
+        changed = [key for key, default in REWARD_SANDBOX_DEFAULTS.items() if getattr(self, key) != default]
+        if changed and not self.functions_path:
+            raise ValueError(
+                f"{', '.join(changed)} apply to your own reward functions: set functions_path and functions, or leave them out"
+            )
         return self
+
+
+# grpo.rewards fields added with the sandbox, at their defaults: left out of the spec's hash, so older specs keep theirs.
+REWARD_SANDBOX_DEFAULTS = {"on_error": "zero", "timeout_s": sandbox.DEFAULT_TIMEOUT_S, "memory_mib": sandbox.DEFAULT_MEMORY_MIB}
 
 
 class GrpoSpec(_Strict):
@@ -567,6 +599,10 @@ class JobSpec(_Strict):
         for key in ("evaluation", "eval", "retention", "hang_timeout_s"):
             if body.get(key) is None:
                 body.pop(key, None)
+        rewards = body["grpo"]["rewards"]
+        for key, default in REWARD_SANDBOX_DEFAULTS.items():
+            if rewards.get(key) == default:
+                rewards.pop(key, None)
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
     def content_hash(self) -> str:

@@ -16,6 +16,8 @@ KL_LOSS_MODE_FLAG = "--rljob_kl_loss_mode="
 EPSILON_HIGH_FLAG = "--rljob_epsilon_high="
 # The actor's checkpoint root, whose finalized steps are reported on stdout (checkpoint_reporter.py).
 CHECKPOINT_EVENTS_FLAG = "--rljob_checkpoint_events="
+# The reward sandbox's limits and error policy, as contract.reward_sandbox.RewardSandboxSettings JSON (reward_sandbox.py).
+REWARD_SANDBOX_FLAG = "--rljob_reward_sandbox="
 
 
 def pop_flags(argv: list[str], *flags: str) -> tuple[dict[str, str], list[str]]:

@@ -4,6 +4,7 @@ export.checkpoint=best, the keeper of the best-evaluated weights, best_checkpoin
 measured by part (goodput_recorder.py), each finished actor checkpoint reported (checkpoint_reporter.py),
 the KL estimator and upper clip Tunix is given (grpo_objective.py),
 the stop token inside the loss and masks that never take a real token for padding (stop_token.py),
+the job's own reward functions run in sandboxed worker processes, never in this one (reward_sandbox.py),
 and a stop signal turned into a checkpoint between steps and
 exit 75 (graceful_stop.py). train_rl_jax_entry calls `main` with a hook that swaps the
 rollout engine for pure JAX on CPU; this module does not know about it.
@@ -21,6 +22,7 @@ from .goodput_recorder import install as install_goodput_recorder
 from .graceful_stop import install as install_graceful_stop
 from .grpo_objective import install as install_grpo_objective
 from .hf_config_registry import register_from_argv, run_as_main
+from .reward_sandbox import install_from_flag as install_reward_sandbox
 from .sample_recorder import install as install_sample_recorder
 from .shim_flags import (
     ACTOR_ROOT_FLAG,
@@ -31,6 +33,7 @@ from .shim_flags import (
     EVAL_FLAG,
     EVAL_SCORING_FLAG,
     KL_LOSS_MODE_FLAG,
+    REWARD_SANDBOX_FLAG,
     SAMPLES_FLAG,
     pop_flags,
 )
@@ -54,6 +57,7 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
         KL_LOSS_MODE_FLAG,
         EPSILON_HIGH_FLAG,
         CHECKPOINT_EVENTS_FLAG,
+        REWARD_SANDBOX_FLAG,
     )
     maxtext_argv = register_from_argv(argv)
     if KL_LOSS_MODE_FLAG in found:
@@ -62,6 +66,7 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
     if before_train_rl is not None:
         before_train_rl()
     install_stop_token()
+    install_reward_sandbox(maxtext_argv, found.get(REWARD_SANDBOX_FLAG))
     install_sample_recorder(found.get(SAMPLES_FLAG))
     recorder = install_eval_recorder(found.get(EVAL_FLAG), found.get(EVAL_SCORING_FLAG) or "maxtext")
     if BEST_ROOT_FLAG in found:

@@ -8,6 +8,7 @@ from typing import Any
 
 from trainer.contract import CheckpointSaved, JobSpec, RunLayout, TrainStep
 from trainer.contract.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalScoring
+from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure, RewardSandboxSettings
 from trainer.maxtext_entry.checkpoint_reporter import step_from_line
 from trainer.maxtext_entry.shim_flags import (
     ACTOR_ROOT_FLAG,
@@ -18,6 +19,7 @@ from trainer.maxtext_entry.shim_flags import (
     EVAL_FLAG,
     EVAL_SCORING_FLAG,
     KL_LOSS_MODE_FLAG,
+    REWARD_SANDBOX_FLAG,
     SAMPLES_FLAG,
 )
 from trainer.progress.event_reporter import EventReporter
@@ -134,6 +136,15 @@ def eval_scoring(spec: JobSpec) -> EvalScoring:
     return REWARDS_SCORING if spec.grpo.rewards.functions_path else MAXTEXT_SCORING
 
 
+def reward_sandbox_flags(spec: JobSpec) -> list[str]:
+    """The sandbox the job's own reward functions run in (maxtext_entry/reward_sandbox.py); none for MaxText's built-ins."""
+    r = spec.grpo.rewards
+    if not r.functions_path:
+        return []
+    settings = RewardSandboxSettings(timeout_s=r.timeout_s, memory_mib=r.memory_mib, on_error=r.on_error)
+    return [f"{REWARD_SANDBOX_FLAG}{settings.model_dump_json()}"]
+
+
 def best_checkpoint_flags(spec: JobSpec, layout: RunLayout) -> list[str]:
     if spec.export.checkpoint != "best":
         return []
@@ -164,6 +175,7 @@ def build_train_command(
         f"{EVAL_SCORING_FLAG}{eval_scoring(spec)}",
         *best_checkpoint_flags(spec, layout),
         *objective_flags(spec),
+        *reward_sandbox_flags(spec),
         f"{CHECKPOINT_EVENTS_FLAG}{layout.actor_checkpoints}",
         rl_config(),
         f"model_name={model.name}",
@@ -185,8 +197,17 @@ def build_train_command(
     return StageCommand(module=module, args=tuple(args), env=stage_env(spec, needs_hub=needs_hub), graceful_stop=True)
 
 
-def report_train_line(line: str, reporter: EventReporter, layout: RunLayout, eval_lines: EvalLineReader) -> None:
-    """The event a line of train_rl's output reports (an evaluation, the time split, a finished checkpoint)."""
+def report_train_line(
+    line: str, reporter: EventReporter, layout: RunLayout, eval_lines: EvalLineReader, reward_failures: list[RewardFailure] | None = None
+) -> None:
+    """The event a line of train_rl's output reports (an evaluation, the time split, a finished checkpoint); a reward
+    call that failed under on_error: fail is kept in `reward_failures` for the stage's message."""
+    if reward_failures is not None and (start := line.find(REWARD_FAILED_LINE_PREFIX)) >= 0:
+        try:
+            reward_failures.append(RewardFailure.model_validate_json(line[start + len(REWARD_FAILED_LINE_PREFIX) :]))
+        except ValueError:
+            pass  # a cut line: train_rl's own exit still fails the stage
+        return
     fields = eval_lines.fields(line)
     if fields:
         reporter.eval_result(**fields)
@@ -224,8 +245,13 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any
     eval_lines = EvalLineReader(start_step=start_step, total_steps=total)
     log = ctx.work_dir / "logs" / "train.log"
     watcher.start()
+    reward_failures: list[RewardFailure] = []
     try:
-        ctx.run_command(command, log, on_line=lambda line: report_train_line(line, reporter, layout, eval_lines))
+        ctx.run_command(command, log, on_line=lambda line: report_train_line(line, reporter, layout, eval_lines, reward_failures))
+    except StageFailed as e:
+        if reward_failures:  # on_error: fail: say which function failed and how, not only train_rl's exit status
+            raise StageFailed(e.module, e.returncode, e.log_path, e.tail, message=reward_failures[0].message()) from e
+        raise
     finally:
         metrics_warning = _final_metrics_read(watcher, log)
     final = latest_actor_step(layout)

@@ -1,0 +1,50 @@
+"""The reward sandbox's figures in a job (service/domain/reward_calls.py): train steps' counts add up, the newest
+latencies and isolation are kept, and a job whose trainer reported none shows none."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from service.domain.progress import fold_report
+from service.domain.reward_calls import RewardCalls
+from service.domain.run_report import RunReport
+from trainer.contract import TrainStep
+from trainer.contract.reward_sandbox import (
+    CALLS_METRIC,
+    ERRORS_METRIC,
+    LATENCY_P50_METRIC,
+    LATENCY_P95_METRIC,
+    NETWORK_ISOLATED_METRIC,
+    TIMEOUTS_METRIC,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _step(seq: int, calls: float, errors: float, timeouts: float, p50: float, p95: float) -> TrainStep:
+    metrics = {
+        "actor/train/loss": 1.0,
+        CALLS_METRIC: calls,
+        ERRORS_METRIC: errors,
+        TIMEOUTS_METRIC: timeouts,
+        LATENCY_P50_METRIC: p50,
+        LATENCY_P95_METRIC: p95,
+        NETWORK_ISOLATED_METRIC: 1.0,
+    }
+    return TrainStep(seq=seq, time=T0, job_id="rl-aaaaaaaaaaaa", step=seq, total_steps=4, loss=1.0, metrics=metrics)
+
+
+def test_counts_add_up_over_steps_and_latencies_are_the_newest_steps():
+    report = RunReport()
+    for event in (_step(1, 4, 1, 0, 0.01, 0.5), _step(2, 4, 0, 1, 0.02, 3.0)):
+        folded = fold_report(report, event)
+        assert folded is not None
+        report = folded.report
+    calls = RewardCalls.of_metrics(report.latest_metrics)
+    assert calls == RewardCalls(calls=8, errors=1, timeouts=1, latency_p50_s=0.02, latency_p95_s=3.0, network_isolated=True)
+    assert calls.says() == "8 calls, 1 errors, 1 timeouts; latency p50 0.02 s, p95 3 s; sandboxed, no network"
+
+
+def test_a_job_without_sandboxed_rewards_shows_none():
+    folded = fold_report(RunReport(), TrainStep(seq=1, time=T0, job_id="rl-aaaaaaaaaaaa", step=1, total_steps=4, loss=1.0))
+    assert folded is not None and RewardCalls.of_metrics(folded.report.latest_metrics) is None

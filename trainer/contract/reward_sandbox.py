@@ -1,0 +1,66 @@
+"""The reward sandbox's part of the contract (trainer/rewards_sandbox/ runs a job's reward functions out of process).
+
+What the service reads: each train step's metrics carry the step's reward calls (made since the previous step's,
+evaluations' included), their errors and timeouts, the calls' latency p50 and p95, and whether the workers' network
+was isolated; the service adds the counts up for the job (REWARD_CALL_TOTALS) and keeps the newest latencies.
+What the train stage reads: a `RLJOB_REWARD_FAILED {...}` line when a call failed under `on_error: fail`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RewardErrorPolicy = Literal["zero", "fail"]
+
+# Seconds one reward call may take (a whole batch's completions for one function); a worker's start is apart.
+DEFAULT_TIMEOUT_S = 30.0
+MAX_TIMEOUT_S = 3600.0
+DEFAULT_MEMORY_MIB = 2048
+MIN_MEMORY_MIB = 256  # Python with numpy imported needs about this much address space
+MAX_MEMORY_MIB = 262_144
+
+# TensorBoard tags of a train step's metrics (Tunix logs `rewards/<name>` as rewards/train/<name>).
+CALLS_METRIC = "rewards/train/sandbox_calls"
+ERRORS_METRIC = "rewards/train/sandbox_errors"  # the function raised, returned a wrong shape, or its worker died
+TIMEOUTS_METRIC = "rewards/train/sandbox_timeouts"
+LATENCY_P50_METRIC = "rewards/train/sandbox_latency_p50_s"
+LATENCY_P95_METRIC = "rewards/train/sandbox_latency_p95_s"
+NETWORK_ISOLATED_METRIC = "rewards/train/sandbox_network_isolated"  # 1: a network namespace; 0: see the train log
+
+# The job's totals and newest values as JobPublic.metrics names them (service/domain/progress.py folds them).
+REWARD_CALL_TOTALS = {CALLS_METRIC: "reward_calls", ERRORS_METRIC: "reward_errors", TIMEOUTS_METRIC: "reward_timeouts"}
+REWARD_CALL_LATEST = {
+    LATENCY_P50_METRIC: "reward_latency_p50_s",
+    LATENCY_P95_METRIC: "reward_latency_p95_s",
+    NETWORK_ISOLATED_METRIC: "reward_network_isolated",
+}
+
+REWARD_FAILED_LINE_PREFIX = "RLJOB_REWARD_FAILED "
+
+
+class RewardSandboxSettings(BaseModel):
+    """What the train stage hands the entry shim (shim_flags.REWARD_SANDBOX_FLAG), from grpo.rewards."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_s: float = Field(gt=0, le=MAX_TIMEOUT_S)
+    memory_mib: int = Field(ge=MIN_MEMORY_MIB, le=MAX_MEMORY_MIB)
+    on_error: RewardErrorPolicy
+
+
+class RewardFailure(BaseModel):
+    """A call that failed under `on_error: fail`: the train stage's message names the function and the error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    function: str = Field(max_length=200)
+    error: str = Field(max_length=2000)
+    outcome: str = Field(max_length=20)
+
+    def message(self) -> str:
+        return (
+            f"reward function {self.function!r} failed ({self.outcome}): {self.error}; grpo.rewards.on_error is fail, so the "
+            "train stage stops (on_error: zero scores such a call 0 and goes on)"
+        )
