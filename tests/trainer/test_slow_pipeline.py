@@ -295,6 +295,19 @@ def test_goodput_parts_name_rollout_update_and_checkpoint_and_add_up_to_the_wall
     print("goodput:", goodput.model_dump_json(), "train_rl attempt 2:", final.model_dump_json())
 
 
+def test_the_jobs_reward_function_ran_in_the_sandbox_and_its_calls_are_in_the_step_metrics(restarted_run):
+    """The tiny example's reward (its own functions_path) went through the sandbox (trainer/rewards_sandbox/), not train_rl's
+    process: the train log says what isolation the workers got, and every reported step counts its calls."""
+    from trainer.contract.reward_sandbox import CALLS_METRIC, ERRORS_METRIC, NETWORK_ISOLATED_METRIC, TIMEOUTS_METRIC
+
+    log = Path(restarted_run["layout"].stage_log(Stage.TRAIN)).read_text()
+    assert "rljob: reward sandbox: reward functions run in sandboxed worker processes" in log
+    steps = [e for e in restarted_run["events"] if e.type == "train_step"]
+    assert steps and all(e.metrics.get(CALLS_METRIC, 0) >= 1 for e in steps), [e.metrics for e in steps]
+    assert all(e.metrics[ERRORS_METRIC] == 0 and e.metrics[TIMEOUTS_METRIC] == 0 for e in steps)
+    assert {e.metrics[NETWORK_ISOLATED_METRIC] for e in steps} <= {0.0, 1.0}
+
+
 def test_hf_token_never_reaches_events_or_logs(restarted_run):
     layout = restarted_run["layout"]
     for path in [Path(layout.events), *Path(layout.root, "logs").glob("*.log")]:
