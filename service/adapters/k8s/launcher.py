@@ -6,6 +6,7 @@ observations into phase transitions.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -31,7 +32,8 @@ from .client import K8sClient
 from .errors import K8sBackendError, ManifestError
 from .kueue import KueueRead
 from .kueue_setup import demand_of, refusal
-from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload, kueue_queue_of
+from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload, kueue_queue_of, resolve_hardware
+from .pod_template import runtime_class_problem
 from .settings import K8sSettings
 from .watcher import Reconciler, ResourceWatch, WatchOptions
 
@@ -120,7 +122,8 @@ class K8sJobLauncher:
         """SubmitCheck: refuse what Kueue or the scheduler would hold forever.
 
         A cpu job asking for TPU capacity (spot, flex-start, a reservation: field `hardware.capacity`, capacity.py),
-        and a list of capacities for a job Kueue does not queue (nothing would order or report the choice).
+        and a list of capacities for a job Kueue does not queue (nothing would order or report the choice). A multi-host
+        slice when pods run under a sandbox RuntimeClass (gVisor runs single-host TPU shapes only: pod_template.py).
 
         A team with no LocalQueue (when team queues are configured); a LocalQueue or ClusterQueue that does
         not exist or a ClusterQueue Kueue marks inactive (field `team`: the queue is the team's, not the
@@ -132,6 +135,9 @@ class K8sJobLauncher:
         """
         if spec.hardware.accelerator == CPU_ACCELERATOR and (problem := cpu_capacity_problem(spec.hardware.capacities)):
             raise InvalidRequest(("body", "hardware", "capacity"), problem)
+        with contextlib.suppress(ManifestError):  # not renderable: launch fails with the manifest's own message
+            if problem := runtime_class_problem(resolve_hardware(spec), self._settings):
+                raise InvalidRequest(("body", "hardware", "accelerator"), problem)
         try:
             kueue.local_queue_for(spec.team, self._settings.kueue_team_queues, self._settings.kueue_queue)
         except kueue.NoQueueForTeam as exc:

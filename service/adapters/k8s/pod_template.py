@@ -10,6 +10,12 @@ node affinity with one term per kind), a cpu pod nothing (on-demand only), excep
 and tolerates the eval pool (`rljob.dev/capacity=cpu-eval`: the `cpu-eval` flavor, never a TPU one). A spot pod also gets a grace
 period that fits the preemption notice, a flex-start pod the time left before its VM goes (RLJOB_MAX_RUN_S).
 The pod runs as its team's service account (Workload Identity).
+
+With K8sSettings.trainer_runtime_class (GKE Sandbox: `gvisor`), every trainer and eval pod asks for that RuntimeClass:
+both run user code (reward functions, in the sandbox's worker processes), so both get the kernel boundary. GKE's
+RuntimeClass carries its own scheduling (the sandbox node pools' `sandbox.gke.io/runtime: gvisor` label and taint,
+merged into the pod at admission), so nothing of it is repeated here. gVisor runs single-host ("1VM") TPU shapes only:
+a multi-host slice is refused (runtime_class_problem), never silently run outside the sandbox.
 """
 
 from __future__ import annotations
@@ -62,6 +68,17 @@ def node_selector(tpu: GkeTpuSlice, settings: K8sSettings) -> dict[str, str]:
     if settings.node_pool:
         selector[GKE_NODE_POOL_LABEL] = settings.node_pool
     return selector
+
+
+def runtime_class_problem(hw: Hardware, settings: K8sSettings) -> str | None:
+    """Why this hardware cannot run under the configured RuntimeClass; None when it can (or none is configured)."""
+    if settings.trainer_runtime_class and hw.multi_host:
+        return (
+            f"{hw.name} is a multi-host TPU slice, and this service runs trainer pods under RuntimeClass "
+            f"{settings.trainer_runtime_class!r} (RLJOB_K8S_TRAINER_RUNTIME_CLASS): gVisor runs single-host TPU shapes only; "
+            "use a single-host slice, or ask an admin for a service without the sandbox runtime"
+        )
+    return None
 
 
 def trainer_command(job_id: str) -> list[str]:
@@ -163,6 +180,8 @@ def trainer_pod_template(
     """`eval_pool`: a cpu pod that selects and tolerates the eval pool (a queued eval job, manifests.py)."""
     if not settings.image:
         raise ManifestError("no trainer image configured: set RLJOB_K8S_IMAGE to the trainer image reference")
+    if problem := runtime_class_problem(hw, settings):
+        raise ManifestError(problem)
     host = host_path_volumes(settings)
     container = V1Container(
         name=names.TRAINER_CONTAINER,
@@ -187,6 +206,7 @@ def trainer_pod_template(
         tolerations=tolerations or None,
         affinity=affinity,
         priority_class_name=settings.priority_class,
+        runtime_class_name=settings.trainer_runtime_class or None,
         containers=[container],
         volumes=[
             V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=_shm_size(hw, settings))),

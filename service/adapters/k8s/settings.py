@@ -57,6 +57,13 @@ class K8sSettings(BaseSettings):
         "`RLJOB_K8S_KUEUE_QUEUE` is refused at submit",
     )
     priority_class: str | None = Field(default=None, description="PriorityClass of trainer pods")
+    # A kernel boundary around the pods that run user code (reward functions, in worker processes of the trainer and of
+    # eval jobs): GKE Sandbox's `gvisor` RuntimeClass. Its scheduling (node label and taint of sandbox node pools) comes
+    # with the RuntimeClass; docs/deploy-gke.md says what it gives and what gVisor does not run (multi-host TPU slices).
+    trainer_runtime_class: str = Field(
+        default="",
+        description="RuntimeClass of trainer and eval pods, e.g. gvisor (GKE Sandbox); empty: the node's default runtime",
+    )
 
     # Which cluster.
     in_cluster: bool = Field(default=False, description="use the pod's service account (the service runs in the cluster)")
@@ -117,6 +124,13 @@ class K8sSettings(BaseSettings):
             _parse_quantity(v)
         except ValueError:
             raise ValueError(f"{v!r} is not a Kubernetes quantity (e.g. 500m, 4, 16Gi)") from None
+        return v
+
+    @field_validator("trainer_runtime_class")
+    @classmethod
+    def _runtime_class(cls, v: str) -> str:
+        if v and not is_dns_label(v):
+            raise ValueError(f"{v!r} is not a RuntimeClass name (a DNS label: lowercase letters, digits, '-'), e.g. gvisor")
         return v
 
     @field_validator("kueue_team_queues")
