@@ -5,6 +5,7 @@ service's comparison reads the same pass@1 difference and McNemar p as the bench
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from trainer.contract.eval_report import RowOutcome, compare_outcomes
 from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, SuiteSpec
 from trainer.evals.prompts import acceptable_answers
 from trainer.evals.scoring import score_row
-from trainer.evals.suite import import_rewards, load_user_suite
+from trainer.evals.suite import load_user_suite
 
 PRE = json.loads(PREREGISTRATION.read_text())
 FUNCTIONS = ["arith_correct", "arith_lenient", "arith_format"]
@@ -92,7 +93,13 @@ def _outcome(row: dict, functions: dict, index: int) -> RowOutcome:
 
 
 def _suite_functions() -> dict:
-    return import_rewards(evals.SCORINGS_FILE.read_bytes(), evals.SCORINGS_FILE, FUNCTIONS, str(evals.SCORINGS_FILE)).functions
+    """The suite's functions imported here, to check their logic (called positionally too): the bench's own file. An
+    eval job runs them in the reward sandbox instead (trainer/evals/suite_rewards.py), never in its process."""
+    spec = importlib.util.spec_from_file_location("learning_folds_scorings", evals.SCORINGS_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {name: getattr(module, name) for name in FUNCTIONS}
 
 
 RECORDED = json.loads(RESULT.read_text())["models"]

@@ -25,8 +25,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from . import reward_sandbox as sandbox
 from . import spec_values as limits
 from .dns_label import DnsLabel
+from .reward_sandbox import RewardErrorPolicy
 from .spec_values import Location, PythonName
 
 BUILTIN_SUITES = ("arith", "arith-a", "arith-b", "gsm8k")
@@ -57,6 +59,14 @@ class EvalSampling(_Strict):
     seed: int = Field(default=20261204, ge=0, le=2**31 - 1, description="the sampling seed (the same rows get the same draws)")
 
 
+# SuiteSpec's reward sandbox fields at their defaults: left out of the spec's hash (JobSpec.canonical_json).
+SUITE_REWARD_SANDBOX_DEFAULTS = {
+    "reward_on_error": "zero",
+    "reward_timeout_s": sandbox.DEFAULT_TIMEOUT_S,
+    "reward_memory_mib": sandbox.DEFAULT_MEMORY_MIB,
+}
+
+
 class SuiteSpec(_Strict):
     """A built-in suite by name, or a user suite: rows, reward functions, template and sampling."""
 
@@ -78,6 +88,26 @@ class SuiteSpec(_Strict):
         default="last-number", description="how maj@k reads a completion's answer to take the majority: its last or first number"
     )
     sampling: EvalSampling = Field(default_factory=EvalSampling, description="how rows are sampled")
+    # A user suite's reward functions run in the reward sandbox (trainer/rewards_sandbox/), as a training job's do, with
+    # these limits; the defaults are grpo.rewards'. Not part of the suite's content hash, and left out of the spec's hash
+    # at their defaults (JobSpec.canonical_json), so suites written before them keep their versions and hashes.
+    reward_on_error: RewardErrorPolicy = Field(
+        default="zero",
+        description="a reward call that raises, passes reward_timeout_s or crashes its worker: zero scores its completions "
+        "incorrect (null, counted as unscored) and the evaluation goes on; fail stops the eval job naming the function and error",
+    )
+    reward_timeout_s: float = Field(
+        default=sandbox.DEFAULT_TIMEOUT_S,
+        gt=0,
+        le=sandbox.MAX_TIMEOUT_S,
+        description="seconds one reward call may take (one row's greedy and sampled completions); past it the worker is replaced",
+    )
+    reward_memory_mib: int = Field(
+        default=sandbox.DEFAULT_MEMORY_MIB,
+        ge=sandbox.MIN_MEMORY_MIB,
+        le=sandbox.MAX_MEMORY_MIB,
+        description="address space of the reward worker, in MiB (RLIMIT_AS)",
+    )
 
     @field_validator("data")
     @classmethod
@@ -103,9 +133,11 @@ class SuiteSpec(_Strict):
     @model_validator(mode="after")
     def _builtin_or_user(self) -> SuiteSpec:
         if self.name in BUILTIN_SUITES:
-            if self.data or self.rewards_path or self.rewards or self.prompt_template or self.sampling != EvalSampling():
+            sandboxed = [key for key, default in SUITE_REWARD_SANDBOX_DEFAULTS.items() if getattr(self, key) != default]
+            if self.data or self.rewards_path or self.rewards or self.prompt_template or self.sampling != EvalSampling() or sandboxed:
                 raise ValueError(
-                    f"{self.name} is a built-in suite: its rows, rewards, template and sampling are fixed; give your own suite another name"
+                    f"{self.name} is a built-in suite: its rows, rewards, template, sampling and reward limits are fixed; give your "
+                    "own suite another name"
                 )
             return self
         if self.data is None:

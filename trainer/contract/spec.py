@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from . import reward_sandbox as sandbox
 from . import spec_values as limits
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
-from .eval_suite import AttachedEval, EvalTask
+from .eval_suite import SUITE_REWARD_SANDBOX_DEFAULTS, AttachedEval, EvalTask
 from .hang import MAX_HANG_TIMEOUT_S, MIN_HANG_TIMEOUT_S
 from .locations import local_path, location_kind
 from .reward_sandbox import RewardErrorPolicy
@@ -603,6 +603,11 @@ class JobSpec(_Strict):
         for key, default in REWARD_SANDBOX_DEFAULTS.items():
             if rewards.get(key) == default:
                 rewards.pop(key, None)
+        suites = [task["suite"] for task in (body.get("evaluation"), body.get("eval")) if task is not None]
+        for suite in suites:  # a suite's reward limits, likewise
+            for key, default in SUITE_REWARD_SANDBOX_DEFAULTS.items():
+                if suite.get(key) == default:
+                    suite.pop(key, None)
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
     def content_hash(self) -> str:

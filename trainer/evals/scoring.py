@@ -1,10 +1,12 @@
 """One row's completions scored by each reward function, and its majority answer (eval_report.py's scores).
 
-Each function is called once per row, on the greedy completion and the k samples together, as train_rl calls
-reward functions: fn(prompts=, completions=, question=, answer=, tmvp_config=), one entry per completion, where
-`answer` holds the JSON list of acceptable answers. A completion is correct when its score is above 0. A call
-that raises, returns something that is not one number per completion, or a score that is NaN or infinite,
-gives None for the completions concerned: scored incorrect, and counted in `unscored`.
+A user suite's functions run in the reward sandbox (suite_rewards.py: a failed call there scores per the suite's
+reward_on_error), a built-in suite's in process. Each function is called once per row, on the greedy completion
+and the k samples together, as train_rl calls reward functions: fn(prompts=, completions=, question=, answer=,
+tmvp_config=), one entry per completion, where `answer` holds the JSON list of acceptable answers. A completion
+is correct when its score is above 0. A call that raises, returns something that is not one number per completion,
+or a score that is NaN or infinite, gives None for the completions concerned: scored incorrect, and counted in
+`unscored`.
 
 maj@k: each sample's answer is read with the suite's extractor (its first or last number, commas dropped and
 "85.0" read as 85; no number is an answer too, "none"). The majority answer is the most frequent, ties going
@@ -26,6 +28,7 @@ from trainer.contract.eval_suite import AnswerExtractor
 
 from .prompts import answers_json, reward_config
 from .suite import RewardFn
+from .suite_rewards import SuiteRewardFailed
 
 NUMBER = re.compile(r"-?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?")
 
@@ -66,7 +69,9 @@ def call_reward(fn: RewardFn, prompt: str, question: str, answers: Sequence[str]
             tmvp_config=reward_config(),
         )
         values = list(scores)
-    except Exception:  # noqa: BLE001 - user code: a failing call scores its completions None (incorrect, counted)
+    except SuiteRewardFailed:  # a user suite's reward_on_error: fail
+        raise
+    except Exception:  # noqa: BLE001 - a failing call scores its completions None (incorrect, counted)
         return [None] * n
     if len(values) != n:
         return [None] * n

@@ -9,11 +9,9 @@ from does not count: the same content at another path is the same suite version.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from trainer.stages.maxtext_paths import maxtext_configs_dir
 from trainer.storage import store_for
 
 from .prompts import acceptable_answers
+from .suite_rewards import SandboxedRewards, start_sandboxed_rewards
 
 MAX_SUITE_FILE_BYTES = 256 << 20  # rows: 20,000 GSM8K-size rows are ~10 MB of JSON lines
 MAX_REWARD_FILE_BYTES = 4 << 20
@@ -49,7 +48,12 @@ class SuiteRow:
 @dataclass(frozen=True)
 class RewardFile:
     source: bytes  # the file's bytes, hashed
-    functions: dict[str, RewardFn]  # name -> the function imported from it, in the suite's order
+    functions: dict[str, RewardFn]  # name -> the function (a built-in's) or its sandbox stand-in (a user suite's), in order
+    sandbox: SandboxedRewards | None = None  # a user suite's: the worker its functions run in
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
 
 
 @dataclass(frozen=True)
@@ -169,27 +173,11 @@ def _records(data: bytes, uri: str) -> list[dict[str, Any]]:
     return records
 
 
-def import_rewards(source: bytes, path: Path, names: list[str], origin: str) -> RewardFile:
-    """Import `names` from the reward file at `path` (its bytes are `source`), as a module of its own, the way
-    MaxText loads reward_functions_path (utils_rl.load_custom_callable). User code, run in the job's own pod."""
-    module_name = f"rljob_suite_rewards_{hashlib.sha256(source).hexdigest()[:12]}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise DataError(f"{origin} cannot be imported as a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and pickling in the file look their module up by name
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:  # any error in user code (SyntaxError too) is the suite's problem, reported as such
-        sys.modules.pop(module_name, None)
-        raise DataError(f"importing {origin} raised {type(e).__name__}: {e}") from e
-    functions = {}
-    for name in names:
-        fn = getattr(module, name, None)
-        if not callable(fn):
-            raise DataError(f"{origin} defines no function {name!r}")
-        functions[name] = fn
-    return RewardFile(source=source, functions=functions)
+def sandboxed_rewards(source: bytes, path: Path, spec: SuiteSpec, origin: str) -> RewardFile:
+    """The suite's reward functions from the file at `path` (its bytes are `source`), loaded in a reward sandbox worker
+    (suite_rewards.py): user code never runs in the eval job's own process."""
+    sandbox = start_sandboxed_rewards(str(path), spec, origin)
+    return RewardFile(source=source, functions=dict(sandbox.functions), sandbox=sandbox)
 
 
 def load_template(uri: str | None) -> dict[str, str]:
@@ -217,8 +205,8 @@ def load_user_suite(spec: SuiteSpec, work_dir: Path) -> LoadedSuite:
         path = work_dir / "inputs" / "suite" / Path(spec.rewards_path).name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(source)
-    rewards = import_rewards(source, path, list(spec.rewards), spec.rewards_path)
-    template = load_template(spec.prompt_template)
+    template = load_template(spec.prompt_template)  # before the worker starts: a bad template leaves nothing running
+    rewards = sandboxed_rewards(source, path, spec, spec.rewards_path)
     return LoadedSuite(
         name=spec.name,
         builtin=False,

@@ -76,6 +76,10 @@ class WorkerFailed(Exception):
 class RewardLoadFailed(Exception):
     """The reward file failed to load in a worker (it raised on import, or lacks a function): the job's error."""
 
+    def __init__(self, message: str, error: str | None = None):
+        super().__init__(message)
+        self.error = error or message  # what the worker said (`ZeroDivisionError: division by zero`), or why it never did
+
 
 class RewardWorker:
     """One worker process and its pipes. Not thread-safe: the pool hands it to one call at a time."""
@@ -221,7 +225,7 @@ class RewardSandboxPool:
             raise RewardLoadFailed(f"the reward worker did not start: {e}") from None
         if not reply.get("ok"):
             worker.kill()
-            raise RewardLoadFailed(f"loading {self.path} in the reward sandbox failed: {reply.get('error')}")
+            raise RewardLoadFailed(f"loading {self.path} in the reward sandbox failed: {reply.get('error')}", str(reply.get("error")))
         self.params = reply.get("params") or {}
         self.isolation = reply.get("isolation") or {}
         return worker

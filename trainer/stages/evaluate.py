@@ -4,6 +4,7 @@ and evaluate generates with transformers on the host and scores the suite (train
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, location_kind
@@ -84,10 +85,10 @@ def run_evaluate(ctx: JobContext) -> dict[str, Any]:
     from trainer.evals.runner import Interrupted, evaluate_suite, load_suite
 
     task = eval_task(ctx.spec)
-    suite = load_suite(task.suite, ctx.work_dir)
+    suite = load_suite(task.suite, ctx.work_dir)  # a user suite's rewards: loaded in a sandbox worker, closed below
     log_path = ctx.work_dir / "logs" / "evaluate.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a", encoding="utf-8") as log_file:
+    with open(log_path, "a", encoding="utf-8") as log_file, contextlib.closing(suite.rewards):
 
         def log(line: str) -> None:
             print(f"rljob evaluate: {line}", flush=True)
@@ -96,6 +97,8 @@ def run_evaluate(ctx: JobContext) -> dict[str, Any]:
 
         model_dir, tokenizer_dir, local = model_location(ctx)
         log(f"suite {suite.name} ({len(suite.rows)} rows, content {suite.content_hash}); model {model_dir}")
+        if suite.rewards.sandbox is not None:
+            log(f"reward sandbox: {suite.rewards.sandbox.isolation_line()}")
         model, tokenizer = load_model(model_dir, tokenizer_dir, local=local, revision=ctx.spec.model.revision)
         evaluated = ctx.layout.export_dir if needs_conversion(ctx.spec) else ctx.spec.model.source
         try:
@@ -110,6 +113,9 @@ def run_evaluate(ctx: JobContext) -> dict[str, Any]:
             )
         except Interrupted as e:
             raise StageInterrupted(str(e)) from e
+        finally:
+            if suite.rewards.sandbox is not None:
+                log(suite.rewards.sandbox.summary_line())
     ctx.reporter.emit(EvalReported, report=report)
     primary = report.functions[report.primary]
     return {
