@@ -66,9 +66,13 @@ def _raw_jobs(store: SqlJobStore) -> list[dict[str, Any]]:
     return [{k: _normal(v, k in json_columns) for k, v in row.items()} for row in rows]
 
 
-# evaluation: issue 36 (an eval job's; null for the training jobs stored then); checkpoint_expiry: issue 37 (retention)
-ADDED_SINCE_0009 = ("placement", "evaluation", "checkpoint_expiry")
-SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval", "retention")  # issue 36's eval jobs and attached evaluations; 37's retention
+# evaluation: issue 36 (an eval job's; null for the training jobs stored then); checkpoint_expiry, estimate, hold: issue 37
+# (retention, the submit-time estimate, budget holds); reward_calls: issue 38 (the reward sandbox's counts)
+ADDED_SINCE_0009 = ("placement", "evaluation", "checkpoint_expiry", "estimate", "estimate_actuals", "hold", "reward_calls")
+# issue 36's eval jobs and attached evaluations; 37's retention; 38's hang limit
+SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval", "retention", "hang_timeout_s")
+# issue 38's reward sandbox settings: a spec stored before them reads as their defaults
+REWARD_SANDBOX_DEFAULTS = {"on_error": "zero", "timeout_s": 30.0, "memory_mib": 2048}
 
 
 def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_unchanged(previous_release: Any) -> None:
@@ -87,6 +91,9 @@ def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_u
         for added in SPEC_FIELDS_ADDED_SINCE_0009:
             assert public["spec"].pop(added) is None, (job_id, added)
         assert public.pop("evals") == [], job_id  # issue 36: eval jobs attached to a job (none for those stored then)
+        assert (public.pop("hangs"), public.pop("hung_restarts")) == ([], 0), job_id  # issue 38: hung attempts
+        rewards = public["spec"]["grpo"]["rewards"]
+        assert {key: rewards.pop(key) for key in REWARD_SANDBOX_DEFAULTS} == REWARD_SANDBOX_DEFAULTS, job_id
         assert public == answer, job_id
     # What the API does not show, the report still holds as the columns did: where event reading resumes, how the run ended.
     for row in data["jobs"]:
