@@ -151,7 +151,7 @@ class CheckpointExpiryReconciler:
         return None if problem is None else f"the run directory {record.layout.root} {problem}"
 
     def _write(self, job_id: str, change: Callable[[JobRecord, JobTx], None]) -> JobRecord:
-        return self.jobs.record_checkpoint_expiry(job_id, change)
+        return self.jobs.write_as_leader(job_id, change)
 
 
 def _refusal(problem: str, record: JobRecord, default_days: int, now: datetime) -> Callable[[JobRecord, JobTx], None]:

@@ -22,69 +22,49 @@ sends it from its own thread.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import secrets
 import string
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from trainer.contract import ExitCode, JobSpec, TrainerEvent
+from trainer.contract import JobSpec
 
 from .attached_eval_models import AttachedEvalPublic
 from .budget_ledger import BudgetLedger
 from .errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
 from .estimate_models import JobEstimate
 from .estimate_source import SubmitEstimator
-from .fold_pacer import FOLD_CHUNK_EVENTS, FoldPacer
+from .fold_pacer import FoldPacer
 from .job_health import health_verdict_changed, log_health_change
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
 from .learning_health import HealthPolicy
 from .location_policy import UNRESTRICTED, LocationPolicy
-from .manifest_sizes import ManifestSizes
-from .models import Caller, JobFilters, JobRecord, ManifestRefused, SamplesPublic
-from .observation_policy import (
-    WORKLOAD_STOPPED,
-    Decision,
-    ObservationOrder,
-    decide,
-    names_a_replaced_workload,
-    requeues_on_disruption,
-)
+from .models import Caller, JobFilters, JobRecord, SamplesPublic
+from .observation_intake import ObservationIntake
 from .phases import CANCELLABLE, JobPhase
 from .ports import (
     Clock,
     JobLauncher,
-    JobRequeue,
     JobStore,
     JobTx,
     Observation,
     ProgressSource,
     RunFiles,
-    SkippedLine,
     StatusMirror,
     utc_now,
 )
-from .progress import fold_events, note_skipped_lines
-from .record_writes import write_decision, write_phase
+from .record_writes import write_phase
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 from .submission import check_submission, store_new_job
-from .suite_versions import assign_suite_version
 from .usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable
 
 log = logging.getLogger(__name__)
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 DEFAULT_HEALTH_POLICY = HealthPolicy()
-MAX_DRAIN_READS = 1024  # x MAX_READ_BYTES of the events reader (256 MiB): a drain is bounded, the poller does the rest
-# A stopped workload's events are drained before its end is written, for at most DRAIN_BUDGET_S of one observation's
-# time (the observation thread applies every job's); a job still behind keeps its phase, the poller reads on at its
-# pace, and the reconcile's next look writes the end, at most DRAIN_PUT_OFF_MAX_S after the first try.
-DRAIN_BUDGET_S = 5.0
-DRAIN_PUT_OFF_MAX_S = 600.0
 
 
 def new_job_id() -> str:
@@ -134,10 +114,6 @@ class JobService:
         self.max_hung_restarts = max_hung_restarts  # restarts after the trainer's watchdog found it hung (hangs.py)
         self._new_id = id_factory
         self._lock = threading.RLock()
-        self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
-        self._requeueing: set[str] = set()  # job ids whose workload this service is giving back to its queue
-        self._end_put_off_since: dict[str, float] = {}  # job id -> monotonic time its end was first put off
-        self._observed = ObservationOrder()
         self.health_policy = health_policy
         self.location_policy = location_policy
         # Whether this replica leads (service/leadership.py): only the leader talks to the launcher;
@@ -150,6 +126,7 @@ class JobService:
         self._on_fenced = on_fenced
         self._launching: set[str] = set()  # launch() under way in this process
         self._stop_requested: set[str] = set()  # cancels sent to the launcher by this process
+        self.intake = ObservationIntake(self)  # observations and trainer events becoming job state
 
     def begin_term(self, term: int) -> None:
         """This replica leads for `term`: its leader writes carry it from now on."""
@@ -329,7 +306,8 @@ class JobService:
             log.exception("cancel of %s failed; will retry on reconcile", job_id)
 
     def write_as_leader(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord:
-        """A change of the leader's own work written by its module (budget_reconciler.py) through the one write path."""
+        """A change of the leader's own work written by its module (budget_reconciler.py, checkpoint_expiry.py,
+        observation_intake.py) through the one write path."""
         return self._mutate(job_id, change)
 
     def post_message(self, job_id: str, message: str) -> None:
@@ -354,10 +332,6 @@ class JobService:
 
         self._mutate(job_id, store)
 
-    def record_checkpoint_expiry(self, job_id: str, change: Callable[[JobRecord, JobTx], None]) -> JobRecord:
-        """The leader's checkpoint expiry writes its plan and each deletion (checkpoint_expiry.py builds the change)."""
-        return self._mutate(job_id, change)
-
     def refresh_health(self, job_id: str) -> None:
         """Re-judge a job's health now: a running job becomes (or stops being) stalled by time
         passing, with no write to trigger it. Writes only on a change."""
@@ -371,135 +345,19 @@ class JobService:
         if not record.phase.is_terminal() and health_verdict_changed(record, self.clock(), self.health_policy):
             self._mutate(record.id, lambda rec, tx: None)
 
-    # ---- observations and progress (from launcher threads and the progress poller) ----------
+    # ---- observations and progress (from launcher threads and the progress poller): observation_intake.py ----
 
     def ingest_progress(self, job_id: str, *, until_caught_up: bool = False) -> bool:
-        """Fold new trainer events into the job; True when the source had more than one read held.
-        A batch's read position is committed only after all of it was folded: a failed fold is read
-        again next time (events already folded are dropped by seq). A batch is folded in chunks at the
-        pacer's share of the CPU (fold_pacer.py). `until_caught_up` keeps reading (bounded) while the
-        source has more, as before a terminal phase, after which nothing is folded in."""
-        deadline = time.monotonic() + DRAIN_BUDGET_S
-        for read in range(MAX_DRAIN_READS if until_caught_up else 1):
-            if read and time.monotonic() > deadline:
-                return True  # the caller decides: apply_observation puts the job's end off
-            record = self.store.get(job_id)
-            if record is None or record.phase.is_terminal():
-                return False
-            batch = self.progress.read_new(record)
-            chunks = [batch.events[i : i + FOLD_CHUNK_EVENTS] for i in range(0, len(batch.events), FOLD_CHUNK_EVENTS)]
-            skipped = batch.skipped
-            for chunk in chunks or ([[]] if skipped else []):
-                with self.fold_pacer.fold():
-                    self._mutate(job_id, functools.partial(self._fold, events=chunk, skipped=skipped))
-                skipped = ()  # said once, with the first chunk
-            self.progress.commit(batch)
-            if not batch.more:
-                return False
-        if until_caught_up:
-            log.warning("job %s: events still unread after %d reads; the poller continues", job_id, MAX_DRAIN_READS)
-        return True
-
-    def _fold(self, rec: JobRecord, tx: JobTx, *, events: list[TrainerEvent], skipped: Sequence[SkippedLine]) -> None:
-        if rec.phase.is_terminal():
-            return  # late events never touch a finished job
-        eval_report_before = rec.report.eval_report
-        changes = fold_events(rec, events)
-        changes.log.extend(note_skipped_lines(rec, skipped).log)
-        now = self.clock()
-        assign_suite_version(rec, tx, now, folded_before=eval_report_before)  # an eval job's new report: its suite's version
-        tx.add_metric_points(rec.id, changes.points)
-        tx.append_events(rec, changes.log, now)
+        """Fold new trainer events into the job (ObservationIntake.ingest_progress)."""
+        return self.intake.ingest_progress(job_id, until_caught_up=until_caught_up)
 
     def apply_observation(self, obs: Observation) -> None:
-        """Turn what the backend says into a transition; the only place observations become phases.
-        The policy is observation_policy.decide(); this carries its decision out."""
-        if obs.state in WORKLOAD_STOPPED:
-            # Drain the events file first so artifacts and the RunFinished message are in the record
-            # before the terminal phase is written (nothing may be folded in after it).
-            behind = False
-            try:
-                behind = self.ingest_progress(obs.job_id, until_caught_up=True)
-            except Exception:
-                log.exception("reading progress of %s failed", obs.job_id)
-            if behind and self._put_end_off(obs.job_id):
-                return
-        manifest = self._read_manifest_if_ending(obs)
-        decided = Decision.IGNORE
+        """Turn what the backend says into a transition (ObservationIntake.apply_observation)."""
+        self.intake.apply_observation(obs)
 
-        def apply(rec: JobRecord, tx: JobTx) -> None:
-            nonlocal decided
-            if self._observed.is_older(obs):
-                log.info("ignoring %s for %s: observed before the last observation applied", obs.state, rec.id)
-                return
-            self._observed.applied(obs)
-            decided = self._decide(rec, obs)
-            if decided is Decision.STALE:
-                log.info("ignoring %s for %s: %s was replaced by a relaunch", obs.state, rec.id, obs.object_name)
-            replaced = write_decision(decided, rec, tx, obs, manifest, self.clock, self.max_hung_restarts)
-            if replaced is not None:
-                self._replaced.setdefault(rec.id, set()).add(replaced)
-            if decided is Decision.REQUEUE:
-                # Marked under the lock: another thread's RESTARTING about the same attempt is a NOTE, not a
-                # second requeue that could delete the workload the relaunch made.
-                self._requeueing.add(rec.id)
-
-        self._mutate(obs.job_id, apply)
-        if decided is Decision.REQUEUE and isinstance(self.launcher, JobRequeue):
-            self.launcher.requeue(obs.job_id)
-        if decided.relaunches:
-            self._requeueing.discard(obs.job_id)
-            self.launch(obs.job_id)
-        record = self.store.get(obs.job_id)
-        if record is not None and record.phase.is_terminal():
-            self.progress.forget(obs.job_id)
-            self._replaced.pop(obs.job_id, None)
-            self._observed.forget(obs.job_id)
-            self._stop_requested.discard(obs.job_id)
-            self._end_put_off_since.pop(obs.job_id, None)
-            self._requeueing.discard(obs.job_id)
-
-    def _put_end_off(self, job_id: str) -> bool:
-        """Whether a stopped job with events still unread keeps its phase for now (DRAIN_PUT_OFF_MAX_S)."""
-        now = time.monotonic()
-        since = self._end_put_off_since.setdefault(job_id, now)
-        if now - since < DRAIN_PUT_OFF_MAX_S:
-            if since == now:
-                log.info("job %s: its workload stopped with trainer events still unread; its end is written once they are read", job_id)
-            return True
-        log.warning(
-            "job %s: trainer events still unread %.0f s after its workload stopped; its end is written without them", job_id, now - since
-        )
-        return False
-
-    def _decide(self, rec: JobRecord, obs: Observation) -> Decision:
-        replaced = names_a_replaced_workload(obs.object_name, rec.object_name, self._replaced.get(rec.id, ()))
-        resumes_left = rec.resumes < self.max_resumes
-        return decide(
-            rec.phase,
-            obs.state,
-            about_replaced_workload=replaced,
-            resumes_left=resumes_left,
-            requeue_disrupted=requeues_on_disruption(rec.hardware.capacities, obs, isinstance(self.launcher, JobRequeue)),
-            requeueing=rec.id in self._requeueing,
-            deleting=obs.reason == "Deleting",
-            held=rec.hold is not None,
-            hung=obs.exit_code == ExitCode.HUNG,
-            hung_restarts_left=rec.report.hung_restarts < self.max_hung_restarts,
-        )
-
-    def _read_manifest_if_ending(self, obs: Observation) -> ManifestSizes | ManifestRefused | None:
-        """Read the run's manifest (storage I/O: before the write lock, never under it)."""
-        if self.run_files is None:
-            return None
-        record = self.store.get(obs.job_id)
-        if record is None or not self._decide(record, obs).records_artifacts:
-            return None
-        try:
-            return self.run_files.read_manifest(record)
-        except Exception:  # artifacts are worth showing, not worth failing to record the job's end
-            log.exception("reading the manifest of %s failed", obs.job_id)
-            return None
+    def forget_ended(self, job_id: str) -> None:
+        """The job has ended: this process's memory of its cancel is dropped."""
+        self._stop_requested.discard(job_id)
 
     # ---- the write path ----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import service.domain.job_service as job_service_module
+import service.domain.observation_intake as observation_intake_module
 from service.adapters.events_file import EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.domain.fold_pacer import FOLD_CHUNK_EVENTS, MAX_REST_S, FoldPacer
@@ -181,7 +181,7 @@ def test_a_stopped_job_with_events_behind_keeps_its_phase_until_they_are_read(
     """The drain before a job's end has a time budget (one read here): the observation thread applies every job's
     transitions, and a job that flooded its events file before exiting must not hold it. Its end waits for the poller
     (at its pace), then the reconcile's next look writes it with every event in."""
-    monkeypatch.setattr(job_service_module, "DRAIN_BUDGET_S", 0.0)
+    monkeypatch.setattr(observation_intake_module, "DRAIN_BUDGET_S", 0.0)
     service, job_id = _flooded_stopped_job(store, fake_launcher, tmp_path)
     stopped = fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0)
     service.apply_observation(stopped)
@@ -200,8 +200,8 @@ def test_a_stopped_job_with_events_behind_keeps_its_phase_until_they_are_read(
 def test_a_jobs_end_is_put_off_for_a_bounded_time_only(
     store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(job_service_module, "DRAIN_BUDGET_S", 0.0)
-    monkeypatch.setattr(job_service_module, "DRAIN_PUT_OFF_MAX_S", 0.0)
+    monkeypatch.setattr(observation_intake_module, "DRAIN_BUDGET_S", 0.0)
+    monkeypatch.setattr(observation_intake_module, "DRAIN_PUT_OFF_MAX_S", 0.0)
     service, job_id = _flooded_stopped_job(store, fake_launcher, tmp_path)
     service.apply_observation(fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0))
     record = store.get(job_id)

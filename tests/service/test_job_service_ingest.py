@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import service.domain.job_service as job_service_module
+import service.domain.observation_intake as observation_intake_module
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
@@ -42,15 +42,15 @@ def test_a_failing_fold_loses_no_events(
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
     fake_progress.add(_ev(TrainStep, job_id, 0, step=1, total_steps=2, loss=1.0))
-    real_fold = job_service_module.fold_events
+    real_fold = observation_intake_module.fold_events
 
     def broken_fold(record, events):
         raise ConnectionError("database went away mid-fold")
 
-    monkeypatch.setattr(job_service_module, "fold_events", broken_fold)
+    monkeypatch.setattr(observation_intake_module, "fold_events", broken_fold)
     with pytest.raises(ConnectionError):
         service.ingest_progress(job_id)
-    monkeypatch.setattr(job_service_module, "fold_events", real_fold)
+    monkeypatch.setattr(observation_intake_module, "fold_events", real_fold)
     service.ingest_progress(job_id)
     assert [p.step for p in store.metric_points(job_id, limit=10)] == [1]
 
