@@ -16,7 +16,7 @@ from tests.trainer.spec_edit import with_field
 from trainer.contract import GrpoSpec, JobSpec, RewardSpec
 from trainer.contract import spec_values as limits
 from trainer.contract.dns_label import DNS_LABEL_PATTERN
-from trainer.contract.eval_suite import EvalSampling
+from trainer.contract.eval_suite import EvalSampling, SuiteSpec
 from trainer.contract.tpu import TPU_SLICES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,11 +121,21 @@ def _number_fields(schema: dict, defs: dict, prefix: str = "") -> list[str]:
 
 # The suite's sampling, under an eval job's `evaluation` and a training job's attached `eval` (one model, EvalSampling).
 SAMPLING_FLOAT_FIELDS = ["evaluation.suite.sampling.temperature", "eval.suite.sampling.temperature"]
+# A user suite's reward deadline (issue 38's sandbox), under both as well.
+SUITE_FLOAT_FIELDS = ["evaluation.suite.reward_timeout_s", "eval.suite.reward_timeout_s"]
 
 
 def test_the_non_finite_check_covers_every_float_in_the_spec():
     schema = JobSpec.model_json_schema()
-    assert sorted(_number_fields(schema, schema["$defs"])) == sorted(FLOAT_FIELDS + SAMPLING_FLOAT_FIELDS)
+    assert sorted(_number_fields(schema, schema["$defs"])) == sorted(FLOAT_FIELDS + SAMPLING_FLOAT_FIELDS + SUITE_FLOAT_FIELDS)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, float("1e309")], ids=["nan", "inf", "-inf", "1e309"])
+def test_non_finite_suite_reward_deadlines_are_refused(value):
+    user_suite = {"name": "mine", "data": "/data/rows.jsonl", "rewards_path": "/data/rewards.py", "rewards": ["score"]}
+    SuiteSpec.model_validate(user_suite)  # the suite itself is accepted
+    with pytest.raises(ValidationError, match="reward_timeout_s"):
+        SuiteSpec.model_validate({**user_suite, "reward_timeout_s": value})
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, float("1e309")], ids=["nan", "inf", "-inf", "1e309"])
