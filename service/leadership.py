@@ -101,6 +101,11 @@ class Leadership:
         if self._fence_pending.is_set():
             return  # the fenced term's work is still being stopped
         with self._changing:
+            # Again under the lock: a fence between the look above and here has cleared `_leading` (after setting
+            # the pending flag), and leading again now would start a term the fence's depose then stops, while the
+            # fenced term's supervisor, not yet stopped, runs on beside it.
+            if self._fence_pending.is_set():
+                return
             if self._leading.is_set():
                 if not self.lock.holds():
                     self._leading.clear()

@@ -7,6 +7,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -217,3 +218,49 @@ def test_a_leader_that_loses_its_lock_stops_leading_and_leads_again_when_it_can(
         wait_for_phase(lambda: client.get(f"/v1/jobs/{job}", headers=auth).json()["phase"], JobPhase.SUCCEEDED, timeout_s=60)
     admin.dispose()
     assert caplog.text.count("this replica leads") == 2
+
+
+class _FenceOnFirstLook(threading.Event):
+    """The pending-fence flag of a Leadership whose fence lands right after check_once's first look at it: the
+    interleaving of the check thread and a refused write's fence, made deterministic."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fence: Callable[[], None] | None = None
+
+    def is_set(self) -> bool:
+        seen = super().is_set()
+        fence, self.fence = self.fence, None
+        if fence is not None:
+            fence()  # after the look: check_once goes on as if it saw no fence
+        return seen
+
+
+def test_a_fence_between_the_check_and_its_lock_does_not_lead_again(tmp_path: Path) -> None:
+    lock = FileLock(tmp_path / "rljob.db.serve-lock")
+    calls: list[str] = []
+    deposed = threading.Event()
+
+    def on_deposed() -> None:
+        calls.append("deposed")
+        deposed.set()
+
+    leadership = Leadership(
+        lock,
+        take_term=lambda: len(calls) + 1,
+        on_elected=lambda term: calls.append(f"elected {term}"),
+        on_deposed=on_deposed,
+        check_interval_s=1,
+    )
+    leadership.start()
+    assert leadership.leads and calls == ["elected 1"]
+    pending = _FenceOnFirstLook()
+    pending.fence = leadership.fenced
+    leadership._fence_pending = pending
+    # The successor let the lock go already (what makes the window reachable): the check could take it at once.
+    lock.release()
+    with leadership._changing:  # the fence's depose waits for the check, as it would on the lock
+        leadership.check_once()
+        assert not leadership.leads and calls == ["elected 1"], "led again while the fenced term's work was still running"
+    assert deposed.wait(10) and calls == ["elected 1", "deposed"]
+    leadership.stop()
