@@ -13,11 +13,13 @@ import { estimatePanel } from "./estimate.js";
 import { evalJobPanel } from "./evaljobpanel.js";
 import { evalPanel } from "./evalpanel.js";
 import { goodputPanel } from "./goodputbar.js";
+import { hungAttemptsPanel } from "./hungattempts.js";
 import { artifactsPanel, failureBox, healthNote, progressPanel, summaryPanel } from "./jobparts.js";
 import { LiveFeed } from "./live.js";
 import { healthView, jobView, metricSeries } from "./model.js";
 import { isCancellable, isTerminal } from "./phases.js";
 import { queueSentence } from "./queue.js";
+import { rewardCallsPanel } from "./rewardcalls.js";
 import { samplesPanel } from "./samples.js";
 import { describeError, errorBox, healthBadge, liveStatus, phaseBadge } from "./widgets.js";
 
@@ -39,6 +41,8 @@ export function jobPage(root, api, jobId) {
   const panels = h("div", { class: "grid" });
   const goodputSlot = h("div");
   const estimateSlot = h("div");
+  const hungSlot = h("div");
+  const rewardCallsSlot = h("div");
   const charts = {
     reward: rewardChart(),
     kl: makeChart("KL divergence", [{ label: "KL", stroke: "#8a5a00" }]),
@@ -67,9 +71,11 @@ export function jobPage(root, api, jobId) {
     healthSlot,
     noticeSlot,
     panels,
+    hungSlot, // attempts that hung: why the job restarted, next to its progress
     evalJob.el,
     goodputSlot,
     estimateSlot, // what the job was expected to take, and once ended what it took
+    rewardCallsSlot, // the job's own reward functions in their sandbox: errors, timeouts, latency, network
     attachedSlot, // a training job's evaluated checkpoints: what its curves led to, so above them
     learning,
     artifactsSlot,
@@ -90,6 +96,8 @@ export function jobPage(root, api, jobId) {
     replace(panels, summaryPanel(job), progressPanel(job));
     replace(goodputSlot, goodputPanel(job.goodput));
     replace(estimateSlot, estimatePanel(job.estimate));
+    replace(hungSlot, hungAttemptsPanel(job.hung));
+    replace(rewardCallsSlot, rewardCallsPanel(job.rewardCalls));
     replace(artifactsSlot, artifactsPanel(job));
     const isEval = job.kind === "eval";
     learning.hidden = isEval;

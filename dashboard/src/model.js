@@ -2,8 +2,10 @@
 // views show. Kept in one module so a change to the API shape is a change here only.
 import { estimateView } from "./estimate.js";
 import { primaryPassAt1 } from "./evaljobs.js";
+import { hungAttemptsView } from "./hungattempts.js";
 import { EVAL_STAGES, STAGES } from "./phases.js";
 import { queueView } from "./queue.js";
+import { rewardCallsView } from "./rewardcalls.js";
 import { storageView } from "./storage.js";
 
 const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
@@ -47,6 +49,8 @@ export function jobView(raw) {
     attachedEvals: Array.isArray(raw.evals) ? raw.evals : [], // JobPublic.evals: the eval jobs of this job's checkpoints
     goodput: goodputView(raw.goodput),
     estimate: estimateView(raw.estimate, raw.estimate_actuals), // made at submit; beside the actuals once ended
+    rewardCalls: rewardCallsView(raw.reward_calls, spec), // the job's own reward functions in their sandbox; null without
+    hung: hungAttemptsView(raw), // attempts the trainer's watchdog found hung, and the restarts they cost; null if none
     createdAt: raw.created_at,
     updatedAt: raw.updated_at,
     startedAt: raw.started_at,
