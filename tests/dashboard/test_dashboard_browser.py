@@ -15,6 +15,14 @@ from playwright.sync_api import Page, expect
 
 from harness.live_server import TOKEN, LiveService
 from trainer.contract import SIGNAL_METRIC
+from trainer.contract.reward_sandbox import (
+    CALLS_METRIC,
+    ERRORS_METRIC,
+    LATENCY_P50_METRIC,
+    LATENCY_P95_METRIC,
+    NETWORK_ISOLATED_METRIC,
+    TIMEOUTS_METRIC,
+)
 
 from .conftest import REPO
 
@@ -224,7 +232,20 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
             },
         ],
     )
-    emit(job_id, "train_step", step=1, total_steps=10, reward_mean=0.75, reward_std=0.5, kl=0.01, loss=0.4, metrics={SIGNAL_METRIC: 0.5})
+    # The reward sandbox's figures of the step (trainer/maxtext_entry/reward_sandbox.py): on a platform without a network namespace.
+    sandbox = {CALLS_METRIC: 4.0, ERRORS_METRIC: 1.0, TIMEOUTS_METRIC: 0.0, LATENCY_P50_METRIC: 0.02, LATENCY_P95_METRIC: 0.5}
+    sandbox[NETWORK_ISOLATED_METRIC] = 0.0
+    emit(
+        job_id,
+        "train_step",
+        step=1,
+        total_steps=10,
+        reward_mean=0.75,
+        reward_std=0.5,
+        kl=0.01,
+        loss=0.4,
+        metrics={SIGNAL_METRIC: 0.5, **sandbox},
+    )
 
     open_signed_in(page, live_service, f"#/jobs/{job_id}")
     expect(page.get_by_role("heading", level=1)).to_have_text("reward-debugging")
@@ -269,9 +290,19 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
             reward_std=0.0,
             kl=0.02,
             loss=0.3,
-            metrics={SIGNAL_METRIC: 0.0},
+            metrics={SIGNAL_METRIC: 0.0, CALLS_METRIC: 4.0, TIMEOUTS_METRIC: 1.0},
         )
     expect(page.locator(".job-head .health")).to_have_text("no signal", timeout=LIVE_TIMEOUT_MS)
+    # The reward calls add up over the steps (16 calls, 1 error, 3 timeouts); the latencies are the newest reported.
+    sandbox_panel = page.get_by_test_id("reward-calls")
+    expect(sandbox_panel.get_by_test_id("reward-calls-calls")).to_contain_text("16", timeout=LIVE_TIMEOUT_MS)
+    expect(sandbox_panel.get_by_test_id("reward-calls-errors")).to_contain_text("1 (6.3%)")
+    expect(sandbox_panel.get_by_test_id("reward-calls-timeouts")).to_contain_text("3 (18.8%)")
+    expect(sandbox_panel.get_by_test_id("reward-calls-p50")).to_contain_text("20 ms")
+    expect(sandbox_panel.get_by_test_id("reward-calls-p95")).to_contain_text("500 ms")
+    network = sandbox_panel.get_by_test_id("reward-network")
+    expect(network).to_contain_text("Network NOT isolated")
+    expect(network).to_have_class(re.compile(r"\balert warn\b"))
     note = page.get_by_test_id("health")
     expect(note).to_have_attribute("data-verdict", "no-signal")
     expect(note).to_contain_text("GRPO's advantages are zero")
@@ -300,6 +331,16 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
     expect(note).to_contain_text("the loss is NaN or infinite at step 5")
     expect(note).to_contain_text("grpo.learning_rate")
     expect(samples).to_have_attribute("data-step", "1")
+    # The trainer's watchdog reports the attempt hung (its restart is the service's, on the exit code: not here).
+    stacks = f"{live_service.runs_dir}/{job_id}/logs/train.log"
+    emit(job_id, "hung", attempt=1, stage="train", step=5, idle_s=600.0, limit_s=540.0, stacks=stacks)
+    hung = page.get_by_test_id("hung")
+    attempt = hung.get_by_test_id("hung-attempt-1")
+    expect(attempt).to_contain_text("train stage after step 5", timeout=LIVE_TIMEOUT_MS)
+    expect(attempt).to_contain_text("10m 0s")  # without progress
+    expect(attempt).to_contain_text("9m 0s")  # the limit
+    expect(attempt).to_contain_text(stacks)
+    expect(hung.get_by_test_id("hung-summary")).to_contain_text("1 attempt(s) hung")
     assert page.title() != "pwned"
     shoot(page, "job-health-samples")
 
