@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from trainer.contract import ExitCode, TrainerEvent
 
-from .fold_pacer import FOLD_CHUNK_EVENTS
+from .fold_pacer import FOLD_CHUNK_EVENTS, FoldPacer
 from .manifest_sizes import ManifestSizes
 from .models import JobRecord, ManifestRefused
 from .observation_policy import (
@@ -28,13 +28,10 @@ from .observation_policy import (
     names_a_replaced_workload,
     requeues_on_disruption,
 )
-from .ports import JobRequeue, JobTx, Observation, SkippedLine
+from .ports import Clock, JobLauncher, JobRequeue, JobStore, JobTx, Observation, ProgressSource, RunFiles, SkippedLine
 from .progress import fold_events, note_skipped_lines
 from .record_writes import write_decision
 from .suite_versions import assign_suite_version
-
-if TYPE_CHECKING:
-    from .job_service import JobService
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +43,27 @@ DRAIN_BUDGET_S = 5.0
 DRAIN_PUT_OFF_MAX_S = 600.0
 
 
+class IntakeHost(Protocol):
+    """What the intake needs of the job service (job_service.py): a protocol, so this module does not import it."""
+
+    store: JobStore
+    launcher: JobLauncher
+    progress: ProgressSource
+    run_files: RunFiles | None
+    fold_pacer: FoldPacer
+    clock: Clock
+    max_resumes: int
+    max_hung_restarts: int
+
+    def write_as_leader(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord: ...
+
+    def launch(self, job_id: str) -> None: ...
+
+    def forget_ended(self, job_id: str) -> None: ...
+
+
 class ObservationIntake:
-    def __init__(self, jobs: JobService) -> None:
+    def __init__(self, jobs: IntakeHost) -> None:
         self.jobs = jobs
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
         self._requeueing: set[str] = set()  # job ids whose workload this service is giving back to its queue
