@@ -16,6 +16,11 @@ from dataclasses import dataclass
 
 PREDICTION_LEVEL = 0.95  # the share of new jobs like these the range is meant to hold
 SINGLE_JOB_FACTOR = 3.0  # one earlier job says nothing of the spread: its time / 3 to x 3, stated as such
+# The least spread assumed on log(seconds): a run's time varies by about 10% from host load alone (in one CI run,
+# two cached tiny jobs 1.5% apart around 38.4 s, then one of 32.5 s), and two near-identical earlier jobs cannot
+# rule that out. Without it, two jobs that happened to agree gave a range the next one fell outside (a 95% interval
+# misses 1 in 20 by design, and the sample spread of two is itself a guess).
+MIN_LOG_SD = 0.1
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -105,8 +110,11 @@ def prediction_interval(seconds: Sequence[float], level: float = PREDICTION_LEVE
         centre = math.exp(mean)
         method = f"one job: its time / {SINGLE_JOB_FACTOR:g} to x {SINGLE_JOB_FACTOR:g} (one job says nothing of the spread)"
         return LogInterval(centre, centre / SINGLE_JOB_FACTOR, centre * SINGLE_JOB_FACTOR, 1, method)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    sd = max(MIN_LOG_SD, math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1)))
     t = t_quantile(0.5 + level / 2.0, n - 1)
     half = t * sd * math.sqrt(1.0 + 1.0 / n)
-    method = f"{level:.0%} prediction interval on log(seconds), Student's t with {n - 1} degrees of freedom ({t:.2f})"
+    method = (
+        f"{level:.0%} prediction interval on log(seconds), Student's t with {n - 1} degrees of freedom ({t:.2f}), "
+        f"spread at least {MIN_LOG_SD:g}"
+    )
     return LogInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, method)
