@@ -319,32 +319,12 @@ class Settings(BaseSettings):
     @field_validator("team_budgets", mode="before")
     @classmethod
     def _team_budgets_json(cls, v: object) -> object:
-        if isinstance(v, str):  # from the environment: JSON, refused with a message rather than a traceback
-            try:
-                v = json.loads(v) if v.strip() else {}
-            except ValueError as e:
-                raise ValueError(f'is not JSON ({e}); write {{"team-a": {{"chip_hours": 500, "usd": 1000}}}}') from None
-        if not isinstance(v, dict):
-            raise ValueError('must be a JSON object of team -> budget, e.g. {"team-a": {"chip_hours": 500}}')
-        for team in v:
-            if not isinstance(team, str) or not is_dns_label(team):
-                raise ValueError(f"{team!r} is not a team name (a DNS label: lowercase letters, digits, '-')")
-        return v
+        return _team_map_json(v, '{"team-a": {"chip_hours": 500, "usd": 1000}}', "budget")
 
     @field_validator("team_webhooks", mode="before")
     @classmethod
     def _team_webhooks_json(cls, v: object) -> object:
-        if isinstance(v, str):  # from the environment: JSON, refused with a message rather than a traceback
-            try:
-                v = json.loads(v) if v.strip() else {}
-            except ValueError as e:
-                raise ValueError(f'is not JSON ({e}); write {{"team-a": [{{"url_env": "HOOK_URL", "secret_env": "SECRET"}}]}}') from None
-        if not isinstance(v, dict):
-            raise ValueError('must be a JSON object of team -> endpoints, e.g. {"team-a": [{"url_env": "HOOK_URL", "secret_env": "S"}]}')
-        for team in v:
-            if not isinstance(team, str) or not is_dns_label(team):
-                raise ValueError(f"{team!r} is not a team name (a DNS label: lowercase letters, digits, '-')")
-        return v
+        return _team_map_json(v, '{"team-a": [{"url_env": "HOOK_URL", "secret_env": "SECRET"}]}', "endpoints")
 
     @field_validator("team_webhooks")
     @classmethod
@@ -409,3 +389,19 @@ def load_settings(**overrides: object) -> Settings:
     """Settings from the environment (RLJOB_*), with explicit overrides (CLI flags, tests) on top;
     SettingsInvalid names each bad variable and the form it takes."""
     return read_settings(Settings, **overrides)
+
+
+def _team_map_json(v: object, example: str, what: str) -> object:
+    """A team -> value setting (budgets, webhooks) as JSON from the environment, or as given: refused with a
+    message, not a traceback, unless it is an object keyed by team names (DNS labels)."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v) if v.strip() else {}
+        except ValueError as e:
+            raise ValueError(f"is not JSON ({e}); write {example}") from None
+    if not isinstance(v, dict):
+        raise ValueError(f"must be a JSON object of team -> {what}, e.g. {example}")
+    for team in v:
+        if not isinstance(team, str) or not is_dns_label(team):
+            raise ValueError(f"{team!r} is not a team name (a DNS label: lowercase letters, digits, '-')")
+    return v
