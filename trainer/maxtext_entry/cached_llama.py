@@ -1,4 +1,4 @@
-"""A KV-cached forward pass over a MaxText Llama model's own parameters, for sampling rollouts.
+"""A KV-cached forward pass over a MaxText Llama or dense Qwen3 model's own parameters, for sampling rollouts.
 
 On TPU, train_rl samples with vLLM: a separate inference implementation that receives the actor's
 weights after every update. This is the same arrangement for CPU: Tunix's sampler drives this module,
@@ -9,8 +9,11 @@ new token costs one token's work instead of a forward pass over the whole sequen
 It mirrors MaxText's math where MaxText has a choice of its own: RMSNorm in fp32, RoPE by MaxText's
 own `LLaMARotaryEmbedding` (interleaved pairs, optional Llama 3.1 scaling), query scaling folded into
 the query kernel at conversion, and a tied output projection through a bf16 copy of the embedding
-(maxtext/layers/embeddings.py:attend_on_embedding). tests/trainer/test_cached_rollout.py checks its
-logits against MaxText's forward on the same checkpoint.
+(maxtext/layers/embeddings.py:attend_on_embedding). Qwen3 (MaxText's qwen3 block, `LlamaShape.family`) is
+the same forward with what that block does differently: RMSNorm over head_dim on queries and keys before
+RoPE, RoPE by MaxText's half-split `RotaryEmbedding`, and queries scaled by head_dim**-0.5 after RoPE.
+tests/trainer/maxtext_parity_check.py (Llama, on a converted checkpoint) and qwen3_rollout_check.py (Qwen3)
+check its logits against MaxText's forward on the same weights.
 """
 
 from __future__ import annotations
@@ -42,16 +45,34 @@ class LlamaShape:
     scan_axis: int
     dtype: Any
     logits_dtype: Any  # MaxText's logits_dot_in_fp32
+    # "llama" (MaxText's llama2 block) or "qwen3" (its qwen3 block: RMSNorm over head_dim on queries and keys
+    # before RoPE, RoPE by the half-split `RotaryEmbedding`, queries scaled by head_dim**-0.5 after RoPE).
+    family: str = "llama"
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.family == "qwen3"
+
+    @property
+    def query_scale(self) -> float:
+        """MaxText's query_pre_attn_scalar, applied after RoPE; 1 for Llama (folded into the query kernel)."""
+        return float(self.head_dim**-0.5) if self.family == "qwen3" else 1.0
 
     @classmethod
     def from_config(cls, config: Any) -> LlamaShape:
         block = str(getattr(config.decoder_block, "value", config.decoder_block)).lower()
-        if block != "llama2" or list(config.mlp_activations) != ["silu", "linear"] or not config.model_name.startswith("llama3.1"):
+        family = "qwen3" if block == "qwen3" and config.model_name.startswith("qwen3") else "llama"
+        if family == "llama" and (block != "llama2" or not config.model_name.startswith("llama3.1")):
             raise ValueError(
-                f"the jax rollout engine implements MaxText's llama3.1 models (llama2 block) only, not {config.model_name} ({block})"
+                f"the jax rollout engine implements MaxText's llama3.1 models (llama2 block) and dense qwen3 models (qwen3 block)"
+                f" only, not {config.model_name} ({block})"
             )
+        if list(config.mlp_activations) != ["silu", "linear"]:
+            raise ValueError(f"the jax rollout engine implements a SwiGLU MLP (silu, linear), not {list(config.mlp_activations)}")
+        if family == "qwen3":
+            _check_qwen3(config)
         if config.logits_via_embedding and config.normalize_embedding_logits:
-            raise ValueError("normalize_embedding_logits=true is Gemma's convention; not a Llama model")
+            raise ValueError("normalize_embedding_logits=true is Gemma's convention; not a Llama or Qwen3 model")
         if not config.scan_layers:
             raise ValueError("the jax rollout engine reads scanned layers; set model.scan_layers: true")
         return cls(
@@ -64,7 +85,24 @@ class LlamaShape:
             scan_axis=int(config.param_scan_axis),
             dtype=jnp.dtype(config.dtype),
             logits_dtype=jnp.float32 if config.logits_dot_in_fp32 else jnp.dtype(config.dtype),
+            family=family,
         )
+
+
+def _check_qwen3(config: Any) -> None:
+    """What MaxText's qwen3 block can be configured to do that the engine does not implement, refused by name."""
+    differs = {
+        "use_qk_norm": (bool(config.use_qk_norm), True),
+        "qk_norm_with_scale": (bool(getattr(config, "qk_norm_with_scale", True)), True),
+        "use_v_norm": (bool(getattr(config, "use_v_norm", False)), False),
+        "use_mrope": (bool(config.use_mrope), False),  # Qwen3-VL's multimodal RoPE
+        "rope_type": (str(getattr(config.rope_type, "value", config.rope_type)).lower(), "default"),
+        "partial_rotary_factor": (float(config.partial_rotary_factor), 1.0),
+        "fused_qkv": (bool(config.fused_qkv), False),
+    }
+    for name, (value, expected) in differs.items():
+        if value != expected:
+            raise ValueError(f"the jax rollout engine implements Qwen3 with {name}={expected}, not {value}")
 
 
 def _rms_norm(x: jax.Array, scale: jax.Array, eps: float, dtype: Any) -> jax.Array:
@@ -103,6 +141,7 @@ def arrange_weights(state: dict[str, Any], shape: LlamaShape) -> dict[str, Any]:
             "gate_up": gate_up[i],
             "down": mlp["wo"]["kernel"][i],
         }
+        | ({"q_norm": attn["query_norm"]["scale"][i], "k_norm": attn["key_norm"]["scale"][i]} if s.qk_norm else {})
         for i in range(s.num_layers)
     )
     embedding = state["token_embedder"]["embedding"]
@@ -154,7 +193,7 @@ class CachedLlamaLM(nnx.Module):
 
     def __init__(self, base: nnx.Module, rope: nnx.Module, shape: LlamaShape):
         self.base = base
-        self.rope = rope  # MaxText's LLaMARotaryEmbedding (no parameters)
+        self.rope = rope  # MaxText's LLaMARotaryEmbedding, or RotaryEmbedding for Qwen3 (no parameters)
         self.shape = shape
         self.arranged = nnx.data(jax.tree.map(ArrangedWeight, _arrange(self._base_params(), shape)))
 
@@ -225,7 +264,11 @@ class CachedLlamaLM(nnx.Module):
             q = qkv[..., :q_width].reshape(batch, length, s.num_heads, s.head_dim)
             k = qkv[..., q_width : q_width + kv_width].reshape(batch, length, s.num_kv_heads, s.head_dim)
             v = qkv[..., q_width + kv_width :].reshape(batch, length, s.num_kv_heads, s.head_dim)
+            if s.qk_norm:  # MaxText's attentions.py: query_norm/key_norm (RMSNorm over head_dim), then RoPE
+                q, k = _rms_norm(q, p["q_norm"], s.eps, s.dtype), _rms_norm(k, p["k_norm"], s.eps, s.dtype)
             q, k = self.rope(q, positions), self.rope(k, positions)
+            if s.query_scale != 1.0:  # query_pre_attn_scalar, after RoPE as MaxText applies it
+                q = q * s.query_scale
             ks[i] = jax.lax.dynamic_update_slice(ks[i], k.swapaxes(1, 2), (0, 0, start, 0))
             vs[i] = jax.lax.dynamic_update_slice(vs[i], v.swapaxes(1, 2), (0, 0, start, 0))
             out = _attend(q.reshape(batch, length, s.num_kv_heads, groups, s.head_dim), ks[i], vs[i], mask, s.dtype)
@@ -245,10 +288,23 @@ class CachedLlamaLM(nnx.Module):
 
 def build_cached_llama(base: Any) -> CachedLlamaLM:
     """base: MaxText's Transformer, an nnx.Module with its `config` (MaxText ships no types)."""
-    from maxtext.layers.embeddings import LLaMARotaryEmbedding
+    from maxtext.layers.embeddings import LLaMARotaryEmbedding, RotaryEmbedding
 
     config = base.config
     shape = LlamaShape.from_config(config)
+    if shape.family == "qwen3":  # attentions.py init_rotary_embedding: rope_type "default" -> the half-split class
+        return CachedLlamaLM(
+            base,
+            RotaryEmbedding(
+                min_timescale=config.rope_min_timescale,
+                max_timescale=config.rope_max_timescale,
+                mesh=getattr(base, "mesh", None),
+                embedding_dims=config.head_dim,
+                fprop_dtype=shape.dtype,
+                rope_linear_scaling_factor=config.rope_linear_scaling_factor,
+            ),
+            shape,
+        )
     rope = LLaMARotaryEmbedding(
         min_timescale=config.rope_min_timescale,
         max_timescale=config.rope_max_timescale,
