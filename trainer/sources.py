@@ -154,9 +154,7 @@ def resolve_model(spec: JobSpec, *, allow_hub: bool = True) -> MaxTextModel:
 
 def checkpoint_problem(error: UnsupportedCheckpoint) -> tuple[str, str]:
     """(field, reason) for a spec problem report: config.json fields are reported under model.source."""
-    if error.field.startswith("model."):
-        return error.field, error.reason
-    return "model.source", f"config.json {error.field} {error.reason}"
+    return error.spec_problem()
 
 
 def missing_local_inputs(spec: JobSpec) -> list[tuple[str, str]]:

@@ -7,6 +7,8 @@ from datetime import datetime
 
 from trainer.contract import JobSpec
 from trainer.sizing.fit import FitEstimate, estimate_job_fit
+from trainer.sizing.hf_model import UnsupportedCheckpoint, resolve_maxtext_model
+from trainer.sizing.job_shape import read_local_model_config
 
 from .attached_evals import check_attached_eval, record_labels
 from .errors import IdempotencyConflict, InvalidRequest
@@ -25,12 +27,29 @@ def check_submission(spec: JobSpec, caller: Caller, policy: LocationPolicy, laun
     spec = JobSpec.model_construct(spec.model_fields_set | {"team"}, **{**dict(spec), "team": caller.team})
     check_spec_locations(spec, caller.team, policy)  # eval.suite's files among them (JobSpec.input_locations)
     check_attached_eval(spec)
+    check_checkpoint(spec)
     fit = estimate_job_fit(spec)  # None: the model's shape is unknown here, so nothing is checked
     if fit is not None and fit.verdict == "does-not-fit":
         raise InvalidRequest(("body", "hardware", "accelerator"), fit.message)
     if isinstance(launcher, SubmitCheck):
         launcher.check_submittable(spec)
     return spec, fit
+
+
+def check_checkpoint(spec: JobSpec) -> None:
+    """InvalidRequest naming the field when the trainer would refuse the checkpoint before any stage: a family
+    MaxText supports but rljob does not (Gemma, gpt-oss, Qwen3 MoE, ...), a config.json value MaxText does not
+    implement, a model.name rljob does not run (trainer/sizing/hf_families.py). Only a config.json this process
+    can read is checked here (a local directory); the trainer reads a hub or gs:// one and refuses it the same way."""
+    hf = read_local_model_config(spec.model.source)
+    if hf is None and not spec.model.name:
+        return  # nothing to check before the trainer fetches the config
+    dims = spec.model.dims.model_dump() if spec.model.dims else None
+    try:
+        resolve_maxtext_model(spec.model.name, dims, hf)
+    except UnsupportedCheckpoint as e:
+        field, reason = e.spec_problem()
+        raise InvalidRequest(("body", *field.split(".")), reason) from e
 
 
 def store_new_job(

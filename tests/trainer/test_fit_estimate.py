@@ -163,7 +163,8 @@ def test_the_shape_comes_from_config_json_then_dims_then_the_name(tmp_path: Path
     assert from_dims and from_dims.source == "model.dims" and from_dims.num_layers == 3
     assert from_dims.vocab_size == 128256  # the named model's vocabulary
     assert from_name == MAXTEXT_MODELS["llama3.1-70b"]
-    assert model_shape("qwen3-8b", None, None) is None and model_shape(None, None, None) is None
+    assert model_shape("qwen3-8b", None, None) == MAXTEXT_MODELS["qwen3-8b"]  # MaxText's Qwen3 dense table
+    assert model_shape("gemma2-2b", None, None) is None and model_shape(None, None, None) is None
 
 
 def test_a_local_checkpoints_config_is_read_and_anything_else_is_not(tmp_path: Path) -> None:

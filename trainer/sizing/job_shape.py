@@ -17,7 +17,8 @@ from typing import Any
 
 from trainer.contract.locations import local_path, location_kind
 
-from .hf_model import UnsupportedCheckpoint, read_llama_config
+from .hf_config_fields import UnsupportedCheckpoint
+from .hf_families import read_checkpoint_config
 from .model_shapes import MAXTEXT_MODELS, ModelShape, shape_from_dims
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; anything larger is not one
@@ -39,11 +40,11 @@ def read_local_model_config(source: str) -> dict[str, Any] | None:
 
 def model_shape(name: str | None, dims: dict[str, int] | None, hf_config: dict[str, Any] | None) -> ModelShape | None:
     """The shape of a spec's model, or None when nothing says it (an unknown name, no dims, no config)."""
-    if hf_config is not None and hf_config.get("model_type") == "llama":
+    if hf_config is not None:
         try:
-            return read_llama_config(hf_config)[0]
+            return read_checkpoint_config(hf_config)[0]
         except UnsupportedCheckpoint:
-            pass  # the trainer refuses it with the reason; the estimate falls back to dims or the name
+            pass  # refused at submit and by the trainer, with the reason; the estimate falls back to dims or the name
     if dims:
         return shape_from_dims(name, dims)
     return MAXTEXT_MODELS.get(name) if name else None

@@ -1,8 +1,8 @@
 """The shape of a model (dimensions, vocabulary, tied embeddings): the one description both the fit estimate
 (fit.py) and the MaxText settings every stage passes (hf_model.py renders them from it) read.
 
-Also MaxText's own model table for the Llama-architecture names (values copied from MaxText 0.2.5's
-`configs/models/<name>.yml`), which stands in when a job gives no readable config.json. Pure data.
+Also MaxText's own model table for the Llama-architecture and Qwen3 dense names (values copied from MaxText
+0.2.5's `configs/models/<name>.yml`), which stands in when a job gives no readable config.json. Pure data.
 """
 
 from __future__ import annotations
@@ -33,15 +33,16 @@ class ModelShape:
     head_dim: int
     vocab_size: int
     tied_embeddings: bool = False
+    qk_norm: bool = False  # Qwen3: an RMSNorm over each query and key head (head_dim weights each)
     source: str = "maxtext"  # where the shape came from, shown with the estimate
 
     @property
     def parameters(self) -> int:
-        """Parameters of MaxText's Llama decoder (`llama2` block): no biases, SiLU-gated MLP."""
+        """Parameters of MaxText's dense decoders (`llama2` and `qwen3` blocks): no biases, SiLU-gated MLP."""
         e, q, kv, hd = self.emb_dim, self.num_query_heads, self.num_kv_heads, self.head_dim
         attention = e * q * hd + 2 * e * kv * hd + q * hd * e  # query, key, value, out
         mlp = 3 * e * self.mlp_dim  # wi_0, wi_1, wo
-        norms = 2 * e
+        norms = 2 * e + (2 * hd if self.qk_norm else 0)
         embeddings = self.vocab_size * e * (1 if self.tied_embeddings else 2)  # token embedding (+ logits head)
         return self.num_layers * (attention + mlp + norms) + embeddings + e  # + the final norm
 
@@ -71,12 +72,31 @@ MAXTEXT_MODELS: dict[str, ModelShape] = {
         "mistral-7b": (4096, 32, 8, 32, 14336, 32000),
     }.items()
 }
+# MaxText 0.2.5's Qwen3 dense names (decoder_block qwen3): head_dim 128, vocabulary 151936, QK-norm; the three
+# smallest tie the logits head to the embedding (logits_via_embedding in their yml).
+QWEN3_VOCAB = 151936
+MAXTEXT_MODELS |= {
+    name: ModelShape(e, q, kv, layers, mlp, 128, QWEN3_VOCAB, tied_embeddings=e <= 2560, qk_norm=True, source=f"maxtext {name}")
+    for name, (e, q, kv, layers, mlp) in {
+        "qwen3-0.6b": (1024, 16, 8, 28, 3072),
+        "qwen3-1.7b": (2048, 16, 8, 28, 6144),
+        "qwen3-1.7b-base": (2048, 16, 8, 28, 6144),
+        "qwen3-4b": (2560, 32, 8, 36, 9728),
+        "qwen3-4b-base": (2560, 32, 8, 36, 9728),
+        "qwen3-4b-thinking-2507": (2560, 32, 8, 36, 9728),
+        "qwen3-8b": (4096, 32, 8, 36, 12288),
+        "qwen3-8b-base": (4096, 32, 8, 36, 12288),
+        "qwen3-14b": (5120, 40, 8, 40, 17408),
+        "qwen3-14b-base": (5120, 40, 8, 40, 17408),
+        "qwen3-32b": (5120, 64, 8, 64, 25600),
+    }.items()
+}
 
 
 def shape_from_dims(name: str | None, dims: Mapping[str, int]) -> ModelShape:
-    """A spec's `model.dims` (MaxText's keys) as a shape; the vocabulary, which dims do not give, is MaxText's
-    for the named model, or its Llama base's when the name is not in the table."""
-    vocab = MAXTEXT_MODELS.get(name or LLAMA_MAXTEXT_BASE, MAXTEXT_MODELS[LLAMA_MAXTEXT_BASE]).vocab_size
+    """A spec's `model.dims` (MaxText's keys) as a shape; the vocabulary, tied embeddings and QK-norm, which dims
+    do not give, are MaxText's for the named model, or its Llama base's when the name is not in the table."""
+    named = MAXTEXT_MODELS.get(name or LLAMA_MAXTEXT_BASE, MAXTEXT_MODELS[LLAMA_MAXTEXT_BASE])
     return ModelShape(
         dims["base_emb_dim"],
         dims["base_num_query_heads"],
@@ -84,6 +104,8 @@ def shape_from_dims(name: str | None, dims: Mapping[str, int]) -> ModelShape:
         dims["base_num_decoder_layers"],
         dims["base_mlp_dim"],
         dims["head_dim"],
-        vocab,
+        named.vocab_size,
+        tied_embeddings=named.tied_embeddings,
+        qk_norm=named.qk_norm,
         source="model.dims",
     )
