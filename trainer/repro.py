@@ -49,7 +49,7 @@ def image_from_env(environ: Mapping[str, str]) -> Image:
 
 def _maxtext_setting(key: str) -> tuple[Any, str]:
     """train_rl's value of a MaxText config key: rl.yml (the config the train stage passes) over base.yml.
-    The train stage sets no seed on its command line (trainer/stages/train.py), so these are the values."""
+    The train stage sets a seed on its command line only from the spec (dataset.shuffle_seed); else these are the values."""
     configs = maxtext_configs_dir()
     for name in ("post_train/rl.yml", "base.yml"):
         path = configs / name
@@ -62,11 +62,13 @@ def _maxtext_setting(key: str) -> tuple[Any, str]:
     return None, f"MaxText's {key} (MaxText's configs not found at {configs})"
 
 
-def seeds_used() -> dict[str, Seed]:
+def seeds_used(spec: JobSpec) -> dict[str, Seed]:
     seeds = {}
     for shown, key in (("data_shuffle", "data_shuffle_seed"), ("init_weights", "init_weights_seed")):
         value, source = _maxtext_setting(key)
         seeds[shown] = Seed(value=value if isinstance(value, int) else None, source=source)
+    if spec.dataset.shuffle_seed is not None:  # the train stage passes it as data_shuffle_seed
+        seeds["data_shuffle"] = Seed(value=spec.dataset.shuffle_seed, source="spec dataset.shuffle_seed: data_shuffle_seed")
     # train_rl builds Tunix's RolloutConfig without a seed: each rollout engine draws from its own default.
     seeds["sampling"] = Seed(value=None, source="not set: train_rl leaves Tunix's RolloutConfig.seed unset (engine default)")
     return seeds
@@ -125,7 +127,7 @@ def build_repro_record(spec: JobSpec, job_id: str, environ: Mapping[str, str]) -
         spec=spec.model_dump(mode="json"),
         image=image_from_env(environ),
         versions=package_versions(),
-        seeds=seeds_used(),
+        seeds=seeds_used(spec),
         data=[file_hash(uri) for uri in [*spec.dataset.train_files, *spec.dataset.eval_files]],
         model=model_source(spec),
         reward_functions=file_hash(rewards) if rewards else None,

@@ -73,6 +73,12 @@ ADDED_SINCE_0009 = ("placement", "evaluation", "checkpoint_expiry", "estimate", 
 SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval", "retention", "hang_timeout_s")
 # issue 38's reward sandbox settings: a spec stored before them reads as their defaults
 REWARD_SANDBOX_DEFAULTS = {"on_error": "zero", "timeout_s": 30.0, "memory_mib": 2048}
+# issue 39's rl.yml settings, likewise (trainer/contract/rl_settings.py)
+RL_SETTINGS_DEFAULTS = {
+    "grpo": {"eval_mode": "pass", "eval_batch_size": None, "max_seq_token_per_tpu": 0},
+    "dataset": {"shuffle_seed": None, "processor_path": None},
+    "hardware": {"reshard_chunk_size": None},
+}
 
 
 def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_unchanged(previous_release: Any) -> None:
@@ -94,6 +100,8 @@ def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_u
         assert (public.pop("hangs"), public.pop("hung_restarts")) == ([], 0), job_id  # issue 38: hung attempts
         rewards = public["spec"]["grpo"]["rewards"]
         assert {key: rewards.pop(key) for key in REWARD_SANDBOX_DEFAULTS} == REWARD_SANDBOX_DEFAULTS, job_id
+        for group, defaults in RL_SETTINGS_DEFAULTS.items():
+            assert {key: public["spec"][group].pop(key) for key in defaults} == defaults, (job_id, group)
         assert public == answer, job_id
     # What the API does not show, the report still holds as the columns did: where event reading resumes, how the run ended.
     for row in data["jobs"]:

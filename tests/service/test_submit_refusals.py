@@ -67,6 +67,14 @@ def test_json_non_finite_literals_are_refused_naming_the_field(api: Api, tmp_pat
         ("hardware", {**V6E8, "accelerator": "v6e-3"}, ("body", "hardware", "accelerator")),
         ("hardware", {**V6E8, "accelerator": "v6e-16"}, ("body", "hardware", "chips_per_vm")),
         ("hardware", {**V6E8, "rollout_data_parallelism": 16}, ("body", "hardware", "rollout_data_parallelism")),
+        # issue 39's rl.yml settings (tests/trainer/test_rl_settings.py has each rule)
+        ("grpo", {"eval_mode": "maj@4"}, ("body", "grpo", "eval_mode")),
+        ("grpo", {"eval_mode": "maj"}, ("body", "grpo", "eval_mode")),
+        ("grpo", {"eval_batch_size": -1}, ("body", "grpo", "eval_batch_size")),
+        ("grpo", {"max_seq_token_per_tpu": 16}, ("body", "grpo", "max_seq_token_per_tpu")),
+        ("dataset", {"shuffle_seed": 2**32}, ("body", "dataset", "shuffle_seed")),
+        ("dataset", {"processor_path": "/p/${oc.env:HF_TOKEN}.py"}, ("body", "dataset", "processor_path")),
+        ("hardware", {**V6E8, "reshard_chunk_size": 0}, ("body", "hardware", "reshard_chunk_size")),
     ],
 )
 def test_bad_values_are_refused_at_submit(api: Api, tmp_path: Path, field: str, value: object, loc: tuple[str, ...]) -> None:

@@ -5,15 +5,39 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
+
+from trainer.runner import StageCommand
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE_ENV = "RLJOB_CONVERSION_CACHE"
 TINY_EXAMPLE = REPO / "examples" / "tiny-cpu.yaml"
 TUTORIAL_EXAMPLE = REPO / "examples" / "tutorial-llama31-8b-v6e8.yaml"
+
+
+@pytest.fixture(scope="module")
+def maxtext_loader() -> Iterator[Callable[[StageCommand], BaseModel]]:
+    """MaxText's own config loader (pyconfig.initialize_pydantic, what train_rl, to_maxtext and to_huggingface call) on
+    a stage's command: our `--rljob_*` flags and the `--` arguments argparse or absl read are left out, as the real
+    entry points leave them out. Importing MaxText takes ~15 s."""
+    from maxtext.configs import pyconfig, types  # slow: JAX and MaxText's whole config module
+
+    from trainer.maxtext_entry.shim_flags import EVAL_FLAG, REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, pop_flags
+
+    def load(command: StageCommand) -> BaseModel:
+        _, args = pop_flags(list(command.args), REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, EVAL_FLAG)
+        config_args = [a for a in args if not a.startswith("--")]
+        config_class = types.RLConfig if command.module.startswith("trainer.maxtext_entry.train_rl") else None
+        extra = {"config_class": config_class} if config_class else {}
+        # argv[0] is the program; argv[1] the YAML config, as `python -m <module> <yml> key=value ...` gives it.
+        return pyconfig.initialize_pydantic(["", *config_args], **extra)
+
+    yield load
 
 
 # The tiny model's config.json as transformers 5 writes it (trainer/offline/tiny.py builds the real one).

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,7 +26,6 @@ from tests.trainer.conftest import TINY_HF_CONFIG
 from tests.trainer.spec_edit import with_field
 from trainer.contract import JobSpec, RunLayout
 from trainer.contract.spec_values import LOCATION_PUNCTUATION
-from trainer.maxtext_entry.shim_flags import EVAL_FLAG, REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, pop_flags
 from trainer.runner import StageCommand
 from trainer.sources import resolve_model
 from trainer.stages.convert import build_convert_command
@@ -40,21 +38,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:Use
 CANARY_ENV = "RLJOB_ARGV_CANARY"
 CANARY = "canary-secret-9d41"
 JOB_ID = "rl-argvcheck001"
-
-
-@pytest.fixture(scope="module")
-def maxtext_loader() -> Iterator[Any]:
-    from maxtext.configs import pyconfig, types  # slow: JAX and MaxText's whole config module
-
-    def load(command: StageCommand) -> BaseModel:
-        _, args = pop_flags(list(command.args), REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, EVAL_FLAG)
-        config_args = [a for a in args if not a.startswith("--")]
-        config_class = types.RLConfig if command.module.startswith("trainer.maxtext_entry.train_rl") else None
-        extra = {"config_class": config_class} if config_class else {}
-        # argv[0] is the program; argv[1] the YAML config, as `python -m <module> <yml> key=value ...` gives it.
-        return pyconfig.initialize_pydantic(["", *config_args], **extra)
-
-    yield load
 
 
 @pytest.fixture
@@ -112,6 +95,7 @@ HOSTILE = [
     ("model.tokenizer", "/tok/${oc.env:" + CANARY_ENV + "}", "tokenizer_path", "train"),
     ("dataset.prompt_template", "/t/${oc.env:" + CANARY_ENV + "}.json", "data_template_path", "train"),
     ("grpo.rewards.functions_path", "/r/${oc.env:" + CANARY_ENV + "}.py", "reward_functions_path", "train"),
+    ("dataset.processor_path", "/p/${oc.env:" + CANARY_ENV + "}.py", "dataset_processor_path", "train"),
     ("dataset.subset", "on", "hf_subset", "train"),  # YAML: a boolean
     ("dataset.subset", "None", "hf_subset", "train"),  # MaxText: None
 ]
@@ -149,6 +133,7 @@ def test_every_accepted_value_reaches_maxtext_as_written(maxtext_loader, canary,
     data = with_field(data, "output", str(odd / "runs"))
     data = with_field(data, "dataset.prompt_template", str(odd / "template.json"))
     data = with_field(data, "grpo.rewards.functions_path", str(odd / "rewards.py"))
+    data = with_field(data, "dataset.processor_path", str(odd / "process.py"))
     data = with_field(data, "dataset.train_files", [])
     data = with_field(data, "dataset.eval_files", [])
     data = with_field(data, "dataset.subset", "a1.b_c-d")

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from . import reward_sandbox as sandbox
+from . import rl_settings as rl
 from . import spec_values as limits
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
 from .eval_suite import SUITE_REWARD_SANDBOX_DEFAULTS, AttachedEval, EvalTask
@@ -162,11 +163,19 @@ class DatasetSpec(_Strict):
         description="JSON file with SYSTEM_PROMPT and TEMPLATE ({system_prompt}, {question}) in MaxText's data "
         "template format; default: MaxText's GSM8K template (the tutorial's)",
     )
+    # rl.yml settings of issue 39 (rl_settings.py); at their defaults, out of the spec's hash.
+    shuffle_seed: int | None = Field(default=None, ge=0, le=rl.MAX_SHUFFLE_SEED, description=rl.SHUFFLE_SEED_DESCRIPTION)
+    processor_path: Location | None = Field(default=None, description=rl.PROCESSOR_DESCRIPTION)
 
     @field_validator("prompt_template")
     @classmethod
     def _template(cls, v: str | None) -> str | None:
         return None if v is None else _check_file(v, ".json")
+
+    @field_validator("processor_path")
+    @classmethod
+    def _processor(cls, v: str | None) -> str | None:
+        return None if v is None else _check_file(v, ".py")
 
     @field_validator("train_files", "eval_files")
     @classmethod
@@ -319,7 +328,32 @@ class GrpoSpec(_Strict):
         default="greedy", description="how evaluation samples (MaxText's eval_sampling_strategy)"
     )
     num_eval_passes: int = Field(default=1, gt=0, le=limits.MAX_EVAL_PASSES, description="passes over the eval rows per evaluation")
+    # rl.yml settings of issue 39 (rl_settings.py); at their defaults, out of the spec's hash.
+    eval_mode: rl.EvalMode = Field(default="pass", description=rl.EVAL_MODE_DESCRIPTION)
+    eval_batch_size: int | None = Field(default=None, gt=0, le=limits.MAX_BATCH_SIZE, description=rl.EVAL_BATCH_DESCRIPTION)
+    max_seq_token_per_tpu: int = Field(default=0, ge=0, le=limits.INT32_MAX, description=rl.PACKING_DESCRIPTION)
     rewards: RewardSpec = Field(default_factory=RewardSpec, description="weights of MaxText's rewards, and your own reward functions")
+
+    @field_validator("eval_mode")
+    @classmethod
+    def _eval_mode(cls, v: str, info: ValidationInfo) -> str:
+        if problem := rl.eval_mode_problem(v, info.data.get("num_eval_passes"), info.data.get("eval_sampling_strategy")):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("eval_batch_size")
+    @classmethod
+    def _eval_batch(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if problem := rl.eval_batch_problem(v, info.data.get("max_target_length")):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("max_seq_token_per_tpu")
+    @classmethod
+    def _packing(cls, v: int, info: ValidationInfo) -> int:
+        if problem := rl.packing_problem(v, info.data.get("max_target_length")):
+            raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _lengths(self) -> GrpoSpec:
@@ -390,6 +424,8 @@ class HardwareSpec(_Strict):
         validate_default=True,
         description="chips per rollout replica; -1 lets MaxText derive it",
     )
+    # An rl.yml setting of issue 39 (rl_settings.py); at its default, out of the spec's hash.
+    reshard_chunk_size: int | None = Field(default=None, ge=1, le=rl.MAX_RESHARD_CHUNK_SIZE, description=rl.RESHARD_DESCRIPTION)
 
     @field_validator("accelerator")
     @classmethod
@@ -420,6 +456,13 @@ class HardwareSpec(_Strict):
             problem = rollout_split_problem(data, v, devices)
         if problem:
             raise ValueError(f"{problem} ({info.data['accelerator']})")
+        return v
+
+    @field_validator("reshard_chunk_size")
+    @classmethod
+    def _reshard(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and info.data.get("rollout_engine") == "jax":
+            raise ValueError("applies to the vllm rollout's weight sync; the jax rollout syncs in one piece: leave it null")
         return v
 
     @model_validator(mode="after")
@@ -583,6 +626,8 @@ class JobSpec(_Strict):
         out += [(f"dataset.eval_files.{i}", f) for i, f in enumerate(self.dataset.eval_files)]
         if self.dataset.prompt_template:
             out.append(("dataset.prompt_template", self.dataset.prompt_template))
+        if self.dataset.processor_path:
+            out.append(("dataset.processor_path", self.dataset.processor_path))
         if self.grpo.rewards.functions_path:
             out.append(("grpo.rewards.functions_path", self.grpo.rewards.functions_path))
         if self.evaluation is not None:
@@ -599,6 +644,9 @@ class JobSpec(_Strict):
         for key in ("evaluation", "eval", "retention", "hang_timeout_s"):
             if body.get(key) is None:
                 body.pop(key, None)
+        rl.drop_defaults(body["grpo"], rl.GRPO_DEFAULTS)  # issue 39's rl.yml settings, likewise
+        rl.drop_defaults(body["dataset"], rl.DATASET_DEFAULTS)
+        rl.drop_defaults(body["hardware"], rl.HARDWARE_DEFAULTS)
         rewards = body["grpo"]["rewards"]
         for key, default in REWARD_SANDBOX_DEFAULTS.items():
             if rewards.get(key) == default:

@@ -125,7 +125,10 @@ def per_chip_bytes(spec: JobSpec, shape: ModelShape) -> tuple[PerChipBytes, int,
 
     replicas, tensor = _rollout_split(h.rollout_data_parallelism, h.rollout_tensor_parallelism, rollout)
     rollout_weights = math.ceil(shape.parameters * weight_bytes / tensor) if h.rollout_engine == "vllm" else 0
-    cache_tokens = math.ceil(sequences / replicas) * (g.max_target_length + g.kv_cache_buffer)
+    # An evaluation's rollout batch is eval_batch_size prompts (one completion each per pass): above the train
+    # rollout's batch_size * num_generations, it is the larger cache.
+    rollout_sequences = max(sequences, g.eval_batch_size or 0) if g.num_test_batches else sequences
+    cache_tokens = math.ceil(rollout_sequences / replicas) * (g.max_target_length + g.kv_cache_buffer)
     cache_bytes = weight_bytes if h.rollout_engine == "vllm" else compute_bytes
     kv_per_token = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * cache_bytes
     kv_cache = math.ceil(cache_tokens * kv_per_token / min(tensor, shape.num_kv_heads))

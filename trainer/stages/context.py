@@ -52,7 +52,13 @@ def latest_actor_step(layout: RunLayout) -> int | None:
 def stage_inputs(ctx: JobContext) -> dict[str, Any]:
     """Local paths for inputs MaxText cannot read from gs:// itself."""
     spec, work = ctx.spec, ctx.work_dir
-    inputs: dict[str, Any] = {"local_source": None, "local_tokenizer": None, "local_rewards": None, "local_template": None}
+    inputs: dict[str, Any] = {
+        "local_source": None,
+        "local_tokenizer": None,
+        "local_rewards": None,
+        "local_template": None,
+        "local_processor": None,
+    }
     if location_kind(spec.model.source) == "gcs":
         inputs["local_source"] = stage_directory(spec.model.source, work / "inputs" / "hf-source")
     if location_kind(spec.model.tokenizer_location) == "gcs":
@@ -65,6 +71,9 @@ def stage_inputs(ctx: JobContext) -> dict[str, Any]:
     template = spec.dataset.prompt_template
     if template and location_kind(template) == "gcs":
         inputs["local_template"] = _stage_file(template, work / "inputs" / "template")
+    processor = spec.dataset.processor_path
+    if processor and location_kind(processor) == "gcs":
+        inputs["local_processor"] = _stage_file(processor, work / "inputs" / "processor")
     return inputs
 
 

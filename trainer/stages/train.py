@@ -95,6 +95,28 @@ def grpo_args(spec: JobSpec, local_rewards: str | None = None) -> list[str]:
     return args
 
 
+def rl_settings_args(spec: JobSpec, local_processor: str | None = None) -> list[str]:
+    """Issue 39's rl.yml settings (trainer/contract/rl_settings.py), each only when set: at its default, rl.yml's value
+    stands and the command line is what it was before them."""
+    g, d = spec.grpo, spec.dataset
+    # rljob's sandbox is the one pool for a job's reward functions (grpo.rewards.timeout_s its one deadline): Tunix's
+    # own reward workers stay off whatever rl.yml or a later Tunix defaults to, so the two never wrap each other.
+    args = ["reward_num_workers=0"]
+    if g.eval_mode != "pass":
+        args.append(f"eval_mode={g.eval_mode}")
+    if g.eval_batch_size is not None:
+        args.append(f"eval_batch_size={g.eval_batch_size}")
+    if g.max_seq_token_per_tpu:
+        args.append(f"max_seq_token_per_tpu={g.max_seq_token_per_tpu}")
+    if d.shuffle_seed is not None:
+        args.append(f"data_shuffle_seed={d.shuffle_seed}")
+    if d.processor_path:
+        args.append(f"dataset_processor_path={local_processor or d.processor_path}")
+    if spec.hardware.reshard_chunk_size is not None:
+        args.append(f"rl.reshard_chunk_size={spec.hardware.reshard_chunk_size}")
+    return args
+
+
 def dataset_args(spec: JobSpec, local_data: tuple[str, str | None] | None, local_template: str | None = None) -> list[str]:
     """Hub dataset by name, or the run's materialised parquet files (train, eval); the prompt template."""
     d = spec.dataset
@@ -165,6 +187,7 @@ def build_train_command(
     local_source: str | None = None,
     local_rewards: str | None = None,
     local_template: str | None = None,
+    local_processor: str | None = None,
     load_parameters_path: str | None = None,
 ) -> StageCommand:
     module = TRAIN_RL_JAX_ENTRY if spec.hardware.rollout_engine == "jax" else TRAIN_RL_ENTRY
@@ -186,6 +209,7 @@ def build_train_command(
         *hardware_args(spec),
         *grpo_args(spec, local_rewards),
         *dataset_args(spec, local_data, local_template),
+        *rl_settings_args(spec, local_processor),
         f"weight_dtype={spec.model.dtype}",
         f"dtype={spec.model.resolved_compute_dtype(spec.hardware.accelerator)}",  # else base.yml's bfloat16
         f"scan_layers={_bool(spec.model.scan_layers)}",
@@ -231,6 +255,7 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any
         local_source=inputs["local_source"],
         local_rewards=inputs["local_rewards"],
         local_template=inputs["local_template"],
+        local_processor=inputs["local_processor"],
         load_parameters_path=converted_checkpoint(layout),
     )
     total = total_train_steps(spec)

@@ -80,6 +80,7 @@ def spec_local_paths(spec: JobSpec) -> list[tuple[str, str]]:
         *(("dataset.train_files", f) for f in spec.dataset.train_files),
         *(("dataset.eval_files", f) for f in spec.dataset.eval_files),
         ("grpo.rewards.functions_path", rewards.functions_path),
+        ("dataset.processor_path", spec.dataset.processor_path),
         ("output", spec.output),
     ]
     if spec.evaluation is not None:

@@ -1,0 +1,112 @@
+"""MaxText 0.2.5 rl.yml settings the spec types beyond the GRPO objective (issue 39), and why the rest are left out.
+
+Typed (each reaches train_rl as the rl.yml key named; trainer/stages/train.py rl_settings_args):
+- grpo.eval_mode -> eval_mode: how evaluate_rl.score_responses scores a row's k = grpo.num_eval_passes completions:
+  `pass` (pass@k: any of them correct), `maj` (maj@k: the most frequent extracted answer), `pass_at_1` (the
+  fraction correct, an estimate of pass@1). maj and pass_at_1 need k >= 2 samples that can differ, so they are
+  refused with num_eval_passes 1 or the greedy eval_sampling_strategy (its top_k 1 makes every pass the same).
+- grpo.eval_batch_size -> eval_batch_size: prompts per evaluation batch (null: batch_size, rl.yml's -1); train_rl
+  evaluates num_test_batches of them.
+- grpo.max_seq_token_per_tpu -> max_seq_token_per_tpu: Tunix's sequence packing for the actor and reference passes
+  (RLTrainingConfig, present in the pinned Tunix 0.1.7); 0 is off, else at least max_target_length (MaxText's own
+  check in types.py, made here at submit instead of in the trainer).
+- dataset.shuffle_seed -> data_shuffle_seed: grain's shuffle of the train and eval rows and HF's train/test split
+  (null: rl.yml's 42; repro.json's seeds.data_shuffle reports whichever ran). Grain takes 0 to 2**32-1.
+- dataset.processor_path -> dataset_processor_path: the user's `process_data` (trainer/stages/train.py stages a gs://
+  file; a team's location policy and the pod's mounts check it as every other input).
+- hardware.reshard_chunk_size -> rl.reshard_chunk_size: the trainer-to-rollout weight sync reshards this many weight
+  arrays at a time (Tunix RolloutConfig.rollout_vllm_reshard_chunk_size); vllm only, refused with the jax rollout,
+  which syncs its weights in one piece (jax_rollout.update_params) and never reads it.
+
+Left out, by reason (docs/trainer.md lists them):
+- reward_num_workers, reward_worker_timeout_seconds: Tunix's reward worker pool. The pinned Tunix 0.1.7's
+  GRPOConfig has neither, so train_rl drops both (its _kwargs_supported_by); and a job's own reward functions run
+  in rljob's sandbox (trainer/rewards_sandbox/), whose one deadline is grpo.rewards.timeout_s. A second pool and
+  timeout would fight it (Tunix's falls back to the trainer process), so the train stage pins reward_num_workers=0
+  and types neither; tests/trainer/test_rl_settings.py fails when the Tunix pin gains them.
+- gc_collect_after_weight_sync, free_kv_cache_during_weight_sync: the other weight-sync knobs; Tunix 0.1.7's
+  ClusterConfig and RolloutConfig do not have them, so train_rl ignores them (with a log line); same test.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from . import spec_values as limits
+
+EvalMode = Literal["pass", "maj", "pass_at_1"]
+MAX_SHUFFLE_SEED = 2**32 - 1  # grain's MapDataset.shuffle refuses a seed outside [0, 2**32)
+MAX_RESHARD_CHUNK_SIZE = 1_000_000  # weight arrays; a 405B Llama unscanned has about 1300
+
+# At these defaults the fields are left out of the spec's hash (JobSpec.canonical_json): specs written before them
+# keep their hash, their idempotency key and their conversion cache.
+GRPO_DEFAULTS: dict[str, Any] = {"eval_mode": "pass", "eval_batch_size": None, "max_seq_token_per_tpu": 0}
+DATASET_DEFAULTS: dict[str, Any] = {"shuffle_seed": None, "processor_path": None}
+HARDWARE_DEFAULTS: dict[str, Any] = {"reshard_chunk_size": None}
+
+EVAL_MODE_DESCRIPTION = (
+    "how an evaluation scores a row's k = num_eval_passes completions (MaxText's eval_mode): pass (pass@k: any correct), "
+    "maj (maj@k: the most frequent answer), pass_at_1 (the fraction correct, estimating pass@1); maj and pass_at_1 need "
+    "num_eval_passes >= 2 and a sampling strategy other than greedy. A job with its own reward functions scores rows "
+    "by reward; this mode then shapes only maxtext_correct"
+)
+EVAL_BATCH_DESCRIPTION = (
+    "prompts per evaluation batch (MaxText's eval_batch_size): an evaluation covers num_test_batches of them; null: batch_size"
+)
+PACKING_DESCRIPTION = (
+    "sequence packing for the train passes (MaxText's max_seq_token_per_tpu): rollouts are packed into rows of this many "
+    "tokens instead of one padded row each; at least max_target_length; 0: no packing"
+)
+SHUFFLE_SEED_DESCRIPTION = (
+    "seed of the train and eval rows' shuffle and of a hub dataset's train/test split (MaxText's data_shuffle_seed); null: rl.yml's 42"
+)
+PROCESSOR_DESCRIPTION = (
+    "Python file with process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x) -> {prompts, question, "
+    "answer}, replacing MaxText's GSM8K row processing (MaxText's dataset_processor_path); it runs inside train_rl in the "
+    "job's pod (not the reward sandbox), on rows with question and answer (from train_files: only those two, as strings)"
+)
+RESHARD_DESCRIPTION = (
+    "weight sync from the trainer to the vllm rollout: weight arrays resharded at a time, bounding the sync's peak "
+    "memory (MaxText's rl.reshard_chunk_size); null: all at once. vllm only: the jax rollout syncs in one piece"
+)
+
+
+def eval_mode_problem(mode: str, num_eval_passes: int | None, strategy: str | None) -> str | None:
+    if mode == "pass":
+        return None
+    if num_eval_passes is not None and num_eval_passes < 2:
+        return f"eval_mode {mode} compares several completions of a row: set num_eval_passes >= 2 (is {num_eval_passes})"
+    if strategy == "greedy":
+        return (
+            f"eval_mode {mode} with eval_sampling_strategy greedy scores k copies of one completion (greedy samples "
+            "with top_k 1): use standard or liberal"
+        )
+    return None
+
+
+def eval_batch_problem(eval_batch_size: int | None, max_target_length: int | None) -> str | None:
+    if eval_batch_size is None or max_target_length is None:
+        return None
+    tokens = eval_batch_size * max_target_length
+    if tokens > limits.INT32_MAX:
+        return (
+            f"eval_batch_size * max_target_length = {tokens} rollout tokens per evaluation batch; MaxText indexes them "
+            f"with 32-bit integers (at most {limits.INT32_MAX})"
+        )
+    return None
+
+
+def packing_problem(max_seq_token_per_tpu: int, max_target_length: int | None) -> str | None:
+    if max_target_length is not None and 0 < max_seq_token_per_tpu < max_target_length:
+        return (
+            f"a packed row must hold a whole sequence: max_seq_token_per_tpu ({max_seq_token_per_tpu}) is below "
+            f"max_target_length ({max_target_length}); raise it, or 0 for no packing"
+        )
+    return None
+
+
+def drop_defaults(body: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Remove from a model's JSON the fields still at their default (for the spec's hash)."""
+    for key, default in defaults.items():
+        if key in body and body[key] == default:
+            body.pop(key)
