@@ -92,7 +92,11 @@ class ModelDims(_Strict):
 class ModelSpec(_Strict):
     name: MaxTextName | None = Field(
         default=None,
-        description="MaxText model name, e.g. llama3.1-8b; default: derived from the checkpoint's config.json",
+        description=(
+            "MaxText model name: llama3.1-* for a Llama-family checkpoint, or qwen3-0.6b/4b/8b/14b/32b for a Qwen3 dense one "
+            "(other families are refused); default: derived from the checkpoint's config.json (llama3.1-8b or qwen3-0.6b, "
+            "with the checkpoint's own dimensions)"
+        ),
     )
     source: Location = Field(description="HF checkpoint: hub id, absolute local dir, or gs:// dir")
     revision: Revision | None = Field(default=None, description="hub revision (branch, tag or commit)")
