@@ -7,9 +7,12 @@ Typed (each reaches train_rl as the rl.yml key named; trainer/stages/train.py rl
   refused with num_eval_passes 1 or the greedy eval_sampling_strategy (its top_k 1 makes every pass the same).
 - grpo.eval_batch_size -> eval_batch_size: prompts per evaluation batch (null: batch_size, rl.yml's -1); train_rl
   evaluates num_test_batches of them.
-- grpo.max_seq_token_per_tpu -> max_seq_token_per_tpu: Tunix's sequence packing for the actor and reference passes
-  (RLTrainingConfig, present in the pinned Tunix 0.1.7); 0 is off, else at least max_target_length (MaxText's own
-  check in types.py, made here at submit instead of in the trainer).
+- grpo.max_seq_token_per_tpu -> max_seq_token_per_tpu: Tunix's sequence packing for the train passes. Typed, and
+  every value but 0 refused for now: Tunix 0.1.7's pack_sequences (tunix/rl/utils.py) packs the rollouts into rows
+  across batch boundaries and trains one row per step, so train steps stop following num_batches (train_rl still
+  stops at num_batches * num_iterations steps) and a step's rewards are not its own. Measured on the tiny CPU job
+  (2 batches, rows of 384 tokens): the run logged rewards for one step, and rljob's train_step events had none.
+  Also below max_target_length (MaxText's own check in types.py) it is refused.
 - dataset.shuffle_seed -> data_shuffle_seed: grain's shuffle of the train and eval rows and HF's train/test split
   (null: rl.yml's 42; repro.json's seeds.data_shuffle reports whichever ran). Grain takes 0 to 2**32-1.
 - dataset.processor_path -> dataset_processor_path: the user's `process_data` (trainer/stages/train.py stages a gs://
@@ -54,8 +57,12 @@ EVAL_BATCH_DESCRIPTION = (
     "prompts per evaluation batch (MaxText's eval_batch_size): an evaluation covers num_test_batches of them; null: batch_size"
 )
 PACKING_DESCRIPTION = (
-    "sequence packing for the train passes (MaxText's max_seq_token_per_tpu): rollouts are packed into rows of this many "
-    "tokens instead of one padded row each; at least max_target_length; 0: no packing"
+    "sequence packing for the train passes (MaxText's max_seq_token_per_tpu); only 0 (no packing) for now: Tunix 0.1.7 "
+    "packs across batches and trains one packed row per step, so steps and their rewards stop matching batches"
+)
+PACKING_REFUSED = (
+    "sequence packing is not supported yet: Tunix 0.1.7 packs rollouts into rows across batch boundaries and trains one "
+    "row per step, so train steps no longer follow num_batches and a step's rewards are not its own; leave it 0"
 )
 SHUFFLE_SEED_DESCRIPTION = (
     "seed of the train and eval rows' shuffle and of a hub dataset's train/test split (MaxText's data_shuffle_seed); null: rl.yml's 42"
@@ -100,9 +107,9 @@ def packing_problem(max_seq_token_per_tpu: int, max_target_length: int | None) -
     if max_target_length is not None and 0 < max_seq_token_per_tpu < max_target_length:
         return (
             f"a packed row must hold a whole sequence: max_seq_token_per_tpu ({max_seq_token_per_tpu}) is below "
-            f"max_target_length ({max_target_length}); raise it, or 0 for no packing"
+            f"max_target_length ({max_target_length}); and {PACKING_REFUSED}"
         )
-    return None
+    return PACKING_REFUSED if max_seq_token_per_tpu else None
 
 
 def drop_defaults(body: dict[str, Any], defaults: dict[str, Any]) -> None:
