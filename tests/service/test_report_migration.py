@@ -75,7 +75,15 @@ SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval", "retention", "hang_timeout
 REWARD_SANDBOX_DEFAULTS = {"on_error": "zero", "timeout_s": 30.0, "memory_mib": 2048}
 # issue 39's rl.yml settings, likewise (trainer/contract/rl_settings.py)
 RL_SETTINGS_DEFAULTS = {
-    "grpo": {"eval_mode": "pass", "eval_batch_size": None, "max_seq_token_per_tpu": 0},
+    "grpo": {
+        "eval_mode": "pass",
+        "eval_batch_size": None,
+        "max_seq_token_per_tpu": 0,
+        "gradient_clipping_threshold": 0.1,
+        "adam_b1": 0.9,
+        "adam_b2": 0.99,
+        "weight_decay": 0.1,
+    },
     "dataset": {"shuffle_seed": None, "processor_path": None},
     "hardware": {"reshard_chunk_size": None},
 }

@@ -33,6 +33,10 @@ SETTINGS = {
     "grpo.eval_batch_size": (7, "eval_batch_size", -1),
     "dataset.shuffle_seed": (rl.MAX_SHUFFLE_SEED, "data_shuffle_seed", 42),
     "hardware.reshard_chunk_size": (3, "rl.reshard_chunk_size", None),
+    "grpo.gradient_clipping_threshold": (2.5e-05, "gradient_clipping_threshold", 0.1),
+    "grpo.adam_b1": (0.0, "adam_b1", 0.9),
+    "grpo.adam_b2": (0.999999, "adam_b2", 0.99),
+    "grpo.weight_decay": (1e-07, "adam_weight_decay", 0.1),
 }
 
 
@@ -76,12 +80,16 @@ def test_at_their_defaults_the_command_line_keeps_rl_yml_and_the_hash_is_unchang
     assert not new_keys & set(arguments) and arguments["reward_num_workers"] == "0"
     config = maxtext_loader(_train_command(spec))
     assert (config.eval_mode, config.eval_batch_size, config.max_seq_token_per_tpu, config.data_shuffle_seed) == ("pass", -1, 0, 42)
+    # The optimizer fields' defaults are what train_rl runs with (rl.yml over base.yml), so leaving them out changes nothing.
+    assert {name: getattr(config, key) for name, key in rl.OPTIMIZER_KEYS.items()} == rl.OPTIMIZER_DEFAULTS
+    assert {name: getattr(spec.grpo, name) for name in rl.OPTIMIZER_KEYS} == rl.OPTIMIZER_DEFAULTS
     body = json.loads(spec.canonical_json())
     for group, defaults in (("grpo", rl.GRPO_DEFAULTS), ("dataset", rl.DATASET_DEFAULTS), ("hardware", rl.HARDWARE_DEFAULTS)):
         assert not set(defaults) & set(body[group]), group
     explicit = _with(tiny_spec_dict, grpo__eval_mode="pass", grpo__max_seq_token_per_tpu=0, dataset__shuffle_seed=None)
     assert JobSpec.model_validate(explicit).content_hash() == spec.content_hash()
-    for dotted, value in (("grpo.eval_batch_size", 4), ("dataset.shuffle_seed", 42), ("dataset.processor_path", "/p/x.py")):
+    changed = (("grpo.eval_batch_size", 4), ("dataset.shuffle_seed", 42), ("dataset.processor_path", "/p/x.py"), ("grpo.adam_b2", 0.95))
+    for dotted, value in changed:
         assert JobSpec.model_validate(with_field(tiny_spec_dict, dotted, value)).content_hash() != spec.content_hash(), dotted
 
 
@@ -110,6 +118,10 @@ BAD = [
     ({"grpo.max_seq_token_per_tpu": -1}, "grpo.max_seq_token_per_tpu", "greater than or equal to 0"),
     ({"grpo.max_seq_token_per_tpu": 2**31}, "grpo.max_seq_token_per_tpu", "less than or equal"),
     ({"grpo.max_seq_token_per_tpu": 4096}, "grpo.max_seq_token_per_tpu", "not supported yet"),  # see the Tunix test below
+    ({"grpo.gradient_clipping_threshold": -0.1}, "grpo.gradient_clipping_threshold", "greater than or equal to 0"),
+    ({"grpo.adam_b1": 1.0}, "grpo.adam_b1", "less than 1"),
+    ({"grpo.adam_b2": -0.5}, "grpo.adam_b2", "greater than or equal to 0"),
+    ({"grpo.weight_decay": 2.0}, "grpo.weight_decay", "less than or equal to 1"),
     ({"dataset.shuffle_seed": -1}, "dataset.shuffle_seed", "greater than or equal to 0"),
     ({"dataset.shuffle_seed": 2**32}, "dataset.shuffle_seed", "less than or equal"),
     ({"dataset.processor_path": "/p/${oc.env:HF_TOKEN}.py"}, "dataset.processor_path", "config loader"),

@@ -13,6 +13,9 @@ Typed (each reaches train_rl as the rl.yml key named; trainer/stages/train.py rl
   stops at num_batches * num_iterations steps) and a step's rewards are not its own. Measured on the tiny CPU job
   (2 batches, rows of 384 tokens): the run logged rewards for one step, and rljob's train_step events had none.
   Also below max_target_length (MaxText's own check in types.py) it is refused.
+- grpo.gradient_clipping_threshold, grpo.adam_b1, grpo.adam_b2, grpo.weight_decay -> gradient_clipping_threshold,
+  adam_b1, adam_b2 (rl.yml) and adam_weight_decay (base.yml): utils_rl.get_optimizer's clip_by_global_norm and adamw.
+  Their defaults are the values train_rl runs with (tests/trainer/test_rl_settings.py reads them from MaxText's loader).
 - dataset.shuffle_seed -> data_shuffle_seed: grain's shuffle of the train and eval rows and HF's train/test split
   (null: rl.yml's 42; repro.json's seeds.data_shuffle reports whichever ran). Grain takes 0 to 2**32-1.
 - dataset.processor_path -> dataset_processor_path: the user's `process_data` (trainer/stages/train.py stages a gs://
@@ -43,7 +46,12 @@ MAX_RESHARD_CHUNK_SIZE = 1_000_000  # weight arrays; a 405B Llama unscanned has 
 
 # At these defaults the fields are left out of the spec's hash (JobSpec.canonical_json): specs written before them
 # keep their hash, their idempotency key and their conversion cache.
-GRPO_DEFAULTS: dict[str, Any] = {"eval_mode": "pass", "eval_batch_size": None, "max_seq_token_per_tpu": 0}
+OPTIMIZER_DEFAULTS: dict[str, float] = {"gradient_clipping_threshold": 0.1, "adam_b1": 0.9, "adam_b2": 0.99, "weight_decay": 0.1}
+# The spec's name -> MaxText's key.
+OPTIMIZER_KEYS = {"gradient_clipping_threshold": "gradient_clipping_threshold", "adam_b1": "adam_b1", "adam_b2": "adam_b2"}
+OPTIMIZER_KEYS["weight_decay"] = "adam_weight_decay"
+MAX_GRADIENT_CLIPPING = 1e6  # global-norm clip; rl.yml's 0.1, MaxText's pretraining 1.0
+GRPO_DEFAULTS: dict[str, Any] = {"eval_mode": "pass", "eval_batch_size": None, "max_seq_token_per_tpu": 0, **OPTIMIZER_DEFAULTS}
 DATASET_DEFAULTS: dict[str, Any] = {"shuffle_seed": None, "processor_path": None}
 HARDWARE_DEFAULTS: dict[str, Any] = {"reshard_chunk_size": None}
 
@@ -64,6 +72,14 @@ PACKING_REFUSED = (
     "sequence packing is not supported yet: Tunix 0.1.7 packs rollouts into rows across batch boundaries and trains one "
     "row per step, so train steps no longer follow num_batches and a step's rewards are not its own; leave it 0"
 )
+OPTIMIZER_DESCRIPTIONS = {
+    "gradient_clipping_threshold": "global gradient norm clipped to before each update (MaxText's gradient_clipping_threshold; "
+    "rl.yml's 0.1 keeps the KL in check); 0: no clipping",
+    "adam_b1": "AdamW's first-moment decay (MaxText's adam_b1)",
+    "adam_b2": "AdamW's second-moment decay (MaxText's adam_b2; rl.yml's 0.99, pretraining's 0.95)",
+    "weight_decay": "AdamW's decoupled weight decay (MaxText's adam_weight_decay, base.yml's 0.1; it pulls the weights "
+    "toward 0, not toward the reference)",
+}
 SHUFFLE_SEED_DESCRIPTION = (
     "seed of the train and eval rows' shuffle and of a hub dataset's train/test split (MaxText's data_shuffle_seed); null: rl.yml's 42"
 )

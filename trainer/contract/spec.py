@@ -336,6 +336,17 @@ class GrpoSpec(_Strict):
     eval_mode: rl.EvalMode = Field(default="pass", description=rl.EVAL_MODE_DESCRIPTION)
     eval_batch_size: int | None = Field(default=None, gt=0, le=limits.MAX_BATCH_SIZE, description=rl.EVAL_BATCH_DESCRIPTION)
     max_seq_token_per_tpu: int = Field(default=0, ge=0, le=limits.INT32_MAX, description=rl.PACKING_DESCRIPTION)
+    gradient_clipping_threshold: float = Field(
+        default=rl.OPTIMIZER_DEFAULTS["gradient_clipping_threshold"],
+        ge=0,
+        le=rl.MAX_GRADIENT_CLIPPING,
+        description=rl.OPTIMIZER_DESCRIPTIONS["gradient_clipping_threshold"],
+    )
+    adam_b1: float = Field(default=rl.OPTIMIZER_DEFAULTS["adam_b1"], ge=0, lt=1, description=rl.OPTIMIZER_DESCRIPTIONS["adam_b1"])
+    adam_b2: float = Field(default=rl.OPTIMIZER_DEFAULTS["adam_b2"], ge=0, lt=1, description=rl.OPTIMIZER_DESCRIPTIONS["adam_b2"])
+    weight_decay: float = Field(
+        default=rl.OPTIMIZER_DEFAULTS["weight_decay"], ge=0, le=1, description=rl.OPTIMIZER_DESCRIPTIONS["weight_decay"]
+    )
     rewards: RewardSpec = Field(default_factory=RewardSpec, description="weights of MaxText's rewards, and your own reward functions")
 
     @field_validator("eval_mode")

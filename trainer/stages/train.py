@@ -9,6 +9,7 @@ from typing import Any
 from trainer.contract import CheckpointSaved, JobSpec, RunLayout, TrainStep
 from trainer.contract.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalScoring
 from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure, RewardSandboxSettings
+from trainer.contract.rl_settings import OPTIMIZER_DEFAULTS, OPTIMIZER_KEYS
 from trainer.maxtext_entry.checkpoint_reporter import step_from_line
 from trainer.maxtext_entry.shim_flags import (
     ACTOR_ROOT_FLAG,
@@ -114,6 +115,9 @@ def rl_settings_args(spec: JobSpec, local_processor: str | None = None) -> list[
         args.append(f"dataset_processor_path={local_processor or d.processor_path}")
     if spec.hardware.reshard_chunk_size is not None:
         args.append(f"rl.reshard_chunk_size={spec.hardware.reshard_chunk_size}")
+    for name, key in OPTIMIZER_KEYS.items():
+        if (value := getattr(g, name)) != OPTIMIZER_DEFAULTS[name]:
+            args.append(f"{key}={value}")
     return args
 
 
