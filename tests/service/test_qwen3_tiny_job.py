@@ -22,7 +22,7 @@ from service.app import create_app
 from service.config import Settings
 from service.domain.phases import JobPhase
 from tests.service.service_helpers import TOKEN_A, wait_for_phase, wait_until
-from trainer.contract import RunLayout
+from trainer.contract import RunLayout, Stage
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"
@@ -74,6 +74,8 @@ def test_a_tiny_qwen3_job_converts_trains_and_exports_through_the_service(tmp_pa
 
     layout = RunLayout(str(output), job_id)
     export = Path(layout.export_dir)
+    # The export stage's own check loaded it with transformers and found finite logits (trainer/checks/verify_export.py).
+    assert json.loads(Path(layout.stage_marker(Stage.EXPORT)).read_text())["outputs"]["verified"] is True
     config = json.loads((export / "config.json").read_text())
     assert config["model_type"] == "qwen3" and config["tie_word_embeddings"] is True
     assert config["rope_parameters"]["rope_theta"] == 5_000_000 and config["head_dim"] == 16  # the checkpoint's, not the table's
