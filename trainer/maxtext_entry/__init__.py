@@ -11,4 +11,6 @@ import sys
 # SIGUSR1 prints the Python stacks of every thread of this stage process on stderr, which runner.py copies into the
 # stage log: the trainer's hang watchdog (trainer/hang_watchdog.py) sends it before it stops a hung stage. Not chained:
 # no other handler of SIGUSR1 exists in MaxText or JAX, and its default would end the process before the stacks.
-faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+# The process's own stderr (sys.__stderr__): faulthandler needs a file descriptor, and a replaced sys.stderr (pytest's
+# capsys, when a test imports this package through the pipeline) has none, which made the import itself raise.
+faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True, chain=False)
