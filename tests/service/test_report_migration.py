@@ -79,6 +79,7 @@ RL_SETTINGS_DEFAULTS = {
         "eval_mode": "pass",
         "eval_batch_size": None,
         "max_seq_token_per_tpu": 0,
+        "async_rollout": None,
         "gradient_clipping_threshold": 0.1,
         "adam_b1": 0.9,
         "adam_b2": 0.99,

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from . import reward_sandbox as sandbox
 from . import rl_settings as rl
 from . import spec_values as limits
+from .async_rollout import ASYNC_ROLLOUT_DESCRIPTION, AsyncRollout, async_rollout_refusal
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
 from .eval_suite import SUITE_REWARD_SANDBOX_DEFAULTS, AttachedEval, EvalTask
 from .hang import MAX_HANG_TIMEOUT_S, MIN_HANG_TIMEOUT_S
@@ -348,6 +349,8 @@ class GrpoSpec(_Strict):
         default=rl.OPTIMIZER_DEFAULTS["weight_decay"], ge=0, le=1, description=rl.OPTIMIZER_DESCRIPTIONS["weight_decay"]
     )
     rewards: RewardSpec = Field(default_factory=RewardSpec, description="weights of MaxText's rewards, and your own reward functions")
+    # Async (agentic) rollouts, issue 39: typed and refused at submit (JobSpec._async_rollout_refused, async_rollout.py).
+    async_rollout: AsyncRollout | None = Field(default=None, description=ASYNC_ROLLOUT_DESCRIPTION)
 
     @field_validator("eval_mode")
     @classmethod
@@ -620,6 +623,13 @@ class JobSpec(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _async_rollout_refused(self) -> JobSpec:
+        # Here, not in GrpoSpec: the reason depends on hardware.accelerator.
+        if self.grpo.async_rollout is not None:
+            raise ValueError(async_rollout_refusal(self.hardware.accelerator))
+        return self
+
+    @model_validator(mode="after")
     def _best_needs_an_intermediate_evaluation(self) -> JobSpec:
         # Refused before launch: without an evaluation before the last batch (one at the last batch measures the
         # last weights), "best" could only ever be the last checkpoint, and the job would pay for nothing.
@@ -660,6 +670,7 @@ class JobSpec(_Strict):
             if body.get(key) is None:
                 body.pop(key, None)
         rl.drop_defaults(body["grpo"], rl.GRPO_DEFAULTS)  # issue 39's rl.yml settings, likewise
+        rl.drop_defaults(body["grpo"], {"async_rollout": None})
         rl.drop_defaults(body["dataset"], rl.DATASET_DEFAULTS)
         rl.drop_defaults(body["hardware"], rl.HARDWARE_DEFAULTS)
         rewards = body["grpo"]["rewards"]
