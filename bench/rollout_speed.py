@@ -16,6 +16,9 @@ so each engine does the same work. Measured, in this order and under the same lo
 
 tokens/s = 8 x 160 / the wall time of one `generate` call (prefill included), the median of REPEATS
 calls after a compiling call. Decode ms/step comes from two lengths: (t(160) - t(SHORT)) / (160 - SHORT).
+The engines are interleaved: after every call has compiled, each of REPEATS rounds calls every engine in turn
+(the order reversed on odd rounds), so load from other work on the cores lands on all of them alike; each
+call's wall and process CPU seconds are kept, and cpu_s_per_wall_s is their ratio over an engine's calls.
 
     flock /tmp/rljob-bench.lock .venv/bin/python bench/rollout_speed.py [--engines shipped,current,hf]
 """
@@ -41,9 +44,10 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench import rollout_engine_files  # noqa: E402  (after the path and environment above)
+
 RESULT_FILE = REPO / "bench" / "results" / "rollout_speed.json"
 SHIPPED_COMMIT = "30a5fc998f292095b21bbbb7bae02c44881d04ba"  # the engine before issue 21 part 2
-ENGINE_FILES = ("trainer/maxtext_entry/cached_llama.py", "trainer/maxtext_entry/jax_rollout.py")
 GENERATIONS, NEW_TOKENS, SHORT_TOKENS = 8, 160, 32
 PROMPT_SLOTS, KV_CACHE_BUFFER = 256, 8  # examples/smollm2-gsm8k-cpu.yaml: max_prefill 256, target 416
 # bench/learning.py's jobs (examples/smollm2-arith-cpu.yaml): 128 prompt slots, 32 new tokens, 8 generations
@@ -128,14 +132,15 @@ def prompt_text() -> str:
 
 
 def import_engine(commit: str) -> Any:
-    """The rollout module as it was at `commit`, imported from a temporary package (its own cached_llama)."""
+    """The rollout module as it was at `commit`, imported from a temporary package (its own cached_llama and the
+    other sibling modules it imports: bench/rollout_engine_files.py)."""
     name = f"engine_{commit[:12]}"
     pkg = Path(tempfile.mkdtemp(prefix="rljob-engine-")) / name
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    for rel in ENGINE_FILES:
-        text = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO, check=True, capture_output=True, text=True).stdout
-        (pkg / Path(rel).name).write_text(text)
+    read = rollout_engine_files.read_at(commit)
+    for rel in rollout_engine_files.engine_files(commit):
+        (pkg / Path(rel).name).write_text(read(rel) or "")
     sys.path.insert(0, str(pkg.parent))
     return importlib.import_module(f"{name}.jax_rollout")
 
@@ -155,79 +160,86 @@ def rollout_config(new_tokens: int, slots: int = PROMPT_SLOTS, most_tokens: int 
     )
 
 
-def time_calls(call: Any, repeats: int) -> tuple[float, list[float], float]:
-    """The first call's seconds, each later call's, and the process's CPU seconds per wall second over them."""
-    start = time.perf_counter()
-    call()  # compiles
-    first = time.perf_counter() - start
-    times = []
-    cpu_start = sum(os.times()[:2])
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return first, times, (sum(os.times()[:2]) - cpu_start) / sum(times)
+def timed(call: Any) -> tuple[float, float]:
+    """One call's wall seconds and the process's CPU seconds over it."""
+    cpu, start = sum(os.times()[:2]), time.perf_counter()
+    call()
+    return time.perf_counter() - start, sum(os.times()[:2]) - cpu
 
 
-def bench_jax(name: str, rollout_cls: Any, maxtext_model: Any, mesh: Any, tokenizer: Any, prompt: str, repeats: int) -> dict[str, Any]:
+def jax_calls(rollout_cls: Any, maxtext_model: Any, mesh: Any, tokenizer: Any, prompt: str, out: dict[str, Any]) -> dict[str, Any]:
+    """One engine's calls by length (and the learning bench's shape); the long call keeps a sample in `out`."""
     rollout = rollout_cls(SimpleNamespace(base=maxtext_model), tokenizer, mesh, rollout_config(NEW_TOKENS))
-    prompts = [prompt] * GENERATIONS
-    out: dict[str, Any] = {}
-    for tokens in (NEW_TOKENS, SHORT_TOKENS):
-        config = rollout_config(tokens)
-        result: list[Any] = []
-        first, times, cores = time_calls(lambda: result.append(rollout.generate(prompts, config)), repeats)  # noqa: B023
-        lengths = [len(t) for t in result[-1].tokens]
-        assert lengths == [tokens] * GENERATIONS, lengths
-        out[str(tokens)] = {"first_call_s": round(first, 3), "times_s": [round(t, 4) for t in times], "cpu_s_per_wall_s": round(cores, 2)}
-        if tokens == NEW_TOKENS:
-            out["sample_text"] = result[-1].text[0][:300]
     learning = rollout_config(LEARNING_TOKENS, LEARNING_SLOTS, LEARNING_TOKENS)
-    rollout = rollout_cls(SimpleNamespace(base=maxtext_model), tokenizer, mesh, learning)
-    _, times, _ = time_calls(lambda: rollout.generate(prompts, learning), repeats)
-    out["learning_shape_s"] = round(statistics.median(times), 4)
-    long_s = statistics.median(out[str(NEW_TOKENS)]["times_s"])
-    short_s = statistics.median(out[str(SHORT_TOKENS)]["times_s"])
-    out["tokens_per_s"] = round(GENERATIONS * NEW_TOKENS / long_s, 2)
-    out["decode_ms_per_step"] = round((long_s - short_s) / (NEW_TOKENS - SHORT_TOKENS) * 1000, 2)
-    out["prefill_and_overhead_s"] = round(short_s - SHORT_TOKENS * out["decode_ms_per_step"] / 1000, 3)
-    print(name, json.dumps(out), flush=True)
-    return out
+    learning_rollout = rollout_cls(SimpleNamespace(base=maxtext_model), tokenizer, mesh, learning)
+    prompts = [prompt] * GENERATIONS
+
+    def call(tokens: int) -> None:
+        result = rollout.generate(prompts, rollout_config(tokens))
+        lengths = [len(t) for t in result.tokens]
+        assert lengths == [tokens] * GENERATIONS, lengths
+        if tokens == NEW_TOKENS:
+            out["sample_text"] = result.text[0][:300]
+
+    return {
+        str(NEW_TOKENS): lambda: call(NEW_TOKENS),
+        str(SHORT_TOKENS): lambda: call(SHORT_TOKENS),
+        "learning": lambda: learning_rollout.generate(prompts, learning),
+    }
 
 
-def bench_hf(model_dir: Path, prompt: str, repeats: int) -> dict[str, Any]:
+def hf_calls(model_dir: Path, prompt: str, out: dict[str, Any]) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     ids = torch.tensor([tokenizer(prompt)["input_ids"]] * GENERATIONS)
-    out: dict[str, Any] = {"torch_threads": torch.get_num_threads()}
-    for tokens in (NEW_TOKENS, SHORT_TOKENS):
+    out["torch_threads"] = torch.get_num_threads()
+    torch.manual_seed(SEED)
 
-        def call(n: int = tokens) -> Any:
-            with torch.inference_mode():
-                return model.generate(
-                    ids,
-                    attention_mask=torch.ones_like(ids),
-                    do_sample=True,
-                    temperature=TEMPERATURE,
-                    top_k=TOP_K,
-                    top_p=TOP_P,
-                    max_new_tokens=n,
-                    min_new_tokens=n,
-                    pad_token_id=tokenizer.eos_token_id,
-                )
+    def call(n: int) -> Any:
+        with torch.inference_mode():
+            return model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=TEMPERATURE,
+                top_k=TOP_K,
+                top_p=TOP_P,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                pad_token_id=tokenizer.eos_token_id,
+            )
 
-        torch.manual_seed(SEED)
-        first, times, cores = time_calls(call, repeats)
-        out[str(tokens)] = {"first_call_s": round(first, 3), "times_s": [round(t, 4) for t in times], "cpu_s_per_wall_s": round(cores, 2)}
-    long_s = statistics.median(out[str(NEW_TOKENS)]["times_s"])
-    short_s = statistics.median(out[str(SHORT_TOKENS)]["times_s"])
-    out["tokens_per_s"] = round(GENERATIONS * NEW_TOKENS / long_s, 2)
-    out["decode_ms_per_step"] = round((long_s - short_s) / (NEW_TOKENS - SHORT_TOKENS) * 1000, 2)
-    print("hf", json.dumps(out), flush=True)
-    return out
+    return {str(NEW_TOKENS): lambda: call(NEW_TOKENS), str(SHORT_TOKENS): lambda: call(SHORT_TOKENS)}
+
+
+def run_interleaved(calls: dict[str, dict[str, Any]], out: dict[str, dict[str, Any]], repeats: int) -> None:
+    """Every call once to compile, then `repeats` rounds, each calling every engine in turn (the order reversed
+    on odd rounds), so a neighbour's load lands on all engines alike rather than on whichever ran then."""
+    for name, by_key in calls.items():
+        for key, call in by_key.items():
+            out[name][key] = {"first_call_s": round(timed(call)[0], 3), "times_s": [], "cpu_s": []}
+            print(name, key, "compiled", out[name][key]["first_call_s"], flush=True)
+    for round_ in range(repeats):
+        for name in list(calls) if round_ % 2 == 0 else list(calls)[::-1]:
+            for key, call in calls[name].items():
+                wall, cpu = timed(call)
+                out[name][key]["times_s"].append(round(wall, 4))
+                out[name][key]["cpu_s"].append(round(cpu, 3))
+            print(name, round_, {k: out[name][k]["times_s"][-1] for k in calls[name]}, flush=True)
+    for name, by_key in calls.items():
+        e = out[name]
+        for key in by_key:
+            e[key]["cpu_s_per_wall_s"] = round(sum(e[key]["cpu_s"]) / sum(e[key]["times_s"]), 2)
+        long_s, short_s = (statistics.median(e[str(n)]["times_s"]) for n in (NEW_TOKENS, SHORT_TOKENS))
+        e["tokens_per_s"] = round(GENERATIONS * NEW_TOKENS / long_s, 2)
+        e["decode_ms_per_step"] = round((long_s - short_s) / (NEW_TOKENS - SHORT_TOKENS) * 1000, 2)
+        if "learning" in e:
+            e["learning_shape_s"] = statistics.median(e.pop("learning")["times_s"])
+            e["prefill_and_overhead_s"] = round(short_s - SHORT_TOKENS * e["decode_ms_per_step"] / 1000, 3)
+        print(name, json.dumps(e), flush=True)
 
 
 def read_bandwidth_gb_s() -> dict[str, float]:
@@ -312,19 +324,21 @@ def main() -> None:
         "engines": {},
     }
     maxtext_model, mesh = load_maxtext(items, model, args.work)
+    calls: dict[str, dict[str, Any]] = {}
     for spec in engines:
         name, _, label = spec.partition("=")
+        measured: dict[str, Any] = result["engines"].setdefault(name, {})
         if name == "hf":
-            result["engines"]["hf"] = bench_hf(model_dir, prompt, args.repeats)
+            calls[name] = hf_calls(model_dir, prompt, measured)
             continue
         if name == "current":
             module = importlib.import_module("trainer.maxtext_entry.jax_rollout")
         else:
             module = import_engine(SHIPPED_COMMIT if name == "shipped" else name)
-        measured = bench_jax(name, module.JaxMaxTextRollout, maxtext_model, mesh, tokenizer, prompt, args.repeats)
+        calls[name] = jax_calls(module.JaxMaxTextRollout, maxtext_model, mesh, tokenizer, prompt, measured)
         measured["label"] = label or name
         measured["commit"] = result["machine"]["commit"] if name == "current" else git_commit(SHIPPED_COMMIT if name == "shipped" else name)
-        result["engines"][name] = measured
+    run_interleaved(calls, result["engines"], args.repeats)
     sizes = model_bytes(maxtext_model, result["cache_slots"])
     bandwidth = read_bandwidth_gb_s()
     step_bytes = sizes["param_bytes"] + sizes["kv_bytes"]
