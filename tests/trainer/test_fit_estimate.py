@@ -176,6 +176,12 @@ def test_a_local_checkpoints_config_is_read_and_anything_else_is_not(tmp_path: P
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "config.json").write_text("{not json")
     assert read_local_model_config(str(tmp_path / "bad")) is None
+    # A link is not followed (submit's refusals quote what the file says), nor is a directory named config.json.
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "config.json").symlink_to(tmp_path / "config.json")
+    assert read_local_model_config(str(tmp_path / "linked")) is None
+    (tmp_path / "dir" / "config.json").mkdir(parents=True)
+    assert read_local_model_config(str(tmp_path / "dir")) is None
     spec = _with(TUTORIAL, model={"source": str(tmp_path), "name": None, "tokenizer": None})
     estimate = estimate_job_fit(spec)
     assert estimate is not None and estimate.model_source == "config.json"

@@ -12,6 +12,8 @@ Pure but for `read_local_model_config`, which reads one small JSON file.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +27,19 @@ MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; anything larger is not 
 
 
 def read_local_model_config(source: str) -> dict[str, Any] | None:
-    """`<source>/config.json` when `source` is a local directory holding a readable one, else None."""
+    """`<source>/config.json` when `source` is a local directory holding a readable one (a regular file, not a link),
+    else None."""
     if location_kind(source) != "local":
         return None
     path = Path(local_path(source)) / "config.json"
     try:
-        if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # Not through a link: submit's refusals quote config values, and a link could point past the team's locations.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
+                return None
+            data = json.loads(f.read(MAX_CONFIG_BYTES + 1).decode("utf-8"))
     except (OSError, ValueError):
         return None  # unreadable here: the named model or dims stand in; the trainer reads it again
     return data if isinstance(data, dict) else None
