@@ -241,8 +241,12 @@ async def test_a_non_retryable_exit_fails_at_once_without_a_retry(cluster, make_
     if not bad_model.exists():
         shutil.copytree(node_dirs["tiny"] / "model", bad_model)
         config = json.loads((bad_model / "config.json").read_text())
-        config["model_type"] = "gpt2"  # not Llama: the trainer refuses it with exit 65 before any stage
-        (bad_model / "config.json").write_text(json.dumps(config))
+        config["model_type"] = "gpt2"  # not a family rljob runs: the trainer refuses it with exit 65 before any stage
+        # Submit refuses such a config.json itself when it can read it, but it reads only a regular file (not a
+        # link): the link stands for a checkpoint submit cannot read (a hub id, gs://), which the trainer reads.
+        (bad_model / "config.json").unlink()
+        (bad_model / "config.gpt2.json").write_text(json.dumps(config))
+        (bad_model / "config.json").symlink_to("config.gpt2.json")
     body = tiny_spec(node_dirs["tiny"], node_dirs["output"], model=bad_model)
 
     def scenario(client: TestClient, on_loop: Any, emu: EmulatedCluster) -> str:
