@@ -82,3 +82,15 @@ def test_a_launch_killed_before_its_record_starts_no_trainer_behind_the_relaunch
     # Either the runner the dead service started is gone, or its trainer has started too (the bug).
     wait_until(lambda: _runners(JOB_ID) == [int(relaunched.object_name.split(":")[1])] or len(starts.read_text().splitlines()) > 1)
     assert len(starts.read_text().splitlines()) == 1, "two trainers run the job: one no record names"
+
+
+def test_a_process_start_is_the_same_however_the_boot_time_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel keeps the boot time in whole seconds derived from the wall clock, so two readings may differ by
+    one; a runner's start must not, or a second launcher takes it for another process and starts a second runner."""
+    import psutil
+
+    pid = os.getpid()
+    before = procs.start_ticks(pid)
+    real_boot_time = psutil.boot_time()
+    monkeypatch.setattr(psutil, "boot_time", lambda: real_boot_time + 1.0)
+    assert procs.start_ticks(pid) == before

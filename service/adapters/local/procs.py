@@ -15,9 +15,16 @@ import psutil
 
 def _start_ticks(process: psutil.Process) -> int:
     # Since boot, not psutil's seconds since the epoch: psutil adds the boot time the kernel reports
-    # now, which moves when the wall clock is stepped, while a process's ticks never change.
-    since_boot_s = process.create_time() - psutil.boot_time()
-    return round(since_boot_s * os.sysconf("SC_CLK_TCK"))
+    # now, which moves when the wall clock is stepped, while a process's ticks never change. Where the kernel
+    # says the ticks itself (/proc/<pid>/stat's starttime), they are read exactly: create_time - boot_time
+    # mixes two readings of a boot time the kernel keeps in whole seconds and re-derives from the wall
+    # clock, so two processes could compute the same runner's start a second apart and each call it another.
+    try:
+        with open(f"/proc/{process.pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[19])  # field 22; the name in (...) may hold spaces
+    except (OSError, IndexError, ValueError):
+        since_boot_s = process.create_time() - psutil.boot_time()
+        return round(since_boot_s * os.sysconf("SC_CLK_TCK"))
 
 
 def start_ticks(pid: int) -> int | None:
