@@ -5,6 +5,8 @@
 #   - chromium   : the dashboard's browser tests (Debian's build; no tool may download its own)
 #   - kubectl    : tests/deploy renders k8s/ with `kubectl kustomize` (kustomize >= 5 needed)
 #   - nodejs, npm: the dashboard's build (scripts/build-dashboard.sh) and its unit tests (node --test)
+#   - g++        : the CPU rollout's decode kernel (trainer/maxtext_entry/native/few_rows_matmul.cc) is compiled on
+#                  first use; without a compiler rollouts fall back to XLA's slower dot and its test fails
 #   - proot      : harness/podrun runs pods' containers as local processes with their volumes bound at
 #                  their mount paths; it uses user and mount namespaces where the machine allows them
 #                  (harness/podrun/ns_exec.py) and proot (ptrace, no privileges needed) where it does not
@@ -25,6 +27,7 @@ missing=()
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then missing+=(postgresql); fi
 if ! command -v chromium >/dev/null 2>&1; then missing+=(chromium); fi
 if ! command -v proot >/dev/null 2>&1; then missing+=(proot); fi
+if ! command -v c++ >/dev/null 2>&1; then missing+=(g++); fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
 if ((${#missing[@]})); then
   echo "install-system-deps: installing ${missing[*]}"

@@ -1,0 +1,144 @@
+"""`x @ w.T` for the few rows of a decode step, by native/few_rows_matmul.cc where it can run, else by XLA.
+
+A decode step multiplies a handful of rows (one per sequence) by every weight matrix once, so its speed is how
+fast those products stream the weights. On the CPUs rljob's CPU rollouts run on, XLA's dot (YNNPACK) streams
+them at ~0.4x of the speed XLA reads the same bytes; the hand-written kernel at ~0.8x
+(bench/results/decode_kernel.json). Weights are kept out-features first ([n, k]) for both paths.
+
+The kernel is compiled from its source on first use with the machine's C++ compiler (`$CXX`, else `c++`),
+against the FFI headers of the installed jaxlib, into a cache keyed by both; `RLJOB_NATIVE_CACHE` names the
+cache directory. Where it cannot be built (no compiler) the products fall back to XLA's dot, and the reason is
+logged once: the results agree to fp32 rounding, only the speed differs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).resolve().parent / "native" / "few_rows_matmul.cc"
+TARGET = "rljob_few_rows_matmul"  # w [batch..., n, k]
+TARGET_KN = "rljob_few_rows_matmul_kn"  # w [batch..., k, n]
+# Up to this many rows the kernel streams the weights once per 8 rows from L1; beyond it a product is compute
+# bound (a prefill) and XLA's blocked GEMM is the better kernel.
+MOST_ROWS = 32
+COMPILE_TIMEOUT_S = 300
+
+
+class KernelUnavailable(RuntimeError):
+    """The kernel could not be built or loaded here; the message says why."""
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("RLJOB_NATIVE_CACHE")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rljob" / "native"
+
+
+def compiler() -> str:
+    name = os.environ.get("CXX") or "c++"
+    found = shutil.which(name)
+    if not found:
+        raise KernelUnavailable(f"no C++ compiler ({name!r} is not on PATH; set CXX or install g++)")
+    return found
+
+
+def build(out_dir: Path | None = None) -> Path:
+    """The kernel's shared library, compiled once per source, jaxlib and compiler; atomic, so concurrent builders
+    (test workers, a job's stages) each end with a complete file."""
+    cxx = compiler()
+    include = jax.ffi.include_dir()
+    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), jax.__version__.encode(), include.encode(), cxx.encode()])).hexdigest()[:16]
+    directory = out_dir or cache_dir()
+    library = directory / f"few_rows_matmul-{key}.so"
+    if library.is_file():
+        return library
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise KernelUnavailable(f"cannot create the kernel cache {directory}: {error}; set RLJOB_NATIVE_CACHE") from error
+    fd, partial = tempfile.mkstemp(dir=directory, prefix=".few_rows_matmul-", suffix=".so")
+    os.close(fd)
+    command = [cxx, "-O3", "-std=c++17", "-shared", "-fPIC", f"-I{include}", str(SOURCE), "-o", partial]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            raise KernelUnavailable(f"compiling {SOURCE.name} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+        os.replace(partial, library)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return library
+
+
+@functools.cache
+def load() -> None:
+    """Build (or find) and register the kernel once per process; raises KernelUnavailable saying why not."""
+    library = ctypes.cdll.LoadLibrary(str(build()))
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.RljobFewRowsMatmul), platform="cpu")  # type: ignore[no-untyped-call]  # jax ships this untyped
+    jax.ffi.register_ffi_target(TARGET_KN, jax.ffi.pycapsule(library.RljobFewRowsMatmulKn), platform="cpu")  # type: ignore[no-untyped-call]
+
+
+@functools.cache
+def available() -> bool:
+    if os.environ.get("RLJOB_FEW_ROWS_KERNEL", "1") == "0":
+        log.info("few_rows_matmul: off (RLJOB_FEW_ROWS_KERNEL=0); decode products use XLA's dot")
+        return False
+    try:
+        load()
+    except (KernelUnavailable, OSError, subprocess.TimeoutExpired) as error:
+        log.warning("few_rows_matmul: %s; decode products use XLA's dot (same results, slower)", error)
+        return False
+    return True
+
+
+def kernel(x: jax.Array, w: jax.Array, kn: bool = False) -> jax.Array:
+    """x [batch..., rows, k] by w [batch..., n, k] (kn: [batch..., k, n]) -> [batch..., rows, n], by the native
+    kernel (fp32 only)."""
+    n = w.shape[-1] if kn else w.shape[-2]
+    result = jax.ShapeDtypeStruct((*x.shape[:-1], n), jnp.float32)  # type: ignore[no-untyped-call]  # jax ships this untyped
+    return jax.ffi.ffi_call(TARGET_KN if kn else TARGET, result)(x, w)
+
+
+def _use_kernel(x: jax.Array, w: jax.Array, rows: int, out_dtype: Any) -> bool:
+    fp32 = x.dtype == jnp.float32 and w.dtype == jnp.float32 and (out_dtype is None or jnp.dtype(out_dtype) == jnp.float32)
+    return fp32 and rows <= MOST_ROWS and jax.default_backend() == "cpu" and available()
+
+
+def project(x: jax.Array, w: jax.Array, out_dtype: Any = None) -> jax.Array:
+    """x [..., k] by w [n, k] -> [..., n]; the kernel for a decode step's few fp32 rows on CPU, else XLA's dot."""
+    rows = math.prod(x.shape[:-1])
+    if _use_kernel(x, w, rows, out_dtype):
+        return kernel(x.reshape(rows, x.shape[-1]), w).reshape(*x.shape[:-1], w.shape[0])
+    return jnp.einsum("...k,nk->...n", x, w, preferred_element_type=out_dtype)
+
+
+def batched_project(x: jax.Array, w: jax.Array, out_dtype: Any = None) -> jax.Array:
+    """x [batch..., rows, k] by w [batch..., n, k] -> [batch..., rows, n]: a decode step's attention scores, one query
+    group against one head's cached keys per batch entry (the cache as kept: a reshaped operand costs a copy)."""
+    if _use_kernel(x, w, x.shape[-2], out_dtype):
+        return kernel(x, w)
+    return jnp.einsum("...rk,...nk->...rn", x, w, preferred_element_type=out_dtype)
+
+
+def batched_matmul(x: jax.Array, w: jax.Array, out_dtype: Any = None) -> jax.Array:
+    """x [batch..., rows, k] by w [batch..., k, n] -> [batch..., rows, n]: a decode step's attention weights over one
+    head's cached values per batch entry."""
+    if _use_kernel(x, w, x.shape[-2], out_dtype):
+        return kernel(x, w, kn=True)
+    return jnp.einsum("...rk,...kn->...rn", x, w, preferred_element_type=out_dtype)
