@@ -84,7 +84,17 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
+    from trainer.maxtext_entry import few_rows_matmul
     from trainer.maxtext_entry.cached_llama import build_cached_llama
+
+    kernel_calls: list[int] = []
+    native = few_rows_matmul.kernel
+
+    def counted(*args, **kwargs):
+        kernel_calls.append(1)
+        return native(*args, **kwargs)
+
+    few_rows_matmul.kernel = counted  # the engine's decode steps run eagerly here: one call per product
 
     model, mesh = build()
     cached = build_cached_llama(model)
@@ -112,8 +122,10 @@ def main() -> None:
             step_mask = real[:, None, :].copy()
             step_mask[:, :, width + step + 1 :] = False
             pos = np.array([[len(p) + step] for p in PROMPTS], np.int32)
+            before = len(kernel_calls)
             logits, cache = cached(jnp.asarray(token), jnp.asarray(pos), cache, jnp.asarray(step_mask))
             got.append(np.asarray(logits, np.float32))
+            decode_kernel_calls = len(kernel_calls) - before
         mine_all = np.concatenate(got, axis=1)  # [rows, width + NEW_TOKENS - 1, vocab]
         worst, scale, agree = 0.0, 0.0, True
         for row, ids in enumerate(PROMPTS):
@@ -141,6 +153,8 @@ def main() -> None:
                 "argmax_agree": agree,
                 "generated": generated.tolist(),
                 "family": cached.shape.family,
+                "layers": cached.shape.num_layers,
+                "decode_kernel_calls": decode_kernel_calls,
                 "tied": cached.shape.tied,
             }
         )

@@ -12,6 +12,8 @@ the query kernel at conversion, and a tied output projection through a bf16 copy
 (maxtext/layers/embeddings.py:attend_on_embedding). Qwen3 (MaxText's qwen3 block, `LlamaShape.family`) is
 the same forward with what that block does differently: RMSNorm over head_dim on queries and keys before
 RoPE, RoPE by MaxText's half-split `RotaryEmbedding`, and queries scaled by head_dim**-0.5 after RoPE.
+A decode step's products (a row per sequence against every weight, and against each head's cache) go through
+few_rows_matmul.py's native kernel in fp32, which streams the weights at about twice XLA's dot on CPU.
 tests/trainer/maxtext_parity_check.py (Llama, on a converted checkpoint) and qwen3_rollout_check.py (Qwen3)
 check its logits against MaxText's forward on the same weights.
 """
@@ -28,6 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from .few_rows_matmul import batched_matmul, batched_project, project
 
 NEG_INF = -2.3819763e38  # the most negative bf16-safe value; Tunix's Llama uses the same mask fill
 
@@ -123,7 +127,9 @@ def arrange_weights(state: dict[str, Any], shape: LlamaShape) -> dict[str, Any]:
     """One array per layer and matrix, in the compute dtype, q/k/v and gate/up fused: the decode step then
     reads each weight once, where slicing the scanned weights inside the layer loop copied every one of
     them and the per-step casts and tied bf16 table added ~40% (jax.profiler, one decode step: 30 ms of
-    transposes and dynamic slices, 26 ms casting the embedding, 25 ms of matmuls)."""
+    transposes and dynamic slices, 26 ms casting the embedding, 25 ms of matmuls). Every matrix is kept
+    out-features first ([out, in]): each output is then one contiguous row, the layout few_rows_matmul's
+    kernel streams (the tied table already is)."""
     s, dtype = shape, shape.dtype
     decoder = state["decoder"]
     stacked = jax.tree.map(lambda a: jnp.moveaxis(a, s.scan_axis, 0).astype(dtype), decoder["layers"])
@@ -135,31 +141,38 @@ def arrange_weights(state: dict[str, Any], shape: LlamaShape) -> dict[str, Any]:
     layers = tuple(
         {
             "attn_norm": stacked["pre_self_attention_layer_norm"]["scale"][i],
-            "qkv": qkv[i],
-            "out": out[i],
+            "qkv": qkv[i].T,
+            "out": out[i].T,
             "mlp_norm": stacked["post_self_attention_layer_norm"]["scale"][i],
-            "gate_up": gate_up[i],
-            "down": mlp["wo"]["kernel"][i],
+            "gate_up": gate_up[i].T,
+            "down": mlp["wo"]["kernel"][i].T,
         }
         | ({"q_norm": attn["query_norm"]["scale"][i], "k_norm": attn["key_norm"]["scale"][i]} if s.qk_norm else {})
         for i in range(s.num_layers)
     )
     embedding = state["token_embedder"]["embedding"]
     if s.tied:  # MaxText's attend_on_embedding: a bf16 copy of the table, promoted against the activations
-        logits = embedding.astype(jnp.bfloat16).astype(jnp.promote_types(dtype, jnp.bfloat16)).T
+        logits = embedding.astype(jnp.bfloat16).astype(jnp.promote_types(dtype, jnp.bfloat16))
     else:
-        logits = decoder["logits_dense"]["kernel"].astype(dtype)
+        logits = decoder["logits_dense"]["kernel"].astype(dtype).T
     return {"layers": layers, "final_norm": decoder["decoder_norm"]["scale"].astype(dtype), "logits": logits}
 
 
 def _attend(qg: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, dtype: Any) -> jax.Array:
     """qg [B, T, K, G, D] over the cache k, v [B, K, S, D] -> [B, T, K, G, D], scores in fp32."""
     if qg.shape[1] == 1:
-        # Decode: one query per row. As fused multiply-reduces XLA reads each cache once; as dots it ran
-        # 2 x 30 batched matrix-vector products of 24 tiny matrices, ~1 ms each (jax.profiler).
+        # Decode: one query per row. In fp32 each query group meets its head's keys, and its weights its head's
+        # values, in few_rows_matmul's kernel, which streams each cache at ~2x XLA's multiply-reduces; otherwise
+        # those multiply-reduces (as XLA dots they ran 2 x 30 batched matrix-vector products of 24 tiny matrices,
+        # ~1 ms each; jax.profiler).
         f32 = jnp.float32
-        scores = jnp.sum(qg[:, 0, :, :, None, :].astype(f32) * k[:, :, None].astype(f32), axis=-1)[:, :, :, None]
+        if qg.dtype == f32 and k.dtype == f32:
+            scores = batched_project(qg[:, 0], k)[:, :, :, None]
+        else:
+            scores = jnp.sum(qg[:, 0, :, :, None, :].astype(f32) * k[:, :, None].astype(f32), axis=-1)[:, :, :, None]
         weights = jax.nn.softmax(jnp.where(mask, scores, NEG_INF), axis=-1).astype(dtype)  # [B, K, G, 1, S]
+        if weights.dtype == f32 and v.dtype == f32:
+            return batched_matmul(weights[:, :, :, 0], v)[:, None]
         out = jnp.sum(weights[:, :, :, 0, :, None].astype(f32) * v[:, :, None].astype(f32), axis=3)
         return out.astype(dtype)[:, None]
     scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32)
@@ -260,7 +273,7 @@ class CachedLlamaLM(nnx.Module):
         # A Python loop over layers: each layer's weights and cache are arrays of their own, so nothing is sliced.
         for i, p in enumerate(w["layers"]):
             h = _rms_norm(x, p["attn_norm"], s.eps, s.dtype)
-            qkv = h @ p["qkv"]
+            qkv = project(h, p["qkv"])
             q = qkv[..., :q_width].reshape(batch, length, s.num_heads, s.head_dim)
             k = qkv[..., q_width : q_width + kv_width].reshape(batch, length, s.num_kv_heads, s.head_dim)
             v = qkv[..., q_width + kv_width :].reshape(batch, length, s.num_kv_heads, s.head_dim)
@@ -273,14 +286,14 @@ class CachedLlamaLM(nnx.Module):
             vs[i] = jax.lax.dynamic_update_slice(vs[i], v.swapaxes(1, 2), (0, 0, start, 0))
             out = _attend(q.reshape(batch, length, s.num_kv_heads, groups, s.head_dim), ks[i], vs[i], mask, s.dtype)
             out = out.reshape(batch, length, q_width)
-            x = x + out @ p["out"]
+            x = x + project(out, p["out"])
             h = _rms_norm(x, p["mlp_norm"], s.eps, s.dtype)
-            gate, up = jnp.split(h @ p["gate_up"], 2, axis=-1)
-            x = x + (jax.nn.silu(gate) * up) @ p["down"]
+            gate, up = jnp.split(project(h, p["gate_up"]), 2, axis=-1)
+            x = x + project(jax.nn.silu(gate) * up, p["down"])
         if decode_only_last_token:
             x = x[:, -1:, :]
         x = _rms_norm(x, w["final_norm"], s.eps, s.dtype)
-        logits = jnp.dot(x, w["logits"], preferred_element_type=s.logits_dtype).astype(jnp.float32)
+        logits = project(x, w["logits"], s.logits_dtype).astype(jnp.float32)
         if cache is None:
             return logits, None
         return logits, {"k": tuple(ks), "v": tuple(vs), "end": start + length}
