@@ -7,7 +7,10 @@ process and interleaved round by round so that load lands on all alike:
 - `read`: XLA summing a weight-sized fp32 array (the baseline: the bandwidth the bound assumes);
 - for each matrix shape of one SmolLM2 layer and the tied logits: XLA's `x @ W` with 8 rows, in the layout the
   engine keeps (in-features first) and transposed, and torch's `x @ W` with torch's own threads;
-- `layer_stack`: the 30 layers' MLP matrices in one jitted loop, as the engine's scanned decode reads them.
+- `layer_stack`: the 30 layers' MLP matrices in one jitted loop, as the engine's scanned decode reads them;
+- `kernel`: the engine's native kernel (trainer/maxtext_entry/few_rows_matmul.py) on each matrix out-features first;
+- `decode layers x30`: every product of 30 layers, one array per layer and matrix, out-features first and unrolled
+  as the engine keeps and runs them, by XLA's dot and by the kernel (the change's before and after).
 
 Each figure is GB/s (the matrix's bytes over the median wall time) and its ratio to `read` from the same run.
 
@@ -22,6 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 REPO = Path(__file__).resolve().parents[1]
@@ -32,6 +36,22 @@ from bench.result_meta import machine_facts, write_result  # noqa: E402
 ROWS, LAYERS = 8, 30
 # SmolLM2-135M: hidden 576, 9 query heads and 3 KV heads of 64, MLP 1536, vocabulary 49152 (tied).
 SHAPES = {"q/o": (576, 576), "k/v": (576, 192), "gate/up": (576, 1536), "down": (1536, 576), "logits": (576, 49152)}
+
+
+ENGINE_MATRICES = {"qkv": (960, 576), "out": (576, 576), "gate_up": (3072, 576), "down": (576, 1536)}  # [out, in]
+
+
+def decode_layers(x: Any, layers: list[dict[str, Any]], product: Any) -> Any:
+    """A decode step's products over the layers as cached_llama runs them (attention left out: its own kernel)."""
+    import jax
+    import jax.numpy as jnp
+
+    for w in layers:
+        qkv = product(x, w["qkv"])
+        x = x + product(qkv[:, :576], w["out"])
+        gate, up = jnp.split(product(x, w["gate_up"]), 2, axis=-1)
+        x = x + product(jax.nn.silu(gate) * up, w["down"])
+    return x
 
 
 def main() -> None:
@@ -45,12 +65,18 @@ def main() -> None:
     import numpy as np
     import torch
 
+    from trainer.maxtext_entry import few_rows_matmul
+
+    if not few_rows_matmul.available():
+        raise SystemExit("few_rows_matmul's kernel did not build here (see the warning above)")
+    few_rows = jax.jit(few_rows_matmul.project)
     rng = np.random.default_rng(0)
     cases: dict[str, tuple[object, int]] = {}
     read_source = jnp.asarray(rng.standard_normal((LAYERS * 576, 1536), dtype=np.float32))
     read = jax.jit(lambda w: w.sum(0))
     cases["read"] = (lambda: read(read_source).block_until_ready(), read_source.nbytes)
     x_np = rng.standard_normal((ROWS, 1536), dtype=np.float32)
+    x_np_576 = jnp.asarray(x_np[:, :576])
     for name, (k, n) in SHAPES.items():
         w_np = rng.standard_normal((k, n), dtype=np.float32)
         x, w, wt = jnp.asarray(x_np[:, :k]), jnp.asarray(w_np), jnp.asarray(np.ascontiguousarray(w_np.T))
@@ -59,6 +85,15 @@ def main() -> None:
         cases[f"xla {name} in-features first"] = (lambda kn=kn, x=x, w=w: kn(x, w).block_until_ready(), w_np.nbytes)
         cases[f"xla {name} out-features first"] = (lambda nk=nk, x=x, wt=wt: nk(x, wt).block_until_ready(), w_np.nbytes)
         cases[f"torch {name}"] = (lambda xt=xt, w_t=w_t: torch.matmul(xt, w_t), w_np.nbytes)
+        cases[f"kernel {name}"] = (lambda x=x, wt=wt: few_rows(x, wt).block_until_ready(), w_np.nbytes)
+    # The engine's layers: q/k/v fused (576 -> 960), out (576 -> 576), gate/up fused (576 -> 3072), down (1536 -> 576).
+    layers = [
+        {m: jnp.asarray(rng.standard_normal(shape, dtype=np.float32) * 0.02) for m, shape in ENGINE_MATRICES.items()} for _ in range(LAYERS)
+    ]
+    layer_bytes = sum(a.nbytes for layer in layers for a in layer.values())
+    for label, product in (("xla", lambda x, w: jnp.einsum("rk,nk->rn", x, w)), ("kernel", few_rows_matmul.project)):
+        decode = jax.jit(lambda x, ws, product=product: decode_layers(x, ws, product))
+        cases[f"{label} decode layers x30"] = (lambda decode=decode: decode(x_np_576, layers).block_until_ready(), layer_bytes)
     stack = jnp.asarray(rng.standard_normal((LAYERS, 576, 1536), dtype=np.float32))
     x_mlp = jnp.asarray(x_np[:, :576])
     loop = jax.jit(lambda x, w: jax.lax.fori_loop(0, LAYERS, lambda i, acc: acc + x @ w[i], jnp.zeros((ROWS, 1536))))

@@ -1,7 +1,8 @@
 """Which files are the jax rollout engine, and whether they changed since a commit.
 
 The engine is trainer/maxtext_entry/jax_rollout.py and every sibling module it imports, directly or through
-another (`from .name import ...`): cached_llama.py, stop_token.py, and whatever a later change adds.
+another (`from .name import ...`): cached_llama.py, stop_token.py, few_rows_matmul.py and whatever a later change
+adds; with each module, the native source it compiles, native/<module>.cc, where there is one.
 bench/rollout_speed.py copies these files to measure the engine at a commit, and
 tests/bench/test_rollout_speed_fresh.py fails when they differ from the commit the published figures
 (bench/results/rollout_speed.json) were measured at.
@@ -51,7 +52,8 @@ def engine_files(commit: str | None = None) -> list[str]:
             if sibling not in found and read(sibling) is not None:
                 found.append(sibling)
                 todo.append(sibling)
-    return found
+    native = [f"{PACKAGE}/native/{Path(rel).stem}.cc" for rel in found]
+    return found + [rel for rel in native if read(rel) is not None]
 
 
 def changed_since(commit: str, until: str | None = None) -> list[str]:

@@ -140,7 +140,9 @@ def import_engine(commit: str) -> Any:
     (pkg / "__init__.py").write_text("")
     read = rollout_engine_files.read_at(commit)
     for rel in rollout_engine_files.engine_files(commit):
-        (pkg / Path(rel).name).write_text(read(rel) or "")
+        target = pkg / Path(rel).relative_to(rollout_engine_files.PACKAGE)  # native/ sources keep their folder
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(read(rel) or "")
     sys.path.insert(0, str(pkg.parent))
     return importlib.import_module(f"{name}.jax_rollout")
 
