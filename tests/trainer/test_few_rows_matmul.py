@@ -38,7 +38,7 @@ def test_the_kernel_builds_and_loads_here():
         ((2, 3, 48), (6, 48)),  # leading dimensions flattened into rows
         ((3, 33), (10, 33)),  # k not a multiple of 16: the plain loops
         ((4, 32), (7, 32)),  # n odd: the plain loops
-        ((32, 16), (256, 16)),  # the most rows the kernel takes
+        ((frm.MOST_ROWS, 16), (256, 16)),  # the most rows the kernel takes
     ],
 )
 def test_project_is_x_times_w_transposed(x_shape, w_shape):
@@ -146,3 +146,25 @@ def test_a_build_is_cached_by_source(monkeypatch, tmp_path):
     edited.write_text(frm.SOURCE.read_text() + "\n// edited\n")
     monkeypatch.setattr(frm, "SOURCE", edited)
     assert frm.build(tmp_path) != first  # a changed source is a new library
+
+
+def test_the_cache_is_the_variables_else_home_else_temp(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLJOB_NATIVE_CACHE", str(tmp_path / "mine"))
+    assert frm.cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("RLJOB_NATIVE_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert frm.cache_dir() == tmp_path / "xdg" / "rljob" / "native"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+
+    def no_home() -> None:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(frm.Path, "home", no_home)
+    assert frm.cache_dir().parent.parent == frm.Path(frm.tempfile.gettempdir())
+
+
+def test_an_unwritable_cache_is_a_named_reason(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(frm.KernelUnavailable, match="cannot create the kernel cache .*RLJOB_NATIVE_CACHE"):
+        frm.build(blocker / "cache")

@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).resolve().parent / "native" / "few_rows_matmul.cc"
 TARGET = "rljob_few_rows_matmul"  # w [batch..., n, k]
 TARGET_KN = "rljob_few_rows_matmul_kn"  # w [batch..., k, n]
-# Up to this many rows the kernel streams the weights once per 8 rows from L1; beyond it a product is compute
-# bound (a prefill) and XLA's blocked GEMM is the better kernel.
-MOST_ROWS = 32
+# The kernel re-reads each pair of weight rows from L1 per block of 8 rows, so more rows make it compute bound where
+# XLA's blocked GEMM is not: on a decode step's 30 SmolLM2 layers it was well ahead at 8 and 16 rows, level at 32
+# and behind from 48 (2 cores, AVX-512).
+MOST_ROWS = 16
 COMPILE_TIMEOUT_S = 300
 
 
@@ -47,7 +48,13 @@ def cache_dir() -> Path:
     configured = os.environ.get("RLJOB_NATIVE_CACHE")
     if configured:
         return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rljob" / "native"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # no HOME and no passwd entry (an arbitrary container uid)
+            base = tempfile.gettempdir()
+    return Path(base) / "rljob" / "native"
 
 
 def compiler() -> str:
@@ -101,7 +108,7 @@ def available() -> bool:
         return False
     try:
         load()
-    except (KernelUnavailable, OSError, subprocess.TimeoutExpired) as error:
+    except (KernelUnavailable, OSError, subprocess.SubprocessError) as error:
         log.warning("few_rows_matmul: %s; decode products use XLA's dot (same results, slower)", error)
         return False
     return True
@@ -110,6 +117,7 @@ def available() -> bool:
 def kernel(x: jax.Array, w: jax.Array, kn: bool = False) -> jax.Array:
     """x [batch..., rows, k] by w [batch..., n, k] (kn: [batch..., k, n]) -> [batch..., rows, n], by the native
     kernel (fp32 only)."""
+    load()  # registered before it is named in a computation; once per process
     n = w.shape[-1] if kn else w.shape[-2]
     result = jax.ShapeDtypeStruct((*x.shape[:-1], n), jnp.float32)  # type: ignore[no-untyped-call]  # jax ships this untyped
     return jax.ffi.ffi_call(TARGET_KN if kn else TARGET, result)(x, w)
