@@ -21,11 +21,13 @@ The engines are interleaved: after every call has compiled, each of REPEATS roun
 call's wall and process CPU seconds are kept, and cpu_s_per_wall_s is their ratio over an engine's calls.
 
     flock /tmp/rljob-bench.lock .venv/bin/python bench/rollout_speed.py [--engines shipped,current,hf]
+    ... --engines current,hf --neighbours 1 --out bench/results/rollout_speed_shared.json   (the cores shared)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -35,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -244,6 +247,19 @@ def run_interleaved(calls: dict[str, dict[str, Any]], out: dict[str, dict[str, A
         print(name, json.dumps(e), flush=True)
 
 
+@contextlib.contextmanager
+def busy_neighbours(count: int) -> Iterator[None]:
+    """`count` processes spinning on the cores meanwhile: other work sharing the machine, as when two jobs or a test
+    run share it, landing on every engine alike (the rounds interleave them)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def read_bandwidth_gb_s() -> dict[str, float]:
     """Best of numpy (one core) and XLA (its own threads) summing a 512 MiB fp32 array, 5 passes each."""
     import jax
@@ -304,6 +320,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rljob-rollout-speed")
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--out", type=Path, default=RESULT_FILE)
+    parser.add_argument(
+        "--neighbours", type=int, default=0, help="busy-loop processes sharing the cores during the measured rounds (not the bound's read)"
+    )
     args = parser.parse_args()
     engines = [e for e in args.engines.split(",") if e]
     args.work.mkdir(parents=True, exist_ok=True)
@@ -340,7 +359,9 @@ def main() -> None:
         calls[name] = jax_calls(module.JaxMaxTextRollout, maxtext_model, mesh, tokenizer, prompt, measured)
         measured["label"] = label or name
         measured["commit"] = result["machine"]["commit"] if name == "current" else git_commit(SHIPPED_COMMIT if name == "shipped" else name)
-    run_interleaved(calls, result["engines"], args.repeats)
+    result["neighbours"] = args.neighbours
+    with busy_neighbours(args.neighbours):
+        run_interleaved(calls, result["engines"], args.repeats)
     sizes = model_bytes(maxtext_model, result["cache_slots"])
     bandwidth = read_bandwidth_gb_s()
     step_bytes = sizes["param_bytes"] + sizes["kv_bytes"]
