@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from trainer.contract import JobSpec, RunLayout, local_path, location_kind
+from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.repro import REPRO_PACKAGES, ContentHash, Hardware, Image, ModelSource, ReproRecord, Seed
-from trainer.contract.spec import capacity_text
 from trainer.runner import secret_values
 from trainer.stages.maxtext_paths import maxtext_configs_dir
 from trainer.storage import StorageError, store_for

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from trainer.contract import JobSpec
 from trainer.contract.goodput import LOGPROBS, OTHER, ROLLOUT, UPDATE
-from trainer.contract.spec import capacity_text
+from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.tpu import tpu_slice
 from trainer.sizing.job_shape import read_local_model_config
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Literal
 
 from trainer.contract.goodput import GOODPUT_PARTS
-from trainer.contract.spec import capacity_text
+from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
 
 from .goodput import goodput_parts

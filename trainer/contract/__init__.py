@@ -26,6 +26,8 @@ from .events import (
     parse_event,
 )
 from .exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, describe_exit_code
+from .grpo_spec import GrpoSpec, RewardSpec
+from .hardware_spec import HardwareSpec
 from .layout import RunLayout, join_uri
 from .locations import local_path, location_kind
 from .repro import REPRO_SCHEMA_VERSION, ReproRecord
@@ -35,12 +37,9 @@ from .spec import (
     JOB_ID_RE,
     DatasetSpec,
     ExportSpec,
-    GrpoSpec,
-    HardwareSpec,
     JobSpec,
     ModelDims,
     ModelSpec,
-    RewardSpec,
     default_job_id,
 )
 

@@ -23,7 +23,7 @@ from service.background_loop import BackgroundLoop, stop_all
 from service.domain.errors import InvalidRequest, LaunchFailed
 from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
-from trainer.contract.spec import capacity_text
+from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.tpu import CPU_ACCELERATOR
 
 from . import kueue, names, observe, pods
