@@ -15,7 +15,7 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from maxtext_parity_check import TEXTS, hf_forward
+from maxtext_parity_check import FP32_FORWARD, ITEMS_READ, TEXTS, hf_forward
 
 
 def main() -> None:
@@ -33,16 +33,8 @@ def main() -> None:
             base_config(),
             f"model_name={model_name}",
             f"load_parameters_path={params}",
-            "scan_layers=true",
-            "weight_dtype=float32",
-            "dtype=float32",
-            "matmul_precision=highest",
-            "attention=dot_product",
-            "skip_jax_distributed_system=true",
-            "checkpoint_storage_use_ocdbt=false",
-            "checkpoint_storage_use_zarr3=false",
-            "enable_checkpointing=false",
-            "per_device_batch_size=1",
+            *FP32_FORWARD,
+            *ITEMS_READ,
             f"max_target_length={len(ids)}",
             "max_prefill_predict_length=8",
             "run_name=export-parity-check",

@@ -21,6 +21,19 @@ import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+# MaxText's forward at full fp32 precision, as every parity check here runs it (with each its model, lengths and paths).
+FP32_FORWARD = (
+    "scan_layers=true",
+    "weight_dtype=float32",
+    "dtype=float32",
+    "matmul_precision=highest",
+    "attention=dot_product",
+    "skip_jax_distributed_system=true",
+    "enable_checkpointing=false",
+    "per_device_batch_size=1",
+)
+# Reading the convert stage's items (written without OCDBT or zarr3).
+ITEMS_READ = ("checkpoint_storage_use_ocdbt=false", "checkpoint_storage_use_zarr3=false")
 TEXTS = ["Ada has 3 apples and gets 4 more. How many apples does Ada have now?", "Two plus two is"]
 
 
@@ -123,16 +136,8 @@ def main() -> None:
             base_config(),
             "model_name=llama3.1-8b",
             f"load_parameters_path={items}",
-            "scan_layers=true",
-            "weight_dtype=float32",
-            "dtype=float32",
-            "matmul_precision=highest",
-            "attention=dot_product",
-            "skip_jax_distributed_system=true",
-            "checkpoint_storage_use_ocdbt=false",
-            "checkpoint_storage_use_zarr3=false",
-            "enable_checkpointing=false",
-            "per_device_batch_size=1",
+            *FP32_FORWARD,
+            *ITEMS_READ,
             f"max_target_length={max(len(s) for s in seqs)}",
             "max_prefill_predict_length=8",
             "run_name=parity-check",

@@ -12,6 +12,11 @@ chose (greedy decoding token for token).
 
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its sibling helpers
+
+from maxtext_parity_check import FP32_FORWARD
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -43,14 +48,7 @@ def build():
             "base_num_decoder_layers=2",
             "head_dim=16",
             f"vocab_size={VOCAB}",
-            "scan_layers=true",
-            "weight_dtype=float32",
-            "dtype=float32",
-            "matmul_precision=highest",
-            "attention=dot_product",
-            "skip_jax_distributed_system=true",
-            "enable_checkpointing=false",
-            "per_device_batch_size=1",
+            *FP32_FORWARD,
             f"max_target_length={longest}",
             "max_prefill_predict_length=8",
             "run_name=qwen3-rollout-check",
