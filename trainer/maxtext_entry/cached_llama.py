@@ -13,7 +13,7 @@ the query kernel at conversion, and a tied output projection through a bf16 copy
 the same forward with what that block does differently: RMSNorm over head_dim on queries and keys before
 RoPE, RoPE by MaxText's half-split `RotaryEmbedding`, and queries scaled by head_dim**-0.5 after RoPE.
 A decode step's products (a row per sequence against every weight, and against each head's cache) go through
-few_rows_matmul.py's native kernel in fp32, which streams the weights at about twice XLA's dot on CPU.
+few_rows_matmul.py's native kernel in fp32, which streams the weights faster than XLA's dot on CPU.
 tests/trainer/maxtext_parity_check.py (Llama, on a converted checkpoint) and qwen3_rollout_check.py (Qwen3)
 check its logits against MaxText's forward on the same weights.
 """
@@ -162,7 +162,7 @@ def _attend(qg: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, dtype: A
     """qg [B, T, K, G, D] over the cache k, v [B, K, S, D] -> [B, T, K, G, D], scores in fp32."""
     if qg.shape[1] == 1:
         # Decode: one query per row. In fp32 each query group meets its head's keys, and its weights its head's
-        # values, in few_rows_matmul's kernel, which streams each cache at ~2x XLA's multiply-reduces; otherwise
+        # values, in few_rows_matmul's kernel, which streams each cache faster than XLA's multiply-reduces; otherwise
         # those multiply-reduces (as XLA dots they ran 2 x 30 batched matrix-vector products of 24 tiny matrices,
         # ~1 ms each; jax.profiler).
         f32 = jnp.float32

@@ -2,8 +2,9 @@
 
 A decode step multiplies a handful of rows (one per sequence) by every weight matrix once, so its speed is how
 fast those products stream the weights. On the CPUs rljob's CPU rollouts run on, XLA's dot (YNNPACK) streams
-them at ~0.4x of the speed XLA reads the same bytes; the hand-written kernel at ~0.8x
-(bench/results/decode_kernel.json). Weights are kept out-features first ([n, k]) for both paths.
+them at about half the speed XLA reads the same bytes, the hand-written kernel near that speed
+(bench/decode_dot_bandwidth.py; its figures are in bench/README.md's rollout-speed section). Weights are kept
+out-features first ([n, k]) for both paths.
 
 The kernel is compiled from its source on first use with the machine's C++ compiler (`$CXX`, else `c++`),
 against the FFI headers of the installed jaxlib, into a cache keyed by both; `RLJOB_NATIVE_CACHE` names the

@@ -3,10 +3,10 @@
 // cached keys per entry, the cache passed as it is kept, so XLA can update it in place).
 //
 // Why hand-written: on the 2-core machines rljob's CPU rollouts run on, XLA's dots (YNNPACK), torch's and
-// OpenBLAS's all stream an 8-row product's weights at ~0.4x of the speed XLA reads the same bytes
-// (bench/results/decode_kernel.json). A decode step is those products, so it sat at 3x the bandwidth bound. Weights
-// kept out-features first make each output one contiguous row; two rows at a time and a software prefetch a few
-// KiB ahead keep enough loads in flight for the stream to reach ~0.9x of the read speed.
+// OpenBLAS's all stream an 8-row product's weights at about half the speed XLA reads the same bytes
+// (bench/decode_dot_bandwidth.py, bench/README.md). A decode step is those products, so it sat at 3x the bandwidth
+// bound. Weights kept out-features first make each output one contiguous row; two rows at a time and a software
+// prefetch a few KiB ahead keep enough loads in flight for the stream to come close to the read speed.
 #include <immintrin.h>
 
 #include <algorithm>
