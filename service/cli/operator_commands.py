@@ -3,6 +3,7 @@ database: whoever can reach it is an admin), `render` (Kubernetes manifests) and
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 from pathlib import Path
@@ -95,6 +96,12 @@ def serve(
     from service.domain.tokens import generate_token
     from service.logging_config import configure_logging
 
+    # Not dumpable: this process's environment and memory hold the database URL and every token, and the local
+    # launcher's jobs, reward workers included, run as this user (trainer/rewards_sandbox/process_privacy.py says
+    # why; the service imports nothing of the trainer's but its contract, so the call is made here).
+    prctl = getattr(ctypes.CDLL(None), "prctl", None)  # Linux only
+    if prctl is not None:
+        prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     base = _settings(
         host=host, port=port, state_dir=state_dir, database_url=database_url, launcher=launcher, max_concurrent_jobs=max_concurrent_jobs
     )

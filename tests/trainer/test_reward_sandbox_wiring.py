@@ -21,8 +21,11 @@ from trainer.maxtext_entry import reward_sandbox
 from trainer.rewards_sandbox.proxy import SandboxedReward
 
 REWARDS = """
-import os, pathlib
-pathlib.Path({marker_dir!r}, str(os.getpid())).write_text("imported")  # where this file was imported
+import os
+IMPORTED_IN = os.getpid()  # the worker may write nowhere outside its own directory: the pid comes back as a score
+
+def imported_in(prompts, completions, **kwargs):
+    return [float(IMPORTED_IN)] * len(completions)
 
 def length(prompts, completions, tmvp_config, **kwargs):
     return [float(len(c)) + tmvp_config.reward_exact_answer for c in completions]
@@ -40,15 +43,13 @@ def installed(tmp_path, monkeypatch):
     # install() patches both for the life of train_rl's process; a test puts them back.
     monkeypatch.setattr(utils_rl, "load_custom_callable", utils_rl.load_custom_callable)
     monkeypatch.setattr(reward_manager.SequenceRewardManager, "_compute_rewards", reward_manager.SequenceRewardManager._compute_rewards)
-    markers = tmp_path / "imported"
-    markers.mkdir()
     path = tmp_path / "job_rewards.py"
-    path.write_text(REWARDS.format(marker_dir=str(markers)))
-    argv = [f"reward_functions_path={path}", "reward_functions=length,raises", "model_name=llama3.1-8b"]
+    path.write_text(REWARDS)
+    argv = [f"reward_functions_path={path}", "reward_functions=length,raises,imported_in", "model_name=llama3.1-8b"]
     settings = RewardSandboxSettings(timeout_s=10, memory_mib=2048, on_error="zero")
     sandbox = reward_sandbox.install(argv, settings)
     assert sandbox is not None
-    yield utils_rl, reward_manager, path, markers
+    yield utils_rl, reward_manager, path
     sandbox.close()
 
 
@@ -66,7 +67,7 @@ def test_train_rl_loads_its_reward_functions_through_the_call_the_shim_wraps():
 
 
 def test_maxtexts_loader_returns_sandboxed_stand_ins_and_never_imports_the_file_here(installed):
-    utils_rl, _, path, markers = installed
+    utils_rl, _, path = installed
     fn = utils_rl.load_custom_callable(str(path), "length", importable_by_workers=True)
     assert isinstance(fn, SandboxedReward) and fn.__name__ == "length"
 
@@ -75,13 +76,13 @@ def test_maxtexts_loader_returns_sandboxed_stand_ins_and_never_imports_the_file_
             return {"reward_exact_answer": 0.5}
 
     assert fn(prompts=["q"], completions=["abcd"], tmvp_config=Config()) == [4.5]
-    imported_in = {int(p.name) for p in markers.iterdir()}
-    assert imported_in and os.getpid() not in imported_in  # imported, in a worker only
+    (imported_in,) = utils_rl.load_custom_callable(str(path), "imported_in", importable_by_workers=True)(prompts=["q"], completions=["a"])
+    assert imported_in > 0 and imported_in != os.getpid()  # imported, in a worker only
     assert not any(getattr(m, "__file__", None) == str(path) for m in list(sys.modules.values()))
 
 
 def test_tunixs_reward_manager_scores_a_failed_call_zero_and_logs_the_sandbox_counts(installed):
-    utils_rl, reward_manager, path, _ = installed
+    utils_rl, reward_manager, path = installed
 
     @dataclasses.dataclass
     class AlgoConfig:  # what the manager reads of GrpoConfig: its fields, matched against the functions' parameters

@@ -8,6 +8,12 @@ import faulthandler
 import signal
 import sys
 
+from trainer.rewards_sandbox.process_privacy import hide_from_same_user
+
+# Every stage process holds the job's secrets in its environment, and on the local launcher another job's reward
+# worker runs as the same user beside it: not dumpable, so that worker cannot read them (process_privacy.py).
+hide_from_same_user()
+
 # SIGUSR1 prints the Python stacks of every thread of this stage process on stderr, which runner.py copies into the
 # stage log: the trainer's hang watchdog (trainer/hang_watchdog.py) sends it before it stops a hung stage. Not chained:
 # no other handler of SIGUSR1 exists in MaxText or JAX, and its default would end the process before the stacks.

@@ -1,8 +1,10 @@
 """The trainer's side of the reward sandbox: a small pool of worker processes (worker.py), each call under a deadline.
 
 A worker starts with an empty environment (only what Python needs: WORKER_ENV) in a temporary directory of its own,
-isolates itself and sets its limits (worker.py), loads the user's file and answers calls over a pipe: bounded
-length-prefixed JSON both ways. The pool waits for each reply until the call's deadline; a worker past it, one that
+isolates itself and sets its limits (worker.py, confinement.py), loads the user's file and answers calls over a pipe:
+bounded length-prefixed JSON both ways; what it prints reaches the trainer's log bounded per call (output.py). The
+process that starts workers is first marked not dumpable (process_privacy.py), so a worker cannot
+read its environment. The pool waits for each reply until the call's deadline; a worker past it, one that
 died, or one whose reply is not a message, is killed (its whole session: the keeper, the server and, in the server's
 PID namespace, whatever the reward started) and replaced by a new one at the next call. Nothing here imports the
 user's file: the trainer process never runs reward code.
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .output import PER_CALL_BYTES, OutputRelay
+from .process_privacy import hide_from_same_user
 from .stats import CallOutcome, RewardCallStats
 from .worker import _HEADER, MAX_MESSAGE_BYTES, ProtocolError, decode_body, encode_message
 
@@ -84,15 +88,17 @@ class RewardLoadFailed(Exception):
 class RewardWorker:
     """One worker process and its pipes. Not thread-safe: the pool hands it to one call at a time."""
 
-    def __init__(self, python: str, clock: Callable[[], float]):
+    def __init__(self, python: str, clock: Callable[[], float], output_bytes_per_call: int = PER_CALL_BYTES):
         self._clock = clock
         self.workdir = tempfile.mkdtemp(prefix="rljob-reward-")
         lifeline_read, self._lifeline = os.pipe()  # the write end stays here: the keeper sees it close when we die
+        output_read, output_write = os.pipe()
         try:
             self.process = subprocess.Popen(
                 [python, "-I", WORKER_SCRIPT, str(lifeline_read)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                stderr=output_write,
                 env=worker_env(self.workdir),
                 cwd=self.workdir,
                 pass_fds=(lifeline_read,),
@@ -100,10 +106,13 @@ class RewardWorker:
             )
         except OSError:
             os.close(self._lifeline)
+            os.close(output_read)
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
         finally:
             os.close(lifeline_read)
+            os.close(output_write)
+        self.output = OutputRelay(output_read, per_call_bytes=output_bytes_per_call)
         if self.process.stdin is None or self.process.stdout is None:  # PIPE was asked for: never, but typed so
             raise OSError("the reward worker has no pipes")
         self._in, self._out = self.process.stdin.fileno(), self.process.stdout.fileno()
@@ -177,6 +186,7 @@ class RewardWorker:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass  # a process in uninterruptible sleep; its lifeline closes below
+        self.output.join(timeout_s=2)
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
@@ -202,6 +212,7 @@ class RewardSandboxPool:
     params: dict[str, list[list[str]]] = field(default_factory=dict)  # each function's parameters [name, kind]
     isolation: dict[str, Any] = field(default_factory=dict)  # what the first worker obtained (worker.isolate)
     replaced: int = 0  # workers killed after a timeout, crash or fatal error
+    last_failure: tuple[str, str, str] | None = None  # (function, outcome, error) of the newest failed call
 
     def __post_init__(self) -> None:
         self._idle: list[RewardWorker] = []
@@ -210,6 +221,7 @@ class RewardSandboxPool:
         self._cond = threading.Condition()
 
     def start(self) -> None:
+        hide_from_same_user()  # before any worker exists: this process's environment holds the job's secrets
         worker = self._start_worker()
         with self._cond:
             self._live += 1
@@ -257,11 +269,18 @@ class RewardSandboxPool:
 
     def call(self, name: str, kwargs: dict[str, Any], config: tuple[int, dict[str, Any]] | None = None) -> CallResult:
         """Run `name(**kwargs)` in a worker; `config` is (a key, the values) of tmvp_config, sent once per worker."""
+        result = self._call(name, kwargs, config)
+        if result.outcome is not CallOutcome.OK:
+            self.last_failure = (name, str(result.outcome), result.error or "no reply")
+        return result
+
+    def _call(self, name: str, kwargs: dict[str, Any], config: tuple[int, dict[str, Any]] | None) -> CallResult:
         acquired = self._acquire()
         if isinstance(acquired, str):
             self.stats.record(CallOutcome.CRASH, 0.0)
             return CallResult(CallOutcome.CRASH, error=acquired)
         worker = acquired
+        worker.output.next_call()
         message: dict[str, Any] = {"call": name, "kwargs": kwargs}
         if config is not None and worker.config_key != config[0]:
             message["config"] = config[1]

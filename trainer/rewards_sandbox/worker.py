@@ -1,22 +1,25 @@
 """A reward worker: a job's reward functions run here, in a process of their own, never in the trainer's.
 
 Run by pool.py as a script, `python -I worker.py LIFELINE_FD`, with an empty environment and a temporary working
-directory. Standard library only, and nothing of rljob is imported: the only thing of the trainer's that reaches
-this process is what the pool sends over the pipe. Replies are JSON, never pickle, so the trainer never runs code
-it reads from here.
+directory. Standard library only, and nothing of rljob is imported but confinement.py, loaded by path: the only
+thing of the trainer's that reaches this process is what the pool sends over the pipe. Replies are JSON, never
+pickle, so the trainer never runs code it reads from here.
 
 Two processes:
 - the keeper (the pool's child, leader of its own session) asks Linux for new user, network and PID namespaces,
   then forks the server and waits on it. It watches the lifeline, a pipe only the trainer holds open: when the
-  trainer dies, the keeper kills the server, so no reward code outlives the job.
+  trainer dies, the keeper kills the server, so no reward code outlives the job. It learns of the server's end from
+  SIGCHLD through a wakeup pipe, not pidfd_open, which gVisor does not implement.
 - the server, pid 1 of the new PID namespace, sets its limits (rlimits: address space, CPU time, open files, file
-  size, no core files, no new processes), loads the user's file and answers calls. A process the reward starts is
-  killed after each call (`kill(-1)` in its own namespace kills every process of the namespace but itself), and when
-  the server dies the kernel kills the namespace's every process.
-Where Linux refuses namespaces (a container's seccomp profile), fewer are used (see `isolate`), what was obtained is
-reported to the pool, and: without a network namespace, Python's socket constructors raise in this process (code can
-get around that: the job's log and status say the network is not isolated); without a PID namespace, the server is
-a child subreaper and kills its descendants after each call, and the pool kills the session on a deadline.
+  size, no core files, no new processes), confines itself (confinement.py: no capabilities, Landlock, a seccomp
+  filter), loads the user's file and answers calls. A process the reward starts (only possible where seccomp is
+  missing) is killed after each call (`kill(-1)` in its own namespace kills every process of the namespace but
+  itself), and when the server dies the kernel kills the namespace's every process.
+Where Linux refuses namespaces (a container's seccomp profile, gVisor), fewer are used (see `isolate`): the seccomp
+filter is what keeps the network out (no socket() at all, by any route); where it too is missing, Python's socket
+constructors raise in this process, which code can get around, and the job's log and status say the network is not
+isolated. Without a PID namespace, the server is a child subreaper and kills its descendants after each call, and
+the pool kills the session on a deadline. What each layer gave is reported to the pool.
 
 Messages both ways: a 4-byte big-endian length, then that many bytes of UTF-8 JSON, at most MAX_MESSAGE_BYTES.
 """
@@ -44,6 +47,17 @@ MAX_FILE_BYTES = 256 * 1024 * 1024  # RLIMIT_FSIZE: what a reward may write into
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _HEADER = struct.Struct(">I")
+
+
+def _load_confinement() -> Any:
+    """confinement.py beside this file, loaded by path: `python -I` puts no script directory on sys.path."""
+    spec = importlib.util.spec_from_file_location("rljob_reward_confinement", os.path.join(os.path.dirname(__file__), "confinement.py"))
+    if spec is None or spec.loader is None:
+        raise ImportError("confinement.py is missing beside worker.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 class ProtocolError(Exception):
@@ -225,8 +239,8 @@ def _kill_strays(pid_namespace: bool) -> None:
     if pid_namespace and os.getpid() == 1:
         try:
             os.kill(-1, signal.SIGKILL)  # pid 1 of its own namespace: every other process of that namespace
-        except ProcessLookupError:
-            pass
+        except (ProcessLookupError, PermissionError):
+            pass  # none, or the seccomp filter refused it: with the filter, no process could have been started
     else:
         for _ in range(100):  # a fork bomb's children race the kill; RLIMIT_NPROC bounds it for a non-root user
             children = _children(os.getpid())
@@ -267,11 +281,31 @@ def _kill_tree(pid: int) -> None:
         pass
 
 
+def confine(isolation: dict[str, Any]) -> None:
+    """The server's own confinement (confinement.py), merged into what the pool is told: the network counts as
+    isolated with a network namespace or with the seccomp filter (no socket at all)."""
+    try:
+        held = _load_confinement().confine(os.getcwd(), os.getpid())
+    except Exception as e:  # noqa: BLE001 - an unknown platform's failure is reported, the worker still serves
+        held = {
+            "capabilities_dropped": False,
+            "landlock_abi": 0,
+            "landlock_refused": "",
+            "seccomp": False,
+            "seccomp_refused": f"{type(e).__name__}: {e}",
+        }
+    isolation.update(held)
+    isolation["network_isolated"] = bool(isolation["network_isolated"] or held["seccomp"])
+    isolation["filesystem_confined"] = held["landlock_abi"] > 0
+    isolation["signals_confined"] = bool(held["seccomp"] or held["landlock_abi"] >= 6)
+    if not isolation["network_isolated"]:
+        _refuse_sockets()
+
+
 def serve(proto_in: int, proto_out: int, isolation: dict[str, Any]) -> None:
     start = read_message_blocking(proto_in)
     set_limits(int(start["memory_bytes"]), int(start["cpu_s"]))
-    if not isolation["network_isolated"]:
-        _refuse_sockets()
+    confine(isolation)
     try:
         functions, params = _load_functions(str(start["path"]), [str(n) for n in start["names"]])
     except BaseException as e:  # noqa: BLE001 - anything the user's file does on import is the reply
@@ -306,19 +340,27 @@ def serve(proto_in: int, proto_out: int, isolation: dict[str, Any]) -> None:
             return  # out of memory: the pool replaces this process rather than trust its heap
 
 
-def keep(server: int, lifeline: int) -> int:
-    """The keeper's loop: the server's exit status, or kill it when the trainer is gone (the lifeline closed)."""
-    pidfd = os.pidfd_open(server)
+def keep(server: int, lifeline: int, wakeup: int) -> int:
+    """The keeper's loop: the server's exit status, or kill it when the trainer is gone (the lifeline closed).
+    `wakeup` is SIGCHLD's wakeup pipe (set before the fork, so an early exit is not missed)."""
     poller = select.poll()
     poller.register(lifeline, select.POLLIN | select.POLLHUP)
-    poller.register(pidfd, select.POLLIN)
+    poller.register(wakeup, select.POLLIN)
     while True:
-        ready = {fd for fd, _ in poller.poll()}
-        if pidfd in ready:
-            _pid, status = os.waitpid(server, 0)
+        pid, status = os.waitpid(server, os.WNOHANG)
+        if pid == server:
             return os.waitstatus_to_exitcode(status) & 0xFF
+        ready = {fd for fd, _ in poller.poll()}
+        if wakeup in ready:
+            while True:
+                try:
+                    if not os.read(wakeup, 512):
+                        break
+                except BlockingIOError:
+                    break
         if lifeline in ready:
             os.kill(server, signal.SIGKILL)
+            poller.unregister(lifeline)  # closed for good: polling it again would spin until SIGCHLD
 
 
 def main(argv: list[str]) -> int:
@@ -332,8 +374,15 @@ def main(argv: list[str]) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a TextIOWrapper under `python -I`
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     isolation = isolate()
+    wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the signal reaches the wakeup pipe
+    signal.set_wakeup_fd(wakeup_write)
     server = os.fork()
     if server == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(wakeup_read)
+        os.close(wakeup_write)
         os.close(lifeline)
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the keeper is single-threaded: its death is this process's
         if not isolation["pid_namespace"]:
@@ -350,7 +399,7 @@ def main(argv: list[str]) -> int:
             os._exit(code)
     os.close(proto_in)
     os.close(proto_out)
-    return keep(server, lifeline)
+    return keep(server, lifeline, wakeup_read)
 
 
 if __name__ == "__main__":

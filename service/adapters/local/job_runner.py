@@ -16,6 +16,7 @@ trainer or writing an exit file, so the restarted service relaunches the job and
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -107,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         parser.error("no trainer command given after --")
 
+    # Not dumpable: this runner's environment holds what the trainer gets (an HF token), and the job's reward workers
+    # run as the same user (trainer/rewards_sandbox/process_privacy.py; this script imports nothing of rljob's).
+    prctl = getattr(ctypes.CDLL(None), "prctl", None)  # Linux only
+    if prctl is not None:
+        prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     # The group-wide SIGTERM also reaches the trainer; keep running until it has exited.
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)

@@ -1,0 +1,191 @@
+"""The trainer's side of the reward sandbox, run under a container runtime to see what holds there.
+
+`python -m harness.reward_sandbox_probe [--port P] [--outside-dir DIR]` starts the real pool
+(trainer/rewards_sandbox/pool.py) over PROBES, a reward file that tries what a hostile reward would, calls each
+function once and prints one JSON object: what the workers obtained (`isolation`), each call's outcome, and what is
+seen from outside the worker (a bystander process of the same user still alive, connections that reached a loopback
+listener). Run by tests/trainer/test_reward_sandbox_runtimes.py under each emulated runtime
+(harness/runtime_emulation.py) and, by hand, on the TPU machine's real gVisor (bench/results/reward_sandbox_gvisor.json).
+
+This process plays the train stage: it holds the secret RLJOB_PROBE_SECRET (the test puts it in its environment)
+and is the parent of the workers; the bystander gets no secret, so a worker finding it anywhere found it here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.rewards_sandbox.pool import RewardSandboxPool, SandboxLimits
+
+SECRET_NAME = "RLJOB_PROBE_SECRET"
+
+PROBES = '''
+import ctypes, os, signal, struct, subprocess, sys
+
+def score(prompts, completions, **kwargs):
+    return [float(len(c)) for c in completions]
+
+def environ_secrets(prompts, completions, secret, **kwargs):
+    """How many processes' environments this worker could read that hold the secret."""
+    found = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    found += secret.encode() in f.read()
+            except OSError:
+                pass
+    return [float(found)] * len(completions)
+
+def socket_reimported(prompts, completions, port, **kwargs):
+    for name in ("socket", "_socket"):
+        sys.modules.pop(name, None)
+    import _socket
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.connect(("127.0.0.1", port))
+    return [1.0] * len(completions)
+
+def socket_ctypes(prompts, completions, port, **kwargs):
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.socket(2, 1, 0)  # AF_INET, SOCK_STREAM
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "socket() refused: " + os.strerror(ctypes.get_errno()))
+    address = struct.pack("=H", 2) + struct.pack("!H4s8x", port, bytes([127, 0, 0, 1]))  # struct sockaddr_in
+    if libc.connect(fd, address, len(address)) != 0:
+        raise OSError(ctypes.get_errno(), "connect() failed: " + os.strerror(ctypes.get_errno()))
+    return [1.0] * len(completions)
+
+def socket_subprocess(prompts, completions, port, **kwargs):
+    code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)"
+    return [float(subprocess.run([sys.executable, "-c", code], timeout=10).returncode == 0)] * len(completions)
+
+def kill_bystander(prompts, completions, pid, **kwargs):
+    os.kill(pid, signal.SIGKILL)
+    return [1.0] * len(completions)
+
+def signal_trainer(prompts, completions, pid, **kwargs):
+    os.kill(pid, 0)  # permission only: signal 0 is delivered to nobody
+    return [1.0] * len(completions)
+
+def trainer_files(prompts, completions, pid, **kwargs):
+    """How many of the trainer's open files (and its memory) this worker could open through /proc."""
+    opened = 0
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        fds = []
+    for fd in fds:
+        try:
+            os.close(os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK))
+            opened += 1
+        except OSError:
+            pass
+    try:
+        with open(f"/proc/{pid}/mem", "rb") as f:
+            opened += 1000 * (f.read(1) is not None)
+    except OSError:
+        pass
+    return [float(opened)] * len(completions)
+
+def write_outside(prompts, completions, directory, **kwargs):
+    with open(os.path.join(directory, "written-by-a-reward"), "w") as f:
+        f.write("a reward wrote here")
+    return [1.0] * len(completions)
+'''
+NAMES = [
+    "score", "environ_secrets", "socket_reimported", "socket_ctypes", "socket_subprocess", "kill_bystander",
+    "signal_trainer", "trainer_files", "write_outside",
+]  # fmt: skip
+BATCH = {"prompts": ["p"], "completions": ["abc"]}
+
+
+def _listener() -> tuple[socket.socket | None, int, str]:
+    try:
+        listener = socket.create_server(("127.0.0.1", 0))
+    except OSError as e:  # the TPU machine refuses every internet socket, loopback too
+        return None, 9, f"{type(e).__name__}: {e}"
+    listener.setblocking(False)
+    return listener, int(listener.getsockname()[1]), ""
+
+
+def _connections(listener: socket.socket | None) -> int:
+    count = 0
+    while listener is not None:
+        try:
+            listener.accept()[0].close()
+        except BlockingIOError:
+            break
+        count += 1
+    return count
+
+
+def run(port: int | None, outside_dir: str) -> dict[str, Any]:
+    secret = os.environ.get(SECRET_NAME, "")
+    listener, listening_port, listener_error = _listener() if port is None else (None, port, "")
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={"PATH": os.environ.get("PATH", "")})
+    workdir = tempfile.mkdtemp(prefix="rljob-probe-")
+    rewards = Path(workdir, "probe_rewards.py")
+    rewards.write_text(PROBES)
+    pool = RewardSandboxPool(str(rewards), NAMES, SandboxLimits(timeout_s=20, memory_mib=1024), size=1)
+    results: dict[str, Any] = {}
+    try:
+        pool.start()
+        arguments: dict[str, dict[str, Any]] = {
+            "environ_secrets": {"secret": secret},
+            "socket_reimported": {"port": listening_port},
+            "socket_ctypes": {"port": listening_port},
+            "socket_subprocess": {"port": listening_port},
+            "kill_bystander": {"pid": bystander.pid},
+            "signal_trainer": {"pid": os.getpid()},
+            "trainer_files": {"pid": os.getpid()},
+            "write_outside": {"directory": outside_dir},
+        }
+        for name in NAMES:
+            started = time.monotonic()
+            result = pool.call(name, {**BATCH, **arguments.get(name, {})})
+            results[name] = {
+                "outcome": str(result.outcome),
+                "scores": result.scores,
+                "error": result.error,
+                "seconds": round(time.monotonic() - started, 3),
+            }
+        return {
+            "uid": os.getuid(),
+            "secret_set": bool(secret),
+            "isolation": pool.isolation,
+            "results": results,
+            "bystander_alive": bystander.poll() is None,
+            "listener_error": listener_error,
+            "connections_reached_listener": _connections(listener),
+            "outside_file_written": Path(outside_dir, "written-by-a-reward").exists(),
+            "workers_replaced": pool.replaced,
+        }
+    finally:
+        pool.close()
+        bystander.kill()
+        bystander.wait()
+        if listener is not None:
+            listener.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="reward_sandbox_probe")
+    parser.add_argument("--port", type=int, default=None, help="a loopback port to try (default: a listener of this process)")
+    parser.add_argument("--outside-dir", required=True, help="a directory this process may write and a worker must not")
+    args = parser.parse_args(argv)
+    print(json.dumps(run(args.port, args.outside_dir), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

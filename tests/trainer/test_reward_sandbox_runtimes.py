@@ -1,0 +1,107 @@
+"""The reward sandbox where users run it: under gVisor and under containerd's RuntimeDefault seccomp profile, as root
+and as a non-root user (harness/runtime_emulation.py emulates each; bench/results/reward_sandbox_runtimes.json holds
+the same probe on the TPU machine's real gVisor). Each case runs the trainer's real pool in a process of the
+emulated runtime (harness/reward_sandbox_probe.py) over rewards that try what a hostile reward would, and what they
+got is judged from outside the worker: the secret in the trainer's environment, a loopback listener, a bystander
+process of the same user, a directory the trainer may write.
+
+Before the confinement layers (seccomp, capabilities, Landlock, the SIGCHLD keeper), every case failed here: under
+gVisor the worker died on pidfd_open, and under RuntimeDefault the worker read the trainer's environment, opened
+sockets through ctypes and a subprocess, killed the bystander and wrote outside its directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "rljob-test-secret-in-the-trainers-environment"
+NOBODY = 65534
+CASES = [
+    pytest.param(("runtime-default", "root"), id="runtime-default-root"),
+    pytest.param(("runtime-default", "user"), id="runtime-default-user"),
+    pytest.param(("gvisor", "root"), id="gvisor-root"),
+    pytest.param(("gvisor", "user"), id="gvisor-user"),
+]
+
+
+def run_probe(runtime: str, who: str, outside: Path) -> dict:
+    command = [sys.executable, "-m", "harness.runtime_emulation", "--runtime", runtime]
+    if who == "root" and os.getuid() != 0:
+        pytest.skip("the root cases run only when the tests run as root (a non-root user cannot become root)")
+    if who == "user" and os.getuid() == 0:
+        command += ["--uid", str(NOBODY)]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "PYTHONPATH": str(REPO), "RLJOB_PROBE_SECRET": SECRET}
+    command += ["--", sys.executable, "-m", "harness.reward_sandbox_probe", "--outside-dir", str(outside)]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module", params=CASES)
+def probed(request):
+    runtime, who = request.param
+    # Not under pytest's basetemp, which only its owner may enter; writable by the non-root user too, so that only the
+    # sandbox can stop the write.
+    with tempfile.TemporaryDirectory(prefix=f"rljob-outside-{runtime}-{who}-") as outside:
+        os.chmod(outside, 0o777)
+        result = run_probe(runtime, who, Path(outside))
+    result["case"] = (runtime, who)
+    return result
+
+
+def outcome(result: dict, name: str) -> tuple[str, list | None, str]:
+    call = result["results"][name]
+    return call["outcome"], call["scores"], call["error"] or ""
+
+
+def test_the_case_runs_as_it_says(probed):
+    runtime, who = probed["case"]
+    assert probed["secret_set"]
+    assert (probed["uid"] == 0) == (who == "root")
+    refused = probed["isolation"]["refused"]
+    assert "Function not implemented" in refused if runtime == "gvisor" else "Operation not permitted" in refused
+    assert probed["isolation"]["namespaces"] == ""  # neither runtime grants one: the other layers have to hold
+
+
+def test_a_reward_call_runs_and_is_scored(probed):
+    assert outcome(probed, "score") == ("ok", [3.0], "")
+    assert probed["workers_replaced"] == 0  # no call failed because a worker died
+
+
+def test_no_process_environment_holding_the_trainers_secret_can_be_read(probed):
+    assert outcome(probed, "environ_secrets") == ("ok", [0.0], "")
+
+
+def test_no_internet_socket_opens_by_any_route_and_nothing_reaches_the_listener(probed):
+    for route in ("socket_reimported", "socket_ctypes", "socket_subprocess"):
+        result, scores, error = outcome(probed, route)
+        assert result == "error" and "PermissionError" in error, (route, result, scores, error)
+    assert probed["connections_reached_listener"] == 0
+    assert probed["isolation"]["network_isolated"] and probed["isolation"]["seccomp"]
+
+
+def test_no_signal_reaches_a_process_outside_the_worker(probed):
+    assert outcome(probed, "kill_bystander")[0] == "error" and probed["bystander_alive"]
+    assert outcome(probed, "signal_trainer")[0] == "error"
+    assert probed["isolation"]["signals_confined"]
+
+
+def test_the_trainers_open_files_and_memory_cannot_be_opened(probed):
+    assert outcome(probed, "trainer_files") == ("ok", [0.0], "")
+
+
+def test_writes_outside_the_workers_directory_fail_where_landlock_exists_and_are_reported_where_not(probed):
+    runtime, _ = probed["case"]
+    if runtime == "gvisor":  # no Landlock there: the gap is reported (docs/reward-sandbox.md says what closes it)
+        assert not probed["isolation"]["filesystem_confined"]
+        assert "Function not implemented" in probed["isolation"]["landlock_refused"]
+    else:
+        assert probed["isolation"]["filesystem_confined"]
+        assert outcome(probed, "write_outside")[0] == "error" and not probed["outside_file_written"]
