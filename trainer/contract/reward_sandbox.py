@@ -39,6 +39,13 @@ REWARD_CALL_LATEST = {
 
 REWARD_FAILED_LINE_PREFIX = "RLJOB_REWARD_FAILED "
 
+# A job whose reward calls mostly fail trains on zeros (on_error: zero) and must not end as if it trained: its train
+# stage stops once more than MAX_FAILED_SHARE of its calls have failed, checked after every failed call from the
+# MIN_FAILED_CALLS_TO_STOP-th failure on (so a long job stops early, not at its end), and over all its calls when
+# train_rl ends (so a short job with fewer failures cannot finish SUCCEEDED on them).
+MAX_FAILED_SHARE = 0.5
+MIN_FAILED_CALLS_TO_STOP = 10
+
 
 class RewardSandboxSettings(BaseModel):
     """What the train stage hands the entry shim (shim_flags.REWARD_SANDBOX_FLAG), from grpo.rewards."""
@@ -58,9 +65,26 @@ class RewardFailure(BaseModel):
     function: str = Field(max_length=200)
     error: str = Field(max_length=2000)
     outcome: str = Field(max_length=20)
+    # Set when the stage stops because most calls failed (under on_error: zero); `function` and `error` are the last.
+    failed: int | None = Field(default=None, ge=0)
+    calls: int | None = Field(default=None, ge=0)
 
     def message(self) -> str:
+        if self.calls is not None:
+            return (
+                f"{self.failed} of {self.calls} reward calls failed, more than {MAX_FAILED_SHARE:.0%}: the job was training on "
+                f"the zeros they score, so the train stage stops (the last: {self.function!r} ({self.outcome}): {self.error}); "
+                "fix the reward function (each failure is in train.log; on_error: zero tolerates a few) and rerun"
+            )
         return (
             f"reward function {self.function!r} failed ({self.outcome}): {self.error}; grpo.rewards.on_error is fail, so the "
             "train stage stops (on_error: zero scores such a call 0 and goes on)"
         )
+
+    @classmethod
+    def mostly_failed(cls, failed: int, calls: int, last: tuple[str, str, str] | None) -> RewardFailure | None:
+        """The failure that stops a stage whose calls mostly failed, or None while they have not."""
+        if not calls or failed <= MAX_FAILED_SHARE * calls:
+            return None
+        function, outcome, error = last or ("?", "error", "no failure was recorded")
+        return cls(function=function[:200], outcome=outcome[:20], error=error[:2000], failed=failed, calls=calls)

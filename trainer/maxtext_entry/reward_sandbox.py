@@ -27,7 +27,9 @@ from trainer.contract.reward_sandbox import (
     LATENCY_P50_METRIC,
     LATENCY_P95_METRIC,
     NETWORK_ISOLATED_METRIC,
+    REWARD_FAILED_LINE_PREFIX,
     TIMEOUTS_METRIC,
+    RewardFailure,
     RewardSandboxSettings,
 )
 from trainer.contract.samples import tunix_metric_name
@@ -86,15 +88,22 @@ class RewardSandbox:
         return window_metrics(self.pool.stats.drain(), bool(self.pool.isolation.get("network_isolated")))
 
     def close(self) -> None:
+        """At train_rl's end (atexit): the totals, and the stage's stop when most calls failed (whatever their number:
+        a short job's few calls count as much as a long job's many)."""
         if self.pool is None:
             return
         totals = self.pool.stats.totals
+        calls = sum(totals.values())
         print(
-            f"rljob: reward sandbox: {sum(totals.values())} calls, {totals[CallOutcome.ERROR] + totals[CallOutcome.CRASH]} errors, "
+            f"rljob: reward sandbox: {calls} calls, {totals[CallOutcome.ERROR] + totals[CallOutcome.CRASH]} errors, "
             f"{totals[CallOutcome.TIMEOUT]} timeouts, {self.pool.replaced} workers replaced",
             file=sys.stderr,
         )
+        mostly = RewardFailure.mostly_failed(calls - totals[CallOutcome.OK], calls, self.pool.last_failure)
+        if mostly is not None:
+            write_report_line(REWARD_FAILED_LINE_PREFIX + mostly.model_dump_json())
         self.pool.close()
+        self.pool = None  # closed once: atexit calls this again
 
 
 def install_from_flag(argv: list[str], flag_value: str | None) -> RewardSandbox | None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardErrorPolicy, RewardFailure
+from trainer.contract.reward_sandbox import MIN_FAILED_CALLS_TO_STOP, REWARD_FAILED_LINE_PREFIX, RewardErrorPolicy, RewardFailure
 
 from .pool import RewardSandboxPool
 from .stats import CallOutcome
@@ -97,14 +97,22 @@ class SandboxedReward:
             return [math.nan if score is None else score for score in result.scores]
         failure = RewardFailure(function=self.__name__, error=(result.error or "no reply")[:2000], outcome=str(result.outcome))
         if self.on_error == "fail":
-            if self._report_line is not None:
-                self._report_line(REWARD_FAILED_LINE_PREFIX + failure.model_dump_json())
-            raise RewardFunctionFailed(failure.message())
-        failed = sum(self.pool.stats.totals.values()) - self.pool.stats.totals[CallOutcome.OK]
+            self._stop(failure)
+        calls = sum(self.pool.stats.totals.values())
+        failed = calls - self.pool.stats.totals[CallOutcome.OK]
         if failed <= FAILURES_LOGGED:
             more = "" if failed < FAILURES_LOGGED else "; further failures are only counted (the reward_errors and reward_timeouts metrics)"
             print(f"rljob: reward function {self.__name__!r} failed ({result.outcome}): {failure.error}; scored 0{more}", file=sys.stderr)
+        mostly = RewardFailure.mostly_failed(failed, calls, self.pool.last_failure) if failed >= MIN_FAILED_CALLS_TO_STOP else None
+        if mostly is not None:
+            self._stop(mostly)
         return [0.0] * count
+
+    def _stop(self, failure: RewardFailure) -> None:
+        """Raise into train_rl, which stops; the stage's message comes from the line (trainer/stages/train.py)."""
+        if self._report_line is not None:
+            self._report_line(REWARD_FAILED_LINE_PREFIX + failure.model_dump_json())
+        raise RewardFunctionFailed(failure.message())
 
 
 def describe_isolation(isolation: dict[str, Any]) -> str:

@@ -283,6 +283,8 @@ def run_train(ctx: JobContext, *, poll_interval_s: float = 2.0) -> dict[str, Any
         raise
     finally:
         metrics_warning = _final_metrics_read(watcher, log)
+    if reward_failures:  # train_rl ended, but most reward calls failed (the sandbox's last line): not a trained model
+        raise StageFailed(command.module, 0, log, "", message=reward_failures[-1].message())
     final = latest_actor_step(layout)
     if final is None:
         raise StageFailed(command.module, 0, log, "no actor checkpoint was written")
