@@ -15,6 +15,9 @@ continuing across reruns in the same run dir) and behaves as the spec's labels s
                        hang watchdog (trainer/hang_watchdog.py, limit spec.hang_timeout_s) dumps the stacks into
                        logs/train.log and exits 79 (HUNG); a rerun resumes after step N-1's checkpoint
   fake-hang-always: "true"  hang in the first train step of every attempt
+  fake-rewards: "true"  before training, call each of the spec's reward functions (grpo.rewards) once through the
+                       real reward sandbox (trainer/rewards_sandbox/), as train_rl's stand-ins do, and write each
+                       call's outcome to <run dir>/reward_calls.json
 It writes repro.json with the trainer's own writer (trainer/repro.py), as the pipeline does before its stages.
 Every start appends a line to <run dir>/starts, so tests can count executions. Like the trainer, each
 train step reports the signal fraction (half the prompts) and writes a samples file
@@ -139,6 +142,8 @@ def main() -> int:
     if not skip_if_done(layout, events, Stage.CONVERT):
         events.emit(StageStarted, stage=Stage.CONVERT)
         finish(layout, events, Stage.CONVERT, duration_s=0.01)
+    if labels.get("fake-rewards") == "true":
+        call_rewards_in_the_sandbox(spec, root)
     if not skip_if_done(layout, events, Stage.TRAIN):
         exit_code = train(layout, events, labels, attempt)
         if exit_code:
@@ -154,6 +159,21 @@ def main() -> int:
         events.emit(StorageMeasured, stage=Stage.EXPORT, storage=measure_run(layout))
     events.emit(RunFinished, ok=True, exit_code=ExitCode.SUCCESS)
     return 0
+
+
+def call_rewards_in_the_sandbox(spec: dict[str, object], root: Path) -> None:
+    from trainer.rewards_sandbox.pool import RewardSandboxPool
+
+    rewards = JobSpec.model_validate(spec).grpo.rewards
+    assert rewards.functions_path is not None, "fake-rewards needs grpo.rewards.functions_path"
+    pool = RewardSandboxPool(rewards.functions_path, list(rewards.functions))
+    pool.start()
+    try:
+        calls = {name: pool.call(name, {"prompts": ["q"], "completions": ["a"]}) for name in rewards.functions}
+    finally:
+        pool.close()
+    outcomes = {name: {"outcome": str(r.outcome), "scores": r.scores, "error": r.error} for name, r in calls.items()}
+    (root / "reward_calls.json").write_text(json.dumps({"isolation": pool.isolation, "calls": outcomes}))
 
 
 def watch_for_hangs(events: Events, layout: RunLayout, attempt: int, timeout_s: float | None) -> None:
