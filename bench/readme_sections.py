@@ -28,6 +28,7 @@ from bench.readme_render import learning_benches, read_path_benches, service_ben
 from bench.readme_render.common import duration  # noqa: E402
 from bench.readme_render.estimate_bench import render_estimate_accuracy  # noqa: E402
 from bench.readme_render.learning_folds_section import render_learning_folds, render_learning_folds_eval_check  # noqa: E402
+from bench.readme_render.sandbox_runtimes import render_sandbox_runtimes  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 README = REPO / "bench" / "README.md"  # the benchmarks page, not the repository's front door
@@ -75,6 +76,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "control-plane": (("control_plane.json", "control_plane-5ebe387.json"), read_path_benches.render_control_plane_runs),
     "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead),
     "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy),
+    "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes),
 }
 
 

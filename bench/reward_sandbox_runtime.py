@@ -1,5 +1,6 @@
 """What the reward sandbox holds on a real container runtime, recorded: run it where the runtime is (the TPU machine's
-gVisor), it runs harness/reward_sandbox_probe.py there and adds the run to a result file.
+gVisor), it runs the sandbox's self-check there (`trainer sandbox-check`, trainer/rewards_sandbox/self_check.py) and
+writes the run to a file.
 
     python bench/reward_sandbox_runtime.py --runtime gvisor --commit COMMIT --out PATH
 
@@ -16,12 +17,12 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trainer.rewards_sandbox.self_check import check
 
 REPO = Path(__file__).resolve().parents[1]
 # What decides the probe's outcome: the worker's side, the pool, and the probe itself.
@@ -31,9 +32,8 @@ SANDBOX_SOURCES = (
     "trainer/rewards_sandbox/pool.py",
     "trainer/rewards_sandbox/output.py",
     "trainer/rewards_sandbox/process_privacy.py",
-    "harness/reward_sandbox_probe.py",
+    "trainer/rewards_sandbox/self_check.py",
 )
-SECRET = "rljob-probe-secret-7f3a"
 
 
 def sandbox_digest(root: Path = REPO) -> str:
@@ -41,24 +41,6 @@ def sandbox_digest(root: Path = REPO) -> str:
     for name in SANDBOX_SOURCES:
         digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
     return digest.hexdigest()[:16]
-
-
-def probe(python: str) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="rljob-outside-") as outside:
-        env = {**os.environ, "RLJOB_PROBE_SECRET": SECRET, "PYTHONPATH": str(REPO)}
-        done = subprocess.run(
-            [python, "-m", "harness.reward_sandbox_probe", "--outside-dir", outside],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"the probe failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "kernel": platform.release(),
         "uid": os.getuid(),
-        "probe": probe(sys.executable),
+        "probe": check(env={**os.environ, "PYTHONPATH": str(REPO)}),
     }
     Path(args.out).write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
     print(json.dumps(run["probe"]["isolation"], sort_keys=True))

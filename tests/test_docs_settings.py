@@ -29,7 +29,7 @@ NOT_SETTINGS = {
     "RLJOB_CHECKPOINT": "the checkpoint reporter's stdout line prefix (trainer/maxtext_entry/checkpoint_reporter.py), not a variable",
     "RLJOB_REWARD_FAILED": "the reward sandbox's stdout line prefix (trainer/contract/reward_sandbox.py), read by the train stage",
     "RLJOB_BENCH_WORK": "the learning bench's scratch directory (bench/learning_folds.py), read by that script only",
-    "RLJOB_PROBE_SECRET": "the secret the reward sandbox's probe (harness/reward_sandbox_probe.py) hides from its workers",
+    "RLJOB_SANDBOX_CHECK_SECRET": "the secret `trainer sandbox-check` hides from its workers (trainer/rewards_sandbox/self_check.py)",
 }
 
 

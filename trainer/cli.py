@@ -1,4 +1,5 @@
-"""`python -m trainer run|plan|make-tiny|make-model|make-data|cache`: the trainer's command line (the entrypoint of every job pod)."""
+"""`python -m trainer run|plan|make-tiny|make-model|make-data|cache|sandbox-check`: the trainer's command line (the entrypoint
+of every job pod)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
         if name == "plan":
             p.add_argument("--json", action="store_true", help="print the plan as JSON")
     add_cache_parser(sub)
+    sandbox = sub.add_parser("sandbox-check", help="run hostile probes through the reward sandbox here; say what held (exit 1 if not)")
+    sandbox.add_argument("--json", action="store_true", help="print the whole result as JSON")
     tiny = sub.add_parser("make-tiny", help="build the offline tiny model, tokenizer and data for CPU runs")
     tiny.add_argument("--out", required=True, help="directory to write model/, data/ and length_reward.py into")
     tiny.add_argument("--family", choices=["llama", "qwen3"], default="llama", help="the tiny model's architecture (default: llama)")
@@ -148,6 +151,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         return int(run_pipeline(ctx))
 
 
+def cmd_sandbox_check(args: argparse.Namespace) -> int:
+    """What the reward sandbox holds on this machine's runtime (docs/reward-sandbox.md): exit 0 when every required
+    guarantee held, 1 when one did not (the lines say which)."""
+    from trainer.rewards_sandbox.proxy import describe_isolation
+    from trainer.rewards_sandbox.self_check import check
+
+    result = check()
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        print(f"rljob: reward sandbox: {describe_isolation(result['isolation'])}")
+        for kind, held in result["verdict"].items():
+            for what, ok in held.items():
+                print(
+                    f"  {'held' if ok else 'NOT HELD' if kind == 'required' else 'not held'}: {what}"
+                    + ("" if kind == "required" else " (where the runtime allows)")
+                )
+    return 0 if all(result["verdict"]["required"].values()) else 1
+
+
 def cmd_make_tiny(args: argparse.Namespace) -> int:
     from trainer.offline.tiny import make_tiny
 
@@ -201,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         "plan": cmd_plan,
         "make-tiny": cmd_make_tiny,
         "cache": cmd_cache,
+        "sandbox-check": cmd_sandbox_check,
         "make-model": cmd_make_model,
         "make-data": cmd_make_data,
     }

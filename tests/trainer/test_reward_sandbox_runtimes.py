@@ -1,9 +1,9 @@
 """The reward sandbox where users run it: under gVisor and under containerd's RuntimeDefault seccomp profile, as root
 and as a non-root user (harness/runtime_emulation.py emulates each; bench/results/reward_sandbox_runtimes.json holds
-the same probe on the TPU machine's real gVisor). Each case runs the trainer's real pool in a process of the
-emulated runtime (harness/reward_sandbox_probe.py) over rewards that try what a hostile reward would, and what they
-got is judged from outside the worker: the secret in the trainer's environment, a loopback listener, a bystander
-process of the same user, a directory the trainer may write.
+the same check on the TPU machine's real gVisor). Each case runs `trainer sandbox-check`'s child
+(trainer/rewards_sandbox/self_check.py: the trainer's real pool over rewards that try what a hostile reward would) in
+a process of the emulated runtime, and what the rewards got is judged from outside the worker: the secret in the
+trainer's environment, a loopback listener, a bystander process of the same user, a directory the trainer may write.
 
 Before the confinement layers (seccomp, capabilities, Landlock, the SIGCHLD keeper), every case failed here: under
 gVisor the worker died on pidfd_open, and under RuntimeDefault the worker read the trainer's environment, opened
@@ -37,8 +37,8 @@ def run_probe(runtime: str, who: str, outside: Path) -> dict:
         pytest.skip("the root cases run only when the tests run as root (a non-root user cannot become root)")
     if who == "user" and os.getuid() == 0:
         command += ["--uid", str(NOBODY)]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "PYTHONPATH": str(REPO), "RLJOB_PROBE_SECRET": SECRET}
-    command += ["--", sys.executable, "-m", "harness.reward_sandbox_probe", "--outside-dir", str(outside)]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "PYTHONPATH": str(REPO), "RLJOB_SANDBOX_CHECK_SECRET": SECRET}
+    command += ["--", sys.executable, "-m", "trainer.rewards_sandbox.self_check", "--outside-dir", str(outside)]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
@@ -105,3 +105,35 @@ def test_writes_outside_the_workers_directory_fail_where_landlock_exists_and_are
     else:
         assert probed["isolation"]["filesystem_confined"]
         assert outcome(probed, "write_outside")[0] == "error" and not probed["outside_file_written"]
+
+
+def test_the_shipped_check_says_what_held_under_gvisor_and_exits_0_when_every_required_guarantee_did():
+    """`python -m trainer sandbox-check`, the deploy guide's one-pod check, as an operator runs it in a sandboxed pod."""
+    command = [sys.executable, "-m", "harness.runtime_emulation", "--runtime", "gvisor"]
+    command += ["--uid", str(NOBODY)] if os.getuid() == 0 else []
+    command += ["--", sys.executable, "-m", "trainer", "sandbox-check"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "FILESYSTEM WRITES NOT CONFINED (Landlock is not available" in lines[0] and "no network (seccomp refuses" in lines[0]
+    assert "  held: no internet socket opens (Python, ctypes, a subprocess)" in lines
+    assert "  not held: writes stay in the worker's directory (where the runtime allows)" in lines
+
+
+def test_the_check_exits_1_naming_what_did_not_hold(monkeypatch, capsys):
+    from trainer import cli
+    from trainer.rewards_sandbox import self_check
+
+    def leaky_check() -> dict:
+        result = {"isolation": {}, "outside_file_written": False, "connections_reached_listener": 1, "bystander_alive": True}
+        result["workers_replaced"] = 0
+        result["results"] = {name: {"outcome": "ok", "scores": [0.0]} for name in self_check.NAMES}
+        result["verdict"] = self_check.verdict(result)
+        return result
+
+    monkeypatch.setattr(self_check, "check", leaky_check)
+    assert cli.main(["sandbox-check"]) == 1
+    out = capsys.readouterr().out
+    assert "  NOT HELD: no internet socket opens (Python, ctypes, a subprocess)" in out
+    assert "  NOT HELD: no signal leaves the worker" in out and "  held: a reward call is scored" in out

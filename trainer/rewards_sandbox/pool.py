@@ -3,8 +3,8 @@
 A worker starts with an empty environment (only what Python needs: WORKER_ENV) in a temporary directory of its own,
 isolates itself and sets its limits (worker.py, confinement.py), loads the user's file and answers calls over a pipe:
 bounded length-prefixed JSON both ways; what it prints reaches the trainer's log bounded per call (output.py). The
-process that starts workers is first marked not dumpable (process_privacy.py), so a worker cannot
-read its environment. The pool waits for each reply until the call's deadline; a worker past it, one that
+process that starts workers is first marked not dumpable (process_privacy.py), so a worker cannot read its
+environment. The pool waits for each reply until the call's deadline; a worker past it, one that
 died, or one whose reply is not a message, is killed (its whole session: the keeper, the server and, in the server's
 PID namespace, whatever the reward started) and replaced by a new one at the next call. Nothing here imports the
 user's file: the trainer process never runs reward code.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .output import PER_CALL_BYTES, OutputRelay
+from .output import OutputRelay
 from .process_privacy import hide_from_same_user
 from .stats import CallOutcome, RewardCallStats
 from .worker import _HEADER, MAX_MESSAGE_BYTES, ProtocolError, decode_body, encode_message
@@ -88,7 +88,7 @@ class RewardLoadFailed(Exception):
 class RewardWorker:
     """One worker process and its pipes. Not thread-safe: the pool hands it to one call at a time."""
 
-    def __init__(self, python: str, clock: Callable[[], float], output_bytes_per_call: int = PER_CALL_BYTES):
+    def __init__(self, python: str, clock: Callable[[], float]):
         self._clock = clock
         self.workdir = tempfile.mkdtemp(prefix="rljob-reward-")
         lifeline_read, self._lifeline = os.pipe()  # the write end stays here: the keeper sees it close when we die
@@ -112,7 +112,7 @@ class RewardWorker:
         finally:
             os.close(lifeline_read)
             os.close(output_write)
-        self.output = OutputRelay(output_read, per_call_bytes=output_bytes_per_call)
+        self.output = OutputRelay(output_read)
         if self.process.stdin is None or self.process.stdout is None:  # PIPE was asked for: never, but typed so
             raise OSError("the reward worker has no pipes")
         self._in, self._out = self.process.stdin.fileno(), self.process.stdout.fileno()

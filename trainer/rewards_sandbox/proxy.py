@@ -116,17 +116,31 @@ class SandboxedReward:
 
 
 def describe_isolation(isolation: dict[str, Any]) -> str:
-    """One line for the train log: what the reward workers were denied, and what not."""
-    if isolation.get("network_isolated"):
+    """One line for the train log: what the reward workers were denied, and what not (worker.py reports each layer)."""
+    if isolation.get("namespaces") and isolation.get("network_isolated") and "net" in str(isolation.get("namespaces")):
         network = f"no network (Linux namespaces: {isolation.get('namespaces')})"
+    elif isolation.get("network_isolated"):
+        network = f"no network (seccomp refuses every socket; namespaces refused: {isolation.get('refused') or 'none asked'})"
     else:
         network = (
             "NETWORK NOT ISOLATED: Linux refused a network namespace "
-            f"({isolation.get('refused') or 'unknown'}); Python's sockets raise in the workers, which code can get around"
+            f"({isolation.get('refused') or 'unknown'}) and the seccomp filter ({isolation.get('seccomp_refused') or 'unknown'}); "
+            "Python's sockets raise in the workers, which code can get around"
         )
-    processes = "its PID namespace" if isolation.get("pid_namespace") else "a subreaper that kills them after each call"
+    if isolation.get("filesystem_confined"):
+        files = f"writes only in its own directory (Landlock ABI {isolation.get('landlock_abi')})"
+    else:
+        why = isolation.get("landlock_refused") or "Landlock not tried"
+        files = f"FILESYSTEM WRITES NOT CONFINED ({why}): a reward can write what the trainer's user can"
+    if isolation.get("seccomp"):
+        processes = "no new process, exec, ptrace or signal outside itself (seccomp)"
+    else:
+        processes = "processes a reward starts are killed by " + (
+            "its PID namespace" if isolation.get("pid_namespace") else "a subreaper after each call"
+        )
+    capabilities = "no capabilities" if isolation.get("capabilities_dropped") else "CAPABILITIES KEPT"
     return (
         f"reward functions run in sandboxed worker processes: empty environment, own working directory, rlimits (address "
-        f"space, CPU time, open files, no core files, no new processes for a non-root user), {network}; processes a reward "
-        f"starts are killed by {processes}; isolation: {json.dumps(isolation, sort_keys=True)}"
+        f"space, CPU time, open files, no core files), {capabilities}, {network}, {files}, {processes}; the trainer's "
+        f"processes are not dumpable; isolation: {json.dumps(isolation, sort_keys=True)}"
     )

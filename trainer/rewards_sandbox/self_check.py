@@ -1,14 +1,13 @@
-"""The trainer's side of the reward sandbox, run under a container runtime to see what holds there.
+"""What the reward sandbox holds on this machine's runtime: `python -m trainer sandbox-check` (docs/reward-sandbox.md).
 
-`python -m harness.reward_sandbox_probe [--port P] [--outside-dir DIR]` starts the real pool
-(trainer/rewards_sandbox/pool.py) over PROBES, a reward file that tries what a hostile reward would, calls each
-function once and prints one JSON object: what the workers obtained (`isolation`), each call's outcome, and what is
-seen from outside the worker (a bystander process of the same user still alive, connections that reached a loopback
-listener). Run by tests/trainer/test_reward_sandbox_runtimes.py under each emulated runtime
-(harness/runtime_emulation.py) and, by hand, on the TPU machine's real gVisor (bench/results/reward_sandbox_gvisor.json).
-
-This process plays the train stage: it holds the secret RLJOB_PROBE_SECRET (the test puts it in its environment)
-and is the parent of the workers; the bystander gets no secret, so a worker finding it anywhere found it here.
+The check starts this module as a child process (`python -m trainer.rewards_sandbox.self_check --outside-dir DIR`)
+with a random secret in its environment: the child plays the train stage. It starts the real pool (pool.py) over
+PROBES, a reward file that tries what a hostile reward would, calls each function once and prints one JSON object:
+what the workers obtained (`isolation`), each call's outcome, and what is seen from outside the worker (a bystander
+process of the same user still alive, connections that reached a loopback listener, a file in DIR). `verdict` turns
+that into what held. The same child runs under each emulated runtime in tests/trainer/test_reward_sandbox_runtimes.py
+and on the TPU machine's real gVisor (bench/reward_sandbox_runtime.py). The bystander gets no secret, so a worker
+finding the secret anywhere found it in this process's environment.
 """
 
 from __future__ import annotations
@@ -16,17 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.rewards_sandbox.pool import RewardSandboxPool, SandboxLimits
+from .pool import RewardSandboxPool, SandboxLimits
 
-SECRET_NAME = "RLJOB_PROBE_SECRET"
+SECRET_NAME = "RLJOB_SANDBOX_CHECK_SECRET"
 
 PROBES = '''
 import ctypes, os, signal, struct, subprocess, sys
@@ -178,8 +179,50 @@ def run(port: int | None, outside_dir: str) -> dict[str, Any]:
             listener.close()
 
 
+# What must hold wherever rljob runs rewards; a file written outside the worker's directory is reported, not required
+# (no runtime without Landlock can stop it in-process: docs/reward-sandbox.md).
+REQUIRED: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "a reward call is scored": lambda r: r["results"]["score"]["outcome"] == "ok" and r["workers_replaced"] == 0,
+    "no environment holding the trainer's secret is read": lambda r: r["results"]["environ_secrets"]["scores"] == [0.0],
+    "no internet socket opens (Python, ctypes, a subprocess)": lambda r: (
+        all(r["results"][name]["outcome"] != "ok" for name in ("socket_reimported", "socket_ctypes", "socket_subprocess"))
+        and r["connections_reached_listener"] == 0
+    ),
+    "no signal leaves the worker": lambda r: r["bystander_alive"] and r["results"]["signal_trainer"]["outcome"] != "ok",
+    "the trainer's open files and memory stay closed": lambda r: r["results"]["trainer_files"]["scores"] == [0.0],
+}
+
+
+def verdict(result: dict[str, Any]) -> dict[str, dict[str, bool]]:
+    """What held: `required` everywhere rljob runs rewards, `reported` where the runtime allows it."""
+    return {
+        "required": {what: bool(test(result)) for what, test in REQUIRED.items()},
+        "reported": {"writes stay in the worker's directory": not result["outside_file_written"]},
+    }
+
+
+def check(python: str = sys.executable, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run the child with a fresh secret and directory; its result with `verdict` added."""
+    secret = "rljob-sandbox-check-" + secrets.token_hex(8)
+    with tempfile.TemporaryDirectory(prefix="rljob-sandbox-check-") as outside:
+        os.chmod(outside, 0o777)  # any user may write it: only the sandbox may stop a worker's write
+        done = subprocess.run(
+            [python, "-m", "trainer.rewards_sandbox.self_check", "--outside-dir", outside],
+            env={**(env if env is not None else os.environ), SECRET_NAME: secret},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"the sandbox check's child failed (exit {done.returncode}): {done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    result["verdict"] = verdict(result)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="reward_sandbox_probe")
+    parser = argparse.ArgumentParser(prog="python -m trainer.rewards_sandbox.self_check")
     parser.add_argument("--port", type=int, default=None, help="a loopback port to try (default: a listener of this process)")
     parser.add_argument("--outside-dir", required=True, help="a directory this process may write and a worker must not")
     args = parser.parse_args(argv)
