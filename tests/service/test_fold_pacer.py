@@ -9,20 +9,25 @@ end waits (a bounded time) for events one drain could not read."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 import service.domain.observation_intake as observation_intake_module
+import service.runtime as runtime_module
 from service.adapters.events_file import EventsFileReader
 from service.adapters.store import SqlJobStore
+from service.config import Settings
 from service.domain.fold_pacer import FOLD_CHUNK_EVENTS, MAX_REST_S, FoldPacer
 from service.domain.job_service import JobService
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from service.domain.progress_poller import ProgressPoller
+from service.runtime import RuntimeOverrides, build_runtime
 from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, spec_body
@@ -206,3 +211,34 @@ def test_a_jobs_end_is_put_off_for_a_bounded_time_only(
     service.apply_observation(fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0))
     record = store.get(job_id)
     assert record is not None and record.phase is JobPhase.SUCCEEDED and record.report.step < 200  # ended without the rest
+
+
+@pytest.mark.parametrize("share", [0.1, 0.5, 1.0])
+def test_the_share_setting_paces_the_runtimes_folds(
+    share: float,
+    store: SqlJobStore,
+    fake_launcher: FakeLauncher,
+    fake_progress: FakeProgress,
+    settings_factory: Callable[..., Settings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RLJOB_PROGRESS_FOLD_CPU_SHARE reaches the pacer build_runtime gives the job service: each fold of 10 ms of
+    CPU (the test's clock) earns 10 ms * (1 - share) / share of rest before the next, and a full share none."""
+    clocks = PacerClocks()
+    ticks = iter(range(1_000_000))
+    clocked = functools.partial(FoldPacer, cpu_clock=lambda: 0.010 * next(ticks), monotonic=lambda: clocks.wall, sleep=clocks.sleep)
+    monkeypatch.setattr(runtime_module, "FoldPacer", clocked)  # the runtime's own pacer, on the test's clocks
+    monkeypatch.setenv("RLJOB_PROGRESS_FOLD_CPU_SHARE", str(share))
+    settings = settings_factory()
+    assert settings.progress_fold_cpu_share == share
+    runtime = build_runtime(settings, RuntimeOverrides(store=store, launcher=fake_launcher, progress=fake_progress))
+    assert runtime.jobs.fold_pacer.share == share
+    job_id = _running_job(runtime.jobs, fake_launcher, tmp_path)
+    for event in _steps(job_id, 2 * FOLD_CHUNK_EVENTS + 1):
+        fake_progress.add(event)
+    runtime.jobs.ingest_progress(job_id)  # three folds: the second and third each wait out the rest before them
+    rest = 0.010 * (1 - share) / share
+    assert clocks.slept == ([] if share == 1.0 else [pytest.approx(rest)] * 2)
+    record = store.get(job_id)
+    assert record is not None and record.report.step == 2 * FOLD_CHUNK_EVENTS + 1
