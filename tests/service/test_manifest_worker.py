@@ -3,7 +3,9 @@ dies or hangs is replaced without failing the job's end.
 
 Why a process: json.loads of a near-bound manifest holds the interpreter lock for about half a second, and every other
 team's request waits through it (bench/hostile_load.py measures the other team's latency in the cases that end a job
-with such a manifest). The test that the parse runs elsewhere breaks json.loads in this process: a parse here fails.
+with such a manifest). The test that the parse runs elsewhere breaks json.loads in this process: a parse here fails. That one holds the
+worker alone, at a bound of its own; the service's own path (StoreRunFiles as the runtime builds it, at its default
+bound) is held by the pid of the process that parsed the manifest.
 """
 
 from __future__ import annotations
@@ -11,12 +13,20 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 import service.adapters.manifest_worker as manifest_worker_module
-from service.adapters.manifest_worker import ManifestWorker, manifest_sizes_of
+from service.adapters.manifest_worker import INLINE_PARSE_BYTES, ManifestWorker, manifest_sizes_of
+from service.adapters.run_files import StoreRunFiles
 from service.domain.manifest_sizes import ManifestSizes
+from service.domain.models import JobRecord
+from service.domain.phases import JobPhase
+from service.domain.run_report import Artifact
+from service.runtime import RuntimeOverrides, build_runtime
+from tests.service.service_fakes import FakeLauncher, FakeProgress
+from tests.service.service_helpers import T0, record_spec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -84,3 +94,54 @@ def test_a_worker_that_dies_or_hangs_is_replaced(worker, monkeypatch, task, time
     monkeypatch.undo()
     answer = worker.sizes(data, JOB, ARTIFACTS)  # a fresh worker
     assert isinstance(answer, ManifestSizes) and answer.sized["ckpt"]["file_count"] == 2_000
+
+
+PARSE_PIDS = "RLJOB_TEST_MANIFEST_PARSE_PIDS"  # a file each parse appends its process's pid to (the worker inherits it)
+
+
+def _sizes_noting_the_pid(data: bytes, job_id: str, artifact_uris: dict[str, str]) -> object:
+    with open(os.environ[PARSE_PIDS], "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return manifest_sizes_of(data, job_id, artifact_uris)
+
+
+def test_the_services_run_files_parse_a_large_manifest_in_another_process_and_a_small_one_here(
+    settings_factory, tmp_path, monkeypatch
+) -> None:
+    """Through the run files build_runtime gives the job service (what it reads a job's end with), at their own
+    bound: a 3.4 MB manifest (20,000 files; about 30 ms of the interpreter lock parsed here) is parsed by a process
+    that is not this one, a 2 KB one by this one."""
+    pids = tmp_path / "parse-pids"
+    monkeypatch.setenv(PARSE_PIDS, str(pids))
+    monkeypatch.setattr(manifest_worker_module, "manifest_sizes_of", _sizes_noting_the_pid)
+    record = JobRecord(
+        id=JOB,
+        team="team-a",
+        name="n",
+        spec=record_spec(str(tmp_path / "runs")),
+        spec_hash="h",
+        phase=JobPhase.RUNNING,
+        created_at=T0,
+        updated_at=T0,
+    )
+    root = record.layout.root
+    record.report.artifacts["ckpt"] = Artifact(name="ckpt", uri=f"{root}/ckpt")
+    manifest = Path(record.layout.manifest)
+    manifest.parent.mkdir(parents=True)
+    runtime = build_runtime(settings_factory(), RuntimeOverrides(launcher=FakeLauncher(), progress=FakeProgress()))
+    run_files = runtime.jobs.run_files
+    assert isinstance(run_files, StoreRunFiles)
+    try:
+        for files, parsed_here in ((20_000, False), (10, True)):
+            manifest.write_bytes(_manifest(files).replace(ROOT.encode(), root.encode()))
+            if parsed_here:
+                assert manifest.stat().st_size <= INLINE_PARSE_BYTES
+            pids.unlink(missing_ok=True)
+            answer = run_files.read_manifest(record)
+            assert isinstance(answer, ManifestSizes) and answer.sized["ckpt"]["file_count"] == files, answer
+            parsed_by = [int(line) for line in pids.read_text().split()] if pids.exists() else []
+            assert len(parsed_by) == 1, f"{files} files: parsed by {parsed_by}"
+            assert (parsed_by[0] == os.getpid()) is parsed_here, f"{files} files: parsed by {parsed_by[0]}, this process is {os.getpid()}"
+    finally:
+        run_files.manifest_worker.close()
+        runtime.store.close()  # type: ignore[attr-defined]
