@@ -1,5 +1,7 @@
 """The fold of trainer events is a pure reducer over RunReport (service/domain/progress.py fold_report): each
-event gives a new report and leaves the one it was given as it was, whatever the event changes."""
+event gives a new report and leaves the one it was given as it was, whatever the event changes. Every kind of event
+is folded here, from an empty report and from one that holds every part (checkpoints, an eval's points and report,
+hangs included), so a part changed in place shows whichever event changed it."""
 
 from __future__ import annotations
 
@@ -8,10 +10,14 @@ from datetime import UTC, datetime
 
 from service.domain.progress import fold_report
 from service.domain.run_report import Artifact, RunReport
+from tests.service.eval_runs import FUNCTION, outcome_rows, suite_hash
 from trainer.contract import (
     ArtifactWritten,
+    CheckpointSaved,
+    EvalReported,
     EvalResult,
     GoodputMeasured,
+    HangDetected,
     RunFinished,
     RunStarted,
     RunStorage,
@@ -22,6 +28,8 @@ from trainer.contract import (
     TrainerEvent,
     TrainStep,
 )
+from trainer.contract.eval_report import EvalReport, summarize
+from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, SuiteIdentity
 from trainer.contract.evaluation import EvalSummary
 from trainer.contract.goodput import TrainGoodput
 
@@ -42,6 +50,21 @@ def _events() -> list[TrainerEvent]:
         sampling="greedy, pass",
         rows_file="before.jsonl",
     )
+    rows = outcome_rows([1, 0, 1])
+    suite = SuiteIdentity(
+        name="arith", builtin=True, content_hash=suite_hash("arith"), rows=3, reward_functions=[FUNCTION], sampling=EvalSampling()
+    )
+    report = EvalReport(
+        suite=suite,
+        checkpoint=EvalCheckpoint(format="huggingface"),
+        model_source="/models/tiny",
+        n=3,
+        k=2,
+        functions={FUNCTION: summarize(rows, FUNCTION)},
+        primary=FUNCTION,
+        generate_s=1.0,
+        outcomes_file="/r/eval/outcomes.jsonl",
+    )
     return [
         RunStarted(seq=0, attempt=2, run_uri="/r", **common),
         StageStarted(seq=1, stage=Stage.TRAIN, **common),
@@ -51,7 +74,10 @@ def _events() -> list[TrainerEvent]:
         StorageMeasured(seq=5, stage=Stage.TRAIN, storage=RunStorage.of_files([("hf/m", 7)]), **common),
         GoodputMeasured(seq=6, attempt=2, train=TrainGoodput(elapsed_s=3.0, parts={"rollout": 1.0}), **common),
         StageFinished(seq=7, stage=Stage.TRAIN, duration_s=5.0, **common),
-        RunFinished(seq=8, ok=True, exit_code=0, **common),
+        CheckpointSaved(seq=8, step=3, params="/r/checkpoints/actor/3/model_params", **common),
+        EvalReported(seq=9, report=report, **common),
+        HangDetected(seq=10, attempt=2, stage=Stage.TRAIN, step=3, idle_s=61.0, limit_s=60.0, stacks="/r/logs/stacks.log", **common),
+        RunFinished(seq=11, ok=True, exit_code=0, **common),
     ]
 
 
@@ -81,3 +107,6 @@ def test_the_folded_report_holds_what_the_events_said() -> None:
     assert [s.step for s in report.recent_train_steps] == [3] and [p.label for p in report.eval_points] == ["before"]
     assert set(report.artifacts) == {"ckpt", "hf"} and report.storage is not None and set(report.goodput) == {2}
     assert report.stage_times[Stage.TRAIN].duration_s == 5.0 and report.outcome is not None and report.outcome.ok
+    assert report.checkpoints == {3: "/r/checkpoints/actor/3/model_params"}
+    assert report.eval_report is not None and report.eval_report.n == 3
+    assert [(h.attempt, h.step, h.stage) for h in report.hangs] == [(2, 3, "train")]
