@@ -1,19 +1,20 @@
 """Webhook delivery against real receivers on loopback (tests/service/webhook_receiver.py): the leader's dispatcher
 (service/domain/webhook_dispatch.py) on a real database with the real HTTP sender. Retries after 500s, a receiver
-that never answers, a redirect, and a leader failover between two instances on one database."""
+that never answers, a redirect, a leader failover between two instances on one database, and two replicas' senders
+racing for one delivery (the lease keeps the second away)."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from service.adapters.store import SqlJobStore
 from service.adapters.store.tables import WebhookDeliveryRow
@@ -23,7 +24,7 @@ from service.domain.models import JobRecord
 from service.domain.phases import JobPhase
 from service.domain.ports import utc_now
 from service.domain.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
-from service.domain.webhook_models import DeliveryState, SendResult, WebhookDeliveryPublic, WebhookEndpoint
+from service.domain.webhook_models import Claim, DeliveryState, SendResult, WebhookDeliveryPublic, WebhookEndpoint
 from tests.service.service_helpers import record_spec, wait_until
 from tests.service.webhook_receiver import Receiver, serving, silent, verify
 
@@ -191,3 +192,94 @@ def test_a_leader_failover_redelivers_under_the_same_id_and_queues_each_event_on
     assert len(ids) == 4 and len(unique) == 3
     deduplicated = {r.delivery: r.json for r in receiver.received}
     assert [deduplicated[i]["seq"] for i in unique] == seqs  # each event once, in order
+
+
+class SenderDied(Exception):
+    pass
+
+
+class Posts:
+    """A sender's transport that keeps what it was asked to send and answers 200; `during` runs inside the attempt."""
+
+    def __init__(self, during: Callable[[], None] = lambda: None) -> None:
+        self.sent: list[str] = []
+        self.during = during
+
+    def post(self, url: str, body: bytes, headers: dict[str, str], *, connect_timeout_s: float, read_timeout_s: float) -> SendResult:
+        self.sent.append(headers["X-Rljob-Delivery"])
+        self.during()
+        return SendResult(200)
+
+
+def test_a_leased_delivery_keeps_a_second_sender_away_until_the_lease_ends(db_url: str) -> None:
+    """Two replicas' senders on one database, on one clock the test moves. While A's attempt is under way, B's sender
+    finds the delivery leased and sends nothing, up to the last moment of A's lease; once it ends (A died in the
+    attempt) B sends it. Without the lease, B sends it at once, beside A: twice while A's attempt is alive."""
+    first, second = SqlJobStore(db_url), SqlJobStore(db_url)
+    first.migrate()
+    now = [datetime.now(UTC)]
+    endpoint = _endpoint("http://127.0.0.1:9/never-reached")  # both transports are the test's
+    b_posts = Posts()
+    b = _dispatcher(second, [endpoint], transport=b_posts, clock=lambda: now[0])
+    lease = timedelta(seconds=FAST.lease_s)
+    b_saw: list[list[str]] = []
+
+    def race_then_die() -> None:
+        started = now[0]
+        for at in (started, started + lease - timedelta(milliseconds=1)):  # A's lease holds
+            now[0] = at
+            b.send_next(endpoint)
+            b_saw.append(list(b_posts.sent))
+        now[0] = started + lease  # A's lease ends
+        b.send_next(endpoint)
+        b_saw.append(list(b_posts.sent))
+        raise SenderDied
+
+    a_posts = Posts(during=race_then_die)
+    a = _dispatcher(first, [endpoint], transport=a_posts, clock=lambda: now[0])
+    a.queue.cursor()
+    _log_phases(first, [JobPhase.QUEUED])
+    try:
+        assert a.enqueue_once() == 1
+        with pytest.raises(SenderDied):
+            a.send_next(endpoint)
+        (delivery,) = _deliveries(second)
+    finally:
+        first.close()
+        second.close()
+    assert a_posts.sent == [delivery.id]
+    assert b_saw == [[], [], [delivery.id]], "B sent the delivery while A's lease held it"
+    assert (delivery.state, delivery.attempts) == (DeliveryState.DELIVERED, 1)  # B's attempt: A never recorded its own
+
+
+def test_of_two_senders_that_read_one_delivery_at_once_only_the_first_to_lease_it_sends(db_url: str) -> None:
+    """The race itself: B's sender reads the endpoint's head while it is free; before B leases it, A's sender leases
+    it (and is sending). B's lease is a conditional write that finds A's lease, so B sends nothing and A's attempt is
+    the only one. Without the lease's condition on that write, B leases it too and both send."""
+    first, second = SqlJobStore(db_url), SqlJobStore(db_url)
+    first.migrate()
+    now = [datetime.now(UTC)]
+    endpoint = _endpoint("http://127.0.0.1:9/never-reached")
+    a = _dispatcher(first, [endpoint], transport=Posts(), clock=lambda: now[0])
+    b_posts = Posts()
+    b = _dispatcher(second, [endpoint], transport=b_posts, clock=lambda: now[0])
+    a_claims: list[Claim] = []
+
+    def a_leases_first(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if statement.lstrip().upper().startswith("UPDATE WEBHOOK_DELIVERIES") and not a_claims:
+            a_claims.append(a.queue.claim(endpoint.team, endpoint.name, now[0], FAST.lease_s))
+
+    a.queue.cursor()
+    _log_phases(first, [JobPhase.QUEUED])
+    event.listen(second.engine, "before_cursor_execute", a_leases_first)
+    try:
+        assert a.enqueue_once() == 1
+        b.send_next(endpoint)  # reads the head, then A leases it, then B's lease
+        (delivery,) = _deliveries(second)
+    finally:
+        event.remove(second.engine, "before_cursor_execute", a_leases_first)
+        first.close()
+        second.close()
+    assert [c.delivery.id if c.delivery else None for c in a_claims] == [delivery.id]  # A won the lease
+    assert b_posts.sent == [], "B sent a delivery A had leased"
+    assert (delivery.state, delivery.attempts) == (DeliveryState.PENDING, 0)  # A's attempt under way, B's none
