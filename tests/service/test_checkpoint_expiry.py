@@ -22,6 +22,8 @@ from service.domain.views import to_public
 from tests.service.checkpoint_runs import CHECKPOINT_FILES, DAY, FILE_BYTES, expiry_service, files_under, finished_job, write_run
 from tests.service.service_helpers import T0, ManualClock, record_spec
 from trainer.contract import JobSpec
+from trainer.contract.best_checkpoint import record_for
+from trainer.contract.evaluation import EvalSummary
 
 CHECKPOINT_BYTES = len(CHECKPOINT_FILES) * FILE_BYTES
 
@@ -128,6 +130,33 @@ def test_expiry_deletes_exactly_the_expired_intermediate_checkpoints_and_records
     assert rows[0].storage.freed_bytes == 2 * CHECKPOINT_BYTES
     assert rows[0].storage.gib_months_saved == pytest.approx(expected, abs=1e-6)
     assert total.storage_gib_months_saved == rows[0].storage.gib_months_saved
+
+
+def test_a_best_record_under_the_actor_directory_keeps_its_step_from_expiry(tmp_path: Path) -> None:
+    """The best weights' record (best-checkpoint.json, as trainer/contract/best_checkpoint.py writes it) may point into
+    `checkpoints/actor/<step>/` rather than `checkpoints/best/`: that step is kept, with its files, as the best record,
+    while an intermediate step nothing points at expires."""
+    clock = ManualClock(T0 + 31 * DAY)
+    store, jobs = expiry_service(tmp_path / "db", clock)
+    job = finished_job(store, "rl-000000000001", str(tmp_path / "runs"), [10, 20, 30], finished_at=T0)
+    write_run(job.layout, [10, 20, 30])  # exported from the last, 30
+    actor = job.layout.actor_checkpoints
+    summary = EvalSummary(
+        label="step-20", step=20, n=4, correct=3, format_correct=4, partial_correct=3, samples_per_row=1, sampling="greedy", rows_file="e"
+    )
+    best = record_for(summary, 20, f"{actor}/20/model_params")
+    Path(job.layout.best_checkpoint_record).write_text(best.model_dump_json())
+    before = files_under(job.layout.root)
+
+    CheckpointExpiryReconciler(jobs, RunCheckpointStore(), default_days=30).reconcile_once()
+
+    record = store.get(job.id)
+    assert record is not None and record.checkpoint_expiry is not None and record.checkpoint_expiry.finished_at is not None
+    assert [(k.step, k.why) for k in record.checkpoint_expiry.kept] == [(20, "best record"), (30, "final, exported")]
+    assert [c.step for c in record.checkpoint_expiry.deleted] == [10]
+    gone = {f for f in before if f.startswith(f"rl/{job.id}/checkpoints/actor/10/")}
+    assert len(gone) == len(CHECKPOINT_FILES) and files_under(job.layout.root) == before - gone  # step 20's files all there
+    assert sorted(os.listdir(actor)) == ["20", "30"]
 
 
 def test_a_pass_killed_midway_is_finished_by_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
