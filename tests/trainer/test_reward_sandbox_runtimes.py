@@ -47,10 +47,11 @@ def run_probe(runtime: str, who: str, outside: Path) -> dict:
 @pytest.fixture(scope="module", params=CASES)
 def probed(request):
     runtime, who = request.param
-    # Not under pytest's basetemp, which only its owner may enter; writable by the non-root user too, so that only the
-    # sandbox can stop the write.
+    # Not under pytest's basetemp, which only its owner may enter; the trainer's own (the non-root user's), as a run
+    # directory is, so that only the sandbox can stop the write.
     with tempfile.TemporaryDirectory(prefix=f"rljob-outside-{runtime}-{who}-") as outside:
-        os.chmod(outside, 0o777)
+        if who == "user" and os.getuid() == 0:
+            os.chown(outside, NOBODY, NOBODY)
         result = run_probe(runtime, who, Path(outside))
     result["case"] = (runtime, who)
     return result

