@@ -252,7 +252,11 @@ class Settings(BaseSettings):
         "name: keep the value in a Secret), format rljob (signed) or slack (docs/service.md, webhooks)",
     )
     webhook_timeout_s: float = Field(
-        default=10.0, gt=0, le=300, description="a webhook attempt's read timeout (its connect timeout: this or 5 s, the smaller)"
+        default=10.0,
+        gt=0,
+        le=300,
+        description="a webhook attempt's read timeout; an attempt ends this plus its connect timeout (this or 5 s, the "
+        "smaller) after it starts, however slowly the receiver trickles its answer",
     )
     webhook_max_attempts: int = Field(
         default=8, ge=1, le=30, description="attempts of a webhook delivery (retried with exponential backoff) before it is failed"

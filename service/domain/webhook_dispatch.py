@@ -6,8 +6,9 @@ Threads (background loops, started when this replica leads and stopped when it d
   goes on from where it stopped, and a delivery queued twice (two leaders for a moment) is one row;
 - rljob-webhook-send-<n>, one per endpoint: sends that endpoint's oldest pending delivery (in event order), signed
   at each attempt, and records what came of it. A failure is retried with exponential backoff and jitter up to
-  max_attempts, then the delivery is failed. A receiver that never answers holds only its own endpoint's thread
-  for the connect and read timeouts; every other endpoint, team and request goes on.
+  max_attempts, then the delivery is failed. A receiver that never answers, or trickles its answer, holds only its
+  own endpoint's thread, and for one attempt's deadline at most (the connect and read timeouts together, from the
+  attempt's start: adapters/webhook_sender.py); every other endpoint, team and request goes on.
 
 At least once: a delivery is leased while it is being sent (so two replicas do not both send it), and one whose
 sender died mid-attempt is sent again when its lease ends, with the same id and body: receivers deduplicate on
@@ -56,7 +57,7 @@ class DeliveryPolicy:
     max_pending_per_endpoint: int = 1000
     idle_check_s: float = 5.0  # a sender with nothing due looks again after this (a new delivery wakes it sooner)
     scan_limit: int = 1000  # event log entries read per page
-    lease_margin_s: float = 30.0  # a lease outlasts an attempt's timeouts by this: only a dead sender's lease expires
+    lease_margin_s: float = 30.0  # a lease outlasts an attempt's deadline by this: only a dead sender's lease expires
 
     @property
     def lease_s(self) -> float:
