@@ -1,8 +1,15 @@
 """The stop token inside GRPO's loss and masks that never take a real token for padding (stop_token.py),
 through Tunix's own log-prob helper and GRPO loss on a small attention model, with pad == EOS as Llama 3's and
-SmolLM2's tokenizers have it."""
+SmolLM2's tokenizers have it; and through the wrappers as installed, on Tunix's own learner step (the function
+that builds the completion mask), in this process and under the entry shim's main."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -13,8 +20,12 @@ from tunix.rl import common, rl_cluster
 from tunix.rl.algo_core import grpo_loss_fn
 from tunix.rl.grpo import grpo_learner
 
+from tests.trainer import grpo_learner_step
+from tests.trainer.grpo_learner_step import STEP_LINE_PREFIX, learner_step
 from trainer.maxtext_entry import stop_token
 from trainer.maxtext_entry.stop_token import left_padding_mask, mask_from_lengths, with_stop_tokens
+
+REPO = Path(__file__).resolve().parents[2]
 
 EOS = PAD = 2  # SmolLM2's <|im_end|>; Tunix makes Llama 3's pad its EOS
 VOCAB, WIDTH = 16, 4  # completion width (max_tokens_to_generate)
@@ -152,3 +163,42 @@ def test_with_tunixs_own_masks_an_all_empty_group_has_no_loss_and_nothing_moves(
     common.compute_per_token_logps.clear_cache()
     loss, _, before, after = _kl_step(ours=False)
     assert loss == 0.0 and after == pytest.approx(before, abs=1e-7)
+
+
+# One learner step on grpo_learner_step.COMPLETIONS ([5, 6], [], [5, 6, 7, 8], [9], as Tunix's sampler returns them:
+# without their EOS), with the stop token counted: each completion that stopped carries its EOS and its mask counts
+# it, the one that ran out of tokens carries none, and the prompt's end-of-turn token (== pad) is attended.
+E, P = grpo_learner_step.EOS, grpo_learner_step.PAD
+STOP_TOKEN_COUNTED = {
+    "completion_ids": [[5, 6, E, P], [E, P, P, P], [5, 6, 7, 8], [9, E, P, P]],
+    "completion_mask": [[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]],
+    "prompt_mask": [[0, 1, 1, 1]] * 4,
+}
+
+
+def test_tunixs_learner_step_counts_the_stop_token_in_the_completion_mask(installed):
+    step = learner_step()
+    assert {name: step[name] for name in STOP_TOKEN_COUNTED} == STOP_TOKEN_COUNTED
+    metrics = step["metrics"]
+    assert (metrics["completions/empty_fraction"], metrics["completions/stopped_fraction"]) == (0.25, 0.75)
+
+
+def test_tunixs_own_learner_step_leaves_the_stop_token_out_of_the_mask():
+    """What the previous test guards against: Tunix's masks are `!= pad`, and its sampler drops the EOS."""
+    step = learner_step()
+    assert step["completion_mask"] == [[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
+    assert step["prompt_mask"] == [[0, 1, 1, 0]] * 4
+    assert "completions/empty_fraction" not in step["metrics"]
+
+
+def test_the_entry_shim_installs_the_stop_token_before_train_rl_runs():
+    """train_rl_entry.main, every wrapper installed as in the train stage, with the learner step in train_rl's place."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.trainer.grpo_learner_step"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith(STEP_LINE_PREFIX)]
+    assert result.returncode == 0 and lines, result.stdout[-4000:] + result.stderr[-4000:]
+    step = json.loads(lines[-1].removeprefix(STEP_LINE_PREFIX))
+    assert step["module"] == "maxtext.trainers.post_train.rl.train_rl"
+    assert {name: step[name] for name in STOP_TOKEN_COUNTED} == STOP_TOKEN_COUNTED
