@@ -126,11 +126,21 @@ def _clip(value: Any) -> Any:
     return value
 
 
+def slack_escaped(text: str) -> str:
+    """`text` with Slack's three control characters as the entities Slack decodes for display ("Formatting text for app
+    surfaces", Escaping text: https://api.slack.com/reference/surfaces/formatting#escaping): & as &amp;, < as &lt;,
+    > as &gt;, and nothing else (Slack decodes no other entity). A notice's text carries a job's name, its messages and
+    its error text, and rljob writes no Slack markup of its own, so the whole text is escaped: `<!channel>`, `<@U123>`
+    or `<http://evil|click here>` in a job's text reach the channel as those characters, not a mention or a disguised
+    link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def build_body(fmt: WebhookFormat, *, delivery: str, webhook_event: str, event: JobEvent, record: JobRecord, notice: Notice) -> bytes:
     """The JSON body for `fmt`: Slack's incoming-webhook shape ({"text": ...}), or rljob's own with the ids."""
     text = _clip(notice.text)
     if fmt == "slack":
-        return json.dumps({"text": text}, ensure_ascii=False).encode()
+        return json.dumps({"text": slack_escaped(text)}, ensure_ascii=False).encode()
     body: dict[str, Any] = {
         "id": delivery,
         "type": webhook_event,
