@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from trainer.contract.reward_sandbox import REWARD_CALL_LATEST, REWARD_CALL_TOTALS
 
 _CALLS, _ERRORS, _TIMEOUTS = REWARD_CALL_TOTALS.values()
-_P50, _P95, _ISOLATED = REWARD_CALL_LATEST.values()
+_P50, _P95, _ISOLATED, _WRITES_CONFINED = REWARD_CALL_LATEST.values()
 
 
 class RewardCalls(BaseModel):
@@ -20,7 +20,12 @@ class RewardCalls(BaseModel):
     latency_p50_s: float | None = Field(default=None, description="median call latency of the newest step, seconds")
     latency_p95_s: float | None = Field(default=None, description="95th percentile call latency of the newest step, seconds")
     network_isolated: bool | None = Field(
-        default=None, description="whether the reward workers ran in a network namespace of their own (else: see the train log)"
+        default=None, description="whether the reward workers could open no socket (seccomp, or a network namespace); else: see the train log"
+    )
+    writes_confined: bool | None = Field(
+        default=None,
+        description="whether the reward workers could write only their own directory (Landlock) or their own container "
+        "(RLJOB_K8S_REWARD_CONTAINER); false: anywhere the trainer's user may (gVisor: docs/reward-sandbox.md)",
     )
 
     @classmethod
@@ -28,7 +33,7 @@ class RewardCalls(BaseModel):
         """None for a job whose trainer reported no sandboxed calls (MaxText's built-in rewards, or not trained yet)."""
         if _CALLS not in latest:
             return None
-        isolated = latest.get(_ISOLATED)
+        isolated, confined = latest.get(_ISOLATED), latest.get(_WRITES_CONFINED)
         return cls(
             calls=int(latest[_CALLS]),
             errors=int(latest.get(_ERRORS, 0)),
@@ -36,10 +41,12 @@ class RewardCalls(BaseModel):
             latency_p50_s=latest.get(_P50),
             latency_p95_s=latest.get(_P95),
             network_isolated=None if isolated is None else isolated >= 1,
+            writes_confined=None if confined is None else confined >= 1,
         )
 
     def says(self) -> str:
         """One line for `rljob status`."""
         latency = "-" if self.latency_p50_s is None else f"p50 {self.latency_p50_s:.3g} s, p95 {self.latency_p95_s or 0:.3g} s"
         network = {True: "no network", False: "NETWORK NOT ISOLATED (see the train log)", None: "network: unknown"}[self.network_isolated]
-        return f"{self.calls} calls, {self.errors} errors, {self.timeouts} timeouts; latency {latency}; sandboxed, {network}"
+        writes = {True: "", False: ", WRITES NOT CONFINED (see the train log)", None: ""}[self.writes_confined]
+        return f"{self.calls} calls, {self.errors} errors, {self.timeouts} timeouts; latency {latency}; sandboxed, {network}{writes}"

@@ -22,6 +22,7 @@ from trainer.contract.reward_sandbox import (
     LATENCY_P95_METRIC,
     NETWORK_ISOLATED_METRIC,
     TIMEOUTS_METRIC,
+    WRITES_CONFINED_METRIC,
 )
 
 from .conftest import REPO
@@ -232,9 +233,11 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
             },
         ],
     )
-    # The reward sandbox's figures of the step (trainer/maxtext_entry/reward_sandbox.py): on a platform without a network namespace.
+    # The reward sandbox's figures of the step (trainer/maxtext_entry/reward_sandbox.py): on a platform without a seccomp
+    # filter or network namespace, nor Landlock.
     sandbox = {CALLS_METRIC: 4.0, ERRORS_METRIC: 1.0, TIMEOUTS_METRIC: 0.0, LATENCY_P50_METRIC: 0.02, LATENCY_P95_METRIC: 0.5}
     sandbox[NETWORK_ISOLATED_METRIC] = 0.0
+    sandbox[WRITES_CONFINED_METRIC] = 0.0
     emit(
         job_id,
         "train_step",
@@ -303,6 +306,9 @@ def test_job_page_says_whether_the_job_is_learning_and_shows_its_samples(page: P
     network = sandbox_panel.get_by_test_id("reward-network")
     expect(network).to_contain_text("Network NOT isolated")
     expect(network).to_have_class(re.compile(r"\balert warn\b"))
+    writes = sandbox_panel.get_by_test_id("reward-writes")
+    expect(writes).to_contain_text("Writes NOT confined")
+    expect(writes).to_have_class(re.compile(r"\balert warn\b"))
     note = page.get_by_test_id("health")
     expect(note).to_have_attribute("data-verdict", "no-signal")
     expect(note).to_contain_text("GRPO's advantages are zero")

@@ -16,6 +16,7 @@ from trainer.contract.reward_sandbox import (
     LATENCY_P95_METRIC,
     NETWORK_ISOLATED_METRIC,
     TIMEOUTS_METRIC,
+    WRITES_CONFINED_METRIC,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -48,3 +49,15 @@ def test_counts_add_up_over_steps_and_latencies_are_the_newest_steps():
 def test_a_job_without_sandboxed_rewards_shows_none():
     folded = fold_report(RunReport(), TrainStep(seq=1, time=T0, job_id="rl-aaaaaaaaaaaa", step=1, total_steps=4, loss=1.0))
     assert folded is not None and RewardCalls.of_metrics(folded.report.latest_metrics) is None
+
+
+def test_writes_the_workers_could_make_anywhere_are_said_in_status():
+    """Under gVisor without the reward container (no Landlock), the trainer reports 0: status says so."""
+    step = _step(1, 4, 0, 0, 0.01, 0.5)
+    for reported, says in ((0.0, ", WRITES NOT CONFINED (see the train log)"), (1.0, "")):
+        metrics = {**step.metrics, WRITES_CONFINED_METRIC: reported}
+        folded = fold_report(RunReport(), step.model_copy(update={"metrics": metrics}))
+        assert folded is not None
+        calls = RewardCalls.of_metrics(folded.report.latest_metrics)
+        assert calls is not None and calls.writes_confined is (reported == 1.0)
+        assert calls.says().endswith("sandboxed, no network" + says)

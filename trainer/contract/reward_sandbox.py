@@ -27,7 +27,10 @@ ERRORS_METRIC = "rewards/train/sandbox_errors"  # the function raised, returned 
 TIMEOUTS_METRIC = "rewards/train/sandbox_timeouts"
 LATENCY_P50_METRIC = "rewards/train/sandbox_latency_p50_s"
 LATENCY_P95_METRIC = "rewards/train/sandbox_latency_p95_s"
-NETWORK_ISOLATED_METRIC = "rewards/train/sandbox_network_isolated"  # 1: a network namespace; 0: see the train log
+NETWORK_ISOLATED_METRIC = "rewards/train/sandbox_network_isolated"  # 1: no socket (seccomp) or a network namespace
+# 1: the workers could write only their own directory (Landlock) or ran in the pod's reward container; 0: anywhere
+# their user may (gVisor without the reward container: docs/reward-sandbox.md)
+WRITES_CONFINED_METRIC = "rewards/train/sandbox_writes_confined"
 
 # The job's totals and newest values as JobPublic.metrics names them (service/domain/progress.py folds them).
 REWARD_CALL_TOTALS = {CALLS_METRIC: "reward_calls", ERRORS_METRIC: "reward_errors", TIMEOUTS_METRIC: "reward_timeouts"}
@@ -35,6 +38,7 @@ REWARD_CALL_LATEST = {
     LATENCY_P50_METRIC: "reward_latency_p50_s",
     LATENCY_P95_METRIC: "reward_latency_p95_s",
     NETWORK_ISOLATED_METRIC: "reward_network_isolated",
+    WRITES_CONFINED_METRIC: "reward_writes_confined",
 }
 
 REWARD_FAILED_LINE_PREFIX = "RLJOB_REWARD_FAILED "

@@ -29,12 +29,13 @@ from trainer.contract.reward_sandbox import (
     NETWORK_ISOLATED_METRIC,
     REWARD_FAILED_LINE_PREFIX,
     TIMEOUTS_METRIC,
+    WRITES_CONFINED_METRIC,
     RewardFailure,
     RewardSandboxSettings,
 )
 from trainer.contract.samples import tunix_metric_name
 from trainer.rewards_sandbox.pool import RewardSandboxPool, SandboxLimits
-from trainer.rewards_sandbox.proxy import SandboxedReward, describe_isolation
+from trainer.rewards_sandbox.proxy import SandboxedReward, describe_isolation, writes_confined
 from trainer.rewards_sandbox.stats import CallOutcome, CallWindow
 
 from .report_line import write_report_line
@@ -47,14 +48,15 @@ def reward_file_from_argv(argv: list[str]) -> tuple[str, list[str]] | None:
     return (path, names) if path and names else None
 
 
-def window_metrics(window: CallWindow, network_isolated: bool) -> dict[str, tuple[np.ndarray, Any]]:
+def window_metrics(window: CallWindow, isolation: dict[str, Any]) -> dict[str, tuple[np.ndarray, Any]]:
     """A window of calls in Tunix's (values, aggregate) form: Tunix buffers every batch of a step and aggregates them
     when the step ends, so counts add up, the median is averaged and the 95th percentile is the batches' worst."""
     metrics: dict[str, tuple[np.ndarray, Any]] = {
         tunix_metric_name(CALLS_METRIC): (np.asarray([window.calls]), np.sum),
         tunix_metric_name(ERRORS_METRIC): (np.asarray([window.errors]), np.sum),
         tunix_metric_name(TIMEOUTS_METRIC): (np.asarray([window.timeouts]), np.sum),
-        tunix_metric_name(NETWORK_ISOLATED_METRIC): (np.asarray([1.0 if network_isolated else 0.0]), np.min),
+        tunix_metric_name(NETWORK_ISOLATED_METRIC): (np.asarray([1.0 if isolation.get("network_isolated") else 0.0]), np.min),
+        tunix_metric_name(WRITES_CONFINED_METRIC): (np.asarray([1.0 if writes_confined(isolation) else 0.0]), np.min),
     }
     if window.latency_p50_s is not None and window.latency_p95_s is not None:
         metrics[tunix_metric_name(LATENCY_P50_METRIC)] = (np.asarray([window.latency_p50_s]), np.mean)
@@ -85,7 +87,7 @@ class RewardSandbox:
     def step_metrics(self) -> dict[str, tuple[np.ndarray, Any]]:
         if self.pool is None:
             return {}
-        return window_metrics(self.pool.stats.drain(), bool(self.pool.isolation.get("network_isolated")))
+        return window_metrics(self.pool.stats.drain(), self.pool.isolation)
 
     def close(self) -> None:
         """At train_rl's end (atexit): the totals, and the stage's stop when most calls failed (whatever their number:

@@ -115,6 +115,12 @@ class SandboxedReward:
         raise RewardFunctionFailed(failure.message())
 
 
+def writes_confined(isolation: dict[str, Any]) -> bool:
+    """A worker could write only its own directory (Landlock), or only its own container's files (the pod's reward
+    container, host.py): not the trainer's run directory."""
+    return bool(isolation.get("filesystem_confined") or isolation.get("reward_container"))
+
+
 def describe_isolation(isolation: dict[str, Any]) -> str:
     """One line for the train log: what the reward workers were denied, and what not (worker.py reports each layer)."""
     if isolation.get("namespaces") and isolation.get("network_isolated") and "net" in str(isolation.get("namespaces")):
@@ -129,6 +135,8 @@ def describe_isolation(isolation: dict[str, Any]) -> str:
         )
     if isolation.get("filesystem_confined"):
         files = f"writes only in its own directory (Landlock ABI {isolation.get('landlock_abi')})"
+    elif isolation.get("reward_container"):
+        files = "in the pod's reward container: no file of the trainer's to write (Landlock not available there)"
     else:
         why = isolation.get("landlock_refused") or "Landlock not tried"
         files = f"FILESYSTEM WRITES NOT CONFINED ({why}): a reward can write what the trainer's user can"

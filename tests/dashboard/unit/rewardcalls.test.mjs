@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { jobView } from "../../../dashboard/src/model.js";
-import { fmtLatency, networkNote, policyText, rewardCallsView } from "../../../dashboard/src/rewardcalls.js";
+import { fmtLatency, networkNote, policyText, rewardCallsView, writesNote } from "../../../dashboard/src/rewardcalls.js";
 
 // As service/domain/reward_calls.py RewardCalls serializes: 200 calls, 3 raised, 8 passed their deadline.
 const CALLS = { calls: 200, errors: 3, timeouts: 8, latency_p50_s: 0.0125, latency_p95_s: 2.5, network_isolated: true };
@@ -53,4 +53,14 @@ test("what a failed call scores follows grpo.rewards.on_error, with the per-call
   assert.equal(fail.onError, "fail");
   assert.match(policyText(fail), /stops the train stage/);
   assert.match(policyText(fail), /Deadline per call: 30 s\.$/);
+});
+
+test("writes the reward workers could make anywhere are a warning; confined is not; unreported says nothing", () => {
+  const open = writesNote(rewardCallsView({ ...CALLS, writes_confined: false }, {}));
+  assert.equal(open.warn, true);
+  assert.match(open.text, /NOT confined/);
+  assert.match(open.text, /RLJOB_K8S_REWARD_CONTAINER/);
+  const closed = writesNote(rewardCallsView({ ...CALLS, writes_confined: true }, {}));
+  assert.equal(closed.warn, false);
+  assert.equal(writesNote(rewardCallsView(CALLS, {})), null);
 });
