@@ -3,14 +3,16 @@ events into the record (stored, surviving a reopen, logged for SSE), and JobPubl
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
+from statistics import NormalDist
 
 import pytest
 from scipy import stats
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_eval import MAX_EVAL_POINTS, job_eval, push_eval
+from service.domain.job_eval import MAX_EVAL_POINTS, job_eval, public_point, push_eval
 from service.domain.job_service import JobService
 from service.domain.models import Caller
 from service.domain.phases import JobPhase
@@ -28,6 +30,43 @@ TEAM_A = Caller(team="team-a", token_id="tok_a")
 def test_wilson_interval_matches_scipy(k: int, n: int) -> None:
     expected = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
     assert wilson_interval(k, n) == pytest.approx((expected.low, expected.high), abs=1e-9)
+
+
+# (successes, n): every count of small n, and the edges and middle of large ones (1319: GSM8K's test split).
+WILSON_GRID = [(k, n) for n in (1, 2, 3, 5, 8) for k in range(n + 1)] + [
+    (k, n) for n in (20, 100, 300, 1319) for k in sorted({0, 1, 2, n // 3, n // 2, n - 2, n - 1, n})
+]
+
+
+def wilson_from_the_formula(successes: int, n: int, confidence: float) -> tuple[float, float]:
+    """Wilson (1927), written here from its closed form, not from the code it checks: the roots in p of
+    (successes - n p)^2 = z^2 n p (1 - p), i.e. (k + z^2/2 -+ z sqrt(k (n - k) / n + z^2 / 4)) / (n + z^2)."""
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    centre = successes + z * z / 2
+    spread = z * math.sqrt(successes * (n - successes) / n + z * z / 4)
+    return (centre - spread) / (n + z * z), (centre + spread) / (n + z * z)
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.8, 0.9, 0.95, 0.99, 0.999])
+def test_wilson_interval_matches_scipy_and_the_formula_at_each_confidence(confidence: float) -> None:
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    for k, n in WILSON_GRID:
+        scipys = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+        got = wilson_interval(k, n, z=z)
+        assert got == pytest.approx((scipys.low, scipys.high), abs=1e-9), (k, n)
+        assert got == pytest.approx(wilson_from_the_formula(k, n, confidence), abs=1e-9), (k, n)
+        assert (got[0] < 1e-12) is (k == 0) and (got[1] > 1 - 1e-12) is (k == n), (k, n)  # an edge only at 0 or n
+
+
+def test_a_training_jobs_eval_points_carry_the_95_percent_wilson_interval() -> None:
+    """JobPublic.eval's points (job_eval.public_point) for every (correct, n) of the grid."""
+    for k, n in WILSON_GRID:
+        summary = EvalSummary(
+            label="after", step=9, n=n, correct=k, format_correct=n, partial_correct=k, samples_per_row=1, sampling="greedy", rows_file="r"
+        )
+        expected = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert public_point(summary).ci95 == pytest.approx((expected.low, expected.high), abs=1e-9), (k, n)
+        assert public_point(summary).ci95 == pytest.approx(wilson_from_the_formula(k, n, 0.95), abs=1e-9), (k, n)
 
 
 @pytest.mark.parametrize(("both", "only_before", "only_after"), [(0.25, 0.05, 0.2), (0.3, 0.1, 0.1), (0.02, 0.03, 0.08)])

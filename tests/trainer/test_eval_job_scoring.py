@@ -1,14 +1,16 @@
 """An eval job's scoring (trainer/evals/scoring.py) against values worked out by hand: each reward function's
 score per completion (a failing call or a NaN scores None, counted incorrect), the majority answer with its
-tie rule, and the four scores per row (pass@1, sampled, pass@k, maj@k) and over rows (summarize)."""
+tie rule, and the four scores per row (pass@1, sampled, pass@k, maj@k) and over rows (summarize), whose 0/1 scores'
+intervals are checked against scipy's Wilson interval."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from scipy import stats
 
-from trainer.contract.eval_report import RowOutcome, summarize
+from trainer.contract.eval_report import FunctionOutcome, RowOutcome, summarize
 from trainer.evals.scoring import call_reward, extract_answer, majority_index, score_row
 
 
@@ -111,3 +113,39 @@ def test_scores_over_rows():
     assert scores.sampled.value == pytest.approx((0.75 + 0.25 + 0) / 3)
     assert scores.pass_at_k.value == pytest.approx(2 / 3)
     assert scores.maj_at_k.value == pytest.approx(1 / 3)
+
+
+def _wilson_95_by_scipy(successes: int, n: int) -> tuple[float, float]:
+    found = stats.binomtest(successes, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return found.low, found.high
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 13, 40])
+def test_an_eval_jobs_binary_scores_carry_scipys_wilson_interval(n):
+    """pass@1, pass@k and maj@k over n rows (summarize) for counts from 0 to n, each score's count different: each
+    interval is scipy's 95% Wilson interval of that count (the sampled accuracy's is a bootstrap: not checked here)."""
+    for k in sorted({0, 1, n // 2, n - 1, n}):
+        counts = {"pass@1": k, "pass@k": n - k, "maj@k": min(n, k + 1)}
+        rows = [
+            RowOutcome(
+                id=f"{i}",
+                index=i,
+                question="q",
+                answers=["7"],
+                greedy="g",
+                samples=["s", "s"],
+                functions={
+                    "f": FunctionOutcome(
+                        greedy=float(i < counts["pass@1"]),
+                        samples=[float(i < counts["pass@k"]), 0.0],
+                        majority=int(i < counts["maj@k"]),
+                    )
+                },
+            )
+            for i in range(n)
+        ]
+        scores = summarize(rows, "f")
+        for name, count in counts.items():
+            estimate = scores.get(name)
+            assert estimate.method == "wilson" and estimate.value == pytest.approx(count / n), (name, k, n)
+            assert estimate.ci95 == pytest.approx(_wilson_95_by_scipy(count, n), abs=1e-9), (name, count, n)
