@@ -2,7 +2,11 @@
 gVisor), it runs the sandbox's self-check there (`trainer sandbox-check`, trainer/rewards_sandbox/self_check.py) and
 writes the run to a file.
 
-    python bench/reward_sandbox_runtime.py --runtime gvisor --commit COMMIT --out PATH
+    python bench/reward_sandbox_runtime.py --runtime gvisor --commit COMMIT --out PATH [--reward-container]
+
+With --reward-container the check's workers run behind the reward container's server (trainer/rewards_sandbox/host.py,
+started here as the same user: a pod's sidecar would be another user with none of the trainer's files), which shows
+the server's socket, hangup and worker start work on the runtime.
 
 No figure here is a speed: each run says which layers the workers obtained (namespaces, seccomp, Landlock,
 capabilities) and what each hostile probe got, as seen from outside the worker. The run carries the digest of the
@@ -17,22 +21,21 @@ import hashlib
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trainer.rewards_sandbox.host import HOST_ENV
 from trainer.rewards_sandbox.self_check import check
 
 REPO = Path(__file__).resolve().parents[1]
 # What decides the probe's outcome: the worker's side, the pool, and the probe itself.
-SANDBOX_SOURCES = (
-    "trainer/rewards_sandbox/worker.py",
-    "trainer/rewards_sandbox/confinement.py",
-    "trainer/rewards_sandbox/pool.py",
-    "trainer/rewards_sandbox/output.py",
-    "trainer/rewards_sandbox/process_privacy.py",
-    "trainer/rewards_sandbox/self_check.py",
+SANDBOX_SOURCES = tuple(
+    f"trainer/rewards_sandbox/{name}.py"
+    for name in ("worker", "confinement", "pool", "link", "spawn", "host", "output", "process_privacy", "self_check")
 )
 
 
@@ -49,9 +52,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", required=True, help="the commit whose sandbox this is (the machine may have no git)")
     parser.add_argument("--machine", default="", help="the machine, in words")
     parser.add_argument("--out", required=True, help="where to write this run (JSON)")
+    parser.add_argument("--reward-container", action="store_true", help="run the workers behind the reward container's server")
     args = parser.parse_args(argv)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    host = None
+    if args.reward_container:
+        shared = tempfile.mkdtemp(prefix="rljob-reward-share-")
+        env[HOST_ENV] = f"{shared}/host.sock"
+        host = subprocess.Popen([sys.executable, "-m", "trainer.rewards_sandbox.host", "--socket", env[HOST_ENV]], cwd=REPO, env=env)
+    try:
+        probe = check(env=env)
+    finally:
+        if host is not None:
+            host.terminate()
+            host.wait(timeout=30)
     run = {
         "runtime": args.runtime,
+        "reward_container": args.reward_container,
         "machine": args.machine,
         "commit": args.commit,
         "sandbox_digest": sandbox_digest(),
@@ -59,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "kernel": platform.release(),
         "uid": os.getuid(),
-        "probe": check(env={**os.environ, "PYTHONPATH": str(REPO)}),
+        "probe": probe,
     }
     Path(args.out).write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
     print(json.dumps(run["probe"]["isolation"], sort_keys=True))

@@ -29,6 +29,10 @@ def _listener(probe: dict[str, Any]) -> str:
     return f"connections to a loopback listener {probe['connections_reached_listener']}"
 
 
+def _behind(run: dict[str, Any]) -> str:
+    return ", the workers behind the reward container's server" if run.get("reward_container") else ""
+
+
 def render_sandbox_runtimes(result: dict[str, Any]) -> str:
     parts = []
     for run in result["runs"]:
@@ -42,7 +46,7 @@ def render_sandbox_runtimes(result: dict[str, Any]) -> str:
         )
         rows = "\n".join(f"| {words} | {_got(probe['results'][name])} |" for name, words in PROBES)
         parts.append(
-            f"{run['machine']} ({run['runtime']}, kernel {run['kernel']}, uid {run['uid']}, Python {run['python']}; "
+            f"{run['machine']} ({run['runtime']}{_behind(run)}, kernel {run['kernel']}, uid {run['uid']}, Python {run['python']}; "
             f"commit `{run['commit']}`, sandbox digest `{run['sandbox_digest']}`, {run['measured_at']}): {layers}. "
             f"Seen from outside: bystander alive {probe['bystander_alive']}, {_listener(probe)}, "
             f"file outside written {probe['outside_file_written']}, workers replaced {probe['workers_replaced']}.\n\n"
