@@ -12,6 +12,16 @@ Each pass works from what is stored, so a restarted service or a new leader fini
   half-deleted included) and marked, with a `checkpoint_deleted` event and a `storage` event: the run directory's
   newest size less the checkpoint's bytes, so JobPublic.storage and the GiB-months of usage (storage_usage.py) show
   the drop from then on; the last one marks the plan finished.
+
+A job whose pass fails (its storage unreachable, a checkpoint it may not delete) is tried again with backoff, not every
+pass: EXPIRY_RETRY_FIRST_S after the first failure, the wait doubling after each to EXPIRY_RETRY_MAX_S; the other jobs go
+on meanwhile. It is reported once: one warning line with the error when it first fails (the traceback of every failure
+only at DEBUG), and one line when it succeeds again. Nothing is written on the job for a failed pass (its
+`checkpoint_expiry` shows the plan and what is deleted so far, as before); a refusal (outside the team's locations,
+not a plain directory) is recorded and never retried. The backoff is kept by this reconciler for the leader's term
+and not stored: it only has to outlast passes. A restarted service or a new leader tries the job once at once, and
+if that fails reports it once more and backs off from the start: at most one line per job per term, and a few
+retries, not one a minute.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from trainer.contract import RunStorage
@@ -39,6 +49,20 @@ log = logging.getLogger(__name__)
 READS_PER_PASS = 200  # ended jobs new to this term read per pass (the first passes of a term catch up on old ones)
 EXPIRY_EVENT = "checkpoint_expiry"
 DELETED_EVENT = "checkpoint_deleted"
+EXPIRY_RETRY_FIRST_S = 120.0  # two passes (CHECKPOINT_EXPIRY_INTERVAL_S): a storage hiccup is over by then
+EXPIRY_RETRY_MAX_S = 6 * 3600.0  # a checkpoint nobody can delete is tried four times a day, not 1440
+
+
+def expiry_retry_delay_s(failures: int) -> float:
+    """The wait before trying a job's expiry again after its `failures`-th failed pass in a row."""
+    doublings = min(failures - 1, 30)  # the cap is reached long before; unbounded, 2.0 ** n overflows after 1024 failures
+    return float(min(EXPIRY_RETRY_MAX_S, EXPIRY_RETRY_FIRST_S * 2.0**doublings))
+
+
+@dataclass(frozen=True)
+class _Failing:
+    failures: int  # passes in a row that failed
+    retry_at: datetime
 
 
 @dataclass(frozen=True)
@@ -74,11 +98,13 @@ class CheckpointExpiryReconciler:
         self.reads_per_pass = reads_per_pass
         self._due: dict[str, datetime] = {}  # ended job -> when its checkpoints expire, until it is settled
         self._seen: set[str] = set()  # ended jobs read this term
+        self._failing: dict[str, _Failing] = {}  # due jobs whose last pass failed: not tried again before retry_at
 
     def restart(self) -> None:
         """Forget what this process saw: a new term of leadership reads everything again."""
         self._due.clear()
         self._seen.clear()
+        self._failing.clear()
 
     def reconcile_once(self) -> None:
         if not self.jobs.leads():
@@ -94,11 +120,35 @@ class CheckpointExpiryReconciler:
         for job_id, due in sorted(self._due.items(), key=lambda item: item[1]):
             if due > now:
                 break
+            failing = self._failing.get(job_id)
+            if failing is not None and failing.retry_at > now:
+                continue
             try:
-                if self.expire(job_id):
-                    del self._due[job_id]
-            except Exception:  # one run's trouble (its storage unreachable) must not hold up the others'
-                log.exception("expiring the checkpoints of %s failed; tried again next pass", job_id)
+                done = self.expire(job_id)
+            except Exception as e:  # noqa: BLE001 - one run's trouble (its storage unreachable) must not hold up the others'
+                self._failed(job_id, e, failing)
+                continue
+            if failing is not None:
+                del self._failing[job_id]
+                log.info("job %s: its expired checkpoints are deleted after %d failed passes", job_id, failing.failures)
+            if done:
+                del self._due[job_id]
+
+    def _failed(self, job_id: str, error: Exception, before: _Failing | None) -> None:
+        failures = 1 if before is None else before.failures + 1
+        wait_s = expiry_retry_delay_s(failures)
+        self._failing[job_id] = _Failing(failures, self.jobs.clock() + timedelta(seconds=wait_s))
+        log.debug("expiring the checkpoints of %s failed (pass %d in a row)", job_id, failures, exc_info=error)
+        if before is None:
+            log.warning(
+                "job %s: its expired checkpoints could not be deleted (%s: %s); the service must reach and delete under "
+                "its run directory. Tried again in %.0f s, the wait doubling up to %.0f s; not reported again until it succeeds",
+                job_id,
+                error.__class__.__name__,
+                error,
+                wait_s,
+                EXPIRY_RETRY_MAX_S,
+            )
 
     def expire(self, job_id: str) -> bool:
         """Plan, then delete, the job's expired checkpoints; True once nothing is left to do."""
