@@ -105,3 +105,16 @@ def test_a_deleted_checkpoint_fails_for_good_and_says_why(eval_spec, tmp_path, m
     assert finished.failed_stage == Stage.EXPORT
     assert f"the checkpoint {params} of job rl-train0000001 has no files: it was deleted" in finished.message
     assert "keep_last_checkpoints" in finished.message
+
+
+def test_an_eval_job_whose_reward_calls_mostly_failed_fails_for_good_and_reports_no_scores(eval_spec, tmp_path, monkeypatch):
+    """5 rows, each call of `exact` raising (under reward_on_error: zero, too few to stop early): the job fails at the
+    evaluation's end with the sandbox's count, and no eval report stands for answers nobody scored."""
+    make, _ = eval_spec
+    spec = make("huggingface")
+    Path(spec.evaluation.suite.rewards_path).write_text("def exact(prompts, completions, **kw):\n    raise KeyError('answer')\n")  # type: ignore[union-attr, arg-type]
+    code, layout, _, _ = _run(spec, tmp_path, monkeypatch)
+    assert code == ExitCode.NON_RETRYABLE
+    events = _events(layout)
+    assert not any(e.type == "eval_report" for e in events)
+    assert events[-1].failed_stage == Stage.EVALUATE and events[-1].message.startswith("5 of 5 reward calls failed, more than half")

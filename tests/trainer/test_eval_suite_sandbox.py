@@ -37,6 +37,10 @@ def raises(prompts, completions, tmvp_config, **kw):
     raise RuntimeError("no reward today")
 
 
+def raises_too(prompts, completions, tmvp_config, **kw):
+    raise KeyError("answer")
+
+
 def sleeps(prompts, completions, tmvp_config, **kw):
     import time
 
@@ -161,3 +165,24 @@ def test_the_suites_reward_limits_leave_the_spec_hash_at_their_defaults_and_are_
         SuiteSpec(
             name="mine", data="gs://example-bucket/rows.jsonl", rewards_path="gs://example-bucket/r.py", rewards=["f"], reward_memory_mib=1
         )
+
+
+def test_an_evaluation_whose_reward_calls_mostly_fail_stops_rather_than_report_them_as_wrong_answers(tmp_path):
+    """Under reward_on_error: zero: from the 10th failure, once more than half the calls failed (a long evaluation stops
+    early), and at the end over all calls (trainer/stages/evaluate.py raises what mostly_failed says)."""
+    suite = load_suite(_suite(tmp_path, ["right", "raises", "raises_too"]), tmp_path)
+    try:
+        for _ in range(4):  # a call per function and row: 2 of 3 fail, 8 failures so far
+            assert _score(suite).functions["right"].greedy == 1.0
+        assert suite.rewards.sandbox.mostly_failed().startswith("8 of 12 reward calls failed")  # type: ignore[union-attr]
+        with pytest.raises(SuiteRewardFailed, match=r"^10 of 15 reward calls failed, more than half.*'raises_too' \(error\): KeyError"):
+            _score(suite)
+    finally:
+        suite.rewards.close()
+    half = load_suite(_suite(tmp_path, ["right", "raises"]), tmp_path)
+    try:
+        for _ in range(12):
+            _score(half)
+        assert half.rewards.sandbox.mostly_failed() is None  # type: ignore[union-attr]  # 12 of 24: not more than half
+    finally:
+        half.rewards.close()

@@ -5,7 +5,9 @@ network where Linux grants a namespace: docs/reward-sandbox.md) with the suite's
 `reward_memory_mib`) and scores through stand-ins that send each call there. A call that raises, returns something
 that is not one number per completion, passes its deadline or kills its worker scores per `reward_on_error`: `zero`
 gives None for the call's completions (scored incorrect and counted as unscored, as a raising reward always was);
-`fail` stops the evaluation with SuiteRewardFailed, a DataError naming the function and the error.
+`fail` stops the evaluation with SuiteRewardFailed, a DataError naming the function and the error. Either way, an
+evaluation whose calls mostly fail stops too (trainer/contract/reward_sandbox.py's rule, as for training): its
+scores would count the failures as incorrect answers.
 The built-in suites' rewards are the trainer's own code and are called in process (builtin_suites.py).
 """
 
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.contract.eval_suite import SuiteSpec
-from trainer.contract.reward_sandbox import RewardErrorPolicy
+from trainer.contract.reward_sandbox import MIN_FAILED_CALLS_TO_STOP, RewardErrorPolicy, RewardFailure
 from trainer.rewards_sandbox.pool import RewardLoadFailed, RewardSandboxPool, SandboxLimits
 from trainer.rewards_sandbox.proxy import FAILURES_LOGGED, config_values, describe_isolation, plain
 from trainer.rewards_sandbox.stats import CallOutcome
@@ -57,7 +59,23 @@ class SandboxedSuiteReward:
         failed = sum(self.pool.stats.totals.values()) - self.pool.stats.totals[CallOutcome.OK]
         if failed <= FAILURES_LOGGED:
             print(f"rljob evaluate: reward function {self.name!r} failed ({result.outcome}): {error}; scored incorrect", file=sys.stderr)
+        if failed >= MIN_FAILED_CALLS_TO_STOP and (problem := mostly_failed(self.pool)):
+            raise SuiteRewardFailed(problem)
         return [None] * count
+
+
+def mostly_failed(pool: RewardSandboxPool) -> str | None:
+    """Why an evaluation whose reward calls mostly failed stops; None while they have not."""
+    totals = pool.stats.totals
+    calls = sum(totals.values())
+    failure = RewardFailure.mostly_failed(calls - totals[CallOutcome.OK], calls, pool.last_failure)
+    if failure is None:
+        return None
+    return (
+        f"{failure.failed} of {failure.calls} reward calls failed, more than half: the suite's scores would count them as "
+        f"incorrect answers, so the evaluation stops (the last: {failure.function!r} ({failure.outcome}): {failure.error}); "
+        "fix the reward function (each failure is in the evaluate log) and evaluate again"
+    )
 
 
 @dataclass(frozen=True)
@@ -67,6 +85,9 @@ class SandboxedRewards:
 
     def isolation_line(self) -> str:
         return describe_isolation(self.pool.isolation)
+
+    def mostly_failed(self) -> str | None:
+        return mostly_failed(self.pool)
 
     def summary_line(self) -> str:
         totals = self.pool.stats.totals

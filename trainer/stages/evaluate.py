@@ -83,6 +83,7 @@ def model_location(ctx: JobContext) -> tuple[str, str, bool]:
 def run_evaluate(ctx: JobContext) -> dict[str, Any]:
     from trainer.evals.hf_sampler import HfGenerator, load_model
     from trainer.evals.runner import Interrupted, evaluate_suite, load_suite
+    from trainer.evals.suite_rewards import SuiteRewardFailed
 
     task = eval_task(ctx.spec)
     suite = load_suite(task.suite, ctx.work_dir)  # a user suite's rewards: loaded in a sandbox worker, closed below
@@ -116,6 +117,8 @@ def run_evaluate(ctx: JobContext) -> dict[str, Any]:
         finally:
             if suite.rewards.sandbox is not None:
                 log(suite.rewards.sandbox.summary_line())
+        if suite.rewards.sandbox is not None and (problem := suite.rewards.sandbox.mostly_failed()):
+            raise SuiteRewardFailed(problem)  # not a report: most of its scores are failed calls, not answers
     ctx.reporter.emit(EvalReported, report=report)
     primary = report.functions[report.primary]
     return {
