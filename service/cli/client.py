@@ -148,6 +148,15 @@ def _field_problems(detail: Any) -> str:
     return "\n".join(lines)
 
 
+def _budget_refusal(detail: Any) -> str | None:
+    """The message of a submission its team's budget refused (loc body.budget.<name>), else None."""
+    if isinstance(detail, list) and len(detail) == 1 and isinstance(detail[0], dict):
+        loc = detail[0].get("loc")
+        if isinstance(loc, list) and loc[:2] == ["body", "budget"]:
+            return str(detail[0].get("msg", ""))
+    return None
+
+
 # A stream's read has no timeout of its own while it waits for news (a quiet log), so TCP keepalive finds a
 # peer that is gone (a service machine that died without closing the connection) within about a minute.
 KEEPALIVE_SOCKET_OPTIONS = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)] + [
@@ -209,6 +218,9 @@ class RljobClient:
                 CliExit.TOKEN_REJECTED,
             )
         if code == 422:
+            refusal = _budget_refusal(detail)
+            if refusal is not None:  # not bad input: the request was fine, the team's budget has no room for it
+                raise CliError(f"refused by its team's budget: {refusal}", CliExit.FAILED)
             raise CliError(f"the service rejected the request:\n{_field_problems(detail)}", CliExit.BAD_INPUT)
         if code == 413:
             raise CliError("the request is too large for the service", CliExit.BAD_INPUT)

@@ -66,7 +66,7 @@ def submit(
         ),
     ] = False,
     override_budget: Annotated[
-        bool, typer.Option(help="admins: submit even when the estimate exceeds what the team's monthly budget has left")
+        bool, typer.Option(help="admins: submit even when the job would take the team past its monthly budget")
     ] = False,
     output: OutputOption = None,
 ) -> None:

@@ -1,21 +1,22 @@
 """Team budgets against the store: which jobs of a team may have billed time this month, what they spent
-(budgets.py does the sums), and the submit-time check. Read by the submit path, GET /v1/usage and the leader's
-budget loop (budget_reconciler.py); it writes nothing."""
+(budgets.py does the sums), and the submit-time check (budget_admission.py weighs it). Read by the submit path,
+GET /v1/usage and the leader's budget loop (budget_reconciler.py); it writes nothing."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from trainer.contract import JobSpec
 
+from .budget_admission import admission_refusal, commitment
 from .budget_models import TeamBudget, TeamBudgetStatus
-from .budgets import month_spend, month_start, previous_month_start, submit_refusal, team_status
+from .budgets import month_spend, month_start, previous_month_start, team_status
 from .errors import InvalidRequest
 from .estimate_models import JobEstimate
 from .models import Caller, JobEvent, JobFilters, JobRecord
-from .ports import JobStore
+from .ports import Clock, JobStore
 from .usage import PriceTable, chips_of
 
 log = logging.getLogger(__name__)
@@ -72,37 +73,32 @@ class BudgetLedger:
         log.warning("team %s has more than %d jobs since %s: the oldest are left out of its budget", team, MAX_MONTH_JOBS, oldest)
         return list(found.values())
 
-    def check_submission(
-        self,
-        caller: Caller,
-        spec: JobSpec,
-        estimate: JobEstimate | None,
-        now: datetime,
-        *,
-        override: bool = False,
-        idempotency_key: str | None = None,
-    ) -> None:
-        """InvalidRequest (422) for a job whose estimate exceeds what its team has left this month, naming the
-        budget, the estimate and what is left; `override` (admins only) lets it through. A submission whose
-        Idempotency-Key already made a job is a repeat, answered with that job: never refused here."""
+    def admission(
+        self, caller: Caller, spec: JobSpec, estimate: JobEstimate | None, clock: Clock, *, override: bool = False
+    ) -> Callable[[], None] | None:
+        """The budget check a submission must pass, to run inside the transaction that stores it, after the team's
+        admission lock (submission.py); None when no budget applies: the team has none, a cpu job, or an admin's
+        override. InvalidRequest (422) now for an override asked by anyone but an admin."""
         if override and not caller.admin:
             raise InvalidRequest(
                 ("query", "override_budget"),
                 f"only an admin's token may override a team budget; your token is team {caller.team}'s: leave override_budget out",
             )
-        team = spec.team or caller.team
-        if override or self.budget_of(team) is None or self._is_repeat(team, idempotency_key):
-            return
-        status = self.status(team, now)
+        team, chips = spec.team or caller.team, chips_of(spec.hardware.accelerator)
+        if override or chips == 0 or self.budget_of(team) is None:
+            return None
+        return lambda: self.check_admission(team, estimate, chips, clock())
+
+    def check_admission(self, team: str, estimate: JobEstimate | None, chips: int, now: datetime) -> None:
+        """InvalidRequest (422) for a job that would take its team past a budget (budget_admission.py), naming the
+        budget, the spend, what is committed and the job's estimate. Reads what is committed now: its caller holds
+        the team's admission lock, so no other admission of the team commits meanwhile."""
+        active = self.store.list_active()
+        status = self.status(team, now, active)
         if status is None:
             return
-        refused = submit_refusal(status, estimate, chips_of(spec.hardware.accelerator))
+        held = commitment(status.spent, (record for record in active if record.team == team), now, self.prices)
+        refused = admission_refusal(status, held, estimate, chips)
         if refused is not None:
             name, message = refused
             raise InvalidRequest(("body", "budget", name), message)
-
-    def _is_repeat(self, team: str, idempotency_key: str | None) -> bool:
-        if idempotency_key is None:
-            return False
-        with self.store.transaction() as tx:
-            return tx.find_by_idempotency_key(team, idempotency_key) is not None

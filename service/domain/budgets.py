@@ -1,6 +1,6 @@
 """Team budgets, the pure part: a team's spend in a calendar month, what is left, and the verdicts read from them
-(a submission refused, a team's jobs held, held jobs released). budget_ledger.py reads the jobs; the submit check
-(budget_check.py) and the leader's loop (budget_reconciler.py) act on these verdicts.
+(a team's jobs held, held jobs released). budget_ledger.py reads the jobs; the leader's loop (budget_reconciler.py)
+acts on these verdicts, and the submit check (budget_admission.py) weighs a new job against the spend.
 
 The month is the calendar month in UTC. A job's spend in it is the billed time it accrued in it (RUNNING and
 CANCELLING, as usage.py bills): a job that spans the month's start counts in each month the part it ran in it. A job
@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from .budget_models import BudgetAmounts, BudgetName, TeamBudget, TeamBudgetStatus
-from .estimate_models import JobEstimate
 from .job_clock import phase_seconds, usage_as_of
 from .models import JobEvent, JobRecord
 from .placement import BILLED_PHASES
@@ -124,34 +123,6 @@ def _budget_text(status: TeamBudgetStatus, name: BudgetName) -> str:
         f"team {status.team}'s {kind} budget for {status.month} (UTC) is {amount_text(name, ceiling or 0.0)}, "
         f"{amount_text(name, spent)} spent"
     )
-
-
-def submit_refusal(status: TeamBudgetStatus, estimate: JobEstimate | None, chips: int) -> tuple[BudgetName, str] | None:
-    """Which budget refuses a new job, and why in words; None when the job fits what is left. The estimate's expected
-    figures are weighed; without an estimate a TPU job is refused only once nothing is left. A cpu job costs nothing."""
-    if chips == 0:
-        return None
-    lefts: tuple[tuple[BudgetName, float | None], ...] = (("chip_hours", status.left_chip_hours), ("usd", status.left_usd))
-    for name, left in lefts:
-        if left is None:
-            continue
-        if estimate is None:
-            if left > 0:
-                continue
-            expected_text = "the job was not estimated, and nothing is left"
-        else:
-            figure = estimate.chip_hours if name == "chip_hours" else estimate.cost_usd
-            if figure is None or figure.expected <= left:
-                continue
-            expected_text = (
-                f"this job's estimate is {amount_text(name, figure.expected)} "
-                f"({amount_text(name, figure.low)} to {amount_text(name, figure.high)}), more than the {amount_text(name, left)} left"
-            )
-        return name, (
-            f"{_budget_text(status, name)}: {expected_text}. Wait for the next month, ask an admin to raise the budget "
-            f"({BUDGET_SETTING}), or an admin may submit it anyway with override_budget=true (rljob submit --override-budget)"
-        )
-    return None
 
 
 def hold_message(status: TeamBudgetStatus) -> str:

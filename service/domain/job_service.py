@@ -196,13 +196,16 @@ class JobService:
         TPU is asked for (trainer/sizing/fit.py); the estimate is stored with the job either way."""
         spec, fit = check_submission(spec, caller, self.location_policy, self.launcher)  # InvalidRequest: nothing stored
         estimate = self.estimator.estimate(caller, spec)
-        # Its team's budget (422 naming it); a repeat of a stored Idempotency-Key is answered, never refused.
-        self.budgets.check_submission(caller, spec, estimate, self.clock(), override=override_budget, idempotency_key=idempotency_key)
+        # Its team's budget (422 naming it), checked in the insert's transaction after the team's admission lock
+        # (submission.py), under this process's write lock like every write: on SQLite the admission lock is the
+        # database's write lock, which every write here takes after this one (the other order could deadlock); on
+        # PostgreSQL a replica's submissions then wait here, not each holding a connection while it waits.
+        admit = self.budgets.admission(caller, spec, estimate, self.clock, override=override_budget)
 
         def store_new() -> tuple[JobRecord, bool]:
             with self._lock:
                 return store_new_job(
-                    self.store, caller, spec, idempotency_key, fit, job_id=self._new_id(), now=self.clock(), estimate=estimate
+                    self.store, caller, spec, idempotency_key, fit, job_id=self._new_id(), now=self.clock(), estimate=estimate, admit=admit
                 )
 
         try:

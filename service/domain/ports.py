@@ -195,6 +195,10 @@ class JobTx(Protocol):
 
     def add_metric_points(self, job_id: str, points: Sequence[MetricPoint]) -> None: ...
 
+    def lock_team_admissions(self, team: str) -> None:
+        """Until this transaction ends, no other transaction (of any replica) gets past this call for `team`: a
+        budget check and the insert it admits are one unit per team (submission.py). Taken before anything else."""
+
     def require_term(self, term: int | None) -> None:
         """LeaderFenced unless `term` is the current leadership term; no new term can be taken until
         this transaction ends (service/adapters/store/leader_terms.py)."""

@@ -1,8 +1,9 @@
 """A submission before it is a job: the checks that refuse it (nothing stored), and storing it once per
-Idempotency-Key."""
+Idempotency-Key, after its team's budget admitted it in the same transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from trainer.contract import JobSpec
@@ -62,17 +63,27 @@ def store_new_job(
     job_id: str,
     now: datetime,
     estimate: JobEstimate | None = None,
+    admit: Callable[[], None] | None = None,
 ) -> tuple[JobRecord, bool]:
     """(the job, True) once stored; (the job this Idempotency-Key already made, False); IdempotencyConflict
-    for the key with another spec; IdempotencyKeyTaken when another transaction stored the key first."""
+    for the key with another spec; IdempotencyKeyTaken when another transaction stored the key first.
+
+    `admit`: the team's budget check (BudgetLedger.admission), raising to refuse. It runs after the team's admission
+    lock and before the insert, in one transaction: a concurrent submission of the team, on this replica or another,
+    waits for this one to commit or roll back, so its check counts this job. A repeat of a stored Idempotency-Key is
+    answered with its job and never checked."""
     spec_hash = spec.content_hash()
     with store.transaction() as tx:
+        if admit is not None:
+            tx.lock_team_admissions(caller.team)
         if idempotency_key is not None:
             existing = tx.find_by_idempotency_key(caller.team, idempotency_key)
             if existing is not None:
                 if existing.spec_hash != spec_hash:
                     raise IdempotencyConflict(idempotency_key, existing.id)
                 return existing, False
+        if admit is not None:
+            admit()
         record = JobRecord(
             id=job_id,
             team=caller.team,

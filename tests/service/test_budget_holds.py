@@ -78,8 +78,9 @@ def test_a_team_over_its_budget_gets_the_422_and_nothing_is_stored(store: SqlJob
         service.submit(TEAM_A, _tpu_spec(tmp_path), "key-2")  # type: ignore[arg-type]
     assert refused.value.loc == ("body", "budget", "chip_hours")
     message = str(refused.value)
-    assert "team team-a's chip-hour budget for 2030-01 (UTC) is 1.00 chip-hours, 0.89 chip-hours spent" in message
-    assert "estimate is 0.25 chip-hours" in message and "0.11 chip-hours left" in message
+    assert "team team-a's chip-hour budget for 2030-01 (UTC) is 1.00 chip-hours, and 0.89 chip-hours of it is committed" in message
+    assert "0.89 chip-hours spent and up to 0.00 chip-hours more for its 1 queued or running job" in message  # ran past its 0.25
+    assert "estimate is 0.25 chip-hours (0.25 chip-hours to 0.25 chip-hours)" in message and "0.11 chip-hours left" in message
     assert [r.id for r in store.list_active()] == [first.id] and launcher.launched == [first.id]
 
     with pytest.raises(InvalidRequest) as not_admin:

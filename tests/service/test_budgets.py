@@ -1,6 +1,6 @@
 """Team budgets, the pure part, as tables: the month a job's billed time counts in (a job spanning the month's start
-counts the part it ran in each), what is left and which budget refuses a submission, the observation policy's rows for
-a held job, and the setting's validation."""
+counts the part it ran in each), what is left, the observation policy's rows for a held job, and the setting's
+validation. Which budget refuses a submission: test_budget_admission.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pydantic import ValidationError
 
 from service.config import Settings
 from service.domain.budget_models import BudgetAmounts, TeamBudget
-from service.domain.budgets import billed_seconds_since, exhausted, month_spend, month_start, submit_refusal, team_status
-from service.domain.estimate_models import EstimateRange, JobEstimate
+from service.domain.budgets import billed_seconds_since, exhausted, month_spend, month_start, team_status
 from service.domain.models import JobEvent, JobRecord, Placement
 from service.domain.observation_policy import Decision, decide
 from service.domain.phases import JobPhase, can_transition
@@ -109,51 +108,8 @@ def test_a_job_submitted_in_the_month_counts_whole_and_a_cpu_job_counts_nothing(
     assert month_spend([cpu], {}, now, {}).chip_hours == 0.0
 
 
-BUDGET = TeamBudget(chip_hours=100, usd=300)
-
-
-def _estimate(chip_hours: float, usd: float | None) -> JobEstimate:
-    made = JAN_1
-    r = EstimateRange(expected=60.0, low=50.0, high=70.0)
-    return JobEstimate(
-        made_at=made,
-        basis="formula",
-        basis_detail="test",
-        run_s=r,
-        wall_s=r,
-        chip_hours=EstimateRange(expected=chip_hours, low=chip_hours / 2, high=chip_hours * 2),
-        cost_usd=None if usd is None else EstimateRange(expected=usd, low=usd / 2, high=usd * 2),
-    )
-
-
-# (spent chip-hours, spent usd, estimate chip-hours, estimate usd or None, chips, refused by)
-@pytest.mark.parametrize(
-    ("spent_h", "spent_usd", "est_h", "est_usd", "chips", "refused_by"),
-    [
-        (90, 100, 10, 30, 8, None),  # exactly what is left: fits
-        (90, 100, 10.5, 30, 8, "chip_hours"),
-        (10, 290, 1, 10.01, 8, "usd"),
-        (10, 290, 1, None, 8, None),  # no price: the dollar budget cannot refuse it
-        (100, 300, 0, 0, 0, None),  # a cpu job costs nothing, even with nothing left
-        (100, 0, 0.0, 0.0, 8, None),  # an estimate of nothing fits even nothing left
-    ],
-)
-def test_a_submission_is_refused_by_the_budget_its_estimate_exceeds(
-    spent_h: float, spent_usd: float, est_h: float, est_usd: float | None, chips: int, refused_by: str | None
-) -> None:
-    status = team_status("team-a", BUDGET, BudgetAmounts(chip_hours=spent_h, usd=spent_usd), JAN_1)
-    refused = submit_refusal(status, _estimate(est_h, est_usd), chips)
-    assert (refused[0] if refused else None) == refused_by
-    if refused:
-        assert "team team-a's" in refused[1] and "2030-01" in refused[1] and "left" in refused[1] and "estimate" in refused[1]
-
-
-def test_without_an_estimate_a_tpu_job_is_refused_only_once_nothing_is_left() -> None:
-    some_left = team_status("team-a", BUDGET, BudgetAmounts(chip_hours=99, usd=0), JAN_1)
-    none_left = team_status("team-a", BUDGET, BudgetAmounts(chip_hours=100, usd=0), JAN_1)
-    assert submit_refusal(some_left, None, 8) is None
-    refused = submit_refusal(none_left, None, 8)
-    assert refused is not None and refused[0] == "chip_hours" and "not estimated" in refused[1]
+def test_a_budget_is_exhausted_once_the_spend_reaches_it() -> None:
+    none_left = team_status("team-a", TeamBudget(chip_hours=100, usd=300), BudgetAmounts(chip_hours=100, usd=0), JAN_1)
     assert none_left.exhausted == ["chip_hours"] and none_left.left_chip_hours == 0.0
     assert exhausted(TeamBudget(usd=5), BudgetAmounts(chip_hours=1e6, usd=4.99)) == []
 

@@ -25,6 +25,7 @@ from service.domain.models import (
 )
 from service.domain.phases import TERMINAL, JobPhase
 
+from .admission_locks import lock_team_admissions
 from .leader_terms import require_term, take_term
 from .record_rows import apply_record, to_record
 from .shared_records import SharedRecords
@@ -95,8 +96,9 @@ EVENT_ORDER_LOCK_KEY = int.from_bytes(b"rljob-ev", "big") & 0x7FFF_FFFF_FFFF_FFF
 
 
 class _Tx:
-    def __init__(self, session: Session, for_update_supported: bool, *, order_events: bool = False) -> None:
+    def __init__(self, session: Session, for_update_supported: bool, *, order_events: bool = False, dialect: str = "") -> None:
         self.session = session
+        self._dialect = dialect
         self._for_update = for_update_supported
         self._order_events = order_events  # not yet holding the event-order lock; see EVENT_ORDER_LOCK_KEY
         self._rows: dict[str, JobRow] = {}
@@ -166,6 +168,9 @@ class _Tx:
             self.session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": EVENT_ORDER_LOCK_KEY})
             self._order_events = False
 
+    def lock_team_admissions(self, team: str) -> None:
+        lock_team_admissions(self.session, self._dialect, team)
+
     def require_term(self, term: int | None) -> None:
         require_term(self.session, term, lock_row=self._for_update)
 
@@ -214,7 +219,9 @@ class SqlJobStore:
         tx: _Tx | None = None
         try:
             with self._sessions() as session, session.begin():
-                tx = _Tx(session, for_update_supported=self.dialect != "sqlite", order_events=self.dialect == "postgresql")
+                tx = _Tx(
+                    session, for_update_supported=self.dialect != "sqlite", order_events=self.dialect == "postgresql", dialect=self.dialect
+                )
                 yield tx
         except OperationalError as e:  # locked, read-only, out of space: the store's fault, not the request's
             raise StoreUnavailable(f"the database could not store this: {e.orig}; retry later") from e

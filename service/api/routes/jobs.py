@@ -125,8 +125,9 @@ def submit_job(
     override_budget: Annotated[
         bool,
         Query(
-            description="admins: submit even when the job's estimate exceeds what its team's monthly budget has left "
-            "(it is still stopped, with a checkpoint, once the budget is spent); anyone else gets 422"
+            description="admins: submit even when the job would take its team past its monthly budget (what is committed "
+            "plus its estimate's upper bound); it then counts against later submissions and is still stopped, with a "
+            "checkpoint, once the budget is spent; anyone else gets 422"
         ),
     ] = False,
 ) -> JobPublic | Response:
