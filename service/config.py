@@ -194,6 +194,22 @@ class Settings(BaseSettings):
         le=MAX_SECONDS,
         description="a connection that sends no request's headers within this (after it opens, or after its last response) is closed",
     )
+    # Far above what browsers loading the dashboard need (6 connections each), far below RLJOB_MAX_CONNECTIONS: one
+    # client re-opening idle connections once kept every team at 503 (service/unauthenticated_connections.py).
+    max_unauthenticated_connections: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="connections open at once on which no request has passed the token check yet, at most half of "
+        "RLJOB_MAX_CONNECTIONS; one more closes the oldest idle one, or gets 503 when none is idle",
+    )
+    max_unauthenticated_connections_per_peer: int = Field(
+        default=32,
+        ge=1,
+        le=1_000_000,
+        description="the same from one address (an IPv6 /64): one more closes that address's oldest idle one, or gets "
+        "503; behind a proxy that connects from one address, raise it to RLJOB_MAX_UNAUTHENTICATED_CONNECTIONS",
+    )
     token_cache_size: int = Field(default=1024, ge=0, le=1_000_000, description="API tokens remembered per process (0: none)")
     token_cache_ttl_s: float = Field(
         default=5.0, ge=0, le=300, description="how long a remembered token is trusted; a revocation elsewhere waits this"

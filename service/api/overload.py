@@ -18,7 +18,9 @@ checked, so that nobody without a valid token can take the places of those with 
 - a token not remembered yet is looked up in the store at most `max_token_lookups` at a time (requests
   with the same token wait for one lookup), so a flood of made-up tokens costs bounded work;
 - log follows (logs?follow=true) are not counted here: their own limit answers 429 (api/log_follow.py).
-The caller found here is left in the request's state, and the route's own token check reuses it.
+The caller found here is left in the request's state, and the route's own token check reuses it; the connection
+the request came on is told, so it no longer counts among the connections without a token
+(service/unauthenticated_connections.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.domain.errors import StoreUnavailable, Unauthenticated
 from service.domain.models import Caller
+from service.unauthenticated_connections import mark_authenticated
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 EVENT_STREAM_PATH = re.compile(r"^/v1/(jobs/[^/]+/)?events$")
@@ -106,6 +109,7 @@ class LoadSheddingMiddleware:
             await self._anonymous(scope, receive, send)
             return
         scope.setdefault("state", {})[CALLER_STATE] = caller
+        mark_authenticated(scope)  # its connection no longer counts among those without a token
         if EVENT_STREAM_PATH.match(scope["path"]):
             await self._stream(caller, scope, receive, send)
         else:

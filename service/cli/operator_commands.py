@@ -120,8 +120,9 @@ def serve(
     # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
     # timeout_graceful_shutdown: after SIGTERM, requests still running past the grace are cancelled (the
     # default waits for them forever); event streams end at once (api/termination.py).
-    # http: idle connections closed, open ones capped below the descriptor limit (service/connection_limits.py).
-    limits = ConnectionLimits.of(settings.max_connections, settings.request_header_timeout_s)
+    # http: idle connections closed, open ones capped below the descriptor limit, those without a valid token capped
+    # below that (service/connection_limits.py).
+    limits = ConnectionLimits.from_settings(settings)
     uvicorn.run(
         create_app(settings),
         host=settings.host,

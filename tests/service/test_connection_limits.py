@@ -4,10 +4,13 @@ below the descriptor limit, and the service log says when the cap refuses one (s
 Before: uvicorn starts no timer before a connection's first request, and accepts until accept() fails, so 1,100
 idle connections under a 1,024 descriptor limit took the service down with nothing in the log. Here the same, at
 a 256 limit, on `rljob serve` and on the image's ENTRYPOINT (uvicorn's command line), each a process of its own.
+The connections that fill the cap each made one request with a valid token first: idle connections without one are
+capped far below it (test_unauthenticated_connections.py).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import sys
@@ -33,7 +36,7 @@ pytestmark = pytest.mark.timeout(120)
 
 FD_LIMIT = 256
 IDLE = 400  # more than the descriptor limit: before the cap, accept() failed with EMFILE from about the 240th
-HEADER_TIMEOUT_S = 2.0
+HEADER_TIMEOUT_S = 6.0  # long enough for the authenticated connections to be made before the first is closed
 LIMITED = (
     f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({FD_LIMIT}, {FD_LIMIT})); os.execv(sys.argv[1], sys.argv[1:])"
 )
@@ -58,9 +61,19 @@ def _argv(kind: str, port: int, state: Path) -> list[str]:
     ]
 
 
-def _connect_idle(port: int, count: int) -> list[socket.socket]:
+def _connect_idle(port: int, count: int, authenticated: int) -> list[socket.socket]:
+    """`count` connections left idle, the first `authenticated` after one request with a valid token answered."""
     conns = []
-    for _ in range(count):
+    for i in range(count):
+        if i < authenticated:
+            kept = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            kept.request("GET", "/v1/jobs?limit=1", headers={"Authorization": f"Bearer {TOKEN}"})
+            with kept.getresponse() as response:
+                assert response.status == 200, response.status
+                response.read()
+            assert kept.sock is not None
+            conns.append(kept.sock)
+            continue
         try:
             conns.append(socket.create_connection(("127.0.0.1", port), timeout=5))
         except OSError:  # the listen backlog is full for a moment: the rest are enough
@@ -81,7 +94,7 @@ def test_idle_connections_past_the_descriptor_limit_do_not_take_the_service_down
     env = _env(tmp_path / "state") | {"RLJOB_REQUEST_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}
     argv = [sys.executable, "-c", LIMITED, *_argv(kind, port, tmp_path / "state")]
     with serving_process(argv, env, port, stderr_path, TOKEN) as client:
-        idle = _connect_idle(port, IDLE)
+        idle = _connect_idle(port, IDLE, authenticated=FD_LIMIT - FD_HEADROOM - 10)
         try:
             assert len(idle) > FD_LIMIT
             # Over the cap (the descriptor limit less FD_HEADROOM): a 503 saying why, and closed at once.
@@ -89,6 +102,7 @@ def test_idle_connections_past_the_descriptor_limit_do_not_take_the_service_down
             assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in answers), answers[:3]
             # The idle ones under the cap are closed after the header deadline: the server ends them (EOF).
             started = time.monotonic()
+            idle[0].settimeout(HEADER_TIMEOUT_S * 4)
             assert _answer(idle[0]) == b"" and time.monotonic() - started < HEADER_TIMEOUT_S * 4
             # And the service is whole: it answers, stores and launches.
             wait_until(lambda: client.get("/healthz").status_code == 200, timeout_s=HEADER_TIMEOUT_S * 4)
@@ -110,7 +124,7 @@ def bounded_server(store: SqlJobStore, settings_factory: Callable[..., Settings]
     """The app over a real socket with bounded connections and a 1 s header deadline."""
     add_test_tokens(store)
     app = create_app(settings_factory(), store=store, launcher=FakeLauncher(), progress=FakeProgress())
-    limits = ConnectionLimits(max_connections=50, request_timeout_s=1.0)
+    limits = ConnectionLimits(max_connections=50, request_timeout_s=1.0, unauthenticated=25, unauthenticated_per_peer=25)
     running = ThreadedServer.start(app, http=bounded_protocol(limits))
     try:
         yield running.url
@@ -150,6 +164,9 @@ def test_a_request_whose_headers_are_in_is_not_cut_and_the_connection_is_kept_fo
 
 
 def test_the_cap_follows_the_descriptor_limit() -> None:
-    assert ConnectionLimits.of(1000, 10.0, fd_limit=1024).max_connections == 1024 - FD_HEADROOM
-    assert ConnectionLimits.of(100, 10.0, fd_limit=1024).max_connections == 100
-    assert ConnectionLimits.of(100, 10.0, fd_limit=64).max_connections == 1  # never zero: one still gets in
+    def cap(configured: int, fd_limit: int) -> int:
+        return ConnectionLimits.of(configured, 10.0, fd_limit, unauthenticated=256, unauthenticated_per_peer=32).max_connections
+
+    assert cap(1000, fd_limit=1024) == 1024 - FD_HEADROOM
+    assert cap(100, fd_limit=1024) == 100
+    assert cap(100, fd_limit=64) == 1  # never zero: one still gets in
