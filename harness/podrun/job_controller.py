@@ -84,7 +84,9 @@ def pod_for(job: dict[str, Any], index: int | None, suffix: str) -> dict[str, An
         pod_name = f"{name}-{index}-{suffix}"
         spec.setdefault("hostname", f"{name}-{index}")
         index_env = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{INDEX_KEY}']"}}}
-        spec["containers"] = [{**c, "env": [index_env, *(c.get("env") or [])]} for c in spec["containers"]]
+        for kind in ("initContainers", "containers"):  # indexed_job_utils.go addCompletionIndexEnvVariables
+            if spec.get(kind):
+                spec[kind] = [{**c, "env": [index_env, *(c.get("env") or [])]} for c in spec[kind]]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -105,8 +107,11 @@ def pod_for(job: dict[str, Any], index: int | None, suffix: str) -> dict[str, An
 
 
 def _exit_codes(pod: dict[str, Any]) -> dict[str, int]:
+    """Terminated containers' exit codes, regular ones first, then init containers, sidecars included
+    (pkg/controller/job/pod_failure_policy.go matchOnExitCodes at 95f08499)."""
     out = {}
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+    status = pod.get("status") or {}
+    for cs in [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]:
         term = (cs.get("state") or {}).get("terminated")
         if term is not None:
             out[cs["name"]] = int(term["exitCode"])

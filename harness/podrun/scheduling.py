@@ -6,7 +6,8 @@ would on a cluster without a TPU pool. Tests that want TPU-shaped pods scheduled
 pass a node that carries a TPU pool's labels, taint and google.com/tpu.
 Checked: nodeSelector and required node affinity (NodeAffinity's RequiredNodeAffinity: terms ORed, expressions
 ANDed, In/NotIn/Exists/DoesNotExist/Gt/Lt), taints/tolerations (NoSchedule, NoExecute), resource requests
-(limits where a request is unset, as the API defaults them) against allocatable minus the pods already running.
+(limits where a request is unset, as the API defaults them; sidecars added, init containers as the largest need,
+`requests_of`) against allocatable minus the pods already running.
 Not emulated: preferred node affinity, matchFields, pod (anti-)affinity, topology spread, priorities and preemption.
 
 Several nodes (EmulatedCluster(nodes=[...])): `node_reasons` runs kube-scheduler's default filters in
@@ -137,14 +138,34 @@ class Node:
         )
 
 
+def _wanted(container: dict[str, Any]) -> dict[str, Decimal]:
+    """A container's requests, its limits standing in for unset ones (pkg/apis/core/v1/defaults.go SetDefaults_Pod,
+    for containers and init containers alike)."""
+    res = container.get("resources") or {}
+    return {k: parse_quantity(str(v)) for k, v in {**(res.get("limits") or {}), **(res.get("requests") or {})}.items()}
+
+
+def _add(into: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, Decimal]:
+    return {k: into.get(k, Decimal(0)) + more.get(k, Decimal(0)) for k in {*into, *more}}
+
+
 def requests_of(pod_spec: dict[str, Any]) -> dict[str, Decimal]:
+    """What a pod requests (component-helpers resource/helpers.go AggregateContainerRequests at c4b5de20): the
+    regular containers and the sidecars summed, then at least what any init container needs while it runs
+    (itself plus the sidecars declared before it). Pod overhead and pod-level resources are not added."""
     total: dict[str, Decimal] = {}
     for c in pod_spec.get("containers") or []:
-        res = c.get("resources") or {}
-        wanted = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        for name, qty in wanted.items():
-            total[name] = total.get(name, Decimal(0)) + parse_quantity(str(qty))
-    return total
+        total = _add(total, _wanted(c))
+    sidecars: dict[str, Decimal] = {}
+    init_max: dict[str, Decimal] = {}
+    for c in pod_spec.get("initContainers") or []:
+        if c.get("restartPolicy") == "Always":
+            total, sidecars = _add(total, _wanted(c)), _add(sidecars, _wanted(c))
+            need = sidecars
+        else:
+            need = _add(_wanted(c), sidecars)
+        init_max = {k: max(init_max.get(k, Decimal(0)), need.get(k, Decimal(0))) for k in {*init_max, *need}}
+    return {k: max(total.get(k, Decimal(0)), init_max.get(k, Decimal(0))) for k in {*total, *init_max}}
 
 
 def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
