@@ -4,7 +4,10 @@ There is no Kubernetes here. kmock plays the API server; this package plays the 
 the service creates gets pods, the pods run the containers their manifests describe as local processes,
 and the statuses, events and logs the service reads are written the way a cluster writes them.
 
-    runner.py       PodRunner: one pod (volumes, env, processes, probes, restarts, deletion, status)
+    runner.py       PodRunner: one pod (volumes, then init containers in order, then the regular ones; deletion)
+    container_loop.py   one container's attempts: env, process, probes, restarts with back-off
+    termination.py  stopping containers: SIGTERM, SIGKILL after the grace period, sidecars after the rest
+    status.py       the pod's status and phase (the kubelet's getPhase), pure
     plan.py         one container's process: argv, env, cwd, the path mapping, user, ports
     process.py, ns_exec.py   the process: user + mount namespaces with bind mounts (proot where refused)
     envvars.py      env, envFrom, valueFrom (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)
@@ -41,13 +44,30 @@ Emulated (each has a test in tests/podrun, tests/k8s or tests/deploy):
   loopback ports, told to the process by rewriting `--port N`/`--port=N` and *PORT env values
   (`--host 0.0.0.0` -> 127.0.0.1);
 - lifecycle: restartPolicy Never/OnFailure/Always with CrashLoopBackOff back-off; deletion sends SIGTERM
-  to PID 1 only and SIGKILLs every process after terminationGracePeriodSeconds; exit by signal = 128+N;
+  to PID 1 only and SIGKILLs every process after terminationGracePeriodSeconds (at least 2 s, as the
+  kubelet's killContainer); exit by signal = 128+N;
   phases Pending/Running/Succeeded/Failed, conditions, containerStatuses (state, lastState,
   restartCount, ready, started), events (Started, Killing, Unhealthy, FailedMount, FailedScheduling...);
-  the pod log endpoint (follow, tailLines, container, previous);
+  the pod log endpoint (follow, tailLines, container, previous; a regular or init container by name, none
+  when the pod has one regular container, else 400 as the API server answers);
+- init containers (kuberuntime_container.go computeInitContainerActions): one at a time in their order
+  before the regular containers; a plain one must exit 0 (a failure restarts it, or under restartPolicy
+  Never fails the pod, whose regular containers then never start); env, volumes, securityContext, the
+  service-account token and resourceFieldRef work for them as for regular containers;
+  initContainerStatuses, the Initialized condition, PodInitializing for what waits;
+- native sidecars (an init container with restartPolicy Always, KEP-753): the next container starts once
+  the sidecar runs and is started (an httpGet startupProbe passed, if it has one); it is restarted with
+  back-off whenever it exits, whatever the pod's restartPolicy; liveness/readiness probes as for regular
+  containers (readiness counts in Ready); once every regular container has ended for good, the sidecars
+  are no longer restarted and are stopped in reverse order of declaration (each SIGTERM only after the
+  later ones exited, SIGKILL after the grace period); deletion stops them after the regular containers;
+  the pod stays Running while a sidecar runs and its phase is the regular containers' (a sidecar's exit
+  code never fails the pod); requests count sidecars and the largest init container for scheduling and
+  Kueue (component-helpers AggregateContainerRequests);
 - Job controller: parallelism/completions, NonIndexed and Indexed (index label/annotation, hostname,
-  JOB_COMPLETION_INDEX), job-name/controller-uid labels, ownerReferences, the job-tracking finalizer,
-  podFailurePolicy (FailJob, Ignore, Count; onExitCodes, onPodConditions), backoffLimit with a doubling
+  JOB_COMPLETION_INDEX, in init containers too), job-name/controller-uid labels, ownerReferences, the
+  job-tracking finalizer, podFailurePolicy (FailJob, Ignore, Count; onExitCodes over regular then init
+  containers' statuses, sidecars included; onPodConditions), backoffLimit with a doubling
   back-off, podReplacementPolicy, activeDeadlineSeconds, suspend/resume, SuccessCriteriaMet/FailureTarget
   then Complete/Failed (1.31+), ttlSecondsAfterFinished, missing ServiceAccount -> FailedCreate;
 - JobSet controller: one child Job per replicated job replica, failurePolicy (maxRestarts, FailJobSet on
@@ -68,8 +88,12 @@ namespaces, pod IPs, cluster DNS, Services and NetworkPolicy (every pod shares 1
 changes nothing); cgroups: CPU/memory limits are not enforced, so OOMKilled never happens; file
 ownership (the container's uid is mapped to this machine's user in a user namespace, or only reported
 through proot, so files are reached as that user, not as the pod's); RBAC and admission (Pod
-Security, webhooks, defaulting, validation; kmock stores what it is sent); exec/tcpSocket/grpc probes,
-init and sidecar containers, lifecycle hooks, PersistentVolumeClaims, node affinity and topology
+Security, webhooks, defaulting, validation; kmock stores what it is sent); exec/tcpSocket/grpc probes
+(refused: a sidecar's startupProbe must be httpGet), lifecycle hooks (postStart, preStop: ignored, so a
+sidecar counts as started without its postStart), probe-level terminationGracePeriodSeconds, a changed
+container definition restarting a sidecar, pod-level resources and overhead in requests; under proot, a
+unix socket in a disk emptyDir whose host path passes 108 bytes is not seen by the other containers at
+its path (Memory emptyDirs, on /dev/shm, and namespaces isolation have no such limit); PersistentVolumeClaims, node affinity and topology
 spread, priorities and preemption, PodDisruptionBudgets, backoffLimitPerIndex, successPolicy, the JobSet
 webhook's exclusive pod (anti-)affinities and its pod reconciler, and DNS. Kueue is emulated when a test asks for it (kueue.py, following
 kueue v0.19.2's flavor assigner and scheduler; its docstring lists what is not).

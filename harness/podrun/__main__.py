@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(runner: PodRunner, pod: dict[str, Any], offsets: dict[Path, int], last: Any) -> Any:
-    for container in pod["spec"]["containers"]:
+    for container in [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]:
         path = runner.log_path(container["name"])
         if path is not None and path.exists():
             with path.open("rb") as f:

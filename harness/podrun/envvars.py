@@ -100,6 +100,12 @@ def field_value(pod: dict[str, Any], path: str) -> str:
     raise ContainerConfigError(f"unsupported fieldRef fieldPath {path!r}")
 
 
+def container_named(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    """A regular or init container by name (pkg/api/v1/resource/helpers.go findContainerInPod, the index's copy)."""
+    spec = pod["spec"]
+    return next(c for c in [*spec["containers"], *(spec.get("initContainers") or [])] if c["name"] == name)
+
+
 def resource_value(container: dict[str, Any], ref: dict[str, Any], allocatable: dict[str, str]) -> str:
     """resourceFieldRef: ceil(quantity / divisor); an unset limit reads as the node's allocatable."""
     kind, _, resource = ref["resource"].partition(".")
@@ -213,6 +219,6 @@ def _env_value(
         ref = source["resourceFieldRef"]
         target = container
         if ref.get("containerName"):
-            target = next(c for c in pod["spec"]["containers"] if c["name"] == ref["containerName"])
+            target = container_named(pod, ref["containerName"])
         return resource_value(target, ref, allocatable)
     raise ContainerConfigError(f"env {var['name']}: unsupported valueFrom {sorted(source)}")

@@ -5,7 +5,7 @@ PodScheduled=False/Unschedulable and a FailedScheduling event, re-checked every 
 Kubelet: a bound pod gets a PodRunner; every status change is written back (PATCH pods/<name>), with
 the conditions others own (PodScheduled, DisruptionTarget) kept; runner events become Event objects;
 a pod with a deletionTimestamp (or gone) is terminated with its grace period; logs are served through
-the pod log endpoint (`follow`, `tailLines`, `container`, `previous`).
+the pod log endpoint (`follow`, `tailLines`, `container` naming a regular or init container, `previous`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,29 @@ from .runner import PodRunner
 from .scheduling import Node, unschedulable
 
 RESCHEDULE_S = 1.0
+
+
+def log_container(pod: dict[str, Any], name: str, asked: str | None) -> tuple[str, str | None]:
+    """Which container's log: the one asked for, by name among regular and init containers, else the only
+    regular one (kubernetes pkg/registry/core/pod/strategy.go LogLocation, the index's copy): (name, refusal)."""
+    spec = pod["spec"]
+    regular = [c["name"] for c in spec["containers"]]
+    init = [c["name"] for c in spec.get("initContainers") or []]
+    if asked:
+        return (asked, None) if asked in (*regular, *init) else (asked, f"container {asked} is not valid for pod {name}")
+    if len(regular) == 1:
+        return regular[0], None
+    refusal = f"a container name must be specified for pod {name}, choose one of: [{' '.join(regular)}]"
+    if init:
+        refusal += f" or one of the init containers: [{' '.join(init)}]"
+    return "", refusal
+
+
+def _bad_request(message: str) -> Any:
+    return Response(
+        status=400,
+        payload={"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400, "reason": "BadRequest", "message": message},
+    )
 
 
 def _key(pod: dict[str, Any]) -> tuple[str, str, str]:
@@ -184,20 +207,17 @@ class Kubelet:
                     "message": f'pods "{request.name}" not found',
                 },
             )
-        container = params.get("container") or runner.pod["spec"]["containers"][0]["name"]
+        container, refused = log_container(runner.pod, request.name, params.get("container"))
+        if refused is not None:
+            return _bad_request(refused)
         path = runner.log_path(container, previous=params.get("previous") == "true")
         if path is None or not path.exists():
-            return Response(
-                status=400,
-                payload={
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "status": "Failure",
-                    "code": 400,
-                    "reason": "BadRequest",
-                    "message": f'container "{container}" in pod "{request.name}" is waiting to start: ContainerCreating',
-                },
-            )
+            status = runner.status()
+            states = [
+                c["state"] for c in [*status["containerStatuses"], *status.get("initContainerStatuses", [])] if c["name"] == container
+            ]
+            reason = (states[0].get("waiting") or {}).get("reason") or "ContainerCreating"
+            return _bad_request(f'container "{container}" in pod "{request.name}" is waiting to start: {reason}')
         tail = int(params["tailLines"]) if params.get("tailLines") else None
         return Response(
             status=200,

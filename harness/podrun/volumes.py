@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from .envvars import ApiAccess, ContainerConfigError, Lookup, configmap_data, field_value, resource_value, secret_data
+from .envvars import (
+    ApiAccess,
+    ContainerConfigError,
+    Lookup,
+    configmap_data,
+    container_named,
+    field_value,
+    resource_value,
+    secret_data,
+)
 from .quantity import parse_quantity
 
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -76,10 +85,13 @@ def with_token_volume(pod: dict[str, Any], lookup: Lookup, api: ApiAccess | None
             },
         },
     ]
-    spec["containers"] = [
-        {**c, "volumeMounts": [*(c.get("volumeMounts") or []), {"name": SA_VOLUME, "mountPath": SA_MOUNT, "readOnly": True}]}
-        for c in spec["containers"]
-    ]
+    # plugin/pkg/admission/serviceaccount/admission.go mountServiceAccountToken: init containers mount it too
+    for kind in ("initContainers", "containers"):
+        if spec.get(kind):
+            spec[kind] = [
+                {**c, "volumeMounts": [*(c.get("volumeMounts") or []), {"name": SA_VOLUME, "mountPath": SA_MOUNT, "readOnly": True}]}
+                for c in spec[kind]
+            ]
     return {**pod, "spec": spec}
 
 
@@ -120,8 +132,7 @@ def _downward(
                 value = field_value(pod, item["fieldRef"]["fieldPath"])
             else:
                 ref = item["resourceFieldRef"]
-                container = next(c for c in pod["spec"]["containers"] if c["name"] == ref["containerName"])
-                value = resource_value(container, ref, allocatable)
+                value = resource_value(container_named(pod, ref["containerName"]), ref, allocatable)
         except ContainerConfigError as e:
             raise MountFailure(str(e)) from e
         out[item["path"]] = (value.encode(), int(item.get("mode", default_mode)))
