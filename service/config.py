@@ -162,6 +162,15 @@ class Settings(BaseSettings):
         "is answered within this: a 503 if nothing was sent yet, else the response is cut, and its place freed",
     )
     overload_retry_after_s: int = Field(default=1, ge=1, le=3600, description="the Retry-After of those 503s")
+    # Far below the CLI's 30 s timeout (RLJOB_TIMEOUT_S): a user must see the 503, not a timeout that leaves them unsure
+    # whether the job was stored. A write normally has the database in milliseconds (service/domain/write_wait.py).
+    request_write_wait_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="a request's write (submit, cancel) waits at most this for the database's write lock, then answers 503 "
+        "with Retry-After having stored nothing; keep it below your clients' timeout (the CLI's is 30 s)",
+    )
     max_event_streams_per_token: int = Field(
         default=100, ge=1, description="event streams one API token may hold at once (its share of RLJOB_MAX_EVENT_STREAMS)"
     )

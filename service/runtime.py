@@ -195,6 +195,7 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         run_files=given.run_files or StoreRunFiles(),
         mirror_every_steps=settings.status_mirror_every_steps,
         mirror_interval_s=settings.status_mirror_interval_s,
+        request_write_wait_s=settings.request_write_wait_s,
         health_policy=settings.health_policy,
         location_policy=settings.location_policy,
         leads=lambda: leadership.leads,

@@ -60,6 +60,7 @@ from .record_writes import write_phase
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 from .submission import check_submission, store_new_job
 from .usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable
+from .write_wait import held_within
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class JobService:
         fold_pacer: FoldPacer | None = None,
         budgets: BudgetLedger | None = None,
         prices: PriceTable = DEFAULT_PRICES_USD_PER_CHIP_HOUR,
+        request_write_wait_s: float | None = None,
     ) -> None:
         self.store = store
         self.budgets = budgets or BudgetLedger(store, {}, DEFAULT_PRICES_USD_PER_CHIP_HOUR)  # team budgets (budget_ledger.py)
@@ -114,6 +116,7 @@ class JobService:
         self.max_hung_restarts = max_hung_restarts  # restarts after the trainer's watchdog found it hung (hangs.py)
         self._new_id = id_factory
         self._lock = threading.RLock()
+        self.request_write_wait_s = request_write_wait_s  # the API's writes give up after this (write_wait.py)
         self.health_policy = health_policy
         self.location_policy = location_policy
         # Whether this replica leads (service/leadership.py): only the leader talks to the launcher;
@@ -203,9 +206,10 @@ class JobService:
         admit = self.budgets.admission(caller, spec, estimate, self.clock, override=override_budget)
 
         def store_new() -> tuple[JobRecord, bool]:
-            with self._lock:
+            with held_within(self._lock, self.request_write_wait_s) as wait_s:
+                job_id, now = self._new_id(), self.clock()
                 return store_new_job(
-                    self.store, caller, spec, idempotency_key, fit, job_id=self._new_id(), now=self.clock(), estimate=estimate, admit=admit
+                    self.store, caller, spec, idempotency_key, fit, job_id=job_id, now=now, estimate=estimate, admit=admit, wait_s=wait_s
                 )
 
         try:
@@ -243,7 +247,7 @@ class JobService:
                 # It ended between the read above and this write: the answer must say so (409), not 200.
                 raise NotCancellable(job_id, rec.phase.value)
 
-        record = self._mutate(job_id, request_cancel, as_leader=False)  # any replica stores a cancel
+        record = self._mutate(job_id, request_cancel, as_leader=False, wait_s=self.request_write_wait_s)  # any replica
         if record.phase is JobPhase.CANCELLING and self.leads():
             self.stop_workload(job_id)
         return self.store.get(job_id) or record
@@ -364,18 +368,20 @@ class JobService:
 
     # ---- the write path ----------------------------------------------------------------------
 
-    def _mutate(self, job_id: str, change: Callable[[JobRecord, JobTx], Any], *, as_leader: bool = True) -> JobRecord:
+    def _mutate(
+        self, job_id: str, change: Callable[[JobRecord, JobTx], Any], *, as_leader: bool = True, wait_s: float | None = None
+    ) -> JobRecord:
         """The one write path. `as_leader`: a write of the leader's work (launches, observations,
-        progress), refused with LeaderFenced once another replica has taken a newer term."""
+        progress), refused with LeaderFenced once another replica has taken a newer term. `wait_s`: see write_wait.py."""
         try:
-            return self._write(job_id, change, fenced=as_leader and self._fencing)
+            return self._write(job_id, change, fenced=as_leader and self._fencing, wait_s=wait_s)
         except LeaderFenced:
             self._on_fenced()
             raise
 
-    def _write(self, job_id: str, change: Callable[[JobRecord, JobTx], Any], *, fenced: bool) -> JobRecord:
-        with self._lock:
-            with self.store.transaction() as tx:
+    def _write(self, job_id: str, change: Callable[[JobRecord, JobTx], Any], *, fenced: bool, wait_s: float | None) -> JobRecord:
+        with held_within(self._lock, wait_s) as database_wait_s:
+            with self.store.transaction(wait_s=database_wait_s) as tx:
                 if fenced:
                     tx.require_term(self._term)
                 record = tx.get(job_id, for_update=True)

@@ -217,7 +217,9 @@ class JobStore(Protocol):
     def check_writable(self) -> None:
         """Raise StoreUnavailable, saying why, if a write could not be made now."""
 
-    def transaction(self) -> AbstractContextManager[JobTx]: ...
+    def transaction(self, *, wait_s: float | None = None) -> AbstractContextManager[JobTx]:
+        """`wait_s`: the longest it waits for a lock another transaction holds (None: the database's own wait);
+        past it, StoreUnavailable saying so, and nothing of it is stored."""
 
     def take_term(self, holder: str, now: datetime) -> int:
         """The next leadership term, for the replica that has just taken the leader lock."""

@@ -64,6 +64,7 @@ def store_new_job(
     now: datetime,
     estimate: JobEstimate | None = None,
     admit: Callable[[], None] | None = None,
+    wait_s: float | None = None,
 ) -> tuple[JobRecord, bool]:
     """(the job, True) once stored; (the job this Idempotency-Key already made, False); IdempotencyConflict
     for the key with another spec; IdempotencyKeyTaken when another transaction stored the key first.
@@ -73,7 +74,7 @@ def store_new_job(
     waits for this one to commit or roll back, so its check counts this job. A repeat of a stored Idempotency-Key is
     answered with its job and never checked."""
     spec_hash = spec.content_hash()
-    with store.transaction() as tx:
+    with store.transaction(wait_s=wait_s) as tx:  # wait_s: a request's bound (write_wait.py)
         if admit is not None:
             tx.lock_team_admissions(caller.team)
         if idempotency_key is not None:

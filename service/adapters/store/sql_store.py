@@ -27,6 +27,7 @@ from service.domain.phases import TERMINAL, JobPhase
 
 from .admission_locks import lock_team_admissions
 from .leader_terms import require_term, take_term
+from .lock_wait import BUSY_TIMEOUT_MS, lock_wait, waited_out
 from .record_rows import apply_record, to_record
 from .shared_records import SharedRecords
 from .suite_version_rows import suite_version, suite_versions
@@ -50,7 +51,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")  # readers (SSE streams) never block the writer
     cur.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; WAL keeps it consistent
-    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 
@@ -64,7 +65,7 @@ def build_engine(url: str) -> Engine:
             pool: dict[str, Any] = {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
         else:  # in memory: SQLAlchemy keeps one connection per thread, a pool size does not apply
             pool = {}
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10}, **pool)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}, **pool)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
@@ -215,15 +216,23 @@ class SqlJobStore:
             raise StoreUnavailable(problem)
 
     @contextmanager
-    def transaction(self) -> Iterator[_Tx]:
+    def transaction(self, *, wait_s: float | None = None) -> Iterator[_Tx]:
         tx: _Tx | None = None
         try:
             with self._sessions() as session, session.begin():
                 tx = _Tx(
                     session, for_update_supported=self.dialect != "sqlite", order_events=self.dialect == "postgresql", dialect=self.dialect
                 )
-                yield tx
+                with lock_wait(session, self.dialect, wait_s):
+                    yield tx
+                    session.flush()  # every write within the wait: the commit after it waits for no lock (WAL)
         except OperationalError as e:  # locked, read-only, out of space: the store's fault, not the request's
+            if wait_s is not None and waited_out(e):
+                reason = str(e.orig).splitlines()[0]  # PostgreSQL's goes on with the statement
+                raise StoreUnavailable(
+                    f"the database's write lock was not free within {round(wait_s, 1):g} s ({reason}): another writer holds "
+                    "it; nothing was stored; retry in a moment"
+                ) from e
             raise StoreUnavailable(f"the database could not store this: {e.orig}; retry later") from e
         finally:  # after the commit: a shared read from before it can no longer land (shared_records.py)
             if self._shared is not None and tx is not None:
