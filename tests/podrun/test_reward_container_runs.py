@@ -1,0 +1,62 @@
+"""The reward container (RLJOB_K8S_REWARD_CONTAINER, service/adapters/k8s/reward_container.py) on the emulated
+cluster: the launcher's rendered Job, its `rewards` native sidecar running the shipped
+`python -m trainer.rewards_sandbox.host`, and the trainer container running `python -m trainer sandbox-check`
+(the deploy guide's check) in place of a training run. The check's reward workers start in the sidecar through
+RLJOB_REWARD_HOST and every required guarantee holds; the Job completes, and the sidecar is ended after the trainer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from kubernetes import client as k8s
+
+from harness.podrun.manifests import NS, workload
+from trainer.contract import JobSpec
+
+from .test_job_controller import JOB, conditions, job, submit
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _spec_with_rewards() -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "name": "rewarded",
+            "model": {"source": "org/model"},
+            "dataset": {"name": "org/data"},
+            "hardware": {
+                "accelerator": "cpu",
+                "chips_per_vm": 1,
+                "rollout_engine": "jax",
+                "rollout_data_parallelism": 1,
+                "rollout_tensor_parallelism": 1,
+            },
+            "output": "gs://example-bucket/rljob",
+            "grpo": {"rewards": {"functions_path": "gs://example-bucket/rljob/rewards/judge.py", "functions": ["judge"]}},
+        }
+    )
+
+
+async def test_a_jobs_reward_workers_run_in_its_reward_container_and_the_job_completes(emulated):
+    objects = workload(JOB, ["python", "-m", "trainer", "sandbox-check", "--json"], job_spec=_spec_with_rewards(), reward_container=True)
+    pod_spec = objects[1]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod_spec["initContainers"]] == ["rewards"]
+    await submit(emulated, objects)
+    done = await emulated.wait_for(lambda: "Complete" in conditions(job(emulated)) and job(emulated), "Complete")
+    assert done["status"]["succeeded"] == 1
+    (pod,) = emulated.pods(NS, **{"job-name": JOB})
+    assert pod["status"]["phase"] == "Succeeded"
+    (sidecar,) = pod["status"]["initContainerStatuses"]
+    assert sidecar["name"] == "rewards" and "terminated" in sidecar["state"]  # ended after the trainer, not before
+
+    cfg = k8s.Configuration()
+    cfg.host = str(emulated.kmock.url).rstrip("/")
+    core = k8s.CoreV1Api(k8s.ApiClient(cfg))
+    trainer_log = await asyncio.to_thread(core.read_namespaced_pod_log, pod["metadata"]["name"], NS, container="trainer")
+    result = json.loads(trainer_log)
+    assert result["isolation"]["reward_container"], result["isolation"]
+    assert all(result["verdict"]["required"].values()), result["verdict"]
+    host_log = await asyncio.to_thread(core.read_namespaced_pod_log, pod["metadata"]["name"], NS, container="rewards")
+    assert "rljob reward host: serving reward workers on /var/run/rljob-rewards/host.sock" in host_log
