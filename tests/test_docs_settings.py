@@ -29,6 +29,7 @@ NOT_SETTINGS = {
     "RLJOB_CHECKPOINT": "the checkpoint reporter's stdout line prefix (trainer/maxtext_entry/checkpoint_reporter.py), not a variable",
     "RLJOB_REWARD_FAILED": "the reward sandbox's stdout line prefix (trainer/contract/reward_sandbox.py), read by the train stage",
     "RLJOB_BENCH_WORK": "the learning bench's scratch directory (bench/learning_folds.py), read by that script only",
+    "RLJOB_TEST_MANIFEST_PARSE_PIDS": "where a test records which process parsed each manifest (test_manifest_worker.py)",
     "RLJOB_SANDBOX_CHECK_SECRET": "the secret `trainer sandbox-check` hides from its workers (trainer/rewards_sandbox/self_check.py)",
 }
 

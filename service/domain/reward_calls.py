@@ -20,7 +20,8 @@ class RewardCalls(BaseModel):
     latency_p50_s: float | None = Field(default=None, description="median call latency of the newest step, seconds")
     latency_p95_s: float | None = Field(default=None, description="95th percentile call latency of the newest step, seconds")
     network_isolated: bool | None = Field(
-        default=None, description="whether the reward workers could open no socket (seccomp, or a network namespace); else: see the train log"
+        default=None,
+        description="whether the reward workers could open no socket (seccomp, or a network namespace); else: see the train log",
     )
     writes_confined: bool | None = Field(
         default=None,

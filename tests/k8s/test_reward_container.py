@@ -72,7 +72,12 @@ def test_the_reward_container_gets_none_of_the_trainers_secrets_spec_or_storage(
         (
             lambda: make_eval_spec(
                 evaluation={
-                    "suite": {"name": "mine", "data": "gs://example-bucket/rljob/eval.jsonl", "rewards_path": "gs://example-bucket/rljob/r.py", "rewards": ["judge"]},
+                    "suite": {
+                        "name": "mine",
+                        "data": "gs://example-bucket/rljob/eval.jsonl",
+                        "rewards_path": "gs://example-bucket/rljob/r.py",
+                        "rewards": ["judge"],
+                    },
                     "checkpoint": {"format": "huggingface", "label": "base"},
                 }
             ),

@@ -63,7 +63,9 @@ def reward_container(image: str, pull_policy: str) -> V1Container:
     )
 
 
-def reward_host_parts(spec: JobSpec, settings: K8sSettings) -> tuple[list[V1Container], V1Volume | None, V1VolumeMount | None, V1EnvVar | None]:
+def reward_host_parts(
+    spec: JobSpec, settings: K8sSettings
+) -> tuple[list[V1Container], V1Volume | None, V1VolumeMount | None, V1EnvVar | None]:
     """What the pod template adds: the sidecar, its shared volume, the trainer's mount of it and its env; nothing
     without the setting or without user reward code."""
     if not (settings.reward_container and runs_user_reward_code(spec)):
