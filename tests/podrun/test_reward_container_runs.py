@@ -12,7 +12,7 @@ import json
 import pytest
 from kubernetes import client as k8s
 
-from harness.podrun.manifests import NS, workload
+from harness.podrun.manifests import NS, spec, workload
 from trainer.contract import JobSpec
 
 from .test_job_controller import JOB, conditions, job, submit
@@ -21,22 +21,9 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _spec_with_rewards() -> JobSpec:
-    return JobSpec.model_validate(
-        {
-            "name": "rewarded",
-            "model": {"source": "org/model"},
-            "dataset": {"name": "org/data"},
-            "hardware": {
-                "accelerator": "cpu",
-                "chips_per_vm": 1,
-                "rollout_engine": "jax",
-                "rollout_data_parallelism": 1,
-                "rollout_tensor_parallelism": 1,
-            },
-            "output": "gs://example-bucket/rljob",
-            "grpo": {"rewards": {"functions_path": "gs://example-bucket/rljob/rewards/judge.py", "functions": ["judge"]}},
-        }
-    )
+    """podrun's cpu spec, with a reward file of the user's: what makes the pod get its reward container."""
+    rewards = {"functions_path": "gs://example-bucket/rljob/rewards/judge.py", "functions": ["judge"]}
+    return JobSpec.model_validate({**spec().model_dump(mode="json"), "grpo": {"rewards": rewards}})
 
 
 async def test_a_jobs_reward_workers_run_in_its_reward_container_and_the_job_completes(emulated):
