@@ -28,6 +28,7 @@ CASES = {
     "v6e-8": dict(accelerator="v6e-8", chips_per_vm=8),
     "v6e-16": dict(accelerator="v6e-16", chips_per_vm=4),
     "v5p-8": dict(accelerator="v5p-8", chips_per_vm=4),
+    "v5e-1": dict(accelerator="v5e-1", chips_per_vm=1),
 }
 
 
@@ -295,5 +296,6 @@ def test_accelerator_table_is_consistent() -> None:
         for d in dims:
             product *= d
         assert product == chips, name
-    assert {"v6e-1", "v6e-4", "v6e-8", "v6e-16", "v6e-32", "v6e-64", "v6e-128", "v6e-256", "v5p-8", "v5e-8"} <= set(ACCELERATORS)
+    v6e = {f"v6e-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256)}
+    assert {*v6e, "v5p-8", "v5e-1", "v5e-4", "v5e-8"} <= set(ACCELERATORS)
     assert set(ACCELERATORS) == set(TPU_SLICES)  # every slice a spec may ask for can be scheduled on GKE

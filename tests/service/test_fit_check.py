@@ -26,6 +26,7 @@ from trainer.sizing.tpu_memory import GIB
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "examples" / "tutorial-llama31-8b-v6e8.yaml"
 V6E1 = {"accelerator": "v6e-1", "chips_per_vm": 1, "rollout_engine": "vllm", "rollout_tensor_parallelism": -1}
+V5E1 = {"accelerator": "v5e-1", "chips_per_vm": 1, "rollout_engine": "vllm", "rollout_tensor_parallelism": -1}
 
 
 def _tutorial(tmp_path: Path, **changes: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +74,26 @@ def test_a_job_close_to_the_limit_is_accepted_with_a_warning(api: Api, tmp_path:
     assert fit["verdict"] == "tight" and 0.9 * 16 * GIB < fit["total_bytes_per_chip"] <= 16 * GIB
     assert "close to the limit" in fit["message"]
     assert api.launcher.launched == [job["id"]]
+
+
+def test_a_small_model_on_v5e_1_is_accepted_and_counted_against_16_gib(api: Api, tmp_path: Path) -> None:
+    """v5e-1 (one ct5lp-hightpu-1t chip) is an accelerator a spec may name, and its estimate uses v5e's 16 GiB of HBM."""
+    qwen = {"name": "qwen3-0.6b", "source": "Qwen/Qwen3-0.6B", "tokenizer": None}
+    job = api.submit(_tutorial(tmp_path, model=qwen, hardware=V5E1))
+    fit = api.client.get(f"/v1/jobs/{job['id']}", headers=api.as_(TOKEN_A)).json()["fit_estimate"]
+    assert fit["verdict"] == "fits" and fit["accelerator"] == "v5e-1" and fit["capacity_bytes_per_chip"] == 16 * GIB
+    assert "% of v5e-1's 16 GiB per chip" in fit["message"]
+    assert api.launcher.launched == [job["id"]]
+
+
+def test_llama31_8b_on_v5e_1_is_refused_pointing_at_the_v5e_slice_that_holds_it(api: Api, tmp_path: Path) -> None:
+    response = api.client.post("/v1/jobs", json=_tutorial(tmp_path, hardware=V5E1), headers=api.as_(TOKEN_A))
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "hardware", "accelerator"]
+    # v5e-4's 4 chips hold a quarter each, still over 16 GiB: the smallest v5e slice that holds it is v5e-8.
+    assert "v5e-1 has 16 GiB per chip; it would fit on v5e-8" in problem["msg"]
+    assert api.launcher.launched == []
 
 
 def test_a_model_of_unknown_shape_is_accepted_without_an_estimate(api: Api, tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ Sources: the GKE "Plan TPUs" reference tables and xpk's `system_characteristics.
 a 2x4 v6e (or v5e) slice both as one 8-chip VM and as two 4-chip VMs; rljob runs it as the single
 8-chip VM (ct6e-standard-8t, the tutorial's machine), so one process sees all 8 chips and
 `chips_per_vm` is 8. Larger v6e slices are built from 4-chip VMs.
+v5e (one TensorCore per chip, so its count is chips): Cloud TPU's "TPU v5e" page gives the 2D shapes 1x1 (1 chip),
+2x2 (4) and 2x4 (8), each one VM (ct5lp-hightpu-1t, -4t, -8t; Google's API calls them v5litepod-1, -4, -8).
 
 What only a GKE scheduler needs (node labels, machine types, pod sizes) lives beside the manifests in
 service/adapters/k8s/accelerators.py, keyed by these names; each chip's memory, which only the fit estimate
@@ -65,6 +67,8 @@ TPU_SLICES: dict[str, TpuSlice] = {
         _v6e_multi_host(128, "8x16"),
         _v6e_multi_host(256, "16x16"),
         TpuSlice("v5p-8", "v5p", "2x2x1", chips_per_vm=4, vms_per_slice=1),
+        TpuSlice("v5e-1", "v5e", "1x1", chips_per_vm=1, vms_per_slice=1),
+        TpuSlice("v5e-4", "v5e", "2x2", chips_per_vm=4, vms_per_slice=1),
         TpuSlice("v5e-8", "v5e", "2x4", chips_per_vm=8, vms_per_slice=1),
     )
 }

@@ -5,7 +5,8 @@ trainer/contract/tpu.py, where every spec is checked against them at submit; thi
 what GKE needs, keyed by generation and VM size. The machine type is pinned through the well-known
 `node.kubernetes.io/instance-type` label, so a pod asking for 8 chips can never land on a 4-chip VM
 of the same accelerator, and that mismatch is visible at once. Sources: the GKE "Plan TPUs" tables
-and xpk's `system_characteristics.py`.
+and xpk's `system_characteristics.py`; for v5e's VMs (vCPUs, memory), the "VM types" table of Cloud TPU's
+"TPU v5e" page.
 
 `cpu` is not a TPU: it is one plain pod on any node, sized by settings (CpuHost, lookup_hardware).
 """
@@ -47,6 +48,8 @@ GKE_MACHINES: dict[tuple[str, int], GkeMachine] = {
     ("v6e", 4): GkeMachine("ct6e-standard-4t", "160", "640Gi", "128Gi"),  # 180 vCPU, 720 GB
     ("v6e", 8): GkeMachine("ct6e-standard-8t", "160", "1280Gi", "256Gi"),  # 180 vCPU, 1440 GB; the tutorial's
     ("v5p", 4): GkeMachine("ct5p-hightpu-4t", "180", "400Gi", "64Gi"),  # 208 vCPU, 448 GB
+    ("v5e", 1): GkeMachine("ct5lp-hightpu-1t", "20", "40Gi", "8Gi"),  # 24 vCPU, 48 GB
+    ("v5e", 4): GkeMachine("ct5lp-hightpu-4t", "100", "170Gi", "32Gi"),  # 112 vCPU, 192 GB
     ("v5e", 8): GkeMachine("ct5lp-hightpu-8t", "200", "170Gi", "32Gi"),  # 224 vCPU, 192 GB
 }
 
