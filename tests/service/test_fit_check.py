@@ -91,7 +91,7 @@ def test_llama31_8b_on_v5e_1_is_refused_pointing_at_the_v5e_slice_that_holds_it(
     assert response.status_code == 422, response.text
     [problem] = response.json()["detail"]
     assert problem["loc"] == ["body", "hardware", "accelerator"]
-    # v5e-4's 4 chips hold a quarter each, still over 16 GiB: the smallest v5e slice that holds it is v5e-8.
+    # On v5e-4 it still needs ~24 GiB per chip: the smallest v5e slice that holds it is v5e-8.
     assert "v5e-1 has 16 GiB per chip; it would fit on v5e-8" in problem["msg"]
     assert api.launcher.launched == []
 
