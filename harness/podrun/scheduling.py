@@ -38,6 +38,29 @@ NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
 
 
+@dataclass(frozen=True)
+class GkeTpuVm:
+    """A GKE TPU VM as its node shows it: `cloud.google.com/gke-tpu-accelerator`, its chips, and its allocatable:
+    the VM's vCPUs and memory less what GKE reserves for the kubelet and the system plus its 100Mi eviction
+    threshold (GKE's "Plan GKE Standard node sizes": CPU 6% of the first core, 1% of the next, 0.5% of the next 2,
+    0.25% above 4; memory 25% of the first 4 GiB, 20% of the next 4, 10% of the next 8, 6% of the next 112, 2% above).
+    """
+
+    accelerator: str
+    chips: int
+    cpu: str
+    memory: str
+
+
+# Machine type -> VM; the vCPUs and memory from GKE's "Plan TPUs" tables (v6e) and Cloud TPU's "TPU v5e" page.
+GKE_TPU_VMS: dict[str, GkeTpuVm] = {
+    "ct6e-standard-8t": GkeTpuVm("tpu-v6e-slice", 8, "179", "1400Gi"),  # 180 vCPU, 1440 GB
+    "ct6e-standard-4t": GkeTpuVm("tpu-v6e-slice", 4, "179", "698Gi"),  # 180 vCPU, 720 GB
+    "ct5lp-hightpu-1t": GkeTpuVm("tpu-v5-lite-podslice", 1, "23870m", "43Gi"),  # 24 vCPU, 48 GB
+    "ct5lp-hightpu-4t": GkeTpuVm("tpu-v5-lite-podslice", 4, "111650m", "181Gi"),  # 112 vCPU, 192 GB
+}
+
+
 def _memory_bytes() -> int:
     with open("/proc/meminfo") as f:
         for line in f:
@@ -72,10 +95,11 @@ class Node:
         reservation: str | None = None,
         topology: str = "2x4",
         machine_type: str = "ct6e-standard-8t",
-        chips: int = 8,
+        chips: int | None = None,
         labels: dict[str, str] | None = None,
     ) -> Node:
-        """A TPU v6e VM as GKE labels and taints it (GKE "Plan TPUs" / node pool docs; xpk capacity.py), plus the
+        """A TPU VM of `machine_type` (GKE_TPU_VMS; `chips`: the node's google.com/tpu, by default the VM's) as GKE
+        labels, taints and sizes it (GKE "Plan TPUs" / node pool docs; xpk capacity.py), plus the
         capacity label the operator adds to each pool (docs/deploy-gke.md). Spot pools get GKE's spot label and the
         spot taint the pool is created with.
 
@@ -86,13 +110,14 @@ class Node:
         and `labels=` merges in whatever else the pool's `--node-labels` gives (last, so it wins). A test that
         stands for the guide's pool passes what the guide's command gives
         (tests/k8s/test_reservation_pool_from_guide.py builds it from docs/deploy-gke.md)."""
+        vm = GKE_TPU_VMS[machine_type]
         node_labels = {
             "kubernetes.io/hostname": name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
             "cloud.google.com/gke-nodepool": pool or f"tpu-{capacity}",
             "node.kubernetes.io/instance-type": machine_type,
-            "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+            "cloud.google.com/gke-tpu-accelerator": vm.accelerator,
             "cloud.google.com/gke-tpu-topology": topology,
             CAPACITY_LABEL: capacity,
         }
@@ -103,12 +128,12 @@ class Node:
         if reservation is not None:
             node_labels["cloud.google.com/reservation-name"] = reservation
         node_labels.update(labels or {})
-        # ct6e-standard-8t: 180 vCPU, 1440 GB; allocatable is a little less (kubelet and system reserve).
+        tpus = str(vm.chips if chips is None else chips)
         return cls(
             name=name,
             labels=node_labels,
             taints=taints,
-            allocatable={"cpu": "179", "memory": "1400Gi", "google.com/tpu": str(chips), "pods": "110"},
+            allocatable={"cpu": vm.cpu, "memory": vm.memory, "google.com/tpu": tpus, "pods": "110"},
         )
 
     @classmethod

@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.manifests import service_accounts, shared_dir, spec, workload
+from harness.podrun.manifests import NS, service_accounts, shared_dir, spec, workload
+from harness.podrun.scheduling import Node
 from service.domain.ports import ObservedState
 
 from .conftest import JOB_ID
@@ -18,8 +19,8 @@ from .conftest import JOB_ID
 pytestmark = pytest.mark.timeout(90)
 
 
-async def _start(cluster, tmp_path, command: list[str], **overrides) -> EmulatedCluster:
-    emu = EmulatedCluster(cluster.server, tmp_path / "node", install_defaults=False)
+async def _start(cluster, tmp_path, command: list[str], nodes: list[Node] | None = None, **overrides) -> EmulatedCluster:
+    emu = EmulatedCluster(cluster.server, tmp_path / "node", nodes=nodes, install_defaults=False)
     await emu.__aenter__()
     for obj in [*service_accounts(), *workload(JOB_ID, command, **overrides)]:
         await emu.create(obj)
@@ -100,6 +101,34 @@ async def test_an_eviction_is_restarting_not_failed(cluster, make_launcher, reco
         assert restarting.reason == "TerminationByKubelet"
         await recorder.wait_for(ObservedState.SUCCEEDED, timeout_s=30)
         assert ObservedState.FAILED not in [o.state for o in recorder.seen]
+    finally:
+        await asyncio.to_thread(launcher.stop)
+        await emu.__aexit__(None, None, None)
+
+
+# One GKE node per single-host TPU VM shape, labelled, tainted and sized as GKE does (Node.gke_tpu), stated here from
+# Google's tables rather than read from the accelerator table under test: accelerator -> (machine type, topology, chips).
+TPU_VMS = {
+    "v6e-8": ("ct6e-standard-8t", "2x4", 8),
+    "v5e-1": ("ct5lp-hightpu-1t", "1x1", 1),
+    "v5e-4": ("ct5lp-hightpu-4t", "2x2", 4),
+}
+
+
+@pytest.mark.parametrize("accelerator", sorted(TPU_VMS))
+async def test_a_single_host_tpu_job_runs_on_a_vm_of_its_own_shape(accelerator, cluster, make_launcher, recorder, tmp_path):
+    """Beside TPU VMs of other shapes, the rendered pod's selectors (accelerator, topology, machine type) bind it to a
+    VM of its own shape, and its CPU, memory and chip requests fit within that VM's allocatable; it runs to the end."""
+    nodes = [Node.gke_tpu(f"tpu-{name}", topology=topology, machine_type=vm, chips=n) for name, (vm, topology, n) in TPU_VMS.items()]
+    launcher = make_launcher()
+    launcher.start(recorder)
+    emu = await _start(cluster, tmp_path, _py("print('on a TPU VM')"), nodes=nodes, job_spec=spec(accelerator, TPU_VMS[accelerator][2]))
+    try:
+        running = await recorder.wait_for(ObservedState.RUNNING)
+        (pod,) = emu.pods(NS, **{"job-name": JOB_ID})
+        assert pod["spec"]["nodeName"] == f"tpu-{accelerator}", running.message
+        done = await recorder.wait_for(ObservedState.SUCCEEDED)
+        assert done.exit_code == 0
     finally:
         await asyncio.to_thread(launcher.stop)
         await emu.__aexit__(None, None, None)
