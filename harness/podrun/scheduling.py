@@ -58,6 +58,7 @@ GKE_TPU_VMS: dict[str, GkeTpuVm] = {
     "ct6e-standard-4t": GkeTpuVm("tpu-v6e-slice", 4, "179", "698Gi"),  # 180 vCPU, 720 GB
     "ct5lp-hightpu-1t": GkeTpuVm("tpu-v5-lite-podslice", 1, "23870m", "43Gi"),  # 24 vCPU, 48 GB
     "ct5lp-hightpu-4t": GkeTpuVm("tpu-v5-lite-podslice", 4, "111650m", "181Gi"),  # 112 vCPU, 192 GB
+    "ct5lp-hightpu-8t": GkeTpuVm("tpu-v5-lite-podslice", 8, "223370m", "369Gi"),  # 224 vCPU, 384 GB
 }
 
 

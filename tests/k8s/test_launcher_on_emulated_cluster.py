@@ -112,6 +112,7 @@ TPU_VMS = {
     "v6e-8": ("ct6e-standard-8t", "2x4", 8),
     "v5e-1": ("ct5lp-hightpu-1t", "1x1", 1),
     "v5e-4": ("ct5lp-hightpu-4t", "2x2", 4),
+    "v5e-8": ("ct5lp-hightpu-8t", "2x4", 8),
 }
 
 

@@ -50,7 +50,7 @@ GKE_MACHINES: dict[tuple[str, int], GkeMachine] = {
     ("v5p", 4): GkeMachine("ct5p-hightpu-4t", "180", "400Gi", "64Gi"),  # 208 vCPU, 448 GB
     ("v5e", 1): GkeMachine("ct5lp-hightpu-1t", "20", "40Gi", "8Gi"),  # 24 vCPU, 48 GB
     ("v5e", 4): GkeMachine("ct5lp-hightpu-4t", "100", "170Gi", "32Gi"),  # 112 vCPU, 192 GB
-    ("v5e", 8): GkeMachine("ct5lp-hightpu-8t", "200", "170Gi", "32Gi"),  # 224 vCPU, 192 GB
+    ("v5e", 8): GkeMachine("ct5lp-hightpu-8t", "200", "340Gi", "64Gi"),  # 224 vCPU, 384 GB
 }
 
 
