@@ -47,19 +47,26 @@ def pool_name(cmd: str) -> str:
     return cmd.split("gcloud container node-pools create", 1)[1].split()[0]
 
 
-def tpu_pools(doc: str) -> dict[str, tuple[str, dict[str, str]]]:
-    """capacity -> (command, flags) of the guide's TPU node-pool command for it (TPU: a ct* machine type)."""
+def tpu_machine_types(doc: str) -> set[str]:
+    """The machine types of the guide's TPU node-pool commands (TPU: a ct* machine type)."""
+    found = {flags(cmd).get("--machine-type", "") for cmd in commands(doc, "gcloud container node-pools create")}
+    return {m for m in found if m.startswith("ct")}
+
+
+def tpu_pools(doc: str, machine_type: str = "ct6e-standard-8t") -> dict[str, tuple[str, dict[str, str]]]:
+    """capacity -> (command, flags) of the guide's node-pool command for it of `machine_type` (by default the
+    tutorial's v6e-8 VM, the one shape the guide gives every kind of capacity)."""
     from service.adapters.k8s.capacity import CAPACITY_LABEL
 
     pools: dict[str, tuple[str, dict[str, str]]] = {}
     for cmd in commands(doc, "gcloud container node-pools create"):
         pool_flags = flags(cmd)
-        if not pool_flags.get("--machine-type", "").startswith("ct"):
+        if pool_flags.get("--machine-type") != machine_type:
             continue
         labels = node_labels(doc, pool_flags)
         assert CAPACITY_LABEL in labels, f"a TPU pool without --node-labels={CAPACITY_LABEL}=...: {cmd}"
         capacity = labels[CAPACITY_LABEL]
-        assert capacity not in pools, f"two pool commands for {capacity}"
+        assert capacity not in pools, f"two {machine_type} pool commands for {capacity}"
         pools[capacity] = (cmd, pool_flags)
     return pools
 

@@ -52,18 +52,34 @@ def test_secret_names_in_the_guide_match_the_manifests():
 
 
 def test_every_tpu_pool_command_matches_what_its_pods_select():
-    """Each kind of capacity has one pool command; it sets --num-nodes (0 for flex-start, the slice's VM count
-    otherwise, as xpk) and puts on its nodes every label capacity_scheduling() selects, save the one GKE documents
+    """The v6e-8 VM has one pool command per kind of capacity, and v5e-1's and v5e-4's VMs an on-demand one each.
+    Every TPU pool command is of a single-host slice's machine; it sets --num-nodes (0 for flex-start, the slice's VM
+    count otherwise, as xpk) and puts on its nodes every label capacity_scheduling() selects, save the one GKE documents
     setting itself (spot: `cloud.google.com/gke-spot`); spot's taint is the one its pods tolerate; flex-start is
     plain flex-start; the reservation pool labels its nodes with the reservation the Kueue flavor names (no source
     says GKE labels a hand-made pool's nodes with it, so the pool must)."""
     import yaml
 
-    from service.adapters.k8s.accelerators import ACCELERATORS
-    from service.adapters.k8s.capacity import CAPACITY_LABEL, EVAL_POOL, RESERVATION_NAME_LABEL, SPOT_LABEL, capacity_scheduling
+    from service.adapters.k8s.capacity import CAPACITY_LABEL, EVAL_POOL, RESERVATION_NAME_LABEL
 
     pools = guide_pools.tpu_pools(DOC)
     assert set(pools) == {"on-demand", "spot", "flex-start", "reservation"}
+    machines = guide_pools.tpu_machine_types(DOC)
+    assert {"ct6e-standard-8t", "ct5lp-hightpu-1t", "ct5lp-hightpu-4t"} <= machines
+    for machine_type in sorted(machines):
+        _check_pools(machine_type, guide_pools.tpu_pools(DOC, machine_type))
+    # The Kueue flavors name the same label values, and the reservation flavor the guide's reservation.
+    flavors = [d for d in yaml.safe_load_all((ROOT / "k8s/kueue/resourceflavor.yaml").read_text()) if d]
+    by_capacity = {f["spec"]["nodeLabels"][CAPACITY_LABEL]: f["spec"]["nodeLabels"] for f in flavors}
+    assert set(by_capacity) == {*pools, EVAL_POOL}
+    assert by_capacity["reservation"][RESERVATION_NAME_LABEL] == guide_pools.doc_var(DOC, "RESERVATION")
+
+
+def _check_pools(machine_type: str, pools: dict[str, tuple[str, dict[str, str]]]) -> None:
+    from service.adapters.k8s.accelerators import ACCELERATORS
+    from service.adapters.k8s.capacity import CAPACITY_LABEL, RESERVATION_NAME_LABEL, SPOT_LABEL, capacity_scheduling
+
+    assert "on-demand" in pools, machine_type
     reservation = guide_pools.doc_var(DOC, "RESERVATION")
     set_by_gke = {"spot": {SPOT_LABEL}}  # GKE labels Spot VMs' nodes itself (its Spot VMs page)
     for capacity, (_, flags) in pools.items():
@@ -72,7 +88,9 @@ def test_every_tpu_pool_command_matches_what_its_pods_select():
         labels = guide_pools.node_labels(DOC, flags)
         wanted = {k: v for k, v in sched.node_selector.items() if k not in set_by_gke.get(capacity, set())}
         assert labels == wanted, capacity
-        (hw,) = {a for a in ACCELERATORS.values() if a.machine_type == flags["--machine-type"] and not a.multi_host}
+        slices = [a for a in ACCELERATORS.values() if a.machine_type == machine_type and not a.multi_host]
+        assert len(slices) == 1, f"{machine_type} is not the VM of one single-host slice rljob schedules: {slices}"
+        hw = slices[0]
         assert flags.get("--num-nodes") == ("0" if capacity == "flex-start" else str(hw.vms_per_slice)), capacity
         assert "--enable-queued-provisioning" not in flags, "flex-start for TPUs is plain flex-start (xpk a3cfef70)"
         assert ("--spot" in flags) == (capacity == "spot")
@@ -88,11 +106,6 @@ def test_every_tpu_pool_command_matches_what_its_pods_select():
         if capacity == "reservation":
             assert flags["--reservation-affinity"] == "specific" and flags["--reservation"] == '"$RESERVATION"'
             assert labels[RESERVATION_NAME_LABEL] == sched.node_selector[RESERVATION_NAME_LABEL] == reservation
-    # The Kueue flavors name the same label values, and the reservation flavor the guide's reservation.
-    flavors = [d for d in yaml.safe_load_all((ROOT / "k8s/kueue/resourceflavor.yaml").read_text()) if d]
-    by_capacity = {f["spec"]["nodeLabels"][CAPACITY_LABEL]: f["spec"]["nodeLabels"] for f in flavors}
-    assert set(by_capacity) == {*pools, EVAL_POOL}
-    assert by_capacity["reservation"][RESERVATION_NAME_LABEL] == reservation
 
 
 def test_the_eval_pool_command_matches_what_a_queued_eval_pod_selects_and_tolerates():
@@ -111,7 +124,7 @@ def test_the_eval_pool_command_matches_what_a_queued_eval_pod_selects_and_tolera
 
 def test_pool_check_fails_when_the_guide_drifts(monkeypatch):
     """Guards the check above: a pool command that loses its label value, --num-nodes or the reservation pool's
-    reservation-name label fails it."""
+    reservation-name label fails it, and so does a v5e pool of the wrong VM count or of a machine no slice has."""
     import sys
 
     import pytest
@@ -122,6 +135,8 @@ def test_pool_check_fails_when_the_guide_drifts(monkeypatch):
         ("--node-labels=rljob.dev/capacity=spot", "--node-labels=rljob.dev/capacity=preemptible"),
         ("--machine-type=ct6e-standard-8t --num-nodes=0", "--machine-type=ct6e-standard-8t"),
         (",cloud.google.com/reservation-name=$RESERVATION", ""),
+        ("--machine-type=ct5lp-hightpu-1t --num-nodes=1", "--machine-type=ct5lp-hightpu-1t --num-nodes=2"),
+        ("--machine-type=ct5lp-hightpu-4t", "--machine-type=ct5lp-hightpu-2t"),
     ):
         assert old in guide
         monkeypatch.setattr(mod, "DOC", guide.replace(old, new))

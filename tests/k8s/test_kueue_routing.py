@@ -175,8 +175,9 @@ async def test_control_a_flavor_without_the_routing_key_takes_a_flex_start_job_i
 
 async def test_a_job_no_shipped_flavor_can_take_is_refused_at_submit(kmock, tmp_path):
     """The submit check reads what the emulated Kueue keeps (LocalQueue -> ClusterQueue, its Active condition
-    as the emulator sets it -> ResourceFlavors): a slice no flavor covers (v6e-16: topology 4x4) and a reservation
-    no flavor names are refused with the flavors named; every shipped capacity of a v6e-8 passes."""
+    as the emulator sets it -> ResourceFlavors): a slice no flavor covers (v6e-16: topology 4x4; v5e-1: another
+    accelerator, docs/deploy-gke.md says so) and a reservation no flavor names are refused with the flavors named;
+    every shipped capacity of a v6e-8 passes."""
     async with EmulatedCluster(kmock, tmp_path / "nodes", nodes=NODES, kueue=KueueEmulator()) as cluster:
         for obj in shipped_kueue_objects():
             await cluster.create(obj)
@@ -195,6 +196,8 @@ async def test_a_job_no_shipped_flavor_can_take_is_refused_at_submit(kmock, tmp_
         wide = await refusal(spec("v6e-16", 4))
         assert wide is not None and "no flavor of ClusterQueue rljob-v6e" in wide
         assert all(name in wide for name in FLAVOR.values()), wide
+        v5e = await refusal(spec("v5e-1", 1))
+        assert v5e is not None and "no flavor of ClusterQueue rljob-v6e" in v5e
         other = _tpu_spec("reservation").model_dump()
         other["hardware"]["reservation"] = "someone-elses"
         assert await refusal(JobSpec.model_validate(other)) is not None
