@@ -61,6 +61,19 @@ def test_a_vfio_tpu_vm_with_its_type_in_the_metadata(tmp_path: Path) -> None:
     assert host.chips == 4 and host.accelerator_type == "v5p-8" and "metadata" in host.type_source
 
 
+@pytest.mark.parametrize("chips", [1, 4])
+def test_a_v5e_vm_says_v5litepod_and_runs_v5e_jobs(tmp_path: Path, chips: int) -> None:
+    """Google spells a v5e slice v5litepod-N in TPU_ACCELERATOR_TYPE and the metadata; it is rljob's v5e-N."""
+    dev, sys = _machine(tmp_path, vfio={str(i): GOOGLE_PCI_VENDOR for i in range(chips)})
+    host = probe_host_tpu({"TPU_ACCELERATOR_TYPE": f"v5litepod-{chips}"}, dev, sys, _no_metadata)
+    assert host == HostTpu(chips, f"v5e-{chips}", f"TPU_ACCELERATOR_TYPE: v5litepod-{chips}")
+    assert host_accelerator_problem(f"v5e-{chips}", host) is None
+    from_metadata = probe_host_tpu({}, dev, sys, lambda: f"v5litepod-{chips}")
+    assert from_metadata.accelerator_type == f"v5e-{chips}" and f"v5litepod-{chips}" in from_metadata.type_source
+    refused = host_accelerator_problem("v5e-8", host)
+    assert refused is not None and f"this machine is a v5e-{chips} TPU VM (TPU_ACCELERATOR_TYPE: v5litepod-{chips})" in refused
+
+
 def test_chips_without_a_type_stay_unknown(tmp_path: Path) -> None:
     dev, sys = _machine(tmp_path, accel=4)
     assert probe_host_tpu({}, dev, sys, lambda: None) == HostTpu(4, None)

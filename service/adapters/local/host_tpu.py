@@ -24,6 +24,9 @@ from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 TPU_TYPE_ENV = "TPU_ACCELERATOR_TYPE"
+# Google's API names v5e slices v5litepod-N (Cloud TPU's "TPU v5e" page: AcceleratorType v5litepod-1, -4, -8), and so
+# does a v5e VM's TPU_ACCELERATOR_TYPE (v5litepod-4 on the v5e machine lent to this project); rljob's table says v5e-N.
+GOOGLE_TYPE_PREFIXES = {"v5litepod-": "v5e-"}
 GCE_ACCELERATOR_TYPE_URL = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/accelerator-type"
 METADATA_TIMEOUT_S = 1.0
 
@@ -65,6 +68,14 @@ def count_tpu_chips(dev_dir: Path = Path("/dev"), sys_dir: Path = Path("/sys")) 
     return google
 
 
+def _named(google_type: str, source: str) -> tuple[str, str]:
+    """The slice's name in rljob's table and where it came from (naming Google's spelling when it differs)."""
+    for google, ours in GOOGLE_TYPE_PREFIXES.items():
+        if google_type.startswith(google):
+            return ours + google_type.removeprefix(google), f"{source}: {google_type}"
+    return google_type, source
+
+
 def probe_host_tpu(
     env: Mapping[str, str] = os.environ,
     dev_dir: Path = Path("/dev"),
@@ -75,9 +86,9 @@ def probe_host_tpu(
     if chips == 0:
         return HostTpu(0, None)
     if env.get(TPU_TYPE_ENV):
-        return HostTpu(chips, env[TPU_TYPE_ENV].strip(), TPU_TYPE_ENV)
+        return HostTpu(chips, *_named(env[TPU_TYPE_ENV].strip(), TPU_TYPE_ENV))
     found = read_metadata()
-    return HostTpu(chips, found, "the GCE metadata attribute accelerator-type") if found else HostTpu(chips, None)
+    return HostTpu(chips, *_named(found, "the GCE metadata attribute accelerator-type")) if found else HostTpu(chips, None)
 
 
 def host_accelerator_problem(accelerator: str, host: HostTpu) -> str | None:
