@@ -37,6 +37,8 @@ sys.path.insert(0, str(REPO))
 INPUTS = REPO / "bench" / ".tpu-inputs"
 PROBE_DIR = REPO / "bench" / "tpu_probe"
 RESULT = "tpu_grpo.json"
+# What the measured step runs of rljob's own: a change to any of them makes the figures stale (tests/bench).
+TRAINER_FILES = ("trainer/maxtext_entry", "trainer/stages/train.py", "trainer/stages/common.py", "trainer/rewards_sandbox")
 PEAK_BF16_FLOPS = {"v5e": 197e12}  # Google's TPU v5e page: 197 TFLOP/s bf16 per chip
 
 # GSM8K-style GRPO (the tutorial's rl.yml lengths: 256 prompt slots; 512 new tokens), 8 generations, a reference.
@@ -283,7 +285,9 @@ def collect(folder: Path, device: str) -> None:
         memory = (shape.get("probe") or {}).get("memory") or {}
         if memory and shape["fit_estimate"]:
             shape["peak_over_estimate"] = round(memory["peak_bytes_in_use"] / shape["fit_estimate"]["total_bytes_per_chip"], 3)
-    write_result(RESULT, {"device": device, "jax": "0.11.1", "shapes": shapes}, machine_facts())
+    facts = machine_facts()
+    report = {"device": device, "jax": "0.11.1", "trainer_commit": facts["commit"], "trainer_files": list(TRAINER_FILES), "shapes": shapes}
+    write_result(RESULT, report, facts)
 
 
 def main() -> None:
