@@ -55,7 +55,6 @@ GSM8K = {
     "kv_cache_buffer": 8,
     "checkpoint_period": 3,
 }
-LLAMA3 = {"rope_parameters": None}  # the tiny model's llama3 rope scaling stays
 
 
 def _qwen3(layers: int, hidden: int, mlp: int, heads: int, kv: int) -> dict[str, Any]:
@@ -73,34 +72,12 @@ def _qwen3(layers: int, hidden: int, mlp: int, heads: int, kv: int) -> dict[str,
 
 
 # name -> (the make-tiny/make-model directory whose tokenizer and config it starts from, config.json changes,
-# weight dtype, GRPO settings changed from GSM8K). Dimensions from each model's published config.json.
+# weight dtype, GRPO settings changed from GSM8K). Dimensions from each model's published config.json. Llama 3.2 1B is
+# not here: rljob refuses its config (rope factor 32; MaxText 0.2.5's llama3 RoPE scaling is fixed at 8).
 SHAPES: dict[str, tuple[str, dict[str, Any], str, dict[str, Any]]] = {
     "tiny": ("tiny-llama", {}, "float32", {"max_prefill_predict_length": 128, "max_target_length": 256}),
     "smollm2-135m": ("smollm2", {}, "bfloat16", {}),
     "qwen3-0.6b": ("tiny-qwen3", _qwen3(28, 1024, 3072, 16, 8), "bfloat16", {}),
-    # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): tied embeddings, llama3 RoPE scaling with factor 32.
-    "llama3.2-1b": (
-        "tiny-llama",
-        {
-            "hidden_size": 2048,
-            "intermediate_size": 8192,
-            "num_hidden_layers": 16,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 8,
-            "head_dim": 64,
-            "tie_word_embeddings": True,
-            "rope_parameters": {
-                "factor": 32.0,
-                "high_freq_factor": 4.0,
-                "low_freq_factor": 1.0,
-                "original_max_position_embeddings": 8192,
-                "rope_theta": 500000.0,
-                "rope_type": "llama3",
-            },
-        },
-        "bfloat16",
-        {"batch_size": 1},
-    ),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 
