@@ -6,9 +6,10 @@ price table (the service gathers those: estimate_source.py).
   their median, in the range they spanned. Null when neither says anything.
 - Run (admission to the end): from the caller's team's SUCCEEDED jobs of the same shape (model, steps, tokens per
   step, accelerator): their geometric mean, in a 95% prediction interval for one more job on log(seconds) with
-  Student's t (estimate_stats.py), split by goodput part as those jobs' time was. Without such jobs, a formula
-  from the tokens the job will process, at an assumed rate, in a wide range; the estimate says which, and what
-  it assumed.
+  Student's t (estimate_stats.py), split by goodput part as those jobs' time was. Without such jobs, a formula:
+  on TPU from rates measured on one v5e chip, scaled to other generations by their documented peak FLOP/s and HBM
+  bandwidth (tpu_step_time.py); on cpu from the tokens the job will process at an assumed rate; in a wide range
+  either way. The estimate says which, what was measured and what was assumed.
 - wall = wait + run; chip-hours = chips x run hours (a cpu job holds no chips); dollars at the price table for
   the spec's kind of capacity (a set: low at the cheapest kind, high at the dearest, expected at the first);
   storage from those jobs' measured run directories, else from the parameters.
@@ -26,6 +27,7 @@ from trainer.contract.goodput import LOGPROBS, OTHER, ROLLOUT, UPDATE
 from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.tpu import tpu_slice
 from trainer.sizing.job_shape import read_local_model_config
+from trainer.sizing.model_shapes import ModelShape
 
 from .estimate_history import (
     ConfigReader,
@@ -43,16 +45,17 @@ from .estimate_history import (
 from .estimate_models import EstimateRange, JobEstimate
 from .estimate_stats import prediction_interval
 from .models import JobRecord
+from .tpu_step_time import CHECKPOINT_STATE_COPIES, tpu_train_time
 from .usage import PriceTable, chips_of, family_of, price_of
 
-# The formula's assumptions, stated in every estimate made with it.
-PEAK_BF16_FLOPS_PER_CHIP = {"v5e": 197e12, "v6e": 918e12, "v5p": 459e12}  # Google's published per-chip peaks
-ASSUMED_TPU_UTILIZATION = 0.10  # RL alternates memory-bound sampling with training: a tenth of the peak
+# The formula's assumptions, stated in every estimate made with it (a TPU job's measured rates: tpu_step_time.py).
 ASSUMED_CPU_FLOPS_PER_CORE = 10e9  # float32 matmuls through XLA on one host core
 ASSUMED_STARTUP_S = {"cpu": 60.0, "tpu": 600.0}  # process start, convert, compile, export: not per token
-FORMULA_FACTOR = 4.0  # the formula's range: its figure / 4 to x 4
+# The formula's range: its figure / 4 to x 4. Kept on TPU too: the rates reproduce two small models on one v5e chip
+# with completions at full length; larger models, slices, other generations (scaled, not measured), completions that
+# stop early and the assumed start-up are not measured.
+FORMULA_FACTOR = 4.0
 ASSUMED_EVAL_S, EVAL_LOW_S, EVAL_HIGH_S = 600.0, 60.0, 3600.0  # an eval job's rows are not counted at submit
-CHECKPOINT_STATE_COPIES = 3  # an actor checkpoint holds the parameters and AdamW's two moments
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,8 @@ def _formula_storage(spec: JobSpec, parameters: int | None) -> tuple[int | None,
     )
 
 
-def _from_formula(spec: JobSpec, parameters: int | None, cpu_cores: int) -> _Run:
+def _from_formula(spec: JobSpec, shape: ModelShape | None, cpu_cores: int) -> _Run:
+    parameters = shape.parameters if shape else None
     storage, storage_detail = _formula_storage(spec, parameters)
     if spec.is_eval:
         return _Run(
@@ -138,28 +142,28 @@ def _from_formula(spec: JobSpec, parameters: int | None, cpu_cores: int) -> _Run
         )
     tpu = tpu_slice(spec.hardware.accelerator)
     startup = ASSUMED_STARTUP_S["tpu" if tpu else "cpu"]
-    if tpu is not None:
-        rate = tpu.chips * PEAK_BF16_FLOPS_PER_CHIP.get(tpu.generation, min(PEAK_BF16_FLOPS_PER_CHIP.values())) * ASSUMED_TPU_UTILIZATION
-        rate_words = f"{ASSUMED_TPU_UTILIZATION:.0%} of {tpu.chips} {tpu.generation} chips' peak bf16 FLOP/s"
-    else:
-        rate = cpu_cores * ASSUMED_CPU_FLOPS_PER_CORE
-        rate_words = f"{ASSUMED_CPU_FLOPS_PER_CORE / 1e9:g} GFLOP/s per cpu core x {cpu_cores} cores"
     tokens = tokens_per_step(spec) * train_steps(spec)
     words = (
         f"formula, no finished job of this shape: {tokens_per_step(spec)} tokens per step (max_target_length x batch_size "
         f"x num_generations) x {train_steps(spec)} steps = {tokens:,} tokens"
     )
     parts = {OTHER: startup}
-    if parameters is not None:
+    startup_words = f"plus an assumed {startup:g} s of start-up, convert and export"
+    if shape is None:
+        words += f"; the model's size is unknown at submit, so only an assumed {startup:g} s of start-up, convert and export"
+    elif tpu is not None:
+        train = tpu_train_time(spec, shape, tpu)
+        parts.update(train.parts)
+        words += f"; {train.words}; {startup_words}"
+    else:
+        rate, n = cpu_cores * ASSUMED_CPU_FLOPS_PER_CORE, shape.parameters
         reference = 2 if spec.grpo.beta > 0 else 0  # the frozen reference model's forward pass
-        per_token = {ROLLOUT: 2.0 * parameters, LOGPROBS: (2.0 + reference) * parameters, UPDATE: 6.0 * parameters}
+        per_token = {ROLLOUT: 2.0 * n, LOGPROBS: (2.0 + reference) * n, UPDATE: 6.0 * n}
         parts.update({name: tokens * flops / rate for name, flops in per_token.items()})
         words += (
-            f", each {sum(per_token.values()) / parameters:g} x {parameters:,} parameters FLOPs (sampling, log-probs, update), "
-            f"at an assumed {rate_words}; plus an assumed {startup:g} s of start-up, convert and export"
+            f", each {sum(per_token.values()) / n:g} x {n:,} parameters FLOPs (sampling, log-probs, update), "
+            f"at an assumed {ASSUMED_CPU_FLOPS_PER_CORE / 1e9:g} GFLOP/s per cpu core x {cpu_cores} cores; {startup_words}"
         )
-    else:
-        words += f"; the model's size is unknown at submit, so only an assumed {startup:g} s of start-up, convert and export"
     words += f"; the range is that / {FORMULA_FACTOR:g} to x {FORMULA_FACTOR:g}"
     total = sum(parts.values())
     return _Run(
@@ -206,7 +210,7 @@ def estimate_job(inputs: EstimateInputs) -> JobEstimate:
     history = matching_history(key, inputs.finished, read)
     shape = shape_of(spec, read)
     parameters = shape.parameters if shape else None
-    run = _from_history(history, key) if history else _from_formula(spec, parameters, inputs.cpu_cores)
+    run = _from_history(history, key) if history else _from_formula(spec, shape, inputs.cpu_cores)
     storage, storage_detail = run.storage_bytes, run.storage_detail
     if storage is None and history:  # none of those jobs measured its run directory: the formula's figure
         storage, storage_detail = _formula_storage(spec, parameters)

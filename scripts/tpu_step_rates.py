@@ -1,0 +1,130 @@
+"""Derive the rates the submit-time estimate of a TPU job uses (service/domain/tpu_step_rates.json) from the chip
+bench's result (bench/results/tpu_grpo.json), or with --check say whether the checked-in rates are still its.
+
+    .venv/bin/python scripts/tpu_step_rates.py           # rewrite service/domain/tpu_step_rates.json
+    .venv/bin/python scripts/tpu_step_rates.py --check   # change nothing; exit 1 when it differs
+
+Run it after the bench's result changes (tests/service/test_tpu_step_rates_fresh.py fails until then). What the
+rates mean and how the estimate uses them: service/domain/tpu_step_time.py. Shapes used: those that completed with
+at least MIN_STEADY_STEPS steps after the compiling first one, in bf16 (the float32 tiny test model is left out: it
+is no model anyone trains, and its one steady step is no steady state). Per shape, from its steady steps:
+- seconds per decode position: rollout seconds / (max_target_length - max_prefill_predict_length);
+- HBM efficiency: the bytes a chip reads per position (the fit estimate's weights and KV cache per chip, which the
+  result carries) / seconds per position / the chip's HBM bandwidth;
+- update utilization: the update part's FLOPs (6 x parameters per token, plus 2 per log-prob pass, which ran inside
+  the update's time) / update seconds / the chip's peak bf16 FLOP/s;
+- checkpoint bytes per second: parameters x weight bytes x 3 (with AdamW's moments) / the mean seconds of a save.
+Across shapes: the floor is the fastest position, the efficiency the highest a shape reached (the lowest consistent
+with every measurement), the checkpoint rate the slowest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run by path: the repository's packages are importable as in the tests
+    sys.path.insert(0, str(REPO))
+
+from service.domain.tpu_step_time import (  # noqa: E402
+    CHECKPOINT_STATE_COPIES,
+    HBM_BYTES_PER_S_PER_CHIP,
+    LOGPROB_FLOPS_PER_TOKEN,
+    PEAK_BF16_FLOPS_PER_CHIP,
+    RATES_FILE,
+    REGENERATE,
+    UPDATE_FLOPS_PER_TOKEN,
+)
+from trainer.contract.tpu import tpu_slice  # noqa: E402
+
+RESULT = REPO / "bench" / "results" / "tpu_grpo.json"
+MIN_STEADY_STEPS = 3
+
+
+def _sig(x: float) -> float:
+    """Four significant figures: the measurement holds no more, and the file stays readable."""
+    return float(f"{x:.4g}")
+
+
+def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
+    s, n = shape["settings"], shape["parameters"]
+    steady = [step for step in shape["steps"] if step["step"] > 1]
+    positions = s["max_target_length"] - s["max_prefill_predict_length"]
+    rollout_s = sum(step["parts"]["rollout"] for step in steady) / len(steady)
+    update_s = sum(step["parts"]["update"] for step in steady) / len(steady)
+    per_chip = shape["fit_estimate"]["per_chip"]
+    read = (per_chip["rollout_weights"] or per_chip["params"]) + per_chip["kv_cache"]
+    tokens = s["batch_size"] * s["num_generations"] * s["max_target_length"]
+    passes = 1 if s["beta"] > 0 else 0  # the reference's; the bench runs one iteration per batch, so no old policy's
+    flops = tokens * n * (UPDATE_FLOPS_PER_TOKEN + passes * LOGPROB_FLOPS_PER_TOKEN)
+    chips = shape["fit_estimate"]["trainer_devices"]
+    saves = [step["parts"]["checkpoint"] for step in steady if step["parts"]["checkpoint"] > 0]
+    weight_bytes = 2 if s["weight_dtype"] == "bfloat16" else 4
+    saved = n * weight_bytes * CHECKPOINT_STATE_COPIES
+    return {
+        "shape": shape["shape"],
+        "parameters": n,
+        "steady_steps": len(steady),
+        "decode_s_per_position": _sig(rollout_s / positions),
+        "decode_bytes_per_chip": read,
+        "hbm_efficiency": _sig(read / (rollout_s / positions) / HBM_BYTES_PER_S_PER_CHIP[generation]),
+        "update_flops_per_step": flops,
+        "update_utilization": _sig(flops / update_s / (chips * PEAK_BF16_FLOPS_PER_CHIP[generation])),
+        "checkpoint_bytes_per_s": _sig(saved / (sum(saves) / len(saves))) if saves else None,
+    }
+
+
+def derive_rates(result: dict[str, Any]) -> dict[str, Any]:
+    shapes = [
+        shape
+        for shape in result["shapes"]
+        if shape["returncode"] == 0
+        and shape.get("completed")
+        and shape["settings"]["weight_dtype"] == "bfloat16"
+        and shape["settings"].get("num_iterations", 1) == 1  # a step is then one batch: one rollout, one update
+        and sum(step["step"] > 1 for step in shape["steps"]) >= MIN_STEADY_STEPS
+    ]
+    if not shapes:
+        raise SystemExit(f"{RESULT}: no completed bf16 shape with {MIN_STEADY_STEPS} steady steps to derive rates from")
+    generations = {tpu.generation for tpu in (tpu_slice(s["fit_estimate"]["accelerator"]) for s in shapes) if tpu}
+    if len(generations) != 1:
+        raise SystemExit(f"{RESULT}: the shapes ran on {sorted(generations)}, not on one TPU generation")
+    generation = generations.pop()
+    rates = [_shape_rates(shape, generation) for shape in shapes]
+    floor = min(rates, key=lambda r: r["decode_s_per_position"])
+    efficient = max(rates, key=lambda r: r["hbm_efficiency"])
+    slowest_save = min((r for r in rates if r["checkpoint_bytes_per_s"]), key=lambda r: r["checkpoint_bytes_per_s"])
+    return {
+        "generated": f"by {REGENERATE} from bench/results/tpu_grpo.json; do not edit",
+        "source": {"generation": generation, "device": result["device"], "trainer_commit": result["trainer_commit"]},
+        "decode_floor_s_per_position": {"value": floor["decode_s_per_position"], "shape": floor["shape"]},
+        "hbm_efficiency": {"value": efficient["hbm_efficiency"], "shape": efficient["shape"]},
+        "checkpoint_bytes_per_s": {"value": slowest_save["checkpoint_bytes_per_s"], "shape": slowest_save["shape"]},
+        "shapes": rates,
+    }
+
+
+def rendered(result_path: Path = RESULT) -> str:
+    return json.dumps(derive_rates(json.loads(result_path.read_text())), indent=2) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when the checked-in rates differ")
+    args = parser.parse_args()
+    text = rendered()
+    if args.check:
+        if not RATES_FILE.exists() or RATES_FILE.read_text() != text:
+            print(f"{RATES_FILE.relative_to(REPO)} is not what {RESULT.relative_to(REPO)} gives: run {REGENERATE}")
+            sys.exit(1)
+        return
+    RATES_FILE.write_text(text)
+    print(f"wrote {RATES_FILE.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

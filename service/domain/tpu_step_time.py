@@ -1,0 +1,156 @@
+"""How long a GRPO job's train steps take on a TPU slice, from rates measured on one TPU v5e chip.
+
+The rates (tpu_step_rates.json) are derived by scripts/tpu_step_rates.py from bench/results/tpu_grpo.json, the
+train stage timed part by part on the chip; tests/service/test_tpu_step_rates_fresh.py fails when they are not what
+that file gives. What the measurement showed, and so the model:
+- rollout: the time per decode position was the same for a 135M and a 0.6B model (4.07 ms at 32 and at 8
+  sequences), so decoding there was bound by a per-step cost, not by the bytes read. A position takes the larger
+  of that floor and the bytes each chip reads per position (its weights and KV cache, as the fit estimate shares
+  them out) at the HBM efficiency the measurement implies; the efficiency is the lowest consistent with it (the
+  largest bytes-per-second a measured shape reached), so a larger model is estimated slow rather than fast.
+- update: the FLOPs of the optimizer step (6 x parameters per token) and of the log-prob passes (2 each: the
+  reference's with beta > 0, the old policy's with num_iterations > 1) at the share of peak measured for the
+  measured model nearest in size. On the chip the log-prob calls returned in about a millisecond and their work
+  ran inside the update's time, so that is where the estimate puts it, as the job's own goodput will.
+- checkpoint: the parameters and AdamW's two moments per save at the bytes per second the blocking save took there.
+Another generation is scaled from v5e by its documented peak bf16 FLOP/s (update) and HBM bandwidth (rollout); the
+per-position floor is not scaled: nothing measured says how a per-step cost moves with the chip.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from trainer.contract import JobSpec
+from trainer.contract.goodput import CHECKPOINT, ROLLOUT, UPDATE
+from trainer.contract.tpu import TpuSlice
+from trainer.sizing.fit import per_chip_bytes
+from trainer.sizing.model_shapes import ModelShape
+
+RATES_FILE = Path(__file__).with_name("tpu_step_rates.json")
+REGENERATE = ".venv/bin/python scripts/tpu_step_rates.py"
+# Per chip, from Google's pages: docs.cloud.google.com/tpu/docs/v5e ("HBM2 capacity and bandwidth: 16 GB, 819 GBps",
+# 197 TFLOPs bf16), cloud.google.com/tpu/docs/v6e (v6e 918 TFLOPs bf16, 1640 GBps beside v5e's 819),
+# docs.cloud.google.com/tpu/docs/v5p-training (459 TFLOPs bf16, 2765 GBps).
+PEAK_BF16_FLOPS_PER_CHIP = {"v5e": 197e12, "v6e": 918e12, "v5p": 459e12}
+HBM_BYTES_PER_S_PER_CHIP = {"v5e": 819e9, "v6e": 1640e9, "v5p": 2765e9}
+CHECKPOINT_STATE_COPIES = 3  # an actor checkpoint holds the parameters and AdamW's two moments
+UPDATE_FLOPS_PER_TOKEN = 6  # x parameters: forward and backward
+LOGPROB_FLOPS_PER_TOKEN = 2  # x parameters: one forward pass
+
+
+@dataclass(frozen=True)
+class MeasuredShape:
+    name: str
+    parameters: int
+    utilization: float  # update-part FLOPs / (seconds x peak), per chip
+
+
+@dataclass(frozen=True)
+class StepRates:
+    generation: str  # the chip the rates were measured on
+    trainer_commit: str
+    decode_floor_s: float
+    floor_shape: str
+    hbm_efficiency: float
+    efficiency_shape: str
+    checkpoint_bytes_per_s: float
+    checkpoint_shape: str
+    shapes: tuple[MeasuredShape, ...]
+
+
+def rates_from_json(data: dict[str, Any]) -> StepRates:
+    return StepRates(
+        generation=data["source"]["generation"],
+        trainer_commit=data["source"]["trainer_commit"],
+        decode_floor_s=data["decode_floor_s_per_position"]["value"],
+        floor_shape=data["decode_floor_s_per_position"]["shape"],
+        hbm_efficiency=data["hbm_efficiency"]["value"],
+        efficiency_shape=data["hbm_efficiency"]["shape"],
+        checkpoint_bytes_per_s=data["checkpoint_bytes_per_s"]["value"],
+        checkpoint_shape=data["checkpoint_bytes_per_s"]["shape"],
+        shapes=tuple(MeasuredShape(s["shape"], s["parameters"], s["update_utilization"]) for s in data["shapes"]),
+    )
+
+
+@lru_cache(maxsize=1)
+def measured_rates() -> StepRates:
+    return rates_from_json(json.loads(RATES_FILE.read_text()))
+
+
+def decode_bytes_per_chip(spec: JobSpec, shape: ModelShape) -> int:
+    """What one chip reads per decode position: its share of the weights the rollout samples from, and of the KV cache."""
+    # Without evaluations: the fit estimate sizes the cache for the larger of the train and eval batches (memory's
+    # peak), while a train step decodes its own batch.
+    train_only = spec.model_copy(update={"grpo": spec.grpo.model_copy(update={"num_test_batches": 0})})
+    parts, _, _ = per_chip_bytes(train_only, shape)
+    return (parts.rollout_weights or parts.params) + parts.kv_cache
+
+
+def nearest_shape(parameters: int, rates: StepRates) -> MeasuredShape:
+    return min(rates.shapes, key=lambda s: abs(math.log(s.parameters / parameters)))
+
+
+@dataclass(frozen=True)
+class TpuTrainTime:
+    parts: dict[str, float]  # seconds of the whole train stage, by goodput part
+    words: str
+
+
+def _scaling_words(tpu: TpuSlice, rates: StepRates) -> str:
+    measured = rates.generation
+    if tpu.generation == measured:
+        return f"rates measured on one TPU {measured} chip (bench/results/tpu_grpo.json, trainer {rates.trainer_commit})"
+    peak, hbm = PEAK_BF16_FLOPS_PER_CHIP, HBM_BYTES_PER_S_PER_CHIP
+    return (
+        f"rates measured on one TPU {measured} chip (bench/results/tpu_grpo.json, trainer {rates.trainer_commit}), "
+        f"scaled from {measured} measurements by {tpu.generation}'s documented peak bf16 FLOP/s "
+        f"({peak[tpu.generation] / 1e12:g} vs {peak[measured] / 1e12:g} TFLOP/s) and HBM bandwidth "
+        f"({hbm[tpu.generation] / 1e9:g} vs {hbm[measured] / 1e9:g} GB/s per chip), not measured on {tpu.generation}"
+    )
+
+
+def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepRates | None = None) -> TpuTrainTime:
+    rates = rates or measured_rates()
+    g, n = spec.grpo, shape.parameters
+    trainer_devices = tpu.trainer_devices
+    peak = PEAK_BF16_FLOPS_PER_CHIP[tpu.generation]
+
+    positions = g.max_target_length - g.max_prefill_predict_length
+    read = decode_bytes_per_chip(spec, shape)
+    bound_s = read / (HBM_BYTES_PER_S_PER_CHIP[tpu.generation] * rates.hbm_efficiency)
+    per_position = max(rates.decode_floor_s, bound_s)
+    rollout = g.num_batches * positions * per_position
+
+    tokens = g.max_target_length * g.batch_size * g.num_generations
+    logprob_passes = (1 if g.beta > 0 else 0) + (1 if g.num_iterations > 1 else 0)  # once per batch each
+    steps = g.num_batches * g.num_iterations
+    flops = tokens * n * (steps * UPDATE_FLOPS_PER_TOKEN + g.num_batches * logprob_passes * LOGPROB_FLOPS_PER_TOKEN)
+    measured = nearest_shape(n, rates)
+    update = flops / (trainer_devices * peak * measured.utilization)
+
+    saves = steps // g.checkpoint_period
+    weight_bytes = 2 if spec.model.dtype == "bfloat16" else 4
+    checkpoint = saves * n * weight_bytes * CHECKPOINT_STATE_COPIES / rates.checkpoint_bytes_per_s
+
+    bound_words = f"{read / 1e9:.3g} GB read per chip per position (weights and KV cache as the fit estimate shares them out)"
+    words = (
+        f"{_scaling_words(tpu, rates)}: rollout {g.num_batches} batches x {positions} decode positions at "
+        f"{per_position * 1e3:.3g} ms each, the larger of the {rates.decode_floor_s * 1e3:.3g} ms per position measured "
+        f"on {rates.floor_shape} (on {rates.generation} it did not grow with the model's size; not scaled) and "
+        f"{bound_words} at {rates.hbm_efficiency:.0%} of the chip's HBM bandwidth (the lowest efficiency consistent "
+        f"with {rates.efficiency_shape}'s measurement), every completion at its full length as in the measurement; "
+        f"update ({UPDATE_FLOPS_PER_TOKEN} x {steps} steps + {LOGPROB_FLOPS_PER_TOKEN} x {logprob_passes} log-prob pass(es) "
+        f"x {g.num_batches} batches) x {tokens} tokens x {n:,} parameters = {flops:.3g} FLOPs on {trainer_devices} "
+        f"chip(s) at {measured.utilization:.0%} of peak bf16, as measured on {measured.name} "
+        f"({measured.parameters:,} parameters, the measured model nearest in size; the log-prob passes ran inside the "
+        f"update's time there); checkpoints {saves} save(s) of {CHECKPOINT_STATE_COPIES} x parameters x {weight_bytes} "
+        f"bytes at the {rates.checkpoint_bytes_per_s / 1e9:.3g} GB/s measured on {rates.checkpoint_shape} (one chip "
+        f"writing to its machine's disk; not scaled); evaluations not counted"
+    )
+    return TpuTrainTime(parts={ROLLOUT: rollout, UPDATE: update, CHECKPOINT: checkpoint}, words=words)

@@ -1,0 +1,170 @@
+"""A TPU job's submit-time estimate without history (service/domain/tpu_step_time.py through estimates.py), against
+figures worked out here from the chip bench's result, bench/results/tpu_grpo.json, and Google's published chip
+figures, not from the checked-in rates: the shapes measured on v5e come back as measured, and v6e is scaled."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.domain.estimates import ASSUMED_STARTUP_S, FORMULA_FACTOR, EstimateInputs, estimate_job
+from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
+from tests.service.service_helpers import record_spec
+from trainer.contract import JobSpec
+from trainer.contract.tpu import tpu_slice
+from trainer.sizing.fit import per_chip_bytes
+from trainer.sizing.job_shape import model_shape
+
+RESULT = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" / "tpu_grpo.json").read_text())
+PEAK = {"v5e": 197e12, "v6e": 918e12}  # bf16 FLOP/s per chip, Google's TPU v5e and v6e pages
+HBM = {"v5e": 819e9, "v6e": 1640e9}  # bytes/s per chip, the same pages
+SMOLLM2_CONFIG = {  # SmolLM2-135M's config.json: what bench/tpu_grpo.py's smollm2-135m shape ran
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "num_hidden_layers": 30,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+    "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+}
+MODELS: dict[str, dict[str, str]] = {  # the bench shape -> the spec's model (smollm2 from its config.json)
+    "qwen3-0.6b-b1": {"name": "qwen3-0.6b", "source": "/models/qwen3", "dtype": "bfloat16"},
+    "smollm2-135m": {"source": "/models/smollm2", "dtype": "bfloat16"},
+}
+
+
+def _steady(shape: dict[str, Any], part: str) -> float:
+    steady = [s for s in shape["steps"] if s["step"] > 1]
+    return sum(s["parts"][part] for s in steady) / len(steady)
+
+
+def _positions(settings: dict[str, Any]) -> int:
+    return settings["max_target_length"] - settings["max_prefill_predict_length"]
+
+
+MEASURED = [s for s in RESULT["shapes"] if s["shape"] in MODELS]
+assert len(MEASURED) == len(MODELS), "the bench result lost a shape this test reproduces"
+FLOOR_S = min(_steady(s, "rollout") / _positions(s["settings"]) for s in MEASURED)
+HBM_EFFICIENCY = max(
+    ((s["fit_estimate"]["per_chip"]["params"] + s["fit_estimate"]["per_chip"]["kv_cache"]) * _positions(s["settings"]))
+    / _steady(s, "rollout")
+    / HBM["v5e"]
+    for s in MEASURED
+)
+SAVE_BYTES_PER_S = min(
+    s["parameters"] * 2 * 3 / (sum(c) / len(c))
+    for s in MEASURED
+    if (c := [x["parts"]["checkpoint"] for x in s["steps"] if x["step"] > 1 and x["parts"]["checkpoint"] > 0])
+)
+
+
+def _utilization(parameters: int) -> float:
+    """(6 + 2 for the reference's log-probs) x N x tokens / update seconds / peak, of the shape nearest in size."""
+    s = min(MEASURED, key=lambda s: abs(math.log(s["parameters"] / parameters)))
+    g = s["settings"]
+    assert g["beta"] > 0, "the measured shapes ran with a reference model"
+    return 8 * s["parameters"] * g["batch_size"] * g["num_generations"] * g["max_target_length"] / _steady(s, "update") / PEAK["v5e"]
+
+
+def _read_config(source: str) -> dict[str, Any] | None:
+    return SMOLLM2_CONFIG if source.endswith("smollm2") else None
+
+
+def _spec(accelerator: str, chips_per_vm: int, model: dict[str, Any], grpo: dict[str, Any]) -> JobSpec:
+    hardware = {"accelerator": accelerator, "chips_per_vm": chips_per_vm, "rollout_engine": "jax"}
+    return record_spec(hardware=hardware, model=model, grpo=grpo).model_copy(update={"team": "team-a"})
+
+
+def _bench_spec(shape: dict[str, Any]) -> JobSpec:
+    keys = ("num_batches", "batch_size", "num_generations", "beta", "max_prefill_predict_length", "max_target_length")
+    grpo = {k: shape["settings"][k] for k in (*keys, "kv_cache_buffer", "checkpoint_period")}
+    return _spec("v5e-1", 1, MODELS[shape["shape"]], grpo | {"num_test_batches": 0})
+
+
+def _estimate(spec: JobSpec) -> Any:
+    inputs = EstimateInputs(
+        spec=spec, now=datetime(2026, 3, 1, tzinfo=UTC), prices=DEFAULT_PRICES_USD_PER_CHIP_HOUR, read_config=_read_config
+    )
+    return estimate_job(inputs)
+
+
+def _expected(spec: JobSpec) -> dict[str, float]:
+    """Each part's seconds over the run, worked out here from the result file and the chip figures."""
+    g, tpu = spec.grpo, tpu_slice(spec.hardware.accelerator)
+    assert tpu is not None
+    shape = model_shape(spec.model.name, None, _read_config(spec.model.source))
+    assert shape is not None
+    n, tokens = shape.parameters, g.max_target_length * g.batch_size * g.num_generations
+    chip, _, _ = per_chip_bytes(spec, shape)
+    per_position = max(FLOOR_S, (chip.params + chip.kv_cache) / (HBM[tpu.generation] * HBM_EFFICIENCY))
+    flops = g.num_batches * tokens * n * (6 + (2 if g.beta > 0 else 0))
+    return {
+        "rollout": g.num_batches * (g.max_target_length - g.max_prefill_predict_length) * per_position,
+        "update": flops / (tpu.trainer_devices * PEAK[tpu.generation] * _utilization(n)),
+        "checkpoint": g.num_batches // g.checkpoint_period * n * 2 * 3 / SAVE_BYTES_PER_S,
+    }
+
+
+@pytest.mark.parametrize("shape", MEASURED, ids=lambda s: s["shape"])
+def test_a_shape_measured_on_v5e_is_estimated_as_it_ran(shape: dict[str, Any]) -> None:
+    spec = _bench_spec(shape)
+    estimate = _estimate(spec)
+    batches = spec.grpo.num_batches
+    assert estimate.basis == "formula"
+    # Per step: the update as measured (its own rate), the rollout at the floor both shapes shared (within 1%).
+    assert estimate.run_parts_s["update"] / batches == pytest.approx(_steady(shape, "update"), rel=2e-3)
+    assert estimate.run_parts_s["rollout"] / batches == pytest.approx(_steady(shape, "rollout"), rel=1e-2)
+    for part, seconds in _expected(spec).items():
+        assert estimate.run_parts_s[part] == pytest.approx(seconds, rel=2e-3, abs=1e-3), part
+    run = ASSUMED_STARTUP_S["tpu"] + sum(_expected(spec).values())
+    assert estimate.run_s.expected == pytest.approx(run, rel=1e-3)
+    assert (estimate.run_s.low, estimate.run_s.high) == pytest.approx((run / FORMULA_FACTOR, run * FORMULA_FACTOR), rel=1e-3)
+    assert "rates measured on one TPU v5e chip" in estimate.basis_detail and "scaled from" not in estimate.basis_detail
+
+
+def _slice_spec(accelerator: str, chips_per_vm: int, model: str) -> JobSpec:
+    grpo = {"num_batches": 12, "batch_size": 2, "num_generations": 4, "checkpoint_period": 4, "beta": 0.04, "num_test_batches": 0}
+    return _spec(accelerator, chips_per_vm, {"name": model, "source": "gs://models/" + model}, grpo)
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "chips_per_vm", "model"),
+    [
+        ("v5e-8", 8, "llama3.1-8b"),  # decoding bound by HBM bandwidth: 2 GB of weights per chip per position
+        ("v6e-4", 4, "qwen3-8b"),
+        ("v6e-8", 8, "qwen3-0.6b"),  # at the per-position floor
+    ],
+)
+def test_a_slice_is_estimated_from_the_v5e_rates_scaled_by_its_chips_figures(accelerator: str, chips_per_vm: int, model: str) -> None:
+    spec = _slice_spec(accelerator, chips_per_vm, model)
+    estimate = _estimate(spec)
+    expected = _expected(spec)
+    for part, seconds in expected.items():
+        assert estimate.run_parts_s[part] == pytest.approx(seconds, rel=2e-3, abs=1e-3), part
+    assert estimate.run_s.expected == pytest.approx(ASSUMED_STARTUP_S["tpu"] + sum(expected.values()), rel=1e-3)
+    if accelerator.startswith("v6e"):
+        assert "scaled from v5e measurements by v6e's documented peak bf16 FLOP/s (918 vs 197 TFLOP/s)" in estimate.basis_detail
+        assert "HBM bandwidth (1640 vs 819 GB/s per chip)" in estimate.basis_detail
+    else:
+        assert "scaled from" not in estimate.basis_detail
+
+
+def test_the_bandwidth_term_and_the_scaling_are_both_exercised() -> None:
+    """The cases above would pass with the floor alone unless one of them is bound by bandwidth on each generation."""
+    for accelerator, chips_per_vm, model in (("v5e-8", 8, "llama3.1-8b"), ("v6e-4", 4, "qwen3-8b")):
+        spec = _slice_spec(accelerator, chips_per_vm, model)
+        shape = model_shape(model, None, None)
+        assert shape is not None
+        chip, _, _ = per_chip_bytes(spec, shape)
+        generation = accelerator.split("-")[0]
+        assert (chip.params + chip.kv_cache) / (HBM[generation] * HBM_EFFICIENCY) > 1.05 * FLOOR_S
