@@ -1,0 +1,47 @@
+"""README passage of bench/tpu_correctness.py: the jax rollout engine against MaxText's forward on the chip, and the GRPO
+step's stop-token and objective patches there. Not registered in bench/readme_sections.py until the chip's result file
+is committed (tests/bench/test_readme_sections.py requires every registered section's file)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _yes(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _engine_row(entry: dict[str, Any]) -> str:
+    v, greedy = entry["verdict"], entry["greedy"]
+    first = greedy["first_disagreement"]
+    tokens = (
+        "equal"
+        if greedy["tokens_equal"]
+        else f"first differs at token {first['token']} (MaxText's top-2 margin {first['maxtext_top2_margin']:.3g})"
+    )
+    return (
+        f"| {entry['shape']} | {entry['dtype']} | {v['max_abs_diff']:.3g} | {v['logit_scale']:.3g} | {v['tolerance']:.3g} | "
+        f"{_yes(v['logits_within_tolerance'])} | {_yes(v['argmax_agree'])} | {tokens} | {_yes(v['greedy_agrees'])} |"
+    )
+
+
+def render_tpu_correctness(result: dict[str, Any]) -> str:
+    machine, verdicts = result["machine"], result["verdicts"]
+    stop, objective = result["stop_token"], result["objective"]
+    rows = "\n".join(_engine_row(entry) for entry in result["engine"])
+    relative = ", ".join(f"{dtype} {tolerance:.3g}" for dtype, tolerance in result["tolerance_relative_to_logit_scale"].items())
+    seen = stop.get("seen") or {}
+    return (
+        f"JAX device kind '{result['device_kind']}', JAX {result['jax']}, trainer files of commit `{result['trainer_commit']}` "
+        f"(collected {machine['started_at']}; run {result['wall_s']:.0f} s, torch loaded: {_yes(result['torch_loaded'])}). "
+        f"Tolerance: the largest |logit| (at least 1) times {relative}.\n\n"
+        "| shape | dtype | max abs logit diff | logit scale | tolerance | within | argmax agrees | greedy tokens | greedy agrees |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+        f"{rows}\n\n"
+        f"- stop-token fix active: {_yes(verdicts['stop_token_fix_active'])} (the learner step's completion mask "
+        f"{seen.get('completion_mask')}, prompt mask {seen.get('prompt_mask')}; empty and stopped fractions "
+        f"{stop.get('empty_and_stopped_fraction', {}).get('seen')})\n"
+        f"- objective patch active: {_yes(verdicts['objective_patch_active'])} (train_rl's GrpoConfig call resolved to "
+        f"kl_loss_mode {objective.get('kl_loss_mode')}, epsilon_high {objective.get('epsilon_high')}; its own arguments kept: "
+        f"{_yes(bool(objective.get('train_rl_arguments_kept')))})"
+    )
