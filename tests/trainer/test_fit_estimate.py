@@ -67,14 +67,24 @@ def test_breakdown_matches_a_hand_computed_case() -> None:
     assert (trainer, rollout) == (8, 8)
     # Training state over 8 chips: 2704 / 8 = 338 each for params, gradients, reference; 2 x 338 for Adam.
     assert (parts.params, parts.optimizer, parts.gradients, parts.reference) == (338, 676, 338, 338)
-    # 2 sequences x 8 tokens = 16 tokens. Logits + gradient 2*16*10*4 = 1280; layer inputs 2*16*8*2 = 512;
-    # one layer 16*(3*8 + 8 + 3*16)*2 = 2560; scores 2*2*8*8*4 = 1024: 5376 over min(8 chips, 2 sequences).
-    assert parts.activations == 5376 // 2
-    # vLLM copy over 4 tensor-parallel chips: 2704 / 4. KV: 1 sequence per replica x (8 + 2) tokens x
-    # (2 layers x k,v x 1 kv head x 4 dims x 2 bytes = 32) = 320, over min(4 chips, 1 kv head) = 1.
-    assert (parts.rollout_weights, parts.kv_cache) == (676, 320)
+    # 2 sequences x 8 tokens = 16 tokens, all sequences in one pass (no micro-batches). fp32 logits of every position
+    # 16*10*4 = 640; one layer's forward 16*(3*8 + 8 + 3*16)*2 = 2560; attention scores 2*2*8*8*4 = 1024.
+    # Log-probs: 640 + 2560 + 1024 = 4224; the update adds the logits' gradient in bf16, 16*10*2 = 320: 4544 (each
+    # layer's input is offloaded to host on TPU). Both over min(8 chips, 2 sequences).
+    assert (parts.logprobs, parts.activations) == (4224 // 2, 4544 // 2)
+    # vLLM copy over 4 tensor-parallel chips: 2704 / 4 (no jax decode layout). KV: 1 sequence per replica x (8 + 2)
+    # tokens x (2 layers x k,v x 1 kv head x 4 dims x 2 bytes = 32) = 320, over min(4 chips, 1 kv head) = 1.
+    assert (parts.rollout_weights, parts.decode_weights, parts.kv_cache) == (676, 0, 320)
     estimate = estimate_fit(spec, shape)
-    assert estimate.total_bytes_per_chip == 5 * 338 + 2688 + 676 + 320  # one VM: everything shares the chips
+    # One VM: every phase holds both sides' resident parts, params + moments + reference + vLLM's copy = 2028.
+    phases = {p.name: (p.resident, p.arrays, p.program) for p in estimate.phases}
+    assert phases == {
+        "rollout": (2028, 320, 0),
+        "log-probs": (2028, 0, 2112),
+        "optimizer sharding": (2028, 676, 0),  # the moments' eager re-shard before the first update
+        "update": (2028, 338, 338 + 2272),  # new params beside the old; gradients and activations in the program
+    }
+    assert estimate.total_bytes_per_chip == 2028 + 338 + 338 + 2272 and estimate.peak_phase == "update"
     assert estimate.verdict == "fits" and estimate.capacity_bytes_per_chip == 32 * GIB
 
 
@@ -101,8 +111,16 @@ def test_llama31_8b_fits_the_tutorials_v6e_8() -> None:
     [("batch_size", [1, 2, 4, 16]), ("num_generations", [2, 4, 8, 16]), ("max_target_length", [512, 1024, 4096])],
 )
 def test_grows_with_batch_generations_and_length(field: str, values: list[int]) -> None:
-    totals = [estimate_job_fit(_with(TUTORIAL, grpo={field: v})).total_bytes_per_chip for v in values]  # type: ignore[union-attr]
-    assert totals == sorted(totals) and len(set(totals)) == len(totals), totals
+    estimates = [estimate_job_fit(_with(TUTORIAL, grpo={field: v})) for v in values]
+    totals = [e.total_bytes_per_chip for e in estimates]  # type: ignore[union-attr]
+    # The total is the largest phase; at a small batch that can be the moments' re-shard, which no batch changes, and
+    # the training side's share stays one sequence's while there are fewer sequences than chips.
+    assert totals == sorted(totals) and totals[0] < totals[-1], totals
+    for name in ("rollout", "log-probs", "update"):
+        phase = [next(p.total for p in e.phases if p.name == name) for e in estimates]  # type: ignore[union-attr]
+        assert phase == sorted(phase), (name, phase)
+    rollouts = [e.per_chip.kv_cache for e in estimates]  # type: ignore[union-attr]
+    assert len(set(rollouts)) == len(rollouts), rollouts
 
 
 @pytest.mark.parametrize(("field", "values"), [("kv_cache_buffer", [8, 256, 2048]), ("max_prefill_predict_length", [64, 256, 512])])
@@ -124,7 +142,15 @@ def test_on_several_vms_a_chip_holds_one_side() -> None:
     estimate = estimate_job_fit(_on(TUTORIAL, "v6e-16"))
     assert estimate is not None and estimate.trainer_devices == estimate.rollout_devices == 8
     parts = estimate.per_chip
-    assert estimate.total_bytes_per_chip == max(parts.trainer_side(), parts.rollout_side())
+    phases = {p.name: p for p in estimate.phases}
+    # The rollout's chips hold vLLM's copy and the cache; the trainer's hold the training state, not vLLM's copy.
+    assert phases["rollout"].resident == parts.rollout_weights + parts.decode_weights > 0
+    assert phases["update"].resident == parts.params + parts.optimizer + parts.reference
+    assert estimate.total_bytes_per_chip == max(p.total for p in estimate.phases)
+    one_vm = estimate_job_fit(TUTORIAL)
+    assert one_vm is not None and {p.resident for p in one_vm.phases} == {
+        one_vm.per_chip.params + one_vm.per_chip.optimizer + one_vm.per_chip.reference + one_vm.per_chip.rollout_weights
+    }
 
 
 def test_cpu_is_estimated_but_not_checked() -> None:
