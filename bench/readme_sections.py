@@ -29,6 +29,7 @@ from bench.readme_render.common import duration  # noqa: E402
 from bench.readme_render.estimate_bench import render_estimate_accuracy  # noqa: E402
 from bench.readme_render.learning_folds_section import render_learning_folds, render_learning_folds_eval_check  # noqa: E402
 from bench.readme_render.sandbox_runtimes import render_sandbox_runtimes  # noqa: E402
+from bench.readme_render.tpu_correctness import render_tpu_correctness  # noqa: E402
 from bench.readme_render.tpu_grpo import render_tpu_grpo  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -79,6 +80,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy),
     "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes),
     "tpu-grpo": (("tpu_grpo.json",), render_tpu_grpo),
+    "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness),
 }
 
 

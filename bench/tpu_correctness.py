@@ -231,9 +231,11 @@ def run(out: Path, shapes: list[str], dtypes: list[str]) -> dict[str, Any]:
         with tarfile.open(INPUTS.with_suffix(".tar.gz")) as tar:
             tar.extractall(INPUTS.parent, filter="data")
     started = time.monotonic()
+    # The step's subprocesses first: a TPU takes one process at a time (libtpu's lockfile), and this process holds
+    # the chip from its first jax.devices() on.
+    steps = step_checks(out)
     device = jax.devices()[0]
     engine = [engine_check(shape, dtype) for shape in shapes for dtype in dtypes]
-    steps = step_checks(out)
     report = {
         "device_kind": device.device_kind,
         "platform": device.platform,
@@ -257,12 +259,21 @@ def run(out: Path, shapes: list[str], dtypes: list[str]) -> dict[str, Any]:
     return report
 
 
+# Lines `shape dtype {verdict}` as `run` prints them, kept from a run that printed every shape's verdict and was
+# stopped before it wrote its file (its learner-step subprocess could not open the chip its parent held).
+PRINTED = "engine_printed.txt"
+
+
 def collect(folder: Path) -> None:
     """bench/results/tpu_correctness.json from the chip's file, with the commit whose trainer files ran there."""
     from result_meta import machine_facts, write_result
 
     facts = machine_facts()
     report = json.loads((folder / RESULT).read_text())
+    printed = folder / PRINTED
+    if printed.exists():  # every shape's verdict as a run printed it, where that run stopped before writing its file
+        rows = [line.split(" ", 2) for line in printed.read_text().splitlines() if line.strip()]
+        report["engine_printed"] = [{"shape": shape, "dtype": dtype, "verdict": json.loads(body)} for shape, dtype, body in rows]
     write_result(RESULT, {**report, "trainer_commit": facts["commit"], "trainer_files": list(TRAINER_FILES)}, facts)
 
 

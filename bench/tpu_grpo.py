@@ -22,6 +22,7 @@ reported compiling), the reward sandbox's line, the objective's resolved config 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -71,13 +72,31 @@ def _qwen3(layers: int, hidden: int, mlp: int, heads: int, kv: int) -> dict[str,
     }
 
 
+def _llama(layers: int, hidden: int, mlp: int, heads: int, kv: int) -> dict[str, Any]:
+    return {
+        "hidden_size": hidden,
+        "intermediate_size": mlp,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": hidden // heads,
+        "tie_word_embeddings": False,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+    }
+
+
 # name -> (the make-tiny/make-model directory whose tokenizer and config it starts from, config.json changes,
 # weight dtype, GRPO settings changed from GSM8K). Dimensions from each model's published config.json. Llama 3.2 1B is
 # not here: rljob refuses its config (rope factor 32; MaxText 0.2.5's llama3 RoPE scaling is fixed at 8).
+# TinyLlama-1.1B is the largest Llama-family model the fit estimate accepts for full fine-tuning on one v5e chip
+# (SmolLM2-1.7B's parameters, gradients, moments and reference alone need 15.9 GiB); its body here keeps SmolLM2's
+# 49,152-token vocabulary (TinyLlama's own is 32,000) so that the GSM8K prompts' token ids stay inside the table:
+# 1.17B parameters where the real model has 1.10B.
 SHAPES: dict[str, tuple[str, dict[str, Any], str, dict[str, Any]]] = {
     "tiny": ("tiny-llama", {}, "float32", {"max_prefill_predict_length": 128, "max_target_length": 256}),
     "smollm2-135m": ("smollm2", {}, "bfloat16", {}),
-    "qwen3-0.6b": ("tiny-qwen3", _qwen3(28, 1024, 3072, 16, 8), "bfloat16", {}),
+    "qwen3-0.6b": ("tiny-qwen3", _qwen3(28, 1024, 3072, 16, 8), "bfloat16", {"batch_size": 1}),
+    "tinyllama-1.1b": ("smollm2", _llama(22, 2048, 5632, 32, 4), "bfloat16", {"batch_size": 1}),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 
@@ -179,18 +198,19 @@ def steps_from_log(lines: list[str]) -> list[dict[str, Any]]:
     return steps
 
 
-def run_shape(name: str, out: Path, batch_size: int | None = None) -> dict[str, Any]:
+def run_shape(name: str, out: Path, batch_size: int | None = None, trace_step: int = 0) -> dict[str, Any]:
     from trainer.sizing.fit import estimate_job_fit
 
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "rljob-tpu-grpo" / name
     shutil.rmtree(work, ignore_errors=True)
     spec = spec_for(name, work / "runs", batch_size)
-    label = f"{name}-b{batch_size}" if batch_size else name
+    label = f"{name}-b{spec.grpo.batch_size}"
     estimate = estimate_job_fit(spec)
     argv, env = random_init_command(spec, work)
     probe = work / "probe.json"
     env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(PROBE_DIR), str(REPO), os.environ.get("PYTHONPATH", "")])}
     env["RLJOB_BENCH_PROBE_OUT"] = str(probe)
+    env["RLJOB_BENCH_PROBE_TRACE_STEP"] = str(trace_step)
     log_path = out / f"tpu_grpo-{label}.log"
     started = time.monotonic()
     with log_path.open("w") as log:
@@ -213,10 +233,28 @@ def run_shape(name: str, out: Path, batch_size: int | None = None) -> dict[str, 
         "completed": any("RL Training Completed Successfully" in line for line in lines),
         "samples": _samples(work / "runs"),
         "command": argv[1:],
+        "trace_step": trace_step,
     }
+    trace = Path(f"{probe}.trace")
+    if trace.is_dir():
+        profile_tables(trace, out / f"profile-{label}.json.gz")
     (out / f"tpu_grpo-{label}.json").write_text(json.dumps(result, indent=1))
     print(label, "exit", proc.returncode, "wall", round(wall), "steps", [s["wall_s"] for s in result["steps"]], flush=True)
     return result
+
+
+def profile_tables(trace: Path, target: Path) -> None:
+    """xprof's per-HLO-op table and roofline of the traced step, from the profiler's xplane.pb (about 100 MB for
+    one step: too large to carry back, so it is read where it was written)."""
+    from xprof.convert import raw_to_tool_data
+
+    paths = [str(p) for p in trace.rglob("*.xplane.pb")]
+    tables = {}
+    for tool in ("hlo_stats", "roofline_model"):
+        data, _ = raw_to_tool_data.xspace_to_tool_data(paths, tool, {})
+        tables[tool] = json.loads(data) if data else None
+    with gzip.open(target, "wt") as f:
+        json.dump(tables, f)
 
 
 def _samples(runs: Path) -> dict[str, Any]:
@@ -228,42 +266,89 @@ def _samples(runs: Path) -> dict[str, Any]:
     return {"rewards_seen": len(rewards), "nonzero": sum(r != 0 for r in rewards)}
 
 
-def run(out: Path, shapes: list[str], batch_size: int | None = None) -> None:
+def run(out: Path, shapes: list[str], batch_size: int | None = None, trace_step: int = 0) -> None:
+    """Each of `shapes` (`name` or `name:batch_size`) in turn, after the chip's HBM bandwidth (its own process: the
+    chip takes one process at a time)."""
     out.mkdir(parents=True, exist_ok=True)
     if not INPUTS.exists():
         with tarfile.open(INPUTS.with_suffix(".tar.gz")) as tar:
             tar.extractall(INPUTS.parent, filter="data")
-    for name in shapes:
-        run_shape(name, out, batch_size)
+    subprocess.run([sys.executable, __file__, "bandwidth", "--out", str(out)], check=True)
+    for entry in shapes:
+        name, _, batch = entry.partition(":")
+        run_shape(name, out, int(batch) if batch else batch_size, trace_step)
+
+
+def _steady(shape: dict[str, Any], bandwidth_bytes_per_s: float) -> dict[str, Any] | None:
+    """Means over the steps after the first, leaving out the one after the profiled step (the profiler's dump)."""
+    from tpu_grpo_profile import decode_bytes
+
+    trace = shape.get("trace_step") or 0
+    steady = [s for s in shape["steps"] if s["step"] > 1 and not (trace and s["step"] == trace + 1)]
+    if not steady or not shape["parameters"]:
+        return None
+    s = shape["settings"]
+    sequences = s["batch_size"] * s["num_generations"]
+    tokens = sequences * s["max_target_length"]
+    positions = s["max_target_length"] - s["max_prefill_predict_length"]
+    update = sum(x["parts"]["update"] for x in steady) / len(steady)
+    rollout = sum(x["parts"]["rollout"] for x in steady) / len(steady)
+    wall = sum(x["wall_s"] for x in steady)
+    config = json.loads((INPUTS / "models" / shape["shape"].rsplit("-b", 1)[0] / "config.json").read_text())
+    weight_bytes = 2 if s["compute_dtype"] == "bfloat16" else 4  # the engine's layout is in the compute dtype
+    step_bytes = decode_bytes(config, shape["parameters"], sequences, s["max_target_length"] + s["kv_cache_buffer"], weight_bytes)
+    return {
+        "steps": len(steady),
+        "step_s": round(sum(x["wall_s"] for x in steady) / len(steady), 3),
+        "rollout_s": round(rollout, 3),
+        "update_s": round(update, 3),
+        "checkpoint_s": round(sum(x["parts"]["checkpoint"] for x in steady) / len(steady), 3),
+        # what is neither rollout, update nor a checkpoint save (whose period is the job's own setting)
+        "rest_share": round(
+            sum(x["wall_s"] - x["parts"]["rollout"] - x["parts"]["update"] - x["parts"]["checkpoint"] for x in steady) / wall, 3
+        ),
+        "rollout_tokens_per_s": round(sequences * positions / rollout, 1),
+        "rollout_ms_per_token_position": round(rollout / positions * 1000, 2),
+        "update_mfu": round(6 * shape["parameters"] * tokens / update / PEAK_BF16_FLOPS["v5e"], 3),
+        "decode_bytes_per_step": step_bytes,
+        "decode_bound_ms": round(step_bytes / bandwidth_bytes_per_s * 1000, 3),
+    }
 
 
 def collect(folder: Path, device: str) -> None:
-    """One result file from the chip's per-shape files, with the chip, JAX's version and the commit measured."""
+    """One result file from the chip's per-shape files, with the chip, JAX's version, the commit measured, the HBM
+    bandwidth measured beside them and the profiled steps' summaries."""
     from result_meta import machine_facts, write_result
+    from tpu_grpo_profile import best_bandwidth, memory_summary, summarise
 
+    from trainer.sizing.fit import estimate_job_fit
+
+    runs = [json.loads(p.read_text()) for p in sorted(folder.glob("bandwidth*.json"))]
+    bandwidth = sum(best_bandwidth(r) for r in runs) / len(runs)
     shapes = [json.loads(p.read_text()) for p in sorted(folder.glob("tpu_grpo-*.json"))]
     for shape in shapes:
-        steady = [s for s in shape["steps"] if s["step"] > 1]
-        if steady and shape["parameters"]:
-            s = shape["settings"]
-            tokens = s["batch_size"] * s["num_generations"] * s["max_target_length"]
-            new_tokens = s["batch_size"] * s["num_generations"] * (s["max_target_length"] - s["max_prefill_predict_length"])
-            update = sum(x["parts"]["update"] for x in steady) / len(steady)
-            rollout = sum(x["parts"]["rollout"] for x in steady) / len(steady)
-            shape["steady"] = {
-                "steps": len(steady),
-                "step_s": round(sum(x["wall_s"] for x in steady) / len(steady), 3),
-                "rollout_s": round(rollout, 3),
-                "update_s": round(update, 3),
-                "rollout_tokens_per_s": round(new_tokens / rollout, 1),
-                "rollout_ms_per_token_position": round(rollout / (s["max_target_length"] - s["max_prefill_predict_length"]) * 1000, 2),
-                "update_mfu": round(6 * shape["parameters"] * tokens / update / PEAK_BF16_FLOPS["v5e"], 3),
-            }
-        memory = (shape.get("probe") or {}).get("memory") or {}
+        # The estimate as the service makes it now (pure: the spec in), not as the chip's copy of the code made it.
+        name, _, batch = shape["shape"].rpartition("-b")
+        estimate = estimate_job_fit(spec_for(name, folder / "runs", int(batch)))
+        shape["fit_estimate"] = estimate.model_dump() if estimate else None
+        shape["steady"] = _steady(shape, bandwidth)
+        shape["memory"] = memory_summary(shape)
+        profile = folder / f"profile-{shape['shape']}.json.gz"
+        shape["profile"] = summarise(profile) if profile.exists() else None
+        if shape["steady"] and shape["profile"] and shape["profile"]["decode_ms_per_step"]:
+            shape["steady"]["decode_over_bound"] = round(shape["profile"]["decode_ms_per_step"] / shape["steady"]["decode_bound_ms"], 2)
+        memory = shape["memory"] or {}
         if memory and shape["fit_estimate"]:
             shape["peak_over_estimate"] = round(memory["peak_bytes_in_use"] / shape["fit_estimate"]["total_bytes_per_chip"], 3)
     facts = machine_facts()
-    report = {"device": device, "jax": "0.11.1", "trainer_commit": facts["commit"], "trainer_files": list(TRAINER_FILES), "shapes": shapes}
+    report = {
+        "device": device,
+        "jax": "0.11.1",
+        "trainer_commit": facts["commit"],
+        "trainer_files": list(TRAINER_FILES),
+        "hbm_bandwidth": {"bytes_per_s": round(bandwidth), "runs": runs, "spec_bytes_per_s": 819e9},
+        "shapes": shapes,
+    }
     write_result(RESULT, report, facts)
 
 
@@ -275,6 +360,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--batch-size", type=int, default=None, help="GRPO batch_size instead of the shape's")
+    p.add_argument("--trace-step", type=int, default=0, help="record this step with JAX's profiler (0: none)")
+    b = sub.add_parser("bandwidth")
+    b.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("collect")
     c.add_argument("folder", type=Path)
     c.add_argument("--device", default="one TPU v5e chip (JAX device kind 'TPU v5 lite'), gVisor, the machine's libtpu")
@@ -282,7 +370,12 @@ def main() -> None:
     if args.command == "prepare":
         prepare()
     elif args.command == "run":
-        run(args.out, args.shapes.split(","), args.batch_size)
+        run(args.out, args.shapes.split(","), args.batch_size, args.trace_step)
+    elif args.command == "bandwidth":
+        sys.path.insert(0, str(REPO / "bench"))
+        from tpu_grpo_profile import measure_bandwidth
+
+        measure_bandwidth(args.out)
     else:
         sys.path.insert(0, str(REPO / "bench"))
         collect(args.folder, args.device)

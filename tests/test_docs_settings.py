@@ -31,6 +31,8 @@ NOT_SETTINGS = {
     "RLJOB_BENCH_WORK": "the learning bench's scratch directory (bench/learning_folds.py), read by that script only",
     "RLJOB_TEST_MANIFEST_PARSE_PIDS": "where a test records which process parsed each manifest (test_manifest_worker.py)",
     "RLJOB_BENCH_PROBE_OUT": "where the TPU bench's probe writes (bench/tpu_probe/sitecustomize.py), set by bench/tpu_grpo.py only",
+    "RLJOB_OBJECTIVE_PROBE": "the chip correctness bench's objective line prefix (bench/tpu_correctness_step.py), not a variable",
+    "RLJOB_BENCH_PROBE_TRACE_STEP": "the step the TPU bench's probe profiles (bench/tpu_probe/sitecustomize.py), set by bench/tpu_grpo.py",
     "RLJOB_SANDBOX_CHECK_SECRET": "the secret `trainer sandbox-check` hides from its workers (trainer/rewards_sandbox/self_check.py)",
 }
 

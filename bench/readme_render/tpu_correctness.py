@@ -1,6 +1,5 @@
 """README passage of bench/tpu_correctness.py: the jax rollout engine against MaxText's forward on the chip, and the GRPO
-step's stop-token and objective patches there. Not registered in bench/readme_sections.py until the chip's result file
-is committed (tests/bench/test_readme_sections.py requires every registered section's file)."""
+step's stop-token and objective patches there."""
 
 from __future__ import annotations
 
@@ -25,6 +24,25 @@ def _engine_row(entry: dict[str, Any]) -> str:
     )
 
 
+def _printed(result: dict[str, Any]) -> str:
+    rows = result.get("engine_printed") or []
+    if not rows:
+        return ""
+    lines = "\n".join(
+        f"| {r['shape']} | {r['dtype']} | {v['max_abs_diff']:.3g} | {v['logit_scale']:.3g} | {v['max_abs_diff'] / v['logit_scale']:.2%} | "
+        f"{v['tolerance']:.3g} | {_yes(v['logits_within_tolerance'])} | {_yes(v['greedy_tokens_equal'])} | {_yes(v['greedy_agrees'])} |"
+        for r in rows
+        for v in (r["verdict"],)
+    )
+    return (
+        "\n\nEvery shape and dtype, as a first run on the chip printed them (it stopped before writing its file: its "
+        "learner-step subprocess could not open the chip the parent held, which `run` now avoids by running the step "
+        "first):\n\n"
+        "| shape | dtype | max abs logit diff | logit scale | diff / scale | tolerance | within | greedy tokens equal | "
+        "greedy agrees |\n|---|---|---|---|---|---|---|---|---|\n" + lines
+    )
+
+
 def render_tpu_correctness(result: dict[str, Any]) -> str:
     machine, verdicts = result["machine"], result["verdicts"]
     stop, objective = result["stop_token"], result["objective"]
@@ -43,5 +61,5 @@ def render_tpu_correctness(result: dict[str, Any]) -> str:
         f"{stop.get('empty_and_stopped_fraction', {}).get('seen')})\n"
         f"- objective patch active: {_yes(verdicts['objective_patch_active'])} (train_rl's GrpoConfig call resolved to "
         f"kl_loss_mode {objective.get('kl_loss_mode')}, epsilon_high {objective.get('epsilon_high')}; its own arguments kept: "
-        f"{_yes(bool(objective.get('train_rl_arguments_kept')))})"
+        f"{_yes(bool(objective.get('train_rl_arguments_kept')))})" + _printed(result)
     )

@@ -39,7 +39,7 @@ SMOLLM2_CONFIG = {  # SmolLM2-135M's config.json: what bench/tpu_grpo.py's smoll
 }
 MODELS: dict[str, dict[str, str]] = {  # the bench shape -> the spec's model (smollm2 from its config.json)
     "qwen3-0.6b-b1": {"name": "qwen3-0.6b", "source": "/models/qwen3", "dtype": "bfloat16"},
-    "smollm2-135m": {"source": "/models/smollm2", "dtype": "bfloat16"},
+    "smollm2-135m-b4": {"source": "/models/smollm2", "dtype": "bfloat16"},
 }
 
 
