@@ -135,11 +135,16 @@ def evaluate(
     run_output: Annotated[
         str | None, typer.Option("--run-output", help="where the eval's run directory goes (default: the referenced job's output)")
     ] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="follow the eval to its end and print its scores (and the comparison)")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="follow the eval to its end and print its scores (and the comparison)")
+    ] = False,
+    wait: Annotated[bool, typer.Option("--wait", hidden=True, help="the old name of --follow")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="retries with the same key return the same eval")] = None,
     output: OutputOption = None,
 ) -> None:
-    """Evaluate a checkpoint on a suite in an eval job of its own; prints the eval id (with --wait, its scores)."""
+    """Evaluate a checkpoint on a suite in an eval job of its own; prints the eval id (with --follow, its scores)."""
+    if wait:  # one verb for "stay until it ends" across the CLI, as submit's --follow; --wait still works
+        err_console.print("[yellow]--wait is now --follow (-f)[/]", highlight=False)
     body: dict[str, Any] = {"checkpoint": checkpoint, "suite": suite_body(suite)}
     for key, value in (("baseline", baseline), ("name", name), ("output", run_output)):
         if value is not None:
@@ -147,7 +152,7 @@ def evaluate(
     client = _context(ctx).client()
     found = client.submit_eval(body, idempotency_key or uuid.uuid4().hex)  # one key per invocation: a retry makes no second eval
     (err_console if output else console).print(f"submitted [bold]{found.id}[/] ({escape(found.name)}): {found.phase}", highlight=False)
-    if not wait:
+    if not (follow or wait):
         if output:
             emit(found.model_dump(mode="json"), output, [found.id])
         return

@@ -55,7 +55,9 @@ class EvalCreate(BaseModel):
     )
     name: DnsLabel | None = Field(default=None, description="the eval job's name; default eval-<suite>-<checkpoint label>")
     output: Location | None = Field(
-        default=None, description="where the eval job's run goes; default: the referenced job's output (required for a location)"
+        default=None,
+        description="where the eval job's run goes; default: the referenced job's output; for a checkpoint location, "
+        "required on a cluster, and on the embedded default (local launcher) the service's state directory",
     )
     priority: Literal["low", "normal", "high"] = "normal"
     labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes labels on the eval job's objects")
@@ -216,12 +218,17 @@ def _check_baseline(baseline: str, suite: SuiteSpec, find_job: Callable[[str], J
         )
 
 
-def build_eval_spec(body: EvalCreate, find_job: Callable[[str], JobRecord], run_files: RunFiles | None) -> JobSpec:
-    """POST /v1/evals's body as the eval job's spec (the caller's team); InvalidRequest naming the field."""
+def build_eval_spec(
+    body: EvalCreate, find_job: Callable[[str], JobRecord], run_files: RunFiles | None, default_output: str | None = None
+) -> JobSpec:
+    """POST /v1/evals's body as the eval job's spec (the caller's team); InvalidRequest naming the field.
+
+    `default_output` is where an eval of a checkpoint location goes without `output`: the service's own state
+    directory on the embedded default (local launcher), none on a cluster, where no place is every team's to write."""
     resolved = resolve_checkpoint(body.checkpoint, find_job, run_files)
     if body.baseline is not None:
         _check_baseline(body.baseline, body.suite, find_job)
-    output = body.output or (resolved.parent.spec.output if resolved.parent is not None else None)
+    output = body.output or (resolved.parent.spec.output if resolved.parent is not None else default_output)
     if output is None:
         raise InvalidRequest(("body", "output"), "an eval of a checkpoint location needs `output`: where its run directory goes")
     return eval_job_spec(  # its team is set from the token at submit, as every job's

@@ -1,6 +1,6 @@
 """`rljob eval`, `rljob eval-compare` and `rljob diff` on two evals, in-process (typer's CliRunner) against the app on
 loopback with fakes at the launcher and progress ports; the stand-in eval trainer (eval_runs.py) finishes each eval
-while `rljob eval --wait` follows it. What must be printed: the scores with their CIs, and against a baseline the
+while `rljob eval --follow` follows it. What must be printed: the scores with their CIs, and against a baseline the
 paired difference "pass@1 +x.x points [lo, hi] 95% CI, McNemar p=..., n=..."; refusals are messages, not tracebacks."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _cli(url: str, *args: str) -> Result:
 
 
 def _finish_next_eval(api: Api, rows: list[int], out: Path, known: set[str]) -> threading.Thread:
-    """Finish the next eval that appears (the one `rljob eval --wait` submits), as its trainer would."""
+    """Finish the next eval that appears (the one `rljob eval --follow` submits), as its trainer would."""
 
     def run() -> None:
         found: list[str] = []
@@ -77,7 +77,7 @@ def test_eval_wait_prints_scores_and_the_paired_difference_and_diff_shows_evals_
     url, api = served_api
     out = tmp_path / "runs"
     finisher = _finish_next_eval(api, BASE, out, set())
-    base = _cli(url, "eval", "/models/base", "--suite", "arith", "--run-output", str(out), "--wait")
+    base = _cli(url, "eval", "/models/base", "--suite", "arith", "--run-output", str(out), "--follow")
     finisher.join(30)
     assert base.exit_code == 0, base.output
     base_id = base.output.split("submitted ")[1].split()[0]
@@ -89,9 +89,11 @@ def test_eval_wait_prints_scores_and_the_paired_difference_and_diff_shows_evals_
     suite_file = tmp_path / "suite.yaml"
     suite_file.write_text(yaml.safe_dump({"name": "arith"}))
     finisher = _finish_next_eval(api, TRAINED, out, {base_id})
+    # --wait, the old name of --follow, still follows, and says so
     trained = _cli(url, "eval", "/models/trained", "--suite", str(suite_file), "--run-output", str(out), "--baseline", base_id, "--wait")
     finisher.join(30)
     assert trained.exit_code == 0, trained.output
+    assert "--wait is now --follow" in trained.output
     trained_id = trained.output.split("submitted ")[1].split()[0]
     compared = api.client.get(f"/v1/evals/{trained_id}/compare", headers=api.as_(TOKEN_A)).json()["comparison"]
     pass1 = next(s for s in compared["scores"] if s["score"] == "pass@1")

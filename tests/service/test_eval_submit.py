@@ -7,6 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
+from service.api.routes.evals import EVAL_RUNS_DIR
+from service.domain.errors import InvalidRequest
+from service.domain.eval_jobs import EvalCreate, build_eval_spec
 from service.domain.phases import JobPhase
 from service.domain.ports import ObservedState
 from tests.service.conftest import Api
@@ -96,10 +101,20 @@ def test_a_checkpoint_that_names_no_checkpoint_or_a_bad_suite_is_a_422_saying_wh
     assert api.client.get("/v1/evals", headers=api.as_(TOKEN_A)).json()["count"] == 1  # nothing refused was stored
 
 
+def test_a_location_without_output_goes_under_the_state_dir_on_the_embedded_default_and_is_refused_elsewhere(
+    api: Api, tmp_path: Path
+) -> None:
+    made = submit_eval(api, {"checkpoint": "/models/tiny", "suite": {"name": "arith"}})  # the local launcher's service
+    spec = api.client.get(f"/v1/jobs/{made['id']}", headers=api.as_(TOKEN_A)).json()["spec"]
+    assert spec["output"] == str((tmp_path / "state" / EVAL_RUNS_DIR).resolve())
+    body = EvalCreate.model_validate({"checkpoint": "/models/tiny", "suite": {"name": "arith"}})
+    with pytest.raises(InvalidRequest) as refused:  # a cluster's service passes no default: no place is every team's
+        build_eval_spec(body, lambda job_id: pytest.fail("no job is looked up"), None, default_output=None)
+    assert refused.value.loc == ("body", "output") and "needs `output`" in str(refused.value)
+
+
 def test_other_fields_are_422s_naming_them(api: Api, tmp_path: Path) -> None:
     job = _succeeded_with_export(api, tmp_path)
-    loc, message = _refused(api, {"checkpoint": "/models/tiny", "suite": {"name": "arith"}})
-    assert loc == ["body", "output"] and "needs `output`" in message
     loc, message = _refused(api, {"checkpoint": f"{job}:base", "suite": {"name": "arith"}, "baseline": job})
     assert loc == ["body", "baseline"] and "is not an eval job" in message
     gsm = submit_eval(api, {"checkpoint": f"{job}:base", "suite": {"name": "gsm8k"}})["id"]

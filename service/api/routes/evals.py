@@ -6,11 +6,12 @@ An eval job is a job: it is cancelled, logged and read in full through /v1/jobs 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Response, status
 
-from service.api.deps import CallerDep, JobIdPath, JobServiceDep, MetricsDep, PublicDep, ReadyDep, get_visible_job
+from service.api.deps import CallerDep, JobIdPath, JobServiceDep, MetricsDep, PublicDep, ReadyDep, SettingsDep, get_visible_job
 from service.api.errors import error_responses
 from service.api.routes.jobs import CURSOR_PATTERN, IdempotencyKey, decode_cursor, encode_cursor
 from service.domain.errors import EvalsNotComparable, InvalidRequest, JobNotFound, RunFileRefused, RunFilesUnavailable
@@ -25,6 +26,8 @@ from service.domain.usage_models import JobUsage
 
 router = APIRouter(prefix="/v1/evals", tags=["evals"])
 FunctionQuery = Annotated[str | None, Query(max_length=128, description="the reward function to compare on; default a's primary")]
+# Under the service's state directory: where an eval of a checkpoint location goes on the embedded default (local launcher).
+EVAL_RUNS_DIR = "eval-runs"
 SUBMIT_EXAMPLES = {
     "export": {
         "summary": "a training job's export on the built-in arith suite, against an earlier eval",
@@ -88,6 +91,7 @@ def submit_eval(
     jobs: JobServiceDep,
     metrics: MetricsDep,
     public: PublicDep,
+    settings: SettingsDep,
     _: ReadyDep,
     response: Response,
     idempotency_key: IdempotencyKey = None,
@@ -95,7 +99,9 @@ def submit_eval(
     """Evaluate a checkpoint on a suite in an eval job of its own (a cpu job: queued, launched, logged and cancelled as
     any job). 201 with the new eval; 200 with the existing one for a repeated Idempotency-Key."""
     try:
-        spec = build_eval_spec(body, lambda job_id: jobs.get(caller, job_id), jobs.run_files)
+        local = settings.launcher == "local"
+        default_output = str(Path(settings.state_dir).expanduser().resolve() / EVAL_RUNS_DIR) if local else None
+        spec = build_eval_spec(body, lambda job_id: jobs.get(caller, job_id), jobs.run_files, default_output)
         record, created = jobs.submit(caller, spec, idempotency_key)
     except Exception:
         metrics.submissions.labels("error").inc()
