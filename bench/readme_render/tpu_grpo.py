@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.fit_calibration_tpu import TOLERANCE, compare, differences
+
 GIB = 1024**3
 
 
@@ -43,7 +45,7 @@ def _profile_row(shape: dict[str, Any]) -> str | None:
 
 
 def _memory_row(shape: dict[str, Any]) -> str:
-    memory, estimate = shape.get("memory") or {}, shape["fit_estimate"]
+    memory, estimate = shape.get("memory") or {}, compare(shape)
 
     def gib(key: str) -> str:
         value = memory.get(key)
@@ -52,7 +54,22 @@ def _memory_row(shape: dict[str, Any]) -> str:
     outcome = "out of HBM" if shape["returncode"] else "ran"
     return (
         f"| {shape['shape']} | {outcome} | {gib('resident_bytes')} | {gib('peak_bytes_in_use')} | {gib('peak_bytes_reserved')} | "
-        f"{gib('peak_held_bytes')} | {estimate['total_bytes_per_chip'] / GIB:.1f} ({estimate['verdict']}) |"
+        f"{gib('peak_held_bytes')} | {estimate['estimated_total'] / GIB:.1f} at the {estimate['peak_phase']} ({estimate['verdict']}) |"
+    )
+
+
+def _calibration(shapes: list[dict[str, Any]]) -> str:
+    """Each shape's figure against the estimate's, and part by part what differs (bench/fit_calibration_tpu.py)."""
+    rows = [compare(s) for s in shapes]
+    return (
+        f"Calibration (`bench/fit_calibration_tpu.py`; tests/trainer/test_fit_calibration.py holds each within "
+        f"{TOLERANCE:.0%}): "
+        + "; ".join(
+            f"{r['shape']} {r['measured_kind']} {r['measured'] / GIB:.2f} GiB, estimated {r['estimated'] / GIB:.2f} "
+            f"({r['ratio']:.3f}" + "".join(f"; {line}" for line in differences(r)) + ")"
+            for r in rows
+        )
+        + "."
     )
 
 
@@ -119,8 +136,15 @@ def render_tpu_grpo(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|\n"
         + "\n".join(profiles)
         + "\n\nMemory: resident = bytes in use between steps; arrays' peak = JAX's `peak_bytes_in_use`; programs' "
-        "temporaries = `peak_bytes_reserved` (libtpu books XLA's temporaries apart from arrays); the estimate is "
-        "trainer/sizing/fit.py's for the same spec at this commit (16.9 GB of HBM per chip):\n\n"
+        "temporaries = `peak_bytes_reserved`, libtpu's reservation for XLA's temporaries in the same HBM (both = their "
+        "sum: what the chip held where the two peaks were at once; above the 16.9 GB it may allocate, they were not); "
+        "the estimate is trainer/sizing/fit.py's largest phase for the same spec at this commit, arrays and that "
+        "phase's own temporaries:\n\n"
         "| shape | outcome | resident GiB | arrays' peak GiB | programs' temporaries GiB | both GiB | fit estimate GiB |\n"
-        "|---|---|---|---|---|---|---|\n" + "\n".join(_memory_row(s) for s in shapes) + "\n\n" + _goals(shapes)
+        "|---|---|---|---|---|---|---|\n"
+        + "\n".join(_memory_row(s) for s in shapes)
+        + "\n\n"
+        + _calibration(shapes)
+        + "\n\n"
+        + _goals(shapes)
     )

@@ -76,10 +76,11 @@ def test_llama31_8b_on_v6e_8_is_accepted_and_its_estimate_is_shown(api: Api, tmp
 
 
 def test_a_job_close_to_the_limit_is_accepted_with_a_warning(api: Api, tmp_path: Path) -> None:
-    body = _tutorial(tmp_path, grpo={"batch_size": 2, "num_generations": 8}, hardware={"accelerator": "v5e-8", "chips_per_vm": 8})
+    body = _tutorial(tmp_path, grpo={"batch_size": 8, "num_generations": 8}, hardware={"accelerator": "v5e-8", "chips_per_vm": 8})
     job = api.submit(body)
     fit = api.client.get(f"/v1/jobs/{job['id']}", headers=api.as_(TOKEN_A)).json()["fit_estimate"]
-    assert fit["verdict"] == "tight" and 0.9 * 16 * GIB < fit["total_bytes_per_chip"] <= 16 * GIB
+    # Weighed against what XLA may allocate of a v5e chip (JAX's bytes_limit on the lent one), not the whole 16 GiB.
+    assert fit["verdict"] == "tight" and 0.9 * 16_909_336_064 < fit["total_bytes_per_chip"] <= 16_909_336_064
     assert "close to the limit" in fit["message"]
     assert api.launcher.launched == [job["id"]]
 
@@ -90,7 +91,7 @@ def test_a_small_model_on_v5e_1_is_accepted_and_counted_against_16_gib(api: Api,
     job = api.submit(_tutorial(tmp_path, model=qwen, hardware=V5E1))
     fit = api.client.get(f"/v1/jobs/{job['id']}", headers=api.as_(TOKEN_A)).json()["fit_estimate"]
     assert fit["verdict"] == "fits" and fit["accelerator"] == "v5e-1" and fit["capacity_bytes_per_chip"] == 16 * GIB
-    assert "% of v5e-1's 16 GiB per chip" in fit["message"]
+    assert "% of the 15.7 GiB XLA may allocate of v5e-1's 16 GiB per chip" in fit["message"]
     assert api.launcher.launched == [job["id"]]
 
 
@@ -100,7 +101,7 @@ def test_llama31_8b_on_v5e_1_is_refused_pointing_at_the_v5e_slice_that_holds_it(
     [problem] = response.json()["detail"]
     assert problem["loc"] == ["body", "hardware", "accelerator"]
     # On v5e-4 it still needs ~24 GiB per chip: the smallest v5e slice that holds it is v5e-8.
-    assert "v5e-1 has 16 GiB per chip; it would fit on v5e-8" in problem["msg"]
+    assert "v5e-1 has 16 GiB per chip (XLA may allocate 15.7 of them); it would fit on v5e-8" in problem["msg"]
     assert api.launcher.launched == []
 
 

@@ -7,18 +7,22 @@ A chip needs the most that any phase of a GRPO step (MaxText 0.2.5's train_rl ov
   split over a replica's tensor-parallel chips, or the jax engine's decoding layout in the compute dtype);
 - rollout: the KV cache of batch x generations sequences of max_target_length + kv_cache_buffer tokens (Tunix's
   kv_cache_size), split over the data-parallel replicas and over at most num_kv_heads tensor-parallel chips;
+  with the jax engine, the distinct prompts' prefill cache beside it; before it, the jax engine's fresh decoding
+  layout beside the old one, the update's new parameters not yet freed, and the re-deriving program's temporaries;
 - log-probs (reference, and the old policy with num_iterations > 1): the fp32 logits of every sequence and position;
-- update: the step's new parameters, the gradients, the fp32 logits and their gradient, one layer's recompute with
-  dot-product attention's fp32 scores (each layer's input is offloaded to host by rl.yml on TPU);
-  sharded over the batch, so over at most batch x generations devices.
+- update: the step's new parameters (the gradients are written into their buffer) and the fp32 logits kept for the
+  backward pass (one layer's recompute with dot-product attention's fp32 scores, where that is larger; each layer's
+  input is offloaded to host by rl.yml on TPU); sharded over the batch, so over at most batch x generations devices.
 On one VM (and on cpu) the trainer and the rollout share every device, so each phase also holds the other side's
 resident part; on several VMs each side has its own chips.
 
 Not covered: vLLM's own reservation (`hbm_utilization_vllm`, 0.72 of HBM, caps what it takes rather than what the
 job needs), the rollout's prefill and sampling temporaries, evaluation beyond its KV cache, checkpoint saving, and
-fragmentation. Against the v5e chip (bench/results/tpu_grpo.json, tests/trainer/test_fit_calibration.py) the
-resident part plus the phases' arrays comes within 15% of JAX's `peak_bytes_in_use`, which does not count XLA's
-program temporaries; those are what refused the 4x8 Qwen3-0.6B job, whose log-prob program asked ~14 GB.
+fragmentation. A phase holds its arrays and its own programs' temporaries (libtpu's reservation, in the same HBM:
+fit_phases.py), and the verdict weighs the largest phase against what XLA may allocate of a chip, JAX's `bytes_limit`
+where it was read on a chip (v5e: 16,909,336,064 of 16 GiB), the whole HBM elsewhere. Against the v5e chip
+(bench/results/tpu_grpo.json, bench/fit_calibration_tpu.py, tests/trainer/test_fit_calibration.py) it comes within
+15% of the arrays plus temporaries the chip held, and refuses both shapes that ran out of memory there.
 Pure: the spec and the model's shape in, an estimate out.
 """
 
@@ -29,14 +33,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer.contract.spec import JobSpec
-from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, tpu_slice
+from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice, tpu_slice
 
-from .fit_phases import PerChipBytes, PhaseBytes, per_chip_bytes, step_phases
+from .fit_phases import PerChipBytes, PhaseBytes, layout_program_bytes, per_chip_bytes, step_phases
 from .job_shape import model_shape, read_local_model_config
 from .model_shapes import ModelShape
 from .tpu_memory import GIB, hbm_bytes_per_chip
 
 TIGHT_FRACTION = 0.9  # above this share of a chip's memory a job is accepted with a warning
+# What XLA may allocate of one chip where a chip said so: JAX's memory_stats()["bytes_limit"] on the lent v5e chip
+# (bench/results/tpu_grpo.json limit_bytes); libtpu keeps the rest of the 16 GiB. Other generations: not read, all HBM.
+ALLOCATABLE_BYTES_PER_CHIP: dict[str, int] = {"v5e": 16_909_336_064}
 Verdict = Literal["fits", "tight", "does-not-fit", "unchecked"]
 __all__ = ["FitEstimate", "PerChipBytes", "PhaseBytes", "estimate_fit", "estimate_job_fit", "per_chip_bytes"]
 
@@ -64,8 +71,16 @@ def gib(n: int) -> str:
     return f"{n / GIB:.1f}"
 
 
-def _peak(parts: PerChipBytes, accelerator: str) -> PhaseBytes:
-    return max(step_phases(parts, accelerator), key=lambda p: p.total)
+def allocatable_bytes_per_chip(tpu: TpuSlice) -> int:
+    return ALLOCATABLE_BYTES_PER_CHIP.get(tpu.generation, hbm_bytes_per_chip(tpu))
+
+
+def _allocatable_note(allocatable: int, capacity: int) -> str:
+    return "" if allocatable == capacity else f" (XLA may allocate {gib(allocatable)} of them)"
+
+
+def phases_of(spec: JobSpec, shape: ModelShape, parts: PerChipBytes) -> list[PhaseBytes]:
+    return step_phases(parts, spec.hardware.accelerator, layout_program_bytes(spec, shape))
 
 
 def _breakdown(parts: PerChipBytes, peak: PhaseBytes) -> str:
@@ -82,8 +97,9 @@ def _fits_on(spec: JobSpec, shape: ModelShape, accelerator: str) -> bool:
             "rollout_tensor_parallelism": -1,
         }
     )
-    parts, _, _ = per_chip_bytes(spec.model_copy(update={"hardware": hardware}), shape)
-    return _peak(parts, accelerator).total <= hbm_bytes_per_chip(tpu)
+    resized = spec.model_copy(update={"hardware": hardware})
+    parts, _, _ = per_chip_bytes(resized, shape)
+    return max(p.total for p in phases_of(resized, shape, parts)) <= allocatable_bytes_per_chip(tpu)
 
 
 def smallest_fitting_slice(spec: JobSpec, shape: ModelShape) -> str | None:
@@ -98,19 +114,19 @@ def smallest_fitting_slice(spec: JobSpec, shape: ModelShape) -> str | None:
 def estimate_fit(spec: JobSpec, shape: ModelShape) -> FitEstimate:
     accelerator = spec.hardware.accelerator
     parts, trainer, rollout = per_chip_bytes(spec, shape)
-    phases = step_phases(parts, accelerator)
+    phases = phases_of(spec, shape, parts)
     peak = max(phases, key=lambda p: p.total)
     total = peak.total
     tpu = tpu_slice(accelerator)
     capacity = hbm_bytes_per_chip(tpu) if tpu else None
     needs = f"needs ~{gib(total)} GiB per chip ({_breakdown(parts, peak)})"
     verdict: Verdict
-    if capacity is None:
+    if tpu is None or capacity is None:
         verdict = "unchecked"
         message = f"{needs}; on {CPU_ACCELERATOR} this is host memory, which is not checked at submit"
-    elif total > capacity:
+    elif total > (allocatable := allocatable_bytes_per_chip(tpu)):
         verdict = "does-not-fit"
-        message = f"{needs}, {accelerator} has {capacity / GIB:g} GiB per chip"
+        message = f"{needs}, {accelerator} has {capacity / GIB:g} GiB per chip{_allocatable_note(allocatable, capacity)}"
         larger = smallest_fitting_slice(spec, shape)
         message += (
             f"; it would fit on {larger}"
@@ -118,9 +134,11 @@ def estimate_fit(spec: JobSpec, shape: ModelShape) -> FitEstimate:
             else "; no slice of this generation holds it: lower batch_size, num_generations or the lengths, or use bfloat16"
         )
     else:
-        share = total / capacity
+        share = total / allocatable
         verdict = "tight" if share > TIGHT_FRACTION else "fits"
-        message = f"{needs}, {share:.0%} of {accelerator}'s {capacity / GIB:g} GiB per chip"
+        chip = f"{accelerator}'s {capacity / GIB:g} GiB per chip"
+        of_what = chip if allocatable == capacity else f"the {gib(allocatable)} GiB XLA may allocate of {chip}"
+        message = f"{needs}, {share:.0%} of {of_what}"
         if verdict == "tight":
             message += "; close to the limit (the estimate leaves out fragmentation and sampling temporaries): it may run out of memory"
     return FitEstimate(

@@ -1,12 +1,15 @@
 """What one chip holds in each phase of a GRPO step (MaxText 0.2.5's train_rl over Tunix), part by part.
 
 A chip's need is the largest phase: what stays resident all run, plus what that phase adds. Two kinds of addition,
-kept apart because TPU counts them apart: the phase's JAX arrays (what `memory_stats()`'s `bytes_in_use` counts) and
-its compiled program's temporaries (XLA's scratch, which libtpu books as *reserved* memory, not as bytes in use: on
-the v5e chip, `largest_alloc_size` never exceeded the largest parameter array, while the 4x8 Qwen3-0.6B log-prob
-program alone asked for ~14 GB). bench/results/tpu_grpo.json's measured peaks are `peak_bytes_in_use`, so they are
-checked against the resident part plus the phases' arrays (tests/trainer/test_fit_calibration.py); the temporaries
-are what refused that 4x8 job.
+kept apart because TPU counts them apart: the phase's JAX arrays (what `memory_stats()`'s `bytes_in_use` counts, the
+allocator's heap) and its compiled programs' temporaries (XLA's scratch, which libtpu books as `bytes_reserved`: the
+StreamExecutor allocator's stack, in the same HBM as the heap). What the chip holds at a moment is the two together:
+TinyLlama-1.1B on the v5e chip ran out of memory re-deriving the decoding layout with 13.96e9 B of arrays in use and a
+1.02e9 B reservation, where the layout's 2.14e9 B alone would have fitted the 16.91e9 B limit. libtpu keeps a
+program's reservation while there is room and gives it back when arrays need it: the same run's moments re-shard
+held 16.18e9 B of arrays, more than the limit less the 1.21e9 B reserved before it. So a phase needs its own
+programs' temporaries, not every earlier one's (bench/fit_calibration_tpu.py compares each phase with the chip's
+per-part figures; tests/trainer/test_fit_calibration.py holds them).
 
 Paths below are in the installed site-packages (maxtext 0.2.5, tunix and flax 0.12.9 as pinned); lines as installed.
 """
@@ -34,7 +37,7 @@ class PerChipBytes(BaseModel):
     optimizer: int = Field(description="AdamW's first and second moments")
     gradients: int
     reference: int = Field(description="the frozen reference model (0 with grpo.beta 0)")
-    activations: int = Field(description="the update's temporaries: fp32 logits, their gradient, one layer's recompute")
+    activations: int = Field(description="the update's temporaries: the fp32 logits (or one layer's recompute, if larger)")
     rollout_weights: int = Field(description="the vLLM engine's copy of the weights (0 with the jax engine)")
     kv_cache: int
     decode_weights: int = Field(0, description="the jax engine's decoding layout of the weights (0 with vLLM)")
@@ -109,13 +112,15 @@ def per_chip_bytes(spec: JobSpec, shape: ModelShape) -> tuple[PerChipBytes, int,
     one_layer = tokens * (3 * shape.emb_dim + q_width + 3 * shape.mlp_dim) * compute_bytes
     scores = sequences * shape.num_query_heads * g.max_target_length**2 * FP32_BYTES  # rl.yml:89 dot_product attention
     forward = one_layer + scores
-    logprobs = math.ceil((logits + forward) / batch_split)
-    # The update keeps the fp32 logits for the backward pass and their gradient, cast back to the compute dtype by the
-    # cast's transpose. rl.yml:90-94 (remat 'custom') offloads each layer's input and q/k/v to host memory: off the chip
-    # on TPU, but on cpu the host is the device, so there they count.
+    # A layer's temporaries are dead before the logits are formed, so XLA lays both in the same space: the larger counts.
+    # On the chip the log-prob program reserved the fp32 logits to 0.01% (Qwen3-0.6B 1x8 3.7343e9 for 3.7340e9,
+    # TinyLlama 1.2083e9 for 1.2080e9), not the logits plus a layer.
+    logprobs = math.ceil(max(logits, forward) / batch_split)
+    # The update keeps the logits' worth for the backward pass; their gradient is consumed where it is made (the update
+    # reserved Qwen3 <= 3.7435e9, TinyLlama 1.3092e9: one fp32 logits' size, not 1.5). rl.yml:90-94 (remat 'custom')
+    # offloads each layer's input and q/k/v to host memory: off the chip on TPU, but on cpu the host is the device.
     layer_inputs = shape.num_layers * tokens * shape.emb_dim * compute_bytes if tpu is None else 0
-    update = logits + tokens * shape.vocab_size * compute_bytes + layer_inputs + forward
-    activations = math.ceil(update / batch_split)
+    activations = math.ceil((max(logits, forward) + layer_inputs) / batch_split)
 
     replicas, tensor = _rollout_split(h.rollout_data_parallelism, h.rollout_tensor_parallelism, rollout)
     vllm = h.rollout_engine == "vllm"
@@ -145,7 +150,20 @@ def per_chip_bytes(spec: JobSpec, shape: ModelShape) -> tuple[PerChipBytes, int,
     return parts, trainer, rollout
 
 
-def step_phases(parts: PerChipBytes, accelerator: str) -> list[PhaseBytes]:
+def layout_program_bytes(spec: JobSpec, shape: ModelShape) -> int:
+    """The temporaries of the program that re-derives the jax engine's decoding layout (cached_llama.py:126
+    arrange_weights under jax.jit): at most the fused gate and up matrices of every layer, the largest concatenation
+    it builds. TinyLlama-1.1B's run reserved 1.0156e9 for it (22 x 2048 x 11264 x 2 = 1.0150e9); Qwen3-0.6B's 0.18e9,
+    less than the 0.35e9 counted. 0 with vLLM, which keeps no such layout."""
+    if spec.hardware.rollout_engine == "vllm":
+        return 0
+    tpu = tpu_slice(spec.hardware.accelerator)
+    trainer = tpu.trainer_devices if tpu else 1
+    compute_bytes = 2 if spec.model.resolved_compute_dtype(spec.hardware.accelerator) == "bfloat16" else FP32_BYTES
+    return math.ceil(shape.num_layers * shape.emb_dim * 2 * shape.mlp_dim * compute_bytes / trainer)
+
+
+def step_phases(parts: PerChipBytes, accelerator: str, layout_program: int = 0) -> list[PhaseBytes]:
     """Each phase of a step with what it holds on one chip. On one VM (and on cpu) the trainer and the rollout share
     every device, so both sides' resident parts are on each chip; on several VMs each side has its own chips."""
     tpu = tpu_slice(accelerator)
@@ -155,14 +173,26 @@ def step_phases(parts: PerChipBytes, accelerator: str) -> list[PhaseBytes]:
     shared = trainer_resident + rollout_resident
     on_trainer = trainer_resident if separate else shared
     on_rollout = rollout_resident if separate else shared
+    refresh = []
+    if parts.decode_weights:
+        # Before a generation after an update the jax engine derives a fresh layout beside the one it replaces
+        # (cached_llama.py:216 refresh; both shapes' first rollouts rose by exactly the layout's size), and the update's
+        # new parameters may still sit beside the old ones: TinyLlama's step 3 began it with resident + one parameter
+        # copy in use (13.96e9) and ran out of memory there.
+        fresh = parts.params + parts.decode_weights
+        refresh = [PhaseBytes(name="layout refresh", resident=on_rollout, arrays=fresh, program=layout_program)]
     return [
+        *refresh,
         # The sampler's KV cache lives across the whole generation (its prefill and decode take it as donated state).
         PhaseBytes(name="rollout", resident=on_rollout, arrays=parts.kv_cache, program=0),
         PhaseBytes(name="log-probs", resident=on_trainer, arrays=0, program=parts.logprobs),
         # Before the first update Tunix re-shards the moments eagerly (peft_trainer.py:420 -> 395 _shard_optimizer:
-        # with_sharding_constraint outside jit), so a second copy of them is live for a moment.
+        # with_sharding_constraint outside jit), so a second copy of them is live for a moment, outside any program:
+        # TinyLlama's 16.18e9 of arrays then left no room for the 1.21e9 reserved before it.
         PhaseBytes(name="optimizer sharding", resident=on_trainer, arrays=parts.optimizer, program=0),
         # The step writes new parameters beside the old (peft_trainer.py:422 donates only the optimizer; flax 0.12's
-        # Optimizer holds no model), and its program holds the gradients and the activations.
-        PhaseBytes(name="update", resident=on_trainer, arrays=parts.params, program=parts.gradients + parts.activations),
+        # Optimizer holds no model). The gradients take no room of their own: TinyLlama's update held its new
+        # parameters (13.87e9 in use) and a 1.31e9 reservation under the 16.91e9 limit, where 2.34e9 more of gradients
+        # would not have fitted; XLA writes them into the new parameters' buffer.
+        PhaseBytes(name="update", resident=on_trainer, arrays=parts.params, program=parts.activations),
     ]
