@@ -29,6 +29,8 @@ CASES = {
     "v6e-16": dict(accelerator="v6e-16", chips_per_vm=4),
     "v5p-8": dict(accelerator="v5p-8", chips_per_vm=4),
     "v5e-1": dict(accelerator="v5e-1", chips_per_vm=1),
+    "tpu7x-8": dict(accelerator="tpu7x-8", chips_per_vm=4),
+    "tpu7x-16": dict(accelerator="tpu7x-16", chips_per_vm=4),
 }
 
 
@@ -289,7 +291,7 @@ def test_jobset_names_leave_room_for_pod_hostnames() -> None:
 def test_accelerator_table_is_consistent() -> None:
     for name, tpu in ACCELERATORS.items():
         generation, count = name.split("-")
-        chips = int(count) // 2 if generation == "v5p" else int(count)  # v5p counts TensorCores
+        chips = int(count) // 2 if generation in ("v5p", "tpu7x") else int(count)  # v5p and TPU7x count TensorCores
         assert tpu.chips == chips, name
         dims = [int(d) for d in tpu.topology.split("x")]
         product = 1
@@ -297,5 +299,5 @@ def test_accelerator_table_is_consistent() -> None:
             product *= d
         assert product == chips, name
     v6e = {f"v6e-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256)}
-    assert {*v6e, "v5p-8", "v5e-1", "v5e-4", "v5e-8"} <= set(ACCELERATORS)
+    assert {*v6e, "v5p-8", "v5e-1", "v5e-4", "v5e-8", "tpu7x-8", "tpu7x-16"} <= set(ACCELERATORS)
     assert set(ACCELERATORS) == set(TPU_SLICES)  # every slice a spec may ask for can be scheduled on GKE

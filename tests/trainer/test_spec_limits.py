@@ -251,7 +251,10 @@ def test_the_tpu_table_is_consistent():
     for name, tpu in TPU_SLICES.items():
         generation, count = name.split("-")
         assert tpu.generation == generation
-        assert tpu.chips == (int(count) // 2 if generation == "v5p" else int(count)), name  # v5p counts TensorCores
+        # v5p and TPU7x count TensorCores, two per chip
+        assert tpu.chips == (int(count) // 2 if generation in ("v5p", "tpu7x") else int(count)), name
+        # and only TPU7x's are two JAX devices (no megacore), so its device count is its name's
+        assert tpu.devices == (int(count) if generation == "tpu7x" else tpu.chips), name
         assert math.prod(int(d) for d in tpu.topology.split("x")) == tpu.chips, name
 
 

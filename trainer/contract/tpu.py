@@ -7,6 +7,12 @@ a 2x4 v6e (or v5e) slice both as one 8-chip VM and as two 4-chip VMs; rljob runs
 `chips_per_vm` is 8. Larger v6e slices are built from 4-chip VMs.
 v5e (one TensorCore per chip, so its count is chips): Cloud TPU's "TPU v5e" page gives the 2D shapes 1x1 (1 chip),
 2x2 (4) and 2x4 (8), each one VM (ct5lp-hightpu-1t, -4t, -8t; Google's API calls them v5litepod-1, -4, -8).
+TPU7x (Ironwood; docs.cloud.google.com/tpu/docs/tpu7x): two TensorCores per chip, so its count is TensorCores as
+for v5p and as Google and xpk spell it (tpu7x-8 = 2x2x1, 4 chips; xpk system_characteristics.py); every VM is
+tpu7x-standard-4t with 4 chips ("Each Ironwood (TPU7x) VM contains four chips": GKE's "About Ironwood (TPU7x) in
+GKE"), so 2x2x2 is two VMs. Unlike v5p (megacore), a TPU7x chip has no megacore: JAX sees each TensorCore as a
+device of its own (jax.experimental.pallas.tpu.ChipVersion: 7x, 2 cores, megacore "No"; vllm-project/tpu-inference
+PR 1266: tpu7x-8 shows 8 devices), so its slices have twice as many devices as chips.
 
 What only a GKE scheduler needs (node labels, machine types, pod sizes) lives beside the manifests in
 service/adapters/k8s/accelerators.py, keyed by these names; each chip's memory, which only the fit estimate
@@ -23,14 +29,21 @@ CPU_ACCELERATOR = "cpu"
 @dataclass(frozen=True)
 class TpuSlice:
     name: str  # rljob's accelerator name, e.g. v6e-8
-    generation: str  # v6e, v5p, v5e
+    generation: str  # v6e, v5p, v5e, tpu7x
     topology: str  # chips along each ICI axis, e.g. 2x4
     chips_per_vm: int
     vms_per_slice: int
+    # JAX devices per chip: what MaxText shards over and splits the rollout by. 1 where a chip is one device (one
+    # TensorCore, or v5p's two joined as a megacore); 2 on TPU7x (see the module docstring).
+    devices_per_chip: int = 1
 
     @property
     def chips(self) -> int:
         return self.chips_per_vm * self.vms_per_slice
+
+    @property
+    def devices(self) -> int:
+        return self.chips * self.devices_per_chip
 
     @property
     def multi_host(self) -> bool:
@@ -38,17 +51,17 @@ class TpuSlice:
 
     @property
     def trainer_devices(self) -> int:
-        """Devices the actor and reference models are sharded over (FSDP): every chip on one VM, where
+        """Devices the actor and reference models are sharded over (FSDP): every device on one VM, where
         training and rollout share them; on several VMs `trainer_devices_fraction` (0.5), the rest
         being the rollout's (model_creation_utils.setup_configs_and_devices)."""
-        return self.chips // 2 if self.multi_host else self.chips
+        return self.devices // 2 if self.multi_host else self.devices
 
     @property
     def rollout_devices(self) -> int:
-        """Devices MaxText 0.2.5's train_rl gives the rollout: every chip on one VM; on several VMs
+        """Devices MaxText 0.2.5's train_rl gives the rollout: every device on one VM; on several VMs
         with Pathways (rl.yml's default on TPU) `sampler_devices_fraction` (0.5) of them
         (model_creation_utils.setup_configs_and_devices)."""
-        return self.chips // 2 if self.multi_host else self.chips
+        return self.devices // 2 if self.multi_host else self.devices
 
 
 def _v6e_multi_host(chips: int, topology: str) -> TpuSlice:
@@ -70,6 +83,9 @@ TPU_SLICES: dict[str, TpuSlice] = {
         TpuSlice("v5e-1", "v5e", "1x1", chips_per_vm=1, vms_per_slice=1),
         TpuSlice("v5e-4", "v5e", "2x2", chips_per_vm=4, vms_per_slice=1),
         TpuSlice("v5e-8", "v5e", "2x4", chips_per_vm=8, vms_per_slice=1),
+        # The smallest single- and multi-host TPU7x slices; larger ones (2x2x4 and up) add VMs the same way.
+        TpuSlice("tpu7x-8", "tpu7x", "2x2x1", chips_per_vm=4, vms_per_slice=1, devices_per_chip=2),
+        TpuSlice("tpu7x-16", "tpu7x", "2x2x2", chips_per_vm=4, vms_per_slice=2, devices_per_chip=2),
     )
 }
 

@@ -6,7 +6,8 @@ what GKE needs, keyed by generation and VM size. The machine type is pinned thro
 `node.kubernetes.io/instance-type` label, so a pod asking for 8 chips can never land on a 4-chip VM
 of the same accelerator, and that mismatch is visible at once. Sources: the GKE "Plan TPUs" tables
 and xpk's `system_characteristics.py`; for v5e's VMs (vCPUs, memory), the "VM types" table of Cloud TPU's
-"TPU v5e" page.
+"TPU v5e" page;
+for TPU7x's, the table of Cloud TPU's "TPU7x (Ironwood)" page.
 
 `cpu` is not a TPU: it is one plain pod on any node, sized by settings (CpuHost, lookup_hardware).
 """
@@ -27,7 +28,8 @@ GKE_NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 TPU_RESOURCE = "google.com/tpu"
 
 # Value of cloud.google.com/gke-tpu-accelerator per TPU generation.
-GKE_ACCELERATORS = {"v6e": "tpu-v6e-slice", "v5p": "tpu-v5p-slice", "v5e": "tpu-v5-lite-podslice"}
+# TPU7x's is plain "tpu7x" (GKE's "About Ironwood (TPU7x) in GKE" guides select it; xpk's gke_accelerator too).
+GKE_ACCELERATORS = {"v6e": "tpu-v6e-slice", "v5p": "tpu-v5p-slice", "v5e": "tpu-v5-lite-podslice", "tpu7x": "tpu7x"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ GKE_MACHINES: dict[tuple[str, int], GkeMachine] = {
     ("v5e", 1): GkeMachine("ct5lp-hightpu-1t", "20", "40Gi", "8Gi"),  # 24 vCPU, 48 GB
     ("v5e", 4): GkeMachine("ct5lp-hightpu-4t", "100", "170Gi", "32Gi"),  # 112 vCPU, 192 GB
     ("v5e", 8): GkeMachine("ct5lp-hightpu-8t", "200", "340Gi", "64Gi"),  # 224 vCPU, 384 GB
+    # 224 vCPU, 960 GB (docs.cloud.google.com/tpu/docs/tpu7x, "4-chip VM"); split over two NUMA nodes, which GKE's
+    # Ironwood page suggests using with one container per node: rljob runs one trainer container over both.
+    ("tpu7x", 4): GkeMachine("tpu7x-standard-4t", "200", "800Gi", "128Gi"),
 }
 
 
