@@ -59,6 +59,8 @@ GKE_TPU_VMS: dict[str, GkeTpuVm] = {
     "ct5lp-hightpu-1t": GkeTpuVm("tpu-v5-lite-podslice", 1, "23870m", "43Gi"),  # 24 vCPU, 48 GB
     "ct5lp-hightpu-4t": GkeTpuVm("tpu-v5-lite-podslice", 4, "111650m", "181Gi"),  # 112 vCPU, 192 GB
     "ct5lp-hightpu-8t": GkeTpuVm("tpu-v5-lite-podslice", 8, "223370m", "369Gi"),  # 224 vCPU, 384 GB
+    # 224 vCPU, 960 GB (Cloud TPU's "TPU7x (Ironwood)" page); label value "tpu7x" (GKE's Ironwood guides, xpk).
+    "tpu7x-standard-4t": GkeTpuVm("tpu7x", 4, "223370m", "933Gi"),
 }
 
 

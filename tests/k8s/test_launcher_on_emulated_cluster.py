@@ -113,6 +113,7 @@ TPU_VMS = {
     "v5e-1": ("ct5lp-hightpu-1t", "1x1", 1),
     "v5e-4": ("ct5lp-hightpu-4t", "2x2", 4),
     "v5e-8": ("ct5lp-hightpu-8t", "2x4", 8),
+    "tpu7x-8": ("tpu7x-standard-4t", "2x2x1", 4),
 }
 
 
@@ -130,6 +131,30 @@ async def test_a_single_host_tpu_job_runs_on_a_vm_of_its_own_shape(accelerator, 
         assert pod["spec"]["nodeName"] == f"tpu-{accelerator}", running.message
         done = await recorder.wait_for(ObservedState.SUCCEEDED)
         assert done.exit_code == 0
+    finally:
+        await asyncio.to_thread(launcher.stop)
+        await emu.__aexit__(None, None, None)
+
+
+async def test_a_multi_host_tpu7x_job_runs_on_the_two_vms_of_its_2x2x2_pool(cluster, make_launcher, recorder, tmp_path):
+    """tpu7x-16 is one JobSet over the two tpu7x-standard-4t VMs of a 2x2x2 pool (GKE labels a workload-policy pool's
+    nodes with the topology as it does a --tpu-topology one: xpk's Kueue flavor for tpu7x-16 selects on it), not on
+    the single-host TPU7x VM or the 4-chip VMs of another generation beside them; both workers run to the end."""
+    pool = [Node.gke_tpu(f"tpu7x-16-{i}", pool="tpu7x-16", topology="2x2x2", machine_type="tpu7x-standard-4t") for i in range(2)]
+    decoys = [
+        Node.gke_tpu("tpu7x-8-0", pool="tpu7x-8", topology="2x2x1", machine_type="tpu7x-standard-4t"),
+        *(Node.gke_tpu(f"v6e-16-{i}", pool="v6e-16", topology="4x4", machine_type="ct6e-standard-4t") for i in range(2)),
+    ]
+    launcher = make_launcher()
+    launcher.start(recorder)
+    emu = await _start(cluster, tmp_path, _py("print('on a TPU7x VM')"), nodes=[*decoys, *pool], job_spec=spec("tpu7x-16", 4))
+    try:
+        running = await recorder.wait_for(ObservedState.RUNNING)
+        assert running.object_name == f"jobset/{JOB_ID}", running.message
+        done = await recorder.wait_for(ObservedState.SUCCEEDED)
+        assert done.exit_code == 0
+        pods = emu.pods(NS, **{"jobset.sigs.k8s.io/jobset-name": JOB_ID})
+        assert sorted(p["spec"]["nodeName"] for p in pods) == ["tpu7x-16-0", "tpu7x-16-1"]
     finally:
         await asyncio.to_thread(launcher.stop)
         await emu.__aexit__(None, None, None)
