@@ -1,7 +1,7 @@
 """KueueEmulator: Kueue's controllers on kmock, run by EmulatedCluster's reconcile loop before the JobSet
 and Job controllers (decisions: kueue_reconcile.py, kueue_controller.py, kueue_workload.py).
 
-    kueue = KueueEmulator(rule="flavor-keys", serves_provisioning_request=False, config=KueueConfiguration())
+    kueue = KueueEmulator(rule="flavor-keys", serves_provisioning_request=False, config=KueueConfiguration(), version="v0.20.0")
     async with EmulatedCluster(kmock, tmp_path, nodes=[...], kueue=kueue) as cluster:
         for obj in (flavor, cluster_queue, local_queue):
             await cluster.create(obj)      # Kueue kinds go through the emulator: schema-checked, then stored
@@ -28,12 +28,20 @@ import copy
 import datetime as dt
 from typing import Any
 
+from . import kueue_versions
 from .admission import KUEUE_WEBHOOK_SERVICE, Admission, install_admission
 from .kapi import ApiError, KApi
-from .kueue_config import DEFAULT_LOCAL_QUEUE, MANAGER_CONFIGMAP, KueueConfiguration, default_on_create, namespace_labels
+from .kueue_config import (
+    DEFAULT_LOCAL_QUEUE,
+    MANAGER_CONFIGMAP,
+    KueueConfiguration,
+    default_on_create,
+    namespace_labels,
+    owner_managed_by_kueue,
+)
 from .kueue_controller import RULES
 from .kueue_reconcile import KueueDecision, KueueState, decide_kueue
-from .kueue_workload import GROUP_VERSION, schema_errors, workload_name
+from .kueue_workload import GROUP_VERSION, PRIORITY_CLASS_LABEL, QUEUE_LABEL, schema_errors, workload_name
 
 # kind -> (plural, namespaced), kueue.x-k8s.io/v1beta2
 KUEUE_KINDS: dict[str, tuple[str, bool]] = {
@@ -63,11 +71,17 @@ def _without_nulls(status: dict[str, Any]) -> dict[str, Any]:
 
 class KueueEmulator:
     def __init__(
-        self, *, rule: str = "flavor-keys", serves_provisioning_request: bool = False, config: KueueConfiguration | None = None
+        self,
+        *,
+        rule: str = "flavor-keys",
+        serves_provisioning_request: bool = False,
+        config: KueueConfiguration | None = None,
+        version: str = "v0.19.2",
     ) -> None:
         if rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}: flavor-keys is v0.17.6+/v0.18.2+/v0.19.x, union-keys older")
         self.rule = rule
+        self.version = kueue_versions.check(version)  # where v0.19.2 and v0.20.0 differ: kueue_versions.py
         self.serves_provisioning_request = serves_provisioning_request
         self.config = config or KueueConfiguration.installed()
         self.kmock: Any = None
@@ -112,6 +126,15 @@ class KueueEmulator:
         ns = (obj.get("metadata") or {}).get("namespace") or ""
         exists = self.get("LocalQueue", ns, DEFAULT_LOCAL_QUEUE) is not None
         default_on_create(obj, self.config, default_queue_exists=exists, ns_labels=self.namespace_labels(ns))
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if (
+            kueue_versions.defaults_priority_class(self.version)
+            and QUEUE_LABEL in labels
+            and PRIORITY_CLASS_LABEL not in labels
+            and not owner_managed_by_kueue(obj, self.config)
+            and self.get("WorkloadPriorityClass", None, kueue_versions.DEFAULT_PRIORITY_CLASS) is not None
+        ):  # jobframework/defaults.go ApplyDefaultWorkloadPriorityClass (v0.20)
+            labels[PRIORITY_CLASS_LABEL] = kueue_versions.DEFAULT_PRIORITY_CLASS
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -179,7 +202,8 @@ class KueueEmulator:
             config=self.config,
             namespace_labels={ns: self.namespace_labels(ns) for ns in {o["metadata"]["namespace"] for o in owners}},
         )
-        await self._apply(api, decide_kueue(state, rule=self.rule, serves_provisioning=self.serves_provisioning_request, now=now))
+        decision = decide_kueue(state, rule=self.rule, serves_provisioning=self.serves_provisioning_request, now=now, version=self.version)
+        await self._apply(api, decision)
 
     async def _apply(self, api: KApi, d: KueueDecision) -> None:
         for wl in d.create:

@@ -1,5 +1,6 @@
 """Kueue's decisions for the emulated cluster, as pure functions over API dicts: what upstream Kueue
-(kubernetes-sigs/kueue v0.19.2, default feature gates) does, not what our service expects. Every rule
+(kubernetes-sigs/kueue v0.19.2, default feature gates;
+where v0.20.0 differs, kueue_versions.py) does, not what our service expects. Every rule
 names the upstream file and function it follows; kueue_workload.py holds the jobframework half.
 
 Emulated:
@@ -24,7 +25,7 @@ pending), fair sharing, partial admission, TAS, MultiKueue, the ProvisioningRequ
 active provisioning check stays Pending, so its Workloads are never Admitted), pod PriorityClass as
 priority, required nodeAffinity in flavor matching, pod and validating webhooks, the Workloads of
 manageJobsWithoutQueueName (NotEmulated), flavor-fungibility knobs other than the defaults, resuming from the last tried flavor,
-the UnadmittedWorkloadsObservability gates (off by default: unadmitted reasons are Pending/Inadmissible).
+the v0.20 QuotaReserved reasons and priority-class defaulting are kueue_versions.py's (per emulated version).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from decimal import Decimal
 from typing import Any
 
 from .job_controller import iso
+from .kueue_versions import SEVERITY
 from .kueue_workload import format_quantity, podset_requests, quantity
 from .scheduling import node_selector_terms_match, required_affinity_terms
 
@@ -207,6 +209,7 @@ class Assignment:
     pod_sets: list[dict[str, Any]] = field(default_factory=list)  # status.admission.podSetAssignments
     usage: dict[tuple[str, str], Decimal] = field(default_factory=dict)  # (flavor, resource) -> quantity
     message: str = ""  # Assignment.Message() when something did not fit
+    no_fit_reason: str = ""  # v0.20's NoFitReason for it (kueue_versions.py says when a version writes it)
 
 
 def assign_flavors(
@@ -234,8 +237,10 @@ def assign_flavors(
                 if requests[res] == 0:
                     continue
                 reasons = [f"resource {res} unavailable in ClusterQueue"]
+                out.no_fit_reason = "NoMatchingFlavor"  # no flavor attempt at all: resolveNoFitReason's default
                 break
             covered = {r: q for r, q in requests.items() if r in rg["coveredResources"]}
+            tried: list[str] = []  # each flavor's NoFitReason (flavorassigner.go: NoMatchingFlavor, or fitsResourceQuota's)
             union = {k for f in rg["flavors"] for k in ((flavors.get(f["name"]) or {}).get("spec", {}).get("nodeLabels") or {})}
             found = None
             for f in rg["flavors"]:
@@ -244,13 +249,18 @@ def assign_flavors(
                 why = flavor_mismatch(name, flavors.get(name), ps["template"]["spec"], own if rule == "flavor-keys" else union)
                 if why is not None:
                     reasons.append(why)
+                    tried.append("NoMatchingFlavor")
                     continue
                 short = _quota_reasons(name, covered, quotas, used, out.usage)
                 reasons += short
-                if not short:
+                if short:
+                    tried.append("ExceedsMaxQuota" if any("maximum capacity" in r for r in short) else "WaitingForQuota")
+                else:
                     found = name
                     break
             if found is None:
+                # resolveNoFitReason: within a resource group the least severe flavor's reason stands
+                out.no_fit_reason = min(tried, key=SEVERITY.__getitem__, default="NoMatchingFlavor")
                 break
             chosen.update({r: found for r in covered})
         else:

@@ -27,6 +27,7 @@ from .kueue_controller import (
     set_cond,
     usage_of,
 )
+from .kueue_versions import blocker_reason, no_fit_reason
 from .kueue_workload import FAILED_TO_START, PodSetMergeConflict, PriorityClassMissing, build_workload, finished, started_owner_spec
 from .volumes import NotEmulated
 
@@ -66,7 +67,7 @@ def _owner_uid(workload: dict[str, Any]) -> str | None:
     return next((r["uid"] for r in workload["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
 
 
-def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: dt.datetime) -> KueueDecision:
+def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: dt.datetime, version: str = "v0.19.2") -> KueueDecision:
     out = KueueDecision()
     checks = {}
     for name, ac in st.checks.items():
@@ -119,8 +120,8 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
         ns = w["metadata"]["namespace"]
         queue = lq_of.get((ns, w["spec"]["queueName"]))
         blocker = _queue_blocker(w, queue, st, cq_active)
-        if blocker is not None:  # workload_controller.go syncQuotaReservedFalseCondition (legacy reasons)
-            _set_pending(out, w, "Inadmissible", blocker, now)
+        if blocker is not None:  # workload_controller.go syncQuotaReservedFalseCondition
+            _set_pending(out, w, blocker_reason(version, blocker), blocker, now)
             continue
         assert queue is not None
         cq_name = queue[3]
@@ -129,7 +130,7 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
             continue
         a = assign_flavors(w, cq, st.flavors, used[cq_name], rule)
         if a.message:
-            _set_pending(out, w, "Pending", a.message, now)  # scheduler.go requeueAndUpdate
+            _set_pending(out, w, no_fit_reason(version, a.no_fit_reason), a.message, now)  # scheduler.go requeueAndUpdate
             if (cq["spec"].get("queueingStrategy") or "BestEffortFIFO") == "StrictFIFO":
                 blocked_cqs.add(cq_name)
             continue

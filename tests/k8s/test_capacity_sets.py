@@ -1,5 +1,5 @@
 """One spec, several capacities, through the whole service on the emulated cluster with Kueue's admission
-(harness/podrun/kueue.py, after kueue v0.19.2; both of its flavor-matching rules): the shipped ResourceFlavors and
+(harness/podrun/kueue.py, after kueue v0.19.2 and v0.20.0's differences; both flavor-matching rules): the shipped ResourceFlavors and
 ClusterQueue (k8s/kueue/, flavors in the pool's order: reservation, spot, on-demand, flex-start), spot quota for
 one v6e-8 and on-demand quota for two, one spot node and two on-demand nodes carrying GKE's labels and taints.
 The trainer container runs a fake command (it sleeps until stopped); everything else is the rendered manifest.
@@ -38,7 +38,7 @@ from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
 from trainer.contract import JobSpec
 
 from .conftest import configuration_for, make_settings, make_spec
-from .test_kueue_routing import shipped_kueue_objects
+from .test_kueue_routing import RULE_VERSIONS, shipped_kueue_objects
 from .test_service_integration import AUTH, NoProgress, _settings, _wait
 
 pytestmark = pytest.mark.timeout(400)  # the waits below add up to 330 s; it takes about 20
@@ -97,9 +97,9 @@ def _events(state: Path, job_id: str) -> tuple[list[dict[str, Any]], int]:
         store.close()
 
 
-@pytest.mark.parametrize("rule", ["flavor-keys", "union-keys"])
+@pytest.mark.parametrize(("rule", "version"), RULE_VERSIONS)
 async def test_a_capacity_set_lands_by_the_pools_order_and_comes_back_on_another_kind_after_a_spot_preemption(
-    kmock, tmp_path, monkeypatch, rule
+    kmock, tmp_path, monkeypatch, rule, version
 ):
     monkeypatch.setattr(pod_template, "trainer_command", _fake_trainer)
     loop = asyncio.get_running_loop()
@@ -107,7 +107,7 @@ async def test_a_capacity_set_lands_by_the_pools_order_and_comes_back_on_another
     def on_loop(coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=30)
 
-    kueue = KueueEmulator(rule=rule)
+    kueue = KueueEmulator(rule=rule, version=version)
     async with EmulatedCluster(kmock, tmp_path / "nodes", nodes=NODES, kueue=kueue) as cluster:
         for obj in [*service_accounts(), *_kueue_objects()]:
             await cluster.create(obj)
@@ -142,7 +142,19 @@ async def test_a_capacity_set_lands_by_the_pools_order_and_comes_back_on_another
                 _wait(lambda: on_loop(_read(lambda: admitted_to(a))) == SPOT, "A's Job labelled with its flavor")
 
                 b = submit("spot", "b-spot-only")
-                _wait(lambda: _job(client, b)["phase"] == "QUEUED", "B waiting for spot quota")
+                waiting = _wait(
+                    lambda: (
+                        (j := _job(client, b))["phase"] == "QUEUED"
+                        and (j["queue"] or {}).get("reason") not in (None, "NoWorkload", "PendingEvaluation")
+                        and j
+                    ),
+                    "B waiting for spot quota, once Kueue's scheduler has tried it",
+                )
+                # Kueue says Pending (v0.19.2) or WaitingForQuota (v0.20.0; the spot flavor's reason is the least
+                # severe, the other flavors' NoMatchingFlavor): rljob says WaitingForQuota, in words, on both.
+                assert waiting["queue"]["reason"] == "WaitingForQuota", waiting["queue"]
+                assert waiting["queue"]["message"].startswith("waiting for quota: "), waiting["queue"]
+                assert f"insufficient unused quota for google.com/tpu in flavor {SPOT}" in waiting["queue"]["message"]
                 c = submit(["spot", "on-demand"], "c-spot-or-on-demand")
                 _wait(lambda: _running_on(client, c, ON_DEMAND), "C running on on-demand: spot is full", 60)
                 assert _job(client, b)["phase"] == "QUEUED", "B still waits: C did not take spot from it"

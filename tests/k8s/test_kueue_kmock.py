@@ -24,6 +24,11 @@ pytestmark = pytest.mark.timeout(60)
 WORKLOADS = "kueue.x-k8s.io/v1beta2/workloads"
 TEAM_QUEUES = {"ml": "ml-tpu"}  # the bootstrap token's team (test_service_integration._settings) is ml
 WAITING = {"type": "QuotaReserved", "status": "False", "reason": "WaitingForQuota", "message": QUOTA_MESSAGE}
+# What rljob says of it (service/adapters/k8s/kueue_reasons.py), then Kueue's own message.
+QUOTA_WORDS = (
+    "waiting for quota: the jobs admitted before it hold the flavors it may use, and it starts when one of them finishes "
+    f"(nothing to do). Kueue: {QUOTA_MESSAGE}"
+)
 ADMITTED = (
     {"type": "QuotaReserved", "reason": "QuotaReserved", "message": "Quota reserved in ClusterQueue rljob-v6e"},
     {"type": "Admitted", "reason": "Admitted", "message": "The workload is admitted"},
@@ -133,7 +138,7 @@ async def test_a_job_waiting_for_quota_is_queued_with_kueues_reason_and_place(cl
     name = await kueue.set_conditions(JOB_ID, WAITING)
     kueue.pending = ["job-rl-aaaaaaaaaaaa-11111", name]
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)
-    assert obs.state is ObservedState.QUEUED and obs.message == QUOTA_MESSAGE
+    assert obs.state is ObservedState.QUEUED and obs.message == QUOTA_WORDS
     assert (obs.queue.name, obs.queue.position, obs.queue.reason) == ("ml-tpu", 2, "WaitingForQuota")
     pending_reads = [r for r in cluster.server if r.url.path.endswith("/pendingworkloads")]
     assert pending_reads[-1].url.path == (f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/ml-tpu/pendingworkloads")
@@ -200,7 +205,7 @@ async def test_a_jobset_is_queued_from_its_workload_too(cluster, kueue, make_lau
     kueue.pending = [name]
     obs = await asyncio.to_thread(launcher.observe, JOB_ID)
     assert (obs.state, obs.object_name) == (ObservedState.QUEUED, f"jobset/{JOB_ID}")
-    assert (obs.queue.position, obs.queue.reason, obs.message) == (1, "WaitingForQuota", QUOTA_MESSAGE)
+    assert (obs.queue.position, obs.queue.reason, obs.message) == (1, "WaitingForQuota", QUOTA_WORDS)
 
 
 def _job(client: TestClient, job_id: str) -> dict[str, Any]:
@@ -232,8 +237,8 @@ async def test_queued_admitted_preempted_and_readmitted_through_the_service(clus
             name = on_loop(kueue.set_conditions(job_id, WAITING))
             kueue.pending = ["job-rl-aaaaaaaaaaaa-11111", name]
             job = phase_is(client, job_id, "QUEUED", lambda j: (j["queue"] or {}).get("position") == 2)
-            assert job["queue"] == {"name": "ml-tpu", "position": 2, "reason": "WaitingForQuota", "message": QUOTA_MESSAGE}
-            assert job["message"] == f"waiting in ml-tpu: {QUOTA_MESSAGE}"
+            assert job["queue"] == {"name": "ml-tpu", "position": 2, "reason": "WaitingForQuota", "message": QUOTA_WORDS}
+            assert job["message"] == f"waiting in ml-tpu: {QUOTA_WORDS}"
             _wait(lambda: meta(job_id).get("annotations", {}).get("rljob.dev/queue-position") == "2", "position annotation")
             assert meta(job_id)["annotations"]["rljob.dev/queue-reason"] == "WaitingForQuota"
             assert meta(job_id)["labels"]["rljob.dev/phase"] == "queued"

@@ -1,8 +1,8 @@
 """Where a job of each capacity really lands: the shipped k8s/kueue/ objects, the manifests the launcher
 renders, and an emulated GKE cluster with one node per capacity, under the Kueue emulator's upstream rules
-(harness/podrun/kueue.py, following kueue v0.19.2; both flavor-matching rules: `flavor-keys` is v0.17.6+,
-v0.18.2+ and v0.19.x, `union-keys` is older). The trainer container runs a fake command; everything else is
-the rendered manifest.
+(harness/podrun/kueue.py, following kueue v0.19.2 and, where it differs, v0.20.0: harness/podrun/kueue_versions.py;
+both flavor-matching rules: `flavor-keys` is v0.17.6+, v0.18.2+, v0.19.x and v0.20, `union-keys` is older).
+The trainer container runs a fake command; everything else is the rendered manifest.
 
 What this shows, for on-demand, spot, flex-start and reservation TPU jobs and a cpu job: the Workload was
 admitted into its own capacity's flavor and no other, and its pod was bound to a node of its own capacity
@@ -28,6 +28,7 @@ from harness.podrun.kueue import KueueEmulator
 from harness.podrun.manifests import NS, service_accounts, settings, spec, workload
 from harness.podrun.scheduling import Node
 from service.adapters.k8s.capacity import CAPACITY_LABEL
+from service.adapters.k8s.kueue_reasons import normalized_reason
 from service.adapters.k8s.launcher import build_k8s_launcher
 from service.domain.errors import InvalidRequest
 from trainer.contract import JobSpec
@@ -42,6 +43,8 @@ NODES = [
     *(Node.gke_tpu(f"tpu-{c}-0", c, reservation=RESERVATION if c == "reservation" else None) for c in CAPACITIES),
 ]
 FLAVOR = {c: f"tpu-v6e-2x4-{c}" for c in CAPACITIES}
+# The key rules with the reasons of the versions that have them: union-keys is older than the v0.20 reasons.
+RULE_VERSIONS = [("flavor-keys", "v0.19.2"), ("union-keys", "v0.19.2"), ("flavor-keys", "v0.20.0")]
 
 
 def shipped_kueue_objects() -> list[dict[str, Any]]:
@@ -72,9 +75,10 @@ async def _run(
     capacities: tuple[str, ...] = (*CAPACITIES, "cpu"),
     *,
     overflow: bool = False,
+    version: str = "v0.19.2",
 ) -> dict[str, dict[str, Any]]:
     """Submit one job per capacity (and cpu); return, per job, its admitted flavors and node."""
-    kueue = KueueEmulator(rule=rule)
+    kueue = KueueEmulator(rule=rule, version=version)
     jobs = {c: f"rl-{c.replace('-', '')[:8]:0<8}0000" for c in capacities}
     seen: dict[str, dict[str, Any]] = {}
     async with EmulatedCluster(kmock, work, nodes=NODES, kueue=kueue) as cluster:
@@ -130,9 +134,9 @@ async def _run(
     return seen
 
 
-@pytest.mark.parametrize("rule", ["flavor-keys", "union-keys"])
-async def test_every_capacity_lands_in_its_own_flavor_and_on_its_own_nodes(kmock, tmp_path, rule):
-    seen = await _run(kmock, tmp_path / "nodes", rule, shipped_kueue_objects(), overflow=True)
+@pytest.mark.parametrize(("rule", "version"), RULE_VERSIONS)
+async def test_every_capacity_lands_in_its_own_flavor_and_on_its_own_nodes(kmock, tmp_path, rule, version):
+    seen = await _run(kmock, tmp_path / "nodes", rule, shipped_kueue_objects(), overflow=True, version=version)
     for capacity in CAPACITIES:
         assert seen[capacity]["flavors"] == [FLAVOR[capacity]], (rule, capacity, seen[capacity])
         assert seen[capacity]["node"] == f"tpu-{capacity}-0", (rule, capacity, seen[capacity])
@@ -141,20 +145,25 @@ async def test_every_capacity_lands_in_its_own_flavor_and_on_its_own_nodes(kmock
     assert seen["cpu"] == {"queued": False, "workload": False, "flavors": [], "node": "cpu-0", "selector": {}}
     # On-demand quota full: the next on-demand job waits (Kueue's own words), it is not admitted into the spot,
     # flex-start or reservation quota that is still free.
+    # v0.19.2 says Pending (scheduler.go requeueAndUpdate); v0.20.0, UnadmittedWorkloadsObservability on by default,
+    # the assignment's NoFitReason: WaitingForQuota, on-demand being the least severe flavor's reason (flavorassigner.go
+    # resolveNoFitReason). The message is the same on both, and rljob reads both as WaitingForQuota.
     overflow = seen["overflow"]
-    assert (overflow["status"], overflow["reason"]) == ("False", "Pending"), overflow
+    expected = {"v0.19.2": "Pending", "v0.20.0": "WaitingForQuota"}[version]
+    assert (overflow["status"], overflow["reason"]) == ("False", expected), overflow
     assert FLAVOR["on-demand"] in overflow["message"] and "insufficient" in overflow["message"], overflow
+    assert normalized_reason(overflow["reason"], overflow["message"]) == "WaitingForQuota", overflow
 
 
-@pytest.mark.parametrize("rule", ["flavor-keys", "union-keys"])
+@pytest.mark.parametrize(("rule", "version"), RULE_VERSIONS)
 @pytest.mark.parametrize("capacity", CAPACITIES)
-async def test_each_capacity_submitted_alone_lands_in_its_own_flavor(kmock, tmp_path, rule, capacity):
+async def test_each_capacity_submitted_alone_lands_in_its_own_flavor(kmock, tmp_path, rule, capacity, version):
     """Each job with every flavor's quota free: its own routing, not what the quota other jobs took left it. Submitted
     together, a job that routing let into another kind's flavor could find that flavor full, be tried against the
     next in the pool's order and land on its own kind anyway. Mutation-checked: a spot pod without its capacity
     selector is admitted into the first flavor it then matches (reservation; on-demand in the pool's order before
     issue 35) and never bound, under flavor-keys. Under union-keys GKE's spot label alone routes it to spot."""
-    seen = await _run(kmock, tmp_path / "nodes", rule, shipped_kueue_objects(), (capacity,))
+    seen = await _run(kmock, tmp_path / "nodes", rule, shipped_kueue_objects(), (capacity,), version=version)
     assert seen[capacity]["flavors"] == [FLAVOR[capacity]], (rule, capacity, seen[capacity])
     assert seen[capacity]["node"] == f"tpu-{capacity}-0", (rule, capacity, seen[capacity])
 

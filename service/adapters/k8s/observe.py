@@ -14,6 +14,7 @@ from trainer.contract import describe_exit_code
 
 from . import names, pods
 from .kueue import KueueRead
+from .kueue_reasons import normalized_reason, reason_words
 from .pods import Ending
 
 if TYPE_CHECKING:
@@ -115,7 +116,8 @@ def _not_admitted(job_id: str, object_name: str, labels: dict[str, str], kueue: 
             message=f"admitted by Kueue from LocalQueue {queue}; starting",
         )
     if view is not None:
-        reason, message = view.reason, view.message or f"Kueue has not admitted {object_name} ({view.reason})"
+        reason = normalized_reason(view.reason, view.message)  # v0.19's Pending/Inadmissible read as v0.20 names them
+        message = reason_words(reason, view.message, queue) if view.message else f"Kueue has not admitted {object_name} ({reason})"
     elif kueue is not None and kueue.readable:
         reason, message = (
             "NoWorkload",
