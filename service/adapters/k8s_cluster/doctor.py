@@ -34,6 +34,25 @@ PROBE_DEADLINE_S = 20.0
 StorageProbe = Callable[[str], None]  # raises with a message when the prefix cannot be listed
 
 
+def kueue_version_line(served: set[str]) -> CheckLine:
+    """Which Kueue line is installed, from discovery alone: v0.20 stops serving kueue.x-k8s.io/v1beta1
+    (CHANGELOG-0.20.md #14558), v0.15-v0.19 serve both; and what rljob does differently on it."""
+    name = "kueue version"
+    if f"{KUEUE_GROUP}/v1beta1" in served:
+        return CheckLine(
+            "ok",
+            name,
+            "v0.15-v0.19 (v1beta1 still served): waiting jobs say Pending/Inadmissible, which rljob reads as v0.20's "
+            "WaitingForQuota, ExceedsMaxQuota, NoMatchingFlavor, Misconfigured or Suspended from Kueue's message",
+        )
+    return CheckLine(
+        "ok",
+        name,
+        "v0.20 or later (v1beta1 no longer served): rljob shows Kueue's own waiting reasons; a queued job that names no "
+        "WorkloadPriorityClass gets one called `default` if it exists (rljob's jobs always name rljob-<priority>)",
+    )
+
+
 def api_checks(served: set[str], settings: K8sSettings) -> list[CheckLine]:
     lines = [
         CheckLine("ok", "api batch/v1", "served")
@@ -76,6 +95,8 @@ def api_checks(served: set[str], settings: K8sSettings) -> list[CheckLine]:
                     "install Kueue >= 0.15, or unset RLJOB_K8S_KUEUE_QUEUE and RLJOB_K8S_KUEUE_TEAM_QUEUES",
                 )
             )
+        if KUEUE_V1BETA2 in served:
+            lines.append(kueue_version_line(served))
         if VISIBILITY_V1BETA2 in served:
             lines.append(CheckLine("ok", f"api {VISIBILITY_V1BETA2}", "served"))
         else:
