@@ -115,7 +115,7 @@ async def test_a_healthy_cluster_is_all_ok(healthy, gcs, tmp_path):
         "quota of flavor tpu-v6e-2x4-spot (ClusterQueue rljob-v6e)",
     ):
         line(out, "ok", name)
-    assert out.strip().endswith("18 ok, 0 warn, 0 fail"), out
+    assert out.strip().endswith("19 ok, 0 warn, 0 fail"), out  # with the kueue version line (v1beta2 alone served)
     # The dry-run probes were never stored; the queued ones got their Workloads and were deleted.
     kinds = {k[0].plural for k, o in healthy.server.objects.items() if not o.deleted}
     assert "jobs" not in kinds and "jobsets" not in kinds
