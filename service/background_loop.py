@@ -31,7 +31,8 @@ class BackgroundLoop:
     with nothing to do until someone offers work). wait_first: wait one interval before the first
     round (a loop whose first round was just done by its owner). retry_s: the wait after a round
     that raised (default interval_s). stop: an event shared with the round, for rounds that block
-    (a watch stream, a queue read) and must see the stop themselves; one of its own otherwise.
+    (a watch stream, a queue read) and must see the stop themselves; one of its own otherwise. woken: an event
+    that runs the next round at once when set, for owners that queue work from another thread (`wake()` sets it).
     what: what a round does, named in the log line when one fails.
     """
 
@@ -44,6 +45,7 @@ class BackgroundLoop:
         wait_first: bool = False,
         retry_s: float | None = None,
         stop: threading.Event | None = None,
+        woken: threading.Event | None = None,
         what: str = "a round",
     ) -> None:
         self.name = name
@@ -53,7 +55,7 @@ class BackgroundLoop:
         self._wait_first = wait_first
         self._retry_s = retry_s if retry_s is not None else interval_s
         self.stop_event = stop if stop is not None else threading.Event()
-        self._woken = threading.Event()
+        self._woken = woken if woken is not None else threading.Event()
         self._thread: threading.Thread | None = None
 
     @property

@@ -161,27 +161,11 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         self_check = startup_checks(settings, launcher)
     notifier = ChangeNotifier()
 
-    def elected(term: int) -> None:
-        jobs.begin_term(term)
-        supervisor.start()
-        if mlflow_export is not None:
-            mlflow_export.start()
-        if webhooks is not None:
-            webhooks.start()
-
-    def deposed() -> None:
-        jobs.end_term()  # first: a leader write still under way is refused from here on
-        if mlflow_export is not None:
-            mlflow_export.stop()
-        if webhooks is not None:
-            webhooks.stop()
-        supervisor.stop()
-
     leadership = Leadership(
         lock,
         take_term=lambda: store.take_term(replica_name(), clock()),
-        on_elected=elected,
-        on_deposed=deposed,
+        on_elected=lambda term: supervisor.start_term(term),
+        on_deposed=lambda: supervisor.end_term(),
         check_interval_s=settings.leader_check_interval_s,
     )
     jobs = JobService(
@@ -204,16 +188,6 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         budgets=BudgetLedger(store, settings.team_budgets, settings.usage_prices_usd_per_chip_hour),
         prices=settings.usage_prices_usd_per_chip_hour,
     )
-    supervisor = Supervisor(
-        jobs,
-        launcher,
-        progress_poll_interval_s=settings.progress_poll_interval_s,
-        active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
-        take_over_requests=lock.shared,
-        budget_check_interval_s=settings.budget_check_interval_s,
-        checkpoints=RunCheckpointStore(),
-        checkpoint_retention_days=settings.checkpoint_retention_days,
-    )
     mlflow_export = None
     if settings.mlflow_tracking_uri:
         mlflow_export = MlflowLiveExport(
@@ -225,6 +199,17 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
             interval_s=settings.mlflow_export_interval_s,
         )
     webhook_queue, webhooks = build_webhooks(settings, store, clock)
+    supervisor = Supervisor(
+        jobs,
+        launcher,
+        progress_poll_interval_s=settings.progress_poll_interval_s,
+        active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
+        take_over_requests=lock.shared,
+        budget_check_interval_s=settings.budget_check_interval_s,
+        checkpoints=RunCheckpointStore(),
+        checkpoint_retention_days=settings.checkpoint_retention_days,
+        rounds=[*(mlflow_export.rounds() if mlflow_export else []), *(webhooks.rounds() if webhooks else [])],
+    )
     return Runtime(
         settings=settings,
         store=store,

@@ -8,15 +8,14 @@ Threads (background loops, service/background_loop.py; all stopped by `Superviso
   any event saying so; progress_poller.py), carries out what other replicas stored
   (`take_over_requests`: a job they accepted, a cancel they recorded), and every
   active_jobs_reconcile_interval_s asks the launcher about every active job (catches missed observations);
-- attached evals: once recovery has succeeded, every progress_poll_interval_s makes the eval jobs that training
-  jobs with `eval` set should have and keeps their view of them (attached_eval_reconciler.py: from what is
-  stored, so a restart makes what is missing), in a thread of its own (a comparison's bootstrap takes seconds);
-- checkpoint expiry: once recovery has succeeded, every CHECKPOINT_EXPIRY_INTERVAL_S deletes finished runs' expired
-  intermediate checkpoints (checkpoint_expiry.py: plan first, then each deletion recorded, so a restart finishes a
-  killed pass), in a thread of its own (deleting a large checkpoint takes a while);
-- budgets: once recovery has succeeded, every budget_check_interval_s recomputes each team's spend this month and
-  holds (stops) the TPU jobs of a team over its budget, or releases (launches) them when it has room
-  (budget_reconciler.py: from what is stored, so a restart finishes a stop or a release a killed one started).
+- the leader's rounds (service/leader_rounds.py), one list, each restarted and started at every term and all
+  stopped at its end: the attached evals (once recovery has succeeded, every progress_poll_interval_s: the eval
+  jobs that training jobs with `eval` set should have, attached_eval_reconciler.py; a comparison's bootstrap takes
+  seconds), checkpoint expiry (once recovered, every CHECKPOINT_EXPIRY_INTERVAL_S: finished runs' expired
+  intermediate checkpoints, checkpoint_expiry.py; deleting a large checkpoint takes a while), budgets (once
+  recovered, every budget_check_interval_s: hold or release the TPU jobs of a team over or under its budget,
+  budget_reconciler.py), and what the runtime adds: the MLflow export and the webhook queueing and sending rounds.
+  Each reconciler works from what is stored, so a restart finishes what a killed leader started.
 
 Only the leading replica runs a supervisor (service/leadership.py); it is started again when this
 replica takes the lead again after losing it.
@@ -29,7 +28,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from service.background_loop import BackgroundLoop
 from service.domain.attached_eval_reconciler import AttachedEvalReconciler
@@ -39,6 +38,7 @@ from service.domain.job_service import JobService
 from service.domain.ports import JobLauncher, Observation
 from service.domain.progress_poller import ProgressPoller
 from service.domain.recovery import JobRecovery
+from service.leader_rounds import LeaderRound, RoundLoops, RoundOf
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ class Supervisor:
         checkpoints: CheckpointStore | None = None,
         checkpoint_retention_days: int = 30,
         budget_check_interval_s: float = 30.0,
+        rounds: Sequence[LeaderRound] = (),
     ) -> None:
         self.jobs = jobs
         self.launcher = launcher
@@ -86,6 +87,8 @@ class Supervisor:
         self.ready = threading.Event()
         self.recovery_error: str | None = None
         self._loops: list[BackgroundLoop] = []
+        # Every piece of leader work beyond observations and recovery, as one list: started at each term, all stopped.
+        self.rounds = RoundLoops([*self._domain_rounds(), *rounds])
         self._recovery_delay_s = recovery_retry_s
         self._recovered = False  # this start's recovery has succeeded: poll from now on
         self._next_reconcile_s = 0.0
@@ -97,15 +100,59 @@ class Supervisor:
         except queue.Full:
             log.warning("observation queue full; dropping %s for %s (the reconcile loop catches up)", obs.state, obs.job_id)
 
+    def _domain_rounds(self) -> list[LeaderRound]:
+        """The leader's reconcilers, each run only once recovery has succeeded (jobs re-attached, a held job's
+        workload looked at, submissions accepted)."""
+        made: list[LeaderRound] = [
+            RoundOf(
+                "rljob-attached-evals",
+                "making and showing attached evaluations",
+                self.progress_poll_interval_s,
+                self._after_recovery(self.attached_evals.reconcile_once),
+                on_restart=self.attached_evals.restart,
+            ),
+            RoundOf(
+                "rljob-budgets",
+                "enforcing team budgets",
+                self.budget_check_interval_s,
+                self._after_recovery(self.budgets.reconcile_once),
+                on_restart=self.budgets.restart,
+            ),
+        ]
+        if self.checkpoint_expiry is not None:
+            made.append(
+                RoundOf(
+                    "rljob-checkpoint-expiry",
+                    "deleting finished runs' expired checkpoints",
+                    CHECKPOINT_EXPIRY_INTERVAL_S,
+                    self._after_recovery(self.checkpoint_expiry.reconcile_once),
+                    on_restart=self.checkpoint_expiry.restart,
+                )
+            )
+        return made
+
+    def _after_recovery(self, reconcile: Callable[[], object]) -> Callable[[], None]:
+        def one_round() -> None:
+            if self.ready.is_set():
+                reconcile()
+
+        return one_round
+
+    def start_term(self, term: int) -> None:
+        """This replica leads, in `term`: its writes carry the term, then every piece of leader work starts."""
+        self.jobs.begin_term(term)
+        self.start()
+
+    def end_term(self) -> None:
+        """This replica no longer leads: first refuse its writes (one under way is fenced), then stop everything."""
+        self.jobs.end_term()
+        self.stop()
+
     def start(self) -> None:
         self.ready.clear()
         self.recovery_error = None
         self._recovery_delay_s = self.recovery_retry_s
         self._recovered = False
-        self.attached_evals.restart()  # a new term looks at everything again
-        self.budgets.restart()
-        if self.checkpoint_expiry is not None:
-            self.checkpoint_expiry.restart()
         self.jobs.start()
         self.launcher.start(self.sink)
         self._loops = [
@@ -117,27 +164,10 @@ class Supervisor:
                 interval_s=self.progress_poll_interval_s,
                 what="recovery or progress polling",
             ),
-            BackgroundLoop(
-                "rljob-attached-evals",
-                self._reconcile_attached_evals,
-                interval_s=self.progress_poll_interval_s,
-                what="making and showing attached evaluations",
-            ),
-            BackgroundLoop(
-                "rljob-budgets", self._reconcile_budgets, interval_s=self.budget_check_interval_s, what="enforcing team budgets"
-            ),
         ]
-        if self.checkpoint_expiry is not None:
-            self._loops.append(
-                BackgroundLoop(
-                    "rljob-checkpoint-expiry",
-                    self._expire_checkpoints,
-                    interval_s=CHECKPOINT_EXPIRY_INTERVAL_S,
-                    what="deleting finished runs' expired checkpoints",
-                )
-            )
         for loop in self._loops:
             loop.start()
+        self.rounds.start()  # each restarted first: a new term looks at everything again
 
     def stop(self) -> None:
         for loop in self._loops:
@@ -146,6 +176,7 @@ class Supervisor:
         # stop (and every test's app) waited out its timeout.
         with contextlib.suppress(queue.Full):  # a full queue returns from get at once anyway
             self._observations.put_nowait(None)
+        self.rounds.stop()
         self.launcher.stop()
         for loop in self._loops:
             loop.join(timeout_s=10)
@@ -164,18 +195,6 @@ class Supervisor:
         except Exception:
             log.exception("applying %s for %s failed", obs.state, obs.job_id)
         return 0.0
-
-    def _reconcile_attached_evals(self) -> None:
-        if self.ready.is_set():  # after recovery: jobs are re-attached and submissions accepted
-            self.attached_evals.reconcile_once()
-
-    def _expire_checkpoints(self) -> None:
-        if self.checkpoint_expiry is not None and self.ready.is_set():  # after recovery, like the attached evals
-            self.checkpoint_expiry.reconcile_once()
-
-    def _reconcile_budgets(self) -> None:
-        if self.ready.is_set():  # after recovery: a held job's workload has been looked at
-            self.budgets.reconcile_once()
 
     def _recover_or_poll(self) -> float | None:
         """Until recovery has succeeded once, try it (backing off); then poll every progress_poll_interval_s."""

@@ -46,7 +46,8 @@ def _started_in(path: Path) -> list[Started]:
             kind = _call_name(node)
             keywords = {k.arg: k.value for k in node.keywords}
             where = f"{rel}:{node.lineno}"
-            if kind == "BackgroundLoop" and rel != "service/background_loop.py":
+            # A leader round (service/leader_rounds.py) names its thread where it is made; RoundLoops starts it.
+            if kind in ("BackgroundLoop", "RoundOf") and rel not in ("service/background_loop.py", "service/leader_rounds.py"):
                 pattern = _name_pattern(node.args[0]) if node.args else None
                 assert pattern, f"{where}: a BackgroundLoop whose name is not a literal cannot be checked against the page"
                 found.append(Started(pattern, owner, where))

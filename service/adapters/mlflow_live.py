@@ -1,6 +1,6 @@
 """The live MLflow export (RLJOB_MLFLOW_TRACKING_URI): the leader writes each job's run while the job runs.
 
-One background loop (service/background_loop.py), started and stopped with the lead (service/runtime.py).
+One leader round (service/leader_rounds.py), run by the leader's supervisor while this replica leads.
 Each pass reads the job event log past where it last read (every new metric point, evaluation and phase
 change appends an event), so the jobs with something new are known without scanning them; it then exports
 at most JOBS_PER_PASS of them through the same mapping `rljob export mlflow` uses (service/domain/
@@ -25,7 +25,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from service.background_loop import BackgroundLoop
 from service.domain.errors import ReproNotFound, RunFileRefused, SamplesNotFound
 from service.domain.job_repro import read_job_repro
 from service.domain.job_samples import read_job_samples
@@ -39,6 +38,7 @@ from service.domain.mlflow_runs import (
 from service.domain.models import JobPublic, JobRecord
 from service.domain.phases import JobPhase
 from service.domain.ports import JobStore, RunFiles
+from service.leader_rounds import LeaderRound, RoundOf
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -78,10 +78,9 @@ class MlflowLiveExport:
         self._experiment_id: str | None = None
         self._after_seq: int | None = None  # the event log read up to here; None: a term starts
         self._pending: set[str] = set()
-        self._loop: BackgroundLoop | None = None
 
-    def start(self) -> None:
-        """Start exporting (the leader, at the start of each term); without MLflow's client, say so and do nothing."""
+    def rounds(self) -> list[LeaderRound]:
+        """The leader's export round; none, and an error saying why, without MLflow's client installed."""
         try:
             import mlflow.tracking  # noqa: F401 - only to know it is there
         except ImportError:
@@ -89,18 +88,15 @@ class MlflowLiveExport:
                 "RLJOB_MLFLOW_TRACKING_URI is set but MLflow's client is not installed: jobs are not exported "
                 "to MLflow; install it (pip install 'rljob[mlflow]', mlflow-skinny) or unset the variable"
             )
-            return
+            return []
+        return [RoundOf("rljob-mlflow-export", "exporting jobs to MLflow", self.interval_s, self.export_once, on_restart=self._restart)]
+
+    def _restart(self) -> None:
+        """A term starts: read the event log from its start again (what the last term exported is found exported)."""
         for name, value in MLFLOW_HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)
         self._after_seq = None
         self._pending.clear()
-        self._loop = BackgroundLoop("rljob-mlflow-export", self.export_once, interval_s=self.interval_s, what="exporting jobs to MLflow")
-        self._loop.start()
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.stop(timeout_s=10)
-            self._loop = None
 
     def export_once(self) -> float | None:
         """One pass: find the jobs with something new, export up to jobs_per_pass of them. Returns 0 (go again

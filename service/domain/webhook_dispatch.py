@@ -1,6 +1,6 @@
 """The leader's webhook work: queue a delivery for each event log entry an endpoint takes, and deliver them.
 
-Threads (background loops, started when this replica leads and stopped when it does not; service/runtime.py):
+Rounds (service/leader_rounds.py: run by the leader's supervisor while this replica leads, stopped when it does not):
 - rljob-webhooks: reads the job event log after the stored cursor (webhooks.py says which entries are sent) and
   stores one delivery per (endpoint, entry), moving the cursor in the same write: a killed leader's successor
   goes on from where it stopped, and a delivery queued twice (two leaders for a moment) is one row;
@@ -18,13 +18,15 @@ beyond the bound a new one is stored failed ("queue full") and the admin sees it
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from service.background_loop import BackgroundLoop
+from service.leader_rounds import LeaderRound, RoundOf
 
 from .models import JobEvent, JobRecord
 from .ports import Clock, JobStore
@@ -109,34 +111,32 @@ class WebhookDispatcher:
         self.clock = clock
         self.enqueue_interval_s = enqueue_interval_s
         self._draw = draw
-        self._senders: dict[str, BackgroundLoop] = {}
-        self._enqueuer: BackgroundLoop | None = None
+        # Set when a delivery is queued for an endpoint: its sender's round runs at once, not at its idle interval.
+        self._due = {endpoint.key: threading.Event() for endpoint in endpoints}
 
-    def start(self) -> None:
-        try:  # now, not in the loop's first round: what is logged once this replica leads is sent
+    def rounds(self) -> list[LeaderRound]:
+        """The leader's webhook rounds: the queueing round, then one sending round per endpoint."""
+        enqueue = RoundOf("rljob-webhooks", "queueing webhooks", self.enqueue_interval_s, self._enqueue_round, on_restart=self._read_cursor)
+        # A sender in the middle of an attempt ends within its timeouts.
+        attempt_s = self.policy.connect_timeout_s + self.policy.read_timeout_s + 5
+        senders = [
+            RoundOf(
+                f"rljob-webhook-send-{n}",
+                f"delivering webhooks to {endpoint.key}",
+                self.policy.idle_check_s,
+                functools.partial(self.send_next, endpoint),
+                wake=self._due[endpoint.key],
+                stop_timeout_s=attempt_s,
+            )
+            for n, endpoint in enumerate(self.endpoints)
+        ]
+        return [enqueue, *senders]
+
+    def _read_cursor(self) -> None:
+        try:  # at the term's start, not in the loop's first round: what is logged once this replica leads is sent
             self.queue.cursor()
         except Exception:  # the database is away: the loop's first round reads it again
             log.exception("reading the webhook cursor failed; the webhook loop tries again")
-        self._senders = {
-            endpoint.key: BackgroundLoop(
-                f"rljob-webhook-send-{n}",
-                lambda endpoint=endpoint: self.send_next(endpoint),  # type: ignore[misc]
-                interval_s=self.policy.idle_check_s,
-                what=f"delivering webhooks to {endpoint.key}",
-            )
-            for n, endpoint in enumerate(self.endpoints)
-        }
-        self._enqueuer = BackgroundLoop("rljob-webhooks", self._enqueue_round, interval_s=self.enqueue_interval_s, what="queueing webhooks")
-        for loop in [self._enqueuer, *self._senders.values()]:
-            loop.start()
-
-    def stop(self) -> None:
-        loops = [*([self._enqueuer] if self._enqueuer else []), *self._senders.values()]
-        for loop in loops:
-            loop.request_stop()
-        for loop in loops:  # a sender in the middle of an attempt ends within its timeouts
-            loop.join(timeout_s=self.policy.connect_timeout_s + self.policy.read_timeout_s + 5)
-        self._senders, self._enqueuer = {}, None
 
     def _enqueue_round(self) -> float | None:
         self.enqueue_once()
@@ -156,8 +156,8 @@ class WebhookDispatcher:
             cursor, queued = last, queued + len(new)
             woken.update(f"{d.team}/{d.endpoint}" for d in new)
         for key in woken:
-            if (sender := self._senders.get(key)) is not None:
-                sender.wake()
+            if (due := self._due.get(key)) is not None:
+                due.set()
         return queued
 
     def _deliveries_for(self, events: list[JobEvent]) -> list[NewDelivery]:

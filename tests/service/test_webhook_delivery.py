@@ -25,6 +25,7 @@ from service.domain.phases import JobPhase
 from service.domain.ports import utc_now
 from service.domain.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
 from service.domain.webhook_models import Claim, DeliveryState, SendResult, WebhookDeliveryPublic, WebhookEndpoint
+from service.leader_rounds import RoundLoops
 from tests.service.service_helpers import record_spec, wait_until
 from tests.service.webhook_receiver import Receiver, serving, silent, verify
 
@@ -75,11 +76,12 @@ def _deliveries(store: SqlJobStore) -> list[WebhookDeliveryPublic]:
 
 @contextmanager
 def running(dispatcher: WebhookDispatcher) -> Iterator[WebhookDispatcher]:
-    dispatcher.start()
+    loops = RoundLoops(dispatcher.rounds())  # as the leader's supervisor runs them
+    loops.start()
     try:
         yield dispatcher
     finally:
-        dispatcher.stop()
+        loops.stop()
 
 
 def test_a_delivery_answered_500_twice_is_retried_and_delivered_once_signed(sqlite_store: SqlJobStore) -> None:

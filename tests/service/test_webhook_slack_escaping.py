@@ -22,6 +22,7 @@ from service.domain.ports import utc_now
 from service.domain.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
 from service.domain.webhook_models import DeliveryState, WebhookEndpoint
 from service.domain.webhooks import WEBHOOK_EVENTS, build_body, notice_for
+from service.leader_rounds import RoundLoops
 from tests.service.service_helpers import record_spec, wait_until
 from tests.service.webhook_receiver import Receiver, serving
 
@@ -103,7 +104,8 @@ def test_a_failed_job_named_to_ping_the_channel_reaches_the_receiver_escaped(tmp
             with store.transaction() as tx:
                 tx.insert(record)
                 tx.append_event(record, "phase", {"phase": "FAILED", "previous": "RUNNING", "message": f"train: {HOSTILE}"}, now)
-            dispatcher.start()
+            loops = RoundLoops(dispatcher.rounds())  # as the leader's supervisor runs them
+            loops.start()
             try:
                 wait_until(
                     lambda: (
@@ -111,7 +113,7 @@ def test_a_failed_job_named_to_ping_the_channel_reaches_the_receiver_escaped(tmp
                     )
                 )
             finally:
-                dispatcher.stop()
+                loops.stop()
             (body,) = chat.bodies()
     finally:
         store.close()
