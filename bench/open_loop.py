@@ -24,6 +24,15 @@ class RateResult:
     errors: int = 0  # another non-200 answer or a broken connection
     timeouts: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    start: float = 0.0  # the loop time of the first scheduled send
+    last_ok: float = 0.0  # the loop time of the last 200 answer
+
+    @property
+    def served_rps(self) -> float:
+        """Answers (200) per second from the first send to the last answer, or over the offered window if that was
+        longer: a server that queues what it cannot serve is not credited with the rate it was offered."""
+        window_s = max(self.sent / self.offered_rps, self.last_ok - self.start)
+        return self.ok / window_s if window_s > 0 else 0.0
 
     def percentile(self, q: float) -> float | None:
         if not self.latencies_ms:
@@ -100,7 +109,8 @@ class OpenLoopClient:
         self._idle.append(conn)
         if status == 200:
             result.ok += 1
-            result.latencies_ms.append((loop.time() - scheduled) * 1000)
+            result.last_ok = loop.time()
+            result.latencies_ms.append((result.last_ok - scheduled) * 1000)
         elif status == 503:
             result.shed += 1
         else:
@@ -112,7 +122,7 @@ class OpenLoopClient:
         loop = asyncio.get_running_loop()
         total = max(1, int(rate_rps * duration_s))
         result = RateResult(offered_rps=rate_rps, sent=total)
-        start = loop.time() + 0.05
+        start = result.start = loop.time() + 0.05
         tasks = []
         for i in range(total):
             scheduled = start + i / rate_rps

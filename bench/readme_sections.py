@@ -29,6 +29,7 @@ from bench.readme_render.common import duration  # noqa: E402
 from bench.readme_render.estimate_bench import render_estimate_accuracy  # noqa: E402
 from bench.readme_render.learning_folds_section import render_learning_folds, render_learning_folds_eval_check  # noqa: E402
 from bench.readme_render.sandbox_runtimes import render_sandbox_runtimes  # noqa: E402
+from bench.readme_render.status_read import render_status_read  # noqa: E402
 from bench.readme_render.tpu_correctness import render_tpu_correctness  # noqa: E402
 from bench.readme_render.tpu_grpo import render_tpu_grpo  # noqa: E402
 
@@ -76,6 +77,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "upload": (("upload.json",), storage_benches.render_upload),
     "run-size": (("run_size.json",), storage_benches.render_run_size),
     "control-plane": (("control_plane.json", "control_plane-5ebe387.json"), read_path_benches.render_control_plane_runs),
+    "status-read": (("status_read.json",), render_status_read),
     "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead),
     "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy),
     "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes),
