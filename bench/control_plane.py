@@ -316,17 +316,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         # by the server's own code: the store is migrated as far as that code knows
                         subprocess.run([sys.executable, __file__, "--seed", url], env={**base_env, "PYTHONPATH": str(source)}, check=True)
                         seeded.add(url)
-                    env = {
-                        **base_env,
-                        "PYTHONPATH": str(source),
-                        "RLJOB_ENVIRONMENT": "dev",
-                        "RLJOB_LAUNCHER": "local",
-                        "RLJOB_STATE_DIR": str(work / f"state-{name}"),
-                        "RLJOB_DATABASE_URL": url,
-                        "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
-                        "RLJOB_BOOTSTRAP_TEAM": "bench",
-                        "RLJOB_TRAINER_COMMAND": '["true"]',
-                    }
+                    env = serve_env(base_env, source, work / f"state-{name}", url)
                     with running(server, env, work, name) as (pid, port):
                         jobs = jobs or fetch_jobs(port)
                         idle = idle_cpu_percent(pid, args.idle_s)
@@ -369,6 +359,21 @@ def print_report(report: dict[str, Any]) -> None:
 
 def _ratio(value: float | None, base: float | None) -> str:
     return "-" if value is None or not base else f"{value / base:.1f}x"
+
+
+def serve_env(base_env: dict[str, str], source: Path, state_dir: Path, url: str) -> dict[str, str]:
+    """The environment `rljob serve` runs the benches under: the code at `source`, the embedded default, a bench token."""
+    return {
+        **base_env,
+        "PYTHONPATH": str(source),
+        "RLJOB_ENVIRONMENT": "dev",
+        "RLJOB_LAUNCHER": "local",
+        "RLJOB_STATE_DIR": str(state_dir),
+        "RLJOB_DATABASE_URL": url,
+        "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
+        "RLJOB_BOOTSTRAP_TEAM": "bench",
+        "RLJOB_TRAINER_COMMAND": '["true"]',
+    }
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from control_plane import TOKEN, fetch_jobs, running, settle, source_tree
+from control_plane import TOKEN, fetch_jobs, running, serve_env, settle, source_tree
 from open_loop import OpenLoopClient, RateResult
 from result_meta import machine_facts, write_result
 
@@ -84,17 +84,7 @@ def measure(pid: int, port: int, job_ids: list[str], args: argparse.Namespace) -
 def rljob_env(base_env: dict[str, str], source: Path, work: Path, name: str) -> dict[str, str]:
     url = f"sqlite:///{work / (name + '.db')}"
     subprocess.run([sys.executable, str(CONTROL_PLANE), "--seed", url], env={**base_env, "PYTHONPATH": str(source)}, check=True)
-    return {
-        **base_env,
-        "PYTHONPATH": str(source),
-        "RLJOB_ENVIRONMENT": "dev",
-        "RLJOB_LAUNCHER": "local",
-        "RLJOB_STATE_DIR": str(work / f"state-{name}"),
-        "RLJOB_DATABASE_URL": url,
-        "RLJOB_BOOTSTRAP_TOKEN": TOKEN,
-        "RLJOB_BOOTSTRAP_TEAM": "bench",
-        "RLJOB_TRAINER_COMMAND": '["true"]',
-    }
+    return serve_env(base_env, source, work / f"state-{name}", url)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
