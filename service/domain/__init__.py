@@ -1,0 +1,1 @@
+"""The service's domain: records, phases, policies and the job service (no framework, no adapter)."""
