@@ -58,31 +58,26 @@ GSM8K = {
 }
 
 
-def _qwen3(layers: int, hidden: int, mlp: int, heads: int, kv: int) -> dict[str, Any]:
+def _body(layers: int, hidden: int, mlp: int, heads: int, kv: int, head_dim: int, rope_theta: float) -> dict[str, Any]:
+    """The config.json fields of a decoder body's shape, as each model's published config.json spells them."""
     return {
         "hidden_size": hidden,
         "intermediate_size": mlp,
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": kv,
-        "head_dim": 128,
-        "layer_types": ["full_attention"] * layers,
-        "max_window_layers": layers,
-        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "head_dim": head_dim,
+        "rope_parameters": {"rope_theta": rope_theta, "rope_type": "default"},
     }
+
+
+def _qwen3(layers: int, hidden: int, mlp: int, heads: int, kv: int) -> dict[str, Any]:
+    body = _body(layers, hidden, mlp, heads, kv, head_dim=128, rope_theta=1000000.0)
+    return body | {"layer_types": ["full_attention"] * layers, "max_window_layers": layers}
 
 
 def _llama(layers: int, hidden: int, mlp: int, heads: int, kv: int) -> dict[str, Any]:
-    return {
-        "hidden_size": hidden,
-        "intermediate_size": mlp,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": hidden // heads,
-        "tie_word_embeddings": False,
-        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
-    }
+    return _body(layers, hidden, mlp, heads, kv, head_dim=hidden // heads, rope_theta=10000.0) | {"tie_word_embeddings": False}
 
 
 # name -> (the make-tiny/make-model directory whose tokenizer and config it starts from, config.json changes,
