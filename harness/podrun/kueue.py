@@ -201,6 +201,7 @@ class KueueEmulator:
             owners=owners,
             config=self.config,
             namespace_labels={ns: self.namespace_labels(ns) for ns in {o["metadata"]["namespace"] for o in owners}},
+            pods=api.list("Pod"),
         )
         decision = decide_kueue(state, rule=self.rule, serves_provisioning=self.serves_provisioning_request, now=now, version=self.version)
         await self._apply(api, decision)

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from .kueue_podsready import WaitForPodsReady
+
 KUEUE_SYSTEM = "kueue-system"  # apis/config/v1beta2/defaults.go DefaultNamespace
 MANAGER_CONFIGMAP = "kueue-manager-config"  # config/components/manager/kustomization.yaml (namePrefix kueue-)
 MANAGER_CONFIG_KEY = "controller_manager_config.yaml"
@@ -63,6 +65,9 @@ class KueueConfiguration:
     manage_jobs_without_queue_name: bool = False  # configuration_types.go: defaults to false
     managed_jobs_namespace_selector: dict[str, Any] = field(default_factory=lambda: _default_selector(KUEUE_SYSTEM))
     frameworks: tuple[str, ...] = INSTALLED_FRAMEWORKS
+    # waitForPodsReady, defaulted on in v0.19.2 and v0.20 (kueue_podsready.py), and featureGates (name -> on)
+    wait_for_pods_ready: WaitForPodsReady = field(default_factory=WaitForPodsReady)
+    feature_gates: tuple[tuple[str, bool], ...] = ()
 
     @classmethod
     def installed(cls) -> KueueConfiguration:
@@ -80,6 +85,8 @@ class KueueConfiguration:
             manage_jobs_without_queue_name=bool(doc.get("manageJobsWithoutQueueName", False)),
             managed_jobs_namespace_selector=doc.get("managedJobsNamespaceSelector") or _default_selector(namespace),
             frameworks=frameworks,
+            wait_for_pods_ready=WaitForPodsReady.from_dict(doc.get("waitForPodsReady")),
+            feature_gates=tuple(sorted((str(k), bool(v)) for k, v in (doc.get("featureGates") or {}).items())),
         )
 
     def to_yaml(self) -> str:
@@ -91,6 +98,7 @@ class KueueConfiguration:
                 "manageJobsWithoutQueueName": self.manage_jobs_without_queue_name,
                 "managedJobsNamespaceSelector": self.managed_jobs_namespace_selector,
                 "integrations": {"frameworks": list(self.frameworks)},
+                **({"featureGates": dict(self.feature_gates)} if self.feature_gates else {}),
             },
             sort_keys=False,
         )

@@ -27,6 +27,7 @@ from .kueue_controller import (
     set_cond,
     usage_of,
 )
+from .kueue_podsready import evicted_status, stopped_owner_spec, timed_out, unscheduled_timeout, waiting_for_backoff
 from .kueue_versions import blocker_reason, no_fit_reason
 from .kueue_workload import FAILED_TO_START, PodSetMergeConflict, PriorityClassMissing, build_workload, finished, started_owner_spec
 from .volumes import NotEmulated
@@ -46,6 +47,7 @@ class KueueState:
     owners: list[dict[str, Any]]  # Jobs and JobSets
     config: KueueConfiguration = field(default_factory=KueueConfiguration)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # namespace -> its labels
+    pods: list[dict[str, Any]] = field(default_factory=list)  # for waitForPodsReady (kueue_podsready.py)
 
 
 @dataclass
@@ -106,6 +108,25 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
         if not done:
             live.append((w, owner))
 
+    # waitForPodsReady (kueue_podsready.py): an admitted Workload past its timeout is evicted, its owner stopped,
+    # its quota released, and it is requeued after backoff.
+    wfpr = st.config.wait_for_pods_ready
+    unscheduled_s = unscheduled_timeout(version, wfpr, dict(st.config.feature_gates))
+    still = []
+    for w, owner in live:
+        cause = timed_out(w, owner, st.pods, wfpr, unscheduled_s, now)
+        if cause is None:
+            still.append((w, owner))
+            continue
+        status = evicted_status(w, cause, wfpr, now)
+        meta = w["metadata"]
+        out.status.append(("Workload", meta["namespace"], meta["name"], status))
+        evicted = next(c for c in status["conditions"] if c["type"] == "Evicted")
+        out.events.append((w, "Workload", "Normal", "EvictedDueToPodsReadyTimeout", evicted["message"]))
+        if not owner["spec"].get("suspend"):
+            out.start.append((owner, stopped_owner_spec(owner, w)))
+    live = still
+
     used: dict[str, dict[tuple[str, str], Decimal]] = {name: {} for name in st.cluster_queues}
     for w, owner in live:
         if holds_quota(w):
@@ -114,7 +135,7 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
                 used.setdefault(cq_name, {})[key] = used.setdefault(cq_name, {}).get(key, Decimal(0)) + q
             if is_true(w, "Admitted") and owner["spec"].get("suspend"):
                 _start(out, owner, w, st, now)
-    pending = [w for w, _ in live if not is_true(w, "QuotaReserved")]
+    pending = [w for w, _ in live if not is_true(w, "QuotaReserved") and not waiting_for_backoff(w, now)]
     blocked_cqs: set[str] = set()
     for w in queue_order(pending):
         ns = w["metadata"]["namespace"]
@@ -200,6 +221,9 @@ def _admit(out: KueueDecision, w: dict[str, Any], cq_name: str, a: Assignment, c
     """scheduler.go admit -> prepareWorkload: workload.go SetQuotaReservation, then admissionchecks.go
     SyncAdmittedCondition once every check is Ready (never, here: no check controller is emulated)."""
     conds = list((w.get("status") or {}).get("conditions") or [])
+    evicted = find(w, "Evicted")
+    if evicted is not None and evicted["status"] == "True":  # workload.go SetQuotaReservation
+        set_cond(conds, cond("Evicted", False, "QuotaReserved", f"Previously: {evicted['reason']}", now))
     set_cond(conds, cond("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {cq_name}", now))
     status: dict[str, Any] = {"admission": {"clusterQueue": cq_name, "podSetAssignments": a.pod_sets}, "conditions": conds}
     out.events.append(
