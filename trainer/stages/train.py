@@ -8,6 +8,7 @@ from typing import Any
 
 from trainer.contract import CheckpointSaved, JobSpec, RunLayout, TrainStep
 from trainer.contract.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalScoring
+from trainer.contract.kl_direction import tunix_kl_loss_mode
 from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure, RewardSandboxSettings
 from trainer.contract.rl_settings import OPTIMIZER_DEFAULTS, OPTIMIZER_KEYS
 from trainer.maxtext_entry.checkpoint_reporter import step_from_line
@@ -152,7 +153,7 @@ def hardware_args(spec: JobSpec) -> list[str]:
 def objective_flags(spec: JobSpec) -> list[str]:
     """What train_rl cannot pass Tunix, for the entry to install (grpo_objective.py)."""
     g = spec.grpo
-    flags = [f"{KL_LOSS_MODE_FLAG}{KL_LOSS_MODES[g.kl_estimator]}"]
+    flags = [f"{KL_LOSS_MODE_FLAG}{tunix_kl_loss_mode(KL_LOSS_MODES[g.kl_estimator], g.kl_direction)}"]
     return flags + ([f"{EPSILON_HIGH_FLAG}{g.epsilon_high}"] if g.epsilon_high is not None else [])
 
 
