@@ -21,6 +21,7 @@ import yaml
 from trainer.contract import JobSpec, RunLayout, local_path, location_kind
 from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.repro import REPRO_PACKAGES, ContentHash, Hardware, Image, ModelSource, ReproRecord, Seed
+from trainer.contract.rl_settings import DEFAULT_SEED
 from trainer.runner import secret_values
 from trainer.stages.maxtext_paths import maxtext_configs_dir
 from trainer.storage import StorageError, store_for
@@ -49,7 +50,7 @@ def image_from_env(environ: Mapping[str, str]) -> Image:
 
 def _maxtext_setting(key: str) -> tuple[Any, str]:
     """train_rl's value of a MaxText config key: rl.yml (the config the train stage passes) over base.yml.
-    The train stage sets a seed on its command line only from the spec (dataset.shuffle_seed); else these are the values."""
+    The train stage sets a seed on its command line only from the spec (seed, dataset.shuffle_seed); else these are the values."""
     configs = maxtext_configs_dir()
     for name in ("post_train/rl.yml", "base.yml"):
         path = configs / name
@@ -67,10 +68,17 @@ def seeds_used(spec: JobSpec) -> dict[str, Seed]:
     for shown, key in (("data_shuffle", "data_shuffle_seed"), ("init_weights", "init_weights_seed")):
         value, source = _maxtext_setting(key)
         seeds[shown] = Seed(value=value if isinstance(value, int) else None, source=source)
-    if spec.dataset.shuffle_seed is not None:  # the train stage passes it as data_shuffle_seed
+    # The train stage's command line (trainer/stages/train.py rl_settings_args, rollout_seed_flags) over MaxText's YAML.
+    if spec.seed is not None:
+        seeds["data_shuffle"] = Seed(value=spec.seed, source="spec seed: data_shuffle_seed")
+        seeds["init_weights"] = Seed(value=spec.seed, source="spec seed: init_weights_seed")
+    if spec.dataset.shuffle_seed is not None:
         seeds["data_shuffle"] = Seed(value=spec.dataset.shuffle_seed, source="spec dataset.shuffle_seed: data_shuffle_seed")
-    # train_rl builds Tunix's RolloutConfig without a seed: each rollout engine draws from its own default.
-    seeds["sampling"] = Seed(value=None, source="not set: train_rl leaves Tunix's RolloutConfig.seed unset (engine default)")
+    if spec.hardware.rollout_engine == "jax":
+        seed, source = (DEFAULT_SEED, "default") if spec.seed is None else (spec.seed, "spec seed")
+        seeds["sampling"] = Seed(value=seed, source=f"{source}: each rollout's key folds in the global step and the call")
+    else:  # train_rl gives vLLM no seed: it draws from its engine's generator
+        seeds["sampling"] = Seed(value=None, source="not set: train_rl gives the vllm rollout no seed (vLLM's own generator)")
     return seeds
 
 

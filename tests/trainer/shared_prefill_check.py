@@ -91,6 +91,7 @@ def main() -> None:
         result[f"{mode}_shared"], result[f"{mode}_every_row"] = shared, run(False, temperature)
         result[f"{mode}_every_row_prefill_batches"] = list(traced_batches)
     result.update(after_an_update(model, mesh, tokenizer))
+    result.update(fresh_keys(model, mesh, tokenizer))
     print(json.dumps(result))
 
 
@@ -103,7 +104,7 @@ def after_an_update(model, mesh, tokenizer) -> dict[str, object]:  # type: ignor
     from tunix.rl import utils as rl_utils
     from tunix.rl.rollout import base_rollout
 
-    from trainer.maxtext_entry import jax_rollout
+    from trainer.maxtext_entry import jax_rollout, rollout_keys
 
     config = base_rollout.RolloutConfig(
         max_tokens_to_generate=12, max_prompt_length=32, kv_cache_size=48, temperature=1.0, seed=7, eos_tokens=[-1]
@@ -113,10 +114,68 @@ def after_an_update(model, mesh, tokenizer) -> dict[str, object]:  # type: ignor
     before = [[int(t) for t in row] for row in rollout.generate(PROMPTS, config).tokens]
     params = nnx.state(model, nnx.Param)
     nnx.update(model, jax.tree.map(lambda x: -1.5 * x + 0.02, params))  # new arrays, as an optimizer step leaves
-    after = [[int(t) for t in row] for row in rollout.generate(PROMPTS, config).tokens]
+    # Each engine counts its calls within a step (rollout_keys.py): both draw step 1's first key.
+    with rollout_keys.sampling_step(1):
+        after = [[int(t) for t in row] for row in rollout.generate(PROMPTS, config).tokens]
     fresh = jax_rollout.JaxMaxTextRollout(SimpleNamespace(base=model), tokenizer, mesh, config)
-    rebuilt = [[int(t) for t in row] for row in fresh.generate(PROMPTS, config).tokens]
+    with rollout_keys.sampling_step(1):
+        rebuilt = [[int(t) for t in row] for row in fresh.generate(PROMPTS, config).tokens]
     return {"shares_weights": shares, "update_before": before, "update_after": after, "update_rebuilt": rebuilt}
+
+
+def fresh_keys(model, mesh, tokenizer) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Issue 53: each step's rollout draws its own key. The same prompt at steps 1 and 2 (temperature 1), and the
+    first token drawn once per step over DRAWS steps beside the softmax of the logits the engine samples from, at a
+    temperature that puts the likeliest token near 1/2 (random weights give a nearly flat softmax otherwise)."""
+    import numpy as np
+    from tunix.rl.rollout import base_rollout
+
+    from trainer.maxtext_entry import cached_llama, jax_rollout, rollout_keys
+
+    def config(tokens: int, temperature: float, top_p: float | None) -> base_rollout.RolloutConfig:
+        return base_rollout.RolloutConfig(
+            max_tokens_to_generate=tokens, max_prompt_length=32, kv_cache_size=48, temperature=temperature, top_p=top_p, eos_tokens=[-1]
+        )
+
+    rollout = jax_rollout.JaxMaxTextRollout(SimpleNamespace(base=model), tokenizer, mesh, config(12, 1.0, 1.0))
+    two_steps = []
+    for step in (1, 2):
+        with rollout_keys.sampling_step(step):
+            out = rollout.generate(PROMPTS[:1] * 4, config(12, 1.0, 1.0))
+        two_steps.append([[int(t) for t in row] for row in out.tokens])
+    # The logits of the first decoding position, from the engine's own sampler (greedy: no key involved). Tunix sizes
+    # its logits buffer by the model's num_embed, which only its return_logits path reads and the engine leaves out.
+    cached_llama.CachedLlamaLM.num_embed = int(model.config.vocab_size)  # the sampler merges a fresh module per call
+    greedy = rollout._sampler(input_strings=PROMPTS[:1], max_generation_steps=1, echo=False, return_logits=True, pad_output=False)
+    logits = np.asarray(greedy.logits[0], dtype=np.float64)[0]
+    temperatures = np.geomspace(1e-3, 10.0, 400)
+    top = [float(np.max(_softmax(logits / t))) for t in temperatures]
+    temperature = float(temperatures[int(np.argmin(np.abs(np.array(top) - 0.5)))])
+    first_tokens = []
+    for step in range(1, DRAWS + 1):
+        with rollout_keys.sampling_step(step):
+            out = rollout.generate(PROMPTS[:1], config(1, temperature, 1.0))
+        first_tokens.append(int(out.tokens[0][0]))
+    probs = _softmax(logits / temperature)
+    likeliest = [int(i) for i in np.argsort(-probs)[:3]]
+    return {
+        "two_steps": two_steps,
+        "draws": len(first_tokens),
+        "distinct_first_tokens": len(set(first_tokens)),
+        "top_tokens": likeliest,
+        "top_probs": [float(probs[i]) for i in likeliest],
+        "top_freqs": [first_tokens.count(i) / len(first_tokens) for i in likeliest],
+    }
+
+
+DRAWS = 300
+
+
+def _softmax(x):  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    e = np.exp(x - np.max(x))
+    return e / e.sum()
 
 
 if __name__ == "__main__":

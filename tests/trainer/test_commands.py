@@ -218,3 +218,19 @@ def test_cancel_kills_a_started_stage_that_is_never_followed(tmp_path):
     started.cancel()
     assert started.proc.returncode == -9 and not psutil.pid_exists(started.proc.pid)
     started.cancel()  # again, as run_export's `finally` does after a check that ran: nothing left to kill
+
+
+def test_the_jobs_seed_reaches_rows_weights_and_the_rollout_keys(tiny_spec_dict):
+    def command(**top):  # type: ignore[no-untyped-def]
+        spec = JobSpec.model_validate({**tiny_spec_dict, **top})
+        return build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec))
+
+    default = command()
+    # No seed: rl.yml's data_shuffle_seed and base.yml's init_weights_seed stand; the keys draw from 42.
+    assert "--rljob_rollout_seed=42" in default.args
+    assert not {"data_shuffle_seed", "init_weights_seed"} & set(_args(default))
+    seeded = command(seed=7)
+    assert "--rljob_rollout_seed=7" in seeded.args
+    assert _args(seeded)["data_shuffle_seed"] == "7" and _args(seeded)["init_weights_seed"] == "7"
+    ordered = command(seed=7, dataset={**tiny_spec_dict["dataset"], "shuffle_seed": 3})
+    assert _args(ordered)["data_shuffle_seed"] == "3"

@@ -35,7 +35,7 @@ def test_the_record_names_the_spec_image_versions_seeds_and_input_hashes(tmp_pat
     assert record.versions["python"]
     assert record.seeds["data_shuffle"].value == 42 and "rl.yml" in record.seeds["data_shuffle"].source
     assert record.seeds["init_weights"].value == 0 and "base.yml" in record.seeds["init_weights"].source
-    assert record.seeds["sampling"].value is None
+    assert record.seeds["sampling"].value == 42 and record.seeds["sampling"].source.startswith("default")
     train = Path(spec.dataset.train_files[0])
     assert record.data[0].sha256 == hashlib.sha256(train.read_bytes()).hexdigest()
     assert [h.uri for h in record.data] == [*spec.dataset.train_files, *spec.dataset.eval_files]
@@ -43,6 +43,14 @@ def test_the_record_names_the_spec_image_versions_seeds_and_input_hashes(tmp_pat
     assert record.reward_functions.sha256 == hashlib.sha256(b"{}").hexdigest()
     assert record.model.kind == "local" and record.model.content is not None and record.model.content.files == 1
     assert record.hardware.accelerator == "cpu" and set(record.hardware.mesh) == {"rollout_data_parallelism", "rollout_tensor_parallelism"}
+
+
+def test_the_jobs_seed_is_recorded_for_rows_weights_and_rollout_keys(tmp_path, tiny_spec_dict):
+    seeds = build_repro_record(_spec({**tiny_spec_dict, "seed": 7}), "rl-aaaaaaaaaaaa", {}).seeds
+    assert {name: seed.value for name, seed in seeds.items()} == {"data_shuffle": 7, "init_weights": 7, "sampling": 7}
+    assert all(seed.source.startswith("spec seed") for seed in seeds.values())
+    with_order = _spec({**tiny_spec_dict, "seed": 7, "dataset": {**tiny_spec_dict["dataset"], "shuffle_seed": 3}})
+    assert build_repro_record(with_order, "rl-aaaaaaaaaaaa", {}).seeds["data_shuffle"].value == 3
 
 
 def test_a_changed_model_file_changes_the_model_hash(tmp_path, tiny_spec_dict):

@@ -16,7 +16,9 @@ Typed (each reaches train_rl as the rl.yml key named; trainer/stages/train.py rl
 - grpo.gradient_clipping_threshold, grpo.adam_b1, grpo.adam_b2, grpo.weight_decay -> gradient_clipping_threshold,
   adam_b1, adam_b2 (rl.yml) and adam_weight_decay (base.yml): utils_rl.get_optimizer's clip_by_global_norm and adamw.
   Their defaults are the values train_rl runs with (tests/trainer/test_rl_settings.py reads them from MaxText's loader).
-- dataset.shuffle_seed -> data_shuffle_seed: grain's shuffle of the train and eval rows and HF's train/test split
+- seed (the job's) -> data_shuffle_seed and init_weights_seed when set, and always the seed of each rollout's sampling
+  key (trainer/maxtext_entry/rollout_keys.py, through --rljob_rollout_seed).
+- dataset.shuffle_seed -> data_shuffle_seed (over the job's seed): grain's shuffle of the train and eval rows and HF's train/test split
   (null: rl.yml's 42; repro.json's seeds.data_shuffle reports whichever ran). Grain takes 0 to 2**32-1.
 - dataset.processor_path -> dataset_processor_path: the user's `process_data` (trainer/stages/train.py stages a gs://
   file; a team's location policy and the pod's mounts check it as every other input).
@@ -80,8 +82,15 @@ OPTIMIZER_DESCRIPTIONS = {
     "weight_decay": "AdamW's decoupled weight decay (MaxText's adam_weight_decay, base.yml's 0.1; it pulls the weights "
     "toward 0, not toward the reference)",
 }
+DEFAULT_SEED = 42  # rl.yml's data_shuffle_seed: a job without a seed keeps the rows' order it always had
+SEED_DESCRIPTION = (
+    "the job's seed: each rollout's sampling key (drawn from it, the global step and the call), the rows' order "
+    "(MaxText's data_shuffle_seed, unless dataset.shuffle_seed sets it) and a random initialisation's weights "
+    "(init_weights_seed); repro.json records each; null: 42 for the keys and the rows' order (rl.yml's "
+    "data_shuffle_seed), base.yml's 0 for init_weights_seed"
+)
 SHUFFLE_SEED_DESCRIPTION = (
-    "seed of the train and eval rows' shuffle and of a hub dataset's train/test split (MaxText's data_shuffle_seed); null: rl.yml's 42"
+    "seed of the train and eval rows' shuffle and of a hub dataset's train/test split (MaxText's data_shuffle_seed); null: the job's seed"
 )
 PROCESSOR_DESCRIPTION = (
     "Python file with process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x) -> {prompts, question, "

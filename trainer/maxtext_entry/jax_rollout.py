@@ -16,10 +16,14 @@ RNG variables, so the sampler's structure check would fail: params are updated i
 
 GRPO repeats each prompt num_generations times before it calls `generate` (Tunix's rl_learner
 np.repeats the batch), so the sampler prefills each distinct prompt once and copies its cache.
+
+Each call samples with its own key from the job's seed and the global step (rollout_keys.py): the seed train_rl
+leaves unset would make Tunix's sampler draw PRNGKey(0) at every step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +35,7 @@ from tunix.generate import tokenizer_adapter as tok_adapter
 from tunix.rl import reshard
 from tunix.rl.rollout import base_rollout, vanilla_rollout
 
+from . import rollout_keys
 from .cached_llama import build_cached_llama, shared_prefill
 from .stop_token import SENTINEL_PAD
 
@@ -95,6 +100,7 @@ class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
         del maxtext_config, cache_config_or_size  # vLLM settings; nothing to configure for JAX sampling
         self._mesh = mesh
         self._derived_from: list[weakref.ref[Any]] = []  # the parameter arrays the layout was derived from
+        self._keys = rollout_keys.for_this_job()
         model = build_cached_llama(rollout_actor.base)  # TunixMaxTextAdapter -> the MaxText Transformer
         shape = model.shape
         self._sampler = SharedPrefillSampler(
@@ -115,6 +121,7 @@ class JaxMaxTextRollout(vanilla_rollout.VanillaRollout):  # type: ignore[misc]
 
     def generate(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig, **kwargs: Any) -> base_rollout.RolloutOutput:
         self._refresh_if_updated()
+        rollout_config = dataclasses.replace(rollout_config, seed=self._keys.next_key())
         with self._mesh:
             return super().generate(prompts, rollout_config, **kwargs)
 

@@ -18,6 +18,8 @@ EPSILON_HIGH_FLAG = "--rljob_epsilon_high="
 CHECKPOINT_EVENTS_FLAG = "--rljob_checkpoint_events="
 # The reward sandbox's limits and error policy, as contract.reward_sandbox.RewardSandboxSettings JSON (reward_sandbox.py).
 REWARD_SANDBOX_FLAG = "--rljob_reward_sandbox="
+# The job's seed, from which each rollout's sampling key is drawn (rollout_keys.py).
+ROLLOUT_SEED_FLAG = "--rljob_rollout_seed="
 
 
 def pop_flags(argv: list[str], *flags: str) -> tuple[dict[str, str], list[str]]:

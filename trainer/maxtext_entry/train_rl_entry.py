@@ -2,7 +2,8 @@
 unmodified, with the sample and eval recorders installed (sample_recorder.py, eval_recorder.py; with
 export.checkpoint=best, the keeper of the best-evaluated weights, best_checkpoint.py), its time
 measured by part (goodput_recorder.py), each finished actor checkpoint reported (checkpoint_reporter.py),
-the KL estimator and upper clip Tunix is given (grpo_objective.py),
+the KL estimator and upper clip Tunix is given (grpo_objective.py), the job's seed behind each rollout's
+sampling key (rollout_keys.py),
 the stop token inside the loss and masks that never take a real token for padding (stop_token.py),
 the job's own reward functions run in sandboxed worker processes, never in this one (reward_sandbox.py),
 and a stop signal turned into a checkpoint between steps and
@@ -23,6 +24,7 @@ from .graceful_stop import install as install_graceful_stop
 from .grpo_objective import install as install_grpo_objective
 from .hf_config_registry import register_from_argv, run_as_main
 from .reward_sandbox import install_from_flag as install_reward_sandbox
+from .rollout_keys import install as install_rollout_keys
 from .sample_recorder import install as install_sample_recorder
 from .shim_flags import (
     ACTOR_ROOT_FLAG,
@@ -34,6 +36,7 @@ from .shim_flags import (
     EVAL_SCORING_FLAG,
     KL_LOSS_MODE_FLAG,
     REWARD_SANDBOX_FLAG,
+    ROLLOUT_SEED_FLAG,
     SAMPLES_FLAG,
     pop_flags,
 )
@@ -58,11 +61,14 @@ def main(argv: list[str], *, before_train_rl: Callable[[], None] | None = None) 
         EPSILON_HIGH_FLAG,
         CHECKPOINT_EVENTS_FLAG,
         REWARD_SANDBOX_FLAG,
+        ROLLOUT_SEED_FLAG,
     )
     maxtext_argv = register_from_argv(argv)
     if KL_LOSS_MODE_FLAG in found:
         epsilon_high = found.get(EPSILON_HIGH_FLAG)
         install_grpo_objective(found[KL_LOSS_MODE_FLAG], float(epsilon_high) if epsilon_high else None)
+    if ROLLOUT_SEED_FLAG in found:
+        install_rollout_keys(int(found[ROLLOUT_SEED_FLAG]))
     if before_train_rl is not None:
         before_train_rl()
     install_stop_token()

@@ -10,7 +10,7 @@ from trainer.contract import CheckpointSaved, JobSpec, RunLayout, TrainStep
 from trainer.contract.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalScoring
 from trainer.contract.kl_direction import tunix_kl_loss_mode
 from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure, RewardSandboxSettings
-from trainer.contract.rl_settings import OPTIMIZER_DEFAULTS, OPTIMIZER_KEYS
+from trainer.contract.rl_settings import DEFAULT_SEED, OPTIMIZER_DEFAULTS, OPTIMIZER_KEYS
 from trainer.maxtext_entry.checkpoint_reporter import step_from_line
 from trainer.maxtext_entry.shim_flags import (
     ACTOR_ROOT_FLAG,
@@ -22,6 +22,7 @@ from trainer.maxtext_entry.shim_flags import (
     EVAL_SCORING_FLAG,
     KL_LOSS_MODE_FLAG,
     REWARD_SANDBOX_FLAG,
+    ROLLOUT_SEED_FLAG,
     SAMPLES_FLAG,
 )
 from trainer.progress.event_reporter import EventReporter
@@ -112,6 +113,10 @@ def rl_settings_args(spec: JobSpec, local_processor: str | None = None) -> list[
         args.append(f"max_seq_token_per_tpu={g.max_seq_token_per_tpu}")
     if d.shuffle_seed is not None:
         args.append(f"data_shuffle_seed={d.shuffle_seed}")
+    elif spec.seed is not None:
+        args.append(f"data_shuffle_seed={spec.seed}")
+    if spec.seed is not None:
+        args.append(f"init_weights_seed={spec.seed}")
     if d.processor_path:
         args.append(f"dataset_processor_path={local_processor or d.processor_path}")
     if spec.hardware.reshard_chunk_size is not None:
@@ -155,6 +160,14 @@ def objective_flags(spec: JobSpec) -> list[str]:
     g = spec.grpo
     flags = [f"{KL_LOSS_MODE_FLAG}{tunix_kl_loss_mode(KL_LOSS_MODES[g.kl_estimator], g.kl_direction)}"]
     return flags + ([f"{EPSILON_HIGH_FLAG}{g.epsilon_high}"] if g.epsilon_high is not None else [])
+
+
+def rollout_seed_flags(spec: JobSpec) -> list[str]:
+    """The seed of each rollout's sampling key (maxtext_entry/rollout_keys.py). The jax engine only: the vllm rollout
+    draws from vLLM's own generator, which train_rl gives no seed."""
+    if spec.hardware.rollout_engine != "jax":
+        return []
+    return [f"{ROLLOUT_SEED_FLAG}{DEFAULT_SEED if spec.seed is None else spec.seed}"]
 
 
 def eval_scoring(spec: JobSpec) -> EvalScoring:
@@ -203,6 +216,7 @@ def build_train_command(
         f"{EVAL_SCORING_FLAG}{eval_scoring(spec)}",
         *best_checkpoint_flags(spec, layout),
         *objective_flags(spec),
+        *rollout_seed_flags(spec),
         *reward_sandbox_flags(spec),
         f"{CHECKPOINT_EVENTS_FLAG}{layout.actor_checkpoints}",
         rl_config(),
