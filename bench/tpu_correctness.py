@@ -51,6 +51,7 @@ TRAINER_FILES = (
     "trainer/maxtext_entry/cached_llama.py",
     "trainer/maxtext_entry/few_rows_matmul.py",
     "trainer/maxtext_entry/jax_rollout.py",
+    "trainer/maxtext_entry/rollout_keys.py",
     "trainer/maxtext_entry/stop_token.py",
     "trainer/maxtext_entry/grpo_objective.py",
     "trainer/maxtext_entry/train_rl_entry.py",

@@ -36,6 +36,7 @@ def config(**changes: object) -> SimpleNamespace:
         "rope_type": "default",
         "partial_rotary_factor": 1.0,
         "fused_qkv": False,
+        "matmul_precision": "default",
     }
     return SimpleNamespace(**(values | changes))
 
@@ -70,3 +71,35 @@ def test_models_and_qwen3_settings_the_engine_does_not_implement_are_refused_by_
     with pytest.raises(ValueError, match="jax rollout engine|Gemma's convention") as refused:
         LlamaShape.from_config(config(**changes))
     assert named in str(refused.value)
+
+
+def test_the_engine_multiplies_at_maxtexts_matmul_precision():
+    # On TPU an fp32 dot at the default precision is one bf16 pass: the engine must ask for what MaxText's layers ask.
+    import jax
+    import jax.numpy as jnp
+
+    from trainer.maxtext_entry.cached_llama import _attend
+    from trainer.maxtext_entry.few_rows_matmul import project
+
+    shape = LlamaShape.from_config(config(matmul_precision="highest"))
+    assert shape.precision == jax.lax.Precision.HIGHEST
+    q, kv = jnp.ones((1, 3, 2, 2, 16)), jnp.ones((1, 2, 3, 16))
+    mask = jnp.ones((1, 1, 1, 3, 3), bool)
+    traced = [
+        jax.make_jaxpr(lambda q, k, v: _attend(q, k, v, mask, jnp.float32, shape.precision))(q, kv, kv),
+        # bf16: the CPU kernel takes few fp32 rows (and needs no precision); here XLA's dot must be asked.
+        jax.make_jaxpr(lambda x, w: project(x, w, precision=shape.precision))(jnp.ones((3, 16), jnp.bfloat16), jnp.ones((8, 16), jnp.bfloat16)),
+    ]
+    dots = [e for jaxpr in traced for e in _equations(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
+    assert len(dots) == 3
+    assert all(e.params["precision"] == (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST) for e in dots), dots
+
+
+def _equations(jaxpr):  # type: ignore[no-untyped-def]
+    """Every equation, into the jaxprs of jitted calls (jnp.einsum is one)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            inner = getattr(value, "jaxpr", None)
+            if inner is not None:
+                yield from _equations(inner)

@@ -52,6 +52,10 @@ class LlamaShape:
     # "llama" (MaxText's llama2 block) or "qwen3" (its qwen3 block: RMSNorm over head_dim on queries and keys
     # before RoPE, RoPE by the half-split `RotaryEmbedding`, queries scaled by head_dim**-0.5 after RoPE).
     family: str = "llama"
+    # MaxText's matmul_precision, which its dense layers and dot-product attention pass to every dot (linears.py,
+    # attention_op.py): on TPU an fp32 dot at the default is one bf16 pass, 1.7-2% of the logits' scale off MaxText's
+    # fp32 forward at "highest" on the v5e chip (bench/results/tpu_correctness.json). The CPU ignores it.
+    precision: Any = None
 
     @property
     def qk_norm(self) -> bool:
@@ -90,6 +94,7 @@ class LlamaShape:
             dtype=jnp.dtype(config.dtype),
             logits_dtype=jnp.float32 if config.logits_dot_in_fp32 else jnp.dtype(config.dtype),
             family=family,
+            precision=jax.lax.Precision(config.matmul_precision),
         )
 
 
@@ -158,26 +163,29 @@ def arrange_weights(state: dict[str, Any], shape: LlamaShape) -> dict[str, Any]:
     return {"layers": layers, "final_norm": decoder["decoder_norm"]["scale"].astype(dtype), "logits": logits}
 
 
-def _attend(qg: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, dtype: Any) -> jax.Array:
+def _attend(qg: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, dtype: Any, precision: Any = None) -> jax.Array:
     """qg [B, T, K, G, D] over the cache k, v [B, K, S, D] -> [B, T, K, G, D], scores in fp32."""
-    if qg.shape[1] == 1:
+    if qg.shape[1] == 1 and jax.default_backend() == "cpu":
         # Decode: one query per row. In fp32 each query group meets its head's keys, and its weights its head's
         # values, in few_rows_matmul's kernel, which streams each cache faster than XLA's multiply-reduces; otherwise
         # those multiply-reduces (as XLA dots they ran 2 x 30 batched matrix-vector products of 24 tiny matrices,
         # ~1 ms each; jax.profiler).
         f32 = jnp.float32
         if qg.dtype == f32 and k.dtype == f32:
-            scores = batched_project(qg[:, 0], k)[:, :, :, None]
+            scores = batched_project(qg[:, 0], k, precision=precision)[:, :, :, None]
         else:
             scores = jnp.sum(qg[:, 0, :, :, None, :].astype(f32) * k[:, :, None].astype(f32), axis=-1)[:, :, :, None]
         weights = jax.nn.softmax(jnp.where(mask, scores, NEG_INF), axis=-1).astype(dtype)  # [B, K, G, 1, S]
         if weights.dtype == f32 and v.dtype == f32:
-            return batched_matmul(weights[:, :, :, 0], v)[:, None]
+            return batched_matmul(weights[:, :, :, 0], v, precision=precision)[:, None]
         out = jnp.sum(weights[:, :, :, 0, :, None].astype(f32) * v[:, :, None].astype(f32), axis=3)
         return out.astype(dtype)[:, None]
-    scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    # Prefill, and decode on an accelerator: the dots the matrix unit runs, bf16 operands accumulated in fp32. On the
+    # v5e chip the CPU's decode above converted each step's whole bf16 cache to fp32 (about 1 ms) and multiply-reduced
+    # it on the vector units (0.7-1.5 ms; xprof, bench/README.md's TPU section).
+    scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32, precision=precision)
     weights = jax.nn.softmax(jnp.where(mask, scores, NEG_INF), axis=-1).astype(dtype)
-    return jnp.einsum("bkgts,bksd->btkgd", weights, v)
+    return jnp.einsum("bkgts,bksd->btkgd", weights, v, precision=precision)
 
 
 _arrange = jax.jit(arrange_weights, static_argnums=1)
@@ -273,7 +281,7 @@ class CachedLlamaLM(nnx.Module):
         # A Python loop over layers: each layer's weights and cache are arrays of their own, so nothing is sliced.
         for i, p in enumerate(w["layers"]):
             h = _rms_norm(x, p["attn_norm"], s.eps, s.dtype)
-            qkv = project(h, p["qkv"])
+            qkv = project(h, p["qkv"], precision=s.precision)
             q = qkv[..., :q_width].reshape(batch, length, s.num_heads, s.head_dim)
             k = qkv[..., q_width : q_width + kv_width].reshape(batch, length, s.num_kv_heads, s.head_dim)
             v = qkv[..., q_width + kv_width :].reshape(batch, length, s.num_kv_heads, s.head_dim)
@@ -284,16 +292,17 @@ class CachedLlamaLM(nnx.Module):
                 q = q * s.query_scale
             ks[i] = jax.lax.dynamic_update_slice(ks[i], k.swapaxes(1, 2), (0, 0, start, 0))
             vs[i] = jax.lax.dynamic_update_slice(vs[i], v.swapaxes(1, 2), (0, 0, start, 0))
-            out = _attend(q.reshape(batch, length, s.num_kv_heads, groups, s.head_dim), ks[i], vs[i], mask, s.dtype)
+            out = _attend(q.reshape(batch, length, s.num_kv_heads, groups, s.head_dim), ks[i], vs[i], mask, s.dtype, s.precision)
             out = out.reshape(batch, length, q_width)
-            x = x + project(out, p["out"])
+            x = x + project(out, p["out"], precision=s.precision)
             h = _rms_norm(x, p["mlp_norm"], s.eps, s.dtype)
-            gate, up = jnp.split(project(h, p["gate_up"]), 2, axis=-1)
-            x = x + project(jax.nn.silu(gate) * up, p["down"])
+            gate, up = jnp.split(project(h, p["gate_up"], precision=s.precision), 2, axis=-1)
+            x = x + project(jax.nn.silu(gate) * up, p["down"], precision=s.precision)
         if decode_only_last_token:
             x = x[:, -1:, :]
         x = _rms_norm(x, w["final_norm"], s.eps, s.dtype)
-        logits = project(x, w["logits"], s.logits_dtype).astype(jnp.float32)
+        # A tied table: MaxText's attend_on_embedding calls jnp.dot without matmul_precision (embeddings.py).
+        logits = project(x, w["logits"], s.logits_dtype, precision=None if s.tied else s.precision).astype(jnp.float32)
         if cache is None:
             return logits, None
         return logits, {"k": tuple(ks), "v": tuple(vs), "end": start + length}

@@ -129,25 +129,27 @@ def _use_kernel(x: jax.Array, w: jax.Array, rows: int, out_dtype: Any) -> bool:
     return fp32 and rows <= MOST_ROWS and jax.default_backend() == "cpu" and available()
 
 
-def project(x: jax.Array, w: jax.Array, out_dtype: Any = None) -> jax.Array:
-    """x [..., k] by w [n, k] -> [..., n]; the kernel for a decode step's few fp32 rows on CPU, else XLA's dot."""
+def project(x: jax.Array, w: jax.Array, out_dtype: Any = None, precision: Any = None) -> jax.Array:
+    """x [..., k] by w [n, k] -> [..., n]; the kernel for a decode step's few fp32 rows on CPU, else XLA's dot at
+    `precision` (MaxText's matmul_precision: on TPU an fp32 dot at the default is one bf16 pass; the CPU computes fp32
+    products whatever it is asked, so the kernel needs none)."""
     rows = math.prod(x.shape[:-1])
     if _use_kernel(x, w, rows, out_dtype):
         return kernel(x.reshape(rows, x.shape[-1]), w).reshape(*x.shape[:-1], w.shape[0])
-    return jnp.einsum("...k,nk->...n", x, w, preferred_element_type=out_dtype)
+    return jnp.einsum("...k,nk->...n", x, w, preferred_element_type=out_dtype, precision=precision)
 
 
-def batched_project(x: jax.Array, w: jax.Array, out_dtype: Any = None) -> jax.Array:
+def batched_project(x: jax.Array, w: jax.Array, out_dtype: Any = None, precision: Any = None) -> jax.Array:
     """x [batch..., rows, k] by w [batch..., n, k] -> [batch..., rows, n]: a decode step's attention scores, one query
     group against one head's cached keys per batch entry (the cache as kept: a reshaped operand costs a copy)."""
     if _use_kernel(x, w, x.shape[-2], out_dtype):
         return kernel(x, w)
-    return jnp.einsum("...rk,...nk->...rn", x, w, preferred_element_type=out_dtype)
+    return jnp.einsum("...rk,...nk->...rn", x, w, preferred_element_type=out_dtype, precision=precision)
 
 
-def batched_matmul(x: jax.Array, w: jax.Array, out_dtype: Any = None) -> jax.Array:
+def batched_matmul(x: jax.Array, w: jax.Array, out_dtype: Any = None, precision: Any = None) -> jax.Array:
     """x [batch..., rows, k] by w [batch..., k, n] -> [batch..., rows, n]: a decode step's attention weights over one
     head's cached values per batch entry."""
     if _use_kernel(x, w, x.shape[-2], out_dtype):
         return kernel(x, w, kn=True)
-    return jnp.einsum("...rk,...kn->...rn", x, w, preferred_element_type=out_dtype)
+    return jnp.einsum("...rk,...kn->...rn", x, w, preferred_element_type=out_dtype, precision=precision)
