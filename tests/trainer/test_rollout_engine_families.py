@@ -84,11 +84,15 @@ def test_the_engine_multiplies_at_maxtexts_matmul_precision():
     shape = LlamaShape.from_config(config(matmul_precision="highest"))
     assert shape.precision == jax.lax.Precision.HIGHEST
     q, kv = jnp.ones((1, 3, 2, 2, 16)), jnp.ones((1, 2, 3, 16))
+
+    def bf16_ones(shape: tuple[int, ...]) -> jax.Array:
+        return jnp.ones(shape, jnp.bfloat16)
+
     mask = jnp.ones((1, 1, 1, 3, 3), bool)
     traced = [
         jax.make_jaxpr(lambda q, k, v: _attend(q, k, v, mask, jnp.float32, shape.precision))(q, kv, kv),
         # bf16: the CPU kernel takes few fp32 rows (and needs no precision); here XLA's dot must be asked.
-        jax.make_jaxpr(lambda x, w: project(x, w, precision=shape.precision))(jnp.ones((3, 16), jnp.bfloat16), jnp.ones((8, 16), jnp.bfloat16)),
+        jax.make_jaxpr(lambda x, w: project(x, w, precision=shape.precision))(bf16_ones((3, 16)), bf16_ones((8, 16))),
     ]
     dots = [e for jaxpr in traced for e in _equations(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
     assert len(dots) == 3
