@@ -95,9 +95,9 @@ def create_minimal_app() -> Any:
 def seed_store(database_url: str) -> None:
     """1,000 finished jobs with two labels each, written straight to the store before the service starts."""
     from service.adapters.store import SqlJobStore
-    from service.domain.models import JobRecord
-    from service.domain.phases import JobPhase
-    from service.domain.run_report import RunReport
+    from service.domain.records.models import JobRecord
+    from service.domain.records.phases import JobPhase
+    from service.domain.records.run_report import RunReport
     from trainer.contract import JobSpec, Stage
 
     store = SqlJobStore(database_url)

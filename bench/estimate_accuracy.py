@@ -35,7 +35,7 @@ from app_server import until_healthy  # noqa: E402
 from result_meta import machine_facts, write_result  # noqa: E402
 
 from service.cli.client import ClientConfig, RljobClient  # noqa: E402
-from service.domain.phases import TERMINAL  # noqa: E402
+from service.domain.records.phases import TERMINAL  # noqa: E402
 from service.free_port import free_port  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -43,7 +43,7 @@ from result_meta import machine_facts, write_result
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState  # noqa: E402
+from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState  # noqa: E402
 from trainer.contract import JobSpec, RunLayout, RunStarted, StageStarted, TrainerEvent, TrainStep, dump_event  # noqa: E402
 from trainer.contract.events import Stage  # noqa: E402
 

@@ -46,7 +46,7 @@ from kill_loop_audit import NONCE_LABEL, PhaseWatcher, Submission, TrainerSample
 from kill_loop_backends import BACKENDS, Backend, live_trainers, open_backend  # noqa: E402
 from result_meta import machine_facts  # noqa: E402
 
-from service.domain.phases import JobPhase  # noqa: E402
+from service.domain.records.phases import JobPhase  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "kill_loop.json"
 RLJOB = Path(sys.executable).parent / "rljob"

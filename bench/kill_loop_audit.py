@@ -23,8 +23,8 @@ import httpx
 from kill_loop_backends import Backend, live_trainers
 
 from service.adapters.store import SqlJobStore
-from service.domain.models import JobFilters, JobRecord
-from service.domain.phases import JobPhase, can_reach, can_transition
+from service.domain.records.models import JobFilters, JobRecord
+from service.domain.records.phases import JobPhase, can_reach, can_transition
 
 NONCE_LABEL = "kill-loop-nonce"
 

@@ -37,7 +37,7 @@ from bench.arith_folds import FOLDS, fold_rows
 from bench.learning import follow
 from bench.learning_folds_stats import PAIRS
 from service.cli.client import RljobClient
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from trainer.contract import RunLayout
 from trainer.contract.eval_report import RowOutcome
 

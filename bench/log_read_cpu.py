@@ -38,8 +38,8 @@ from starlette.responses import StreamingResponse  # noqa: E402
 from service.adapters.local.output_log import output_lines  # noqa: E402
 from service.adapters.run_files import StoreRunFiles  # noqa: E402
 from service.api.log_follow import LogFollowers, Pacer, follow_log, log_chunks  # noqa: E402
-from service.domain.models import JobRecord  # noqa: E402
-from service.domain.phases import JobPhase  # noqa: E402
+from service.domain.records.models import JobRecord  # noqa: E402
+from service.domain.records.phases import JobPhase  # noqa: E402
 from trainer.contract import JobSpec, Stage  # noqa: E402
 
 RESULT_FILE = REPO / "bench" / "results" / "log_read_cpu.json"

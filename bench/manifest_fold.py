@@ -21,11 +21,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.domain.manifest_sizes import artifact_key  # noqa: E402
-from service.domain.models import JobRecord  # noqa: E402
-from service.domain.phases import JobPhase  # noqa: E402
 from service.domain.progress import fold_manifest  # noqa: E402
-from service.domain.run_report import Artifact  # noqa: E402
+from service.domain.records.manifest_sizes import artifact_key  # noqa: E402
+from service.domain.records.models import JobRecord  # noqa: E402
+from service.domain.records.phases import JobPhase  # noqa: E402
+from service.domain.records.run_report import Artifact  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
 
 RESULT_FILE = REPO / "bench" / "results" / "manifest_fold.json"

@@ -51,8 +51,8 @@ def serve(port: int, rate: float, state_dir: Path) -> None:
     from service.api.sse import sse_event
     from service.app import create_app
     from service.config import Settings
-    from service.domain.models import JobRecord
-    from service.domain.phases import JobPhase
+    from service.domain.records.models import JobRecord
+    from service.domain.records.phases import JobPhase
     from trainer.contract import JobSpec
 
     settings = Settings(

@@ -37,9 +37,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.domain.learning_health import HealthPolicy, Verdict, assess_learning  # noqa: E402
-from service.domain.phases import JobPhase  # noqa: E402
-from service.domain.train_step_summary import (  # noqa: E402
+from service.domain.health.learning_health import HealthPolicy, assess_learning  # noqa: E402
+from service.domain.records.health_models import Verdict  # noqa: E402
+from service.domain.records.phases import JobPhase  # noqa: E402
+from service.domain.records.train_step_summary import (  # noqa: E402
     FIRST_STEPS_KEPT,
     HEALTH_WINDOW_STEPS,
     TrainStepSummary,

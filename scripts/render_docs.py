@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:  # run by path: the repository's packages are impo
 
 from bench import readme_sections, render_learning, render_rollout_speed, verdict_error_rates  # noqa: E402
 from service.cli.doc_tables import generated_tables  # noqa: E402
-from service.domain.phases import ALLOWED_TRANSITIONS, TERMINAL, JobPhase  # noqa: E402
+from service.domain.records.phases import ALLOWED_TRANSITIONS, TERMINAL, JobPhase  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
 
 SETTINGS_PAGE = REPO / "docs" / "settings.md"

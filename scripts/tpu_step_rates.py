@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run by path: the repository's packages are importable as in the tests
     sys.path.insert(0, str(REPO))
 
-from service.domain.tpu_step_time import (  # noqa: E402
+from service.domain.cost.tpu_step_time import (  # noqa: E402
     CHECKPOINT_STATE_COPIES,
     HBM_BYTES_PER_S_PER_CHIP,
     LOGPROB_FLOPS_PER_TOKEN,

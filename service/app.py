@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.config import Settings
-from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
+from service.domain.records.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
 from service.logging_config import configure_logging
 from service.runtime import RuntimeOverrides, SelfCheck, build_runtime
 

@@ -16,13 +16,13 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.domain.budget_models import TeamBudget
-from service.domain.learning_health import HealthPolicy
+from service.domain.cost.storage_usage import DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, CapacityType
+from service.domain.health.learning_health import HealthPolicy
 from service.domain.location_policy import TEAM_PLACEHOLDER, LocationPolicy, parse_place
-from service.domain.storage_usage import DEFAULT_STORAGE_PRICE_USD_PER_GIB_MONTH
-from service.domain.train_step_summary import HEALTH_WINDOW_STEPS
-from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, CapacityType
-from service.domain.webhook_models import MAX_ENDPOINTS_PER_TEAM, WebhookEndpointConfig
+from service.domain.records.budget_models import TeamBudget
+from service.domain.records.train_step_summary import HEALTH_WINDOW_STEPS
+from service.domain.webhooks.webhook_models import MAX_ENDPOINTS_PER_TEAM, WebhookEndpointConfig
 from service.settings_env import read_settings
 from trainer.contract.dns_label import is_dns_label
 from trainer.contract.spec_values import MAX_RETENTION_DAYS
@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     status_mirror_interval_s: float = Field(
         default=30.0, gt=0, le=MAX_SECONDS, description="... or after this many seconds, whichever comes first"
     )
-    # Learning health (service/domain/learning_health.py): when a job is diverging, without signal or stalled.
+    # Learning health (service/domain/health/learning_health.py): when a job is diverging, without signal or stalled.
     health_kl_max: float = Field(default=1.0, gt=0, description="KL to the reference above this is divergence")
     health_no_signal_steps: int = Field(
         default=3, ge=1, le=HEALTH_WINDOW_STEPS, description="consecutive steps with no prompt carrying signal -> no-signal"

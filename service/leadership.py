@@ -1,7 +1,7 @@
 """Leadership: which replica runs the supervisor (launch, watch, reconcile) and when that changes.
 
 Every replica serves reads, streams and submissions; only the one holding the leader lock (the
-LeaderLock port, service/domain/ports.py; its adapters in service/adapters/leader_locks.py) hands
+LeaderLock port, service/domain/records/ports.py; its adapters in service/adapters/leader_locks.py) hands
 jobs to the launcher and turns what the backend says into phases. A replica that does not lead tries
 to take the lock every `check_interval_s`; the leader checks it still holds it as often, and stops
 its supervisor the moment it does not (its successor re-attaches every job, as after a restart).
@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 
 from service.background_loop import BackgroundLoop
-from service.domain.ports import LeaderLock
+from service.domain.records.ports import LeaderLock
 
 log = logging.getLogger(__name__)
 

@@ -39,16 +39,16 @@ from service.adapters.store.webhook_rows import SqlWebhookQueue
 from service.adapters.webhook_sender import HttpWebhookTransport
 from service.change_notifier import ChangeNotifier
 from service.config import Settings
-from service.domain.budget_ledger import BudgetLedger
+from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.fold_pacer import FoldPacer
 from service.domain.job_service import JobService
-from service.domain.models import JobPublic, JobRecord
-from service.domain.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
+from service.domain.records.models import JobPublic, JobRecord
+from service.domain.records.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
 from service.domain.self_check import CheckLine, SelfCheckReport
 from service.domain.tokens import TokenCache, TokenService
 from service.domain.views import to_public
-from service.domain.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
-from service.domain.webhook_models import WebhookQueue, resolve_endpoints
+from service.domain.webhooks.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
+from service.domain.webhooks.webhook_models import WebhookQueue, resolve_endpoints
 from service.leadership import Leadership
 from service.supervisor import Supervisor
 

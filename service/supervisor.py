@@ -31,13 +31,13 @@ import time
 from collections.abc import Callable, Sequence
 
 from service.background_loop import BackgroundLoop
-from service.domain.attached_eval_reconciler import AttachedEvalReconciler
-from service.domain.budget_reconciler import BudgetReconciler
-from service.domain.checkpoint_expiry import CheckpointExpiryReconciler, CheckpointStore
 from service.domain.job_service import JobService
-from service.domain.ports import JobLauncher, Observation
-from service.domain.progress_poller import ProgressPoller
-from service.domain.recovery import JobRecovery
+from service.domain.records.ports import JobLauncher, Observation
+from service.domain.rounds.attached_eval_reconciler import AttachedEvalReconciler
+from service.domain.rounds.budget_reconciler import BudgetReconciler
+from service.domain.rounds.checkpoint_expiry import CheckpointExpiryReconciler, CheckpointStore
+from service.domain.rounds.progress_poller import ProgressPoller
+from service.domain.rounds.recovery import JobRecovery
 from service.leader_rounds import LeaderRound, RoundLoops, RoundOf
 
 log = logging.getLogger(__name__)

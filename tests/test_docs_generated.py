@@ -55,7 +55,7 @@ def test_a_spec_field_without_a_description_is_refused() -> None:
 
 
 def test_the_phase_diagram_draws_every_allowed_transition_and_no_other() -> None:
-    from service.domain.phases import ALLOWED_TRANSITIONS
+    from service.domain.records.phases import ALLOWED_TRANSITIONS
 
     arrows = [line.strip().split(" --> ") for line in render_docs.phase_diagram().splitlines() if " --> " in line]
     drawn = {(a, b) for a, b in arrows if "[*]" not in (a, b)}

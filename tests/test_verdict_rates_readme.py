@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench import verdict_error_rates as bench
-from service.domain.learning_health import HealthPolicy
-from service.domain.train_step_summary import FIRST_STEPS_KEPT, HEALTH_WINDOW_STEPS
+from service.domain.health.learning_health import HealthPolicy
+from service.domain.records.train_step_summary import FIRST_STEPS_KEPT, HEALTH_WINDOW_STEPS
 from trainer.contract.evaluation import wilson_interval
 
 REPO = Path(__file__).resolve().parents[1]

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from service.domain.checkpoint_expiry import TreeSize
-from service.domain.errors import RunFileRefused
-from service.domain.models import JobRecord
+from service.domain.records.errors import RunFileRefused
+from service.domain.records.models import JobRecord
+from service.domain.rounds.checkpoint_expiry import TreeSize
 from trainer.contract import Stage, local_path, location_kind
 from trainer.contract.best_checkpoint import BestCheckpoint
 from trainer.storage import StorageError, store_for

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from service.domain.errors import RunFileRefused, RunFilesUnavailable
-from service.domain.models import JobRecord
+from service.domain.records.errors import RunFileRefused, RunFilesUnavailable
+from service.domain.records.models import JobRecord
 from trainer.contract.eval_report import RowOutcome
 from trainer.contract.eval_suite import MAX_SUITE_ROWS
 from trainer.storage import StorageError

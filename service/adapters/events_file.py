@@ -31,10 +31,10 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from service.domain.errors import RunFileRefused
-from service.domain.models import JobRecord
-from service.domain.ports import ProgressBatch, SkippedLine
-from service.domain.trainer_event_budget import MAX_EVENT_BYTES
+from service.domain.records.errors import RunFileRefused
+from service.domain.records.models import JobRecord
+from service.domain.records.ports import ProgressBatch, SkippedLine
+from service.domain.records.trainer_event_budget import MAX_EVENT_BYTES
 from trainer.contract import TrainerEvent, location_kind, parse_event
 from trainer.storage import StorageError
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from service.adapters.local.admission import TeamLimits, TeamQuotas
 from service.config import Settings
-from service.domain.ports import JobLauncher
+from service.domain.records.ports import JobLauncher
 from service.domain.self_check import CheckLine
 from service.settings_env import read_settings
 

@@ -1,4 +1,4 @@
-"""Leader locks, the LeaderLock port's adapters (service/domain/ports.py): what lets exactly one
+"""Leader locks, the LeaderLock port's adapters (service/domain/records/ports.py): what lets exactly one
 service replica run launch, watch and reconcile.
 
 Chosen in one place (`leader_lock_for`) by the store the service uses:
@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from service.domain.ports import LeaderLock
+from service.domain.records.ports import LeaderLock
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 
-from service.domain.manifest_sizes import ManifestSizes, size_manifest
-from service.domain.models import ManifestRefused
+from service.domain.records.manifest_sizes import ManifestSizes, size_manifest
+from service.domain.records.models import ManifestRefused
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from service.domain.errors import ReproNotFound, RunFileRefused, SamplesNotFound
 from service.domain.job_repro import read_job_repro
 from service.domain.job_samples import read_job_samples
 from service.domain.mlflow_runs import (
@@ -35,9 +34,10 @@ from service.domain.mlflow_runs import (
     experiment_id,
     write_export,
 )
-from service.domain.models import JobPublic, JobRecord
-from service.domain.phases import JobPhase
-from service.domain.ports import JobStore, RunFiles
+from service.domain.records.errors import ReproNotFound, RunFileRefused, SamplesNotFound
+from service.domain.records.models import JobPublic, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import JobStore, RunFiles
 from service.leader_rounds import LeaderRound, RoundOf
 
 if TYPE_CHECKING:

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ValidationError
 
-from service.domain.errors import RunFileRefused, RunFilesUnavailable
-from service.domain.manifest_sizes import ManifestSizes
-from service.domain.models import JobRecord, ManifestRefused
+from service.domain.records.errors import RunFileRefused, RunFilesUnavailable
+from service.domain.records.manifest_sizes import ManifestSizes
+from service.domain.records.models import JobRecord, ManifestRefused
 from trainer.contract import STAGE_ORDER, ReproRecord, StepSamples, step_from_file_name
 from trainer.contract.best_checkpoint import BEST_RECORD_FILE, BestCheckpoint
 from trainer.contract.eval_report import RowOutcome

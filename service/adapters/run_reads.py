@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from service.domain.errors import RunFileRefused
+from service.domain.records.errors import RunFileRefused
 from trainer.contract import local_path, location_kind
 from trainer.storage import StorageError, store_for
 

@@ -1,4 +1,4 @@
-"""Webhook HTTP: one POST per attempt (the WebhookTransport port, service/domain/webhook_models.py).
+"""Webhook HTTP: one POST per attempt (the WebhookTransport port, service/domain/webhooks/webhook_models.py).
 
 Never follows a redirect (a 3xx is the attempt's answer, and the dispatcher fails the delivery: an endpoint that
 redirects could send signed bodies anywhere). At most MAX_RESPONSE_BYTES of an answer are read. Errors name the
@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import httpcore
 
-from service.domain.webhook_models import SendResult
+from service.domain.webhooks.webhook_models import SendResult
 
 MAX_RESPONSE_BYTES = 4096  # only the status matters; a snippet of a refusal helps whoever reads last_error
 KEEPALIVE_S = 5.0  # an idle connection kept for the endpoint's next delivery (httpx's default)

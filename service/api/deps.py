@@ -16,11 +16,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.config import Settings
-from service.domain.errors import JobNotFound, NotReady
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobPublic, JobRecord
-from service.domain.ports import Clock, JobStore
-from service.domain.webhook_models import WebhookQueue
+from service.domain.records.errors import JobNotFound, NotReady
+from service.domain.records.models import Caller, JobPublic, JobRecord
+from service.domain.records.ports import Clock, JobStore
+from service.domain.webhooks.webhook_models import WebhookQueue
 from service.unauthenticated_connections import mark_authenticated
 from trainer.contract import JOB_ID_RE
 

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.domain import errors as e
+from service.domain.records import errors as e
 
 log = logging.getLogger(__name__)
 

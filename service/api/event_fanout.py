@@ -34,8 +34,8 @@ import anyio
 import anyio.to_thread
 
 from service.change_notifier import ChangeNotifier
-from service.domain.models import JobEvent
-from service.domain.ports import JobStore
+from service.domain.records.models import JobEvent
+from service.domain.records.ports import JobStore
 
 from .sse import sse_event
 

@@ -25,10 +25,10 @@ from typing import Protocol, runtime_checkable
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from service.domain.errors import JobNotFound
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobFilters, JobPublic, JobRecord
-from service.domain.ports import Clock
+from service.domain.records.errors import JobNotFound
+from service.domain.records.models import Caller, JobFilters, JobPublic, JobRecord
+from service.domain.records.ports import Clock
 from trainer.contract import JOB_ID_RE
 
 RENDERED_VIEWS = 2048  # ended jobs' JSON kept (a few KB each, and the record each was rendered from)

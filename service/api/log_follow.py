@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import anyio
 import anyio.to_thread
 
-from service.domain.errors import TooManyLogFollowers
+from service.domain.records.errors import TooManyLogFollowers
 
 _END = object()
 TERMINAL_CHECK_INTERVAL_S = 2.0  # an idle follow re-reads the job's phase at most this often

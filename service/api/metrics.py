@@ -13,9 +13,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.domain.phases import JobPhase
-from service.domain.ports import Clock, JobStore
-from service.domain.usage import PriceTable
+from service.domain.cost.usage import PriceTable
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import Clock, JobStore
 
 from .usage_metrics import UsageCounters
 

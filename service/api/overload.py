@@ -37,8 +37,8 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.domain.errors import StoreUnavailable, Unauthenticated
-from service.domain.models import Caller
+from service.domain.records.errors import StoreUnavailable, Unauthenticated
+from service.domain.records.models import Caller
 from service.unauthenticated_connections import mark_authenticated
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})

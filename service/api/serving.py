@@ -15,11 +15,11 @@ import anyio.to_thread
 
 from service.config import Settings
 from service.domain.job_service import JobService
-from service.domain.models import JobPublic, JobRecord
-from service.domain.ports import Clock, JobStore
+from service.domain.records.models import JobPublic, JobRecord
+from service.domain.records.ports import Clock, JobStore
 from service.domain.self_check import CheckLine
 from service.domain.tokens import TokenService
-from service.domain.webhook_models import WebhookQueue
+from service.domain.webhooks.webhook_models import WebhookQueue
 from service.runtime import Runtime
 
 from .event_fanout import EventFanout

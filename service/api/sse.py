@@ -20,7 +20,7 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from service.domain.models import JobEvent, JobPublic
+from service.domain.records.models import JobEvent, JobPublic
 
 KEEPALIVE_S = 15.0
 KEEPALIVE = b": keepalive\n\n"

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from service.domain.job_clock import phase_seconds
-from service.domain.models import JobRecord
-from service.domain.placement import BILLED_PHASES
-from service.domain.ports import Clock, JobStore
-from service.domain.usage import PriceTable, chips_of, family_of, job_capacity, price_of
+from service.domain.cost.job_clock import phase_seconds
+from service.domain.cost.placement import BILLED_PHASES
+from service.domain.cost.usage import PriceTable, chips_of, family_of, job_capacity, price_of
+from service.domain.records.models import JobRecord
+from service.domain.records.ports import Clock, JobStore
 
 EVENT_BATCH = 500
 MAX_EVENT_BATCHES_PER_SCRAPE = 20  # bounds one scrape; events past it are read at the next scrape

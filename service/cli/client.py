@@ -21,12 +21,12 @@ from httpx_sse import SSEError, connect_sse
 from rich.console import Console
 from rich.markup import escape
 
-from service.domain.estimate_models import JobEstimate
-from service.domain.eval_models import EvalComparisonPublic, EvalPublic
-from service.domain.models import JobPublic, JobsPublic, MetricsPublic, SamplesPublic
+from service.domain.records.estimate_models import JobEstimate
+from service.domain.records.eval_models import EvalComparisonPublic, EvalPublic
+from service.domain.records.models import JobPublic, JobsPublic, MetricsPublic, SamplesPublic
+from service.domain.records.usage_models import UsagePublic
 from service.domain.run_diff import JobDiff
-from service.domain.usage_models import UsagePublic
-from service.domain.webhook_models import WebhookDeliveriesPublic
+from service.domain.webhooks.webhook_models import WebhookDeliveriesPublic
 from service.settings_env import SettingsInvalid
 from trainer.contract import JobSpec, ReproRecord
 

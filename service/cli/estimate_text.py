@@ -7,8 +7,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from service.domain.estimate_models import ActualFigure, EstimateActuals, EstimateRange, JobEstimate
-from service.domain.models import JobPublic
+from service.domain.records.estimate_models import ActualFigure, EstimateActuals, EstimateRange, JobEstimate
+from service.domain.records.models import JobPublic
 
 
 def _duration(seconds: float) -> str:

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from service.domain.eval_models import EvalComparisonPublic, EvalPublic, EvalSummaryPublic
-from service.domain.phases import JobPhase
+from service.domain.records.eval_models import EvalComparisonPublic, EvalPublic, EvalSummaryPublic
+from service.domain.records.phases import JobPhase
 from trainer.contract.eval_report import SCORES, ScoreDifference
 from trainer.contract.eval_suite import SuiteSpec
 from trainer.contract.spec_file import SpecFileError, read_spec_data, validation_problems

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from service.domain.models import JobPublic
+from service.domain.records.models import JobPublic
 from trainer.contract import RunLayout
 
 from .client import CliContext, CliError, CliExit, RljobClient, handles_errors

@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from service.domain.models import JobPublic
-from service.domain.phases import TERMINAL
+from service.domain.records.models import JobPublic
+from service.domain.records.phases import TERMINAL
 from trainer.contract import RunStorage
 
 from .client import RljobClient

@@ -15,8 +15,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from service.domain.estimate_models import JobEstimate
-from service.domain.phases import TERMINAL, JobPhase
+from service.domain.records.estimate_models import JobEstimate
+from service.domain.records.phases import TERMINAL, JobPhase
 from trainer.contract import JobSpec
 from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
 from trainer.sizing.fit import FitEstimate, estimate_job_fit

@@ -13,8 +13,8 @@ import typer
 import yaml
 
 from service.config import LauncherName, Settings, load_settings
-from service.domain.errors import InvalidRequest
-from service.domain.models import TokenRecord
+from service.domain.records.errors import InvalidRequest
+from service.domain.records.models import TokenRecord
 from service.settings_env import SettingsInvalid
 from trainer.contract.spec_file import SpecFileError, load_spec_file
 

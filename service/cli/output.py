@@ -17,11 +17,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from service.domain.attached_eval_models import AttachedEvalPublic
-from service.domain.job_eval import EvalPoint, JobEval
-from service.domain.models import JobPublic, QueueStatus
-from service.domain.run_report import Artifact
-from service.domain.usage_models import JobUsage
+from service.domain.records.attached_eval_models import AttachedEvalPublic
+from service.domain.records.job_eval_models import EvalPoint, JobEval
+from service.domain.records.models import JobPublic, QueueStatus
+from service.domain.records.run_report import Artifact
+from service.domain.records.usage_models import JobUsage
 from trainer.contract.evaluation import PairedDifference
 
 from .estimate_text import job_estimate_rows
@@ -83,7 +83,7 @@ def _artifact_text(artifact: Artifact) -> str:
     return artifact.uri + (f" ({', '.join(details)})" if details else "")
 
 
-# Colours for the learning-health verdicts (service/domain/learning_health.py).
+# Colours for the learning-health verdicts (service/domain/health/learning_health.py).
 _HEALTH_STYLE = {
     "improving": "green",
     "flat": "default",

@@ -17,7 +17,7 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from service.domain.job_eval import EvalPoint
+from service.domain.records.job_eval_models import EvalPoint
 
 from .client import CliContext, CliError, CliExit, handles_errors
 from .eval_commands import print_comparison

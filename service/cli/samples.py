@@ -12,7 +12,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from service.domain.job_samples import step_ranges
-from service.domain.models import SamplesPublic
+from service.domain.records.models import SamplesPublic
 
 from .client import handles_errors
 from .output import console

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from service.adapters.run_reads import list_run_dir, read_run_file
-from service.domain.errors import RunFileRefused
+from service.domain.records.errors import RunFileRefused
 from trainer.contract import join_uri
 from trainer.storage import StorageError
 

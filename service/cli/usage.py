@@ -10,8 +10,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from service.domain.budget_models import TeamBudgetStatus
-from service.domain.usage_models import UsageGroup, UsagePublic, UsageSum
+from service.domain.records.budget_models import TeamBudgetStatus
+from service.domain.records.usage_models import UsageGroup, UsagePublic, UsageSum
 
 from .client import handles_errors
 from .output import OutputOption, api_time, console, emit

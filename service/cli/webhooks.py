@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from service.domain.webhook_models import DeliveryState, WebhookDeliveriesPublic
+from service.domain.webhooks.webhook_models import DeliveryState, WebhookDeliveriesPublic
 
 from .client import handles_errors
 from .output import OutputOption, api_time, console, emit

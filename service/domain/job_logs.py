@@ -13,8 +13,8 @@ import logging
 from collections import deque
 from collections.abc import Iterator
 
-from .models import JobRecord
-from .ports import JobLauncher, RunFiles
+from service.domain.records.models import JobRecord
+from service.domain.records.ports import JobLauncher, RunFiles
 
 log = logging.getLogger(__name__)
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from service.domain.records.errors import ReproNotFound, RunFileRefused
+from service.domain.records.models import JobRecord
+from service.domain.records.ports import RunFiles
 from trainer.contract import ReproRecord
-
-from .errors import ReproNotFound, RunFileRefused
-from .models import JobRecord
-from .ports import RunFiles
 
 
 def read_job_repro(run_files: RunFiles | None, record: JobRecord) -> ReproRecord:

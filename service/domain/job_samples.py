@@ -7,9 +7,9 @@ answer lists the steps that have samples so a client can offer the others.
 
 from __future__ import annotations
 
-from .errors import SamplesNotFound
-from .models import JobRecord, SamplesPublic
-from .ports import RunFiles
+from service.domain.records.errors import SamplesNotFound
+from service.domain.records.models import JobRecord, SamplesPublic
+from service.domain.records.ports import RunFiles
 
 MAX_STEPS_LISTED = 5000  # the newest ones; a longer run's older steps are still readable by number
 

@@ -29,23 +29,17 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from trainer.contract import JobSpec
-
-from .attached_eval_models import AttachedEvalPublic
-from .budget_ledger import BudgetLedger
-from .errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
-from .estimate_models import JobEstimate
-from .estimate_source import SubmitEstimator
-from .fold_pacer import FoldPacer
-from .job_health import health_verdict_changed, log_health_change
-from .job_logs import job_log_lines
-from .job_samples import read_job_samples
-from .learning_health import HealthPolicy
-from .location_policy import UNRESTRICTED, LocationPolicy
-from .models import Caller, JobFilters, JobRecord, SamplesPublic
-from .observation_intake import ObservationIntake
-from .phases import CANCELLABLE, JobPhase
-from .ports import (
+from service.domain.cost.budget_ledger import BudgetLedger
+from service.domain.cost.estimate_source import SubmitEstimator
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable
+from service.domain.health.job_health import health_verdict_changed, log_health_change
+from service.domain.health.learning_health import HealthPolicy
+from service.domain.records.attached_eval_models import AttachedEvalPublic
+from service.domain.records.errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
+from service.domain.records.estimate_models import JobEstimate
+from service.domain.records.models import Caller, JobFilters, JobRecord, SamplesPublic
+from service.domain.records.phases import CANCELLABLE, JobPhase
+from service.domain.records.ports import (
     Clock,
     JobLauncher,
     JobStore,
@@ -56,10 +50,16 @@ from .ports import (
     StatusMirror,
     utc_now,
 )
+from trainer.contract import JobSpec
+
+from .fold_pacer import FoldPacer
+from .job_logs import job_log_lines
+from .job_samples import read_job_samples
+from .location_policy import UNRESTRICTED, LocationPolicy
+from .observation_intake import ObservationIntake
 from .record_writes import write_phase
 from .status_mirror import MirroredStatus, StatusMirrorWorker
 from .submission import check_submission, store_new_job
-from .usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable
 from .write_wait import held_within
 
 log = logging.getLogger(__name__)

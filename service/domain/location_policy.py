@@ -27,10 +27,9 @@ from pathlib import PurePosixPath
 from typing import Literal
 from urllib.parse import unquote
 
+from service.domain.records.errors import InvalidRequest
 from trainer.contract import JobSpec, local_path, location_kind
 from trainer.contract.dns_label import is_dns_label
-
-from .errors import InvalidRequest
 
 TEAM_PLACEHOLDER = "{team}"
 HUB_SCHEME = "hf://"  # a team's Hub destinations in its prefixes: hf://OWNER/ or hf://OWNER/NAME

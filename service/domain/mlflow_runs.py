@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .phases import JobPhase
+from service.domain.records.phases import JobPhase
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient

@@ -15,11 +15,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from service.domain.evals.suite_versions import assign_suite_version
+from service.domain.records.manifest_sizes import ManifestSizes
+from service.domain.records.models import JobRecord, ManifestRefused
+from service.domain.records.ports import Clock, JobLauncher, JobRequeue, JobStore, JobTx, Observation, ProgressSource, RunFiles, SkippedLine
 from trainer.contract import ExitCode, TrainerEvent
 
 from .fold_pacer import FOLD_CHUNK_EVENTS, FoldPacer
-from .manifest_sizes import ManifestSizes
-from .models import JobRecord, ManifestRefused
 from .observation_policy import (
     WORKLOAD_STOPPED,
     Decision,
@@ -28,10 +30,8 @@ from .observation_policy import (
     names_a_replaced_workload,
     requeues_on_disruption,
 )
-from .ports import Clock, JobLauncher, JobRequeue, JobStore, JobTx, Observation, ProgressSource, RunFiles, SkippedLine
 from .progress import fold_events, note_skipped_lines
 from .record_writes import write_decision
-from .suite_versions import assign_suite_version
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection
 
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import Observation, ObservedState
+from service.domain.records.run_report import RunOutcome
 from trainer.contract import ExitCode, describe_exit_code
-
-from .phases import JobPhase
-from .ports import Observation, ObservedState
-from .run_report import RunOutcome
 
 # The backend says the workload is no longer running: its events file is drained before deciding.
 WORKLOAD_STOPPED: frozenset[ObservedState] = frozenset({ObservedState.SUCCEEDED, ObservedState.FAILED, ObservedState.GONE})

@@ -26,6 +26,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from service.domain.cost.goodput import job_goodput, warn_if_parts_overlap
+from service.domain.evals.job_eval import eval_event_data, push_eval
+from service.domain.records.manifest_sizes import ManifestSizes, size_manifest
+from service.domain.records.models import JobRecord, ManifestRefused, MetricPoint
+from service.domain.records.ports import SkippedLine
+from service.domain.records.run_report import MAX_CHECKPOINTS_KEPT, MAX_HANGS_KEPT, Artifact, HangReport, RunOutcome, RunReport, StageTimes
+from service.domain.records.train_step_summary import TrainStepSummary, push_step
+from service.domain.records.trainer_event_budget import MAX_ARTIFACTS, MAX_GOODPUT_ATTEMPTS, refused_message
 from trainer.contract import (
     ArtifactWritten,
     CheckpointSaved,
@@ -43,15 +51,6 @@ from trainer.contract import (
     TrainStep,
 )
 from trainer.contract.reward_sandbox import REWARD_CALL_LATEST, REWARD_CALL_TOTALS
-
-from .goodput import job_goodput, warn_if_parts_overlap
-from .job_eval import eval_event_data, push_eval
-from .manifest_sizes import ManifestSizes, size_manifest
-from .models import JobRecord, ManifestRefused, MetricPoint
-from .ports import SkippedLine
-from .run_report import MAX_CHECKPOINTS_KEPT, MAX_HANGS_KEPT, Artifact, HangReport, RunOutcome, RunReport, StageTimes
-from .train_step_summary import TrainStepSummary, push_step
-from .trainer_event_budget import MAX_ARTIFACTS, MAX_GOODPUT_ATTEMPTS, refused_message
 
 # Metrics that JobPublic.metrics shows; everything else stays in the time series only (and the reward sandbox's below).
 HEADLINE_METRICS = ("reward_mean", "reward_std", "kl", "loss")

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.domain.cost.budgets import QUEUE_REASON as BUDGET_QUEUE_REASON
+from service.domain.cost.placement import close_billed_phase, place, placement_changed
+from service.domain.health.hangs import hung_failure_message, hung_restart_message
+from service.domain.records.manifest_sizes import ManifestSizes
+from service.domain.records.models import JobRecord, ManifestRefused, QueueStatus
+from service.domain.records.phases import JobPhase, transition
+from service.domain.records.ports import Clock, JobTx, Observation
 from trainer.contract import ExitCode
 
-from .budgets import QUEUE_REASON as BUDGET_QUEUE_REASON
-from .hangs import hung_failure_message, hung_restart_message
-from .manifest_sizes import ManifestSizes
-from .models import JobRecord, ManifestRefused, QueueStatus
 from .observation_policy import (
     Decision,
     failure_message,
@@ -23,9 +26,6 @@ from .observation_policy import (
     requeue_message,
     resume_limit_message,
 )
-from .phases import JobPhase, transition
-from .placement import close_billed_phase, place, placement_changed
-from .ports import Clock, JobTx, Observation
 from .progress import fold_manifest
 
 

@@ -13,11 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from service.domain.records.job_eval_models import EvalDifference, EvalPoint
+from service.domain.records.models import JobPublic, MetricPoint
+from service.domain.records.phases import JobPhase
 from trainer.contract import ReproRecord
-
-from .job_eval import EvalDifference, EvalPoint
-from .models import JobPublic, MetricPoint
-from .phases import JobPhase
 
 IGNORED_SPEC_KEYS = frozenset({"name", "id"})
 # The parts of repro.json compared besides the spec; job_id and schema_version always differ or never matter.

@@ -21,10 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.background_loop import BackgroundLoop
-
-from .models import JobRecord
-from .phases import JobPhase
-from .ports import StatusMirror
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import StatusMirror
 
 log = logging.getLogger(__name__)
 

@@ -6,18 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from service.domain.evals.attached_evals import check_attached_eval, record_labels
+from service.domain.records.errors import IdempotencyConflict, InvalidRequest
+from service.domain.records.estimate_models import JobEstimate
+from service.domain.records.models import Caller, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import JobLauncher, JobStore, SubmitCheck
 from trainer.contract import JobSpec
 from trainer.sizing.fit import FitEstimate, estimate_job_fit
 from trainer.sizing.hf_model import UnsupportedCheckpoint, resolve_maxtext_model
 from trainer.sizing.job_shape import read_local_model_config
 
-from .attached_evals import check_attached_eval, record_labels
-from .errors import IdempotencyConflict, InvalidRequest
-from .estimate_models import JobEstimate
 from .location_policy import LocationPolicy, check_spec_locations
-from .models import Caller, JobRecord
-from .phases import JobPhase
-from .ports import JobLauncher, JobStore, SubmitCheck
 
 
 def check_submission(spec: JobSpec, caller: Caller, policy: LocationPolicy, launcher: JobLauncher) -> tuple[JobSpec, FitEstimate | None]:

@@ -17,11 +17,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from service.domain.records.errors import InvalidRequest, Unauthenticated
+from service.domain.records.models import Caller, TokenRecord
+from service.domain.records.ports import Clock, JobStore, utc_now
 from trainer.contract.dns_label import is_dns_label
-
-from .errors import InvalidRequest, Unauthenticated
-from .models import Caller, TokenRecord
-from .ports import Clock, JobStore, utc_now
 
 TOKEN_PREFIX = "rlj_"
 MIN_TOKEN_CHARS = 32

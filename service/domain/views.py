@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .estimate_actuals import estimate_actuals
-from .eval_view import eval_summary
-from .goodput import job_goodput
-from .job_eval import job_eval
-from .job_health import learning_health, train_started_at
-from .learning_health import HealthPolicy
-from .models import Failure, JobPublic, JobRecord, LatestMetrics
-from .phases import JobPhase
-from .reward_calls import RewardCalls
-from .usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable, job_usage
+from service.domain.cost.estimate_actuals import estimate_actuals
+from service.domain.cost.goodput import job_goodput
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable, job_usage
+from service.domain.evals.eval_view import eval_summary
+from service.domain.evals.job_eval import job_eval
+from service.domain.health.job_health import learning_health, train_started_at
+from service.domain.health.learning_health import HealthPolicy
+from service.domain.records.models import Failure, JobPublic, JobRecord, LatestMetrics
+from service.domain.records.phases import JobPhase
+from service.domain.records.reward_calls import RewardCalls
 
 
 def _eta_s(record: JobRecord, now: datetime) -> float | None:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .errors import StoreUnavailable
+from service.domain.records.errors import StoreUnavailable
 
 MIN_DATABASE_WAIT_S = 0.05  # what the database is given when the lock took almost all of the bound
 

@@ -16,8 +16,8 @@ from bench import learning_stats
 from bench.arith_difficulty import load_rewards
 from bench.arith_folds import FOLDS, fold_rows
 from bench.learning_folds import PREREGISTRATION, RESULT, score
-from service.domain.eval_jobs import EvalCreate
-from service.domain.eval_models import EvalComparisonPublic, EvalSide, EvalSuitePublic
+from service.domain.evals.eval_jobs import EvalCreate
+from service.domain.records.eval_models import EvalComparisonPublic, EvalSide, EvalSuitePublic
 from trainer.contract.eval_report import RowOutcome, compare_outcomes
 from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, SuiteSpec
 from trainer.evals.prompts import acceptable_answers

@@ -33,7 +33,7 @@ ALLOWED = {
     "every 2 s per job": "a code constant: REMOTE_CHECK_INTERVAL_S in service/adapters/events_file.py",
     "per 0.5 s round": "a setting: RLJOB_PROGRESS_POLL_INTERVAL_S's default",
     "`tight` (over 90%)": "the fit check's threshold (trainer/sizing/fit.py)",
-    "a 95% prediction interval": "the estimate's method (service/domain/estimate_stats.py)",
+    "a 95% prediction interval": "the estimate's method (service/domain/cost/estimate_stats.py)",
 }
 
 

@@ -24,7 +24,7 @@ from kubernetes import client as k8s
 
 from service.adapters.k8s import K8sSettings
 from service.adapters.k8s.launcher import K8sJobLauncher, build_k8s_launcher
-from service.domain.ports import Observation, ObservedState
+from service.domain.records.ports import Observation, ObservedState
 from trainer.contract import JobSpec
 
 NS = "rljob"

@@ -33,8 +33,8 @@ from service.adapters.k8s import pod_template
 from service.adapters.k8s.launcher import build_k8s_launcher
 from service.adapters.store import SqlJobStore
 from service.app import create_app
-from service.domain.errors import InvalidRequest
-from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
+from service.domain.records.errors import InvalidRequest
 from trainer.contract import JobSpec
 
 from .conftest import configuration_for, make_settings, make_spec

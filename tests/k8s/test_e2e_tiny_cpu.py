@@ -32,7 +32,7 @@ from harness.podrun.manifests import service_accounts
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.phases import JobPhase, can_reach
+from service.domain.records.phases import JobPhase, can_reach
 from trainer.contract import RunLayout, Stage, parse_event
 
 from .conftest import NS

@@ -29,7 +29,7 @@ from harness.podrun.scheduling import Node
 from service.adapters.k8s import pod_template
 from service.adapters.k8s.launcher import build_k8s_launcher
 from service.app import create_app
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from tests.deploy import guide_pools
 
 from .conftest import configuration_for, make_eval_spec, make_settings, make_spec
@@ -125,7 +125,7 @@ async def test_through_the_service_the_eval_job_lands_in_the_eval_flavor_and_the
                 train = str(resp.json()["id"])
 
                 def base_eval() -> str | None:
-                    # Made by the leader's attached-evals loop (service/domain/attached_eval_reconciler.py), not by this test.
+                    # Made by the leader's attached-evals loop (service/domain/rounds/attached_eval_reconciler.py), not by this test.
                     found = client.get("/v1/evals", params={"job_of": train}, headers=AUTH).json()["data"]
                     return next((e["id"] for e in found if e["evaluation"]["checkpoint"]["label"] == "base"), None)
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.adapters.store import SqlJobStore
 from service.app import create_app
-from service.domain.ports import ObservedState
+from service.domain.records.ports import ObservedState
 
 from .conftest import JOB_ID, NS, FakeCluster, make_spec
 from .test_kueue_workload import PREEMPTED_MESSAGE, QUOTA_MESSAGE

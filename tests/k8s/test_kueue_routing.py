@@ -30,7 +30,7 @@ from harness.podrun.scheduling import Node
 from service.adapters.k8s.capacity import CAPACITY_LABEL
 from service.adapters.k8s.kueue_reasons import normalized_reason
 from service.adapters.k8s.launcher import build_k8s_launcher
-from service.domain.errors import InvalidRequest
+from service.domain.records.errors import InvalidRequest
 from trainer.contract import JobSpec
 
 from .conftest import configuration_for

@@ -12,7 +12,7 @@ import pytest
 from harness.podrun.cluster import EmulatedCluster
 from harness.podrun.manifests import NS, service_accounts, shared_dir, spec, workload
 from harness.podrun.scheduling import Node
-from service.domain.ports import ObservedState
+from service.domain.records.ports import ObservedState
 
 from .conftest import JOB_ID
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from service.domain.ports import ObservedState
+from service.domain.records.ports import ObservedState
 
 from .conftest import JOB_ID, NS, make_spec
 

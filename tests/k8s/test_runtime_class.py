@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from service.adapters.k8s.errors import ManifestError
 from service.adapters.k8s.launcher import build_k8s_launcher
 from service.adapters.k8s.render import render_manifests, render_manifests_yaml
-from service.domain.errors import InvalidRequest
+from service.domain.records.errors import InvalidRequest
 
 from .conftest import JOB_ID, configuration_for, make_cpu_spec, make_eval_spec, make_settings, make_spec
 from .test_manifests import validate_strict

@@ -20,7 +20,7 @@ from service.adapters.k8s.launcher import K8sJobLauncher
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.ports import ProgressBatch
+from service.domain.records.ports import ProgressBatch
 from trainer.contract import Stage, StageStarted, TrainStep
 
 from .conftest import NS, make_spec

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from harness.kueue_cluster import KUEUE, NS, KueueCluster, active, forbidden, not_found
 from service.adapters.k8s.launcher import K8sJobLauncher, build_k8s_launcher
 from service.app import create_app
-from service.domain.errors import InvalidRequest
-from service.domain.ports import ObservedState
+from service.domain.records.errors import InvalidRequest
+from service.domain.records.ports import ObservedState
 
 from .conftest import JOB_ID, configuration_for, make_settings, make_spec
 from .test_service_integration import AUTH, NoProgress, _settings, _wait

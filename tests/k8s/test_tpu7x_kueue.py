@@ -17,7 +17,7 @@ from harness.podrun.kueue import KueueEmulator
 from harness.podrun.manifests import settings, spec
 from harness.podrun.scheduling import Node
 from service.adapters.k8s.launcher import build_k8s_launcher
-from service.domain.errors import InvalidRequest
+from service.domain.records.errors import InvalidRequest
 
 from .conftest import configuration_for
 

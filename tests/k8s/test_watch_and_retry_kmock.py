@@ -8,7 +8,7 @@ import kmock as kmock_lib
 import pytest
 
 from service.adapters.k8s import WorkloadConflict
-from service.domain.ports import ObservedState
+from service.domain.records.ports import ObservedState
 
 from .conftest import JOB_ID, NS
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
 from service.domain.location_policy import UNRESTRICTED, LocationPolicy
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, record_spec
 from trainer.contract import RunLayout, RunStorage, Stage

@@ -8,8 +8,8 @@ import hashlib
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, wait_for_phase
 from trainer.contract import EvalReported, RunLayout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from service.domain.ports import Observation, ObservedState
+from service.domain.records.ports import Observation, ObservedState
 
 
 class Recorder:

@@ -6,9 +6,9 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from service.domain.errors import LaunchFailed
-from service.domain.models import JobRecord
-from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState, ProgressBatch
+from service.domain.records.errors import LaunchFailed
+from service.domain.records.models import JobRecord
+from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState, ProgressBatch
 from trainer.contract import JobSpec, TrainerEvent
 
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from service.domain.phases import JobPhase, can_reach
+from service.domain.records.phases import JobPhase, can_reach
 from trainer.contract import JobSpec
 
 TOKEN_A = "a" * 8 + uuid.uuid4().hex + "-team-a"

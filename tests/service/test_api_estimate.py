@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import Api, RunCli
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
 

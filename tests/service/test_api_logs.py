@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.config import Settings
-from service.domain.phases import CANCELLABLE, TERMINAL, JobPhase
+from service.domain.records.phases import CANCELLABLE, TERMINAL, JobPhase
 
 
 def test_phases_are_the_domains_and_need_no_token(settings_factory: Callable[..., Settings]) -> None:

@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.models import QueueStatus
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
-from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR as PRICES
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR as PRICES
+from service.domain.records.models import QueueStatus
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, TOKEN_A, TOKEN_ADMIN, TOKEN_B, ManualClock, spec_body, wait_for_phase, wait_until

@@ -15,13 +15,13 @@ import pytest
 from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
 from service.cli.output import print_job
-from service.domain.attached_eval_reconciler import AttachedEvalReconciler
-from service.domain.attached_evals import EVAL_OF_LABEL, wanted_evals
-from service.domain.errors import InvalidRequest
+from service.domain.evals.attached_evals import EVAL_OF_LABEL, wanted_evals
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobFilters, JobRecord
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.errors import InvalidRequest
+from service.domain.records.models import Caller, JobFilters, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
+from service.domain.rounds.attached_eval_reconciler import AttachedEvalReconciler
 from service.domain.views import to_public
 from tests.service.eval_runs import FUNCTION, outcome_rows, suite_hash
 from tests.service.service_fakes import FakeLauncher, FakeProgress

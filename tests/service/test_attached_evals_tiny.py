@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.config import Settings
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import TOKEN_A, wait_for_phase, wait_until
 from tests.service.test_tiny_job_integration import TINY_SPEC, TINY_WAIT_S
 

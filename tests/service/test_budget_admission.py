@@ -1,4 +1,4 @@
-"""Admission against a team's budget, the pure part, as tables (service/domain/budget_admission.py): what each active
+"""Admission against a team's budget, the pure part, as tables (service/domain/cost/budget_admission.py): what each active
 job still commits (its estimate's upper bound less what it billed), and which budget refuses one more job when the
 committed amount plus that job's upper bound would pass it."""
 
@@ -8,13 +8,13 @@ from datetime import timedelta
 
 import pytest
 
-from service.domain.budget_admission import Commitment, admission_refusal, commitment, still_to_bill
-from service.domain.budget_models import BudgetAmounts, JobHold, TeamBudget
-from service.domain.budgets import team_status
-from service.domain.estimate_models import EstimateRange, JobEstimate
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
-from service.domain.usage import PriceTable
+from service.domain.cost.budget_admission import Commitment, admission_refusal, commitment, still_to_bill
+from service.domain.cost.budgets import team_status
+from service.domain.cost.usage import PriceTable
+from service.domain.records.budget_models import BudgetAmounts, JobHold, TeamBudget
+from service.domain.records.estimate_models import EstimateRange, JobEstimate
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import T0, record_spec
 
 P = JobPhase

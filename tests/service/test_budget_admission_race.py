@@ -27,13 +27,13 @@ from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.cli.main import app as rljob_cli
 from service.config import Settings
-from service.domain.budget_ledger import BudgetLedger
-from service.domain.budget_models import TeamBudget
-from service.domain.errors import InvalidRequest
-from service.domain.estimate_models import EstimateRange, JobEstimate
+from service.domain.cost.budget_ledger import BudgetLedger
+from service.domain.cost.usage import PriceTable
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobRecord
-from service.domain.usage import PriceTable
+from service.domain.records.budget_models import TeamBudget
+from service.domain.records.errors import InvalidRequest
+from service.domain.records.estimate_models import EstimateRange, JobEstimate
+from service.domain.records.models import Caller, JobRecord
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, TOKEN_A, ManualClock, record_spec, spec_body, wait_until
 

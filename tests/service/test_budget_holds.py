@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.budget_ledger import BudgetLedger
-from service.domain.budget_models import TeamBudget
-from service.domain.budget_reconciler import BudgetReconciler
-from service.domain.errors import InvalidRequest
-from service.domain.estimate_models import EstimateRange, JobEstimate
+from service.domain.cost.budget_ledger import BudgetLedger
+from service.domain.cost.usage import PriceTable
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobRecord
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
-from service.domain.recovery import JobRecovery
-from service.domain.usage import PriceTable
+from service.domain.records.budget_models import TeamBudget
+from service.domain.records.errors import InvalidRequest
+from service.domain.records.estimate_models import EstimateRange, JobEstimate
+from service.domain.records.models import Caller, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
+from service.domain.rounds.budget_reconciler import BudgetReconciler
+from service.domain.rounds.recovery import JobRecovery
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, record_spec
 

@@ -22,7 +22,7 @@ from service.adapters.local import LocalProcessLauncher
 from service.adapters.local.host_tpu import HostTpu
 from service.app import create_app
 from service.config import Settings
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 from tests.service.test_budget_holds import FixedEstimate
 from trainer.contract import RunLayout

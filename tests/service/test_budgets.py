@@ -11,12 +11,12 @@ import pytest
 from pydantic import ValidationError
 
 from service.config import Settings
-from service.domain.budget_models import BudgetAmounts, TeamBudget
-from service.domain.budgets import billed_seconds_since, exhausted, month_spend, month_start, team_status
-from service.domain.models import JobEvent, JobRecord, Placement
+from service.domain.cost.budgets import billed_seconds_since, exhausted, month_spend, month_start, team_status
 from service.domain.observation_policy import Decision, decide
-from service.domain.phases import JobPhase, can_transition
-from service.domain.ports import ObservedState
+from service.domain.records.budget_models import BudgetAmounts, TeamBudget
+from service.domain.records.models import JobEvent, JobRecord, Placement
+from service.domain.records.phases import JobPhase, can_transition
+from service.domain.records.ports import ObservedState
 from tests.service.service_helpers import record_spec
 
 P, S, D = JobPhase, ObservedState, Decision

@@ -13,11 +13,11 @@ import pytest
 
 from service.adapters import checkpoint_deleter
 from service.adapters.checkpoint_deleter import RunCheckpointStore
-from service.domain.checkpoint_expiry import CheckpointExpiryReconciler
-from service.domain.checkpoint_retention import expiry_due_at, plan_retention, steps_in_use
+from service.domain.cost.checkpoint_retention import expiry_due_at, plan_retention, steps_in_use
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, summarize_usage
 from service.domain.location_policy import LocationPolicy
-from service.domain.phases import JobPhase
-from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, summarize_usage
+from service.domain.records.phases import JobPhase
+from service.domain.rounds.checkpoint_expiry import CheckpointExpiryReconciler
 from service.domain.views import to_public
 from tests.service.checkpoint_runs import CHECKPOINT_FILES, DAY, FILE_BYTES, expiry_service, files_under, finished_job, write_run
 from tests.service.service_helpers import T0, ManualClock, record_spec

@@ -1,4 +1,4 @@
-"""A checkpoint that cannot be deleted is retried with backoff and reported once (service/domain/checkpoint_expiry.py):
+"""A checkpoint that cannot be deleted is retried with backoff and reported once (service/domain/rounds/checkpoint_expiry.py):
 the leader's passes run every 60 s on an injected clock over a day, on real files with the real deleter, whose delete
 of one job's checkpoints fails (PermissionError) until the test lets it. Before, that job was tried on every pass
 (1440 a day) with a traceback each time."""
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from service.adapters.checkpoint_deleter import RunCheckpointStore
-from service.domain.checkpoint_expiry import EXPIRY_RETRY_MAX_S, CheckpointExpiryReconciler, TreeSize, expiry_retry_delay_s
-from service.domain.models import JobRecord
+from service.domain.records.models import JobRecord
+from service.domain.rounds.checkpoint_expiry import EXPIRY_RETRY_MAX_S, CheckpointExpiryReconciler, TreeSize, expiry_retry_delay_s
 from service.supervisor import CHECKPOINT_EXPIRY_INTERVAL_S
 from tests.service.checkpoint_runs import DAY, expiry_service, finished_job, write_run
 from tests.service.service_helpers import T0, ManualClock
 
-LOGGER = "service.domain.checkpoint_expiry"
+LOGGER = "service.domain.rounds.checkpoint_expiry"
 MINUTE_S = 60.0
 
 

@@ -21,10 +21,10 @@ from service.app import create_app
 from service.cli.main import app as cli
 from service.cli.output import eval_difference_text, eval_text, print_job, whole_percent
 from service.config import Settings
-from service.domain.job_eval import JobEval
-from service.domain.models import JobRecord, Placement
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.job_eval_models import JobEval
+from service.domain.records.models import JobRecord, Placement
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from service.domain.views import to_public
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress
@@ -191,7 +191,7 @@ def test_rljob_status_prints_the_evaluations_the_service_folded_in(served: tuple
 def test_follow_prints_each_eval_event_as_the_service_logs_it() -> None:
     """The body is built by the service's own event-log code, so a change of its shape breaks this."""
     from service.cli.output import eval_event_text
-    from service.domain.job_eval import eval_event_data
+    from service.domain.evals.job_eval import eval_event_data
     from trainer.contract.evaluation import EvalSummary, paired_difference
 
     before = {f"r{i}": float(i < 100) for i in range(300)}

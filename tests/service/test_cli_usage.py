@@ -17,8 +17,8 @@ from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.cli.main import app as cli
 from service.config import Settings
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from service.free_port import free_port
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress

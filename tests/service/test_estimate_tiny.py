@@ -20,7 +20,7 @@ from harness.live_server import served
 from service.app import create_app
 from service.cli.main import app as rljob_cli
 from service.config import Settings
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import TOKEN_A, wait_for_phase
 from tests.service.test_tiny_job_integration import TINY_SPEC, TINY_WAIT_S
 

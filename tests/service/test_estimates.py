@@ -1,4 +1,4 @@
-"""The estimate's math (service/domain/estimates.py), hermetic: records built by hand, checked against scipy and
+"""The estimate's math (service/domain/cost/estimates.py), hermetic: records built by hand, checked against scipy and
 against the formula worked out here."""
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ from typing import Any
 import pytest
 from scipy import stats
 
-from service.domain.estimate_actuals import estimate_actuals
-from service.domain.estimate_history import shape_key
-from service.domain.estimate_stats import MIN_LOG_SD, prediction_interval, t_quantile
-from service.domain.estimates import (
+from service.domain.cost.estimate_actuals import estimate_actuals
+from service.domain.cost.estimate_history import shape_key
+from service.domain.cost.estimate_stats import MIN_LOG_SD, prediction_interval, t_quantile
+from service.domain.cost.estimates import (
     ASSUMED_CPU_FLOPS_PER_CORE,
     ASSUMED_STARTUP_S,
     FORMULA_FACTOR,
     EstimateInputs,
     estimate_job,
 )
-from service.domain.models import JobRecord, Placement
-from service.domain.phases import JobPhase
-from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
+from service.domain.records.models import JobRecord, Placement
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import record_spec
 from trainer.contract import JobSpec, RunStorage
 from trainer.sizing.model_shapes import MAXTEXT_MODELS

@@ -13,11 +13,11 @@ import pytest
 
 from service.adapters import eval_outcomes
 from service.adapters.run_files import StoreRunFiles
-from service.domain.errors import InvalidRequest, JobNotFound, RunFileRefused
-from service.domain.eval_jobs import EXPORT_ARTIFACT, resolve_checkpoint
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
-from service.domain.run_report import Artifact
+from service.domain.evals.eval_jobs import EXPORT_ARTIFACT, resolve_checkpoint
+from service.domain.records.errors import InvalidRequest, JobNotFound, RunFileRefused
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.run_report import Artifact
 from tests.service.eval_runs import outcome_rows
 from tests.service.service_helpers import record_spec
 from trainer.contract import JobSpec, RunLayout

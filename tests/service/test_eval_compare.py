@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import Api
 from tests.service.eval_runs import finish_eval, outcome_rows, submit_eval, suite_hash
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from service.api.routes.evals import EVAL_RUNS_DIR
-from service.domain.errors import InvalidRequest
-from service.domain.eval_jobs import EvalCreate, build_eval_spec
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.evals.eval_jobs import EvalCreate, build_eval_spec
+from service.domain.records.errors import InvalidRequest
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import Api
 from tests.service.eval_runs import submit_eval
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase

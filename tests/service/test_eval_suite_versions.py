@@ -17,7 +17,7 @@ from sqlalchemy import text
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.eval_models import SuiteKey
+from service.domain.records.eval_models import SuiteKey
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.eval_runs import finish_eval, outcome_rows, submit_eval, suite_hash
 from tests.service.service_fakes import FakeLauncher, FakeProgress

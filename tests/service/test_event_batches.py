@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from service.adapters.store import SqlJobStore
-from service.domain.models import JobRecord, MetricPoint
-from service.domain.phases import JobPhase
+from service.domain.records.models import JobRecord, MetricPoint
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import record_spec
 
 T0 = datetime(2026, 12, 3, tzinfo=UTC)

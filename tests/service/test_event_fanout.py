@@ -15,7 +15,7 @@ import pytest
 from service.api import event_fanout
 from service.api.event_fanout import EventFanout, StreamEnd, StreamEnded, StreamScope, Subscription
 from service.change_notifier import ChangeNotifier
-from service.domain.models import JobEvent
+from service.domain.records.models import JobEvent
 
 FOREVER_S = 3600.0
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.models import Caller
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.models import Caller
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.service_fakes import FakeLauncher
 from tests.service.service_helpers import T0, spec_body
 from trainer.contract import JobSpec, RunLayout, TrainStep, dump_event

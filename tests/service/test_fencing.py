@@ -30,9 +30,9 @@ from sqlalchemy import create_engine, text
 from service.adapters.leader_locks import LEADER_LOCK_KEY
 from service.adapters.store import SqlJobStore
 from service.app import create_app
-from service.domain.errors import LaunchFailed
-from service.domain.models import JobRecord
-from service.domain.ports import LaunchResult, Observation, ObservedState, ProgressBatch
+from service.domain.records.errors import LaunchFailed
+from service.domain.records.models import JobRecord
+from service.domain.records.ports import LaunchResult, Observation, ObservedState, ProgressBatch
 from tests.service.conftest import add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import SUPERVISOR_LOOPS, TOKEN_A, spec_body, supervisor_threads, wait_until

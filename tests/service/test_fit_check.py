@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from service.cli.main import app as cli
 from service.cli.output import console, print_job
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
 from service.domain.views import to_public
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A

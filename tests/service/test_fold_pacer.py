@@ -23,10 +23,10 @@ from service.adapters.store import SqlJobStore
 from service.config import Settings
 from service.domain.fold_pacer import FOLD_CHUNK_EVENTS, MAX_REST_S, FoldPacer
 from service.domain.job_service import JobService
-from service.domain.models import Caller
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
-from service.domain.progress_poller import ProgressPoller
+from service.domain.records.models import Caller
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
+from service.domain.rounds.progress_poller import ProgressPoller
 from service.runtime import RuntimeOverrides, build_runtime
 from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress

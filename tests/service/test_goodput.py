@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from service.domain.goodput import goodput_parts, job_goodput
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
+from service.domain.cost.goodput import goodput_parts, job_goodput
 from service.domain.progress import fold_events
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
 from service.domain.views import to_public
 from tests.service.service_helpers import record_spec
 from trainer.contract import GoodputMeasured, RunStarted, StageFinished, StageStarted

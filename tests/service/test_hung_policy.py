@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.hangs import hung_failure_message, hung_restart_message
+from service.domain.health.hangs import hung_failure_message, hung_restart_message
 from service.domain.job_service import JobService
-from service.domain.models import JobRecord
 from service.domain.observation_policy import Decision, decide
-from service.domain.phases import JobPhase, can_transition
-from service.domain.ports import Observation, ObservedState
-from service.domain.run_report import HangReport
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase, can_transition
+from service.domain.records.ports import Observation, ObservedState
+from service.domain.records.run_report import HangReport
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, record_spec
 

@@ -13,8 +13,8 @@ import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobRecord
-from service.domain.phases import JobPhase
+from service.domain.records.models import Caller, JobRecord
+from service.domain.records.phases import JobPhase
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import spec_body
 from trainer.contract import JobSpec

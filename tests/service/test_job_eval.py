@@ -12,11 +12,11 @@ import pytest
 from scipy import stats
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_eval import MAX_EVAL_POINTS, job_eval, public_point, push_eval
+from service.domain.evals.job_eval import MAX_EVAL_POINTS, job_eval, public_point, push_eval
 from service.domain.job_service import JobService
-from service.domain.models import Caller
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.models import Caller
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from service.domain.views import to_public
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, record_spec, spec_body

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobFilters
+from service.domain.records.models import Caller, JobFilters
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import spec_body
 from trainer.contract import JobSpec

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from service.domain.errors import IllegalTransition
-from service.domain.phases import ALLOWED_TRANSITIONS, CANCELLABLE, TERMINAL, JobPhase, can_transition, transition
+from service.domain.records.errors import IllegalTransition
+from service.domain.records.phases import ALLOWED_TRANSITIONS, CANCELLABLE, TERMINAL, JobPhase, can_transition, transition
 
 # The intended machine, written out independently of the implementation's table.
 EXPECTED = {
@@ -67,7 +67,7 @@ def test_cancellable_phases_can_start_a_cancel() -> None:
 
 
 def test_can_reach_follows_chains_of_legal_transitions_only() -> None:
-    from service.domain.phases import can_reach
+    from service.domain.records.phases import can_reach
 
     assert can_reach(JobPhase.QUEUED, JobPhase.SUCCEEDED)  # through LAUNCHING and RUNNING
     assert can_reach(JobPhase.RUNNING, JobPhase.QUEUED)  # preempted back into the queue

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain import recovery as recovery_module
 from service.domain.job_service import JobService
-from service.domain.models import Caller, QueueStatus
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
-from service.domain.recovery import JobRecovery
+from service.domain.records.models import Caller, QueueStatus
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
+from service.domain.rounds import recovery as recovery_module
+from service.domain.rounds.recovery import JobRecovery
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import spec_body
 from trainer.contract import JobSpec

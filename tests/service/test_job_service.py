@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.errors import IdempotencyConflict, JobNotFound, NotCancellable
 from service.domain.job_service import JobService
-from service.domain.models import Caller
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
-from service.domain.recovery import JobRecovery
+from service.domain.records.errors import IdempotencyConflict, JobNotFound, NotCancellable
+from service.domain.records.models import Caller
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
+from service.domain.rounds.recovery import JobRecovery
 from service.domain.views import to_public
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, spec_body

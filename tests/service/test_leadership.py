@@ -26,8 +26,8 @@ from service.adapters.leader_locks import (
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
 from service.leadership import Leadership
 from tests.service.service_helpers import TOKEN_A, record_spec
 

@@ -1,4 +1,4 @@
-"""The learning-health verdict (service/domain/learning_health.py), table-driven: each verdict, their
+"""The learning-health verdict (service/domain/health/learning_health.py), table-driven: each verdict, their
 precedence, the boundaries of every threshold, and nothing before the first train step; then what
 counts as improvement (an eval comparison or the reward trend) over synthetic histories, including
 simulated flat ones, which must not read as improving more often than the test's level."""
@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from service.cli.output import _HEALTH_STYLE
-from service.domain.learning_health import HealthPolicy, Verdict, assess_learning
-from service.domain.phases import JobPhase
-from service.domain.train_step_summary import (
+from service.domain.health.learning_health import HealthPolicy, assess_learning
+from service.domain.records.health_models import Verdict
+from service.domain.records.phases import JobPhase
+from service.domain.records.train_step_summary import (
     FIRST_STEPS_KEPT,
     HEALTH_WINDOW_STEPS,
     TrainStepSummary,

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
+from service.domain.health.learning_health import HealthPolicy
 from service.domain.job_service import JobService
-from service.domain.learning_health import HealthPolicy
-from service.domain.models import Caller
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
-from service.domain.train_step_summary import FIRST_STEPS_KEPT, HEALTH_WINDOW_STEPS
+from service.domain.records.models import Caller
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
+from service.domain.records.train_step_summary import FIRST_STEPS_KEPT, HEALTH_WINDOW_STEPS
 from service.domain.views import to_public
 from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress

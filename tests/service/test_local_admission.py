@@ -12,7 +12,7 @@ from service.adapters.local.admission import JobClaim, TeamLimits, TeamQuotas, a
 from service.cli.client import CliExit
 from service.cli.main import app as cli
 from service.config import Settings
-from service.domain.models import QueueStatus
+from service.domain.records.models import QueueStatus
 
 TWO_JOBS_EACH = TeamQuotas(default=TeamLimits(max_jobs=2))
 

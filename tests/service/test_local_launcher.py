@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from service.adapters.local import LocalProcessLauncher, procs
-from service.domain.ports import ObservedState
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import MakeLocalLauncher
 from tests.service.observation_recorder import Recorder
 from tests.service.service_helpers import spec_body, wait_until

@@ -11,9 +11,9 @@ import pytest
 from service.adapters.local import LocalProcessLauncher
 from service.adapters.local.admission import TeamLimits, TeamQuotas
 from service.adapters.local.host_tpu import HostTpu
-from service.domain.errors import InvalidRequest, LaunchFailed
-from service.domain.models import QueueStatus
-from service.domain.ports import ObservedState
+from service.domain.records.errors import InvalidRequest, LaunchFailed
+from service.domain.records.models import QueueStatus
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import MakeLocalLauncher
 from tests.service.observation_recorder import Recorder
 from tests.service.service_helpers import spec_body, wait_until

@@ -20,7 +20,7 @@ from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.cli.main import app as cli
 from service.config import Settings
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from service.domain.tokens import TokenService
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
 

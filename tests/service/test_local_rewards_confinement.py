@@ -20,7 +20,7 @@ import httpx
 from harness.live_server import served
 from service.app import create_app
 from service.config import Settings
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import spec_body, wait_until
 
 TOKEN_A = "rljob_team-a-token-for-the-reward-confinement-test"

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.errors import InvalidRequest
 from service.domain.location_policy import LocationPolicy, check_spec_locations, location_problem
+from service.domain.records.errors import InvalidRequest
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_until

@@ -23,8 +23,8 @@ from sqlalchemy import create_engine, text
 
 from service.adapters.store import SqlJobStore
 from service.app import create_app
-from service.domain.errors import StoreUnavailable
 from service.domain.job_service import JobService
+from service.domain.records.errors import StoreUnavailable
 from tests.service.conftest import add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_until

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from service.adapters.manifest_worker import MAX_MANIFEST_VALUES, manifest_values
 from service.adapters.run_files import StoreRunFiles
-from service.domain.manifest_sizes import ManifestSizes
-from service.domain.models import JobRecord, ManifestRefused
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
 from service.domain.progress import fold_manifest
-from service.domain.run_report import Artifact
+from service.domain.records.manifest_sizes import ManifestSizes
+from service.domain.records.models import JobRecord, ManifestRefused
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
+from service.domain.records.run_report import Artifact
 from tests.service.conftest import Api
 from tests.service.service_helpers import T0, TOKEN_A, record_spec, spec_body, wait_for_phase
 from trainer.contract import RunLayout

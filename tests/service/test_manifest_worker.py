@@ -20,10 +20,10 @@ import pytest
 import service.adapters.manifest_worker as manifest_worker_module
 from service.adapters.manifest_worker import INLINE_PARSE_BYTES, ManifestWorker, manifest_sizes_of
 from service.adapters.run_files import StoreRunFiles
-from service.domain.manifest_sizes import ManifestSizes
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
-from service.domain.run_report import Artifact
+from service.domain.records.manifest_sizes import ManifestSizes
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.run_report import Artifact
 from service.runtime import RuntimeOverrides, build_runtime
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, record_spec

@@ -16,10 +16,10 @@ import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.models import JobRecord, QueueStatus
 from service.domain.observation_policy import Decision, decide, names_a_replaced_workload
-from service.domain.phases import JobPhase, can_transition
-from service.domain.ports import Observation, ObservedState
+from service.domain.records.models import JobRecord, QueueStatus
+from service.domain.records.phases import JobPhase, can_transition
+from service.domain.records.ports import Observation, ObservedState
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, spec_body
 from trainer.contract import JobSpec, describe_exit_code

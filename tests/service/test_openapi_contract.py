@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from service.domain.models import JobCreate
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.models import JobCreate
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase
 

@@ -15,11 +15,11 @@ import pytest
 
 from service.adapters.events_file import EventsFileReader
 from service.adapters.store import SqlJobStore
+from service.domain.health.learning_health import HealthPolicy
 from service.domain.job_service import JobService
-from service.domain.learning_health import HealthPolicy
-from service.domain.models import Caller
-from service.domain.ports import ObservedState
-from service.domain.progress_poller import ProgressPoller
+from service.domain.records.models import Caller
+from service.domain.records.ports import ObservedState
+from service.domain.rounds.progress_poller import ProgressPoller
 from tests.service.service_fakes import FakeLauncher
 from tests.service.service_helpers import T0, ManualClock, spec_body
 from trainer.contract import JobSpec, RunLayout, Stage, StageStarted, TrainerEvent, TrainStep, dump_event

@@ -20,9 +20,9 @@ from sqlalchemy import event, text
 from service.adapters.store import SqlJobStore
 from service.app import create_app
 from service.config import Settings
-from service.domain.errors import Unauthenticated
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
+from service.domain.records.errors import Unauthenticated
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
 from service.domain.tokens import TokenCache, TokenService
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_until

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from service.free_port import free_port
 from service.process_stop import terminate_then_kill
 from tests.service.conftest import FAKE_TRAINER

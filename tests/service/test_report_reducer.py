@@ -9,7 +9,7 @@ import copy
 from datetime import UTC, datetime
 
 from service.domain.progress import fold_report
-from service.domain.run_report import Artifact, RunReport
+from service.domain.records.run_report import Artifact, RunReport
 from tests.service.eval_runs import FUNCTION, outcome_rows, suite_hash
 from trainer.contract import (
     ArtifactWritten,

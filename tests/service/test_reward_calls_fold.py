@@ -1,4 +1,4 @@
-"""The reward sandbox's figures in a job (service/domain/reward_calls.py): train steps' counts add up, the newest
+"""The reward sandbox's figures in a job (service/domain/records/reward_calls.py): train steps' counts add up, the newest
 latencies and isolation are kept, and a job whose trainer reported none shows none."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from service.domain.progress import fold_report
-from service.domain.reward_calls import RewardCalls
-from service.domain.run_report import RunReport
+from service.domain.records.reward_calls import RewardCalls
+from service.domain.records.run_report import RunReport
 from trainer.contract import TrainStep
 from trainer.contract.reward_sandbox import (
     CALLS_METRIC,

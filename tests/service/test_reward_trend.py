@@ -1,4 +1,4 @@
-"""The Cochran-Armitage trend test (service/domain/reward_trend.py) against a textbook example and
+"""The Cochran-Armitage trend test (service/domain/health/reward_trend.py) against a textbook example and
 against scipy, and its degenerate cases."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 import pytest
 from scipy import stats
 
-from service.domain.reward_trend import StepCount, cochran_armitage, normal_upper_tail
+from service.domain.health.reward_trend import StepCount, cochran_armitage, normal_upper_tail
 
 
 def test_agrestis_malformation_example() -> None:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from service.cli.main import app as cli
 from service.cli.storage_text import storage_text
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import TOKEN_A, refused_url, spec_body, wait_until
 from trainer.contract import RunStorage
 

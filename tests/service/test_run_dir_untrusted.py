@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from service.adapters.events_file import MAX_SCAN_BYTES, EventsFileReader
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, spec_body, wait_for_phase, wait_until
 from tests.service.test_api_learning import write_samples

@@ -8,11 +8,11 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
 from service.domain.progress import fold_manifest
-from service.domain.run_report import Artifact, RunReport
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
+from service.domain.records.run_report import Artifact, RunReport
 from service.domain.tokens import TokenService
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, record_spec, spec_body, wait_for_phase

@@ -13,9 +13,9 @@ import pytest
 
 from service.adapters.leader_locks import StateDirInUse
 from service.config import Settings
-from service.domain.models import Caller
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.models import Caller
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from service.runtime import Runtime, RuntimeOverrides, build_runtime
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import spec_body

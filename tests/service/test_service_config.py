@@ -16,8 +16,8 @@ from service.adapters.store.tables import Base
 from service.app import create_app
 from service.config import Settings
 from service.domain.job_service import JobService
-from service.domain.models import Caller
-from service.domain.ports import Observation
+from service.domain.records.models import Caller
+from service.domain.records.ports import Observation
 from service.domain.tokens import TokenService
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_until

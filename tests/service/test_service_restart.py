@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from service.adapters.local import procs
 from service.app import create_app
 from service.config import Settings
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase, wait_until
 from trainer.contract import parse_event
 

@@ -16,9 +16,9 @@ from service.adapters.store import SqlJobStore
 from service.adapters.store.shared_records import SharedRecords
 from service.app import create_app
 from service.config import Settings
-from service.domain.models import JobPublic, JobRecord, JobsPublic
-from service.domain.phases import JobPhase
-from service.domain.run_report import RunReport
+from service.domain.records.models import JobPublic, JobRecord, JobsPublic
+from service.domain.records.phases import JobPhase
+from service.domain.records.run_report import RunReport
 from service.domain.tokens import TokenService
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import TOKEN_A, ManualClock, record_spec, spec_body, wait_until

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from service.domain.job_service import JobService
-from service.domain.models import Caller, QueueStatus
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState, StatusMirror
+from service.domain.records.models import Caller, QueueStatus
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState, StatusMirror
 from service.domain.status_mirror import MirroredStatus, StatusMirrorWorker
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import spec_body, wait_until

@@ -1,4 +1,4 @@
-"""Storage GiB-months from constructed `storage` event histories (service/domain/storage_usage.py, pure),
+"""Storage GiB-months from constructed `storage` event histories (service/domain/cost/storage_usage.py, pure),
 the storage price setting, how `rljob status` writes a run directory's size, and `rljob usage` against
 a served app whose clock the test moves."""
 
@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 from service.cli.main import app as cli
 from service.cli.storage_text import human_bytes, storage_text
 from service.config import Settings
-from service.domain.models import JobEvent, JobRecord
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
-from service.domain.storage_usage import GIB, StorageSample, gib_months, job_storage_usage, samples_of
-from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, summarize_usage
+from service.domain.cost.storage_usage import GIB, StorageSample, gib_months, job_storage_usage, samples_of
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, summarize_usage
+from service.domain.records.models import JobEvent, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from tests.service.service_helpers import T0, TOKEN_A, ManualClock, record_spec, spec_body, wait_for_phase
 from tests.service.test_cli_usage import _run, served  # noqa: F401  (the served app fixture and the CLI runner)
 from trainer.contract import RunStorage, StorageMeasured

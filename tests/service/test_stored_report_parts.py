@@ -14,9 +14,9 @@ from sqlalchemy import text
 
 from service.adapters.store import SqlJobStore
 from service.adapters.store.record_rows import StoredReportUnreadable
-from service.domain.models import JobFilters, JobRecord
-from service.domain.phases import JobPhase
-from service.domain.run_report import RunReport
+from service.domain.records.models import JobFilters, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.run_report import RunReport
 from tests.service.service_helpers import record_spec
 from trainer.contract import RunStorage
 from trainer.contract.evaluation import EvalSummary, paired_difference

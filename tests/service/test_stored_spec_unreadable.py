@@ -11,8 +11,8 @@ from sqlalchemy import text
 
 from service.adapters.store import SqlJobStore
 from service.adapters.store.record_rows import StoredSpecUnreadable
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import record_spec
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

@@ -9,7 +9,7 @@ import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.models import Caller
+from service.domain.records.models import Caller
 from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import spec_body, wait_until

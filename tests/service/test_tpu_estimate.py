@@ -1,4 +1,4 @@
-"""A TPU job's submit-time estimate without history (service/domain/tpu_step_time.py through estimates.py), against
+"""A TPU job's submit-time estimate without history (service/domain/cost/tpu_step_time.py through estimates.py), against
 figures worked out here from the chip bench's result, bench/results/tpu_grpo.json, and Google's published chip
 figures, not from the checked-in rates: the shapes measured on v5e come back as measured, and v6e is scaled."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from service.domain.estimates import ASSUMED_STARTUP_S, FORMULA_FACTOR, EstimateInputs, estimate_job
-from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
+from service.domain.cost.estimates import ASSUMED_STARTUP_S, FORMULA_FACTOR, EstimateInputs, estimate_job
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
 from tests.service.service_helpers import record_spec
 from trainer.contract import JobSpec
 from trainer.contract.tpu import tpu_slice

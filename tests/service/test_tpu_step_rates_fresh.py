@@ -1,4 +1,4 @@
-"""The rates a TPU job's estimate uses (service/domain/tpu_step_rates.json) are what the chip bench's result
+"""The rates a TPU job's estimate uses (service/domain/cost/tpu_step_rates.json) are what the chip bench's result
 (bench/results/tpu_grpo.json) gives today, so a re-measured chip cannot leave the estimate on the old figures."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from service.domain.tpu_step_time import RATES_FILE, REGENERATE, measured_rates, rates_from_json
+from service.domain.cost.tpu_step_time import RATES_FILE, REGENERATE, measured_rates, rates_from_json
 
 ROOT = Path(__file__).resolve().parents[2]
 

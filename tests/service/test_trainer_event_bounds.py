@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from service.domain import trainer_event_budget as budget
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
 from service.domain.progress import fold_events
-from service.domain.run_report import RunReport
-from service.domain.trainer_event_budget import TrainerEventCounts
+from service.domain.records import trainer_event_budget as budget
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
+from service.domain.records.run_report import RunReport
+from service.domain.records.trainer_event_budget import TrainerEventCounts
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, record_spec, spec_body, wait_until
 from trainer.contract import ArtifactWritten, GoodputMeasured, RunLayout, Stage, StageStarted, TrainStep
@@ -168,8 +168,8 @@ def test_the_byte_bound_refuses_an_entry_that_would_pass_it() -> None:
 
 def test_a_first_refusal_by_an_over_long_line_is_said_too() -> None:
     """The job's message names the first refusal whichever path made it (an event, or a line stepped over)."""
-    from service.domain.ports import SkippedLine
     from service.domain.progress import note_skipped_lines
+    from service.domain.records.ports import SkippedLine
 
     record = JobRecord(
         id="rl-aaaaaaaaaaaa",

@@ -1,4 +1,4 @@
-"""Chip-hours and cost from a job record (service/domain/usage.py, pure), the price table setting, and the
+"""Chip-hours and cost from a job record (service/domain/cost/usage.py, pure), the price table setting, and the
 usage counters' bookkeeping against a real store."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from service.config import Settings
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
-from service.domain.run_report import StageTimes
-from service.domain.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, chips_of, job_usage, summarize_usage
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, chips_of, job_usage, summarize_usage
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.run_report import StageTimes
 from tests.service.service_helpers import T0, record_spec
 from trainer.contract.tpu import tpu_slice
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from service.adapters.webhook_sender import HttpWebhookTransport
-from service.domain.webhook_models import SendResult
+from service.domain.webhooks.webhook_models import SendResult
 from tests.service.service_helpers import wait_until
 
 TRICKLE_S = 0.05  # between two bytes of the answer: each read gets its byte ten times faster than READ_TIMEOUT_S

@@ -1,5 +1,5 @@
 """Webhook delivery against real receivers on loopback (tests/service/webhook_receiver.py): the leader's dispatcher
-(service/domain/webhook_dispatch.py) on a real database with the real HTTP sender. Retries after 500s, a receiver
+(service/domain/webhooks/webhook_dispatch.py) on a real database with the real HTTP sender. Retries after 500s, a receiver
 that never answers, a redirect, a leader failover between two instances on one database, and two replicas' senders
 racing for one delivery (the lease keeps the second away)."""
 
@@ -20,11 +20,11 @@ from service.adapters.store import SqlJobStore
 from service.adapters.store.tables import WebhookDeliveryRow
 from service.adapters.store.webhook_rows import SqlWebhookQueue
 from service.adapters.webhook_sender import HttpWebhookTransport
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
-from service.domain.ports import utc_now
-from service.domain.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
-from service.domain.webhook_models import Claim, DeliveryState, SendResult, WebhookDeliveryPublic, WebhookEndpoint
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import utc_now
+from service.domain.webhooks.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
+from service.domain.webhooks.webhook_models import Claim, DeliveryState, SendResult, WebhookDeliveryPublic, WebhookEndpoint
 from service.leader_rounds import RoundLoops
 from tests.service.service_helpers import record_spec, wait_until
 from tests.service.webhook_receiver import Receiver, serving, silent, verify

@@ -16,12 +16,12 @@ import pytest
 from service.adapters.store import SqlJobStore
 from service.adapters.store.webhook_rows import SqlWebhookQueue
 from service.adapters.webhook_sender import HttpWebhookTransport
-from service.domain.models import JobEvent, JobRecord
-from service.domain.phases import JobPhase
-from service.domain.ports import utc_now
-from service.domain.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
-from service.domain.webhook_models import DeliveryState, WebhookEndpoint
-from service.domain.webhooks import WEBHOOK_EVENTS, build_body, notice_for
+from service.domain.records.models import JobEvent, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import utc_now
+from service.domain.webhooks.webhook_dispatch import DeliveryPolicy, WebhookDispatcher
+from service.domain.webhooks.webhook_models import DeliveryState, WebhookEndpoint
+from service.domain.webhooks.webhooks import WEBHOOK_EVENTS, build_body, notice_for
 from service.leader_rounds import RoundLoops
 from tests.service.service_helpers import record_spec, wait_until
 from tests.service.webhook_receiver import Receiver, serving

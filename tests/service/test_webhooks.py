@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from service.config import load_settings
-from service.domain.models import JobEvent, JobRecord
-from service.domain.phases import JobPhase
-from service.domain.webhook_dispatch import DeliveryPolicy, outcome_of, retry_delay_s
-from service.domain.webhook_models import DeliveryState, PendingDelivery, SendResult
-from service.domain.webhooks import build_body, delivery_id, notice_for, signature
+from service.domain.records.models import JobEvent, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.webhooks.webhook_dispatch import DeliveryPolicy, outcome_of, retry_delay_s
+from service.domain.webhooks.webhook_models import DeliveryState, PendingDelivery, SendResult
+from service.domain.webhooks.webhooks import build_body, delivery_id, notice_for, signature
 from service.settings_env import SettingsInvalid
 from tests.service.service_helpers import record_spec
 

@@ -21,10 +21,10 @@ from service.adapters.store.webhook_rows import SqlWebhookQueue
 from service.app import create_app
 from service.cli.main import app as rljob_cli
 from service.config import Settings
-from service.domain.phases import JobPhase
-from service.domain.ports import ObservedState
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import ObservedState
 from service.domain.tokens import TokenService
-from service.domain.webhook_models import NewDelivery
+from service.domain.webhooks.webhook_models import NewDelivery
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.eval_runs import finish_eval, outcome_rows, submit_eval, suite_hash
 from tests.service.service_fakes import FakeLauncher, FakeProgress

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from service.adapters.checkpoint_deleter import RunCheckpointStore
-from service.domain.checkpoint_expiry import CheckpointExpiryReconciler
-from service.domain.phases import JobPhase
+from service.domain.records.phases import JobPhase
+from service.domain.rounds.checkpoint_expiry import CheckpointExpiryReconciler
 from tests.service.checkpoint_runs import CHECKPOINT_FILES, DAY, FILE_BYTES, expiry_service, files_under, finished_job, write_run
 from tests.service.service_helpers import T0, ManualClock
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from service.adapters.events_file import EventsFileReader
 from service.adapters.run_files import StoreRunFiles
-from service.domain.manifest_sizes import size_manifest
-from service.domain.models import JobRecord, ManifestRefused
-from service.domain.phases import JobPhase
 from service.domain.progress import fold_manifest
+from service.domain.records.manifest_sizes import size_manifest
+from service.domain.records.models import JobRecord, ManifestRefused
+from service.domain.records.phases import JobPhase
 from trainer.contract import JobSpec, RunLayout, RunStarted, Stage, dump_event, local_path, location_kind
 from trainer.storage import store_for
 from trainer.storage.local import LocalDirStore

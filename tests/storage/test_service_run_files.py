@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from service.adapters.run_files import StoreRunFiles
-from service.domain.manifest_sizes import ManifestSizes
-from service.domain.models import JobRecord
-from service.domain.phases import JobPhase
 from service.domain.progress import fold_manifest
-from service.domain.run_report import Artifact
+from service.domain.records.manifest_sizes import ManifestSizes
+from service.domain.records.models import JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.run_report import Artifact
 from trainer.contract import JobSpec, RunLayout, Stage
 from trainer.storage.manifest import write_manifest
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from service.adapters.k8s.errors import ManifestError
 from service.adapters.k8s.names import check_dns_label
 from service.adapters.k8s.settings import K8sSettings
-from service.domain.errors import InvalidRequest
+from service.domain.records.errors import InvalidRequest
 from service.domain.tokens import TokenService
 from tests.trainer.conftest import write_spec
 from trainer.cli import main as trainer_main

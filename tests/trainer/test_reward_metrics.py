@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.domain.train_step_summary import TrainStepSummary
+from service.domain.records.train_step_summary import TrainStepSummary
 from trainer.contract import SIGNAL_METRIC, TrainStep
 from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 from trainer.maxtext_entry import sample_recorder

@@ -250,10 +250,10 @@ def test_goodput_parts_name_rollout_update_and_checkpoint_and_add_up_to_the_wall
     them: train_rl's measured parts fit inside its train stage, and the job's parts add up to its wall."""
     from datetime import timedelta
 
-    from service.domain.goodput import goodput_parts, job_goodput
-    from service.domain.models import JobRecord
-    from service.domain.phases import JobPhase
+    from service.domain.cost.goodput import goodput_parts, job_goodput
     from service.domain.progress import fold_events
+    from service.domain.records.models import JobRecord
+    from service.domain.records.phases import JobPhase
 
     events = restarted_run["events"]
     second = _attempt_events(events, 2)

@@ -4,7 +4,7 @@ Entry points: `build_k8s_launcher(settings)` for the service, `render_manifests[
 Submodules import the kubernetes client; importing this package does not load a kubeconfig.
 """
 
-from service.domain.errors import LaunchFailed  # the domain's: what the adapter raises when a launch fails
+from service.domain.records.errors import LaunchFailed  # the domain's: what the adapter raises when a launch fails
 
 from .accelerators import ACCELERATORS, GkeTpuSlice, lookup_accelerator
 from .errors import (

@@ -2,13 +2,13 @@
 so each says what to do next.
 
 Kept in the adapter because the domain must not depend on Kubernetes, except LaunchFailed: that is the
-domain's own (service/domain/errors.py), shared with the local launcher. Each wraps the API error it
+domain's own (service/domain/records/errors.py), shared with the local launcher. Each wraps the API error it
 came from (`raise LaunchFailed(...) from e`), so the cause is never lost.
 """
 
 from __future__ import annotations
 
-from service.domain.errors import LaunchFailed
+from service.domain.records.errors import LaunchFailed
 
 
 class K8sBackendError(Exception):

@@ -20,8 +20,8 @@ from kubernetes import config as k8s_config
 from service.adapters.k8s_cluster.kueue_chain import ChainCache, read_chain
 from service.adapters.k8s_cluster.reads import ClusterReads
 from service.background_loop import BackgroundLoop, stop_all
-from service.domain.errors import InvalidRequest, LaunchFailed
-from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
+from service.domain.records.errors import InvalidRequest, LaunchFailed
+from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
 from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.tpu import CPU_ACCELERATOR

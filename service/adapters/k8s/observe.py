@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from service.domain.models import QueueStatus
-from service.domain.ports import Observation, ObservedState
+from service.domain.records.models import QueueStatus
+from service.domain.records.ports import Observation, ObservedState
 from trainer.contract import describe_exit_code
 
 from . import names, pods

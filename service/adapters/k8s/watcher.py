@@ -23,7 +23,7 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from service.background_loop import BackgroundLoop
-from service.domain.ports import Observation, ObservationSink, ObservedState
+from service.domain.records.ports import Observation, ObservationSink, ObservedState
 
 from . import names
 from .serialize import to_plain

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from service.domain.models import QueueStatus
+from service.domain.records.models import QueueStatus
 from trainer.contract.tpu import tpu_slice
 
 PRIORITY_ORDER: Mapping[str, int] = {"high": 0, "normal": 1, "low": 2}  # JobSpec.priority values

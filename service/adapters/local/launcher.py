@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from service.background_loop import BackgroundLoop
-from service.domain.errors import InvalidRequest, LaunchFailed
-from service.domain.models import QueueStatus
-from service.domain.ports import LaunchResult, Observation, ObservationSink, ObservedState
+from service.domain.records.errors import InvalidRequest, LaunchFailed
+from service.domain.records.models import QueueStatus
+from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
 from trainer.contract.tpu import tpu_slice
 

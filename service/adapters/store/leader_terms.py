@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from service.domain.errors import LeaderFenced
+from service.domain.records.errors import LeaderFenced
 
 from .tables import LeaderTermRow
 

@@ -10,15 +10,15 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Row
 
-from service.domain.attached_eval_models import AttachedEvalPublic
-from service.domain.budget_models import JobHold
-from service.domain.checkpoint_expiry_models import CheckpointExpiry
-from service.domain.estimate_models import JobEstimate
-from service.domain.models import JobRecord, Placement, QueueStatus
-from service.domain.phases import JobPhase
-from service.domain.run_report import Artifact, HangReport, RunOutcome, RunReport, StageTimes
-from service.domain.train_step_summary import read_window
-from service.domain.trainer_event_budget import TrainerEventCounts
+from service.domain.records.attached_eval_models import AttachedEvalPublic
+from service.domain.records.budget_models import JobHold
+from service.domain.records.checkpoint_expiry_models import CheckpointExpiry
+from service.domain.records.estimate_models import JobEstimate
+from service.domain.records.models import JobRecord, Placement, QueueStatus
+from service.domain.records.phases import JobPhase
+from service.domain.records.run_report import Artifact, HangReport, RunOutcome, RunReport, StageTimes
+from service.domain.records.train_step_summary import read_window
+from service.domain.records.trainer_event_budget import TrainerEventCounts
 from trainer.contract import JobSpec, RunStorage, Stage
 from trainer.contract.eval_report import EvalReport
 from trainer.contract.evaluation import EvalSummary

@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from service.domain.models import JobRecord
+from service.domain.records.models import JobRecord
 
 
 class SharedRecords:

@@ -14,16 +14,16 @@ from sqlalchemy.engine import Connection, CursorResult, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.domain.errors import IdempotencyKeyTaken, StoreUnavailable
-from service.domain.eval_models import SuiteKey, SuiteVersion
-from service.domain.models import (
+from service.domain.records.errors import IdempotencyKeyTaken, StoreUnavailable
+from service.domain.records.eval_models import SuiteKey, SuiteVersion
+from service.domain.records.models import (
     JobEvent,
     JobFilters,
     JobRecord,
     MetricPoint,
     TokenRecord,
 )
-from service.domain.phases import TERMINAL, JobPhase
+from service.domain.records.phases import TERMINAL, JobPhase
 
 from .admission_locks import lock_team_admissions
 from .leader_terms import require_term, take_term

@@ -16,8 +16,8 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.domain.errors import StoreUnavailable
-from service.domain.eval_models import SuiteKey, SuiteVersion
+from service.domain.records.errors import StoreUnavailable
+from service.domain.records.eval_models import SuiteKey, SuiteVersion
 
 from .tables import SuiteVersionRow
 

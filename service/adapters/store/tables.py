@@ -65,7 +65,7 @@ class JobRow(Base):
     phase_seconds: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
     phase_entered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)  # migration 0004
     fit_estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0004
-    # What the trainer reported (service/domain/run_report.py), one document: migration 0010 folded 14 columns in.
+    # What the trainer reported (service/domain/records/run_report.py), one document: migration 0010 folded 14 columns in.
     report: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0011: the kind of capacity it was admitted into
     estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0013: the submit-time estimate
@@ -168,7 +168,7 @@ class SuiteVersionRow(Base):
 
 class WebhookDeliveryRow(Base):
     """A webhook delivery (migration 0014): one per (endpoint, event log entry), its body stored so that every attempt,
-    by any replica, sends the same bytes under the same id (service/domain/webhook_dispatch.py)."""
+    by any replica, sends the same bytes under the same id (service/domain/webhooks/webhook_dispatch.py)."""
 
     __tablename__ = "webhook_deliveries"
 

@@ -1,5 +1,5 @@
 """The webhook delivery queue in the database (tables.WebhookDeliveryRow, WebhookCursorRow; migration 0014): the
-WebhookQueue port of service/domain/webhook_models.py, on the job store's engine.
+WebhookQueue port of service/domain/webhooks/webhook_models.py, on the job store's engine.
 
 Two leaders for a moment (a deposed one that has not noticed) may both queue one entry: INSERT ... ON CONFLICT DO
 NOTHING on (team, endpoint, event_seq) keeps one row, without raising or aborting the transaction, on SQLite and
@@ -16,8 +16,8 @@ from sqlalchemy import Table, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult, Engine
 
-from service.domain.models import JobEvent
-from service.domain.webhook_models import (
+from service.domain.records.models import JobEvent
+from service.domain.webhooks.webhook_models import (
     Claim,
     DeliveryState,
     NewDelivery,

@@ -14,15 +14,15 @@ from fastapi import APIRouter, Body, Query, Response, status
 from service.api.deps import CallerDep, JobIdPath, JobServiceDep, MetricsDep, PublicDep, ReadyDep, SettingsDep, get_visible_job
 from service.api.errors import error_responses
 from service.api.routes.jobs import CURSOR_PATTERN, IdempotencyKey, decode_cursor, encode_cursor
-from service.domain.errors import EvalsNotComparable, InvalidRequest, JobNotFound, RunFileRefused, RunFilesUnavailable
-from service.domain.eval_compare import compare_evals
-from service.domain.eval_jobs import EvalCreate, build_eval_spec
-from service.domain.eval_models import EvalComparisonPublic, EvalPublic, EvalsPublic
-from service.domain.eval_view import EvalFilters, eval_public, scan_evals
+from service.domain.evals.eval_compare import compare_evals
+from service.domain.evals.eval_jobs import EvalCreate, build_eval_spec
+from service.domain.evals.eval_view import EvalFilters, eval_public, scan_evals
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobFilters, JobPublic, JobRecord
-from service.domain.phases import JobPhase
-from service.domain.usage_models import JobUsage
+from service.domain.records.errors import EvalsNotComparable, InvalidRequest, JobNotFound, RunFileRefused, RunFilesUnavailable
+from service.domain.records.eval_models import EvalComparisonPublic, EvalPublic, EvalsPublic
+from service.domain.records.models import Caller, JobFilters, JobPublic, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.usage_models import JobUsage
 
 router = APIRouter(prefix="/v1/evals", tags=["evals"])
 FunctionQuery = Annotated[str | None, Query(max_length=128, description="the reward function to compare on; default a's primary")]

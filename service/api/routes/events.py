@@ -29,10 +29,10 @@ from service.api.errors import error_responses
 from service.api.event_fanout import FannedEvent, StreamEnded, StreamScope, Subscription
 from service.api.sse import KEEPALIVE, KEEPALIVE_S, StreamHello, sse_event, sse_reconnect, sse_response, stream_response
 from service.config import Settings
-from service.domain.models import JobEvent, JobPublic, JobRecord
-from service.domain.phases import JobPhase
-from service.domain.ports import Clock, JobStore
-from service.domain.usage import job_usage
+from service.domain.cost.usage import job_usage
+from service.domain.records.models import JobEvent, JobPublic, JobRecord
+from service.domain.records.phases import JobPhase
+from service.domain.records.ports import Clock, JobStore
 
 router = APIRouter(tags=["events"])
 

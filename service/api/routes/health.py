@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
-from service.domain.errors import StoreUnavailable
+from service.domain.records.errors import StoreUnavailable
 
 router = APIRouter(tags=["health"])
 

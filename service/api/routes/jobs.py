@@ -26,11 +26,11 @@ from service.api.deps import (
 )
 from service.api.errors import error_responses
 from service.api.log_follow import Pacer, follow_log, log_chunks
-from service.domain.errors import BadCursor, InvalidRequest
-from service.domain.estimate_models import JobEstimate
 from service.domain.job_repro import read_job_repro
-from service.domain.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
-from service.domain.phases import JobPhase
+from service.domain.records.errors import BadCursor, InvalidRequest
+from service.domain.records.estimate_models import JobEstimate
+from service.domain.records.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
+from service.domain.records.phases import JobPhase
 from trainer.contract import ReproRecord
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])

@@ -1,4 +1,4 @@
-"""GET /v1/phases: the job phases and which are terminal or cancellable, from service/domain/phases.py,
+"""GET /v1/phases: the job phases and which are terminal or cancellable, from service/domain/records/phases.py,
 so clients (the dashboard) ask the service instead of keeping their own copy. Unauthenticated: it
 reveals no job data, and is the same for every team."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from service.domain.phases import CANCELLABLE, TERMINAL, JobPhase
+from service.domain.records.phases import CANCELLABLE, TERMINAL, JobPhase
 
 router = APIRouter(tags=["phases"])
 

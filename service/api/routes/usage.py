@@ -1,4 +1,4 @@
-"""/v1/usage: a team's chip-hours and cost (service/domain/usage.py computes them)."""
+"""/v1/usage: a team's chip-hours and cost (service/domain/cost/usage.py computes them)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from fastapi import APIRouter, Query
 
 from service.api.deps import CallerDep, ClockDep, JobServiceDep, SettingsDep
 from service.api.errors import error_responses
-from service.domain.budget_models import TeamBudgetStatus
-from service.domain.errors import InvalidRequest
+from service.domain.cost.storage_usage import storage_histories
+from service.domain.cost.usage import summarize_usage
 from service.domain.job_service import JobService
-from service.domain.models import Caller, JobFilters, JobRecord
-from service.domain.storage_usage import storage_histories
-from service.domain.usage import summarize_usage
-from service.domain.usage_models import UsagePublic
+from service.domain.records.budget_models import TeamBudgetStatus
+from service.domain.records.errors import InvalidRequest
+from service.domain.records.models import Caller, JobFilters, JobRecord
+from service.domain.records.usage_models import UsagePublic
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"])
 DEFAULT_WINDOW = timedelta(days=30)

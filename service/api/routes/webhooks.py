@@ -1,4 +1,4 @@
-"""/v1/webhooks/deliveries: the state of webhook deliveries (service/domain/webhook_dispatch.py), for admins only.
+"""/v1/webhooks/deliveries: the state of webhook deliveries (service/domain/webhooks/webhook_dispatch.py), for admins only.
 
 Shows each delivery's endpoint by name, never its URL or secret (a Slack webhook URL is a credential)."""
 
@@ -11,8 +11,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from service.api.deps import CallerDep, WebhookQueueDep
 from service.api.errors import error_responses
-from service.domain.errors import AdminOnly
-from service.domain.webhook_models import DeliveryState, WebhookDeliveriesPublic
+from service.domain.records.errors import AdminOnly
+from service.domain.webhooks.webhook_models import DeliveryState, WebhookDeliveriesPublic
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 MAX_LIMIT = 500

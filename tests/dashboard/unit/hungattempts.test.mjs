@@ -4,7 +4,7 @@ import { test } from "node:test";
 import { hungAttemptsView, restartText } from "../../../dashboard/src/hungattempts.js";
 import { jobView } from "../../../dashboard/src/model.js";
 
-// As service/domain/run_report.py HangReport serializes, newest last.
+// As service/domain/records/run_report.py HangReport serializes, newest last.
 const HANGS = [
   { attempt: 1, time: "2026-03-01T12:00:00Z", stage: "train", step: 12, idle_s: 600.4, limit_s: 540, stacks: "/runs/rl-x/logs/train.1.log" },
   { attempt: 2, time: "2026-03-01T12:30:00Z", stage: null, step: null, idle_s: 900, limit_s: 900, stacks: "/runs/rl-x/logs/setup.2.log" },

@@ -4,7 +4,7 @@ import { test } from "node:test";
 import { jobView } from "../../../dashboard/src/model.js";
 import { fmtLatency, networkNote, policyText, rewardCallsView, writesNote } from "../../../dashboard/src/rewardcalls.js";
 
-// As service/domain/reward_calls.py RewardCalls serializes: 200 calls, 3 raised, 8 passed their deadline.
+// As service/domain/records/reward_calls.py RewardCalls serializes: 200 calls, 3 raised, 8 passed their deadline.
 const CALLS = { calls: 200, errors: 3, timeouts: 8, latency_p50_s: 0.0125, latency_p95_s: 2.5, network_isolated: true };
 
 test("no reward functions of its own, no panel (the service sends null)", () => {

@@ -1,6 +1,6 @@
 """jobs.recent_train_steps and jobs.health_verdict: what a job's learning-health verdict is judged on.
 
-recent_train_steps holds the last train steps (service/domain/learning_health.py, at most
+recent_train_steps holds the last train steps (service/domain/health/learning_health.py, at most
 HEALTH_WINDOW_STEPS entries of step, time, signal fraction, loss, KL, non-finite names) so the
 verdict survives a service restart; health_verdict is the verdict last logged as a `health` event.
 Both nullable: jobs stored before this revision have no steps recorded and no verdict, and show

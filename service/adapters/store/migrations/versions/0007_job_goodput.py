@@ -2,7 +2,7 @@
 
 The trainer's newest `goodput` event of each attempt ({"attempts": {"<n>": TrainGoodput JSON}},
 trainer/contract/goodput.py); JobPublic.goodput adds the phase and stage times to it
-(service/domain/goodput.py). Nullable: jobs stored before this revision, and jobs whose trainer has
+(service/domain/cost/goodput.py). Nullable: jobs stored before this revision, and jobs whose trainer has
 not finished a training step.
 
 Revision ID: 0007

@@ -1,6 +1,6 @@
 """jobs.trainer_events: what a job's trainer events made the service store, and how many a bound refused.
 
-service/domain/trainer_event_budget.py TrainerEventCounts as JSON ({stored, stored_bytes, refused}); the fold
+service/domain/records/trainer_event_budget.py TrainerEventCounts as JSON ({stored, stored_bytes, refused}); the fold
 of trainer events checks the per-job bounds against it. Nullable: a job stored before this revision reads as
 zeros (its history so far is not counted against its bounds, which only makes them looser for old jobs).
 

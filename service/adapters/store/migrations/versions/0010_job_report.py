@@ -1,4 +1,4 @@
-"""jobs.report: what a job's trainer reported about its run, as one JSON document (service/domain/run_report.py).
+"""jobs.report: what a job's trainer reported about its run, as one JSON document (service/domain/records/run_report.py).
 
 Folds the fourteen columns that held it (attempt, last_trainer_seq, stage, step, total_steps, latest_metrics,
 recent_train_steps, stage_times, artifacts, run_finished, eval_points, storage, goodput, trainer_events) into

@@ -2,7 +2,7 @@
 
 A spec may now name an ordered set of capacities (`hardware.capacity: [spot, on-demand]`); which one runs the job
 is the pool's choice, seen by the launcher at admission, and the job's status, labels, price and cost follow it
-(service/domain/placement.py). Nullable: a job stored before this revision has none until its next admission is
+(service/domain/cost/placement.py). Nullable: a job stored before this revision has none until its next admission is
 seen, and its billed time is priced at its spec's (single) kind, as before.
 
 Revision ID: 0011

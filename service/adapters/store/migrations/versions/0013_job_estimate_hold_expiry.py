@@ -1,12 +1,12 @@
 """jobs.estimate, jobs.hold, jobs.checkpoint_expiry: what a job was expected to take, why the service holds it,
 and which of its checkpoints the retention policy deleted.
 
-- estimate (service/domain/estimate_models.py): the submit-time estimate (wait, run time split like goodput,
+- estimate (service/domain/records/estimate_models.py): the submit-time estimate (wait, run time split like goodput,
   chip-hours, dollars, storage), kept so the job's view shows it beside the actuals when it ends.
-- hold (service/domain/budget_models.py): the service, not the backend, holds the job: its team's monthly budget
+- hold (service/domain/records/budget_models.py): the service, not the backend, holds the job: its team's monthly budget
   is spent. Set while the workload is being stopped (it checkpoints, as on a preemption) and while the job waits
   QUEUED for budget; cleared when it is released.
-- checkpoint_expiry (service/domain/checkpoint_expiry_models.py): the retention pass's record for a finished run,
+- checkpoint_expiry (service/domain/records/checkpoint_expiry_models.py): the retention pass's record for a finished run,
   the checkpoints it planned to delete and those it has deleted, so a pass killed midway is finished by the next.
 
 All nullable: a job stored before this revision has none of them, which is what each means.

@@ -1,0 +1,1 @@
+"""Evaluations: eval jobs, the evals attached to a training job, suite versions, comparisons and their views."""
