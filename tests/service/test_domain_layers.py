@@ -1,0 +1,75 @@
+"""service/domain/ by purpose, held by a check (docs/architecture.md, "Where the domain's modules live").
+
+The records (records/: the job record, its parts, phases, errors, ports) are the bottom: they import nothing else of
+the service, so a record can be read, stored and shown without the code that decides anything about it. The
+feature folders (health/, evals/, cost/, webhooks/) compute from the records and never reach up to the writer
+(job_service, observation_intake) or to the leader's rounds (rounds/), which call them. Read with `ast` as
+tests/test_import_contract.py reads every import, type-only ones included.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tests.test_import_contract as contract
+
+DOMAIN = "service.domain"
+FEATURES = ("health", "evals", "cost", "webhooks")
+ABOVE_FEATURES = (f"{DOMAIN}.job_service", f"{DOMAIN}.observation_intake", f"{DOMAIN}.rounds")
+MAX_ROOT_MODULES = 25  # the writer and its policies; anything else has a folder
+
+
+def record_violations() -> list[str]:
+    return contract.violations(contract.source_files("service/domain/records"), ("service",), (f"{DOMAIN}.records",))
+
+
+def feature_violations() -> list[str]:
+    return contract.violations(contract.source_files(*(f"service/domain/{f}" for f in FEATURES)), ABOVE_FEATURES)
+
+
+def test_the_records_import_nothing_of_the_service_outside_records():
+    assert contract.source_files("service/domain/records")
+    assert record_violations() == []
+
+
+def test_the_feature_folders_import_neither_the_writer_nor_the_rounds():
+    for folder in FEATURES:
+        assert contract.source_files(f"service/domain/{folder}"), folder
+    assert feature_violations() == []
+
+
+def test_the_domain_root_holds_at_most_25_modules():
+    root = [p.name for p in (contract.ROOT / "service" / "domain").glob("*.py") if p.name != "__init__.py"]
+    assert len(root) <= MAX_ROOT_MODULES, sorted(root)
+
+
+def test_every_domain_folder_is_a_regular_package():
+    # A folder without __init__.py is a namespace package: setuptools' find_packages skips it, so neither its modules
+    # nor its data (cost/tpu_step_rates.json) would reach the wheel.
+    domain = contract.ROOT / "service" / "domain"
+    folders = [d for d in domain.iterdir() if d.is_dir() and d.name != "__pycache__"]
+    assert folders
+    assert [d.name for d in folders if not (d / "__init__.py").exists()] == []
+
+
+@pytest.mark.parametrize(
+    ("where", "line", "check"),
+    [
+        ("records/bad.py", "from service.domain.job_service import JobService\n", record_violations),
+        ("records/bad.py", "from service.domain.cost.usage import job_usage\n", record_violations),
+        ("records/bad.py", "from service.config import Settings\n", record_violations),
+        ("cost/bad.py", "from service.domain.rounds.recovery import JobRecovery\n", feature_violations),
+        ("health/bad.py", "from service.domain.observation_intake import ObservationIntake\n", feature_violations),
+        ("webhooks/bad.py", "from service.domain import job_service\n", feature_violations),
+    ],
+)
+def test_the_rules_catch_a_planted_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, line: str, check) -> None:
+    # The rules must be able to fail: plant the import in a copy of the layout.
+    for folder in ("records", *FEATURES):
+        (tmp_path / "service" / "domain" / folder).mkdir(parents=True)
+        (tmp_path / "service" / "domain" / folder / "fine.py").write_text("from trainer.contract import JobSpec\n")
+    (tmp_path / "service" / "domain" / where).write_text(line)
+    monkeypatch.setattr(contract, "ROOT", tmp_path)
+    assert check() != []
