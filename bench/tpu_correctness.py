@@ -261,20 +261,30 @@ def run(out: Path, shapes: list[str], dtypes: list[str]) -> dict[str, Any]:
 
 
 # Lines `shape dtype {verdict}` as `run` prints them, kept from a run that printed every shape's verdict and was
-# stopped before it wrote its file (its learner-step subprocess could not open the chip its parent held).
+# stopped before it wrote its file (a call on the chip has ten minutes); they count in the verdicts.
 PRINTED = "engine_printed.txt"
 
 
-def collect(folder: Path) -> None:
-    """bench/results/tpu_correctness.json from the chip's file, with the commit whose trainer files ran there."""
+def collect(folder: Path, more: list[Path] | None = None) -> None:
+    """bench/results/tpu_correctness.json from the chip's file, with the commit whose trainer files ran there. `more`:
+    runs of further shapes at the same files (one call on the chip has ten minutes), their engine checks appended."""
     from result_meta import machine_facts, write_result
 
     facts = machine_facts()
     report = json.loads((folder / RESULT).read_text())
+    for extra in more or []:
+        other = json.loads((extra / RESULT).read_text())
+        report["engine"] += other["engine"]
+        report["wall_s"] = round(report["wall_s"] + other["wall_s"], 1)
+        report["torch_loaded"] = report["torch_loaded"] or other["torch_loaded"]
+        for name in ("engine_logits_within_tolerance", "greedy_agrees"):
+            report["verdicts"][name] = report["verdicts"][name] and other["verdicts"][name]
     printed = folder / PRINTED
     if printed.exists():  # every shape's verdict as a run printed it, where that run stopped before writing its file
         rows = [line.split(" ", 2) for line in printed.read_text().splitlines() if line.strip()]
         report["engine_printed"] = [{"shape": shape, "dtype": dtype, "verdict": json.loads(body)} for shape, dtype, body in rows]
+        for name, key in (("engine_logits_within_tolerance", "logits_within_tolerance"), ("greedy_agrees", "greedy_agrees")):
+            report["verdicts"][name] = report["verdicts"][name] and all(r["verdict"][key] for r in report["engine_printed"])
     write_result(RESULT, {**report, "trainer_commit": facts["commit"], "trainer_files": list(TRAINER_FILES)}, facts)
 
 
@@ -287,6 +297,7 @@ def main() -> None:
     p.add_argument("--dtypes", default=",".join(TOLERANCE))
     c = sub.add_parser("collect")
     c.add_argument("folder", type=Path)
+    c.add_argument("more", type=Path, nargs="*", help="runs of further shapes at the same trainer files")
     args = parser.parse_args()
     if args.command == "run":
         block_torch()
@@ -294,7 +305,7 @@ def main() -> None:
         sys.exit(0 if all(report["verdicts"].values()) else 1)  # the file is written either way
     else:
         sys.path.insert(0, str(REPO / "bench"))
-        collect(args.folder)
+        collect(args.folder, args.more)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def _llama(layers: int, hidden: int, mlp: int, heads: int, kv: int) -> dict[str,
 # name -> (the make-tiny/make-model directory whose tokenizer and config it starts from, config.json changes,
 # weight dtype, GRPO settings changed from GSM8K). Dimensions from each model's published config.json. Llama 3.2 1B is
 # not here: rljob refuses its config (rope factor 32; MaxText 0.2.5's llama3 RoPE scaling is fixed at 8).
-# TinyLlama-1.1B is the largest Llama-family model the fit estimate accepts for full fine-tuning on one v5e chip
+# TinyLlama-1.1B was taken for the largest Llama-family model that fits full fine-tuning on one v5e chip
 # (SmolLM2-1.7B's parameters, gradients, moments and reference alone need 15.9 GiB); its body here keeps SmolLM2's
 # 49,152-token vocabulary (TinyLlama's own is 32,000) so that the GSM8K prompts' token ids stay inside the table:
 # 1.17B parameters where the real model has 1.10B.
@@ -92,6 +92,9 @@ SHAPES: dict[str, tuple[str, dict[str, Any], str, dict[str, Any]]] = {
     "smollm2-135m": ("smollm2", {}, "bfloat16", {}),
     "qwen3-0.6b": ("tiny-qwen3", _qwen3(28, 1024, 3072, 16, 8), "bfloat16", {"batch_size": 1}),
     "tinyllama-1.1b": ("smollm2", _llama(22, 2048, 5632, 32, 4), "bfloat16", {"batch_size": 1}),
+    # SmolLM2-360M (tied, as published): the largest Llama-family model the fit estimate now accepts on one v5e chip
+    # (TinyLlama's body ran out of HBM at its third step, and the estimate by phase refuses it).
+    "smollm2-360m": ("smollm2", _body(32, 960, 2560, 15, 5, head_dim=64, rope_theta=100000.0), "bfloat16", {}),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 

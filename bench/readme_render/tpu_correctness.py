@@ -35,9 +35,8 @@ def _printed(result: dict[str, Any]) -> str:
         for v in (r["verdict"],)
     )
     return (
-        "\n\nEvery shape and dtype, as a first run on the chip printed them (it stopped before writing its file: its "
-        "learner-step subprocess could not open the chip the parent held, which `run` now avoids by running the step "
-        "first):\n\n"
+        "\n\nChecks whose run was stopped before it wrote its file (a call on the chip has ten minutes), as the run printed "
+        "them; they count in the verdicts:\n\n"
         "| shape | dtype | max abs logit diff | logit scale | diff / scale | tolerance | within | greedy tokens equal | "
         "greedy agrees |\n|---|---|---|---|---|---|---|---|---|\n" + lines
     )
