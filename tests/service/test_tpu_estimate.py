@@ -130,9 +130,15 @@ def test_a_shape_measured_on_v5e_is_estimated_as_it_ran(shape: dict[str, Any]) -
     estimate = _estimate(spec)
     batches = spec.grpo.num_batches
     assert estimate.basis == "formula"
-    # Per step: the update as measured (its own rate), the rollout at the floor both shapes shared (within 1%).
+    # Per step: the update as measured (its own rate). The rollout: as measured for the shape that set the floor (the
+    # fastest position), and no more than measured for the others: the floor and the efficiency are the fastest any
+    # shape reached, so the rule never predicts a rollout slower than one that ran.
     assert estimate.run_parts_s["update"] / batches == pytest.approx(_steady(shape, "update"), rel=2e-3)
-    assert estimate.run_parts_s["rollout"] / batches == pytest.approx(_steady(shape, "rollout"), rel=1e-2)
+    rollout = _steady(shape, "rollout")
+    if _steady(shape, "rollout") / _positions(shape["settings"]) == FLOOR_S:
+        assert estimate.run_parts_s["rollout"] / batches == pytest.approx(rollout, rel=1e-2)
+    else:
+        assert estimate.run_parts_s["rollout"] / batches <= rollout
     for part, seconds in _expected(spec).items():
         assert estimate.run_parts_s[part] == pytest.approx(seconds, rel=2e-3, abs=1e-3), part
     run = ASSUMED_STARTUP_S["tpu"] + sum(_expected(spec).values())
