@@ -41,6 +41,8 @@ from service.domain.records.errors import StoreUnavailable, Unauthenticated
 from service.domain.records.models import Caller
 from service.unauthenticated_connections import mark_authenticated
 
+from .disconnect import has_body
+
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 EVENT_STREAM_PATH = re.compile(r"^/v1/(jobs/[^/]+/)?events$")
 LOG_FOLLOW_PATH = re.compile(r"^/v1/jobs/[^/]+/logs$")
@@ -212,10 +214,13 @@ class LoadSheddingMiddleware:
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The app, once the body has arrived within body_timeout_s, answering within request_deadline_s."""
-        body = await self._read_body(receive, self.limits.body_timeout_s)
-        if isinstance(body, int):
-            await self._answer(body, _BODY_REFUSED[body].format(self.limits.max_body_bytes), scope, receive, send)
-            return
+        if has_body(scope):
+            body = await self._read_body(receive, self.limits.body_timeout_s)
+            if isinstance(body, int):
+                await self._answer(body, _BODY_REFUSED[body].format(self.limits.max_body_bytes), scope, receive, send)
+                return
+            receive = _replay(body, receive)
+        # else (a GET, most reads): nothing to wait for, and the app reads its empty body itself
         started = False
 
         async def tracked(message: Message) -> None:
@@ -226,7 +231,7 @@ class LoadSheddingMiddleware:
         deadline = asyncio.timeout(self.limits.request_deadline_s)
         try:
             async with deadline:
-                await self.app(scope, _replay(body, receive), tracked)
+                await self.app(scope, receive, tracked)
         except TimeoutError:
             if not deadline.expired():
                 raise  # the app's own
