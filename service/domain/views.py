@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from service.domain.cost import job_clock as clocks
 from service.domain.cost.estimate_actuals import estimate_actuals
-from service.domain.cost.goodput import job_goodput
-from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable, job_usage
+from service.domain.cost.goodput import goodput_of
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable, usage_of
 from service.domain.evals.eval_view import eval_summary
 from service.domain.evals.job_eval import job_eval
 from service.domain.health.job_health import learning_health, train_started_at
@@ -50,6 +51,7 @@ def to_public(
             failed_stage=record.report.outcome.failed_stage if record.report.outcome else None,
         )
     stage_times = dict(record.report.stage_times)
+    clock = clocks.job_clock(record, now)  # read once: usage, goodput and the estimate's actuals all use it
     return JobPublic(
         id=record.id,
         name=record.name,
@@ -81,13 +83,13 @@ def to_public(
         queue=record.queue,
         hold=record.hold,
         placement=record.placement,
-        usage=job_usage(record, now, prices),
+        usage=usage_of(record, clock, prices),
         storage=record.report.storage,
-        goodput=job_goodput(record, now),
+        goodput=goodput_of(record, clock),
         trainer_events=record.report.trainer_events.model_copy(),
         fit_estimate=record.fit_estimate,
         estimate=record.estimate,
-        estimate_actuals=estimate_actuals(record, prices),
+        estimate_actuals=estimate_actuals(record, prices, clock),
         evaluation=eval_summary(record),
         evals=list(record.report.attached_evals),
         hangs=list(record.report.hangs),

@@ -7,9 +7,9 @@ from service.domain.records.estimate_models import ActualFigure, EstimateActuals
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
 
-from .estimate_history import run_seconds
-from .job_clock import phase_seconds
-from .usage import PriceTable, chips_of, job_usage
+from .estimate_history import RUN_PHASES
+from .job_clock import JobClock, job_clock
+from .usage import PriceTable, chips_of, usage_of
 
 STORAGE_FACTOR = 2.0  # the storage estimate is one figure: an actual within / 2 to x 2 of it is inside
 
@@ -22,16 +22,18 @@ def _figure(actual: float | None, estimate: EstimateRange | None) -> ActualFigur
     return ActualFigure(actual=actual, expected=estimate.expected, within=inside)
 
 
-def estimate_actuals(record: JobRecord, prices: PriceTable) -> EstimateActuals | None:
-    """None until the job has ended, and for a job stored without an estimate."""
+def estimate_actuals(record: JobRecord, prices: PriceTable, clock: JobClock | None = None) -> EstimateActuals | None:
+    """None until the job has ended, and for a job stored without an estimate. `clock`: the job's clock read at
+    any time (an ended job's clock stops at its end, so any reading is the reading at its end); read here if None."""
     estimate = record.estimate
     if estimate is None or not record.phase.is_terminal() or record.finished_at is None:
         return None
-    end = record.finished_at
-    wait = phase_seconds(record, end)[JobPhase.QUEUED.value]
-    run = run_seconds(record)
+    if clock is None:
+        clock = job_clock(record, record.finished_at)
+    wait = clock.phases[JobPhase.QUEUED.value]
+    run = sum(clock.phases[p.value] for p in RUN_PHASES)  # estimate_history.run_seconds, from this clock
     chip_hours = chips_of(record.hardware.accelerator) * run / 3600
-    cost = job_usage(record, end, prices).cost_usd
+    cost = usage_of(record, clock, prices).cost_usd
     storage = record.report.storage.total_bytes if record.report.storage else None
     storage_range = None
     if estimate.storage_bytes is not None:

@@ -39,7 +39,7 @@ from trainer.contract.goodput import (
     TrainGoodput,
 )
 
-from .job_clock import phase_seconds, stage_seconds
+from .job_clock import JobClock, job_clock
 
 log = logging.getLogger(__name__)
 _DIGITS = 3  # milliseconds
@@ -57,8 +57,12 @@ def train_parts(by_attempt: dict[int, TrainGoodput]) -> dict[str, float]:
 
 def goodput_parts(record: JobRecord, now: datetime) -> tuple[float, dict[str, float]]:
     """(wall seconds, seconds by part); `other` is the unclamped remainder (tests assert it is >= 0)."""
-    by_phase = phase_seconds(record, now)
-    by_stage = stage_seconds(record, now)
+    return clock_parts(record, job_clock(record, now))
+
+
+def clock_parts(record: JobRecord, clock: JobClock) -> tuple[float, dict[str, float]]:
+    """goodput_parts from a clock already read."""
+    by_phase, by_stage = clock.phases, clock.stages
     wall = sum(by_phase.values())
     parts = {
         QUEUED: by_phase[JobPhase.QUEUED.value],
@@ -81,7 +85,12 @@ def warn_if_parts_overlap(record: JobRecord, now: datetime) -> None:
 
 def job_goodput(record: JobRecord, now: datetime) -> JobGoodput | None:
     """None before the job has spent any time (a record without phase times)."""
-    wall, parts = goodput_parts(record, now)
+    return goodput_of(record, job_clock(record, now))
+
+
+def goodput_of(record: JobRecord, clock: JobClock) -> JobGoodput | None:
+    """job_goodput from a clock already read."""
+    wall, parts = clock_parts(record, clock)
     if wall <= 0 and not record.report.goodput:
         return None
     parts[OTHER] = max(0.0, parts[OTHER])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from service.domain.records.models import JobRecord
@@ -44,3 +45,17 @@ def stage_seconds(record: JobRecord, now: datetime) -> dict[str, float]:
         else:
             seconds[stage.value] = 0.0
     return seconds
+
+
+@dataclass(frozen=True)
+class JobClock:
+    """A job's clock read once, at one `now`: what usage, goodput and the estimate's actuals are all computed
+    from, so a view reads it once (views.py) and hands it to each."""
+
+    as_of: datetime  # usage_as_of
+    phases: dict[str, float]  # phase_seconds
+    stages: dict[str, float]  # stage_seconds
+
+
+def job_clock(record: JobRecord, now: datetime) -> JobClock:
+    return JobClock(as_of=usage_as_of(record, now), phases=phase_seconds(record, now), stages=stage_seconds(record, now))

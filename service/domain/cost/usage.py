@@ -25,8 +25,8 @@ from trainer.contract.goodput import GOODPUT_PARTS
 from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
 
-from .goodput import goodput_parts
-from .job_clock import USAGE_PHASES, phase_seconds, stage_seconds, usage_as_of
+from .goodput import clock_parts
+from .job_clock import USAGE_PHASES, JobClock, job_clock
 from .placement import BILLED_PHASES, billed_by_capacity
 from .storage_usage import StorageSample, job_storage_usage
 
@@ -72,9 +72,14 @@ def job_capacity(record: JobRecord) -> str:
 
 
 def job_usage(record: JobRecord, now: datetime, prices: PriceTable) -> JobUsage:
+    return usage_of(record, job_clock(record, now), prices)
+
+
+def usage_of(record: JobRecord, clock: JobClock, prices: PriceTable) -> JobUsage:
+    """job_usage from a clock already read."""
     accelerator, capacity = record.hardware.accelerator, job_capacity(record)
     chips, family = chips_of(accelerator), family_of(accelerator)
-    by_phase = phase_seconds(record, now)
+    by_phase = clock.phases
     billed_s = sum(by_phase[p.value] for p in BILLED_PHASES)
     billed_chip_hours = chips * billed_s / 3600
     price = price_of(prices, family, record.placement.capacity if record.placement else record.hardware.capacities[0])
@@ -90,12 +95,12 @@ def job_usage(record: JobRecord, now: datetime, prices: PriceTable) -> JobUsage:
         capacity=capacity,
         chips=chips,
         phases={name: _amount(s, chips) for name, s in by_phase.items()},
-        stages={name: _amount(s, chips) for name, s in stage_seconds(record, now).items()},
-        parts={name: _amount(s, chips) for name, s in usage_parts(record, now).items()},
+        stages={name: _amount(s, chips) for name, s in clock.stages.items()},
+        parts={name: _amount(s, chips) for name, s in _clamped_parts(record, clock).items()},
         billed_chip_hours=round(billed_chip_hours, _DIGITS),
         price_usd_per_chip_hour=price,
         cost_usd=None if cost is None else round(cost, _DIGITS),
-        as_of=usage_as_of(record, now),
+        as_of=clock.as_of,
     )
 
 
@@ -107,7 +112,11 @@ def freed_checkpoints(record: JobRecord) -> list[StorageSample]:
 
 def usage_parts(record: JobRecord, now: datetime) -> dict[str, float]:
     """Seconds by goodput part (goodput.py), `other` clamped at 0 as JobPublic.goodput shows it."""
-    _, parts = goodput_parts(record, now)
+    return _clamped_parts(record, job_clock(record, now))
+
+
+def _clamped_parts(record: JobRecord, clock: JobClock) -> dict[str, float]:
+    _, parts = clock_parts(record, clock)
     return {name: max(0.0, seconds) for name, seconds in parts.items()}
 
 
