@@ -74,3 +74,21 @@ def test_tiny_job_runs_to_success_through_the_api(
         assert evaluation["difference"]["of"] == "after" and evaluation["difference"]["n"] == 2
         # Three steps of a random model: signal, never a claim of improvement.
         assert job["health"]["verdict"] not in ("improving", "learning"), job["health"]
+
+        # Issue 53: a rerun (what `rljob rerun` submits: the job's stored spec, the team left to the token, a new
+        # idempotency key) samples step 1 exactly as the first run did: the spec's seed (here its default) fixes the
+        # rows' order and every rollout's key. Without the keys, step 1 still matched (Tunix drew PRNGKey(0) at every
+        # step); test_slow_shared_prefill.py shows each step drawing its own.
+        spec = client.get(f"/v1/jobs/{job_id}", headers=auth).json()["spec"]
+        spec.pop("team")
+        rerun = client.post("/v1/jobs", json=spec, headers={**auth, "Idempotency-Key": "rerun-of-" + job_id}).json()["id"]
+        assert rerun != job_id
+        wait_for_phase(lambda: client.get(f"/v1/jobs/{rerun}", headers=auth).json()["phase"], JobPhase.SUCCEEDED, timeout_s=TINY_WAIT_S)
+
+        def step_one(of: str) -> list[tuple[int, str]]:
+            samples = client.get(f"/v1/jobs/{of}/samples", params={"step": 1}, headers=auth).json()["samples"]["samples"]
+            return [(sample["group"], sample["completion"]) for sample in samples]
+
+        assert step_one(job_id) and step_one(rerun) == step_one(job_id)
+        repro = [client.get(f"/v1/jobs/{of}/repro", headers=auth).json()["seeds"] for of in (job_id, rerun)]
+        assert repro[0] == repro[1] and repro[0]["sampling"]["value"] == 42
