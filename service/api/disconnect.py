@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 DISCONNECT: Message = {"type": "http.disconnect"}
 
 
-def has_body(scope: Scope) -> bool:
-    """Whether the request declares a body (a length other than 0, or chunked); read from the raw headers,
-    without building a Headers for each request."""
-    for name, value in scope.get("headers", ()):
-        if name == b"transfer-encoding" or (name == b"content-length" and value not in (b"", b"0")):
-            return True
-    return False
+def _has_body(scope: Scope) -> bool:
+    headers = Headers(scope=scope)
+    return "transfer-encoding" in headers or headers.get("content-length", "0") not in ("", "0")
 
 
 class _ConnectionWatch:
@@ -51,14 +47,14 @@ class _ConnectionWatch:
             return DISCONNECT
         return await self._inbox.get()
 
-    async def watch(self, on_disconnect: Callable[[], None]) -> None:
+    async def watch(self, on_disconnect: asyncio.Event) -> None:
         await self._body_read.wait()
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
                 self.disconnected = True
+                on_disconnect.set()
                 self._inbox.put_nowait(message)
-                on_disconnect()
                 return
             self._inbox.put_nowait(message)  # a bodiless request's one http.request, kept for the app
 
@@ -76,23 +72,23 @@ class CancelOnDisconnectMiddleware:
         if task is None:  # not under a running task (never under uvicorn): nothing to cancel
             await self.app(scope, receive, send)
             return
-        connection = _ConnectionWatch(receive, body_expected=has_body(scope))
-        started, cancelling = False, False
+        connection = _ConnectionWatch(receive, body_expected=_has_body(scope))
+        left, started, cancelling = asyncio.Event(), False, False
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        def cancel_if_not_started() -> None:  # the client left
+        async def cancel_when_left() -> None:
             nonlocal cancelling
+            await left.wait()
             if not started:
                 cancelling = True
                 task.cancel()
 
-        # One helper task per request (the watch cancels the request itself): a status read is a few
-        # hundred microseconds, and each task or event more was a measurable part of it.
-        watcher = asyncio.create_task(connection.watch(cancel_if_not_started))
+        watcher = asyncio.create_task(connection.watch(left))
+        canceller = asyncio.create_task(cancel_when_left())
         try:
             await self.app(scope, connection.receive, tracking_send)
         except asyncio.CancelledError:
@@ -101,6 +97,7 @@ class CancelOnDisconnectMiddleware:
             task.uncancel()
             self.cancelled += 1  # the client left; there is nobody to answer
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for helper in (watcher, canceller):
+                helper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await helper

@@ -41,8 +41,6 @@ from service.domain.records.errors import StoreUnavailable, Unauthenticated
 from service.domain.records.models import Caller
 from service.unauthenticated_connections import mark_authenticated
 
-from .disconnect import has_body
-
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 EVENT_STREAM_PATH = re.compile(r"^/v1/(jobs/[^/]+/)?events$")
 LOG_FOLLOW_PATH = re.compile(r"^/v1/jobs/[^/]+/logs$")
@@ -214,13 +212,10 @@ class LoadSheddingMiddleware:
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The app, once the body has arrived within body_timeout_s, answering within request_deadline_s."""
-        if has_body(scope):
-            body = await self._read_body(receive, self.limits.body_timeout_s)
-            if isinstance(body, int):
-                await self._answer(body, _BODY_REFUSED[body].format(self.limits.max_body_bytes), scope, receive, send)
-                return
-            receive = _replay(body, receive)
-        # else (a GET, most reads): nothing to wait for, and the app reads its empty body itself
+        body = await self._read_body(receive, self.limits.body_timeout_s)
+        if isinstance(body, int):
+            await self._answer(body, _BODY_REFUSED[body].format(self.limits.max_body_bytes), scope, receive, send)
+            return
         started = False
 
         async def tracked(message: Message) -> None:
@@ -231,7 +226,7 @@ class LoadSheddingMiddleware:
         deadline = asyncio.timeout(self.limits.request_deadline_s)
         try:
             async with deadline:
-                await self.app(scope, receive, tracked)
+                await self.app(scope, _replay(body, receive), tracked)
         except TimeoutError:
             if not deadline.expired():
                 raise  # the app's own

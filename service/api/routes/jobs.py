@@ -23,7 +23,6 @@ from service.api.deps import (
     StoreDep,
     ViewsDep,
     VisibleJobDep,
-    serving_of,
 )
 from service.api.errors import error_responses
 from service.api.log_follow import Pacer, follow_log, log_chunks
@@ -171,10 +170,9 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=error_responses(401, 404, 422, 503))
-async def get_job(job_id: JobIdPath, caller: CallerDep, request: Request) -> Response:
-    # async, and no thread hop when the job is in memory (api/job_views.py). The views are read from the
-    # request rather than a dependency: each dependency FastAPI solves was a measurable part of this read.
-    return await serving_of(request).views.status(caller, job_id)
+async def get_job(job_id: JobIdPath, caller: CallerDep, views: ViewsDep) -> Response:
+    # async, and no thread hop when the job is in memory (api/job_views.py).
+    return await views.status(caller, job_id)
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic, responses=error_responses(401, 404, 422, 503))
