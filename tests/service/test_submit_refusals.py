@@ -73,6 +73,10 @@ def test_json_non_finite_literals_are_refused_naming_the_field(api: Api, tmp_pat
         ("grpo", {"eval_batch_size": -1}, ("body", "grpo", "eval_batch_size")),
         ("grpo", {"max_seq_token_per_tpu": 16}, ("body", "grpo", "max_seq_token_per_tpu")),
         ("dataset", {"shuffle_seed": 2**32}, ("body", "dataset", "shuffle_seed")),
+        # issue 53's job seed: grain's range, and an integer only
+        ("seed", 2**32, ("body", "seed")),
+        ("seed", -1, ("body", "seed")),
+        ("seed", "${oc.env:HF_TOKEN}", ("body", "seed")),
         ("dataset", {"processor_path": "/p/${oc.env:HF_TOKEN}.py"}, ("body", "dataset", "processor_path")),
         ("hardware", {**V6E8, "reshard_chunk_size": 0}, ("body", "hardware", "reshard_chunk_size")),
     ],
