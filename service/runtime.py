@@ -41,7 +41,8 @@ from service.change_notifier import ChangeNotifier
 from service.config import Settings
 from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.fold_pacer import FoldPacer
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService, Pacing
+from service.domain.job_writer import WriteRules
 from service.domain.records.models import JobPublic, JobRecord
 from service.domain.records.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now
 from service.domain.self_check import CheckLine, SelfCheckReport
@@ -169,24 +170,25 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         check_interval_s=settings.leader_check_interval_s,
     )
     jobs = JobService(
-        store,
-        launcher,
-        given.progress or EventsFileReader(),
+        JobPorts(store, launcher, given.progress or EventsFileReader(), run_files=given.run_files or StoreRunFiles()),
+        JobPolicies(
+            max_resumes=settings.max_resumes,
+            max_hung_restarts=settings.max_hung_restarts,
+            health=settings.health_policy,
+            location=settings.location_policy,
+            budgets=BudgetLedger(store, settings.team_budgets, settings.usage_prices_usd_per_chip_hour),
+            prices=settings.usage_prices_usd_per_chip_hour,
+        ),
+        writes=WriteRules(
+            leads=lambda: leadership.leads, on_fenced=lambda: leadership.fenced(), request_write_wait_s=settings.request_write_wait_s
+        ),
+        pacing=Pacing(
+            mirror_every_steps=settings.status_mirror_every_steps,
+            mirror_interval_s=settings.status_mirror_interval_s,
+            fold_pacer=FoldPacer(settings.progress_fold_cpu_share),
+        ),
         clock=clock,
         notify=notifier.notify,
-        max_resumes=settings.max_resumes,
-        max_hung_restarts=settings.max_hung_restarts,
-        run_files=given.run_files or StoreRunFiles(),
-        mirror_every_steps=settings.status_mirror_every_steps,
-        mirror_interval_s=settings.status_mirror_interval_s,
-        request_write_wait_s=settings.request_write_wait_s,
-        health_policy=settings.health_policy,
-        location_policy=settings.location_policy,
-        leads=lambda: leadership.leads,
-        on_fenced=lambda: leadership.fenced(),
-        fold_pacer=FoldPacer(settings.progress_fold_cpu_share),
-        budgets=BudgetLedger(store, settings.team_budgets, settings.usage_prices_usd_per_chip_hour),
-        prices=settings.usage_prices_usd_per_chip_hour,
     )
     mlflow_export = None
     if settings.mlflow_tracking_uri:

@@ -1,22 +1,26 @@
 """JobService: the only writer of job state.
 
-A new job is inserted by `submit`; every later change goes through `_mutate`, which takes the
-service's write lock, re-reads the record inside a store transaction (SELECT ... FOR UPDATE on
-PostgreSQL), applies the change (phases through `transition()`), appends to the job's event log and
-commits. Re-reading first is what keeps a late observation or a duplicate progress event from
-undoing a terminal phase. What an observation does is decided by observation_policy.decide().
+A new job is inserted by `submit`; every later change goes through the one write path, JobWriter (job_writer.py),
+which takes this process's write lock, re-reads the record inside a store transaction (SELECT ... FOR UPDATE on
+PostgreSQL), applies the change (phases through `transition()`, record_writes.py), appends to the job's event log and
+commits. Re-reading first is what keeps a late observation or a duplicate progress event from undoing a terminal
+phase. What an observation does is decided by observation_policy.decide() and carried out by the observation intake
+(observation_intake.py), which holds the same writer, not this service: it answers what the service does next.
 
 The write lock serialises this process's writes; across replicas on one PostgreSQL database the row
 lock orders writes to a job and an event-order lock makes event seqs visible in commit order
 (sql_store.py), so an SSE reader that saw seq N never later misses a seq below N. Writes of the
 leader's work also check its leadership term in their transaction (`as_leader`, service/leadership.py).
 
-Every change through `_mutate` also re-judges the job's learning health and logs a `health` entry
+Every write also re-judges the job's learning health and logs a `health` entry
 when the verdict changed (job_health.py), so SSE streams carry it.
 
 After a commit that changed a job with a workload (outside the lock), a launcher that can mirror
 status (`StatusMirror`) is offered the new phase/stage/progress; status_mirror.py throttles and
 sends it from its own thread.
+
+The constructor takes its parts grouped: the ports (JobPorts), the policies (JobPolicies), how this replica writes
+(WriteRules: leadership, fencing, an API write's wait) and the pacing of the mirror and the folds (Pacing).
 """
 
 from __future__ import annotations
@@ -25,14 +29,14 @@ import dataclasses
 import logging
 import secrets
 import string
-import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.cost.estimate_source import SubmitEstimator
 from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable
-from service.domain.health.job_health import health_verdict_changed, log_health_change
+from service.domain.health.job_health import health_verdict_changed
 from service.domain.health.learning_health import HealthPolicy
 from service.domain.records.attached_eval_models import AttachedEvalPublic
 from service.domain.records.errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
@@ -55,10 +59,11 @@ from trainer.contract import JobSpec
 from .fold_pacer import FoldPacer
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
+from .job_writer import JobWriter, WriteRules
 from .location_policy import UNRESTRICTED, LocationPolicy
 from .observation_intake import ObservationIntake
 from .record_writes import write_phase
-from .status_mirror import MirroredStatus, StatusMirrorWorker
+from .status_mirror import StatusMirrorWorker
 from .submission import check_submission, store_new_job
 from .write_wait import held_within
 
@@ -66,6 +71,7 @@ log = logging.getLogger(__name__)
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 DEFAULT_HEALTH_POLICY = HealthPolicy()
+LEADS_ALONE = WriteRules()  # leads always, nothing to fence, an API write waits as long as it takes
 
 
 def new_job_id() -> str:
@@ -73,71 +79,104 @@ def new_job_id() -> str:
     return "rl-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
 
 
+@dataclass(frozen=True)
+class JobPorts:
+    """The boundaries the service talks to (records/ports.py): where jobs are stored, what runs them, where their
+    trainer events are read, and their run directories (None: no artifacts, samples or stage logs are read)."""
+
+    store: JobStore
+    launcher: JobLauncher
+    progress: ProgressSource
+    run_files: RunFiles | None = None
+
+
+@dataclass(frozen=True)
+class JobPolicies:
+    """What the service decides with: a job's learning health, where it may run, the teams' budgets (None: none, a
+    ledger with no budgets) and the prices its estimate uses, and how often a lost or hung workload is started again
+    (hung restarts: after the trainer's watchdog found it hung, hangs.py)."""
+
+    health: HealthPolicy = DEFAULT_HEALTH_POLICY
+    location: LocationPolicy = UNRESTRICTED
+    budgets: BudgetLedger | None = None
+    prices: PriceTable = field(default_factory=lambda: DEFAULT_PRICES_USD_PER_CHIP_HOUR)  # the table itself, not a copy
+    max_resumes: int = 3
+    max_hung_restarts: int = 2
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How often the status mirror writes a job's status to its workload (status_mirror.py), and the share of the CPU
+    folding trainer events may take (fold_pacer.py; None: all of it, folds still in chunks)."""
+
+    mirror_every_steps: int = 10
+    mirror_interval_s: float = 30.0
+    fold_pacer: FoldPacer | None = None
+
+
 class JobService:
     def __init__(
         self,
-        store: JobStore,
-        launcher: JobLauncher,
-        progress: ProgressSource,
+        ports: JobPorts,
+        policies: JobPolicies = JobPolicies(),
         *,
+        writes: WriteRules = LEADS_ALONE,
+        pacing: Pacing = Pacing(),
         clock: Clock = utc_now,
         notify: Callable[[], None] = lambda: None,
-        max_resumes: int = 3,
-        max_hung_restarts: int = 2,
         id_factory: Callable[[], str] = new_job_id,
-        run_files: RunFiles | None = None,
-        mirror_every_steps: int = 10,
-        mirror_interval_s: float = 30.0,
-        health_policy: HealthPolicy = DEFAULT_HEALTH_POLICY,
-        location_policy: LocationPolicy = UNRESTRICTED,
-        leads: Callable[[], bool] = lambda: True,
-        on_fenced: Callable[[], None] = lambda: None,
-        fold_pacer: FoldPacer | None = None,
-        budgets: BudgetLedger | None = None,
-        prices: PriceTable = DEFAULT_PRICES_USD_PER_CHIP_HOUR,
-        request_write_wait_s: float | None = None,
     ) -> None:
+        store, launcher = ports.store, ports.launcher
         self.store = store
-        self.budgets = budgets or BudgetLedger(store, {}, DEFAULT_PRICES_USD_PER_CHIP_HOUR)  # team budgets (budget_ledger.py)
-        self.estimator = SubmitEstimator(store, launcher, prices, clock)  # the estimate at submit (estimates.py)
-        self.fold_pacer = fold_pacer or FoldPacer(1.0)  # 1.0: no rest, folds still in chunks
+        self.budgets = policies.budgets or BudgetLedger(store, {}, DEFAULT_PRICES_USD_PER_CHIP_HOUR)  # team budgets (budget_ledger.py)
+        self.estimator = SubmitEstimator(store, launcher, policies.prices, clock)  # the estimate at submit (estimates.py)
+        self.fold_pacer = pacing.fold_pacer or FoldPacer(1.0)  # 1.0: no rest, folds still in chunks
         self.launcher = launcher
-        self.progress = progress
-        self.run_files = run_files
+        self.progress = ports.progress
+        self.run_files = ports.run_files
         # Decided once: only launchers with somewhere to write status (Kubernetes) get a mirror.
         self.status_mirror = (
-            StatusMirrorWorker(launcher, every_steps=mirror_every_steps, interval_s=mirror_interval_s)
+            StatusMirrorWorker(launcher, every_steps=pacing.mirror_every_steps, interval_s=pacing.mirror_interval_s)
             if isinstance(launcher, StatusMirror)
             else None
         )
         self.clock = clock
         self._notify = notify
-        self.max_resumes = max_resumes
-        self.max_hung_restarts = max_hung_restarts  # restarts after the trainer's watchdog found it hung (hangs.py)
+        self.max_resumes = policies.max_resumes
+        self.max_hung_restarts = policies.max_hung_restarts  # restarts after the trainer's watchdog found it hung (hangs.py)
         self._new_id = id_factory
-        self._lock = threading.RLock()
-        self.request_write_wait_s = request_write_wait_s  # the API's writes give up after this (write_wait.py)
-        self.health_policy = health_policy
-        self.location_policy = location_policy
+        self.health_policy = policies.health
+        self.location_policy = policies.location
+        # The one write path (job_writer.py), with this replica's leadership and fencing; the intake holds it too.
+        self.writer = JobWriter(
+            store, clock=clock, health_policy=policies.health, rules=writes, notify=notify, status_mirror=self.status_mirror
+        )
+        self._lock = self.writer.lock
+        self.request_write_wait_s = writes.request_write_wait_s  # the API's writes give up after this (write_wait.py)
         # Whether this replica leads (service/leadership.py): only the leader talks to the launcher;
         # another replica stores the job or the cancel, and the leader's take-over carries it out.
-        self.leads = leads
-        # Fencing (service/leadership.py): once a replica has led, every write it makes as leader
-        # checks its term in the write's own transaction; a refused one calls on_fenced.
-        self._fencing = False
-        self._term: int | None = None
-        self._on_fenced = on_fenced
+        self.leads = self.writer.leads
         self._launching: set[str] = set()  # launch() under way in this process
         self._stop_requested: set[str] = set()  # cancels sent to the launcher by this process
-        self.intake = ObservationIntake(self)  # observations and trainer events becoming job state
+        self.intake = ObservationIntake(  # observations and trainer events becoming job state
+            self.writer,
+            store=store,
+            launcher=launcher,
+            progress=self.progress,
+            run_files=self.run_files,
+            fold_pacer=self.fold_pacer,
+            clock=clock,
+            max_resumes=self.max_resumes,
+            max_hung_restarts=self.max_hung_restarts,
+        )
 
     def begin_term(self, term: int) -> None:
         """This replica leads for `term`: its leader writes carry it from now on."""
-        self._fencing, self._term = True, term
+        self.writer.begin_term(term)
 
     def end_term(self) -> None:
         """This replica no longer leads: a leader write still under way here is refused."""
-        self._term = None
+        self.writer.end_term()
 
     def start(self) -> None:
         """Start background helpers (the status mirror); the supervisor calls this at start-up (and
@@ -247,7 +286,7 @@ class JobService:
                 # It ended between the read above and this write: the answer must say so (409), not 200.
                 raise NotCancellable(job_id, rec.phase.value)
 
-        record = self._mutate(job_id, request_cancel, as_leader=False, wait_s=self.request_write_wait_s)  # any replica
+        record = self.writer.write_for_request(job_id, request_cancel)  # any replica
         if record.phase is JobPhase.CANCELLING and self.leads():
             self.stop_workload(job_id)
         return self.store.get(job_id) or record
@@ -313,9 +352,9 @@ class JobService:
             log.exception("cancel of %s failed; will retry on reconcile", job_id)
 
     def write_as_leader(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord:
-        """A change of the leader's own work written by its module (budget_reconciler.py, checkpoint_expiry.py,
-        observation_intake.py) through the one write path."""
-        return self._mutate(job_id, change)
+        """A change of the leader's own work written by its module (budget_reconciler.py, checkpoint_expiry.py)
+        through the one write path (the intake holds the writer itself)."""
+        return self.writer.write_as_leader(job_id, change)
 
     def post_message(self, job_id: str, message: str) -> None:
         """Show `message` on a job that has not ended, and log it in the job's event log."""
@@ -359,43 +398,24 @@ class JobService:
         return self.intake.ingest_progress(job_id, until_caught_up=until_caught_up)
 
     def apply_observation(self, obs: Observation) -> None:
-        """Turn what the backend says into a transition (ObservationIntake.apply_observation)."""
-        self.intake.apply_observation(obs)
+        """Turn what the backend says into a transition (ObservationIntake.apply_observation), then do what it
+        answers: launch the job again, and once it has ended, forget this process's memory of it."""
+        applied = self.intake.apply_observation(obs)
+        if applied.put_off:
+            return
+        if applied.relaunch:
+            self.launch(obs.job_id)
+        if self.intake.forget_if_ended(obs.job_id):
+            self.forget_ended(obs.job_id)
 
     def forget_ended(self, job_id: str) -> None:
         """The job has ended: this process's memory of its cancel is dropped."""
         self._stop_requested.discard(job_id)
 
-    # ---- the write path ----------------------------------------------------------------------
+    # ---- the write path: job_writer.py -----------------------------------------------------------
 
     def _mutate(
         self, job_id: str, change: Callable[[JobRecord, JobTx], Any], *, as_leader: bool = True, wait_s: float | None = None
     ) -> JobRecord:
-        """The one write path. `as_leader`: a write of the leader's work (launches, observations,
-        progress), refused with LeaderFenced once another replica has taken a newer term. `wait_s`: see write_wait.py."""
-        try:
-            return self._write(job_id, change, fenced=as_leader and self._fencing, wait_s=wait_s)
-        except LeaderFenced:
-            self._on_fenced()
-            raise
-
-    def _write(self, job_id: str, change: Callable[[JobRecord, JobTx], Any], *, fenced: bool, wait_s: float | None) -> JobRecord:
-        with held_within(self._lock, wait_s) as database_wait_s:
-            with self.store.transaction(wait_s=database_wait_s) as tx:
-                if fenced:
-                    tx.require_term(self._term)
-                record = tx.get(job_id, for_update=True)
-                if record is None:
-                    raise JobNotFound(job_id)
-                before = (record.phase, record.last_event_seq)
-                change(record, tx)
-                log_health_change(record, tx, self.clock(), self.health_policy)
-                changed = (record.phase, record.last_event_seq) != before
-                record.updated_at = self.clock() if changed else record.updated_at
-                tx.update(record)
-        if changed:
-            self._notify()
-            # The leader's mirror only: a follower's would hold statuses that are stale by the time it leads.
-            if self.status_mirror is not None and record.object_name is not None and self.leads():
-                self.status_mirror.offer(record.id, MirroredStatus.of(record))  # committed: safe to show
-        return record
+        """The one write path (JobWriter.write)."""
+        return self.writer.write(job_id, change, as_leader=as_leader, wait_s=wait_s)

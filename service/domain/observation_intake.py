@@ -1,5 +1,7 @@
 """Observations and trainer progress becoming job state: what the launchers' threads and the progress poller hand
-the job service, carried out through its one write path (JobService.write_as_leader).
+the job service, carried out through the one write path (JobWriter.write_as_leader, job_writer.py), which the job
+service holds too. The intake holds the writer and the ports it reads, never the service: what an observation asks
+of the service afterwards (a relaunch, forgetting an ended job) is its answer, `Applied`, which the service acts on.
 
 An observation is decided by observation_policy.decide(); a stopped workload's trainer events are drained first,
 so its artifacts and its own account of the end are in the record before the terminal phase (nothing is folded in
@@ -12,8 +14,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from service.domain.evals.suite_versions import assign_suite_version
 from service.domain.records.manifest_sizes import ManifestSizes
@@ -22,6 +24,7 @@ from service.domain.records.ports import Clock, JobLauncher, JobRequeue, JobStor
 from trainer.contract import ExitCode, TrainerEvent
 
 from .fold_pacer import FOLD_CHUNK_EVENTS, FoldPacer
+from .job_writer import JobWriter
 from .observation_policy import (
     WORKLOAD_STOPPED,
     Decision,
@@ -43,28 +46,43 @@ DRAIN_BUDGET_S = 5.0
 DRAIN_PUT_OFF_MAX_S = 600.0
 
 
-class IntakeHost(Protocol):
-    """What the intake needs of the job service (job_service.py): a protocol, so this module does not import it."""
+@dataclass(frozen=True)
+class Applied:
+    """What applying an observation asks of the job service afterwards, in this order: launch the job again
+    (`relaunch`: a resume, a hung restart or a relaunch after a requeue), then, if the job has ended by then, forget
+    this process's memory of it (`JobService.apply_observation`, then `ObservationIntake.forget_if_ended`).
+    `put_off`: the job's end waits for its unread events; nothing follows."""
 
-    store: JobStore
-    launcher: JobLauncher
-    progress: ProgressSource
-    run_files: RunFiles | None
-    fold_pacer: FoldPacer
-    clock: Clock
-    max_resumes: int
-    max_hung_restarts: int
+    relaunch: bool = False
+    put_off: bool = False
 
-    def write_as_leader(self, job_id: str, change: Callable[[JobRecord, JobTx], Any]) -> JobRecord: ...
 
-    def launch(self, job_id: str) -> None: ...
-
-    def forget_ended(self, job_id: str) -> None: ...
+PUT_OFF = Applied(put_off=True)
 
 
 class ObservationIntake:
-    def __init__(self, jobs: IntakeHost) -> None:
-        self.jobs = jobs
+    def __init__(
+        self,
+        writer: JobWriter,
+        *,
+        store: JobStore,
+        launcher: JobLauncher,
+        progress: ProgressSource,
+        run_files: RunFiles | None,
+        fold_pacer: FoldPacer,
+        clock: Clock,
+        max_resumes: int,
+        max_hung_restarts: int,
+    ) -> None:
+        self.writer = writer
+        self.store = store
+        self.launcher = launcher
+        self.progress = progress
+        self.run_files = run_files
+        self.fold_pacer = fold_pacer
+        self.clock = clock
+        self.max_resumes = max_resumes
+        self.max_hung_restarts = max_hung_restarts
         self._replaced: dict[str, set[str]] = {}  # job id -> workload names a relaunch replaced
         self._requeueing: set[str] = set()  # job ids whose workload this service is giving back to its queue
         self._end_put_off_since: dict[str, float] = {}  # job id -> monotonic time its end was first put off
@@ -80,17 +98,17 @@ class ObservationIntake:
         for read in range(MAX_DRAIN_READS if until_caught_up else 1):
             if read and time.monotonic() > deadline:
                 return True  # the caller decides: apply_observation puts the job's end off
-            record = self.jobs.store.get(job_id)
+            record = self.store.get(job_id)
             if record is None or record.phase.is_terminal():
                 return False
-            batch = self.jobs.progress.read_new(record)
+            batch = self.progress.read_new(record)
             chunks = [batch.events[i : i + FOLD_CHUNK_EVENTS] for i in range(0, len(batch.events), FOLD_CHUNK_EVENTS)]
             skipped = batch.skipped
             for chunk in chunks or ([[]] if skipped else []):
-                with self.jobs.fold_pacer.fold():
-                    self.jobs.write_as_leader(job_id, functools.partial(self._fold, events=chunk, skipped=skipped))
+                with self.fold_pacer.fold():
+                    self.writer.write_as_leader(job_id, functools.partial(self._fold, events=chunk, skipped=skipped))
                 skipped = ()  # said once, with the first chunk
-            self.jobs.progress.commit(batch)
+            self.progress.commit(batch)
             if not batch.more:
                 return False
         if until_caught_up:
@@ -103,14 +121,15 @@ class ObservationIntake:
         eval_report_before = rec.report.eval_report
         changes = fold_events(rec, events)
         changes.log.extend(note_skipped_lines(rec, skipped).log)
-        now = self.jobs.clock()
+        now = self.clock()
         assign_suite_version(rec, tx, now, folded_before=eval_report_before)  # an eval job's new report: its suite's version
         tx.add_metric_points(rec.id, changes.points)
         tx.append_events(rec, changes.log, now)
 
-    def apply_observation(self, obs: Observation) -> None:
+    def apply_observation(self, obs: Observation) -> Applied:
         """Turn what the backend says into a transition; the only place observations become phases.
-        The policy is observation_policy.decide(); this carries its decision out."""
+        The policy is observation_policy.decide(); this carries its decision out, and answers what the job
+        service does next (Applied)."""
         if obs.state in WORKLOAD_STOPPED:
             # Drain the events file first so artifacts and the RunFinished message are in the record
             # before the terminal phase is written (nothing may be folded in after it).
@@ -120,7 +139,7 @@ class ObservationIntake:
             except Exception:
                 log.exception("reading progress of %s failed", obs.job_id)
             if behind and self._put_end_off(obs.job_id):
-                return
+                return PUT_OFF
         manifest = self._read_manifest_if_ending(obs)
         decided = Decision.IGNORE
 
@@ -133,7 +152,7 @@ class ObservationIntake:
             decided = self._decide(rec, obs)
             if decided is Decision.STALE:
                 log.info("ignoring %s for %s: %s was replaced by a relaunch", obs.state, rec.id, obs.object_name)
-            replaced = write_decision(decided, rec, tx, obs, manifest, self.jobs.clock, self.jobs.max_hung_restarts)
+            replaced = write_decision(decided, rec, tx, obs, manifest, self.clock, self.max_hung_restarts)
             if replaced is not None:
                 self._replaced.setdefault(rec.id, set()).add(replaced)
             if decided is Decision.REQUEUE:
@@ -141,20 +160,25 @@ class ObservationIntake:
                 # second requeue that could delete the workload the relaunch made.
                 self._requeueing.add(rec.id)
 
-        self.jobs.write_as_leader(obs.job_id, apply)
-        if decided is Decision.REQUEUE and isinstance(self.jobs.launcher, JobRequeue):
-            self.jobs.launcher.requeue(obs.job_id)
+        self.writer.write_as_leader(obs.job_id, apply)
+        if decided is Decision.REQUEUE and isinstance(self.launcher, JobRequeue):
+            self.launcher.requeue(obs.job_id)
         if decided.relaunches:
             self._requeueing.discard(obs.job_id)
-            self.jobs.launch(obs.job_id)
-        record = self.jobs.store.get(obs.job_id)
-        if record is not None and record.phase.is_terminal():
-            self.jobs.progress.forget(obs.job_id)
-            self._replaced.pop(obs.job_id, None)
-            self._observed.forget(obs.job_id)
-            self.jobs.forget_ended(obs.job_id)
-            self._end_put_off_since.pop(obs.job_id, None)
-            self._requeueing.discard(obs.job_id)
+        return Applied(relaunch=decided.relaunches)
+
+    def forget_if_ended(self, job_id: str) -> bool:
+        """Whether the job has ended (read after the service acted on `Applied`); if so, this process's memory of its
+        attempts and its events' read position are dropped."""
+        record = self.store.get(job_id)
+        if record is None or not record.phase.is_terminal():
+            return False
+        self.progress.forget(job_id)
+        self._replaced.pop(job_id, None)
+        self._observed.forget(job_id)
+        self._end_put_off_since.pop(job_id, None)
+        self._requeueing.discard(job_id)
+        return True
 
     def _put_end_off(self, job_id: str) -> bool:
         """Whether a stopped job with events still unread keeps its phase for now (DRAIN_PUT_OFF_MAX_S)."""
@@ -171,29 +195,29 @@ class ObservationIntake:
 
     def _decide(self, rec: JobRecord, obs: Observation) -> Decision:
         replaced = names_a_replaced_workload(obs.object_name, rec.object_name, self._replaced.get(rec.id, ()))
-        resumes_left = rec.resumes < self.jobs.max_resumes
+        resumes_left = rec.resumes < self.max_resumes
         return decide(
             rec.phase,
             obs.state,
             about_replaced_workload=replaced,
             resumes_left=resumes_left,
-            requeue_disrupted=requeues_on_disruption(rec.hardware.capacities, obs, isinstance(self.jobs.launcher, JobRequeue)),
+            requeue_disrupted=requeues_on_disruption(rec.hardware.capacities, obs, isinstance(self.launcher, JobRequeue)),
             requeueing=rec.id in self._requeueing,
             deleting=obs.reason == "Deleting",
             held=rec.hold is not None,
             hung=obs.exit_code == ExitCode.HUNG,
-            hung_restarts_left=rec.report.hung_restarts < self.jobs.max_hung_restarts,
+            hung_restarts_left=rec.report.hung_restarts < self.max_hung_restarts,
         )
 
     def _read_manifest_if_ending(self, obs: Observation) -> ManifestSizes | ManifestRefused | None:
         """Read the run's manifest (storage I/O: before the write lock, never under it)."""
-        if self.jobs.run_files is None:
+        if self.run_files is None:
             return None
-        record = self.jobs.store.get(obs.job_id)
+        record = self.store.get(obs.job_id)
         if record is None or not self._decide(record, obs).records_artifacts:
             return None
         try:
-            return self.jobs.run_files.read_manifest(record)
+            return self.run_files.read_manifest(record)
         except Exception:  # artifacts are worth showing, not worth failing to record the job's end
             log.exception("reading the manifest of %s failed", obs.job_id)
             return None

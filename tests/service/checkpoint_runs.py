@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService
 from service.domain.location_policy import UNRESTRICTED, LocationPolicy
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
@@ -89,7 +89,7 @@ def finished_job(
 def expiry_service(db: Path, clock: ManualClock, location_policy: LocationPolicy = UNRESTRICTED) -> tuple[SqlJobStore, JobService]:
     store = SqlJobStore(f"sqlite:///{db}")
     store.migrate()
-    return store, JobService(store, FakeLauncher(), FakeProgress(), clock=clock, location_policy=location_policy)
+    return store, JobService(JobPorts(store, FakeLauncher(), FakeProgress()), JobPolicies(location=location_policy), clock=clock)
 
 
 def files_under(root: str) -> set[str]:

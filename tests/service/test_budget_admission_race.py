@@ -29,7 +29,8 @@ from service.cli.main import app as rljob_cli
 from service.config import Settings
 from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.cost.usage import PriceTable
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService
+from service.domain.job_writer import WriteRules
 from service.domain.records.budget_models import TeamBudget
 from service.domain.records.errors import InvalidRequest
 from service.domain.records.estimate_models import EstimateRange, JobEstimate
@@ -116,7 +117,12 @@ def replicas(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[JobS
     services = []
     for store in stores:
         ledger = BudgetLedger(store, {"team-a": TeamBudget(chip_hours=BUDGET_H), "team-b": TeamBudget(chip_hours=BUDGET_H)}, PRICES)
-        service = JobService(store, FakeLauncher(), FakeProgress(), clock=ManualClock(), budgets=ledger, leads=lambda: False)
+        service = JobService(
+            JobPorts(store, FakeLauncher(), FakeProgress()),
+            JobPolicies(budgets=ledger),
+            writes=WriteRules(leads=lambda: False),
+            clock=ManualClock(),
+        )
         service.estimator = RangeEstimate()  # type: ignore[assignment]
         window.hold_open(ledger, monkeypatch)
         services.append(service)
@@ -146,7 +152,12 @@ def test_a_teams_admission_lock_leaves_other_teams_alone(postgres_db: str, tmp_p
     holder, replica = SqlJobStore(postgres_db), SqlJobStore(postgres_db)
     holder.migrate()
     ledger = BudgetLedger(replica, {"team-a": TeamBudget(chip_hours=BUDGET_H), "team-b": TeamBudget(chip_hours=BUDGET_H)}, PRICES)
-    service = JobService(replica, FakeLauncher(), FakeProgress(), clock=ManualClock(), budgets=ledger, leads=lambda: False)
+    service = JobService(
+        JobPorts(replica, FakeLauncher(), FakeProgress()),
+        JobPolicies(budgets=ledger),
+        writes=WriteRules(leads=lambda: False),
+        clock=ManualClock(),
+    )
     service.estimator = RangeEstimate()  # type: ignore[assignment]
     spec = record_spec(str(tmp_path / "runs"), hardware=TPU)
     admitted: list[tuple[JobRecord, bool]] = []

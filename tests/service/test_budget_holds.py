@@ -13,7 +13,7 @@ import pytest
 from service.adapters.store import SqlJobStore
 from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.cost.usage import PriceTable
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService
 from service.domain.records.budget_models import TeamBudget
 from service.domain.records.errors import InvalidRequest
 from service.domain.records.estimate_models import EstimateRange, JobEstimate
@@ -52,7 +52,7 @@ def store(tmp_path: Path) -> Iterator[SqlJobStore]:
 
 def _service(store: SqlJobStore, launcher: FakeLauncher, clock: ManualClock, chip_hours: float, estimate: float = 0.25) -> JobService:
     ledger = BudgetLedger(store, {"team-a": TeamBudget(chip_hours=chip_hours)}, PRICES)
-    service = JobService(store, launcher, FakeProgress(), clock=clock, budgets=ledger)
+    service = JobService(JobPorts(store, launcher, FakeProgress()), JobPolicies(budgets=ledger), clock=clock)
     service.estimator = FixedEstimate(estimate)  # type: ignore[assignment]
     return service
 

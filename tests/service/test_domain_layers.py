@@ -3,12 +3,17 @@
 The records (records/: the job record, its parts, phases, errors, ports) are the bottom: they import nothing else of
 the service, so a record can be read, stored and shown without the code that decides anything about it. The
 feature folders (health/, evals/, cost/, webhooks/) compute from the records and never reach up to the writer
-(job_service, observation_intake) or to the leader's rounds (rounds/), which call them. Read with `ast` as
-tests/test_import_contract.py reads every import, type-only ones included.
+(job_service, job_writer, observation_intake) or to the leader's rounds (rounds/), which call them. Read with `ast`
+as tests/test_import_contract.py reads every import, type-only ones included.
+
+The observation intake holds the writer (job_writer.py), not the job service: it neither imports the service nor names
+it, and defines no Protocol through which it could hold it unimported; the writer imports neither of them, so the
+cycle cannot come back through it.
 """
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -17,7 +22,9 @@ import tests.test_import_contract as contract
 
 DOMAIN = "service.domain"
 FEATURES = ("health", "evals", "cost", "webhooks")
-ABOVE_FEATURES = (f"{DOMAIN}.job_service", f"{DOMAIN}.observation_intake", f"{DOMAIN}.rounds")
+ABOVE_FEATURES = (f"{DOMAIN}.job_service", f"{DOMAIN}.job_writer", f"{DOMAIN}.observation_intake", f"{DOMAIN}.rounds")
+INTAKE = "service/domain/observation_intake.py"
+WRITER = "service/domain/job_writer.py"
 MAX_ROOT_MODULES = 25  # the writer and its policies; anything else has a folder
 
 
@@ -29,6 +36,22 @@ def feature_violations() -> list[str]:
     return contract.violations(contract.source_files(*(f"service/domain/{f}" for f in FEATURES)), ABOVE_FEATURES)
 
 
+def intake_violations() -> list[str]:
+    """The intake importing or naming the job service, or defining a Protocol (a host it would hold unimported); the
+    writer importing the service or the intake."""
+    intake = contract.ROOT / INTAKE
+    found = contract.violations([intake], (f"{DOMAIN}.job_service",))
+    found += contract.violations([contract.ROOT / WRITER], (f"{DOMAIN}.job_service", f"{DOMAIN}.observation_intake"))
+    for node in ast.walk(ast.parse(intake.read_text(), filename=INTAKE)):
+        if isinstance(node, ast.Name | ast.Attribute) and "JobService" in (getattr(node, "id", None), getattr(node, "attr", None)):
+            found.append(f"{INTAKE}:{node.lineno} names JobService")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() == "JobService":
+            found.append(f"{INTAKE}:{node.lineno} names JobService in a string annotation")
+        elif isinstance(node, ast.ClassDef) and any("Protocol" in ast.unparse(base) for base in node.bases):
+            found.append(f"{INTAKE}:{node.lineno} defines the Protocol {node.name}")
+    return found
+
+
 def test_the_records_import_nothing_of_the_service_outside_records():
     assert contract.source_files("service/domain/records")
     assert record_violations() == []
@@ -38,6 +61,11 @@ def test_the_feature_folders_import_neither_the_writer_nor_the_rounds():
     for folder in FEATURES:
         assert contract.source_files(f"service/domain/{folder}"), folder
     assert feature_violations() == []
+
+
+def test_the_intake_holds_the_writer_not_the_job_service():
+    assert (contract.ROOT / INTAKE).exists() and (contract.ROOT / WRITER).exists()
+    assert intake_violations() == []
 
 
 def test_the_domain_root_holds_at_most_25_modules():
@@ -73,3 +101,33 @@ def test_the_rules_catch_a_planted_import(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "service" / "domain" / where).write_text(line)
     monkeypatch.setattr(contract, "ROOT", tmp_path)
     assert check() != []
+
+
+INTAKE_FINE = """from .job_writer import JobWriter
+
+
+class ObservationIntake:
+    def __init__(self, writer: JobWriter) -> None:
+        self.writer = writer
+"""
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        (INTAKE, "from .job_service import JobService\n"),
+        (INTAKE, "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from service.domain import job_service\n"),
+        (INTAKE, INTAKE_FINE + "\n\ndef held(jobs: 'JobService') -> None: ...\n"),
+        (INTAKE, "from typing import Protocol\n\n\nclass IntakeHost(Protocol):\n    def launch(self, job_id: str) -> None: ...\n"),
+        (INTAKE, "import typing\n\n\nclass Host(typing.Protocol):\n    max_resumes: int\n"),
+        (WRITER, "from .observation_intake import ObservationIntake\n"),
+    ],
+)
+def test_the_intake_rule_catches_a_planted_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, text: str) -> None:
+    for path in (INTAKE, WRITER):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(INTAKE_FINE if path == INTAKE else "import threading\n")
+    monkeypatch.setattr(contract, "ROOT", tmp_path)
+    assert intake_violations() == []  # the fine layout passes
+    (tmp_path / where).write_text(text)
+    assert intake_violations() != []

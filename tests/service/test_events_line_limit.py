@@ -8,7 +8,7 @@ from pathlib import Path
 
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPorts, JobService
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
@@ -25,7 +25,7 @@ def _step(job_id: str, seq: int) -> str:
 
 
 def _running_job(store: SqlJobStore, launcher: FakeLauncher, tmp_path: Path, reader: EventsFileReader):
-    service = JobService(store, launcher, reader)
+    service = JobService(JobPorts(store, launcher, reader))
     job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
     service.apply_observation(launcher.set(job_id, ObservedState.RUNNING))
     events = Path(RunLayout(str(tmp_path / "runs"), job_id).events)

@@ -22,7 +22,7 @@ from service.adapters.events_file import EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.config import Settings
 from service.domain.fold_pacer import FOLD_CHUNK_EVENTS, MAX_REST_S, FoldPacer
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPorts, JobService, Pacing
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
@@ -114,7 +114,7 @@ def test_a_batch_is_folded_in_chunks_through_the_pacer_and_ends_as_one_fold_woul
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> None:
     pacer = CountingPacer()
-    service = JobService(store, fake_launcher, fake_progress, fold_pacer=pacer)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress), pacing=Pacing(fold_pacer=pacer))
     job_id = _running_job(service, fake_launcher, tmp_path)
     n = 3 * FOLD_CHUNK_EVENTS + 5
     for event in _steps(job_id, n):
@@ -140,7 +140,7 @@ def test_a_job_behind_is_read_again_at_once_and_the_round_says_so(
     store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reader = EventsFileReader(max_read_bytes=4096)  # a few events a read: the file is many reads long
-    service = JobService(store, fake_launcher, reader)
+    service = JobService(JobPorts(store, fake_launcher, reader))
     job_id = _running_job(service, fake_launcher, tmp_path)
     _write_steps(tmp_path, job_id, 200)
     poller = ProgressPoller(service)
@@ -157,7 +157,7 @@ def test_a_job_behind_is_read_again_at_once_and_the_round_says_so(
 
 
 def test_the_supervisor_polls_again_at_once_while_a_job_is_behind(store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path) -> None:
-    service = JobService(store, fake_launcher, EventsFileReader(max_read_bytes=4096))
+    service = JobService(JobPorts(store, fake_launcher, EventsFileReader(max_read_bytes=4096)))
     job_id = _running_job(service, fake_launcher, tmp_path)
     _write_steps(tmp_path, job_id, 200)
     supervisor = Supervisor(service, fake_launcher, progress_poll_interval_s=0.5, active_jobs_reconcile_interval_s=60)
@@ -172,7 +172,7 @@ def test_the_supervisor_polls_again_at_once_while_a_job_is_behind(store: SqlJobS
 
 
 def _flooded_stopped_job(store: SqlJobStore, launcher: FakeLauncher, tmp_path: Path) -> tuple[JobService, str]:
-    service = JobService(store, launcher, EventsFileReader(max_read_bytes=4096))
+    service = JobService(JobPorts(store, launcher, EventsFileReader(max_read_bytes=4096)))
     job_id = _running_job(service, launcher, tmp_path)
     _write_steps(tmp_path, job_id, 200)
     with Path(RunLayout(str(tmp_path / "runs"), job_id).events).open("a") as f:

@@ -13,7 +13,7 @@ import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.health.hangs import hung_failure_message, hung_restart_message
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService
 from service.domain.observation_policy import Decision, decide
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase, can_transition
@@ -90,7 +90,7 @@ def test_the_job_service_restarts_a_hung_job_once_per_exit_however_often_the_exi
     store = SqlJobStore(f"sqlite:///{tmp_path / 'rljob.db'}")
     store.migrate()
     launcher = FakeLauncher()
-    service = JobService(store, launcher, FakeProgress(), clock=ManualClock(), max_hung_restarts=2)
+    service = JobService(JobPorts(store, launcher, FakeProgress()), JobPolicies(max_hung_restarts=2), clock=ManualClock())
     record = _record([], 0)
     record.object_name, record.backend = "pid:1", "fake"
     with store.transaction() as tx:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPorts, JobService
+from service.domain.job_writer import WriteRules
 from service.domain.records.models import Caller, JobRecord
 from service.domain.records.phases import JobPhase
 from tests.service.service_fakes import FakeLauncher, FakeProgress
@@ -51,7 +52,7 @@ def test_the_replica_that_loses_the_insert_answers_with_the_winners_job(postgres
             time.sleep(1.0)  # B looks (finds nothing committed) and its insert waits on the unique index
 
     def replica_b() -> None:
-        service = JobService(store_b, FakeLauncher(), FakeProgress(), leads=lambda: False)
+        service = JobService(JobPorts(store_b, FakeLauncher(), FakeProgress()), writes=WriteRules(leads=lambda: False))
         try:
             results.append(service.submit(TEAM_A, spec, KEY))
         except Exception as e:  # noqa: BLE001 - what the API would turn into a 500

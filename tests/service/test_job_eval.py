@@ -13,7 +13,7 @@ from scipy import stats
 
 from service.adapters.store import SqlJobStore
 from service.domain.evals.job_eval import MAX_EVAL_POINTS, job_eval, public_point, push_eval
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPorts, JobService
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
@@ -192,7 +192,7 @@ def test_eval_events_are_folded_stored_and_logged(
 ) -> None:
     store = SqlJobStore(db_url)
     store.migrate()
-    service = JobService(store, fake_launcher, fake_progress, clock=clock)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress), clock=clock)
     job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path, grpo={"num_test_batches": 2})))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
     before, after = summary("before", 0, 100), summary("after", 3, 160, vs=(rows(300, 100), rows(300, 160)))

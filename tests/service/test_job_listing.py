@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPorts, JobService
 from service.domain.records.models import Caller, JobFilters
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import spec_body
@@ -23,7 +23,7 @@ def _names(page: list[tuple[int, object]]) -> list[str]:
 def test_a_caller_sees_only_its_own_team_and_an_admin_any(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> None:
-    service = JobService(store, fake_launcher, fake_progress)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress))
     for caller, name in ((TEAM_A, "a-1"), (TEAM_B, "b-1"), (TEAM_A, "a-2")):
         service.submit(caller, JobSpec.model_validate(spec_body(tmp_path, name=name)))
 
@@ -43,7 +43,7 @@ def test_a_caller_sees_only_its_own_team_and_an_admin_any(
 def test_pages_follow_the_cursor_and_say_when_older_jobs_follow(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> None:
-    service = JobService(store, fake_launcher, fake_progress)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress))
     for i in range(3):
         service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path, name=f"j-{i}")))
     first, more = service.list_jobs(TEAM_A, JobFilters(), before_pk=None, limit=2)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPorts, JobService
 from service.domain.records.models import Caller, QueueStatus
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
@@ -32,7 +32,7 @@ def _running_then_cancelling(service: JobService, launcher: FakeLauncher, tmp_pa
 def test_recovery_sends_the_cancel_again_to_a_cancelling_job_still_running(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> None:
-    service = JobService(store, fake_launcher, fake_progress)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress))
     job_id = _running_then_cancelling(service, fake_launcher, tmp_path)
     JobRecovery(service).recover()
     record = store.get(job_id)
@@ -47,7 +47,7 @@ def test_recovery_sends_the_cancel_again_to_a_cancelling_job_still_running(
 def test_the_reconcile_sends_the_cancel_again_only_while_the_workload_is_seen_queued_pending_or_running(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path, state: ObservedState
 ) -> None:
-    service = JobService(store, fake_launcher, fake_progress)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress))
     job_id = _running_then_cancelling(service, fake_launcher, tmp_path)
     fake_launcher.set(job_id, state, object_name="pid:7")
     JobRecovery(service).reconcile_once()
@@ -66,7 +66,7 @@ QUEUE = QueueStatus(name="team/team-a", position=1, reason="TeamJobLimit", messa
 def test_a_job_held_in_the_backends_queue_is_observed_not_launched_again(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> None:
-    service = JobService(store, fake_launcher, fake_progress)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress))
     job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.QUEUED, queue=QUEUE, object_name="fake/x"))
     record = store.get(job_id)
@@ -86,7 +86,7 @@ def test_a_job_held_in_the_backends_queue_is_observed_not_launched_again(
 def test_cancel_of_a_queued_job_stops_the_workload_only_when_a_backend_holds_one(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> None:
-    service = JobService(store, fake_launcher, fake_progress)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress))
     held = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
     service.apply_observation(fake_launcher.set(held, ObservedState.QUEUED, queue=QUEUE))
     assert service.cancel(TEAM_A, held).phase is JobPhase.CANCELLING
@@ -104,7 +104,7 @@ def test_cancel_of_a_queued_job_stops_the_workload_only_when_a_backend_holds_one
 def test_a_message_is_never_posted_on_a_job_that_has_ended(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> None:
-    service = JobService(store, fake_launcher, fake_progress)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress))
     job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0))
     seq = store.get(job_id).last_event_seq  # type: ignore[union-attr]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService
 from service.domain.records.errors import IdempotencyConflict, JobNotFound, NotCancellable
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
@@ -39,7 +39,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def service(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock) -> JobService:
-    return JobService(store, fake_launcher, fake_progress, clock=clock, max_resumes=1)
+    return JobService(JobPorts(store, fake_launcher, fake_progress), JobPolicies(max_resumes=1), clock=clock)
 
 
 def _spec(tmp_path: Path, **extra: object) -> JobSpec:

@@ -11,7 +11,7 @@ import pytest
 import service.domain.observation_intake as observation_intake_module
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
@@ -38,7 +38,7 @@ def test_a_failing_fold_loses_no_events(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    service = JobService(store, fake_launcher, fake_progress)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress))
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
     fake_progress.add(_ev(TrainStep, job_id, 0, step=1, total_steps=2, loss=1.0))
@@ -56,7 +56,7 @@ def test_a_failing_fold_loses_no_events(
 
 
 def test_a_big_events_file_is_drained_before_the_terminal_phase(store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path) -> None:
-    service = JobService(store, fake_launcher, EventsFileReader())  # a fresh reader: as after a restart
+    service = JobService(JobPorts(store, fake_launcher, EventsFileReader()))  # a fresh reader: as after a restart
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
     events = Path(RunLayout(str(tmp_path / "runs"), job_id).events)
@@ -81,7 +81,7 @@ def test_reconcile_launches_a_job_stranded_in_queued(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = ManualClock()
-    service = JobService(store, fake_launcher, fake_progress, clock=clock)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress), clock=clock)
     recovery = JobRecovery(service, queued_relaunch_after_s=5)
     monkeypatch.setattr(service, "launch", lambda job_id: None)  # the hand-over after storing never happened
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
@@ -98,7 +98,7 @@ def test_reconcile_launches_a_job_stranded_in_queued(
 def test_a_gone_about_a_replaced_workload_spends_no_resume(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path
 ) -> None:
-    service = JobService(store, fake_launcher, fake_progress, max_resumes=1)
+    service = JobService(JobPorts(store, fake_launcher, fake_progress), JobPolicies(max_resumes=1))
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING, object_name="pid:1"))
     gone_1 = fake_launcher.set(job_id, ObservedState.GONE, object_name="pid:1", message="killed")

@@ -10,7 +10,7 @@ import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.health.learning_health import HealthPolicy
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
@@ -60,7 +60,7 @@ def clock() -> ManualClock:
 def _running_job(
     store: SqlJobStore, launcher: FakeLauncher, progress: FakeProgress, clock: ManualClock, tmp_path: Path
 ) -> tuple[JobService, Trainer]:
-    service = JobService(store, launcher, progress, clock=clock, health_policy=POLICY)
+    service = JobService(JobPorts(store, launcher, progress), JobPolicies(health=POLICY), clock=clock)
     job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
     service.apply_observation(launcher.set(job_id, ObservedState.RUNNING))
     return service, Trainer(progress, clock, job_id)
@@ -218,7 +218,7 @@ def test_a_job_stored_before_migration_0003_reads_with_no_health_until_its_next_
         assert old is not None and old.report.recent_train_steps == [] and old.health_verdict is None
         assert to_public(old, clock(), POLICY).health is None
 
-        service = JobService(store, fake_launcher, fake_progress, clock=clock, health_policy=POLICY)
+        service = JobService(JobPorts(store, fake_launcher, fake_progress), JobPolicies(health=POLICY), clock=clock)
         fake_progress.add(TrainStep(seq=5, time=clock(), job_id=old.id, step=3, total_steps=9, metrics={SIGNAL_METRIC: 0.5}))
         service.ingest_progress(old.id)
         assert [e["verdict"] for e in _health_entries(store, old.id)] == ["signal"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService
 from service.domain.observation_policy import Decision, decide, names_a_replaced_workload
 from service.domain.records.models import JobRecord, QueueStatus
 from service.domain.records.phases import JobPhase, can_transition
@@ -186,7 +186,7 @@ def test_the_job_service_carries_out_every_cell(
     shared_store: SqlJobStore, tmp_path: Path, phase: JobPhase, state: ObservedState, resumes_left: bool
 ) -> None:
     launcher = FakeLauncher()
-    service = JobService(shared_store, launcher, FakeProgress(), clock=ManualClock(), max_resumes=MAX_RESUMES)
+    service = JobService(JobPorts(shared_store, launcher, FakeProgress()), JobPolicies(max_resumes=MAX_RESUMES), clock=ManualClock())
     job_id = _stored_job(shared_store, tmp_path, phase, resumes=0 if resumes_left else MAX_RESUMES)
     exit_code = 70 if state is S.FAILED else None
     queue = QueueStatus(name="team/team-a", position=2, reason="TeamJobLimit") if state is S.QUEUED else None
@@ -237,7 +237,7 @@ def test_the_job_service_carries_out_every_cell(
 def test_an_observation_read_before_the_last_applied_one_changes_nothing(shared_store: SqlJobStore, tmp_path: Path) -> None:
     """The watch and the slow reconcile observe from two threads: a QUEUED read before Kueue re-admitted
     the job can arrive after the LAUNCHING read since. Applied, it took the job back to QUEUED."""
-    service = JobService(shared_store, FakeLauncher(), FakeProgress(), clock=ManualClock(), max_resumes=MAX_RESUMES)
+    service = JobService(JobPorts(shared_store, FakeLauncher(), FakeProgress()), JobPolicies(max_resumes=MAX_RESUMES), clock=ManualClock())
     job_id = _stored_job(shared_store, tmp_path, P.QUEUED, resumes=0)
     queue = QueueStatus(name="ml-tpu", position=None, reason="Preempted")
     read_first = Observation(job_id, S.QUEUED, message="still preempted", object_name="w-1", queue=queue, read_at=10.0)

@@ -16,7 +16,7 @@ import pytest
 from service.adapters.events_file import EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.domain.health.learning_health import HealthPolicy
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPolicies, JobPorts, JobService
 from service.domain.records.models import Caller
 from service.domain.records.ports import ObservedState
 from service.domain.rounds.progress_poller import ProgressPoller
@@ -59,7 +59,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def service(store: SqlJobStore, fake_launcher: FakeLauncher, clock: ManualClock) -> JobService:
-    return JobService(store, fake_launcher, EventsFileReader(), clock=clock, health_policy=POLICY)
+    return JobService(JobPorts(store, fake_launcher, EventsFileReader()), JobPolicies(health=POLICY), clock=clock)
 
 
 def _submit(service: JobService, tmp_path: Path, state: ObservedState, n: int = JOBS) -> list[str]:
@@ -191,7 +191,7 @@ def test_an_object_store_is_asked_for_its_size_at_most_every_interval(
     monkeypatch.setattr("service.adapters.events_file.run_file_size", object_size)
     now = [1000.0]
     reader = EventsFileReader(remote_check_interval_s=2.0, monotonic=lambda: now[0])
-    service = JobService(store, FakeLauncher(), reader)
+    service = JobService(JobPorts(store, FakeLauncher(), reader))
     record = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path, output="gs://bucket/runs")))[0]
     assert reader.pending(record)
     assert not reader.pending(record)  # asked 0 s ago: not again yet

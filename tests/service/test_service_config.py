@@ -15,7 +15,7 @@ from service.adapters.store import SqlJobStore
 from service.adapters.store.tables import Base
 from service.app import create_app
 from service.config import Settings
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPorts, JobService
 from service.domain.records.models import Caller
 from service.domain.records.ports import Observation
 from service.domain.tokens import TokenService
@@ -74,7 +74,7 @@ class BlockingLauncher(FakeLauncher):
 def test_not_ready_and_no_submissions_until_recovery_is_done(store: SqlJobStore, settings_factory, tmp_path: Path) -> None:
     TokenService(store).ensure(TOKEN_A, "team-a")
     launcher = BlockingLauncher()
-    JobService(store, launcher, FakeProgress()).submit(Caller("team-a", "t"), JobSpec.model_validate(spec_body(tmp_path)))
+    JobService(JobPorts(store, launcher, FakeProgress())).submit(Caller("team-a", "t"), JobSpec.model_validate(spec_body(tmp_path)))
     app = create_app(settings_factory(), store=store, launcher=launcher, progress=FakeProgress())
     with TestClient(app) as client:
         auth = {"Authorization": f"Bearer {TOKEN_A}"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPorts, JobService, Pacing
 from service.domain.records.models import Caller, QueueStatus
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState, StatusMirror
@@ -144,8 +144,8 @@ def _event(cls: type, seq: int, **fields: object):
 def test_job_service_mirrors_committed_changes_of_a_capable_launcher(store, fake_progress: FakeProgress, tmp_path: Path) -> None:
     launcher = MirroringLauncher()
     assert isinstance(launcher, StatusMirror) and not isinstance(FakeLauncher(), StatusMirror)
-    jobs = JobService(store, launcher, fake_progress, id_factory=lambda: JOB, mirror_every_steps=5)
-    assert JobService(store, FakeLauncher(), fake_progress).status_mirror is None
+    jobs = JobService(JobPorts(store, launcher, fake_progress), pacing=Pacing(mirror_every_steps=5), id_factory=lambda: JOB)
+    assert JobService(JobPorts(store, FakeLauncher(), fake_progress)).status_mirror is None
     jobs.submit(Caller("team-a", "tok_1"), JobSpec.model_validate(spec_body(tmp_path)))
     jobs.apply_observation(launcher.set(JOB, ObservedState.RUNNING, message="running"))
     fake_progress.add(_event(StageStarted, 0, stage=Stage.TRAIN))
@@ -182,7 +182,7 @@ def test_a_queued_jobs_place_and_reason_are_sent_at_once_and_cleared_when_it_lea
 
 
 def test_mirrored_status_of_a_record_carries_its_queue_only_while_queued(store, tmp_path: Path) -> None:
-    jobs = JobService(store, FakeLauncher(), FakeProgress(), id_factory=lambda: JOB)
+    jobs = JobService(JobPorts(store, FakeLauncher(), FakeProgress()), id_factory=lambda: JOB)
     record, _ = jobs.submit(Caller("team-a", "tok_1"), JobSpec.model_validate(spec_body(tmp_path)))
     record.queue = QueueStatus(name="ml-tpu", position=4, reason="WaitingForQuota")
     record.phase = JobPhase.QUEUED

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobService
+from service.domain.job_service import JobPorts, JobService
 from service.domain.records.models import Caller
 from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress
@@ -31,7 +31,7 @@ class Flaky:
 
 @pytest.fixture
 def supervisor(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress):
-    jobs = JobService(store, fake_launcher, fake_progress)
+    jobs = JobService(JobPorts(store, fake_launcher, fake_progress))
     sup = Supervisor(
         jobs,
         fake_launcher,
