@@ -70,7 +70,7 @@ def _raw_jobs(store: SqlJobStore) -> list[dict[str, Any]]:
 # (retention, the submit-time estimate, budget holds); reward_calls: issue 38 (the reward sandbox's counts)
 ADDED_SINCE_0009 = ("placement", "evaluation", "checkpoint_expiry", "estimate", "estimate_actuals", "hold", "reward_calls")
 # issue 36's eval jobs and attached evaluations; 37's retention; 38's hang limit
-SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval", "retention", "hang_timeout_s", "seed")
+SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval", "retention", "hang_timeout_s")
 # issue 38's reward sandbox settings: a spec stored before them reads as their defaults
 REWARD_SANDBOX_DEFAULTS = {"on_error": "zero", "timeout_s": 30.0, "memory_mib": 2048}
 # issue 39's rl.yml settings, likewise (trainer/contract/rl_settings.py)

@@ -223,11 +223,13 @@ class JobSpec(_Strict):
     retention: RetentionSpec | None = Field(
         default=None, description="override the service's checkpoint retention for this job; null: the service's setting"
     )
+    # Left out of a dump while unset (as grpo.kl_direction): a spec written before it reads, stores and renders as before.
     seed: int | None = Field(
         default=None,
         ge=0,
         le=rl.MAX_SHUFFLE_SEED,
         description=rl.SEED_DESCRIPTION,
+        exclude_if=lambda v: v is None,
     )
     hang_timeout_s: float | None = Field(
         default=None,
@@ -319,7 +321,7 @@ class JobSpec(_Strict):
     def canonical_json(self) -> str:
         body = self.model_dump(mode="json")
         # Left out when unset, so every spec written before evaluations (and retention) existed keeps its hash (idempotency, repro).
-        for key in ("evaluation", "eval", "retention", "hang_timeout_s", "seed"):
+        for key in ("evaluation", "eval", "retention", "hang_timeout_s"):
             if body.get(key) is None:
                 body.pop(key, None)
         rl.drop_defaults(body["grpo"], rl.GRPO_DEFAULTS)  # issue 39's rl.yml settings, likewise
