@@ -244,26 +244,36 @@ class JobService:
         # PostgreSQL a replica's submissions then wait here, not each holding a connection while it waits.
         admit = self.budgets.admission(caller, spec, estimate, self.clock, override=override_budget)
 
+        claimed: list[str] = []
+
         def store_new() -> tuple[JobRecord, bool]:
             with held_within(self._lock, self.request_write_wait_s) as wait_s:
                 job_id, now = self._new_id(), self.clock()
+                # Claimed before the insert commits: a take-over round (rounds/recovery.py) that reads the stored
+                # QUEUED job before this submission's launch below leaves it to that launch, instead of launching it
+                # too (the launch after it found the job LAUNCHING and handed it to the launcher a second time).
+                self._launching.add(job_id)
+                claimed.append(job_id)
                 return store_new_job(
                     self.store, caller, spec, idempotency_key, fit, job_id=job_id, now=now, estimate=estimate, admit=admit, wait_s=wait_s
                 )
 
         try:
-            record, created = store_new()
-        except IdempotencyKeyTaken:  # another replica stored it after this one looked: answer with that job
-            record, created = store_new()
-        if not created:
-            return record, False
-        self._notify()
-        if self.leads():
             try:
-                self.launch(record.id)
-            except LeaderFenced:  # stored: the replica that leads now hands it over (its take-over)
-                log.info("%s is stored; this replica stopped leading before launching it", record.id)
-        return self.store.get(record.id) or record, True
+                record, created = store_new()
+            except IdempotencyKeyTaken:  # another replica stored it after this one looked: answer with that job
+                record, created = store_new()
+            if not created:
+                return record, False
+            self._notify()
+            if self.leads():
+                try:
+                    self.launch(record.id)
+                except LeaderFenced:  # stored: the replica that leads now hands it over (its take-over)
+                    log.info("%s is stored; this replica stopped leading before launching it", record.id)
+            return self.store.get(record.id) or record, True
+        finally:
+            self._launching.difference_update(claimed)
 
     def estimate(self, caller: Caller, spec: JobSpec) -> JobEstimate:
         """What `spec` would take, checked as a submit is (InvalidRequest alike); nothing is stored."""

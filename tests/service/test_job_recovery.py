@@ -127,3 +127,27 @@ def test_recovery_uses_only_the_job_services_public_api() -> None:
     )
     assert private == []
     assert not any(isinstance(node, ast.ClassDef) and node.bases for node in ast.walk(tree))  # no mixin
+
+
+def test_a_take_over_round_between_the_store_and_the_launch_leaves_the_job_to_its_submission(
+    store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The take-over round runs on the supervisor's thread (where replicas share the store) and can read a submission's
+    # QUEUED job before the submission's own launch: the job must reach the launcher once (seen twice under load).
+    import threading
+
+    service = JobService(JobPorts(store, fake_launcher, fake_progress))
+    recovery = JobRecovery(service)
+    launch, rounds = service.launch, []
+
+    def launch_after_a_round(job_id: str) -> None:
+        if not rounds:  # submit's launch: a round lands first, on its own thread, as the supervisor's would
+            rounds.append(threading.Thread(target=recovery.take_over_requests))
+            rounds[0].start()
+            rounds[0].join()
+        launch(job_id)
+
+    monkeypatch.setattr(service, "launch", launch_after_a_round)
+    job_id = service.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path)))[0].id
+    assert rounds and fake_launcher.launched == [job_id]
+    assert not service.is_launching(job_id)
