@@ -1,4 +1,4 @@
-// A training job's attached evaluations (JobSpec.eval), from JobPublic.evals: one eval job per checkpoint
+// A training job's attached evaluations (JobSpec.eval), from JobPublic.attached_evals: one eval job per checkpoint
 // (base, step-N..., export), each with its scores on the suite's primary reward function and 95%
 // intervals, and its paired difference from the base eval with its interval and McNemar p, as the
 // service computed them; each links to its eval job. A plot of pass@1 per checkpoint and one of the

@@ -1,6 +1,6 @@
 // What the dashboard shows of eval jobs (pure: no DOM, so node tests can check it), from the service's
-// shapes (service/domain/eval_models.py): an eval job's summary (JobPublic.evaluation, EvalPublic), a
-// comparison of two evals (EvalComparisonPublic) and a training job's attached evals (JobPublic.evals,
+// shapes (service/domain/eval_models.py): an eval job's summary (JobPublic.eval_job, EvalPublic), a
+// comparison of two evals (EvalComparisonPublic) and a training job's attached evals (JobPublic.attached_evals,
 // attached_eval_models.py). Every number is the service's: this module only puts it in words, as
 // `rljob` prints it (service/cli/output.py: whole percents, signed points, McNemar p to 2 significant
 // digits), never computes an interval or a difference itself.
@@ -112,7 +112,7 @@ export function scoreRows(functionScores) {
   });
 }
 
-/** EvalSummaryPublic (JobPublic.evaluation) -> what the eval job's page shows. */
+/** EvalSummaryPublic (JobPublic.eval_job) -> what the eval job's page shows. */
 export function evalSummaryView(raw) {
   if (!raw || typeof raw !== "object") return null;
   const scores = raw.scores || {};
@@ -188,7 +188,7 @@ function labelOrder(label) {
   return step ? [1, Number(step[1])] : [2, 0];
 }
 
-/** JobPublic.evals -> one row per attached eval: its scores on the suite's primary function and its change from base. */
+/** JobPublic.attached_evals -> one row per attached eval: its scores on the suite's primary function and its change from base. */
 export function attachedRows(evals) {
   return (evals || [])
     .map((e) => {

@@ -50,11 +50,11 @@ export function jobPage(root, api, jobId) {
   };
   const evaluation = evalPanel();
   // An eval job's page shows its evaluation (GET /v1/evals/{id}) in place of training's curves and samples;
-  // a training job's shows the eval jobs of its checkpoints (JobPublic.evals) under its curves.
+  // a training job's shows the eval jobs of its checkpoints (JobPublic.attached_evals) under its curves.
   const evalJob = evalJobPanel(api, jobId);
   evalJob.el.hidden = true;
   const attachedSlot = h("div");
-  let attachedShown = null; // JobPublic.evals last drawn, as JSON: the 5 s re-render must not move focus off its links
+  let attachedShown = null; // JobPublic.attached_evals last drawn, as JSON: the 5 s re-render must not move focus off its links
   const samples = samplesPanel(api, base);
   let samplesDue = true; // re-read the samples with the next refresh (a new train step arrived)
   const artifactsSlot = h("div");

@@ -40,13 +40,13 @@ export function jobView(raw) {
     kl: num(metrics.kl),
     loss: num(metrics.loss),
     // An eval job's accuracy is its own pass@1 (primary reward function); a training job's, its latest in-loop eval.
-    evalAccuracy: raw.evaluation ? primaryPassAt1(raw.evaluation) : num(metrics.eval_accuracy),
+    evalAccuracy: evalJobOf(raw) ? primaryPassAt1(evalJobOf(raw)) : num(metrics.eval_accuracy),
     health: healthView(raw.health),
-    evaluation: evalView(raw.eval),
-    // JobPublic.evaluation is set only on an eval job (a job whose spec has `evaluation`): its checkpoint, suite, scores.
-    kind: raw.evaluation || spec.evaluation ? "eval" : "train",
-    evalJob: raw.evaluation || null,
-    attachedEvals: Array.isArray(raw.evals) ? raw.evals : [], // JobPublic.evals: the eval jobs of this job's checkpoints
+    evaluation: evalView(raw.train_evals || raw.eval),
+    // JobPublic.eval_job is set only on an eval job (a job whose spec has `evaluation`): its checkpoint, suite, scores.
+    kind: evalJobOf(raw) || spec.evaluation ? "eval" : "train",
+    evalJob: evalJobOf(raw),
+    attachedEvals: attachedEvalsOf(raw), // JobPublic.attached_evals: the eval jobs of this job's checkpoints
     goodput: goodputView(raw.goodput),
     estimate: estimateView(raw.estimate, raw.estimate_actuals), // made at submit; beside the actuals once ended
     rewardCalls: rewardCallsView(raw.reward_calls, spec), // the job's own reward functions in their sandbox; null without
@@ -150,11 +150,22 @@ export function samplesView(raw) {
   };
 }
 
+// JobPublic's eval fields by their names, or by the deprecated ones a replica not yet upgraded answers with
+// (`evaluation`, `evals`): the page and the service it talks to are not always upgraded at the same moment.
+function evalJobOf(raw) {
+  return raw.eval_job || raw.evaluation || null;
+}
+
+function attachedEvalsOf(raw) {
+  const evals = raw.attached_evals || raw.evals;
+  return Array.isArray(evals) ? evals : [];
+}
+
 /** One row per trainer stage, in pipeline order, with a state the timeline can colour. */
 function stageTimeline(raw) {
   const times = raw.stage_times || {};
   const failedStage = raw.failure && raw.failure.failed_stage;
-  const order = raw.evaluation || (raw.spec && raw.spec.evaluation) ? EVAL_STAGES : STAGES;
+  const order = evalJobOf(raw) || (raw.spec && raw.spec.evaluation) ? EVAL_STAGES : STAGES;
   return order.map((stage) => {
     const t = times[stage] || {};
     let state = "pending";

@@ -196,7 +196,7 @@ def eval_event_text(body: dict[str, Any]) -> str:
 
 
 def attached_eval_text(entry: AttachedEvalPublic) -> str:
-    """One eval job of JobPublic.evals: `rl-... SUCCEEDED, pass@1 62% [31-86] (exact), +38 points [12, 62] vs base, p=0.25`."""
+    """One eval job of JobPublic.attached_evals: `rl-... SUCCEEDED, pass@1 62% [31-86] (exact), +38 points [12, 62] vs base, p=0.25`."""
     if entry.eval_id is None:
         return f"- ({entry.note or 'not submitted yet'})"
     text = f"{entry.eval_id} {entry.phase.value if entry.phase else '-'}"
@@ -256,10 +256,10 @@ def print_job(job: JobPublic) -> None:
     rows.append(("health", f"{health_text(health.verdict)}: {escape(health.message)}" if health else "-"))
     if health and health.warning:
         rows.append(("warning", escape(health.warning)))
-    rows.append(("eval", escape(eval_text(job.eval))))  # the reason is the service's words: not markup
-    if (difference := eval_difference_text(job.eval)) is not None:
+    rows.append(("eval", escape(eval_text(job.train_evals))))  # the reason is the service's words: not markup
+    if (difference := eval_difference_text(job.train_evals)) is not None:
         rows.append(("eval change", difference))
-    rows += [(f"eval job {entry.label}", escape(attached_eval_text(entry))) for entry in job.evals]  # spec.eval's eval jobs
+    rows += [(f"eval job {entry.label}", escape(attached_eval_text(entry))) for entry in job.attached_evals]  # spec.eval's eval jobs
     rows.append(("usage", usage_text(job.usage)))
     rows.append(("storage", storage_text(job.storage)))  # the run directory, as last measured
     rows += job_estimate_rows(job)  # the estimate made at submit, beside the actuals once it has ended

@@ -64,7 +64,7 @@ def diff(
     client = _context(ctx).client()
     found = client.diff(a, b)
     # Two evals: their scores side by side and the paired difference; a pair that cannot be compared says why.
-    evals = client.job(a).evaluation is not None and client.job(b).evaluation is not None
+    evals = client.job(a).eval_job is not None and client.job(b).eval_job is not None
     compared, refused = None, None
     if evals:
         try:

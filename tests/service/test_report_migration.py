@@ -106,6 +106,9 @@ def test_the_upgrade_folds_the_columns_into_the_report_and_every_api_answer_is_u
         for added in SPEC_FIELDS_ADDED_SINCE_0009:
             assert public["spec"].pop(added) is None, (job_id, added)
         assert public.pop("evals") == [], job_id  # issue 36: eval jobs attached to a job (none for those stored then)
+        # issue 54: the three eval fields by their new names, beside the old ones the stored answers have
+        # (`evaluation`, popped above as added since 0009, was null: so is eval_job)
+        assert (public.pop("train_evals"), public.pop("eval_job"), public.pop("attached_evals")) == (public["eval"], None, []), job_id
         if fit := public["fit_estimate"]:  # issue 52: the estimate's phases and two parts, empty for one stored before
             assert (fit.pop("phases"), fit.pop("peak_phase")) == ([], ""), job_id
             assert (fit["per_chip"].pop("decode_weights"), fit["per_chip"].pop("logprobs")) == (0, 0), job_id

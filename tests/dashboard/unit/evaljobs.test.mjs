@@ -94,6 +94,17 @@ test("the job list's view: an eval job is kind eval with its primary pass@1 as a
   assert.equal(primaryPassAt1({ ...SUMMARY, scores: {} }), null);
 });
 
+test("JobPublic's eval fields by their names, and by the deprecated names an older replica answers with", () => {
+  const named = jobView({ id: "rl-e", phase: "SUCCEEDED", eval_job: SUMMARY, metrics: {}, spec: {} });
+  assert.equal(named.kind, "eval");
+  assert.equal(named.evalAccuracy, 0.7);
+  const attached = jobView({ id: "rl-t", phase: "RUNNING", metrics: {}, attached_evals: [{ label: "base" }, { label: "step-2" }], spec: {} });
+  assert.equal(attached.kind, "train");
+  assert.equal(attached.attachedEvals.length, 2);
+  const both = jobView({ id: "rl-t", phase: "RUNNING", metrics: {}, attached_evals: [{ label: "base" }], evals: [], spec: {} });
+  assert.equal(both.attachedEvals.length, 1); // the new name wins
+});
+
 test("a comparison's rows in score order, with the service's numbers in words", () => {
   const rows = comparisonRows(COMPARISON);
   assert.deepEqual(rows.map((r) => r.score), ["pass@1", "sampled", "maj@k"]);
