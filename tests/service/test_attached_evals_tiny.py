@@ -9,18 +9,15 @@ from the lane's shared output (`tiny_output`). Kept small: 2 train steps, a chec
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.config import Settings
 from service.domain.records.phases import JobPhase
-from tests.service.service_helpers import TOKEN_A, wait_for_phase, wait_until
-from tests.service.test_tiny_job_integration import TINY_SPEC, TINY_WAIT_S
+from tests.service.service_helpers import wait_for_phase, wait_until
+from tests.service.tiny_service import AUTH, TINY_WAIT_S, embedded_settings, offline, tiny_body
 
 
 @pytest.mark.slow
@@ -28,8 +25,7 @@ from tests.service.test_tiny_job_integration import TINY_SPEC, TINY_WAIT_S
 def test_eval_jobs_run_on_the_base_a_checkpoint_and_the_export_and_the_job_shows_each(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_dir: Path, tiny_output: Path
 ) -> None:
-    text = TINY_SPEC.read_text().replace("${RLJOB_TINY_DIR}", str(tiny_dir)).replace("${RLJOB_OUTPUT}", str(tiny_output))
-    body = yaml.safe_load(text)
+    body = tiny_body(tiny_dir, tiny_output)
     body["name"] = "tiny-attached-evals"
     body["grpo"] |= {"num_batches": 2, "checkpoint_period": 1, "num_test_batches": 0}  # checkpoints at steps 1 and 2
     body["dataset"].pop("eval_files")
@@ -43,16 +39,9 @@ def test_eval_jobs_run_on_the_base_a_checkpoint_and_the_export_and_the_job_shows
         },
         "every_n_checkpoints": 2,  # the 2nd checkpoint (step 2), not the 1st
     }
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.setenv(var, "1")
-    settings = Settings(
-        state_dir=tmp_path / "state",
-        bootstrap_token=TOKEN_A,
-        bootstrap_team="team-a",
-        trainer_command=[sys.executable, "-m", "trainer"],
-        progress_poll_interval_s=0.5,
-    )
-    auth = {"Authorization": f"Bearer {TOKEN_A}"}
+    offline(monkeypatch)
+    settings = embedded_settings(tmp_path)
+    auth = AUTH
     with TestClient(create_app(settings)) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200)
         submitted = client.post("/v1/jobs", json=body, headers=auth)

@@ -7,27 +7,23 @@ export): CI runs it with `-m slow`, in lane 1 after the other tiny jobs of the l
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from harness.live_server import served
 from service.app import create_app
 from service.cli.main import app as rljob_cli
-from service.config import Settings
 from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import TOKEN_A, wait_for_phase
-from tests.service.test_tiny_job_integration import TINY_SPEC, TINY_WAIT_S
+from tests.service.tiny_service import TINY_WAIT_S, embedded_settings, offline, tiny_body
 
 
 def _short_tiny_job(tiny_dir: Path, tiny_output: Path) -> dict[str, Any]:
-    text = TINY_SPEC.read_text().replace("${RLJOB_TINY_DIR}", str(tiny_dir)).replace("${RLJOB_OUTPUT}", str(tiny_output))
-    body: dict[str, Any] = yaml.safe_load(text)
+    body = tiny_body(tiny_dir, tiny_output)
     body["name"] = "tiny-estimate"
     body["grpo"] |= {"num_batches": 1, "num_test_batches": 0}  # one step, no evaluation
     body["dataset"].pop("eval_files")
@@ -40,17 +36,10 @@ def _short_tiny_job(tiny_dir: Path, tiny_output: Path) -> dict[str, Any]:
 def test_an_estimate_from_two_tiny_jobs_brackets_the_third_and_shows_beside_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_dir: Path, tiny_output: Path
 ) -> None:
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.setenv(var, "1")
+    offline(monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("RLJOB_CONFIG", raising=False)
-    settings = Settings(
-        state_dir=tmp_path / "state",
-        bootstrap_token=TOKEN_A,
-        bootstrap_team="team-a",
-        trainer_command=[sys.executable, "-m", "trainer"],
-        progress_poll_interval_s=0.5,
-    )
+    settings = embedded_settings(tmp_path)
     body = _short_tiny_job(tiny_dir, tiny_output)
     with (
         served(create_app(settings)) as url,

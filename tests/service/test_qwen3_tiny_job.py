@@ -15,19 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.config import Settings
 from service.domain.records.phases import JobPhase
-from tests.service.service_helpers import TOKEN_A, wait_for_phase, wait_until
+from tests.service.service_helpers import wait_for_phase, wait_until
+from tests.service.tiny_service import AUTH, REPO, TINY_WAIT_S, embedded_settings, offline, tiny_body
 from trainer.contract import RunLayout, Stage
 
-REPO = Path(__file__).resolve().parents[2]
-TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"
 PARITY_CHECK = REPO / "tests" / "trainer" / "export_parity_check.py"
-WAIT_S = float(os.environ.get("RLJOB_TINY_TIMEOUT_S", "1500"))
+WAIT_S = TINY_WAIT_S
 
 
 @pytest.mark.slow
@@ -40,23 +37,16 @@ def test_a_tiny_qwen3_job_converts_trains_and_exports_through_the_service(tmp_pa
     from trainer.stages.export import actor_params_uri
 
     tiny, output = tmp_path / "tiny-qwen3", tmp_path / "runs"
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.setenv(var, "1")
+    offline(monkeypatch)
     subprocess.run(
         [sys.executable, "-m", "trainer", "make-tiny", "--family", "qwen3", "--out", str(tiny)], cwd=REPO, check=True, timeout=600
     )
-    body = yaml.safe_load(TINY_SPEC.read_text().replace("${RLJOB_TINY_DIR}", str(tiny)).replace("${RLJOB_OUTPUT}", str(output)))
+    body = tiny_body(tiny, output)
     body["name"] = "tiny-qwen3"
     body["grpo"] |= {"num_batches": 1, "num_test_batches": 0}  # one step, no evaluation
     body["dataset"].pop("eval_files")
-    settings = Settings(
-        state_dir=tmp_path / "state",
-        bootstrap_token=TOKEN_A,
-        bootstrap_team="team-a",
-        trainer_command=[sys.executable, "-m", "trainer"],
-        progress_poll_interval_s=0.5,
-    )
-    auth = {"Authorization": f"Bearer {TOKEN_A}"}
+    settings = embedded_settings(tmp_path)
+    auth = AUTH
     with TestClient(create_app(settings)) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200)
         response = client.post("/v1/jobs", json=body, headers=auth)

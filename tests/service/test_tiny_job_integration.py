@@ -5,24 +5,15 @@ Slow (MaxText on CPU, minutes): CI runs it with `-m slow`.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.config import Settings
 from service.domain.records.phases import JobPhase
-from tests.service.service_helpers import TOKEN_A, wait_for_phase, wait_until
-
-REPO = Path(__file__).resolve().parents[2]
-TINY_SPEC = REPO / "examples" / "tiny-cpu.yaml"
-
-
-TINY_WAIT_S = float(os.environ.get("RLJOB_TINY_TIMEOUT_S", "1500"))
+from tests.service.service_helpers import wait_for_phase, wait_until
+from tests.service.tiny_service import AUTH, TINY_WAIT_S, embedded_settings, offline, tiny_body
 
 
 @pytest.mark.slow
@@ -32,18 +23,10 @@ def test_tiny_job_runs_to_success_through_the_api(
 ) -> None:
     # The worker's tiny model and shared output (tests/conftest.py): the job converts, or takes the checkpoint an
     # earlier tiny run of this worker converted into the output's conversion cache.
-    text = TINY_SPEC.read_text().replace("${RLJOB_TINY_DIR}", str(tiny_dir)).replace("${RLJOB_OUTPUT}", str(tiny_output))
-    body = yaml.safe_load(text)
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.setenv(var, "1")
-    settings = Settings(
-        state_dir=tmp_path / "state",
-        bootstrap_token=TOKEN_A,
-        bootstrap_team="team-a",
-        trainer_command=[sys.executable, "-m", "trainer"],
-        progress_poll_interval_s=0.5,
-    )
-    auth = {"Authorization": f"Bearer {TOKEN_A}"}
+    body = tiny_body(tiny_dir, tiny_output)
+    offline(monkeypatch)
+    settings = embedded_settings(tmp_path)
+    auth = AUTH
     with TestClient(create_app(settings)) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200)
         job_id = client.post("/v1/jobs", json=body, headers=auth).json()["id"]
