@@ -82,8 +82,10 @@ def sequences(lengths: tuple[int, ...], vocab: int, seed: int) -> list[list[int]
     return seqs
 
 
-def build_model(shape: str, dtype: str, max_length: int) -> tuple[Any, Any]:
-    """MaxText's model for the shape's config.json (the trainer's own overrides), randomly initialised."""
+def build_model(shape: str, dtype: str, max_length: int, untied: bool = False) -> tuple[Any, Any]:
+    """MaxText's model for the shape's config.json (the trainer's own overrides), randomly initialised; `untied`: with
+    an output projection of its own instead of the embedding table (a diagnosis: MaxText's tied logits dot takes XLA's
+    default precision, every other dot `matmul_precision`)."""
     from maxtext.configs import pyconfig
     from maxtext.utils import model_creation_utils
 
@@ -91,7 +93,8 @@ def build_model(shape: str, dtype: str, max_length: int) -> tuple[Any, Any]:
     from trainer.stages.maxtext_paths import base_config
 
     fp32_forward = import_check("maxtext_parity_check").FP32_FORWARD
-    model = resolve_maxtext_model(None, None, json.loads((INPUTS / "models" / shape / "config.json").read_text()))
+    hf_config = json.loads((INPUTS / "models" / shape / "config.json").read_text())
+    model = resolve_maxtext_model(None, None, hf_config | ({"tie_word_embeddings": False} if untied else {}))
     forward = [a for a in fp32_forward if not a.startswith(("dtype=", "weight_dtype="))] + [f"dtype={dtype}", f"weight_dtype={dtype}"]
     config = pyconfig.initialize(
         [
@@ -179,18 +182,19 @@ def greedy(model: Any, mesh: Any, prompts: list[list[int]], new_tokens: int) -> 
     return {"tokens_equal": agree, "first_disagreement": first, "largest_logit_shortfall": worst, "generated": generated.tolist()}
 
 
-def engine_check(shape: str, dtype: str) -> dict[str, Any]:
+def engine_check(shape: str, dtype: str, untied: bool = False) -> dict[str, Any]:
     import jax
 
     cached_rollout = import_check("maxtext_parity_check").cached_rollout
     longest = max(*ROLLOUT_LENGTHS, max(PROMPT_LENGTHS) + NEW_TOKENS)
     started = time.monotonic()
-    model, mesh = build_model(shape, dtype, longest)
+    model, mesh = build_model(shape, dtype, longest, untied)
     vocab = int(model.config.vocab_size)
     rollout = cached_rollout(model, mesh, sequences(ROLLOUT_LENGTHS, vocab, seed=1), PAD)
     result = {
         "shape": shape,
         "dtype": dtype,
+        "untied": untied,
         "rollout": rollout,
         "greedy": greedy(model, mesh, sequences(PROMPT_LENGTHS, vocab, seed=2), NEW_TOKENS),
     }
@@ -224,13 +228,17 @@ def engine_verdict(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def unpack_inputs() -> None:
+    if not INPUTS.exists():
+        with tarfile.open(INPUTS.with_suffix(".tar.gz")) as tar:
+            tar.extractall(INPUTS.parent, filter="data")
+
+
 def run(out: Path, shapes: list[str], dtypes: list[str]) -> dict[str, Any]:
     import jax
 
     out.mkdir(parents=True, exist_ok=True)
-    if not INPUTS.exists():
-        with tarfile.open(INPUTS.with_suffix(".tar.gz")) as tar:
-            tar.extractall(INPUTS.parent, filter="data")
+    unpack_inputs()
     started = time.monotonic()
     # The step's subprocesses first: a TPU takes one process at a time (libtpu's lockfile), and this process holds
     # the chip from its first jax.devices() on.
@@ -263,9 +271,10 @@ def run(out: Path, shapes: list[str], dtypes: list[str]) -> dict[str, Any]:
 # Lines `shape dtype {verdict}` as `run` prints them, kept from a run that printed every shape's verdict and was
 # stopped before it wrote its file (a call on the chip has ten minutes); they count in the verdicts.
 PRINTED = "engine_printed.txt"
+UNTIED = "untied.json"
 
 
-def collect(folder: Path, more: list[Path] | None = None) -> None:
+def collect(folder: Path, more: list[Path] | None = None, untied: Path | None = None) -> None:
     """bench/results/tpu_correctness.json from the chip's file, with the commit whose trainer files ran there. `more`:
     runs of further shapes at the same files (one call on the chip has ten minutes), their engine checks appended."""
     from result_meta import machine_facts, write_result
@@ -282,9 +291,13 @@ def collect(folder: Path, more: list[Path] | None = None) -> None:
     printed = folder / PRINTED
     if printed.exists():  # every shape's verdict as a run printed it, where that run stopped before writing its file
         rows = [line.split(" ", 2) for line in printed.read_text().splitlines() if line.strip()]
+        whole = {(e["shape"], e["dtype"]) for e in report["engine"]}
+        rows = [r for r in rows if (r[0], r[1]) not in whole]  # a later run's whole record stands for the printed line
         report["engine_printed"] = [{"shape": shape, "dtype": dtype, "verdict": json.loads(body)} for shape, dtype, body in rows]
         for name, key in (("engine_logits_within_tolerance", "logits_within_tolerance"), ("greedy_agrees", "greedy_agrees")):
             report["verdicts"][name] = report["verdicts"][name] and all(r["verdict"][key] for r in report["engine_printed"])
+    if untied is not None:
+        report["untied_diagnosis"] = json.loads((untied / UNTIED).read_text())
     write_result(RESULT, {**report, "trainer_commit": facts["commit"], "trainer_files": list(TRAINER_FILES)}, facts)
 
 
@@ -295,17 +308,28 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--dtypes", default=",".join(TOLERANCE))
+    d = sub.add_parser("untied", help="the engine check with each shape's logits projection untied (a diagnosis)")
+    d.add_argument("--out", type=Path, required=True)
+    d.add_argument("--shapes", required=True)
+    d.add_argument("--dtypes", default="float32")
     c = sub.add_parser("collect")
     c.add_argument("folder", type=Path)
     c.add_argument("more", type=Path, nargs="*", help="runs of further shapes at the same trainer files")
+    c.add_argument("--untied", type=Path, default=None, help="a folder of `untied` runs: kept as a diagnosis, no verdict")
     args = parser.parse_args()
     if args.command == "run":
         block_torch()
         report = run(args.out, args.shapes.split(","), args.dtypes.split(","))
         sys.exit(0 if all(report["verdicts"].values()) else 1)  # the file is written either way
+    elif args.command == "untied":
+        block_torch()
+        args.out.mkdir(parents=True, exist_ok=True)
+        unpack_inputs()
+        checks = [engine_check(shape, dtype, untied=True) for shape in args.shapes.split(",") for dtype in args.dtypes.split(",")]
+        (args.out / UNTIED).write_text(json.dumps(checks, indent=1) + "\n")
     else:
         sys.path.insert(0, str(REPO / "bench"))
-        collect(args.folder, args.more)
+        collect(args.folder, args.more, args.untied)
 
 
 if __name__ == "__main__":

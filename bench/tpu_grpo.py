@@ -196,7 +196,7 @@ def steps_from_log(lines: list[str]) -> list[dict[str, Any]]:
     return steps
 
 
-def run_shape(name: str, out: Path, batch_size: int | None = None, trace_step: int = 0) -> dict[str, Any]:
+def run_shape(name: str, out: Path, batch_size: int | None = None, trace_step: int = 0, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     from trainer.sizing.fit import estimate_job_fit
 
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "rljob-tpu-grpo" / name
@@ -205,6 +205,7 @@ def run_shape(name: str, out: Path, batch_size: int | None = None, trace_step: i
     label = f"{name}-b{spec.grpo.batch_size}"
     estimate = estimate_job_fit(spec)
     argv, env = random_init_command(spec, work)
+    argv += list(overrides)  # a variant's MaxText settings, after the trainer's own: MaxText takes the last
     probe = work / "probe.json"
     env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(PROBE_DIR), str(REPO), os.environ.get("PYTHONPATH", "")])}
     env["RLJOB_BENCH_PROBE_OUT"] = str(probe)
@@ -232,6 +233,7 @@ def run_shape(name: str, out: Path, batch_size: int | None = None, trace_step: i
         "samples": _samples(work / "runs"),
         "command": argv[1:],
         "trace_step": trace_step,
+        "maxtext_overrides": list(overrides),
     }
     trace = Path(f"{probe}.trace")
     if trace.is_dir():
@@ -264,7 +266,7 @@ def _samples(runs: Path) -> dict[str, Any]:
     return {"rewards_seen": len(rewards), "nonzero": sum(r != 0 for r in rewards)}
 
 
-def run(out: Path, shapes: list[str], batch_size: int | None = None, trace_step: int = 0) -> None:
+def run(out: Path, shapes: list[str], batch_size: int | None = None, trace_step: int = 0, overrides: tuple[str, ...] = ()) -> None:
     """Each of `shapes` (`name` or `name:batch_size`) in turn, after the chip's HBM bandwidth (its own process: the
     chip takes one process at a time)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -274,7 +276,7 @@ def run(out: Path, shapes: list[str], batch_size: int | None = None, trace_step:
     subprocess.run([sys.executable, __file__, "bandwidth", "--out", str(out)], check=True)
     for entry in shapes:
         name, _, batch = entry.partition(":")
-        run_shape(name, out, int(batch) if batch else batch_size, trace_step)
+        run_shape(name, out, int(batch) if batch else batch_size, trace_step, overrides)
 
 
 def _steady(shape: dict[str, Any], bandwidth_bytes_per_s: float) -> dict[str, Any] | None:
@@ -313,16 +315,35 @@ def _steady(shape: dict[str, Any], bandwidth_bytes_per_s: float) -> dict[str, An
     }
 
 
-def collect(folder: Path, device: str) -> None:
+def collect(folder: Path, device: str, variants: Path | None = None) -> None:
     """One result file from the chip's per-shape files, with the chip, JAX's version, the commit measured, the HBM
-    bandwidth measured beside them and the profiled steps' summaries."""
+    bandwidth measured beside them and the profiled steps' summaries. `variants`: runs of the same shapes with MaxText
+    settings of their own (`run --override`), kept apart from the trainer's figures."""
     from result_meta import machine_facts, write_result
-    from tpu_grpo_profile import best_bandwidth, memory_summary, summarise
+    from tpu_grpo_profile import best_bandwidth
+
+    runs = [json.loads(p.read_text()) for p in sorted(folder.glob("bandwidth*.json"))]
+    if variants is not None:
+        runs += [json.loads(p.read_text()) for p in sorted(variants.glob("bandwidth*.json"))]
+    bandwidth = sum(best_bandwidth(r) for r in runs) / len(runs)
+    facts = machine_facts()
+    report = {
+        "device": device,
+        "jax": "0.11.1",
+        "trainer_commit": facts["commit"],
+        "trainer_files": list(TRAINER_FILES),
+        "hbm_bandwidth": {"bytes_per_s": round(bandwidth), "runs": runs, "spec_bytes_per_s": 819e9},
+        "shapes": _collect_shapes(folder, bandwidth),
+        "variants": _collect_shapes(variants, bandwidth) if variants is not None else [],
+    }
+    write_result(RESULT, report, facts)
+
+
+def _collect_shapes(folder: Path, bandwidth: float) -> list[dict[str, Any]]:
+    from tpu_grpo_profile import memory_summary, summarise
 
     from trainer.sizing.fit import estimate_job_fit
 
-    runs = [json.loads(p.read_text()) for p in sorted(folder.glob("bandwidth*.json"))]
-    bandwidth = sum(best_bandwidth(r) for r in runs) / len(runs)
     shapes = [json.loads(p.read_text()) for p in sorted(folder.glob("tpu_grpo-*.json"))]
     for shape in shapes:
         # The estimate as the service makes it now (pure: the spec in), not as the chip's copy of the code made it.
@@ -338,16 +359,7 @@ def collect(folder: Path, device: str) -> None:
         memory = shape["memory"] or {}
         if memory and shape["fit_estimate"]:
             shape["peak_over_estimate"] = round(memory["peak_bytes_in_use"] / shape["fit_estimate"]["total_bytes_per_chip"], 3)
-    facts = machine_facts()
-    report = {
-        "device": device,
-        "jax": "0.11.1",
-        "trainer_commit": facts["commit"],
-        "trainer_files": list(TRAINER_FILES),
-        "hbm_bandwidth": {"bytes_per_s": round(bandwidth), "runs": runs, "spec_bytes_per_s": 819e9},
-        "shapes": shapes,
-    }
-    write_result(RESULT, report, facts)
+    return shapes
 
 
 def main() -> None:
@@ -359,16 +371,18 @@ def main() -> None:
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--batch-size", type=int, default=None, help="GRPO batch_size instead of the shape's")
     p.add_argument("--trace-step", type=int, default=0, help="record this step with JAX's profiler (0: none)")
+    p.add_argument("--override", action="append", default=[], help="a MaxText KEY=VALUE after the trainer's own (a variant)")
     b = sub.add_parser("bandwidth")
     b.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("collect")
     c.add_argument("folder", type=Path)
+    c.add_argument("--variants", type=Path, default=None, help="a folder of `run --override` runs")
     c.add_argument("--device", default="one TPU v5e chip (JAX device kind 'TPU v5 lite'), gVisor, the machine's libtpu")
     args = parser.parse_args()
     if args.command == "prepare":
         prepare()
     elif args.command == "run":
-        run(args.out, args.shapes.split(","), args.batch_size, args.trace_step)
+        run(args.out, args.shapes.split(","), args.batch_size, args.trace_step, tuple(args.override))
     elif args.command == "bandwidth":
         sys.path.insert(0, str(REPO / "bench"))
         from tpu_grpo_profile import measure_bandwidth
@@ -376,7 +390,7 @@ def main() -> None:
         measure_bandwidth(args.out)
     else:
         sys.path.insert(0, str(REPO / "bench"))
-        collect(args.folder, args.device)
+        collect(args.folder, args.device, args.variants)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,36 @@ def _printed(result: dict[str, Any]) -> str:
     )
 
 
+def _diagnosis(result: dict[str, Any]) -> str:
+    """Where an fp32 row misses: the same check with the logits projection untied, and again at fp32 matmul precision."""
+    missed = [e for e in result["engine"] if e["dtype"] == "float32" and not e["verdict"]["logits_within_tolerance"]]
+    untied = result.get("untied_diagnosis") or []
+    if not missed and not untied:
+        return ""
+    lines = []
+    for entry in missed:
+        rerun = entry.get("rollout_at_fp32_matmul_precision")
+        if rerun:
+            lines.append(
+                f"- {entry['shape']} {entry['dtype']}, the same weights again under `jax.default_matmul_precision(\"float32\")`: "
+                f"max abs logit diff {rerun['max_abs_diff']:.3g} at logit scale {rerun['logit_scale']:.3g} "
+                f"({rerun['max_abs_diff'] / rerun['logit_scale']:.2g} of it): larger, not smaller. Its size is a bf16 pass's "
+                "on one side only, which we read as one side's compiled step not taking the context; not traced further."
+            )
+    for entry in untied:
+        v = entry["verdict"]
+        lines.append(
+            f"- {entry['shape']} {entry['dtype']} with an untied output projection (its own random weights): max abs logit diff "
+            f"{v['max_abs_diff']:.3g} at logit scale {v['logit_scale']:.3g} ({v['max_abs_diff'] / v['logit_scale']:.2g} of it; "
+            f"within {v['tolerance']:.3g}: {_yes(v['logits_within_tolerance'])}); greedy tokens equal: {_yes(v['greedy_tokens_equal'])}."
+        )
+    return (
+        "\n\nDiagnosis of the fp32 rows, not counted in the verdicts. MaxText's tied logits (`attend_on_embedding`) call "
+        "`jnp.dot` without its `matmul_precision`, so on TPU that one dot multiplies fp32 in bf16 passes in MaxText and, "
+        "following it, in the engine; every other dot runs at `matmul_precision`:\n\n" + "\n".join(lines)
+    )
+
+
 def render_tpu_correctness(result: dict[str, Any]) -> str:
     machine, verdicts = result["machine"], result["verdicts"]
     stop, objective = result["stop_token"], result["objective"]
@@ -60,5 +90,5 @@ def render_tpu_correctness(result: dict[str, Any]) -> str:
         f"{stop.get('empty_and_stopped_fraction', {}).get('seen')})\n"
         f"- objective patch active: {_yes(verdicts['objective_patch_active'])} (train_rl's GrpoConfig call resolved to "
         f"kl_loss_mode {objective.get('kl_loss_mode')}, epsilon_high {objective.get('epsilon_high')}; its own arguments kept: "
-        f"{_yes(bool(objective.get('train_rl_arguments_kept')))})" + _printed(result)
+        f"{_yes(bool(objective.get('train_rl_arguments_kept')))})" + _printed(result) + _diagnosis(result)
     )
