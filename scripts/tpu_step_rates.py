@@ -52,7 +52,8 @@ def _sig(x: float) -> float:
 
 def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
     s, n = shape["settings"], shape["parameters"]
-    steady = [step for step in shape["steps"] if step["step"] > 1]
+    trace = shape.get("trace_step") or 0  # the step after a profiled one carries the profiler's dump, as the bench leaves it out
+    steady = [step for step in shape["steps"] if step["step"] > 1 and not (trace and step["step"] == trace + 1)]
     positions = s["max_target_length"] - s["max_prefill_predict_length"]
     rollout_s = sum(step["parts"]["rollout"] for step in steady) / len(steady)
     update_s = sum(step["parts"]["update"] for step in steady) / len(steady)
