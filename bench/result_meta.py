@@ -23,6 +23,20 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
 
 
+def uncommitted_changes(repo: Path = REPO) -> bool:
+    """Whether the measured code (service, trainer and the benches, not the result files benches write) differs
+    from the commit: a modified file, or an untracked one git does not ignore (a new module the run imported is
+    as much uncommitted code as an edited one)."""
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all", "--", "service", "trainer", "bench", ":(exclude)bench/results"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return bool(status.stdout.strip())
+
+
 def machine_facts() -> dict[str, Any]:
     """Cores, the load average (1, 5, 15 min) now, the commit (and whether the measured code differed from it)
     and the command line. Call it when the measurement starts."""
@@ -31,10 +45,7 @@ def machine_facts() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "commit": _git("rev-parse", "--short=10", "HEAD"),
-        # the measured code: service, trainer and the benches, not the result files benches write
-        "uncommitted_changes": bool(
-            _git("status", "--porcelain", "--untracked-files=no", "--", "service", "trainer", "bench", ":(exclude)bench/results")
-        ),
+        "uncommitted_changes": uncommitted_changes(),
         "command": " ".join(
             [Path(sys.executable).name, *(Path(a).relative_to(REPO).as_posix() if a.startswith(str(REPO)) else a for a in sys.argv)]
         ),
