@@ -302,7 +302,11 @@ class LocalProcessLauncher:
                 return
         job.popen, job.pid, job.state = popen, popen.pid, "running"
         job.message = f"running as process group {popen.pid}"
-        record = {"pid": popen.pid, "ticks": procs.start_ticks(popen.pid), "job_id": job.job_id}
+        ticks = procs.start_ticks(popen.pid)
+        # Recorded only once it reads as ours: the job directory's lock is what keeps a second runner out.
+        if not procs.wait_until_ours(popen.pid, marker=RUNNER_MARKER, job_id=job.job_id, ticks=ticks):
+            log.warning("runner %s of %s does not read as ours (or died at once): recording it anyway", popen.pid, job.job_id)
+        record = {"pid": popen.pid, "ticks": ticks, "job_id": job.job_id}
         tmp = job.dir / "process.json.tmp"
         tmp.write_text(json.dumps(record))
         tmp.replace(job.dir / "process.json")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import psutil
 
@@ -48,6 +49,21 @@ def is_our_process(pid: int, *, marker: str, job_id: str, ticks: int | None) -> 
     except psutil.Error:
         return False
     return any(marker in a for a in args) and job_id in args
+
+
+def wait_until_ours(pid: int, *, marker: str, job_id: str, ticks: int | None, timeout_s: float = 5.0) -> bool:
+    """Wait until a runner just started reads as ours (is_our_process); False if it died first or never did.
+
+    Popen returns when exec closes the child's close-on-exec pipe, which is before the kernel has set up the
+    new program's arguments: until then /proc/<pid>/cmdline reads empty, for milliseconds on a loaded machine.
+    A runner recorded in that moment is "not ours" to every other launcher that looks, and one of them starts
+    a second runner for the same job."""
+    deadline = time.monotonic() + timeout_s
+    while not is_our_process(pid, marker=marker, job_id=job_id, ticks=ticks):
+        if not is_alive(pid) or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def is_alive(pid: int) -> bool:
