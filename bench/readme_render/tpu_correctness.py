@@ -53,7 +53,7 @@ def _diagnosis(result: dict[str, Any]) -> str:
         rerun = entry.get("rollout_at_fp32_matmul_precision")
         if rerun:
             lines.append(
-                f"- {entry['shape']} {entry['dtype']}, the same weights again under `jax.default_matmul_precision(\"float32\")`: "
+                f'- {entry["shape"]} {entry["dtype"]}, the same weights again under `jax.default_matmul_precision("float32")`: '
                 f"max abs logit diff {rerun['max_abs_diff']:.3g} at logit scale {rerun['logit_scale']:.3g} "
                 f"({rerun['max_abs_diff'] / rerun['logit_scale']:.2g} of it): larger, not smaller. Its size is a bf16 pass's "
                 "on one side only, which we read as one side's compiled step not taking the context; not traced further."
