@@ -19,7 +19,7 @@ from typing import Any
 from kmock._internal.rendering import Response
 
 from .envvars import ApiAccess
-from .kapi import KApi
+from .kapi import KApi, now_iso
 from .runner import PodRunner
 from .scheduling import Node, unschedulable
 
@@ -137,7 +137,11 @@ class Kubelet:
         if last is None or last[0] != why:
             await self.api.event(pod, "Pod", "FailedScheduling", why, "Warning", component="default-scheduler")
         self._unschedulable[key] = (why, time.monotonic())
-        self.set_condition(pod, {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why})
+        # lastTransitionTime moves only when the status changes (kube-scheduler through pkg/api/v1/pod/util.go UpdatePodCondition).
+        held = self._conditions.get(key, {}).get("PodScheduled") or {}
+        since = held.get("lastTransitionTime") if held.get("status") == "False" else None
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}
+        self.set_condition(pod, {**condition, "lastTransitionTime": since or now_iso()})
         self._dirty.discard(key)
         await self.api.patch("Pod", ns, name, {"status": {"phase": "Pending", "conditions": list(self._conditions[key].values())}})
 

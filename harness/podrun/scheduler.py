@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .kapi import KApi
+from .kapi import KApi, now_iso
 from .kubelet import RESCHEDULE_S, Kubelet
 from .scheduling import Node, pick_node
 
@@ -20,6 +20,9 @@ class Scheduler:
     def __init__(self, api: KApi, kubelets: dict[str, Kubelet], nodes: list[Node]) -> None:
         self.api, self.kubelets, self.nodes = api, kubelets, nodes
         self._unschedulable: dict[tuple[str, str, str], tuple[str, float]] = {}
+        # When each pod's PodScheduled became False: kube-scheduler writes the condition through
+        # pkg/api/v1/pod/util.go UpdatePodCondition, which moves lastTransitionTime only when the status changes.
+        self._unschedulable_since: dict[tuple[str, str, str], str] = {}
 
     async def schedule(self, pods: list[dict[str, Any]]) -> None:
         running: dict[str, list[dict[str, Any]]] = {}
@@ -44,6 +47,7 @@ class Scheduler:
         ns, name, _ = key
         if node is not None:
             self._unschedulable.pop(key, None)
+            self._unschedulable_since.pop(key, None)
             kubelet = self.kubelets[node.name]
             kubelet.set_condition(pod, {"type": "PodScheduled", "status": "True"})  # kept by that node's kubelet
             await self.api.patch(
@@ -63,6 +67,7 @@ class Scheduler:
         if last is None or last[0] != why:
             await self.api.event(pod, "Pod", "FailedScheduling", why, "Warning", component="default-scheduler")
         self._unschedulable[key] = (why, time.monotonic())
+        since = self._unschedulable_since.setdefault(key, now_iso())
         await self.api.patch(
             "Pod",
             ns,
@@ -70,7 +75,9 @@ class Scheduler:
             {
                 "status": {
                     "phase": "Pending",
-                    "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}],
+                    "conditions": [
+                        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why, "lastTransitionTime": since}
+                    ],
                 }
             },
         )

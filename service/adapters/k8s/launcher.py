@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from kubernetes import client as k8s
@@ -35,6 +36,7 @@ from .kueue_setup import demand_of, refusal
 from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload, kueue_queue_of, resolve_hardware
 from .pod_template import runtime_class_problem
 from .settings import K8sSettings
+from .stranded import stranded
 from .watcher import Reconciler, ResourceWatch, WatchOptions
 
 log = logging.getLogger(__name__)
@@ -268,7 +270,7 @@ class K8sJobLauncher:
         if job.spec.suspend:
             return obs
         selector = (job.spec.template.spec.node_selector if job.spec.template and job.spec.template.spec else None) or {}
-        return self._placed(obs, selector, job.metadata.labels or {}, job.metadata.uid)
+        return self._stranded(self._placed(obs, selector, job.metadata.labels or {}, job.metadata.uid), pod_list)
 
     def _observe_jobset(self, job_id: str, jobset: dict[str, Any] | None) -> Observation:
         if jobset is None:
@@ -282,7 +284,10 @@ class K8sJobLauncher:
             return obs
         template = ((spec.get("replicatedJobs") or [{}])[0].get("template") or {}).get("spec") or {}
         selector = ((template.get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
-        return self._placed(obs, selector, meta.get("labels") or {}, meta.get("uid"))
+        return self._stranded(self._placed(obs, selector, meta.get("labels") or {}, meta.get("uid")), pod_list)
+
+    def _stranded(self, obs: Observation, pod_list: list[Any]) -> Observation:
+        return stranded(obs, pod_list, after_s=self._settings.stranded_after_s, now=datetime.now(UTC))
 
     def _placed(self, obs: Observation, selector: dict[str, str], labels: dict[str, str], uid: str | None) -> Observation:
         """A started workload's kind of capacity and flavor. The kind is the pod template's rljob.dev/capacity:

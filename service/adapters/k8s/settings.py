@@ -100,6 +100,12 @@ class K8sSettings(BaseSettings):
         le=FLEX_START_MAX_RUN_S // 2,
         description="flex-start jobs: stop this long before the VM's 7-day limit (RLJOB_MAX_RUN_S in the pod)",
     )
+    # An admitted job whose pod no node of its flavor can take (stranded.py): said once it has been unschedulable this
+    # long. Longer than a TPU pool's scale-up from zero takes on GKE (minutes; more for a multi-host slice), shorter
+    # than Kueue's default waitForPodsReady timeout (30 min), so the user hears it before Kueue evicts the job.
+    stranded_after_s: int = Field(
+        default=1200, gt=0, le=MAX_SECONDS, description="an admitted job's pod unschedulable this long is reported stranded"
+    )
     cpu_request: str | None = Field(default=None, description="override the accelerator table's per-VM CPU request")
     memory_request: str | None = Field(default=None, description="override the per-VM memory request (= limit)")
     shm_size: str | None = Field(default=None, description="override the /dev/shm size")

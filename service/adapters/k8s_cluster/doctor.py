@@ -39,11 +39,17 @@ def kueue_version_line(served: set[str]) -> CheckLine:
     (CHANGELOG-0.20.md #14558), v0.15-v0.19 serve both; and what rljob does differently on it."""
     name = "kueue version"
     if f"{KUEUE_GROUP}/v1beta1" in served:
+        # v0.19 has no waitForPodsReady.unscheduledTimeout (v0.20's): an admitted job whose pods no node of its flavor
+        # takes holds its quota until the 30-min PodsReady timeout; rljob says so earlier (service/adapters/k8s/stranded.py).
         return CheckLine(
-            "ok",
+            "warn",
             name,
             "v0.15-v0.19 (v1beta1 still served): waiting jobs say Pending/Inadmissible, which rljob reads as v0.20's "
-            "WaitingForQuota, ExceedsMaxQuota, NoMatchingFlavor, Misconfigured or Suspended from Kueue's message",
+            "WaitingForQuota, ExceedsMaxQuota, NoMatchingFlavor, Misconfigured or Suspended from Kueue's message; an "
+            "admitted job whose pods cannot be scheduled in its flavor is not evicted before waitForPodsReady's timeout "
+            "(v0.20's unscheduledTimeout is missing): rljob reports it as stranded after RLJOB_K8S_STRANDED_AFTER_S",
+            "make sure each flavor's node labels and taints match a node pool (the pool lines of this report), and "
+            "subscribe a webhook to job.stranded",
         )
     return CheckLine(
         "ok",

@@ -41,6 +41,11 @@ def utc_now() -> datetime:
 # ---- the launcher ----------------------------------------------------------------------------
 
 
+# An admitted job whose pod no node of its flavor can take, past the backend's limit: a PENDING observation's reason
+# (service/adapters/k8s/stranded.py), logged once as a message and sent as a `job.stranded` webhook.
+STRANDED_REASON = "Stranded"
+
+
 class ObservedState(enum.StrEnum):
     """What a backend says about a workload; deliberately smaller than the job phases."""
 

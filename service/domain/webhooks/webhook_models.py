@@ -218,7 +218,7 @@ class WebhookDeliveryPublic(BaseModel):
     id: str = Field(description="stable per (endpoint, event): the receiver's deduplication key (X-Rljob-Delivery)")
     team: str
     endpoint: str = Field(description="the endpoint's name (its URL and secret are never shown)")
-    event: str = Field(description="job.phase, job.health, eval.result, job.budget or job.hung")
+    event: str = Field(description="job.phase, job.health, eval.result, job.budget, job.hung or job.stranded")
     seq: int = Field(description="the job event log entry it tells of")
     job_id: str
     state: DeliveryState

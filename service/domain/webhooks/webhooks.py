@@ -25,6 +25,7 @@ from typing import Any, Literal
 from service.domain.evals.eval_view import eval_summary
 from service.domain.records.models import JobEvent, JobRecord
 from service.domain.records.phases import JobPhase
+from service.domain.records.ports import STRANDED_REASON
 
 WebhookFormat = Literal["rljob", "slack"]
 SIGNATURE_HEADER = "X-Rljob-Signature"
@@ -89,6 +90,13 @@ def _hung(event: JobEvent, record: JobRecord) -> Notice | None:
     return Notice(text, {k: v for k, v in d.items() if k != "stacks"})  # the stacks are in the run's log, not a webhook
 
 
+def _stranded(event: JobEvent, record: JobRecord) -> Notice | None:
+    """An admitted job whose pod no node of its flavor can take, past the limit (service/adapters/k8s/stranded.py)."""
+    if event.data.get("reason") != STRANDED_REASON:
+        return None
+    return Notice(f"{_job(record)} is {event.data.get('message') or 'stranded'}", dict(event.data))
+
+
 # (log kind, webhook event, rule): the log entries that are sent. Most specific first (an eval job's SUCCEEDED is an
 # eval.result for an endpoint that takes those, else a job.phase). Add a kind here, and it is sent.
 RULES: tuple[tuple[str, str, Rule], ...] = (
@@ -97,6 +105,7 @@ RULES: tuple[tuple[str, str, Rule], ...] = (
     ("health", "job.health", _health),  # verdict changes: stalled, diverging, no-signal, and back
     ("hold", "job.budget", _hold),  # a budget crossing: the team's job held (stopped) or released (budget_reconciler.py)
     ("hung", "job.hung", _hung),  # the trainer's watchdog found an attempt hung (progress.py folds its event)
+    ("message", "job.stranded", _stranded),  # only a message whose reason is Stranded; other messages are not sent
 )
 WEBHOOK_EVENTS: tuple[str, ...] = tuple(dict.fromkeys(event for _, event, _ in RULES))
 LOGGED_KINDS: frozenset[str] = frozenset(kind for kind, _, _ in RULES)
