@@ -368,7 +368,10 @@ class EmulatedCluster:
             meta = pod["metadata"]
             if not meta.get("deletionTimestamp"):
                 await self.api.delete("Pod", meta["namespace"], meta["name"])
-            elif TRACKING_FINALIZER in (meta.get("finalizers") or []) and is_finished(pod):
+            elif TRACKING_FINALIZER in (meta.get("finalizers") or []) and (is_finished(pod) or not pod["spec"].get("nodeName")):
+                # The job controller takes the finalizer off an orphan pod (job_controller.go syncOrphanPod); a pod no
+                # node ever took has nothing to stop, and the API server removes it at once (pod strategy.go
+                # CheckGracefulDelete: grace 0 for an unscheduled pod). A bound one waits until its kubelet has ended it.
                 await self.api.patch("Pod", meta["namespace"], meta["name"], {"metadata": {"finalizers": []}})
 
 

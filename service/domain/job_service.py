@@ -35,6 +35,7 @@ from typing import Any
 
 from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.cost.estimate_source import SubmitEstimator
+from service.domain.cost.placement import launch_spec
 from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable
 from service.domain.health.job_health import health_verdict_changed
 from service.domain.health.learning_health import HealthPolicy
@@ -328,7 +329,7 @@ class JobService:
         if record.phase is not JobPhase.LAUNCHING:
             return  # cancelled (or finished) meanwhile: launching now would start an orphan
         try:
-            result = self.launcher.launch(job_id, record.spec)
+            result = self.launcher.launch(job_id, launch_spec(record))
         except Exception as e:  # noqa: BLE001 - any adapter error ends the job with the reason, never a stuck LAUNCHING
             log.warning("launch of %s failed: %s", job_id, e)
             cause = str(e)  # bound here: the except block unbinds `e` when it ends

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from service.domain.cost.placement import kinds_left
 from service.domain.evals.suite_versions import assign_suite_version
 from service.domain.records.manifest_sizes import ManifestSizes
 from service.domain.records.models import JobRecord, ManifestRefused
@@ -30,6 +31,7 @@ from .observation_policy import (
     Decision,
     ObservationOrder,
     decide,
+    leaves_stranded,
     names_a_replaced_workload,
     requeues_on_disruption,
 )
@@ -207,6 +209,7 @@ class ObservationIntake:
             held=rec.hold is not None,
             hung=obs.exit_code == ExitCode.HUNG,
             hung_restarts_left=rec.report.hung_restarts < self.max_hung_restarts,
+            leave_stranded=leaves_stranded(kinds_left(rec, obs.capacity), obs, isinstance(self.launcher, JobRequeue)),
         )
 
     def _read_manifest_if_ending(self, obs: Observation) -> ManifestSizes | ManifestRefused | None:

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Collection
 
 from service.domain.records.phases import JobPhase
-from service.domain.records.ports import Observation, ObservedState
+from service.domain.records.ports import STRANDED_REASON, Observation, ObservedState
 from service.domain.records.run_report import RunOutcome
 from trainer.contract import ExitCode, describe_exit_code
 
@@ -122,6 +122,7 @@ def decide(
     held: bool = False,
     hung: bool = False,
     hung_restarts_left: bool = True,
+    leave_stranded: bool = False,
 ) -> Decision:
     """The decision for a job in `phase` when its backend reports `state`.
 
@@ -133,6 +134,8 @@ def decide(
     FAILED: the trainer's exit 75 after its checkpoint, or a kill) is that stop, not a fault.
     `hung`: the workload failed with the trainer's ExitCode.HUNG (its watchdog found the attempt hung).
     `hung_restarts_left`: the service has restarted the job after a hang fewer times than allowed.
+    `leave_stranded`: the admitted job is stranded (no node of its flavor takes its pod) and its capacity set has
+    another kind to go to (leaves_stranded): back to the queue without that kind, as a disrupted attempt goes.
     """
     if phase.is_terminal():
         return Decision.IGNORE
@@ -151,6 +154,8 @@ def decide(
     if state is ObservedState.RESTARTING and requeue_disrupted and not requeueing and resumes_left and not held:
         if phase in (JobPhase.LAUNCHING, JobPhase.RUNNING):
             return Decision.REQUEUE
+    if state is ObservedState.PENDING and leave_stranded and not requeueing and not held and phase is JobPhase.LAUNCHING:
+        return Decision.REQUEUE  # never ran: its GONE relaunches it (RELAUNCH), no resume spent
     if phase is JobPhase.CANCELLING:
         return Decision.FINISH_CANCEL if state in WORKLOAD_STOPPED else Decision.WAIT
     if phase not in (JobPhase.QUEUED, JobPhase.LAUNCHING, JobPhase.RUNNING):
@@ -231,7 +236,18 @@ def requeues_on_disruption(capacities: tuple[str, ...], obs: Observation, can_re
     return can_requeue and len(capacities) > 1 and obs.disrupted
 
 
+def leaves_stranded(kinds_left: tuple[str, ...], obs: Observation, can_requeue: bool) -> bool:
+    """Whether a stranded job goes back to the queue without the kind it is stranded on: only where the launcher can
+    requeue, and only while its hardware.capacity has another kind left (`kinds_left`: without the one it leaves)."""
+    return can_requeue and obs.reason == STRANDED_REASON and obs.capacity is not None and bool(kinds_left)
+
+
 def requeue_message(obs: Observation) -> str:
+    if obs.reason == STRANDED_REASON:
+        return (
+            f"stranded on {obs.flavor or obs.capacity}: no node there took its pod; back to the queue without "
+            f"{obs.capacity}, so the pool places it on the next kind of its hardware.capacity"
+        )
     return (
         f"the trainer pod was disrupted ({obs.reason or 'DisruptionTarget'}) on "
         f"{obs.flavor or obs.capacity or 'its capacity'}; back to the queue, so the pool can place it on any kind "

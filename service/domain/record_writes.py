@@ -14,7 +14,7 @@ from service.domain.health.hangs import hung_failure_message, hung_restart_messa
 from service.domain.records.manifest_sizes import ManifestSizes
 from service.domain.records.models import JobRecord, ManifestRefused, QueueStatus
 from service.domain.records.phases import JobPhase, transition
-from service.domain.records.ports import Clock, JobTx, Observation
+from service.domain.records.ports import STRANDED_REASON, Clock, JobTx, Observation
 from trainer.contract import ExitCode
 
 from .observation_policy import (
@@ -131,6 +131,9 @@ def write_decision(
     elif decided is Decision.FINISH_CANCEL:
         write_phase(tx, rec, JobPhase.CANCELLED, "cancelled; the workload has stopped", clock)
     elif decided is Decision.REQUEUE:
+        stranded = obs.capacity if obs.reason == STRANDED_REASON else None
+        if stranded is not None and rec.placement is not None and stranded not in rec.placement.stranded:
+            rec.placement.stranded.append(stranded)  # its relaunches leave that kind out (placement.launch_spec)
         rec.message = requeue_message(obs)
         tx.append_event(rec, "message", {"message": rec.message, "reason": "Requeued"}, clock())
     elif decided is Decision.RELAUNCH:

@@ -175,7 +175,7 @@ async def test_a_capacity_set_lands_by_the_pools_order_and_comes_back_on_another
     job = result["a"]
     events, resumes = _events(tmp_path / "state", result["id"])
     assert resumes == 1, "the requeue is one resume"
-    assert job["placement"] == {"capacity": "on-demand", "flavor": ON_DEMAND, "billed_s": job["placement"]["billed_s"]}
+    assert job["placement"] == {"capacity": "on-demand", "flavor": ON_DEMAND, "billed_s": job["placement"]["billed_s"], "stranded": []}
     placements = [(e["data"]["capacity"], e["data"]["flavor"]) for e in events if e["kind"] == "placement"]
     assert placements == [("spot", SPOT), ("on-demand", ON_DEMAND)], placements
     assert any("back to the queue" in (e["data"].get("message") or "") for e in events if e["kind"] == "message")

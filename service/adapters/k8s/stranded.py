@@ -8,7 +8,8 @@ unscheduledTimeout evict it, but Kueue readmits an evicted Workload from the fir
 service says so once the pod has been unschedulable for RLJOB_K8S_STRANDED_AFTER_S, counted from the
 pod's own PodScheduled=False condition (the cluster's clock, so a restarted service counts from the same moment).
 The message names no changing figure (the scheduler's node counts), so it is written, and sent as a `job.stranded`
-webhook, once.
+webhook, once. A job whose hardware.capacity has another kind left is given back to the queue without this one
+instead (observation_policy.leaves_stranded, placement.launch_spec).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from service.domain.records.models import JobRecord, Placement
 from service.domain.records.phases import JobPhase
+from trainer.contract import JobSpec
 
 # Charged: the workload holds its chips. QUEUED waits for capacity; LAUNCHING is admitted but not running.
 # Defined here, where each closed billed phase is counted against its kind; usage.py reads it from here.
@@ -29,8 +30,26 @@ def placement_changed(rec: JobRecord, capacity: str | None, flavor: str | None) 
 def place(rec: JobRecord, capacity: str, flavor: str | None) -> Placement:
     """The record's placement after an admission into `capacity` (`flavor`); billed time so far is kept."""
     billed = dict(rec.placement.billed_s) if rec.placement else {}
-    rec.placement = Placement(capacity=capacity, flavor=flavor, billed_s=billed)
+    stranded = list(rec.placement.stranded) if rec.placement else []
+    rec.placement = Placement(capacity=capacity, flavor=flavor, billed_s=billed, stranded=stranded)
     return rec.placement
+
+
+def kinds_left(rec: JobRecord, leaving: str | None = None) -> tuple[str, ...]:
+    """The kinds of the job's hardware.capacity it was not stranded on (nor is leaving now), in the spec's order."""
+    gone = {*(rec.placement.stranded if rec.placement else ()), *((leaving,) if leaving else ())}
+    return tuple(c for c in rec.hardware.capacities if c not in gone)
+
+
+def launch_spec(rec: JobRecord) -> JobSpec:
+    """The spec a launch renders: the stored one, less the kinds of capacity the job was stranded on (never all)."""
+    left = kinds_left(rec)
+    if not left or left == rec.hardware.capacities:
+        return rec.spec
+    hardware = rec.spec.hardware.model_copy(
+        update={"capacity": list(left), "reservation": rec.spec.hardware.reservation if "reservation" in left else None}
+    )
+    return rec.spec.model_copy(update={"hardware": hardware})
 
 
 def close_billed_phase(rec: JobRecord, left: JobPhase, spent_s: float) -> None:

@@ -80,6 +80,11 @@ class Placement(BaseModel):
     billed_s: dict[str, float] = Field(
         default_factory=dict, description="seconds of closed billed phases (RUNNING, CANCELLING) by kind of capacity"
     )
+    stranded: list[str] = Field(
+        default_factory=list,
+        description="kinds of capacity the job was stranded on (admitted, its pod taken by no node) and left: its "
+        "relaunches ask for the rest of its hardware.capacity",
+    )
 
     def says(self) -> str:
         return f"admitted to {self.flavor} ({self.capacity})" if self.flavor else f"on {self.capacity} capacity"
