@@ -38,14 +38,13 @@ from trainer.contract import Stage, local_path, location_kind
 from trainer.contract.best_checkpoint import BestCheckpoint
 from trainer.storage import StorageError, store_for
 
+from .nofollow_dirs import DIR_FLAGS, open_dir_chain
 from .run_reads import read_run_file
 
 BATCH_SIZE = 100  # deletes per batch request: Cloud Storage's documented limit is 100 calls per batch
 MAX_DEPTH = 64  # directories below a checkpoint: Orbax's layout is a few levels deep
 MAX_RECORD_BYTES = 1024 * 1024  # a stage marker or best-checkpoint.json: a few KiB
 GCS_TIMEOUT_S = 30.0
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass
@@ -196,22 +195,11 @@ def content_id_batch(client: Any, *, raise_exception: bool) -> Any:
 def _open_run_dir(root: str, names: list[str]) -> int | None:
     """An fd of the directory root/names..., each level opened without following a link; None when missing."""
     top = PurePosixPath(local_path(root))
-    try:
-        fd = os.open(str(top.parent), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the spec's output, as policy checked it
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    for name in [top.name, *names]:
-        try:
-            next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        except FileNotFoundError:
-            os.close(fd)
-            return None
-        except OSError as e:
-            os.close(fd)
-            raise RunFileRefused(f"{name} in {root} is not a plain directory ({e.strerror}): nothing under it is touched") from e
-        os.close(fd)
-        fd = next_fd
-    return fd
+
+    def refusal(fd: int, name: str, depth: int, e: OSError) -> Exception:
+        return RunFileRefused(f"{name} in {root} is not a plain directory ({e.strerror}): nothing under it is touched")
+
+    return open_dir_chain(str(top.parent), [top.name, *names], refusal)
 
 
 def _local_subdirs(root: str, path: str) -> list[str]:
@@ -246,7 +234,7 @@ def _entry(dir_fd: int, name: str, walk: _Walk, *, delete: bool, depth: int) -> 
         if depth >= MAX_DEPTH:
             raise RunFileRefused(f"a checkpoint holds directories over {MAX_DEPTH} levels deep: not deleted")
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)  # a link swapped in since the lstat: ELOOP, never followed
+            fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)  # a link swapped in since the lstat: ELOOP, never followed
         except FileNotFoundError:
             return
         try:

@@ -34,11 +34,12 @@ from service.domain.records.errors import RunFileRefused
 from trainer.contract import local_path, location_kind
 from trainer.storage import StorageError, store_for
 
+from .nofollow_dirs import open_dir_chain
+
 GCS_REQUEST_TIMEOUT_S = 10.0  # one request to GCS (connect and read)
 GCS_READ_DEADLINE_S = 20.0  # one read with its retries: a request thread is never held longer
 MAX_DIR_ENTRIES = 100_000  # a listing reads no further (a samples directory has one file per train step)
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
@@ -173,28 +174,14 @@ def _refusal(dir_fd: int, name: str, place: str, expected: str, what: str) -> Ru
 
 def _open_dirs(output: str, names: list[str], what: str) -> int | None:
     """An fd of the directory at output/names..., each opened without following a link; None if missing."""
-    try:
-        fd = os.open(output, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the spec's output, as policy checked it
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    for depth, name in enumerate(names):
-        try:
-            next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        except FileNotFoundError:
-            os.close(fd)
+
+    def refusal(fd: int, name: str, depth: int, e: OSError) -> Exception | None:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EACCES):
             return None
-        except OSError as e:
-            refused = None
-            if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EACCES):
-                place = f"the run directory's {'/'.join(names[1 : depth + 1])}" if depth else "the run directory itself"
-                refused = _refusal(fd, name, place, "a plain directory", what)
-            os.close(fd)
-            if refused is None:
-                raise
-            raise refused from e
-        os.close(fd)
-        fd = next_fd
-    return fd
+        place = f"the run directory's {'/'.join(names[1 : depth + 1])}" if depth else "the run directory itself"
+        return _refusal(fd, name, place, "a plain directory", what)
+
+    return open_dir_chain(output, names, refusal)
 
 
 def _open_file(root: str, uri: str) -> int | None:
