@@ -28,7 +28,9 @@ import copy
 import datetime as dt
 from typing import Any
 
-from . import kueue_versions
+import kmock as kmock_lib
+
+from . import kueue_versions, kueue_visibility
 from .admission import KUEUE_WEBHOOK_SERVICE, Admission, install_admission
 from .kapi import ApiError, KApi
 from .kueue_config import (
@@ -98,6 +100,27 @@ class KueueEmulator:
         kmock.objects["v1/configmaps", self.config.namespace, MANAGER_CONFIGMAP] = self.config.configmap()
         self.admission = install_admission(kmock)
         self.admission.mutators.setdefault(KUEUE_WEBHOOK_SERVICE, []).append(self.default_on_create)
+        kmock.resources[f"{kueue_visibility.GROUP_VERSION}/localqueues/pendingworkloads"] = {"namespaced": True, "verbs": ["get"]}
+        kmock[lambda req: req.url.path.startswith(f"/apis/{kueue_visibility.GROUP_VERSION}/")] << self._pending_workloads
+
+    def _pending_workloads(self, request: Any) -> Any:
+        """The visibility API's LocalQueue endpoint (kueue_visibility.py), served by the emulated Kueue."""
+        parts = request.url.path.strip("/").split("/")  # apis, group, version, namespaces, NS, localqueues, NAME, pendingworkloads
+        found = None
+        if len(parts) == 8 and (parts[3], parts[5], parts[7]) == ("namespaces", "localqueues", "pendingworkloads"):
+            query = request.url.query
+            found = kueue_visibility.pending_workloads(
+                self.list("Workload"),
+                self.list("LocalQueue"),
+                parts[4],
+                parts[6],
+                limit=int(query.get("limit", 0) or 0),
+                offset=int(query.get("offset", 0) or 0),
+            )
+        if found is None:
+            status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+            return kmock_lib.Response(status=404, payload={**status, "message": f"localqueue {'/'.join(parts[4:7])} not found"})
+        return found
 
     def stop(self) -> None:
         """Kueue's controller manager is down: no webhook endpoints (creates refused), no reconciling."""
