@@ -30,8 +30,9 @@ from bench import learning_folds as lf  # noqa: E402
 from bench import learning_folds_evals, learning_stats  # noqa: E402
 from bench.learning import arm_result  # noqa: E402
 from bench.learning_folds_stats import SCORINGS, scored  # noqa: E402
-from bench.result_meta import machine_facts, write_result  # noqa: E402
+from bench.result_meta import RESULTS, machine_facts, write_result  # noqa: E402
 from trainer.contract.rl_settings import OPTIMIZER_DEFAULTS  # noqa: E402
+from trainer.progress.tensorboard_scalars import read_scalars  # noqa: E402
 
 RESULT_NAME = "loss_agg_explore.json"
 DEFAULT, CANDIDATE = "sequence-mean-token-mean", "token-mean"
@@ -127,6 +128,24 @@ def summarize(rows: dict[str, list[dict]], training: dict[str, dict]) -> dict[st
     }
 
 
+def add_tensorboard(arms: dict[str, dict], jobs_clip: dict[str, float]) -> None:
+    """Each arm's actor scalars per step from its TensorBoard files, merged into its steps' values, and its training
+    summary from the merged values. The service's TrainStep events miss them for most steps: the trainer reports a
+    step once actor/train/loss is read, and Tunix's other actor scalars (grad_norm, kl) often land in the file after
+    it (the 40-step jobs here kept the gradient norm for 3 steps of 40)."""
+    for mode, arm in arms.items():
+        table = read_scalars(arm["run_uri"])
+        actor = {tag: by_step for tag, by_step in table.items() if tag.startswith("actor/")}
+        arm["tensorboard_actor"] = {tag: {str(k): v for k, v in sorted(by_step.items())} for tag, by_step in actor.items()}
+        merged = []
+        for step in arm["train_steps"]:
+            from_file = {tag: by_step[step["step"]] for tag, by_step in actor.items() if step["step"] in by_step}
+            kl = {"kl": from_file["actor/train/kl"]} if "actor/train/kl" in from_file else {}
+            merged.append({**step, "values": {**step["values"], **from_file, **kl}})
+        arm["train_steps_merged"] = merged
+        arm["training"] = {**training_summary(merged, jobs_clip[mode]), "source": "service metrics + the job's TensorBoard actor scalars"}
+
+
 def evaluate_both(client: Any, token: str, arms: dict[str, dict], pre: dict, facts: dict) -> None:
     """Each arm's export on the held-out fold's suite, the two eval jobs at once (the local launcher runs two, and
     one after the other would not fit beside the training in the session). learning_folds.evaluate does one model
@@ -170,6 +189,8 @@ def run(steps: int, dry_run: bool, job_ids: list[str] | None = None) -> dict[str
             # the spec as the service stored it (defaults filled in), beside the one submitted (result["spec"])
             result["resolved_spec"] = client.request("GET", f"/v1/jobs/{result['job_id']}").get("spec")
             result["training"] = training_summary(result["train_steps"], clip_threshold(jobs[mode]))
+        add_tensorboard(arms, {mode: clip_threshold(jobs[mode]) for mode in arms})
+        for mode, result in arms.items():
             print(f"[{mode}] {result['phase']} {json.dumps(result['training'])}", flush=True)
         evaluate_both(client, token, arms, pre, facts)
     summary = summarize({m: arms[m]["model"]["rows"] for m in MODES}, {m: arms[m]["training"] for m in MODES})
@@ -189,13 +210,31 @@ def run(steps: int, dry_run: bool, job_ids: list[str] | None = None) -> dict[str
     return report
 
 
+def retrofit_tensorboard() -> None:
+    """A result written before add_tensorboard existed: the same merge and summary, from the jobs' run directories."""
+    path = RESULTS / RESULT_NAME
+    report = json.loads(path.read_text())
+    arms = report["arms"]
+    add_tensorboard(arms, {mode: clip_threshold(arm["spec"]) for mode, arm in arms.items()})
+    report["summary"] = summarize({m: arms[m]["model"]["rows"] for m in MODES}, {m: arms[m]["training"] for m in MODES})
+    report["tensorboard_added"] = (
+        "by `python bench/loss_agg_explore.py --add-tensorboard` after the run (add_tensorboard's docstring says why)"
+    )
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({m: arms[m]["training"] for m in MODES}, indent=1), json.dumps(report["summary"]["grad_norm_ratio"]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None, help="a dry run of this many steps (nothing written)")
     parser.add_argument(
         "--jobs", nargs=2, metavar=("DEFAULT_JOB", "TOKEN_MEAN_JOB"), help="evaluate these finished jobs instead of training"
     )
+    parser.add_argument("--add-tensorboard", action="store_true", help="merge the jobs' TensorBoard actor scalars into the result file")
     args = parser.parse_args()
+    if args.add_tensorboard:
+        retrofit_tensorboard()
+        return 0
     steps = args.steps or lf.settings()["steps"]
     run(steps, dry_run=args.steps is not None, job_ids=args.jobs)
     return 0

@@ -22,6 +22,12 @@ def _num(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _last5_kl(arm: dict[str, Any]) -> str:
+    kls = [s["values"].get("kl") for s in (arm.get("train_steps_merged") or arm.get("train_steps", []))[-5:]]
+    kept = [k for k in kls if k is not None]
+    return f"; mean KL to the reference over the last 5 steps {sum(kept) / len(kept):.3f}" if kept else ""
+
+
 def _arm_line(mode: str, arm: dict[str, Any], accuracy: dict[str, Any]) -> str:
     t = arm["training"]
     seconds = arm.get("train_seconds")
@@ -31,11 +37,13 @@ def _arm_line(mode: str, arm: dict[str, Any], accuracy: dict[str, Any]) -> str:
         if t["grad_norm_key"]
         else "no gradient norm among the job's metrics"
     )
+    if t.get("source"):
+        norm += " (the actor's figures from the job's TensorBoard files)"
     strict = accuracy["strict"][mode]
     return (
         f"- `{mode}`{' (the default)' if mode == DEFAULT else ''}: job `{arm['job_id']}`, {arm['phase']}, {t['steps']} steps"
         f"{f' in {duration(seconds)}' if seconds else ''}; mean reward {_num(t['reward_first5'], '.2f')} over the first 5 steps "
-        f"and {_num(t['reward_last5'], '.2f')} over the last 5; {norm}. On fold {EVAL_FOLD}: sampled strict "
+        f"and {_num(t['reward_last5'], '.2f')} over the last 5{_last5_kl(arm)}; {norm}. On fold {EVAL_FOLD}: sampled strict "
         f"{_pct(strict['sampled'])}, greedy strict {_pct(strict['greedy'])}."
     )
 

@@ -22,7 +22,9 @@ def _rows(correct_ids: set[int], n: int = 60) -> list[dict[str, Any]]:
 
 
 def _steps(norm: float | None) -> list[dict[str, Any]]:
-    values = [{"reward_mean": 0.1 * s, **({"actor/train/grad_norm": norm * s} if norm is not None else {})} for s in range(1, 7)]
+    values = [
+        {"reward_mean": 0.1 * s, "kl": 0.01 * s, **({"actor/train/grad_norm": norm * s} if norm is not None else {})} for s in range(1, 7)
+    ]
     return [{"step": s, "time": "t", "values": v} for s, v in enumerate(values, 1)]
 
 
@@ -30,7 +32,10 @@ def _result(candidate_ids: set[int], default_ids: set[int], norms: tuple[float |
     rows = {lae.CANDIDATE: _rows(candidate_ids), lae.DEFAULT: _rows(default_ids)}
     steps = {lae.CANDIDATE: _steps(norms[0]), lae.DEFAULT: _steps(norms[1])}
     training = {m: lae.training_summary(s, 2.5) for m, s in steps.items()}
-    arms = {m: {"job_id": f"rl-{i}", "phase": "SUCCEEDED", "train_seconds": 90.0, "training": training[m]} for i, m in enumerate(lae.MODES)}
+    arms = {
+        m: {"job_id": f"rl-{i}", "phase": "SUCCEEDED", "train_seconds": 90.0, "training": training[m], "train_steps": steps[m]}
+        for i, m in enumerate(lae.MODES)
+    }
     return {"steps": 6, "arms": arms, "summary": lae.summarize(rows, training)}
 
 
@@ -71,4 +76,17 @@ def test_the_rendering_carries_the_figures_and_says_when_no_gradient_norm_was_lo
     assert "sampled strict +40.0 points" in text
     assert "no gradient norm among the job's metrics" in text and "not available (no gradient norm logged)" in text
     assert "50.0% [" in text and "10.0% [" in text
-    assert "mean reward 0.30 over the first 5 steps and 0.40 over the last 5" in text
+    assert "mean reward 0.30 over the first 5 steps and 0.40 over the last 5; mean KL to the reference over the last 5 steps 0.040" in text
+
+
+def test_the_tensorboard_actor_scalars_fill_the_steps_the_service_missed(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = {"actor/train/grad_norm": {1: 0.05, 2: 3.0}, "actor/train/kl": {1: 0.0, 2: 0.2}, "rewards/train/mean": {0: 9.0}}
+    monkeypatch.setattr(lae, "read_scalars", lambda root: table)
+    steps = [{"step": 1, "time": "t", "values": {"reward_mean": 0.5}}, {"step": 2, "time": "t", "values": {"reward_mean": 0.25}}]
+    arms = {lae.DEFAULT: {"run_uri": "/run", "train_steps": steps}}
+    lae.add_tensorboard(arms, {lae.DEFAULT: 0.1})
+    t = arms[lae.DEFAULT]["training"]
+    assert (t["grad_norm_key"], t["grad_norm_mean"], t["clipped_steps"]) == ("actor/train/grad_norm", pytest.approx(1.525), 1)
+    assert arms[lae.DEFAULT]["train_steps_merged"][1]["values"]["kl"] == 0.2
+    assert arms[lae.DEFAULT]["train_steps"][1]["values"] == {"reward_mean": 0.25}  # the service's record is kept as it was
+    assert t["reward_first5"] == pytest.approx(0.375)
