@@ -28,9 +28,10 @@ sys.path.insert(0, str(REPO))
 
 from bench import learning_folds as lf  # noqa: E402
 from bench import learning_folds_evals, learning_stats  # noqa: E402
-from bench.learning import arm_result  # noqa: E402
+from bench.learning import arm_result, follow  # noqa: E402
 from bench.learning_folds_stats import SCORINGS, scored  # noqa: E402
 from bench.result_meta import RESULTS, machine_facts, write_result  # noqa: E402
+from trainer.contract import RunLayout  # noqa: E402
 from trainer.contract.rl_settings import OPTIMIZER_DEFAULTS  # noqa: E402
 from trainer.progress.tensorboard_scalars import read_scalars  # noqa: E402
 
@@ -146,7 +147,16 @@ def add_tensorboard(arms: dict[str, dict], jobs_clip: dict[str, float]) -> None:
         arm["training"] = {**training_summary(merged, jobs_clip[mode]), "source": "service metrics + the job's TensorBoard actor scalars"}
 
 
-def evaluate_both(client: Any, token: str, arms: dict[str, dict], pre: dict, facts: dict) -> None:
+def finished_eval(client: Any, eval_id: str, checkpoint: str) -> tuple[list[dict], dict[str, Any]]:
+    job = follow(client, eval_id, poll_s=learning_folds_evals.POLL_S)
+    record = learning_folds_evals._eval_record(client, eval_id, checkpoint)
+    if job["phase"] != "SUCCEEDED":
+        raise SystemExit(f"eval {eval_id} ended {job['phase']}: {job.get('message')}")
+    path = Path(RunLayout(output=str(lf.WORK / "runs"), job_id=eval_id).eval_outcomes)
+    return [learning_folds_evals.bench_row(o) for o in learning_folds_evals.read_outcomes(path, record["suite"]["rows"])], record
+
+
+def evaluate_both(client: Any, token: str, arms: dict[str, dict], pre: dict, facts: dict, eval_ids: dict[str, str] | None = None) -> None:
     """Each arm's export on the held-out fold's suite, the two eval jobs at once (the local launcher runs two, and
     one after the other would not fit beside the training in the session). learning_folds.evaluate does one model
     and rewrites the suite files each call, which a concurrent submission could read half-written: here they are
@@ -159,6 +169,9 @@ def evaluate_both(client: Any, token: str, arms: dict[str, dict], pre: dict, fac
 
     def one(mode: str) -> dict[str, Any]:
         checkpoints = {EVAL_FOLD: f"{arms[mode]['job_id']}:export"}
+        if eval_ids:  # eval jobs that ended after the bench lost its service: read, not resubmitted
+            rows, record = finished_eval(client, eval_ids[mode], checkpoints[EVAL_FOLD])
+            return {"rows": rows, "evaluation": {**path, "evals": {EVAL_FOLD: record}}}
         requests = learning_folds_evals.eval_requests(job_name(mode), checkpoints, suites, lf.WORK / "runs")
         rows, evals = learning_folds_evals.evaluate_model(client, token, requests)
         return {"rows": rows, "evaluation": {**path, "evals": evals}}
@@ -168,7 +181,7 @@ def evaluate_both(client: Any, token: str, arms: dict[str, dict], pre: dict, fac
             arms[mode]["model"] = model
 
 
-def run(steps: int, dry_run: bool, job_ids: list[str] | None = None) -> dict[str, Any]:
+def run(steps: int, dry_run: bool, job_ids: list[str] | None = None, eval_ids: list[str] | None = None) -> dict[str, Any]:
     pre = lf.settings()
     lf.WORK.mkdir(parents=True, exist_ok=True)
     lf.model_dir(lf.env())
@@ -192,7 +205,7 @@ def run(steps: int, dry_run: bool, job_ids: list[str] | None = None) -> dict[str
         add_tensorboard(arms, {mode: clip_threshold(jobs[mode]) for mode in arms})
         for mode, result in arms.items():
             print(f"[{mode}] {result['phase']} {json.dumps(result['training'])}", flush=True)
-        evaluate_both(client, token, arms, pre, facts)
+        evaluate_both(client, token, arms, pre, facts, dict(zip(MODES, eval_ids, strict=True)) if eval_ids else None)
     summary = summarize({m: arms[m]["model"]["rows"] for m in MODES}, {m: arms[m]["training"] for m in MODES})
     report = {
         "what": "exploratory (one seed each, chosen after the pre-registration): trained/A with loss_agg_mode "
@@ -230,13 +243,14 @@ def main() -> int:
     parser.add_argument(
         "--jobs", nargs=2, metavar=("DEFAULT_JOB", "TOKEN_MEAN_JOB"), help="evaluate these finished jobs instead of training"
     )
+    parser.add_argument("--evals", nargs=2, metavar=("DEFAULT_EVAL", "TOKEN_MEAN_EVAL"), help="with --jobs: their finished eval jobs")
     parser.add_argument("--add-tensorboard", action="store_true", help="merge the jobs' TensorBoard actor scalars into the result file")
     args = parser.parse_args()
     if args.add_tensorboard:
         retrofit_tensorboard()
         return 0
     steps = args.steps or lf.settings()["steps"]
-    run(steps, dry_run=args.steps is not None, job_ids=args.jobs)
+    run(steps, dry_run=args.steps is not None, job_ids=args.jobs, eval_ids=args.evals)
     return 0
 
 
