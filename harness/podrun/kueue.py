@@ -28,7 +28,7 @@ import copy
 import datetime as dt
 from typing import Any
 
-import kmock as kmock_lib
+from kmock._internal.rendering import Response
 
 from . import kueue_versions, kueue_visibility
 from .admission import KUEUE_WEBHOOK_SERVICE, Admission, install_admission
@@ -119,7 +119,7 @@ class KueueEmulator:
             )
         if found is None:
             status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
-            return kmock_lib.Response(status=404, payload={**status, "message": f"localqueue {'/'.join(parts[4:7])} not found"})
+            return Response(status=404, payload={**status, "message": f"localqueue {'/'.join(parts[4:7])} not found"})
         return found
 
     def stop(self) -> None:
