@@ -45,6 +45,8 @@ def test_tiny_job_runs_to_success_through_the_api(
         assert {"convert", "train", "export"} <= set(job["stage_times"])
         points = client.get(f"/v1/jobs/{job_id}/metrics", headers=auth).json()["points"]
         assert [p["step"] for p in points if p["kind"] == "train"] == list(range(1, job["total_steps"] + 1))
+        # Every step carries the scalars Tunix writes after its loss (trainer/progress/train_rl_events.py).
+        assert all("actor/train/grad_norm" in p["values"] for p in points if p["kind"] == "train"), points
         # train_rl evaluated the 2 eval rows (batch_size 2 x num_test_batches 1) before and after training;
         # each point carries its Wilson interval, and the change is paired over the same 2 rows.
         evaluation = job["eval"]

@@ -82,11 +82,33 @@ def test_rollout_metrics_belong_to_the_next_training_step():
             Scalar(2, "rewards/train/mean", 0.4, 0),  # step 3's rollout; its update is not logged yet
         ]
     )
-    ready = assembler.ready()
-    assert [step for step, _ in ready] == [2]  # 1 was reported by an earlier attempt, 3 is incomplete
+    assert assembler.ready() == []  # no later loss yet: step 2's other actor scalars may be on their way
+    ready = assembler.ready(final=True)
+    assert [step for step, _ in ready] == [2]  # 1 was reported by an earlier attempt, 3 has no update
     fields = train_step_fields(2, 3, ready[0][1])
     assert fields["reward_mean"] == 0.2 and fields["loss"] == 2.0 and fields["kl"] == 0.3
     assert not any(k.startswith("jax/") for k in fields["metrics"])
+
+
+def test_a_step_waits_for_the_actor_scalars_written_after_its_loss():
+    """Tunix writes loss, then grad_norm, then kl for one step; a read between them must not report the step."""
+    from trainer.progress.tensorboard_scalars import Scalar
+
+    assembler = TrainStepAssembler(total_steps=4)
+    assembler.add([Scalar(0, "rewards/train/mean", 0.1, 0), Scalar(1, "actor/train/loss", 1.0, 0)])
+    assert assembler.ready() == []  # step 1's grad_norm and kl may still be on their way
+    assembler.add([Scalar(1, "actor/train/grad_norm", 5.0, 0), Scalar(1, "actor/train/kl", 0.01, 0)])
+    assembler.add([Scalar(1, "rewards/train/mean", 0.2, 0), Scalar(2, "actor/train/loss", 2.0, 0)])
+    [(step, metrics)] = assembler.ready()  # step 2's loss is written after all of step 1's scalars
+    assert step == 1 and metrics["actor/train/grad_norm"] == 5.0 and metrics["actor/train/kl"] == 0.01
+    assert assembler.ready() == []  # step 2 lacks the tags a complete step carried
+    assembler.add([Scalar(2, "actor/train/grad_norm", 6.0, 0), Scalar(2, "actor/train/kl", 0.02, 0)])
+    [(step, metrics)] = assembler.ready()  # complete by the tags step 1 had, without waiting for step 3
+    assert step == 2 and metrics["actor/train/kl"] == 0.02
+    assembler.add([Scalar(3, "actor/train/loss", 3.0, 0)])
+    assert assembler.ready() == []
+    [(step, metrics)] = assembler.ready(final=True)  # the writer closed: what step 3 has is all it will have
+    assert step == 3 and "actor/train/kl" not in metrics
 
 
 def test_eval_lines_become_eval_results():

@@ -97,7 +97,7 @@ def test_the_metrics_arrive_under_the_tags_the_service_reads(scalars: list[tuple
     assembler = TrainStepAssembler(total_steps=5)
     assembler.add([Scalar(step=s, tag=tag, value=v, wall_time=0.0) for tag, v, s in scalars])
     assembler.add([Scalar(step=1, tag="actor/train/loss", value=0.5, wall_time=0.0)])
-    [(step, metrics)] = assembler.ready()
+    [(step, metrics)] = assembler.ready(final=True)
     event = TrainStep(seq=0, time=datetime.now(UTC), job_id="rl-000000000001", **train_step_fields(step, 5, metrics))
     summary = TrainStepSummary.of_event(event)
     assert (summary.step, summary.completions, summary.rewarded_completions, summary.signal_fraction) == (1, 8, 5, 0.75)

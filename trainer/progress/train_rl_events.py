@@ -28,7 +28,8 @@ from trainer.progress.event_reporter import EventReporter
 from trainer.progress.tensorboard_scalars import EventFileTailer, Scalar
 
 ROLLOUT_PREFIXES = ("rewards/", "completions/")
-ACTOR_PREFIX = "actor/"
+ACTOR_TRAIN_PREFIX = "actor/train/"
+ACTOR_LOSS = "actor/train/loss"
 IGNORED_PREFIXES = ("jax/",)  # JAX/Orbax runtime counters, not training metrics
 
 EVAL_LINE = re.compile(
@@ -41,11 +42,19 @@ EVAL_LINE = re.compile(
 
 @dataclass
 class TrainStepAssembler:
-    """Collects scalars by training step and hands out each step once its actor update is logged."""
+    """Collects scalars by training step and hands out each step once its actor update is fully logged.
+
+    Tunix writes a step's actor scalars (loss, perplexity, learning rate, grad_norm, then the RL
+    metrics such as kl) in one call, one after another (peft_trainer._log_metrics, then
+    trainer._post_process_train_step's metrics), and a tail can read the file between two of them.
+    A step is therefore complete once a later step's actor loss is in the file (the file is written
+    in order), or once it carries every actor tag a complete step carried, or at the final read.
+    """
 
     total_steps: int
     already_reported: set[int] = field(default_factory=set)
     _by_step: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    _actor_train_tags: set[str] = field(default_factory=set)
 
     def add(self, scalars: list[Scalar]) -> None:
         for s in scalars:
@@ -54,11 +63,19 @@ class TrainStepAssembler:
             step = s.step + 1 if s.tag.startswith(ROLLOUT_PREFIXES) else s.step
             self._by_step[step][s.tag] = s.value
 
-    def ready(self) -> list[tuple[int, dict[str, float]]]:
+    def ready(self, *, final: bool = False) -> list[tuple[int, dict[str, float]]]:
+        """Steps complete since the last call; `final` once the writer has closed its files."""
+        latest_update = max((step for step, metrics in self._by_step.items() if ACTOR_LOSS in metrics), default=0)
         out = []
         for step in sorted(self._by_step):
             metrics = self._by_step[step]
-            if step < 1 or step in self.already_reported or "actor/train/loss" not in metrics:
+            if step < 1 or step in self.already_reported or ACTOR_LOSS not in metrics:
+                continue
+            tags = {tag for tag in metrics if tag.startswith(ACTOR_TRAIN_PREFIX)}
+            known_complete = final or step < latest_update
+            if known_complete:
+                self._actor_train_tags |= tags
+            elif not self._actor_train_tags or not self._actor_train_tags <= tags:
                 continue
             self.already_reported.add(step)
             out.append((step, dict(metrics)))
@@ -170,10 +187,10 @@ class TrainProgressWatcher:
     def start(self) -> None:
         self._thread.start()
 
-    def _poll_once(self) -> None:
+    def _poll_once(self, *, final: bool = False) -> None:
         with self._lock:
             self._assembler.add(self._tailer.poll())
-            for step, metrics in self._assembler.ready():
+            for step, metrics in self._assembler.ready(final=final):
                 self._reporter.train_step(**train_step_fields(step, self._assembler.total_steps, metrics))
 
     def _run(self) -> None:
@@ -186,4 +203,4 @@ class TrainProgressWatcher:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
-        self._poll_once()
+        self._poll_once(final=True)
