@@ -135,3 +135,7 @@ def test_a_repeated_idempotency_key_returns_the_same_eval_and_another_body_is_a_
     )
     assert other.status_code == 409 and first.json()["id"] in other.json()["detail"]
     assert api.client.get("/v1/evals", headers=api.as_(TOKEN_A)).json()["count"] == 1
+    # Counted as job submits are (api/routes/jobs.py counted_submit): the job's own submit, this eval, the replay, the 409.
+    counted = api.client.get("/metrics").text
+    for outcome, n in (("created", 2), ("replayed", 1), ("error", 1)):
+        assert f'rljob_job_submissions_total{{outcome="{outcome}"}} {n}.0' in counted, outcome

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Query, Response, status
 
 from service.api.deps import CallerDep, JobIdPath, JobServiceDep, MetricsDep, PublicDep, ReadyDep, SettingsDep, get_visible_job
 from service.api.errors import error_responses
-from service.api.routes.jobs import CURSOR_PATTERN, IdempotencyKey, decode_cursor, encode_cursor
+from service.api.routes.jobs import CURSOR_PATTERN, IdempotencyKey, counted_submit, decode_cursor, encode_cursor
 from service.domain.evals.eval_compare import compare_evals
 from service.domain.evals.eval_jobs import EvalCreate, build_eval_spec
 from service.domain.evals.eval_view import EvalFilters, eval_public, scan_evals
@@ -98,17 +98,14 @@ def submit_eval(
 ) -> EvalPublic:
     """Evaluate a checkpoint on a suite in an eval job of its own (a cpu job: queued, launched, logged and cancelled as
     any job). 201 with the new eval; 200 with the existing one for a repeated Idempotency-Key."""
-    try:
-        local = settings.launcher == "local"
-        default_output = str(Path(settings.state_dir).expanduser().resolve() / EVAL_RUNS_DIR) if local else None
+    local = settings.launcher == "local"
+    default_output = str(Path(settings.state_dir).expanduser().resolve() / EVAL_RUNS_DIR) if local else None
+
+    def submit() -> tuple[JobRecord, bool]:
         spec = build_eval_spec(body, lambda job_id: jobs.get(caller, job_id), jobs.run_files, default_output)
-        record, created = jobs.submit(caller, spec, idempotency_key)
-    except Exception:
-        metrics.submissions.labels("error").inc()
-        raise
-    metrics.submissions.labels("created" if created else "replayed").inc()
-    if not created:
-        response.status_code = status.HTTP_200_OK
+        return jobs.submit(caller, spec, idempotency_key)
+
+    record = counted_submit(metrics, response, submit)
     return eval_public(record, public(record).usage)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response, status
@@ -26,10 +27,11 @@ from service.api.deps import (
 )
 from service.api.errors import error_responses
 from service.api.log_follow import Pacer, follow_log, log_chunks
+from service.api.metrics import ServiceMetrics
 from service.domain.job_repro import read_job_repro
 from service.domain.records.errors import BadCursor, InvalidRequest
 from service.domain.records.estimate_models import JobEstimate
-from service.domain.records.models import JobCreate, JobFilters, JobPublic, JobsPublic, MetricsPublic, SamplesPublic
+from service.domain.records.models import JobCreate, JobFilters, JobPublic, JobRecord, JobsPublic, MetricsPublic, SamplesPublic
 from service.domain.records.phases import JobPhase
 from trainer.contract import ReproRecord
 
@@ -138,15 +140,20 @@ def submit_job(
     if dry_run == "estimate":
         estimate = jobs.estimate(caller, body)
         return Response(estimate.model_dump_json(), media_type="application/json")
+    return public(counted_submit(metrics, response, lambda: jobs.submit(caller, body, idempotency_key, override_budget=override_budget)))
+
+
+def counted_submit(metrics: ServiceMetrics, response: Response, submit: Callable[[], tuple[JobRecord, bool]]) -> JobRecord:
+    """A submit (a job's or an eval's), counted by its outcome; a replayed Idempotency-Key answers 200, not 201."""
     try:
-        record, created = jobs.submit(caller, body, idempotency_key, override_budget=override_budget)
+        record, created = submit()
     except Exception:
         metrics.submissions.labels("error").inc()
         raise
     metrics.submissions.labels("created" if created else "replayed").inc()
     if not created:
         response.status_code = status.HTTP_200_OK
-    return public(record)
+    return record
 
 
 @router.get("", response_model=JobsPublic, responses=error_responses(400, 401, 422, 503))
