@@ -26,13 +26,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from service.background_loop import BackgroundLoop
 from service.domain.records.errors import InvalidRequest, LaunchFailed
-from service.domain.records.models import QueueStatus
 from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
 from trainer.contract.tpu import tpu_slice
@@ -42,6 +39,7 @@ from .admission import NO_TEAM, JobClaim, TeamQuotas, admit, chips_of, never_fit
 from .capacity import local_capacity, local_capacity_problem
 from .child_env import trainer_env
 from .host_tpu import HostTpu, host_accelerator_problem, probe_host_tpu
+from .local_job import LocalJob, observation, read_json
 from .local_launch_lock import job_dir_lock
 from .output_log import output_lines
 
@@ -49,27 +47,6 @@ log = logging.getLogger(__name__)
 
 RUNNER_PATH = str(Path(job_runner.__file__).resolve())
 RUNNER_MARKER = "job_runner.py"
-
-
-@dataclass
-class _Job:
-    job_id: str
-    dir: Path
-    claim: JobClaim  # its team, chips, priority and submission order: what admission weighs
-    state: str = "queued"  # queued -> running -> exited | removed (cancelled while queued)
-    queue: QueueStatus | None = None  # while queued: the place in line last reported
-    popen: subprocess.Popen[bytes] | None = None  # None when re-attached after a restart
-    pid: int | None = None
-    exit_code: int | None = None
-    leader_exited: bool = False
-    kill_at: float | None = None  # monotonic time to escalate a cancel to SIGKILL
-    message: str = ""
-    spawn_error: str | None = None
-    capacity: str | None = None  # the kind of capacity it runs as here (local_capacity): what status and usage show
-
-    @property
-    def object_name(self) -> str | None:
-        return f"pid:{self.pid}" if self.pid else None
 
 
 class LocalProcessLauncher:
@@ -101,7 +78,7 @@ class LocalProcessLauncher:
         self._probe_tpu = probe_tpu
         self._host_tpu: HostTpu | None = None  # probed once, at the first TPU job: hardware does not change
         self._probe_lock = threading.Lock()
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, LocalJob] = {}
         self._next_seq = 0  # submission order of the jobs handed to this launcher
         self._lock = threading.RLock()
         self._sink: ObservationSink | None = None
@@ -158,7 +135,7 @@ class LocalProcessLauncher:
                 del self._jobs[job_id]
                 raise LaunchFailed(job.spawn_error)
             if job.state == "queued" and not any(o.job_id == job_id for o in out):
-                out.append(self._observation(job))  # a repeated launch: the job service may not know it waits
+                out.append(observation(job))  # a repeated launch: the job service may not know it waits
             result = LaunchResult(backend=self.backend, object_name=job.object_name or "queued")
         self._emit(out)
         return result
@@ -171,7 +148,7 @@ class LocalProcessLauncher:
                 return
             if job.state == "queued":
                 job.state = "removed"
-                out.append(self._observation(job))
+                out.append(observation(job))
                 self._start_admitted(out)  # the jobs behind it move up
             elif job.state == "running" and job.kill_at is None:
                 log.info("cancelling %s: SIGTERM to process group %s", job_id, job.pid)
@@ -185,7 +162,7 @@ class LocalProcessLauncher:
             if job is None:
                 job = self._finished_while_away(job_id)
             if job is None:
-                record = self._read_json(self._dir(job_id) / "process.json")
+                record = read_json(self._dir(job_id) / "process.json")
                 if record:  # it was started here, and is gone without an exit record
                     message = (
                         f"the trainer process (pid {record['pid']}) ended without recording an exit code (killed, or the machine restarted)"
@@ -194,7 +171,7 @@ class LocalProcessLauncher:
                     message = "no trainer process for this job on this machine"
                 name = f"pid:{record['pid']}" if record else None  # names the attempt: a relaunch replaces it
                 return Observation(job_id, ObservedState.GONE, message=message, object_name=name)
-            return self._observation(job)
+            return observation(job)
 
     def logs(self, job_id: str, *, follow: bool = False, tail_lines: int | None = None) -> Iterator[str | None]:
         path = self._dir(job_id) / "output.log"
@@ -229,11 +206,11 @@ class LocalProcessLauncher:
             job = self._jobs.get(job_id)
             return job is not None and job.state in ("queued", "running")
 
-    def _enqueue(self, job_id: str, spec: JobSpec) -> _Job:
+    def _enqueue(self, job_id: str, spec: JobSpec) -> LocalJob:
         job_dir = self._dir(job_id)
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
-        job = _Job(job_id=job_id, dir=job_dir, claim=self._claim(job_id, spec), capacity=local_capacity(spec))
+        job = LocalJob(job_id=job_id, dir=job_dir, claim=self._claim(job_id, spec), capacity=local_capacity(spec))
         self._jobs[job_id] = job
         return job
 
@@ -245,12 +222,12 @@ class LocalProcessLauncher:
             job = self._jobs[answer.job_id]
             if answer.queue is None:
                 self._spawn(job)
-                out.append(self._observation(job))
+                out.append(observation(job))
             elif answer.queue != job.queue:
                 job.queue = answer.queue
-                out.append(self._observation(job))
+                out.append(observation(job))
 
-    def _spawn(self, job: _Job) -> None:
+    def _spawn(self, job: LocalJob) -> None:
         """Start the job's runner, unless one is alive already: another service process on this state
         directory (a second replica, a leader that has not noticed it was replaced) may have started it
         since this one queued the job. The job directory's lock makes check-and-start one step, so a
@@ -265,7 +242,7 @@ class LocalProcessLauncher:
                 (job.dir / stale).unlink(missing_ok=True)
             self._start_runner(job)
 
-    def _start_runner(self, job: _Job) -> None:
+    def _start_runner(self, job: LocalJob) -> None:
         command = [
             sys.executable,
             RUNNER_PATH,
@@ -318,9 +295,9 @@ class LocalProcessLauncher:
         except BrokenPipeError:
             pass  # the runner is already gone: the monitor sees its exit
 
-    def _adopt(self, job_id: str) -> _Job | None:
+    def _adopt(self, job_id: str) -> LocalJob | None:
         """Re-attach to a runner started by an earlier service process, if it is really ours."""
-        record = self._read_json(self._dir(job_id) / "process.json")
+        record = read_json(self._dir(job_id) / "process.json")
         if not record:
             return None
         pid, ticks = int(record["pid"]), record.get("ticks")
@@ -328,7 +305,7 @@ class LocalProcessLauncher:
             return None
         spec = self._read_spec(job_id)
         claim = self._claim(job_id, spec)
-        job = _Job(job_id=job_id, dir=self._dir(job_id), claim=claim, state="running", pid=pid)
+        job = LocalJob(job_id=job_id, dir=self._dir(job_id), claim=claim, state="running", pid=pid)
         job.capacity = local_capacity(spec) if spec is not None else None
         job.message = f"re-attached to process group {pid}"
         self._jobs[job_id] = job
@@ -350,45 +327,17 @@ class LocalProcessLauncher:
         except (OSError, ValueError):
             return None
 
-    def _finished_while_away(self, job_id: str) -> _Job | None:
+    def _finished_while_away(self, job_id: str) -> LocalJob | None:
         """The runner exited while no service watched it: its exit file says how."""
         if not (self._dir(job_id) / "process.json").exists():
             return None
-        exit_record = self._read_json(self._dir(job_id) / "exit.json")
+        exit_record = read_json(self._dir(job_id) / "exit.json")
         if not exit_record:
             return None
         code = int(exit_record["exit_code"])
-        job = _Job(job_id, self._dir(job_id), claim=JobClaim(job_id, NO_TEAM, 0), state="exited", exit_code=code)
+        job = LocalJob(job_id, self._dir(job_id), claim=JobClaim(job_id, NO_TEAM, 0), state="exited", exit_code=code)
         self._jobs[job_id] = job
         return job
-
-    @staticmethod
-    def _read_json(path: Path) -> dict[str, Any] | None:
-        try:
-            # Written by this launcher and its runner: an object of JSON scalars.
-            record: dict[str, Any] | None = json.loads(path.read_text())
-            return record
-        except (OSError, ValueError):
-            return None
-
-    def _observation(self, job: _Job) -> Observation:
-        name = job.object_name
-        if job.state == "queued":
-            queue = job.queue or QueueStatus(name=f"team/{job.claim.team}", reason="Admitting", message="being admitted")
-            return Observation(job.job_id, ObservedState.QUEUED, message=queue.message, reason=queue.reason, queue=queue)
-        if job.state == "running":
-            return Observation(job.job_id, ObservedState.RUNNING, message=job.message, object_name=name, capacity=job.capacity)
-        if job.state == "removed":
-            return Observation(job.job_id, ObservedState.GONE, message="removed from the queue before it started")
-        if job.exit_code is None:
-            return Observation(
-                job.job_id,
-                ObservedState.GONE,
-                object_name=name,
-                message="the trainer process ended without recording an exit code (killed, or the machine restarted)",
-            )
-        state = ObservedState.SUCCEEDED if job.exit_code == 0 else ObservedState.FAILED
-        return Observation(job.job_id, state, exit_code=job.exit_code, object_name=name, message=job.message)
 
     def poll_once(self) -> None:
         """Check every running job once: collect exits, escalate cancels, start queued jobs if one
@@ -397,12 +346,12 @@ class LocalProcessLauncher:
         with self._lock:
             for job in [j for j in self._jobs.values() if j.state == "running"]:
                 if self._check(job):
-                    out.append(self._observation(job))
+                    out.append(observation(job))
             if out:
                 self._start_admitted(out)
         self._emit(out)
 
-    def _check(self, job: _Job) -> bool:
+    def _check(self, job: LocalJob) -> bool:
         """Advance one running job; True when it has fully stopped."""
         if job.pid is None:
             return False
@@ -416,7 +365,7 @@ class LocalProcessLauncher:
                 job.exit_code = returncode if returncode >= 0 else 128 - returncode
             elif procs.is_our_process(job.pid, marker=RUNNER_MARKER, job_id=job.job_id, ticks=None):
                 return False
-            recorded = self._read_json(job.dir / "exit.json")
+            recorded = read_json(job.dir / "exit.json")
             if recorded:  # the trainer's own code, as the runner saw it
                 job.exit_code = int(recorded["exit_code"])
             elif job.popen is None:
