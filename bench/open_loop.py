@@ -131,6 +131,14 @@ class OpenLoopClient:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(self._one(paths[i % len(paths)], scheduled, timeout_s, result)))
         await asyncio.gather(*tasks)
+        # Closed while this loop still runs: closed after it (close() below), a socket stays open until collected,
+        # and the server holds the window's connections into the next window (against its connection cap).
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await conn.writer.wait_closed()
         return result
 
     def close(self) -> None:

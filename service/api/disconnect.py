@@ -3,7 +3,7 @@
 uvicorn lets an app run to its end after the client disconnected; under overload those are exactly
 the requests whose clients timed out, and finishing them only delays the ones still wanted. This
 middleware watches the connection once the request body has been read (at once for a request without
-one) and cancels the request's task when the client leaves before the response has started. What is
+one) and the request first waits, and cancels the request's task when the client leaves before the response has started. What is
 already running in a worker thread finishes (a thread cannot be interrupted), but a request still
 waiting for a thread, the database or a dependency stops there. After the response has started,
 nothing is cancelled: a streaming response watches for the disconnect itself.
@@ -74,6 +74,7 @@ class CancelOnDisconnectMiddleware:
             return
         connection = _ConnectionWatch(receive, body_expected=_has_body(scope))
         left, started, cancelling = asyncio.Event(), False, False
+        helpers: list[asyncio.Task[None]] = []
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
@@ -87,8 +88,12 @@ class CancelOnDisconnectMiddleware:
                 cancelling = True
                 task.cancel()
 
-        watcher = asyncio.create_task(connection.watch(left))
-        canceller = asyncio.create_task(cancel_when_left())
+        def start_watching() -> None:
+            helpers.extend((asyncio.create_task(connection.watch(left)), asyncio.create_task(cancel_when_left())))
+
+        # The watch starts when the request first waits (the loop runs this only then): a request answered
+        # without waiting (a status read from memory) has nothing to cancel, and pays for no tasks.
+        first_wait = asyncio.get_running_loop().call_soon(start_watching)
         try:
             await self.app(scope, connection.receive, tracking_send)
         except asyncio.CancelledError:
@@ -97,7 +102,8 @@ class CancelOnDisconnectMiddleware:
             task.uncancel()
             self.cancelled += 1  # the client left; there is nobody to answer
         finally:
-            for helper in (watcher, canceller):
+            first_wait.cancel()
+            for helper in helpers:
                 helper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await helper

@@ -1,11 +1,15 @@
 """CancelOnDisconnectMiddleware on plain ASGI calls: a request that waits is cancelled when its client leaves before
-the answer starts (fails with the middleware's task.cancel() removed)."""
+the answer starts; one answered without waiting (the status read from memory) starts no watch at all, so it pays
+for no tasks. Each assertion fails with its mechanism removed (the cancellation; the watch's deferred start)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import pytest
+
+from service.api import disconnect
 from service.api.disconnect import CancelOnDisconnectMiddleware
 
 SCOPE: dict[str, Any] = {"type": "http", "method": "GET", "path": "/", "headers": []}
@@ -55,3 +59,24 @@ def test_a_request_that_waits_is_cancelled_when_its_client_leaves() -> None:
 
     middleware = asyncio.run(main())
     assert middleware.cancelled == 1 and not finished
+
+
+def test_a_request_answered_without_waiting_starts_no_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[object] = []
+    create_task = asyncio.create_task
+
+    def counted(coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        started.append(coro)
+        return create_task(coro, **kwargs)
+
+    monkeypatch.setattr(disconnect.asyncio, "create_task", counted)
+
+    async def main() -> list[dict[str, Any]]:
+        connection = Connection()
+        await CancelOnDisconnectMiddleware(answer_at_once)(SCOPE, connection.receive, connection.send)
+        await asyncio.sleep(0)  # a watch scheduled but not started would start here
+        return connection.sent
+
+    sent = asyncio.run(main())
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert started == [], f"{len(started)} watch tasks started for a request that never waited"
