@@ -39,17 +39,20 @@ def _run_line(seed: str, run: dict[str, Any], accuracy: dict[str, Any] | None) -
         if accuracy
         else "not evaluated"
     )
-    what = f"job `{train['job_id']}`" if "job_id" in train else "bench/peer_trl.py"  # TRL runs in-process: no job
-    return f"  - seed {seed}: {what} on {ran} ({load}), {state}; {figures}"
+    return f"  - seed {seed}: {_what_ran(train)} on {ran} ({load}), {state}; {figures}"
+
+
+def _what_ran(train: dict[str, Any]) -> str:
+    return f"job `{train['job_id']}`" if "job_id" in train else "bench/peer_trl.py"  # TRL runs in-process: no job
 
 
 def _reruns(results: dict[str, Any]) -> list[str]:
     lines = []
     for rerun in results.get("reruns", []):
         replaced = rerun.get("replaced") or {}
-        job = (replaced.get("train") or {}).get("job_id", "-")
         seed = f" seed {rerun['seed']}" if "seed" in rerun else ""
-        lines.append(f"- Rerun under the registered policy: {rerun['arm']}{seed} (job `{job}` replaced): {rerun['reason']}")
+        what = _what_ran(replaced.get("train") or {})
+        lines.append(f"- Rerun under the registered policy: {rerun['arm']}{seed} ({what} replaced): {rerun['reason']}")
     return lines
 
 

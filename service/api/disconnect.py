@@ -2,8 +2,9 @@
 
 uvicorn lets an app run to its end after the client disconnected; under overload those are exactly
 the requests whose clients timed out, and finishing them only delays the ones still wanted. This
-middleware watches the connection once the request body has been read (at once for a request without
-one) and the request first waits, and cancels the request's task when the client leaves before the response has started. What is
+middleware watches the connection from the request's first wait, once its body has been read (at once
+for a request without one), and cancels the request's task when the client leaves before the response
+has started (a request answered without waiting has nothing to cancel and starts no watch). What is
 already running in a worker thread finishes (a thread cannot be interrupted), but a request still
 waiting for a thread, the database or a dependency stops there. After the response has started,
 nothing is cancelled: a streaming response watches for the disconnect itself.
