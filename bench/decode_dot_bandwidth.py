@@ -8,7 +8,7 @@ process and interleaved round by round so that load lands on all alike:
 - for each matrix shape of one SmolLM2 layer and the tied logits: XLA's `x @ W` with 8 rows, in the layout the
   engine keeps (in-features first) and transposed, and torch's `x @ W` with torch's own threads;
 - `layer_stack`: the 30 layers' MLP matrices in one jitted loop, as the engine's scanned decode reads them;
-- `kernel`: the engine's native kernel (trainer/maxtext_entry/few_rows_matmul.py) on each matrix out-features first;
+- `kernel`: the engine's native kernel (trainer/rollout/few_rows_matmul.py) on each matrix out-features first;
 - `decode layers x30`: every product of 30 layers, one array per layer and matrix, out-features first and unrolled
   as the engine keeps and runs them, by XLA's dot and by the kernel (the change's before and after).
 
@@ -65,7 +65,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from trainer.maxtext_entry import few_rows_matmul
+    from trainer.rollout import few_rows_matmul
 
     if not few_rows_matmul.available():
         raise SystemExit("few_rows_matmul's kernel did not build here (see the warning above)")

@@ -6,7 +6,7 @@ much another training run would differ. Here each arm is trained once per seed o
 
 - `base`: not trained; one eval job on fold B (the evaluation's sampling seed is fixed, so a second would repeat it);
 - `rljob`: the folds bench's trained/A job with `grpo.kl_direction` set to TRL's KL gradient and the spec's `seed`
-  set to s (data order and each rollout's key, trainer/maxtext_entry/rollout_keys.py), over REST to `rljob serve`;
+  set to s (data order and each rollout's key, trainer/rollout/rollout_keys.py), over REST to `rljob serve`;
 - `peer_trl`: bench/peer_trl.py (TRL's GRPOTrainer) with `--seed s` (TRL's data order and sampling), alone on the
   machine; TRL's version and its whole resolved GRPOConfig are recorded.
 

@@ -142,8 +142,9 @@ def import_engine(commit: str) -> Any:
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     read = rollout_engine_files.read_at(commit)
+    package = rollout_engine_files.package_at(commit)
     for rel in rollout_engine_files.engine_files(commit):
-        target = pkg / Path(rel).relative_to(rollout_engine_files.PACKAGE)  # native/ sources keep their folder
+        target = pkg / Path(rel).relative_to(package)  # native/ sources keep their folder
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(read(rel) or "")
     sys.path.insert(0, str(pkg.parent))
@@ -353,7 +354,7 @@ def main() -> None:
             calls[name] = hf_calls(model_dir, prompt, measured)
             continue
         if name == "current":
-            module = importlib.import_module("trainer.maxtext_entry.jax_rollout")
+            module = importlib.import_module("trainer.rollout.jax_rollout")
         else:
             module = import_engine(SHIPPED_COMMIT if name == "shipped" else name)
         calls[name] = jax_calls(module.JaxMaxTextRollout, maxtext_model, mesh, tokenizer, prompt, measured)

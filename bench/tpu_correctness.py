@@ -48,16 +48,19 @@ INPUTS = REPO / "bench" / ".tpu-inputs"
 RESULT = "tpu_correctness.json"
 # What the verdicts are about: a change to any of them makes the result stale (tests/bench/test_tpu_correctness_fresh.py).
 TRAINER_FILES = (
-    "trainer/maxtext_entry/cached_llama.py",
-    "trainer/maxtext_entry/few_rows_matmul.py",
-    "trainer/maxtext_entry/jax_rollout.py",
-    "trainer/maxtext_entry/rollout_keys.py",
-    "trainer/maxtext_entry/stop_token.py",
+    "trainer/rollout/cached_llama.py",
+    "trainer/rollout/few_rows_matmul.py",
+    "trainer/rollout/jax_rollout.py",
+    "trainer/rollout/rollout_keys.py",
+    "trainer/rollout/stop_token.py",
     "trainer/maxtext_entry/grpo_objective.py",
     "trainer/maxtext_entry/train_rl_entry.py",
     "trainer/sizing/hf_model.py",
     "trainer/stages/train.py",
 )
+# Where the engine's files were until issue 54 moved them to trainer/rollout/: a change there at an older commit is a
+# change to the same file.
+FORMER_PATHS = tuple(rel.replace("trainer/rollout/", "trainer/maxtext_entry/") for rel in TRAINER_FILES if rel.startswith("trainer/rollout/"))
 SHAPES = ("tiny", "smollm2-135m", "qwen3-0.6b")
 # Largest |engine - MaxText| allowed, relative to max(1, the largest |logit|). fp32: the CPU slow tests' bound
 # (test_slow_qwen3_rollout.py, test_slow_pipeline.py). bf16: both sides round every product and the residual stream to
@@ -145,7 +148,7 @@ def greedy(model: Any, mesh: Any, prompts: list[list[int]], new_tokens: int) -> 
     import jax.numpy as jnp
     import numpy as np
 
-    from trainer.maxtext_entry.cached_llama import build_cached_llama
+    from trainer.rollout.cached_llama import build_cached_llama
 
     cached = build_cached_llama(model)
     rows, width = len(prompts), max(len(p) for p in prompts)

@@ -84,10 +84,11 @@ def stop_token_verdict(step: dict[str, Any], step_module: ModuleType) -> dict[st
 
 
 def objective_flags() -> list[str]:
-    from trainer.maxtext_entry.shim_flags import EPSILON_HIGH_FLAG, KL_LOSS_MODE_FLAG
+    """The shim configuration's argument with the objective only, as the train stage passes it."""
+    from trainer.contract.shim_config import GrpoObjective, ShimConfig
     from trainer.stages.train import KL_LOSS_MODES
 
-    return [f"{KL_LOSS_MODE_FLAG}{KL_LOSS_MODES['k3']}", f"{EPSILON_HIGH_FLAG}{EPSILON_HIGH}"]
+    return [ShimConfig(objective=GrpoObjective(kl_loss_mode=KL_LOSS_MODES["k3"], epsilon_high=EPSILON_HIGH)).as_argument()]
 
 
 def objective_verdict(probe: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@
 #   - chromium   : the dashboard's browser tests (Debian's build; no tool may download its own)
 #   - kubectl    : tests/deploy renders k8s/ with `kubectl kustomize` (kustomize >= 5 needed)
 #   - nodejs, npm: the dashboard's build (scripts/build-dashboard.sh) and its unit tests (node --test)
-#   - g++        : the CPU rollout's decode kernel (trainer/maxtext_entry/native/few_rows_matmul.cc) is compiled on
+#   - g++        : the CPU rollout's decode kernel (trainer/rollout/native/few_rows_matmul.cc) is compiled on
 #                  first use; without a compiler rollouts fall back to XLA's slower dot and its test fails
 #   - proot      : harness/podrun runs pods' containers as local processes with their volumes bound at
 #                  their mount paths; it uses user and mount namespaces where the machine allows them

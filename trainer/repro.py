@@ -68,7 +68,7 @@ def seeds_used(spec: JobSpec) -> dict[str, Seed]:
     for shown, key in (("data_shuffle", "data_shuffle_seed"), ("init_weights", "init_weights_seed")):
         value, source = _maxtext_setting(key)
         seeds[shown] = Seed(value=value if isinstance(value, int) else None, source=source)
-    # The train stage's command line (trainer/stages/train.py rl_settings_args, rollout_seed_flags) over MaxText's YAML.
+    # The train stage's command line (trainer/stages/train.py rl_settings_args, rollout_seed) over MaxText's YAML.
     if spec.seed is not None:
         seeds["data_shuffle"] = Seed(value=spec.seed, source="spec seed: data_shuffle_seed")
         seeds["init_weights"] = Seed(value=spec.seed, source="spec seed: init_weights_seed")

@@ -108,7 +108,7 @@ def _decode_goal(shapes: list[dict[str, Any]]) -> str:
     )
 
 
-# What the decode loop's framework ops are in trainer/maxtext_entry/cached_llama.py's step, for the goal's explanation.
+# What the decode loop's framework ops are in trainer/rollout/cached_llama.py's step, for the goal's explanation.
 DECODE_OPS = {
     "dynamic_update_slice": "is the step's write of one position into every layer's KV cache: kilobytes of new data, "
     "yet longer than reading the whole cache once at the measured bandwidth, so XLA moves the cache at every step; "

@@ -51,4 +51,4 @@ def test_the_checked_trainer_files_are_unchanged_since_the_commit_checked_and_no
     ],
 )
 def test_a_change_to_a_checked_file_is_seen(commit: str, files: list[str]) -> None:
-    assert changed(f"{commit}^", commit, list(tpu_correctness.TRAINER_FILES)) == files
+    assert changed(f"{commit}^", commit, [*tpu_correctness.TRAINER_FILES, *tpu_correctness.FORMER_PATHS]) == files

@@ -27,10 +27,10 @@ def maxtext_loader() -> Iterator[Callable[[StageCommand], BaseModel]]:
     entry points leave them out. Importing MaxText takes ~15 s."""
     from maxtext.configs import pyconfig, types  # slow: JAX and MaxText's whole config module
 
-    from trainer.maxtext_entry.shim_flags import EVAL_FLAG, REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, pop_flags
+    from trainer.contract.shim_config import pop_shim_config
 
     def load(command: StageCommand) -> BaseModel:
-        _, args = pop_flags(list(command.args), REGISTER_FLAG, REVISION_FLAG, SAMPLES_FLAG, EVAL_FLAG)
+        _, args = pop_shim_config(list(command.args))
         config_args = [a for a in args if not a.startswith("--")]
         config_class = types.RLConfig if command.module.startswith("trainer.maxtext_entry.train_rl") else None
         extra = {"config_class": config_class} if config_class else {}

@@ -1,6 +1,6 @@
 """The training example one GRPO step builds, as train_rl builds it: Tunix's own `GRPOLearner._generate_and_compute_advantage`
 (which calls `RLCluster.generate` and makes the completion mask) on a real RLCluster and GRPOLearner, with whatever
-wrappers are installed on them (trainer/maxtext_entry/stop_token.py). Only the rollout engine is a stand-in: it returns
+wrappers are installed on them (trainer/rollout/stop_token.py). Only the rollout engine is a stand-in: it returns
 set completions, each as Tunix's sampler returns one, up to but excluding its first EOS.
 
 `python -m tests.trainer.grpo_learner_step` runs the entry shim's main (trainer/maxtext_entry/train_rl_entry.py) with this

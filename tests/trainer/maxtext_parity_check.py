@@ -69,7 +69,7 @@ def cached_rollout(model, mesh, seqs: list[list[int]], pad: int) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from trainer.maxtext_entry.cached_llama import build_cached_llama
+    from trainer.rollout.cached_llama import build_cached_llama
 
     cached = build_cached_llama(model)
     longest = max(len(s) for s in seqs)

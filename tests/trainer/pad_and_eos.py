@@ -1,4 +1,4 @@
-"""How a tokenizer's pad and EOS relate as Tunix's sampler and learner see them (trainer/maxtext_entry/stop_token.py)."""
+"""How a tokenizer's pad and EOS relate as Tunix's sampler and learner see them (trainer/rollout/stop_token.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def pad_and_eos(tokenizer: Any) -> dict[str, Any]:
     """Tunix's pad and EOS ids for this tokenizer, and what each mask makes of a left-padded chat prompt."""
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
-    from trainer.maxtext_entry.stop_token import left_padding_mask
+    from trainer.rollout.stop_token import left_padding_mask
 
     pad_token = tokenizer.pad_token
     try:

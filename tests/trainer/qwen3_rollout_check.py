@@ -82,8 +82,8 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from trainer.maxtext_entry import few_rows_matmul
-    from trainer.maxtext_entry.cached_llama import build_cached_llama
+    from trainer.rollout import few_rows_matmul
+    from trainer.rollout.cached_llama import build_cached_llama
 
     kernel_calls: list[int] = []
     native = few_rows_matmul.kernel

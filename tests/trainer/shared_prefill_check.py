@@ -27,7 +27,7 @@ def main() -> None:
     from transformers import AutoTokenizer
     from tunix.rl.rollout import base_rollout
 
-    from trainer.maxtext_entry import cached_llama, jax_rollout
+    from trainer.rollout import cached_llama, jax_rollout
     from trainer.stages.maxtext_paths import base_config
 
     config = pyconfig.initialize(
@@ -104,7 +104,7 @@ def after_an_update(model, mesh, tokenizer) -> dict[str, object]:  # type: ignor
     from tunix.rl import utils as rl_utils
     from tunix.rl.rollout import base_rollout
 
-    from trainer.maxtext_entry import jax_rollout, rollout_keys
+    from trainer.rollout import jax_rollout, rollout_keys
 
     config = base_rollout.RolloutConfig(
         max_tokens_to_generate=12, max_prompt_length=32, kv_cache_size=48, temperature=1.0, seed=7, eos_tokens=[-1]
@@ -130,7 +130,7 @@ def fresh_keys(model, mesh, tokenizer) -> dict[str, object]:  # type: ignore[no-
     import numpy as np
     from tunix.rl.rollout import base_rollout
 
-    from trainer.maxtext_entry import cached_llama, jax_rollout, rollout_keys
+    from trainer.rollout import cached_llama, jax_rollout, rollout_keys
 
     def config(tokens: int, temperature: float, top_p: float | None) -> base_rollout.RolloutConfig:
         return base_rollout.RolloutConfig(

@@ -46,21 +46,20 @@ def test_best_with_an_intermediate_evaluation_is_accepted_and_last_needs_none():
     assert JobSpec.model_validate(last).grpo.eval_interval == 0
 
 
-def test_train_argv_carries_eval_interval_and_the_keepers_flags_only_for_best():
-    from trainer.maxtext_entry.shim_flags import ACTOR_ROOT_FLAG, BEST_RECORD_FLAG, BEST_ROOT_FLAG, pop_flags
-    from trainer.stages.train import best_checkpoint_flags, grpo_args
+def test_train_argv_carries_eval_interval_and_the_keepers_paths_only_for_best():
+    from trainer.contract.shim_config import BestCheckpointPaths, pop_shim_config
+    from trainer.sizing.hf_model import resolve_model
+    from trainer.stages.train import build_train_command, grpo_args
 
     spec, layout = JobSpec.model_validate(BASE), RunLayout("/runs", "rl-aaaaaaaaaaaa")
     assert "eval_interval=2" in grpo_args(spec)
-    flags = best_checkpoint_flags(spec, layout)
-    found, rest = pop_flags([*flags, "model_name=llama3.1-8b"], BEST_ROOT_FLAG, BEST_RECORD_FLAG, ACTOR_ROOT_FLAG)
-    assert rest == ["model_name=llama3.1-8b"]  # MaxText's config loader never sees them
-    assert found == {
-        BEST_ROOT_FLAG: layout.best_checkpoints,
-        BEST_RECORD_FLAG: layout.best_checkpoint_record,
-        ACTOR_ROOT_FLAG: layout.actor_checkpoints,
-    }
-    assert best_checkpoint_flags(JobSpec.model_validate(with_field(BASE, "export.checkpoint", "last")), layout) == []
+    config, rest = pop_shim_config(list(build_train_command(spec, layout, resolve_model(spec)).args))
+    assert not [a for a in rest if a.startswith("--rljob")]  # MaxText's config loader never sees the keeper's paths
+    assert config.best_checkpoint == BestCheckpointPaths(
+        best_root=layout.best_checkpoints, record_uri=layout.best_checkpoint_record, actor_root=layout.actor_checkpoints
+    )
+    last = JobSpec.model_validate(with_field(BASE, "export.checkpoint", "last"))
+    assert pop_shim_config(list(build_train_command(last, layout, resolve_model(last)).args))[0].best_checkpoint is None
 
 
 def _summary(label: str, correct: float, n: int = 4) -> EvalSummary:

@@ -1,4 +1,4 @@
-"""The decode step's native kernel (trainer/maxtext_entry/native/few_rows_matmul.cc through few_rows_matmul.py):
+"""The decode step's native kernel (trainer/rollout/native/few_rows_matmul.cc through few_rows_matmul.py):
 it builds on this machine, computes what XLA's dot computes (to fp32 rounding) on every path it has (AVX-512
 and plain loops, row blocks and remainders, batch dimensions, both weight layouts), is chosen only for a few
 fp32 rows on CPU, and says why when it cannot be built. Its speed is bench/decode_dot_bandwidth.py's and
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainer.maxtext_entry import few_rows_matmul as frm
+from trainer.rollout import few_rows_matmul as frm
 
 
 def uses_kernel(fn, *args) -> bool:
@@ -27,7 +27,7 @@ def draw(shape: tuple[int, ...], seed: int, dtype=np.float32) -> jax.Array:
 
 def test_the_kernel_builds_and_loads_here():
     # CI has a C++ compiler (scripts/install-system-deps.sh); without one every decode falls back to XLA's dot.
-    assert frm.available(), "few_rows_matmul did not build: see the warning logged by trainer.maxtext_entry.few_rows_matmul"
+    assert frm.available(), "few_rows_matmul did not build: see the warning logged by trainer.rollout.few_rows_matmul"
 
 
 @pytest.mark.parametrize(

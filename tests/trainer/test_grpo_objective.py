@@ -19,7 +19,8 @@ from tunix.rl.grpo import grpo_learner
 
 from trainer.contract import JobSpec
 from trainer.maxtext_entry import grpo_objective
-from trainer.stages.train import KL_LOSS_MODES, objective_flags
+from trainer.contract.shim_config import GrpoObjective
+from trainer.stages.train import KL_LOSS_MODES, objective
 
 VOCAB, SAMPLES, STEPS, LEARNING_RATE = 8, 256, 60, 0.5
 
@@ -59,7 +60,7 @@ def test_k2_and_k3_pull_the_policy_back_to_the_reference_and_k1_does_not():
 
 def test_the_default_job_uses_k3_and_each_estimator_is_one_tunix_knows(tiny_spec_dict):
     spec = JobSpec.model_validate({**tiny_spec_dict, "grpo": {}})
-    assert spec.grpo.kl_estimator == "k3" and objective_flags(spec) == ["--rljob_kl_loss_mode=low_var_kl"]
+    assert spec.grpo.kl_estimator == "k3" and objective(spec) == GrpoObjective(kl_loss_mode="low_var_kl")
     x = jnp.array([-1.0, -2.0])
     for mode in KL_LOSS_MODES.values():
         common.compute_kl_divergence(x, x + 0.5, mode)  # raises on a mode Tunix does not have

@@ -23,7 +23,8 @@ from tunix.rl.grpo import grpo_learner
 from trainer.contract import JobSpec
 from trainer.contract.kl_direction import POLICY_TO_REFERENCE_K3_MODE
 from trainer.maxtext_entry import grpo_objective
-from trainer.stages.train import objective_flags
+from trainer.contract.shim_config import GrpoObjective
+from trainer.stages.train import objective
 
 VOCAB = 5
 PAD, EOS, PROMPT = VOCAB, VOCAB + 1, 0
@@ -115,11 +116,11 @@ def test_a_tunix_without_the_patched_names_is_refused_clearly(installed, monkeyp
 def test_the_spec_passes_the_direction_and_old_specs_keep_their_hash(tiny_spec_dict):
     default = JobSpec.model_validate({**tiny_spec_dict, "grpo": {}})
     assert default.grpo.kl_direction is None and "kl_direction" not in json.loads(default.canonical_json())["grpo"]
-    assert objective_flags(default) == ["--rljob_kl_loss_mode=low_var_kl"]
+    assert objective(default) == GrpoObjective(kl_loss_mode="low_var_kl")
     same = JobSpec.model_validate({**tiny_spec_dict, "grpo": {"kl_direction": "reference_to_policy"}})
-    assert objective_flags(same) == ["--rljob_kl_loss_mode=low_var_kl"]
+    assert objective(same) == GrpoObjective(kl_loss_mode="low_var_kl")
     trl = JobSpec.model_validate({**tiny_spec_dict, "grpo": {"kl_direction": "policy_to_reference"}})
-    assert objective_flags(trl) == [f"--rljob_kl_loss_mode={POLICY_TO_REFERENCE_K3_MODE}"]
+    assert objective(trl) == GrpoObjective(kl_loss_mode=POLICY_TO_REFERENCE_K3_MODE)
     assert trl.content_hash() != default.content_hash()
 
 

@@ -12,7 +12,7 @@ import pytest
 from trainer.contract import JobSpec, RunLayout
 from trainer.contract.reward_sandbox import RewardSandboxSettings
 from trainer.maxtext_entry.reward_sandbox import RewardSandbox
-from trainer.maxtext_entry.shim_flags import REWARD_SANDBOX_FLAG
+from trainer.contract.shim_config import pop_shim_config
 from trainer.rewards_sandbox.output import PER_CALL_BYTES
 from trainer.rewards_sandbox.pool import RewardSandboxPool, SandboxLimits
 from trainer.rewards_sandbox.stats import CallOutcome
@@ -50,8 +50,9 @@ def sandbox_from_the_stage(tmp_path, tiny_spec_dict):
     }
     spec = JobSpec.model_validate(data)
     command = build_train_command(spec, RunLayout(str(tmp_path / "out"), "rl-x"), resolve_model(spec))
-    (flag,) = [a for a in command.args if a.startswith(REWARD_SANDBOX_FLAG)]
-    sandbox = RewardSandbox(str(path), ["slow", "big"], RewardSandboxSettings.model_validate_json(flag.removeprefix(REWARD_SANDBOX_FLAG)))
+    settings = pop_shim_config(list(command.args))[0].reward_sandbox
+    assert settings is not None
+    sandbox = RewardSandbox(str(path), ["slow", "big"], settings)
     yield sandbox
     sandbox.close()
 

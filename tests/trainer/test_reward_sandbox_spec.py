@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from trainer.contract import JobSpec, RunLayout
 from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure, RewardSandboxSettings
-from trainer.maxtext_entry.shim_flags import REWARD_SANDBOX_FLAG
+from trainer.contract.shim_config import pop_shim_config
 from trainer.progress.train_rl_events import EvalLineReader
 from trainer.runner import StageFailed
 from trainer.sources import resolve_model
@@ -50,8 +50,7 @@ def test_sandbox_fields_without_reward_functions_are_refused(tiny_spec_dict):
 def test_the_specs_limits_and_policy_reach_the_entry_shim(tiny_spec_dict):
     spec = _spec(tiny_spec_dict, timeout_s=7.5, memory_mib=1024, on_error="fail")
     command = build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec))
-    (flag,) = [a for a in command.args if a.startswith(REWARD_SANDBOX_FLAG)]
-    settings = RewardSandboxSettings.model_validate_json(flag.removeprefix(REWARD_SANDBOX_FLAG))
+    settings = pop_shim_config(list(command.args))[0].reward_sandbox
     assert settings == RewardSandboxSettings(timeout_s=7.5, memory_mib=1024, on_error="fail")
 
 

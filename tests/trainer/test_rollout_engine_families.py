@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainer.maxtext_entry.cached_llama import LlamaShape
+from trainer.rollout.cached_llama import LlamaShape
 
 
 def config(**changes: object) -> SimpleNamespace:
@@ -78,8 +78,8 @@ def test_the_engine_multiplies_at_maxtexts_matmul_precision():
     import jax
     import jax.numpy as jnp
 
-    from trainer.maxtext_entry.cached_llama import _attend
-    from trainer.maxtext_entry.few_rows_matmul import project
+    from trainer.rollout.cached_llama import _attend
+    from trainer.rollout.few_rows_matmul import project
 
     shape = LlamaShape.from_config(config(matmul_precision="highest"))
     assert shape.precision == jax.lax.Precision.HIGHEST

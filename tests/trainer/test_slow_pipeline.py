@@ -136,7 +136,7 @@ def test_end_to_end_export_loads_and_every_step_keeps_scored_samples(restarted_r
             assert sample.rewards == {"completion_length_reward": len(sample.completion) / 512.0}
     # A length reward differs between any two completions: every group carries signal.
     assert all(e.metrics[SIGNAL_METRIC] == 1.0 for e in restarted_run["events"] if e.type == "train_step")
-    # The stop token's wrapper of Tunix's learner ran in train_rl (trainer/maxtext_entry/stop_token.py: without its
+    # The stop token's wrapper of Tunix's learner ran in train_rl (trainer/rollout/stop_token.py: without its
     # recorded lengths the step raises); what it puts into the loss is tests/trainer/test_stop_token.py's subject.
     for e in (e for e in restarted_run["events"] if e.type == "train_step"):
         empty, stopped = e.metrics["completions/train/empty_fraction"], e.metrics["completions/train/stopped_fraction"]
@@ -210,7 +210,7 @@ def test_tiny_and_llama_3_1_tokenizers_keep_every_chat_prompt_token_in_the_mask(
     """The tiny model's tokenizer has Meta's Llama 3.1 ids and pads with <|finetune_right_pad_id|>, which no chat
     prompt holds: Tunix's masks were right there, so the tiny runs could not show the defect. Meta's Llama 3.1
     Instruct tokenizer sets no pad token, so Tunix's TokenizerAdapter makes pad its EOS <|eot_id|>, which ends every
-    chat turn; trainer/maxtext_entry/stop_token.py keeps those tokens in the mask."""
+    chat turn; trainer/rollout/stop_token.py keeps those tokens in the mask."""
     from transformers import AutoTokenizer
 
     from tests.trainer.pad_and_eos import pad_and_eos

@@ -80,7 +80,7 @@ def parity(smollm2) -> dict:
 
 def test_smollm2s_pad_is_its_eos_and_every_chat_prompt_token_stays_in_the_mask(smollm2):
     """SmolLM2 ships pad == EOS == <|im_end|>, which ends every chat turn: Tunix's `ids != pad_id` masks hid each
-    from the model; the left-padding rule of trainer/maxtext_entry/stop_token.py keeps them."""
+    from the model; the left-padding rule of trainer/rollout/stop_token.py keeps them."""
     from transformers import AutoTokenizer
 
     from tests.trainer.pad_and_eos import pad_and_eos

@@ -22,8 +22,8 @@ from tunix.rl.grpo import grpo_learner
 
 from tests.trainer import grpo_learner_step
 from tests.trainer.grpo_learner_step import STEP_LINE_PREFIX, learner_step
-from trainer.maxtext_entry import stop_token
-from trainer.maxtext_entry.stop_token import left_padding_mask, mask_from_lengths, with_stop_tokens
+from trainer.rollout import stop_token
+from trainer.rollout.stop_token import left_padding_mask, mask_from_lengths, with_stop_tokens
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ Typed (each reaches train_rl as the rl.yml key named; trainer/stages/train.py rl
   adam_b1, adam_b2 (rl.yml) and adam_weight_decay (base.yml): utils_rl.get_optimizer's clip_by_global_norm and adamw.
   Their defaults are the values train_rl runs with (tests/trainer/test_rl_settings.py reads them from MaxText's loader).
 - seed (the job's) -> data_shuffle_seed and init_weights_seed when set, and always the seed of each rollout's sampling
-  key (trainer/maxtext_entry/rollout_keys.py, through --rljob_rollout_seed).
+  key (trainer/rollout/rollout_keys.py, through the shim configuration's rollout_seed).
 - dataset.shuffle_seed -> data_shuffle_seed (over the job's seed): grain's shuffle of the train and eval rows and HF's train/test split
   (null: rl.yml's 42; repro.json's seeds.data_shuffle reports whichever ran). Grain takes 0 to 2**32-1.
 - dataset.processor_path -> dataset_processor_path: the user's `process_data` (trainer/stages/train.py stages a gs://

@@ -153,12 +153,12 @@ def _warn(what: str, error: Exception) -> None:
 
 def install(eval_uri: str | None, scoring: str = MAXTEXT_SCORING) -> EvalRecorder:
     """Wrap MaxText's evaluation and Tunix's train loop; returns the recorder (tests read it). `scoring` is the
-    --rljob_eval_scoring flag's value (trainer/stages/train.py)."""
+    shim configuration's evaluations.scoring (trainer/contract/shim_config.py)."""
     from maxtext.trainers.post_train.rl import evaluate_rl
     from tunix.rl import rl_learner
 
     if scoring not in (MAXTEXT_SCORING, REWARDS_SCORING):
-        raise SystemExit(f"--rljob_eval_scoring={scoring!r}: expected {MAXTEXT_SCORING} or {REWARDS_SCORING}")
+        raise SystemExit(f"evaluations.scoring={scoring!r}: expected {MAXTEXT_SCORING} or {REWARDS_SCORING}")
     recorder = EvalRecorder(eval_uri, REWARDS_SCORING if scoring == REWARDS_SCORING else MAXTEXT_SCORING)
     evaluate, score_responses = evaluate_rl.evaluate, evaluate_rl.score_responses
     compute_row_reward, train = evaluate_rl._compute_row_reward, rl_learner.RLLearner.train

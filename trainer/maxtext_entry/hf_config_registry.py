@@ -7,13 +7,7 @@ narrower Llama) needs that entry to be its own config, or the shapes disagree.
 
 from __future__ import annotations
 
-from .shim_flags import REGISTER_FLAG, REVISION_FLAG, pop_flags
-
-
-def pop_registration_args(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
-    """Split our shim-only flags from the MaxText argv (which must reach MaxText unmodified)."""
-    found, rest = pop_flags(argv, REGISTER_FLAG, REVISION_FLAG)
-    return found.get(REGISTER_FLAG), found.get(REVISION_FLAG), rest
+from trainer.contract.shim_config import HfConfigRegistration, pop_shim_config
 
 
 def model_name_from_argv(argv: list[str]) -> str:
@@ -34,11 +28,19 @@ def register_hf_config(model_name: str, source: str, revision: str | None) -> No
     HF_MODEL_CONFIGS[model_name] = config
 
 
-def register_from_argv(argv: list[str]) -> list[str]:
-    """Register the config our flags name (if any); return the argv meant for MaxText."""
-    source, revision, maxtext_argv = pop_registration_args(argv)
-    if source:
-        register_hf_config(model_name_from_argv(maxtext_argv), source, revision)
+def register_hf_config_of(registration: HfConfigRegistration | None, maxtext_argv: list[str]) -> None:
+    if registration is not None:
+        register_hf_config(model_name_from_argv(maxtext_argv), registration.source, registration.revision)
+
+
+def conversion_argv(argv: list[str]) -> list[str]:
+    """A conversion entry's argv for MaxText, its checkpoint's config registered first. A conversion stage's shim
+    configuration names that checkpoint only: anything else in it is a stage built wrong, not a setting to ignore."""
+    config, maxtext_argv = pop_shim_config(argv)
+    extra = sorted(config.model_fields_set - {"hf_config"})
+    if extra:
+        raise SystemExit(f"a conversion's shim configuration holds {', '.join(extra)}; only hf_config applies to it")
+    register_hf_config_of(config.hf_config, maxtext_argv)
     return maxtext_argv
 
 

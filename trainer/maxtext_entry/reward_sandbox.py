@@ -108,15 +108,11 @@ class RewardSandbox:
         self.pool = None  # closed once: atexit calls this again
 
 
-def install_from_flag(argv: list[str], flag_value: str | None) -> RewardSandbox | None:
-    """The train stage's flag (shim_flags.REWARD_SANDBOX_FLAG), or the spec's defaults without one: reward code is
-    never imported here either way."""
-    settings = (
-        RewardSandboxSettings.model_validate_json(flag_value)
-        if flag_value
-        else RewardSandboxSettings(timeout_s=DEFAULT_TIMEOUT_S, memory_mib=DEFAULT_MEMORY_MIB, on_error="zero")
-    )
-    return install(argv, settings)
+def install_for_job(argv: list[str], settings: RewardSandboxSettings | None) -> RewardSandbox | None:
+    """The train stage's settings (its shim configuration's reward_sandbox), or the spec's defaults without them:
+    reward code is never imported here either way."""
+    defaults = RewardSandboxSettings(timeout_s=DEFAULT_TIMEOUT_S, memory_mib=DEFAULT_MEMORY_MIB, on_error="zero")
+    return install(argv, settings or defaults)
 
 
 def install(argv: list[str], settings: RewardSandboxSettings) -> RewardSandbox | None:

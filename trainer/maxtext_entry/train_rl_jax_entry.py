@@ -1,4 +1,4 @@
-"""`python -m trainer.maxtext_entry.train_rl_jax_entry [--rljob_...] <train_rl args>`
+"""`python -m trainer.maxtext_entry.train_rl_jax_entry [--rljob_shim_config=<json>] <train_rl args>`
 
 Runs MaxText's train_rl unmodified with the rollout engine swapped for pure JAX. train_rl imports
 its vLLM rollout (-> vllm) and vLLM adapter (-> tpu_inference) at import time; both are installed
@@ -23,7 +23,7 @@ def _install_module(name: str, module: types.ModuleType) -> None:
 
 
 def install_jax_rollout() -> None:
-    from .jax_rollout import JaxMaxTextRollout
+    from trainer.rollout.jax_rollout import JaxMaxTextRollout
 
     rollout_module = types.ModuleType(VLLM_ROLLOUT_MODULE)
     # A module built at run time: mypy cannot know the attributes it is given.
@@ -39,4 +39,4 @@ def install_jax_rollout() -> None:
 if __name__ == "__main__":
     from .train_rl_entry import main
 
-    main(sys.argv[1:], before_train_rl=install_jax_rollout)
+    main(sys.argv[1:], swap_rollout_engine=install_jax_rollout)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainer.contract import JobSpec, location_kind
-from trainer.maxtext_entry.shim_flags import REGISTER_FLAG, REVISION_FLAG
+from trainer.contract.shim_config import HfConfigRegistration, ShimConfig
 from trainer.sizing.hf_model import MaxTextModel
 
 # Child environment for every stage: hub access only where a source really is on the hub.
@@ -14,15 +14,18 @@ def uses_cpu(spec: JobSpec) -> bool:
     return spec.hardware.accelerator == "cpu"
 
 
-def hf_config_registration_args(spec: JobSpec, model: MaxTextModel, local_source: str | None) -> list[str]:
-    """Shim-only flags: register the checkpoint's own HF config (consumed before MaxText sees argv)."""
+def hf_config_registration(spec: JobSpec, model: MaxTextModel, local_source: str | None) -> HfConfigRegistration | None:
+    """The checkpoint whose own HF config the entry registers in MaxText's table, where the model needs it."""
     if not model.register_hf_config:
-        return []
-    source = local_source or spec.model.source
-    args = [f"{REGISTER_FLAG}{source}"]
-    if spec.model.revision and location_kind(spec.model.source) == "hub":
-        args.append(f"{REVISION_FLAG}{spec.model.revision}")
-    return args
+        return None
+    revision = spec.model.revision if spec.model.revision and location_kind(spec.model.source) == "hub" else None
+    return HfConfigRegistration(source=local_source or spec.model.source, revision=revision)
+
+
+def conversion_shim_args(registration: HfConfigRegistration | None) -> list[str]:
+    """A conversion stage's shim configuration as its one argument; none where there is nothing to register (the
+    stage then runs MaxText's module directly)."""
+    return [ShimConfig(hf_config=registration).as_argument()] if registration else []
 
 
 def stage_env(spec: JobSpec, *, needs_hub: bool) -> dict[str, str]:

@@ -11,7 +11,7 @@ from trainer.runner import StageCommand
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.storage import store_for
 
-from .common import hf_config_registration_args, stage_env
+from .common import conversion_shim_args, hf_config_registration, stage_env
 from .context import JobContext, stage_inputs
 from .maxtext_paths import base_config
 
@@ -40,9 +40,9 @@ def build_convert_command(
     """The tutorial's to_maxtext call; `local_source` is where a gs:// source was downloaded to,
     `output_dir` a conversion-cache staging prefix (default: the run's maxtext/ directory)."""
     source = spec.model
-    registration = hf_config_registration_args(spec, model, local_source)
+    registration = hf_config_registration(spec, model, local_source)
     args = [
-        *registration,
+        *conversion_shim_args(registration),
         base_config(),
         f"model_name={model.name}",
         f"base_output_directory={output_dir or layout.converted_dir}",

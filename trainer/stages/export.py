@@ -13,7 +13,7 @@ from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import local_copy_path, stage_directory
 from trainer.storage import StorageError, store_for
 
-from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub
+from .common import conversion_shim_args, hf_config_registration, stage_env, tokenizer_needs_hub
 from .context import JobContext, latest_actor_step, stage_inputs
 from .maxtext_paths import base_config
 
@@ -58,9 +58,9 @@ def build_export_command(
 ) -> StageCommand:
     # The registered config is the checkpoint's own, so the export's config.json keeps its vocabulary,
     # RoPE, tied embeddings and token ids instead of MaxText's table entry for the full-size model.
-    registration = hf_config_registration_args(spec, model, local_source)
+    registration = hf_config_registration(spec, model, local_source)
     args = [
-        *registration,
+        *conversion_shim_args(registration),
         base_config(),
         f"model_name={model.name}",
         f"load_parameters_path={params_uri or actor_params_uri(layout, actor_step)}",

@@ -11,20 +11,8 @@ from trainer.contract.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalSc
 from trainer.contract.kl_direction import tunix_kl_loss_mode
 from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure, RewardSandboxSettings
 from trainer.contract.rl_settings import DEFAULT_SEED, OPTIMIZER_DEFAULTS, OPTIMIZER_KEYS
+from trainer.contract.shim_config import BestCheckpointPaths, EvalRecording, GrpoObjective, ShimConfig
 from trainer.maxtext_entry.checkpoint_reporter import step_from_line
-from trainer.maxtext_entry.shim_flags import (
-    ACTOR_ROOT_FLAG,
-    BEST_RECORD_FLAG,
-    BEST_ROOT_FLAG,
-    CHECKPOINT_EVENTS_FLAG,
-    EPSILON_HIGH_FLAG,
-    EVAL_FLAG,
-    EVAL_SCORING_FLAG,
-    KL_LOSS_MODE_FLAG,
-    REWARD_SANDBOX_FLAG,
-    ROLLOUT_SEED_FLAG,
-    SAMPLES_FLAG,
-)
 from trainer.progress.event_reporter import EventReporter
 from trainer.progress.tensorboard_scalars import EventFileTailer
 from trainer.progress.train_rl_events import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
@@ -33,7 +21,7 @@ from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import materialise_dataset
 from trainer.storage import store_for
 
-from .common import hf_config_registration_args, stage_env, tokenizer_needs_hub, uses_cpu
+from .common import hf_config_registration, stage_env, tokenizer_needs_hub, uses_cpu
 from .context import JobContext, latest_actor_step, stage_inputs
 from .convert import converted_checkpoint, converted_items_uri
 from .export import actor_params_uri
@@ -155,19 +143,18 @@ def hardware_args(spec: JobSpec) -> list[str]:
     return args
 
 
-def objective_flags(spec: JobSpec) -> list[str]:
+def objective(spec: JobSpec) -> GrpoObjective:
     """What train_rl cannot pass Tunix, for the entry to install (grpo_objective.py)."""
     g = spec.grpo
-    flags = [f"{KL_LOSS_MODE_FLAG}{tunix_kl_loss_mode(KL_LOSS_MODES[g.kl_estimator], g.kl_direction)}"]
-    return flags + ([f"{EPSILON_HIGH_FLAG}{g.epsilon_high}"] if g.epsilon_high is not None else [])
+    return GrpoObjective(kl_loss_mode=tunix_kl_loss_mode(KL_LOSS_MODES[g.kl_estimator], g.kl_direction), epsilon_high=g.epsilon_high)
 
 
-def rollout_seed_flags(spec: JobSpec) -> list[str]:
-    """The seed of each rollout's sampling key (maxtext_entry/rollout_keys.py). The jax engine only: the vllm rollout
+def rollout_seed(spec: JobSpec) -> int | None:
+    """The seed of each rollout's sampling key (trainer/rollout/rollout_keys.py). The jax engine only: the vllm rollout
     draws from vLLM's own generator, which train_rl gives no seed."""
     if spec.hardware.rollout_engine != "jax":
-        return []
-    return [f"{ROLLOUT_SEED_FLAG}{DEFAULT_SEED if spec.seed is None else spec.seed}"]
+        return None
+    return DEFAULT_SEED if spec.seed is None else spec.seed
 
 
 def eval_scoring(spec: JobSpec) -> EvalScoring:
@@ -176,23 +163,34 @@ def eval_scoring(spec: JobSpec) -> EvalScoring:
     return REWARDS_SCORING if spec.grpo.rewards.functions_path else MAXTEXT_SCORING
 
 
-def reward_sandbox_flags(spec: JobSpec) -> list[str]:
+def reward_sandbox_settings(spec: JobSpec) -> RewardSandboxSettings | None:
     """The sandbox the job's own reward functions run in (maxtext_entry/reward_sandbox.py); none for MaxText's built-ins."""
     r = spec.grpo.rewards
     if not r.functions_path:
-        return []
-    settings = RewardSandboxSettings(timeout_s=r.timeout_s, memory_mib=r.memory_mib, on_error=r.on_error)
-    return [f"{REWARD_SANDBOX_FLAG}{settings.model_dump_json()}"]
+        return None
+    return RewardSandboxSettings(timeout_s=r.timeout_s, memory_mib=r.memory_mib, on_error=r.on_error)
 
 
-def best_checkpoint_flags(spec: JobSpec, layout: RunLayout) -> list[str]:
+def best_checkpoint_paths(spec: JobSpec, layout: RunLayout) -> BestCheckpointPaths | None:
     if spec.export.checkpoint != "best":
-        return []
-    return [
-        f"{BEST_ROOT_FLAG}{layout.best_checkpoints}",
-        f"{BEST_RECORD_FLAG}{layout.best_checkpoint_record}",
-        f"{ACTOR_ROOT_FLAG}{layout.actor_checkpoints}",
-    ]
+        return None
+    return BestCheckpointPaths(
+        best_root=layout.best_checkpoints, record_uri=layout.best_checkpoint_record, actor_root=layout.actor_checkpoints
+    )
+
+
+def train_shim_config(spec: JobSpec, layout: RunLayout, model: MaxTextModel, local_source: str | None = None) -> ShimConfig:
+    """Everything the train entry installs for this job (trainer/maxtext_entry/train_rl_entry.py's INSTALLS)."""
+    return ShimConfig(
+        hf_config=hf_config_registration(spec, model, local_source),
+        samples_uri=layout.samples_dir,
+        evaluations=EvalRecording(uri=layout.eval_dir, scoring=eval_scoring(spec)),
+        best_checkpoint=best_checkpoint_paths(spec, layout),
+        objective=objective(spec),
+        checkpoint_events_root=layout.actor_checkpoints,
+        reward_sandbox=reward_sandbox_settings(spec),
+        rollout_seed=rollout_seed(spec),
+    )
 
 
 def build_train_command(
@@ -210,15 +208,7 @@ def build_train_command(
 ) -> StageCommand:
     module = TRAIN_RL_JAX_ENTRY if spec.hardware.rollout_engine == "jax" else TRAIN_RL_ENTRY
     args = [
-        *hf_config_registration_args(spec, model, local_source),
-        f"{SAMPLES_FLAG}{layout.samples_dir}",
-        f"{EVAL_FLAG}{layout.eval_dir}",
-        f"{EVAL_SCORING_FLAG}{eval_scoring(spec)}",
-        *best_checkpoint_flags(spec, layout),
-        *objective_flags(spec),
-        *rollout_seed_flags(spec),
-        *reward_sandbox_flags(spec),
-        f"{CHECKPOINT_EVENTS_FLAG}{layout.actor_checkpoints}",
+        train_shim_config(spec, layout, model, local_source).as_argument(),
         rl_config(),
         f"model_name={model.name}",
         f"tokenizer_path={local_tokenizer or spec.model.tokenizer_location}",

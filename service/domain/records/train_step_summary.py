@@ -15,7 +15,7 @@ from typing import Any
 from trainer.contract import SIGNAL_METRIC, TrainStep
 from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 
-EMPTY_METRIC = "completions/train/empty_fraction"  # trainer/maxtext_entry/stop_token.py
+EMPTY_METRIC = "completions/train/empty_fraction"  # trainer/rollout/stop_token.py
 MEAN_LENGTH_METRIC = "completions/train/mean_length"  # Tunix's
 HEALTH_WINDOW_STEPS = 20  # enough for a stable median step interval; small enough to store per job
 FIRST_STEPS_KEPT = 5  # the start the trend test also compares with (learning_health.py)
@@ -33,7 +33,7 @@ class TrainStepSummary:
     nonfinite: tuple[str, ...] = ()
     completions: int | None = None  # in the step's rollout (None: a trainer that did not count them)
     rewarded_completions: int | None = None  # ... whose total reward was > 0
-    empty_fraction: float | None = None  # completions that were EOS at once (trainer/maxtext_entry/stop_token.py)
+    empty_fraction: float | None = None  # completions that were EOS at once (trainer/rollout/stop_token.py)
     mean_length: float | None = None  # Tunix's mean completion length, in tokens
 
     @classmethod
