@@ -60,7 +60,9 @@ TRAINER_FILES = (
 )
 # Where the engine's files were until issue 54 moved them to trainer/rollout/: a change there at an older commit is a
 # change to the same file.
-FORMER_PATHS = tuple(rel.replace("trainer/rollout/", "trainer/maxtext_entry/") for rel in TRAINER_FILES if rel.startswith("trainer/rollout/"))
+FORMER_PATHS = tuple(
+    rel.replace("trainer/rollout/", "trainer/maxtext_entry/") for rel in TRAINER_FILES if rel.startswith("trainer/rollout/")
+)
 SHAPES = ("tiny", "smollm2-135m", "qwen3-0.6b")
 # Largest |engine - MaxText| allowed, relative to max(1, the largest |logit|). fp32: the CPU slow tests' bound
 # (test_slow_qwen3_rollout.py, test_slow_pipeline.py). bf16: both sides round every product and the residual stream to

@@ -33,7 +33,9 @@ def test_the_engine_is_its_entry_and_the_sibling_modules_it_imports() -> None:
     # A module's native source (native/<module>.cc) is the engine too: a kernel change is an engine change; and a module
     # imported as `from . import name` (rollout_keys.py, each rollout's sampling key) as much as `from .name import`.
     here = rollout_engine_files.engine_files()
-    assert {"trainer/rollout/few_rows_matmul.py", "trainer/rollout/native/few_rows_matmul.cc", "trainer/rollout/rollout_keys.py"} <= set(here), here
+    assert {"trainer/rollout/few_rows_matmul.py", "trainer/rollout/native/few_rows_matmul.cc", "trainer/rollout/rollout_keys.py"} <= set(
+        here
+    ), here
     # Issue 54 moved the engine from trainer/maxtext_entry/ to trainer/rollout/: a commit before it is read from there.
     assert rollout_engine_files.engine_files("ddb90f0")[0] == "trainer/maxtext_entry/jax_rollout.py"
 

@@ -48,18 +48,18 @@ def test_best_with_an_intermediate_evaluation_is_accepted_and_last_needs_none():
 
 def test_train_argv_carries_eval_interval_and_the_keepers_paths_only_for_best():
     from trainer.contract.shim_config import BestCheckpointPaths, pop_shim_config
-    from trainer.sizing.hf_model import resolve_model
+    from trainer.sizing.hf_model import MaxTextModel
     from trainer.stages.train import build_train_command, grpo_args
 
     spec, layout = JobSpec.model_validate(BASE), RunLayout("/runs", "rl-aaaaaaaaaaaa")
     assert "eval_interval=2" in grpo_args(spec)
-    config, rest = pop_shim_config(list(build_train_command(spec, layout, resolve_model(spec)).args))
+    config, rest = pop_shim_config(list(build_train_command(spec, layout, MaxTextModel(name="llama3.1-8b")).args))
     assert not [a for a in rest if a.startswith("--rljob")]  # MaxText's config loader never sees the keeper's paths
     assert config.best_checkpoint == BestCheckpointPaths(
         best_root=layout.best_checkpoints, record_uri=layout.best_checkpoint_record, actor_root=layout.actor_checkpoints
     )
     last = JobSpec.model_validate(with_field(BASE, "export.checkpoint", "last"))
-    assert pop_shim_config(list(build_train_command(last, layout, resolve_model(last)).args))[0].best_checkpoint is None
+    assert pop_shim_config(list(build_train_command(last, layout, MaxTextModel(name="llama3.1-8b")).args))[0].best_checkpoint is None
 
 
 def _summary(label: str, correct: float, n: int = 4) -> EvalSummary:

@@ -7,6 +7,8 @@ import sys
 import pytest
 
 from trainer.contract import JobSpec, RunLayout
+from trainer.contract.reward_sandbox import RewardSandboxSettings
+from trainer.contract.shim_config import EvalRecording, GrpoObjective, HfConfigRegistration, ShimConfig, pop_shim_config
 from trainer.runner import REDACTED, StageCommand, StageFailed, redact, run_stage_command, start_stage_command
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import resolve_model
@@ -47,7 +49,7 @@ def test_every_grpo_field_reaches_train_rl(tiny_spec_dict):
     command = build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec))
     args = _args(command)
     # What train_rl cannot pass Tunix goes to our entry (trainer/maxtext_entry/grpo_objective.py), not to MaxText.
-    assert {"--rljob_kl_loss_mode=mse_kl", "--rljob_epsilon_high=0.35"} <= set(command.args)
+    assert pop_shim_config(list(command.args))[0].objective == GrpoObjective(kl_loss_mode="mse_kl", epsilon_high=0.35)
     assert args["rl.loss_agg_mode"] == "sequence-mean-token-scale"
     assert args["rl.grpo_beta"] == "0.03" and args["rl.grpo_epsilon"] == "0.3"
     assert args["rl.loss_algo"] == "gspo-token" and args["rl.num_iterations"] == "2"
@@ -103,14 +105,15 @@ def test_vllm_engine_runs_train_rl_unmodified_with_only_the_recorders_and_the_ob
     data = {**tiny_spec_dict, "hardware": {"accelerator": "v6e-8", "rollout_engine": "vllm"}}
     command = build_train_command(JobSpec.model_validate(data), RunLayout("/out", "rl-x"), TABLE_8B)
     assert command.module == "trainer.maxtext_entry.train_rl_entry"  # no JAX rollout swapped in
-    assert [a for a in command.args if a.startswith("--rljob_")] == [
-        "--rljob_samples_uri=/out/rl-x/samples",
-        "--rljob_eval_uri=/out/rl-x/eval",
-        "--rljob_eval_scoring=rewards",
-        "--rljob_kl_loss_mode=low_var_kl",
-        '--rljob_reward_sandbox={"timeout_s":30.0,"memory_mib":2048,"on_error":"zero"}',  # the job has its own rewards
-        "--rljob_checkpoint_events=/out/rl-x/rl/rl-x/checkpoints/actor",
-    ]
+    (shim_argument,) = [a for a in command.args if a.startswith("--rljob_")]  # one argument: the shim configuration
+    assert shim_argument == command.args[0]
+    assert pop_shim_config([shim_argument])[0] == ShimConfig(
+        samples_uri="/out/rl-x/samples",
+        evaluations=EvalRecording(uri="/out/rl-x/eval", scoring="rewards"),
+        objective=GrpoObjective(kl_loss_mode="low_var_kl"),
+        reward_sandbox=RewardSandboxSettings(timeout_s=30.0, memory_mib=2048, on_error="zero"),  # the job has its own rewards
+        checkpoint_events_root="/out/rl-x/rl/rl-x/checkpoints/actor",
+    )
 
 
 def test_convert_and_export_use_the_derived_settings_and_paths(tiny_spec_dict):
@@ -119,7 +122,7 @@ def test_convert_and_export_use_the_derived_settings_and_paths(tiny_spec_dict):
     model = resolve_model(spec)
     convert = build_convert_command(spec, layout, model)
     assert convert.module == "trainer.maxtext_entry.to_maxtext_entry"
-    assert f"--rljob_register_hf_config={spec.model.source}" == convert.args[0]
+    assert pop_shim_config([convert.args[0]])[0] == ShimConfig(hf_config=HfConfigRegistration(source=spec.model.source))
     assert {"base_emb_dim": "64", "rope_use_scale": "true", "vocab_size": "128256"}.items() <= _args(convert).items()
     export = build_export_command(spec, layout, model, actor_step=7)
     assert export.module == "trainer.maxtext_entry.to_huggingface_entry"  # the exported config.json is the tiny one
@@ -227,10 +230,10 @@ def test_the_jobs_seed_reaches_rows_weights_and_the_rollout_keys(tiny_spec_dict)
 
     default = command()
     # No seed: rl.yml's data_shuffle_seed and base.yml's init_weights_seed stand; the keys draw from 42.
-    assert "--rljob_rollout_seed=42" in default.args
+    assert pop_shim_config(list(default.args))[0].rollout_seed == 42
     assert not {"data_shuffle_seed", "init_weights_seed"} & set(_args(default))
     seeded = command(seed=7)
-    assert "--rljob_rollout_seed=7" in seeded.args
+    assert pop_shim_config(list(seeded.args))[0].rollout_seed == 7
     assert _args(seeded)["data_shuffle_seed"] == "7" and _args(seeded)["init_weights_seed"] == "7"
     ordered = command(seed=7, dataset={**tiny_spec_dict["dataset"], "shuffle_seed": 3})
     assert _args(ordered)["data_shuffle_seed"] == "3"

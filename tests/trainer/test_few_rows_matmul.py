@@ -1,12 +1,21 @@
 """The decode step's native kernel (trainer/rollout/native/few_rows_matmul.cc through few_rows_matmul.py):
 it builds on this machine, computes what XLA's dot computes (to fp32 rounding) on every path it has (AVX-512
 and plain loops, row blocks and remainders, batch dimensions, both weight layouts), is chosen only for a few
-fp32 rows on CPU, and says why when it cannot be built. Its speed is bench/decode_dot_bandwidth.py's and
-bench/rollout_speed.py's; that the engine's decode uses it is test_slow_qwen3_rollout.py's."""
+fp32 rows on a CPU with AVX-512F, is built by its build command (bootstrap's and the trainer image's) and only
+looked up at use, and says why when it cannot be built or is not there. Its speed is bench/decode_dot_bandwidth.py's
+and bench/rollout_speed.py's; that the engine's decode uses it is test_slow_qwen3_rollout.py's."""
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+import stat
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +23,35 @@ import numpy as np
 import pytest
 
 from trainer.rollout import few_rows_matmul as frm
+
+REPO = Path(__file__).resolve().parents[2]
+WITHOUT_AVX512 = frozenset({"fpu", "sse2", "avx", "avx2", "fma"})  # a CPU from before AVX-512, or a Zen 3
+READ_CPU_FLAGS = frm.cpu_flags  # the reader itself, whatever the fixture below reports
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> Iterator[None]:
+    """The kernel in the cache a process looks in, as scripts/bootstrap.sh leaves it (a no-op where bootstrap built
+    it): at use it is only looked up. On a CPU without AVX-512F, where the trainer does not use it, the tests still
+    check its arithmetic (the plain loops, all such a CPU runs) by reporting the flag."""
+    frm.build()
+    with pytest.MonkeyPatch.context() as patch:
+        if "avx512f" not in frm.cpu_flags():
+            real = frm.cpu_flags()
+            patch.setattr(frm, "cpu_flags", lambda: real | {"avx512f"})
+        frm.available.cache_clear()
+        yield
+    frm.available.cache_clear()
+
+
+@pytest.fixture
+def fresh_choice() -> Iterator[None]:
+    """available() and load() decide again, under what the test set, and again after it."""
+    frm.available.cache_clear()
+    frm.load.cache_clear()
+    yield
+    frm.available.cache_clear()
+    frm.load.cache_clear()
 
 
 def uses_kernel(fn, *args) -> bool:
@@ -27,7 +65,7 @@ def draw(shape: tuple[int, ...], seed: int, dtype=np.float32) -> jax.Array:
 
 def test_the_kernel_builds_and_loads_here():
     # CI has a C++ compiler (scripts/install-system-deps.sh); without one every decode falls back to XLA's dot.
-    assert frm.available(), "few_rows_matmul did not build: see the warning logged by trainer.rollout.few_rows_matmul"
+    assert frm.available(), "few_rows_matmul is not used: see the reason logged by trainer.rollout.few_rows_matmul"
 
 
 @pytest.mark.parametrize(
@@ -94,6 +132,106 @@ def test_many_rows_other_dtypes_and_the_switch_use_xlas_dot(monkeypatch):
         monkeypatch.delenv("RLJOB_FEW_ROWS_KERNEL")
         frm.available.cache_clear()
     assert uses_kernel(frm.project, draw((8, 32), 10), w)
+
+
+def test_a_cpu_without_avx512f_gets_xlas_dot_and_is_told_why_once(monkeypatch, caplog, fresh_choice):
+    # The kernel's fast paths are AVX-512F functions; elsewhere it runs plain loops, slower than XLA's dot.
+    monkeypatch.setattr(frm, "cpu_flags", lambda: WITHOUT_AVX512)
+    caplog.set_level(logging.INFO, logger=frm.__name__)
+    x, w = draw((8, 64), 12), draw((128, 64), 13)
+    assert not uses_kernel(frm.project, x, w)
+    assert not uses_kernel(frm.batched_project, x[None], w[None])
+    assert frm.TARGET_KN not in jax.jit(frm.batched_matmul).lower(x[None], w.T[None]).as_text()
+    reasons = [r.getMessage() for r in caplog.records if r.name == frm.__name__]
+    assert len(reasons) == 1 and "does not report avx512f" in reasons[0] and "XLA's dot" in reasons[0], reasons
+    np.testing.assert_allclose(np.asarray(jax.jit(frm.project)(x, w)), np.asarray(x) @ np.asarray(w).T, rtol=1e-5, atol=1e-5)
+
+
+def test_the_cpu_flags_are_linuxs_flags_line(monkeypatch, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    monkeypatch.setattr(frm, "CPUINFO", cpuinfo)
+    monkeypatch.setattr(frm, "cpu_flags", READ_CPU_FLAGS)
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: x\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n\nprocessor\t: 1\n")
+    assert frm.cpu_flags() == {"fpu", "sse2", "avx2", "avx512f", "avx512bw"} and frm.cpu_lacks_instructions() is None
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm aes\n")  # arm64 lists Features, no flags
+    assert frm.cpu_flags() == frozenset()
+    assert "does not report avx512f" in (frm.cpu_lacks_instructions() or "")
+    cpuinfo.unlink()
+    assert frm.cpu_flags() == frozenset()
+    cpuinfo.write_text("flags\t\t: fpu avx512f\n")
+    monkeypatch.setattr(frm.sys, "platform", "darwin")  # not Linux: no flags are read, so no kernel
+    assert frm.cpu_flags() == frozenset() and "darwin" in (frm.cpu_lacks_instructions() or "")
+
+
+def test_an_empty_cache_is_a_named_reason_until_built(monkeypatch, caplog, tmp_path, fresh_choice):
+    # At use the library is looked up, never compiled: a job must not spend its first decode on g++, nor need one.
+    cache = tmp_path / "native"
+    monkeypatch.setenv("RLJOB_NATIVE_CACHE", str(cache))
+    caplog.set_level(logging.INFO, logger=frm.__name__)
+    assert not frm.available()
+    (reason,) = [r.getMessage() for r in caplog.records if r.name == frm.__name__]
+    assert "not built" in reason and "python -m trainer.rollout.few_rows_matmul build" in reason, reason
+    assert not cache.exists() or list(cache.iterdir()) == []  # nothing compiled behind the reason
+    library = frm.build()
+    assert library.parent == cache and library.is_file()
+    frm.available.cache_clear()
+    frm.load.cache_clear()
+    assert frm.available() and frm.load() == library
+
+
+def _dockerfile_run(command: str) -> str:
+    """The trainer image's RUN that names `command`, after checking that the image sets RLJOB_NATIVE_CACHE before it."""
+    text = (REPO / "docker" / "trainer.Dockerfile").read_text()
+    runs = re.findall(r"^RUN (.*" + re.escape(command) + r".*)$", text, re.M)
+    assert len(runs) == 1, f"docker/trainer.Dockerfile should RUN `{command}` once: {runs}"
+    env = re.search(r"^ENV RLJOB_NATIVE_CACHE=(/\S+)$", text, re.M)
+    assert env and env.start() < text.index(runs[0]), "the image must set RLJOB_NATIVE_CACHE, a fixed directory, before it builds"
+    return runs[0]
+
+
+def test_the_images_build_command_fills_the_cache_a_process_only_looks_in(monkeypatch, tmp_path, fresh_choice):
+    # The command as docker/trainer.Dockerfile runs it (its `python` is the image's venv, here this one), into a cache
+    # of its own; then a process with no compiler at all finds it there: the key leaves the compiler out.
+    cache = tmp_path / "opt-rljob-native"
+    run = _dockerfile_run(frm.BUILD_COMMAND)
+    assert frm.BUILD_COMMAND in (REPO / "scripts" / "bootstrap.sh").read_text()
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run(
+        ["bash", "-c", run],
+        env={**os.environ, "PATH": path, "RLJOB_NATIVE_CACHE": str(cache)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    library = Path(done.stdout.strip().splitlines()[-1])
+    assert library.parent == cache and library.is_file(), done.stdout
+    assert stat.S_IMODE(library.stat().st_mode) & 0o444 == 0o444, "the image builds as root and runs as uid 1000"
+    monkeypatch.setenv("RLJOB_NATIVE_CACHE", str(cache))
+    monkeypatch.setenv("CXX", "no-such-compiler-rljob")
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError(f"compiled at use: {args}")
+
+    monkeypatch.setattr(frm.subprocess, "run", no_compiling)
+    assert frm.available() and frm.load() == library
+
+
+def test_the_build_command_exits_non_zero_with_the_reason(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("RLJOB_NATIVE_CACHE", str(tmp_path / "native"))
+    monkeypatch.setenv("CXX", "no-such-compiler-rljob")
+    assert frm.main(["build"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "not built: no C++ compiler ('no-such-compiler-rljob'" in err, err
+
+
+def test_the_build_command_builds_on_a_cpu_without_avx512f_and_says_it_is_not_used(monkeypatch, capsys):
+    # An image is often built on another machine than the nodes it runs on: it builds, and says the trainer here won't.
+    monkeypatch.setattr(frm, "cpu_flags", lambda: WITHOUT_AVX512)
+    assert frm.main(["build"]) == 0
+    out, err = capsys.readouterr()
+    assert Path(out.strip()) == frm.library() and "does not report avx512f" in err and "XLA's dot" in err, err
 
 
 def test_concurrent_calls_each_finish_with_their_own_result():

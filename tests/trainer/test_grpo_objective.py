@@ -18,8 +18,8 @@ from tunix.rl import common
 from tunix.rl.grpo import grpo_learner
 
 from trainer.contract import JobSpec
-from trainer.maxtext_entry import grpo_objective
 from trainer.contract.shim_config import GrpoObjective
+from trainer.maxtext_entry import grpo_objective
 from trainer.stages.train import KL_LOSS_MODES, objective
 
 VOCAB, SAMPLES, STEPS, LEARNING_RATE = 8, 256, 60, 0.5

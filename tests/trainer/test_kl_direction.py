@@ -22,8 +22,8 @@ from tunix.rl.grpo import grpo_learner
 
 from trainer.contract import JobSpec
 from trainer.contract.kl_direction import POLICY_TO_REFERENCE_K3_MODE
-from trainer.maxtext_entry import grpo_objective
 from trainer.contract.shim_config import GrpoObjective
+from trainer.maxtext_entry import grpo_objective
 from trainer.stages.train import objective
 
 VOCAB = 5

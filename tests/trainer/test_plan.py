@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from tests.trainer.conftest import TUTORIAL_EXAMPLE
 from trainer.cli import main
+from trainer.contract.shim_config import EvalRecording, GrpoObjective, ShimConfig, pop_shim_config
 
 TOKEN = "hf_plan_test_SECRET_value_123"
 
@@ -43,13 +45,19 @@ def test_tutorial_plan_has_the_tutorials_flags_for_all_three_stages(capsys, monk
     ):
         assert flag in convert.split(), flag
 
-    # train_rl runs unmodified under the shim that keeps completion samples and eval rows and gives Tunix the
-    # spec's KL estimator (maxtext_entry/train_rl_entry.py).
-    assert (
-        "python -m trainer.maxtext_entry.train_rl_entry --rljob_samples_uri="
-        + f"{run}/samples "
-        + f"--rljob_eval_uri={run}/eval --rljob_eval_scoring=maxtext --rljob_kl_loss_mode=low_var_kl "
-    ) in train
+    # train_rl runs unmodified under the shim that keeps completion samples and eval rows, gives Tunix the spec's KL
+    # estimator and reports each finalized actor checkpoint (eval jobs attached to a job start on it), all from one
+    # shim configuration, its first argument (maxtext_entry/train_rl_entry.py).
+    argv = shlex.split(train)
+    assert argv[:4] == ["python", "-m", "trainer.maxtext_entry.train_rl_entry", argv[3]]
+    shim, rest = pop_shim_config(argv[3:])
+    assert shim == ShimConfig(
+        samples_uri=f"{run}/samples",
+        evaluations=EvalRecording(uri=f"{run}/eval", scoring="maxtext"),
+        objective=GrpoObjective(kl_loss_mode="low_var_kl"),
+        checkpoint_events_root=f"{run}/rl/rl-tutorial0001/checkpoints/actor",
+    )  # no reward sandbox (MaxText's own rewards), no rollout seed (the vllm engine), no best checkpoint
+    assert rest[0].endswith("configs/post_train/rl.yml")  # the first positional argument after the shim's
     for flag in (
         "model_name=llama3.1-8b",
         "tokenizer_path=meta-llama/Llama-3.1-8B-Instruct",
@@ -66,9 +74,6 @@ def test_tutorial_plan_has_the_tutorials_flags_for_all_three_stages(capsys, monk
         "dataset_name=openai/gsm8k",
     ):
         assert flag in train.split(), flag
-    # Each finalized actor checkpoint is reported (eval jobs attached to a job start on it: checkpoint_reporter.py).
-    assert train.split()[7] == f"--rljob_checkpoint_events={run}/rl/rl-tutorial0001/checkpoints/actor"
-    assert train.split()[8].endswith("configs/post_train/rl.yml")  # the first positional argument after the flags
     # The schedule must follow num_batches: setting learning_rate_schedule_steps would decouple it.
     assert "learning_rate_schedule_steps" not in train
     assert "hardware=cpu" not in train.split() and "use_pathways=false" not in train.split()
@@ -95,7 +100,11 @@ def test_tiny_plan_uses_the_jax_engine_and_registers_the_tiny_config(capsys, mon
 
     plan = _plan(capsys, monkeypatch, TINY_EXAMPLE)
     train = next(i["command"] for i in plan["stages"] if i["stage"] == "train")
-    assert "python -m trainer.maxtext_entry.train_rl_jax_entry --rljob_register_hf_config=" in train
+    argv = shlex.split(train)
+    module_at = argv.index("-m") + 1  # after the stage's environment
+    assert argv[module_at] == "trainer.maxtext_entry.train_rl_jax_entry"
+    shim, _ = pop_shim_config(argv[module_at + 1 :])
+    assert shim.hf_config is not None and shim.hf_config.source.endswith("model") and shim.rollout_seed == 42, shim
     # No dims in the spec: the tiny checkpoint's config.json gives them.
     for flag in (
         "hardware=cpu",

@@ -10,9 +10,8 @@ import threading
 import pytest
 
 from trainer.contract import JobSpec, RunLayout
-from trainer.contract.reward_sandbox import RewardSandboxSettings
-from trainer.maxtext_entry.reward_sandbox import RewardSandbox
 from trainer.contract.shim_config import pop_shim_config
+from trainer.maxtext_entry.reward_sandbox import RewardSandbox
 from trainer.rewards_sandbox.output import PER_CALL_BYTES
 from trainer.rewards_sandbox.pool import RewardSandboxPool, SandboxLimits
 from trainer.rewards_sandbox.stats import CallOutcome

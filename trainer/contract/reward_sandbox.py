@@ -52,7 +52,7 @@ MIN_FAILED_CALLS_TO_STOP = 10
 
 
 class RewardSandboxSettings(BaseModel):
-    """What the train stage hands the entry shim (its shim configuration's reward_sandbox, trainer/contract/shim_config.py), from grpo.rewards."""
+    """What the train stage hands the entry shim (its shim configuration's reward_sandbox), from grpo.rewards."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

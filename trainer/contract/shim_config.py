@@ -64,7 +64,9 @@ class ShimConfig(_Part):
     reward_sandbox: RewardSandboxSettings | None = Field(
         default=None, description="the sandbox of the job's own reward functions (reward_sandbox.py); none for MaxText's built-ins"
     )
-    rollout_seed: int | None = Field(default=None, description="the seed each rollout's sampling key is drawn from (trainer/rollout/rollout_keys.py)")
+    rollout_seed: int | None = Field(
+        default=None, description="the seed each rollout's sampling key is drawn from (trainer/rollout/rollout_keys.py)"
+    )
 
     def as_argument(self) -> str:
         return SHIM_CONFIG_FLAG + self.model_dump_json(exclude_none=True)

@@ -79,9 +79,14 @@ INDEPENDENT = "wraps or replaces what no other install touches: any place before
 INSTALLS: tuple[Install, ...] = (
     Install("hf_config", lambda run: register_hf_config_of(run.config.hf_config, run.maxtext_argv), INDEPENDENT),
     Install("objective", _objective, INDEPENDENT),
-    Install("rollout_keys", _rollout_keys, "wraps RLCluster.generate: before goodput, so its rollout timer includes it"),
+    Install(
+        "rollout_keys",
+        _rollout_keys,
+        "wraps RLCluster.generate before stop_token does: it reads generate's `mode` parameter from its signature, which "
+        "stop_token's (self, *args, **kwargs) stand-in would hide",
+    ),
     Install("rollout_engine", _rollout_engine, INDEPENDENT),
-    Install("stop_token", lambda run: install_stop_token(), INDEPENDENT),
+    Install("stop_token", lambda run: install_stop_token(), "wraps RLCluster.generate outside rollout_keys' wrapper (see there)"),
     Install("reward_sandbox", lambda run: install_reward_sandbox(run.maxtext_argv, run.config.reward_sandbox), INDEPENDENT),
     Install("samples", lambda run: install_sample_recorder(run.config.samples_uri), INDEPENDENT),
     Install(

@@ -6,14 +6,19 @@ them at about half the speed XLA reads the same bytes, the hand-written kernel n
 (bench/decode_dot_bandwidth.py; its figures are in bench/README.md's rollout-speed section). Weights are kept
 out-features first ([n, k]) for both paths.
 
-The kernel is compiled from its source on first use with the machine's C++ compiler (`$CXX`, else `c++`),
-against the FFI headers of the installed jaxlib, into a cache keyed by both; `RLJOB_NATIVE_CACHE` names the
-cache directory. Where it cannot be built (no compiler) the products fall back to XLA's dot, and the reason is
-logged once: the results agree to fp32 rounding, only the speed differs.
+The kernel takes fp32 products of at most MOST_ROWS rows on a CPU with AVX-512F, the instructions its fast paths
+are written for (elsewhere its plain loops are slower than XLA's dot). It is compiled when the environment is set
+up, not at use: `python -m trainer.rollout.few_rows_matmul build` (scripts/bootstrap.sh and the trainer image run
+it) compiles it with the machine's C++ compiler (`$CXX`, else `c++`) against the FFI headers of the installed
+jaxlib, into a cache keyed by the source, jax's version and those headers' directory; `RLJOB_NATIVE_CACHE` names
+the cache directory. A process only looks the library up there. Where it is missing, the CPU lacks AVX-512F, or
+RLJOB_FEW_ROWS_KERNEL=0, the products use XLA's dot and the reason is logged once: the results agree to fp32
+rounding, only the speed differs.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import functools
 import hashlib
@@ -22,6 +27,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,13 @@ TARGET_KN = "rljob_few_rows_matmul_kn"  # w [batch..., k, n]
 # and behind from 48 (2 cores, AVX-512).
 MOST_ROWS = 16
 COMPILE_TIMEOUT_S = 300
+BUILD_COMMAND = "python -m trainer.rollout.few_rows_matmul build"
+CPUINFO = Path("/proc/cpuinfo")
+# The kernel's fast paths are `target("avx512f")` functions; without them it runs plain loops, slower than XLA's dot.
+NEEDED_FLAG = "avx512f"
+# Every copy of the library has the same functions: one registration per process (XLA refuses a second handler
+# under the same name, which a test pointing the cache somewhere else would otherwise attempt).
+_registered: list[Path] = []
 
 
 class KernelUnavailable(RuntimeError):
@@ -58,6 +71,30 @@ def cache_dir() -> Path:
     return Path(base) / "rljob" / "native"
 
 
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (the `flags` line of /proc/cpuinfo); none elsewhere, or where
+    that file cannot be read."""
+    if not sys.platform.startswith("linux"):
+        return frozenset()
+    try:
+        text = CPUINFO.read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        name, colon, value = line.partition(":")
+        if colon and name.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def cpu_lacks_instructions() -> str | None:
+    """Why this CPU does not get the kernel (it lacks AVX-512F, or its flags cannot be read), None where it does."""
+    if NEEDED_FLAG in cpu_flags():
+        return None
+    where = f"{CPUINFO}'s flags" if sys.platform.startswith("linux") else f"{sys.platform}: CPU flags are read on Linux only"
+    return f"this CPU does not report {NEEDED_FLAG} ({where}), the instructions the kernel is written for"
+
+
 def compiler() -> str:
     name = os.environ.get("CXX") or "c++"
     found = shutil.which(name)
@@ -66,40 +103,55 @@ def compiler() -> str:
     return found
 
 
-def build(out_dir: Path | None = None) -> Path:
-    """The kernel's shared library, compiled once per source, jaxlib and compiler; atomic, so concurrent builders
-    (test workers, a job's stages) each end with a complete file."""
-    cxx = compiler()
+def library(directory: Path | None = None) -> Path:
+    """Where the library for this source and jaxlib is (or would be) in `directory`, else the cache. The key leaves
+    the compiler out: the trainer image keeps the library its build made and needs no compiler to find it."""
     include = jax.ffi.include_dir()
-    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), jax.__version__.encode(), include.encode(), cxx.encode()])).hexdigest()[:16]
-    directory = out_dir or cache_dir()
-    library = directory / f"few_rows_matmul-{key}.so"
-    if library.is_file():
-        return library
+    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), jax.__version__.encode(), include.encode()])).hexdigest()[:16]
+    return (directory or cache_dir()) / f"few_rows_matmul-{key}.so"
+
+
+def build(out_dir: Path | None = None) -> Path:
+    """The kernel's shared library, compiled once per source and jaxlib; atomic, so concurrent builders each end
+    with a complete file. Readable by any user: the image builds it as root and runs as another uid."""
+    target = library(out_dir)
+    if target.is_file():
+        return target
+    cxx = compiler()
+    directory = target.parent
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise KernelUnavailable(f"cannot create the kernel cache {directory}: {error}; set RLJOB_NATIVE_CACHE") from error
     fd, partial = tempfile.mkstemp(dir=directory, prefix=".few_rows_matmul-", suffix=".so")
     os.close(fd)
+    include = jax.ffi.include_dir()
     command = [cxx, "-O3", "-std=c++17", "-shared", "-fPIC", f"-I{include}", str(SOURCE), "-o", partial]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
         if done.returncode != 0:
             raise KernelUnavailable(f"compiling {SOURCE.name} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-        os.replace(partial, library)
+        os.chmod(partial, 0o755)  # mkstemp made it 0600, which the linker keeps
+        os.replace(partial, target)
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
-    return library
+    return target
 
 
 @functools.cache
-def load() -> None:
-    """Build (or find) and register the kernel once per process; raises KernelUnavailable saying why not."""
-    library = ctypes.cdll.LoadLibrary(str(build()))
-    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.RljobFewRowsMatmul), platform="cpu")  # type: ignore[no-untyped-call]  # jax ships this untyped
-    jax.ffi.register_ffi_target(TARGET_KN, jax.ffi.pycapsule(library.RljobFewRowsMatmulKn), platform="cpu")  # type: ignore[no-untyped-call]
+def load() -> Path:
+    """Find the built library in the cache and register the kernel, once per process; never compiles. Raises
+    KernelUnavailable saying why not."""
+    found = library()
+    if not found.is_file():
+        raise KernelUnavailable(f"not built: no {found.name} in {found.parent} (run `{BUILD_COMMAND}`; bootstrap and the trainer image do)")
+    if not _registered:
+        handle = ctypes.cdll.LoadLibrary(str(found))
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(handle.RljobFewRowsMatmul), platform="cpu")  # type: ignore[no-untyped-call]  # jax ships this untyped
+        jax.ffi.register_ffi_target(TARGET_KN, jax.ffi.pycapsule(handle.RljobFewRowsMatmulKn), platform="cpu")  # type: ignore[no-untyped-call]
+        _registered.append(found)
+    return found
 
 
 @functools.cache
@@ -107,9 +159,13 @@ def available() -> bool:
     if os.environ.get("RLJOB_FEW_ROWS_KERNEL", "1") == "0":
         log.info("few_rows_matmul: off (RLJOB_FEW_ROWS_KERNEL=0); decode products use XLA's dot")
         return False
+    lacking = cpu_lacks_instructions()
+    if lacking:
+        log.info("few_rows_matmul: %s; decode products use XLA's dot (same results, faster than its plain loops)", lacking)
+        return False
     try:
         load()
-    except (KernelUnavailable, OSError, subprocess.SubprocessError) as error:
+    except (KernelUnavailable, OSError) as error:
         log.warning("few_rows_matmul: %s; decode products use XLA's dot (same results, slower)", error)
         return False
     return True
@@ -153,3 +209,25 @@ def batched_matmul(x: jax.Array, w: jax.Array, out_dtype: Any = None, precision:
     if _use_kernel(x, w, x.shape[-2], out_dtype):
         return kernel(x, w, kn=True)
     return jnp.einsum("...rk,...kn->...rn", x, w, preferred_element_type=out_dtype, precision=precision)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`build`: compile the kernel into the cache (or find it there) and print the library's path. It builds on a CPU
+    without AVX-512F too (an image is often built on another machine than the one it runs on) and says so."""
+    parser = argparse.ArgumentParser(prog="python -m trainer.rollout.few_rows_matmul", description=main.__doc__)
+    parser.add_argument("command", choices=["build"])
+    parser.parse_args(argv)
+    try:
+        built = build()
+    except (KernelUnavailable, OSError, subprocess.SubprocessError) as error:
+        print(f"few_rows_matmul: not built: {error}", file=sys.stderr)
+        return 1
+    lacking = cpu_lacks_instructions()
+    if lacking:
+        print(f"few_rows_matmul: built, but {lacking}: the trainer uses XLA's dot on this machine", file=sys.stderr)
+    print(built)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
