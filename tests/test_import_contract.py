@@ -215,6 +215,7 @@ def test_the_packages_the_service_imports_pull_in_no_ml_framework():
                 "orbax",
                 "vllm",
                 "trainer.maxtext_entry",
+                "trainer.rollout",
                 "trainer.stages",
                 "trainer.pipeline",
             ),

@@ -68,7 +68,7 @@ def _checkpoint_events(run: EntryRun) -> None:
 @dataclass(frozen=True)
 class Install:
     name: str
-    install: Callable[[EntryRun], None]
+    install: Callable[[EntryRun], object]  # what an install returns is its own (tests read some); main ignores it
     why_here: str  # what fixes its place in the order, or that nothing does
 
 
