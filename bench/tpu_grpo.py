@@ -39,7 +39,14 @@ INPUTS = REPO / "bench" / ".tpu-inputs"
 PROBE_DIR = REPO / "bench" / "tpu_probe"
 RESULT = "tpu_grpo.json"
 # What the measured step runs of rljob's own: a change to any of them makes the figures stale (tests/bench).
-TRAINER_FILES = ("trainer/maxtext_entry", "trainer/stages/train.py", "trainer/stages/common.py", "trainer/rewards_sandbox")
+TRAINER_FILES = (
+    "trainer/maxtext_entry",
+    "trainer/rollout",
+    "trainer/contract/shim_config.py",
+    "trainer/stages/train.py",
+    "trainer/stages/common.py",
+    "trainer/rewards_sandbox",
+)
 PEAK_BF16_FLOPS = {"v5e": 197e12}  # Google's TPU v5e page: 197 TFLOP/s bf16 per chip
 
 # GSM8K-style GRPO (the tutorial's rl.yml lengths: 256 prompt slots; 512 new tokens), 8 generations, a reference.
