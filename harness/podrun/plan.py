@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.rollout.native_cache import CACHE_VARIABLE, cache_dir
+
 from .envvars import ContainerConfigError, expand_refs
 from .guard import guard_source, guarded_pth
 from .images import ImageConfig
@@ -133,10 +135,17 @@ def effective_user(pod: dict[str, Any], container: dict[str, Any], image: ImageC
 
 
 def image_binds(image: ImageConfig, env: dict[str, str], mounts: list[Mount], rootfs: Path, venv: Path) -> list[tuple[Path, str]]:
-    """The image's own directories: venv, WORKDIR, HOME (if set by ENV) and /tmp, unless a mount covers them."""
+    """The image's own directories: venv, native kernel cache, WORKDIR, HOME (if set by ENV) and /tmp, unless a mount
+    covers them."""
     binds: list[tuple[Path, str]] = []
     if image.env.get("VIRTUAL_ENV"):
         binds.append((venv, image.env["VIRTUAL_ENV"]))
+    if image.env.get(CACHE_VARIABLE):
+        # The kernels the image builds into its cache (trainer.Dockerfile's `few_rows_matmul build`): here, what
+        # bootstrap built into this machine's cache, for the same jaxlib, as the venv stands in for the image's.
+        host_cache = cache_dir()
+        host_cache.mkdir(parents=True, exist_ok=True)
+        binds.append((host_cache, image.env[CACHE_VARIABLE]))
     for guest in {image.workdir, "/tmp", *([env["HOME"]] if "HOME" in image.env else [])}:
         if guest == "/" or any(guest == m.guest or guest.startswith(m.guest.rstrip("/") + "/") for m in mounts):
             continue

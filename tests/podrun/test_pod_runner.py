@@ -45,6 +45,18 @@ def test_image_entrypoint_cmd_workdir_and_env_come_from_the_dockerfile(runs):
     assert log(runner).split() == ["/home/rljob", "/home/rljob", "/opt/venv", "/opt/venv/bin"]
 
 
+def test_the_images_prebuilt_decode_kernel_is_found_where_the_image_keeps_it(runs):
+    # docker/trainer.Dockerfile builds the kernel into RLJOB_NATIVE_CACHE (/opt/rljob/native); here the cache bootstrap
+    # filled stands in for it, as the venv does for /opt/venv. The pod runs as the image's user and only looks it up.
+    probe = (
+        "import os; from trainer.rollout import few_rows_matmul as f; "
+        "print(os.environ['RLJOB_NATIVE_CACHE'], f.load().parent, os.access(f.load(), os.R_OK))"
+    )
+    runner = runs.run(make_pod({"command": ["python", "-c", probe]}))
+    assert state(runner)["terminated"]["exitCode"] == 0, log(runner)[-2000:]
+    assert log(runner).split()[-3:] == ["/opt/rljob/native", "/opt/rljob/native", "True"]
+
+
 def test_a_missing_executable_is_a_start_error(runs):
     runner = runs.run(make_pod({"command": ["trainer-that-does-not-exist"]}))
     term = state(runner)["terminated"]

@@ -33,7 +33,10 @@ def test_cached_qwen3_forward_matches_maxtexts_qwen3_and_decodes_the_same_greedy
     # query scale, or swapping the query and key norm scales each moves the logits by 8 to 32 here.
     assert result["argmax_agree"] and result["max_abs_diff"] < 1e-4 * max(1.0, result["logit_scale"]), result
     # Every decode step's products ran in few_rows_matmul's kernel (fp32, a row per prompt): per layer q/k/v, out,
-    # gate/up, down and attention's scores and values, then the logits.
-    assert result["decode_kernel_calls"] == 6 * result["layers"] + 1, result
+    # gate/up, down and attention's scores and values, then the logits; none on a CPU without the kernel's AVX-512F.
+    from trainer.rollout.few_rows_matmul import cpu_lacks_instructions
+
+    expected = 0 if cpu_lacks_instructions() else 6 * result["layers"] + 1
+    assert result["decode_kernel_calls"] == expected, result
     # Greedy decoding moved on from the prompt: not one token repeated (what a tied random model's residual does).
     assert all(len(set(row)) > 1 for row in result["generated"]), result

@@ -10,7 +10,7 @@ The kernel takes fp32 products of at most MOST_ROWS rows on a CPU with AVX-512F,
 are written for (elsewhere its plain loops are slower than XLA's dot). It is compiled when the environment is set
 up, not at use: `python -m trainer.rollout.few_rows_matmul build` (scripts/bootstrap.sh and the trainer image run
 it) compiles it with the machine's C++ compiler (`$CXX`, else `c++`) against the FFI headers of the installed
-jaxlib, into a cache keyed by the source, jax's version and those headers' directory; `RLJOB_NATIVE_CACHE` names
+jaxlib, into a cache keyed by the source and jaxlib's version (native_cache.py); `RLJOB_NATIVE_CACHE` names
 the cache directory. A process only looks the library up there. Where it is missing, the CPU lacks AVX-512F, or
 RLJOB_FEW_ROWS_KERNEL=0, the products use XLA's dot and the reason is logged once: the results agree to fp32
 rounding, only the speed differs.
@@ -22,6 +22,7 @@ import argparse
 import ctypes
 import functools
 import hashlib
+import importlib.metadata
 import logging
 import math
 import os
@@ -34,6 +35,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from .native_cache import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -56,19 +59,6 @@ _registered: list[Path] = []
 
 class KernelUnavailable(RuntimeError):
     """The kernel could not be built or loaded here; the message says why."""
-
-
-def cache_dir() -> Path:
-    configured = os.environ.get("RLJOB_NATIVE_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
-        try:
-            base = str(Path.home() / ".cache")
-        except RuntimeError:  # no HOME and no passwd entry (an arbitrary container uid)
-            base = tempfile.gettempdir()
-    return Path(base) / "rljob" / "native"
 
 
 def cpu_flags() -> frozenset[str]:
@@ -105,9 +95,10 @@ def compiler() -> str:
 
 def library(directory: Path | None = None) -> Path:
     """Where the library for this source and jaxlib is (or would be) in `directory`, else the cache. The key leaves
-    the compiler out: the trainer image keeps the library its build made and needs no compiler to find it."""
-    include = jax.ffi.include_dir()
-    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), jax.__version__.encode(), include.encode()])).hexdigest()[:16]
+    out the compiler (the trainer image keeps the library its build made and needs no compiler to find it) and where
+    jaxlib is installed (the FFI headers are its version's; the emulated cluster's pods see the venv at the image's
+    path and find the library bootstrap built, harness/podrun/plan.py)."""
+    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), importlib.metadata.version("jaxlib").encode()])).hexdigest()[:16]
     return (directory or cache_dir()) / f"few_rows_matmul-{key}.so"
 
 
