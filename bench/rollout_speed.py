@@ -148,7 +148,13 @@ def import_engine(commit: str) -> Any:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(read(rel) or "")
     sys.path.insert(0, str(pkg.parent))
-    return importlib.import_module(f"{name}.jax_rollout")
+    engine = importlib.import_module(f"{name}.jax_rollout")
+    kernel = sys.modules.get(f"{name}.few_rows_matmul")
+    if kernel is not None and hasattr(kernel, "library"):
+        # An engine whose kernel is built at setup (issue 54 on) only looks it up at use: build this copy's, or its
+        # decode would fall back to XLA's dot and its figures would not be the engine's.
+        kernel.build()
+    return engine
 
 
 def rollout_config(new_tokens: int, slots: int = PROMPT_SLOTS, most_tokens: int = NEW_TOKENS) -> Any:

@@ -83,7 +83,7 @@ def stop_token_verdict(step: dict[str, Any], step_module: ModuleType) -> dict[st
     }
 
 
-def objective_flags() -> list[str]:
+def objective_shim_args() -> list[str]:
     """The shim configuration's argument with the objective only, as the train stage passes it."""
     from trainer.contract.shim_config import GrpoObjective, ShimConfig
     from trainer.stages.train import KL_LOSS_MODES
@@ -128,7 +128,7 @@ def _objective_probe() -> None:
         print(OBJECTIVE_LINE_PREFIX + json.dumps(probe), flush=True)
 
     train_rl_entry.run_as_main = in_train_rls_place
-    train_rl_entry.main(objective_flags())
+    train_rl_entry.main(objective_shim_args())
 
 
 def block_torch() -> None:
@@ -163,14 +163,14 @@ def _subprocess_line(module: str, args: list[str], prefix: str, log: Path) -> di
 def step_checks(out: Path) -> dict[str, Any]:
     step_module = import_check("grpo_learner_step")
     step = _subprocess_line(
-        "tests.trainer.grpo_learner_step", objective_flags(), step_module.STEP_LINE_PREFIX, out / "grpo_learner_step.log"
+        "tests.trainer.grpo_learner_step", objective_shim_args(), step_module.STEP_LINE_PREFIX, out / "grpo_learner_step.log"
     )
     probe = _subprocess_line("bench.tpu_correctness_step", [], OBJECTIVE_LINE_PREFIX, out / "objective_probe.log")
     stop = stop_token_verdict(step, step_module) if step else {"active": False, "error": "no STEP line; see grpo_learner_step.log"}
     objective = objective_verdict(probe) if probe else {"active": False, "error": "no probe line; see objective_probe.log"}
     print("stop-token fix active:", stop["active"], "| objective patch active:", objective["active"], flush=True)
     return {
-        "learner_step_command": ["-m", "tests.trainer.grpo_learner_step", *objective_flags()],
+        "learner_step_command": ["-m", "tests.trainer.grpo_learner_step", *objective_shim_args()],
         "step_line": step,
         "stop_token": stop,
         "objective_probe": probe,
