@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from trainer.contract.shim_config import SHIM_CONFIG_FLAG, GrpoObjective, ShimConfig
+from trainer.contract.shim_config import SHIM_CONFIG_FLAG, BestCheckpointPaths, GrpoObjective, ShimConfig
 from trainer.maxtext_entry import train_rl_entry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,6 +47,7 @@ def in_train_rls_place(module, maxtext_argv):
             ("evaluate", evaluate_rl.evaluate),
             ("generate", rl_cluster.RLCluster.generate),
             ("train", rl_learner.RLLearner.train),
+            ("sync_weights", rl_cluster.RLCluster.sync_weights),
         )
     }
     print("WRAPPERS " + json.dumps({"found": found, "maxtext_argv": maxtext_argv}), flush=True)
@@ -89,7 +90,10 @@ def test_the_table_names_what_fixes_each_place_and_goodput_is_last() -> None:
 
 @pytest.mark.timeout(300)
 def test_on_the_real_modules_goodput_times_the_other_wrappers_and_a_stop_comes_after_the_recorder(tmp_path: Path) -> None:
-    config = ShimConfig(samples_uri=str(tmp_path / "samples"), objective=GrpoObjective(kl_loss_mode="low_var_kl"), rollout_seed=3)
+    best = BestCheckpointPaths(best_root=str(tmp_path / "best"), record_uri=str(tmp_path / "best.json"), actor_root=str(tmp_path / "a"))
+    config = ShimConfig(
+        samples_uri=str(tmp_path / "samples"), objective=GrpoObjective(kl_loss_mode="low_var_kl"), rollout_seed=3, best_checkpoint=best
+    )
     done = subprocess.run(
         [sys.executable, "-c", WRAPPERS, "rl.yml", config.as_argument(), "model_name=llama3.1-8b"],
         cwd=REPO,
@@ -116,5 +120,8 @@ def test_on_the_real_modules_goodput_times_the_other_wrappers_and_a_stop_comes_a
     assert found["evaluate"] == [goodput, goodput, evals, "rl/evaluate_rl.py"], found
     # The rollout's key and stop token are timed as rollout; the key's wrapper sees Tunix's own generate.
     assert found["generate"] == [goodput, stop_token, keys, "rl/rl_cluster.py"], found
-    # A stop's exit comes after the recorder has marked training finished.
-    assert found["train"] == [goodput, stop, evals, "rl/rl_learner.py"], found
+    # A stop's exit comes after the recorder and the best-checkpoint keeper have marked training finished; the keeper's
+    # candidate save at a weight sync is timed as weight sync (the keeper installs with the evaluation recorder).
+    keeper = "maxtext_entry/best_checkpoint.py"
+    assert found["train"] == [goodput, stop, keeper, evals, "rl/rl_learner.py"], found
+    assert found["sync_weights"] == [goodput, goodput, keeper, "rl/rl_cluster.py"], found
