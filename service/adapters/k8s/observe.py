@@ -6,6 +6,7 @@ on trouble, what to check next; `reason` is the short machine-readable cause.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.domain.records.models import QueueStatus
@@ -21,13 +22,41 @@ if TYPE_CHECKING:
     from kubernetes.client import V1Pod, V1PodFailurePolicyRule
 
 
+@dataclass(frozen=True)
+class Workload:
+    """The Job or JobSet being read: what every observation of it carries besides what was seen."""
+
+    job_id: str
+    object_name: str  # job/<name> or jobset/<name>, as kubectl names it
+
+    def observation(
+        self,
+        state: ObservedState,
+        reason: str | None,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        queue: QueueStatus | None = None,
+        disrupted: bool = False,
+    ) -> Observation:
+        return Observation(
+            job_id=self.job_id,
+            state=state,
+            reason=reason,
+            message=message,
+            exit_code=exit_code,
+            object_name=self.object_name,
+            queue=queue,
+            disrupted=disrupted,
+        )
+
+
 def gone(job_id: str, object_name: str, *, reason: str = "NotFound", message: str | None = None) -> Observation:
-    return Observation(
-        job_id=job_id,
-        state=ObservedState.GONE,
-        reason=reason,
-        message=message or (f"{object_name} does not exist: it was deleted (cancel, ttlSecondsAfterFinished or by hand) or never created"),
-        object_name=object_name,
+    workload = Workload(job_id, object_name)
+    return workload.observation(
+        ObservedState.GONE,
+        reason,
+        message or f"{object_name} does not exist: it was deleted (cancel, ttlSecondsAfterFinished or by hand) or never created",
     )
 
 
@@ -54,8 +83,7 @@ def _last_ending(pod_list: list[Any]) -> tuple[Ending | None, Any | None]:
 
 
 def _failure(
-    job_id: str,
-    object_name: str,
+    workload: Workload,
     cond: Any,
     pod_list: list[Any],
     *,
@@ -83,46 +111,31 @@ def _failure(
         detail = f"the trainer failed {attempts} (backoffLimit {backoff_limit}); last attempt: {describe_exit_code(exit_code)}"
     else:
         detail = f"{cond_message or cond_reason}; last attempt: {describe_exit_code(exit_code)}"
-    return Observation(
-        job_id=job_id,
-        state=ObservedState.FAILED,
-        reason=reason,
-        exit_code=exit_code,
-        message=f"{object_name} failed: {detail}",
-        object_name=object_name,
-    )
+    return workload.observation(ObservedState.FAILED, reason, f"{workload.object_name} failed: {detail}", exit_code=exit_code)
 
 
-def _not_admitted(job_id: str, object_name: str, labels: dict[str, str], kueue: KueueRead | None) -> Observation:
+def _not_admitted(workload: Workload, labels: dict[str, str], kueue: KueueRead | None) -> Observation:
     """A suspended Job/JobSet: held by Kueue (QUEUED, with its LocalQueue, reason and place in line)
     or, without a queue label, suspended by someone else."""
     queue = labels.get(names.KUEUE_QUEUE_LABEL)
     if not queue:
-        return Observation(
-            job_id=job_id,
-            state=ObservedState.PENDING,
-            reason="Suspended",
-            object_name=object_name,
-            message=f"{object_name} is suspended (spec.suspend=true) and no queue admits it; resume or cancel it",
+        return workload.observation(
+            ObservedState.PENDING,
+            "Suspended",
+            f"{workload.object_name} is suspended (spec.suspend=true) and no queue admits it; resume or cancel it",
         )
     view = kueue.workload if kueue is not None else None
     if view is not None and view.admitted:
         # Admitted a moment ago: Kueue is unsuspending it, which the next observation shows.
-        return Observation(
-            job_id=job_id,
-            state=ObservedState.PENDING,
-            reason="Admitted",
-            object_name=object_name,
-            message=f"admitted by Kueue from LocalQueue {queue}; starting",
-        )
+        return workload.observation(ObservedState.PENDING, "Admitted", f"admitted by Kueue from LocalQueue {queue}; starting")
     if view is not None:
         reason = normalized_reason(view.reason, view.message)  # v0.19's Pending/Inadmissible read as v0.20 names them
-        message = reason_words(reason, view.message, queue) if view.message else f"Kueue has not admitted {object_name} ({reason})"
+        message = reason_words(reason, view.message, queue) if view.message else f"Kueue has not admitted {workload.object_name} ({reason})"
     elif kueue is not None and kueue.readable:
         reason, message = (
             "NoWorkload",
             (
-                f"Kueue has not made a Workload for {object_name} yet; if this lasts, check that Kueue is running and "
+                f"Kueue has not made a Workload for {workload.object_name} yet; if this lasts, check that Kueue is running and "
                 f"that LocalQueue {queue} exists (kubectl get localqueues)"
             ),
         )
@@ -130,20 +143,15 @@ def _not_admitted(job_id: str, object_name: str, labels: dict[str, str], kueue: 
         why = kueue.why_unreadable if kueue is not None and kueue.why_unreadable else "no Kueue API or no RBAC for it"
         reason, message = (
             "KueueNotAdmitted",
-            f"Kueue has not admitted {object_name} and its Workload cannot be read: {why}",
+            f"Kueue has not admitted {workload.object_name} and its Workload cannot be read: {why}",
         )
     position = kueue.position if kueue is not None else None
-    return Observation(
-        job_id=job_id,
-        state=ObservedState.QUEUED,
-        reason=reason,
-        object_name=object_name,
-        message=message,
-        queue=QueueStatus(name=queue, position=position, reason=reason, message=message),
+    return workload.observation(
+        ObservedState.QUEUED, reason, message, queue=QueueStatus(name=queue, position=position, reason=reason, message=message)
     )
 
 
-def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[Any], *, workers: int, restarts: int = 0) -> Observation:
+def _from_pods(workload: Workload, pod_list: list[Any], events: list[Any], *, workers: int, restarts: int = 0) -> Observation:
     """Neither finished nor suspended: decide from the attempts (pods)."""
     ordered = pods.newest_first(pod_list)
     current = [p for p in ordered if not pods.is_failed_attempt(p) and p.status and p.status.phase in ("Pending", "Running", "Succeeded")]
@@ -163,35 +171,27 @@ def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[
             cause = end.reason if end else "PodFailed"
         else:
             why, cause = f"the slice restarted ({restarts} so far)", "Restarted"
-        return Observation(
-            job_id=job_id,
-            state=ObservedState.RESTARTING,
-            reason=reason or cause,
-            object_name=object_name,
-            message=f"{why}; Kubernetes is starting a new attempt that resumes from the last checkpoint. {extra}".strip(),
+        return workload.observation(
+            ObservedState.RESTARTING,
+            reason or cause,
+            f"{why}; Kubernetes is starting a new attempt that resumes from the last checkpoint. {extra}".strip(),
             disrupted=disrupted is not None,
         )
 
     if not current:
         if interrupted:
             return restarting("", None)
-        return Observation(
-            job_id=job_id,
-            state=ObservedState.PENDING,
-            reason="Creating",
-            object_name=object_name,
-            message=f"{object_name} exists; waiting for its controller to create the trainer pod",
+        return workload.observation(
+            ObservedState.PENDING, "Creating", f"{workload.object_name} exists; waiting for its controller to create the trainer pod"
         )
     being_disrupted = [p for p in current if pods.disruption(p) is not None]
     if being_disrupted:
         d = pods.disruption(being_disrupted[0])
         assert d is not None
-        return Observation(
-            job_id=job_id,
-            state=ObservedState.RESTARTING,
-            reason=d.reason,
-            object_name=object_name,
-            message=f"the trainer pod is being disrupted ({d.reason}); it will be replaced and resume from the last checkpoint",
+        return workload.observation(
+            ObservedState.RESTARTING,
+            d.reason,
+            f"the trainer pod is being disrupted ({d.reason}); it will be replaced and resume from the last checkpoint",
             disrupted=True,
         )
     for pod in current:
@@ -200,30 +200,14 @@ def _from_pods(job_id: str, object_name: str, pod_list: list[Any], events: list[
             if trouble is not None:
                 if interrupted:
                     return restarting(f"The new attempt cannot start: {trouble.message}", trouble.reason)
-                return Observation(
-                    job_id=job_id,
-                    state=ObservedState.PENDING,
-                    reason=trouble.reason,
-                    message=trouble.message,
-                    object_name=object_name,
-                )
+                return workload.observation(ObservedState.PENDING, trouble.reason, trouble.message)
     running = [p for p in current if p.status.phase in ("Running", "Succeeded")]
     if len(running) >= workers:
-        return Observation(
-            job_id=job_id,
-            state=ObservedState.RUNNING,
-            reason="Running",
-            object_name=object_name,
-            message=f"the trainer is running ({running[0].metadata.name})",
-        )
+        return workload.observation(ObservedState.RUNNING, "Running", f"the trainer is running ({running[0].metadata.name})")
     if interrupted:
         return restarting("", None)
-    return Observation(
-        job_id=job_id,
-        state=ObservedState.PENDING,
-        reason="Starting",
-        object_name=object_name,
-        message=f"the trainer pod is scheduled and starting ({len(running)}/{workers} workers running)",
+    return workload.observation(
+        ObservedState.PENDING, "Starting", f"the trainer pod is scheduled and starting ({len(running)}/{workers} workers running)"
     )
 
 
@@ -264,7 +248,8 @@ def _rule_matches(rule: V1PodFailurePolicyRule, pod: V1Pod, end: Ending | None) 
 
 def observe_job(job_id: str, job: Any | None, pod_list: list[Any], events: list[Any], kueue: KueueRead | None = None) -> Observation:
     """A batch/v1 Job (single-host slice)."""
-    object_name = f"job/{names.workload_name(job_id)}"
+    workload = Workload(job_id, f"job/{names.workload_name(job_id)}")
+    object_name = workload.object_name
     if job is None:
         return gone(job_id, object_name)
     if job.metadata.deletion_timestamp is not None:
@@ -272,22 +257,14 @@ def observe_job(job_id: str, job: Any | None, pod_list: list[Any], events: list[
     status = job.status
     conds = _true_conditions(status.conditions if status else None)
     if "Complete" in conds or "SuccessCriteriaMet" in conds:
-        return Observation(
-            job_id=job_id,
-            state=ObservedState.SUCCEEDED,
-            reason="Complete",
-            exit_code=0,
-            message=f"{object_name} completed",
-            object_name=object_name,
-        )
+        return workload.observation(ObservedState.SUCCEEDED, "Complete", f"{object_name} completed", exit_code=0)
     # FailureTarget comes first (pods still terminating), Failed after: the outcome is decided at either.
     failed = conds.get("Failed") or conds.get("FailureTarget")
     if failed is None and (message := fail_job_rule_match(job, pod_list)) is not None:
         failed = {"reason": "PodFailurePolicy", "message": message}
     if failed is not None:
         return _failure(
-            job_id,
-            object_name,
+            workload,
             failed,
             pod_list,
             backoff_limit=job.spec.backoff_limit,
@@ -295,15 +272,16 @@ def observe_job(job_id: str, job: Any | None, pod_list: list[Any], events: list[
             deadline_s=job.spec.active_deadline_seconds,
         )
     if job.spec.suspend:
-        return _not_admitted(job_id, object_name, job.metadata.labels or {}, kueue)
-    return _from_pods(job_id, object_name, pod_list, events, workers=job.spec.parallelism or 1)
+        return _not_admitted(workload, job.metadata.labels or {}, kueue)
+    return _from_pods(workload, pod_list, events, workers=job.spec.parallelism or 1)
 
 
 def observe_jobset(
     job_id: str, jobset: dict[str, Any] | None, pod_list: list[Any], events: list[Any], kueue: KueueRead | None = None
 ) -> Observation:
     """A JobSet (multi-host slice): its conditions decide the end, the pods everything before."""
-    object_name = f"jobset/{names.workload_name(job_id, multi_host=True)}"
+    workload = Workload(job_id, f"jobset/{names.workload_name(job_id, multi_host=True)}")
+    object_name = workload.object_name
     if jobset is None:
         return gone(job_id, object_name)
     meta, spec, status = jobset.get("metadata", {}), jobset.get("spec", {}), jobset.get("status") or {}
@@ -311,20 +289,12 @@ def observe_jobset(
         return gone(job_id, object_name, reason="Deleting", message=f"{object_name} is being deleted; its pods are terminating")
     conds = _true_conditions(status.get("conditions"))
     if "Completed" in conds or status.get("terminalState") == "Completed":
-        return Observation(
-            job_id=job_id,
-            state=ObservedState.SUCCEEDED,
-            reason="Complete",
-            exit_code=0,
-            message=f"{object_name} completed",
-            object_name=object_name,
-        )
+        return workload.observation(ObservedState.SUCCEEDED, "Complete", f"{object_name} completed", exit_code=0)
     if "Failed" in conds or status.get("terminalState") == "Failed":
         cond = conds.get("Failed") or {"reason": "Failed", "message": ""}
         template = (spec.get("replicatedJobs") or [{}])[0].get("template", {}).get("spec", {})
         return _failure(
-            job_id,
-            object_name,
+            workload,
             cond,
             pod_list,
             backoff_limit=(spec.get("failurePolicy") or {}).get("maxRestarts"),
@@ -332,8 +302,8 @@ def observe_jobset(
             deadline_s=template.get("activeDeadlineSeconds"),
         )
     if spec.get("suspend") or "Suspended" in conds:
-        return _not_admitted(job_id, object_name, meta.get("labels") or {}, kueue)
+        return _not_admitted(workload, meta.get("labels") or {}, kueue)
     template = (spec.get("replicatedJobs") or [{}])[0]
     workers = int(template.get("replicas", 1)) * int(template.get("template", {}).get("spec", {}).get("parallelism", 1))
     # Pods of earlier restarts are deleted by the JobSet controller; count only this generation's.
-    return _from_pods(job_id, object_name, pod_list, events, workers=workers, restarts=int(status.get("restarts") or 0))
+    return _from_pods(workload, pod_list, events, workers=workers, restarts=int(status.get("restarts") or 0))
