@@ -18,6 +18,7 @@ import httpx
 import typer
 import yaml
 from httpx_sse import SSEError, connect_sse
+from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 
@@ -31,6 +32,13 @@ from service.settings_env import SettingsInvalid
 from trainer.contract import JobSpec, ReproRecord
 
 DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+def read_answer[Answer: BaseModel](model: type[Answer], body: Any) -> Answer:
+    """An API answer read into its model, ignoring fields this CLI does not know at every depth (the models, the job's
+    spec among them, forbid unknown fields where they take input): a newer service adding a field must not break an
+    older CLI reading it."""
+    return model.model_validate(body, extra="ignore")
 
 
 class CliExit(enum.IntEnum):
@@ -238,60 +246,66 @@ class RljobClient:
 
     def submit(self, body: dict[str, Any], idempotency_key: str, *, override_budget: bool = False) -> JobPublic:
         params = {"override_budget": "true"} if override_budget else None
-        return JobPublic.model_validate(
-            self.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": idempotency_key}, params=params)
+        return read_answer(
+            JobPublic, self.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": idempotency_key}, params=params)
         )
 
     def job(self, job_id: str) -> JobPublic:
-        return JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}"))
+        return read_answer(JobPublic, self.request("GET", f"/v1/jobs/{job_id}"))
+
+    def stored_spec(self, job_id: str) -> dict[str, Any]:
+        """The job's spec as the service answers it, every field kept, those this CLI does not know too: what a
+        resubmission sends back (JobPublic.spec, read leniently, would drop a newer service's fields)."""
+        spec: dict[str, Any] = self.request("GET", f"/v1/jobs/{job_id}")["spec"]
+        return spec
 
     def estimate(self, body: dict[str, Any]) -> JobEstimate:
         """POST /v1/jobs?dry_run=estimate: checked as a submit is, nothing created."""
-        return JobEstimate.model_validate(self.request("POST", "/v1/jobs", json=body, params={"dry_run": "estimate"}))
+        return read_answer(JobEstimate, self.request("POST", "/v1/jobs", json=body, params={"dry_run": "estimate"}))
 
     def jobs(self, params: dict[str, Any]) -> JobsPublic:
-        return JobsPublic.model_validate(self.request("GET", "/v1/jobs", params=params))
+        return read_answer(JobsPublic, self.request("GET", "/v1/jobs", params=params))
 
     def cancel(self, job_id: str) -> JobPublic:
-        return JobPublic.model_validate(self.request("POST", f"/v1/jobs/{job_id}/cancel"))
+        return read_answer(JobPublic, self.request("POST", f"/v1/jobs/{job_id}/cancel"))
 
     def metrics(self, job_id: str, *, limit: int) -> MetricsPublic:
-        return MetricsPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}/metrics", params={"limit": limit}))
+        return read_answer(MetricsPublic, self.request("GET", f"/v1/jobs/{job_id}/metrics", params={"limit": limit}))
 
     def samples(self, job_id: str, step: int | None = None) -> SamplesPublic:
         """A 404 (no samples yet, none at `step`) is the service's message as a CliError."""
-        return SamplesPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}/samples", params=_step(step)))
+        return read_answer(SamplesPublic, self.request("GET", f"/v1/jobs/{job_id}/samples", params=_step(step)))
 
     def samples_or_none(self, job_id: str, step: int | None = None) -> SamplesPublic | None:
         body = self.get_or_none(f"/v1/jobs/{job_id}/samples", params=_step(step))
-        return None if body is None else SamplesPublic.model_validate(body)
+        return None if body is None else read_answer(SamplesPublic, body)
 
     def repro(self, job_id: str) -> ReproRecord | None:
         """None: the job's trainer has not written its reproducibility record (yet)."""
         body = self.get_or_none(f"/v1/jobs/{job_id}/repro")
-        return None if body is None else ReproRecord.model_validate(body)
+        return None if body is None else read_answer(ReproRecord, body)
 
     def log_tail(self, job_id: str, lines: int) -> str:
         return str(self.request("GET", f"/v1/jobs/{job_id}/logs", params={"tail_lines": lines}))
 
     def usage(self, params: dict[str, Any]) -> UsagePublic:
-        return UsagePublic.model_validate(self.request("GET", "/v1/usage", params=params))
+        return read_answer(UsagePublic, self.request("GET", "/v1/usage", params=params))
 
     def webhook_deliveries(self, params: dict[str, Any]) -> WebhookDeliveriesPublic:
-        return WebhookDeliveriesPublic.model_validate(self.request("GET", "/v1/webhooks/deliveries", params=params))
+        return read_answer(WebhookDeliveriesPublic, self.request("GET", "/v1/webhooks/deliveries", params=params))
 
     def diff(self, a: str, b: str) -> JobDiff:
-        return JobDiff.model_validate(self.request("GET", "/v1/jobs/diff", params={"a": a, "b": b}))
+        return read_answer(JobDiff, self.request("GET", "/v1/jobs/diff", params={"a": a, "b": b}))
 
     def submit_eval(self, body: dict[str, Any], idempotency_key: str) -> EvalPublic:
-        return EvalPublic.model_validate(self.request("POST", "/v1/evals", json=body, headers={"Idempotency-Key": idempotency_key}))
+        return read_answer(EvalPublic, self.request("POST", "/v1/evals", json=body, headers={"Idempotency-Key": idempotency_key}))
 
     def eval(self, eval_id: str) -> EvalPublic:
-        return EvalPublic.model_validate(self.request("GET", f"/v1/evals/{eval_id}"))
+        return read_answer(EvalPublic, self.request("GET", f"/v1/evals/{eval_id}"))
 
     def eval_compare(self, a: str, b: str, function: str | None = None) -> EvalComparisonPublic:
         params = {"baseline": b, **({"function": function} if function else {})}
-        return EvalComparisonPublic.model_validate(self.request("GET", f"/v1/evals/{a}/compare", params=params))
+        return read_answer(EvalComparisonPublic, self.request("GET", f"/v1/evals/{a}/compare", params=params))
 
     def get_or_none(self, path: str, **kwargs: Any) -> Any:
         """GET `path`, None when the service answers 404 (a part it has not, or not yet: samples, a repro record)."""

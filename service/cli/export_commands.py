@@ -85,7 +85,7 @@ def export_mlflow(
 
 def tensorboard_logdir(job: JobPublic) -> str:
     """Where Tunix writes the job's TensorBoard event files: train_rl's run under the job's run directory."""
-    return RunLayout(job.spec["output"], job.id).tensorboard_dir
+    return RunLayout(job.spec.output, job.id).tensorboard_dir
 
 
 @handles_errors

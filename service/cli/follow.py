@@ -12,7 +12,7 @@ from service.domain.records.models import JobPublic
 from service.domain.records.phases import TERMINAL
 from trainer.contract import RunStorage
 
-from .client import RljobClient
+from .client import RljobClient, read_answer
 from .output import eval_event_text
 from .storage_text import storage_text
 
@@ -41,7 +41,7 @@ def follow_job(client: RljobClient, job_id: str, console: Console) -> JobPublic:
                 last_id = event_id if event_id is not None else last_id
                 data = json.loads(raw)
                 if event == "snapshot":
-                    snapshot = JobPublic.model_validate(data)
+                    snapshot = read_answer(JobPublic, data)
                     phase = snapshot.phase
                     stored = storage_text(snapshot.storage)
                     _update(

@@ -6,7 +6,6 @@ YAML scalar (yaml.safe_load), never evaluated, and the server validates the new 
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import uuid
@@ -162,7 +161,7 @@ def rerun(
     """Submit a job again from its spec, with each --set change; prints the new id and the changes."""
     changes = []
     client = _context(ctx).client()
-    spec = copy.deepcopy(client.job(job_id).spec)
+    spec = client.stored_spec(job_id)
     spec.pop("team", None)  # the service sets it from the token
     for assignment in setting or []:
         changes.append(apply_setting(spec, assignment))

@@ -123,7 +123,7 @@ def diff_jobs(
     return JobDiff(
         a=a.id,
         b=b.id,
-        spec=differences(a.spec, b.spec, ignore=IGNORED_SPEC_KEYS),
+        spec=differences(a.spec.model_dump(mode="json"), b.spec.model_dump(mode="json"), ignore=IGNORED_SPEC_KEYS),
         record=_record_differences(record_a, record_b) if record_a is not None and record_b is not None else {},
         missing_records=missing,
         outcomes=[job_outcome(a, points[0]), job_outcome(b, points[1])],

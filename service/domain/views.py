@@ -95,5 +95,5 @@ def to_public(
         hangs=list(record.report.hangs),
         hung_restarts=record.report.hung_restarts,
         checkpoint_expiry=record.checkpoint_expiry,
-        spec=record.spec.model_dump(mode="json"),
+        spec=record.spec,
     )

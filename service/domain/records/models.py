@@ -285,7 +285,10 @@ class JobPublic(BaseModel):
         "RLJOB_MAX_HUNG_RESTARTS times",
     )
     hung_restarts: int = Field(default=0, description="restarts after a hang so far")
-    spec: dict[str, Any]
+    spec: JobSpec = Field(
+        description="the job's spec as the service validated and stored it, defaults filled in (the same schema a submit "
+        "takes). Clients read it leniently: a field a newer service adds is ignored, not an error (service/cli/client.py)"
+    )
 
     @computed_field(  # type: ignore[prop-decorator]  # pydantic's documented form; mypy reads a property
         description="the evaluations train_rl ran on the eval rows while training (before, every eval_interval, after), with "
