@@ -24,7 +24,7 @@ from trainer.contract.spec_file import SpecFileError, read_spec_data, validation
 
 from .client import CliContext, CliError, CliExit, handles_errors
 from .follow import follow_job
-from .output import OutputOption, console, emit, err_console
+from .output import OutputOption, console, emit, err_console, print_submitted
 
 SUITE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -151,7 +151,7 @@ def evaluate(
             body[key] = value
     client = _context(ctx).client()
     found = client.submit_eval(body, idempotency_key or uuid.uuid4().hex)  # one key per invocation: a retry makes no second eval
-    (err_console if output else console).print(f"submitted [bold]{found.id}[/] ({escape(found.name)}): {found.phase}", highlight=False)
+    print_submitted(found.id, found.name, found.phase, output)
     if not (follow or wait):
         if output:
             emit(found.model_dump(mode="json"), output, [found.id])

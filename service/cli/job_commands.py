@@ -33,6 +33,7 @@ from .output import (
     fmt_metric,
     health_text,
     print_job,
+    print_submitted,
     queue_text,
 )
 
@@ -89,12 +90,12 @@ def submit(
     job = client.submit(body, key, override_budget=override_budget)
     _warn_if_tight(job.fit_estimate)
     if follow:
-        (err_console if output else console).print(f"submitted [bold]{job.id}[/] ({job.name}): {job.phase}")
+        print_submitted(job.id, job.name, job.phase, output)
         _follow_to_end(client, job.id, output)
     elif output:
         emit(job.model_dump(mode="json"), output, [job.id])
     else:
-        console.print(f"submitted [bold]{job.id}[/] ({job.name}): {job.phase}")
+        print_submitted(job.id, job.name, job.phase, output)
 
 
 def _print_estimate(estimate: JobEstimate, output: OutputFormat | None) -> None:

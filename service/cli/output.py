@@ -63,6 +63,14 @@ def emit(obj: Any, output: OutputFormat, ids: Iterable[str]) -> None:
         typer.echo(yaml.safe_dump(obj, sort_keys=False, allow_unicode=True), nl=False)
 
 
+def print_submitted(item_id: str, name: str, phase: str, output: OutputFormat | None, *, of: str | None = None) -> None:
+    """The line a submit, an eval or a rerun prints for what it created (`of`: the job a rerun repeats). On stderr when
+    stdout carries -o's document, so the two never mix; names escaped, as they are the user's words."""
+    rerun = f", a rerun of {escape(of)}" if of else ""
+    line = f"submitted [bold]{escape(item_id)}[/] ({escape(name)}){rerun}: {phase}"
+    (err_console if output else console).print(line, highlight=False)
+
+
 def fmt_metric(value: Any) -> str:
     return "-" if value is None else f"{value:.4g}"
 

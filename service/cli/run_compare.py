@@ -20,7 +20,7 @@ from service.domain.records.job_eval_models import EvalPoint
 
 from .client import CliContext, CliError, CliExit, handles_errors
 from .eval_commands import print_comparison
-from .output import OutputOption, console, emit, err_console, eval_point_text, fmt_metric
+from .output import OutputOption, console, emit, err_console, eval_point_text, fmt_metric, print_submitted
 
 SetOption = Annotated[
     list[str] | None,
@@ -172,6 +172,6 @@ def rerun(
         for line in lines:
             err_console.print(escape(line), highlight=False)
         return
-    console.print(f"submitted [bold]{job.id}[/] ({escape(job.name)}), a rerun of {escape(job_id)}: {job.phase}")
+    print_submitted(job.id, job.name, job.phase, output, of=job_id)
     for line in lines:
         console.print(f"  {escape(line)}", highlight=False)
