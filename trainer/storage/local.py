@@ -6,6 +6,7 @@ import builtins
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 import uuid
 from pathlib import Path
@@ -85,7 +86,18 @@ class LocalDirStore:
             return [_info(root)]
         if not root.is_dir():
             return []
-        out = [_info(p) for p in root.rglob("*") if p.is_file()]
+        # A writer may rename or remove entries while this walks (Orbax finalizes `N.orbax-checkpoint-tmp` into `N`):
+        # what vanished between the directory read and its stat is not listed, as a bucket listing would not show it.
+        out: builtins.list[ObjectInfo] = []
+        for dirpath, _, names in os.walk(root):  # a directory removed mid-walk is skipped (onerror=None)
+            for name in names:
+                path = Path(dirpath) / name
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    out.append(ObjectInfo(str(path), st.st_size, updated_s=st.st_mtime))
         return sorted(out, key=lambda o: o.uri)
 
     def upload_file(self, local_path: str, uri: str) -> ObjectInfo:
