@@ -16,12 +16,16 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "rljob-test-secret-in-the-trainers-environment"
+# A new secret for each probe: the cases run concurrently on pytest-xdist's workers, two of them as the same uid
+# 65534 outside any PID namespace, and with one secret a reward could read the other case's starting processes
+# (same user, still dumpable), which is not the trainer it runs under. A pod has only its own processes to see.
+SECRET_PREFIX = "rljob-test-secret-in-the-trainers-environment-"
 NOBODY = 65534
 CASES = [
     pytest.param(("runtime-default", "root"), id="runtime-default-root"),
@@ -37,7 +41,8 @@ def run_probe(runtime: str, who: str, outside: Path) -> dict:
         pytest.skip("the root cases run only when the tests run as root (a non-root user cannot become root)")
     if who == "user" and os.getuid() == 0:
         command += ["--uid", str(NOBODY)]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "PYTHONPATH": str(REPO), "RLJOB_SANDBOX_CHECK_SECRET": SECRET}
+    secret = SECRET_PREFIX + uuid.uuid4().hex
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "PYTHONPATH": str(REPO), "RLJOB_SANDBOX_CHECK_SECRET": secret}
     command += ["--", sys.executable, "-m", "trainer.rewards_sandbox.self_check", "--outside-dir", str(outside)]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
