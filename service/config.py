@@ -305,6 +305,16 @@ class Settings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="listen address of `rljob serve`")
     port: int = Field(default=8765, ge=0, le=65535, description="listen port of `rljob serve`")
+    uds: Path | None = Field(
+        default=None,
+        description="`rljob serve` listens on this Unix socket instead (opening no TCP socket), made 0600: only the user "
+        "who started the service may connect, and each request still needs a token; clients use the URL unix:PATH",
+    )
+
+    @field_validator("uds", mode="before")
+    @classmethod
+    def _uds(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v  # RLJOB_UDS= (empty): TCP, as unset
 
     @field_validator("trainer_command")
     @classmethod

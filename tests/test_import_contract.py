@@ -159,6 +159,7 @@ def test_routes_get_narrow_dependencies_not_the_runtime_or_the_serving_whole():
 # The CLI's job commands talk HTTP only; the operator side (serve, token, render, demo, doctor) may reach further.
 CLI_CLIENT_SIDE = (
     "client",
+    "service_address",
     "job_commands",
     "follow",
     "output",

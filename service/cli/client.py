@@ -31,6 +31,8 @@ from service.domain.webhooks.webhook_models import WebhookDeliveriesPublic
 from service.settings_env import SettingsInvalid
 from trainer.contract import JobSpec, ReproRecord
 
+from .service_address import ServiceAddress
+
 DEFAULT_URL = "http://127.0.0.1:8765"
 
 
@@ -192,9 +194,15 @@ class RljobClient:
         self.config = config
         self.timeout_s = timeout_s
         self._sleep = sleep
+        try:
+            self.address = ServiceAddress.parse(config.url)
+        except ValueError as e:
+            raise CliError(f"bad service URL (--url, RLJOB_URL or the config file): {e}", CliExit.BAD_INPUT) from None
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        if transport is None and self.address.socket is not None:
+            transport = httpx.HTTPTransport(uds=str(self.address.socket))  # every request, streams too, goes through it
         transport = transport or httpx.HTTPTransport(socket_options=KEEPALIVE_SOCKET_OPTIONS)
-        self._http = httpx.Client(base_url=config.url, headers=headers, timeout=timeout_s, transport=transport)
+        self._http = httpx.Client(base_url=self.address.base_url, headers=headers, timeout=timeout_s, transport=transport)
 
     def close(self) -> None:
         self._http.close()
@@ -206,6 +214,9 @@ class RljobClient:
                 f"{self.timeout_s:g} s): it may be overloaded or stuck; retry, or raise --timeout (RLJOB_TIMEOUT_S)",
                 CliExit.UNREACHABLE,
             )
+        problem = self.address.connect_problem(e) if isinstance(e, httpx.ConnectError) else None
+        if problem is not None:
+            return CliError(problem, CliExit.UNREACHABLE)
         return CliError(
             f"cannot reach the rljob service at {self.config.url} ({e.__class__.__name__}). "
             "Is `rljob serve` running? Point the CLI elsewhere with --url or RLJOB_URL.",

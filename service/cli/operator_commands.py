@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import logging
 import os
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -16,13 +19,17 @@ from service.config import LauncherName, Settings, load_settings
 from service.domain.records.errors import InvalidRequest
 from service.domain.records.models import TokenRecord
 from service.settings_env import SettingsInvalid
+from service.unix_socket import SOCKET_MODE, BoundUnixSocket, UnixSocketRefused, bind_unix_socket
 from trainer.contract.spec_file import SpecFileError, load_spec_file
 
 from .client import CliError, CliExit, handles_errors
 from .manifests import render_k8s_manifests
 from .output import OutputOption, console, emit
+from .service_address import unix_url
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from service.adapters.store import SqlJobStore
     from service.domain.tokens import TokenService
 
@@ -80,6 +87,14 @@ def _existing_token(path: Path) -> str | None:
 def serve(
     host: Annotated[str | None, typer.Option(envvar=_env("host"), help="listen address (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(envvar=_env("port"), help="port (default 8765)")] = None,
+    uds: Annotated[
+        Path | None,
+        typer.Option(
+            envvar=_env("uds"),
+            help="listen on this Unix socket instead of host:port, opening no TCP socket; made 0600 (only this user may "
+            "connect; requests still need a token); clients use --url unix:PATH",
+        ),
+    ] = None,
     state_dir: StateDir = None,
     database_url: DatabaseUrl = None,
     launcher: Annotated[LauncherName | None, typer.Option(envvar=_env("launcher"), help="default local")] = None,
@@ -102,36 +117,91 @@ def serve(
     prctl = getattr(ctypes.CDLL(None), "prctl", None)  # Linux only
     if prctl is not None:
         prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    if uds is not None and (host is not None or port is not None):
+        raise CliError(
+            "--uds (RLJOB_UDS) listens on a Unix socket and opens no TCP socket, so --host and --port (RLJOB_HOST, "
+            "RLJOB_PORT) cannot be given with it: drop one or the other",
+            CliExit.BAD_INPUT,
+        )
     base = _settings(
-        host=host, port=port, state_dir=state_dir, database_url=database_url, launcher=launcher, max_concurrent_jobs=max_concurrent_jobs
+        host=host,
+        port=port,
+        uds=uds,
+        state_dir=state_dir,
+        database_url=database_url,
+        launcher=launcher,
+        max_concurrent_jobs=max_concurrent_jobs,
     )
     client_file = Path(base.state_dir).expanduser() / "client.yaml"
     token = (base.bootstrap_token.get_secret_value() if base.bootstrap_token else None) or _existing_token(client_file)
     token = token or generate_token()
     settings = _settings(**{**base.model_dump(), "bootstrap_token": token})
     check_launcher_settings(settings)  # SettingsInvalid: handles_errors prints it, nothing has started
-    url = f"http://{settings.host}:{settings.port}"
-    write_client_config(client_file, url, token)
-    console.print(f"rljob service on [bold]{url}[/] (state in {Path(settings.state_dir).expanduser()})")
-    console.print(f"dashboard: [bold]{url}/ui/[/] (sign in with the token below)")
-    console.print(f"local API token for team [bold]{settings.bootstrap_team}[/]: [bold]{token}[/]")
-    console.print(f"  export RLJOB_URL={url} RLJOB_TOKEN={token}   (also written to {client_file})")
-    configure_logging(secrets=[token])  # before the app exists: its start-up (recovery) logs at INFO
-    # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
-    # timeout_graceful_shutdown: after SIGTERM, requests still running past the grace are cancelled (the
-    # default waits for them forever); event streams end at once (api/termination.py).
-    # http: idle connections closed, open ones capped below the descriptor limit, those without a valid token capped
-    # below that (service/connection_limits.py).
-    limits = ConnectionLimits.from_settings(settings)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level="info",
-        log_config=None,
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
-        http=bounded_protocol(limits),
-    )
+    # Bound first, before any thread exists (it sets the process's umask), and before the client file names it.
+    bound = _bind(settings.uds) if settings.uds is not None else None
+    try:
+        url = unix_url(bound.path) if bound else f"http://{settings.host}:{settings.port}"
+        write_client_config(client_file, url, token)
+        console.print(f"rljob service on [bold]{url}[/] (state in {Path(settings.state_dir).expanduser()})")
+        if bound:
+            console.print(
+                f"the socket is {SOCKET_MODE:04o}: only this user may connect, and each request still needs a token. A browser "
+                f"cannot open it: forward a port to it (ssh -L 8765:{bound.path} HOST) and open http://127.0.0.1:8765/ui/"
+            )
+        else:
+            console.print(f"dashboard: [bold]{url}/ui/[/] (sign in with the token below)")
+        console.print(f"local API token for team [bold]{settings.bootstrap_team}[/]: [bold]{token}[/]")
+        console.print(f"  export RLJOB_URL={url} RLJOB_TOKEN={token}   (also written to {client_file})")
+        configure_logging(secrets=[token])  # before the app exists: its start-up (recovery) logs at INFO
+        # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
+        # timeout_graceful_shutdown: after SIGTERM, requests still running past the grace are cancelled (the
+        # default waits for them forever); event streams end at once (api/termination.py).
+        # http: idle connections closed, open ones capped below the descriptor limit, those without a valid token capped
+        # below that (service/connection_limits.py).
+        options: dict[str, Any] = {
+            "log_level": "info",
+            "log_config": None,
+            "timeout_graceful_shutdown": max(1, round(settings.shutdown_grace_s)),
+            "http": bounded_protocol(ConnectionLimits.from_settings(settings)),
+        }
+        if bound is None:
+            uvicorn.run(create_app(settings), host=settings.host, port=settings.port, **options)
+        else:
+            _serve_on_unix_socket(uvicorn.Config(create_app(settings), **options), bound)
+    finally:
+        if bound:
+            bound.close()
+
+
+def _bind(path: Path) -> BoundUnixSocket:
+    try:
+        return bind_unix_socket(path)
+    except UnixSocketRefused as e:
+        raise CliError(str(e), CliExit.BAD_INPUT) from None
+
+
+def _exit_on_sigterm(sig: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + sig)
+
+
+def _serve_on_unix_socket(config: uvicorn.Config, bound: BoundUnixSocket) -> None:
+    """What uvicorn.run does, on the socket bound by service/unix_socket.py (uvicorn's own `uds=` would chmod it 0666)."""
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+
+    logging.getLogger(__name__).info("listening on the Unix socket %s (mode %04o)", bound.path, SOCKET_MODE)
+    server = uvicorn.Server(config)
+    # uvicorn raises the SIGTERM it caught again once it has shut down; by default that would end the process before
+    # serve's `finally` removes the socket.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        server.run(sockets=[bound.sock])
+    except KeyboardInterrupt:
+        pass  # Ctrl-C: uvicorn has shut down already, as uvicorn.run ends
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not server.started:
+        raise SystemExit(STARTUP_FAILURE)
 
 
 @token_app.command("create")
