@@ -1,8 +1,9 @@
 """The main-job demo: the embedded default end to end, through the REST API.
 
 1. build the tiny model, tokenizer and data offline (`python -m trainer make-tiny`);
-2. start `rljob serve` (SQLite, local launcher, local artifacts) as a subprocess on a free
-   loopback port, with a fresh token;
+2. start `rljob serve` (SQLite, local launcher, local artifacts) as a subprocess on a Unix socket in a
+   private temporary directory, with a fresh token: no port to find (and lose to another process in
+   between), and it runs where there is no TCP at all (a TPU VM may have none, not even loopback);
 3. submit examples/tiny-cpu.yaml over REST, follow it to SUCCEEDED, print where the artifacts are;
 4. stop the service (also on failure or Ctrl-C).
 """
@@ -10,21 +11,23 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from rich.console import Console
 
 from service.domain.tokens import generate_token
-from service.free_port import free_port
 from service.process_stop import terminate_then_kill
 from trainer.contract.spec_file import SpecFileError, read_spec_data
 
 from .client import ClientConfig, CliError, CliExit, RljobClient
 from .follow import follow_job
 from .output import print_job
+from .service_address import unix_url
 
 READY_TIMEOUT_S = 60.0
 
@@ -60,21 +63,24 @@ def run_demo(spec_path: Path, work_dir: Path, console: Console) -> int:
         raise CliError(f"cannot use {spec_path}: {e}", CliExit.BAD_INPUT) from e
 
     console.rule("2. starting the control service (SQLite, local launcher, local storage)")
-    port, token = free_port(), generate_token()
+    token = generate_token()
     env = {**os.environ, "RLJOB_BOOTSTRAP_TOKEN": token, "RLJOB_ENVIRONMENT": "dev", "RLJOB_LAUNCHER": "local"}
-    env.pop("RLJOB_DATABASE_URL", None)  # the demo's own SQLite, never someone's production database
+    for name in ("RLJOB_DATABASE_URL", "RLJOB_HOST", "RLJOB_PORT", "RLJOB_UDS"):
+        env.pop(name, None)  # the demo's own SQLite and socket, never someone's production database or address
+    socket_dir = Path(tempfile.mkdtemp(prefix="rljob-demo-"))  # 0700, and short: a socket path has at most 108 bytes
+    url = unix_url(socket_dir / "rljob.sock")
     log_path = state_dir / "service.log"
     with log_path.open("ab") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir)],
+            [sys.executable, "-m", "service.cli.main", "serve", "--uds", str(socket_dir / "rljob.sock"), "--state-dir", str(state_dir)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
         )
-    client = RljobClient(ClientConfig(url=f"http://127.0.0.1:{port}", token=token, config_file=None))
+    client = RljobClient(ClientConfig(url=url, token=token, config_file=None))
     try:
         _wait_ready(client, server, log_path)
-        console.print(f"service ready on http://127.0.0.1:{port} (log: {log_path})")
+        console.print(f"service ready on {url} (log: {log_path})")
         console.rule("3. submitting the tiny CPU job over REST")
         job = client.submit(body, f"demo-{token[-12:]}")
         console.print(f"submitted {job.id}; following it")
@@ -93,3 +99,4 @@ def run_demo(spec_path: Path, work_dir: Path, console: Console) -> int:
     finally:
         client.close()
         terminate_then_kill(server, grace_s=15)
+        shutil.rmtree(socket_dir, ignore_errors=True)
