@@ -26,7 +26,7 @@ from service.domain.webhooks.webhook_models import MAX_ENDPOINTS_PER_TEAM, Webho
 from service.settings_env import read_settings
 from trainer.contract.dns_label import is_dns_label
 from trainer.contract.spec_values import MAX_RETENTION_DAYS
-from trainer.contract.tpu import TPU_SLICES
+from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES
 
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
 LauncherName = Literal["local", "kubernetes"]
@@ -75,6 +75,12 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='local launcher: per-team limits over the two above, as JSON: {"team-a": {"max_jobs": 2, "max_chips": 8}}; '
         "a key left out takes the default",
+    )
+    host_tpu: str | None = Field(
+        default=None,
+        description="local launcher: the TPU slice this machine runs (one VM's, e.g. v5e-1), or cpu for none, instead of "
+        "what it finds (its /dev TPU devices and TPU_ACCELERATOR_TYPE or the GCE metadata); for a machine whose chips "
+        "cannot be counted",
     )
     max_resumes: int = Field(default=3, ge=0, description="relaunches of a job whose workload was lost")
     max_hung_restarts: int = Field(
@@ -315,6 +321,17 @@ class Settings(BaseSettings):
     @classmethod
     def _uds(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v  # RLJOB_UDS= (empty): TCP, as unset
+
+    @field_validator("host_tpu", mode="before")
+    @classmethod
+    def _host_tpu(cls, v: object) -> object:
+        if v is None or (isinstance(v, str) and not v.strip()):
+            return None  # RLJOB_HOST_TPU= (empty): probe the machine, as unset
+        one_vm = [name for name, tpu in TPU_SLICES.items() if not tpu.multi_host]
+        if v != CPU_ACCELERATOR and v not in one_vm:
+            # The local launcher runs a job as one process on one machine: a multi-VM slice is never this machine's.
+            raise ValueError(f"must be cpu or a slice of one VM: {', '.join(one_vm)} (Google's v5litepod-N is v5e-N)")
+        return v
 
     @field_validator("trainer_command")
     @classmethod

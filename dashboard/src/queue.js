@@ -5,6 +5,7 @@
 export const QUEUE_REASON_TEXT = {
   TeamJobLimit: "the team runs all the jobs it may at once",
   TeamChipLimit: "the team holds all the TPU chips it may at once",
+  HostChips: "the machine's TPU chips are held by another TPU job (one process at a time may hold a chip)",
   HostSlots: "the machine runs all the jobs it may at once",
   Preempted: "preempted; resumes from its last checkpoint when admitted again",
 };

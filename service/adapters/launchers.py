@@ -6,6 +6,7 @@ the kubernetes client or a kubeconfig.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def team_quotas(settings: Settings) -> TeamQuotas:
 def build_launcher(settings: Settings) -> JobLauncher:
     if settings.launcher == "local":
         from service.adapters.local import LocalProcessLauncher
+        from service.adapters.local.host_tpu import probe_host_tpu
 
         return LocalProcessLauncher(
             Path(settings.state_dir) / "local-jobs",
@@ -40,6 +42,7 @@ def build_launcher(settings: Settings) -> JobLauncher:
             poll_interval_s=settings.local_poll_interval_s,
             cancel_grace_s=settings.cancel_grace_s,
             quotas=team_quotas(settings),
+            probe_tpu=functools.partial(probe_host_tpu, override=settings.host_tpu),
         )
     if settings.launcher == "kubernetes":
         try:

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from service.adapters.launchers import team_quotas
-from service.adapters.local.admission import JobClaim, TeamLimits, TeamQuotas, admit, chips_of, never_fits
+from service.adapters.local.admission import Admission, JobClaim, TeamLimits, TeamQuotas, admit, chips_of, never_fits
 from service.cli.client import CliExit
 from service.cli.main import app as cli
 from service.config import Settings
@@ -75,6 +75,37 @@ def test_a_teams_own_limit_is_the_reason_given_before_the_machines() -> None:
     # The machine is full too, but a free slot would not start it: the team's limit is what it waits for.
     got = answers([claim("a2", seq=2)], [claim("a1", seq=1)], TeamQuotas(default=TeamLimits(max_jobs=1)), slots=1)
     assert got["a2"] is not None and got["a2"].reason == "TeamJobLimit"
+
+
+def test_tpu_jobs_take_the_machines_chips_one_at_a_time_and_a_cpu_job_starts_beside() -> None:
+    """The lent v5e machine: one chip, and libtpu lets one process hold it; a second TPU trainer would fail after launch."""
+    v5e_1 = chips_of("v5e-1")
+    first, second, cpu = claim("tpu-1", chips=v5e_1, seq=1), claim("tpu-2", chips=v5e_1, seq=2), claim("cpu", seq=3)
+    got = {a.job_id: a.queue for a in admit([first, second, cpu], [], TeamQuotas(), 8, host_chips=1)}
+    assert got["tpu-1"] is None and got["cpu"] is None
+    assert got["tpu-2"] == QueueStatus(
+        name="team/team-a", position=1, reason="HostChips", message="1 of this machine's 1 TPU chip(s) held by tpu-1; this job needs 1"
+    )
+    # The first one ends; the cpu job still runs and holds no chip: the second starts.
+    assert admit([second], [cpu], TeamQuotas(), 8, host_chips=1) == [Admission("tpu-2", None)]
+
+
+def test_a_job_waiting_for_the_machines_chips_is_not_told_another_teams_job_ids() -> None:
+    running = [claim("rl-theirs00001", "team-b", chips=4), claim("rl-mine0000001", chips=4)]
+    got = {a.job_id: a.queue for a in admit([claim("tpu", chips=4)], running, TeamQuotas(), 8, host_chips=8)}
+    assert got["tpu"] is not None
+    assert got["tpu"].message == "8 of this machine's 8 TPU chip(s) held by rl-mine0000001, 1 job(s) of other teams; this job needs 4"
+
+
+def test_the_machines_chips_are_the_reason_before_its_slots_and_after_the_teams_limits() -> None:
+    # A free slot would not start it, so the chips are what it waits for; its team's limit would hold it anyway.
+    got = answers([claim("tpu", chips=1, seq=2)], [claim("held", chips=1, seq=1)], TeamQuotas(), slots=1)
+    assert got["tpu"] is not None and got["tpu"].reason == "HostSlots"  # no host chips given: not counted
+    chips = {a.job_id: a.queue for a in admit([claim("tpu", chips=1, seq=2)], [claim("held", chips=1, seq=1)], TeamQuotas(), 1, 1)}
+    assert chips["tpu"] is not None and chips["tpu"].reason == "HostChips"
+    team = TeamQuotas(default=TeamLimits(max_chips=1))
+    by_team = {a.job_id: a.queue for a in admit([claim("tpu", chips=1, seq=2)], [claim("held", chips=1, seq=1)], team, 1, 1)}
+    assert by_team["tpu"] is not None and by_team["tpu"].reason == "TeamChipLimit"
 
 
 def test_team_overrides_replace_the_default_for_that_team_only() -> None:

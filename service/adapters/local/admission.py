@@ -1,12 +1,17 @@
-"""Which of the local launcher's waiting jobs start now: per-team quotas, priorities, and the
-machine's job slots. Pure: the launcher passes in what waits and what runs, and carries the answer out.
+"""Which of the local launcher's waiting jobs start now: per-team quotas, priorities, the machine's
+TPU chips and its job slots. Pure: the launcher passes in what waits, what runs and the host's chips,
+and carries the answer out.
 
 Order: priority (high, normal, low), then submission order. Each waiting job in that order starts if
 its team is under its job limit, its team's running chips plus its own fit the team's chip limit,
-and the machine has a free slot (RLJOB_MAX_CONCURRENT_JOBS). A job that cannot start does not hold
+the running jobs' chips plus its own fit the machine's (a cpu job holds none), and the machine has a
+free slot (RLJOB_MAX_CONCURRENT_JOBS). The machine's chips are a hard limit, not a share: libtpu lets
+one process at a time open a chip, and a second TPU trainer fails after launch ("Internal error when
+accessing libtpu multi-process lockfile") instead of waiting. A job that cannot start does not hold
 back a later job that can (a cpu job of the same team, or another team's): on one shared machine an
 idle slot helps nobody. The reason a job waits is its team's limit before the machine's, because
-only the team's limit is the one a free slot would not lift.
+only the team's limit is the one a free slot would not lift; and the chips before the slots, since
+a free slot would not lift that either.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ NO_TEAM = "(none)"  # a spec without a team (the service always sets one; direct
 
 TEAM_JOB_LIMIT = "TeamJobLimit"
 TEAM_CHIP_LIMIT = "TeamChipLimit"
+HOST_CHIPS = "HostChips"
 HOST_SLOTS = "HostSlots"
 
 
@@ -81,15 +87,21 @@ def admission_order(waiting: Sequence[JobClaim]) -> list[JobClaim]:
     return sorted(waiting, key=lambda c: (PRIORITY_ORDER.get(c.priority, PRIORITY_ORDER["normal"]), c.seq))
 
 
-def admit(waiting: Sequence[JobClaim], running: Sequence[JobClaim], quotas: TeamQuotas, host_slots: int) -> list[Admission]:
+def admit(
+    waiting: Sequence[JobClaim], running: Sequence[JobClaim], quotas: TeamQuotas, host_slots: int, host_chips: int | None = None
+) -> list[Admission]:
     """For every waiting job: it starts now, or why it waits and where. Those that start come first,
-    then those that wait, each in admission order."""
+    then those that wait, each in admission order. `host_chips`: the TPU chips jobs share on this
+    machine (HostTpu.job_chips); None where nothing is known of them, as for a launcher that never
+    had a TPU job to probe for."""
     team_jobs: dict[str, int] = {}
     team_chips: dict[str, int] = {}
+    chip_holders = [claim for claim in running if claim.chips]
     for claim in running:
         team_jobs[claim.team] = team_jobs.get(claim.team, 0) + 1
         team_chips[claim.team] = team_chips.get(claim.team, 0) + claim.chips
     host_jobs = len(running)
+    held = sum(claim.chips for claim in running)
     blocked: list[tuple[JobClaim, str]] = []  # (job, reason), in admission order
     started: list[str] = []
     for claim in admission_order(waiting):
@@ -99,6 +111,8 @@ def admit(waiting: Sequence[JobClaim], running: Sequence[JobClaim], quotas: Team
             blocked.append((claim, TEAM_JOB_LIMIT))
         elif limits.max_chips is not None and chips + claim.chips > limits.max_chips:
             blocked.append((claim, TEAM_CHIP_LIMIT))
+        elif claim.chips and host_chips is not None and held + claim.chips > host_chips:
+            blocked.append((claim, HOST_CHIPS))
         elif host_jobs >= host_slots:
             blocked.append((claim, HOST_SLOTS))
         else:
@@ -106,14 +120,24 @@ def admit(waiting: Sequence[JobClaim], running: Sequence[JobClaim], quotas: Team
             team_jobs[claim.team] = jobs + 1
             team_chips[claim.team] = chips + claim.chips
             host_jobs += 1
+            held += claim.chips
+            if claim.chips:
+                chip_holders.append(claim)
 
     def why(claim: JobClaim, reason: str) -> str:  # the counts once this round's jobs have started
         limits, team = quotas.of(claim.team), claim.team
         if reason == TEAM_JOB_LIMIT:
             return f"{team} runs {team_jobs.get(team, 0)} of its {limits.max_jobs} concurrent jobs"
         if reason == TEAM_CHIP_LIMIT:
-            held = team_chips.get(team, 0)
-            return f"{team} holds {held} of its {limits.max_chips} TPU chips and this job needs {claim.chips}"
+            return f"{team} holds {team_chips.get(team, 0)} of its {limits.max_chips} TPU chips and this job needs {claim.chips}"
+        if reason == HOST_CHIPS:
+            if not chip_holders:
+                return f"this machine has {host_chips} TPU chip(s) and this job needs {claim.chips}"
+            # Another team's job ids are not the waiting team's to see, as none of its jobs are.
+            mine = [h.job_id for h in chip_holders if h.team == team]
+            others = len(chip_holders) - len(mine)
+            who = ", ".join(mine + ([f"{others} job(s) of other teams"] if others else []))
+            return f"{held} of this machine's {host_chips} TPU chip(s) held by {who}; this job needs {claim.chips}"
         return f"this machine runs {host_jobs} of its {host_slots} concurrent jobs"
 
     answers = [Admission(job_id, None) for job_id in started]

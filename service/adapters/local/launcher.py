@@ -11,8 +11,10 @@ each team within its quota (admission.py); the rest wait in their team's queue, 
 with the reason and their place in line, and again whenever either changes. The launcher only
 observes: it pushes Observations into the sink and the job service decides the phases.
 
-A TPU job is refused at submit unless this machine is that TPU (host_tpu.py): the trainer runs
-here, so a v6e-8 job is right on a v6e-8 VM and would only fail after launch anywhere else.
+A TPU job is refused at submit unless this process can run that TPU slice (host_tpu.py): the trainer
+runs here, so a v6e-8 job is right on a v6e-8 VM and would only fail after launch anywhere else. TPU
+jobs run one at a time, a cpu job beside them: libtpu lets one process hold a chip, so admission
+counts the machine's chips too (HostChips).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from . import job_runner, procs
 from .admission import NO_TEAM, JobClaim, TeamQuotas, admit, chips_of, never_fits
 from .capacity import local_capacity, local_capacity_problem
 from .child_env import trainer_env
-from .host_tpu import HostTpu, host_accelerator_problem, probe_host_tpu
+from .host_tpu import HostTpu, HostTpuOnce, host_accelerator_problem, probe_host_tpu
 from .local_job import LocalJob, observation, read_json
 from .local_launch_lock import job_dir_lock
 from .output_log import output_lines
@@ -75,9 +77,7 @@ class LocalProcessLauncher:
         self.cancel_grace_s = cancel_grace_s
         self._env = env
         self._monotonic = monotonic
-        self._probe_tpu = probe_tpu
-        self._host_tpu: HostTpu | None = None  # probed once, at the first TPU job: hardware does not change
-        self._probe_lock = threading.Lock()
+        self._host = HostTpuOnce(probe_tpu)
         self._jobs: dict[str, LocalJob] = {}
         self._next_seq = 0  # submission order of the jobs handed to this launcher
         self._lock = threading.RLock()
@@ -88,6 +88,7 @@ class LocalProcessLauncher:
 
     def start(self, sink: ObservationSink) -> None:
         self._sink = sink
+        log.info("local launcher: this machine's TPU: %s", self._host.get().summary())
         self._adopt_all()
         # The monitor must outlive any one bad job: a failed poll is logged and the next one runs.
         # poll_once is looked up each round (as a plain loop would), so a wrapped one is what runs.
@@ -114,10 +115,11 @@ class LocalProcessLauncher:
     def queue_position_for(self, spec: JobSpec) -> int | None:
         """QueuePreview: where a job of `spec` handed over now would stand among its team's waiting jobs."""
         new = JobClaim("", spec.team or NO_TEAM, chips_of(spec.hardware.accelerator), spec.priority, seq=self._next_seq + 1)
+        host_chips = self._host.get().job_chips  # before the jobs lock: a first probe may wait on the metadata server
         with self._lock:
             waiting = [j.claim for j in self._jobs.values() if j.state == "queued"] + [new]
             running = [j.claim for j in self._jobs.values() if j.state == "running"]
-        answer = next(a for a in admit(waiting, running, self.quotas, self.max_concurrent) if a.job_id == "")
+        answer = next(a for a in admit(waiting, running, self.quotas, self.max_concurrent, host_chips) if a.job_id == "")
         return 0 if answer.queue is None else answer.queue.position
 
     def launch(self, job_id: str, spec: JobSpec) -> LaunchResult:
@@ -182,11 +184,7 @@ class LocalProcessLauncher:
     def _hardware_problem(self, spec: JobSpec) -> str | None:
         if tpu_slice(spec.hardware.accelerator) is None:
             return None  # cpu: any machine
-        with self._probe_lock:  # not the jobs lock: the probe may ask the metadata server (bounded, once)
-            if self._host_tpu is None:
-                self._host_tpu = self._probe_tpu()
-            host = self._host_tpu
-        return host_accelerator_problem(spec.hardware.accelerator, host)
+        return host_accelerator_problem(spec.hardware.accelerator, self._host.get())
 
     def _quota_problem(self, spec: JobSpec) -> str | None:
         return never_fits(spec.team or NO_TEAM, chips_of(spec.hardware.accelerator), self.quotas)
@@ -218,7 +216,8 @@ class LocalProcessLauncher:
         """Start what admission lets start; report each waiting job whose place or reason changed."""
         waiting = [j.claim for j in self._jobs.values() if j.state == "queued"]
         running = [j.claim for j in self._jobs.values() if j.state == "running"]
-        for answer in admit(waiting, running, self.quotas, self.max_concurrent):
+        # A started launcher has probed (start() does), so this does not wait on the metadata server under the jobs lock.
+        for answer in admit(waiting, running, self.quotas, self.max_concurrent, self._host.get().job_chips):
             job = self._jobs[answer.job_id]
             if answer.queue is None:
                 self._spawn(job)

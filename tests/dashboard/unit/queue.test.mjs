@@ -26,6 +26,11 @@ test("the sentence: place in line, queue, and the backend's own words with the n
 test("without the backend's words, a known reason is said in words and an unknown one as it comes", () => {
   const bare = { name: "team/team-a", position: 1, reason: "HostSlots" };
   assert.equal(queueSentence(queueView(bare)), "1st in line in team/team-a: the machine runs all the jobs it may at once");
+  const chips = { name: "team/team-a", position: 1, reason: "HostChips" };
+  assert.equal(
+    queueSentence(queueView(chips)),
+    "1st in line in team/team-a: the machine's TPU chips are held by another TPU job (one process at a time may hold a chip)",
+  );
   const kueue = { name: "ml-queue", position: null, reason: "InsufficientQuota" };
   assert.equal(queueSentence(queueView(kueue)), "Waiting in ml-queue: InsufficientQuota");
 });
