@@ -181,11 +181,11 @@ def cmd_make_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
-    from trainer.offline.smollm2 import MODEL_BUILDERS, ModelSourceMissing
+    from trainer.offline.smollm2 import MODEL_BUILDERS, ModelSourceError
 
     try:
         summary = MODEL_BUILDERS[args.name](Path(args.out).resolve())
-    except ModelSourceMissing as e:
+    except ModelSourceError as e:
         print(f"make-model: {e}", file=sys.stderr)
         return 1
     print(json.dumps(summary, indent=2))

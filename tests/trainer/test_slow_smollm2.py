@@ -1,8 +1,9 @@
 """A real small model, offline: SmolLM2-135M-Instruct from its GGUF file, through MaxText and back.
 
 SmolLM2 ties its input and output embeddings and has no Llama 3.1 RoPE scaling, so it exercises the
-settings rljob derives from config.json (hf_model.py) where the tiny model cannot. One build and one
-conversion are shared by every test here.
+settings rljob derives from config.json (hf_model.py) where the tiny model cannot. One build (by make-model in a
+process that cannot import torch: harness/no_torch.py) and one conversion are shared by every test here, and the
+build is held to the torch-based one it replaced (issue 64), kept here as the reference.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
+from harness import no_torch
 from tests.trainer.conftest import REPO
 from trainer.contract import JobSpec, RunLayout
 from trainer.runner import StageCommand, run_stage_command
@@ -30,7 +34,7 @@ CHECK_ENV = {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "c
 def smollm2(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("smollm2")
     built = subprocess.run(
-        [sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(work / "model")],
+        no_torch.command("trainer", "make-model", "smollm2-135m", "--out", str(work / "model")),
         cwd=REPO,
         env=dict(os.environ, HF_HUB_OFFLINE="1"),
         capture_output=True,
@@ -55,6 +59,43 @@ def smollm2(tmp_path_factory) -> dict:
     args = [f"load_parameters_path={items}" if a.startswith("load_parameters_path=") else a for a in export.args]
     run_stage_command(StageCommand(export.module, tuple(args), export.env), work / "export.log")
     return {"dir": work / "model", "items": items, "export": Path(layout.export_dir), "model": model}
+
+
+def build_with_transformers_gguf_reader(out_dir: Path) -> Any:
+    """make-model's builder before issue 64, verbatim but for its checks: transformers' torch-based GGUF reader
+    into a LlamaForCausalLM, saved by save_pretrained. The reference the torch-free build must equal."""
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from trainer.offline.smollm2 import GGUF_NAME, gguf_path
+
+    path = gguf_path()
+    read = load_gguf_checkpoint(str(path))["config"]
+    config = LlamaConfig(**{k: v for k, v in read.items() if k not in ("model_type", "_model_name_or_path")})
+    with torch.device("meta"):
+        skeleton = LlamaForCausalLM(config)
+    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=skeleton)["tensors"]
+    model = LlamaForCausalLM(config)
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    assert not unexpected and set(missing) == {"lm_head.weight"}, (missing, unexpected)
+    model.tie_weights()
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=GGUF_NAME)
+    for role in ("bos", "eos", "pad"):
+        setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(getattr(config, f"{role}_token_id")))
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    model.generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
+    )
+    model.generation_config.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("smollm2-reference")
+    return {"dir": out, "model": build_with_transformers_gguf_reader(out)}
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +172,44 @@ def test_maxtext_forward_matches_the_hf_model(parity):
 def test_the_jax_rollouts_cached_forward_matches_maxtext(parity):
     result = parity["cached_rollout"]
     assert result["argmax_agree"] and result["max_abs_diff"] < 1e-3 * max(1.0, result["logit_scale"]), result
+
+
+def test_the_torch_free_build_is_the_torch_built_checkpoint_bit_for_bit(smollm2, reference):
+    from safetensors import safe_open
+
+    built, torch_built = smollm2["dir"], reference["dir"]
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "chat_template.jinja"):
+        assert (built / name).read_bytes() == (torch_built / name).read_bytes(), name
+    # local_files_only records the building process's HF_HUB_OFFLINE: set for make-model here, and for this process
+    # only under scripts/test.sh (there the two files are equal byte for byte).
+    our_config, their_config = (json.loads((d / "tokenizer_config.json").read_text()) for d in (built, torch_built))
+    assert our_config.pop("local_files_only") is True
+    their_config.pop("local_files_only")
+    assert our_config == their_config
+    with (
+        safe_open(str(built / "model.safetensors"), "np") as ours,
+        safe_open(str(torch_built / "model.safetensors"), "np") as theirs,
+    ):
+        assert ours.metadata() == theirs.metadata() == {"format": "pt"}
+        assert sorted(ours.keys()) == sorted(theirs.keys()) and len(theirs.keys()) == 2 + 9 * 30
+        for name in theirs.keys():
+            a, b = ours.get_tensor(name), theirs.get_tensor(name)
+            assert a.dtype == b.dtype == np.float32 and a.shape == b.shape, name
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), name
+
+
+def test_the_torch_free_checkpoint_generates_what_the_torch_built_model_generates(smollm2, reference):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2["dir"]))
+    question = "A baker makes 24 muffins and sells 3 boxes of 5. How many muffins are left? Answer with a number."
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
+    loaded = AutoModelForCausalLM.from_pretrained(str(smollm2["dir"])).eval()
+    with torch.no_grad():
+        ours = loaded.generate(ids, max_new_tokens=12, do_sample=False)
+        theirs = reference["model"].generate(ids, max_new_tokens=12, do_sample=False)
+    assert ours.shape[1] > ids.shape[1] + 4, tokenizer.decode(ours[0, ids.shape[1] :])
+    assert ours.tolist() == theirs.tolist(), (tokenizer.decode(ours[0]), tokenizer.decode(theirs[0]))
