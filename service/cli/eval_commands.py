@@ -75,7 +75,7 @@ def print_scores(found: EvalPublic) -> None:
     summary = found.evaluation
     console.print(
         f"{found.id} ({escape(found.name)}): {found.phase}; {escape(summary.checkpoint.label)} "
-        f"{escape(summary.model_source)} on {escape(suite_text(summary))}, n={summary.n}, k={summary.k}",
+        f"{escape(summary.model_source)} on {escape(suite_text(summary))}, n={summary.n}, k={summary.k} ({summary.engine})",
         highlight=False,
     )
     # A row per score and a column per reward function: a suite has one or a few functions, and four columns of
@@ -140,13 +140,17 @@ def evaluate(
     ] = False,
     wait: Annotated[bool, typer.Option("--wait", hidden=True, help="the old name of --follow")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="retries with the same key return the same eval")] = None,
+    accelerator: Annotated[
+        str | None,
+        typer.Option(help="where it runs: cpu (default; transformers on the host) or a single-VM TPU slice, e.g. v5e-1 (the JAX engine)"),
+    ] = None,
     output: OutputOption = None,
 ) -> None:
     """Evaluate a checkpoint on a suite in an eval job of its own; prints the eval id (with --follow, its scores)."""
     if wait:  # one verb for "stay until it ends" across the CLI, as submit's --follow; --wait still works
         err_console.print("[yellow]--wait is now --follow (-f)[/]", highlight=False)
     body: dict[str, Any] = {"checkpoint": checkpoint, "suite": suite_body(suite)}
-    for key, value in (("baseline", baseline), ("name", name), ("output", run_output)):
+    for key, value in (("baseline", baseline), ("name", name), ("output", run_output), ("accelerator", accelerator)):
         if value is not None:
             body[key] = value
     client = _context(ctx).client()

@@ -85,22 +85,20 @@ def make_eval_spec(of_job: str | None = "rl-trained00001", **extra: Any) -> JobS
     checkpoint: dict[str, Any] = {"format": "huggingface", "label": "export" if of_job else "base"}
     if of_job:
         checkpoint["job_id"] = of_job
-    return JobSpec.model_validate(
-        {
-            "name": "eval-arith",
-            "model": {"source": "gs://example-bucket/rljob/runs/rl-trained00001/export"},
-            "hardware": {
-                "accelerator": "cpu",
-                "chips_per_vm": 1,
-                "rollout_engine": "jax",
-                "rollout_data_parallelism": 1,
-                "rollout_tensor_parallelism": 1,
-            },
-            "output": "gs://example-bucket/rljob",
-            "evaluation": {"suite": {"name": "arith"}, "checkpoint": checkpoint},
-            **extra,
-        }
-    )
+    body: dict[str, Any] = {
+        "name": "eval-arith",
+        "model": {"source": "gs://example-bucket/rljob/runs/rl-trained00001/export"},
+        "hardware": {
+            "accelerator": "cpu",
+            "chips_per_vm": 1,
+            "rollout_engine": "jax",
+            "rollout_data_parallelism": 1,
+            "rollout_tensor_parallelism": 1,
+        },
+        "output": "gs://example-bucket/rljob",
+        "evaluation": {"suite": {"name": "arith"}, "checkpoint": checkpoint},
+    }
+    return JobSpec.model_validate({**body, **extra})
 
 
 def make_settings(**overrides: Any) -> K8sSettings:

@@ -125,6 +125,22 @@ def test_an_eval_job_is_queued_onto_the_eval_pool_and_says_what_it_is(kueue: boo
     assert base["metadata"]["annotations"]["rljob.dev/eval-checkpoint"] == "base"
 
 
+def test_an_eval_job_on_a_tpu_slice_is_a_tpu_pod_not_an_eval_pool_one() -> None:
+    """The JAX engine's eval jobs hold a TPU slice as a training job does: the slice's selectors and chips, never the
+    cpu eval pool's selector or toleration (Kueue admits it into a TPU flavor)."""
+    hardware = {"accelerator": "v6e-1", "chips_per_vm": 1, "rollout_engine": "jax"}
+    docs = render_manifests(make_eval_spec(hardware=hardware), JOB_ID, make_settings(kueue_queue="q"))
+    for doc in docs:
+        validate_strict(doc)
+    job = docs[1]
+    pod = _pod(job)
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["google.com/tpu"] == "1"
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
+    assert pod["nodeSelector"]["rljob.dev/capacity"] == "on-demand" and "cpu-eval" not in str(pod.get("tolerations"))
+    assert job["metadata"]["labels"]["rljob.dev/kind"] == "eval" and job["spec"]["suspend"] is True
+
+
 def test_cpu_job_is_a_plain_job_sized_by_settings() -> None:
     settings = make_settings(
         cpu_job_cpu="3", cpu_job_memory="12Gi", cpu_job_shm_size="2Gi", node_pool="tpu-pool", host_paths=["/data/rljob"]

@@ -36,16 +36,17 @@ def picky(prompts, completions, tmvp_config, answer=None, **kwargs):
 """
 
 
-@pytest.fixture(scope="module")
-def eval_run(tiny_dir, tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("eval")
+def _run_eval(tiny_dir: Path, out: Path, job_id: str, *, accelerator: str = "cpu", hide_torch: bool = False) -> dict:
+    """An eval job of the tiny model on six rows, as `python -m trainer run` runs it; on a TPU accelerator its
+    engine is the JAX one (here on the CPU: no TPU), and `hide_torch` runs it where torch cannot be imported."""
+    out.mkdir(parents=True, exist_ok=True)
     rows = [json.loads(line) for line in (tiny_dir / "data" / "test.jsonl").read_text().splitlines()][:6]
     (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (out / "rewards.py").write_text(REWARDS)
     spec = {
         "name": "eval-tiny",
         "model": {"source": str(tiny_dir / "model"), "dtype": "float32"},
-        "hardware": {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"},
+        "hardware": {"accelerator": accelerator, "chips_per_vm": 1, "rollout_engine": "jax"},
         "output": str(out / "runs"),
         "evaluation": {
             "suite": {
@@ -60,10 +61,33 @@ def eval_run(tiny_dir, tmp_path_factory) -> dict:
     }
     (out / "spec.yaml").write_text(yaml.safe_dump(spec))
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "trainer", "run", "--spec", str(out / "spec.yaml"), "--job-id", "rl-evaltiny0001"]
+    runner = [sys.executable, "-m", "harness.no_torch"] if hide_torch else [sys.executable, "-m"]
+    cmd = [*runner, "trainer", "run", "--spec", str(out / "spec.yaml"), "--job-id", job_id]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return {"layout": RunLayout(str(out / "runs"), "rl-evaltiny0001"), "rewards": out / "rewards.py", "rows": rows}
+    return {"layout": RunLayout(str(out / "runs"), job_id), "rewards": out / "rewards.py", "rows": rows}
+
+
+@pytest.fixture(scope="module")
+def eval_run(tiny_dir, tmp_path_factory) -> dict:
+    return _run_eval(tiny_dir, tmp_path_factory.mktemp("eval"), "rl-evaltiny0001")
+
+
+def _outcomes(layout: RunLayout) -> list[RowOutcome]:
+    return [RowOutcome.model_validate_json(line) for line in Path(layout.eval_outcomes).read_text().splitlines()]
+
+
+def test_a_tpu_eval_job_runs_without_torch_and_greedy_agrees_with_transformers(eval_run, tiny_dir, tmp_path):
+    """A TPU eval job's host has no torch: its engine is the JAX one, whose greedy text is transformers' own and
+    whose sampled completions come from its own draws (the same settings, not the same random numbers)."""
+    tpu = _run_eval(tiny_dir, tmp_path, "rl-evaltiny0002", accelerator="v5e-1", hide_torch=True)
+    jax_report = EvalReport.model_validate_json(Path(tpu["layout"].eval_report).read_text())
+    torch_report = EvalReport.model_validate_json(Path(eval_run["layout"].eval_report).read_text())
+    assert (jax_report.engine, torch_report.engine) == ("jax", "transformers")
+    assert jax_report.suite == torch_report.suite  # one suite content: the engine is not part of it
+    jax_rows, torch_rows = _outcomes(tpu["layout"]), _outcomes(eval_run["layout"])
+    assert [o.greedy for o in jax_rows] == [o.greedy for o in torch_rows]
+    assert all(len(o.samples) == 3 for o in jax_rows) and [o.samples for o in jax_rows] != [o.samples for o in torch_rows]
 
 
 def _rewards_module(path: Path):

@@ -133,7 +133,7 @@ def test_the_export_check_starts_before_to_huggingface_and_checks_the_finished_e
     check = FakeCheck(fake)
     assert run_pipeline(_context(tmp_path, tiny_spec_dict, fake, check)) == ExitCode.SUCCESS
     (_, args, calls_at_start), go, cancelled = check.log
-    assert args == ("--wait", layout.export_dir) and not any("to_huggingface" in m for m in calls_at_start)
+    assert args == ("--wait", "--engine", "transformers", layout.export_dir) and not any("to_huggingface" in m for m in calls_at_start)
     assert go == ("go", "go", True)  # told to go only once the export was written
     assert cancelled == ("cancelled",)  # a no-op for a check that ran; see StartedStage.cancel
     assert json.loads(Path(layout.stage_marker(Stage.EXPORT)).read_text())["outputs"]["verified"] is True

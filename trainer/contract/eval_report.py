@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .eval_suite import EvalCheckpoint, SuiteIdentity
+from .eval_suite import EvalCheckpoint, GenerationEngine, SuiteIdentity
 from .evaluation import wilson_interval
 
 OUTCOMES_FILE = "outcomes.jsonl"
@@ -102,6 +102,10 @@ class EvalReport(_Model):
     primary: str = Field(description="the reward function comparisons use unless told otherwise (the suite's first)")
     generate_s: float = Field(ge=0, description="seconds spent generating and scoring")
     outcomes_file: str = Field(max_length=4096)
+    # Every report written before the JAX engine existed was transformers'.
+    engine: GenerationEngine = Field(
+        default="transformers", description="what generated: transformers (torch, a cpu host) or jax (trainer/evals/jax_model.py)"
+    )
 
 
 class ScoreDifference(_Model):

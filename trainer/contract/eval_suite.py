@@ -16,6 +16,10 @@ An eval job is a JobSpec with `evaluation` set (`EvalTask`): the trainer runs on
 `model.source` (a Hugging Face checkpoint) or, for a MaxText checkpoint of a training job, converts
 `checkpoint.params` to Hugging Face with that job's model settings first. A training job with `eval`
 set (`AttachedEval`) gets eval jobs for its checkpoints as they appear, created by the service.
+
+Where an eval job runs decides its engine (`generation_engine`): on cpu, Hugging Face transformers (torch) on the host; on
+a single-VM TPU slice, trainer/evals/jax_model.py on the chips, since a TPU host has no torch. Both sample the same
+way (the same prompts, temperature, top-k and per-completion seeds), but not the same random draws.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from . import spec_values as limits
 from .dns_label import DnsLabel
 from .reward_sandbox import RewardErrorPolicy
 from .spec_values import Location, PythonName
+from .tpu import CPU_ACCELERATOR, tpu_slice
 
 BUILTIN_SUITES = ("arith", "arith-a", "arith-b", "gsm8k")
 MAX_EVAL_SAMPLES = 64  # k: completions sampled per row, beside the greedy one
@@ -41,6 +46,26 @@ _STEP = re.compile(r"^step-(\d{1,9})$")
 JOB_ID_PATTERN = r"^rl-[a-z0-9]{12}$"
 LABEL_PATTERN = r"^(base|export|best|last|location|step-\d{1,9})$"
 AnswerExtractor = Literal["last-number", "first-number"]
+GenerationEngine = Literal["transformers", "jax"]
+
+
+def generation_engine(accelerator: str) -> GenerationEngine:
+    """What generates text from a Hugging Face checkpoint on a job's machine (an eval job's completions, the export
+    check's tokens): transformers on a cpu host, the JAX engine on a TPU's, which has no torch."""
+    return "transformers" if accelerator == CPU_ACCELERATOR else "jax"
+
+
+def eval_accelerator_problem(accelerator: str) -> str | None:
+    """Why an eval job cannot run on `accelerator`, or None: cpu, or a TPU slice of one VM (the JAX engine runs
+    on one process's chips; it shards over none of them, so more than one VM would only wait)."""
+    if accelerator == CPU_ACCELERATOR:
+        return None
+    tpu = tpu_slice(accelerator)
+    if tpu is None:
+        return f"{accelerator!r} is neither cpu nor a TPU slice rljob knows"
+    if tpu.multi_host:
+        return f"eval jobs run on one VM: cpu or a single-VM TPU slice, not {accelerator} ({tpu.vms_per_slice} VMs)"
+    return None
 
 
 class _Strict(BaseModel):
@@ -205,6 +230,20 @@ class AttachedEval(_Strict):
     )
     base: bool = Field(default=True, description="also evaluate the base model, so each checkpoint is compared with it")
     export: bool = Field(default=True, description="also evaluate the export when the job succeeds")
+    # Left out of the spec's hash at its default, so a spec written before it keeps its hash (JobSpec.canonical_json).
+    accelerator: str = Field(
+        default=CPU_ACCELERATOR,
+        max_length=32,
+        description="where the eval jobs run: cpu (transformers on the host, beside training) or a single-VM TPU slice "
+        "(the JAX engine on its chips; on one machine an eval job waits for the training job's chips)",
+    )
+
+    @field_validator("accelerator")
+    @classmethod
+    def _accelerator(cls, v: str) -> str:
+        if (problem := eval_accelerator_problem(v)) is not None:
+            raise ValueError(problem)
+        return v
 
 
 class SuiteIdentity(_Strict):

@@ -20,7 +20,7 @@ from . import rl_settings as rl
 from . import spec_values as limits
 from .async_rollout import async_rollout_refusal
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
-from .eval_suite import SUITE_REWARD_SANDBOX_DEFAULTS, AttachedEval, EvalTask
+from .eval_suite import SUITE_REWARD_SANDBOX_DEFAULTS, AttachedEval, EvalTask, eval_accelerator_problem
 from .grpo_spec import REWARD_SANDBOX_DEFAULTS, GrpoSpec
 from .hang import MAX_HANG_TIMEOUT_S, MIN_HANG_TIMEOUT_S
 from .hardware_spec import HardwareSpec
@@ -251,11 +251,8 @@ class JobSpec(_Strict):
             return self
         if self.eval is not None:
             raise ValueError("an eval job (evaluation) cannot have evaluations attached (eval)")
-        if self.hardware.accelerator != CPU_ACCELERATOR:
-            raise ValueError(
-                f"eval jobs run on cpu (Hugging Face transformers on the host), not {self.hardware.accelerator}: "
-                "no TPU evaluation engine is built yet"
-            )
+        if (problem := eval_accelerator_problem(self.hardware.accelerator)) is not None:
+            raise ValueError(problem)
         return self
 
     @property
@@ -332,6 +329,8 @@ class JobSpec(_Strict):
         for key, default in REWARD_SANDBOX_DEFAULTS.items():
             if rewards.get(key) == default:
                 rewards.pop(key, None)
+        if body.get("eval") is not None and body["eval"].get("accelerator") == CPU_ACCELERATOR:
+            body["eval"].pop("accelerator")  # likewise: attached evals ran on cpu before they could run elsewhere
         suites = [task["suite"] for task in (body.get("evaluation"), body.get("eval")) if task is not None]
         for suite in suites:  # a suite's reward limits, likewise
             for key, default in SUITE_REWARD_SANDBOX_DEFAULTS.items():

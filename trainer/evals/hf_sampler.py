@@ -10,23 +10,14 @@ other rows share its batch, on where a resumed evaluation restarts, or on when i
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .completion_seeds import Done, completion_seed
+from .completion_seeds import never_done as _never_done
+
 if TYPE_CHECKING:
     from trainer.contract.eval_suite import EvalSampling
-
-Done = Callable[[str], bool]
-
-
-def completion_seed(prompt_seed: int, generation: int) -> int:
-    """The torch seed of one completion: independent of the batch it is drawn in."""
-    return int.from_bytes(hashlib.sha256(f"{prompt_seed}:{generation}".encode()).digest()[:8], "big") >> 1
-
-
-def _never_done(_text: str) -> bool:
-    return False
 
 
 class PrefixSampler:

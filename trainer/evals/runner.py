@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from trainer.contract import RunLayout, join_uri, local_path, location_kind
 from trainer.contract.eval_report import MAX_KEPT_TEXT, EvalReport, RowOutcome, summarize
-from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, SuiteSpec
+from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, GenerationEngine, SuiteSpec
 from trainer.storage import ArtifactStore, StorageError, store_for
 
 from .builtin_suites import builtin_suite
@@ -130,6 +130,7 @@ def evaluate_suite(
     log: Log = print,
     clock: Callable[[], float] = time.monotonic,
     batch_rows: int = EVAL_BATCH_ROWS,
+    engine: GenerationEngine = "transformers",
 ) -> EvalReport:
     """Generate and score every row not yet in the outcomes file, then write and return the report."""
     store = store_for(layout.root)
@@ -174,7 +175,9 @@ def evaluate_suite(
         log(f"rows {len(outcomes)}/{len(suite.rows)} scored ({spent_s:.1f} s)")
     if unscored:
         log(f"{unscored} completions could not be scored by a reward function (raised, or not a finite number): scored incorrect")
-    report = build_report(suite, outcomes, checkpoint=checkpoint, model_source=model_source, generate_s=spent_s, layout=layout)
+    report = build_report(
+        suite, outcomes, checkpoint=checkpoint, model_source=model_source, generate_s=spent_s, layout=layout, engine=engine
+    )
     store.write_bytes(layout.eval_report, report.model_dump_json(indent=2).encode())
     return report
 
@@ -187,6 +190,7 @@ def build_report(
     model_source: str,
     generate_s: float,
     layout: RunLayout,
+    engine: GenerationEngine = "transformers",
 ) -> EvalReport:
     names = suite.function_names
     return EvalReport(
@@ -199,4 +203,5 @@ def build_report(
         primary=names[0],
         generate_s=round(generate_s, 3),
         outcomes_file=layout.eval_outcomes,
+        engine=engine,
     )

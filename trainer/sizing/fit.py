@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainer.contract.spec import JobSpec
 from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice, tpu_slice
 
+from .eval_fit import eval_phase
 from .fit_phases import PerChipBytes, PhaseBytes, layout_program_bytes, per_chip_bytes, step_phases
 from .job_shape import model_shape, read_local_model_config
 from .model_shapes import ModelShape
@@ -113,8 +114,12 @@ def smallest_fitting_slice(spec: JobSpec, shape: ModelShape) -> str | None:
 
 def estimate_fit(spec: JobSpec, shape: ModelShape) -> FitEstimate:
     accelerator = spec.hardware.accelerator
-    parts, trainer, rollout = per_chip_bytes(spec, shape)
-    phases = phases_of(spec, shape, parts)
+    if spec.is_eval:  # the JAX evaluation engine on one chip (eval_fit.py), nothing of a GRPO step
+        parts, phase = eval_phase(spec, shape)
+        trainer, rollout, phases = 1, 1, [phase]
+    else:
+        parts, trainer, rollout = per_chip_bytes(spec, shape)
+        phases = phases_of(spec, shape, parts)
     peak = max(phases, key=lambda p: p.total)
     total = peak.total
     tpu = tpu_slice(accelerator)
@@ -127,10 +132,12 @@ def estimate_fit(spec: JobSpec, shape: ModelShape) -> FitEstimate:
     elif total > (allocatable := allocatable_bytes_per_chip(tpu)):
         verdict = "does-not-fit"
         message = f"{needs}, {accelerator} has {capacity / GIB:g} GiB per chip{_allocatable_note(allocatable, capacity)}"
-        larger = smallest_fitting_slice(spec, shape)
+        larger = None if spec.is_eval else smallest_fitting_slice(spec, shape)  # the engine uses one chip of any slice
         message += (
             f"; it would fit on {larger}"
             if larger and larger != accelerator
+            else "; evaluate it on cpu (accelerator: cpu), or with fewer samples or new tokens"
+            if spec.is_eval
             else "; no slice of this generation holds it: lower batch_size, num_generations or the lengths, or use bfloat16"
         )
     else:

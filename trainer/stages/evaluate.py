@@ -1,14 +1,15 @@
 """An eval job's stages (trainer/contract/eval_suite.py): export converts a training job's MaxText actor
 checkpoint to Hugging Face with to_huggingface (the export stage's command, on the eval job's own <run>/hf),
-and evaluate generates with transformers on the host and scores the suite (trainer/evals/)."""
+and evaluate generates and scores the suite (trainer/evals/): with transformers on a cpu job's host, with the JAX
+engine (trainer/evals/jax_model.py) on a TPU job's chips."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.contract import JobSpec, RunLayout, location_kind
-from trainer.contract.eval_suite import EvalTask
+from trainer.contract.eval_suite import EvalTask, GenerationEngine, generation_engine
 from trainer.contract.events import EvalReported
 from trainer.runner import StageCommand, StageInterrupted
 from trainer.sizing.hf_model import MaxTextModel
@@ -17,6 +18,9 @@ from trainer.storage import store_for
 
 from .context import JobContext, stage_inputs
 from .export import build_export_command
+
+if TYPE_CHECKING:
+    from trainer.evals.runner import Generator
 
 HF_NEEDS_NO_CONVERSION = "a Hugging Face checkpoint needs no conversion"
 
@@ -80,8 +84,20 @@ def model_location(ctx: JobContext) -> tuple[str, str, bool]:
     return source, tokenizer, location_kind(source) != "hub" and location_kind(tokenizer) != "hub"
 
 
-def run_evaluate(ctx: JobContext) -> dict[str, Any]:
+def load_generator(engine: GenerationEngine, model_dir: str, tokenizer_dir: str, *, local: bool, revision: str | None) -> Generator:
+    """The engine's generator over the checkpoint: transformers (torch) on a cpu host, JAX on a TPU's, which has no
+    torch (each imported only here, so a TPU host never imports torch)."""
+    if engine == "jax":
+        from trainer.evals.jax_sampler import JaxGenerator, load_jax_sampler
+
+        return JaxGenerator(load_jax_sampler(model_dir, tokenizer_dir, local=local, revision=revision))
     from trainer.evals.hf_sampler import HfGenerator, load_model
+
+    model, tokenizer = load_model(model_dir, tokenizer_dir, local=local, revision=revision)
+    return HfGenerator(model, tokenizer)
+
+
+def run_evaluate(ctx: JobContext) -> dict[str, Any]:
     from trainer.evals.runner import Interrupted, evaluate_suite, load_suite
     from trainer.evals.suite_rewards import SuiteRewardFailed
 
@@ -100,12 +116,15 @@ def run_evaluate(ctx: JobContext) -> dict[str, Any]:
         log(f"suite {suite.name} ({len(suite.rows)} rows, content {suite.content_hash}); model {model_dir}")
         if suite.rewards.sandbox is not None:
             log(f"reward sandbox: {suite.rewards.sandbox.isolation_line()}")
-        model, tokenizer = load_model(model_dir, tokenizer_dir, local=local, revision=ctx.spec.model.revision)
+        engine = generation_engine(ctx.spec.hardware.accelerator)
+        log(f"engine {engine} ({ctx.spec.hardware.accelerator})")
+        generator = load_generator(engine, model_dir, tokenizer_dir, local=local, revision=ctx.spec.model.revision)
         evaluated = ctx.layout.export_dir if needs_conversion(ctx.spec) else ctx.spec.model.source
         try:
             report = evaluate_suite(
                 suite,
-                HfGenerator(model, tokenizer),
+                generator,
+                engine=engine,
                 layout=ctx.layout,
                 checkpoint=task.checkpoint,
                 model_source=evaluated,

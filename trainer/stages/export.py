@@ -8,6 +8,7 @@ from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, join_uri
 from trainer.contract.best_checkpoint import BestCheckpoint, ExportedCheckpoint
+from trainer.contract.eval_suite import GenerationEngine, generation_engine
 from trainer.runner import StageCommand, StageFailed
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import local_copy_path, stage_directory
@@ -79,11 +80,14 @@ def build_export_command(
     return StageCommand(module=module, args=tuple(args), env=env)
 
 
-def build_verify_command(export_dir: str, *, wait_for_go: bool = False) -> StageCommand:
-    """The transformers load check; with wait_for_go it imports first and checks on a line on stdin
-    (the pipeline starts it alongside to_huggingface: trainer/checks/verify_export.py)."""
-    args = ("--wait", export_dir) if wait_for_go else (export_dir,)
-    return StageCommand(module=VERIFY_EXPORT_MODULE, args=args, env={"HF_HUB_OFFLINE": "1"})
+def build_verify_command(export_dir: str, *, wait_for_go: bool = False, engine: GenerationEngine = "transformers") -> StageCommand:
+    """The load-and-generate check with the job machine's engine (transformers on cpu, JAX on a TPU's host, which
+    has no torch), on the host's CPU; with wait_for_go it imports first and checks on a line on stdin (the pipeline
+    starts it alongside to_huggingface: trainer/checks/verify_export.py)."""
+    args: tuple[str, ...] = ("--wait",) if wait_for_go else ()
+    args += ("--engine", engine, export_dir)
+    # The host's CPU, as to_huggingface: the chips are the trainer's, and the check needs none of them.
+    return StageCommand(module=VERIFY_EXPORT_MODULE, args=args, env={"HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu"})
 
 
 class VerificationFailed(Exception):
@@ -108,11 +112,12 @@ def run_export(ctx: JobContext) -> dict[str, Any]:
         local_source=inputs["local_source"],
     )
     export_copy = ctx.work_dir / "export-copy"
-    # The check starts now and imports torch and transformers while to_huggingface runs (on the tiny
-    # spec those imports were most of the check's 13 s); it reads the export only once told to below.
+    # The check starts now and imports its engine while to_huggingface runs (on the tiny spec those imports
+    # were most of the check's 13 s); it reads the export only once told to below.
     check = None
+    engine = generation_engine(spec.hardware.accelerator)
     if spec.export.verify:
-        verify = build_verify_command(local_copy_path(layout.export_dir, export_copy), wait_for_go=True)
+        verify = build_verify_command(local_copy_path(layout.export_dir, export_copy), wait_for_go=True, engine=engine)
         check = ctx.start_command(verify, with_stdin=True)
     try:
         ctx.run_command(command, log)
@@ -129,7 +134,7 @@ def run_export(ctx: JobContext) -> dict[str, Any]:
                 try:
                     check.follow(log, stop=ctx.stop, stdin_line="go")
                 except StageFailed as e:
-                    raise VerificationFailed(f"the export in {layout.export_dir} failed the transformers check: {e.tail[-500:]}") from e
+                    raise VerificationFailed(f"the export in {layout.export_dir} failed the {engine} check: {e.tail[-500:]}") from e
                 outputs["verified"] = True
             if spec.export.hub_repo:
                 outputs["hub_repo"] = upload_to_hub(local_export, spec.export.hub_repo, private=spec.export.hub_private)

@@ -139,6 +139,7 @@ def attached_eval_spec(parent: JobRecord, wanted: WantedEval, base_eval_id: str 
         priority=parent.spec.priority,
         labels=dict(parent.spec.labels),
         baseline=base_eval_id if wanted.label != "base" else None,
+        accelerator=attached.accelerator,
     )
 
 

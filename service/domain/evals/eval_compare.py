@@ -137,6 +137,7 @@ def _side(record: JobRecord, usage: JobUsage) -> EvalSide:
         model_source=report.model_source,
         chip_hours=usage.billed_chip_hours,
         cost_usd=usage.cost_usd,
+        engine=report.engine,
     )
 
 

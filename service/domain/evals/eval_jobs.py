@@ -26,8 +26,9 @@ from service.domain.records.phases import JobPhase
 from service.domain.records.ports import RunFiles
 from trainer.contract import JobSpec, ModelSpec, join_uri
 from trainer.contract.dns_label import DNS_LABEL_MAX_LENGTH, DnsLabel
-from trainer.contract.eval_suite import JOB_ID_PATTERN, EvalCheckpoint, EvalTask, SuiteSpec
+from trainer.contract.eval_suite import JOB_ID_PATTERN, EvalCheckpoint, EvalTask, SuiteSpec, eval_accelerator_problem
 from trainer.contract.spec_values import Location
+from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
 
 CHECKPOINT = ("body", "checkpoint")
 EXPORT_ARTIFACT = "export.export"  # the export stage's artifact (trainer/pipeline.py: "<stage>.<output>")
@@ -60,6 +61,12 @@ class EvalCreate(BaseModel):
     )
     priority: Literal["low", "normal", "high"] = "normal"
     labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes labels on the eval job's objects")
+    accelerator: str = Field(
+        default=CPU_ACCELERATOR,
+        max_length=32,
+        description="where the eval job runs: cpu (Hugging Face transformers on the host) or a single-VM TPU slice such as "
+        "v5e-1 (the JAX engine on its chips)",
+    )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -180,15 +187,23 @@ def eval_job_spec(
     priority: Literal["low", "normal", "high"] = "normal",
     labels: dict[str, str] | None = None,
     baseline: str | None = None,
+    accelerator: str = CPU_ACCELERATOR,
 ) -> JobSpec:
-    """The eval job's spec: the suite and checkpoint as its `evaluation`, on the host's CPU (no TPU evaluation
-    engine is built), export disabled (an eval job's own export stage converts a MaxText checkpoint; it publishes
-    nothing), and the parent's team. InvalidRequest naming the body's field for a value JobSpec refuses."""
+    """The eval job's spec: the suite and checkpoint as its `evaluation`, on `accelerator` (cpu: transformers on the
+    host; a TPU slice: the JAX engine on its chips), export disabled (an eval job's own export stage converts a
+    MaxText checkpoint; it publishes nothing), and the parent's team. InvalidRequest naming the body's field for a
+    value JobSpec refuses."""
+    if (problem := eval_accelerator_problem(accelerator)) is not None:
+        raise InvalidRequest(("body", "accelerator"), problem)
+    tpu = tpu_slice(accelerator)
+    hardware: dict[str, object] = {"accelerator": accelerator, "rollout_engine": "jax"}
+    if tpu is not None:
+        hardware["chips_per_vm"] = tpu.chips_per_vm
     body = {
         "name": name,
         "team": parent.team if parent is not None else None,
         "model": model.model_dump(mode="json", exclude_unset=True),
-        "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
+        "hardware": hardware,
         "export": {"enabled": False},
         "output": output,
         "priority": priority,
@@ -240,4 +255,5 @@ def build_eval_spec(
         priority=body.priority,
         labels=body.labels,
         baseline=body.baseline,
+        accelerator=body.accelerator,
     )

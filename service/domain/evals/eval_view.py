@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from service.domain.records.eval_models import EvalPublic, EvalSummaryPublic
 from service.domain.records.models import JobRecord
 from service.domain.records.usage_models import JobUsage
+from trainer.contract.eval_suite import generation_engine
 
 from .suite_versions import suite_public
 
@@ -33,6 +34,7 @@ def eval_summary(record: JobRecord) -> EvalSummaryPublic | None:
         primary=report.primary if report else None,
         scores=dict(report.functions) if report else {},
         generate_s=report.generate_s if report else None,
+        engine=report.engine if report else generation_engine(record.spec.hardware.accelerator),
     )
 
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from trainer.contract.eval_report import Comparison, FunctionScores, Score
-from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling
+from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, GenerationEngine
 
 from .phases import JobPhase
 from .usage_models import JobUsage
@@ -62,6 +62,9 @@ class EvalSummaryPublic(BaseModel):
     primary: str | None = Field(description="the reward function comparisons use unless told otherwise")
     scores: dict[str, FunctionScores] = Field(description="pass@1, sampled, pass@k and maj@k per reward function, with 95% intervals")
     generate_s: float | None = Field(description="seconds spent generating and scoring")
+    engine: GenerationEngine = Field(
+        description="what generates: transformers on a cpu eval job's host, jax (trainer/evals/jax_model.py) on a TPU's"
+    )
 
 
 class EvalSide(BaseModel):
@@ -71,6 +74,9 @@ class EvalSide(BaseModel):
     model_source: str = Field(description="the Hugging Face checkpoint evaluated (converted, for maxtext)")
     chip_hours: float = Field(description="the eval job's billed chip-hours (0 for cpu jobs, whose hours usage still shows)")
     cost_usd: float | None = Field(description="the eval job's cost at list price; null: no price for its hardware")
+    # Evals of either engine compare: greedy text agrees between them, and sampled scores are estimates of the same
+    # distribution from different draws; the engine is shown so a reader knows which drew what.
+    engine: GenerationEngine = Field(default="transformers", description="what generated: transformers (cpu) or jax (a TPU)")
 
 
 class CostPerPoint(BaseModel):
