@@ -40,6 +40,7 @@ BUILTIN_SUITES = ("arith", "arith-a", "arith-b", "gsm8k")
 MAX_EVAL_SAMPLES = 64  # k: completions sampled per row, beside the greedy one
 MAX_SUITE_ROWS = 20_000  # GSM8K's test split is 1319 rows; MATH's 5000
 MAX_NEW_TOKENS = 32_768
+EVAL_BATCH_ROWS = 8  # rows per generate call (trainer/evals/runner.py); the JAX engine's fit estimate reads it too
 EVAL_JOB_LABELS = ("base", "export", "best", "last", "location")  # plus step-N
 _STEP = re.compile(r"^step-(\d{1,9})$")
 # Patterns in the schema (a client generated from it knows the rules); JobSpec's JOB_ID_RE is the same id.

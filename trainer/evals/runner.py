@@ -22,14 +22,13 @@ from pydantic import ValidationError
 
 from trainer.contract import RunLayout, join_uri, local_path, location_kind
 from trainer.contract.eval_report import MAX_KEPT_TEXT, EvalReport, RowOutcome, summarize
-from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, GenerationEngine, SuiteSpec
+from trainer.contract.eval_suite import EVAL_BATCH_ROWS, EvalCheckpoint, EvalSampling, GenerationEngine, SuiteSpec
 from trainer.storage import ArtifactStore, StorageError, store_for
 
 from .builtin_suites import builtin_suite
 from .scoring import score_row
 from .suite import LoadedSuite, SuiteRow, load_user_suite
 
-EVAL_BATCH_ROWS = 8
 PROGRESS_FILE = "outcomes.suite.json"
 Log = Callable[[str], None]
 

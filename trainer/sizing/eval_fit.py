@@ -11,12 +11,12 @@ Not covered: XLA's temporaries of the forward (a layer's activations, small besi
 
 from __future__ import annotations
 
+from trainer.contract.eval_suite import EVAL_BATCH_ROWS
 from trainer.contract.spec import JobSpec
 
 from .fit_phases import PerChipBytes, PhaseBytes
 from .model_shapes import ModelShape
 
-EVAL_BATCH_ROWS = 8  # trainer/evals/runner.py's rows per generate call (tests/trainer/test_eval_fit.py holds them equal)
 PROMPT_ALLOWANCE = 512  # tokens: above the chat-templated GSM8K and arithmetic prompts (at most ~300)
 FLOAT32 = 4
 
@@ -31,7 +31,17 @@ def eval_per_chip_bytes(spec: JobSpec, shape: ModelShape) -> PerChipBytes:
     weights = shape.parameters * FLOAT32 + (shape.vocab_size * shape.emb_dim * FLOAT32 if shape.tied_embeddings else 0)
     cache = 2 * shape.num_layers * rows * positions * shape.num_kv_heads * shape.head_dim * FLOAT32
     logits = 2 * rows * shape.vocab_size * FLOAT32
-    return PerChipBytes(params=weights, optimizer=0, gradients=0, reference=0, activations=logits, rollout_weights=0, kv_cache=cache)
+    return PerChipBytes(
+        params=weights,
+        optimizer=0,
+        gradients=0,
+        reference=0,
+        activations=logits,
+        rollout_weights=0,
+        kv_cache=cache,
+        decode_weights=0,
+        logprobs=0,
+    )
 
 
 def eval_phase(spec: JobSpec, shape: ModelShape) -> tuple[PerChipBytes, PhaseBytes]:
