@@ -1,0 +1,350 @@
+"""A whole rljob job on the TPU chip, through the service: issue 64's first question, "submit my model on a TPU,
+does it come back better, and at what cost?", asked the way a user asks it.
+
+On the chip's machine `rljob serve` listens on a unix socket (no TCP there), the CLI submits a v5e-1 job for
+SmolLM2-135M-Instruct (built there by `make-model`, without torch) on the arithmetic task's fold A with eval jobs
+attached on the chip (the built-in suite arith-b, fold B, held out; base and export), follows it to its end, and reads
+status, logs, samples, goodput and both evaluations back through the CLI; then the export is loaded and generates once
+more, by the JAX engine the TPU host has.
+
+    .venv/bin/python bench/tpu_job.py prepare                      # here: bench/.tpu-job/ (fold files, the spec)
+    python3.12 bench/tpu_job.py run --out DIR --jobs trained:1,control:1 [--base]   # on the chip (after the staging)
+    .venv/bin/python bench/tpu_job.py collect DIR                  # here: bench/results/tpu_job.json, bench/README.md
+
+Everything `run` executes is a command a user would type (`rljob serve --uds`, `rljob submit`, `rljob status`, ...);
+each is recorded with its exit status, its time and the end of its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+INPUTS = REPO / "bench" / ".tpu-job"
+RESULT = REPO / "bench" / "results" / "tpu_job.json"
+RECORD = "tpu_job-record.json"
+# The learning seeds bench's GRPO settings (bench/preregistration/learning_seeds.json), which learned on CPU.
+GRPO = {
+    "num_batches": 40,
+    "batch_size": 2,
+    "num_generations": 8,
+    "learning_rate": 3e-06,
+    "beta": 0.04,
+    "temperature": 0.7,
+    "top_k": 50,
+    "max_prefill_predict_length": 80,
+    "max_target_length": 112,
+    "kv_cache_buffer": 8,
+    "num_test_batches": 0,
+    "checkpoint_period": 20,
+    "kl_direction": "policy_to_reference",
+}
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+TAIL = 4000
+
+
+def prepare() -> None:
+    """Fold A's job files (the folds bench's, with its registered control rate) and the spec, for the chip."""
+    from bench.arith_folds import write_folds
+
+    registered = json.loads((REPO / "bench" / "preregistration" / "learning_folds.json").read_text())
+    shutil.rmtree(INPUTS, ignore_errors=True)
+    folds = write_folds(INPUTS / "folds", registered["base"]["sampled_strict_rate"])
+    for fold, facts in folds.items():
+        if facts["train_hash"] != registered["fold_hashes"][fold]:
+            raise SystemExit(f"fold {fold}'s rows differ from the registered ones ({facts['train_hash']})")
+    # The chip's machine gets the working tree without .git: the commit it runs travels here.
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    changed = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    (INPUTS / "COMMIT.json").write_text(json.dumps({"commit": head, "uncommitted": changed.splitlines()}))
+    print(f"wrote {INPUTS} ({sum(f.stat().st_size for f in INPUTS.rglob('*') if f.is_file()) / 1024:.0f} KiB) at {head[:10]}")
+
+
+def job_spec(work: Path, seed: int, reward: str = "arith_correct", smoke: bool = False) -> dict[str, Any]:
+    """The chip's job; `smoke`: the same on this machine's CPU, two steps and a four-row suite (to try the flow)."""
+    fold = INPUTS / "folds" / "A"
+    functions_path = fold / ("arith_correct.py" if reward == "arith_correct" else "arith_random_control.py")
+    spec = {
+        "name": f"tpu-arith-{'trained' if reward == 'arith_correct' else 'control'}-s{seed}",
+        "model": {"source": str(work / "smollm2"), "dtype": "float32"},
+        "dataset": {
+            "train_files": [str(fold / "train.parquet")],
+            "eval_files": [str(fold / "eval.parquet")],
+            "prompt_template": str(fold / "arith-one-shot.json"),
+        },
+        "grpo": {**GRPO, "rewards": {"functions_path": str(functions_path), "functions": [reward]}},
+        "hardware": {"accelerator": "v5e-1", "chips_per_vm": 1, "rollout_engine": "jax"},
+        "eval": {"suite": {"name": "arith-b"}, "accelerator": "v5e-1", "every_n_checkpoints": 1000, "base": True, "export": True},
+        "seed": seed,
+        "output": str(work / "runs"),
+    }
+    if smoke:
+        rows = work / "smoke-suite.jsonl"
+        rows.write_text("".join(json.dumps({"question": f"What is {a} * 7?", "answer": str(a * 7)}) + "\n" for a in range(4)))
+        suite = {"name": "smoke", "data": str(rows), "rewards_path": str(functions_path), "rewards": [reward]}
+        spec["hardware"] = {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"}
+        spec["eval"] = {**spec["eval"], "accelerator": "cpu", "suite": {**suite, "sampling": {"samples": 2, "max_new_tokens": 16}}}
+        spec["grpo"] = {**spec["grpo"], "num_batches": 2, "checkpoint_period": 2}
+    return spec
+
+
+class Recorder:
+    """Runs commands as a user would and keeps each one's argv, exit status, seconds and output's end."""
+
+    def __init__(self, env: dict[str, str], deadline: float) -> None:
+        self.env, self.deadline, self.calls = env, deadline, []
+
+    def run(self, *argv: str, timeout_s: float = 120, keep: int = TAIL) -> subprocess.CompletedProcess[str]:
+        began = time.monotonic()
+        done = subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout_s)
+        self.calls.append(
+            {
+                "argv": [a.replace(str(REPO), "$REPO") for a in argv],
+                "rc": done.returncode,
+                "s": round(time.monotonic() - began, 2),
+                "stdout_tail": done.stdout[-keep:],
+                "stderr_tail": done.stderr[-keep:],
+            }
+        )
+        return done
+
+    def rljob(self, *args: str, timeout_s: float = 120, keep: int = TAIL) -> subprocess.CompletedProcess[str]:
+        return self.run(sys.executable, "-m", "service.cli.main", *args, timeout_s=timeout_s, keep=keep)
+
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else None
+
+
+def _wait(rec: Recorder, job_id: str, poll_s: float = 5.0) -> dict[str, Any] | None:
+    """The job's view once terminal, or the last one read when the time is up (quiet polls, not recorded)."""
+    view = None
+    while rec.left_s() > 0:
+        done = subprocess.run(
+            [sys.executable, "-m", "service.cli.main", "status", job_id, "-o", "json"],
+            cwd=REPO, env=rec.env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        view = _json(done)
+        if view is not None and view.get("phase") in TERMINAL:
+            return view
+        time.sleep(poll_s)
+    return view
+
+
+def _attached(rec: Recorder, job_id: str) -> dict[str, str]:
+    """label -> eval job id of the evaluations the service attached to the job."""
+    view = _json(rec.rljob("status", job_id, "-o", "json")) or {}
+    return {e["label"]: e["eval_id"] for e in view.get("attached_evals") or [] if e.get("eval_id")}
+
+
+ARMS = {"trained": "arith_correct", "control": "arith_random_control"}
+
+
+def _job_record(rec: Recorder, job_id: str, first: bool) -> dict[str, Any]:
+    """One job followed to its end, its attached evals to theirs, and what the CLI says of them."""
+    found: dict[str, Any] = {"job_id": job_id, "view": _wait(rec, job_id)}
+    evals: dict[str, Any] = {}
+    for label, eval_id in _attached(rec, job_id).items():
+        _wait(rec, eval_id)
+        evals[label] = _json(rec.rljob("status", eval_id, "-o", "json"))
+    found["evals"] = evals
+    found["view"] = _json(rec.rljob("status", job_id, "-o", "json")) or found["view"]
+    if first:  # what a user reads, once: the human views of status, logs and samples
+        rec.rljob("status", job_id)
+        rec.rljob("logs", job_id, keep=20000)
+        rec.rljob("samples", job_id)
+    return found
+
+
+def run(out: Path, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke: bool = False) -> None:
+    """Submit every (arm, seed) job at once (the local launcher runs TPU jobs one at a time) and follow them all."""
+    work = Path(os.environ.get("RLJOB_TPU_JOB_WORK", "/tmp/rljob-tpu-job"))
+    work.mkdir(parents=True, exist_ok=True)
+    socket = work / "rljob.sock"
+    token = os.urandom(16).hex()
+    env = dict(os.environ, RLJOB_URL=f"unix:{socket}", RLJOB_TOKEN=token, HF_HUB_OFFLINE="1", PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    # One persistent compilation cache for every process of the session (each job's stages, the eval jobs): JAX's own,
+    # set in the environment so train_rl has it from its first compile (tests/conftest.py says why the variable).
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(work / "jax-cache"))
+    rec = Recorder(env, time.monotonic() + max_s)
+    record: dict[str, Any] = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "max_s": max_s, "jobs": {}}
+    if (INPUTS / "COMMIT.json").exists():
+        record.update(json.loads((INPUTS / "COMMIT.json").read_text()))
+    began = time.monotonic()
+    if not (work / "smollm2" / "config.json").exists():
+        rec.run(sys.executable, "-m", "trainer", "make-model", "smollm2-135m", "--out", str(work / "smollm2"), timeout_s=600)
+    server_env = dict(env, RLJOB_BOOTSTRAP_TOKEN=token, RLJOB_ENVIRONMENT="dev", RLJOB_LAUNCHER="local")
+    with (work / "service.log").open("ab") as log:
+        argv = [sys.executable, "-m", "service.cli.main", "serve", "--uds", str(socket), "--state-dir", str(work / "state")]
+        server = subprocess.Popen(argv, cwd=REPO, env=server_env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        while not socket.exists() and server.poll() is None and time.monotonic() - began < 120:
+            time.sleep(0.5)
+        record["serve"] = {"argv": argv[2:], "socket_mode": oct(socket.stat().st_mode & 0o777) if socket.exists() else None}
+        submitted: dict[str, str] = {}
+        for index, (arm, seed) in enumerate(jobs):
+            spec = job_spec(work, seed, ARMS[arm], smoke=smoke)
+            spec["eval"]["base"] = base and index == 0  # the base model is evaluated once per call at most
+            spec_path = work / f"spec-{arm}-s{seed}.json"
+            spec_path.write_text(json.dumps(spec, indent=2))
+            job = _json(rec.rljob("submit", str(spec_path), "-o", "json"))
+            if job is not None:
+                submitted[f"{arm}/{seed}"] = job["id"]
+        for index, (name, job_id) in enumerate(submitted.items()):
+            record["jobs"][name] = _job_record(rec, job_id, first=index == 0)
+        first = next(iter(record["jobs"].values()), None)
+        if first and {"base", "export"} <= set(first["evals"]) and all(first["evals"][k] for k in ("base", "export")):
+            compared = rec.rljob("eval-compare", first["evals"]["export"]["id"], first["evals"]["base"]["id"], "-o", "json")
+            record["compare"] = _json(compared)
+            rec.rljob("eval-compare", first["evals"]["export"]["id"], first["evals"]["base"]["id"])
+        rec.rljob("usage", "--since", "2000-01-01")
+        if first:
+            export = str(work / "runs" / first["job_id"] / "hf")
+            # The export loads and generates on the TPU host with its engine (no JAX_PLATFORMS: JAX takes the chip).
+            record["export_check"] = _json(
+                rec.run(sys.executable, "-m", "trainer.checks.verify_export", "--engine", "jax", export, timeout_s=300)
+            )
+            repro = work / "runs" / first["job_id"] / "repro.json"
+            record["versions"] = json.loads(repro.read_text()).get("versions") if repro.exists() else None
+        # Read last, once every job has let go of the chip (one process at a time may hold it).
+        probe = (
+            "import json, os, jax; d = jax.devices()[0]; print(json.dumps({'platform': d.platform, 'device_kind': d.device_kind, "
+            "'devices': jax.device_count(), 'tpu_accelerator_type': os.environ.get('TPU_ACCELERATOR_TYPE')}))"
+        )
+        record["device"] = _json(rec.run(sys.executable, "-c", probe, timeout_s=120))
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        record["calls"] = rec.calls
+        record["wall_s"] = round(time.monotonic() - began, 1)
+        record["service_log_tail"] = (work / "service.log").read_text(errors="replace")[-TAIL:]
+        out.mkdir(parents=True, exist_ok=True)
+        (out / RECORD).write_text(json.dumps(record, indent=2))
+        print(f"wrote {out / RECORD} ({record['wall_s']} s)")
+
+
+def _eval_summary(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An eval job's view (rljob status -o json) cut to what the result keeps."""
+    if not found:
+        return None
+    summary = found.get("eval_job") or {}
+    scores = summary.get("scores") or {}
+    primary = summary.get("primary")
+    kept = {k: scores[primary][k] for k in ("pass@1", "sampled", "pass@k", "maj@k")} if primary in scores else None
+    return {
+        "eval_id": found["id"],
+        "phase": found["phase"],
+        "engine": summary.get("engine"),
+        "suite": (summary.get("suite") or {}).get("name"),
+        "suite_hash": (summary.get("suite") or {}).get("content_hash"),
+        "n": summary.get("n"),
+        "k": summary.get("k"),
+        "function": primary,
+        "scores": kept,
+        "generate_s": summary.get("generate_s"),
+        "chip_hours": (found.get("usage") or {}).get("billed_chip_hours"),
+        "cost_usd": (found.get("usage") or {}).get("cost_usd"),
+        "wall_s": (found.get("goodput") or {}).get("wall_s"),
+    }
+
+
+def _run_summary(name: str, found: dict[str, Any]) -> dict[str, Any]:
+    view = found.get("view") or {}
+    usage, goodput = view.get("usage") or {}, view.get("goodput") or {}
+    arm, _, seed = name.partition("/")
+    export = next((e for e in view.get("attached_evals") or [] if e["label"] == "export"), None)
+    return {
+        "arm": arm,
+        "seed": int(seed),
+        "job_id": found["job_id"],
+        "phase": view.get("phase"),
+        "message": view.get("message"),
+        "steps": [view.get("step"), view.get("total_steps")],
+        "spec_sha256": view.get("spec_hash") or (view.get("labels") or {}).get("rljob.dev/spec-hash"),
+        "stage_s": {k: round(v["duration_s"], 1) for k, v in (view.get("stage_times") or {}).items() if v.get("duration_s") is not None},
+        "goodput": goodput,
+        "chip_hours": usage.get("billed_chip_hours"),
+        "price_usd_per_chip_hour": usage.get("price_usd_per_chip_hour"),
+        "cost_usd": usage.get("cost_usd"),
+        "metrics": view.get("metrics"),
+        "export_eval": _eval_summary(found["evals"].get("export")),
+        "vs_base": export.get("vs_base") if export else None,
+    }
+
+
+def collect(directory: Path) -> None:
+    """Merge one chip call's record into bench/results/tpu_job.json (runs by arm and seed; a rerun keeps the old)."""
+    record = json.loads((directory / RECORD).read_text())
+    results = json.loads(RESULT.read_text()) if RESULT.exists() else {"registration": "bench/preregistration/tpu_learning_arith.json"}
+    call = {
+        k: record.get(k) for k in ("started", "wall_s", "commit", "uncommitted", "device", "versions", "serve", "export_check", "compare")
+    }
+    call["jobs"] = {name: found["job_id"] for name, found in record["jobs"].items()}
+    call["cli"] = [
+        {"argv": c["argv"][3:] if c["argv"][2:3] == ["service.cli.main"] else c["argv"], "rc": c["rc"], "s": c["s"]}
+        for c in record["calls"]
+    ]
+    results.setdefault("calls", []).append(call)
+    runs = results.setdefault("runs", {})
+    for name, found in record["jobs"].items():
+        if name in runs:
+            results.setdefault("reruns", []).append({**runs[name], "replaced_by_call": record.get("started")})
+        runs[name] = _run_summary(name, found)
+        base = found["evals"].get("base")
+        if base:
+            results["base"] = _eval_summary(base)
+    RESULT.write_text(json.dumps(results, indent=2) + "\n")
+    phases = ", ".join(f"{name} {run['phase']}" for name, run in runs.items())
+    print(f"wrote {RESULT}: {phases}")
+
+
+def _job_list(text: str) -> list[tuple[str, int]]:
+    jobs = []
+    for item in text.split(","):
+        arm, _, seed = item.partition(":")
+        if arm not in ARMS or not seed.isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r}: give ARM:SEED with ARM one of {', '.join(ARMS)}")
+        jobs.append((arm, int(seed)))
+    return jobs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("prepare")
+    run_p = sub.add_parser("run")
+    run_p.add_argument("--out", type=Path, required=True)
+    run_p.add_argument("--jobs", type=_job_list, default=[("trained", 1)], help="ARM:SEED,... (arms: trained, control)")
+    run_p.add_argument("--base", action="store_true", help="also evaluate the base model (the first job's attached base eval)")
+    run_p.add_argument("--max-s", type=float, default=540)
+    run_p.add_argument("--smoke", action="store_true", help="on this machine's CPU: two steps, a four-row suite")
+    collect_p = sub.add_parser("collect")
+    collect_p.add_argument("dir", type=Path)
+    args = parser.parse_args()
+    if args.command == "prepare":
+        prepare()
+    elif args.command == "run":
+        run(args.out, args.jobs, args.base, args.max_s, args.smoke)
+    else:
+        collect(args.dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
