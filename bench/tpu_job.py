@@ -65,7 +65,9 @@ def prepare() -> None:
             raise SystemExit(f"fold {fold}'s rows differ from the registered ones ({facts['train_hash']})")
     # The chip's machine gets the working tree without .git: the commit it runs travels here.
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     (INPUTS / "COMMIT.json").write_text(json.dumps({"commit": head, "uncommitted": changed.splitlines()}))
     print(f"wrote {INPUTS} ({sum(f.stat().st_size for f in INPUTS.rglob('*') if f.is_file()) / 1024:.0f} KiB) at {head[:10]}")
 
