@@ -149,15 +149,16 @@ def check_pins(wheels: list[dict[str, Any]], pins: dict[str, str]) -> None:
         raise BuildError("the wheelhouse is not the pinned set:\n  " + "\n  ".join(problems))
 
 
-def sdists_in_resolution(requirements: list[str], sources: list[str], scratch: Path) -> list[tuple[str, str]]:
+def sdists_in_resolution(requirements: list[str], sources: list[str], scratch: Path, *extra: str) -> list[tuple[str, str]]:
     """(name, version) of each pinned project the requirements resolve to only as a source archive.
 
     pip resolves for the target only over wheels, and a few pins have none on PyPI (reasoning-gym's cellpylib, zss
     and the C extension pycosat; tensorflow-datasets' promise: uv built them for the CPU venv). Resolving on this
-    machine first, metadata only (`pip install --dry-run --report`), says which."""
+    machine first, metadata only (`pip install --dry-run --report`), says which. extra: more pip options
+    (`--no-deps` for a set that is already the whole closure)."""
     report = scratch / "resolution.json"
     pip("install", "--isolated", "--disable-pip-version-check", "--quiet", "--dry-run", "--ignore-installed", f"--report={report}",
-        f"--constraint={CONSTRAINTS}", *sources, *requirements)  # fmt: skip
+        f"--constraint={CONSTRAINTS}", *extra, *sources, *requirements)  # fmt: skip
     items = json.loads(report.read_text())["install"]
     return [(i["metadata"]["name"], i["metadata"]["version"]) for i in items if not i["download_info"]["url"].endswith(".whl")]
 
@@ -193,6 +194,38 @@ def check_built_for(built: list[Path], glibc: str) -> list[dict[str, Any]]:
     return facts
 
 
+def download_for_target(
+    requirements: list[str],
+    sources: list[str],
+    dest: Path,
+    scratch: Path,
+    *,
+    python_version: str,
+    glibc: str,
+    local: list[str] | None = None,
+    no_deps: bool = False,
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Wheels of the requirements for the target (CPython python_version, manylinux up to glibc) into dest, under
+    constraints.txt: what the index has as a wheel is downloaded, a pin it has only as an sdist is built here first.
+    local: more --find-links options tried before the sources; no_deps: the requirements are the whole set.
+    Returns the platform tags asked for and what each wheel built here needs of glibc."""
+    built_dir = scratch / "built"
+    built_dir.mkdir()
+    local = [*(local or []), f"--find-links={built_dir}"]
+    deps = ["--no-deps"] if no_deps else []
+    sdists = sdists_in_resolution(requirements, [*local, *sources], scratch, *deps)
+    built = wheels_from_sdists(sdists, sources, built_dir, python_version)
+    built_here = check_built_for(built, glibc)
+    target_platforms = platforms(glibc)
+    if any(p.name.endswith("-linux_x86_64.whl") for p in built):
+        target_platforms.append("linux_x86_64")  # the tag of a wheel built here (PyPI takes none)
+    target = ["--only-binary=:all:", f"--python-version={python_version}", "--implementation=cp"]
+    target += [f"--abi=cp{python_version.replace('.', '')}", *(f"--platform={p}" for p in target_platforms)]
+    pip("download", "--isolated", "--disable-pip-version-check", f"--dest={dest}", *deps, *target, f"--constraint={CONSTRAINTS}",
+        *local, *sources, *requirements)  # fmt: skip
+    return target_platforms, built_here
+
+
 def build(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     out = Path(args.out).resolve()
@@ -201,24 +234,16 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     wheels_dir = out / "wheels"
     wheels_dir.mkdir(parents=True)
     sources = source_args(args)
-    target_platforms = platforms(args.glibc)
     with tempfile.TemporaryDirectory(prefix="rljob-wheelhouse-") as tmp:
         scratch = Path(tmp)
         rljob_wheel = build_rljob_wheel(scratch / "rljob", sources, scratch)
         version = wheel_facts(rljob_wheel)["version"]
         # rljob itself comes from its fresh wheel at this version, never from an index.
         requirements = [re.sub(r"^rljob(\[[^\]]*\])?$", rf"rljob\g<1>=={version}", r) for r in args.requirements]
-        (scratch / "built").mkdir()
-        local = [f"--find-links={rljob_wheel.parent}", f"--find-links={scratch / 'built'}"]
-        sdists = sdists_in_resolution(requirements, [*local, *sources], scratch)
-        built = wheels_from_sdists(sdists, sources, scratch / "built", args.python_version)
-        built_here = check_built_for(built, args.glibc)
-        if any(p.name.endswith("-linux_x86_64.whl") for p in built):
-            target_platforms.append("linux_x86_64")  # the tag of a wheel built here (PyPI takes none)
-        target = ["--only-binary=:all:", f"--python-version={args.python_version}", "--implementation=cp"]
-        target += [f"--abi=cp{args.python_version.replace('.', '')}", *(f"--platform={p}" for p in target_platforms)]
-        pip("download", "--isolated", "--disable-pip-version-check", f"--dest={wheels_dir}", *target, f"--constraint={CONSTRAINTS}",
-            *local, *sources, *requirements)  # fmt: skip
+        local = [f"--find-links={rljob_wheel.parent}"]
+        target_platforms, built_here = download_for_target(
+            requirements, sources, wheels_dir, scratch, python_version=args.python_version, glibc=args.glibc, local=local
+        )
     wheels = sorted((wheel_facts(p) for p in wheels_dir.glob("*.whl")), key=lambda w: w["name"])
     check_pins(wheels, read_pins())
     lock = [f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}" for w in wheels]
@@ -245,6 +270,19 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     return manifest
 
 
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where wheels come from (source_args reads them): an index, or local folders only."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--index-url", default="https://pypi.org/simple", help="the package index (default: %(default)s)")
+    source.add_argument("--find-links", action="append", default=[], metavar="DIR", help="take wheels only from DIR (repeatable); no index")
+    parser.add_argument("--extra-index-url", action="append", default=[], metavar="URL", help="another index beside --index-url")
+
+
+def check_source_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.find_links and args.extra_index_url:
+        parser.error("--extra-index-url goes with an index, not with --find-links")
+
+
 def main(argv: list[str]) -> int:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="scripts/tpu_vm_wheelhouse.py", description=__doc__, formatter_class=formatter)
@@ -252,13 +290,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="the wheelhouse directory to create (must be new or empty)")
     parser.add_argument("--python-version", default="3.12", help="the TPU VM's Python, major.minor (default: %(default)s)")
     parser.add_argument("--glibc", default=DEFAULT_GLIBC, help="the TPU VM's glibc (default: %(default)s, Ubuntu 22.04)")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--index-url", default="https://pypi.org/simple", help="the package index (default: %(default)s)")
-    source.add_argument("--find-links", action="append", default=[], metavar="DIR", help="take wheels only from DIR (repeatable); no index")
-    parser.add_argument("--extra-index-url", action="append", default=[], metavar="URL", help="another index beside --index-url")
+    add_source_arguments(parser)
     args = parser.parse_args(argv)
-    if args.find_links and args.extra_index_url:
-        parser.error("--extra-index-url goes with an index, not with --find-links")
+    check_source_arguments(parser, args)
     try:
         manifest = build(args)
     except (BuildError, subprocess.CalledProcessError) as e:
