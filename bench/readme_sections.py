@@ -34,6 +34,7 @@ from bench.readme_render.sandbox_runtimes import render_sandbox_runtimes  # noqa
 from bench.readme_render.status_read import render_status_read  # noqa: E402
 from bench.readme_render.tpu_correctness import render_tpu_correctness  # noqa: E402
 from bench.readme_render.tpu_grpo import render_tpu_grpo  # noqa: E402
+from bench.readme_render.tpu_job import render_tpu_job  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 README = REPO / "bench" / "README.md"  # the benchmarks page, not the repository's front door
@@ -84,6 +85,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy),
     "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes),
     "tpu-grpo": (("tpu_grpo.json",), render_tpu_grpo),
+    "tpu-job": (("tpu_job.json",), render_tpu_job),
     "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness),
     "loss-agg-explore": (("loss_agg_explore.json",), render_loss_agg_explore),
     "learning-seeds": (("learning_seeds.json",), render_learning_seeds),

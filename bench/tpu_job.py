@@ -9,7 +9,10 @@ more, by the JAX engine the TPU host has.
 
     .venv/bin/python bench/tpu_job.py prepare                      # here: bench/.tpu-job/ (fold files, the spec)
     python3.12 bench/tpu_job.py run --out DIR --jobs trained:1,control:1 [--base]   # on the chip (after the staging)
-    .venv/bin/python bench/tpu_job.py collect DIR                  # here: bench/results/tpu_job.json, bench/README.md
+    .venv/bin/python bench/tpu_job.py collect DIR                  # here: bench/results/tpu_job.json, then
+    .venv/bin/python bench/readme_sections.py                      # bench/README.md's block
+Keep each call's record beside the result (bench/results/tpu_job-call-<time>.json and its .service.log):
+tests/bench/test_tpu_job.py collects them again and expects the committed result.
 
 Everything `run` executes is a command a user would type (`rljob serve --uds`, `rljob submit`, `rljob status`, ...);
 each is recorded with its exit status, its time and the end of its output.
@@ -18,6 +21,7 @@ each is recorded with its exit status, its time and the end of its output.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -216,9 +220,13 @@ def run(out: Path, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke:
         if first:
             export = str(work / "runs" / first["job_id"] / "hf")
             # The export loads and generates on the TPU host with its engine (no JAX_PLATFORMS: JAX takes the chip).
+            # On the host's CPU, as the export stage checks it: an eval job may still hold the chip (libtpu lets one
+            # process at a time open it; the first chip call's check failed on that lock).
+            rec.env = dict(env, JAX_PLATFORMS="cpu")
             record["export_check"] = _json(
                 rec.run(sys.executable, "-m", "trainer.checks.verify_export", "--engine", "jax", export, timeout_s=300)
             )
+            rec.env = env
             repro = work / "runs" / first["job_id"] / "repro.json"
             record["versions"] = json.loads(repro.read_text()).get("versions") if repro.exists() else None
         # Read last, once every job has let go of the chip (one process at a time may hold it).
@@ -226,7 +234,17 @@ def run(out: Path, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke:
             "import json, os, jax; d = jax.devices()[0]; print(json.dumps({'platform': d.platform, 'device_kind': d.device_kind, "
             "'devices': jax.device_count(), 'tpu_accelerator_type': os.environ.get('TPU_ACCELERATOR_TYPE')}))"
         )
-        record["device"] = _json(rec.run(sys.executable, "-c", probe, timeout_s=120))
+        unfinished = [name for name, found in record["jobs"].items() if (found.get("view") or {}).get("phase") not in TERMINAL]
+        unfinished += [
+            f"{name} eval {label}"
+            for name, found in record["jobs"].items()
+            for label, e in found["evals"].items()
+            if (e or {}).get("phase") not in TERMINAL
+        ]
+        if unfinished:
+            record["device"] = {"skipped": f"not read: {', '.join(unfinished)} had not ended when the time was up and may hold the chip"}
+        else:
+            record["device"] = _json(rec.run(sys.executable, "-c", probe, timeout_s=120))
     finally:
         server.terminate()
         try:
@@ -235,7 +253,8 @@ def run(out: Path, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke:
             server.kill()
         record["calls"] = rec.calls
         record["wall_s"] = round(time.monotonic() - began, 1)
-        record["service_log_tail"] = (work / "service.log").read_text(errors="replace")[-TAIL:]
+        service_log = (work / "service.log").read_text(errors="replace")
+        record["service_log_tail"], record["host_tpu"] = service_log[-TAIL:], _host_line(service_log)
         out.mkdir(parents=True, exist_ok=True)
         (out / RECORD).write_text(json.dumps(record, indent=2))
         print(f"wrote {out / RECORD} ({record['wall_s']} s)")
@@ -278,7 +297,8 @@ def _run_summary(name: str, found: dict[str, Any]) -> dict[str, Any]:
         "phase": view.get("phase"),
         "message": view.get("message"),
         "steps": [view.get("step"), view.get("total_steps")],
-        "spec_sha256": view.get("spec_hash") or (view.get("labels") or {}).get("rljob.dev/spec-hash"),
+        "spec_sha256": hashlib.sha256(json.dumps(view.get("spec"), sort_keys=True).encode()).hexdigest()[:16],
+        "health": {k: (view.get("health") or {}).get(k) for k in ("verdict", "message")},
         "stage_s": {k: round(v["duration_s"], 1) for k, v in (view.get("stage_times") or {}).items() if v.get("duration_s") is not None},
         "goodput": goodput,
         "chip_hours": usage.get("billed_chip_hours"),
@@ -288,6 +308,15 @@ def _run_summary(name: str, found: dict[str, Any]) -> dict[str, Any]:
         "export_eval": _eval_summary(found["evals"].get("export")),
         "vs_base": export.get("vs_base") if export else None,
     }
+
+
+def _host_line(service_log: str) -> str | None:
+    """What the local launcher read of the machine's TPU at start (service/adapters/local/host_tpu.py)."""
+    for line in service_log.splitlines():
+        if "local launcher: this machine's TPU" in line:
+            message: str = json.loads(line)["message"]
+            return message
+    return None
 
 
 def collect(directory: Path) -> None:
@@ -302,6 +331,13 @@ def collect(directory: Path) -> None:
         {"argv": c["argv"][3:] if c["argv"][2:3] == ["service.cli.main"] else c["argv"], "rc": c["rc"], "s": c["s"]}
         for c in record["calls"]
     ]
+    call["failed"] = [
+        {"argv": c["argv"][3:] if c["argv"][2:3] == ["service.cli.main"] else c["argv"][1:4], "stderr_tail": c["stderr_tail"][-400:]}
+        for c in record["calls"]
+        if c["rc"] != 0
+    ]
+    log = (directory / "service.log").read_text(errors="replace") if (directory / "service.log").exists() else ""
+    call["host_tpu"] = record.get("host_tpu") or _host_line(log)
     results.setdefault("calls", []).append(call)
     runs = results.setdefault("runs", {})
     for name, found in record["jobs"].items():

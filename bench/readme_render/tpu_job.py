@@ -35,47 +35,66 @@ def _interval(found: dict[str, Any] | None) -> str:
     return f"{_points(found['mean'])} points, 95% t-interval {interval} over {found['n']} seeds: {found['verdict']}"
 
 
-def _first_call(result: dict[str, Any]) -> str:
-    call = result["calls"][0]
-    first_name = next(iter(call["jobs"]))
-    run = result["runs"][first_name]
-    device = call.get("device") or {}
+def _error(text: str) -> str:
+    """A failed call's reason: the CLI's `error: ...` (wrapped over lines), else a traceback's last line."""
+    if "error: " in text:
+        return " ".join(text[text.rindex("error: ") :].split())
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "")[:240]
+
+
+def _call(result: dict[str, Any], index: int) -> str:
+    """One device call: where it ran, what the service did with its jobs, and what the CLI answered."""
+    call = result["calls"][index]
+    names = list(call["jobs"])
+    first = result["runs"][names[0]]
     versions = call.get("versions") or {}
-    check = call.get("export_check") or {}
-    stages = ", ".join(f"{stage} {duration(s)}" for stage, s in run["stage_s"].items())
-    goodput = run.get("goodput") or {}
-    said = [c for c in call["cli"] if not c["argv"][0].startswith("$REPO") and not c["argv"][0].startswith("/")]
-    cli = ", ".join(f"`rljob {name}`" for name in sorted({c["argv"][0] for c in said if c["rc"] == 0}))
-    failed = [" ".join(c["argv"][:2]) for c in said if c["rc"] != 0]
+    goodput = first.get("goodput") or {}
+    stages = ", ".join(f"{stage} {duration(s)}" for stage, s in first["stage_s"].items())
     commit = f"`{(call.get('commit') or '?')[:10]}`" + (" with uncommitted changes" if call.get("uncommitted") else "")
-    lines = [
-        f"On the chip's machine ({device.get('device_kind', '?')} x{device.get('devices', '?')}, TPU_ACCELERATOR_TYPE "
-        f"{device.get('tpu_accelerator_type')}, JAX {versions.get('jax', '?')}, MaxText {versions.get('maxtext', '?')}, Tunix "
-        f"{versions.get('tunix', '?')}; commit {commit}, "
-        f"{call['started']}), `rljob serve --uds` (socket mode {call['serve']['socket_mode']}; the machine has no TCP) took "
-        f"{len(call['jobs'])} job(s) from `rljob submit`; the first, `{first_name}` (`{run['job_id']}`), ended {run['phase']}: "
-        f"{stages}; {run['steps'][0]} of {run['steps'][1]} steps; {goodput.get('productive_fraction', 0):.0%} of its "
-        f"{duration(goodput.get('wall_s', 0))} productive (rollout + update); {run['chip_hours']:.4f} chip-hours, "
-        f"${run['cost_usd']:.4f} at ${run['price_usd_per_chip_hour']:g} per chip-hour.",
-        f"Its export, checked on the chip by the JAX engine: {check.get('architecture')}, {check.get('num_parameters', 0):,} "
-        f"parameters, finite logits {check.get('finite')}, greedy continuation {check.get('generated')!r}.",
-        f"Read back through the CLI over the socket: {cli} (exit 0){'; failed: ' + ', '.join(failed) if failed else ''}.",
+    said = [c for c in call["cli"] if not c["argv"][0].startswith("/")]
+    answered = ", ".join(f"`rljob {name}`" for name in sorted({c["argv"][0] for c in said if c["rc"] == 0}))
+    parts = [
+        f"Device call {index + 1} ({call['started']}, commit {commit}, JAX {versions.get('jax', '?')}, MaxText "
+        f"{versions.get('maxtext', '?')}, Tunix {versions.get('tunix', '?')}; {duration(call['wall_s'])} of the call): "
+        f'the local launcher read "{call.get("host_tpu") or "nothing"}". `rljob serve --uds` (socket mode '
+        f"{call['serve']['socket_mode']}; that machine has no TCP) took {len(names)} jobs from `rljob submit` "
+        f"({', '.join(names)}) and ran them and their eval jobs one at a time on the chip.",
+        f"`{names[0]}` (`{first['job_id']}`) ended {first['phase']}: {stages}; {first['steps'][0]} of {first['steps'][1]} "
+        f"steps; {goodput.get('productive_fraction', 0):.0%} of its {duration(goodput.get('wall_s', 0))} was rollout and "
+        f"update; {first['chip_hours']:.4f} chip-hours, ${first['cost_usd']:.4f} at ${first['price_usd_per_chip_hour']:g} "
+        f"per chip-hour; health: {first['health']['verdict']}. Its export stage checked the export with the JAX engine on "
+        "the host's CPU (export.verify, which fails the job when the export does not load, give finite logits and "
+        "generate).",
     ]
+    base = result.get("base") or {}
+    if base.get("scores"):
+        parts.append(
+            f"The base model's eval job (the JAX engine on the chip, {base['n']} rows x {base['k']} samples, "
+            f"{base['generate_s']:.0f} s generating): sampled {_score(base['scores'], 'sampled')}, pass@1 "
+            f"{_score(base['scores'], 'pass@1')}."
+        )
+    check = call.get("export_check")
+    if check:
+        parts.append(
+            f"The export, loaded again after the jobs: {check.get('architecture')}, {check.get('num_parameters', 0):,} "
+            f"parameters, finite {check.get('finite')}, greedy continuation {check.get('generated')!r}."
+        )
     compare = call.get("compare")
     if compare:
         diffs = {d["score"]: d for d in compare["comparison"]["scores"]}
-        said = "; ".join(
+        said_diffs = "; ".join(
             f"{SCORE_NAMES[name]} {_points(diffs[name]['difference'])} points [{_points(diffs[name]['ci95'][0])}, "
             f"{_points(diffs[name]['ci95'][1])}]"
             + (f", McNemar p {diffs[name]['mcnemar_p']:.3g}" if diffs[name]["mcnemar_p"] is not None else "")
             for name in SCORE_NAMES
             if name in diffs
         )
-        lines.append(
-            f"`rljob eval-compare` export - base on {compare['suite']['name']} v{compare['suite']['version']} "
-            f"({compare['comparison']['n']} rows paired, {compare['a'].get('engine')} engine): {said}."
-        )
-    return " ".join(lines)
+        parts.append(f"`rljob eval-compare` export - base ({compare['comparison']['n']} rows paired): {said_diffs}.")
+    parts.append(f"Answered through the CLI over the socket: {answered}.")
+    for failed in call.get("failed") or []:
+        parts.append(f"Failed: `{' '.join(failed['argv'][:2])[:48]}`: {_error(failed['stderr_tail'])}")
+    return " ".join(parts)
 
 
 def render_tpu_job(result: dict[str, Any]) -> str:
@@ -115,4 +134,5 @@ def render_tpu_job(result: dict[str, Any]) -> str:
         f"trained - control {_interval(decided.get('vs_control'))}; trained - base {_interval(decided.get('vs_base'))}. "
         f"Cost per point over base (training job's chip time at list price): {cost_text}."
     )
-    return "\n".join([_first_call(result), "", *rows, "", summary])
+    calls = [_call(result, i) for i in range(len(result.get("calls") or []))]
+    return "\n\n".join([*calls, "\n".join(rows), summary])

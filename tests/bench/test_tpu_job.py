@@ -1,0 +1,74 @@
+"""bench/tpu_job.py's collect and bench/tpu_job_stats.py's rule: the committed result is what collecting the committed
+call records gives, and the registered rule says what its pre-registration says it says."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench import tpu_job
+from bench.tpu_job_stats import cost_per_point, decide, registered_seeds
+
+RESULTS = Path(tpu_job.__file__).resolve().parent / "results"
+
+
+def _run(arm: str, seed: int, sampled: float, chip_hours: float = 0.05) -> dict:
+    scores = {"sampled": {"value": sampled, "ci95": [sampled - 0.05, sampled + 0.05]}}
+    return {
+        "arm": arm,
+        "seed": seed,
+        "phase": "SUCCEEDED",
+        "chip_hours": chip_hours,
+        "cost_usd": chip_hours * 1.2,
+        "export_eval": {"scores": scores},
+    }
+
+
+def _result(trained: dict[int, float], control: dict[int, float], base: float = 0.15) -> dict:
+    runs = {f"trained/{s}": _run("trained", s, v) for s, v in trained.items()}
+    runs |= {f"control/{s}": _run("control", s, v) for s, v in control.items()}
+    return {"runs": runs, "base": {"scores": {"sampled": {"value": base, "ci95": [0.1, 0.2]}}}}
+
+
+def test_the_rule_decides_only_with_every_registered_seed_and_pairs_by_seed():
+    seeds = registered_seeds()
+    assert seeds == [1, 2, 3, 4, 5]
+    ahead = decide(_result({s: 0.40 + 0.01 * s for s in seeds}, {s: 0.15 + 0.01 * s for s in seeds}))
+    assert ahead["complete"] and ahead["vs_control"]["verdict"] == "learned beyond the control"
+    assert ahead["vs_control"]["mean"] == pytest.approx(0.25) and ahead["vs_control"]["sd"] == pytest.approx(0.0, abs=1e-12)
+    assert ahead["vs_base"]["verdict"] == "better than base"
+    tied = decide(_result({s: 0.30 + (0.1 if s % 2 else -0.1) for s in seeds}, {s: 0.30 for s in seeds}))
+    assert tied["vs_control"]["verdict"] == "cannot tell at this many seeds"
+    behind = decide(_result({s: 0.10 + 0.01 * s for s in seeds}, {s: 0.20 + 0.01 * s for s in seeds}))
+    assert behind["vs_control"]["verdict"] == "no better than the control"
+    partial = decide(_result({1: 0.4, 2: 0.45}, {1: 0.15, 2: 0.2}))
+    assert not partial["complete"] and partial["vs_control"]["verdict"].startswith("incomplete")
+    assert partial["evaluated_pairs"] == [1, 2]
+    # A control of another seed is no pair: seed 3's trained run alone adds nothing to vs_control.
+    unpaired = decide(_result({1: 0.4, 3: 0.5}, {1: 0.15, 2: 0.2}))
+    assert unpaired["evaluated_pairs"] == [1] and unpaired["vs_control"]["n"] == 1
+
+
+def test_cost_per_point_divides_the_training_jobs_chip_time_by_the_points_gained():
+    (row,) = cost_per_point(_result({1: 0.25}, {}, base=0.15))
+    assert row["points"] == pytest.approx(10.0) and row["chip_s"] == pytest.approx(180.0)
+    assert row["chip_s_per_point"] == pytest.approx(18.0) and row["usd_per_point"] == pytest.approx(0.006)
+    (lost,) = cost_per_point(_result({1: 0.10}, {}, base=0.15))
+    assert lost["chip_s_per_point"] is None
+
+
+def test_the_committed_result_is_what_its_call_records_collect_to(tmp_path, monkeypatch):
+    records = sorted(RESULTS.glob("tpu_job-call-*[0-9].json"))
+    assert records, "bench/results/tpu_job.json has no call record beside it"
+    monkeypatch.setattr(tpu_job, "RESULT", tmp_path / "tpu_job.json")
+    for record in records:
+        call = tmp_path / record.stem
+        call.mkdir()
+        shutil.copy(record, call / tpu_job.RECORD)
+        if (log := record.with_suffix(".service.log")).exists():
+            shutil.copy(log, call / "service.log")
+        tpu_job.collect(call)
+    assert json.loads((tmp_path / "tpu_job.json").read_text()) == json.loads((RESULTS / "tpu_job.json").read_text())
