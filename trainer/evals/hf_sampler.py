@@ -10,14 +10,12 @@ other rows share its batch, on where a resumed evaluation restarts, or on when i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from .completion_seeds import Done, completion_seed
 from .completion_seeds import never_done as _never_done
-
-if TYPE_CHECKING:
-    from trainer.contract.eval_suite import EvalSampling
+from .sampling_generator import SamplingGenerator
 
 
 class PrefixSampler:
@@ -138,33 +136,8 @@ def load_model(model: str, tokenizer: str, *, local: bool, revision: str | None 
     return loaded_model, loaded_tokenizer
 
 
-class HfGenerator:
-    """The evaluation's Generator (runner.py) over a transformers model: train_rl's prompts, then per batch one
-    greedy pass and one sampled pass, each completion stopping at a stop token, max_new_tokens, or once
-    `settled` says its scores are fixed."""
+class HfGenerator(SamplingGenerator):
+    """The evaluation's Generator over a transformers model (sampling_generator.py)."""
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.sampler = PrefixSampler(model, tokenizer, stop_ids=stop_token_ids(model, tokenizer))
-
-    def prompt(self, question: str, template: dict[str, str]) -> str:
-        from .prompts import build_prompt
-
-        return build_prompt(question, template, self.tokenizer)
-
-    def generate(
-        self, prompts: list[str], seeds: list[int], sampling: EvalSampling, settled: Callable[[str], bool] | None
-    ) -> list[tuple[str, list[str]]]:
-        done = settled or _never_done
-        new_tokens, top_k = sampling.max_new_tokens, sampling.top_k
-        greedy = self.sampler.sample(prompts, generations=1, temperature=None, top_k=top_k, new_tokens=new_tokens, seed=0, done=done)
-        sampled = self.sampler.sample(
-            prompts,
-            generations=sampling.samples,
-            temperature=sampling.temperature,
-            top_k=top_k,
-            new_tokens=new_tokens,
-            seed=seeds,
-            done=done,
-        )
-        return [(g[0], s) for g, s in zip(greedy, sampled, strict=True)]
+        super().__init__(PrefixSampler(model, tokenizer, stop_ids=stop_token_ids(model, tokenizer)))

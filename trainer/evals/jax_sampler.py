@@ -1,4 +1,4 @@
-"""Generation with trainer/evals/jax_model.py: the evaluation's Generator on a host without torch (a TPU job's).
+"""Generation with trainer/evals/jax_model.py: the sampler of a host without torch (a TPU job's), for sampling_generator.py.
 
 It samples as hf_sampler.PrefixSampler does, so an eval job's scores mean the same on either engine: the logits
 over the temperature, then top-k, one completion per (prompt seed, generation) with draws of its own, stopping at a
@@ -13,10 +13,10 @@ so it changes no logit), and a finished completion keeps decoding unseen until e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,11 +25,7 @@ import numpy as np
 from .completion_seeds import Done, completion_seed, never_done
 from .jax_model import HfShape, forward, load_params, read_config, read_shape, rope_inv_freq, stop_token_ids
 
-if TYPE_CHECKING:
-    from trainer.contract.eval_suite import EvalSampling
-
 PROMPT_BUCKET = 64
-ENGINE = "jax"
 
 
 def _key_data(seed: int) -> np.ndarray:
@@ -181,36 +177,3 @@ def load_jax_sampler(model: str, tokenizer: str, *, local: bool, revision: str |
     jax_model = JaxModel(Path(model))
     stops = stop_token_ids(Path(model), jax_model.config, loaded_tokenizer)
     return JaxSampler(jax_model, loaded_tokenizer, stop_ids=stops, batch_rows=batch_rows)
-
-
-class JaxGenerator:
-    """The evaluation's Generator (runner.py) over a JaxSampler, as HfGenerator is over PrefixSampler."""
-
-    engine = ENGINE
-
-    def __init__(self, sampler: JaxSampler) -> None:
-        self.sampler = sampler
-        self.tokenizer = sampler.tokenizer
-
-    def prompt(self, question: str, template: dict[str, str]) -> str:
-        from .prompts import build_prompt
-
-        return build_prompt(question, template, self.tokenizer)
-
-    def generate(
-        self, prompts: list[str], seeds: list[int], sampling: EvalSampling, settled: Callable[[str], bool] | None
-    ) -> list[tuple[str, list[str]]]:
-        done = settled or never_done
-        greedy = self.sampler.sample(
-            prompts, generations=1, temperature=None, top_k=sampling.top_k, new_tokens=sampling.max_new_tokens, seed=0, done=done
-        )
-        sampled = self.sampler.sample(
-            prompts,
-            generations=sampling.samples,
-            temperature=sampling.temperature,
-            top_k=sampling.top_k,
-            new_tokens=sampling.max_new_tokens,
-            seed=seeds,
-            done=done,
-        )
-        return [(g[0], s) for g, s in zip(greedy, sampled, strict=True)]

@@ -88,9 +88,10 @@ def load_generator(engine: GenerationEngine, model_dir: str, tokenizer_dir: str,
     """The engine's generator over the checkpoint: transformers (torch) on a cpu host, JAX on a TPU's, which has no
     torch (each imported only here, so a TPU host never imports torch)."""
     if engine == "jax":
-        from trainer.evals.jax_sampler import JaxGenerator, load_jax_sampler
+        from trainer.evals.jax_sampler import load_jax_sampler
+        from trainer.evals.sampling_generator import SamplingGenerator
 
-        return JaxGenerator(load_jax_sampler(model_dir, tokenizer_dir, local=local, revision=revision))
+        return SamplingGenerator(load_jax_sampler(model_dir, tokenizer_dir, local=local, revision=revision))
     from trainer.evals.hf_sampler import HfGenerator, load_model
 
     model, tokenizer = load_model(model_dir, tokenizer_dir, local=local, revision=revision)
