@@ -200,6 +200,8 @@ class RljobClient:
             raise CliError(f"bad service URL (--url, RLJOB_URL or the config file): {e}", CliExit.BAD_INPUT) from None
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
         if transport is None and self.address.socket is not None:
+            if (problem := self.address.owner_problem()) is not None:
+                raise CliError(problem, CliExit.UNREACHABLE)
             transport = httpx.HTTPTransport(uds=str(self.address.socket))  # every request, streams too, goes through it
         transport = transport or httpx.HTTPTransport(socket_options=KEEPALIVE_SOCKET_OPTIONS)
         self._http = httpx.Client(base_url=self.address.base_url, headers=headers, timeout=timeout_s, transport=transport)

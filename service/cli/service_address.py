@@ -44,6 +44,24 @@ class ServiceAddress:
             raise ValueError(f"{url!r} names no socket: write unix:/path/to/rljob.sock")
         return cls(url=url, base_url=UNIX_BASE_URL, socket=Path(os.path.abspath(os.path.expanduser(given))))
 
+    def owner_problem(self) -> str | None:
+        """Why the CLI will not send its token to this socket: it belongs to another user, who could have put a
+        socket of their own where the service's was (the token would be theirs to use). None when it is ours, absent,
+        or not a socket (connecting then says what is wrong)."""
+        if self.socket is None:
+            return None
+        try:
+            found = os.stat(self.socket)
+        except OSError:
+            return None
+        # One this user may not open is refused by its mode on connect, and that message says what decides access.
+        if not stat.S_ISSOCK(found.st_mode) or found.st_uid == os.geteuid() or not os.access(self.socket, os.W_OK):
+            return None
+        return (
+            f"{self.socket} belongs to uid {found.st_uid}, not to you (uid {os.geteuid()}): the CLI sends its token only to "
+            "a socket its own user owns, as `rljob serve --uds` makes it; run the CLI as the user who started the service"
+        )
+
     def connect_problem(self, error: Exception) -> str | None:
         """Why connecting to the socket failed, in words, when this is a Unix socket and the reason is known."""
         if self.socket is None:
