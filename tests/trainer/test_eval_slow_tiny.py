@@ -77,17 +77,18 @@ def _outcomes(layout: RunLayout) -> list[RowOutcome]:
     return [RowOutcome.model_validate_json(line) for line in Path(layout.eval_outcomes).read_text().splitlines()]
 
 
-def test_a_tpu_eval_job_runs_without_torch_and_greedy_agrees_with_transformers(eval_run, tiny_dir, tmp_path):
-    """A TPU eval job's host has no torch: its engine is the JAX one, whose greedy text is transformers' own and
-    whose sampled completions come from its own draws (the same settings, not the same random numbers)."""
-    tpu = _run_eval(tiny_dir, tmp_path, "rl-evaltiny0002", accelerator="v5e-1", hide_torch=True)
-    jax_report = EvalReport.model_validate_json(Path(tpu["layout"].eval_report).read_text())
+@pytest.mark.parametrize("accelerator", ["v5e-1", "cpu"])
+def test_an_eval_job_without_torch_runs_the_jax_engine_and_greedy_agrees_with_transformers(eval_run, tiny_dir, tmp_path, accelerator):
+    """A TPU eval job's host has no torch, nor may a TPU VM's cpu eval job's: either runs the JAX engine (on the chip,
+    or on the CPU), whose greedy text is transformers' own row by row (here both on this machine's CPU)."""
+    run = _run_eval(tiny_dir, tmp_path, "rl-evaltiny0002", accelerator=accelerator, hide_torch=True)
+    jax_report = EvalReport.model_validate_json(Path(run["layout"].eval_report).read_text())
     torch_report = EvalReport.model_validate_json(Path(eval_run["layout"].eval_report).read_text())
     assert (jax_report.engine, torch_report.engine) == ("jax", "transformers")
     assert jax_report.suite == torch_report.suite  # one suite content: the engine is not part of it
-    jax_rows, torch_rows = _outcomes(tpu["layout"]), _outcomes(eval_run["layout"])
+    jax_rows, torch_rows = _outcomes(run["layout"]), _outcomes(eval_run["layout"])
     assert [o.greedy for o in jax_rows] == [o.greedy for o in torch_rows]
-    assert all(len(o.samples) == 3 for o in jax_rows) and [o.samples for o in jax_rows] != [o.samples for o in torch_rows]
+    assert all(len(o.samples) == 3 for o in jax_rows)
 
 
 def _rewards_module(path: Path):

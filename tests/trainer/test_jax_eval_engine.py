@@ -137,13 +137,15 @@ def test_top_k_sampling_draws_from_the_top_k_softmax():
         ({"model_type": "gemma"}, "model_type 'gemma'"),
         ({"attention_bias": True}, "attention_bias"),
         ({"hidden_act": "gelu"}, "gelu"),
-        ({"use_sliding_window": True}, "use_sliding_window"),
+        ({"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 1}, "use_sliding_window"),
     ],
 )
 def test_what_it_does_not_compute_is_refused_by_name(change, named):
     config = {"model_type": "llama", **SMALL, "num_key_value_heads": 2}
     with pytest.raises(UnsupportedCheckpoint, match=named):
         read_shape({**config, **change})
+    # Qwen3's configs carry use_sliding_window with max_window_layers covering every layer: no layer slides.
+    assert read_shape({**config, "use_sliding_window": True, "sliding_window": 64, "max_window_layers": 2}).num_layers == 2
     with pytest.raises(UnsupportedCheckpoint, match="yarn"):
         rope_inv_freq({"rope_theta": 1e4, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, 8)
 

@@ -3,9 +3,9 @@ logits and generates.
 
 Prints one JSON line with what was checked; exits 1 when the export does not load or is not finite.
 
-The engine is what the job's machine generates with (trainer/contract/eval_suite.py `generation_engine`):
-transformers (torch) on a cpu job's host, the JAX engine (trainer/evals/jax_model.py) on a TPU job's, which has no
-torch. Either way the check runs on the host's CPU.
+The engine is transformers (torch) where torch is installed, else the JAX engine (trainer/evals/jax_model.py; a TPU
+VM's host has no torch): trainer/contract/eval_suite.py `export_check_engine`. Either way the check runs on the
+host's CPU; the JAX check also reads the config with transformers' AutoConfig, which needs no torch.
 
 With --wait it imports its engine first, then waits for a line on stdin before it reads DIR: the pipeline starts it
 that way when the export stage starts, so those imports (most of the check's time) overlap to_huggingface instead of
@@ -62,24 +62,26 @@ def _verify_transformers(export_dir: str) -> dict[str, Any]:
 
 def _verify_jax(export_dir: str) -> dict[str, Any]:
     import numpy as np
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     from trainer.evals.jax_model import FAMILIES
     from trainer.evals.jax_sampler import JaxModel, JaxSampler
 
+    AutoConfig.from_pretrained(export_dir)  # the config transformers would load it by (no torch needed for that)
     tokenizer = AutoTokenizer.from_pretrained(export_dir)
     model = JaxModel(Path(export_dir))
     ids = tokenizer(PROMPT)["input_ids"]
     valid = np.ones((1, len(ids)), bool)
     cache_k, cache_v = model.empty_cache(1, len(ids))
-    logits, _, _ = model(np.array([ids]), np.arange(len(ids))[None, :], cache_k, cache_v, 0, valid)
+    logits, _, _ = model(np.array([ids]), np.arange(len(ids))[None, :], cache_k, cache_v, 0, valid, every_position=True)
+    logits = np.asarray(logits)
     sampler = JaxSampler(model, tokenizer, stop_ids=set(), batch_rows=1)
-    generated = sampler.sample([tokenizer.decode(ids)], generations=1, temperature=None, top_k=1, new_tokens=NEW_TOKENS, seed=0)
+    generated = sampler.sample_ids([ids], generations=1, temperature=None, top_k=1, new_tokens=NEW_TOKENS, seed=0)
     return {
         "architecture": FAMILIES[model.shape.family],
-        "num_parameters": int(sum(np.asarray(v).size for k, v in model.params.items() if not (k == "lm_head" and model.shape.tied))),
-        "logits_shape": [1, len(ids), model.shape.vocab],
-        "finite": bool(np.isfinite(np.asarray(logits)).all()),
+        "num_parameters": int(sum(np.asarray(v).size for v in model.params.values())),
+        "logits_shape": list(logits.shape),
+        "finite": bool(np.isfinite(logits).all()),
         "generated": generated[0][0],
     }
 

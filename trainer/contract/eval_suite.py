@@ -17,13 +17,15 @@ An eval job is a JobSpec with `evaluation` set (`EvalTask`): the trainer runs on
 `checkpoint.params` to Hugging Face with that job's model settings first. A training job with `eval`
 set (`AttachedEval`) gets eval jobs for its checkpoints as they appear, created by the service.
 
-Where an eval job runs decides its engine (`generation_engine`): on cpu, Hugging Face transformers (torch) on the host; on
-a single-VM TPU slice, trainer/evals/jax_model.py on the chips, since a TPU host has no torch. Both sample the same
+Where an eval job runs decides its engine (`generation_engine`): on cpu, Hugging Face transformers (torch) on the host,
+or the JAX engine on the CPU where no torch is installed; on a single-VM TPU slice, trainer/evals/jax_model.py on the
+chips, since a TPU host has no torch. Both sample the same
 way (the same prompts, temperature, top-k and per-completion seeds), but not the same random draws.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from typing import Literal
 
@@ -50,10 +52,21 @@ AnswerExtractor = Literal["last-number", "first-number"]
 GenerationEngine = Literal["transformers", "jax"]
 
 
-def generation_engine(accelerator: str) -> GenerationEngine:
-    """What generates text from a Hugging Face checkpoint on a job's machine (an eval job's completions, the export
-    check's tokens): transformers on a cpu host, the JAX engine on a TPU's, which has no torch."""
-    return "transformers" if accelerator == CPU_ACCELERATOR else "jax"
+def torch_installed() -> bool:
+    """Whether this machine has torch (found, not imported): a TPU VM's or the lent chip's Python may have none."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def generation_engine(accelerator: str, torch_here: bool = True) -> GenerationEngine:
+    """What generates an eval job's completions: the JAX engine on a TPU slice (its chips); on cpu, transformers
+    where torch is installed, else the JAX engine on the CPU (a cpu eval job on a TPU VM's host)."""
+    return "transformers" if accelerator == CPU_ACCELERATOR and torch_here else "jax"
+
+
+def export_check_engine(torch_here: bool) -> GenerationEngine:
+    """What checks an export on the host's CPU: transformers, the export's real reader, wherever torch is installed
+    (a GKE pod's image has it), else the JAX engine (a TPU VM's or the lent chip's host)."""
+    return "transformers" if torch_here else "jax"
 
 
 def eval_accelerator_problem(accelerator: str) -> str | None:

@@ -167,7 +167,8 @@ class ExportSpec(_Strict):
     enabled: bool = Field(default=True, description="run the export stage (MaxText -> Hugging Face)")
     verify: bool = Field(
         default=True,
-        description="load the export and check finite logits and a greedy continuation, with transformers on cpu and the JAX engine on a TPU host",
+        description="load the export and check finite logits and a greedy continuation (transformers where torch is "
+        "installed, else the JAX engine)",
     )
     hub_repo: HubId | None = Field(default=None, description="optional HF Hub repo to upload to (token from HF_TOKEN)")
     hub_private: bool = Field(default=True, description="create the hub repo private")

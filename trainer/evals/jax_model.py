@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from trainer.sizing.hf_config_fields import rope, rope_kind
+
 HIGHEST = jax.lax.Precision.HIGHEST
 MASKED = -1e30
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -50,13 +52,9 @@ class HfShape:
 
 
 def _rope_parameters(config: dict[str, Any]) -> dict[str, Any]:
-    """transformers 5 writes `rope_parameters`; older configs `rope_theta` and `rope_scaling`."""
-    params = dict(config.get("rope_parameters") or {})
-    if not params:
-        params = dict(config.get("rope_scaling") or {})
-        params.setdefault("rope_theta", config.get("rope_theta", 10000.0))
-    params.setdefault("rope_type", params.pop("type", "default"))
-    return params
+    """theta and the scaling's fields, read as the fit estimate reads them (trainer/sizing/hf_config_fields.py)."""
+    theta, scaling, _ = rope(config)
+    return {**(scaling or {}), "rope_theta": theta, "rope_type": rope_kind(scaling)}
 
 
 def rope_inv_freq(config: dict[str, Any], head_dim: int) -> np.ndarray:
@@ -84,10 +82,13 @@ def read_shape(config: dict[str, Any]) -> HfShape:
     family = config.get("model_type")
     if family not in FAMILIES:
         raise UnsupportedCheckpoint(f"model_type {family!r}: the JAX evaluation engine computes {', '.join(FAMILIES)} checkpoints only")
+    layers = int(config["num_hidden_layers"])
+    # As transformers and trainer/sizing/qwen3_config.py read it: layers from max_window_layers on slide, when set.
+    sliding = bool(config.get("use_sliding_window")) and config.get("sliding_window") is not None
     refused = {
         "attention_bias": bool(config.get("attention_bias", False)),
         "mlp_bias": bool(config.get("mlp_bias", False)),
-        "use_sliding_window": bool(config.get("use_sliding_window", False)),
+        "use_sliding_window": sliding and int(config.get("max_window_layers", layers)) < layers,
     }
     if any(refused.values()):
         raise UnsupportedCheckpoint(f"{[k for k, v in refused.items() if v]} set: the JAX evaluation engine computes none of them")
@@ -96,7 +97,7 @@ def read_shape(config: dict[str, Any]) -> HfShape:
     heads = int(config["num_attention_heads"])
     return HfShape(
         family=family,
-        num_layers=int(config["num_hidden_layers"]),
+        num_layers=layers,
         hidden=int(config["hidden_size"]),
         num_heads=heads,
         num_kv_heads=int(config.get("num_key_value_heads") or heads),
@@ -127,7 +128,7 @@ def _read_tensors(model_dir: Path) -> dict[str, np.ndarray]:
     tensors: dict[str, np.ndarray] = {}
     for path in _tensor_files(model_dir):
         for name, value in load_file(str(path)).items():
-            tensors[name.removeprefix("model.") if name.startswith("model.") else name] = np.asarray(value, dtype=np.float32)
+            tensors[name.removeprefix("model.")] = np.asarray(value, dtype=np.float32)
     return tensors
 
 
@@ -156,9 +157,10 @@ def load_params(model_dir: Path, shape: HfShape) -> dict[str, np.ndarray]:
         params["q_norm"] = layer("self_attn.q_norm.weight", transpose=False)
         params["k_norm"] = layer("self_attn.k_norm.weight", transpose=False)
     head = tensors.pop("lm_head.weight", None)
-    params["lm_head"] = params["embed"].T if shape.tied or head is None else head.T
-    if shape.tied is False and head is None:
-        raise UnsupportedCheckpoint(f"{model_dir}: tie_word_embeddings is false but the checkpoint has no lm_head.weight")
+    if not shape.tied:  # tied: forward multiplies by the embedding itself, so no second copy is held
+        if head is None:
+            raise UnsupportedCheckpoint(f"{model_dir}: tie_word_embeddings is false but the checkpoint has no lm_head.weight")
+        params["lm_head"] = head.T
     rotary = [k for k in tensors if "rotary_emb" in k]
     for k in rotary:
         tensors.pop(k)
@@ -187,10 +189,12 @@ def forward(
     cache_v: jax.Array,
     start: jax.Array,
     key_valid: jax.Array,
+    every_position: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Logits of each row's last token, and the caches with this call's keys and values written at
-    slots start..start+S-1. tokens/positions [B, S]; caches [L, B, T, KV, D]; key_valid [B, T] marks the slots
-    that hold a real token (padding is never attended to), already set for this call's own slots."""
+    """Logits of each row's last token ([B, V]; of every position, [B, S, V], with every_position), and the caches
+    with this call's keys and values written at slots start..start+S-1. tokens/positions [B, S]; caches
+    [L, B, T, KV, D]; key_valid [B, T] marks the slots that hold a real token (padding is never attended to), already
+    set for this call's own slots."""
     batch, steps = tokens.shape
     total = cache_k.shape[2]
     angles = positions[:, :, None].astype(jnp.float32) * inv_freq[None, None, :]
@@ -227,8 +231,9 @@ def forward(
     layers = {k: v for k, v in params.items() if k not in ("embed", "final_norm", "lm_head")}
     h = params["embed"][tokens]
     h, (cache_k, cache_v) = jax.lax.scan(block, h, (layers, cache_k, cache_v))
-    last = _rms_norm(h[:, -1], params["final_norm"], shape.eps)
-    return jnp.matmul(last, params["lm_head"], precision=HIGHEST), cache_k, cache_v
+    out = _rms_norm(h if every_position else h[:, -1], params["final_norm"], shape.eps)
+    head = params["embed"].T if shape.tied else params["lm_head"]
+    return jnp.matmul(out, head, precision=HIGHEST), cache_k, cache_v
 
 
 def read_config(model_dir: Path) -> dict[str, Any]:

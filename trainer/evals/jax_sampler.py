@@ -3,8 +3,9 @@
 It samples as hf_sampler.PrefixSampler does, so an eval job's scores mean the same on either engine: the logits
 over the temperature, then top-k, one completion per (prompt seed, generation) with draws of its own, stopping at a
 stop token, at max_new_tokens, or once `done(text)` says more text cannot change its score. The draws come from
-JAX's threefry keyed by the same `completion_seed`, so a row's completions do not depend on its batch; they are
-not torch's draws, so sampled text differs between engines while its distribution does not (greedy agrees).
+JAX's threefry keyed by the same `completion_seed`, so a row's draws do not depend on its batch (its logits do only
+through the padded width's reduction order, to float32 rounding); they are not torch's draws, so sampled text differs
+between engines while its distribution does not (greedy agrees).
 
 Shapes are fixed per call so XLA compiles a handful of programs, not one per prompt: the batch is padded to
 `batch_rows` x generations, each prompt is left-padded to a multiple of PROMPT_BUCKET tokens (padding is masked,
@@ -21,6 +22,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from trainer.contract.eval_suite import EVAL_BATCH_ROWS
 
 from .completion_seeds import Done, completion_seed, never_done
 from .jax_model import HfShape, forward, load_params, read_config, read_shape, rope_inv_freq, stop_token_ids
@@ -42,7 +45,7 @@ def pick_tokens(logits: jax.Array, keys: jax.Array, step: jax.Array, temperature
 
     def one(row_logits: jax.Array, key: jax.Array) -> jax.Array:
         values, indices = jax.lax.top_k(row_logits / temperature, top_k)
-        choice = jax.random.categorical(jax.random.fold_in(jax.random.wrap_key_data(key), step), values)
+        choice = jax.random.categorical(jax.random.fold_in(jax.random.wrap_key_data(key, impl="threefry2x32"), step), values)
         return indices[choice]
 
     return jax.vmap(one)(logits, keys)
@@ -57,14 +60,18 @@ class JaxModel:
         self.device = jax.devices()[0]
         self.inv_freq = jax.device_put(rope_inv_freq(self.config, self.shape.head_dim), self.device)
         self.params = jax.device_put(load_params(model_dir, self.shape), self.device)
-        self._forward = jax.jit(partial(forward, shape=self.shape), donate_argnames=("cache_k", "cache_v"))
+        self._forward = jax.jit(
+            partial(forward, shape=self.shape), donate_argnames=("cache_k", "cache_v"), static_argnames=("every_position",)
+        )
 
     def empty_cache(self, batch: int, total: int) -> tuple[jax.Array, jax.Array]:
         s = self.shape
         zeros = jnp.zeros((s.num_layers, batch, total, s.num_kv_heads, s.head_dim), jnp.float32, device=self.device)
         return zeros, jnp.copy(zeros)
 
-    def __call__(self, tokens: Any, positions: Any, cache_k: Any, cache_v: Any, start: int, key_valid: Any) -> tuple[Any, Any, Any]:
+    def __call__(
+        self, tokens: Any, positions: Any, cache_k: Any, cache_v: Any, start: int, key_valid: Any, *, every_position: bool = False
+    ) -> tuple[Any, Any, Any]:
         out: tuple[Any, Any, Any] = self._forward(
             self.params,
             self.inv_freq,
@@ -74,6 +81,7 @@ class JaxModel:
             cache_v=cache_v,
             start=jnp.asarray(start, jnp.int32),
             key_valid=jnp.asarray(key_valid),
+            every_position=every_position,
         )
         return out
 
@@ -81,7 +89,7 @@ class JaxModel:
 class JaxSampler:
     """PrefixSampler's interface (hf_sampler.py) over a JaxModel."""
 
-    def __init__(self, model: JaxModel, tokenizer: Any, *, stop_ids: Collection[int], batch_rows: int = 8) -> None:
+    def __init__(self, model: JaxModel, tokenizer: Any, *, stop_ids: Collection[int], batch_rows: int = EVAL_BATCH_ROWS) -> None:
         self.model, self.tokenizer, self.stop_ids = model, tokenizer, frozenset(stop_ids)
         self.batch_rows = batch_rows
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(sorted(self.stop_ids)), 0)
@@ -99,18 +107,35 @@ class JaxSampler:
     ) -> list[list[str]]:
         """temperature None: greedy. `seed`: one per prompt, or one for all (prompt i then draws with seed + i).
         Returns each prompt's completions (special tokens dropped), `batch_rows` prompts at a time."""
-        seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
-        if len(seeds) != len(prompts):
-            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return self.sample_ids(
+            ids, generations=generations, temperature=temperature, top_k=top_k, new_tokens=new_tokens, seed=seed, done=done
+        )
+
+    def sample_ids(
+        self,
+        ids: list[list[int]],
+        *,
+        generations: int,
+        temperature: float | None,
+        top_k: int,
+        new_tokens: int,
+        seed: int | Sequence[int],
+        done: Done = never_done,
+    ) -> list[list[str]]:
+        """`sample` of prompts given as token ids (the export check's, tokenized with the tokenizer's special tokens)."""
+        seeds = [seed + i for i in range(len(ids))] if isinstance(seed, int) else list(seed)
+        if len(seeds) != len(ids):
+            raise ValueError(f"{len(seeds)} seeds for {len(ids)} prompts")
         out: list[list[str]] = []
-        for start in range(0, len(prompts), self.batch_rows):
+        for start in range(0, len(ids), self.batch_rows):
             chunk = slice(start, start + self.batch_rows)
-            out += self._sample_batch(prompts[chunk], seeds[chunk], generations, temperature, top_k, new_tokens, done)
+            out += self._sample_batch(ids[chunk], seeds[chunk], generations, temperature, top_k, new_tokens, done)
         return out
 
     def _sample_batch(
         self,
-        prompts: list[str],
+        ids: list[list[int]],
         seeds: list[int],
         generations: int,
         temperature: float | None,
@@ -118,10 +143,9 @@ class JaxSampler:
         new_tokens: int,
         done: Done,
     ) -> list[list[str]]:
-        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         width = -(-max(map(len, ids)) // PROMPT_BUCKET) * PROMPT_BUCKET
         rows = self.batch_rows * generations  # a fixed batch: short batches are padded with copies of the first row
-        real = len(prompts) * generations
+        real = len(ids) * generations
         tokens = np.full((rows, width), self.pad_id, np.int32)
         valid = np.zeros((rows, width + new_tokens), bool)
         keys = np.zeros((rows, 2), np.uint32)
@@ -157,10 +181,12 @@ class JaxSampler:
             logits, cache_k, cache_v = self.model(picked[:, None], position[:, None], cache_k, cache_v, width + step, valid)
             position = position + 1
         texts = [self.tokenizer.decode(t, skip_special_tokens=True) for t in out]
-        return [texts[i * generations : (i + 1) * generations] for i in range(len(prompts))]
+        return [texts[i * generations : (i + 1) * generations] for i in range(len(ids))]
 
 
-def load_jax_sampler(model: str, tokenizer: str, *, local: bool, revision: str | None = None, batch_rows: int = 8) -> JaxSampler:
+def load_jax_sampler(
+    model: str, tokenizer: str, *, local: bool, revision: str | None = None, batch_rows: int = EVAL_BATCH_ROWS
+) -> JaxSampler:
     """The checkpoint on JAX's first device and its tokenizer. A hub id is fetched only where HF_HUB_OFFLINE
     allows, as transformers would (huggingface_hub's snapshot)."""
     import os
@@ -171,8 +197,9 @@ def load_jax_sampler(model: str, tokenizer: str, *, local: bool, revision: str |
         from huggingface_hub import snapshot_download
 
         token = os.environ.get("HF_TOKEN") or None
+        same = tokenizer == model
         model = snapshot_download(model, revision=revision, token=token)
-        tokenizer = model if tokenizer == model else snapshot_download(tokenizer, revision=revision, token=token)
+        tokenizer = model if same else snapshot_download(tokenizer, revision=revision, token=token)
     loaded_tokenizer = AutoTokenizer.from_pretrained(tokenizer, local_files_only=True)
     jax_model = JaxModel(Path(model))
     stops = stop_token_ids(Path(model), jax_model.config, loaded_tokenizer)

@@ -1,8 +1,8 @@
 """Will an eval job on a TPU slice fit on its chip? The JAX engine's memory (trainer/evals/jax_sampler.py), at submit.
+A cpu eval job gets the same figures as host memory, which is not checked (fit.py's "unchecked").
 
 An eval job trains nothing, so fit.py's GRPO phases say nothing about it. The JAX engine holds, on one device:
-- the checkpoint in float32 (jax_model.load_params; a tied model's logits projection is a transposed copy of the
-  embedding, so its bytes count twice);
+- the checkpoint in float32 (jax_model.load_params; a tied model's logits are computed against the embedding itself);
 - the KV cache of its largest batch: EVAL_BATCH_ROWS prompts x k samples, each of PROMPT_ALLOWANCE prompt tokens
   (assumed: prompts are not read at submit) plus the suite's max_new_tokens, keys and values in float32;
 - the step's float32 logits over the vocabulary, twice (the logits and the sampler's top-k over them).
@@ -28,7 +28,7 @@ def eval_per_chip_bytes(spec: JobSpec, shape: ModelShape) -> PerChipBytes:
     sampling = task.suite.sampling
     rows = EVAL_BATCH_ROWS * sampling.samples
     positions = PROMPT_ALLOWANCE + sampling.max_new_tokens
-    weights = shape.parameters * FLOAT32 + (shape.vocab_size * shape.emb_dim * FLOAT32 if shape.tied_embeddings else 0)
+    weights = shape.parameters * FLOAT32
     cache = 2 * shape.num_layers * rows * positions * shape.num_kv_heads * shape.head_dim * FLOAT32
     logits = 2 * rows * shape.vocab_size * FLOAT32
     return PerChipBytes(

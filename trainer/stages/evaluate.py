@@ -9,8 +9,9 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from trainer.contract import JobSpec, RunLayout, location_kind
-from trainer.contract.eval_suite import EvalTask, GenerationEngine, generation_engine
+from trainer.contract.eval_suite import EvalTask, GenerationEngine, generation_engine, torch_installed
 from trainer.contract.events import EvalReported
+from trainer.contract.tpu import CPU_ACCELERATOR
 from trainer.runner import StageCommand, StageInterrupted
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import DataError, stage_directory
@@ -84,10 +85,16 @@ def model_location(ctx: JobContext) -> tuple[str, str, bool]:
     return source, tokenizer, location_kind(source) != "hub" and location_kind(tokenizer) != "hub"
 
 
-def load_generator(engine: GenerationEngine, model_dir: str, tokenizer_dir: str, *, local: bool, revision: str | None) -> Generator:
-    """The engine's generator over the checkpoint: transformers (torch) on a cpu host, JAX on a TPU's, which has no
-    torch (each imported only here, so a TPU host never imports torch)."""
+def load_generator(
+    engine: GenerationEngine, model_dir: str, tokenizer_dir: str, *, local: bool, revision: str | None, on_cpu: bool = False
+) -> Generator:
+    """The engine's generator over the checkpoint (each imported only here, so a host without torch never imports
+    it). A cpu job's JAX engine stays on the CPU: on a TPU VM the chips may be another job's."""
     if engine == "jax":
+        if on_cpu:
+            import jax
+
+            jax.config.update("jax_platforms", "cpu")  # type: ignore[no-untyped-call]
         from trainer.evals.jax_sampler import load_jax_sampler
         from trainer.evals.sampling_generator import SamplingGenerator
 
@@ -117,9 +124,11 @@ def run_evaluate(ctx: JobContext) -> dict[str, Any]:
         log(f"suite {suite.name} ({len(suite.rows)} rows, content {suite.content_hash}); model {model_dir}")
         if suite.rewards.sandbox is not None:
             log(f"reward sandbox: {suite.rewards.sandbox.isolation_line()}")
-        engine = generation_engine(ctx.spec.hardware.accelerator)
-        log(f"engine {engine} ({ctx.spec.hardware.accelerator})")
-        generator = load_generator(engine, model_dir, tokenizer_dir, local=local, revision=ctx.spec.model.revision)
+        accelerator = ctx.spec.hardware.accelerator
+        engine = generation_engine(accelerator, torch_installed())
+        log(f"engine {engine} ({accelerator}{'' if torch_installed() else ', no torch installed'})")
+        on_cpu = accelerator == CPU_ACCELERATOR
+        generator = load_generator(engine, model_dir, tokenizer_dir, local=local, revision=ctx.spec.model.revision, on_cpu=on_cpu)
         evaluated = ctx.layout.export_dir if needs_conversion(ctx.spec) else ctx.spec.model.source
         try:
             report = evaluate_suite(

@@ -8,7 +8,7 @@ from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, join_uri
 from trainer.contract.best_checkpoint import BestCheckpoint, ExportedCheckpoint
-from trainer.contract.eval_suite import GenerationEngine, generation_engine
+from trainer.contract.eval_suite import GenerationEngine, export_check_engine, torch_installed
 from trainer.runner import StageCommand, StageFailed
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import local_copy_path, stage_directory
@@ -81,8 +81,8 @@ def build_export_command(
 
 
 def build_verify_command(export_dir: str, *, wait_for_go: bool = False, engine: GenerationEngine = "transformers") -> StageCommand:
-    """The load-and-generate check with the job machine's engine (transformers on cpu, JAX on a TPU's host, which
-    has no torch), on the host's CPU; with wait_for_go it imports first and checks on a line on stdin (the pipeline
+    """The load-and-generate check on the host's CPU, by transformers where torch is installed, else the JAX engine
+    (trainer/contract/eval_suite.py export_check_engine); with wait_for_go it imports first and checks on a line on stdin (the pipeline
     starts it alongside to_huggingface: trainer/checks/verify_export.py)."""
     args: tuple[str, ...] = ("--wait",) if wait_for_go else ()
     args += ("--engine", engine, export_dir)
@@ -115,7 +115,7 @@ def run_export(ctx: JobContext) -> dict[str, Any]:
     # The check starts now and imports its engine while to_huggingface runs (on the tiny spec those imports
     # were most of the check's 13 s); it reads the export only once told to below.
     check = None
-    engine = generation_engine(spec.hardware.accelerator)
+    engine = export_check_engine(torch_installed())
     if spec.export.verify:
         verify = build_verify_command(local_copy_path(layout.export_dir, export_copy), wait_for_go=True, engine=engine)
         check = ctx.start_command(verify, with_stdin=True)
