@@ -299,6 +299,8 @@ def _run_summary(name: str, found: dict[str, Any]) -> dict[str, Any]:
         "steps": [view.get("step"), view.get("total_steps")],
         "spec_sha256": hashlib.sha256(json.dumps(view.get("spec"), sort_keys=True).encode()).hexdigest()[:16],
         "health": {k: (view.get("health") or {}).get(k) for k in ("verdict", "message")},
+        # export.verify fails the job when the export does not load, give finite logits and generate
+        "export_checked": view.get("phase") == "SUCCEEDED" and bool(((view.get("spec") or {}).get("export") or {}).get("verify")),
         "stage_s": {k: round(v["duration_s"], 1) for k, v in (view.get("stage_times") or {}).items() if v.get("duration_s") is not None},
         "goodput": goodput,
         "chip_hours": usage.get("billed_chip_hours"),
@@ -344,9 +346,9 @@ def collect(directory: Path) -> None:
         if name in runs:
             results.setdefault("reruns", []).append({**runs[name], "replaced_by_call": record.get("started")})
         runs[name] = _run_summary(name, found)
-        base = found["evals"].get("base")
-        if base:
-            results["base"] = _eval_summary(base)
+        base = _eval_summary(found["evals"].get("base"))
+        if base and (base["scores"] or not (results.get("base") or {}).get("scores")):  # a scored base is never unscored
+            results["base"] = base
     RESULT.write_text(json.dumps(results, indent=2) + "\n")
     phases = ", ".join(f"{name} {run['phase']}" for name, run in runs.items())
     print(f"wrote {RESULT}: {phases}")

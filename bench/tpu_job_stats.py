@@ -50,15 +50,33 @@ def decide(result: dict[str, Any]) -> dict[str, Any]:
     if paired:
         c = t_interval([trained[s] - control[s] for s in paired], CONFIDENCE)  # type: ignore[operator]
         out["vs_control"] = {**c, "verdict": _words(c["low"], c["high"], "learned beyond the control", "no better than the control")}
-    with_base = [s for s in seeds if trained[s] is not None] if base is not None else []
-    if with_base:
-        b = t_interval([trained[s] - base for s in with_base], CONFIDENCE)  # type: ignore[operator]
-        out["vs_base"] = {**b, "verdict": _words(b["low"], b["high"], "better than base", "worse than base")}
+    for key, arm, ahead, behind in (
+        ("vs_base", trained, "better than base", "worse than base"),
+        ("control_vs_base", control, "the control better than base", "the control worse than base"),
+    ):
+        with_base = [s for s in seeds if arm[s] is not None] if base is not None else []
+        if with_base:
+            b = t_interval([arm[s] - base for s in with_base], CONFIDENCE)  # type: ignore[operator]
+            out[key] = {**b, "verdict": _words(b["low"], b["high"], ahead, behind)}
     if not complete:
-        for key in ("vs_control", "vs_base"):
+        for key in ("vs_control", "vs_base", "control_vs_base"):
             if key in out:
                 out[key]["verdict"] = f"{INCOMPLETE} (exploratory: {out[key]['verdict']})"
     return out
+
+
+def cost_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The registered summary: the trained runs' mean chip-seconds and dollars over mean(b) in points, or 'no gain
+    established' while the vs_base interval's lower end is not above 0."""
+    rows = cost_per_point(result)
+    decided = decide(result)
+    found = decided.get("vs_base")
+    if not rows or found is None or found["low"] is None or found["low"] <= 0:
+        return {"established": False, "why": "no gain established" if rows else "no trained run evaluated yet", "runs": len(rows)}
+    points = 100 * found["mean"]
+    chip_s = sum(r["chip_s"] for r in rows) / len(rows)
+    usd = sum(r["cost_usd"] or 0.0 for r in rows) / len(rows)
+    return {"established": True, "runs": len(rows), "points": points, "chip_s_per_point": chip_s / points, "usd_per_point": usd / points}
 
 
 def cost_per_point(result: dict[str, Any]) -> list[dict[str, Any]]:

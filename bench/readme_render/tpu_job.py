@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.readme_render.common import duration
-from bench.tpu_job_stats import cost_per_point, decide
+from bench.tpu_job_stats import cost_per_point, cost_summary, decide
 
 SCORE_NAMES = {"sampled": "sampled", "pass@1": "pass@1 (greedy)"}
 
@@ -43,6 +43,18 @@ def _error(text: str) -> str:
     return (lines[-1] if lines else "")[:240]
 
 
+def _eval_phases(result: dict[str, Any], names: list[str]) -> str:
+    """Where each eval job of the call's jobs stood (the base eval, then each run's export eval)."""
+    said = []
+    base = result.get("base") or {}
+    if base.get("eval_id"):
+        said.append(f"the base eval {base['phase']}")
+    for name in names:
+        export = result["runs"][name].get("export_eval") or {}
+        said.append(f"{name}'s export eval {export.get('phase', 'not made')}")
+    return ", ".join(said)
+
+
 def _call(result: dict[str, Any], index: int) -> str:
     """One device call: where it ran, what the service did with its jobs, and what the CLI answered."""
     call = result["calls"][index]
@@ -59,13 +71,18 @@ def _call(result: dict[str, Any], index: int) -> str:
         f"{versions.get('maxtext', '?')}, Tunix {versions.get('tunix', '?')}; {duration(call['wall_s'])} of the call): "
         f'the local launcher read "{call.get("host_tpu") or "nothing"}". `rljob serve --uds` (socket mode '
         f"{call['serve']['socket_mode']}; that machine has no TCP) took {len(names)} jobs from `rljob submit` "
-        f"({', '.join(names)}) and ran them and their eval jobs one at a time on the chip.",
+        f"({', '.join(names)}), to run them and their eval jobs one at a time on the chip; at the call's end "
+        f"{_eval_phases(result, names)}.",
         f"`{names[0]}` (`{first['job_id']}`) ended {first['phase']}: {stages}; {first['steps'][0]} of {first['steps'][1]} "
         f"steps; {goodput.get('productive_fraction', 0):.0%} of its {duration(goodput.get('wall_s', 0))} was rollout and "
         f"update; {first['chip_hours']:.4f} chip-hours, ${first['cost_usd']:.4f} at ${first['price_usd_per_chip_hour']:g} "
-        f"per chip-hour; health: {first['health']['verdict']}. Its export stage checked the export with the JAX engine on "
-        "the host's CPU (export.verify, which fails the job when the export does not load, give finite logits and "
-        "generate).",
+        f"per chip-hour; health: {first['health']['verdict']}."
+        + (
+            " Its export passed export.verify on the host (the check fails the job when the export does not load, give "
+            "finite logits and generate; there the JAX engine, no torch being installed)."
+            if first.get("export_checked")
+            else ""
+        ),
     ]
     base = result.get("base") or {}
     if base.get("scores"):
@@ -116,6 +133,7 @@ def render_tpu_job(result: dict[str, Any]) -> str:
         )
     decided = decide(result)
     costs = cost_per_point(result)
+    overall = cost_summary(result)
     cost_text = (
         "; ".join(
             f"{c['run']}: {c['points']:+.1f} points for {c['chip_s']:.0f} chip-seconds"
@@ -131,8 +149,14 @@ def render_tpu_job(result: dict[str, Any]) -> str:
     done = ", ".join(f"{s}" for s in decided["evaluated_pairs"]) or "none"
     summary = (
         f"The registered rule (seeds {', '.join(map(str, decided['seeds']))}; pairs evaluated so far: {done}): "
-        f"trained - control {_interval(decided.get('vs_control'))}; trained - base {_interval(decided.get('vs_base'))}. "
-        f"Cost per point over base (training job's chip time at list price): {cost_text}."
+        f"trained - control {_interval(decided.get('vs_control'))}; trained - base {_interval(decided.get('vs_base'))}; "
+        f"control - base {_interval(decided.get('control_vs_base'))}. Cost per point over base (training job's chip time "
+        f"at list price), per run: {cost_text}; over the runs: "
+        + (
+            f"{overall['chip_s_per_point']:.1f} chip-seconds and ${overall['usd_per_point']:.5f} per point."
+            if overall["established"]
+            else f"{overall['why']}."
+        )
     )
     calls = [_call(result, i) for i in range(len(result.get("calls") or []))]
     return "\n\n".join([*calls, "\n".join(rows), summary])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import tpu_job
-from bench.tpu_job_stats import cost_per_point, decide, registered_seeds
+from bench.tpu_job_stats import cost_per_point, cost_summary, decide, registered_seeds
 
 RESULTS = Path(tpu_job.__file__).resolve().parent / "results"
 
@@ -58,6 +58,14 @@ def test_cost_per_point_divides_the_training_jobs_chip_time_by_the_points_gained
     assert row["chip_s_per_point"] == pytest.approx(18.0) and row["usd_per_point"] == pytest.approx(0.006)
     (lost,) = cost_per_point(_result({1: 0.10}, {}, base=0.15))
     assert lost["chip_s_per_point"] is None
+    seeds = registered_seeds()
+    gained = cost_summary(_result({s: 0.25 + 0.01 * s for s in seeds}, {s: 0.15 for s in seeds}, base=0.15))
+    assert gained["established"] and gained["points"] == pytest.approx(13.0)
+    assert gained["chip_s_per_point"] == pytest.approx(180.0 / 13.0)
+    unsure = cost_summary(_result({s: 0.15 + (0.1 if s % 2 else -0.1) for s in seeds}, {}, base=0.15))
+    assert unsure == {"established": False, "why": "no gain established", "runs": 5}
+    control = decide(_result({1: 0.3}, {1: 0.25, 2: 0.35}, base=0.15))["control_vs_base"]
+    assert control["n"] == 2 and control["mean"] == pytest.approx(0.15)
 
 
 def test_the_committed_result_is_what_its_call_records_collect_to(tmp_path, monkeypatch):
