@@ -56,9 +56,10 @@ def offline_env(**more: str) -> dict[str, str]:
 
 
 def shell(command: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.timeout(1200)  # its commands each run in seconds; the bounds are for a stuck pip
 def test_a_build_travels_in_chunks_and_installs_from_the_printed_calls(tmp_path: Path, out_dir: Path) -> None:
     local = tmp_path / "local-wheels"
     wheels_of(list(SET), local)
@@ -69,7 +70,7 @@ def test_a_build_travels_in_chunks_and_installs_from_the_printed_calls(tmp_path:
     build = [sys.executable, str(STAGE), "build", "--out", str(out_dir), "--requirements", str(requirements)]
     build += ["--find-links", str(local), "--chunk-mib", CHUNK_MIB, "--chip-tmp", str(chip)]
     env = offline_env()
-    built = subprocess.run(build, env=env, capture_output=True, text=True, timeout=300)
+    built = subprocess.run(build, env=env, capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
 
     manifest = json.loads((out_dir / MANIFEST).read_text())

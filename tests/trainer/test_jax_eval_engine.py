@@ -153,7 +153,7 @@ def test_what_it_does_not_compute_is_refused_by_name(change, named):
 def _check(*args: str, hide_torch: bool) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
     prefix = [sys.executable, "-m", "harness.no_torch"] if hide_torch else [sys.executable, "-m"]
-    return subprocess.run([*prefix, "trainer.checks.verify_export", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([*prefix, "trainer.checks.verify_export", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=200)
 
 
 def test_the_export_check_loads_and_generates_without_torch(tiny_dir: Path, tmp_path: Path):

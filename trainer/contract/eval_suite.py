@@ -36,7 +36,7 @@ from . import spec_values as limits
 from .dns_label import DnsLabel
 from .reward_sandbox import RewardErrorPolicy
 from .spec_values import Location, PythonName
-from .tpu import CPU_ACCELERATOR, tpu_slice
+from .tpu import CPU_ACCELERATOR, TPU_SLICES, tpu_slice
 
 BUILTIN_SUITES = ("arith", "arith-a", "arith-b", "gsm8k")
 MAX_EVAL_SAMPLES = 64  # k: completions sampled per row, beside the greedy one
@@ -67,6 +67,9 @@ def export_check_engine(torch_here: bool) -> GenerationEngine:
     """What checks an export on the host's CPU: transformers, the export's real reader, wherever torch is installed
     (a GKE pod's image has it), else the JAX engine (a TPU VM's or the lent chip's host)."""
     return "transformers" if torch_here else "jax"
+
+
+EVAL_ACCELERATORS = (CPU_ACCELERATOR, *(name for name, tpu in TPU_SLICES.items() if not tpu.multi_host))
 
 
 def eval_accelerator_problem(accelerator: str) -> str | None:
@@ -249,7 +252,9 @@ class AttachedEval(_Strict):
         default=CPU_ACCELERATOR,
         max_length=32,
         description="where the eval jobs run: cpu (transformers on the host, beside training) or a single-VM TPU slice "
-        "(the JAX engine on its chips; on one machine an eval job waits for the training job's chips)",
+        "(the JAX engine on its chips; on one machine an eval job waits for the training job's chips, so a step-N eval "
+        "runs after training and finds only the checkpoints grpo.keep_last_checkpoints kept)",
+        json_schema_extra={"enum": list(EVAL_ACCELERATORS)},
     )
 
     @field_validator("accelerator")

@@ -26,7 +26,7 @@ from service.domain.records.phases import JobPhase
 from service.domain.records.ports import RunFiles
 from trainer.contract import JobSpec, ModelSpec, join_uri
 from trainer.contract.dns_label import DNS_LABEL_MAX_LENGTH, DnsLabel
-from trainer.contract.eval_suite import JOB_ID_PATTERN, EvalCheckpoint, EvalTask, SuiteSpec, eval_accelerator_problem
+from trainer.contract.eval_suite import EVAL_ACCELERATORS, JOB_ID_PATTERN, EvalCheckpoint, EvalTask, SuiteSpec, eval_accelerator_problem
 from trainer.contract.spec_values import Location
 from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
 
@@ -64,6 +64,7 @@ class EvalCreate(BaseModel):
     accelerator: str = Field(
         default=CPU_ACCELERATOR,
         max_length=32,
+        json_schema_extra={"enum": list(EVAL_ACCELERATORS)},
         description="where the eval job runs: cpu (Hugging Face transformers on the host) or a single-VM TPU slice such as "
         "v5e-1 (the JAX engine on its chips)",
     )
