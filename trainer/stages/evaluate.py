@@ -125,8 +125,9 @@ def run_evaluate(ctx: JobContext) -> dict[str, Any]:
         if suite.rewards.sandbox is not None:
             log(f"reward sandbox: {suite.rewards.sandbox.isolation_line()}")
         accelerator = ctx.spec.hardware.accelerator
-        engine = generation_engine(accelerator, torch_installed())
-        log(f"engine {engine} ({accelerator}{'' if torch_installed() else ', no torch installed'})")
+        torch_here = torch_installed()
+        engine = generation_engine(accelerator, torch_here)
+        log(f"engine {engine} ({accelerator}{'' if torch_here else ', no torch installed'})")
         on_cpu = accelerator == CPU_ACCELERATOR
         generator = load_generator(engine, model_dir, tokenizer_dir, local=local, revision=ctx.spec.model.revision, on_cpu=on_cpu)
         evaluated = ctx.layout.export_dir if needs_conversion(ctx.spec) else ctx.spec.model.source
