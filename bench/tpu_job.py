@@ -212,10 +212,16 @@ def run(out: Path, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke:
         for index, (name, job_id) in enumerate(submitted.items()):
             record["jobs"][name] = _job_record(rec, job_id, first=index == 0)
         first = next(iter(record["jobs"].values()), None)
-        if first and {"base", "export"} <= set(first["evals"]) and all(first["evals"][k] for k in ("base", "export")):
-            compared = rec.rljob("eval-compare", first["evals"]["export"]["id"], first["evals"]["base"]["id"], "-o", "json")
-            record["compare"] = _json(compared)
-            rec.rljob("eval-compare", first["evals"]["export"]["id"], first["evals"]["base"]["id"])
+        # Each export against the call's base eval, rows paired (the registration's row-level report): only evals of
+        # one service compare, so a call that is to report it evaluates the base again (--base).
+        base_id = next((f["evals"]["base"]["id"] for f in record["jobs"].values() if f["evals"].get("base")), None)
+        record["compares"] = {}
+        for name, found in record["jobs"].items():
+            export = found["evals"].get("export")
+            if base_id and export and export.get("phase") == "SUCCEEDED":
+                record["compares"][name] = _json(rec.rljob("eval-compare", export["id"], base_id, "-o", "json"))
+        if base_id and first and first["evals"].get("export"):
+            rec.rljob("eval-compare", first["evals"]["export"]["id"], base_id)  # the human view, once
         rec.rljob("usage", "--since", "2000-01-01")
         if first:
             export = str(work / "runs" / first["job_id"] / "hf")
@@ -285,7 +291,7 @@ def _eval_summary(found: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _run_summary(name: str, found: dict[str, Any]) -> dict[str, Any]:
+def _run_summary(name: str, found: dict[str, Any], compared: dict[str, Any] | None) -> dict[str, Any]:
     view = found.get("view") or {}
     usage, goodput = view.get("usage") or {}, view.get("goodput") or {}
     arm, _, seed = name.partition("/")
@@ -308,7 +314,8 @@ def _run_summary(name: str, found: dict[str, Any]) -> dict[str, Any]:
         "cost_usd": usage.get("cost_usd"),
         "metrics": view.get("metrics"),
         "export_eval": _eval_summary(found["evals"].get("export")),
-        "vs_base": export.get("vs_base") if export else None,
+        # rows paired against the base eval: the attached comparison (base and export on one job) or eval-compare's
+        "vs_base": (export.get("vs_base") if export else None) or compared,
     }
 
 
@@ -322,7 +329,10 @@ def _host_line(service_log: str) -> str | None:
 
 
 def collect(directory: Path) -> None:
-    """Merge one chip call's record into bench/results/tpu_job.json (runs by arm and seed; a rerun keeps the old)."""
+    """Merge one chip call's record into bench/results/tpu_job.json (runs by arm and seed).
+
+    A run is replaced only where the registration's rerun policy allows it (`_rerun_reason`); the old one is kept
+    under `reruns` with its reason."""
     record = json.loads((directory / RECORD).read_text())
     results = json.loads(RESULT.read_text()) if RESULT.exists() else {"registration": "bench/preregistration/tpu_learning_arith.json"}
     call = {
@@ -340,18 +350,43 @@ def collect(directory: Path) -> None:
     ]
     log = (directory / "service.log").read_text(errors="replace") if (directory / "service.log").exists() else ""
     call["host_tpu"] = record.get("host_tpu") or _host_line(log)
-    results.setdefault("calls", []).append(call)
     runs = results.setdefault("runs", {})
+    for name in record["jobs"]:
+        if name in runs and _rerun_reason(runs[name]) is None:
+            raise SystemExit(
+                f"{name} already has a run that ended with its export evaluated ({runs[name]['job_id']}); the registration "
+                "reruns only a run cut short by something outside the experiment, never one that finished"
+            )
+    results.setdefault("calls", []).append(call)
+    compares = record.get("compares") or {}
     for name, found in record["jobs"].items():
         if name in runs:
-            results.setdefault("reruns", []).append({**runs[name], "replaced_by_call": record.get("started")})
-        runs[name] = _run_summary(name, found)
+            old = runs[name]
+            results.setdefault("reruns", []).append({**old, "replaced_by_call": record.get("started"), "reason": _rerun_reason(old)})
+        runs[name] = _run_summary(name, found, (compares.get(name) or {}).get("comparison"))
         base = _eval_summary(found["evals"].get("base"))
-        if base and (base["scores"] or not (results.get("base") or {}).get("scores")):  # a scored base is never unscored
+        if base is None:
+            continue
+        base["call"] = record.get("started")
+        # The registered base is the first scored one; a later call's base eval (its sampling seed is fixed) is kept
+        # beside it, which shows whether the chip's evaluation repeats.
+        if not (results.get("base") or {}).get("scores"):
             results["base"] = base
+        else:
+            results.setdefault("base_repeats", []).append(base)
     RESULT.write_text(json.dumps(results, indent=2) + "\n")
     phases = ", ".join(f"{name} {run['phase']}" for name, run in runs.items())
     print(f"wrote {RESULT}: {phases}")
+
+
+def _rerun_reason(run: dict[str, Any]) -> str | None:
+    """Why the registration's rerun policy lets a recorded run be run again: it, or its export eval, had not ended."""
+    if run.get("phase") not in TERMINAL:
+        return f"the job was {run.get('phase')} when its device call's time was up"
+    export = run.get("export_eval") or {}
+    if export.get("phase") not in TERMINAL:
+        return f"its export eval was {export.get('phase') or 'not made'} when its device call's time was up"
+    return None
 
 
 def _job_list(text: str) -> list[tuple[str, int]]:

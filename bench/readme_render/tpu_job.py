@@ -35,6 +35,14 @@ def _interval(found: dict[str, Any] | None) -> str:
     return f"{_points(found['mean'])} points, 95% t-interval {interval} over {found['n']} seeds: {found['verdict']}"
 
 
+def _paired(comparison: dict[str, Any] | None) -> str:
+    """The export's sampled accuracy minus the base's on the same rows, with the service's paired bootstrap interval."""
+    found = next((d for d in (comparison or {}).get("scores", []) if d["score"] == "sampled"), None)
+    if found is None:
+        return "-"
+    return f"{_points(found['difference'])} [{_points(found['ci95'][0])}, {_points(found['ci95'][1])}]"
+
+
 def _error(text: str) -> str:
     """A failed call's reason: the CLI's `error: ...` (wrapped over lines), else a traceback's last line."""
     if "error: " in text:
@@ -43,23 +51,31 @@ def _error(text: str) -> str:
     return (lines[-1] if lines else "")[:240]
 
 
-def _eval_phases(result: dict[str, Any], names: list[str]) -> str:
-    """Where each eval job of the call's jobs stood (the base eval, then each run's export eval)."""
+def _eval_phases(result: dict[str, Any], call: dict[str, Any], runs: dict[str, dict[str, Any]]) -> str:
+    """Where each eval job of the call's jobs stood (the base eval if the call made it, then each export eval)."""
     said = []
     base = result.get("base") or {}
-    if base.get("eval_id"):
+    if base.get("eval_id") and base.get("call") == call["started"]:
         said.append(f"the base eval {base['phase']}")
-    for name in names:
-        export = result["runs"][name].get("export_eval") or {}
-        said.append(f"{name}'s export eval {export.get('phase', 'not made')}")
+    for name, run in runs.items():
+        export = run.get("export_eval") or {}
+        said.append(f"{name}'s export eval {export.get('phase') or 'not made'}")
     return ", ".join(said)
+
+
+def _call_runs(result: dict[str, Any], call: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The call's own runs by name: a run since replaced by a rerun is found among the reruns by its job id."""
+    every = [*result.get("runs", {}).values(), *result.get("reruns", [])]
+    by_id = {run["job_id"]: run for run in every}
+    return {name: by_id[job_id] for name, job_id in call["jobs"].items()}
 
 
 def _call(result: dict[str, Any], index: int) -> str:
     """One device call: where it ran, what the service did with its jobs, and what the CLI answered."""
     call = result["calls"][index]
-    names = list(call["jobs"])
-    first = result["runs"][names[0]]
+    runs = _call_runs(result, call)
+    names = list(runs)
+    first = runs[names[0]]
     versions = call.get("versions") or {}
     goodput = first.get("goodput") or {}
     stages = ", ".join(f"{stage} {duration(s)}" for stage, s in first["stage_s"].items())
@@ -72,7 +88,7 @@ def _call(result: dict[str, Any], index: int) -> str:
         f'the local launcher read "{call.get("host_tpu") or "nothing"}". `rljob serve --uds` (socket mode '
         f"{call['serve']['socket_mode']}; that machine has no TCP) took {len(names)} jobs from `rljob submit` "
         f"({', '.join(names)}), to run them and their eval jobs one at a time on the chip; at the call's end "
-        f"{_eval_phases(result, names)}.",
+        f"{_eval_phases(result, call, runs)}.",
         f"`{names[0]}` (`{first['job_id']}`) ended {first['phase']}: {stages}; {first['steps'][0]} of {first['steps'][1]} "
         f"steps; {goodput.get('productive_fraction', 0):.0%} of its {duration(goodput.get('wall_s', 0))} was rollout and "
         f"update; {first['chip_hours']:.4f} chip-hours, ${first['cost_usd']:.4f} at ${first['price_usd_per_chip_hour']:g} "
@@ -85,7 +101,7 @@ def _call(result: dict[str, Any], index: int) -> str:
         ),
     ]
     base = result.get("base") or {}
-    if base.get("scores"):
+    if base.get("scores") and base.get("call") == call["started"]:
         parts.append(
             f"The base model's eval job (the JAX engine on the chip, {base['n']} rows x {base['k']} samples, "
             f"{base['generate_s']:.0f} s generating): sampled {_score(base['scores'], 'sampled')}, pass@1 "
@@ -109,27 +125,51 @@ def _call(result: dict[str, Any], index: int) -> str:
         )
         parts.append(f"`rljob eval-compare` export - base ({compare['comparison']['n']} rows paired): {said_diffs}.")
     parts.append(f"Answered through the CLI over the socket: {answered}.")
-    for failed in call.get("failed") or []:
-        parts.append(f"Failed: `{' '.join(failed['argv'][:2])[:48]}`: {_error(failed['stderr_tail'])}")
+    failures = {f"`{' '.join(failed['argv'][:2])[:48]}`: {_error(failed['stderr_tail'])}" for failed in call.get("failed") or []}
+    parts.extend(f"Failed: {failure}." for failure in sorted(failures))
     return " ".join(parts)
+
+
+def _reruns(result: dict[str, Any]) -> str:
+    """Runs the rerun policy replaced: which, why, and that their numbers are not used."""
+    said = [
+        f"{run['arm']}/{run['seed']} (`{run['job_id']}`, {run['phase']}): {run.get('reason') or 'no reason recorded'}"
+        for run in result.get("reruns", [])
+    ]
+    if not said:
+        return ""
+    return "Rerun once under the registration's rerun policy, their numbers unused: " + "; ".join(said) + "."
 
 
 def render_tpu_job(result: dict[str, Any]) -> str:
     base = result.get("base") or {}
     rows = [
-        "| run | job | phase | steps | train | export's sampled (95% CI) | pass@1 (95% CI) | chip-hours | cost |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | job | phase | steps | train | export's sampled (95% CI) | pass@1 (95% CI) | sampled - base, rows paired "
+        "(95% CI) | chip-hours | cost |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         f"| base (untrained) | `{base.get('eval_id', '-')}` (eval) | {base.get('phase', '-')} | - | - | "
-        f"{_score(base.get('scores'), 'sampled')} | {_score(base.get('scores'), 'pass@1')} | {base.get('chip_hours') or 0:.4f} | "
+        f"{_score(base.get('scores'), 'sampled')} | {_score(base.get('scores'), 'pass@1')} | - | {base.get('chip_hours') or 0:.4f} | "
         f"${base.get('cost_usd') or 0:.4f} |",
     ]
+    for repeat in result.get("base_repeats", []):
+        rows.append(
+            f"| base again ({repeat['call']}) | `{repeat['eval_id']}` (eval) | {repeat['phase']} | - | - | "
+            f"{_score(repeat.get('scores'), 'sampled')} | {_score(repeat.get('scores'), 'pass@1')} | - | "
+            f"{repeat.get('chip_hours') or 0:.4f} | ${repeat.get('cost_usd') or 0:.4f} |"
+        )
     for name, run in sorted(result.get("runs", {}).items(), key=lambda kv: (kv[1]["seed"], kv[1]["arm"])):
         scores = (run.get("export_eval") or {}).get("scores")
         train = run["stage_s"].get("train")
         rows.append(
             f"| {name} | `{run['job_id']}` | {run['phase']} | {run['steps'][0]}/{run['steps'][1]} | "
             f"{duration(train) if train else '-'} | {_score(scores, 'sampled')} | {_score(scores, 'pass@1')} | "
-            f"{run.get('chip_hours') or 0:.4f} | ${run.get('cost_usd') or 0:.4f} |"
+            f"{_paired(run.get('vs_base'))} | {run.get('chip_hours') or 0:.4f} | ${run.get('cost_usd') or 0:.4f} |"
+        )
+    unpaired = sorted(name for name, run in result.get("runs", {}).items() if run.get("vs_base") is None)
+    if unpaired:
+        rows.append(
+            f"\nRows paired against the base: not measured for {', '.join(unpaired)}: the service compares only its own "
+            "eval jobs, and those runs' calls made no base eval (`run --base` does)."
         )
     decided = decide(result)
     costs = cost_per_point(result)
@@ -159,4 +199,4 @@ def render_tpu_job(result: dict[str, Any]) -> str:
         )
     )
     calls = [_call(result, i) for i in range(len(result.get("calls") or []))]
-    return "\n\n".join([*calls, "\n".join(rows), summary])
+    return "\n\n".join(part for part in [*calls, "\n".join(rows), _reruns(result), summary] if part)

@@ -80,3 +80,38 @@ def test_the_committed_result_is_what_its_call_records_collect_to(tmp_path, monk
             shutil.copy(log, call / "service.log")
         tpu_job.collect(call)
     assert json.loads((tmp_path / "tpu_job.json").read_text()) == json.loads((RESULTS / "tpu_job.json").read_text())
+
+
+def _call_dir(tmp_path: Path, record: Path) -> Path:
+    call = tmp_path / record.stem
+    call.mkdir(exist_ok=True)
+    shutil.copy(record, call / tpu_job.RECORD)
+    return call
+
+
+def test_a_run_is_replaced_only_when_the_rerun_policy_allows_it(tmp_path, monkeypatch):
+    """Call 1's seed-1 pair ended with its export evals QUEUED (the call's time was up): rerun, kept with that reason.
+    A pair whose export evals ended may not be replaced, whatever its result."""
+    monkeypatch.setattr(tpu_job, "RESULT", tmp_path / "tpu_job.json")
+    records = sorted(RESULTS.glob("tpu_job-call-*[0-9].json"))
+    for record in records:
+        tpu_job.collect(_call_dir(tmp_path, record))
+    result = json.loads((tmp_path / "tpu_job.json").read_text())
+    assert {r["job_id"]: r["reason"] for r in result["reruns"]} == {
+        "rl-ciex53pi1jaz": "its export eval was QUEUED when its device call's time was up",
+        "rl-9ib5ayitrd3b": "its export eval was QUEUED when its device call's time was up",
+    }
+    before = (tmp_path / "tpu_job.json").read_text()
+    with pytest.raises(SystemExit, match="never one that finished"):
+        tpu_job.collect(_call_dir(tmp_path, records[-1]))
+    assert (tmp_path / "tpu_job.json").read_text() == before
+
+
+def test_each_device_call_is_told_with_its_own_jobs():
+    from bench.readme_render.tpu_job import render_tpu_job
+
+    result = json.loads((RESULTS / "tpu_job.json").read_text())
+    calls = render_tpu_job(result).split("\n\n")
+    first = next(c for c in calls if c.startswith("Device call 1 "))
+    assert "rl-ciex53pi1jaz" in first and result["runs"]["trained/1"]["job_id"] not in first
+    assert "trained/1's export eval QUEUED" in first
