@@ -9,9 +9,12 @@ containerd's RuntimeDefault profile refuses unshare but allows seccomp and Landl
   reads everywhere; from ABI 4 no TCP bind or connect, from ABI 6 no signal to a process outside the worker;
 - seccomp (needs no privilege: no_new_privs first): no socket() of any family (socketpair of AF_UNIX only: it reaches
   nothing), no new process (clone without CLONE_THREAD, fork, vfork; clone3 answers ENOSYS so libc falls back to
-  clone), no exec, no signal to any process but itself, no ptrace or reading another process's memory, no new
-  namespaces, mounts, keyrings, io_uring, bpf or perf events. Refused calls fail with EPERM, so a reward sees an error
-  it can report, not a killed worker.
+  clone), no exec, no signal to any process but itself, no SIGIO owner (fcntl F_SETOWN, F_SETOWN_EX, F_SETSIG; ioctl
+  FIOSETOWN, SIOCSPGRP), no ptrace or reading another process's memory, nothing that sets another process's rlimits,
+  priority, scheduling, CPUs, I/O class or memory placement (prlimit64, setpriority, sched_set*, ioprio_set,
+  migrate_pages, move_pages: itself only), no pidfd, no new namespaces, mounts, keyrings, io_uring, bpf or perf
+  events. Refused calls fail with EPERM, so a reward sees an error it can report, not a killed worker. Which of
+  these held on a runtime is not assumed from the filter: reach_probes.py tries each route.
 
 Standard library only: worker.py loads this file by path (it runs under `python -I`, with no rljob package on its
 path); harness/runtime_emulation.py builds its emulated runtimes' filters with the same assembler.
@@ -38,6 +41,9 @@ _X86_64 = {
     "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
     "fspick": 433, "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
     "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
+    "ioctl": 16, "fcntl": 72, "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144,
+    "sched_setaffinity": 203, "ioprio_set": 251, "migrate_pages": 256, "get_robust_list": 274, "move_pages": 279,
+    "prlimit64": 302, "sched_setattr": 314, "process_mrelease": 448,
 }  # fmt: skip
 _AARCH64 = {  # asm-generic numbering; aarch64 has no fork or vfork
     "socket": 198, "socketpair": 199, "clone": 220, "execve": 221, "kill": 129, "ptrace": 117, "rt_sigqueueinfo": 138,
@@ -48,6 +54,9 @@ _AARCH64 = {  # asm-generic numbering; aarch64 has no fork or vfork
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
     "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
+    "ioctl": 29, "fcntl": 25, "setpriority": 140, "sched_setparam": 118, "sched_setscheduler": 119,
+    "sched_setaffinity": 122, "ioprio_set": 30, "migrate_pages": 238, "get_robust_list": 100, "move_pages": 239,
+    "prlimit64": 261, "sched_setattr": 274, "process_mrelease": 448,
 }  # fmt: skip
 # (seccomp_data.arch, syscall numbers, the x32 bit: x86_64's second ABI reaches the same calls under other numbers)
 ARCHES = {"x86_64": (0xC000003E, _X86_64, 0x40000000), "aarch64": (0xC00000B7, _AARCH64, 0)}
@@ -57,37 +66,69 @@ LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 4
 
 _LD_ABS_W, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 RET_ALLOW, RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
-_NR, _ARCH, _ARG0_LOW = 0, 4, 16  # offsets in struct seccomp_data (args are 64-bit; an int/pid_t is the low word)
+_NR, _ARCH, _ARG0_LOW = 0, 4, 16  # offsets in struct seccomp_data (args are 64-bit, little-endian: low word first)
 CLONE_THREAD = 0x00010000
 AF_UNIX = 1
+# The targets a call may name when it acts on "a process" (asm-generic's values, which x86_64 and arm64 both use)
+PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1  # setpriority's and ioprio_set's `which`; the others name groups or users
+F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15  # fcntl: where SIGIO goes, and which signal it is
+FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902  # ioctl on a socket: the same owner as F_SETOWN
 
 
 @dataclass(frozen=True)
 class Rule:
-    """What one system call gets: refused with `errno_`, unless its first argument's low word is one of `allow_arg0`
-    or has a bit of `allow_arg0_bits`; with `refuse_arg0_bits`, refused only when the argument has one of those bits."""
+    """What one system call gets: refused with `errno_`, unless each argument `allow_args` names is one of its values
+    (`allow_args[i]`: argument i's) or the first argument has a bit of `allow_arg0_bits`; with `refuse_arg0_bits`
+    or `refuse_arg1`, refused only when the first argument has one of those bits or the second is one of those values.
+
+    Each test reads an argument's low 32-bit word, and that is all the kernel reads of it: every argument tested here
+    is an int, a pid_t or an unsigned int, which the system call entry truncates (SYSCALL_DEFINEn), or clone's flags,
+    of which it keeps lower_32_bits. A value with its high word set names the same process or command as its low word."""
 
     syscall: str
     errno_: int = errno.EPERM
-    allow_arg0: tuple[int, ...] = ()
+    allow_args: tuple[tuple[int, ...], ...] = ()
     allow_arg0_bits: int = 0
     refuse_arg0_bits: int = 0
+    refuse_arg1: tuple[int, ...] = ()
 
 
 def _ins(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
+def _load_arg(index: int) -> bytes:
+    return _ins(_LD_ABS_W, _ARG0_LOW + 8 * index)
+
+
+def _allowed_args_block(allow_args: tuple[tuple[int, ...], ...], refuse: bytes) -> list[bytes]:
+    """Argument by argument: a value on the list goes on to the next argument (after the last: allow); none of them
+    falls through to the refusal."""
+    sizes = [1 + len(values) for values in allow_args]
+    refuse_at = sum(sizes)
+    body, start = [], 0
+    for index, values in enumerate(allow_args):
+        on_match = start + sizes[index] if index + 1 < len(allow_args) else refuse_at + 1
+        body.append(_load_arg(index))
+        for j, value in enumerate(values):
+            here = start + 1 + j
+            body.append(_ins(_JEQ, value, jt=on_match - here - 1, jf=refuse_at - here - 1 if j == len(values) - 1 else 0))
+        start += sizes[index]
+    return [*body, refuse, _ins(_RET, RET_ALLOW)]
+
+
 def _block(rule: Rule) -> list[bytes]:
     refuse = _ins(_RET, _RET_ERRNO | rule.errno_)
     if rule.refuse_arg0_bits:
-        return [_ins(_LD_ABS_W, _ARG0_LOW), _ins(_JSET, rule.refuse_arg0_bits, jf=1), refuse, _ins(_RET, RET_ALLOW)]
+        return [_load_arg(0), _ins(_JSET, rule.refuse_arg0_bits, jf=1), refuse, _ins(_RET, RET_ALLOW)]
     if rule.allow_arg0_bits:
-        return [_ins(_LD_ABS_W, _ARG0_LOW), _ins(_JSET, rule.allow_arg0_bits, jt=1), refuse, _ins(_RET, RET_ALLOW)]
-    if rule.allow_arg0:
-        count = len(rule.allow_arg0)
-        tests = [_ins(_JEQ, value, jt=count - i) for i, value in enumerate(rule.allow_arg0)]
-        return [_ins(_LD_ABS_W, _ARG0_LOW), *tests, refuse, _ins(_RET, RET_ALLOW)]
+        return [_load_arg(0), _ins(_JSET, rule.allow_arg0_bits, jt=1), refuse, _ins(_RET, RET_ALLOW)]
+    if rule.refuse_arg1:
+        count = len(rule.refuse_arg1)
+        tests = [_ins(_JEQ, value, jt=count - i) for i, value in enumerate(rule.refuse_arg1)]
+        return [_load_arg(1), *tests, _ins(_RET, RET_ALLOW), refuse]
+    if rule.allow_args:
+        return _allowed_args_block(rule.allow_args, refuse)
     return [refuse]
 
 
@@ -136,26 +177,41 @@ def install_filter(program: bytes) -> str:
 
 
 def reward_rules(own_pid: int) -> list[Rule]:
-    """The worker's filter. Signals may go to itself (its pid, or 0: its own process group, the worker's session)."""
+    """The worker's filter. Signals may go to itself (its pid, or 0: its own process group, the worker's session);
+    what else acts on a process may act on itself (pid 0 or its own), never on another."""
     refused = [
         "fork", "vfork", "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise",
-        "kcmp", "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "unshare", "setns", "mount", "umount2",
-        "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
-        "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
-        "io_uring_enter", "io_uring_register", "socket",
+        "process_mrelease", "kcmp", "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "unshare", "setns", "mount",
+        "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
+        "mount_setattr", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+        "io_uring_setup", "io_uring_enter", "io_uring_register", "socket",
     ]  # fmt: skip
     machine = platform.machine()
     rules = [Rule(name) for name in refused if name in ARCHES[machine][1]]
+    itself = (own_pid, 0)
     rules += [
-        Rule("socketpair", allow_arg0=(AF_UNIX,)),
+        Rule("socketpair", allow_args=((AF_UNIX,),)),
         Rule("clone", allow_arg0_bits=CLONE_THREAD),  # a thread (RLIMIT_NPROC still bounds a non-root worker)
         Rule("clone3", errno_=errno.ENOSYS),  # its flags sit in a struct a filter cannot read: libc then uses clone
-        Rule("kill", allow_arg0=(own_pid, 0)),
-        Rule("tkill", allow_arg0=(own_pid,)),
-        Rule("tgkill", allow_arg0=(own_pid,)),
-        Rule("rt_sigqueueinfo", allow_arg0=(own_pid,)),
-        Rule("rt_tgsigqueueinfo", allow_arg0=(own_pid,)),
+        Rule("kill", allow_args=(itself,)),
+        Rule("tkill", allow_args=((own_pid,),)),
+        Rule("tgkill", allow_args=((own_pid,),)),
+        Rule("rt_sigqueueinfo", allow_args=((own_pid,),)),
+        Rule("rt_tgsigqueueinfo", allow_args=((own_pid,),)),
+        # SIGIO: a file's owner gets a signal (any signal, with F_SETSIG) when the file is ready; the owner may be
+        # any process or group of the user. No reward needs to own a file for signals: refused whatever the owner.
+        Rule("fcntl", refuse_arg1=(F_SETOWN, F_SETSIG, F_SETOWN_EX)),
+        Rule("ioctl", refuse_arg1=(FIOSETOWN, SIOCSPGRP)),
+        # Groups and users (PRIO_PGRP, PRIO_USER, IOPRIO_WHO_PGRP, IOPRIO_WHO_USER) always take in other processes.
+        Rule("setpriority", allow_args=((PRIO_PROCESS,), itself)),
+        Rule("ioprio_set", allow_args=((IOPRIO_WHO_PROCESS,), itself)),
     ]
+    # Another process's rlimits (a 1 s RLIMIT_CPU kills it), CPUs, scheduling class, NUMA placement, robust futex list
+    rules += [
+        Rule(name, allow_args=(itself,))
+        for name in ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr",
+                     "migrate_pages", "move_pages", "get_robust_list")
+    ]  # fmt: skip
     return rules
 
 
