@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from trainer.rewards_sandbox import reach_probes
+
 REPO = Path(__file__).resolve().parents[2]
 # A new secret for each probe: the cases run concurrently on pytest-xdist's workers, two of them as the same uid
 # 65534 outside any PID namespace, and with one secret a reward could read the other case's starting processes
@@ -99,6 +101,21 @@ def test_no_signal_reaches_a_process_outside_the_worker(probed):
     assert probed["isolation"]["signals_confined"]
 
 
+@pytest.mark.parametrize("route", reach_probes.SIGNAL_ROUTES + reach_probes.PROCESS_ROUTES)
+def test_no_route_reaches_a_decoy_process(probed, route):
+    """Each route to another process (signals, SIGIO, rlimits, priority, scheduling, I/O class, memory, pidfds), tried
+    by a reward against a decoy of the same user that holds no capabilities: refused, and the decoy alive."""
+    tried = probed["routes"][route]
+    assert tried["held"] and tried["decoy_alive"], (route, tried)
+
+
+def test_the_workers_own_report_of_other_processes_comes_from_routes_it_tried(probed):
+    isolation = probed["isolation"]
+    assert isolation["routes_tried"] == len(reach_probes.SIGNAL_ROUTES + reach_probes.PROCESS_ROUTES)
+    assert isolation["routes_not_held"] == []
+    assert isolation["signals_confined"] and isolation["processes_confined"]
+
+
 def test_the_trainers_open_files_and_memory_cannot_be_opened(probed):
     assert outcome(probed, "trainer_files") == ("ok", [0.0], "")
 
@@ -135,6 +152,8 @@ def test_the_check_exits_1_naming_what_did_not_hold(monkeypatch, capsys):
         result = {"isolation": {}, "outside_file_written": False, "connections_reached_listener": 1, "bystander_alive": True}
         result["workers_replaced"] = 0
         result["results"] = {name: {"outcome": "ok", "scores": [0.0]} for name in self_check.NAMES}
+        result["routes"] = {route: {"held": True} for route in reach_probes.SIGNAL_ROUTES + reach_probes.PROCESS_ROUTES}
+        result["routes"]["sigio_fcntl_setown"] = result["routes"]["prlimit64"] = {"held": False}
         result["verdict"] = self_check.verdict(result)
         return result
 
@@ -143,3 +162,4 @@ def test_the_check_exits_1_naming_what_did_not_hold(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "  NOT HELD: no internet socket opens (Python, ctypes, a subprocess)" in out
     assert "  NOT HELD: no signal leaves the worker" in out and "  held: a reward call is scored" in out
+    assert "  NOT HELD: no other process is limited, reniced, rescheduled, moved or opened" in out

@@ -141,14 +141,18 @@ def describe_isolation(isolation: dict[str, Any]) -> str:
         why = isolation.get("landlock_refused") or "Landlock not tried"
         files = f"FILESYSTEM WRITES NOT CONFINED ({why}): a reward can write what the trainer's user can"
     if isolation.get("seccomp"):
-        processes = "no new process, exec, ptrace or signal outside itself (seccomp)"
+        processes = "no new process, exec or ptrace (seccomp)"
     else:
         processes = "processes a reward starts are killed by " + (
             "its PID namespace" if isolation.get("pid_namespace") else "a subreaper after each call"
         )
+    if isolation.get("signals_confined") and isolation.get("processes_confined"):  # tried by the worker: reach_probes.py
+        reach = f"no signal or other route to another process ({isolation.get('routes_tried')} tried, each refused)"
+    else:
+        reach = "OTHER PROCESSES REACHABLE, not refused: " + ", ".join(isolation.get("routes_not_held") or ["none tried"])
     capabilities = "no capabilities" if isolation.get("capabilities_dropped") else "CAPABILITIES KEPT"
     return (
         f"reward functions run in sandboxed worker processes: empty environment, own working directory, rlimits (address "
-        f"space, CPU time, open files, no core files), {capabilities}, {network}, {files}, {processes}; the trainer's "
+        f"space, CPU time, open files, no core files), {capabilities}, {network}, {files}, {processes}, {reach}; the trainer's "
         f"processes are not dumpable; isolation: {json.dumps(isolation, sort_keys=True)}"
     )

@@ -4,9 +4,12 @@ The check starts this module as a child process (`python -m trainer.rewards_sand
 with a random secret in its environment: the child plays the train stage. It starts the real pool (pool.py) over
 PROBES, a reward file that tries what a hostile reward would, calls each function once and prints one JSON object:
 what the workers obtained (`isolation`), each call's outcome, and what is seen from outside the worker (a bystander
-process of the same user still alive, connections that reached a loopback listener, a file in DIR). `verdict` turns
-that into what held. The same child runs under each emulated runtime in tests/trainer/test_reward_sandbox_runtimes.py
-and on the TPU machine's real gVisor (bench/reward_sandbox_runtime.py). The bystander gets no secret, so a worker
+process of the same user still alive, connections that reached a loopback listener, a file in DIR). Each route to
+another process that reach_probes.py knows (signals, SIGIO, rlimits, priority, scheduling, I/O class, memory,
+pidfds) is tried against a decoy process started here (never this process or its parent); `routes` says what each
+answered and whether its decoy lived. `verdict` turns that into what held. The same child runs under each emulated
+runtime in tests/trainer/test_reward_sandbox_runtimes.py and on the TPU machine's real gVisor
+(bench/reward_sandbox_runtime.py). The bystander gets no secret, so a worker
 finding the secret anywhere found it in this process's environment.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import secrets
 import socket
 import subprocess
@@ -25,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import reach_probes
+from .confinement import ARCHES
 from .pool import RewardSandboxPool, SandboxLimits
 
 SECRET_NAME = "RLJOB_SANDBOX_CHECK_SECRET"
@@ -105,9 +111,22 @@ def write_outside(prompts, completions, directory, **kwargs):
 '''
 NAMES = [
     "score", "environ_secrets", "socket_reimported", "socket_ctypes", "socket_subprocess", "kill_bystander",
-    "signal_trainer", "trainer_files", "write_outside",
+    "signal_trainer", "trainer_files", "write_outside", "reach",
 ]  # fmt: skip
 BATCH = {"prompts": ["p"], "completions": ["abc"]}
+# The reward that tries one route against a decoy, pasted after reach_probes.py's text: the reward file is one file
+# (a pod's reward container receives no other).
+REACH_REWARD = """
+def reach(prompts, completions, route, pid, numbers, **kwargs):
+    return [float(errno_of(route, numbers, pid, pid, signal.SIGKILL))] * len(completions)
+"""
+# A decoy drops its capabilities first, so that a root worker (which has none) is not stopped by the kernel's own
+# rule that a process may not act on one holding capabilities it lacks: what stops it must be the sandbox.
+DECOY = (
+    "import ctypes, sys, time; ctypes.CDLL(None).capset(ctypes.create_string_buffer((0x20080522).to_bytes(4, sys.byteorder)"
+    " + bytes(4)), ctypes.create_string_buffer(24)); time.sleep(600)"
+)
+SIGNAL_SETTLE_S = 1.0  # how long a decoy that was sent a signal may take to die
 
 
 def _listener() -> tuple[socket.socket | None, int, str]:
@@ -136,7 +155,8 @@ def run(port: int | None, outside_dir: str) -> dict[str, Any]:
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={"PATH": os.environ.get("PATH", "")})
     workdir = tempfile.mkdtemp(prefix="rljob-probe-")
     rewards = Path(workdir, "probe_rewards.py")
-    rewards.write_text(PROBES)
+    rewards.write_text(PROBES + Path(reach_probes.__file__).read_text() + REACH_REWARD)
+    decoys = _start_decoys()
     pool = RewardSandboxPool(str(rewards), NAMES, SandboxLimits(timeout_s=20, memory_mib=1024), size=1)
     results: dict[str, Any] = {}
     try:
@@ -151,7 +171,7 @@ def run(port: int | None, outside_dir: str) -> dict[str, Any]:
             "trainer_files": {"pid": os.getpid()},
             "write_outside": {"directory": outside_dir},
         }
-        for name in NAMES:
+        for name in NAMES[:-1]:  # all but `reach`, which _try_routes calls once per route
             started = time.monotonic()
             result = pool.call(name, {**BATCH, **arguments.get(name, {})})
             results[name] = {
@@ -160,6 +180,7 @@ def run(port: int | None, outside_dir: str) -> dict[str, Any]:
                 "error": result.error,
                 "seconds": round(time.monotonic() - started, 3),
             }
+        routes = _try_routes(pool, decoys)
         return {
             "uid": os.getuid(),
             "secret_set": bool(secret),
@@ -169,14 +190,51 @@ def run(port: int | None, outside_dir: str) -> dict[str, Any]:
             "listener_error": listener_error,
             "connections_reached_listener": _connections(listener),
             "outside_file_written": Path(outside_dir, "written-by-a-reward").exists(),
+            "routes": routes,
             "workers_replaced": pool.replaced,
         }
     finally:
         pool.close()
+        for decoy in decoys.values():
+            decoy.kill()
+            decoy.wait()
         bystander.kill()
         bystander.wait()
         if listener is not None:
             listener.close()
+
+
+def _start_decoys() -> dict[str, subprocess.Popen[bytes]]:
+    """One decoy for each signal route (a route that reaches its decoy kills it) and one the others share, each the
+    leader of a process group of its own (the group routes name it by its pid)."""
+    env = {"PATH": os.environ.get("PATH", "")}
+    command = [sys.executable, "-S", "-c", DECOY]
+    return {name: subprocess.Popen(command, env=env, start_new_session=True) for name in (*reach_probes.SIGNAL_ROUTES, "shared")}
+
+
+def _try_routes(pool: RewardSandboxPool, decoys: dict[str, subprocess.Popen[bytes]]) -> dict[str, dict[str, Any]]:
+    """Each route once against its decoy, in the worker: what it answered, whether the decoy lived, whether it held."""
+    numbers = ARCHES.get(platform.machine(), (0, {}, 0))[1]
+    answers: dict[str, int | str] = {}
+    for route in reach_probes.SIGNAL_ROUTES + reach_probes.PROCESS_ROUTES:
+        decoy = decoys.get(route, decoys["shared"])
+        result = pool.call("reach", {**BATCH, "route": route, "pid": decoy.pid, "numbers": numbers})
+        answers[route] = int(result.scores[0] or 0) if result.scores else f"{result.outcome}: {result.error}"
+    settle_until = time.monotonic() + SIGNAL_SETTLE_S
+    while time.monotonic() < settle_until and any(decoys[r].poll() is None and answers[r] == 0 for r in reach_probes.SIGNAL_ROUTES):
+        time.sleep(0.05)  # a signal that was let through may still be on its way
+    pid_namespace = bool(pool.isolation.get("pid_namespace"))
+    routes = {}
+    for route, answer in answers.items():
+        alive = decoys.get(route, decoys["shared"]).poll() is None
+        held = isinstance(answer, int) and reach_probes.held(route, answer, True, pid_namespace) and alive
+        routes[route] = {"answer": reach_probes.describe(answer) if isinstance(answer, int) else answer, "decoy_alive": alive}
+        routes[route]["held"] = held
+    return routes
+
+
+def _all_held(result: dict[str, Any], routes: tuple[str, ...]) -> bool:
+    return all(result["routes"][route]["held"] for route in routes)
 
 
 # What must hold wherever rljob runs rewards; a file written outside the worker's directory is reported, not required
@@ -188,7 +246,10 @@ REQUIRED: dict[str, Callable[[dict[str, Any]], bool]] = {
         all(r["results"][name]["outcome"] != "ok" for name in ("socket_reimported", "socket_ctypes", "socket_subprocess"))
         and r["connections_reached_listener"] == 0
     ),
-    "no signal leaves the worker": lambda r: r["bystander_alive"] and r["results"]["signal_trainer"]["outcome"] != "ok",
+    "no signal leaves the worker": lambda r: (
+        r["bystander_alive"] and r["results"]["signal_trainer"]["outcome"] != "ok" and _all_held(r, reach_probes.SIGNAL_ROUTES)
+    ),
+    "no other process is limited, reniced, rescheduled, moved or opened": lambda r: _all_held(r, reach_probes.PROCESS_ROUTES),
     "the trainer's open files and memory stay closed": lambda r: r["results"]["trainer_files"]["scores"] == [0.0],
 }
 

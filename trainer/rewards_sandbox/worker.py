@@ -12,9 +12,10 @@ Two processes:
   SIGCHLD through a wakeup pipe, not pidfd_open, which gVisor does not implement.
 - the server, pid 1 of the new PID namespace, sets its limits (rlimits: address space, CPU time, open files, file
   size, no core files, no new processes), confines itself (confinement.py: no capabilities, Landlock, a seccomp
-  filter), loads the user's file and answers calls. A process the reward starts (only possible where seccomp is
-  missing) is killed after each call (`kill(-1)` in its own namespace kills every process of the namespace but
-  itself), and when the server dies the kernel kills the namespace's every process.
+  filter), tries each route to another process (reach_probes.py: what held is reported, not assumed), loads the
+  user's file and answers calls. A process the reward starts (only possible where seccomp is missing) is killed
+  after each call (`kill(-1)` in its own namespace kills every process of the namespace but itself), and when the
+  server dies the kernel kills the namespace's every process.
 Where Linux refuses namespaces (a container's seccomp profile, gVisor), fewer are used (see `isolate`): the seccomp
 filter is what keeps the network out (no socket() at all, by any route); where it too is missing, Python's socket
 constructors raise in this process, which code can get around, and the job's log and status say the network is not
@@ -49,11 +50,13 @@ _PR_SET_CHILD_SUBREAPER = 36
 _HEADER = struct.Struct(">I")
 
 
-def _load_confinement() -> Any:
-    """confinement.py beside this file, loaded by path: `python -I` puts no script directory on sys.path."""
-    spec = importlib.util.spec_from_file_location("rljob_reward_confinement", os.path.join(os.path.dirname(__file__), "confinement.py"))
+def _load_beside(filename: str) -> Any:
+    """A module beside this file (confinement.py, reach_probes.py), loaded by path: `python -I` puts no script
+    directory on sys.path."""
+    name = "rljob_reward_" + filename.removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), filename))
     if spec is None or spec.loader is None:
-        raise ImportError("confinement.py is missing beside worker.py")
+        raise ImportError(f"{filename} is missing beside worker.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -283,21 +286,20 @@ def _kill_tree(pid: int) -> None:
 
 def confine(isolation: dict[str, Any]) -> None:
     """The server's own confinement (confinement.py), merged into what the pool is told: the network counts as
-    isolated with a network namespace or with the seccomp filter (no socket at all)."""
+    isolated with a network namespace or with the seccomp filter (no socket at all); signals and other processes
+    count as out of reach only where every route reach_probes.py tried from here was refused."""
+    numbers: dict[str, int] = {}
     try:
-        held = _load_confinement().confine(os.getcwd(), os.getpid())
+        confinement = _load_beside("confinement.py")
+        held = confinement.confine(os.getcwd(), os.getpid())
+        numbers = confinement.ARCHES.get(os.uname().machine, (0, {}, 0))[1]
     except Exception as e:  # noqa: BLE001 - an unknown platform's failure is reported, the worker still serves
-        held = {
-            "capabilities_dropped": False,
-            "landlock_abi": 0,
-            "landlock_refused": "",
-            "seccomp": False,
-            "seccomp_refused": f"{type(e).__name__}: {e}",
-        }
+        held = {"capabilities_dropped": False, "landlock_abi": 0, "landlock_refused": "", "seccomp": False}
+        held["seccomp_refused"] = f"{type(e).__name__}: {e}"
     isolation.update(held)
+    isolation.update(_load_beside("reach_probes.py").probe_own_routes(numbers, isolation["pid_namespace"]))
     isolation["network_isolated"] = bool(isolation["network_isolated"] or held["seccomp"])
     isolation["filesystem_confined"] = held["landlock_abi"] > 0
-    isolation["signals_confined"] = bool(held["seccomp"] or held["landlock_abi"] >= 6)
     if not isolation["network_isolated"]:
         _refuse_sockets()
 
