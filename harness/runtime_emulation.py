@@ -17,6 +17,9 @@ What each emulation does before it execs COMMAND (the filter and the capabilitie
   namespace of its own: where the interpreter's installation sits under a directory other users cannot enter
   (pyenv under /root), a tmpfs with mode 755 takes that directory's place and the installation is bound back at its
   own path, so the same interpreter, venv and checkout run as UID.
+- as root (no `--uid`), the installation is made reachable the same way, as it is in rljob's image (/usr/local):
+  a root trainer starts its reward workers as another user (trainer/rewards_sandbox/worker_user.py), who must be
+  able to run the interpreter.
 Only the system calls rljob's reward sandbox uses or a hostile reward would try are emulated: each profile allows
 much else, and refuses more, than is listed here.
 """
@@ -89,12 +92,17 @@ def _reachable_for_everyone(path: Path) -> None:
     os.rmdir(held)
 
 
-def become(uid: int) -> None:
-    if os.getuid() == uid:
-        return
+def installation_for_everyone() -> None:
+    """In a mount namespace of this process's own, the interpreter's installation reachable by any user."""
     os.unshare(os.CLONE_NEWNS)
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing here reaches the machine's mounts
     _reachable_for_everyone(Path(os.path.realpath(sys.base_prefix)))
+
+
+def become(uid: int) -> None:
+    if os.getuid() == uid:
+        return
+    installation_for_everyone()
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)  # every capability goes with root
@@ -116,6 +124,7 @@ def emulate(runtime: str, uid: int | None) -> None:
     if uid is not None:
         become(uid)
     elif os.getuid() == 0:
+        installation_for_everyone()
         keep_only(capabilities)
     problem = confinement.install_filter(confinement.build_filter(rules))
     if problem:

@@ -165,5 +165,8 @@ def test_the_shipped_check_runs_through_the_reward_container(host):
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["isolation"]["reward_container"] and not result["isolation"]["filesystem_confined"]
-    if os.getuid() == 0:  # the reward container's own user cannot write the trainer's directory
-        assert result["verdict"]["reported"] == {"writes stay in the worker's directory": True}
+    if os.getuid() == 0:  # the reward container's own user can neither write the trainer's files nor read its 0600 one
+        assert result["verdict"]["reported"] == {
+            "writes stay in the worker's directory": True,
+            "the trainer's 0600 files stay unread": True,
+        }

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from trainer.rewards_sandbox import reach_probes
+from trainer.rewards_sandbox.worker_user import WORKER_UID
 
 REPO = Path(__file__).resolve().parents[2]
 # A new secret for each probe: the cases run concurrently on pytest-xdist's workers, two of them as the same uid
@@ -57,6 +58,7 @@ def probed(request):
     # Not under pytest's basetemp, which only its owner may enter; the trainer's own (the non-root user's), as a run
     # directory is, so that only the sandbox can stop the write.
     with tempfile.TemporaryDirectory(prefix=f"rljob-outside-{runtime}-{who}-") as outside:
+        os.chmod(outside, 0o755)  # enterable by anyone: what refuses a reward must be the files' own modes
         if who == "user" and os.getuid() == 0:
             os.chown(outside, NOBODY, NOBODY)
         result = run_probe(runtime, who, Path(outside))
@@ -120,28 +122,69 @@ def test_the_trainers_open_files_and_memory_cannot_be_opened(probed):
     assert outcome(probed, "trainer_files") == ("ok", [0.0], "")
 
 
-def test_writes_outside_the_workers_directory_fail_where_landlock_exists_and_are_reported_where_not(probed):
+def test_the_trainers_files_are_neither_written_nor_read_where_it_is_root_and_reported_where_not(probed):
+    """As root (the GKE image's user, and gVisor's) the workers run as another uid: the kernel's own permissions refuse
+    a reward the trainer's 0644 file (append), its directory (a new file) and its 0600 file (read), with or without
+    Landlock. Judged from outside the worker, and the worker's own report comes from the same tries. A trainer that
+    is not root cannot change its workers' uid: see `_check_a_user_trainers_files`."""
+    runtime, who = probed["case"]
+    if who == "user":
+        _check_a_user_trainers_files(probed)
+        return
+    isolation = probed["isolation"]
+    assert isolation["worker_uid"] == isolation["worker_gid"] == WORKER_UID and isolation["worker_groups"] == []
+    assert outcome(probed, "write_outside")[0] == "error" and not probed["outside_file_written"]
+    result, _, error = outcome(probed, "append_trainer_file")
+    assert result == "error" and "PermissionError" in error and not probed["trainer_file_appended"]
+    result, _, error = outcome(probed, "read_trainer_file")
+    assert result == "error" and "PermissionError" in error
+    assert isolation["writes_confined"] and isolation["reads_confined"]
+    assert set(isolation["file_routes"].values()) == {"EACCES"}
+    assert isolation["filesystem_confined"] is (runtime != "gvisor")  # under gVisor the uid alone held
+
+
+def _check_a_user_trainers_files(probed: dict) -> None:
+    """Its workers keep its uid: its own 0600 file is read on every runtime (Landlock confines writes, not reads), and
+    without Landlock its files are written; the worker's report says so."""
     runtime, _ = probed["case"]
+    isolation = probed["isolation"]
+    assert isolation["worker_uid"] == NOBODY and "not root" in isolation["uid_refused"]
+    assert outcome(probed, "read_trainer_file") == ("ok", [float(len("the trainer's\n"))], "")
+    assert not isolation["reads_confined"]
     if runtime == "gvisor":  # no Landlock there: the gap is reported (docs/reward-sandbox.md says what closes it)
-        assert not probed["isolation"]["filesystem_confined"]
-        assert "Function not implemented" in probed["isolation"]["landlock_refused"]
+        assert not isolation["filesystem_confined"] and not isolation["writes_confined"]
+        assert "Function not implemented" in isolation["landlock_refused"]
+        assert outcome(probed, "append_trainer_file")[0] == "ok" and probed["trainer_file_appended"]
     else:
-        assert probed["isolation"]["filesystem_confined"]
+        assert isolation["filesystem_confined"] and isolation["writes_confined"]
         assert outcome(probed, "write_outside")[0] == "error" and not probed["outside_file_written"]
+        assert outcome(probed, "append_trainer_file")[0] == "error" and not probed["trainer_file_appended"]
 
 
-def test_the_shipped_check_says_what_held_under_gvisor_and_exits_0_when_every_required_guarantee_did():
-    """`python -m trainer sandbox-check`, the deploy guide's one-pod check, as an operator runs it in a sandboxed pod."""
+@pytest.mark.parametrize("who", ["user", "root"])
+def test_the_shipped_check_says_what_held_under_gvisor_and_exits_0_when_every_required_guarantee_did(who):
+    """`python -m trainer sandbox-check`, the deploy guide's one-pod check, as an operator runs it in a sandboxed pod:
+    as a user, the trainer's files are the workers' too (said, not held); as root, the workers' uid keeps them out."""
+    if who == "root" and os.getuid() != 0:
+        pytest.skip("the root case runs only when the tests run as root")
     command = [sys.executable, "-m", "harness.runtime_emulation", "--runtime", "gvisor"]
-    command += ["--uid", str(NOBODY)] if os.getuid() == 0 else []
+    command += ["--uid", str(NOBODY)] if who == "user" and os.getuid() == 0 else []
     command += ["--", sys.executable, "-m", "trainer", "sandbox-check"]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "PYTHONPATH": str(REPO)}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert "FILESYSTEM WRITES NOT CONFINED (Landlock is not available" in lines[0] and "no network (seccomp refuses" in lines[0]
+    assert "no network (seccomp refuses" in lines[0]
     assert "  held: no internet socket opens (Python, ctypes, a subprocess)" in lines
-    assert "  not held: writes stay in the worker's directory (where the runtime allows)" in lines
+    files = ("writes stay in the worker's directory", "the trainer's 0600 files stay unread")
+    if who == "user":
+        assert "FILESYSTEM WRITES NOT CONFINED (Landlock is not available" in lines[0] and "not root" in lines[0]
+        assert "READS THE TRAINER'S PRIVATE FILES" in lines[0]
+        assert all(f"  not held: {what} (where the runtime allows)" in lines for what in files)
+    else:
+        assert f"no write outside its own directory (uid {WORKER_UID}, not the trainer's 0; tried:" in lines[0]
+        assert f"no read of the trainer's private (0600) files (uid {WORKER_UID})" in lines[0]
+        assert all(f"  held: {what} (where the runtime allows)" in lines for what in files)
 
 
 def test_the_check_exits_1_naming_what_did_not_hold(monkeypatch, capsys):
@@ -150,6 +193,7 @@ def test_the_check_exits_1_naming_what_did_not_hold(monkeypatch, capsys):
 
     def leaky_check() -> dict:
         result = {"isolation": {}, "outside_file_written": False, "connections_reached_listener": 1, "bystander_alive": True}
+        result["trainer_file_appended"] = False
         result["workers_replaced"] = 0
         result["results"] = {name: {"outcome": "ok", "scores": [0.0]} for name in self_check.NAMES}
         result["routes"] = {route: {"held": True} for route in reach_probes.SIGNAL_ROUTES + reach_probes.PROCESS_ROUTES}

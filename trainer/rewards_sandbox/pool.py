@@ -1,13 +1,14 @@
 """The trainer's side of the reward sandbox: a small pool of worker processes (worker.py), each call under a deadline.
 
 A worker starts with an empty environment (only what Python needs: WORKER_ENV) in a temporary directory of its own,
-isolates itself and sets its limits (worker.py, confinement.py), loads the user's file and answers calls over a pipe:
-bounded length-prefixed JSON both ways; what it prints reaches the trainer's log bounded per call (output.py). The
-process that starts workers is first marked not dumpable (process_privacy.py), so a worker cannot read its
-environment. The pool waits for each reply until the call's deadline; a worker past it, one that
-died, or one whose reply is not a message, is killed (its whole session: the keeper, the server and, in the server's
-PID namespace, whatever the reward started) and replaced by a new one at the next call. Nothing here imports the
-user's file: the trainer process never runs reward code.
+as another user than a root trainer (worker_user.py: it reads a copy of the reward file there), isolates itself and
+sets its limits (worker.py, confinement.py), loads the user's file and answers calls over a pipe: bounded length-
+prefixed JSON both ways; what it prints reaches the trainer's log bounded per call (output.py). The process that
+starts workers is first marked not dumpable (process_privacy.py), so a worker cannot read its environment. The pool
+waits for each reply until the call's deadline; a worker past it, one that died, or one whose reply is not a
+message, is killed (its whole session: the keeper, the server and, in the server's PID namespace, whatever the
+reward started) and replaced by a new one at the next call. Nothing here imports the user's file: the trainer
+process never runs reward code.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +30,7 @@ from .output import OutputRelay
 from .process_privacy import hide_from_same_user
 from .spawn import start_worker_process
 from .stats import CallOutcome, RewardCallStats
+from .worker_user import WorkerUser, make_decoys, make_workdir, stage_reward_file, worker_user
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,18 @@ class RewardWorker(WorkerLink):
     """One worker process of this machine (or container) and its pipes. Not thread-safe: the pool hands it to one call
     at a time."""
 
-    def __init__(self, python: str, clock: Callable[[], float]):
-        self.workdir = tempfile.mkdtemp(prefix="rljob-reward-")
+    def __init__(self, python: str, clock: Callable[[], float], reward_path: str, user: WorkerUser | None = None):
+        self.workdir = make_workdir(user)
+        try:
+            self.reward_path = stage_reward_file(reward_path, self.workdir, user)  # where this worker reads it
+        except OSError:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         lifeline_read, self._lifeline = os.pipe()  # the write end stays here: the keeper sees it close when we die
         output_read, output_write = os.pipe()
         try:
             self.process = start_worker_process(
-                python, self.workdir, lifeline_read, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output_write
+                python, self.workdir, lifeline_read, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output_write, user=user
             )
         except OSError:
             os.close(self._lifeline)
@@ -138,6 +144,9 @@ class RewardSandboxPool:
 
     def __post_init__(self) -> None:
         self._worker_path = self.path  # where a worker reads the reward file (a copy, in the reward container)
+        self._user: WorkerUser | None = None  # whom local workers run as (worker_user.py)
+        self._user_refused = ""  # why they run as the trainer's own user
+        self._decoys: str | None = None  # the trainer's files each worker tries (file_probes.py)
         self._idle: list[WorkerLink] = []
         self._live = 0
         self._closed = False
@@ -147,6 +156,9 @@ class RewardSandboxPool:
         hide_from_same_user()  # before any worker exists: this process's environment holds the job's secrets
         if self.host:
             self._worker_path = share_reward_file(self.path, self.host)
+        else:
+            self._user, self._user_refused = worker_user()
+            self._decoys = make_decoys()
         worker = self._start_worker()
         with self._cond:
             self._live += 1
@@ -159,9 +171,11 @@ class RewardSandboxPool:
             except OSError as e:
                 raise RewardLoadFailed(f"the reward worker did not start: {e}") from None
         else:
-            worker = RewardWorker(self.python, self.clock)
+            worker = self._local_worker()
         message = {"path": self._worker_path, "names": self.names, "memory_bytes": self.limits.memory_mib * 1024 * 1024}
         message["cpu_s"] = self.limits.cpu_s
+        if isinstance(worker, RewardWorker):
+            message.update(path=worker.reward_path, import_dir=os.path.dirname(os.path.abspath(self.path)), decoys=self._decoys)
         try:
             reply = worker.exchange(message, self.clock() + self.limits.start_timeout_s)
         except WorkerFailed as e:
@@ -171,8 +185,21 @@ class RewardSandboxPool:
             worker.kill()
             raise RewardLoadFailed(f"loading {self.path} in the reward sandbox failed: {reply.get('error')}", str(reply.get("error")))
         self.params = reply.get("params") or {}
-        self.isolation = {**(reply.get("isolation") or {}), "reward_container": bool(self.host)}
+        self.isolation = {**(reply.get("isolation") or {}), "reward_container": bool(self.host), "trainer_uid": os.getuid()}
+        if self._user_refused:
+            self.isolation["uid_refused"] = self._user_refused
         return worker
+
+    def _local_worker(self) -> RewardWorker:
+        """A worker as the chosen user; where the system refuses to start it so (a root without CAP_SETUID, an
+        interpreter the user cannot reach), as the trainer's own user, and the refusal is reported."""
+        if self._user is not None:
+            try:
+                return RewardWorker(self.python, self.clock, self.path, self._user)
+            except OSError as e:
+                self._user_refused = f"uid {self._user.uid} could not start {self.python}: {e.strerror or e}"
+                self._user = None
+        return RewardWorker(self.python, self.clock, self.path)
 
     def _acquire(self) -> WorkerLink | str:
         with self._cond:
@@ -257,3 +284,5 @@ class RewardSandboxPool:
             self._cond.notify_all()
         for worker in idle:
             worker.kill()
+        if self._decoys is not None:
+            shutil.rmtree(self._decoys, ignore_errors=True)

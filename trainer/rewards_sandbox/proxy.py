@@ -116,9 +116,30 @@ class SandboxedReward:
 
 
 def writes_confined(isolation: dict[str, Any]) -> bool:
-    """A worker could write only its own directory (Landlock), or only its own container's files (the pod's reward
-    container, host.py): not the trainer's run directory."""
-    return bool(isolation.get("filesystem_confined") or isolation.get("reward_container"))
+    """The worker tried to write the trainer's files (file_probes.py: append to a 0644 file, create one beside it)
+    and was refused, or it runs in the pod's reward container (host.py), where no file of the trainer's is."""
+    return bool(isolation.get("writes_confined") or isolation.get("reward_container"))
+
+
+def _files(isolation: dict[str, Any]) -> str:
+    """What the worker's tries on the trainer's files answered, and which layers were there to refuse them."""
+    uid, trainer_uid = isolation.get("worker_uid"), isolation.get("trainer_uid")
+    layers = [f"uid {uid}, not the trainer's {trainer_uid}"] if uid is not None and uid != trainer_uid else []
+    layers += [f"Landlock ABI {isolation.get('landlock_abi')}"] if isolation.get("filesystem_confined") else []
+    tried = ", ".join(f"{route} {answer}" for route, answer in sorted((isolation.get("file_routes") or {}).items()))
+    if isolation.get("writes_confined"):
+        files = f"no write outside its own directory ({'; '.join(layers)}; tried: {tried})"
+    elif isolation.get("reward_container"):
+        return "in the pod's reward container: no file of the trainer's to write or read (Landlock not available there)"
+    else:
+        why = [isolation.get("landlock_refused") or "Landlock not tried", isolation.get("uid_refused") or ""]
+        files = (
+            f"FILESYSTEM WRITES NOT CONFINED ({'; '.join(w for w in why if w)}; tried: {tried or 'nothing'}): a reward can "
+            "write what the trainer's user can"
+        )
+    if isolation.get("reads_confined"):
+        return files + f", no read of the trainer's private (0600) files (uid {uid})"
+    return files + ", READS THE TRAINER'S PRIVATE FILES (its user's: 0600 files included)"
 
 
 def describe_isolation(isolation: dict[str, Any]) -> str:
@@ -133,13 +154,7 @@ def describe_isolation(isolation: dict[str, Any]) -> str:
             f"({isolation.get('refused') or 'unknown'}) and the seccomp filter ({isolation.get('seccomp_refused') or 'unknown'}); "
             "Python's sockets raise in the workers, which code can get around"
         )
-    if isolation.get("filesystem_confined"):
-        files = f"writes only in its own directory (Landlock ABI {isolation.get('landlock_abi')})"
-    elif isolation.get("reward_container"):
-        files = "in the pod's reward container: no file of the trainer's to write (Landlock not available there)"
-    else:
-        why = isolation.get("landlock_refused") or "Landlock not tried"
-        files = f"FILESYSTEM WRITES NOT CONFINED ({why}): a reward can write what the trainer's user can"
+    files = _files(isolation)
     if isolation.get("seccomp"):
         processes = "no new process, exec or ptrace (seccomp)"
     else:

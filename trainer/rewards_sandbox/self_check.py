@@ -4,7 +4,8 @@ The check starts this module as a child process (`python -m trainer.rewards_sand
 with a random secret in its environment: the child plays the train stage. It starts the real pool (pool.py) over
 PROBES, a reward file that tries what a hostile reward would, calls each function once and prints one JSON object:
 what the workers obtained (`isolation`), each call's outcome, and what is seen from outside the worker (a bystander
-process of the same user still alive, connections that reached a loopback listener, a file in DIR). Each route to
+process of the same user still alive, connections that reached a loopback listener, a file in DIR, and this
+process's own 0644 and 0600 files in DIR, which a reward tries to append to and to read). Each route to
 another process that reach_probes.py knows (signals, SIGIO, rlimits, priority, scheduling, I/O class, memory,
 pidfds) is tried against a decoy process started here (never this process or its parent); `routes` says what each
 answered and whether its decoy lived. `verdict` turns that into what held. The same child runs under each emulated
@@ -108,11 +109,24 @@ def write_outside(prompts, completions, directory, **kwargs):
     with open(os.path.join(directory, "written-by-a-reward"), "w") as f:
         f.write("a reward wrote here")
     return [1.0] * len(completions)
+
+def append_trainer_file(prompts, completions, directory, **kwargs):
+    with open(os.path.join(directory, "trainer-file"), "a") as f:
+        f.write("a reward appended here")
+    return [1.0] * len(completions)
+
+def read_trainer_file(prompts, completions, directory, **kwargs):
+    with open(os.path.join(directory, "trainer-private")) as f:
+        return [float(len(f.read()))] * len(completions)
 '''
 NAMES = [
     "score", "environ_secrets", "socket_reimported", "socket_ctypes", "socket_subprocess", "kill_bystander",
-    "signal_trainer", "trainer_files", "write_outside", "reach",
+    "signal_trainer", "trainer_files", "write_outside", "append_trainer_file", "read_trainer_file", "reach",
 ]  # fmt: skip
+# The trainer's own files in the outside directory, with the modes rljob's files have (a run's log, the service's
+# database: 0644; a token, a lock: 0600): a reward must not append to the first nor read the second.
+TRAINER_FILES = {"trainer-file": 0o644, "trainer-private": 0o600}
+TRAINER_TEXT = "the trainer's\n"
 BATCH = {"prompts": ["p"], "completions": ["abc"]}
 # The reward that tries one route against a decoy, pasted after reach_probes.py's text: the reward file is one file
 # (a pod's reward container receives no other).
@@ -157,6 +171,9 @@ def run(port: int | None, outside_dir: str) -> dict[str, Any]:
     rewards = Path(workdir, "probe_rewards.py")
     rewards.write_text(PROBES + Path(reach_probes.__file__).read_text() + REACH_REWARD)
     decoys = _start_decoys()
+    for name, mode in TRAINER_FILES.items():
+        Path(outside_dir, name).write_text(TRAINER_TEXT)
+        os.chmod(Path(outside_dir, name), mode)
     pool = RewardSandboxPool(str(rewards), NAMES, SandboxLimits(timeout_s=20, memory_mib=1024), size=1)
     results: dict[str, Any] = {}
     try:
@@ -170,6 +187,8 @@ def run(port: int | None, outside_dir: str) -> dict[str, Any]:
             "signal_trainer": {"pid": os.getpid()},
             "trainer_files": {"pid": os.getpid()},
             "write_outside": {"directory": outside_dir},
+            "append_trainer_file": {"directory": outside_dir},
+            "read_trainer_file": {"directory": outside_dir},
         }
         for name in NAMES[:-1]:  # all but `reach`, which _try_routes calls once per route
             started = time.monotonic()
@@ -190,6 +209,7 @@ def run(port: int | None, outside_dir: str) -> dict[str, Any]:
             "listener_error": listener_error,
             "connections_reached_listener": _connections(listener),
             "outside_file_written": Path(outside_dir, "written-by-a-reward").exists(),
+            "trainer_file_appended": Path(outside_dir, "trainer-file").read_text() != TRAINER_TEXT,
             "routes": routes,
             "workers_replaced": pool.replaced,
         }
@@ -237,8 +257,9 @@ def _all_held(result: dict[str, Any], routes: tuple[str, ...]) -> bool:
     return all(result["routes"][route]["held"] for route in routes)
 
 
-# What must hold wherever rljob runs rewards; a file written outside the worker's directory is reported, not required
-# (no runtime without Landlock can stop it in-process: docs/reward-sandbox.md).
+# What must hold wherever rljob runs rewards; the trainer's files written or read are reported, not required: a
+# trainer that is not root keeps its workers' uid, and without Landlock nothing in-process stops them there
+# (docs/reward-sandbox.md).
 REQUIRED: dict[str, Callable[[dict[str, Any]], bool]] = {
     "a reward call is scored": lambda r: r["results"]["score"]["outcome"] == "ok" and r["workers_replaced"] == 0,
     "no environment holding the trainer's secret is read": lambda r: r["results"]["environ_secrets"]["scores"] == [0.0],
@@ -258,7 +279,10 @@ def verdict(result: dict[str, Any]) -> dict[str, dict[str, bool]]:
     """What held: `required` everywhere rljob runs rewards, `reported` where the runtime allows it."""
     return {
         "required": {what: bool(test(result)) for what, test in REQUIRED.items()},
-        "reported": {"writes stay in the worker's directory": not result["outside_file_written"]},
+        "reported": {
+            "writes stay in the worker's directory": not result["outside_file_written"] and not result["trainer_file_appended"],
+            "the trainer's 0600 files stay unread": result["results"]["read_trainer_file"]["outcome"] != "ok",
+        },
     }
 
 
@@ -266,6 +290,7 @@ def check(python: str = sys.executable, env: dict[str, str] | None = None) -> di
     """Run the child with a fresh secret and directory; its result with `verdict` added."""
     secret = "rljob-sandbox-check-" + secrets.token_hex(8)
     with tempfile.TemporaryDirectory(prefix="rljob-sandbox-check-") as outside:
+        os.chmod(outside, 0o755)  # as a run's directory may be: what refuses a reward must be the files' own modes
         done = subprocess.run(
             [python, "-m", "trainer.rewards_sandbox.self_check", "--outside-dir", outside],
             env={**(env if env is not None else os.environ), SECRET_NAME: secret},

@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import IO
 
+from .worker_user import WorkerUser
+
 WORKER_SCRIPT = str(Path(__file__).with_name("worker.py"))
 
 
@@ -26,9 +28,17 @@ def worker_env(workdir: str) -> dict[str, str]:
 
 
 def start_worker_process(
-    python: str, workdir: str, lifeline_read: int, *, stdin: int | IO[bytes], stdout: int | IO[bytes], stderr: int
+    python: str,
+    workdir: str,
+    lifeline_read: int,
+    *,
+    stdin: int | IO[bytes],
+    stdout: int | IO[bytes],
+    stderr: int,
+    user: WorkerUser | None = None,
 ) -> subprocess.Popen[bytes]:
-    """`python -I worker.py LIFELINE_FD` in `workdir`, leading a session of its own (killed whole)."""
+    """`python -I worker.py LIFELINE_FD` in `workdir`, leading a session of its own (killed whole); as `user` (its
+    uid and gid, no supplementary group) where given, set before the exec."""
     return subprocess.Popen(
         [python, "-I", WORKER_SCRIPT, str(lifeline_read)],
         stdin=stdin,
@@ -38,4 +48,7 @@ def start_worker_process(
         cwd=workdir,
         pass_fds=(lifeline_read,),
         start_new_session=True,
+        user=None if user is None else user.uid,
+        group=None if user is None else user.gid,
+        extra_groups=None if user is None else [],
     )

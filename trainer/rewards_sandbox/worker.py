@@ -12,10 +12,11 @@ Two processes:
   SIGCHLD through a wakeup pipe, not pidfd_open, which gVisor does not implement.
 - the server, pid 1 of the new PID namespace, sets its limits (rlimits: address space, CPU time, open files, file
   size, no core files, no new processes), confines itself (confinement.py: no capabilities, Landlock, a seccomp
-  filter), tries each route to another process (reach_probes.py: what held is reported, not assumed), loads the
-  user's file and answers calls. A process the reward starts (only possible where seccomp is missing) is killed
-  after each call (`kill(-1)` in its own namespace kills every process of the namespace but itself), and when the
-  server dies the kernel kills the namespace's every process.
+  filter), tries each route to another process (reach_probes.py) and to the trainer's files (file_probes.py: what
+  held is reported, not assumed), loads the user's file and answers calls. A process the reward starts (only
+  possible where seccomp is missing) is killed after each call (strays.py), and when the server dies the kernel
+  kills the namespace's every process.
+A root trainer starts the keeper as another user (worker_user.py), so the kernel's file permissions hold too.
 Where Linux refuses namespaces (a container's seccomp profile, gVisor), fewer are used (see `isolate`): the seccomp
 filter is what keeps the network out (no socket() at all, by any route); where it too is missing, Python's socket
 constructors raise in this process, which code can get around, and the job's log and status say the network is not
@@ -198,10 +199,12 @@ def _error_text(error: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
-def _load_functions(path: str, names: list[str]) -> tuple[dict[str, Any], dict[str, list[list[str]]]]:
-    directory = os.path.dirname(path)
-    if directory not in sys.path:
-        sys.path.append(directory)  # as MaxText's loader does: the file may import its neighbours
+def _load_functions(path: str, names: list[str], import_dir: str | None = None) -> tuple[dict[str, Any], dict[str, list[list[str]]]]:
+    """`import_dir`: the original file's directory where `path` is the pool's copy of it (worker_user.py), so that its
+    neighbours still import where this worker's user may read them."""
+    for directory in (os.path.dirname(path), import_dir):
+        if directory and directory not in sys.path:
+            sys.path.append(directory)  # as MaxText's loader does: the file may import its neighbours
     module_name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(module_name if module_name.isidentifier() else "rewards", path)
     if spec is None or spec.loader is None:
@@ -237,57 +240,11 @@ def _scores(result: Any, expected: int) -> list[float | None]:
     return out
 
 
-def _kill_strays(pid_namespace: bool) -> None:
-    """Kill every process the reward started, and reap them."""
-    if pid_namespace and os.getpid() == 1:
-        try:
-            os.kill(-1, signal.SIGKILL)  # pid 1 of its own namespace: every other process of that namespace
-        except (ProcessLookupError, PermissionError):
-            pass  # none, or the seccomp filter refused it: with the filter, no process could have been started
-    else:
-        for _ in range(100):  # a fork bomb's children race the kill; RLIMIT_NPROC bounds it for a non-root user
-            children = _children(os.getpid())
-            if not children:
-                break
-            for child in children:
-                _kill_tree(child)
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out += [int(p) for p in f.read().split()]
-    except OSError:
-        pass
-    return out
-
-
-def _kill_tree(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGSTOP)  # stop it forking while its own children are found
-    except ProcessLookupError:
-        return
-    for child in _children(pid):
-        _kill_tree(child)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def confine(isolation: dict[str, Any]) -> None:
+def confine(isolation: dict[str, Any], decoys: str | None) -> None:
     """The server's own confinement (confinement.py), merged into what the pool is told: the network counts as
     isolated with a network namespace or with the seccomp filter (no socket at all); signals and other processes
-    count as out of reach only where every route reach_probes.py tried from here was refused."""
+    count as out of reach only where every route reach_probes.py tried from here was refused; writes and reads of
+    the trainer's files only where file_probes.py's tries on the pool's decoys were refused."""
     numbers: dict[str, int] = {}
     try:
         confinement = _load_beside("confinement.py")
@@ -298,6 +255,7 @@ def confine(isolation: dict[str, Any]) -> None:
         held["seccomp_refused"] = f"{type(e).__name__}: {e}"
     isolation.update(held)
     isolation.update(_load_beside("reach_probes.py").probe_own_routes(numbers, isolation["pid_namespace"]))
+    isolation.update(_load_beside("file_probes.py").probe_files(decoys))
     isolation["network_isolated"] = bool(isolation["network_isolated"] or held["seccomp"])
     isolation["filesystem_confined"] = held["landlock_abi"] > 0
     if not isolation["network_isolated"]:
@@ -306,10 +264,11 @@ def confine(isolation: dict[str, Any]) -> None:
 
 def serve(proto_in: int, proto_out: int, isolation: dict[str, Any]) -> None:
     start = read_message_blocking(proto_in)
+    kill_strays = _load_beside("strays.py").kill_strays  # loaded before the limits and the filter
     set_limits(int(start["memory_bytes"]), int(start["cpu_s"]))
-    confine(isolation)
+    confine(isolation, start.get("decoys"))
     try:
-        functions, params = _load_functions(str(start["path"]), [str(n) for n in start["names"]])
+        functions, params = _load_functions(str(start["path"]), [str(n) for n in start["names"]], start.get("import_dir"))
     except BaseException as e:  # noqa: BLE001 - anything the user's file does on import is the reply
         write_all(proto_out, encode_message({"ok": False, "error": _error_text(e), "isolation": isolation}))
         return
@@ -334,7 +293,7 @@ def serve(proto_in: int, proto_out: int, isolation: dict[str, Any]) -> None:
             reply = {"ok": False, "error": _error_text(e)}
             if not isinstance(e, Exception):
                 reply["error"] += "\n" + "".join(traceback.format_exception_only(e))[-200:]
-        _kill_strays(isolation["pid_namespace"])
+        kill_strays(isolation["pid_namespace"])
         usage = resource.getrusage(resource.RUSAGE_SELF)
         reply["cpu_s"] = usage.ru_utime + usage.ru_stime  # the pool retires a worker well before its RLIMIT_CPU
         write_all(proto_out, encode_message(reply))
@@ -375,7 +334,9 @@ def main(argv: list[str]) -> int:
     os.close(devnull)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a TextIOWrapper under `python -I`
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    isolation = isolate()
+    # Whom the kernel checks files against, read before a user namespace would show an unmapped uid as 65534.
+    identity = {"worker_uid": os.getuid(), "worker_gid": os.getgid(), "worker_groups": sorted(os.getgroups())}
+    isolation = {**isolate(), **identity}
     wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the signal reaches the wakeup pipe
     signal.set_wakeup_fd(wakeup_write)
