@@ -48,8 +48,21 @@ def fork_and_leave(prompts, completions, **kwargs):
 
 def uses_config(prompts, completions, tmvp_config, **kwargs):
     return [tmvp_config.reward_exact_answer] * len(completions)
+
+def jax_on_cpu(prompts, completions, **kwargs):
+    return [float(os.environ.get("JAX_PLATFORMS") == "cpu")] * len(completions)
 """
-NAMES = ["length", "leaked_secrets", "read_credentials", "call_home", "allocate", "sleep_forever", "fork_and_leave", "uses_config"]
+NAMES = [
+    "length",
+    "leaked_secrets",
+    "read_credentials",
+    "call_home",
+    "allocate",
+    "sleep_forever",
+    "fork_and_leave",
+    "uses_config",
+    "jax_on_cpu",
+]
 BATCH = {"prompts": ["p1", "p2"], "completions": ["abc", "de"]}
 
 
@@ -83,6 +96,12 @@ def test_a_good_function_scores_and_is_counted(pool):
 def test_the_worker_gets_no_token_credentials_or_rljob_settings_from_the_trainers_environment(pool):
     result = pool.call("leaked_secrets", BATCH)
     assert result.outcome is CallOutcome.OK and result.scores == [0.0, 0.0]
+
+
+def test_a_reward_that_imports_jax_is_sent_to_the_cpu_whatever_the_trainer_uses(pool, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")  # the trainer's, on a TPU host; the worker's environment is its own
+    result = pool.call("jax_on_cpu", BATCH)
+    assert result.outcome is CallOutcome.OK and result.scores == [1.0, 1.0]
 
 
 def test_a_credentials_file_named_by_the_trainers_environment_is_not_named_in_the_workers(pool):

@@ -24,6 +24,9 @@ def worker_env(workdir: str) -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
+        # A reward that imports JAX takes the CPU: on a TPU host the trainer holds the chips, and libtpu lets one
+        # process open them, so JAX's default would fail (or wait) on its lock.
+        "JAX_PLATFORMS": "cpu",
     }
 
 
