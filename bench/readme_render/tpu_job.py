@@ -80,7 +80,7 @@ def _call(result: dict[str, Any], index: int) -> str:
     goodput = first.get("goodput") or {}
     stages = ", ".join(f"{stage} {duration(s)}" for stage, s in first["stage_s"].items())
     commit = f"`{(call.get('commit') or '?')[:10]}`" + (" with uncommitted changes" if call.get("uncommitted") else "")
-    said = [c for c in call["cli"] if not c["argv"][0].startswith("/")]
+    said = [c for c in call["cli"] if c["rljob"]]
     answered = ", ".join(f"`rljob {name}`" for name in sorted({c["argv"][0] for c in said if c["rc"] == 0}))
     parts = [
         f"Device call {index + 1} ({call['started']}, commit {commit}, JAX {versions.get('jax', '?')}, MaxText "
