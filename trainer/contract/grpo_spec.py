@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -22,6 +22,18 @@ def _weight(default: float, description: str) -> float:
 
 
 class RewardSpec(_Strict):
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {
+            "exact_answer",
+            "white_space_format_match",
+            "exact_format_match",
+            "partial_format_match",
+            "penalty_incorrect_format",
+            "penalty_incorrect_answer",
+            "functions_path",
+            "functions",
+        }
+    )  # spec_hash.py
     exact_answer: float = _weight(1.0, "MaxText's reward_exact_answer: for the exact answer")
     white_space_format_match: float = _weight(1.0, "MaxText's reward_white_space_format_match")
     exact_format_match: float = _weight(0.1, "MaxText's reward_exact_format_match")
@@ -79,6 +91,37 @@ REWARD_SANDBOX_DEFAULTS = {"on_error": "zero", "timeout_s": sandbox.DEFAULT_TIME
 
 class GrpoSpec(_Strict):
     """The GRPO/GSPO settings rl.yml exposes; defaults are the tutorial's. Upper bounds: spec_values.py."""
+
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {
+            "num_batches",
+            "num_test_batches",
+            "batch_size",
+            "num_generations",
+            "num_iterations",
+            "beta",
+            "epsilon",
+            "epsilon_high",
+            "loss_algo",
+            "kl_estimator",
+            "kl_direction",
+            "loss_agg_mode",
+            "learning_rate",
+            "warmup_steps_fraction",
+            "max_prefill_predict_length",
+            "max_target_length",
+            "kv_cache_buffer",
+            "temperature",
+            "top_k",
+            "top_p",
+            "checkpoint_period",
+            "keep_last_checkpoints",
+            "eval_interval",
+            "eval_sampling_strategy",
+            "num_eval_passes",
+            "rewards",
+        }
+    )  # spec_hash.py
 
     num_batches: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES, description="batches of prompts to train on")
     num_test_batches: int = Field(
