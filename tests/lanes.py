@@ -31,6 +31,7 @@ SLOW_LANES: dict[str, str] = {
     "tests/k8s/test_e2e_tiny_cpu.py": "slow-lane-1",
     "tests/storage/test_pipeline_gcs.py": "slow-lane-1",
     "tests/trainer/test_slow_smollm2.py": "slow-lane-1",
+    "tests/test_readme_demo.py": "slow-lane-1",  # the README's first command, scripts/demo.sh, whole
     # The trainer's own runs on the tiny model: one conversion cache (tests/trainer/conftest.py).
     "tests/trainer/test_slow_export_check.py": "slow-lane-2",
     "tests/trainer/test_slow_learning.py": "slow-lane-2",
