@@ -93,6 +93,14 @@ def admission_refusal(
             this_job = "this job was not estimated, and nothing is left"
         else:
             figure = _figure(estimate, name)
+            if figure is None and name == "usd":
+                # No list price for its accelerator and capacity: admitted, it would spend dollars no budget counts.
+                return name, (
+                    f"team {status.team} has a dollar budget, and rljob has no price for this job's accelerator and "
+                    "capacity (its estimate and `rljob usage` say 'no price'), so the budget cannot bound it. An admin "
+                    "adds the price (RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR) or submits it anyway with "
+                    "override_budget=true (rljob submit --override-budget)"
+                )
             if figure is None or figure.high <= left:
                 continue
             this_job = (
