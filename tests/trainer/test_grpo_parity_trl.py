@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from tunix.rl import algo_core
 
 from trainer.contract import JobSpec
+from trainer.contract.grpo_spec import TUNIX_ONLY_LOSS_AGG_MODES
 
 from .grpo_parity_sides import EOS, Batch, TrlGrpo, tunix_loss_and_grad
 
@@ -89,6 +91,15 @@ def _batch(old_policy: bool, garbage: float = 40.0, dropped_rows: tuple[int, ...
 
 def _spec(tiny_spec_dict: dict, **grpo: Any) -> JobSpec:
     fields = {"batch_size": len(COMPLETIONS) // G, "num_generations": G, **grpo}
+    mode = fields.get("loss_agg_mode")
+    if mode in TUNIX_ONLY_LOSS_AGG_MODES:
+        # The spec refuses it (MaxText's config would), so the comparison is of what Tunix would do, were it passed.
+        with pytest.raises(ValidationError, match="MaxText 0.2.5's train_rl refuses it"):
+            JobSpec.model_validate({**tiny_spec_dict, "grpo": {**tiny_spec_dict.get("grpo", {}), **fields}})
+        spec = JobSpec.model_validate(
+            {**tiny_spec_dict, "grpo": {**tiny_spec_dict.get("grpo", {}), **fields, "loss_agg_mode": "token-mean"}}
+        )
+        return spec.model_copy(update={"grpo": spec.grpo.model_copy(update={"loss_agg_mode": mode})})
     return JobSpec.model_validate({**tiny_spec_dict, "grpo": {**tiny_spec_dict.get("grpo", {}), **fields}})
 
 

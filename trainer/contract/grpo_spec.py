@@ -89,6 +89,10 @@ class RewardSpec(_Strict):
 REWARD_SANDBOX_DEFAULTS = {"on_error": "zero", "timeout_s": sandbox.DEFAULT_TIMEOUT_S, "memory_mib": sandbox.DEFAULT_MEMORY_MIB}
 
 
+# Tunix's other aggregations (Dr. GRPO's sequence-mean-token-scale among them): MaxText's config refuses them (issue 66).
+TUNIX_ONLY_LOSS_AGG_MODES = ("sequence-mean-token-scale", "seq-mean-token-sum", "sequence-mean-token-sum-norm")
+
+
 class GrpoSpec(_Strict):
     """The GRPO/GSPO settings rl.yml exposes; defaults are the tutorial's. Upper bounds: spec_values.py."""
 
@@ -146,12 +150,10 @@ class GrpoSpec(_Strict):
     )
     # Issue 53 section 3 (kl_direction.py). Left out of the spec's dump, so of its hash, while null: older specs keep theirs.
     kl_direction: KlDirection | None = Field(default=None, exclude_if=lambda v: v is None, description=KL_DIRECTION_DESCRIPTION)
-    loss_agg_mode: Literal[
-        "token-mean", "sequence-mean-token-mean", "sequence-mean-token-scale", "seq-mean-token-sum", "sequence-mean-token-sum-norm"
-    ] = Field(
+    loss_agg_mode: Literal["token-mean", "sequence-mean-token-mean"] = Field(
         default="sequence-mean-token-mean",
-        description="how per-token losses become the batch's (Tunix's modes; sequence-mean-token-scale is Dr. GRPO's, "
-        "no bias toward short or long completions)",
+        description="how per-token losses become the batch's: sequence-mean-token-mean, the mean over completions of "
+        "each one's token mean (TRL's loss_type grpo); token-mean, over all the batch's tokens (TRL's bnpo)",
     )
     learning_rate: float = Field(default=3e-6, gt=0, lt=1, description="the optimizer's peak learning rate")
     warmup_steps_fraction: float = Field(default=0.1, ge=0, le=1, description="fraction of the schedule spent warming up")
@@ -208,6 +210,17 @@ class GrpoSpec(_Strict):
     rewards: RewardSpec = Field(default_factory=RewardSpec, description="weights of MaxText's rewards, and your own reward functions")
     # Async (agentic) rollouts, issue 39: typed and refused at submit (JobSpec._async_rollout_refused, async_rollout.py).
     async_rollout: AsyncRollout | None = Field(default=None, description=ASYNC_ROLLOUT_DESCRIPTION)
+
+    @field_validator("loss_agg_mode", mode="before")
+    @classmethod
+    def _loss_agg_mode(cls, v: object) -> object:
+        if v in TUNIX_ONLY_LOSS_AGG_MODES:
+            raise ValueError(
+                f"{v} is Tunix's, but MaxText 0.2.5's train_rl refuses it when it loads its configuration "
+                "(types.RL.loss_agg_mode takes token-mean, sequence-mean or sequence-mean-token-mean), so the job would "
+                "fail after launch: use token-mean or sequence-mean-token-mean"
+            )
+        return v
 
     @field_validator("eval_mode")
     @classmethod
