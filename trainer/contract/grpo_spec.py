@@ -12,7 +12,7 @@ from . import spec_values as limits
 from .async_rollout import ASYNC_ROLLOUT_DESCRIPTION, AsyncRollout
 from .kl_direction import KL_DIRECTION_DESCRIPTION, KlDirection, kl_direction_problem
 from .reward_sandbox import RewardErrorPolicy
-from .spec_base import _check_file, _Strict
+from .spec_base import _check_file, _Strict, stored_spec
 from .spec_values import Location, PythonName
 
 
@@ -150,10 +150,13 @@ class GrpoSpec(_Strict):
     )
     # Issue 53 section 3 (kl_direction.py). Left out of the spec's dump, so of its hash, while null: older specs keep theirs.
     kl_direction: KlDirection | None = Field(default=None, exclude_if=lambda v: v is None, description=KL_DIRECTION_DESCRIPTION)
-    loss_agg_mode: Literal["token-mean", "sequence-mean-token-mean"] = Field(
+    loss_agg_mode: Literal[
+        "token-mean", "sequence-mean-token-mean", "sequence-mean-token-scale", "seq-mean-token-sum", "sequence-mean-token-sum-norm"
+    ] = Field(
         default="sequence-mean-token-mean",
         description="how per-token losses become the batch's: sequence-mean-token-mean, the mean over completions of "
-        "each one's token mean (TRL's loss_type grpo); token-mean, over all the batch's tokens (TRL's bnpo)",
+        "each one's token mean (TRL's loss_type grpo); token-mean, over all the batch's tokens (TRL's bnpo). Tunix's "
+        "other three are refused: MaxText 0.2.5's train_rl does not accept them",
     )
     learning_rate: float = Field(default=3e-6, gt=0, lt=1, description="the optimizer's peak learning rate")
     warmup_steps_fraction: float = Field(default=0.1, ge=0, le=1, description="fraction of the schedule spent warming up")
@@ -211,10 +214,10 @@ class GrpoSpec(_Strict):
     # Async (agentic) rollouts, issue 39: typed and refused at submit (JobSpec._async_rollout_refused, async_rollout.py).
     async_rollout: AsyncRollout | None = Field(default=None, description=ASYNC_ROLLOUT_DESCRIPTION)
 
-    @field_validator("loss_agg_mode", mode="before")
+    @field_validator("loss_agg_mode")
     @classmethod
-    def _loss_agg_mode(cls, v: object) -> object:
-        if v in TUNIX_ONLY_LOSS_AGG_MODES:
+    def _loss_agg_mode(cls, v: str, info: ValidationInfo) -> str:
+        if v in TUNIX_ONLY_LOSS_AGG_MODES and not stored_spec(info):
             raise ValueError(
                 f"{v} is Tunix's, but MaxText 0.2.5's train_rl refuses it when it loads its configuration "
                 "(types.RL.loss_agg_mode takes token-mean, sequence-mean or sequence-mean-token-mean), so the job would "
