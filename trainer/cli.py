@@ -142,6 +142,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return int(ExitCode.STORAGE)
     work_dir = local_work_dir(layout)
     work_dir.mkdir(parents=True, exist_ok=True)
+    # The run's own: its state, logs, staged inputs and checkpoints. 0700, so that other users of the machine (and a
+    # reward worker run under another uid) read none of it.
+    work_dir.chmod(0o700)
     reporter.run_started(reporter.previous_attempts() + 1, layout.root)
     stop = StopRequest(deadline)
     ctx = JobContext(

@@ -75,3 +75,13 @@ def test_a_runner_still_in_exec_is_not_started_again(
     wait_until(lambda: "waiting for the gate file" in log.read_text(), timeout_s=30)
     assert log.read_text().count("=== rljob: starting") == 1
     (Path(RunLayout(str(tmp_path / "runs"), JOB_ID).root) / "gate").touch()
+
+
+def test_a_jobs_directory_is_its_users_alone(tmp_path):
+    """The job's spec, log and lock: mode 0700, so neither another user of the machine nor a root trainer's reward
+    worker (another uid: trainer/rewards_sandbox/worker_user.py) reads them."""
+    from service.adapters.local.local_launch_lock import job_dir_lock
+
+    with job_dir_lock(tmp_path / "rl-aaaaaaaaaaaa"):
+        pass
+    assert (tmp_path / "rl-aaaaaaaaaaaa").stat().st_mode & 0o777 == 0o700

@@ -207,7 +207,7 @@ class LocalProcessLauncher:
 
     def _enqueue(self, job_id: str, spec: JobSpec) -> LocalJob:
         job_dir = self._dir(job_id)
-        job_dir.mkdir(parents=True, exist_ok=True)
+        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the job's spec, log and lock: its user's alone
         (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
         job = LocalJob(job_id=job_id, dir=job_dir, claim=self._claim(job_id, spec), capacity=local_capacity(spec))
         self._jobs[job_id] = job

@@ -19,7 +19,7 @@ LOCK_NAME = "launch.lock"
 
 @contextmanager
 def job_dir_lock(job_dir: Path) -> Iterator[None]:
-    job_dir.mkdir(parents=True, exist_ok=True)
+    job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(job_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
