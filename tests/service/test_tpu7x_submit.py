@@ -84,3 +84,27 @@ def test_tpu7x_has_no_price_so_a_dollar_budget_refuses_it(
         assert client.get("/v1/jobs", headers=headers).json()["count"] == 0
         on_v6e = client.post("/v1/jobs", json=_tutorial_on(tmp_path, "v6e-8", chips_per_vm=8), headers=headers)
         assert on_v6e.status_code == 201, on_v6e.text  # priced: the same budget admits it
+
+
+def test_a_capacity_without_a_price_is_refused_under_a_dollar_budget_though_another_is_priced(
+    store: SqlJobStore, settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """A price table that prices v6e on-demand but not spot: a job that may land on spot could spend dollars the
+    budget would not see (usage prices a job only where every capacity it ran on has a price), so it is refused."""
+    add_test_tokens(store)
+    settings = settings_factory(
+        bootstrap_token=TOKEN_A,
+        bootstrap_team="team-a",
+        team_budgets=json.dumps({"team-a": {"usd": 1000}}),
+        usage_prices_usd_per_chip_hour={"v6e": {"on-demand": 2.7}},
+    )
+    app = create_app(settings, store=store, launcher=FakeLauncher(), progress=FakeProgress())
+    with TestClient(app) as client:
+        wait_until(lambda: client.get("/readyz").status_code == 200)
+        headers = {"Authorization": f"Bearer {TOKEN_A}"}
+        either = _tutorial_on(tmp_path, "v6e-8", chips_per_vm=8, capacity=["spot", "on-demand"])
+        refused = client.post("/v1/jobs", json=either, headers=headers)
+        assert refused.status_code == 422, refused.text
+        assert "no price for this job's accelerator and capacity (spot)" in refused.text
+        priced = client.post("/v1/jobs", json=_tutorial_on(tmp_path, "v6e-8", chips_per_vm=8, capacity="on-demand"), headers=headers)
+        assert priced.status_code == 201, priced.text
