@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from service.adapters.store import SqlJobStore
 from service.adapters.store.record_rows import StoredSpecUnreadable
+from service.cli.client import read_answer
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
 from tests.service.service_helpers import record_spec
@@ -48,5 +49,6 @@ def test_a_spec_stored_before_a_refusal_was_added_stays_readable_while_new_ones_
     refused."""
     stored = _stored_with(store, "rl-oldspec00002", "loss_agg_mode", "sequence-mean-token-scale")
     assert store.get("rl-oldspec00002").spec.grpo.loss_agg_mode == "sequence-mean-token-scale"
+    assert read_answer(JobSpec, stored).grpo.loss_agg_mode == "sequence-mean-token-scale"  # `rljob status`/`list` read it
     with pytest.raises(ValidationError, match="MaxText 0.2.5's train_rl refuses it"):
         JobSpec.model_validate(stored)

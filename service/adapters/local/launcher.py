@@ -35,6 +35,7 @@ from service.background_loop import BackgroundLoop
 from service.domain.records.errors import InvalidRequest, LaunchFailed
 from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
+from trainer.contract.spec_base import STORED_SPEC_CONTEXT
 from trainer.contract.tpu import tpu_slice
 
 from . import job_runner, procs
@@ -323,7 +324,7 @@ class LocalProcessLauncher:
 
     def _read_spec(self, job_id: str) -> JobSpec | None:
         try:
-            return JobSpec.model_validate_json((self._dir(job_id) / "spec.json").read_text())
+            return JobSpec.model_validate_json((self._dir(job_id) / "spec.json").read_text(), context=STORED_SPEC_CONTEXT)
         except (OSError, ValueError):
             return None
 
