@@ -241,6 +241,7 @@ def _run_summary(name: str, found: dict[str, Any], compared: dict[str, Any] | No
         "message": view.get("message"),
         "steps": [view.get("step"), view.get("total_steps")],
         "spec_sha256": hashlib.sha256(json.dumps(view.get("spec"), sort_keys=True).encode()).hexdigest()[:16],
+        "run_spec_sha256": _run_spec_hash(view.get("spec")),
         "health": {k: (view.get("health") or {}).get(k) for k in ("verdict", "message")},
         # export.verify fails the job when the export does not load, give finite logits and generate
         "export_checked": view.get("phase") == "SUCCEEDED" and bool(((view.get("spec") or {}).get("export") or {}).get("verify")),
@@ -290,14 +291,11 @@ def collect(directory: Path) -> None:
     log = (directory / "service.log").read_text(errors="replace") if (directory / "service.log").exists() else ""
     call["host_tpu"] = record.get("host_tpu") or _host_line(log)
     runs = results.setdefault("runs", {})
-    for name in record["jobs"]:
-        if name in runs and _rerun_reason(runs[name]) is None:
-            raise SystemExit(
-                f"{name} already has a run that ended with its export evaluated ({runs[name]['job_id']}); the registration "
-                "reruns only a run cut short by something outside the experiment, never one that finished"
-            )
-    results.setdefault("calls", []).append(call)
     compares = record.get("compares") or {}
+    for name, found in record["jobs"].items():
+        if name in runs:
+            _check_rerun(name, runs[name], _run_summary(name, found, None), results.get("reruns", []))
+    results.setdefault("calls", []).append(call)
     for name, found in record["jobs"].items():
         if name in runs:
             old = runs[name]
@@ -324,13 +322,37 @@ def _is_rljob(call: dict[str, Any]) -> bool:
 
 
 def _rerun_reason(run: dict[str, Any]) -> str | None:
-    """Why the registration's rerun policy lets a recorded run be run again: it, or its export eval, had not ended."""
+    """Why the registration's rerun policy lets a recorded run be run again: the device call's time ran out before
+    it, or its export eval, ended. A run that ended (FAILED or CANCELLED included: how it ended is its result) has
+    none; a cause outside the experiment that this record cannot show is a deviation to write up, not to collect."""
     if run.get("phase") not in TERMINAL:
         return f"the job was {run.get('phase')} when its device call's time was up"
     export = run.get("export_eval") or {}
-    if export.get("phase") not in TERMINAL:
+    if run.get("phase") == "SUCCEEDED" and export.get("phase") not in TERMINAL:
         return f"its export eval was {export.get('phase') or 'not made'} when its device call's time was up"
     return None
+
+
+def _check_rerun(name: str, old: dict[str, Any], new: dict[str, Any], reruns: list[dict[str, Any]]) -> None:
+    """SystemExit unless the registration allows `new` to replace `old`: once, for a reason outside the experiment,
+    with the identical spec (whether the call's first job also evaluated the base model aside)."""
+    if _rerun_reason(old) is None:
+        raise SystemExit(
+            f"{name} already has a run that ended ({old['job_id']}, {old.get('phase')}); the registration reruns only a run "
+            "cut short by something outside the experiment, never one that ended"
+        )
+    if any(f"{r['arm']}/{r['seed']}" == name for r in reruns):
+        raise SystemExit(f"{name} was rerun once already; the registration reruns a run once")
+    if old.get("run_spec_sha256") and new.get("run_spec_sha256") != old["run_spec_sha256"]:
+        raise SystemExit(f"{name}'s rerun ({new['job_id']}) has another spec than {old['job_id']}: a rerun is the identical spec")
+
+
+def _run_spec_hash(spec: dict[str, Any] | None) -> str | None:
+    """The spec's hash without eval.base: the runner attaches the base eval to a call's first job only."""
+    if spec is None:
+        return None
+    trimmed = {**spec, "eval": {k: v for k, v in (spec.get("eval") or {}).items() if k != "base"}}
+    return hashlib.sha256(json.dumps(trimmed, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _job_list(text: str) -> list[tuple[str, int]]:
