@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ValidationError, create_model
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from trainer.contract.async_rollout import AsyncRollout
 from trainer.contract.spec import JobSpec
@@ -31,7 +31,13 @@ def _grown(model: type[BaseModel], target: type[BaseModel], cache: dict) -> type
     if model in cache:
         return cache[model]
     if model is target:
-        cache[model] = create_model(model.__name__, __base__=model, added_in_a_later_release=(int, 0))
+        cache[model] = create_model(
+            model.__name__,
+            __base__=model,
+            added_in_a_later_release=(int, 0),
+            # the way seed and kl_direction are declared: left out of the dump while unset
+            added_with_exclude_if=(int | None, Field(default=None, exclude_if=lambda v: v is None)),
+        )
         return cache[model]
     retyped = {}
     for name, info in model.model_fields.items():

@@ -31,9 +31,19 @@ def hash_body(model: BaseModel) -> dict[str, Any]:
 def _prune(model: BaseModel, body: dict[str, Any]) -> None:
     always = _hashed_always(type(model))
     for name, info in type(model).model_fields.items():
+        if name not in body:  # left out of the dump already (a field's exclude_if)
+            continue
         value = getattr(model, name)
         if isinstance(value, BaseModel):
             _prune(value, body[name])
+        elif isinstance(value, (list, tuple)):
+            for item, dumped in zip(value, body[name], strict=True):
+                if isinstance(item, BaseModel):
+                    _prune(item, dumped)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, BaseModel):
+                    _prune(item, body[name][key])
         if name not in always and value == info.get_default(call_default_factory=True):
             del body[name]
 
