@@ -7,12 +7,13 @@ attached on the chip (the built-in suite arith-b, fold B, held out; base and exp
 status, logs, samples, goodput and both evaluations back through the CLI; then the export is loaded and generates once
 more, by the JAX engine the TPU host has.
 
-    .venv/bin/python bench/tpu_job.py prepare                      # here: bench/.tpu-job/ (fold files, the spec)
-    python3.12 bench/tpu_job.py run --out DIR --jobs trained:1,control:1 [--base]   # on the chip (after the staging)
-    .venv/bin/python bench/tpu_job.py collect DIR                  # here: bench/results/tpu_job.json, then
+    .venv/bin/python bench/tpu_job.py prepare [--task gsm8k]       # here: bench/.tpu-job/ (job files, the commit)
+    python3.12 bench/tpu_job.py run --out DIR [--task gsm8k] --jobs trained:1,control:1 [--base]   # on the chip
+    .venv/bin/python bench/tpu_job.py collect DIR                  # here: the task's bench/results file, then
     .venv/bin/python bench/readme_sections.py                      # bench/README.md's block
-Keep each call's record beside the result (bench/results/tpu_job-call-<time>.json and its .service.log):
-tests/bench/test_tpu_job.py collects them again and expects the committed result.
+Keep each call's record beside the result (bench/results/tpu_job-call-<time>.json, tpu_job_gsm8k-call-<time>.json for
+gsm8k, and its .service.log): tests/bench/test_tpu_job.py collects them again and expects the committed result. The
+tasks and their registrations: bench/tpu_job_inputs.py.
 
 Everything `run` executes is a command a user would type (`rljob serve --uds`, `rljob submit`, `rljob status`, ...);
 each is recorded with its exit status, its time and the end of its output.
@@ -24,7 +25,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -34,74 +34,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-INPUTS = REPO / "bench" / ".tpu-job"
-RESULT = REPO / "bench" / "results" / "tpu_job.json"
+from bench.tpu_job_inputs import INPUTS, TASKS, job_spec, prepare, registration_path, result_path  # noqa: E402
+
 RECORD = "tpu_job-record.json"
-# The learning seeds bench's GRPO settings (bench/preregistration/learning_seeds.json), which learned on CPU.
-GRPO = {
-    "num_batches": 40,
-    "batch_size": 2,
-    "num_generations": 8,
-    "learning_rate": 3e-06,
-    "beta": 0.04,
-    "temperature": 0.7,
-    "top_k": 50,
-    "max_prefill_predict_length": 80,
-    "max_target_length": 112,
-    "kv_cache_buffer": 8,
-    "num_test_batches": 0,
-    "checkpoint_period": 20,
-    "kl_direction": "policy_to_reference",
-}
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 TAIL = 4000
-
-
-def prepare() -> None:
-    """Fold A's job files (the folds bench's, with its registered control rate) and the spec, for the chip."""
-    from bench.arith_folds import write_folds
-
-    registered = json.loads((REPO / "bench" / "preregistration" / "learning_folds.json").read_text())
-    shutil.rmtree(INPUTS, ignore_errors=True)
-    folds = write_folds(INPUTS / "folds", registered["base"]["sampled_strict_rate"])
-    for fold, facts in folds.items():
-        if facts["train_hash"] != registered["fold_hashes"][fold]:
-            raise SystemExit(f"fold {fold}'s rows differ from the registered ones ({facts['train_hash']})")
-    # The chip's machine gets the working tree without .git: the commit it runs travels here.
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-    changed = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout
-    (INPUTS / "COMMIT.json").write_text(json.dumps({"commit": head, "uncommitted": changed.splitlines()}))
-    print(f"wrote {INPUTS} ({sum(f.stat().st_size for f in INPUTS.rglob('*') if f.is_file()) / 1024:.0f} KiB) at {head[:10]}")
-
-
-def job_spec(work: Path, seed: int, reward: str = "arith_correct", smoke: bool = False) -> dict[str, Any]:
-    """The chip's job; `smoke`: the same on this machine's CPU, two steps and a four-row suite (to try the flow)."""
-    fold = INPUTS / "folds" / "A"
-    functions_path = fold / ("arith_correct.py" if reward == "arith_correct" else "arith_random_control.py")
-    spec = {
-        "name": f"tpu-arith-{'trained' if reward == 'arith_correct' else 'control'}-s{seed}",
-        "model": {"source": str(work / "smollm2"), "dtype": "float32"},
-        "dataset": {
-            "train_files": [str(fold / "train.parquet")],
-            "eval_files": [str(fold / "eval.parquet")],
-            "prompt_template": str(fold / "arith-one-shot.json"),
-        },
-        "grpo": {**GRPO, "rewards": {"functions_path": str(functions_path), "functions": [reward]}},
-        "hardware": {"accelerator": "v5e-1", "chips_per_vm": 1, "rollout_engine": "jax"},
-        "eval": {"suite": {"name": "arith-b"}, "accelerator": "v5e-1", "every_n_checkpoints": 1000, "base": True, "export": True},
-        "seed": seed,
-        "output": str(work / "runs"),
-    }
-    if smoke:
-        rows = work / "smoke-suite.jsonl"
-        rows.write_text("".join(json.dumps({"question": f"What is {a} * 7?", "answer": str(a * 7)}) + "\n" for a in range(4)))
-        suite = {"name": "smoke", "data": str(rows), "rewards_path": str(functions_path), "rewards": [reward]}
-        spec["hardware"] = {"accelerator": "cpu", "chips_per_vm": 1, "rollout_engine": "jax"}
-        spec["eval"] = {**spec["eval"], "accelerator": "cpu", "suite": {**suite, "sampling": {"samples": 2, "max_new_tokens": 16}}}
-        spec["grpo"] = {**spec["grpo"], "num_batches": 2, "checkpoint_period": 2}
-    return spec
 
 
 class Recorder:
@@ -156,7 +93,7 @@ def _attached(rec: Recorder, job_id: str) -> dict[str, str]:
     return {e["label"]: e["eval_id"] for e in view.get("attached_evals") or [] if e.get("eval_id")}
 
 
-ARMS = {"trained": "arith_correct", "control": "arith_random_control"}
+ARMS = ("trained", "control")
 
 
 def _job_record(rec: Recorder, job_id: str, first: bool) -> dict[str, Any]:
@@ -175,7 +112,7 @@ def _job_record(rec: Recorder, job_id: str, first: bool) -> dict[str, Any]:
     return found
 
 
-def run(out: Path, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke: bool = False) -> None:
+def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke: bool = False) -> None:
     """Submit every (arm, seed) job at once (the local launcher runs TPU jobs one at a time) and follow them all."""
     work = Path(os.environ.get("RLJOB_TPU_JOB_WORK", "/tmp/rljob-tpu-job"))
     work.mkdir(parents=True, exist_ok=True)
@@ -186,7 +123,7 @@ def run(out: Path, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke:
     # set in the environment so train_rl has it from its first compile (tests/conftest.py says why the variable).
     env.setdefault("JAX_COMPILATION_CACHE_DIR", str(work / "jax-cache"))
     rec = Recorder(env, time.monotonic() + max_s)
-    record: dict[str, Any] = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "max_s": max_s, "jobs": {}}
+    record: dict[str, Any] = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "task": task, "max_s": max_s, "jobs": {}}
     if (INPUTS / "COMMIT.json").exists():
         record.update(json.loads((INPUTS / "COMMIT.json").read_text()))
     began = time.monotonic()
@@ -202,7 +139,7 @@ def run(out: Path, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke:
         record["serve"] = {"argv": argv[2:], "socket_mode": oct(socket.stat().st_mode & 0o777) if socket.exists() else None}
         submitted: dict[str, str] = {}
         for index, (arm, seed) in enumerate(jobs):
-            spec = job_spec(work, seed, ARMS[arm], smoke=smoke)
+            spec = job_spec(work, task, arm, seed, smoke=smoke)
             spec["eval"]["base"] = base and index == 0  # the base model is evaluated once per call at most
             spec_path = work / f"spec-{arm}-s{seed}.json"
             spec_path.write_text(json.dumps(spec, indent=2))
@@ -304,6 +241,7 @@ def _run_summary(name: str, found: dict[str, Any], compared: dict[str, Any] | No
         "message": view.get("message"),
         "steps": [view.get("step"), view.get("total_steps")],
         "spec_sha256": hashlib.sha256(json.dumps(view.get("spec"), sort_keys=True).encode()).hexdigest()[:16],
+        "run_spec_sha256": _run_spec_hash(view.get("spec")),
         "health": {k: (view.get("health") or {}).get(k) for k in ("verdict", "message")},
         # export.verify fails the job when the export does not load, give finite logits and generate
         "export_checked": view.get("phase") == "SUCCEEDED" and bool(((view.get("spec") or {}).get("export") or {}).get("verify")),
@@ -334,31 +272,30 @@ def collect(directory: Path) -> None:
     A run is replaced only where the registration's rerun policy allows it (`_rerun_reason`); the old one is kept
     under `reruns` with its reason."""
     record = json.loads((directory / RECORD).read_text())
-    results = json.loads(RESULT.read_text()) if RESULT.exists() else {"registration": "bench/preregistration/tpu_learning_arith.json"}
+    task = record.get("task", "arith")  # the first calls' records predate the gsm8k task
+    result_file = result_path(task)
+    registration = str(registration_path(task).relative_to(REPO))
+    results = json.loads(result_file.read_text()) if result_file.exists() else {"registration": registration}
     call = {
         k: record.get(k) for k in ("started", "wall_s", "commit", "uncommitted", "device", "versions", "serve", "export_check", "compare")
     }
     call["jobs"] = {name: found["job_id"] for name, found in record["jobs"].items()}
     call["cli"] = [
-        {"argv": c["argv"][3:] if c["argv"][2:3] == ["service.cli.main"] else c["argv"], "rc": c["rc"], "s": c["s"]}
-        for c in record["calls"]
+        {"argv": c["argv"][3:] if _is_rljob(c) else c["argv"], "rljob": _is_rljob(c), "rc": c["rc"], "s": c["s"]} for c in record["calls"]
     ]
     call["failed"] = [
-        {"argv": c["argv"][3:] if c["argv"][2:3] == ["service.cli.main"] else c["argv"][1:4], "stderr_tail": c["stderr_tail"][-400:]}
+        {"argv": c["argv"][3:] if _is_rljob(c) else c["argv"][1:4], "stderr_tail": c["stderr_tail"][-400:]}
         for c in record["calls"]
         if c["rc"] != 0
     ]
     log = (directory / "service.log").read_text(errors="replace") if (directory / "service.log").exists() else ""
     call["host_tpu"] = record.get("host_tpu") or _host_line(log)
     runs = results.setdefault("runs", {})
-    for name in record["jobs"]:
-        if name in runs and _rerun_reason(runs[name]) is None:
-            raise SystemExit(
-                f"{name} already has a run that ended with its export evaluated ({runs[name]['job_id']}); the registration "
-                "reruns only a run cut short by something outside the experiment, never one that finished"
-            )
-    results.setdefault("calls", []).append(call)
     compares = record.get("compares") or {}
+    for name, found in record["jobs"].items():
+        if name in runs:
+            _check_rerun(name, runs[name], _run_summary(name, found, None), results.get("reruns", []))
+    results.setdefault("calls", []).append(call)
     for name, found in record["jobs"].items():
         if name in runs:
             old = runs[name]
@@ -374,19 +311,48 @@ def collect(directory: Path) -> None:
             results["base"] = base
         else:
             results.setdefault("base_repeats", []).append(base)
-    RESULT.write_text(json.dumps(results, indent=2) + "\n")
+    result_file.write_text(json.dumps(results, indent=2) + "\n")
     phases = ", ".join(f"{name} {run['phase']}" for name, run in runs.items())
-    print(f"wrote {RESULT}: {phases}")
+    print(f"wrote {result_file}: {phases}; keep the record as bench/results/{TASKS[task]['records']}<time>.json")
+
+
+def _is_rljob(call: dict[str, Any]) -> bool:
+    """A call of the CLI (python -m service.cli.main ...), as against the runner's own commands."""
+    return bool(call["argv"][2:3] == ["service.cli.main"])
 
 
 def _rerun_reason(run: dict[str, Any]) -> str | None:
-    """Why the registration's rerun policy lets a recorded run be run again: it, or its export eval, had not ended."""
+    """Why the registration's rerun policy lets a recorded run be run again: the device call's time ran out before
+    it, or its export eval, ended. A run that ended (FAILED or CANCELLED included: how it ended is its result) has
+    none; a cause outside the experiment that this record cannot show is a deviation to write up, not to collect."""
     if run.get("phase") not in TERMINAL:
         return f"the job was {run.get('phase')} when its device call's time was up"
     export = run.get("export_eval") or {}
-    if export.get("phase") not in TERMINAL:
+    if run.get("phase") == "SUCCEEDED" and export.get("phase") not in TERMINAL:
         return f"its export eval was {export.get('phase') or 'not made'} when its device call's time was up"
     return None
+
+
+def _check_rerun(name: str, old: dict[str, Any], new: dict[str, Any], reruns: list[dict[str, Any]]) -> None:
+    """SystemExit unless the registration allows `new` to replace `old`: once, for a reason outside the experiment,
+    with the identical spec (whether the call's first job also evaluated the base model aside)."""
+    if _rerun_reason(old) is None:
+        raise SystemExit(
+            f"{name} already has a run that ended ({old['job_id']}, {old.get('phase')}); the registration reruns only a run "
+            "cut short by something outside the experiment, never one that ended"
+        )
+    if any(f"{r['arm']}/{r['seed']}" == name for r in reruns):
+        raise SystemExit(f"{name} was rerun once already; the registration reruns a run once")
+    if old.get("run_spec_sha256") and new.get("run_spec_sha256") != old["run_spec_sha256"]:
+        raise SystemExit(f"{name}'s rerun ({new['job_id']}) has another spec than {old['job_id']}: a rerun is the identical spec")
+
+
+def _run_spec_hash(spec: dict[str, Any] | None) -> str | None:
+    """The spec's hash without eval.base: the runner attaches the base eval to a call's first job only."""
+    if spec is None:
+        return None
+    trimmed = {**spec, "eval": {k: v for k, v in (spec.get("eval") or {}).items() if k != "base"}}
+    return hashlib.sha256(json.dumps(trimmed, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _job_list(text: str) -> list[tuple[str, int]]:
@@ -402,8 +368,10 @@ def _job_list(text: str) -> list[tuple[str, int]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("prepare")
+    prepare_p = sub.add_parser("prepare")
+    prepare_p.add_argument("--task", choices=TASKS, default="arith")
     run_p = sub.add_parser("run")
+    run_p.add_argument("--task", choices=TASKS, default="arith")
     run_p.add_argument("--out", type=Path, required=True)
     run_p.add_argument("--jobs", type=_job_list, default=[("trained", 1)], help="ARM:SEED,... (arms: trained, control)")
     run_p.add_argument("--base", action="store_true", help="also evaluate the base model (the first job's attached base eval)")
@@ -413,9 +381,9 @@ def main() -> int:
     collect_p.add_argument("dir", type=Path)
     args = parser.parse_args()
     if args.command == "prepare":
-        prepare()
+        prepare(args.task)
     elif args.command == "run":
-        run(args.out, args.jobs, args.base, args.max_s, args.smoke)
+        run(args.out, args.task, args.jobs, args.base, args.max_s, args.smoke)
     else:
         collect(args.dir)
     return 0

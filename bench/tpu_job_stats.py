@@ -14,13 +14,16 @@ from typing import Any
 
 from bench.learning_seeds_stats import t_interval
 
-PREREGISTRATION = Path(__file__).resolve().parent / "preregistration" / "tpu_learning_arith.json"
+REPO = Path(__file__).resolve().parents[1]
+PREREGISTRATION = REPO / "bench" / "preregistration" / "tpu_learning_arith.json"
 CONFIDENCE = 0.95
 INCOMPLETE = "incomplete"
 
 
-def registered_seeds() -> list[int]:
-    seeds: list[int] = json.loads(PREREGISTRATION.read_text())["seeds"]
+def registered_seeds(result: dict[str, Any] | None = None) -> list[int]:
+    """The seeds of the registration a result follows (the arithmetic task's where it names none)."""
+    registration = REPO / result["registration"] if result and result.get("registration") else PREREGISTRATION
+    seeds: list[int] = json.loads(registration.read_text())["seeds"]
     return seeds
 
 
@@ -40,7 +43,7 @@ def _words(low: float | None, high: float | None, ahead: str, behind: str) -> st
 
 def decide(result: dict[str, Any]) -> dict[str, Any]:
     """Both comparisons of the rule, with the verdict 'incomplete' until every registered seed has both runs."""
-    runs, seeds = result.get("runs") or {}, registered_seeds()
+    runs, seeds = result.get("runs") or {}, registered_seeds(result)
     base = ((result.get("base") or {}).get("scores") or {}).get("sampled", {}).get("value")
     trained = {s: sampled(runs.get(f"trained/{s}")) for s in seeds}
     control = {s: sampled(runs.get(f"control/{s}")) for s in seeds}

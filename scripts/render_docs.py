@@ -36,6 +36,7 @@ from bench import readme_sections, render_learning, render_rollout_speed, verdic
 from service.cli.doc_tables import generated_tables  # noqa: E402
 from service.domain.records.phases import ALLOWED_TRANSITIONS, TERMINAL, JobPhase  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
+from trainer.contract.spec_hash import hash_rule  # noqa: E402
 
 SETTINGS_PAGE = REPO / "docs" / "settings.md"
 SPEC_PAGE = REPO / "docs" / "spec.md"
@@ -114,6 +115,11 @@ def spec_page(spec_model: type[BaseModel] = JobSpec) -> str:
         "Checks that span fields (e.g. `max_target_length` above `max_prefill_predict_length`, the slice's chips per VM)",
         "are the models' validators in `trainer/contract/spec.py`.",
         "",
+        'The column "hashed" says how a field enters the spec\'s content hash, which keys idempotency: `always` for the',
+        "fields a part had when it first entered the hash, `when not its default` for every field added since, so a spec",
+        "written before a field existed keeps its hash (`trainer/contract/spec_hash.py`; the committed corpus of",
+        "`tests/trainer/test_spec_hash_corpus.py` fails if one moves).",
+        "",
     ]
     missing: list[str] = []
     for path, model in _model_paths(spec_model):
@@ -122,7 +128,7 @@ def spec_page(spec_model: type[BaseModel] = JobSpec) -> str:
         lines += [f"## `{path or 'spec'}`: {name}", ""]
         if model.__doc__ and not model.__doc__.startswith(f"{name}("):
             lines += [" ".join(model.__doc__.split()), ""]
-        lines += ["| field | type | default | bounds | what it is |", "|---|---|---|---|---|"]
+        lines += ["| field | type | default | bounds | hashed | what it is |", "|---|---|---|---|---|---|"]
         for field_name, prop in node["properties"].items():
             field = model.model_fields[field_name]
             dotted = f"{path}.{field_name}" if path else field_name
@@ -130,7 +136,8 @@ def spec_page(spec_model: type[BaseModel] = JobSpec) -> str:
             if not what:
                 missing.append(dotted)
             kind, bounded = _schema_type(prop, defs)
-            row = [f"`{dotted}`", kind, _default(field), _bounds(bounded), (what or "").replace("|", "\\|")]
+            hashed = hash_rule(model, field_name)
+            row = [f"`{dotted}`", kind, _default(field), _bounds(bounded), hashed, (what or "").replace("|", "\\|")]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     if missing:

@@ -38,6 +38,7 @@ from service.domain.rounds.budget_reconciler import BudgetReconciler
 from service.domain.rounds.checkpoint_expiry import CheckpointExpiryReconciler, CheckpointStore
 from service.domain.rounds.progress_poller import ProgressPoller
 from service.domain.rounds.recovery import JobRecovery
+from service.fault_log import FaultLog
 from service.leader_rounds import LeaderRound, RoundLoops, RoundOf
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class Supervisor:
         self.rounds = RoundLoops([*self._domain_rounds(), *rounds])
         self._recovery_delay_s = recovery_retry_s
         self._recovered = False  # this start's recovery has succeeded: poll from now on
+        self._faults = FaultLog(log)  # the progress round's faults, each logged once until it recovers
         self._next_reconcile_s = 0.0
 
     def sink(self, obs: Observation) -> None:
@@ -218,19 +220,24 @@ class Supervisor:
 
     def _poll_round(self) -> bool:
         # Polling and the reconcile are guarded apart: one failing must not hold the other back.
+        # Each logged once per fault and once when it recovers (fault_log.py): a full state disk fails every round.
         behind = False
         try:
             behind = self.poll_progress_once()
             if self.take_over_requests:
                 self.recovery.take_over_requests()
-        except Exception:
-            log.exception("polling progress failed; trying again in %.1fs", self.progress_poll_interval_s)
+        except Exception as e:  # noqa: BLE001 - logged, with its traceback, by FaultLog
+            self._faults.failed("poll", e, "polling progress failed; trying again every %.1fs", self.progress_poll_interval_s)
+        else:
+            self._faults.succeeded("poll", "polling progress works again")
         if self._monotonic() >= self._next_reconcile_s:
             self._next_reconcile_s = self._monotonic() + self.active_jobs_reconcile_interval_s
             try:
                 self.recovery.reconcile_once()
-            except Exception:
-                log.exception("reconcile failed; trying again in %.1fs", self.active_jobs_reconcile_interval_s)
+            except Exception as e:  # noqa: BLE001 - logged, with its traceback, by FaultLog
+                self._faults.failed("reconcile", e, "reconcile failed; trying again every %.1fs", self.active_jobs_reconcile_interval_s)
+            else:
+                self._faults.succeeded("reconcile", "the reconcile works again")
         return behind
 
     def poll_progress_once(self) -> bool:

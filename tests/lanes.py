@@ -41,6 +41,7 @@ SLOW_LANES: dict[str, str] = {
     "tests/trainer/test_eval_slow_tiny.py": "slow-lane-2",  # an eval job on the tiny model (transformers, no MaxText run)
     "tests/trainer/test_jax_eval_engine.py": "slow-lane-2",  # the JAX evaluation engine against transformers (issue 64)
     "tests/service/test_qwen3_tiny_job.py": "slow-lane-2",  # a one-step tiny Qwen3 job through the service (issue 39)
+    "tests/test_readme_demo.py": "slow-lane-2",  # the README's first command, scripts/demo.sh, whole (86 s in CI)
 }
 LANE_ORDER = {name: i for i, name in enumerate(dict.fromkeys(SLOW_LANES.values()))}
 

@@ -138,6 +138,7 @@ RUNTIME_SIDE = (
     "service/supervisor.py",
     "service/leadership.py",
     "service/background_loop.py",
+    "service/fault_log.py",
     "service/leader_rounds.py",
     "service/change_notifier.py",
     "service/config.py",

@@ -70,17 +70,28 @@ def _call_runs(result: dict[str, Any], call: dict[str, Any]) -> dict[str, dict[s
     return {name: by_id[job_id] for name, job_id in call["jobs"].items()}
 
 
+def _usage_text(run: dict[str, Any]) -> str:
+    hours, usd, price = run.get("chip_hours"), run.get("cost_usd"), run.get("price_usd_per_chip_hour")
+    if hours is None:
+        return "no usage read"
+    if usd is None or price is None:
+        return f"{hours:.4f} chip-hours, no price"
+    return f"{hours:.4f} chip-hours, ${usd:.4f} at ${price:g} per chip-hour"
+
+
 def _call(result: dict[str, Any], index: int) -> str:
     """One device call: where it ran, what the service did with its jobs, and what the CLI answered."""
     call = result["calls"][index]
     runs = _call_runs(result, call)
     names = list(runs)
+    if not names:
+        return f"Device call {index + 1} ({call['started']}): no job was submitted ({len(call.get('failed') or [])} failed command(s))."
     first = runs[names[0]]
     versions = call.get("versions") or {}
     goodput = first.get("goodput") or {}
     stages = ", ".join(f"{stage} {duration(s)}" for stage, s in first["stage_s"].items())
     commit = f"`{(call.get('commit') or '?')[:10]}`" + (" with uncommitted changes" if call.get("uncommitted") else "")
-    said = [c for c in call["cli"] if not c["argv"][0].startswith("/")]
+    said = [c for c in call["cli"] if c["rljob"]]
     answered = ", ".join(f"`rljob {name}`" for name in sorted({c["argv"][0] for c in said if c["rc"] == 0}))
     parts = [
         f"Device call {index + 1} ({call['started']}, commit {commit}, JAX {versions.get('jax', '?')}, MaxText "
@@ -91,8 +102,7 @@ def _call(result: dict[str, Any], index: int) -> str:
         f"{_eval_phases(result, call, runs)}.",
         f"`{names[0]}` (`{first['job_id']}`) ended {first['phase']}: {stages}; {first['steps'][0]} of {first['steps'][1]} "
         f"steps; {goodput.get('productive_fraction', 0):.0%} of its {duration(goodput.get('wall_s', 0))} was rollout and "
-        f"update; {first['chip_hours']:.4f} chip-hours, ${first['cost_usd']:.4f} at ${first['price_usd_per_chip_hour']:g} "
-        f"per chip-hour; health: {first['health']['verdict']}."
+        f"update; {_usage_text(first)}; health: {first['health']['verdict']}."
         + (
             " Its export passed export.verify on the host (the check fails the job when the export does not load, give "
             "finite logits and generate; there the JAX engine, no torch being installed)."

@@ -30,6 +30,7 @@ from service.domain.run_diff import JobDiff
 from service.domain.webhooks.webhook_models import WebhookDeliveriesPublic
 from service.settings_env import SettingsInvalid
 from trainer.contract import JobSpec, ReproRecord
+from trainer.contract.spec_base import STORED_SPEC_CONTEXT
 
 from .service_address import ServiceAddress
 
@@ -39,8 +40,9 @@ DEFAULT_URL = "http://127.0.0.1:8765"
 def read_answer[Answer: BaseModel](model: type[Answer], body: Any) -> Answer:
     """An API answer read into its model, ignoring fields this CLI does not know at every depth (the models, the job's
     spec among them, forbid unknown fields where they take input): a newer service adding a field must not break an
-    older CLI reading it."""
-    return model.model_validate(body, extra="ignore")
+    older CLI reading it. Its specs are stored ones, read as the store reads them: a refusal added after a job was
+    submitted does not make that job unreadable."""
+    return model.model_validate(body, extra="ignore", context=STORED_SPEC_CONTEXT)
 
 
 class CliExit(enum.IntEnum):

@@ -89,7 +89,7 @@ def print_scores(found: EvalPublic) -> None:
     console.print(table)
     console.print(
         f"usage: {found.usage.billed_chip_hours:g} chip-hours, cost "
-        f"{'-' if found.usage.cost_usd is None else f'${found.usage.cost_usd:,.2f}'}",
+        f"{'no price' if found.usage.cost_usd is None else f'${found.usage.cost_usd:,.2f}'}",
         highlight=False,
     )
 

@@ -27,7 +27,7 @@ def _gib_months(value: float | None) -> str:
 
 
 def _usd(value: float | None) -> str:
-    return "-" if value is None else f"${value:,.2f}"
+    return "no price" if value is None else f"${value:,.2f}"
 
 
 def _slice(accelerator: str, capacity: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import tpu_job
+from bench import tpu_job, tpu_job_inputs
 from bench.tpu_job_stats import cost_per_point, cost_summary, decide, registered_seeds
 
 RESULTS = Path(tpu_job.__file__).resolve().parent / "results"
@@ -68,10 +68,14 @@ def test_cost_per_point_divides_the_training_jobs_chip_time_by_the_points_gained
     assert control["n"] == 2 and control["mean"] == pytest.approx(0.15)
 
 
-def test_the_committed_result_is_what_its_call_records_collect_to(tmp_path, monkeypatch):
-    records = sorted(RESULTS.glob("tpu_job-call-*[0-9].json"))
-    assert records, "bench/results/tpu_job.json has no call record beside it"
-    monkeypatch.setattr(tpu_job, "RESULT", tmp_path / "tpu_job.json")
+@pytest.mark.parametrize("task", sorted(tpu_job_inputs.TASKS))
+def test_the_committed_result_is_what_its_call_records_collect_to(task, tmp_path, monkeypatch):
+    facts = tpu_job_inputs.TASKS[task]
+    records = sorted(RESULTS.glob(f"{facts['records']}*[0-9].json"))
+    if not records:  # a task no chip call has run yet has neither records nor a result
+        assert not (RESULTS / facts["result"]).exists(), f"{facts['result']} has no call record beside it"
+        return
+    monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path)
     for record in records:
         call = tmp_path / record.stem
         call.mkdir()
@@ -79,7 +83,7 @@ def test_the_committed_result_is_what_its_call_records_collect_to(tmp_path, monk
         if (log := record.with_suffix(".service.log")).exists():
             shutil.copy(log, call / "service.log")
         tpu_job.collect(call)
-    assert json.loads((tmp_path / "tpu_job.json").read_text()) == json.loads((RESULTS / "tpu_job.json").read_text())
+    assert json.loads((tmp_path / facts["result"]).read_text()) == json.loads((RESULTS / facts["result"]).read_text())
 
 
 def _call_dir(tmp_path: Path, record: Path) -> Path:
@@ -92,7 +96,7 @@ def _call_dir(tmp_path: Path, record: Path) -> Path:
 def test_a_run_is_replaced_only_when_the_rerun_policy_allows_it(tmp_path, monkeypatch):
     """Call 1's seed-1 pair ended with its export evals QUEUED (the call's time was up): rerun, kept with that reason.
     A pair whose export evals ended may not be replaced, whatever its result."""
-    monkeypatch.setattr(tpu_job, "RESULT", tmp_path / "tpu_job.json")
+    monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path)
     records = sorted(RESULTS.glob("tpu_job-call-*[0-9].json"))
     for record in records:
         tpu_job.collect(_call_dir(tmp_path, record))
@@ -102,7 +106,7 @@ def test_a_run_is_replaced_only_when_the_rerun_policy_allows_it(tmp_path, monkey
         "rl-9ib5ayitrd3b": "its export eval was QUEUED when its device call's time was up",
     }
     before = (tmp_path / "tpu_job.json").read_text()
-    with pytest.raises(SystemExit, match="never one that finished"):
+    with pytest.raises(SystemExit, match="never one that ended"):
         tpu_job.collect(_call_dir(tmp_path, records[-1]))
     assert (tmp_path / "tpu_job.json").read_text() == before
 
@@ -115,3 +119,64 @@ def test_each_device_call_is_told_with_its_own_jobs():
     first = next(c for c in calls if c.startswith("Device call 1 "))
     assert "rl-ciex53pi1jaz" in first and result["runs"]["trained/1"]["job_id"] not in first
     assert "trained/1's export eval QUEUED" in first
+
+
+@pytest.mark.parametrize("task", sorted(tpu_job_inputs.TASKS))
+def test_every_registered_job_is_a_valid_spec_and_a_control_waits_for_its_rate(task, tmp_path, monkeypatch):
+    """The chip calls' specs pass the service's own model here, so no device time goes to a refused submit; a gsm8k
+    control cannot be made before the base rate it is registered to use was measured."""
+    from trainer.contract.spec import JobSpec
+
+    monkeypatch.setattr(tpu_job_inputs, "INPUTS", tmp_path / "inputs")
+    monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    monkeypatch.setattr(tpu_job_inputs, "commit_facts", lambda: {"commit": "0" * 40, "uncommitted": []})
+    tpu_job_inputs.prepare(task)
+    seeds = json.loads(tpu_job_inputs.registration_path(task).read_text())["seeds"]
+    for seed in seeds:
+        spec = JobSpec.model_validate(tpu_job_inputs.job_spec(tmp_path / "work", task, "trained", seed))
+        assert spec.seed == seed and spec.hardware.accelerator == "v5e-1"
+    if task == "arith":
+        JobSpec.model_validate(tpu_job_inputs.job_spec(tmp_path / "work", task, "control", 1))
+        return
+    with pytest.raises(SystemExit, match="collect a call run with --base"):
+        tpu_job_inputs.job_spec(tmp_path / "work", task, "control", 1)
+    base = {"scores": {"sampled": {"value": 0.0375, "ci95": [0.02, 0.05]}}}
+    (tmp_path / "results" / "tpu_job_gsm8k.json").write_text(json.dumps({"base": base}))
+    tpu_job_inputs.prepare(task)
+    control = tpu_job_inputs.job_spec(tmp_path / "work", task, "control", 1)
+    JobSpec.model_validate(control)
+    assert "RATE = 0.0375" in Path(control["grpo"]["rewards"]["functions_path"]).read_text()
+
+
+def test_gsm8k_rows_are_the_registered_ones_and_the_suite_shares_no_question_with_training():
+    train, suite = tpu_job_inputs.gsm8k_rows()
+    hashes = json.loads(tpu_job_inputs.registration_path("gsm8k").read_text())["hashes"]
+    assert (tpu_job_inputs.rows_hash(train), tpu_job_inputs.rows_hash(suite)) == (hashes["train_hash"], hashes["suite_hash"])
+    asked = {" ".join(r["question"].lower().split()) for r in train}
+    assert len(suite) == 300 and not asked & {" ".join(r["question"].lower().split()) for r in suite}
+
+
+def _recorded(phase: str, export_phase: str | None, spec_hash: str = "s1", job_id: str = "rl-old") -> dict:
+    export = {"phase": export_phase} if export_phase else None
+    return {"arm": "trained", "seed": 4, "job_id": job_id, "phase": phase, "export_eval": export, "run_spec_sha256": spec_hash}
+
+
+@pytest.mark.parametrize(
+    ("old", "reruns", "new_hash", "refusal"),
+    [
+        (_recorded("RUNNING", None), [], "s1", None),  # the call's time ran out during training
+        (_recorded("SUCCEEDED", "QUEUED"), [], "s1", None),  # ... before its export eval ran
+        (_recorded("FAILED", None), [], "s1", "ended"),  # how a run ends is its result
+        (_recorded("SUCCEEDED", "SUCCEEDED"), [], "s1", "ended"),
+        (_recorded("RUNNING", None), [_recorded("RUNNING", None, job_id="rl-first")], "s1", "once"),
+        (_recorded("RUNNING", None), [], "s2", "identical spec"),
+    ],
+)
+def test_a_rerun_is_once_for_a_cut_short_run_with_the_identical_spec(old, reruns, new_hash, refusal):
+    new = {**_recorded("SUCCEEDED", "SUCCEEDED", new_hash), "job_id": "rl-new"}
+    if refusal is None:
+        tpu_job._check_rerun("trained/4", old, new, reruns)
+    else:
+        with pytest.raises(SystemExit, match=refusal):
+            tpu_job._check_rerun("trained/4", old, new, reruns)

@@ -104,7 +104,7 @@ BUDGET = TeamBudget(chip_hours=10, usd=100)
         (4, 0, 3, 0, (1, 0.5, 3.5), 0, 8, "chip_hours"),  # expected 1 would fit; its upper bound does not
         (0, 0, 7.5, 0, (1, 0.5, 3), 0, 8, "chip_hours"),  # nothing spent yet: the queued jobs' bounds alone
         (0, 50, 0, 40, (1, 0.5, 1), 10.01, 8, "usd"),
-        (0, 50, 0, 40, (1, 0.5, 1), None, 8, None),  # no price: the dollar budget cannot refuse it
+        (0, 50, 0, 40, (1, 0.5, 1), None, 8, "usd"),  # no price: the dollar budget cannot bound it, so it refuses
         (10, 100, 5, 50, (1, 1, 1), 1, 0, None),  # a cpu job costs nothing, even over the budget
         (4, 0, 5.9, 0, None, None, 8, None),  # not estimated: refused only once nothing is left
         (4, 0, 6, 0, None, None, 8, "chip_hours"),
@@ -131,6 +131,8 @@ def test_a_job_is_refused_when_its_upper_bound_would_take_the_committed_amount_p
     assert (refused[0] if refused else None) == refused_by
     if refused and estimate is None:
         assert "this job was not estimated, and nothing is left" in refused[1]
+    if refused and estimate is not None and usd_high is None:
+        assert "rljob has no price for this job's accelerator and capacity" in refused[1]
 
 
 def test_the_refusal_names_the_budget_the_spend_what_is_committed_and_the_jobs_estimate() -> None:

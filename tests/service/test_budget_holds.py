@@ -6,15 +6,17 @@ budget; a loop that restarts halfway finishes the stop."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.cost.budget_ledger import BudgetLedger
+from service.domain.cost.budgets import hold_message, team_status
 from service.domain.cost.usage import PriceTable
 from service.domain.job_service import JobPolicies, JobPorts, JobService
-from service.domain.records.budget_models import TeamBudget
+from service.domain.records.budget_models import BudgetAmounts, TeamBudget
 from service.domain.records.errors import InvalidRequest
 from service.domain.records.estimate_models import EstimateRange, JobEstimate
 from service.domain.records.models import Caller, JobRecord
@@ -115,6 +117,9 @@ def test_a_running_job_that_crosses_its_budget_is_held_stopped_queued_and_releas
     assert queued is not None and queued.phase is JobPhase.QUEUED and queued.resumes == 0 and queued.backend is None
     assert queued.queue is not None and (queued.queue.name, queued.queue.reason) == ("team/team-a", "BudgetExhausted")
     assert "chip-hour budget for 2030-01" in queued.message and "raises RLJOB_TEAM_BUDGETS" in queued.message
+    # What happens next and what its owner can do: it resumes from its checkpoint by itself, when, or cancel it.
+    assert "stopped with a checkpoint" in queued.message and "resumes from that checkpoint by itself" in queued.message
+    assert "on 2030-02-01 (UTC)" in queued.message and "cancel it (rljob cancel" in queued.message
     assert queued.queue.message == queued.message
     kinds = [(e.kind, e.data.get("held")) for e in store.events_after(0, job_id=job.id) if e.kind == "hold"]
     assert kinds == [("hold", True)]
@@ -167,3 +172,13 @@ def test_the_month_turning_releases_a_held_job(store: SqlJobStore, tmp_path: Pat
     loop.reconcile_once()
     after = store.get(job.id)
     assert after is not None and after.hold is None and after.phase is JobPhase.LAUNCHING
+
+
+def test_a_hold_message_says_what_happens_next_and_what_to_do_for_a_job_that_never_started() -> None:
+    status = team_status("team-a", TeamBudget(chip_hours=1.0), BudgetAmounts(chip_hours=1.5, usd=0.0), datetime(2030, 12, 5, tzinfo=UTC))
+    message = hold_message(status, started=False)
+    assert message.startswith("held: team team-a's chip-hour budget for 2030-12 (UTC) is 1.00 chip-hours, 1.50 chip-hours spent.")
+    assert "has not started" in message and "checkpoint" not in message  # nothing was stopped, nothing to resume from
+    assert "starts by itself when the budget has room again: on 2031-01-01 (UTC)" in message  # the year turns too
+    assert "raises RLJOB_TEAM_BUDGETS and restarts the service" in message and "cancel it (rljob cancel" in message
+    assert "resumes from that checkpoint" in hold_message(status, started=True)

@@ -92,6 +92,9 @@ def test_a_worker_that_dies_or_hangs_is_replaced(worker, monkeypatch, task, time
     monkeypatch.setattr(manifest_worker_module, "manifest_sizes_of", task)  # what the next submit sends
     assert worker.sizes(data, JOB, ARTIFACTS) == f"the manifest worker {said}"
     monkeypatch.undo()
+    # The short limit was the hanging call's: a fresh worker's first call spawns its process (about 1 s, more than 2 s
+    # on a loaded machine), so it gets the service's own limit, which only a stuck worker reaches.
+    worker.timeout_s = manifest_worker_module.WORKER_TIMEOUT_S
     answer = worker.sizes(data, JOB, ARTIFACTS)  # a fresh worker
     assert isinstance(answer, ManifestSizes) and answer.sized["ckpt"]["file_count"] == 2_000
 

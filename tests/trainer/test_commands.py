@@ -44,13 +44,13 @@ def test_every_grpo_field_reaches_train_rl(tiny_spec_dict):
         eval_sampling_strategy="standard",
         kl_estimator="k2",
         epsilon_high=0.35,
-        loss_agg_mode="sequence-mean-token-scale",
+        loss_agg_mode="token-mean",
     )
     command = build_train_command(spec, RunLayout("/out", "rl-x"), resolve_model(spec))
     args = _args(command)
     # What train_rl cannot pass Tunix goes to our entry (trainer/maxtext_entry/grpo_objective.py), not to MaxText.
     assert pop_shim_config(list(command.args))[0].objective == GrpoObjective(kl_loss_mode="mse_kl", epsilon_high=0.35)
-    assert args["rl.loss_agg_mode"] == "sequence-mean-token-scale"
+    assert args["rl.loss_agg_mode"] == "token-mean"
     assert args["rl.grpo_beta"] == "0.03" and args["rl.grpo_epsilon"] == "0.3"
     assert args["rl.loss_algo"] == "gspo-token" and args["rl.num_iterations"] == "2"
     assert args["decode_sampling_temperature"] == "0.7" and args["decode_sampling_top_k"] == "20"

@@ -26,6 +26,8 @@ holding).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import spec_values as limits
@@ -43,6 +45,8 @@ ASYNC_ROLLOUT_DESCRIPTION = (
 
 class AsyncRollout(BaseModel):
     """rl.off_policy_steps and rl.max_concurrency, read only with rl.use_agentic_rollout (rl.yml's defaults)."""
+
+    hashed_always: ClassVar[frozenset[str]] = frozenset({"off_policy_steps", "max_concurrency"})  # spec_hash.py
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -94,6 +94,8 @@ class EvalSampling(_Strict):
     accuracy, pass@k, maj@k). Part of the suite's content: two evaluations sampled differently are different
     suite versions."""
 
+    hashed_always: ClassVar[frozenset[str]] = frozenset({"samples", "temperature", "top_k", "max_new_tokens", "seed"})  # spec_hash.py
+
     samples: int = Field(default=4, ge=1, le=MAX_EVAL_SAMPLES, description="k: sampled completions per row, beside the greedy one")
     temperature: float = Field(default=0.9, gt=0, le=limits.MAX_TEMPERATURE, description="sampling temperature")
     top_k: int = Field(default=50, gt=0, le=limits.MAX_TOP_K, description="sample among the k most likely tokens")
@@ -111,6 +113,10 @@ SUITE_REWARD_SANDBOX_DEFAULTS = {
 
 class SuiteSpec(_Strict):
     """A built-in suite by name, or a user suite: rows, reward functions, template and sampling."""
+
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {"name", "data", "rewards_path", "rewards", "prompt_template", "answer", "sampling"}
+    )  # spec_hash.py
 
     name: DnsLabel = Field(description=f"a built-in suite ({', '.join(BUILTIN_SUITES)}) or your suite's name")
     data: Location | None = Field(
@@ -204,6 +210,8 @@ class SuiteSpec(_Strict):
 class EvalCheckpoint(_Strict):
     """Which weights an eval job evaluates."""
 
+    hashed_always: ClassVar[frozenset[str]] = frozenset({"format", "params", "job_id", "label"})  # spec_hash.py
+
     format: Literal["huggingface", "maxtext"] = Field(
         description="huggingface: model.source is the checkpoint | maxtext: `params` is a training job's actor "
         "checkpoint, converted with model.* first"
@@ -231,6 +239,8 @@ class EvalCheckpoint(_Strict):
 class EvalTask(_Strict):
     """JobSpec.evaluation: this job only evaluates a checkpoint on a suite."""
 
+    hashed_always: ClassVar[frozenset[str]] = frozenset({"suite", "checkpoint", "baseline"})  # spec_hash.py
+
     suite: SuiteSpec = Field(description="what to evaluate on: a built-in suite, or rows, reward functions, template and sampling")
     checkpoint: EvalCheckpoint = Field(description="the weights evaluated")
     baseline: str | None = Field(
@@ -240,6 +250,8 @@ class EvalTask(_Strict):
 
 class AttachedEval(_Strict):
     """JobSpec.eval: evaluate this training job's checkpoints in eval jobs of their own, off the training slice."""
+
+    hashed_always: ClassVar[frozenset[str]] = frozenset({"suite", "every_n_checkpoints", "base", "export"})  # spec_hash.py
 
     suite: SuiteSpec = Field(description="the suite each eval job runs")
     every_n_checkpoints: int = Field(

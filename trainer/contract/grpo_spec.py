@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -12,7 +12,7 @@ from . import spec_values as limits
 from .async_rollout import ASYNC_ROLLOUT_DESCRIPTION, AsyncRollout
 from .kl_direction import KL_DIRECTION_DESCRIPTION, KlDirection, kl_direction_problem
 from .reward_sandbox import RewardErrorPolicy
-from .spec_base import _check_file, _Strict
+from .spec_base import _check_file, _Strict, stored_spec
 from .spec_values import Location, PythonName
 
 
@@ -22,6 +22,18 @@ def _weight(default: float, description: str) -> float:
 
 
 class RewardSpec(_Strict):
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {
+            "exact_answer",
+            "white_space_format_match",
+            "exact_format_match",
+            "partial_format_match",
+            "penalty_incorrect_format",
+            "penalty_incorrect_answer",
+            "functions_path",
+            "functions",
+        }
+    )  # spec_hash.py
     exact_answer: float = _weight(1.0, "MaxText's reward_exact_answer: for the exact answer")
     white_space_format_match: float = _weight(1.0, "MaxText's reward_white_space_format_match")
     exact_format_match: float = _weight(0.1, "MaxText's reward_exact_format_match")
@@ -77,8 +89,43 @@ class RewardSpec(_Strict):
 REWARD_SANDBOX_DEFAULTS = {"on_error": "zero", "timeout_s": sandbox.DEFAULT_TIMEOUT_S, "memory_mib": sandbox.DEFAULT_MEMORY_MIB}
 
 
+# Tunix's other aggregations (Dr. GRPO's sequence-mean-token-scale among them): MaxText's config refuses them (issue 66).
+TUNIX_ONLY_LOSS_AGG_MODES = ("sequence-mean-token-scale", "seq-mean-token-sum", "sequence-mean-token-sum-norm")
+
+
 class GrpoSpec(_Strict):
     """The GRPO/GSPO settings rl.yml exposes; defaults are the tutorial's. Upper bounds: spec_values.py."""
+
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {
+            "num_batches",
+            "num_test_batches",
+            "batch_size",
+            "num_generations",
+            "num_iterations",
+            "beta",
+            "epsilon",
+            "epsilon_high",
+            "loss_algo",
+            "kl_estimator",
+            "kl_direction",
+            "loss_agg_mode",
+            "learning_rate",
+            "warmup_steps_fraction",
+            "max_prefill_predict_length",
+            "max_target_length",
+            "kv_cache_buffer",
+            "temperature",
+            "top_k",
+            "top_p",
+            "checkpoint_period",
+            "keep_last_checkpoints",
+            "eval_interval",
+            "eval_sampling_strategy",
+            "num_eval_passes",
+            "rewards",
+        }
+    )  # spec_hash.py
 
     num_batches: int = Field(default=50, gt=0, le=limits.MAX_NUM_BATCHES, description="batches of prompts to train on")
     num_test_batches: int = Field(
@@ -107,8 +154,9 @@ class GrpoSpec(_Strict):
         "token-mean", "sequence-mean-token-mean", "sequence-mean-token-scale", "seq-mean-token-sum", "sequence-mean-token-sum-norm"
     ] = Field(
         default="sequence-mean-token-mean",
-        description="how per-token losses become the batch's (Tunix's modes; sequence-mean-token-scale is Dr. GRPO's, "
-        "no bias toward short or long completions)",
+        description="how per-token losses become the batch's: sequence-mean-token-mean, the mean over completions of "
+        "each one's token mean (TRL's loss_type grpo); token-mean, over all the batch's tokens (TRL's bnpo). Tunix's "
+        "other three are refused: MaxText 0.2.5's train_rl does not accept them",
     )
     learning_rate: float = Field(default=3e-6, gt=0, lt=1, description="the optimizer's peak learning rate")
     warmup_steps_fraction: float = Field(default=0.1, ge=0, le=1, description="fraction of the schedule spent warming up")
@@ -165,6 +213,17 @@ class GrpoSpec(_Strict):
     rewards: RewardSpec = Field(default_factory=RewardSpec, description="weights of MaxText's rewards, and your own reward functions")
     # Async (agentic) rollouts, issue 39: typed and refused at submit (JobSpec._async_rollout_refused, async_rollout.py).
     async_rollout: AsyncRollout | None = Field(default=None, description=ASYNC_ROLLOUT_DESCRIPTION)
+
+    @field_validator("loss_agg_mode")
+    @classmethod
+    def _loss_agg_mode(cls, v: str, info: ValidationInfo) -> str:
+        if v in TUNIX_ONLY_LOSS_AGG_MODES and not stored_spec(info):
+            raise ValueError(
+                f"{v} is Tunix's, but MaxText 0.2.5's train_rl refuses it when it loads its configuration "
+                "(types.RL.loss_agg_mode takes token-mean, sequence-mean or sequence-mean-token-mean), so the job would "
+                "fail after launch: use token-mean or sequence-mean-token-mean"
+            )
+        return v
 
     @field_validator("eval_mode")
     @classmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typing
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -32,6 +32,18 @@ def capacity_text(capacities: tuple[str, ...]) -> str:
 class HardwareSpec(_Strict):
     """Checked against the TPU table (tpu.py) whatever launches the job; whether this host has the
     accelerator is the local launcher's question, asked at submit."""
+
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {
+            "accelerator",
+            "chips_per_vm",
+            "capacity",
+            "reservation",
+            "rollout_engine",
+            "rollout_data_parallelism",
+            "rollout_tensor_parallelism",
+        }
+    )  # spec_hash.py
 
     accelerator: str = Field(
         default="v6e-8",

@@ -38,7 +38,7 @@ Left out, by reason (docs/trainer.md lists them):
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from . import spec_values as limits
 
@@ -53,9 +53,6 @@ OPTIMIZER_DEFAULTS: dict[str, float] = {"gradient_clipping_threshold": 0.1, "ada
 OPTIMIZER_KEYS = {"gradient_clipping_threshold": "gradient_clipping_threshold", "adam_b1": "adam_b1", "adam_b2": "adam_b2"}
 OPTIMIZER_KEYS["weight_decay"] = "adam_weight_decay"
 MAX_GRADIENT_CLIPPING = 1e6  # global-norm clip; rl.yml's 0.1, MaxText's pretraining 1.0
-GRPO_DEFAULTS: dict[str, Any] = {"eval_mode": "pass", "eval_batch_size": None, "max_seq_token_per_tpu": 0, **OPTIMIZER_DEFAULTS}
-DATASET_DEFAULTS: dict[str, Any] = {"shuffle_seed": None, "processor_path": None}
-HARDWARE_DEFAULTS: dict[str, Any] = {"reshard_chunk_size": None}
 
 EVAL_MODE_DESCRIPTION = (
     "how an evaluation scores a row's k = num_eval_passes completions (MaxText's eval_mode): pass (pass@k: any correct), "
@@ -135,10 +132,3 @@ def packing_problem(max_seq_token_per_tpu: int, max_target_length: int | None) -
             f"max_target_length ({max_target_length}); and {PACKING_REFUSED}"
         )
     return PACKING_REFUSED if max_seq_token_per_tpu else None
-
-
-def drop_defaults(body: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """Remove from a model's JSON the fields still at their default (for the spec's hash)."""
-    for key, default in defaults.items():
-        if key in body and body[key] == default:
-            body.pop(key)

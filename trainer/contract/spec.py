@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -20,12 +20,13 @@ from . import rl_settings as rl
 from . import spec_values as limits
 from .async_rollout import async_rollout_refusal
 from .dns_label import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, DnsLabel, is_dns_label
-from .eval_suite import SUITE_REWARD_SANDBOX_DEFAULTS, AttachedEval, EvalTask, eval_accelerator_problem
-from .grpo_spec import REWARD_SANDBOX_DEFAULTS, GrpoSpec
+from .eval_suite import AttachedEval, EvalTask, eval_accelerator_problem
+from .grpo_spec import GrpoSpec
 from .hang import MAX_HANG_TIMEOUT_S, MIN_HANG_TIMEOUT_S
 from .hardware_spec import HardwareSpec
 from .locations import location_kind
 from .spec_base import LABEL_VALUE_RE, _check_file, _check_location, _Strict
+from .spec_hash import hash_body
 from .spec_values import DisplayText, HubId, Location, MaxTextName, Revision, SplitName, SubsetName
 from .tpu import CPU_ACCELERATOR
 
@@ -34,6 +35,10 @@ class ModelDims(_Strict):
     """Explicit MaxText-side dimensions. Normally derived from the checkpoint's config.json (see
     hf_model.py); given here they must agree with it, and they stand in for it when it cannot be read.
     """
+
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {"base_emb_dim", "base_num_query_heads", "base_num_kv_heads", "base_num_decoder_layers", "base_mlp_dim", "head_dim"}
+    )  # spec_hash.py
 
     base_emb_dim: int = Field(gt=0, le=limits.MAX_MODEL_DIM, description="hidden size (config.json hidden_size)")
     base_num_query_heads: int = Field(gt=0, le=limits.MAX_MODEL_DIM, description="attention heads (num_attention_heads)")
@@ -50,6 +55,9 @@ class ModelDims(_Strict):
 
 
 class ModelSpec(_Strict):
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {"name", "source", "revision", "tokenizer", "dims", "dtype", "compute_dtype", "scan_layers", "lazy_load_tensors"}
+    )  # spec_hash.py
     name: MaxTextName | None = Field(
         default=None,
         description=(
@@ -110,6 +118,10 @@ class DatasetSpec(_Strict):
     reads local parquet via `hf_train_files`.
     """
 
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {"name", "subset", "train_split", "eval_split", "train_files", "eval_files", "prompt_template"}
+    )  # spec_hash.py
+
     name: HubId = Field(default="openai/gsm8k", description="hub dataset, when no train_files are given")
     subset: SubsetName = Field(default="main", description="the hub dataset's subset (configuration)")
     train_split: SplitName = Field(default="train", description="the hub dataset's split to train on")
@@ -164,6 +176,7 @@ class DatasetSpec(_Strict):
 
 
 class ExportSpec(_Strict):
+    hashed_always: ClassVar[frozenset[str]] = frozenset({"enabled", "verify", "hub_repo", "hub_private", "checkpoint"})  # spec_hash.py
     enabled: bool = Field(default=True, description="run the export stage (MaxText -> Hugging Face)")
     verify: bool = Field(
         default=True,
@@ -182,6 +195,8 @@ class ExportSpec(_Strict):
 class RetentionSpec(_Strict):
     """What the service deletes of a finished run, and when (service/domain/checkpoint_retention.py)."""
 
+    hashed_always: ClassVar[frozenset[str]] = frozenset({"intermediate_checkpoint_days"})  # spec_hash.py
+
     intermediate_checkpoint_days: int = Field(
         ge=0,
         le=limits.MAX_RETENTION_DAYS,
@@ -192,6 +207,10 @@ class RetentionSpec(_Strict):
 
 class JobSpec(_Strict):
     """One RL post-training job: convert -> GRPO -> export; or, with `evaluation`, an eval job."""
+
+    hashed_always: ClassVar[frozenset[str]] = frozenset(
+        {"name", "team", "model", "dataset", "grpo", "hardware", "export", "output", "priority", "labels", "seed"}
+    )  # spec_hash.py
 
     name: DnsLabel = Field(description="DNS-1123 label: lowercase letters, digits and '-'")
     team: DisplayText | None = Field(default=None, description="set by the service from the caller's token")
@@ -320,27 +339,7 @@ class JobSpec(_Strict):
         return out
 
     def canonical_json(self) -> str:
-        body = self.model_dump(mode="json")
-        # Left out when unset, so every spec written before evaluations (and retention) existed keeps its hash (idempotency, repro).
-        for key in ("evaluation", "eval", "retention", "hang_timeout_s"):
-            if body.get(key) is None:
-                body.pop(key, None)
-        rl.drop_defaults(body["grpo"], rl.GRPO_DEFAULTS)  # issue 39's rl.yml settings, likewise
-        rl.drop_defaults(body["grpo"], {"async_rollout": None})
-        rl.drop_defaults(body["dataset"], rl.DATASET_DEFAULTS)
-        rl.drop_defaults(body["hardware"], rl.HARDWARE_DEFAULTS)
-        rewards = body["grpo"]["rewards"]
-        for key, default in REWARD_SANDBOX_DEFAULTS.items():
-            if rewards.get(key) == default:
-                rewards.pop(key, None)
-        if body.get("eval") is not None and body["eval"].get("accelerator") == CPU_ACCELERATOR:
-            body["eval"].pop("accelerator")  # likewise: attached evals ran on cpu before they could run elsewhere
-        suites = [task["suite"] for task in (body.get("evaluation"), body.get("eval")) if task is not None]
-        for suite in suites:  # a suite's reward limits, likewise
-            for key, default in SUITE_REWARD_SANDBOX_DEFAULTS.items():
-                if suite.get(key) == default:
-                    suite.pop(key, None)
-        return json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return json.dumps(hash_body(self), sort_keys=True, separators=(",", ":"))
 
     def content_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()

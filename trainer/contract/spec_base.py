@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo
 
 from . import spec_values as limits
 from .locations import local_path
@@ -20,6 +20,15 @@ HUB_ID_RE = re.compile(limits.HUB_ID_PATTERN)
 GCS_URI_RE = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?")
 LABEL_VALUE_RE = re.compile(limits.LABEL_VALUE_PATTERN)
 MAX_ROLLOUT_PARALLELISM = max(s.chips for s in TPU_SLICES.values())
+
+
+# The validation context a stored spec is read back with (service/adapters/store/record_rows.py): a refusal added
+# after a spec was stored applies to new submissions, and the stored job stays readable with what it asked for.
+STORED_SPEC_CONTEXT = {"stored": True}
+
+
+def stored_spec(info: ValidationInfo) -> bool:
+    return bool((info.context or {}).get("stored"))
 
 
 class _Strict(BaseModel):

@@ -14,14 +14,16 @@ GKE"), so 2x2x2 is two VMs. Unlike v5p (megacore), a TPU7x chip has no megacore:
 device of its own (jax.experimental.pallas.tpu.ChipVersion: 7x, 2 cores, megacore "No"; vllm-project/tpu-inference
 PR 1266: tpu7x-8 shows 8 devices), so its slices have twice as many devices as chips.
 
-What only a GKE scheduler needs (node labels, machine types, pod sizes) lives beside the manifests in
-service/adapters/k8s/accelerators.py, keyed by these names; each chip's memory, which only the fit estimate
-reads, in trainer/sizing/tpu_memory.py.
+Each generation's chip (memory, FLOP/s, bandwidth, devices, GKE's labels and machine types, prices) is a row of
+trainer/contract/tpu_generations.py; what only a GKE pod needs besides (its CPU, memory and shm requests) lives
+beside the manifests in service/adapters/k8s/accelerators.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .tpu_generations import tpu_generation
 
 CPU_ACCELERATOR = "cpu"
 
@@ -33,9 +35,12 @@ class TpuSlice:
     topology: str  # chips along each ICI axis, e.g. 2x4
     chips_per_vm: int
     vms_per_slice: int
-    # JAX devices per chip: what MaxText shards over and splits the rollout by. 1 where a chip is one device (one
-    # TensorCore, or v5p's two joined as a megacore); 2 on TPU7x (see the module docstring).
-    devices_per_chip: int = 1
+
+    @property
+    def devices_per_chip(self) -> int:
+        """JAX devices per chip: what MaxText shards over and splits the rollout by. 1 where a chip is one device (one
+        TensorCore, or v5p's two joined as a megacore); 2 on TPU7x (see the module docstring)."""
+        return tpu_generation(self.generation).devices_per_chip
 
     @property
     def chips(self) -> int:
@@ -84,8 +89,8 @@ TPU_SLICES: dict[str, TpuSlice] = {
         TpuSlice("v5e-4", "v5e", "2x2", chips_per_vm=4, vms_per_slice=1),
         TpuSlice("v5e-8", "v5e", "2x4", chips_per_vm=8, vms_per_slice=1),
         # The smallest single- and multi-host TPU7x slices; larger ones (2x2x4 and up) add VMs the same way.
-        TpuSlice("tpu7x-8", "tpu7x", "2x2x1", chips_per_vm=4, vms_per_slice=1, devices_per_chip=2),
-        TpuSlice("tpu7x-16", "tpu7x", "2x2x2", chips_per_vm=4, vms_per_slice=2, devices_per_chip=2),
+        TpuSlice("tpu7x-8", "tpu7x", "2x2x1", chips_per_vm=4, vms_per_slice=1),
+        TpuSlice("tpu7x-16", "tpu7x", "2x2x2", chips_per_vm=4, vms_per_slice=2),
     )
 }
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice
+from trainer.contract.tpu_generations import TPU_GENERATIONS
 
 from .errors import UnsupportedAccelerator
 
@@ -27,9 +28,8 @@ MACHINE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GKE_NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 TPU_RESOURCE = "google.com/tpu"
 
-# Value of cloud.google.com/gke-tpu-accelerator per TPU generation.
-# TPU7x's is plain "tpu7x" (GKE's "About Ironwood (TPU7x) in GKE" guides select it; xpk's gke_accelerator too).
-GKE_ACCELERATORS = {"v6e": "tpu-v6e-slice", "v5p": "tpu-v5p-slice", "v5e": "tpu-v5-lite-podslice", "tpu7x": "tpu7x"}
+# Value of cloud.google.com/gke-tpu-accelerator per TPU generation (trainer/contract/tpu_generations.py).
+GKE_ACCELERATORS = {name: g.gke_accelerator for name, g in TPU_GENERATIONS.items()}
 
 
 @dataclass(frozen=True)
@@ -44,18 +44,24 @@ class GkeMachine:
     shm_size: str  # /dev/shm: JAX/vLLM host buffers; counts against the memory limit
 
 
-# (generation, chips per VM) -> machine.
-GKE_MACHINES: dict[tuple[str, int], GkeMachine] = {
-    ("v6e", 1): GkeMachine("ct6e-standard-1t", "40", "150Gi", "32Gi"),  # 44 vCPU, 176 GB
-    ("v6e", 4): GkeMachine("ct6e-standard-4t", "160", "640Gi", "128Gi"),  # 180 vCPU, 720 GB
-    ("v6e", 8): GkeMachine("ct6e-standard-8t", "160", "1280Gi", "256Gi"),  # 180 vCPU, 1440 GB; the tutorial's
-    ("v5p", 4): GkeMachine("ct5p-hightpu-4t", "180", "400Gi", "64Gi"),  # 208 vCPU, 448 GB
-    ("v5e", 1): GkeMachine("ct5lp-hightpu-1t", "20", "40Gi", "8Gi"),  # 24 vCPU, 48 GB
-    ("v5e", 4): GkeMachine("ct5lp-hightpu-4t", "100", "170Gi", "32Gi"),  # 112 vCPU, 192 GB
-    ("v5e", 8): GkeMachine("ct5lp-hightpu-8t", "200", "340Gi", "64Gi"),  # 224 vCPU, 384 GB
+# What the trainer container asks for on each machine type (cpu, memory, shm); the machine types are the generations'.
+_REQUESTS: dict[str, tuple[str, str, str]] = {
+    "ct6e-standard-1t": ("40", "150Gi", "32Gi"),  # 44 vCPU, 176 GB
+    "ct6e-standard-4t": ("160", "640Gi", "128Gi"),  # 180 vCPU, 720 GB
+    "ct6e-standard-8t": ("160", "1280Gi", "256Gi"),  # 180 vCPU, 1440 GB; the tutorial's
+    "ct5p-hightpu-4t": ("180", "400Gi", "64Gi"),  # 208 vCPU, 448 GB
+    "ct5lp-hightpu-1t": ("20", "40Gi", "8Gi"),  # 24 vCPU, 48 GB
+    "ct5lp-hightpu-4t": ("100", "170Gi", "32Gi"),  # 112 vCPU, 192 GB
+    "ct5lp-hightpu-8t": ("200", "340Gi", "64Gi"),  # 224 vCPU, 384 GB
     # 224 vCPU, 960 GB (docs.cloud.google.com/tpu/docs/tpu7x, "4-chip VM"); split over two NUMA nodes, which GKE's
     # Ironwood page suggests using with one container per node: rljob runs one trainer container over both.
-    ("tpu7x", 4): GkeMachine("tpu7x-standard-4t", "200", "800Gi", "128Gi"),
+    "tpu7x-standard-4t": ("200", "800Gi", "128Gi"),
+}
+# (generation, chips per VM) -> machine.
+GKE_MACHINES: dict[tuple[str, int], GkeMachine] = {
+    (name, chips): GkeMachine(machine_type, *_REQUESTS[machine_type])
+    for name, g in TPU_GENERATIONS.items()
+    for chips, machine_type in g.gke_machine_types.items()
 }
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice, tpu_slice
+from trainer.contract.tpu_generations import TPU_GENERATIONS
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 TPU_TYPE_ENV = "TPU_ACCELERATOR_TYPE"
@@ -57,7 +58,7 @@ TPU_ENV_MARKERS = (
 )
 # Google's API names v5e slices v5litepod-N (Cloud TPU's "TPU v5e" page: AcceleratorType v5litepod-1, -4, -8), and so
 # does a v5e VM's TPU_ACCELERATOR_TYPE (v5litepod-4 on the v5e machine lent to this project); rljob's table says v5e-N.
-GOOGLE_TYPE_PREFIXES = {"v5litepod-": "v5e-"}
+GOOGLE_TYPE_PREFIXES = {g.google_api_prefix: f"{name}-" for name, g in TPU_GENERATIONS.items() if g.google_api_prefix}
 GCE_ACCELERATOR_TYPE_URL = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/accelerator-type"
 METADATA_TIMEOUT_S = 1.0
 SINGLE_VM_SLICES = tuple(name for name, tpu in TPU_SLICES.items() if not tpu.multi_host)

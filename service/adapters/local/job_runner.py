@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -31,6 +32,12 @@ START_LINE = b"start\n"
 # checkpoints, another job's logs) must not lose a finished trainer's exit code. Overwritten in place, the
 # reservation needs no new block; only copy-on-write filesystems (btrfs, ZFS) may still need one.
 RESERVED_EXIT_BYTES = 4096
+# The job's log, as the trainer's output fills it: lines are cut well under the 64 KiB a reader cuts at
+# (service/adapters/log_lines.py), so the cut's own marker is still read; the budget holds a long run's MaxText log
+# (a few KiB a step) many times over and keeps one chatty reward function from filling the service's state disk.
+LOG_LINE_BYTES = 16 * 1024
+LOG_BUDGET_BYTES = 128 * 1024 * 1024
+MARKER_ROOM_BYTES = 1024  # kept back from the budget for the marker lines
 
 
 def _write_atomic(path: str, payload: dict[str, object]) -> None:
@@ -79,29 +86,112 @@ def record_exit(path: str, reserved: str | None, payload: dict[str, object]) -> 
     return True
 
 
-def copy_output(source: IO[bytes], log_fd: int) -> None:
-    """The trainer's output into the job's log (this runner's stdout), until the trainer closes it.
+class OutputCap:
+    """What of the trainer's output goes into the job's log: each line cut at `line_bytes` (the cut named at its end),
+    and all of it up to the job's `budget_bytes`, counting what earlier attempts wrote (the log is appended across
+    them). Past the budget one marker line says so and the rest is only counted: one trainer line of 64 MiB once wrote
+    64 MiB into the service's state directory, and a log without a bound can fill the disk every job shares."""
+
+    def __init__(self, budget_bytes: int, line_bytes: int, already_written: int = 0) -> None:
+        self.budget_bytes = budget_bytes
+        self.line_bytes = line_bytes
+        # The marker lines' room is kept back, so the log ends within the budget with the marker in it.
+        self._left = budget_bytes - already_written - MARKER_ROOM_BYTES
+        self._line_kept = 0  # bytes of the current line written
+        self._line_cut = 0  # bytes of the current line dropped
+        self.spent = False
+        self.dropped = 0  # trainer bytes left out of the log: cut from long lines and past the budget
+
+    def admit(self, chunk: bytes) -> bytes:
+        """The bytes to write for `chunk`: its lines as far as the limits allow, and their markers."""
+        if self.spent:
+            self.dropped += len(chunk)
+            return b""
+        out = bytearray()
+        pieces = chunk.split(b"\n")
+        offset = 0  # where the piece being looked at starts in `chunk`
+        for index, piece in enumerate(pieces):
+            ends_line = index < len(pieces) - 1
+            kept = piece[: max(self.line_bytes - self._line_kept, 0)]
+            if len(out) + len(kept) + ends_line > self._left:
+                out += self._spend(out)
+                self.dropped += len(chunk) - offset
+                return bytes(out)
+            out += kept
+            self._line_kept += len(kept)
+            self._line_cut += len(piece) - len(kept)
+            if ends_line:
+                out += self._end_line()
+            offset += len(piece) + 1
+        self._left -= len(out)
+        return bytes(out)
+
+    def finish(self) -> bytes:
+        """What to write once the trainer's output has ended: the cut marker of an unfinished last line."""
+        return b"" if self.spent or not self._line_cut else self._end_line()
+
+    def _end_line(self) -> bytes:
+        cut, self._line_kept, self._line_cut = self._line_cut, 0, 0
+        if not cut:
+            return b"\n"
+        self.dropped += cut
+        return f" [... {cut} more bytes of this line dropped: a line keeps its first {self.line_bytes} bytes]\n".encode()
+
+    def _spend(self, out: bytearray) -> bytes:
+        self.spent = True
+        unfinished = self._line_kept > 0  # a line already partly written is ended before the marker
+        self.dropped += self._line_cut
+        mib = self.budget_bytes / (1024 * 1024)
+        return (b"\n" if unfinished else b"") + (
+            f"job_runner: output.log reached this job's {mib:g} MiB budget; the rest of the trainer's output is "
+            "dropped, and its size is recorded in exit.json and said in the job's status when the trainer exits\n"
+        ).encode()
+
+
+def copy_output(source: IO[bytes], log_fd: int, cap: OutputCap | None = None) -> None:
+    """The trainer's output into the job's log (this runner's stdout), until the trainer closes it, within `cap`.
 
     The trainer writes to a pipe rather than to the log itself, so a log that cannot be written (the
     service's state directory full) costs log lines, never the trainer's run: a trainer that finished
     training must not exit with an error because its print() failed. Lines that cannot be written are
     counted and the count is written once the log can be written again."""
-    dropped = 0
+    cap = cap or OutputCap(LOG_BUDGET_BYTES, LOG_LINE_BYTES, written_before(log_fd))
+    unwritten = 0
     for chunk in iter(lambda: source.read1(65536), b""):  # type: ignore[attr-defined]  # a BufferedReader
-        try:
-            if dropped:
-                os.write(log_fd, f"job_runner: {dropped} bytes of output were lost (the log could not be written)\n".encode())
-                dropped = 0
-            os.write(log_fd, chunk)
-        except OSError:
-            dropped += len(chunk)
+        unwritten = _write_log(log_fd, cap.admit(chunk), unwritten)
+    _write_log(log_fd, cap.finish(), unwritten)
     source.close()
+
+
+def _write_log(log_fd: int, data: bytes, unwritten: int) -> int:
+    """Write `data`, first saying how much earlier output could not be written; what is unwritten now."""
+    if not data:
+        return unwritten
+    try:
+        if unwritten:
+            os.write(log_fd, f"job_runner: {unwritten} bytes of output were lost (the log could not be written)\n".encode())
+            unwritten = 0
+        os.write(log_fd, data)
+    except OSError:
+        unwritten += len(data)
+    return unwritten
+
+
+def written_before(log_fd: int) -> int:
+    """The log's size as this attempt starts (earlier attempts' output and the launcher's header); 0 for a pipe."""
+    try:
+        status = os.fstat(log_fd)
+    except OSError:
+        return 0
+    return status.st_size if stat.S_ISREG(status.st_mode) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="job_runner")
     parser.add_argument("--job-id", required=True)
     parser.add_argument("--exit-file", required=True)
+    parser.add_argument("--log-budget-bytes", type=int, default=LOG_BUDGET_BYTES)
+    parser.add_argument("--log-line-bytes", type=int, default=LOG_LINE_BYTES)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -122,21 +212,26 @@ def main(argv: list[str] | None = None) -> int:
         print("job_runner: the launcher did not record this runner; not starting the trainer", file=sys.stderr, flush=True)
         return 0
     reserved = reserve_exit_file(args.exit_file)
+    cap: OutputCap | None = None
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as e:
         print(f"job_runner: cannot start {command[0]!r}: {e}", file=sys.stderr, flush=True)
         code = 127
     else:
+        cap = OutputCap(args.log_budget_bytes, args.log_line_bytes, written_before(sys.stdout.fileno()))
         # In a thread: a process the trainer left behind may hold the pipe open after the trainer exits,
         # and the exit code must not wait for it (the copy gets a few seconds more to drain).
-        copier = threading.Thread(target=copy_output, args=(child.stdout, sys.stdout.fileno()), name="job-output-copy", daemon=True)
+        copier = threading.Thread(target=copy_output, args=(child.stdout, sys.stdout.fileno(), cap), name="job-output-copy", daemon=True)
         copier.start()
         returncode = child.wait()
         copier.join(timeout=10)
         code = returncode if returncode >= 0 else 128 - returncode  # killed by signal N -> 128+N
     # The runner's own exit status is the trainer's code either way: a launcher still watching reads that.
-    record_exit(args.exit_file, reserved, {"job_id": args.job_id, "exit_code": code, "finished_at": time.time()})
+    record: dict[str, object] = {"job_id": args.job_id, "exit_code": code, "finished_at": time.time()}
+    if cap is not None and cap.dropped:  # as far as the copy got: a copy still draining past its join is not counted
+        record["output_dropped_bytes"] = cap.dropped
+    record_exit(args.exit_file, reserved, record)
     return code
 
 

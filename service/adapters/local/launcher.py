@@ -2,7 +2,8 @@
 
 Per job, under <state_dir>/<job_id>/: spec.json (what the trainer runs), process.json (pid and
 start time, for re-attach after a service restart), exit.json (written by job_runner.py when the
-trainer exits) and output.log (stdout and stderr, appended across attempts).
+trainer exits) and output.log (stdout and stderr, appended across attempts; the runner caps each line and the
+job's total, job_runner.OutputCap).
 
 Each job runs in its own session, so its process group holds the runner, the trainer and anything
 they start; a cancel signals the group (SIGTERM, then SIGKILL after a grace period) and the job is
@@ -34,6 +35,7 @@ from service.background_loop import BackgroundLoop
 from service.domain.records.errors import InvalidRequest, LaunchFailed
 from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
+from trainer.contract.spec_base import STORED_SPEC_CONTEXT
 from trainer.contract.tpu import tpu_slice
 
 from . import job_runner, procs
@@ -322,7 +324,7 @@ class LocalProcessLauncher:
 
     def _read_spec(self, job_id: str) -> JobSpec | None:
         try:
-            return JobSpec.model_validate_json((self._dir(job_id) / "spec.json").read_text())
+            return JobSpec.model_validate_json((self._dir(job_id) / "spec.json").read_text(), context=STORED_SPEC_CONTEXT)
         except (OSError, ValueError):
             return None
 
@@ -367,6 +369,7 @@ class LocalProcessLauncher:
             recorded = read_json(job.dir / "exit.json")
             if recorded:  # the trainer's own code, as the runner saw it
                 job.exit_code = int(recorded["exit_code"])
+                job.output_dropped_bytes = int(recorded.get("output_dropped_bytes") or 0)
             elif job.popen is None:
                 job.exit_code = None  # re-attached and no record: we cannot know how it ended
             job.leader_exited = True
@@ -377,6 +380,8 @@ class LocalProcessLauncher:
             return False
         job.state = "exited"
         job.message = f"process group {job.pid} exited with code {job.exit_code}"
+        if job.output_dropped_bytes:  # the log's own marker line is where the cut is; this says how much
+            job.message += f"; {job.output_dropped_bytes:,} bytes of its output were left out of output.log (over its limits)"
         return True
 
     def _emit(self, observations: list[Observation]) -> None:

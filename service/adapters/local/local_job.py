@@ -28,6 +28,7 @@ class LocalJob:
     kill_at: float | None = None  # monotonic time to escalate a cancel to SIGKILL
     message: str = ""
     spawn_error: str | None = None
+    output_dropped_bytes: int = 0  # what the runner left out of output.log (job_runner.OutputCap), from exit.json
     capacity: str | None = None  # the kind of capacity it runs as here (local_capacity): what status and usage show
 
     @property

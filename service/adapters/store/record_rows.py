@@ -23,6 +23,7 @@ from trainer.contract import JobSpec, RunStorage, Stage
 from trainer.contract.eval_report import EvalReport
 from trainer.contract.evaluation import EvalSummary
 from trainer.contract.goodput import TrainGoodput
+from trainer.contract.spec_base import STORED_SPEC_CONTEXT
 from trainer.sizing.fit import FitEstimate
 
 from .tables import JobRow
@@ -174,7 +175,7 @@ def _stored_spec(job_id: str, spec: Any) -> JobSpec:
 # some 80 us, its JSON text as the key some 10. A JobSpec is frozen, so records may share one.
 @lru_cache(maxsize=1024)
 def _parsed_spec(spec_json: str) -> JobSpec:
-    return JobSpec.model_validate_json(spec_json)
+    return JobSpec.model_validate_json(spec_json, context=STORED_SPEC_CONTEXT)
 
 
 def _as_is(value: Any) -> Any:

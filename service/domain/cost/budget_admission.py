@@ -17,7 +17,7 @@ submissions made at the same moment are weighed one after another, each against 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -77,9 +77,10 @@ def commitment(spent: BudgetAmounts, active: Iterable[JobRecord], now: datetime,
 
 
 def admission_refusal(
-    status: TeamBudgetStatus, held: Commitment, estimate: JobEstimate | None, chips: int
+    status: TeamBudgetStatus, held: Commitment, estimate: JobEstimate | None, chips: int, *, unpriced: Sequence[str] = ()
 ) -> tuple[BudgetName, str] | None:
-    """Which budget refuses one more job, and why in numbers; None when it fits. `status`: the team's budget this month."""
+    """Which budget refuses one more job, and why in numbers; None when it fits. `status`: the team's budget this month;
+    `unpriced`: the kinds of capacity the job may land on that the price table has no price for."""
     if chips == 0:
         return None
     for name in _BUDGETS:
@@ -93,6 +94,16 @@ def admission_refusal(
             this_job = "this job was not estimated, and nothing is left"
         else:
             figure = _figure(estimate, name)
+            if name == "usd" and (figure is None or unpriced):
+                # No price for a capacity it may run on: admitted, it could spend dollars no budget counts (usage
+                # prices a job only where every capacity it ran on has a price).
+                which = f" ({', '.join(unpriced)})" if unpriced else ""
+                return name, (
+                    f"team {status.team} has a dollar budget, and rljob has no price for this job's accelerator and "
+                    f"capacity{which} (its estimate and `rljob usage` say 'no price'), so the budget cannot bound it. An "
+                    "admin adds the price (RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR) or submits it anyway with "
+                    "override_budget=true (rljob submit --override-budget)"
+                )
             if figure is None or figure.high <= left:
                 continue
             this_job = (

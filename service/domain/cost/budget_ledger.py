@@ -17,7 +17,7 @@ from trainer.contract import JobSpec
 
 from .budget_admission import admission_refusal, commitment
 from .budgets import month_spend, month_start, previous_month_start, team_status
-from .usage import PriceTable, chips_of
+from .usage import PriceTable, chips_of, family_of, price_of
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,11 @@ class BudgetLedger:
         team, chips = spec.team or caller.team, chips_of(spec.hardware.accelerator)
         if override or chips == 0 or self.budget_of(team) is None:
             return None
-        return lambda: self.check_admission(team, estimate, chips, clock())
+        family = family_of(spec.hardware.accelerator)
+        unpriced = tuple(kind for kind in spec.hardware.capacities if price_of(self.prices, family, kind) is None)
+        return lambda: self.check_admission(team, estimate, chips, clock(), unpriced=unpriced)
 
-    def check_admission(self, team: str, estimate: JobEstimate | None, chips: int, now: datetime) -> None:
+    def check_admission(self, team: str, estimate: JobEstimate | None, chips: int, now: datetime, *, unpriced: Sequence[str] = ()) -> None:
         """InvalidRequest (422) for a job that would take its team past a budget (budget_admission.py), naming the
         budget, the spend, what is committed and the job's estimate. Reads what is committed now: its caller holds
         the team's admission lock, so no other admission of the team commits meanwhile."""
@@ -98,7 +100,7 @@ class BudgetLedger:
         if status is None:
             return
         held = commitment(status.spent, (record for record in active if record.team == team), now, self.prices)
-        refused = admission_refusal(status, held, estimate, chips)
+        refused = admission_refusal(status, held, estimate, chips, unpriced=unpriced)
         if refused is not None:
             name, message = refused
             raise InvalidRequest(("body", "budget", name), message)

@@ -126,13 +126,27 @@ def _budget_text(status: TeamBudgetStatus, name: BudgetName) -> str:
     )
 
 
-def hold_message(status: TeamBudgetStatus) -> str:
-    """Why a team's jobs are held and how they come back."""
+def hold_message(status: TeamBudgetStatus, *, started: bool) -> str:
+    """Why a team's job is held, what happens to it now and next, and what its owner can do: a held job's queue
+    message is all its owner sees of the hold. `started`: it was handed to a launcher (it has a trainer to stop)."""
     spent = "; ".join(_budget_text(status, name) for name in status.exhausted)
-    return (
-        f"held: {spent}. It stopped with a checkpoint and resumes from it when the budget has room again: at the start "
-        f"of the next month (UTC), or once an admin raises {BUDGET_SETTING} and restarts the service"
+    now = (
+        "Its trainer is stopped with a checkpoint at its step, as a preemption stops it, and the job waits in the queue; "
+        "it resumes from that checkpoint"
+        if started
+        else "It has not started, and waits in the queue; it starts"
     )
+    return (
+        f"held: {spent}. {now} by itself when the budget has room again: on {next_month_label(status.month)}-01 (UTC), "
+        f"or as soon as an admin raises {BUDGET_SETTING} and restarts the service. Nothing else starts it; "
+        "to give up on it instead, cancel it (rljob cancel JOB_ID)"
+    )
+
+
+def next_month_label(month: str) -> str:
+    """The calendar month after `month` ("2030-12" -> "2031-01")."""
+    year, number = (int(part) for part in month.split("-"))
+    return f"{year + number // 12:04d}-{number % 12 + 1:02d}"
 
 
 def release_message(status: TeamBudgetStatus | None) -> str:

@@ -29,19 +29,16 @@ from typing import Any
 from trainer.contract import JobSpec
 from trainer.contract.goodput import CHECKPOINT, ROLLOUT, UPDATE
 from trainer.contract.tpu import TpuSlice
+from trainer.contract.tpu_generations import TPU_GENERATIONS
 from trainer.sizing.fit import per_chip_bytes
 from trainer.sizing.model_shapes import ModelShape
 
 RATES_FILE = Path(__file__).with_name("tpu_step_rates.json")
 REGENERATE = ".venv/bin/python scripts/tpu_step_rates.py"
-# Per chip, from Google's pages: docs.cloud.google.com/tpu/docs/v5e ("HBM2 capacity and bandwidth: 16 GB, 819 GBps",
-# 197 TFLOPs bf16), cloud.google.com/tpu/docs/v6e (v6e 918 TFLOPs bf16, 1640 GBps beside v5e's 819),
-# docs.cloud.google.com/tpu/docs/v5p-training (459 TFLOPs bf16, 2765 GBps). TPU7x: docs.cloud.google.com/tpu/docs/tpu7x
-# gives 2307 TFLOPs bf16 and 7380 GBps per chip; the estimate divides work by JAX devices (trainer_devices) and reads
-# bytes per device, and a TPU7x chip is two devices (trainer/contract/tpu.py), so its rows hold half of each: an
-# assumption that the two TensorCores split the chip evenly, which that page implies but does not state.
-PEAK_BF16_FLOPS_PER_CHIP = {"v5e": 197e12, "v6e": 918e12, "v5p": 459e12, "tpu7x": 2307e12 / 2}
-HBM_BYTES_PER_S_PER_CHIP = {"v5e": 819e9, "v6e": 1640e9, "v5p": 2765e9, "tpu7x": 7380e9 / 2}
+# Per JAX device, from trainer/contract/tpu_generations.py (its sources): the estimate divides work by devices
+# (trainer_devices) and reads bytes per device, and a TPU7x chip is two devices, so its rows hold half of the chip's.
+PEAK_BF16_FLOPS_PER_CHIP = {name: g.peak_bf16_flops_per_device for name, g in TPU_GENERATIONS.items()}
+HBM_BYTES_PER_S_PER_CHIP = {name: g.hbm_bytes_per_s_per_device for name, g in TPU_GENERATIONS.items()}
 CHECKPOINT_STATE_COPIES = 3  # an actor checkpoint holds the parameters and AdamW's two moments
 UPDATE_FLOPS_PER_TOKEN = 6  # x parameters: forward and backward
 LOGPROB_FLOPS_PER_TOKEN = 2  # x parameters: one forward pass

@@ -24,6 +24,7 @@ from service.domain.records.usage_models import JobStorageUsage, JobUsage, JobUs
 from trainer.contract.goodput import GOODPUT_PARTS
 from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
+from trainer.contract.tpu_generations import TPU_GENERATIONS
 
 from .goodput import clock_parts
 from .job_clock import USAGE_PHASES, JobClock, job_clock
@@ -34,10 +35,11 @@ from .storage_usage import StorageSample, job_storage_usage
 # from and when; RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR replaces the table.
 CapacityType = Literal["on-demand", "spot", "flex-start", "reservation"]  # HardwareSpec.capacity's values
 PriceTable = Mapping[str, Mapping[CapacityType, float]]
+# The list prices of trainer/contract/tpu_generations.py; a generation it prices not (tpu7x) has no row here.
 DEFAULT_PRICES_USD_PER_CHIP_HOUR: dict[str, dict[CapacityType, float]] = {
-    "v6e": {"on-demand": 2.70, "spot": 1.08, "flex-start": 1.35, "reservation": 1.89},
-    "v5e": {"on-demand": 1.20, "spot": 0.48, "flex-start": 0.60, "reservation": 0.84},
-    "v5p": {"on-demand": 4.20, "spot": 1.68, "flex-start": 2.10, "reservation": 2.94},
+    name: {capacity: price for capacity, price in g.list_prices_usd_per_chip_hour.items()}  # type: ignore[misc]
+    for name, g in TPU_GENERATIONS.items()
+    if g.list_prices_usd_per_chip_hour
 }
 
 _DIGITS = 6  # a millionth of a chip-hour (3.6 ms of one chip): below any clock's meaning here

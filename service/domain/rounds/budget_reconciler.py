@@ -95,7 +95,7 @@ class BudgetReconciler:
             if chips_of(record.hardware.accelerator) == 0:
                 continue
             if spent and status is not None and record.hold is None and record.phase in HOLDABLE:
-                hold = JobHold(reason="budget", since=now, message=hold_message(status))
+                hold = JobHold(reason="budget", since=now, message=hold_message(status, started=record.handed_over))
                 record = self.jobs.write_as_leader(record.id, _hold(hold))
                 log.info("holding %s: %s", record.id, hold.message)
             if record.hold is None:

@@ -13,6 +13,8 @@ with 200 running jobs spent a third of a core on rounds that found nothing. Now 
 - re-judges a running job's learning health only when its record changed or when the clock passes
   the one moment time alone can change the verdict (job_health.health_changes_by_time_at): stalled.
 Missed nothing stays missed: the slow reconcile (recovery.py) reads every active job's events anyway.
+A job whose poll fails round after round (the state disk full) is logged once per fault and once when it recovers
+(service/fault_log.py), not once per round.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from service.domain.health.job_health import health_changes_by_time_at
 from service.domain.job_service import JobService
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
+from service.fault_log import FaultLog
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ class ProgressPoller:
         self.jobs = jobs
         self._watched: dict[str, _Watched] = {}
         self._behind: set[str] = set()  # jobs whose last read stopped at its bound: more is there now
+        self._faults = FaultLog(log)
 
     def poll_once(self) -> bool:
         """One round; True when a job has events left that one read could not hold (poll again now)."""
@@ -54,12 +58,15 @@ class ProgressPoller:
         for job_id in self._watched.keys() - versions.keys():
             del self._watched[job_id]  # ended (or queued again for a relaunch): its next version is read afresh
         self._behind &= versions.keys()
+        self._faults.forget(versions.keys())
         for job_id, version in versions.items():
             try:
                 self._poll_job(job_id, version)
-            except Exception:  # one job's bad file or a database hiccup must not starve the others
+            except Exception as e:  # noqa: BLE001 - logged by FaultLog; one job's bad file or a database hiccup must not starve the others
                 self._behind.discard(job_id)
-                log.exception("reading progress of %s failed", job_id)
+                self._faults.failed(job_id, e, "reading progress of %s failed", job_id)
+            else:
+                self._faults.succeeded(job_id, "reading progress of %s works again", job_id)
         return bool(self._behind)
 
     def _poll_job(self, job_id: str, version: tuple[JobPhase, int]) -> None:
