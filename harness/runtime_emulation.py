@@ -14,10 +14,11 @@ What each emulation does before it execs COMMAND (the filter and the capabilitie
   Landlock's calls answer ENOSYS; seccomp filters, prctl and capset work; as root, the capabilities are the bounding
   set that machine showed (0xa82c35fb).
 - `--uid UID`: the command runs as that user (no groups), with no capabilities. Started as root, this needs a mount
-  namespace of its own: where the interpreter's installation sits under a directory other users cannot enter
-  (pyenv under /root), a tmpfs with mode 755 takes that directory's place and the installation is bound back at its
-  own path, so the same interpreter, venv and checkout run as UID.
-- as root (no `--uid`), the installation is made reachable the same way, as it is in rljob's image (/usr/local):
+  namespace of its own: where the interpreter's installation, the venv, the checkout or the working directory sits
+  under a directory other users cannot enter (pyenv under /root, a clone in root's 0700 home), a tmpfs with mode 755
+  takes that directory's place and each is bound back at its own path, so the same interpreter, venv and checkout
+  run as UID.
+- as root (no `--uid`), they are made reachable the same way, as the installation is in rljob's image (/usr/local):
   a root trainer starts its reward workers as another user (trainer/rewards_sandbox/worker_user.py), who must be
   able to run the interpreter.
 Only the system calls rljob's reward sandbox uses or a hostile reward would try are emulated: each profile allows
@@ -37,6 +38,7 @@ from pathlib import Path
 from trainer.rewards_sandbox import confinement
 from trainer.rewards_sandbox.confinement import Rule
 
+CHECKOUT = Path(__file__).resolve().parents[1]
 CLONE_NEW_ANY = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x02000000
 # NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWCGROUP: the mask the profile's clone rule tests
 
@@ -78,25 +80,38 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     _check(_libc.mount(encode(source), target.encode(), encode(fstype), flags, encode(data)), f"mount {target}")
 
 
-def _reachable_for_everyone(path: Path) -> None:
-    """In this process's own mount namespace: make `path` (the interpreter's installation) reachable by any user."""
-    closed = next((p for p in reversed(path.parents) if p != Path("/") and not os.stat(p).st_mode & 0o001), None)
-    if closed is None:
+def _reachable_for_everyone(paths: list[Path]) -> None:
+    """In this process's own mount namespace: make each of `paths` (the interpreter's installation, the venv, the
+    checkout) reachable by any user. All at once: a tmpfs laid over a closed directory hides every path beneath it,
+    so each is held aside first and bound back after (a checkout cloned into root's 0700 home holds its venv)."""
+
+    def closed_parent(path: Path) -> Path | None:
+        return next((p for p in reversed(path.parents) if p != Path("/") and not os.stat(p).st_mode & 0o001), None)
+
+    wanted = sorted({p for p in paths if closed_parent(p) is not None}, key=lambda p: len(p.parts))
+    wanted = [p for i, p in enumerate(wanted) if not any(p.is_relative_to(q) for q in wanted[:i])]  # nested: the outer one suffices
+    if not wanted:
         return
-    held = tempfile.mkdtemp(prefix="rljob-emulated-")
-    _mount(str(path), held, None, _MS_BIND | _MS_REC)
-    _mount("tmpfs", str(closed), "tmpfs", 0, "mode=755")
-    path.mkdir(parents=True, exist_ok=True)
-    _mount(held, str(path), None, _MS_BIND | _MS_REC)
-    _check(_libc.umount2(held.encode(), 2), f"umount {held}")  # MNT_DETACH: the installation stays bound at `path`
-    os.rmdir(held)
+    tops = {c for c in (closed_parent(p) for p in wanted) if c is not None}
+    closed = [c for c in sorted(tops, key=lambda p: len(p.parts)) if not any(c != q and c.is_relative_to(q) for q in tops)]
+    held = {p: tempfile.mkdtemp(prefix="rljob-emulated-") for p in wanted}
+    for path, aside in held.items():
+        _mount(str(path), aside, None, _MS_BIND | _MS_REC)
+    for directory in closed:
+        _mount("tmpfs", str(directory), "tmpfs", 0, "mode=755")
+    for path, aside in held.items():
+        path.mkdir(parents=True, exist_ok=True)
+        _mount(aside, str(path), None, _MS_BIND | _MS_REC)
+        _check(_libc.umount2(aside.encode(), 2), f"umount {aside}")  # MNT_DETACH: the path stays bound where it was
+        os.rmdir(aside)
 
 
 def installation_for_everyone() -> None:
-    """In a mount namespace of this process's own, the interpreter's installation reachable by any user."""
+    """In a mount namespace of this process's own, the interpreter's installation, the venv and the checkout reachable
+    by any user."""
     os.unshare(os.CLONE_NEWNS)
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing here reaches the machine's mounts
-    _reachable_for_everyone(Path(os.path.realpath(sys.base_prefix)))
+    _reachable_for_everyone([Path(os.path.realpath(p)) for p in (sys.base_prefix, sys.prefix, CHECKOUT, os.getcwd())])
 
 
 def become(uid: int) -> None:

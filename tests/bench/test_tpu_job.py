@@ -94,7 +94,8 @@ def _call_dir(tmp_path: Path, record: Path) -> Path:
 
 
 def test_a_run_is_replaced_only_when_the_rerun_policy_allows_it(tmp_path, monkeypatch):
-    """Call 1's seed-1 pair ended with its export evals QUEUED (the call's time was up): rerun, kept with that reason.
+    """Call 1's seed-1 pair ended with its export evals QUEUED, call 5's control/4 with its export eval RUNNING (the
+    call's time was up): rerun, kept with that reason.
     A pair whose export evals ended may not be replaced, whatever its result."""
     monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path)
     records = sorted(RESULTS.glob("tpu_job-call-*[0-9].json"))
@@ -104,6 +105,7 @@ def test_a_run_is_replaced_only_when_the_rerun_policy_allows_it(tmp_path, monkey
     assert {r["job_id"]: r["reason"] for r in result["reruns"]} == {
         "rl-ciex53pi1jaz": "its export eval was QUEUED when its device call's time was up",
         "rl-9ib5ayitrd3b": "its export eval was QUEUED when its device call's time was up",
+        "rl-rzowyzj09fev": "its export eval was RUNNING when its device call's time was up",
     }
     before = (tmp_path / "tpu_job.json").read_text()
     with pytest.raises(SystemExit, match="never one that ended"):

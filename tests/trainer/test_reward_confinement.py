@@ -64,7 +64,8 @@ attempt("socket_unix", lambda: socket.socket(socket.AF_UNIX))
 attempt("socket_inet", lambda: socket.socket(socket.AF_INET))
 attempt("fork", lambda: os.fork())
 attempt("exec", lambda: os.execv("/bin/true", ["/bin/true"]))
-attempt("ptrace", lambda: raw(confinement.ARCHES[confinement.platform.machine()][1]["ptrace"], 16, os.getppid(), 0, 0))
+# PTRACE_SEIZE, not PTRACE_ATTACH: were the rule missing, ATTACH would leave pytest stopped and the suite hung
+attempt("ptrace", lambda: raw(confinement.ARCHES[confinement.platform.machine()][1]["ptrace"], 0x4206, os.getppid(), 0, 0))
 attempt("unshare", lambda: os.unshare(os.CLONE_NEWNET))
 attempt("clone3", lambda: raw(435, None, 0))
 if confinement.platform.machine() == "x86_64":
