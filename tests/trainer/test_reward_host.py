@@ -82,6 +82,23 @@ def test_calls_are_scored_by_a_worker_of_the_reward_container_not_of_the_trainer
     assert pool.isolation["reward_container"] and pool.isolation["seccomp"] and not pool.isolation["filesystem_confined"]
 
 
+def test_the_reward_container_receives_what_the_reward_imports(tmp_path, host):
+    """The reward container has no mount of the trainer's files: the pool shares the reward's files (the file, its
+    Python neighbours and packages: reward_files.py) beside the socket, so a reward that imports them scores there."""
+    from tests.trainer.test_reward_files import write_reward
+
+    reward = write_reward(tmp_path / "inputs" / "rewards")
+    (tmp_path / "inputs").chmod(0o700)  # as the run's work directory: the container's user could not read it
+    sandbox = RewardSandboxPool(str(reward), ["scored"], SandboxLimits(timeout_s=5, start_timeout_s=30), size=1, host=host[0])
+    sandbox.start()
+    try:
+        result = sandbox.call("scored", BATCH)
+    finally:
+        sandbox.close()
+    assert result.scores == [3.0, 3.0], result
+    assert sandbox.isolation["reward_container"]
+
+
 def test_a_reward_cannot_write_the_trainers_files_from_the_reward_container(pool, tmp_path):
     """Under gVisor a worker cannot confine its own writes (no Landlock): in the reward container, the trainer's run
     directory is not there to write (here: another user's directory; in a pod, not mounted at all)."""

@@ -20,6 +20,10 @@ MAX_TIMEOUT_S = 3600.0
 DEFAULT_MEMORY_MIB = 2048
 MIN_MEMORY_MIB = 256  # Python with numpy imported needs about this much address space
 MAX_MEMORY_MIB = 262_144
+TRAIN_REWARD_WORKERS = 2  # a training job's reward workers (the pool's size)
+EVAL_REWARD_WORKERS = 1  # an eval job's: it scores one row at a time
+REWARD_WORKER_MILLICPU = 500  # the reward container's CPU per worker (requested and limited)
+REWARD_HOST_OVERHEAD_MIB = 256  # the reward container's server and its workers' keepers (Python, no numpy)
 
 # TensorBoard tags of a train step's metrics (Tunix logs `rewards/<name>` as rewards/train/<name>).
 CALLS_METRIC = "rewards/train/sandbox_calls"

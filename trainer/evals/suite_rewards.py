@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.contract.eval_suite import SuiteSpec
-from trainer.contract.reward_sandbox import MIN_FAILED_CALLS_TO_STOP, RewardErrorPolicy, RewardFailure
+from trainer.contract.reward_sandbox import EVAL_REWARD_WORKERS, MIN_FAILED_CALLS_TO_STOP, RewardErrorPolicy, RewardFailure
 from trainer.rewards_sandbox.pool import RewardLoadFailed, RewardSandboxPool, SandboxLimits
 from trainer.rewards_sandbox.proxy import FAILURES_LOGGED, config_values, describe_isolation, plain
 from trainer.rewards_sandbox.stats import CallOutcome
 from trainer.sources import DataError
 
-WORKERS = 1  # the evaluation scores one row at a time
+WORKERS = EVAL_REWARD_WORKERS  # the evaluation scores one row at a time
 
 
 class SuiteRewardFailed(DataError):

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from .link import WorkerLink
 from .output import OutputRelay
+from .reward_files import copy_reward_files
 from .spawn import start_worker_process
 
 HOST_ENV = "RLJOB_REWARD_HOST"  # the socket's path, in the trainer's container (the pod template sets it)
@@ -130,15 +131,12 @@ def _connect(socket_path: str, timeout_s: float) -> socket.socket:
 
 
 def share_reward_file(path: str, socket_path: str) -> str:
-    """A copy of the reward file beside the host's socket (the emptyDir both containers mount at the same path), for
-    the reward container's workers: it has no mount of the trainer's files. Only the file: a neighbour it imports is
-    not there."""
-    shared = Path(socket_path).parent / "files" / uuid.uuid4().hex
-    shared.mkdir(parents=True, mode=0o755)
-    target = shared / Path(path).name
-    shutil.copyfile(path, target)
-    target.chmod(0o644)  # the reward container's user reads it
-    return str(target)
+    """A copy of the reward's files (the file and the Python it may import: reward_files.py) beside the host's socket
+    (the emptyDir both containers mount at the same path), for the reward container's workers: it has no mount of the
+    trainer's files."""
+    files = Path(socket_path).parent / "files"
+    files.mkdir(mode=0o755, exist_ok=True)
+    return copy_reward_files(path, files / uuid.uuid4().hex)  # 0644 and 0755: the reward container's user reads them
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.contract.reward_sandbox import TRAIN_REWARD_WORKERS
+
 from .host import HOST_ENV, RemoteRewardWorker, share_reward_file
 from .link import WorkerFailed, WorkerLink
 from .output import OutputRelay
@@ -131,7 +133,7 @@ class RewardSandboxPool:
     path: str
     names: list[str]
     limits: SandboxLimits = field(default_factory=SandboxLimits)
-    size: int = 2
+    size: int = TRAIN_REWARD_WORKERS  # the reward container's resources count these (service/adapters/k8s/reward_container.py)
     python: str = sys.executable
     clock: Callable[[], float] = time.monotonic
     stats: RewardCallStats = field(default_factory=RewardCallStats)

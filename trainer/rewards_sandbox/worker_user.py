@@ -18,10 +18,11 @@ reports what it could do.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .reward_files import copy_reward_files
 
 WORKER_UID = 65532
 WORKER_GID = 65532
@@ -52,17 +53,12 @@ def make_workdir(user: WorkerUser | None) -> str:
 
 
 def stage_reward_file(path: str, workdir: str, user: WorkerUser | None) -> str:
-    """Where the worker reads the reward file: a copy in its own directory (mode 0400, the worker's), since the
-    original may sit in the run's 0700 work directory; as the trainer's own user, the file itself."""
+    """Where the worker reads the reward file: a copy of the reward's files (reward_files.py) in its own directory
+    (files 0400, the worker's), since the original may sit in the run's 0700 work directory; as the trainer's own
+    user, the file itself."""
     if user is None:
         return path
-    target = Path(workdir, "rewards", Path(path).name)
-    target.parent.mkdir(mode=0o700)
-    shutil.copyfile(path, target)
-    target.chmod(0o400)
-    for entry in (target.parent, target):
-        os.chown(entry, user.uid, user.gid)
-    return str(target)
+    return copy_reward_files(path, Path(workdir, "rewards"), file_mode=0o400, dir_mode=0o700, owner=(user.uid, user.gid))
 
 
 def make_decoys() -> str:

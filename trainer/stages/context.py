@@ -10,6 +10,7 @@ from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, local_path, location_kind
 from trainer.progress.event_reporter import EventReporter
+from trainer.rewards_sandbox.reward_files import select_reward_files
 from trainer.run_stop import StopRequest
 from trainer.runner import StartedStage, start_stage_command
 from trainer.sizing.hf_model import MaxTextModel
@@ -67,7 +68,7 @@ def stage_inputs(ctx: JobContext) -> dict[str, Any]:
         inputs["local_tokenizer"] = spec.model.tokenizer_location
     rewards = spec.grpo.rewards.functions_path
     if rewards and location_kind(rewards) == "gcs":
-        inputs["local_rewards"] = _stage_file(rewards, work / "inputs" / "rewards")
+        inputs["local_rewards"] = _stage_reward_files(rewards, work / "inputs" / "rewards")
     template = spec.dataset.prompt_template
     if template and location_kind(template) == "gcs":
         inputs["local_template"] = _stage_file(template, work / "inputs" / "template")
@@ -75,6 +76,19 @@ def stage_inputs(ctx: JobContext) -> dict[str, Any]:
     if processor and location_kind(processor) == "gcs":
         inputs["local_processor"] = _stage_file(processor, work / "inputs" / "processor")
     return inputs
+
+
+def _stage_reward_files(uri: str, directory: Path) -> str:
+    """Local copies of a gs:// reward file and the Python beside it that it may import (the rule and its bounds:
+    trainer/rewards_sandbox/reward_files.py), so the train stage imports what the same file would import locally."""
+    parent, name = uri.rsplit("/", 1)
+    store = store_for(uri)
+    listed = [(o.uri[len(parent) + 1 :], o.size_bytes) for o in store.list(parent) if o.uri.startswith(parent + "/")]
+    for relative in select_reward_files(listed, name):
+        target = directory / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(store.read_bytes(f"{parent}/{relative}"))
+    return str(directory / name)
 
 
 def _stage_file(uri: str, directory: Path) -> str:
