@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from service.adapters.k8s.errors import ManifestError
+from service.adapters.k8s.launcher import build_k8s_launcher
 from service.adapters.k8s.render import render_manifests, render_manifests_yaml
+from service.domain.records.errors import InvalidRequest
 
-from .conftest import JOB_ID, make_eval_spec, make_settings, make_spec
+from .conftest import JOB_ID, configuration_for, make_eval_spec, make_settings, make_spec
 from .test_manifests import validate_strict
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -60,7 +63,6 @@ def test_the_reward_container_gets_none_of_the_trainers_secrets_spec_or_storage(
     assert {"name": "RLJOB_REWARD_HOST", "value": "/var/run/rljob-rewards/host.sock"} in trainer["env"]
     assert {"name": "reward-host", "mountPath": "/var/run/rljob-rewards"} in trainer["volumeMounts"]
     assert {"name": "reward-host", "emptyDir": {}} in pod["volumes"]
-    assert "resources" not in sidecar  # Kueue and the scheduler count the pod as before
 
 
 @pytest.mark.parametrize(
@@ -94,3 +96,40 @@ def test_only_pods_that_load_user_reward_code_get_it_and_only_with_the_setting(s
         pod = _pod(docs[1])
         assert ("initContainers" in pod) == (sidecar and enabled)
         assert any(e["name"] == "RLJOB_REWARD_HOST" for e in pod["containers"][0]["env"]) == (sidecar and enabled)
+
+
+@pytest.mark.parametrize("kind", ["train", "eval"])
+def test_the_reward_container_has_its_workers_resources_carved_from_the_trainers(kind) -> None:
+    """Requests and limits alike (half a CPU and the address-space bound per worker, two for training, one for an
+    eval job, plus the server), taken out of the trainer container's: Kueue and the scheduler sum a sidecar's
+    requests with the pod's (kueue_setup.pod_requests), so the pod's total is what it was without the container."""
+    from service.adapters.k8s.kueue_setup import pod_requests
+
+    if kind == "train":
+        spec = make_spec(team="ml-research", grpo={"rewards": {**REWARDS["rewards"], "memory_mib": 3000}})
+        expected = {"cpu": "1000m", "memory": f"{2 * 3000 + 256}Mi"}
+    else:
+        suite = {"name": "mine", "data": "gs://example-bucket/rljob/eval.jsonl", "rewards_path": "gs://example-bucket/rljob/r.py"}
+        spec = make_eval_spec(
+            evaluation={"suite": {**suite, "rewards": ["judge"]}, "checkpoint": {"format": "huggingface", "label": "base"}}
+        )
+        expected = {"cpu": "500m", "memory": f"{2048 + 256}Mi"}
+    alone, beside = (_pod(render_manifests(spec, JOB_ID, make_settings(reward_container=on))[1]) for on in (False, True))
+    (sidecar,) = beside["initContainers"]
+    assert sidecar["resources"] == {"requests": expected, "limits": expected}
+    assert pod_requests(beside) == pod_requests(alone)
+    trainer = beside["containers"][0]["resources"]
+    assert trainer["limits"]["memory"] == trainer["requests"]["memory"]  # still an OOM kill, never an eviction
+
+
+def test_a_reward_container_that_leaves_the_trainer_too_little_is_refused_with_what_to_change(kmock) -> None:
+    spec = make_spec(team="ml-research", grpo={"rewards": {**REWARDS["rewards"], "memory_mib": 4096}})
+    settings = make_settings(reward_container=True, memory_request="8Gi")
+    with pytest.raises(ManifestError, match="leave the trainer .* lower grpo.rewards.memory_mib"):
+        render_manifests(spec, JOB_ID, settings)
+    launcher = build_k8s_launcher(settings, sleep=lambda s: None, configuration=configuration_for(kmock))
+    with pytest.raises(InvalidRequest) as refused:  # at submit, before any TPU time: a 422 naming the field
+        launcher.check_submittable(spec)
+    assert refused.value.loc == ("body", "grpo", "rewards", "memory_mib") and "leave the trainer" in str(refused.value)
+    launcher.check_submittable(make_spec(team="ml-research", grpo=REWARDS))  # the default bound fits
+    assert not list(kmock), "refused before any call to the cluster"

@@ -22,12 +22,14 @@ pytestmark = pytest.mark.timeout(120)
 
 def _spec_with_rewards() -> JobSpec:
     """podrun's cpu spec, with a reward file of the user's: what makes the pod get its reward container."""
-    rewards = {"functions_path": "gs://example-bucket/rljob/rewards/judge.py", "functions": ["judge"]}
+    rewards = {"functions_path": "gs://example-bucket/rljob/rewards/judge.py", "functions": ["judge"], "memory_mib": 256}
     return JobSpec.model_validate({**spec().model_dump(mode="json"), "grpo": {"rewards": rewards}})
 
 
 async def test_a_jobs_reward_workers_run_in_its_reward_container_and_the_job_completes(emulated):
-    objects = workload(JOB, ["python", "-m", "trainer", "sandbox-check", "--json"], job_spec=_spec_with_rewards(), reward_container=True)
+    # The reward container's share (2 x 256 MiB + 256, 1 CPU) comes out of what the pod asks for.
+    command = ["python", "-m", "trainer", "sandbox-check", "--json"]
+    objects = workload(JOB, command, job_spec=_spec_with_rewards(), reward_container=True, cpu_job_cpu="1500m", cpu_job_memory="2Gi")
     pod_spec = objects[1]["spec"]["template"]["spec"]
     assert [c["name"] for c in pod_spec["initContainers"]] == ["rewards"]
     await submit(emulated, objects)

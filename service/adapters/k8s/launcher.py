@@ -34,7 +34,7 @@ from .errors import K8sBackendError, ManifestError
 from .kueue import KueueRead
 from .kueue_setup import demand_of, refusal
 from .manifests import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, build_workload, kueue_queue_of, resolve_hardware
-from .pod_template import runtime_class_problem
+from .pod_template import reward_container_problem, runtime_class_problem
 from .settings import K8sSettings
 from .stranded import stranded
 from .watcher import Reconciler, ResourceWatch, WatchOptions
@@ -140,6 +140,9 @@ class K8sJobLauncher:
         with contextlib.suppress(ManifestError):  # not renderable: launch fails with the manifest's own message
             if problem := runtime_class_problem(resolve_hardware(spec), self._settings):
                 raise InvalidRequest(("body", "hardware", "accelerator"), problem)
+            if problem := reward_container_problem(spec, resolve_hardware(spec), self._settings):
+                field = ("evaluation", "suite", "reward_memory_mib") if spec.evaluation else ("grpo", "rewards", "memory_mib")
+                raise InvalidRequest(("body", *field), problem)
         try:
             kueue.local_queue_for(spec.team, self._settings.kueue_team_queues, self._settings.kueue_queue)
         except kueue.NoQueueForTeam as exc:

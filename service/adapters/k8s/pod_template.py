@@ -23,6 +23,10 @@ a multi-host slice is refused (runtime_class_problem), never silently run outsid
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from decimal import Decimal
+from typing import cast
+
 from kubernetes.client import (
     V1Affinity,
     V1ConfigMapVolumeSource,
@@ -44,6 +48,7 @@ from kubernetes.client import (
     V1Volume,
     V1VolumeMount,
 )
+from kubernetes.utils import quantity
 
 from trainer.contract import JobSpec
 
@@ -59,8 +64,12 @@ from .accelerators import (
 )
 from .capacity import FLEX_START_MAX_RUN_S, capacity_scheduling, eval_pool_scheduling
 from .errors import ManifestError
-from .reward_container import reward_host_parts
+from .reward_container import reward_host_parts, reward_share, runs_user_reward_code
 from .settings import K8sSettings
+
+MIN_TRAINER_MIB = 1024  # what a trainer container beside a reward container must keep, at least
+MIN_TRAINER_MILLICPU = 500
+parse_quantity = cast(Callable[[str], Decimal], quantity.parse_quantity)  # the client's own, untyped
 
 
 def node_selector(tpu: GkeTpuSlice, settings: K8sSettings) -> dict[str, str]:
@@ -148,16 +157,44 @@ def _grace_s(spec: JobSpec, settings: K8sSettings) -> int:
     return settings.termination_grace_s
 
 
-def _resources(hw: Hardware, settings: K8sSettings) -> V1ResourceRequirements:
+def _resources(hw: Hardware, settings: K8sSettings, carved: tuple[int, int] | None = None) -> V1ResourceRequirements:
+    """`carved`: (CPUs, MiB) the pod's reward container takes out of what the trainer would ask for alone, so the
+    pod as a whole asks for the same (reward_container.py)."""
     if not isinstance(hw, GkeTpuSlice):
-        cpu = {"cpu": settings.cpu_job_cpu, "memory": settings.cpu_job_memory}
+        cpu = _less({"cpu": settings.cpu_job_cpu, "memory": settings.cpu_job_memory}, carved)
         return V1ResourceRequirements(requests=dict(cpu), limits=dict(cpu))
-    memory = settings.memory_request or hw.memory_request
+    asked = _less({"cpu": settings.cpu_request or hw.cpu_request, "memory": settings.memory_request or hw.memory_request}, carved)
     return V1ResourceRequirements(
-        requests={"cpu": settings.cpu_request or hw.cpu_request, "memory": memory, TPU_RESOURCE: str(hw.chips_per_vm)},
+        requests={**asked, TPU_RESOURCE: str(hw.chips_per_vm)},
         # Extended resources need limit == request; memory limit == request keeps OOM deterministic.
-        limits={"memory": memory, TPU_RESOURCE: str(hw.chips_per_vm)},
+        limits={"memory": asked["memory"], TPU_RESOURCE: str(hw.chips_per_vm)},
     )
+
+
+def reward_container_problem(spec: JobSpec, hw: Hardware, settings: K8sSettings) -> str | None:
+    """Why the pod's reward container would leave its trainer too little (the pod's render would refuse it), or None."""
+    if not (settings.reward_container and runs_user_reward_code(spec)):
+        return None
+    try:
+        _resources(hw, settings, reward_share(spec))
+    except ManifestError as e:
+        return str(e)
+    return None
+
+
+def _less(amounts: dict[str, str], carved: tuple[int, int] | None) -> dict[str, str]:
+    if carved is None:
+        return amounts
+    millicpu_left = int(parse_quantity(amounts["cpu"]) * 1000) - carved[0]
+    mib_left = int(parse_quantity(amounts["memory"]) / 2**20) - carved[1]
+    if millicpu_left < MIN_TRAINER_MILLICPU or mib_left < MIN_TRAINER_MIB:
+        raise ManifestError(
+            f"the reward container's {carved[0]}m CPU and {carved[1]} MiB leave the trainer {millicpu_left}m CPU and "
+            f"{mib_left} MiB of the {amounts['cpu']} CPU and {amounts['memory']} the pod may ask for (it needs at least "
+            f"{MIN_TRAINER_MILLICPU}m and {MIN_TRAINER_MIB} MiB): lower grpo.rewards.memory_mib (or the suite's "
+            "reward_memory_mib), give the pod more, or run without RLJOB_K8S_REWARD_CONTAINER"
+        )
+    return {"cpu": f"{millicpu_left}m", "memory": f"{mib_left}Mi"}
 
 
 def host_path_volumes(settings: K8sSettings) -> list[tuple[V1Volume, V1VolumeMount]]:
@@ -194,7 +231,7 @@ def trainer_pod_template(
         image_pull_policy=settings.image_pull_policy,
         command=trainer_command(job_id),
         env=_env(spec, job_id, settings) + ([reward_env] if reward_env else []),
-        resources=_resources(hw, settings),
+        resources=_resources(hw, settings, reward_share(spec) if sidecars else None),
         volume_mounts=[
             V1VolumeMount(name="dshm", mount_path="/dev/shm"),
             V1VolumeMount(name="spec", mount_path=names.SPEC_MOUNT_DIR, read_only=True),

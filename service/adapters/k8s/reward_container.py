@@ -9,8 +9,12 @@ host paths, its own non-root user and no capabilities; the trainer gets RLJOB_RE
 there (trainer/rewards_sandbox/pool.py). What that buys: under gVisor, where a worker cannot confine its own writes
 (no Landlock), a reward still cannot write the run's files or read the trainer's (docs/reward-sandbox.md).
 
-No resources are requested for it: Kueue and the scheduler then count the pod as before (a sidecar's requests add to
-the pod's), and a worker's memory is bounded by its own RLIMIT_AS (grpo.rewards.memory_mib, two workers).
+Its resources are its workers' (trainer/contract/reward_sandbox.py: two for a training job, one for an eval job):
+half a CPU each (a reward scores text: a share, not a core) and each worker's address-space bound
+(grpo.rewards.memory_mib, or the suite's reward_memory_mib), plus the server's overhead, requested and limited alike,
+so a reward never takes the trainer's CPU or memory. They are carved from the trainer container's (pod_template.py):
+a sidecar's requests add to the pod's (Kueue and the scheduler sum them), so the pod asks for what it asked before
+and fits the same machine.
 """
 
 from __future__ import annotations
@@ -20,12 +24,19 @@ from kubernetes.client import (
     V1Container,
     V1EmptyDirVolumeSource,
     V1EnvVar,
+    V1ResourceRequirements,
     V1SecurityContext,
     V1Volume,
     V1VolumeMount,
 )
 
 from trainer.contract import JobSpec
+from trainer.contract.reward_sandbox import (
+    EVAL_REWARD_WORKERS,
+    REWARD_HOST_OVERHEAD_MIB,
+    REWARD_WORKER_MILLICPU,
+    TRAIN_REWARD_WORKERS,
+)
 
 from .settings import K8sSettings
 
@@ -44,7 +55,17 @@ def runs_user_reward_code(spec: JobSpec) -> bool:
     return bool(spec.grpo.rewards.functions_path)
 
 
-def reward_container(image: str, pull_policy: str) -> V1Container:
+def reward_share(spec: JobSpec) -> tuple[int, int]:
+    """(millicores, MiB) the reward container requests and is limited to: its workers' and its server's."""
+    if spec.evaluation is not None:
+        workers, worker_mib = EVAL_REWARD_WORKERS, spec.evaluation.suite.reward_memory_mib
+    else:
+        workers, worker_mib = TRAIN_REWARD_WORKERS, spec.grpo.rewards.memory_mib
+    return workers * REWARD_WORKER_MILLICPU, workers * worker_mib + REWARD_HOST_OVERHEAD_MIB
+
+
+def reward_container(image: str, pull_policy: str, share: tuple[int, int]) -> V1Container:
+    amounts = {"cpu": f"{share[0]}m", "memory": f"{share[1]}Mi"}
     return V1Container(
         name=CONTAINER,
         image=image,
@@ -59,6 +80,7 @@ def reward_container(image: str, pull_policy: str) -> V1Container:
             allow_privilege_escalation=False,
             capabilities=V1Capabilities(drop=["ALL"]),
         ),  # no seccompProfile: the worker installs its own filter, and GKE Sandbox applies none of a pod's
+        resources=V1ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
         termination_message_policy="FallbackToLogsOnError",
     )
 
@@ -71,7 +93,7 @@ def reward_host_parts(
     if not (settings.reward_container and runs_user_reward_code(spec)):
         return [], None, None, None
     return (
-        [reward_container(settings.image, settings.image_pull_policy)],
+        [reward_container(settings.image, settings.image_pull_policy, reward_share(spec))],
         V1Volume(name=VOLUME, empty_dir=V1EmptyDirVolumeSource()),
         V1VolumeMount(name=VOLUME, mount_path=MOUNT_DIR),
         V1EnvVar(name=HOST_ENV, value=SOCKET),
