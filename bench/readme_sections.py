@@ -30,7 +30,7 @@ from bench.readme_render.estimate_bench import render_estimate_accuracy  # noqa:
 from bench.readme_render.learning_folds_section import render_learning_folds, render_learning_folds_eval_check  # noqa: E402
 from bench.readme_render.learning_seeds import render_learning_seeds  # noqa: E402
 from bench.readme_render.loss_agg_explore import render_loss_agg_explore  # noqa: E402
-from bench.readme_render.sandbox_runtimes import render_sandbox_runtimes  # noqa: E402
+from bench.readme_render.sandbox_runtimes import render_reward_container_cost, render_sandbox_runtimes  # noqa: E402
 from bench.readme_render.status_read import render_status_read  # noqa: E402
 from bench.readme_render.tpu_correctness import render_tpu_correctness  # noqa: E402
 from bench.readme_render.tpu_grpo import render_tpu_grpo  # noqa: E402
@@ -84,6 +84,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead),
     "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy),
     "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes),
+    "reward-container-cost": (("reward_container_cost.json",), render_reward_container_cost),
     "tpu-grpo": (("tpu_grpo.json",), render_tpu_grpo),
     "tpu-job": (("tpu_job.json",), render_tpu_job),
     "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness),

@@ -53,3 +53,25 @@ def render_sandbox_runtimes(result: dict[str, Any]) -> str:
             f"| the reward tried | it got |\n|---|---|\n{rows}"
         )
     return "\n\n".join(parts)
+
+
+def render_reward_container_cost(result: dict[str, Any]) -> str:
+    """bench/reward_container_cost.py: a call through the reward container's server against the trainer's own worker."""
+    latency, machine, memory = result["latency"], result["machine"], result["reward_container_memory"]
+    low, high = result["median_ratio_ci95"]
+    side = {"in_process": "the trainer's own worker", "reward_container": "the reward container's"}
+    calls = "; ".join(f"{side[name]}: median {v['median_ms']:.3f} ms, 95th percentile {v['p95_ms']:.3f} ms" for name, v in latency.items())
+    calls = calls[0].upper() + calls[1:]
+    added = latency["reward_container"]["median_ms"] - latency["in_process"]["median_ms"]
+    who = "as root, the server under the gVisor emulation as uid 65534" if result["as_root"] else "as one user"
+    return (
+        f"{result['calls_per_side']} calls a side, alternating, each scoring {result['batch']['completions']} completions "
+        f"of {result['batch']['characters_each']} characters with a regular-expression reward ({who}; "
+        f"{machine['cpu_count']} cores, load {machine['load_average'][0]:.2f} at the start, commit `{machine['commit']}`). "
+        f"{calls}. The reward container's median is {result['median_ratio']:.2f} times the trainer's own worker's "
+        f"(95% bootstrap interval [{low:.2f}, {high:.2f}]), {added:+.3f} ms a call at the median. The first "
+        f"worker started in {result['worker_started_s']['reward_container']:.2f} s there against "
+        f"{result['worker_started_s']['in_process']:.2f} s. The server held {memory['server_mib']:.0f} MiB, "
+        f"{memory['with_workers_mib']:.0f} MiB with its worker ({memory['processes']} processes), beside the "
+        f"{memory['requested_for_server_mib']} MiB its container requests for the server on top of its workers' bounds."
+    )
