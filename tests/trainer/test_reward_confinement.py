@@ -35,7 +35,17 @@ def test_every_system_call_number_is_the_kernels(machine):
     assert {name: kernel.get(name) for name in ours} == ours
 
 
-PROBE = r"""
+ATTEMPT = """
+def attempt(name, call):
+    try:
+        call()
+        seen[name] = "allowed"
+    except OSError as e:
+        seen[name] = errno.errorcode.get(e.errno, str(e.errno))
+"""  # the probes' way to try a call: its errno, or "allowed"
+
+PROBE = (
+    r"""
 import ctypes, errno, json, os, signal, socket, sys, threading
 sys.path.insert(0, sys.argv[1])
 from trainer.rewards_sandbox import confinement, reach_probes
@@ -44,12 +54,9 @@ assert confinement.install_filter(confinement.build_filter(confinement.reward_ru
 libc = ctypes.CDLL(None, use_errno=True)
 seen = {}
 
-def attempt(name, call):
-    try:
-        call()
-        seen[name] = "allowed"
-    except OSError as e:
-        seen[name] = errno.errorcode.get(e.errno, str(e.errno))
+"""
+    + ATTEMPT
+    + r"""
 
 def raw(number, *args):
     if libc.syscall(number, *args) < 0:
@@ -73,10 +80,12 @@ if confinement.platform.machine() == "x86_64":
 seen["thread_ran"] = done == [1]
 print(json.dumps(seen))
 """
+)
 
 # Every route to another process against decoys of this test's own (started before the filter, which refuses fork);
 # then what the worker may still do to itself, and the same calls with the high word of the argument set.
-ROUTES_PROBE = r"""
+ROUTES_PROBE = (
+    r"""
 import ctypes, errno, fcntl, json, os, resource, signal, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
 from trainer.rewards_sandbox import confinement, reach_probes
@@ -92,12 +101,9 @@ seen = {r: errno.errorcode.get(reach_probes.errno_of(r, numbers, d.pid, d.pid, s
 time.sleep(0.5)
 seen["decoys_alive"] = sorted(r for r, d in decoys.items() if d.poll() is None) == sorted(routes)
 
-def attempt(name, call):
-    try:
-        call()
-        seen[name] = "allowed"
-    except OSError as e:
-        seen[name] = errno.errorcode.get(e.errno, str(e.errno))
+"""
+    + ATTEMPT
+    + r"""
 
 def raw(name, *args):
     if libc.syscall(ctypes.c_long(numbers[name]), *[ctypes.c_long(a) for a in args]) < 0:
@@ -122,15 +128,21 @@ attempt("fcntl_setown_high_word", lambda: raw("fcntl", read_end, high | fcntl.F_
 seen["decoy_pids"] = [d.pid for d in decoys.values()]  # this process may not signal them: the test ends them
 print(json.dumps(seen))
 """
+)
+
+
+def run_probe(probe: str) -> dict:
+    """A probe script in a process of its own (the filter is for good once installed): what it printed."""
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(Path(__file__).resolve().parents[2])], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
 
 
 @pytest.mark.skipif(platform.machine() not in confinement.ARCHES, reason="no filter for this architecture")
 def test_the_filter_refuses_what_it_says_and_allows_what_a_reward_needs():
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(Path(__file__).resolve().parents[2])], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
+    seen = run_probe(PROBE)
     assert seen.pop("thread_ran") is True
     expected = {
         "thread": "allowed",
@@ -152,11 +164,7 @@ def test_the_filter_refuses_what_it_says_and_allows_what_a_reward_needs():
 
 @pytest.mark.skipif(platform.machine() not in confinement.ARCHES, reason="no filter for this architecture")
 def test_the_filter_refuses_every_route_to_another_process_and_leaves_the_worker_its_own():
-    done = subprocess.run(
-        [sys.executable, "-c", ROUTES_PROBE, str(Path(__file__).resolve().parents[2])], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
+    seen = run_probe(ROUTES_PROBE)
     for pid in seen.pop("decoy_pids"):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
