@@ -236,7 +236,14 @@ async def test_queued_admitted_preempted_and_readmitted_through_the_service(clus
             # Kueue has no quota for it: QUEUED with Kueue's reason, its words and the place in line.
             name = on_loop(kueue.set_conditions(job_id, WAITING))
             kueue.pending = ["job-rl-aaaaaaaaaaaa-11111", name]
-            job = phase_is(client, job_id, "QUEUED", lambda j: (j["queue"] or {}).get("position") == 2)
+            # Waits for Kueue's reason too: the service may read the queue position before the WAITING conditions
+            # (a loaded machine once read PendingEvaluation there).
+            job = phase_is(
+                client,
+                job_id,
+                "QUEUED",
+                lambda j: (j["queue"] or {}).get("position") == 2 and j["queue"].get("reason") == "WaitingForQuota",
+            )
             assert job["queue"] == {"name": "ml-tpu", "position": 2, "reason": "WaitingForQuota", "message": QUOTA_WORDS}
             assert job["message"] == f"waiting in ml-tpu: {QUOTA_WORDS}"
             _wait(lambda: meta(job_id).get("annotations", {}).get("rljob.dev/queue-position") == "2", "position annotation")
