@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,7 +132,7 @@ print(json.dumps(seen))
 )
 
 
-def run_probe(probe: str) -> dict:
+def run_probe(probe: str) -> dict[str, Any]:
     """A probe script in a process of its own (the filter is for good once installed): what it printed."""
     done = subprocess.run(
         [sys.executable, "-c", probe, str(Path(__file__).resolve().parents[2])], capture_output=True, text=True, timeout=60
