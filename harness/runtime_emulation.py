@@ -92,8 +92,8 @@ def _reachable_for_everyone(paths: list[Path]) -> None:
     wanted = [p for i, p in enumerate(wanted) if not any(p.is_relative_to(q) for q in wanted[:i])]  # nested: the outer one suffices
     if not wanted:
         return
-    tops = {c for c in (closed_parent(p) for p in wanted) if c is not None}
-    closed = [c for c in sorted(tops, key=lambda p: len(p.parts)) if not any(c != q and c.is_relative_to(q) for q in tops)]
+    # Each path's topmost closed directory: two of them are never nested (the outer one would be the inner's topmost).
+    closed = {c for c in (closed_parent(p) for p in wanted) if c is not None}
     held = {p: tempfile.mkdtemp(prefix="rljob-emulated-") for p in wanted}
     for path, aside in held.items():
         _mount(str(path), aside, None, _MS_BIND | _MS_REC)
