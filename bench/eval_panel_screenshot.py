@@ -2,7 +2,7 @@
 
 What is real: the service (`python -m service.cli.main serve`, SQLite and the local launcher in a temp
 dir), the job (submitted over REST, run as a process group by the local launcher), the channel (the
-job's events.jsonl, tailed and folded into JobPublic.eval by the service), the 95% intervals (the
+job's events.jsonl, tailed and folded into JobPublic.train_evals by the service), the 95% intervals (the
 service's), the page (the built dashboard in headless Debian Chromium, signed in with a token).
 What is scripted (the default): the trainer. The job's process is harness/held_trainer.py,
 which trains nothing, and this script writes the events a run writes: stages, 20 train steps, and three
@@ -270,16 +270,16 @@ def tiny(out: Path) -> int:
             "phase": job["phase"],
             "step": job["step"],
             "total_steps": job["total_steps"],
-            "eval": job["eval"],
+            "eval": job["train_evals"],
             "health": job["health"],
         }
-        print(f"eval: {json.dumps(job['eval'], indent=2)}")
+        print(f"eval: {json.dumps(job['train_evals'], indent=2)}")
         print(f"health: {job['health']['verdict']}: {job['health']['message']}")
         record_path = out.with_suffix(".json")
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {record_path}")
-        screenshot(service, out, bool, evaluations=len(job["eval"]["points"]))
+        screenshot(service, out, bool, evaluations=len(job["train_evals"]["points"]))
         goodput_screenshot(service, GOODPUT_OUT, job["goodput"], machine)
     return 0
 

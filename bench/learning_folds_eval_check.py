@@ -81,7 +81,7 @@ def main() -> int:
         "what": f"base (SmolLM2-135M-Instruct, dequantised Q4_1) on fold {args.fold} ({len(ids)} rows): one eval job through rljob "
         "serve against the in-process evaluation recorded in bench/results/learning_folds.json",
         "in_process": {"measured_at": load()["machine"]["base"], "rows": len(in_process)},
-        "eval_job": found["evaluation"],
+        "eval_job": found["eval_job"],
         "model": json.loads(provenance.read_text()) if provenance.exists() else str(model),
         "greedy_completions_identical": same_greedy,
         "rows": len(ids),

@@ -154,18 +154,18 @@ def bench_row(outcome: RowOutcome) -> dict[str, Any]:
 
 def _eval_record(client: RljobClient, eval_id: str, checkpoint: str) -> dict[str, Any]:
     found = client.eval(eval_id)
-    suite, usage = found.evaluation.suite, found.usage
+    suite, usage = found.eval_job.suite, found.usage
     running = usage.phases.get(JobPhase.RUNNING.value)
     return {
         "eval_id": eval_id,
         "phase": found.phase.value,
         "message": found.message,
         "checkpoint": checkpoint,
-        "model_source": found.evaluation.model_source,
+        "model_source": found.eval_job.model_source,
         "suite": suite.model_dump(include={"name", "scope", "version", "content_hash", "rows"}),
-        "n": found.evaluation.n,
-        "k": found.evaluation.k,
-        "generate_s": found.evaluation.generate_s,
+        "n": found.eval_job.n,
+        "k": found.eval_job.k,
+        "generate_s": found.eval_job.generate_s,
         "usage": {
             "billed_chip_hours": usage.billed_chip_hours,
             "cost_usd": usage.cost_usd,

@@ -65,7 +65,7 @@ export function diffPage(root, api, a, b) {
       const s = metricSeries(metrics[i]);
       return { id: o.job_id, label: labels[i], steps: s.steps, values: s.rewardMean };
     }));
-    const evalRuns = overlayEvals(diff.outcomes.map((o, i) => ({ id: o.job_id, label: labels[i], evaluation: jobs[i] ? evalView(jobs[i].eval) : null })));
+    const evalRuns = overlayEvals(diff.outcomes.map((o, i) => ({ id: o.job_id, label: labels[i], trainEvals: jobs[i] ? evalView(jobs[i].train_evals) : null })));
     replace(body,
       differencesPanel(diff, labels),
       outcomesPanel(diff, labels),

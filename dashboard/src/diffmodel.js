@@ -90,16 +90,16 @@ export function overlaySteps(runs) {
 /**
  * Several jobs' evaluations as one list of points for evalplot.js, each tagged with its series
  * (the job's place in `runs`, as overlaySteps's `index`) and job label.
- * @param {{id: string, label: string, evaluation: ReturnType<import("./model.js").evalView>}[]} runs
+ * @param {{id: string, label: string, trainEvals: ReturnType<import("./model.js").evalView>}[]} runs
  */
 export function overlayEvals(runs) {
   const points = [];
   const series = [];
   const absent = [];
   runs.forEach((run, index) => {
-    const ev = run.evaluation;
+    const ev = run.trainEvals;
     if (!ev || ev.status !== "available") {
-      absent.push({ id: run.id, label: run.label, reason: ev ? ev.reason || "no evaluation has finished yet" : "no eval field" });
+      absent.push({ id: run.id, label: run.label, reason: ev ? ev.reason || "no evaluation has finished yet" : "no train_evals field" });
       return;
     }
     series.push({ index, id: run.id, label: run.label, points: ev.points.length });

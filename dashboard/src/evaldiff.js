@@ -41,7 +41,7 @@ export function evalDiffPage(root, api, a, b) {
       const page = await api.get("/v1/evals", { limit: PICK_LIMIT });
       if (left) return;
       const options = (selected) => [h("option", { value: "" }, "(pick an eval)"), page.data.map((e) => {
-        const suite = e.evaluation.suite;
+        const suite = e.eval_job.suite;
         return h("option", { value: e.id, selected: e.id === selected },
           `${e.name} (${e.id}) · ${suite.name}${suite.version != null ? ` v${suite.version}` : ""} · ${e.phase}`);
       })];
@@ -102,7 +102,7 @@ export function evalDiffPage(root, api, a, b) {
 
 /** Both evals in two columns: what each evaluated and its primary function's scores with 95% intervals. */
 function sideBySide(ea, eb) {
-  const views = [ea, eb].map((e) => evalSummaryView(e.evaluation));
+  const views = [ea, eb].map((e) => evalSummaryView(e.eval_job));
   const fn = views[0].primary || views[1].primary;
   const scoreOf = (view, score) => {
     const f = view.functions.find((x) => x.name === fn);

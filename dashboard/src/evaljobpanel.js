@@ -137,7 +137,7 @@ export function evalJobPanel(api, jobId) {
   }
 
   function render(ev) {
-    const view = evalSummaryView(ev.evaluation);
+    const view = evalSummaryView(ev.eval_job);
     el.dataset.phase = ev.phase;
     const scores = view.reported
       ? view.functions.map((fn) => functionBlock(fn, view.n))

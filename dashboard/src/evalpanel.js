@@ -1,4 +1,4 @@
-// The job page's eval panel, from JobPublic.eval (model.js's evalView): the headline (before → after
+// The job page's eval panel, from JobPublic.train_evals (model.js's evalView): the headline (before → after
 // with 95% intervals and n), the paired change, and each evaluation's accuracy by step with its
 // interval drawn as an error bar. The plot is a small SVG, not uPlot: it has a handful of points,
 // and error bars are plain elements that tests and screen readers can find. It is drawn at the
@@ -13,7 +13,7 @@ import { differenceOf, differenceText, evalHeadline, methodText, pointText, poin
 const SVG_NS = "http://www.w3.org/2000/svg";
 const CAP_HALF_WIDTH_PX = 5;
 const MIN_PLOT_WIDTH_PX = 280;
-const NO_EVAL_FIELD = "This service does not report evaluations (its jobs have no eval field).";
+const NO_EVAL_FIELD = "This service does not report evaluations (its jobs have no train_evals field).";
 
 /** An SVG element; attributes only (the page's CSP forbids inline style), text as text nodes. */
 export function svg(tag, attrs = {}, ...children) {

@@ -2,7 +2,7 @@
 // eval panel, log tail, artifacts, cancel. Live through GET /v1/jobs/{id}/events (a snapshot, then
 // every change, ending after the terminal phase); each burst of events triggers one re-read of the
 // job and its metrics, and of the samples when a new train step arrived. An `eval` event is such a
-// change too: the re-read job carries the evaluations whole (JobPublic.eval), so the panel is drawn
+// change too: the re-read job carries the evaluations whole (JobPublic.train_evals), so the panel is drawn
 // from that, never from the event's partial data. An eval job's page (a job whose spec has `evaluation`)
 // shows its evaluation (evaljobpanel.js) instead of curves and samples; a training job with evaluations
 // attached lists their eval jobs (attachedevals.js), redrawn only when they change.
@@ -103,7 +103,7 @@ export function jobPage(root, api, jobId) {
     learning.hidden = isEval;
     evalJob.el.hidden = !isEval;
     if (isEval) evalJob.update(job);
-    else evaluation.update(job.evaluation);
+    else evaluation.update(job.trainEvals);
     const attachedKey = isEval ? "" : JSON.stringify([job.spec.eval || null, job.attachedEvals]);
     if (attachedKey !== attachedShown) {
       attachedShown = attachedKey;

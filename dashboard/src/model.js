@@ -42,7 +42,7 @@ export function jobView(raw) {
     // An eval job's accuracy is its own pass@1 (primary reward function); a training job's, its latest in-loop eval.
     evalAccuracy: evalJobOf(raw) ? primaryPassAt1(evalJobOf(raw)) : num(metrics.eval_accuracy),
     health: healthView(raw.health),
-    evaluation: evalView(raw.train_evals || raw.eval),
+    trainEvals: evalView(raw.train_evals),
     // JobPublic.eval_job is set only on an eval job (a job whose spec has `evaluation`): its checkpoint, suite, scores.
     kind: evalJobOf(raw) || spec.evaluation ? "eval" : "train",
     evalJob: evalJobOf(raw),
@@ -108,7 +108,7 @@ function evalPoint(raw) {
 }
 
 /**
- * JobPublic.eval -> {status, reason, points, before, after, difference}. Points keep the service's
+ * JobPublic.train_evals -> {status, reason, points, before, after, difference}. Points keep the service's
  * order (oldest first: before, step-N..., after). "available" with no usable point is shown as
  * "none": the panel then says why instead of drawing an empty plot. Null when the service sent no
  * `eval` at all (one older than issue 19).
@@ -150,15 +150,12 @@ export function samplesView(raw) {
   };
 }
 
-// JobPublic's eval fields by their names, or by the deprecated ones a replica not yet upgraded answers with
-// (`evaluation`, `evals`): the page and the service it talks to are not always upgraded at the same moment.
 function evalJobOf(raw) {
-  return raw.eval_job || raw.evaluation || null;
+  return raw.eval_job || null;
 }
 
 function attachedEvalsOf(raw) {
-  const evals = raw.attached_evals || raw.evals;
-  return Array.isArray(evals) ? evals : [];
+  return Array.isArray(raw.attached_evals) ? raw.attached_evals : [];
 }
 
 /** One row per trainer stage, in pipeline order, with a state the timeline can colour. */
@@ -178,7 +175,7 @@ function stageTimeline(raw) {
 
 /**
  * MetricsPublic -> column arrays for the charts: reward mean/std, KL and loss from the train points.
- * Eval points are left out: evaluations come whole, with their intervals, in JobPublic.eval
+ * Eval points are left out: evaluations come whole, with their intervals, in JobPublic.train_evals
  * (evalView). Points are sorted by step and a repeated step keeps the newest value (a resumed run
  * can report a step twice).
  */

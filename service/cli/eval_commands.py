@@ -72,7 +72,7 @@ def suite_text(summary: EvalSummaryPublic) -> str:
 
 
 def print_scores(found: EvalPublic) -> None:
-    summary = found.evaluation
+    summary = found.eval_job
     console.print(
         f"{found.id} ({escape(found.name)}): {found.phase}; {escape(summary.checkpoint.label)} "
         f"{escape(summary.model_source)} on {escape(suite_text(summary))}, n={summary.n}, k={summary.k} ({summary.engine})",

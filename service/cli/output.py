@@ -160,7 +160,7 @@ def _latest_eval(evaluation: JobEval) -> EvalPoint | None:
 
 
 def eval_text(evaluation: JobEval) -> str:
-    """JobPublic.eval in one line: `34% [29-39] -> 51% [45-57], n=300`, or `- (why there is none)`."""
+    """JobPublic.train_evals in one line: `34% [29-39] -> 51% [45-57], n=300`, or `- (why there is none)`."""
     points = evaluation.points
     if evaluation.status != "available" or not points:
         return f"- ({evaluation.reason or 'no evaluation'})"

@@ -34,7 +34,7 @@ METRICS_PER_BATCH = 1000
 TRUNCATED = "...[truncated]"
 JOB_ID_TAG = "rljob.job_id"
 CURSOR_TAG = "rljob.export_cursor"  # {"train": 12, "eval": 10, "evaluation": 10}: the last step logged per source
-EVALUATION = "evaluation"  # the source of the values taken from the job's evaluations (JobPublic.eval)
+EVALUATION = "evaluation"  # the source of the values taken from the job's evaluations (JobPublic.train_evals)
 JOB_ID_PATTERN = re.compile(r"^[a-z0-9-]{1,63}$")  # the service's ids are DNS-safe; checked before a search filter
 _UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9_\-./ ]")  # what MLflow allows in metric and param names
 # A finished job's run ends with its outcome; a job still going leaves the run RUNNING for the next export.
@@ -105,7 +105,7 @@ def _millis(time: str) -> int:
 
 def metric_values(points: list[dict[str, Any]], evaluation: dict[str, Any] | None, fallback_ms: int) -> list[MetricValue]:
     """Train points under their own names, eval points under `eval/<name>`, and each evaluation on the eval rows
-    (JobPublic.eval) as `evaluation/accuracy` with its 95% interval as `evaluation/accuracy_ci95_low` and `_high`
+    (JobPublic.train_evals) as `evaluation/accuracy` with its 95% interval as `evaluation/accuracy_ci95_low` and `_high`
     and its row count as `evaluation/n`, at the step it ran. An evaluation carries no time of its own: it takes the
     time of the eval point at its step, else `fallback_ms`."""
     values: list[MetricValue] = []
@@ -211,7 +211,7 @@ def write_export(
     tags = [RunTag(k, v) for k, v in run_tags(job).items()]
     for start in range(0, max(len(params), len(tags)), PARAMS_PER_BATCH):
         client.log_batch(run_id, params=params[start : start + PARAMS_PER_BATCH], tags=tags[start : start + PARAMS_PER_BATCH])
-    values = metric_values(export.metric_points, job.get("eval"), _millis(job["updated_at"]))
+    values = metric_values(export.metric_points, job.get("train_evals"), _millis(job["updated_at"]))
     if created:
         new = values
     elif trust_cursor:

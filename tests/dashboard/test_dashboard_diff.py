@@ -30,7 +30,7 @@ def _settled(service: LiveService, job_id: str, steps: int, evals: int) -> None:
         with service.api() as client:
             points = client.get(f"/v1/jobs/{job_id}/metrics").raise_for_status().json()["points"]
         job: dict[str, Any] = service.job(job_id)
-        if sum(p["kind"] == "train" for p in points) == steps and len(job["eval"]["points"]) == evals:
+        if sum(p["kind"] == "train" for p in points) == steps and len(job["train_evals"]["points"]) == evals:
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"{job_id}: {len(points)} metric points, eval {job['eval']}")

@@ -112,7 +112,7 @@ def test_a_job_that_runs_no_evaluation_says_so(page: Page, live_service: LiveSer
     # MaxText's own eval log line (no summary): a metric point, not an evaluation with rows to show.
     live_service.emit(job["id"], "eval", step=3, accuracy=0.25)
     folded = _wait_for(lambda: live_service.job(job["id"]), lambda j: j["metrics"].get("eval_accuracy") == 0.25)
-    assert folded["eval"]["status"] == "none"
+    assert folded["train_evals"]["status"] == "none"
     open_signed_in(page, live_service, f"#/jobs/{job['id']}")
     panel = page.locator("section.eval-panel")
     expect(panel).to_have_attribute("data-status", "none", timeout=LIVE_TIMEOUT_MS)

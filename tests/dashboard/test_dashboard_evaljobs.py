@@ -165,7 +165,7 @@ def test_an_eval_jobs_page_its_comparison_and_the_compare_view(page: Page, live_
     changed = _submit_eval(live_service, "changed-suite-eval", baseline=base)
     _finish_eval(live_service, changed, [1, 1, 1, 1, 0, 1, 1, 0, 1, 0], content_hash=HASH_V2)
     shown = _eval(live_service, tuned)
-    summary, comparison = shown["evaluation"], shown["comparison"]
+    summary, comparison = shown["eval_job"], shown["comparison"]
     assert comparison is not None, shown["comparison_note"]
 
     open_signed_in(page, live_service, f"#/jobs/{tuned}")
@@ -210,7 +210,7 @@ def test_an_eval_jobs_page_its_comparison_and_the_compare_view(page: Page, live_
     page.get_by_role("link", name="open both in the compare view").click()
     expect(page).to_have_url(re.compile(re.escape(f"#/evals/diff/{tuned}/{base}") + "$"))
     sides = page.get_by_test_id("sides")
-    base_scores = _eval(live_service, base)["evaluation"]["scores"][FUNCTION]
+    base_scores = _eval(live_service, base)["eval_job"]["scores"][FUNCTION]
     for name in SCORES:
         expect(sides.locator(f'tr[data-row^="{name}"] td')).to_have_text([_estimate(scores[name]), _estimate(base_scores[name])])
     expect(sides.locator('tr[data-row="Suite"] td')).to_have_text([f"arith v1 · hash {HASH_V1}"] * 2)
@@ -255,12 +255,12 @@ def test_a_training_jobs_attached_evaluations_with_their_difference_from_base(pa
     live_service.emit(job_id, "artifact", name="export.export", uri=layout.export_dir)
     live_service.finish_process(job_id, 0)
     live_service.wait_for_phase(job_id, "SUCCEEDED")
-    made = _wait_for(lambda: live_service.job(job_id)["evals"], lambda evals: len(evals) == 4 and all(e["eval_id"] for e in evals))
+    made = _wait_for(lambda: live_service.job(job_id)["attached_evals"], lambda evals: len(evals) == 4 and all(e["eval_id"] for e in evals))
     ids = {e["label"]: e["eval_id"] for e in made}
     for label, greedy in GREEDY.items():
         _finish_eval(live_service, ids[label], greedy)
     evals = _wait_for(
-        lambda: live_service.job(job_id)["evals"],
+        lambda: live_service.job(job_id)["attached_evals"],
         lambda evals: all(e["phase"] == "SUCCEEDED" and (e["label"] == "base" or e["vs_base"]) for e in evals),
     )
 

@@ -127,7 +127,7 @@ async def test_through_the_service_the_eval_job_lands_in_the_eval_flavor_and_the
                 def base_eval() -> str | None:
                     # Made by the leader's attached-evals loop (service/domain/rounds/attached_eval_reconciler.py), not by this test.
                     found = client.get("/v1/evals", params={"job_of": train}, headers=AUTH).json()["data"]
-                    return next((e["id"] for e in found if e["evaluation"]["checkpoint"]["label"] == "base"), None)
+                    return next((e["id"] for e in found if e["eval_job"]["checkpoint"]["label"] == "base"), None)
 
                 _wait(lambda: base_eval() is not None, f"the base eval job of {train}", 60)
                 return {"train": placed(train, TPU_ON_DEMAND), "eval": placed(str(base_eval()), EVAL_FLAVOR), "train_id": train}

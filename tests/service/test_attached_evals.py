@@ -263,7 +263,7 @@ def test_the_job_shows_each_eval_with_its_interval_and_the_difference_from_the_b
     reconciler.reconcile_once()
     attached = _attached(store, parent.id)
     view = to_public(store.get(parent.id), clock())  # type: ignore[arg-type]
-    assert [(e.label, e.eval_id, e.phase) for e in view.evals] == [
+    assert [(e.label, e.eval_id, e.phase) for e in view.attached_evals] == [
         ("base", attached["base"].id, JobPhase.LAUNCHING),
         ("step-2", attached["step-2"].id, JobPhase.LAUNCHING),
     ]
@@ -272,7 +272,7 @@ def test_the_job_shows_each_eval_with_its_interval_and_the_difference_from_the_b
     trainer.eval_done(attached["base"], base_rows)
     trainer.eval_done(attached["step-2"], trained_rows)
     reconciler.reconcile_once()
-    base, step2 = to_public(store.get(parent.id), clock() + timedelta(seconds=1)).evals  # type: ignore[arg-type]
+    base, step2 = to_public(store.get(parent.id), clock() + timedelta(seconds=1)).attached_evals  # type: ignore[arg-type]
     assert base.phase is JobPhase.SUCCEEDED and base.vs_base is None and base.function == FUNCTION
     assert base.scores is not None and base.scores.pass_at_1.value == pytest.approx(2 / 8)
     assert step2.scores is not None and step2.scores.pass_at_1.value == pytest.approx(5 / 8)

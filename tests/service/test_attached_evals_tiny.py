@@ -59,7 +59,7 @@ def test_eval_jobs_run_on_the_base_a_checkpoint_and_the_export_and_the_job_shows
             wait_for_phase(lambda: job()["phase"], JobPhase.SUCCEEDED, timeout_s=TINY_WAIT_S)
 
             def all_ended() -> bool:
-                evals = job()["evals"]
+                evals = job()["attached_evals"]
                 return [e["label"] for e in evals] == ["base", "step-2", "export"] and all(
                     e["phase"] in ("SUCCEEDED", "FAILED", "CANCELLED") and (e["label"] == "base" or e["vs_base"] or e["note"])
                     for e in evals
@@ -67,10 +67,10 @@ def test_eval_jobs_run_on_the_base_a_checkpoint_and_the_export_and_the_job_shows
 
             wait_until(all_ended, timeout_s=TINY_WAIT_S, interval_s=1.0)
         except AssertionError:
-            show_logs([job_id, *(e["eval_id"] for e in job()["evals"] if e["eval_id"])])
-            print(job()["evals"])
+            show_logs([job_id, *(e["eval_id"] for e in job()["attached_evals"] if e["eval_id"])])
+            print(job()["attached_evals"])
             raise
-        evals = {e["label"]: e for e in job()["evals"]}
+        evals = {e["label"]: e for e in job()["attached_evals"]}
         for label, entry in evals.items():
             assert entry["phase"] == "SUCCEEDED", (label, entry)
             eval_job = client.get(f"/v1/jobs/{entry['eval_id']}", headers=auth).json()
@@ -78,7 +78,7 @@ def test_eval_jobs_run_on_the_base_a_checkpoint_and_the_export_and_the_job_shows
             assert eval_job["spec"]["evaluation"]["checkpoint"]["job_id"] == job_id
             assert eval_job["spec"]["evaluation"]["checkpoint"]["label"] == label
             assert eval_job["spec"]["hardware"]["accelerator"] == "cpu"
-            report = eval_job["evaluation"]
+            report = eval_job["eval_job"]
             assert report["n"] == 8 and report["k"] == 2 and report["primary"] == "completion_length_reward", report
             # Each with its interval, on one suite version.
             scores = entry["scores"]

@@ -111,14 +111,14 @@ def test_the_status_table_has_the_eval_rows_and_keeps_the_reason_as_text(capsys:
     record = JobRecord(
         id="rl-abcdefghijkl", team="t", name="n", spec=record_spec(), spec_hash="x", phase=JobPhase.RUNNING, created_at=now, updated_at=now
     )
-    job = to_public(record, now).model_copy(update={"eval": _eval()})
+    job = to_public(record, now).model_copy(update={"train_evals": _eval()})
     print_job(job)
     text = " ".join(capsys.readouterr().out.split())
     assert "eval 34% [29-39] -> 51% [45-57], n=300" in text
     assert "eval change +17 points [11, 23] (60 improved, 9 regressed), after - before over 300 rows" in text
 
     marked_up = JobEval(status="none", reason="[red]set grpo.num_test_batches[/red]", points=[], before=None, after=None, difference=None)
-    print_job(job.model_copy(update={"eval": marked_up}))
+    print_job(job.model_copy(update={"train_evals": marked_up}))
     text = " ".join(capsys.readouterr().out.split())
     assert "eval - ([red]set grpo.num_test_batches[/red])" in text  # printed as written, not as rich markup
     assert "eval change" not in text
@@ -181,7 +181,7 @@ def test_rljob_status_prints_the_evaluations_the_service_folded_in(served: tuple
 
     api.progress.add(_eval_event(job_id, 0, "before", 0, _rows(102)))
     api.progress.add(_eval_event(job_id, 1, "after", 20, _rows(102, flips=(9, 60))))
-    wait_until(lambda: json.loads(status("-o", "json"))["eval"]["after"] is not None, timeout_s=15)
+    wait_until(lambda: json.loads(status("-o", "json"))["train_evals"]["after"] is not None, timeout_s=15)
     text = " ".join(status().split())
     # 102/300 and 153/300 with their Wilson intervals; 60 rows up and 9 down, Newcombe's paired interval.
     assert "eval 34% [29-40] -> 51% [45-57], n=300" in text

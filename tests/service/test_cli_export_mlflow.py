@@ -99,7 +99,7 @@ def test_a_job_exports_to_a_real_mlflow_store_once_and_again_as_it_runs(run_cli:
     assert [step for step, _ in service["reward_mean"]] == [1, 2, 3]
     assert _mlflow_series(client, run.info.run_id, sorted(service)) == {k: sorted(v) for k, v in service.items()}
 
-    (after,) = job["eval"]["points"]
+    (after,) = job["train_evals"]["points"]
     evaluation = _mlflow_series(
         client, run.info.run_id, ["evaluation/accuracy", "evaluation/accuracy_ci95_low", "evaluation/accuracy_ci95_high", "evaluation/n"]
     )

@@ -48,9 +48,9 @@ def test_an_eval_on_a_tpu_slice_is_a_tpu_job_with_the_jax_engine(api: Api, tmp_p
     made = submit_eval(api, {"checkpoint": f"{trained}:export", "suite": {"name": "arith"}, "accelerator": "v5e-1"})
     spec = api.client.get(f"/v1/jobs/{made['id']}", headers=api.as_(TOKEN_A)).json()["spec"]
     assert (spec["hardware"]["accelerator"], spec["hardware"]["chips_per_vm"]) == ("v5e-1", 1)
-    assert made["evaluation"]["engine"] == "jax"
+    assert made["eval_job"]["engine"] == "jax"
     on_cpu = submit_eval(api, {"checkpoint": f"{trained}:base", "suite": {"name": "arith"}})
-    assert on_cpu["evaluation"]["engine"] == "transformers"
+    assert on_cpu["eval_job"]["engine"] == "transformers"
     for bad, says in (("v6e-16", "one VM"), ("h100", "neither cpu nor a TPU slice")):
         loc, message = _refused(api, {"checkpoint": f"{trained}:export", "suite": {"name": "arith"}, "accelerator": bad})
         assert loc == ["body", "accelerator"] and says in message, message

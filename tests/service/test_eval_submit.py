@@ -47,10 +47,10 @@ def test_an_export_reference_becomes_a_cpu_eval_job_of_the_jobs_export(api: Api,
     assert spec["hardware"]["accelerator"] == "cpu" and spec["export"]["enabled"] is False
     assert spec["output"] == str(tmp_path / "runs")  # the referenced job's
     assert spec["model"]["source"] == RunLayout(str(tmp_path / "runs"), trained).export_dir
-    assert job["evaluation"]["checkpoint"] == {"format": "huggingface", "params": None, "job_id": trained, "label": "export"}
-    assert job["evaluation"]["suite"]["scope"] == "builtin" and job["evaluation"]["suite"]["version"] is None
+    assert job["eval_job"]["checkpoint"] == {"format": "huggingface", "params": None, "job_id": trained, "label": "export"}
+    assert job["eval_job"]["suite"]["scope"] == "builtin" and job["eval_job"]["suite"]["version"] is None
     base = submit_eval(api, {"checkpoint": f"{trained}:base", "suite": {"name": "gsm8k"}})
-    assert base["evaluation"]["model_source"] == "/models/tiny" and base["evaluation"]["checkpoint"]["label"] == "base"
+    assert base["eval_job"]["model_source"] == "/models/tiny" and base["eval_job"]["checkpoint"]["label"] == "base"
 
     listed = api.client.get("/v1/evals", params={"job_of": trained}, headers=api.as_(TOKEN_A)).json()
     assert [e["id"] for e in listed["data"]] == [base["id"], made["id"]]  # newest first; the training job is no eval

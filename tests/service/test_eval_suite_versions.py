@@ -43,8 +43,8 @@ def test_one_changed_row_is_a_new_version_and_versions_do_not_compare(api: Api, 
     v1 = _eval(api, tmp_path, suite, first)
     v2 = _eval(api, tmp_path, suite, changed)
     again = _eval(api, tmp_path, suite, first)
-    assert [e["evaluation"]["suite"]["version"] for e in (v1, v2, again)] == [1, 2, 1]
-    assert v2["evaluation"]["suite"] | {"sampling": None} == {
+    assert [e["eval_job"]["suite"]["version"] for e in (v1, v2, again)] == [1, 2, 1]
+    assert v2["eval_job"]["suite"] | {"sampling": None} == {
         "name": "mine",
         "scope": "team-a",
         "version": 2,
@@ -66,7 +66,7 @@ def test_one_changed_row_is_a_new_version_and_versions_do_not_compare(api: Api, 
 def test_a_report_about_another_suite_gets_no_version(api: Api, tmp_path: Path) -> None:
     """The report is the job's trainer's word: a user suite reported as built in must not add to the shared sequence."""
     claimed = _eval(api, tmp_path, _user_suite(tmp_path), suite_hash("a"), builtin=True)
-    assert claimed["evaluation"]["suite"]["version"] is None and claimed["evaluation"]["suite"]["scope"] == "team-a"
+    assert claimed["eval_job"]["suite"]["version"] is None and claimed["eval_job"]["suite"]["scope"] == "team-a"
     assert api.store.suite_versions("builtin", "mine") == [] and api.store.suite_versions("team-a", "mine") == []
 
 
@@ -91,10 +91,10 @@ def test_user_suites_are_versioned_per_team_builtins_once_and_both_survive_a_res
         b1 = _eval(api, tmp_path, suite, second, token=TOKEN_B)  # team-b's own "mine": its first content is its v1
         arith_a = _eval(api, tmp_path, {"name": "arith"}, first, builtin=True)
         arith_b = _eval(api, tmp_path, {"name": "arith"}, second, token=TOKEN_B, builtin=True)  # one sequence for every team
-    assert (a2["evaluation"]["suite"]["version"], b1["evaluation"]["suite"]["version"]) == (2, 1)
-    assert b1["evaluation"]["suite"]["scope"] == "team-b"
-    assert [e["evaluation"]["suite"]["version"] for e in (arith_a, arith_b)] == [1, 2]
-    assert {e["evaluation"]["suite"]["scope"] for e in (arith_a, arith_b)} == {"builtin"}
+    assert (a2["eval_job"]["suite"]["version"], b1["eval_job"]["suite"]["version"]) == (2, 1)
+    assert b1["eval_job"]["suite"]["scope"] == "team-b"
+    assert [e["eval_job"]["suite"]["version"] for e in (arith_a, arith_b)] == [1, 2]
+    assert {e["eval_job"]["suite"]["scope"] for e in (arith_a, arith_b)} == {"builtin"}
 
     # A new service on the same database: the numbers are the table's, and each eval keeps its own.
     restarted = SqlJobStore(db_url)
@@ -104,10 +104,10 @@ def test_user_suites_are_versioned_per_team_builtins_once_and_both_survive_a_res
         stored = restarted.get(a2["id"])
         assert stored is not None and stored.report.suite_version == 2
         with _service(restarted, settings_factory()) as again:
-            assert _eval(again, tmp_path, suite, third)["evaluation"]["suite"]["version"] == 3
-            assert _eval(again, tmp_path, suite, first)["evaluation"]["suite"]["version"] == 1
+            assert _eval(again, tmp_path, suite, third)["eval_job"]["suite"]["version"] == 3
+            assert _eval(again, tmp_path, suite, first)["eval_job"]["suite"]["version"] == 1
             shown = again.client.get(f"/v1/evals/{a2['id']}", headers=again.as_(TOKEN_A)).json()
-            assert shown["evaluation"]["suite"]["version"] == 2
+            assert shown["eval_job"]["suite"]["version"] == 2
     finally:
         restarted.close()
 

@@ -109,7 +109,7 @@ def _status(client: MlflowClient, job_id: str) -> str | None:
 def _series_match(url: str, client: MlflowClient, job_id: str) -> int:
     """Every value the service holds for the job is in its run, once per step; returns how many there are."""
     job = _api(url, f"/v1/jobs/{job_id}")
-    values = metric_values(_api(url, f"/v1/jobs/{job_id}/metrics")["points"], job["eval"], 0)
+    values = metric_values(_api(url, f"/v1/jobs/{job_id}/metrics")["points"], job["train_evals"], 0)
     expected: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for v in values:
         expected[v.key].append((v.step, v.value))

@@ -49,7 +49,7 @@ def test_tiny_job_runs_to_success_through_the_api(
         assert all("actor/train/grad_norm" in p["values"] for p in points if p["kind"] == "train"), points
         # train_rl evaluated the 2 eval rows (batch_size 2 x num_test_batches 1) before and after training;
         # each point carries its Wilson interval, and the change is paired over the same 2 rows.
-        evaluation = job["eval"]
+        evaluation = job["train_evals"]
         assert evaluation["status"] == "available", evaluation
         for label in ("before", "after"):
             point = evaluation[label]

@@ -89,7 +89,7 @@ def test_teams_receive_signed_phases_and_eval_results_and_a_held_receiver_holds_
             assert {b["team"] for b in bodies} == {"team-a"}  # nothing of team b's
             of_eval = [b for b in bodies if b["job"]["id"] == made]
             assert [b["type"] for b in of_eval] == ["job.phase"] * (len(logged_eval) - 1) + ["eval.result"]
-            result = of_eval[-1]["data"]["evaluation"]
+            result = of_eval[-1]["data"]["eval_job"]
             assert result["primary"] == "exact" and result["scores"]["exact"]["pass@1"]["value"] == 0.75
             for request in hook_a.received:
                 assert verify(SECRET.encode(), request.headers["x-rljob-signature"], request.body, now=time.time())

@@ -143,7 +143,7 @@ def get_eval(job_id: JobIdPath, caller: CallerDep, jobs: JobServiceDep, public: 
     with a baseline, the comparison once both have SUCCEEDED (`comparison_note` says why there is none yet)."""
     record = _eval_record(job_id, caller, jobs)
     found = eval_public(record, public(record).usage)
-    baseline = found.evaluation.baseline
+    baseline = found.eval_job.baseline
     if baseline is None:
         return found
     try:

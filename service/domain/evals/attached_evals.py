@@ -15,7 +15,7 @@ like), and still gets eval jobs for the checkpoints it reported, which exist unt
 
 Who creates them: attached_eval_reconciler.py, on the leader only, from what is stored (the job's record and its
 eval jobs, found by the `rljob.dev/eval-of` label), never from an in-memory trigger, so a restarted service makes
-whatever is missing. It also keeps the job's view of them (RunReport.attached_evals -> JobPublic.evals): each eval
+whatever is missing. It also keeps the job's view of them (RunReport.attached_evals -> JobPublic.attached_evals): each eval
 job's phase, primary scores with their intervals, and the paired difference from the base eval once both SUCCEEDED.
 """
 

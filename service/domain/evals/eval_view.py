@@ -1,4 +1,4 @@
-"""How an eval job is shown: JobPublic.evaluation (GET /v1/jobs/{id}) and EvalPublic (GET /v1/evals/{id}).
+"""How an eval job is shown: JobPublic.eval_job (GET /v1/jobs/{id}) and EvalPublic (GET /v1/evals/{id}).
 
 Built from the record alone (its spec's `evaluation`, the trainer's report and the suite version the service gave
 it: suite_versions.py), so showing an eval job reads nothing but the job; the comparison with a baseline, which
@@ -50,7 +50,7 @@ def eval_public(record: JobRecord, usage: JobUsage) -> EvalPublic:
         message=record.message,
         created_at=record.created_at,
         finished_at=record.finished_at,
-        evaluation=summary,
+        eval_job=summary,
         usage=usage,
     )
 

@@ -3,7 +3,7 @@
 The trainer reports one EvalSummary per evaluation train_rl ran (trainer/contract/evaluation.py:
 `before`, `step-N`, `after`, with counts and, for all but `before`, the paired change over the same
 rows). The record keeps them (`JobRecord.report.eval_points`, one per label, oldest first, at most
-MAX_EVAL_POINTS); this module turns them into `JobPublic.eval` and says why there is none.
+MAX_EVAL_POINTS); this module turns them into `JobPublic.train_evals` and says why there is none.
 """
 
 from __future__ import annotations

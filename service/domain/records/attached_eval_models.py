@@ -1,4 +1,4 @@
-"""The shape of one evaluation attached to a training job, as its view shows it (JobPublic.evals).
+"""The shape of one evaluation attached to a training job, as its view shows it (JobPublic.attached_evals).
 
 Only a shape (no job records), so models.py and run_report.py can name it; attached_evals.py builds it.
 """

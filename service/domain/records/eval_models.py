@@ -113,7 +113,10 @@ class EvalPublic(BaseModel):
     message: str
     created_at: datetime
     finished_at: datetime | None
-    evaluation: EvalSummaryPublic
+    eval_job: EvalSummaryPublic = Field(
+        description="the eval job's checkpoint, suite (name, version, content hash) and, once reported, its scores per reward "
+        "function with 95% intervals (the same as JobPublic.eval_job)"
+    )
     usage: JobUsage = Field(description="chip-hours by phase and stage, and the cost at list price, as the job shows them")
     comparison: EvalComparisonPublic | None = Field(default=None, description="against the baseline, once both have SUCCEEDED")
     comparison_note: str | None = Field(default=None, description="why there is no comparison, when a baseline was given")

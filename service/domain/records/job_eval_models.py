@@ -1,4 +1,4 @@
-"""A job's evaluations as the record's API view holds them (`JobPublic.eval`): each point with its 95% interval, and
+"""A job's evaluations as the record's API view holds them (`JobPublic.train_evals`): each point with its 95% interval, and
 the change from `before`. evals/job_eval.py makes them from the trainer's EvalSummary points.
 """
 
@@ -34,7 +34,7 @@ class EvalDifference(PairedDifference):
 
 
 class JobEval(BaseModel):
-    """JobPublic.eval: the job's evaluations on its eval rows, with their uncertainty."""
+    """JobPublic.train_evals: the job's evaluations on its eval rows, with their uncertainty."""
 
     status: Literal["available", "none"]
     reason: str | None = Field(description="why there is no evaluation (yet); null when there is one")

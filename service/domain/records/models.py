@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationInfo, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationInfo, model_validator
 
 from trainer.contract import HardwareSpec, JobSpec, RunLayout, RunStorage, Stage, StepSamples
 from trainer.contract.goodput import JobGoodput
@@ -213,9 +213,10 @@ class JobPublic(BaseModel):
         default=None, description="the job's own reward functions' calls in the sandbox: counts, latency, network isolation"
     )
     health: LearningHealth | None = Field(description="whether training is learning; null before the first train step")
-    # `eval`, `evaluation` and `evals` are three different things, named for what each is in `train_evals`,
-    # `eval_job` and `attached_evals` (below); the old names stay, deprecated, so clients written against them work.
-    eval: JobEval = Field(description="deprecated: the same as train_evals", json_schema_extra={"deprecated": True})
+    train_evals: JobEval = Field(
+        description="the evaluations train_rl ran on the eval rows while training (before, every eval_interval, after), with "
+        "95% intervals, or why there are none"
+    )
     stage_times: dict[Stage, StageTimes]
     artifacts: list[Artifact]
     failure: Failure | None
@@ -267,16 +268,20 @@ class JobPublic(BaseModel):
         default=None,
         description="once the job has ended: what it took beside the estimate, and whether each figure fell inside its range",
     )
-    evaluation: EvalSummaryPublic | None = Field(
-        default=None, description="deprecated: the same as eval_job", json_schema_extra={"deprecated": True}
+    eval_job: EvalSummaryPublic | None = Field(
+        default=None,
+        description="for an eval job (POST /v1/evals): its checkpoint, suite (name, version, content hash) and, once "
+        "reported, its scores per reward function with 95% intervals; null for a training job",
     )
     checkpoint_expiry: CheckpointExpiry | None = Field(
         default=None,
         description="once the job's intermediate checkpoints expired (checkpoint retention, docs/service.md): which were "
         "planned and deleted, with their bytes, which were kept and why, or why nothing was deleted; null before",
     )
-    evals: list[AttachedEvalPublic] = Field(
-        default_factory=list, description="deprecated: the same as attached_evals", json_schema_extra={"deprecated": True}
+    attached_evals: list[AttachedEvalPublic] = Field(
+        default_factory=list,
+        description="the eval jobs made for this job's checkpoints (spec.eval): base, step-N, export, each with its phase, "
+        "primary scores with 95% intervals and, once it and the base eval SUCCEEDED, the paired difference from the base",
     )
     hangs: list[HangReport] = Field(
         default_factory=list,
@@ -289,30 +294,6 @@ class JobPublic(BaseModel):
         description="the job's spec as the service validated and stored it, defaults filled in (the same schema a submit "
         "takes). Clients read it leniently: a field a newer service adds is ignored, not an error (service/cli/client.py)"
     )
-
-    @computed_field(  # type: ignore[prop-decorator]  # pydantic's documented form; mypy reads a property
-        description="the evaluations train_rl ran on the eval rows while training (before, every eval_interval, after), with "
-        "95% intervals, or why there are none"
-    )
-    @property
-    def train_evals(self) -> JobEval:
-        return self.eval
-
-    @computed_field(  # type: ignore[prop-decorator]
-        description="for an eval job (POST /v1/evals): its checkpoint, suite (name, version, content hash) and, once "
-        "reported, its scores per reward function with 95% intervals; null for a training job"
-    )
-    @property
-    def eval_job(self) -> EvalSummaryPublic | None:
-        return self.evaluation
-
-    @computed_field(  # type: ignore[prop-decorator]
-        description="the eval jobs made for this job's checkpoints (spec.eval): base, step-N, export, each with its phase, "
-        "primary scores with 95% intervals and, once it and the base eval SUCCEEDED, the paired difference from the base"
-    )
-    @property
-    def attached_evals(self) -> list[AttachedEvalPublic]:
-        return self.evals
 
 
 class SamplesPublic(BaseModel):

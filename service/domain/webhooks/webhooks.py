@@ -59,7 +59,7 @@ def _eval_result(event: JobEvent, record: JobRecord) -> Notice | None:
     if summary.primary is not None and summary.primary in summary.scores:
         pass1 = summary.scores[summary.primary].pass_at_1
         text += f": {summary.primary} pass@1 {pass1.value:.3f} [{pass1.ci95[0]:.3f}, {pass1.ci95[1]:.3f}] on {summary.suite.name}"
-    data = {"evaluation": summary.model_dump(mode="json", by_alias=True), "labels": record.labels}
+    data = {"eval_job": summary.model_dump(mode="json", by_alias=True), "labels": record.labels}
     return Notice(text, data)
 
 

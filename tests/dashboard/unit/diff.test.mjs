@@ -86,9 +86,9 @@ test("a run with no metric points is absent, not an empty series, and the other 
 test("two runs' evaluations: tagged by run, a run without evaluations named with the service's reason", () => {
   const ev = (points) => evalView({ status: "available", points, before: null, after: null, difference: null });
   const runs = overlayEvals([
-    { id: "a", label: "A", evaluation: ev([{ label: "before", step: 0, accuracy: 0.3, ci95: [0.25, 0.35] }, { label: "after", step: 10, accuracy: 0.5, ci95: [0.45, 0.55] }]) },
-    { id: "b", label: "B", evaluation: evalView({ status: "none", reason: "grpo.num_test_batches is 0", points: [] }) },
-    { id: "c", label: "C", evaluation: ev([{ label: "after", step: 10, accuracy: 0.4, ci95: null }]) },
+    { id: "a", label: "A", trainEvals: ev([{ label: "before", step: 0, accuracy: 0.3, ci95: [0.25, 0.35] }, { label: "after", step: 10, accuracy: 0.5, ci95: [0.45, 0.55] }]) },
+    { id: "b", label: "B", trainEvals: evalView({ status: "none", reason: "grpo.num_test_batches is 0", points: [] }) },
+    { id: "c", label: "C", trainEvals: ev([{ label: "after", step: 10, accuracy: 0.4, ci95: null }]) },
   ]);
   assert.deepEqual(runs.points.map((p) => [p.series, p.job, p.label]), [[0, "A", "before"], [0, "A", "after"], [2, "C", "after"]]);
   assert.deepEqual(runs.series.map((s) => [s.index, s.label, s.points]), [[0, "A", 2], [2, "C", 1]]);

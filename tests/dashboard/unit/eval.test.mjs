@@ -17,7 +17,7 @@ const DIFF = { of: "after", difference: 0.17, ci95: [0.11, 0.23], n: 300, improv
 const EVAL = { status: "available", reason: null, points: [BEFORE, STEP_10, AFTER], before: BEFORE, after: AFTER, difference: DIFF };
 
 test("the view model keeps the service's points in order, renamed, with numbers checked", () => {
-  const view = jobView({ id: "rl-x", phase: "RUNNING", eval: EVAL }).evaluation;
+  const view = jobView({ id: "rl-x", phase: "RUNNING", train_evals: EVAL }).trainEvals;
   assert.equal(view.status, "available");
   assert.deepEqual(view.points.map((p) => p.label), ["before", "step-10", "after"]);
   assert.deepEqual(view.before, {
@@ -37,7 +37,7 @@ test("no eval: the reason is kept; 'available' with nothing drawable reads as no
   assert.equal(none.reason, "grpo.num_test_batches is 0: this job runs no evaluation");
   assert.equal(evalHeadline(none), null);
   assert.equal(evalView({ status: "available", points: [] }).status, "none");
-  assert.equal(jobView({ id: "rl-x", phase: "QUEUED" }).evaluation, null);
+  assert.equal(jobView({ id: "rl-x", phase: "QUEUED" }).trainEvals, null);
   assert.equal(evalHeadline(null), null);
 });
 

@@ -82,11 +82,11 @@ test("an eval job's summary: checkpoint, suite version and hash, n and k, the pr
 });
 
 test("the job list's view: an eval job is kind eval with its primary pass@1 as accuracy; a training job kind train", () => {
-  const evalJob = jobView({ id: "rl-e", phase: "SUCCEEDED", evaluation: SUMMARY, metrics: { eval_accuracy: 0.1 }, spec: { evaluation: {} } });
+  const evalJob = jobView({ id: "rl-e", phase: "SUCCEEDED", eval_job: SUMMARY, metrics: { eval_accuracy: 0.1 }, spec: { evaluation: {} } });
   assert.equal(evalJob.kind, "eval");
   assert.equal(evalJob.evalAccuracy, 0.7);
   assert.deepEqual(evalJob.stages.map((s) => s.stage), ["export", "evaluate"]);
-  const training = jobView({ id: "rl-t", phase: "RUNNING", metrics: { eval_accuracy: 0.1 }, evals: [{ label: "base" }], spec: {} });
+  const training = jobView({ id: "rl-t", phase: "RUNNING", metrics: { eval_accuracy: 0.1 }, attached_evals: [{ label: "base" }], spec: {} });
   assert.equal(training.kind, "train");
   assert.equal(training.evalAccuracy, 0.1);
   assert.equal(training.attachedEvals.length, 1);
@@ -94,15 +94,16 @@ test("the job list's view: an eval job is kind eval with its primary pass@1 as a
   assert.equal(primaryPassAt1({ ...SUMMARY, scores: {} }), null);
 });
 
-test("JobPublic's eval fields by their names, and by the deprecated names an older replica answers with", () => {
+test("JobPublic's eval fields by their one name each: the removed ones (eval, evaluation, evals) are not read", () => {
   const named = jobView({ id: "rl-e", phase: "SUCCEEDED", eval_job: SUMMARY, metrics: {}, spec: {} });
   assert.equal(named.kind, "eval");
   assert.equal(named.evalAccuracy, 0.7);
   const attached = jobView({ id: "rl-t", phase: "RUNNING", metrics: {}, attached_evals: [{ label: "base" }, { label: "step-2" }], spec: {} });
   assert.equal(attached.kind, "train");
   assert.equal(attached.attachedEvals.length, 2);
-  const both = jobView({ id: "rl-t", phase: "RUNNING", metrics: {}, attached_evals: [{ label: "base" }], evals: [], spec: {} });
-  assert.equal(both.attachedEvals.length, 1); // the new name wins
+  const old = jobView({ id: "rl-t", phase: "RUNNING", metrics: {}, evaluation: SUMMARY, evals: [{ label: "base" }], spec: {} });
+  assert.equal(old.kind, "train");
+  assert.equal(old.attachedEvals.length, 0);
 });
 
 test("a comparison's rows in score order, with the service's numbers in words", () => {
