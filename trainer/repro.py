@@ -22,6 +22,7 @@ from trainer.contract import JobSpec, RunLayout, local_path, location_kind
 from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.repro import REPRO_PACKAGES, ContentHash, Hardware, Image, ModelSource, ReproRecord, Seed
 from trainer.contract.rl_settings import DEFAULT_SEED
+from trainer.rewards_sandbox.reward_files import RewardFilesRefused, local_reward_files, remote_reward_files
 from trainer.runner import secret_values
 from trainer.stages.maxtext_paths import maxtext_configs_dir
 from trainer.storage import StorageError, store_for
@@ -119,6 +120,26 @@ def directory_hash(uri: str) -> ContentHash:
     return ContentHash(uri=uri, sha256=hashlib.sha256("".join(lines).encode()).hexdigest(), files=len(lines))
 
 
+def reward_files_hash(uri: str) -> ContentHash:
+    """sha256 over "<relative name>\\0sha256:<digest>\\n" in name order, for the files a reward's worker is given: the
+    reward file and the Python beside it that it may import (reward_files.py's rule and bounds). A gs:// set is read
+    whole: it is at most a reward's 8 MiB."""
+    lines: list[str] = []
+    try:
+        if location_kind(uri) == "local":
+            path = Path(local_path(uri))
+            for name in local_reward_files(str(path)):
+                lines.append(f"{name}\0sha256:{_sha256_local(path.parent / name)}\n")
+        else:
+            store = store_for(uri)
+            parent, names = remote_reward_files(uri, ((o.uri, o.size_bytes) for o in store.list(uri.rsplit("/", 1)[0])))
+            for name in names:
+                lines.append(f"{name}\0sha256:{hashlib.sha256(store.read_bytes(f'{parent}/{name}')).hexdigest()}\n")
+    except (OSError, StorageError, RewardFilesRefused) as e:
+        return ContentHash(uri=uri, sha256=None, error=str(e)[:500])
+    return ContentHash(uri=uri, sha256=hashlib.sha256("".join(lines).encode()).hexdigest(), files=len(lines))
+
+
 def model_source(spec: JobSpec) -> ModelSource:
     source = spec.model.source
     kind = location_kind(source)
@@ -139,6 +160,7 @@ def build_repro_record(spec: JobSpec, job_id: str, environ: Mapping[str, str]) -
         data=[file_hash(uri) for uri in [*spec.dataset.train_files, *spec.dataset.eval_files]],
         model=model_source(spec),
         reward_functions=file_hash(rewards) if rewards else None,
+        reward_files=reward_files_hash(rewards) if rewards else None,
         hardware=Hardware(
             accelerator=hw.accelerator,
             chips_per_vm=hw.chips_per_vm,

@@ -20,7 +20,7 @@ from trainer.contract import ReproRecord
 
 IGNORED_SPEC_KEYS = frozenset({"name", "id"})
 # The parts of repro.json compared besides the spec; job_id and schema_version always differ or never matter.
-RECORD_SECTIONS = ("versions", "image", "seeds", "data", "model", "reward_functions", "hardware")
+RECORD_SECTIONS = ("versions", "image", "seeds", "data", "model", "reward_functions", "reward_files", "hardware")
 
 
 class FieldDifference(BaseModel):
@@ -53,7 +53,7 @@ class JobDiff(BaseModel):
     b: str
     spec: list[FieldDifference] = Field(description="spec keys whose values differ (the name left out)")
     record: dict[str, list[FieldDifference]] = Field(
-        description="differences in repro.json by section: versions, image, seeds, data, model, reward_functions, hardware; "
+        description="differences in repro.json by section: versions, image, seeds, data, model, reward_functions, reward_files, hardware; "
         "empty when either job has no record (see missing_records)"
     )
     missing_records: list[str] = Field(description="the jobs without a readable repro.json (not written yet, or too old)")

@@ -78,13 +78,16 @@ def test_the_repro_record_is_written_and_read_on_gcs_with_the_inputs_hashed_ther
     output = f"gs://{bucket}/rljob"
     gcs.write_bytes(f"gs://{bucket}/data/train.jsonl", b'{"question": "1+1", "answer": "2"}\n')
     gcs.write_bytes(f"gs://{bucket}/model/config.json", b"{}")
+    rewards = {"rewards/reward.py": b"from helpers import f\n", "rewards/helpers.py": b"def f(): ...\n", "rewards/notes.txt": b"x"}
+    for name, body in rewards.items():
+        gcs.write_bytes(f"gs://{bucket}/{name}", body)
     spec = JobSpec.model_validate(
         {
             "name": "n",
             "model": {"name": "llama3.1-8b", "source": f"gs://{bucket}/model"},
             "output": output,
             "dataset": {"train_files": [f"gs://{bucket}/data/train.jsonl"]},
-            "grpo": {"num_test_batches": 0},
+            "grpo": {"num_test_batches": 0, "rewards": {"functions_path": f"gs://{bucket}/rewards/reward.py", "functions": ["f"]}},
             "hardware": {"accelerator": "cpu", "rollout_engine": "jax"},
         }
     )
@@ -95,3 +98,7 @@ def test_the_repro_record_is_written_and_read_on_gcs_with_the_inputs_hashed_ther
     assert repro.data[0].sha256 == hashlib.sha256(b'{"question": "1+1", "answer": "2"}\n').hexdigest()
     assert repro.model.kind == "gcs" and repro.model.content is not None and repro.model.content.files == 1
     assert repro.model.content.sha256 is not None
+    # the reward file and the Python beside it, read from the bucket (not the data file): as a local set is hashed
+    lines = "".join(f"{name}\0sha256:{hashlib.sha256(rewards['rewards/' + name]).hexdigest()}\n" for name in ("helpers.py", "reward.py"))
+    assert repro.reward_files is not None and repro.reward_files.files == 2
+    assert repro.reward_files.sha256 == hashlib.sha256(lines.encode()).hexdigest()

@@ -61,6 +61,39 @@ def test_a_changed_model_file_changes_the_model_hash(tmp_path, tiny_spec_dict):
     assert before is not None and after is not None and before.sha256 != after.sha256
 
 
+def test_a_changed_helper_beside_the_reward_file_changes_the_reward_files_hash_only(tmp_path, tiny_spec_dict):
+    """reward_functions is the file alone; reward_files is the set its workers are given (reward_files.py's rule): a
+    module it may import changes the second, data beside it and a package too deep for the rule change neither."""
+    spec = _spec(tiny_spec_dict)
+    reward = Path(spec.grpo.rewards.functions_path or "")
+    (reward.parent / "helpers.py").write_text("SCALE = 1\n")
+    (reward.parent / "pkg").mkdir()
+    (reward.parent / "pkg" / "__init__.py").write_text("")
+    before = build_repro_record(spec, "rl-aaaaaaaaaaaa", {})
+    assert before.reward_files is not None and before.reward_files.files == 3  # the reward file, helpers.py, pkg/__init__.py
+    seen = {before.reward_files.sha256}
+    (reward.parent / "notes.txt").write_text("data is not imported")
+    (reward.parent / "unpackaged").mkdir()
+    (reward.parent / "unpackaged" / "x.py").write_text("X = 1\n")
+    assert build_repro_record(spec, "rl-aaaaaaaaaaaa", {}).reward_files == before.reward_files
+    for changed in (reward.parent / "helpers.py", reward.parent / "pkg" / "__init__.py"):
+        changed.write_text(changed.read_text() + "# changed\n")
+        after = build_repro_record(spec, "rl-aaaaaaaaaaaa", {})
+        assert after.reward_functions == before.reward_functions
+        assert after.reward_files is not None and after.reward_files.sha256 not in seen, changed.name
+        seen.add(after.reward_files.sha256)
+
+
+def test_a_reward_directory_past_the_bounds_is_recorded_as_unreadable(tmp_path, tiny_spec_dict):
+    spec = _spec(tiny_spec_dict)
+    reward = Path(spec.grpo.rewards.functions_path or "")
+    for i in range(70):
+        (reward.parent / f"m{i}.py").write_text("")
+    record = build_repro_record(spec, "rl-aaaaaaaaaaaa", {})
+    assert record.reward_files is not None and record.reward_files.sha256 is None
+    assert "at most 64 files" in (record.reward_files.error or "")
+
+
 def test_no_environment_secret_lands_in_the_file(tmp_path, tiny_spec_dict):
     token = "hf_secretTOKENvalue123"
     spec = _spec({**tiny_spec_dict, "labels": {"oops": token}})  # a token pasted where it does not belong

@@ -77,4 +77,11 @@ class ReproRecord(_Record):
     data: list[ContentHash] = Field(description="the train and eval files (spec.dataset), in spec order")
     model: ModelSource
     reward_functions: ContentHash | None = Field(description="spec.grpo.rewards.functions_path; null: MaxText's built-in rewards only")
+    reward_files: ContentHash | None = Field(
+        default=None,
+        description="the reward file and the Python beside it that it may import (the set a worker is given: "
+        "trainer/rewards_sandbox/reward_files.py), sha256 over each one's relative name and sha256, with their count; "
+        "a changed helper module moves it where reward_functions (the file alone) stays; null without a reward file, "
+        "or in a record written before it",
+    )
     hardware: Hardware

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, local_path, location_kind
 from trainer.progress.event_reporter import EventReporter
-from trainer.rewards_sandbox.reward_files import select_reward_files
+from trainer.rewards_sandbox.reward_files import remote_reward_files
 from trainer.run_stop import StopRequest
 from trainer.runner import StartedStage, start_stage_command
 from trainer.sizing.hf_model import MaxTextModel
@@ -81,14 +81,13 @@ def stage_inputs(ctx: JobContext) -> dict[str, Any]:
 def _stage_reward_files(uri: str, directory: Path) -> str:
     """Local copies of a gs:// reward file and the Python beside it that it may import (the rule and its bounds:
     trainer/rewards_sandbox/reward_files.py), so the train stage imports what the same file would import locally."""
-    parent, name = uri.rsplit("/", 1)
     store = store_for(uri)
-    listed = [(o.uri[len(parent) + 1 :], o.size_bytes) for o in store.list(parent) if o.uri.startswith(parent + "/")]
-    for relative in select_reward_files(listed, name):
+    parent, names = remote_reward_files(uri, ((o.uri, o.size_bytes) for o in store.list(uri.rsplit("/", 1)[0])))
+    for relative in names:
         target = directory / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(store.read_bytes(f"{parent}/{relative}"))
-    return str(directory / name)
+    return str(directory / uri.rsplit("/", 1)[1])
 
 
 def _stage_file(uri: str, directory: Path) -> str:
