@@ -22,9 +22,10 @@ from trainer.contract import JobSpec, RunLayout, local_path, location_kind
 from trainer.contract.hardware_spec import capacity_text
 from trainer.contract.repro import REPRO_PACKAGES, ContentHash, Hardware, Image, ModelSource, ReproRecord, Seed
 from trainer.contract.rl_settings import DEFAULT_SEED
-from trainer.rewards_sandbox.reward_files import RewardFilesRefused, local_reward_files, remote_reward_files
+from trainer.rewards_sandbox.reward_files import RewardFilesRefused, local_reward_files
 from trainer.runner import secret_values
 from trainer.stages.maxtext_paths import maxtext_configs_dir
+from trainer.stages.reward_inputs import remote_reward_files
 from trainer.storage import StorageError, store_for
 
 IMAGE_ENV = "RLJOB_TRAINER_IMAGE"  # set by the Kubernetes launcher (service/adapters/k8s/pod_template.py)

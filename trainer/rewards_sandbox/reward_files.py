@@ -52,14 +52,6 @@ def select_reward_files(entries: Iterable[tuple[str, int]], reward_name: str) ->
     return chosen
 
 
-def remote_reward_files(uri: str, listed: Iterable[tuple[str, int]]) -> tuple[str, list[str]]:
-    """For a reward file at `uri` in an object store, from (uri, size) of every object under its directory's prefix:
-    the directory's uri and the relative names that go with it (the same rule as a local file's)."""
-    parent, name = uri.rsplit("/", 1)
-    entries = [(found[len(parent) + 1 :], size) for found, size in listed if found.startswith(parent + "/")]
-    return parent, select_reward_files(entries, name)
-
-
 def local_reward_files(path: str) -> list[str]:
     """The reward's files beside `path` on this machine (relative to its directory). Symlinks are never followed."""
     root = Path(path).parent

@@ -10,11 +10,11 @@ from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, local_path, location_kind
 from trainer.progress.event_reporter import EventReporter
-from trainer.rewards_sandbox.reward_files import remote_reward_files
 from trainer.run_stop import StopRequest
 from trainer.runner import StartedStage, start_stage_command
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import stage_directory
+from trainer.stages.reward_inputs import remote_reward_files
 from trainer.storage import store_for
 
 RunCommand = Callable[..., None]
