@@ -31,7 +31,7 @@ from bench.readme_render.learning_folds_section import render_learning_folds, re
 from bench.readme_render.learning_seeds import render_learning_seeds  # noqa: E402
 from bench.readme_render.loss_agg_explore import render_loss_agg_explore  # noqa: E402
 from bench.readme_render.sandbox_runtimes import render_reward_container_cost, render_sandbox_runtimes  # noqa: E402
-from bench.readme_render.status_read import render_status_read  # noqa: E402
+from bench.readme_render.status_read import render_status_read, render_status_read_running  # noqa: E402
 from bench.readme_render.tpu_correctness import render_tpu_correctness  # noqa: E402
 from bench.readme_render.tpu_grpo import render_tpu_grpo  # noqa: E402
 from bench.readme_render.tpu_job import render_tpu_job  # noqa: E402
@@ -81,6 +81,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "run-size": (("run_size.json",), storage_benches.render_run_size),
     "control-plane": (("control_plane.json", "control_plane-5ebe387.json"), read_path_benches.render_control_plane_runs),
     "status-read": (("status_read.json",), render_status_read),
+    "status-read-running": (("status_read_running.json",), render_status_read_running),
     "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead),
     "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy),
     "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes),

@@ -14,7 +14,13 @@ Per server and round, after each job is read once (its first read is not what is
 Also the server's CPU ms per answered request over each window (psutil). Ratios are each rljob's median over rounds
 against its minimal app's median.
 
+With --running the job read is one RUNNING job with 1,000 train steps of progress, samples and evaluations
+(bench/running_job.py: the local launcher holds its workload alive; the service folds the trainer's events as it
+would a real trainer's), the minimal app serving that job's answer as rljob gave it: the read a dashboard polls,
+judged again at every request.
+
     python bench/status_read.py [--before REF] [--rounds N] [--quick]   # writes bench/results/status_read.json
+    python bench/status_read.py --running [--rounds N]                  # writes bench/results/status_read_running.json
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ import psutil
 from control_plane import TOKEN, fetch_jobs, running, serve_env, settle, source_tree
 from open_loop import OpenLoopClient, RateResult
 from result_meta import machine_facts, write_result
+from running_job import EVAL_EVERY, STEPS, release, running_env, start_running_job
 
 REPO = Path(__file__).resolve().parents[1]
 CONTROL_PLANE = Path(__file__).with_name("control_plane.py")
 P99_RPS = 400
 RESULT = "status_read.json"
+RUNNING_RESULT = "status_read_running.json"
 
 
 def _window(pid: int, port: int, paths: list[str], rate: float, duration_s: float, timeout_s: float) -> dict[str, Any]:
@@ -87,11 +95,31 @@ def rljob_env(base_env: dict[str, str], source: Path, work: Path, name: str) -> 
     return serve_env(base_env, source, work / f"state-{name}", url)
 
 
+def _running_servers(base_env: dict[str, str], work: Path) -> tuple[dict[str, dict[str, str]], dict[str, str], str]:
+    """The running-job setup: rljob serve with one RUNNING job fed its history, and the minimal app serving its answer."""
+    runs = work / "runs"
+    url = f"sqlite:///{work / 'rljob-running.db'}"
+    env = running_env(serve_env(base_env, REPO, work / "state-running", url), runs)
+    with running("rljob serve", env, work, "rljob-running-setup") as (_, port):
+        job_id = start_running_job(port, TOKEN, runs)
+        jobs = [job for job in fetch_jobs(port) if job["id"] == job_id]
+    body = work / "jobs-running.json"
+    body.write_text(json.dumps(jobs))
+    minimal = {**base_env, "BENCH_JOBS_FILE": str(body), "BENCH_TOKEN": TOKEN}
+    return {"rljob serve (running job)": env, "minimal": minimal}, {"rljob serve (running job)": "minimal"}, job_id
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_") and k != "PYTHONPATH"}
-    rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rljob-bench-status-") as tmp:
         work = Path(tmp)
+        if args.running:
+            envs, pairs, job_id = _running_servers(base_env, work)
+            try:
+                rounds = _rounds(envs, work, [job_id], args)
+            finally:
+                release(work / "runs", job_id)
+            return _report(args, [job_id], pairs, rounds) | {"job": {"steps": STEPS, "evaluations": 1 + STEPS // EVAL_EVERY}}
         sources = {"": REPO} | ({args.before: source_tree(args.before, work)} if args.before else {})
         envs, bodies, pairs = {}, {}, {}
         for ref, source in sources.items():
@@ -105,14 +133,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             envs[minimal] = {**base_env, "BENCH_JOBS_FILE": str(bodies[minimal]), "BENCH_TOKEN": TOKEN}
             pairs[rljob] = minimal
         job_ids = [job["id"] for job in json.loads(next(iter(bodies.values())).read_text())]
-        for number in range(args.rounds):
-            measured: dict[str, Any] = {}
-            for name, env in envs.items():
-                kind = "rljob serve" if name.startswith("rljob") else "minimal"
-                with running(kind, env, work, name) as (pid, port):
-                    measured[name] = measure(pid, port, job_ids, args)
-                print(f"round {number + 1}: {name} {json.dumps(measured[name])}", file=sys.stderr, flush=True)
-            rounds.append(measured)
+        rounds = _rounds(envs, work, job_ids, args)
+    return _report(args, job_ids, pairs, rounds)
+
+
+def _rounds(envs: dict[str, dict[str, str]], work: Path, job_ids: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    rounds: list[dict[str, Any]] = []
+    for number in range(args.rounds):
+        measured: dict[str, Any] = {}
+        for name, env in envs.items():
+            kind = "rljob serve" if name.startswith("rljob") else "minimal"
+            with running(kind, env, work, name) as (pid, port):
+                measured[name] = measure(pid, port, job_ids, args)
+            print(f"round {number + 1}: {name} {json.dumps(measured[name])}", file=sys.stderr, flush=True)
+        rounds.append(measured)
+    return rounds
+
+
+def _report(args: argparse.Namespace, job_ids: list[str], pairs: dict[str, str], rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "duration_s": args.duration_s,
         "timeout_s": args.timeout_s,
@@ -149,10 +187,13 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=6.0, help="how long each rate is offered")
     parser.add_argument("--timeout-s", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="1 round, 2 s per rate")
+    parser.add_argument("--running", action="store_true", help="read one RUNNING job with 1,000 steps (bench/running_job.py)")
     parser.add_argument("--json", type=Path, help=f"write here instead of bench/results/{RESULT}")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.duration_s = 1, 2.0
+    if args.running and args.before:
+        parser.error("--running measures this checkout only: leave out --before")
     facts = machine_facts()
     report = run(args)
     for name, x in report["ratios"].items():
@@ -160,7 +201,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({**report, "machine": facts}, indent=2) + "\n")
     else:
-        write_result(RESULT, report, facts)
+        write_result(RUNNING_RESULT if args.running else RESULT, report, facts)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,19 @@ def _median(rounds: list[dict[str, Any]], server: str, window: str, field: str) 
     return statistics.median(values) if values else None
 
 
-def render_status_read(result: dict[str, Any]) -> str:
+def render_status_read_running(result: dict[str, Any]) -> str:
+    """The same passage for `--running`: one RUNNING job's read (bench/running_job.py), issue 68 section 6's goal."""
+    return render_status_read(result, file="status_read_running.json", goal="Issue 68's goal (issue 54's, for a job under way)")
+
+
+def render_status_read(result: dict[str, Any], file: str = "status_read.json", goal: str = "Issue 54's goal") -> str:
     rounds, at = result["rounds"], f"at_{result['p99_rps']}"
+    job = result.get("job")
+    jobs = (
+        f"one RUNNING job with {job['steps']:,} train steps, their samples and {job['evaluations']} evaluations"
+        if job
+        else f"{result['jobs']:,} finished jobs"
+    )
     servers = list(rounds[0])
     before = (
         f"; `--before {result['before']}`: rljob also ran from that commit, beside a minimal app serving its JSON"
@@ -25,8 +36,8 @@ def render_status_read(result: dict[str, Any]) -> str:
         else ""
     )
     lines = [
-        f"Last run (`bench/results/status_read.json`, {len(rounds)} rounds alternating the servers, {result['duration_s']:g} s per "
-        f"rate, {result['jobs']:,} finished jobs{before}; {where(result.get('machine'))}). Medians over rounds; served: answers "
+        f"Last run (`bench/results/{file}`, {len(rounds)} rounds alternating the servers, {result['duration_s']:g} s per "
+        f"rate, {jobs}{before}; {where(result.get('machine'))}). Medians over rounds; served: answers "
         "(200) per second from the first send to the last answer:",
         "",
         f"| server | offered {result['saturation_rps']:,.0f} req/s: served req/s | shed (503) per round | CPU ms/req | "
@@ -53,4 +64,4 @@ def render_status_read(result: dict[str, Any]) -> str:
             f"- {rljob} against `{result['pairs'][rljob]}`: served at saturation {x['served_x']:.2f}x (goal >= {SERVED_X:g}x: "
             f"{served}); p99 at {result['p99_rps']} req/s {x['p99_x']:.2f}x (goal <= {P99_X:g}x: {p99})."
         )
-    return "\n".join([*lines, "", "Issue 54's goal, as measured here:", "", *verdicts])
+    return "\n".join([*lines, "", f"{goal}, as measured here:", "", *verdicts])

@@ -7,8 +7,12 @@ and its validation and serialization. Here:
   write drops what it touched; adapters/store/shared_records.py) on the event loop; only a miss takes
   the hop;
 - an ended job's public view no longer changes with time (usage, goodput, health and ETA all stop at
-  its end), so its JSON is rendered once per record and kept; a job still under way is rendered on
-  each read, at that read's `now`, as before;
+  its end), so its JSON is rendered once per record and kept; a job still under way is rendered at a
+  read's `now` and its JSON answers the reads of the next LIVE_VIEW_S while its record is the same one:
+  any write (a step, an evaluation, a phase) makes a new record and the very next read renders it, so
+  only what moves with the clock alone (usage and goodput to now, the ETA, a stall verdict) may be up to
+  LIVE_VIEW_S old. A dashboard polling a running job every second or two is the read this serves
+  (bench/status_read.py --running);
 - the JSON is what FastAPI would have written for the JobPublic (pydantic's serializer, same options),
   and a page is those bytes joined as pydantic joins a list.
 A store without shared records (PostgreSQL: other replicas write; tests' fakes) reads as before.
@@ -31,10 +35,11 @@ from service.domain.records.models import Caller, JobFilters, JobPublic, JobReco
 from service.domain.records.ports import Clock
 from trainer.contract import JOB_ID_RE
 
-RENDERED_VIEWS = 2048  # ended jobs' JSON kept (a few KB each, and the record each was rendered from)
+RENDERED_VIEWS = 2048  # jobs' JSON kept, ended or under way (a few KB each, and the record each was rendered from)
 # An ended job's view is kept only if it reads the same this much later: proof, not only reasoning,
 # that nothing in it still moves with the clock.
 SETTLED_PROBE = timedelta(days=1)
+LIVE_VIEW_S = timedelta(seconds=1)  # how long a job under way answers with one rendering of its unchanged record
 _dump_json = JobPublic.__pydantic_serializer__.to_json
 
 
@@ -66,7 +71,8 @@ class JobViews:
         store = jobs.store
         self._shared = store if isinstance(store, SharedReads) and store.shares_reads else None
         self._lock = threading.Lock()  # the list renders on worker threads, the status read on the loop
-        self._rendered: OrderedDict[str, tuple[JobRecord, bytes]] = OrderedDict()
+        # job id -> (the record rendered, its JSON, when it was rendered for a job under way; None: ended, kept for good)
+        self._rendered: OrderedDict[str, tuple[JobRecord, bytes, datetime | None]] = OrderedDict()
 
     async def status(self, caller: Caller, job_id: str) -> Response:
         """GET /v1/jobs/{id}: the job if the caller's team may see it; anything else is 404."""
@@ -97,17 +103,24 @@ class JobViews:
     def view_json(self, record: JobRecord, now: datetime) -> bytes:
         with self._lock:
             kept = self._rendered.get(record.id)
-            if kept is not None and kept[0] is record:
+            if kept is not None and kept[0] is record and (kept[2] is None or timedelta(0) <= now - kept[2] < LIVE_VIEW_S):
                 self._rendered.move_to_end(record.id)
                 return kept[1]
         data = public_json(self._render(record, now))
-        if self._shared is not None and record.phase.is_terminal() and public_json(self._render(record, now + SETTLED_PROBE)) == data:
-            with self._lock:
-                self._rendered[record.id] = (record, data)
-                self._rendered.move_to_end(record.id)
-                while len(self._rendered) > RENDERED_VIEWS:
-                    self._rendered.popitem(last=False)
+        if self._shared is None:
+            return data  # without shared records a record is not the same object twice: nothing could be reused
+        if not record.phase.is_terminal():
+            self._keep(record, data, now)
+        elif public_json(self._render(record, now + SETTLED_PROBE)) == data:
+            self._keep(record, data, None)
         return data
+
+    def _keep(self, record: JobRecord, data: bytes, rendered_at: datetime | None) -> None:
+        with self._lock:
+            self._rendered[record.id] = (record, data, rendered_at)
+            self._rendered.move_to_end(record.id)
+            while len(self._rendered) > RENDERED_VIEWS:
+                self._rendered.popitem(last=False)
 
 
 def _json(body: bytes) -> Response:

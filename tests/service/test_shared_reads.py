@@ -125,6 +125,21 @@ def test_a_running_job_is_rendered_at_each_reads_time_from_the_held_record(
     assert second == public_of(client, store, job_id).model_dump(mode="json")
 
 
+def test_a_running_jobs_answer_is_reused_for_a_second_of_the_clock_and_never_past_a_write(
+    client: TestClient, store: SqlJobStore, clock: ManualClock
+) -> None:
+    job_id = store_job(store, 3, JobPhase.RUNNING)
+    first = client.get(f"/v1/jobs/{job_id}").content
+    clock.advance(0.9)
+    assert client.get(f"/v1/jobs/{job_id}").content == first  # the same rendering, though goodput's wall moved 0.9 s
+    clock.advance(0.2)
+    later = client.get(f"/v1/jobs/{job_id}").json()
+    assert later["goodput"]["wall_s"] == pytest.approx(json.loads(first)["goodput"]["wall_s"] + 1.1)
+    assert later == public_of(client, store, job_id).model_dump(mode="json")
+    assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200  # a write, at the same instant of the clock
+    assert client.get(f"/v1/jobs/{job_id}").json()["phase"] == store.get(job_id).phase != JobPhase.RUNNING  # type: ignore[union-attr]
+
+
 def test_another_teams_job_and_a_malformed_id_are_404_from_memory_too(client: TestClient, store: SqlJobStore) -> None:
     job_id = store_job(store, 3)
     with store.transaction() as tx:
