@@ -9,13 +9,18 @@ rates mean and how the estimate uses them: service/domain/tpu_step_time.py. Shap
 at least MIN_STEADY_STEPS steps after the compiling first one, in bf16 (the float32 tiny test model is left out: it
 is no model anyone trains, and its one steady step is no steady state). Per shape, from its steady steps:
 - seconds per decode position: rollout seconds / (max_target_length - max_prefill_predict_length);
+- the KV cache's write per position, where the shape's step was profiled: the decode step's `dynamic_update_slice`
+  device time (xprof's table, the bench's profile summary), per byte of the chip's KV cache, by the model's head
+  width (on v5e SmolLM2's 64-wide heads took ~2.2 ms per GB of cache, Qwen3's 128-wide ~0.1: the write moves the
+  cache when the head is narrower than the lane width, bench/README.md);
 - HBM efficiency: the bytes a chip reads per position (the fit estimate's weights and KV cache per chip, which the
-  result carries) / seconds per position / the chip's HBM bandwidth;
+  result carries) / the seconds per position less that write / the chip's HBM bandwidth;
 - update utilization: the update part's FLOPs (6 x parameters per token, plus 2 per log-prob pass, which ran inside
   the update's time) / update seconds / the chip's peak bf16 FLOP/s;
 - checkpoint bytes per second: parameters x weight bytes x 3 (with AdamW's moments) / the mean seconds of a save.
-Across shapes: the floor is the fastest position, the efficiency the highest a shape reached (the lowest consistent
-with every measurement), the checkpoint rate the slowest.
+Across shapes: the floor is the fastest position less its write, the efficiency the highest a shape reached (the
+lowest consistent with every measurement), each head width's write the slowest per byte measured for it, the
+checkpoint rate the slowest.
 """
 
 from __future__ import annotations
@@ -50,6 +55,19 @@ def _sig(x: float) -> float:
     return float(f"{x:.4g}")
 
 
+def head_dim(shape: dict[str, Any]) -> int | None:
+    """The head width MaxText ran with: the train command's `head_dim=` (the bench sets the model's shape there)."""
+    values = [arg.split("=", 1)[1] for arg in shape["command"] if arg.startswith("head_dim=")]
+    return int(values[-1]) if values else None
+
+
+def _kv_write_s(shape: dict[str, Any]) -> float | None:
+    """Device seconds per decode step of the KV cache's write, from the profiled step; None without a profile."""
+    profile = shape.get("profile") or {}
+    by_op = profile.get("decode_ms_per_step_by_op") or {}
+    return by_op["dynamic_update_slice"] / 1e3 if "dynamic_update_slice" in by_op else None
+
+
 def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
     s, n = shape["settings"], shape["parameters"]
     trace = shape.get("trace_step") or 0  # the step after a profiled one carries the profiler's dump, as the bench leaves it out
@@ -59,6 +77,8 @@ def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
     update_s = sum(step["parts"]["update"] for step in steady) / len(steady)
     per_chip = shape["fit_estimate"]["per_chip"]
     read = (per_chip["rollout_weights"] or per_chip["params"]) + per_chip["kv_cache"]
+    write_s = _kv_write_s(shape)
+    rest_s = rollout_s / positions - (write_s or 0.0)
     tokens = s["batch_size"] * s["num_generations"] * s["max_target_length"]
     passes = 1 if s["beta"] > 0 else 0  # the reference's; the bench runs one iteration per batch, so no old policy's
     flops = tokens * n * (UPDATE_FLOPS_PER_TOKEN + passes * LOGPROB_FLOPS_PER_TOKEN)
@@ -72,7 +92,12 @@ def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
         "steady_steps": len(steady),
         "decode_s_per_position": _sig(rollout_s / positions),
         "decode_bytes_per_chip": read,
-        "hbm_efficiency": _sig(read / (rollout_s / positions) / HBM_BYTES_PER_S_PER_CHIP[generation]),
+        "head_dim": head_dim(shape),
+        "kv_cache_bytes_per_chip": per_chip["kv_cache"],
+        "kv_write_s_per_position": _sig(write_s) if write_s is not None else None,
+        "kv_write_s_per_byte": _sig(write_s / per_chip["kv_cache"]) if write_s is not None and per_chip["kv_cache"] else None,
+        "decode_rest_s_per_position": _sig(rest_s),
+        "hbm_efficiency": _sig(read / rest_s / HBM_BYTES_PER_S_PER_CHIP[generation]),
         "update_flops_per_step": flops,
         "update_utilization": _sig(flops / update_s / (chips * PEAK_BF16_FLOPS_PER_CHIP[generation])),
         "checkpoint_bytes_per_s": _sig(saved / (sum(saves) / len(saves))) if saves else None,
@@ -96,14 +121,21 @@ def derive_rates(result: dict[str, Any]) -> dict[str, Any]:
         raise SystemExit(f"{RESULT}: the shapes ran on {sorted(generations)}, not on one TPU generation")
     generation = generations.pop()
     rates = [_shape_rates(shape, generation) for shape in shapes]
-    floor = min(rates, key=lambda r: r["decode_s_per_position"])
+    floor = min(rates, key=lambda r: r["decode_rest_s_per_position"])
     efficient = max(rates, key=lambda r: r["hbm_efficiency"])
+    writes: dict[str, dict[str, Any]] = {}
+    for r in rates:
+        if r["kv_write_s_per_byte"] is not None and r["head_dim"] is not None:
+            kept = writes.get(str(r["head_dim"]))
+            if kept is None or r["kv_write_s_per_byte"] > kept["value"]:
+                writes[str(r["head_dim"])] = {"value": r["kv_write_s_per_byte"], "shape": r["shape"]}
     slowest_save = min((r for r in rates if r["checkpoint_bytes_per_s"]), key=lambda r: r["checkpoint_bytes_per_s"])
     return {
         "generated": f"by {REGENERATE} from bench/results/tpu_grpo.json; do not edit",
         "source": {"generation": generation, "device": result["device"], "trainer_commit": result["trainer_commit"]},
-        "decode_floor_s_per_position": {"value": floor["decode_s_per_position"], "shape": floor["shape"]},
+        "decode_floor_s_per_position": {"value": floor["decode_rest_s_per_position"], "shape": floor["shape"]},
         "hbm_efficiency": {"value": efficient["hbm_efficiency"], "shape": efficient["shape"]},
+        "kv_write_s_per_byte_by_head_dim": dict(sorted(writes.items(), key=lambda item: int(item[0]))),
         "checkpoint_bytes_per_s": {"value": slowest_save["checkpoint_bytes_per_s"], "shape": slowest_save["shape"]},
         "shapes": rates,
     }

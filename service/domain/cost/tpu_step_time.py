@@ -3,18 +3,23 @@
 The rates (tpu_step_rates.json) are derived by scripts/tpu_step_rates.py from bench/results/tpu_grpo.json, the
 train stage timed part by part on the chip; tests/service/test_tpu_step_rates_fresh.py fails when they are not what
 that file gives. What the measurement showed, and so the model:
-- rollout: the time per decode position was the same for a 135M and a 0.6B model (4.07 ms at 32 and at 8
-  sequences), so decoding there was bound by a per-step cost, not by the bytes read. A position takes the larger
-  of that floor and the bytes each chip reads per position (its weights and KV cache, as the fit estimate shares
-  them out) at the HBM efficiency the measurement implies; the efficiency is the lowest consistent with it (the
-  largest bytes-per-second a measured shape reached), so a larger model is estimated slow rather than fast.
+- rollout: a decode position takes the larger of a per-step floor and the bytes each chip reads per position (its
+  weights and KV cache, as the fit estimate shares them out) at the HBM efficiency the measurement implies, plus
+  the write of the new position into the KV cache, per byte of cache, by the model's head width. The profiles
+  showed that write costing ~2.2 ms per GB of cache for SmolLM2's 64-wide heads (XLA moves the cache) and ~0.1
+  for Qwen3's 128-wide ones, and the rest of SmolLM2-135M's position (2.2 ms, with a third of its bytes) was the
+  floor. The floor is the fastest position less its write, the efficiency the largest bytes-per-second a measured
+  shape reached, a width's write the slowest per byte measured for it, and a width not measured takes the slowest
+  measured: a larger model or an unmeasured width is estimated slow rather than fast. Left out of the rates,
+  SmolLM2-360M is predicted within 25% of its measurement (tests/service/test_tpu_estimate.py).
 - update: the FLOPs of the optimizer step (6 x parameters per token) and of the log-prob passes (2 each: the
   reference's with beta > 0, the old policy's with num_iterations > 1) at the share of peak measured for the
   measured model nearest in size. On the chip the log-prob calls returned in about a millisecond and their work
   ran inside the update's time, so that is where the estimate puts it, as the job's own goodput will.
 - checkpoint: the parameters and AdamW's two moments per save at the bytes per second the blocking save took there.
-Another generation is scaled from v5e by its documented peak bf16 FLOP/s (update) and HBM bandwidth (rollout); the
-per-position floor is not scaled: nothing measured says how a per-step cost moves with the chip.
+Another generation is scaled from v5e by its documented peak bf16 FLOP/s (update) and HBM bandwidth (rollout's reads
+and the cache's write); the per-position floor is not scaled: nothing measured says how a per-step cost moves with
+the chip.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class StepRates:
     checkpoint_bytes_per_s: float
     checkpoint_shape: str
     shapes: tuple[MeasuredShape, ...]
+    kv_writes: tuple[tuple[int, float, str], ...]  # (head width, seconds per byte of KV cache per position, shape)
 
 
 def rates_from_json(data: dict[str, Any]) -> StepRates:
@@ -75,6 +81,7 @@ def rates_from_json(data: dict[str, Any]) -> StepRates:
         checkpoint_bytes_per_s=data["checkpoint_bytes_per_s"]["value"],
         checkpoint_shape=data["checkpoint_bytes_per_s"]["shape"],
         shapes=tuple(MeasuredShape(s["shape"], s["parameters"], s["update_utilization"]) for s in data["shapes"]),
+        kv_writes=tuple((int(width), w["value"], w["shape"]) for width, w in data["kv_write_s_per_byte_by_head_dim"].items()),
     )
 
 
@@ -83,13 +90,25 @@ def measured_rates() -> StepRates:
     return rates_from_json(json.loads(RATES_FILE.read_text()))
 
 
-def decode_bytes_per_chip(spec: JobSpec, shape: ModelShape) -> int:
+def decode_bytes_per_chip(spec: JobSpec, shape: ModelShape) -> tuple[int, int]:
     """What one chip reads per decode position: its share of the weights the rollout samples from, and of the KV cache."""
     # Without evaluations: the fit estimate sizes the cache for the larger of the train and eval batches (memory's
     # peak), while a train step decodes its own batch.
     train_only = spec.model_copy(update={"grpo": spec.grpo.model_copy(update={"num_test_batches": 0})})
     parts, _, _ = per_chip_bytes(train_only, shape)
-    return (parts.rollout_weights or parts.params) + parts.kv_cache
+    return parts.rollout_weights or parts.params, parts.kv_cache
+
+
+def kv_write_per_byte(head_dim: int, rates: StepRates) -> tuple[float, str]:
+    """Seconds per byte of KV cache per position for the cache's write at this head width, and whence."""
+    measured = {width: (value, name) for width, value, name in rates.kv_writes}
+    if not measured:
+        return 0.0, "no KV cache write measured"
+    if head_dim in measured:
+        value, name = measured[head_dim]
+        return value, f"as measured for {head_dim}-wide heads on {name}"
+    width, (value, name) = max(measured.items(), key=lambda item: item[1][0])
+    return value, f"{head_dim}-wide heads not measured: the slowest measured width's ({width}, on {name})"
 
 
 def nearest_shape(parameters: int, rates: StepRates) -> MeasuredShape:
@@ -122,9 +141,13 @@ def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepR
     peak = PEAK_BF16_FLOPS_PER_CHIP[tpu.generation]
 
     positions = g.max_target_length - g.max_prefill_predict_length
-    read = decode_bytes_per_chip(spec, shape)
+    weights, kv = decode_bytes_per_chip(spec, shape)
+    read = weights + kv
+    hbm_scale = HBM_BYTES_PER_S_PER_CHIP[rates.generation] / HBM_BYTES_PER_S_PER_CHIP[tpu.generation]
     bound_s = read / (HBM_BYTES_PER_S_PER_CHIP[tpu.generation] * rates.hbm_efficiency)
-    per_position = max(rates.decode_floor_s, bound_s)
+    write_per_byte, write_whence = kv_write_per_byte(shape.head_dim, rates)
+    write_s = kv * write_per_byte * hbm_scale
+    per_position = max(rates.decode_floor_s, bound_s) + write_s
     rollout = g.num_batches * positions * per_position
 
     tokens = g.max_target_length * g.batch_size * g.num_generations
@@ -141,10 +164,11 @@ def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepR
     bound_words = f"{read / 1e9:.3g} GB read per chip per position (weights and KV cache as the fit estimate shares them out)"
     words = (
         f"{_scaling_words(tpu, rates)}: rollout {g.num_batches} batches x {positions} decode positions at "
-        f"{per_position * 1e3:.3g} ms each, the larger of the {rates.decode_floor_s * 1e3:.3g} ms per position measured "
-        f"on {rates.floor_shape} (on {rates.generation} it did not grow with the model's size; not scaled) and "
-        f"{bound_words} at {rates.hbm_efficiency:.0%} of the chip's HBM bandwidth (the lowest efficiency consistent "
-        f"with {rates.efficiency_shape}'s measurement), every completion at its full length as in the measurement; "
+        f"{per_position * 1e3:.3g} ms each: the larger of the {rates.decode_floor_s * 1e3:.3g} ms per position measured "
+        f"on {rates.floor_shape} (not scaled) and {bound_words} at {rates.hbm_efficiency:.0%} of the chip's HBM bandwidth "
+        f"(the lowest efficiency consistent with {rates.efficiency_shape}'s measurement), plus {write_s * 1e3:.3g} ms "
+        f"writing the position into {kv / 1e9:.3g} GB of KV cache ({write_per_byte * 1e12:.3g} ms per GB, {write_whence}), "
+        f"every completion at its full length as in the measurement; "
         f"update ({UPDATE_FLOPS_PER_TOKEN} x {steps} steps + {LOGPROB_FLOPS_PER_TOKEN} x {logprob_passes} log-prob pass(es) "
         f"x {g.num_batches} batches) x {tokens} tokens x {n:,} parameters = {flops:.3g} FLOPs on {trainer_devices} "
         f"chip(s) at {measured.utilization:.0%} of peak bf16, as measured on {measured.name} "
