@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.fit_calibration_tpu import TOLERANCE, compare, differences
+from bench.readme_render.tpu_estimate_held_out import render_held_out
 
 GIB = 1024**3
 
@@ -240,4 +241,6 @@ def render_tpu_grpo(result: dict[str, Any]) -> str:
         + "\n\n"
         + _goals(shapes)
         + _variants(result)
+        + "\n\n"
+        + render_held_out(result)
     )
