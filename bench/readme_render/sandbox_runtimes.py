@@ -29,6 +29,38 @@ def _listener(probe: dict[str, Any]) -> str:
     return f"connections to a loopback listener {probe['connections_reached_listener']}"
 
 
+def _routes(probe: dict[str, Any]) -> str:
+    """The self-check's calls on another process (reach_probes.py), each against a decoy of the same user, by answer."""
+    routes = probe.get("routes") or {}
+    if not routes:
+        return ""
+    by_answer: dict[str, list[str]] = {}
+    for name, route in sorted(routes.items()):
+        by_answer.setdefault(str(route["answer"]), []).append(f"`{name}`" + ("" if route["held"] else " (**not held**)"))
+    held = sum(route["held"] for route in routes.values())
+    decoys = "every decoy alive" if all(route["decoy_alive"] for route in routes.values()) else "**a decoy died**"
+    answers = "; ".join(f"{answer}: {', '.join(names)}" for answer, names in sorted(by_answer.items()))
+    return f"\n\nCalls on another process, {len(routes)} tried, {held} held, {decoys}: {answers}."
+
+
+def _verdict(probe: dict[str, Any]) -> str:
+    verdict = probe.get("verdict") or {}
+    if not verdict:
+        return ""
+    files = probe["isolation"].get("file_routes") or {}
+    words = [f"{claim}: {'held' if ok else '**not held**'}" for claim, ok in verdict.get("required", {}).items()]
+    words += [
+        f"{claim}: {'held' if ok else 'not held (reported, not required on this runtime)'}"
+        for claim, ok in verdict.get("reported", {}).items()
+    ]
+    trainer = (
+        f" The trainer's files, tried: {', '.join(f'{k.replace(chr(95), chr(32))} {v}' for k, v in sorted(files.items()))}."
+        if files
+        else ""
+    )
+    return f"\n\nWhat sandbox-check says here: {'; '.join(words)}.{trainer}"
+
+
 def _behind(run: dict[str, Any]) -> str:
     return ", the workers behind the reward container's server" if run.get("reward_container") else ""
 
@@ -50,7 +82,7 @@ def render_sandbox_runtimes(result: dict[str, Any]) -> str:
             f"commit `{run['commit']}`, sandbox digest `{run['sandbox_digest']}`, {run['measured_at']}): {layers}. "
             f"Seen from outside: bystander alive {probe['bystander_alive']}, {_listener(probe)}, "
             f"file outside written {probe['outside_file_written']}, workers replaced {probe['workers_replaced']}.\n\n"
-            f"| the reward tried | it got |\n|---|---|\n{rows}"
+            f"| the reward tried | it got |\n|---|---|\n{rows}" + _routes(probe) + _verdict(probe)
         )
     return "\n\n".join(parts)
 
