@@ -53,11 +53,8 @@ def _verdict(probe: dict[str, Any]) -> str:
         f"{claim}: {'held' if ok else 'not held (reported, not required on this runtime)'}"
         for claim, ok in verdict.get("reported", {}).items()
     ]
-    trainer = (
-        f" The trainer's files, tried: {', '.join(f'{k.replace(chr(95), chr(32))} {v}' for k, v in sorted(files.items()))}."
-        if files
-        else ""
-    )
+    tried = ", ".join(f"{route.replace('_', ' ')} {outcome}" for route, outcome in sorted(files.items()))
+    trainer = f" The trainer's files, tried: {tried}." if files else ""
     return f"\n\nWhat sandbox-check says here: {'; '.join(words)}.{trainer}"
 
 
