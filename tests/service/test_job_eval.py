@@ -1,5 +1,5 @@
 """A job's evaluations: the statistics (against scipy and by simulated coverage), the fold of EvalResult
-events into the record (stored, surviving a reopen, logged for SSE), and JobPublic.eval with its reasons."""
+events into the record (stored, surviving a reopen, logged for SSE), and JobPublic.train_evals with its reasons."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_wilson_interval_matches_scipy_and_the_formula_at_each_confidence(confid
 
 
 def test_a_training_jobs_eval_points_carry_the_95_percent_wilson_interval() -> None:
-    """JobPublic.eval's points (job_eval.public_point) for every (correct, n) of the grid."""
+    """JobPublic.train_evals' points (job_eval.public_point) for every (correct, n) of the grid."""
     for k, n in WILSON_GRID:
         summary = EvalSummary(
             label="after", step=9, n=n, correct=k, format_correct=n, partial_correct=k, samples_per_row=1, sampling="greedy", rows_file="r"
@@ -211,7 +211,7 @@ def test_eval_events_are_folded_stored_and_logged(
     try:
         record = reopened.get(job_id)
         assert record is not None
-        shown = to_public(record, clock()).eval
+        shown = to_public(record, clock()).train_evals
         assert shown.before is not None and shown.after is not None and shown.after.n == 300
         assert shown.difference is not None and shown.difference.difference == pytest.approx(0.2)
         logged = [e.data for e in reopened.events_after(0, job_id=job_id) if e.kind == "eval"]
