@@ -8,8 +8,9 @@ that commit's JSON as well as this one's, so each rljob is compared with a minim
 Rounds alternate the servers (--rounds, default 3) so a slow moment of the shared cores falls on all of them.
 
 Per server and round, after each job is read once (its first read is not what is measured) and a warm-up:
-- saturation: --saturation-rps offered (default 2,500) for --duration-s; served = answers (200) per second from the
-  first send to the last answer (bench/open_loop.py's `served_rps`); the rest shed (503), timed out or failed;
+- saturation: --saturation-rps offered (default 5,000: above what the minimal app serves on 2 cores, so both are
+  saturated) for --duration-s; served = answers (200) per second from the first send to the last answer
+  (bench/open_loop.py's `served_rps`); the rest shed (503), timed out or failed;
 - 400 req/s for --duration-s: p50/p99 of the answered ones, from the scheduled send (open loop).
 Also the server's CPU ms per answered request over each window (psutil). Ratios are each rljob's median over rounds
 against its minimal app's median.
@@ -183,7 +184,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", help="also run rljob serve from this commit, with a minimal app serving its JSON")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--saturation-rps", type=float, default=2500.0)
+    parser.add_argument("--saturation-rps", type=float, default=5000.0, help="above what the minimal app serves here")
     parser.add_argument("--duration-s", type=float, default=6.0, help="how long each rate is offered")
     parser.add_argument("--timeout-s", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="1 round, 2 s per rate")
