@@ -41,7 +41,8 @@ from service.change_notifier import ChangeNotifier
 from service.config import Settings
 from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.fold_pacer import FoldPacer
-from service.domain.job_service import JobPolicies, JobPorts, JobService, Pacing
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPolicies, JobPorts, Pacing
 from service.domain.job_writer import WriteRules
 from service.domain.records.models import JobPublic, JobRecord
 from service.domain.records.ports import Clock, JobLauncher, JobStore, ProgressSource, RunFiles, utc_now

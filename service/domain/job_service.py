@@ -19,7 +19,7 @@ After a commit that changed a job with a workload (outside the lock), a launcher
 status (`StatusMirror`) is offered the new phase/stage/progress; status_mirror.py throttles and
 sends it from its own thread.
 
-The constructor takes its parts grouped: the ports (JobPorts), the policies (JobPolicies), how this replica writes
+The constructor takes its parts grouped (job_service_parts.py): the ports (JobPorts), the policies (JobPolicies), how this replica writes
 (WriteRules: leadership, fencing, an API write's wait) and the pacing of the mirror and the folds (Pacing).
 """
 
@@ -30,15 +30,13 @@ import logging
 import secrets
 import string
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.cost.estimate_source import SubmitEstimator
 from service.domain.cost.placement import launch_spec
-from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, PriceTable
+from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
 from service.domain.health.job_health import health_verdict_changed
-from service.domain.health.learning_health import HealthPolicy
 from service.domain.records.attached_eval_models import AttachedEvalPublic
 from service.domain.records.errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
 from service.domain.records.estimate_models import JobEstimate
@@ -46,12 +44,8 @@ from service.domain.records.models import Caller, JobFilters, JobRecord, Samples
 from service.domain.records.phases import CANCELLABLE, JobPhase
 from service.domain.records.ports import (
     Clock,
-    JobLauncher,
-    JobStore,
     JobTx,
     Observation,
-    ProgressSource,
-    RunFiles,
     StatusMirror,
     utc_now,
 )
@@ -60,8 +54,8 @@ from trainer.contract import JobSpec
 from .fold_pacer import FoldPacer
 from .job_logs import job_log_lines
 from .job_samples import read_job_samples
+from .job_service_parts import DEFAULT_PACING, DEFAULT_POLICIES, JobPolicies, JobPorts, Pacing
 from .job_writer import JobWriter, WriteRules
-from .location_policy import UNRESTRICTED, LocationPolicy
 from .observation_intake import ObservationIntake
 from .record_writes import write_phase
 from .status_mirror import StatusMirrorWorker
@@ -71,7 +65,6 @@ from .write_wait import held_within
 log = logging.getLogger(__name__)
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
-DEFAULT_HEALTH_POLICY = HealthPolicy()
 LEADS_ALONE = WriteRules()  # leads always, nothing to fence, an API write waits as long as it takes
 
 
@@ -80,49 +73,14 @@ def new_job_id() -> str:
     return "rl-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
 
 
-@dataclass(frozen=True)
-class JobPorts:
-    """The boundaries the service talks to (records/ports.py): where jobs are stored, what runs them, where their
-    trainer events are read, and their run directories (None: no artifacts, samples or stage logs are read)."""
-
-    store: JobStore
-    launcher: JobLauncher
-    progress: ProgressSource
-    run_files: RunFiles | None = None
-
-
-@dataclass(frozen=True)
-class JobPolicies:
-    """What the service decides with: a job's learning health, where it may run, the teams' budgets (None: none, a
-    ledger with no budgets) and the prices its estimate uses, and how often a lost or hung workload is started again
-    (hung restarts: after the trainer's watchdog found it hung, hangs.py)."""
-
-    health: HealthPolicy = DEFAULT_HEALTH_POLICY
-    location: LocationPolicy = UNRESTRICTED
-    budgets: BudgetLedger | None = None
-    prices: PriceTable = field(default_factory=lambda: DEFAULT_PRICES_USD_PER_CHIP_HOUR)  # the table itself, not a copy
-    max_resumes: int = 3
-    max_hung_restarts: int = 2
-
-
-@dataclass(frozen=True)
-class Pacing:
-    """How often the status mirror writes a job's status to its workload (status_mirror.py), and the share of the CPU
-    folding trainer events may take (fold_pacer.py; None: all of it, folds still in chunks)."""
-
-    mirror_every_steps: int = 10
-    mirror_interval_s: float = 30.0
-    fold_pacer: FoldPacer | None = None
-
-
 class JobService:
     def __init__(
         self,
         ports: JobPorts,
-        policies: JobPolicies = JobPolicies(),
+        policies: JobPolicies = DEFAULT_POLICIES,
         *,
         writes: WriteRules = LEADS_ALONE,
-        pacing: Pacing = Pacing(),
+        pacing: Pacing = DEFAULT_PACING,
         clock: Clock = utc_now,
         notify: Callable[[], None] = lambda: None,
         id_factory: Callable[[], str] = new_job_id,

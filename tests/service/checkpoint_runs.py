@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobPolicies, JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.location_policy import UNRESTRICTED, LocationPolicy
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase

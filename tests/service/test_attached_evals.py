@@ -16,7 +16,8 @@ from service.adapters.run_files import StoreRunFiles
 from service.adapters.store import SqlJobStore
 from service.cli.output import print_job
 from service.domain.evals.attached_evals import EVAL_OF_LABEL, wanted_evals
-from service.domain.job_service import JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPorts
 from service.domain.job_writer import WriteRules
 from service.domain.records.errors import InvalidRequest
 from service.domain.records.models import Caller, JobFilters, JobRecord

@@ -29,7 +29,8 @@ from service.cli.main import app as rljob_cli
 from service.config import Settings
 from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.cost.usage import PriceTable
-from service.domain.job_service import JobPolicies, JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.job_writer import WriteRules
 from service.domain.records.budget_models import TeamBudget
 from service.domain.records.errors import InvalidRequest

@@ -15,7 +15,8 @@ from service.adapters.store import SqlJobStore
 from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.cost.budgets import hold_message, team_status
 from service.domain.cost.usage import PriceTable
-from service.domain.job_service import JobPolicies, JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.records.budget_models import BudgetAmounts, TeamBudget
 from service.domain.records.errors import InvalidRequest
 from service.domain.records.estimate_models import EstimateRange, JobEstimate

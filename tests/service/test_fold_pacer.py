@@ -22,7 +22,8 @@ from service.adapters.events_file import EventsFileReader
 from service.adapters.store import SqlJobStore
 from service.config import Settings
 from service.domain.fold_pacer import FOLD_CHUNK_EVENTS, MAX_REST_S, FoldPacer
-from service.domain.job_service import JobPorts, JobService, Pacing
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPorts, Pacing
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState

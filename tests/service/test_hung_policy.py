@@ -13,7 +13,8 @@ import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.health.hangs import hung_failure_message, hung_restart_message
-from service.domain.job_service import JobPolicies, JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.observation_policy import Decision, decide
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase, can_transition

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPorts
 from service.domain.job_writer import WriteRules
 from service.domain.records.models import Caller, JobRecord
 from service.domain.records.phases import JobPhase

@@ -13,7 +13,8 @@ from scipy import stats
 
 from service.adapters.store import SqlJobStore
 from service.domain.evals.job_eval import MAX_EVAL_POINTS, job_eval, public_point, push_eval
-from service.domain.job_service import JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPorts
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPorts
 from service.domain.records.models import Caller, JobFilters
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import spec_body

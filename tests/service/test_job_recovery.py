@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPorts
 from service.domain.records.models import Caller, QueueStatus
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobPolicies, JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.records.errors import IdempotencyConflict, JobNotFound, NotCancellable
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase

@@ -11,7 +11,8 @@ import pytest
 import service.domain.observation_intake as observation_intake_module
 from service.adapters.events_file import MAX_READ_BYTES, EventsFileReader
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobPolicies, JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState

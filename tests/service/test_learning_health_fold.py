@@ -10,7 +10,8 @@ import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.health.learning_health import HealthPolicy
-from service.domain.job_service import JobPolicies, JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState

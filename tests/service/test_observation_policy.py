@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobPolicies, JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.observation_policy import Decision, decide, names_a_replaced_workload
 from service.domain.records.models import JobRecord, QueueStatus
 from service.domain.records.phases import JobPhase, can_transition

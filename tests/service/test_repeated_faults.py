@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from service.adapters.store import SqlJobStore
-from service.domain.job_service import JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPorts
 from service.domain.records.models import Caller, JobRecord
 from service.domain.records.ports import ObservedState
 from service.domain.rounds.progress_poller import ProgressPoller

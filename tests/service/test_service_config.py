@@ -15,7 +15,8 @@ from service.adapters.store import SqlJobStore
 from service.adapters.store.tables import Base
 from service.app import create_app
 from service.config import Settings
-from service.domain.job_service import JobPorts, JobService
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPorts
 from service.domain.records.models import Caller
 from service.domain.records.ports import Observation
 from service.domain.tokens import TokenService

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service.domain.job_service import JobPorts, JobService, Pacing
+from service.domain.job_service import JobService
+from service.domain.job_service_parts import JobPorts, Pacing
 from service.domain.records.models import Caller, QueueStatus
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState, StatusMirror
