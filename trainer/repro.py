@@ -25,7 +25,7 @@ from trainer.contract.rl_settings import DEFAULT_SEED
 from trainer.rewards_sandbox.reward_files import RewardFilesRefused, local_reward_files
 from trainer.runner import secret_values
 from trainer.stages.maxtext_paths import maxtext_configs_dir
-from trainer.stages.reward_inputs import remote_reward_files
+from trainer.stages.reward_inputs import listed_reward_files
 from trainer.storage import StorageError, store_for
 
 IMAGE_ENV = "RLJOB_TRAINER_IMAGE"  # set by the Kubernetes launcher (service/adapters/k8s/pod_template.py)
@@ -133,7 +133,7 @@ def reward_files_hash(uri: str) -> ContentHash:
                 lines.append(f"{name}\0sha256:{_sha256_local(path.parent / name)}\n")
         else:
             store = store_for(uri)
-            parent, names = remote_reward_files(uri, ((o.uri, o.size_bytes) for o in store.list(uri.rsplit("/", 1)[0])))
+            parent, names = listed_reward_files(store, uri)
             for name in names:
                 lines.append(f"{name}\0sha256:{hashlib.sha256(store.read_bytes(f'{parent}/{name}')).hexdigest()}\n")
     except (OSError, StorageError, RewardFilesRefused) as e:

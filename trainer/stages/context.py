@@ -14,7 +14,7 @@ from trainer.run_stop import StopRequest
 from trainer.runner import StartedStage, start_stage_command
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import stage_directory
-from trainer.stages.reward_inputs import remote_reward_files
+from trainer.stages.reward_inputs import listed_reward_files
 from trainer.storage import store_for
 
 RunCommand = Callable[..., None]
@@ -82,7 +82,7 @@ def _stage_reward_files(uri: str, directory: Path) -> str:
     """Local copies of a gs:// reward file and the Python beside it that it may import (the rule and its bounds:
     trainer/rewards_sandbox/reward_files.py), so the train stage imports what the same file would import locally."""
     store = store_for(uri)
-    parent, names = remote_reward_files(uri, ((o.uri, o.size_bytes) for o in store.list(uri.rsplit("/", 1)[0])))
+    parent, names = listed_reward_files(store, uri)
     for relative in names:
         target = directory / relative
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -223,11 +223,11 @@ class GcsStore:
         except gexc.GoogleAPIError as e:
             raise self._wrap(e, "cannot delete", uri, "storage.objects.delete") from e
 
-    def list(self, prefix_uri: str) -> list[ObjectInfo]:
+    def list(self, prefix_uri: str, *, limit: int | None = None) -> list[ObjectInfo]:
         bucket, name = parse_gs_uri(prefix_uri)
         try:
             prefix = f"{name}/" if name else ""
-            blobs = list(self._client.list_blobs(bucket, prefix=prefix, retry=self._retry))
+            blobs = list(self._client.list_blobs(bucket, prefix=prefix, max_results=limit, retry=self._retry))
             if not blobs and name:
                 single = self._client.bucket(bucket).get_blob(name, retry=self._retry)
                 blobs = [single] if single is not None else []

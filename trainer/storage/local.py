@@ -80,7 +80,7 @@ class LocalDirStore:
         else:
             path.unlink(missing_ok=True)
 
-    def list(self, prefix_uri: str) -> list[ObjectInfo]:
+    def list(self, prefix_uri: str, *, limit: int | None = None) -> list[ObjectInfo]:
         root = _path(prefix_uri)
         if root.is_file():
             return [_info(root)]
@@ -98,6 +98,8 @@ class LocalDirStore:
                     continue
                 if stat.S_ISREG(st.st_mode):
                     out.append(ObjectInfo(str(path), st.st_size, updated_s=st.st_mtime))
+                    if limit is not None and len(out) >= limit:
+                        return sorted(out, key=lambda o: o.uri)
         return sorted(out, key=lambda o: o.uri)
 
     def upload_file(self, local_path: str, uri: str) -> ObjectInfo:

@@ -36,8 +36,9 @@ class ArtifactStore(Protocol):
     def delete(self, uri: str) -> None:
         """Delete the object at uri and everything under uri/ (a missing one is not an error)."""
 
-    def list(self, prefix_uri: str) -> list[ObjectInfo]:
-        """Every object under prefix_uri (recursive), sorted by URI."""
+    def list(self, prefix_uri: str, *, limit: int | None = None) -> list[ObjectInfo]:
+        """Every object under prefix_uri (recursive), sorted by URI; with `limit`, at most that many (the first the
+        backend lists), so a caller that only needs to know "more than N" never reads a whole bucket."""
 
     def upload_file(self, local_path: str, uri: str) -> ObjectInfo:
         """Copy one local file (a log, the events file) to uri, streamed rather than read into memory."""
