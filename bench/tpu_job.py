@@ -9,6 +9,7 @@ more, by the JAX engine the TPU host has.
 
     .venv/bin/python bench/tpu_job.py prepare [--task gsm8k]       # here: bench/.tpu-job/ (job files, the commit)
     python3.12 bench/tpu_job.py run --out DIR [--task gsm8k] --jobs trained:1,control:1 [--base]   # on the chip
+    python3.12 bench/tpu_job.py run --out DIR [--task gsm8k] --continue   # the next call: what the last one left running
     .venv/bin/python bench/tpu_job.py collect DIR                  # here: the task's bench/results file, then
     .venv/bin/python bench/readme_sections.py                      # bench/README.md's block
 Keep each call's record beside the result (bench/results/tpu_job-call-<time>.json, tpu_job_gsm8k-call-<time>.json for
@@ -22,7 +23,6 @@ each is recorded with its exit status, its time and the end of its output.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -34,10 +34,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.tpu_job_inputs import INPUTS, TASKS, job_spec, prepare, registration_path, result_path  # noqa: E402
+from bench.tpu_job_collect import RECORD, TERMINAL, collect, host_line  # noqa: E402
+from bench.tpu_job_inputs import INPUTS, TASKS, job_spec, prepare  # noqa: E402
 
-RECORD = "tpu_job-record.json"
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 TAIL = 4000
 
 
@@ -112,10 +111,21 @@ def _job_record(rec: Recorder, job_id: str, first: bool) -> dict[str, Any]:
     return found
 
 
-def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke: bool = False) -> None:
-    """Submit every (arm, seed) job at once (the local launcher runs TPU jobs one at a time) and follow them all."""
+def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke: bool = False, follow: bool = False) -> None:
+    """Submit every (arm, seed) job at once (the local launcher runs TPU jobs one at a time) and follow them all.
+
+    `follow` (run --continue): submit nothing; serve the same state again and follow the jobs the last submitting call
+    left, as a service restarted on its machine does (each job resumes from its checkpoint, each eval from its scored
+    rows). A device call's time is shorter than a GSM8K job with its evaluations."""
     work = Path(os.environ.get("RLJOB_TPU_JOB_WORK", "/tmp/rljob-tpu-job"))
     work.mkdir(parents=True, exist_ok=True)
+    submitted_file = work / "submitted.json"
+    earlier = json.loads(submitted_file.read_text()) if follow and submitted_file.exists() else None
+    if follow and (earlier is None or earlier.get("task") != task):
+        raise SystemExit(
+            f"nothing to continue: {submitted_file} names no {task} jobs (the machine was released since the call that "
+            "submitted them, or that call ran another task); run without --continue"
+        )
     socket = work / "rljob.sock"
     token = os.urandom(16).hex()
     env = dict(os.environ, RLJOB_URL=f"unix:{socket}", RLJOB_TOKEN=token, HF_HUB_OFFLINE="1", PYTHONPATH=os.environ.get("PYTHONPATH", ""))
@@ -138,7 +148,9 @@ def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: fl
             time.sleep(0.5)
         record["serve"] = {"argv": argv[2:], "socket_mode": oct(socket.stat().st_mode & 0o777) if socket.exists() else None}
         submitted: dict[str, str] = {}
-        for index, (arm, seed) in enumerate(jobs):
+        if earlier is not None:
+            submitted, record["continues"] = earlier["jobs"], earlier["started"]
+        for index, (arm, seed) in enumerate([] if follow else jobs):
             spec = job_spec(work, task, arm, seed, smoke=smoke)
             spec["eval"]["base"] = base and index == 0  # the base model is evaluated once per call at most
             spec_path = work / f"spec-{arm}-s{seed}.json"
@@ -146,6 +158,8 @@ def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: fl
             job = _json(rec.rljob("submit", str(spec_path), "-o", "json"))
             if job is not None:
                 submitted[f"{arm}/{seed}"] = job["id"]
+        if not follow:
+            submitted_file.write_text(json.dumps({"task": task, "started": record["started"], "jobs": submitted}))
         for index, (name, job_id) in enumerate(submitted.items()):
             record["jobs"][name] = _job_record(rec, job_id, first=index == 0)
         first = next(iter(record["jobs"].values()), None)
@@ -197,162 +211,10 @@ def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: fl
         record["calls"] = rec.calls
         record["wall_s"] = round(time.monotonic() - began, 1)
         service_log = (work / "service.log").read_text(errors="replace")
-        record["service_log_tail"], record["host_tpu"] = service_log[-TAIL:], _host_line(service_log)
+        record["service_log_tail"], record["host_tpu"] = service_log[-TAIL:], host_line(service_log)
         out.mkdir(parents=True, exist_ok=True)
         (out / RECORD).write_text(json.dumps(record, indent=2))
         print(f"wrote {out / RECORD} ({record['wall_s']} s)")
-
-
-def _eval_summary(found: dict[str, Any] | None) -> dict[str, Any] | None:
-    """An eval job's view (rljob status -o json) cut to what the result keeps."""
-    if not found:
-        return None
-    summary = found.get("eval_job") or {}
-    scores = summary.get("scores") or {}
-    primary = summary.get("primary")
-    kept = {k: scores[primary][k] for k in ("pass@1", "sampled", "pass@k", "maj@k")} if primary in scores else None
-    return {
-        "eval_id": found["id"],
-        "phase": found["phase"],
-        "engine": summary.get("engine"),
-        "suite": (summary.get("suite") or {}).get("name"),
-        "suite_hash": (summary.get("suite") or {}).get("content_hash"),
-        "n": summary.get("n"),
-        "k": summary.get("k"),
-        "function": primary,
-        "scores": kept,
-        "generate_s": summary.get("generate_s"),
-        "chip_hours": (found.get("usage") or {}).get("billed_chip_hours"),
-        "cost_usd": (found.get("usage") or {}).get("cost_usd"),
-        "wall_s": (found.get("goodput") or {}).get("wall_s"),
-    }
-
-
-def _run_summary(name: str, found: dict[str, Any], compared: dict[str, Any] | None) -> dict[str, Any]:
-    view = found.get("view") or {}
-    usage, goodput = view.get("usage") or {}, view.get("goodput") or {}
-    arm, _, seed = name.partition("/")
-    export = next((e for e in view.get("attached_evals") or [] if e["label"] == "export"), None)
-    return {
-        "arm": arm,
-        "seed": int(seed),
-        "job_id": found["job_id"],
-        "phase": view.get("phase"),
-        "message": view.get("message"),
-        "steps": [view.get("step"), view.get("total_steps")],
-        "spec_sha256": hashlib.sha256(json.dumps(view.get("spec"), sort_keys=True).encode()).hexdigest()[:16],
-        "run_spec_sha256": _run_spec_hash(view.get("spec")),
-        "health": {k: (view.get("health") or {}).get(k) for k in ("verdict", "message")},
-        # export.verify fails the job when the export does not load, give finite logits and generate
-        "export_checked": view.get("phase") == "SUCCEEDED" and bool(((view.get("spec") or {}).get("export") or {}).get("verify")),
-        "stage_s": {k: round(v["duration_s"], 1) for k, v in (view.get("stage_times") or {}).items() if v.get("duration_s") is not None},
-        "goodput": goodput,
-        "chip_hours": usage.get("billed_chip_hours"),
-        "price_usd_per_chip_hour": usage.get("price_usd_per_chip_hour"),
-        "cost_usd": usage.get("cost_usd"),
-        "metrics": view.get("metrics"),
-        "export_eval": _eval_summary(found["evals"].get("export")),
-        # rows paired against the base eval: the attached comparison (base and export on one job) or eval-compare's
-        "vs_base": (export.get("vs_base") if export else None) or compared,
-    }
-
-
-def _host_line(service_log: str) -> str | None:
-    """What the local launcher read of the machine's TPU at start (service/adapters/local/host_tpu.py)."""
-    for line in service_log.splitlines():
-        if "local launcher: this machine's TPU" in line:
-            message: str = json.loads(line)["message"]
-            return message
-    return None
-
-
-def collect(directory: Path) -> None:
-    """Merge one chip call's record into bench/results/tpu_job.json (runs by arm and seed).
-
-    A run is replaced only where the registration's rerun policy allows it (`_rerun_reason`); the old one is kept
-    under `reruns` with its reason."""
-    record = json.loads((directory / RECORD).read_text())
-    task = record.get("task", "arith")  # the first calls' records predate the gsm8k task
-    result_file = result_path(task)
-    registration = str(registration_path(task).relative_to(REPO))
-    results = json.loads(result_file.read_text()) if result_file.exists() else {"registration": registration}
-    call = {
-        k: record.get(k) for k in ("started", "wall_s", "commit", "uncommitted", "device", "versions", "serve", "export_check", "compare")
-    }
-    call["jobs"] = {name: found["job_id"] for name, found in record["jobs"].items()}
-    call["cli"] = [
-        {"argv": c["argv"][3:] if _is_rljob(c) else c["argv"], "rljob": _is_rljob(c), "rc": c["rc"], "s": c["s"]} for c in record["calls"]
-    ]
-    call["failed"] = [
-        {"argv": c["argv"][3:] if _is_rljob(c) else c["argv"][1:4], "stderr_tail": c["stderr_tail"][-400:]}
-        for c in record["calls"]
-        if c["rc"] != 0
-    ]
-    log = (directory / "service.log").read_text(errors="replace") if (directory / "service.log").exists() else ""
-    call["host_tpu"] = record.get("host_tpu") or _host_line(log)
-    runs = results.setdefault("runs", {})
-    compares = record.get("compares") or {}
-    for name, found in record["jobs"].items():
-        if name in runs:
-            _check_rerun(name, runs[name], _run_summary(name, found, None), results.get("reruns", []))
-    results.setdefault("calls", []).append(call)
-    for name, found in record["jobs"].items():
-        if name in runs:
-            old = runs[name]
-            results.setdefault("reruns", []).append({**old, "replaced_by_call": record.get("started"), "reason": _rerun_reason(old)})
-        runs[name] = _run_summary(name, found, (compares.get(name) or {}).get("comparison"))
-        base = _eval_summary(found["evals"].get("base"))
-        if base is None:
-            continue
-        base["call"] = record.get("started")
-        # The registered base is the first scored one; a later call's base eval (its sampling seed is fixed) is kept
-        # beside it, which shows whether the chip's evaluation repeats.
-        if not (results.get("base") or {}).get("scores"):
-            results["base"] = base
-        else:
-            results.setdefault("base_repeats", []).append(base)
-    result_file.write_text(json.dumps(results, indent=2) + "\n")
-    phases = ", ".join(f"{name} {run['phase']}" for name, run in runs.items())
-    print(f"wrote {result_file}: {phases}; keep the record as bench/results/{TASKS[task]['records']}<time>.json")
-
-
-def _is_rljob(call: dict[str, Any]) -> bool:
-    """A call of the CLI (python -m service.cli.main ...), as against the runner's own commands."""
-    return bool(call["argv"][2:3] == ["service.cli.main"])
-
-
-def _rerun_reason(run: dict[str, Any]) -> str | None:
-    """Why the registration's rerun policy lets a recorded run be run again: the device call's time ran out before
-    it, or its export eval, ended. A run that ended (FAILED or CANCELLED included: how it ended is its result) has
-    none; a cause outside the experiment that this record cannot show is a deviation to write up, not to collect."""
-    if run.get("phase") not in TERMINAL:
-        return f"the job was {run.get('phase')} when its device call's time was up"
-    export = run.get("export_eval") or {}
-    if run.get("phase") == "SUCCEEDED" and export.get("phase") not in TERMINAL:
-        return f"its export eval was {export.get('phase') or 'not made'} when its device call's time was up"
-    return None
-
-
-def _check_rerun(name: str, old: dict[str, Any], new: dict[str, Any], reruns: list[dict[str, Any]]) -> None:
-    """SystemExit unless the registration allows `new` to replace `old`: once, for a reason outside the experiment,
-    with the identical spec (whether the call's first job also evaluated the base model aside)."""
-    if _rerun_reason(old) is None:
-        raise SystemExit(
-            f"{name} already has a run that ended ({old['job_id']}, {old.get('phase')}); the registration reruns only a run "
-            "cut short by something outside the experiment, never one that ended"
-        )
-    if any(f"{r['arm']}/{r['seed']}" == name for r in reruns):
-        raise SystemExit(f"{name} was rerun once already; the registration reruns a run once")
-    if old.get("run_spec_sha256") and new.get("run_spec_sha256") != old["run_spec_sha256"]:
-        raise SystemExit(f"{name}'s rerun ({new['job_id']}) has another spec than {old['job_id']}: a rerun is the identical spec")
-
-
-def _run_spec_hash(spec: dict[str, Any] | None) -> str | None:
-    """The spec's hash without eval.base: the runner attaches the base eval to a call's first job only."""
-    if spec is None:
-        return None
-    trimmed = {**spec, "eval": {k: v for k, v in (spec.get("eval") or {}).items() if k != "base"}}
-    return hashlib.sha256(json.dumps(trimmed, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _job_list(text: str) -> list[tuple[str, int]]:
@@ -377,13 +239,18 @@ def main() -> int:
     run_p.add_argument("--base", action="store_true", help="also evaluate the base model (the first job's attached base eval)")
     run_p.add_argument("--max-s", type=float, default=540)
     run_p.add_argument("--smoke", action="store_true", help="on this machine's CPU: two steps, a four-row suite")
+    run_p.add_argument(
+        "--continue", dest="follow", action="store_true", help="submit nothing: follow the jobs the last call left unfinished"
+    )
     collect_p = sub.add_parser("collect")
     collect_p.add_argument("dir", type=Path)
     args = parser.parse_args()
     if args.command == "prepare":
         prepare(args.task)
     elif args.command == "run":
-        run(args.out, args.task, args.jobs, args.base, args.max_s, args.smoke)
+        if args.follow and args.base:
+            parser.error("--continue follows the jobs an earlier call submitted; --base belongs to that call")
+        run(args.out, args.task, args.jobs, args.base, args.max_s, args.smoke, args.follow)
     else:
         collect(args.dir)
     return 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import tpu_job, tpu_job_inputs
+from bench import tpu_job, tpu_job_collect, tpu_job_inputs
 from bench.tpu_job_stats import cost_per_point, cost_summary, decide, registered_seeds
 
 RESULTS = Path(tpu_job.__file__).resolve().parent / "results"
@@ -79,17 +79,17 @@ def test_the_committed_result_is_what_its_call_records_collect_to(task, tmp_path
     for record in records:
         call = tmp_path / record.stem
         call.mkdir()
-        shutil.copy(record, call / tpu_job.RECORD)
+        shutil.copy(record, call / tpu_job_collect.RECORD)
         if (log := record.with_suffix(".service.log")).exists():
             shutil.copy(log, call / "service.log")
-        tpu_job.collect(call)
+        tpu_job_collect.collect(call)
     assert json.loads((tmp_path / facts["result"]).read_text()) == json.loads((RESULTS / facts["result"]).read_text())
 
 
 def _call_dir(tmp_path: Path, record: Path) -> Path:
     call = tmp_path / record.stem
     call.mkdir(exist_ok=True)
-    shutil.copy(record, call / tpu_job.RECORD)
+    shutil.copy(record, call / tpu_job_collect.RECORD)
     return call
 
 
@@ -100,7 +100,7 @@ def test_a_run_is_replaced_only_when_the_rerun_policy_allows_it(tmp_path, monkey
     monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path)
     records = sorted(RESULTS.glob("tpu_job-call-*[0-9].json"))
     for record in records:
-        tpu_job.collect(_call_dir(tmp_path, record))
+        tpu_job_collect.collect(_call_dir(tmp_path, record))
     result = json.loads((tmp_path / "tpu_job.json").read_text())
     assert {r["job_id"]: r["reason"] for r in result["reruns"]} == {
         "rl-ciex53pi1jaz": "its export eval was QUEUED when its device call's time was up",
@@ -109,7 +109,7 @@ def test_a_run_is_replaced_only_when_the_rerun_policy_allows_it(tmp_path, monkey
     }
     before = (tmp_path / "tpu_job.json").read_text()
     with pytest.raises(SystemExit, match="never one that ended"):
-        tpu_job.collect(_call_dir(tmp_path, records[-1]))
+        tpu_job_collect.collect(_call_dir(tmp_path, records[-1]))
     assert (tmp_path / "tpu_job.json").read_text() == before
 
 
@@ -178,7 +178,47 @@ def _recorded(phase: str, export_phase: str | None, spec_hash: str = "s1", job_i
 def test_a_rerun_is_once_for_a_cut_short_run_with_the_identical_spec(old, reruns, new_hash, refusal):
     new = {**_recorded("SUCCEEDED", "SUCCEEDED", new_hash), "job_id": "rl-new"}
     if refusal is None:
-        tpu_job._check_rerun("trained/4", old, new, reruns)
+        tpu_job_collect._check_rerun("trained/4", old, new, reruns)
     else:
         with pytest.raises(SystemExit, match=refusal):
-            tpu_job._check_rerun("trained/4", old, new, reruns)
+            tpu_job_collect._check_rerun("trained/4", old, new, reruns)
+
+
+def _continued_call(started: str, phase: str, base_phase: str, continues: str | None = None) -> dict:
+    """A gsm8k call record of one job (trained/1) and its base eval, as `run` writes it."""
+    score = {"value": 0.04, "ci95": [0.02, 0.06]}
+    scores = {"gsm8k_final_number": dict.fromkeys(("pass@1", "sampled", "pass@k", "maj@k"), score)} if base_phase == "SUCCEEDED" else {}
+    base = {"id": "rl-base", "phase": base_phase, "eval_job": {"primary": "gsm8k_final_number", "scores": scores}}
+    view = {"phase": phase, "spec": {"seed": 1, "eval": {"base": True}}, "attached_evals": []}
+    record = {
+        "started": started,
+        "task": "gsm8k",
+        "calls": [],
+        "jobs": {"trained/1": {"job_id": "rl-job", "view": view, "evals": {"base": base}}},
+    }
+    return record | ({"continues": continues} if continues else {})
+
+
+@pytest.mark.parametrize("base_phase_first", ["RUNNING", "SUCCEEDED"])
+def test_a_continued_call_reads_the_same_run_and_base_eval_later_not_as_a_rerun(base_phase_first, tmp_path, monkeypatch):
+    """`run --continue` follows the job the call before submitted: collecting it updates that run and its base eval in
+    place (the base eval read again is no repeat of it); a new job for the same arm and seed would be a rerun, once."""
+    monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path)
+    first = _continued_call("2026-12-06T23:00:00+00:00", "RUNNING", base_phase_first)
+    later = _continued_call("2026-12-06T23:10:00+00:00", "SUCCEEDED", "SUCCEEDED", continues=first["started"])
+    for index, record in enumerate((first, later)):
+        call = tmp_path / f"call{index}"
+        call.mkdir()
+        (call / tpu_job_collect.RECORD).write_text(json.dumps(record))
+        tpu_job_collect.collect(call)
+    result = json.loads((tmp_path / "tpu_job_gsm8k.json").read_text())
+    assert result["runs"]["trained/1"]["phase"] == "SUCCEEDED" and "reruns" not in result
+    assert result["base"]["eval_id"] == "rl-base" and result["base"]["scores"] is not None and "base_repeats" not in result
+    assert result["calls"][1]["continues"] == first["started"]
+
+
+def test_continue_refuses_without_a_submitting_call_on_the_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLJOB_TPU_JOB_WORK", str(tmp_path / "work"))
+    with pytest.raises(SystemExit, match="nothing to continue"):
+        tpu_job.run(tmp_path / "out", "gsm8k", [], base=False, max_s=1, follow=True)
+    assert not (tmp_path / "out").exists()
