@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
@@ -64,6 +65,10 @@ def _token_service(  # imports kept lazy: the store pulls in SQLAlchemy
     store = SqlJobStore(settings.effective_database_url)
     store.migrate()
     return TokenService(store), store
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 def write_client_config(path: Path, url: str, token: str) -> None:
@@ -150,8 +155,14 @@ def serve(
             )
         else:
             console.print(f"dashboard: [bold]{url}/ui/[/] (sign in with the token below)")
-        console.print(f"local API token for team [bold]{settings.bootstrap_team}[/]: [bold]{token}[/]")
-        console.print(f"  export RLJOB_URL={url} RLJOB_TOKEN={token}   (also written to {client_file})")
+        if _stdout_is_terminal():
+            console.print(f"local API token for team [bold]{settings.bootstrap_team}[/]: [bold]{token}[/]")
+            console.print(f"  export RLJOB_URL={url} RLJOB_TOKEN={token}   (also written to {client_file})")
+        else:  # stdout kept in a file is a log, and a token in a log is a leaked token
+            console.print(
+                f"local API token for team {settings.bootstrap_team}: in {client_file} (mode 0600), not printed since "
+                f"stdout is not a terminal\n  export RLJOB_URL={url} RLJOB_TOKEN=<the token in {client_file}>"
+            )
         configure_logging(secrets=[token])  # before the app exists: its start-up (recovery) logs at INFO
         # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
         # timeout_graceful_shutdown: after SIGTERM, requests still running past the grace are cancelled (the

@@ -306,3 +306,22 @@ def test_bad_output_and_phase_choices_are_usage_errors(run_cli, live_url: str, t
     choices = run_cli("list", "--phase", "DONE").output
     assert all(f"'{phase.value.lower()}'" in choices for phase in JobPhase)  # the domain's phases, all of them
     assert _api_get(live_url, "/v1/jobs")["data"] == []  # refused before anything reached the service
+
+
+SERVE_TOKEN = "rlj_serve-console-token-" + "0123456789abcdef" * 2
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_serve_prints_its_token_only_to_a_terminal(terminal: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rljob serve > serve.log` keeps its console in a file: the token stays in client.yaml (0600), not in the log."""
+    from service.cli import operator_commands
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: None)
+    monkeypatch.setattr(operator_commands, "_stdout_is_terminal", lambda: terminal)
+    monkeypatch.setenv("RLJOB_BOOTSTRAP_TOKEN", SERVE_TOKEN)
+    result = CliRunner().invoke(cli, ["serve", "--state-dir", str(tmp_path / "state"), "--port", "8799"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    client_file = tmp_path / "state" / "client.yaml"
+    assert (SERVE_TOKEN in result.output) is terminal
+    assert str(client_file) in " ".join(result.output.split())
+    assert SERVE_TOKEN in client_file.read_text() and client_file.stat().st_mode & 0o777 == 0o600
