@@ -88,6 +88,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
     "reward-container-cost": (("reward_container_cost.json",), render_reward_container_cost),
     "tpu-grpo": (("tpu_grpo.json",), render_tpu_grpo),
     "tpu-job": (("tpu_job.json",), render_tpu_job),
+    "tpu-job-gsm8k": (("tpu_job_gsm8k.json",), render_tpu_job),
     "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness),
     "loss-agg-explore": (("loss_agg_explore.json",), render_loss_agg_explore),
     "learning-seeds": (("learning_seeds.json",), render_learning_seeds),

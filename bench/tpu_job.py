@@ -38,6 +38,10 @@ from bench.tpu_job_collect import RECORD, TERMINAL, collect, host_line  # noqa: 
 from bench.tpu_job_inputs import INPUTS, TASKS, job_spec, prepare  # noqa: E402
 
 TAIL = 4000
+# What a call does once its waits end (the views, logs, samples, comparisons, usage, the export loaded again, the chip's
+# probe): 49 s on the chip's machine (the call of 2026-12-06T23:07). The waits stop this long before --max-s, so --max-s
+# bounds the whole call; a call run past the device's limit is killed before it writes its record.
+WRAP_UP_S = 90
 
 
 class Recorder:
@@ -132,7 +136,7 @@ def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: fl
     # One persistent compilation cache for every process of the session (each job's stages, the eval jobs): JAX's own,
     # set in the environment so train_rl has it from its first compile (tests/conftest.py says why the variable).
     env.setdefault("JAX_COMPILATION_CACHE_DIR", str(work / "jax-cache"))
-    rec = Recorder(env, time.monotonic() + max_s)
+    rec = Recorder(env, time.monotonic() + max_s - WRAP_UP_S)
     record: dict[str, Any] = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "task": task, "max_s": max_s, "jobs": {}}
     if (INPUTS / "COMMIT.json").exists():
         record.update(json.loads((INPUTS / "COMMIT.json").read_text()))
@@ -237,7 +241,7 @@ def main() -> int:
     run_p.add_argument("--out", type=Path, required=True)
     run_p.add_argument("--jobs", type=_job_list, default=[("trained", 1)], help="ARM:SEED,... (arms: trained, control)")
     run_p.add_argument("--base", action="store_true", help="also evaluate the base model (the first job's attached base eval)")
-    run_p.add_argument("--max-s", type=float, default=540)
+    run_p.add_argument("--max-s", type=float, default=540, help=f"the call's whole wall time: the waits end {WRAP_UP_S} s before it")
     run_p.add_argument("--smoke", action="store_true", help="on this machine's CPU: two steps, a four-row suite")
     run_p.add_argument(
         "--continue", dest="follow", action="store_true", help="submit nothing: follow the jobs the last call left unfinished"

@@ -79,6 +79,16 @@ def _usage_text(run: dict[str, Any]) -> str:
     return f"{hours:.4f} chip-hours, ${usd:.4f} at ${price:g} per chip-hour"
 
 
+def _took(result: dict[str, Any], call: dict[str, Any], names: list[str]) -> str:
+    """How the call's service came by its jobs: submitted, or left running by an earlier call (`run --continue`)."""
+    if not call.get("continues"):
+        return f"took {len(names)} job{'s' if len(names) > 1 else ''} from `rljob submit` ({', '.join(names)})"
+    recorded = any(c["started"] == call["continues"] for c in result["calls"])
+    return f"served the same state again and followed {', '.join(names)}, submitted by the call of {call['continues']}" + (
+        "" if recorded else " (which left no record of its own)"
+    )
+
+
 def _call(result: dict[str, Any], index: int) -> str:
     """One device call: where it ran, what the service did with its jobs, and what the CLI answered."""
     call = result["calls"][index]
@@ -97,9 +107,8 @@ def _call(result: dict[str, Any], index: int) -> str:
         f"Device call {index + 1} ({call['started']}, commit {commit}, JAX {versions.get('jax', '?')}, MaxText "
         f"{versions.get('maxtext', '?')}, Tunix {versions.get('tunix', '?')}; {duration(call['wall_s'])} of the call): "
         f'the local launcher read "{call.get("host_tpu") or "nothing"}". `rljob serve --uds` (socket mode '
-        f"{call['serve']['socket_mode']}; that machine has no TCP) took {len(names)} jobs from `rljob submit` "
-        f"({', '.join(names)}), to run them and their eval jobs one at a time on the chip; at the call's end "
-        f"{_eval_phases(result, call, runs)}.",
+        f"{call['serve']['socket_mode']}; that machine has no TCP) {_took(result, call, names)}, to run them and their "
+        f"eval jobs one at a time on the chip; at the call's end {_eval_phases(result, call, runs)}.",
         f"`{names[0]}` (`{first['job_id']}`) ended {first['phase']}: {stages}; {first['steps'][0]} of {first['steps'][1]} "
         f"steps; {goodput.get('productive_fraction', 0):.0%} of its {duration(goodput.get('wall_s', 0))} was rollout and "
         f"update; {_usage_text(first)}; health: {first['health']['verdict']}."
