@@ -133,9 +133,8 @@ def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: fl
     socket = work / "rljob.sock"
     token = os.urandom(16).hex()
     env = dict(os.environ, RLJOB_URL=f"unix:{socket}", RLJOB_TOKEN=token, HF_HUB_OFFLINE="1", PYTHONPATH=os.environ.get("PYTHONPATH", ""))
-    # One persistent compilation cache for every process of the session (each job's stages, the eval jobs): JAX's own,
-    # set in the environment so train_rl has it from its first compile (tests/conftest.py says why the variable).
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(work / "jax-cache"))
+    # No JAX_COMPILATION_CACHE_DIR here: each job's trainer gives its processes the run's cache (trainer/compile_cache.py,
+    # <output>/_cache/jax), the mechanism a user gets; the calls before it set one for the session.
     rec = Recorder(env, time.monotonic() + max_s - WRAP_UP_S)
     record: dict[str, Any] = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "task": task, "max_s": max_s, "jobs": {}}
     if (INPUTS / "COMMIT.json").exists():

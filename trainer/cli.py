@@ -91,6 +91,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from trainer.compile_cache import CACHE_ROOT_ENV, use_compile_cache
     from trainer.conversion_cache import default_cache_root
     from trainer.pipeline import default_run_command, run_pipeline
     from trainer.progress.event_reporter import EventReporter
@@ -117,6 +118,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     missing = missing_local_inputs(spec)
     if missing:
         raise SpecFileError(missing)
+    try:  # before JAX compiles anything here (the evaluation engine) and before any stage process inherits the env
+        use_compile_cache(spec)
+    except ValueError as e:
+        raise SpecFileError([(CACHE_ROOT_ENV, str(e))]) from e
     try:
         store = store_for(layout.root)
         # Before any accelerator time is spent: output and cache writable, gs:// inputs readable.
