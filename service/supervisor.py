@@ -18,7 +18,9 @@ Threads (background loops, service/background_loop.py; all stopped by `Superviso
   Each reconciler works from what is stored, so a restart finishes what a killed leader started.
 
 Only the leading replica runs a supervisor (service/leadership.py); it is started again when this
-replica takes the lead again after losing it.
+replica takes the lead again after losing it. It is given the job service and the ports, policies and clock that
+service was built from, and hands each round the ones it uses: a round reads the store or asks the launcher itself,
+and calls the job service only for what the service does (launch, stop a workload, apply an observation, write).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from collections.abc import Callable, Sequence
 
 from service.background_loop import BackgroundLoop
 from service.domain.job_service import JobService
-from service.domain.records.ports import JobLauncher, Observation
+from service.domain.job_service_parts import DEFAULT_POLICIES, JobPolicies, JobPorts
+from service.domain.records.ports import Clock, Observation, utc_now
 from service.domain.rounds.attached_eval_reconciler import AttachedEvalReconciler
 from service.domain.rounds.budget_reconciler import BudgetReconciler
 from service.domain.rounds.checkpoint_expiry import CheckpointExpiryReconciler, CheckpointStore
@@ -52,11 +55,12 @@ class Supervisor:
     def __init__(
         self,
         jobs: JobService,
-        launcher: JobLauncher,
+        ports: JobPorts,
+        policies: JobPolicies = DEFAULT_POLICIES,
         *,
+        clock: Clock = utc_now,
         progress_poll_interval_s: float,
         active_jobs_reconcile_interval_s: float,
-        recovery: JobRecovery | None = None,
         recovery_retry_s: float = 1.0,
         recovery_retry_max_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -66,16 +70,22 @@ class Supervisor:
         budget_check_interval_s: float = 30.0,
         rounds: Sequence[LeaderRound] = (),
     ) -> None:
+        # `ports`, `policies` and `clock`: those `jobs` was built from (runtime.py passes the same to both).
+        store = ports.store
         self.jobs = jobs
-        self.launcher = launcher
-        self.recovery = recovery or JobRecovery(jobs)
-        self.progress_poller = ProgressPoller(jobs)
-        self.attached_evals = AttachedEvalReconciler(jobs)
-        self.budgets = BudgetReconciler(jobs, jobs.budgets)
+        self.launcher = ports.launcher
+        self.recovery = JobRecovery(jobs, store, ports.launcher, clock=clock)
+        self.progress_poller = ProgressPoller(jobs, store, ports.progress, clock=clock, health_policy=policies.health)
+        self.attached_evals = AttachedEvalReconciler(jobs, store, ports.run_files, clock=clock)
+        self.budgets = BudgetReconciler(jobs, store, policies.budget_ledger(store), clock=clock)
         self.budget_check_interval_s = budget_check_interval_s
         # None: no checkpoint is ever deleted (tests that do not exercise retention)
         self.checkpoint_expiry = (
-            CheckpointExpiryReconciler(jobs, checkpoints, default_days=checkpoint_retention_days) if checkpoints is not None else None
+            CheckpointExpiryReconciler(
+                jobs, store, checkpoints, clock=clock, location_policy=policies.location, default_days=checkpoint_retention_days
+            )
+            if checkpoints is not None
+            else None
         )
         self.progress_poll_interval_s = progress_poll_interval_s
         self.active_jobs_reconcile_interval_s = active_jobs_reconcile_interval_s

@@ -83,7 +83,7 @@ def test_reconcile_launches_a_job_stranded_in_queued(
 ) -> None:
     clock = ManualClock()
     service = JobService(JobPorts(store, fake_launcher, fake_progress), clock=clock)
-    recovery = JobRecovery(service, queued_relaunch_after_s=5)
+    recovery = JobRecovery(service, store, fake_launcher, clock=clock, queued_relaunch_after_s=5)
     monkeypatch.setattr(service, "launch", lambda job_id: None)  # the hand-over after storing never happened
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     monkeypatch.undo()

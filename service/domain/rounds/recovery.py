@@ -14,7 +14,7 @@ import logging
 from service.domain.job_service import JobService
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
-from service.domain.records.ports import ObservedState
+from service.domain.records.ports import Clock, JobLauncher, JobStore, ObservedState
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +25,23 @@ STILL_TO_STOP: frozenset[ObservedState] = frozenset({ObservedState.QUEUED, Obser
 
 
 class JobRecovery:
-    def __init__(self, jobs: JobService, *, queued_relaunch_after_s: float = 10.0) -> None:
+    """Reads the jobs that have not ended from `store` and asks `launcher` about each; hands over, re-attaches, stops
+    and folds through `jobs` (launch, post_message, stop_workload, apply_observation, ingest_progress)."""
+
+    def __init__(
+        self, jobs: JobService, store: JobStore, launcher: JobLauncher, *, clock: Clock, queued_relaunch_after_s: float = 10.0
+    ) -> None:
         self.jobs = jobs
+        self.store = store
+        self.launcher = launcher
+        self.clock = clock
         # A QUEUED job younger than this may have its own launch call under way: not handed over again yet.
         self.queued_relaunch_after_s = queued_relaunch_after_s
         self._seen: dict[str, tuple[JobPhase, int]] = {}  # take_over_requests: the pairs already acted on
 
     def recover(self) -> None:
         """Re-attach to or resolve every non-terminal job; run before accepting submissions."""
-        for record in self.jobs.store.list_active():
+        for record in self.store.list_active():
             try:
                 self._recover_one(record)
             except Exception:  # one bad job must not keep the service from becoming ready
@@ -43,7 +51,7 @@ class JobRecovery:
         if record.phase is JobPhase.QUEUED and not record.handed_over:
             self.jobs.launch(record.id)
             return
-        obs = self.jobs.launcher.observe(record.id)
+        obs = self.launcher.observe(record.id)
         if obs.state in ALIVE:
             workload = obs.object_name or "the workload"
             self.jobs.post_message(record.id, f"re-attached to {workload} after a service restart or a change of leader")
@@ -57,12 +65,12 @@ class JobRecovery:
 
         Every round reads the (phase, last event) pairs of QUEUED and CANCELLING jobs only, and a job's
         record only when its pair moved: a queue of jobs the backend holds costs one narrow query."""
-        versions = self.jobs.store.job_versions((JobPhase.QUEUED, JobPhase.CANCELLING))
+        versions = self.store.job_versions((JobPhase.QUEUED, JobPhase.CANCELLING))
         for job_id, version in versions.items():
             if self._seen.get(job_id) == version:
                 continue
             try:
-                record = self.jobs.store.get(job_id)
+                record = self.store.get(job_id)
                 if record is None:
                     continue
                 if record.phase is JobPhase.QUEUED and not record.handed_over:
@@ -79,16 +87,16 @@ class JobRecovery:
     def reconcile_once(self) -> None:
         """Ask the backend about every launched job (one QUEUED in the backend's queue too); hand over
         QUEUED jobs that were never launched."""
-        for record in self.jobs.store.list_active():
+        for record in self.store.list_active():
             try:
                 if record.phase is JobPhase.QUEUED and not record.handed_over:
                     # launch() is idempotent, so a launch that was under way after all does no harm.
-                    if (self.jobs.clock() - record.updated_at).total_seconds() >= self.queued_relaunch_after_s:
+                    if (self.clock() - record.updated_at).total_seconds() >= self.queued_relaunch_after_s:
                         log.info("launching %s: still QUEUED since %s", record.id, record.updated_at.isoformat())
                         self.jobs.launch(record.id)
                     continue
                 self.jobs.ingest_progress(record.id)
-                obs = self.jobs.launcher.observe(record.id)
+                obs = self.launcher.observe(record.id)
                 if record.phase is JobPhase.CANCELLING and obs.state in STILL_TO_STOP:
                     self.jobs.stop_workload(record.id)
                 self.jobs.apply_observation(obs)
