@@ -208,7 +208,7 @@ class JobService:
         def store_new() -> tuple[JobRecord, bool]:
             with held_within(self._lock, self.request_write_wait_s) as wait_s:
                 job_id, now = self._new_id(), self.clock()
-                # Claimed before the insert commits: a take-over round (rounds/recovery.py) that reads the stored
+                # Claimed before the insert commits: a take-over round (rounds/request_take_over.py) that reads the stored
                 # QUEUED job before this submission's launch below leaves it to that launch, instead of launching it
                 # too (the launch after it found the job LAUNCHING and handed it to the launcher a second time).
                 self._launching.add(job_id)

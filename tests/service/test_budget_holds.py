@@ -23,6 +23,7 @@ from service.domain.records.estimate_models import EstimateRange, JobEstimate
 from service.domain.records.models import Caller, JobRecord
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
+from service.domain.rounds.active_jobs_reconciler import ActiveJobsReconciler
 from service.domain.rounds.budget_reconciler import BudgetReconciler
 from service.domain.rounds.recovery import JobRecovery
 from tests.service.service_fakes import FakeLauncher, FakeProgress
@@ -130,9 +131,8 @@ def test_a_running_job_that_crosses_its_budget_is_held_stopped_queued_and_releas
     assert kinds == [("hold", True)]
 
     # Nothing else launches a held job: recovery, the reconcile, a direct launch.
-    recovery = JobRecovery(service, store, launcher, clock=clock, queued_relaunch_after_s=0)
-    recovery.recover()
-    recovery.reconcile_once()
+    JobRecovery(service, store, launcher).recover()
+    ActiveJobsReconciler(service, store, launcher, clock=clock, queued_relaunch_after_s=0).reconcile_once()
     service.launch(job.id)
     loop.reconcile_once()
     still = store.get(job.id)

@@ -111,7 +111,7 @@ def test_the_supervisors_round_logs_a_fault_once_and_its_recovery_once(
     supervisor = Supervisor(jobs, ports, progress_poll_interval_s=0.01, active_jobs_reconcile_interval_s=0.0)
     disk = DiskFull()
     monkeypatch.setattr(supervisor, "poll_progress_once", disk)
-    monkeypatch.setattr(supervisor.recovery, "reconcile_once", disk)
+    monkeypatch.setattr(supervisor.active_jobs, "reconcile_once", disk)
     logger = "service.supervisor"
     caplog.set_level(logging.INFO, logger=logger)
     for _ in range(ROUNDS):

@@ -12,7 +12,7 @@ with 200 running jobs spent a third of a core on rounds that found nothing. Now 
   the next one comes at once (the fold pacer, fold_pacer.py, keeps catching up to its share of the CPU);
 - re-judges a running job's learning health only when its record changed or when the clock passes
   the one moment time alone can change the verdict (job_health.health_changes_by_time_at): stalled.
-Missed nothing stays missed: the slow reconcile (recovery.py) reads every active job's events anyway.
+Missed nothing stays missed: the slow reconcile (active_jobs_reconciler.py) reads every active job's events anyway.
 A job whose poll fails round after round (the state disk full) is logged once per fault and once when it recovers
 (service/fault_log.py), not once per round.
 """
