@@ -170,16 +170,19 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
         on_deposed=lambda: supervisor.end_term(),
         check_interval_s=settings.leader_check_interval_s,
     )
+    # The job service and the supervisor's rounds are built from the same ports and policies.
+    ports = JobPorts(store, launcher, given.progress or EventsFileReader(), run_files=given.run_files or StoreRunFiles())
+    policies = JobPolicies(
+        max_resumes=settings.max_resumes,
+        max_hung_restarts=settings.max_hung_restarts,
+        health=settings.health_policy,
+        location=settings.location_policy,
+        budgets=BudgetLedger(store, settings.team_budgets, settings.usage_prices_usd_per_chip_hour),
+        prices=settings.usage_prices_usd_per_chip_hour,
+    )
     jobs = JobService(
-        JobPorts(store, launcher, given.progress or EventsFileReader(), run_files=given.run_files or StoreRunFiles()),
-        JobPolicies(
-            max_resumes=settings.max_resumes,
-            max_hung_restarts=settings.max_hung_restarts,
-            health=settings.health_policy,
-            location=settings.location_policy,
-            budgets=BudgetLedger(store, settings.team_budgets, settings.usage_prices_usd_per_chip_hour),
-            prices=settings.usage_prices_usd_per_chip_hour,
-        ),
+        ports,
+        policies,
         writes=WriteRules(
             leads=lambda: leadership.leads, on_fenced=lambda: leadership.fenced(), request_write_wait_s=settings.request_write_wait_s
         ),
@@ -195,8 +198,8 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
     if settings.mlflow_tracking_uri:
         mlflow_export = MlflowLiveExport(
             store,
-            jobs.run_files,
-            lambda record: to_public(record, clock(), jobs.health_policy, settings.usage_prices_usd_per_chip_hour),
+            ports.run_files,
+            lambda record: to_public(record, clock(), policies.health, settings.usage_prices_usd_per_chip_hour),
             tracking_uri=settings.mlflow_tracking_uri,
             experiment=settings.mlflow_experiment,
             interval_s=settings.mlflow_export_interval_s,
@@ -204,7 +207,9 @@ def build_runtime(settings: Settings, overrides: RuntimeOverrides | None = None)
     webhook_queue, webhooks = build_webhooks(settings, store, clock)
     supervisor = Supervisor(
         jobs,
-        launcher,
+        ports,
+        policies,
+        clock=clock,
         progress_poll_interval_s=settings.progress_poll_interval_s,
         active_jobs_reconcile_interval_s=settings.active_jobs_reconcile_interval_s,
         take_over_requests=lock.shared,

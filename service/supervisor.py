@@ -2,12 +2,14 @@
 
 Threads (background loops, service/background_loop.py; all stopped by `Supervisor.stop()`):
 - observations: drains the bounded queue the launcher pushes into and applies each observation;
-- recovery: re-attaches every non-terminal job (retried with backoff), then marks the service ready;
-- poller: every progress_poll_interval_s folds new trainer events into active jobs whose events grew
-  and re-judges running jobs' learning health when time may have changed it (a job stalls without
-  any event saying so; progress_poller.py), carries out what other replicas stored
-  (`take_over_requests`: a job they accepted, a cancel they recorded), and every
-  active_jobs_reconcile_interval_s asks the launcher about every active job (catches missed observations);
+- recovery: re-attaches every non-terminal job (recovery.py; retried with backoff), then marks the service ready;
+  from then on the same thread, every progress_poll_interval_s, folds new trainer events into active jobs whose
+  events grew and re-judges running jobs' learning health when time may have changed it (a job stalls without
+  any event saying so; progress_poller.py), carries out what other replicas stored (request_take_over.py: a job
+  they accepted, a cancel they recorded), and every active_jobs_reconcile_interval_s asks the launcher about every
+  active job (active_jobs_reconciler.py: catches missed observations). One thread for all of these on purpose:
+  the poll and the reconcile both fold a job's events, the take-over and the reconcile both launch and stop jobs,
+  and none of them may run before recovery has succeeded;
 - the leader's rounds (service/leader_rounds.py), one list, each restarted and started at every term and all
   stopped at its end: the attached evals (once recovery has succeeded, every progress_poll_interval_s: the eval
   jobs that training jobs with `eval` set should have, attached_eval_reconciler.py; a comparison's bootstrap takes
@@ -18,7 +20,9 @@ Threads (background loops, service/background_loop.py; all stopped by `Superviso
   Each reconciler works from what is stored, so a restart finishes what a killed leader started.
 
 Only the leading replica runs a supervisor (service/leadership.py); it is started again when this
-replica takes the lead again after losing it.
+replica takes the lead again after losing it. It is given the job service and the ports, policies and clock that
+service was built from, and hands each round the ones it uses: a round reads the store or asks the launcher itself,
+and calls the job service only for what the service does (launch, stop a workload, apply an observation, write).
 """
 
 from __future__ import annotations
@@ -32,12 +36,15 @@ from collections.abc import Callable, Sequence
 
 from service.background_loop import BackgroundLoop
 from service.domain.job_service import JobService
-from service.domain.records.ports import JobLauncher, Observation
+from service.domain.job_service_parts import DEFAULT_POLICIES, JobPolicies, JobPorts
+from service.domain.records.ports import Clock, Observation, utc_now
+from service.domain.rounds.active_jobs_reconciler import ActiveJobsReconciler
 from service.domain.rounds.attached_eval_reconciler import AttachedEvalReconciler
 from service.domain.rounds.budget_reconciler import BudgetReconciler
 from service.domain.rounds.checkpoint_expiry import CheckpointExpiryReconciler, CheckpointStore
 from service.domain.rounds.progress_poller import ProgressPoller
 from service.domain.rounds.recovery import JobRecovery
+from service.domain.rounds.request_take_over import RequestTakeOver
 from service.fault_log import FaultLog
 from service.leader_rounds import LeaderRound, RoundLoops, RoundOf
 
@@ -52,11 +59,12 @@ class Supervisor:
     def __init__(
         self,
         jobs: JobService,
-        launcher: JobLauncher,
+        ports: JobPorts,
+        policies: JobPolicies = DEFAULT_POLICIES,
         *,
+        clock: Clock = utc_now,
         progress_poll_interval_s: float,
         active_jobs_reconcile_interval_s: float,
-        recovery: JobRecovery | None = None,
         recovery_retry_s: float = 1.0,
         recovery_retry_max_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -66,16 +74,24 @@ class Supervisor:
         budget_check_interval_s: float = 30.0,
         rounds: Sequence[LeaderRound] = (),
     ) -> None:
+        # `ports`, `policies` and `clock`: those `jobs` was built from (runtime.py passes the same to both).
+        store = ports.store
         self.jobs = jobs
-        self.launcher = launcher
-        self.recovery = recovery or JobRecovery(jobs)
-        self.progress_poller = ProgressPoller(jobs)
-        self.attached_evals = AttachedEvalReconciler(jobs)
-        self.budgets = BudgetReconciler(jobs, jobs.budgets)
+        self.launcher = ports.launcher
+        self.recovery = JobRecovery(jobs, store, ports.launcher)
+        self.request_take_over = RequestTakeOver(jobs, store)
+        self.active_jobs = ActiveJobsReconciler(jobs, store, ports.launcher, clock=clock)
+        self.progress_poller = ProgressPoller(jobs, store, ports.progress, clock=clock, health_policy=policies.health)
+        self.attached_evals = AttachedEvalReconciler(jobs, store, ports.run_files, clock=clock)
+        self.budgets = BudgetReconciler(jobs, store, policies.budget_ledger(store), clock=clock)
         self.budget_check_interval_s = budget_check_interval_s
         # None: no checkpoint is ever deleted (tests that do not exercise retention)
         self.checkpoint_expiry = (
-            CheckpointExpiryReconciler(jobs, checkpoints, default_days=checkpoint_retention_days) if checkpoints is not None else None
+            CheckpointExpiryReconciler(
+                jobs, store, checkpoints, clock=clock, location_policy=policies.location, default_days=checkpoint_retention_days
+            )
+            if checkpoints is not None
+            else None
         )
         self.progress_poll_interval_s = progress_poll_interval_s
         self.active_jobs_reconcile_interval_s = active_jobs_reconcile_interval_s
@@ -225,7 +241,7 @@ class Supervisor:
         try:
             behind = self.poll_progress_once()
             if self.take_over_requests:
-                self.recovery.take_over_requests()
+                self.request_take_over.take_over_requests()
         except Exception as e:  # noqa: BLE001 - logged, with its traceback, by FaultLog
             self._faults.failed("poll", e, "polling progress failed; trying again every %.1fs", self.progress_poll_interval_s)
         else:
@@ -233,7 +249,7 @@ class Supervisor:
         if self._monotonic() >= self._next_reconcile_s:
             self._next_reconcile_s = self._monotonic() + self.active_jobs_reconcile_interval_s
             try:
-                self.recovery.reconcile_once()
+                self.active_jobs.reconcile_once()
             except Exception as e:  # noqa: BLE001 - logged, with its traceback, by FaultLog
                 self._faults.failed("reconcile", e, "reconcile failed; trying again every %.1fs", self.active_jobs_reconcile_interval_s)
             else:

@@ -32,10 +32,8 @@ import string
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from service.domain.cost.budget_ledger import BudgetLedger
 from service.domain.cost.estimate_source import SubmitEstimator
 from service.domain.cost.placement import launch_spec
-from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
 from service.domain.health.job_health import health_verdict_changed
 from service.domain.records.attached_eval_models import AttachedEvalPublic
 from service.domain.records.errors import IdempotencyKeyTaken, JobNotFound, LeaderFenced, NotCancellable
@@ -87,7 +85,7 @@ class JobService:
     ) -> None:
         store, launcher = ports.store, ports.launcher
         self.store = store
-        self.budgets = policies.budgets or BudgetLedger(store, {}, DEFAULT_PRICES_USD_PER_CHIP_HOUR)  # team budgets (budget_ledger.py)
+        self.budgets = policies.budget_ledger(store)  # team budgets (budget_ledger.py)
         self.estimator = SubmitEstimator(store, launcher, policies.prices, clock)  # the estimate at submit (estimates.py)
         self.fold_pacer = pacing.fold_pacer or FoldPacer(1.0)  # 1.0: no rest, folds still in chunks
         self.launcher = launcher
@@ -112,9 +110,6 @@ class JobService:
         )
         self._lock = self.writer.lock
         self.request_write_wait_s = writes.request_write_wait_s  # the API's writes give up after this (write_wait.py)
-        # Whether this replica leads (service/leadership.py): only the leader talks to the launcher;
-        # another replica stores the job or the cancel, and the leader's take-over carries it out.
-        self.leads = self.writer.leads
         self._launching: set[str] = set()  # launch() under way in this process
         self._stop_requested: set[str] = set()  # cancels sent to the launcher by this process
         self.intake = ObservationIntake(  # observations and trainer events becoming job state
@@ -128,6 +123,11 @@ class JobService:
             max_resumes=self.max_resumes,
             max_hung_restarts=self.max_hung_restarts,
         )
+
+    def leads(self) -> bool:
+        """Whether this replica leads now (service/leadership.py): only the leader talks to the launcher; another
+        replica stores the job or the cancel, and the leader's take-over carries it out."""
+        return self.writer.leads()
 
     def begin_term(self, term: int) -> None:
         """This replica leads for `term`: its leader writes carry it from now on."""
@@ -208,7 +208,7 @@ class JobService:
         def store_new() -> tuple[JobRecord, bool]:
             with held_within(self._lock, self.request_write_wait_s) as wait_s:
                 job_id, now = self._new_id(), self.clock()
-                # Claimed before the insert commits: a take-over round (rounds/recovery.py) that reads the stored
+                # Claimed before the insert commits: a take-over round (rounds/request_take_over.py) that reads the stored
                 # QUEUED job before this submission's launch below leaves it to that launch, instead of launching it
                 # too (the launch after it found the job LAUNCHING and handed it to the launcher a second time).
                 self._launching.add(job_id)

@@ -40,6 +40,10 @@ class JobPolicies:
     max_resumes: int = 3
     max_hung_restarts: int = 2
 
+    def budget_ledger(self, store: JobStore) -> BudgetLedger:
+        """The teams' budgets on `store`; none set: a ledger with no budgets (no submission refused, no job held)."""
+        return self.budgets or BudgetLedger(store, {}, DEFAULT_PRICES_USD_PER_CHIP_HOUR)
+
 
 @dataclass(frozen=True)
 class Pacing:

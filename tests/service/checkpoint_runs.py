@@ -1,5 +1,6 @@
-"""Finished runs with actor checkpoints, written through a store (local or gs://), and a JobService to expire them:
-what tests/service/test_checkpoint_expiry.py and tests/storage/test_checkpoint_expiry_gcs.py share."""
+"""Finished runs with actor checkpoints, written through a store (local or gs://), and a JobService and the leader's
+expiry round to expire them: what tests/service/test_checkpoint_expiry*.py and tests/storage/test_checkpoint_expiry_gcs.py
+share."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.location_policy import UNRESTRICTED, LocationPolicy
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
+from service.domain.rounds.checkpoint_expiry import CheckpointExpiryReconciler, CheckpointStore
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, record_spec
 from trainer.contract import RunLayout, RunStorage, Stage
@@ -91,6 +93,19 @@ def expiry_service(db: Path, clock: ManualClock, location_policy: LocationPolicy
     store = SqlJobStore(f"sqlite:///{db}")
     store.migrate()
     return store, JobService(JobPorts(store, FakeLauncher(), FakeProgress()), JobPolicies(location=location_policy), clock=clock)
+
+
+def expiry_round(
+    store: SqlJobStore,
+    jobs: JobService,
+    checkpoints: CheckpointStore,
+    clock: ManualClock,
+    *,
+    location_policy: LocationPolicy = UNRESTRICTED,
+) -> CheckpointExpiryReconciler:
+    """The leader's expiry round over what `jobs` was built from (expiry_service's store, clock and location policy),
+    with a retention of 30 days."""
+    return CheckpointExpiryReconciler(jobs, store, checkpoints, clock=clock, location_policy=location_policy, default_days=30)
 
 
 def files_under(root: str) -> set[str]:

@@ -23,7 +23,7 @@ from service.domain.records.errors import InvalidRequest
 from service.domain.records.models import Caller, JobFilters, JobRecord
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
-from service.domain.rounds.attached_eval_reconciler import AttachedEvalReconciler
+from service.domain.rounds.attached_eval_reconciler import SWEEP_PAGE, AttachedEvalReconciler
 from service.domain.views import to_public
 from tests.service.eval_runs import FUNCTION, outcome_rows, suite_hash
 from tests.service.service_fakes import FakeLauncher, FakeProgress
@@ -46,13 +46,27 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-def _service(store: SqlJobStore, launcher: FakeLauncher, progress: FakeProgress, clock: ManualClock, *, leads: bool = True) -> JobService:
-    return JobService(JobPorts(store, launcher, progress, run_files=StoreRunFiles()), writes=WriteRules(leads=lambda: leads), clock=clock)
+def _ports(store: SqlJobStore, launcher: FakeLauncher, progress: FakeProgress) -> JobPorts:
+    return JobPorts(store, launcher, progress, run_files=StoreRunFiles())
+
+
+def _service(ports: JobPorts, clock: ManualClock, *, leads: bool = True) -> JobService:
+    return JobService(ports, writes=WriteRules(leads=lambda: leads), clock=clock)
+
+
+def _reconciler(service: JobService, ports: JobPorts, clock: ManualClock, *, sweep_page: int = SWEEP_PAGE) -> AttachedEvalReconciler:
+    """The leader's round over the ports and the clock `service` was built from."""
+    return AttachedEvalReconciler(service, ports.store, ports.run_files, clock=clock, sweep_page=sweep_page)
 
 
 @pytest.fixture
-def service(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock) -> JobService:
-    return _service(store, fake_launcher, fake_progress, clock)
+def ports(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress) -> JobPorts:
+    return _ports(store, fake_launcher, fake_progress)
+
+
+@pytest.fixture
+def service(ports: JobPorts, clock: ManualClock) -> JobService:
+    return _service(ports, clock)
 
 
 class Trainer:
@@ -178,11 +192,11 @@ def test_evaluations_that_could_never_be_made_are_refused_at_submit(service: Job
 
 
 def test_each_eval_job_is_made_once_as_its_checkpoint_appears(
-    service: JobService, store: SqlJobStore, trainer: Trainer, tmp_path: Path
+    service: JobService, ports: JobPorts, clock: ManualClock, store: SqlJobStore, trainer: Trainer, tmp_path: Path
 ) -> None:
     parent, _ = service.submit(TEAM_A, _spec(tmp_path))
     assert parent.labels == {"rljob.dev/attached-evals": "true"}
-    reconciler = AttachedEvalReconciler(service)
+    reconciler = _reconciler(service, ports, clock)
     reconciler.reconcile_once()
     base = _attached(store, parent.id)["base"]
     assert base.idempotency_key == f"attached-eval:{parent.id}:base" and base.team == "team-a"
@@ -202,7 +216,7 @@ def test_each_eval_job_is_made_once_as_its_checkpoint_appears(
     jobs = _all_jobs(store)
     for _ in range(3):
         reconciler.reconcile_once()
-        AttachedEvalReconciler(service).reconcile_once()  # another round, and another process's first one
+        _reconciler(service, ports, clock).reconcile_once()  # another round, and another process's first one
     assert _all_jobs(store) == jobs
 
     trainer.checkpoint(parent, 4)
@@ -219,7 +233,7 @@ def test_each_eval_job_is_made_once_as_its_checkpoint_appears(
 def test_a_restarted_service_makes_the_eval_jobs_of_a_job_that_ended_meanwhile(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
 ) -> None:
-    first = _service(store, fake_launcher, fake_progress, clock)
+    first = _service(_ports(store, fake_launcher, fake_progress), clock)
     trainer = Trainer(first, fake_progress, clock)
     parent, _ = first.submit(TEAM_A, _spec(tmp_path))
     trainer.end(parent.id, ObservedState.RUNNING)
@@ -229,8 +243,9 @@ def test_a_restarted_service_makes_the_eval_jobs_of_a_job_that_ended_meanwhile(
     trainer.end(parent.id, ObservedState.SUCCEEDED)  # ended before any reconcile ran: a crash, say
     assert _attached(store, parent.id) == {}
 
-    restarted = _service(store, FakeLauncher(), FakeProgress(), clock)
-    reconciler = AttachedEvalReconciler(restarted, sweep_page=1)  # a page a round: older ended jobs come in later rounds
+    restarted_ports = _ports(store, FakeLauncher(), FakeProgress())
+    restarted = _service(restarted_ports, clock)
+    reconciler = _reconciler(restarted, restarted_ports, clock, sweep_page=1)  # a page a round: older ended jobs come in later rounds
     other, _ = restarted.submit(TEAM_A, JobSpec.model_validate(spec_body(tmp_path, name="other", grpo=GRPO, eval=ATTACHED)))
     restarted.apply_observation(restarted.launcher.set(other.id, ObservedState.FAILED))  # type: ignore[attr-defined]
     reconciler.reconcile_once()
@@ -242,9 +257,10 @@ def test_a_restarted_service_makes_the_eval_jobs_of_a_job_that_ended_meanwhile(
 def test_a_replica_that_does_not_lead_makes_none(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
 ) -> None:
-    follower = _service(store, fake_launcher, fake_progress, clock, leads=False)
+    follower_ports = _ports(store, fake_launcher, fake_progress)
+    follower = _service(follower_ports, clock, leads=False)
     parent, _ = follower.submit(TEAM_A, _spec(tmp_path))
-    reconciler = AttachedEvalReconciler(follower)
+    reconciler = _reconciler(follower, follower_ports, clock)
     reconciler.reconcile_once()
     reconciler.reconcile_job(parent.id)
     assert _attached(store, parent.id) == {} and _all_jobs(store) == 1
@@ -254,10 +270,16 @@ def test_a_replica_that_does_not_lead_makes_none(
 
 
 def test_the_job_shows_each_eval_with_its_interval_and_the_difference_from_the_base(
-    service: JobService, store: SqlJobStore, trainer: Trainer, tmp_path: Path, clock: ManualClock, capsys: pytest.CaptureFixture[str]
+    service: JobService,
+    ports: JobPorts,
+    store: SqlJobStore,
+    trainer: Trainer,
+    tmp_path: Path,
+    clock: ManualClock,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     parent, _ = service.submit(TEAM_A, _spec(tmp_path, export=False))
-    reconciler = AttachedEvalReconciler(service)
+    reconciler = _reconciler(service, ports, clock)
     reconciler.reconcile_once()
     trainer.end(parent.id, ObservedState.RUNNING)
     trainer.checkpoint(parent, 2)

@@ -23,6 +23,7 @@ from service.domain.records.estimate_models import EstimateRange, JobEstimate
 from service.domain.records.models import Caller, JobRecord
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
+from service.domain.rounds.active_jobs_reconciler import ActiveJobsReconciler
 from service.domain.rounds.budget_reconciler import BudgetReconciler
 from service.domain.rounds.recovery import JobRecovery
 from tests.service.service_fakes import FakeLauncher, FakeProgress
@@ -53,8 +54,11 @@ def store(tmp_path: Path) -> Iterator[SqlJobStore]:
     store.close()
 
 
-def _service(store: SqlJobStore, launcher: FakeLauncher, clock: ManualClock, chip_hours: float, estimate: float = 0.25) -> JobService:
-    ledger = BudgetLedger(store, {"team-a": TeamBudget(chip_hours=chip_hours)}, PRICES)
+def _ledger(store: SqlJobStore, chip_hours: float) -> BudgetLedger:
+    return BudgetLedger(store, {"team-a": TeamBudget(chip_hours=chip_hours)}, PRICES)
+
+
+def _service(store: SqlJobStore, launcher: FakeLauncher, clock: ManualClock, ledger: BudgetLedger, estimate: float = 0.25) -> JobService:
     service = JobService(JobPorts(store, launcher, FakeProgress()), JobPolicies(budgets=ledger), clock=clock)
     service.estimator = FixedEstimate(estimate)  # type: ignore[assignment]
     return service
@@ -74,7 +78,7 @@ def _running(service: JobService, launcher: FakeLauncher, tmp_path: Path, caller
 
 def test_a_team_over_its_budget_gets_the_422_and_nothing_is_stored(store: SqlJobStore, tmp_path: Path) -> None:
     launcher, clock = FakeLauncher(), ManualClock()
-    service = _service(store, launcher, clock, chip_hours=1.0)
+    service = _service(store, launcher, clock, _ledger(store, chip_hours=1.0))
     first = _running(service, launcher, tmp_path)
     clock.advance(400)  # 8 chips x 400 s = 0.89 chip-hours of 1.0: 0.11 left, the estimate is 0.25
     with pytest.raises(InvalidRequest) as refused:
@@ -100,9 +104,10 @@ def test_a_running_job_that_crosses_its_budget_is_held_stopped_queued_and_releas
     store: SqlJobStore, tmp_path: Path
 ) -> None:
     launcher, clock = FakeLauncher(), ManualClock()
-    service = _service(store, launcher, clock, chip_hours=1.0)
+    ledger = _ledger(store, chip_hours=1.0)
+    service = _service(store, launcher, clock, ledger)
     job = _running(service, launcher, tmp_path)
-    loop = BudgetReconciler(service, service.budgets)
+    loop = BudgetReconciler(service, store, ledger, clock=clock)
     loop.reconcile_once()
     assert launcher.cancelled == []  # room left
     clock.advance(450)  # 8 chips x 450 s = 1.0 chip-hours: the budget is reached
@@ -126,17 +131,17 @@ def test_a_running_job_that_crosses_its_budget_is_held_stopped_queued_and_releas
     assert kinds == [("hold", True)]
 
     # Nothing else launches a held job: recovery, the reconcile, a direct launch.
-    recovery = JobRecovery(service, queued_relaunch_after_s=0)
-    recovery.recover()
-    recovery.reconcile_once()
+    JobRecovery(service, store, launcher).recover()
+    ActiveJobsReconciler(service, store, launcher, clock=clock, queued_relaunch_after_s=0).reconcile_once()
     service.launch(job.id)
     loop.reconcile_once()
     still = store.get(job.id)
     assert launcher.launched == [job.id] and still is not None and still.phase is JobPhase.QUEUED and still.hold is not None
 
     # A restarted service with a larger budget releases it: QUEUED, hold cleared, launched again.
-    raised = _service(store, launcher, clock, chip_hours=2.0)
-    BudgetReconciler(raised, raised.budgets).reconcile_once()
+    raised_ledger = _ledger(store, chip_hours=2.0)
+    raised = _service(store, launcher, clock, raised_ledger)
+    BudgetReconciler(raised, store, raised_ledger, clock=clock).reconcile_once()
     released = store.get(job.id)
     assert released is not None and released.hold is None and released.phase is JobPhase.LAUNCHING
     assert launcher.launched == [job.id, job.id] and released.resumes == 0
@@ -146,14 +151,16 @@ def test_a_running_job_that_crosses_its_budget_is_held_stopped_queued_and_releas
 
 def test_a_new_leader_finishes_a_stop_the_killed_one_started(store: SqlJobStore, tmp_path: Path) -> None:
     launcher, clock = FakeLauncher(), ManualClock()
-    service = _service(store, launcher, clock, chip_hours=0.5)
+    ledger = _ledger(store, chip_hours=0.5)
+    service = _service(store, launcher, clock, ledger)
     job = _running(service, launcher, tmp_path)
     clock.advance(900)
-    BudgetReconciler(service, service.budgets).reconcile_once()
+    BudgetReconciler(service, store, ledger, clock=clock).reconcile_once()
     assert launcher.cancelled == [job.id]
     # Killed before the workload stopped: the next leader (a new process) sends the stop again.
-    successor = _service(store, launcher, clock, chip_hours=0.5)
-    BudgetReconciler(successor, successor.budgets).reconcile_once()
+    successor_ledger = _ledger(store, chip_hours=0.5)
+    successor = _service(store, launcher, clock, successor_ledger)
+    BudgetReconciler(successor, store, successor_ledger, clock=clock).reconcile_once()
     assert launcher.cancelled == [job.id, job.id]
     successor.apply_observation(launcher.set(job.id, ObservedState.GONE, message="deleted"))
     after = store.get(job.id)
@@ -163,10 +170,11 @@ def test_a_new_leader_finishes_a_stop_the_killed_one_started(store: SqlJobStore,
 
 def test_the_month_turning_releases_a_held_job(store: SqlJobStore, tmp_path: Path) -> None:
     launcher, clock = FakeLauncher(), ManualClock(T0.replace(day=31, hour=23))
-    service = _service(store, launcher, clock, chip_hours=0.5)
+    ledger = _ledger(store, chip_hours=0.5)
+    service = _service(store, launcher, clock, ledger)
     job = _running(service, launcher, tmp_path)
     clock.advance(300)
-    loop = BudgetReconciler(service, service.budgets)
+    loop = BudgetReconciler(service, store, ledger, clock=clock)
     loop.reconcile_once()
     service.apply_observation(launcher.set(job.id, ObservedState.GONE))
     clock.advance(3600)  # February: January's spend is January's

@@ -17,9 +17,17 @@ from service.domain.cost.checkpoint_retention import expiry_due_at, plan_retenti
 from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, summarize_usage
 from service.domain.location_policy import LocationPolicy
 from service.domain.records.phases import JobPhase
-from service.domain.rounds.checkpoint_expiry import CheckpointExpiryReconciler
 from service.domain.views import to_public
-from tests.service.checkpoint_runs import CHECKPOINT_FILES, DAY, FILE_BYTES, expiry_service, files_under, finished_job, write_run
+from tests.service.checkpoint_runs import (
+    CHECKPOINT_FILES,
+    DAY,
+    FILE_BYTES,
+    expiry_round,
+    expiry_service,
+    files_under,
+    finished_job,
+    write_run,
+)
 from tests.service.service_helpers import T0, ManualClock, record_spec
 from trainer.contract import JobSpec
 from trainer.contract.best_checkpoint import record_for
@@ -99,7 +107,7 @@ def test_expiry_deletes_exactly_the_expired_intermediate_checkpoints_and_records
         write_run(job.layout, steps, best_step=10 if job is best else None)
     before = {job.id: files_under(job.layout.root) for job in (old, young, running, best)}
 
-    CheckpointExpiryReconciler(jobs, RunCheckpointStore(), default_days=30).reconcile_once()
+    expiry_round(store, jobs, RunCheckpointStore(), clock).reconcile_once()
 
     for job in (old, best):
         gone = {f for f in before[job.id] if f.startswith((f"rl/{job.id}/checkpoints/actor/10/", f"rl/{job.id}/checkpoints/actor/20/"))}
@@ -148,7 +156,7 @@ def test_a_best_record_under_the_actor_directory_keeps_its_step_from_expiry(tmp_
     Path(job.layout.best_checkpoint_record).write_text(best.model_dump_json())
     before = files_under(job.layout.root)
 
-    CheckpointExpiryReconciler(jobs, RunCheckpointStore(), default_days=30).reconcile_once()
+    expiry_round(store, jobs, RunCheckpointStore(), clock).reconcile_once()
 
     record = store.get(job.id)
     assert record is not None and record.checkpoint_expiry is not None and record.checkpoint_expiry.finished_at is not None
@@ -176,14 +184,14 @@ def test_a_pass_killed_midway_is_finished_by_the_next(tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(checkpoint_deleter.os, "unlink", killed_after_three)
     with pytest.raises(SystemExit):
-        CheckpointExpiryReconciler(jobs, RunCheckpointStore(), default_days=30).expire(job.id)
+        expiry_round(store, jobs, RunCheckpointStore(), clock).expire(job.id)
     monkeypatch.setattr(checkpoint_deleter.os, "unlink", unlink)
     half = store.get(job.id)
     assert half is not None and half.checkpoint_expiry is not None
     assert [c.step for c in half.checkpoint_expiry.planned] == [10, 20] and half.checkpoint_expiry.deleted == []
     assert len(before - files_under(job.layout.root)) == 3  # step 10 half deleted, unrecorded
 
-    CheckpointExpiryReconciler(jobs, RunCheckpointStore(), default_days=30).reconcile_once()  # a new leader's first pass
+    expiry_round(store, jobs, RunCheckpointStore(), clock).reconcile_once()  # a new leader's first pass
 
     done = store.get(job.id)
     assert done is not None and done.checkpoint_expiry is not None and done.checkpoint_expiry.finished_at is not None
@@ -205,7 +213,7 @@ def test_a_link_inside_a_checkpoint_is_unlinked_and_its_target_survives(tmp_path
     (expired / "to-file").symlink_to(outside / "file")
     (expired / "model_params" / "to-dir").symlink_to(outside / "dir", target_is_directory=True)
 
-    CheckpointExpiryReconciler(jobs, RunCheckpointStore(), default_days=30).reconcile_once()
+    expiry_round(store, jobs, RunCheckpointStore(), clock).reconcile_once()
 
     assert (outside / "file").read_text() == "keep me" and (outside / "dir" / "inner").read_text() == "keep me too"
     assert not os.path.lexists(expired)  # the links went with the checkpoint
@@ -228,7 +236,7 @@ def test_a_run_directory_outside_the_teams_locations_is_refused(tmp_path: Path, 
     write_run(job.layout, [10, 20])
     before = files_under(job.layout.root)
 
-    CheckpointExpiryReconciler(jobs, RunCheckpointStore(), default_days=30).reconcile_once()
+    expiry_round(store, jobs, RunCheckpointStore(), clock, location_policy=policy).reconcile_once()
 
     assert files_under(job.layout.root) == before
     record = store.get(job.id)

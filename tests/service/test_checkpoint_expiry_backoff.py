@@ -15,7 +15,7 @@ from service.adapters.checkpoint_deleter import RunCheckpointStore
 from service.domain.records.models import JobRecord
 from service.domain.rounds.checkpoint_expiry import EXPIRY_RETRY_MAX_S, CheckpointExpiryReconciler, TreeSize, expiry_retry_delay_s
 from service.supervisor import CHECKPOINT_EXPIRY_INTERVAL_S
-from tests.service.checkpoint_runs import DAY, expiry_service, finished_job, write_run
+from tests.service.checkpoint_runs import DAY, expiry_round, expiry_service, finished_job, write_run
 from tests.service.service_helpers import T0, ManualClock
 
 LOGGER = "service.domain.rounds.checkpoint_expiry"
@@ -61,7 +61,7 @@ def test_an_undeletable_checkpoint_is_retried_with_backoff_and_reported_once(tmp
     for job, steps in ((stuck, [10, 20, 30]), (fine, [10, 20])):
         write_run(job.layout, steps)
     checkpoints = Undeletable(stuck.id, clock)
-    reconciler = CheckpointExpiryReconciler(jobs, checkpoints, default_days=30)
+    reconciler = expiry_round(store, jobs, checkpoints, clock)
     caplog.set_level(logging.DEBUG, logger=LOGGER)
 
     _passes(reconciler, clock, 24 * 3600)
@@ -94,7 +94,7 @@ def test_a_new_term_tries_at_once_and_reports_once_more(tmp_path: Path, caplog: 
     stuck = finished_job(store, "rl-000000000001", str(tmp_path / "runs"), [10, 20], finished_at=T0)
     write_run(stuck.layout, [10, 20])
     checkpoints = Undeletable(stuck.id, clock)
-    reconciler = CheckpointExpiryReconciler(jobs, checkpoints, default_days=30)
+    reconciler = expiry_round(store, jobs, checkpoints, clock)
     caplog.set_level(logging.INFO, logger=LOGGER)
 
     _passes(reconciler, clock, 10 * MINUTE_S)  # tries at 0, 2 and 6 min

@@ -6,6 +6,9 @@ feature folders (health/, evals/, cost/, webhooks/) compute from the records and
 (job_service, job_writer, observation_intake) or to the leader's rounds (rounds/), which call them. Read with `ast`
 as tests/test_import_contract.py reads every import, type-only ones included.
 
+The leader's rounds (rounds/) are given the ports and policies they read (the store, the launcher, the clock, a policy)
+and call the job service only for what it does: no round reads an attribute off the service or touches a private one.
+
 The observation intake holds the writer (job_writer.py), not the job service: it neither imports the service nor names
 it, and defines no Protocol through which it could hold it unimported; the writer imports neither of them, so the
 cycle cannot come back through it.
@@ -14,15 +17,18 @@ cycle cannot come back through it.
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
 
 import tests.test_import_contract as contract
+from service.domain.job_service import JobService
 
 DOMAIN = "service.domain"
 FEATURES = ("health", "evals", "cost", "webhooks")
 ABOVE_FEATURES = (f"{DOMAIN}.job_service", f"{DOMAIN}.job_writer", f"{DOMAIN}.observation_intake", f"{DOMAIN}.rounds")
+ROUNDS = "service/domain/rounds"
 INTAKE = "service/domain/observation_intake.py"
 WRITER = "service/domain/job_writer.py"
 MAX_ROOT_MODULES = 25  # the writer and its policies; anything else has a folder
@@ -52,6 +58,26 @@ def intake_violations() -> list[str]:
     return found
 
 
+def _names_the_job_service(node: ast.expr) -> bool:
+    """`jobs` or `self.jobs`: what every round calls the job service it is given."""
+    return (isinstance(node, ast.Name) and node.id == "jobs") or (isinstance(node, ast.Attribute) and node.attr == "jobs")
+
+
+def rounds_violations() -> list[str]:
+    """A round using anything of the job service but its public methods (a port or a policy read off it, such as
+    `self.jobs.store` or `self.jobs.clock()`; a private member), or subclassing anything but a Protocol (a mixin)."""
+    methods = {name for name, _ in inspect.getmembers(JobService, inspect.isfunction) if not name.startswith("_")}
+    found = []
+    for path in contract.source_files(ROUNDS):
+        where = path.relative_to(contract.ROOT)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Attribute) and _names_the_job_service(node.value) and node.attr not in methods:
+                found.append(f"{where}:{node.lineno} uses {node.attr} of the job service: give the round what it reads")
+            elif isinstance(node, ast.ClassDef) and any(ast.unparse(base) not in ("Protocol", "typing.Protocol") for base in node.bases):
+                found.append(f"{where}:{node.lineno} {node.name} subclasses {', '.join(ast.unparse(b) for b in node.bases)}")
+    return found
+
+
 def test_the_records_import_nothing_of_the_service_outside_records():
     assert contract.source_files("service/domain/records")
     assert record_violations() == []
@@ -66,6 +92,40 @@ def test_the_feature_folders_import_neither_the_writer_nor_the_rounds():
 def test_the_intake_holds_the_writer_not_the_job_service():
     assert (contract.ROOT / INTAKE).exists() and (contract.ROOT / WRITER).exists()
     assert intake_violations() == []
+
+
+def test_the_rounds_are_given_their_ports_and_call_the_job_service_only_for_what_it_does():
+    assert contract.source_files(ROUNDS)
+    assert rounds_violations() == []
+
+
+ROUND_FINE = """class Round:
+    def __init__(self, jobs, store) -> None:
+        self.jobs, self.store = jobs, store
+
+    def run(self) -> None:
+        for record in self.store.list_active():
+            self.jobs.launch(record.id)
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("self.store.list_active()", "self.jobs.store.list_active()"),
+        ("self.store.list_active()", "self.jobs.clock() and []"),
+        ("self.jobs.launch(record.id)", "self.jobs._launch(record.id)"),
+        ("self.jobs.launch(record.id)", "jobs.launcher.launch(record.id)"),
+        ("class Round:", "class Round(JobService):"),
+    ],
+)
+def test_the_rounds_rule_catches_a_planted_reach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old: str, new: str) -> None:
+    (tmp_path / ROUNDS).mkdir(parents=True)
+    monkeypatch.setattr(contract, "ROOT", tmp_path)
+    (tmp_path / ROUNDS / "fine.py").write_text(ROUND_FINE)
+    assert rounds_violations() == []  # the fine round passes
+    (tmp_path / ROUNDS / "bad.py").write_text(ROUND_FINE.replace(old, new))
+    assert rounds_violations() != []
 
 
 def test_the_domain_root_holds_at_most_25_modules():

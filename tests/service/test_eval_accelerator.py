@@ -12,11 +12,11 @@ from pydantic import ValidationError
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.rounds.attached_eval_reconciler import AttachedEvalReconciler
+from service.domain.job_service_parts import JobPorts
 from tests.service.conftest import Api
 from tests.service.eval_runs import submit_eval
-from tests.service.service_helpers import TOKEN_A
-from tests.service.test_attached_evals import TEAM_A, _attached, _spec
+from tests.service.service_helpers import TOKEN_A, ManualClock
+from tests.service.test_attached_evals import TEAM_A, _attached, _reconciler, _spec
 from tests.service.test_eval_submit import _refused, _succeeded_with_export
 from trainer.contract import JobSpec, RunLayout
 
@@ -59,11 +59,13 @@ def test_an_eval_on_a_tpu_slice_is_a_tpu_job_with_the_jax_engine(api: Api, tmp_p
     assert loc == ["body", "hardware", "accelerator"] and "evaluate it on cpu" in message and "params 29.9" in message, message
 
 
-def test_attached_evals_run_on_the_training_jobs_eval_accelerator(service: JobService, store: SqlJobStore, tmp_path: Path) -> None:
+def test_attached_evals_run_on_the_training_jobs_eval_accelerator(
+    service: JobService, ports: JobPorts, clock: ManualClock, store: SqlJobStore, tmp_path: Path
+) -> None:
     spec = _spec(tmp_path, accelerator="v5e-1")
     model = spec.model.model_copy(update={"source": str(_small_model(tmp_path / "small"))})
     parent, _ = service.submit(TEAM_A, spec.model_copy(update={"model": model}))
-    AttachedEvalReconciler(service).reconcile_once()
+    _reconciler(service, ports, clock).reconcile_once()
     base = _attached(store, parent.id)["base"]
     assert (base.spec.hardware.accelerator, base.spec.hardware.chips_per_vm) == ("v5e-1", 1)
     with pytest.raises(ValidationError, match="one VM"):

@@ -23,10 +23,10 @@ from service.adapters.store import SqlJobStore
 from service.config import Settings
 from service.domain.fold_pacer import FOLD_CHUNK_EVENTS, MAX_REST_S, FoldPacer
 from service.domain.job_service import JobService
-from service.domain.job_service_parts import JobPorts, Pacing
+from service.domain.job_service_parts import DEFAULT_HEALTH_POLICY, JobPorts, Pacing
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
-from service.domain.records.ports import ObservedState
+from service.domain.records.ports import ObservedState, utc_now
 from service.domain.rounds.progress_poller import ProgressPoller
 from service.runtime import RuntimeOverrides, build_runtime
 from service.supervisor import Supervisor
@@ -107,6 +107,12 @@ def _running_job(service: JobService, launcher: FakeLauncher, tmp_path: Path) ->
     return job_id
 
 
+def _poller(service: JobService, store: SqlJobStore, reader: EventsFileReader) -> ProgressPoller:
+    """The supervisor's progress round over the store and reader the service was built with (its default clock and
+    health policy)."""
+    return ProgressPoller(service, store, reader, clock=utc_now, health_policy=DEFAULT_HEALTH_POLICY)
+
+
 def _steps(job_id: str, n: int, first_seq: int = 0) -> list[TrainStep]:
     return [TrainStep(seq=first_seq + i, time=T0, job_id=job_id, step=i + 1, total_steps=n, loss=1.0 / (i + 1)) for i in range(n)]
 
@@ -144,7 +150,7 @@ def test_a_job_behind_is_read_again_at_once_and_the_round_says_so(
     service = JobService(JobPorts(store, fake_launcher, reader))
     job_id = _running_job(service, fake_launcher, tmp_path)
     _write_steps(tmp_path, job_id, 200)
-    poller = ProgressPoller(service)
+    poller = _poller(service, store, reader)
     assert poller.poll_once() is True  # one read's worth folded, more in the file
     # A job behind is read without asking the source (an object store answers that every few seconds only).
     monkeypatch.setattr(reader, "pending", lambda record: False)
@@ -158,10 +164,11 @@ def test_a_job_behind_is_read_again_at_once_and_the_round_says_so(
 
 
 def test_the_supervisor_polls_again_at_once_while_a_job_is_behind(store: SqlJobStore, fake_launcher: FakeLauncher, tmp_path: Path) -> None:
-    service = JobService(JobPorts(store, fake_launcher, EventsFileReader(max_read_bytes=4096)))
+    ports = JobPorts(store, fake_launcher, EventsFileReader(max_read_bytes=4096))
+    service = JobService(ports)
     job_id = _running_job(service, fake_launcher, tmp_path)
     _write_steps(tmp_path, job_id, 200)
-    supervisor = Supervisor(service, fake_launcher, progress_poll_interval_s=0.5, active_jobs_reconcile_interval_s=60)
+    supervisor = Supervisor(service, ports, progress_poll_interval_s=0.5, active_jobs_reconcile_interval_s=60)
     supervisor._recovered = True  # recovery is another test's; here only what a round asks of its loop
     supervisor._next_reconcile_s = float("inf")
     assert supervisor._recover_or_poll() == 0.0  # behind: the next round now, the pacer sets the pace
@@ -172,13 +179,14 @@ def test_the_supervisor_polls_again_at_once_while_a_job_is_behind(store: SqlJobS
     assert record is not None and record.report.step == 200
 
 
-def _flooded_stopped_job(store: SqlJobStore, launcher: FakeLauncher, tmp_path: Path) -> tuple[JobService, str]:
-    service = JobService(JobPorts(store, launcher, EventsFileReader(max_read_bytes=4096)))
+def _flooded_stopped_job(store: SqlJobStore, launcher: FakeLauncher, tmp_path: Path) -> tuple[JobService, EventsFileReader, str]:
+    reader = EventsFileReader(max_read_bytes=4096)
+    service = JobService(JobPorts(store, launcher, reader))
     job_id = _running_job(service, launcher, tmp_path)
     _write_steps(tmp_path, job_id, 200)
     with Path(RunLayout(str(tmp_path / "runs"), job_id).events).open("a") as f:
         f.write(dump_event(RunFinished(seq=200, time=T0, job_id=job_id, ok=True, exit_code=0)) + "\n")
-    return service, job_id
+    return service, reader, job_id
 
 
 def test_a_stopped_job_with_events_behind_keeps_its_phase_until_they_are_read(
@@ -188,12 +196,12 @@ def test_a_stopped_job_with_events_behind_keeps_its_phase_until_they_are_read(
     transitions, and a job that flooded its events file before exiting must not hold it. Its end waits for the poller
     (at its pace), then the reconcile's next look writes it with every event in."""
     monkeypatch.setattr(observation_intake_module, "DRAIN_BUDGET_S", 0.0)
-    service, job_id = _flooded_stopped_job(store, fake_launcher, tmp_path)
+    service, reader, job_id = _flooded_stopped_job(store, fake_launcher, tmp_path)
     stopped = fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0)
     service.apply_observation(stopped)
     record = store.get(job_id)
     assert record is not None and record.phase is JobPhase.RUNNING and record.report.step < 200  # put off, nothing lost
-    poller = ProgressPoller(service)
+    poller = _poller(service, store, reader)
     while poller.poll_once():
         pass
     service.apply_observation(stopped)  # as the reconcile observes it again
@@ -208,7 +216,7 @@ def test_a_jobs_end_is_put_off_for_a_bounded_time_only(
 ) -> None:
     monkeypatch.setattr(observation_intake_module, "DRAIN_BUDGET_S", 0.0)
     monkeypatch.setattr(observation_intake_module, "DRAIN_PUT_OFF_MAX_S", 0.0)
-    service, job_id = _flooded_stopped_job(store, fake_launcher, tmp_path)
+    service, _, job_id = _flooded_stopped_job(store, fake_launcher, tmp_path)
     service.apply_observation(fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0))
     record = store.get(job_id)
     assert record is not None and record.phase is JobPhase.SUCCEEDED and record.report.step < 200  # ended without the rest

@@ -1,8 +1,9 @@
-"""JobRecovery: a collaborator that re-asks the backend through JobService's public API only."""
+"""Start-up recovery (JobRecovery), the slow reconcile (ActiveJobsReconciler) and the take-over of other replicas'
+requests (RequestTakeOver): each re-asks the backend itself and changes jobs through JobService's public API only
+(tests/service/test_domain_layers.py holds the last)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,10 @@ from service.domain.job_service import JobService
 from service.domain.job_service_parts import JobPorts
 from service.domain.records.models import Caller, QueueStatus
 from service.domain.records.phases import JobPhase
-from service.domain.records.ports import ObservedState
-from service.domain.rounds import recovery as recovery_module
+from service.domain.records.ports import ObservedState, utc_now
+from service.domain.rounds.active_jobs_reconciler import ActiveJobsReconciler
 from service.domain.rounds.recovery import JobRecovery
+from service.domain.rounds.request_take_over import RequestTakeOver
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import spec_body
 from trainer.contract import JobSpec
@@ -35,7 +37,7 @@ def test_recovery_sends_the_cancel_again_to_a_cancelling_job_still_running(
 ) -> None:
     service = JobService(JobPorts(store, fake_launcher, fake_progress))
     job_id = _running_then_cancelling(service, fake_launcher, tmp_path)
-    JobRecovery(service).recover()
+    JobRecovery(service, store, fake_launcher).recover()
     record = store.get(job_id)
     assert fake_launcher.cancelled == [job_id]
     assert record is not None and record.phase is JobPhase.CANCELLING
@@ -51,7 +53,7 @@ def test_the_reconcile_sends_the_cancel_again_only_while_the_workload_is_seen_qu
     service = JobService(JobPorts(store, fake_launcher, fake_progress))
     job_id = _running_then_cancelling(service, fake_launcher, tmp_path)
     fake_launcher.set(job_id, state, object_name="pid:7")
-    JobRecovery(service).reconcile_once()
+    ActiveJobsReconciler(service, store, fake_launcher, clock=utc_now).reconcile_once()
     # RESTARTING is left out today: the backend is itself replacing the attempt, and the next
     # reconcile (or the watcher's RUNNING) brings the cancel again.
     # QUEUED: a suspended Job held by Kueue is still an object to delete.
@@ -75,8 +77,8 @@ def test_a_job_held_in_the_backends_queue_is_observed_not_launched_again(
     moved = QueueStatus(name="team/team-a", position=1, reason="TeamChipLimit")
     fake_launcher.set(job_id, ObservedState.QUEUED, queue=moved, object_name="fake/x")
     # Old enough that a never-launched job would be handed over again: this one is asked about instead.
-    JobRecovery(service, queued_relaunch_after_s=0).reconcile_once()
-    JobRecovery(service).recover()
+    ActiveJobsReconciler(service, store, fake_launcher, clock=utc_now, queued_relaunch_after_s=0).reconcile_once()
+    JobRecovery(service, store, fake_launcher).recover()
     assert fake_launcher.launched == [job_id]  # the submit's launch only
     record = store.get(job_id)
     assert record is not None and record.phase is JobPhase.QUEUED and record.queue == moved
@@ -114,22 +116,6 @@ def test_a_message_is_never_posted_on_a_job_that_has_ended(
     assert record is not None and record.message == "finished successfully" and record.last_event_seq == seq
 
 
-def test_recovery_uses_only_the_job_services_public_api() -> None:
-    """It is a collaborator, not a mixin: no private JobService member is reached from recovery.py."""
-    tree = ast.parse(Path(recovery_module.__file__).read_text())
-    private = sorted(
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and node.attr.startswith("_")
-        and not node.attr.startswith("__")
-        and isinstance(node.value, ast.Attribute)
-        and node.value.attr == "jobs"
-    )
-    assert private == []
-    assert not any(isinstance(node, ast.ClassDef) and node.bases for node in ast.walk(tree))  # no mixin
-
-
 def test_a_take_over_round_between_the_store_and_the_launch_leaves_the_job_to_its_submission(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -138,12 +124,12 @@ def test_a_take_over_round_between_the_store_and_the_launch_leaves_the_job_to_it
     import threading
 
     service = JobService(JobPorts(store, fake_launcher, fake_progress))
-    recovery = JobRecovery(service)
+    take_over = RequestTakeOver(service, store)
     launch, rounds = service.launch, []
 
     def launch_after_a_round(job_id: str) -> None:
         if not rounds:  # submit's launch: a round lands first, on its own thread, as the supervisor's would
-            rounds.append(threading.Thread(target=recovery.take_over_requests))
+            rounds.append(threading.Thread(target=take_over.take_over_requests))
             rounds[0].start()
             rounds[0].join()
         launch(job_id)

@@ -195,7 +195,7 @@ def test_recover_reattaches_resumes_or_fails(service: JobService, store: SqlJobS
         fake_launcher.states.pop(job_id)
     fake_launcher.launched.clear()
 
-    JobRecovery(service).recover()
+    JobRecovery(service, store, fake_launcher).recover()
 
     phases = {j: store.get(j).phase for j in (alive, lost, lost_twice, stopping, queued_in_backend)}  # type: ignore[union-attr]
     assert phases == {
@@ -220,7 +220,7 @@ def test_job_that_finished_while_the_service_was_down(
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))
     fake_progress.add(_ev(TrainStep, job_id, 0, step=4, total_steps=4))
     fake_launcher.set(job_id, ObservedState.SUCCEEDED, exit_code=0)
-    JobRecovery(service).recover()
+    JobRecovery(service, store, fake_launcher).recover()
     record = store.get(job_id)
     assert record is not None and record.phase is JobPhase.SUCCEEDED and record.report.step == 4
 

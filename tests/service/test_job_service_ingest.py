@@ -16,7 +16,7 @@ from service.domain.job_service_parts import JobPolicies, JobPorts
 from service.domain.records.models import Caller
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import ObservedState
-from service.domain.rounds.recovery import JobRecovery
+from service.domain.rounds.active_jobs_reconciler import ActiveJobsReconciler
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, spec_body
 from trainer.contract import ArtifactWritten, JobSpec, RunFinished, RunLayout, TrainStep, dump_event
@@ -83,15 +83,15 @@ def test_reconcile_launches_a_job_stranded_in_queued(
 ) -> None:
     clock = ManualClock()
     service = JobService(JobPorts(store, fake_launcher, fake_progress), clock=clock)
-    recovery = JobRecovery(service, queued_relaunch_after_s=5)
+    reconcile = ActiveJobsReconciler(service, store, fake_launcher, clock=clock, queued_relaunch_after_s=5)
     monkeypatch.setattr(service, "launch", lambda job_id: None)  # the hand-over after storing never happened
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     monkeypatch.undo()
     assert store.get(job_id).phase is JobPhase.QUEUED  # type: ignore[union-attr]
-    recovery.reconcile_once()
+    reconcile.reconcile_once()
     assert store.get(job_id).phase is JobPhase.QUEUED and fake_launcher.launched == []  # type: ignore[union-attr]
     clock.now += timedelta(seconds=6)
-    recovery.reconcile_once()
+    reconcile.reconcile_once()
     assert store.get(job_id).phase is JobPhase.LAUNCHING  # type: ignore[union-attr]
     assert fake_launcher.launched == [job_id]
 

@@ -162,7 +162,8 @@ def test_stalled_comes_and_goes_with_time_through_the_poller(
     store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress, clock: ManualClock, tmp_path: Path
 ) -> None:
     service, trainer = _running_job(store, fake_launcher, fake_progress, clock, tmp_path)
-    poller = Supervisor(service, fake_launcher, progress_poll_interval_s=3600, active_jobs_reconcile_interval_s=3600)
+    ports, policies = JobPorts(store, fake_launcher, fake_progress), JobPolicies(health=POLICY)  # as _running_job's service
+    poller = Supervisor(service, ports, policies, clock=clock, progress_poll_interval_s=3600, active_jobs_reconcile_interval_s=3600)
     for _ in range(3):
         trainer.train_step(0.5)
     poller.poll_progress_once()

@@ -59,8 +59,18 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def service(store: SqlJobStore, fake_launcher: FakeLauncher, clock: ManualClock) -> JobService:
-    return JobService(JobPorts(store, fake_launcher, EventsFileReader()), JobPolicies(health=POLICY), clock=clock)
+def events_reader() -> EventsFileReader:
+    return EventsFileReader()
+
+
+@pytest.fixture
+def service(store: SqlJobStore, fake_launcher: FakeLauncher, events_reader: EventsFileReader, clock: ManualClock) -> JobService:
+    return JobService(JobPorts(store, fake_launcher, events_reader), JobPolicies(health=POLICY), clock=clock)
+
+
+@pytest.fixture
+def poller(service: JobService, store: SqlJobStore, events_reader: EventsFileReader, clock: ManualClock) -> ProgressPoller:
+    return ProgressPoller(service, store, events_reader, clock=clock, health_policy=POLICY)
 
 
 def _submit(service: JobService, tmp_path: Path, state: ObservedState, n: int = JOBS) -> list[str]:
@@ -88,12 +98,11 @@ def _training(tmp_path: Path, job_id: str, clock: ManualClock) -> None:
 
 
 def test_a_round_without_new_events_reads_no_record_and_no_events_file(
-    service: JobService, store: SqlJobStore, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    service: JobService, poller: ProgressPoller, store: SqlJobStore, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ids = _submit(service, tmp_path, ObservedState.RUNNING)
     for job_id in ids:
         _training(tmp_path, job_id, clock)
-    poller = ProgressPoller(service)
     poller.poll_once()  # reads and folds every file
     poller.poll_once()  # reads the records the fold changed
     assert {store.get(job_id).report.step for job_id in ids} == {1}  # type: ignore[union-attr]
@@ -117,23 +126,23 @@ def test_a_round_without_new_events_reads_no_record_and_no_events_file(
     assert db.counts == Counter({"get": 1}) and db.jobs == [grown] and reader.counts == Counter()
 
 
-def test_queued_jobs_are_not_looked_at(service: JobService, store: SqlJobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_queued_jobs_are_not_looked_at(
+    service: JobService, poller: ProgressPoller, store: SqlJobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ids = _submit(service, tmp_path, ObservedState.QUEUED)
     assert {store.get(job_id).phase.value for job_id in ids} == {"QUEUED"}  # type: ignore[union-attr]
     db = Calls(monkeypatch, store, "get", "list_active", "transaction")
     progress = Calls(monkeypatch, service.progress, "pending", "read_new")
-    poller = ProgressPoller(service)
     for _ in range(3):
         poller.poll_once()
     assert db.counts == Counter() and progress.counts == Counter()
 
 
 def test_stalled_comes_with_time_alone_and_is_judged_only_when_it_can_change(
-    service: JobService, store: SqlJobStore, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    service: JobService, poller: ProgressPoller, store: SqlJobStore, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     [job_id] = _submit(service, tmp_path, ObservedState.RUNNING, n=1)
     _training(tmp_path, job_id, clock)
-    poller = ProgressPoller(service)
     poller.poll_once()
     poller.poll_once()
 

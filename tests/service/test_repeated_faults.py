@@ -12,9 +12,9 @@ import pytest
 
 from service.adapters.store import SqlJobStore
 from service.domain.job_service import JobService
-from service.domain.job_service_parts import JobPorts
+from service.domain.job_service_parts import DEFAULT_HEALTH_POLICY, JobPorts
 from service.domain.records.models import Caller, JobRecord
-from service.domain.records.ports import ObservedState
+from service.domain.records.ports import ObservedState, utc_now
 from service.domain.rounds.progress_poller import ProgressPoller
 from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress
@@ -45,8 +45,18 @@ def _said(caplog: pytest.LogCaptureFixture, logger: str, words: str) -> list[str
 
 
 @pytest.fixture
-def jobs(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress) -> JobService:
-    return JobService(JobPorts(store, fake_launcher, fake_progress))
+def ports(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress) -> JobPorts:
+    return JobPorts(store, fake_launcher, fake_progress)
+
+
+@pytest.fixture
+def jobs(ports: JobPorts) -> JobService:
+    return JobService(ports)
+
+
+@pytest.fixture
+def poller(jobs: JobService, ports: JobPorts) -> ProgressPoller:
+    return ProgressPoller(jobs, ports.store, ports.progress, clock=utc_now, health_policy=DEFAULT_HEALTH_POLICY)
 
 
 def _running_job(jobs: JobService, tmp_path: Path) -> str:
@@ -56,12 +66,11 @@ def _running_job(jobs: JobService, tmp_path: Path) -> str:
 
 
 def test_the_progress_poller_logs_a_jobs_fault_once_and_its_recovery_once(
-    jobs: JobService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    jobs: JobService, poller: ProgressPoller, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     job_id = _running_job(jobs, tmp_path)
     disk = DiskFull()
     monkeypatch.setattr(jobs.progress, "pending", disk)  # asked every round: the job's events file
-    poller = ProgressPoller(jobs)
     logger = "service.domain.rounds.progress_poller"
     caplog.set_level(logging.INFO, logger=logger)
     for _ in range(ROUNDS):
@@ -79,9 +88,10 @@ def test_the_progress_poller_logs_a_jobs_fault_once_and_its_recovery_once(
     assert len(_tracebacks(caplog, logger)) == 2
 
 
-def test_a_different_fault_of_the_same_job_is_logged_too(jobs: JobService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+def test_a_different_fault_of_the_same_job_is_logged_too(
+    jobs: JobService, poller: ProgressPoller, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
     _running_job(jobs, tmp_path)
-    poller = ProgressPoller(jobs)
     monkeypatch.setattr(jobs.progress, "pending", DiskFull())
     poller.poll_once()
     poller.poll_once()
@@ -96,12 +106,12 @@ def test_a_different_fault_of_the_same_job_is_logged_too(jobs: JobService, tmp_p
 
 
 def test_the_supervisors_round_logs_a_fault_once_and_its_recovery_once(
-    jobs: JobService, fake_launcher: FakeLauncher, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    jobs: JobService, ports: JobPorts, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    supervisor = Supervisor(jobs, fake_launcher, progress_poll_interval_s=0.01, active_jobs_reconcile_interval_s=0.0)
+    supervisor = Supervisor(jobs, ports, progress_poll_interval_s=0.01, active_jobs_reconcile_interval_s=0.0)
     disk = DiskFull()
     monkeypatch.setattr(supervisor, "poll_progress_once", disk)
-    monkeypatch.setattr(supervisor.recovery, "reconcile_once", disk)
+    monkeypatch.setattr(supervisor.active_jobs, "reconcile_once", disk)
     logger = "service.supervisor"
     caplog.set_level(logging.INFO, logger=logger)
     for _ in range(ROUNDS):

@@ -32,10 +32,10 @@ class Flaky:
 
 @pytest.fixture
 def supervisor(store: SqlJobStore, fake_launcher: FakeLauncher, fake_progress: FakeProgress):
-    jobs = JobService(JobPorts(store, fake_launcher, fake_progress))
+    ports = JobPorts(store, fake_launcher, fake_progress)
     sup = Supervisor(
-        jobs,
-        fake_launcher,
+        JobService(ports),
+        ports,
         progress_poll_interval_s=0.01,
         active_jobs_reconcile_interval_s=0.01,
         recovery_retry_s=0.01,

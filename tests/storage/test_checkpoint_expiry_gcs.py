@@ -10,8 +10,16 @@ import pytest
 
 from service.adapters.checkpoint_deleter import RunCheckpointStore
 from service.domain.records.phases import JobPhase
-from service.domain.rounds.checkpoint_expiry import CheckpointExpiryReconciler
-from tests.service.checkpoint_runs import CHECKPOINT_FILES, DAY, FILE_BYTES, expiry_service, files_under, finished_job, write_run
+from tests.service.checkpoint_runs import (
+    CHECKPOINT_FILES,
+    DAY,
+    FILE_BYTES,
+    expiry_round,
+    expiry_service,
+    files_under,
+    finished_job,
+    write_run,
+)
 from tests.service.service_helpers import T0, ManualClock
 
 
@@ -31,7 +39,7 @@ def test_expiry_on_gcs_deletes_exactly_the_expired_intermediate_checkpoints_in_b
     before = {job.id: files_under(job.layout.root) for job in (old, young, running)}
     batches: list[int] = []
 
-    CheckpointExpiryReconciler(jobs, RunCheckpointStore(batch_size=3, on_batch=batches.append), default_days=30).reconcile_once()
+    expiry_round(store, jobs, RunCheckpointStore(batch_size=3, on_batch=batches.append), clock).reconcile_once()
 
     # actor/1 and actor/2 go (4 objects each, in batches of 3); actor/10 (the final, whose name starts like actor/1) stays.
     gone = {f for f in before[old.id] if f.startswith((f"rl/{old.id}/checkpoints/actor/1/", f"rl/{old.id}/checkpoints/actor/2/"))}
@@ -55,12 +63,12 @@ def test_a_pass_stopped_between_two_batches_is_finished_by_the_next(emulator, bu
         raise Killed
 
     with pytest.raises(Killed):
-        CheckpointExpiryReconciler(jobs, RunCheckpointStore(batch_size=3, on_batch=die), default_days=30).expire(job.id)
+        expiry_round(store, jobs, RunCheckpointStore(batch_size=3, on_batch=die), clock).expire(job.id)
     assert len(before - files_under(job.layout.root)) == 3  # one batch of actor/1's four objects went, unrecorded
     half = store.get(job.id)
     assert half is not None and half.checkpoint_expiry is not None and half.checkpoint_expiry.deleted == []
 
-    CheckpointExpiryReconciler(jobs, RunCheckpointStore(), default_days=30).reconcile_once()  # a new leader's first pass
+    expiry_round(store, jobs, RunCheckpointStore(), clock).reconcile_once()  # a new leader's first pass
 
     prefix = f"rl/{job.id}/checkpoints/actor/"
     assert {f.removeprefix(prefix).split("/")[0] for f in files_under(job.layout.root) if f.startswith(prefix)} == {"3"}

@@ -39,6 +39,7 @@ from service.domain.records.attached_eval_models import AttachedEvalPublic
 from service.domain.records.errors import DomainError, EvalsNotComparable, RunFileRefused, RunFilesUnavailable
 from service.domain.records.models import Caller, JobFilters, JobRecord
 from service.domain.records.phases import TERMINAL, JobPhase
+from service.domain.records.ports import Clock, JobStore, RunFiles
 from service.domain.records.usage_models import JobUsage
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,16 @@ SUBMITTER = "rljob attached evals"
 
 
 class AttachedEvalReconciler:
-    def __init__(self, jobs: JobService, *, sweep_page: int = SWEEP_PAGE) -> None:
+    """Reads the jobs from `store` and the eval jobs' outcomes files from `run_files`; submits the eval jobs and
+    stores each job's view of them through `jobs` (submit, record_attached_evals)."""
+
+    def __init__(
+        self, jobs: JobService, store: JobStore, run_files: RunFiles | None, *, clock: Clock, sweep_page: int = SWEEP_PAGE
+    ) -> None:
         self.jobs = jobs
+        self.store = store
+        self.run_files = run_files
+        self.clock = clock
         self.sweep_page = sweep_page
         self._concerns: dict[str, str | None] = {}  # job id -> the training job it concerns (itself, or its parent)
         self._versions: dict[str, tuple[JobPhase, int]] = {}  # active job id -> its version at this process's last look
@@ -70,7 +79,7 @@ class AttachedEvalReconciler:
         if not self.jobs.leads():
             return
         due, self._retry = self._retry, set()
-        versions = self.jobs.store.job_versions(ACTIVE)
+        versions = self.store.job_versions(ACTIVE)
         for job_id in self._versions.keys() - versions.keys():  # ended (or gone) since the last round
             del self._versions[job_id]
             if (parent := self._concerns.pop(job_id, None)) is not None:
@@ -80,7 +89,7 @@ class AttachedEvalReconciler:
                 continue
             self._versions[job_id] = version
             if job_id not in self._concerns:
-                record = self.jobs.store.get(job_id)
+                record = self.store.get(job_id)
                 self._concerns[job_id] = _concerned(record) if record is not None else None
             if (parent := self._concerns[job_id]) is not None:
                 due.add(parent)
@@ -94,7 +103,7 @@ class AttachedEvalReconciler:
 
     def _sweep_ended(self) -> set[str]:
         filters = JobFilters(labels=((ATTACHED_LABEL, ATTACHED_VALUE),))
-        page = self.jobs.store.list_jobs(filters, before_pk=self._sweep_before, limit=self.sweep_page)
+        page = self.store.list_jobs(filters, before_pk=self._sweep_before, limit=self.sweep_page)
         if len(page) < self.sweep_page:
             self._swept = True
         if page:
@@ -105,7 +114,7 @@ class AttachedEvalReconciler:
         """Make the job's missing eval jobs, then store its view of them if that changed."""
         if not self.jobs.leads():
             return
-        parent = self.jobs.store.get(parent_id)
+        parent = self.store.get(parent_id)
         if parent is None or parent.spec.eval is None:
             return
         children = self._attached_to(parent)
@@ -133,7 +142,7 @@ class AttachedEvalReconciler:
         """The job's attached eval jobs by label (eval jobs submitted by hand of its checkpoints are not among them)."""
         filters = JobFilters(labels=((EVAL_OF_LABEL, parent.id),))
         found: dict[str, JobRecord] = {}
-        for _, record in self.jobs.store.list_jobs(filters, before_pk=None, limit=MAX_ATTACHED):
+        for _, record in self.store.list_jobs(filters, before_pk=None, limit=MAX_ATTACHED):
             label = attached_label(record)
             if label is not None and record.team == parent.team:
                 found[label] = record
@@ -157,13 +166,13 @@ class AttachedEvalReconciler:
         kept = {e.label: e for e in parent.report.attached_evals}.get(entry.label)
         if kept is not None and kept.eval_id == child.id and kept.vs_base is not None:
             return entry.model_copy(update={"vs_base": kept.vs_base})  # two finished evals compare the same forever
-        now = self.jobs.clock()
+        now = self.clock()
 
         def usage_of(record: JobRecord) -> JobUsage:
             return job_usage(record, now, DEFAULT_PRICES_USD_PER_CHIP_HOUR)
 
         try:
-            found = compare_evals(self.jobs.run_files, child, base, usage_of=usage_of)
+            found = compare_evals(self.run_files, child, base, usage_of=usage_of)
         except (EvalsNotComparable, RunFileRefused) as e:
             return entry.model_copy(update={"note": f"not compared with the base eval: {e}"})
         except RunFilesUnavailable:

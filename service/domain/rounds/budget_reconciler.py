@@ -30,7 +30,7 @@ from service.domain.record_writes import write_held
 from service.domain.records.budget_models import JobHold, TeamBudgetStatus
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
-from service.domain.records.ports import JobTx
+from service.domain.records.ports import Clock, JobStore, JobTx
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,14 @@ def _release(message: str, now: datetime) -> Callable[[JobRecord, JobTx], Any]:
 
 
 class BudgetReconciler:
-    def __init__(self, jobs: JobService, ledger: BudgetLedger) -> None:
+    """Reads the active jobs from `store` and each team's spend from `ledger`; holds, stops, releases and launches
+    through `jobs` (write_as_leader, stop_workload, launch)."""
+
+    def __init__(self, jobs: JobService, store: JobStore, ledger: BudgetLedger, *, clock: Clock) -> None:
         self.jobs = jobs
+        self.store = store
         self.ledger = ledger
+        self.clock = clock
         self._stops_sent: set[str] = set()  # held jobs whose stop this process sent (a new term sends again)
 
     def restart(self) -> None:
@@ -78,8 +83,8 @@ class BudgetReconciler:
     def reconcile_once(self) -> None:
         if not self.jobs.leads():
             return
-        now = self.jobs.clock()
-        active = self.jobs.store.list_active()
+        now = self.clock()
+        active = self.store.list_active()
         teams = set(self.ledger.budgets) | {record.team for record in active if record.hold is not None}
         for team in sorted(teams):
             try:

@@ -35,12 +35,12 @@ from typing import Protocol
 
 from service.domain.cost.checkpoint_retention import checkpoint_path, expiry_due_at, plan_retention, retention_days, steps_in_use
 from service.domain.job_service import JobService
-from service.domain.location_policy import location_problem
+from service.domain.location_policy import LocationPolicy, location_problem
 from service.domain.records.checkpoint_expiry_models import CheckpointExpiry, ExpiringCheckpoint
 from service.domain.records.errors import DomainError
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import TERMINAL
-from service.domain.records.ports import JobTx
+from service.domain.records.ports import Clock, JobStore, JobTx
 from trainer.contract import RunStorage
 
 log = logging.getLogger(__name__)
@@ -90,9 +90,25 @@ class CheckpointStore(Protocol):
 
 
 class CheckpointExpiryReconciler:
-    def __init__(self, jobs: JobService, checkpoints: CheckpointStore, *, default_days: int, reads_per_pass: int = READS_PER_PASS) -> None:
+    """Reads the jobs from `store`, lists, measures and deletes their checkpoints through `checkpoints` where
+    `location_policy` lets it, and records each step on the job through `jobs` (write_as_leader)."""
+
+    def __init__(
+        self,
+        jobs: JobService,
+        store: JobStore,
+        checkpoints: CheckpointStore,
+        *,
+        clock: Clock,
+        location_policy: LocationPolicy,
+        default_days: int,
+        reads_per_pass: int = READS_PER_PASS,
+    ) -> None:
         self.jobs = jobs
+        self.store = store
         self.checkpoints = checkpoints
+        self.clock = clock
+        self.location_policy = location_policy
         self.default_days = default_days
         self.reads_per_pass = reads_per_pass
         self._due: dict[str, datetime] = {}  # ended job -> when its checkpoints expire, until it is settled
@@ -108,14 +124,14 @@ class CheckpointExpiryReconciler:
     def reconcile_once(self) -> None:
         if not self.jobs.leads():
             return
-        ended = self.jobs.store.job_versions(TERMINAL)
+        ended = self.store.job_versions(TERMINAL)
         for job_id in [j for j in ended if j not in self._seen][: self.reads_per_pass]:
             self._seen.add(job_id)
-            record = self.jobs.store.get(job_id)
+            record = self.store.get(job_id)
             due = expiry_due_at(record, self.default_days) if record is not None else None
             if due is not None and not (record is not None and record.checkpoint_expiry and record.checkpoint_expiry.settled):
                 self._due[job_id] = due
-        now = self.jobs.clock()
+        now = self.clock()
         for job_id, due in sorted(self._due.items(), key=lambda item: item[1]):
             if due > now:
                 break
@@ -136,7 +152,7 @@ class CheckpointExpiryReconciler:
     def _failed(self, job_id: str, error: Exception, before: _Failing | None) -> None:
         failures = 1 if before is None else before.failures + 1
         wait_s = expiry_retry_delay_s(failures)
-        self._failing[job_id] = _Failing(failures, self.jobs.clock() + timedelta(seconds=wait_s))
+        self._failing[job_id] = _Failing(failures, self.clock() + timedelta(seconds=wait_s))
         log.debug("expiring the checkpoints of %s failed (pass %d in a row)", job_id, failures, exc_info=error)
         if before is None:
             log.warning(
@@ -151,39 +167,39 @@ class CheckpointExpiryReconciler:
 
     def expire(self, job_id: str) -> bool:
         """Plan, then delete, the job's expired checkpoints; True once nothing is left to do."""
-        record = self.jobs.store.get(job_id)
+        record = self.store.get(job_id)
         if record is None or expiry_due_at(record, self.default_days) is None:
             return True
         expiry = record.checkpoint_expiry
         if expiry is not None and expiry.settled:
             return True
         if (problem := self._location_problem(record)) is not None:
-            self._write(job_id, _refusal(problem, record, self.default_days, self.jobs.clock()))
+            self._write(job_id, _refusal(problem, record, self.default_days, self.clock()))
             log.warning("job %s: checkpoints not expired: %s", job_id, problem)
             return True
         if expiry is None:
             try:
                 expiry = self._plan(record)
             except DomainError as e:  # a link or a FIFO where the checkpoints' directory should be: the job's doing
-                self._write(job_id, _refusal(str(e), record, self.default_days, self.jobs.clock()))
+                self._write(job_id, _refusal(str(e), record, self.default_days, self.clock()))
                 return True
             record = self._write(job_id, _store_plan(expiry))
         for checkpoint in expiry.planned:
             if checkpoint.deleted_at is None and checkpoint.path == checkpoint_path(record, checkpoint.step):
                 done = self.checkpoints.delete(record, checkpoint.path)
-                record = self._write(job_id, _mark_deleted(checkpoint.step, done.left, self.jobs.clock()))
+                record = self._write(job_id, _mark_deleted(checkpoint.step, done.left, self.clock()))
         return True
 
     def _plan(self, record: JobRecord) -> CheckpointExpiry:
         steps = self.checkpoints.list_steps(record)
-        in_use = steps_in_use(record, self.jobs.store.list_active()) if steps else {}
+        in_use = steps_in_use(record, self.store.list_active()) if steps else {}
         plan = plan_retention(record, steps, referenced=self.checkpoints.referenced(record) if steps else {}, in_use=in_use)
         planned = []
         for step in plan.expiring:
             path = checkpoint_path(record, step)
             size = self.checkpoints.measure(record, path)
             planned.append(ExpiringCheckpoint(step=step, path=path, size_bytes=size.size_bytes, files=size.files))
-        now = self.jobs.clock()
+        now = self.clock()
         return CheckpointExpiry(
             days=retention_days(record, self.default_days),
             planned_at=now,
@@ -193,7 +209,7 @@ class CheckpointExpiryReconciler:
         )
 
     def _location_problem(self, record: JobRecord) -> str | None:
-        policy = self.jobs.location_policy
+        policy = self.location_policy
         if not policy.enforced:
             return None
         problem = location_problem(record.layout.root, policy.prefixes_for(record.team))

@@ -12,7 +12,7 @@ with 200 running jobs spent a third of a core on rounds that found nothing. Now 
   the next one comes at once (the fold pacer, fold_pacer.py, keeps catching up to its share of the CPU);
 - re-judges a running job's learning health only when its record changed or when the clock passes
   the one moment time alone can change the verdict (job_health.health_changes_by_time_at): stalled.
-Missed nothing stays missed: the slow reconcile (recovery.py) reads every active job's events anyway.
+Missed nothing stays missed: the slow reconcile (active_jobs_reconciler.py) reads every active job's events anyway.
 A job whose poll fails round after round (the state disk full) is logged once per fault and once when it recovers
 (service/fault_log.py), not once per round.
 """
@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from service.domain.health.job_health import health_changes_by_time_at
+from service.domain.health.learning_health import HealthPolicy
 from service.domain.job_service import JobService
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
+from service.domain.records.ports import Clock, JobStore, ProgressSource
 from service.fault_log import FaultLog
 
 log = logging.getLogger(__name__)
@@ -46,15 +48,23 @@ class _Watched:
 
 
 class ProgressPoller:
-    def __init__(self, jobs: JobService) -> None:
+    """Reads versions and records from `store` and asks `progress` whether a job's events grew; the folds and the
+    health verdicts are written by `jobs` (ingest_progress, judge_health), which must hold the same clock and
+    health policy."""
+
+    def __init__(self, jobs: JobService, store: JobStore, progress: ProgressSource, *, clock: Clock, health_policy: HealthPolicy) -> None:
         self.jobs = jobs
+        self.store = store
+        self.progress = progress
+        self.clock = clock
+        self.health_policy = health_policy
         self._watched: dict[str, _Watched] = {}
         self._behind: set[str] = set()  # jobs whose last read stopped at its bound: more is there now
         self._faults = FaultLog(log)
 
     def poll_once(self) -> bool:
         """One round; True when a job has events left that one read could not hold (poll again now)."""
-        versions = self.jobs.store.job_versions(PROGRESSING)
+        versions = self.store.job_versions(PROGRESSING)
         for job_id in self._watched.keys() - versions.keys():
             del self._watched[job_id]  # ended (or queued again for a relaunch): its next version is read afresh
         self._behind &= versions.keys()
@@ -72,7 +82,7 @@ class ProgressPoller:
     def _poll_job(self, job_id: str, version: tuple[JobPhase, int]) -> None:
         watched = self._watched.get(job_id)
         if watched is None or watched.version != version:
-            record = self.jobs.store.get(job_id)
+            record = self.store.get(job_id)
             if record is None or record.phase not in PROGRESSING:
                 self._watched.pop(job_id, None)
                 return
@@ -80,16 +90,16 @@ class ProgressPoller:
             watched = _Watched((record.phase, record.last_event_seq), record)
             self._watched[job_id] = watched
         record = watched.record
-        if job_id in self._behind or self.jobs.progress.pending(record):
+        if job_id in self._behind or self.progress.pending(record):
             # Its fold moves the version: the next round reads the record.
             if self.jobs.ingest_progress(job_id):
                 self._behind.add(job_id)
             else:
                 self._behind.discard(job_id)
-        now = self.jobs.clock()  # read before judging: a verdict judged at or after it is no older
+        now = self.clock()  # read before judging: a verdict judged at or after it is no older
         if record.phase is JobPhase.RUNNING and self._health_due(watched, now):
             self.jobs.judge_health(record)  # writes (and so moves the version) only if the verdict changed
-            moment = health_changes_by_time_at(record, self.jobs.health_policy)
+            moment = health_changes_by_time_at(record, self.health_policy)
             watched.judged = True
             watched.judge_after = moment if moment is not None and now <= moment else None
 
