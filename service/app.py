@@ -126,5 +126,8 @@ def create_app_from_env() -> FastAPI:
     settings from the environment the Deployment gives (ConfigMap, Secret), validated as `rljob serve` does.
     It configures the process's logging as `rljob serve` does: this is the container's entrypoint."""
     settings = Settings()
-    configure_logging(secrets=[settings.bootstrap_token.get_secret_value()] if settings.bootstrap_token else [])
+    configure_logging(
+        secrets=[settings.bootstrap_token.get_secret_value()] if settings.bootstrap_token else [],
+        access_log_reads_per_s=settings.access_log_reads_per_s,
+    )
     return create_app(settings)

@@ -168,6 +168,12 @@ class Settings(BaseSettings):
         "is answered within this: a 503 if nothing was sent yet, else the response is cut, and its place freed",
     )
     overload_retry_after_s: int = Field(default=1, ge=1, le=3600, description="the Retry-After of those 503s")
+    access_log_reads_per_s: int = Field(
+        default=20,
+        ge=0,
+        description="successful reads (GET, HEAD) the access log keeps a second; the next kept line counts those left "
+        "out (reads_not_logged); writes and refusals are all kept; 0 keeps every read",
+    )
     # Far below the CLI's 30 s timeout (RLJOB_TIMEOUT_S): a user must see the 503, not a timeout that leaves them unsure
     # whether the job was stored. A write normally has the database in milliseconds (service/domain/write_wait.py).
     request_write_wait_s: float = Field(

@@ -8,6 +8,11 @@ INFO (start-up recovery, re-attaches, relaunches); libraries only from WARNING.
 
 Tokens never reach the log: anything shaped like one (`rlj_...`, a Bearer credential) and the
 secrets the entrypoint names are masked in every message and traceback.
+
+The access log keeps every write and every refusal, and at most `access_log_reads_per_s` successful reads a second
+(`ReadSampler`): a dashboard polling status would otherwise fill the log with identical lines, and writing them cost
+a status read more than its answer did (bench/status_read.py --running, measured with the lines and without). The
+next read line logged says how many were left out before it (`reads_not_logged`).
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TextIO
 
 SERVICE_LOGGERS = ("service",)
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 REDACTED = "[redacted]"
+NOT_LOGGED = "reads_not_logged"  # on an access-log line: successful reads left out since the last one logged
+ACCESS_LOGGER = "uvicorn.access"
 _TOKEN_SHAPES = re.compile(r"(?i)(bearer\s+)\S+|rlj_[A-Za-z0-9_-]+")
 
 
@@ -55,6 +64,8 @@ class JsonLineFormatter(logging.Formatter):
         if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
             client, method, path, _, status = record.args  # uvicorn's access-log arguments, as fields
             entry.update(client=client, method=method, path=self.mask(str(path)), status=status)
+            if skipped := getattr(record, NOT_LOGGED, 0):
+                entry[NOT_LOGGED] = skipped
         if record.exc_info:
             entry["exception"] = self.mask(self.formatException(record.exc_info))
         return json.dumps(entry, ensure_ascii=False, default=str)
@@ -66,7 +77,41 @@ class HumanFormatter(logging.Formatter):
         self.mask = mask
 
     def format(self, record: logging.LogRecord) -> str:
-        return self.mask(super().format(record))
+        line = self.mask(super().format(record))
+        skipped = getattr(record, NOT_LOGGED, 0)
+        return f"{line} ({skipped} successful reads not logged before it)" if skipped else line
+
+
+class ReadSampler(logging.Filter):
+    """On uvicorn's access log: every request but successful reads (GET or HEAD answered below 400) passes; of those,
+    `per_s` a second (0: all). The next read that passes carries the count left out (`reads_not_logged`), so no
+    request goes uncounted. Its clock is monotonic: a wall-clock step neither floods nor silences the log."""
+
+    def __init__(self, per_s: int, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.per_s, self.clock = per_s, clock
+        self._lock = threading.Lock()
+        self._second, self._passed, self._skipped = -1, 0, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if self.per_s == 0 or not isinstance(args, tuple) or len(args) != 5:
+            return True
+        method, status = args[1], args[4]
+        if method not in ("GET", "HEAD") or not isinstance(status, int) or status >= 400:
+            return True
+        with self._lock:
+            second = int(self.clock())
+            if second != self._second:
+                self._second, self._passed = second, 0
+            if self._passed >= self.per_s:
+                self._skipped += 1
+                return False
+            self._passed += 1
+            skipped, self._skipped = self._skipped, 0
+        if skipped:
+            setattr(record, NOT_LOGGED, skipped)
+        return True
 
 
 class _ServiceLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -89,8 +134,10 @@ def configure_logging(
     secrets: Iterable[str] = (),
     stream: TextIO | None = None,
     json_lines: bool | None = None,
+    access_log_reads_per_s: int = 0,
 ) -> None:
-    """Route every log record to `stream` (stderr): JSON lines unless it is a terminal."""
+    """Route every log record to `stream` (stderr): JSON lines unless it is a terminal; uvicorn's access log keeps
+    `access_log_reads_per_s` successful reads a second (0: all)."""
     if json_lines is None:
         json_lines = not (stream or sys.stderr).isatty()
     mask = SecretMasker(secrets)
@@ -109,3 +156,7 @@ def configure_logging(
         uvicorn_logger.propagate = True
         if uvicorn_logger.level == logging.NOTSET or name == "uvicorn":
             uvicorn_logger.setLevel(logging.INFO)
+    access = logging.getLogger(ACCESS_LOGGER)
+    for old_sampler in [f for f in access.filters if isinstance(f, ReadSampler)]:
+        access.removeFilter(old_sampler)
+    access.addFilter(ReadSampler(access_log_reads_per_s))

@@ -163,7 +163,8 @@ def serve(
                 f"local API token for team {settings.bootstrap_team}: in {client_file} (mode 0600), not printed since "
                 f"stdout is not a terminal\n  export RLJOB_URL={url} RLJOB_TOKEN=<the token in {client_file}>"
             )
-        configure_logging(secrets=[token])  # before the app exists: its start-up (recovery) logs at INFO
+        # before the app exists: its start-up (recovery) logs at INFO
+        configure_logging(secrets=[token], access_log_reads_per_s=settings.access_log_reads_per_s)
         # log_config=None: uvicorn's own dictConfig would give its loggers a second, unstructured format.
         # timeout_graceful_shutdown: after SIGTERM, requests still running past the grace are cancelled (the
         # default waits for them forever); event streams end at once (api/termination.py).

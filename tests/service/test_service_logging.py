@@ -18,7 +18,7 @@ import pytest
 
 from harness.live_server import serving_process
 from service.free_port import free_port
-from service.logging_config import REDACTED, configure_logging
+from service.logging_config import REDACTED, ReadSampler, configure_logging
 from tests.service.conftest import FAKE_TRAINER
 from tests.service.service_helpers import spec_body, wait_until
 
@@ -104,12 +104,13 @@ class _Terminal(io.StringIO):
 
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
-    root, service = logging.getLogger(), logging.getLogger("service")
-    saved = (list(root.handlers), root.level, service.level)
+    root, service, access = logging.getLogger(), logging.getLogger("service"), logging.getLogger("uvicorn.access")
+    saved = (list(root.handlers), root.level, service.level, list(access.filters))
     yield
     root.handlers[:] = saved[0]
     root.setLevel(saved[1])
     service.setLevel(saved[2])
+    access.filters[:] = saved[3]
 
 
 @pytest.mark.usefixtures("restore_logging")
@@ -132,3 +133,40 @@ def test_json_off_a_terminal_human_lines_on_one_and_tokens_masked() -> None:
     assert pipe.getvalue().count("\n") == 1
     (line,) = terminal.getvalue().splitlines()
     assert line.endswith("INFO    service.test: recovery finished") and not line.startswith("{")
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_the_access_log_keeps_every_write_and_refusal_and_a_bounded_count_of_reads() -> None:
+    """At most N successful reads a second are written; the next one written says how many were left out, so a
+    dashboard's polling neither floods the log nor goes uncounted."""
+    pipe = io.StringIO()
+    configure_logging(stream=pipe, access_log_reads_per_s=2)
+    access = logging.getLogger("uvicorn.access")
+    (sampler,) = [f for f in access.filters if isinstance(f, ReadSampler)]
+    now = [100.2]
+    sampler.clock = lambda: now[0]
+
+    def request(method: str, path: str, status: int) -> None:
+        access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", method, path, "1.1", status)
+
+    for _ in range(5):
+        request("GET", "/v1/jobs/rl-aaaaaaaaaaaa", 200)
+    request("POST", "/v1/jobs", 201)
+    request("GET", "/v1/jobs/rl-bbbbbbbbbbbb", 404)
+    request("HEAD", "/v1/jobs", 200)
+    now[0] = 101.05  # the next second
+    request("GET", "/v1/jobs", 200)
+    lines = [json.loads(line) for line in pipe.getvalue().splitlines()]
+    assert [(e["method"], e["status"], e.get("reads_not_logged")) for e in lines] == [
+        ("GET", 200, None),
+        ("GET", 200, None),
+        ("POST", 201, None),
+        ("GET", 404, None),
+        ("GET", 200, 4),  # the three GETs and the HEAD of the first second
+    ]
+    configure_logging(stream=pipe, access_log_reads_per_s=0)  # every read, and one sampler, not two
+    assert len([f for f in access.filters if isinstance(f, ReadSampler)]) == 1
+    before = len(pipe.getvalue().splitlines())
+    for _ in range(30):
+        request("GET", "/v1/jobs", 200)
+    assert len(pipe.getvalue().splitlines()) == before + 30
