@@ -46,7 +46,7 @@ def load(name: str) -> dict[str, Any]:
 
 
 def render_goodput_tiny(result: dict[str, Any]) -> str:
-    """The tiny demo job's goodput, as bench/eval_panel_screenshot.py --tiny recorded it."""
+    """The tiny demo job's goodput, as bench/control_plane/eval_panel_screenshot.py --tiny recorded it."""
     goodput = result["goodput"]
     wall, parts = goodput["wall_s"], goodput["parts"]
     shown = sorted(((name, s) for name, s in parts.items() if s >= 0.5), key=lambda item: -item[1])

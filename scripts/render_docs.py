@@ -10,8 +10,8 @@ What is generated, and from what:
   type, default, bounds and description.
 - docs/architecture.md: the phase diagram between `<!-- phase-diagram -->` markers, from the transition table in
   service/domain/phases.py.
-- bench/README.md: every block rendered from bench/results/ (bench/readme_sections.py, bench/render_learning.py,
-  bench/render_rollout_speed.py, bench/verdict_error_rates.py).
+- bench/README.md: every block rendered from bench/results/ (bench/readme_sections.py, bench/learning/render_learning.py,
+  bench/rollout/render_rollout_speed.py, bench/learning/verdict_error_rates.py).
 tests/test_docs_generated.py runs the check in-process, so a page that drifts from its source fails the suite.
 """
 
@@ -32,7 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run by path: the repository's packages are importable as in the tests
     sys.path.insert(0, str(REPO))
 
-from bench import readme_sections, render_learning, render_rollout_speed, verdict_error_rates  # noqa: E402
+from bench import readme_sections  # noqa: E402
+from bench.learning import render_learning, verdict_error_rates  # noqa: E402
+from bench.rollout import render_rollout_speed  # noqa: E402
 from service.cli.doc_tables import generated_tables  # noqa: E402
 from service.domain.records.phases import ALLOWED_TRANSITIONS, TERMINAL, JobPhase  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402

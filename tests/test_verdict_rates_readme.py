@@ -1,4 +1,4 @@
-"""bench/README.md's verdict error-rate block is bench/verdict_error_rates.py's rendering of the committed
+"""bench/README.md's verdict error-rate block is bench/learning/verdict_error_rates.py's rendering of the committed
 bench/results/verdict_error_rates.json: every figure in its table is the JSON's, the JSON's numbers are
 what its counts say, were measured under the current HealthPolicy, and bear out the block's claims."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import verdict_error_rates as bench
+from bench.learning import verdict_error_rates as bench
 from service.domain.health.learning_health import HealthPolicy
 from service.domain.records.train_step_summary import FIRST_STEPS_KEPT, HEALTH_WINDOW_STEPS
 from trainer.contract.evaluation import wilson_interval
@@ -104,9 +104,9 @@ def test_the_readme_holds_the_rendering(results: dict) -> None:
     held = bench.readme_block(README.read_text())
     assert held is not None, (
         f"bench/README.md has no {bench.BEGIN} ... {bench.END} block: paste the output of "
-        "`.venv/bin/python bench/verdict_error_rates.py --render` into it"
+        "`.venv/bin/python bench/learning/verdict_error_rates.py --render` into it"
     )
-    assert held == bench.render(results), "bench/README.md's block is stale: paste `bench/verdict_error_rates.py --render`"
+    assert held == bench.render(results), "bench/README.md's block is stale: paste `bench/learning/verdict_error_rates.py --render`"
 
 
 def test_check_readme_tells_a_current_block_from_a_stale_or_missing_one(tmp_path: Path, capsys) -> None:

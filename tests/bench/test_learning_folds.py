@@ -1,15 +1,15 @@
-"""The pre-registered learning bench's folds, scoring and decision rule (bench/arith_folds.py,
-bench/learning_folds.py, bench/learning_folds_stats.py)."""
+"""The pre-registered learning bench's folds, scoring and decision rule (bench/learning/arith_folds.py,
+bench/learning/learning_folds.py, bench/learning/learning_folds_stats.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench import learning_folds_stats
-from bench.arith_difficulty import load_rewards
-from bench.arith_folds import FOLDS, control_reward_text, fact_key, fold_rows
-from bench.learning_folds import PREREGISTRATION, score
+from bench.learning import learning_folds_stats
+from bench.learning.arith_difficulty import load_rewards
+from bench.learning.arith_folds import FOLDS, control_reward_text, fact_key, fold_rows
+from bench.learning.learning_folds import PREREGISTRATION, score
 
 REPO = Path(__file__).resolve().parents[2]
 

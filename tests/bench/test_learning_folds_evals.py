@@ -1,4 +1,4 @@
-"""The learning bench's evaluations as eval jobs (bench/learning_folds_evals.py): the suites it builds sample as
+"""The learning bench's evaluations as eval jobs (bench/learning/learning_folds_evals.py): the suites it builds sample as
 pre-registered and load as an eval job loads them, each model's checkpoint is evaluated on the right fold, the
 suite's reward functions score every completion the bench ever recorded as the bench's `score()` did, and the
 service's comparison reads the same pass@1 difference and McNemar p as the bench's statistics."""
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import learning_folds_evals as evals
-from bench import learning_stats
-from bench.arith_difficulty import load_rewards
-from bench.arith_folds import FOLDS, fold_rows
-from bench.learning_folds import PREREGISTRATION, RESULT, score
+from bench.learning import learning_folds_evals as evals
+from bench.learning import learning_stats
+from bench.learning.arith_difficulty import load_rewards
+from bench.learning.arith_folds import FOLDS, fold_rows
+from bench.learning.learning_folds import PREREGISTRATION, RESULT, score
 from service.domain.evals.eval_jobs import EvalCreate
 from service.domain.records.eval_models import EvalComparisonPublic, EvalSide, EvalSuitePublic
 from trainer.contract.eval_report import RowOutcome, compare_outcomes

@@ -1,5 +1,5 @@
 """The seeds bench's decision rule, spread and seed counts on synthetic numbers, and the rljob arm's spec
-(bench/learning_seeds_stats.py, bench/learning_seeds.py; issue 53 section 4). No job runs here."""
+(bench/learning/learning_seeds_stats.py, bench/learning/learning_seeds.py; issue 53 section 4). No job runs here."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from bench import learning_folds, learning_seeds
-from bench import learning_seeds_stats as st
+from bench.learning import learning_folds, learning_seeds
+from bench.learning import learning_seeds_stats as st
 
 
 def _per_seed(diffs: list[float], peer: float = 0.40) -> dict[str, dict[int, float]]:

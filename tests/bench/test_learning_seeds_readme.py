@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from bench import learning_seeds_stats as st
+from bench.learning import learning_seeds_stats as st
 from bench.readme_render.learning_seeds import render_learning_seeds
 
 

@@ -1,4 +1,4 @@
-"""bench/learning_stats.py: the paired bootstrap finds a difference planted in fabricated rows (and
+"""bench/learning/learning_stats.py: the paired bootstrap finds a difference planted in fabricated rows (and
 covers it at about its nominal rate), exact McNemar agrees with scipy's binomial test, and the
 decision rule says met/missed at its edges."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from bench import learning_stats as ls
+from bench.learning import learning_stats as ls
 
 
 def _rows(p: float, n: int, rng: np.random.Generator, samples: int = 4) -> list[dict]:

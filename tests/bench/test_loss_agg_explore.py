@@ -1,4 +1,4 @@
-"""The exploratory loss_agg_mode run's statistics, verdict and README rendering (bench/loss_agg_explore.py,
+"""The exploratory loss_agg_mode run's statistics, verdict and README rendering (bench/learning/loss_agg_explore.py,
 bench/readme_render/loss_agg_explore.py), on synthetic rows."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench import loss_agg_explore as lae
+from bench.learning import loss_agg_explore as lae
 from bench.readme_render.loss_agg_explore import render_loss_agg_explore
 
 

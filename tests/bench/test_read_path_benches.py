@@ -36,7 +36,7 @@ RESULT = {
     "jobs": 1000,
     "before": None,
     "servers": {"rljob serve": _server(1.2, 4.0), "minimal": _server(1.0, 2.0)},
-    "machine": {"cpu_count": 2, "load_average": [1.0, 1.0, 1.0], "commit": "abc", "command": "python bench/control_plane.py"},
+    "machine": {"cpu_count": 2, "load_average": [1.0, 1.0, 1.0], "commit": "abc", "command": "python bench/control_plane/control_plane.py"},
 }
 
 
@@ -63,7 +63,7 @@ def test_the_trainer_overhead_needs_three_runs_under_the_ratio() -> None:
         "load_average": [1.0, 1.0, 1.0],
         "load_average_at_end": [2.0, 1.0, 1.0],
         "commit": "abc",
-        "command": "python bench/trainer_overhead.py",
+        "command": "python bench/pipeline/trainer_overhead.py",
     }
     run = {"machine": machine, "bare_s": {"convert": 1.0, "total": 100.0}, "trainer_s": {"convert": 1.0, "total": 104.0}, "ratio": 1.04}
     result = {"target_ratio": 1.05, "runs": [run, run, run]}

@@ -1,20 +1,18 @@
 """What bench/README.md says the reward sandbox held on the TPU machine's gVisor is this sandbox's: each run in
-bench/results/reward_sandbox_runtimes.json carries the digest of the sandbox's sources (bench/reward_sandbox_runtime.py
+bench/results/reward_sandbox_runtimes.json carries the digest of the sandbox's sources (bench/pipeline/reward_sandbox_runtime.py
 SANDBOX_SOURCES), and they must not have changed since. After a sandbox change, run the bench there again."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
+from bench.pipeline.reward_sandbox_runtime import SANDBOX_SOURCES, sandbox_digest
 
-from reward_sandbox_runtime import SANDBOX_SOURCES, sandbox_digest  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 RERUN = (
-    "on the TPU machine (the device tool): `python3.12 bench/reward_sandbox_runtime.py --runtime gvisor --commit <HEAD> "
+    "on the TPU machine (the device tool): `python3.12 bench/pipeline/reward_sandbox_runtime.py --runtime gvisor --commit <HEAD> "
     "--machine '...' --out $OUT/run.json`, its run into bench/results/reward_sandbox_runtimes.json, then "
     "`.venv/bin/python bench/readme_sections.py`"
 )

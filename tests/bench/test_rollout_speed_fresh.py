@@ -1,5 +1,5 @@
 """The published rollout-speed figures are the engine's as it is: bench/results/rollout_speed.json names the commit
-it was measured at, and the engine's files (bench/rollout_engine_files.py) must not differ from that commit.
+it was measured at, and the engine's files (bench/rollout/rollout_engine_files.py) must not differ from that commit.
 After an engine change, rerun the bench on a quiet machine and render bench/README.md (the message says how)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from bench import render_rollout_speed, rollout_engine_files
+from bench.rollout import render_rollout_speed, rollout_engine_files
 
 RERUN = (
-    "flock /tmp/rljob-bench.lock .venv/bin/python bench/rollout_speed.py --engines shipped,current,hf --repeats 5 "
-    "&& .venv/bin/python bench/render_rollout_speed.py"
+    "flock /tmp/rljob-bench.lock .venv/bin/python bench/rollout/rollout_speed.py --engines shipped,current,hf --repeats 5 "
+    "&& .venv/bin/python bench/rollout/render_rollout_speed.py"
 )
 
 

@@ -1,5 +1,5 @@
 """The chip's correctness verdicts in bench/results/tpu_correctness.json are this trainer's: the result names the
-commit whose trainer files ran on the chip, and those files (bench/tpu_correctness.py's TRAINER_FILES) must not differ
+commit whose trainer files ran on the chip, and those files (bench/chip/tpu_correctness.py's TRAINER_FILES) must not differ
 from it. Until the chip's result is committed nothing may publish it: no bench/README.md section renders it."""
 
 from __future__ import annotations
@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from bench import readme_sections, tpu_correctness
+from bench import readme_sections
+from bench.chip import tpu_correctness
 
 REPO = Path(__file__).resolve().parents[2]
 RESULT = REPO / "bench" / "results" / tpu_correctness.RESULT
 SECTION = "tpu-correctness"
 RERUN = (
-    "run bench/tpu_correctness.py on the chip again (its docstring says how), collect it and `.venv/bin/python bench/readme_sections.py`"
+    "run bench/chip/tpu_correctness.py on the chip again (its docstring says how), collect it and "
+    "`.venv/bin/python bench/readme_sections.py`"
 )
 
 

@@ -1,4 +1,4 @@
-"""bench/tpu_correctness.py's verdicts say false when the evidence is what the trainer without its patches gives, and
+"""bench/chip/tpu_correctness.py's verdicts say false when the evidence is what the trainer without its patches gives, and
 bench/readme_render/tpu_correctness.py shows each verdict. The evidence here is the shape the chip's run writes."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from bench.chip.tpu_correctness import engine_verdict
+from bench.chip.tpu_correctness_step import TRAIN_RL_CALL, objective_verdict, stop_token_verdict
 from bench.readme_render.tpu_correctness import render_tpu_correctness
-from bench.tpu_correctness import engine_verdict
-from bench.tpu_correctness_step import TRAIN_RL_CALL, objective_verdict, stop_token_verdict
 from tests.trainer import grpo_learner_step
 from tests.trainer.test_stop_token import STOP_TOKEN_COUNTED
 

@@ -1,6 +1,6 @@
 """The TPU figures in bench/README.md are this trainer's: bench/results/tpu_grpo.json names the commit whose trainer
 files ran on the chip, and those files (its TRAINER_FILES) must not differ from that commit. After a change, run the
-bench on the chip again (bench/tpu_grpo.py's docstring says how) and render bench/README.md."""
+bench on the chip again (bench/chip/tpu_grpo.py's docstring says how) and render bench/README.md."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_the_measured_trainer_files_are_unchanged_since_the_commit_measured() ->
     changed = changed_since(result["trainer_commit"], result["trainer_files"])
     assert not changed, (
         f"bench/results/tpu_grpo.json was measured with the trainer at {result['trainer_commit']}; since then "
-        f"{', '.join(changed)} changed: run bench/tpu_grpo.py on the chip again and `.venv/bin/python bench/readme_sections.py`"
+        f"{', '.join(changed)} changed: run bench/chip/tpu_grpo.py on the chip again and `.venv/bin/python bench/readme_sections.py`"
     )
 
 

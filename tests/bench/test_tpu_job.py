@@ -1,4 +1,4 @@
-"""bench/tpu_job.py's collect and bench/tpu_job_stats.py's rule: the committed result is what collecting the committed
+"""bench/chip/tpu_job.py's collect and bench/chip/tpu_job_stats.py's rule: the committed result is what collecting the committed
 call records gives, and the registered rule says what its pre-registration says it says."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import tpu_job, tpu_job_collect, tpu_job_inputs
-from bench.tpu_job_stats import cost_per_point, cost_summary, decide, registered_seeds
+from bench.chip import tpu_job, tpu_job_collect, tpu_job_inputs
+from bench.chip.tpu_job_stats import cost_per_point, cost_summary, decide, registered_seeds
 
-RESULTS = Path(tpu_job.__file__).resolve().parent / "results"
+RESULTS = Path(tpu_job.__file__).resolve().parents[1] / "results"
 
 
 def _run(arm: str, seed: int, sampled: float, chip_hours: float = 0.05) -> dict:
