@@ -1,4 +1,4 @@
-"""bench/README.md's verdict error-rate block is bench/learning/verdict_error_rates.py's rendering of the committed
+"""bench/learning/README.md's verdict error-rate block is bench/learning/verdict_error_rates.py's rendering of the committed
 bench/results/verdict_error_rates.json: every figure in its table is the JSON's, the JSON's numbers are
 what its counts say, were measured under the current HealthPolicy, and bear out the block's claims."""
 
@@ -17,7 +17,7 @@ from service.domain.records.train_step_summary import FIRST_STEPS_KEPT, HEALTH_W
 from trainer.contract.evaluation import wilson_interval
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "bench" / "README.md"
+README = REPO / "bench" / "learning" / "README.md"
 ROW = re.compile(r"^\| (?P<what>[^|]+) \| (?P<when>[^|]+) \| (?P<one>[^|]+) \| (?P<default>[^|]+) \|$")
 CELL = re.compile(r"^(?P<p>[\d.]+)% \[(?P<low>[\d.]+)%, (?P<high>[\d.]+)%\](?:, median step (?P<median>[\d.]+))?$")
 
@@ -103,10 +103,12 @@ def test_the_claim_check_catches_numbers_that_break_a_claim(results: dict) -> No
 def test_the_readme_holds_the_rendering(results: dict) -> None:
     held = bench.readme_block(README.read_text())
     assert held is not None, (
-        f"bench/README.md has no {bench.BEGIN} ... {bench.END} block: paste the output of "
+        f"bench/learning/README.md has no {bench.BEGIN} ... {bench.END} block: paste the output of "
         "`.venv/bin/python bench/learning/verdict_error_rates.py --render` into it"
     )
-    assert held == bench.render(results), "bench/README.md's block is stale: paste `bench/learning/verdict_error_rates.py --render`"
+    assert held == bench.render(results), (
+        "bench/learning/README.md's block is stale: paste `bench/learning/verdict_error_rates.py --render`"
+    )
 
 
 def test_check_readme_tells_a_current_block_from_a_stale_or_missing_one(tmp_path: Path, capsys) -> None:

@@ -16,7 +16,7 @@ GET /v1/jobs/{id} (cycling over all jobs) and GET /v1/jobs?limit=50. Reported pe
 shed (503: not served), timeouts, other errors, p50/p90/p99/max latency of the answered ones from the
 scheduled send, and the server process's CPU ms per answered request (psutil, over the rate's window and
 its drain, idle work included). The result file also records the machine's cores, load average, the
-commit and the command line; bench/README.md's table is rendered from it (bench/readme_sections.py).
+commit and the command line; bench/control_plane/README.md's table is rendered from it (bench/readme_sections.py).
 
     python bench/control_plane/control_plane.py [--quick] [--before REF] [--servers 'rljob serve;image']
         [--db sqlite,postgres] [--json PATH]

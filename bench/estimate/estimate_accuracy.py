@@ -6,7 +6,7 @@ The first job has no history, so its estimate is the formula (tokens per step at
 learns from one job (its time / 3 to x 3); from the third on, from every earlier one (a 95% prediction interval on
 log(seconds), Student's t). Prints, per job, the basis, the estimate's wall range, the actual wall and the ratio
 actual / expected, and how many actuals fell inside their range; writes bench/results/estimate_accuracy.json,
-rendered into bench/README.md (section estimate-accuracy) by bench/readme_sections.py.
+rendered into bench/estimate/README.md (section estimate-accuracy) by bench/readme_sections.py.
 
     python bench/estimate/estimate_accuracy.py [--jobs 4] [--steps 1] [--work DIR]
 

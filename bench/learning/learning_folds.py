@@ -20,7 +20,7 @@ functions (bench/learning/rewards/learning_folds_scorings.py, `score()` below fu
 rule and the settings are in bench/preregistration/learning_folds.json, committed before the first job;
 bench/learning/learning_folds_stats.py applies it to the eval jobs' outcomes, and the service's own comparisons
 (GET /v1/evals/{a}/compare) are recorded beside. The published figures were measured by the in-process
-evaluation this replaced (bench/README.md says which commit measured what).
+evaluation this replaced (bench/learning/README.md says which commit measured what).
 
     python bench/learning/learning_folds.py base        # measure base, write the fold directories
     python bench/learning/learning_folds.py timing      # a 5-step trial of both rljob fold jobs at once

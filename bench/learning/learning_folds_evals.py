@@ -19,7 +19,7 @@ Beside its own statistics it records what the service says: each eval's id, suit
 usage, and GET /v1/evals/{a}/compare for each pair of models on each fold (pass@1 difference with its CI and
 McNemar p, sampled accuracy, and the training job's cost per point).
 
-What differs from the in-process evaluation that produced the published figures (bench/README.md): a row's
+What differs from the in-process evaluation that produced the published figures (bench/learning/README.md): a row's
 sample seeds derive from the suite seed and the row's id (trainer/evals/runner.py), not from one generator per
 batch of 50 rows, so the draws differ; the eval job stops a completion at every end token the checkpoint names,
 not only the tokenizer's; and the service compares per fold suite, where the bench pools both folds.

@@ -1,11 +1,11 @@
-"""Render bench/README.md's learning-benchmark section and bench/results/learning.png from learning.json.
+"""Render bench/learning/README.md's learning-benchmark section and bench/results/learning.png from learning.json.
 
 Every figure in the section comes from bench/results/learning.json: accuracies and differences are
 recomputed from the per-row outcomes with bench/learning/learning_stats.py (fixed bootstrap seed), so the
-section is a pure function of the file; tests/bench/test_learning_readme.py checks that bench/README.md
+section is a pure function of the file; tests/bench/test_learning_readme.py checks that bench/learning/README.md
 holds exactly this rendering.
 
-    python bench/learning/render_learning.py          # rewrite bench/README.md's section and the plot
+    python bench/learning/render_learning.py          # rewrite bench/learning/README.md's section and the plot
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from bench.learning import learning_stats  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 RESULT_FILE = RESULTS / "learning.json"
 PLOT = RESULTS / "learning.png"
-README = REPO / "bench" / "README.md"
+README = REPO / "bench" / "learning" / "README.md"
 BEGIN, END = "<!-- learning-bench:begin -->", "<!-- learning-bench:end -->"
 MODELS = ("base", "trained", "control")
 DIFFERENCES = ("trained-base", "control-base", "trained-control")
@@ -244,7 +244,7 @@ def render_section(results: dict, followups: dict[str, dict] | None = None) -> s
     lines += _gsm8k_lines(results.get("gsm8k"))
     for name, followup in (followups or {}).items():
         lines += _followup_lines(name, followup, results)
-    lines += ["", "  ![first run: accuracy per model; reward and signal per step](results/learning.png)", ""]
+    lines += ["", "  ![first run: accuracy per model; reward and signal per step](../results/learning.png)", ""]
     new_tokens = {m.get("new_tokens") for m in results["models"].values()}
     lines.append(
         "  How it ran: both jobs ran at once on the same 2-core machine, shared with other work, so the train-stage "
@@ -333,7 +333,7 @@ def render_all(results: dict) -> None:
 
 def main() -> int:
     render_all(json.loads(RESULT_FILE.read_text()))
-    print(f"rendered {PLOT.relative_to(REPO)} and bench/README.md's learning-benchmark section")
+    print(f"rendered {PLOT.relative_to(REPO)} and bench/learning/README.md's learning-benchmark section")
     return 0
 
 

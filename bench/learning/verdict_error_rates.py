@@ -18,8 +18,8 @@ has signal (signal_fraction 0.5) and the job is SUCCEEDED, so neither `no-signal
 can stand in the way.
 
     python bench/learning/verdict_error_rates.py                         # simulate, write the JSON, print the table
-    python bench/learning/verdict_error_rates.py --render                # bench/README.md's block, from the JSON alone
-    python bench/learning/verdict_error_rates.py --check-readme bench/README.md  # exit 1 unless it holds that block
+    python bench/learning/verdict_error_rates.py --render                # bench/learning/README.md's block, from the JSON alone
+    python bench/learning/verdict_error_rates.py --check-readme bench/learning/README.md  # exit 1 unless it holds that block
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ so both meet the same machine load; each call scores a GSM8K-sized batch (16 com
 regular-expression reward. Reported: each side's call latency (median, 95th percentile) and the ratio of medians with
 a bootstrap interval; the time to the first worker; and the reward container's memory beside what
 service/adapters/k8s/reward_container.py requests for its server (REWARD_HOST_OVERHEAD_MIB). Writes
-bench/results/reward_container_cost.json (rendered in bench/README.md).
+bench/results/reward_container_cost.json (rendered in bench/pipeline/README.md).
 """
 
 from __future__ import annotations

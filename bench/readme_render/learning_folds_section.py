@@ -1,4 +1,4 @@
-"""bench/README.md's passage on the pre-registered learning bench (bench/learning/learning_folds.py), from
+"""bench/learning/README.md's passage on the pre-registered learning bench (bench/learning/learning_folds.py), from
 bench/results/learning_folds.json and bench/preregistration/learning_folds.json. A partial result file
 (an arm not yet run) renders as partial and says what is missing."""
 

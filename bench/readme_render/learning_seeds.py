@@ -1,4 +1,4 @@
-"""bench/README.md's passage on the pre-registered multi-seed comparison (bench/learning/learning_seeds.py), from
+"""bench/learning/README.md's passage on the pre-registered multi-seed comparison (bench/learning/learning_seeds.py), from
 bench/results/learning_seeds.json. The figures and the verdict are recomputed from the recorded rows with the
 registered rule (bench/learning/learning_seeds_stats.py), never read from the file's stored summary, so a summary left
 stale by a later run cannot render."""

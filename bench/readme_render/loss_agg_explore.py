@@ -1,4 +1,4 @@
-"""bench/README.md's passage on the exploratory loss_agg_mode run (bench/learning/loss_agg_explore.py), from
+"""bench/learning/README.md's passage on the exploratory loss_agg_mode run (bench/learning/loss_agg_explore.py), from
 bench/results/loss_agg_explore.json. The verdict is recomputed from the recorded difference, so a result file
 whose stored verdict disagrees with its own figures cannot render as if it agreed."""
 

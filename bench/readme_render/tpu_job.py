@@ -1,4 +1,4 @@
-"""bench/README.md's chip job block (bench/results/tpu_job.json, bench/chip/tpu_job.py): a whole job through the service on
+"""bench/chip/README.md's chip job block (bench/results/tpu_job.json, bench/chip/tpu_job.py): a whole job through the service on
 the TPU chip, the runs of the pre-registered learning bench so far, its rule's verdicts and the cost per point."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Render bench/README.md's rollout-speed section from bench/results/rollout_speed.json (bench/rollout/rollout_speed.py).
+"""Render bench/rollout/README.md's rollout-speed section from bench/results/rollout_speed.json (bench/rollout/rollout_speed.py).
 
 Every figure in the section comes from the result file; tests/bench/test_rollout_speed_readme.py checks
 that the README holds exactly this rendering.
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 RESULT_FILE = REPO / "bench" / "results" / "rollout_speed.json"
 DOT_RESULT_FILE = REPO / "bench" / "results" / "decode_dot_bandwidth.json"  # bench/rollout/decode_dot_bandwidth.py
 SHARED_RESULT_FILE = REPO / "bench" / "results" / "rollout_speed_shared.json"  # rollout_speed.py --neighbours 1
-README = REPO / "bench" / "README.md"
+README = REPO / "bench" / "rollout" / "README.md"
 BEGIN, END = "<!-- rollout-speed:begin -->", "<!-- rollout-speed:end -->"
 INDENT = "  "  # the section is a list item's body
 TARGET_VS_SHIPPED, TARGET_VS_HF, TARGET_VS_BOUND = 3.0, 1.0, 2.0  # issue 21 part 2
@@ -183,7 +183,7 @@ def readme_section(readme: str) -> str:
 
 def main() -> int:
     README.write_text(replace_section(README.read_text(), render_section(json.loads(RESULT_FILE.read_text()))))
-    print("rendered bench/README.md's rollout-speed section")
+    print("rendered bench/rollout/README.md's rollout-speed section")
     return 0
 
 

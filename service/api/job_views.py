@@ -1,6 +1,6 @@
 """The status read and the list page as JSON bytes, without a thread hop when the job is in memory.
 
-Where a status read's time went (bench/control_plane/control_plane.py, bench/README.md): the thread-pool hop for the store
+Where a status read's time went (bench/control_plane/control_plane.py, bench/control_plane/README.md): the thread-pool hop for the store
 read (and the GIL hand-offs it brings under load), the SQL read and record build, the JobPublic build
 and its validation and serialization. Here:
 - the record comes from the store's shared records (SQLite: this process writes every job, and each

@@ -1,4 +1,4 @@
-"""bench/README.md's learning-benchmark section is bench/learning/render_learning.py's rendering of the committed
+"""bench/learning/README.md's learning-benchmark section is bench/learning/render_learning.py's rendering of the committed
 bench/results/learning.json, and that file's stored summary is what its per-row outcomes give."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ FOLLOWUPS = render_learning.followup_files()
 def test_the_readme_section_is_the_rendering_of_the_result_file() -> None:
     section = render_learning.readme_section(render_learning.README.read_text())
     assert section == render_learning.render_section(RESULTS, FOLLOWUPS), (
-        "bench/README.md's learning-benchmark section differs from bench/results/learning.json; "
+        "bench/learning/README.md's learning-benchmark section differs from bench/results/learning.json; "
         "run `.venv/bin/python bench/learning/render_learning.py`"
     )
 

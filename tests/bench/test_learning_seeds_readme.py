@@ -1,4 +1,4 @@
-"""bench/README.md's seeds passage (bench/readme_render/learning_seeds.py) renders what the rows say under the
+"""bench/learning/README.md's seeds passage (bench/readme_render/learning_seeds.py) renders what the rows say under the
 registered rule, not the summary stored beside them, and names what is missing while the set is partial."""
 
 from __future__ import annotations

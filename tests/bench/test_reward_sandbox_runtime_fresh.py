@@ -1,4 +1,4 @@
-"""What bench/README.md says the reward sandbox held on the TPU machine's gVisor is this sandbox's: each run in
+"""What bench/pipeline/README.md says the reward sandbox held on the TPU machine's gVisor is this sandbox's: each run in
 bench/results/reward_sandbox_runtimes.json carries the digest of the sandbox's sources (bench/pipeline/reward_sandbox_runtime.py
 SANDBOX_SOURCES), and they must not have changed since. After a sandbox change, run the bench there again."""
 

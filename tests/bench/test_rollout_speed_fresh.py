@@ -1,6 +1,6 @@
 """The published rollout-speed figures are the engine's as it is: bench/results/rollout_speed.json names the commit
 it was measured at, and the engine's files (bench/rollout/rollout_engine_files.py) must not differ from that commit.
-After an engine change, rerun the bench on a quiet machine and render bench/README.md (the message says how)."""
+After an engine change, rerun the bench on a quiet machine and render bench/rollout/README.md (the message says how)."""
 
 from __future__ import annotations
 

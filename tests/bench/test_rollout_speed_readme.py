@@ -1,4 +1,4 @@
-"""bench/README.md's rollout-speed section is bench/rollout/render_rollout_speed.py's rendering of the committed
+"""bench/rollout/README.md's rollout-speed section is bench/rollout/render_rollout_speed.py's rendering of the committed
 bench/results/rollout_speed.json, and the file carries what the issue asks it to record."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ RESULTS = json.loads(render_rollout_speed.RESULT_FILE.read_text())
 def test_the_readme_section_is_the_rendering_of_the_result_file() -> None:
     section = render_rollout_speed.readme_section(render_rollout_speed.README.read_text())
     assert section == render_rollout_speed.render_section(RESULTS), (
-        "bench/README.md's rollout-speed section differs from bench/results/rollout_speed.json; "
+        "bench/rollout/README.md's rollout-speed section differs from bench/results/rollout_speed.json; "
         "run `.venv/bin/python bench/rollout/render_rollout_speed.py`"
     )
 

@@ -1,6 +1,6 @@
 """The chip's correctness verdicts in bench/results/tpu_correctness.json are this trainer's: the result names the
 commit whose trainer files ran on the chip, and those files (bench/chip/tpu_correctness.py's TRAINER_FILES) must not differ
-from it. Until the chip's result is committed nothing may publish it: no bench/README.md section renders it."""
+from it. Until the chip's result is committed nothing may publish it: no bench/chip/README.md section renders it."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_the_checked_trainer_files_are_unchanged_since_the_commit_checked_and_no
     if not RESULT.exists():
         # The chip's result is not committed yet: nothing may render figures it does not have.
         assert SECTION not in readme_sections.SECTIONS, f"bench:{SECTION} is registered but bench/results/{RESULT.name} is missing"
-        assert f"<!-- bench:{SECTION}:begin -->" not in readme_sections.README.read_text()
+        assert f"<!-- bench:{SECTION}:begin -->" not in readme_sections.PAGES["chip"].read_text()
         return
     result = json.loads(RESULT.read_text())
     assert result["trainer_files"] == list(tpu_correctness.TRAINER_FILES), "the result names other files than the bench checks"

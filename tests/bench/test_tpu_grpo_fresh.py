@@ -1,6 +1,6 @@
-"""The TPU figures in bench/README.md are this trainer's: bench/results/tpu_grpo.json names the commit whose trainer
+"""The TPU figures in bench/chip/README.md are this trainer's: bench/results/tpu_grpo.json names the commit whose trainer
 files ran on the chip, and those files (its TRAINER_FILES) must not differ from that commit. After a change, run the
-bench on the chip again (bench/chip/tpu_grpo.py's docstring says how) and render bench/README.md."""
+bench on the chip again (bench/chip/tpu_grpo.py's docstring says how) and render bench/chip/README.md."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ TINYLLAMA_OOM = json.loads((RESULT.parent / "tpu_grpo_tinyllama_oom.json").read_
 SHAPES = [*json.loads(RESULT.read_text())["shapes"], TINYLLAMA_OOM]
 # The float32 tiny test model's log-prob program reserved 3.15 GB where the estimate counts its fp32 logits whole,
 # 4.20 GB (as it does, and matches within 1%, for Qwen3 and both SmolLM2 shapes): 27% over, shown part by part in
-# bench/README.md and not explained. No one trains it; the rates leave it out for its one steady step too.
+# bench/chip/README.md and not explained. No one trains it; the rates leave it out for its one steady step too.
 EXPLAINED_MISSES = {"tiny-b4"}
 
 
