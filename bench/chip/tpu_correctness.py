@@ -46,7 +46,7 @@ from bench.chip.tpu_correctness_step import block_torch, import_check, step_chec
 
 INPUTS = REPO / "bench" / ".tpu-inputs"
 RESULT = "tpu_correctness.json"
-# What the verdicts are about: a change to any of them makes the result stale (tests/bench/test_tpu_correctness_fresh.py).
+# What the verdicts are about: a change to any of them makes the result stale (tests/bench/chip/test_tpu_correctness_fresh.py).
 TRAINER_FILES = (
     "trainer/rollout/cached_llama.py",
     "trainer/rollout/few_rows_matmul.py",

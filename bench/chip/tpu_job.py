@@ -13,7 +13,7 @@ more, by the JAX engine the TPU host has.
     .venv/bin/python bench/chip/tpu_job.py collect DIR                  # here: the task's bench/results file, then
     .venv/bin/python bench/readme_sections.py                      # bench/chip/README.md's block
 Keep each call's record beside the result (bench/results/tpu_job-call-<time>.json, tpu_job_gsm8k-call-<time>.json for
-gsm8k, and its .service.log): tests/bench/test_tpu_job.py collects them again and expects the committed result. The
+gsm8k, and its .service.log): tests/bench/chip/test_tpu_job.py collects them again and expects the committed result. The
 tasks and their registrations: bench/chip/tpu_job_inputs.py.
 
 Everything `run` executes is a command a user would type (`rljob serve --uds`, `rljob submit`, `rljob status`, ...);

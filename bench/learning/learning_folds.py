@@ -68,7 +68,7 @@ FORMAT_PREFIX = "The answer is"
 
 def score(completion: str, answer: str, rewards) -> dict[str, int]:
     """The bench's three scorings of one completion (`rewards`: examples/rewards/arith_correct.py); the eval
-    suites' reward functions score the same way (tests/bench/test_learning_folds_evals.py)."""
+    suites' reward functions score the same way (tests/bench/learning/test_learning_folds_evals.py)."""
     golds = {int(g) for g in json.loads(answer)}
     strict = rewards.arith_correct([""], [completion], None, answer=[answer])[0] == 1.0
     lenient = any(int(n) in golds for n in ANY_INTEGER.findall(completion))

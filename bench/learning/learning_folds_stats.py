@@ -4,7 +4,7 @@ Rows are paired by id over the same 300 questions in every model; a row's `greed
 strict outcomes, its `lenient` and `format` blocks the same for the other two scorings. Intervals are
 bench/learning/learning_stats.py's paired percentile bootstrap over prompts (fixed seed), McNemar exact on the
 greedy outcomes. The rule below is the one committed in bench/preregistration/learning_folds.json
-before the first job; tests/bench/test_learning_folds_stats.py checks the two agree.
+before the first job; tests/bench/learning/test_learning_folds.py checks the two agree.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every figure in the section comes from bench/results/learning.json: accuracies and differences are
 recomputed from the per-row outcomes with bench/learning/learning_stats.py (fixed bootstrap seed), so the
-section is a pure function of the file; tests/bench/test_learning_readme.py checks that bench/learning/README.md
+section is a pure function of the file; tests/bench/learning/test_learning_readme.py checks that bench/learning/README.md
 holds exactly this rendering.
 
     python bench/learning/render_learning.py          # rewrite bench/learning/README.md's section and the plot

@@ -10,7 +10,7 @@ the server's socket, hangup and worker start work on the runtime.
 
 No figure here is a speed: each run says which layers the workers obtained (namespaces, seccomp, Landlock,
 capabilities) and what each hostile probe got, as seen from outside the worker. The run carries the digest of the
-sandbox's sources (`sandbox_digest`): tests/bench/test_reward_sandbox_runtime_fresh.py fails when the sources have
+sandbox's sources (`sandbox_digest`): tests/bench/pipeline/test_reward_sandbox_runtime_fresh.py fails when the sources have
 changed since, so a change to the sandbox is tried on the runtime again (bench/pipeline/README.md renders the runs).
 """
 

@@ -1,6 +1,6 @@
 """Render bench/rollout/README.md's rollout-speed section from bench/results/rollout_speed.json (bench/rollout/rollout_speed.py).
 
-Every figure in the section comes from the result file; tests/bench/test_rollout_speed_readme.py checks
+Every figure in the section comes from the result file; tests/bench/rollout/test_rollout_speed_readme.py checks
 that the README holds exactly this rendering.
 
     python bench/rollout/render_rollout_speed.py

@@ -6,7 +6,7 @@ rollout_keys.py and whatever a later change adds; with each module, the native s
 native/<module>.cc, where there is one. Before issue 54 the engine lived in trainer/maxtext_entry/; at a commit of
 that time its files are read from there.
 bench/rollout/rollout_speed.py copies these files to measure the engine at a commit, and
-tests/bench/test_rollout_speed_fresh.py fails when they differ from the commit the published figures
+tests/bench/rollout/test_rollout_speed_fresh.py fails when they differ from the commit the published figures
 (bench/results/rollout_speed.json) were measured at.
 """
 

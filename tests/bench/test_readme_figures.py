@@ -23,9 +23,9 @@ FIGURE = re.compile(
 
 # Blocks rendered from result files and the test that checks each against its file.
 RENDERED_ELSEWHERE = {
-    "learning-bench": "tests/bench/test_learning_readme.py (bench/learning/render_learning.py)",
-    "rollout-speed": "tests/bench/test_rollout_speed_readme.py (bench/rollout/render_rollout_speed.py)",
-    "verdict-rates": "tests/test_verdict_rates_readme.py (bench/learning/verdict_error_rates.py)",
+    "learning-bench": "tests/bench/learning/test_learning_readme.py (bench/learning/render_learning.py)",
+    "rollout-speed": "tests/bench/rollout/test_rollout_speed_readme.py (bench/rollout/render_rollout_speed.py)",
+    "verdict-rates": "tests/bench/learning/test_verdict_rates_readme.py (bench/learning/verdict_error_rates.py)",
 }
 
 # Numbers with a unit that are not measurements, each with what it is. Matched on the figure and its sentence.

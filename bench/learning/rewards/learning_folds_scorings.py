@@ -7,7 +7,7 @@ fn(prompts=, completions=, tmvp_config=, answer=, ...), each `answer` entry a JS
 - `arith_correct` (strict): its FIRST number is the answer. The logic of examples/rewards/arith_correct.py, the
   reward the trained arm trains with, copied here so that this file alone is the suite's reward file: the
   suite's content hash covers these bytes, and a change to either copy shows as a failing test
-  (tests/bench/test_learning_folds_evals.py scores every completion the bench recorded with both);
+  (tests/bench/learning/test_learning_folds_evals.py scores every completion the bench recorded with both);
 - `arith_lenient`: any integer in it is the answer;
 - `arith_format`: it starts with "The answer is", as the one-shot template asks.
 

@@ -13,7 +13,7 @@ import pytest
 from bench import readme_sections
 from bench.chip import tpu_correctness
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RESULT = REPO / "bench" / "results" / tpu_correctness.RESULT
 SECTION = "tpu-correctness"
 RERUN = (

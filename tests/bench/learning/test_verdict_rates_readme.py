@@ -16,7 +16,7 @@ from service.domain.health.learning_health import HealthPolicy
 from service.domain.records.train_step_summary import FIRST_STEPS_KEPT, HEALTH_WINDOW_STEPS
 from trainer.contract.evaluation import wilson_interval
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 README = REPO / "bench" / "learning" / "README.md"
 ROW = re.compile(r"^\| (?P<what>[^|]+) \| (?P<when>[^|]+) \| (?P<one>[^|]+) \| (?P<default>[^|]+) \|$")
 CELL = re.compile(r"^(?P<p>[\d.]+)% \[(?P<low>[\d.]+)%, (?P<high>[\d.]+)%\](?:, median step (?P<median>[\d.]+))?$")

@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RESULT = REPO / "bench" / "results" / "tpu_grpo.json"
 
 

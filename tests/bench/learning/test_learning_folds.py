@@ -11,7 +11,7 @@ from bench.learning.arith_difficulty import load_rewards
 from bench.learning.arith_folds import FOLDS, control_reward_text, fact_key, fold_rows
 from bench.learning.learning_folds import PREREGISTRATION, score
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _fact(question: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.pipeline.reward_sandbox_runtime import SANDBOX_SOURCES, sandbox_digest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 RERUN = (
     "on the TPU machine (the device tool): `python3.12 bench/pipeline/reward_sandbox_runtime.py --runtime gvisor --commit <HEAD> "
