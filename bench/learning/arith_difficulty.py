@@ -39,7 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from trainer.evals.hf_sampler import PrefixSampler  # noqa: E402  (bench/learning*.py import it from here)
+from trainer.evals.hf_sampler import PrefixSampler  # noqa: E402  (bench/learning/learning*.py import it from here)
 from trainer.offline.arith_rows import DEFAULT_SEED, Difficulty, arith_split  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "arith_difficulty.json"
