@@ -1,10 +1,10 @@
-"""bench/README.md's passages whose figures come from result files in bench/results/, rendered by one script.
+"""The group READMEs' passages whose figures come from result files in bench/results/, rendered by one script.
 
-Each section sits between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in bench/README.md and is
-a pure function of its result file(s); tests/bench/test_readme_sections.py fails when the page and
-the files disagree. A block whose begin marker is indented (inside a list item) is indented as much.
-The renderers live in bench/readme_render/; SECTIONS below names each block's files and renderer.
-After a bench writes a new result file:
+Each section sits between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in the README of its group
+(bench/<group>/README.md; bench/README.md is the index) and is a pure function of its result file(s);
+tests/bench/test_readme_sections.py fails when a page and the files disagree. A block whose begin marker is indented
+(inside a list item) is indented as much. The renderers live in bench/readme_render/; SECTIONS below names each
+block's files, renderer and group. After a bench writes a new result file:
 
     python bench/readme_sections.py            # rewrite every section
     python bench/readme_sections.py --check    # exit 1 and name the sections that differ
@@ -37,7 +37,10 @@ from bench.readme_render.tpu_grpo import render_tpu_grpo  # noqa: E402
 from bench.readme_render.tpu_job import render_tpu_job  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
-README = REPO / "bench" / "README.md"  # the benchmarks page, not the repository's front door
+README = REPO / "bench" / "README.md"  # the benchmarks' index, not the repository's front door
+# Each group's folder and its README, which holds the group's blocks.
+GROUPS = ("chip", "learning", "control_plane", "rollout", "estimate", "pipeline")
+PAGES = {group: REPO / "bench" / group / "README.md" for group in GROUPS}
 
 
 def load(name: str) -> dict[str, Any]:
@@ -46,7 +49,7 @@ def load(name: str) -> dict[str, Any]:
 
 
 def render_goodput_tiny(result: dict[str, Any]) -> str:
-    """The tiny demo job's goodput, as bench/eval_panel_screenshot.py --tiny recorded it."""
+    """The tiny demo job's goodput, as bench/control_plane/eval_panel_screenshot.py --tiny recorded it."""
     goodput = result["goodput"]
     wall, parts = goodput["wall_s"], goodput["parts"]
     shown = sorted(((name, s) for name, s in parts.items() if s >= 0.5), key=lambda item: -item[1])
@@ -64,35 +67,49 @@ def render_goodput_tiny(result: dict[str, Any]) -> str:
     )
 
 
-# name -> (result files, renderer of their contents in that order)
-SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str]]] = {
-    "goodput-tiny": (("goodput-bar.json",), render_goodput_tiny),
-    "arith-difficulty": (("arith_difficulty.json",), learning_benches.render_arith_difficulty),
-    "learning-folds": (("learning_folds.json",), render_learning_folds),
-    "learning-folds-eval-check": (("learning_folds_eval_check.json",), render_learning_folds_eval_check),
-    "events-upload": (("events_upload.json",), storage_benches.render_events_upload),
-    "schemathesis": (("schemathesis.json",), service_benches.render_schemathesis),
-    "kill-loop": (("kill_loop.json",), service_benches.render_kill_loop),
-    "fit-calibration": (("fit_calibration.json",), storage_benches.render_fit_calibration),
-    "sse-fanout": (("sse_fanout.json",), service_benches.render_sse_fanout),
-    "replicas": (("replicas.json",), service_benches.render_replicas),
-    "idle-cpu": (("idle_cpu-4d5c520.json", "idle_cpu.json"), service_benches.render_idle_cpu),
-    "upload": (("upload.json",), storage_benches.render_upload),
-    "run-size": (("run_size.json",), storage_benches.render_run_size),
-    "control-plane": (("control_plane.json", "control_plane-5ebe387.json"), read_path_benches.render_control_plane_runs),
-    "status-read": (("status_read.json",), render_status_read),
-    "status-read-running": (("status_read_running.json",), render_status_read_running),
-    "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead),
-    "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy),
-    "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes),
-    "reward-container-cost": (("reward_container_cost.json",), render_reward_container_cost),
-    "tpu-grpo": (("tpu_grpo.json",), render_tpu_grpo),
-    "tpu-job": (("tpu_job.json",), render_tpu_job),
-    "tpu-job-gsm8k": (("tpu_job_gsm8k.json",), render_tpu_job),
-    "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness),
-    "loss-agg-explore": (("loss_agg_explore.json",), render_loss_agg_explore),
-    "learning-seeds": (("learning_seeds.json",), render_learning_seeds),
+# name -> (result files, renderer of their contents in that order, the group whose README holds the block)
+SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str], str]] = {
+    "goodput-tiny": (("goodput-bar.json",), render_goodput_tiny, "control_plane"),
+    "arith-difficulty": (("arith_difficulty.json",), learning_benches.render_arith_difficulty, "learning"),
+    "learning-folds": (("learning_folds.json",), render_learning_folds, "learning"),
+    "learning-folds-eval-check": (("learning_folds_eval_check.json",), render_learning_folds_eval_check, "learning"),
+    "events-upload": (("events_upload.json",), storage_benches.render_events_upload, "pipeline"),
+    "schemathesis": (("schemathesis.json",), service_benches.render_schemathesis, "control_plane"),
+    "kill-loop": (("kill_loop.json",), service_benches.render_kill_loop, "control_plane"),
+    "fit-calibration": (("fit_calibration.json",), storage_benches.render_fit_calibration, "estimate"),
+    "sse-fanout": (("sse_fanout.json",), service_benches.render_sse_fanout, "control_plane"),
+    "replicas": (("replicas.json",), service_benches.render_replicas, "control_plane"),
+    "idle-cpu": (("idle_cpu-4d5c520.json", "idle_cpu.json"), service_benches.render_idle_cpu, "control_plane"),
+    "upload": (("upload.json",), storage_benches.render_upload, "pipeline"),
+    "run-size": (("run_size.json",), storage_benches.render_run_size, "pipeline"),
+    "control-plane": (
+        ("control_plane.json", "control_plane-5ebe387.json"),
+        read_path_benches.render_control_plane_runs,
+        "control_plane",
+    ),
+    "status-read": (("status_read.json",), render_status_read, "control_plane"),
+    "status-read-running": (("status_read_running.json",), render_status_read_running, "control_plane"),
+    "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead, "pipeline"),
+    "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy, "estimate"),
+    "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes, "pipeline"),
+    "reward-container-cost": (("reward_container_cost.json",), render_reward_container_cost, "pipeline"),
+    "tpu-grpo": (("tpu_grpo.json",), render_tpu_grpo, "chip"),
+    "tpu-job": (("tpu_job.json",), render_tpu_job, "chip"),
+    "tpu-job-gsm8k": (("tpu_job_gsm8k.json",), render_tpu_job, "chip"),
+    "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness, "chip"),
+    "loss-agg-explore": (("loss_agg_explore.json",), render_loss_agg_explore, "learning"),
+    "learning-seeds": (("learning_seeds.json",), render_learning_seeds, "learning"),
 }
+
+
+def page(name: str) -> Path:
+    """The README that holds the block `name`: its group's."""
+    return PAGES[SECTIONS[name][2]]
+
+
+def sections_of(group: str) -> list[str]:
+    """The blocks the group's README holds, in SECTIONS' order."""
+    return [name for name, (_, _, held_by) in SECTIONS.items() if held_by == group]
 
 
 def _markers(name: str) -> tuple[str, str]:
@@ -100,7 +117,7 @@ def _markers(name: str) -> tuple[str, str]:
 
 
 def rendered(name: str) -> str:
-    files, render = SECTIONS[name]
+    files, render, _ = SECTIONS[name]
     return render(*(load(f) for f in files))
 
 
@@ -133,30 +150,41 @@ def replace(readme: str, name: str, text: str) -> str:
     block = _block(readme, name)
     if block is None:
         begin, end = _markers(name)
-        raise SystemExit(f"bench/README.md has no {begin} ... {end} block")
+        raise SystemExit(f"{page(name).relative_to(REPO) if name in SECTIONS else 'the page'} has no {begin} ... {end} block")
     start, stop, indent = block
     return readme[:start] + _indent(text, indent) + "\n" + readme[stop:]
+
+
+def render_page(group: str, readme: str) -> str:
+    """The group's README with each of its blocks rendered from its files (a block whose files are missing kept)."""
+    for name in sections_of(group):
+        if all((RESULTS / f).exists() for f in SECTIONS[name][0]):
+            readme = replace(readme, name, rendered(name))
+    return readme
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a section differs from its files")
     args = parser.parse_args()
-    readme = README.read_text()
-    missing = [name for name, (files, _) in SECTIONS.items() if not all((RESULTS / f).exists() for f in files)]
+    readmes = {group: path.read_text() for group, path in PAGES.items()}
+    missing = [name for name, (files, _, _) in SECTIONS.items() if not all((RESULTS / f).exists() for f in files)]
     for name in missing:
         absent = [f for f in SECTIONS[name][0] if not (RESULTS / f).exists()]
         print(f"bench:{name}: no bench/results/{', '.join(absent)}; section left as it is", file=sys.stderr)
-    stale = [name for name in SECTIONS if name not in missing and current(readme, name) != rendered(name)]
+    stale = [name for name in SECTIONS if name not in missing and current(readmes[SECTIONS[name][2]], name) != rendered(name)]
     if args.check:
         for name in stale:
-            print(f"bench/README.md's bench:{name} section differs from {', '.join(SECTIONS[name][0])}", file=sys.stderr)
+            print(
+                f"{page(name).relative_to(REPO)}'s bench:{name} section differs from {', '.join(SECTIONS[name][0])}",
+                file=sys.stderr,
+            )
         return 1 if stale or missing else 0
-    for name in SECTIONS:
-        if name not in missing:
-            readme = replace(readme, name, rendered(name))
-    README.write_text(readme)
-    print(f"rendered {len(SECTIONS) - len(missing)} section(s); {len(stale)} changed")
+    for group, readme in readmes.items():
+        wanted = render_page(group, readme)
+        if wanted != readme:
+            PAGES[group].write_text(wanted)
+    print(f"rendered {len(SECTIONS) - len(missing)} section(s) in {len(PAGES)} group README(s); {len(stale)} changed")
     return 1 if missing else 0
 
 

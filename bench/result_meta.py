@@ -1,7 +1,7 @@
 """Where a benchmark result was measured: every result file in bench/results/ carries these facts, so a figure in
 the README traces to a machine, its load, a commit and the command that produced it.
 
-    from result_meta import write_result
+    from bench.result_meta import write_result
     write_result("sse_fanout.json", report)   # adds "machine" (facts at the start) and "load_average_at_end"
 """
 

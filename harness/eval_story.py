@@ -5,7 +5,7 @@ The per-row outcomes are made up, with known flips, so what the page must show i
 before 102/300 right; at step 10, 38 rows improved and 5 regressed (135/300); after, 60 improved and
 9 regressed (153/300). The counts and the paired interval are the trainer's own code's
 (`paired_difference`), and the 95% Wilson intervals are the service's, as in a real run.
-Used by the browser tests and by bench/eval_panel_screenshot.py.
+Used by the browser tests and by bench/control_plane/eval_panel_screenshot.py.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ What is generated, and from what:
   type, default, bounds and description.
 - docs/architecture.md: the phase diagram between `<!-- phase-diagram -->` markers, from the transition table in
   service/domain/phases.py.
-- bench/README.md: every block rendered from bench/results/ (bench/readme_sections.py, bench/render_learning.py,
-  bench/render_rollout_speed.py, bench/verdict_error_rates.py).
+- bench/<group>/README.md: every block rendered from bench/results/ (bench/readme_sections.py names each block's
+  group; bench/learning/render_learning.py, bench/rollout/render_rollout_speed.py, bench/learning/verdict_error_rates.py).
 tests/test_docs_generated.py runs the check in-process, so a page that drifts from its source fails the suite.
 """
 
@@ -32,7 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run by path: the repository's packages are importable as in the tests
     sys.path.insert(0, str(REPO))
 
-from bench import readme_sections, render_learning, render_rollout_speed, verdict_error_rates  # noqa: E402
+from bench import readme_sections  # noqa: E402
+from bench.learning import render_learning, verdict_error_rates  # noqa: E402
+from bench.rollout import render_rollout_speed  # noqa: E402
 from service.cli.doc_tables import generated_tables  # noqa: E402
 from service.domain.records.phases import ALLOWED_TRANSITIONS, TERMINAL, JobPhase  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
@@ -41,7 +43,6 @@ from trainer.contract.spec_hash import hash_rule  # noqa: E402
 SETTINGS_PAGE = REPO / "docs" / "settings.md"
 SPEC_PAGE = REPO / "docs" / "spec.md"
 ARCHITECTURE_PAGE = REPO / "docs" / "architecture.md"
-BENCH_PAGE = readme_sections.README
 REGENERATE = ".venv/bin/python scripts/render_docs.py"
 
 
@@ -167,7 +168,7 @@ def phase_diagram() -> str:
     return "\n".join([*lines, "```"])
 
 
-# --- bench/README.md ----------------------------------------------------------------------------------------
+# --- bench/<group>/README.md --------------------------------------------------------------------------------
 
 
 def _between(text: str, begin: str, end: str, body: str, page: str) -> str:
@@ -177,15 +178,23 @@ def _between(text: str, begin: str, end: str, body: str, page: str) -> str:
     return text[:start] + "\n" + body + "\n" + text[stop:]
 
 
-def bench_page(text: str) -> str:
-    for name in readme_sections.SECTIONS:
-        text = readme_sections.replace(text, name, readme_sections.rendered(name))
-    learning = json.loads(render_learning.RESULT_FILE.read_text())
-    text = render_learning.replace_section(text, render_learning.render_section(learning, render_learning.followup_files()))
-    speed = json.loads(render_rollout_speed.RESULT_FILE.read_text())
-    text = render_rollout_speed.replace_section(text, render_rollout_speed.render_section(speed))
-    verdicts = verdict_error_rates.render(json.loads(verdict_error_rates.RESULT_FILE.read_text())).rstrip("\n")
-    return _between(text, verdict_error_rates.BEGIN, verdict_error_rates.END, verdicts, "bench/README.md")
+def bench_page(group: str) -> Callable[[str], str]:
+    """What bench/<group>/README.md should hold: each of its blocks rendered from bench/results/."""
+
+    def render(text: str) -> str:
+        for name in readme_sections.sections_of(group):
+            text = readme_sections.replace(text, name, readme_sections.rendered(name))
+        if group == "learning":
+            learning = json.loads(render_learning.RESULT_FILE.read_text())
+            text = render_learning.replace_section(text, render_learning.render_section(learning, render_learning.followup_files()))
+            verdicts = verdict_error_rates.render(json.loads(verdict_error_rates.RESULT_FILE.read_text())).rstrip("\n")
+            text = _between(text, verdict_error_rates.BEGIN, verdict_error_rates.END, verdicts, "bench/learning/README.md")
+        if group == "rollout":
+            speed = json.loads(render_rollout_speed.RESULT_FILE.read_text())
+            text = render_rollout_speed.replace_section(text, render_rollout_speed.render_section(speed))
+        return text
+
+    return render
 
 
 # --- all pages ----------------------------------------------------------------------------------------------
@@ -195,7 +204,7 @@ PAGES: dict[Path, Callable[[str], str]] = {
     SETTINGS_PAGE: lambda text: replace_marked(text, generated_tables(), "docs/settings.md"),
     SPEC_PAGE: lambda _text: spec_page(),
     ARCHITECTURE_PAGE: lambda text: replace_marked(text, {"phase-diagram": phase_diagram()}, "docs/architecture.md"),
-    BENCH_PAGE: bench_page,
+    **{page: bench_page(group) for group, page in readme_sections.PAGES.items()},
 }
 
 

@@ -12,7 +12,7 @@ is no model anyone trains, and its one steady step is no steady state). Per shap
 - the KV cache's write per position, where the shape's step was profiled: the decode step's `dynamic_update_slice`
   device time (xprof's table, the bench's profile summary), per byte of the chip's KV cache, by the model's head
   width (on v5e SmolLM2's 64-wide heads took ~2.2 ms per GB of cache, Qwen3's 128-wide ~0.1: the write moves the
-  cache when the head is narrower than the lane width, bench/README.md);
+  cache when the head is narrower than the lane width, bench/chip/README.md);
 - HBM efficiency: the bytes a chip reads per position (the fit estimate's weights and KV cache per chip, which the
   result carries) / the seconds per position less that write / the chip's HBM bandwidth;
 - update utilization: the update part's FLOPs (6 x parameters per token, plus 2 per log-prob pass, which ran inside

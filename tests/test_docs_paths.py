@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", *(ROOT / "docs").glob("*.md")])
+PAGES = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", *(ROOT / "bench").glob("*/README.md"), *(ROOT / "docs").glob("*.md")])
 TOP_DIRS = ("service", "trainer", "bench", "docs", "tests", "scripts", "k8s", "docker", "examples", "dashboard", "harness", ".ci")
 TOP_FILES = ("skaffold.yaml", "pyproject.toml", "constraints.txt", "README.md")
 # `service/api/deps.py`, `trainer/stages/`, `skaffold.yaml`: a path under one of our top folders, or a top-level file.

@@ -28,14 +28,18 @@ NOT_SETTINGS = {
     "RLJOB_GOODPUT": "the goodput recorder's stdout line prefix (trainer/contract/goodput.py), read by the pipeline, not a variable",
     "RLJOB_CHECKPOINT": "the checkpoint reporter's stdout line prefix (trainer/maxtext_entry/checkpoint_reporter.py), not a variable",
     "RLJOB_REWARD_FAILED": "the reward sandbox's stdout line prefix (trainer/contract/reward_sandbox.py), read by the train stage",
-    "RLJOB_BENCH_WORK": "the learning bench's scratch directory (bench/learning_folds.py), read by that script only",
-    "RLJOB_SEEDS_WORK": "the seeds bench's scratch directory (bench/learning_seeds.py), read by that script only",
-    "RLJOB_TPU_JOB_WORK": "the chip job bench's scratch directory on the chip's machine (bench/tpu_job.py), read by that script only",
+    "RLJOB_BENCH_WORK": "the learning bench's scratch directory (bench/learning/learning_folds.py), read by that script only",
+    "RLJOB_SEEDS_WORK": "the seeds bench's scratch directory (bench/learning/learning_seeds.py), read by that script only",
+    "RLJOB_TPU_JOB_WORK": "the chip job bench's scratch directory on the chip's machine (bench/chip/tpu_job.py), read by that script only",
     "RLJOB_TRACE_STEP": "which step of scripts/tpu_stage.py trace a traced process belongs to (scripts/tpu_staging/trace.py), set there",
     "RLJOB_TEST_MANIFEST_PARSE_PIDS": "where a test records which process parsed each manifest (test_manifest_worker.py)",
-    "RLJOB_BENCH_PROBE_OUT": "where the TPU bench's probe writes (bench/tpu_probe/sitecustomize.py), set by bench/tpu_grpo.py only",
-    "RLJOB_OBJECTIVE_PROBE": "the chip correctness bench's objective line prefix (bench/tpu_correctness_step.py), not a variable",
-    "RLJOB_BENCH_PROBE_TRACE_STEP": "the step the TPU bench's probe profiles (bench/tpu_probe/sitecustomize.py), set by bench/tpu_grpo.py",
+    "RLJOB_BENCH_PROBE_OUT": (
+        "where the TPU bench's probe writes (bench/chip/tpu_probe/sitecustomize.py), set by bench/chip/tpu_grpo.py only"
+    ),
+    "RLJOB_OBJECTIVE_PROBE": "the chip correctness bench's objective line prefix (bench/chip/tpu_correctness_step.py), not a variable",
+    "RLJOB_BENCH_PROBE_TRACE_STEP": (
+        "the step the TPU bench's probe profiles (bench/chip/tpu_probe/sitecustomize.py), set by bench/chip/tpu_grpo.py"
+    ),
     "RLJOB_SANDBOX_CHECK_SECRET": "the secret `trainer sandbox-check` hides from its workers (trainer/rewards_sandbox/self_check.py)",
 }
 

@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     data.add_argument("--out", required=True, help="directory to write the splits' parquet and JSON lines into")
     data.add_argument("--train-rows", type=int, default=None, help="generated training rows (default: gsm8k 2000, arith 50)")
     data.add_argument("--seed", type=int, default=None, help="seed for the generated rows")
-    arith = data.add_argument_group("arith only (defaults: the difficulty bench/arith_difficulty.py chose)")
+    arith = data.add_argument_group("arith only (defaults: the difficulty bench/learning/arith_difficulty.py chose)")
     arith.add_argument("--dev-rows", type=int, default=None, help="rows for tuning, never eval's (default 10)")
     arith.add_argument("--eval-rows", type=int, default=None, help="evaluation rows (default 40)")
     arith.add_argument("--digits", type=int, default=None, help="digits per operand (1 means 0-9)")

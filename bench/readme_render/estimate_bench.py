@@ -1,4 +1,4 @@
-"""bench/estimate_accuracy.py's section: each tiny job's estimate at submit against what it took."""
+"""bench/estimate/estimate_accuracy.py's section: each tiny job's estimate at submit against what it took."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""README passages of the learning task's benches: the arithmetic difficulty sweep (bench/arith_difficulty.py)."""
+"""README passages of the learning task's benches: the arithmetic difficulty sweep (bench/learning/arith_difficulty.py)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def render_arith_difficulty(result: dict[str, Any]) -> str:
     best_outside = ", ".join(f"{kind} at most {p:.2f}" for kind, p in sorted(outside.items(), key=lambda item: -item[1]))
     chosen = choice["setting"] | {"temperature": choice["temperature"]}
     return (
-        f"The difficulty was chosen before any training (`bench/arith_difficulty.py`, "
+        f"The difficulty was chosen before any training (`bench/learning/arith_difficulty.py`, "
         f"`bench/results/arith_difficulty.json`, {where(result.get('machine'))}): SmolLM2-135M sampled on "
         f"{settings[0]['prompts']} train prompts x {sampling['generations']} completions per setting with train_rl's own "
         f"prompts and the training reward, at temperatures {temperatures}. {len(inside)} of {len(settings)} settings reach "

@@ -1,4 +1,4 @@
-"""bench/README.md's passage on the pre-registered learning bench (bench/learning_folds.py), from
+"""bench/learning/README.md's passage on the pre-registered learning bench (bench/learning/learning_folds.py), from
 bench/results/learning_folds.json and bench/preregistration/learning_folds.json. A partial result file
 (an arm not yet run) renders as partial and says what is missing."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bench.learning_folds_stats import DECISION_RULE, PREREGISTRATION
+from bench.learning.learning_folds_stats import DECISION_RULE, PREREGISTRATION
 from bench.readme_render.common import duration, where
 
 MODELS = ("base", "trained", "control", "peer_trl")
@@ -57,7 +57,7 @@ def render_learning_folds(results: dict[str, Any]) -> str:
         "Pre-registered in bench/preregistration/learning_folds.json (committed before the first job, with the "
         f"decision rule, fold and spec hashes and the re-run policy); base measured first "
         f"({where(results.get('machine', {}).get('base'))}). "
-        f"Task: all 300 one-digit questions with +, - and *, two folds split by fact (bench/arith_folds.py, folds "
+        f"Task: all 300 one-digit questions with +, - and *, two folds split by fact (bench/learning/arith_folds.py, folds "
         f"{', '.join(f'{f} `{h}`' for f, h in pre['fold_hashes'].items())}); every trained model is scored on the fold "
         "it did not train on. "
         f"GRPO: {pre['steps']} steps of {grpo['batch_size']} prompts x {grpo['num_generations']} completions, learning rate "
@@ -119,7 +119,7 @@ def _final_kl(results: dict[str, Any]) -> str:
 
 
 def render_learning_folds_eval_check(result: dict[str, Any]) -> str:
-    """bench/learning_folds_eval_check.py's comparison of one eval job with the recorded in-process evaluation."""
+    """bench/learning/learning_folds_eval_check.py's comparison of one eval job with the recorded in-process evaluation."""
     agreement, evals = result["agreement"], result["eval_job"]["evals"]
     (fold, record), *_ = evals.items()
     suite = record["suite"]
@@ -130,7 +130,8 @@ def render_learning_folds_eval_check(result: dict[str, Any]) -> str:
         return f"{_pct(c['eval_job'])} vs {_pct(c['in_process'])}, {verdict}"
 
     lines = [
-        f"A by-hand check of the evaluation path (`bench/learning_folds_eval_check.py`, {where(result.get('machine'))}): `base` on "
+        "A by-hand check of the evaluation path (`bench/learning/learning_folds_eval_check.py`, "
+        f"{where(result.get('machine'))}): `base` on "
         f"fold {fold} ({result['rows']} rows) in eval job `{record['eval_id']}` ({suite['name']} v{suite['version']}, content hash "
         f"`{suite['content_hash']}`, {duration(record['generate_s'])} generating) against the recorded in-process evaluation "
         f"(bench/results/learning_folds.json's `base`, below). Greedy completions identical: "

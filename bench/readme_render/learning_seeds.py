@@ -1,13 +1,13 @@
-"""bench/README.md's passage on the pre-registered multi-seed comparison (bench/learning_seeds.py), from
+"""bench/learning/README.md's passage on the pre-registered multi-seed comparison (bench/learning/learning_seeds.py), from
 bench/results/learning_seeds.json. The figures and the verdict are recomputed from the recorded rows with the
-registered rule (bench/learning_seeds_stats.py), never read from the file's stored summary, so a summary left
+registered rule (bench/learning/learning_seeds_stats.py), never read from the file's stored summary, so a summary left
 stale by a later run cannot render."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench import learning_seeds_stats as stats
+from bench.learning import learning_seeds_stats as stats
 from bench.readme_render.common import duration, load_span
 
 ARM_NAMES = {"rljob": "rljob (fresh rollout keys, `kl_direction: policy_to_reference`)", "peer_trl": "TRL 1.16.0 GRPOTrainer"}
@@ -43,7 +43,7 @@ def _run_line(seed: str, run: dict[str, Any], accuracy: dict[str, Any] | None) -
 
 
 def _what_ran(train: dict[str, Any]) -> str:
-    return f"job `{train['job_id']}`" if "job_id" in train else "bench/peer_trl.py"  # TRL runs in-process: no job
+    return f"job `{train['job_id']}`" if "job_id" in train else "bench/learning/peer_trl.py"  # TRL runs in-process: no job
 
 
 def _reruns(results: dict[str, Any]) -> list[str]:

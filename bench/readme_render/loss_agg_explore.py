@@ -1,4 +1,4 @@
-"""bench/README.md's passage on the exploratory loss_agg_mode run (bench/loss_agg_explore.py), from
+"""bench/learning/README.md's passage on the exploratory loss_agg_mode run (bench/learning/loss_agg_explore.py), from
 bench/results/loss_agg_explore.json. The verdict is recomputed from the recorded difference, so a result file
 whose stored verdict disagrees with its own figures cannot render as if it agreed."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.loss_agg_explore import CANDIDATE, DEFAULT, EVAL_FOLD, MODES, TRAIN_FOLD, decide
+from bench.learning.loss_agg_explore import CANDIDATE, DEFAULT, EVAL_FOLD, MODES, TRAIN_FOLD, decide
 from bench.readme_render.common import duration, where
 
 

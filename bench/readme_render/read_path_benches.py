@@ -1,5 +1,5 @@
-"""README passages of the control plane's read path (bench/control_plane.py) and the trainer's overhead on
-MaxText (bench/trainer_overhead.py): tables, ratios, verdicts and gaps computed from their result files."""
+"""README passages of the control plane's read path (bench/control_plane/control_plane.py) and the trainer's overhead on
+MaxText (bench/pipeline/trainer_overhead.py): tables, ratios, verdicts and gaps computed from their result files."""
 
 from __future__ import annotations
 

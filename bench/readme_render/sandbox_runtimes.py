@@ -1,4 +1,4 @@
-"""README passage of bench/reward_sandbox_runtime.py: what the reward sandbox held on a real container runtime."""
+"""README passage of bench/pipeline/reward_sandbox_runtime.py: what the reward sandbox held on a real container runtime."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def render_sandbox_runtimes(result: dict[str, Any]) -> str:
 
 
 def render_reward_container_cost(result: dict[str, Any]) -> str:
-    """bench/reward_container_cost.py: a call through the reward container's server against the trainer's own worker."""
+    """bench/pipeline/reward_container_cost.py: a call through the reward container's server against the trainer's own worker."""
     latency, machine, memory = result["latency"], result["machine"], result["reward_container_memory"]
     low, high = result["median_ratio_ci95"]
     side = {"in_process": "the trainer's own worker", "reward_container": "the reward container's"}

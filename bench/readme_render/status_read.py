@@ -1,4 +1,4 @@
-"""README passage of the status read against the minimal app at saturation (bench/status_read.py; issue 54, section 4)."""
+"""README passage of the status read against the minimal app at saturation (bench/control_plane/status_read.py; issue 54, section 4)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _median(rounds: list[dict[str, Any]], server: str, window: str, field: str) 
 
 
 def render_status_read_running(result: dict[str, Any]) -> str:
-    """The same passage for `--running`: one RUNNING job's read (bench/running_job.py), issue 68 section 6's goal."""
+    """The same passage for `--running`: one RUNNING job's read (bench/control_plane/running_job.py), issue 68 section 6's goal."""
     return render_status_read(result, file="status_read_running.json", goal="Issue 68's goal (issue 54's, for a job under way)")
 
 

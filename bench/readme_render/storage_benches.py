@@ -65,7 +65,7 @@ def render_fit_calibration(result: dict[str, Any]) -> str:
 
 
 def render_run_size(result: dict[str, Any]) -> str:
-    """A real run directory's size with the default retention (bench/run_size.py)."""
+    """A real run directory's size with the default retention (bench/pipeline/run_size.py)."""
     last = result["storage_events"][-1]
     parts = sorted(((name, size) for name, size in last["parts"].items() if size >= 2**20), key=lambda item: -item[1])
     listed = ", ".join(f"{name} {size / GIB:.2f} GiB" for name, size in parts)

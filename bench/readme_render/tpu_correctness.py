@@ -1,4 +1,4 @@
-"""README passage of bench/tpu_correctness.py: the jax rollout engine against MaxText's forward on the chip, and the GRPO
+"""README passage of bench/chip/tpu_correctness.py: the jax rollout engine against MaxText's forward on the chip, and the GRPO
 step's stop-token and objective patches there."""
 
 from __future__ import annotations

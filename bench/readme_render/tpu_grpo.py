@@ -1,11 +1,11 @@
-"""README passage of bench/tpu_grpo.py: the GRPO train stage on one TPU v5e chip, per shape: time, where the
+"""README passage of bench/chip/tpu_grpo.py: the GRPO train stage on one TPU v5e chip, per shape: time, where the
 profiled step's device time went, and memory against the fit estimate."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.fit_calibration_tpu import TOLERANCE, compare, differences
+from bench.estimate.fit_calibration_tpu import TOLERANCE, compare, differences
 from bench.readme_render.tpu_estimate_held_out import render_held_out
 
 GIB = 1024**3
@@ -60,10 +60,10 @@ def _memory_row(shape: dict[str, Any]) -> str:
 
 
 def _calibration(shapes: list[dict[str, Any]]) -> str:
-    """Each shape's figure against the estimate's, and part by part what differs (bench/fit_calibration_tpu.py)."""
+    """Each shape's figure against the estimate's, and part by part what differs (bench/estimate/fit_calibration_tpu.py)."""
     rows = [compare(s) for s in shapes]
     return (
-        f"Calibration (`bench/fit_calibration_tpu.py`; tests/trainer/test_fit_calibration.py holds each within "
+        f"Calibration (`bench/estimate/fit_calibration_tpu.py`; tests/trainer/test_fit_calibration.py holds each within "
         f"{TOLERANCE:.0%}): "
         + "; ".join(
             f"{r['shape']} {r['measured_kind']} {r['measured'] / GIB:.2f} GiB, estimated {r['estimated'] / GIB:.2f} "

@@ -1,12 +1,12 @@
-"""bench/README.md's chip job block (bench/results/tpu_job.json, bench/tpu_job.py): a whole job through the service on
+"""bench/chip/README.md's chip job block (bench/results/tpu_job.json, bench/chip/tpu_job.py): a whole job through the service on
 the TPU chip, the runs of the pre-registered learning bench so far, its rule's verdicts and the cost per point."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from bench.chip.tpu_job_stats import cost_per_point, cost_summary, decide
 from bench.readme_render.common import duration
-from bench.tpu_job_stats import cost_per_point, cost_summary, decide
 
 SCORE_NAMES = {"sampled": "sampled", "pass@1": "pass@1 (greedy)"}
 

@@ -5,7 +5,7 @@ Each run goes through the service as a user would, on this machine's CPU: make-t
 workers, export and its check), its status, logs and samples, and an eval job on its last checkpoint (the eval
 export, the evaluate stage), on a Unix socket as on the chip's machine. Besides: what the jax engine imports (jax,
 flax, safetensors, transformers, tokenizers, huggingface_hub, numpy, gguf reading the SmolLM2 GGUF) and the profile
-reader bench/tpu_grpo.py uses. The first run as things are, the second with torch not installed (without_torch):
+reader bench/chip/tpu_grpo.py uses. The first run as things are, the second with torch not installed (without_torch):
 trace_collect.py keeps what a TPU host needs and leaves torch and what only torch brings; host_requirements.txt gets
 the result.
 """

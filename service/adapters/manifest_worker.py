@@ -2,7 +2,7 @@
 
 A manifest within the service's bounds is up to 64 MiB and 2,000,000 JSON values. json.loads of one near the bound
 took about 0.5 s, and counting the values of a 64 MiB one about 0.1 s, and the service's interpreter lock was held
-throughout, so every other request (any team's) waited through it: bench/hostile_load.py saw another team's p95 at
+throughout, so every other request (any team's) waited through it: bench/control_plane/hostile_load.py saw another team's p95 at
 x10-x27 of its value at rest in the cases that end a job with such a manifest. Here the bytes go to a worker
 process of their own (spawned, not forked: the service has threads), which counts and parses them and answers with
 manifest_sizes.ManifestSizes (a few hundred bytes) or ManifestRefused; the service's lock is held only to copy the
@@ -12,7 +12,7 @@ trip would cost more than the parse.
 A worker that dies (the kernel's OOM killer, a crash) or takes longer than `timeout_s` is replaced and the manifest is
 answered as unreadable (the job's artifacts keep what its events said, as for any unreadable manifest); the next
 manifest gets a fresh worker. The worker's memory counts against the pod's limit with the service's: both stay far
-under it (bench/hostile_load.py samples the service and its children).
+under it (bench/control_plane/hostile_load.py samples the service and its children).
 """
 
 from __future__ import annotations

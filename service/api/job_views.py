@@ -1,6 +1,6 @@
 """The status read and the list page as JSON bytes, without a thread hop when the job is in memory.
 
-Where a status read's time went (bench/control_plane.py, bench/README.md): the thread-pool hop for the store
+Where a status read's time went (bench/control_plane/control_plane.py, bench/control_plane/README.md): the thread-pool hop for the store
 read (and the GIL hand-offs it brings under load), the SQL read and record build, the JobPublic build
 and its validation and serialization. Here:
 - the record comes from the store's shared records (SQLite: this process writes every job, and each
@@ -12,7 +12,7 @@ and its validation and serialization. Here:
   any write (a step, an evaluation, a phase) makes a new record and the very next read renders it, so
   only what moves with the clock alone (usage and goodput to now, the ETA, a stall verdict) may be up to
   LIVE_VIEW_S old. A dashboard polling a running job every second or two is the read this serves
-  (bench/status_read.py --running);
+  (bench/control_plane/status_read.py --running);
 - the JSON is what FastAPI would have written for the JobPublic (pydantic's serializer, same options),
   and a page is those bytes joined as pydantic joins a list.
 A store without shared records (PostgreSQL: other replicas write; tests' fakes) reads as before.

@@ -3,7 +3,7 @@
 The launcher's log iterator is synchronous. Each step runs in a worker thread on this module's own
 capacity limiter, never the shared one every sync route uses, and takes every line that is ready (up to
 CHUNK_BYTES) as one piece: a thread hop per line cost 45-90 us of CPU, and a busy trainer prints
-thousands of lines a second (bench/log_read_cpu.py measures both). A step ends at the launcher's None:
+thousands of lines a second (bench/control_plane/log_read_cpu.py measures both). A step ends at the launcher's None:
 the local launcher's "nothing new", after which the stream waits on the event loop, checks whether the
 client is still there and whether the job has ended, and asks again; the Kubernetes launcher's "what
 arrived is given", before a pod-log read that blocks (bounded by its read timeout), on this limiter too.
@@ -30,7 +30,7 @@ CHUNK_BYTES = 64 * 1024  # a log read without follow is sent in pieces of about 
 def log_chunks(lines: Iterator[str | None], chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     """A finite log as pieces of whole lines (take_ready's, until the end). Starlette steps a sync body in a worker
     thread per item, so a body of one item per line paid a thread hop per line (45-90 us of CPU: 262 s for an 8 MiB
-    stage log of 2-byte lines); per piece it pays one per 64 KiB (bench/log_read_cpu.py)."""
+    stage log of 2-byte lines); per piece it pays one per 64 KiB (bench/control_plane/log_read_cpu.py)."""
     ended = False
     while not ended:
         piece, ended = take_ready(lines, chunk_bytes)
@@ -113,7 +113,7 @@ class Pacer:
     """A follow's pace: a token bucket of `bytes_per_s`, holding up to `burst` bytes. A follow of a trainer that prints
     faster than that is read at this pace (from the file, or with the pod log's TCP window closing), so what one
     follow costs the service in CPU is bounded, whatever the trainer prints: 8 follows of a trainer printing 31 MiB
-    of short lines slowed another team's requests five times (bench/hostile_load.py)."""
+    of short lines slowed another team's requests five times (bench/control_plane/hostile_load.py)."""
 
     def __init__(self, bytes_per_s: float, burst: int = 4 * CHUNK_BYTES, clock: Callable[[], float] = time.monotonic) -> None:
         self.bytes_per_s, self.burst, self._clock = bytes_per_s, burst, clock

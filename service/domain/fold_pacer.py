@@ -5,7 +5,7 @@ answers requests, so on CPython the fold and every request share one interpreter
 events as fast as it can (a reward function can append to events.jsonl) kept that thread busy for as long as
 it wrote: the fold of 200,000 events took about 20 s of CPU in one stretch, and another team's requests
 waited for the lock in every one of them (their p95 went to x11-x25 of its value at rest in
-bench/hostile_load.py). Two things bound that here:
+bench/control_plane/hostile_load.py). Two things bound that here:
 
 - a fold takes at most FOLD_CHUNK_EVENTS events (one transaction each; the fold drops events by seq, so a
   batch folded in several is the same as one), so the lock is held in stretches of about 10 ms;
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-FOLD_CHUNK_EVENTS = 128  # about 10 ms of fold (90 us an event, bench/hostile_load.py's events)
+FOLD_CHUNK_EVENTS = 128  # about 10 ms of fold (90 us an event, bench/control_plane/hostile_load.py's events)
 MAX_REST_S = 1.0  # one rest at most: one slow fold (a cold cache, a big record) must not stop folding for long
 
 

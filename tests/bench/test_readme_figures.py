@@ -1,7 +1,7 @@
 """No measured figure on a page that carries them without a result file: every number with a unit on bench/README.md
-(the one page that carries measured figures: the other docs link to it) sits in a block rendered from bench/results/
-(and checked against it by a test), or is on the allow-list below, which names the numbers that are settings,
-targets or code constants rather than measurements."""
+and the group READMEs beside it (the pages that carry measured figures: the other docs link to them) sits in a block
+rendered from bench/results/ (and checked against it by a test), or is on the allow-list below, which names the
+numbers that are settings, targets or code constants rather than measurements."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from bench import readme_sections
 
 # The pages that carry measured figures; each is audited whole.
-FIGURE_PAGES = (readme_sections.README,)
+FIGURE_PAGES = (readme_sections.README, *readme_sections.PAGES.values())
 
 # A number followed by a unit of time, size, rate, share or ratio (the forms the Benchmarks section measures in); a
 # ratio is written 5.5x, so "batch 2 x 2" is not one.
@@ -23,9 +23,9 @@ FIGURE = re.compile(
 
 # Blocks rendered from result files and the test that checks each against its file.
 RENDERED_ELSEWHERE = {
-    "learning-bench": "tests/bench/test_learning_readme.py (bench/render_learning.py)",
-    "rollout-speed": "tests/bench/test_rollout_speed_readme.py (bench/render_rollout_speed.py)",
-    "verdict-rates": "tests/test_verdict_rates_readme.py (bench/verdict_error_rates.py)",
+    "learning-bench": "tests/bench/learning/test_learning_readme.py (bench/learning/render_learning.py)",
+    "rollout-speed": "tests/bench/rollout/test_rollout_speed_readme.py (bench/rollout/render_rollout_speed.py)",
+    "verdict-rates": "tests/bench/learning/test_verdict_rates_readme.py (bench/learning/verdict_error_rates.py)",
 }
 
 # Numbers with a unit that are not measurements, each with what it is. Matched on the figure and its sentence.
@@ -56,7 +56,7 @@ def unsourced_figures(page: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("page", FIGURE_PAGES, ids=lambda page: page.name)
+@pytest.mark.parametrize("page", FIGURE_PAGES, ids=lambda page: str(page.relative_to(readme_sections.REPO)))
 def test_a_page_with_figures_has_none_outside_a_rendered_block(page) -> None:
     found = unsourced_figures(page.read_text())
     assert not found, (
@@ -74,10 +74,12 @@ def test_a_page_with_figures_has_none_outside_a_rendered_block(page) -> None:
         "  50% of jobs\n",
     ],
 )
-def test_a_planted_unsourced_figure_is_found(planted: str) -> None:
-    page = readme_sections.README.read_text()
-    at = page.index("\n## The benches\n") + len("\n## The benches\n")
-    assert unsourced_figures(page[:at] + "\n" + planted + page[at:])
+@pytest.mark.parametrize("page", FIGURE_PAGES, ids=lambda page: str(page.relative_to(readme_sections.REPO)))
+def test_a_planted_unsourced_figure_is_found(planted: str, page) -> None:
+    text = page.read_text()
+    at = text.index("\n", text.index("\n## ") + 1) + 1  # under the page's first section heading
+    assert not unsourced_figures(text)
+    assert unsourced_figures(text[:at] + "\n" + planted + text[at:])
 
 
 def test_a_figure_inside_a_rendered_block_is_not_reported() -> None:

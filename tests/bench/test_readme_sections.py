@@ -1,22 +1,44 @@
-"""bench/README.md's passages with figures are bench/readme_sections.py's renderings of the committed result files."""
+"""The group READMEs' passages with figures are bench/readme_sections.py's renderings of the committed result files,
+each in the README of the group its bench belongs to."""
 
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
 from bench import readme_sections
 
+BLOCK = re.compile(r"^ *<!-- bench:([\w-]+):begin -->$", re.MULTILINE)  # a marker on a line of its own
+
 
 @pytest.mark.parametrize("name", sorted(readme_sections.SECTIONS))
 def test_the_readme_holds_the_rendering_of_the_result_files(name: str) -> None:
-    section = readme_sections.current(readme_sections.README.read_text(), name)
-    assert section is not None, f"bench/README.md has no bench:{name} block"
+    page = readme_sections.page(name)
+    section = readme_sections.current(page.read_text(), name)
+    assert section is not None, f"{page} has no bench:{name} block"
     assert section == readme_sections.rendered(name), (
-        f"bench/README.md's bench:{name} section differs from {readme_sections.SECTIONS[name][0]}; "
-        "run `.venv/bin/python bench/readme_sections.py`"
+        f"{page}'s bench:{name} section differs from {readme_sections.SECTIONS[name][0]}; run `.venv/bin/python bench/readme_sections.py`"
     )
+
+
+def test_every_block_is_in_its_groups_readme_once_and_in_no_other_page() -> None:
+    pages = {"index": readme_sections.README, **readme_sections.PAGES}
+    held = {where: BLOCK.findall(path.read_text()) for where, path in pages.items()}
+    for where, names in held.items():
+        assert len(names) == len(set(names)), f"{pages[where]} holds a block twice: {names}"
+        for name in names:
+            assert name in readme_sections.SECTIONS, f"{pages[where]} holds bench:{name}, which no SECTIONS entry renders"
+            assert readme_sections.SECTIONS[name][2] == where, f"bench:{name} belongs in {readme_sections.page(name)}, not {pages[where]}"
+    assert sorted(n for names in held.values() for n in names) == sorted(readme_sections.SECTIONS)
+
+
+def test_each_group_is_a_folder_of_bench_with_its_readme() -> None:
+    for group, page in readme_sections.PAGES.items():
+        assert page == readme_sections.REPO / "bench" / group / "README.md" and page.is_file(), page
+        assert (page.parent / "__init__.py").is_file(), f"bench/{group}/ is not a package"
+    assert {group for _, _, group in readme_sections.SECTIONS.values()} <= set(readme_sections.GROUPS)
 
 
 def test_a_changed_figure_in_the_file_changes_the_rendering() -> None:

@@ -201,7 +201,7 @@ def test_dockerignore_lets_every_copy_source_in_and_keeps_the_rest_out():
         ".git/config",
         "tests/deploy/conftest.py",
         "harness/podrun/cluster.py",
-        "bench/kill_loop.py",
+        "bench/control_plane/kill_loop.py",
         "var/x",
         "trainer/__pycache__/a.pyc",
     ):

@@ -92,7 +92,7 @@ def test_a_huge_cursor_is_a_422_naming_the_parameter(api: Api) -> None:
 
 def test_a_log_without_follow_is_sent_in_pieces_of_whole_lines() -> None:
     """Starlette steps a sync body in a worker thread per item: one item per line cost 45-90 us of CPU a line (262 s
-    for an 8 MiB stage log of 2-byte lines; bench/log_read_cpu.py). The pieces keep every line whole and in order."""
+    for an 8 MiB stage log of 2-byte lines; bench/control_plane/log_read_cpu.py). The pieces keep every line whole and in order."""
     from service.api.log_follow import CHUNK_BYTES, log_chunks
 
     lines = [f"line {i}" for i in range(100_000)] + [None, "x" * (3 * CHUNK_BYTES), "last"]
@@ -106,7 +106,7 @@ def test_a_log_without_follow_is_sent_in_pieces_of_whole_lines() -> None:
 def test_a_follow_steps_once_per_piece_of_ready_lines_and_hands_a_piece_over_before_a_read_that_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A follow stepped a worker thread per line (45-90 us of CPU each; bench/log_read_cpu.py): now one step takes the
+    """A follow stepped a worker thread per line (45-90 us of CPU each; bench/control_plane/log_read_cpu.py): now one step takes the
     lines that are ready. The launcher's None ends a step, so what has arrived is sent before a read that blocks (a
     pod's log between two pieces from the API server): here the third line comes only after the first two reached
     the client."""
@@ -193,7 +193,7 @@ def test_one_team_holds_at_most_its_share_of_the_follows(
 def test_a_follow_sends_at_its_pace_whatever_the_trainer_prints(monkeypatch: pytest.MonkeyPatch) -> None:
     """A follow of a trainer printing faster than log_follow_max_bytes_per_s waits between pieces, so one follow's
     CPU is bounded: 8 unpaced follows of 31 MiB of short lines slowed another team's requests 5 times
-    (bench/hostile_load.py). The clock is the test's: the waits are what the pace asks for, not timings."""
+    (bench/control_plane/hostile_load.py). The clock is the test's: the waits are what the pace asks for, not timings."""
     from service.api import log_follow
     from service.api.log_follow import CHUNK_BYTES, LogFollowers, Pacer, follow_log
 

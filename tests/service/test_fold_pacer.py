@@ -1,7 +1,7 @@
 """Folding trainer events takes at most its share of the CPU, in short stretches, and loses nothing by it.
 
 A job that writes events as fast as it can used to keep the service's fold thread busy for as long as it wrote,
-and every other team's request waited for the interpreter lock meanwhile (bench/hostile_load.py measures that
+and every other team's request waited for the interpreter lock meanwhile (bench/control_plane/hostile_load.py measures that
 latency against an unpaced service in the same run). Here, with the pacer's clocks in the test's hands: a fold
 earns a rest in proportion to its CPU time; a batch is folded in chunks, each through the pacer, and ends as one
 fold would have; the poller reads a job that is behind again without waiting for its interval; and a stopped job's

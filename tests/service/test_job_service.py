@@ -243,7 +243,7 @@ def test_a_cancel_racing_the_end_of_the_job_is_refused(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The job succeeds after cancel() read it as RUNNING and before its write: found by bench/kill_loop.py,
+    # The job succeeds after cancel() read it as RUNNING and before its write: found by bench/control_plane/kill_loop.py,
     # where such a cancel was answered 200 with phase SUCCEEDED.
     job_id = service.submit(TEAM_A, _spec(tmp_path))[0].id
     service.apply_observation(fake_launcher.set(job_id, ObservedState.RUNNING))

@@ -2,7 +2,7 @@
 dies or hangs is replaced without failing the job's end.
 
 Why a process: json.loads of a near-bound manifest holds the interpreter lock for about half a second, and every other
-team's request waits through it (bench/hostile_load.py measures the other team's latency in the cases that end a job
+team's request waits through it (bench/control_plane/hostile_load.py measures the other team's latency in the cases that end a job
 with such a manifest). The test that the parse runs elsewhere breaks json.loads in this process: a parse here fails. That one holds the
 worker alone, at a bound of its own; the service's own path (StoreRunFiles as the runtime builds it, at its default
 bound) is held by the pid of the process that parsed the manifest.

@@ -2,7 +2,7 @@
 
 The migration runs in a real child process that kills itself (SIGKILL) right after a chosen DDL
 statement; the next migration must bring the database to head with the jobs stored before intact.
-Found by bench/kill_loop.py's kills during start-up: through pysqlite each DDL statement committed on
+Found by bench/control_plane/kill_loop.py's kills during start-up: through pysqlite each DDL statement committed on
 its own, so a kill between two CREATE TABLEs left tables without a version row, and every later start
 failed with "table ... already exists" (an upgrade: "duplicate column name").
 """

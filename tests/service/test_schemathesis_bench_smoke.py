@@ -1,4 +1,4 @@
-"""bench/schemathesis_bench.py in miniature: one short fuzzing round against the real service
+"""bench/control_plane/schemathesis_bench.py in miniature: one short fuzzing round against the real service
 (the image's factory, SQLite, local launcher running `true`), every operation reached, nothing
 undeclared and no 5xx. The full bench (10,000+ requests, every phase) is run by hand."""
 
@@ -16,7 +16,7 @@ def test_a_short_schemathesis_round_passes(tmp_path: Path) -> None:
     out = tmp_path / "schemathesis.json"
     argv = [
         sys.executable,
-        str(ROOT / "bench" / "schemathesis_bench.py"),
+        str(ROOT / "bench" / "control_plane" / "schemathesis_bench.py"),
         "--requests",
         "30",
         "--examples",

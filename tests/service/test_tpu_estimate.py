@@ -26,7 +26,7 @@ from trainer.sizing.job_shape import model_shape
 RESULT = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" / "tpu_grpo.json").read_text())
 PEAK = {"v5e": 197e12, "v6e": 918e12}  # bf16 FLOP/s per chip, Google's TPU v5e and v6e pages
 HBM = {"v5e": 819e9, "v6e": 1640e9}  # bytes/s per chip, the same pages
-SMOLLM2_CONFIG = {  # SmolLM2-135M's config.json: what bench/tpu_grpo.py's smollm2-135m shape ran
+SMOLLM2_CONFIG = {  # SmolLM2-135M's config.json: what bench/chip/tpu_grpo.py's smollm2-135m shape ran
     "model_type": "llama",
     "hidden_size": 576,
     "intermediate_size": 1536,
@@ -40,7 +40,7 @@ SMOLLM2_CONFIG = {  # SmolLM2-135M's config.json: what bench/tpu_grpo.py's smoll
     "hidden_act": "silu",
     "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
 }
-SMOLLM2_360M_CONFIG = SMOLLM2_CONFIG | {  # SmolLM2-360M's: bench/tpu_grpo.py's smollm2-360m shape
+SMOLLM2_360M_CONFIG = SMOLLM2_CONFIG | {  # SmolLM2-360M's: bench/chip/tpu_grpo.py's smollm2-360m shape
     "hidden_size": 960,
     "intermediate_size": 2560,
     "num_attention_heads": 15,

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.arith_folds import fold_hash
+from bench.learning.arith_folds import fold_hash
 from trainer.contract.eval_suite import MAX_SUITE_ROWS, EvalSampling, SuiteSpec
 from trainer.evals.arith_questions import fold_rows
 from trainer.evals.builtin_suites import builtin_suite, first_number_settled

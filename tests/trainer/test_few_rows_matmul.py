@@ -2,8 +2,8 @@
 it builds on this machine, computes what XLA's dot computes (to fp32 rounding) on every path it has (AVX-512
 and plain loops, row blocks and remainders, batch dimensions, both weight layouts), is chosen only for a few
 fp32 rows on a CPU with AVX-512F, is built by its build command (bootstrap's and the trainer image's) and only
-looked up at use, and says why when it cannot be built or is not there. Its speed is bench/decode_dot_bandwidth.py's
-and bench/rollout_speed.py's; that the engine's decode uses it is test_slow_qwen3_rollout.py's."""
+looked up at use, and says why when it cannot be built or is not there. Its speed is bench/rollout/decode_dot_bandwidth.py's
+and bench/rollout/rollout_speed.py's; that the engine's decode uses it is test_slow_qwen3_rollout.py's."""
 
 from __future__ import annotations
 

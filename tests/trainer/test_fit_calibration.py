@@ -1,4 +1,4 @@
-"""The fit estimate against every shape the v5e chip measured (bench/results/tpu_grpo.json, bench/fit_calibration_tpu.py):
+"""The fit estimate against every shape the v5e chip measured (bench/results/tpu_grpo.json, bench/estimate/fit_calibration_tpu.py):
 a re-measurement or a formula change that breaks the calibration fails here.
 
 Where the probe read libtpu's reservation (XLA's temporaries, in the same HBM as the arrays), what the chip held, arrays'
@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from bench.fit_calibration_tpu import RESULT, TOLERANCE, compare, estimate_of, model_shape_of
+from bench.estimate.fit_calibration_tpu import RESULT, TOLERANCE, compare, estimate_of, model_shape_of
 
 # TinyLlama's out-of-HBM run (at 2ca1695, the session before the engine's decode change: the layout refresh it ran out
 # in did not change) is kept in a file of its own: later runs measure the largest shape the estimate accepts instead.
@@ -21,7 +21,7 @@ TINYLLAMA_OOM = json.loads((RESULT.parent / "tpu_grpo_tinyllama_oom.json").read_
 SHAPES = [*json.loads(RESULT.read_text())["shapes"], TINYLLAMA_OOM]
 # The float32 tiny test model's log-prob program reserved 3.15 GB where the estimate counts its fp32 logits whole,
 # 4.20 GB (as it does, and matches within 1%, for Qwen3 and both SmolLM2 shapes): 27% over, shown part by part in
-# bench/README.md and not explained. No one trains it; the rates leave it out for its one steady step too.
+# bench/chip/README.md and not explained. No one trains it; the rates leave it out for its one steady step too.
 EXPLAINED_MISSES = {"tiny-b4"}
 
 

@@ -1,6 +1,6 @@
 """Integer arithmetic questions in GSM8K's format, and the two folds of the learning bench's one-digit task.
 
-Shared by `make-data arith` (trainer/offline/arith_rows.py), the learning bench (bench/arith_folds.py) and the
+Shared by `make-data arith` (trainer/offline/arith_rows.py), the learning bench (bench/learning/arith_folds.py) and the
 built-in `arith`, `arith-a` and `arith-b` suites: one definition, so the suites hold exactly the bench's rows.
 """
 

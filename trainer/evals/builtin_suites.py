@@ -4,7 +4,7 @@ is EvalSampling's defaults.
 
 - `arith`: all 300 one-digit questions a op b (a, b in 0..9, op in + - *) of the learning bench, fold A's rows
   then fold B's; `arith-a` and `arith-b`: the folds alone (arith_questions.fold_rows, the rows
-  bench/arith_folds.py trains on). Reward: the first number is the answer (reward_arith.py, the logic of
+  bench/learning/arith_folds.py trains on). Reward: the first number is the answer (reward_arith.py, the logic of
   examples/rewards/arith_correct.py); prompt: the arith jobs' one-shot template
   (templates/arith-one-shot.json, a copy of examples/templates/arith-one-shot.json); maj@k reads first numbers.
   A completion stops once its first number is settled: the reward reads nothing after it.

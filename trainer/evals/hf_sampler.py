@@ -1,6 +1,6 @@
 """Generation with Hugging Face transformers (torch) on the host: a KV-cache sampler and the model loader.
 
-The sampler (first written for bench/arith_difficulty.py, which imports it from here) computes the prompts'
+The sampler (first written for bench/learning/arith_difficulty.py, which imports it from here) computes the prompts'
 shared prefix once, then each prompt's remainder, then decodes all completions together, dropping each one
 at a stop token or once `done(text)` says more text cannot change its score. Sampling is Tunix's: the logits
 over the temperature, then top-k. With one seed, one torch generator draws for the whole batch (the benches);

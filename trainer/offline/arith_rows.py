@@ -15,7 +15,7 @@ the one-shot prompt template and the two reward files (correctness and the rando
 directory, local or uploaded to gs://, holds everything examples/smollm2-arith-cpu.yaml names.
 
 Difficulty knobs: digits per operand (exactly N digits; 1 digit means 0-9), operands per question and
-the operators drawn from. The defaults are the difficulty bench/arith_difficulty.py chose for
+the operators drawn from. The defaults are the difficulty bench/learning/arith_difficulty.py chose for
 SmolLM2-135M (bench/results/arith_difficulty.json): the one whose sampled pass@1 lies in [0.2, 0.6],
 so most groups of 8 completions are mixed and GRPO's advantages are not all zero.
 """

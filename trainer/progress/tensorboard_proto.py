@@ -1,7 +1,7 @@
 """Decodes the few fields of TensorBoard's `Event` protobuf that the scalar reader (tensorboard_scalars.py) needs.
 
 Why not tensorboardX's generated `event_pb2`: importing it runs `tensorboardX/__init__`, which imports
-torch, and that was 3.6 s of the trainer's 5 s start-up on 2 CPU cores (bench/trainer_overhead.py), spent
+torch, and that was 3.6 s of the trainer's 5 s start-up on 2 CPU cores (bench/pipeline/trainer_overhead.py), spent
 before every job's first stage. The wire format is small and stable; the fields are those of
 tensorboardX/proto/{event,summary,tensor}.proto, and the tests read files tensorboardX and Tunix wrote.
 """

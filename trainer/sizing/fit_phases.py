@@ -8,7 +8,7 @@ TinyLlama-1.1B on the v5e chip ran out of memory re-deriving the decoding layout
 1.02e9 B reservation, where the layout's 2.14e9 B alone would have fitted the 16.91e9 B limit. libtpu keeps a
 program's reservation while there is room and gives it back when arrays need it: the same run's moments re-shard
 held 16.18e9 B of arrays, more than the limit less the 1.21e9 B reserved before it. So a phase needs its own
-programs' temporaries, not every earlier one's (bench/fit_calibration_tpu.py compares each phase with the chip's
+programs' temporaries, not every earlier one's (bench/estimate/fit_calibration_tpu.py compares each phase with the chip's
 per-part figures; tests/trainer/test_fit_calibration.py holds them).
 
 Paths below are in the installed site-packages (maxtext 0.2.5, tunix and flax 0.12.9 as pinned); lines as installed.

@@ -53,7 +53,7 @@ class HealthPolicy:
     # The trend test (no eval comparison yet) needs this many steps with rewarded counts, and a
     # one-sided p below trend_p_max at each of the last trend_looks looks (the kept steps, then without the
     # newest step, and so on). One look's level holds per look, but the verdict is re-judged after every
-    # step, so errors add up over a run. bench/verdict_error_rates.py measures it through this function
+    # step, so errors add up over a run. bench/learning/verdict_error_rates.py measures it through this function
     # (bench/results/verdict_error_rates.json): at a constant rate, one look read `improving` at some step
     # of 50 in about 10-12% of runs, three looks in about 4-5% (5-7% of 100), while a 10% -> 50% rise over
     # 30 steps is still found by step 30 in 99.8%. Keeping the first steps beside the window lowered those

@@ -1,0 +1,1 @@
+"""The service's estimates (run time, memory fit) against what runs measured (bench/estimate/README.md)."""
