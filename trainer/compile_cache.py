@@ -23,7 +23,6 @@ the working directory, measured), so there the cache has no bound and takes none
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
 from trainer.contract import JobSpec, join_uri, local_path, location_kind
@@ -34,10 +33,10 @@ MAX_SIZE_ENV = "JAX_COMPILATION_CACHE_MAX_SIZE"
 LOCAL_MAX_BYTES = 8 << 30  # an 8B model's programs are a few hundred MB; older shapes go first
 
 
-def cache_root(spec: JobSpec, environ: Mapping[str, str] = os.environ) -> str | None:
+def cache_root(spec: JobSpec) -> str | None:
     """$RLJOB_JAX_CACHE, else `<spec.output>/_cache/jax` (a local one as a plain path, as JAX takes it); None when
     "off". ValueError for a root that is neither gs:// nor an absolute path."""
-    root = environ.get(CACHE_ROOT_ENV) or join_uri(spec.output, "_cache", "jax")
+    root = os.environ.get(CACHE_ROOT_ENV) or join_uri(spec.output, "_cache", "jax")
     if root == "off":
         return None
     kind = location_kind(root)
@@ -46,11 +45,11 @@ def cache_root(spec: JobSpec, environ: Mapping[str, str] = os.environ) -> str | 
     return root.rstrip("/") if kind == "gcs" else local_path(root).rstrip("/")
 
 
-def cache_env(spec: JobSpec, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The variables that give every JAX process of the job the cache (empty: off, or the environment already names
-    one, which is kept: a machine's operator may point JAX at a faster disk)."""
-    root = cache_root(spec, environ)
-    if root is None or environ.get(DIR_ENV):
+def cache_env(spec: JobSpec) -> dict[str, str]:
+    """The variables that give every JAX process of the job the cache (empty: off, or this process's environment
+    already names one, which is kept: a machine's operator may point JAX at a faster disk)."""
+    root = cache_root(spec)
+    if root is None or os.environ.get(DIR_ENV):
         return {}
     if location_kind(root) != "gcs":
         return {DIR_ENV: root, MAX_SIZE_ENV: str(LOCAL_MAX_BYTES)}

@@ -105,12 +105,14 @@ class _Terminal(io.StringIO):
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
     root, service, access = logging.getLogger(), logging.getLogger("service"), logging.getLogger("uvicorn.access")
-    saved = (list(root.handlers), root.level, service.level, list(access.filters))
+    saved = (list(root.handlers), root.level, service.level, list(access.filters), access.level, access.disabled)
     yield
     root.handlers[:] = saved[0]
     root.setLevel(saved[1])
     service.setLevel(saved[2])
     access.filters[:] = saved[3]
+    access.setLevel(saved[4])
+    access.disabled = saved[5]
 
 
 @pytest.mark.usefixtures("restore_logging")
@@ -142,6 +144,9 @@ def test_the_access_log_keeps_every_write_and_refusal_and_a_bounded_count_of_rea
     pipe = io.StringIO()
     configure_logging(stream=pipe, access_log_reads_per_s=2)
     access = logging.getLogger("uvicorn.access")
+    # As `rljob serve` has it: another test of this process may have run uvicorn with its own logging config.
+    access.disabled = False
+    access.setLevel(logging.INFO)
     (sampler,) = [f for f in access.filters if isinstance(f, ReadSampler)]
     now = [100.2]
     sampler.clock = lambda: now[0]

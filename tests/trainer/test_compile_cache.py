@@ -30,16 +30,21 @@ def _spec(tiny_spec_dict: dict, output: str) -> JobSpec:
     return JobSpec.model_validate({**tiny_spec_dict, "output": output})
 
 
-def test_the_cache_lives_beside_the_conversion_cache_bounded_on_disk_and_not_on_gcs(tiny_spec_dict, tmp_path, no_cache_env):
+def test_the_cache_lives_beside_the_conversion_cache_bounded_on_disk_and_not_on_gcs(tiny_spec_dict, tmp_path, monkeypatch, no_cache_env):
     local = _spec(tiny_spec_dict, str(tmp_path / "runs"))
-    assert cache_env(local, {}) == {DIR_ENV: f"{tmp_path}/runs/_cache/jax", MAX_SIZE_ENV: str(LOCAL_MAX_BYTES)}
-    assert cache_env(local, {CACHE_ROOT_ENV: "file:///fast/disk/"}) == {DIR_ENV: "/fast/disk", MAX_SIZE_ENV: str(LOCAL_MAX_BYTES)}
+    assert cache_env(local) == {DIR_ENV: f"{tmp_path}/runs/_cache/jax", MAX_SIZE_ENV: str(LOCAL_MAX_BYTES)}
     gcs = _spec(tiny_spec_dict, "gs://team-bucket/runs")
-    assert cache_env(gcs, {}) == {DIR_ENV: "gs://team-bucket/runs/_cache/jax"}  # objects appear whole: no lock to take
-    assert cache_env(gcs, {CACHE_ROOT_ENV: "off"}) == {}
-    assert cache_env(gcs, {DIR_ENV: "/operator/choice"}) == {}  # one the machine names is kept
+    assert cache_env(gcs) == {DIR_ENV: "gs://team-bucket/runs/_cache/jax"}  # objects appear whole: no lock to take
+    monkeypatch.setenv(CACHE_ROOT_ENV, "file:///fast/disk/")
+    assert cache_env(gcs) == {DIR_ENV: "/fast/disk", MAX_SIZE_ENV: str(LOCAL_MAX_BYTES)}
+    monkeypatch.setenv(CACHE_ROOT_ENV, "off")
+    assert cache_env(gcs) == {}
+    monkeypatch.setenv(CACHE_ROOT_ENV, "jax-cache")
     with pytest.raises(ValueError, match="RLJOB_JAX_CACHE='jax-cache': give gs://BUCKET/PATH, an absolute path or off"):
-        cache_env(gcs, {CACHE_ROOT_ENV: "jax-cache"})
+        cache_env(gcs)
+    monkeypatch.delenv(CACHE_ROOT_ENV)
+    monkeypatch.setenv(DIR_ENV, "/operator/choice")
+    assert cache_env(gcs) == {}  # one the machine names is kept
 
 
 def test_trainer_run_gives_every_stage_the_cache_before_anything_compiles(tiny_spec_dict, tmp_path, monkeypatch, no_cache_env):
