@@ -10,9 +10,10 @@ Tokens never reach the log: anything shaped like one (`rlj_...`, a Bearer creden
 secrets the entrypoint names are masked in every message and traceback.
 
 The access log keeps every write and every refusal, and at most `access_log_reads_per_s` successful reads a second
-(`ReadSampler`): a dashboard polling status would otherwise fill the log with identical lines, and writing them cost
-a status read more than its answer did (bench/status_read.py --running, measured with the lines and without). The
-next read line logged says how many were left out before it (`reads_not_logged`).
+(`ReadSampler`): a dashboard polling status would otherwise fill the log with identical lines, and writing them was
+the largest share of a polled status read's cost beyond the framework's (found by serving with and without them; the
+read itself: bench/control_plane/status_read.py --running). The next read line logged says how many were left out
+before it (`reads_not_logged`); the reads of a last burst with no read after it are not counted anywhere.
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ class HumanFormatter(logging.Formatter):
 
 class ReadSampler(logging.Filter):
     """On uvicorn's access log: every request but successful reads (GET or HEAD answered below 400) passes; of those,
-    `per_s` a second (0: all). The next read that passes carries the count left out (`reads_not_logged`), so no
-    request goes uncounted. Its clock is monotonic: a wall-clock step neither floods nor silences the log."""
+    `per_s` a second (0: all). The next read that passes carries the count left out (`reads_not_logged`). Its clock is
+    monotonic: a wall-clock step neither floods nor silences the log."""
 
     def __init__(self, per_s: int, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()

@@ -30,7 +30,7 @@ from trainer.contract import JobSpec, join_uri, local_path, location_kind
 CACHE_ROOT_ENV = "RLJOB_JAX_CACHE"
 DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
 MAX_SIZE_ENV = "JAX_COMPILATION_CACHE_MAX_SIZE"
-LOCAL_MAX_BYTES = 8 << 30  # an 8B model's programs are a few hundred MB; older shapes go first
+LOCAL_MAX_BYTES = 8 << 30  # a bound for JAX's lock more than a budget: past it, least recently used entries go first
 
 
 def cache_root(spec: JobSpec) -> str | None:
