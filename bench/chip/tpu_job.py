@@ -11,6 +11,7 @@ more, by the JAX engine the TPU host has.
     python3.12 bench/chip/tpu_job.py run --out DIR [--task gsm8k] --jobs trained:1,control:1 [--base]   # on the chip
     python3.12 bench/chip/tpu_job.py run --out DIR [--task gsm8k] --continue   # the next call: what the last one left running
     .venv/bin/python bench/chip/tpu_job.py collect DIR                  # here: the task's bench/results file, then
+    .venv/bin/python bench/chip/tpu_job.py recollect [--task gsm8k]     # (or: the result again from the kept records)
     .venv/bin/python bench/readme_sections.py                      # bench/chip/README.md's block
 Keep each call's record beside the result (bench/results/tpu_job-call-<time>.json, tpu_job_gsm8k-call-<time>.json for
 gsm8k, and its .service.log): tests/bench/chip/test_tpu_job.py collects them again and expects the committed result. The
@@ -34,7 +35,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from bench.chip.tpu_job_collect import RECORD, TERMINAL, collect, host_line  # noqa: E402
+from bench.chip.tpu_job_collect import RECORD, TERMINAL, collect, host_line, recollect  # noqa: E402
 from bench.chip.tpu_job_inputs import INPUTS, TASKS, job_spec, prepare  # noqa: E402
 
 TAIL = 4000
@@ -247,6 +248,8 @@ def main() -> int:
     )
     collect_p = sub.add_parser("collect")
     collect_p.add_argument("dir", type=Path)
+    recollect_p = sub.add_parser("recollect", help="make the task's result again from its committed call records")
+    recollect_p.add_argument("--task", choices=TASKS, default="arith")
     args = parser.parse_args()
     if args.command == "prepare":
         prepare(args.task)
@@ -254,6 +257,8 @@ def main() -> int:
         if args.follow and args.base:
             parser.error("--continue follows the jobs an earlier call submitted; --base belongs to that call")
         run(args.out, args.task, args.jobs, args.base, args.max_s, args.smoke, args.follow)
+    elif args.command == "recollect":
+        print(f"wrote {recollect(args.task)}")
     else:
         collect(args.dir)
     return 0

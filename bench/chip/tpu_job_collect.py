@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.chip import tpu_job_inputs
 from bench.chip.tpu_job_inputs import REPO, TASKS, registration_path, result_path
 
 RECORD = "tpu_job-record.json"
@@ -93,6 +96,15 @@ def collect(directory: Path) -> None:
     if record.get("continues"):
         call["continues"] = record["continues"]
     call["jobs"] = {name: found["job_id"] for name, found in record["jobs"].items()}
+    # Where each job and its eval jobs stood when the call ended: a run's summary is its latest state, and a call that
+    # a later one continued would otherwise be told with what only the later one saw.
+    call["ended"] = {
+        name: {
+            "phase": (found.get("view") or {}).get("phase"),
+            "evals": {label: (found_eval or {}).get("phase") for label, found_eval in found["evals"].items()},
+        }
+        for name, found in record["jobs"].items()
+    }
     call["cli"] = [
         {"argv": c["argv"][3:] if _is_rljob(c) else c["argv"], "rljob": _is_rljob(c), "rc": c["rc"], "s": c["s"]} for c in record["calls"]
     ]
@@ -127,6 +139,24 @@ def collect(directory: Path) -> None:
     result_file.write_text(json.dumps(results, indent=2) + "\n")
     phases = ", ".join(f"{name} {run['phase']}" for name, run in runs.items())
     print(f"wrote {result_file}: {phases}; keep the record as bench/results/{TASKS[task]['records']}<time>.json")
+
+
+def recollect(task: str) -> Path:
+    """The task's result made again from its committed call records, in the order they ran (after a change to what
+    collect keeps); the records are the measurement, the result is derived."""
+    facts = TASKS[task]
+    records = sorted(tpu_job_inputs.RESULTS.glob(f"{facts['records']}*[0-9].json"))
+    result = result_path(task)
+    result.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        for record in records:
+            call = Path(scratch) / record.stem
+            call.mkdir()
+            shutil.copy(record, call / RECORD)
+            if (log := record.with_suffix(".service.log")).exists():
+                shutil.copy(log, call / "service.log")
+            collect(call)
+    return result
 
 
 def _is_rljob(call: dict[str, Any]) -> bool:

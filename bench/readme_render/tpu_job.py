@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.chip.tpu_job_collect import TERMINAL
 from bench.chip.tpu_job_stats import cost_per_point, cost_summary, decide
 from bench.readme_render.common import duration
 
@@ -51,16 +52,41 @@ def _error(text: str) -> str:
     return (lines[-1] if lines else "")[:240]
 
 
-def _eval_phases(result: dict[str, Any], call: dict[str, Any], runs: dict[str, dict[str, Any]]) -> str:
-    """Where each eval job of the call's jobs stood (the base eval if the call made it, then each export eval)."""
+def _phases_at_end(call: dict[str, Any]) -> str:
+    """Where each of the call's jobs and its eval jobs stood when the call ended (its record, not the run's latest)."""
     said = []
-    base = result.get("base") or {}
-    if base.get("eval_id") and base.get("call") == call["started"]:
-        said.append(f"the base eval {base['phase']}")
-    for name, run in runs.items():
-        export = run.get("export_eval") or {}
-        said.append(f"{name}'s export eval {export.get('phase') or 'not made'}")
-    return ", ".join(said)
+    for name, ended in call["ended"].items():
+        evals = ", ".join(f"{label} eval {phase or 'not made'}" for label, phase in ended["evals"].items())
+        said.append(f"{name} {ended['phase']}" + (f" ({evals})" if evals else " (no eval job yet)"))
+    return "; ".join(said)
+
+
+def _ended_here(result: dict[str, Any], index: int) -> list[str]:
+    """The call's jobs that reached their end during it: not already ended (same job id) at an earlier call's end."""
+    call = result["calls"][index]
+    ended_before = {
+        earlier["jobs"][name]
+        for earlier in result["calls"][:index]
+        for name, ended in earlier.get("ended", {}).items()
+        if ended["phase"] in TERMINAL
+    }
+    return [name for name, ended in call["ended"].items() if ended["phase"] in TERMINAL and call["jobs"][name] not in ended_before]
+
+
+def _run_told(name: str, run: dict[str, Any]) -> str:
+    goodput = run.get("goodput") or {}
+    stages = ", ".join(f"{stage} {duration(s)}" for stage, s in run["stage_s"].items())
+    told = (
+        f"`{name}` (`{run['job_id']}`) ended {run['phase']}: {stages}; {run['steps'][0]} of {run['steps'][1]} "
+        f"steps; {goodput.get('productive_fraction', 0):.0%} of its {duration(goodput.get('wall_s', 0))} was rollout and "
+        f"update; {_usage_text(run)}; health: {run['health']['verdict']}."
+    )
+    if run.get("export_checked"):
+        told += (
+            " Its export passed export.verify on the host (the check fails the job when the export does not load, give "
+            "finite logits and generate; there the JAX engine, no torch being installed)."
+        )
+    return told
 
 
 def _call_runs(result: dict[str, Any], call: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -96,29 +122,21 @@ def _call(result: dict[str, Any], index: int) -> str:
     names = list(runs)
     if not names:
         return f"Device call {index + 1} ({call['started']}): no job was submitted ({len(call.get('failed') or [])} failed command(s))."
-    first = runs[names[0]]
     versions = call.get("versions") or {}
-    goodput = first.get("goodput") or {}
-    stages = ", ".join(f"{stage} {duration(s)}" for stage, s in first["stage_s"].items())
     commit = f"`{(call.get('commit') or '?')[:10]}`" + (" with uncommitted changes" if call.get("uncommitted") else "")
     said = [c for c in call["cli"] if c["rljob"]]
     answered = ", ".join(f"`rljob {name}`" for name in sorted({c["argv"][0] for c in said if c["rc"] == 0}))
+    ended_here = _ended_here(result, index)
     parts = [
         f"Device call {index + 1} ({call['started']}, commit {commit}, JAX {versions.get('jax', '?')}, MaxText "
         f"{versions.get('maxtext', '?')}, Tunix {versions.get('tunix', '?')}; {duration(call['wall_s'])} of the call): "
         f'the local launcher read "{call.get("host_tpu") or "nothing"}". `rljob serve --uds` (socket mode '
         f"{call['serve']['socket_mode']}; that machine has no TCP) {_took(result, call, names)}, to run them and their "
-        f"eval jobs one at a time on the chip; at the call's end {_eval_phases(result, call, runs)}.",
-        f"`{names[0]}` (`{first['job_id']}`) ended {first['phase']}: {stages}; {first['steps'][0]} of {first['steps'][1]} "
-        f"steps; {goodput.get('productive_fraction', 0):.0%} of its {duration(goodput.get('wall_s', 0))} was rollout and "
-        f"update; {_usage_text(first)}; health: {first['health']['verdict']}."
-        + (
-            " Its export passed export.verify on the host (the check fails the job when the export does not load, give "
-            "finite logits and generate; there the JAX engine, no torch being installed)."
-            if first.get("export_checked")
-            else ""
-        ),
+        f"eval jobs one at a time on the chip; at the call's end: {_phases_at_end(call)}.",
+        *(_run_told(name, runs[name]) for name in ended_here),
     ]
+    if not ended_here:
+        parts.append("No job reached its end in this call.")
     base = result.get("base") or {}
     if base.get("scores") and base.get("call") == call["started"]:
         parts.append(

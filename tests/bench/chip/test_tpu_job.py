@@ -75,15 +75,12 @@ def test_the_committed_result_is_what_its_call_records_collect_to(task, tmp_path
     if not records:  # a task no chip call has run yet has neither records nor a result
         assert not (RESULTS / facts["result"]).exists(), f"{facts['result']} has no call record beside it"
         return
-    monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path)
     for record in records:
-        call = tmp_path / record.stem
-        call.mkdir()
-        shutil.copy(record, call / tpu_job_collect.RECORD)
+        shutil.copy(record, tmp_path)
         if (log := record.with_suffix(".service.log")).exists():
-            shutil.copy(log, call / "service.log")
-        tpu_job_collect.collect(call)
-    assert json.loads((tmp_path / facts["result"]).read_text()) == json.loads((RESULTS / facts["result"]).read_text())
+            shutil.copy(log, tmp_path)
+    monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path)
+    assert json.loads(tpu_job_collect.recollect(task).read_text()) == json.loads((RESULTS / facts["result"]).read_text())
 
 
 def _call_dir(tmp_path: Path, record: Path) -> Path:
@@ -120,7 +117,21 @@ def test_each_device_call_is_told_with_its_own_jobs():
     calls = render_tpu_job(result).split("\n\n")
     first = next(c for c in calls if c.startswith("Device call 1 "))
     assert "rl-ciex53pi1jaz" in first and result["runs"]["trained/1"]["job_id"] not in first
-    assert "trained/1's export eval QUEUED" in first
+    assert "trained/1 SUCCEEDED (base eval SUCCEEDED, export eval QUEUED)" in first
+
+
+def test_a_continued_call_is_told_with_where_its_jobs_stood_at_its_end_and_only_what_ended_in_it():
+    """A run's summary is its latest state: a call a later one continued says what its own record saw, and a job that
+    ended in an earlier call is not told again."""
+    from bench.readme_render.tpu_job import render_tpu_job
+
+    result = json.loads((RESULTS / "tpu_job_gsm8k.json").read_text())
+    calls = {c.split(" (")[0]: c for c in render_tpu_job(result).split("\n\n") if c.startswith("Device call ")}
+    trained, control = result["runs"]["trained/2"]["job_id"], result["runs"]["control/2"]["job_id"]
+    assert "trained/2 SUCCEEDED (export eval RUNNING); control/2 SUCCEEDED (export eval QUEUED)" in calls["Device call 3"]
+    assert f"(`{trained}`) ended" in calls["Device call 3"] and f"(`{control}`) ended" in calls["Device call 3"]
+    assert "control/2 SUCCEEDED (export eval RUNNING)" in calls["Device call 4"]
+    assert f"(`{trained}`) ended" not in calls["Device call 4"] and "No job reached its end in this call." in calls["Device call 4"]
 
 
 @pytest.mark.parametrize("task", sorted(tpu_job_inputs.TASKS))
