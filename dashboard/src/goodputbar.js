@@ -1,6 +1,6 @@
 // The job page's goodput panel, from JobPublic.goodput (model.js's goodputView): where the job's
 // wall-clock time went, as one stacked bar whose segments are the parts (queued, start-up, convert,
-// rollout, log-probs, update, weight sync, checkpoint, eval, export, other) in the order they add up,
+// warm-up, rollout, log-probs, update, weight sync, checkpoint, eval, export, other) in the order they add up,
 // a legend with each part's time and share, and the productive share (rollout + update). The bar is
 // an SVG with a viewBox of the wall time, so segment widths are attributes (the page's CSP forbids
 // inline style) and tests read each part's seconds from its data-seconds attribute.
@@ -15,6 +15,7 @@ export const PART_LABELS = {
   queued: "Queued",
   startup: "Start-up",
   convert: "Convert",
+  warmup: "Warm-up (compile, load)",
   rollout: "Rollout",
   logprobs: "Log-probs",
   update: "Update",

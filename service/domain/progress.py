@@ -222,7 +222,10 @@ def fold_report(report: RunReport, event: TrainerEvent) -> Folded | None:
         if event.attempt not in report.goodput and len(report.goodput) >= MAX_GOODPUT_ATTEMPTS:
             return None
         data = {"attempt": event.attempt, "step": event.train.step, "final": event.train.final}
-        return Folded(replace(report, goodput={**report.goodput, event.attempt: event.train}), [("goodput", data)])
+        first = report.first_goodput
+        if event.attempt not in first and event.train.step > 0 and not event.train.final:
+            first = {**first, event.attempt: event.train}  # the attempt's first step's end (one report per step)
+        return Folded(replace(report, goodput={**report.goodput, event.attempt: event.train}, first_goodput=first), [("goodput", data)])
     if isinstance(event, HangDetected):
         hang = HangReport(
             attempt=event.attempt,

@@ -68,11 +68,13 @@ def test_parts_add_up_to_the_wall_time_with_other_as_the_remainder() -> None:
     )
     wall, parts = goodput_parts(record, _at(215))
     assert wall == 215.0
-    # The newest report of attempt 1 replaces the older one (cumulative), it does not add to it.
+    # The newest report of attempt 1 replaces the older one (cumulative), it does not add to it. Step 1 took as long
+    # as step 2 in every part but the unnamed time (16 s before it, 10 s in step 2): 6 s of warmup, out of `other`.
     assert parts == {
         "queued": 10.0,
         "startup": 5.0,
         "convert": 20.0,
+        "warmup": 6.0,
         "rollout": 60.0,
         "logprobs": 0.0,
         "update": 24.0,
@@ -80,7 +82,7 @@ def test_parts_add_up_to_the_wall_time_with_other_as_the_remainder() -> None:
         "checkpoint": 4.0,
         "eval": 6.0,
         "export": 0.0,
-        "other": 86.0,
+        "other": 80.0,
     }
     public = job_goodput(record, _at(215))
     assert public is not None and list(public.parts) == list(GOODPUT_PARTS)
@@ -88,7 +90,7 @@ def test_parts_add_up_to_the_wall_time_with_other_as_the_remainder() -> None:
     assert public.productive_fraction == pytest.approx(84.0 / 215.0, abs=1e-4)
     # Live: 10 s later the wall and `other` have grown, the measured parts have not.
     later = job_goodput(record, _at(225))
-    assert later is not None and later.wall_s == 225.0 and later.parts["other"] == 96.0
+    assert later is not None and later.wall_s == 225.0 and later.parts["other"] == 90.0
 
 
 def test_attempts_add_up_and_a_finished_job_stops_the_clock() -> None:
@@ -112,6 +114,47 @@ def test_attempts_add_up_and_a_finished_job_stops_the_clock() -> None:
         assert public is not None and public.wall_s == 303.0
         assert public.parts["rollout"] == 35.0 and public.parts["update"] == 15.0 and public.parts["export"] == 40.0
         assert public.parts["other"] == 303.0 - (1 + 2 + 35 + 15 + 1 + 40)
+
+
+def test_each_attempts_first_step_beyond_a_steady_one_is_warmup_and_the_parts_still_add_up() -> None:
+    """A cold first step (compiling, loading) against nine steady ones; a resumed attempt's first step is its own
+    warmup; an attempt with one report has no steady step to compare with, so none."""
+    ev = _Events()
+    record = _record(JobPhase.SUCCEEDED, QUEUED=1.0, LAUNCHING=2.0, RUNNING=400.0)
+    record.finished_at = _at(403)
+    steady = {"rollout": 1.0, "logprobs": 0.1, "update": 0.5, "checkpoint": 0.0}
+    fold_events(
+        record,
+        [
+            ev(RunStarted, 3, attempt=1, run_uri="/r"),
+            # step 1: 40 s before it (unnamed), rollout 21 s, update 10.5 s, logprobs 2.1 s, a 3 s checkpoint
+            ev(GoodputMeasured, 80, attempt=1, train=_train(1, 76.6, rollout=21.0, logprobs=2.1, update=10.5, checkpoint=3.0)),
+            # steps 2-10 steady: 1.6 s named and 0.2 s unnamed each
+            *(
+                ev(
+                    GoodputMeasured,
+                    80 + 2 * k,
+                    attempt=1,
+                    train=_train(1 + k, 76.6 + 1.8 * k, rollout=21.0 + k, logprobs=2.1 + 0.1 * k, update=10.5 + 0.5 * k, checkpoint=3.0),
+                )
+                for k in range(1, 10)
+            ),
+            ev(RunStarted, 200, attempt=2, run_uri="/r"),  # resumed from step 10: its first step is step 11
+            ev(GoodputMeasured, 260, attempt=2, train=_train(11, 50.0, rollout=11.0, update=5.5)),
+            ev(GoodputMeasured, 262, attempt=2, train=_train(12, 51.8, rollout=12.0, update=6.0)),
+            ev(RunStarted, 300, attempt=3, run_uri="/r"),
+            ev(GoodputMeasured, 350, attempt=3, train=_train(13, 30.0, rollout=9.0, update=4.0)),
+        ],
+    )
+    assert set(record.report.first_goodput) == {1, 2, 3} and record.report.first_goodput[2].step == 11
+    public = job_goodput(record, _at(403))
+    assert public is not None and sum(public.parts.values()) == pytest.approx(public.wall_s)
+    # attempt 1: (21-1) + (2.1-0.1) + (10.5-0.5) + (40-0.2) unnamed; attempt 2: (11-1) + (5.5-0.5) + (33.5-0.3)
+    assert public.parts["warmup"] == pytest.approx(20 + 2 + 10 + 39.8 + 10 + 5 + 33.2)
+    # what is left of rollout is one steady second per step of attempts 1 and 2, and attempt 3's unsplit 9 s
+    assert public.parts["rollout"] == pytest.approx(10 * steady["rollout"] + 2 * steady["rollout"] + 9.0)
+    assert public.parts["checkpoint"] == pytest.approx(3.0)  # a save in the first step is no warmup
+    assert public.parts["update"] == pytest.approx(10 * 0.5 + 2 * 0.5 + 4.0)
 
 
 def test_the_goodput_event_reaches_the_event_log_with_the_jobs_split() -> None:

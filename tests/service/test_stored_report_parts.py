@@ -107,6 +107,15 @@ def test_typed_parts_are_stored_as_the_json_their_columns_held_and_read_back_equ
         assert record.report.storage == storage and record.report.goodput == goodput
 
 
+def test_each_attempts_first_goodput_report_survives_a_store_round_trip(store: SqlJobStore) -> None:
+    """The warmup part (service/domain/cost/goodput.py) sets each attempt's first report against its newest: a
+    service restarted mid-job must still have the first."""
+    first = {1: TrainGoodput(elapsed_s=96.5, parts={"rollout": 30.7}, step=1), 2: TrainGoodput(elapsed_s=50.0, parts={}, step=21)}
+    _insert(store, report=RunReport(goodput={1: TrainGoodput(elapsed_s=128.5, parts={"rollout": 50.6}, step=40)}, first_goodput=first))
+    record = store.get(JOB)
+    assert record is not None and record.report.first_goodput == first
+
+
 def test_a_record_without_parts_stores_them_empty(store: SqlJobStore) -> None:
     _insert(store)
     assert _columns(store) == {"fit_estimate": None, "eval_points": [], "storage": None, "goodput": {}}

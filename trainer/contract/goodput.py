@@ -4,8 +4,8 @@ Inside the train stage, the trainer's shim (maxtext_entry/goodput_recorder.py) t
 methods and prints one `RLJOB_GOODPUT {TrainGoodput}` line at each step's end and when train_rl
 ends; the pipeline turns it into a GoodputMeasured event. Every figure is cumulative over one train_rl
 process (one attempt), so the newest event of an attempt supersedes the earlier ones. The service adds
-what happens outside train_rl (queued, start-up, convert, export) and calls what is left `other`
-(service/domain/goodput.py).
+what happens outside train_rl (queued, start-up, convert, export), splits each attempt's first step into a steady
+step and its `warmup`, and calls what is left `other` (service/domain/cost/goodput.py).
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ TRAIN_PARTS: tuple[str, ...] = (ROLLOUT, LOGPROBS, UPDATE, WEIGHT_SYNC, CHECKPOI
 QUEUED = "queued"  # waiting for capacity
 STARTUP = "startup"  # admitted/launched, the trainer not yet running
 CONVERT = "convert"  # the convert stage
+# What an attempt's first train step cost beyond a steady one (the service's split of the trainer's reports:
+# compilation, model loading, first allocations); a warm compilation cache is what shrinks it (trainer/compile_cache.py).
+WARMUP = "warmup"
 EXPORT = "export"  # the export stage
 OTHER = "other"  # the wall time no part names: process start, model load, compilation, rewards, ...
-GOODPUT_PARTS: tuple[str, ...] = (QUEUED, STARTUP, CONVERT, *TRAIN_PARTS, EXPORT, OTHER)
+GOODPUT_PARTS: tuple[str, ...] = (QUEUED, STARTUP, CONVERT, WARMUP, *TRAIN_PARTS, EXPORT, OTHER)
 # Productive: the work GRPO exists to do.
 PRODUCTIVE_PARTS: tuple[str, ...] = (ROLLOUT, UPDATE)
 

@@ -100,6 +100,9 @@ def _report(row: JobRow | Row[Any]) -> RunReport:
         eval_points=[_typed(row.id, "report.eval_points", EvalSummary, p) for p in doc.get("eval_points") or []],
         storage=_typed(row.id, "report.storage", RunStorage, doc["storage"]) if doc.get("storage") else None,
         goodput={int(n): _typed(row.id, "report.goodput", TrainGoodput, body) for n, body in (doc.get("goodput") or {}).items()},
+        first_goodput={
+            int(n): _typed(row.id, "report.first_goodput", TrainGoodput, body) for n, body in (doc.get("first_goodput") or {}).items()
+        },
         trainer_events=TrainerEventCounts.of_json(doc.get("trainer_events")),
         eval_report=_typed(row.id, "report.eval_report", EvalReport, doc["eval_report"]) if doc.get("eval_report") else None,
         checkpoints={int(step): str(uri) for step, uri in (doc.get("checkpoints") or {}).items()},
@@ -126,6 +129,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "eval_points": [summary.model_dump(mode="json") for summary in report.eval_points],
         "storage": report.storage.model_dump(mode="json") if report.storage else None,
         "goodput": {str(n): train.model_dump(mode="json") for n, train in report.goodput.items()},
+        "first_goodput": {str(n): train.model_dump(mode="json") for n, train in report.first_goodput.items()},
         "trainer_events": report.trainer_events.to_json(),
         "eval_report": report.eval_report.model_dump(mode="json") if report.eval_report else None,
         "checkpoints": {str(step): uri for step, uri in report.checkpoints.items()},

@@ -80,6 +80,9 @@ class RunReport:
     storage: RunStorage | None = None  # the trainer's newest run-directory measurement
     # The newest train_rl time split of each attempt, by attempt number (goodput.py: attempts add up).
     goodput: dict[int, TrainGoodput] = field(default_factory=dict)
+    # Each attempt's first report after a step: set against its newest, it says what a steady step costs and so
+    # what the first step cost beyond one (goodput.py's warmup).
+    first_goodput: dict[int, TrainGoodput] = field(default_factory=dict)
     trainer_events: TrainerEventCounts = field(default_factory=TrainerEventCounts)  # trainer_event_budget.py
     eval_report: EvalReport | None = None  # an eval job's result (its eval_report event)
     # The service's version number of eval_report's suite content (suite_versions.py), assigned when it was folded;
