@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -217,8 +218,29 @@ def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: fl
         service_log = (work / "service.log").read_text(errors="replace")
         record["service_log_tail"], record["host_tpu"] = service_log[-TAIL:], host_line(service_log)
         out.mkdir(parents=True, exist_ok=True)
+        record["compile_cache"] = keep_job_outputs(work, record, out)
         (out / RECORD).write_text(json.dumps(record, indent=2))
         print(f"wrote {out / RECORD} ({record['wall_s']} s)")
+
+
+def keep_job_outputs(work: Path, record: dict[str, Any], out: Path) -> list[dict[str, Any]]:
+    """Copy each job's and eval job's trainer events into OUT/events/ (what bench/chip/tpu_compile_cache.py reads) and
+    list the run's compilation cache: its entries with their size and time (JAX's `-atime` files are rewritten at each
+    hit, so a later job's hits show there)."""
+    events = out / "events"
+    for found in record["jobs"].values():
+        for job_id in [found["job_id"], *(e["id"] for e in found["evals"].values() if e)]:
+            source = work / "runs" / job_id / "events.jsonl"
+            if source.is_file() and not source.is_symlink():
+                events.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, events / f"{job_id}.jsonl")
+    cache = work / "runs" / "_cache" / "jax"
+    entries = sorted(cache.iterdir()) if cache.is_dir() else []
+    return [
+        {"name": entry.name, "bytes": entry.stat().st_size, "mtime": datetime.fromtimestamp(entry.stat().st_mtime, UTC).isoformat()}
+        for entry in entries
+        if entry.is_file()
+    ]
 
 
 def _job_list(text: str) -> list[tuple[str, int]]:

@@ -233,3 +233,16 @@ def test_continue_refuses_without_a_submitting_call_on_the_machine(tmp_path, mon
     with pytest.raises(SystemExit, match="nothing to continue"):
         tpu_job.run(tmp_path / "out", "gsm8k", [], base=False, max_s=1, follow=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_call_keeps_each_jobs_events_and_lists_the_compilation_cache(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    for job_id in ("rl-job", "rl-eval"):
+        (work / "runs" / job_id).mkdir(parents=True)
+        (work / "runs" / job_id / "events.jsonl").write_text(f'{{"job_id": "{job_id}"}}\n')
+    (work / "runs" / "_cache" / "jax").mkdir(parents=True)
+    (work / "runs" / "_cache" / "jax" / "jit_step-abc-cache").write_bytes(b"x" * 7)
+    record = {"jobs": {"trained/1": {"job_id": "rl-job", "evals": {"export": {"id": "rl-eval"}, "base": None}}}}
+    listing = tpu_job.keep_job_outputs(work, record, out)
+    assert sorted(p.name for p in (out / "events").iterdir()) == ["rl-eval.jsonl", "rl-job.jsonl"]
+    assert [(e["name"], e["bytes"]) for e in listing] == [("jit_step-abc-cache", 7)]
