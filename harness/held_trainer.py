@@ -4,7 +4,8 @@ The local launcher runs it as `held_trainer.py run --spec FILE --job-id ID` insi
 process group. It trains nothing: it keeps the job's workload alive, so the job is really RUNNING
 under the real launcher, while the test writes trainer events into the run's events.jsonl, the
 channel the service tails. It exits with the code the test writes to `<run dir>/exit_code`, or
-dies with its group when the job is cancelled. Bounded: it gives up after MAX_LIFETIME_S.
+dies with its group when the job is cancelled. Bounded: it gives up after MAX_LIFETIME_S, or once its run
+directory, seen once, is removed.
 """
 
 from __future__ import annotations
@@ -31,11 +32,19 @@ def main(argv: list[str]) -> int:
     exit_file = Path(output) / args.job_id / "exit_code"
     print(f"held_trainer: job {args.job_id} waiting for {exit_file}", flush=True)
     deadline = time.monotonic() + float(os.environ.get(LIFETIME_ENV) or MAX_LIFETIME_S)
+    run_dir_seen = False
     while time.monotonic() < deadline:
         if exit_file.exists():
             code = int(exit_file.read_text().strip() or "0")
             print(f"held_trainer: exiting with {code}", flush=True)
             return code
+        # A run directory that existed and is gone: whoever held the job removed it (a bench's temporary directory,
+        # deleted a moment after it wrote exit_code, before this poll could see it); nobody is left to release it.
+        if exit_file.parent.is_dir():
+            run_dir_seen = True
+        elif run_dir_seen:
+            print("held_trainer: the run directory was removed; exiting", file=sys.stderr, flush=True)
+            return 1
         time.sleep(POLL_INTERVAL_S)
     print("held_trainer: no exit code written in time", file=sys.stderr, flush=True)
     return 1

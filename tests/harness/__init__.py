@@ -1,0 +1,1 @@
+"""Tests of the harness's stand-ins outside the emulated cluster (harness/held_trainer.py)."""
