@@ -34,6 +34,7 @@ from bench.readme_render.sandbox_runtimes import render_reward_container_cost, r
 from bench.readme_render.status_read import render_status_read, render_status_read_running  # noqa: E402
 from bench.readme_render.tpu_compile_cache import render_tpu_compile_cache  # noqa: E402
 from bench.readme_render.tpu_correctness import render_tpu_correctness  # noqa: E402
+from bench.readme_render.tpu_estimate_held_out import render_held_out_setting  # noqa: E402
 from bench.readme_render.tpu_grpo import render_tpu_grpo  # noqa: E402
 from bench.readme_render.tpu_job import render_tpu_job  # noqa: E402
 
@@ -92,6 +93,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str], str]] = {
     "status-read-running": (("status_read_running.json",), render_status_read_running, "control_plane"),
     "trainer-overhead": (("trainer_overhead.json",), read_path_benches.render_trainer_overhead, "pipeline"),
     "estimate-accuracy": (("estimate_accuracy.json",), render_estimate_accuracy, "estimate"),
+    "tpu-estimate-held-out-setting": (("tpu_estimate_held_out_setting.json",), render_held_out_setting, "estimate"),
     "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes, "pipeline"),
     "reward-container-cost": (("reward_container_cost.json",), render_reward_container_cost, "pipeline"),
     "tpu-grpo": (("tpu_grpo.json",), render_tpu_grpo, "chip"),

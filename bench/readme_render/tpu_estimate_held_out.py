@@ -99,3 +99,30 @@ def render_held_out(result: dict[str, Any]) -> str:
         "shape measured takes the slowest measured width's cache write, and one whose position set the floor takes a "
         "floor no other shape reached."
     )
+
+
+def render_held_out_setting(result: dict[str, Any]) -> str:
+    """The service's estimate at submit for the GSM8K chip jobs (a batch and lengths no rate came from) against their
+    steady steps (bench/results/tpu_estimate_held_out_setting.json, bench/estimate/tpu_held_out_setting.py)."""
+    rows = [
+        "| job | batch x generations, prompt / total tokens | part | estimated s per step | measured | error |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, job in result["jobs"].items():
+        s = job["settings"]
+        setting = f"{s['batch_size']} x {s['num_generations']}, {s['max_prefill_predict_length']} / {s['max_target_length']}"
+        for part in ("rollout", "update", "step"):
+            error = job["error"][part]
+            mark = "" if abs(error) <= result["tolerance"] else f" **outside {result['tolerance']:.0%}**"
+            rows.append(
+                f"| {name} (`{job['job_id']}`) | {setting} | {part} | {job['estimated_s_per_step'][part]:.3f} | "
+                f"{job['measured_s_per_step'][part]:.3f} | {error:+.0%}{mark} |"
+            )
+    return "\n".join(
+        [
+            *rows,
+            "",
+            f"Measured over each job's {next(iter(result['jobs'].values()))['steady_steps']} steps after its first "
+            f"(commit `{(result.get('commit') or '?')[:10]}`; `{result['events']}`, `{result['record']}`).",
+        ]
+    )
