@@ -26,8 +26,8 @@ SLOW_LANES: dict[str, str] = {
     # tiny job first: it converts the tiny model for the lane's shared output, so the emulated cluster's pods
     # take the cached checkpoint.
     "tests/service/test_tiny_job_integration.py": "slow-lane-1",
-    "tests/service/test_attached_evals_tiny.py": "slow-lane-1",  # eval jobs attached to a tiny job (issue 36)
-    "tests/service/test_estimate_tiny.py": "slow-lane-1",  # three one-step tiny jobs: the estimate vs the actual (issue 37)
+    "tests/service/domain/evals/test_attached_evals_tiny.py": "slow-lane-1",  # eval jobs attached to a tiny job (issue 36)
+    "tests/service/domain/cost/test_estimate_tiny.py": "slow-lane-1",  # three one-step tiny jobs: the estimate vs the actual (issue 37)
     "tests/k8s/test_e2e_tiny_cpu.py": "slow-lane-1",
     "tests/storage/test_pipeline_gcs.py": "slow-lane-1",
     "tests/trainer/test_slow_smollm2.py": "slow-lane-1",
