@@ -55,7 +55,7 @@ def import_check(name: str) -> ModuleType:
 
 def expected_stop_token_step(step_module: ModuleType) -> dict[str, Any]:
     """test_stop_token.py's STOP_TOKEN_COUNTED, read from its source (importing it needs pytest) with its E and P."""
-    path = CHECKS / "test_stop_token.py"
+    path = CHECKS / "rollout" / "test_stop_token.py"
     tree = ast.parse(path.read_text(), filename=str(path))
     node = next(
         n for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "STOP_TOKEN_COUNTED" for t in n.targets)

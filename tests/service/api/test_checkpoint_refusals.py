@@ -14,8 +14,8 @@ import pytest
 from tests.service.api.test_fit_check import V6E1, _tutorial
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A
-from tests.trainer.test_hf_families import QWEN3_06B
-from tests.trainer.test_hf_model import LLAMA_32_1B
+from tests.trainer.sizing.test_hf_families import QWEN3_06B
+from tests.trainer.sizing.test_hf_model import LLAMA_32_1B
 
 
 def _checkpoint(tmp_path: Path, config: dict[str, Any]) -> str:

@@ -67,7 +67,7 @@ def test_json_non_finite_literals_are_refused_naming_the_field(api: Api, tmp_pat
         ("hardware", {**V6E8, "accelerator": "v6e-3"}, ("body", "hardware", "accelerator")),
         ("hardware", {**V6E8, "accelerator": "v6e-16"}, ("body", "hardware", "chips_per_vm")),
         ("hardware", {**V6E8, "rollout_data_parallelism": 16}, ("body", "hardware", "rollout_data_parallelism")),
-        # issue 39's rl.yml settings (tests/trainer/test_rl_settings.py has each rule)
+        # issue 39's rl.yml settings (tests/trainer/contract/test_rl_settings.py has each rule)
         ("grpo", {"eval_mode": "maj@4"}, ("body", "grpo", "eval_mode")),
         ("grpo", {"eval_mode": "maj"}, ("body", "grpo", "eval_mode")),
         ("grpo", {"eval_batch_size": -1}, ("body", "grpo", "eval_batch_size")),

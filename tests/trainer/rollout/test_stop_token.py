@@ -25,7 +25,7 @@ from tests.trainer.grpo_learner_step import STEP_LINE_PREFIX, learner_step
 from trainer.rollout import stop_token
 from trainer.rollout.stop_token import left_padding_mask, mask_from_lengths, with_stop_tokens
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 EOS = PAD = 2  # SmolLM2's <|im_end|>; Tunix makes Llama 3's pad its EOS
 VOCAB, WIDTH = 16, 4  # completion width (max_tokens_to_generate)

@@ -24,7 +24,7 @@ import pytest
 
 from trainer.rollout import few_rows_matmul as frm
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WITHOUT_AVX512 = frozenset({"fpu", "sse2", "avx", "avx2", "fma"})  # a CPU from before AVX-512, or a Zen 3
 READ_CPU_FLAGS = frm.cpu_flags  # the reader itself, whatever the fixture below reports
 

@@ -22,7 +22,7 @@ from trainer.evals.reward_gsm8k import gsm8k_final_number
 from trainer.evals.runner import load_suite
 from trainer.sources import DataError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LEARNING_FOLDS = REPO / "bench" / "results" / "learning_folds.json"
 
 

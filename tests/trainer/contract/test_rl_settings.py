@@ -17,7 +17,7 @@ from service.adapters.k8s.manifests import spec_local_paths
 from service.domain.location_policy import LocationPolicy, check_spec_locations
 from service.domain.records.errors import InvalidRequest
 from tests.trainer.spec_edit import with_field
-from tests.trainer.test_maxtext_argv_injection import JOB_ID, _as_written, _bypassing_validation, _key_values, _read_back
+from tests.trainer.stages.test_maxtext_argv_injection import JOB_ID, _as_written, _bypassing_validation, _key_values, _read_back
 from trainer.contract import JobSpec, RunLayout
 from trainer.contract import rl_settings as rl
 from trainer.contract.spec_hash import hash_rule

@@ -104,7 +104,7 @@ def parity(smollm2) -> dict:
     done = subprocess.run(
         [
             sys.executable,
-            str(Path(__file__).with_name("maxtext_parity_check.py")),
+            str(REPO / "tests" / "trainer" / "maxtext_parity_check.py"),
             str(smollm2["dir"]),
             smollm2["items"],
             *smollm2["model"].args(),

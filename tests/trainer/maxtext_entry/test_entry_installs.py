@@ -17,7 +17,7 @@ import pytest
 from trainer.contract.shim_config import SHIM_CONFIG_FLAG, BestCheckpointPaths, GrpoObjective, ShimConfig
 from trainer.maxtext_entry import train_rl_entry
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # Run in the subprocess: main with every install the train stage asks for, then, in train_rl's place, which module's
 # wrapper is outermost on each function two installs wrap, and which module's function it wraps.

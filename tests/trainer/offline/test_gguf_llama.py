@@ -1,7 +1,7 @@
 """trainer/offline/gguf_llama.py on a tiny Llama GGUF written here (Q4_1 projections, a Q8_0 embedding, as
 SmolLM2's file has): the numpy tensors are bit for bit transformers' torch-based reader's, and a file that is not
 the Llama its metadata says is refused with a message naming what differs. The real 98 MB file is compared in
-tests/trainer/test_slow_smollm2.py."""
+tests/trainer/offline/test_slow_smollm2.py."""
 
 from __future__ import annotations
 

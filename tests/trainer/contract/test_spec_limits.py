@@ -19,7 +19,7 @@ from trainer.contract.dns_label import DNS_LABEL_PATTERN
 from trainer.contract.eval_suite import EvalSampling, SuiteSpec
 from trainer.contract.tpu import TPU_SLICES
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _errors(data: dict) -> dict[str, str]:

@@ -22,7 +22,7 @@ from trainer.evals.builtin_suites import builtin_suite
 from trainer.evals.prompts import RL_TAGS, acceptable_answers, build_prompt
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Scores some of the random model's completions right and some wrong, and fails on others (scored None).
 REWARDS = """import json
 

@@ -24,7 +24,7 @@ import pytest
 from trainer.rewards_sandbox import reach_probes
 from trainer.rewards_sandbox.worker_user import WORKER_UID
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # A new secret for each probe: the cases run concurrently on pytest-xdist's workers, two of them as the same uid
 # 65534 outside any PID namespace, and with one secret a reward could read the other case's starting processes
 # (same user, still dumpable), which is not the trainer it runs under. A pod has only its own processes to see.

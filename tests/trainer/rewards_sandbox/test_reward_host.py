@@ -21,7 +21,7 @@ import pytest
 from trainer.rewards_sandbox.pool import RewardLoadFailed, RewardSandboxPool, SandboxLimits
 from trainer.rewards_sandbox.stats import CallOutcome
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REWARDS = """
 import os, time
 
@@ -85,7 +85,7 @@ def test_calls_are_scored_by_a_worker_of_the_reward_container_not_of_the_trainer
 def test_the_reward_container_receives_what_the_reward_imports(tmp_path, host):
     """The reward container has no mount of the trainer's files: the pool shares the reward's files (the file, its
     Python neighbours and packages: reward_files.py) beside the socket, so a reward that imports them scores there."""
-    from tests.trainer.test_reward_files import write_reward
+    from tests.trainer.rewards_sandbox.test_reward_files import write_reward
 
     reward = write_reward(tmp_path / "inputs" / "rewards")
     (tmp_path / "inputs").chmod(0o700)  # as the run's work directory: the container's user could not read it

@@ -1,6 +1,6 @@
 """The jax rollout engine's Qwen3 path (QK-norm, MaxText's half-split RoPE, the query scaled after RoPE, tied
 embeddings) against MaxText's own qwen3 forward on the same random weights: logits at every prefill and
-decode position, and greedy decoding token for token (qwen3_rollout_check.py, one subprocess)."""
+decode position, and greedy decoding token for token (tests/trainer/qwen3_rollout_check.py, one subprocess)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def test_cached_qwen3_forward_matches_maxtexts_qwen3_and_decodes_the_same_greedy_tokens():
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("qwen3_rollout_check.py"))],
+        [sys.executable, str(REPO / "tests" / "trainer" / "qwen3_rollout_check.py")],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu"),
         capture_output=True,

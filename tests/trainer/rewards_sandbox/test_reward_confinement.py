@@ -135,7 +135,7 @@ print(json.dumps(seen))
 def run_probe(probe: str) -> dict[str, Any]:
     """A probe script in a process of its own (the filter is for good once installed): what it printed."""
     done = subprocess.run(
-        [sys.executable, "-c", probe, str(Path(__file__).resolve().parents[2])], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", probe, str(Path(__file__).resolve().parents[3])], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))

@@ -4,7 +4,7 @@ rljob's side is a job spec's `grpo` section run as a job runs it: the rl.* argum
 GrpoConfig as train_rl builds it from them, grpo_objective.py's kl_loss_mode and epsilon_high installed from the spec,
 and Tunix's grpo_loss_fn. TRL's side is a GRPOTrainer built from the GRPOConfig `trl_args` maps the spec to (the
 mapping table in docs/trainer.md), its `_generate_and_score_completions` making the inputs and `compute_loss` scoring
-them. tests/trainer/grpo_parity_sides.py has both. The loss and its gradient with respect to every token's log-prob
+them. tests/trainer/maxtext_entry/grpo_parity_sides.py has both. The loss and its gradient with respect to every token's log-prob
 must agree to float32 rounding; masked tokens hold garbage log-probs that must not matter.
 
 Advantages are compared on their own: both normalise by the group's standard deviation (n - 1), plus an epsilon

@@ -15,7 +15,7 @@ from trainer.rewards_sandbox import reward_files
 from trainer.rewards_sandbox.reward_files import RewardFilesRefused, copy_reward_files, local_reward_files, select_reward_files
 from trainer.rewards_sandbox.worker_user import WORKER_UID
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REWARD = """
 import helpers
 from scoring.weights import WEIGHT
