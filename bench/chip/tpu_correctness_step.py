@@ -1,5 +1,6 @@
 """The GRPO step's patches on the machine it runs on: the stop token (stop_token.py) and the objective (grpo_objective.py),
-with the evidence tests/trainer/test_stop_token.py and test_grpo_objective.py take on CPU; used by bench/chip/tpu_correctness.py.
+with the evidence tests/trainer/rollout/test_stop_token.py and tests/trainer/maxtext_entry/test_grpo_objective.py take on
+CPU; used by bench/chip/tpu_correctness.py.
 
     python -m bench.chip.tpu_correctness_step      # the objective probe: run by step_checks as a subprocess
 """
