@@ -74,7 +74,7 @@ RUN pip install --no-cache-dir --no-deps . \
 # The CPU rollout's decode kernel (trainer/rollout/native/few_rows_matmul.cc), compiled here with build-essential's
 # g++ against the installed jaxlib, into a directory any uid can read: a trainer process only looks it up there and
 # never compiles (a missing library means XLA's dot, logged). Built whatever this machine's CPU; the trainer uses it
-# on CPUs with AVX-512F. tests/trainer/test_few_rows_matmul.py runs this command.
+# on CPUs with AVX-512F. tests/trainer/rollout/test_few_rows_matmul.py runs this command.
 ENV RLJOB_NATIVE_CACHE=/opt/rljob/native
 RUN python -m trainer.rollout.few_rows_matmul build
 

@@ -119,7 +119,7 @@ def spec_page(spec_model: type[BaseModel] = JobSpec) -> str:
         'The column "hashed" says how a field enters the spec\'s content hash, which keys idempotency: `always` for the',
         "fields a part had when it first entered the hash, `when not its default` for every field added since, so a spec",
         "written before a field existed keeps its hash (`trainer/contract/spec_hash.py`; the committed corpus of",
-        "`tests/trainer/test_spec_hash_corpus.py` fails if one moves).",
+        "`tests/trainer/contract/test_spec_hash_corpus.py` fails if one moves).",
         "",
     ]
     missing: list[str] = []

@@ -4,7 +4,7 @@ bench's result (bench/results/tpu_grpo.json), or with --check say whether the ch
     .venv/bin/python scripts/tpu_step_rates.py           # rewrite service/domain/tpu_step_rates.json
     .venv/bin/python scripts/tpu_step_rates.py --check   # change nothing; exit 1 when it differs
 
-Run it after the bench's result changes (tests/service/test_tpu_step_rates_fresh.py fails until then). What the
+Run it after the bench's result changes (tests/service/domain/cost/test_tpu_step_rates_fresh.py fails until then). What the
 rates mean and how the estimate uses them: service/domain/tpu_step_time.py. Shapes used: those that completed with
 at least MIN_STEADY_STEPS steps after the compiling first one, in bf16 (the float32 tiny test model is left out: it
 is no model anyone trains, and its one steady step is no steady state). Per shape, from its steady steps:

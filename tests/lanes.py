@@ -26,20 +26,20 @@ SLOW_LANES: dict[str, str] = {
     # tiny job first: it converts the tiny model for the lane's shared output, so the emulated cluster's pods
     # take the cached checkpoint.
     "tests/service/test_tiny_job_integration.py": "slow-lane-1",
-    "tests/service/test_attached_evals_tiny.py": "slow-lane-1",  # eval jobs attached to a tiny job (issue 36)
-    "tests/service/test_estimate_tiny.py": "slow-lane-1",  # three one-step tiny jobs: the estimate vs the actual (issue 37)
+    "tests/service/domain/evals/test_attached_evals_tiny.py": "slow-lane-1",  # eval jobs attached to a tiny job (issue 36)
+    "tests/service/domain/cost/test_estimate_tiny.py": "slow-lane-1",  # three one-step tiny jobs: the estimate vs the actual (issue 37)
     "tests/k8s/test_e2e_tiny_cpu.py": "slow-lane-1",
     "tests/storage/test_pipeline_gcs.py": "slow-lane-1",
-    "tests/trainer/test_slow_smollm2.py": "slow-lane-1",
+    "tests/trainer/offline/test_slow_smollm2.py": "slow-lane-1",
     # The trainer's own runs on the tiny model: one conversion cache (tests/trainer/conftest.py).
-    "tests/trainer/test_slow_export_check.py": "slow-lane-2",
+    "tests/trainer/checks/test_slow_export_check.py": "slow-lane-2",
     "tests/trainer/test_slow_learning.py": "slow-lane-2",
     "tests/trainer/test_slow_pipeline.py": "slow-lane-2",
     "tests/trainer/test_slow_preemption.py": "slow-lane-2",
-    "tests/trainer/test_slow_shared_prefill.py": "slow-lane-2",
-    "tests/trainer/test_slow_qwen3_rollout.py": "slow-lane-2",  # the rollout engine's Qwen3 vs MaxText's forward (issue 39)
-    "tests/trainer/test_eval_slow_tiny.py": "slow-lane-2",  # an eval job on the tiny model (transformers, no MaxText run)
-    "tests/trainer/test_jax_eval_engine.py": "slow-lane-2",  # the JAX evaluation engine against transformers (issue 64)
+    "tests/trainer/rollout/test_slow_shared_prefill.py": "slow-lane-2",
+    "tests/trainer/rollout/test_slow_qwen3_rollout.py": "slow-lane-2",  # the rollout engine's Qwen3 vs MaxText's forward (issue 39)
+    "tests/trainer/evals/test_eval_slow_tiny.py": "slow-lane-2",  # an eval job on the tiny model (transformers, no MaxText run)
+    "tests/trainer/evals/test_jax_eval_engine.py": "slow-lane-2",  # the JAX evaluation engine against transformers (issue 64)
     "tests/service/test_qwen3_tiny_job.py": "slow-lane-2",  # a one-step tiny Qwen3 job through the service (issue 39)
     "tests/test_readme_demo.py": "slow-lane-2",  # the README's first command, scripts/demo.sh, whole (86 s in CI)
 }

@@ -20,7 +20,7 @@ does, so a misplaced norm shows) and the engine (`CachedLlamaLM`) built over the
   MaxText's top-2 margin there: a disagreement inside the logit tolerance is a near-tie, not a wrong forward).
 
 The step: `python -m tests.trainer.grpo_learner_step` (Tunix's own learner step under the entry shim's main, every
-wrapper installed) with the objective's flags; its STEP line must equal tests/trainer/test_stop_token.py's
+wrapper installed) with the objective's flags; its STEP line must equal tests/trainer/rollout/test_stop_token.py's
 STOP_TOKEN_COUNTED (read from that file). The objective: the same main with a probe in train_rl's place that builds
 `GrpoConfig` as train_rl's own call does; the resolved config must carry the flags' estimator and upper clip
 (bench/chip/tpu_correctness_step.py). fp32 on TPU: if the logits miss the bound, the check runs again at fp32 matmul

@@ -1,5 +1,6 @@
 """The GRPO step's patches on the machine it runs on: the stop token (stop_token.py) and the objective (grpo_objective.py),
-with the evidence tests/trainer/test_stop_token.py and test_grpo_objective.py take on CPU; used by bench/chip/tpu_correctness.py.
+with the evidence tests/trainer/rollout/test_stop_token.py and tests/trainer/maxtext_entry/test_grpo_objective.py take on
+CPU; used by bench/chip/tpu_correctness.py.
 
     python -m bench.chip.tpu_correctness_step      # the objective probe: run by step_checks as a subprocess
 """
@@ -55,7 +56,7 @@ def import_check(name: str) -> ModuleType:
 
 def expected_stop_token_step(step_module: ModuleType) -> dict[str, Any]:
     """test_stop_token.py's STOP_TOKEN_COUNTED, read from its source (importing it needs pytest) with its E and P."""
-    path = CHECKS / "test_stop_token.py"
+    path = CHECKS / "rollout" / "test_stop_token.py"
     tree = ast.parse(path.read_text(), filename=str(path))
     node = next(
         n for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "STOP_TOKEN_COUNTED" for t in n.targets)

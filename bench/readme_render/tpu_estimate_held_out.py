@@ -94,7 +94,7 @@ def render_held_out(result: dict[str, Any]) -> str:
     return (
         "The run-time estimate out of sample (`bench/readme_render/tpu_estimate_held_out.py`): each shape left out of the "
         "rates in turn, the rest derive them (`scripts/tpu_step_rates.py`) and `service/domain/cost/tpu_step_time.py` "
-        "predicts it per steady step: " + "; ".join(cells) + ". tests/service/test_tpu_estimate.py holds SmolLM2-360M "
+        "predicts it per steady step: " + "; ".join(cells) + ". tests/service/domain/cost/test_tpu_estimate.py holds SmolLM2-360M "
         "(a larger model of a head width another shape measured) within 25%; a left-out shape whose head width no other "
         "shape measured takes the slowest measured width's cache write, and one whose position set the floor takes a "
         "floor no other shape reached."

@@ -63,7 +63,7 @@ def _calibration(shapes: list[dict[str, Any]]) -> str:
     """Each shape's figure against the estimate's, and part by part what differs (bench/estimate/fit_calibration_tpu.py)."""
     rows = [compare(s) for s in shapes]
     return (
-        f"Calibration (`bench/estimate/fit_calibration_tpu.py`; tests/trainer/test_fit_calibration.py holds each within "
+        f"Calibration (`bench/estimate/fit_calibration_tpu.py`; tests/trainer/sizing/test_fit_calibration.py holds each within "
         f"{TOLERANCE:.0%}): "
         + "; ".join(
             f"{r['shape']} {r['measured_kind']} {r['measured'] / GIB:.2f} GiB, estimated {r['estimated'] / GIB:.2f} "

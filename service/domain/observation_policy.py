@@ -3,7 +3,7 @@ stored with it.
 
 `decide()` is the whole policy; JobService.apply_observation re-reads the record under its write
 lock, asks `decide()` and carries the decision out. Nothing here reads a store or a clock, so the
-policy is tested as a table over every JobPhase x ObservedState (tests/service/test_observation_policy.py).
+policy is tested as a table over every JobPhase x ObservedState (tests/service/domain/test_observation_policy.py).
 """
 
 from __future__ import annotations

@@ -285,7 +285,7 @@ def test_render_yaml_round_trips_for_kubectl() -> None:
     ],
 )
 def test_refuses_what_cannot_run(spec_kwargs, settings_kwargs, error, match) -> None:
-    # The spec itself refuses such hardware at submit (tests/trainer/test_spec_limits.py); built
+    # The spec itself refuses such hardware at submit (tests/trainer/contract/test_spec_limits.py); built
     # without validation here, so the adapter's own guard is what answers.
     spec = make_spec()
     spec = spec.model_copy(update={"hardware": spec.hardware.model_copy(update=spec_kwargs)})

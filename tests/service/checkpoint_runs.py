@@ -1,6 +1,6 @@
 """Finished runs with actor checkpoints, written through a store (local or gs://), and a JobService and the leader's
-expiry round to expire them: what tests/service/test_checkpoint_expiry*.py and tests/storage/test_checkpoint_expiry_gcs.py
-share."""
+expiry round to expire them: what tests/service/domain/cost/test_checkpoint_expiry.py,
+tests/service/domain/rounds/test_checkpoint_expiry_backoff.py and tests/storage/test_checkpoint_expiry_gcs.py share."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Checkpoint expiry on gs:// against fake-gcs-server: the leader deletes exactly the expired intermediate checkpoints
 of a finished run with the client's batch delete (checkpoint_deleter.py), and a pass stopped between two batches is
-finished by the next. The same on local files, and the policy: tests/service/test_checkpoint_expiry.py."""
+finished by the next. The same on local files, and the policy: tests/service/domain/cost/test_checkpoint_expiry.py."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.test_eval_job_resume import EchoModel
+from tests.trainer.evals.test_eval_job_resume import EchoModel
 from tests.trainer.test_pipeline_exit_codes import FakeMaxText
 from trainer.contract import ExitCode, JobSpec, RunLayout, Stage, parse_event
 from trainer.pipeline import describe_plan, run_pipeline

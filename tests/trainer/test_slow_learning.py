@@ -99,7 +99,7 @@ def test_the_rewarded_token_becomes_common_only_where_it_was_rewarded(control):
     rates = control["rates"]
     # Measured (occurrences per 32-token completion, 64 completions on held-out prompts, lc.sample_top_k): base
     # 0.27, A 4.6, B 0.23 with the k3 KL estimator and the stop token in the loss (A reached 10.7 under k1, whose
-    # penalty never pulls the policy back toward the reference: tests/trainer/test_grpo_objective.py). The margin
+    # penalty never pulls the policy back toward the reference: tests/trainer/maxtext_entry/test_grpo_objective.py). The margin
     # of 2 occurrences is under half of what A reached and 7 times base, so noise cannot pass it and a broken
     # reward path (A == B) cannot either. Which token is the target matters: one drawn from another sampler's
     # random stream (' Deferred') rose only to 0.42 in these 5 steps, so the target stays the one `generate` picks.

@@ -137,7 +137,7 @@ def test_end_to_end_export_loads_and_every_step_keeps_scored_samples(restarted_r
     # A length reward differs between any two completions: every group carries signal.
     assert all(e.metrics[SIGNAL_METRIC] == 1.0 for e in restarted_run["events"] if e.type == "train_step")
     # The stop token's wrapper of Tunix's learner ran in train_rl (trainer/rollout/stop_token.py: without its
-    # recorded lengths the step raises); what it puts into the loss is tests/trainer/test_stop_token.py's subject.
+    # recorded lengths the step raises); what it puts into the loss is tests/trainer/rollout/test_stop_token.py's subject.
     for e in (e for e in restarted_run["events"] if e.type == "train_step"):
         empty, stopped = e.metrics["completions/train/empty_fraction"], e.metrics["completions/train/stopped_fraction"]
         assert 0.0 <= empty <= stopped <= 1.0, e.metrics

@@ -20,7 +20,7 @@ producer thread generates rollouts up to `rl.off_policy_steps` batches ahead of 
    too, so TPU jobs are refused as well, rather than silently losing both.
 
 The two knobs are typed with their bounds so a spec that sets them gets this reason, not "extra field"; when a Tunix
-pin and the wrappers above allow it, only the refusal goes (tests/trainer/test_async_rollout.py fails when (1) stops
+pin and the wrappers above allow it, only the refusal goes (tests/trainer/contract/test_async_rollout.py fails when (1) stops
 holding).
 """
 

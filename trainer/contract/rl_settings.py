@@ -15,7 +15,7 @@ Typed (each reaches train_rl as the rl.yml key named; trainer/stages/train.py rl
   Also below max_target_length (MaxText's own check in types.py) it is refused.
 - grpo.gradient_clipping_threshold, grpo.adam_b1, grpo.adam_b2, grpo.weight_decay -> gradient_clipping_threshold,
   adam_b1, adam_b2 (rl.yml) and adam_weight_decay (base.yml): utils_rl.get_optimizer's clip_by_global_norm and adamw.
-  Their defaults are the values train_rl runs with (tests/trainer/test_rl_settings.py reads them from MaxText's loader).
+  Their defaults are the values train_rl runs with (tests/trainer/contract/test_rl_settings.py reads them from MaxText's loader).
 - seed (the job's) -> data_shuffle_seed and init_weights_seed when set, and always the seed of each rollout's sampling
   key (trainer/rollout/rollout_keys.py, through the shim configuration's rollout_seed).
 - dataset.shuffle_seed -> data_shuffle_seed (over the job's seed): grain's shuffle of the train and eval rows and HF's train/test split
@@ -31,7 +31,7 @@ Left out, by reason (docs/trainer.md lists them):
   GRPOConfig has neither, so train_rl drops both (its _kwargs_supported_by); and a job's own reward functions run
   in rljob's sandbox (trainer/rewards_sandbox/), whose one deadline is grpo.rewards.timeout_s. A second pool and
   timeout would fight it (Tunix's falls back to the trainer process), so the train stage pins reward_num_workers=0
-  and types neither; tests/trainer/test_rl_settings.py fails when the Tunix pin gains them.
+  and types neither; tests/trainer/contract/test_rl_settings.py fails when the Tunix pin gains them.
 - gc_collect_after_weight_sync, free_kv_cache_during_weight_sync: the other weight-sync knobs; Tunix 0.1.7's
   ClusterConfig and RolloutConfig do not have them, so train_rl ignores them (with a log line); same test.
 """

@@ -7,7 +7,7 @@ hash only when set to other than its default. A spec written before a field exis
 adding a field with a default needs no step here. A default must never change once a field is added: the old specs
 that left it out would then mean something else under the same hash.
 
-tests/trainer/test_spec_hash_corpus.py keeps specs and the hashes earlier versions gave them, and fails if one
+tests/trainer/contract/test_spec_hash_corpus.py keeps specs and the hashes earlier versions gave them, and fails if one
 moves; docs/spec.md's column "hashed" is rendered from these declarations (`hash_rule`).
 """
 

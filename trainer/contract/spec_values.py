@@ -6,7 +6,7 @@ every `${...}` in it is resolved. A value is therefore never quoted or escaped b
 refused here unless MaxText will read back exactly the string we wrote:
 
 - no `$`, `{`, `}`: `${oc.env:HF_TOKEN}` would read the trainer's environment, `${other_key}` another
-  setting (tests/trainer/test_maxtext_argv_injection.py runs MaxText's loader to show both);
+  setting (tests/trainer/stages/test_maxtext_argv_injection.py runs MaxText's loader to show both);
 - no whitespace or control characters: YAML ends a value at ` #` or `: `, folds newlines, and a NUL
   cuts a path short in the C libraries below Python;
 - names start with a letter and are not YAML's or MaxText's special words, because `1.0`, `on` or

@@ -5,7 +5,7 @@ bf16 FLOP/s and HBM bandwidth, how many JAX devices it is, GKE's node label and 
 for it, and its list prices. Every other module reads these facts from here: the fit estimate
 (trainer/sizing/tpu_memory.py), the step-time estimate (service/domain/cost/tpu_step_time.py), the price table
 (service/domain/cost/usage.py), the GKE manifests (service/adapters/k8s/accelerators.py) and the TPU VM probe
-(service/adapters/local/host_tpu.py). tests/trainer/test_tpu_generations.py checks that every generation a slice
+(service/adapters/local/host_tpu.py). tests/trainer/contract/test_tpu_generations.py checks that every generation a slice
 names has a row, and that each reader agrees with it.
 
 Sources: per chip, docs.cloud.google.com/tpu/docs/v5e ("HBM2 capacity and bandwidth: 16 GB, 819 GBps", 197 TFLOPs

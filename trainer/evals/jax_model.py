@@ -6,7 +6,7 @@ transformers' torch models. This module computes what `LlamaForCausalLM` and `Qw
 (transformers 5.12, models/llama and models/qwen3 modeling files): RMSNorm in float32, RoPE by rotate_half
 (half-split pairs) with Llama 3.1's frequency scaling, grouped-query attention, SwiGLU, and tied or untied
 logits. Every product runs at float32 "highest" precision, so on a TPU it agrees with the CPU reference instead of
-taking one bf16 pass. tests/trainer/test_jax_eval_engine.py checks its logits against transformers' own on the
+taking one bf16 pass. tests/trainer/evals/test_jax_eval_engine.py checks its logits against transformers' own on the
 same checkpoints. Anything else a config can ask for (biases, sliding windows, other RoPE types, other
 activations) is refused by name rather than computed differently.
 """

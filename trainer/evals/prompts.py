@@ -5,7 +5,7 @@ SYSTEM_PROMPT (format_maxtext_messages, with rl.yml's tags), applies the tokeniz
 generation prompt, and hands reward functions the JSON list [answer, answer], where a GSM8K-style answer is
 first cut to the text after `####` (extract_hash_answer, for dataset_name openai/gsm8k). Written out here
 rather than imported: utils_rl pulls in JAX, optax and Tunix (8 s per eval job) for a few lines of string
-work; tests/trainer/test_eval_suites.py checks these against utils_rl.process_data itself.
+work; tests/trainer/evals/test_eval_job_suites.py checks these against utils_rl.process_data itself.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The built-in `arith` suites' reward: 1.0 iff the completion's FIRST number is the answer, else 0.0.
 
 The logic of examples/rewards/arith_correct.py (the arith training jobs' reward), kept here so the image has
-it (examples/ is not in the image); tests/trainer/test_eval_suites.py checks both score alike. This file's
+it (examples/ is not in the image); tests/trainer/evals/test_eval_job_suites.py checks both score alike. This file's
 bytes are part of the built-in suites' content hash: editing it makes a new suite version.
 
 Why the first number: a completion that restates the question ("47 + 38 = 85") or lists guesses

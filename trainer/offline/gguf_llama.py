@@ -4,7 +4,7 @@ The same arithmetic as transformers' GGUF reader (transformers/modeling_gguf_pyt
 load_gguf_checkpoint with return_tensors=True), which builds torch tensors and needs a torch model to name
 them: gguf's own dequantisation (gguf.quants.dequantize, float32 out), then llama.cpp's Q/K row permutation
 undone (LlamaTensorProcessor._reverse_permute_weights), then the GGUF names put back as HF's. So the result
-is bit for bit what that reader gives (tests/trainer/test_gguf_llama.py and test_slow_smollm2.py compare every
+is bit for bit what that reader gives (tests/trainer/offline/test_gguf_llama.py and test_slow_smollm2.py compare every
 tensor), on a
 machine whose Python has no torch wheel.
 """

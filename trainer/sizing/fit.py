@@ -21,7 +21,7 @@ job needs), the rollout's prefill and sampling temporaries, evaluation beyond it
 fragmentation. A phase holds its arrays and its own programs' temporaries (libtpu's reservation, in the same HBM:
 fit_phases.py), and the verdict weighs the largest phase against what XLA may allocate of a chip, JAX's `bytes_limit`
 where it was read on a chip (v5e: 16,909,336,064 of 16 GiB), the whole HBM elsewhere. Against the v5e chip
-(bench/results/tpu_grpo.json, bench/estimate/fit_calibration_tpu.py, tests/trainer/test_fit_calibration.py) it comes within
+(bench/results/tpu_grpo.json, bench/estimate/fit_calibration_tpu.py, tests/trainer/sizing/test_fit_calibration.py) it comes within
 15% of the arrays plus temporaries the chip held, and refuses both shapes that ran out of memory there.
 Pure: the spec and the model's shape in, an estimate out.
 """

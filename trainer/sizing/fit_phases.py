@@ -9,7 +9,7 @@ TinyLlama-1.1B on the v5e chip ran out of memory re-deriving the decoding layout
 program's reservation while there is room and gives it back when arrays need it: the same run's moments re-shard
 held 16.18e9 B of arrays, more than the limit less the 1.21e9 B reserved before it. So a phase needs its own
 programs' temporaries, not every earlier one's (bench/estimate/fit_calibration_tpu.py compares each phase with the chip's
-per-part figures; tests/trainer/test_fit_calibration.py holds them).
+per-part figures; tests/trainer/sizing/test_fit_calibration.py holds them).
 
 Paths below are in the installed site-packages (maxtext 0.2.5, tunix and flax 0.12.9 as pinned); lines as installed.
 """

@@ -63,7 +63,7 @@ class Unsupported:
     name_prefixes: tuple[str, ...]  # MaxText model names of the family
 
 
-# Every model_type MaxText 0.2.5 converts (tests/trainer/test_hf_families.py checks this table against
+# Every model_type MaxText 0.2.5 converts (tests/trainer/sizing/test_hf_families.py checks this table against
 # HF_MODEL_CONFIGS), and HF model types of the same families MaxText's table spells otherwise.
 MAXTEXT_ONLY: dict[str, Unsupported] = {
     "gemma": Unsupported("Gemma", _GEMMA, ("gemma-", "gemma1")),

@@ -1,7 +1,7 @@
 """How long a GRPO job's train steps take on a TPU slice, from rates measured on one TPU v5e chip.
 
 The rates (tpu_step_rates.json) are derived by scripts/tpu_step_rates.py from bench/results/tpu_grpo.json, the
-train stage timed part by part on the chip; tests/service/test_tpu_step_rates_fresh.py fails when they are not what
+train stage timed part by part on the chip; tests/service/domain/cost/test_tpu_step_rates_fresh.py fails when they are not what
 that file gives. What the measurement showed, and so the model:
 - rollout: a decode position takes the larger of a per-step floor and the bytes each chip reads per position (its
   weights and KV cache, as the fit estimate shares them out) at the HBM efficiency the measurement implies, plus
@@ -11,7 +11,7 @@ that file gives. What the measurement showed, and so the model:
   floor. The floor is the fastest position less its write, the efficiency the largest bytes-per-second a measured
   shape reached, a width's write the slowest per byte measured for it, and a width not measured takes the slowest
   measured: a larger model or an unmeasured width is estimated slow rather than fast. Left out of the rates,
-  SmolLM2-360M is predicted within 25% of its measurement (tests/service/test_tpu_estimate.py).
+  SmolLM2-360M is predicted within 25% of its measurement (tests/service/domain/cost/test_tpu_estimate.py).
 - update: the FLOPs of the optimizer step (6 x parameters per token) and of the log-prob passes (2 each: the
   reference's with beta > 0, the old policy's with num_iterations > 1) at the share of peak measured for the
   measured model nearest in size. On the chip the log-prob calls returned in about a millisecond and their work

@@ -10,7 +10,7 @@ from bench.chip.tpu_correctness import engine_verdict
 from bench.chip.tpu_correctness_step import TRAIN_RL_CALL, objective_verdict, stop_token_verdict
 from bench.readme_render.tpu_correctness import render_tpu_correctness
 from tests.trainer import grpo_learner_step
-from tests.trainer.test_stop_token import STOP_TOKEN_COUNTED
+from tests.trainer.rollout.test_stop_token import STOP_TOKEN_COUNTED
 
 # What Tunix's own learner step gives without stop_token.install() (test_stop_token.py's "own" test).
 TUNIXS_OWN = {"completion_mask": [[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], "prompt_mask": [[0, 1, 1, 0]] * 4}

@@ -1,6 +1,6 @@
 // How the dashboard shows the learning-health verdicts (dashboard/src/widgets.js). That it knows
 // every verdict the service has is checked against the service's enum in
-// tests/service/test_learning_health.py.
+// tests/service/domain/health/test_learning_health.py.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { HEALTH, healthLook } from "../../../dashboard/src/widgets.js";
