@@ -7,7 +7,7 @@ from wrong. Any gain the correctness arm shows beyond this arm's is learning fro
 the mechanics of GRPO updates.
 
 RATE is the base model's sampled pass@1 at the chosen difficulty and training temperature, measured
-by bench/learning/arith_difficulty.py (bench/results/arith_difficulty.json, "choice"). Each reward is drawn
+by bench/arith_difficulty.py (bench/results/arith_difficulty.json, "choice"). Each reward is drawn
 from a SHA-256 of the prompt and the completion: the same pair always gets the same reward (reruns
 and MaxText's evaluation agree), and it carries no information about whether the answer is right.
 """

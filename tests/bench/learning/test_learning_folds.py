@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.learning import learning_folds_stats
+from bench.learning import learning_folds, learning_folds_stats
 from bench.learning.arith_difficulty import load_rewards
 from bench.learning.arith_folds import FOLDS, control_reward_text, fact_key, fold_rows
 from bench.learning.learning_folds import PREREGISTRATION, score
@@ -102,3 +102,16 @@ def test_the_rendered_passage_says_what_its_intervals_leave_out_and_each_arms_fi
     assert "one training run per fold" in text
     # the last 5 steps of each fold only: the 9.0 of fold A's first step is left out
     assert "`trained` 0.200" in text and "`peer_trl` 0.400" in text
+
+
+def test_the_registered_fold_files_can_still_be_written(tmp_path):
+    """The folds, seeds and shared-stream benches rebuild fold A and B's files and refuse them unless their hashes are
+    the registered ones; the control reward's file is examples/rewards/arith_random_control.py with RATE set, so an
+    edit of that file, a comment included, made every registered bench refuse to run (a path in its docstring
+    followed the benches' regroup; the line is back as registered)."""
+    from bench.learning.arith_folds import write_folds
+
+    pre = json.loads(learning_folds.PREREGISTRATION.read_text())
+    written = write_folds(tmp_path, pre["base"]["sampled_strict_rate"])
+    assert {f: w["train_hash"] for f, w in written.items()} == pre["fold_hashes"]
+    assert {w["control_reward_sha256"] for w in written.values()} == {pre["control_reward_sha256"]}
