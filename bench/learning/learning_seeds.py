@@ -44,6 +44,7 @@ from bench.learning import learning_folds as folds_bench  # noqa: E402
 from bench.learning import learning_folds_evals, peer_trl  # noqa: E402
 from bench.learning import learning_seeds_stats as seeds_stats  # noqa: E402
 from bench.learning.learning import sample_stats  # noqa: E402
+from bench.learning.shared_stream import fold_stream  # noqa: E402
 from bench.result_meta import machine_facts  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
 
@@ -65,8 +66,19 @@ CODE_PATHS = (
     "bench/learning/rewards",
     "bench/learning/learning_seeds.py",
     "bench/learning/learning_seeds_stats.py",
+    "bench/learning/shared_stream.py",
 )
 TRL_PACKAGES = ("trl", "transformers", "torch", "accelerate", "datasets")
+
+
+def use_registration(name: str) -> None:
+    """Run under another registration in bench/preregistration/ (its `result` file and `work` directory): the same
+    runner serves the seeds bench (learning_seeds.json) and its redo on a shared data stream (issue 66 §4)."""
+    global PREREGISTRATION, RESULT, WORK
+    PREREGISTRATION = PREREGISTRATION.with_name(f"{name}.json")
+    pre = settings()
+    RESULT = REPO / "bench" / "results" / pre.get("result", "learning_seeds.json")
+    WORK = Path(os.environ.get("RLJOB_SEEDS_WORK", pre.get("work", str(WORK))))
 
 
 def settings() -> dict:
@@ -82,9 +94,10 @@ def save(results: dict) -> None:
     RESULT.write_text(json.dumps(results, indent=1) + "\n")
 
 
-def use_work_dir(work: Path = WORK) -> None:
+def use_work_dir(work: Path | None = None) -> None:
     """The folds bench's helpers (model_dir, fold_dirs, job_spec, rljob_service, evaluate) read their module's WORK
     when called: point them at this bench's directory."""
+    work = work or WORK
     work.mkdir(parents=True, exist_ok=True)
     folds_bench.WORK = work
 
@@ -104,6 +117,23 @@ def code_state() -> dict:
         "objects": {p: _git("rev-parse", f"HEAD:{p}") for p in CODE_PATHS},
         "uncommitted": _git("status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS).splitlines(),
     }
+
+
+def pinned_code_problem(pre: dict, code: dict) -> str | None:
+    """With `pinned_code` registered: every run uses the committed code of the registration's own commit under
+    CODE_PATHS (a checkout of that commit, e.g. a git worktree, while main moves on); what differs, else None."""
+    if not pre.get("pinned_code"):
+        return None
+    registered = code["registered_commit"]
+    if registered is None:
+        return "the registration is not committed yet: commit it, then run from a checkout of that commit"
+    differ = [p for p in CODE_PATHS if code["objects"][p] != _git("rev-parse", f"{registered}:{p}")]
+    if differ or code["uncommitted"]:
+        return (
+            f"this checkout's code differs from the registration's commit {registered[:10]} under {differ or code['uncommitted']}: "
+            f"run from a checkout of it (git worktree add /work/pinned {registered[:10]})"
+        )
+    return None
 
 
 def where(accelerator: str = "cpu") -> dict:
@@ -158,15 +188,18 @@ def trl_resolved(pre: dict, seed: int, out: Path) -> dict:
     return {"versions": {name: installed(name) for name in TRL_PACKAGES}, "config": config}
 
 
-def peer_command(pre: dict, folds: dict, seed: int, out: Path) -> list[str]:
+def peer_command(pre: dict, folds: dict, seed: int, out: Path, stream: Path | None = None) -> list[str]:
+    """`stream`: the rows file in rljob's order for this seed, trained on unshuffled (a shared data stream)."""
     # learning_folds.run_peer runs both folds at once and has no seed; this bench runs fold A once per seed.
     d = Path(folds[TRAIN_FOLD]["dir"])
+    train = stream or d / "train.jsonl"
     return [
         sys.executable,
         str(REPO / "bench" / "learning" / "peer_trl.py"),
-        *("--model", str(folds_bench.WORK / "smollm2"), "--train", str(d / "train.jsonl"), "--template", str(d / "arith-one-shot.json")),
+        *("--model", str(folds_bench.WORK / "smollm2"), "--train", str(train), "--template", str(d / "arith-one-shot.json")),
         *("--rewards", str(d / "arith_correct.py"), "--function", "arith_correct", "--spec-json", json.dumps(grpo_settings(pre))),
         *("--steps", str(pre["steps"]), "--seed", str(seed), "--out", str(out)),
+        *(["--no-shuffle"] if stream else []),
     ]
 
 
@@ -175,10 +208,20 @@ def run_peer(pre: dict, folds: dict, seed: int) -> dict:
     out = folds_bench.WORK / "peer_trl" / f"s{seed}"
     out.mkdir(parents=True, exist_ok=True)
     resolved = trl_resolved(pre, seed, out)
-    cmd = peer_command(pre, folds, seed, out)
+    stream_file, expected = None, None
+    if pre.get("data_stream") == "shared":
+        fold = Path(folds[TRAIN_FOLD]["dir"])
+        rows, expected = fold_stream(fold, folds_bench.WORK / "smollm2", rljob_spec(pre, folds, seed))
+        stream_file = out / "train-stream.jsonl"
+        stream_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cmd = peer_command(pre, folds, seed, out, stream_file)
     with (out / "log.txt").open("wb") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=folds_bench.env(), cwd=REPO, check=False).returncode
     metrics = json.loads((out / "metrics.json").read_text()) if rc == 0 else {}
+    stream = None
+    if expected is not None and rc == 0:
+        seen = metrics.get("step_prompts") or []
+        stream = {"steps": len(expected), "matching": sum(a == b for a, b in zip(seen, expected, strict=False)), "reported": len(seen)}
     train = [
         {
             "step": e["step"],
@@ -191,13 +234,17 @@ def run_peer(pre: dict, folds: dict, seed: int) -> dict:
         for e in metrics.get("log", [])
         if "reward" in e
     ]
+    phase = "SUCCEEDED" if rc == 0 else f"exit {rc}"
+    if stream is not None and not (stream["matching"] == stream["steps"] == stream["reported"]):
+        phase = "stream differs"  # TRL did not train on rljob's stream: not this bench's arm, so not evaluated
     return {
-        "phase": "SUCCEEDED" if rc == 0 else f"exit {rc}",
+        "phase": phase,
+        "stream": stream,
         "command": cmd,
         "trl": resolved,
         "train": train,
         "train_seconds": metrics.get("train_seconds"),
-        "export": str(out / "export") if rc == 0 else None,
+        "export": str(out / "export") if phase == "SUCCEEDED" else None,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -276,6 +323,7 @@ def evaluate_runs(pre: dict, results: dict, arm: str, seeds: list[int]) -> None:
 
 
 def run_base(pre: dict, rerun: str | None) -> None:
+    refuse_unpinned(pre)
     results = load()
     if "base" in results and not rerun:
         print("base is recorded; --rerun REASON to measure it again")
@@ -290,7 +338,14 @@ def run_base(pre: dict, rerun: str | None) -> None:
     save(results)
 
 
+def refuse_unpinned(pre: dict) -> None:
+    problem = pinned_code_problem(pre, code_state())
+    if problem:
+        raise SystemExit(problem)
+
+
 def run_arm(pre: dict, arm: str, seeds: list[int], rerun: str | None, accelerator: str, accept_spec_change: bool) -> None:
+    refuse_unpinned(pre)
     unregistered = sorted(set(seeds) - set(pre["seeds"]))
     if unregistered:
         print(f"seeds {unregistered} are not registered: their runs are exploratory", flush=True)
@@ -329,7 +384,11 @@ def main() -> int:
     parser.add_argument("--rerun", metavar="REASON", help="rerun recorded runs, for a reason outside the experiment")
     parser.add_argument("--accelerator", default="cpu", help="rljob only: train on this accelerator (v5e-1: the TPU chip)")
     parser.add_argument("--accept-spec-change", action="store_true", help="run an rljob spec whose hash differs from the registered one")
+    parser.add_argument(
+        "--registration", default="learning_seeds", help="bench/preregistration/NAME.json (learning_shared_stream: issue 66's redo)"
+    )
     args = parser.parse_args()
+    use_registration(args.registration)
     pre = settings()
     use_work_dir()
     if args.what == "base":

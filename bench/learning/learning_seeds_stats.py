@@ -82,6 +82,17 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[
     return {"n": n, "mean": mean, "sd": sd, "half_width": half, "low": mean - half, "high": mean + half}
 
 
+def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, float | int]:
+    """mean(a) - mean(b) with Welch's t-interval: the arms read as unpaired samples (what a comparison that shares
+    nothing between its arms can say), beside the paired rule's interval."""
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if va + vb > 0 else float(len(a) + len(b) - 2)
+    mean = statistics.fmean(a) - statistics.fmean(b)
+    half = float(scipy_stats.t.ppf(1 - (1 - confidence) / 2, df)) * se
+    return {"n": min(len(a), len(b)), "mean": mean, "se": se, "df": df, "half_width": half, "low": mean - half, "high": mean + half}
+
+
 def verdict(low: float, high: float, margin: float = MARGIN) -> str:
     if -margin <= low and high <= margin:
         return MATCHED
@@ -130,6 +141,8 @@ def decide(per_seed: Mapping[str, Mapping[int, float]], seeds: Sequence[int] = S
     if len(diffs) >= 2:
         interval = t_interval(list(diffs.values()))
         out["difference"] = {**interval, "seeds_needed": _seed_counts(interval["sd"])}
+        # reported beside, not decided on: the same seeds' runs read as if they shared nothing
+        out["unpaired"] = welch_interval([per_seed["rljob"][s] for s in paired], [per_seed["peer_trl"][s] for s in paired])
     if any(missing.values()):
         out["verdict"] = INCOMPLETE
         out["missing"] = {arm: m for arm, m in missing.items() if m}

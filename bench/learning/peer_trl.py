@@ -38,7 +38,9 @@ sys.path.insert(0, str(REPO))
 from bench.learning.arith_difficulty import train_rl_rows  # noqa: E402
 
 
-def load_reward(path: Path, name: str):
+def load_reward(path: Path, name: str, seen: list[list[str]] | None = None):
+    """The reward file's function as TRL calls it; each call's distinct prompts, in order, appended to `seen` (one call
+    per generation batch: what each step trained on)."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -46,13 +48,15 @@ def load_reward(path: Path, name: str):
     fn = getattr(module, name)
 
     def reward(prompts, completions, answer, **_kwargs):
+        if seen is not None:
+            seen.append(list(dict.fromkeys(prompts)))
         return fn(prompts=prompts, completions=completions, tmvp_config=None, answer=answer)
 
     reward.__name__ = name
     return reward
 
 
-def trl_config(grpo: dict, steps: int, out: Path, seed: int):
+def trl_config(grpo: dict, steps: int, out: Path, seed: int, shuffle: bool = True):
     from trl import GRPOConfig
 
     # TRL 1.16 has one KL estimator (k3) and loss_type "grpo" is sequence-mean-token-mean: refuse a setting it cannot match.
@@ -64,6 +68,9 @@ def trl_config(grpo: dict, steps: int, out: Path, seed: int):
         use_cpu=True,
         bf16=False,
         seed=seed,
+        # False: the rows in the file's order, each step the next batch_size of them (a stream shared with rljob's:
+        # bench/learning/shared_stream.py); True: TRL's RepeatSampler shuffles them by the seed
+        shuffle_dataset=shuffle,
         report_to="none",
         max_steps=steps,
         logging_steps=1,
@@ -104,6 +111,7 @@ def main() -> int:
     parser.add_argument("--spec-json", required=True, help="the arm's grpo settings as JSON")
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--no-shuffle", action="store_true", help="train on the rows in the file's order (a shared stream)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -121,12 +129,13 @@ def main() -> int:
     rows = [json.loads(line) for line in Path(args.train).read_text().splitlines()]
     processed = train_rl_rows(rows, tokenizer, Path(args.template))
     data = Dataset.from_list([{"prompt": r["prompts"], "answer": r["answer"]} for r in processed])
+    seen: list[list[str]] = []
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
-        args=trl_config(grpo, args.steps, out, args.seed),
+        args=trl_config(grpo, args.steps, out, args.seed, shuffle=not args.no_shuffle),
         train_dataset=data,
-        reward_funcs=[load_reward(Path(args.rewards), args.function)],
+        reward_funcs=[load_reward(Path(args.rewards), args.function, seen)],
     )
     started = time.monotonic()
     trainer.train()
@@ -134,7 +143,10 @@ def main() -> int:
     trainer.save_model(str(out / "export"))
     tokenizer.save_pretrained(str(out / "export"))
     (out / "metrics.json").write_text(
-        json.dumps({"train_seconds": round(seconds, 1), "steps": args.steps, "log": trainer.state.log_history}, indent=1) + "\n"
+        json.dumps(
+            {"train_seconds": round(seconds, 1), "steps": args.steps, "step_prompts": seen, "log": trainer.state.log_history}, indent=1
+        )
+        + "\n"
     )
     print(json.dumps({"export": str(out / "export"), "train_seconds": round(seconds, 1)}))
     return 0

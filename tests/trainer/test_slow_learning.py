@@ -147,3 +147,21 @@ def test_samples_are_bounded_and_numbered_by_training_step(control):
     for step in control["arms"]["a"]["samples"]:
         assert step.completions == 16 and len(step.samples) <= 8 and step.num_generations == 4
         assert json.loads(step.model_dump_json())["groups"] == 4
+
+
+def test_each_step_trained_on_the_rows_the_shared_stream_names(control):
+    """bench/learning/shared_stream.py says which rows train_rl hands each step (grain's shuffle of the train file by
+    the job's data_shuffle_seed): what the peer comparison of issue 66 §4 gives TRL in the same order. Each kept
+    sample's prompt holds the question of the row the stream puts at its step and group, in both arms (one seed)."""
+    from bench.learning.shared_stream import spec_batches
+
+    rows = [json.loads(line) for line in (control["tiny"] / "data" / "train.jsonl").read_text().splitlines()]
+    for arm in ("a", "b"):
+        run = control["arms"][arm]
+        spec = json.loads((Path(run["layout"].root) / "spec.json").read_text())
+        # Every tiny prompt fits max_prefill_predict_length (128 tokens), so none is filtered out.
+        batches = spec_batches(spec, [True] * len(rows))
+        assert len(batches) == STEPS and batches != [list(range(i * 4, i * 4 + 4)) for i in range(STEPS)]  # shuffled
+        for step in run["samples"]:
+            for sample in step.samples:
+                assert rows[batches[step.step - 1][sample.group]]["question"] in sample.prompt, (arm, step.step, sample.group)

@@ -188,3 +188,49 @@ def test_trl_runs_only_with_the_registered_kl_gradient(tmp_path, monkeypatch, bi
     assert resolved["config"]["seed"] == 2 and resolved["config"]["use_bias_correction_kl"] is True
     assert resolved["config"]["max_steps"] == pre["steps"] and resolved["config"]["beta"] == pre["grpo"]["beta"]
     assert set(resolved["versions"]) == set(learning_seeds.TRL_PACKAGES)
+
+
+def test_the_unpaired_reading_is_welchs_interval_beside_the_paired_rule():
+    """The shared-stream redo (issue 66 §4) reports both: pairing removes what a seed sets on both sides, so where
+    the arms move together by seed the paired interval is the narrower."""
+    rljob = {1: 0.40, 2: 0.50, 3: 0.60, 4: 0.45}
+    peer = {s: v - 0.02 + (0.01 if s % 2 else -0.01) for s, v in rljob.items()}
+    decision = st.decide({"rljob": rljob, "peer_trl": peer}, seeds=(1, 2, 3, 4))
+    unpaired, paired = decision["unpaired"], decision["difference"]
+    assert unpaired["mean"] == pytest.approx(paired["mean"]) and unpaired["half_width"] > 5 * paired["half_width"]
+    from scipy import stats as scipy_stats
+
+    welch = scipy_stats.ttest_ind(list(rljob.values()), list(peer.values()), equal_var=False)
+    t = unpaired["mean"] / unpaired["se"]
+    assert t == pytest.approx(welch.statistic) and unpaired["df"] == pytest.approx(welch.df)
+
+
+def test_the_shared_stream_registration_hands_trl_the_stream_unshuffled(monkeypatch, tmp_path):
+    """Issue 66 §4's redo: the same runner under learning_shared_stream.json writes its own result and work
+    directory, and TRL's command takes seed s's stream file with --no-shuffle; the seeds bench's keeps TRL's shuffle."""
+    monkeypatch.setattr(learning_seeds, "PREREGISTRATION", learning_seeds.PREREGISTRATION)
+    monkeypatch.setattr(learning_seeds, "RESULT", learning_seeds.RESULT)
+    monkeypatch.setattr(learning_seeds, "WORK", learning_seeds.WORK)
+    monkeypatch.delenv("RLJOB_SEEDS_WORK", raising=False)
+    seeds_pre = learning_seeds.settings()
+    assert "--no-shuffle" not in learning_seeds.peer_command(seeds_pre, {"A": {"dir": "/f/A"}}, 2, tmp_path)
+    learning_seeds.use_registration("learning_shared_stream")
+    pre = learning_seeds.settings()
+    assert pre["data_stream"] == "shared" and pre["pinned_code"] is True
+    assert learning_seeds.RESULT.name == "learning_shared_stream.json" and str(learning_seeds.WORK) == pre["work"]
+    cmd = learning_seeds.peer_command(pre, {"A": {"dir": "/f/A"}}, 2, tmp_path, tmp_path / "train-stream.jsonl")
+    assert "--no-shuffle" in cmd and cmd[cmd.index("--train") + 1] == str(tmp_path / "train-stream.jsonl")
+    assert pre["grpo"] == seeds_pre["grpo"] and pre["steps"] == seeds_pre["steps"]  # only the stream differs
+
+
+def test_a_pinned_registration_runs_only_from_a_checkout_of_its_commit():
+    pre = {"pinned_code": True}
+    head = learning_seeds._git("rev-parse", "HEAD")
+    objects = {p: learning_seeds._git("rev-parse", f"{head}:{p}") for p in learning_seeds.CODE_PATHS}
+    same = {"registered_commit": head, "objects": objects, "uncommitted": []}
+    assert learning_seeds.pinned_code_problem(pre, same) is None
+    assert learning_seeds.pinned_code_problem({}, {**same, "uncommitted": ["M trainer/x.py"]}) is None  # not pinned
+    moved = {**same, "objects": {**objects, "trainer": "0" * 40}}
+    assert "differs from the registration's commit" in (learning_seeds.pinned_code_problem(pre, moved) or "")
+    assert "differs" in (learning_seeds.pinned_code_problem(pre, {**same, "uncommitted": ["M trainer/x.py"]}) or "")
+    assert "not committed" in (learning_seeds.pinned_code_problem(pre, {**same, "registered_commit": None}) or "")
