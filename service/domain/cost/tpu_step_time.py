@@ -3,23 +3,24 @@
 The rates (tpu_step_rates.json) are derived by scripts/tpu_step_rates.py from bench/results/tpu_grpo.json, the
 train stage timed part by part on the chip; tests/service/domain/cost/test_tpu_step_rates_fresh.py fails when they are not what
 that file gives. What the measurement showed, and so the model:
-- rollout: a decode position takes the larger of a per-step floor and the bytes each chip reads per position (its
-  weights and KV cache, as the fit estimate shares them out) at the HBM efficiency the measurement implies, plus
-  the write of the new position into the KV cache, per byte of cache, by the model's head width. The profiles
-  showed that write costing ~2.2 ms per GB of cache for SmolLM2's 64-wide heads (XLA moves the cache) and ~0.1
-  for Qwen3's 128-wide ones, and the rest of SmolLM2-135M's position (2.2 ms, with a third of its bytes) was the
-  floor. The floor is the fastest position less its write, the efficiency the largest bytes-per-second a measured
-  shape reached, a width's write the slowest per byte measured for it, and a width not measured takes the slowest
-  measured: a larger model or an unmeasured width is estimated slow rather than fast. Left out of the rates,
-  SmolLM2-360M is predicted within 25% of its measurement (tests/service/domain/cost/test_tpu_estimate.py).
+- rollout: a decode position takes the time the chip's full HBM bandwidth needs to read the bytes each chip reads per
+  position (its weights and KV cache, as the fit estimate shares them out: no position moves them faster), plus a
+  per-position overhead beyond those bytes, plus the write of the new position into the KV cache, per byte of cache,
+  by the model's head width. The profiles showed that write costing ~2.2 ms per GB of cache for SmolLM2's 64-wide
+  heads (XLA moves the cache) and ~0.1 for Qwen3's 128-wide ones. The overhead is the largest any measured shape
+  showed (0.9-1.2 ms on v5e), a width's write the slowest per byte measured for it, and a width not measured takes the
+  slowest measured: a larger model or an unmeasured width is estimated slow rather than fast. Left out of the rates,
+  SmolLM2-360M is predicted within 25% of its measurement (tests/service/domain/cost/test_tpu_estimate.py); a batch and
+  lengths no shape ran, the GSM8K jobs on the chip, are in bench/estimate/README.md. This form replaced "the larger of
+  a constant floor and the bytes at the best measured efficiency" after those jobs ran: at 16 sequences and a
+  512-token cache a position took less than the floor, which a floor cannot say.
 - update: the FLOPs of the optimizer step (6 x parameters per token) and of the log-prob passes (2 each: the
   reference's with beta > 0, the old policy's with num_iterations > 1) at the share of peak measured for the
   measured model nearest in size. On the chip the log-prob calls returned in about a millisecond and their work
   ran inside the update's time, so that is where the estimate puts it, as the job's own goodput will.
 - checkpoint: the parameters and AdamW's two moments per save at the bytes per second the blocking save took there.
 Another generation is scaled from v5e by its documented peak bf16 FLOP/s (update) and HBM bandwidth (rollout's reads
-and the cache's write); the per-position floor is not scaled: nothing measured says how a per-step cost moves with
-the chip.
+and the cache's write); the per-position overhead is not scaled: nothing measured says how it moves with the chip.
 """
 
 from __future__ import annotations
@@ -60,10 +61,8 @@ class MeasuredShape:
 class StepRates:
     generation: str  # the chip the rates were measured on
     trainer_commit: str
-    decode_floor_s: float
-    floor_shape: str
-    hbm_efficiency: float
-    efficiency_shape: str
+    decode_overhead_s: float
+    overhead_shape: str
     checkpoint_bytes_per_s: float
     checkpoint_shape: str
     shapes: tuple[MeasuredShape, ...]
@@ -74,10 +73,8 @@ def rates_from_json(data: dict[str, Any]) -> StepRates:
     return StepRates(
         generation=data["source"]["generation"],
         trainer_commit=data["source"]["trainer_commit"],
-        decode_floor_s=data["decode_floor_s_per_position"]["value"],
-        floor_shape=data["decode_floor_s_per_position"]["shape"],
-        hbm_efficiency=data["hbm_efficiency"]["value"],
-        efficiency_shape=data["hbm_efficiency"]["shape"],
+        decode_overhead_s=data["decode_overhead_s_per_position"]["value"],
+        overhead_shape=data["decode_overhead_s_per_position"]["shape"],
         checkpoint_bytes_per_s=data["checkpoint_bytes_per_s"]["value"],
         checkpoint_shape=data["checkpoint_bytes_per_s"]["shape"],
         shapes=tuple(MeasuredShape(s["shape"], s["parameters"], s["update_utilization"]) for s in data["shapes"]),
@@ -91,12 +88,14 @@ def measured_rates() -> StepRates:
 
 
 def decode_bytes_per_chip(spec: JobSpec, shape: ModelShape) -> tuple[int, int]:
-    """What one chip reads per decode position: its share of the weights the rollout samples from, and of the KV cache."""
+    """What one chip reads per decode position: its share of the weights the rollout samples from, and of the KV cache.
+    The jax engine decodes from its own copy in the compute dtype (`decode_weights`: half a float32 job's weights),
+    vLLM from its rollout weights, a rollout sharing the trainer's from the parameters."""
     # Without evaluations: the fit estimate sizes the cache for the larger of the train and eval batches (memory's
     # peak), while a train step decodes its own batch.
     train_only = spec.model_copy(update={"grpo": spec.grpo.model_copy(update={"num_test_batches": 0})})
     parts, _, _ = per_chip_bytes(train_only, shape)
-    return parts.rollout_weights or parts.params, parts.kv_cache
+    return parts.decode_weights or parts.rollout_weights or parts.params, parts.kv_cache
 
 
 def kv_write_per_byte(head_dim: int, rates: StepRates) -> tuple[float, str]:
@@ -144,10 +143,10 @@ def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepR
     weights, kv = decode_bytes_per_chip(spec, shape)
     read = weights + kv
     hbm_scale = HBM_BYTES_PER_S_PER_CHIP[rates.generation] / HBM_BYTES_PER_S_PER_CHIP[tpu.generation]
-    bound_s = read / (HBM_BYTES_PER_S_PER_CHIP[tpu.generation] * rates.hbm_efficiency)
+    read_s = read / HBM_BYTES_PER_S_PER_CHIP[tpu.generation]
     write_per_byte, write_whence = kv_write_per_byte(shape.head_dim, rates)
     write_s = kv * write_per_byte * hbm_scale
-    per_position = max(rates.decode_floor_s, bound_s) + write_s
+    per_position = read_s + rates.decode_overhead_s + write_s
     rollout = g.num_batches * positions * per_position
 
     tokens = g.max_target_length * g.batch_size * g.num_generations
@@ -164,9 +163,9 @@ def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepR
     bound_words = f"{read / 1e9:.3g} GB read per chip per position (weights and KV cache as the fit estimate shares them out)"
     words = (
         f"{_scaling_words(tpu, rates)}: rollout {g.num_batches} batches x {positions} decode positions at "
-        f"{per_position * 1e3:.3g} ms each: the larger of the {rates.decode_floor_s * 1e3:.3g} ms per position measured "
-        f"on {rates.floor_shape} (not scaled) and {bound_words} at {rates.hbm_efficiency:.0%} of the chip's HBM bandwidth "
-        f"(the lowest efficiency consistent with {rates.efficiency_shape}'s measurement), plus {write_s * 1e3:.3g} ms "
+        f"{per_position * 1e3:.3g} ms each: {bound_words} at the chip's full HBM bandwidth ({read_s * 1e3:.3g} ms), plus "
+        f"{rates.decode_overhead_s * 1e3:.3g} ms per position beyond its bytes as measured on {rates.overhead_shape} (the "
+        f"most a measured shape took; not scaled), plus {write_s * 1e3:.3g} ms "
         f"writing the position into {kv / 1e9:.3g} GB of KV cache ({write_per_byte * 1e12:.3g} ms per GB, {write_whence}), "
         f"every completion at its full length as in the measurement; "
         f"update ({UPDATE_FLOPS_PER_TOKEN} x {steps} steps + {LOGPROB_FLOPS_PER_TOKEN} x {logprob_passes} log-prob pass(es) "

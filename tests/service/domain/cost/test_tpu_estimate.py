@@ -80,7 +80,9 @@ def _rest_s(shape: dict[str, Any]) -> float:
 
 
 def _read_bytes(shape: dict[str, Any]) -> int:
-    return int(shape["fit_estimate"]["per_chip"]["params"] + shape["fit_estimate"]["per_chip"]["kv_cache"])
+    """The jax engine decodes from its compute-dtype copy of the weights (the bench's shapes are bf16: the parameters)."""
+    per_chip = shape["fit_estimate"]["per_chip"]
+    return int((per_chip.get("decode_weights") or per_chip["params"]) + per_chip["kv_cache"])
 
 
 # The rates come from every shape that ran to the end in bf16 with 3 steps after the compiling one; two are reproduced.
@@ -94,8 +96,8 @@ USED = [
 ]
 MEASURED = [s for s in USED if s["shape"] in MODELS]
 assert len(MEASURED) == len(MODELS), "the bench result lost a shape this test reproduces"
-FLOOR_S = min(_rest_s(s) for s in USED)
-HBM_EFFICIENCY = max(_read_bytes(s) / _rest_s(s) / HBM["v5e"] for s in USED)
+# What a position cost beyond reading its bytes at the chip's full bandwidth: the most any shape showed.
+OVERHEAD_S = max(_rest_s(s) - _read_bytes(s) / HBM["v5e"] for s in USED)
 # Seconds per byte of KV cache for the write of a position, by head width: the slowest measured for each width.
 WRITE_PER_BYTE: dict[int, float] = {}
 for _s in USED:
@@ -148,7 +150,7 @@ def _expected(spec: JobSpec) -> dict[str, float]:
     n, tokens = shape.parameters, g.max_target_length * g.batch_size * g.num_generations
     chip, _, _ = per_chip_bytes(spec, shape)
     write = chip.kv_cache * WRITE_PER_BYTE.get(shape.head_dim, max(WRITE_PER_BYTE.values())) * HBM["v5e"] / HBM[tpu.generation]
-    per_position = max(FLOOR_S, (chip.params + chip.kv_cache) / (HBM[tpu.generation] * HBM_EFFICIENCY)) + write
+    per_position = (chip.decode_weights + chip.kv_cache) / HBM[tpu.generation] + OVERHEAD_S + write
     flops = g.num_batches * tokens * n * (6 + (2 if g.beta > 0 else 0))
     return {
         "rollout": g.num_batches * (g.max_target_length - g.max_prefill_predict_length) * per_position,
@@ -163,15 +165,15 @@ def test_a_shape_measured_on_v5e_is_estimated_as_it_ran(shape: dict[str, Any]) -
     estimate = _estimate(spec)
     batches = spec.grpo.num_batches
     assert estimate.basis == "formula"
-    # Per step: the update as measured (its own rate). The rollout: as measured for the shapes that set the floor (the
-    # fastest position less its write) and the efficiency, and no more than measured for the others: the floor and the
-    # efficiency are the fastest any shape reached, so the rule never predicts a rollout slower than one that ran.
+    # Per step: the update as measured (its own rate). The rollout: as measured for the shape that set the overhead (the
+    # most a position cost beyond its bytes), and no less than measured for the others: the overhead is the most any
+    # shape showed, so the rule never predicts a rollout faster than one that ran.
     assert estimate.run_parts_s["update"] / batches == pytest.approx(_steady(shape, "update"), rel=2e-3)
     rollout = _steady(shape, "rollout")
-    if _rest_s(shape) == FLOOR_S or _read_bytes(shape) / _rest_s(shape) / HBM["v5e"] == HBM_EFFICIENCY:
+    if _rest_s(shape) - _read_bytes(shape) / HBM["v5e"] == OVERHEAD_S:
         assert estimate.run_parts_s["rollout"] / batches == pytest.approx(rollout, rel=1e-2)
     else:
-        assert estimate.run_parts_s["rollout"] / batches <= rollout
+        assert estimate.run_parts_s["rollout"] / batches >= rollout * (1 - 1e-3)
     for part, seconds in _expected(spec).items():
         assert estimate.run_parts_s[part] == pytest.approx(seconds, rel=2e-3, abs=1e-3), part
     run = ASSUMED_STARTUP_S["tpu"] + sum(_expected(spec).values())
@@ -190,7 +192,7 @@ def _slice_spec(accelerator: str, chips_per_vm: int, model: str) -> JobSpec:
     [
         ("v5e-8", 8, "llama3.1-8b"),  # decoding bound by HBM bandwidth: 2 GB of weights per chip per position
         ("v6e-4", 4, "qwen3-8b"),
-        ("v6e-8", 8, "qwen3-0.6b"),  # at the per-position floor
+        ("v6e-8", 8, "qwen3-0.6b"),  # mostly the per-position overhead
     ],
 )
 def test_a_slice_is_estimated_from_the_v5e_rates_scaled_by_its_chips_figures(accelerator: str, chips_per_vm: int, model: str) -> None:
@@ -208,14 +210,14 @@ def test_a_slice_is_estimated_from_the_v5e_rates_scaled_by_its_chips_figures(acc
 
 
 def test_the_bandwidth_term_and_the_scaling_are_both_exercised() -> None:
-    """The cases above would pass with the floor alone unless one of them is bound by bandwidth on each generation."""
+    """The cases above would pass with the overhead alone unless the bytes' term weighs in each generation."""
     for accelerator, chips_per_vm, model in (("v5e-8", 8, "llama3.1-8b"), ("v6e-4", 4, "qwen3-8b")):
         spec = _slice_spec(accelerator, chips_per_vm, model)
         shape = model_shape(model, None, None)
         assert shape is not None
         chip, _, _ = per_chip_bytes(spec, shape)
         generation = accelerator.split("-")[0]
-        assert (chip.params + chip.kv_cache) / (HBM[generation] * HBM_EFFICIENCY) > 1.05 * FLOOR_S
+        assert (chip.decode_weights + chip.kv_cache) / HBM[generation] > OVERHEAD_S
 
 
 def test_a_shape_left_out_of_the_rates_is_predicted_within_a_quarter_of_its_measurement() -> None:

@@ -45,5 +45,5 @@ def test_a_changed_measurement_changes_the_rates() -> None:
             step["parts"]["rollout"] *= 2
             step["parts"]["update"] *= 2
     after = script.derive_rates(slower)
-    assert after["decode_floor_s_per_position"]["value"] > before["decode_floor_s_per_position"]["value"]
+    assert after["decode_overhead_s_per_position"]["value"] > before["decode_overhead_s_per_position"]["value"]
     assert all(a["update_utilization"] < b["update_utilization"] for a, b in zip(after["shapes"], before["shapes"], strict=True))
