@@ -14,8 +14,10 @@ more, by the JAX engine the TPU host has.
     .venv/bin/python bench/chip/tpu_job.py recollect [--task gsm8k]     # (or: the result again from the kept records)
     .venv/bin/python bench/readme_sections.py                      # bench/chip/README.md's block
 Keep each call's record beside the result (bench/results/tpu_job-call-<time>.json, tpu_job_gsm8k-call-<time>.json for
-gsm8k, and its .service.log): tests/bench/chip/test_tpu_job.py collects them again and expects the committed result. The
-tasks and their registrations: bench/chip/tpu_job_inputs.py.
+gsm8k, and its .service.log): tests/bench/chip/test_tpu_job.py collects them again and expects the committed result. A
+call also leaves each job's trainer events in OUT/events/ and lists the compilation cache in its record: keep the
+events as bench/results/tpu_job_gsm8k-events-<date>/ (bench/chip/tpu_compile_cache.py and
+bench/estimate/tpu_held_out_setting.py read them). The tasks and their registrations: bench/chip/tpu_job_inputs.py.
 
 Everything `run` executes is a command a user would type (`rljob serve --uds`, `rljob submit`, `rljob status`, ...);
 each is recorded with its exit status, its time and the end of its output.
