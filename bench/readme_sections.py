@@ -28,7 +28,7 @@ from bench.readme_render import learning_benches, read_path_benches, service_ben
 from bench.readme_render.common import duration  # noqa: E402
 from bench.readme_render.estimate_bench import render_estimate_accuracy  # noqa: E402
 from bench.readme_render.learning_folds_section import render_learning_folds, render_learning_folds_eval_check  # noqa: E402
-from bench.readme_render.learning_seeds import render_learning_seeds  # noqa: E402
+from bench.readme_render.learning_seeds import render_learning_seeds, render_learning_shared_stream  # noqa: E402
 from bench.readme_render.loss_agg_explore import render_loss_agg_explore  # noqa: E402
 from bench.readme_render.sandbox_runtimes import render_reward_container_cost, render_sandbox_runtimes  # noqa: E402
 from bench.readme_render.status_read import render_status_read, render_status_read_running  # noqa: E402
@@ -103,6 +103,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str], str]] = {
     "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness, "chip"),
     "loss-agg-explore": (("loss_agg_explore.json",), render_loss_agg_explore, "learning"),
     "learning-seeds": (("learning_seeds.json",), render_learning_seeds, "learning"),
+    "learning-shared-stream": (("learning_shared_stream.json",), render_learning_shared_stream, "learning"),
 }
 
 

@@ -1,10 +1,12 @@
-"""bench/learning/README.md's passage on the pre-registered multi-seed comparison (bench/learning/learning_seeds.py), from
-bench/results/learning_seeds.json. The figures and the verdict are recomputed from the recorded rows with the
-registered rule (bench/learning/learning_seeds_stats.py), never read from the file's stored summary, so a summary left
-stale by a later run cannot render."""
+"""bench/learning/README.md's passages on the pre-registered multi-seed comparisons (bench/learning/learning_seeds.py),
+from bench/results/learning_seeds.json and, redone on a shared data stream (issue 66 §4), learning_shared_stream.json.
+The figures and the verdict are recomputed from the recorded rows with the registered rule
+(bench/learning/learning_seeds_stats.py), never read from the file's stored summary, so a summary left stale by a later
+run cannot render."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bench.learning import learning_seeds_stats as stats
@@ -39,7 +41,9 @@ def _run_line(seed: str, run: dict[str, Any], accuracy: dict[str, Any] | None) -
         if accuracy
         else "not evaluated"
     )
-    return f"  - seed {seed}: {_what_ran(train)} on {ran} ({load}), {state}; {figures}"
+    stream = train.get("stream")
+    on_stream = f"; its steps' prompts were the stream's in {stream['matching']} of {stream['steps']} steps" if stream else ""
+    return f"  - seed {seed}: {_what_ran(train)} on {ran} ({load}), {state}{on_stream}; {figures}"
 
 
 def _what_ran(train: dict[str, Any]) -> str:
@@ -57,7 +61,17 @@ def _reruns(results: dict[str, Any]) -> list[str]:
 
 
 def render_learning_seeds(results: dict[str, Any]) -> str:
-    summary = stats.summarize(results)
+    return _render(results, "learning_seeds")
+
+
+def render_learning_shared_stream(results: dict[str, Any]) -> str:
+    return _render(results, "learning_shared_stream")
+
+
+def _render(results: dict[str, Any], registration: str) -> str:
+    pre = json.loads(stats.PREREGISTRATION.with_name(f"{registration}.json").read_text())
+    shared = pre.get("data_stream") == "shared"
+    summary = stats.summarize(results, pre["seeds"])
     decision = summary["decision"]
     runs = results.get("runs", {})
     recorded = [r for arm in runs.values() for r in arm.values()]
@@ -68,12 +82,14 @@ def render_learning_seeds(results: dict[str, Any]) -> str:
     dirty = any(s["uncommitted"] for s in states)
     differ = sorted({p for p in states[0]["objects"] if len({s["objects"].get(p) for s in states}) > 1}) if states else []
     lines = [
-        f"Pre-registered in bench/preregistration/learning_seeds.json (commit `{registered}`, before any run); runs at "
+        f"Pre-registered in bench/preregistration/{registration}.json (commit `{registered}`, before any run); runs at "
         f"commit(s) {', '.join(f'`{c}`' for c in commits)}"
         + (" with uncommitted changes" if dirty else ", none with uncommitted changes")
         + (f"; the runs' code differs under {', '.join(differ)}" if differ else "; every run's code under the registered paths is the same")
         + ". Train on fold A, evaluate on fold B's 149 rows through eval jobs (8 samples and greedy per row, a fixed "
-        "evaluation seed); the primary figure is sampled strict accuracy. `bench/results/learning_seeds.json`.",
+        "evaluation seed); the primary figure is sampled strict accuracy. "
+        + (f"Seeds {pre['seeds'][0]}-{pre['seeds'][-1]}; TRL trains on each seed's rljob stream, unshuffled. " if shared else "")
+        + f"`bench/results/{pre.get('result', 'learning_seeds.json')}`.",
         "",
     ]
     if summary["base"]:
@@ -102,10 +118,16 @@ def render_learning_seeds(results: dict[str, Any]) -> str:
             f"rljob - TRL, paired by seed: {_pts(d['mean'])} points, 90% t-interval [{_pts(d['low'])}, {_pts(d['high'])}], "
             f"sd {_pts(d['sd'], '')}; {_needed(d['seeds_needed'])}."
         )
+        if shared:
+            u = decision["unpaired"]
+            lines.append(f"Read unpaired (Welch): {_pts(u['mean'])} points, 90% interval [{_pts(u['low'])}, {_pts(u['high'])}].")
     if decision["verdict"] == stats.INCOMPLETE:
         missing = "; ".join(f"{arm} seed(s) {', '.join(map(str, seeds))}" for arm, seeds in decision["missing"].items())
         lines.append(f"Verdict: incomplete (no evaluated run yet for {missing}); no comparison is read from a partial set.")
     else:
         excludes = " (the interval excludes 0, inside the margin)" if decision.get("interval_excludes_zero") else ""
         lines.append(f"Verdict under the registered rule: **{decision['verdict']}**{excludes}.")
+        if shared and decision["verdict"] == stats.CANNOT_TELL:
+            counts = decision["difference"]["seeds_needed"]
+            lines.append(f"Not powered at {len(pre['seeds'])} seeds: the measured spread asks for {_needed(counts)}.")
     return "\n".join(lines)

@@ -53,3 +53,23 @@ def test_a_rerun_is_listed_with_its_reason():
     results = _results(4)
     results["reruns"] = [{"arm": "rljob", "seed": 2, "reason": "OOM-killed", "replaced": {"train": {"job_id": "rl-old"}}}]
     assert "rljob seed 2 (job `rl-old` replaced): OOM-killed" in render_learning_seeds(results)
+
+
+def test_the_shared_stream_passage_reads_its_own_registration_and_says_not_powered():
+    """learning_shared_stream.json registers 8 seeds: a set of 8 whose paired interval straddles 0 beyond the margin is
+    'cannot tell', said as not powered with the count the spread asks for; the unpaired reading and each TRL run's
+    stream check are beside it."""
+    from bench.readme_render.learning_seeds import render_learning_shared_stream
+
+    seeds = range(1, 9)
+    runs = {
+        "rljob": {str(s): _run(f"rl-{s}", _rows([4 + (s % 3) - 1] * 10)) for s in seeds},
+        "peer_trl": {str(s): _run(f"trl-{s}", _rows([4 - (s % 3) + 1] * 10)) for s in seeds},
+    }
+    for s in seeds:
+        runs["peer_trl"][str(s)]["train"]["stream"] = {"steps": 40, "matching": 40, "reported": 40}
+    text = render_learning_shared_stream({"base": {"rows": _rows([1] * 10), "code": CODE}, "runs": runs})
+    assert "bench/preregistration/learning_shared_stream.json" in text and "Seeds 1-8" in text
+    assert "**cannot tell at this many seeds**" in text and "Not powered at 8 seeds: the measured spread asks for" in text
+    assert "Read unpaired (Welch):" in text and "were the stream's in 40 of 40 steps" in text
+    assert "Read unpaired" not in render_learning_seeds(_results(4))  # the seeds bench's passage is as it was
