@@ -42,7 +42,10 @@ def _run_line(seed: str, run: dict[str, Any], accuracy: dict[str, Any] | None) -
         else "not evaluated"
     )
     stream = train.get("stream")
-    on_stream = f"; its steps' prompts were the stream's in {stream['matching']} of {stream['steps']} steps" if stream else ""
+    # What ran is the command's --no-shuffle: the runner's recorded TRL config (trl.config) is built by its registration
+    # check with peer_trl's default, so its shuffle_dataset reads True for these runs too
+    unshuffled = ", unshuffled (its command)" if "--no-shuffle" in (train.get("command") or []) else ""
+    on_stream = f"{unshuffled}; its steps' prompts were the stream's in {stream['matching']} of {stream['steps']} steps" if stream else ""
     return f"  - seed {seed}: {_what_ran(train)} on {ran} ({load}), {state}{on_stream}; {figures}"
 
 

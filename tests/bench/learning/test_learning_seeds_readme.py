@@ -68,8 +68,9 @@ def test_the_shared_stream_passage_reads_its_own_registration_and_says_not_power
     }
     for s in seeds:
         runs["peer_trl"][str(s)]["train"]["stream"] = {"steps": 40, "matching": 40, "reported": 40}
+        runs["peer_trl"][str(s)]["train"]["command"] = ["python", "bench/learning/peer_trl.py", "--no-shuffle"]
     text = render_learning_shared_stream({"base": {"rows": _rows([1] * 10), "code": CODE}, "runs": runs})
     assert "bench/preregistration/learning_shared_stream.json" in text and "Seeds 1-8" in text
     assert "**cannot tell at this many seeds**" in text and "Not powered at 8 seeds: the measured spread asks for" in text
-    assert "Read unpaired (Welch):" in text and "were the stream's in 40 of 40 steps" in text
+    assert "Read unpaired (Welch):" in text and "unshuffled (its command); its steps' prompts were the stream's in 40 of 40 steps" in text
     assert "Read unpaired" not in render_learning_seeds(_results(4))  # the seeds bench's passage is as it was
