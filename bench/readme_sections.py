@@ -103,7 +103,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str], str]] = {
     "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness, "chip"),
     "loss-agg-explore": (("loss_agg_explore.json",), render_loss_agg_explore, "learning"),
     "learning-seeds": (("learning_seeds.json",), render_learning_seeds, "learning"),
-    "learning-shared-stream": (("learning_shared_stream.json",), render_learning_shared_stream, "learning"),
+    "learning-shared-stream": (("learning_shared_stream.json", "learning_seeds.json"), render_learning_shared_stream, "learning"),
 }
 
 

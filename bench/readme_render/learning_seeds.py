@@ -67,11 +67,26 @@ def render_learning_seeds(results: dict[str, Any]) -> str:
     return _render(results, "learning_seeds")
 
 
-def render_learning_shared_stream(results: dict[str, Any]) -> str:
-    return _render(results, "learning_shared_stream")
+def render_learning_shared_stream(results: dict[str, Any], seeds_bench: dict[str, Any] | None = None) -> str:
+    """`seeds_bench`: learning_seeds.json, whose rljob runs of the same seeds trained on the same stream (rljob's side
+    is unchanged by sharing it): each is shown beside, which says whether an rljob run repeats across days and commits."""
+    earlier = {int(seed): run for seed, run in ((seeds_bench or {}).get("runs", {}).get("rljob", {})).items() if run.get("rows")}
+    return _render(results, "learning_shared_stream", earlier)
 
 
-def _render(results: dict[str, Any], registration: str) -> str:
+def _beside(run: dict[str, Any], before: dict[str, Any]) -> str:
+    """An rljob run against the seeds bench's run of the same seed: its accuracy, and on how many rows every
+    completion was the same text."""
+    mine = {r["id"]: r["completions"] for r in run.get("rows") or []}
+    same = sum(mine.get(r["id"]) == r["completions"] for r in before["rows"])
+    accuracy = stats.run_accuracy(before["rows"])
+    return (
+        f" (the seeds bench's run of this seed: sampled strict {_pct(accuracy['sampled'])}; every completion the same on "
+        f"{same} of {len(before['rows'])} rows)"
+    )
+
+
+def _render(results: dict[str, Any], registration: str, earlier: dict[int, dict[str, Any]] | None = None) -> str:
     pre = json.loads(stats.PREREGISTRATION.with_name(f"{registration}.json").read_text())
     shared = pre.get("data_stream") == "shared"
     summary = stats.summarize(results, pre["seeds"])
@@ -106,7 +121,11 @@ def _render(results: dict[str, Any], registration: str) -> str:
         lines.append(f"- {ARM_NAMES[arm]}:")
         by_seed = summary["runs"].get(arm, {})
         for seed in sorted(arm_runs, key=int):
-            lines.append(_run_line(seed, arm_runs[seed], by_seed.get(int(seed))))
+            line = _run_line(seed, arm_runs[seed], by_seed.get(int(seed)))
+            before = (earlier or {}).get(int(seed)) if arm == "rljob" else None
+            if before and arm_runs[seed].get("rows"):
+                line += _beside(arm_runs[seed], before)
+            lines.append(line)
         spread = decision["spread"].get(arm)
         if spread and spread["n"] >= 2:
             lines.append(

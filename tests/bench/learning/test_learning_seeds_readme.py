@@ -74,3 +74,16 @@ def test_the_shared_stream_passage_reads_its_own_registration_and_says_not_power
     assert "**cannot tell at this many seeds**" in text and "Not powered at 8 seeds: the measured spread asks for" in text
     assert "Read unpaired (Welch):" in text and "unshuffled (its command); its steps' prompts were the stream's in 40 of 40 steps" in text
     assert "Read unpaired" not in render_learning_seeds(_results(4))  # the seeds bench's passage is as it was
+
+
+def test_an_rljob_run_is_set_beside_the_seeds_benchs_run_of_its_seed():
+    """rljob's side of a seed is the same job in both benches: the shared-stream passage says whether it repeated."""
+    from bench.readme_render.learning_seeds import render_learning_shared_stream
+
+    def rows(texts: list[str]) -> list[dict]:
+        return [{"id": str(i), "greedy": 0, "samples": [1] + [0] * 7, "completions": [t]} for i, t in enumerate(texts)]
+
+    now = {"base": {"rows": rows(["b"] * 3), "code": CODE}, "runs": {"rljob": {"1": _run("rl-1", rows(["x", "y", "z"]))}}}
+    before = {"runs": {"rljob": {"1": _run("rl-old", rows(["x", "y", "w"]))}}}
+    text = render_learning_shared_stream(now, before)
+    assert "the seeds bench's run of this seed: sampled strict 12.5%; every completion the same on 2 of 3 rows" in text
