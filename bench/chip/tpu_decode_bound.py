@@ -110,12 +110,17 @@ def _layouts() -> dict[str, Any]:
         b, h, d = new.shape
         return jax.lax.dynamic_update_slice(cache, new.reshape(b, 1, h * d), (0, t, 0))
 
+    def lanes_128_dus(cache: Any, new: Any, t: Any) -> Any:  # [B, H, L, 128]: the width zero-padded to a full lane row
+        wide = jnp.pad(new, ((0, 0), (0, 0), (0, cache.shape[-1] - new.shape[-1])))
+        return jax.lax.dynamic_update_slice(cache, wide[:, :, None, :], (0, 0, t, 0))
+
     heads_first = ("bhld", lambda b, h, n, d: (b, h, n, d))
     return {
         "heads_first_dus": (*heads_first, heads_first_dus),
         "heads_first_onehot": (*heads_first, heads_first_onehot),
         "seq_first_dus": ("lbhd", lambda b, h, n, d: (n, b, h, d), seq_first_dus),
         "seq_on_lanes_dus": ("bhdl", lambda b, h, n, d: (b, h, d, n), seq_on_lanes_dus),
+        "lanes_128_dus": ("bhld", lambda b, h, n, d: (b, h, n, max(d, 128)), lanes_128_dus),
         "flat_lanes_dus": ("bl(hd)", lambda b, h, n, d: (b, n, h * d), flat_lanes_dus),
     }
 
@@ -125,6 +130,8 @@ def _attend(q: Any, k: Any, v: Any, layout: str, t: Any) -> Any:
     import jax
     import jax.numpy as jnp
 
+    if k.shape[-1] > q.shape[-1] and layout == "bhld":  # lanes_128_dus: read the width the heads have
+        k, v = k[..., : q.shape[-1]], v[..., : q.shape[-1]]
     spec = {"bhld": "bhld", "lbhd": "lbhd", "bhdl": "bhdl"}.get(layout)
     if spec is None:  # "bl(hd)": split the lanes back into heads and width (a view)
         b, length, hd = k.shape
