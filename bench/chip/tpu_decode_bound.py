@@ -193,10 +193,11 @@ def cache_variants(shape: tuple[int, int, int, int, int, int], repeats: int) -> 
     return found
 
 
-def measure(out: Path, small: bool) -> None:
+def measure(out: Path, small: bool, probes: dict[str, tuple[int, ...]] | None = None) -> None:
+    """`probes`: shapes of one's own choosing instead of the bench shapes, without the programs (to separate causes)."""
     import jax
 
-    shapes = SMALL if small else SHAPES
+    shapes: dict[str, Any] = probes or (SMALL if small else SHAPES)
     repeats = 3 if small else REPEATS
     body: dict[str, Any] = {
         "device_kind": jax.devices()[0].device_kind,
@@ -204,7 +205,7 @@ def measure(out: Path, small: bool) -> None:
         "python": platform.python_version(),
         "repeats": repeats,
         "positions_per_call": POSITIONS,
-        "programs": bandwidth_programs(0.0625 if small else 1.0, repeats),
+        "programs": {} if probes else bandwidth_programs(0.0625 if small else 1.0, repeats),
         "shapes": {},
     }
     print("programs", {k: v["gb_per_s"] for k, v in body["programs"].items()}, flush=True)
@@ -278,11 +279,13 @@ def main() -> None:
     m = sub.add_parser("measure", help="on the chip: the programs and the cache variants")
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--small", action="store_true", help="tiny sizes (a CPU check of the programs)")
+    m.add_argument("--probe", action="append", default=[], help="NAME=layers,sequences,kv_heads,groups,head_dim,cache_len")
     c = sub.add_parser("collect", help="here: fold a measured raw file with tpu_grpo.json")
     c.add_argument("raw", type=Path)
     args = parser.parse_args()
     if args.command == "measure":
-        measure(args.out, args.small)
+        probes = {p.split("=")[0]: tuple(int(x) for x in p.split("=")[1].split(",")) for p in args.probe}
+        measure(args.out, args.small, probes or None)
     else:
         result = collect(args.raw.resolve())
         RESULT.write_text(json.dumps(result, indent=1) + "\n")
