@@ -34,6 +34,7 @@ from bench.readme_render.sandbox_runtimes import render_reward_container_cost, r
 from bench.readme_render.status_read import render_status_read, render_status_read_running  # noqa: E402
 from bench.readme_render.tpu_compile_cache import render_tpu_compile_cache  # noqa: E402
 from bench.readme_render.tpu_correctness import render_tpu_correctness  # noqa: E402
+from bench.readme_render.tpu_decode_bound import render_tpu_decode_bound  # noqa: E402
 from bench.readme_render.tpu_estimate_held_out import render_held_out_setting  # noqa: E402
 from bench.readme_render.tpu_grpo import render_tpu_grpo  # noqa: E402
 from bench.readme_render.tpu_job import render_tpu_job  # noqa: E402
@@ -100,6 +101,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str], str]] = {
     "tpu-job": (("tpu_job.json",), render_tpu_job, "chip"),
     "tpu-job-gsm8k": (("tpu_job_gsm8k.json",), render_tpu_job, "chip"),
     "tpu-compile-cache": (("tpu_compile_cache.json",), render_tpu_compile_cache, "chip"),
+    "tpu-decode-bound": (("tpu_decode_bound.json",), render_tpu_decode_bound, "chip"),
     "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness, "chip"),
     "loss-agg-explore": (("loss_agg_explore.json",), render_loss_agg_explore, "learning"),
     "learning-seeds": (("learning_seeds.json",), render_learning_seeds, "learning"),

@@ -185,6 +185,8 @@ def cache_variants(shape: tuple[int, int, int, int, int, int], repeats: int) -> 
             best = min(best, time.perf_counter() - started)
         cache_bytes = 2 * layers * b * h * length * d * 2
         found[name] = {
+            # every layout writes and reads the same numbers, so the attention's sums agree (tests/bench/chip)
+            "checksum": float(jnp.sum(out[2])),
             "ms_per_position": round(best / POSITIONS * 1000, 4),
             "cache_bytes": cache_bytes,
             "cache_gb_per_s": round(cache_bytes / (best / POSITIONS) / 1e9, 1),
@@ -219,8 +221,36 @@ def measure(out: Path, small: bool, probes: dict[str, tuple[int, ...]] | None = 
         (out / "tpu_decode_bound-raw.json").write_text(json.dumps(body, indent=1))
 
 
-def collect(raw_file: Path) -> dict[str, Any]:
-    """The bound and each profiled decode step against it; each shape's cache layouts against today's."""
+def _relative(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def _largest_difference(raw: dict[str, Any], repeat: dict[str, Any]) -> float:
+    """The largest relative difference between two calls' figures of the same program or variant."""
+    pairs = [(raw["programs"][n]["best_s"], repeat["programs"][n]["best_s"]) for n in raw["programs"] if n in repeat["programs"]]
+    for shape, measured in raw["shapes"].items():
+        again = repeat["shapes"].get(shape, {}).get("variants", {})
+        pairs += [(v["ms_per_position"], again[n]["ms_per_position"]) for n, v in measured["variants"].items() if n in again]
+    return round(max(abs(a - b) / a for a, b in pairs), 4)
+
+
+def _probe(raw: dict[str, Any]) -> dict[str, Any]:
+    """Shapes measured apart from the bench's: each variant and what its write adds to attending alone."""
+    found = {}
+    for name, measured in raw["shapes"].items():
+        variants = measured["variants"]
+        base = variants["attend_only"]["ms_per_position"]
+        found[name] = {
+            "cache": measured["shape"],
+            "variant_ms": {v: x["ms_per_position"] for v, x in variants.items()},
+            "write_ms": {v: round(x["ms_per_position"] - base, 4) for v, x in variants.items() if v != "attend_only"},
+        }
+    return found
+
+
+def collect(raw_file: Path, repeat_file: Path | None = None, probe_file: Path | None = None) -> dict[str, Any]:
+    """The bound and each profiled decode step against it; each shape's cache layouts against today's. `repeat_file`:
+    an earlier call of the same programs (how far two calls differ); `probe_file`: a `measure --probe` call."""
     raw = json.loads(raw_file.read_text())
     grpo = json.loads(GRPO.read_text())
     moved = {
@@ -255,10 +285,16 @@ def collect(raw_file: Path) -> dict[str, Any]:
             "fastest": best,
             "fastest_over_today": round(variants[best]["ms_per_position"] / variants["heads_first_dus"]["ms_per_position"], 3),
         }
+    repeat = json.loads(repeat_file.read_text()) if repeat_file else None
+    probe = json.loads(probe_file.read_text()) if probe_file else None
     return {
         "device_kind": raw["device_kind"],
         "jax": raw["jax"],
-        "raw": str(raw_file.relative_to(REPO)) if raw_file.is_relative_to(REPO) else str(raw_file),
+        "raw": _relative(raw_file),
+        "repeat": _relative(repeat_file) if repeat_file else None,
+        "repeat_largest_difference": _largest_difference(raw, repeat) if repeat else None,
+        "probe": _relative(probe_file) if probe_file else None,
+        "probes": _probe(probe) if probe else {},
         "grpo": str(GRPO.relative_to(REPO)),
         "grpo_trainer_commit": grpo.get("trainer_commit"),
         "repeats": raw["repeats"],
@@ -282,12 +318,14 @@ def main() -> None:
     m.add_argument("--probe", action="append", default=[], help="NAME=layers,sequences,kv_heads,groups,head_dim,cache_len")
     c = sub.add_parser("collect", help="here: fold a measured raw file with tpu_grpo.json")
     c.add_argument("raw", type=Path)
+    c.add_argument("--repeat", type=Path, default=None, help="an earlier `measure` call's raw file")
+    c.add_argument("--probe", type=Path, default=None, help="a `measure --probe` call's raw file")
     args = parser.parse_args()
     if args.command == "measure":
         probes = {p.split("=")[0]: tuple(int(x) for x in p.split("=")[1].split(",")) for p in args.probe}
         measure(args.out, args.small, probes or None)
     else:
-        result = collect(args.raw.resolve())
+        result = collect(args.raw.resolve(), args.repeat and args.repeat.resolve(), args.probe and args.probe.resolve())
         RESULT.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {RESULT}: bound {result['bound_gb_per_s']} GB/s from the {result['bound_from']}")
 

@@ -1,0 +1,62 @@
+"""bench/chip/tpu_decode_bound.py: the committed result is what its committed raw files give, its bound is a bound,
+and every cache layout it times computes the same attention (run small on this machine's CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.chip import tpu_decode_bound
+
+REPO = tpu_decode_bound.REPO
+
+
+def _committed() -> dict:
+    return json.loads(tpu_decode_bound.RESULT.read_text())
+
+
+def test_the_committed_result_is_what_its_raw_files_give():
+    committed = _committed()
+    again = tpu_decode_bound.collect(REPO / committed["raw"], REPO / committed["repeat"], REPO / committed["probe"])
+    assert again == committed
+
+
+def test_no_program_and_no_profiled_decode_step_moved_more_than_the_bound():
+    committed = _committed()
+    rates = [p["gb_per_s"] for p in committed["programs"].values()] + [s["gb_per_s"] for s in committed["shapes"].values()]
+    assert committed["bound_gb_per_s"] == max(rates)
+    for shape in committed["shapes"].values():
+        assert shape["over_bound"] >= 0.995  # no step faster than its bound (rounded to two places)
+
+
+def test_the_bound_rises_to_a_decode_step_that_beats_every_program(tmp_path: Path):
+    raw = json.loads((REPO / _committed()["raw"]).read_text())
+    slow = {name: case | {"gb_per_s": 1.0} for name, case in raw["programs"].items()}
+    (tmp_path / "raw.json").write_text(json.dumps(raw | {"programs": slow}))
+    result = tpu_decode_bound.collect(tmp_path / "raw.json")
+    assert result["bound_from"] == "decode step"
+    assert result["bound_gb_per_s"] == max(s["gb_per_s"] for s in result["shapes"].values())
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("decode_bound")
+    tpu_decode_bound.measure(out, small=True)
+    return json.loads((out / "tpu_decode_bound-raw.json").read_text())
+
+
+def test_every_layout_writes_and_attends_to_the_same_numbers(small_run: dict):
+    variants = small_run["shapes"]["small"]["variants"]
+    writes = {name: v["checksum"] for name, v in variants.items() if name != "attend_only"}
+    assert set(writes) == set(tpu_decode_bound._layouts())
+    first = next(iter(writes.values()))
+    assert all(abs(c - first) <= 1e-5 * abs(first) for c in writes.values()), writes
+    assert abs(variants["attend_only"]["checksum"] - first) > 1e-3 * abs(first)  # the writes reach what attention reads
+
+
+def test_every_program_reports_the_bytes_it_moved(small_run: dict):
+    programs = small_run["programs"]
+    assert programs["copy_bf16 (read + write)"]["bytes"] == 2 * programs["sum_bf16"]["bytes"]
+    assert all(p["gb_per_s"] > 0 for p in programs.values())
