@@ -1,14 +1,14 @@
 """Issue 67 §3 on the chip: what JAX's persistent compilation cache (trainer/compile_cache.py) saves a job's first
 step, read from jobs the GSM8K bench ran through the service (bench/chip/tpu_job.py).
 
-Two jobs of one shape, one after the other on one freshly staged machine, under one output: the first found `_cache/`
+Per machine, two jobs of one shape, one after the other on that freshly staged machine, under one output: the first found `_cache/`
 new (its conversion cache missed: it converted) and so compiled everything; the next found what the first compiled.
 Each job's trainer events are folded by the service's own reducer (service/domain/progress.py fold_report) and its
 first step split as the job's goodput splits it (service/domain/cost/goodput.py `warmup`: the first step beyond a
 steady step). The events are the jobs' own `events.jsonl`, copied off the machine after the calls.
 
     .venv/bin/python bench/chip/tpu_compile_cache.py --events bench/results/tpu_job_gsm8k-events-20261207 \
-        --record bench/results/tpu_job_gsm8k-call-20261207T0145.json
+        --record bench/results/tpu_job_gsm8k-call-20261207T0145.json --record bench/results/tpu_job_gsm8k-call-20261207T0435.json
     .venv/bin/python bench/readme_sections.py      # bench/chip/README.md's tpu-compile-cache block
 """
 
@@ -80,12 +80,25 @@ def measure(events_dir: Path, record_file: Path) -> dict[str, Any]:
     }
 
 
+def measure_machines(events_dir: Path, record_files: list[Path]) -> dict[str, Any]:
+    """One pair (a job that found the cache new, then one that found it filled) per freshly staged machine, each named
+    by the call record that submitted its jobs."""
+    machines = [measure(events_dir, record) for record in record_files]
+    return {
+        "machines": machines,
+        "warm_over_cold_warmup": [m["warm_over_cold_warmup"] for m in machines],
+        "warm_over_cold_first_step": [m["warm_over_cold_first_step"] for m in machines],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=Path, required=True, help="a folder of <job id>.jsonl trainer event files")
-    parser.add_argument("--record", type=Path, required=True, help="the tpu_job call record that ran the jobs")
+    parser.add_argument(
+        "--record", type=Path, action="append", required=True, help="a tpu_job call record that submitted the jobs (one per machine)"
+    )
     args = parser.parse_args()
-    result = measure(args.events.resolve(), args.record.resolve())
+    result = measure_machines(args.events.resolve(), [r.resolve() for r in args.record])
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {RESULT}: warmup warm/cold {result['warm_over_cold_warmup']}")
     return 0
