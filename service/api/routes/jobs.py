@@ -24,6 +24,7 @@ from service.api.deps import (
     StoreDep,
     ViewsDep,
     VisibleJobDep,
+    serving_of,
 )
 from service.api.errors import error_responses
 from service.api.log_follow import Pacer, follow_log, log_chunks
@@ -177,9 +178,10 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=error_responses(401, 404, 422, 503))
-async def get_job(job_id: JobIdPath, caller: CallerDep, views: ViewsDep) -> Response:
-    # async, and no thread hop when the job is in memory (api/job_views.py).
-    return await views.status(caller, job_id)
+async def get_job(job_id: JobIdPath, caller: CallerDep, request: Request) -> Response:
+    # async, and no thread hop when the job is in memory (api/job_views.py). The views come from the request, not
+    # a dependency: FastAPI solves each dependency anew on every request, and this is the read a dashboard polls.
+    return await serving_of(request).views.status(caller, job_id)
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic, responses=error_responses(401, 404, 422, 503))
