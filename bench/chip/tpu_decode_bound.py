@@ -25,12 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from bench.chip.best_time import best_seconds  # noqa: E402
+
 RESULT = REPO / "bench" / "results" / "tpu_decode_bound.json"
 GRPO = REPO / "bench" / "results" / "tpu_grpo.json"
 SPEC_BYTES_PER_S = 819e9  # Google's TPU v5e page: 819 GB/s HBM bandwidth per chip
@@ -47,18 +51,6 @@ SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {
 SMALL = {"small": (2, 4, 2, 2, 64, 64)}  # `measure --small`: the same programs at sizes a CPU runs in seconds
 
 
-def _best_s(fn: Callable[..., Any], *args: Any, repeats: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def bandwidth_programs(gib: float, repeats: int) -> dict[str, dict[str, Any]]:
     """Programs that do nothing but stream HBM; bytes counts every byte read and written once."""
     import jax
@@ -69,7 +61,7 @@ def bandwidth_programs(gib: float, repeats: int) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
 
     def run(name: str, fn: Callable[..., Any], args: tuple[Any, ...], nbytes: int) -> None:
-        best = _best_s(jax.jit(fn), *args, repeats=repeats)
+        best = best_seconds(jax.jit(fn), *args, repeats=repeats)
         found[name] = {"bytes": nbytes, "best_s": round(best, 6), "gb_per_s": round(nbytes / best / 1e9, 1)}
 
     flat = jnp.ones((n,), jnp.bfloat16)

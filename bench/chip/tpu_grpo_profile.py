@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.chip.best_time import best_seconds
+
 PEAK_BF16_FLOPS = 197e12  # Google's TPU v5e page: 197 TFLOP/s bf16 per chip
 DECODE, UPDATE, LOGPROBS = "jit(_decode_fn)", "jit(_train_step)", "jit(compute_per_token_logps)"
 TOP_K = "/while/body/top_k"
@@ -114,8 +116,6 @@ def _peak_part(parts: list[dict[str, Any]]) -> str | None:
 def measure_bandwidth(out: Path) -> None:
     """The chip's HBM read bandwidth, measured as the decode step reads memory: a bf16 weight matrix times a few
     rows (1 GiB read per call, 8 and 32 rows), and a plain reduction over 2 GiB; best of REPEATS timed calls each."""
-    import time
-
     import jax
     import jax.numpy as jnp
 
@@ -128,12 +128,7 @@ def measure_bandwidth(out: Path) -> None:
     }
     cases["sum_2gib"] = (jax.jit(lambda x: jnp.sum(x, dtype=jnp.float32)), (flat,), flat.nbytes)
     for name, (fn, args, nbytes) in cases.items():
-        jax.block_until_ready(fn(*args))
-        best = float("inf")
-        for _ in range(repeats):
-            started = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            best = min(best, time.perf_counter() - started)
+        best = best_seconds(fn, *args, repeats=repeats)
         found[name] = {"bytes": nbytes, "best_s": round(best, 6), "gb_per_s": round(nbytes / best / 1e9, 1)}
     body = {"device_kind": jax.devices()[0].device_kind, "repeats": repeats, "cases": found}
     (out / "bandwidth.json").write_text(json.dumps(body, indent=1))
