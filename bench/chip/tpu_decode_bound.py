@@ -106,6 +106,13 @@ def _layouts() -> dict[str, Any]:
         wide = jnp.pad(new, ((0, 0), (0, 0), (0, cache.shape[-1] - new.shape[-1])))
         return jax.lax.dynamic_update_slice(cache, wide[:, :, None, :], (0, 0, t, 0))
 
+    def padded_128_dus(cache: Any, new: Any, t: Any) -> Any:  # [B, H, L, 128], read at 128 with the query padded too
+        return lanes_128_dus(cache, new, t)
+
+    def position_pairs_dus(cache: Any, new: Any, t: Any) -> Any:  # [B, H, L/2, 2D]: two positions share a lane row
+        d = new.shape[-1]
+        return jax.lax.dynamic_update_slice(cache, new[:, :, None, :], (0, 0, t // 2, (t % 2) * d))
+
     heads_first = ("bhld", lambda b, h, n, d: (b, h, n, d))
     return {
         "heads_first_dus": (*heads_first, heads_first_dus),
@@ -114,6 +121,8 @@ def _layouts() -> dict[str, Any]:
         "seq_on_lanes_dus": ("bhdl", lambda b, h, n, d: (b, h, d, n), seq_on_lanes_dus),
         "lanes_128_dus": ("bhld", lambda b, h, n, d: (b, h, n, max(d, 128)), lanes_128_dus),
         "flat_lanes_dus": ("bl(hd)", lambda b, h, n, d: (b, n, h * d), flat_lanes_dus),
+        "padded_128_dus": ("bhlP", lambda b, h, n, d: (b, h, n, max(d, 128)), padded_128_dus),
+        "position_pairs_dus": ("bh(l/2)(2d)", lambda b, h, n, d: (b, h, n // 2, 2 * d), position_pairs_dus),
     }
 
 
@@ -122,8 +131,16 @@ def _attend(q: Any, k: Any, v: Any, layout: str, t: Any) -> Any:
     import jax
     import jax.numpy as jnp
 
-    if k.shape[-1] > q.shape[-1] and layout == "bhld":  # lanes_128_dus: read the width the heads have
-        k, v = k[..., : q.shape[-1]], v[..., : q.shape[-1]]
+    width = q.shape[-1]
+    if k.shape[-1] > width and layout == "bhld":  # lanes_128_dus: read the width the heads have
+        k, v = k[..., :width], v[..., :width]
+    if layout == "bhlP":  # padded_128_dus: zeros in the query's pad meet zeros in the keys', the values' give zeros
+        q = jnp.pad(q, ((0, 0), (0, 0), (0, 0), (0, k.shape[-1] - width)))
+        return _attend(q, k, v, "bhld", t)[..., :width]
+    if layout == "bh(l/2)(2d)":  # position_pairs_dus: row r holds positions 2r and 2r+1, so a reshape restores [B, H, L, D]
+        b, h, rows, _ = k.shape
+        k, v = k.reshape(b, h, 2 * rows, width), v.reshape(b, h, 2 * rows, width)
+        layout = "bhld"
     spec = {"bhld": "bhld", "lbhd": "lbhd", "bhdl": "bhdl"}.get(layout)
     if spec is None:  # "bl(hd)": split the lanes back into heads and width (a view)
         b, length, hd = k.shape
