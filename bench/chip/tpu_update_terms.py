@@ -1,0 +1,72 @@
+"""Issue 67 §1's fallback, from bench/results/tpu_grpo.json: where a GRPO update's time goes on the chip, term by term,
+against the time its model FLOPs would take at the chip's peak.
+
+JAX dispatches asynchronously, so the reference model's forward (`jit(compute_per_token_logps)`, beta > 0) returns to the
+host at once (the step's `logprobs` part is milliseconds) and its device time is spent while the update waits for its
+inputs: the update's wall time holds it. So the update is counted two ways: 6N (the policy's forward and backward per
+token, what the update MFU column says) and 8N (with the reference forward's 2N, the work that wall time holds).
+
+The update's wall time (the steady mean) is split into the profiled step's device time: the reference forward, the
+matrix-unit fusions (the model FLOPs at peak, what rematerialisation adds, and what the fusions lose to peak), the
+offload waits (`async-done`: each layer's input copied to and from host memory, rl.yml on TPU), the elementwise
+fusions, the rest of the device's ops, and what is left of the wall time (host and dispatch). Pure arithmetic over the
+committed result; no device needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PEAK_BF16_FLOPS = 197e12  # Google's TPU v5e page, per chip
+REFERENCE_FORWARD = "jit(compute_per_token_logps)"
+TRAIN_STEP = "jit(_train_step)"
+
+
+def update_terms(shape: dict[str, Any]) -> dict[str, Any] | None:
+    """ms per term of one shape's update, each term's share of the wall time, and the MFU both ways."""
+    profile, steady = shape.get("profile"), shape.get("steady")
+    if not profile or not steady:
+        return None
+    s = shape["settings"]
+    tokens = s["batch_size"] * s["num_generations"] * s["max_target_length"]
+    wall_ms = steady["update_s"] * 1000
+    six_n = 6 * shape["parameters"] * tokens
+    eight_n = 8 * shape["parameters"] * tokens
+    kinds = profile["update_ms_by_kind"]
+    matmul_ms = kinds.get("convolution fusion", 0.0)
+    ideal_ms = six_n / PEAK_BF16_FLOPS * 1000
+    remat_ms = max(profile["update_hlo_tflops"] * 1e12 - six_n, 0.0) / PEAK_BF16_FLOPS * 1000
+    reference_ms = profile["device_ms"].get(REFERENCE_FORWARD, 0.0)
+    named = {"convolution fusion", "async-done", "loop fusion"}
+    terms = {
+        "model FLOPs (6N) at peak": ideal_ms,
+        "rematerialisation's extra FLOPs at peak": remat_ms,
+        "matrix fusions below peak": matmul_ms - ideal_ms - remat_ms,
+        "offload waits (async-done)": kinds.get("async-done", 0.0),
+        "reference model's forward": reference_ms,
+        "elementwise fusions": kinds.get("loop fusion", 0.0),
+        "other device ops": sum(ms for kind, ms in kinds.items() if kind not in named),
+    }
+    terms["host and dispatch (the rest of the wall time)"] = wall_ms - sum(terms.values())
+    return {
+        "shape": shape["shape"],
+        "parameters": shape["parameters"],
+        "tokens": tokens,
+        "wall_ms": round(wall_ms, 1),
+        "train_step_device_ms": profile["device_ms"].get(TRAIN_STEP),
+        "terms_ms": {name: round(ms, 1) for name, ms in terms.items()},
+        "shares": {name: round(ms / wall_ms, 3) for name, ms in terms.items()},
+        "mfu_6n": round(six_n / (wall_ms / 1000) / PEAK_BF16_FLOPS, 3),
+        "mfu_8n": round(eight_n / (wall_ms / 1000) / PEAK_BF16_FLOPS, 3),
+        "mfu_hlo_device": profile["update_hlo_mfu"],
+        "matmul_mfu": profile["update_matmul_mfu"],
+        # what the update would be without its offload waits, the other terms unchanged: an arithmetic bound on
+        # that one change, not a measurement (the variant that keeps the inputs in HBM is the measurement)
+        "mfu_6n_without_offload_waits": round(six_n / ((wall_ms - terms["offload waits (async-done)"]) / 1000) / PEAK_BF16_FLOPS, 3),
+    }
+
+
+def largest(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The terms of the largest profiled shape (the goal's shape)."""
+    profiled = [s for s in result["shapes"] if s.get("profile") and s.get("steady")]
+    return update_terms(max(profiled, key=lambda s: s["parameters"])) if profiled else None
