@@ -37,7 +37,6 @@ from bench.chip.best_time import best_seconds  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "tpu_decode_bound.json"
 GRPO = REPO / "bench" / "results" / "tpu_grpo.json"
-SPEC_BYTES_PER_S = 819e9  # Google's TPU v5e page: 819 GB/s HBM bandwidth per chip
 REPEATS = 20
 POSITIONS = 32  # decode positions per timed call of a cache variant
 
@@ -260,6 +259,9 @@ def _probe(raw: dict[str, Any]) -> dict[str, Any]:
 def collect(raw_file: Path, repeat_file: Path | None = None, probe_file: Path | None = None) -> dict[str, Any]:
     """The bound and each profiled decode step against it; each shape's cache layouts against today's. `repeat_file`:
     an earlier call of the same programs (how far two calls differ); `probe_file`: a `measure --probe` call."""
+    from trainer.contract.tpu_generations import TPU_GENERATIONS  # the catalog (not imported by `measure` on the chip)
+
+    spec_bytes_per_s = TPU_GENERATIONS["v5e"].hbm_bytes_per_s_per_chip
     raw = json.loads(raw_file.read_text())
     grpo = json.loads(GRPO.read_text())
     moved = {
@@ -286,7 +288,7 @@ def collect(raw_file: Path, repeat_file: Path | None = None, probe_file: Path | 
         shapes[name] = step | {
             "bound_ms": round(bound_ms, 3),
             "over_bound": round(step["decode_ms_per_step"] / bound_ms, 2),
-            "over_spec": round(step["decode_ms_per_step"] / (step["decode_bytes_per_step"] / SPEC_BYTES_PER_S * 1000), 2),
+            "over_spec": round(step["decode_ms_per_step"] / (step["decode_bytes_per_step"] / spec_bytes_per_s * 1000), 2),
             "cache": raw["shapes"][name]["shape"],
             "attend_only_ms": base,
             "variant_ms": {v: x["ms_per_position"] for v, x in variants.items()},
@@ -313,7 +315,7 @@ def collect(raw_file: Path, repeat_file: Path | None = None, probe_file: Path | 
         "fastest_decode_step": fastest_step,
         "bound_gb_per_s": bound,
         "bound_from": "program" if program_rate >= step_rate else "decode step",
-        "spec_gb_per_s": SPEC_BYTES_PER_S / 1e9,
+        "spec_gb_per_s": spec_bytes_per_s / 1e9,
         "shapes": shapes,
     }
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-PEAK_BF16_FLOPS = 197e12  # Google's TPU v5e page, per chip
+from trainer.contract.tpu_generations import TPU_GENERATIONS
+
+PEAK_BF16_FLOPS = TPU_GENERATIONS["v5e"].peak_bf16_flops_per_chip
 REFERENCE_FORWARD = "jit(compute_per_token_logps)"
 TRAIN_STEP = "jit(_train_step)"
 
