@@ -217,9 +217,18 @@ def test_a_crashing_sidecar_is_restarted_under_restart_policy_never(runs):
 
 
 def test_sidecars_stop_in_reverse_order_after_the_regular_containers_and_the_pod_runs_until_they_have(runs):
-    # "a" is declared before "b": b gets SIGTERM first and takes a second to exit; a only after that.
+    # "a" is declared before "b": b gets SIGTERM first and takes a second to exit; a only after that. b has a
+    # startup probe so that the trainer (which talks only to a) starts once b serves, its SIGTERM handler in place:
+    # without it, a loaded machine once ended the trainer before b's Python had installed it, and b died at once.
     first = sidecar("a", env={"LATER_SIDECAR": "b", "EXIT_ON_TERM": "0"})
-    second = sidecar("b", env={"SLOW_EXIT_S": "1"})
+    second = sidecar(
+        "b",
+        "--port",
+        "8000",
+        env={"SLOW_EXIT_S": "1"},
+        ports=[{"name": "http", "containerPort": 8000}],
+        startupProbe={"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1, "failureThreshold": 30},
+    )
     runner = runs.start(pod_with(first, second, containers=[main(SOCK="a")]))
     seen = wait_until(
         lambda: (
