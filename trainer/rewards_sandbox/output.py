@@ -11,6 +11,7 @@ from __future__ import annotations
 import array
 import fcntl
 import os
+import select
 import termios
 import threading
 import time
@@ -39,10 +40,13 @@ class OutputRelay:
         sink: Callable[[bytes], None] = write_stderr,
     ):
         self._fd, self._sink, self.per_call_bytes = fd, sink, per_call_bytes
+        # Reading a chunk and counting it happen under one lock, so a call's start never falls between them: with the
+        # read outside it, a chunk read just before a call began was counted to that call (seen in CI).
         self._lock = threading.Lock()
         self._left = per_call_bytes
         self._dropped = 0
-        self._busy = False  # a chunk read and not yet counted
+        self._closed = False
+        os.set_blocking(fd, False)  # read only once poll says so, and never wait inside the lock
         self._thread = threading.Thread(target=self._copy, name="rljob-reward-output", daemon=True)
         self._thread.start()
 
@@ -50,12 +54,14 @@ class OutputRelay:
         """A call begins: a new allowance, and a line for what the previous one dropped. What the previous call wrote
         is still in the pipe for a moment after its reply (up to a pipe's capacity): counted to it first."""
         deadline = time.monotonic() + 1.0
-        while (self._pending() or self._busy) and time.monotonic() < deadline:
+        while True:
+            with self._lock:
+                if not self._pending() or time.monotonic() >= deadline:
+                    self._left = self.per_call_bytes
+                    dropped, self._dropped = self._dropped, 0
+                    self._say_dropped(dropped)
+                    return
             time.sleep(0.005)
-        with self._lock:
-            self._left = self.per_call_bytes
-            dropped, self._dropped = self._dropped, 0
-        self._say_dropped(dropped)
 
     def _say_dropped(self, dropped: int) -> None:
         if dropped:
@@ -66,6 +72,8 @@ class OutputRelay:
 
     def _pending(self) -> int:
         """Bytes in the pipe not read yet (0 once it is closed)."""
+        if self._closed:
+            return 0
         count = array.array("i", [0])
         try:
             fcntl.ioctl(self._fd, termios.FIONREAD, count)
@@ -74,23 +82,31 @@ class OutputRelay:
         return count[0]
 
     def _copy(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
         try:
-            while chunk := os.read(self._fd, 65536):
-                self._busy = True
+            while True:
+                poller.poll()
                 with self._lock:
+                    try:
+                        chunk = os.read(self._fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        break
                     kept = chunk[: max(0, self._left)]
                     self._left -= len(kept)
                     self._dropped += len(chunk) - len(kept)
-                if kept:
-                    self._sink(kept)
-                self._busy = False
+                    if kept:
+                        self._sink(kept)  # in the lock too: a dropped-bytes line never lands inside a call's output
         except OSError:
             pass
         finally:
-            os.close(self._fd)
             with self._lock:
+                os.close(self._fd)
+                self._closed = True
                 dropped, self._dropped = self._dropped, 0
-            self._say_dropped(dropped)
+                self._say_dropped(dropped)
 
     def join(self, timeout_s: float) -> None:
         """Wait for the copy to reach the pipe's end (every writer gone)."""

@@ -4,8 +4,10 @@ and a reward's output reaches the trainer's log bounded per call (trainer/reward
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+import time
 
 import pytest
 
@@ -88,3 +90,28 @@ def test_a_rewards_output_reaches_the_log_bounded_per_call(tmp_path, capfd):
     output = [len(run) for run in re.findall("x{100,}", err)]
     assert output == [PER_CALL_BYTES, 1000]  # the first call's allowance, then the second call's whole output
     assert f"{3 * PER_CALL_BYTES} bytes of a reward worker's output were dropped" in err
+
+
+def test_a_chunk_read_just_before_a_call_begins_counts_to_the_call_that_wrote_it(monkeypatch):
+    # Each read lingers before its chunk is counted, which widens the moment CI once hit by chance: the previous
+    # call's last chunk read from the pipe, not yet counted, as the next call begins. Counted to the next call, it
+    # would reach the log on that call's allowance: runs of [PER_CALL_BYTES, PER_CALL_BYTES] instead of [.., 1000].
+    from trainer.rewards_sandbox import output
+
+    real_read = output.os.read
+
+    def lingering_read(fd: int, n: int) -> bytes:
+        chunk = real_read(fd, n)
+        time.sleep(0.2)
+        return chunk
+
+    monkeypatch.setattr(output.os, "read", lingering_read)
+    read_end, write_end = os.pipe()
+    sunk: list[bytes] = []
+    relay = output.OutputRelay(read_end, sink=sunk.append)
+    os.write(write_end, b"x" * (4 * PER_CALL_BYTES))  # returns once the last byte is in the pipe, as a call's reply does
+    relay.next_call()
+    os.write(write_end, b"x" * 1000)
+    os.close(write_end)
+    relay.join(10)
+    assert [len(run) for run in re.findall(b"x{100,}", b"".join(sunk))] == [PER_CALL_BYTES, 1000]
