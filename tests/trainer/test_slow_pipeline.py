@@ -141,6 +141,11 @@ def test_end_to_end_export_loads_and_every_step_keeps_scored_samples(restarted_r
     for e in (e for e in restarted_run["events"] if e.type == "train_step"):
         empty, stopped = e.metrics["completions/train/empty_fraction"], e.metrics["completions/train/stopped_fraction"]
         assert 0.0 <= empty <= stopped <= 1.0, e.metrics
+        # The engine's log-probabilities of what it sampled against the trainer's forward over the same tokens
+        # (trainer/maxtext_entry/logprob_agreement.py): both sides run here in the spec's dtype on CPU.
+        print("agreement", e.step, {k: v for k, v in e.metrics.items() if k.startswith("sampler_trainer/")})
+        assert e.metrics["sampler_trainer/train/logp_diff_mean"] < 1e-3, e.metrics  # fp32 both sides: ~3e-7 measured
+        assert e.metrics["sampler_trainer/train/probs_pearson_corr"] > 0.99, e.metrics
 
 
 def test_restart_skips_convert_and_continues_training_from_the_saved_step(restarted_run):

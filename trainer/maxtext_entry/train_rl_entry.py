@@ -21,6 +21,7 @@ from .goodput_recorder import install as install_goodput_recorder
 from .graceful_stop import install as install_graceful_stop
 from .grpo_objective import install as install_grpo_objective
 from .hf_config_registry import register_hf_config_of, run_as_main
+from .logprob_agreement import install as install_logprob_agreement
 from .reward_sandbox import install_for_job as install_reward_sandbox
 from .sample_recorder import install as install_sample_recorder
 
@@ -79,6 +80,12 @@ INDEPENDENT = "wraps or replaces what no other install touches: any place before
 INSTALLS: tuple[Install, ...] = (
     Install("hf_config", lambda run: register_hf_config_of(run.config.hf_config, run.maxtext_argv), INDEPENDENT),
     Install("objective", _objective, INDEPENDENT),
+    Install(
+        "logprob_agreement",
+        lambda run: install_logprob_agreement(),
+        "wraps RLCluster.generate innermost: it reads generate's `mode` from the signature of Tunix's own, and its "
+        "functools.wraps keeps that signature for rollout_keys' wrapper outside it",
+    ),
     Install(
         "rollout_keys",
         _rollout_keys,

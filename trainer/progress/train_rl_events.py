@@ -1,7 +1,8 @@
 """Turns what train_rl writes into TrainStep and EvalResult events while it runs.
 
 Per-step metrics come from the TensorBoard scalars Tunix writes (structured). Tunix logs a step's
-rollout metrics (`rewards/train/*`, `completions/train/*`) at the step counter before the update
+rollout metrics (`rewards/train/*`, `completions/train/*`, and rljob's `sampler_trainer/train/*`,
+maxtext_entry/logprob_agreement.py) at the step counter before the update
 and the actor's (`actor/train/*`) after it, so rollout step k belongs to training step k+1, the
 step number Tunix also names its checkpoint by.
 
@@ -27,7 +28,7 @@ from trainer.contract.goodput import GOODPUT_LINE_PREFIX, TrainGoodput
 from trainer.progress.event_reporter import EventReporter
 from trainer.progress.tensorboard_scalars import EventFileTailer, Scalar
 
-ROLLOUT_PREFIXES = ("rewards/", "completions/")
+ROLLOUT_PREFIXES = ("rewards/", "completions/", "sampler_trainer/")
 ACTOR_TRAIN_PREFIX = "actor/train/"
 ACTOR_LOSS = "actor/train/loss"
 IGNORED_PREFIXES = ("jax/",)  # JAX/Orbax runtime counters, not training metrics

@@ -118,8 +118,10 @@ def test_on_the_real_modules_goodput_times_the_other_wrappers_and_a_stop_comes_a
     )
     # Recording an evaluation's rows is timed as eval (goodput's timer, then its report after each evaluation).
     assert found["evaluate"] == [goodput, goodput, evals, "rl/evaluate_rl.py"], found
-    # The rollout's key and stop token are timed as rollout; the key's wrapper sees Tunix's own generate.
-    assert found["generate"] == [goodput, stop_token, keys, "rl/rl_cluster.py"], found
+    # The rollout's key, stop token and the engine's log-probabilities are timed as rollout; the key's wrapper sees
+    # Tunix's own generate's signature (the agreement's wrapper keeps it with functools.wraps).
+    agreement = "maxtext_entry/logprob_agreement.py"
+    assert found["generate"] == [goodput, stop_token, keys, agreement, "rl/rl_cluster.py"], found
     # A stop's exit comes after the recorder and the best-checkpoint keeper have marked training finished; the keeper's
     # candidate save at a weight sync is timed as weight sync (the keeper installs with the evaluation recorder).
     keeper = "maxtext_entry/best_checkpoint.py"
