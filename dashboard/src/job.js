@@ -47,6 +47,7 @@ export function jobPage(root, api, jobId) {
     reward: rewardChart(),
     kl: makeChart("KL divergence", [{ label: "KL", stroke: "#8a5a00" }]),
     loss: makeChart("Loss", [{ label: "loss", stroke: "#b3261e" }]),
+    agreement: makeChart("Sampler vs trainer: mean |Δ log p| per token (nats)", [{ label: "|Δ log p|", stroke: "#2a9d8f" }]),
   };
   const evaluation = evalPanel();
   // An eval job's page shows its evaluation (GET /v1/evals/{id}) in place of training's curves and samples;
@@ -121,6 +122,7 @@ export function jobPage(root, api, jobId) {
     charts.reward.update(s.steps, [s.rewardMean, s.rewardUpper, s.rewardLower]);
     charts.kl.update(s.steps, [s.kl]);
     charts.loss.update(s.steps, [s.loss]);
+    charts.agreement.update(s.steps, [s.logpDiff]);
   }
 
   async function loadLogs() {

@@ -195,6 +195,8 @@ export function metricSeries(raw) {
     rewardLower: mean.map((m, i) => (m === null || std[i] === null ? m : m - std[i])),
     kl: col("kl"),
     loss: col("loss"),
+    // the rollout engine's and the trainer's log-probabilities of the sampled tokens (trainer/maxtext_entry/logprob_agreement.py)
+    logpDiff: col("sampler_trainer/train/logp_diff_mean"),
   };
 }
 

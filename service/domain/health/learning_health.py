@@ -31,6 +31,7 @@ from trainer.contract.evaluation import BEFORE, EvalSummary, PairedDifference
 
 from .completion_collapse import collapse, kl_rise_without_signal
 from .reward_trend import StepCount, TrendTest, cochran_armitage
+from .sampler_agreement import agreement_drift
 
 TRAIN_STAGE = "train"
 # Names in TrainStep.nonfinite that mean the update itself is broken (the headline values and the
@@ -70,6 +71,10 @@ class HealthPolicy:
     collapse_steps: int = 3
     collapse_empty_fraction: float = 0.5
     collapse_length_fraction: float = 0.1
+    # A warning (beside any verdict) when the sampler's and the trainer's log-probabilities differ by more than this
+    # (mean nats per sampled token) at each of the last agreement_steps steps that measured it (sampler_agreement.py).
+    agreement_logp_diff_max: float = 0.05
+    agreement_steps: int = 3
 
 
 def assess_learning(
@@ -104,7 +109,7 @@ def assess_learning(
             step=latest.step,
             signal_fraction=latest.signal_fraction,
             last_step_at=latest.time,
-            warning=kl_rise_without_signal(steps),
+            warning=_warnings(steps, policy),
         )
 
     broken = _divergence(latest, policy)
@@ -159,6 +164,14 @@ def assess_learning(
     if evaluation is not None and comparison is not None:
         return verdict(*_judge_by_eval(steps, evaluation, comparison, policy, job_id))
     return verdict(*_judge_by_trend(kept, steps, policy, job_id))
+
+
+def _warnings(steps: Sequence[TrainStepSummary], policy: HealthPolicy) -> str | None:
+    found = [
+        kl_rise_without_signal(steps),
+        agreement_drift(steps, limit=policy.agreement_logp_diff_max, last=policy.agreement_steps),
+    ]
+    return "; ".join(w for w in found if w) or None
 
 
 def _judge_by_eval(

@@ -38,5 +38,7 @@ class LearningHealth(BaseModel):
     last_step_at: datetime = Field(description="when the trainer reported that step")
     warning: str | None = Field(
         default=None,
-        description="something the steps show beside the verdict: the KL to the reference rising over steps that had no reward signal",
+        description="what the steps show beside the verdict, each named: the KL to the reference rising over steps that had "
+        "no reward signal; the rollout engine's and the trainer's log-probabilities of the sampled tokens apart by more "
+        "than the threshold at several steps in a row",
     )

@@ -17,6 +17,7 @@ from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 
 EMPTY_METRIC = "completions/train/empty_fraction"  # trainer/rollout/stop_token.py
 MEAN_LENGTH_METRIC = "completions/train/mean_length"  # Tunix's
+LOGP_DIFF_METRIC = "sampler_trainer/train/logp_diff_mean"  # trainer/maxtext_entry/logprob_agreement.py
 HEALTH_WINDOW_STEPS = 20  # enough for a stable median step interval; small enough to store per job
 FIRST_STEPS_KEPT = 5  # the start the trend test also compares with (learning_health.py)
 
@@ -35,6 +36,7 @@ class TrainStepSummary:
     rewarded_completions: int | None = None  # ... whose total reward was > 0
     empty_fraction: float | None = None  # completions that were EOS at once (trainer/rollout/stop_token.py)
     mean_length: float | None = None  # Tunix's mean completion length, in tokens
+    logp_diff_mean: float | None = None  # the rollout engine's and the trainer's log-probabilities, mean |difference|
 
     @classmethod
     def of_event(cls, event: TrainStep) -> TrainStepSummary:
@@ -52,6 +54,7 @@ class TrainStepSummary:
             rewarded_completions=_count(event.metrics.get(REWARDED_METRIC)),
             empty_fraction=_share(event.metrics.get(EMPTY_METRIC)),
             mean_length=_finite(event.metrics.get(MEAN_LENGTH_METRIC)),
+            logp_diff_mean=_finite(event.metrics.get(LOGP_DIFF_METRIC)),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -66,6 +69,7 @@ class TrainStepSummary:
             "rewarded_completions": self.rewarded_completions,
             "empty_fraction": self.empty_fraction,
             "mean_length": self.mean_length,
+            "logp_diff_mean": self.logp_diff_mean,
         }
 
     @classmethod
@@ -83,6 +87,7 @@ class TrainStepSummary:
                 rewarded_completions=_count(data.get("rewarded_completions")),
                 empty_fraction=_share(data.get("empty_fraction")),
                 mean_length=_finite(data.get("mean_length")),
+                logp_diff_mean=_finite(data.get("logp_diff_mean")),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None

@@ -76,7 +76,7 @@ test("metric series: sorted by step, a repeated step keeps the newest, eval poin
   const series = metricSeries({
     points: [
       { step: 2, kind: "train", values: { reward_mean: 0.5, reward_std: 0.1, kl: 0.01 } },
-      { step: 1, kind: "train", values: { reward_mean: 0.2, loss: 3 } },
+      { step: 1, kind: "train", values: { reward_mean: 0.2, loss: 3, "sampler_trainer/train/logp_diff_mean": 0.012 } },
       { step: 2, kind: "train", values: { reward_mean: 0.6, reward_std: 0.2 } }, // resumed run: step 2 again
       { step: 2, kind: "eval", values: { accuracy: 0.4 } },
       { step: 1, kind: "eval", values: { eval_accuracy: 0.3 } },
@@ -88,7 +88,8 @@ test("metric series: sorted by step, a repeated step keeps the newest, eval poin
   assert.ok(Math.abs(series.rewardLower[1] - 0.4) < 1e-12);
   assert.deepEqual(series.kl, [null, null]);
   assert.deepEqual(series.loss, [3, null]);
-  assert.deepEqual(Object.keys(series).sort(), ["kl", "loss", "rewardLower", "rewardMean", "rewardUpper", "steps"]);
+  assert.deepEqual(series.logpDiff, [0.012, null]);
+  assert.deepEqual(Object.keys(series).sort(), ["kl", "logpDiff", "loss", "rewardLower", "rewardMean", "rewardUpper", "steps"]);
   const onlyEval = metricSeries({ points: [{ step: 7, kind: "eval", values: { accuracy: 0.4 } }] });
   assert.deepEqual(onlyEval.steps, []); // an eval point is not a train step with no reward
   assert.deepEqual(metricSeries(null).steps, []);

@@ -413,6 +413,46 @@ def test_kl_rising_over_steps_without_signal_is_a_warning_beside_the_verdict() -
     assert _health(with_last(rising, signal_fraction=0.25)).warning is None  # type: ignore[union-attr]
 
 
+def _apart(*diffs: float | None) -> list[TrainStepSummary]:
+    return [
+        TrainStepSummary(step=i, time=T0 + timedelta(seconds=STEP_S * i), signal_fraction=0.5, loss=0.1, kl=0.01, logp_diff_mean=d)
+        for i, d in enumerate(diffs, start=1)
+    ]
+
+
+def test_the_sampler_and_trainer_apart_at_several_steps_is_a_warning_that_names_it() -> None:
+    health = _health(_apart(0.01, 0.08, 0.09, 0.12))
+    assert health is not None and health.verdict is Verdict.SIGNAL  # the verdict stands; the warning is beside it
+    assert health.warning is not None and "above 0.05 nats per token at each of steps 2-4 (up to 0.12)" in health.warning
+    assert "model.compute_dtype" in health.warning
+    # One step back under the threshold, too few measured steps, or steps that did not measure: no warning.
+    assert _health(_apart(0.08, 0.09, 0.04, 0.12)).warning is None  # type: ignore[union-attr]
+    assert _health(_apart(0.08, 0.09)).warning is None  # type: ignore[union-attr]
+    assert _health(_apart(None, None, None, None)).warning is None  # type: ignore[union-attr]
+    # Steps that did not measure between measured ones do not break the run.
+    assert _health(_apart(0.08, None, 0.09, 0.12)).warning is not None  # type: ignore[union-attr]
+
+
+def test_both_warnings_are_given_when_both_hold() -> None:
+    steps_ = [
+        TrainStepSummary(step=i, time=T0 + timedelta(seconds=STEP_S * i), signal_fraction=s, loss=0.0, kl=kl, logp_diff_mean=0.2)
+        for i, (s, kl) in enumerate([(0.5, 0.01), (0.0, 0.02), (0.0, 0.03), (0.0, 0.05)], start=1)
+    ]
+    warning = _health(steps_).warning  # type: ignore[union-attr]
+    assert warning is not None and "rose from 0.02 to 0.05" in warning and "disagree" in warning
+
+
+def test_the_agreement_is_read_from_the_trainers_metrics_and_survives_json() -> None:
+    event = TrainStep(
+        job_id="rl-000000000001", seq=1, time=T0, step=3, total_steps=10, metrics={"sampler_trainer/train/logp_diff_mean": 0.012}
+    )
+    summary = TrainStepSummary.of_event(event)
+    assert summary.logp_diff_mean == 0.012 and TrainStepSummary.from_json(summary.to_json()) == summary
+    # an entry written before the field existed reads as not measured
+    older = {k: v for k, v in summary.to_json().items() if k != "logp_diff_mean"}
+    assert TrainStepSummary.from_json(older).logp_diff_mean is None  # type: ignore[union-attr]
+
+
 def test_a_collapse_is_read_from_the_trainers_metrics_and_survives_json() -> None:
     event = TrainStep(
         job_id="rl-000000000001",
