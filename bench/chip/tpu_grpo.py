@@ -238,6 +238,7 @@ def run_shape(name: str, out: Path, batch_size: int | None = None, trace_step: i
         "objective": [line[-400:] for line in lines if "GRPO config resolved" in line][:1],
         "completed": any("RL Training Completed Successfully" in line for line in lines),
         "samples": _samples(work / "runs"),
+        "agreement": _agreement(work / "runs"),
         "command": argv[1:],
         "trace_step": trace_step,
         "maxtext_overrides": list(overrides),
@@ -248,6 +249,19 @@ def run_shape(name: str, out: Path, batch_size: int | None = None, trace_step: i
     (out / f"tpu_grpo-{label}.json").write_text(json.dumps(result, indent=1))
     print(label, "exit", proc.returncode, "wall", round(wall), "steps", [s["wall_s"] for s in result["steps"]], flush=True)
     return result
+
+
+def _agreement(runs: Path) -> dict[str, dict[str, float]]:
+    """The sampler-trainer agreement each step logged (trainer/maxtext_entry/logprob_agreement.py), tag -> step -> value."""
+    from trainer.progress.tensorboard_scalars import read_scalars
+
+    if not runs.is_dir():
+        return {}
+    return {
+        tag: {str(step): value for step, value in sorted(by_step.items())}
+        for tag, by_step in read_scalars(runs).items()
+        if tag.startswith("sampler_trainer/")
+    }
 
 
 def profile_tables(trace: Path, target: Path) -> None:

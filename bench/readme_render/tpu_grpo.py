@@ -228,6 +228,29 @@ def _rollout_bounds(shapes: list[dict[str, Any]], bandwidth: dict[str, Any]) -> 
     )
 
 
+def _agreement(shapes: list[dict[str, Any]]) -> str:
+    """Each shape's sampler-trainer agreement over its steps, where the run logged it."""
+    told = []
+    for shape in shapes:
+        found = shape.get("agreement") or {}
+        means = list((found.get("sampler_trainer/train/logp_diff_mean") or {}).values())
+        if not means:
+            continue
+        worst = max((found.get("sampler_trainer/train/logp_diff_max") or {"": float("nan")}).values())
+        corr = list((found.get("sampler_trainer/train/probs_pearson_corr") or {}).values())
+        told.append(
+            f"{shape['shape']} ({shape['settings']['compute_dtype']}) mean |Δ log p| {min(means):.4f}-{max(means):.4f} nats "
+            f"per token over {len(means)} steps, largest {worst:.3f}"
+            + (f", probabilities' correlation at least {min(corr):.4f}" if corr else "")
+        )
+    if not told:
+        return ""
+    return (
+        "\n\nSampler-trainer agreement (the rollout engine's log-probabilities of its sampled tokens against the trainer's "
+        "forward over them, every step; trainer/maxtext_entry/logprob_agreement.py): " + "; ".join(told) + "."
+    )
+
+
 def render_tpu_grpo(result: dict[str, Any]) -> str:
     machine, shapes = result["machine"], result["shapes"]
     bandwidth = result["hbm_bandwidth"]
@@ -258,6 +281,7 @@ def render_tpu_grpo(result: dict[str, Any]) -> str:
         + _calibration(shapes)
         + "\n\n"
         + _goals(shapes)
+        + _agreement(shapes)
         + _variants(result)
         + "\n\n"
         + render_held_out(result)
