@@ -5,6 +5,11 @@ JAX dispatches asynchronously, so the reference model's forward (`jit(compute_pe
 host at once (the step's `logprobs` part is milliseconds) and its device time is spent while the update waits for its
 inputs: the update's wall time holds it. So the update is counted two ways: 6N (the policy's forward and backward per
 token, what the update MFU column says) and 8N (with the reference forward's 2N, the work that wall time holds).
+Since the sampler-trainer agreement (issue 66 §2, trainer/maxtext_entry/logprob_agreement.py) the step reads the
+trainer's log-probabilities on the host before the update: that read waits for every forward queued before it, the
+reference's among them, so a run that logged its agreement starts its update with no forward pending. Its update is
+counted by 6N alone, and the forwards' device time (the reference's and the agreement's, one jitted function) is
+reported beside it, in the step's `logprobs` part.
 
 The update's wall time (the steady mean) is split into the profiled step's device time: the reference forward, the
 matrix-unit fusions (the model FLOPs at peak, what rematerialisation adds, and what the fusions lose to peak), the
@@ -22,6 +27,11 @@ from trainer.contract.tpu_generations import TPU_GENERATIONS
 PEAK_BF16_FLOPS = TPU_GENERATIONS["v5e"].peak_bf16_flops_per_chip
 REFERENCE_FORWARD = "jit(compute_per_token_logps)"
 TRAIN_STEP = "jit(_train_step)"
+
+
+def reference_forward_inside(shape: dict[str, Any]) -> bool:
+    """Whether the update's wall time holds the forwards queued before it: not when the run read its agreement."""
+    return not shape.get("agreement")
 
 
 def update_terms(shape: dict[str, Any]) -> dict[str, Any] | None:
@@ -45,10 +55,12 @@ def update_terms(shape: dict[str, Any]) -> dict[str, Any] | None:
         "rematerialisation's extra FLOPs at peak": remat_ms,
         "matrix fusions below peak": matmul_ms - ideal_ms - remat_ms,
         "offload waits (async-done)": kinds.get("async-done", 0.0),
-        "reference model's forward": reference_ms,
         "elementwise fusions": kinds.get("loop fusion", 0.0),
         "other device ops": sum(ms for kind, ms in kinds.items() if kind not in named),
     }
+    inside = reference_forward_inside(shape)
+    if inside:
+        terms["reference model's forward"] = reference_ms
     terms["host and dispatch (the rest of the wall time)"] = wall_ms - sum(terms.values())
     return {
         "shape": shape["shape"],
@@ -59,7 +71,9 @@ def update_terms(shape: dict[str, Any]) -> dict[str, Any] | None:
         "terms_ms": {name: round(ms, 1) for name, ms in terms.items()},
         "shares": {name: round(ms / wall_ms, 3) for name, ms in terms.items()},
         "mfu_6n": round(six_n / (wall_ms / 1000) / PEAK_BF16_FLOPS, 3),
-        "mfu_8n": round(eight_n / (wall_ms / 1000) / PEAK_BF16_FLOPS, 3),
+        "reference_forward_inside": inside,
+        "forwards_before_update_ms": None if inside else round(reference_ms, 1),
+        "mfu_8n": round(eight_n / (wall_ms / 1000) / PEAK_BF16_FLOPS, 3) if inside else None,
         "mfu_hlo_device": profile["update_hlo_mfu"],
         "matmul_mfu": profile["update_matmul_mfu"],
         # what the update would be without its offload waits, the other terms unchanged: an arithmetic bound on

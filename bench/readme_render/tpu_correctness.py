@@ -63,7 +63,8 @@ def _diagnosis(result: dict[str, Any]) -> str:
         lines.append(
             f"- {entry['shape']} {entry['dtype']} with an untied output projection (its own random weights): max abs logit diff "
             f"{v['max_abs_diff']:.3g} at logit scale {v['logit_scale']:.3g} ({v['max_abs_diff'] / v['logit_scale']:.2g} of it; "
-            f"within {v['tolerance']:.3g}: {_yes(v['logits_within_tolerance'])}); greedy tokens equal: {_yes(v['greedy_tokens_equal'])}."
+            f"within {v['tolerance']:.3g}: {_yes(v['logits_within_tolerance'])}); greedy tokens equal: {_yes(v['greedy_tokens_equal'])}"
+            + (f" (measured at commit `{entry['commit']}`; the files it runs unchanged since)." if entry.get("commit") else ".")
         )
     return (
         "\n\nDiagnosis of the fp32 rows, not counted in the verdicts. MaxText's tied logits (`attend_on_embedding`) call "

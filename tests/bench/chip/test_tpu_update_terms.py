@@ -1,5 +1,6 @@
 """bench/chip/tpu_update_terms.py on the committed GRPO bench: its terms account for the update's wall time only with
-the reference model's forward inside it, and its 6N MFU is the bench's own."""
+the reference model's forward where it ran (inside the update, or before it once the agreement's read waits for it),
+and its 6N MFU is the bench's own."""
 
 from __future__ import annotations
 
@@ -13,14 +14,21 @@ GRPO = json.loads((REPO / "bench" / "results" / RESULT).read_text())
 PROFILED = [s for s in GRPO["shapes"] if s.get("profile") and s.get("steady")]
 
 
-def test_every_profiled_update_is_accounted_for_with_the_reference_forward_inside_it():
+def test_every_profiled_update_is_accounted_for_where_its_reference_forward_ran():
+    """Inside the update's wall time without the agreement's host read, before it with one: each run's terms leave
+    under 5% unexplained counted its way, and the other way would leave over 10% unexplained or over-explained."""
     assert PROFILED
     for shape in PROFILED:
         terms = tpu_update_terms.update_terms(shape)
         rest = terms["shares"]["host and dispatch (the rest of the wall time)"]
-        assert 0 <= rest < 0.03, (shape["shape"], rest)
-        without = terms["shares"]["reference model's forward"]
-        assert rest + without > 0.1  # counted outside the update, the forward's time would leave this much unexplained
+        assert 0 <= rest < 0.05, (shape["shape"], rest)
+        other = copy.deepcopy(shape)
+        if terms["reference_forward_inside"]:
+            other["agreement"] = {"sampler_trainer/train/logp_diff_mean": {"1": 0.0}}
+        else:
+            other.pop("agreement")
+        flipped = tpu_update_terms.update_terms(other)["shares"]["host and dispatch (the rest of the wall time)"]
+        assert abs(flipped) > 0.1, (shape["shape"], flipped)
 
 
 def test_the_6n_figure_is_the_bench_s_update_mfu():
