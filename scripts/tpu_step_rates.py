@@ -18,7 +18,8 @@ is no model anyone trains, and its one steady step is no steady state). Per shap
   result carries): what a position costs beyond moving its bytes (HBM efficiency, that read over the seconds less the
   write, is kept beside it for reading);
 - update utilization: the update part's FLOPs (6 x parameters per token, plus 2 per log-prob pass, which ran inside
-  the update's time) / update seconds / the chip's peak bf16 FLOP/s;
+  the update's time until the sampler-trainer agreement's host read ordered them before it; the rate keeps that
+  definition, so the estimate's update still carries the passes' FLOPs) / update seconds / the chip's peak bf16 FLOP/s;
 - checkpoint bytes per second: parameters x weight bytes x 3 (with AdamW's moments) / the mean seconds of a save.
 Across shapes: the overhead is the largest a shape showed, each head width's write the slowest per byte measured
 for it, the checkpoint rate the slowest: an estimate from them is slow rather than fast. (Until issue 67 §4's held-out

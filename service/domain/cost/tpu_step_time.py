@@ -16,8 +16,12 @@ that file gives. What the measurement showed, and so the model:
   512-token cache a position took less than the floor, which a floor cannot say.
 - update: the FLOPs of the optimizer step (6 x parameters per token) and of the log-prob passes (2 each: the
   reference's with beta > 0, the old policy's with num_iterations > 1) at the share of peak measured for the
-  measured model nearest in size. On the chip the log-prob calls returned in about a millisecond and their work
-  ran inside the update's time, so that is where the estimate puts it, as the job's own goodput will.
+  measured model nearest in size. Until the sampler-trainer agreement (issue 66 §2) the log-prob calls returned in
+  about a millisecond and their work ran inside the update's time, so that is where the estimate puts it. Since it,
+  the agreement's host read waits for them before the update, and the chip's steps show them, the agreement's own
+  forward and its host work in the logprobs part and the step's rest (~0.3 s a step on every measured shape): not
+  predicted yet (its model waits for a job's measurement at that code out of sample), so a step is estimated short
+  by about that much.
 - checkpoint: the parameters and AdamW's two moments per save at the bytes per second the blocking save took there.
 Another generation is scaled from v5e by its documented peak bf16 FLOP/s (update) and HBM bandwidth (rollout's reads
 and the cache's write); the per-position overhead is not scaled: nothing measured says how it moves with the chip.
@@ -171,8 +175,9 @@ def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepR
         f"update ({UPDATE_FLOPS_PER_TOKEN} x {steps} steps + {LOGPROB_FLOPS_PER_TOKEN} x {logprob_passes} log-prob pass(es) "
         f"x {g.num_batches} batches) x {tokens} tokens x {n:,} parameters = {flops:.3g} FLOPs on {trainer_devices} "
         f"chip(s) at {measured.utilization:.0%} of peak bf16, as measured on {measured.name} "
-        f"({measured.parameters:,} parameters, the measured model nearest in size; the log-prob passes ran inside the "
-        f"update's time there); checkpoints {saves} save(s) of {CHECKPOINT_STATE_COPIES} x parameters x {weight_bytes} "
+        f"({measured.parameters:,} parameters, the measured model nearest in size; the log-prob passes' FLOPs "
+        f"counted here at its rate; the sampler-trainer agreement's forward and host work per step not counted); "
+        f"checkpoints {saves} save(s) of {CHECKPOINT_STATE_COPIES} x parameters x {weight_bytes} "
         f"bytes at the {rates.checkpoint_bytes_per_s / 1e9:.3g} GB/s measured on {rates.checkpoint_shape} (one chip "
         f"writing to its machine's disk; not scaled); evaluations not counted"
     )
