@@ -106,6 +106,18 @@ def main(code: int = 0, **env: str) -> dict:
     )
 
 
+def started_when_serving(name: str, **env: str) -> dict:
+    """A sidecar whose startup probe reads the port it opens once it serves: the regular containers start after."""
+    return sidecar(
+        name,
+        "--port",
+        "8000",
+        env=env,
+        ports=[{"name": "http", "containerPort": 8000}],
+        startupProbe={"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1, "failureThreshold": 30},
+    )
+
+
 def pod_with(*init: dict, containers: list[dict] | None = None, restart_policy: str = "Never", **spec: object) -> dict:
     pod = make_pod(*(containers or [main()]), volumes=[{"name": "shared", "emptyDir": {}}], restart_policy=restart_policy, **spec)
     pod["spec"]["initContainers"] = list(init)
@@ -188,14 +200,7 @@ async def test_a_failing_trainer_fails_its_pod_and_job_though_the_sidecar_exits_
 def test_the_trainer_starts_only_once_the_sidecar_passed_its_startup_probe(runs):
     # The sidecar serves (socket, then the port its startup probe reads) only once the test says go; the
     # trainer does not wait for the socket: started any earlier, it fails.
-    gated = sidecar(
-        "rewards",
-        "--port",
-        "8000",
-        env={"WAIT_FOR_GO": "1"},
-        ports=[{"name": "http", "containerPort": 8000}],
-        startupProbe={"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1, "failureThreshold": 30},
-    )
+    gated = started_when_serving("rewards", WAIT_FOR_GO="1")
     runner = runs.start(pod_with(gated, containers=[main(WAIT_S="0")]))
     wait_until(lambda: "x" in shared_file(runner, "rewards-attempts"), "the sidecar running")
     before = runner.status()
@@ -221,14 +226,7 @@ def test_sidecars_stop_in_reverse_order_after_the_regular_containers_and_the_pod
     # startup probe so that the trainer (which talks only to a) starts once b serves, its SIGTERM handler in place:
     # without it, a loaded machine once ended the trainer before b's Python had installed it, and b died at once.
     first = sidecar("a", env={"LATER_SIDECAR": "b", "EXIT_ON_TERM": "0"})
-    second = sidecar(
-        "b",
-        "--port",
-        "8000",
-        env={"SLOW_EXIT_S": "1"},
-        ports=[{"name": "http", "containerPort": 8000}],
-        startupProbe={"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1, "failureThreshold": 30},
-    )
+    second = started_when_serving("b", SLOW_EXIT_S="1")
     runner = runs.start(pod_with(first, second, containers=[main(SOCK="a")]))
     seen = wait_until(
         lambda: (
