@@ -35,6 +35,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from trainer.contract.tpu_generations import TPU_GENERATIONS  # noqa: E402
+
 INPUTS = REPO / "bench" / ".tpu-inputs"
 PROBE_DIR = REPO / "bench" / "chip" / "tpu_probe"
 RESULT = "tpu_grpo.json"
@@ -47,7 +49,6 @@ TRAINER_FILES = (
     "trainer/stages/common.py",
     "trainer/rewards_sandbox",
 )
-PEAK_BF16_FLOPS = {"v5e": 197e12}  # Google's TPU v5e page: 197 TFLOP/s bf16 per chip
 
 # GSM8K-style GRPO (the tutorial's rl.yml lengths: 256 prompt slots; 512 new tokens), 8 generations, a reference.
 GSM8K = {
@@ -330,7 +331,7 @@ def _steady(shape: dict[str, Any], bandwidth_bytes_per_s: float) -> dict[str, An
         ),
         "rollout_tokens_per_s": round(sequences * positions / rollout, 1),
         "rollout_ms_per_token_position": round(rollout / positions * 1000, 2),
-        "update_mfu": round(6 * shape["parameters"] * tokens / update / PEAK_BF16_FLOPS["v5e"], 3),
+        "update_mfu": round(6 * shape["parameters"] * tokens / update / TPU_GENERATIONS["v5e"].peak_bf16_flops_per_device, 3),
         "decode_bytes_per_step": step_bytes,
         "decode_bound_ms": round(step_bytes / bandwidth_bytes_per_s * 1000, 3),
     }
@@ -353,7 +354,11 @@ def collect(folder: Path, device: str, variants: Path | None = None) -> None:
         "jax": "0.11.1",
         "trainer_commit": facts["commit"],
         "trainer_files": list(TRAINER_FILES),
-        "hbm_bandwidth": {"bytes_per_s": round(bandwidth), "runs": runs, "spec_bytes_per_s": 819e9},
+        "hbm_bandwidth": {
+            "bytes_per_s": round(bandwidth),
+            "runs": runs,
+            "spec_bytes_per_s": TPU_GENERATIONS["v5e"].hbm_bytes_per_s_per_device,
+        },
         "shapes": _collect_shapes(folder, bandwidth),
         "variants": _collect_shapes(variants, bandwidth) if variants is not None else [],
     }

@@ -2,11 +2,12 @@
 
 Each slice of trainer/contract/tpu.py names its generation. This table gives the generation's chip: its memory, peak
 bf16 FLOP/s and HBM bandwidth, how many JAX devices it is, GKE's node label and machine types, Google's API name
-for it, and its list prices. Every other module reads these facts from here: the fit estimate
-(trainer/sizing/tpu_memory.py), the step-time estimate (service/domain/cost/tpu_step_time.py), the price table
-(service/domain/cost/usage.py), the GKE manifests (service/adapters/k8s/accelerators.py) and the TPU VM probe
-(service/adapters/local/host_tpu.py). tests/trainer/contract/test_tpu_generations.py checks that every generation a slice
-names has a row, and that each reader agrees with it.
+for it, its list prices and, where a chip was read, what XLA may allocate of it. Every other module reads these facts
+from here: the fit estimate (trainer/sizing/tpu_memory.py), the step-time estimate
+(service/domain/cost/tpu_step_time.py), the chip benches (bench/chip/), the price table (service/domain/cost/usage.py),
+the GKE manifests (service/adapters/k8s/accelerators.py) and the TPU VM probe (service/adapters/local/host_tpu.py).
+tests/trainer/contract/test_tpu_generations.py checks that every generation a slice names has a row, and that each
+reader agrees with it.
 
 Sources: per chip, docs.cloud.google.com/tpu/docs/v5e ("HBM2 capacity and bandwidth: 16 GB, 819 GBps", 197 TFLOPs
 bf16); cloud.google.com/tpu/docs/v6e (918 TFLOPs bf16, 1640 GBps, 32 GiB); docs.cloud.google.com/tpu/docs/v5p-training
@@ -39,10 +40,17 @@ class TpuGeneration:
     # USD per chip-hour by capacity; empty where rljob knows no price (shown as "no price")
     list_prices_usd_per_chip_hour: Mapping[str, float] = field(default_factory=dict)
     google_api_prefix: str | None = None  # Google's name for its slices where it differs from rljob's (v5litepod-)
+    # What XLA may allocate of one device where a chip of it said so (JAX's memory_stats()["bytes_limit"]; libtpu keeps
+    # the rest); None: never read, and the fit estimate takes all of the device's HBM.
+    measured_allocatable_bytes_per_device: int | None = None
 
     @property
     def hbm_bytes_per_device(self) -> int:
         return self.hbm_gib_per_chip * GIB // self.devices_per_chip
+
+    @property
+    def allocatable_bytes_per_device(self) -> int:
+        return self.measured_allocatable_bytes_per_device or self.hbm_bytes_per_device
 
     @property
     def peak_bf16_flops_per_device(self) -> float:
@@ -80,6 +88,7 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {
             gke_machine_types=_frozen({1: "ct5lp-hightpu-1t", 4: "ct5lp-hightpu-4t", 8: "ct5lp-hightpu-8t"}),
             list_prices_usd_per_chip_hour=_frozen({"on-demand": 1.20, "spot": 0.48, "flex-start": 0.60, "reservation": 0.84}),
             google_api_prefix="v5litepod-",  # Cloud TPU's "TPU v5e" page: AcceleratorType v5litepod-1, -4, -8
+            measured_allocatable_bytes_per_device=16_909_336_064,  # the lent chip (bench/results/tpu_grpo.json bytes_limit)
         ),
         TpuGeneration(
             "v5p",

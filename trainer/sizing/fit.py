@@ -33,18 +33,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer.contract.spec import JobSpec
-from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice, tpu_slice
+from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, tpu_slice
 
 from .eval_fit import eval_phase
 from .fit_phases import PerChipBytes, PhaseBytes, layout_program_bytes, per_chip_bytes, step_phases
 from .job_shape import model_shape, read_local_model_config
 from .model_shapes import ModelShape
-from .tpu_memory import GIB, hbm_bytes_per_chip
+from .tpu_memory import GIB, allocatable_bytes_per_chip, hbm_bytes_per_chip
 
 TIGHT_FRACTION = 0.9  # above this share of a chip's memory a job is accepted with a warning
-# What XLA may allocate of one chip where a chip said so: JAX's memory_stats()["bytes_limit"] on the lent v5e chip
-# (bench/results/tpu_grpo.json limit_bytes); libtpu keeps the rest of the 16 GiB. Other generations: not read, all HBM.
-ALLOCATABLE_BYTES_PER_CHIP: dict[str, int] = {"v5e": 16_909_336_064}
 Verdict = Literal["fits", "tight", "does-not-fit", "unchecked"]
 __all__ = ["FitEstimate", "PerChipBytes", "PhaseBytes", "estimate_fit", "estimate_job_fit", "per_chip_bytes"]
 
@@ -70,10 +67,6 @@ class FitEstimate(BaseModel):
 
 def gib(n: int) -> str:
     return f"{n / GIB:.1f}"
-
-
-def allocatable_bytes_per_chip(tpu: TpuSlice) -> int:
-    return ALLOCATABLE_BYTES_PER_CHIP.get(tpu.generation, hbm_bytes_per_chip(tpu))
 
 
 def _allocatable_note(allocatable: int, capacity: int) -> str:

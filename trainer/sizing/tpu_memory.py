@@ -17,3 +17,8 @@ HBM_GIB_PER_CHIP: dict[str, int] = {name: g.hbm_bytes_per_device // GIB for name
 
 def hbm_bytes_per_chip(tpu: TpuSlice) -> int:
     return tpu_generation(tpu.generation).hbm_bytes_per_device
+
+
+def allocatable_bytes_per_chip(tpu: TpuSlice) -> int:
+    """What XLA may allocate of one device: the generation's measured figure, all of its HBM where never read."""
+    return tpu_generation(tpu.generation).allocatable_bytes_per_device

@@ -12,7 +12,7 @@ from service.domain.cost.tpu_step_time import HBM_BYTES_PER_S_PER_CHIP, PEAK_BF1
 from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR, price_of
 from trainer.contract.tpu import TPU_SLICES
 from trainer.contract.tpu_generations import CAPACITIES, GIB, TPU_GENERATIONS, tpu_generation
-from trainer.sizing.tpu_memory import hbm_bytes_per_chip
+from trainer.sizing.tpu_memory import allocatable_bytes_per_chip, hbm_bytes_per_chip
 
 
 def test_every_slice_names_a_generation_with_a_row_and_runs_on_gke():
@@ -31,6 +31,8 @@ def test_each_reader_takes_the_generations_row(name):
     g = TPU_GENERATIONS[name]
     one = next(tpu for tpu in TPU_SLICES.values() if tpu.generation == name)
     assert hbm_bytes_per_chip(one) * g.devices_per_chip == g.hbm_gib_per_chip * GIB  # per device, the chip shared out
+    # what XLA may allocate: the generation's measured figure where a chip said it, else all of a device's HBM
+    assert allocatable_bytes_per_chip(one) == (g.measured_allocatable_bytes_per_device or hbm_bytes_per_chip(one))
     assert PEAK_BF16_FLOPS_PER_CHIP[name] * g.devices_per_chip == g.peak_bf16_flops_per_chip
     assert HBM_BYTES_PER_S_PER_CHIP[name] * g.devices_per_chip == g.hbm_bytes_per_s_per_chip
     assert GKE_ACCELERATORS[name] == g.gke_accelerator
