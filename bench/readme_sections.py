@@ -32,6 +32,7 @@ from bench.readme_render.learning_seeds import render_learning_seeds, render_lea
 from bench.readme_render.loss_agg_explore import render_loss_agg_explore  # noqa: E402
 from bench.readme_render.sandbox_runtimes import render_reward_container_cost, render_sandbox_runtimes  # noqa: E402
 from bench.readme_render.status_read import render_status_read, render_status_read_running  # noqa: E402
+from bench.readme_render.tpu_agreement import render_tpu_agreement  # noqa: E402
 from bench.readme_render.tpu_compile_cache import render_tpu_compile_cache  # noqa: E402
 from bench.readme_render.tpu_correctness import render_tpu_correctness  # noqa: E402
 from bench.readme_render.tpu_decode_bound import render_tpu_decode_bound  # noqa: E402
@@ -103,6 +104,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str], str]] = {
     "tpu-job": (("tpu_job.json",), render_tpu_job, "chip"),
     "tpu-job-gsm8k": (("tpu_job_gsm8k.json",), render_tpu_job, "chip"),
     "tpu-compile-cache": (("tpu_compile_cache.json",), render_tpu_compile_cache, "chip"),
+    "tpu-agreement": (("tpu_agreement.json",), render_tpu_agreement, "chip"),
     "tpu-decode-bound": (("tpu_decode_bound.json",), render_tpu_decode_bound, "chip"),
     "tpu-correctness": (("tpu_correctness.json",), render_tpu_correctness, "chip"),
     "loss-agg-explore": (("loss_agg_explore.json",), render_loss_agg_explore, "learning"),
