@@ -20,9 +20,12 @@ is no model anyone trains, and its one steady step is no steady state). Per shap
 - update utilization: the update part's FLOPs (6 x parameters per token, plus 2 per log-prob pass, which ran inside
   the update's time until the sampler-trainer agreement's host read ordered them before it; the rate keeps that
   definition, so the estimate's update still carries the passes' FLOPs) / update seconds / the chip's peak bf16 FLOP/s;
-- checkpoint bytes per second: parameters x weight bytes x 3 (with AdamW's moments) / the mean seconds of a save.
+- checkpoint bytes per second: parameters x weight bytes x 3 (with AdamW's moments) / the mean seconds of a save;
+- log-prob seconds per step: the mean of the steady steps' `logprobs` part (the step waiting on the reference's and
+  the agreement's forwards; on v5e 0.30-0.35 s on every shape, tiny included: host work, not the forwards).
 Across shapes: the overhead is the largest a shape showed, each head width's write the slowest per byte measured
-for it, the checkpoint rate the slowest: an estimate from them is slow rather than fast. (Until issue 67 §4's held-out
+for it, the checkpoint rate the slowest, the log-prob seconds the largest: an estimate from them is slow rather than
+fast. (Until issue 67 §4's held-out
 setting, a position was the larger of a constant floor, the fastest position less its write, and the bytes at the
 best efficiency measured: at 16 sequences and a 512-token cache a position took less than that floor.)
 """
@@ -79,6 +82,7 @@ def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
     positions = s["max_target_length"] - s["max_prefill_predict_length"]
     rollout_s = sum(step["parts"]["rollout"] for step in steady) / len(steady)
     update_s = sum(step["parts"]["update"] for step in steady) / len(steady)
+    logprobs_s = sum(step["parts"].get("logprobs", 0.0) for step in steady) / len(steady)
     per_chip = shape["fit_estimate"]["per_chip"]
     read = (per_chip.get("decode_weights") or per_chip["rollout_weights"] or per_chip["params"]) + per_chip["kv_cache"]
     write_s = _kv_write_s(shape)
@@ -105,6 +109,7 @@ def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
         "hbm_efficiency": _sig(read / rest_s / HBM_BYTES_PER_S_PER_CHIP[generation]),
         "update_flops_per_step": flops,
         "update_utilization": _sig(flops / update_s / (chips * PEAK_BF16_FLOPS_PER_CHIP[generation])),
+        "logprobs_s_per_step": _sig(logprobs_s),
         "checkpoint_bytes_per_s": _sig(saved / (sum(saves) / len(saves))) if saves else None,
     }
 
@@ -133,6 +138,7 @@ def derive_rates(result: dict[str, Any]) -> dict[str, Any]:
             kept = writes.get(str(r["head_dim"]))
             if kept is None or r["kv_write_s_per_byte"] > kept["value"]:
                 writes[str(r["head_dim"])] = {"value": r["kv_write_s_per_byte"], "shape": r["shape"]}
+    slowest_logprobs = max(rates, key=lambda r: r["logprobs_s_per_step"])
     slowest_save = min((r for r in rates if r["checkpoint_bytes_per_s"]), key=lambda r: r["checkpoint_bytes_per_s"])
     return {
         "generated": f"by {REGENERATE} from bench/results/tpu_grpo.json; do not edit",
@@ -140,6 +146,7 @@ def derive_rates(result: dict[str, Any]) -> dict[str, Any]:
         "decode_overhead_s_per_position": {"value": overhead["decode_overhead_s_per_position"], "shape": overhead["shape"]},
         "kv_write_s_per_byte_by_head_dim": dict(sorted(writes.items(), key=lambda item: int(item[0]))),
         "checkpoint_bytes_per_s": {"value": slowest_save["checkpoint_bytes_per_s"], "shape": slowest_save["shape"]},
+        "logprobs_s_per_step": {"value": slowest_logprobs["logprobs_s_per_step"], "shape": slowest_logprobs["shape"]},
         "shapes": rates,
     }
 

@@ -35,8 +35,8 @@ TOLERANCE = 0.25  # issue 67's: within 25% of the measurement
 
 def _per_step(view: dict[str, Any], steps: int) -> dict[str, float]:
     parts = view["estimate"]["run_parts_s"]
-    rollout, update, checkpoint = (parts.get(name, 0.0) for name in ("rollout", "update", "checkpoint"))
-    return {"rollout": rollout / steps, "update": update / steps, "step": (rollout + update + checkpoint) / steps}
+    rollout, logprobs, update, checkpoint = (parts.get(name, 0.0) for name in ("rollout", "logprobs", "update", "checkpoint"))
+    return {"rollout": rollout / steps, "update": update / steps, "step": (rollout + logprobs + update + checkpoint) / steps}
 
 
 def _predicted_now(view: dict[str, Any]) -> dict[str, float]:

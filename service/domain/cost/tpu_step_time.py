@@ -17,11 +17,13 @@ that file gives. What the measurement showed, and so the model:
 - update: the FLOPs of the optimizer step (6 x parameters per token) and of the log-prob passes (2 each: the
   reference's with beta > 0, the old policy's with num_iterations > 1) at the share of peak measured for the
   measured model nearest in size. Until the sampler-trainer agreement (issue 66 §2) the log-prob calls returned in
-  about a millisecond and their work ran inside the update's time, so that is where the estimate puts it. Since it,
-  the agreement's host read waits for them before the update, and the chip's steps show them, the agreement's own
-  forward and its host work in the logprobs part and the step's rest (~0.3 s a step on every measured shape): not
-  predicted yet (its model waits for a job's measurement at that code out of sample), so a step is estimated short
-  by about that much.
+  about a millisecond and their work ran inside the update's time; the rate keeps that definition, so the update
+  carries the passes' FLOPs.
+- log-probs: since the agreement, its host read makes the step wait for the reference's and the agreement's forwards
+  before the update, and the chip's steps show the wait as the `logprobs` part: 0.30-0.35 s a step on every measured
+  shape, the tiny one included, so host work rather than the forwards (Tunix's get_actor_per_token_logps runs a full
+  gc.collect each call). A step is charged the largest measured, not scaled: nothing measured says how it moves with
+  the chip. The GSM8K jobs on the chip, a batch and lengths no rate came from, check it (bench/estimate/README.md).
 - checkpoint: the parameters and AdamW's two moments per save at the bytes per second the blocking save took there.
 Another generation is scaled from v5e by its documented peak bf16 FLOP/s (update) and HBM bandwidth (rollout's reads
 and the cache's write); the per-position overhead is not scaled: nothing measured says how it moves with the chip.
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import JobSpec
-from trainer.contract.goodput import CHECKPOINT, ROLLOUT, UPDATE
+from trainer.contract.goodput import CHECKPOINT, LOGPROBS, ROLLOUT, UPDATE
 from trainer.contract.tpu import TpuSlice
 from trainer.contract.tpu_generations import TPU_GENERATIONS
 from trainer.sizing.fit import per_chip_bytes
@@ -69,6 +71,8 @@ class StepRates:
     overhead_shape: str
     checkpoint_bytes_per_s: float
     checkpoint_shape: str
+    logprobs_s: float  # per step
+    logprobs_shape: str
     shapes: tuple[MeasuredShape, ...]
     kv_writes: tuple[tuple[int, float, str], ...]  # (head width, seconds per byte of KV cache per position, shape)
 
@@ -81,6 +85,8 @@ def rates_from_json(data: dict[str, Any]) -> StepRates:
         overhead_shape=data["decode_overhead_s_per_position"]["shape"],
         checkpoint_bytes_per_s=data["checkpoint_bytes_per_s"]["value"],
         checkpoint_shape=data["checkpoint_bytes_per_s"]["shape"],
+        logprobs_s=data["logprobs_s_per_step"]["value"],
+        logprobs_shape=data["logprobs_s_per_step"]["shape"],
         shapes=tuple(MeasuredShape(s["shape"], s["parameters"], s["update_utilization"]) for s in data["shapes"]),
         kv_writes=tuple((int(width), w["value"], w["shape"]) for width, w in data["kv_write_s_per_byte_by_head_dim"].items()),
     )
@@ -159,6 +165,7 @@ def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepR
     flops = tokens * n * (steps * UPDATE_FLOPS_PER_TOKEN + g.num_batches * logprob_passes * LOGPROB_FLOPS_PER_TOKEN)
     measured = nearest_shape(n, rates)
     update = flops / (trainer_devices * peak * measured.utilization)
+    logprobs = g.num_batches * rates.logprobs_s
 
     saves = steps // g.checkpoint_period
     weight_bytes = 2 if spec.model.dtype == "bfloat16" else 4
@@ -176,9 +183,12 @@ def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepR
         f"x {g.num_batches} batches) x {tokens} tokens x {n:,} parameters = {flops:.3g} FLOPs on {trainer_devices} "
         f"chip(s) at {measured.utilization:.0%} of peak bf16, as measured on {measured.name} "
         f"({measured.parameters:,} parameters, the measured model nearest in size; the log-prob passes' FLOPs "
-        f"counted here at its rate; the sampler-trainer agreement's forward and host work per step not counted); "
+        f"counted here at its rate); "
+        f"log-probs {g.num_batches} batches x {rates.logprobs_s:.3g} s, the step's wait for the reference's and the "
+        f"sampler-trainer agreement's forwards as measured on {rates.logprobs_shape} (the most a measured shape took; "
+        f"not scaled); "
         f"checkpoints {saves} save(s) of {CHECKPOINT_STATE_COPIES} x parameters x {weight_bytes} "
         f"bytes at the {rates.checkpoint_bytes_per_s / 1e9:.3g} GB/s measured on {rates.checkpoint_shape} (one chip "
         f"writing to its machine's disk; not scaled); evaluations not counted"
     )
-    return TpuTrainTime(parts={ROLLOUT: rollout, UPDATE: update, CHECKPOINT: checkpoint}, words=words)
+    return TpuTrainTime(parts={ROLLOUT: rollout, LOGPROBS: logprobs, UPDATE: update, CHECKPOINT: checkpoint}, words=words)

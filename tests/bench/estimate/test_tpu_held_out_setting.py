@@ -28,8 +28,9 @@ def test_the_setting_is_one_no_rate_came_from():
 
 def test_this_codes_estimate_holds_the_setting_within_a_quarter():
     """Issue 67 §4's bound on a setting the rates never saw: this code's rollout, update and step per step within 25%
-    of the GSM8K jobs' measurement. Not blind: the estimate's per-position rule was changed after these jobs showed
-    the old one 30% over (bench/estimate/README.md); a later setting's measurement checks it blind."""
+    of the GSM8K jobs' measurement. The rollout and update rules predate these jobs; the step's log-prob term was added
+    after they showed the step a third over without it (bench/estimate/README.md), so a later setting checks that
+    term blind."""
     committed = json.loads(tpu_held_out_setting.RESULT.read_text())
     for name, job in committed["jobs"].items():
         for part, error in job["error_now"].items():

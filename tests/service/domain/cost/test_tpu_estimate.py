@@ -110,6 +110,9 @@ SAVE_BYTES_PER_S = min(
     if (c := [x["parts"]["checkpoint"] for x in s["steps"] if x["step"] > 1 and x["parts"]["checkpoint"] > 0])
 )
 
+# The step's wait for the log-prob forwards (since the sampler-trainer agreement): the most any shape waited.
+LOGPROBS_S = max(_steady(s, "logprobs") for s in USED)
+
 
 def _utilization(parameters: int) -> float:
     """(6 + 2 for the reference's log-probs) x N x tokens / update seconds / peak, of the shape nearest in size."""
@@ -156,6 +159,7 @@ def _expected(spec: JobSpec) -> dict[str, float]:
         "rollout": g.num_batches * (g.max_target_length - g.max_prefill_predict_length) * per_position,
         "update": flops / (tpu.trainer_devices * PEAK[tpu.generation] * _utilization(n)),
         "checkpoint": g.num_batches // g.checkpoint_period * n * 2 * 3 / SAVE_BYTES_PER_S,
+        "logprobs": g.num_batches * LOGPROBS_S,
     }
 
 
@@ -174,6 +178,7 @@ def test_a_shape_measured_on_v5e_is_estimated_as_it_ran(shape: dict[str, Any]) -
         assert estimate.run_parts_s["rollout"] / batches == pytest.approx(rollout, rel=1e-2)
     else:
         assert estimate.run_parts_s["rollout"] / batches >= rollout * (1 - 1e-3)
+    assert estimate.run_parts_s["logprobs"] / batches >= _steady(shape, "logprobs") * (1 - 1e-3)
     for part, seconds in _expected(spec).items():
         assert estimate.run_parts_s[part] == pytest.approx(seconds, rel=2e-3, abs=1e-3), part
     run = ASSUMED_STARTUP_S["tpu"] + sum(_expected(spec).values())
