@@ -60,3 +60,20 @@ def test_every_program_reports_the_bytes_it_moved(small_run: dict):
     programs = small_run["programs"]
     assert programs["copy_bf16 (read + write)"]["bytes"] == 2 * programs["sum_bf16"]["bytes"]
     assert all(p["gb_per_s"] > 0 for p in programs.values())
+
+
+def test_the_padded_remedy_is_told_from_the_shapes_own_measurement_only_where_it_ran():
+    import copy
+
+    from bench.readme_render.tpu_decode_bound import render_tpu_decode_bound
+
+    committed = _committed()
+    told = render_tpu_decode_bound(committed)
+    narrow = [n for n, s in committed["shapes"].items() if s["cache"]["head_dim"] < 128]
+    s = committed["shapes"][narrow[0]]
+    ratio = s["variant_ms"]["padded_128_dus"] / s["variant_ms"]["heads_first_dus"]
+    assert f"{narrow[0]} {s['variant_ms']['padded_128_dus']:.3f} ms against {s['variant_ms']['heads_first_dus']:.3f} ({ratio:.2f}x)" in told
+    without = copy.deepcopy(committed)
+    for shape in without["shapes"].values():
+        shape["variant_ms"].pop("padded_128_dus", None)
+    assert "Measured on the 64-wide shapes themselves" not in render_tpu_decode_bound(without)
