@@ -23,6 +23,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from bench.chip.job_events import recorded_jobs  # noqa: E402
 from service.domain.health.learning_health import HealthPolicy  # noqa: E402
 from service.domain.health.sampler_agreement import agreement_drift  # noqa: E402
 from service.domain.records.train_step_summary import TrainStepSummary  # noqa: E402
@@ -69,11 +70,7 @@ def job_agreement(events_file: Path) -> dict[str, Any]:
 
 def measure(events_dir: Path, record_file: Path) -> dict[str, Any]:
     record = json.loads(record_file.read_text())
-    jobs = {}
-    for name, found in record["jobs"].items():
-        events_file = events_dir / f"{found['job_id']}.jsonl"
-        if events_file.exists():
-            jobs[name] = {"job_id": found["job_id"], **job_agreement(events_file)}
+    jobs = {name: {"job_id": found["job_id"], **job_agreement(events)} for name, found, events in recorded_jobs(events_dir, record_file)}
     if not jobs:
         raise SystemExit(f"{record_file}: none of its jobs has events in {events_dir}")
     spec = next(iter(record["jobs"].values()))["view"].get("spec") or {}

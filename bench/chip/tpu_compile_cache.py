@@ -22,6 +22,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from bench.chip.job_events import recorded_jobs  # noqa: E402
 from service.domain.cost.goodput import first_step_excess  # noqa: E402
 from service.domain.progress import fold_report  # noqa: E402
 from service.domain.records.run_report import RunReport  # noqa: E402
@@ -60,11 +61,10 @@ def job_first_step(events_file: Path) -> dict[str, Any]:
 
 def measure(events_dir: Path, record_file: Path) -> dict[str, Any]:
     record = json.loads(record_file.read_text())
-    jobs = {}
-    for name, found in record["jobs"].items():
-        events_file = events_dir / f"{found['job_id']}.jsonl"
-        if events_file.exists():
-            jobs[name] = {"job_id": found["job_id"], "started_at": found["view"].get("started_at"), **job_first_step(events_file)}
+    jobs = {
+        name: {"job_id": found["job_id"], "started_at": found["view"].get("started_at"), **job_first_step(events)}
+        for name, found, events in recorded_jobs(events_dir, record_file)
+    }
     order = sorted(jobs, key=lambda name: jobs[name]["started_at"] or "")
     cold = [name for name in order if jobs[name]["cache"] == "new"]
     warm = [name for name in order if jobs[name]["cache"] == "filled"]

@@ -24,6 +24,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from bench.chip.job_events import recorded_jobs  # noqa: E402
 from bench.chip.tpu_compile_cache import job_first_step  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "tpu_estimate_held_out_setting.json"
@@ -56,10 +57,7 @@ def _predicted_now(view: dict[str, Any]) -> dict[str, float]:
 def measure(events_dir: Path, record_file: Path) -> dict[str, Any]:
     record = json.loads(record_file.read_text())
     jobs = {}
-    for name, found in record["jobs"].items():
-        events_file = events_dir / f"{found['job_id']}.jsonl"
-        if not events_file.exists():
-            continue
+    for name, found, events_file in recorded_jobs(events_dir, record_file):
         view, first_step = found["view"], job_first_step(events_file)
         first, last = first_step["first_step"], first_step["last_step"]
         steps = last["step"] - first["step"]
