@@ -3,8 +3,9 @@ events folder the call's OUT/events/ was copied to): what the benches that read 
 
 from __future__ import annotations
 
+import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,3 +17,15 @@ def recorded_jobs(events_dir: Path, record_file: Path) -> Iterator[tuple[str, di
         events_file = events_dir / f"{found['job_id']}.jsonl"
         if events_file.exists():
             yield name, found, events_file
+
+
+def write_from_call(doc: str, measure: Callable[[Path, Path], dict[str, Any]], result: Path, told: Callable[[dict[str, Any]], str]) -> int:
+    """The command line of a bench that reads one call record's jobs: --events and --record, its result written."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=Path, required=True, help="a folder of <job id>.jsonl trainer event files")
+    parser.add_argument("--record", type=Path, required=True, help="the tpu_job call record that submitted the jobs")
+    args = parser.parse_args()
+    found = measure(args.events.resolve(), args.record.resolve())
+    result.write_text(json.dumps(found, indent=2) + "\n")
+    print(f"wrote {result}: {told(found)}")
+    return 0

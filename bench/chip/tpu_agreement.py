@@ -15,7 +15,6 @@ the steady steps' `logprobs` part per step, the step waiting on the reference's 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from bench.chip.job_events import recorded_jobs  # noqa: E402
+from bench.chip.job_events import recorded_jobs, write_from_call  # noqa: E402
 from service.domain.health.learning_health import HealthPolicy  # noqa: E402
 from service.domain.health.sampler_agreement import agreement_drift  # noqa: E402
 from service.domain.records.train_step_summary import TrainStepSummary  # noqa: E402
@@ -85,14 +84,9 @@ def measure(events_dir: Path, record_file: Path) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=Path, required=True, help="a folder of <job id>.jsonl trainer event files")
-    parser.add_argument("--record", type=Path, required=True, help="the tpu_job call record that submitted the jobs")
-    args = parser.parse_args()
-    result = measure(args.events.resolve(), args.record.resolve())
-    RESULT.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULT}: " + ", ".join(f"{n} {j['logp_diff_mean']['mean']:.4f}" for n, j in result["jobs"].items()))
-    return 0
+    return write_from_call(
+        __doc__ or "", measure, RESULT, lambda found: ", ".join(f"{n} {j['logp_diff_mean']['mean']:.4f}" for n, j in found["jobs"].items())
+    )
 
 
 if __name__ == "__main__":

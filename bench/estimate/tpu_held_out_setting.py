@@ -16,7 +16,6 @@ the result is made again after the estimate's code changes).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from bench.chip.job_events import recorded_jobs  # noqa: E402
+from bench.chip.job_events import recorded_jobs, write_from_call  # noqa: E402
 from bench.chip.tpu_compile_cache import job_first_step  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "tpu_estimate_held_out_setting.json"
@@ -92,14 +91,9 @@ def measure(events_dir: Path, record_file: Path) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=Path, required=True, help="a folder of <job id>.jsonl trainer event files")
-    parser.add_argument("--record", type=Path, required=True, help="the tpu_job call record that ran the jobs")
-    args = parser.parse_args()
-    result = measure(args.events.resolve(), args.record.resolve())
-    RESULT.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULT}: " + "; ".join(f"{name} {job['error']}" for name, job in result["jobs"].items()))
-    return 0
+    return write_from_call(
+        __doc__ or "", measure, RESULT, lambda found: "; ".join(f"{name} {job['error']}" for name, job in found["jobs"].items())
+    )
 
 
 if __name__ == "__main__":
