@@ -3,10 +3,10 @@ a team LocalQueue -> ClusterQueue -> on-demand and spot ResourceFlavors (k8s/kue
 v1beta2), nodes behind both flavors, the HF token Secret, and SelfSubjectAccessReview answers. Tests plant
 one failure each on top.
 
-Kueue's side of a create (harness/podrun/admission.py and kueue_config.py, Kueue v0.19.2): dryRun=All is admitted
+Kueue's side of a create (harness/podrun/admission.py and kueue/config.py, Kueue v0.19.2): dryRun=All is admitted
 and not stored; Kueue's and JobSet's webhooks fail closed when `down` names their Service; Kueue's job webhook
 defaults a Job to the LocalQueue `default`; and a Job/JobSet the Configuration (`set_config`, stored as
-kueue-system/kueue-manager-config) lets Kueue reconcile gets its Workload at once (kueue_workload.build_workload)."""
+kueue-system/kueue-manager-config) lets Kueue reconcile gets its Workload at once (podrun/kueue/workload.py build_workload)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 from kmock._internal.rendering import Response  # not re-exported by kmock's typed API
 
 from harness.podrun.admission import KUEUE_WEBHOOK_SERVICE, install_admission
-from harness.podrun.kueue_config import (
+from harness.podrun.kueue.config import (
     DEFAULT_LOCAL_QUEUE,
     MANAGER_CONFIGMAP,
     KueueConfiguration,
@@ -23,7 +23,7 @@ from harness.podrun.kueue_config import (
     namespace_labels,
     reconciles,
 )
-from harness.podrun.kueue_workload import build_workload
+from harness.podrun.kueue.workload import build_workload
 
 NS = "rljob"
 KUEUE = "kueue.x-k8s.io/v1beta2"

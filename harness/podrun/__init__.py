@@ -18,6 +18,7 @@ and the statuses, events and logs the service reads are written the way a cluste
     job_controller.py, jobset_controller.py   the controllers' decisions (pure)
     jobset_pod_webhook.py   JobSet v0.12.0's pod webhook: which followers of an exclusive-placement slice are admitted
     scheduling.py, kubelet.py, cluster.py     the node, its scheduler and kubelet; EmulatedCluster on kmock
+    kueue/          Kueue's controllers, webhook and visibility API (its __init__ lists the modules)
     api_tls.py      the API over HTTPS with a CA and service-account token, for in-cluster clients
     __main__.py     `python -m harness.podrun FILE... --run KIND/NAME`: run one pod from rendered YAML
 
@@ -95,6 +96,6 @@ container definition restarting a sidecar, pod-level resources and overhead in r
 unix socket in a disk emptyDir whose host path passes 108 bytes is not seen by the other containers at
 its path (Memory emptyDirs, on /dev/shm, and namespaces isolation have no such limit); PersistentVolumeClaims, node affinity and topology
 spread, priorities and preemption, PodDisruptionBudgets, backoffLimitPerIndex, successPolicy, the JobSet
-webhook's exclusive pod (anti-)affinities and its pod reconciler, and DNS. Kueue is emulated when a test asks for it (kueue.py, following
+webhook's exclusive pod (anti-)affinities and its pod reconciler, and DNS. Kueue is emulated when a test asks for it (kueue/, following
 kueue v0.19.2's flavor assigner and scheduler; its docstring lists what is not).
 """

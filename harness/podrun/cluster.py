@@ -42,7 +42,7 @@ from .jobset_controller import decide_jobset
 from .jobset_pod_webhook import admit_pod
 from .kapi import KApi, now_iso, register_resources
 from .kubelet import Kubelet
-from .kueue import KUEUE_KINDS, KueueEmulator
+from .kueue.emulator import KUEUE_KINDS, KueueEmulator
 from .runner import PodRunner
 from .scheduler import Scheduler
 from .scheduling import Node

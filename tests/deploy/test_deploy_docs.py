@@ -152,7 +152,7 @@ def test_guide_states_versions_and_the_open_assumptions():
         "v0.19.2",
         "tests/k8s/test_kueue_routing.py",
         "needs a real cluster",
-        "harness/podrun/kueue.py",
+        "harness/podrun/kueue/emulator.py",
         "automountServiceAccountToken: true",
         "gcloud auth list",
         "rljob doctor",

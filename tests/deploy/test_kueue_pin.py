@@ -1,12 +1,12 @@
 """The Kueue release docs/deploy-gke.md installs is one the emulator's version table knows
-(harness/podrun/kueue_versions.py), and the guide names every version the emulator runs."""
+(harness/podrun/kueue/versions.py), and the guide names every version the emulator runs."""
 
 from __future__ import annotations
 
 import re
 
-from harness.podrun import kueue_versions
 from harness.podrun.images import ROOT
+from harness.podrun.kueue import versions as kueue_versions
 
 DOC = (ROOT / "docs" / "deploy-gke.md").read_text()
 

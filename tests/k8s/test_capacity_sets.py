@@ -1,6 +1,6 @@
 """One spec, several capacities, through the whole service on the emulated cluster with Kueue's admission
-(harness/podrun/kueue.py, after kueue v0.19.2 and v0.20.0's differences; both flavor-matching rules): the shipped ResourceFlavors and
-ClusterQueue (k8s/kueue/, flavors in the pool's order: reservation, spot, on-demand, flex-start), spot quota for
+(harness/podrun/kueue/emulator.py, after kueue v0.19.2 and v0.20.0's differences; both flavor-matching rules): the
+shipped ResourceFlavors and ClusterQueue (k8s/kueue/, flavors in the pool's order: reservation, spot, on-demand, flex-start), spot quota for
 one v6e-8 and on-demand quota for two, one spot node and two on-demand nodes carrying GKE's labels and taints.
 The trainer container runs a fake command (it sleeps until stopped); everything else is the rendered manifest.
 
@@ -26,7 +26,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.kueue import KueueEmulator
+from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import NS, service_accounts
 from harness.podrun.scheduling import Node
 from service.adapters.k8s import pod_template

@@ -1,4 +1,4 @@
-"""Where an eval job lands on an emulated GKE cluster under the Kueue emulator (harness/podrun/kueue.py, after kueue
+"""Where an eval job lands on an emulated GKE cluster under the Kueue emulator (harness/podrun/kueue/emulator.py, after kueue
 v0.19.2, both flavor-matching rules): the shipped k8s/kueue/ objects, the manifests the launcher renders, the eval
 pool's node built from docs/deploy-gke.md's own command (its --node-labels and --node-taints), a plain system node
 listed first (where a cpu pod selecting nothing would go) and a TPU node. The trainer container runs a fake command.
@@ -23,7 +23,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.kueue import KueueEmulator
+from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import NS, service_accounts, workload
 from harness.podrun.scheduling import Node
 from service.adapters.k8s import pod_template

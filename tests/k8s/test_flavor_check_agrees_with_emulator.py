@@ -1,5 +1,5 @@
 """The submit-time flavor check (service/adapters/k8s/kueue_setup.py) against the emulated Kueue's flavor assigner
-(harness/podrun/kueue_controller.py, Kueue v0.19.2) on the same inputs: the service may not import the harness, so
+(harness/podrun/kueue/controller.py, Kueue v0.19.2) on the same inputs: the service may not import the harness, so
 the two are written apart and must agree. Matching: flavorSelector + RequiredNodeAffinity.Match, case by case.
 Whole jobs: a rendered job is refused at submit exactly when the emulator, with nothing else admitted, assigns it
 no flavor."""
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from harness.kueue_cluster import FLAVORS, TPU_LABELS
-from harness.podrun import kueue_controller as emulated
-from harness.podrun.kueue_workload import pod_sets, podset_requests
+from harness.podrun.kueue import controller as emulated
+from harness.podrun.kueue.workload import pod_sets, podset_requests
 from service.adapters.k8s import kueue_setup
 from service.adapters.k8s.manifests import build_workload
 from service.adapters.k8s.serialize import to_plain

@@ -1,5 +1,5 @@
 """A queued job's place in line on the emulated cluster, under Kueue v0.19.2's and v0.20.0's rules (issue 55 section 1):
-the emulated Kueue serves the visibility API's LocalQueue endpoint from its own queue (harness/podrun/kueue_visibility.py,
+the emulated Kueue serves the visibility API's LocalQueue endpoint from its own queue (harness/podrun/kueue/visibility.py,
 after pkg/visibility/storage/pending_workloads_lq.go), and rljob's launcher reads each waiting job's position from it.
 
 The shipped k8s/kueue/ objects and one on-demand v6e-8 node (quota for one job): A (high priority) runs; B and C (low)
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.kueue import KueueEmulator
+from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import NS, service_accounts
 from harness.podrun.scheduling import Node
 from service.adapters.k8s import pod_template

@@ -1,6 +1,6 @@
 """Where a job of each capacity really lands: the shipped k8s/kueue/ objects, the manifests the launcher
 renders, and an emulated GKE cluster with one node per capacity, under the Kueue emulator's upstream rules
-(harness/podrun/kueue.py, following kueue v0.19.2 and, where it differs, v0.20.0: harness/podrun/kueue_versions.py;
+(harness/podrun/kueue/emulator.py, following kueue v0.19.2 and, where it differs, v0.20.0: harness/podrun/kueue/versions.py;
 both flavor-matching rules: `flavor-keys` is v0.17.6+, v0.18.2+, v0.19.x and v0.20, `union-keys` is older).
 The trainer container runs a fake command; everything else is the rendered manifest.
 
@@ -24,7 +24,7 @@ import yaml
 
 from harness.podrun.cluster import EmulatedCluster
 from harness.podrun.images import ROOT
-from harness.podrun.kueue import KueueEmulator
+from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import NS, service_accounts, settings, spec, workload
 from harness.podrun.scheduling import Node
 from service.adapters.k8s.capacity import CAPACITY_LABEL

@@ -1,6 +1,6 @@
 """Issue 55 section 2 on the emulated cluster: Kueue v0.20's waitForPodsReady.unscheduledTimeout evicts a job whose
 pods cannot be scheduled in the flavor it was admitted to, requeues it after backoff, and Kueue admits it again
-from the FIRST flavor of its resource group (harness/podrun/kueue_podsready.py says where upstream decides each).
+from the FIRST flavor of its resource group (harness/podrun/kueue/podsready.py says where upstream decides each).
 
 The pool: the shipped k8s/kueue/ objects (flavors in the order reservation, spot, on-demand, flex-start), one
 reservation node made without the `cloud.google.com/reservation-name` label the reservation flavor names (so every
@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.kueue import KueueEmulator
-from harness.podrun.kueue_config import KueueConfiguration
-from harness.podrun.kueue_podsready import UNSCHEDULED_GATE, WaitForPodsReady
+from harness.podrun.kueue.config import KueueConfiguration
+from harness.podrun.kueue.emulator import KueueEmulator
+from harness.podrun.kueue.podsready import UNSCHEDULED_GATE, WaitForPodsReady
 from harness.podrun.manifests import NS, service_accounts, spec, workload
 from harness.podrun.scheduling import Node
 from trainer.contract import JobSpec

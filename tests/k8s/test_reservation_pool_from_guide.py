@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.kueue import KueueEmulator
+from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import NS, service_accounts, spec, workload
 from harness.podrun.scheduling import AFFINITY_MISMATCH, Node
 from service.adapters.k8s.capacity import CAPACITY_LABEL, RESERVATION_NAME_LABEL

@@ -24,7 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.kueue import KueueEmulator
+from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import service_accounts
 from harness.podrun.scheduling import Node
 from service.adapters.k8s import pod_template

@@ -13,7 +13,7 @@ import yaml
 
 from harness.podrun.cluster import EmulatedCluster
 from harness.podrun.images import ROOT
-from harness.podrun.kueue import KueueEmulator
+from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import settings, spec
 from harness.podrun.scheduling import Node
 from service.adapters.k8s.launcher import build_k8s_launcher

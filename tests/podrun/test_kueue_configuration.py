@@ -1,5 +1,5 @@
 """Kueue's manager Configuration and the controllers' fail-closed webhooks on the emulated cluster: what a real
-cluster does to our Jobs under each setup (Kueue v0.19.2, JobSet v0.12.0; harness/podrun/kueue_config.py and
+cluster does to our Jobs under each setup (Kueue v0.19.2, JobSet v0.12.0; harness/podrun/kueue/config.py and
 admission.py cite the upstream code). The doctor's checks for these live in tests/k8s/test_doctor_kmock.py."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from harness.podrun.cluster import EmulatedCluster
 from harness.podrun.kapi import ApiError
-from harness.podrun.kueue import KueueEmulator
-from harness.podrun.kueue_config import KueueConfiguration
+from harness.podrun.kueue.config import KueueConfiguration
+from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.scheduling import CAPACITY_LABEL
 
 from .test_kueue_emulator import NODES, NS, TPU_REQUESTS, TPU_TOLERATION, _tpu_queue, job, local_queue

@@ -1,6 +1,6 @@
 """Where Kueue v0.19.2 and v0.20.0 write different reasons for a Workload that waits, and rljob reading both alike.
 
-The emulator (harness/podrun/kueue_versions.py) writes v0.19.2's Pending/Inadmissible or v0.20.0's WaitingForQuota,
+The emulator (harness/podrun/kueue/versions.py) writes v0.19.2's Pending/Inadmissible or v0.20.0's WaitingForQuota,
 ExceedsMaxQuota, NoMatchingFlavor, Misconfigured and Suspended, with the same message; the service's
 normalized_reason (service/adapters/k8s/kueue_reasons.py) must read each v0.19.2 pair as v0.20.0 names it, so a job's
 status, the dashboard and the CLI say the same on both versions. Cases after v0.20's scheduler_test.go /
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from harness.podrun.kueue_reconcile import KueueState, decide_kueue
-from harness.podrun.kueue_versions import VERSIONS
+from harness.podrun.kueue.reconcile import KueueState, decide_kueue
+from harness.podrun.kueue.versions import VERSIONS
 from service.adapters.k8s.kueue_reasons import normalized_reason, reason_words
 
 from .test_kueue_emulator import FLAVORS, NOW, cluster_queue, job, local_queue, workload_of
@@ -114,7 +114,7 @@ def test_the_words_say_what_to_do_and_keep_kueues_message():
 def test_v020_defaults_a_queued_job_without_a_class_to_the_default_priority_class():
     """jobframework/defaults.go ApplyDefaultWorkloadPriorityClass: only v0.20 (WorkloadPriorityClassDefaulting on), only
     when a class named `default` exists, never over a class the job names (rljob always names rljob-<priority>)."""
-    from harness.podrun.kueue import KueueEmulator
+    from harness.podrun.kueue.emulator import KueueEmulator
 
     class Stored(KueueEmulator):
         def __init__(self, version: str, classes: set[str]) -> None:

@@ -4,7 +4,7 @@ Kueue admits a Workload to a flavor by quota alone; the pod can still find no no
 without the label its flavor names, a spot pool that is gone, a taint the pod does not tolerate). It then holds its
 quota and waits. Kueue's waitForPodsReady (on by default in v0.19.2 and v0.20: 30 min from admission) and v0.20's
 unscheduledTimeout evict it, but Kueue readmits an evicted Workload from the first flavor of its resource group
-(harness/podrun/kueue_podsready.py cites where), so a job stranded on its set's first flavor comes back to it. The
+(harness/podrun/kueue/podsready.py cites where), so a job stranded on its set's first flavor comes back to it. The
 service says so once the pod has been unschedulable for RLJOB_K8S_STRANDED_AFTER_S, counted from the
 pod's own PodScheduled=False condition (the cluster's clock, so a restarted service counts from the same moment).
 The message names no changing figure (the scheduler's node counts), so it is written, and sent as a `job.stranded`

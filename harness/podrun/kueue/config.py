@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .kueue_podsready import WaitForPodsReady
+from .podsready import WaitForPodsReady
 
 KUEUE_SYSTEM = "kueue-system"  # apis/config/v1beta2/defaults.go DefaultNamespace
 MANAGER_CONFIGMAP = "kueue-manager-config"  # config/components/manager/kustomization.yaml (namePrefix kueue-)
@@ -65,7 +65,7 @@ class KueueConfiguration:
     manage_jobs_without_queue_name: bool = False  # configuration_types.go: defaults to false
     managed_jobs_namespace_selector: dict[str, Any] = field(default_factory=lambda: _default_selector(KUEUE_SYSTEM))
     frameworks: tuple[str, ...] = INSTALLED_FRAMEWORKS
-    # waitForPodsReady, defaulted on in v0.19.2 and v0.20 (kueue_podsready.py), and featureGates (name -> on)
+    # waitForPodsReady, defaulted on in v0.19.2 and v0.20 (kueue/podsready.py), and featureGates (name -> on)
     wait_for_pods_ready: WaitForPodsReady = field(default_factory=WaitForPodsReady)
     feature_gates: tuple[tuple[str, bool], ...] = ()
 
@@ -183,7 +183,7 @@ def reconciles(owner: dict[str, Any], config: KueueConfiguration, ns_labels: dic
     if (owner["metadata"].get("labels") or {}).get(QUEUE_LABEL):
         return True
     if config.manage_jobs_without_queue_name:
-        from .volumes import NotEmulated
+        from harness.podrun.volumes import NotEmulated
 
         raise NotEmulated("manageJobsWithoutQueueName: a Workload without a queue name")
     return False

@@ -4,7 +4,7 @@
 Read in kubernetes-sigs/kueue v0.19.2: pkg/visibility/storage/pending_workloads_lq.go Get takes the LocalQueue's
 ClusterQueue (404 NotFound for an unknown LocalQueue), walks queue.Manager.PendingWorkloadsInfo(cq) (cluster_queue.go
 Snapshot: the heap and the inadmissible Workloads together, sorted by the queue ordering, here
-kueue_controller.queue_order) and keeps the Workloads of that namespace and LocalQueue, `offset` of them skipped and
+kueue/controller.py queue_order) and keeps the Workloads of that namespace and LocalQueue, `offset` of them skipped and
 at most `limit` kept (utils.go boundedLimitOffset: limit in [0, 100000], 1000 when not given, defaults.go), each
 with its positionInClusterQueue (its index in the whole ClusterQueue's order) and positionInLocalQueue (its index
 among the kept ones, offset included), 0-based (utils.go newPendingWorkload). Between v0.19.2 and v0.20.0-devel
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .kueue_controller import holds_quota, is_true, queue_order
+from .controller import holds_quota, is_true, queue_order
 
 GROUP_VERSION = "visibility.kueue.x-k8s.io/v1beta2"
 DEFAULT_LIMIT, MAX_LIMIT = 1000, 100_000  # apis/visibility/v1beta2/defaults.go, pkg/constants/constants.go

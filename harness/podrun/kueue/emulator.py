@@ -1,5 +1,5 @@
 """KueueEmulator: Kueue's controllers on kmock, run by EmulatedCluster's reconcile loop before the JobSet
-and Job controllers (decisions: kueue_reconcile.py, kueue_controller.py, kueue_workload.py).
+and Job controllers (decisions: kueue/reconcile.py, kueue/controller.py, kueue/workload.py).
 
     kueue = KueueEmulator(rule="flavor-keys", serves_provisioning_request=False, config=KueueConfiguration(), version="v0.20.0")
     async with EmulatedCluster(kmock, tmp_path, nodes=[...], kueue=kueue) as cluster:
@@ -13,9 +13,9 @@ and Job controllers (decisions: kueue_reconcile.py, kueue_controller.py, kueue_w
 Kueue objects live in kmock as an API server would keep them (cluster-scoped ResourceFlavor, ClusterQueue,
 AdmissionCheck, ProvisioningRequestConfig, WorkloadPriorityClass; namespaced LocalQueue, Workload), so
 the service reads them through the same HTTP API. Every object the emulator is given or writes is checked
-against Kueue v0.19.2's v1beta2 CRD schema (kueue_workload.schema_errors) and refused when it fails.
+against Kueue v0.19.2's v1beta2 CRD schema (workload.py schema_errors) and refused when it fails.
 
-The manager's Configuration (kueue_config.KueueConfiguration; by default what the released manifests install)
+The manager's Configuration (config.py KueueConfiguration; by default what the released manifests install)
 decides which Jobs and JobSets Kueue manages; it is also stored as the kueue-system/kueue-manager-config
 ConfigMap, where Kueue's manager reads it, so the doctor can read it too. Kueue's job webhooks run on every
 Job/JobSet create (admission.py); `kueue.stop()` takes Kueue's controller down: its webhooks then refuse every
@@ -30,10 +30,12 @@ from typing import Any
 
 from kmock._internal.rendering import Response
 
-from . import kueue_versions, kueue_visibility
-from .admission import KUEUE_WEBHOOK_SERVICE, Admission, install_admission
-from .kapi import ApiError, KApi
-from .kueue_config import (
+from harness.podrun.admission import KUEUE_WEBHOOK_SERVICE, Admission, install_admission
+from harness.podrun.kapi import ApiError, KApi
+
+from . import versions as kueue_versions
+from . import visibility as kueue_visibility
+from .config import (
     DEFAULT_LOCAL_QUEUE,
     MANAGER_CONFIGMAP,
     KueueConfiguration,
@@ -41,9 +43,9 @@ from .kueue_config import (
     namespace_labels,
     owner_managed_by_kueue,
 )
-from .kueue_controller import RULES
-from .kueue_reconcile import KueueDecision, KueueState, decide_kueue
-from .kueue_workload import GROUP_VERSION, PRIORITY_CLASS_LABEL, QUEUE_LABEL, schema_errors, workload_name
+from .controller import RULES
+from .reconcile import KueueDecision, KueueState, decide_kueue
+from .workload import GROUP_VERSION, PRIORITY_CLASS_LABEL, QUEUE_LABEL, schema_errors, workload_name
 
 # kind -> (plural, namespaced), kueue.x-k8s.io/v1beta2
 KUEUE_KINDS: dict[str, tuple[str, bool]] = {
@@ -83,7 +85,7 @@ class KueueEmulator:
         if rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}: flavor-keys is v0.17.6+/v0.18.2+/v0.19.x, union-keys older")
         self.rule = rule
-        self.version = kueue_versions.check(version)  # where v0.19.2 and v0.20.0 differ: kueue_versions.py
+        self.version = kueue_versions.check(version)  # where v0.19.2 and v0.20.0 differ: kueue/versions.py
         self.serves_provisioning_request = serves_provisioning_request
         self.config = config or KueueConfiguration.installed()
         self.kmock: Any = None
@@ -104,7 +106,7 @@ class KueueEmulator:
         kmock[lambda req: req.url.path.startswith(f"/apis/{kueue_visibility.GROUP_VERSION}/")] << self._pending_workloads
 
     def _pending_workloads(self, request: Any) -> Any:
-        """The visibility API's LocalQueue endpoint (kueue_visibility.py), served by the emulated Kueue."""
+        """The visibility API's LocalQueue endpoint (kueue/visibility.py), served by the emulated Kueue."""
         parts = request.url.path.strip("/").split("/")  # apis, group, version, namespaces, NS, localqueues, NAME, pendingworkloads
         found = None
         if len(parts) == 8 and (parts[3], parts[5], parts[7]) == ("namespaces", "localqueues", "pendingworkloads"):
@@ -145,7 +147,7 @@ class KueueEmulator:
         return namespace_labels(namespace, stored)
 
     def default_on_create(self, obj: dict[str, Any]) -> None:
-        """Kueue's job webhook on a Job/JobSet create (kueue_config.default_on_create), as admission calls it."""
+        """Kueue's job webhook on a Job/JobSet create (config.py default_on_create), as admission calls it."""
         ns = (obj.get("metadata") or {}).get("namespace") or ""
         exists = self.get("LocalQueue", ns, DEFAULT_LOCAL_QUEUE) is not None
         default_on_create(obj, self.config, default_queue_exists=exists, ns_labels=self.namespace_labels(ns))

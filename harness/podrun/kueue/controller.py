@@ -1,10 +1,10 @@
 """Kueue's decisions for the emulated cluster, as pure functions over API dicts: what upstream Kueue
 (kubernetes-sigs/kueue v0.19.2, default feature gates;
-where v0.20.0 differs, kueue_versions.py) does, not what our service expects. Every rule
-names the upstream file and function it follows; kueue_workload.py holds the jobframework half.
+where v0.20.0 differs, kueue/versions.py) does, not what our service expects. Every rule
+names the upstream file and function it follows; kueue/workload.py holds the jobframework half.
 
 Emulated:
-- queued Jobs (batch/v1) and JobSets (jobset.x-k8s.io/v1alpha2) get a Workload (kueue_workload.py);
+- queued Jobs (batch/v1) and JobSets (jobset.x-k8s.io/v1alpha2) get a Workload (kueue/workload.py);
 - AdmissionCheck Active: only `kueue.x-k8s.io/provisioning-request` checks have a controller, and only
   when the cluster serves ProvisioningRequest (cmd/kueue/main.go skips the controller otherwise); any
   other check has no controller and never turns Active;
@@ -17,15 +17,15 @@ Emulated:
   owner is started with the flavors' nodeLabels/tolerations merged; quota is released when the owner
   finishes (Finished condition) or the Workload goes;
 - queueing: BestEffortFIFO and StrictFIFO by WorkloadPriorityClass priority, then creation time, then UID;
-- the manager's Configuration (kueue_config.py): integrations.frameworks, managedJobsNamespaceSelector, the
+- the manager's Configuration (kueue/config.py): integrations.frameworks, managedJobsNamespaceSelector, the
   `default` LocalQueue and the job webhook's defaulting (admission.py puts it in front of kmock's store);
-- a start whose podset merge conflicts finishes the Workload as FailedToStart (kueue_workload.py);
+- a start whose podset merge conflicts finishes the Workload as FailedToStart (kueue/workload.py);
 Not emulated (NotEmulated or absent): cohorts and borrowing, preemption (a Workload that needs it stays
 pending), fair sharing, partial admission, TAS, MultiKueue, the ProvisioningRequest flow itself (an
 active provisioning check stays Pending, so its Workloads are never Admitted), pod PriorityClass as
 priority, required nodeAffinity in flavor matching, pod and validating webhooks, the Workloads of
 manageJobsWithoutQueueName (NotEmulated), flavor-fungibility knobs other than the defaults, resuming from the last tried flavor,
-the v0.20 QuotaReserved reasons and priority-class defaulting are kueue_versions.py's (per emulated version).
+the v0.20 QuotaReserved reasons and priority-class defaulting are kueue/versions.py's (per emulated version).
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from .job_controller import iso
-from .kueue_versions import SEVERITY
-from .kueue_workload import format_quantity, podset_requests, quantity
-from .scheduling import node_selector_terms_match, required_affinity_terms
+from harness.podrun.job_controller import iso
+from harness.podrun.scheduling import node_selector_terms_match, required_affinity_terms
+
+from .versions import SEVERITY
+from .workload import format_quantity, podset_requests, quantity
 
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"  # kueue.ProvisioningRequestControllerName
 # Which nodeLabels keys a pod's nodeSelector is compared on (flavorassigner.go flavorSelector's allowedKeys):
@@ -209,7 +210,7 @@ class Assignment:
     pod_sets: list[dict[str, Any]] = field(default_factory=list)  # status.admission.podSetAssignments
     usage: dict[tuple[str, str], Decimal] = field(default_factory=dict)  # (flavor, resource) -> quantity
     message: str = ""  # Assignment.Message() when something did not fit
-    no_fit_reason: str = ""  # v0.20's NoFitReason for it (kueue_versions.py says when a version writes it)
+    no_fit_reason: str = ""  # v0.20's NoFitReason for it (kueue/versions.py says when a version writes it)
 
 
 def assign_flavors(

@@ -1,5 +1,5 @@
 """One pass of the Kueue emulator, pure: reads a KueueState, returns what to write (KueueDecision).
-The rules are kueue_controller.py's and kueue_workload.py's; this module orders them as Kueue's
+The rules are kueue/controller.py's and kueue/workload.py's; this module orders them as Kueue's
 controllers would run them: admission checks, queues, Workloads for new owners, Finished, admission.
 """
 
@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from .job_controller import iso
-from .kueue_config import KueueConfiguration, owner_managed_by_kueue, reconciles
-from .kueue_controller import (
+from harness.podrun.job_controller import iso
+from harness.podrun.volumes import NotEmulated
+
+from .config import KueueConfiguration, owner_managed_by_kueue, reconciles
+from .controller import (
     Assignment,
     assign_flavors,
     check_condition,
@@ -27,10 +29,9 @@ from .kueue_controller import (
     set_cond,
     usage_of,
 )
-from .kueue_podsready import evicted_status, stopped_owner_spec, timed_out, unscheduled_timeout, waiting_for_backoff
-from .kueue_versions import blocker_reason, no_fit_reason
-from .kueue_workload import FAILED_TO_START, PodSetMergeConflict, PriorityClassMissing, build_workload, finished, started_owner_spec
-from .volumes import NotEmulated
+from .podsready import evicted_status, stopped_owner_spec, timed_out, unscheduled_timeout, waiting_for_backoff
+from .versions import blocker_reason, no_fit_reason
+from .workload import FAILED_TO_START, PodSetMergeConflict, PriorityClassMissing, build_workload, finished, started_owner_spec
 
 
 @dataclass
@@ -47,7 +48,7 @@ class KueueState:
     owners: list[dict[str, Any]]  # Jobs and JobSets
     config: KueueConfiguration = field(default_factory=KueueConfiguration)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # namespace -> its labels
-    pods: list[dict[str, Any]] = field(default_factory=list)  # for waitForPodsReady (kueue_podsready.py)
+    pods: list[dict[str, Any]] = field(default_factory=list)  # for waitForPodsReady (kueue/podsready.py)
 
 
 @dataclass
@@ -108,7 +109,7 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
         if not done:
             live.append((w, owner))
 
-    # waitForPodsReady (kueue_podsready.py): an admitted Workload past its timeout is evicted, its owner stopped,
+    # waitForPodsReady (kueue/podsready.py): an admitted Workload past its timeout is evicted, its owner stopped,
     # its quota released, and it is requeued after backoff.
     wfpr = st.config.wait_for_pods_ready
     unscheduled_s = unscheduled_timeout(version, wfpr, dict(st.config.feature_gates))
@@ -169,13 +170,13 @@ def decide_kueue(st: KueueState, *, rule: str, serves_provisioning: bool, now: d
 
 def _ensure_workload(out: KueueDecision, owner: dict[str, Any], existing: dict[str, Any] | None, st: KueueState, now: dt.datetime) -> None:
     """reconciler.go ReconcileGenericJob: a queued owner without a Workload gets one, when the Configuration
-    lets Kueue reconcile it at all (kueue_config.reconciles); a Job whose owner Kueue manages (a JobSet, with its
+    lets Kueue reconcile it at all (config.py reconciles); a Job whose owner Kueue manages (a JobSet, with its
     framework enabled) is its parent's business (IsOwnerManagedByKueue)."""
     meta = owner["metadata"]
     if existing is not None or finished(owner) or owner_managed_by_kueue(owner, st.config):
         return
     if not reconciles(owner, st.config, st.namespace_labels.get(meta["namespace"], {})):
-        return  # kueue_config.reconciles: framework off, namespace not selected, or no queue-name
+        return  # config.py reconciles: framework off, namespace not selected, or no queue-name
     if not owner["spec"].get("suspend"):
         raise NotEmulated(
             f"{owner['kind']} {meta['namespace']}/{meta['name']}: Kueue's webhook suspends a queued "

@@ -40,9 +40,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .job_controller import iso
-from .kueue_controller import cond, find, is_true, set_cond
-from .volumes import NotEmulated
+from harness.podrun.job_controller import iso
+from harness.podrun.volumes import NotEmulated
+
+from .controller import cond, find, is_true, set_cond
 
 POD_OWNER_LABEL = {"Job": "job-name", "JobSet": "jobset.sigs.k8s.io/jobset-name"}
 UNSCHEDULED_GATE = "WaitForPodsReadyUnscheduledTimeout"

@@ -18,9 +18,8 @@ from typing import Any
 import jsonschema
 
 from harness.crd_schemas import strict_crd_schema
-
-from .quantity import parse_quantity
-from .scheduling import requests_of
+from harness.podrun.quantity import parse_quantity
+from harness.podrun.scheduling import requests_of
 
 GROUP_VERSION = "kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # pkg/controller/constants QueueLabel
@@ -39,8 +38,8 @@ LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"  # pkg/constants LocalQueu
 CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"  # pkg/constants ClusterQueueLabel
 FAILED_TO_START = "FailedToStart"  # jobframework/reconciler.go FailedToStartFinishedReason
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DEPLOY_SCHEMAS = Path(__file__).resolve().parents[2] / "tests" / "deploy" / "schemas" / "kueue-v0.19.2-v1beta2.json"
-_WORKLOAD_SCHEMA = Path(__file__).with_name("schemas") / "kueue-v0.19.2-workload-v1beta2.json"
+_DEPLOY_SCHEMAS = Path(__file__).resolve().parents[3] / "tests" / "deploy" / "schemas" / "kueue-v0.19.2-v1beta2.json"
+_WORKLOAD_SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "kueue-v0.19.2-workload-v1beta2.json"
 
 
 def workload_name(kind: str, name: str, uid: str) -> str:
@@ -96,7 +95,7 @@ def build_workload(owner: dict[str, Any], priority_classes: dict[str, dict[str, 
         spec["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc}
         spec["priority"] = int(priority_classes[wpc]["value"])
     elif any(ps["template"]["spec"].get("priorityClassName") for ps in spec["podSets"]):
-        from .volumes import NotEmulated
+        from harness.podrun.volumes import NotEmulated
 
         raise NotEmulated("pod PriorityClass as a Workload's priority (only WorkloadPriorityClass is emulated)")
     else:
