@@ -23,24 +23,18 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from bench.chip.job_events import recorded_jobs, write_from_call  # noqa: E402
+from bench.chip.tpu_compile_cache import job_first_step  # noqa: E402
 from service.domain.health.learning_health import HealthPolicy  # noqa: E402
 from service.domain.health.sampler_agreement import agreement_drift  # noqa: E402
 from service.domain.records.train_step_summary import TrainStepSummary  # noqa: E402
-from trainer.contract import GoodputMeasured, TrainStep, parse_event  # noqa: E402
+from trainer.contract import TrainStep, parse_event  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "tpu_agreement.json"
 PREFIX = "sampler_trainer/train/"
 
 
 def job_agreement(events_file: Path) -> dict[str, Any]:
-    steps: list[TrainStep] = []
-    goodput: list[GoodputMeasured] = []
-    for line in events_file.read_bytes().splitlines():
-        event = parse_event(line)
-        if isinstance(event, TrainStep):
-            steps.append(event)
-        elif isinstance(event, GoodputMeasured) and not event.train.final:
-            goodput.append(event)
+    steps = [e for e in map(parse_event, events_file.read_bytes().splitlines()) if isinstance(e, TrainStep)]
     logged = [s for s in steps if PREFIX + "logp_diff_mean" in s.metrics]
     if not logged:
         raise SystemExit(f"{events_file}: no step logged the sampler-trainer agreement")
@@ -50,9 +44,10 @@ def job_agreement(events_file: Path) -> dict[str, Any]:
     warning = agreement_drift(
         [TrainStepSummary.of_event(s) for s in steps], limit=policy.agreement_logp_diff_max, last=policy.agreement_steps
     )
-    # steady: from the end of the first step (its compiling) to the last step's end
-    first, last = goodput[0].train, goodput[-1].train
-    waits = (last.parts.get("logprobs", 0.0) - first.parts.get("logprobs", 0.0)) / (last.step - first.step)
+    # steady: from the end of the first step (its compiling) to the last step's end, as the service folds them
+    timing = job_first_step(events_file)
+    first, last = timing["first_step"], timing["last_step"]
+    waits = (last["parts"].get("logprobs", 0.0) - first["parts"].get("logprobs", 0.0)) / (last["step"] - first["step"])
     return {
         "steps": len(logged),
         "logp_diff_mean": {"min": min(means), "mean": sum(means) / len(means), "max": max(means)},
@@ -63,7 +58,7 @@ def job_agreement(events_file: Path) -> dict[str, Any]:
         "steps_over_threshold": sum(m > policy.agreement_logp_diff_max for m in means),
         "warning": warning,
         "logprobs_s_per_steady_step": round(waits, 4),
-        "steady_step_s": round((last.elapsed_s - first.elapsed_s) / (last.step - first.step), 4),
+        "steady_step_s": timing["steady_step_s"],
     }
 
 

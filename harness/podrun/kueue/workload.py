@@ -131,7 +131,8 @@ def podset_requests(ps: dict[str, Any]) -> dict[str, Decimal]:
 
 def format_quantity(value: Decimal, resource: str) -> str:
     """resource.Quantity's canonical text for what the emulator sums: binary suffixes for byte counts, m for
-    fractions (close enough to upstream's formatter for the messages tests read)."""
+    fractions (close enough to upstream's formatter for the messages tests read). The service's kueue_setup.py has a
+    twin; the emulator keeps its own because it imports nothing of the service it checks."""
     if value != value.to_integral_value():
         return f"{int(value * 1000)}m"
     n = int(value)
