@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness.venv_wheels import wheels_of
+from scripts.tpu_staging.build import working_tree_bytes
 from scripts.tpu_staging.layout import MANIFEST, sha256_file
 from scripts.tpu_staging.trace import trace_venv
 from scripts.tpu_staging.trace_collect import DistributionIndex, RunDistributions, distributions_of, keep, read_records
@@ -145,6 +146,19 @@ def test_a_chunk_that_cannot_travel_with_the_tree_is_refused(tmp_path: Path, out
     assert too_big.returncode == 1 and "exceed the 64 MiB a device call carries: lower --chunk-mib below" in too_big.stderr
     outside = subprocess.run([*base, "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert outside.returncode == 1 and "is outside the checkout" in outside.stderr
+
+
+def test_the_tree_is_measured_by_what_its_files_occupy_not_by_their_bytes(tmp_path: Path) -> None:
+    # The device refused a call whose files' bytes fit its limit: a tree of many small files weighs more than its bytes.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for i in range(100):
+        (tmp_path / f"f{i}.txt").write_text("x")
+    (tmp_path / ".gitignore").write_text("ignored/\n")
+    (tmp_path / "ignored").mkdir()
+    (tmp_path / "ignored" / "big").write_bytes(b"0" * 100_000)
+    measured = working_tree_bytes(tmp_path)
+    assert measured >= 101 * (4096 + 512)  # 100 one-byte files and .gitignore, each a block and a header
+    assert measured < 101 * (4096 + 512) + 100_000  # what git ignores does not travel
 
 
 def test_the_trace_hook_records_every_process_and_hides_torch(tmp_path: Path) -> None:
