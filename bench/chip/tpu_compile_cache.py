@@ -8,7 +8,8 @@ first step split as the job's goodput splits it (service/domain/cost/goodput.py 
 steady step). The events are the jobs' own `events.jsonl`, copied off the machine after the calls.
 
     .venv/bin/python bench/chip/tpu_compile_cache.py --events bench/results/tpu_job_gsm8k-events-20261207 \
-        --record bench/results/tpu_job_gsm8k-call-20261207T0145.json --record bench/results/tpu_job_gsm8k-call-20261207T0435.json
+        --record bench/results/tpu_job_gsm8k-call-20261207T0145.json --record bench/results/tpu_job_gsm8k-call-20261207T0435.json \
+        --record bench/results/tpu_job_gsm8k-call-20261207T1050.json --record bench/results/tpu_job_gsm8k-call-20261207T1343.json
     .venv/bin/python bench/readme_sections.py      # bench/chip/README.md's tpu-compile-cache block
 """
 
