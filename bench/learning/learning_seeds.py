@@ -27,7 +27,6 @@ Each run adds to bench/results/learning_seeds.json as soon as it ends; a run alr
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -44,6 +43,7 @@ from bench.learning import learning_folds as folds_bench  # noqa: E402
 from bench.learning import learning_folds_evals, peer_trl  # noqa: E402
 from bench.learning import learning_seeds_stats as seeds_stats  # noqa: E402
 from bench.learning.learning import sample_stats  # noqa: E402
+from bench.learning.registered_spec import as_registered, spec_sha256  # noqa: E402
 from bench.learning.shared_stream import fold_stream  # noqa: E402
 from bench.result_meta import machine_facts  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
@@ -165,8 +165,16 @@ def rljob_spec(pre: dict, folds: dict, seed: int, accelerator: str = "cpu") -> d
     return spec
 
 
-def spec_sha256(spec: dict) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+def registered_shape() -> dict | None:
+    """The fields the registered hashes were taken over: the spec as the registration's first rljob run recorded it
+    (its repro.spec, whose fields are the full dump's at that commit). None before any run."""
+    runs = load().get("runs", {}).get("rljob", {})
+    return runs[min(runs, key=int)]["repro"]["spec"] if runs else None
+
+
+def registered_sha256(spec: dict) -> str:
+    """spec_sha256 of the spec in its registered form: what the registration's job_spec_sha256 compares with."""
+    return spec_sha256(as_registered(spec, registered_shape()))
 
 
 def trl_resolved(pre: dict, seed: int, out: Path) -> dict:
@@ -270,7 +278,7 @@ def train_rljob(pre: dict, results: dict, seeds: list[int], accelerator: str, ac
     specs, hashes = {}, {}
     for s in seeds:
         specs[str(s)] = rljob_spec(pre, folds, s, accelerator)
-        hashes[s] = (spec_sha256(specs[str(s)]), pre["arms"]["rljob"]["job_spec_sha256"].get(str(s)))
+        hashes[s] = (registered_sha256(specs[str(s)]), pre["arms"]["rljob"]["job_spec_sha256"].get(str(s)))
         if hashes[s][0] != hashes[s][1] and accelerator == "cpu" and not accept_spec_change:
             raise SystemExit(
                 f"seed {s}'s spec hashes {hashes[s][0]}, its registered one {hashes[s][1]} (see `specs`; --accept-spec-change)"
@@ -400,7 +408,7 @@ def main() -> int:
     elif args.what == "specs":
         folds = fold_dirs()
         for s in args.seed or pre["seeds"]:
-            print(f"seed {s}: {spec_sha256(rljob_spec(pre, folds, s, args.accelerator))}")
+            print(f"seed {s}: {registered_sha256(rljob_spec(pre, folds, s, args.accelerator))}")
         return 0
     summary(pre)
     return 0

@@ -11,6 +11,7 @@ import pytest
 
 from bench.learning import learning_folds, learning_seeds
 from bench.learning import learning_seeds_stats as st
+from bench.learning.registered_spec import as_registered, spec_sha256
 
 
 def _per_seed(diffs: list[float], peer: float = 0.40) -> dict[str, dict[int, float]]:
@@ -142,10 +143,33 @@ def test_the_rljob_spec_has_the_registered_kl_direction_seed_and_hash(tmp_path, 
         assert spec["grpo"]["rewards"]["functions"] == ["arith_correct"]
         assert spec["dataset"]["train_files"] == [str(learning_seeds.WORK / "folds" / "A" / "train.parquet")]
         assert spec["hardware"]["accelerator"] == "cpu"
-        assert learning_seeds.spec_sha256(spec) == pre["arms"]["rljob"]["job_spec_sha256"][str(s)]
+        assert learning_seeds.registered_sha256(spec) == pre["arms"]["rljob"]["job_spec_sha256"][str(s)]
     chip = learning_seeds.rljob_spec(pre, folds, 1, accelerator="v5e-1")
     assert chip["hardware"]["accelerator"] == "v5e-1"
     assert {k: v for k, v in chip.items() if k != "hardware"} == {k: v for k, v in specs[1].items() if k != "hardware"}
+
+
+def test_a_field_added_since_the_registration_leaves_the_registered_hashes_alone(monkeypatch):
+    for name in ("RLJOB_SMOLLM2_DIR", "RLJOB_ARITH_DIR", "RLJOB_OUTPUT"):
+        monkeypatch.setenv(name, "unset")
+    monkeypatch.setattr(learning_folds, "WORK", learning_seeds.WORK)
+    pre = learning_seeds.settings()
+    spec = learning_seeds.rljob_spec(pre, {"A": {"dir": str(learning_seeds.WORK / "folds" / "A")}}, 1)
+    # As if grpo.kv_cache_buffer (default 256) were added to JobSpec after the registration: its spec had no such field.
+    shape = json.loads(json.dumps(learning_seeds.registered_shape()))
+    del shape["grpo"]["kv_cache_buffer"]
+    del shape["name"]  # a field no spec can do without is never left out
+    assert spec["grpo"]["kv_cache_buffer"] != 256  # the registered jobs set it: it stays
+    assert as_registered(spec, shape) == spec
+    at_default = json.loads(json.dumps(spec))
+    at_default["grpo"]["kv_cache_buffer"] = 256
+    registered = as_registered(at_default, shape)
+    assert "kv_cache_buffer" not in registered["grpo"] and registered["name"] == spec["name"]
+    without = json.loads(json.dumps(at_default))
+    del without["grpo"]["kv_cache_buffer"]
+    assert spec_sha256(registered) == spec_sha256(without) != spec_sha256(at_default)
+    # and the registration's own spec, every field of which it knew, is hashed whole
+    assert as_registered(spec, learning_seeds.registered_shape()) == spec
 
 
 def test_the_peer_command_passes_the_seed(monkeypatch):
