@@ -10,8 +10,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from bench.chip import tpu_job_inputs
 from bench.chip.tpu_job_inputs import REPO, TASKS, registration_path, result_path
+from trainer.contract import JobSpec
 
 RECORD = "tpu_job-record.json"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -197,8 +200,14 @@ def _check_rerun(name: str, old: dict[str, Any], new: dict[str, Any], reruns: li
 
 
 def _run_spec_hash(spec: dict[str, Any] | None) -> str | None:
-    """The spec's hash without eval.base: the runner attaches the base eval to a call's first job only."""
+    """The spec's content hash without eval.base (the runner attaches the base eval to a call's first job only). The
+    service's content hash leaves out a field added since at its default (trainer/contract/spec_hash.py), so a run and
+    its rerun at a commit whose JobSpec gained a field still compare equal; a spec this code cannot read compares byte
+    for byte."""
     if spec is None:
         return None
     trimmed = {**spec, "eval": {k: v for k, v in (spec.get("eval") or {}).items() if k != "base"}}
-    return hashlib.sha256(json.dumps(trimmed, sort_keys=True).encode()).hexdigest()[:16]
+    try:
+        return JobSpec.model_validate(trimmed).content_hash()[:16]
+    except ValidationError:
+        return hashlib.sha256(json.dumps(trimmed, sort_keys=True).encode()).hexdigest()[:16]

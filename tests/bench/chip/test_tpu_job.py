@@ -195,6 +195,23 @@ def test_a_rerun_is_once_for_a_cut_short_run_with_the_identical_spec(old, reruns
             tpu_job_collect._check_rerun("trained/4", old, new, reruns)
 
 
+def test_a_rerun_at_a_commit_whose_spec_gained_a_field_is_still_the_identical_spec():
+    record = json.loads((tpu_job_inputs.RESULTS / "tpu_job_gsm8k-call-20261207T1343.json").read_text())
+    spec = record["jobs"]["trained/5"]["view"]["spec"]  # as the service's view showed it on the chip
+    spec["eval"]["base"] = True  # the call's first job only: not part of the run
+    spec["grpo"]["kv_cache_buffer"] = 256  # its default
+    before = json.loads(json.dumps(spec))
+    del before["grpo"]["kv_cache_buffer"]  # as if the field were added after the first run
+    before["eval"]["base"] = False
+    old, new = _recorded("RUNNING", None, tpu_job_collect._run_spec_hash(before)), _recorded("SUCCEEDED", None, "")
+    new["run_spec_sha256"] = tpu_job_collect._run_spec_hash(spec)
+    tpu_job_collect._check_rerun("trained/4", old, new, [])
+    spec["grpo"]["kv_cache_buffer"] = 128  # set: another spec
+    new["run_spec_sha256"] = tpu_job_collect._run_spec_hash(spec)
+    with pytest.raises(SystemExit, match="identical spec"):
+        tpu_job_collect._check_rerun("trained/4", old, new, [])
+
+
 def _continued_call(started: str, phase: str, base_phase: str, continues: str | None = None) -> dict:
     """A gsm8k call record of one job (trained/1) and its base eval, as `run` writes it."""
     score = {"value": 0.04, "ci95": [0.02, 0.06]}
