@@ -10,7 +10,7 @@ the estimate made then, this code's (`predicted_now`; tests/bench/estimate/test_
 the result is made again after the estimate's code changes).
 
     .venv/bin/python bench/estimate/tpu_held_out_setting.py --events bench/results/tpu_job_gsm8k-events-20261207 \
-        --record bench/results/tpu_job_gsm8k-call-20261207T0145.json
+        --record bench/results/tpu_job_gsm8k-call-20261207T1343.json
     .venv/bin/python bench/readme_sections.py      # bench/estimate/README.md's tpu-estimate-held-out-setting block
 """
 
