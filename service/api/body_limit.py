@@ -9,7 +9,6 @@ which the app's exception handling turns into the same JSON 413.
 
 from __future__ import annotations
 
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,7 +32,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = Headers(scope=scope).get("content-length", "")
+        declared = next((value for name, value in scope.get("headers", ()) if name == b"content-length"), b"")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
             response = JSONResponse({"detail": too_large_detail(self.max_body_bytes)}, status_code=413)
             await response(scope, receive, send)

@@ -15,31 +15,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 DISCONNECT: Message = {"type": "http.disconnect"}
 
 
-def _has_body(scope: Scope) -> bool:
-    headers = Headers(scope=scope)
-    return "transfer-encoding" in headers or headers.get("content-length", "0") not in ("", "0")
+def has_body(scope: Scope) -> bool:
+    """Whether the request declares a body (a length above 0, or chunks); a scan of the raw headers, since this runs
+    on every request (starlette's Headers would build a view of them first)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"transfer-encoding" or (name == b"content-length" and value not in (b"", b"0")):
+            return True
+    return False
 
 
 class _ConnectionWatch:
     """Stands between the app and uvicorn's `receive`, so that exactly one of them reads it at a time:
-    the app while the body is coming, the watch after it."""
+    the app while the body is coming, the watch after it. Its event and queue are made when first needed: most
+    requests are answered without a wait, and never need them."""
 
     def __init__(self, receive: Receive, *, body_expected: bool) -> None:
         self._receive = receive
-        self._body_read = asyncio.Event()
-        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._body_read: asyncio.Event | None = asyncio.Event() if body_expected else None
+        self._queue: asyncio.Queue[Message] | None = None
         self.disconnected = False
-        if not body_expected:
-            self._body_read.set()
+
+    @property
+    def _inbox(self) -> asyncio.Queue[Message]:
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+        return self._queue
 
     async def receive(self) -> Message:
-        if not self._body_read.is_set():
+        if self._body_read is not None and not self._body_read.is_set():
             message = await self._receive()
             if message["type"] == "http.disconnect" or not message.get("more_body", False):
                 self._body_read.set()
@@ -49,7 +57,8 @@ class _ConnectionWatch:
         return await self._inbox.get()
 
     async def watch(self, on_disconnect: asyncio.Event) -> None:
-        await self._body_read.wait()
+        if self._body_read is not None:
+            await self._body_read.wait()
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
@@ -73,8 +82,8 @@ class CancelOnDisconnectMiddleware:
         if task is None:  # not under a running task (never under uvicorn): nothing to cancel
             await self.app(scope, receive, send)
             return
-        connection = _ConnectionWatch(receive, body_expected=_has_body(scope))
-        left, started, cancelling = asyncio.Event(), False, False
+        connection = _ConnectionWatch(receive, body_expected=has_body(scope))
+        started, cancelling = False, False
         helpers: list[asyncio.Task[None]] = []
 
         async def tracking_send(message: Message) -> None:
@@ -82,7 +91,7 @@ class CancelOnDisconnectMiddleware:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        async def cancel_when_left() -> None:
+        async def cancel_when_left(left: asyncio.Event) -> None:
             nonlocal cancelling
             await left.wait()
             if not started:
@@ -90,7 +99,8 @@ class CancelOnDisconnectMiddleware:
                 task.cancel()
 
         def start_watching() -> None:
-            helpers.extend((asyncio.create_task(connection.watch(left)), asyncio.create_task(cancel_when_left())))
+            left = asyncio.Event()
+            helpers.extend((asyncio.create_task(connection.watch(left)), asyncio.create_task(cancel_when_left(left))))
 
         # The watch starts when the request first waits (the loop runs this only then): a request answered
         # without waiting (a status read from memory) has nothing to cancel, and pays for no tasks.

@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.disconnect import has_body
 from service.domain.records.errors import StoreUnavailable, Unauthenticated
 from service.domain.records.models import Caller
 from service.unauthenticated_connections import mark_authenticated
@@ -151,10 +152,12 @@ class LoadSheddingMiddleware:
             return None  # the route answers 401 (or 503 while the store is down) on its own
 
     async def _stream(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
-        detail = (
-            f"this token already holds {self.limits.streams_per_token} event streams, its share; close one "
-            f"or retry after {self.retry_after_s} s"
-        )
+        def detail() -> str:
+            return (
+                f"this token already holds {self.limits.streams_per_token} event streams, its share; close one "
+                f"or retry after {self.retry_after_s} s"
+            )
+
         await self._within_share(
             self.streams_by_token,
             caller.token_id,
@@ -169,10 +172,13 @@ class LoadSheddingMiddleware:
 
     async def _team_request(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
         share = self.limits.requests_per_team
-        detail = (
-            f"team {caller.team} already has {share} requests in flight, its share of the service's "
-            f"{self.requests.limit}; retry after {self.retry_after_s} s"
-        )
+
+        def detail() -> str:
+            return (
+                f"team {caller.team} already has {share} requests in flight, its share of the service's "
+                f"{self.requests.limit}; retry after {self.retry_after_s} s"
+            )
+
         await self._within_share(
             self.requests_by_team,
             caller.team,
@@ -191,16 +197,17 @@ class LoadSheddingMiddleware:
         key: str,
         share: int,
         label: str,
-        detail: str,
+        detail: Callable[[], str],
         scope: Scope,
         receive: Receive,
         send: Send,
         run: Callable[[], Awaitable[None]],
     ) -> None:
-        """`run` while `key` holds fewer than `share` places in `tally`, else a 503 saying whose share is full."""
+        """`run` while `key` holds fewer than `share` places in `tally`, else a 503 saying whose share is full (`detail`
+        is written only then: this runs on every request)."""
         if tally[key] >= share:
             self.shed.labels(label).inc()
-            await self._answer(503, detail, scope, receive, send)
+            await self._answer(503, detail(), scope, receive, send)
             return
         tally[key] += 1
         try:
@@ -211,8 +218,10 @@ class LoadSheddingMiddleware:
                 del tally[key]
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The app, once the body has arrived within body_timeout_s, answering within request_deadline_s."""
-        body = await self._read_body(receive, self.limits.body_timeout_s)
+        """The app, once the body has arrived within body_timeout_s, answering within request_deadline_s. A request that
+        declares no body has its one empty message already in (h11 ends such a message with its headers): taken at
+        once, without a timer, since this runs on every request."""
+        body = await self._read_body(receive, self.limits.body_timeout_s) if has_body(scope) else [await receive()]
         if isinstance(body, int):
             await self._answer(body, _BODY_REFUSED[body].format(self.limits.max_body_bytes), scope, receive, send)
             return

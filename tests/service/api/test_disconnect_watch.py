@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from service.api import disconnect
-from service.api.disconnect import CancelOnDisconnectMiddleware
+from service.api.disconnect import CancelOnDisconnectMiddleware, has_body
 
 SCOPE: dict[str, Any] = {"type": "http", "method": "GET", "path": "/", "headers": []}
 
@@ -80,3 +80,19 @@ def test_a_request_answered_without_waiting_starts_no_watch(monkeypatch: pytest.
     sent = asyncio.run(main())
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert started == [], f"{len(started)} watch tasks started for a request that never waited"
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ([], False),
+        ([(b"content-length", b"0")], False),
+        ([(b"content-length", b"")], False),
+        ([(b"content-length", b"12")], True),
+        ([(b"transfer-encoding", b"chunked")], True),
+        ([(b"host", b"x"), (b"authorization", b"Bearer t")], False),
+    ],
+)
+def test_a_body_is_expected_only_when_declared(headers: list[tuple[bytes, bytes]], expected: bool) -> None:
+    # The load shedder reads a declared body under its deadline and takes a bodiless request's one message at once.
+    assert has_body({"type": "http", "headers": headers}) is expected
