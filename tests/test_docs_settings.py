@@ -26,7 +26,7 @@ NOT_SETTINGS = {
     "RLJOB_TEST_SURELY_UNSET": "a test's deliberately unset variable (a spec file naming it is refused)",
     "RLJOB_EVAL": "the eval recorder's stdout line prefix (trainer/contract/evaluation.py), read by the pipeline, not a variable",
     "RLJOB_GOODPUT": "the goodput recorder's stdout line prefix (trainer/contract/goodput.py), read by the pipeline, not a variable",
-    "RLJOB_CHECKPOINT": "the checkpoint reporter's stdout line prefix (trainer/maxtext_entry/checkpoint_reporter.py), not a variable",
+    "RLJOB_CHECKPOINT": "the checkpoint reporter's stdout line prefix (trainer/contract/checkpoint_line.py), not a variable",
     "RLJOB_REWARD_FAILED": "the reward sandbox's stdout line prefix (trainer/contract/reward_sandbox.py), read by the train stage",
     "RLJOB_BENCH_WORK": "the learning bench's scratch directory (bench/learning/learning_folds.py), read by that script only",
     "RLJOB_SEEDS_WORK": "the seeds bench's scratch directory (bench/learning/learning_seeds.py), read by that script only",

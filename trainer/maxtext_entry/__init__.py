@@ -18,6 +18,6 @@ hide_from_same_user()
 # stage log: the trainer's hang watchdog (trainer/hang_watchdog.py) sends it before it stops a hung stage. Not chained:
 # no other handler of SIGUSR1 exists in MaxText or JAX, and its default would end the process before the stacks.
 # The process's own stderr (sys.__stderr__): faulthandler needs a file descriptor, and a replaced sys.stderr (pytest's
-# capsys, when a test imports this package through the pipeline) has none, which made the import itself raise.
+# capsys, when a test imports this package) has none, which made the import itself raise.
 # (sys.__stderr__ is None only in a process started without one.)
 faulthandler.register(signal.SIGUSR1, file=sys.__stderr__ or sys.stderr, all_threads=True, chain=False)

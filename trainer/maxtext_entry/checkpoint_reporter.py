@@ -14,39 +14,22 @@ renamed to `<step>`, or `commit_success.txt` written on GCS), then deletes the s
 so it is not reported. Only managers whose directory is the actor's checkpoint root report (the best
 checkpoint keeper saves through Tunix too, elsewhere), and only on process 0 (every host saves).
 
-The line is `RLJOB_CHECKPOINT {"step": N}`; the train stage turns it into a CheckpointSaved event with
+The line is `RLJOB_CHECKPOINT {"step": N}` (trainer/contract/checkpoint_line.py); the train stage turns it into a CheckpointSaved event with
 the step's model_params URI it derives itself (trainer/stages/train.py). A failure here is printed and
 ignored: reporting a checkpoint must never stop training.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from trainer.contract.checkpoint_line import checkpoint_line
 from trainer.maxtext_entry.report_line import write_report_line
 
-CHECKPOINT_LINE_PREFIX = "RLJOB_CHECKPOINT "
 # (module, class, attribute) wrapped by install(): checked against the installed Orbax by a test.
 WRAPPED = ("orbax.checkpoint.checkpoint_manager", "CheckpointManager", "_finalize")
-
-
-def checkpoint_line(step: int) -> str:
-    return CHECKPOINT_LINE_PREFIX + json.dumps({"step": int(step)})
-
-
-def step_from_line(line: str) -> int | None:
-    """The step a `RLJOB_CHECKPOINT {...}` line names; None for any other line (or a torn one)."""
-    start = line.find(CHECKPOINT_LINE_PREFIX)
-    if start < 0:
-        return None
-    try:
-        step = json.loads(line[start + len(CHECKPOINT_LINE_PREFIX) :])["step"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
 
 
 def _same_root(directory: Any, root: str) -> bool:

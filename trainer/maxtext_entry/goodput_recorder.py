@@ -4,7 +4,8 @@ Wrapped (Tunix 0.1.7 and MaxText's evaluate_rl; none re-implemented, arguments p
 - `RLCluster.generate` -> rollout: GRPO's completions (`_generate_and_compute_advantage` calls it
   once per rollout micro-batch, in the learner's data thread);
 - `RLCluster.get_ref_per_token_logps`, `get_old_per_token_logps`, `get_actor_per_token_logps`
-  -> logprobs: the reference model's and the old policy's forward passes;
+  -> logprobs: the reference model's and the old policy's forward passes; and rljob's
+  `logprob_agreement.read_trainer_logps` -> logprobs: the agreement's forward and its host read;
 - `RLCluster.update_actor`, `update_critic` -> update: the optimizer steps (PeftTrainer.train);
 - `RLCluster.sync_weights` -> weight_sync: the actor's weights copied into the rollout engine;
 - `tunix.sft.checkpoint_manager.CheckpointManager.save`, `maybe_restore`, `close` -> checkpoint:
@@ -68,6 +69,7 @@ WRAPPED: tuple[tuple[str, str | None, str, str], ...] = (
     ("tunix.rl.rl_cluster", "RLCluster", "get_ref_per_token_logps", LOGPROBS),
     ("tunix.rl.rl_cluster", "RLCluster", "get_old_per_token_logps", LOGPROBS),
     ("tunix.rl.rl_cluster", "RLCluster", "get_actor_per_token_logps", LOGPROBS),
+    ("trainer.maxtext_entry.logprob_agreement", None, "read_trainer_logps", LOGPROBS),
     ("tunix.rl.rl_cluster", "RLCluster", "update_actor", UPDATE),
     ("tunix.rl.rl_cluster", "RLCluster", "update_critic", UPDATE),
     ("tunix.rl.rl_cluster", "RLCluster", "sync_weights", WEIGHT_SYNC),

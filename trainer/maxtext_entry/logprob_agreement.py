@@ -9,14 +9,19 @@ This install measures the difference where it arises, in the step's own rollout:
    sampler computes it from the same logits it samples from, after the temperature: generate/sampler.py
    sample_top_p) and keeps them for this thread;
 2. `GRPOLearner._generate_and_compute_advantage` then runs the trainer's forward over the batch it built
-   (`RLCluster.get_actor_per_token_logps`, the MaxText model the update differentiates, at the actor's current
-   weights: see below) and compares the two on the tokens the sampler returned (the EOS rljob appends,
-   stop_token.py, has no sampled log-probability).
+   (`read_trainer_logps`: Tunix's jitted `common.compute_per_token_logps` on the MaxText model the update
+   differentiates, at the actor's current weights) and compares the two on the tokens the sampler returned (the EOS
+   rljob appends, stop_token.py, has no sampled log-probability).
 The step's `sampler_trainer/*` metrics are Tunix's own diagnostic (`log_sampler_trainer_agreement`, which only its
 agentic learner has; train_rl's GRPO learner is not that one): the log-probabilities' mean and largest absolute
 difference, the probabilities', and the probabilities' Pearson correlation, over the sampled tokens. Both sides are
-at the rollout's temperature (get_actor_per_token_logps divides the logits as the sampler does). One extra forward
-pass per step, as Tunix's costs.
+at the rollout's temperature (compute_per_token_logps divides the logits as the sampler does). One extra forward
+pass per step, as Tunix's costs, and nothing more: Tunix's `RLCluster.get_actor_per_token_logps`, which the first
+version called, reads the "anchor" weights Tunix snapshots at each weight sync (train_rl with a shared engine never
+syncs, so they were the initial ones until this code overwrote them) and ends with a full `gc.collect()`
+(rl_cluster.py in Tunix 0.1.7), 0.66 s a step on the CPU here and most of the 0.31 s a step the chip's GSM8K jobs
+waited in `logprobs` (bench/chip/README.md). The forward and its host read are timed as `logprobs`
+(goodput_recorder.py wraps `read_trainer_logps`).
 """
 
 from __future__ import annotations
@@ -73,11 +78,39 @@ def as_tunix_metrics(found: dict[str, float]) -> dict[str, tuple[float, Any]]:
     return {PREFIX + name: (value, METRICS[name]) for name, value in found.items()}
 
 
+def read_trainer_logps(cluster: Any, prompt_ids: Any, completion_ids: Any, temperature: float) -> np.ndarray:
+    """The trainer's log-probabilities of the completion tokens, [batch, completion positions], on the host: the
+    actor's model at its current weights, through the jitted forward Tunix's own log-prob calls use, under the
+    actor's mesh and axis rules. An offloading cluster keeps the actor's weights in host memory between updates;
+    reading them there is Tunix's job (it moves them), so that case is refused, not guessed at."""
+    from flax import nnx
+    from tunix.rl import common
+    from tunix.rl.rl_cluster import Role
+    from tunix.sft import sharding_utils
+
+    if cluster.cluster_config.offload_to_cpu:
+        raise ValueError("the sampler-trainer agreement reads the actor on the device; this cluster offloads it to the host")
+    axis = cluster.cluster_config.training_config.data_sharding_axis
+    with cluster._get_mesh_and_logical_axis_rules_cm(Role.ACTOR):
+        graphdef, state = nnx.split(cluster.actor_trainer.model)
+        logps = common.compute_per_token_logps(
+            graphdef,
+            state,
+            prompt_tokens=sharding_utils.shard_input(prompt_ids, axis),
+            completion_tokens=sharding_utils.shard_input(completion_ids, axis),
+            pad_id=int(cluster.rollout.pad_id()),
+            eos_id=int(cluster.rollout.eos_id()),
+            stop_gradient=True,
+            return_logits=False,
+            temperature=temperature,
+        )
+    return np.asarray(logps)
+
+
 def install() -> None:
     import functools
     import inspect
 
-    from flax import nnx
     from tunix.rl import rl_cluster
     from tunix.rl.grpo import grpo_learner
 
@@ -115,19 +148,12 @@ def install() -> None:
         call = advantage_signature.bind(self, *args, **kwargs)
         call.apply_defaults()
         cluster = self.rl_cluster
-        # get_actor_per_token_logps reads the actor's "anchor" state, which Tunix snapshots at start-up and at every
-        # sync_weights. With the engine sharing the actor's weights (jax_rollout.py) train_rl never syncs, so the
-        # anchor would stay the initial weights; the weights that sampled this batch are the actor's current ones.
-        if not self.should_sync_weights:
-            cluster._anchor_policy_state = nnx.state(cluster.actor_trainer.model)
-        trainer = cluster.get_actor_per_token_logps(
-            prompt_tokens=example.prompt_ids,
-            completion_tokens=example.completion_ids,
-            pad_id=int(cluster.rollout.pad_id()),
-            eos_id=int(cluster.rollout.eos_id()),
-            temperature=_last.temperature,  # the sampler's log-probabilities are after its temperature
-        )
-        found = agreement([np.asarray(s) for s in sampled], np.asarray(trainer))
+        if cluster.cluster_config.offload_to_cpu:
+            return example  # read_trainer_logps cannot read an offloaded actor; rljob's configs never offload it
+        # The weights that sampled this batch are the actor's current ones: with the engine sharing them
+        # (jax_rollout.py) nothing syncs, and with a synced engine the sync came after the last update.
+        trainer = read_trainer_logps(cluster, example.prompt_ids, example.completion_ids, _last.temperature)
+        found = agreement([np.asarray(s) for s in sampled], trainer)
         if found is not None:
             cluster.buffer_metrics(as_tunix_metrics(found), mode=call.arguments["mode"])
         return example

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import CheckpointSaved, JobSpec, RunLayout, TrainStep
+from trainer.contract.checkpoint_line import step_from_line
 from trainer.contract.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalScoring
 from trainer.contract.kl_direction import tunix_kl_loss_mode
 from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure, RewardSandboxSettings
 from trainer.contract.rl_settings import DEFAULT_SEED, OPTIMIZER_DEFAULTS, OPTIMIZER_KEYS
 from trainer.contract.shim_config import BestCheckpointPaths, EvalRecording, GrpoObjective, ShimConfig
-from trainer.maxtext_entry.checkpoint_reporter import step_from_line
 from trainer.progress.event_reporter import EventReporter
 from trainer.progress.tensorboard_scalars import EventFileTailer
 from trainer.progress.train_rl_events import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from trainer.contract import CheckpointSaved, RunLayout, parse_event
+from trainer.contract.checkpoint_line import checkpoint_line, step_from_line
 from trainer.maxtext_entry import checkpoint_reporter as cr
 
 COMMIT_DELAY_S = 0.3  # Orbax's commit (the rename to <step>) is held this long, so an early report is caught
@@ -60,7 +61,7 @@ class Lines:
     def __call__(self, line: str) -> None:
         import orbax.checkpoint as ocp
 
-        step = cr.step_from_line(line)
+        step = step_from_line(line)
         assert step is not None, line
         with self.lock:
             self.seen.append((line, bool(ocp.utils.is_checkpoint_finalized(self.root / str(step)))))
@@ -75,7 +76,7 @@ def test_each_step_is_reported_once_after_orbax_finalized_it(tmp_path, orbax_res
     _save(manager, 2)
     _save(manager, 4)  # Orbax waits for step 2's finalization first, then deletes it (max_to_keep=1)
     manager.close()
-    assert lines.seen == [(cr.checkpoint_line(2), True), (cr.checkpoint_line(4), True)]
+    assert lines.seen == [(checkpoint_line(2), True), (checkpoint_line(4), True)]
 
 
 def test_a_manager_elsewhere_reports_nothing(tmp_path, orbax_restored) -> None:
@@ -116,7 +117,7 @@ def test_a_failed_report_leaves_the_save_alone(tmp_path, orbax_restored, capsys)
     ],
 )
 def test_step_from_line(line: str, step: int | None) -> None:
-    assert cr.step_from_line(line) == step
+    assert step_from_line(line) == step
 
 
 def test_the_train_stage_turns_the_line_into_a_checkpoint_event_naming_its_own_layout(tmp_path) -> None:
@@ -128,7 +129,7 @@ def test_the_train_stage_turns_the_line_into_a_checkpoint_event_naming_its_own_l
     layout = RunLayout(str(tmp_path / "runs"), "rl-abcdefabcdef")
     uri = str(tmp_path / "events.jsonl")
     reporter = EventReporter(store_for(uri), uri, "rl-abcdefabcdef", stdout=open(tmp_path / "out", "w"))
-    report_train_line(cr.checkpoint_line(6), reporter, layout, EvalLineReader(start_step=0, total_steps=8))
+    report_train_line(checkpoint_line(6), reporter, layout, EvalLineReader(start_step=0, total_steps=8))
     report_train_line("an ordinary log line", reporter, layout, EvalLineReader(start_step=0, total_steps=8))
     events = [parse_event(line) for line in Path(uri).read_text().splitlines()]
     assert events == [

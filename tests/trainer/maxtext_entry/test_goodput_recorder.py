@@ -70,7 +70,12 @@ def _fake_tunix(clock: FakeClock) -> dict[str, Any]:
         return "scores"
 
     eval_module = types.SimpleNamespace(evaluate=evaluate)
+
+    def read_trainer_logps(cluster: Any, prompt_ids: Any, completion_ids: Any, temperature: float) -> None:
+        clock.advance(0.25)  # the agreement's forward and its host read
+
     return {
+        "trainer.maxtext_entry.logprob_agreement": types.SimpleNamespace(read_trainer_logps=read_trainer_logps),
         "tunix.rl.rl_cluster": cluster_module,
         "tunix.sft.checkpoint_manager": checkpoint_module,
         "maxtext.trainers.post_train.rl.evaluate_rl": eval_module,
@@ -86,6 +91,7 @@ def _step(modules: dict[str, Any], clock: FakeClock) -> None:
     cluster.generate(["p"])
     cluster.get_ref_per_token_logps()
     cluster.get_old_per_token_logps()
+    modules["trainer.maxtext_entry.logprob_agreement"].read_trainer_logps(cluster, None, None, 1.0)
     clock.advance(0.5)  # untimed: rewards
     cluster.update_actor(manager)
     cluster.sync_weights()
@@ -112,7 +118,7 @@ def test_each_wrapped_method_times_its_own_part_and_nested_calls_go_to_the_right
     measured = goodput.snapshot()
     assert measured.parts == {
         "rollout": 5.0,  # the step's generate only: eval's generate is eval's
-        "logprobs": 1.5,
+        "logprobs": 1.5 + 0.25,  # the reference's and old policy's forwards, and the agreement's
         "update": 4.0,  # update_actor less the save inside it
         "weight_sync": 0.25,
         "checkpoint": 2.0 + 0.75 + 0.125,  # save (inside update), restore, close

@@ -3,6 +3,9 @@ sampled, position for position, and nothing after them."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -80,3 +83,79 @@ def test_the_correlation_holds_when_every_probability_is_small():
 def test_a_constant_probability_leaves_the_correlation_out():
     found = agreement([np.full(5, -1.0)], np.full((1, 5), -1.0))
     assert "probs_pearson_corr" not in found and found["logp_diff_max"] == 0.0
+
+
+class _Toy:
+    """A two-layer language model in Tunix's call form (logits, cache), small enough to check by hand."""
+
+    def __new__(cls, vocab: int = 11, width: int = 6) -> Any:
+        from flax import nnx
+
+        class Toy(nnx.Module):
+            def __init__(self, rngs: nnx.Rngs) -> None:
+                self.embed = nnx.Embed(vocab, width, rngs=rngs)
+                self.out = nnx.Linear(width, vocab, rngs=rngs)
+
+            def __call__(self, tokens: Any, positions: Any, cache: Any, attention_mask: Any, **_: Any) -> tuple[Any, None]:
+                return self.out(self.embed(tokens)), None
+
+        return Toy(nnx.Rngs(0))
+
+
+def _cluster(model: Any, offload: bool = False) -> Any:
+    import contextlib
+
+    import jax
+    from jax.sharding import Mesh
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("fsdp",))
+
+    @contextlib.contextmanager
+    def rules(role: Any) -> Any:
+        with mesh:
+            yield mesh, None
+
+    config = SimpleNamespace(offload_to_cpu=offload, training_config=SimpleNamespace(data_sharding_axis=("fsdp",)))
+    rollout = SimpleNamespace(pad_id=lambda: 0, eos_id=lambda: 1)
+    return SimpleNamespace(
+        cluster_config=config, actor_trainer=SimpleNamespace(model=model), rollout=rollout, _get_mesh_and_logical_axis_rules_cm=rules
+    )
+
+
+def _by_hand(model: Any, prompt: np.ndarray, completion: np.ndarray, temperature: float) -> np.ndarray:
+    tokens = np.concatenate([prompt, completion], axis=1)
+    logits = np.asarray(model.out(model.embed(tokens)), np.float64) / temperature
+    logps = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    start = prompt.shape[1]
+    return np.take_along_axis(logps[:, start - 1 : -1], completion[..., None], -1)[..., 0]
+
+
+def test_the_trainer_side_is_the_actors_current_weights_read_without_collecting(monkeypatch):
+    import gc
+
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from trainer.maxtext_entry.logprob_agreement import read_trainer_logps
+
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or 0)  # Tunix's own read collects each step
+    model = _Toy()
+    cluster = _cluster(model)
+    prompt, completion = np.array([[2, 3, 4], [5, 6, 7]]), np.array([[8, 9, 10, 2], [3, 4, 5, 6]])
+    before = read_trainer_logps(cluster, jnp.asarray(prompt), jnp.asarray(completion), 0.7)
+    np.testing.assert_allclose(before, _by_hand(model, prompt, completion, 0.7), rtol=1e-5, atol=1e-5)
+    state = nnx.state(model)
+    nnx.update(model, jax_tree_scaled(state, 1.5))  # an update: the next read must see it
+    after = read_trainer_logps(cluster, jnp.asarray(prompt), jnp.asarray(completion), 0.7)
+    np.testing.assert_allclose(after, _by_hand(model, prompt, completion, 0.7), rtol=1e-5, atol=1e-5)
+    assert np.abs(after - before).max() > 1e-3
+    assert collections == []
+    with pytest.raises(ValueError, match="offloads it to the host"):
+        read_trainer_logps(_cluster(model, offload=True), jnp.asarray(prompt), jnp.asarray(completion), 0.7)
+
+
+def jax_tree_scaled(state: Any, by: float) -> Any:
+    import jax
+
+    return jax.tree.map(lambda x: x * by, state)
