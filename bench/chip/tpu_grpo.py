@@ -324,6 +324,8 @@ def _steady(shape: dict[str, Any], bandwidth_bytes_per_s: float) -> dict[str, An
         "step_s": round(sum(x["wall_s"] for x in steady) / len(steady), 3),
         "rollout_s": round(rollout, 3),
         "update_s": round(update, 3),
+        # the step waiting on the host for the reference's and the agreement's forwards (a share of the rest)
+        "logprobs_s": round(sum(x["parts"].get("logprobs", 0.0) for x in steady) / len(steady), 3),
         "checkpoint_s": round(sum(x["parts"]["checkpoint"] for x in steady) / len(steady), 3),
         # what is neither rollout, update nor a checkpoint save (whose period is the job's own setting)
         "rest_share": round(

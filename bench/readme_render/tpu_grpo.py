@@ -23,12 +23,12 @@ def _time_row(shape: dict[str, Any]) -> str:
     steady = shape.get("steady")
     stopped = "out of HBM" if shape["returncode"] else ""
     if steady is None:
-        return f"| {shape['shape']} | {_lengths(shape)} | {stopped or 'one step only'} | | | | | | | {first} | {compile_s:.0f} |"
+        return f"| {shape['shape']} | {_lengths(shape)} | {stopped or 'one step only'} | | | | | | | | {first} | {compile_s:.0f} |"
     steps = f"{steady['steps']} step{'s' if steady['steps'] > 1 else ''}{', then ' + stopped if stopped else ''}"
     return (
         f"| {shape['shape']} | {_lengths(shape)} | {steady['step_s']} ({steps}) | {steady['rollout_s']} | {steady['update_s']} | "
-        f"{steady['checkpoint_s']} | {steady['rest_share']:.1%} | {steady['rollout_tokens_per_s']:.0f} | {steady['update_mfu']:.1%} | "
-        f"{first} | {compile_s:.0f} |"
+        f"{steady.get('logprobs_s', '')} | {steady['checkpoint_s']} | {steady['rest_share']:.1%} | "
+        f"{steady['rollout_tokens_per_s']:.0f} | {steady['update_mfu']:.1%} | {first} | {compile_s:.0f} |"
     )
 
 
@@ -261,11 +261,13 @@ def render_tpu_grpo(result: dict[str, Any]) -> str:
         f"(collected {machine['started_at']}"
         + (f"; {', '.join(earlier)} from the session before, same trainer files" if earlier else "")
         + "). Steady: the mean of the steps after the first, leaving out the one after the profiled step (the profiler "
-        "writing its trace); rest = what is neither rollout, update nor checkpoint save; update MFU = 6 x parameters x "
+        "writing its trace); log-probs = the step waiting on the host for the reference's and the sampler-trainer "
+        "agreement's forwards before the update; rest = what is neither rollout, update nor checkpoint save (the "
+        "log-probs wait among it); update MFU = 6 x parameters x "
         "batch x generations x max_target_length / update seconds / 197 TFLOP/s.\n\n"
-        "| shape | prompts x generations, prompt+new tokens | steady s/step | rollout s | update s | checkpoint s | rest | "
-        "rollout tokens/s | update MFU | first step s | JAX compile s |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| shape | prompts x generations, prompt+new tokens | steady s/step | rollout s | update s | log-probs s | "
+        "checkpoint s | rest | rollout tokens/s | update MFU | first step s | JAX compile s |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
         + "\n".join(_time_row(s) for s in shapes)
         + "\n\n"
         + (_profiles(profiles, bandwidth, shapes) if profiles else _rollout_bounds(shapes, bandwidth))

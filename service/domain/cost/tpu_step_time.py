@@ -20,10 +20,12 @@ that file gives. What the measurement showed, and so the model:
   about a millisecond and their work ran inside the update's time; the rate keeps that definition, so the update
   carries the passes' FLOPs.
 - log-probs: since the agreement, its host read makes the step wait for the reference's and the agreement's forwards
-  before the update, and the chip's steps show the wait as the `logprobs` part: 0.30-0.35 s a step on every measured
-  shape, the tiny one included, so host work rather than the forwards (Tunix's get_actor_per_token_logps runs a full
-  gc.collect each call). A step is charged the largest measured, not scaled: nothing measured says how it moves with
-  the chip. The GSM8K jobs on the chip, a batch and lengths no rate came from, check it (bench/estimate/README.md).
+  before the update, and the chip's steps show the wait as the `logprobs` part. The agreement's first version read
+  through Tunix's get_actor_per_token_logps, whose gc.collect made the wait about the same host time on every shape;
+  the present read has none, and the wait is about the forwards' own device time, so it grows with the model. A step
+  is charged the largest a measured shape took, not scaled by the model's forward FLOPs (not built: a model larger
+  than the measured ones is under-charged here). The GSM8K jobs on the chip, a batch and lengths no rate came from,
+  checked it blind with the first version's read (bench/estimate/README.md).
 - checkpoint: the parameters and AdamW's two moments per save at the bytes per second the blocking save took there.
 Another generation is scaled from v5e by its documented peak bf16 FLOP/s (update) and HBM bandwidth (rollout's reads
 and the cache's write); the per-position overhead is not scaled: nothing measured says how it moves with the chip.
