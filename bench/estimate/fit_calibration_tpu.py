@@ -75,8 +75,17 @@ def spec_of(entry: dict[str, Any]) -> JobSpec:
     )
 
 
+KEPT_IN_HBM = {f"{name}=device" for name in ("decoder_layer_input", "query_proj", "key_proj", "value_proj")}
+
+
+def layers_in_hbm_of(entry: dict[str, Any]) -> bool:
+    """Whether the run kept every layer's saved activations in HBM: MaxText's `device` for all four tensors rl.yml
+    offloads, as the run's own MaxText overrides say."""
+    return KEPT_IN_HBM <= set(entry.get("maxtext_overrides") or [])
+
+
 def estimate_of(entry: dict[str, Any]) -> FitEstimate:
-    return estimate_fit(spec_of(entry), model_shape_of(entry))
+    return estimate_fit(spec_of(entry), model_shape_of(entry), layers_in_hbm_of(entry))
 
 
 def reached_phases(entry: dict[str, Any]) -> set[str]:

@@ -12,7 +12,8 @@ A chip needs the most that any phase of a GRPO step (MaxText 0.2.5's train_rl ov
 - log-probs (reference, and the old policy with num_iterations > 1): the fp32 logits of every sequence and position;
 - update: the step's new parameters (the gradients are written into their buffer) and the fp32 logits kept for the
   backward pass (one layer's recompute with dot-product attention's fp32 scores, where that is larger; each layer's
-  input is offloaded to host by rl.yml on TPU); sharded over the batch, so over at most batch x generations devices.
+  input and q/k/v are offloaded to host by rl.yml on TPU, or with `layers_in_hbm` kept in HBM beside them); sharded
+  over the batch, so over at most batch x generations devices.
 On one VM (and on cpu) the trainer and the rollout share every device, so each phase also holds the other side's
 resident part; on several VMs each side has its own chips.
 
@@ -105,19 +106,23 @@ def smallest_fitting_slice(spec: JobSpec, shape: ModelShape) -> str | None:
     return next((s.name for s in same_generation if _fits_on(spec, shape, s.name)), None)
 
 
-def estimate_fit(spec: JobSpec, shape: ModelShape) -> FitEstimate:
+def estimate_fit(spec: JobSpec, shape: ModelShape, layers_in_hbm: bool = False) -> FitEstimate:
+    """`layers_in_hbm`: the update keeping each layer's input and q/k/v in HBM (MaxText's `device` for rl.yml's
+    offloaded four; fit_phases.saved_layer_activations) instead of rl.yml's offload to host."""
     accelerator = spec.hardware.accelerator
     if spec.is_eval:  # the JAX evaluation engine on one chip (eval_fit.py), nothing of a GRPO step
         parts, phase = eval_phase(spec, shape)
         trainer, rollout, phases = 1, 1, [phase]
     else:
-        parts, trainer, rollout = per_chip_bytes(spec, shape)
+        parts, trainer, rollout = per_chip_bytes(spec, shape, layers_in_hbm)
         phases = phases_of(spec, shape, parts)
     peak = max(phases, key=lambda p: p.total)
     total = peak.total
     tpu = tpu_slice(accelerator)
     capacity = hbm_bytes_per_chip(tpu) if tpu else None
     needs = f"needs ~{gib(total)} GiB per chip ({_breakdown(parts, peak)})"
+    if layers_in_hbm and tpu is not None and not spec.is_eval:
+        needs += " with each layer's input and q/k/v kept in HBM for the backward pass"
     verdict: Verdict
     if tpu is None or capacity is None:
         verdict = "unchecked"

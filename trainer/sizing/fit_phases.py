@@ -86,8 +86,22 @@ def _rollout_split(data: int, tensor: int, devices: int) -> tuple[int, int]:
     return data, tensor
 
 
-def per_chip_bytes(spec: JobSpec, shape: ModelShape) -> tuple[PerChipBytes, int, int]:
-    """(each part's bytes on one chip, trainer devices, rollout devices)."""
+def saved_layer_activations(spec: JobSpec, shape: ModelShape) -> int:
+    """What the update's backward pass keeps of every layer under rl.yml's remat policy ('custom', rl.yml:90-94): each
+    layer's input and its query, key and value projections, for every token of the batch, in the compute dtype. On
+    TPU rl.yml offloads them to host memory; MaxText's `device` for the four keeps them in HBM, where they are the
+    update program's temporaries: the chip's 360M variant (bench/results/tpu_grpo_layers_in_hbm.json) reserved
+    4,026,286,080 B more than the same shape offloading, for 4,026,531,840 counted here. Unsharded: the caller
+    divides by the batch's split."""
+    compute_bytes = 2 if spec.model.resolved_compute_dtype(spec.hardware.accelerator) == "bfloat16" else FP32_BYTES
+    tokens = spec.grpo.batch_size * spec.grpo.num_generations * spec.grpo.max_target_length
+    per_token = shape.emb_dim + shape.num_query_heads * shape.head_dim + 2 * shape.num_kv_heads * shape.head_dim
+    return shape.num_layers * tokens * per_token * compute_bytes
+
+
+def per_chip_bytes(spec: JobSpec, shape: ModelShape, layers_in_hbm: bool = False) -> tuple[PerChipBytes, int, int]:
+    """(each part's bytes on one chip, trainer devices, rollout devices). `layers_in_hbm`: on TPU, the update keeps
+    each layer's saved activations (`saved_layer_activations`) in HBM instead of offloading them as rl.yml does."""
     tpu = tpu_slice(spec.hardware.accelerator)
     trainer = tpu.trainer_devices if tpu else 1
     rollout = rollout_devices(spec.hardware.accelerator)
@@ -118,8 +132,12 @@ def per_chip_bytes(spec: JobSpec, shape: ModelShape) -> tuple[PerChipBytes, int,
     logprobs = math.ceil(max(logits, forward) / batch_split)
     # The update keeps the logits' worth for the backward pass; their gradient is consumed where it is made (the update
     # reserved Qwen3 <= 3.7435e9, TinyLlama 1.3092e9: one fp32 logits' size, not 1.5). rl.yml:90-94 (remat 'custom')
-    # offloads each layer's input and q/k/v to host memory: off the chip on TPU, but on cpu the host is the device.
-    layer_inputs = shape.num_layers * tokens * shape.emb_dim * compute_bytes if tpu is None else 0
+    # offloads each layer's input and q/k/v to host memory: off the chip on TPU unless kept in HBM, but on cpu the host
+    # is the device (the cpu calibration, bench/results/fit_calibration.json, counts the layers' inputs alone there).
+    if tpu is None:
+        layer_inputs = shape.num_layers * tokens * shape.emb_dim * compute_bytes
+    else:
+        layer_inputs = saved_layer_activations(spec, shape) if layers_in_hbm else 0
     activations = math.ceil((max(logits, forward) + layer_inputs) / batch_split)
 
     replicas, tensor = _rollout_split(h.rollout_data_parallelism, h.rollout_tensor_parallelism, rollout)

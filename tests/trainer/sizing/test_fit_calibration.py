@@ -13,12 +13,18 @@ import json
 
 import pytest
 
-from bench.estimate.fit_calibration_tpu import RESULT, TOLERANCE, compare, estimate_of, model_shape_of
+from bench.estimate.fit_calibration_tpu import RESULT, TOLERANCE, compare, estimate_of, layers_in_hbm_of, model_shape_of
 
 # TinyLlama's out-of-HBM run (at 2ca1695, the session before the engine's decode change: the layout refresh it ran out
 # in did not change) is kept in a file of its own: later runs measure the largest shape the estimate accepts instead.
 TINYLLAMA_OOM = json.loads((RESULT.parent / "tpu_grpo_tinyllama_oom.json").read_text())["shape"]
-SHAPES = [*json.loads(RESULT.read_text())["shapes"], TINYLLAMA_OOM]
+# SmolLM2-360M with each layer's input and q/k/v kept in HBM (at ce9e55b, beside the same shape offloading them).
+LAYERS_IN_HBM = json.loads((RESULT.parent / "tpu_grpo_layers_in_hbm.json").read_text())
+SHAPES = [
+    *json.loads(RESULT.read_text())["shapes"],
+    TINYLLAMA_OOM,
+    {**LAYERS_IN_HBM["layers_in_hbm"], "shape": "smollm2-360m-b4-layers-in-hbm"},
+]
 # The float32 tiny test model's log-prob program reserved 3.15 GB where the estimate counts its fp32 logits whole,
 # 4.20 GB (as it does, and matches within 1%, for Qwen3 and both SmolLM2 shapes): 27% over, shown part by part in
 # bench/chip/README.md and not explained. No one trains it; the rates leave it out for its one steady step too.
@@ -88,3 +94,20 @@ def test_tinyllama_is_refused_at_the_layout_refresh_where_it_ran_out_of_memory()
     assert estimate.total_bytes_per_chip == 4 * w + layout + w + layout + gate_up
     assert 16_909_336_064 < estimate.total_bytes_per_chip < 16 * 1024**3
     assert "XLA may allocate 15.7 of them" in estimate.message
+
+
+def test_keeping_the_layers_in_hbm_costs_what_the_chip_reserved_for_it() -> None:
+    """The same 360M shape in one session, offloading as rl.yml does and keeping the four tensors in HBM: the update's
+    programs reserved 4,026,286,080 B more, and the estimate adds 32 layers x 4x8x768 tokens x (960 + 960 + 2 x 320)
+    x 2 bytes = 4,026,531,840 B to the update's temporaries and nothing to its arrays."""
+    kept, offloaded = LAYERS_IN_HBM["layers_in_hbm"], LAYERS_IN_HBM["offloaded"]
+    assert layers_in_hbm_of(kept) and not layers_in_hbm_of(offloaded)
+    reserved = kept["memory"]["peak_bytes_reserved"] - offloaded["memory"]["peak_bytes_reserved"]
+    assert kept["memory"]["peak_bytes_in_use"] == offloaded["memory"]["peak_bytes_in_use"]
+    counted = 32 * (4 * 8 * 768) * (960 + 960 + 2 * 320) * 2
+    assert estimate_of(kept).per_chip.activations - estimate_of(offloaded).per_chip.activations == counted
+    update = {p.name: p for p in estimate_of(kept).phases}["update"]
+    update_offloaded = {p.name: p for p in estimate_of(offloaded).phases}["update"]
+    assert update.program - update_offloaded.program == counted and update.arrays == update_offloaded.arrays
+    assert abs(counted - reserved) / reserved < 0.001
+    assert "kept in HBM" in estimate_of(kept).message and "kept in HBM" not in estimate_of(offloaded).message
