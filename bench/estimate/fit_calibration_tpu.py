@@ -23,6 +23,7 @@ if str(REPO) not in sys.path:
 
 from trainer.contract import JobSpec  # noqa: E402
 from trainer.sizing.fit import FitEstimate, estimate_fit  # noqa: E402
+from trainer.sizing.layer_activations import KEPT_IN_HBM_ARGS  # noqa: E402
 from trainer.sizing.model_shapes import ModelShape  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "tpu_grpo.json"
@@ -75,13 +76,10 @@ def spec_of(entry: dict[str, Any]) -> JobSpec:
     )
 
 
-KEPT_IN_HBM = {f"{name}=device" for name in ("decoder_layer_input", "query_proj", "key_proj", "value_proj")}
-
-
 def layers_in_hbm_of(entry: dict[str, Any]) -> bool:
     """Whether the run kept every layer's saved activations in HBM: MaxText's `device` for all four tensors rl.yml
-    offloads, as the run's own MaxText overrides say."""
-    return KEPT_IN_HBM <= set(entry.get("maxtext_overrides") or [])
+    offloads, on the command it ran (the trainer's choice, or a variant's overrides after it)."""
+    return set(KEPT_IN_HBM_ARGS) <= set(entry["command"])
 
 
 def estimate_of(entry: dict[str, Any]) -> FitEstimate:

@@ -83,6 +83,13 @@ class HardwareSpec(_Strict):
         validate_default=True,
         description="chips per rollout replica; -1 lets MaxText derive it",
     )
+    # Issue 67 §1 (trainer/sizing/layer_activations.py); at its default, out of the spec's hash.
+    layer_activations: Literal["auto", "hbm", "offload"] = Field(
+        default="auto",
+        description="where the update keeps each layer's input and q/k/v for the backward pass on TPU: hbm (faster; "
+        "counted by the fit estimate), offload (to host memory, as MaxText's rl.yml does) or auto (hbm where the "
+        "estimate says it fits with room, else offload)",
+    )
     # An rl.yml setting of issue 39 (rl_settings.py); at its default, out of the spec's hash.
     reshard_chunk_size: int | None = Field(default=None, ge=1, le=rl.MAX_RESHARD_CHUNK_SIZE, description=rl.RESHARD_DESCRIPTION)
 

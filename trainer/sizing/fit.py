@@ -44,7 +44,15 @@ from .tpu_memory import GIB, allocatable_bytes_per_chip, hbm_bytes_per_chip
 
 TIGHT_FRACTION = 0.9  # above this share of a chip's memory a job is accepted with a warning
 Verdict = Literal["fits", "tight", "does-not-fit", "unchecked"]
-__all__ = ["FitEstimate", "PerChipBytes", "PhaseBytes", "estimate_fit", "estimate_job_fit", "per_chip_bytes"]
+__all__ = [
+    "FitEstimate",
+    "PerChipBytes",
+    "PhaseBytes",
+    "estimate_fit",
+    "estimate_job_fit",
+    "keeps_layers_in_hbm",
+    "per_chip_bytes",
+]
 
 
 class FitEstimate(BaseModel):
@@ -130,9 +138,13 @@ def estimate_fit(spec: JobSpec, shape: ModelShape, layers_in_hbm: bool = False) 
     elif total > (allocatable := allocatable_bytes_per_chip(tpu)):
         verdict = "does-not-fit"
         message = f"{needs}, {accelerator} has {capacity / GIB:g} GiB per chip{_allocatable_note(allocatable, capacity)}"
+        offloaded = estimate_fit(spec, shape) if layers_in_hbm and not spec.is_eval else None
         larger = None if spec.is_eval else smallest_fitting_slice(spec, shape)  # the engine uses one chip of any slice
         message += (
-            f"; it would fit on {larger}"
+            f"; keeping each layer's activations in HBM is what does not fit: with hardware.layer_activations auto or "
+            f"offload it needs ~{gib(offloaded.total_bytes_per_chip)} GiB"
+            if offloaded is not None and offloaded.verdict != "does-not-fit"
+            else f"; it would fit on {larger}"
             if larger and larger != accelerator
             else "; evaluate it on cpu (accelerator: cpu), or with fewer samples or new tokens"
             if spec.is_eval
@@ -169,4 +181,16 @@ def estimate_job_fit(spec: JobSpec, hf_config: dict[str, Any] | None = None) -> 
         hf_config = read_local_model_config(spec.model.source)
     dims = spec.model.dims.model_dump() if spec.model.dims else None
     shape = model_shape(spec.model.name, dims, hf_config)
-    return None if shape is None else estimate_fit(spec, shape)
+    return None if shape is None else estimate_fit(spec, shape, keeps_layers_in_hbm(spec, shape))
+
+
+def keeps_layers_in_hbm(spec: JobSpec, shape: ModelShape | None) -> bool:
+    """Whether this job's update keeps each layer's saved activations in HBM (trainer/sizing/layer_activations.py).
+    `auto` keeps them only where the estimate with them kept says "fits" (not "tight"); with no shape to estimate from,
+    rl.yml's offload stands. On cpu the host is the device: nothing to choose."""
+    choice = spec.hardware.layer_activations
+    if tpu_slice(spec.hardware.accelerator) is None or spec.is_eval or choice == "offload":
+        return False
+    if choice == "hbm":
+        return True
+    return shape is not None and estimate_fit(spec, shape, layers_in_hbm=True).verdict == "fits"

@@ -18,6 +18,8 @@ from trainer.progress.tensorboard_scalars import EventFileTailer
 from trainer.progress.train_rl_events import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
 from trainer.runner import StageCommand, StageFailed
 from trainer.sizing.hf_model import MaxTextModel
+from trainer.sizing.job_shape import model_shape
+from trainer.sizing.layer_activations import layer_activation_args
 from trainer.sources import materialise_dataset
 from trainer.storage import store_for
 
@@ -216,6 +218,8 @@ def build_train_command(
         f"run_name={layout.job_id}",
         f"base_output_directory={layout.rl_base}",
         *hardware_args(spec),
+        # rl.yml's offload of each layer's input and q/k/v, or HBM where the fit estimate leaves room (issue 67 §1)
+        *layer_activation_args(spec, model.shape or model_shape(model.name, None, None)),
         *grpo_args(spec, local_rewards),
         *dataset_args(spec, local_data, local_template),
         *rl_settings_args(spec, local_processor),

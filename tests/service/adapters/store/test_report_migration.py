@@ -86,7 +86,7 @@ RL_SETTINGS_DEFAULTS = {
         "weight_decay": 0.1,
     },
     "dataset": {"shuffle_seed": None, "processor_path": None},
-    "hardware": {"reshard_chunk_size": None},
+    "hardware": {"reshard_chunk_size": None, "layer_activations": "auto"},  # the second: issue 67 §1's
 }
 
 
