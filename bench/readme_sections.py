@@ -100,7 +100,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str], str]] = {
     "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes, "pipeline"),
     "reward-container-cost": (("reward_container_cost.json",), render_reward_container_cost, "pipeline"),
     "tpu-grpo": (("tpu_grpo.json",), render_tpu_grpo, "chip"),
-    "tpu-update-terms": (("tpu_grpo.json",), render_tpu_update_terms, "chip"),
+    "tpu-update-terms": (("tpu_grpo.json", "tpu_grpo_offloaded.json"), render_tpu_update_terms, "chip"),
     "tpu-job": (("tpu_job.json",), render_tpu_job, "chip"),
     "tpu-job-gsm8k": (("tpu_job_gsm8k.json",), render_tpu_job, "chip"),
     "tpu-compile-cache": (("tpu_compile_cache.json",), render_tpu_compile_cache, "chip"),

@@ -17,7 +17,9 @@ is no model anyone trains, and its one steady step is no steady state). Per shap
   takes to read the bytes a chip reads per position (the fit estimate's weights and KV cache per chip, which the
   result carries): what a position costs beyond moving its bytes (HBM efficiency, that read over the seconds less the
   write, is kept beside it for reading);
-- update utilization: the update part's FLOPs (6 x parameters per token, plus 2 per log-prob pass, which ran inside
+- update utilization: for the bench's run (each layer's input and q/k/v kept in HBM, the train stage's choice where
+  that fits) and for the same shape offloading them (bench/results/tpu_grpo_offloaded.json, the same train command
+  less the four `=device` overrides): the update part's FLOPs (6 x parameters per token, plus 2 per log-prob pass, which ran inside
   the update's time until the sampler-trainer agreement's host read ordered them before it; the rate keeps that
   definition, so the estimate's update still carries the passes' FLOPs) / update seconds / the chip's peak bf16 FLOP/s;
 - checkpoint bytes per second: parameters x weight bytes x 3 (with AdamW's moments) / the mean seconds of a save;
@@ -52,8 +54,12 @@ from service.domain.cost.tpu_step_time import (  # noqa: E402
     UPDATE_FLOPS_PER_TOKEN,
 )
 from trainer.contract.tpu import tpu_slice  # noqa: E402
+from trainer.sizing.layer_activations import KEPT_IN_HBM_ARGS  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "tpu_grpo.json"
+# The same shapes with each layer's input and q/k/v offloaded to host memory (rl.yml's policy, which the train stage
+# runs where keeping them does not fit): the update rate for such a job.
+OFFLOADED = REPO / "bench" / "results" / "tpu_grpo_offloaded.json"
 MIN_STEADY_STEPS = 3
 
 
@@ -114,7 +120,23 @@ def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
     }
 
 
-def derive_rates(result: dict[str, Any]) -> dict[str, Any]:
+def layers_in_hbm_of(shape: dict[str, Any]) -> bool:
+    """Whether the run kept each layer's input and q/k/v in HBM: MaxText's `device` for all four, on its command."""
+    return set(KEPT_IN_HBM_ARGS) <= set(shape["command"])
+
+
+def _offloaded_utilization(shape: dict[str, Any], offloaded: dict[str, Any], generation: str) -> float:
+    """The update rate of `shape` run with its layers offloaded: the same shape, settings and train command but for
+    the four `=device` overrides, from the offloaded result."""
+    kept = [arg for arg in shape["command"] if arg not in KEPT_IN_HBM_ARGS]
+    runs = [s for s in offloaded["shapes"] if s["shape"] == shape["shape"] and s["command"] == kept and not layers_in_hbm_of(s)]
+    if len(runs) != 1:
+        raise SystemExit(f"{OFFLOADED}: no run of {shape['shape']} with the same train command, its layers offloaded")
+    return _shape_rates(runs[0], generation)["update_utilization"]
+
+
+def derive_rates(result: dict[str, Any], offloaded: dict[str, Any] | None = None) -> dict[str, Any]:
+    offloaded = offloaded if offloaded is not None else json.loads(OFFLOADED.read_text())
     shapes = [
         shape
         for shape in result["shapes"]
@@ -130,7 +152,13 @@ def derive_rates(result: dict[str, Any]) -> dict[str, Any]:
     if len(generations) != 1:
         raise SystemExit(f"{RESULT}: the shapes ran on {sorted(generations)}, not on one TPU generation")
     generation = generations.pop()
-    rates = [_shape_rates(shape, generation) for shape in shapes]
+    rates = []
+    for shape in shapes:
+        if not layers_in_hbm_of(shape):
+            raise SystemExit(f"{RESULT}: {shape['shape']} offloaded its layers; the bench's shapes are the kept policy's")
+        rates.append(
+            _shape_rates(shape, generation) | {"update_utilization_offloaded": _offloaded_utilization(shape, offloaded, generation)}
+        )
     overhead = max(rates, key=lambda r: r["decode_overhead_s_per_position"])
     writes: dict[str, dict[str, Any]] = {}
     for r in rates:
@@ -141,8 +169,13 @@ def derive_rates(result: dict[str, Any]) -> dict[str, Any]:
     slowest_logprobs = max(rates, key=lambda r: r["logprobs_s_per_step"])
     slowest_save = min((r for r in rates if r["checkpoint_bytes_per_s"]), key=lambda r: r["checkpoint_bytes_per_s"])
     return {
-        "generated": f"by {REGENERATE} from bench/results/tpu_grpo.json; do not edit",
-        "source": {"generation": generation, "device": result["device"], "trainer_commit": result["trainer_commit"]},
+        "generated": f"by {REGENERATE} from bench/results/tpu_grpo.json and tpu_grpo_offloaded.json; do not edit",
+        "source": {
+            "generation": generation,
+            "device": result["device"],
+            "trainer_commit": result["trainer_commit"],
+            "offloaded_trainer_commit": offloaded["trainer_commit"],
+        },
         "decode_overhead_s_per_position": {"value": overhead["decode_overhead_s_per_position"], "shape": overhead["shape"]},
         "kv_write_s_per_byte_by_head_dim": dict(sorted(writes.items(), key=lambda item: int(item[0]))),
         "checkpoint_bytes_per_s": {"value": slowest_save["checkpoint_bytes_per_s"], "shape": slowest_save["shape"]},
@@ -151,8 +184,8 @@ def derive_rates(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def rendered(result_path: Path = RESULT) -> str:
-    return json.dumps(derive_rates(json.loads(result_path.read_text())), indent=2) + "\n"
+def rendered(result_path: Path = RESULT, offloaded_path: Path = OFFLOADED) -> str:
+    return json.dumps(derive_rates(json.loads(result_path.read_text()), json.loads(offloaded_path.read_text())), indent=2) + "\n"
 
 
 def main() -> None:

@@ -48,6 +48,7 @@ TRAINER_FILES = (
     "trainer/stages/train.py",
     "trainer/stages/common.py",
     "trainer/rewards_sandbox",
+    "trainer/sizing/layer_activations.py",
 )
 
 # GSM8K-style GRPO (the tutorial's rl.yml lengths: 256 prompt slots; 512 new tokens), 8 generations, a reference.

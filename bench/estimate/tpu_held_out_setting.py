@@ -39,6 +39,15 @@ def _per_step(view: dict[str, Any], steps: int) -> dict[str, float]:
     return {"rollout": rollout / steps, "update": update / steps, "step": (rollout + logprobs + update + checkpoint) / steps}
 
 
+def _as_run(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as its train stage ran it: a job submitted before `hardware.layer_activations` existed offloaded each
+    layer's input and q/k/v as rl.yml does (there was no other policy), which today's spec says as `offload`; left to
+    `auto`, this code would estimate the program it runs now, not the one measured."""
+    if "layer_activations" in spec["hardware"]:
+        return spec
+    return {**spec, "hardware": {**spec["hardware"], "layer_activations": "offload"}}
+
+
 def _predicted_now(view: dict[str, Any]) -> dict[str, float]:
     """This code's estimate for the job's spec (service/domain/cost/tpu_step_time.py), per step."""
     from service.domain.cost.tpu_step_time import tpu_train_time
@@ -46,7 +55,7 @@ def _predicted_now(view: dict[str, Any]) -> dict[str, float]:
     from trainer.contract.tpu import tpu_slice
     from trainer.sizing.job_shape import model_shape
 
-    spec = JobSpec.model_validate(view["spec"])
+    spec = JobSpec.model_validate(_as_run(view["spec"]))
     shape = model_shape(spec.model.name, None, json.loads(MODEL_CONFIG.read_text()))
     tpu = tpu_slice(spec.hardware.accelerator)
     assert shape is not None and tpu is not None

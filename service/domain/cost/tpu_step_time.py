@@ -16,9 +16,11 @@ that file gives. What the measurement showed, and so the model:
   512-token cache a position took less than the floor, which a floor cannot say.
 - update: the FLOPs of the optimizer step (6 x parameters per token) and of the log-prob passes (2 each: the
   reference's with beta > 0, the old policy's with num_iterations > 1) at the share of peak measured for the
-  measured model nearest in size. Until the sampler-trainer agreement (issue 66 §2) the log-prob calls returned in
-  about a millisecond and their work ran inside the update's time; the rate keeps that definition, so the update
-  carries the passes' FLOPs.
+  measured model nearest in size, under the policy the job's train stage will run (trainer/sizing/fit.py's
+  keeps_layers_in_hbm): each layer's input and q/k/v kept in HBM (the bench's runs) or offloaded to host memory (the
+  same shapes before the train stage chose, bench/results/tpu_grpo_offloaded.json; on v5e 1.4-1.6x slower).
+  Until the sampler-trainer agreement (issue 66 §2) the log-prob calls returned in about a millisecond and their
+  work ran inside the update's time; the rate keeps that definition, so the update carries the passes' FLOPs.
 - log-probs: since the agreement, its host read makes the step wait for the reference's and the agreement's forwards
   before the update, and the chip's steps show the wait as the `logprobs` part. The agreement's first version read
   through Tunix's get_actor_per_token_logps, whose gc.collect made the wait about the same host time on every shape;
@@ -44,7 +46,7 @@ from trainer.contract import JobSpec
 from trainer.contract.goodput import CHECKPOINT, LOGPROBS, ROLLOUT, UPDATE
 from trainer.contract.tpu import TpuSlice
 from trainer.contract.tpu_generations import TPU_GENERATIONS
-from trainer.sizing.fit import per_chip_bytes
+from trainer.sizing.fit import keeps_layers_in_hbm, per_chip_bytes
 from trainer.sizing.model_shapes import ModelShape
 
 RATES_FILE = Path(__file__).with_name("tpu_step_rates.json")
@@ -62,7 +64,8 @@ LOGPROB_FLOPS_PER_TOKEN = 2  # x parameters: one forward pass
 class MeasuredShape:
     name: str
     parameters: int
-    utilization: float  # update-part FLOPs / (seconds x peak), per chip
+    utilization: float  # update-part FLOPs / (seconds x peak), per chip, each layer's input and q/k/v kept in HBM
+    utilization_offloaded: float  # the same, those offloaded to host memory (rl.yml's policy)
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,9 @@ def rates_from_json(data: dict[str, Any]) -> StepRates:
         checkpoint_shape=data["checkpoint_bytes_per_s"]["shape"],
         logprobs_s=data["logprobs_s_per_step"]["value"],
         logprobs_shape=data["logprobs_s_per_step"]["shape"],
-        shapes=tuple(MeasuredShape(s["shape"], s["parameters"], s["update_utilization"]) for s in data["shapes"]),
+        shapes=tuple(
+            MeasuredShape(s["shape"], s["parameters"], s["update_utilization"], s["update_utilization_offloaded"]) for s in data["shapes"]
+        ),
         kv_writes=tuple((int(width), w["value"], w["shape"]) for width, w in data["kv_write_s_per_byte_by_head_dim"].items()),
     )
 
@@ -166,7 +171,9 @@ def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepR
     steps = g.num_batches * g.num_iterations
     flops = tokens * n * (steps * UPDATE_FLOPS_PER_TOKEN + g.num_batches * logprob_passes * LOGPROB_FLOPS_PER_TOKEN)
     measured = nearest_shape(n, rates)
-    update = flops / (trainer_devices * peak * measured.utilization)
+    kept = keeps_layers_in_hbm(spec, shape)  # the train stage's choice, so the rate of the program it runs
+    utilization = measured.utilization if kept else measured.utilization_offloaded
+    update = flops / (trainer_devices * peak * utilization)
     logprobs = g.num_batches * rates.logprobs_s
 
     saves = steps // g.checkpoint_period
@@ -183,9 +190,10 @@ def tpu_train_time(spec: JobSpec, shape: ModelShape, tpu: TpuSlice, rates: StepR
         f"every completion at its full length as in the measurement; "
         f"update ({UPDATE_FLOPS_PER_TOKEN} x {steps} steps + {LOGPROB_FLOPS_PER_TOKEN} x {logprob_passes} log-prob pass(es) "
         f"x {g.num_batches} batches) x {tokens} tokens x {n:,} parameters = {flops:.3g} FLOPs on {trainer_devices} "
-        f"chip(s) at {measured.utilization:.0%} of peak bf16, as measured on {measured.name} "
+        f"chip(s) at {utilization:.0%} of peak bf16, as measured on {measured.name} "
         f"({measured.parameters:,} parameters, the measured model nearest in size; the log-prob passes' FLOPs "
-        f"counted here at its rate); "
+        f"counted here at its rate) with each layer's input and q/k/v "
+        f"{'kept in HBM' if kept else 'offloaded to host memory'} as this job's train stage will; "
         f"log-probs {g.num_batches} batches x {rates.logprobs_s:.3g} s, the step's wait for the reference's and the "
         f"sampler-trainer agreement's forwards as measured on {rates.logprobs_shape} (the most a measured shape took; "
         f"not scaled); "

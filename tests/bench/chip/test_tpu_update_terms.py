@@ -16,21 +16,22 @@ PROFILED = [s for s in GRPO["shapes"] if s.get("profile") and s.get("steady")]
 
 def test_every_profiled_update_is_accounted_for_where_its_reference_forward_ran():
     """Inside the update's wall time without the agreement's host read, before it with one: each run's terms leave
-    under 8% unexplained counted its way, and the other way would leave over 10% unexplained or over-explained. The
-    rest is host time, which moves between runs of the same code: smollm2-135m's was 3.7% at e4531bd's trainer and
-    5.7% at 4b647db's (its steady update 0.591 s, then 0.603 s, the device's terms within 1%)."""
+    under 10% and under 40 ms unexplained counted its way, and the other way would leave over 25% unexplained or
+    over-explained. The rest is host time, which holds in milliseconds while the device's part shrinks:
+    smollm2-135m's was 3.7% at e4531bd's trainer, 5.7% at 4b647db's (its steady update 0.603 s) and 8.4% at 6f98f53's
+    (0.406 s, its layers kept in HBM), 34 ms in the last two."""
     assert PROFILED
     for shape in PROFILED:
         terms = tpu_update_terms.update_terms(shape)
         rest = terms["shares"]["host and dispatch (the rest of the wall time)"]
-        assert 0 <= rest < 0.08, (shape["shape"], rest)
+        assert 0 <= rest < 0.10 and rest * shape["steady"]["update_s"] < 0.040, (shape["shape"], rest)
         other = copy.deepcopy(shape)
         if terms["reference_forward_inside"]:
             other["agreement"] = {"sampler_trainer/train/logp_diff_mean": {"1": 0.0}}
         else:
             other.pop("agreement")
         flipped = tpu_update_terms.update_terms(other)["shares"]["host and dispatch (the rest of the wall time)"]
-        assert abs(flipped) > 0.1, (shape["shape"], flipped)
+        assert abs(flipped) > 0.25, (shape["shape"], flipped)
 
 
 def test_the_6n_figure_is_the_bench_s_update_mfu():

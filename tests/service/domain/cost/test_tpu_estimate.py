@@ -187,6 +187,25 @@ def test_a_shape_measured_on_v5e_is_estimated_as_it_ran(shape: dict[str, Any]) -
     assert "rates measured on one TPU v5e chip" in estimate.basis_detail and "scaled from" not in estimate.basis_detail
 
 
+OFFLOADED = json.loads((Path(__file__).resolve().parents[4] / "bench" / "results" / "tpu_grpo_offloaded.json").read_text())
+
+
+@pytest.mark.parametrize("shape", MEASURED, ids=lambda s: s["shape"])
+def test_a_job_that_offloads_its_layers_is_estimated_at_the_rate_they_ran_offloaded(shape: dict[str, Any]) -> None:
+    """The bench's shapes keep each layer's input and q/k/v in HBM (the train stage's choice where it fits); the same
+    shape offloading them (hardware.layer_activations: offload, or auto where keeping them is tight) runs the update
+    as the shape ran before that choice existed, and is estimated at that run's rate, not the kept one's."""
+    spec = _bench_spec(shape)
+    offloading = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"layer_activations": "offload"})})
+    [before] = [s for s in OFFLOADED["shapes"] if s["shape"] == shape["shape"]]
+    batches = spec.grpo.num_batches
+    update = _estimate(offloading).run_parts_s["update"] / batches
+    assert update == pytest.approx(_steady(before, "update"), rel=2e-3)
+    kept = _estimate(spec).run_parts_s["update"] / batches
+    assert kept == pytest.approx(_steady(shape, "update"), rel=2e-3) and kept < update
+    assert "offloaded to host memory" in _estimate(offloading).basis_detail
+
+
 def _slice_spec(accelerator: str, chips_per_vm: int, model: str) -> JobSpec:
     grpo = {"num_batches": 12, "batch_size": 2, "num_generations": 4, "checkpoint_period": 4, "beta": 0.04, "num_test_batches": 0}
     return _spec(accelerator, chips_per_vm, {"name": model, "source": "gs://models/" + model}, grpo)
