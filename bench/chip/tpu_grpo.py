@@ -105,6 +105,12 @@ SHAPES: dict[str, tuple[str, dict[str, Any], str, dict[str, Any]]] = {
     # (TinyLlama's body ran out of HBM at its third step, and the estimate by phase refuses it).
     "smollm2-360m": ("smollm2", _body(32, 960, 2560, 15, 5, head_dim=64, rope_theta=100000.0), "bfloat16", {}),
 }
+# A variant's model settings by its `run --precision` (None: the shape's own).
+PRECISIONS: dict[str | None, dict[str, str]] = {
+    None: {},
+    "float32": {"dtype": "float32", "compute_dtype": "float32"},
+    "float32-compute": {"compute_dtype": "float32"},
+}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 
 
@@ -141,15 +147,19 @@ def prepare() -> None:
     print(f"wrote {INPUTS.with_suffix('.tar.gz')} ({INPUTS.with_suffix('.tar.gz').stat().st_size / 2**20:.1f} MiB)")
 
 
-def spec_for(name: str, runs: Path, batch_size: int | None = None) -> Any:
+def spec_for(name: str, runs: Path, batch_size: int | None = None, precision: str | None = None) -> Any:
+    """The shape's job spec. `precision`, the variants of the sampler-trainer agreement by precision (issue 66 §2):
+    `float32`, weights and compute in float32 (model.dtype and model.compute_dtype); `float32-compute`, the shape's
+    weights with float32 compute (where float32 weights do not fit)."""
     from trainer.contract import JobSpec
 
     _, _, dtype, changes = SHAPES[name]
     model_dir = INPUTS / "models" / name
+    model = {"source": str(model_dir), "dtype": dtype} | PRECISIONS[precision]
     return JobSpec.model_validate(
         {
             "name": f"tpu-{name.replace('.', '-')}",
-            "model": {"source": str(model_dir), "dtype": dtype},
+            "model": model,
             "dataset": {"train_files": [str(INPUTS / "gsm8k" / "train.parquet")], "eval_files": [str(INPUTS / "gsm8k" / "eval.parquet")]},
             "grpo": {
                 **GSM8K,
@@ -205,13 +215,31 @@ def steps_from_log(lines: list[str]) -> list[dict[str, Any]]:
     return steps
 
 
-def run_shape(name: str, out: Path, batch_size: int | None = None, trace_step: int = 0, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
+def label_of(name: str, batch_size: int, precision: str | None) -> str:
+    return f"{name}-b{batch_size}" + (f"-{precision}" if precision else "")
+
+
+def parse_label(label: str) -> tuple[str, int, str | None]:
+    """(shape name, batch size, precision) of a run's label."""
+    name, _, rest = label.rpartition("-b")
+    batch, _, precision = rest.partition("-")
+    return name, int(batch), precision or None
+
+
+def run_shape(
+    name: str,
+    out: Path,
+    batch_size: int | None = None,
+    trace_step: int = 0,
+    overrides: tuple[str, ...] = (),
+    precision: str | None = None,
+) -> dict[str, Any]:
     from trainer.sizing.fit import estimate_job_fit
 
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "rljob-tpu-grpo" / name
     shutil.rmtree(work, ignore_errors=True)
-    spec = spec_for(name, work / "runs", batch_size)
-    label = f"{name}-b{spec.grpo.batch_size}"
+    spec = spec_for(name, work / "runs", batch_size, precision)
+    label = label_of(name, spec.grpo.batch_size, precision)
     estimate = estimate_job_fit(spec)
     argv, env = random_init_command(spec, work)
     argv += list(overrides)  # a variant's MaxText settings, after the trainer's own: MaxText takes the last
@@ -289,7 +317,14 @@ def _samples(runs: Path) -> dict[str, Any]:
     return {"rewards_seen": len(rewards), "nonzero": sum(r != 0 for r in rewards)}
 
 
-def run(out: Path, shapes: list[str], batch_size: int | None = None, trace_step: int = 0, overrides: tuple[str, ...] = ()) -> None:
+def run(
+    out: Path,
+    shapes: list[str],
+    batch_size: int | None = None,
+    trace_step: int = 0,
+    overrides: tuple[str, ...] = (),
+    precision: str | None = None,
+) -> None:
     """Each of `shapes` (`name` or `name:batch_size`) in turn, after the chip's HBM bandwidth (its own process: the
     chip takes one process at a time)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -299,7 +334,7 @@ def run(out: Path, shapes: list[str], batch_size: int | None = None, trace_step:
     subprocess.run([sys.executable, __file__, "bandwidth", "--out", str(out)], check=True)
     for entry in shapes:
         name, _, batch = entry.partition(":")
-        run_shape(name, out, int(batch) if batch else batch_size, trace_step, overrides)
+        run_shape(name, out, int(batch) if batch else batch_size, trace_step, overrides, precision)
 
 
 def _steady(shape: dict[str, Any], bandwidth_bytes_per_s: float) -> dict[str, Any] | None:
@@ -317,7 +352,7 @@ def _steady(shape: dict[str, Any], bandwidth_bytes_per_s: float) -> dict[str, An
     update = sum(x["parts"]["update"] for x in steady) / len(steady)
     rollout = sum(x["parts"]["rollout"] for x in steady) / len(steady)
     wall = sum(x["wall_s"] for x in steady)
-    config = json.loads((INPUTS / "models" / shape["shape"].rsplit("-b", 1)[0] / "config.json").read_text())
+    config = json.loads((INPUTS / "models" / parse_label(shape["shape"])[0] / "config.json").read_text())
     weight_bytes = 2 if s["compute_dtype"] == "bfloat16" else 4  # the engine's layout is in the compute dtype
     step_bytes = decode_bytes(config, shape["parameters"], sequences, s["max_target_length"] + s["kv_cache_buffer"], weight_bytes)
     return {
@@ -375,8 +410,8 @@ def _collect_shapes(folder: Path, bandwidth: float) -> list[dict[str, Any]]:
     shapes = [json.loads(p.read_text()) for p in sorted(folder.glob("tpu_grpo-*.json"))]
     for shape in shapes:
         # The estimate as the service makes it now (pure: the spec in), not as the chip's copy of the code made it.
-        name, _, batch = shape["shape"].rpartition("-b")
-        estimate = estimate_job_fit(spec_for(name, folder / "runs", int(batch)))
+        name, batch, precision = parse_label(shape["shape"])
+        estimate = estimate_job_fit(spec_for(name, folder / "runs", batch, precision))
         shape["fit_estimate"] = estimate.model_dump() if estimate else None
         shape["steady"] = _steady(shape, bandwidth)
         shape["memory"] = memory_summary(shape)
@@ -400,6 +435,12 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=None, help="GRPO batch_size instead of the shape's")
     p.add_argument("--trace-step", type=int, default=0, help="record this step with JAX's profiler (0: none)")
     p.add_argument("--override", action="append", default=[], help="a MaxText KEY=VALUE after the trainer's own (a variant)")
+    p.add_argument(
+        "--precision",
+        choices=[p for p in PRECISIONS if p],
+        default=None,
+        help="float32: weights and compute in float32; float32-compute: float32 compute only (a variant, so labelled)",
+    )
     b = sub.add_parser("bandwidth")
     b.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("collect")
@@ -410,7 +451,7 @@ def main() -> None:
     if args.command == "prepare":
         prepare()
     elif args.command == "run":
-        run(args.out, args.shapes.split(","), args.batch_size, args.trace_step, tuple(args.override))
+        run(args.out, args.shapes.split(","), args.batch_size, args.trace_step, tuple(args.override), args.precision)
     elif args.command == "bandwidth":
         from bench.chip.tpu_grpo_profile import measure_bandwidth
 

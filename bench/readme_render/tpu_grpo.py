@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.chip.tpu_grpo import parse_label
 from bench.estimate.fit_calibration_tpu import TOLERANCE, compare, differences
 from bench.readme_render.tpu_estimate_held_out import render_held_out
+from trainer.sizing.layer_activations import KEPT_IN_HBM_ARGS
 
 GIB = 1024**3
 
@@ -123,23 +125,51 @@ DECODE_OPS = {
 }
 
 
+def _base_of(variant: dict[str, Any], shapes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The trainer's run of the shape and batch a variant ran differently."""
+    name, batch, _ = parse_label(variant["shape"])
+    return next((s for s in shapes if s["shape"] == f"{name}-b{batch}"), None)
+
+
+def _agreement_words(shape: dict[str, Any]) -> str | None:
+    found = shape.get("agreement") or {}
+    means = list((found.get("sampler_trainer/train/logp_diff_mean") or {}).values())
+    if not means:
+        return None
+    worst = max((found.get("sampler_trainer/train/logp_diff_max") or {"": float("nan")}).values())
+    corr = list((found.get("sampler_trainer/train/probs_pearson_corr") or {}).values())
+    return f"mean |Δ log p| {min(means):.4f}-{max(means):.4f} nats per token over {len(means)} steps, largest {worst:.3f}" + (
+        f", probabilities' correlation at least {min(corr):.4f}" if corr else ""
+    )
+
+
 def _variants(result: dict[str, Any]) -> str:
-    """Runs of a shape with MaxText settings of their own (`run --override`) against the trainer's run of it."""
+    """Runs of a shape with settings of their own (`run --override`, `run --precision`) against the trainer's run of it."""
     lines = []
     for variant in result.get("variants") or []:
-        base = next((s for s in result["shapes"] if s["shape"] == variant["shape"]), None)
+        base = _base_of(variant, result["shapes"])
         if base is None or not base.get("steady") or not variant.get("steady"):
             continue
         v, b = variant["steady"], base["steady"]
         memory = variant.get("memory") or {}
-        lines.append(
-            f"{variant['shape']} with {', '.join(f'`{o}`' for o in variant['maxtext_overrides'])} (each layer's input and "
-            f"q/k/v projections kept in HBM instead of offloaded; not what the trainer runs): update {v['update_s']} s against "
-            f"{b['update_s']} s ({b['update_s'] / v['update_s']:.2f}x faster), update MFU {v['update_mfu']:.1%} against "
-            f"{b['update_mfu']:.1%}, step {v['step_s']} s against {b['step_s']} s over {v['steps']} steady steps; the chip held "
-            f"{memory.get('peak_held_bytes', 0) / GIB:.1f} GiB of its {memory.get('limit_bytes', 0) / GIB:.1f}"
+        overrides = ", ".join(f"`{o}`" for o in variant["maxtext_overrides"])
+        settings = variant["settings"]
+        layers = "layers kept in HBM" if set(KEPT_IN_HBM_ARGS) <= set(variant["command"]) else "layers offloaded"
+        what = (
+            f"weights {settings['weight_dtype']}, compute {settings['compute_dtype']}, {layers}" + (f", {overrides}" if overrides else "")
+            if parse_label(variant["shape"])[2]
+            else overrides
         )
-    return ("\n\nA variant, same session: " + "; ".join(lines) + ".") if lines else ""
+        agreement = (_agreement_words(variant), _agreement_words(base))
+        lines.append(
+            f"{variant['shape']} ({what}; not what the trainer runs) against {base['shape']}: step {v['step_s']} s against "
+            f"{b['step_s']} s ({v['step_s'] / b['step_s']:.2f}x) over {v['steps']} steady steps, rollout {v['rollout_s']} s "
+            f"against {b['rollout_s']} s, update {v['update_s']} s against {b['update_s']} s (MFU {v['update_mfu']:.1%} against "
+            f"{b['update_mfu']:.1%})"
+            + (f"; sampler-trainer agreement {agreement[0]}, against {agreement[1]}" if all(agreement) else "")
+            + f"; the chip held {memory.get('peak_held_bytes', 0) / GIB:.1f} GiB of its {memory.get('limit_bytes', 0) / GIB:.1f}"
+        )
+    return ("\n\nVariants, same session: " + "; ".join(lines) + ".") if lines else ""
 
 
 def _goals(shapes: list[dict[str, Any]]) -> str:
@@ -230,19 +260,7 @@ def _rollout_bounds(shapes: list[dict[str, Any]], bandwidth: dict[str, Any]) -> 
 
 def _agreement(shapes: list[dict[str, Any]]) -> str:
     """Each shape's sampler-trainer agreement over its steps, where the run logged it."""
-    told = []
-    for shape in shapes:
-        found = shape.get("agreement") or {}
-        means = list((found.get("sampler_trainer/train/logp_diff_mean") or {}).values())
-        if not means:
-            continue
-        worst = max((found.get("sampler_trainer/train/logp_diff_max") or {"": float("nan")}).values())
-        corr = list((found.get("sampler_trainer/train/probs_pearson_corr") or {}).values())
-        told.append(
-            f"{shape['shape']} ({shape['settings']['compute_dtype']}) mean |Δ log p| {min(means):.4f}-{max(means):.4f} nats "
-            f"per token over {len(means)} steps, largest {worst:.3f}"
-            + (f", probabilities' correlation at least {min(corr):.4f}" if corr else "")
-        )
+    told = [f"{shape['shape']} ({shape['settings']['compute_dtype']}) {words}" for shape in shapes if (words := _agreement_words(shape))]
     if not told:
         return ""
     return (

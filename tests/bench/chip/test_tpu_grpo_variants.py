@@ -1,0 +1,47 @@
+"""bench/chip/tpu_grpo.py's variants: a run of a bench shape in float32 (`run --precision float32`, issue 66 §2's
+agreement by precision) is labelled apart, built as a float32 job, and told beside the trainer's run of the shape."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from bench.chip.tpu_grpo import REPO, RESULT, label_of, parse_label, spec_for
+from bench.readme_render.tpu_grpo import render_tpu_grpo
+
+GRPO = json.loads((REPO / "bench" / "results" / RESULT).read_text())
+
+
+def test_a_label_names_the_shape_the_batch_and_the_precision():
+    assert parse_label(label_of("qwen3-0.6b", 1, "float32")) == ("qwen3-0.6b", 1, "float32")
+    assert parse_label(label_of("smollm2-135m", 4, None)) == ("smollm2-135m", 4, None)
+    assert [parse_label(s["shape"])[2] for s in GRPO["shapes"]] == [None] * len(GRPO["shapes"])
+
+
+def test_the_float32_variant_is_a_float32_job(tmp_path):
+    bf16, fp32 = spec_for("smollm2-135m", tmp_path), spec_for("smollm2-135m", tmp_path, precision="float32")
+    assert (bf16.model.dtype, bf16.model.resolved_compute_dtype("v5e-1")) == ("bfloat16", "bfloat16")
+    assert (fp32.model.dtype, fp32.model.resolved_compute_dtype("v5e-1")) == ("float32", "float32")
+    assert fp32.model_dump(exclude={"model"}) == bf16.model_dump(exclude={"model"})
+    compute = spec_for("qwen3-0.6b", tmp_path, 1, precision="float32-compute")
+    assert (compute.model.dtype, compute.model.resolved_compute_dtype("v5e-1")) == ("bfloat16", "float32")
+    assert parse_label(label_of("qwen3-0.6b", 1, "float32-compute")) == ("qwen3-0.6b", 1, "float32-compute")
+
+
+def test_a_precision_variant_is_told_beside_the_shape_it_varies():
+    result = copy.deepcopy(GRPO)
+    base = next(s for s in result["shapes"] if s["shape"] == "smollm2-135m-b4")
+    variant = copy.deepcopy(base)
+    variant["shape"] = label_of("smollm2-135m", 4, "float32")
+    variant["settings"] |= {"weight_dtype": "float32", "compute_dtype": "float32"}
+    variant["maxtext_overrides"] = ["matmul_precision=highest"]
+    variant["steady"] = base["steady"] | {"step_s": base["steady"]["step_s"] * 2}
+    variant["agreement"] = {"sampler_trainer/train/logp_diff_mean": {"1": 0.001, "2": 0.002}}
+    result["variants"] = [variant]
+    text = render_tpu_grpo(result)
+    assert (
+        "smollm2-135m-b4-float32 (weights float32, compute float32, layers kept in HBM, `matmul_precision=highest`; not what the "
+        "trainer runs) "
+        f"against smollm2-135m-b4: step {variant['steady']['step_s']} s against {base['steady']['step_s']} s (2.00x)" in text
+    )
+    assert "sampler-trainer agreement mean |Δ log p| 0.0010-0.0020 nats per token over 2 steps" in text
