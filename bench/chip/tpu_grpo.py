@@ -403,6 +403,35 @@ def collect(folder: Path, device: str, variants: Path | None = None) -> None:
     write_result(RESULT, report, facts)
 
 
+def collect_variants(folder: Path, path: Path = REPO / "bench" / "results" / RESULT) -> None:
+    """Variants run in a later session (`run --precision`, `run --override`) into the committed result, its shapes kept:
+    only where the trainer files they ran are the result's (unchanged since its commit), so they pair with its shapes."""
+    from bench.chip.tpu_grpo_profile import best_bandwidth
+    from bench.result_meta import machine_facts
+
+    report = json.loads(path.read_text())
+    diff = subprocess.run(
+        ["git", "diff", "--name-only", report["trainer_commit"], "--", *report["trainer_files"]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    if diff.stdout.split():
+        raise SystemExit(
+            f"{path}: its trainer files changed since {report['trainer_commit']} ({diff.stdout.split()}): run its shapes again"
+        )
+    runs = [json.loads(p.read_text()) for p in sorted(folder.glob("bandwidth*.json"))]
+    bandwidth = sum(best_bandwidth(r) for r in runs) / len(runs)
+    facts = machine_facts()
+    variants = _collect_shapes(folder, bandwidth)
+    for variant in variants:
+        variant["session"] = {"collected_at": facts["started_at"], "commit": facts["commit"], "hbm_bytes_per_s": round(bandwidth)}
+    report["variants"] = variants
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}: {len(variants)} variant(s)")
+
+
 def _collect_shapes(folder: Path, bandwidth: float) -> list[dict[str, Any]]:
     from bench.chip.tpu_grpo_profile import memory_summary, summarise
     from trainer.sizing.fit import estimate_job_fit
@@ -447,6 +476,8 @@ def main() -> None:
     c.add_argument("folder", type=Path)
     c.add_argument("--variants", type=Path, default=None, help="a folder of `run --override` runs")
     c.add_argument("--device", default="one TPU v5e chip (JAX device kind 'TPU v5 lite'), gVisor, the machine's libtpu")
+    v = sub.add_parser("collect-variants", help="a later session's variants into the committed result, its shapes kept")
+    v.add_argument("folder", type=Path)
     args = parser.parse_args()
     if args.command == "prepare":
         prepare()
@@ -456,6 +487,8 @@ def main() -> None:
         from bench.chip.tpu_grpo_profile import measure_bandwidth
 
         measure_bandwidth(args.out)
+    elif args.command == "collect-variants":
+        collect_variants(args.folder)
     else:
         collect(args.folder, args.device, args.variants)
 

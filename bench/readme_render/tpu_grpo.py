@@ -168,8 +168,13 @@ def _variants(result: dict[str, Any]) -> str:
             f"{b['update_mfu']:.1%})"
             + (f"; sampler-trainer agreement {agreement[0]}, against {agreement[1]}" if all(agreement) else "")
             + f"; the chip held {memory.get('peak_held_bytes', 0) / GIB:.1f} GiB of its {memory.get('limit_bytes', 0) / GIB:.1f}"
+            + (
+                f" (a later session at the same trainer files, collected {variant['session']['collected_at']})"
+                if variant.get("session")
+                else " (same session)"
+            )
         )
-    return ("\n\nVariants, same session: " + "; ".join(lines) + ".") if lines else ""
+    return ("\n\nVariants: " + "; ".join(lines) + ".") if lines else ""
 
 
 def _goals(shapes: list[dict[str, Any]]) -> str:

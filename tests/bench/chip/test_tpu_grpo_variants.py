@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 import json
 
-from bench.chip.tpu_grpo import REPO, RESULT, label_of, parse_label, spec_for
+import pytest
+
+from bench.chip.tpu_grpo import REPO, RESULT, collect_variants, label_of, parse_label, spec_for
 from bench.readme_render.tpu_grpo import render_tpu_grpo
 
 GRPO = json.loads((REPO / "bench" / "results" / RESULT).read_text())
@@ -45,3 +47,20 @@ def test_a_precision_variant_is_told_beside_the_shape_it_varies():
         f"against smollm2-135m-b4: step {variant['steady']['step_s']} s against {base['steady']['step_s']} s (2.00x)" in text
     )
     assert "sampler-trainer agreement mean |Δ log p| 0.0010-0.0020 nats per token over 2 steps" in text
+
+
+def test_a_later_sessions_variants_join_only_the_trainer_files_they_ran(tmp_path):
+    """Variants collected into the committed result pair with its shapes only while its trainer files are unchanged."""
+    stale = tmp_path / RESULT
+    stale.write_text(json.dumps(GRPO | {"trainer_commit": "115ebfd"}))  # before issue 51's sandbox changes
+    with pytest.raises(SystemExit, match="changed since 115ebfd"):
+        collect_variants(tmp_path / "variants", stale)
+    assert json.loads(stale.read_text())["variants"] == GRPO["variants"]
+
+
+def test_a_later_sessions_variant_says_so():
+    result = copy.deepcopy(GRPO)
+    base = next(s for s in result["shapes"] if s["shape"] == "smollm2-360m-b4")
+    variant = copy.deepcopy(base) | {"shape": label_of("smollm2-360m", 4, "float32"), "session": {"collected_at": "2026-12-08"}}
+    result["variants"] = [variant]
+    assert "(a later session at the same trainer files, collected 2026-12-08)" in render_tpu_grpo(result)
