@@ -26,6 +26,7 @@ from .api.openapi import install_openapi_refinements
 from .api.overload import Limits, LoadSheddingMiddleware
 from .api.routes import evals, events, health, job_diff, jobs, phases, usage, webhooks
 from .api.serving import build_serving
+from .api.status_shortcut import StatusReadShortcut
 from .api.termination import on_termination_signal
 
 MAX_TOKEN_LOOKUPS = 16  # tokens not remembered yet, looked up in the store at once (api/overload.py)
@@ -80,6 +81,7 @@ def create_app(
     app.state.serving = None  # what the routes read (service/api/deps.py)
     install_error_handlers(app)
     install_openapi_refinements(app)
+    app.add_middleware(StatusReadShortcut)  # innermost: every middleware below sees the read it answers
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(CancelOnDisconnectMiddleware)

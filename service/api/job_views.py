@@ -86,6 +86,14 @@ class JobViews:
             raise JobNotFound(job_id)  # another team's job looks exactly like a missing one
         return _json(self.view_json(record, self._clock()))
 
+    def held_json(self, caller: Caller, job_id: str) -> bytes | None:
+        """The status read's JSON where the job's record is held and the caller's team may see it, without a store
+        read; None otherwise, for the route to answer (api/status_shortcut.py)."""
+        record = self._shared.shared_record(job_id) if self._shared is not None else None
+        if record is None or not caller.can_see(record.team):
+            return None
+        return self.view_json(record, self._clock())
+
     def page_json(self, caller: Caller, filters: JobFilters, *, before_pk: int | None, limit: int) -> tuple[bytes, int, int | None]:
         """A list page's jobs as the JSON array FastAPI would write, their count, and the pk to continue
         from (None at the end). Sync: it reads the store."""

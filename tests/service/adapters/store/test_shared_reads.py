@@ -192,3 +192,32 @@ def test_a_read_that_began_before_a_write_is_not_kept() -> None:
     for i in range(3):
         shared.put(record_of(f"rl-bbbbbbbbbbb{i}"), read_at_generation=shared.generation)
     assert len(shared) == 2 and shared.get(record.id) is None  # bounded, least recently used first
+
+
+def test_a_held_jobs_read_is_answered_before_the_router_as_the_route_answers_it(client: TestClient, store: SqlJobStore) -> None:
+    """api/status_shortcut.py: once the record is held, the read does not reach the route; its bytes and headers are
+    the route's, and the latency histogram counts it under the route's path."""
+    job_id = store_job(store, 4, JobPhase.RUNNING)
+    views = client.app.state.serving.views  # type: ignore[attr-defined]
+    routed = []
+    status = views.status
+
+    async def counted(caller, found):  # type: ignore[no-untyped-def]
+        routed.append(found)
+        return await status(caller, found)
+
+    views.status = counted
+    first = client.get(f"/v1/jobs/{job_id}")  # read from the store through the route: now held
+    second = client.get(f"/v1/jobs/{job_id}")
+    assert routed == [job_id]
+    assert second.content == first.content and second.headers["content-type"] == first.headers["content-type"] == "application/json"
+    assert second.headers["content-length"] == first.headers["content-length"]
+    metrics = client.get("/metrics").text
+    assert 'rljob_api_request_duration_seconds_count{method="GET",route="/v1/jobs/{job_id}",status="200"} 2.0' in metrics
+    with store.transaction() as tx:  # another team's now: the route answers, and says 404
+        record = tx.get(job_id)
+        assert record is not None
+        record.team = "team-b"
+        tx.update(record)
+    assert [client.get(f"/v1/jobs/{job_id}").status_code for _ in range(2)] == [404, 404]
+    assert routed == [job_id] * 3
