@@ -9,7 +9,8 @@ Since the sampler-trainer agreement (issue 66 §2, trainer/maxtext_entry/logprob
 trainer's log-probabilities on the host before the update: that read waits for every forward queued before it, the
 reference's among them, so a run that logged its agreement starts its update with no forward pending. Its update is
 counted by 6N alone, and the forwards' device time (the reference's and the agreement's, one jitted function) is
-reported beside it, in the step's `logprobs` part.
+reported beside it, in the step's `logprobs` part; the two counted together are 10N (each forward's 2N) over the
+update's wall time and the forwards' device time.
 
 The update's wall time (the steady mean) is split into the profiled step's device time: the reference forward, the
 matrix-unit fusions (the model FLOPs at peak, what rematerialisation adds, and what the fusions lose to peak), the
@@ -74,6 +75,11 @@ def update_terms(shape: dict[str, Any]) -> dict[str, Any] | None:
         "reference_forward_inside": inside,
         "forwards_before_update_ms": None if inside else round(reference_ms, 1),
         "mfu_8n": round(eight_n / (wall_ms / 1000) / PEAK_BF16_FLOPS, 3) if inside else None,
+        # outside, the same FLOPs accounting over both: the update's 6N and the two forwards' 2N each (reference and
+        # agreement), over the update's wall time and the forwards' device time
+        "mfu_10n_with_forwards": None
+        if inside
+        else round((10 * shape["parameters"] * tokens) / ((wall_ms + reference_ms) / 1000) / PEAK_BF16_FLOPS, 3),
         "mfu_hlo_device": profile["update_hlo_mfu"],
         "matmul_mfu": profile["update_matmul_mfu"],
         # what the update would be without its offload waits, the other terms unchanged: an arithmetic bound on

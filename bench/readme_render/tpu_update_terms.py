@@ -57,6 +57,11 @@ def render_tpu_update_terms(result: dict[str, Any], offloaded: dict[str, Any]) -
             + " | ".join(f"{t['forwards_before_update_ms']}" if t["forwards_before_update_ms"] is not None else "-" for t in shapes)
             + " |"
         )
+        rows.append(
+            "| MFU, 10N (the two forwards' 2N each too) over the update's wall time and the forwards' device time | "
+            + " | ".join(f"{t['mfu_10n_with_forwards']:.1%}" if t["mfu_10n_with_forwards"] is not None else "-" for t in shapes)
+            + " |"
+        )
     rows.append("| MFU by HLO FLOPs over the train step's device time | " + " | ".join(f"{t['mfu_hlo_device']:.1%}" for t in shapes) + " |")
     beyond = sorted(((ms, name) for name, ms in goal["terms_ms"].items() if not name.startswith("model FLOPs")), reverse=True)
     reached = goal["mfu_6n"] >= GOAL_MFU

@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 from bench.chip import tpu_update_terms
 from bench.chip.tpu_grpo import REPO, RESULT
 
@@ -45,3 +47,15 @@ def test_the_goal_is_judged_on_the_largest_profiled_shape():
     for shape in result["shapes"]:
         shape.pop("profile", None)
     assert tpu_update_terms.largest(result) is None
+
+
+def test_the_10n_figure_counts_the_forwards_time_beside_their_flops():
+    """Outside the update, the forwards' 4N come with their device time: 10N over both is under 10/6 of the 6N figure
+    by the forwards' share of the time."""
+    for shape in PROFILED:
+        terms = tpu_update_terms.update_terms(shape)
+        if terms["reference_forward_inside"]:
+            assert terms["mfu_10n_with_forwards"] is None
+            continue
+        wall, forwards = terms["wall_ms"], terms["forwards_before_update_ms"]
+        assert terms["mfu_10n_with_forwards"] == pytest.approx(terms["mfu_6n"] * 10 / 6 * wall / (wall + forwards), abs=2e-3)
