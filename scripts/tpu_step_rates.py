@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run by path: the repository's packages are importable as in the tests
     sys.path.insert(0, str(REPO))
 
+from bench.estimate.fit_calibration_tpu import layers_in_hbm_of  # noqa: E402
 from service.domain.cost.tpu_step_time import (  # noqa: E402
     CHECKPOINT_STATE_COPIES,
     HBM_BYTES_PER_S_PER_CHIP,
@@ -118,11 +119,6 @@ def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
         "logprobs_s_per_step": _sig(logprobs_s),
         "checkpoint_bytes_per_s": _sig(saved / (sum(saves) / len(saves))) if saves else None,
     }
-
-
-def layers_in_hbm_of(shape: dict[str, Any]) -> bool:
-    """Whether the run kept each layer's input and q/k/v in HBM: MaxText's `device` for all four, on its command."""
-    return set(KEPT_IN_HBM_ARGS) <= set(shape["command"])
 
 
 def _offloaded_utilization(shape: dict[str, Any], offloaded: dict[str, Any], generation: str) -> float:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from bench.chip.tpu_grpo import parse_label
-from bench.estimate.fit_calibration_tpu import TOLERANCE, compare, differences
+from bench.estimate.fit_calibration_tpu import TOLERANCE, compare, differences, layers_in_hbm_of
 from bench.readme_render.tpu_estimate_held_out import render_held_out
-from trainer.sizing.layer_activations import KEPT_IN_HBM_ARGS
 
 GIB = 1024**3
 
@@ -154,7 +153,7 @@ def _variants(result: dict[str, Any]) -> str:
         memory = variant.get("memory") or {}
         overrides = ", ".join(f"`{o}`" for o in variant["maxtext_overrides"])
         settings = variant["settings"]
-        layers = "layers kept in HBM" if set(KEPT_IN_HBM_ARGS) <= set(variant["command"]) else "layers offloaded"
+        layers = "layers kept in HBM" if layers_in_hbm_of(variant) else "layers offloaded"
         what = (
             f"weights {settings['weight_dtype']}, compute {settings['compute_dtype']}, {layers}" + (f", {overrides}" if overrides else "")
             if parse_label(variant["shape"])[2]

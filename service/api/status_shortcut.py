@@ -5,8 +5,8 @@ to the caller the load shedder already authenticated is answered here with the v
 would send: the view's JSON, `content-type: application/json`. Everything else (no held record, another team's job,
 a malformed id, no token checked, any other method or path) goes on to the router unchanged, which answers it as
 before, errors included. What this skips is per-request work the answer does not depend on: Starlette's routing over
-every route, FastAPI's dependency solving and its request and response objects. On a running job's read that was
-most of the service's cost beyond a minimal app's (bench/control_plane/README.md, status-read-running).
+every route, FastAPI's dependency solving and its request and response objects: about a third of the service's
+event-loop samples in a profile of a running job's read at saturation (bench/control_plane/README.md).
 
 It sits innermost of the service's middlewares, so the load shedder, the disconnect watch, the body limit and the
 latency metrics see the read as they see any other; it names the route in the scope, as routing would (the route the
@@ -16,15 +16,15 @@ histogram counts it under `/v1/jobs/{job_id}`.
 
 from __future__ import annotations
 
-import re
-
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from trainer.contract import JOB_ID_RE
+
 from .overload import CALLER_STATE
 
-STATUS_PATH = re.compile(r"^/v1/jobs/(rl-[a-z0-9]{12})\Z")  # trainer.contract's JOB_ID_RE, in the path
-STATUS_ROUTE = "/v1/jobs/{job_id}"
+STATUS_PREFIX = "/v1/jobs/"
+STATUS_ROUTE = STATUS_PREFIX + "{job_id}"
 
 
 class StatusReadShortcut:
@@ -47,10 +47,11 @@ class StatusReadShortcut:
     def _held(self, scope: Scope) -> bytes | None:
         if scope["type"] != "http" or scope["method"] != "GET" or scope.get("root_path"):
             return None
-        found = STATUS_PATH.match(scope["path"])
+        path: str = scope["path"]
+        job_id = path[len(STATUS_PREFIX) :] if path.startswith(STATUS_PREFIX) else ""
         caller = scope.get("state", {}).get(CALLER_STATE)
         serving = getattr(scope["app"].state, "serving", None) if "app" in scope else None
-        if found is None or caller is None or serving is None:
+        if not JOB_ID_RE.match(job_id) or caller is None or serving is None:
             return None
-        held: bytes | None = serving.views.held_json(caller, found.group(1))
+        held: bytes | None = serving.views.held_json(caller, job_id)
         return held
