@@ -14,6 +14,7 @@ def _policies(result: dict[str, Any], offloaded: dict[str, Any]) -> str:
     """Each shape's update with its layers kept in HBM (this result) against the same shape offloading them."""
     before = {s["shape"]: s["steady"] for s in offloaded["shapes"] if s.get("steady")}
     pairs = [(s["shape"], before[s["shape"]], s["steady"]) for s in result["shapes"] if s.get("steady") and s["shape"] in before]
+    rollouts = "; ".join(f"{name} {off['rollout_s']} and {kept['rollout_s']} s" for name, off, kept in pairs)
     return (
         f"Each layer's input and q/k/v kept in HBM (trainer files of commit `{result['trainer_commit']}`, the train "
         f"stage's choice for every shape here) against offloaded to host memory as rl.yml does (the same shapes and "
@@ -24,7 +25,9 @@ def _policies(result: dict[str, Any], offloaded: dict[str, Any]) -> str:
             f"{off['update_mfu']:.1%} -> {kept['update_mfu']:.1%}"
             for name, off, kept in pairs
         )
-        + "."
+        + ". The two were measured in different sessions on the chip, not side by side: the rollouts, which the "
+        f"policy does not touch, took {rollouts} there. The one pair run in one session is the 360M shape's at commit "
+        "`ce9e55b` (`bench/results/tpu_grpo_layers_in_hbm.json`)."
     )
 
 
