@@ -25,11 +25,13 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +107,24 @@ SHAPES: dict[str, tuple[str, dict[str, Any], str, dict[str, Any]]] = {
     # (TinyLlama's body ran out of HBM at its third step, and the estimate by phase refuses it).
     "smollm2-360m": ("smollm2", _body(32, 960, 2560, 15, 5, head_dim=64, rope_theta=100000.0), "bfloat16", {}),
 }
-# A variant's model settings by its `run --precision` (None: the shape's own).
-PRECISIONS: dict[str | None, dict[str, str]] = {
-    None: {},
-    "float32": {"dtype": "float32", "compute_dtype": "float32"},
-    "float32-compute": {"compute_dtype": "float32"},
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A variant's model settings (spec fields) and the MaxText settings it appends after the trainer's own."""
+
+    model: dict[str, str]
+    overrides: tuple[str, ...]
+
+
+# Variants by their `run --precision` (None: the shape's own). MaxText's default matmul precision on TPU takes one bf16
+# pass, so float32 weights alone would still multiply in bf16; logits-float32 keeps bf16 everywhere but the logits'
+# projection (MaxText's logits_dot_in_fp32, which the rollout engine reads from the same config).
+PRECISIONS: dict[str | None, Precision] = {
+    None: Precision({}, ()),
+    "float32": Precision({"dtype": "float32", "compute_dtype": "float32"}, ("matmul_precision=highest",)),
+    "float32-compute": Precision({"compute_dtype": "float32"}, ("matmul_precision=highest",)),
+    "logits-float32": Precision({}, ("logits_dot_in_fp32=true",)),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 
@@ -150,12 +165,13 @@ def prepare() -> None:
 def spec_for(name: str, runs: Path, batch_size: int | None = None, precision: str | None = None) -> Any:
     """The shape's job spec. `precision`, the variants of the sampler-trainer agreement by precision (issue 66 §2):
     `float32`, weights and compute in float32 (model.dtype and model.compute_dtype); `float32-compute`, the shape's
-    weights with float32 compute (where float32 weights do not fit)."""
+    weights with float32 compute (where float32 weights do not fit); `logits-float32`, the shape's spec (its change
+    is a MaxText setting, PRECISIONS)."""
     from trainer.contract import JobSpec
 
     _, _, dtype, changes = SHAPES[name]
     model_dir = INPUTS / "models" / name
-    model = {"source": str(model_dir), "dtype": dtype} | PRECISIONS[precision]
+    model = {"source": str(model_dir), "dtype": dtype} | PRECISIONS[precision].model
     return JobSpec.model_validate(
         {
             "name": f"tpu-{name.replace('.', '-')}",
@@ -221,9 +237,10 @@ def label_of(name: str, batch_size: int, precision: str | None) -> str:
 
 def parse_label(label: str) -> tuple[str, int, str | None]:
     """(shape name, batch size, precision) of a run's label."""
-    name, _, rest = label.rpartition("-b")
-    batch, _, precision = rest.partition("-")
-    return name, int(batch), precision or None
+    found = re.fullmatch(r"(.+?)-b(\d+)(?:-(.+))?", label)
+    if found is None:
+        raise ValueError(f"{label!r} is not NAME-bBATCH[-PRECISION]")
+    return found[1], int(found[2]), found[3]
 
 
 def run_shape(
@@ -242,6 +259,7 @@ def run_shape(
     label = label_of(name, spec.grpo.batch_size, precision)
     estimate = estimate_job_fit(spec)
     argv, env = random_init_command(spec, work)
+    overrides = PRECISIONS[precision].overrides + overrides
     argv += list(overrides)  # a variant's MaxText settings, after the trainer's own: MaxText takes the last
     probe = work / "probe.json"
     env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(PROBE_DIR), str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -398,7 +416,7 @@ def collect(folder: Path, device: str, variants: Path | None = None) -> None:
             "spec_bytes_per_s": TPU_GENERATIONS["v5e"].hbm_bytes_per_s_per_device,
         },
         "shapes": _collect_shapes(folder, bandwidth),
-        "variants": _collect_shapes(variants, bandwidth) if variants is not None else [],
+        "variants": [_checked_label(v) for v in _collect_shapes(variants, bandwidth)] if variants is not None else [],
     }
     write_result(RESULT, report, facts)
 
@@ -424,12 +442,23 @@ def collect_variants(folder: Path, path: Path = REPO / "bench" / "results" / RES
     runs = [json.loads(p.read_text()) for p in sorted(folder.glob("bandwidth*.json"))]
     bandwidth = sum(best_bandwidth(r) for r in runs) / len(runs)
     facts = machine_facts()
-    variants = _collect_shapes(folder, bandwidth)
+    variants = [_checked_label(v) for v in _collect_shapes(folder, bandwidth)]
     for variant in variants:
         variant["session"] = {"collected_at": facts["started_at"], "commit": facts["commit"], "hbm_bytes_per_s": round(bandwidth)}
     report["variants"] = variants
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {path}: {len(variants)} variant(s)")
+
+
+def _checked_label(variant: dict[str, Any]) -> dict[str, Any]:
+    """A variant's label names what it ran: the MaxText settings it recorded begin with its precision's."""
+    precision = parse_label(variant["shape"])[2]
+    if precision not in PRECISIONS:
+        raise SystemExit(f"{variant['shape']}: no precision {precision!r} (PRECISIONS)")
+    expected = list(PRECISIONS[precision].overrides)
+    if variant["maxtext_overrides"][: len(expected)] != expected:
+        raise SystemExit(f"{variant['shape']}: ran MaxText settings {variant['maxtext_overrides']}, its label's are {expected}")
+    return variant
 
 
 def _collect_shapes(folder: Path, bandwidth: float) -> list[dict[str, Any]]:
@@ -468,7 +497,8 @@ def main() -> None:
         "--precision",
         choices=[p for p in PRECISIONS if p],
         default=None,
-        help="float32: weights and compute in float32; float32-compute: float32 compute only (a variant, so labelled)",
+        help="float32: weights and compute in float32; float32-compute: float32 compute only; logits-float32: the logits' "
+        "projection in float32 (a variant, so labelled; each appends its MaxText settings, PRECISIONS)",
     )
     b = sub.add_parser("bandwidth")
     b.add_argument("--out", type=Path, required=True)

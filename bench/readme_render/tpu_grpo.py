@@ -137,8 +137,11 @@ def _agreement_words(shape: dict[str, Any]) -> str | None:
         return None
     worst = max((found.get("sampler_trainer/train/logp_diff_max") or {"": float("nan")}).values())
     corr = list((found.get("sampler_trainer/train/probs_pearson_corr") or {}).values())
+    # The trainer leaves the correlation out where one side's probabilities never varied over a step's tokens.
     return f"mean |Δ log p| {min(means):.4f}-{max(means):.4f} nats per token over {len(means)} steps, largest {worst:.3f}" + (
-        f", probabilities' correlation at least {min(corr):.4f}" if corr else ""
+        f", probabilities' correlation at least {min(corr):.4f}"
+        if corr
+        else ", the sampled tokens' probabilities all equal on a side (no correlation), as one-hot distributions give"
     )
 
 

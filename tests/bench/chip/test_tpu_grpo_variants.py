@@ -17,6 +17,7 @@ GRPO = json.loads((REPO / "bench" / "results" / RESULT).read_text())
 def test_a_label_names_the_shape_the_batch_and_the_precision():
     assert parse_label(label_of("qwen3-0.6b", 1, "float32")) == ("qwen3-0.6b", 1, "float32")
     assert parse_label(label_of("smollm2-135m", 4, None)) == ("smollm2-135m", 4, None)
+    assert parse_label(label_of("smollm2-135m", 4, "bfloat16")) == ("smollm2-135m", 4, "bfloat16")
     assert [parse_label(s["shape"])[2] for s in GRPO["shapes"]] == [None] * len(GRPO["shapes"])
 
 
@@ -64,3 +65,21 @@ def test_a_later_sessions_variant_says_so():
     variant = copy.deepcopy(base) | {"shape": label_of("smollm2-360m", 4, "float32"), "session": {"collected_at": "2026-12-08"}}
     result["variants"] = [variant]
     assert "(a later session at the same trainer files, collected 2026-12-08)" in render_tpu_grpo(result)
+
+
+def test_each_precision_runs_its_maxtext_settings_and_a_mislabelled_run_is_refused(tmp_path):
+    """The logits-float32 variant is the shape's own spec plus MaxText's logits_dot_in_fp32; a run whose recorded
+    settings are not its label's (an `--override` run named after a precision it did not run) is not collected."""
+    from bench.chip.tpu_grpo import PRECISIONS, _checked_label
+
+    bf16, logits = spec_for("smollm2-360m", tmp_path), spec_for("smollm2-360m", tmp_path, precision="logits-float32")
+    assert logits.model_dump() == bf16.model_dump()
+    assert PRECISIONS["logits-float32"].overrides == ("logits_dot_in_fp32=true",)
+    collected = {v["shape"]: v for v in GRPO["variants"]}
+    for label, variant in collected.items():
+        assert _checked_label(variant) is variant, label
+    mislabelled = copy.deepcopy(collected["smollm2-360m-b4-logits-float32"]) | {"maxtext_overrides": ["matmul_precision=highest"]}
+    with pytest.raises(SystemExit, match="its label's are \\['logits_dot_in_fp32=true'\\]"):
+        _checked_label(mislabelled)
+    with pytest.raises(SystemExit, match="no precision 'bf8'"):
+        _checked_label(mislabelled | {"shape": "smollm2-360m-b4-bf8"})
