@@ -31,8 +31,7 @@ def check_submission(spec: JobSpec, caller: Caller, policy: LocationPolicy, laun
     check_checkpoint(spec)
     fit = estimate_job_fit(spec)  # None: the model's shape is unknown here, so nothing is checked
     if fit is not None and fit.verdict == "does-not-fit":
-        field = "layer_activations" if "hardware.layer_activations" in fit.message else "accelerator"
-        raise InvalidRequest(("body", "hardware", field), fit.message)
+        raise InvalidRequest(("body", *(fit.refused_field or "hardware.accelerator").split(".")), fit.message)
     if isinstance(launcher, SubmitCheck):
         launcher.check_submittable(spec)
     return spec, fit

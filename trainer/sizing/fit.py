@@ -72,6 +72,8 @@ class FitEstimate(BaseModel):
     capacity_bytes_per_chip: int | None = Field(description="HBM per chip; null on cpu (host memory is not checked)")
     verdict: Verdict
     message: str = Field(description="the numbers, and what to do when it does not fit")
+    # Not serialised: the submit's 422 names this field (service/domain/submission.py); the message says the rest.
+    refused_field: str | None = Field(None, exclude=True, description="the spec field a does-not-fit verdict refuses")
 
 
 def gib(n: int) -> str:
@@ -132,6 +134,7 @@ def estimate_fit(spec: JobSpec, shape: ModelShape, layers_in_hbm: bool = False) 
     if layers_in_hbm and tpu is not None and not spec.is_eval:
         needs += " with each layer's input and q/k/v kept in HBM for the backward pass"
     verdict: Verdict
+    refused_field = None
     if tpu is None or capacity is None:
         verdict = "unchecked"
         message = f"{needs}; on {CPU_ACCELERATOR} this is host memory, which is not checked at submit"
@@ -139,11 +142,13 @@ def estimate_fit(spec: JobSpec, shape: ModelShape, layers_in_hbm: bool = False) 
         verdict = "does-not-fit"
         message = f"{needs}, {accelerator} has {capacity / GIB:g} GiB per chip{_allocatable_note(allocatable, capacity)}"
         offloaded = estimate_fit(spec, shape) if layers_in_hbm and not spec.is_eval else None
+        fits_offloaded = offloaded if offloaded is not None and offloaded.verdict != "does-not-fit" else None
+        refused_field = "hardware.accelerator" if fits_offloaded is None else "hardware.layer_activations"
         larger = None if spec.is_eval else smallest_fitting_slice(spec, shape)  # the engine uses one chip of any slice
         message += (
             f"; keeping each layer's activations in HBM is what does not fit: with hardware.layer_activations auto or "
-            f"offload it needs ~{gib(offloaded.total_bytes_per_chip)} GiB"
-            if offloaded is not None and offloaded.verdict != "does-not-fit"
+            f"offload it needs ~{gib(fits_offloaded.total_bytes_per_chip)} GiB"
+            if fits_offloaded is not None
             else f"; it would fit on {larger}"
             if larger and larger != accelerator
             else "; evaluate it on cpu (accelerator: cpu), or with fewer samples or new tokens"
@@ -171,6 +176,7 @@ def estimate_fit(spec: JobSpec, shape: ModelShape, layers_in_hbm: bool = False) 
         capacity_bytes_per_chip=capacity,
         verdict=verdict,
         message=message,
+        refused_field=refused_field,
     )
 
 

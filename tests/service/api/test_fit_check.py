@@ -54,6 +54,20 @@ def test_llama31_8b_on_v6e_1_is_refused_with_the_numbers_and_nothing_stored(api:
     assert api.client.get("/v1/jobs", headers=api.as_(TOKEN_A)).json()["count"] == 0
 
 
+def test_kept_layers_that_do_not_fit_are_refused_at_hardware_layer_activations(api: Api, tmp_path: Path) -> None:
+    """The estimate names the field it refuses (FitEstimate.refused_field): at batch 18 on v6e-4, keeping each layer's
+    activations in HBM does not fit where offloading them does, so the 422 is at layer_activations, not the accelerator."""
+    v6e4 = {"accelerator": "v6e-4", "chips_per_vm": 4, "layer_activations": "hbm"}
+    response = api.client.post("/v1/jobs", json=_tutorial(tmp_path, hardware=v6e4, grpo={"batch_size": 18}), headers=api.as_(TOKEN_A))
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "hardware", "layer_activations"]
+    assert "with hardware.layer_activations auto or offload it needs ~" in problem["msg"]
+    assert api.client.get("/v1/jobs", headers=api.as_(TOKEN_A)).json()["count"] == 0
+    offloaded = api.submit(_tutorial(tmp_path, hardware=v6e4 | {"layer_activations": "offload"}, grpo={"batch_size": 18}))
+    assert "refused_field" not in api.client.get(f"/v1/jobs/{offloaded['id']}", headers=api.as_(TOKEN_A)).json()["fit_estimate"]
+
+
 def test_llama31_8b_on_v6e_8_is_accepted_and_its_estimate_is_shown(api: Api, tmp_path: Path) -> None:
     created = api.submit(_tutorial(tmp_path))
     job = api.client.get(f"/v1/jobs/{created['id']}", headers=api.as_(TOKEN_A)).json()
