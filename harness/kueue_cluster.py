@@ -3,7 +3,7 @@ a team LocalQueue -> ClusterQueue -> on-demand and spot ResourceFlavors (k8s/kue
 v1beta2), nodes behind both flavors, the HF token Secret, and SelfSubjectAccessReview answers. Tests plant
 one failure each on top.
 
-Kueue's side of a create (harness/podrun/admission.py and kueue/config.py, Kueue v0.19.2): dryRun=All is admitted
+Kueue's side of a create (harness/podrun/api/admission.py and kueue/config.py, Kueue v0.19.2): dryRun=All is admitted
 and not stored; Kueue's and JobSet's webhooks fail closed when `down` names their Service; Kueue's job webhook
 defaults a Job to the LocalQueue `default`; and a Job/JobSet the Configuration (`set_config`, stored as
 kueue-system/kueue-manager-config) lets Kueue reconcile gets its Workload at once (podrun/kueue/workload.py build_workload)."""
@@ -14,7 +14,7 @@ from typing import Any
 
 from kmock._internal.rendering import Response  # not re-exported by kmock's typed API
 
-from harness.podrun.admission import KUEUE_WEBHOOK_SERVICE, install_admission
+from harness.podrun.api.admission import KUEUE_WEBHOOK_SERVICE, install_admission
 from harness.podrun.kueue.config import (
     DEFAULT_LOCAL_QUEUE,
     MANAGER_CONFIGMAP,

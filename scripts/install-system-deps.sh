@@ -10,7 +10,7 @@
 #                  them) it is built here too. Without it rollouts use XLA's slower dot and its tests fail
 #   - proot      : harness/podrun runs pods' containers as local processes with their volumes bound at
 #                  their mount paths; it uses user and mount namespaces where the machine allows them
-#                  (harness/podrun/ns_exec.py) and proot (ptrace, no privileges needed) where it does not
+#                  (harness/podrun/pods/ns_exec.py) and proot (ptrace, no privileges needed) where it does not
 # Usage: scripts/install-system-deps.sh   (as root, or with sudo available)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

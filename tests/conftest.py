@@ -48,9 +48,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_report_header(config: pytest.Config) -> str:
     """Which isolation the emulated cluster's pods get here: the proot fallback makes their tests several times slower."""
-    from harness.podrun.process import isolation
+    from harness.podrun.pods.process import isolation
 
-    return f"podrun isolation: {isolation()} (harness/podrun/process.py)"
+    return f"podrun isolation: {isolation()} (harness/podrun/pods/process.py)"
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # a hook of pytest-xdist's; ours decides over its --dist

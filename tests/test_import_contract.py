@@ -127,6 +127,14 @@ def test_the_harness_imports_no_test():
     assert violations(source_files("harness"), ("tests", "bench")) == []
 
 
+def test_the_emulated_clusters_parts_import_only_the_parts_below_them():
+    # harness/podrun/__init__.py's order: pods, then the API server's side, then the controllers, then Kueue.
+    floors = ["pods", "api", "controllers", "kueue"]
+    for i, part in enumerate(floors):
+        above = tuple(f"harness.podrun.{p}" for p in floors[i + 1 :]) + ("harness.podrun.cluster", "harness.podrun.manifests")
+        assert violations(source_files(f"harness/podrun/{part}"), above) == [], part
+
+
 def test_the_benches_take_their_emulators_from_the_harness_not_the_tests():
     assert violations(source_files("bench"), ("tests",)) == []
 

@@ -7,7 +7,7 @@ Kubernetes how many Jobs were created per job id.
 - local-sqlite: the local launcher, SQLite in the state directory (the embedded default);
 - local-postgres: the local launcher, a throwaway Debian PostgreSQL (harness/pg_server.py);
 - k8s-kmock: the Kubernetes launcher against kmock, with the emulated Job controller and kubelet of
-  harness/podrun running each Job's pod as a local process (harness/podrun/process.py), on its own event loop thread.
+  harness/podrun running each Job's pod as a local process (harness/podrun/pods/process.py), on its own event loop thread.
   kmock stands in for the API server and outlives every service kill, as a cluster would. The trainer
   container's command is swapped for the stand-in trainer on create (what a mutating webhook could
   do); everything else is the manifest the service rendered.
@@ -149,7 +149,7 @@ class EmulatorThread:
         the stand-in trainer, and every Job created is counted under its job id."""
         import kmock
 
-        from harness.podrun.kapi import now_iso
+        from harness.podrun.api.kapi import now_iso
 
         def on_create(request: Any) -> Any:
             meta = request.data.get("metadata", {})

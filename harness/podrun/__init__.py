@@ -4,22 +4,31 @@ There is no Kubernetes here. kmock plays the API server; this package plays the 
 the service creates gets pods, the pods run the containers their manifests describe as local processes,
 and the statuses, events and logs the service reads are written the way a cluster writes them.
 
-    runner.py       PodRunner: one pod (volumes, then init containers in order, then the regular ones; deletion)
-    container_loop.py   one container's attempts: env, process, probes, restarts with back-off
-    termination.py  stopping containers: SIGTERM, SIGKILL after the grace period, sidecars after the rest
-    status.py       the pod's status and phase (the kubelet's getPhase), pure
-    plan.py         one container's process: argv, env, cwd, the path mapping, user, ports
-    process.py, ns_exec.py   the process: user + mount namespaces with bind mounts (proot where refused)
-    envvars.py      env, envFrom, valueFrom (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)
-    volumes.py      emptyDir (Memory: /dev/shm), secret, configMap, downwardAPI, projected, hostPath
-    guard.py        read-only mounts and readOnlyRootFilesystem for Python code
-    probes.py       httpGet startup/liveness/readiness probes with the kubelet's timing
-    images.py       ENTRYPOINT/CMD/WORKDIR/ENV/USER read from docker/*.Dockerfile
-    job_controller.py, jobset_controller.py   the controllers' decisions (pure)
-    jobset_pod_webhook.py   JobSet v0.12.0's pod webhook: which followers of an exclusive-placement slice are admitted
-    scheduling.py, kubelet.py, cluster.py     the node, its scheduler and kubelet; EmulatedCluster on kmock
+By what each part plays (a folder imports only the ones above it in this list):
+    pods/           running one pod's containers on this machine
+        runner.py       PodRunner: one pod (volumes, then init containers in order, then the regular ones; deletion)
+        container_loop.py   one container's attempts: env, process, probes, restarts with back-off
+        termination.py  stopping containers: SIGTERM, SIGKILL after the grace period, sidecars after the rest
+        status.py       the pod's status and phase (the kubelet's getPhase), pure
+        plan.py         one container's process: argv, env, cwd, the path mapping, user, ports
+        process.py, ns_exec.py   the process: user + mount namespaces with bind mounts (proot where refused)
+        envvars.py      env, envFrom, valueFrom (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)
+        volumes.py      emptyDir (Memory: /dev/shm), secret, configMap, downwardAPI, projected, hostPath
+        guard.py        read-only mounts and readOnlyRootFilesystem for Python code
+        probes.py       httpGet startup/liveness/readiness probes with the kubelet's timing
+        images.py       ENTRYPOINT/CMD/WORKDIR/ENV/USER read from docker/*.Dockerfile
+        quantity.py     Kubernetes quantities (`500m`, `16Gi`)
+    api/            the API server's side that kmock lacks
+        kapi.py         reading and writing kmock from the controllers' event loop
+        admission.py    mutating webhooks, failurePolicy Fail and dryRun in front of kmock's store
+        api_tls.py      the API over HTTPS with a CA and service-account token, for in-cluster clients
+    controllers/    what watches the API and acts
+        job_controller.py, jobset_controller.py   the controllers' decisions (pure)
+        jobset_pod_webhook.py   JobSet v0.12.0's pod webhook: which followers of an exclusive-placement slice are admitted
+        scheduling.py, scheduler.py, kubelet.py   the nodes and the scheduler's fit checks (pure), the scheduler, the kubelet
     kueue/          Kueue's controllers, webhook and visibility API (its __init__ lists the modules)
-    api_tls.py      the API over HTTPS with a CA and service-account token, for in-cluster clients
+    cluster.py      EmulatedCluster: all of the above on one kmock
+    manifests.py    the service's rendered trainer workloads with a tiny fake command, for Job semantics in seconds
     __main__.py     `python -m harness.podrun FILE... --run KIND/NAME`: run one pod from rendered YAML
 
 Emulated (each has a test in tests/podrun, tests/k8s or tests/deploy):
@@ -79,7 +88,7 @@ Emulated (each has a test in tests/podrun, tests/k8s or tests/deploy):
 - the kubelet ending a node's pods itself (`shut_down_node`): DisruptionTarget, Failed, not deleted;
 - scheduler: nodeSelector, taints/tolerations, requests against allocatable (limits where requests are
   unset); the node is this machine (no TPU), a fake TPU node for fake commands, or several nodes with GKE's
-  labels and taints (scheduler.py, Node.gke_tpu / Node.gke_cpu), all running their pods on this machine;
+  labels and taints (controllers/scheduling.py, Node.gke_tpu / Node.gke_cpu), all running their pods on this machine;
 - evict(): DisruptionTarget condition then a graceful delete (PodDisruptionBudgets are not consulted).
 
 Not emulated (needs a real cluster): image builds and pulls (images map to our Dockerfiles; an unknown

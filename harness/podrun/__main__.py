@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .runner import PodRunner
+from harness.podrun.pods.runner import PodRunner
 
 
 def pod_of(obj: dict[str, Any]) -> dict[str, Any]:

@@ -34,18 +34,19 @@ from typing import Any, Literal
 
 import kmock as kmock_lib
 
-from .admission import JOBSET_WEBHOOK_SERVICE, install_admission
-from .api_tls import tls_front
-from .envvars import ApiAccess
-from .job_controller import TRACKING_FINALIZER, decide_job, is_finished, owned_by
-from .jobset_controller import decide_jobset
-from .jobset_pod_webhook import admit_pod
-from .kapi import KApi, now_iso, register_resources
-from .kubelet import Kubelet
+from harness.podrun.api.admission import JOBSET_WEBHOOK_SERVICE, install_admission
+from harness.podrun.api.api_tls import tls_front
+from harness.podrun.api.kapi import KApi, now_iso, register_resources
+from harness.podrun.controllers.job_controller import TRACKING_FINALIZER, decide_job, is_finished, owned_by
+from harness.podrun.controllers.jobset_controller import decide_jobset
+from harness.podrun.controllers.jobset_pod_webhook import admit_pod
+from harness.podrun.controllers.kubelet import Kubelet
+from harness.podrun.controllers.scheduler import Scheduler
+from harness.podrun.controllers.scheduling import Node
+from harness.podrun.pods.envvars import ApiAccess
+from harness.podrun.pods.runner import PodRunner
+
 from .kueue.emulator import KUEUE_KINDS, KueueEmulator
-from .runner import PodRunner
-from .scheduler import Scheduler
-from .scheduling import Node
 
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes' generateName draws from
 

@@ -8,12 +8,11 @@ from typing import Any
 
 import yaml
 
+from harness.podrun.controllers.scheduling import Node
+from harness.podrun.pods.images import ROOT
 from service.adapters.k8s import K8sSettings
 from service.adapters.k8s.render import render_manifests
 from trainer.contract import JobSpec
-
-from .images import ROOT
-from .scheduling import Node
 
 NS = "rljob"
 

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from harness.podrun.kapi import KINDS
+from harness.podrun.api.kapi import KINDS
 from tests.deploy.deploy_support import ROOT
 
 DOC = (ROOT / "docs" / "deploy-gke.md").read_text()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from harness.podrun.images import ROOT
 from harness.podrun.kueue import versions as kueue_versions
+from harness.podrun.pods.images import ROOT
 
 DOC = (ROOT / "docs" / "deploy-gke.md").read_text()
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.podrun.images import DOCKERFILES, parse_dockerfile
-from harness.podrun.plan import StartError, resolve_executable
+from harness.podrun.pods.images import DOCKERFILES, parse_dockerfile
+from harness.podrun.pods.plan import StartError, resolve_executable
 from tests.deploy.deploy_support import OVERLAYS, ROOT, one
 from tests.deploy.env_scan import direct_env_reads, settings_env_names
 from tests.deploy.k8s_api_scan import scan_package

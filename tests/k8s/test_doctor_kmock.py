@@ -18,7 +18,7 @@ from google.cloud import storage
 
 from harness.gcs_emulator import GCE_METADATA_ROOT, GcsEmulator
 from harness.kueue_cluster import FLAVORS, KUEUE, NS, KueueCluster, active
-from harness.podrun.admission import JOBSET_WEBHOOK_SERVICE, KUEUE_WEBHOOK_SERVICE
+from harness.podrun.api.admission import JOBSET_WEBHOOK_SERVICE, KUEUE_WEBHOOK_SERVICE
 from harness.podrun.kueue.config import KueueConfiguration
 
 pytestmark = pytest.mark.timeout(120)

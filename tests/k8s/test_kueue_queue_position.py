@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.controllers.scheduling import Node
 from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import NS, service_accounts
-from harness.podrun.scheduling import Node
 from service.adapters.k8s import pod_template
 from service.adapters.k8s.launcher import build_k8s_launcher
 from service.domain.records.ports import ObservedState

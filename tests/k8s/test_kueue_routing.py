@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.images import ROOT
+from harness.podrun.controllers.scheduling import Node
 from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import NS, service_accounts, settings, spec, workload
-from harness.podrun.scheduling import Node
+from harness.podrun.pods.images import ROOT
 from service.adapters.k8s.capacity import CAPACITY_LABEL
 from service.adapters.k8s.kueue_reasons import normalized_reason
 from service.adapters.k8s.launcher import build_k8s_launcher

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.controllers.scheduling import Node
 from harness.podrun.kueue.config import KueueConfiguration
 from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.kueue.podsready import UNSCHEDULED_GATE, WaitForPodsReady
 from harness.podrun.manifests import NS, service_accounts, spec, workload
-from harness.podrun.scheduling import Node
 from trainer.contract import JobSpec
 
 from .test_kueue_routing import FLAVOR, RESERVATION, shipped_kueue_objects

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.controllers.scheduling import Node
 from harness.podrun.manifests import NS, service_accounts, shared_dir, spec, workload
-from harness.podrun.scheduling import Node
 from service.domain.records.ports import ObservedState
 
 from .conftest import JOB_ID

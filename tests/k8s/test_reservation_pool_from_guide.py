@@ -2,7 +2,7 @@
 
 The node is built from docs/deploy-gke.md itself: the `--node-labels` of its reservation pool command (the guide's
 $RESERVATION expanded), plus only the labels GKE documents for a TPU node of that pool (hostname, node pool, instance
-type, the TPU accelerator and topology; harness/podrun/scheduling.py Node.gke_tpu) and nothing for the reservation
+type, the TPU accelerator and topology; harness/podrun/controllers/scheduling.py Node.gke_tpu) and nothing for the reservation
 (no source says GKE labels a hand-made pool's nodes with `cloud.google.com/reservation-name`). A reservation job
 (hardware.reservation: the guide's $RESERVATION) goes through the shipped k8s/kueue/ objects under the Kueue
 emulator: it is admitted into the reservation flavor and its pod bound to that node. The control builds the node
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.controllers.scheduling import AFFINITY_MISMATCH, Node
 from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import NS, service_accounts, spec, workload
-from harness.podrun.scheduling import AFFINITY_MISMATCH, Node
 from service.adapters.k8s.capacity import CAPACITY_LABEL, RESERVATION_NAME_LABEL
 from tests.deploy import guide_pools
 from trainer.contract import JobSpec

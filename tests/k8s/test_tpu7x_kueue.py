@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.images import ROOT
+from harness.podrun.controllers.scheduling import Node
 from harness.podrun.kueue.emulator import KueueEmulator
 from harness.podrun.manifests import settings, spec
-from harness.podrun.scheduling import Node
+from harness.podrun.pods.images import ROOT
 from service.adapters.k8s.launcher import build_k8s_launcher
 from service.domain.records.errors import InvalidRequest
 

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.runner import PodRunner
+from harness.podrun.pods.runner import PodRunner
 
 NS = "rljob"
 TRAINER_IMAGE = "us-docker.pkg.dev/example-project/rljob/trainer:0.1.0"

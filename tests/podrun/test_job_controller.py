@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client as k8s
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.job_controller import TRACKING_FINALIZER
+from harness.podrun.controllers.job_controller import TRACKING_FINALIZER
 from harness.podrun.manifests import NS, service_accounts, shared_dir, spec, tpu_node, workload
 
 pytestmark = pytest.mark.timeout(90)

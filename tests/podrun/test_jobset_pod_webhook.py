@@ -1,4 +1,4 @@
-"""JobSet v0.12.0's pod webhook (harness/podrun/jobset_pod_webhook.py) and what it means for a multi-host slice.
+"""JobSet v0.12.0's pod webhook (harness/podrun/controllers/jobset_pod_webhook.py) and what it means for a multi-host slice.
 
 A slice's pods all lose their node at once (a TPU host's maintenance: the kubelet ends them, DisruptionTarget,
 Failed, not deleted). With the old rendering (podFailurePolicy Ignore on DisruptionTarget in the child Job) the
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.jobset_pod_webhook import admit_pod
+from harness.podrun.controllers.jobset_pod_webhook import admit_pod
+from harness.podrun.controllers.scheduling import Node
 from harness.podrun.manifests import NS, service_accounts, shared_dir, spec, workload
-from harness.podrun.scheduling import Node
 
 pytestmark = pytest.mark.timeout(150)
 JOB = "rl-0123456789ab"

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from harness.podrun.api.kapi import ApiError
 from harness.podrun.cluster import EmulatedCluster
-from harness.podrun.kapi import ApiError
+from harness.podrun.controllers.scheduling import CAPACITY_LABEL
 from harness.podrun.kueue.config import KueueConfiguration
 from harness.podrun.kueue.emulator import KueueEmulator
-from harness.podrun.scheduling import CAPACITY_LABEL
 
 from .test_kueue_emulator import NODES, NS, TPU_REQUESTS, TPU_TOLERATION, _tpu_queue, job, local_queue
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from harness.podrun.cluster import EmulatedCluster
+from harness.podrun.controllers.scheduling import CAPACITY_LABEL, Node, pick_node
 from harness.podrun.kueue.controller import assign_flavors, check_condition, cluster_queue_active, queue_order
 from harness.podrun.kueue.emulator import InvalidKueueObject, KueueEmulator
 from harness.podrun.kueue.reconcile import KueueState, decide_kueue
 from harness.podrun.kueue.workload import build_workload, pod_sets, schema_errors, workload_name
-from harness.podrun.scheduling import CAPACITY_LABEL, Node, pick_node
 
 from .conftest import TRAINER_IMAGE
 

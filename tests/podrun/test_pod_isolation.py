@@ -1,4 +1,4 @@
-"""Both ways the pod runner isolates a container (harness/podrun/process.py) show it the same container:
+"""Both ways the pod runner isolates a container (harness/podrun/pods/process.py) show it the same container:
 Linux namespaces (ns_exec.py, the default where this machine allows them) and proot (the fallback)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.podrun.process import ISOLATIONS
+from harness.podrun.pods.process import ISOLATIONS
 
 from .conftest import log, make_pod, python, state, wait_until
 from .test_pod_runner import GRACEFUL

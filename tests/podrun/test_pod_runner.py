@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness.podrun.envvars import ApiAccess
+from harness.podrun.pods.envvars import ApiAccess
 
 from .conftest import NS, TRAINER_IMAGE, log, make_pod, python, state, wait_until
 
@@ -228,7 +228,7 @@ def test_read_only_mounts_and_root_filesystem_refuse_writes(runs):
 def test_the_read_only_root_holds_for_pods_starting_and_stopping_side_by_side(runs):
     # proot creates a missing bind target as a placeholder in the host directory and deletes it when it
     # exits; a guard bound there was missed by Python about 1 start in 4 with four pods at a time, and the
-    # write landed on this machine (harness/podrun/guard.py).
+    # write landed on this machine (harness/podrun/pods/guard.py).
     def write_refused(k: int) -> list[str]:
         misses = []
         for i in range(6):

@@ -11,10 +11,10 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from harness.podrun.envvars import ApiAccess
-from harness.podrun.job_controller import matching_rule, pod_for
+from harness.podrun.controllers.job_controller import matching_rule, pod_for
+from harness.podrun.controllers.scheduling import requests_of
 from harness.podrun.manifests import NS, workload
-from harness.podrun.scheduling import requests_of
+from harness.podrun.pods.envvars import ApiAccess
 
 from .conftest import TRAINER_IMAGE, log, make_pod, python, wait_until
 from .test_job_controller import JOB, conditions, job, submit

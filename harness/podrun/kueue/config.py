@@ -183,7 +183,7 @@ def reconciles(owner: dict[str, Any], config: KueueConfiguration, ns_labels: dic
     if (owner["metadata"].get("labels") or {}).get(QUEUE_LABEL):
         return True
     if config.manage_jobs_without_queue_name:
-        from harness.podrun.volumes import NotEmulated
+        from harness.podrun.pods.volumes import NotEmulated
 
         raise NotEmulated("manageJobsWithoutQueueName: a Workload without a queue name")
     return False

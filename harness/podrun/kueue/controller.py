@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from harness.podrun.job_controller import iso
-from harness.podrun.scheduling import node_selector_terms_match, required_affinity_terms
+from harness.podrun.controllers.job_controller import iso
+from harness.podrun.controllers.scheduling import node_selector_terms_match, required_affinity_terms
 
 from .versions import SEVERITY
 from .workload import format_quantity, podset_requests, quantity

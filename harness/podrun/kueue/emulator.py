@@ -30,8 +30,8 @@ from typing import Any
 
 from kmock._internal.rendering import Response
 
-from harness.podrun.admission import KUEUE_WEBHOOK_SERVICE, Admission, install_admission
-from harness.podrun.kapi import ApiError, KApi
+from harness.podrun.api.admission import KUEUE_WEBHOOK_SERVICE, Admission, install_admission
+from harness.podrun.api.kapi import ApiError, KApi
 
 from . import versions as kueue_versions
 from . import visibility as kueue_visibility

@@ -40,8 +40,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from harness.podrun.job_controller import iso
-from harness.podrun.volumes import NotEmulated
+from harness.podrun.controllers.job_controller import iso
+from harness.podrun.pods.volumes import NotEmulated
 
 from .controller import cond, find, is_true, set_cond
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from harness.podrun.job_controller import iso
-from harness.podrun.volumes import NotEmulated
+from harness.podrun.controllers.job_controller import iso
+from harness.podrun.pods.volumes import NotEmulated
 
 from .config import KueueConfiguration, owner_managed_by_kueue, reconciles
 from .controller import (

@@ -18,8 +18,8 @@ from typing import Any
 import jsonschema
 
 from harness.crd_schemas import strict_crd_schema
-from harness.podrun.quantity import parse_quantity
-from harness.podrun.scheduling import requests_of
+from harness.podrun.controllers.scheduling import requests_of
+from harness.podrun.pods.quantity import parse_quantity
 
 GROUP_VERSION = "kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # pkg/controller/constants QueueLabel
@@ -95,7 +95,7 @@ def build_workload(owner: dict[str, Any], priority_classes: dict[str, dict[str, 
         spec["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc}
         spec["priority"] = int(priority_classes[wpc]["value"])
     elif any(ps["template"]["spec"].get("priorityClassName") for ps in spec["podSets"]):
-        from harness.podrun.volumes import NotEmulated
+        from harness.podrun.pods.volumes import NotEmulated
 
         raise NotEmulated("pod PriorityClass as a Workload's priority (only WorkloadPriorityClass is emulated)")
     else:

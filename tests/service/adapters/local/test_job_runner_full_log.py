@@ -62,7 +62,7 @@ def test_without_the_runner_the_same_trainer_fails_on_a_full_disk() -> None:
 
 
 # The disk fills while the trainer runs. The runner's state directory is a 256 KiB tmpfs of its own (a user and a
-# mount namespace, as the emulated kubelet's containers get: harness/podrun/ns_exec.py), and the trainer writes
+# mount namespace, as the emulated kubelet's containers get: harness/podrun/pods/ns_exec.py), and the trainer writes
 # into it until ENOSPC before it exits. The helper prints the runner's status and the exit file as the service
 # would read it (the tmpfs goes with the namespace).
 IN_A_SMALL_TMPFS = """

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from .quantity import parse_quantity
-from .volumes import NotEmulated
+from harness.podrun.pods.quantity import parse_quantity
+from harness.podrun.pods.volumes import NotEmulated
 
 NODE_NAME = "podrun-node"
 # Our own node-pool label (service/adapters/k8s/capacity.py CAPACITY_LABEL): the operator sets it on each

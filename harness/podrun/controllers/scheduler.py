@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .kapi import KApi, now_iso
+from harness.podrun.api.kapi import KApi, now_iso
+
 from .kubelet import RESCHEDULE_S, Kubelet
 from .scheduling import Node, pick_node
 

@@ -158,7 +158,7 @@ def image_binds(image: ImageConfig, env: dict[str, str], mounts: list[Mount], ro
 def checkout_bind(binds: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
     """The project checkout at its own path when a bind would hide it: the venv's editable install of rljob
     points there (a clone under /tmp vanished behind the image's /tmp, and the service pod never started)."""
-    checkout = Path(__file__).resolve().parents[2]
+    checkout = Path(__file__).resolve().parents[3]
     hidden = any(checkout.is_relative_to(guest) and not checkout.is_relative_to(host) for host, guest in binds)
     return [(checkout, str(checkout))] if hidden else []
 

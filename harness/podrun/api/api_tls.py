@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from .envvars import ApiAccess
+from harness.podrun.pods.envvars import ApiAccess
 
 
 def _cert(

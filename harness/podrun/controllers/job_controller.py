@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from .volumes import NotEmulated
+from harness.podrun.pods.volumes import NotEmulated
 
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"

@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILES = {"trainer": ROOT / "docker" / "trainer.Dockerfile", "service": ROOT / "docker" / "service.Dockerfile"}
 # The python:3.12-slim base image's own ENV (docker inspect python:3.12-slim-bookworm), which our
 # Dockerfiles extend with `PATH=/opt/venv/bin:$PATH`.

@@ -18,9 +18,10 @@ from typing import Any
 
 from kmock._internal.rendering import Response
 
-from .envvars import ApiAccess
-from .kapi import KApi, now_iso
-from .runner import PodRunner
+from harness.podrun.api.kapi import KApi, now_iso
+from harness.podrun.pods.envvars import ApiAccess
+from harness.podrun.pods.runner import PodRunner
+
 from .scheduling import Node, unschedulable
 
 RESCHEDULE_S = 1.0
