@@ -194,10 +194,12 @@ def api(
 
 @pytest.fixture
 def api_reading_events(store: SqlJobStore, settings_factory: Callable[..., Settings]) -> Iterator[Api]:
-    """The real app with the real EventsFileReader (the `api` fixture fakes progress)."""
+    """The real app with the real EventsFileReader (the `api` fixture fakes progress). Folding may take the whole
+    core: these tests write tens of thousands of events to check what is kept, and the pacer's rests (its share
+    of the CPU, tests/service/domain/test_fold_pacer.py) would only make them wait."""
     add_test_tokens(store)
     launcher = FakeLauncher()
-    app = create_app(settings_factory(), store=store, launcher=launcher, progress=EventsFileReader())
+    app = create_app(settings_factory(progress_fold_cpu_share=1.0), store=store, launcher=launcher, progress=EventsFileReader())
     with TestClient(app) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200)
         yield Api(client, store, launcher, None)  # type: ignore[arg-type]
