@@ -25,6 +25,12 @@ def doctor(
         bool,
         typer.Option(help="also create probe Jobs/JobSets: dry-run (webhooks) and queued (Kueue gives them a Workload), deleted after"),
     ] = True,
+    probe_wait: Annotated[
+        float | None,
+        typer.Option(
+            min=1, max=300, help="seconds the queued probes wait for Kueue's Workload (default 10; more on a slow or busy cluster)"
+        ),
+    ] = None,
 ) -> None:
     """Check the cluster is ready for rljob: APIs, RBAC, webhooks, Kueue queues, configuration and nodes, HF token Secret, storage."""
     from kubernetes.config.config_exception import ConfigException
@@ -46,7 +52,7 @@ def doctor(
         where = "the pod's service account" if k8s_settings.in_cluster else (k8s_settings.kubeconfig or "the default kubeconfig")
         raise CliError(f"cannot load the cluster's credentials from {where}: {e}", CliExit.BAD_INPUT) from e
     prefixes = storage_prefixes(settings.team_locations, settings.team_location_template) if storage else []
-    lines = run_doctor(client, k8s_settings, storage_prefixes=prefixes, probes=probes)
+    lines = run_doctor(client, k8s_settings, storage_prefixes=prefixes, probes=probes, probe_wait_s=probe_wait)
     for line in lines:
         console.print(f"[{STYLE[line.status]}]{escape(line.render())}[/]", highlight=False, soft_wrap=True)
     counts = {s: sum(1 for line in lines if line.status == s) for s in STYLE}

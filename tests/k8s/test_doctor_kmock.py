@@ -59,8 +59,8 @@ def _kubeconfig(tmp_path: Path, url: str, name: str = "kubeconfig") -> Path:
     return path
 
 
-async def doctor(cluster: KueueCluster, gcs: GcsEmulator, tmp_path: Path, **env: str) -> tuple[int, str]:
-    """`python -m service.cli.main doctor` with a clean RLJOB_* environment; (exit code, stdout+stderr)."""
+async def doctor(cluster: KueueCluster, gcs: GcsEmulator, tmp_path: Path, *args: str, **env: str) -> tuple[int, str]:
+    """`python -m service.cli.main doctor ARGS` with a clean RLJOB_* environment; (exit code, stdout+stderr)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RLJOB_", "STORAGE_EMULATOR", "KUBECONFIG"))}
     base.update(
         {
@@ -78,7 +78,14 @@ async def doctor(cluster: KueueCluster, gcs: GcsEmulator, tmp_path: Path, **env:
     )
     base.update(env)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service.cli.main", "doctor", env=base, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        sys.executable,
+        "-m",
+        "service.cli.main",
+        "doctor",
+        *args,
+        env=base,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode is not None
@@ -267,9 +274,9 @@ async def test_a_local_queue_named_default_fails(healthy, gcs, tmp_path):
 
 async def test_a_namespace_kueue_does_not_select_fails_the_probe_and_the_configuration(healthy, gcs, tmp_path):
     healthy.set_config(KueueConfiguration(managed_jobs_namespace_selector={"matchLabels": {"kueue-managed": "true"}}))
-    rc, out = await doctor(healthy, gcs, tmp_path)
+    rc, out = await doctor(healthy, gcs, tmp_path, "--probe-wait", "2")  # the emulated Kueue answers within one poll
     assert rc == 1
-    assert "got no Kueue Workload within 10s" in line(out, "fail", "kueue probe Job")
+    assert "got no Kueue Workload within 2s" in line(out, "fail", "kueue probe Job")
     line(out, "fail", "kueue probe JobSet")
     assert "does not select namespace rljob" in line(out, "fail", "kueue configuration")
     healthy.namespace_labels = {"kueue-managed": "true"}  # the fix the line suggests
@@ -280,7 +287,7 @@ async def test_a_namespace_kueue_does_not_select_fails_the_probe_and_the_configu
 
 async def test_frameworks_without_jobset_fail_the_jobset_probe(healthy, gcs, tmp_path):
     healthy.set_config(KueueConfiguration.from_yaml("integrations:\n  frameworks: [batch/job]\n"))
-    rc, out = await doctor(healthy, gcs, tmp_path)
+    rc, out = await doctor(healthy, gcs, tmp_path, "--probe-wait", "2")
     assert rc == 1
     line(out, "ok", "kueue probe Job")
     assert "got no Kueue Workload" in line(out, "fail", "kueue probe JobSet") and "must list jobset.x-k8s.io/jobset" in out

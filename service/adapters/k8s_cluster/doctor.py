@@ -23,7 +23,7 @@ from service.domain.self_check import CheckLine
 
 from .doctor_kueue import configured_queues, queue_checks
 from .doctor_pools import pool_checks_without_kueue
-from .doctor_probes import admission_checks, default_queue_check, manager_config_check, queued_probe_checks
+from .doctor_probes import PROBE_WORKLOAD_WAIT_S, admission_checks, default_queue_check, manager_config_check, queued_probe_checks
 from .rbac_needs import CLUSTER, HF_SECRET_IN_ROLE, NAMESPACED, Permission
 from .reads import ClusterReads
 
@@ -217,9 +217,11 @@ def run_doctor(
     storage_prefixes: Sequence[str] = (),
     probe_storage: StorageProbe | None = None,
     probes: bool = False,
+    probe_wait_s: float | None = None,
 ) -> list[CheckLine]:
-    """probes: also create probe objects (doctor_probes.py: dry-run Job/JobSet, a queued Job/JobSet deleted after);
-    the CLI does, the service's start-up self-check does not."""
+    """probes: also create probe objects (doctor_probes.py: dry-run Job/JobSet, a queued Job/JobSet deleted after,
+    waiting up to probe_wait_s, else PROBE_WORKLOAD_WAIT_S, for Kueue's Workload); the CLI does, the service's
+    start-up self-check does not."""
     reads = ClusterReads(client)
     try:
         served = reads.served_group_versions()
@@ -239,7 +241,7 @@ def run_doctor(
             lines.append(default_queue_check(client, settings, KUEUE_V1BETA2 in served))
             lines.append(manager_config_check(reads, settings, jobsets))
             if KUEUE_V1BETA2 in served:
-                lines += queued_probe_checks(client, settings, queues[0], jobsets)
+                lines += queued_probe_checks(client, settings, queues[0], jobsets, wait_s=probe_wait_s or PROBE_WORKLOAD_WAIT_S)
     lines += pool_checks_without_kueue(reads, settings)
     lines.append(secret_check(client, settings))
     if storage_prefixes:
