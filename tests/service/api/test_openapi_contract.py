@@ -19,6 +19,13 @@ from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_for_phase
 
 MISSING = "rl-aaaaaaaaaaaa"
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    """SQLite only: the contract is the routes' (each error is a domain exception mapped in service/api/errors.py,
+    whichever store raised it), and the stores' own tests run on both backends."""
+    return f"sqlite:///{tmp_path / 'rljob.db'}"
 CONSTRAINT_KEYS = (
     "pattern",
     "maxLength",
