@@ -26,6 +26,13 @@ from trainer.contract import spec_values as limits
 V6E8 = {"accelerator": "v6e-8", "chips_per_vm": 8, "rollout_engine": "vllm"}
 
 
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    """SQLite only: every refusal here comes before the store is written (the spec's validation, the fit check, the
+    launcher's capacity check), and what a store does with an accepted job has its tests on both backends."""
+    return f"sqlite:///{tmp_path / 'rljob.db'}"
+
+
 def _post_raw(api: Api, text: str):
     headers = {**api.as_(TOKEN_A), "Content-Type": "application/json"}
     return api.client.post("/v1/jobs", content=text.encode(), headers=headers)
