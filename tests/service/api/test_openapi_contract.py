@@ -26,6 +26,8 @@ def db_url(tmp_path: Path) -> str:
     """SQLite only: the contract is the routes' (each error is a domain exception mapped in service/api/errors.py,
     whichever store raised it), and the stores' own tests run on both backends."""
     return f"sqlite:///{tmp_path / 'rljob.db'}"
+
+
 CONSTRAINT_KEYS = (
     "pattern",
     "maxLength",
