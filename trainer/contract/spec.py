@@ -74,6 +74,12 @@ class ModelSpec(_Strict):
     compute_dtype: Literal["bfloat16", "float32"] | None = Field(
         default=None, description="MaxText's dtype (activations, matmuls); default: `dtype` on cpu, bfloat16 on a TPU"
     )
+    logits_dtype: Literal["bfloat16", "float32"] = Field(
+        default="bfloat16",
+        description="the logits' projection, in the rollout and the trainer alike (MaxText's logits_dot_in_fp32): float32 "
+        "makes the sampler's and the trainer's log-probabilities agree where bf16 rounds large logits "
+        "(bench/chip/README.md, issue 66); the logits are float32 after it either way, so memory is the same",
+    )
     scan_layers: bool = Field(default=True, description="MaxText's scan_layers: the layers as one scanned stack (convert and export)")
     lazy_load_tensors: bool = Field(
         default=True, description="to_maxtext --lazy_load_tensors; lazy needs no torch and writes the same checkpoint"

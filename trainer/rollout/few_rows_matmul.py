@@ -97,7 +97,7 @@ def library(directory: Path | None = None) -> Path:
     """Where the library for this source and jaxlib is (or would be) in `directory`, else the cache. The key leaves
     out the compiler (the trainer image keeps the library its build made and needs no compiler to find it) and where
     jaxlib is installed (the FFI headers are its version's; the emulated cluster's pods see the venv at the image's
-    path and find the library bootstrap built, harness/podrun/plan.py)."""
+    path and find the library bootstrap built, harness/podrun/pods/plan.py)."""
     key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), importlib.metadata.version("jaxlib").encode()])).hexdigest()[:16]
     return (directory or cache_dir()) / f"few_rows_matmul-{key}.so"
 

@@ -225,6 +225,7 @@ def build_train_command(
         *rl_settings_args(spec, local_processor),
         f"weight_dtype={spec.model.dtype}",
         f"dtype={spec.model.resolved_compute_dtype(spec.hardware.accelerator)}",  # else base.yml's bfloat16
+        f"logits_dot_in_fp32={_bool(spec.model.logits_dtype == 'float32')}",  # the rollout engine reads it too
         f"scan_layers={_bool(spec.model.scan_layers)}",
         *model.args(),
         # Tunix flushes TensorBoard scalars on this period; progress events are read from them.

@@ -155,10 +155,11 @@ def test_a_field_added_since_the_registration_leaves_the_registered_hashes_alone
     monkeypatch.setattr(learning_folds, "WORK", learning_seeds.WORK)
     pre = learning_seeds.settings()
     built = learning_seeds.rljob_spec(pre, {"A": {"dir": str(learning_seeds.WORK / "folds" / "A")}}, 1)
-    # hardware.layer_activations was added after the registration: at its default it leaves the registered form
-    assert built["hardware"]["layer_activations"] == "auto"
+    # hardware.layer_activations and model.logits_dtype were added after the registration: at their defaults they
+    # leave the registered form
+    assert built["hardware"]["layer_activations"] == "auto" and built["model"]["logits_dtype"] == "bfloat16"
     spec = json.loads(json.dumps(built))
-    del spec["hardware"]["layer_activations"]
+    del spec["hardware"]["layer_activations"], spec["model"]["logits_dtype"]
     assert as_registered(built, learning_seeds.registered_shape()) == spec
     # As if grpo.kv_cache_buffer (default 256) were added to JobSpec after the registration: its spec had no such field.
     shape = json.loads(json.dumps(learning_seeds.registered_shape()))
