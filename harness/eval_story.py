@@ -1,5 +1,5 @@
 """Three evaluations of one job on 300 eval rows, as the trainer reports them in `eval` events
-(trainer/contract/evaluation.py's EvalSummary): `before` (step 0), `step-10` and `after` (step 20).
+(trainer/contract/run/evaluation.py's EvalSummary): `before` (step 0), `step-10` and `after` (step 20).
 
 The per-row outcomes are made up, with known flips, so what the page must show is known exactly:
 before 102/300 right; at step 10, 38 rows improved and 5 regressed (135/300); after, 60 improved and
@@ -10,7 +10,7 @@ Used by the browser tests and by bench/control_plane/eval_panel_screenshot.py.
 
 from __future__ import annotations
 
-from trainer.contract.evaluation import EvalSummary, paired_difference, step_label
+from trainer.contract.run.evaluation import EvalSummary, paired_difference, step_label
 
 N_ROWS = 300
 TOTAL_STEPS = 20

@@ -59,8 +59,8 @@ from trainer.contract import (
     TrainStep,
     dump_event,
 )
-from trainer.contract.evaluation import EvalSummary
-from trainer.contract.hang import HangPolicy
+from trainer.contract.run.evaluation import EvalSummary
+from trainer.contract.spec.hang import HangPolicy
 from trainer.hang_watchdog import HangStop, HangWatchdog
 from trainer.repro import write_repro
 

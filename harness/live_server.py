@@ -242,7 +242,7 @@ class LiveService:
             f.write(dump_event(event) + "\n")
 
     def write_samples(self, job_id: str, step: int, samples: list[dict[str, Any]], *, groups: int = 2, with_signal: int = 1) -> None:
-        """Write a step's samples file into the run directory, as the trainer does (trainer/contract/samples.py)."""
+        """Write a step's samples file into the run directory, as the trainer does (trainer/contract/run/samples.py)."""
         body = StepSamples(
             step=step,
             time=datetime.now(UTC),

@@ -38,7 +38,7 @@ from bench.rollout import render_rollout_speed  # noqa: E402
 from service.cli.doc_tables import generated_tables  # noqa: E402
 from service.domain.records.phases import ALLOWED_TRANSITIONS, TERMINAL, JobPhase  # noqa: E402
 from trainer.contract import JobSpec  # noqa: E402
-from trainer.contract.spec_hash import hash_rule  # noqa: E402
+from trainer.contract.spec.hashing import hash_rule  # noqa: E402
 
 SETTINGS_PAGE = REPO / "docs" / "settings.md"
 SPEC_PAGE = REPO / "docs" / "spec.md"
@@ -112,14 +112,14 @@ def spec_page(spec_model: type[BaseModel] = JobSpec) -> str:
         "",
         "What `rljob submit SPEC` and `python -m trainer run --spec SPEC` accept (YAML or JSON; `${VAR}` expands from the",
         "environment). A spec that breaks a rule is refused at submit with 422 naming the field, and by the trainer with",
-        "exit 65. Why strings are this strict, and where each upper bound comes from: `trainer/contract/spec_values.py`.",
+        "exit 65. Why strings are this strict, and where each upper bound comes from: `trainer/contract/spec/values.py`.",
         "Checks that span fields (e.g. `max_target_length` above `max_prefill_predict_length`, the slice's chips per VM)",
-        "are the models' validators in `trainer/contract/spec.py`.",
+        "are the models' validators in `trainer/contract/spec/job.py`.",
         "",
         'The column "hashed" says how a field enters the spec\'s content hash, which keys idempotency: `always` for the',
         "fields a part had when it first entered the hash, `when not its default` for every field added since, so a spec",
-        "written before a field existed keeps its hash (`trainer/contract/spec_hash.py`; the committed corpus of",
-        "`tests/trainer/contract/test_spec_hash_corpus.py` fails if one moves).",
+        "written before a field existed keeps its hash (`trainer/contract/spec/hashing.py`; the committed corpus of",
+        "`tests/trainer/contract/spec/test_spec_hash_corpus.py` fails if one moves).",
         "",
     ]
     missing: list[str] = []

@@ -54,7 +54,7 @@ from service.domain.cost.tpu_step_time import (  # noqa: E402
     REGENERATE,
     UPDATE_FLOPS_PER_TOKEN,
 )
-from trainer.contract.tpu import tpu_slice  # noqa: E402
+from trainer.contract.accelerators.tpu import tpu_slice  # noqa: E402
 from trainer.sizing.layer_activations import KEPT_IN_HBM_ARGS  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "tpu_grpo.json"

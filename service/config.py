@@ -24,9 +24,9 @@ from service.domain.records.budget_models import TeamBudget
 from service.domain.records.train_step_summary import HEALTH_WINDOW_STEPS
 from service.domain.webhooks.webhook_models import MAX_ENDPOINTS_PER_TEAM, WebhookEndpointConfig
 from service.settings_env import read_settings
-from trainer.contract.dns_label import is_dns_label
-from trainer.contract.spec_values import MAX_RETENTION_DAYS
-from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES
+from trainer.contract.accelerators.tpu import CPU_ACCELERATOR, TPU_SLICES
+from trainer.contract.spec.dns_label import is_dns_label
+from trainer.contract.spec.values import MAX_RETENTION_DAYS
 
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
 LauncherName = Literal["local", "kubernetes"]

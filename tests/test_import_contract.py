@@ -135,6 +135,18 @@ def test_the_emulated_clusters_parts_import_only_the_parts_below_them():
         assert violations(source_files(f"harness/podrun/{part}"), above) == [], part
 
 
+def test_the_contracts_parts_import_only_the_parts_below_them():
+    # trainer/contract/__init__.py's order: the accelerators' facts, then the spec checked against them, then what a
+    # run writes and reports about a spec. The package's root re-exports names and is imported by none of its parts.
+    floors = ["accelerators", "spec", "run"]
+    for i, part in enumerate(floors):
+        above = tuple(f"trainer.contract.{p}" for p in floors[i + 1 :])
+        files = source_files(f"trainer/contract/{part}")
+        assert files, part
+        assert violations(files, above) == [], part
+        assert [f"{path}:{line}" for path in files for name, line in imports_of(path) if name == "trainer.contract"] == [], part
+
+
 def test_the_benches_take_their_emulators_from_the_harness_not_the_tests():
     assert violations(source_files("bench"), ("tests",)) == []
 

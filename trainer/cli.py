@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from trainer.contract import ExitCode, JobSpec, RunLayout, default_job_id
-from trainer.contract.dns_label import is_dns_label
-from trainer.contract.spec_file import SpecFileError, load_spec_file
+from trainer.contract.spec.dns_label import is_dns_label
+from trainer.contract.spec.file import SpecFileError, load_spec_file
 from trainer.conversion_cache_cli import add_cache_parser, cmd_cache
 
 

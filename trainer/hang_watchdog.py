@@ -7,7 +7,7 @@ need a way into the workload to signal it: a process group locally, but `kubectl
 service must not hold rights to. Here the pod ends with an exit code both launchers already report.
 
 - `HangWatchdog` is fed every event the trainer emits (EventReporter.listeners); a thread named
-  `rljob-hang-watchdog` checks the time since the last progress event against the limit (trainer/contract/hang.py)
+  `rljob-hang-watchdog` checks the time since the last progress event against the limit (trainer/contract/spec/hang.py)
   every `poll_s`, and calls `on_hang` once.
 - `HangStop` is the usual `on_hang`: the trainer's stacks (faulthandler, all threads) appended to the stage log;
   SIGUSR1 to each running stage process, whose handler (trainer/maxtext_entry/__init__.py: faulthandler.register)
@@ -46,7 +46,7 @@ from trainer.contract import (
     TrainerEvent,
     TrainStep,
 )
-from trainer.contract.hang import RECENT_INTERVALS_KEPT, HangPolicy
+from trainer.contract.spec.hang import RECENT_INTERVALS_KEPT, HangPolicy
 
 # What counts as progress: the trainer moved on. Artifacts, storage and goodput come with these, never alone.
 PROGRESS_EVENTS = (RunStarted, StageStarted, StageFinished, TrainStep, EvalResult, EvalReported, CheckpointSaved)

@@ -1,5 +1,5 @@
 """Runs a job's stages in order, skipping the ones an earlier attempt finished, and maps failures
-to the exit-code contract (trainer/contract/exit_codes.py). Orchestration only: each stage's runner
+to the exit-code contract (trainer/contract/run/exit_codes.py). Orchestration only: each stage's runner
 lives with its command builder in trainer/stages/.
 
 A stage's completion marker is written last, after its outputs; a stage without a marker is run
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import STAGE_ORDER, ExitCode, JobSpec, RunLayout, Stage, location_kind
-from trainer.contract.best_checkpoint import ExportedCheckpoint
-from trainer.contract.events import EVAL_STAGE_ORDER
-from trainer.contract.hang import HangPolicy
+from trainer.contract.run.best_checkpoint import ExportedCheckpoint
+from trainer.contract.run.events import EVAL_STAGE_ORDER
+from trainer.contract.spec.hang import HangPolicy
 from trainer.hang_watchdog import HangStop, HangWatchdog
 from trainer.repro import write_repro
 from trainer.run_size import report_run_storage
@@ -222,7 +222,7 @@ def _success_message(ctx: JobContext, store: ArtifactStore) -> str:
 
 
 def _eval_success_message(ctx: JobContext, store: ArtifactStore) -> str:
-    from trainer.contract.eval_report import EvalReport
+    from trainer.contract.run.eval_report import EvalReport
 
     try:
         report = EvalReport.model_validate_json(store.read_bytes(ctx.layout.eval_report))

@@ -1,4 +1,4 @@
-"""Builds and writes a job's repro.json (trainer/contract/repro.py) before its first stage.
+"""Builds and writes a job's repro.json (trainer/contract/run/repro.py) before its first stage.
 
 Called by the pipeline on every attempt: the record is rewritten, so it describes the image and packages of the
 attempt that last ran. Nothing here imports an ML framework: versions come from importlib.metadata and the
@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 
 from trainer.contract import JobSpec, RunLayout, local_path, location_kind
-from trainer.contract.hardware_spec import capacity_text
-from trainer.contract.repro import REPRO_PACKAGES, ContentHash, Hardware, Image, ModelSource, ReproRecord, Seed
-from trainer.contract.rl_settings import DEFAULT_SEED
+from trainer.contract.run.repro import REPRO_PACKAGES, ContentHash, Hardware, Image, ModelSource, ReproRecord, Seed
+from trainer.contract.spec.hardware import capacity_text
+from trainer.contract.spec.rl_settings import DEFAULT_SEED
 from trainer.rewards_sandbox.reward_files import RewardFilesRefused, local_reward_files
 from trainer.runner import secret_values
 from trainer.stages.maxtext_paths import maxtext_configs_dir

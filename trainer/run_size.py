@@ -1,4 +1,4 @@
-"""Measures a run directory (trainer/contract/run_storage.py) and reports it as a `storage` event.
+"""Measures a run directory (trainer/contract/run/storage.py) and reports it as a `storage` event.
 
 Local directories are walked with os.scandir: regular files only, sized with lstat semantics, symlinks
 never followed (a link to a dataset or a cache must not be billed to the run), and at most

@@ -53,7 +53,7 @@ TRAINER_FILES = (
     "trainer/rollout/jax_rollout.py",
     "trainer/rollout/rollout_keys.py",
     "trainer/rollout/stop_token.py",
-    "trainer/contract/shim_config.py",
+    "trainer/contract/run/shim_config.py",
     "trainer/maxtext_entry/grpo_objective.py",
     "trainer/maxtext_entry/train_rl_entry.py",
     "trainer/sizing/hf_model.py",

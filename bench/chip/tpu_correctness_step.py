@@ -86,7 +86,7 @@ def stop_token_verdict(step: dict[str, Any], step_module: ModuleType) -> dict[st
 
 def objective_shim_args() -> list[str]:
     """The shim configuration's argument with the objective only, as the train stage passes it."""
-    from trainer.contract.shim_config import GrpoObjective, ShimConfig
+    from trainer.contract.run.shim_config import GrpoObjective, ShimConfig
     from trainer.stages.train import KL_LOSS_MODES
 
     return [ShimConfig(objective=GrpoObjective(kl_loss_mode=KL_LOSS_MODES["k3"], epsilon_high=EPSILON_HIGH)).as_argument()]

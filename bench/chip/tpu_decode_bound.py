@@ -259,7 +259,7 @@ def _probe(raw: dict[str, Any]) -> dict[str, Any]:
 def collect(raw_file: Path, repeat_file: Path | None = None, probe_file: Path | None = None) -> dict[str, Any]:
     """The bound and each profiled decode step against it; each shape's cache layouts against today's. `repeat_file`:
     an earlier call of the same programs (how far two calls differ); `probe_file`: a `measure --probe` call."""
-    from trainer.contract.tpu_generations import TPU_GENERATIONS  # the catalog (not imported by `measure` on the chip)
+    from trainer.contract.accelerators.tpu_generations import TPU_GENERATIONS  # the catalog (not imported by `measure` on the chip)
 
     spec_bytes_per_s = TPU_GENERATIONS["v5e"].hbm_bytes_per_s_per_chip
     raw = json.loads(raw_file.read_text())

@@ -37,7 +37,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from trainer.contract.tpu_generations import TPU_GENERATIONS  # noqa: E402
+from trainer.contract.accelerators.tpu_generations import TPU_GENERATIONS  # noqa: E402
 
 INPUTS = REPO / "bench" / ".tpu-inputs"
 PROBE_DIR = REPO / "bench" / "chip" / "tpu_probe"
@@ -46,7 +46,7 @@ RESULT = "tpu_grpo.json"
 TRAINER_FILES = (
     "trainer/maxtext_entry",
     "trainer/rollout",
-    "trainer/contract/shim_config.py",
+    "trainer/contract/run/shim_config.py",
     "trainer/stages/train.py",
     "trainer/stages/common.py",
     "trainer/rewards_sandbox",
@@ -216,7 +216,7 @@ def random_init_command(spec: Any, work: Path) -> tuple[list[str], dict[str, str
 
 def steps_from_log(lines: list[str]) -> list[dict[str, Any]]:
     """Each step's seconds by part: the differences of the cumulative RLJOB_GOODPUT lines."""
-    from trainer.contract.goodput import GOODPUT_LINE_PREFIX, TRAIN_PARTS, TrainGoodput
+    from trainer.contract.run.goodput import GOODPUT_LINE_PREFIX, TRAIN_PARTS, TrainGoodput
 
     reports = [TrainGoodput.model_validate_json(line.split(GOODPUT_LINE_PREFIX, 1)[1]) for line in lines if GOODPUT_LINE_PREFIX in line]
     steps, last = [], None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chip.best_time import best_seconds
-from trainer.contract.tpu_generations import TPU_GENERATIONS
+from trainer.contract.accelerators.tpu_generations import TPU_GENERATIONS
 
 PEAK_BF16_FLOPS = TPU_GENERATIONS["v5e"].peak_bf16_flops_per_device  # the chip these profiles come from
 DECODE, UPDATE, LOGPROBS = "jit(_decode_fn)", "jit(_train_step)", "jit(compute_per_token_logps)"

@@ -201,7 +201,7 @@ def _check_rerun(name: str, old: dict[str, Any], new: dict[str, Any], reruns: li
 
 def _run_spec_hash(spec: dict[str, Any] | None) -> str | None:
     """The spec's content hash without eval.base (the runner attaches the base eval to a call's first job only). The
-    service's content hash leaves out a field added since at its default (trainer/contract/spec_hash.py), so a run and
+    service's content hash leaves out a field added since at its default (trainer/contract/spec/hashing.py), so a run and
     its rerun at a commit whose JobSpec gained a field still compare equal; a spec this code cannot read compares byte
     for byte."""
     if spec is None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.contract.tpu_generations import TPU_GENERATIONS
+from trainer.contract.accelerators.tpu_generations import TPU_GENERATIONS
 
 PEAK_BF16_FLOPS = TPU_GENERATIONS["v5e"].peak_bf16_flops_per_chip
 REFERENCE_FORWARD = "jit(compute_per_token_logps)"

@@ -45,7 +45,7 @@ from bench.control_plane.control_plane import TOKEN, idle_cpu_percent, settle  #
 from bench.result_meta import machine_facts, write_result  # noqa: E402
 from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState  # noqa: E402
 from trainer.contract import JobSpec, RunLayout, RunStarted, StageStarted, TrainerEvent, TrainStep, dump_event  # noqa: E402
-from trainer.contract.events import Stage  # noqa: E402
+from trainer.contract.run.events import Stage  # noqa: E402
 
 SLEEPING_TRAINER = [sys.executable, "-c", "import time; time.sleep(3600)"]
 

@@ -25,8 +25,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from trainer.contract import RunLayout, Sample, StepSamples, dump_event  # noqa: E402
-from trainer.contract.evaluation import EvalSummary, paired_difference  # noqa: E402
-from trainer.contract.events import (  # noqa: E402
+from trainer.contract.run.evaluation import EvalSummary, paired_difference  # noqa: E402
+from trainer.contract.run.events import (  # noqa: E402
     CheckpointSaved,
     EvalResult,
     GoodputMeasured,
@@ -36,8 +36,8 @@ from trainer.contract.events import (  # noqa: E402
     StageStarted,
     TrainStep,
 )
-from trainer.contract.goodput import TRAIN_PARTS, TrainGoodput  # noqa: E402
-from trainer.contract.samples import SIGNAL_METRIC  # noqa: E402
+from trainer.contract.run.goodput import TRAIN_PARTS, TrainGoodput  # noqa: E402
+from trainer.contract.run.samples import SIGNAL_METRIC  # noqa: E402
 
 HELD_TRAINER = REPO / "harness" / "held_trainer.py"
 STEPS = 1000

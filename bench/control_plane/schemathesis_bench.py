@@ -16,7 +16,7 @@ Schemathesis runs in rounds (a new seed each) with every check until the service
   matching the schema, invalid data accepted, auth ignored, ...) other than the next one;
 - schema-valid requests refused (positive_data_acceptance): the service applies a rule the schema
   does not state; listed by field and reason, reported but not failing the run (the job spec's
-  own validators are the spec's business: trainer/contract/spec.py);
+  own validators are the spec's business: trainer/contract/spec/job.py);
 - ERROR lines in the service's log (an SSE stream can die after its 200 has been sent).
 It prints a summary, writes bench/results/schemathesis.json, and exits 1 on any 5xx, conformance
 finding or logged error.

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench.result_meta import machine_facts, write_result  # noqa: E402
-from trainer.contract.spec_file import load_spec_file  # noqa: E402
+from trainer.contract.spec.file import load_spec_file  # noqa: E402
 from trainer.sizing.fit import estimate_job_fit  # noqa: E402
 from trainer.sizing.tpu_memory import GIB  # noqa: E402
 

@@ -52,7 +52,7 @@ def _predicted_now(view: dict[str, Any]) -> dict[str, float]:
     """This code's estimate for the job's spec (service/domain/cost/tpu_step_time.py), per step."""
     from service.domain.cost.tpu_step_time import tpu_train_time
     from trainer.contract import JobSpec
-    from trainer.contract.tpu import tpu_slice
+    from trainer.contract.accelerators.tpu import tpu_slice
     from trainer.sizing.job_shape import model_shape
 
     spec = JobSpec.model_validate(_as_run(view["spec"]))

@@ -66,8 +66,8 @@ from service.cli.demo import _wait_ready  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
 from service.free_port import free_port  # noqa: E402
 from service.process_stop import terminate_then_kill  # noqa: E402
-from trainer.contract.evaluation import row_id  # noqa: E402
-from trainer.contract.spec_file import load_spec_file  # noqa: E402
+from trainer.contract.run.evaluation import row_id  # noqa: E402
+from trainer.contract.spec.file import load_spec_file  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 EXAMPLE = REPO / "examples" / "smollm2-arith-cpu.yaml"

@@ -56,7 +56,7 @@ from service.cli.demo import _wait_ready  # noqa: E402
 from service.domain.tokens import generate_token  # noqa: E402
 from service.free_port import free_port  # noqa: E402
 from service.process_stop import terminate_then_kill  # noqa: E402
-from trainer.contract.spec_file import load_spec_file  # noqa: E402
+from trainer.contract.spec.file import load_spec_file  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "learning_folds.json"
 EXAMPLE = REPO / "examples" / "smollm2-arith-cpu.yaml"

@@ -39,7 +39,7 @@ from bench.learning.learning_folds_stats import PAIRS
 from service.cli.client import RljobClient
 from service.domain.records.phases import JobPhase
 from trainer.contract import RunLayout
-from trainer.contract.eval_report import RowOutcome
+from trainer.contract.run.eval_report import RowOutcome
 
 REPO = Path(__file__).resolve().parents[2]
 SCORINGS_FILE = REPO / "bench" / "learning" / "rewards" / "learning_folds_scorings.py"

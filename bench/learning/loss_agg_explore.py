@@ -32,7 +32,7 @@ from bench.learning.learning import arm_result, follow  # noqa: E402
 from bench.learning.learning_folds_stats import SCORINGS, scored  # noqa: E402
 from bench.result_meta import RESULTS, machine_facts, write_result  # noqa: E402
 from trainer.contract import RunLayout  # noqa: E402
-from trainer.contract.rl_settings import OPTIMIZER_DEFAULTS  # noqa: E402
+from trainer.contract.spec.rl_settings import OPTIMIZER_DEFAULTS  # noqa: E402
 from trainer.progress.tensorboard_scalars import read_scalars  # noqa: E402
 
 RESULT_NAME = "loss_agg_explore.json"

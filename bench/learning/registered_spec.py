@@ -3,7 +3,7 @@
 A pre-registration (bench/preregistration/) records each rljob seed's spec hash: sha256 of the spec's full JSON as the
 bench built it then. A field added to JobSpec since appears in today's dump at its default and would move that hash,
 so the bench would refuse to run its own registered jobs and its test would fail for no change of meaning. The
-service's content hash has its own rule for this (trainer/contract/spec_hash.py); the registered hashes predate it, so
+service's content hash has its own rule for this (trainer/contract/spec/hashing.py); the registered hashes predate it, so
 here the registration's own recorded spec says which fields it had.
 """
 

@@ -8,7 +8,7 @@ prepare_datasets, the train_files branch, lines 218-258):
         .repeat(num_epoch).to_iter_dataset().batch(batch_size, drop_remainder=True)
 
 rljob runs it with train_fraction and num_epoch 1 (trainer/stages/train.py) and data_shuffle_seed from the spec
-(dataset.shuffle_seed, else the job's seed, else rl.yml's 42: trainer/contract/rl_settings.py). The same grain calls
+(dataset.shuffle_seed, else the job's seed, else rl.yml's 42: trainer/contract/spec/rl_settings.py). The same grain calls
 on the rows' indices give the order. One consequence of the slice coming after the filter: a prompt too long for
 max_prefill_predict_length takes a place among the first num_batches x batch_size and leaves it empty, so the job
 trains on fewer rows (and, with drop_remainder, possibly fewer steps) rather than on the next row.

@@ -46,7 +46,7 @@ from service.domain.records.train_step_summary import (  # noqa: E402
     TrainStepSummary,
     push_step,
 )
-from trainer.contract.evaluation import wilson_interval  # noqa: E402
+from trainer.contract.run.evaluation import wilson_interval  # noqa: E402
 
 RESULT_FILE = REPO / "bench" / "results" / "verdict_error_rates.json"
 BEGIN, END = "<!-- verdict-rates:begin -->", "<!-- verdict-rates:end -->"

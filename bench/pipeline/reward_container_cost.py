@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench.result_meta import machine_facts, write_result  # noqa: E402
-from trainer.contract.reward_sandbox import REWARD_HOST_OVERHEAD_MIB  # noqa: E402
+from trainer.contract.spec.reward_sandbox import REWARD_HOST_OVERHEAD_MIB  # noqa: E402
 from trainer.rewards_sandbox.pool import RewardSandboxPool, SandboxLimits  # noqa: E402
 
 REWARD = """

@@ -31,7 +31,7 @@ SOURCE = Path(sys.argv[sys.argv.index("--source") + 1]).resolve() if "--source" 
 sys.path[:0] = [str(SOURCE), str(REPO)]
 
 from trainer.contract import RunLayout  # noqa: E402
-from trainer.contract.spec_file import load_spec_file  # noqa: E402
+from trainer.contract.spec.file import load_spec_file  # noqa: E402
 from trainer.pipeline import describe_plan  # noqa: E402
 from trainer.sources import (  # noqa: E402
     materialise_dataset,

@@ -14,7 +14,7 @@ from typing import Any
 
 from service.domain.cost.tpu_step_time import rates_from_json, tpu_train_time
 from trainer.contract import JobSpec
-from trainer.contract.tpu import tpu_slice
+from trainer.contract.accelerators.tpu import tpu_slice
 from trainer.sizing.model_shapes import ModelShape
 
 REPO = Path(__file__).resolve().parents[2]

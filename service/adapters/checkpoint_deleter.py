@@ -35,7 +35,7 @@ from service.domain.records.errors import RunFileRefused
 from service.domain.records.models import JobRecord
 from service.domain.rounds.checkpoint_expiry import TreeSize
 from trainer.contract import Stage, local_path, location_kind
-from trainer.contract.best_checkpoint import BestCheckpoint
+from trainer.contract.run.best_checkpoint import BestCheckpoint
 from trainer.storage import StorageError, store_for
 
 from .nofollow_dirs import DIR_FLAGS, open_dir_chain

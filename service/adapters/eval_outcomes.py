@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from service.domain.records.errors import RunFileRefused, RunFilesUnavailable
 from service.domain.records.models import JobRecord
-from trainer.contract.eval_report import RowOutcome
-from trainer.contract.eval_suite import MAX_SUITE_ROWS
+from trainer.contract.run.eval_report import RowOutcome
+from trainer.contract.spec.eval_suite import MAX_SUITE_ROWS
 from trainer.storage import StorageError
 
 from .run_reads import read_run_file

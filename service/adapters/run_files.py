@@ -23,8 +23,8 @@ from service.domain.records.errors import RunFileRefused, RunFilesUnavailable
 from service.domain.records.manifest_sizes import ManifestSizes
 from service.domain.records.models import JobRecord, ManifestRefused
 from trainer.contract import STAGE_ORDER, ReproRecord, StepSamples, step_from_file_name
-from trainer.contract.best_checkpoint import BEST_RECORD_FILE, BestCheckpoint
-from trainer.contract.eval_report import RowOutcome
+from trainer.contract.run.best_checkpoint import BEST_RECORD_FILE, BestCheckpoint
+from trainer.contract.run.eval_report import RowOutcome
 from trainer.storage import StorageError
 
 from .eval_outcomes import read_outcomes

@@ -30,7 +30,7 @@ from service.domain.run_diff import JobDiff
 from service.domain.webhooks.webhook_models import WebhookDeliveriesPublic
 from service.settings_env import SettingsInvalid
 from trainer.contract import JobSpec, ReproRecord
-from trainer.contract.spec_base import STORED_SPEC_CONTEXT
+from trainer.contract.spec.base import STORED_SPEC_CONTEXT
 
 from .service_address import ServiceAddress
 
@@ -47,7 +47,7 @@ def read_answer[Answer: BaseModel](model: type[Answer], body: Any) -> Answer:
 
 class CliExit(enum.IntEnum):
     """What the `rljob` command line exits with; `rljob --help` and docs/settings.md list these (a test keeps them
-    equal). Not the trainer's ExitCode (trainer/contract/exit_codes.py), which is what a job's pod exits with."""
+    equal). Not the trainer's ExitCode (trainer/contract/run/exit_codes.py), which is what a job's pod exits with."""
 
     OK = 0
     FAILED = 1

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from service.domain.tokens import generate_token
 from service.process_stop import terminate_then_kill
-from trainer.contract.spec_file import SpecFileError, read_spec_data
+from trainer.contract.spec.file import SpecFileError, read_spec_data
 
 from .client import ClientConfig, CliError, CliExit, RljobClient
 from .follow import follow_job

@@ -18,8 +18,8 @@ from pydantic_settings import BaseSettings
 
 from service.adapters.k8s.settings import K8sSettings
 from service.config import Settings
-from trainer.contract.dns_label import DNS_LABEL_PATTERN
-from trainer.contract.exit_codes import ExitCode, describe_exit_code
+from trainer.contract.run.exit_codes import ExitCode, describe_exit_code
+from trainer.contract.spec.dns_label import DNS_LABEL_PATTERN
 
 from .client import CLI_EXIT_MEANINGS
 

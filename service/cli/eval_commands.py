@@ -1,7 +1,7 @@
 """`rljob eval CHECKPOINT --suite NAME|FILE` and `rljob eval-compare A B`: evaluate a checkpoint in an eval job, and
 compare two evals paired by row. Client side: HTTP only (tests/test_import_contract.py).
 
-A suite file is a SuiteSpec in YAML or JSON, read as spec files are (trainer/contract/spec_file.py: a safe loader,
+A suite file is a SuiteSpec in YAML or JSON, read as spec files are (trainer/contract/spec/file.py: a safe loader,
 ${VAR} from the environment) and checked here first, so a bad suite is a message naming its fields before anything
 is sent.
 """
@@ -18,9 +18,9 @@ from rich.table import Table
 
 from service.domain.records.eval_models import EvalComparisonPublic, EvalPublic, EvalSummaryPublic
 from service.domain.records.phases import JobPhase
-from trainer.contract.eval_report import SCORES, ScoreDifference
-from trainer.contract.eval_suite import SuiteSpec
-from trainer.contract.spec_file import SpecFileError, read_spec_data, validation_problems
+from trainer.contract.run.eval_report import SCORES, ScoreDifference
+from trainer.contract.spec.eval_suite import SuiteSpec
+from trainer.contract.spec.file import SpecFileError, read_spec_data, validation_problems
 
 from .client import CliContext, CliError, CliExit, handles_errors
 from .follow import follow_job

@@ -3,7 +3,7 @@ that took time, largest first, as the dashboard's bar shows them (dashboard/src/
 
 from __future__ import annotations
 
-from trainer.contract.goodput import JobGoodput
+from trainer.contract.run.goodput import JobGoodput
 
 # Parts below this share of the wall time are left out of the line (they stay in `-o json`).
 MIN_SHOWN_FRACTION = 0.01

@@ -18,7 +18,7 @@ from rich.table import Table
 from service.domain.records.estimate_models import JobEstimate
 from service.domain.records.phases import TERMINAL, JobPhase
 from trainer.contract import JobSpec
-from trainer.contract.spec_file import SpecFileError, load_spec_file, read_spec_data
+from trainer.contract.spec.file import SpecFileError, load_spec_file, read_spec_data
 from trainer.sizing.fit import FitEstimate, estimate_job_fit
 
 from .client import CliContext, CliError, CliExit, RljobClient, handles_errors

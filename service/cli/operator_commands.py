@@ -21,7 +21,7 @@ from service.domain.records.errors import InvalidRequest
 from service.domain.records.models import TokenRecord
 from service.settings_env import SettingsInvalid
 from service.unix_socket import SOCKET_MODE, BoundUnixSocket, UnixSocketRefused, bind_unix_socket
-from trainer.contract.spec_file import SpecFileError, load_spec_file
+from trainer.contract.spec.file import SpecFileError, load_spec_file
 
 from .client import CliError, CliExit, handles_errors
 from .manifests import render_k8s_manifests

@@ -22,7 +22,7 @@ from service.domain.records.job_eval_models import EvalPoint, JobEval
 from service.domain.records.models import JobPublic, QueueStatus
 from service.domain.records.run_report import Artifact
 from service.domain.records.usage_models import JobUsage
-from trainer.contract.evaluation import PairedDifference
+from trainer.contract.run.evaluation import PairedDifference
 
 from .estimate_text import job_estimate_rows
 from .goodput_text import goodput_text

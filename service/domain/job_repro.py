@@ -1,4 +1,4 @@
-"""A job's reproducibility record (repro.json, trainer/contract/repro.py), read through the RunFiles port."""
+"""A job's reproducibility record (repro.json, trainer/contract/run/repro.py), read through the RunFiles port."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Which of a job's completion samples to show, read through the RunFiles port.
 
-The trainer writes one samples file per train step (trainer/contract/samples.py): a few of the
+The trainer writes one samples file per train step (trainer/contract/run/samples.py): a few of the
 step's completions with what each reward function paid. Without a step the newest is shown; the
 answer lists the steps that have samples so a client can offer the others.
 """

@@ -29,7 +29,7 @@ from urllib.parse import unquote
 
 from service.domain.records.errors import InvalidRequest
 from trainer.contract import JobSpec, local_path, location_kind
-from trainer.contract.dns_label import is_dns_label
+from trainer.contract.spec.dns_label import is_dns_label
 
 TEAM_PLACEHOLDER = "{team}"
 HUB_SCHEME = "hf://"  # a team's Hub destinations in its prefixes: hf://OWNER/ or hf://OWNER/NAME

@@ -4,7 +4,7 @@
 points, and change nothing else. `fold_events` is the shell around it that drops duplicates, charges the entries to
 the job's bounds (trainer_event_budget.py) and adds what needs the whole record (goodput's split of the job's time).
 
-The channel is the trainer's `events.jsonl` in the run directory (see trainer/contract/events.py):
+The channel is the trainer's `events.jsonl` in the run directory (see trainer/contract/run/events.py):
 the service tails it by `seq`. An event with `seq <= record.last_trainer_seq` is a duplicate (a
 re-read after a restart, or a rerun of the trainer that continued the numbering) and is dropped.
 Progress never changes the phase: only the backend's view of the process does (job_service), so a
@@ -50,14 +50,14 @@ from trainer.contract import (
     TrainerEvent,
     TrainStep,
 )
-from trainer.contract.reward_sandbox import REWARD_CALL_LATEST, REWARD_CALL_TOTALS
+from trainer.contract.spec.reward_sandbox import REWARD_CALL_LATEST, REWARD_CALL_TOTALS
 
 # Metrics that JobPublic.metrics shows; everything else stays in the time series only (and the reward sandbox's below).
 HEADLINE_METRICS = ("reward_mean", "reward_std", "kl", "loss")
 
 
 def fold_reward_calls(latest: dict[str, float], step_metrics: dict[str, float]) -> None:
-    """The reward sandbox's figures of a step (trainer/contract/reward_sandbox.py) into the job's: its calls, errors and
+    """The reward sandbox's figures of a step (trainer/contract/spec/reward_sandbox.py) into the job's: its calls, errors and
     timeouts add up (each step is folded once: events are deduplicated by seq), its latencies and isolation are the newest."""
     for tag, name in REWARD_CALL_TOTALS.items():
         if tag in step_metrics:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from service.domain.records.errors import InvalidRequest, Unauthenticated
 from service.domain.records.models import Caller, TokenRecord
 from service.domain.records.ports import Clock, JobStore, utc_now
-from trainer.contract.dns_label import is_dns_label
+from trainer.contract.spec.dns_label import is_dns_label
 
 TOKEN_PREFIX = "rlj_"
 MIN_TOKEN_CHARS = 32

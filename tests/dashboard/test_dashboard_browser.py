@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 
 from harness.live_server import TOKEN, LiveService
 from trainer.contract import SIGNAL_METRIC
-from trainer.contract.reward_sandbox import (
+from trainer.contract.spec.reward_sandbox import (
     CALLS_METRIC,
     ERRORS_METRIC,
     LATENCY_P50_METRIC,

@@ -20,7 +20,7 @@ from harness.eval_story import (
     eval_summaries,
 )
 from harness.live_server import LiveService
-from trainer.contract.evaluation import wilson_interval
+from trainer.contract.run.evaluation import wilson_interval
 
 from .test_dashboard_browser import LIVE_TIMEOUT_MS, open_signed_in, shoot
 

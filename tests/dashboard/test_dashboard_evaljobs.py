@@ -19,9 +19,9 @@ from playwright.sync_api import Locator, Page, expect
 
 from harness.live_server import LiveService
 from trainer.contract import RunLayout
-from trainer.contract.eval_report import EvalReport, FunctionOutcome, RowOutcome, summarize
-from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, SuiteIdentity
-from trainer.contract.evaluation import row_id
+from trainer.contract.run.eval_report import EvalReport, FunctionOutcome, RowOutcome, summarize
+from trainer.contract.run.evaluation import row_id
+from trainer.contract.spec.eval_suite import EvalCheckpoint, EvalSampling, SuiteIdentity
 
 from .test_dashboard_browser import LIVE_TIMEOUT_MS, open_signed_in, shoot
 

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from harness.live_server import LiveService
-from trainer.contract.goodput import TRAIN_PARTS
+from trainer.contract.run.goodput import TRAIN_PARTS
 
 from .test_dashboard_browser import LIVE_TIMEOUT_MS, open_signed_in, shoot
 

@@ -12,8 +12,8 @@ import typing
 from service.adapters.k8s.capacity import CAPACITY_LABEL, EVAL_POOL, capacity_scheduling, eval_pool_scheduling
 from service.adapters.k8s.kueue import priority_class_name
 from tests.deploy.deploy_support import one
-from trainer.contract.hardware_spec import CAPACITY_KINDS
-from trainer.contract.spec import JobSpec
+from trainer.contract.spec.hardware import CAPACITY_KINDS
+from trainer.contract.spec.job import JobSpec
 
 V6E_2X4 = {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": "2x4"}
 FLAVOR_OF_CAPACITY = {

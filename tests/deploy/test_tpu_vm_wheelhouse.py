@@ -183,7 +183,7 @@ def test_a_project_constraints_txt_does_not_pin_stops_the_build(tmp_path: Path, 
 
 def test_every_vm_the_tpu_example_names_is_a_valid_hardware_block(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The example's comment lists accelerator and chips_per_vm pairs for the other VMs; each one validates."""
-    from trainer.contract.spec_file import load_spec_file
+    from trainer.contract.spec.file import load_spec_file
 
     text = SPEC.read_text()
     pairs = re.findall(r"(v\d+e-\d+) (\d+)\b", text)

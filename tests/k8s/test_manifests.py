@@ -17,7 +17,7 @@ import yaml
 from service.adapters.k8s import ACCELERATORS, ManifestError, UnsupportedAccelerator, lookup_accelerator
 from service.adapters.k8s.render import render_manifests, render_manifests_yaml
 from trainer.contract import NON_RETRYABLE_EXIT_CODES
-from trainer.contract.tpu import TPU_SLICES
+from trainer.contract.accelerators.tpu import TPU_SLICES
 
 from .conftest import JOB_ID, make_cpu_spec, make_eval_spec, make_settings, make_spec
 
@@ -285,7 +285,7 @@ def test_render_yaml_round_trips_for_kubectl() -> None:
     ],
 )
 def test_refuses_what_cannot_run(spec_kwargs, settings_kwargs, error, match) -> None:
-    # The spec itself refuses such hardware at submit (tests/trainer/contract/test_spec_limits.py); built
+    # The spec itself refuses such hardware at submit (tests/trainer/contract/spec/test_spec_limits.py); built
     # without validation here, so the adapter's own guard is what answers.
     spec = make_spec()
     spec = spec.model_copy(update={"hardware": spec.hardware.model_copy(update=spec_kwargs)})

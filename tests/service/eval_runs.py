@@ -13,9 +13,9 @@ from service.domain.records.ports import ObservedState
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, wait_for_phase
 from trainer.contract import EvalReported, RunLayout
-from trainer.contract.eval_report import EvalReport, FunctionOutcome, RowOutcome, summarize
-from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, SuiteIdentity
-from trainer.contract.evaluation import row_id
+from trainer.contract.run.eval_report import EvalReport, FunctionOutcome, RowOutcome, summarize
+from trainer.contract.run.evaluation import row_id
+from trainer.contract.spec.eval_suite import EvalCheckpoint, EvalSampling, SuiteIdentity
 
 FUNCTION = "exact"
 

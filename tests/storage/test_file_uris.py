@@ -1,5 +1,5 @@
 """`file:///abs/path` means /abs/path to every reader of local run files, through one function
-(trainer/contract/locations.py: local_path), which is the only code that spells the scheme."""
+(trainer/contract/spec/locations.py: local_path), which is the only code that spells the scheme."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def maxtext_loader() -> Iterator[Callable[[StageCommand], BaseModel]]:
     entry points leave them out. Importing MaxText takes ~15 s."""
     from maxtext.configs import pyconfig, types  # slow: JAX and MaxText's whole config module
 
-    from trainer.contract.shim_config import pop_shim_config
+    from trainer.contract.run.shim_config import pop_shim_config
 
     def load(command: StageCommand) -> BaseModel:
         _, args = pop_shim_config(list(command.args))

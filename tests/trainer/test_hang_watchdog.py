@@ -1,4 +1,4 @@
-"""The hang limit (trainer/contract/hang.py) and the watchdog's view of progress (trainer/hang_watchdog.py), on a
+"""The hang limit (trainer/contract/spec/hang.py) and the watchdog's view of progress (trainer/hang_watchdog.py), on a
 hand-moved clock; and its answer to a hang (HangStop) on a real stage process, whose own stacks must reach its log."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from trainer.contract import ArtifactWritten, ExitCode, HangDetected, Stage, StageStarted, TrainStep
-from trainer.contract.hang import HangPolicy, HangSettingInvalid
+from trainer.contract.spec.hang import HangPolicy, HangSettingInvalid
 from trainer.hang_watchdog import HangStop, HangWatchdog
 from trainer.runner import StageCommand, StageFailed, run_stage_command, running_stages
 

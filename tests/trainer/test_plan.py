@@ -7,7 +7,7 @@ import shlex
 
 from tests.trainer.conftest import TUTORIAL_EXAMPLE
 from trainer.cli import main
-from trainer.contract.shim_config import EvalRecording, GrpoObjective, ShimConfig, pop_shim_config
+from trainer.contract.run.shim_config import EvalRecording, GrpoObjective, ShimConfig, pop_shim_config
 
 TOKEN = "hf_plan_test_SECRET_value_123"
 

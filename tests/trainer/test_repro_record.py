@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from trainer.contract import JobSpec, RunLayout
-from trainer.contract.repro import REPRO_SCHEMA_VERSION, ReproRecord
+from trainer.contract.run.repro import REPRO_SCHEMA_VERSION, ReproRecord
 from trainer.repro import IMAGE_ENV, build_repro_record, write_repro
 
 IMAGE = "us-docker.pkg.dev/p/rljob/trainer:0.1.0@sha256:" + "ab" * 32

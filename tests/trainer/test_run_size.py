@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.trainer.test_pipeline_exit_codes import FakeMaxText, _context, _events
 from trainer.contract import STORAGE_PARTS, ExitCode, RunLayout, RunStorage, Stage, parse_event
-from trainer.contract.run_storage import storage_part
+from trainer.contract.run.storage import storage_part
 from trainer.pipeline import run_pipeline
 from trainer.progress.event_reporter import EventReporter
 from trainer.run_size import local_file_sizes, measure_run, report_run_storage

@@ -303,7 +303,7 @@ def test_goodput_parts_name_rollout_update_and_checkpoint_and_add_up_to_the_wall
 def test_the_jobs_reward_function_ran_in_the_sandbox_and_its_calls_are_in_the_step_metrics(restarted_run):
     """The tiny example's reward (its own functions_path) went through the sandbox (trainer/rewards_sandbox/), not train_rl's
     process: the train log says what isolation the workers got, and every reported step counts its calls."""
-    from trainer.contract.reward_sandbox import CALLS_METRIC, ERRORS_METRIC, NETWORK_ISOLATED_METRIC, TIMEOUTS_METRIC
+    from trainer.contract.spec.reward_sandbox import CALLS_METRIC, ERRORS_METRIC, NETWORK_ISOLATED_METRIC, TIMEOUTS_METRIC
 
     log = Path(restarted_run["layout"].stage_log(Stage.TRAIN)).read_text()
     assert "rljob: reward sandbox: reward functions run in sandboxed worker processes" in log
@@ -323,7 +323,7 @@ def test_hf_token_never_reaches_events_or_logs(restarted_run):
 def test_round_trip_without_training_is_exact_and_forward_matches_hf(restarted_run, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    from trainer.contract.spec_file import load_spec_file
+    from trainer.contract.spec.file import load_spec_file
     from trainer.runner import StageCommand, run_stage_command
     from trainer.sources import resolve_model
     from trainer.stages.convert import converted_checkpoint
@@ -376,7 +376,7 @@ def test_every_evaluation_keeps_its_rows_as_maxtext_and_the_jobs_rewards_scored_
     the summary, and the change from `before` pairs the same prompts, also across the kill."""
     import re
 
-    from trainer.contract.evaluation import AFTER, BEFORE, EvalRow, label_step
+    from trainer.contract.run.evaluation import AFTER, BEFORE, EvalRow, label_step
 
     layout, events = restarted_run["layout"], restarted_run["events"]
     train_log = Path(layout.root, "logs", "train.log").read_text()
@@ -434,8 +434,8 @@ def test_export_best_exports_the_weights_of_the_best_evaluation_not_the_last(res
     import numpy as np
     from safetensors.numpy import load_file
 
-    from trainer.contract.best_checkpoint import BestCheckpoint, ExportedCheckpoint
-    from trainer.contract.evaluation import AFTER, BEFORE
+    from trainer.contract.run.best_checkpoint import BestCheckpoint, ExportedCheckpoint
+    from trainer.contract.run.evaluation import AFTER, BEFORE
 
     layout, events = restarted_run["layout"], restarted_run["events"]
     record = BestCheckpoint.model_validate_json(Path(layout.best_checkpoint_record).read_text())

@@ -4,7 +4,7 @@ logits and generates.
 Prints one JSON line with what was checked; exits 1 when the export does not load or is not finite.
 
 The engine is transformers (torch) where torch is installed, else the JAX engine (trainer/evals/jax_model.py; a TPU
-VM's host has no torch): trainer/contract/eval_suite.py `export_check_engine`. Either way the check runs on the
+VM's host has no torch): trainer/contract/spec/eval_suite.py `export_check_engine`. Either way the check runs on the
 host's CPU; the JAX check also reads the config with transformers' AutoConfig, which needs no torch.
 
 With --wait it imports its engine first, then waits for a line on stdin before it reads DIR: the pipeline starts it

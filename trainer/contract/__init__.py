@@ -1,10 +1,15 @@
 """What the control service may know about the trainer: spec, events, exit codes, run layout.
 
-This package imports only pydantic, PyYAML (spec_file.py, the spec-file reader both command lines use)
+Three parts, each importing only those before it (tests/test_import_contract.py holds the order):
+- accelerators/: the TPU slices and generations every spec is checked against;
+- spec/: the job spec, its parts, the values a spec string may hold and how a spec enters its hash;
+- run/: what a run writes and reports (events, exit codes, layout, evaluations, samples, the shims' config).
+
+This package imports only pydantic, PyYAML (spec/file.py, the spec-file reader both command lines use)
 and the standard library, so the service image stays slim.
 """
 
-from .events import (
+from trainer.contract.run.events import (
     EVAL_STAGE_ORDER,
     EVENTS_FILE,
     STAGE_ORDER,
@@ -25,15 +30,14 @@ from .events import (
     dump_event,
     parse_event,
 )
-from .exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, describe_exit_code
-from .grpo_spec import GrpoSpec, RewardSpec
-from .hardware_spec import HardwareSpec
-from .layout import RunLayout, join_uri
-from .locations import local_path, location_kind
-from .repro import REPRO_SCHEMA_VERSION, ReproRecord
-from .run_storage import STORAGE_PARTS, RunStorage
-from .samples import SIGNAL_METRIC, Sample, StepSamples, step_from_file_name
-from .spec import (
+from trainer.contract.run.exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, describe_exit_code
+from trainer.contract.run.layout import RunLayout, join_uri
+from trainer.contract.run.repro import REPRO_SCHEMA_VERSION, ReproRecord
+from trainer.contract.run.samples import SIGNAL_METRIC, Sample, StepSamples, step_from_file_name
+from trainer.contract.run.storage import STORAGE_PARTS, RunStorage
+from trainer.contract.spec.grpo import GrpoSpec, RewardSpec
+from trainer.contract.spec.hardware import HardwareSpec
+from trainer.contract.spec.job import (
     JOB_ID_RE,
     DatasetSpec,
     ExportSpec,
@@ -42,6 +46,7 @@ from .spec import (
     ModelSpec,
     default_job_id,
 )
+from trainer.contract.spec.locations import local_path, location_kind
 
 __all__ = [
     "EVAL_STAGE_ORDER",

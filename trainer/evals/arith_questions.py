@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from trainer.contract.evaluation import row_id
+from trainer.contract.run.evaluation import row_id
 
 OPERATORS = "+-*"
 FOLDS = ("A", "B")

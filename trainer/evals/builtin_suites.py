@@ -1,5 +1,5 @@
 """The built-in suites: rows, reward, template and answer extractor are code shipped with the trainer, so a
-spec names only the suite (trainer/contract/eval_suite.py refuses anything else for them), and their sampling
+spec names only the suite (trainer/contract/spec/eval_suite.py refuses anything else for them), and their sampling
 is EvalSampling's defaults.
 
 - `arith`: all 300 one-digit questions a op b (a, b in 0..9, op in + - *) of the learning bench, fold A's rows
@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-from trainer.contract.eval_suite import BUILTIN_SUITES, EvalSampling
+from trainer.contract.spec.eval_suite import BUILTIN_SUITES, EvalSampling
 from trainer.sources import DataError
 
 from . import reward_arith, reward_gsm8k

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trainer.contract.eval_suite import EVAL_BATCH_ROWS
+from trainer.contract.spec.eval_suite import EVAL_BATCH_ROWS
 
 from .completion_seeds import Done, completion_seed, never_done
 from .jax_model import HfShape, forward, load_params, read_config, read_shape, rope_inv_freq, stop_token_ids

@@ -21,8 +21,8 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from trainer.contract import RunLayout, join_uri, local_path, location_kind
-from trainer.contract.eval_report import MAX_KEPT_TEXT, EvalReport, RowOutcome, summarize
-from trainer.contract.eval_suite import EVAL_BATCH_ROWS, EvalCheckpoint, EvalSampling, GenerationEngine, SuiteSpec
+from trainer.contract.run.eval_report import MAX_KEPT_TEXT, EvalReport, RowOutcome, summarize
+from trainer.contract.spec.eval_suite import EVAL_BATCH_ROWS, EvalCheckpoint, EvalSampling, GenerationEngine, SuiteSpec
 from trainer.storage import ArtifactStore, StorageError, store_for
 
 from .builtin_suites import builtin_suite

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .completion_seeds import Done, never_done
 
 if TYPE_CHECKING:
-    from trainer.contract.eval_suite import EvalSampling
+    from trainer.contract.spec.eval_suite import EvalSampling
 
 
 class Sampler(Protocol):

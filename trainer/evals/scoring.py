@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from trainer.contract.eval_report import FunctionOutcome
-from trainer.contract.eval_suite import AnswerExtractor
+from trainer.contract.run.eval_report import FunctionOutcome
+from trainer.contract.spec.eval_suite import AnswerExtractor
 
 from .prompts import answers_json, reward_config
 from .suite import RewardFn

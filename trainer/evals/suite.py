@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import local_path, location_kind
-from trainer.contract.eval_suite import MAX_SUITE_ROWS, AnswerExtractor, EvalSampling, SuiteIdentity, SuiteSpec
-from trainer.contract.evaluation import row_id
+from trainer.contract.run.evaluation import row_id
+from trainer.contract.spec.eval_suite import MAX_SUITE_ROWS, AnswerExtractor, EvalSampling, SuiteIdentity, SuiteSpec
 from trainer.sources import DataError, check_prompt_template
 from trainer.stages.maxtext_paths import maxtext_configs_dir
 from trainer.storage import store_for

@@ -6,7 +6,7 @@ network where Linux grants a namespace: docs/reward-sandbox.md) with the suite's
 that is not one number per completion, passes its deadline or kills its worker scores per `reward_on_error`: `zero`
 gives None for the call's completions (scored incorrect and counted as unscored, as a raising reward always was);
 `fail` stops the evaluation with SuiteRewardFailed, a DataError naming the function and the error. Either way, an
-evaluation whose calls mostly fail stops too (trainer/contract/reward_sandbox.py's rule, as for training): its
+evaluation whose calls mostly fail stops too (trainer/contract/spec/reward_sandbox.py's rule, as for training): its
 scores would count the failures as incorrect answers.
 The built-in suites' rewards are the trainer's own code and are called in process (builtin_suites.py).
 """
@@ -18,8 +18,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.contract.eval_suite import SuiteSpec
-from trainer.contract.reward_sandbox import EVAL_REWARD_WORKERS, MIN_FAILED_CALLS_TO_STOP, RewardErrorPolicy, RewardFailure
+from trainer.contract.spec.eval_suite import SuiteSpec
+from trainer.contract.spec.reward_sandbox import EVAL_REWARD_WORKERS, MIN_FAILED_CALLS_TO_STOP, RewardErrorPolicy, RewardFailure
 from trainer.rewards_sandbox.pool import RewardLoadFailed, RewardSandboxPool, SandboxLimits
 from trainer.rewards_sandbox.proxy import FAILURES_LOGGED, config_values, describe_isolation, plain
 from trainer.rewards_sandbox.stats import CallOutcome

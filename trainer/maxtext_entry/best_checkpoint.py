@@ -1,4 +1,4 @@
-"""Inside train_rl: keep the weights of the best evaluation (trainer/contract/best_checkpoint.py says why here).
+"""Inside train_rl: keep the weights of the best evaluation (trainer/contract/run/best_checkpoint.py says why here).
 
 Which weights an evaluation measured depends on how the rollout engine holds them, and Tunix decides that
 with `rl/utils.py is_sharing_weights(actor, rollout.model())`:
@@ -25,8 +25,8 @@ import sys
 from typing import Any
 
 from trainer.contract import join_uri
-from trainer.contract.best_checkpoint import BestCheckpoint, beats, record_for
-from trainer.contract.evaluation import AFTER, EvalSummary
+from trainer.contract.run.best_checkpoint import BestCheckpoint, beats, record_for
+from trainer.contract.run.evaluation import AFTER, EvalSummary
 
 PARAMS_ITEM = "model_params"  # Tunix's item name for the model's state (tunix/sft/checkpoint_manager.py)
 

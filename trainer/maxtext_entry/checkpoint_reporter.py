@@ -14,8 +14,8 @@ renamed to `<step>`, or `commit_success.txt` written on GCS), then deletes the s
 so it is not reported. Only managers whose directory is the actor's checkpoint root report (the best
 checkpoint keeper saves through Tunix too, elsewhere), and only on process 0 (every host saves).
 
-The line is `RLJOB_CHECKPOINT {"step": N}` (trainer/contract/checkpoint_line.py); the train stage turns it into a CheckpointSaved event with
-the step's model_params URI it derives itself (trainer/stages/train.py). A failure here is printed and
+The line is `RLJOB_CHECKPOINT {"step": N}` (trainer/contract/run/checkpoint_line.py); the train stage turns it into a
+CheckpointSaved event with the step's model_params URI it derives itself (trainer/stages/train.py). A failure here is printed and
 ignored: reporting a checkpoint must never stop training.
 """
 
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from trainer.contract.checkpoint_line import checkpoint_line
+from trainer.contract.run.checkpoint_line import checkpoint_line
 from trainer.maxtext_entry.report_line import write_report_line
 
 # (module, class, attribute) wrapped by install(): checked against the installed Orbax by a test.

@@ -1,5 +1,5 @@
 """Inside train_rl: keep every evaluation's per-row outcomes, as MaxText scored them and as the job's own reward
-functions did (a job with its own rewards is scored by them: trainer/contract/evaluation.py).
+functions did (a job with its own rewards is scored by them: trainer/contract/run/evaluation.py).
 
 MaxText's `evaluate_rl.evaluate()` runs before training, every `eval_interval` steps (hooks.py) and
 after training, and returns only totals. Three of its own functions are wrapped, none re-implemented:
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer.contract import join_uri
-from trainer.contract.evaluation import (
+from trainer.contract.run.evaluation import (
     AFTER,
     BEFORE,
     EVAL_LINE_PREFIX,
@@ -153,7 +153,7 @@ def _warn(what: str, error: Exception) -> None:
 
 def install(eval_uri: str | None, scoring: str = MAXTEXT_SCORING) -> EvalRecorder:
     """Wrap MaxText's evaluation and Tunix's train loop; returns the recorder (tests read it). `scoring` is the
-    shim configuration's evaluations.scoring (trainer/contract/shim_config.py)."""
+    shim configuration's evaluations.scoring (trainer/contract/run/shim_config.py)."""
     from maxtext.trainers.post_train.rl import evaluate_rl
     from tunix.rl import rl_learner
 

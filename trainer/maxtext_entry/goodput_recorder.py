@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from trainer.contract.goodput import (
+from trainer.contract.run.goodput import (
     CHECKPOINT,
     EVAL,
     GOODPUT_LINE_PREFIX,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from trainer.contract.exit_codes import ExitCode
+from trainer.contract.run.exit_codes import ExitCode
 
 
 @dataclass

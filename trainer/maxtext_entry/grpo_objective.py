@@ -12,7 +12,7 @@ defaults are the job's: train_rl's own call then builds it, and logs it ("GRPO c
 train log shows what Tunix was given.
 
 Tunix's k3 (`low_var_kl`) taken as the loss has the gradient of KL(pi_ref || pi); spec grpo.kl_direction
-policy_to_reference asks for that of KL(pi || pi_ref), TRL's (trainer/contract/kl_direction.py). For it `install`
+policy_to_reference asks for that of KL(pi || pi_ref), TRL's (trainer/contract/spec/kl_direction.py). For it `install`
 also wraps Tunix's `common.compute_kl_divergence`, which the GRPO loss reads from that module when it is traced, with
 one more method: k3 times exp(logp - stop_gradient(logp)), the on-policy importance ratio (value 1, gradient
 grad log pi). Every other method goes to Tunix's function unchanged.
@@ -24,7 +24,7 @@ import dataclasses
 import importlib
 from typing import Any
 
-from trainer.contract.kl_direction import POLICY_TO_REFERENCE_K3_MODE
+from trainer.contract.spec.kl_direction import POLICY_TO_REFERENCE_K3_MODE
 
 GRPO_LEARNER_MODULE = "tunix.rl.grpo.grpo_learner"
 KL_MODULE = "tunix.rl.common"  # algo_core.grpo_loss_fn calls common.compute_kl_divergence(logps, ref_logps, kl_loss_mode, ...)

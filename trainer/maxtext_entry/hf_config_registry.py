@@ -7,7 +7,7 @@ narrower Llama) needs that entry to be its own config, or the shapes disagree.
 
 from __future__ import annotations
 
-from trainer.contract.shim_config import HfConfigRegistration, pop_shim_config
+from trainer.contract.run.shim_config import HfConfigRegistration, pop_shim_config
 
 
 def model_name_from_argv(argv: list[str]) -> str:

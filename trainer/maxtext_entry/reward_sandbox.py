@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from trainer.contract.reward_sandbox import (
+from trainer.contract.run.samples import tunix_metric_name
+from trainer.contract.spec.reward_sandbox import (
     CALLS_METRIC,
     DEFAULT_MEMORY_MIB,
     DEFAULT_TIMEOUT_S,
@@ -33,7 +34,6 @@ from trainer.contract.reward_sandbox import (
     RewardFailure,
     RewardSandboxSettings,
 )
-from trainer.contract.samples import tunix_metric_name
 from trainer.rewards_sandbox.pool import RewardSandboxPool, SandboxLimits
 from trainer.rewards_sandbox.proxy import SandboxedReward, describe_isolation, writes_confined
 from trainer.rewards_sandbox.stats import CallOutcome, CallWindow

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from trainer.contract import Sample, StepSamples, join_uri
-from trainer.contract.samples import (
+from trainer.contract.run.samples import (
     COMPLETIONS_METRIC,
     MAX_SAMPLES_PER_STEP,
     MAX_TEXT_CHARS,

@@ -1,6 +1,6 @@
 """`python -m trainer.maxtext_entry.train_rl_entry [--rljob_shim_config=<json>] <train_rl args>`: MaxText's train_rl,
 unmodified, with what INSTALLS lists installed first, in that order, as the train stage's shim configuration
-(trainer/contract/shim_config.py) asks. train_rl_jax_entry calls `main` with its swap of the rollout engine for
+(trainer/contract/run/shim_config.py) asks. train_rl_jax_entry calls `main` with its swap of the rollout engine for
 pure JAX on CPU, which takes its place in the table; this module does not know what it does.
 """
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trainer.contract.shim_config import ShimConfig, pop_shim_config
+from trainer.contract.run.shim_config import ShimConfig, pop_shim_config
 from trainer.rollout.rollout_keys import install as install_rollout_keys
 from trainer.rollout.stop_token import install as install_stop_token
 

@@ -7,7 +7,7 @@ text after `####` (extract_hash_answer) and hands the reward functions the JSON 
 Three splits: `train`, `dev` (for choosing settings; never tune on eval) and `eval`. Each split has its
 own seed, derived from `--seed` and the split's name, and no two rows anywhere share an operand tuple
 (so "3 + 4" in train and "3 * 4" in eval cannot both occur: eval never repeats a training pair under
-another operator). Every row carries `id`: trainer.contract.evaluation.row_id of its question, the
+another operator). Every row carries `id`: trainer.contract.run.evaluation.row_id of its question, the
 same id train_rl's evaluation records carry, so data rows and eval outcomes join on it.
 
 The job's other inputs are copied beside the rows from the checkout's examples/ (their source):

@@ -35,7 +35,7 @@ from trainer.contract import (
     dump_event,
     parse_event,
 )
-from trainer.contract.goodput import TrainGoodput
+from trainer.contract.run.goodput import TrainGoodput
 from trainer.storage import ArtifactStore
 
 DEFAULT_OBJECT_STORE_FLUSH_S = 5.0

@@ -23,8 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.contract.evaluation import EVAL_LINE_PREFIX, EvalSummary
-from trainer.contract.goodput import GOODPUT_LINE_PREFIX, TrainGoodput
+from trainer.contract.run.evaluation import EVAL_LINE_PREFIX, EvalSummary
+from trainer.contract.run.goodput import GOODPUT_LINE_PREFIX, TrainGoodput
 from trainer.progress.event_reporter import EventReporter
 from trainer.progress.tensorboard_scalars import EventFileTailer, Scalar
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.contract.reward_sandbox import TRAIN_REWARD_WORKERS
+from trainer.contract.spec.reward_sandbox import TRAIN_REWARD_WORKERS
 
 from .host import HOST_ENV, RemoteRewardWorker, share_reward_file
 from .link import WorkerFailed, WorkerLink

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from trainer.contract.reward_sandbox import MIN_FAILED_CALLS_TO_STOP, REWARD_FAILED_LINE_PREFIX, RewardErrorPolicy, RewardFailure
+from trainer.contract.spec.reward_sandbox import MIN_FAILED_CALLS_TO_STOP, REWARD_FAILED_LINE_PREFIX, RewardErrorPolicy, RewardFailure
 
 from .pool import RewardSandboxPool
 from .stats import CallOutcome

@@ -34,7 +34,7 @@ from typing import Any
 
 import jax
 
-from trainer.contract.rl_settings import DEFAULT_SEED
+from trainer.contract.spec.rl_settings import DEFAULT_SEED
 
 RL_CLUSTER_MODULE = "tunix.rl.rl_cluster"
 

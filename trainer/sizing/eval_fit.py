@@ -11,8 +11,8 @@ Not covered: XLA's temporaries of the forward (a layer's activations, small besi
 
 from __future__ import annotations
 
-from trainer.contract.eval_suite import EVAL_BATCH_ROWS
-from trainer.contract.spec import JobSpec
+from trainer.contract.spec.eval_suite import EVAL_BATCH_ROWS
+from trainer.contract.spec.job import JobSpec
 
 from .fit_phases import PerChipBytes, PhaseBytes
 from .model_shapes import ModelShape

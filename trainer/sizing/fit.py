@@ -33,8 +33,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainer.contract.spec import JobSpec
-from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, tpu_slice
+from trainer.contract.accelerators.tpu import CPU_ACCELERATOR, TPU_SLICES, tpu_slice
+from trainer.contract.spec.job import JobSpec
 
 from .eval_fit import eval_phase
 from .fit_phases import PerChipBytes, PhaseBytes, layout_program_bytes, per_chip_bytes, step_phases

@@ -20,8 +20,8 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainer.contract.spec import JobSpec
-from trainer.contract.tpu import rollout_devices, tpu_slice
+from trainer.contract.accelerators.tpu import rollout_devices, tpu_slice
+from trainer.contract.spec.job import JobSpec
 
 from .model_shapes import ModelShape
 
@@ -78,7 +78,7 @@ class PhaseBytes(BaseModel):
 
 
 def _rollout_split(data: int, tensor: int, devices: int) -> tuple[int, int]:
-    """(replicas, chips per replica), deriving a -1 from the other as MaxText does (trainer/contract/tpu.py)."""
+    """(replicas, chips per replica), deriving a -1 from the other as MaxText does (trainer/contract/accelerators/tpu.py)."""
     if data == -1:
         data = max(1, devices // max(1, tensor))
     if tensor == -1:

@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from trainer.contract.locations import local_path, location_kind
+from trainer.contract.spec.locations import local_path, location_kind
 
 from .hf_config_fields import UnsupportedCheckpoint
 from .hf_families import read_checkpoint_config

@@ -13,7 +13,7 @@ fits with room, and offloads them where it does not (fit.keeps_layers_in_hbm).
 
 from __future__ import annotations
 
-from trainer.contract.spec import JobSpec
+from trainer.contract.spec.job import JobSpec
 
 from .fit import keeps_layers_in_hbm
 from .model_shapes import ModelShape

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainer.contract import JobSpec, location_kind
-from trainer.contract.shim_config import HfConfigRegistration, ShimConfig
+from trainer.contract.run.shim_config import HfConfigRegistration, ShimConfig
 from trainer.sizing.hf_model import MaxTextModel
 
 # Child environment for every stage: hub access only where a source really is on the hub.

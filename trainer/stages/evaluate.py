@@ -1,4 +1,4 @@
-"""An eval job's stages (trainer/contract/eval_suite.py): export converts a training job's MaxText actor
+"""An eval job's stages (trainer/contract/spec/eval_suite.py): export converts a training job's MaxText actor
 checkpoint to Hugging Face with to_huggingface (the export stage's command, on the eval job's own <run>/hf),
 and evaluate generates and scores the suite (trainer/evals/): with transformers on a cpu job's host, with the JAX
 engine (trainer/evals/jax_model.py) on a TPU job's chips."""
@@ -9,9 +9,9 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from trainer.contract import JobSpec, RunLayout, location_kind
-from trainer.contract.eval_suite import EvalTask, GenerationEngine, generation_engine, torch_installed
-from trainer.contract.events import EvalReported
-from trainer.contract.tpu import CPU_ACCELERATOR
+from trainer.contract.accelerators.tpu import CPU_ACCELERATOR
+from trainer.contract.run.events import EvalReported
+from trainer.contract.spec.eval_suite import EvalTask, GenerationEngine, generation_engine, torch_installed
 from trainer.runner import StageCommand, StageInterrupted
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import DataError, stage_directory

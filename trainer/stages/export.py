@@ -7,8 +7,8 @@ import os
 from typing import Any
 
 from trainer.contract import JobSpec, RunLayout, join_uri
-from trainer.contract.best_checkpoint import BestCheckpoint, ExportedCheckpoint
-from trainer.contract.eval_suite import GenerationEngine, export_check_engine, torch_installed
+from trainer.contract.run.best_checkpoint import BestCheckpoint, ExportedCheckpoint
+from trainer.contract.spec.eval_suite import GenerationEngine, export_check_engine, torch_installed
 from trainer.runner import StageCommand, StageFailed
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import local_copy_path, stage_directory
@@ -82,7 +82,7 @@ def build_export_command(
 
 def build_verify_command(export_dir: str, *, wait_for_go: bool = False, engine: GenerationEngine = "transformers") -> StageCommand:
     """The load-and-generate check on the host's CPU, by transformers where torch is installed, else the JAX engine
-    (trainer/contract/eval_suite.py export_check_engine); with wait_for_go it imports first and checks on a line on stdin (the pipeline
+    (trainer/contract/spec/eval_suite.py export_check_engine); with wait_for_go it imports first and checks on a line on stdin (the pipeline
     starts it alongside to_huggingface: trainer/checks/verify_export.py)."""
     args: tuple[str, ...] = ("--wait",) if wait_for_go else ()
     args += ("--engine", engine, export_dir)

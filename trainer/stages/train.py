@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import CheckpointSaved, JobSpec, RunLayout, TrainStep
-from trainer.contract.checkpoint_line import step_from_line
-from trainer.contract.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalScoring
-from trainer.contract.kl_direction import tunix_kl_loss_mode
-from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure, RewardSandboxSettings
-from trainer.contract.rl_settings import DEFAULT_SEED, OPTIMIZER_DEFAULTS, OPTIMIZER_KEYS
-from trainer.contract.shim_config import BestCheckpointPaths, EvalRecording, GrpoObjective, ShimConfig
+from trainer.contract.run.checkpoint_line import step_from_line
+from trainer.contract.run.evaluation import MAXTEXT_SCORING, REWARDS_SCORING, EvalScoring
+from trainer.contract.run.shim_config import BestCheckpointPaths, EvalRecording, GrpoObjective, ShimConfig
+from trainer.contract.spec.kl_direction import tunix_kl_loss_mode
+from trainer.contract.spec.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure, RewardSandboxSettings
+from trainer.contract.spec.rl_settings import DEFAULT_SEED, OPTIMIZER_DEFAULTS, OPTIMIZER_KEYS
 from trainer.progress.event_reporter import EventReporter
 from trainer.progress.tensorboard_scalars import EventFileTailer
 from trainer.progress.train_rl_events import EvalLineReader, TrainProgressWatcher, TrainStepAssembler, goodput_from_line
@@ -89,7 +89,7 @@ def grpo_args(spec: JobSpec, local_rewards: str | None = None) -> list[str]:
 
 
 def rl_settings_args(spec: JobSpec, local_processor: str | None = None) -> list[str]:
-    """Issue 39's rl.yml settings (trainer/contract/rl_settings.py), each only when set: at its default, rl.yml's value
+    """Issue 39's rl.yml settings (trainer/contract/spec/rl_settings.py), each only when set: at its default, rl.yml's value
     stands and the command line is what it was before them."""
     g, d = spec.grpo, spec.dataset
     # rljob's sandbox is the one pool for a job's reward functions (grpo.rewards.timeout_s its one deadline): Tunix's
@@ -161,7 +161,7 @@ def rollout_seed(spec: JobSpec) -> int | None:
 
 def eval_scoring(spec: JobSpec) -> EvalScoring:
     """A job with its own reward functions is evaluated by them; MaxText's score needs its GSM8K answer tags, which
-    such a job's rewards need not ask for (trainer/contract/evaluation.py)."""
+    such a job's rewards need not ask for (trainer/contract/run/evaluation.py)."""
     return REWARDS_SCORING if spec.grpo.rewards.functions_path else MAXTEXT_SCORING
 
 

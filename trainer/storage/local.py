@@ -11,7 +11,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from trainer.contract.locations import local_path
+from trainer.contract.spec.locations import local_path
 
 from .port import ObjectInfo, StorageError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from trainer.contract.locations import location_kind
+from trainer.contract.spec.locations import location_kind
 
 from .local import LocalDirStore
 from .port import ArtifactStore, StorageError

@@ -1,7 +1,7 @@
 """What a TPU slice means to a GKE scheduler: node labels, machine types and pod sizes.
 
 The TPU facts themselves (topology, chips per VM, VMs per slice) have one home,
-trainer/contract/tpu.py, where every spec is checked against them at submit; this module adds only
+trainer/contract/accelerators/tpu.py, where every spec is checked against them at submit; this module adds only
 what GKE needs, keyed by generation and VM size. The machine type is pinned through the well-known
 `node.kubernetes.io/instance-type` label, so a pod asking for 8 chips can never land on a 4-chip VM
 of the same accelerator, and that mismatch is visible at once. Sources: the GKE "Plan TPUs" tables
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice
-from trainer.contract.tpu_generations import TPU_GENERATIONS
+from trainer.contract.accelerators.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice
+from trainer.contract.accelerators.tpu_generations import TPU_GENERATIONS
 
 from .errors import UnsupportedAccelerator
 
@@ -28,7 +28,7 @@ MACHINE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GKE_NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 TPU_RESOURCE = "google.com/tpu"
 
-# Value of cloud.google.com/gke-tpu-accelerator per TPU generation (trainer/contract/tpu_generations.py).
+# Value of cloud.google.com/gke-tpu-accelerator per TPU generation (trainer/contract/accelerators/tpu_generations.py).
 GKE_ACCELERATORS = {name: g.gke_accelerator for name, g in TPU_GENERATIONS.items()}
 
 

@@ -24,8 +24,8 @@ from service.background_loop import BackgroundLoop, stop_all
 from service.domain.records.errors import InvalidRequest, LaunchFailed
 from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
-from trainer.contract.hardware_spec import capacity_text
-from trainer.contract.tpu import CPU_ACCELERATOR
+from trainer.contract.accelerators.tpu import CPU_ACCELERATOR
+from trainer.contract.spec.hardware import capacity_text
 
 from . import kueue, names, observe, pods
 from .capacity import CAPACITY_LABEL, EVAL_POOL, cpu_capacity_problem

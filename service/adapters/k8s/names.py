@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from trainer.contract.dns_label import is_dns_label
+from trainer.contract.spec.dns_label import is_dns_label
 
 from .errors import ManifestError
 

@@ -9,7 +9,7 @@ host paths, its own non-root user and no capabilities; the trainer gets RLJOB_RE
 there (trainer/rewards_sandbox/pool.py). What that buys: under gVisor, where a worker cannot confine its own writes
 (no Landlock), a reward still cannot write the run's files or read the trainer's (docs/reward-sandbox.md).
 
-Its resources are its workers' (trainer/contract/reward_sandbox.py: two for a training job, one for an eval job):
+Its resources are its workers' (trainer/contract/spec/reward_sandbox.py: two for a training job, one for an eval job):
 half a CPU each (a reward scores text: a share, not a core) and each worker's address-space bound
 (grpo.rewards.memory_mib, or the suite's reward_memory_mib), plus the server's overhead, requested and limited alike,
 so a reward never takes the trainer's CPU or memory. They are carved from the trainer container's (pod_template.py):
@@ -31,7 +31,7 @@ from kubernetes.client import (
 )
 
 from trainer.contract import JobSpec
-from trainer.contract.reward_sandbox import (
+from trainer.contract.spec.reward_sandbox import (
     EVAL_REWARD_WORKERS,
     REWARD_HOST_OVERHEAD_MIB,
     REWARD_WORKER_MILLICPU,

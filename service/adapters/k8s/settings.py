@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.config import MAX_SECONDS
 from service.settings_env import PlainList
-from trainer.contract.dns_label import DnsLabel, is_dns_label
+from trainer.contract.spec.dns_label import DnsLabel, is_dns_label
 
 from .capacity import FLEX_START_MAX_RUN_S, SPOT_TERMINATION_GRACE_S
 

@@ -19,7 +19,7 @@ from service.adapters.k8s.manifests import build_workload
 from service.adapters.k8s.settings import K8sSettings
 from service.domain.self_check import CheckLine
 from trainer.contract import JobSpec
-from trainer.contract.hardware_spec import CAPACITY_KINDS
+from trainer.contract.spec.hardware import CAPACITY_KINDS
 
 PROBE_JOB_ID = "rl-doctorquota0"  # a name for the rendered manifests; nothing is created
 

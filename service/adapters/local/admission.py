@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from service.domain.records.models import QueueStatus
-from trainer.contract.tpu import tpu_slice
+from trainer.contract.accelerators.tpu import tpu_slice
 
 PRIORITY_ORDER: Mapping[str, int] = {"high": 0, "normal": 1, "low": 2}  # JobSpec.priority values
 NO_TEAM = "(none)"  # a spec without a team (the service always sets one; direct launcher use may not)

@@ -10,7 +10,7 @@ one of them runs here, as the first such kind (what status and usage then show).
 from __future__ import annotations
 
 from trainer.contract import JobSpec
-from trainer.contract.hardware_spec import capacity_text
+from trainer.contract.spec.hardware import capacity_text
 
 RUNS_LOCALLY = ("on-demand", "spot")
 

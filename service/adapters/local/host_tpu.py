@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.contract.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice, tpu_slice
-from trainer.contract.tpu_generations import TPU_GENERATIONS
+from trainer.contract.accelerators.tpu import CPU_ACCELERATOR, TPU_SLICES, TpuSlice, tpu_slice
+from trainer.contract.accelerators.tpu_generations import TPU_GENERATIONS
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 TPU_TYPE_ENV = "TPU_ACCELERATOR_TYPE"

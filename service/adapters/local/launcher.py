@@ -35,8 +35,8 @@ from service.background_loop import BackgroundLoop
 from service.domain.records.errors import InvalidRequest, LaunchFailed
 from service.domain.records.ports import LaunchResult, Observation, ObservationSink, ObservedState
 from trainer.contract import JobSpec
-from trainer.contract.spec_base import STORED_SPEC_CONTEXT
-from trainer.contract.tpu import tpu_slice
+from trainer.contract.accelerators.tpu import tpu_slice
+from trainer.contract.spec.base import STORED_SPEC_CONTEXT
 
 from . import job_runner, procs
 from .admission import NO_TEAM, JobClaim, TeamQuotas, admit, chips_of, never_fits

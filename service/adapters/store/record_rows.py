@@ -20,10 +20,10 @@ from service.domain.records.run_report import Artifact, HangReport, RunOutcome, 
 from service.domain.records.train_step_summary import read_window
 from service.domain.records.trainer_event_budget import TrainerEventCounts
 from trainer.contract import JobSpec, RunStorage, Stage
-from trainer.contract.eval_report import EvalReport
-from trainer.contract.evaluation import EvalSummary
-from trainer.contract.goodput import TrainGoodput
-from trainer.contract.spec_base import STORED_SPEC_CONTEXT
+from trainer.contract.run.eval_report import EvalReport
+from trainer.contract.run.evaluation import EvalSummary
+from trainer.contract.run.goodput import TrainGoodput
+from trainer.contract.spec.base import STORED_SPEC_CONTEXT
 from trainer.sizing.fit import FitEstimate
 
 from .tables import JobRow

@@ -19,7 +19,7 @@ from typing import Any
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
 from trainer.contract import JobSpec
-from trainer.contract.goodput import QUEUED
+from trainer.contract.run.goodput import QUEUED
 from trainer.sizing.job_shape import model_shape, read_local_model_config
 from trainer.sizing.model_shapes import ModelShape
 

@@ -25,9 +25,9 @@ from datetime import datetime
 from service.domain.records.estimate_models import EstimateRange, JobEstimate
 from service.domain.records.models import JobRecord
 from trainer.contract import JobSpec
-from trainer.contract.goodput import LOGPROBS, OTHER, ROLLOUT, UPDATE
-from trainer.contract.hardware_spec import capacity_text
-from trainer.contract.tpu import tpu_slice
+from trainer.contract.accelerators.tpu import tpu_slice
+from trainer.contract.run.goodput import LOGPROBS, OTHER, ROLLOUT, UPDATE
+from trainer.contract.spec.hardware import capacity_text
 from trainer.sizing.job_shape import read_local_model_config
 from trainer.sizing.model_shapes import ModelShape
 

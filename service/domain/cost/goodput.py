@@ -30,7 +30,7 @@ from datetime import datetime
 from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
 from trainer.contract import Stage
-from trainer.contract.goodput import (
+from trainer.contract.run.goodput import (
     CONVERT,
     EVAL,
     EXPORT,

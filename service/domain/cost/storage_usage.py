@@ -1,6 +1,6 @@
 """Storage GiB-months and cost of a job's run directory, from the history of its `storage` events.
 
-The trainer measures its run directory at each stage's end (trainer/contract/run_storage.py) and the
+The trainer measures its run directory at each stage's end (trainer/contract/run/storage.py) and the
 service logs every measurement as a `storage` event, stamped when it folds it in (the event log keeps
 them all; `jobs.storage` only the newest). The size is a step function of time:
 

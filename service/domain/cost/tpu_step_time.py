@@ -43,15 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import JobSpec
-from trainer.contract.goodput import CHECKPOINT, LOGPROBS, ROLLOUT, UPDATE
-from trainer.contract.tpu import TpuSlice
-from trainer.contract.tpu_generations import TPU_GENERATIONS
+from trainer.contract.accelerators.tpu import TpuSlice
+from trainer.contract.accelerators.tpu_generations import TPU_GENERATIONS
+from trainer.contract.run.goodput import CHECKPOINT, LOGPROBS, ROLLOUT, UPDATE
 from trainer.sizing.fit import keeps_layers_in_hbm, per_chip_bytes
 from trainer.sizing.model_shapes import ModelShape
 
 RATES_FILE = Path(__file__).with_name("tpu_step_rates.json")
 REGENERATE = ".venv/bin/python scripts/tpu_step_rates.py"
-# Per JAX device, from trainer/contract/tpu_generations.py (its sources): the estimate divides work by devices
+# Per JAX device, from trainer/contract/accelerators/tpu_generations.py (its sources): the estimate divides work by devices
 # (trainer_devices) and reads bytes per device, and a TPU7x chip is two devices, so its rows hold half of the chip's.
 PEAK_BF16_FLOPS_PER_CHIP = {name: g.peak_bf16_flops_per_device for name, g in TPU_GENERATIONS.items()}
 HBM_BYTES_PER_S_PER_CHIP = {name: g.hbm_bytes_per_s_per_device for name, g in TPU_GENERATIONS.items()}

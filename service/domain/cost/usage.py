@@ -1,6 +1,6 @@
 """Chip-hours and cost, computed from a job record: pure functions of the record, a time and a price table.
 
-A job holds its slice's chips (trainer/contract/tpu.py; a cpu job 0 chips) for the time it spends in
+A job holds its slice's chips (trainer/contract/accelerators/tpu.py; a cpu job 0 chips) for the time it spends in
 each phase: `phase_seconds` keeps the phases it has left, and the phase it is in counts up to `now`
 (from `phase_entered_at`) until the job ends. Stage times (convert, train, export) come from the
 trainer's events and break the running time down.
@@ -21,10 +21,10 @@ from typing import Literal
 
 from service.domain.records.models import JobRecord
 from service.domain.records.usage_models import JobStorageUsage, JobUsage, JobUsageRow, UsageAmount, UsageGroup, UsageSum
-from trainer.contract.goodput import GOODPUT_PARTS
-from trainer.contract.hardware_spec import capacity_text
-from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
-from trainer.contract.tpu_generations import TPU_GENERATIONS
+from trainer.contract.accelerators.tpu import CPU_ACCELERATOR, tpu_slice
+from trainer.contract.accelerators.tpu_generations import TPU_GENERATIONS
+from trainer.contract.run.goodput import GOODPUT_PARTS
+from trainer.contract.spec.hardware import capacity_text
 
 from .goodput import clock_parts
 from .job_clock import USAGE_PHASES, JobClock, job_clock
@@ -35,7 +35,7 @@ from .storage_usage import StorageSample, job_storage_usage
 # from and when; RLJOB_USAGE_PRICES_USD_PER_CHIP_HOUR replaces the table.
 CapacityType = Literal["on-demand", "spot", "flex-start", "reservation"]  # HardwareSpec.capacity's values
 PriceTable = Mapping[str, Mapping[CapacityType, float]]
-# The list prices of trainer/contract/tpu_generations.py; a generation it prices not (tpu7x) has no row here.
+# The list prices of trainer/contract/accelerators/tpu_generations.py; a generation it prices not (tpu7x) has no row here.
 DEFAULT_PRICES_USD_PER_CHIP_HOUR: dict[str, dict[CapacityType, float]] = {
     name: {capacity: price for capacity, price in g.list_prices_usd_per_chip_hour.items()}  # type: ignore[misc]
     for name, g in TPU_GENERATIONS.items()

@@ -26,7 +26,7 @@ from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import RunFiles
 from service.domain.records.usage_models import JobUsage
-from trainer.contract.eval_report import Comparison, NotComparable, RowOutcome, Score, compare_outcomes
+from trainer.contract.run.eval_report import Comparison, NotComparable, RowOutcome, Score, compare_outcomes
 
 from .suite_versions import suite_public
 

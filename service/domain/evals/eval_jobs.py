@@ -1,6 +1,6 @@
 """Eval jobs: POST /v1/evals turns "evaluate this checkpoint on that suite" into an ordinary job.
 
-An eval job is a JobSpec with `evaluation` set (trainer/contract/eval_suite.py): it is stored, queued, launched,
+An eval job is a JobSpec with `evaluation` set (trainer/contract/spec/eval_suite.py): it is stored, queued, launched,
 logged and cancelled like any job, and the job service's checks (location policy, the launcher's, idempotency) all
 apply. What this module adds is the translation: the body (`EvalCreate`), the checkpoint it names (a job's
 checkpoint by reference, `<job-id>:export|best|last|step-N|base`, or a location), and the spec built from them
@@ -25,10 +25,17 @@ from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
 from service.domain.records.ports import RunFiles
 from trainer.contract import JobSpec, ModelSpec, join_uri
-from trainer.contract.dns_label import DNS_LABEL_MAX_LENGTH, DnsLabel
-from trainer.contract.eval_suite import EVAL_ACCELERATORS, JOB_ID_PATTERN, EvalCheckpoint, EvalTask, SuiteSpec, eval_accelerator_problem
-from trainer.contract.spec_values import Location
-from trainer.contract.tpu import CPU_ACCELERATOR, tpu_slice
+from trainer.contract.accelerators.tpu import CPU_ACCELERATOR, tpu_slice
+from trainer.contract.spec.dns_label import DNS_LABEL_MAX_LENGTH, DnsLabel
+from trainer.contract.spec.eval_suite import (
+    EVAL_ACCELERATORS,
+    JOB_ID_PATTERN,
+    EvalCheckpoint,
+    EvalTask,
+    SuiteSpec,
+    eval_accelerator_problem,
+)
+from trainer.contract.spec.values import Location
 
 CHECKPOINT = ("body", "checkpoint")
 EXPORT_ARTIFACT = "export.export"  # the export stage's artifact (trainer/pipeline.py: "<stage>.<output>")

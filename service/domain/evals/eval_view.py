@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from service.domain.records.eval_models import EvalPublic, EvalSummaryPublic
 from service.domain.records.models import JobRecord
 from service.domain.records.usage_models import JobUsage
-from trainer.contract.eval_suite import generation_engine
+from trainer.contract.spec.eval_suite import generation_engine
 
 from .suite_versions import suite_public
 

@@ -1,6 +1,6 @@
 """A job's evaluations as the API shows them: each with its 95% interval, and the change from `before`.
 
-The trainer reports one EvalSummary per evaluation train_rl ran (trainer/contract/evaluation.py:
+The trainer reports one EvalSummary per evaluation train_rl ran (trainer/contract/run/evaluation.py:
 `before`, `step-N`, `after`, with counts and, for all but `before`, the paired change over the same
 rows). The record keeps them (`JobRecord.report.eval_points`, one per label, oldest first, at most
 MAX_EVAL_POINTS); this module turns them into `JobPublic.train_evals` and says why there is none.
@@ -13,7 +13,7 @@ from typing import Any
 from service.domain.records.job_eval_models import EvalDifference, EvalPoint, JobEval
 from service.domain.records.phases import JobPhase
 from trainer.contract import JobSpec
-from trainer.contract.evaluation import (
+from trainer.contract.run.evaluation import (
     AFTER,
     BEFORE,
     EvalSummary,

@@ -21,7 +21,7 @@ from service.domain.records.eval_models import EvalSuitePublic, SuiteKey
 from service.domain.records.models import JobRecord
 from service.domain.records.ports import JobTx
 from trainer.contract import JobSpec
-from trainer.contract.eval_report import EvalReport
+from trainer.contract.run.eval_report import EvalReport
 
 log = logging.getLogger(__name__)
 

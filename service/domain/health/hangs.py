@@ -1,7 +1,7 @@
 """The words for a hung attempt: what the job's message says when the service restarts it, and when it gives up.
 
 The trainer decides that it is hung (trainer/hang_watchdog.py: no progress event for longer than its hang limit,
-trainer/contract/hang.py), writes every thread's stacks to its stage log, sends a `hung` event and exits
+trainer/contract/spec/hang.py), writes every thread's stacks to its stage log, sends a `hung` event and exits
 ExitCode.HUNG. The observation policy turns that exit into a restart from the last checkpoint
 (Decision.HUNG_RESTART) while RLJOB_MAX_HUNG_RESTARTS allow, then into FAILED with reason HUNG. Unlike the
 `stalled` verdict (learning_health.py), which only labels a job whose train steps stopped, this acts.

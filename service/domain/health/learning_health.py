@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from service.domain.records.health_models import LearningHealth, Verdict
 from service.domain.records.phases import JobPhase
 from service.domain.records.train_step_summary import TrainStepSummary, window
-from trainer.contract.evaluation import BEFORE, EvalSummary, PairedDifference
+from trainer.contract.run.evaluation import BEFORE, EvalSummary, PairedDifference
 
 from .completion_collapse import collapse, kl_rise_without_signal
 from .reward_trend import StepCount, TrendTest, cochran_armitage

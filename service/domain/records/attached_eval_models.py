@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainer.contract.eval_report import Comparison, FunctionScores
+from trainer.contract.run.eval_report import Comparison, FunctionScores
 
 from .phases import JobPhase
 

@@ -12,8 +12,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from trainer.contract.eval_report import Comparison, FunctionScores, Score
-from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, GenerationEngine
+from trainer.contract.run.eval_report import Comparison, FunctionScores, Score
+from trainer.contract.spec.eval_suite import EvalCheckpoint, EvalSampling, GenerationEngine
 
 from .phases import JobPhase
 from .usage_models import JobUsage

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from trainer.contract.evaluation import EvalScoring, PairedDifference
+from trainer.contract.run.evaluation import EvalScoring, PairedDifference
 
 
 class EvalPoint(BaseModel):

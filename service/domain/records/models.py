@@ -18,7 +18,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationInfo, model_validator
 
 from trainer.contract import HardwareSpec, JobSpec, RunLayout, RunStorage, Stage, StepSamples
-from trainer.contract.goodput import JobGoodput
+from trainer.contract.run.goodput import JobGoodput
 from trainer.sizing.fit import FitEstimate
 
 from .attached_eval_models import AttachedEvalPublic

@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from trainer.contract import JobSpec, ReproRecord, StepSamples, TrainerEvent
-from trainer.contract.best_checkpoint import BestCheckpoint
-from trainer.contract.eval_report import RowOutcome
+from trainer.contract.run.best_checkpoint import BestCheckpoint
+from trainer.contract.run.eval_report import RowOutcome
 
 from .eval_models import SuiteKey, SuiteVersion
 from .manifest_sizes import ManifestSizes
@@ -333,7 +333,7 @@ class RunFiles(Protocol):
         if the run directory cannot be listed, RunFileRefused if the samples directory is a link."""
 
     def read_repro(self, record: JobRecord) -> ReproRecord | None:
-        """repro.json (trainer/contract/repro.py); None if absent or not a valid record (logged why).
+        """repro.json (trainer/contract/run/repro.py); None if absent or not a valid record (logged why).
         Raises RunFileRefused and RunFilesUnavailable as read_samples does."""
 
     def read_samples(self, record: JobRecord, step: int) -> StepSamples | None:

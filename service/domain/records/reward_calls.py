@@ -1,11 +1,11 @@
-"""A job's calls of its own reward functions, as the sandbox counted them (trainer/contract/reward_sandbox.py): what
+"""A job's calls of its own reward functions, as the sandbox counted them (trainer/contract/spec/reward_sandbox.py): what
 the service folded from the train steps' metrics (progress.fold_reward_calls) into the job's latest metrics."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from trainer.contract.reward_sandbox import REWARD_CALL_LATEST, REWARD_CALL_TOTALS
+from trainer.contract.spec.reward_sandbox import REWARD_CALL_LATEST, REWARD_CALL_TOTALS
 
 _CALLS, _ERRORS, _TIMEOUTS = REWARD_CALL_TOTALS.values()
 _P50, _P95, _ISOLATED, _WRITES_CONFINED = REWARD_CALL_LATEST.values()

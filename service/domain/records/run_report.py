@@ -14,9 +14,9 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from trainer.contract import RunStorage, Stage
-from trainer.contract.eval_report import EvalReport
-from trainer.contract.evaluation import EvalSummary
-from trainer.contract.goodput import TrainGoodput
+from trainer.contract.run.eval_report import EvalReport
+from trainer.contract.run.evaluation import EvalSummary
+from trainer.contract.run.goodput import TrainGoodput
 
 from .attached_eval_models import AttachedEvalPublic
 from .train_step_summary import TrainStepSummary

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainer.contract import SIGNAL_METRIC, TrainStep
-from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
+from trainer.contract.run.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 
 EMPTY_METRIC = "completions/train/empty_fraction"  # trainer/rollout/stop_token.py
 MEAN_LENGTH_METRIC = "completions/train/mean_length"  # Tunix's

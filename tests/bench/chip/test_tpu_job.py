@@ -138,7 +138,7 @@ def test_a_continued_call_is_told_with_where_its_jobs_stood_at_its_end_and_only_
 def test_every_registered_job_is_a_valid_spec_and_a_control_waits_for_its_rate(task, tmp_path, monkeypatch):
     """The chip calls' specs pass the service's own model here, so no device time goes to a refused submit; a gsm8k
     control cannot be made before the base rate it is registered to use was measured."""
-    from trainer.contract.spec import JobSpec
+    from trainer.contract.spec.job import JobSpec
 
     monkeypatch.setattr(tpu_job_inputs, "INPUTS", tmp_path / "inputs")
     monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path / "results")

@@ -18,8 +18,8 @@ from bench.learning.arith_folds import FOLDS, fold_rows
 from bench.learning.learning_folds import PREREGISTRATION, RESULT, score
 from service.domain.evals.eval_jobs import EvalCreate
 from service.domain.records.eval_models import EvalComparisonPublic, EvalSide, EvalSuitePublic
-from trainer.contract.eval_report import RowOutcome, compare_outcomes
-from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, SuiteSpec
+from trainer.contract.run.eval_report import RowOutcome, compare_outcomes
+from trainer.contract.spec.eval_suite import EvalCheckpoint, EvalSampling, SuiteSpec
 from trainer.evals.prompts import acceptable_answers
 from trainer.evals.scoring import score_row
 from trainer.evals.suite import load_user_suite

@@ -14,7 +14,7 @@ import pytest
 from bench.learning import verdict_error_rates as bench
 from service.domain.health.learning_health import HealthPolicy
 from service.domain.records.train_step_summary import FIRST_STEPS_KEPT, HEALTH_WINDOW_STEPS
-from trainer.contract.evaluation import wilson_interval
+from trainer.contract.run.evaluation import wilson_interval
 
 REPO = Path(__file__).resolve().parents[3]
 README = REPO / "bench" / "learning" / "README.md"

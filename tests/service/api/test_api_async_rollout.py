@@ -1,5 +1,5 @@
 """POST /v1/jobs with grpo.async_rollout (MaxText's rl.use_agentic_rollout): a 422 naming the field and why, nothing
-stored or launched (trainer/contract/async_rollout.py has the reasons)."""
+stored or launched (trainer/contract/spec/async_rollout.py has the reasons)."""
 
 from __future__ import annotations
 

@@ -222,7 +222,7 @@ def test_job_detail_splits_the_wall_time_into_goodput_parts_live(api: Api, tmp_p
     from datetime import UTC, datetime
 
     from trainer.contract import GoodputMeasured
-    from trainer.contract.goodput import TRAIN_PARTS, TrainGoodput
+    from trainer.contract.run.goodput import TRAIN_PARTS, TrainGoodput
 
     job_id = api.submit(spec_body(tmp_path))["id"]
     train = TrainGoodput(elapsed_s=0.02, parts=dict.fromkeys(TRAIN_PARTS, 0.0) | {"rollout": 0.01, "update": 0.005}, step=1)

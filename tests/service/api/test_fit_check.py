@@ -20,7 +20,7 @@ from service.domain.records.phases import JobPhase
 from service.domain.views import to_public
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A
-from trainer.contract.spec_file import load_spec_file
+from trainer.contract.spec.file import load_spec_file
 from trainer.sizing.fit import estimate_job_fit
 from trainer.sizing.tpu_memory import GIB
 

@@ -21,7 +21,7 @@ from service.config import Settings
 from tests.service.conftest import Api, add_test_tokens
 from tests.service.service_fakes import FakeProgress
 from tests.service.service_helpers import TOKEN_A, spec_body, wait_until
-from trainer.contract import spec_values as limits
+from trainer.contract.spec import values as limits
 
 V6E8 = {"accelerator": "v6e-8", "chips_per_vm": 8, "rollout_engine": "vllm"}
 
@@ -74,7 +74,7 @@ def test_json_non_finite_literals_are_refused_naming_the_field(api: Api, tmp_pat
         ("hardware", {**V6E8, "accelerator": "v6e-3"}, ("body", "hardware", "accelerator")),
         ("hardware", {**V6E8, "accelerator": "v6e-16"}, ("body", "hardware", "chips_per_vm")),
         ("hardware", {**V6E8, "rollout_data_parallelism": 16}, ("body", "hardware", "rollout_data_parallelism")),
-        # issue 39's rl.yml settings (tests/trainer/contract/test_rl_settings.py has each rule)
+        # issue 39's rl.yml settings (tests/trainer/contract/spec/test_rl_settings.py has each rule)
         ("grpo", {"eval_mode": "maj@4"}, ("body", "grpo", "eval_mode")),
         ("grpo", {"eval_mode": "maj"}, ("body", "grpo", "eval_mode")),
         ("grpo", {"eval_batch_size": -1}, ("body", "grpo", "eval_batch_size")),

@@ -30,7 +30,7 @@ from tests.service.conftest import Api, add_test_tokens
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import TOKEN_A, record_spec, spec_body, wait_for_phase, wait_until
 from trainer.contract import EvalResult
-from trainer.contract.evaluation import EvalSummary, paired_difference
+from trainer.contract.run.evaluation import EvalSummary, paired_difference
 
 
 def _point(label: str, step: int, accuracy: float, ci95: tuple[float, float], n: int = 300) -> dict[str, Any]:
@@ -192,7 +192,7 @@ def test_follow_prints_each_eval_event_as_the_service_logs_it() -> None:
     """The body is built by the service's own event-log code, so a change of its shape breaks this."""
     from service.cli.output import eval_event_text
     from service.domain.evals.job_eval import eval_event_data
-    from trainer.contract.evaluation import EvalSummary, paired_difference
+    from trainer.contract.run.evaluation import EvalSummary, paired_difference
 
     before = {f"r{i}": float(i < 100) for i in range(300)}
     after = {f"r{i}": float(i < 160) for i in range(300)}

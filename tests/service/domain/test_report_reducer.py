@@ -28,10 +28,10 @@ from trainer.contract import (
     TrainerEvent,
     TrainStep,
 )
-from trainer.contract.eval_report import EvalReport, summarize
-from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling, SuiteIdentity
-from trainer.contract.evaluation import EvalSummary
-from trainer.contract.goodput import TrainGoodput
+from trainer.contract.run.eval_report import EvalReport, summarize
+from trainer.contract.run.evaluation import EvalSummary
+from trainer.contract.run.goodput import TrainGoodput
+from trainer.contract.spec.eval_suite import EvalCheckpoint, EvalSampling, SuiteIdentity
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 JOB = "rl-reducer00001"

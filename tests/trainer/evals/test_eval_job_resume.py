@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from trainer.contract import RunLayout
-from trainer.contract.eval_report import EvalReport, RowOutcome
-from trainer.contract.eval_suite import EvalCheckpoint, EvalSampling
+from trainer.contract.run.eval_report import EvalReport, RowOutcome
+from trainer.contract.spec.eval_suite import EvalCheckpoint, EvalSampling
 from trainer.evals.runner import Interrupted, evaluate_suite, progress_uri
 from trainer.evals.suite import LoadedSuite, RewardFile, SuiteRow
 

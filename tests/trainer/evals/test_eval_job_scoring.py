@@ -10,7 +10,7 @@ import math
 import pytest
 from scipy import stats
 
-from trainer.contract.eval_report import FunctionOutcome, RowOutcome, summarize
+from trainer.contract.run.eval_report import FunctionOutcome, RowOutcome, summarize
 from trainer.evals.scoring import call_reward, extract_answer, majority_index, score_row
 
 

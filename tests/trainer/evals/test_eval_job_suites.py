@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.learning.arith_folds import fold_hash
-from trainer.contract.eval_suite import MAX_SUITE_ROWS, EvalSampling, SuiteSpec
+from trainer.contract.spec.eval_suite import MAX_SUITE_ROWS, EvalSampling, SuiteSpec
 from trainer.evals.arith_questions import fold_rows
 from trainer.evals.builtin_suites import builtin_suite, first_number_settled
 from trainer.evals.prompts import acceptable_answers

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from trainer.contract import RunLayout, Stage, parse_event
-from trainer.contract.eval_report import EvalReport, RowOutcome, summarize
+from trainer.contract.run.eval_report import EvalReport, RowOutcome, summarize
 from trainer.evals.builtin_suites import builtin_suite
 from trainer.evals.prompts import RL_TAGS, acceptable_answers, build_prompt
 

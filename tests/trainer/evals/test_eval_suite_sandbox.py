@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from trainer.contract import JobSpec
-from trainer.contract.eval_suite import SuiteSpec
+from trainer.contract.spec.eval_suite import SuiteSpec
 from trainer.evals.runner import load_suite
 from trainer.evals.scoring import score_row
 from trainer.evals.suite_rewards import SuiteRewardFailed

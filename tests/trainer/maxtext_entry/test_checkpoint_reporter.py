@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from trainer.contract import CheckpointSaved, RunLayout, parse_event
-from trainer.contract.checkpoint_line import checkpoint_line, step_from_line
+from trainer.contract.run.checkpoint_line import checkpoint_line, step_from_line
 from trainer.maxtext_entry import checkpoint_reporter as cr
 
 COMMIT_DELAY_S = 0.3  # Orbax's commit (the rename to <step>) is held this long, so an early report is caught

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from trainer.contract.shim_config import SHIM_CONFIG_FLAG, BestCheckpointPaths, GrpoObjective, ShimConfig
+from trainer.contract.run.shim_config import SHIM_CONFIG_FLAG, BestCheckpointPaths, GrpoObjective, ShimConfig
 from trainer.maxtext_entry import train_rl_entry
 
 REPO = Path(__file__).resolve().parents[3]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from trainer.contract import GoodputMeasured, parse_event
-from trainer.contract.goodput import GOODPUT_LINE_PREFIX, TRAIN_PARTS, TrainGoodput
+from trainer.contract.run.goodput import GOODPUT_LINE_PREFIX, TRAIN_PARTS, TrainGoodput
 from trainer.maxtext_entry import goodput_recorder as gr
 from trainer.progress.train_rl_events import goodput_from_line
 

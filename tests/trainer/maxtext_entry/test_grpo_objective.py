@@ -18,7 +18,7 @@ from tunix.rl import common
 from tunix.rl.grpo import grpo_learner
 
 from trainer.contract import JobSpec
-from trainer.contract.shim_config import GrpoObjective
+from trainer.contract.run.shim_config import GrpoObjective
 from trainer.maxtext_entry import grpo_objective
 from trainer.stages.train import KL_LOSS_MODES, objective
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from tunix.rl import algo_core
 
 from trainer.contract import JobSpec
-from trainer.contract.grpo_spec import TUNIX_ONLY_LOSS_AGG_MODES
+from trainer.contract.spec.grpo import TUNIX_ONLY_LOSS_AGG_MODES
 
 from .grpo_parity_sides import EOS, Batch, TrlGrpo, tunix_loss_and_grad
 

@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 from tests.trainer.conftest import REPO
-from trainer.contract.evaluation import EvalSummary
+from trainer.contract.run.evaluation import EvalSummary
 from trainer.progress.train_rl_events import EvalLineReader
 
 LINES = 3000
@@ -17,7 +17,7 @@ LINES = 3000
 # thread reports its evaluations.
 CHILD = textwrap.dedent(f"""
     import sys, threading
-    from trainer.contract.evaluation import EVAL_LINE_PREFIX, EvalSummary
+    from trainer.contract.run.evaluation import EVAL_LINE_PREFIX, EvalSummary
     from trainer.maxtext_entry.report_line import write_report_line
 
     done = threading.Event()

@@ -16,7 +16,7 @@ import pytest
 
 from service.domain.records.train_step_summary import TrainStepSummary
 from trainer.contract import SIGNAL_METRIC, TrainStep
-from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
+from trainer.contract.run.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 from trainer.maxtext_entry import sample_recorder
 from trainer.progress.tensorboard_scalars import Scalar
 from trainer.progress.train_rl_events import TrainStepAssembler, train_step_fields

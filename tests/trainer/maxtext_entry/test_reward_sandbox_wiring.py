@@ -15,8 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from trainer.contract.reward_sandbox import CALLS_METRIC, ERRORS_METRIC, NETWORK_ISOLATED_METRIC, TIMEOUTS_METRIC, RewardSandboxSettings
-from trainer.contract.samples import tunix_metric_name
+from trainer.contract.run.samples import tunix_metric_name
+from trainer.contract.spec.reward_sandbox import (
+    CALLS_METRIC,
+    ERRORS_METRIC,
+    NETWORK_ISOLATED_METRIC,
+    TIMEOUTS_METRIC,
+    RewardSandboxSettings,
+)
 from trainer.maxtext_entry import reward_sandbox
 from trainer.rewards_sandbox.proxy import SandboxedReward
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from trainer.contract import RunLayout, StepSamples, step_from_file_name
-from trainer.contract.samples import MAX_SAMPLES_PER_STEP, MAX_TEXT_CHARS
+from trainer.contract.run.samples import MAX_SAMPLES_PER_STEP, MAX_TEXT_CHARS
 from trainer.maxtext_entry.sample_recorder import build_step_samples, signal_groups
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

@@ -11,8 +11,8 @@ import pytest
 
 from tests.trainer.conftest import REPO
 from trainer.cli import main
-from trainer.contract.evaluation import row_id
-from trainer.contract.spec_file import load_spec_file
+from trainer.contract.run.evaluation import row_id
+from trainer.contract.spec.file import load_spec_file
 from trainer.offline import arith_rows
 from trainer.offline.arith_rows import Difficulty, arith_split, arith_splits
 

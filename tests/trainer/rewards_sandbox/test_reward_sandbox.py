@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.contract.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure
+from trainer.contract.spec.reward_sandbox import REWARD_FAILED_LINE_PREFIX, RewardFailure
 from trainer.rewards_sandbox.pool import RewardLoadFailed, RewardSandboxPool, SandboxLimits
 from trainer.rewards_sandbox.proxy import RewardFunctionFailed, SandboxedReward
 from trainer.rewards_sandbox.stats import CallOutcome

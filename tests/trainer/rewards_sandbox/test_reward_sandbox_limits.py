@@ -12,7 +12,7 @@ import time
 import pytest
 
 from trainer.contract import JobSpec, RunLayout
-from trainer.contract.shim_config import pop_shim_config
+from trainer.contract.run.shim_config import pop_shim_config
 from trainer.maxtext_entry.reward_sandbox import RewardSandbox
 from trainer.rewards_sandbox.output import PER_CALL_BYTES
 from trainer.rewards_sandbox.pool import RewardSandboxPool, SandboxLimits

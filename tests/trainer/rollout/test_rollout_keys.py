@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from trainer.contract.rl_settings import DEFAULT_SEED
+from trainer.contract.spec.rl_settings import DEFAULT_SEED
 from trainer.rollout import rollout_keys
 from trainer.rollout.rollout_keys import RolloutKeys
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def result(tiny_dir):
-    from trainer.contract.spec_file import load_spec_file
+    from trainer.contract.spec.file import load_spec_file
     from trainer.sources import resolve_model
 
     with pytest.MonkeyPatch.context() as monkeypatch:

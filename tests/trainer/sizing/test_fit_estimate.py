@@ -11,8 +11,8 @@ import pytest
 
 from tests.trainer.conftest import TINY_HF_CONFIG, TUTORIAL_EXAMPLE
 from trainer.contract import JobSpec
-from trainer.contract.spec_file import load_spec_file
-from trainer.contract.tpu import TPU_SLICES
+from trainer.contract.accelerators.tpu import TPU_SLICES
+from trainer.contract.spec.file import load_spec_file
 from trainer.sizing.fit import estimate_fit, estimate_job_fit, per_chip_bytes
 from trainer.sizing.job_shape import model_shape, read_local_model_config
 from trainer.sizing.model_shapes import MAXTEXT_MODELS, ModelShape

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from trainer.contract import JobSpec, RunLayout
-from trainer.contract.reward_sandbox import RewardSandboxSettings
-from trainer.contract.shim_config import EvalRecording, GrpoObjective, HfConfigRegistration, ShimConfig, pop_shim_config
+from trainer.contract.run.shim_config import EvalRecording, GrpoObjective, HfConfigRegistration, ShimConfig, pop_shim_config
+from trainer.contract.spec.reward_sandbox import RewardSandboxSettings
 from trainer.runner import REDACTED, StageCommand, StageFailed, redact, run_stage_command, start_stage_command
 from trainer.sizing.hf_model import MaxTextModel
 from trainer.sources import resolve_model

@@ -8,7 +8,7 @@ import pytest
 
 from tests.trainer.spec_edit import with_field
 from trainer.contract import JobSpec, RunLayout
-from trainer.contract.spec_hash import hash_body
+from trainer.contract.spec.hashing import hash_body
 from trainer.sources import resolve_model
 from trainer.stages.train import build_train_command
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from tests.trainer.conftest import TINY_HF_CONFIG
 from tests.trainer.spec_edit import with_field
 from trainer.contract import JobSpec, RunLayout
-from trainer.contract.spec_values import LOCATION_PUNCTUATION
+from trainer.contract.spec.values import LOCATION_PUNCTUATION
 from trainer.runner import StageCommand
 from trainer.sources import resolve_model
 from trainer.stages.convert import build_convert_command

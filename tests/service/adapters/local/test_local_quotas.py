@@ -18,7 +18,7 @@ from tests.service.conftest import MakeLocalLauncher
 from tests.service.observation_recorder import Recorder
 from tests.service.service_helpers import spec_body, wait_until
 from trainer.contract import JobSpec
-from trainer.contract.tpu import tpu_slice
+from trainer.contract.accelerators.tpu import tpu_slice
 
 V6E8_HOST = HostTpu(chips=8, accelerator_type="v6e-8", type_source="test")
 

@@ -73,7 +73,7 @@ ADDED_SINCE_0009 = ("placement", "eval_job", "checkpoint_expiry", "estimate", "e
 SPEC_FIELDS_ADDED_SINCE_0009 = ("evaluation", "eval", "retention", "hang_timeout_s")
 # issue 38's reward sandbox settings: a spec stored before them reads as their defaults
 REWARD_SANDBOX_DEFAULTS = {"on_error": "zero", "timeout_s": 30.0, "memory_mib": 2048}
-# issue 39's rl.yml settings, likewise (trainer/contract/rl_settings.py)
+# issue 39's rl.yml settings, likewise (trainer/contract/spec/rl_settings.py)
 RL_SETTINGS_DEFAULTS = {
     "grpo": {
         "eval_mode": "pass",

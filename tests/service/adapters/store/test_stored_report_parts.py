@@ -19,9 +19,9 @@ from service.domain.records.phases import JobPhase
 from service.domain.records.run_report import RunReport
 from tests.service.service_helpers import record_spec
 from trainer.contract import RunStorage
-from trainer.contract.evaluation import EvalSummary, paired_difference
-from trainer.contract.goodput import TrainGoodput
-from trainer.contract.spec_file import load_spec_file
+from trainer.contract.run.evaluation import EvalSummary, paired_difference
+from trainer.contract.run.goodput import TrainGoodput
+from trainer.contract.spec.file import load_spec_file
 from trainer.sizing.fit import estimate_job_fit
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

@@ -30,8 +30,8 @@ from tests.service.checkpoint_runs import (
 )
 from tests.service.service_helpers import T0, ManualClock, record_spec
 from trainer.contract import JobSpec
-from trainer.contract.best_checkpoint import record_for
-from trainer.contract.evaluation import EvalSummary
+from trainer.contract.run.best_checkpoint import record_for
+from trainer.contract.run.evaluation import EvalSummary
 
 CHECKPOINT_BYTES = len(CHECKPOINT_FILES) * FILE_BYTES
 
@@ -141,7 +141,7 @@ def test_expiry_deletes_exactly_the_expired_intermediate_checkpoints_and_records
 
 
 def test_a_best_record_under_the_actor_directory_keeps_its_step_from_expiry(tmp_path: Path) -> None:
-    """The best weights' record (best-checkpoint.json, as trainer/contract/best_checkpoint.py writes it) may point into
+    """The best weights' record (best-checkpoint.json, as trainer/contract/run/best_checkpoint.py writes it) may point into
     `checkpoints/actor/<step>/` rather than `checkpoints/best/`: that step is kept, with its files, as the best record,
     while an intermediate step nothing points at expires."""
     clock = ManualClock(T0 + 31 * DAY)

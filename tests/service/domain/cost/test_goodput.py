@@ -13,7 +13,7 @@ from service.domain.records.phases import JobPhase
 from service.domain.views import to_public
 from tests.service.service_helpers import record_spec
 from trainer.contract import GoodputMeasured, RunStarted, StageFinished, StageStarted
-from trainer.contract.goodput import GOODPUT_PARTS, TRAIN_PARTS, JobGoodput, TrainGoodput
+from trainer.contract.run.goodput import GOODPUT_PARTS, TRAIN_PARTS, JobGoodput, TrainGoodput
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

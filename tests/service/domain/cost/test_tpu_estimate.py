@@ -19,7 +19,7 @@ from service.domain.cost.tpu_step_time import rates_from_json, tpu_train_time
 from service.domain.cost.usage import DEFAULT_PRICES_USD_PER_CHIP_HOUR
 from tests.service.service_helpers import record_spec
 from trainer.contract import JobSpec
-from trainer.contract.tpu import tpu_slice
+from trainer.contract.accelerators.tpu import tpu_slice
 from trainer.sizing.fit import per_chip_bytes
 from trainer.sizing.job_shape import model_shape
 

@@ -18,8 +18,8 @@ from service.domain.cost.tpu_step_time import (
 )
 from tests.service.service_helpers import record_spec
 from trainer.contract import JobSpec
-from trainer.contract.goodput import UPDATE
-from trainer.contract.tpu import TpuSlice, tpu_slice
+from trainer.contract.accelerators.tpu import TpuSlice, tpu_slice
+from trainer.contract.run.goodput import UPDATE
 from trainer.sizing.model_shapes import ModelShape
 
 

@@ -15,7 +15,7 @@ from service.domain.records.models import JobRecord
 from service.domain.records.phases import JobPhase
 from service.domain.records.run_report import StageTimes
 from tests.service.service_helpers import T0, record_spec
-from trainer.contract.tpu import tpu_slice
+from trainer.contract.accelerators.tpu import tpu_slice
 
 PRICES = DEFAULT_PRICES_USD_PER_CHIP_HOUR
 
@@ -102,7 +102,7 @@ def test_stages_break_the_running_time_down_and_one_under_way_counts_up_to_now()
 def test_chip_hours_split_by_goodput_part_add_up_to_the_phases_and_sum_by_team() -> None:
     from service.domain.progress import fold_events
     from trainer.contract import GoodputMeasured
-    from trainer.contract.goodput import TRAIN_PARTS, TrainGoodput
+    from trainer.contract.run.goodput import TRAIN_PARTS, TrainGoodput
 
     record = _record(seconds={"QUEUED": 900.0, "LAUNCHING": 300.0}, entered_s=1200.0)
     record.report.stage_times = {"convert": StageTimes(started_at=T0, duration_s=450.0)}

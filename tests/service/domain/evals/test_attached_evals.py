@@ -29,8 +29,8 @@ from tests.service.eval_runs import FUNCTION, outcome_rows, suite_hash
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, record_spec, spec_body
 from trainer.contract import ArtifactWritten, CheckpointSaved, EvalReported, JobSpec, RunLayout
-from trainer.contract.eval_report import EvalReport, summarize
-from trainer.contract.eval_suite import EvalSampling, SuiteIdentity
+from trainer.contract.run.eval_report import EvalReport, summarize
+from trainer.contract.spec.eval_suite import EvalSampling, SuiteIdentity
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
 ATTACHED = {"suite": {"name": "arith"}, "every_n_checkpoints": 1}

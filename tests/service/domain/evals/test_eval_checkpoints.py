@@ -21,7 +21,7 @@ from service.domain.records.run_report import Artifact
 from tests.service.eval_runs import outcome_rows
 from tests.service.service_helpers import record_spec
 from trainer.contract import JobSpec, RunLayout
-from trainer.contract.best_checkpoint import BestCheckpoint
+from trainer.contract.run.best_checkpoint import BestCheckpoint
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
 JOB = "rl-aaaaaaaaaaaa"

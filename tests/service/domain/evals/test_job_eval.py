@@ -22,7 +22,7 @@ from service.domain.views import to_public
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, record_spec, spec_body
 from trainer.contract import SIGNAL_METRIC, EvalResult, JobSpec, TrainStep
-from trainer.contract.evaluation import EvalSummary, paired_difference, wilson_interval
+from trainer.contract.run.evaluation import EvalSummary, paired_difference, wilson_interval
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
 

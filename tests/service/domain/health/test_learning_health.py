@@ -27,8 +27,8 @@ from service.domain.records.train_step_summary import (
 )
 from tests.service.service_helpers import T0
 from trainer.contract import SIGNAL_METRIC, TrainStep
-from trainer.contract.evaluation import EvalSummary, PairedDifference, paired_difference
-from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
+from trainer.contract.run.evaluation import EvalSummary, PairedDifference, paired_difference
+from trainer.contract.run.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 
 POLICY = HealthPolicy(kl_max=1.0, no_signal_steps=3, stall_floor_s=300.0, stall_step_intervals=5.0)
 STEP_S = 10.0  # the steps below come every 10 s, so the stall limit is the floor: max(300, 5 x 10)

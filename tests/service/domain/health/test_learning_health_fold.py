@@ -21,7 +21,7 @@ from service.supervisor import Supervisor
 from tests.service.service_fakes import FakeLauncher, FakeProgress
 from tests.service.service_helpers import T0, ManualClock, record_spec, spec_body
 from trainer.contract import SIGNAL_METRIC, JobSpec, Stage, StageStarted, TrainStep
-from trainer.contract.samples import COMPLETIONS_METRIC, REWARDED_METRIC
+from trainer.contract.run.samples import COMPLETIONS_METRIC, REWARDED_METRIC
 
 TEAM_A = Caller(team="team-a", token_id="tok_a")
 POLICY = HealthPolicy(kl_max=1.0, no_signal_steps=3, stall_floor_s=300.0, stall_step_intervals=5.0)

@@ -9,7 +9,7 @@ from service.domain.progress import fold_report
 from service.domain.records.reward_calls import RewardCalls
 from service.domain.records.run_report import RunReport
 from trainer.contract import TrainStep
-from trainer.contract.reward_sandbox import (
+from trainer.contract.spec.reward_sandbox import (
     CALLS_METRIC,
     ERRORS_METRIC,
     LATENCY_P50_METRIC,

@@ -23,7 +23,7 @@ from service.domain.records.trainer_event_budget import TrainerEventCounts
 from tests.service.conftest import Api
 from tests.service.service_helpers import TOKEN_A, TOKEN_B, record_spec, spec_body, wait_until
 from trainer.contract import ArtifactWritten, GoodputMeasured, RunLayout, Stage, StageStarted, TrainStep
-from trainer.contract.goodput import TRAIN_PARTS, TrainGoodput
+from trainer.contract.run.goodput import TRAIN_PARTS, TrainGoodput
 
 pytestmark = pytest.mark.timeout(120)
 

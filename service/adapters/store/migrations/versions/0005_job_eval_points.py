@@ -1,6 +1,6 @@
 """jobs.eval_points: the evaluations a job's trainer reported (before, step-N, after).
 
-One EvalSummary (trainer/contract/evaluation.py) per evaluation label, as JSON: counts of correct,
+One EvalSummary (trainer/contract/run/evaluation.py) per evaluation label, as JSON: counts of correct,
 format and partial outcomes, and the paired change from `before`. JobPublic.eval and the learning
 verdict are computed from them. Nullable: jobs stored before this revision show no evaluation.
 

@@ -1,6 +1,6 @@
 """jobs.storage: the bytes a job's run directory holds, total and by part, as its trainer measured them.
 
-The trainer's newest `storage` event (trainer/contract/run_storage.py RunStorage as JSON); JobPublic.storage
+The trainer's newest `storage` event (trainer/contract/run/storage.py RunStorage as JSON); JobPublic.storage
 shows it. Nullable: jobs stored before this revision, and jobs whose trainer has not finished a stage.
 
 Revision ID: 0006

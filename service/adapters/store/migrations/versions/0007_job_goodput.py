@@ -1,7 +1,7 @@
 """jobs.goodput: where the trainer's train_rl time went, by part, per attempt.
 
 The trainer's newest `goodput` event of each attempt ({"attempts": {"<n>": TrainGoodput JSON}},
-trainer/contract/goodput.py); JobPublic.goodput adds the phase and stage times to it
+trainer/contract/run/goodput.py); JobPublic.goodput adds the phase and stage times to it
 (service/domain/cost/goodput.py). Nullable: jobs stored before this revision, and jobs whose trainer has
 not finished a training step.
 
