@@ -42,7 +42,7 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
 
 
 def test_only_the_locations_module_spells_the_file_scheme():
-    home = REPO / "trainer" / "contract" / "locations.py"
+    home = REPO / "trainer" / "contract" / "spec" / "locations.py"
     spelled = [
         f"{path.relative_to(REPO)}:{line}"
         for pkg in ("service", "trainer")

@@ -87,6 +87,7 @@ RL_SETTINGS_DEFAULTS = {
     },
     "dataset": {"shuffle_seed": None, "processor_path": None},
     "hardware": {"reshard_chunk_size": None, "layer_activations": "auto"},  # the second: issue 67 §1's
+    "model": {"logits_dtype": "bfloat16"},  # issue 66 §2's logits precision, MaxText's default
 }
 
 
