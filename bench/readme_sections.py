@@ -37,7 +37,7 @@ from bench.readme_render.tpu_compile_cache import render_tpu_compile_cache  # no
 from bench.readme_render.tpu_correctness import render_tpu_correctness  # noqa: E402
 from bench.readme_render.tpu_decode_bound import render_tpu_decode_bound  # noqa: E402
 from bench.readme_render.tpu_estimate_held_out import render_held_out_setting  # noqa: E402
-from bench.readme_render.tpu_grpo import render_tpu_grpo  # noqa: E402
+from bench.readme_render.tpu_grpo import render_tpu_grpo, render_tpu_precision_variants  # noqa: E402
 from bench.readme_render.tpu_job import render_tpu_job  # noqa: E402
 from bench.readme_render.tpu_update_terms import render_tpu_update_terms  # noqa: E402
 
@@ -100,6 +100,7 @@ SECTIONS: dict[str, tuple[tuple[str, ...], Callable[..., str], str]] = {
     "reward-sandbox-runtimes": (("reward_sandbox_runtimes.json",), render_sandbox_runtimes, "pipeline"),
     "reward-container-cost": (("reward_container_cost.json",), render_reward_container_cost, "pipeline"),
     "tpu-grpo": (("tpu_grpo.json",), render_tpu_grpo, "chip"),
+    "tpu-precision-variants": (("tpu_grpo_precision_variants.json",), render_tpu_precision_variants, "chip"),
     "tpu-update-terms": (("tpu_grpo.json", "tpu_grpo_offloaded.json"), render_tpu_update_terms, "chip"),
     "tpu-job": (("tpu_job.json",), render_tpu_job, "chip"),
     "tpu-job-gsm8k": (("tpu_job_gsm8k.json",), render_tpu_job, "chip"),

@@ -61,6 +61,10 @@ RESULT = REPO / "bench" / "results" / "tpu_grpo.json"
 # The same shapes with each layer's input and q/k/v offloaded to host memory (rl.yml's policy, which the train stage
 # runs where keeping them does not fit): the update rate for such a job.
 OFFLOADED = REPO / "bench" / "results" / "tpu_grpo_offloaded.json"
+# Settings the train stage has passed since the offloading runs, each at the value those runs took without it: MaxText
+# base.yml's default (tests/service/domain/cost/test_tpu_step_rates_fresh.py reads each back), so a run without them
+# ran the same program. model.logits_dtype's (92d0630).
+DEFAULTS_PASSED_SINCE_OFFLOADED = ("logits_dot_in_fp32=false",)
 MIN_STEADY_STEPS = 3
 
 
@@ -123,8 +127,8 @@ def _shape_rates(shape: dict[str, Any], generation: str) -> dict[str, Any]:
 
 def _offloaded_utilization(shape: dict[str, Any], offloaded: dict[str, Any], generation: str) -> float:
     """The update rate of `shape` run with its layers offloaded: the same shape, settings and train command but for
-    the four `=device` overrides, from the offloaded result."""
-    kept = [arg for arg in shape["command"] if arg not in KEPT_IN_HBM_ARGS]
+    the four `=device` overrides and settings since passed at their defaults, from the offloaded result."""
+    kept = [arg for arg in shape["command"] if arg not in KEPT_IN_HBM_ARGS + DEFAULTS_PASSED_SINCE_OFFLOADED]
     runs = [s for s in offloaded["shapes"] if s["shape"] == shape["shape"] and s["command"] == kept and not layers_in_hbm_of(s)]
     if len(runs) != 1:
         raise SystemExit(f"{OFFLOADED}: no run of {shape['shape']} with the same train command, its layers offloaded")

@@ -179,6 +179,16 @@ def _variants(result: dict[str, Any]) -> str:
     return ("\n\nVariants: " + "; ".join(lines) + ".") if lines else ""
 
 
+def render_tpu_precision_variants(result: dict[str, Any]) -> str:
+    """A result kept for its variants: the runs of each shape they pair with were measured at its trainer files, not today's."""
+    return (
+        f"Kept from the run at the trainer files of `{result['trainer_commit']}` (collected {result['machine']['started_at']}): "
+        "each variant beside that run of its shape, in `bench/results/tpu_grpo_precision_variants.json`. The "
+        "logits-float32 runs appended MaxText's `logits_dot_in_fp32=true` after the trainer's settings, the setting "
+        "`model.logits_dtype: float32` gives the train stage since `92d0630`." + _variants(result)
+    )
+
+
 def _goals(shapes: list[dict[str, Any]]) -> str:
     """Issue 52's three goals, each judged from the figures above, and where a goal is missed what the profile shows."""
     profiled = [s for s in shapes if s.get("profile") and s.get("steady")]

@@ -9,9 +9,11 @@ import json
 import pytest
 
 from bench.chip.tpu_grpo import REPO, RESULT, collect_variants, label_of, parse_label, spec_for
-from bench.readme_render.tpu_grpo import render_tpu_grpo
+from bench.readme_render.tpu_grpo import render_tpu_grpo, render_tpu_precision_variants
 
 GRPO = json.loads((REPO / "bench" / "results" / RESULT).read_text())
+# The precision variants, kept with the runs of the shapes they pair with (measured at an earlier commit's trainer files).
+KEPT = json.loads((REPO / "bench" / "results" / "tpu_grpo_precision_variants.json").read_text())
 
 
 def test_a_label_names_the_shape_the_batch_and_the_precision():
@@ -75,7 +77,7 @@ def test_each_precision_runs_its_maxtext_settings_and_a_mislabelled_run_is_refus
     bf16, logits = spec_for("smollm2-360m", tmp_path), spec_for("smollm2-360m", tmp_path, precision="logits-float32")
     assert logits.model_dump() == bf16.model_dump()
     assert PRECISIONS["logits-float32"].overrides == ("logits_dot_in_fp32=true",)
-    collected = {v["shape"]: v for v in GRPO["variants"]}
+    collected = {v["shape"]: v for v in KEPT["variants"]}
     for label, variant in collected.items():
         assert _checked_label(variant) is variant, label
     mislabelled = copy.deepcopy(collected["smollm2-360m-b4-logits-float32"]) | {"maxtext_overrides": ["matmul_precision=highest"]}
@@ -83,3 +85,14 @@ def test_each_precision_runs_its_maxtext_settings_and_a_mislabelled_run_is_refus
         _checked_label(mislabelled)
     with pytest.raises(SystemExit, match="no precision 'bf8'"):
         _checked_label(mislabelled | {"shape": "smollm2-360m-b4-bf8"})
+
+
+def test_the_kept_variants_are_told_beside_the_runs_they_pair_with_not_todays():
+    """Each kept variant is rendered against its own commit's run of the shape (KEPT's), which today's result does not
+    replace: the kept block names that commit, and its ratios are to KEPT's runs."""
+    text = render_tpu_precision_variants(KEPT)
+    assert f"trainer files of `{KEPT['trainer_commit']}`" in text
+    assert KEPT["trainer_commit"] != GRPO["trainer_commit"]
+    for variant in KEPT["variants"]:
+        base = next(s for s in KEPT["shapes"] if parse_label(s["shape"])[:2] == parse_label(variant["shape"])[:2])
+        assert f"{variant['shape']} (" in text and f"step {variant['steady']['step_s']} s against {base['steady']['step_s']} s" in text

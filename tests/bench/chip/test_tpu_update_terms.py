@@ -37,8 +37,10 @@ def test_every_profiled_update_is_accounted_for_where_its_reference_forward_ran(
 
 
 def test_the_6n_figure_is_the_bench_s_update_mfu():
+    # The bench's figure is from the unrounded update time, the terms' from the millisecond the result keeps: at a
+    # 0.28 s update half a millisecond moves the third digit by up to 0.0007, beside each figure's own rounding.
     for shape in PROFILED:
-        assert tpu_update_terms.update_terms(shape)["mfu_6n"] == shape["steady"]["update_mfu"]
+        assert tpu_update_terms.update_terms(shape)["mfu_6n"] == pytest.approx(shape["steady"]["update_mfu"], abs=0.002)
 
 
 def test_the_goal_is_judged_on_the_largest_profiled_shape():

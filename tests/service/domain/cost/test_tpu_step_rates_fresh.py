@@ -47,3 +47,19 @@ def test_a_changed_measurement_changes_the_rates() -> None:
     after = script.derive_rates(slower)
     assert after["decode_overhead_s_per_position"]["value"] > before["decode_overhead_s_per_position"]["value"]
     assert all(a["update_utilization"] < b["update_utilization"] for a, b in zip(after["shapes"], before["shapes"], strict=True))
+
+
+def test_the_settings_passed_since_the_offloading_runs_are_maxtexts_defaults() -> None:
+    """A run of the offloaded result pairs with today's command less the kept layers' overrides and the settings the
+    train stage passes since at MaxText's defaults: each such setting is base.yml's value, read from the installed
+    MaxText, and the offloaded runs never passed it (so they ran the default)."""
+    import yaml
+    from maxtext.configs import __file__ as configs_init
+
+    base = yaml.safe_load((Path(configs_init).parent / "base.yml").read_text())
+    offloaded = json.loads(script.OFFLOADED.read_text())
+    for arg in script.DEFAULTS_PASSED_SINCE_OFFLOADED:
+        key, value = arg.split("=", 1)
+        assert str(base[key]).lower() == value, arg
+        assert all(not a.startswith(f"{key}=") for s in offloaded["shapes"] for a in s["command"]), arg
+        assert all(arg in s["command"] for s in json.loads(script.RESULT.read_text())["shapes"]), arg
