@@ -10,6 +10,7 @@ more, by the JAX engine the TPU host has.
     .venv/bin/python bench/chip/tpu_job.py prepare [--task gsm8k]       # here: bench/.tpu-job/ (job files, the commit)
     python3.12 bench/chip/tpu_job.py run --out DIR [--task gsm8k] --jobs trained:1,control:1 [--base]   # on the chip
     python3.12 bench/chip/tpu_job.py run --out DIR [--task gsm8k] --continue   # the next call: what the last one left running
+    python3.12 bench/chip/tpu_job.py run --out DIR --task gsm8k --jobs trained:4 --logits-dtype float32   # issue 66 §2
     .venv/bin/python bench/chip/tpu_job.py collect DIR                  # here: the task's bench/results file, then
     .venv/bin/python bench/chip/tpu_job.py recollect [--task gsm8k]     # (or: the result again from the kept records)
     .venv/bin/python bench/readme_sections.py                      # bench/chip/README.md's block
@@ -18,6 +19,10 @@ gsm8k, and its .service.log): tests/bench/chip/test_tpu_job.py collects them aga
 call also leaves each job's trainer events in OUT/events/ and lists the compilation cache in its record: keep the
 events as bench/results/tpu_job_gsm8k-events-<date>/ (bench/chip/tpu_compile_cache.py and
 bench/estimate/tpu_held_out_setting.py read them). The tasks and their registrations: bench/chip/tpu_job_inputs.py.
+
+A `--logits-dtype` call's jobs are the registered ones but for `model.logits_dtype`, without eval jobs: keep its
+record apart (bench/results/tpu_agreement_logits-call-<time>.json) and its events, for the sampler-trainer agreement
+step by step against the registered job of the same seed; the task's results never collect it.
 
 Everything `run` executes is a command a user would type (`rljob serve --uds`, `rljob submit`, `rljob status`, ...);
 each is recorded with its exit status, its time and the end of its output.
@@ -119,7 +124,16 @@ def _job_record(rec: Recorder, job_id: str, first: bool) -> dict[str, Any]:
     return found
 
 
-def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: float, smoke: bool = False, follow: bool = False) -> None:
+def run(
+    out: Path,
+    task: str,
+    jobs: list[tuple[str, int]],
+    base: bool,
+    max_s: float,
+    smoke: bool = False,
+    follow: bool = False,
+    logits_dtype: str | None = None,
+) -> None:
     """Submit every (arm, seed) job at once (the local launcher runs TPU jobs one at a time) and follow them all.
 
     `follow` (run --continue): submit nothing; serve the same state again and follow the jobs the last submitting call
@@ -158,13 +172,15 @@ def run(out: Path, task: str, jobs: list[tuple[str, int]], base: bool, max_s: fl
         if earlier is not None:
             submitted, record["continues"] = earlier["jobs"], earlier["started"]
         for index, (arm, seed) in enumerate([] if follow else jobs):
-            spec = job_spec(work, task, arm, seed, smoke=smoke)
-            spec["eval"]["base"] = base and index == 0  # the base model is evaluated once per call at most
-            spec_path = work / f"spec-{arm}-s{seed}.json"
+            spec = job_spec(work, task, arm, seed, smoke=smoke, logits_dtype=logits_dtype)
+            if "eval" in spec:
+                spec["eval"]["base"] = base and index == 0  # the base model is evaluated once per call at most
+            variant = f"/logits-{logits_dtype}" if logits_dtype else ""
+            spec_path = work / f"spec-{arm}-s{seed}{variant.replace('/', '-')}.json"
             spec_path.write_text(json.dumps(spec, indent=2))
             job = _json(rec.rljob("submit", str(spec_path), "-o", "json"))
             if job is not None:
-                submitted[f"{arm}/{seed}"] = job["id"]
+                submitted[f"{arm}/{seed}{variant}"] = job["id"]
         if not follow:
             submitted_file.write_text(json.dumps({"task": task, "started": record["started"], "jobs": submitted}))
         for index, (name, job_id) in enumerate(submitted.items()):
@@ -270,6 +286,13 @@ def main() -> int:
     run_p.add_argument(
         "--continue", dest="follow", action="store_true", help="submit nothing: follow the jobs the last call left unfinished"
     )
+    run_p.add_argument(
+        "--logits-dtype",
+        choices=("bfloat16", "float32"),
+        default=None,
+        help="the jobs with model.logits_dtype set, without eval jobs: the sampler-trainer agreement against the registered "
+        "job of the same seed (not a registered run: keep its record apart from the task's call records)",
+    )
     collect_p = sub.add_parser("collect")
     collect_p.add_argument("dir", type=Path)
     recollect_p = sub.add_parser("recollect", help="make the task's result again from its committed call records")
@@ -280,7 +303,9 @@ def main() -> int:
     elif args.command == "run":
         if args.follow and args.base:
             parser.error("--continue follows the jobs an earlier call submitted; --base belongs to that call")
-        run(args.out, args.task, args.jobs, args.base, args.max_s, args.smoke, args.follow)
+        if args.logits_dtype and args.base:
+            parser.error("--logits-dtype jobs run without eval jobs; --base evaluates the base model as one of them")
+        run(args.out, args.task, args.jobs, args.base, args.max_s, args.smoke, args.follow, args.logits_dtype)
     elif args.command == "recollect":
         print(f"wrote {recollect(args.task)}")
     else:

@@ -153,8 +153,13 @@ def _smoke(spec: dict[str, Any], work: Path, task: str, arm: str) -> dict[str, A
     return spec
 
 
-def job_spec(work: Path, task: str, arm: str, seed: int, smoke: bool = False) -> dict[str, Any]:
-    """The job the registration names for (task, arm, seed), its eval jobs attached on the chip."""
+def job_spec(work: Path, task: str, arm: str, seed: int, smoke: bool = False, logits_dtype: str | None = None) -> dict[str, Any]:
+    """The job the registration names for (task, arm, seed), its eval jobs attached on the chip.
+
+    `logits_dtype` (issue 66 §2 on a real model): the same job with the logits' projection in that precision
+    (`model.logits_dtype`), named apart and without eval jobs: it measures the sampler-trainer agreement step by step
+    against the registered job of the same seed, which trained on the same prompts in the same order. Not a registered
+    run: the learning results never collect it."""
     reward = REWARDS[task][arm]
     if task == "arith":
         inputs = INPUTS / "folds" / "A"
@@ -186,4 +191,8 @@ def job_spec(work: Path, task: str, arm: str, seed: int, smoke: bool = False) ->
         "seed": seed,
         "output": str(work / "runs"),
     }
+    if logits_dtype is not None:
+        spec["name"] += f"-logits-{logits_dtype}"
+        spec["model"]["logits_dtype"] = logits_dtype
+        del spec["eval"]
     return _smoke(spec, work, task, arm) if smoke else spec

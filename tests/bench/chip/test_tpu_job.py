@@ -162,6 +162,27 @@ def test_every_registered_job_is_a_valid_spec_and_a_control_waits_for_its_rate(t
     assert "RATE = 0.0375" in Path(control["grpo"]["rewards"]["functions_path"]).read_text()
 
 
+def test_a_logits_precision_job_is_the_registered_job_but_its_logits_and_evals(tmp_path, monkeypatch):
+    """`run --logits-dtype float32` submits the registered job of the seed (same data, same order, same settings) with
+    only model.logits_dtype set and no eval jobs, named apart (tests/trainer/stages/test_logits_dtype.py: what MaxText
+    reads of the field)."""
+    from trainer.contract.spec.job import JobSpec
+
+    monkeypatch.setattr(tpu_job_inputs, "INPUTS", tmp_path / "inputs")
+    monkeypatch.setattr(tpu_job_inputs, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    monkeypatch.setattr(tpu_job_inputs, "commit_facts", lambda: {"commit": "0" * 40, "uncommitted": []})
+    tpu_job_inputs.prepare("gsm8k")
+    registered = tpu_job_inputs.job_spec(tmp_path / "work", "gsm8k", "trained", 4)
+    variant = tpu_job_inputs.job_spec(tmp_path / "work", "gsm8k", "trained", 4, logits_dtype="float32")
+    assert variant["name"] == registered["name"] + "-logits-float32" and "eval" not in variant
+    assert variant["model"] == registered["model"] | {"logits_dtype": "float32"}
+    same = {k: v for k, v in registered.items() if k not in ("name", "model", "eval")}
+    assert {k: v for k, v in variant.items() if k not in ("name", "model")} == same
+    spec = JobSpec.model_validate(variant)
+    assert spec.model.logits_dtype == "float32"
+
+
 def test_gsm8k_rows_are_the_registered_ones_and_the_suite_shares_no_question_with_training():
     train, suite = tpu_job_inputs.gsm8k_rows()
     hashes = json.loads(tpu_job_inputs.registration_path("gsm8k").read_text())["hashes"]
