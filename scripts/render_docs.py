@@ -119,7 +119,9 @@ def spec_page(spec_model: type[BaseModel] = JobSpec) -> str:
         'The column "hashed" says how a field enters the spec\'s content hash, which keys idempotency: `always` for the',
         "fields a part had when it first entered the hash, `when not its default` for every field added since, so a spec",
         "written before a field existed keeps its hash (`trainer/contract/spec/hashing.py`; the committed corpus of",
-        "`tests/trainer/contract/spec/test_spec_hash_corpus.py` fails if one moves).",
+        "`tests/trainer/contract/spec/test_spec_hash_corpus.py` fails if one moves). A default never changes once its",
+        "field is added: a spec that left the field out would mean something else under the same hash, and the corpus,",
+        "which keeps each spec as read when it joined, every default filled in, fails if one does.",
         "",
     ]
     missing: list[str] = []
