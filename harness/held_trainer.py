@@ -34,8 +34,9 @@ def main(argv: list[str]) -> int:
     deadline = time.monotonic() + float(os.environ.get(LIFETIME_ENV) or MAX_LIFETIME_S)
     run_dir_seen = False
     while time.monotonic() < deadline:
-        if exit_file.exists():
-            code = int(exit_file.read_text().strip() or "0")
+        written = exit_file.read_text().strip() if exit_file.exists() else ""
+        if written:  # an empty file is one whose writer has opened it and not yet written the code (write_text)
+            code = int(written)
             print(f"held_trainer: exiting with {code}", flush=True)
             return code
         # A run directory that existed and is gone: whoever held the job removed it (a bench's temporary directory,

@@ -40,6 +40,20 @@ def test_it_exits_with_the_code_written_for_it(tmp_path):
         held.kill()
 
 
+def test_it_waits_for_the_code_in_a_file_created_but_not_yet_written(tmp_path):
+    """write_text opens (creating the file) and then writes: a poll between the two reads an empty file, which is no
+    code yet (CI once saw the held trainer exit 0 there, where 3 was being written)."""
+    held, run_dir = _start(tmp_path)
+    try:
+        (run_dir / "exit_code").touch()
+        time.sleep(0.5)  # polled at least once with the file empty
+        assert held.poll() is None
+        (run_dir / "exit_code").write_text("3")
+        assert held.wait(timeout=10) == 3
+    finally:
+        held.kill()
+
+
 def test_it_exits_when_its_run_directory_is_removed(tmp_path):
     held, run_dir = _start(tmp_path)
     try:
