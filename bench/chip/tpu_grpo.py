@@ -111,20 +111,29 @@ SHAPES: dict[str, tuple[str, dict[str, Any], str, dict[str, Any]]] = {
 
 @dataclass(frozen=True)
 class Precision:
-    """A variant's model settings (spec fields) and the MaxText settings it appends after the trainer's own."""
+    """A variant's model settings (spec fields), the MaxText settings it appends after the trainer's own, and what MaxText
+    must end up reading: each key's last value on the train command (MaxText takes the last), whoever wrote it."""
 
     model: dict[str, str]
     overrides: tuple[str, ...]
+    reads: dict[str, str]
 
 
 # Variants by their `run --precision` (None: the shape's own). MaxText's default matmul precision on TPU takes one bf16
 # pass, so float32 weights alone would still multiply in bf16; logits-float32 keeps bf16 everywhere but the logits'
-# projection (MaxText's logits_dot_in_fp32, which the rollout engine reads from the same config).
+# projection: the spec's model.logits_dtype (since 92d0630; the variants kept from 6f98f53 appended MaxText's
+# logits_dot_in_fp32=true instead, which MaxText reads the same), which the rollout engine reads from the same config.
 PRECISIONS: dict[str | None, Precision] = {
-    None: Precision({}, ()),
-    "float32": Precision({"dtype": "float32", "compute_dtype": "float32"}, ("matmul_precision=highest",)),
-    "float32-compute": Precision({"compute_dtype": "float32"}, ("matmul_precision=highest",)),
-    "logits-float32": Precision({}, ("logits_dot_in_fp32=true",)),
+    None: Precision({}, (), {}),
+    "float32": Precision(
+        {"dtype": "float32", "compute_dtype": "float32"},
+        ("matmul_precision=highest",),
+        {"weight_dtype": "float32", "dtype": "float32", "matmul_precision": "highest"},
+    ),
+    "float32-compute": Precision(
+        {"compute_dtype": "float32"}, ("matmul_precision=highest",), {"dtype": "float32", "matmul_precision": "highest"}
+    ),
+    "logits-float32": Precision({"logits_dtype": "float32"}, (), {"logits_dot_in_fp32": "true"}),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 
@@ -451,13 +460,15 @@ def collect_variants(folder: Path, path: Path = REPO / "bench" / "results" / RES
 
 
 def _checked_label(variant: dict[str, Any]) -> dict[str, Any]:
-    """A variant's label names what it ran: the MaxText settings it recorded begin with its precision's."""
+    """A variant's label names what it ran: the train command it recorded leaves MaxText reading its precision's
+    settings (each key's last value; the trainer's own or an appended override alike)."""
     precision = parse_label(variant["shape"])[2]
     if precision not in PRECISIONS:
         raise SystemExit(f"{variant['shape']}: no precision {precision!r} (PRECISIONS)")
-    expected = list(PRECISIONS[precision].overrides)
-    if variant["maxtext_overrides"][: len(expected)] != expected:
-        raise SystemExit(f"{variant['shape']}: ran MaxText settings {variant['maxtext_overrides']}, its label's are {expected}")
+    read = dict(arg.split("=", 1) for arg in variant["command"] if "=" in arg and not arg.startswith("-"))
+    expected = PRECISIONS[precision].reads
+    if {key: read.get(key) for key in expected} != expected:
+        raise SystemExit(f"{variant['shape']}: MaxText read { ({key: read.get(key) for key in expected}) }, its label's are {expected}")
     return variant
 
 
@@ -498,7 +509,7 @@ def main() -> None:
         choices=[p for p in PRECISIONS if p],
         default=None,
         help="float32: weights and compute in float32; float32-compute: float32 compute only; logits-float32: the logits' "
-        "projection in float32 (a variant, so labelled; each appends its MaxText settings, PRECISIONS)",
+        "projection in float32 (model.logits_dtype) (a variant, so labelled; each sets its spec fields and MaxText settings, PRECISIONS)",
     )
     b = sub.add_parser("bandwidth")
     b.add_argument("--out", type=Path, required=True)

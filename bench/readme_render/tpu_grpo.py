@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.chip.tpu_grpo import parse_label
+from bench.chip.tpu_grpo import PRECISIONS, parse_label
 from bench.estimate.fit_calibration_tpu import TOLERANCE, compare, differences, layers_in_hbm_of
 from bench.readme_render.tpu_estimate_held_out import render_held_out
 
@@ -154,12 +154,19 @@ def _variants(result: dict[str, Any]) -> str:
             continue
         v, b = variant["steady"], base["steady"]
         memory = variant.get("memory") or {}
-        overrides = ", ".join(f"`{o}`" for o in variant["maxtext_overrides"])
+        precision = parse_label(variant["shape"])[2]
+        # What the precision has MaxText read beyond the dtypes: appended (an override) or the trainer's own from the spec.
+        spec_set = [
+            f"`{k}={v}` from the spec"
+            for k, v in (PRECISIONS[precision].reads if precision in PRECISIONS else {}).items()
+            if k not in ("weight_dtype", "dtype") and f"{k}={v}" not in variant["maxtext_overrides"]
+        ]
+        overrides = ", ".join([f"`{o}`" for o in variant["maxtext_overrides"]] + spec_set)
         settings = variant["settings"]
         layers = "layers kept in HBM" if layers_in_hbm_of(variant) else "layers offloaded"
         what = (
             f"weights {settings['weight_dtype']}, compute {settings['compute_dtype']}, {layers}" + (f", {overrides}" if overrides else "")
-            if parse_label(variant["shape"])[2]
+            if precision
             else overrides
         )
         agreement = (_agreement_words(variant), _agreement_words(base))

@@ -70,21 +70,36 @@ def test_a_later_sessions_variant_says_so():
 
 
 def test_each_precision_runs_its_maxtext_settings_and_a_mislabelled_run_is_refused(tmp_path):
-    """The logits-float32 variant is the shape's own spec plus MaxText's logits_dot_in_fp32; a run whose recorded
-    settings are not its label's (an `--override` run named after a precision it did not run) is not collected."""
+    """The logits-float32 variant is the shape's own spec with model.logits_dtype float32; a run is collected under a
+    precision only where its train command leaves MaxText reading that precision's settings. The kept variants, which
+    appended logits_dot_in_fp32=true after the trainer's settings, pass as the spec's setting would; a run whose
+    command does not (an `--override` run named after a precision it did not run) is not collected."""
     from bench.chip.tpu_grpo import PRECISIONS, _checked_label
 
     bf16, logits = spec_for("smollm2-360m", tmp_path), spec_for("smollm2-360m", tmp_path, precision="logits-float32")
-    assert logits.model_dump() == bf16.model_dump()
-    assert PRECISIONS["logits-float32"].overrides == ("logits_dot_in_fp32=true",)
+    assert logits.model.logits_dtype == "float32" and bf16.model.logits_dtype == "bfloat16"
+    assert logits.model_dump(exclude={"model"}) == bf16.model_dump(exclude={"model"})
+    assert PRECISIONS["logits-float32"].overrides == ()
     collected = {v["shape"]: v for v in KEPT["variants"]}
     for label, variant in collected.items():
         assert _checked_label(variant) is variant, label
-    mislabelled = copy.deepcopy(collected["smollm2-360m-b4-logits-float32"]) | {"maxtext_overrides": ["matmul_precision=highest"]}
-    with pytest.raises(SystemExit, match="its label's are \\['logits_dot_in_fp32=true'\\]"):
+    kept = collected["smollm2-360m-b4-logits-float32"]
+    mislabelled = copy.deepcopy(kept) | {"command": [a for a in kept["command"] if a != "logits_dot_in_fp32=true"]}
+    with pytest.raises(SystemExit, match="its label's are \\{'logits_dot_in_fp32': 'true'\\}"):
         _checked_label(mislabelled)
+    trainers_own = copy.deepcopy(mislabelled) | {"command": [*mislabelled["command"], "logits_dot_in_fp32=false"]}
+    with pytest.raises(SystemExit, match="MaxText read \\{'logits_dot_in_fp32': 'false'\\}"):
+        _checked_label(trainers_own)
     with pytest.raises(SystemExit, match="no precision 'bf8'"):
         _checked_label(mislabelled | {"shape": "smollm2-360m-b4-bf8"})
+    # Today's trainer runs the variant through the spec: its own command carries the setting, nothing appended.
+    today = next(s for s in GRPO["shapes"] if s["shape"] == "smollm2-360m-b4")
+    as_spec = copy.deepcopy(today) | {"shape": "smollm2-360m-b4-logits-float32", "maxtext_overrides": []}
+    as_spec["command"] = [a.replace("logits_dot_in_fp32=false", "logits_dot_in_fp32=true") for a in today["command"]]
+    assert _checked_label(as_spec) is as_spec
+    told = render_tpu_grpo(GRPO | {"variants": [as_spec]})
+    said = "layers kept in HBM, `logits_dot_in_fp32=true` from the spec; not what the trainer runs) against smollm2-360m-b4"
+    assert f"smollm2-360m-b4-logits-float32 (weights bfloat16, compute bfloat16, {said}" in told
 
 
 def test_the_kept_variants_are_told_beside_the_runs_they_pair_with_not_todays():
