@@ -7,9 +7,11 @@ staging) and writes one raw file:
 - for each bench shape of bench/chip/tpu_grpo.py (its KV heads, head width, layers, sequences and cache length), the
   decode loop's cache work alone: a `fori_loop` over positions whose body, for every layer, writes one position of
   keys and values into that layer's cache and attends one query token over the whole cache (masked, as Tunix's
-  sampler attends), in each candidate layout and write. `attend_only` writes nothing: what the write adds is the
-  difference. These are not the engine (trainer/rollout/cached_llama.py): no weights, no sampler; they isolate the
-  one op the profile blamed.
+  sampler attends), in each candidate layout and write (XLA's dynamic_update_slice, a select, or a Pallas kernel that
+  writes the block holding the position in place). `attend_only` writes nothing: what the write adds is the
+  difference. A variant that fails (a kernel the chip's compiler refuses) is recorded as failed, the others measured.
+  These are not the engine (trainer/rollout/cached_llama.py): no weights, no sampler; they isolate the one op the
+  profile blamed.
 
 `collect` folds the raw file with bench/results/tpu_grpo.json (each shape's decode step from its profile) into
 bench/results/tpu_decode_bound.json: the bound is the fastest program's rate, raised to what any profiled decode step
@@ -112,9 +114,13 @@ def _layouts() -> dict[str, Any]:
         d = new.shape[-1]
         return jax.lax.dynamic_update_slice(cache, new[:, :, None, :], (0, 0, t // 2, (t % 2) * d))
 
+    def heads_first_pallas(cache: Any, new: Any, t: Any) -> Any:  # [B, H, L, D], written in place by a Pallas kernel
+        return _pallas_block_write(cache, new, t)
+
     heads_first = ("bhld", lambda b, h, n, d: (b, h, n, d))
     return {
         "heads_first_dus": (*heads_first, heads_first_dus),
+        "heads_first_pallas": (*heads_first, heads_first_pallas),
         "heads_first_onehot": (*heads_first, heads_first_onehot),
         "seq_first_dus": ("lbhd", lambda b, h, n, d: (n, b, h, d), seq_first_dus),
         "seq_on_lanes_dus": ("bhdl", lambda b, h, n, d: (b, h, d, n), seq_on_lanes_dus),
@@ -123,6 +129,40 @@ def _layouts() -> dict[str, Any]:
         "padded_128_dus": ("bhlP", lambda b, h, n, d: (b, h, n, max(d, 128)), padded_128_dus),
         "position_pairs_dus": ("bh(l/2)(2d)", lambda b, h, n, d: (b, h, n // 2, 2 * d), position_pairs_dus),
     }
+
+
+PALLAS_ROWS = 16  # the cache rows one kernel call reads and writes back: bf16's sublane tile on TPU
+
+
+def _pallas_block_write(cache: Any, new: Any, t: Any) -> Any:
+    """Position t of every sequence and head written into a [B, H, L, D] cache in place (the output aliases the cache):
+    the kernel moves only the PALLAS_ROWS-row block holding t, selecting the new row within it, where XLA's
+    dynamic_update_slice took longer than reading the whole cache for 64-wide heads. Off the chip it runs in Pallas's
+    interpreter, so the CPU tests check what it writes."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    b, h, _, d = cache.shape
+    rows = PALLAS_ROWS
+
+    def kernel(t_ref: Any, cache_ref: Any, new_ref: Any, out_ref: Any) -> None:
+        hit = jax.lax.broadcasted_iota(jnp.int32, (b, h, rows, d), 2) == t_ref[0] % rows
+        out_ref[...] = jnp.where(hit, jnp.broadcast_to(new_ref[...][:, :, None, :], (b, h, rows, d)), cache_ref[...])
+
+    block = pl.BlockSpec((b, h, rows, d), lambda i, t_ref: (0, 0, t_ref[0] // rows, 0))
+    grid = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=1, grid=(1,), in_specs=[block, pl.BlockSpec((b, h, d), lambda i, t_ref: (0, 0, 0))], out_specs=block
+    )
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(cache.shape, cache.dtype),
+        grid_spec=grid,
+        input_output_aliases={1: 0},  # inputs count the scalar: the cache is input 1
+        interpret=jax.default_backend() != "tpu",
+    )
+    return call(jnp.reshape(t, (1,)).astype(jnp.int32), cache, new)
 
 
 def _attend(q: Any, k: Any, v: Any, layout: str, t: Any) -> Any:
@@ -151,56 +191,67 @@ def _attend(q: Any, k: Any, v: Any, layout: str, t: Any) -> Any:
     return jnp.einsum(f"bhgl,{spec}->bhgd", weights, v, preferred_element_type=jnp.float32)
 
 
-def cache_variants(shape: tuple[int, int, int, int, int, int], repeats: int) -> dict[str, dict[str, Any]]:
-    """ms per decode position of every layer's cache write and attention, for each layout and write."""
+def cache_variants(shape: tuple[int, int, int, int, int, int], repeats: int) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """ms per decode position of every layer's cache write and attention, for each layout and write; and each variant
+    that failed (a kernel the chip's compiler refused), with its error, so one failure keeps the call's other figures."""
+    start = shape[-1] - POSITIONS - 1  # the loop's positions sit late in the cache, as most of a rollout's do
+    found: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    variants = {"attend_only": ("bhld", lambda b_, h_, l_, d_: (b_, h_, l_, d_), None), **_layouts()}
+    for name, (layout, cache_shape, write) in variants.items():
+        try:
+            found[name] = _timed_variant(shape, layout, cache_shape, write, repeats, start)
+        except Exception as error:  # noqa: BLE001 - recorded: the raw file says which variant failed and why
+            failed[name] = f"{type(error).__name__}: {str(error)[:600]}"
+    return found, failed
+
+
+def _timed_variant(
+    shape: tuple[int, int, int, int, int, int], layout: str, cache_shape: Any, write: Any, repeats: int, start: int
+) -> dict[str, Any]:
+    """One variant's decode positions, the best of `repeats` timed calls."""
     import jax
     import jax.numpy as jnp
 
     layers, b, h, g, d, length = shape
-    start = length - POSITIONS - 1  # the loop's positions sit late in the cache, as most of a rollout's do
-    found: dict[str, dict[str, Any]] = {}
-    variants = {"attend_only": ("bhld", lambda b_, h_, l_, d_: (b_, h_, l_, d_), None), **_layouts()}
-    for name, (layout, cache_shape, write) in variants.items():
 
-        def positions(caches: Any, q: Any, new: Any, layout: str = layout, write: Any = write) -> Any:
-            def body(i: Any, carry: Any) -> Any:
-                ks, vs, acc = carry
-                t = start + i
-                ks, vs = list(ks), list(vs)
-                for layer in range(layers):
-                    step_new = (new + i.astype(new.dtype)).astype(new.dtype)
-                    if write is not None:
-                        ks[layer] = write(ks[layer], step_new, t)
-                        vs[layer] = write(vs[layer], step_new, t)
-                    acc = acc + _attend(q + acc.astype(q.dtype), ks[layer], vs[layer], layout, t)
-                return tuple(ks), tuple(vs), acc
+    def positions(caches: Any, q: Any, new: Any) -> Any:
+        def body(i: Any, carry: Any) -> Any:
+            ks, vs, acc = carry
+            t = start + i
+            ks, vs = list(ks), list(vs)
+            for layer in range(layers):
+                step_new = (new + i.astype(new.dtype)).astype(new.dtype)
+                if write is not None:
+                    ks[layer] = write(ks[layer], step_new, t)
+                    vs[layer] = write(vs[layer], step_new, t)
+                acc = acc + _attend(q + acc.astype(q.dtype), ks[layer], vs[layer], layout, t)
+            return tuple(ks), tuple(vs), acc
 
-            ks, vs = caches
-            return jax.lax.fori_loop(0, POSITIONS, body, (ks, vs, jnp.zeros(q.shape, jnp.float32)))
+        ks, vs = caches
+        return jax.lax.fori_loop(0, POSITIONS, body, (ks, vs, jnp.zeros(q.shape, jnp.float32)))
 
-        caches = (
-            tuple(jnp.full(cache_shape(b, h, length, d), 0.01, jnp.bfloat16) for _ in range(layers)),
-            tuple(jnp.full(cache_shape(b, h, length, d), 0.02, jnp.bfloat16) for _ in range(layers)),
-        )
-        q, new = jnp.full((b, h, g, d), 0.1, jnp.bfloat16), jnp.full((b, h, d), 0.3, jnp.bfloat16)
-        run = jax.jit(positions, donate_argnums=(0,))
-        out = run(caches, q, new)  # compiles; the donated caches come back as the loop's output
-        best = float("inf")
-        for _ in range(repeats):
-            started = time.perf_counter()
-            out = run(out[:2], q, new)
-            jax.block_until_ready(out)
-            best = min(best, time.perf_counter() - started)
-        cache_bytes = 2 * layers * b * h * length * d * 2
-        found[name] = {
-            # every layout writes and reads the same numbers, so the attention's sums agree (tests/bench/chip)
-            "checksum": float(jnp.sum(out[2])),
-            "ms_per_position": round(best / POSITIONS * 1000, 4),
-            "cache_bytes": cache_bytes,
-            "cache_gb_per_s": round(cache_bytes / (best / POSITIONS) / 1e9, 1),
-        }
-        del out, caches
-    return found
+    caches = (
+        tuple(jnp.full(cache_shape(b, h, length, d), 0.01, jnp.bfloat16) for _ in range(layers)),
+        tuple(jnp.full(cache_shape(b, h, length, d), 0.02, jnp.bfloat16) for _ in range(layers)),
+    )
+    q, new = jnp.full((b, h, g, d), 0.1, jnp.bfloat16), jnp.full((b, h, d), 0.3, jnp.bfloat16)
+    run = jax.jit(positions, donate_argnums=(0,))
+    out = run(caches, q, new)  # compiles; the donated caches come back as the loop's output
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        out = run(out[:2], q, new)
+        jax.block_until_ready(out)
+        best = min(best, time.perf_counter() - started)
+    cache_bytes = 2 * layers * b * h * length * d * 2
+    return {
+        # every layout writes and reads the same numbers, so the attention's sums agree (tests/bench/chip)
+        "checksum": float(jnp.sum(out[2])),
+        "ms_per_position": round(best / POSITIONS * 1000, 4),
+        "cache_bytes": cache_bytes,
+        "cache_gb_per_s": round(cache_bytes / (best / POSITIONS) / 1e9, 1),
+    }
 
 
 def measure(out: Path, small: bool, probes: dict[str, tuple[int, ...]] | None = None) -> None:
@@ -220,10 +271,13 @@ def measure(out: Path, small: bool, probes: dict[str, tuple[int, ...]] | None = 
     }
     print("programs", {k: v["gb_per_s"] for k, v in body["programs"].items()}, flush=True)
     for name, shape in shapes.items():
+        variants, failed = cache_variants(shape, repeats)
         body["shapes"][name] = {
             "shape": dict(zip(("layers", "sequences", "kv_heads", "groups", "head_dim", "cache_len"), shape, strict=True)),
-            "variants": cache_variants(shape, repeats),
-        }
+            "variants": variants,
+        } | ({"failed": failed} if failed else {})
+        if failed:
+            print(name, "failed:", failed, flush=True)
         print(name, {k: v["ms_per_position"] for k, v in body["shapes"][name]["variants"].items()}, flush=True)
         out.mkdir(parents=True, exist_ok=True)  # after every shape: a call cut short keeps what it measured
         (out / "tpu_decode_bound-raw.json").write_text(json.dumps(body, indent=1))

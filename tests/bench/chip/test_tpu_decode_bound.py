@@ -77,3 +77,29 @@ def test_the_padded_remedy_is_told_from_the_shapes_own_measurement_only_where_it
     for shape in without["shapes"].values():
         shape["variant_ms"].pop("padded_128_dus", None)
     assert "Measured on the 64-wide shapes themselves" not in render_tpu_decode_bound(without)
+
+
+@pytest.mark.parametrize("t", [0, 15, 16, 35, 39])
+def test_the_pallas_write_puts_one_position_where_dynamic_update_slice_does(t: int):
+    """In Pallas's interpreter here (the chip compiles it): a cache length that is not a multiple of the kernel's
+    block (40 rows, blocks of 16) included, and nothing else in the cache changes."""
+    import jax
+    import jax.numpy as jnp
+
+    cache = jax.random.normal(jax.random.key(0), (2, 3, 40, 64)).astype(jnp.bfloat16)
+    new = jax.random.normal(jax.random.key(1), (2, 3, 64)).astype(jnp.bfloat16)
+    expected = jax.lax.dynamic_update_slice(cache, new[:, :, None, :], (0, 0, t, 0))
+    written = jax.jit(tpu_decode_bound._pallas_block_write)(cache, new, jnp.int32(t))
+    assert bool((written == expected).all())
+
+
+def test_a_variant_that_fails_is_recorded_and_the_others_still_measured(monkeypatch: pytest.MonkeyPatch):
+    layouts = tpu_decode_bound._layouts()
+
+    def refused(cache, new, t):
+        raise RuntimeError("Mosaic failed to lower")
+
+    monkeypatch.setattr(tpu_decode_bound, "_layouts", lambda: {**layouts, "refused_dus": ("bhld", layouts["heads_first_dus"][1], refused)})
+    found, failed = tpu_decode_bound.cache_variants(tpu_decode_bound.SMALL["small"], 1)
+    assert failed == {"refused_dus": "RuntimeError: Mosaic failed to lower"}
+    assert set(found) == {"attend_only", *layouts}
