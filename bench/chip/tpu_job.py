@@ -288,7 +288,7 @@ def main() -> int:
     )
     run_p.add_argument(
         "--logits-dtype",
-        choices=("bfloat16", "float32"),
+        choices=("float32",),  # bfloat16 is the registered job itself
         default=None,
         help="the jobs with model.logits_dtype set, without eval jobs: the sampler-trainer agreement against the registered "
         "job of the same seed (not a registered run: keep its record apart from the task's call records)",

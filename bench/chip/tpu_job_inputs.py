@@ -191,8 +191,9 @@ def job_spec(work: Path, task: str, arm: str, seed: int, smoke: bool = False, lo
         "seed": seed,
         "output": str(work / "runs"),
     }
+    spec = _smoke(spec, work, task, arm) if smoke else spec
     if logits_dtype is not None:
         spec["name"] += f"-logits-{logits_dtype}"
         spec["model"]["logits_dtype"] = logits_dtype
         del spec["eval"]
-    return _smoke(spec, work, task, arm) if smoke else spec
+    return spec

@@ -181,6 +181,10 @@ def test_a_logits_precision_job_is_the_registered_job_but_its_logits_and_evals(t
     assert {k: v for k, v in variant.items() if k not in ("name", "model")} == same
     spec = JobSpec.model_validate(variant)
     assert spec.model.logits_dtype == "float32"
+    # `run --smoke --logits-dtype float32` tries the same flow on this machine's CPU (run makes the work folder)
+    (tmp_path / "work").mkdir(exist_ok=True)
+    smoke = JobSpec.model_validate(tpu_job_inputs.job_spec(tmp_path / "work", "gsm8k", "trained", 4, smoke=True, logits_dtype="float32"))
+    assert (smoke.hardware.accelerator, smoke.model.logits_dtype, smoke.eval) == ("cpu", "float32", None)
 
 
 def test_gsm8k_rows_are_the_registered_ones_and_the_suite_shares_no_question_with_training():
